@@ -1,0 +1,25 @@
+"""ggmlpy: train models on ggml's backends (CPU, Vulkan, CUDA, RPC) from Python.
+
+Every function is importable from here under its ggmlR name, with ggml's argument
+order (context first, then operands, then scalars). The code lives in modules by
+concern; this file only re-exports their public ``ggml_*`` / ``GGML_*`` names.
+"""
+from __future__ import annotations
+
+from . import backend, context, data, dataset, losses, ops, opt, opt_fit, sched
+from ._ffi import BUILD_INFO
+from .errors import (BackendUnavailableError, GgmlpyError, GgmlpyWarning, GgmlStateError, GgmlTypeError,
+                     GgmlValueError)
+
+__version__ = "0.1.0"
+GGML_VERSION = BUILD_INFO.get("ggml_version", "unknown")
+
+_MODULES = [backend, context, data, dataset, losses, ops, opt, opt_fit, sched]
+__all__ = ["GgmlpyError", "GgmlpyWarning", "GgmlStateError", "GgmlTypeError", "GgmlValueError",
+           "BackendUnavailableError", "GGML_VERSION"]
+for _module in _MODULES:
+    for _name in dir(_module):
+        if _name.startswith(("ggml_", "GGML_")) and not _name.startswith("ggml_logger"):
+            globals()[_name] = getattr(_module, _name)
+            __all__.append(_name)
+del _module, _name

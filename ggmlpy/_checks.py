@@ -1,0 +1,198 @@
+"""Preconditions checked in Python before ggml is called (ggml's asserts abort the process).
+
+Every check raises a GgmlValueError/GgmlTypeError whose message names the function,
+what was expected and what was given.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from ._ffi import ffi, lib
+from .context import FLOAT_TYPES, GGML_TYPE_F32, Graph, Tensor, type_name
+from .errors import GgmlTypeError, GgmlValueError
+
+Shape = tuple[int, int, int, int]
+
+
+def fail(fn: str, message: str, kind: type[Exception] = GgmlValueError) -> None:
+    raise kind(f"{fn}: {message}")
+
+
+def int_arg(fn: str, name: str, value: Any, minimum: int | None = None) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        fail(fn, f"{name} must be an int, got {value!r}", GgmlTypeError)
+    if minimum is not None and value < minimum:
+        fail(fn, f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def float_arg(fn: str, name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        fail(fn, f"{name} must be a number, got {value!r}", GgmlTypeError)
+    return float(value)
+
+
+def types(fn: str, t: Tensor, allowed: Iterable[int], what: str = "a") -> None:
+    allowed = set(allowed)
+    if t.type not in allowed:
+        names = "/".join(sorted(type_name(x) for x in allowed))
+        fail(fn, f"{what} must be {names}, got {type_name(t.type)}", GgmlTypeError)
+
+
+def floating(fn: str, *named: tuple[str, Tensor]) -> None:
+    for what, t in named:
+        types(fn, t, FLOAT_TYPES, what)
+
+
+def can_repeat(small: Shape, big: Shape) -> bool:
+    return all(s > 0 and b % s == 0 for s, b in zip(small, big))
+
+
+def broadcast_into(fn: str, a: Tensor, b: Tensor) -> Shape:
+    """b must repeat into a (ggml broadcasts the second operand only)."""
+    if not can_repeat(b.shape, a.shape):
+        fail(fn, f"b {list(b.shape)} cannot be broadcast to a {list(a.shape)} (each dimension of a must be a "
+                 "multiple of b's; ggml broadcasts the second operand only, so swap them or use ggml_repeat)")
+    return a.shape
+
+
+def same_shape(fn: str, a: Tensor, b: Tensor) -> Shape:
+    if a.shape != b.shape:
+        fail(fn, f"a and b must have the same shape, got {list(a.shape)} and {list(b.shape)}")
+    return a.shape
+
+
+def contiguous(fn: str, t: Tensor, what: str = "a") -> None:
+    if not lib.ggml_is_contiguous(t.ptr):
+        fail(fn, f"{what} must be contiguous (apply ggml_cont first), got a strided view")
+
+
+def rows_contiguous(fn: str, t: Tensor) -> None:
+    p = t.ptr
+    if int(p.nb[0]) != int(lib.ggml_type_size(p.type)):
+        fail(fn, "a must have contiguous rows (apply ggml_cont first)")
+
+
+def mul_mat(fn: str, a: Tensor, b: Tensor) -> Shape:
+    (a0, a1, a2, a3), (b0, b1, b2, b3) = a.shape, b.shape
+    if a0 != b0:
+        fail(fn, f"a and b must share ne[0] (the reduced dimension), got a {list(a.shape)} and b {list(b.shape)}")
+    if b2 % a2 or b3 % a3:
+        fail(fn, f"b's ne[2], ne[3] must be multiples of a's, got a {list(a.shape)} and b {list(b.shape)}")
+    if lib.ggml_is_transposed(a.ptr):
+        fail(fn, "a must not be transposed (apply ggml_cont to the transpose first)")
+    return (a1, b1, b2, b3)
+
+
+def out_prod(fn: str, a: Tensor, b: Tensor) -> Shape:
+    (a0, a1, a2, a3), (b0, b1, b2, b3) = a.shape, b.shape
+    if a1 != b1:
+        fail(fn, f"a and b must share ne[1], got a {list(a.shape)} and b {list(b.shape)}")
+    if b2 % a2 or b3 % a3:
+        fail(fn, f"b's ne[2], ne[3] must be multiples of a's, got a {list(a.shape)} and b {list(b.shape)}")
+    return (a0, b0, b2, b3)
+
+
+def reshape(fn: str, a: Tensor, ne: tuple[int, ...]) -> Shape:
+    for i, n in enumerate(ne):
+        int_arg(fn, f"ne{i}", n, 1)
+    count = 1
+    for n in ne:
+        count *= n
+    if count != a.nelements():
+        fail(fn, f"the new shape {list(ne)} has {count} elements, a {list(a.shape)} has {a.nelements()}")
+    contiguous(fn, a)
+    return tuple(list(ne) + [1] * (4 - len(ne)))  # type: ignore[return-value]
+
+
+def view(fn: str, a: Tensor, ne: tuple[int, ...], nb: tuple[int, ...], offset: int) -> Shape:
+    for i, n in enumerate(ne):
+        int_arg(fn, f"ne{i}", n, 1)
+    for i, n in enumerate(nb):
+        int_arg(fn, f"nb{i + 1}", n, 1)
+    int_arg(fn, "offset", offset, 0)
+    esize = int(lib.ggml_type_size(a.type))
+    strides = (esize,) + tuple(nb)
+    last = offset + sum((n - 1) * s for n, s in zip(ne, strides)) + esize
+    if last > a.nbytes():
+        fail(fn, f"the view reaches byte {last}, beyond a's {a.nbytes()} bytes")
+    return tuple(list(ne) + [1] * (4 - len(ne)))  # type: ignore[return-value]
+
+
+def permutation(fn: str, axes: tuple[int, ...]) -> None:
+    if sorted(axes) != [0, 1, 2, 3] or not all(isinstance(x, int) for x in axes):
+        fail(fn, f"the axes must be a permutation of 0, 1, 2, 3, got {list(axes)}")
+
+
+def out_size(fn: str, what: str, n: int, k: int, s: int, p: int, d: int = 1) -> int:
+    size = (n + 2 * p - d * (k - 1) - 1) // s + 1
+    if size < 1:
+        fail(fn, f"the output {what} would be {size}: input {n}, kernel {k}, stride {s}, padding {p}, dilation {d}")
+    return size
+
+
+# ---------------------------------------------------------------- backward support
+
+_BACKWARD_OPS = {
+    "NONE", "DUP", "ADD", "ADD1", "ACC", "SUB", "MUL", "DIV", "SQR", "SQRT", "LOG", "SIN", "COS", "SCALE",
+    "SUM", "SUM_ROWS", "MEAN", "REPEAT", "REPEAT_BACK", "RMS_NORM", "MUL_MAT", "SET", "CPY", "CONT",
+    "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE", "GET_ROWS", "DIAG_MASK_INF", "DIAG_MASK_ZERO", "SOFT_MAX",
+    "ROPE", "IM2COL", "POOL_2D", "CROSS_ENTROPY_LOSS",
+}
+_BACKWARD_UNARY = {"ABS", "SGN", "NEG", "STEP", "RELU", "SILU", "EXP", "EXPM1", "SOFTPLUS"}
+_COMPOSITE_HINT = {
+    "TANH": "use ggmlpy.ggml_tanh_trainable (2*sigmoid(2x)-1 from differentiable ops)",
+    "SIGMOID": "use ggmlpy.ggml_sigmoid_trainable (exp(x - softplus(x)))",
+    "GELU": "use ggmlpy.ggml_gelu_trainable (x*sigmoid(1.702x))",
+    "NORM": "use ggmlpy.ggml_layer_norm_trainable (centre, then rms_norm)",
+}
+
+
+def _ptr_key(p: Any) -> int:
+    return int(ffi.cast("uintptr_t", p))
+
+
+def _op_label(p: Any) -> str:
+    name = ffi.string(lib.ggml_op_name(p.op)).decode()
+    if name == "UNARY":
+        return ffi.string(lib.ggml_op_desc(p)).decode()
+    return name
+
+
+def check_backward_graph(graph: Graph) -> None:
+    """Refuse graphs whose backward pass ggml cannot build (it would abort), naming the op."""
+    g = graph.ptr
+    nodes = [lib.ggml_graph_node(g, i) for i in range(lib.ggml_graph_n_nodes(g))]
+    flags_param, flags_loss = int(lib.GGML_TENSOR_FLAG_PARAM), int(lib.GGML_TENSOR_FLAG_LOSS)
+    if not any(n.flags & flags_loss for n in nodes):
+        raise GgmlValueError("the graph has no loss: mark a scalar F32 tensor with ggml_set_loss")
+    needs_grad: set[int] = set()
+    for n in nodes:  # nodes are in topological order
+        if n.flags & flags_param:
+            needs_grad.add(_ptr_key(n))
+            continue
+        srcs = [s for s in n.src if s != ffi.NULL]
+        if not any(_ptr_key(s) in needs_grad for s in srcs):
+            continue
+        needs_grad.add(_ptr_key(n))
+        check_node_backward(n)
+    if not needs_grad:
+        raise GgmlValueError("the graph has no trainable tensor: mark parameters with ggml_set_param")
+
+
+def check_node_backward(n: Any) -> None:
+    label = _op_label(n)
+    op = ffi.string(lib.ggml_op_name(n.op)).decode()
+    supported = label in _BACKWARD_UNARY if op == "UNARY" else op in _BACKWARD_OPS
+    if not supported:
+        hint = _COMPOSITE_HINT.get(label, "rebuild it from ops that have one")
+        name = ffi.string(n.name).decode() or "?"
+        raise GgmlValueError(f"ggml has no backward pass for {label} (tensor '{name}') on the path to a "
+                             f"trainable parameter; {hint}")
+    if op in ("SUB", "DIV"):
+        a, b = n.src[0], n.src[1]
+        if tuple(a.ne) != tuple(b.ne):
+            raise GgmlValueError(f"{op} with a broadcast second operand has no backward pass in ggml; make the "
+                                 "shapes equal with ggml_repeat(ctx, b, a) first")
+    if op == "MUL_MAT" and n.src[0].type != GGML_TYPE_F32 and n.src[0].flags & int(lib.GGML_TENSOR_FLAG_PARAM):
+        raise GgmlValueError("trainable mul_mat weights must be F32")

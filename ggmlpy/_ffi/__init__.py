@@ -1,0 +1,69 @@
+"""Entry point to the compiled bindings: ``ffi``, ``lib``, and the package's library folder.
+
+Importing this module loads every backend module that was built (``ggmlpy/lib/``) into
+ggml's registry and routes ggml's log (and the message of a fatal assertion) to the
+``ggmlpy.ggml`` logger.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+# ggml prints a backtrace with gdb before aborting; that is slow and never useful to a Python user.
+os.environ.setdefault("GGML_NO_BACKTRACE", "1")
+
+try:
+    from ._ggml import ffi, lib  # noqa: E402
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    raise ImportError(
+        "ggmlpy's compiled bindings are missing or cannot load ggml "
+        f"({exc}). Install with 'pip install .' (or run 'python build_ggml.py' and "
+        "'python ggmlpy/_ffi/build.py' in a source checkout).") from exc
+
+LIB_DIR = Path(__file__).resolve().parent.parent / "lib"
+BUILD_INFO: dict = json.loads((LIB_DIR / "build_info.json").read_text()) \
+    if (LIB_DIR / "build_info.json").exists() else {"backends": ["cpu"]}
+
+ggml_logger = logging.getLogger("ggmlpy.ggml")
+_LEVELS = {
+    lib.GGML_LOG_LEVEL_DEBUG: logging.DEBUG,
+    lib.GGML_LOG_LEVEL_INFO: logging.INFO,
+    lib.GGML_LOG_LEVEL_WARN: logging.WARNING,
+    lib.GGML_LOG_LEVEL_ERROR: logging.ERROR,
+}
+_pending: list[str] = []
+_pending_level = [logging.INFO]
+
+
+@ffi.def_extern()
+def _ggmlpy_log_cb(level, text, user_data):  # noqa: ARG001 - C signature
+    # ggml logs partial lines (CONT continues the previous one): join until a newline.
+    try:
+        if level != lib.GGML_LOG_LEVEL_CONT:
+            _pending_level[0] = _LEVELS.get(level, logging.INFO)
+        _pending.append(ffi.string(text).decode("utf-8", "replace"))
+        if _pending[-1].endswith("\n"):
+            message = "".join(_pending).rstrip("\n")
+            _pending.clear()
+            ggml_logger.log(_pending_level[0], "%s", message)
+    except Exception:  # never raise into C
+        pass
+
+
+@ffi.def_extern()
+def _ggmlpy_abort_cb(message):
+    # Called just before ggml aborts the process: leave the reason where Python users look.
+    try:
+        text = ffi.string(message).decode("utf-8", "replace")
+        ggml_logger.critical("ggml is aborting the process: %s", text)
+        for handler in logging.getLogger().handlers + ggml_logger.handlers:
+            handler.flush()
+    except Exception:
+        pass
+
+
+lib.ggml_log_set(lib._ggmlpy_log_cb, ffi.NULL)
+lib.ggml_set_abort_callback(lib._ggmlpy_abort_cb)
+lib.ggml_backend_load_all_from_path(str(LIB_DIR).encode())

@@ -1,0 +1,79 @@
+"""cffi builder (API mode) for ggmlpy._ffi._ggml.
+
+The declarations in decl/*.h are compiled against ggml's real headers, so struct
+layouts and enum values come from the compiler, not from hand-typed numbers.
+The extension links libggml and libggml-base from ggmlpy/lib/ (built by
+build_ggml.py) and finds them at run time through an $ORIGIN rpath.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import cffi
+
+HERE = Path(__file__).resolve().parent
+PKG = HERE.parent
+ROOT = PKG.parent
+LIB_DIR = PKG / "lib"
+INCLUDE_DIR = ROOT / "vendor" / "ggml" / "include"
+DECL_ORDER = ["types.h", "ggml.h", "ggml-backend.h", "ggml-opt.h", "gguf.h", "extras.h"]
+
+# Backend-specific functions live in modules loaded at run time (GGML_BACKEND_DL);
+# these shims find them through the registry so Python never handles raw function pointers.
+SHIMS = r"""
+#include "ggml.h"
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "ggml-opt.h"
+#include "gguf.h"
+
+static void * ggmlpy_proc(const char * reg_name, const char * fn) {
+    ggml_backend_reg_t reg = ggml_backend_reg_by_name(reg_name);
+    return reg ? ggml_backend_reg_get_proc_address(reg, fn) : NULL;
+}
+
+static int ggmlpy_cpu_set_n_threads(ggml_backend_t backend, int n_threads) {
+    ggml_backend_dev_t dev = ggml_backend_get_device(backend);
+    if (!dev) return 0;
+    ggml_backend_set_n_threads_t fn = (ggml_backend_set_n_threads_t)
+        ggml_backend_reg_get_proc_address(ggml_backend_dev_backend_reg(dev), "ggml_backend_set_n_threads");
+    if (!fn) return 0;
+    fn(backend, n_threads);
+    return 1;
+}
+
+typedef ggml_backend_reg_t (*ggmlpy_rpc_add_server_t)(const char *);
+static ggml_backend_reg_t ggmlpy_rpc_add_server(const char * endpoint) {
+    ggmlpy_rpc_add_server_t fn = (ggmlpy_rpc_add_server_t) ggmlpy_proc("RPC", "ggml_backend_rpc_add_server");
+    return fn ? fn(endpoint) : NULL;
+}
+
+typedef void (*ggmlpy_rpc_start_server_t)(const char *, const char *, size_t, size_t, ggml_backend_dev_t *);
+static int ggmlpy_rpc_start_server(const char * endpoint, const char * cache_dir, size_t n_threads,
+                                   size_t n_devices, ggml_backend_dev_t * devices) {
+    ggmlpy_rpc_start_server_t fn = (ggmlpy_rpc_start_server_t) ggmlpy_proc("RPC", "ggml_backend_rpc_start_server");
+    if (!fn) return 0;
+    fn(endpoint, cache_dir, n_threads, n_devices, devices);  /* blocks while serving */
+    return 1;
+}
+"""
+
+
+def make_ffi() -> cffi.FFI:
+    ffi = cffi.FFI()
+    ffi.cdef("\n".join((HERE / "decl" / name).read_text() for name in DECL_ORDER))
+    ffi.set_source(
+        "ggmlpy._ffi._ggml",
+        SHIMS,
+        include_dirs=[str(INCLUDE_DIR)],
+        library_dirs=[str(LIB_DIR)],
+        # The libraries are shipped under their SONAMEs only (libggml.so.0, ...).
+        extra_link_args=["-l:libggml.so.0", "-l:libggml-base.so.0", "-Wl,-rpath,$ORIGIN/../lib"],
+    )
+    return ffi
+
+
+ffibuilder = make_ffi()
+
+if __name__ == "__main__":
+    ffibuilder.compile(tmpdir=str(ROOT), verbose=True)

@@ -1,0 +1,10 @@
+/* Backend-specific entry points. With GGML_BACKEND_DL they live in separately loaded modules,
+   so they are reached through ggml_backend_reg_get_proc_address by small C shims (see build.py). */
+int ggmlpy_cpu_set_n_threads(ggml_backend_t backend, int n_threads);
+ggml_backend_reg_t ggmlpy_rpc_add_server(const char * endpoint);
+int ggmlpy_rpc_start_server(const char * endpoint, const char * cache_dir, size_t n_threads, size_t n_devices, ggml_backend_dev_t * devices);
+
+/* Callbacks into Python. */
+extern "Python" void _ggmlpy_log_cb(enum ggml_log_level level, const char * text, void * user_data);
+extern "Python" void _ggmlpy_abort_cb(const char * error_message);
+extern "Python" void _ggmlpy_epoch_cb(bool train, ggml_opt_context_t opt_ctx, ggml_opt_dataset_t dataset, ggml_opt_result_t result, int64_t ibatch, int64_t ibatch_max, int64_t t_start_us);

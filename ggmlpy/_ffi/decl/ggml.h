@@ -1,0 +1,133 @@
+/* ggml.h: contexts, tensors, the ops a training library needs, graphs, logging. */
+typedef void (*ggml_log_callback)(enum ggml_log_level level, const char * text, void * user_data);
+typedef void (*ggml_abort_callback_t)(const char * error_message);
+void ggml_log_set(ggml_log_callback log_callback, void * user_data);
+ggml_abort_callback_t ggml_set_abort_callback(ggml_abort_callback_t callback);
+
+size_t ggml_tensor_overhead(void);
+size_t ggml_graph_overhead_custom(size_t size, bool grads);
+struct ggml_context * ggml_init(struct ggml_init_params params);
+void ggml_free(struct ggml_context * ctx);
+size_t ggml_used_mem(const struct ggml_context * ctx);
+size_t ggml_get_mem_size(const struct ggml_context * ctx);
+bool ggml_get_no_alloc(struct ggml_context * ctx);
+struct ggml_tensor * ggml_get_first_tensor(const struct ggml_context * ctx);
+struct ggml_tensor * ggml_get_next_tensor(const struct ggml_context * ctx, struct ggml_tensor * tensor);
+struct ggml_tensor * ggml_get_tensor(struct ggml_context * ctx, const char * name);
+
+const char * ggml_type_name(enum ggml_type type);
+size_t ggml_type_size(enum ggml_type type);
+int64_t ggml_blck_size(enum ggml_type type);
+const char * ggml_op_name(enum ggml_op op);
+const char * ggml_op_desc(const struct ggml_tensor * t);
+const char * ggml_unary_op_name(enum ggml_unary_op op);
+enum ggml_unary_op ggml_get_unary_op(const struct ggml_tensor * tensor);
+
+int64_t ggml_nelements(const struct ggml_tensor * tensor);
+int64_t ggml_nrows(const struct ggml_tensor * tensor);
+size_t ggml_nbytes(const struct ggml_tensor * tensor);
+int ggml_n_dims(const struct ggml_tensor * tensor);
+bool ggml_is_contiguous(const struct ggml_tensor * tensor);
+bool ggml_is_transposed(const struct ggml_tensor * tensor);
+bool ggml_can_repeat(const struct ggml_tensor * t0, const struct ggml_tensor * t1);
+
+struct ggml_tensor * ggml_new_tensor_1d(struct ggml_context * ctx, enum ggml_type type, int64_t ne0);
+struct ggml_tensor * ggml_new_tensor_2d(struct ggml_context * ctx, enum ggml_type type, int64_t ne0, int64_t ne1);
+struct ggml_tensor * ggml_new_tensor_3d(struct ggml_context * ctx, enum ggml_type type, int64_t ne0, int64_t ne1, int64_t ne2);
+struct ggml_tensor * ggml_new_tensor_4d(struct ggml_context * ctx, enum ggml_type type, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3);
+struct ggml_tensor * ggml_dup_tensor(struct ggml_context * ctx, const struct ggml_tensor * src);
+struct ggml_tensor * ggml_set_name(struct ggml_tensor * tensor, const char * name);
+const char * ggml_get_name(const struct ggml_tensor * tensor);
+void ggml_set_input(struct ggml_tensor * tensor);
+void ggml_set_output(struct ggml_tensor * tensor);
+void ggml_set_param(struct ggml_tensor * tensor);
+void ggml_set_loss(struct ggml_tensor * tensor);
+
+/* arithmetic and unary */
+struct ggml_tensor * ggml_dup(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_add(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
+struct ggml_tensor * ggml_sub(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
+struct ggml_tensor * ggml_mul(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
+struct ggml_tensor * ggml_div(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
+struct ggml_tensor * ggml_sqr(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_sqrt(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_log(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_exp(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_sin(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_cos(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_abs(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_sgn(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_neg(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_step(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_relu(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_leaky_relu(struct ggml_context * ctx, struct ggml_tensor * a, float negative_slope, bool inplace);
+struct ggml_tensor * ggml_elu(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_silu(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_gelu(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_tanh(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_sigmoid(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_softplus(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_hardswish(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_scale(struct ggml_context * ctx, struct ggml_tensor * a, float s);
+struct ggml_tensor * ggml_scale_bias(struct ggml_context * ctx, struct ggml_tensor * a, float s, float b);
+struct ggml_tensor * ggml_clamp(struct ggml_context * ctx, struct ggml_tensor * a, float min, float max);
+
+/* reductions and broadcasting */
+struct ggml_tensor * ggml_sum(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_sum_rows(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_mean(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_argmax(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_count_equal(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
+struct ggml_tensor * ggml_repeat(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
+struct ggml_tensor * ggml_repeat_back(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
+struct ggml_tensor * ggml_concat(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b, int dim);
+
+/* matrix products, normalisation, softmax */
+struct ggml_tensor * ggml_mul_mat(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
+struct ggml_tensor * ggml_out_prod(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
+struct ggml_tensor * ggml_norm(struct ggml_context * ctx, struct ggml_tensor * a, float eps);
+struct ggml_tensor * ggml_rms_norm(struct ggml_context * ctx, struct ggml_tensor * a, float eps);
+struct ggml_tensor * ggml_soft_max(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_soft_max_ext(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * mask, float scale, float max_bias);
+struct ggml_tensor * ggml_diag_mask_inf(struct ggml_context * ctx, struct ggml_tensor * a, int n_past);
+struct ggml_tensor * ggml_cross_entropy_loss(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
+
+/* layout */
+struct ggml_tensor * ggml_cpy(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
+struct ggml_tensor * ggml_cont(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_reshape(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
+struct ggml_tensor * ggml_reshape_1d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0);
+struct ggml_tensor * ggml_reshape_2d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0, int64_t ne1);
+struct ggml_tensor * ggml_reshape_3d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0, int64_t ne1, int64_t ne2);
+struct ggml_tensor * ggml_reshape_4d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3);
+struct ggml_tensor * ggml_view_1d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0, size_t offset);
+struct ggml_tensor * ggml_view_2d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0, int64_t ne1, size_t nb1, size_t offset);
+struct ggml_tensor * ggml_view_3d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0, int64_t ne1, int64_t ne2, size_t nb1, size_t nb2, size_t offset);
+struct ggml_tensor * ggml_view_4d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3, size_t nb1, size_t nb2, size_t nb3, size_t offset);
+struct ggml_tensor * ggml_permute(struct ggml_context * ctx, struct ggml_tensor * a, int axis0, int axis1, int axis2, int axis3);
+struct ggml_tensor * ggml_transpose(struct ggml_context * ctx, struct ggml_tensor * a);
+struct ggml_tensor * ggml_get_rows(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
+struct ggml_tensor * ggml_pad(struct ggml_context * ctx, struct ggml_tensor * a, int p0, int p1, int p2, int p3);
+
+/* convolution and pooling */
+struct ggml_tensor * ggml_im2col(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b, int s0, int s1, int p0, int p1, int d0, int d1, bool is_2D, enum ggml_type dst_type);
+struct ggml_tensor * ggml_conv_1d(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b, int s0, int p0, int d0);
+struct ggml_tensor * ggml_conv_2d(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b, int s0, int s1, int p0, int p1, int d0, int d1);
+struct ggml_tensor * ggml_pool_1d(struct ggml_context * ctx, struct ggml_tensor * a, enum ggml_op_pool op, int k0, int s0, int p0);
+struct ggml_tensor * ggml_pool_2d(struct ggml_context * ctx, struct ggml_tensor * a, enum ggml_op_pool op, int k0, int k1, int s0, int s1, float p0, float p1);
+
+/* optimizer steps (what ggml-opt appends to the backward graph) */
+struct ggml_tensor * ggml_opt_step_adamw(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * grad, struct ggml_tensor * m, struct ggml_tensor * v, struct ggml_tensor * adamw_params);
+struct ggml_tensor * ggml_opt_step_sgd(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * grad, struct ggml_tensor * sgd_params);
+
+/* graphs */
+struct ggml_cgraph * ggml_new_graph(struct ggml_context * ctx);
+struct ggml_cgraph * ggml_new_graph_custom(struct ggml_context * ctx, size_t size, bool grads);
+void ggml_build_forward_expand(struct ggml_cgraph * cgraph, struct ggml_tensor * tensor);
+void ggml_build_backward_expand(struct ggml_context * ctx, struct ggml_cgraph * cgraph, struct ggml_tensor ** grad_accs);
+int ggml_graph_size(struct ggml_cgraph * cgraph);
+int ggml_graph_n_nodes(struct ggml_cgraph * cgraph);
+struct ggml_tensor * ggml_graph_node(struct ggml_cgraph * cgraph, int i);
+struct ggml_tensor * ggml_graph_get_tensor(const struct ggml_cgraph * cgraph, const char * name);
+struct ggml_tensor * ggml_graph_get_grad(const struct ggml_cgraph * cgraph, const struct ggml_tensor * node);
+void ggml_graph_reset(struct ggml_cgraph * cgraph);

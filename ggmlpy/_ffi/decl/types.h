@@ -1,0 +1,45 @@
+/* Shared types, read first. API mode: "..." lets the compiler supply layouts and values. */
+typedef int... int64_t;
+enum ggml_status { GGML_STATUS_ALLOC_FAILED, GGML_STATUS_FAILED, GGML_STATUS_SUCCESS, GGML_STATUS_ABORTED, ... };
+enum ggml_type {
+    GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+    GGML_TYPE_Q8_0, GGML_TYPE_Q8_1, GGML_TYPE_I8, GGML_TYPE_I16, GGML_TYPE_I32, GGML_TYPE_I64,
+    GGML_TYPE_F64, GGML_TYPE_BF16, GGML_TYPE_COUNT, ...
+};
+enum ggml_op { GGML_OP_NONE, GGML_OP_COUNT, ... };
+enum ggml_unary_op { GGML_UNARY_OP_COUNT, ... };
+enum ggml_op_pool { GGML_OP_POOL_MAX, GGML_OP_POOL_AVG, GGML_OP_POOL_COUNT, ... };
+enum ggml_log_level { GGML_LOG_LEVEL_NONE, GGML_LOG_LEVEL_DEBUG, GGML_LOG_LEVEL_INFO,
+                      GGML_LOG_LEVEL_WARN, GGML_LOG_LEVEL_ERROR, GGML_LOG_LEVEL_CONT, ... };
+enum ggml_tensor_flag { GGML_TENSOR_FLAG_INPUT, GGML_TENSOR_FLAG_OUTPUT, GGML_TENSOR_FLAG_PARAM,
+                        GGML_TENSOR_FLAG_LOSS, ... };
+
+#define GGML_MAX_DIMS ...
+#define GGML_MAX_SRC ...
+#define GGML_MAX_NAME ...
+#define GGML_DEFAULT_GRAPH_SIZE ...
+
+struct ggml_context;
+struct ggml_cgraph;
+struct ggml_backend_buffer;
+
+struct ggml_tensor {
+    enum ggml_type type;
+    struct ggml_backend_buffer * buffer;
+    int64_t ne[4];
+    size_t nb[4];
+    enum ggml_op op;
+    int32_t flags;
+    struct ggml_tensor * src[10];
+    struct ggml_tensor * view_src;
+    size_t view_offs;
+    void * data;
+    char name[64];
+    ...;
+};
+
+struct ggml_init_params {
+    size_t mem_size;
+    void * mem_buffer;
+    bool no_alloc;
+};

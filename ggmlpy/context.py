@@ -1,0 +1,394 @@
+"""Contexts, tensors and graphs (ggml.h).
+
+A ``Context`` owns a ``ggml_context``; a ``Tensor`` and a ``Graph`` are views of memory
+the context owns, so they keep it alive and refuse to work once it is freed.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from ._ffi import ffi, lib
+from ._handle import Handle, raise_type, unwrap
+from .errors import GgmlStateError, GgmlTypeError, GgmlValueError, expect
+
+GGML_TYPE_F32 = lib.GGML_TYPE_F32
+GGML_TYPE_F16 = lib.GGML_TYPE_F16
+GGML_TYPE_BF16 = lib.GGML_TYPE_BF16
+GGML_TYPE_I8 = lib.GGML_TYPE_I8
+GGML_TYPE_I16 = lib.GGML_TYPE_I16
+GGML_TYPE_I32 = lib.GGML_TYPE_I32
+GGML_TYPE_I64 = lib.GGML_TYPE_I64
+GGML_TYPE_F64 = lib.GGML_TYPE_F64
+GGML_TYPE_Q4_0 = lib.GGML_TYPE_Q4_0
+GGML_TYPE_Q8_0 = lib.GGML_TYPE_Q8_0
+PLAIN_TYPES = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_I8, GGML_TYPE_I16,
+               GGML_TYPE_I32, GGML_TYPE_I64, GGML_TYPE_F64}
+FLOAT_TYPES = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16}
+
+GGML_DEFAULT_GRAPH_SIZE = int(lib.GGML_DEFAULT_GRAPH_SIZE)
+_MEM_ALIGN = 16
+
+
+def type_name(t: int) -> str:
+    return ffi.string(lib.ggml_type_name(t)).decode()
+
+
+class Context(Handle):
+    kind = "ggml context"
+
+    def __init__(self, mem_size: int, no_alloc: bool) -> None:
+        params = ffi.new("struct ggml_init_params *", {"mem_size": mem_size, "mem_buffer": ffi.NULL,
+                                                        "no_alloc": no_alloc})
+        super().__init__(lib.ggml_init(params[0]), lib.ggml_free)
+        self.mem_size = mem_size
+        self.no_alloc = no_alloc
+
+    def _describe(self) -> str:
+        return f" {self.mem_size} bytes{' no_alloc' if self.no_alloc else ''}"
+
+    @property
+    def used_mem(self) -> int:
+        return int(lib.ggml_used_mem(self.ptr))
+
+    def reserve(self, data_bytes: int, n_objects: int = 1, what: str = "tensor") -> None:
+        """Check that ``n_objects`` tensors with ``data_bytes`` of data still fit (ggml aborts otherwise)."""
+        data = 0 if self.no_alloc else data_bytes + _MEM_ALIGN * n_objects
+        need = n_objects * int(lib.ggml_tensor_overhead()) + data
+        free = self.mem_size - self.used_mem
+        if need > free:
+            raise GgmlValueError(
+                f"the ggml context is full: creating this {what} needs {need} bytes, {free} of "
+                f"{self.mem_size} are left; create the context with a larger mem_size")
+
+    def _iter_tensor_ptrs(self) -> Iterator[Any]:
+        t = lib.ggml_get_first_tensor(self.ptr)
+        while t != ffi.NULL:
+            yield t
+            t = lib.ggml_get_next_tensor(self.ptr, t)
+
+    def _detach_buffer(self, buffer_ptr: Any) -> None:
+        for t in self._iter_tensor_ptrs():
+            if t.buffer == buffer_ptr:
+                t.buffer = ffi.NULL
+                t.data = ffi.NULL
+
+
+class Tensor:
+    """A tensor of a context (or of an opt context / dataset); cheap, non-owning."""
+    __slots__ = ("_ptr", "owner", "__weakref__")
+
+    def __init__(self, ptr: Any, owner: Handle) -> None:
+        if ptr == ffi.NULL:
+            raise GgmlStateError("ggml returned a NULL tensor")
+        self._ptr = ptr
+        self.owner = owner
+
+    @property
+    def ptr(self) -> Any:
+        if not self.owner.alive:
+            raise GgmlStateError(f"this tensor belongs to a {self.owner.kind} that has been freed")
+        return self._ptr
+
+    @property
+    def ctx(self) -> Context | None:
+        return self.owner if isinstance(self.owner, Context) else None
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        ne = self.ptr.ne
+        return (int(ne[0]), int(ne[1]), int(ne[2]), int(ne[3]))
+
+    @property
+    def type(self) -> int:
+        return int(self.ptr.type)
+
+    @property
+    def name(self) -> str:
+        return ffi.string(self.ptr.name).decode("utf-8", "replace")
+
+    @property
+    def op_name(self) -> str:
+        return ffi.string(lib.ggml_op_desc(self.ptr)).decode()
+
+    def nelements(self) -> int:
+        return int(lib.ggml_nelements(self.ptr))
+
+    def nbytes(self) -> int:
+        return int(lib.ggml_nbytes(self.ptr))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Tensor) and other._ptr == self._ptr
+
+    def __hash__(self) -> int:
+        return hash(int(ffi.cast("uintptr_t", self._ptr)))
+
+    def __repr__(self) -> str:
+        if not self.owner.alive:
+            return "<Tensor (freed)>"
+        return f"<Tensor {self.name or '?'} {type_name(self.type)} {list(self.shape)} op={self.op_name}>"
+
+
+def as_tensor(obj: Any, what: str) -> Tensor:
+    if not isinstance(obj, Tensor):
+        raise_type(what, "Tensor", obj)
+    obj.ptr  # raises if freed
+    return obj
+
+
+class Graph:
+    """A computation graph living in a context."""
+    __slots__ = ("_ptr", "ctx", "size", "grads")
+
+    def __init__(self, ptr: Any, ctx: Context, size: int, grads: bool) -> None:
+        self._ptr, self.ctx, self.size, self.grads = ptr, ctx, size, grads
+
+    @property
+    def ptr(self) -> Any:
+        if not self.ctx.alive:
+            raise GgmlStateError("this graph belongs to a ggml context that has been freed")
+        return self._ptr
+
+    def n_nodes(self) -> int:
+        return int(lib.ggml_graph_n_nodes(self.ptr))
+
+    def nodes(self) -> list[Tensor]:
+        return [Tensor(lib.ggml_graph_node(self.ptr, i), self.ctx) for i in range(self.n_nodes())]
+
+    def __repr__(self) -> str:
+        return f"<Graph size={self.size} nodes={self.n_nodes() if self.ctx.alive else '?'}>"
+
+
+# ---------------------------------------------------------------- contexts
+
+def ggml_init(mem_size: int = 16 * 1024 * 1024, no_alloc: bool = False) -> Context:
+    expect(isinstance(mem_size, int) and not isinstance(mem_size, bool) and mem_size > 0,
+           f"ggml_init: mem_size must be a positive int (bytes), got {mem_size!r}")
+    expect(isinstance(no_alloc, bool), f"ggml_init: no_alloc must be a bool, got {no_alloc!r}", GgmlTypeError)
+    return Context(mem_size, no_alloc)
+
+
+def ggml_free(ctx: Context) -> None:
+    unwrap(ctx, Context, "ggml_free(ctx)")
+    ctx.free()
+
+
+def ggml_tensor_overhead() -> int:
+    return int(lib.ggml_tensor_overhead())
+
+
+def ggml_graph_overhead(size: int = GGML_DEFAULT_GRAPH_SIZE, grads: bool = False) -> int:
+    return int(lib.ggml_graph_overhead_custom(size, grads))
+
+
+def ggml_used_mem(ctx: Context) -> int:
+    unwrap(ctx, Context, "ggml_used_mem(ctx)")
+    return ctx.used_mem
+
+
+# ---------------------------------------------------------------- tensors
+
+def _check_type(t: Any, what: str) -> int:
+    if not isinstance(t, int) or t not in PLAIN_TYPES:
+        names = ", ".join(sorted(f"GGML_TYPE_{type_name(x).upper()}" for x in PLAIN_TYPES))
+        raise GgmlTypeError(f"{what}: expected one of {names}, got {t!r}")
+    return t
+
+
+def _new_tensor(ctx: Context, type: int, ne: tuple[int, ...]) -> Tensor:
+    ctx_ptr = unwrap(ctx, Context, f"ggml_new_tensor_{len(ne)}d(ctx)")
+    _check_type(type, f"ggml_new_tensor_{len(ne)}d(type)")
+    for i, n in enumerate(ne):
+        expect(isinstance(n, int) and not isinstance(n, bool) and n >= 1,
+               f"ggml_new_tensor_{len(ne)}d: ne{i} must be an int >= 1, got {n!r}")
+    count = 1
+    for n in ne:
+        count *= n
+    ctx.reserve(count * int(lib.ggml_type_size(type)))
+    fn = (lib.ggml_new_tensor_1d, lib.ggml_new_tensor_2d, lib.ggml_new_tensor_3d, lib.ggml_new_tensor_4d)[len(ne) - 1]
+    return Tensor(fn(ctx_ptr, type, *ne), ctx)
+
+
+def ggml_new_tensor_1d(ctx: Context, type: int, ne0: int) -> Tensor:
+    return _new_tensor(ctx, type, (ne0,))
+
+
+def ggml_new_tensor_2d(ctx: Context, type: int, ne0: int, ne1: int) -> Tensor:
+    return _new_tensor(ctx, type, (ne0, ne1))
+
+
+def ggml_new_tensor_3d(ctx: Context, type: int, ne0: int, ne1: int, ne2: int) -> Tensor:
+    return _new_tensor(ctx, type, (ne0, ne1, ne2))
+
+
+def ggml_new_tensor_4d(ctx: Context, type: int, ne0: int, ne1: int, ne2: int, ne3: int) -> Tensor:
+    return _new_tensor(ctx, type, (ne0, ne1, ne2, ne3))
+
+
+def ggml_new_tensor(ctx: Context, type: int, n_dims: int, ne) -> Tensor:
+    ne = tuple(ne)
+    expect(n_dims in (1, 2, 3, 4) and len(ne) >= n_dims, f"ggml_new_tensor: n_dims must be 1-4 with that many ne values, got {n_dims!r}, {ne!r}")
+    return _new_tensor(ctx, type, ne[:n_dims])
+
+
+def ggml_dup_tensor(ctx: Context, tensor: Tensor) -> Tensor:
+    return _new_tensor(ctx, as_tensor(tensor, "ggml_dup_tensor(tensor)").type,
+                       tuple(n for n in tensor.shape))
+
+
+def ggml_set_param(tensor: Tensor) -> Tensor:
+    t = as_tensor(tensor, "ggml_set_param(tensor)").ptr
+    expect(t.op == lib.GGML_OP_NONE, f"ggml_set_param: only leaf tensors (created with ggml_new_tensor_*) can be "
+                                     f"trainable, got the result of {tensor.op_name}")
+    expect(t.type in FLOAT_TYPES, f"ggml_set_param: trainable tensors must be F32/F16/BF16, got {type_name(t.type)}",
+           GgmlTypeError)
+    lib.ggml_set_param(t)
+    return tensor
+
+
+def ggml_set_loss(tensor: Tensor) -> Tensor:
+    t = as_tensor(tensor, "ggml_set_loss(tensor)").ptr
+    expect(t.type == GGML_TYPE_F32 and lib.ggml_nelements(t) == 1,
+           f"ggml_set_loss: the loss must be a scalar F32 tensor, got {type_name(t.type)} {list(tensor.shape)}")
+    lib.ggml_set_loss(t)
+    return tensor
+
+
+def ggml_set_input(tensor: Tensor) -> Tensor:
+    lib.ggml_set_input(as_tensor(tensor, "ggml_set_input(tensor)").ptr)
+    return tensor
+
+
+def ggml_set_output(tensor: Tensor) -> Tensor:
+    lib.ggml_set_output(as_tensor(tensor, "ggml_set_output(tensor)").ptr)
+    return tensor
+
+
+def ggml_set_name(tensor: Tensor, name: str) -> Tensor:
+    t = as_tensor(tensor, "ggml_set_name(tensor)").ptr
+    expect(isinstance(name, str), f"ggml_set_name: name must be a str, got {name!r}", GgmlTypeError)
+    raw = name.encode()
+    expect(len(raw) < int(lib.GGML_MAX_NAME),
+           f"ggml_set_name: names are at most {int(lib.GGML_MAX_NAME) - 1} bytes, got {len(raw)}")
+    lib.ggml_set_name(t, raw)
+    return tensor
+
+
+def ggml_get_name(tensor: Tensor) -> str:
+    return as_tensor(tensor, "ggml_get_name(tensor)").name
+
+
+def ggml_tensor_shape(tensor: Tensor) -> tuple[int, int, int, int]:
+    return as_tensor(tensor, "ggml_tensor_shape(tensor)").shape
+
+
+def ggml_tensor_type(tensor: Tensor) -> int:
+    return as_tensor(tensor, "ggml_tensor_type(tensor)").type
+
+
+def ggml_nelements(tensor: Tensor) -> int:
+    return as_tensor(tensor, "ggml_nelements(tensor)").nelements()
+
+
+def ggml_nbytes(tensor: Tensor) -> int:
+    return as_tensor(tensor, "ggml_nbytes(tensor)").nbytes()
+
+
+def ggml_n_dims(tensor: Tensor) -> int:
+    return int(lib.ggml_n_dims(as_tensor(tensor, "ggml_n_dims(tensor)").ptr))
+
+
+def ggml_get_tensor(ctx: Context, name: str) -> Tensor | None:
+    ptr = lib.ggml_get_tensor(unwrap(ctx, Context, "ggml_get_tensor(ctx)"), str(name).encode())
+    return Tensor(ptr, ctx) if ptr != ffi.NULL else None
+
+
+# ---------------------------------------------------------------- graphs
+
+def ggml_new_graph(ctx: Context) -> Graph:
+    return ggml_new_graph_custom(ctx, GGML_DEFAULT_GRAPH_SIZE, False)
+
+
+def ggml_new_graph_custom(ctx: Context, size: int = GGML_DEFAULT_GRAPH_SIZE, grads: bool = False) -> Graph:
+    ctx_ptr = unwrap(ctx, Context, "ggml_new_graph_custom(ctx)")
+    expect(isinstance(size, int) and size >= 1, f"graph size must be an int >= 1, got {size!r}")
+    need = int(lib.ggml_graph_overhead_custom(size, bool(grads)))
+    free = ctx.mem_size - ctx.used_mem
+    expect(need <= free, f"the ggml context is full: a graph of size {size} needs {need} bytes, {free} are left; "
+                         f"create the context with mem_size >= ggml_graph_overhead({size}) + tensors")
+    return Graph(lib.ggml_new_graph_custom(ctx_ptr, size, bool(grads)), ctx, size, bool(grads))
+
+
+def _reachable(root: Any) -> tuple[set, set]:
+    """Nodes (ops) and leafs reachable from ``root``, as ggml_build_forward_expand will add them."""
+    nodes, leafs, stack, seen = set(), set(), [root], set()
+    while stack:
+        t = stack.pop()
+        key = int(ffi.cast("uintptr_t", t))
+        if key in seen:
+            continue
+        seen.add(key)
+        (nodes if t.op != lib.GGML_OP_NONE or (t.flags & lib.GGML_TENSOR_FLAG_PARAM) else leafs).add(key)
+        for s in t.src:
+            if s != ffi.NULL:
+                stack.append(s)
+    return nodes, leafs
+
+
+def ggml_build_forward_expand(graph: Graph, tensor: Tensor) -> Graph:
+    if not isinstance(graph, Graph):
+        raise_type("ggml_build_forward_expand(graph)", "Graph", graph)
+    t = as_tensor(tensor, "ggml_build_forward_expand(tensor)").ptr
+    g = graph.ptr
+    nodes, leafs = _reachable(t)
+    have = int(lib.ggml_graph_n_nodes(g))
+    existing = {int(ffi.cast("uintptr_t", lib.ggml_graph_node(g, i))) for i in range(have)}
+    n_nodes = have + len(nodes - existing)
+    # Leafs are counted separately by ggml; both must stay below the graph's size.
+    if n_nodes > graph.size or len(leafs) > graph.size:
+        raise GgmlValueError(f"the graph is too small: expanding it needs {n_nodes} nodes and up to "
+                             f"{len(leafs)} leafs, its size is {graph.size}; use ggml_new_graph_custom(ctx, size)")
+    lib.ggml_build_forward_expand(g, t)
+    return graph
+
+
+def ggml_graph_n_nodes(graph: Graph) -> int:
+    return graph.n_nodes()
+
+
+def ggml_graph_node(graph: Graph, i: int) -> Tensor:
+    n = graph.n_nodes()
+    expect(isinstance(i, int) and -n <= i < n, f"ggml_graph_node: index must be in [-{n}, {n}), got {i!r}")
+    return Tensor(lib.ggml_graph_node(graph.ptr, i), graph.ctx)
+
+
+def ggml_graph_get_tensor(graph: Graph, name: str) -> Tensor | None:
+    ptr = lib.ggml_graph_get_tensor(graph.ptr, str(name).encode())
+    return Tensor(ptr, graph.ctx) if ptr != ffi.NULL else None
+
+
+def ggml_build_backward_expand(ctx: Context, graph: Graph) -> Graph:
+    """Add the backward pass of ``graph`` (needs a PARAM and a LOSS tensor, and a graph made with grads=True)."""
+    from ._checks import check_backward_graph
+    ctx_ptr = unwrap(ctx, Context, "ggml_build_backward_expand(ctx)")
+    expect(isinstance(graph, Graph) and graph.grads,
+           "ggml_build_backward_expand: the graph must be created with ggml_new_graph_custom(ctx, size, grads=True)")
+    check_backward_graph(graph)
+    lib.ggml_build_backward_expand(ctx_ptr, graph.ptr, ffi.NULL)
+    return graph
+
+
+def ggml_graph_get_grad(graph: Graph, tensor: Tensor) -> Tensor | None:
+    expect(isinstance(graph, Graph) and graph.grads, "ggml_graph_get_grad: the graph has no gradients")
+    ptr = lib.ggml_graph_get_grad(graph.ptr, as_tensor(tensor, "ggml_graph_get_grad(tensor)").ptr)
+    return Tensor(ptr, graph.ctx) if ptr != ffi.NULL else None
+
+
+def ggml_graph_reset(graph: Graph) -> None:
+    """Zero the gradients and set the loss gradient to 1 (all tensors must be allocated)."""
+    expect(isinstance(graph, Graph) and graph.grads, "ggml_graph_reset: the graph has no gradients")
+    for node in graph.nodes():
+        grad = lib.ggml_graph_get_grad(graph.ptr, node.ptr)
+        if grad != ffi.NULL and grad.data == ffi.NULL:
+            raise GgmlStateError("ggml_graph_reset: the graph's gradients are not allocated yet "
+                                 "(allocate the graph with a scheduler or gallocr first)")
+    lib.ggml_graph_reset(graph.ptr)

@@ -1,0 +1,201 @@
+"""ggml_opt_dataset: in-memory datasets in host memory.
+
+The data, labels and (for weighted MSE) weights are reachable as numpy views without
+copying. Shuffling permutes the rows in place, shard by shard, with a seeded numpy
+generator owned by the opt context: ggml's own shuffle uses an unseedable RNG and a
+private permutation that weights and multi-head label slices could not follow.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._ffi import ffi, lib
+from ._handle import Handle, unwrap
+from .context import GGML_TYPE_F32, Tensor, as_tensor, ggml_init, ggml_new_tensor_2d, ggml_tensor_overhead
+from .data import NUMPY_DTYPES, numpy_dtype, write_array
+from .errors import GgmlStateError, GgmlTypeError, GgmlValueError, expect
+
+
+class Dataset(Handle):
+    kind = "opt dataset"
+
+    def __init__(self, type_data: int, type_label: int, ne_datapoint: int, ne_label: int, ndata: int,
+                 ndata_shard: int) -> None:
+        super().__init__(lib.ggml_opt_dataset_init(type_data, type_label, ne_datapoint, ne_label, ndata, ndata_shard),
+                         lib.ggml_opt_dataset_free)
+        self.ne_datapoint, self.ne_label, self.ndata, self.ndata_shard = ne_datapoint, ne_label, ndata, ndata_shard
+        self._weights: Tensor | None = None
+        self._weights_owned: list[Handle] = []
+
+    def free(self) -> None:
+        super().free()
+        for h in self._weights_owned:
+            h.free()
+
+    @property
+    def data(self) -> Tensor:
+        return Tensor(lib.ggml_opt_dataset_data(self.ptr), self)
+
+    @property
+    def labels(self) -> Tensor | None:
+        ptr = lib.ggml_opt_dataset_labels(self.ptr)
+        return Tensor(ptr, self) if ptr != ffi.NULL else None
+
+    def rows(self, tensor: Tensor | None) -> np.ndarray | None:
+        """A ``(ndata, ne)`` numpy view of a host tensor of this dataset (no copy)."""
+        if tensor is None:
+            return None
+        t = tensor.ptr
+        dtype = numpy_dtype(tensor)
+        flat = np.frombuffer(ffi.buffer(t.data, int(lib.ggml_nbytes(t))), dtype=dtype)
+        return flat.reshape(int(t.ne[1]), int(t.ne[0]))
+
+    def weights(self, ne0: int = 1) -> Tensor:
+        if self._weights is None:
+            from .backend import Buffer
+            ctx = ggml_init(2 * ggml_tensor_overhead() + 64, no_alloc=True)
+            w = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, ne0, self.ndata)
+            buf = lib.ggml_backend_alloc_ctx_tensors_from_buft(ctx.ptr, lib.ggml_backend_dev_buffer_type(
+                lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU)))
+            buffer = Buffer(buf, ctx=ctx)
+            self._weights_owned = [buffer, ctx]
+            self._weights = Tensor(w.ptr, self)
+            self.rows(self._weights)[:] = 1.0
+        elif self._weights.shape[0] != ne0:
+            raise GgmlValueError(f"this dataset's weights have width {self._weights.shape[0]}; cannot reuse them "
+                                 f"with width {ne0}")
+        return self._weights
+
+    def shuffle(self, rng: np.random.Generator, idata: int = -1) -> None:
+        n = self.ndata if idata < 0 else idata
+        shard = self.ndata_shard
+        perm = rng.permutation(n // shard)
+        for arr in (self.rows(self.data), self.rows(self.labels), self.rows(self._weights)):
+            if arr is not None:
+                view = arr[:n].reshape(n // shard, shard * arr.shape[1])
+                view[:] = view[perm]
+
+
+def ggml_opt_dataset_init(type_data: int, type_label: int, ne_datapoint: int, ne_label: int, ndata: int,
+                          ndata_shard: int = 1) -> Dataset:
+    for name, t in (("type_data", type_data), ("type_label", type_label)):
+        if t not in NUMPY_DTYPES:
+            raise GgmlTypeError(f"ggml_opt_dataset_init: {name} must be a plain ggml type (F32, F16, I32, ...), got {t!r}")
+    for name, v, lo in (("ne_datapoint", ne_datapoint, 1), ("ne_label", ne_label, 0), ("ndata", ndata, 1),
+                        ("ndata_shard", ndata_shard, 1)):
+        expect(isinstance(v, int) and not isinstance(v, bool) and v >= lo,
+               f"ggml_opt_dataset_init: {name} must be an int >= {lo}, got {v!r}")
+    expect(ndata_shard <= ndata, f"ggml_opt_dataset_init: ndata_shard ({ndata_shard}) must be <= ndata ({ndata})")
+    return Dataset(type_data, type_label, ne_datapoint, ne_label, ndata, ndata_shard)
+
+
+def _ds(dataset: Any, fn: str) -> Dataset:
+    unwrap(dataset, Dataset, f"{fn}(dataset)")
+    return dataset
+
+
+def ggml_opt_dataset_free(dataset: Dataset) -> None:
+    _ds(dataset, "ggml_opt_dataset_free").free()
+
+
+def ggml_opt_dataset_ndata(dataset: Dataset) -> int:
+    return int(lib.ggml_opt_dataset_ndata(_ds(dataset, "ggml_opt_dataset_ndata").ptr))
+
+
+def ggml_opt_dataset_data(dataset: Dataset) -> Tensor:
+    return _ds(dataset, "ggml_opt_dataset_data").data
+
+
+def ggml_opt_dataset_labels(dataset: Dataset) -> Tensor | None:
+    return _ds(dataset, "ggml_opt_dataset_labels").labels
+
+
+def ggml_opt_dataset_weights(dataset: Dataset, ne0: int = 1) -> Tensor:
+    """Per-datapoint (``ne0 = 1``) or per-element (``ne0 = ne_label``) weights for weighted MSE; all 1 at first."""
+    ds = _ds(dataset, "ggml_opt_dataset_weights")
+    expect(isinstance(ne0, int) and ne0 in (1, ds.ne_label),
+           f"ggml_opt_dataset_weights: ne0 must be 1 or ne_label ({ds.ne_label}), got {ne0!r}")
+    return ds.weights(ne0)
+
+
+def ggml_opt_dataset_shuffle(opt_ctx: Any, dataset: Dataset, idata: int = -1) -> None:
+    """Shuffle the first ``idata`` datapoints (all if negative) shard-wise, with the opt context's generator."""
+    from .opt import OptContext
+    unwrap(opt_ctx, OptContext, "ggml_opt_dataset_shuffle(opt_ctx)")
+    ds = _ds(dataset, "ggml_opt_dataset_shuffle")
+    expect(isinstance(idata, int) and not isinstance(idata, bool), f"idata must be an int, got {idata!r}")
+    if idata >= 0 and (idata > ds.ndata or idata % ds.ndata_shard):
+        raise GgmlValueError(f"ggml_opt_dataset_shuffle: idata must be <= ndata ({ds.ndata}) and a multiple of "
+                             f"ndata_shard ({ds.ndata_shard}), got {idata}")
+    ds.shuffle(opt_ctx.rng, idata)
+
+
+def _check_batch_tensor(fn: str, ds: Dataset, host: np.ndarray, t: Tensor, ibatch: int, what: str,
+                        width: int | None = None) -> int:
+    width = host.shape[1] if width is None else width
+    n = t.nelements()
+    if t.type != _type_of(host) or not lib.ggml_is_contiguous(t.ptr):
+        raise GgmlTypeError(f"{fn}: {what} must be a contiguous tensor of the dataset's type")
+    if n % width:
+        raise GgmlValueError(f"{fn}: {what} holds {n} elements, not a multiple of {width} per datapoint")
+    batch = n // width
+    if batch % ds.ndata_shard:
+        raise GgmlValueError(f"{fn}: the batch size {batch} must be a multiple of ndata_shard ({ds.ndata_shard})")
+    nbatches = ds.ndata // batch
+    if not isinstance(ibatch, int) or not 0 <= ibatch < nbatches:
+        raise GgmlValueError(f"{fn}: ibatch must be in [0, {nbatches}) for batches of {batch}, got {ibatch!r}")
+    if t.ptr.data == ffi.NULL:
+        raise GgmlStateError(f"{fn}: {what} is not allocated")
+    return batch
+
+
+def _type_of(arr: np.ndarray) -> int:
+    return next(k for k, v in NUMPY_DTYPES.items() if v == arr.dtype)
+
+
+def ggml_opt_dataset_get_batch(dataset: Dataset, data_batch: Tensor, labels_batch: Tensor | None = None,
+                               ibatch: int = 0) -> None:
+    """Copy batch ``ibatch`` of the (shuffled) dataset into the batch tensors."""
+    fn = "ggml_opt_dataset_get_batch"
+    ds = _ds(dataset, fn)
+    data = as_tensor(data_batch, f"{fn}(data_batch)")
+    batch = _check_batch_tensor(fn, ds, ds.rows(ds.data), data, ibatch, "data_batch")
+    rows = slice(ibatch * batch, (ibatch + 1) * batch)
+    write_array(data.ptr, ds.rows(ds.data)[rows])
+    labels = ds.labels
+    if (labels is None) != (labels_batch is None):
+        raise GgmlValueError(f"{fn}: labels_batch must be given exactly when the dataset has labels")
+    if labels_batch is not None:
+        lt = as_tensor(labels_batch, f"{fn}(labels_batch)")
+        if _check_batch_tensor(fn, ds, ds.rows(labels), lt, ibatch, "labels_batch") != batch:
+            raise GgmlValueError(f"{fn}: data_batch and labels_batch hold different numbers of datapoints")
+        write_array(lt.ptr, ds.rows(labels)[rows])
+
+
+def ggml_opt_dataset_get_batch_head(dataset: Dataset, data_batch: Tensor | None, labels_batch: Tensor,
+                                    labels_off: int, ibatch: int) -> None:
+    """Like get_batch, but only the label columns ``[labels_off, labels_off + ne0(labels_batch))`` (0-based)."""
+    fn = "ggml_opt_dataset_get_batch_head"
+    ds = _ds(dataset, fn)
+    if ds.labels is None:
+        raise GgmlValueError(f"{fn}: the dataset has no labels")
+    lt = as_tensor(labels_batch, f"{fn}(labels_batch)")
+    host = ds.rows(ds.labels)
+    width = lt.shape[0]
+    expect(isinstance(labels_off, int) and 0 <= labels_off and labels_off + width <= ds.ne_label,
+           f"{fn}: labels [{labels_off!r}, {labels_off!r}+{width}) fall outside the dataset's {ds.ne_label} label columns")
+    batch = _check_batch_tensor(fn, ds, host, lt, ibatch, "labels_batch", width)
+    rows = slice(ibatch * batch, (ibatch + 1) * batch)
+    write_array(lt.ptr, np.ascontiguousarray(host[rows, labels_off:labels_off + width]))
+    if data_batch is not None:
+        ggml_opt_dataset_get_batch_rows(ds, data_batch, rows)
+
+
+def ggml_opt_dataset_get_batch_rows(ds: Dataset, data_batch: Tensor, rows: slice) -> None:
+    data = as_tensor(data_batch, "data_batch")
+    src = ds.rows(ds.data)[rows]
+    if src.size != data.nelements():
+        raise GgmlValueError(f"data_batch holds {data.nelements()} elements, the batch has {src.size}")
+    write_array(data.ptr, src)

@@ -1,0 +1,183 @@
+"""Loss types, and the loss graphs ggml-opt does not build itself.
+
+ggml-opt knows MEAN, SUM, CROSS_ENTROPY and MSE. MAE, Huber (delta 1), binary
+cross-entropy (on probabilities), weighted MSE and multi-head losses are built here
+from differentiable ops, with ggmlR's definitions (each head's value is a mean over
+all output elements). Their labels, weights and per-head values live in a small
+context allocated on the scheduler's last (CPU) backend, so they can be written and
+read at any time and every backend can train them.
+
+ggml-opt then receives a ``[1, batch]`` tensor whose every entry is the total loss
+T = sum_i w_i * L_i, with loss type MEAN: ggml's loss is T / opt_period and its
+result bookkeeping (ndata, per-batch loss x opt_period) stays exact.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from . import ops
+from ._ffi import lib
+from .context import GGML_TYPE_F32, Context, Tensor, ggml_init, ggml_new_tensor_2d, ggml_set_input, ggml_set_name
+from .context import ggml_set_output, ggml_tensor_overhead, ggml_graph_overhead
+from .errors import GgmlValueError
+
+LOSS_MEAN = int(lib.GGML_OPT_LOSS_TYPE_MEAN)
+LOSS_SUM = int(lib.GGML_OPT_LOSS_TYPE_SUM)
+LOSS_CROSS_ENTROPY = int(lib.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY)
+LOSS_MSE = int(lib.GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR)
+# ggmlR's extensions, numbered after ggml's own as in ggmlR's ggml-opt.
+LOSS_WEIGHTED_MSE, LOSS_MAE, LOSS_HUBER, LOSS_BINARY_CROSS_ENTROPY = 4, 5, 6, 7
+
+LOSS_NAMES = {LOSS_MEAN: "mean", LOSS_SUM: "sum", LOSS_CROSS_ENTROPY: "cross_entropy", LOSS_MSE: "mse",
+              LOSS_WEIGHTED_MSE: "weighted_mse", LOSS_MAE: "mae", LOSS_HUBER: "huber",
+              LOSS_BINARY_CROSS_ENTROPY: "binary_cross_entropy"}
+BUILTIN_LOSSES = {LOSS_MEAN, LOSS_SUM, LOSS_CROSS_ENTROPY, LOSS_MSE}
+LABELLED_LOSSES = set(LOSS_NAMES) - {LOSS_MEAN, LOSS_SUM}
+BCE_EPS = 1e-7
+HUBER_DELTA = 1.0
+
+
+def ggml_opt_loss_type_mean() -> int: return LOSS_MEAN
+def ggml_opt_loss_type_sum() -> int: return LOSS_SUM
+def ggml_opt_loss_type_cross_entropy() -> int: return LOSS_CROSS_ENTROPY
+def ggml_opt_loss_type_mse() -> int: return LOSS_MSE
+def ggml_opt_loss_type_weighted_mse() -> int: return LOSS_WEIGHTED_MSE
+def ggml_opt_loss_type_mae() -> int: return LOSS_MAE
+def ggml_opt_loss_type_huber() -> int: return LOSS_HUBER
+def ggml_opt_loss_type_binary_cross_entropy() -> int: return LOSS_BINARY_CROSS_ENTROPY
+
+
+def check_loss_type(loss_type: Any, what: str = "loss_type") -> int:
+    if isinstance(loss_type, bool) or not isinstance(loss_type, int) or loss_type not in LOSS_NAMES:
+        options = ", ".join(f"ggml_opt_loss_type_{n}()" for n in LOSS_NAMES.values())
+        raise GgmlValueError(f"{what}: expected one of {options}, got {loss_type!r}")
+    return loss_type
+
+
+def physical_batch(t: Tensor) -> int:
+    """ggmlR's rule: the last axis of the shape whose size is not 1 (1 if all are)."""
+    for n in reversed(t.shape):
+        if n != 1:
+            return n
+    return 1
+
+
+@dataclass
+class Head:
+    loss_type: int
+    outputs: Tensor
+    weight: float = 1.0
+    labels: Tensor | None = None
+    weights: Tensor | None = None  # weighted MSE: [loss_mask_ne0, batch]
+    value: Tensor | None = None    # this head's loss L_i (a scalar), readable after each eval
+    ncorrect: Tensor | None = None  # cross-entropy heads: I64 count of argmax matches
+
+
+@dataclass
+class LossGraph:
+    """What the loss builder hands to ggml-opt, and the tensors the training loop feeds and reads."""
+    heads: list[Head]
+    opt_outputs: Tensor
+    ggml_loss_type: int
+    ctx: Context | None = None
+    buffer: Any = None
+    owned: list = field(default_factory=list)
+
+    @property
+    def composite(self) -> bool:
+        return self.ctx is not None
+
+    def free(self) -> None:
+        for h in self.owned:
+            h.free()
+        self.owned.clear()
+
+
+def _elementwise_mean(ctx: Context, elementwise: Tensor) -> Tensor:
+    return ops.ggml_scale(ctx, ops.ggml_sum(ctx, elementwise), 1.0 / elementwise.nelements())
+
+
+def _head_value(ctx: Context, head: Head) -> Tensor:
+    out, y = head.outputs, head.labels
+    t = head.loss_type
+    if t == LOSS_CROSS_ENTROPY:
+        return ops.ggml_cross_entropy_loss(ctx, out, y)
+    if t == LOSS_MEAN:
+        return _elementwise_mean(ctx, out)
+    if t == LOSS_SUM:
+        return ops.ggml_sum(ctx, out)
+    if t == LOSS_BINARY_CROSS_ENTROPY:
+        # p is squeezed into [eps, 1 - eps] so log never sees 0: p' = p (1 - 2 eps) + eps.
+        p = ops.ggml_scale_bias(ctx, out, 1.0 - 2.0 * BCE_EPS, BCE_EPS)
+        q = ops.ggml_scale_bias(ctx, out, -(1.0 - 2.0 * BCE_EPS), 1.0 - BCE_EPS)
+        not_y = ops.ggml_scale_bias(ctx, y, -1.0, 1.0)
+        ll = ops.ggml_add(ctx, ops.ggml_mul(ctx, ops.ggml_log(ctx, p), y),
+                          ops.ggml_mul(ctx, ops.ggml_log(ctx, q), not_y))
+        return ops.ggml_scale(ctx, _elementwise_mean(ctx, ll), -1.0)
+    err = ops.ggml_sub(ctx, out, y)
+    if t == LOSS_MSE:
+        return _elementwise_mean(ctx, ops.ggml_sqr(ctx, err))
+    if t == LOSS_WEIGHTED_MSE:
+        return _elementwise_mean(ctx, ops.ggml_mul(ctx, ops.ggml_sqr(ctx, err), head.weights))
+    a = ops.ggml_abs(ctx, err)
+    if t == LOSS_MAE:
+        return _elementwise_mean(ctx, a)
+    if t == LOSS_HUBER:
+        # Branch-free Huber with delta 1: c = min(|e|, 1) = |e| - relu(|e| - 1); 0.5 c^2 + (|e| - c).
+        c = ops.ggml_sub(ctx, a, ops.ggml_relu(ctx, ops.ggml_scale_bias(ctx, a, 1.0, -HUBER_DELTA)))
+        per = ops.ggml_add(ctx, ops.ggml_scale(ctx, ops.ggml_sqr(ctx, c), 0.5), ops.ggml_sub(ctx, a, c))
+        return _elementwise_mean(ctx, per)
+    raise GgmlValueError(f"unknown loss type {t}")
+
+
+def build_loss_graph(heads: Sequence[Head], sched, loss_mask_ne0: int | None = None,
+                     force_composite: bool = False) -> LossGraph:
+    """Build what ggml-opt trains. One head with a ggml loss goes to ggml-opt unchanged."""
+    from .backend import ggml_backend_alloc_ctx_tensors
+    heads = list(heads)
+    if len(heads) == 1 and heads[0].loss_type in BUILTIN_LOSSES and heads[0].weight == 1.0 and not force_composite:
+        return LossGraph(heads, heads[0].outputs, heads[0].loss_type)
+    kinds = {h.loss_type == LOSS_SUM for h in heads}
+    if len(kinds) > 1:
+        raise GgmlValueError("heads cannot mix the SUM loss with per-datapoint losses (ggmlR refuses it too)")
+    n_tensors = 40 * len(heads) + 8
+    ctx = ggml_init(mem_size=n_tensors * ggml_tensor_overhead() + ggml_graph_overhead(64) + 4096, no_alloc=True)
+    batch = physical_batch(heads[0].outputs)
+    for i, h in enumerate(heads):
+        if physical_batch(h.outputs) != batch:
+            raise GgmlValueError(f"all heads must have the same batch size: head 1 has {batch}, head {i + 1} "
+                                 f"has {physical_batch(h.outputs)}")
+        if h.loss_type in LABELLED_LOSSES:
+            h.labels = ggml_set_input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, h.outputs.nelements() // batch, batch))
+            ggml_set_name(h.labels, f"labels_{i + 1}")
+            if h.labels.shape[:2] != h.outputs.shape[:2]:
+                h.labels = ops.ggml_reshape(ctx, h.labels, h.outputs)
+        if h.loss_type == LOSS_WEIGHTED_MSE:
+            width = loss_mask_ne0 or 1
+            ne0 = h.outputs.shape[0]
+            if width not in (1, ne0):
+                raise GgmlValueError(f"loss_mask_ne0 must be None, 1 (one weight per sample) or {ne0} (one per "
+                                     f"output element), got {loss_mask_ne0!r}")
+            h.weights = ggml_set_input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, width, batch))
+            ggml_set_name(h.weights, f"loss_weights_{i + 1}")
+            if h.outputs.shape[2:] != (1, 1):
+                raise GgmlValueError("weighted MSE needs 2-D outputs [ne0, batch]")
+        h.value = ggml_set_output(_head_value(ctx, h))
+        ggml_set_name(h.value, f"loss_{i + 1}")
+        if h.loss_type == LOSS_CROSS_ENTROPY and h.outputs.shape[2:] == (1, 1):
+            h.ncorrect = ggml_set_output(ops.ggml_count_equal(ctx, ops.ggml_argmax(ctx, h.outputs),
+                                                              ops.ggml_argmax(ctx, h.labels)))
+    total = heads[0].value if heads[0].weight == 1.0 else ops.ggml_scale(ctx, heads[0].value, heads[0].weight)
+    for h in heads[1:]:
+        total = ops.ggml_add(ctx, total, ops.ggml_scale(ctx, h.value, h.weight))
+    template = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, batch)  # only its shape is used
+    per_datapoint = ggml_set_name(ops.ggml_repeat(ctx, total, template), "loss_per_datapoint")
+    graph = LossGraph(heads, per_datapoint, LOSS_SUM if LOSS_SUM in {h.loss_type for h in heads} else LOSS_MEAN,
+                      ctx=ctx)
+    if graph.ggml_loss_type == LOSS_SUM:
+        # SUM semantics: ggml sums [1, batch] copies of T; hand it T itself instead.
+        graph.opt_outputs = total
+    graph.buffer = ggml_backend_alloc_ctx_tensors(ctx, sched.backends[-1])
+    graph.owned = [b for b in (graph.buffer, ctx) if b is not None]
+    return graph

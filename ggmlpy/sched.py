@@ -1,0 +1,158 @@
+"""The backend scheduler and graph computation.
+
+``ggml_backend_sched_new`` follows ggmlR: a CPU backend is appended (and owned by the
+scheduler) when the list does not end with one, because ggml requires the last
+backend to be a CPU and uses it as the fallback for ops a GPU backend lacks.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Sequence
+
+from ._ffi import ffi, lib
+from ._handle import Handle, raise_type, unwrap
+from .backend import Backend, ggml_backend_cpu_init
+from .context import Graph
+from .errors import GgmlStateError, GgmlValueError, expect
+
+GGML_SCHED_MAX_BACKENDS = 16
+
+
+class Scheduler(Handle):
+    kind = "backend scheduler"
+
+    def __init__(self, backends: list[Backend], graph_size: int, parallel: bool, op_offload: bool,
+                 owned: list[Backend]) -> None:
+        arr = ffi.new("ggml_backend_t[]", [b.ptr for b in backends])
+        ptr = lib.ggml_backend_sched_new(arr, ffi.NULL, len(backends), graph_size, parallel, op_offload)
+        super().__init__(ptr, lib.ggml_backend_sched_free, parents=backends)
+        self.backends = list(backends)
+        self.graph_size = graph_size
+        self.parallel = parallel
+        self.op_offload = op_offload
+        self._owned = owned  # backends created for this scheduler, freed after it
+        self._opt_users: weakref.WeakSet = weakref.WeakSet()  # static opt contexts built on it (at most one)
+
+    def free(self) -> None:
+        super().free()
+        for b in self._owned:
+            b.free()
+
+    def _describe(self) -> str:
+        return " [" + ", ".join(b.device.name for b in self.backends) + "]"
+
+    def sibling(self) -> "Scheduler":
+        """A new scheduler over the same backends (ggml-opt needs one per opt context)."""
+        return Scheduler(self.backends, self.graph_size, False, self.op_offload, [])
+
+
+def ggml_backend_sched_new(backends: Sequence[Backend] | Backend, parallel: bool = True, graph_size: int = 2048,
+                           op_offload: bool = True) -> Scheduler:
+    if isinstance(backends, Backend):
+        backends = [backends]
+    if not isinstance(backends, (list, tuple)) or not backends:
+        raise GgmlValueError(f"ggml_backend_sched_new: backends must be a non-empty list of backends, got {backends!r}")
+    for i, b in enumerate(backends):
+        unwrap(b, Backend, f"ggml_backend_sched_new(backends[{i}])")
+    expect(isinstance(graph_size, int) and graph_size >= 1, f"graph_size must be an int >= 1, got {graph_size!r}")
+    backends = list(backends)
+    owned: list[Backend] = []
+    if not backends[-1].is_cpu:
+        if any(b.is_cpu for b in backends):
+            raise GgmlValueError("ggml_backend_sched_new: the CPU backend must come last (it is the fallback); "
+                                 f"got {[b.device.name for b in backends]}")
+        cpu = ggml_backend_cpu_init()
+        backends.append(cpu)
+        owned.append(cpu)
+    if len(backends) > GGML_SCHED_MAX_BACKENDS:
+        raise GgmlValueError(f"ggml_backend_sched_new: at most {GGML_SCHED_MAX_BACKENDS} backends, got {len(backends)}")
+    return Scheduler(backends, graph_size, bool(parallel), bool(op_offload), owned)
+
+
+def _sched(sched: Scheduler, fn: str):
+    return unwrap(sched, Scheduler, f"{fn}(sched)")
+
+
+def ggml_backend_sched_free(sched: Scheduler) -> None:
+    _sched(sched, "ggml_backend_sched_free")
+    sched.free()
+
+
+def ggml_backend_sched_reset(sched: Scheduler) -> None:
+    lib.ggml_backend_sched_reset(_sched(sched, "ggml_backend_sched_reset"))
+
+
+def ggml_backend_sched_get_n_backends(sched: Scheduler) -> int:
+    _sched(sched, "ggml_backend_sched_get_n_backends")
+    return len(sched.backends)
+
+
+def ggml_backend_sched_get_backend(sched: Scheduler, index: int = 0) -> Backend:
+    _sched(sched, "ggml_backend_sched_get_backend")
+    n = len(sched.backends)
+    expect(isinstance(index, int) and 0 <= index < n, f"index must be an int in [0, {n}), got {index!r}")
+    return sched.backends[index]
+
+
+def ggml_backend_sched_get_n_splits(sched: Scheduler) -> int:
+    return int(lib.ggml_backend_sched_get_n_splits(_sched(sched, "ggml_backend_sched_get_n_splits")))
+
+
+def _graph_ptr(graph: Graph, fn: str, sched: Scheduler | None = None):
+    if not isinstance(graph, Graph):
+        raise_type(f"{fn}(graph)", "Graph", graph)
+    if sched is not None:
+        leafs_and_nodes = graph.n_nodes()
+        expect(leafs_and_nodes <= sched.graph_size,
+               f"{fn}: the graph has {leafs_and_nodes} nodes, more than the scheduler's graph_size {sched.graph_size}")
+    return graph.ptr
+
+
+def ggml_backend_sched_reserve(sched: Scheduler, graph: Graph) -> bool:
+    s = _sched(sched, "ggml_backend_sched_reserve")
+    return bool(lib.ggml_backend_sched_reserve(s, _graph_ptr(graph, "ggml_backend_sched_reserve", sched)))
+
+
+def ggml_backend_sched_alloc_graph(sched: Scheduler, graph: Graph) -> bool:
+    s = _sched(sched, "ggml_backend_sched_alloc_graph")
+    ok = bool(lib.ggml_backend_sched_alloc_graph(s, _graph_ptr(graph, "ggml_backend_sched_alloc_graph", sched)))
+    if not ok:
+        raise GgmlStateError("the scheduler could not allocate the graph (out of memory on a backend?)")
+    return ok
+
+
+def ggml_backend_sched_graph_compute(sched: Scheduler, graph: Graph) -> None:
+    s = _sched(sched, "ggml_backend_sched_graph_compute")
+    check_status(lib.ggml_backend_sched_graph_compute(s, _graph_ptr(graph, "ggml_backend_sched_graph_compute", sched)),
+                 "ggml_backend_sched_graph_compute")
+
+
+def ggml_backend_graph_compute(backend: Backend, graph: Graph) -> None:
+    b = unwrap(backend, Backend, "ggml_backend_graph_compute(backend)")
+    check_status(lib.ggml_backend_graph_compute(b, _graph_ptr(graph, "ggml_backend_graph_compute")),
+                 "ggml_backend_graph_compute")
+
+
+_cpu_for_ctx: list[Backend] = []
+
+
+def ggml_graph_compute(ctx, graph: Graph) -> None:
+    """Compute a graph whose tensors live in context memory (``no_alloc=False``) on the CPU."""
+    from .context import Context
+    unwrap(ctx, Context, "ggml_graph_compute(ctx)")
+    expect(not ctx.no_alloc, "ggml_graph_compute: the context has no_alloc=True; its tensors have no memory. "
+                             "Use a scheduler (ggml_backend_sched_alloc_graph + ggml_backend_sched_graph_compute)",
+           GgmlStateError)
+    if not _cpu_for_ctx or not _cpu_for_ctx[0].alive:
+        _cpu_for_ctx[:] = [ggml_backend_cpu_init()]
+    ggml_backend_graph_compute(_cpu_for_ctx[0], graph)
+
+
+ggml_graph_compute_with_ctx = ggml_graph_compute
+
+
+def check_status(status: int, what: str) -> None:
+    if status != lib.GGML_STATUS_SUCCESS:
+        names = {lib.GGML_STATUS_ALLOC_FAILED: "allocation failed", lib.GGML_STATUS_FAILED: "failed",
+                 lib.GGML_STATUS_ABORTED: "aborted"}
+        raise GgmlStateError(f"{what}: the computation {names.get(status, f'returned status {status}')}")
