@@ -1,0 +1,159 @@
+"""From what the user passes as a generator to batches written into tensors.
+
+``Source`` gives every kind of Python data source ggmlR's epoch semantics:
+a zero-argument callable (``None`` ends the epoch), a generator function (called once per
+epoch), a re-iterable such as a list or a DataLoader (``iter()`` per epoch, continued
+while not exhausted), or a one-shot iterator (consumed across epochs).
+
+``BatchWriter`` turns one batch into arrays of the right dtype and size for the input,
+label and weight tensors of one opt context, with errors that name the tensor.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+
+from ..context import Tensor
+from ..data import NUMPY_DTYPES, write_array
+from ..errors import GgmlTypeError, GgmlValueError
+
+CALLABLE, GENERATOR_FUNCTION, REITERABLE, ITERATOR = "callable", "generator function", "re-iterable", "iterator"
+
+
+class Source:
+    def __init__(self, obj: Any, name: str) -> None:
+        self.obj, self.name = obj, name
+        if inspect.isgeneratorfunction(obj):
+            self.kind = GENERATOR_FUNCTION
+        elif isinstance(obj, Iterator):
+            self.kind = ITERATOR
+        elif hasattr(obj, "__iter__") and not isinstance(obj, (str, bytes, dict, np.ndarray)):
+            self.kind = REITERABLE
+        elif callable(obj):
+            self.kind = CALLABLE
+        else:
+            raise GgmlTypeError(f"{name} must be a function returning one batch (or None), a generator function, "
+                                f"an iterable of batches or an iterator, got {type(obj).__name__}")
+        self._iter: Iterator | None = obj if self.kind == ITERATOR else None
+        self._exhausted = False
+
+    def start_epoch(self) -> None:
+        if self.kind == GENERATOR_FUNCTION:
+            self._close()
+            self._iter, self._exhausted = iter(self.obj()), False
+        elif self.kind == REITERABLE and (self._iter is None or self._exhausted):
+            self._iter, self._exhausted = iter(self.obj), False
+
+    def next_batch(self) -> Any:
+        """The next batch of this epoch, or None when the source ends it."""
+        if self.kind == CALLABLE:
+            return self.obj()
+        if self._exhausted:
+            return None
+        try:
+            return next(self._iter)  # type: ignore[arg-type]
+        except StopIteration:
+            self._exhausted = True
+            return None
+
+    def _close(self) -> None:
+        close = getattr(self._iter, "close", None)
+        if close is not None and self.kind == GENERATOR_FUNCTION:
+            close()
+
+    def close(self) -> None:
+        self._close()
+
+
+@dataclass
+class Target:
+    tensor: Tensor
+    what: str
+    dtype: np.dtype
+    count: int
+
+
+def _target(tensor: Tensor, what: str) -> Target:
+    return Target(tensor, what, NUMPY_DTYPES[tensor.type], tensor.nelements())
+
+
+class BatchWriter:
+    """Parses batches for one opt context and writes them into its tensors."""
+
+    def __init__(self, name: str, inputs: list[Tensor], labels: list[Tensor], weights: list[Tensor]) -> None:
+        self.name = name
+        self.inputs = [_target(t, f"inputs[{i}] ('{t.name or 'inputs'}')") for i, t in enumerate(inputs)]
+        self.labels = [_target(t, f"labels[{i}]") for i, t in enumerate(labels)]
+        self.weights = [_target(t, f"weights[{i}]") for i, t in enumerate(weights)]
+
+    def parse(self, batch: Any) -> list[tuple[Target, np.ndarray]]:
+        """Check one batch and convert it; returns (target, array) pairs ready to write."""
+        xs, ys, ws = self._split(batch)
+        pairs = []
+        for targets, values, kind in ((self.inputs, xs, "inputs"), (self.labels, ys, "labels"),
+                                      (self.weights, ws, "weights")):
+            if len(values) != len(targets):
+                raise GgmlValueError(f"{self.name}: the batch has {len(values)} {kind}, the model expects "
+                                     f"{len(targets)}")
+            for target, value in zip(targets, values):
+                pairs.append((target, self._convert(target, value)))
+        return pairs
+
+    @staticmethod
+    def write(pairs: list[tuple[Target, np.ndarray]]) -> None:
+        for target, arr in pairs:
+            write_array(target.tensor.ptr, arr)
+
+    def _split(self, batch: Any) -> tuple[list, list, list]:
+        needs_labels = bool(self.labels)
+        if isinstance(batch, dict):
+            unknown = set(batch) - {"inputs", "labels", "weights"}
+            if unknown or "inputs" not in batch:
+                raise GgmlValueError(f"{self.name}: a dict batch has 'inputs', optional 'labels' and 'weights'; "
+                                     f"got keys {sorted(batch)}")
+            xs, ys, ws = (_as_list(batch.get(k)) for k in ("inputs", "labels", "weights"))
+            if not xs:
+                raise GgmlValueError(f"{self.name}: the batch's 'inputs' is empty")
+        elif isinstance(batch, (tuple, list)):
+            if needs_labels and len(batch) != 2:
+                raise GgmlValueError(f"{self.name}: expected a batch (x, y) or {{'inputs': [...], 'labels': [...]}}, "
+                                     f"got a {type(batch).__name__} of length {len(batch)}")
+            if not needs_labels and len(batch) != 1:
+                raise GgmlValueError(f"{self.name}: this loss takes no labels; yield x, (x,) or "
+                                     f"{{'inputs': [...]}}, got a {type(batch).__name__} of length {len(batch)}")
+            xs, ys, ws = [batch[0]], list(batch[1:]), []
+        else:
+            if needs_labels:
+                raise GgmlValueError(f"{self.name}: expected a batch (x, y) or a dict with 'inputs' and 'labels', "
+                                     f"got {type(batch).__name__}")
+            xs, ys, ws = [batch], [], []
+        if not needs_labels and ys:
+            raise GgmlValueError(f"{self.name}: this loss takes no labels, but the batch has {len(ys)}")
+        return xs, ys, ws
+
+    def _convert(self, target: Target, value: Any) -> np.ndarray:
+        try:
+            arr = np.asarray(value)
+        except Exception as exc:  # noqa: BLE001
+            raise GgmlValueError(f"{self.name}: {target.what} is not array-like ({type(value).__name__})") from exc
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+            raise GgmlValueError(f"{self.name}: {target.what} must be numeric, got dtype {arr.dtype}")
+        if arr.size != target.count:
+            raise GgmlValueError(f"{self.name}: {target.what} expects {target.count} values (tensor "
+                                 f"{list(target.tensor.shape)}), the batch gives {arr.size} (shape {list(arr.shape)})")
+        if np.issubdtype(target.dtype, np.integer) and not np.issubdtype(arr.dtype, np.integer) \
+                and arr.dtype != np.bool_:
+            raise GgmlValueError(f"{self.name}: {target.what} is an integer tensor ({target.dtype}); the batch "
+                                 f"gives {arr.dtype}")
+        return np.ascontiguousarray(arr, dtype=target.dtype).reshape(-1)
+
+
+def _as_list(value: Any) -> list:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return [value]

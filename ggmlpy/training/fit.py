@@ -1,0 +1,269 @@
+"""ggmlR's fit functions: arguments checked and turned into feeds, then ``loop.fit_loop``.
+
+- ``ggml_fit_opt_gen``: batches streamed from a generator (one batch in memory at a time).
+- ``ggml_fit_opt`` / ``ggml_fit_opt_multi`` / ``ggml_opt_fit_multi``: an in-memory dataset.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .. import losses as L
+from .. import opt as O
+from .._ffi import ffi
+from .._handle import unwrap
+from ..context import Context, Tensor, as_tensor
+from ..dataset import Dataset
+from ..errors import GgmlpyWarning, GgmlStateError, GgmlValueError
+from ..sched import Scheduler
+from .adapters import BatchWriter, Source, Target
+from .loop import Trainer, fit_loop
+from .prefetch import BatchFeed
+
+
+def _positive_int_or_none(value: Any, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise GgmlValueError(f"{name} must be a positive integer or None, got {value!r}")
+    return int(value)
+
+
+def _int_at_least(value: Any, name: str, lo: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
+        raise GgmlValueError(f"{name} must be an integer >= {lo}, got {value!r}")
+    return int(value)
+
+
+def _tensors(value: Any, name: str) -> list[Tensor]:
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not items:
+        raise GgmlValueError(f"{name}: expected at least one tensor")
+    return [as_tensor(t, f"{name}[{i}]") for i, t in enumerate(items)]
+
+
+def _opt_period(nbatch_logical: int | None, physical: int) -> int:
+    if nbatch_logical is None:
+        return 1
+    logical = max(_int_at_least(nbatch_logical, "nbatch_logical", 1), physical)
+    if logical % physical:
+        warnings.warn(f"nbatch_logical ({logical}) is not a multiple of the physical batch ({physical}); the "
+                      f"optimizer steps every {logical // physical} batches", GgmlpyWarning, stacklevel=3)
+    return max(1, logical // physical)
+
+
+def _check_common(sched: Any, ctx_compute: Any, optimizer: Any, epochs_name: str, epochs: Any,
+                  callbacks: Any, silent: Any) -> None:
+    unwrap(sched, Scheduler, "sched")
+    unwrap(ctx_compute, Context, "ctx_compute")
+    O.check_optimizer(optimizer)
+    _int_at_least(epochs, epochs_name, 0)
+    if not isinstance(silent, bool):
+        raise GgmlValueError(f"silent must be True or False, got {silent!r}")
+    if callbacks is not None and not isinstance(callbacks, (list, tuple, dict)) and \
+            not any(hasattr(callbacks, p) for p in ("on_epoch_begin", "on_epoch_end")):
+        raise GgmlValueError(f"callbacks must be a list of callbacks, got {type(callbacks).__name__}")
+
+
+def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Sequence[Tensor], outputs: Tensor,
+                     generator: Any, steps_per_epoch: int | None = None, epochs: int = 1, initial_epoch: int = 0,
+                     validation_generator: Any = None, validation_steps: int | None = None,
+                     loss_type: int = L.LOSS_MSE, optimizer: int = O.OPTIMIZER_ADAMW,
+                     nbatch_logical: int | None = None, callbacks: Sequence[Any] | None = None,
+                     silent: bool = False, loss_mask_ne0: int | None = None, weight_decay: float = 0,
+                     prefetch: int = 0) -> pd.DataFrame:
+    """Train from a generator, one physical batch at a time.
+
+    ``generator`` (and ``validation_generator``) is a zero-argument function returning a batch or None
+    (ggmlR's contract: a finite one resets itself before returning None), a generator function (called
+    once per epoch), a re-iterable (a list of batches, a DataLoader: iterated once per epoch) or an iterator
+    (consumed across epochs). A batch is ``(x, y)`` or ``{"inputs": [...], "labels": [...], "weights": w}``,
+    each element in ggml layout holding exactly one physical batch. ``prefetch=N`` reads up to N batches
+    ahead in a background thread. Returns the history: ``epoch, train_loss, train_accuracy, val_loss,
+    val_accuracy, steps``, one row per completed epoch.
+    """
+    _check_common(sched, ctx_compute, optimizer, "epochs", epochs, callbacks, silent)
+    ins = _tensors(inputs, "inputs")
+    out = as_tensor(outputs, "outputs")
+    L.check_loss_type(loss_type)
+    steps_per_epoch = _positive_int_or_none(steps_per_epoch, "steps_per_epoch")
+    validation_steps = _positive_int_or_none(validation_steps, "validation_steps")
+    initial_epoch = _int_at_least(initial_epoch, "initial_epoch", 0)
+    prefetch = _int_at_least(prefetch, "prefetch", 0)
+    O.check_weight_decay(weight_decay)
+    train_source = Source(generator, "generator")
+    val_source = Source(validation_generator, "validation_generator") if validation_generator is not None else None
+    for i, t in enumerate(ins):
+        if t.ptr.data == ffi.NULL:
+            raise GgmlStateError(f"inputs[{i}] is not allocated: allocate its context with "
+                                 "ggml_backend_alloc_ctx_tensors before training")
+    period = _opt_period(nbatch_logical, L.physical_batch(ins[0]))
+    if loss_type == L.LOSS_WEIGHTED_MSE and loss_mask_ne0 is None:
+        loss_mask_ne0 = 1
+    trainer = Trainer(sched, ctx_compute, ins, [out], [loss_type], None, optimizer, period, weight_decay,
+                      loss_mask_ne0, with_validation=val_source is not None)
+    feeds: list[BatchFeed] = []
+    try:
+        train_feed = BatchFeed(train_source, trainer.writer("generator", True), prefetch)
+        feeds.append(train_feed)
+        val_feed = None
+        if val_source is not None:
+            val_feed = BatchFeed(val_source, trainer.writer("validation_generator", False), prefetch)
+            feeds.append(val_feed)
+        return fit_loop(trainer, train_feed, val_feed, epochs=epochs, initial_epoch=initial_epoch,
+                        steps_per_epoch=steps_per_epoch, validation_steps=validation_steps, callbacks=callbacks,
+                        silent=silent, source_name="generator", stream=True)
+    finally:
+        for feed in feeds:
+            feed.close()
+        trainer.close()
+
+
+# ---------------------------------------------------------------- the dataset path
+
+class DatasetFeed:
+    """Batches of a dataset's rows [start, stop), written straight from its host memory."""
+
+    def __init__(self, dataset: Dataset, writer: BatchWriter, start: int, stop: int, batch: int,
+                 labels_offs: list[int]) -> None:
+        self.ds, self.writer, self.start, self.batch = dataset, writer, start, batch
+        self.n_batches = (stop - start) // batch
+        self.labels_offs = labels_offs
+
+    def epoch(self, limit: int | None):
+        data, labels = self.ds.rows(self.ds.data), self.ds.rows(self.ds.labels)
+        weights = self.ds.rows(self.ds._weights)
+        w = self.writer
+        for i in range(self.n_batches if limit is None else min(limit, self.n_batches)):
+            rows = slice(self.start + i * self.batch, self.start + (i + 1) * self.batch)
+            pairs = [(w.inputs[0], data[rows].reshape(-1))]
+            for target, off in zip(w.labels, self.labels_offs):
+                width = target.count // self.batch
+                pairs.append((target, _columns(labels, rows, off, width, target)))
+            for target in w.weights:
+                pairs.append((target, _columns(weights, rows, 0, target.count // self.batch, target)))
+            yield pairs
+
+    def close(self) -> None:
+        pass
+
+
+def _columns(host: np.ndarray, rows: slice, off: int, width: int, target: Target) -> np.ndarray:
+    block = host[rows, off:off + width]
+    return np.ascontiguousarray(block, dtype=target.dtype).reshape(-1)
+
+
+def _dataset_fit(sched, ctx_compute, inputs, outputs: list[Tensor], dataset, loss_types: list[int],
+                 loss_weights, labels_offs, optimizer, nepoch, nbatch_logical, val_split, shuffle, shuffle_all,
+                 callbacks, silent, weight_decay, head_names) -> pd.DataFrame:
+    unwrap(dataset, Dataset, "dataset")
+    ds = dataset
+    x = as_tensor(inputs, "inputs")
+    if isinstance(val_split, bool) or not isinstance(val_split, (int, float)) or not 0 <= val_split < 1:
+        raise GgmlValueError(f"val_split must be a number in [0, 1), got {val_split!r}")
+    physical = x.nelements() // ds.ne_datapoint if x.nelements() % ds.ne_datapoint == 0 else 0
+    if physical < 1:
+        raise GgmlValueError(f"inputs hold {x.nelements()} values, not a whole number of datapoints of "
+                             f"{ds.ne_datapoint} (the dataset's ne_datapoint)")
+    ndata = ds.ndata
+    if ndata % physical:
+        raise GgmlValueError(f"the dataset's {ndata} datapoints are not a multiple of the physical batch {physical}")
+    logical = max(_int_at_least(nbatch_logical, "nbatch_logical", 1), physical)
+    period = max(1, logical // physical)
+    n_logical = ndata // logical
+    idata_split = min(math.floor((1 - val_split) * n_logical) * period * physical, ndata)
+    needs_labels = any(t in L.LABELLED_LOSSES for t in loss_types)
+    if needs_labels and ds.labels is None:
+        raise GgmlValueError("the loss needs labels but the dataset has none (ne_label = 0)")
+    trainer = Trainer(sched, ctx_compute, [x], outputs, loss_types, loss_weights, optimizer, period, weight_decay,
+                      _weight_width(ds, loss_types), with_validation=val_split > 0)
+    try:
+        offs = O.resolve_labels_offs(trainer.train_ctx.heads, labels_offs)
+        widths = [h.outputs.nelements() // physical for h in trainer.train_ctx.heads if h.loss_type in L.LABELLED_LOSSES]
+        labelled_offs = [o for o, h in zip(offs, trainer.train_ctx.heads) if h.loss_type in L.LABELLED_LOSSES]
+        for o, w in zip(labelled_offs, widths):
+            if o + w > ds.ne_label:
+                raise GgmlValueError(f"head labels [{o}, {o + w}) fall outside the dataset's {ds.ne_label} label "
+                                     "columns; check labels_offs")
+        train_feed = DatasetFeed(ds, trainer.writer("dataset", True), 0, idata_split, physical, labelled_offs)
+        val_feed = DatasetFeed(ds, trainer.writer("dataset", False), idata_split, ndata, physical, labelled_offs) \
+            if val_split > 0 else None
+        rng = trainer.train_ctx.rng
+        if shuffle_all and logical < ndata:
+            ds.shuffle(rng, -1)
+
+        def before_epoch(epoch: int) -> None:
+            if shuffle and logical < idata_split:
+                ds.shuffle(rng, idata_split - idata_split % ds.ndata_shard)
+
+        return fit_loop(trainer, train_feed, val_feed, epochs=nepoch, callbacks=callbacks, silent=silent,
+                        stream=False, before_epoch=before_epoch, head_names=head_names)
+    finally:
+        trainer.close()
+
+
+def _weight_width(ds: Dataset, loss_types: list[int]) -> int | None:
+    if L.LOSS_WEIGHTED_MSE not in loss_types:
+        return None
+    return ds.weights(ds._weights.shape[0] if ds._weights is not None else 1).shape[0]
+
+
+def ggml_fit_opt(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Tensor, dataset: Dataset,
+                 loss_type: int = L.LOSS_MSE, optimizer: int = O.OPTIMIZER_ADAMW, nepoch: int = 10,
+                 nbatch_logical: int = 32, val_split: float = 0, shuffle: bool = True, shuffle_all: bool | None = None,
+                 callbacks: Sequence[Any] | None = None, silent: bool = False, weight_decay: float = 0) -> pd.DataFrame:
+    """Train on an in-memory dataset with callbacks; returns ``epoch, train_loss, train_accuracy, val_loss,
+    val_accuracy``. The last ``val_split`` of the (once shuffled) data validates, whole logical batches only."""
+    _check_common(sched, ctx_compute, optimizer, "nepoch", nepoch, callbacks, silent)
+    L.check_loss_type(loss_type)
+    return _dataset_fit(sched, ctx_compute, inputs, [as_tensor(outputs, "outputs")], dataset, [loss_type], None,
+                        None, optimizer, nepoch, nbatch_logical, val_split, bool(shuffle),
+                        bool(shuffle if shuffle_all is None else shuffle_all), callbacks, silent, weight_decay, None)
+
+
+def ggml_fit_opt_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Sequence[Tensor],
+                       dataset: Dataset, loss_types: Sequence[int], loss_weights: Sequence[float] | None = None,
+                       labels_offs: Sequence[int] | None = None, head_names: Sequence[str] | None = None,
+                       optimizer: int = O.OPTIMIZER_ADAMW, nepoch: int = 10, nbatch_logical: int = 32,
+                       val_split: float = 0, shuffle: bool = True, shuffle_all: bool | None = None,
+                       callbacks: Sequence[Any] | None = None, silent: bool = False,
+                       weight_decay: float = 0) -> pd.DataFrame:
+    """Several output heads on one dataset whose labels are the heads' labels side by side.
+
+    The history's ``attrs`` hold ``head_loss``, ``head_accuracy``, ``val_head_loss``, ``val_head_accuracy``
+    (DataFrames, one column per head) and ``head_names``; callbacks see ``train_<head>_loss`` etc.
+    """
+    _check_common(sched, ctx_compute, optimizer, "nepoch", nepoch, callbacks, silent)
+    outs = _tensors(outputs, "outputs")
+    n = len(outs)
+    types = list(loss_types) if isinstance(loss_types, (list, tuple)) else [loss_types]
+    weights = [1.0] * n if loss_weights is None else list(loss_weights)
+    for name, values in (("loss_types", types), ("loss_weights", weights)):
+        if len(values) != n:
+            raise GgmlValueError(f"{name} has {len(values)} entries, expected {n} (one per head)")
+    for i, t in enumerate(types):
+        L.check_loss_type(t, f"loss_types[{i}]")
+    names = [f"head_{i + 1}" for i in range(n)] if head_names is None else list(head_names)
+    if len(names) != n or any(not isinstance(x, str) or not x for x in names) or len(set(names)) != n:
+        raise GgmlValueError(f"head_names must be {n} distinct non-empty strings, got {head_names!r}")
+    return _dataset_fit(sched, ctx_compute, inputs, outs, dataset, types, weights, labels_offs, optimizer, nepoch,
+                        nbatch_logical, val_split, bool(shuffle), bool(shuffle if shuffle_all is None else shuffle_all),
+                        callbacks, silent, weight_decay, names)
+
+
+def ggml_opt_fit_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Sequence[Tensor],
+                       dataset: Dataset, loss_types: Sequence[int], loss_weights: Sequence[float] | None = None,
+                       labels_offs: Sequence[int] | None = None, optimizer: int = O.OPTIMIZER_ADAMW, nepoch: int = 1,
+                       nbatch_logical: int = 32, val_split: float = 0, silent: bool = False) -> dict:
+    """ggmlR's thin wrapper: no per-epoch shuffle, one initial shuffle, no callbacks; returns a dict of
+    per-epoch lists and per-head matrices (epochs x heads)."""
+    h = ggml_fit_opt_multi(sched, ctx_compute, inputs, outputs, dataset, loss_types, loss_weights, labels_offs,
+                           None, optimizer, nepoch, nbatch_logical, val_split, shuffle=False, shuffle_all=True,
+                           silent=silent)
+    return {"train_loss": h["train_loss"].to_numpy(), "train_accuracy": h["train_accuracy"].to_numpy(),
+            "val_loss": h["val_loss"].to_numpy(), "val_accuracy": h["val_accuracy"].to_numpy(),
+            "head_loss": h.attrs["head_loss"].to_numpy(), "head_accuracy": h.attrs["head_accuracy"].to_numpy()}

@@ -1,0 +1,185 @@
+"""The one training loop behind ggml_fit_opt, ggml_fit_opt_multi and ggml_fit_opt_gen.
+
+A ``Trainer`` owns the C objects of one fit: the training opt context (on the user's
+scheduler) and, when there is validation, a forward-only opt context on a scheduler of
+its own. Validation therefore never advances the training context's accumulation
+counter, and a run with validation ends with exactly the weights of the same run
+without it (ggml-internals §1.6). Per step: ``ggml_opt_alloc`` -> write the batch ->
+``ggml_opt_eval``; ggml's result object keeps the per-epoch statistics in C.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Protocol
+
+import numpy as np
+import pandas as pd
+
+from .. import opt as O
+from ..context import Tensor
+from ..data import ggml_backend_tensor_get_data
+from ..errors import GgmlpyWarning
+from .adapters import BatchWriter
+from .callbacks import CallbackList, FitState
+from .progress import EpochProgress, say, summary_line
+
+HISTORY_COLUMNS = ["epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy"]
+
+
+class Feed(Protocol):
+    def epoch(self, limit: int | None) -> Iterable[Any]: ...
+    def close(self) -> None: ...
+
+
+@dataclass
+class EpochStats:
+    steps: int = 0
+    samples: int = 0
+    loss: float = math.nan
+    accuracy: float = math.nan
+    head_loss: list[float] = field(default_factory=list)
+    head_accuracy: list[float] = field(default_factory=list)
+
+
+class Trainer:
+    def __init__(self, sched, ctx_compute, inputs: list[Tensor], outputs: list[Tensor], loss_types: list[int],
+                 loss_weights: list[float] | None, optimizer: int, opt_period: int, weight_decay: float,
+                 loss_mask_ne0: int | None = None, with_validation: bool = False) -> None:
+        self._owned: list[Any] = []
+        self.inputs, self.outputs = inputs, outputs
+        self.multi = len(outputs) > 1
+        self.lr_ud = O.LrUserdata(O.check_weight_decay(weight_decay))
+        heads_arg = loss_types if self.multi else loss_types[0]
+        outputs_arg = outputs if self.multi else outputs[0]
+        self.train_ctx = O._opt_init(sched, heads_arg, optimizer, opt_period, ctx_compute, inputs[0], outputs_arg,
+                                     O.BUILD_OPT, self.lr_ud, loss_mask_ne0, loss_weights)
+        self._owned.append(self.train_ctx)
+        self.eval_ctx = None
+        if with_validation:
+            eval_sched = sched.sibling()  # ggml-opt contexts must not share a scheduler
+            self.eval_ctx = O._opt_init(eval_sched, heads_arg, optimizer, opt_period, ctx_compute, inputs[0],
+                                        outputs_arg, O.BUILD_FORWARD, None, loss_mask_ne0, loss_weights)
+            self._owned += [self.eval_ctx, eval_sched]
+        self.train_result = O.OptResult()
+        self.eval_result = O.OptResult()
+        self._owned += [self.train_result, self.eval_result]
+        self.batch_size = O.L.physical_batch(inputs[0])
+
+    def writer(self, name: str, train: bool) -> BatchWriter:
+        ctx = self.train_ctx if train else self.eval_ctx
+        labels = [ctx.labels(i) for i in range(ctx.n_heads) if ctx.labels(i) is not None]
+        weights = [h.weights for h in (ctx.loss.heads if ctx.loss.composite else []) if h.weights is not None]
+        return BatchWriter(name, self.inputs, labels, weights)
+
+    def run_epoch(self, feed: Feed, limit: int | None, train: bool, progress: EpochProgress | None = None) -> EpochStats:
+        ctx = self.train_ctx if train else self.eval_ctx
+        result = self.train_result if train else self.eval_result
+        result.reset()
+        stats = EpochStats()
+        heads = ctx.loss.heads if self.multi else []
+        head_sums = np.zeros(len(heads))
+        head_correct = np.zeros(len(heads))
+        loss_now = (lambda: O.ggml_opt_result_loss(result)["loss"])
+        for pairs in feed.epoch(limit):
+            ctx.alloc(train)
+            BatchWriter.write(pairs)
+            ctx.eval(result)
+            stats.steps += 1
+            for i, h in enumerate(heads):
+                head_sums[i] += float(ggml_backend_tensor_get_data(h.value)[0])
+                if h.ncorrect is not None:
+                    head_correct[i] += float(ggml_backend_tensor_get_data(h.ncorrect)[0])
+            if progress is not None:
+                progress.update(stats.steps * self.batch_size, loss_now)
+        stats.samples = stats.steps * self.batch_size
+        if stats.steps:
+            stats.loss = O.ggml_opt_result_loss(result)["loss"]
+            stats.accuracy = O.ggml_opt_result_accuracy(result)["accuracy"]
+            stats.head_loss = list(head_sums / stats.steps)
+            stats.head_accuracy = [c / stats.samples if h.ncorrect is not None else math.nan
+                                   for c, h in zip(head_correct, heads)]
+            if self.multi:
+                ce = [a for a in stats.head_accuracy if not math.isnan(a)]
+                stats.accuracy = float(np.mean(ce)) if ce else math.nan
+        else:
+            stats.head_loss = [math.nan] * len(heads)
+            stats.head_accuracy = [math.nan] * len(heads)
+        return stats
+
+    def close(self) -> None:
+        for handle in reversed(self._owned):
+            handle.free()
+        self._owned.clear()
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, GgmlpyWarning, stacklevel=4)
+
+
+def fit_loop(trainer: Trainer, train_feed: Feed, val_feed: Feed | None, *, epochs: int, initial_epoch: int = 0,
+             steps_per_epoch: int | None = None, validation_steps: int | None = None, callbacks: Any = None,
+             silent: bool = False, source_name: str = "generator", stream: bool = True,
+             before_epoch: Callable[[int], None] | None = None, head_names: list[str] | None = None) -> pd.DataFrame:
+    """Run the epochs; returns the history (one row per completed epoch)."""
+    cbs = CallbackList(callbacks)
+    nepoch = initial_epoch + epochs
+    state = FitState(lr_ud=trainer.lr_ud, nepoch=nepoch)
+    columns = HISTORY_COLUMNS + (["steps"] if stream else [])
+    rows: list[dict] = []
+    head_rows: list[dict] = []
+    for k in range(1, epochs + 1):
+        epoch = initial_epoch + k
+        state.epoch = epoch
+        if before_epoch is not None:
+            before_epoch(epoch)
+        cbs.run("on_epoch_begin", epoch, {}, state)
+        if state.stop:
+            break
+        progress = EpochProgress(epoch, nepoch, steps_per_epoch, silent)
+        try:
+            train = trainer.run_epoch(train_feed, steps_per_epoch, True, progress)
+        finally:
+            seconds = progress.close()
+        if stream and train.steps == 0:
+            _warn(f"Epoch {epoch}: the {source_name} returned None on the first step (no batch), so training "
+                  f"stops after {k - 1} epoch(s). A finite source is exhausted: ask for fewer epochs, or make it "
+                  "restart (reset its state before returning None, or pass a generator function or a list)")
+            break
+        if stream and steps_per_epoch is not None and train.steps < steps_per_epoch:
+            _warn(f"Epoch {epoch}: the {source_name} ended after {train.steps} of {steps_per_epoch} requested "
+                  "batches; the epoch was closed early (drop steps_per_epoch to run until the source ends)")
+        val = EpochStats(head_loss=[math.nan] * len(train.head_loss),
+                         head_accuracy=[math.nan] * len(train.head_loss))
+        if val_feed is not None:
+            val = trainer.run_epoch(val_feed, validation_steps, False)
+            if stream and validation_steps is not None and 0 < val.steps < validation_steps:
+                _warn(f"Epoch {epoch}: the validation_generator ended after {val.steps} of {validation_steps} "
+                      "requested batches")
+        logs = {"train_loss": train.loss, "train_accuracy": train.accuracy,
+                "val_loss": val.loss, "val_accuracy": val.accuracy}
+        if stream:
+            logs["steps"] = train.steps
+        if head_names:
+            for name, tl, ta, vl, va in zip(head_names, train.head_loss, train.head_accuracy, val.head_loss,
+                                            val.head_accuracy):
+                logs.update({f"train_{name}_loss": tl, f"train_{name}_accuracy": ta,
+                             f"val_{name}_loss": vl, f"val_{name}_accuracy": va})
+            head_rows.append({"loss": train.head_loss, "accuracy": train.head_accuracy,
+                              "val_loss": val.head_loss, "val_accuracy": val.head_accuracy})
+        rows.append({"epoch": epoch, **{c: logs[c] for c in columns if c != "epoch"}})
+        say(summary_line(epoch, nepoch, logs, seconds, train.samples), silent)
+        cbs.run("on_epoch_end", epoch, logs, state)
+        if state.stop:
+            break
+    history = pd.DataFrame(rows, columns=columns)
+    history["epoch"] = history["epoch"].astype(int)
+    if stream:
+        history["steps"] = history["steps"].astype(int)
+    if head_names is not None:
+        for key, attr in (("loss", "head_loss"), ("accuracy", "head_accuracy"), ("val_loss", "val_head_loss"),
+                          ("val_accuracy", "val_head_accuracy")):
+            history.attrs[attr] = pd.DataFrame([r[key] for r in head_rows], columns=head_names, dtype=float)
+        history.attrs["head_names"] = list(head_names)
+    return history

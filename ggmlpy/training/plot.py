@@ -1,0 +1,39 @@
+"""Plot a training history (matplotlib, optional) to a PNG."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ..errors import GgmlValueError
+
+
+def ggml_plot_history(history: pd.DataFrame, path: str | Path, title: str | None = None) -> Path:
+    """Loss (and accuracy, where there is one) per epoch, train and validation, saved as a PNG."""
+    if not isinstance(history, pd.DataFrame) or "epoch" not in history:
+        raise GgmlValueError("history must be the DataFrame a ggml_fit_* function returned")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:  # pragma: no cover - optional dependency
+        raise ImportError("ggml_plot_history needs matplotlib: pip install matplotlib") from exc
+    has_acc = history["train_accuracy"].notna().any() or history["val_accuracy"].notna().any()
+    fig, axes = plt.subplots(1, 2 if has_acc else 1, figsize=(10 if has_acc else 5.5, 4), squeeze=False)
+    panels = [("loss", axes[0][0])] + ([("accuracy", axes[0][1])] if has_acc else [])
+    for metric, ax in panels:
+        for split, style in (("train", "-o"), ("val", "--s")):
+            column = f"{split}_{metric}"
+            if history[column].notna().any():
+                ax.plot(history["epoch"], history[column], style, label=column, markersize=3)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(metric)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

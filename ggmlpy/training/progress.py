@@ -1,0 +1,54 @@
+"""Per-epoch progress: a tqdm bar with the running loss and samples/s, and the epoch summary."""
+from __future__ import annotations
+
+import math
+import sys
+import time
+
+from tqdm.auto import tqdm
+
+
+class EpochProgress:
+    REFRESH_S = 0.5
+
+    def __init__(self, epoch: int, nepoch: int, total: int | None, silent: bool) -> None:
+        self.silent = silent
+        self.start = time.perf_counter()
+        self._last = self.start
+        self.bar = None if silent else tqdm(total=total, desc=f"Epoch {epoch}/{nepoch}", unit="batch",
+                                            file=sys.stderr, leave=False, dynamic_ncols=True,
+                                            disable=None)  # None: no bar when stderr is not a terminal
+
+    def update(self, samples: int, loss_fn) -> None:
+        if self.bar is None:
+            return
+        self.bar.update(1)
+        now = time.perf_counter()
+        if now - self._last >= self.REFRESH_S:
+            self._last = now
+            self.bar.set_postfix(loss=f"{loss_fn():.4g}", samples_per_s=f"{samples / (now - self.start):.0f}",
+                                 refresh=False)
+
+    def close(self) -> float:
+        if self.bar is not None:
+            self.bar.close()
+        return time.perf_counter() - self.start
+
+
+def summary_line(epoch: int, nepoch: int, logs: dict, seconds: float, samples: int) -> str:
+    parts = [f"Epoch {epoch}/{nepoch}", f"train_loss={logs['train_loss']:.5g}"]
+    if not math.isnan(logs["train_accuracy"]):
+        parts.append(f"train_acc={logs['train_accuracy']:.4f}")
+    if not math.isnan(logs["val_loss"]):
+        parts.append(f"val_loss={logs['val_loss']:.5g}")
+    if not math.isnan(logs["val_accuracy"]):
+        parts.append(f"val_acc={logs['val_accuracy']:.4f}")
+    if "steps" in logs:
+        parts.append(f"steps={logs['steps']}")
+    parts.append(f"{seconds:.2f}s ({samples / seconds if seconds > 0 else 0:.0f} samples/s)")
+    return "  ".join(parts)
+
+
+def say(line: str, silent: bool) -> None:
+    if not silent:
+        tqdm.write(line, file=sys.stderr)
