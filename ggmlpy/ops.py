@@ -325,11 +325,17 @@ def ggml_im2col(ctx: Context, a: Tensor, b: Tensor, s0: int, s1: int, p0: int, p
                 is_2D: bool = True, dst_type: int = GGML_TYPE_F32) -> Tensor:
     fn = "ggml_im2col"
     a, b = _t(fn, a), _t(fn, b, "b")
-    chk.types(fn, b, FLOAT_TYPES, "b")
-    for name, v, lo in (("s0", s0, 1), ("s1", s1, 1), ("p0", p0, 0), ("p1", p1, 0), ("d0", d0, 1), ("d1", d1, 1)):
-        chk.int_arg(fn, name, v, lo)
     if dst_type not in (GGML_TYPE_F32, GGML_TYPE_F16):
         chk.fail(fn, "dst_type must be GGML_TYPE_F32 or GGML_TYPE_F16", chk.GgmlTypeError)
+    # the CPU kernel asserts an F32 source for an F32 result (F16 sources only give F16 results)
+    chk.types(fn, b, {GGML_TYPE_F32} if dst_type == GGML_TYPE_F32 else {GGML_TYPE_F32, GGML_TYPE_F16}, "b")
+    for name, v, lo in (("s0", s0, 1), ("p0", p0, 0), ("d0", d0, 1)):
+        chk.int_arg(fn, name, v, lo)
+    # 1-D: ggml ignores s1/d1 (ggml_conv_1d passes 0), and p1 > 0 would silently zero the output
+    for name, v, lo in (("s1", s1, 1 if is_2D else 0), ("p1", p1, 0), ("d1", d1, 1 if is_2D else 0)):
+        chk.int_arg(fn, name, v, lo)
+    if not is_2D and p1 != 0:
+        chk.fail(fn, f"p1 must be 0 for a 1-D im2col, got {p1}")
     if is_2D:
         if a.shape[2] != b.shape[2]:
             chk.fail(fn, f"kernel channels a.ne[2]={a.shape[2]} must equal input channels b.ne[2]={b.shape[2]}")
@@ -339,6 +345,8 @@ def ggml_im2col(ctx: Context, a: Tensor, b: Tensor, s0: int, s1: int, p0: int, p
     else:
         if a.shape[1] != b.shape[1]:
             chk.fail(fn, f"kernel channels a.ne[1]={a.shape[1]} must equal input channels b.ne[1]={b.shape[1]}")
+        if b.shape[3] != 1:
+            chk.fail(fn, f"1-D data b must have ne[3] == 1, got {list(b.shape)}")
         ol = chk.out_size(fn, "length", b.shape[0], a.shape[0], s0, p0, d0)
         shape = (a.shape[1] * a.shape[0], ol, b.shape[2], 1)
     return _op(fn, ctx, lib.ggml_im2col, (a, b), shape, (s0, s1, p0, p1, d0, d1, bool(is_2D), dst_type), dst_type)
@@ -355,7 +363,15 @@ def ggml_conv_1d(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, p0: int = 0, d
         chk.fail(fn, f"kernel a {list(a.shape)} and data b {list(b.shape)} must share ne[1] (channels)")
     ol = chk.out_size(fn, "length", b.shape[0], a.shape[0], s0, p0, d0)
     ctx.reserve(4 * (a.shape[0] * a.shape[1] * ol * b.shape[2]) * 3, n_objects=4, what="ggml_conv_1d intermediates")
-    return _op(fn, ctx, lib.ggml_conv_1d, (a, b), (ol, a.shape[2], b.shape[2], 1), (s0, p0, d0))
+    out = _op(fn, ctx, lib.ggml_conv_1d, (a, b), (ol, a.shape[2], b.shape[2], 1), (s0, p0, d0))
+    n, oc = b.shape[2], a.shape[2]
+    if n > 1:
+        # ggml_conv_1d's data is laid out [OL, N, OC] although its shape says [OL, OC, N] (the upstream
+        # bug fixed for ggml_conv_2d only): reorder it to the documented [OL, OC, N].
+        ctx.reserve(4 * ol * oc * n, n_objects=3, what="ggml_conv_1d batch reorder")
+        c = ctx.ptr
+        out = Tensor(lib.ggml_cont(c, lib.ggml_permute(c, lib.ggml_reshape_3d(c, out.ptr, ol, n, oc), 0, 2, 1, 3)), ctx)
+    return out
 
 
 def ggml_conv_2d(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int = 1, p0: int = 0, p1: int = 0,

@@ -1,0 +1,208 @@
+"""Shared fixtures and helpers for the ggmlpy test suite.
+
+Conventions used throughout the tests:
+
+* A C-ordered numpy array of shape ``(..., ne[1], ne[0])`` is in ggml layout, so an input
+  array ``x`` becomes a tensor with ``ne = reversed(x.shape)`` (padded with 1s to 4-D).
+* ``compute`` returns every result as a full 4-D array of shape ``(ne3, ne2, ne1, ne0)``;
+  compare it with ``nd4(reference)`` so that the shape is checked as well as the values.
+* References are computed in numpy float64, never by ggmlpy itself.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pytest
+
+import ggmlpy as G
+
+ROOT = Path(__file__).parents[1]
+
+_GGML_TYPES = {
+    np.dtype(np.float32): G.GGML_TYPE_F32,
+    np.dtype(np.float16): G.GGML_TYPE_F16,
+    np.dtype(np.int32): G.GGML_TYPE_I32,
+}
+
+
+# ---------------------------------------------------------------- subprocess helper
+
+def run_in_subprocess(code: str, timeout: float = 60) -> tuple[int, str, str]:
+    """Run ``code`` in a fresh interpreter from the repository root; (returncode, stdout, stderr).
+
+    A ggml assertion aborts the process, which shows up here as returncode -6 (SIGABRT)
+    instead of taking the test runner down with it.
+    """
+    env = dict(os.environ)
+    env["GGML_NO_BACKTRACE"] = "1"
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+# ---------------------------------------------------------------- small numpy helpers
+
+def nd4(a: np.ndarray) -> np.ndarray:
+    """``a`` with leading 1-axes added up to 4 dimensions (ggml's (ne3, ne2, ne1, ne0))."""
+    a = np.asarray(a)
+    return a.reshape((1,) * (4 - a.ndim) + a.shape)
+
+
+def ne_of(shape: Sequence[int]) -> tuple[int, int, int, int]:
+    """ggml ``ne`` of a numpy array shape in ggml layout."""
+    ne = list(reversed(tuple(shape)))
+    return tuple(ne + [1] * (4 - len(ne)))  # type: ignore[return-value]
+
+
+def new_tensor_like(ctx, arr: np.ndarray):
+    """A tensor of ``ctx`` with the type and ggml shape of ``arr``."""
+    arr = np.asarray(arr)
+    return G.ggml_new_tensor_4d(ctx, _GGML_TYPES[arr.dtype], *ne_of(arr.shape))
+
+
+def read4(t) -> np.ndarray:
+    """A tensor's data as a float64 (or int) array of shape (ne3, ne2, ne1, ne0)."""
+    flat = G.ggml_backend_tensor_get_data(t)
+    return flat.reshape(tuple(reversed(G.ggml_tensor_shape(t))))
+
+
+# ---------------------------------------------------------------- build + compute
+
+_BACKEND: list = []
+
+
+def _default_backend():
+    """A CPU backend shared by the helpers (2 threads: the test machine is shared)."""
+    if not _BACKEND or not _BACKEND[0].alive:
+        b = G.ggml_backend_cpu_init()
+        G.ggml_backend_cpu_set_n_threads(b, 2)
+        _BACKEND[:] = [b]
+    return _BACKEND[0]
+
+
+def _ctx_size(n_tensors: int, graph_size: int, grads: bool = False) -> int:
+    return n_tensors * G.ggml_tensor_overhead() + G.ggml_graph_overhead(graph_size, grads) + 4096
+
+
+def compute(build: Callable, *arrays: np.ndarray, backend=None, graph_size: int = 256) -> list[np.ndarray]:
+    """Build ``build(ctx, *input_tensors)`` on the CPU, compute it, return the results as 4-D arrays.
+
+    The inputs live in a no_alloc context allocated with ``ggml_backend_alloc_ctx_tensors``;
+    the ops go to a second no_alloc context whose graph a scheduler allocates and runs.
+    ``build`` may return one tensor or a tuple/list of tensors.
+    """
+    backend = backend or _default_backend()
+    buf = None
+    ctx_in = G.ggml_init(_ctx_size(len(arrays) + 1, 1), no_alloc=True)
+    ctx_ops = G.ggml_init(_ctx_size(graph_size, graph_size), no_alloc=True)
+    sched = None
+    try:
+        tensors = [new_tensor_like(ctx_in, a) for a in arrays]
+        buf = G.ggml_backend_alloc_ctx_tensors(ctx_in, backend) if arrays else None
+        for t, a in zip(tensors, arrays):
+            G.ggml_backend_tensor_set_data(t, np.ascontiguousarray(a))
+        out = build(ctx_ops, *tensors)
+        outs = list(out) if isinstance(out, (list, tuple)) else [out]
+        graph = G.ggml_new_graph_custom(ctx_ops, graph_size, False)
+        for o in outs:
+            G.ggml_set_output(o)
+            G.ggml_build_forward_expand(graph, o)
+        sched = G.ggml_backend_sched_new([backend], parallel=False, graph_size=graph_size)
+        G.ggml_backend_sched_alloc_graph(sched, graph)
+        G.ggml_backend_sched_graph_compute(sched, graph)
+        return [read4(o) for o in outs]
+    finally:
+        if sched is not None:
+            sched.free()
+        ctx_ops.free()
+        if buf is not None:
+            buf.free()
+        ctx_in.free()
+
+
+def compute_grad(build: Callable, x: np.ndarray, r: np.ndarray, *others: np.ndarray, backend=None,
+                 graph_size: int = 512) -> tuple[float, np.ndarray]:
+    """loss = sum(build(ctx, x, *others) * r): the loss and d loss / d x computed by ggml's autodiff.
+
+    ``x`` is marked a parameter, the loss a loss; the graph is built with gradients, expanded
+    backward, allocated by a scheduler, reset (loss gradient = 1) and computed.
+    """
+    backend = backend or _default_backend()
+    buf = None
+    arrays = [x, r, *others]
+    ctx_in = G.ggml_init(_ctx_size(len(arrays) + 1, 1), no_alloc=True)
+    ctx_ops = G.ggml_init(_ctx_size(4 * graph_size, graph_size, True), no_alloc=True)
+    sched = None
+    try:
+        tensors = [new_tensor_like(ctx_in, a) for a in arrays]
+        buf = G.ggml_backend_alloc_ctx_tensors(ctx_in, backend)
+        for t, a in zip(tensors, arrays):
+            G.ggml_backend_tensor_set_data(t, np.ascontiguousarray(a))
+        xt, rt, other_t = tensors[0], tensors[1], tensors[2:]
+        G.ggml_set_param(xt)
+        y = build(ctx_ops, xt, *other_t)
+        loss = G.ggml_sum(ctx_ops, G.ggml_mul(ctx_ops, y, rt))
+        G.ggml_set_loss(loss)
+        graph = G.ggml_new_graph_custom(ctx_ops, graph_size, True)
+        G.ggml_build_forward_expand(graph, loss)
+        G.ggml_build_backward_expand(ctx_ops, graph)
+        sched = G.ggml_backend_sched_new([backend], parallel=False, graph_size=graph_size)
+        G.ggml_backend_sched_alloc_graph(sched, graph)
+        G.ggml_graph_reset(graph)
+        G.ggml_backend_sched_graph_compute(sched, graph)
+        grad = G.ggml_graph_get_grad(graph, xt)
+        assert grad is not None, "ggml built no gradient for the parameter"
+        return float(G.ggml_backend_tensor_get_data(loss)[0]), \
+            G.ggml_backend_tensor_get_data(grad).astype(np.float64).reshape(x.shape)
+    finally:
+        if sched is not None:
+            sched.free()
+        ctx_ops.free()
+        if buf is not None:
+            buf.free()
+        ctx_in.free()
+
+
+# ---------------------------------------------------------------- fixtures
+
+@pytest.fixture(scope="session")
+def backend():
+    """One CPU backend for the whole session (2 threads: the test machine is shared)."""
+    b = G.ggml_backend_cpu_init()
+    G.ggml_backend_cpu_set_n_threads(b, 2)
+    yield b
+    b.free()
+
+
+@pytest.fixture
+def sched(backend):
+    s = G.ggml_backend_sched_new([backend], parallel=False, graph_size=512)
+    yield s
+    s.free()
+
+
+@pytest.fixture
+def ctx():
+    """A no_alloc context for tensors and graphs (allocate with a backend or a scheduler)."""
+    c = G.ggml_init(_ctx_size(512, 512, True), no_alloc=True)
+    yield c
+    c.free()
+
+
+@pytest.fixture
+def host_ctx():
+    """A context with its own memory (no_alloc=False): tensors are usable right away."""
+    c = G.ggml_init(4 * 1024 * 1024, no_alloc=False)
+    yield c
+    c.free()
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
