@@ -32,3 +32,29 @@ void gguf_set_val_bool(struct gguf_context * ctx, const char * key, bool val);
 void gguf_set_val_str(struct gguf_context * ctx, const char * key, const char * val);
 void gguf_add_tensor(struct gguf_context * ctx, const struct ggml_tensor * tensor);
 bool gguf_write_to_file(const struct gguf_context * ctx, const char * fname, bool only_meta);
+
+/* Added for ggmlpy.gguf: file layout, typed getters, arrays, key removal. */
+#define GGUF_DEFAULT_ALIGNMENT ...
+const char * gguf_type_name(enum gguf_type type);
+uint32_t gguf_get_version(const struct gguf_context * ctx);
+size_t gguf_get_alignment(const struct gguf_context * ctx);
+size_t gguf_get_data_offset(const struct gguf_context * ctx);
+enum gguf_type gguf_get_arr_type(const struct gguf_context * ctx, int64_t key_id);
+uint8_t gguf_get_val_u8(const struct gguf_context * ctx, int64_t key_id);
+int8_t gguf_get_val_i8(const struct gguf_context * ctx, int64_t key_id);
+uint16_t gguf_get_val_u16(const struct gguf_context * ctx, int64_t key_id);
+int16_t gguf_get_val_i16(const struct gguf_context * ctx, int64_t key_id);
+uint64_t gguf_get_val_u64(const struct gguf_context * ctx, int64_t key_id);
+size_t gguf_get_arr_n(const struct gguf_context * ctx, int64_t key_id);
+const void * gguf_get_arr_data(const struct gguf_context * ctx, int64_t key_id);
+const char * gguf_get_arr_str(const struct gguf_context * ctx, int64_t key_id, size_t i);
+size_t gguf_get_tensor_offset(const struct gguf_context * ctx, int64_t tensor_id);
+const int64_t * gguf_get_tensor_ne(const struct gguf_context * ctx, int64_t tensor_id);
+int64_t gguf_remove_key(struct gguf_context * ctx, const char * key);
+void gguf_set_val_u8(struct gguf_context * ctx, const char * key, uint8_t val);
+void gguf_set_val_i8(struct gguf_context * ctx, const char * key, int8_t val);
+void gguf_set_val_u16(struct gguf_context * ctx, const char * key, uint16_t val);
+void gguf_set_val_i16(struct gguf_context * ctx, const char * key, int16_t val);
+void gguf_set_val_u64(struct gguf_context * ctx, const char * key, uint64_t val);
+void gguf_set_arr_data(struct gguf_context * ctx, const char * key, enum gguf_type type, const void * data, size_t n);
+void gguf_set_arr_str(struct gguf_context * ctx, const char * key, const char ** data, size_t n);

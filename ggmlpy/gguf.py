@@ -1,0 +1,597 @@
+"""GGUF files (gguf.h): save and load weights, read metadata.
+
+A ``GgufContext`` owns one ``gguf_context``. ``gguf_add_tensor`` copies only the tensor's
+header; its bytes are read when the file is written, so the context also remembers each
+tensor and the memory it had, and ``gguf_write_to_file`` refuses tensors whose memory has
+gone or moved since. Everything ggml would abort on (a duplicate tensor name, a strided
+tensor, a key of the wrong type, an index out of range) is checked here first.
+
+High level: ``ggml_save_weights_gguf`` / ``ggml_load_weights_gguf`` move the data of
+tensors living in any backend buffer (or in context memory) to and from a file, matching
+by name; ``gguf_read`` returns a file's tensors as numpy arrays plus its metadata.
+"""
+from __future__ import annotations
+
+import logging
+import numbers
+import os
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import numpy as np
+
+from ._ffi import ffi, ggml_logger, lib
+from ._handle import Handle, unwrap
+from .context import Context, Tensor, as_tensor, ggml_set_name, type_name
+from .data import NUMPY_DTYPES, _storage, write_array
+from .errors import GgmlpyError, GgmlStateError, GgmlTypeError, GgmlValueError, expect
+
+GGUF_TYPE_UINT8, GGUF_TYPE_INT8 = lib.GGUF_TYPE_UINT8, lib.GGUF_TYPE_INT8
+GGUF_TYPE_UINT16, GGUF_TYPE_INT16 = lib.GGUF_TYPE_UINT16, lib.GGUF_TYPE_INT16
+GGUF_TYPE_UINT32, GGUF_TYPE_INT32 = lib.GGUF_TYPE_UINT32, lib.GGUF_TYPE_INT32
+GGUF_TYPE_UINT64, GGUF_TYPE_INT64 = lib.GGUF_TYPE_UINT64, lib.GGUF_TYPE_INT64
+GGUF_TYPE_FLOAT32, GGUF_TYPE_FLOAT64 = lib.GGUF_TYPE_FLOAT32, lib.GGUF_TYPE_FLOAT64
+GGUF_TYPE_BOOL, GGUF_TYPE_STRING, GGUF_TYPE_ARRAY = lib.GGUF_TYPE_BOOL, lib.GGUF_TYPE_STRING, lib.GGUF_TYPE_ARRAY
+GGUF_KEY_GENERAL_ALIGNMENT = "general.alignment"
+
+# Numeric GGUF value types: (C getter/setter suffix, numpy dtype); bool is one byte, 0 or 1.
+_NUMERIC = {
+    GGUF_TYPE_UINT8: ("u8", np.uint8), GGUF_TYPE_INT8: ("i8", np.int8), GGUF_TYPE_UINT16: ("u16", np.uint16),
+    GGUF_TYPE_INT16: ("i16", np.int16), GGUF_TYPE_UINT32: ("u32", np.uint32), GGUF_TYPE_INT32: ("i32", np.int32),
+    GGUF_TYPE_UINT64: ("u64", np.uint64), GGUF_TYPE_INT64: ("i64", np.int64), GGUF_TYPE_FLOAT32: ("f32", np.float32),
+    GGUF_TYPE_FLOAT64: ("f64", np.float64), GGUF_TYPE_BOOL: ("bool", np.bool_),
+}
+_GGUF_DTYPES = {t: np.dtype(dt) for t, (_, dt) in _NUMERIC.items()}
+_DTYPE_GGUF = {dt: t for t, dt in _GGUF_DTYPES.items()}
+_DTYPE_GGUF[np.dtype(np.float16)] = GGUF_TYPE_FLOAT32  # no F16 value type: widen
+_GETTERS = {t: getattr(lib, f"gguf_get_val_{sfx}") for t, (sfx, _) in _NUMERIC.items()}
+_SETTERS = {t: getattr(lib, f"gguf_set_val_{sfx}") for t, (sfx, _) in _NUMERIC.items()}
+_INT_RANGES = {t: (int(np.iinfo(dt).min), int(np.iinfo(dt).max) + 1)
+               for t, dt in _GGUF_DTYPES.items() if np.issubdtype(dt, np.integer)}
+
+
+class GgufFileError(GgmlpyError, OSError):
+    """A GGUF file could not be read (unreadable or not valid GGUF) or written."""
+
+
+class GgufFileNotFoundError(GgufFileError, FileNotFoundError):
+    """The GGUF file does not exist."""
+
+
+class GgufKeyError(GgmlValueError, KeyError):
+    """A tensor or a key asked for by name is not in the GGUF file or context."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+def gguf_type_name(t: int) -> str:
+    return ffi.string(lib.gguf_type_name(t)).decode()
+
+
+# ---------------------------------------------------------------- the context
+
+class GgufContext(Handle):
+    kind = "gguf context"
+
+    def __init__(self, ptr: Any, path: str | None = None, ggml_ctx: Context | None = None) -> None:
+        super().__init__(ptr, lib.gguf_free)
+        self.path = path
+        self.ggml_ctx = ggml_ctx  # tensors with the file's data (gguf_init_from_file(no_alloc=False))
+        # One entry per tensor info: (Tensor, data address, buffer address) for tensors added here,
+        # None for tensors read from a file (their headers carry no data to write).
+        self._sources: list[tuple[Tensor, int, int] | None] = [None] * int(lib.gguf_get_n_tensors(ptr))
+
+    def _describe(self) -> str:
+        if self._ptr is None:
+            return ""
+        where = f" {self.path!r}" if self.path else ""
+        return f"{where} {lib.gguf_get_n_tensors(self._ptr)} tensors, {lib.gguf_get_n_kv(self._ptr)} keys"
+
+
+class _FileDataContext(Context):
+    """The ggml context gguf_init_from_file creates with no_alloc=False (host memory holding the data)."""
+
+    def __init__(self, ptr: Any) -> None:  # noqa: D107 - not created with ggml_init
+        Handle.__init__(self, ptr, lib.ggml_free)
+        self.mem_size = int(lib.ggml_get_mem_size(ptr))
+        self.no_alloc = False
+
+
+def _addr(p: Any) -> int:
+    return int(ffi.cast("uintptr_t", p))
+
+
+def _fs_path(path: Any, fn: str) -> str:
+    try:
+        p = os.fspath(path)
+    except TypeError:
+        raise GgmlTypeError(f"{fn}: path must be a str or os.PathLike, got {type(path).__name__}") from None
+    if isinstance(p, bytes):
+        p = os.fsdecode(p)
+    expect(p != "" and "\0" not in p, f"{fn}: invalid path {p!r}")
+    return p
+
+
+@contextmanager
+def _ggml_errors() -> Iterator[list[str]]:
+    """Collect ggml's error log lines during a call, to put ggml's reason into the exception."""
+    lines: list[str] = []
+
+    class _Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    handler = _Collect(logging.ERROR)
+    ggml_logger.addHandler(handler)
+    try:
+        yield lines
+    finally:
+        ggml_logger.removeHandler(handler)
+
+
+def _reason(lines: list[str]) -> str:
+    return f" (ggml: {'; '.join(s.strip() for s in lines)})" if lines else ""
+
+
+def _check_readable_file(p: str, fn: str) -> None:
+    if not os.path.exists(p):
+        raise GgufFileNotFoundError(f"{fn}: no such file: {p!r}")
+    if os.path.isdir(p):
+        raise GgufFileError(f"{fn}: {p!r} is a directory, not a GGUF file")
+    if not os.access(p, os.R_OK):
+        raise GgufFileError(f"{fn}: {p!r} is not readable (permission denied)")
+
+
+def gguf_init_empty() -> GgufContext:
+    """A new, empty GGUF context to fill with gguf_set_val_* and gguf_add_tensor."""
+    return GgufContext(lib.gguf_init_empty())
+
+
+def gguf_init_from_file(path: Any, no_alloc: bool = True) -> GgufContext:
+    """Read a GGUF file's header. With ``no_alloc=False`` the data is read too, into a ggml context
+    available as ``.ggml_ctx`` (find tensors with ``ggml_get_tensor(g.ggml_ctx, name)``)."""
+    fn = "gguf_init_from_file"
+    p = _fs_path(path, fn)
+    expect(isinstance(no_alloc, bool), f"{fn}: no_alloc must be a bool, got {no_alloc!r}", GgmlTypeError)
+    _check_readable_file(p, fn)
+    ctx_out = ffi.new("struct ggml_context **")
+    params = ffi.new("struct gguf_init_params *", {"no_alloc": no_alloc, "ctx": ffi.NULL if no_alloc else ctx_out})
+    with _ggml_errors() as lines:
+        ptr = lib.gguf_init_from_file(os.fsencode(p), params[0])
+    if ptr == ffi.NULL:
+        raise GgufFileError(f"{fn}: {p!r} is not a valid GGUF file{_reason(lines)}")
+    ggml_ctx = _FileDataContext(ctx_out[0]) if not no_alloc and ctx_out[0] != ffi.NULL else None
+    return GgufContext(ptr, path=p, ggml_ctx=ggml_ctx)
+
+
+def gguf_free(ctx: GgufContext) -> None:
+    """Free the GGUF context. As in C, the ggml context of a no_alloc=False load (``.ggml_ctx``) lives
+    on; free it with ggml_free (or let it be collected)."""
+    unwrap(ctx, GgufContext, "gguf_free(ctx)")
+    ctx.free()
+
+
+def _gctx(ctx: Any, fn: str) -> Any:
+    return unwrap(ctx, GgufContext, f"{fn}(ctx)")
+
+
+# ---------------------------------------------------------------- keys and values
+
+def gguf_get_n_kv(ctx: GgufContext) -> int:
+    return int(lib.gguf_get_n_kv(_gctx(ctx, "gguf_get_n_kv")))
+
+
+def _key_bytes(key: Any, fn: str) -> bytes:
+    expect(isinstance(key, str), f"{fn}: key must be a str, got {key!r}", GgmlTypeError)
+    expect(key != "" and "\0" not in key, f"{fn}: key must be a non-empty string without NUL characters, got {key!r}")
+    return key.encode()
+
+
+def gguf_find_key(ctx: GgufContext, key: str) -> int:
+    """The id of ``key``, or -1 if absent."""
+    return int(lib.gguf_find_key(_gctx(ctx, "gguf_find_key"), _key_bytes(key, "gguf_find_key")))
+
+
+def _key_id(ctx: GgufContext, key_id: Any, fn: str) -> tuple[Any, int]:
+    g = _gctx(ctx, fn)
+    if isinstance(key_id, str):
+        kid = int(lib.gguf_find_key(g, _key_bytes(key_id, fn)))
+        if kid < 0:
+            raise GgufKeyError(f"{fn}: no key {key_id!r} in this GGUF context")
+        return g, kid
+    n = int(lib.gguf_get_n_kv(g))
+    expect(isinstance(key_id, numbers.Integral) and not isinstance(key_id, bool) and 0 <= key_id < n,
+           f"{fn}: key_id must be an int in [0, {n}) or a key name, got {key_id!r}" if n else
+           f"{fn}: the GGUF context has no keys (asked for {key_id!r})")
+    return g, int(key_id)
+
+
+def gguf_get_key(ctx: GgufContext, key_id: int) -> str:
+    g, kid = _key_id(ctx, key_id, "gguf_get_key")
+    return ffi.string(lib.gguf_get_key(g, kid)).decode("utf-8", "replace")
+
+
+def gguf_get_kv_type(ctx: GgufContext, key_id: int | str) -> int:
+    g, kid = _key_id(ctx, key_id, "gguf_get_kv_type")
+    return int(lib.gguf_get_kv_type(g, kid))
+
+
+def gguf_get_val(ctx: GgufContext, key_id: int | str) -> Any:
+    """The value of a key (by id or name) as int, float, bool, str, or a list for arrays."""
+    fn = "gguf_get_val"
+    g, kid = _key_id(ctx, key_id, fn)
+    t = int(lib.gguf_get_kv_type(g, kid))
+    if t == GGUF_TYPE_STRING:
+        return ffi.string(lib.gguf_get_val_str(g, kid)).decode("utf-8", "replace")
+    if t in _GETTERS:
+        return _GETTERS[t](g, kid)
+    if t == GGUF_TYPE_ARRAY:
+        at, n = int(lib.gguf_get_arr_type(g, kid)), int(lib.gguf_get_arr_n(g, kid))
+        if at == GGUF_TYPE_STRING:
+            return [ffi.string(lib.gguf_get_arr_str(g, kid, i)).decode("utf-8", "replace") for i in range(n)]
+        if at in _GGUF_DTYPES:
+            dt = _GGUF_DTYPES[at]
+            if n == 0:
+                return []
+            raw = ffi.buffer(lib.gguf_get_arr_data(g, kid), n * dt.itemsize)
+            return np.frombuffer(raw, dtype=dt).tolist()
+        raise GgmlValueError(f"{fn}: key {gguf_get_key(ctx, kid)!r} is an array of {gguf_type_name(at)}, "
+                             "which ggmlpy cannot read")
+    raise GgmlValueError(f"{fn}: key id {kid} has the unsupported type {t}")
+
+
+def gguf_remove_key(ctx: GgufContext, key: str) -> int:
+    """Remove ``key``; returns its former id or -1 if it was absent."""
+    return int(lib.gguf_remove_key(_gctx(ctx, "gguf_remove_key"), _key_bytes(key, "gguf_remove_key")))
+
+
+def _check_alignment_key(g: Any, key: str, gtype: int, value: Any, fn: str) -> None:
+    if key != GGUF_KEY_GENERAL_ALIGNMENT:
+        return
+    # ggml aborts unless it is a u32 power of 2; it also lays out the data with the alignment the
+    # context was created with, so any other value would describe the file wrongly.
+    current = int(lib.gguf_get_alignment(g))
+    if gtype != GGUF_TYPE_UINT32 or value != current:
+        raise GgmlValueError(f"{fn}: {key!r} must be a u32 equal to the context's alignment ({current}); "
+                             f"got {value!r} as {gguf_type_name(gtype)}")
+
+
+def _set_scalar(ctx: GgufContext, key: str, value: Any, gtype: int, fn: str) -> None:
+    g = _gctx(ctx, fn)
+    kb = _key_bytes(key, fn)
+    if gtype in _INT_RANGES:
+        expect(isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)),
+               f"{fn}: value must be an int, got {value!r}", GgmlTypeError)
+        lo, hi = _INT_RANGES[gtype]
+        expect(lo <= int(value) < hi, f"{fn}: {value} is out of range for {gguf_type_name(gtype)} [{lo}, {hi - 1}]")
+        value = int(value)
+    elif gtype == GGUF_TYPE_BOOL:
+        expect(isinstance(value, (bool, np.bool_)), f"{fn}: value must be a bool, got {value!r}", GgmlTypeError)
+        value = bool(value)
+    else:
+        expect(isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)),
+               f"{fn}: value must be a number, got {value!r}", GgmlTypeError)
+        value = float(value)
+    _check_alignment_key(g, key, gtype, value, fn)
+    _SETTERS[gtype](g, kb, value)
+
+
+def gguf_set_val_str(ctx: GgufContext, key: str, value: str) -> None:
+    fn = "gguf_set_val_str"
+    g = _gctx(ctx, fn)
+    kb = _key_bytes(key, fn)
+    expect(isinstance(value, str), f"{fn}: value must be a str, got {value!r}", GgmlTypeError)
+    expect("\0" not in value, f"{fn}: strings cannot contain NUL characters")
+    _check_alignment_key(g, key, GGUF_TYPE_STRING, value, fn)
+    lib.gguf_set_val_str(g, kb, value.encode())
+
+
+def gguf_set_val_i32(ctx: GgufContext, key: str, value: int) -> None:
+    _set_scalar(ctx, key, value, GGUF_TYPE_INT32, "gguf_set_val_i32")
+
+
+def gguf_set_val_u32(ctx: GgufContext, key: str, value: int) -> None:
+    _set_scalar(ctx, key, value, GGUF_TYPE_UINT32, "gguf_set_val_u32")
+
+
+def gguf_set_val_i64(ctx: GgufContext, key: str, value: int) -> None:
+    _set_scalar(ctx, key, value, GGUF_TYPE_INT64, "gguf_set_val_i64")
+
+
+def gguf_set_val_f32(ctx: GgufContext, key: str, value: float) -> None:
+    _set_scalar(ctx, key, value, GGUF_TYPE_FLOAT32, "gguf_set_val_f32")
+
+
+def gguf_set_val_f64(ctx: GgufContext, key: str, value: float) -> None:
+    _set_scalar(ctx, key, value, GGUF_TYPE_FLOAT64, "gguf_set_val_f64")
+
+
+def gguf_set_val_bool(ctx: GgufContext, key: str, value: bool) -> None:
+    _set_scalar(ctx, key, value, GGUF_TYPE_BOOL, "gguf_set_val_bool")
+
+
+def _int_type(values: list[int]) -> int:
+    for t in (GGUF_TYPE_INT32, GGUF_TYPE_INT64, GGUF_TYPE_UINT64):
+        lo, hi = _INT_RANGES[t]
+        if all(lo <= v < hi for v in values):
+            return t
+    raise GgmlValueError(f"integers out of the 64-bit range: {values[:4]!r}")
+
+
+def _set_array(g: Any, key: str, kb: bytes, value: Any, fn: str) -> None:
+    arr = value if isinstance(value, np.ndarray) else None
+    items = list(value) if arr is None else None
+    if items is not None and items and all(isinstance(v, str) for v in items):
+        expect(all("\0" not in v for v in items), f"{fn}: strings cannot contain NUL characters")
+        _check_alignment_key(g, key, GGUF_TYPE_ARRAY, value, fn)
+        keep = [ffi.new("char[]", v.encode()) for v in items]
+        lib.gguf_set_arr_str(g, kb, ffi.new("const char *[]", keep), len(keep))
+        return
+    if items is not None:
+        if all(isinstance(v, (bool, np.bool_)) for v in items) and items:
+            arr = np.asarray(items, dtype=np.bool_)
+        elif all(isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)) for v in items):
+            ints = [int(v) for v in items]
+            arr = np.asarray(ints, dtype=_GGUF_DTYPES[_int_type(ints)])
+        elif all(isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) for v in items):
+            arr = np.asarray(items, dtype=np.float64)
+        else:
+            raise GgmlTypeError(f"{fn}: a list value must hold only str, only bool or only numbers; key {key!r}")
+    expect(arr.ndim == 1, f"{fn}: array values must be 1-D, key {key!r} has shape {arr.shape}")
+    gtype = _DTYPE_GGUF.get(arr.dtype)
+    if gtype is None:
+        raise GgmlTypeError(f"{fn}: arrays of dtype {arr.dtype} cannot be stored (key {key!r})")
+    arr = np.ascontiguousarray(arr, dtype=_GGUF_DTYPES[gtype])
+    _check_alignment_key(g, key, GGUF_TYPE_ARRAY, value, fn)
+    lib.gguf_set_arr_data(g, kb, gtype, ffi.from_buffer(arr) if arr.size else ffi.NULL, arr.size)
+
+
+def gguf_set_val(ctx: GgufContext, key: str, value: Any) -> None:
+    """Set ``key`` with the GGUF type that fits ``value``: bool, str, int (i32, else i64, else u64),
+    float (f64), numpy scalars by their dtype, 1-D lists/tuples/arrays as GGUF arrays."""
+    fn = "gguf_set_val"
+    g = _gctx(ctx, fn)
+    kb = _key_bytes(key, fn)
+    if isinstance(value, (bool, np.bool_)):
+        return gguf_set_val_bool(ctx, key, value)
+    if isinstance(value, str):
+        return gguf_set_val_str(ctx, key, value)
+    if isinstance(value, np.generic) and value.dtype in _DTYPE_GGUF:
+        return _set_scalar(ctx, key, value.item(), _DTYPE_GGUF[value.dtype], fn)
+    if isinstance(value, numbers.Integral):
+        t = GGUF_TYPE_UINT32 if key == GGUF_KEY_GENERAL_ALIGNMENT else _int_type([int(value)])
+        return _set_scalar(ctx, key, value, t, fn)
+    if isinstance(value, numbers.Real):
+        return _set_scalar(ctx, key, value, GGUF_TYPE_FLOAT64, fn)
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return _set_array(g, key, kb, value, fn)
+    raise GgmlTypeError(f"{fn}: cannot store a {type(value).__name__} under {key!r} "
+                        "(use bool, int, float, str, or a list of one of them)")
+
+
+# ---------------------------------------------------------------- tensors
+
+def gguf_get_n_tensors(ctx: GgufContext) -> int:
+    return int(lib.gguf_get_n_tensors(_gctx(ctx, "gguf_get_n_tensors")))
+
+
+def gguf_find_tensor(ctx: GgufContext, name: str) -> int:
+    """The id of the tensor called ``name``, or -1 if absent."""
+    g = _gctx(ctx, "gguf_find_tensor")
+    expect(isinstance(name, str), f"gguf_find_tensor: name must be a str, got {name!r}", GgmlTypeError)
+    return int(lib.gguf_find_tensor(g, name.encode()))
+
+
+def _tensor_id(ctx: GgufContext, tensor_id: Any, fn: str) -> tuple[Any, int]:
+    g = _gctx(ctx, fn)
+    n = int(lib.gguf_get_n_tensors(g))
+    expect(isinstance(tensor_id, numbers.Integral) and not isinstance(tensor_id, bool) and 0 <= tensor_id < n,
+           f"{fn}: tensor_id must be an int in [0, {n}), got {tensor_id!r}" if n else
+           f"{fn}: the GGUF context has no tensors (asked for {tensor_id!r})")
+    return g, int(tensor_id)
+
+
+def gguf_get_tensor_name(ctx: GgufContext, tensor_id: int) -> str:
+    g, i = _tensor_id(ctx, tensor_id, "gguf_get_tensor_name")
+    return ffi.string(lib.gguf_get_tensor_name(g, i)).decode("utf-8", "replace")
+
+
+def gguf_get_tensor_type(ctx: GgufContext, tensor_id: int) -> int:
+    g, i = _tensor_id(ctx, tensor_id, "gguf_get_tensor_type")
+    return int(lib.gguf_get_tensor_type(g, i))
+
+
+def gguf_get_tensor_shape(ctx: GgufContext, tensor_id: int) -> tuple[int, int, int, int]:
+    """``(ne0, ne1, ne2, ne3)`` of a tensor, like ggml_tensor_shape."""
+    g, i = _tensor_id(ctx, tensor_id, "gguf_get_tensor_shape")
+    ne = lib.gguf_get_tensor_ne(g, i)
+    return (int(ne[0]), int(ne[1]), int(ne[2]), int(ne[3]))
+
+
+def gguf_get_tensor_size(ctx: GgufContext, tensor_id: int) -> int:
+    g, i = _tensor_id(ctx, tensor_id, "gguf_get_tensor_size")
+    return int(lib.gguf_get_tensor_size(g, i))
+
+
+def _check_has_data(tensor: Tensor, fn: str) -> Any:
+    """The tensor's pointer, if it is contiguous and has memory its bytes can be read from or written to."""
+    t = tensor.ptr
+    label = f"tensor '{tensor.name}'" if tensor.name else "an unnamed tensor"
+    if not lib.ggml_is_contiguous(t):
+        raise GgmlValueError(f"{fn}: {label} is a strided view; GGUF stores contiguous tensors only "
+                             "(apply ggml_cont, or use the tensor it views)")
+    try:
+        storage = _storage(t)
+    except GgmlStateError as exc:
+        raise GgmlStateError(f"{fn}: {label}: {exc}") from None
+    if storage == "backend" and t.buffer == ffi.NULL:
+        raise GgmlStateError(f"{fn}: {label} is a view whose buffer is not set (allocate it with the context)")
+    return t
+
+
+def gguf_add_tensor(ctx: GgufContext, tensor: Tensor) -> None:
+    """Add a named, contiguous, allocated tensor; its data is read by gguf_write_to_file."""
+    fn = "gguf_add_tensor"
+    g = _gctx(ctx, fn)
+    tensor = as_tensor(tensor, f"{fn}(tensor)")
+    name = tensor.name
+    expect(name != "", f"{fn}: the tensor has no name; GGUF finds tensors by name (use ggml_set_name first)")
+    if lib.gguf_find_tensor(g, name.encode()) != -1:
+        raise GgmlValueError(f"{fn}: duplicate tensor name '{name}': the GGUF context already has a tensor "
+                             "of that name")
+    t = _check_has_data(tensor, fn)
+    lib.gguf_add_tensor(g, t)
+    ctx._sources.append((tensor, _addr(t.data), _addr(t.buffer)))
+
+
+def gguf_write_to_file(ctx: GgufContext, path: Any, only_meta: bool = False) -> None:
+    """Write the context to ``path``: metadata, tensor infos and (unless ``only_meta``) the tensors' data."""
+    fn = "gguf_write_to_file"
+    g = _gctx(ctx, fn)
+    p = _fs_path(path, fn)
+    expect(isinstance(only_meta, bool), f"{fn}: only_meta must be a bool, got {only_meta!r}", GgmlTypeError)
+    if not only_meta:
+        for i, src in enumerate(ctx._sources):
+            name = ffi.string(lib.gguf_get_tensor_name(g, i)).decode("utf-8", "replace")
+            if src is None:
+                raise GgmlStateError(f"{fn}: tensor '{name}' was read from a file without its data; write with "
+                                     "only_meta=True, or add tensors that hold data to a new context")
+            tensor, data, buffer = src
+            if not tensor.owner.alive:
+                raise GgmlStateError(f"{fn}: tensor '{name}' belongs to a {tensor.owner.kind} that has been freed")
+            t = tensor.ptr
+            if t.data == ffi.NULL or _addr(t.data) != data or _addr(t.buffer) != buffer:
+                raise GgmlStateError(f"{fn}: the memory of tensor '{name}' was freed or moved after gguf_add_tensor; "
+                                     "add it to a new GGUF context")
+    with _ggml_errors() as lines:
+        ok = lib.gguf_write_to_file(g, os.fsencode(p), only_meta)
+    if not ok:
+        raise GgufFileError(f"{fn}: could not write {p!r}{_reason(lines)}")
+
+
+# ---------------------------------------------------------------- weights files
+
+def _named_tensors(tensors: Any, fn: str) -> list[tuple[str, Tensor]]:
+    """(name, tensor) pairs from a list of named tensors or a dict name -> tensor."""
+    pairs: list[tuple[str, Tensor]] = []
+    if isinstance(tensors, dict):
+        for key, tensor in tensors.items():
+            tensor = as_tensor(tensor, f"{fn}(tensors[{key!r}])")
+            expect(isinstance(key, str) and key != "", f"{fn}: dict keys must be non-empty names, got {key!r}",
+                   GgmlTypeError)
+            if tensor.name == "":
+                ggml_set_name(tensor, key)
+            elif tensor.name != key:
+                raise GgmlValueError(f"{fn}: tensors[{key!r}] is already named '{tensor.name}'; "
+                                     "use its name as the key or rename it with ggml_set_name")
+            pairs.append((key, tensor))
+    elif isinstance(tensors, (list, tuple)):
+        for i, tensor in enumerate(tensors):
+            tensor = as_tensor(tensor, f"{fn}(tensors[{i}])")
+            expect(tensor.name != "", f"{fn}: tensors[{i}] {list(tensor.shape)} has no name; name it with "
+                                      "ggml_set_name or pass a dict name -> tensor")
+            pairs.append((tensor.name, tensor))
+    else:
+        raise GgmlTypeError(f"{fn}: tensors must be a list of Tensors or a dict name -> Tensor, "
+                            f"got {type(tensors).__name__}")
+    seen: set[str] = set()
+    for name, _ in pairs:
+        expect(name not in seen, f"{fn}: two tensors are named '{name}'; names must be unique")
+        seen.add(name)
+    return pairs
+
+
+def ggml_save_weights_gguf(path: Any, tensors: Any, metadata: dict | None = None) -> None:
+    """Save tensors (a list of named Tensors, or a dict name -> Tensor) from any backend buffer
+    to a GGUF file, with optional metadata (key -> bool/int/float/str or a list of them)."""
+    fn = "ggml_save_weights_gguf"
+    p = _fs_path(path, fn)
+    pairs = _named_tensors(tensors, fn)
+    expect(metadata is None or isinstance(metadata, dict),
+           f"{fn}: metadata must be a dict or None, got {type(metadata).__name__}", GgmlTypeError)
+    with gguf_init_empty() as g:
+        for key, value in (metadata or {}).items():
+            gguf_set_val(g, key, value)
+        for _, tensor in pairs:
+            gguf_add_tensor(g, tensor)
+        gguf_write_to_file(g, p)
+
+
+def _metadata(g: GgufContext) -> dict:
+    return {gguf_get_key(g, i): gguf_get_val(g, i) for i in range(gguf_get_n_kv(g))}
+
+
+def _read_bytes(f: Any, offset: int, nbytes: int, name: str, path: str, fn: str) -> np.ndarray:
+    buf = np.empty(nbytes, dtype=np.uint8)
+    f.seek(offset)
+    if f.readinto(memoryview(buf)) != nbytes:
+        raise GgufFileError(f"{fn}: {path!r} is truncated: the data of tensor '{name}' is incomplete")
+    return buf
+
+
+def ggml_load_weights_gguf(path: Any, tensors: Any) -> dict:
+    """Fill tensors (list of named Tensors, or dict name -> Tensor) with the data of the same-named
+    tensors of a GGUF file; types and shapes must match. Returns the file's metadata."""
+    fn = "ggml_load_weights_gguf"
+    p = _fs_path(path, fn)
+    pairs = _named_tensors(tensors, fn)
+    for _, tensor in pairs:
+        _check_has_data(tensor, fn)
+    with gguf_init_from_file(p, no_alloc=True) as g:
+        base = int(lib.gguf_get_data_offset(g.ptr))
+        plan = []
+        for name, tensor in pairs:
+            i = gguf_find_tensor(g, name)
+            if i < 0:
+                have = [gguf_get_tensor_name(g, j) for j in range(gguf_get_n_tensors(g))]
+                raise GgufKeyError(f"{fn}: tensor '{name}' is not in {p!r} (it has: {have})")
+            ftype, fshape = gguf_get_tensor_type(g, i), gguf_get_tensor_shape(g, i)
+            if ftype != tensor.type:
+                raise GgmlValueError(f"{fn}: tensor '{name}' is {type_name(tensor.type)} but the file holds "
+                                     f"{type_name(ftype)}")
+            if fshape != tensor.shape:
+                raise GgmlValueError(f"{fn}: tensor '{name}' has shape {list(tensor.shape)} but the file holds "
+                                     f"{list(fshape)}")
+            plan.append((name, tensor, base + int(lib.gguf_get_tensor_offset(g.ptr, i)), gguf_get_tensor_size(g, i)))
+        size = os.path.getsize(p)
+        for name, _, offset, nbytes in plan:
+            if offset + nbytes > size:
+                raise GgufFileError(f"{fn}: {p!r} is truncated: the data of tensor '{name}' is incomplete")
+        with open(p, "rb") as f:
+            for name, tensor, offset, nbytes in plan:
+                write_array(tensor.ptr, _read_bytes(f, offset, nbytes, name, p, fn))
+        return _metadata(g)
+
+
+def _ggml_layout(flat: np.ndarray, shape: tuple[int, int, int, int]) -> np.ndarray:
+    dims = list(reversed(shape))
+    while len(dims) > 1 and dims[0] == 1:
+        dims.pop(0)
+    return flat.reshape(dims)
+
+
+def gguf_read(path: Any, raw: bool = False) -> tuple[dict, dict]:
+    """``(tensors, metadata)`` of a GGUF file: tensors as numpy arrays in ggml layout, shape
+    ``(ne3, ne2, ne1, ne0)`` with leading 1-axes dropped (BF16 widened to float32). Types numpy
+    cannot hold (quantized) raise unless ``raw=True``, which returns every tensor's bytes (uint8)."""
+    fn = "gguf_read"
+    p = _fs_path(path, fn)
+    with gguf_init_from_file(p, no_alloc=True) as g:
+        base = int(lib.gguf_get_data_offset(g.ptr))
+        out: dict[str, np.ndarray] = {}
+        with open(p, "rb") as f:
+            for i in range(gguf_get_n_tensors(g)):
+                name, t, shape = gguf_get_tensor_name(g, i), gguf_get_tensor_type(g, i), gguf_get_tensor_shape(g, i)
+                buf = _read_bytes(f, base + int(lib.gguf_get_tensor_offset(g.ptr, i)), gguf_get_tensor_size(g, i),
+                                  name, p, fn)
+                if raw:
+                    out[name] = buf
+                elif t in NUMPY_DTYPES:
+                    out[name] = _ggml_layout(buf.view(NUMPY_DTYPES[t]), shape)
+                elif t == lib.GGML_TYPE_BF16:
+                    out[name] = _ggml_layout((buf.view(np.uint16).astype(np.uint32) << 16).view(np.float32), shape)
+                else:
+                    raise GgmlTypeError(f"{fn}: tensor '{name}' is {type_name(t)}, which numpy cannot hold; "
+                                        "use gguf_read(path, raw=True) for its bytes")
+        return out, _metadata(g)
