@@ -338,4 +338,6 @@ def ggml_backend_alloc_ctx_tensors(ctx, backend: Backend) -> Buffer | None:
         if any(t.data == ffi.NULL and t.view_src == ffi.NULL for t in ctx._iter_tensor_ptrs()):
             raise GgmlStateError(f"could not allocate the context's tensors on {backend.name} (out of memory?)")
         return None
-    return Buffer(ptr, ctx=ctx, backend=backend)
+    buffer = Buffer(ptr, ctx=ctx, backend=backend)
+    ctx._buffers.append(buffer)  # the tensors need it: it lives until freed explicitly or with the context
+    return buffer

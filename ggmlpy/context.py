@@ -42,6 +42,7 @@ class Context(Handle):
         super().__init__(lib.ggml_init(params[0]), lib.ggml_free)
         self.mem_size = mem_size
         self.no_alloc = no_alloc
+        self._buffers: list = []  # buffers holding this context's tensors (ggml_backend_alloc_ctx_tensors)
 
     def _describe(self) -> str:
         return f" {self.mem_size} bytes{' no_alloc' if self.no_alloc else ''}"
