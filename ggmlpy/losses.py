@@ -108,9 +108,11 @@ def _head_value(ctx: Context, head: Head) -> Tensor:
     if t == LOSS_SUM:
         return ops.ggml_sum(ctx, out)
     if t == LOSS_BINARY_CROSS_ENTROPY:
-        # p is squeezed into [eps, 1 - eps] so log never sees 0: p' = p (1 - 2 eps) + eps.
+        # p is squeezed into [eps, 1 - eps] so log never sees 0: p' = p (1 - 2 eps) + eps, and
+        # 1 - p' = (1 - p) (1 - 2 eps) + eps. 1 - p is exact in float32 for p >= 0.5, so q keeps eps near
+        # p = 1 (1 - eps itself is not representable in float32: -(1 - 2 eps) p + (1 - eps) gave 6e-8).
         p = ops.ggml_scale_bias(ctx, out, 1.0 - 2.0 * BCE_EPS, BCE_EPS)
-        q = ops.ggml_scale_bias(ctx, out, -(1.0 - 2.0 * BCE_EPS), 1.0 - BCE_EPS)
+        q = ops.ggml_scale_bias(ctx, ops.ggml_scale_bias(ctx, out, -1.0, 1.0), 1.0 - 2.0 * BCE_EPS, BCE_EPS)
         not_y = ops.ggml_scale_bias(ctx, y, -1.0, 1.0)
         ll = ops.ggml_add(ctx, ops.ggml_mul(ctx, ops.ggml_log(ctx, p), y),
                           ops.ggml_mul(ctx, ops.ggml_log(ctx, q), not_y))
