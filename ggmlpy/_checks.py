@@ -160,27 +160,54 @@ def _op_label(p: Any) -> str:
 
 
 def check_backward_graph(graph: Graph) -> None:
-    """Refuse graphs whose backward pass ggml cannot build (it would abort), naming the op."""
+    """Refuse graphs whose backward pass ggml cannot build (it would abort), naming the op.
+
+    Mirrors ggml_build_backward_expand: I32 nodes never need a gradient, and only nodes between
+    a parameter and the loss get one (side outputs such as an argmax are fine).
+    """
     g = graph.ptr
     nodes = [lib.ggml_graph_node(g, i) for i in range(lib.ggml_graph_n_nodes(g))]
     flags_param, flags_loss = int(lib.GGML_TENSOR_FLAG_PARAM), int(lib.GGML_TENSOR_FLAG_LOSS)
     if not any(n.flags & flags_loss for n in nodes):
         raise GgmlValueError("the graph has no loss: mark a scalar F32 tensor with ggml_set_loss")
+    if not any(n.flags & flags_param for n in nodes):
+        raise GgmlValueError("the graph has no trainable tensor: mark parameters with ggml_set_param")
     needs_grad: set[int] = set()
     for n in nodes:  # nodes are in topological order
-        if n.flags & flags_param:
+        if n.type == lib.GGML_TYPE_I32:
+            continue
+        if n.flags & flags_param or any(s != ffi.NULL and _ptr_key(s) in needs_grad for s in n.src):
             needs_grad.add(_ptr_key(n))
+    # the nodes that receive a gradient: those needing one that the loss depends on
+    gets_grad: set[int] = set()
+    stack = [n for n in nodes if n.flags & flags_loss and _ptr_key(n) in needs_grad]
+    while stack:
+        t = stack.pop()
+        key = _ptr_key(t)
+        if key in gets_grad:
             continue
-        srcs = [s for s in n.src if s != ffi.NULL]
-        if not any(_ptr_key(s) in needs_grad for s in srcs):
+        gets_grad.add(key)
+        stack.extend(s for s in t.src if s != ffi.NULL and _ptr_key(s) in needs_grad)
+    for i, n in enumerate(nodes):
+        if _ptr_key(n) not in gets_grad or n.flags & flags_param:
             continue
-        needs_grad.add(_ptr_key(n))
-        check_node_backward(n)
-    if not needs_grad:
-        raise GgmlValueError("the graph has no trainable tensor: mark parameters with ggml_set_param")
+        check_node_backward(n, needs_grad)
+        src = n.src[0]
+        if _op_label(n) == "MEAN" and lib.ggml_nelements(n) > 1 and _ptr_key(src) in gets_grad:
+            # ggml adds MEAN's gradient with ADD1 (scalar only) when the input already has one,
+            # i.e. when a later node also passes a gradient to it: that build aborts.
+            later = [m for m in nodes[i + 1:] if _ptr_key(m) in gets_grad
+                     and any(s != ffi.NULL and _ptr_key(s) == _ptr_key(src) for s in m.src)]
+            if later:
+                name = ffi.string(n.name).decode() or "?"
+                raise GgmlValueError(f"ggml cannot build the backward pass of MEAN (tensor '{name}') when its input "
+                                     f"is also used by {_op_label(later[0])}; use ggml_scale(ggml_sum_rows(x), 1/n) "
+                                     "instead of ggml_mean")
 
 
-def check_node_backward(n: Any) -> None:
+def check_node_backward(n: Any, needs_grad: set[int] | None = None) -> None:
+    """Raise if ggml has no backward pass for node ``n``. ``needs_grad`` (keys of the tensors that
+    need a gradient) refines the SUB/DIV rule; without it every broadcast SUB/DIV is refused."""
     label = _op_label(n)
     op = ffi.string(lib.ggml_op_name(n.op)).decode()
     supported = label in _BACKWARD_UNARY if op == "UNARY" else op in _BACKWARD_OPS
@@ -191,7 +218,7 @@ def check_node_backward(n: Any) -> None:
                              f"trainable parameter; {hint}")
     if op in ("SUB", "DIV"):
         a, b = n.src[0], n.src[1]
-        if tuple(a.ne) != tuple(b.ne):
+        if tuple(a.ne) != tuple(b.ne) and (needs_grad is None or _ptr_key(b) in needs_grad):
             raise GgmlValueError(f"{op} with a broadcast second operand has no backward pass in ggml; make the "
                                  "shapes equal with ggml_repeat(ctx, b, a) first")
     if op == "MUL_MAT" and n.src[0].type != GGML_TYPE_F32 and n.src[0].flags & int(lib.GGML_TENSOR_FLAG_PARAM):

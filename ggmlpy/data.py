@@ -83,7 +83,8 @@ def ggml_backend_tensor_get_data(tensor: Tensor, offset: int = 0, n_elements: in
         raise GgmlValueError(f"ggml_backend_tensor_get_data: tensor '{tensor.name}' holds {n} elements; cannot read "
                              f"{count!r} from offset {offset!r}")
     if not lib.ggml_is_contiguous(t):
-        raise GgmlValueError("cannot read a strided view directly; apply ggml_cont in the graph")
+        # a strided view (e.g. the gradient of a transposed parameter): read its span of the viewed tensor
+        return _read_strided(t, dtype)[offset:offset + count].copy()
     out = np.empty(count, dtype=dtype)
     if count:
         if _storage(t) == "backend":
@@ -91,6 +92,27 @@ def ggml_backend_tensor_get_data(tensor: Tensor, offset: int = 0, n_elements: in
         else:
             ffi.memmove(ffi.from_buffer(out), ffi.cast("char *", t.data) + offset * dtype.itemsize, out.nbytes)
     return out
+
+
+def _read_strided(t: Any, dtype: np.dtype) -> np.ndarray:
+    """All elements of a non-contiguous view, in ggml order."""
+    src = t.view_src
+    if src == ffi.NULL:
+        raise GgmlValueError("cannot read a strided tensor that is not a view; apply ggml_cont in the graph")
+    _storage(t)  # raises if unallocated
+    ne = [int(t.ne[i]) for i in range(4)]
+    nb = [int(t.nb[i]) for i in range(4)]
+    span = sum((n - 1) * b for n, b in zip(ne, nb)) + dtype.itemsize
+    start = int(t.view_offs)
+    if start + span > int(lib.ggml_nbytes(src)):
+        raise GgmlValueError("the view reaches beyond the tensor it views")
+    raw = np.empty(span, dtype=np.uint8)
+    if _storage(src) == "backend":
+        lib.ggml_backend_tensor_get(src, ffi.from_buffer(raw), start, span)
+    else:
+        ffi.memmove(ffi.from_buffer(raw), ffi.cast("char *", src.data) + start, span)
+    view = np.ndarray(tuple(reversed(ne)), dtype=dtype, buffer=raw, strides=tuple(reversed(nb)))
+    return np.ascontiguousarray(view).reshape(-1)
 
 
 def ggml_tensor_to_numpy(tensor: Tensor) -> np.ndarray:
