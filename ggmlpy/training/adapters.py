@@ -39,13 +39,16 @@ class Source:
                                 f"an iterable of batches or an iterator, got {type(obj).__name__}")
         self._iter: Iterator | None = obj if self.kind == ITERATOR else None
         self._exhausted = False
+        self._fresh = False   # the current iterator was taken for this epoch
+        self._served = 0      # batches served in this epoch
 
     def start_epoch(self) -> None:
+        self._served, self._fresh = 0, False
         if self.kind == GENERATOR_FUNCTION:
             self._close()
-            self._iter, self._exhausted = iter(self.obj()), False
+            self._iter, self._exhausted, self._fresh = iter(self.obj()), False, True
         elif self.kind == REITERABLE and (self._iter is None or self._exhausted):
-            self._iter, self._exhausted = iter(self.obj), False
+            self._iter, self._exhausted, self._fresh = iter(self.obj), False, True
 
     def next_batch(self) -> Any:
         """The next batch of this epoch, or None when the source ends it."""
@@ -54,10 +57,16 @@ class Source:
         if self._exhausted:
             return None
         try:
-            return next(self._iter)  # type: ignore[arg-type]
+            batch = next(self._iter)  # type: ignore[arg-type]
         except StopIteration:
             self._exhausted = True
+            if self.kind == REITERABLE and self._served == 0 and not self._fresh:
+                # steps_per_epoch used up the last pass exactly: a re-iterable starts a new pass
+                self.start_epoch()
+                return self.next_batch()
             return None
+        self._served += 1
+        return batch
 
     def _close(self) -> None:
         close = getattr(self._iter, "close", None)

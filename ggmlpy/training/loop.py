@@ -174,9 +174,8 @@ def fit_loop(trainer: Trainer, train_feed: Feed, val_feed: Feed | None, *, epoch
         if state.stop:
             break
     history = pd.DataFrame(rows, columns=columns)
-    history["epoch"] = history["epoch"].astype(int)
-    if stream:
-        history["steps"] = history["steps"].astype(int)
+    for c in columns:  # explicit dtypes, also for a zero-row history (pandas would make them object)
+        history[c] = history[c].astype(int if c in ("epoch", "steps") else float)
     if head_names is not None:
         for key, attr in (("loss", "head_loss"), ("accuracy", "head_accuracy"), ("val_loss", "val_head_loss"),
                           ("val_accuracy", "val_head_accuracy")):
