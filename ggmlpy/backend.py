@@ -235,7 +235,8 @@ def ggml_backend_init_auto(backend: str = "auto") -> Backend:
 
 
 def ggml_backend_free(backend: Backend) -> None:
-    unwrap(backend, Backend, "ggml_backend_free(backend)")
+    if not isinstance(backend, Backend):  # not unwrap: freeing twice is allowed
+        unwrap(backend, Backend, "ggml_backend_free(backend)")
     backend.free()
 
 

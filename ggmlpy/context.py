@@ -169,7 +169,8 @@ def ggml_init(mem_size: int = 16 * 1024 * 1024, no_alloc: bool = False) -> Conte
 
 
 def ggml_free(ctx: Context) -> None:
-    unwrap(ctx, Context, "ggml_free(ctx)")
+    if not isinstance(ctx, Context):  # not unwrap: freeing twice is allowed
+        raise_type("ggml_free(ctx)", Context.kind, ctx)
     ctx.free()
 
 

@@ -34,8 +34,13 @@ class Scheduler(Handle):
         self._opt_users: weakref.WeakSet = weakref.WeakSet()  # static opt contexts built on it (at most one)
 
     def free(self) -> None:
+        if self._ptr is None:
+            return
         super().free()
-        for b in self._owned:
+        # The owned backends are this scheduler's parents: freeing one frees its children (this
+        # scheduler) first, so clear the list before, or the two would free each other forever.
+        owned, self._owned = self._owned, []
+        for b in owned:
             b.free()
 
     def _describe(self) -> str:
@@ -74,7 +79,8 @@ def _sched(sched: Scheduler, fn: str):
 
 
 def ggml_backend_sched_free(sched: Scheduler) -> None:
-    _sched(sched, "ggml_backend_sched_free")
+    if not isinstance(sched, Scheduler):  # not unwrap: freeing twice is allowed
+        _sched(sched, "ggml_backend_sched_free")
     sched.free()
 
 

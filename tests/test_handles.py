@@ -1,0 +1,262 @@
+"""Handle lifetimes: idempotent free, use after free raises RuntimeError, `with` blocks, parents
+kept alive, and the scheduler's CPU-last rule."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import ggmlpy as G
+
+
+def _small_ctx(no_alloc=True):
+    return G.ggml_init(16 * G.ggml_tensor_overhead() + G.ggml_graph_overhead(32) + 4096, no_alloc=no_alloc)
+
+
+# ---------------------------------------------------------------- free is idempotent
+
+def test_free_functions_are_idempotent():
+    ctx = _small_ctx()
+    G.ggml_free(ctx)
+    G.ggml_free(ctx)          # a second free is a no-op
+    ctx.free()
+    assert not ctx.alive
+
+    b = G.ggml_backend_cpu_init()
+    s = G.ggml_backend_sched_new([b], parallel=False, graph_size=32)
+    G.ggml_backend_sched_free(s)
+    G.ggml_backend_sched_free(s)
+    G.ggml_backend_free(b)
+    G.ggml_backend_free(b)
+    b.free()
+    assert not b.alive and not s.alive
+
+
+def test_buffer_free_is_idempotent(backend):
+    ctx = _small_ctx()
+    G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 8)
+    buf = G.ggml_backend_alloc_ctx_tensors(ctx, backend)
+    G.ggml_backend_buffer_free(buf)
+    G.ggml_backend_buffer_free(buf)
+    buf.free()
+    ctx.free()
+
+
+def test_free_functions_still_check_the_kind():
+    with pytest.raises(TypeError):
+        G.ggml_free("not a context")
+    with pytest.raises(TypeError):
+        G.ggml_backend_free(_small_ctx())
+
+
+def test_finalizer_frees_what_the_user_forgot():
+    ctx = _small_ctx()
+    finalizer = ctx._finalizer
+    assert finalizer.alive
+    del ctx
+    gc.collect()
+    assert not finalizer.alive
+
+
+# ---------------------------------------------------------------- use after free
+
+def test_tensor_of_a_freed_context_raises():
+    ctx = _small_ctx(no_alloc=False)
+    t = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, 2)
+    G.ggml_backend_tensor_set_data(t, np.ones(6))
+    g = G.ggml_new_graph_custom(ctx, 32)
+    ctx.free()
+    for call in (lambda: G.ggml_tensor_shape(t), lambda: G.ggml_backend_tensor_get_data(t),
+                 lambda: G.ggml_backend_tensor_set_data(t, np.ones(6)), lambda: G.ggml_nelements(t),
+                 lambda: G.ggml_set_param(t), lambda: G.ggml_build_forward_expand(g, t),
+                 lambda: G.ggml_graph_n_nodes(g), lambda: G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 1)):
+        with pytest.raises(RuntimeError, match="freed"):
+            call()
+    assert "freed" in repr(t)
+
+
+def test_op_with_a_tensor_of_a_freed_context_raises():
+    old, new = _small_ctx(no_alloc=False), _small_ctx()
+    t = G.ggml_new_tensor_1d(old, G.GGML_TYPE_F32, 4)
+    old.free()
+    with pytest.raises(RuntimeError, match="freed"):
+        G.ggml_relu(new, t)
+    with pytest.raises(RuntimeError, match="freed"):
+        G.ggml_add(new, G.ggml_new_tensor_1d(new, G.GGML_TYPE_F32, 4), t)
+    new.free()
+
+
+def test_freed_backend_raises():
+    b = G.ggml_backend_cpu_init()
+    b.free()
+    for call in (lambda: G.ggml_backend_name(b), lambda: G.ggml_backend_is_cpu(b),
+                 lambda: G.ggml_backend_cpu_set_n_threads(b, 1), lambda: G.ggml_backend_synchronize(b),
+                 lambda: G.ggml_backend_sched_new([b]), lambda: G.ggml_backend_alloc_ctx_tensors(_small_ctx(), b)):
+        with pytest.raises(RuntimeError, match="freed"):
+            call()
+    assert "freed" in repr(b)
+
+
+def test_scheduler_after_its_backend_was_freed_raises():
+    b = G.ggml_backend_cpu_init()
+    s = G.ggml_backend_sched_new([b], parallel=False, graph_size=32)
+    ctx = _small_ctx()
+    x = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 4)
+    g = G.ggml_new_graph_custom(ctx, 32)
+    G.ggml_build_forward_expand(g, G.ggml_relu(ctx, x))
+    b.free()
+    for call in (lambda: G.ggml_backend_sched_alloc_graph(s, g), lambda: G.ggml_backend_sched_graph_compute(s, g),
+                 lambda: G.ggml_backend_sched_reset(s), lambda: G.ggml_backend_sched_get_n_backends(s),
+                 lambda: G.ggml_backend_sched_reserve(s, g)):
+        with pytest.raises(RuntimeError, match="freed"):
+            call()
+    ctx.free()
+
+
+def test_buffer_freed_then_tensor_data_raises(backend):
+    ctx = _small_ctx()
+    t = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 4)
+    buf = G.ggml_backend_alloc_ctx_tensors(ctx, backend)
+    G.ggml_backend_tensor_set_data(t, [1, 2, 3, 4])
+    buf.free()
+    with pytest.raises(RuntimeError):
+        G.ggml_backend_tensor_set_data(t, [1, 2, 3, 4])
+    with pytest.raises(RuntimeError):
+        G.ggml_backend_tensor_get_data(t)
+    with pytest.raises(RuntimeError, match="freed"):
+        G.ggml_backend_buffer_get_size(buf)
+    # the context itself is still usable: allocate its tensors again
+    buf2 = G.ggml_backend_alloc_ctx_tensors(ctx, backend)
+    G.ggml_backend_tensor_set_data(t, [5, 6, 7, 8])
+    np.testing.assert_array_equal(G.ggml_backend_tensor_get_data(t), [5, 6, 7, 8])
+    buf2.free()
+    ctx.free()
+
+
+def test_freeing_a_backend_frees_its_buffers_and_detaches_tensors():
+    b = G.ggml_backend_cpu_init()
+    ctx = _small_ctx()
+    t = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 4)
+    buf = G.ggml_backend_alloc_ctx_tensors(ctx, b)
+    G.ggml_backend_tensor_set_data(t, [1, 2, 3, 4])
+    b.free()
+    assert not buf.alive
+    with pytest.raises(RuntimeError):
+        G.ggml_backend_tensor_get_data(t)
+    ctx.free()
+
+
+# ---------------------------------------------------------------- parents are kept alive
+
+def test_tensor_keeps_its_context_alive():
+    def make():
+        ctx = _small_ctx(no_alloc=False)
+        t = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 3)
+        G.ggml_backend_tensor_set_data(t, [1, 2, 3])
+        return t                      # the only reference to the context is the tensor's
+    t = make()
+    gc.collect()
+    np.testing.assert_array_equal(G.ggml_backend_tensor_get_data(t), [1, 2, 3])
+
+
+def test_buffer_lives_as_long_as_its_context():
+    b = G.ggml_backend_cpu_init()
+
+    def make():
+        ctx = _small_ctx()
+        t = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 3)
+        G.ggml_backend_alloc_ctx_tensors(ctx, b)      # the buffer is not kept by the caller
+        return t
+    t = make()
+    gc.collect()
+    G.ggml_backend_tensor_set_data(t, [4, 5, 6])
+    np.testing.assert_array_equal(G.ggml_backend_tensor_get_data(t), [4, 5, 6])
+    b.free()
+
+
+# ---------------------------------------------------------------- with blocks
+
+def test_with_blocks_free_on_exit():
+    with G.ggml_init(1 << 20) as ctx, G.ggml_backend_cpu_init() as b:
+        with G.ggml_backend_sched_new([b], parallel=False, graph_size=16) as s:
+            assert s.alive and b.alive and ctx.alive
+            t = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 2)
+        assert not s.alive and b.alive
+    assert not ctx.alive and not b.alive
+    with pytest.raises(RuntimeError):
+        G.ggml_tensor_shape(t)
+
+
+def test_with_block_frees_on_exception():
+    with pytest.raises(KeyError):
+        with G.ggml_init(1 << 20) as ctx:
+            raise KeyError("boom")
+    assert not ctx.alive
+
+
+# ---------------------------------------------------------------- scheduler: CPU last
+
+def test_scheduler_with_only_cpu_does_not_duplicate_it(backend):
+    s = G.ggml_backend_sched_new([backend], parallel=False, graph_size=16)
+    assert G.ggml_backend_sched_get_n_backends(s) == 1
+    assert G.ggml_backend_sched_get_backend(s, 0) is backend
+    s.free()
+    s = G.ggml_backend_sched_new(backend, parallel=False, graph_size=16)   # a bare backend works too
+    assert G.ggml_backend_sched_get_n_backends(s) == 1
+    s.free()
+    assert backend.alive       # the caller's backend is not the scheduler's to free
+
+
+def test_scheduler_appends_an_owned_cpu_when_the_last_backend_is_not_cpu():
+    # There is no GPU here: pose a CPU backend as a non-CPU one to exercise the Python rule.
+    gpu_like = G.ggml_backend_cpu_init()
+    gpu_like.is_cpu = False
+    s = G.ggml_backend_sched_new([gpu_like], parallel=False, graph_size=16)
+    assert G.ggml_backend_sched_get_n_backends(s) == 2
+    appended = G.ggml_backend_sched_get_backend(s, 1)
+    assert appended is not gpu_like and G.ggml_backend_is_cpu(appended)
+    # the scheduler works with it
+    ctx = _small_ctx()
+    x = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 3)
+    G.ggml_set_input(x)
+    y = G.ggml_set_output(G.ggml_scale(ctx, x, 2.0))
+    g = G.ggml_new_graph_custom(ctx, 32)
+    G.ggml_build_forward_expand(g, y)
+    G.ggml_backend_sched_alloc_graph(s, g)
+    G.ggml_backend_tensor_set_data(x, [1, 2, 3])
+    G.ggml_backend_sched_graph_compute(s, g)
+    np.testing.assert_array_equal(G.ggml_backend_tensor_get_data(y), [2, 4, 6])
+    s.free()
+    assert not appended.alive      # owned by the scheduler, freed with it
+    assert gpu_like.alive
+    ctx.free()
+    gpu_like.free()
+
+
+def test_scheduler_refuses_cpu_not_last():
+    cpu = G.ggml_backend_cpu_init()
+    gpu_like = G.ggml_backend_cpu_init()
+    gpu_like.is_cpu = False
+    with pytest.raises(ValueError, match="last"):
+        G.ggml_backend_sched_new([cpu, gpu_like])
+    with pytest.raises(ValueError):
+        G.ggml_backend_sched_new([])
+    cpu.free()
+    gpu_like.free()
+
+
+def test_context_memory_graph_compute():
+    """ggml_graph_compute runs a graph whose tensors live in a no_alloc=False context."""
+    with G.ggml_init(1 << 20) as ctx:
+        a = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, 2)
+        G.ggml_backend_tensor_set_data(a, [[1, -2, 3], [-4, 5, -6]])
+        y = G.ggml_sum_rows(ctx, G.ggml_relu(ctx, a))
+        g = G.ggml_new_graph(ctx)
+        G.ggml_build_forward_expand(g, y)
+        G.ggml_graph_compute(ctx, g)
+        np.testing.assert_array_equal(G.ggml_backend_tensor_get_data(y), [4, 5])
+    with G.ggml_init(1 << 20, no_alloc=True) as ctx:
+        g = G.ggml_new_graph(ctx)
+        with pytest.raises(RuntimeError, match="no_alloc"):
+            G.ggml_graph_compute(ctx, g)
