@@ -1,0 +1,75 @@
+"""Training through ggml's RPC backend against a server in a subprocess on 127.0.0.1."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import ggmlpy as g
+
+pytestmark = pytest.mark.skipif("rpc" not in g.ggml_backends_built(),
+                                reason="the RPC backend was not built (GGMLPY_BACKENDS=...,rpc)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def rpc_endpoint():
+    endpoint = f"127.0.0.1:{_free_port()}"
+    server = subprocess.Popen([sys.executable, "-c", f"import ggmlpy; ggmlpy.ggml_backend_rpc_start_server({endpoint!r})"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 30
+        while not g.ggml_rpc_probe(endpoint, 0.2):
+            assert server.poll() is None, "the RPC server process exited"
+            assert time.time() < deadline, "the RPC server did not start listening"
+            time.sleep(0.1)
+        yield endpoint
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_devices_appear_and_training_runs_through_rpc(rpc_endpoint):
+    devices = g.ggml_backend_rpc_add_server(rpc_endpoint)
+    assert devices and all(d.name.startswith("RPC") for d in devices)
+    assert g.ggml_backend_rpc_add_server(rpc_endpoint) == devices  # idempotent
+    names = [d.name for d in g.ggml_backend_devices()]
+    assert devices[0].name in names
+    backend = g.ggml_backend_init_by_name(devices[0].name)
+    sched = g.ggml_backend_sched_new([backend], parallel=False)
+    ctx = g.ggml_init(16 << 20, no_alloc=True)
+    x = g.ggml_set_input(g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, 4, 32))
+    w = g.ggml_set_param(g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, 4, 1))
+    out = g.ggml_mul_mat(ctx, w, x)
+    g.ggml_backend_alloc_ctx_tensors(ctx, backend)
+    g.ggml_backend_tensor_set_data(w, np.zeros(4))
+    rng = np.random.default_rng(0)
+    xs = rng.normal(size=(40, 32, 4))
+    batches = [(xb, xb @ np.array([1.0, 2.0, 3.0, 4.0])) for xb in xs]
+    try:
+        h = g.ggml_fit_opt_gen(sched, ctx, x, out, batches, epochs=4, silent=True,
+                               callbacks=[{"on_epoch_begin": lambda e, logs, s: g.ggml_opt_set_lr(s.lr_ud, adamw_lr=0.05)}])
+        w_trained = g.ggml_backend_tensor_get_data(w)
+        assert h["train_loss"].iloc[-1] < 0.2 * h["train_loss"].iloc[0]
+        assert np.allclose(w_trained, [1, 2, 3, 4], atol=0.3)
+    finally:  # free everything that lives on the server before it goes away
+        sched.free()
+        ctx.free()
+        backend.free()
+
+
+def test_dead_endpoint_raises_instead_of_aborting():
+    endpoint = f"127.0.0.1:{_free_port()}"
+    with pytest.raises(g.BackendUnavailableError, match="no RPC server answers"):
+        g.ggml_backend_rpc_add_server(endpoint)
+    with pytest.raises(ValueError, match="host:port"):
+        g.ggml_backend_rpc_add_server("no-port")
