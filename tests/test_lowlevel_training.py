@@ -1,0 +1,250 @@
+"""Training through ggml-opt's low-level API: ggml_opt_fit (ggml's C loop) and a hand-written
+loop over ggml_opt_alloc / ggml_opt_eval, checked against the true weights and against a
+numpy float64 reimplementation of ggml's AdamW and SGD updates."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ggmlpy as G
+
+TRUE_W = np.array([1.0, 2.0, 3.0, 4.0])
+TRUE_B = 0.5
+N, B = 256, 16
+
+
+@pytest.fixture(scope="module")
+def backend():
+    """One thread: these graphs are tiny, and thread hand-offs would dominate ggml_opt_fit's C loop."""
+    b = G.ggml_backend_cpu_init()
+    G.ggml_backend_cpu_set_n_threads(b, 1)
+    yield b
+    b.free()
+
+
+@pytest.fixture
+def sched(backend):
+    s = G.ggml_backend_sched_new([backend], parallel=False, graph_size=512)
+    yield s
+    s.free()
+
+
+@pytest.fixture
+def data():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, (N, 4)).astype(np.float32)                     # (N, 4): [4, N] in ggml
+    y = (X.astype(np.float64) @ TRUE_W + TRUE_B).astype(np.float32).reshape(N, 1)
+    return X, y
+
+
+class Linear:
+    """out = W x + b with W [4, 1], b [1] as parameters and x [4, batch] as the input."""
+
+    def __init__(self, backend, batch, w0=None, b0=0.0):
+        self.ctx_static = G.ggml_init(16 * G.ggml_tensor_overhead() + 1024, no_alloc=True)
+        self.x = G.ggml_set_input(G.ggml_new_tensor_2d(self.ctx_static, G.GGML_TYPE_F32, 4, batch))
+        self.W = G.ggml_set_param(G.ggml_new_tensor_2d(self.ctx_static, G.GGML_TYPE_F32, 4, 1))
+        self.b = G.ggml_set_param(G.ggml_new_tensor_1d(self.ctx_static, G.GGML_TYPE_F32, 1))
+        self.buf = G.ggml_backend_alloc_ctx_tensors(self.ctx_static, backend)
+        G.ggml_backend_tensor_set_data(self.W, np.zeros(4) if w0 is None else w0)
+        G.ggml_backend_tensor_set_data(self.b, [b0])
+        self.ctx_compute = G.ggml_init(64 * G.ggml_tensor_overhead() + G.ggml_graph_overhead(), no_alloc=True)
+        self.out = G.ggml_add(self.ctx_compute, G.ggml_mul_mat(self.ctx_compute, self.W, self.x), self.b)
+        assert G.ggml_tensor_shape(self.out) == (1, batch, 1, 1)
+
+    def weights(self):
+        return (G.ggml_backend_tensor_get_data(self.W).astype(np.float64),
+                float(G.ggml_backend_tensor_get_data(self.b)[0]))
+
+    def free(self):
+        self.ctx_compute.free()
+        self.buf.free()
+        self.ctx_static.free()
+
+
+def _dataset(X, y):
+    ds = G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 4, 1, len(X), 1)
+    G.ggml_backend_tensor_set_data(G.ggml_opt_dataset_data(ds), X)
+    G.ggml_backend_tensor_set_data(G.ggml_opt_dataset_labels(ds), y)
+    return ds
+
+
+# ---------------------------------------------------------------- (a) ggml_opt_fit
+
+def test_opt_fit_recovers_linear_regression(backend, sched, data):
+    X, y = data
+    model = Linear(backend, B)
+    ds = _dataset(X, y)
+    try:
+        # default AdamW (lr 1e-3): 1000 epochs x 16 steps, all in C
+        G.ggml_opt_fit(sched, model.ctx_compute, model.x, model.out, ds, G.ggml_opt_loss_type_mse(),
+                       G.ggml_opt_optimizer_type_adamw(), nepoch=1000, nbatch_logical=B, val_split=0.0, silent=True)
+        W, b = model.weights()
+        np.testing.assert_allclose(W, TRUE_W, atol=1e-2)
+        assert abs(b - TRUE_B) < 1e-2
+    finally:
+        ds.free()
+        model.free()
+
+
+def test_opt_fit_with_gradient_accumulation_and_validation(backend, sched, data):
+    X, y = data
+    model = Linear(backend, 8)
+    ds = _dataset(X, y)
+    try:
+        # physical batch 8, logical 32 (opt_period 4), 25 % held out for validation
+        G.ggml_opt_fit(sched, model.ctx_compute, model.x, model.out, ds, G.ggml_opt_loss_type_mse(),
+                       G.ggml_opt_optimizer_type_adamw(), nepoch=3, nbatch_logical=32, val_split=0.25, silent=True)
+        W, b = model.weights()
+        assert np.all(np.isfinite(W)) and np.isfinite(b)
+        assert np.all(W > 0) and np.all(W < 1)  # moved towards the truth, ~3 x 6 small steps of lr 1e-3
+    finally:
+        ds.free()
+        model.free()
+
+
+# ---------------------------------------------------------------- (b) a hand-written loop
+
+def _train_by_hand(backend, sched, X, y, optimizer, lr, epochs, w0=None, b0=0.0, weight_decay=0.0,
+                   batch=B, on_step=None):
+    model = Linear(backend, batch, w0, b0)
+    fit = G.ggml_opt_init_for_fit(sched, G.ggml_opt_loss_type_mse(), optimizer, 1, model.ctx_compute, model.x,
+                                  model.out, weight_decay=weight_decay)
+    opt, lr_ud = fit["opt_ctx"], fit["lr_ud"]
+    if optimizer == G.ggml_opt_optimizer_type_adamw():
+        G.ggml_opt_set_lr(lr_ud, adamw_lr=lr)
+    else:
+        G.ggml_opt_set_lr(lr_ud, sgd_lr=lr)
+    losses = []
+    result = G.ggml_opt_result_init()
+    try:
+        for _ in range(epochs):
+            G.ggml_opt_result_reset(result)
+            for i in range(0, len(X), batch):
+                G.ggml_opt_alloc(opt, True)
+                G.ggml_backend_tensor_set_data(model.x, X[i:i + batch])
+                G.ggml_backend_tensor_set_data(G.ggml_opt_labels(opt), y[i:i + batch])
+                G.ggml_opt_eval(opt, result)
+                losses.append(float(G.ggml_backend_tensor_get_data(G.ggml_opt_loss(opt))[0]))
+                if on_step is not None:
+                    on_step(model.weights(), losses[-1])
+        return model.weights(), losses, {"loss": G.ggml_opt_result_loss(result),
+                                         "ndata": G.ggml_opt_result_ndata(result)}
+    finally:
+        result.free()
+        opt.free()
+        model.free()
+
+
+def test_hand_loop_recovers_linear_regression(backend, sched, data):
+    X, y = data
+    (W, b), losses, res = _train_by_hand(backend, sched, X, y, G.ggml_opt_optimizer_type_adamw(), 0.05, 40)
+    np.testing.assert_allclose(W, TRUE_W, atol=1e-2)
+    assert abs(b - TRUE_B) < 1e-2
+    assert losses[-1] < 1e-4 < losses[0]
+    # the result holds the last epoch: every datapoint once, loss = mean of the 16 batch losses
+    assert res["ndata"] == N
+    np.testing.assert_allclose(res["loss"]["loss"], np.mean(losses[-N // B:]), rtol=1e-5, atol=1e-9)
+    assert res["loss"]["uncertainty"] >= 0
+
+
+def test_result_loss_and_ndata_match_numpy(backend, sched, data):
+    """One epoch with SGD: the per-batch MSE losses (before each update) recomputed in numpy."""
+    X, y = data
+    X, y = X[:64], y[:64]
+    w0, b0 = np.array([0.3, -0.2, 0.1, 0.0]), 0.25
+    seen = []
+    (W, b), losses, res = _train_by_hand(backend, sched, X, y, G.ggml_opt_optimizer_type_sgd(), 0.1, 1,
+                                         w0=w0, b0=b0, on_step=lambda wb, loss: seen.append(wb))
+    Xd, yd = X.astype(np.float64), y.astype(np.float64).ravel()
+    before = [(w0, b0)] + seen[:-1]
+    ref = [np.mean((Xd[i * B:(i + 1) * B] @ w + bb - yd[i * B:(i + 1) * B]) ** 2) for i, (w, bb) in enumerate(before)]
+    np.testing.assert_allclose(losses, ref, rtol=1e-5)
+    assert res["ndata"] == 64
+    np.testing.assert_allclose(res["loss"]["loss"], np.mean(ref), rtol=1e-5)
+    np.testing.assert_allclose(res["loss"]["uncertainty"], np.std(ref) / np.sqrt(len(ref) - 1), rtol=1e-4)
+
+
+# ---------------------------------------------------------------- (c) update rules vs numpy
+
+def _mse_grad(Xb, yb, w, b):
+    """d/d(w, b) of mean((X w + b - y)^2) over the batch (ggml-opt's MSE: mean over all outputs)."""
+    r = Xb @ w + b - yb
+    return 2 * Xb.T @ r / len(r), 2 * r.sum() / len(r)
+
+
+def _reference_steps(X, y, w0, b0, n_steps, optimizer, lr, wd, beta1=0.9, beta2=0.999, eps=1e-8):
+    w, b = np.array(w0, np.float64), float(b0)
+    mw, vw, mb, vb = np.zeros(4), np.zeros(4), 0.0, 0.0
+    path = []
+    for it in range(1, n_steps + 1):
+        i = (it - 1) * B
+        gw, gb = _mse_grad(X[i:i + B], y[i:i + B], w, b)
+        if optimizer == "sgd":
+            w = w * (1 - lr * wd) - lr * gw
+            b = b * (1 - lr * wd) - lr * gb
+        else:
+            mw, mb = beta1 * mw + (1 - beta1) * gw, beta1 * mb + (1 - beta1) * gb
+            vw, vb = beta2 * vw + (1 - beta2) * gw ** 2, beta2 * vb + (1 - beta2) * gb ** 2
+            c1, c2 = 1 / (1 - beta1 ** it), 1 / (1 - beta2 ** it)
+            # bias correction, eps added after the square root, decoupled weight decay
+            w = w * (1 - lr * wd) - lr * (mw * c1) / (np.sqrt(vw * c2) + eps)
+            b = b * (1 - lr * wd) - lr * (mb * c1) / (np.sqrt(vb * c2) + eps)
+        path.append((w.copy(), b))
+    return path
+
+
+@pytest.mark.parametrize("optimizer,lr,wd", [
+    ("adamw", 0.05, 0.0),
+    ("adamw", 0.05, 0.2),
+    ("sgd", 0.1, 0.0),
+    ("sgd", 0.1, 0.3),
+])
+def test_optimizer_steps_match_numpy(backend, sched, data, optimizer, lr, wd):
+    X, y = data
+    n_steps = 6
+    X, y = X[:n_steps * B], y[:n_steps * B]
+    w0, b0 = np.array([0.5, -1.0, 0.25, 2.0]), -0.75
+    seen = []
+    otype = G.ggml_opt_optimizer_type_adamw() if optimizer == "adamw" else G.ggml_opt_optimizer_type_sgd()
+    _train_by_hand(backend, sched, X, y, otype, lr, 1, w0=w0, b0=b0, weight_decay=wd,
+                   on_step=lambda wb, loss: seen.append(wb))
+    ref = _reference_steps(X.astype(np.float64), y.astype(np.float64).ravel(), w0, b0, n_steps, optimizer, lr, wd)
+    assert len(seen) == n_steps
+    for step, ((w, b), (rw, rb)) in enumerate(zip(seen, ref), 1):
+        np.testing.assert_allclose(w, rw, rtol=2e-5, atol=2e-6, err_msg=f"W after step {step}")
+        np.testing.assert_allclose(b, rb, rtol=2e-5, atol=2e-6, err_msg=f"b after step {step}")
+    # the weights did move, and weight decay made a difference where it was on
+    assert np.abs(seen[-1][0] - w0).max() > 0.1
+    if wd:
+        no_wd = _reference_steps(X.astype(np.float64), y.astype(np.float64).ravel(), w0, b0, n_steps, optimizer,
+                                 lr, 0.0)
+        assert np.abs(no_wd[-1][0] - seen[-1][0]).max() > 1e-3
+
+
+def test_changing_the_learning_rate_between_steps(backend, sched, data):
+    """ggml_opt_set_lr takes effect at the next optimizer step (SGD: w -= lr * g)."""
+    X, y = data
+    X, y = X[:3 * B], y[:3 * B]
+    lrs = [0.1, 0.0001, 0.5]
+    model = Linear(backend, B)
+    fit = G.ggml_opt_init_for_fit(sched, G.ggml_opt_loss_type_mse(), G.ggml_opt_optimizer_type_sgd(), 1,
+                                  model.ctx_compute, model.x, model.out)
+    opt, lr_ud = fit["opt_ctx"], fit["lr_ud"]
+    try:
+        w, b = np.zeros(4), 0.0
+        for step, lr in enumerate(lrs):
+            G.ggml_opt_set_lr(lr_ud, sgd_lr=lr)
+            assert G.ggml_opt_get_lr(lr_ud)["sgd"] == pytest.approx(lr)
+            G.ggml_opt_alloc(opt, True)
+            G.ggml_backend_tensor_set_data(model.x, X[step * B:(step + 1) * B])
+            G.ggml_backend_tensor_set_data(G.ggml_opt_labels(opt), y[step * B:(step + 1) * B])
+            G.ggml_opt_eval(opt)
+            gw, gb = _mse_grad(X[step * B:(step + 1) * B].astype(np.float64), y[step * B:(step + 1) * B].ravel(), w, b)
+            w, b = w - lr * gw, b - lr * gb
+            W, bb = model.weights()
+            np.testing.assert_allclose(W, w, rtol=2e-5, atol=2e-6)
+            np.testing.assert_allclose(bb, b, rtol=2e-5, atol=2e-6)
+    finally:
+        opt.free()
+        model.free()
