@@ -53,7 +53,10 @@ class Source:
     def next_batch(self) -> Any:
         """The next batch of this epoch, or None when the source ends it."""
         if self.kind == CALLABLE:
-            return self.obj()
+            try:
+                return self.obj()
+            except StopIteration:  # ``lambda: next(it)``: the end of the data, like None (PEP 479 would
+                return None        # turn it into a RuntimeError inside the feed's generator)
         if self._exhausted:
             return None
         try:
