@@ -1,0 +1,254 @@
+"""The callback protocol (python-api §5, ggmlR-training §5.1) and the four built-ins against
+ggmlR's formulas (§5.2)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import ggmlpy as G
+
+from .helpers import Linear
+
+K, M, N = 3, 2, 4
+ADAMW, SGD = G.ggml_opt_optimizer_type_adamw(), G.ggml_opt_optimizer_type_sgd()
+END_KEYS = {"train_loss", "train_accuracy", "val_loss", "val_accuracy", "steps"}
+
+
+@pytest.fixture
+def model(cpu):
+    m = Linear(cpu, K, M, N, seed=9)
+    yield m
+    m.free()
+
+
+@pytest.fixture
+def batches(trng):
+    return [(trng.normal(0, 1, (N, K)).astype(np.float32), trng.normal(0, 1, (N, M)).astype(np.float32))
+            for _ in range(2)]
+
+
+def fit(model, sched, batches, callbacks, **kw):
+    kw.setdefault("silent", True)
+    return G.ggml_fit_opt_gen(sched, model.net.ctx, model.x, model.out, batches, callbacks=callbacks, **kw)
+
+
+class Recorder:
+    """An object callback."""
+
+    def __init__(self, name, events):
+        self.name, self.events = name, events
+
+    def on_epoch_begin(self, epoch, logs, state):
+        self.events.append((self.name, "begin", epoch))
+
+    def on_epoch_end(self, epoch, logs, state):
+        self.events.append((self.name, "end", epoch))
+
+
+def dict_recorder(name, events, phases=("on_epoch_begin", "on_epoch_end"), stop_at=None):
+    def make(phase):
+        def f(epoch, logs, state):
+            events.append((name, phase.split("_")[-1], epoch))
+            if stop_at == (phase, epoch):
+                state.stop = True
+        return f
+    return {p: make(p) for p in phases}
+
+
+def lr_log(log, phase="on_epoch_begin", key="adamw"):
+    return {phase: lambda e, logs, s: log.append((e, G.ggml_opt_get_lr(s.lr_ud)[key]))}
+
+
+# ---------------------------------------------------------------- protocol
+
+def test_dict_and_object_callbacks_run_in_list_order(model, tsched, batches):
+    ev: list = []
+    cbs = [dict_recorder("a", ev), Recorder("b", ev), dict_recorder("c", ev, phases=("on_epoch_end",)),
+           {"on_epoch_begin": None, "on_epoch_end": "not callable"}]  # non-function entries are ignored
+    h = fit(model, tsched, batches, cbs, epochs=2, initial_epoch=3)
+    assert ev == [("a", "begin", 4), ("b", "begin", 4), ("a", "end", 4), ("b", "end", 4), ("c", "end", 4),
+                  ("a", "begin", 5), ("b", "begin", 5), ("a", "end", 5), ("b", "end", 5), ("c", "end", 5)]
+    assert list(h["epoch"]) == [4, 5]
+
+
+def test_a_single_callback_may_be_given_bare(model, tsched, batches):
+    ev: list = []
+    fit(model, tsched, batches, dict_recorder("a", ev, phases=("on_epoch_end",)), epochs=2)
+    assert ev == [("a", "end", 1), ("a", "end", 2)]
+    ev.clear()
+    fit(model, tsched, batches, Recorder("b", ev), epochs=1)
+    assert ev == [("b", "begin", 1), ("b", "end", 1)]
+
+
+def test_stop_in_on_epoch_begin_skips_the_epoch(model, tsched, batches):
+    ev: list = []
+    calls = []
+
+    def gen():
+        calls.append(1)
+        return batches[0] if len(calls) % 2 else None
+
+    cbs = [dict_recorder("a", ev, stop_at=("on_epoch_begin", 2)), Recorder("b", ev)]
+    h = fit(model, tsched, gen, cbs, epochs=4)
+    assert list(h["epoch"]) == [1]  # no row for the stopped epoch
+    assert ev == [("a", "begin", 1), ("b", "begin", 1), ("a", "end", 1), ("b", "end", 1), ("a", "begin", 2)]
+    assert len(calls) == 2  # epoch 2 asked the source for nothing
+
+
+def test_stop_in_on_epoch_end_keeps_the_row(model, tsched, batches):
+    ev: list = []
+    cbs = [dict_recorder("a", ev, stop_at=("on_epoch_end", 2)), Recorder("b", ev)]
+    h = fit(model, tsched, batches, cbs, epochs=4)
+    assert list(h["epoch"]) == [1, 2]
+    assert ev[-3:] == [("a", "begin", 2), ("b", "begin", 2), ("a", "end", 2)]  # b's end is skipped
+
+
+def test_logs_are_fresh_dicts_and_state_is_shared(model, tsched, batches):
+    seen: list = []
+    states = set()
+
+    def vandal_begin(epoch, logs, state):
+        assert logs == {}
+        logs["junk"] = 1
+
+    def vandal_end(epoch, logs, state):
+        seen.append(("vandal", dict(logs)))
+        logs["train_loss"] = -123.0
+        logs.clear()
+
+    def reader(epoch, logs, state):
+        seen.append(("reader", dict(logs)))
+        states.add(id(state))
+        assert state.nepoch == 2 and not state.stop
+        assert isinstance(state.lr_ud, G.opt.LrUserdata)
+
+    cbs = [{"on_epoch_begin": vandal_begin, "on_epoch_end": vandal_end},
+           {"on_epoch_begin": lambda e, logs, s: states.add(id(s)) or seen.append(("begin", dict(logs))),
+            "on_epoch_end": reader}]
+    h = fit(model, tsched, batches, cbs, epochs=2)
+    assert len(states) == 1
+    begins = [logs for who, logs in seen if who == "begin"]
+    assert begins == [{}, {}]
+    ends = [(who, logs) for who, logs in seen if who in ("vandal", "reader")]
+    assert len(ends) == 4
+    for who, logs in ends:
+        assert set(logs) == END_KEYS, who
+    assert ends[0][1]["train_loss"] == ends[1][1]["train_loss"] == h["train_loss"].iloc[0]
+    assert ends[1][1]["steps"] == 2
+    assert (h["train_loss"] > 0).all()
+
+
+def test_bad_callbacks_are_refused(model, tsched, batches):
+    with pytest.raises(TypeError, match=r"callbacks\[1\]"):
+        fit(model, tsched, batches, [{}, 5])
+    with pytest.raises((TypeError, ValueError), match="callbacks"):
+        fit(model, tsched, batches, "on_epoch_end")
+
+
+# ---------------------------------------------------------------- built-ins
+
+@pytest.mark.parametrize("patience", [0, 2, 3])
+def test_early_stopping_on_a_flat_metric_runs_1_plus_patience_epochs(patience, model, tsched, batches, capsys):
+    cb = G.ggml_callback_early_stopping(monitor="steps", patience=patience)
+    h = fit(model, tsched, batches, [cb], epochs=20)
+    assert len(h) == 1 + patience
+    assert f"Early stopping at epoch {1 + patience}" in capsys.readouterr().err
+
+
+def test_early_stopping_min_delta_and_missing_metric(model, tsched, batches):
+    # min_delta larger than any change: only the first epoch improves on +inf
+    h = fit(model, tsched, batches, [G.ggml_callback_early_stopping("train_loss", patience=2, min_delta=1e9)],
+            epochs=10)
+    assert len(h) == 3
+    # val_loss is NaN without validation: never an improvement, never a wait
+    h = fit(model, tsched, batches, [G.ggml_callback_early_stopping("val_loss", patience=1)], epochs=4)
+    assert len(h) == 4
+    # a decreasing loss keeps training (SGD, lr 0.05, least squares: the loss falls every epoch)
+    setlr = {"on_epoch_begin": lambda e, logs, s: G.ggml_opt_set_lr(s.lr_ud, sgd_lr=0.05)}
+    h = fit(model, tsched, batches[:1], [setlr, G.ggml_callback_early_stopping("train_loss", patience=1)],
+            epochs=5, optimizer=SGD)
+    assert len(h) == 5 and np.all(np.diff(h["train_loss"]) < 0)
+
+
+def test_early_stopping_counters_persist_across_fits(model, tsched, batches):
+    """Callbacks are closures (ggmlR): reused, the exhausted patience stops the next fit at once."""
+    cb = G.ggml_callback_early_stopping(monitor="steps", patience=2)
+    assert len(fit(model, tsched, batches, [cb], epochs=10)) == 3
+    assert len(fit(model, tsched, batches, [cb], epochs=10)) == 1
+
+
+@pytest.mark.parametrize("initial_epoch", [0, 10])
+def test_step_decay(initial_epoch, model, tsched, batches):
+    log: list = []
+    fit(model, tsched, batches, [G.ggml_schedule_step_decay(step_size=2, gamma=0.5), lr_log(log)], epochs=7,
+        initial_epoch=initial_epoch)
+    lr, expected = 1e-3, []
+    for e in range(initial_epoch + 1, initial_epoch + 8):
+        if e > 1 and (e - 1) % 2 == 0:
+            lr *= 0.5
+        expected.append((e, pytest.approx(lr, rel=1e-6)))
+    assert log == expected
+    if initial_epoch == 0:
+        assert [e for e, _ in expected] == [1, 2, 3, 4, 5, 6, 7]
+        assert log[2][1] == pytest.approx(5e-4) and log[1][1] == pytest.approx(1e-3)  # first drop at epoch 3
+
+
+@pytest.mark.parametrize("T_max, initial_epoch, epochs", [(None, 0, 5), (None, 2, 4), (3, 0, 7)])
+def test_cosine_decay(T_max, initial_epoch, epochs, model, tsched, batches):
+    log: list = []
+    eta_min = 1e-5
+    fit(model, tsched, batches, [G.ggml_schedule_cosine_decay(eta_min=eta_min, T_max=T_max), lr_log(log)],
+        epochs=epochs, initial_epoch=initial_epoch)
+    t_max = T_max or initial_epoch + epochs
+    expected = [(e, pytest.approx(eta_min + 0.5 * (1e-3 - eta_min) * (1 + math.cos(math.pi * (e - 1) / t_max)),
+                                  rel=1e-5, abs=1e-12))
+                for e in range(initial_epoch + 1, initial_epoch + epochs + 1)]
+    assert log == expected
+
+
+def test_cosine_reaching_zero_is_clamped(model, tsched, batches):
+    """eta_min = 0 and (epoch - 1) / T_max = 1 gives exactly 0: clamped above 0, training goes on."""
+    log: list = []
+    h = fit(model, tsched, batches, [G.ggml_schedule_cosine_decay(eta_min=0, T_max=2), lr_log(log)], epochs=4)
+    assert len(h) == 4 and np.isfinite(h["train_loss"]).all()
+    lrs = dict(log)
+    assert 0 < lrs[3] <= 1e-9
+    assert lrs[2] == pytest.approx(5e-4) and lrs[4] == pytest.approx(5e-4)  # periodic past T_max
+
+
+def test_reduce_on_plateau(model, tsched, batches, capsys):
+    log: list = []
+    cb = G.ggml_schedule_reduce_on_plateau(monitor="steps", factor=0.5, patience=2, min_lr=2e-4, mode="min")
+    fit(model, tsched, batches, [cb, lr_log(log, "on_epoch_end")], epochs=8)
+    # ggmlR's rule, step by step: improvement resets wait; wait >= patience -> lr = max(lr * factor, min_lr), wait 0
+    lr, best, wait, expected = 1e-3, math.inf, 0, []
+    for e in range(1, 9):
+        value = 2.0  # the monitored metric: constant
+        if value < best - 1e-4:
+            best, wait = value, 0
+        else:
+            wait += 1
+        if wait >= 2:
+            lr, wait = max(lr * 0.5, 2e-4), 0
+        expected.append((e, pytest.approx(lr, rel=1e-6)))
+    assert log == expected
+    assert [v for _, v in log] == [pytest.approx(x) for x in (1e-3, 1e-3, 5e-4, 5e-4, 2.5e-4, 2.5e-4, 2e-4, 2e-4)]
+    assert "plateau" in capsys.readouterr().err
+
+
+def test_schedules_act_on_the_adamw_rate_only(model, tsched, batches):
+    log_a: list = []
+    log_s: list = []
+    fit(model, tsched, batches, [G.ggml_schedule_step_decay(step_size=1, gamma=0.5), lr_log(log_a),
+                                 lr_log(log_s, key="sgd")], epochs=3, optimizer=SGD)
+    assert [v for _, v in log_a] == [pytest.approx(x) for x in (1e-3, 5e-4, 2.5e-4)]
+    assert [v for _, v in log_s] == [pytest.approx(1e-3)] * 3
+
+
+def test_builtin_argument_errors():
+    with pytest.raises(ValueError, match="mode"):
+        G.ggml_callback_early_stopping(mode="up")
+    with pytest.raises(ValueError, match="step_size"):
+        G.ggml_schedule_step_decay(step_size=0)
