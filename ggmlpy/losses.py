@@ -16,9 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import numpy as np
+
 from . import ops
 from ._ffi import lib
-from .context import GGML_TYPE_F32, Context, Tensor, ggml_init, ggml_new_tensor_2d, ggml_set_input, ggml_set_name
+from .context import GGML_TYPE_F32, GGML_TYPE_I64, Context, Tensor, ggml_init, ggml_new_tensor_1d, ggml_new_tensor_2d
+from .context import ggml_set_input, ggml_set_name
 from .context import ggml_set_output, ggml_tensor_overhead, ggml_graph_overhead
 from .errors import GgmlValueError
 
@@ -71,7 +74,8 @@ class Head:
     labels: Tensor | None = None
     weights: Tensor | None = None  # weighted MSE: [loss_mask_ne0, batch]
     value: Tensor | None = None    # this head's loss L_i (a scalar), readable after each eval
-    ncorrect: Tensor | None = None  # cross-entropy heads: I64 count of argmax matches
+    ncorrect: Tensor | None = None  # cross-entropy heads: I64 count of argmax matches, set after each eval
+    scores: Tensor | None = None   # cross-entropy heads: a readable copy of the outputs (the logits)
 
 
 @dataclass
@@ -88,6 +92,21 @@ class LossGraph:
     def composite(self) -> bool:
         return self.ctx is not None
 
+    def count_correct(self) -> None:
+        """After an eval: each cross-entropy head's argmax matches into its ``ncorrect``.
+
+        ggml-opt only computes what its loss output depends on, and a count of matches cannot feed
+        a float loss, so the count is taken here from the head's logits and labels (both readable)."""
+        from .data import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
+        for h in self.heads:
+            if h.ncorrect is None:
+                continue
+            width = h.scores.shape[0]
+            scores = ggml_backend_tensor_get_data(h.scores).reshape(-1, width)
+            labels = ggml_backend_tensor_get_data(h.labels).reshape(-1, width)
+            count = int(np.count_nonzero(scores.argmax(axis=1) == labels.argmax(axis=1)))
+            ggml_backend_tensor_set_data(h.ncorrect, np.array([count], dtype=np.int64))
+
     def free(self) -> None:
         for h in self.owned:
             h.free()
@@ -102,6 +121,8 @@ def _head_value(ctx: Context, head: Head) -> Tensor:
     out, y = head.outputs, head.labels
     t = head.loss_type
     if t == LOSS_CROSS_ENTROPY:
+        if head.scores is not None:
+            out = head.scores
         return ops.ggml_cross_entropy_loss(ctx, out, y)
     if t == LOSS_MEAN:
         return _elementwise_mean(ctx, out)
@@ -165,11 +186,13 @@ def build_loss_graph(heads: Sequence[Head], sched, loss_mask_ne0: int | None = N
             ggml_set_name(h.weights, f"loss_weights_{i + 1}")
             if h.outputs.shape[2:] != (1, 1):
                 raise GgmlValueError("weighted MSE needs 2-D outputs [ne0, batch]")
+        if h.loss_type == LOSS_CROSS_ENTROPY and h.outputs.shape[2:] == (1, 1):
+            # The loss reads the logits through a copy in this (allocated) context, so they can be read
+            # after each eval to count the argmax matches (LossGraph.count_correct).
+            h.scores = ggml_set_name(ops.ggml_cont(ctx, h.outputs), f"scores_{i + 1}")
+            h.ncorrect = ggml_set_name(ggml_new_tensor_1d(ctx, GGML_TYPE_I64, 1), f"ncorrect_{i + 1}")
         h.value = ggml_set_output(_head_value(ctx, h))
         ggml_set_name(h.value, f"loss_{i + 1}")
-        if h.loss_type == LOSS_CROSS_ENTROPY and h.outputs.shape[2:] == (1, 1):
-            h.ncorrect = ggml_set_output(ops.ggml_count_equal(ctx, ops.ggml_argmax(ctx, h.outputs),
-                                                              ops.ggml_argmax(ctx, h.labels)))
     total = heads[0].value if heads[0].weight == 1.0 else ops.ggml_scale(ctx, heads[0].value, heads[0].weight)
     for h in heads[1:]:
         total = ops.ggml_add(ctx, total, ops.ggml_scale(ctx, h.value, h.weight))

@@ -260,6 +260,8 @@ class OptContext(Handle):
             res_ptr = unwrap(result, OptResult, "ggml_opt_eval(result)")
             result.check_batch(self)
         lib.ggml_opt_eval(ptr, res_ptr)
+        if self.static and self.loss.composite:
+            self.loss.count_correct()
         self._opt_i = (self._opt_i + 1) % self.opt_period
         self._pending = None
         self._prepared = False
