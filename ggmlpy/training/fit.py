@@ -18,7 +18,7 @@ from .._ffi import ffi
 from .._handle import unwrap
 from ..context import Context, Tensor, as_tensor
 from ..dataset import Dataset
-from ..errors import GgmlpyWarning, GgmlStateError, GgmlValueError
+from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
 from ..sched import Scheduler
 from .adapters import BatchWriter, Source, Target
 from .loop import Trainer, fit_loop
@@ -66,7 +66,7 @@ def _check_common(sched: Any, ctx_compute: Any, optimizer: Any, epochs_name: str
         raise GgmlValueError(f"silent must be True or False, got {silent!r}")
     if callbacks is not None and not isinstance(callbacks, (list, tuple, dict)) and \
             not any(hasattr(callbacks, p) for p in ("on_epoch_begin", "on_epoch_end")):
-        raise GgmlValueError(f"callbacks must be a list of callbacks, got {type(callbacks).__name__}")
+        raise GgmlTypeError(f"callbacks must be a list of callbacks, got {type(callbacks).__name__}")
 
 
 def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Sequence[Tensor], outputs: Tensor,

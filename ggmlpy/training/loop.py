@@ -56,15 +56,20 @@ class Trainer:
         self.train_ctx = O._opt_init(sched, heads_arg, optimizer, opt_period, ctx_compute, inputs[0], outputs_arg,
                                      O.BUILD_OPT, self.lr_ud, loss_mask_ne0, loss_weights)
         self._owned.append(self.train_ctx)
-        self.eval_ctx = None
-        if with_validation:
-            eval_sched = sched.sibling()  # ggml-opt contexts must not share a scheduler
-            self.eval_ctx = O._opt_init(eval_sched, heads_arg, optimizer, opt_period, ctx_compute, inputs[0],
-                                        outputs_arg, O.BUILD_FORWARD, None, loss_mask_ne0, loss_weights)
-            self._owned += [self.eval_ctx, eval_sched]
-        self.train_result = O.OptResult()
-        self.eval_result = O.OptResult()
-        self._owned += [self.train_result, self.eval_result]
+        try:
+            self.eval_ctx = None
+            if with_validation:
+                eval_sched = sched.sibling()  # ggml-opt contexts must not share a scheduler
+                self._owned.append(eval_sched)
+                self.eval_ctx = O._opt_init(eval_sched, heads_arg, optimizer, opt_period, ctx_compute, inputs[0],
+                                            outputs_arg, O.BUILD_FORWARD, None, loss_mask_ne0, loss_weights)
+                self._owned.append(self.eval_ctx)
+            self.train_result = O.OptResult()
+            self.eval_result = O.OptResult()
+            self._owned += [self.train_result, self.eval_result]
+        except BaseException:
+            self.close()  # a half-built trainer must not keep the scheduler busy
+            raise
         self.batch_size = O.L.physical_batch(inputs[0])
 
     def writer(self, name: str, train: bool) -> BatchWriter:

@@ -429,3 +429,29 @@ def test_unallocated_inputs_are_refused(cpu, tsched):
             G.ggml_fit_opt_gen(tsched, ctx, x, out, [], silent=True)
     finally:
         ctx.free()
+
+
+# ---------------------------------------------------------------- reporting
+
+def test_silent_false_reports_each_epoch(model, tsched, batches, capsys):
+    fit(model, tsched, batches[:3], epochs=2, silent=False, validation_generator=batches[3:])
+    err = capsys.readouterr().err
+    for epoch in (1, 2):
+        line = next(ln for ln in err.splitlines() if f"Epoch {epoch}/2" in ln and "train_loss=" in ln)
+        assert "val_loss=" in line and "steps=3" in line and "samples/s" in line
+    fit(model, tsched, batches[:3], epochs=2, silent=True)
+    assert capsys.readouterr().err == ""
+
+
+def test_nbatch_logical_not_a_multiple_warns(model, tsched, batches):
+    with pytest.warns(G.GgmlpyWarning, match=r"nbatch_logical \(10\) is not a multiple of the physical batch \(4\)"):
+        fit(model, tsched, batches[:2], nbatch_logical=10)
+
+
+def test_plot_history(model, tsched, batches, tmp_path):
+    pytest.importorskip("matplotlib")
+    h = fit(model, tsched, batches[:3], epochs=3, validation_generator=batches[3:])
+    out = G.ggml_plot_history(h, tmp_path / "history.png", title="test")
+    assert out.exists() and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="history"):
+        G.ggml_plot_history({"epoch": [1]}, tmp_path / "x.png")

@@ -148,3 +148,24 @@ def test_prefetch_reads_ahead_only_within_the_epoch(model, tsched, batches):
     assert list(h["steps"]) == [2, 2, 2]
     assert seen == [2, 4, 6]
     assert _live()[1] == 0
+
+
+def test_half_built_trainer_is_released(model, tsched, batches, monkeypatch):
+    """The validation context fails to build after the training context was: both are released."""
+    from ggmlpy.training import loop
+
+    real = loop.O._opt_init
+
+    def failing(sched, *args, **kw):
+        if args[6] == loop.O.BUILD_FORWARD:
+            raise Boom("no validation context")
+        return real(sched, *args, **kw)
+
+    before = _live()
+    monkeypatch.setattr(loop.O, "_opt_init", failing)
+    with pytest.raises(Boom) as info:
+        _fit(model, tsched, batches, validation_generator=batches)
+    monkeypatch.undo()
+    assert _live() == before  # while the traceback (and the frames in it) is still held
+    assert info.value.args == ("no validation context",)
+    _scheduler_is_free(model, tsched, batches)
