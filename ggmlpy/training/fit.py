@@ -118,9 +118,11 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
                         steps_per_epoch=steps_per_epoch, validation_steps=validation_steps, callbacks=callbacks,
                         silent=silent, source_name="generator", stream=True)
     finally:
-        for feed in feeds:
-            feed.close()
-        trainer.close()
+        try:
+            for feed in feeds:
+                feed.close()
+        finally:
+            trainer.close()  # the C resources go even if closing a source failed
 
 
 # ---------------------------------------------------------------- the dataset path

@@ -15,6 +15,7 @@ from typing import Any, Iterator
 from .adapters import BatchWriter, Source
 
 _END = object()
+JOIN_TIMEOUT_S = 5.0  # how long close() waits for the worker to leave the source
 
 
 class BatchFeed:
@@ -77,12 +78,15 @@ class BatchFeed:
         return False
 
     def close(self) -> None:
+        busy = False
         if self._thread is not None:
             self._stop.set()
             self._requests.put(_END)
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=JOIN_TIMEOUT_S)
+            busy = self._thread.is_alive()  # still inside the source (a slow batch): it exits once that returns
             self._thread = None
-        self.source.close()
+        if not busy:  # closing a generator that another thread is running raises "generator already executing"
+            self.source.close()
 
 
 class _Failure:

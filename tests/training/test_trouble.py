@@ -169,3 +169,35 @@ def test_half_built_trainer_is_released(model, tsched, batches, monkeypatch):
     assert _live() == before  # while the traceback (and the frames in it) is still held
     assert info.value.args == ("no validation context",)
     _scheduler_is_free(model, tsched, batches)
+
+
+def test_ctrl_c_while_a_slow_source_is_read_ahead(model, tsched, batches, monkeypatch):
+    """Ctrl-C while the prefetch thread is inside a slow generator: KeyboardInterrupt comes out (not
+    "generator already executing" from closing it), and the C resources are released."""
+    import signal
+
+    from ggmlpy.training import prefetch
+
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("SIGINT is not Python's default handler here")
+    monkeypatch.setattr(prefetch, "JOIN_TIMEOUT_S", 0.2)
+    release = threading.Event()
+    main = threading.main_thread().ident
+
+    def gen():
+        yield batches[0]
+        signal.pthread_kill(main, signal.SIGINT)  # the user presses Ctrl-C ...
+        release.wait(5)                           # ... while the next batch takes long
+        yield batches[1]
+
+    before = _live()
+    try:
+        with pytest.raises(KeyboardInterrupt) as info:
+            _fit(model, tsched, gen, prefetch=2)
+        assert info.value.__context__ is None
+        gc.collect()
+        assert sum(1 for o in gc.get_objects() if isinstance(o, (OptContext, OptResult, Scheduler)) and o.alive) \
+            == before[0]
+    finally:
+        release.set()
+    _scheduler_is_free(model, tsched, batches)
