@@ -161,6 +161,12 @@ def vulkan_options() -> list[str]:
     if not any(h.exists() for h in headers):
         raise BuildError("Vulkan C++ headers (vulkan/vulkan.hpp) were not found: "
                          "apt-get install libvulkan-dev (or set VULKAN_SDK).")
+    spirv = [Path("/usr/include/spirv/unified1/spirv.hpp"), Path("/usr/local/include/spirv/unified1/spirv.hpp")]
+    if sdk:
+        spirv.append(Path(sdk) / "include" / "spirv" / "unified1" / "spirv.hpp")
+    if not any(h.exists() for h in spirv):
+        raise BuildError("SPIR-V headers were not found (ggml's Vulkan build needs them): "
+                         "apt-get install spirv-headers (or set VULKAN_SDK).")
     return ["-DGGML_VULKAN=ON"]
 
 
