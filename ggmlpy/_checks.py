@@ -67,10 +67,15 @@ def contiguous(fn: str, t: Tensor, what: str = "a") -> None:
         fail(fn, f"{what} must be contiguous (apply ggml_cont first), got a strided view")
 
 
-def rows_contiguous(fn: str, t: Tensor) -> None:
+def rows_contiguous(fn: str, t: Tensor, what: str = "a") -> None:
     p = t.ptr
     if int(p.nb[0]) != int(lib.ggml_type_size(p.type)):
-        fail(fn, "a must have contiguous rows (apply ggml_cont first)")
+        fail(fn, f"{what} must have contiguous rows (apply ggml_cont first), got a transposed/strided view")
+
+
+def not_transposed(fn: str, t: Tensor, what: str = "a") -> None:
+    if lib.ggml_is_transposed(t.ptr):
+        fail(fn, f"{what} must not be transposed (apply ggml_cont to the transpose first)")
 
 
 def mul_mat(fn: str, a: Tensor, b: Tensor) -> Shape:
@@ -176,8 +181,16 @@ def check_backward_graph(graph: Graph) -> None:
     for n in nodes:  # nodes are in topological order
         if n.type == lib.GGML_TYPE_I32:
             continue
-        if n.flags & flags_param or any(s != ffi.NULL and _ptr_key(s) in needs_grad for s in n.src):
+        if n.flags & flags_param:
             needs_grad.add(_ptr_key(n))
+            continue
+        for s in _grad_srcs(n, needs_grad):
+            if s.type not in (lib.GGML_TYPE_F32, lib.GGML_TYPE_F16):
+                raise GgmlTypeError(f"ggml's backward pass needs F32 or F16 tensors on the path to a trainable "
+                                    f"parameter; {_op_label(n)} reads a {type_name(s.type)} one (cast it with "
+                                    "ggml_cpy into an F32 tensor first)")
+            needs_grad.add(_ptr_key(n))
+            break
     # the nodes that receive a gradient: those needing one that the loss depends on
     gets_grad: set[int] = set()
     stack = [n for n in nodes if n.flags & flags_loss and _ptr_key(n) in needs_grad]
@@ -187,7 +200,7 @@ def check_backward_graph(graph: Graph) -> None:
         if key in gets_grad:
             continue
         gets_grad.add(key)
-        stack.extend(s for s in t.src if s != ffi.NULL and _ptr_key(s) in needs_grad)
+        stack.extend(_grad_srcs(t, needs_grad))
     for i, n in enumerate(nodes):
         if _ptr_key(n) not in gets_grad or n.flags & flags_param:
             continue
@@ -203,6 +216,17 @@ def check_backward_graph(graph: Graph) -> None:
                 raise GgmlValueError(f"ggml cannot build the backward pass of MEAN (tensor '{name}') when its input "
                                      f"is also used by {_op_label(later[0])}; use ggml_scale(ggml_sum_rows(x), 1/n) "
                                      "instead of ggml_mean")
+
+
+# sources ggml_build_backward_expand never differentiates (shape-only, indices, piecewise-constant ops)
+_IGNORED_SRCS = {"IM2COL": (0,), "IM2COL_BACK": (0,), "CPY": (1,), "GET_ROWS": (1,), "GET_ROWS_BACK": (1,),
+                 "ROPE": (1,), "SGN": (0,), "STEP": (0,)}
+
+
+def _grad_srcs(n: Any, needs_grad: set[int]) -> list:
+    """The sources of ``n`` that a gradient flows to, as ggml decides it."""
+    ignored = _IGNORED_SRCS.get(_op_label(n), ())
+    return [s for j, s in enumerate(n.src) if s != ffi.NULL and j not in ignored and _ptr_key(s) in needs_grad]
 
 
 def check_node_backward(n: Any, needs_grad: set[int] | None = None) -> None:

@@ -241,8 +241,9 @@ def ggml_set_param(tensor: Tensor) -> Tensor:
     t = as_tensor(tensor, "ggml_set_param(tensor)").ptr
     expect(t.op == lib.GGML_OP_NONE, f"ggml_set_param: only leaf tensors (created with ggml_new_tensor_*) can be "
                                      f"trainable, got the result of {tensor.op_name}")
-    expect(t.type in FLOAT_TYPES, f"ggml_set_param: trainable tensors must be F32/F16/BF16, got {type_name(t.type)}",
-           GgmlTypeError)
+    # ggml's backward pass asserts F32/F16 for every tensor a gradient flows to
+    expect(t.type in (GGML_TYPE_F32, GGML_TYPE_F16),
+           f"ggml_set_param: trainable tensors must be F32 or F16, got {type_name(t.type)}", GgmlTypeError)
     lib.ggml_set_param(t)
     return tensor
 

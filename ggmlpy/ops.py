@@ -10,7 +10,10 @@ from typing import Any, Callable
 from . import _checks as chk
 from ._ffi import ffi, lib
 from ._handle import unwrap
-from .context import FLOAT_TYPES, GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I32, Context, Tensor, as_tensor
+from .context import (FLOAT_TYPES, GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I16, GGML_TYPE_I32,
+                      Context, Tensor, as_tensor)
+
+F32_F16 = {GGML_TYPE_F32, GGML_TYPE_F16}
 
 GGML_OP_POOL_MAX = int(lib.GGML_OP_POOL_MAX)
 GGML_OP_POOL_AVG = int(lib.GGML_OP_POOL_AVG)
@@ -38,6 +41,10 @@ def _binary(name: str, c_fn: Callable) -> Callable:
     def op(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         a, b = _t(name, a), _t(name, b, "b")
         chk.floating(name, ("a", a), ("b", b))
+        if b.type not in (a.type, GGML_TYPE_F32):  # the CPU kernels: same types, or an F32 b
+            chk.fail(name, f"b must be {chk.type_name(a.type)} or F32 when a is {chk.type_name(a.type)}, got "
+                           f"{chk.type_name(b.type)}", chk.GgmlTypeError)
+        chk.rows_contiguous(name, a)
         return _op(name, ctx, c_fn, (a, b), chk.broadcast_into(name, a, b), out_type=a.type)
     op.__name__ = op.__qualname__ = name
     op.__doc__ = f"``{name}(ctx, a, b)``: element-wise, b broadcast (repeated) into a's shape."
@@ -52,10 +59,10 @@ ggml_div = _binary("ggml_div", lib.ggml_div)
 
 # ---------------------------------------------------------------- element-wise unary
 
-def _unary(name: str, c_fn: Callable, needs_contiguous_rows: bool = False) -> Callable:
+def _unary(name: str, c_fn: Callable, needs_contiguous_rows: bool = True, types=FLOAT_TYPES) -> Callable:
     def op(ctx: Context, a: Tensor) -> Tensor:
         a = _t(name, a)
-        chk.floating(name, ("a", a))
+        chk.types(name, a, types)
         if needs_contiguous_rows:
             chk.rows_contiguous(name, a)
         return _op(name, ctx, c_fn, (a,), a.shape, out_type=a.type)
@@ -64,44 +71,55 @@ def _unary(name: str, c_fn: Callable, needs_contiguous_rows: bool = False) -> Ca
     return op
 
 
-ggml_dup = _unary("ggml_dup", lib.ggml_dup)
+# The CPU kernels of the element-wise ops need contiguous rows; gelu and silu exist for F32/F16 only.
+ggml_dup = _unary("ggml_dup", lib.ggml_dup, False)
 ggml_sqr = _unary("ggml_sqr", lib.ggml_sqr)
 ggml_sqrt = _unary("ggml_sqrt", lib.ggml_sqrt)
 ggml_log = _unary("ggml_log", lib.ggml_log)
-ggml_exp = _unary("ggml_exp", lib.ggml_exp, True)
+ggml_exp = _unary("ggml_exp", lib.ggml_exp)
 ggml_sin = _unary("ggml_sin", lib.ggml_sin)
 ggml_cos = _unary("ggml_cos", lib.ggml_cos)
-ggml_abs = _unary("ggml_abs", lib.ggml_abs, True)
-ggml_sgn = _unary("ggml_sgn", lib.ggml_sgn, True)
-ggml_neg = _unary("ggml_neg", lib.ggml_neg, True)
-ggml_step = _unary("ggml_step", lib.ggml_step, True)
-ggml_relu = _unary("ggml_relu", lib.ggml_relu, True)
-ggml_elu = _unary("ggml_elu", lib.ggml_elu, True)
-ggml_silu = _unary("ggml_silu", lib.ggml_silu, True)
-ggml_gelu = _unary("ggml_gelu", lib.ggml_gelu, True)
-ggml_tanh = _unary("ggml_tanh", lib.ggml_tanh, True)
-ggml_sigmoid = _unary("ggml_sigmoid", lib.ggml_sigmoid, True)
-ggml_softplus = _unary("ggml_softplus", lib.ggml_softplus, True)
-ggml_hardswish = _unary("ggml_hardswish", lib.ggml_hardswish, True)
-ggml_cont = _unary("ggml_cont", lib.ggml_cont)
-ggml_soft_max = _unary("ggml_soft_max", lib.ggml_soft_max, True)
+ggml_abs = _unary("ggml_abs", lib.ggml_abs)
+ggml_sgn = _unary("ggml_sgn", lib.ggml_sgn)
+ggml_neg = _unary("ggml_neg", lib.ggml_neg)
+ggml_step = _unary("ggml_step", lib.ggml_step)
+ggml_relu = _unary("ggml_relu", lib.ggml_relu)
+ggml_elu = _unary("ggml_elu", lib.ggml_elu)
+ggml_silu = _unary("ggml_silu", lib.ggml_silu, types=F32_F16)
+ggml_gelu = _unary("ggml_gelu", lib.ggml_gelu, types=F32_F16)
+ggml_tanh = _unary("ggml_tanh", lib.ggml_tanh)
+ggml_sigmoid = _unary("ggml_sigmoid", lib.ggml_sigmoid)
+ggml_softplus = _unary("ggml_softplus", lib.ggml_softplus)
+ggml_hardswish = _unary("ggml_hardswish", lib.ggml_hardswish)
+ggml_cont = _unary("ggml_cont", lib.ggml_cont, False)
+
+
+def ggml_soft_max(ctx: Context, a: Tensor) -> Tensor:
+    """Softmax over ne[0] (F32, contiguous)."""
+    a = _t("ggml_soft_max", a)
+    chk.types("ggml_soft_max", a, {GGML_TYPE_F32})
+    chk.contiguous("ggml_soft_max", a)
+    return _op("ggml_soft_max", ctx, lib.ggml_soft_max, (a,), a.shape)
 
 
 def ggml_leaky_relu(ctx: Context, a: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
     a = _t("ggml_leaky_relu", a)
-    chk.floating("ggml_leaky_relu", ("a", a))
+    chk.types("ggml_leaky_relu", a, F32_F16)
     slope = chk.float_arg("ggml_leaky_relu", "negative_slope", negative_slope)
     return _op("ggml_leaky_relu", ctx, lib.ggml_leaky_relu, (a,), a.shape, (slope, bool(inplace)), a.type)
 
 
 def ggml_scale(ctx: Context, a: Tensor, s: float) -> Tensor:
     a = _t("ggml_scale", a)
-    chk.floating("ggml_scale", ("a", a))
+    chk.types("ggml_scale", a, {GGML_TYPE_F32})  # the CPU kernel is F32-only and needs contiguous data
+    chk.contiguous("ggml_scale", a)
     return _op("ggml_scale", ctx, lib.ggml_scale, (a,), a.shape, (chk.float_arg("ggml_scale", "s", s),), a.type)
 
 
 def ggml_clamp(ctx: Context, a: Tensor, min: float, max: float) -> Tensor:  # noqa: A002 - ggml's names
     a = _t("ggml_clamp", a)
+    chk.types("ggml_clamp", a, F32_F16)
+    chk.rows_contiguous("ggml_clamp", a)  # NB: ggml_clamp returns a view: it clamps a in place
     lo, hi = chk.float_arg("ggml_clamp", "min", min), chk.float_arg("ggml_clamp", "max", max)
     if lo > hi:
         chk.fail("ggml_clamp", f"min must be <= max, got {lo} > {hi}")
@@ -117,6 +135,7 @@ def ggml_norm(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
 def ggml_rms_norm(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
     a = _t("ggml_rms_norm", a)
     chk.types("ggml_rms_norm", a, {GGML_TYPE_F32})
+    chk.rows_contiguous("ggml_rms_norm", a)
     return _op("ggml_rms_norm", ctx, lib.ggml_rms_norm, (a,), a.shape, (chk.float_arg("ggml_rms_norm", "eps", eps),))
 
 
@@ -125,18 +144,25 @@ def ggml_soft_max_ext(ctx: Context, a: Tensor, mask: Tensor | None = None, scale
     fn = "ggml_soft_max_ext"
     a = _t(fn, a)
     chk.types(fn, a, {GGML_TYPE_F32})
-    chk.rows_contiguous(fn, a)
+    chk.contiguous(fn, a)
+    scale, max_bias = chk.float_arg(fn, "scale", scale), chk.float_arg(fn, "max_bias", max_bias)
     if mask is not None:
         mask = _t(fn, mask, "mask")
         chk.types(fn, mask, {GGML_TYPE_F32, GGML_TYPE_F16}, "mask")
-        if mask.shape[0] != a.shape[0] or mask.shape[1] < a.shape[1]:
-            chk.fail(fn, f"mask {list(mask.shape)} must have ne[0] == {a.shape[0]} and ne[1] >= {a.shape[1]}")
-    return _op(fn, ctx, lib.ggml_soft_max_ext, (a, mask), a.shape,
-               (chk.float_arg(fn, "scale", scale), chk.float_arg(fn, "max_bias", max_bias)))
+        chk.contiguous(fn, mask, "mask")
+        if mask.shape[0] != a.shape[0] or mask.shape[1] < a.shape[1] or a.shape[2] % mask.shape[2] \
+                or a.shape[3] % mask.shape[3]:
+            chk.fail(fn, f"mask {list(mask.shape)} must have ne[0] == {a.shape[0]}, ne[1] >= {a.shape[1]} and "
+                         f"ne[2], ne[3] dividing a's {a.shape[2]}, {a.shape[3]}")
+    elif max_bias > 0:
+        chk.fail(fn, f"max_bias > 0 (ALiBi) needs a mask, got max_bias={max_bias} and no mask")
+    return _op(fn, ctx, lib.ggml_soft_max_ext, (a, mask), a.shape, (scale, max_bias))
 
 
 def ggml_diag_mask_inf(ctx: Context, a: Tensor, n_past: int) -> Tensor:
     a = _t("ggml_diag_mask_inf", a)
+    chk.types("ggml_diag_mask_inf", a, {GGML_TYPE_F32})
+    chk.contiguous("ggml_diag_mask_inf", a)
     return _op("ggml_diag_mask_inf", ctx, lib.ggml_diag_mask_inf, (a,), a.shape,
                (chk.int_arg("ggml_diag_mask_inf", "n_past", n_past, 0),), a.type)
 
@@ -145,11 +171,14 @@ def ggml_diag_mask_inf(ctx: Context, a: Tensor, n_past: int) -> Tensor:
 
 def ggml_sum(ctx: Context, a: Tensor) -> Tensor:
     a = _t("ggml_sum", a)
+    chk.floating("ggml_sum", ("a", a))
     return _op("ggml_sum", ctx, lib.ggml_sum, (a,), (1, 1, 1, 1), out_type=a.type)
 
 
 def ggml_sum_rows(ctx: Context, a: Tensor) -> Tensor:
     a = _t("ggml_sum_rows", a)
+    chk.types("ggml_sum_rows", a, {GGML_TYPE_F32})
+    chk.rows_contiguous("ggml_sum_rows", a)
     return _op("ggml_sum_rows", ctx, lib.ggml_sum_rows, (a,), (1,) + a.shape[1:], out_type=a.type)
 
 
@@ -178,6 +207,8 @@ def ggml_count_equal(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 def ggml_repeat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """Repeat ``a`` to the shape of ``b``."""
     a, b = _t("ggml_repeat", a), _t("ggml_repeat", b, "b")
+    chk.types("ggml_repeat", a, {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_I16, GGML_TYPE_I32})
+    chk.rows_contiguous("ggml_repeat", a)
     if not chk.can_repeat(a.shape, b.shape):
         chk.fail("ggml_repeat", f"a {list(a.shape)} cannot be repeated to b's shape {list(b.shape)}")
     return _op("ggml_repeat", ctx, lib.ggml_repeat, (a, b), b.shape, out_type=a.type)
@@ -186,6 +217,8 @@ def ggml_repeat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 def ggml_repeat_back(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """Sum ``a`` back down to the shape of ``b`` (the adjoint of repeat)."""
     a, b = _t("ggml_repeat_back", a), _t("ggml_repeat_back", b, "b")
+    chk.types("ggml_repeat_back", a, {GGML_TYPE_F32})
+    chk.rows_contiguous("ggml_repeat_back", a)
     if not chk.can_repeat(b.shape, a.shape):
         chk.fail("ggml_repeat_back", f"b {list(b.shape)} must repeat into a {list(a.shape)}")
     return _op("ggml_repeat_back", ctx, lib.ggml_repeat_back, (a, b), b.shape, out_type=a.type)
@@ -212,13 +245,22 @@ def ggml_mul_mat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """``a [K, M]`` times ``b [K, N]`` gives ``[M, N]`` (both share ne[0])."""
     a, b = _t("ggml_mul_mat", a), _t("ggml_mul_mat", b, "b")
     chk.floating("ggml_mul_mat", ("a", a), ("b", b))
+    if b.type not in (a.type, GGML_TYPE_F32):  # the CPU backend: b is F32 or a's dot-product type
+        chk.fail("ggml_mul_mat", f"b must be F32 or {chk.type_name(a.type)} when a is {chk.type_name(a.type)}, got "
+                                 f"{chk.type_name(b.type)}", chk.GgmlTypeError)
+    chk.rows_contiguous("ggml_mul_mat", a)
+    chk.rows_contiguous("ggml_mul_mat", b, "b")
     return _op("ggml_mul_mat", ctx, lib.ggml_mul_mat, (a, b), chk.mul_mat("ggml_mul_mat", a, b))
 
 
 def ggml_out_prod(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """``a [M, K]`` and ``b [N, K]`` give ``[M, N]`` = sum over k of outer products."""
     a, b = _t("ggml_out_prod", a), _t("ggml_out_prod", b, "b")
-    chk.floating("ggml_out_prod", ("a", a), ("b", b))
+    chk.types("ggml_out_prod", a, F32_F16)
+    chk.types("ggml_out_prod", b, {GGML_TYPE_F32}, "b")
+    if a.type == GGML_TYPE_F16 and a.shape[2:] != b.shape[2:]:
+        chk.fail("ggml_out_prod", f"an F16 a cannot be broadcast: a {list(a.shape)}, b {list(b.shape)}")
+    chk.not_transposed("ggml_out_prod", a)
     return _op("ggml_out_prod", ctx, lib.ggml_out_prod, (a, b), chk.out_prod("ggml_out_prod", a, b))
 
 
@@ -228,6 +270,8 @@ def ggml_cross_entropy_loss(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     chk.types("ggml_cross_entropy_loss", a, {GGML_TYPE_F32})
     chk.types("ggml_cross_entropy_loss", b, {GGML_TYPE_F32}, "b")
     chk.same_shape("ggml_cross_entropy_loss", a, b)
+    chk.rows_contiguous("ggml_cross_entropy_loss", a)
+    chk.rows_contiguous("ggml_cross_entropy_loss", b, "b")
     return _op("ggml_cross_entropy_loss", ctx, lib.ggml_cross_entropy_loss, (a, b), (1, 1, 1, 1))
 
 
@@ -315,6 +359,7 @@ def ggml_get_rows(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 
 def ggml_pad(ctx: Context, a: Tensor, p0: int = 0, p1: int = 0, p2: int = 0, p3: int = 0) -> Tensor:
     a = _t("ggml_pad", a)
+    chk.types("ggml_pad", a, {GGML_TYPE_F32})
     pads = tuple(chk.int_arg("ggml_pad", f"p{i}", p, 0) for i, p in enumerate((p0, p1, p2, p3)))
     return _op("ggml_pad", ctx, lib.ggml_pad, (a,), tuple(n + p for n, p in zip(a.shape, pads)), pads, a.type)
 
@@ -329,6 +374,7 @@ def ggml_im2col(ctx: Context, a: Tensor, b: Tensor, s0: int, s1: int, p0: int, p
         chk.fail(fn, "dst_type must be GGML_TYPE_F32 or GGML_TYPE_F16", chk.GgmlTypeError)
     # the CPU kernel asserts an F32 source for an F32 result (F16 sources only give F16 results)
     chk.types(fn, b, {GGML_TYPE_F32} if dst_type == GGML_TYPE_F32 else {GGML_TYPE_F32, GGML_TYPE_F16}, "b")
+    chk.rows_contiguous(fn, b, "b")
     for name, v, lo in (("s0", s0, 1), ("p0", p0, 0), ("d0", d0, 1)):
         chk.int_arg(fn, name, v, lo)
     # 1-D: ggml ignores s1/d1 (ggml_conv_1d passes 0), and p1 > 0 would silently zero the output
@@ -357,6 +403,9 @@ def ggml_conv_1d(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, p0: int = 0, d
     fn = "ggml_conv_1d"
     a, b = _t(fn, a), _t(fn, b, "b")
     chk.floating(fn, ("a", a), ("b", b))
+    chk.rows_contiguous(fn, b, "b")
+    if a.type == GGML_TYPE_BF16 and b.type != GGML_TYPE_F32:  # a BF16 kernel makes an F32 im2col: F32 data only
+        chk.fail(fn, "with a BF16 kernel the data b must be F32", chk.GgmlTypeError)
     for name, v, lo in (("s0", s0, 1), ("p0", p0, 0), ("d0", d0, 1)):
         chk.int_arg(fn, name, v, lo)
     if a.shape[1] != b.shape[1] or b.shape[3] != 1:
@@ -380,6 +429,9 @@ def ggml_conv_2d(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int = 1, p
     fn = "ggml_conv_2d"
     a, b = _t(fn, a), _t(fn, b, "b")
     chk.floating(fn, ("a", a), ("b", b))
+    chk.rows_contiguous(fn, b, "b")
+    if a.type == GGML_TYPE_BF16 and b.type != GGML_TYPE_F32:  # a BF16 kernel makes an F32 im2col: F32 data only
+        chk.fail(fn, "with a BF16 kernel the data b must be F32", chk.GgmlTypeError)
     for name, v, lo in (("s0", s0, 1), ("s1", s1, 1), ("p0", p0, 0), ("p1", p1, 0), ("d0", d0, 1), ("d1", d1, 1)):
         chk.int_arg(fn, name, v, lo)
     if a.shape[2] != b.shape[2]:
@@ -400,6 +452,7 @@ def _pool_op(fn: str, op: Any) -> int:
 def ggml_pool_1d(ctx: Context, a: Tensor, op: int, k0: int, s0: int, p0: int = 0) -> Tensor:
     fn = "ggml_pool_1d"
     a = _t(fn, a)
+    chk.types(fn, a, F32_F16)
     _pool_op(fn, op)
     chk.int_arg(fn, "k0", k0, 1), chk.int_arg(fn, "s0", s0, 1), chk.int_arg(fn, "p0", p0, 0)
     ol = chk.out_size(fn, "length", a.shape[0], k0, s0, p0)
@@ -410,6 +463,7 @@ def ggml_pool_2d(ctx: Context, a: Tensor, op: int, k0: int, k1: int, s0: int, s1
                  p1: float = 0) -> Tensor:
     fn = "ggml_pool_2d"
     a = _t(fn, a)
+    chk.types(fn, a, F32_F16)
     _pool_op(fn, op)
     for name, v in (("k0", k0), ("k1", k1), ("s0", s0), ("s1", s1)):
         chk.int_arg(fn, name, v, 1)
@@ -426,6 +480,7 @@ def ggml_pool_2d(ctx: Context, a: Tensor, op: int, k0: int, k1: int, s0: int, s1
 def ggml_scale_bias(ctx: Context, a: Tensor, s: float, b: float) -> Tensor:
     """``s * a + b`` element-wise."""
     a = _t("ggml_scale_bias", a)
-    chk.floating("ggml_scale_bias", ("a", a))
+    chk.types("ggml_scale_bias", a, {GGML_TYPE_F32})
+    chk.contiguous("ggml_scale_bias", a)
     return _op("ggml_scale_bias", ctx, lib.ggml_scale_bias, (a,), a.shape,
                (chk.float_arg("ggml_scale_bias", "s", s), chk.float_arg("ggml_scale_bias", "b", b)), a.type)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import weakref
 from typing import Sequence
 
+import numpy as np
+
 from ._ffi import ffi, lib
 from ._handle import Handle, raise_type, unwrap
 from .backend import Backend, ggml_backend_cpu_init
@@ -31,6 +33,7 @@ class Scheduler(Handle):
         self.parallel = parallel
         self.op_offload = op_offload
         self._owned = owned  # backends created for this scheduler, freed after it
+        self._allocated: int | None = None  # address of the graph allocated by ggml_backend_sched_alloc_graph
         self._opt_users: weakref.WeakSet = weakref.WeakSet()  # static opt contexts built on it (at most one)
 
     def free(self) -> None:
@@ -86,6 +89,7 @@ def ggml_backend_sched_free(sched: Scheduler) -> None:
 
 def ggml_backend_sched_reset(sched: Scheduler) -> None:
     lib.ggml_backend_sched_reset(_sched(sched, "ggml_backend_sched_reset"))
+    sched._allocated = None
 
 
 def ggml_backend_sched_get_n_backends(sched: Scheduler) -> int:
@@ -104,14 +108,65 @@ def ggml_backend_sched_get_n_splits(sched: Scheduler) -> int:
     return int(lib.ggml_backend_sched_get_n_splits(_sched(sched, "ggml_backend_sched_get_n_splits")))
 
 
+# ggml_hash_size: the scheduler's hash set holds the smallest of these primes >= graph_size entries
+_HASH_PRIMES = (2, 3, 5, 11, 17, 37, 67, 131, 257, 521, 1031, 2053, 4099, 8209, 16411, 32771, 65537, 131101,
+                262147, 524309, 1048583, 2097169, 4194319, 8388617, 16777259, 33554467, 67108879, 134217757)
+_OPS = {ffi.string(lib.ggml_op_name(i)).decode(): i for i in range(int(lib.GGML_OP_COUNT))}
+
+
+def _hash_size(n: int) -> int:
+    return next((p for p in _HASH_PRIMES if p >= n), n | 1)
+
+
 def _graph_ptr(graph: Graph, fn: str, sched: Scheduler | None = None):
     if not isinstance(graph, Graph):
         raise_type(f"{fn}(graph)", "Graph", graph)
+    g = graph.ptr
     if sched is not None:
-        leafs_and_nodes = graph.n_nodes()
-        expect(leafs_and_nodes <= sched.graph_size,
-               f"{fn}: the graph has {leafs_and_nodes} nodes, more than the scheduler's graph_size {sched.graph_size}")
-    return graph.ptr
+        n_nodes = graph.n_nodes()
+        expect(n_nodes <= sched.graph_size,
+               f"{fn}: the graph has {n_nodes} nodes, more than the scheduler's graph_size {sched.graph_size}")
+        room = _hash_size(sched.graph_size)
+        if n_nodes * (1 + int(lib.GGML_MAX_SRC)) > room:  # only then can nodes + leafs overflow: count the leafs
+            n_leafs = _count_leafs(g, n_nodes)
+            expect(n_nodes + n_leafs <= room,
+                   f"{fn}: the graph has {n_nodes} nodes and {n_leafs} leafs, more than the scheduler (graph_size "
+                   f"{sched.graph_size}) can hold ({room}); create it with a larger graph_size")
+    return g
+
+
+def _count_leafs(g, n_nodes: int) -> int:
+    param = int(lib.GGML_TENSOR_FLAG_PARAM)
+    leafs = set()
+    for i in range(n_nodes):
+        for s in lib.ggml_graph_node(g, i).src:
+            if s != ffi.NULL and s.op == lib.GGML_OP_NONE and not s.flags & param:
+                leafs.add(int(ffi.cast("uintptr_t", s)))
+    return len(leafs)
+
+
+def _check_indices(g) -> None:
+    """ggml's get_rows aborts on an out-of-range index: check the index inputs before computing."""
+    get_rows = _OPS.get("GET_ROWS")
+    for i in range(lib.ggml_graph_n_nodes(g)):
+        node = lib.ggml_graph_node(g, i)
+        if node.op != get_rows:
+            continue
+        idx, table = node.src[1], node.src[0]
+        if idx.op != lib.GGML_OP_NONE or idx.type != lib.GGML_TYPE_I32 or idx.data == ffi.NULL \
+                or not lib.ggml_is_contiguous(idx):
+            continue  # computed indices cannot be checked before the computation
+        values = np.empty(int(lib.ggml_nelements(idx)), dtype=np.int32)
+        if idx.buffer != ffi.NULL:
+            lib.ggml_backend_tensor_get(idx, ffi.from_buffer(values), 0, values.nbytes)
+        else:
+            ffi.memmove(ffi.from_buffer(values), idx.data, values.nbytes)
+        n_rows = int(table.ne[1])
+        bad = values[(values < 0) | (values >= n_rows)]
+        if bad.size:
+            name = ffi.string(idx.name).decode() or "?"
+            raise GgmlValueError(f"ggml_get_rows: index {int(bad[0])} in '{name}' is out of range for a table of "
+                                 f"{n_rows} rows ({bad.size} bad indices); ggml would abort")
 
 
 def ggml_backend_sched_reserve(sched: Scheduler, graph: Graph) -> bool:
@@ -121,22 +176,35 @@ def ggml_backend_sched_reserve(sched: Scheduler, graph: Graph) -> bool:
 
 def ggml_backend_sched_alloc_graph(sched: Scheduler, graph: Graph) -> bool:
     s = _sched(sched, "ggml_backend_sched_alloc_graph")
-    ok = bool(lib.ggml_backend_sched_alloc_graph(s, _graph_ptr(graph, "ggml_backend_sched_alloc_graph", sched)))
+    g = _graph_ptr(graph, "ggml_backend_sched_alloc_graph", sched)
+    # ggml aborts when a scheduler is allocated twice without a reset (e.g. after a compute): reset first
+    lib.ggml_backend_sched_reset(s)
+    sched._allocated = None
+    ok = bool(lib.ggml_backend_sched_alloc_graph(s, g))
     if not ok:
         raise GgmlStateError("the scheduler could not allocate the graph (out of memory on a backend?)")
+    sched._allocated = int(ffi.cast("uintptr_t", g))
     return ok
 
 
 def ggml_backend_sched_graph_compute(sched: Scheduler, graph: Graph) -> None:
     s = _sched(sched, "ggml_backend_sched_graph_compute")
-    check_status(lib.ggml_backend_sched_graph_compute(s, _graph_ptr(graph, "ggml_backend_sched_graph_compute", sched)),
-                 "ggml_backend_sched_graph_compute")
+    g = _graph_ptr(graph, "ggml_backend_sched_graph_compute", sched)
+    addr = int(ffi.cast("uintptr_t", g))
+    if sched._allocated is not None and sched._allocated != addr:
+        # an allocated scheduler runs the graph it allocated, whatever graph it is given: let it allocate this one
+        lib.ggml_backend_sched_reset(s)
+    _check_indices(g)
+    status = lib.ggml_backend_sched_graph_compute(s, g)
+    sched._allocated = addr if status == lib.GGML_STATUS_SUCCESS else None
+    check_status(status, "ggml_backend_sched_graph_compute")
 
 
 def ggml_backend_graph_compute(backend: Backend, graph: Graph) -> None:
     b = unwrap(backend, Backend, "ggml_backend_graph_compute(backend)")
-    check_status(lib.ggml_backend_graph_compute(b, _graph_ptr(graph, "ggml_backend_graph_compute")),
-                 "ggml_backend_graph_compute")
+    g = _graph_ptr(graph, "ggml_backend_graph_compute")
+    _check_indices(g)
+    check_status(lib.ggml_backend_graph_compute(b, g), "ggml_backend_graph_compute")
 
 
 _cpu_for_ctx: list[Backend] = []

@@ -1,0 +1,282 @@
+"""Misuse that would make ggml abort the process must raise a Python exception instead.
+
+Each case runs in its own fresh interpreter: an abort shows up as returncode -6 (SIGABRT)
+or 134 instead of killing the test runner. The case must exit normally, having raised the
+expected exception type (or, for ``None``, having completed without one).
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.conftest import run_in_subprocess
+
+PRELUDE = """
+import re, numpy as np, ggmlpy as G
+def small_ctx(no_alloc=True):
+    return G.ggml_init(64 * G.ggml_tensor_overhead() + G.ggml_graph_overhead(64) + 4096, no_alloc=no_alloc)
+"""
+
+# A linear model with static graphs for the ggml-opt cases: out = W x, x [4, 8], W [4, 1].
+OPT_PRELUDE = """
+be = G.ggml_backend_cpu_init()
+G.ggml_backend_cpu_set_n_threads(be, 1)
+sched = G.ggml_backend_sched_new([be], parallel=False)
+cs = small_ctx()
+x = G.ggml_set_input(G.ggml_new_tensor_2d(cs, G.GGML_TYPE_F32, 4, 8))
+W = G.ggml_set_param(G.ggml_new_tensor_2d(cs, G.GGML_TYPE_F32, 4, 1))
+buf = G.ggml_backend_alloc_ctx_tensors(cs, be)
+G.ggml_backend_tensor_set_data(W, np.zeros(4))
+cc = G.ggml_init(64 * G.ggml_tensor_overhead() + G.ggml_graph_overhead(), no_alloc=True)
+out = G.ggml_mul_mat(cc, W, x)
+def new_opt(**kw):
+    return G.ggml_opt_init_for_fit(sched, G.ggml_opt_loss_type_mse(), ctx_compute=cc, inputs=x, outputs=out, **kw)
+"""
+
+TEMPLATE = """
+{prelude}
+try:
+{body}
+except BaseException as e:
+    print("RAISED|" + type(e).__name__ + "|" + str(isinstance(e, {exc})) + "|" + str(e).replace("\\n", " "))
+else:
+    print("COMPLETED")
+"""
+
+# name: (uses the opt prelude, body, expected exception type or None, regex the message must match)
+CASES = {
+    # ---- the op constructors
+    "mul_mat_mismatched_ne0": (False, """
+ctx = small_ctx()
+a = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)
+b = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 5, 2)
+G.ggml_mul_mat(ctx, a, b)""", "ValueError", r"ne\[0\]"),
+    "add_not_broadcastable": (False, """
+ctx = small_ctx()
+a = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)
+b = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, 3)
+G.ggml_add(ctx, a, b)""", "ValueError", r"broadcast"),
+    "add_smaller_a": (False, """
+ctx = small_ctx()
+G.ggml_add(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 1), G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3))""",
+                      "ValueError", r"broadcast"),
+    "reshape_other_count": (False, """
+ctx = small_ctx()
+G.ggml_reshape_2d(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3), 5, 2)""", "ValueError", r"10.*12|12.*10"),
+    "reshape_non_contiguous": (False, """
+ctx = small_ctx()
+G.ggml_reshape_1d(ctx, G.ggml_transpose(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)), 12)""",
+                               "ValueError", r"contiguous"),
+    "get_rows_f32_indices": (False, """
+ctx = small_ctx()
+G.ggml_get_rows(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3), G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 2))""",
+                             "TypeError", r"I32|i32"),
+    "cross_entropy_shapes": (False, """
+ctx = small_ctx()
+G.ggml_cross_entropy_loss(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3),
+                          G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 2))""", "ValueError", r"shape"),
+    "soft_max_ext_mask_not_dividing": (False, """
+ctx = small_ctx()
+G.ggml_soft_max_ext(ctx, G.ggml_new_tensor_3d(ctx, G.GGML_TYPE_F32, 4, 3, 3),
+                    G.ggml_new_tensor_3d(ctx, G.GGML_TYPE_F32, 4, 3, 2))""", "ValueError", r"mask"),
+    "soft_max_ext_alibi_without_mask": (False, """
+ctx = small_ctx()
+G.ggml_soft_max_ext(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3), None, 1.0, 8.0)""", "ValueError", r"mask"),
+    "unary_on_a_transposed_view": (False, """
+ctx = small_ctx()
+G.ggml_sqr(ctx, G.ggml_transpose(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)))""", "ValueError", r"cont"),
+    "add_with_a_transposed_a": (False, """
+ctx = small_ctx()
+t = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 4)
+G.ggml_add(ctx, G.ggml_transpose(ctx, t), t)""", "ValueError", r"cont"),
+    "mul_mat_f32_by_f16": (False, """
+ctx = small_ctx()
+G.ggml_mul_mat(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3), G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F16, 4, 2))""",
+                           "TypeError", r"F32|f32"),
+    "add_f32_and_f16": (False, """
+ctx = small_ctx()
+G.ggml_add(ctx, G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 4), G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F16, 4))""",
+                        "TypeError", r"f16|F16"),
+    "scale_f16": (False, """
+ctx = small_ctx()
+G.ggml_scale(ctx, G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F16, 4), 2.0)""", "TypeError", r"f32|F32"),
+    "sum_rows_i32": (False, """
+ctx = small_ctx()
+G.ggml_sum_rows(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_I32, 4, 3))""", "TypeError", r"f32|F32"),
+    "im2col_f16_data_f32_result": (False, """
+ctx = small_ctx()
+G.ggml_im2col(ctx, G.ggml_new_tensor_4d(ctx, G.GGML_TYPE_F32, 3, 3, 1, 1),
+              G.ggml_new_tensor_4d(ctx, G.GGML_TYPE_F16, 6, 6, 1, 1), 1, 1, 0, 0, 1, 1)""", "TypeError", r"b must"),
+    "set_param_bf16": (False, """
+ctx = small_ctx()
+G.ggml_set_param(G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_BF16, 4))""", "TypeError", r"F32 or F16"),
+    "backward_through_bf16": (False, """
+ctx = small_ctx()
+x = G.ggml_set_param(G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 4))
+y = G.ggml_cpy(ctx, G.ggml_cpy(ctx, x, G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_BF16, 4)),
+               G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 4))
+loss = G.ggml_set_loss(G.ggml_sum(ctx, y))
+g = G.ggml_new_graph_custom(ctx, 64, True)
+G.ggml_build_forward_expand(g, loss)
+G.ggml_build_backward_expand(ctx, g)""", "TypeError", r"bf16"),
+    # ---- contexts and graphs
+    "new_tensor_in_a_full_context": (False, """
+ctx = G.ggml_init(G.ggml_tensor_overhead() + 256, no_alloc=False)
+for i in range(8):
+    G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 16)""", "ValueError", r"full"),
+    "no_alloc_context_full": (False, """
+ctx = G.ggml_init(4 * G.ggml_tensor_overhead(), no_alloc=True)
+for i in range(8):
+    G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 16)""", "ValueError", r"full"),
+    "graph_too_small": (False, """
+ctx = small_ctx()
+y = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 4)
+for i in range(10):
+    y = G.ggml_sqr(ctx, y)
+g = G.ggml_new_graph_custom(ctx, 4)
+G.ggml_build_forward_expand(g, y)""", "ValueError", r"too small"),
+    "backward_without_loss": (False, """
+ctx = small_ctx()
+x = G.ggml_set_param(G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 4))
+g = G.ggml_new_graph_custom(ctx, 64, True)
+G.ggml_build_forward_expand(g, G.ggml_sum(ctx, x))
+G.ggml_build_backward_expand(ctx, g)""", "ValueError", r"loss"),
+    "set_loss_non_scalar": (False, """
+ctx = small_ctx()
+G.ggml_set_loss(G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 4))""", "ValueError", r"scalar"),
+    # ---- data
+    "set_data_too_many_elements": (False, """
+ctx = small_ctx(no_alloc=False)
+t = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 4)
+G.ggml_backend_tensor_set_data(t, np.zeros(5))""", "ValueError", r"4.*5|5.*4"),
+    "set_data_unallocated": (False, """
+ctx = small_ctx()
+t = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 4)
+G.ggml_backend_tensor_set_data(t, np.zeros(4))""", "RuntimeError", r"memory"),
+    "alloc_ctx_tensors_on_a_host_context": (False, """
+ctx = small_ctx(no_alloc=False)
+G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 4)
+G.ggml_backend_alloc_ctx_tensors(ctx, G.ggml_backend_cpu_init())""", "RuntimeError", r"no_alloc"),
+    # ---- devices, backends, schedulers
+    "dev_get_999": (False, """
+G.ggml_backend_dev_get(999)""", "ValueError", r"999"),
+    "sched_after_backend_freed": (False, """
+be = G.ggml_backend_cpu_init()
+s = G.ggml_backend_sched_new([be], parallel=False, graph_size=16)
+ctx = small_ctx()
+g = G.ggml_new_graph_custom(ctx, 16)
+G.ggml_build_forward_expand(g, G.ggml_relu(ctx, G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 4)))
+G.ggml_backend_free(be)
+G.ggml_backend_sched_graph_compute(s, g)""", "RuntimeError", r"freed"),
+    "tensor_of_freed_context": (False, """
+ctx = small_ctx(no_alloc=False)
+t = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 4)
+G.ggml_free(ctx)
+G.ggml_backend_tensor_get_data(t)""", "RuntimeError", r"freed"),
+    "sched_too_small_for_the_leafs": (False, """
+be = G.ggml_backend_cpu_init()
+ctx = G.ggml_init(1 << 20, no_alloc=True)
+xs = [G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 2) for _ in range(40)]
+y = xs[0]
+for t in xs[1:]:
+    y = G.ggml_add(ctx, y, t)
+g = G.ggml_new_graph_custom(ctx, 64)
+G.ggml_build_forward_expand(g, y)
+s = G.ggml_backend_sched_new([be], parallel=False, graph_size=40)
+G.ggml_backend_sched_alloc_graph(s, g)""", "ValueError", r"leafs"),
+    "get_rows_index_out_of_range": (False, """
+be = G.ggml_backend_cpu_init()
+ctx = small_ctx()
+table = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)
+idx = G.ggml_set_input(G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_I32, 2))
+g = G.ggml_new_graph_custom(ctx, 16)
+G.ggml_build_forward_expand(g, G.ggml_get_rows(ctx, table, idx))
+s = G.ggml_backend_sched_new([be], parallel=False, graph_size=16)
+G.ggml_backend_sched_alloc_graph(s, g)
+G.ggml_backend_tensor_set_data(idx, [0, 3])
+G.ggml_backend_sched_graph_compute(s, g)""", "ValueError", r"out of range"),
+    "sched_alloc_again_after_compute_works": (False, """
+be = G.ggml_backend_cpu_init()
+ctx = small_ctx()
+x = G.ggml_set_input(G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 3))
+y = G.ggml_set_output(G.ggml_scale(ctx, x, 3.0))
+g = G.ggml_new_graph_custom(ctx, 16)
+G.ggml_build_forward_expand(g, y)
+s = G.ggml_backend_sched_new([be], parallel=False, graph_size=16)
+for v in (1.0, 2.0):
+    G.ggml_backend_sched_alloc_graph(s, g)      # ggml would abort on the second alloc without a reset
+    G.ggml_backend_tensor_set_data(x, [v, v, v])
+    G.ggml_backend_sched_graph_compute(s, g)
+    assert list(G.ggml_backend_tensor_get_data(y)) == [3 * v] * 3""", None, None),
+    # ---- ggml-opt
+    "opt_alloc_twice": (True, """
+opt = new_opt()["opt_ctx"]
+G.ggml_opt_alloc(opt, True)
+G.ggml_opt_alloc(opt, True)""", "RuntimeError", r"already"),
+    "opt_eval_without_alloc": (True, """
+opt = new_opt()["opt_ctx"]
+G.ggml_opt_eval(opt, None)""", "RuntimeError", r"alloc"),
+    "opt_set_lr_negative": (True, """
+G.ggml_opt_set_lr(new_opt()["lr_ud"], adamw_lr=-0.1)""", "ValueError", r"-0.1"),
+    "opt_weight_decay_2": (True, """
+new_opt(weight_decay=2)""", "ValueError", r"weight_decay"),
+    "opt_two_static_contexts_on_one_scheduler": (True, """
+a = new_opt()
+b = new_opt()""", "RuntimeError", r"scheduler"),
+    "opt_forward_only_asked_for_backward": (True, """
+opt = G.ggml_opt_init(sched, G.ggml_opt_loss_type_mse(), ctx_compute=cc, inputs=x, outputs=out,
+                      build_type=G.ggml_opt_build_type_forward())
+G.ggml_opt_alloc(opt, False)   # forward is fine ...
+G.ggml_opt_eval(opt, None)
+G.ggml_opt_alloc(opt, True)    # ... a backward pass is not""", "RuntimeError", r"forward"),
+    "opt_freed_context": (True, """
+opt = new_opt()["opt_ctx"]
+G.ggml_opt_free(opt)
+G.ggml_opt_alloc(opt, True)""", "RuntimeError", r"freed"),
+    "opt_freed_result": (False, """
+r = G.ggml_opt_result_init()
+r.free()
+G.ggml_opt_result_loss(r)""", "RuntimeError", r"freed"),
+    "opt_fit_nbatch_logical_not_a_multiple": (True, """
+ds = G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 4, 1, 48, 1)
+G.ggml_opt_fit(sched, cc, x, out, ds, G.ggml_opt_loss_type_mse(), G.ggml_opt_optimizer_type_adamw(),
+               nepoch=1, nbatch_logical=12, silent=True)""", "ValueError", r"nbatch_logical"),
+    "opt_dataset_ndata_0": (False, """
+G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 4, 1, 0)""", "ValueError", r"ndata"),
+    "opt_untrainable_op_in_model": (True, """
+out2 = G.ggml_tanh(cc, G.ggml_mul_mat(cc, W, x))
+G.ggml_opt_init_for_fit(sched, G.ggml_opt_loss_type_mse(), ctx_compute=cc, inputs=x, outputs=out2)""",
+                                    "ValueError", r"TANH"),
+}
+
+
+@pytest.fixture(scope="module")
+def results():
+    """Run every case in its own interpreter, a few at a time."""
+    def run(name):
+        uses_opt, body, exc, _ = CASES[name]
+        code = TEMPLATE.format(prelude=PRELUDE + (OPT_PRELUDE if uses_opt else ""),
+                               body="\n".join("    " + line for line in body.strip("\n").splitlines()),
+                               exc=exc or "BaseException")
+        return name, run_in_subprocess(code, timeout=120)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        return dict(pool.map(run, CASES))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_misuse_raises_instead_of_aborting(results, name):
+    import re
+    _, _, exc, pattern = CASES[name]
+    rc, out, err = results[name]
+    assert rc == 0, f"the interpreter died (returncode {rc}): {err[-1500:]}"
+    lines = [line for line in out.splitlines() if line.startswith(("RAISED|", "COMPLETED"))]
+    assert lines, f"no verdict: {out[-1000:]} {err[-1500:]}"
+    verdict = lines[-1]
+    if exc is None:
+        assert verdict == "COMPLETED", verdict
+        return
+    assert verdict.startswith("RAISED|"), f"expected {exc}, nothing was raised"
+    _, type_name, is_expected, message = verdict.split("|", 3)
+    assert is_expected == "True", f"expected {exc}, got {type_name}: {message}"
+    assert re.search(pattern, message), f"{type_name}: {message!r} does not match {pattern!r}"
