@@ -69,8 +69,9 @@ class Dataset(Handle):
         return self._weights
 
     def shuffle(self, rng: np.random.Generator, idata: int = -1) -> None:
-        n = self.ndata if idata < 0 else idata
         shard = self.ndata_shard
+        n = self.ndata if idata < 0 else idata
+        n -= n % shard  # whole shards only: as in ggml, a tail that does not fill a shard stays in place
         perm = rng.permutation(n // shard)
         for arr in (self.rows(self.data), self.rows(self.labels), self.rows(self._weights)):
             if arr is not None:
@@ -188,6 +189,10 @@ def ggml_opt_dataset_get_batch_head(dataset: Dataset, data_batch: Tensor | None,
            f"{fn}: labels [{labels_off!r}, {labels_off!r}+{width}) fall outside the dataset's {ds.ne_label} label columns")
     batch = _check_batch_tensor(fn, ds, host, lt, ibatch, "labels_batch", width)
     rows = slice(ibatch * batch, (ibatch + 1) * batch)
+    if data_batch is not None:
+        data = as_tensor(data_batch, f"{fn}(data_batch)")
+        if _check_batch_tensor(fn, ds, ds.rows(ds.data), data, ibatch, "data_batch") != batch:
+            raise GgmlValueError(f"{fn}: data_batch and labels_batch hold different numbers of datapoints")
     write_array(lt.ptr, np.ascontiguousarray(host[rows, labels_off:labels_off + width]))
     if data_batch is not None:
         ggml_opt_dataset_get_batch_rows(ds, data_batch, rows)
@@ -196,6 +201,9 @@ def ggml_opt_dataset_get_batch_head(dataset: Dataset, data_batch: Tensor | None,
 def ggml_opt_dataset_get_batch_rows(ds: Dataset, data_batch: Tensor, rows: slice) -> None:
     data = as_tensor(data_batch, "data_batch")
     src = ds.rows(ds.data)[rows]
+    if data.type != _type_of(src) or not lib.ggml_is_contiguous(data.ptr):
+        raise GgmlTypeError("ggml_opt_dataset_get_batch_rows: data_batch must be a contiguous tensor of the "
+                            f"dataset's type ({src.dtype})")
     if src.size != data.nelements():
         raise GgmlValueError(f"data_batch holds {data.nelements()} elements, the batch has {src.size}")
     write_array(data.ptr, src)

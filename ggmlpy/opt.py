@@ -473,7 +473,7 @@ def ggml_opt_loss_weights_i(opt_ctx: OptContext, ihead: int) -> Tensor | None:
 
 def ggml_opt_ncorrect_i(opt_ctx: OptContext, ihead: int) -> Tensor | None:
     head = _head(opt_ctx, ihead, "ggml_opt_ncorrect_i")
-    return head.ncorrect if opt_ctx.loss.composite else ggml_opt_ncorrect(opt_ctx)
+    return head.ncorrect if opt_ctx.loss is not None and opt_ctx.loss.composite else ggml_opt_ncorrect(opt_ctx)
 
 
 def ggml_opt_prepare_alloc(opt_ctx: OptContext, ctx_compute: Context, graph: Graph, inputs: Tensor,

@@ -494,3 +494,69 @@ def test_get_batch_and_get_batch_head(cpu, trng):
     finally:
         net.free()
         ds.free()
+
+
+def test_get_batch_head_checks_the_data_batch_type(cpu, trng):
+    """A data_batch of another type than the dataset's is refused (an I32 one would get the float bits)."""
+    ds = make_dataset(trng.normal(0, 1, (8, K)).astype(np.float32), trng.normal(0, 1, (8, 2)).astype(np.float32))
+    net = Net(cpu)
+    try:
+        xb = net.leaf((N, K), dtype=G.GGML_TYPE_I32)
+        yb = net.leaf((N, 2))
+        net.alloc()
+        with pytest.raises(TypeError, match="data_batch"):
+            G.ggml_opt_dataset_get_batch_head(ds, xb, yb, 0, 0)
+    finally:
+        net.free()
+        ds.free()
+
+
+def test_get_batch_head_with_a_half_precision_data_batch_raises_not_aborts():
+    from tests.conftest import run_in_subprocess
+    rc, out, err = run_in_subprocess(
+        "import numpy as np, ggmlpy as G\n"
+        "b = G.ggml_backend_cpu_init()\n"
+        "ds = G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 2, 1, 8)\n"
+        "ctx = G.ggml_init(16 * G.ggml_tensor_overhead(), no_alloc=True)\n"
+        "xb = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F16, 2, 4)\n"
+        "lb = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 1, 4)\n"
+        "buf = G.ggml_backend_alloc_ctx_tensors(ctx, b)\n"
+        "try:\n"
+        "    G.ggml_opt_dataset_get_batch_head(ds, xb, lb, 0, 0)\n"
+        "except TypeError as exc:\n"
+        "    print('RAISED', exc)\n")
+    assert rc == 0, err[-2000:]
+    assert out.startswith("RAISED") and "data_batch" in out
+
+
+def test_shuffle_leaves_a_partial_shard_in_place(cpu, tsched, trng):
+    """ndata 10 in shards of 3: three shards move as units, the last row (no whole shard) stays."""
+    X = np.arange(20, dtype=np.float32).reshape(10, 2)
+    ds = make_dataset(X, X[:, :1].copy(), shard=3)
+    m = Linear(cpu, 2, 1, 3, bias=False)
+    try:
+        fit = G.ggml_opt_init_for_fit(tsched, MSE, SGD, 1, m.net.ctx, m.x, m.out)
+        moved = False
+        for _ in range(4):
+            G.ggml_opt_dataset_shuffle(fit["opt_ctx"], ds)
+            Xs = rows_of(G.ggml_opt_dataset_data(ds), 2)
+            np.testing.assert_array_equal(Xs[9], X[9])
+            assert {tuple(Xs[i:i + 3, 0]) for i in (0, 3, 6)} == {(0, 2, 4), (6, 8, 10), (12, 14, 16)}
+            np.testing.assert_array_equal(rows_of(G.ggml_opt_dataset_labels(ds), 1)[:, 0], Xs[:, 0])
+            moved |= not np.array_equal(Xs, X)
+        assert moved
+        with pytest.raises(ValueError, match="multiple of ndata_shard"):
+            G.ggml_opt_dataset_shuffle(fit["opt_ctx"], ds, 4)
+        fit["opt_ctx"].free()
+    finally:
+        ds.free()
+        m.free()
+
+
+def test_ncorrect_i_of_a_dynamic_context(tsched):
+    opt = G.ggml_opt_init(tsched, CE)
+    try:
+        assert G.ggml_opt_n_loss(opt) == 1
+        assert G.ggml_opt_ncorrect_i(opt, 1) is None  # no graph yet
+    finally:
+        opt.free()
