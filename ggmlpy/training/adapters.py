@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from .._ffi import ffi, lib
 from ..context import Tensor
 from ..data import NUMPY_DTYPES, write_array
 from ..errors import GgmlTypeError, GgmlValueError
@@ -86,18 +87,56 @@ class Target:
     what: str
     dtype: np.dtype
     count: int
+    bound: int | None = None  # integer inputs used as ggml_get_rows indices: values must be in [0, bound)
 
 
-def _target(tensor: Tensor, what: str) -> Target:
-    return Target(tensor, what, NUMPY_DTYPES[tensor.type], tensor.nelements())
+def _target(tensor: Tensor, what: str, bound: int | None = None) -> Target:
+    return Target(tensor, what, NUMPY_DTYPES[tensor.type], tensor.nelements(), bound)
+
+
+_KEY = lambda p: int(ffi.cast("uintptr_t", p))  # noqa: E731
+_DATA_MOVES = {"RESHAPE", "VIEW", "CONT", "PERMUTE", "TRANSPOSE"}
+
+
+def index_bounds(inputs: list[Tensor], outputs: list[Tensor]) -> dict[int, int]:
+    """Inputs that ggml_get_rows reads as row indices (directly or through a reshape/view) and the number of
+    rows they index: an index outside [0, rows) aborts the process inside ggml, so batches are checked."""
+    wanted = {_KEY(t.ptr) for t in inputs}
+    bounds: dict[int, int] = {}
+    seen: set[int] = set()
+    stack = [o.ptr for o in outputs]
+    while stack:
+        t = stack.pop()
+        if _KEY(t) in seen:
+            continue
+        seen.add(_KEY(t))
+        stack.extend(src for src in t.src if src != ffi.NULL)
+        if ffi.string(lib.ggml_op_name(t.op)).decode() != "GET_ROWS":
+            continue
+        idx = t.src[1]
+        while _KEY(idx) not in wanted and ffi.string(lib.ggml_op_name(idx.op)).decode() in _DATA_MOVES:
+            idx = idx.src[0]
+        if _KEY(idx) in wanted:
+            bounds[_KEY(idx)] = min(bounds.get(_KEY(idx), 1 << 62), int(t.src[0].ne[1]))
+    return bounds
+
+
+def check_indices(values: np.ndarray, bound: int, where: str) -> None:
+    if values.size and (values.min() < 0 or values.max() >= bound):
+        bad = values[(values < 0) | (values >= bound)].reshape(-1)[0]
+        raise GgmlValueError(f"{where} holds row indices for ggml_get_rows, which must be in [0, {bound}); "
+                             f"got {bad}")
 
 
 class BatchWriter:
     """Parses batches for one opt context and writes them into its tensors."""
 
-    def __init__(self, name: str, inputs: list[Tensor], labels: list[Tensor], weights: list[Tensor]) -> None:
+    def __init__(self, name: str, inputs: list[Tensor], labels: list[Tensor], weights: list[Tensor],
+                 bounds: dict[int, int] | None = None) -> None:
         self.name = name
-        self.inputs = [_target(t, f"inputs[{i}] ('{t.name or 'inputs'}')") for i, t in enumerate(inputs)]
+        bounds = bounds or {}
+        self.inputs = [_target(t, f"inputs[{i}] ('{t.name or 'inputs'}')", bounds.get(_KEY(t.ptr)))
+                       for i, t in enumerate(inputs)]
         self.labels = [_target(t, f"labels[{i}]") for i, t in enumerate(labels)]
         self.weights = [_target(t, f"weights[{i}]") for i, t in enumerate(weights)]
 
@@ -156,10 +195,16 @@ class BatchWriter:
         if arr.size != target.count:
             raise GgmlValueError(f"{self.name}: {target.what} expects {target.count} values (tensor "
                                  f"{list(target.tensor.shape)}), the batch gives {arr.size} (shape {list(arr.shape)})")
-        if np.issubdtype(target.dtype, np.integer) and not np.issubdtype(arr.dtype, np.integer) \
-                and arr.dtype != np.bool_:
-            raise GgmlValueError(f"{self.name}: {target.what} is an integer tensor ({target.dtype}); the batch "
-                                 f"gives {arr.dtype}")
+        if np.issubdtype(target.dtype, np.integer):
+            if not np.issubdtype(arr.dtype, np.integer) and arr.dtype != np.bool_:
+                raise GgmlValueError(f"{self.name}: {target.what} is an integer tensor ({target.dtype}); the batch "
+                                     f"gives {arr.dtype}")
+            if target.bound is not None:
+                check_indices(arr, target.bound, f"{self.name}: {target.what}")
+            info = np.iinfo(target.dtype)
+            if arr.size and (arr.min() < info.min or arr.max() > info.max):
+                raise GgmlValueError(f"{self.name}: {target.what} is {target.dtype}; the batch has values outside "
+                                     f"[{info.min}, {info.max}]")
         return np.ascontiguousarray(arr, dtype=target.dtype).reshape(-1)
 
 

@@ -16,11 +16,11 @@ from .. import losses as L
 from .. import opt as O
 from .._ffi import ffi
 from .._handle import unwrap
-from ..context import Context, Tensor, as_tensor
+from ..context import Context, Tensor, as_tensor, type_name
 from ..dataset import Dataset
 from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
 from ..sched import Scheduler
-from .adapters import BatchWriter, Source, Target
+from .adapters import BatchWriter, Source, Target, check_indices
 from .loop import Trainer, fit_loop
 from .prefetch import BatchFeed
 
@@ -154,6 +154,10 @@ class DatasetFeed:
         pass
 
 
+def _key(t: Tensor) -> int:
+    return int(ffi.cast("uintptr_t", t.ptr))
+
+
 def _columns(host: np.ndarray, rows: slice, off: int, width: int, target: Target) -> np.ndarray:
     block = host[rows, off:off + width]
     return np.ascontiguousarray(block, dtype=target.dtype).reshape(-1)
@@ -167,6 +171,9 @@ def _dataset_fit(sched, ctx_compute, inputs, outputs: list[Tensor], dataset, los
     x = as_tensor(inputs, "inputs")
     if isinstance(val_split, bool) or not isinstance(val_split, (int, float)) or not 0 <= val_split < 1:
         raise GgmlValueError(f"val_split must be a number in [0, 1), got {val_split!r}")
+    if x.type != ds.data.type:
+        raise GgmlTypeError(f"the dataset holds {type_name(ds.data.type)} data, the inputs tensor is "
+                            f"{type_name(x.type)}; they must match")
     physical = x.nelements() // ds.ne_datapoint if x.nelements() % ds.ne_datapoint == 0 else 0
     if physical < 1:
         raise GgmlValueError(f"inputs hold {x.nelements()} values, not a whole number of datapoints of "
@@ -184,6 +191,9 @@ def _dataset_fit(sched, ctx_compute, inputs, outputs: list[Tensor], dataset, los
     trainer = Trainer(sched, ctx_compute, [x], outputs, loss_types, loss_weights, optimizer, period, weight_decay,
                       _weight_width(ds, loss_types), with_validation=val_split > 0)
     try:
+        bound = trainer.index_bounds.get(_key(x))
+        if bound is not None:  # row indices for ggml_get_rows: check the whole dataset once
+            check_indices(ds.rows(ds.data), bound, "the dataset's data")
         offs = O.resolve_labels_offs(trainer.train_ctx.heads, labels_offs)
         widths = [h.outputs.nelements() // physical for h in trainer.train_ctx.heads if h.loss_type in L.LABELLED_LOSSES]
         labelled_offs = [o for o, h in zip(offs, trainer.train_ctx.heads) if h.loss_type in L.LABELLED_LOSSES]

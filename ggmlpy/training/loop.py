@@ -21,7 +21,7 @@ from .. import opt as O
 from ..context import Tensor
 from ..data import ggml_backend_tensor_get_data
 from ..errors import GgmlpyWarning
-from .adapters import BatchWriter
+from .adapters import BatchWriter, index_bounds
 from .callbacks import CallbackList, FitState
 from .progress import EpochProgress, say, summary_line
 
@@ -71,12 +71,13 @@ class Trainer:
             self.close()  # a half-built trainer must not keep the scheduler busy
             raise
         self.batch_size = O.L.physical_batch(inputs[0])
+        self.index_bounds = index_bounds(inputs, outputs)
 
     def writer(self, name: str, train: bool) -> BatchWriter:
         ctx = self.train_ctx if train else self.eval_ctx
         labels = [ctx.labels(i) for i in range(ctx.n_heads) if ctx.labels(i) is not None]
         weights = [h.weights for h in (ctx.loss.heads if ctx.loss.composite else []) if h.weights is not None]
-        return BatchWriter(name, self.inputs, labels, weights)
+        return BatchWriter(name, self.inputs, labels, weights, self.index_bounds)
 
     def run_epoch(self, feed: Feed, limit: int | None, train: bool, progress: EpochProgress | None = None) -> EpochStats:
         ctx = self.train_ctx if train else self.eval_ctx

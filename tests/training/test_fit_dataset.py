@@ -560,3 +560,39 @@ def test_ncorrect_i_of_a_dynamic_context(tsched):
         assert G.ggml_opt_ncorrect_i(opt, 1) is None  # no graph yet
     finally:
         opt.free()
+
+
+def test_token_id_dataset(cpu, tsched, trng):
+    """An I32 dataset feeds an I32 input; its type must match, and every id must index the table."""
+    V, D = 5, 2
+    net = Net(cpu)
+    try:
+        E0 = trng.normal(0, 1, (V, D)).astype(np.float32)
+        E = net.leaf((V, D), E0, param=True)
+        ids = net.leaf((N,), dtype=G.GGML_TYPE_I32)
+        net.alloc()
+        out = G.ggml_get_rows(net.ctx, E, ids)
+        tok = trng.integers(0, V, 8)
+        Y = trng.normal(0, 1, (8, D)).astype(np.float32)
+        ds = G.ggml_opt_dataset_init(G.GGML_TYPE_I32, F32, 1, D, 8)
+        G.ggml_backend_tensor_set_data(G.ggml_opt_dataset_data(ds), tok)
+        G.ggml_backend_tensor_set_data(G.ggml_opt_dataset_labels(ds), Y)
+        G.ggml_fit_opt(tsched, net.ctx, ids, out, ds, MSE, SGD, nepoch=1, nbatch_logical=N, shuffle=False,
+                       shuffle_all=False, callbacks=[LR_CB], silent=True)
+        ref = E0.astype(np.float64)
+        for i in range(2):
+            r = slice(i * N, (i + 1) * N)
+            _, dout = loss_and_dout("mse", ref[tok[r]], Y[r].astype(np.float64))
+            np.add.at(ref, tok[r], -LR * dout)
+        np.testing.assert_allclose(Net.get(E), ref, rtol=1e-5, atol=1e-6)
+        tok[5] = V
+        G.ggml_backend_tensor_set_data(G.ggml_opt_dataset_data(ds), tok)
+        with pytest.raises(ValueError, match=r"the dataset's data holds row indices .* \[0, 5\); got 5"):
+            G.ggml_fit_opt(tsched, net.ctx, ids, out, ds, MSE, nbatch_logical=N, silent=True)
+        ds.free()
+        ds_float = make_dataset(tok[:, None].astype(np.float32), Y)
+        with pytest.raises(TypeError, match="f32 data, the inputs tensor is i32"):
+            G.ggml_fit_opt(tsched, net.ctx, ids, out, ds_float, MSE, nbatch_logical=N, silent=True)
+        ds_float.free()
+    finally:
+        net.free()

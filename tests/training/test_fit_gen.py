@@ -391,6 +391,28 @@ def test_integer_input_takes_integer_arrays(cpu, tsched, trng):
         net.free()
 
 
+@pytest.mark.parametrize("bad", [5, -1, 2**40])
+def test_token_ids_out_of_range_are_refused_not_aborted(bad, cpu, tsched, trng):
+    """ggml_get_rows aborts the process on an index outside the table: the batch is checked first,
+    also when the ids reach get_rows through a reshape."""
+    V, D, T = 5, 2, 2
+    net = Net(cpu)
+    try:
+        E0 = trng.normal(0, 1, (V, D)).astype(np.float32)
+        E = net.leaf((V, D), E0, param=True)
+        ids = net.leaf((N, T), dtype=G.GGML_TYPE_I32)  # [T, N] ids, flattened for get_rows
+        net.alloc()
+        out = G.ggml_get_rows(net.ctx, E, G.ggml_reshape_1d(net.ctx, ids, T * N))
+        tok = trng.integers(0, V, (N, T))
+        y = trng.normal(0, 1, (N * T, D)).astype(np.float32)
+        assert len(G.ggml_fit_opt_gen(tsched, net.ctx, ids, out, [(tok, y)], silent=True)) == 1
+        tok[1, 1] = bad
+        with pytest.raises(ValueError, match=rf"row indices for ggml_get_rows, which must be in \[0, {V}\); got {bad}"):
+            G.ggml_fit_opt_gen(tsched, net.ctx, ids, out, [(tok, y)], silent=True)
+    finally:
+        net.free()
+
+
 # ---------------------------------------------------------------- argument errors, before any work
 
 @pytest.mark.parametrize("kw, error, pattern", [
