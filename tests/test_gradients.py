@@ -55,6 +55,13 @@ def _conv2d(X, K, s=1, p=0):
     return out
 
 
+def _conv1d(X, K, p):
+    """X (N, C, L), K (O, C, KL) -> (N, O, OL), stride 1."""
+    Xp = np.pad(X, ((0, 0), (0, 0), (p, p)))
+    OL = Xp.shape[-1] - K.shape[-1] + 1
+    return sum(np.einsum("ncl,oc->nol", Xp[:, :, k:k + OL], K[:, :, k]) for k in range(K.shape[-1]))
+
+
 def _pool2d(X, op, k, s):
     *lead, H, W = X.shape
     OH, OW = (H - k) // s + 1, (W - k) // s + 1
@@ -139,6 +146,9 @@ CASES = {
     "conv_2d_image": (lambda c, x, k: G.ggml_conv_2d(c, k, x, 2, 2, 0, 0),
                       lambda x, k: _conv2d(x, k, 2, 0),
                       _u(-1, 1, 2, 2, 5, 5), [_u(-1, 1, 3, 2, 3, 3)], dict(rtol=2e-2, atol=2e-2)),
+    "conv_1d_kernel_batch": (lambda c, x, sig: G.ggml_conv_1d(c, x, sig, 1, 1),
+                             lambda x, sig: _conv1d(sig, x, 1),
+                             _u(-1, 1, 3, 2, 3), [_u(-1, 1, 2, 2, 7)], dict(rtol=2e-2, atol=2e-2)),
     "pool_2d_max": (lambda c, x: G.ggml_pool_2d(c, x, G.GGML_OP_POOL_MAX, 2, 2, 2, 2),
                     lambda x: _pool2d(x, "max", 2, 2),
                     lambda rng: rng.permutation(2 * 4 * 6).astype(np.float32).reshape(1, 2, 4, 6) / 10, [], None),
