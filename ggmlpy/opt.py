@@ -21,7 +21,7 @@ from ._ffi import ffi, lib
 from ._handle import Handle, raise_type, unwrap
 from .context import Context, Graph, Tensor, as_tensor, ggml_graph_overhead, ggml_init, ggml_tensor_overhead
 from .errors import GgmlStateError, GgmlTypeError, GgmlValueError, expect
-from .sched import Scheduler
+from .sched import Scheduler, _hash_size
 
 OPTIMIZER_ADAMW = int(lib.GGML_OPT_OPTIMIZER_TYPE_ADAMW)
 OPTIMIZER_SGD = int(lib.GGML_OPT_OPTIMIZER_TYPE_SGD)
@@ -114,9 +114,9 @@ def ggml_opt_get_lr(lr_ud: LrUserdata) -> dict:
 
 # ---------------------------------------------------------------- opt context
 
-def _count_forward(outputs: Sequence[Tensor]) -> tuple[int, list[Any]]:
-    """Forward nodes reachable from the outputs, and the trainable leafs among them."""
-    seen, params, stack, n_nodes = set(), [], [o.ptr for o in outputs], 0
+def _count_forward(outputs: Sequence[Tensor], with_leafs: bool = False) -> Any:
+    """Forward nodes reachable from the outputs, and the trainable leafs among them (and the other leafs)."""
+    seen, params, stack, n_nodes, n_leafs = set(), [], [o.ptr for o in outputs], 0, 0
     flag = int(lib.GGML_TENSOR_FLAG_PARAM)
     while stack:
         t = stack.pop()
@@ -128,8 +128,26 @@ def _count_forward(outputs: Sequence[Tensor]) -> tuple[int, list[Any]]:
             params.append(t)
         if t.op != lib.GGML_OP_NONE or t.flags & flag:
             n_nodes += 1
+        else:
+            n_leafs += 1
         stack.extend(s for s in t.src if s != ffi.NULL)
-    return n_nodes, params
+    return (n_nodes, params, n_leafs) if with_leafs else (n_nodes, params)
+
+
+def check_sched_room(sched: Scheduler, outputs: Tensor, build_type: int) -> None:
+    """The scheduler's hash set must hold the nodes and leafs of the graphs ggml-opt allocates on it, or
+    ggml aborts in ggml_opt_alloc. A bound: the backward pass adds at most ~3 nodes per forward op, each
+    parameter a gradient accumulator, two moments and an optimizer step (measured: ~2.6 per op, ~5.5 per
+    parameter), ggml-opt's loss a few more."""
+    n_nodes, params, n_leafs = _count_forward([outputs], with_leafs=True)
+    n_ops = n_nodes - len(params)
+    need = n_nodes + n_leafs + 32 if build_type == BUILD_FORWARD else 4 * n_ops + 6 * len(params) + n_leafs + 64
+    room = _hash_size(sched.graph_size)
+    if need > room:
+        what = "forward" if build_type == BUILD_FORWARD else "training"
+        raise GgmlValueError(f"the scheduler is too small for this model's {what} graph: about {need} nodes and "
+                             f"leafs, room for {room} (graph_size {sched.graph_size}); create it with "
+                             f"ggml_backend_sched_new(..., graph_size={need}) or more")
 
 
 def check_trainable(outputs: Sequence[Tensor], what: str = "outputs") -> int:
@@ -183,6 +201,19 @@ class OptContext(Handle):
         self._prepared = False   # dynamic mode: prepare_alloc called since the last eval
         self.rng = np.random.default_rng(5489)  # dataset shuffles; mt19937's default seed, as ggml's
         self.labels_offs = [0]
+        try:
+            params, parents = self._params(sched, heads, build_type, optimizer, opt_period, ctx_compute, inputs)
+        except BaseException:
+            if self.loss is not None:
+                self.loss.free()  # refused before ggml-opt was called: release the loss graph's buffer now
+            raise
+        self.heads = heads
+        super().__init__(lib.ggml_opt_init(params), lib.ggml_opt_free, parents=parents)
+        if self.static:
+            sched._opt_users.add(self)
+
+    def _params(self, sched, heads, build_type, optimizer, opt_period, ctx_compute, inputs):
+        """Check the model and fill ggml-opt's parameters (static graphs: a private graph context)."""
         params = lib.ggml_opt_default_params(sched.ptr, heads[0].loss_type if not self.static
                                              else self.loss.ggml_loss_type)
         params.build_type = build_type
@@ -199,6 +230,7 @@ class OptContext(Handle):
             if estimate > STATIC_GRAPH_NODES:
                 raise GgmlValueError(f"the model is too large for ggml-opt's static graphs: about {estimate} "
                                      f"nodes with the backward pass, the limit is {STATIC_GRAPH_NODES}")
+            check_sched_room(sched, self.loss.opt_outputs, build_type)
             # A private context: ggml-opt puts three graphs and all backward tensors here and never frees them.
             self._graph_ctx = ggml_init(3 * ggml_graph_overhead(STATIC_GRAPH_NODES, True)
                                         + 6 * STATIC_GRAPH_NODES * ggml_tensor_overhead(), no_alloc=True)
@@ -206,10 +238,7 @@ class OptContext(Handle):
             params.inputs = inputs.ptr
             params.outputs = self.loss.opt_outputs.ptr
             parents += [ctx_compute, self._graph_ctx]
-        self.heads = heads
-        super().__init__(lib.ggml_opt_init(params), lib.ggml_opt_free, parents=parents)
-        if self.static:
-            sched._opt_users.add(self)
+        return params, parents
 
     def free(self) -> None:
         if self._ptr is None:

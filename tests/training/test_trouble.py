@@ -201,3 +201,28 @@ def test_ctrl_c_while_a_slow_source_is_read_ahead(model, tsched, batches, monkey
     finally:
         release.set()
     _scheduler_is_free(model, tsched, batches)
+
+
+def test_a_scheduler_too_small_for_the_training_graph_raises_not_aborts():
+    """ggml aborts when the graph ggml-opt allocates has more nodes + leafs than the scheduler's hash set."""
+    from tests.conftest import run_in_subprocess
+    rc, out, err = run_in_subprocess(
+        "import numpy as np, ggmlpy as G\n"
+        "from tests.training.helpers import Linear\n"
+        "b = G.ggml_backend_cpu_init()\n"
+        "m = Linear(b, 3, 2, 4)\n"
+        "batch = (np.zeros((4, 3)), np.zeros((4, 2)))\n"
+        "for gs in (8, 30):\n"
+        "    s = G.ggml_backend_sched_new([b], parallel=False, graph_size=gs)\n"
+        "    try:\n"
+        "        G.ggml_fit_opt_gen(s, m.net.ctx, m.x, m.out, [batch], silent=True)\n"
+        "    except ValueError as exc:\n"
+        "        print('RAISED', exc)\n"
+        "s = G.ggml_backend_sched_new([b], parallel=False, graph_size=256)\n"
+        "print('TRAINED', len(G.ggml_fit_opt_gen(s, m.net.ctx, m.x, m.out, [batch], silent=True,\n"
+        "                                        validation_generator=[batch])))\n")
+    assert rc == 0, err[-2000:]
+    lines = out.splitlines()
+    assert len(lines) == 3 and lines[0].startswith("RAISED") and lines[1].startswith("RAISED"), out
+    assert "graph_size" in lines[0] and "too small" in lines[0]
+    assert lines[2] == "TRAINED 1"
