@@ -142,14 +142,14 @@ _BACKWARD_OPS = {
     "NONE", "DUP", "ADD", "ADD1", "ACC", "SUB", "MUL", "DIV", "SQR", "SQRT", "LOG", "SIN", "COS", "SCALE",
     "SUM", "SUM_ROWS", "MEAN", "REPEAT", "REPEAT_BACK", "RMS_NORM", "MUL_MAT", "SET", "CPY", "CONT",
     "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE", "GET_ROWS", "DIAG_MASK_INF", "DIAG_MASK_ZERO", "SOFT_MAX",
-    "ROPE", "IM2COL", "POOL_2D", "CROSS_ENTROPY_LOSS",
+    "ROPE", "IM2COL", "POOL_2D", "CROSS_ENTROPY_LOSS", "NORM",
 }
-_BACKWARD_UNARY = {"ABS", "SGN", "NEG", "STEP", "RELU", "SILU", "EXP", "EXPM1", "SOFTPLUS"}
+# SIGMOID, TANH, GELU and NORM come from our patch 0004 (ggml 0.20.2 has no backward for them).
+_BACKWARD_UNARY = {"ABS", "SGN", "NEG", "STEP", "RELU", "SILU", "EXP", "EXPM1", "SOFTPLUS", "SIGMOID", "TANH", "GELU"}
 _COMPOSITE_HINT = {
-    "TANH": "use ggmlpy.ggml_tanh_trainable (2*sigmoid(2x)-1 from differentiable ops)",
-    "SIGMOID": "use ggmlpy.ggml_sigmoid_trainable (exp(x - softplus(x)))",
-    "GELU": "use ggmlpy.ggml_gelu_trainable (x*sigmoid(1.702x))",
-    "NORM": "use ggmlpy.ggml_layer_norm_trainable (centre, then rms_norm)",
+    "LEAKY_RELU": "use ggml_relu, or x - slope*relu(-x) built from ggml_relu/ggml_scale/ggml_sub",
+    "CLAMP": "clamp the data instead, or use relu-based bounds (min(x, c) = x - relu(x - c))",
+    "ELU": "use ggml_silu or ggml_softplus",
 }
 
 

@@ -113,6 +113,14 @@ CASES = {
              lambda rng: _away_from_zero(rng, 3, 4), [], None),
     "silu": (lambda c, x: G.ggml_silu(c, x), lambda x: x / (1 + np.exp(-x)), _u(-4, 4, 3, 4), [], None),
     "softplus": (lambda c, x: G.ggml_softplus(c, x), _softplus, _u(-4, 4, 3, 4), [], None),
+    # sigmoid, tanh, gelu and norm: backward passes from our ggml patch 0004.
+    "sigmoid": (lambda c, x: G.ggml_sigmoid(c, x), lambda x: 1 / (1 + np.exp(-x)), _u(-4, 4, 3, 4), [], None),
+    "tanh": (lambda c, x: G.ggml_tanh(c, x), np.tanh, _u(-3, 3, 3, 4), [], None),
+    "gelu": (lambda c, x: G.ggml_gelu(c, x),
+             lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))), _u(-3, 3, 3, 4), [], None),
+    "norm": (lambda c, x: G.ggml_norm(c, x, 1e-5),
+             lambda x: (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5),
+             _u(-2, 2, 3, 5), [], None),
     "scale": (lambda c, x: G.ggml_scale(c, x, -1.75), lambda x: -1.75 * x, A34, [], None),
     "scale_bias": (lambda c, x: G.ggml_scale_bias(c, x, 0.5, 2.0), lambda x: 0.5 * x + 2.0, A34, [], None),
     "sum": (lambda c, x: G.ggml_sum(c, x), lambda x: np.sum(x).reshape(1), A34, [], None),
@@ -223,12 +231,9 @@ else:
 """
 
 NO_BACKWARD = {
-    "tanh": ("G.ggml_tanh(ctx, x)", "TANH"),
-    "sigmoid": ("G.ggml_sigmoid(ctx, x)", "SIGMOID"),
-    "gelu": ("G.ggml_gelu(ctx, x)", "GELU"),
-    "norm": ("G.ggml_norm(ctx, x, 1e-5)", "NORM"),
-    "tanh_deeper": ("G.ggml_scale(ctx, G.ggml_tanh(ctx, G.ggml_add(ctx, x, x)), 2.0)", "TANH"),
     "leaky_relu": ("G.ggml_leaky_relu(ctx, x, 0.1)", "LEAKY_RELU"),
+    "leaky_relu_deeper": ("G.ggml_scale(ctx, G.ggml_leaky_relu(ctx, G.ggml_add(ctx, x, x), 0.1, False), 2.0)",
+                          "LEAKY_RELU"),
     "clamp": ("G.ggml_clamp(ctx, x, -1.0, 1.0)", "CLAMP"),
     "pad": ("G.ggml_pad(ctx, x, 1, 0, 0, 0)", "PAD"),
     "pool_1d": ("G.ggml_pool_1d(ctx, x, G.GGML_OP_POOL_AVG, 2, 2, 0)", "POOL_1D"),

@@ -245,9 +245,9 @@ G.ggml_opt_fit(sched, cc, x, out, ds, G.ggml_opt_loss_type_mse(), G.ggml_opt_opt
     "opt_dataset_ndata_0": (False, """
 G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 4, 1, 0)""", "ValueError", r"ndata"),
     "opt_untrainable_op_in_model": (True, """
-out2 = G.ggml_tanh(cc, G.ggml_mul_mat(cc, W, x))
+out2 = G.ggml_leaky_relu(cc, G.ggml_mul_mat(cc, W, x), 0.1, False)
 G.ggml_opt_init_for_fit(sched, G.ggml_opt_loss_type_mse(), ctx_compute=cc, inputs=x, outputs=out2)""",
-                                    "ValueError", r"TANH"),
+                                    "ValueError", r"LEAKY_RELU"),
 }
 
 

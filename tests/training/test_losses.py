@@ -213,7 +213,7 @@ def test_two_heads_weighted_sum(cpu, tsched, trng):
 # error naming the op (never an abort, never a silent wrong gradient). When the backward pass is
 # added, set SIGMOID_HAS_BACKWARD = True: the refusal test turns off and the gradient test turns on.
 
-SIGMOID_HAS_BACKWARD = False
+SIGMOID_HAS_BACKWARD = True  # patches/0004
 
 _SIGMOID_SCRIPT = textwrap.dedent("""
     import numpy as np, ggmlpy as G
