@@ -596,3 +596,22 @@ def test_token_id_dataset(cpu, tsched, trng):
         ds_float.free()
     finally:
         net.free()
+
+
+def test_fit_opt_callbacks(model, tsched, trng):
+    """The dataset loop: logs without 'steps', state.nepoch = nepoch, stop at the end keeps the row."""
+    X = trng.normal(0, 1, (16, K)).astype(np.float32)
+    ds = make_dataset(X, trng.normal(0, 1, (16, M)).astype(np.float32))
+    seen = []
+
+    def on_epoch_end(epoch, logs, state):
+        seen.append((epoch, sorted(logs), state.nepoch))
+        state.stop = epoch == 2
+
+    try:
+        h = G.ggml_fit_opt(tsched, model.net.ctx, model.x, model.out, ds, MSE, nepoch=5, nbatch_logical=N,
+                           val_split=0.5, callbacks=[{"on_epoch_end": on_epoch_end}], silent=True)
+        assert list(h["epoch"]) == [1, 2]
+        assert seen == [(e, ["train_accuracy", "train_loss", "val_accuracy", "val_loss"], 5) for e in (1, 2)]
+    finally:
+        ds.free()

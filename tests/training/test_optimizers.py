@@ -203,3 +203,32 @@ def backend_sched_pair(cpu):
     yield s1, s2
     s1.free()
     s2.free()
+
+
+def test_reset_optimizer_restarts_adam(cpu, tsched, trng):
+    """ggml_opt_reset(opt, True) zeroes the moments and the step count: the next step is a first step."""
+    model = Linear(cpu, K, M, N, seed=6)
+    batches = _batches(trng, 4)
+    try:
+        fit = G.ggml_opt_init_for_fit(tsched, MSE, ADAMW, 1, model.net.ctx, model.x, model.out)
+        opt = fit["opt_ctx"]
+        G.ggml_opt_set_lr(fit["lr_ud"], adamw_lr=0.05)
+
+        def step(x, y):
+            G.ggml_opt_alloc(opt, True)
+            G.ggml_backend_tensor_set_data(model.x, x)
+            G.ggml_backend_tensor_set_data(G.ggml_opt_labels(opt), y)
+            G.ggml_opt_eval(opt)
+
+        for x, y in batches[:3]:
+            step(x, y)
+        p = model.params()
+        G.ggml_opt_reset(opt, True)
+        step(*batches[3])
+        x, y = (a.astype(np.float64) for a in batches[3])
+        _, dout = loss_and_dout("mse", linear_forward(p, x), y)
+        adamw_step(p, linear_grads(p, x, dout), {}, 0.05)
+        _assert_params(model, p)
+        opt.free()
+    finally:
+        model.free()
