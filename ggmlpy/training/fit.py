@@ -189,7 +189,7 @@ def _dataset_fit(sched, ctx_compute, inputs, outputs: list[Tensor], dataset, los
     if needs_labels and ds.labels is None:
         raise GgmlValueError("the loss needs labels but the dataset has none (ne_label = 0)")
     trainer = Trainer(sched, ctx_compute, [x], outputs, loss_types, loss_weights, optimizer, period, weight_decay,
-                      _weight_width(ds, loss_types), with_validation=val_split > 0)
+                      _weight_width(ds, loss_types), with_validation=val_split > 0, per_head=head_names is not None)
     try:
         bound = trainer.index_bounds.get(_key(x))
         if bound is not None:  # row indices for ggml_get_rows: check the whole dataset once

@@ -46,10 +46,11 @@ class EpochStats:
 class Trainer:
     def __init__(self, sched, ctx_compute, inputs: list[Tensor], outputs: list[Tensor], loss_types: list[int],
                  loss_weights: list[float] | None, optimizer: int, opt_period: int, weight_decay: float,
-                 loss_mask_ne0: int | None = None, with_validation: bool = False) -> None:
+                 loss_mask_ne0: int | None = None, with_validation: bool = False, per_head: bool = False) -> None:
         self._owned: list[Any] = []
         self.inputs, self.outputs = inputs, outputs
         self.multi = len(outputs) > 1
+        self.per_head = per_head or self.multi  # the multi loop reports each head, also a single one
         self.lr_ud = O.LrUserdata(O.check_weight_decay(weight_decay))
         heads_arg = loss_types if self.multi else loss_types[0]
         outputs_arg = outputs if self.multi else outputs[0]
@@ -84,7 +85,7 @@ class Trainer:
         result = self.train_result if train else self.eval_result
         result.reset()
         stats = EpochStats()
-        heads = ctx.loss.heads if self.multi else []
+        heads = ctx.loss.heads if self.per_head and ctx.loss.composite else []
         head_sums = np.zeros(len(heads))
         head_correct = np.zeros(len(heads))
         loss_now = (lambda: O.ggml_opt_result_loss(result)["loss"])
@@ -106,12 +107,15 @@ class Trainer:
             stats.head_loss = list(head_sums / stats.steps)
             stats.head_accuracy = [c / stats.samples if h.ncorrect is not None else math.nan
                                    for c, h in zip(head_correct, heads)]
-            if self.multi:
+            if heads:
                 ce = [a for a in stats.head_accuracy if not math.isnan(a)]
                 stats.accuracy = float(np.mean(ce)) if ce else math.nan
+            elif self.per_head:  # one head with ggml's own loss: the head is the whole loss
+                stats.head_loss, stats.head_accuracy = [stats.loss], [stats.accuracy]
         else:
-            stats.head_loss = [math.nan] * len(heads)
-            stats.head_accuracy = [math.nan] * len(heads)
+            n = len(ctx.loss.heads) if self.per_head else 0
+            stats.head_loss = [math.nan] * n
+            stats.head_accuracy = [math.nan] * n
         return stats
 
     def close(self) -> None:

@@ -615,3 +615,31 @@ def test_fit_opt_callbacks(model, tsched, trng):
         assert seen == [(e, ["train_accuracy", "train_loss", "val_accuracy", "val_loss"], 5) for e in (1, 2)]
     finally:
         ds.free()
+
+
+@pytest.mark.parametrize("weight", [1.0, 2.0])
+def test_fit_opt_multi_with_one_head(weight, cpu, tsched, trng):
+    """A single head (also given as a bare tensor): per-head history = the head's unweighted loss."""
+    C = 3
+    m = Linear(cpu, K, C, N, seed=8)
+    X = trng.normal(0, 1, (16, K)).astype(np.float32)
+    Y = np.eye(C, dtype=np.float32)[trng.integers(0, C, 16)]
+    ds = make_dataset(X, Y)
+    keys = []
+    try:
+        h = G.ggml_fit_opt_multi(tsched, m.net.ctx, m.x, m.out, ds, [CE], [weight], head_names=["cls"], nepoch=2,
+                                 nbatch_logical=N, val_split=0.5, silent=True,
+                                 callbacks=[{"on_epoch_end": lambda e, logs, s: keys.append(sorted(logs))}])
+        assert h.attrs["head_names"] == ["cls"]
+        np.testing.assert_allclose(h.attrs["head_loss"]["cls"] * weight, h["train_loss"], rtol=1e-5)
+        np.testing.assert_allclose(h.attrs["val_head_loss"]["cls"] * weight, h["val_loss"], rtol=1e-5)
+        np.testing.assert_allclose(h.attrs["head_accuracy"]["cls"], h["train_accuracy"])
+        np.testing.assert_allclose(h.attrs["val_head_accuracy"]["cls"], h["val_accuracy"])
+        assert h["val_accuracy"].between(0, 1).all()
+        assert "train_cls_loss" in keys[0] and "val_cls_accuracy" in keys[0]
+        r = G.ggml_opt_fit_multi(tsched, m.net.ctx, m.x, m.out, ds, [CE], [weight], nepoch=2, nbatch_logical=N,
+                                 silent=True)
+        assert r["head_loss"].shape == (2, 1)
+    finally:
+        ds.free()
+        m.free()
