@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+import numpy as np
+
 from ._ffi import ffi, lib
 from .context import FLOAT_TYPES, GGML_TYPE_F32, Graph, Tensor, type_name
 from .errors import GgmlTypeError, GgmlValueError
@@ -153,7 +155,8 @@ _COMPOSITE_HINT = {
 }
 
 
-def _ptr_key(p: Any) -> int:
+def ptr_key(p: Any) -> int:
+    """A hashable identity for a cffi tensor pointer."""
     return int(ffi.cast("uintptr_t", p))
 
 
@@ -165,16 +168,23 @@ def _op_label(p: Any) -> str:
 
 
 def check_backward_graph(graph: Graph) -> None:
-    """Refuse graphs whose backward pass ggml cannot build (it would abort), naming the op.
+    """Refuse graphs whose backward pass ggml cannot build (it would abort), naming the op."""
+    g = graph.ptr
+    nodes = [lib.ggml_graph_node(g, i) for i in range(lib.ggml_graph_n_nodes(g))]
+    flags_loss = int(lib.GGML_TENSOR_FLAG_LOSS)
+    if not any(n.flags & flags_loss for n in nodes):
+        raise GgmlValueError("the graph has no loss: mark a scalar F32 tensor with ggml_set_loss")
+    check_backward_nodes(nodes, [n for n in nodes if n.flags & flags_loss])
+
+
+def check_backward_nodes(nodes: list, losses: list, accumulating: bool = False) -> None:
+    """The check behind every trainable graph. ``nodes`` in topological order, ``losses`` the nodes the
+    loss is built from; ``accumulating``: parameters get gradient accumulators (ggml-opt, period > 1).
 
     Mirrors ggml_build_backward_expand: I32 nodes never need a gradient, and only nodes between
     a parameter and the loss get one (side outputs such as an argmax are fine).
     """
-    g = graph.ptr
-    nodes = [lib.ggml_graph_node(g, i) for i in range(lib.ggml_graph_n_nodes(g))]
-    flags_param, flags_loss = int(lib.GGML_TENSOR_FLAG_PARAM), int(lib.GGML_TENSOR_FLAG_LOSS)
-    if not any(n.flags & flags_loss for n in nodes):
-        raise GgmlValueError("the graph has no loss: mark a scalar F32 tensor with ggml_set_loss")
+    flags_param = int(lib.GGML_TENSOR_FLAG_PARAM)
     if not any(n.flags & flags_param for n in nodes):
         raise GgmlValueError("the graph has no trainable tensor: mark parameters with ggml_set_param")
     needs_grad: set[int] = set()
@@ -182,40 +192,41 @@ def check_backward_graph(graph: Graph) -> None:
         if n.type == lib.GGML_TYPE_I32:
             continue
         if n.flags & flags_param:
-            needs_grad.add(_ptr_key(n))
+            needs_grad.add(ptr_key(n))
             continue
         for s in _grad_srcs(n, needs_grad):
             if s.type not in (lib.GGML_TYPE_F32, lib.GGML_TYPE_F16):
                 raise GgmlTypeError(f"ggml's backward pass needs F32 or F16 tensors on the path to a trainable "
                                     f"parameter; {_op_label(n)} reads a {type_name(s.type)} one (cast it with "
                                     "ggml_cpy into an F32 tensor first)")
-            needs_grad.add(_ptr_key(n))
+            needs_grad.add(ptr_key(n))
             break
     # the nodes that receive a gradient: those needing one that the loss depends on
     gets_grad: set[int] = set()
-    stack = [n for n in nodes if n.flags & flags_loss and _ptr_key(n) in needs_grad]
+    stack = [n for n in losses if ptr_key(n) in needs_grad]
     while stack:
         t = stack.pop()
-        key = _ptr_key(t)
+        key = ptr_key(t)
         if key in gets_grad:
             continue
         gets_grad.add(key)
         stack.extend(_grad_srcs(t, needs_grad))
     for i, n in enumerate(nodes):
-        if _ptr_key(n) not in gets_grad or n.flags & flags_param:
+        if ptr_key(n) not in gets_grad or n.flags & flags_param:
             continue
         check_node_backward(n, needs_grad)
         src = n.src[0]
-        if _op_label(n) == "MEAN" and lib.ggml_nelements(n) > 1 and _ptr_key(src) in gets_grad:
+        if _op_label(n) == "MEAN" and lib.ggml_nelements(n) > 1 and ptr_key(src) in gets_grad:
             # ggml adds MEAN's gradient with ADD1 (scalar only) when the input already has one,
             # i.e. when a later node also passes a gradient to it: that build aborts.
-            later = [m for m in nodes[i + 1:] if _ptr_key(m) in gets_grad
-                     and any(s != ffi.NULL and _ptr_key(s) == _ptr_key(src) for s in m.src)]
-            if later:
+            later = [m for m in nodes[i + 1:] if ptr_key(m) in gets_grad
+                     and any(s != ffi.NULL and ptr_key(s) == ptr_key(src) for s in m.src)]
+            if later or (accumulating and src.flags & flags_param):
                 name = ffi.string(n.name).decode() or "?"
+                why = (f"is also used by {_op_label(later[0])}" if later else
+                       "is a parameter whose gradient is accumulated")
                 raise GgmlValueError(f"ggml cannot build the backward pass of MEAN (tensor '{name}') when its input "
-                                     f"is also used by {_op_label(later[0])}; use ggml_scale(ggml_sum_rows(x), 1/n) "
-                                     "instead of ggml_mean")
+                                     f"{why}; use ggml_scale(ggml_sum_rows(x), 1/n) instead of ggml_mean")
 
 
 # sources ggml_build_backward_expand never differentiates (shape-only, indices, piecewise-constant ops)
@@ -226,7 +237,7 @@ _IGNORED_SRCS = {"IM2COL": (0,), "IM2COL_BACK": (0,), "CPY": (1,), "GET_ROWS": (
 def _grad_srcs(n: Any, needs_grad: set[int]) -> list:
     """The sources of ``n`` that a gradient flows to, as ggml decides it."""
     ignored = _IGNORED_SRCS.get(_op_label(n), ())
-    return [s for j, s in enumerate(n.src) if s != ffi.NULL and j not in ignored and _ptr_key(s) in needs_grad]
+    return [s for j, s in enumerate(n.src) if s != ffi.NULL and j not in ignored and ptr_key(s) in needs_grad]
 
 
 def check_node_backward(n: Any, needs_grad: set[int] | None = None) -> None:
@@ -242,8 +253,71 @@ def check_node_backward(n: Any, needs_grad: set[int] | None = None) -> None:
                              f"trainable parameter; {hint}")
     if op in ("SUB", "DIV"):
         a, b = n.src[0], n.src[1]
-        if tuple(a.ne) != tuple(b.ne) and (needs_grad is None or _ptr_key(b) in needs_grad):
+        if tuple(a.ne) != tuple(b.ne) and (needs_grad is None or ptr_key(b) in needs_grad):
             raise GgmlValueError(f"{op} with a broadcast second operand has no backward pass in ggml; make the "
                                  "shapes equal with ggml_repeat(ctx, b, a) first")
     if op == "MUL_MAT" and n.src[0].type != GGML_TYPE_F32 and n.src[0].flags & int(lib.GGML_TENSOR_FLAG_PARAM):
         raise GgmlValueError("trainable mul_mat weights must be F32")
+
+
+# ---------------------------------------------------------------- row indices of ggml_get_rows
+
+_DATA_MOVES = {"RESHAPE", "VIEW", "CONT", "PERMUTE", "TRANSPOSE"}
+
+
+def index_bounds(inputs: list[Tensor] | None, outputs: list[Tensor]) -> dict[int, int]:
+    """Inputs that ggml_get_rows reads as row indices (directly or through a reshape/view) and the number of
+    rows they index: an index outside [0, rows) aborts the process inside ggml, so batches are checked.
+    ``inputs=None``: every leaf tensor (not computed by an op) counts as an input. Keys are ``ptr_key``s."""
+    return {key: bound for key, (_, bound) in _index_inputs(inputs, outputs).items()}
+
+
+def index_inputs(outputs: list[Tensor]) -> list[tuple[Any, int]]:
+    """(leaf tensor pointer, row bound) for every leaf that ggml_get_rows reads as indices."""
+    return list(_index_inputs(None, outputs).values())
+
+
+def _index_inputs(inputs: list[Tensor] | None, outputs: list[Tensor]) -> dict[int, tuple[Any, int]]:
+    wanted = None if inputs is None else {ptr_key(t.ptr) for t in inputs}
+    found: dict[int, tuple[Any, int]] = {}
+    seen: set[int] = set()
+    stack = [getattr(o, "ptr", o) for o in outputs]  # Tensors or raw pointers
+    while stack:
+        t = stack.pop()
+        if ptr_key(t) in seen:
+            continue
+        seen.add(ptr_key(t))
+        stack.extend(src for src in t.src if src != ffi.NULL)
+        if ffi.string(lib.ggml_op_name(t.op)).decode() != "GET_ROWS":
+            continue
+        idx = t.src[1]
+        while not _is_input(idx, wanted) and ffi.string(lib.ggml_op_name(idx.op)).decode() in _DATA_MOVES:
+            idx = idx.src[0]
+        if _is_input(idx, wanted):
+            bound = min(found.get(ptr_key(idx), (None, 1 << 62))[1], int(t.src[0].ne[1]))
+            found[ptr_key(idx)] = (idx, bound)
+    return found
+
+
+def check_index_inputs(leaves: list[tuple[Any, int]]) -> None:
+    """Check the current contents of index leaves (before a compute ggml would abort)."""
+    for t, bound in leaves:
+        if t.data == ffi.NULL or not lib.ggml_is_contiguous(t) or t.type != lib.GGML_TYPE_I32:
+            continue
+        values = np.empty(int(lib.ggml_nelements(t)), dtype=np.int32)
+        if t.buffer != ffi.NULL:
+            lib.ggml_backend_tensor_get(t, ffi.from_buffer(values), 0, values.nbytes)
+        else:
+            ffi.memmove(ffi.from_buffer(values), t.data, values.nbytes)
+        check_indices(values, bound, f"tensor '{ffi.string(t.name).decode() or '?'}'")
+
+
+def _is_input(t: Any, wanted: set[int] | None) -> bool:
+    return t.op == lib.GGML_OP_NONE if wanted is None else ptr_key(t) in wanted
+
+
+def check_indices(values: np.ndarray, bound: int, where: str) -> None:
+    if values.size and (values.min() < 0 or values.max() >= bound):
+        bad = values[(values < 0) | (values >= bound)].reshape(-1)
+        raise GgmlValueError(f"{where} holds row indices for ggml_get_rows, which must be in [0, {bound}); "
+                             f"got {bad[0]}, out of range ({bad.size} bad indices; ggml would abort)")

@@ -90,3 +90,10 @@ def unwrap(obj: Any, cls: type, what: str) -> Any:
 def raise_type(what: str, expected: str, given: Any) -> None:
     from .errors import GgmlTypeError
     raise GgmlTypeError(f"{what}: expected a {expected}, got {type(given).__name__} ({given!r:.80})")
+
+
+def free_handle(obj: Any, cls: type, what: str) -> None:
+    """The ``*_free`` functions: type-checked, and idempotent (a freed handle is freed again silently)."""
+    if not isinstance(obj, cls):
+        raise_type(what, cls.kind, obj)
+    obj.free()

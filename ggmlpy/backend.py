@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._ffi import BUILD_INFO, ffi, lib
-from ._handle import Handle, unwrap
-from .errors import BackendUnavailableError, GgmlStateError, GgmlValueError, expect
+from ._handle import Handle, free_handle, unwrap
+from .errors import BackendUnavailableError, GgmlStateError, expect
 
 DEVICE_TYPES = {
     lib.GGML_BACKEND_DEVICE_TYPE_CPU: "cpu",
@@ -235,9 +235,7 @@ def ggml_backend_init_auto(backend: str = "auto") -> Backend:
 
 
 def ggml_backend_free(backend: Backend) -> None:
-    if not isinstance(backend, Backend):  # not unwrap: freeing twice is allowed
-        unwrap(backend, Backend, "ggml_backend_free(backend)")
-    backend.free()
+    free_handle(backend, Backend, "ggml_backend_free(backend)")
 
 
 def ggml_backend_name(backend: Backend) -> str:
@@ -306,9 +304,7 @@ class Buffer(Handle):
 
 
 def ggml_backend_buffer_free(buffer: Buffer) -> None:
-    if not isinstance(buffer, Buffer):
-        unwrap(buffer, Buffer, "ggml_backend_buffer_free(buffer)")
-    buffer.free()
+    free_handle(buffer, Buffer, "ggml_backend_buffer_free(buffer)")
 
 
 def ggml_backend_buffer_get_size(buffer: Buffer) -> int:

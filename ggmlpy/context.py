@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from ._ffi import ffi, lib
-from ._handle import Handle, raise_type, unwrap
+from ._handle import Handle, free_handle, raise_type, unwrap
 from .errors import GgmlStateError, GgmlTypeError, GgmlValueError, expect
 
 GGML_TYPE_F32 = lib.GGML_TYPE_F32
@@ -169,9 +169,7 @@ def ggml_init(mem_size: int = 16 * 1024 * 1024, no_alloc: bool = False) -> Conte
 
 
 def ggml_free(ctx: Context) -> None:
-    if not isinstance(ctx, Context):  # not unwrap: freeing twice is allowed
-        raise_type("ggml_free(ctx)", Context.kind, ctx)
-    ctx.free()
+    free_handle(ctx, Context, "ggml_free(ctx)")
 
 
 def ggml_tensor_overhead() -> int:

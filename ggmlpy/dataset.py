@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ._ffi import ffi, lib
-from ._handle import Handle, unwrap
+from ._handle import Handle, free_handle, unwrap
 from .context import GGML_TYPE_F32, Tensor, as_tensor, ggml_init, ggml_new_tensor_2d, ggml_tensor_overhead
 from .data import NUMPY_DTYPES, numpy_dtype, write_array
 from .errors import GgmlStateError, GgmlTypeError, GgmlValueError, expect
@@ -98,7 +98,7 @@ def _ds(dataset: Any, fn: str) -> Dataset:
 
 
 def ggml_opt_dataset_free(dataset: Dataset) -> None:
-    _ds(dataset, "ggml_opt_dataset_free").free()
+    free_handle(dataset, Dataset, "ggml_opt_dataset_free(dataset)")
 
 
 def ggml_opt_dataset_ndata(dataset: Dataset) -> int:

@@ -16,9 +16,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import losses as L
-from ._checks import check_node_backward
+from ._checks import check_backward_nodes, check_index_inputs, index_inputs
 from ._ffi import ffi, lib
-from ._handle import Handle, raise_type, unwrap
+from ._handle import Handle, free_handle, raise_type, unwrap
 from .context import Context, Graph, Tensor, as_tensor, ggml_graph_overhead, ggml_init, ggml_tensor_overhead
 from .errors import GgmlStateError, GgmlTypeError, GgmlValueError, expect
 from .sched import Scheduler, _hash_size
@@ -150,33 +150,27 @@ def check_sched_room(sched: Scheduler, outputs: Tensor, build_type: int) -> None
                              f"ggml_backend_sched_new(..., graph_size={need}) or more")
 
 
-def check_trainable(outputs: Sequence[Tensor], what: str = "outputs") -> int:
-    """Every op between a parameter and the outputs must have a backward pass; returns the forward size."""
+def check_trainable(outputs: Sequence[Tensor], what: str = "outputs", accumulating: bool = False) -> int:
+    """ggml could build and run the backward pass of these outputs (it would abort otherwise);
+    returns the number of forward nodes."""
     n_nodes, params = _count_forward(outputs)
     if not params:
         raise GgmlValueError(f"nothing to train: no tensor reachable from {what} is marked with ggml_set_param")
-    needs = {int(ffi.cast("uintptr_t", p)) for p in params}
-    order: list[Any] = []
-    seen: set[int] = set()
-    stack = [(o.ptr, False) for o in outputs]
-    while stack:  # post-order so sources come before users
-        t, done = stack.pop()
-        key = int(ffi.cast("uintptr_t", t))
-        if done:
-            order.append(t)
-            continue
-        if key in seen:
-            continue
-        seen.add(key)
-        stack.append((t, True))
-        stack.extend((s, False) for s in t.src if s != ffi.NULL)
-    for t in order:
-        key = int(ffi.cast("uintptr_t", t))
-        if key in needs:
-            continue
-        if any(s != ffi.NULL and int(ffi.cast("uintptr_t", s)) in needs for s in t.src):
-            needs.add(key)
-            check_node_backward(t)
+    for p in params:
+        if p.type != lib.GGML_TYPE_F32:
+            name = ffi.string(p.name).decode() or "?"
+            raise GgmlTypeError(f"trainable tensors must be F32 (ggml's optimizer steps are F32-only); "
+                                f"'{name}' is {ffi.string(lib.ggml_type_name(p.type)).decode()}")
+    # The graph ggml-opt will build, in a scratch context: its node order is ggml's own.
+    scratch = ggml_init(ggml_graph_overhead(2 * n_nodes + 16) + 1024, no_alloc=True)
+    try:
+        graph = lib.ggml_new_graph_custom(scratch.ptr, 2 * n_nodes + 16, False)
+        for o in outputs:
+            lib.ggml_build_forward_expand(graph, o.ptr)
+        nodes = [lib.ggml_graph_node(graph, i) for i in range(lib.ggml_graph_n_nodes(graph))]
+        check_backward_nodes(nodes, [o.ptr for o in outputs], accumulating)
+    finally:
+        scratch.free()
     return n_nodes
 
 
@@ -208,6 +202,8 @@ class OptContext(Handle):
                 self.loss.free()  # refused before ggml-opt was called: release the loss graph's buffer now
             raise
         self.heads = heads
+        # ggml aborts on an out-of-range ggml_get_rows index: those inputs are checked before each eval.
+        self._index_inputs = index_inputs([self.loss.opt_outputs]) if self.static else []
         super().__init__(lib.ggml_opt_init(params), lib.ggml_opt_free, parents=parents)
         if self.static:
             sched._opt_users.add(self)
@@ -223,7 +219,8 @@ class OptContext(Handle):
         params.get_opt_pars_ud = self.lr_ud.params
         parents = [sched]
         if self.static:
-            n_forward = check_trainable([self.loss.opt_outputs]) if build_type != BUILD_FORWARD else \
+            n_forward = check_trainable([self.loss.opt_outputs], accumulating=opt_period > 1) \
+                if build_type != BUILD_FORWARD else \
                 _count_forward([self.loss.opt_outputs])[0]
             # ggml-opt builds fixed-size static graphs (GGML_DEFAULT_GRAPH_SIZE nodes) for forward+backward+step.
             estimate = n_forward * (1 if build_type == BUILD_FORWARD else 3) + 16
@@ -284,6 +281,8 @@ class OptContext(Handle):
             raise GgmlStateError("ggml_opt_eval needs a preceding ggml_opt_alloc")
         if self._pending == "backward":
             self.lr_ud.validate()
+        if self._index_inputs:
+            check_index_inputs(self._index_inputs)
         res_ptr = ffi.NULL
         if result is not None:
             res_ptr = unwrap(result, OptResult, "ggml_opt_eval(result)")
@@ -417,8 +416,7 @@ def _opt(opt_ctx: Any, fn: str) -> Any:
 
 
 def ggml_opt_free(opt_ctx: OptContext) -> None:
-    _opt(opt_ctx, "ggml_opt_free")
-    opt_ctx.free()
+    free_handle(opt_ctx, OptContext, "ggml_opt_free(opt_ctx)")
 
 
 def ggml_opt_reset(opt_ctx: OptContext, optimizer: bool = False) -> None:
@@ -517,7 +515,7 @@ def ggml_opt_prepare_alloc(opt_ctx: OptContext, ctx_compute: Context, graph: Gra
         raise_type("ggml_opt_prepare_alloc(graph)", "Graph", graph)
     i, o = as_tensor(inputs, "inputs"), as_tensor(outputs, "outputs")
     if opt_ctx.build_type != BUILD_FORWARD:
-        check_trainable([o])
+        check_trainable([o], accumulating=True)  # dynamic graphs always accumulate
     ctx_compute.reserve(0, n_objects=8 + 4 * graph.n_nodes(), what="loss and backward tensors")
     lib.ggml_opt_prepare_alloc(ptr, c, graph.ptr, i.ptr, o.ptr)
     opt_ctx.heads[0].outputs = o
@@ -571,8 +569,7 @@ def _res(result: Any, fn: str) -> Any:
 
 
 def ggml_opt_result_free(result: OptResult) -> None:
-    _res(result, "ggml_opt_result_free")
-    result.free()
+    free_handle(result, OptResult, "ggml_opt_result_free(result)")
 
 
 def ggml_opt_result_reset(result: OptResult) -> None:

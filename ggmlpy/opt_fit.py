@@ -127,7 +127,7 @@ def ggml_opt_fit(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs
     if dataset.ne_label > 0:
         expect(dataset.ne_label * batch == out.nelements(),
                f"{fn}: outputs hold {out.nelements() // batch} values per datapoint, the labels {dataset.ne_label}")
-    check_trainable([out])
+    check_trainable([out], accumulating=nbatch_logical > batch)
     if any(o.alive for o in sched._opt_users):
         raise GgmlStateError(f"{fn}: this scheduler serves a live opt context; ggml-opt contexts must not share one")
     # ggml_opt_fit builds its graphs in ctx_compute and never returns that memory: use a private context.

@@ -9,12 +9,12 @@ from __future__ import annotations
 import weakref
 from typing import Sequence
 
-import numpy as np
 
 from ._ffi import ffi, lib
-from ._handle import Handle, raise_type, unwrap
+from ._handle import Handle, free_handle, raise_type, unwrap
 from .backend import Backend, ggml_backend_cpu_init
 from .context import Graph
+from ._checks import check_index_inputs, index_inputs
 from .errors import GgmlStateError, GgmlValueError, expect
 
 GGML_SCHED_MAX_BACKENDS = 16
@@ -82,9 +82,7 @@ def _sched(sched: Scheduler, fn: str):
 
 
 def ggml_backend_sched_free(sched: Scheduler) -> None:
-    if not isinstance(sched, Scheduler):  # not unwrap: freeing twice is allowed
-        _sched(sched, "ggml_backend_sched_free")
-    sched.free()
+    free_handle(sched, Scheduler, "ggml_backend_sched_free(sched)")
 
 
 def ggml_backend_sched_reset(sched: Scheduler) -> None:
@@ -147,26 +145,8 @@ def _count_leafs(g, n_nodes: int) -> int:
 
 def _check_indices(g) -> None:
     """ggml's get_rows aborts on an out-of-range index: check the index inputs before computing."""
-    get_rows = _OPS.get("GET_ROWS")
-    for i in range(lib.ggml_graph_n_nodes(g)):
-        node = lib.ggml_graph_node(g, i)
-        if node.op != get_rows:
-            continue
-        idx, table = node.src[1], node.src[0]
-        if idx.op != lib.GGML_OP_NONE or idx.type != lib.GGML_TYPE_I32 or idx.data == ffi.NULL \
-                or not lib.ggml_is_contiguous(idx):
-            continue  # computed indices cannot be checked before the computation
-        values = np.empty(int(lib.ggml_nelements(idx)), dtype=np.int32)
-        if idx.buffer != ffi.NULL:
-            lib.ggml_backend_tensor_get(idx, ffi.from_buffer(values), 0, values.nbytes)
-        else:
-            ffi.memmove(ffi.from_buffer(values), idx.data, values.nbytes)
-        n_rows = int(table.ne[1])
-        bad = values[(values < 0) | (values >= n_rows)]
-        if bad.size:
-            name = ffi.string(idx.name).decode() or "?"
-            raise GgmlValueError(f"ggml_get_rows: index {int(bad[0])} in '{name}' is out of range for a table of "
-                                 f"{n_rows} rows ({bad.size} bad indices); ggml would abort")
+    nodes = [lib.ggml_graph_node(g, i) for i in range(lib.ggml_graph_n_nodes(g))]
+    check_index_inputs(index_inputs(nodes))
 
 
 def ggml_backend_sched_reserve(sched: Scheduler, graph: Graph) -> bool:

@@ -16,8 +16,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .._ffi import ffi, lib
 from ..context import Tensor
+from .._checks import check_indices, ptr_key
 from ..data import NUMPY_DTYPES, write_array
 from ..errors import GgmlTypeError, GgmlValueError
 
@@ -94,40 +94,6 @@ def _target(tensor: Tensor, what: str, bound: int | None = None) -> Target:
     return Target(tensor, what, NUMPY_DTYPES[tensor.type], tensor.nelements(), bound)
 
 
-_KEY = lambda p: int(ffi.cast("uintptr_t", p))  # noqa: E731
-_DATA_MOVES = {"RESHAPE", "VIEW", "CONT", "PERMUTE", "TRANSPOSE"}
-
-
-def index_bounds(inputs: list[Tensor], outputs: list[Tensor]) -> dict[int, int]:
-    """Inputs that ggml_get_rows reads as row indices (directly or through a reshape/view) and the number of
-    rows they index: an index outside [0, rows) aborts the process inside ggml, so batches are checked."""
-    wanted = {_KEY(t.ptr) for t in inputs}
-    bounds: dict[int, int] = {}
-    seen: set[int] = set()
-    stack = [o.ptr for o in outputs]
-    while stack:
-        t = stack.pop()
-        if _KEY(t) in seen:
-            continue
-        seen.add(_KEY(t))
-        stack.extend(src for src in t.src if src != ffi.NULL)
-        if ffi.string(lib.ggml_op_name(t.op)).decode() != "GET_ROWS":
-            continue
-        idx = t.src[1]
-        while _KEY(idx) not in wanted and ffi.string(lib.ggml_op_name(idx.op)).decode() in _DATA_MOVES:
-            idx = idx.src[0]
-        if _KEY(idx) in wanted:
-            bounds[_KEY(idx)] = min(bounds.get(_KEY(idx), 1 << 62), int(t.src[0].ne[1]))
-    return bounds
-
-
-def check_indices(values: np.ndarray, bound: int, where: str) -> None:
-    if values.size and (values.min() < 0 or values.max() >= bound):
-        bad = values[(values < 0) | (values >= bound)].reshape(-1)[0]
-        raise GgmlValueError(f"{where} holds row indices for ggml_get_rows, which must be in [0, {bound}); "
-                             f"got {bad}")
-
-
 class BatchWriter:
     """Parses batches for one opt context and writes them into its tensors."""
 
@@ -135,7 +101,7 @@ class BatchWriter:
                  bounds: dict[int, int] | None = None) -> None:
         self.name = name
         bounds = bounds or {}
-        self.inputs = [_target(t, f"inputs[{i}] ('{t.name or 'inputs'}')", bounds.get(_KEY(t.ptr)))
+        self.inputs = [_target(t, f"inputs[{i}] ('{t.name or 'inputs'}')", bounds.get(ptr_key(t.ptr)))
                        for i, t in enumerate(inputs)]
         self.labels = [_target(t, f"labels[{i}]") for i, t in enumerate(labels)]
         self.weights = [_target(t, f"weights[{i}]") for i, t in enumerate(weights)]

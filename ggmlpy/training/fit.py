@@ -20,7 +20,8 @@ from ..context import Context, Tensor, as_tensor, type_name
 from ..dataset import Dataset
 from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
 from ..sched import Scheduler
-from .adapters import BatchWriter, Source, Target, check_indices
+from .._checks import check_indices, ptr_key
+from .adapters import BatchWriter, Source, Target
 from .loop import Trainer, fit_loop
 from .prefetch import BatchFeed
 
@@ -154,10 +155,6 @@ class DatasetFeed:
         pass
 
 
-def _key(t: Tensor) -> int:
-    return int(ffi.cast("uintptr_t", t.ptr))
-
-
 def _columns(host: np.ndarray, rows: slice, off: int, width: int, target: Target) -> np.ndarray:
     block = host[rows, off:off + width]
     return np.ascontiguousarray(block, dtype=target.dtype).reshape(-1)
@@ -191,7 +188,7 @@ def _dataset_fit(sched, ctx_compute, inputs, outputs: list[Tensor], dataset, los
     trainer = Trainer(sched, ctx_compute, [x], outputs, loss_types, loss_weights, optimizer, period, weight_decay,
                       _weight_width(ds, loss_types), with_validation=val_split > 0, per_head=head_names is not None)
     try:
-        bound = trainer.index_bounds.get(_key(x))
+        bound = trainer.index_bounds.get(ptr_key(x.ptr))
         if bound is not None:  # row indices for ggml_get_rows: check the whole dataset once
             check_indices(ds.rows(ds.data), bound, "the dataset's data")
         offs = O.resolve_labels_offs(trainer.train_ctx.heads, labels_offs)

@@ -21,7 +21,8 @@ from .. import opt as O
 from ..context import Tensor
 from ..data import ggml_backend_tensor_get_data
 from ..errors import GgmlpyWarning
-from .adapters import BatchWriter, index_bounds
+from .._checks import index_bounds
+from .adapters import BatchWriter
 from .callbacks import CallbackList, FitState
 from .progress import EpochProgress, say, summary_line
 
