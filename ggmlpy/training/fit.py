@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from .. import losses as L
 from .. import opt as O
@@ -47,6 +49,16 @@ def _tensors(value: Any, name: str) -> list[Tensor]:
     return [as_tensor(t, f"{name}[{i}]") for i, t in enumerate(items)]
 
 
+def _learning_rate(value: Any) -> float | None:
+    """The starting learning rate of both optimizers (ggml's default, 1e-3, when None)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not math.isfinite(value) \
+            or value <= 0:
+        raise GgmlValueError(f"learning_rate must be a finite number > 0 or None, got {value!r}")
+    return float(value)
+
+
 def _opt_period(nbatch_logical: int | None, physical: int) -> int:
     if nbatch_logical is None:
         return 1
@@ -76,7 +88,7 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
                      loss_type: int = L.LOSS_MSE, optimizer: int = O.OPTIMIZER_ADAMW,
                      nbatch_logical: int | None = None, callbacks: Sequence[Any] | None = None,
                      silent: bool = False, loss_mask_ne0: int | None = None, weight_decay: float = 0,
-                     prefetch: int = 0) -> pd.DataFrame:
+                     prefetch: int = 0, learning_rate: float | None = None) -> pd.DataFrame:
     """Train from a generator, one physical batch at a time.
 
     ``generator`` (and ``validation_generator``) is a zero-argument function returning a batch or None
@@ -84,7 +96,8 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
     once per epoch), a re-iterable (a list of batches, a DataLoader: iterated once per epoch) or an iterator
     (consumed across epochs). A batch is ``(x, y)`` or ``{"inputs": [...], "labels": [...], "weights": w}``,
     each element in ggml layout holding exactly one physical batch. ``prefetch=N`` reads up to N batches
-    ahead in a background thread. Returns the history: ``epoch, train_loss, train_accuracy, val_loss,
+    ahead in a background thread; ``learning_rate`` sets the starting rate (default ggml's 1e-3, schedules
+    and ``ggml_opt_set_lr`` change it later). Returns the history: ``epoch, train_loss, train_accuracy, val_loss,
     val_accuracy, steps``, one row per completed epoch.
     """
     _check_common(sched, ctx_compute, optimizer, "epochs", epochs, callbacks, silent)
@@ -105,8 +118,9 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
     period = _opt_period(nbatch_logical, L.physical_batch(ins[0]))
     if loss_type == L.LOSS_WEIGHTED_MSE and loss_mask_ne0 is None:
         loss_mask_ne0 = 1
+    learning_rate = _learning_rate(learning_rate)
     trainer = Trainer(sched, ctx_compute, ins, [out], [loss_type], None, optimizer, period, weight_decay,
-                      loss_mask_ne0, with_validation=val_source is not None)
+                      loss_mask_ne0, with_validation=val_source is not None, learning_rate=learning_rate)
     feeds: list[BatchFeed] = []
     try:
         train_feed = BatchFeed(train_source, trainer.writer("generator", True), prefetch)
@@ -162,7 +176,7 @@ def _columns(host: np.ndarray, rows: slice, off: int, width: int, target: Target
 
 def _dataset_fit(sched, ctx_compute, inputs, outputs: list[Tensor], dataset, loss_types: list[int],
                  loss_weights, labels_offs, optimizer, nepoch, nbatch_logical, val_split, shuffle, shuffle_all,
-                 callbacks, silent, weight_decay, head_names) -> pd.DataFrame:
+                 callbacks, silent, weight_decay, head_names, learning_rate=None) -> pd.DataFrame:
     unwrap(dataset, Dataset, "dataset")
     ds = dataset
     x = as_tensor(inputs, "inputs")
@@ -186,7 +200,8 @@ def _dataset_fit(sched, ctx_compute, inputs, outputs: list[Tensor], dataset, los
     if needs_labels and ds.labels is None:
         raise GgmlValueError("the loss needs labels but the dataset has none (ne_label = 0)")
     trainer = Trainer(sched, ctx_compute, [x], outputs, loss_types, loss_weights, optimizer, period, weight_decay,
-                      _weight_width(ds, loss_types), with_validation=val_split > 0, per_head=head_names is not None)
+                      _weight_width(ds, loss_types), with_validation=val_split > 0, per_head=head_names is not None,
+                      learning_rate=learning_rate)
     try:
         bound = trainer.index_bounds.get(ptr_key(x.ptr))
         if bound is not None:  # row indices for ggml_get_rows: check the whole dataset once
@@ -224,14 +239,16 @@ def _weight_width(ds: Dataset, loss_types: list[int]) -> int | None:
 def ggml_fit_opt(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Tensor, dataset: Dataset,
                  loss_type: int = L.LOSS_MSE, optimizer: int = O.OPTIMIZER_ADAMW, nepoch: int = 10,
                  nbatch_logical: int = 32, val_split: float = 0, shuffle: bool = True, shuffle_all: bool | None = None,
-                 callbacks: Sequence[Any] | None = None, silent: bool = False, weight_decay: float = 0) -> pd.DataFrame:
+                 callbacks: Sequence[Any] | None = None, silent: bool = False, weight_decay: float = 0,
+                 learning_rate: float | None = None) -> pd.DataFrame:
     """Train on an in-memory dataset with callbacks; returns ``epoch, train_loss, train_accuracy, val_loss,
     val_accuracy``. The last ``val_split`` of the (once shuffled) data validates, whole logical batches only."""
     _check_common(sched, ctx_compute, optimizer, "nepoch", nepoch, callbacks, silent)
     L.check_loss_type(loss_type)
     return _dataset_fit(sched, ctx_compute, inputs, [as_tensor(outputs, "outputs")], dataset, [loss_type], None,
                         None, optimizer, nepoch, nbatch_logical, val_split, bool(shuffle),
-                        bool(shuffle if shuffle_all is None else shuffle_all), callbacks, silent, weight_decay, None)
+                        bool(shuffle if shuffle_all is None else shuffle_all), callbacks, silent, weight_decay, None,
+                        _learning_rate(learning_rate))
 
 
 def ggml_fit_opt_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Sequence[Tensor],
@@ -240,7 +257,7 @@ def ggml_fit_opt_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, o
                        optimizer: int = O.OPTIMIZER_ADAMW, nepoch: int = 10, nbatch_logical: int = 32,
                        val_split: float = 0, shuffle: bool = True, shuffle_all: bool | None = None,
                        callbacks: Sequence[Any] | None = None, silent: bool = False,
-                       weight_decay: float = 0) -> pd.DataFrame:
+                       weight_decay: float = 0, learning_rate: float | None = None) -> pd.DataFrame:
     """Several output heads on one dataset whose labels are the heads' labels side by side.
 
     The history's ``attrs`` hold ``head_loss``, ``head_accuracy``, ``val_head_loss``, ``val_head_accuracy``
@@ -261,7 +278,7 @@ def ggml_fit_opt_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, o
         raise GgmlValueError(f"head_names must be {n} distinct non-empty strings, got {head_names!r}")
     return _dataset_fit(sched, ctx_compute, inputs, outs, dataset, types, weights, labels_offs, optimizer, nepoch,
                         nbatch_logical, val_split, bool(shuffle), bool(shuffle if shuffle_all is None else shuffle_all),
-                        callbacks, silent, weight_decay, names)
+                        callbacks, silent, weight_decay, names, _learning_rate(learning_rate))
 
 
 def ggml_opt_fit_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Sequence[Tensor],

@@ -12,10 +12,12 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from .. import opt as O
 from ..context import Tensor
@@ -47,12 +49,15 @@ class EpochStats:
 class Trainer:
     def __init__(self, sched, ctx_compute, inputs: list[Tensor], outputs: list[Tensor], loss_types: list[int],
                  loss_weights: list[float] | None, optimizer: int, opt_period: int, weight_decay: float,
-                 loss_mask_ne0: int | None = None, with_validation: bool = False, per_head: bool = False) -> None:
+                 loss_mask_ne0: int | None = None, with_validation: bool = False, per_head: bool = False,
+                 learning_rate: float | None = None) -> None:
         self._owned: list[Any] = []
         self.inputs, self.outputs = inputs, outputs
         self.multi = len(outputs) > 1
         self.per_head = per_head or self.multi  # the multi loop reports each head, also a single one
         self.lr_ud = O.LrUserdata(O.check_weight_decay(weight_decay))
+        if learning_rate is not None:
+            self.lr_ud.set(adamw_lr=learning_rate, sgd_lr=learning_rate)
         heads_arg = loss_types if self.multi else loss_types[0]
         outputs_arg = outputs if self.multi else outputs[0]
         self.train_ctx = O._opt_init(sched, heads_arg, optimizer, opt_period, ctx_compute, inputs[0], outputs_arg,
@@ -184,6 +189,7 @@ def fit_loop(trainer: Trainer, train_feed: Feed, val_feed: Feed | None, *, epoch
         cbs.run("on_epoch_end", epoch, logs, state)
         if state.stop:
             break
+    import pandas as pd  # imported here: pandas makes `import ggmlpy` twice as slow
     history = pd.DataFrame(rows, columns=columns)
     for c in columns:  # explicit dtypes, also for a zero-row history (pandas would make them object)
         history[c] = history[c].astype(int if c in ("epoch", "steps") else float)

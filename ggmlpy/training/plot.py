@@ -2,14 +2,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from ..errors import GgmlValueError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def ggml_plot_history(history: pd.DataFrame, path: str | Path, title: str | None = None) -> Path:
     """Loss (and accuracy, where there is one) per epoch, train and validation, saved as a PNG."""
+    import pandas as pd
     if not isinstance(history, pd.DataFrame) or "epoch" not in history:
         raise GgmlValueError("history must be the DataFrame a ggml_fit_* function returned")
     try:

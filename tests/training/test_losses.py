@@ -5,7 +5,6 @@ dL/dW = x * dL/dout. One SGD step with learning rate LR gives the gradient: W1 =
 """
 from __future__ import annotations
 
-import textwrap
 
 import numpy as np
 import pytest
@@ -209,41 +208,8 @@ def test_two_heads_weighted_sum(cpu, tsched, trng):
 
 # ---------------------------------------------------------------- trainability of sigmoid -> BCE
 #
-# ggml has no backward pass for SIGMOID, so a trainable graph through it must be refused with an
-# error naming the op (never an abort, never a silent wrong gradient). When the backward pass is
-# added, set SIGMOID_HAS_BACKWARD = True: the refusal test turns off and the gradient test turns on.
+# ggml 0.20.2 has no backward pass for SIGMOID; patches/0004 adds it. Checked against numpy here.
 
-SIGMOID_HAS_BACKWARD = True  # patches/0004
-
-_SIGMOID_SCRIPT = textwrap.dedent("""
-    import numpy as np, ggmlpy as G
-    b = G.ggml_backend_cpu_init()
-    sched = G.ggml_backend_sched_new([b], parallel=False, graph_size=512)
-    ctx = G.ggml_init(64 * G.ggml_tensor_overhead() + G.ggml_graph_overhead(1024, True), no_alloc=True)
-    x = G.ggml_set_input(G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, 4))
-    W = G.ggml_set_param(G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, 4))
-    buf = G.ggml_backend_alloc_ctx_tensors(ctx, b)
-    p = G.ggml_sigmoid(ctx, G.ggml_mul(ctx, x, W))
-    try:
-        G.ggml_opt_init_for_fit(sched, G.ggml_opt_loss_type_binary_cross_entropy(),
-                                G.ggml_opt_optimizer_type_sgd(), 1, ctx, x, p)
-    except ValueError as exc:
-        print("RAISED", type(exc).__name__, exc)
-    else:
-        print("NO ERROR")
-""")
-
-
-@pytest.mark.skipif(SIGMOID_HAS_BACKWARD, reason="sigmoid has a backward pass now: see the gradient test")
-def test_sigmoid_before_bce_is_refused_not_aborted():
-    from tests.conftest import run_in_subprocess
-    rc, out, err = run_in_subprocess(_SIGMOID_SCRIPT)
-    assert rc == 0, f"the interpreter died (rc {rc}): {err[-2000:]}"
-    assert out.startswith("RAISED"), out + err
-    assert "SIGMOID" in out
-
-
-@pytest.mark.skipif(not SIGMOID_HAS_BACKWARD, reason="ggml has no backward pass for SIGMOID yet")
 def test_sigmoid_before_bce_gradient(cpu, tsched, trng):
     x = trng.uniform(-1, 1, (N, F)).astype(np.float32)
     W0 = trng.uniform(-2, 2, (N, F)).astype(np.float32)
