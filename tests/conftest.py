@@ -173,9 +173,10 @@ def compute_grad(build: Callable, x: np.ndarray, r: np.ndarray, *others: np.ndar
 
 @pytest.fixture(scope="session")
 def backend():
-    """One CPU backend for the whole session (2 threads: the test machine is shared)."""
+    """One CPU backend for the whole session, one thread: the graphs are tiny, and on a shared
+    2-core machine two spinning threads made ggml's loops many times slower."""
     b = G.ggml_backend_cpu_init()
-    G.ggml_backend_cpu_set_n_threads(b, 2)
+    G.ggml_backend_cpu_set_n_threads(b, 1)
     yield b
     b.free()
 

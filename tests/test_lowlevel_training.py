@@ -13,22 +13,6 @@ TRUE_B = 0.5
 N, B = 256, 16
 
 
-@pytest.fixture(scope="module")
-def backend():
-    """One thread: these graphs are tiny, and thread hand-offs would dominate ggml_opt_fit's C loop."""
-    b = G.ggml_backend_cpu_init()
-    G.ggml_backend_cpu_set_n_threads(b, 1)
-    yield b
-    b.free()
-
-
-@pytest.fixture
-def sched(backend):
-    s = G.ggml_backend_sched_new([backend], parallel=False, graph_size=512)
-    yield s
-    s.free()
-
-
 @pytest.fixture
 def data():
     rng = np.random.default_rng(0)

@@ -4,24 +4,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import ggmlpy as G
-
-
-@pytest.fixture(scope="session")
-def cpu():
-    """One CPU backend for the training tests, one thread: the models are tiny, and on a busy 2-core
-    machine two spinning threads made the whole set about 5 times slower."""
-    b = G.ggml_backend_cpu_init()
-    G.ggml_backend_cpu_set_n_threads(b, 1)
-    yield b
-    b.free()
 
 
 @pytest.fixture
-def tsched(cpu):
-    s = G.ggml_backend_sched_new([cpu], parallel=False, graph_size=512)
-    yield s
-    s.free()
+def cpu(backend):
+    """The session's CPU backend (tests/conftest.py: one thread)."""
+    return backend
+
+
+@pytest.fixture
+def tsched(sched):
+    return sched
 
 
 @pytest.fixture
