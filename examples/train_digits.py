@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="auto: the first GPU ggml finds, else the CPU (default auto)")
     ap.add_argument("--plot", default="digits_history.png", help="where to save the history plot (PNG)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quiet", action="store_true", help="no per-epoch progress lines")
     args = ap.parse_args(argv)
     t_start = time.perf_counter()
     rng = np.random.default_rng(args.seed)
@@ -110,13 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     logits = G.ggml_add(ctx_compute, G.ggml_mul_mat(ctx_compute, w2, hidden), b2)
     sched = G.ggml_backend_sched_new([backend])
 
-    # ---- train: AdamW starting at lr 3e-3 (set before the cosine schedule captures it as eta_max)
-    def warm_start(epoch, logs, state):
-        if epoch == 1:
-            G.ggml_opt_set_lr(state.lr_ud, adamw_lr=3e-3)
-
+    # ---- train: AdamW starting at lr 3e-3, cosine decay, early stopping on the validation loss
     callbacks = [
-        {"on_epoch_begin": warm_start},
         G.ggml_schedule_cosine_decay(eta_min=1e-5),
         G.ggml_callback_early_stopping(monitor="val_loss", patience=8, min_delta=1e-4),
     ]
@@ -125,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                                  validation_generator=val_batches,
                                  loss_type=G.ggml_opt_loss_type_cross_entropy(),
                                  optimizer=G.ggml_opt_optimizer_type_adamw(),
-                                 callbacks=callbacks, silent=True, prefetch=2)
+                                 callbacks=callbacks, learning_rate=3e-3, silent=args.quiet, prefetch=2)
     fit_seconds = time.perf_counter() - t_fit
     # train_* are measured on the augmented (shifted, noisy) batches, so they sit below val_*.
     print(history.to_string(index=False, float_format=lambda v: f"{v:.4f}"))

@@ -20,7 +20,8 @@ __all__ = ["GgmlpyError", "GgmlpyWarning", "GgmlStateError", "GgmlTypeError", "G
            "BackendUnavailableError", "GGML_VERSION"]
 for _module in _MODULES:
     for _name in dir(_module):
-        if _name.startswith(("ggml_", "GGML_", "gguf_")) and not _name.startswith("ggml_logger"):
+        if _name.startswith(("ggml_", "GGML_", "gguf_")) and not _name.startswith("ggml_logger") \
+                and _name not in globals():  # a name one module imports from another is exported once
             globals()[_name] = getattr(_module, _name)
             __all__.append(_name)
 del _module, _name
