@@ -13,6 +13,12 @@ from pathlib import Path
 
 # ggml prints a backtrace with gdb before aborting; that is slow and never useful to a Python user.
 os.environ.setdefault("GGML_NO_BACKTRACE", "1")
+# ggml's CPU backend runs on OpenMP, whose threads by default spin for a long time at every barrier:
+# on a machine whose cores are shared (CI runners, laptops busy with a data pipeline) a 2-thread run
+# was up to 50x slower than a 1-thread one. A short spin keeps quiet-machine speed (measured equal)
+# and sleeps instead of fighting for the cores. Users who set either variable keep their choice.
+if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+    os.environ["GOMP_SPINCOUNT"] = "10000"
 
 try:
     from ._ggml import ffi, lib  # noqa: E402
