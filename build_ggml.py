@@ -171,16 +171,20 @@ def vulkan_options() -> list[str]:
 
 
 def cuda_options(cuda_arch: str | None) -> list[str]:
-    nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)
+    toolkit = Path(os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda")
+    nvcc = str(toolkit / "bin" / "nvcc") if (toolkit / "bin" / "nvcc").exists() else shutil.which("nvcc")
     if not nvcc:
         raise BuildError("The CUDA backend needs nvcc: install the CUDA toolkit "
-                         "(https://developer.nvidia.com/cuda-downloads) and put nvcc on PATH.")
-    opts = ["-DGGML_CUDA=ON", "-DGGML_CUDA_FA=OFF", "-DGGML_CUDA_NO_VMM=ON",
-            f"-DCMAKE_CUDA_COMPILER={nvcc}"]
+                         "(https://developer.nvidia.com/cuda-downloads) and put nvcc on PATH or set CUDA_HOME.")
+    if not (toolkit / "bin" / "nvcc").exists():
+        toolkit = Path(nvcc).resolve().parent.parent
+    opts = ["-DGGML_CUDA=ON", "-DGGML_CUDA_FA=OFF", "-DGGML_CUDA_NO_VMM=ON", f"-DCMAKE_CUDA_COMPILER={nvcc}"]
     arch = cuda_arch or os.environ.get("GGMLPY_CUDA_ARCH") or detect_cuda_arch() or "75;80;86;89;90"
     opts.append(f"-DCMAKE_CUDA_ARCHITECTURES={arch}")
-    opts += cublas_options(Path(nvcc).resolve().parent.parent)
-    return opts
+    cublas, cublas_lib = cublas_options(toolkit)
+    # The CUDA module must find cudart and cuBLAS at run time wherever they live.
+    rpath = ["$ORIGIN", str(toolkit / "lib64"), str(toolkit / "lib")] + ([str(cublas_lib)] if cublas_lib else [])
+    return opts + cublas + [f"-DCMAKE_INSTALL_RPATH={';'.join(rpath)}"]
 
 
 def detect_cuda_arch() -> str | None:
@@ -193,16 +197,15 @@ def detect_cuda_arch() -> str | None:
     return ";".join(caps) or None
 
 
-def cublas_options(toolkit: Path) -> list[str]:
-    """cuBLAS from the toolkit, else from the nvidia-cublas wheel (which lacks unversioned names)."""
+def cublas_options(toolkit: Path) -> tuple[list[str], Path | None]:
+    """cuBLAS from the toolkit, else from the nvidia-cublas wheel (which lacks unversioned names);
+    returns the CMake options and the wheel's library folder (None for the toolkit's)."""
     if list(toolkit.glob("**/libcublas.so")) and list(toolkit.glob("**/cublas_v2.h")):
-        return []
-    try:
-        import nvidia.cublas as wheel  # type: ignore[import-not-found]
-    except ImportError:
+        return [], None
+    base = _cublas_wheel_dir()
+    if base is None:
         raise BuildError("cuBLAS was not found in the CUDA toolkit: pip install nvidia-cublas "
-                         "(or install the toolkit's libcublas-dev)") from None
-    base = Path(list(wheel.__path__)[0])
+                         "(or install the toolkit's libcublas-dev)")
     link_dir = cache_root() / "cublas-links"
     link_dir.mkdir(parents=True, exist_ok=True)
     opts = [f"-DCMAKE_CUDA_FLAGS=-I{base / 'include'}", f"-DCMAKE_CXX_FLAGS=-I{base / 'include'}"]
@@ -215,7 +218,21 @@ def cublas_options(toolkit: Path) -> list[str]:
             link.unlink()
         link.symlink_to(real[0])
         opts.append(f"-D{var}={link}")
-    return opts
+    return opts, base / "lib"
+
+
+def _cublas_wheel_dir() -> Path | None:
+    """The folder of the nvidia-cublas wheel holding include/cublas_v2.h and lib/libcublas.so.* (its layout
+    changed between releases: nvidia/cublas/ or nvidia/cu13/)."""
+    try:
+        import nvidia  # type: ignore[import-not-found]  # namespace package of NVIDIA's wheels
+    except ImportError:
+        return None
+    for root in map(Path, nvidia.__path__):
+        for header in sorted(root.glob("*/include/cublas_v2.h")):
+            if list((header.parent.parent / "lib").glob("libcublas.so.*")):
+                return header.parent.parent
+    return None
 
 
 def cmake_options(backends: list[str], cuda_arch: str | None) -> list[str]:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 from .. import opt as O
+from .. import opt_result as R
 from ..context import Tensor
 from ..data import ggml_backend_tensor_get_data
 from ..errors import GgmlpyWarning
@@ -71,8 +72,8 @@ class Trainer:
                 self.eval_ctx = O._opt_init(eval_sched, heads_arg, optimizer, opt_period, ctx_compute, inputs[0],
                                             outputs_arg, O.BUILD_FORWARD, None, loss_mask_ne0, loss_weights)
                 self._owned.append(self.eval_ctx)
-            self.train_result = O.OptResult()
-            self.eval_result = O.OptResult()
+            self.train_result = R.OptResult()
+            self.eval_result = R.OptResult()
             self._owned += [self.train_result, self.eval_result]
         except BaseException:
             self.close()  # a half-built trainer must not keep the scheduler busy
@@ -94,7 +95,7 @@ class Trainer:
         heads = ctx.loss.heads if self.per_head and ctx.loss.composite else []
         head_sums = np.zeros(len(heads))
         head_correct = np.zeros(len(heads))
-        loss_now = (lambda: O.ggml_opt_result_loss(result)["loss"])
+        loss_now = (lambda: R.ggml_opt_result_loss(result)["loss"])
         for pairs in feed.epoch(limit):
             ctx.alloc(train)
             BatchWriter.write(pairs)
@@ -108,8 +109,8 @@ class Trainer:
                 progress.update(stats.steps * self.batch_size, loss_now)
         stats.samples = stats.steps * self.batch_size
         if stats.steps:
-            stats.loss = O.ggml_opt_result_loss(result)["loss"]
-            stats.accuracy = O.ggml_opt_result_accuracy(result)["accuracy"]
+            stats.loss = R.ggml_opt_result_loss(result)["loss"]
+            stats.accuracy = R.ggml_opt_result_accuracy(result)["accuracy"]
             stats.head_loss = list(head_sums / stats.steps)
             stats.head_accuracy = [c / stats.samples if h.ncorrect is not None else math.nan
                                    for c, h in zip(head_correct, heads)]
