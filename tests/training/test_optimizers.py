@@ -164,12 +164,15 @@ def test_accumulation_equals_a_larger_batch(kind, optimizer, cpu, backend_sched_
                                 optimizer=optimizer, callbacks=cb, silent=True)
         pa, pb = a.params(), b.params()
         assert not np.allclose(pa["W"], a.W0, atol=1e-4)  # it trained
+        # Exact on the CPU. GPU kernels sum in another order, and MAE's sign(err) gradient and AdamW's
+        # normalised steps amplify the last-bit differences, so only closeness is checked there.
+        tol = 1e-5 if cpu.is_cpu else 1e-2
         for key in pa:
-            np.testing.assert_allclose(pa[key], pb[key], rtol=1e-5, atol=1e-5, err_msg=key)
+            np.testing.assert_allclose(pa[key], pb[key], rtol=tol, atol=tol, err_msg=key)
         assert list(ha["steps"]) == [len(small)] * 2 and list(hb["steps"]) == [len(big)] * 2
         # the reported loss undoes the 1/opt_period scaling: within a window the weights are those of the
         # large-batch run, so the mean of the micro-batch losses (sum for SUM) is the large-batch loss
-        np.testing.assert_allclose(ha["train_loss"], hb["train_loss"], rtol=1e-5)
+        np.testing.assert_allclose(ha["train_loss"], hb["train_loss"], rtol=tol)
     finally:
         a.free()
         b.free()
