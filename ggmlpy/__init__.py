@@ -6,7 +6,7 @@ concern; this file only re-exports their public ``ggml_*`` / ``GGML_*`` names.
 """
 from __future__ import annotations
 
-from . import backend, context, data, dataset, gguf, losses, ops, opt, opt_fit, opt_result, rpc, sched
+from . import alloc, backend, context, data, dataset, gguf, losses, ops, opt, opt_fit, opt_result, rpc, sched
 from .training import callbacks as _callbacks, fit as _fit, plot as _plot
 from ._ffi import BUILD_INFO
 from .errors import (BackendUnavailableError, GgmlpyError, GgmlpyWarning, GgmlStateError, GgmlTypeError,
@@ -15,7 +15,7 @@ from .errors import (BackendUnavailableError, GgmlpyError, GgmlpyWarning, GgmlSt
 __version__ = "0.1.0"
 GGML_VERSION = BUILD_INFO.get("ggml_version", "unknown")
 
-_MODULES = [backend, context, data, dataset, gguf, losses, ops, opt, opt_fit, opt_result, rpc, sched, _callbacks, _fit, _plot]
+_MODULES = [alloc, backend, context, data, dataset, gguf, losses, ops, opt, opt_fit, opt_result, rpc, sched, _callbacks, _fit, _plot]
 __all__ = ["GgmlpyError", "GgmlpyWarning", "GgmlStateError", "GgmlTypeError", "GgmlValueError",
            "BackendUnavailableError", "GGML_VERSION"]
 for _module in _MODULES:
