@@ -54,8 +54,16 @@ class Scheduler(Handle):
         return Scheduler(self.backends, self.graph_size, False, self.op_offload, [])
 
 
-def ggml_backend_sched_new(backends: Sequence[Backend] | Backend, parallel: bool = True, graph_size: int = 2048,
-                           op_offload: bool = True) -> Scheduler:
+def ggml_backend_sched_new(backends: Sequence[Backend] | Backend | str, parallel: bool = True,
+                           graph_size: int = 2048, op_offload: bool = True) -> Scheduler:
+    """A scheduler over ``backends`` (highest priority first); a CPU backend is appended when the
+    list does not end with one. ``backends`` may also be ``"auto"`` (the first GPU, else the CPU),
+    ``"cpu"``, ``"vulkan"``, ``"cuda"`` or a device name: the scheduler then owns that backend."""
+    owned: list[Backend] = []
+    if isinstance(backends, str):
+        from .backend import ggml_backend_init_auto
+        backends = [ggml_backend_init_auto(backends)]
+        owned.append(backends[0])
     if isinstance(backends, Backend):
         backends = [backends]
     if not isinstance(backends, (list, tuple)) or not backends:
@@ -64,7 +72,6 @@ def ggml_backend_sched_new(backends: Sequence[Backend] | Backend, parallel: bool
         unwrap(b, Backend, f"ggml_backend_sched_new(backends[{i}])")
     expect(isinstance(graph_size, int) and graph_size >= 1, f"graph_size must be an int >= 1, got {graph_size!r}")
     backends = list(backends)
-    owned: list[Backend] = []
     if not backends[-1].is_cpu:
         if any(b.is_cpu for b in backends):
             raise GgmlValueError("ggml_backend_sched_new: the CPU backend must come last (it is the fallback); "
