@@ -1,0 +1,34 @@
+"""The examples run as users run them (short settings), so they cannot silently rot."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(args: list[str], tmp_path: Path) -> str:
+    proc = subprocess.run([sys.executable, *args], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc.stdout + proc.stderr
+
+
+def test_train_digits_learns(tmp_path):
+    pytest.importorskip("sklearn")
+    pytest.importorskip("matplotlib")
+    out = _run([str(ROOT / "examples" / "train_digits.py"), "--epochs", "8", "--backend", "cpu",
+                "--plot", str(tmp_path / "h.png")], tmp_path)
+    accuracy = float(re.search(r"test accuracy: ([0-9.]+)", out).group(1))
+    assert accuracy > 0.85, out[-1500:]
+    assert (tmp_path / "h.png").stat().st_size > 10_000
+    assert "Epoch 1/8" in out  # the per-epoch summary lines
+
+
+def test_replay_buffer_loss_falls(tmp_path):
+    out = _run([str(ROOT / "examples" / "replay_buffer.py")], tmp_path)
+    first, last = map(float, re.search(r"val_loss ([0-9.]+) -> ([0-9.]+)", out).groups())
+    assert last < 0.2 * first, out[-1500:]
