@@ -164,11 +164,16 @@ class Backend(Handle):
         return f" {self.device.name}" if self._ptr is not None else ""
 
 
-_ENABLE_HINTS = {
-    "vulkan": "rebuild with GGMLPY_BACKENDS=cpu,vulkan pip install . (needs glslc and libvulkan-dev); "
-              "a CPU-only Vulkan device (lavapipe) is used only with GGML_VK_VISIBLE_DEVICES=0",
-    "cuda": "rebuild with GGMLPY_BACKENDS=cpu,cuda pip install . on a machine with nvcc and an NVIDIA GPU",
-    "rpc": "rebuild with GGMLPY_BACKENDS=cpu,rpc pip install . and add a server with ggml_backend_rpc_add_server()",
+_BUILD_HINTS = {  # the backend was not built
+    "vulkan": "rebuild with GGMLPY_BACKENDS=cpu,vulkan pip install . (needs glslc, libvulkan-dev, spirv-headers)",
+    "cuda": "rebuild with GGMLPY_BACKENDS=cpu,cuda pip install . on a machine with nvcc",
+    "rpc": "rebuild with GGMLPY_BACKENDS=cpu,rpc pip install .",
+}
+_DEVICE_HINTS = {  # built, but no such device
+    "vulkan": "check the Vulkan driver (vulkaninfo); a CPU-only Vulkan device (Mesa's lavapipe) is used "
+              "only when selected with GGML_VK_VISIBLE_DEVICES=0",
+    "cuda": "check the NVIDIA driver (nvidia-smi) and CUDA_VISIBLE_DEVICES; ggml logs why CUDA did not start",
+    "rpc": "add a server first with ggml_backend_rpc_add_server('host:port')",
 }
 
 
@@ -178,8 +183,9 @@ def _init_device(device_name: str, family: str, params: str | None = None) -> Ba
         built = family.lower() in ggml_backends_built()
         reason = (f"the {family} backend is built but has no device {device_name!r}" if built else
                   f"this ggmlpy was built without the {family} backend")
+        hint = (_DEVICE_HINTS if built else _BUILD_HINTS).get(family.lower(), "")
         devices = [d.name for d in ggml_backend_devices()]
-        raise BackendUnavailableError(f"{reason} (devices: {devices}); {_ENABLE_HINTS.get(family.lower(), '')}".rstrip("; "))
+        raise BackendUnavailableError(f"{reason} (devices: {devices}); {hint}".rstrip("; "))
     ptr = lib.ggml_backend_dev_init(dev, params.encode() if params else ffi.NULL)
     if ptr == ffi.NULL:
         raise BackendUnavailableError(f"ggml could not initialise device {device_name!r}")
