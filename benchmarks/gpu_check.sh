@@ -28,5 +28,6 @@ build_s=$(( $(date +%s) - start ))
 
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 "$PY" -m pytest -q -rs tests/backends | tail -n 15
+"$PY" -m pytest -q tests/training -k cuda | tail -n 5   # losses, optimizers, fits on the GPU
 "$PY" benchmarks/bench_backends.py --quick --backends cpu,cuda
 echo "gpu_check: CUDA build took ${build_s}s for sm_${GGMLPY_CUDA_ARCH}; total $(( $(date +%s) - start ))s"
