@@ -89,9 +89,9 @@ def _say(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-def ggml_callback_early_stopping(monitor: str = "val_loss", patience: int = 5, min_delta: float = 0,
-                                 mode: str = "auto") -> dict:
-    """Stop when ``monitor`` has not improved by more than ``min_delta`` for ``patience`` epochs."""
+def _on_stall(monitor: str, patience: int, min_delta: float, mode: str, act: Callable) -> dict:
+    """An on_epoch_end callback that calls ``act(epoch, state, tracker)`` once ``monitor`` has not improved
+    by more than ``min_delta`` for ``patience`` epochs (epochs where it is missing or NaN do not count)."""
     tracker = _Improvement(monitor, min_delta, mode)
 
     def on_epoch_end(epoch: int, logs: dict, state: FitState) -> None:
@@ -100,11 +100,20 @@ def ggml_callback_early_stopping(monitor: str = "val_loss", patience: int = 5, m
             return
         tracker.update(value)
         if tracker.wait >= patience:
-            _say(f"Early stopping at epoch {epoch}: {monitor} has not improved for {tracker.wait} epochs "
-                 f"(best {tracker.best:.6g})")
-            state.stop = True
+            act(epoch, state, tracker)
 
     return {"on_epoch_end": on_epoch_end}
+
+
+def ggml_callback_early_stopping(monitor: str = "val_loss", patience: int = 5, min_delta: float = 0,
+                                 mode: str = "auto") -> dict:
+    """Stop when ``monitor`` has not improved by more than ``min_delta`` for ``patience`` epochs."""
+    def stop(epoch: int, state: FitState, tracker: _Improvement) -> None:
+        _say(f"Early stopping at epoch {epoch}: {monitor} has not improved for {tracker.wait} epochs "
+             f"(best {tracker.best:.6g})")
+        state.stop = True
+
+    return _on_stall(monitor, patience, min_delta, mode, stop)
 
 
 def _set_adamw_lr(state: FitState, lr: float) -> float:
@@ -143,16 +152,9 @@ def ggml_schedule_cosine_decay(eta_min: float = 0, T_max: int | None = None) -> 
 def ggml_schedule_reduce_on_plateau(monitor: str = "val_loss", factor: float = 0.5, patience: int = 5,
                                     min_lr: float = 1e-7, min_delta: float = 1e-4, mode: str = "auto") -> dict:
     """Multiply the AdamW LR by ``factor`` (not below ``min_lr``) after ``patience`` epochs without improvement."""
-    tracker = _Improvement(monitor, min_delta, mode)
+    def reduce(epoch: int, state: FitState, tracker: _Improvement) -> None:
+        lr = _set_adamw_lr(state, max(state.lr_ud.get()["adamw"] * factor, min_lr))
+        _say(f"Epoch {epoch}: {monitor} plateaued, LR reduced to {lr:.6g}")
+        tracker.wait = 0  # best is kept; no cooldown (ggmlR's rule)
 
-    def on_epoch_end(epoch: int, logs: dict, state: FitState) -> None:
-        value = _monitored(logs, monitor)
-        if value is None:
-            return
-        tracker.update(value)
-        if tracker.wait >= patience:
-            lr = _set_adamw_lr(state, max(state.lr_ud.get()["adamw"] * factor, min_lr))
-            _say(f"Epoch {epoch}: {monitor} plateaued, LR reduced to {lr:.6g}")
-            tracker.wait = 0
-
-    return {"on_epoch_end": on_epoch_end}
+    return _on_stall(monitor, patience, min_delta, mode, reduce)
