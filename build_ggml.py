@@ -69,20 +69,36 @@ def fetch_archive(pin: dict) -> Path:
     archive_dir.mkdir(parents=True, exist_ok=True)
     log(f"downloading {pin['package']}=={pin['version']} (sdist) from PyPI")
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-               f"{pin['package']}=={pin['version']}", "-d", tmp]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
         got = Path(tmp) / pin["filename"]
-        if proc.returncode != 0 or not got.exists():
-            raise BuildError(
-                f"could not download {pin['package']}=={pin['version']} from PyPI:\n"
-                f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+        errors = []
+        for cmd, env in _pip_commands():
+            cmd = cmd + ["download", "--no-deps", "--no-binary", ":all:", f"{pin['package']}=={pin['version']}",
+                         "-d", tmp]
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            if proc.returncode == 0 and got.exists():
+                break
+            errors.append(f"$ {' '.join(cmd)}\n{proc.stdout[-1500:]}{proc.stderr[-1500:]}")
+        else:
+            raise BuildError(f"could not download {pin['package']}=={pin['version']} from PyPI; or place "
+                             f"{pin['filename']} in {archive_dir}:\n" + "\n".join(errors))
         digest = sha256_of(got)
         if digest != pin["sha256"]:
             raise BuildError(f"sha256 mismatch for {pin['filename']}: expected {pin['sha256']}, "
                              f"got {digest}; refusing to build from an unverified archive")
         shutil.move(str(got), archive)
     return archive
+
+
+def _pip_commands() -> list[tuple[list[str], dict]]:
+    """Ways to run pip. Inside pip's isolated build environment pip itself is hidden (its PYTHONPATH
+    overlay shadows the interpreter's site-packages), so also try without that overlay, and pip on PATH."""
+    plain = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONNOUSERSITE", "PYTHONHOME")}
+    commands = [([sys.executable, "-m", "pip"], dict(os.environ)), ([sys.executable, "-m", "pip"], plain)]
+    for name in ("pip3", "pip"):
+        found = shutil.which(name)
+        if found:
+            commands.append(([found], plain))
+    return commands
 
 
 def patch_files() -> list[Path]:
