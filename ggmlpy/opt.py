@@ -22,7 +22,7 @@ from ._handle import Handle, free_handle, raise_type, unwrap
 from .context import Context, Graph, Tensor, as_tensor, ggml_graph_overhead, ggml_init, ggml_tensor_overhead
 from .errors import GgmlStateError, GgmlTypeError, GgmlValueError, expect
 from .opt_result import OptResult
-from .sched import Scheduler, _hash_size
+from .sched import Scheduler, sched_hash_size
 
 OPTIMIZER_ADAMW = int(lib.GGML_OPT_OPTIMIZER_TYPE_ADAMW)
 OPTIMIZER_SGD = int(lib.GGML_OPT_OPTIMIZER_TYPE_SGD)
@@ -143,7 +143,7 @@ def check_sched_room(sched: Scheduler, outputs: Tensor, build_type: int) -> None
     n_nodes, params, n_leafs = _count_forward([outputs], with_leafs=True)
     n_ops = n_nodes - len(params)
     need = n_nodes + n_leafs + 32 if build_type == BUILD_FORWARD else 4 * n_ops + 6 * len(params) + n_leafs + 64
-    room = _hash_size(sched.graph_size)
+    room = sched_hash_size(sched.graph_size)
     if need > room:
         what = "forward" if build_type == BUILD_FORWARD else "training"
         raise GgmlValueError(f"the scheduler is too small for this model's {what} graph: about {need} nodes and "

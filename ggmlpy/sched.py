@@ -119,7 +119,7 @@ _HASH_PRIMES = (2, 3, 5, 11, 17, 37, 67, 131, 257, 521, 1031, 2053, 4099, 8209, 
 _OPS = {ffi.string(lib.ggml_op_name(i)).decode(): i for i in range(int(lib.GGML_OP_COUNT))}
 
 
-def _hash_size(n: int) -> int:
+def sched_hash_size(n: int) -> int:
     return next((p for p in _HASH_PRIMES if p >= n), n | 1)
 
 
@@ -131,7 +131,7 @@ def _graph_ptr(graph: Graph, fn: str, sched: Scheduler | None = None):
         n_nodes = graph.n_nodes()
         expect(n_nodes <= sched.graph_size,
                f"{fn}: the graph has {n_nodes} nodes, more than the scheduler's graph_size {sched.graph_size}")
-        room = _hash_size(sched.graph_size)
+        room = sched_hash_size(sched.graph_size)
         if n_nodes * (1 + int(lib.GGML_MAX_SRC)) > room:  # only then can nodes + leafs overflow: count the leafs
             n_leafs = _count_leafs(g, n_nodes)
             expect(n_nodes + n_leafs <= room,
