@@ -6,18 +6,18 @@ concern; this file only re-exports their public ``ggml_*`` / ``GGML_*`` names.
 """
 from __future__ import annotations
 
-from . import alloc, backend, context, data, dataset, gguf, losses, ops, opt, opt_fit, opt_result, rpc, sched
+from . import alloc, backend, context, data, dataset, gguf, losses, ops, opt, opt_fit, opt_result, rpc, sched, weights
 from .training import callbacks as _callbacks, fit as _fit, plot as _plot
 from ._ffi import BUILD_INFO
 from .errors import (BackendUnavailableError, GgmlpyError, GgmlpyWarning, GgmlStateError, GgmlTypeError,
-                     GgmlValueError)
+                     GgmlValueError, GgufFileError, GgufFileNotFoundError, GgufKeyError)
 
 __version__ = "0.1.0"
 GGML_VERSION = BUILD_INFO.get("ggml_version", "unknown")
 
-_MODULES = [alloc, backend, context, data, dataset, gguf, losses, ops, opt, opt_fit, opt_result, rpc, sched, _callbacks, _fit, _plot]
+_MODULES = [alloc, backend, context, data, dataset, gguf, losses, ops, opt, opt_fit, opt_result, rpc, sched, weights, _callbacks, _fit, _plot]
 __all__ = ["GgmlpyError", "GgmlpyWarning", "GgmlStateError", "GgmlTypeError", "GgmlValueError",
-           "BackendUnavailableError", "GGML_VERSION"]
+           "BackendUnavailableError", "GgufFileError", "GgufFileNotFoundError", "GgufKeyError", "GGML_VERSION"]
 for _module in _MODULES:
     for _name in dir(_module):
         if _name.startswith(("ggml_", "GGML_", "gguf_")) and not _name.startswith("ggml_logger") \

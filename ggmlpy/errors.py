@@ -27,6 +27,21 @@ class BackendUnavailableError(GgmlStateError):
     """A backend was asked for that this build or this machine does not have."""
 
 
+class GgufFileError(GgmlpyError, OSError):
+    """A GGUF file could not be read (unreadable or not valid GGUF) or written."""
+
+
+class GgufFileNotFoundError(GgufFileError, FileNotFoundError):
+    """The GGUF file does not exist."""
+
+
+class GgufKeyError(GgmlValueError, KeyError):
+    """A tensor or a key asked for by name is not in the GGUF file or context."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
 class GgmlpyWarning(UserWarning):
     """Warnings ggmlpy emits (R warnings in ggmlR)."""
 

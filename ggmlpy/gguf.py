@@ -6,9 +6,7 @@ tensor and the memory it had, and ``gguf_write_to_file`` refuses tensors whose m
 gone or moved since. Everything ggml would abort on (a duplicate tensor name, a strided
 tensor, a key of the wrong type, an index out of range) is checked here first.
 
-High level: ``ggml_save_weights_gguf`` / ``ggml_load_weights_gguf`` move the data of
-tensors living in any backend buffer (or in context memory) to and from a file, matching
-by name; ``gguf_read`` returns a file's tensors as numpy arrays plus its metadata.
+Saving and loading a model's weights with these is ``weights.py``.
 """
 from __future__ import annotations
 
@@ -22,9 +20,10 @@ import numpy as np
 
 from ._ffi import ffi, ggml_logger, lib
 from ._handle import Handle, unwrap
-from .context import Context, Tensor, as_tensor, ggml_set_name, type_name
-from .data import NUMPY_DTYPES, _storage, write_array
-from .errors import GgmlpyError, GgmlStateError, GgmlTypeError, GgmlValueError, expect
+from .context import Context, Tensor, as_tensor
+from .data import _storage
+from .errors import GgmlStateError, GgmlTypeError, GgmlValueError, GgufFileError, GgufFileNotFoundError, \
+    GgufKeyError, expect
 
 GGUF_TYPE_UINT8, GGUF_TYPE_INT8 = lib.GGUF_TYPE_UINT8, lib.GGUF_TYPE_INT8
 GGUF_TYPE_UINT16, GGUF_TYPE_INT16 = lib.GGUF_TYPE_UINT16, lib.GGUF_TYPE_INT16
@@ -48,21 +47,6 @@ _GETTERS = {t: getattr(lib, f"gguf_get_val_{sfx}") for t, (sfx, _) in _NUMERIC.i
 _SETTERS = {t: getattr(lib, f"gguf_set_val_{sfx}") for t, (sfx, _) in _NUMERIC.items()}
 _INT_RANGES = {t: (int(np.iinfo(dt).min), int(np.iinfo(dt).max) + 1)
                for t, dt in _GGUF_DTYPES.items() if np.issubdtype(dt, np.integer)}
-
-
-class GgufFileError(GgmlpyError, OSError):
-    """A GGUF file could not be read (unreadable or not valid GGUF) or written."""
-
-
-class GgufFileNotFoundError(GgufFileError, FileNotFoundError):
-    """The GGUF file does not exist."""
-
-
-class GgufKeyError(GgmlValueError, KeyError):
-    """A tensor or a key asked for by name is not in the GGUF file or context."""
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
 
 
 def gguf_type_name(t: int) -> str:
@@ -468,130 +452,3 @@ def gguf_write_to_file(ctx: GgufContext, path: Any, only_meta: bool = False) -> 
         ok = lib.gguf_write_to_file(g, os.fsencode(p), only_meta)
     if not ok:
         raise GgufFileError(f"{fn}: could not write {p!r}{_reason(lines)}")
-
-
-# ---------------------------------------------------------------- weights files
-
-def _named_tensors(tensors: Any, fn: str) -> list[tuple[str, Tensor]]:
-    """(name, tensor) pairs from a list of named tensors or a dict name -> tensor."""
-    pairs: list[tuple[str, Tensor]] = []
-    if isinstance(tensors, dict):
-        for key, tensor in tensors.items():
-            tensor = as_tensor(tensor, f"{fn}(tensors[{key!r}])")
-            expect(isinstance(key, str) and key != "", f"{fn}: dict keys must be non-empty names, got {key!r}",
-                   GgmlTypeError)
-            if tensor.name == "":
-                ggml_set_name(tensor, key)
-            elif tensor.name != key:
-                raise GgmlValueError(f"{fn}: tensors[{key!r}] is already named '{tensor.name}'; "
-                                     "use its name as the key or rename it with ggml_set_name")
-            pairs.append((key, tensor))
-    elif isinstance(tensors, (list, tuple)):
-        for i, tensor in enumerate(tensors):
-            tensor = as_tensor(tensor, f"{fn}(tensors[{i}])")
-            expect(tensor.name != "", f"{fn}: tensors[{i}] {list(tensor.shape)} has no name; name it with "
-                                      "ggml_set_name or pass a dict name -> tensor")
-            pairs.append((tensor.name, tensor))
-    else:
-        raise GgmlTypeError(f"{fn}: tensors must be a list of Tensors or a dict name -> Tensor, "
-                            f"got {type(tensors).__name__}")
-    seen: set[str] = set()
-    for name, _ in pairs:
-        expect(name not in seen, f"{fn}: two tensors are named '{name}'; names must be unique")
-        seen.add(name)
-    return pairs
-
-
-def ggml_save_weights_gguf(path: Any, tensors: Any, metadata: dict | None = None) -> None:
-    """Save tensors (a list of named Tensors, or a dict name -> Tensor) from any backend buffer
-    to a GGUF file, with optional metadata (key -> bool/int/float/str or a list of them)."""
-    fn = "ggml_save_weights_gguf"
-    p = _fs_path(path, fn)
-    pairs = _named_tensors(tensors, fn)
-    expect(metadata is None or isinstance(metadata, dict),
-           f"{fn}: metadata must be a dict or None, got {type(metadata).__name__}", GgmlTypeError)
-    with gguf_init_empty() as g:
-        for key, value in (metadata or {}).items():
-            gguf_set_val(g, key, value)
-        for _, tensor in pairs:
-            gguf_add_tensor(g, tensor)
-        gguf_write_to_file(g, p)
-
-
-def _metadata(g: GgufContext) -> dict:
-    return {gguf_get_key(g, i): gguf_get_val(g, i) for i in range(gguf_get_n_kv(g))}
-
-
-def _read_bytes(f: Any, offset: int, nbytes: int, name: str, path: str, fn: str) -> np.ndarray:
-    buf = np.empty(nbytes, dtype=np.uint8)
-    f.seek(offset)
-    if f.readinto(memoryview(buf)) != nbytes:
-        raise GgufFileError(f"{fn}: {path!r} is truncated: the data of tensor '{name}' is incomplete")
-    return buf
-
-
-def ggml_load_weights_gguf(path: Any, tensors: Any) -> dict:
-    """Fill tensors (list of named Tensors, or dict name -> Tensor) with the data of the same-named
-    tensors of a GGUF file; types and shapes must match. Returns the file's metadata."""
-    fn = "ggml_load_weights_gguf"
-    p = _fs_path(path, fn)
-    pairs = _named_tensors(tensors, fn)
-    for _, tensor in pairs:
-        _check_has_data(tensor, fn)
-    with gguf_init_from_file(p, no_alloc=True) as g:
-        base = int(lib.gguf_get_data_offset(g.ptr))
-        plan = []
-        for name, tensor in pairs:
-            i = gguf_find_tensor(g, name)
-            if i < 0:
-                have = [gguf_get_tensor_name(g, j) for j in range(gguf_get_n_tensors(g))]
-                raise GgufKeyError(f"{fn}: tensor '{name}' is not in {p!r} (it has: {have})")
-            ftype, fshape = gguf_get_tensor_type(g, i), gguf_get_tensor_shape(g, i)
-            if ftype != tensor.type:
-                raise GgmlValueError(f"{fn}: tensor '{name}' is {type_name(tensor.type)} but the file holds "
-                                     f"{type_name(ftype)}")
-            if fshape != tensor.shape:
-                raise GgmlValueError(f"{fn}: tensor '{name}' has shape {list(tensor.shape)} but the file holds "
-                                     f"{list(fshape)}")
-            plan.append((name, tensor, base + int(lib.gguf_get_tensor_offset(g.ptr, i)), gguf_get_tensor_size(g, i)))
-        size = os.path.getsize(p)
-        for name, _, offset, nbytes in plan:
-            if offset + nbytes > size:
-                raise GgufFileError(f"{fn}: {p!r} is truncated: the data of tensor '{name}' is incomplete")
-        with open(p, "rb") as f:
-            for name, tensor, offset, nbytes in plan:
-                write_array(tensor.ptr, _read_bytes(f, offset, nbytes, name, p, fn))
-        return _metadata(g)
-
-
-def _ggml_layout(flat: np.ndarray, shape: tuple[int, int, int, int]) -> np.ndarray:
-    dims = list(reversed(shape))
-    while len(dims) > 1 and dims[0] == 1:
-        dims.pop(0)
-    return flat.reshape(dims)
-
-
-def gguf_read(path: Any, raw: bool = False) -> tuple[dict, dict]:
-    """``(tensors, metadata)`` of a GGUF file: tensors as numpy arrays in ggml layout, shape
-    ``(ne3, ne2, ne1, ne0)`` with leading 1-axes dropped (BF16 widened to float32). Types numpy
-    cannot hold (quantized) raise unless ``raw=True``, which returns every tensor's bytes (uint8)."""
-    fn = "gguf_read"
-    p = _fs_path(path, fn)
-    with gguf_init_from_file(p, no_alloc=True) as g:
-        base = int(lib.gguf_get_data_offset(g.ptr))
-        out: dict[str, np.ndarray] = {}
-        with open(p, "rb") as f:
-            for i in range(gguf_get_n_tensors(g)):
-                name, t, shape = gguf_get_tensor_name(g, i), gguf_get_tensor_type(g, i), gguf_get_tensor_shape(g, i)
-                buf = _read_bytes(f, base + int(lib.gguf_get_tensor_offset(g.ptr, i)), gguf_get_tensor_size(g, i),
-                                  name, p, fn)
-                if raw:
-                    out[name] = buf
-                elif t in NUMPY_DTYPES:
-                    out[name] = _ggml_layout(buf.view(NUMPY_DTYPES[t]), shape)
-                elif t == lib.GGML_TYPE_BF16:
-                    out[name] = _ggml_layout((buf.view(np.uint16).astype(np.uint32) << 16).view(np.float32), shape)
-                else:
-                    raise GgmlTypeError(f"{fn}: tensor '{name}' is {type_name(t)}, which numpy cannot hold; "
-                                        "use gguf_read(path, raw=True) for its bytes")
-        return out, _metadata(g)
