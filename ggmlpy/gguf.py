@@ -184,11 +184,7 @@ def _key_id(ctx: GgufContext, key_id: Any, fn: str) -> tuple[Any, int]:
         if kid < 0:
             raise GgufKeyError(f"{fn}: no key {key_id!r} in this GGUF context")
         return g, kid
-    n = int(lib.gguf_get_n_kv(g))
-    expect(isinstance(key_id, numbers.Integral) and not isinstance(key_id, bool) and 0 <= key_id < n,
-           f"{fn}: key_id must be an int in [0, {n}) or a key name, got {key_id!r}" if n else
-           f"{fn}: the GGUF context has no keys (asked for {key_id!r})")
-    return g, int(key_id)
+    return g, _index_in(fn, "key_id", key_id, int(lib.gguf_get_n_kv(g)), "keys", " or a key name")
 
 
 def gguf_get_key(ctx: GgufContext, key_id: int) -> str:
@@ -369,11 +365,15 @@ def gguf_find_tensor(ctx: GgufContext, name: str) -> int:
 
 def _tensor_id(ctx: GgufContext, tensor_id: Any, fn: str) -> tuple[Any, int]:
     g = _gctx(ctx, fn)
-    n = int(lib.gguf_get_n_tensors(g))
-    expect(isinstance(tensor_id, numbers.Integral) and not isinstance(tensor_id, bool) and 0 <= tensor_id < n,
-           f"{fn}: tensor_id must be an int in [0, {n}), got {tensor_id!r}" if n else
-           f"{fn}: the GGUF context has no tensors (asked for {tensor_id!r})")
-    return g, int(tensor_id)
+    return g, _index_in(fn, "tensor_id", tensor_id, int(lib.gguf_get_n_tensors(g)), "tensors")
+
+
+def _index_in(fn: str, name: str, value: Any, n: int, items: str, alternative: str = "") -> int:
+    """``value`` as an index into ``n`` keys or tensors (ggml aborts on one out of range)."""
+    expect(isinstance(value, numbers.Integral) and not isinstance(value, bool) and 0 <= value < n,
+           f"{fn}: {name} must be an int in [0, {n}){alternative}, got {value!r}" if n else
+           f"{fn}: the GGUF context has no {items} (asked for {value!r})")
+    return int(value)
 
 
 def gguf_get_tensor_name(ctx: GgufContext, tensor_id: int) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from contextlib import contextmanager
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
@@ -90,6 +91,27 @@ def _ctx_size(n_tensors: int, graph_size: int, grads: bool = False) -> int:
     return n_tensors * G.ggml_tensor_overhead() + G.ggml_graph_overhead(graph_size, grads) + 4096
 
 
+@contextmanager
+def _graph_inputs(arrays, backend, ops_size: int):
+    """Input tensors holding ``arrays`` (allocated on ``backend``), a context for the ops, and a list
+    the caller appends further handles to (a scheduler); everything is freed on exit, newest first."""
+    ctx_in = G.ggml_init(_ctx_size(len(arrays) + 1, 1), no_alloc=True)
+    owned = [ctx_in]
+    try:
+        tensors = [new_tensor_like(ctx_in, a) for a in arrays]
+        if arrays:
+            owned.append(G.ggml_backend_alloc_ctx_tensors(ctx_in, backend))
+        for t, a in zip(tensors, arrays):
+            G.ggml_backend_tensor_set_data(t, np.ascontiguousarray(a))
+        ctx_ops = G.ggml_init(ops_size, no_alloc=True)
+        owned.append(ctx_ops)
+        yield tensors, ctx_ops, owned
+    finally:
+        for handle in reversed(owned):
+            if handle is not None:
+                handle.free()
+
+
 def compute(build: Callable, *arrays: np.ndarray, backend=None, graph_size: int = 256) -> list[np.ndarray]:
     """Build ``build(ctx, *input_tensors)`` on the CPU, compute it, return the results as 4-D arrays.
 
@@ -98,15 +120,7 @@ def compute(build: Callable, *arrays: np.ndarray, backend=None, graph_size: int 
     ``build`` may return one tensor or a tuple/list of tensors.
     """
     backend = backend or _default_backend()
-    buf = None
-    ctx_in = G.ggml_init(_ctx_size(len(arrays) + 1, 1), no_alloc=True)
-    ctx_ops = G.ggml_init(_ctx_size(graph_size, graph_size), no_alloc=True)
-    sched = None
-    try:
-        tensors = [new_tensor_like(ctx_in, a) for a in arrays]
-        buf = G.ggml_backend_alloc_ctx_tensors(ctx_in, backend) if arrays else None
-        for t, a in zip(tensors, arrays):
-            G.ggml_backend_tensor_set_data(t, np.ascontiguousarray(a))
+    with _graph_inputs(arrays, backend, _ctx_size(graph_size, graph_size)) as (tensors, ctx_ops, owned):
         out = build(ctx_ops, *tensors)
         outs = list(out) if isinstance(out, (list, tuple)) else [out]
         graph = G.ggml_new_graph_custom(ctx_ops, graph_size, False)
@@ -114,16 +128,10 @@ def compute(build: Callable, *arrays: np.ndarray, backend=None, graph_size: int 
             G.ggml_set_output(o)
             G.ggml_build_forward_expand(graph, o)
         sched = G.ggml_backend_sched_new([backend], parallel=False, graph_size=graph_size)
+        owned.append(sched)
         G.ggml_backend_sched_alloc_graph(sched, graph)
         G.ggml_backend_sched_graph_compute(sched, graph)
         return [read4(o) for o in outs]
-    finally:
-        if sched is not None:
-            sched.free()
-        ctx_ops.free()
-        if buf is not None:
-            buf.free()
-        ctx_in.free()
 
 
 def compute_grad(build: Callable, x: np.ndarray, r: np.ndarray, *others: np.ndarray, backend=None,
@@ -134,16 +142,8 @@ def compute_grad(build: Callable, x: np.ndarray, r: np.ndarray, *others: np.ndar
     backward, allocated by a scheduler, reset (loss gradient = 1) and computed.
     """
     backend = backend or _default_backend()
-    buf = None
-    arrays = [x, r, *others]
-    ctx_in = G.ggml_init(_ctx_size(len(arrays) + 1, 1), no_alloc=True)
-    ctx_ops = G.ggml_init(_ctx_size(4 * graph_size, graph_size, True), no_alloc=True)
-    sched = None
-    try:
-        tensors = [new_tensor_like(ctx_in, a) for a in arrays]
-        buf = G.ggml_backend_alloc_ctx_tensors(ctx_in, backend)
-        for t, a in zip(tensors, arrays):
-            G.ggml_backend_tensor_set_data(t, np.ascontiguousarray(a))
+    ops_size = _ctx_size(4 * graph_size, graph_size, True)
+    with _graph_inputs([x, r, *others], backend, ops_size) as (tensors, ctx_ops, owned):
         xt, rt, other_t = tensors[0], tensors[1], tensors[2:]
         G.ggml_set_param(xt)
         y = build(ctx_ops, xt, *other_t)
@@ -153,6 +153,7 @@ def compute_grad(build: Callable, x: np.ndarray, r: np.ndarray, *others: np.ndar
         G.ggml_build_forward_expand(graph, loss)
         G.ggml_build_backward_expand(ctx_ops, graph)
         sched = G.ggml_backend_sched_new([backend], parallel=False, graph_size=graph_size)
+        owned.append(sched)
         G.ggml_backend_sched_alloc_graph(sched, graph)
         G.ggml_graph_reset(graph)
         G.ggml_backend_sched_graph_compute(sched, graph)
@@ -160,13 +161,6 @@ def compute_grad(build: Callable, x: np.ndarray, r: np.ndarray, *others: np.ndar
         assert grad is not None, "ggml built no gradient for the parameter"
         return float(G.ggml_backend_tensor_get_data(loss)[0]), \
             G.ggml_backend_tensor_get_data(grad).astype(np.float64).reshape(x.shape)
-    finally:
-        if sched is not None:
-            sched.free()
-        ctx_ops.free()
-        if buf is not None:
-            buf.free()
-        ctx_in.free()
 
 
 # ---------------------------------------------------------------- fixtures
