@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from . import alloc, backend, context, data, dataset, gguf, losses, ops, opt, opt_fit, opt_result, rpc, sched, weights
 from .training import callbacks as _callbacks, fit as _fit, plot as _plot
+from . import models
 from ._ffi import BUILD_INFO
 from .errors import (BackendUnavailableError, GgmlpyError, GgmlpyWarning, GgmlStateError, GgmlTypeError,
                      GgmlValueError, GgufFileError, GgufFileNotFoundError, GgufKeyError)
@@ -15,7 +16,8 @@ from .errors import (BackendUnavailableError, GgmlpyError, GgmlpyWarning, GgmlSt
 __version__ = "0.1.0"
 GGML_VERSION = BUILD_INFO.get("ggml_version", "unknown")
 
-_MODULES = [alloc, backend, context, data, dataset, gguf, losses, ops, opt, opt_fit, opt_result, rpc, sched, weights, _callbacks, _fit, _plot]
+# the model layer first: its ggml_conv_2d/ggml_conv_1d also accept the ops' (ctx, ...) call
+_MODULES = [*models.MODULES, alloc, backend, context, data, dataset, gguf, losses, ops, opt, opt_fit, opt_result, rpc, sched, weights, _callbacks, _fit, _plot]
 __all__ = ["GgmlpyError", "GgmlpyWarning", "GgmlStateError", "GgmlTypeError", "GgmlValueError",
            "BackendUnavailableError", "GgufFileError", "GgufFileNotFoundError", "GgufKeyError", "GGML_VERSION"]
 for _module in _MODULES:

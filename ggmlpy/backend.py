@@ -221,14 +221,20 @@ def ggml_backend_init_best() -> Backend:
     return Backend(lib.ggml_backend_init_best())
 
 
+def is_software_device(dev: Device) -> bool:
+    """A GPU API emulated on the CPU (Mesa's lavapipe/llvmpipe): slower than the CPU backend, so "auto"
+    skips it (ask for it by name or with "vulkan")."""
+    return "llvmpipe" in dev.description.lower() or "lavapipe" in dev.description.lower()
+
+
 def ggml_backend_init_auto(backend: str = "auto") -> Backend:
-    """``"auto"`` = the first GPU (CUDA before Vulkan, as ggml ranks them), else the CPU;
+    """``"auto"`` = the first hardware GPU (CUDA before Vulkan, as ggml ranks them), else the CPU;
     ``"cpu"``, ``"vulkan"``, ``"cuda"`` or a device name (``"Vulkan0"``) ask for that one."""
     expect(isinstance(backend, str), f"backend must be a string, got {backend!r}")
     choice = backend.lower()
     if choice == "auto":
         for dev in ggml_backend_devices():
-            if dev.type == "gpu":
+            if dev.type == "gpu" and not is_software_device(dev):
                 return ggml_backend_dev_init(dev)
         return ggml_backend_cpu_init()
     if choice == "cpu":

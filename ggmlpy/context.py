@@ -246,6 +246,16 @@ def ggml_set_param(tensor: Tensor) -> Tensor:
     return tensor
 
 
+def set_trainable(tensor: Tensor, trainable: bool) -> None:
+    """Set or clear a leaf's PARAM flag (ggml has no call to clear it; the model layer freezes weights
+    this way between fits)."""
+    t = as_tensor(tensor, "set_trainable(tensor)").ptr
+    if trainable:
+        ggml_set_param(tensor)
+    else:
+        t.flags = t.flags & ~int(lib.GGML_TENSOR_FLAG_PARAM)
+
+
 def ggml_set_loss(tensor: Tensor) -> Tensor:
     t = as_tensor(tensor, "ggml_set_loss(tensor)").ptr
     expect(t.type == GGML_TYPE_F32 and lib.ggml_nelements(t) == 1,

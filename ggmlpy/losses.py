@@ -76,6 +76,7 @@ class Head:
     value: Tensor | None = None    # this head's loss L_i (a scalar), readable after each eval
     ncorrect: Tensor | None = None  # cross-entropy heads: I64 count of argmax matches, set after each eval
     scores: Tensor | None = None   # cross-entropy heads: a readable copy of the outputs (the logits)
+    sample_weighted: bool = False  # every loss: a [1, batch] weight per sample (``weights``) scales its loss
 
 
 @dataclass
@@ -117,17 +118,39 @@ def _elementwise_mean(ctx: Context, elementwise: Tensor) -> Tensor:
     return ops.ggml_scale(ctx, ops.ggml_sum(ctx, elementwise), 1.0 / elementwise.nelements())
 
 
+def _weighted_cross_entropy(ctx: Context, logits: Tensor, y: Tensor, w: Tensor) -> Tensor:
+    """-(1/batch) sum_i w_i sum_k y_ik log softmax(z_i)_k. ggml's fused loss cannot take weights (its backward
+    assumes labels summing to 1), so this one is built from softmax and log, with p kept >= eps."""
+    p = ops.ggml_scale_bias(ctx, ops.ggml_soft_max(ctx, logits), 1.0 - 2.0 * BCE_EPS, BCE_EPS)
+    ll = ops.ggml_mul(ctx, ops.ggml_mul(ctx, ops.ggml_log(ctx, p), y), w)
+    return ops.ggml_scale(ctx, ops.ggml_sum(ctx, ll), -1.0 / physical_batch(logits))
+
+
 def _head_value(ctx: Context, head: Head) -> Tensor:
     out, y = head.outputs, head.labels
     t = head.loss_type
     if t == LOSS_CROSS_ENTROPY:
         if head.scores is not None:
             out = head.scores
+        if head.sample_weighted:
+            return _weighted_cross_entropy(ctx, out, y, head.weights)
         return ops.ggml_cross_entropy_loss(ctx, out, y)
-    if t == LOSS_MEAN:
-        return _elementwise_mean(ctx, out)
     if t == LOSS_SUM:
-        return ops.ggml_sum(ctx, out)
+        return ops.ggml_sum(ctx, _elementwise(ctx, head, out, y))
+    return _elementwise_mean(ctx, _elementwise(ctx, head, out, y))
+
+
+def _elementwise(ctx: Context, head: Head, out: Tensor, y: Tensor | None) -> Tensor:
+    """The per-element loss of an element-wise loss type, times the sample weights if the head has them."""
+    per = _elementwise_unweighted(ctx, head.loss_type, out, y)
+    if head.weights is not None:
+        per = ops.ggml_mul(ctx, per, head.weights)
+    return per
+
+
+def _elementwise_unweighted(ctx: Context, t: int, out: Tensor, y: Tensor | None) -> Tensor:
+    if t == LOSS_MEAN:
+        return out
     if t == LOSS_BINARY_CROSS_ENTROPY:
         # p is squeezed into [eps, 1 - eps] so log never sees 0: p' = p (1 - 2 eps) + eps, and
         # 1 - p' = (1 - p) (1 - 2 eps) + eps. 1 - p is exact in float32 for p >= 0.5, so q keeps eps near
@@ -137,21 +160,28 @@ def _head_value(ctx: Context, head: Head) -> Tensor:
         not_y = ops.ggml_scale_bias(ctx, y, -1.0, 1.0)
         ll = ops.ggml_add(ctx, ops.ggml_mul(ctx, ops.ggml_log(ctx, p), y),
                           ops.ggml_mul(ctx, ops.ggml_log(ctx, q), not_y))
-        return ops.ggml_scale(ctx, _elementwise_mean(ctx, ll), -1.0)
+        return ops.ggml_scale(ctx, ll, -1.0)
     err = ops.ggml_sub(ctx, out, y)
-    if t == LOSS_MSE:
-        return _elementwise_mean(ctx, ops.ggml_sqr(ctx, err))
-    if t == LOSS_WEIGHTED_MSE:
-        return _elementwise_mean(ctx, ops.ggml_mul(ctx, ops.ggml_sqr(ctx, err), head.weights))
+    if t in (LOSS_MSE, LOSS_WEIGHTED_MSE):
+        return ops.ggml_sqr(ctx, err)
     a = ops.ggml_abs(ctx, err)
     if t == LOSS_MAE:
-        return _elementwise_mean(ctx, a)
+        return a
     if t == LOSS_HUBER:
         # Branch-free Huber with delta 1: c = min(|e|, 1) = |e| - relu(|e| - 1); 0.5 c^2 + (|e| - c).
         c = ops.ggml_sub(ctx, a, ops.ggml_relu(ctx, ops.ggml_scale_bias(ctx, a, 1.0, -HUBER_DELTA)))
-        per = ops.ggml_add(ctx, ops.ggml_scale(ctx, ops.ggml_sqr(ctx, c), 0.5), ops.ggml_sub(ctx, a, c))
-        return _elementwise_mean(ctx, per)
+        return ops.ggml_add(ctx, ops.ggml_scale(ctx, ops.ggml_sqr(ctx, c), 0.5), ops.ggml_sub(ctx, a, c))
     raise GgmlValueError(f"unknown loss type {t}")
+
+
+def _weight_template(ctx: Context, outputs: Tensor) -> Tensor:
+    """A [1, 1, ..., batch] tensor: one weight per sample, broadcast over the other axes of ``outputs``."""
+    from .context import ggml_new_tensor_4d
+    shape = [1, 1, 1, 1]
+    dims = [i for i, n in enumerate(outputs.shape) if n != 1]
+    if dims:
+        shape[dims[-1]] = outputs.shape[dims[-1]]
+    return ggml_new_tensor_4d(ctx, GGML_TYPE_F32, *shape)
 
 
 def build_loss_graph(heads: Sequence[Head], sched, loss_mask_ne0: int | None = None,
@@ -159,6 +189,7 @@ def build_loss_graph(heads: Sequence[Head], sched, loss_mask_ne0: int | None = N
     """Build what ggml-opt trains. One head with a ggml loss goes to ggml-opt unchanged."""
     from .backend import ggml_backend_alloc_ctx_tensors
     heads = list(heads)
+    force_composite = force_composite or any(h.sample_weighted for h in heads)
     if len(heads) == 1 and heads[0].loss_type in BUILTIN_LOSSES and heads[0].weight == 1.0 and not force_composite:
         return LossGraph(heads, heads[0].outputs, heads[0].loss_type)
     kinds = {h.loss_type == LOSS_SUM for h in heads}
@@ -176,7 +207,12 @@ def build_loss_graph(heads: Sequence[Head], sched, loss_mask_ne0: int | None = N
             ggml_set_name(h.labels, f"labels_{i + 1}")
             if h.labels.shape[:2] != h.outputs.shape[:2]:
                 h.labels = ops.ggml_reshape(ctx, h.labels, h.outputs)
-        if h.loss_type == LOSS_WEIGHTED_MSE:
+        if h.sample_weighted:
+            h.weights = ggml_set_input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, batch))
+            ggml_set_name(h.weights, f"sample_weights_{i + 1}")
+            if h.outputs.shape[2:] != (1, 1) and h.loss_type != LOSS_CROSS_ENTROPY:
+                h.weights = ops.ggml_reshape(ctx, h.weights, _weight_template(ctx, h.outputs))
+        elif h.loss_type == LOSS_WEIGHTED_MSE:
             width = loss_mask_ne0 or 1
             ne0 = h.outputs.shape[0]
             if width not in (1, ne0):

@@ -135,14 +135,25 @@ def _count_forward(outputs: Sequence[Tensor], with_leafs: bool = False) -> Any:
     return (n_nodes, params, n_leafs) if with_leafs else (n_nodes, params)
 
 
+def training_graph_nodes(outputs: Tensor, build_type: int = BUILD_OPT) -> int:
+    """An upper bound on the nodes and leafs of the graphs ggml-opt builds from ``outputs``: the backward
+    pass adds at most ~3 nodes per forward op, each parameter a gradient accumulator, two moments and an
+    optimizer step (measured: ~2.6 per op, ~5.5 per parameter), ggml-opt's loss a few more."""
+    n_nodes, params, n_leafs = _count_forward([outputs], with_leafs=True)
+    if build_type == BUILD_FORWARD:
+        return n_nodes + n_leafs + 32
+    return 4 * (n_nodes - len(params)) + 6 * len(params) + n_leafs + 64
+
+
+def static_graph_size(outputs: Tensor, build_type: int = BUILD_OPT) -> int:
+    """The node capacity to give ggml-opt's static graphs: ggml's default, or more for large models."""
+    return max(STATIC_GRAPH_NODES, training_graph_nodes(outputs, build_type))
+
+
 def check_sched_room(sched: Scheduler, outputs: Tensor, build_type: int) -> None:
     """The scheduler's hash set must hold the nodes and leafs of the graphs ggml-opt allocates on it, or
-    ggml aborts in ggml_opt_alloc. A bound: the backward pass adds at most ~3 nodes per forward op, each
-    parameter a gradient accumulator, two moments and an optimizer step (measured: ~2.6 per op, ~5.5 per
-    parameter), ggml-opt's loss a few more."""
-    n_nodes, params, n_leafs = _count_forward([outputs], with_leafs=True)
-    n_ops = n_nodes - len(params)
-    need = n_nodes + n_leafs + 32 if build_type == BUILD_FORWARD else 4 * n_ops + 6 * len(params) + n_leafs + 64
+    ggml aborts in ggml_opt_alloc."""
+    need = training_graph_nodes(outputs, build_type)
     room = sched_hash_size(sched.graph_size)
     if need > room:
         what = "forward" if build_type == BUILD_FORWARD else "training"
@@ -220,18 +231,16 @@ class OptContext(Handle):
         params.get_opt_pars_ud = self.lr_ud.params
         parents = [sched]
         if self.static:
-            n_forward = check_trainable([self.loss.opt_outputs], accumulating=opt_period > 1) \
-                if build_type != BUILD_FORWARD else \
-                _count_forward([self.loss.opt_outputs])[0]
-            # ggml-opt builds fixed-size static graphs (GGML_DEFAULT_GRAPH_SIZE nodes) for forward+backward+step.
-            estimate = n_forward * (1 if build_type == BUILD_FORWARD else 3) + 16
-            if estimate > STATIC_GRAPH_NODES:
-                raise GgmlValueError(f"the model is too large for ggml-opt's static graphs: about {estimate} "
-                                     f"nodes with the backward pass, the limit is {STATIC_GRAPH_NODES}")
+            if build_type != BUILD_FORWARD:
+                check_trainable([self.loss.opt_outputs], accumulating=opt_period > 1)
+            # ggml-opt's static graphs (forward, +backward, +optimizer step) all have one size; ggml's default
+            # of 2048 nodes is raised for larger models (patches/0005 adds the graph_size field).
+            graph_size = static_graph_size(self.loss.opt_outputs, build_type)
             check_sched_room(sched, self.loss.opt_outputs, build_type)
             # A private context: ggml-opt puts three graphs and all backward tensors here and never frees them.
-            self._graph_ctx = ggml_init(3 * ggml_graph_overhead(STATIC_GRAPH_NODES, True)
-                                        + 6 * STATIC_GRAPH_NODES * ggml_tensor_overhead(), no_alloc=True)
+            self._graph_ctx = ggml_init(3 * ggml_graph_overhead(graph_size, True)
+                                        + 6 * graph_size * ggml_tensor_overhead(), no_alloc=True)
+            params.graph_size = graph_size
             params.ctx_compute = self._graph_ctx.ptr
             params.inputs = inputs.ptr
             params.outputs = self.loss.opt_outputs.ptr
@@ -300,7 +309,8 @@ class OptContext(Handle):
         return f" {names} {ggml_opt_optimizer_name(self.optimizer)} period={self.opt_period}"
 
 
-def _heads_from(outputs: Any, loss_types: Any, loss_weights: Any = None) -> list[L.Head]:
+def _heads_from(outputs: Any, loss_types: Any, loss_weights: Any = None, sample_weighted: bool = False) \
+        -> list[L.Head]:
     outs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
     types = list(loss_types) if isinstance(loss_types, (list, tuple)) else [loss_types] * len(outs)
     weights = [1.0] * len(outs) if loss_weights is None else list(loss_weights) \
@@ -316,7 +326,7 @@ def _heads_from(outputs: Any, loss_types: Any, loss_weights: Any = None) -> list
         L.check_loss_type(t, f"loss_types[{i}]")
         if isinstance(w, bool) or not isinstance(w, (int, float, np.floating)) or not math.isfinite(w) or w < 0:
             raise GgmlValueError(f"loss_weights[{i}] must be a finite number >= 0, got {w!r}")
-        heads.append(L.Head(int(t), o, float(w)))
+        heads.append(L.Head(int(t), o, float(w), sample_weighted=sample_weighted))
     return heads
 
 
@@ -346,7 +356,7 @@ def ggml_opt_init(sched: Scheduler, loss_type: int, optimizer: int = OPTIMIZER_A
 
 
 def _opt_init(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outputs, build_type=BUILD_OPT,
-              lr_ud=None, loss_mask_ne0=None, loss_weights=None) -> OptContext:
+              lr_ud=None, loss_mask_ne0=None, loss_weights=None, sample_weighted=False) -> OptContext:
     unwrap(sched, Scheduler, "sched")
     check_optimizer(optimizer)
     expect(isinstance(opt_period, int) and not isinstance(opt_period, bool) and opt_period >= 1,
@@ -364,7 +374,7 @@ def _opt_init(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outp
                                      "with one head; pass ctx_compute/inputs/outputs for the others")
         heads = [L.Head(int(types[0]), None)]  # type: ignore[arg-type]
     else:
-        heads = _heads_from(outputs, loss_type, loss_weights)
+        heads = _heads_from(outputs, loss_type, loss_weights, sample_weighted)
     if loss_mask_ne0 is not None:
         expect(isinstance(loss_mask_ne0, int) and loss_mask_ne0 >= 0,
                f"loss_mask_ne0 must be None or an int >= 0, got {loss_mask_ne0!r}")

@@ -25,8 +25,13 @@ CALLABLE, GENERATOR_FUNCTION, REITERABLE, ITERATOR = "callable", "generator func
 
 
 class Source:
-    def __init__(self, obj: Any, name: str) -> None:
-        self.obj, self.name = obj, name
+    """One data source with ggmlR's epoch semantics. ``transform`` (optional) maps each batch before it is
+    parsed (the model layer turns sample-major batches into ggml layout there)."""
+
+    def __init__(self, obj: Any, name: str, transform: Any = None) -> None:
+        self.obj, self.name, self.transform = obj, name, transform
+        self._peeked: list = []  # a batch taken by peek(), served first
+        self._keep_epoch = False  # peek() started the next epoch already
         if inspect.isgeneratorfunction(obj):
             self.kind = GENERATOR_FUNCTION
         elif isinstance(obj, Iterator):
@@ -43,7 +48,18 @@ class Source:
         self._fresh = False   # the current iterator was taken for this epoch
         self._served = 0      # batches served in this epoch
 
+    def peek(self) -> Any:
+        """The first batch of the next epoch without consuming it (None if the source gives none)."""
+        if not self._peeked:
+            self.start_epoch()
+            self._peeked = [self._next_raw()]
+            self._keep_epoch = True
+        return self._peeked[0]
+
     def start_epoch(self) -> None:
+        if self._keep_epoch:
+            self._keep_epoch = False
+            return
         self._served, self._fresh = 0, False
         if self.kind == GENERATOR_FUNCTION:
             self._close()
@@ -52,7 +68,13 @@ class Source:
             self._iter, self._exhausted, self._fresh = iter(self.obj), False, True
 
     def next_batch(self) -> Any:
-        """The next batch of this epoch, or None when the source ends it."""
+        """The next batch of this epoch (transformed), or None when the source ends it."""
+        batch = self._peeked.pop() if self._peeked else self._next_raw()
+        if batch is not None and self.transform is not None:
+            batch = self.transform(batch)
+        return batch
+
+    def _next_raw(self) -> Any:
         if self.kind == CALLABLE:
             try:
                 return self.obj()
@@ -67,7 +89,7 @@ class Source:
             if self.kind == REITERABLE and self._served == 0 and not self._fresh:
                 # steps_per_epoch used up the last pass exactly: a re-iterable starts a new pass
                 self.start_epoch()
-                return self.next_batch()
+                return self._next_raw()
             return None
         self._served += 1
         return batch

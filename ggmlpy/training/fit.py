@@ -118,20 +118,40 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
     period = _opt_period(nbatch_logical, L.physical_batch(ins[0]))
     if loss_type == L.LOSS_WEIGHTED_MSE and loss_mask_ne0 is None:
         loss_mask_ne0 = 1
-    learning_rate = _learning_rate(learning_rate)
-    trainer = Trainer(sched, ctx_compute, ins, [out], [loss_type], None, optimizer, period, weight_decay,
-                      loss_mask_ne0, with_validation=val_source is not None, learning_rate=learning_rate)
+    return fit_streamed(sched, ctx_compute, ins, [out], [loss_type], train_source, val_source, optimizer=optimizer,
+                        period=period, weight_decay=weight_decay, loss_mask_ne0=loss_mask_ne0,
+                        learning_rate=_learning_rate(learning_rate), epochs=epochs, initial_epoch=initial_epoch,
+                        steps_per_epoch=steps_per_epoch, validation_steps=validation_steps, callbacks=callbacks,
+                        silent=silent, prefetch=prefetch)
+
+
+def fit_streamed(sched: Scheduler, ctx_compute: Context, inputs: list[Tensor], outputs: list[Tensor],
+                 loss_types: list[int], train_source: Source, val_source: Source | None = None, *,
+                 optimizer: int, period: int, weight_decay: float, epochs: int, initial_epoch: int = 0,
+                 steps_per_epoch: int | None = None, validation_steps: int | None = None, callbacks: Any = None,
+                 silent: bool = False, prefetch: int = 0, loss_weights: list[float] | None = None,
+                 loss_mask_ne0: int | None = None, learning_rate: float | None = None, sample_weighted: bool = False,
+                 hooks: Sequence[Any] = (), validate: Any = None, head_names: list[str] | None = None,
+                 stream: bool = True) -> pd.DataFrame:
+    """The streaming fit behind ``ggml_fit_opt_gen`` and the model layer's ``ggml_fit``/``ggml_fit_generator``:
+    arguments already checked; builds the opt context(s), feeds the sources through the one loop and
+    releases every C resource on the way out. ``validate`` replaces ``val_source`` (the model layer
+    validates on its inference graph); ``hooks`` run around each eval (dropout masks, batch norm)."""
+    trainer = Trainer(sched, ctx_compute, inputs, outputs, loss_types, loss_weights, optimizer, period, weight_decay,
+                      loss_mask_ne0, with_validation=val_source is not None, learning_rate=learning_rate,
+                      per_head=head_names is not None, sample_weighted=sample_weighted, hooks=hooks)
     feeds: list[BatchFeed] = []
     try:
-        train_feed = BatchFeed(train_source, trainer.writer("generator", True), prefetch)
+        train_feed = BatchFeed(train_source, trainer.writer(train_source.name, True), prefetch)
         feeds.append(train_feed)
         val_feed = None
         if val_source is not None:
-            val_feed = BatchFeed(val_source, trainer.writer("validation_generator", False), prefetch)
+            val_feed = BatchFeed(val_source, trainer.writer(val_source.name, False), prefetch)
             feeds.append(val_feed)
         return fit_loop(trainer, train_feed, val_feed, epochs=epochs, initial_epoch=initial_epoch,
                         steps_per_epoch=steps_per_epoch, validation_steps=validation_steps, callbacks=callbacks,
-                        silent=silent, source_name="generator", stream=True)
+                        silent=silent, source_name=train_source.name, stream=stream, head_names=head_names,
+                        validate=validate)
     finally:
         try:
             for feed in feeds:

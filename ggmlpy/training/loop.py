@@ -47,12 +47,21 @@ class EpochStats:
     head_accuracy: list[float] = field(default_factory=list)
 
 
+class StepHook(Protocol):
+    """Model state that lives outside ggml-opt, kept in step with each eval (the model layer's dropout masks
+    are written before it, batch-norm running statistics read after it)."""
+    def before_eval(self, train: bool) -> None: ...
+    def after_eval(self, train: bool) -> None: ...
+
+
 class Trainer:
     def __init__(self, sched, ctx_compute, inputs: list[Tensor], outputs: list[Tensor], loss_types: list[int],
                  loss_weights: list[float] | None, optimizer: int, opt_period: int, weight_decay: float,
                  loss_mask_ne0: int | None = None, with_validation: bool = False, per_head: bool = False,
-                 learning_rate: float | None = None) -> None:
+                 learning_rate: float | None = None, sample_weighted: bool = False,
+                 hooks: Iterable[StepHook] = ()) -> None:
         self._owned: list[Any] = []
+        self.hooks = list(hooks)
         self.inputs, self.outputs = inputs, outputs
         self.multi = len(outputs) > 1
         self.per_head = per_head or self.multi  # the multi loop reports each head, also a single one
@@ -62,7 +71,7 @@ class Trainer:
         heads_arg = loss_types if self.multi else loss_types[0]
         outputs_arg = outputs if self.multi else outputs[0]
         self.train_ctx = O._opt_init(sched, heads_arg, optimizer, opt_period, ctx_compute, inputs[0], outputs_arg,
-                                     O.BUILD_OPT, self.lr_ud, loss_mask_ne0, loss_weights)
+                                     O.BUILD_OPT, self.lr_ud, loss_mask_ne0, loss_weights, sample_weighted)
         self._owned.append(self.train_ctx)
         try:
             self.eval_ctx = None
@@ -70,7 +79,8 @@ class Trainer:
                 eval_sched = sched.sibling()  # ggml-opt contexts must not share a scheduler
                 self._owned.append(eval_sched)
                 self.eval_ctx = O._opt_init(eval_sched, heads_arg, optimizer, opt_period, ctx_compute, inputs[0],
-                                            outputs_arg, O.BUILD_FORWARD, None, loss_mask_ne0, loss_weights)
+                                            outputs_arg, O.BUILD_FORWARD, None, loss_mask_ne0, loss_weights,
+                                            sample_weighted)
                 self._owned.append(self.eval_ctx)
             self.train_result = R.OptResult()
             self.eval_result = R.OptResult()
@@ -97,9 +107,7 @@ class Trainer:
         head_correct = np.zeros(len(heads))
         loss_now = (lambda: R.ggml_opt_result_loss(result)["loss"])
         for pairs in feed.epoch(limit):
-            ctx.alloc(train)
-            BatchWriter.write(pairs)
-            ctx.eval(result)
+            self.step(ctx, pairs, train, result)
             stats.steps += 1
             for i, h in enumerate(heads):
                 head_sums[i] += float(ggml_backend_tensor_get_data(h.value)[0])
@@ -125,6 +133,16 @@ class Trainer:
             stats.head_accuracy = [math.nan] * n
         return stats
 
+    def step(self, ctx, pairs, train: bool, result) -> None:
+        """One physical batch: alloc, write, eval (with the hooks around the eval)."""
+        ctx.alloc(train)
+        BatchWriter.write(pairs)
+        for hook in self.hooks:
+            hook.before_eval(train)
+        ctx.eval(result)
+        for hook in self.hooks:
+            hook.after_eval(train)
+
     def close(self) -> None:
         for handle in reversed(self._owned):
             handle.free()
@@ -138,8 +156,10 @@ def _warn(message: str) -> None:
 def fit_loop(trainer: Trainer, train_feed: Feed, val_feed: Feed | None, *, epochs: int, initial_epoch: int = 0,
              steps_per_epoch: int | None = None, validation_steps: int | None = None, callbacks: Any = None,
              silent: bool = False, source_name: str = "generator", stream: bool = True,
-             before_epoch: Callable[[int], None] | None = None, head_names: list[str] | None = None) -> pd.DataFrame:
-    """Run the epochs; returns the history (one row per completed epoch)."""
+             before_epoch: Callable[[int], None] | None = None, head_names: list[str] | None = None,
+             validate: Callable[[], EpochStats] | None = None) -> pd.DataFrame:
+    """Run the epochs; returns the history (one row per completed epoch). ``validate`` (instead of
+    ``val_feed``) computes the validation statistics itself (the model layer's inference graph)."""
     cbs = CallbackList(callbacks)
     nepoch = initial_epoch + epochs
     state = FitState(lr_ud=trainer.lr_ud, nepoch=nepoch)
@@ -169,7 +189,9 @@ def fit_loop(trainer: Trainer, train_feed: Feed, val_feed: Feed | None, *, epoch
                   "batches; the epoch was closed early (drop steps_per_epoch to run until the source ends)")
         val = EpochStats(head_loss=[math.nan] * len(train.head_loss),
                          head_accuracy=[math.nan] * len(train.head_loss))
-        if val_feed is not None:
+        if validate is not None:
+            val = validate()
+        elif val_feed is not None:
             val = trainer.run_epoch(val_feed, validation_steps, False)
             if stream and validation_steps is not None and 0 < val.steps < validation_steps:
                 _warn(f"Epoch {epoch}: the validation_generator ended after {val.steps} of {validation_steps} "

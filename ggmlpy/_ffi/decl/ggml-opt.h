@@ -28,6 +28,7 @@ struct ggml_opt_params {
     ggml_opt_get_optimizer_params get_opt_pars;
     void * get_opt_pars_ud;
     enum ggml_opt_optimizer_type optimizer;
+    int32_t graph_size;  /* patches/0005 */
 };
 
 ggml_opt_dataset_t ggml_opt_dataset_init(enum ggml_type type_data, enum ggml_type type_label, int64_t ne_datapoint, int64_t ne_label, int64_t ndata, int64_t ndata_shard);

@@ -1,0 +1,11 @@
+"""ggmlR's Keras-like model layer: build models from layers, compile, fit, evaluate, predict, step by
+hand with ``ggml_trainer``, and save to GGUF. Every public name is re-exported by ``ggmlpy``.
+
+Modules by concern: ``layers``/``conv``/``norm`` (what each layer computes), ``graph`` (models as graphs
+of nodes), ``api`` (ggmlR's building functions), ``runtime`` (weights and graphs in ggml), ``compile``,
+``data`` (the sample-major data rule), ``fit`` (training and inference), ``metrics``, ``trainer``,
+``saving``.
+"""
+from . import api, compile, fit, saving, trainer  # noqa: F401
+
+MODULES = [api, compile, fit, trainer, saving]

@@ -1,0 +1,299 @@
+"""ggmlR's model-building functions.
+
+Each layer comes twice: ``ggml_layer_<name>(model_or_node, ...)`` appends to a sequential model (and
+returns it, R's pipe style) or applies to a node (and returns the new node), and ``ggml_<name>(...)``
+makes a layer object that ``ggml_apply`` can apply to several nodes, sharing its weights.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import ops
+from ..errors import GgmlTypeError, GgmlValueError
+from . import conv, layers as Lyr, norm
+from .graph import InputLayer, Model, Node, Sequential, apply_layer, default_name
+from .compile import compiled
+
+_SHARED = "Every layer takes name= and trainable=True; a layer that can come first in a sequential model " \
+          "takes input_shape= (one sample's shape, no batch axis)."
+
+
+def ggml_model_sequential(name: str | None = None) -> Sequential:
+    """An empty sequential model: add layers with ``ggml_layer_*(model, ...)``; the first needs
+    ``input_shape``.
+
+    Example:
+        >>> model = g.ggml_model_sequential()
+        >>> model = g.ggml_layer_dense(model, 32, activation="relu", input_shape=(8,))
+        >>> model = g.ggml_layer_dense(model, 3, activation="softmax")
+    """
+    return Sequential(name=name)
+
+
+def ggml_input(shape: Any, name: str | None = None, dtype: str = "float32") -> Node:
+    """An input node of a functional model: one sample's ``shape`` (no batch axis), ``dtype`` "float32"
+    or "int32" (token ids for an embedding).
+
+    Example:
+        >>> x = g.ggml_input(shape=(28, 28, 1))
+    """
+    layer = InputLayer(shape, dtype, name=name)
+    default_name(layer)
+    return Node(layer, [], layer.shape, dtype)
+
+
+def ggml_model(inputs: Any, outputs: Any, name: str | None = None) -> Model:
+    """A functional model from its input node(s) to its output node(s) (lists for several).
+
+    Example:
+        >>> x = g.ggml_input(shape=(64,))
+        >>> out = g.ggml_layer_dense(g.ggml_layer_dense(x, 32, activation="relu"), 3, activation="softmax")
+        >>> model = g.ggml_model(inputs=x, outputs=out)
+    """
+    return Model(inputs, outputs, name)
+
+
+def ggml_apply(node: Any, layer: Lyr.Layer) -> Node:
+    """Apply a layer object (``ggml_dense(...)`` etc.) to a node, or a list of nodes for add/concatenate.
+    Applying one object twice shares its weights.
+
+    Example:
+        >>> enc = g.ggml_dense(16, activation="relu")
+        >>> a, b = g.ggml_apply(x1, enc), g.ggml_apply(x2, enc)
+    """
+    if not isinstance(layer, Lyr.Layer) or isinstance(layer, InputLayer):
+        raise GgmlTypeError(f"ggml_apply: expected a layer object (ggml_dense(...), ...), got {type(layer).__name__}")
+    if isinstance(node, Model):
+        raise GgmlTypeError("ggml_apply applies a layer to a node; to add a layer to a sequential model use "
+                            "ggml_layer_<name>(model, ...)")
+    default_name(layer)
+    return apply_layer(layer, node)
+
+
+def _add_or_apply(target: Any, layer: Lyr.Layer, fn: str) -> Any:
+    if isinstance(target, Sequential):
+        return target.add(layer)
+    if isinstance(target, Model):
+        raise GgmlTypeError(f"{fn}: layers are added to sequential models; a functional model is built from nodes "
+                            "(ggml_input, then ggml_layer_* on nodes, then ggml_model)")
+    if isinstance(target, (Node, list, tuple)):
+        default_name(layer)
+        return apply_layer(layer, target)
+    raise GgmlTypeError(f"{fn}: expected a sequential model or a node, got {type(target).__name__}")
+
+
+def _pair(cls: type, stem: str, doc: str) -> tuple[Callable, Callable]:
+    def layer_fn(model_or_node: Any, *args: Any, **kwargs: Any) -> Any:
+        return _add_or_apply(model_or_node, cls(*args, **kwargs), f"ggml_layer_{stem}")
+
+    def object_fn(*args: Any, **kwargs: Any) -> Lyr.Layer:
+        return default_name(cls(*args, **kwargs))
+
+    layer_fn.__name__ = layer_fn.__qualname__ = f"ggml_layer_{stem}"
+    object_fn.__name__ = object_fn.__qualname__ = f"ggml_{stem}"
+    layer_fn.__doc__ = (f"{doc}\n\n``ggml_layer_{stem}(model_or_node, ...)``: on a sequential model, appends the "
+                        f"layer and returns the model; on a node (functional API), returns the new node. "
+                        f"{_SHARED}\n\nArguments: {_signature(cls)}.")
+    object_fn.__doc__ = (f"{doc}\n\nA layer object to apply with ``ggml_apply`` (weights shared between "
+                         f"applications). Arguments: {_signature(cls)}.")
+    return layer_fn, object_fn
+
+
+def _signature(cls: type) -> str:
+    import inspect
+    params = [p for p in inspect.signature(cls.__init__).parameters.values() if p.name not in ("self", "kw")]
+    return ", ".join(p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default!r}" for p in params) \
+        + ", name=None, trainable=True, input_shape=None"
+
+
+ggml_layer_dense, ggml_dense = _pair(
+    Lyr.Dense, "dense", "Fully connected layer: ``activation(x W + b)`` over the last axis of a sample, "
+    "``units`` outputs. Activations: relu, sigmoid, tanh, gelu, silu, softmax, None/'linear'.\n\n"
+    "Example:\n    >>> model = g.ggml_layer_dense(model, 64, activation='relu', input_shape=(20,))")
+ggml_layer_conv_2d, _conv_2d_object = _pair(
+    conv.Conv2D, "conv_2d", "2-D convolution of channels-last images (H, W, C): ``filters`` output channels, "
+    "``kernel_size=(rows, cols)``, ``strides``, ``padding`` 'valid' or 'same' (as Keras), a bias, then "
+    "``activation``.\n\nExample:\n    >>> model = g.ggml_layer_conv_2d(model, 16, (3, 3), activation='relu', "
+    "input_shape=(28, 28, 1))")
+ggml_layer_conv_1d, _conv_1d_object = _pair(
+    conv.Conv1D, "conv_1d", "1-D convolution of sequences (steps, channels): ``filters`` output channels, "
+    "``kernel_size``, ``strides``, ``padding`` 'valid' or 'same', a bias, then ``activation``.\n\nExample:\n"
+    "    >>> model = g.ggml_layer_conv_1d(model, 8, 3, activation='relu', input_shape=(100, 2))")
+ggml_layer_max_pooling_2d, ggml_max_pooling_2d = _pair(
+    conv.MaxPooling2D, "max_pooling_2d", "2-D max pooling over ``pool_size=(rows, cols)`` windows with "
+    "``strides`` (default: the pool size), no padding.\n\nExample:\n    >>> model = "
+    "g.ggml_layer_max_pooling_2d(model, (2, 2))")
+ggml_layer_global_average_pooling_2d, ggml_global_average_pooling_2d = _pair(
+    conv.GlobalAveragePooling2D, "global_average_pooling_2d", "The mean of each channel over the image: "
+    "(H, W, C) becomes (C,).\n\nExample:\n    >>> model = g.ggml_layer_global_average_pooling_2d(model)")
+ggml_layer_global_max_pooling_2d, ggml_global_max_pooling_2d = _pair(
+    conv.GlobalMaxPooling2D, "global_max_pooling_2d", "The maximum of each channel over the image: (H, W, C) "
+    "becomes (C,).\n\nExample:\n    >>> model = g.ggml_layer_global_max_pooling_2d(model)")
+ggml_layer_flatten, ggml_flatten = _pair(
+    Lyr.Flatten, "flatten", "All axes of a sample into one, channels fastest (as Keras).\n\nExample:\n"
+    "    >>> model = g.ggml_layer_flatten(model)")
+ggml_layer_batch_norm, ggml_batch_norm = _pair(
+    norm.BatchNorm, "batch_norm", "Batch normalisation over the last axis (features or channels): batch "
+    "statistics in training, running statistics (``momentum``, as Keras) in predict/evaluate, learned "
+    "``gamma``/``beta``.\n\nExample:\n    >>> model = g.ggml_layer_batch_norm(model)")
+ggml_layer_dropout, ggml_dropout = _pair(
+    Lyr.Dropout, "dropout", "Inverted dropout: zeroes a fraction ``rate`` of values with a new mask every "
+    "training step and scales the rest by 1/(1-rate); inactive in predict/evaluate.\n\nExample:\n"
+    "    >>> model = g.ggml_layer_dropout(model, 0.3)")
+ggml_layer_embedding, ggml_embedding = _pair(
+    Lyr.Embedding, "embedding", "Token embedding: int32 ids in [0, vocab_size) of a sample (steps,) become "
+    "(steps, dim) rows of a trained table.\n\nExample:\n    >>> model = g.ggml_layer_embedding(model, 1000, 16, "
+    "input_shape=(20,))")
+
+
+def _op_or_layer(op: Callable, layer_object: Callable) -> Callable:
+    """``ggml_conv_2d``/``ggml_conv_1d`` are ggml ops (context first) and, without a context, layer objects."""
+    from ..context import Context
+
+    def fn(*args: Any, **kwargs: Any) -> Any:
+        if (args and isinstance(args[0], Context)) or "ctx" in kwargs:
+            return op(*args, **kwargs)
+        return layer_object(*args, **kwargs)
+    fn.__name__ = fn.__qualname__ = op.__name__
+    fn.__doc__ = (f"``{op.__name__}(ctx, a, b, ...)``, the ggml op: {op.__doc__}\n\n``{op.__name__}(filters, "
+                  f"kernel_size, ...)`` (no context): a layer object for ``ggml_apply``.\n\n{layer_object.__doc__}")
+    return fn
+
+
+ggml_conv_2d = _op_or_layer(ops.ggml_conv_2d, _conv_2d_object)
+ggml_conv_1d = _op_or_layer(ops.ggml_conv_1d, _conv_1d_object)
+
+
+def ggml_layer_add(nodes: Any, name: str | None = None, trainable: bool = True) -> Node:
+    """The element-wise sum of two or more nodes of one shape (functional API).
+
+    Example:
+        >>> out = g.ggml_layer_add([h, g.ggml_layer_dense(x, 32)])
+    """
+    return ggml_apply(Lyr.layer_sequence(nodes, "ggml_layer_add"), Lyr.Add(name=name, trainable=trainable))
+
+
+def ggml_add_layer(name: str | None = None, trainable: bool = True) -> Lyr.Layer:
+    """An add layer object for ``ggml_apply(nodes, layer)``."""
+    return default_name(Lyr.Add(name=name, trainable=trainable))
+
+
+def ggml_layer_concatenate(nodes: Any, axis: int = -1, name: str | None = None, trainable: bool = True) -> Node:
+    """Two or more nodes joined along ``axis`` of a sample (default -1: the features / channels); the other
+    axes must match (functional API). Trains through ggml's concat (backward pass from patches/0006).
+
+    Example:
+        >>> both = g.ggml_layer_concatenate([a, b])
+    """
+    return ggml_apply(Lyr.layer_sequence(nodes, "ggml_layer_concatenate"),
+                      Lyr.Concatenate(axis, name=name, trainable=trainable))
+
+
+def ggml_concatenate(axis: int = -1, name: str | None = None, trainable: bool = True) -> Lyr.Layer:
+    """A concatenate layer object for ``ggml_apply(nodes, layer)``."""
+    return default_name(Lyr.Concatenate(axis, name=name, trainable=trainable))
+
+
+# ---------------------------------------------------------------- model helpers
+
+def _model(model: Any, fn: str) -> Model:
+    if not isinstance(model, Model):
+        raise GgmlTypeError(f"{fn}: expected a model, got {type(model).__name__}")
+    return model
+
+
+def ggml_get_layer(model: Model, index: int | None = None, name: str | None = None) -> Lyr.Layer:
+    """A layer of the model by 0-based ``index`` (negative counts from the end) or by ``name``.
+
+    Example:
+        >>> g.ggml_get_layer(model, name="dense_1")
+    """
+    layers = _model(model, "ggml_get_layer").layers
+    if (index is None) == (name is None):
+        raise GgmlValueError("ggml_get_layer: give index or name (one of them)")
+    if name is not None:
+        for layer in layers:
+            if layer.name == name:
+                return layer
+        raise GgmlValueError(f"ggml_get_layer: no layer named {name!r}; the layers are "
+                             f"{[l.name for l in layers]}")
+    if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not -len(layers) <= index < len(layers):
+        raise GgmlValueError(f"ggml_get_layer: index must be an int in [{-len(layers)}, {len(layers)}), got {index!r}")
+    return layers[int(index)]
+
+
+def ggml_pop_layer(model: Sequential) -> Sequential:
+    """Remove the last layer of a sequential model (compile again before training). Returns the model."""
+    if not isinstance(model, Sequential):
+        raise GgmlTypeError("ggml_pop_layer: expected a sequential model")
+    model.pop()
+    return model
+
+
+def _freeze(model: Model, from_: Any, to: Any, trainable: bool, fn: str) -> Model:
+    layers = _model(model, fn).layers
+    for name, v in (("from_", from_), ("to", to)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
+            raise GgmlValueError(f"{fn}: {name} must be an int (a 0-based layer index) or None, got {v!r}")
+    for layer in layers[slice(from_, to)]:
+        layer.trainable = trainable
+    return model
+
+
+def ggml_freeze_weights(model: Model, from_: int = 0, to: int | None = None) -> Model:
+    """Stop training the layers ``layers[from_:to]`` (a Python slice: ``to`` exclusive, None = the end).
+    Frozen weights keep their values; the next ``ggml_fit``/``ggml_trainer`` trains only the others.
+
+    Example:
+        >>> g.ggml_freeze_weights(model, 0, 2)     # the first two layers
+    """
+    return _freeze(model, from_, to, False, "ggml_freeze_weights")
+
+
+def ggml_unfreeze_weights(model: Model, from_: int = 0, to: int | None = None) -> Model:
+    """Train the layers ``layers[from_:to]`` again (see ``ggml_freeze_weights``)."""
+    return _freeze(model, from_, to, True, "ggml_unfreeze_weights")
+
+
+def ggml_model_summary(model: Model) -> None:
+    """Print the layers, their output shapes and parameter counts (``print(model)`` does the same)."""
+    print(_model(model, "ggml_model_summary").summary())
+
+
+def ggml_get_weights(model: Model) -> dict[str, np.ndarray]:
+    """The weights of a compiled model, ``{"<layer>.<weight>": array}`` in the user's (Keras) orientation:
+    dense ``weight`` is (inputs, units), conv_2d ``kernel`` (rows, cols, in channels, filters), conv_1d
+    ``kernel`` (size, in channels, filters); batch norm includes its running statistics."""
+    compiled(model, "ggml_get_weights")
+    params = model.runtime.params
+    return {f"{l.name}.{p.name}": _to_user(params.read(l, p.name), p) for l, p in params.specs}
+
+
+def ggml_set_weights(model: Model, weights: dict) -> Model:
+    """Set weights of a compiled model from ``{"<layer>.<weight>": array}`` (as ``ggml_get_weights`` gives);
+    shapes are checked. Returns the model."""
+    compiled(model, "ggml_set_weights")
+    if not isinstance(weights, dict):
+        raise GgmlTypeError("ggml_set_weights: weights must be a dict name -> array")
+    params = model.runtime.params
+    specs = {f"{l.name}.{p.name}": (l, p) for l, p in params.specs}
+    staged = []
+    for key, value in weights.items():
+        if key not in specs:
+            raise GgmlValueError(f"ggml_set_weights: the model has no weight {key!r}; it has {sorted(specs)}")
+        layer, spec = specs[key]
+        arr = np.asarray(value, dtype=np.float32)
+        want = _to_user(np.zeros(tuple(reversed(spec.ne)), np.float32), spec).shape
+        if arr.shape != want:
+            raise GgmlValueError(f"ggml_set_weights: {key!r} must have shape {want}, got {arr.shape}")
+        staged.append((layer, spec, arr))
+    for layer, spec, arr in staged:
+        back = arr if spec.user_axes is None else np.transpose(arr, np.argsort(spec.user_axes))
+        params.write(layer, spec.name, np.ascontiguousarray(back))
+    return model
+
+
+def _to_user(arr: np.ndarray, spec: Lyr.ParamSpec) -> np.ndarray:
+    return arr if spec.user_axes is None else np.ascontiguousarray(np.transpose(arr, spec.user_axes))

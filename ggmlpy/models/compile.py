@@ -1,0 +1,178 @@
+"""``ggml_compile``: optimizer, losses and backend of a model; its weights are drawn here."""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import losses as L
+from .. import opt as O
+from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
+from .graph import Model, Node
+from .runtime import Runtime
+
+OPTIMIZERS = {"adam": O.OPTIMIZER_ADAMW, "adamw": O.OPTIMIZER_ADAMW, "sgd": O.OPTIMIZER_SGD}
+# name -> (ggml loss type, what the labels are)
+LOSSES = {
+    "categorical_crossentropy": (L.LOSS_CROSS_ENTROPY, "one-hot"),
+    "sparse_categorical_crossentropy": (L.LOSS_CROSS_ENTROPY, "class ids"),
+    "binary_crossentropy": (L.LOSS_BINARY_CROSS_ENTROPY, "probabilities"),
+    "mse": (L.LOSS_MSE, "values"), "mean_squared_error": (L.LOSS_MSE, "values"),
+    "mae": (L.LOSS_MAE, "values"), "mean_absolute_error": (L.LOSS_MAE, "values"),
+    "huber": (L.LOSS_HUBER, "values"), "huber_loss": (L.LOSS_HUBER, "values"),
+}
+_LOSS_BY_TYPE = {L.LOSS_CROSS_ENTROPY: "categorical_crossentropy", L.LOSS_MSE: "mse", L.LOSS_MAE: "mae",
+                 L.LOSS_HUBER: "huber", L.LOSS_BINARY_CROSS_ENTROPY: "binary_crossentropy"}
+METRICS = ("accuracy", "acc")
+
+
+@dataclass
+class HeadSpec:
+    """One model output and its loss."""
+    name: str            # the output layer's name
+    loss: str            # canonical loss name
+    loss_type: int       # ggml-opt / ggmlpy loss type used in training
+    sparse: bool         # labels are class ids (made one-hot before they reach ggml)
+    from_logits: bool    # cross-entropy on the raw outputs (no softmax at the end of the model)
+    fused: bool          # the final softmax is left out of the training graph: ggml's loss applies it
+    shape: tuple         # one sample's output shape
+    weight: float = 1.0
+
+    @property
+    def loss_type_name(self) -> str:
+        return L.LOSS_NAMES[self.loss_type]
+
+    @property
+    def classification(self) -> bool:
+        return self.loss_type in (L.LOSS_CROSS_ENTROPY, L.LOSS_BINARY_CROSS_ENTROPY)
+
+
+@dataclass
+class CompileConfig:
+    optimizer: str
+    optimizer_type: int
+    heads: list[HeadSpec]
+    metrics: list[str]
+    backend: str
+    learning_rate: float | None = None
+    weight_decay: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"optimizer": self.optimizer, "loss": [h.loss for h in self.heads],
+                "loss_weights": [h.weight for h in self.heads], "metrics": self.metrics, "backend": self.backend,
+                "learning_rate": self.learning_rate, "weight_decay": self.weight_decay}
+
+
+def _loss_name(loss: Any, i: int) -> str:
+    if isinstance(loss, (int, np.integer)) and not isinstance(loss, bool) and int(loss) in _LOSS_BY_TYPE:
+        return _LOSS_BY_TYPE[int(loss)]
+    if not isinstance(loss, str) or loss.lower() not in LOSSES:
+        raise GgmlValueError(f"unknown loss {loss!r} (output {i}); expected one of "
+                             f"{', '.join(sorted(LOSSES))} or a ggml_opt_loss_type_*() constant")
+    name = loss.lower()
+    return {"mean_squared_error": "mse", "mean_absolute_error": "mae", "huber_loss": "huber"}.get(name, name)
+
+
+def _head(node: Node, loss: str, weight: float) -> HeadSpec:
+    loss_type, _ = LOSSES[loss]
+    activation = getattr(node.layer, "activation", None)
+    if loss_type == L.LOSS_CROSS_ENTROPY and len(node.shape) != 1:
+        raise GgmlValueError(f"{loss} needs outputs of one axis per sample (units,); output '{node.layer.name}' "
+                             f"has shape {node.shape} (flatten it, or use another loss)")
+    if loss == "binary_crossentropy" and activation != "sigmoid":
+        warnings.warn(f"binary_crossentropy expects probabilities; output '{node.layer.name}' does not end in a "
+                      "sigmoid (add activation='sigmoid')", GgmlpyWarning, stacklevel=4)
+    fused = loss_type == L.LOSS_CROSS_ENTROPY and activation == "softmax"
+    return HeadSpec(node.layer.name, loss, loss_type, loss == "sparse_categorical_crossentropy",
+                    from_logits=loss_type == L.LOSS_CROSS_ENTROPY and not fused, fused=fused, shape=node.shape,
+                    weight=weight)
+
+
+def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical_crossentropy",
+                 metrics: Any = ("accuracy",), backend: str = "auto", loss_weights: Any = None,
+                 learning_rate: float | None = None, weight_decay: float = 0.0) -> Model:
+    """Choose the optimizer, the loss and the backend of a model, and put its weights on that backend.
+
+    Arguments:
+        model: a model from ``ggml_model_sequential`` or ``ggml_model``.
+        optimizer: ``"adam"`` (ggml's AdamW; ``"adamw"`` is the same), ``"sgd"``, or
+            ``ggml_opt_optimizer_type_adamw()`` / ``ggml_opt_optimizer_type_sgd()``.
+        loss: ``"categorical_crossentropy"`` (one-hot labels), ``"sparse_categorical_crossentropy"``
+            (0-based class ids), ``"binary_crossentropy"`` (probabilities: end the model in a sigmoid),
+            ``"mse"``, ``"mae"``, ``"huber"`` (delta 1), or a ``ggml_opt_loss_type_*()`` constant; a list
+            gives one loss per output of a multi-output model. The cross-entropies take **logits**: with a
+            softmax last layer the softmax is left to ggml's fused loss in training, and ``ggml_predict``
+            still returns probabilities; without one, the raw outputs are treated as logits.
+        metrics: ``["accuracy"]`` reports accuracy for classification losses (the only metric).
+        backend: ``"auto"`` (a hardware GPU if there is one, else the CPU), ``"cpu"``, ``"vulkan"``,
+            ``"cuda"`` or a device name such as ``"Vulkan0"``.
+        loss_weights: multi-output models: the weight of each output's loss (default 1 each).
+        learning_rate: the optimizer's starting learning rate (default ggml's 1e-3).
+        weight_decay: decoupled weight decay in [0, 1].
+
+    Value: the model, compiled in place (``model = ggml_compile(model, ...)`` and
+    ``ggml_compile(model, ...)`` both work). Weights are drawn here (Glorot-uniform kernels, zero biases)
+    from numpy's global random state, so ``np.random.seed`` makes runs repeatable; compiling again keeps
+    the weights a model already has.
+
+    Example:
+        >>> model = g.ggml_model_sequential()
+        >>> model = g.ggml_layer_dense(model, 3, activation="softmax", input_shape=(4,))
+        >>> model = g.ggml_compile(model, optimizer="adam", loss="categorical_crossentropy", backend="cpu")
+    """
+    if not isinstance(model, Model):
+        raise GgmlTypeError(f"ggml_compile: expected a model (ggml_model_sequential / ggml_model), got "
+                            f"{type(model).__name__}")
+    if isinstance(optimizer, (int, np.integer)) and not isinstance(optimizer, bool):
+        opt_name = {O.OPTIMIZER_ADAMW: "adamw", O.OPTIMIZER_SGD: "sgd"}.get(int(optimizer))
+    else:
+        opt_name = optimizer.lower() if isinstance(optimizer, str) else None
+    if opt_name not in OPTIMIZERS:
+        raise GgmlValueError(f"unknown optimizer {optimizer!r}; expected 'adam', 'adamw' or 'sgd'")
+    if not isinstance(backend, str):
+        raise GgmlTypeError(f"backend must be 'auto', 'cpu', 'vulkan', 'cuda' or a device name, got {backend!r}")
+    inputs, outputs, _ = model.graph()
+    losses = list(loss) if isinstance(loss, (list, tuple)) else [loss] * len(outputs)
+    if len(losses) != len(outputs):
+        raise GgmlValueError(f"the model has {len(outputs)} outputs, got {len(losses)} losses")
+    weights = [1.0] * len(outputs) if loss_weights is None else list(loss_weights) \
+        if isinstance(loss_weights, (list, tuple)) else [loss_weights]
+    if len(weights) != len(outputs) or any(isinstance(w, bool) or not isinstance(w, (int, float))
+                                            or not math.isfinite(w) or w < 0 for w in weights):
+        raise GgmlValueError(f"loss_weights must be {len(outputs)} finite numbers >= 0, got {loss_weights!r}")
+    metric_list = [metrics] if isinstance(metrics, str) else list(metrics or [])
+    for m in metric_list:
+        if m not in METRICS:
+            raise GgmlValueError(f"unknown metric {m!r}; the model layer reports 'accuracy'")
+    heads = [_head(n, _loss_name(l, i), float(w)) for i, (n, l, w) in enumerate(zip(outputs, losses, weights))]
+    lr = None
+    if learning_rate is not None:
+        if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)) or \
+                not math.isfinite(learning_rate) or learning_rate <= 0:
+            raise GgmlValueError(f"learning_rate must be a finite number > 0, got {learning_rate!r}")
+        lr = float(learning_rate)
+    O.check_weight_decay(weight_decay)
+    config = CompileConfig(opt_name, OPTIMIZERS[opt_name], heads, ["accuracy"] if metric_list else [], backend, lr,
+                           float(weight_decay))
+    values = model.runtime.params.values() if model.runtime is not None else None
+    runtime = Runtime(model, backend, values)  # before the old one goes: a failure leaves the model as it was
+    if model.runtime is not None:
+        model.runtime.free()
+    model.runtime, model.compiled = runtime, config
+    return model
+
+
+def compiled(model: Any, fn: str) -> CompileConfig:
+    """The compile settings, or an error saying to compile first."""
+    if not isinstance(model, Model):
+        raise GgmlTypeError(f"{fn}: expected a model, got {type(model).__name__}")
+    if model.compiled is None or model.runtime is None:
+        raise GgmlStateError(f"{fn}: the model is not compiled; call ggml_compile(model, ...) first "
+                             "(after adding or removing layers, compile again)")
+    if not model.runtime.params.alive:
+        raise GgmlStateError(f"{fn}: the model's weights have been freed")
+    return model.compiled

@@ -1,0 +1,203 @@
+"""Convolution and pooling layers.
+
+They read and write ggml's image layout (``SPATIAL``): an image sample ``(H, W, C)`` is the tensor
+``[W, H, C, N]`` and a sequence sample ``(steps, C)`` is ``[steps, C, N]``, which is what
+``ggml_conv_2d``, ``ggml_conv_1d`` and ``ggml_pool_2d`` take. Consecutive conv/pool layers therefore
+pass tensors along without copies; the graph builder converts at the borders.
+
+``padding="same"`` follows Keras: the output has ``ceil(size / stride)`` positions and the padding
+is split with the extra position at the end. ggml pads symmetrically, so the extra position is a
+zero row/column joined on with ``ggml_concat`` (differentiable through patches/0006).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .. import ops
+from ..errors import GgmlValueError
+from .layers import NATURAL, SPATIAL, Layer, ParamSpec, activate, check_activation, int_pair, positive_int
+
+
+def _padding(padding: Any) -> str:
+    if padding not in ("valid", "same"):
+        raise GgmlValueError(f"padding must be 'valid' or 'same', got {padding!r}")
+    return padding
+
+
+def _out_and_pad(size: int, k: int, s: int, padding: str, layer: Layer) -> tuple[int, int, int]:
+    """(output size, symmetric padding, extra zero positions at the end) along one axis."""
+    if padding == "valid":
+        if size < k:
+            raise GgmlValueError(f"layer '{layer.name}': a kernel of {k} does not fit an input of {size} "
+                                 "(padding='valid'); use padding='same' or a smaller kernel")
+        return (size - k) // s + 1, 0, 0
+    out = math.ceil(size / s)
+    total = max((out - 1) * s + k - size, 0)
+    left = total // 2
+    return out, left, total - 2 * left
+
+
+def _pad_end(g: Any, x, dim: int, extra: int):
+    """``x`` with ``extra`` zero positions appended along ggml axis ``dim``."""
+    if extra == 0:
+        return x
+    ne = list(x.shape)
+    ne[dim] = extra
+    return ops.ggml_concat(g.ctx, x, g.zeros(tuple(ne)), dim)
+
+
+class Conv2D(Layer):
+    """2-D convolution of channels-last images ``(H, W, C)``: ``filters`` output channels,
+    ``kernel_size=(rows, cols)``, a bias, then ``activation``."""
+    kind = "conv_2d"
+    layout = SPATIAL
+
+    def __init__(self, filters: int, kernel_size: Any, activation: str | None = None, strides: Any = (1, 1),
+                 padding: str = "valid", use_bias: bool = True, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.filters = positive_int(filters, "filters")
+        self.kernel_size = int_pair(kernel_size, "kernel_size")
+        self.strides = int_pair(strides, "strides")
+        self.padding = _padding(padding)
+        self.activation = check_activation(activation)
+        self.use_bias = bool(use_bias)
+
+    def config(self) -> dict:
+        return {"filters": self.filters, "kernel_size": list(self.kernel_size), "activation": self.activation,
+                "strides": list(self.strides), "padding": self.padding, "use_bias": self.use_bias}
+
+    def _geometry(self, shape):
+        if len(shape) != 3:
+            raise GgmlValueError(f"conv_2d '{self.name}' takes image samples (height, width, channels), got shape "
+                                 f"{shape}")
+        (kh, kw), (sh, sw) = self.kernel_size, self.strides
+        oh, ph, eh = _out_and_pad(shape[0], kh, sh, self.padding, self)
+        ow, pw, ew = _out_and_pad(shape[1], kw, sw, self.padding, self)
+        return (oh, ow), (ph, pw), (eh, ew)
+
+    def output_shape(self, shapes):
+        (oh, ow), _, _ = self._geometry(shapes[0])
+        return (oh, ow, self.filters)
+
+    def make_params(self, shapes):
+        (kh, kw), cin = self.kernel_size, shapes[0][2]
+        fans = (kh * kw * cin, kh * kw * self.filters)
+        specs = [ParamSpec("kernel", (kw, kh, cin, self.filters), "glorot", fans, user_axes=(2, 3, 1, 0))]
+        if self.use_bias:
+            specs.append(ParamSpec("bias", (self.filters,), "zeros"))
+        return specs
+
+    def forward(self, g, xs, shapes):
+        _, (ph, pw), (eh, ew) = self._geometry(shapes[0])
+        x = _pad_end(g, _pad_end(g, xs[0], 0, ew), 1, eh)
+        (sh, sw) = self.strides
+        y = ops.ggml_conv_2d(g.ctx, g.param(self, "kernel"), x, sw, sh, pw, ph, 1, 1)
+        if self.use_bias:  # one bias per channel, broadcast over [W, H, ., N]
+            y = ops.ggml_add(g.ctx, y, ops.ggml_reshape_4d(g.ctx, g.param(self, "bias"), 1, 1, self.filters, 1))
+        return activate(g, y, self.activation)
+
+
+class Conv1D(Layer):
+    """1-D convolution of sequences ``(steps, channels)``: ``filters`` output channels, a bias, then
+    ``activation``."""
+    kind = "conv_1d"
+    layout = SPATIAL
+
+    def __init__(self, filters: int, kernel_size: int, activation: str | None = None, strides: int = 1,
+                 padding: str = "valid", use_bias: bool = True, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.filters = positive_int(filters, "filters")
+        self.kernel_size = positive_int(kernel_size, "kernel_size")
+        self.strides = positive_int(strides, "strides")
+        self.padding = _padding(padding)
+        self.activation = check_activation(activation)
+        self.use_bias = bool(use_bias)
+
+    def config(self) -> dict:
+        return {"filters": self.filters, "kernel_size": self.kernel_size, "activation": self.activation,
+                "strides": self.strides, "padding": self.padding, "use_bias": self.use_bias}
+
+    def _geometry(self, shape):
+        if len(shape) != 2:
+            raise GgmlValueError(f"conv_1d '{self.name}' takes sequence samples (steps, channels), got shape {shape}")
+        return _out_and_pad(shape[0], self.kernel_size, self.strides, self.padding, self)
+
+    def output_shape(self, shapes):
+        return (self._geometry(shapes[0])[0], self.filters)
+
+    def make_params(self, shapes):
+        k, cin = self.kernel_size, shapes[0][1]
+        specs = [ParamSpec("kernel", (k, cin, self.filters), "glorot", (k * cin, k * self.filters),
+                           user_axes=(2, 1, 0))]
+        if self.use_bias:
+            specs.append(ParamSpec("bias", (self.filters,), "zeros"))
+        return specs
+
+    def forward(self, g, xs, shapes):
+        _, pad, extra = self._geometry(shapes[0])
+        x = _pad_end(g, xs[0], 0, extra)
+        y = ops.ggml_conv_1d(g.ctx, g.param(self, "kernel"), x, self.strides, pad, 1)
+        if self.use_bias:  # one bias per channel, broadcast over [L, ., N]
+            y = ops.ggml_add(g.ctx, y, ops.ggml_reshape_3d(g.ctx, g.param(self, "bias"), 1, self.filters, 1))
+        return activate(g, y, self.activation)
+
+
+class MaxPooling2D(Layer):
+    """The maximum over ``pool_size=(rows, cols)`` windows, ``strides`` (default: the pool size), no padding."""
+    kind = "max_pooling_2d"
+    layout = SPATIAL
+
+    def __init__(self, pool_size: Any = (2, 2), strides: Any = None, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.pool_size = int_pair(pool_size, "pool_size")
+        self.strides = int_pair(strides, "strides") if strides is not None else self.pool_size
+
+    def config(self) -> dict:
+        return {"pool_size": list(self.pool_size), "strides": list(self.strides)}
+
+    def output_shape(self, shapes):
+        shape = shapes[0]
+        if len(shape) != 3:
+            raise GgmlValueError(f"max_pooling_2d '{self.name}' takes image samples (height, width, channels), "
+                                 f"got shape {shape}")
+        (kh, kw), (sh, sw) = self.pool_size, self.strides
+        oh = _out_and_pad(shape[0], kh, sh, "valid", self)[0]
+        ow = _out_and_pad(shape[1], kw, sw, "valid", self)[0]
+        return (oh, ow, shape[2])
+
+    def forward(self, g, xs, shapes):
+        (kh, kw), (sh, sw) = self.pool_size, self.strides
+        return ops.ggml_pool_2d(g.ctx, xs[0], ops.GGML_OP_POOL_MAX, kw, kh, sw, sh, 0, 0)
+
+
+class _GlobalPooling2D(Layer):
+    layout = SPATIAL
+    out_layout = NATURAL  # a (C,) sample is [C, N] in both layouts
+
+    def output_shape(self, shapes):
+        if len(shapes[0]) != 3:
+            raise GgmlValueError(f"{self.kind} '{self.name}' takes image samples (height, width, channels), got "
+                                 f"shape {shapes[0]}")
+        return (shapes[0][2],)
+
+
+class GlobalAveragePooling2D(_GlobalPooling2D):
+    """The mean of each channel over the image: ``(H, W, C)`` becomes ``(C,)``."""
+    kind = "global_average_pooling_2d"
+
+    def forward(self, g, xs, shapes):
+        h, w, c = shapes[0]
+        rows = ops.ggml_reshape_3d(g.ctx, xs[0], w * h, c, g.batch)
+        mean = ops.ggml_scale(g.ctx, ops.ggml_sum_rows(g.ctx, rows), 1.0 / (w * h))
+        return ops.ggml_reshape_2d(g.ctx, mean, c, g.batch)
+
+
+class GlobalMaxPooling2D(_GlobalPooling2D):
+    """The maximum of each channel over the image: ``(H, W, C)`` becomes ``(C,)``."""
+    kind = "global_max_pooling_2d"
+
+    def forward(self, g, xs, shapes):
+        h, w, c = shapes[0]
+        pooled = ops.ggml_pool_2d(g.ctx, xs[0], ops.GGML_OP_POOL_MAX, w, h, w, h, 0, 0)
+        return ops.ggml_reshape_2d(g.ctx, pooled, c, g.batch)

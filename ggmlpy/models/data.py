@@ -1,0 +1,214 @@
+"""The model layer's one data rule: arrays are sample-major, in the user's orientation.
+
+``x`` is ``(N, *input_shape)`` (channels last), ``y`` is ``(N, *output_shape)`` (one-hot for
+categorical cross-entropy) or ``(N,)`` 0-based class ids for the sparse loss. A C-ordered array of
+that shape is already in ggml layout, so nothing is transposed; a wrong shape is refused with both
+shapes named, and a hint when the axes look swapped.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import GgmlTypeError, GgmlValueError
+from .compile import CompileConfig, HeadSpec
+from .graph import Model
+
+
+def _fmt(shape: tuple) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _as_numeric(value: Any, what: str) -> np.ndarray:
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:  # noqa: BLE001 - anything numpy cannot read
+        raise GgmlTypeError(f"{what}: expected an array, got {type(value).__name__}") from exc
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+        raise GgmlTypeError(f"{what}: expected numeric data, got an array of dtype {arr.dtype}")
+    if np.iscomplexobj(arr):
+        raise GgmlTypeError(f"{what}: complex data cannot train a real-valued model")
+    return arr
+
+
+def check_shape(arr: np.ndarray, expected: tuple, what: str, n: int | None = None) -> None:
+    """``arr`` must be ``(N, *expected)`` (N == n when given)."""
+    if arr.ndim == len(expected) + 1 and tuple(arr.shape[1:]) == tuple(expected) and (n is None or arr.shape[0] == n):
+        return
+    want = _fmt(("N" if n is None else n,) + tuple(expected))
+    msg = f"{what} must have shape {want} (samples first, one sample {_fmt(tuple(expected))}), got {_fmt(arr.shape)}"
+    if arr.ndim == len(expected) + 1 and sorted(arr.shape) == sorted(((n or arr.shape[-1]),) + tuple(expected)):
+        if arr.ndim == 2 and tuple(arr.shape[::-1][1:]) == tuple(expected):
+            msg += "; it looks transposed: pass arr.T"
+        else:
+            msg += "; the axes look permuted: put samples first and channels last (np.moveaxis / np.transpose)"
+    elif arr.ndim == len(expected) + 1 and tuple(arr.shape[1:]) == tuple(expected):
+        msg += f"; it has {arr.shape[0]} samples where {n} were expected"
+    raise GgmlValueError(msg)
+
+
+def model_inputs(model: Model, x: Any, what: str = "x", n: int | None = None) -> list[np.ndarray]:
+    """One C-ordered array per model input, float32 (int32 for token ids), shapes checked."""
+    inputs = model.graph()[0]
+    values = list(x) if isinstance(x, (list, tuple)) and len(inputs) > 1 else [x]
+    if len(values) != len(inputs):
+        raise GgmlValueError(f"{what}: the model has {len(inputs)} inputs, got {len(values)} arrays (pass a list in "
+                             "the order of the model's inputs)")
+    out = []
+    for i, (node, value) in enumerate(zip(inputs, values)):
+        label = what if len(inputs) == 1 else f"{what}[{i}] ('{node.layer.name}')"
+        arr = _as_numeric(value, label)
+        check_shape(arr, node.shape, label, n)
+        n = arr.shape[0] if n is None else n
+        if node.dtype == "int32":
+            if not np.issubdtype(arr.dtype, np.integer):
+                if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
+                    raise GgmlValueError(f"{label}: token ids must be integers")
+            out.append(_token_ids(arr, model, node, label))
+        else:
+            out.append(np.ascontiguousarray(arr, dtype=np.float32))
+    if n == 0:
+        raise GgmlValueError(f"{what} has no samples")
+    return out
+
+
+def _token_ids(arr: np.ndarray, model: Model, node: Any, label: str) -> np.ndarray:
+    """int32 ids, each inside the vocabulary of every embedding that reads this input."""
+    ids = arr.astype(np.int64)
+    for n in model.graph()[2]:
+        if any(i is node for i in n.inputs) and hasattr(n.layer, "vocab_size"):
+            bad = (ids < 0) | (ids >= n.layer.vocab_size)
+            if bad.any():
+                where = tuple(int(i) for i in np.argwhere(bad)[0])
+                raise GgmlValueError(f"{label}: token id {int(ids[where])} at {where} is outside [0, "
+                                     f"{n.layer.vocab_size}) of embedding '{n.layer.name}'")
+    return np.ascontiguousarray(ids, dtype=np.int32)
+
+
+def model_targets(model: Model, cfg: CompileConfig, y: Any, n: int, what: str = "y") -> list[np.ndarray]:
+    """One float32 array per output, in the output's shape (class ids made one-hot)."""
+    heads = cfg.heads
+    values = list(y) if isinstance(y, (list, tuple)) and len(heads) > 1 else [y]
+    if len(values) != len(heads):
+        raise GgmlValueError(f"{what}: the model has {len(heads)} outputs, got {len(values)} label arrays")
+    return [_target(h, _as_numeric(v, what if len(heads) == 1 else f"{what}[{i}] ('{h.name}')"), n,
+                    what if len(heads) == 1 else f"{what}[{i}] ('{h.name}')")
+            for i, (h, v) in enumerate(zip(heads, values))]
+
+
+def _target(h: HeadSpec, arr: np.ndarray, n: int, what: str) -> np.ndarray:
+    units = h.shape[-1]
+    if h.sparse:
+        if arr.ndim == 2 and arr.shape[1] == 1:
+            arr = arr[:, 0]
+        if arr.ndim != 1 or arr.shape[0] != n:
+            raise GgmlValueError(f"{what}: sparse_categorical_crossentropy takes class ids of shape ({n},), got "
+                                 f"{_fmt(arr.shape)}" + ("; for one-hot labels use categorical_crossentropy"
+                                                         if arr.ndim == 2 and arr.shape[1] == units else ""))
+        if not np.issubdtype(arr.dtype, np.integer) and (not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr))):
+            raise GgmlValueError(f"{what}: class ids must be integers")
+        ids = arr.astype(np.int64)
+        bad = (ids < 0) | (ids >= units)
+        if bad.any():
+            raise GgmlValueError(f"{what}: class id {int(ids[bad][0])} is outside [0, {units}) (the output has "
+                                 f"{units} units; ids are 0-based)")
+        onehot = np.zeros((n, units), dtype=np.float32)
+        onehot[np.arange(n), ids] = 1.0
+        return onehot
+    if arr.ndim == 1 and h.shape == (1,):
+        arr = arr.reshape(-1, 1)
+    if h.loss == "categorical_crossentropy" and arr.ndim == 1 and arr.shape[0] == n and units > 1:
+        raise GgmlValueError(f"{what}: got class ids of shape {_fmt(arr.shape)} where one-hot labels "
+                             f"({n}, {units}) are expected: pass one-hot labels, or compile with "
+                             "loss='sparse_categorical_crossentropy'")
+    check_shape(arr, h.shape, what, n)
+    out = np.ascontiguousarray(arr, dtype=np.float32)
+    if not np.all(np.isfinite(out)):
+        raise GgmlValueError(f"{what} contains NaN or infinite values")
+    if h.loss == "categorical_crossentropy":
+        sums = out.sum(axis=1)
+        if (out < 0).any() or np.any(np.abs(sums - 1) > 1e-3):
+            row = int(np.argmax((out < 0).any(axis=1) | (np.abs(sums - 1) > 1e-3)))
+            raise GgmlValueError(f"{what}: categorical cross-entropy needs labels >= 0 summing to 1 per sample "
+                                 f"(one-hot); sample {row} sums to {sums[row]:g}")
+    if h.loss == "binary_crossentropy" and ((out < 0) | (out > 1)).any():
+        raise GgmlValueError(f"{what}: binary cross-entropy needs labels in [0, 1]")
+    return out
+
+
+def sample_weights(cfg: CompileConfig, targets: list[np.ndarray], n: int, sample_weight: Any,
+                   class_weight: Any, what: str = "sample_weight") -> np.ndarray | None:
+    """Per-sample loss weights (N,) from ``sample_weight`` and/or ``class_weight``, or None."""
+    if sample_weight is None and class_weight is None:
+        return None
+    w = np.ones(n, dtype=np.float64)
+    if sample_weight is not None:
+        sw = _as_numeric(sample_weight, what).astype(np.float64)
+        if sw.shape not in ((n,), (n, 1)):
+            raise GgmlValueError(f"{what} must have shape ({n},): one weight per sample, got {_fmt(sw.shape)}")
+        if not np.all(np.isfinite(sw)) or (sw < 0).any():
+            raise GgmlValueError(f"{what} must be finite and >= 0")
+        w *= sw.reshape(-1)
+    if class_weight is not None:
+        if not isinstance(class_weight, dict):
+            raise GgmlTypeError(f"class_weight must be a dict {{class id: weight}}, got {type(class_weight).__name__}")
+        head = cfg.heads[0]
+        if not head.classification or len(cfg.heads) != 1:
+            raise GgmlValueError("class_weight needs a single classification output")
+        y = targets[0]
+        classes = y.argmax(axis=1) if y.shape[1] > 1 else (y[:, 0] > 0.5).astype(int)
+        table = np.ones(max(y.shape[1], 2))
+        for k, v in class_weight.items():
+            if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k < len(table):
+                raise GgmlValueError(f"class_weight keys must be class ids in [0, {len(table)}), got {k!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
+                raise GgmlValueError(f"class_weight[{k}] must be a finite number >= 0, got {v!r}")
+            table[int(k)] = v
+        w *= table[classes]
+    return w.astype(np.float32)
+
+
+def rows(arrays: list[np.ndarray], index: np.ndarray) -> list[np.ndarray]:
+    return [a[index] for a in arrays]
+
+
+def training_batches(xs: list[np.ndarray], ys: list[np.ndarray], w: np.ndarray | None, batch: int, shuffle: bool,
+                     rng: np.random.Generator):
+    """A generator function: one epoch of full batches (ggml layout, ready to write). A last partial batch
+    is completed with samples drawn at random from the rest of the epoch, so every sample is seen each
+    epoch and every step has exactly ``batch`` rows (a few samples count twice in that step)."""
+    n = xs[0].shape[0]
+
+    def epoch():
+        order = rng.permutation(n) if shuffle else np.arange(n)
+        for start in range(0, n, batch):
+            idx = order[start:start + batch]
+            if len(idx) < batch:
+                fill = rng.choice(order[:start], batch - len(idx), replace=False) if start >= batch - len(idx) \
+                    else rng.choice(order, batch - len(idx), replace=True)
+                idx = np.concatenate([idx, fill])
+            yield feed_dict(rows(xs, idx), rows(ys, idx), None if w is None else w[idx])
+    return epoch
+
+
+def feed_dict(xs: list[np.ndarray], ys: list[np.ndarray], w: np.ndarray | None, n_heads: int | None = None) -> dict:
+    """A batch in the form the training loop writes: inputs, labels and (per head) weights."""
+    batch = {"inputs": xs, "labels": ys}
+    if w is not None:
+        batch["weights"] = [w.reshape(-1, 1)] * len(ys)
+    return batch
+
+
+def split_batch(batch: Any, what: str) -> tuple[Any, Any, Any]:
+    """``(x, y)`` or ``(x, y, sample_weight)`` from a generator's batch."""
+    if isinstance(batch, dict):
+        unknown = set(batch) - {"x", "y", "sample_weight"}
+        if unknown or "x" not in batch or "y" not in batch:
+            raise GgmlValueError(f"{what}: a dict batch has keys 'x', 'y' and optional 'sample_weight', got "
+                                 f"{sorted(batch)}")
+        return batch["x"], batch["y"], batch.get("sample_weight")
+    if isinstance(batch, (tuple, list)) and len(batch) in (2, 3):
+        return batch[0], batch[1], batch[2] if len(batch) == 3 else None
+    raise GgmlValueError(f"{what}: a batch is (x, y) or (x, y, sample_weight) with sample-major arrays, got "
+                         f"{type(batch).__name__}" + (f" of length {len(batch)}" if hasattr(batch, "__len__") else ""))

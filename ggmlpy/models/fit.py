@@ -1,0 +1,391 @@
+"""``ggml_fit``, ``ggml_fit_generator``, ``ggml_evaluate``, ``ggml_predict``, ``ggml_predict_classes``.
+
+Training goes through ``training.fit.fit_streamed``, the loop behind ``ggml_fit_opt_gen``: arrays
+become a generator of full batches, a user's generator keeps its own kind (callable, generator
+function, re-iterable or iterator) and each of its batches is checked and converted on the way.
+Validation, evaluation and prediction run the inference graph (dropout off, batch norm on its
+running statistics) over every sample, a last partial batch included.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+from ..errors import GgmlpyWarning, GgmlTypeError, GgmlValueError
+from ..sched import Scheduler
+from ..training.adapters import Source
+from ..training.fit import fit_streamed, ggml_fit_opt
+from ..training.loop import EpochStats
+from . import data as D
+from .compile import CompileConfig, compiled
+from .graph import Model
+from .metrics import Tally
+from .runtime import build_graph, make_scheduler
+
+
+def _int_arg(value: Any, name: str, lo: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
+        raise GgmlValueError(f"{name} must be an int >= {lo}, got {value!r}")
+    return int(value)
+
+
+def _verbose(verbose: Any) -> bool:
+    if verbose not in (0, 1, 2, True, False):
+        raise GgmlValueError(f"verbose must be 0, 1 or 2, got {verbose!r}")
+    return not verbose
+
+
+# ---------------------------------------------------------------- prediction
+
+def _predictor(model: Any, fn: str):
+    """(model, predictor) of a compiled model or of a trainer's snapshot."""
+    from .trainer import Snapshot
+    if isinstance(model, Snapshot):
+        return model.model, model.predictor()
+    compiled(model, fn)
+    return model, model.runtime.predictor
+
+
+def predict_arrays(model: Model, predictor: Any, xs: list[np.ndarray], batch_size: int) -> list[np.ndarray]:
+    """Outputs (N, *output_shape) for inputs in ggml layout; the last partial batch is zero-padded and
+    its padding dropped from the result."""
+    n = xs[0].shape[0]
+    batch = min(batch_size, n)
+    outputs = model.graph()[1]
+    chunks: list[list[np.ndarray]] = [[] for _ in outputs]
+    for start in range(0, n, batch):
+        part = [x[start:start + batch] for x in xs]
+        m = part[0].shape[0]
+        if m < batch:
+            part = [np.concatenate([p, np.zeros((batch - m,) + p.shape[1:], dtype=p.dtype)]) for p in part]
+        for i, (o, node) in enumerate(zip(predictor.run(part, batch), outputs)):
+            chunks[i].append(o.reshape((batch,) + node.shape)[:m])
+    return [np.concatenate(c) for c in chunks]
+
+
+def ggml_predict(model: Model, x: Any, batch_size: int = 32) -> np.ndarray | list[np.ndarray]:
+    """Run the model forward on every sample of ``x``.
+
+    Arguments:
+        model: a compiled model, or a snapshot from ``ggml_trainer(...).snapshot()``.
+        x: ``(N, *input_shape)`` (a list of arrays for several inputs), any N.
+        batch_size: samples per forward pass; the last partial batch is padded internally.
+
+    Value: ``(N, *output_shape)`` float32 (a list for several outputs): probabilities for a softmax
+    or sigmoid last layer. Dropout is off and batch norm uses its running statistics.
+
+    Example:
+        >>> probs = g.ggml_predict(model, x_test)          # (N, classes)
+    """
+    model, predictor = _predictor(model, "ggml_predict")
+    batch_size = _int_arg(batch_size, "batch_size", 1)
+    outs = predict_arrays(model, predictor, D.model_inputs(model, x), batch_size)
+    return outs[0] if len(outs) == 1 else outs
+
+
+def ggml_predict_classes(model: Model, x: Any, batch_size: int = 32) -> np.ndarray:
+    """0-based class ids ``(N,)``: the argmax of each prediction, or ``p > 0.5`` for one sigmoid unit.
+
+    Example:
+        >>> ids = g.ggml_predict_classes(model, x_test)
+    """
+    model_, _ = _predictor(model, "ggml_predict_classes")
+    if len(model_.graph()[1]) != 1:
+        raise GgmlValueError("ggml_predict_classes needs a model with one output; use ggml_predict")
+    p = ggml_predict(model, x, batch_size)
+    p = p.reshape(p.shape[0], -1)
+    return (p[:, 0] > 0.5).astype(np.int64) if p.shape[1] == 1 else p.argmax(axis=1).astype(np.int64)
+
+
+def _evaluate_arrays(model: Model, cfg: CompileConfig, predictor: Any, xs: list[np.ndarray], ys: list[np.ndarray],
+                     w: np.ndarray | None, batch_size: int, tally: Tally | None = None) -> Tally:
+    tally = tally or Tally(cfg.heads)
+    outs = predict_arrays(model, predictor, xs, batch_size)
+    tally.add(outs, ys, w)
+    return tally
+
+
+def ggml_evaluate(model: Model, x: Any, y: Any, batch_size: int = 32, sample_weight: Any = None) -> dict:
+    """Loss and accuracy of the model on every sample of ``(x, y)`` (inference mode).
+
+    Arguments:
+        model: a compiled model. x, y: as for ``ggml_fit``. batch_size: samples per forward pass (the
+        last partial batch counts fully). sample_weight: optional per-sample loss weights.
+
+    Value: ``{"loss": ..., "accuracy": ..., "n_samples": N}``; accuracy is NaN for regression losses;
+    a multi-output model adds ``"<output>_loss"`` / ``"<output>_accuracy"`` per output. The loss is the
+    one training minimises (computed in float64 from the predictions).
+
+    Example:
+        >>> g.ggml_evaluate(model, x_test, y_test)["accuracy"]
+    """
+    cfg = compiled(model, "ggml_evaluate")
+    xs = D.model_inputs(model, x)
+    n = xs[0].shape[0]
+    ys = D.model_targets(model, cfg, y, n)
+    w = D.sample_weights(cfg, ys, n, sample_weight, None)
+    tally = _evaluate_arrays(model, cfg, model.runtime.predictor, xs, ys, w, _int_arg(batch_size, "batch_size", 1))
+    result = {"loss": tally.total_loss(), "accuracy": tally.accuracy(), "n_samples": n}
+    if len(cfg.heads) > 1:
+        for h, l, a in zip(cfg.heads, tally.head_losses(), tally.head_accuracies()):
+            result[f"{h.name}_loss"], result[f"{h.name}_accuracy"] = l, a
+    return result
+
+
+def _stats(tally: Tally) -> EpochStats:
+    return EpochStats(steps=0, samples=tally.n, loss=tally.total_loss(), accuracy=tally.accuracy(),
+                      head_loss=tally.head_losses(), head_accuracy=tally.head_accuracies())
+
+
+# ---------------------------------------------------------------- training
+
+def run_training(model: Model, cfg: CompileConfig, source: Source, batch: int, *, epochs: int, initial_epoch: int,
+                 callbacks: Any, silent: bool, validate: Any, sample_weighted: bool, stream: bool,
+                 steps_per_epoch: int | None = None, nbatch_logical: int | None = None, prefetch: int = 0) \
+        -> pd.DataFrame:
+    """Build the training graph for ``batch`` samples and run the one training loop on it."""
+    params = model.runtime.params
+    if not params.mark_trainable():
+        raise GgmlValueError("nothing to train: every layer with weights is frozen (ggml_unfreeze_weights)")
+    outputs = model.graph()[1]
+    logits_for = {id(n) for n, h in zip(outputs, cfg.heads) if h.fused}
+    inst = build_graph(model, params, batch, training=True, logits_for=logits_for)
+    sched = None
+    try:
+        sched = make_scheduler(params.backend, inst.train_nodes)
+        period = 1
+        if nbatch_logical is not None:
+            logical = _int_arg(nbatch_logical, "nbatch_logical", 1)
+            if logical % batch:
+                raise GgmlValueError(f"nbatch_logical ({logical}) must be a multiple of the batch size ({batch})")
+            period = max(1, logical // batch)
+        multi = len(cfg.heads) > 1
+        return fit_streamed(sched, inst.ctx, inst.inputs, inst.outputs, [h.loss_type for h in cfg.heads], source,
+                            optimizer=cfg.optimizer_type, period=period, weight_decay=cfg.weight_decay,
+                            epochs=epochs, initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
+                            callbacks=callbacks, silent=silent, prefetch=prefetch,
+                            loss_weights=[h.weight for h in cfg.heads] if multi else None,
+                            learning_rate=cfg.learning_rate, sample_weighted=sample_weighted, hooks=inst.hooks,
+                            validate=validate, head_names=[h.name for h in cfg.heads] if multi else None,
+                            stream=stream)
+    finally:
+        if sched is not None:
+            sched.free()
+        inst.free()
+
+
+def ggml_fit(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch_size: int = 32,
+             validation_split: float = 0.0, validation_data: Any = None, class_weight: dict | None = None,
+             sample_weight: Any = None, verbose: int = 1, callbacks: Sequence[Any] | None = None,
+             shuffle: bool = True, initial_epoch: int = 0, nbatch_logical: int | None = None,
+             *args: Any, **kwargs: Any) -> pd.DataFrame:
+    """Train a compiled model on arrays (``ggml_fit(sched, ...)`` is ggmlR's low-level ``ggml_fit_opt``).
+
+    Arguments:
+        model: a compiled model.
+        x: ``(N, *input_shape)`` sample-major, channels last (a list for several inputs).
+        y: ``(N, units)`` (one-hot for categorical cross-entropy), ``(N,)`` 0-based class ids for
+            ``sparse_categorical_crossentropy`` (a list for several outputs).
+        epochs: passes over the data. batch_size: samples per step (at most N).
+        validation_split: the last fraction of the samples (taken before shuffling) validates instead of
+            training. validation_data: ``(x_val, y_val)`` or ``(x_val, y_val, sample_weight_val)``.
+        class_weight: ``{class id: weight}`` scales each sample's loss by its class's weight.
+        sample_weight: ``(N,)`` per-sample loss weights.
+        verbose: 1 shows a progress bar and a line per epoch; 0 is silent.
+        callbacks: ggmlR callbacks (``ggml_callback_early_stopping``, the LR schedules, dicts or objects
+            with ``on_epoch_begin``/``on_epoch_end``).
+        shuffle: reshuffle the training samples every epoch (numpy's global random state seeds it).
+        initial_epoch: the number of the first epoch minus one (continuing a fit).
+        nbatch_logical: accumulate gradients over this many samples (a multiple of ``batch_size``) per
+            optimizer step.
+
+    Every sample trains in every epoch: when N is not a multiple of ``batch_size`` the last batch is
+    completed with samples drawn at random from the rest (a few count twice in that step). Validation
+    uses the inference graph over every validation sample.
+
+    Value: the history DataFrame of ``ggml_fit_opt``: ``epoch, train_loss, train_accuracy, val_loss,
+    val_accuracy`` (NaN where not computed); multi-output models add per-output frames in ``attrs``.
+
+    Example:
+        >>> history = g.ggml_fit(model, x, y, epochs=10, batch_size=32, validation_split=0.2)
+    """
+    if isinstance(model, Scheduler):  # ggmlR's dispatch: ggml_fit(sched, ctx_compute, inputs, outputs, dataset, ...)
+        return ggml_fit_opt(model, x, y, epochs, batch_size, *args, **kwargs)
+    if args or kwargs:
+        raise GgmlTypeError(f"ggml_fit got unexpected arguments {sorted(kwargs) or args!r}")
+    cfg = compiled(model, "ggml_fit")
+    epochs = _int_arg(epochs, "epochs", 0)
+    initial_epoch = _int_arg(initial_epoch, "initial_epoch", 0)
+    batch_size = _int_arg(batch_size, "batch_size", 1)
+    if not isinstance(shuffle, bool):
+        raise GgmlValueError(f"shuffle must be True or False, got {shuffle!r}")
+    if x is None or y is None:
+        raise GgmlValueError("ggml_fit needs x and y arrays (use ggml_fit_generator for a generator)")
+    xs = D.model_inputs(model, x)
+    n = xs[0].shape[0]
+    ys = D.model_targets(model, cfg, y, n)
+    w = D.sample_weights(cfg, ys, n, sample_weight, class_weight)
+    val = None
+    if validation_data is not None:
+        if not isinstance(validation_data, (tuple, list)) or len(validation_data) not in (2, 3):
+            raise GgmlValueError("validation_data must be (x_val, y_val) or (x_val, y_val, sample_weight_val)")
+        vx = D.model_inputs(model, validation_data[0], "validation_data x")
+        vy = D.model_targets(model, cfg, validation_data[1], vx[0].shape[0], "validation_data y")
+        vw = D.sample_weights(cfg, vy, vx[0].shape[0], validation_data[2] if len(validation_data) == 3 else None,
+                              None, "validation_data sample_weight")
+        val = (vx, vy, vw)
+    elif validation_split:
+        if isinstance(validation_split, bool) or not isinstance(validation_split, (int, float)) \
+                or not 0 <= validation_split < 1:
+            raise GgmlValueError(f"validation_split must be a number in [0, 1), got {validation_split!r}")
+        n_val = int(math.floor(n * validation_split))
+        if n_val < 1 or n_val >= n:
+            raise GgmlValueError(f"validation_split={validation_split} of {n} samples leaves "
+                                 f"{n_val} for validation and {n - n_val} for training; both need at least one")
+        cut = n - n_val
+        val = ([a[cut:] for a in xs], [a[cut:] for a in ys], None if w is None else w[cut:])
+        xs, ys, w = [a[:cut] for a in xs], [a[:cut] for a in ys], None if w is None else w[:cut]
+        n = cut
+    batch = min(batch_size, n)
+    rng = np.random.default_rng(np.random.randint(0, 2 ** 31))
+    source = Source(D.training_batches(xs, ys, w, batch, shuffle, rng), "x/y")
+    validate = None
+    if val is not None:
+        def validate() -> EpochStats:
+            return _stats(_evaluate_arrays(model, cfg, model.runtime.predictor, val[0], val[1], val[2], batch))
+    return run_training(model, cfg, source, batch, epochs=epochs, initial_epoch=initial_epoch, callbacks=callbacks,
+                        silent=_verbose(verbose), validate=validate, sample_weighted=w is not None, stream=False,
+                        nbatch_logical=nbatch_logical)
+
+
+class _BatchConverter:
+    """Checks and converts each sample-major batch of a generator into ggml layout."""
+
+    def __init__(self, model: Model, cfg: CompileConfig, what: str, batch: int | None, weighted: bool | None) -> None:
+        self.model, self.cfg, self.what, self.batch, self.weighted = model, cfg, what, batch, weighted
+
+    def arrays(self, batch: Any):
+        x, y, sw = D.split_batch(batch, self.what)
+        xs = D.model_inputs(self.model, x, f"{self.what} x")
+        n = xs[0].shape[0]
+        if self.batch is not None and n != self.batch:
+            raise GgmlValueError(f"{self.what}: a batch of {n} samples; the first batch had {self.batch} and "
+                                 "every training batch must have that many (drop or pad the last one, or use "
+                                 "ggml_fit, which handles a last partial batch)")
+        ys = D.model_targets(self.model, self.cfg, y, n, f"{self.what} y")
+        w = D.sample_weights(self.cfg, ys, n, sw, None, f"{self.what} sample_weight")
+        if self.weighted is None:  # validation: weights or not, batch by batch
+            return xs, ys, w
+        if self.weighted and w is None:
+            w = np.ones(n, dtype=np.float32)
+        elif not self.weighted and w is not None:
+            raise GgmlValueError(f"{self.what}: a batch has sample weights but the first batch had none; give "
+                                 "every batch weights or none")
+        return xs, ys, w
+
+    def __call__(self, batch: Any) -> dict:
+        xs, ys, w = self.arrays(batch)
+        return D.feed_dict(xs, ys, w)
+
+
+def ggml_fit_generator(model: Model, generator: Any, steps_per_epoch: int | None = None, epochs: int = 1,
+                       initial_epoch: int = 0, validation_data: Any = None, validation_steps: int | None = None,
+                       callbacks: Sequence[Any] | None = None, verbose: int = 1, prefetch: int = 0,
+                       nbatch_logical: int | None = None) -> pd.DataFrame:
+    """Train a compiled model from a stream of sample-major batches, one batch in memory at a time.
+
+    Arguments:
+        model: a compiled model.
+        generator: ``ggml_fit_opt_gen``'s four source kinds: a function returning one batch or None (ends
+            the epoch), a generator function (called once per epoch), a re-iterable such as a list or a
+            DataLoader (iterated once per epoch) or an iterator (consumed across epochs). A batch is
+            ``(x, y)`` or ``(x, y, sample_weight)`` in the user's orientation (as for ``ggml_fit``). The
+            batch size is the first batch's; a later batch of another size is a ValueError.
+        steps_per_epoch: batches per epoch (default: until the source ends the epoch).
+        epochs, initial_epoch, callbacks, verbose: as for ``ggml_fit``.
+        validation_data: ``(x_val, y_val)`` arrays, or a source of batches of the same kinds (any batch
+            size); validation runs the inference graph. validation_steps: batches per validation.
+        prefetch: read up to this many batches ahead in a background thread while ggml computes.
+        nbatch_logical: samples per optimizer step (gradient accumulation), a multiple of the batch size.
+
+    Value: the history DataFrame of ``ggml_fit_opt_gen`` (with the ``steps`` column).
+
+    Example:
+        >>> def batches():                      # a new pass (and augmentation) every epoch
+        ...     for i in range(0, len(x), 64):
+        ...         yield augment(x[i:i + 64]), y[i:i + 64]
+        >>> g.ggml_fit_generator(model, batches, epochs=5)
+    """
+    import pandas as pd  # noqa: F401 - the history's type
+    cfg = compiled(model, "ggml_fit_generator")
+    epochs = _int_arg(epochs, "epochs", 0)
+    initial_epoch = _int_arg(initial_epoch, "initial_epoch", 0)
+    prefetch = _int_arg(prefetch, "prefetch", 0)
+    for name, v in (("steps_per_epoch", steps_per_epoch), ("validation_steps", validation_steps)):
+        if v is not None:
+            _int_arg(v, name, 1)
+    if inspect_lambda_of_generator(generator):
+        raise GgmlTypeError("generator is a function returning a generator (e.g. lambda: gen()); pass the "
+                            "generator function itself (gen) or a generator object (gen())")
+    source = Source(generator, "generator")
+    first = source.peek() if epochs > 0 else None
+    if first is None:
+        if epochs > 0:
+            warnings.warn("the generator gave no batch: nothing was trained", GgmlpyWarning, stacklevel=2)
+        from ..training.loop import HISTORY_COLUMNS
+        return pd.DataFrame({c: pd.Series(dtype=float) for c in HISTORY_COLUMNS + ["steps"]})
+    probe = _BatchConverter(model, cfg, "generator", None, None)
+    xs, _, w = probe.arrays(first)
+    batch = xs[0].shape[0]
+    source.transform = _BatchConverter(model, cfg, "generator", batch, w is not None)
+    validate = _validation(model, cfg, validation_data, validation_steps, batch)
+    return run_training(model, cfg, source, batch, epochs=epochs, initial_epoch=initial_epoch, callbacks=callbacks,
+                        silent=_verbose(verbose), validate=validate, sample_weighted=w is not None, stream=True,
+                        steps_per_epoch=steps_per_epoch, nbatch_logical=nbatch_logical, prefetch=prefetch)
+
+
+def inspect_lambda_of_generator(obj: Any) -> bool:
+    """``lambda: gen()`` passed as a source: a plain function (not a generator function) of no
+    arguments named ``<lambda>`` whose code only calls a generator function."""
+    import inspect
+    if not inspect.isfunction(obj) or obj.__name__ != "<lambda>" or inspect.isgeneratorfunction(obj):
+        return False
+    names = [obj.__globals__.get(n) for n in obj.__code__.co_names]
+    return any(inspect.isgeneratorfunction(f) for f in names if f is not None) and obj.__code__.co_argcount == 0 \
+        and len(obj.__code__.co_names) == 1
+
+
+def _validation(model: Model, cfg: CompileConfig, validation_data: Any, steps: int | None, batch: int):
+    if validation_data is None:
+        return None
+    if isinstance(validation_data, tuple) and len(validation_data) in (2, 3) and \
+            all(isinstance(v, np.ndarray) or v is None for v in validation_data):
+        vx = D.model_inputs(model, validation_data[0], "validation_data x")
+        vy = D.model_targets(model, cfg, validation_data[1], vx[0].shape[0], "validation_data y")
+        vw = D.sample_weights(cfg, vy, vx[0].shape[0], validation_data[2] if len(validation_data) == 3 else None,
+                              None, "validation_data sample_weight")
+        return lambda: _stats(_evaluate_arrays(model, cfg, model.runtime.predictor, vx, vy, vw, batch))
+    source = Source(validation_data, "validation_data")
+    convert = _BatchConverter(model, cfg, "validation_data", None, None)
+
+    def validate() -> EpochStats:
+        tally = Tally(cfg.heads)
+        source.start_epoch()
+        k = 0
+        while steps is None or k < steps:
+            b = source.next_batch()
+            if b is None:
+                break
+            xs, ys, w = convert.arrays(b)
+            _evaluate_arrays(model, cfg, model.runtime.predictor, xs, ys, w, batch, tally)
+            k += 1
+        if k == 0:
+            warnings.warn("validation_data gave no batch: val_loss is NaN", GgmlpyWarning, stacklevel=2)
+        return _stats(tally)
+    return validate

@@ -1,0 +1,269 @@
+"""Models as graphs of layer applications: ``Node`` (a symbolic tensor of the functional API),
+``Model`` (functional: inputs and outputs) and ``Sequential`` (a list of layers), with the
+summary, layer lookup, freezing and the architecture description saved with a model."""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import numpy as np
+
+from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
+from .layers import Layer, next_global_name, sample_shape
+
+DTYPES = ("float32", "int32")
+
+
+class InputLayer(Layer):
+    """Where data enters: one sample's ``shape`` and ``dtype`` ("float32", or "int32" for token ids)."""
+    kind = "input"
+
+    def __init__(self, shape: Any, dtype: str = "float32", **kw: Any) -> None:
+        super().__init__(**kw)
+        self.shape = sample_shape(shape, "shape")
+        if dtype not in DTYPES:
+            raise GgmlValueError(f"dtype must be 'float32' or 'int32', got {dtype!r}")
+        self.dtype = dtype
+
+    def config(self) -> dict:
+        return {"shape": list(self.shape), "dtype": self.dtype}
+
+
+class Node:
+    """The output of a layer applied to nodes (or of an input): a per-sample ``shape``."""
+    __slots__ = ("layer", "inputs", "shape", "dtype")
+
+    def __init__(self, layer: Layer, inputs: list["Node"], shape: tuple[int, ...], dtype: str = "float32") -> None:
+        self.layer, self.inputs, self.shape, self.dtype = layer, inputs, shape, dtype
+
+    @property
+    def is_input(self) -> bool:
+        return isinstance(self.layer, InputLayer)
+
+    def __repr__(self) -> str:
+        return f"<Node {self.layer.name} shape=(None, {', '.join(map(str, self.shape))})>"
+
+
+def apply_layer(layer: Layer, inputs: Node | list[Node]) -> Node:
+    """``layer`` applied to ``inputs`` (a node, or a list for add/concatenate): a new node."""
+    nodes = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    for n in nodes:
+        if not isinstance(n, Node):
+            raise GgmlTypeError(f"layer '{layer.name}' must be applied to a node (from ggml_input or a layer), "
+                                f"got {type(n).__name__}")
+    if layer.many_inputs != (isinstance(inputs, (list, tuple))):
+        raise GgmlTypeError(f"{layer.kind} takes {'a list of nodes' if layer.many_inputs else 'one node'}")
+    int_in = [n for n in nodes if n.dtype == "int32"]
+    if int_in and not layer.takes_int:
+        raise GgmlTypeError(f"layer '{layer.name}' ({layer.kind}) cannot read int32 token ids; put an embedding "
+                            "layer first")
+    if layer.takes_int and not int_in:
+        raise GgmlTypeError(f"layer '{layer.name}' ({layer.kind}) reads int32 token ids: give it "
+                            "ggml_input(shape, dtype='int32')")
+    shape = layer.build([n.shape for n in nodes])
+    return Node(layer, nodes, shape)
+
+
+def _topological(outputs: list[Node]) -> list[Node]:
+    order: list[Node] = []
+    state: dict[int, int] = {}
+    for root in outputs:
+        stack = [(root, False)]
+        while stack:
+            node, done = stack.pop()
+            key = id(node)
+            if done:
+                if state.get(key) != 2:
+                    state[key] = 2
+                    order.append(node)
+                continue
+            if state.get(key):
+                continue
+            state[key] = 1
+            stack.append((node, True))
+            stack.extend((n, False) for n in reversed(node.inputs) if not state.get(id(n)))
+    return order
+
+
+class Model:
+    """A functional model: ``inputs`` and ``outputs`` nodes and the layers between them."""
+    sequential = False
+
+    def __init__(self, inputs: Any, outputs: Any, name: str | None = None) -> None:
+        self.name = name or "model"
+        self._set_graph(_node_list(inputs, "inputs"), _node_list(outputs, "outputs"))
+        self.compiled: Any = None   # CompileConfig, set by ggml_compile
+        self.runtime: Any = None    # weights on a backend, set by ggml_compile
+
+    def _set_graph(self, inputs: list[Node], outputs: list[Node]) -> None:
+        for n in inputs:
+            if not n.is_input:
+                raise GgmlValueError(f"model inputs must come from ggml_input, got the output of '{n.layer.name}'")
+        nodes = _topological(outputs)
+        missing = [n for n in nodes if n.is_input and all(n is not i for i in inputs)]
+        if missing:
+            raise GgmlValueError(f"the outputs depend on input '{missing[0].layer.name}', which is not among the "
+                                 "model's inputs")
+        self.inputs, self.outputs, self.nodes = inputs, outputs, nodes
+        layers: list[Layer] = []
+        for n in nodes:
+            if not n.is_input and all(n.layer is not l for l in layers):
+                layers.append(n.layer)
+        names = [l.name for l in layers]
+        dup = next((x for x in names if names.count(x) > 1), None)
+        if dup is not None:
+            raise GgmlValueError(f"two layers of the model are named '{dup}'; layer names must be unique")
+        self._layers = layers
+
+    @property
+    def layers(self) -> list[Layer]:
+        return list(self._layers)
+
+    def graph(self) -> tuple[list[Node], list[Node], list[Node]]:
+        """(inputs, outputs, nodes in topological order)."""
+        return self.inputs, self.outputs, self.nodes
+
+    def invalidate(self) -> None:
+        """The layer list changed: compiled state must be rebuilt."""
+        if self.runtime is not None:
+            self.runtime.free()
+        self.runtime = None
+        self.compiled = None
+
+    # ---- description
+    def architecture(self) -> dict:
+        inputs, outputs, nodes = self.graph()
+        layers = self.layers
+        index = {id(n): i for i, n in enumerate(nodes)}
+        return {"class": "functional", "name": self.name, "layers": [l.full_config() for l in layers],
+                "nodes": [{"layer": n.layer.full_config() if n.is_input else
+                           next(i for i, l in enumerate(layers) if l is n.layer),
+                           "inputs": [index[id(i)] for i in n.inputs]} for n in nodes],
+                "inputs": [index[id(n)] for n in inputs], "outputs": [index[id(n)] for n in outputs]}
+
+    def summary(self) -> str:
+        inputs, outputs, nodes = self.graph()
+        rows = [("Layer (type)", "Output Shape", "Param #")]
+        for n in nodes:
+            params = n.layer.n_params() + sum(int(np.prod(p.ne)) for p in (n.layer.params or []) if not p.trainable)
+            rows.append((f"{n.layer.name} ({n.layer.kind})", "(None, " + ", ".join(map(str, n.shape)) + ")",
+                         f"{params:,}"))
+        widths = [max(len(r[i]) for r in rows) + 2 for i in range(3)]
+        rule = "=" * sum(widths)
+        lines = [f'Model: "{self.name}" ({"sequential" if self.sequential else "functional"})', rule,
+                 "".join(c.ljust(w) for c, w in zip(rows[0], widths)), rule]
+        lines += ["".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows[1:]]
+        total = sum(l.n_params() + sum(int(np.prod(p.ne)) for p in (l.params or []) if not p.trainable)
+                    for l in self.layers)
+        trainable = sum(l.n_params(trainable_only=True) for l in self.layers)
+        lines += [rule, f"Total params: {total:,}", f"Trainable params: {trainable:,}",
+                  f"Non-trainable params: {total - trainable:,}",
+                  f"Compiled: {'yes, on ' + self.runtime.device_name if self.runtime is not None else 'no'}"]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        try:
+            return self.summary()
+        except GgmlpyLikeError as exc:  # an incomplete sequential model still prints
+            return f"<{type(self).__name__} '{self.name}' (incomplete: {exc})>"
+
+    def __repr__(self) -> str:
+        return f"<{'Sequential' if self.sequential else 'Model'} '{self.name}' with {len(self.layers)} layers>"
+
+
+GgmlpyLikeError = (GgmlValueError, GgmlStateError)
+
+
+class Sequential(Model):
+    """A stack of layers, each applied to the previous one's output; the first takes ``input_shape``."""
+    sequential = True
+
+    def __init__(self, layers: Iterable[Layer] = (), name: str | None = None) -> None:
+        self.name = name or "sequential"
+        self._stack: list[Layer] = []
+        self._built: tuple | None = None
+        self.compiled = None
+        self.runtime = None
+        for layer in layers:
+            self.add(layer)
+
+    def add(self, layer: Layer) -> "Sequential":
+        if not isinstance(layer, Layer) or isinstance(layer, InputLayer):
+            raise GgmlTypeError(f"a sequential model takes layers, got {type(layer).__name__}")
+        if layer.many_inputs:
+            raise GgmlTypeError(f"{layer.kind} joins several nodes: use it in a functional model (ggml_model)")
+        if any(layer is l for l in self._stack):
+            raise GgmlValueError(f"layer '{layer.name}' is already in this model")
+        if layer.name is None:
+            k = 1 + sum(l.kind == layer.kind for l in self._stack)
+            layer.name = f"{layer.kind}_{k}"
+        if any(l.name == layer.name for l in self._stack):
+            raise GgmlValueError(f"the model already has a layer named '{layer.name}'")
+        if self._stack and layer.input_shape is not None:
+            raise GgmlValueError(f"input_shape is for the first layer only; layer '{layer.name}' is not first")
+        self._stack.append(layer)
+        self.invalidate()
+        self._built = None
+        return self
+
+    def pop(self) -> Layer:
+        if not self._stack:
+            raise GgmlValueError("the model has no layer to pop")
+        layer = self._stack.pop()
+        self.invalidate()
+        self._built = None
+        return layer
+
+    @property
+    def layers(self) -> list[Layer]:
+        return list(self._stack)
+
+    def graph(self):
+        if self._built is None:
+            if not self._stack:
+                raise GgmlValueError("the sequential model has no layers yet")
+            first = self._stack[0]
+            if first.input_shape is None:
+                raise GgmlValueError(f"layer '{first.name}' ({first.kind}) is the first layer of the sequential "
+                                     "model and needs input_shape=(...) (one sample's shape, no batch axis)")
+            dtype = "int32" if first.takes_int else "float32"
+            node = Node(InputLayer(first.input_shape, dtype, name="input"), [], first.input_shape, dtype)
+            inputs = [node]
+            for layer in self._stack:
+                node = apply_layer(layer, node)
+            self._built = (inputs, [node], _topological([node]))
+        return self._built
+
+    @property
+    def inputs(self):
+        return self.graph()[0]
+
+    @property
+    def outputs(self):
+        return self.graph()[1]
+
+    @property
+    def nodes(self):
+        return self.graph()[2]
+
+    def architecture(self) -> dict:
+        return {"class": "sequential", "name": self.name, "layers": [l.full_config() for l in self._stack],
+                "input_shape": list(self._stack[0].input_shape) if self._stack and self._stack[0].input_shape
+                else None}
+
+
+def _node_list(value: Any, what: str) -> list[Node]:
+    nodes = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not nodes:
+        raise GgmlValueError(f"{what}: expected at least one node")
+    for n in nodes:
+        if not isinstance(n, Node):
+            raise GgmlTypeError(f"{what} must be nodes (from ggml_input or ggml_layer_* on a node), "
+                                f"got {type(n).__name__}")
+    return nodes
+
+
+def default_name(layer: Layer) -> Layer:
+    """Layers made outside a sequential model are named from a session-wide count ("dense_3")."""
+    if layer.name is None:
+        layer.name = next_global_name(layer.kind)
+    return layer

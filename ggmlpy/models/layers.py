@@ -1,0 +1,318 @@
+"""Layer objects: what each layer is (its ggmlR arguments), its output shape, its weights, and the
+ggml ops of its forward pass.
+
+Shapes here are per sample and in the user's orientation (channels last, no batch axis), as in
+Keras and ggmlR. A node's ggml tensor holds the batch in ggml's order: a sample shape
+``(d1, ..., dk)`` is the tensor ``[dk, ..., d1, N]`` (a C-ordered ``(N, d1, ..., dk)`` array is
+already in that layout). Convolution and pooling work on ggml's image layout instead (see
+``conv.py``); the graph builder converts between the two only where a layer asks for it.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .. import ops
+from ..context import Tensor
+from ..errors import GgmlTypeError, GgmlValueError
+
+NATURAL, SPATIAL = "natural", "spatial"
+MAX_NAME = 40  # GGUF/ggml tensor names are at most 63 bytes: "<layer name>.<weight>"
+
+ACTIVATIONS: dict[str | None, Callable | None] = {
+    None: None, "linear": None, "relu": ops.ggml_relu, "sigmoid": ops.ggml_sigmoid, "tanh": ops.ggml_tanh,
+    "gelu": ops.ggml_gelu, "silu": ops.ggml_silu, "softmax": ops.ggml_soft_max,
+}
+
+
+def check_activation(activation: Any) -> str | None:
+    if activation is not None and not isinstance(activation, str):
+        raise GgmlTypeError(f"activation must be a name (str) or None, got {type(activation).__name__}")
+    if activation not in ACTIVATIONS:
+        names = ", ".join(repr(a) for a in ACTIVATIONS if a is not None)
+        raise GgmlValueError(f"unknown activation {activation!r}; expected one of {names} or None")
+    return None if activation == "linear" else activation
+
+
+def positive_int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise GgmlValueError(f"{what} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def int_pair(value: Any, what: str) -> tuple[int, int]:
+    """(rows, cols) from an int or a pair of ints."""
+    pair = (value, value) if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else value
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+        raise GgmlValueError(f"{what} must be an int or a pair (rows, cols), got {value!r}")
+    return positive_int(pair[0], what), positive_int(pair[1], what)
+
+
+def sample_shape(shape: Any, what: str = "input_shape") -> tuple[int, ...]:
+    """A per-sample shape: a tuple of 1 to 3 positive ints (an int means (int,))."""
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)) or not 1 <= len(shape) <= 3:
+        raise GgmlValueError(f"{what} must be a tuple of 1 to 3 positive ints (one sample, no batch axis), "
+                             f"got {shape!r}")
+    return tuple(positive_int(n, what) for n in shape)
+
+
+@dataclass
+class ParamSpec:
+    """One weight of a layer: its ggml shape, how it starts and whether the optimizer trains it."""
+    name: str                  # "weight", "bias", "kernel", "gamma", "running_mean", ...
+    ne: tuple[int, ...]        # ggml shape
+    init: str                  # "glorot", "zeros", "ones", "embedding"
+    fans: tuple[int, int] = (1, 1)
+    trainable: bool = True     # False: state the layer updates itself (batch-norm running statistics)
+    user_axes: tuple[int, ...] | None = None  # transpose from ggml's numpy order to the user's (Keras') order
+
+    def initial(self, rng: np.random.RandomState) -> np.ndarray:
+        shape = tuple(reversed(self.ne))
+        if self.init == "glorot":  # Glorot (Xavier) uniform, as Keras
+            limit = math.sqrt(6.0 / (self.fans[0] + self.fans[1]))
+            return rng.uniform(-limit, limit, size=shape).astype(np.float32)
+        if self.init == "embedding":
+            return rng.uniform(-0.05, 0.05, size=shape).astype(np.float32)
+        return np.full(shape, 1.0 if self.init == "ones" else 0.0, dtype=np.float32)
+
+
+_global_counts: dict[str, itertools.count] = {}
+
+
+def next_global_name(kind: str) -> str:
+    counter = _global_counts.setdefault(kind, itertools.count(1))
+    return f"{kind}_{next(counter)}"
+
+
+class Layer:
+    """A layer: ggmlR's arguments (``config``), weights built once for the first input shape, and a
+    forward pass. Applying one layer object to several nodes shares its weights."""
+
+    kind = "layer"        # ggmlR's type name, also the stem of default names ("dense_1")
+    layout = NATURAL      # the ggml layout the forward pass reads
+    out_layout = None     # the layout it returns (None: the same)
+    many_inputs = False   # add / concatenate take a list of nodes
+    takes_int = False     # embedding: int32 token ids in
+
+    def __init__(self, name: str | None = None, trainable: bool = True, input_shape: Any = None) -> None:
+        if name is not None and (not isinstance(name, str) or not name or len(name) > MAX_NAME
+                                 or not name.replace("_", "").replace("-", "").isalnum()):
+            raise GgmlValueError(f"a layer name must be 1 to {MAX_NAME} letters, digits, '_' or '-', got {name!r}")
+        if not isinstance(trainable, bool):
+            raise GgmlTypeError(f"trainable must be True or False, got {trainable!r}")
+        self.name = name
+        self.trainable = trainable
+        self.input_shape = sample_shape(input_shape) if input_shape is not None else None
+        self.params: list[ParamSpec] | None = None   # set by build()
+        self.built_for: list[tuple[int, ...]] | None = None
+
+    # ---- what subclasses define
+    def config(self) -> dict:
+        """The layer's ggmlR arguments (saved with the model)."""
+        return {}
+
+    def output_shape(self, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+        return shapes[0]
+
+    def make_params(self, shapes: list[tuple[int, ...]]) -> list[ParamSpec]:
+        return []
+
+    def forward(self, g: Any, xs: list[Tensor], shapes: list[tuple[int, ...]]) -> Tensor:
+        raise NotImplementedError
+
+    def predict_forward(self, g: Any, xs: list[Tensor], shapes: list[tuple[int, ...]]) -> Tensor:
+        """The inference pass (dropout and batch norm differ from training)."""
+        return self.forward(g, xs, shapes)
+
+    # ---- shared machinery
+    def build(self, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+        """Check the input shapes, make the weights on first use, return the output shape."""
+        out = self.output_shape(shapes)
+        if self.built_for is None:
+            self.params = self.make_params(shapes)
+            self.built_for = list(shapes)
+        elif list(shapes) != self.built_for:
+            raise GgmlValueError(f"layer '{self.name}' was built for input shape(s) {self.built_for} and is now "
+                                 f"applied to {list(shapes)}; a shared layer needs inputs of one shape")
+        return out
+
+    def n_params(self, trainable_only: bool = False) -> int:
+        return sum(int(np.prod(p.ne)) for p in (self.params or [])
+                   if p.trainable and (self.trainable or not trainable_only))
+
+    def full_config(self) -> dict:
+        return {"type": self.kind, "name": self.name, "trainable": self.trainable, **self.config()}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
+        return f"<{self.kind} '{self.name}'{': ' + args if args else ''}>"
+
+
+def activate(g: Any, t: Tensor, activation: str | None) -> Tensor:
+    """``activation(t)``; a final softmax is left to the loss when training with ggml's fused cross-entropy."""
+    fn = ACTIVATIONS[activation]
+    if fn is None or (activation == "softmax" and g.strip_softmax):
+        return t
+    return fn(g.ctx, t)
+
+
+class Dense(Layer):
+    """``units`` outputs from the last axis: ``activation(x W + b)``."""
+    kind = "dense"
+
+    def __init__(self, units: int, activation: str | None = None, use_bias: bool = True, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.units = positive_int(units, "units")
+        self.activation = check_activation(activation)
+        self.use_bias = bool(use_bias)
+
+    def config(self) -> dict:
+        return {"units": self.units, "activation": self.activation, "use_bias": self.use_bias}
+
+    def output_shape(self, shapes):
+        return shapes[0][:-1] + (self.units,)
+
+    def make_params(self, shapes):
+        fan_in = shapes[0][-1]
+        specs = [ParamSpec("weight", (fan_in, self.units), "glorot", (fan_in, self.units), user_axes=(1, 0))]
+        if self.use_bias:
+            specs.append(ParamSpec("bias", (self.units,), "zeros"))
+        return specs
+
+    def forward(self, g, xs, shapes):
+        y = ops.ggml_mul_mat(g.ctx, g.param(self, "weight"), xs[0])
+        if self.use_bias:
+            y = ops.ggml_add(g.ctx, y, g.param(self, "bias"))
+        return activate(g, y, self.activation)
+
+
+class Flatten(Layer):
+    """All axes of a sample into one (in the user's orientation: channels fastest)."""
+    kind = "flatten"
+
+    def output_shape(self, shapes):
+        return (int(np.prod(shapes[0])),)
+
+    def forward(self, g, xs, shapes):
+        return ops.ggml_reshape_2d(g.ctx, xs[0], int(np.prod(shapes[0])), g.batch)
+
+
+class Dropout(Layer):
+    """Inverted dropout: in training each value is zeroed with probability ``rate`` and the rest scaled
+    by 1/(1 - rate), with a new mask every step; ``ggml_predict``/``ggml_evaluate`` pass values through."""
+    kind = "dropout"
+
+    def __init__(self, rate: float, **kw: Any) -> None:
+        super().__init__(**kw)
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
+            raise GgmlValueError(f"dropout rate must be a number in [0, 1), got {rate!r}")
+        self.rate = float(rate)
+
+    def config(self) -> dict:
+        return {"rate": self.rate}
+
+    def forward(self, g, xs, shapes):
+        if self.rate == 0:
+            return xs[0]
+        return ops.ggml_mul(g.ctx, xs[0], g.dropout_mask(xs[0], self.rate))
+
+    def predict_forward(self, g, xs, shapes):
+        return xs[0]
+
+
+class Embedding(Layer):
+    """Rows of a ``vocab_size x dim`` table picked by int32 token ids in ``[0, vocab_size)``:
+    a sample of shape ``(steps,)`` becomes ``(steps, dim)``."""
+    kind = "embedding"
+    takes_int = True
+
+    def __init__(self, vocab_size: int, dim: int, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.vocab_size = positive_int(vocab_size, "vocab_size")
+        self.dim = positive_int(dim, "dim")
+
+    def config(self) -> dict:
+        return {"vocab_size": self.vocab_size, "dim": self.dim}
+
+    def output_shape(self, shapes):
+        if len(shapes[0]) != 1:
+            raise GgmlValueError(f"embedding '{self.name}' takes samples of token ids of shape (steps,), got "
+                                 f"{shapes[0]}")
+        return shapes[0] + (self.dim,)
+
+    def make_params(self, shapes):
+        return [ParamSpec("weight", (self.dim, self.vocab_size), "embedding")]
+
+    def forward(self, g, xs, shapes):
+        steps = shapes[0][0]
+        ids = ops.ggml_reshape_1d(g.ctx, xs[0], steps * g.batch)
+        rows = ops.ggml_get_rows(g.ctx, g.param(self, "weight"), ids)
+        return ops.ggml_reshape_3d(g.ctx, rows, self.dim, steps, g.batch)
+
+
+class Add(Layer):
+    """Element-wise sum of nodes of one shape."""
+    kind = "add"
+    many_inputs = True
+
+    def output_shape(self, shapes):
+        if len(shapes) < 2 or any(s != shapes[0] for s in shapes):
+            raise GgmlValueError(f"add needs two or more nodes of one shape, got shapes {shapes}")
+        return shapes[0]
+
+    def forward(self, g, xs, shapes):
+        y = xs[0]
+        for x in xs[1:]:
+            y = ops.ggml_add(g.ctx, y, x)
+        return y
+
+
+class Concatenate(Layer):
+    """Nodes joined along ``axis`` of a sample (default -1, the feature/channel axis)."""
+    kind = "concatenate"
+    many_inputs = True
+
+    def __init__(self, axis: int = -1, **kw: Any) -> None:
+        super().__init__(**kw)
+        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+            raise GgmlValueError(f"axis must be an int, got {axis!r}")
+        self.axis = int(axis)
+
+    def config(self) -> dict:
+        return {"axis": self.axis}
+
+    def _axis(self, rank: int) -> int:
+        axis = self.axis + rank if self.axis < 0 else self.axis
+        if not 0 <= axis < rank:
+            raise GgmlValueError(f"concatenate axis {self.axis} is outside samples of rank {rank} (the batch axis "
+                                 "cannot be joined)")
+        return axis
+
+    def output_shape(self, shapes):
+        rank = len(shapes[0])
+        if len(shapes) < 2 or any(len(s) != rank for s in shapes):
+            raise GgmlValueError(f"concatenate needs two or more nodes of one rank, got shapes {shapes}")
+        axis = self._axis(rank)
+        for s in shapes[1:]:
+            if any(a != b for i, (a, b) in enumerate(zip(s, shapes[0])) if i != axis):
+                raise GgmlValueError(f"concatenate along axis {self.axis}: the other axes must match, got {shapes}")
+        return shapes[0][:axis] + (sum(s[axis] for s in shapes),) + shapes[0][axis + 1:]
+
+    def forward(self, g, xs, shapes):
+        dim = len(shapes[0]) - 1 - self._axis(len(shapes[0]))  # ggml counts axes from the fastest
+        y = xs[0]
+        for x in xs[1:]:
+            y = ops.ggml_concat(g.ctx, y, x, dim)
+        return y
+
+
+def layer_sequence(values: Sequence[Any], what: str) -> list:
+    if not isinstance(values, (list, tuple)) or len(values) < 2:
+        raise GgmlValueError(f"{what} takes a list of two or more nodes, got {values!r:.80}")
+    return list(values)

@@ -1,0 +1,83 @@
+"""Losses and accuracy of predictions, in float64 numpy, for ``ggml_evaluate`` and validation.
+
+The definitions are those the training graph optimises (``ggmlpy/losses.py``): each loss is the
+mean over samples of the per-sample loss (times its weight), element-wise losses averaging over
+the output's elements too; probabilities are kept inside [1e-7, 1 - 1e-7] before a log.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .compile import HeadSpec
+
+EPS = 1e-7
+HUBER_DELTA = 1.0
+
+
+def per_sample_loss(h: HeadSpec, out: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The loss of each sample, shape (N,). ``out`` is what ``ggml_predict`` returns."""
+    n = out.shape[0]
+    o = out.reshape(n, -1).astype(np.float64)
+    t = y.reshape(n, -1).astype(np.float64)
+    if h.loss_type_name == "cross_entropy":
+        if h.from_logits:
+            z = o - o.max(axis=1, keepdims=True)
+            logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        else:
+            logp = np.log(np.clip(o, EPS, 1.0))
+        return -(t * logp).sum(axis=1)
+    if h.loss_type_name == "binary_cross_entropy":
+        p = o * (1 - 2 * EPS) + EPS
+        q = (1 - o) * (1 - 2 * EPS) + EPS
+        return -(t * np.log(p) + (1 - t) * np.log(q)).mean(axis=1)
+    err = o - t
+    if h.loss_type_name == "mae":
+        return np.abs(err).mean(axis=1)
+    if h.loss_type_name == "huber":
+        a = np.abs(err)
+        c = np.minimum(a, HUBER_DELTA)
+        return (0.5 * c * c + HUBER_DELTA * (a - c)).mean(axis=1)
+    return (err * err).mean(axis=1)
+
+
+def correct(h: HeadSpec, out: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+    """Per-sample 0/1 correctness for classification heads, None otherwise."""
+    n = out.shape[0]
+    if h.loss_type_name == "cross_entropy":
+        return (out.reshape(n, -1).argmax(axis=1) == y.reshape(n, -1).argmax(axis=1)).astype(np.float64)
+    if h.loss_type_name == "binary_cross_entropy":
+        return ((out.reshape(n, -1) > 0.5) == (y.reshape(n, -1) > 0.5)).mean(axis=1)
+    return None
+
+
+class Tally:
+    """Sums over batches of the per-head losses and correct counts, and their means."""
+
+    def __init__(self, heads: list[HeadSpec]) -> None:
+        self.heads = heads
+        self.loss = np.zeros(len(heads))
+        self.correct = np.zeros(len(heads))
+        self.n = 0
+
+    def add(self, outs: list[np.ndarray], ys: list[np.ndarray], w: np.ndarray | None = None) -> None:
+        for i, (h, o, y) in enumerate(zip(self.heads, outs, ys)):
+            losses = per_sample_loss(h, o, y)
+            self.loss[i] += float((losses if w is None else losses * w).sum())
+            c = correct(h, o, y)
+            if c is not None:
+                self.correct[i] += float(c.sum())
+        self.n += outs[0].shape[0]
+
+    def head_losses(self) -> list[float]:
+        return list(self.loss / self.n) if self.n else [float("nan")] * len(self.heads)
+
+    def head_accuracies(self) -> list[float]:
+        return [self.correct[i] / self.n if self.n and h.classification else float("nan")
+                for i, h in enumerate(self.heads)]
+
+    def total_loss(self) -> float:
+        return float(sum(h.weight * l for h, l in zip(self.heads, self.head_losses())))
+
+    def accuracy(self) -> float:
+        acc = [a for a in self.head_accuracies() if not np.isnan(a)]
+        return float(np.mean(acc)) if acc else float("nan")

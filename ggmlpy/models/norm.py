@@ -1,0 +1,84 @@
+"""Batch normalisation.
+
+Training normalises each channel (the last axis of a sample) with the batch's mean and biased
+variance, taken over the batch and every other axis, then scales by ``gamma`` and shifts by
+``beta``. The batch statistics are also copied into tensors the graph builder keeps readable, and
+after each training step the running statistics are updated from them as in Keras:
+``running = momentum * running + (1 - momentum) * batch``. ``ggml_predict``/``ggml_evaluate`` use the
+running statistics.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import ops
+from ..errors import GgmlValueError
+from .layers import Layer, ParamSpec
+
+
+class BatchNorm(Layer):
+    kind = "batch_norm"
+
+    def __init__(self, eps: float = 1e-5, momentum: float = 0.99, **kw: Any) -> None:
+        super().__init__(**kw)
+        for name, value, lo in (("eps", eps, 0.0), ("momentum", momentum, 0.0)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) \
+                    or not lo <= value <= (1.0 if name == "momentum" else np.inf) or (name == "eps" and value <= 0):
+                raise GgmlValueError(f"batch_norm {name} must be {'> 0' if name == 'eps' else 'in [0, 1]'}, "
+                                     f"got {value!r}")
+        self.eps, self.momentum = float(eps), float(momentum)
+
+    def config(self) -> dict:
+        return {"eps": self.eps, "momentum": self.momentum}
+
+    def make_params(self, shapes):
+        c = shapes[0][-1]
+        return [ParamSpec("gamma", (c,), "ones"), ParamSpec("beta", (c,), "zeros"),
+                ParamSpec("running_mean", (c,), "zeros", trainable=False),
+                ParamSpec("running_var", (c,), "ones", trainable=False)]
+
+    def forward(self, g, xs, shapes):
+        c = shapes[0][-1]
+        rows = int(np.prod(shapes[0][:-1])) * g.batch   # values per channel
+        ctx = g.ctx
+        x = ops.ggml_reshape_2d(ctx, xs[0], c, rows)
+
+        def channel_mean(t):  # [C, rows] -> [C, 1]; sum_rows works along ne[0], so transpose first
+            m = ops.ggml_scale(ctx, ops.ggml_sum_rows(ctx, ops.ggml_cont(ctx, ops.ggml_transpose(ctx, t))), 1 / rows)
+            return m
+
+        mean = g.readout(channel_mean(x))                               # [1, C], readable after the step
+        centered = ops.ggml_sub(ctx, x, ops.ggml_repeat(ctx, ops.ggml_reshape_2d(ctx, mean, c, 1), x))
+        var = g.readout(channel_mean(ops.ggml_sqr(ctx, centered)))      # biased, as Keras
+        std = ops.ggml_sqrt(ctx, ops.ggml_scale_bias(ctx, ops.ggml_reshape_2d(ctx, var, c, 1), 1.0, self.eps))
+        normed = ops.ggml_div(ctx, centered, ops.ggml_repeat(ctx, std, centered))
+        y = ops.ggml_add(ctx, ops.ggml_mul(ctx, normed, g.param(self, "gamma")), g.param(self, "beta"))
+        g.on_train_step(_RunningStats(g, self, mean, var))
+        return ops.ggml_reshape(ctx, y, xs[0])
+
+    def predict_forward(self, g, xs, shapes):
+        ctx = g.ctx
+        inv_std = ops.ggml_sqrt(ctx, ops.ggml_scale_bias(ctx, g.param(self, "running_var"), 1.0, self.eps))
+        scale = ops.ggml_div(ctx, g.param(self, "gamma"), inv_std)
+        centered = ops.ggml_sub(ctx, xs[0], g.param(self, "running_mean"))
+        return ops.ggml_add(ctx, ops.ggml_mul(ctx, centered, scale), g.param(self, "beta"))
+
+
+class _RunningStats:
+    """After each training eval: fold the batch's statistics into the running ones."""
+
+    def __init__(self, g: Any, layer: BatchNorm, mean, var) -> None:
+        self.params, self.layer, self.mean, self.var = g.params, layer, mean, var
+
+    def before_eval(self, train: bool) -> None:
+        pass
+
+    def after_eval(self, train: bool) -> None:
+        if not train:
+            return
+        m = self.layer.momentum
+        for name, batch in (("running_mean", self.mean), ("running_var", self.var)):
+            running = self.params.read(self.layer, name)
+            self.params.write(self.layer, name, m * running + (1 - m) * self.params.read_tensor(batch))

@@ -1,0 +1,314 @@
+"""What a compiled model owns in ggml: its weights on a backend (``ParamStore``), the graphs built
+from its layers for one batch size (``GraphInstance``), and a forward-only runner (``Predictor``).
+
+Ownership: the weights live in one context and one buffer of the model's backend. A training graph
+(built for each fit or trainer, freed after) reads them and is run by ggml-opt, which copies the graph
+before allocating it, so the graph's own tensors never get memory. A predict graph has its own
+scheduler and context, so the scheduler's allocations never leak into another graph.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from .. import ops
+from ..backend import Backend, ggml_backend_alloc_ctx_tensors, ggml_backend_init_auto
+from ..context import (GGML_TYPE_F32, GGML_TYPE_I32, Context, Tensor, ggml_graph_overhead, ggml_init,
+                       ggml_new_graph_custom, ggml_build_forward_expand, ggml_new_tensor, ggml_set_input,
+                       ggml_set_name, ggml_set_output, ggml_tensor_overhead, set_trainable)
+from ..data import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
+from ..errors import GgmlStateError
+from ..opt import BUILD_FORWARD, training_graph_nodes
+from ..sched import Scheduler, ggml_backend_sched_graph_compute, ggml_backend_sched_new
+from .graph import Model, Node
+from .layers import NATURAL, SPATIAL, Layer
+
+
+# ---------------------------------------------------------------- weights
+
+class ParamStore:
+    """Every weight and state tensor of a model's layers, in one buffer on one backend."""
+
+    def __init__(self, layers: Sequence[Layer], backend: Backend, values: dict | None = None) -> None:
+        self.layers = list(layers)
+        self.backend = backend
+        specs = [(l, p) for l in self.layers for p in (l.params or [])]
+        self.ctx = ggml_init(mem_size=(len(specs) + 2) * ggml_tensor_overhead(), no_alloc=True)
+        self.tensors: dict[tuple[int, str], Tensor] = {}
+        self.specs: list[tuple[Layer, Any]] = specs
+        for layer, spec in specs:
+            t = ggml_new_tensor(self.ctx, GGML_TYPE_F32, len(spec.ne), spec.ne)
+            ggml_set_name(t, f"{layer.name}.{spec.name}")
+            self.tensors[(id(layer), spec.name)] = t
+        self.buffer = ggml_backend_alloc_ctx_tensors(self.ctx, backend) if specs else None
+        for layer, spec in specs:
+            key = f"{layer.name}.{spec.name}"
+            value = values.get(key) if values else None
+            self.write(layer, spec.name, value if value is not None else spec.initial(np.random))
+
+    @property
+    def alive(self) -> bool:
+        return self.ctx.alive
+
+    def tensor(self, layer: Layer, name: str) -> Tensor:
+        try:
+            return self.tensors[(id(layer), name)]
+        except KeyError:
+            raise GgmlStateError(f"layer '{layer.name}' has no weight '{name}' in this model; was it added "
+                                 "after ggml_compile? compile again") from None
+
+    def read(self, layer: Layer, name: str) -> np.ndarray:
+        t = self.tensor(layer, name)
+        return ggml_backend_tensor_get_data(t).reshape(tuple(reversed(_ne(t))))
+
+    def read_tensor(self, t: Tensor) -> np.ndarray:
+        return ggml_backend_tensor_get_data(t).reshape(-1)
+
+    def write(self, layer: Layer, name: str, value: np.ndarray) -> None:
+        t = self.tensor(layer, name)
+        ggml_backend_tensor_set_data(t, np.asarray(value, dtype=np.float32).reshape(tuple(reversed(_ne(t)))))
+
+    def values(self) -> dict[str, np.ndarray]:
+        """Host copies, keyed "<layer>.<weight>"."""
+        return {f"{l.name}.{p.name}": self.read(l, p.name) for l, p in self.specs}
+
+    def named_tensors(self) -> dict[str, Tensor]:
+        return {f"{l.name}.{p.name}": self.tensor(l, p.name) for l, p in self.specs}
+
+    def mark_trainable(self) -> int:
+        """Flag the weights of trainable layers for ggml's optimizer; returns how many are flagged."""
+        n = 0
+        for layer, spec in self.specs:
+            on = layer.trainable and spec.trainable
+            set_trainable(self.tensor(layer, spec.name), on)
+            n += on
+        return n
+
+    def copy(self) -> "ParamStore":
+        return ParamStore(self.layers, self.backend, self.values())
+
+    def free(self) -> None:
+        if self.buffer is not None:
+            self.buffer.free()
+        self.ctx.free()
+
+
+def _ne(t: Tensor) -> tuple[int, ...]:
+    ne = list(t.shape)
+    while len(ne) > 1 and ne[-1] == 1:
+        ne.pop()
+    return tuple(ne)
+
+
+def natural_ne(shape: tuple[int, ...], batch: int) -> tuple[int, ...]:
+    """ggml shape of a batch of samples of ``shape`` in the user's orientation."""
+    return tuple(reversed(shape)) + (batch,)
+
+
+# ---------------------------------------------------------------- graphs
+
+class _Masks:
+    """Dropout masks of a training graph, drawn anew before every training step."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+        self.masks: list[tuple[Tensor, float]] = []
+
+    def before_eval(self, train: bool) -> None:
+        for t, rate in self.masks:
+            keep = self.rng.random(tuple(reversed(t.shape))) >= rate
+            ggml_backend_tensor_set_data(t, keep.astype(np.float32) * (1.0 / (1.0 - rate)))
+
+    def after_eval(self, train: bool) -> None:
+        pass
+
+
+class GraphBuilder:
+    """Builds one model's ggml graph for one batch size; what layers call while building."""
+
+    def __init__(self, model: Model, params: ParamStore, batch: int, training: bool, logits_for: set[int]) -> None:
+        inputs, outputs, nodes = model.graph()
+        self.model, self.params, self.batch, self.training = model, params, batch, training
+        self.logits_for = logits_for           # ids of output nodes whose final softmax the loss applies
+        self.strip_softmax = False
+        n = len(nodes)
+        self.graph_size = 0
+        self.ctx = ggml_init(mem_size=(256 + 96 * n) * ggml_tensor_overhead(), no_alloc=True)
+        self.ctx_io = ggml_init(mem_size=(8 + 4 * n) * ggml_tensor_overhead(), no_alloc=True)
+        self.ctx_pinned = ggml_init(mem_size=(4 + 4 * n) * ggml_tensor_overhead(), no_alloc=True)
+        self.zero_tensors: list[Tensor] = []
+        self.masks = _Masks(np.random.default_rng(np.random.randint(0, 2 ** 31)))
+        self.hooks: list[Any] = []
+
+    # ---- for layers
+    def param(self, layer: Layer, name: str) -> Tensor:
+        return self.params.tensor(layer, name)
+
+    def zeros(self, ne: tuple[int, ...]) -> Tensor:
+        t = ggml_new_tensor(self.ctx_io, GGML_TYPE_F32, len(ne), ne)
+        self.zero_tensors.append(t)
+        return t
+
+    def dropout_mask(self, like: Tensor, rate: float) -> Tensor:
+        t = ggml_set_input(ggml_new_tensor(self.ctx_io, GGML_TYPE_F32, 4, like.shape))
+        self.masks.masks.append((t, rate))
+        return t
+
+    def readout(self, t: Tensor) -> Tensor:
+        """A copy of ``t`` in memory of its own, readable after each step (ggml-opt runs a copy of the graph,
+        whose intermediate tensors are not readable otherwise)."""
+        return ops.ggml_cont(self.ctx_pinned, t)
+
+    def on_train_step(self, hook: Any) -> None:
+        self.hooks.append(hook)
+
+    # ---- layouts
+    def convert(self, t: Tensor, shape: tuple[int, ...], src: str, dst: str) -> Tensor:
+        """Between the user's orientation (NATURAL) and ggml's image/sequence layout (SPATIAL)."""
+        if src == dst or len(shape) == 1:
+            return t
+        ctx = self.ctx
+        if len(shape) == 3:   # (H, W, C): natural [C, W, H, N] <-> spatial [W, H, C, N]
+            h, w, c = shape
+            if c == 1:
+                ne = (w, h, 1, self.batch) if dst == SPATIAL else (1, w, h, self.batch)
+                return ops.ggml_reshape_4d(ctx, t, *ne)
+            axes = (2, 0, 1, 3) if dst == SPATIAL else (1, 2, 0, 3)
+            return ops.ggml_cont(ctx, ops.ggml_permute(ctx, t, *axes))
+        steps, c = shape       # (steps, C): natural [C, steps, N] <-> spatial [steps, C, N]
+        if c == 1:
+            ne = (steps, 1, self.batch) if dst == SPATIAL else (1, steps, self.batch)
+            return ops.ggml_reshape_3d(ctx, t, *ne)
+        return ops.ggml_cont(ctx, ops.ggml_permute(ctx, t, 1, 0, 2, 3))
+
+    # ---- the graph
+    def build(self) -> "GraphInstance":
+        inputs, outputs, nodes = self.model.graph()
+        values: dict[int, dict[str, Tensor]] = {}   # node -> its tensor in each layout made so far
+        for node in nodes:
+            if node.is_input:
+                gtype = GGML_TYPE_I32 if node.dtype == "int32" else GGML_TYPE_F32
+                ne = natural_ne(node.shape, self.batch)
+                t = ggml_set_input(ggml_new_tensor(self.ctx_io, gtype, len(ne), ne))
+                ggml_set_name(t, node.layer.name)
+                values[id(node)] = {NATURAL: t}
+                continue
+            layer = node.layer
+            xs = [self._value(values, n, layer.layout) for n in node.inputs]
+            shapes = [n.shape for n in node.inputs]
+            self.strip_softmax = id(node) in self.logits_for
+            fwd = layer.forward if self.training else layer.predict_forward
+            values[id(node)] = {layer.out_layout or layer.layout: fwd(self, xs, shapes)}
+            self.strip_softmax = False
+        input_tensors = [values[id(n)][NATURAL] for n in inputs]
+        return GraphInstance(self, input_tensors, [self._value(values, n, NATURAL) for n in outputs])
+
+    def _value(self, values: dict, node: Node, layout: str) -> Tensor:
+        have = values[id(node)]
+        if layout not in have:
+            src, t = next(iter(have.items()))
+            have[layout] = self.convert(t, node.shape, src, layout)
+        return have[layout]
+
+
+class GraphInstance:
+    """A built graph: its input and output tensors, the contexts and buffers behind them, and the
+    per-step hooks (dropout masks, batch-norm statistics)."""
+
+    def __init__(self, b: GraphBuilder, inputs: list[Tensor], outputs: list[Tensor]) -> None:
+        self.ctx, self.batch = b.ctx, b.batch
+        self.inputs, self.outputs = inputs, outputs
+        backend = b.params.backend
+        self._owned: list[Any] = [b.ctx, b.ctx_io, b.ctx_pinned]
+        for ctx in (b.ctx_io, b.ctx_pinned):
+            buf = ggml_backend_alloc_ctx_tensors(ctx, backend)
+            if buf is not None:
+                self._owned.insert(0, buf)
+        for t in b.zero_tensors:
+            ggml_backend_tensor_set_data(t, np.zeros(tuple(reversed(t.shape)), dtype=np.float32))
+        self.hooks = ([b.masks] if b.masks.masks else []) + b.hooks
+        self.train_nodes = sum(training_graph_nodes(o) for o in outputs)  # bounds for graph and scheduler sizes
+        self.forward_nodes = sum(training_graph_nodes(o, BUILD_FORWARD) for o in outputs)
+
+    def free(self) -> None:
+        for h in self._owned:
+            h.free()
+        self._owned.clear()
+
+    close = free
+
+
+def build_graph(model: Model, params: ParamStore, batch: int, training: bool,
+                logits_for: set[int] | None = None) -> GraphInstance:
+    return GraphBuilder(model, params, batch, training, logits_for or set()).build()
+
+
+def make_scheduler(backend: Backend, graph_nodes: int) -> Scheduler:
+    """A scheduler of its own over the model's backend (and the CPU as fallback), sized for the graph."""
+    return ggml_backend_sched_new([backend], parallel=False, graph_size=max(2048, 2 * graph_nodes + 256))
+
+
+class Predictor:
+    """Forward passes of a model with given weights: one inference graph per batch size, on a
+    scheduler of its own."""
+
+    def __init__(self, model: Model, params: ParamStore) -> None:
+        self.model, self.params = model, params
+        self._graphs: dict[int, tuple[GraphInstance, Any, Scheduler]] = {}
+
+    def run(self, arrays: list[np.ndarray], batch: int) -> list[np.ndarray]:
+        """``arrays``: one per model input, exactly ``batch`` rows in ggml layout; returns one per output."""
+        inst, graph, sched = self._graph(batch)
+        for t, a in zip(inst.inputs, arrays):
+            ggml_backend_tensor_set_data(t, a)
+        ggml_backend_sched_graph_compute(sched, graph)
+        return [ggml_backend_tensor_get_data(o) for o in inst.outputs]
+
+    def _graph(self, batch: int):
+        if batch not in self._graphs:
+            if len(self._graphs) >= 4:  # keep a few sizes (the last partial batch of each call adds one)
+                self._drop(next(iter(self._graphs)))
+            inst = build_graph(self.model, self.params, batch, training=False)
+            try:
+                size = max(2048, inst.forward_nodes)
+                graph_ctx = ggml_init(mem_size=ggml_graph_overhead(size) + 1024, no_alloc=True)
+                inst._owned.append(graph_ctx)
+                graph = ggml_new_graph_custom(graph_ctx, size, False)
+                for o in inst.outputs:
+                    ggml_set_output(o)
+                    ggml_build_forward_expand(graph, o)
+                sched = make_scheduler(self.params.backend, inst.forward_nodes)
+            except BaseException:
+                inst.free()
+                raise
+            self._graphs[batch] = (inst, graph, sched)
+        return self._graphs[batch]
+
+    def _drop(self, batch: int) -> None:
+        inst, _, sched = self._graphs.pop(batch)
+        sched.free()
+        inst.free()
+
+    def free(self) -> None:
+        for batch in list(self._graphs):
+            self._drop(batch)
+
+
+class Runtime:
+    """A compiled model's backend, weights and predictor."""
+
+    def __init__(self, model: Model, backend: str, values: dict | None = None) -> None:
+        self.backend = ggml_backend_init_auto(backend)
+        try:
+            self.params = ParamStore(model.layers, self.backend, values)
+        except BaseException:
+            self.backend.free()
+            raise
+        self.predictor = Predictor(model, self.params)
+        self.device_name = self.backend.device.name
+
+    def free(self) -> None:
+        self.predictor.free()
+        self.params.free()
+        self.backend.free()

@@ -1,0 +1,227 @@
+"""``ggml_trainer``: a training context stepped by hand (reinforcement learning, custom loops), and
+snapshots: frozen copies of a model's weights that predict like a model (DQN target networks)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
+from ..opt_result import OptResult, ggml_opt_result_loss
+from ..training.adapters import BatchWriter
+from ..training.loop import Trainer as _OptSession
+from . import data as D
+from .compile import compiled
+from .graph import Model
+from .metrics import Tally
+from .runtime import ParamStore, Predictor, build_graph, make_scheduler
+
+
+class Snapshot:
+    """A frozen copy of a model's weights (and batch-norm statistics) at one moment. ``ggml_predict``
+    takes it like a model; ``trainer.restore`` puts its weights back; ``ggml_snapshot_free`` frees it."""
+
+    def __init__(self, model: Model, params: ParamStore) -> None:
+        self.model = model
+        self._params: ParamStore | None = params
+        self._predictor: Predictor | None = Predictor(model, params)
+
+    @property
+    def params(self) -> ParamStore:
+        if self._params is None:
+            raise GgmlStateError("this snapshot has been freed")
+        return self._params
+
+    def predictor(self) -> Predictor:
+        self.params
+        return self._predictor  # type: ignore[return-value]
+
+    def free(self) -> None:
+        if self._params is None:
+            return
+        self._predictor.free()
+        self._params.free()
+        self._params = self._predictor = None
+
+    @property
+    def alive(self) -> bool:
+        return self._params is not None
+
+    def __repr__(self) -> str:
+        return f"<Snapshot of '{self.model.name}'{'' if self.alive else ' (freed)'}>"
+
+
+def ggml_snapshot_free(snapshot: Snapshot | None) -> None:
+    """Free a snapshot's weights. ``None`` and a second free do nothing; a freed snapshot raises
+    ``RuntimeError`` when used."""
+    if snapshot is None:
+        return
+    if not isinstance(snapshot, Snapshot):
+        raise GgmlTypeError(f"ggml_snapshot_free: expected a snapshot, got {type(snapshot).__name__}")
+    snapshot.free()
+
+
+class ModelTrainer:
+    """The object ``ggml_trainer`` returns; see there."""
+
+    def __init__(self, model: Model, batch_size: int = 32, nbatch_logical: int | None = None) -> None:
+        cfg = compiled(model, "ggml_trainer")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise GgmlValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        self.batch_size = int(batch_size)
+        period = 1
+        if nbatch_logical is not None:
+            if isinstance(nbatch_logical, bool) or not isinstance(nbatch_logical, (int, np.integer)) or \
+                    nbatch_logical < batch_size or nbatch_logical % batch_size:
+                raise GgmlValueError(f"nbatch_logical must be a multiple of batch_size ({batch_size}), got "
+                                     f"{nbatch_logical!r}")
+            period = int(nbatch_logical) // self.batch_size
+        self._model, self._cfg = model, cfg
+        params = self._params = model.runtime.params
+        if not params.mark_trainable():
+            raise GgmlValueError("nothing to train: every layer with weights is frozen")
+        outputs = model.graph()[1]
+        logits_for = {id(n) for n, h in zip(outputs, cfg.heads) if h.fused}
+        self._inst = build_graph(model, params, self.batch_size, training=True, logits_for=logits_for)
+        self._owned: list[Any] = [self._inst]
+        try:
+            self._sched = make_scheduler(params.backend, self._inst.train_nodes)
+            self._owned.insert(0, self._sched)
+            multi = len(cfg.heads) > 1
+            self._session = _OptSession(self._sched, self._inst.ctx, self._inst.inputs, self._inst.outputs,
+                                        [h.loss_type for h in cfg.heads],
+                                        [h.weight for h in cfg.heads] if multi else None, cfg.optimizer_type, period,
+                                        cfg.weight_decay, learning_rate=cfg.learning_rate, hooks=self._inst.hooks)
+            self._owned.insert(0, self._session)
+            self._writer: BatchWriter = self._session.writer("step", True)
+            self._result = OptResult()
+            self._owned.insert(0, self._result)
+        except BaseException:
+            self._free_owned()
+            raise
+        self._steps = 0
+        self._freed = False
+
+    def _live(self, fn: str) -> None:
+        if self._freed:
+            raise GgmlStateError(f"trainer.{fn}: this trainer has been freed")
+        compiled(self._model, f"trainer.{fn}")
+        if self._model.runtime.params is not self._params:
+            raise GgmlStateError(f"trainer.{fn}: the model was compiled again (or changed) after this trainer was "
+                                 "made; make a new trainer")
+
+    def _batch(self, x: Any, y: Any, fn: str) -> tuple[list, list]:
+        xs = D.model_inputs(self._model, x, f"trainer.{fn}: x")
+        n = xs[0].shape[0]
+        if n != self.batch_size:
+            raise GgmlValueError(f"trainer.{fn}: the trainer takes batches of exactly {self.batch_size} samples, got "
+                                 f"{n} (make a trainer with batch_size={n}, or use ggml_predict/ggml_evaluate)")
+        return xs, D.model_targets(self._model, self._cfg, y, n, f"trainer.{fn}: y")
+
+    def step(self, x: Any, y: Any) -> float:
+        """One forward and backward pass on exactly ``batch_size`` samples (the optimizer steps every
+        ``nbatch_logical / batch_size`` calls); returns this batch's loss."""
+        self._live("step")
+        xs, ys = self._batch(x, y, "step")
+        pairs = self._writer.parse({"inputs": xs, "labels": ys})
+        self._result.reset()
+        self._session.step(self._session.train_ctx, pairs, True, self._result)
+        self._steps += 1
+        return float(ggml_opt_result_loss(self._result)["loss"])
+
+    def eval(self, x: Any, y: Any) -> float:
+        """The loss on exactly ``batch_size`` samples in inference mode, without a backward pass; changes
+        nothing (not the weights, not the accumulation of ``step``)."""
+        self._live("eval")
+        xs, ys = self._batch(x, y, "eval")
+        from .fit import predict_arrays
+        tally = Tally(self._cfg.heads)
+        tally.add(predict_arrays(self._model, self._model.runtime.predictor, xs, self.batch_size), ys)
+        return tally.total_loss()
+
+    def model(self) -> Model:
+        """The trained model (the trainer trains its weights in place)."""
+        self._live("model")
+        return self._model
+
+    def set_lr(self, lr: float) -> None:
+        """Set the learning rate from the next optimizer step on."""
+        self._live("set_lr")
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not np.isfinite(lr) or lr <= 0:
+            raise GgmlValueError(f"trainer.set_lr: lr must be a finite number > 0, got {lr!r}")
+        self._session.lr_ud.set(adamw_lr=float(lr), sgd_lr=float(lr))
+
+    def get_lr(self) -> float:
+        self._live("get_lr")
+        return self._session.lr_ud.get()["adamw" if self._cfg.optimizer_type == 0 else "sgd"]
+
+    def n_steps(self) -> int:
+        """How many times ``step`` ran."""
+        self._live("n_steps")
+        return self._steps
+
+    def snapshot(self) -> Snapshot:
+        """A frozen copy of the current weights (free it with ``ggml_snapshot_free``)."""
+        self._live("snapshot")
+        return Snapshot(self._model, self._model.runtime.params.copy())
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Put a snapshot's weights back into the model (the optimizer's state is kept)."""
+        self._live("restore")
+        if not isinstance(snapshot, Snapshot):
+            raise GgmlTypeError(f"trainer.restore: expected a snapshot, got {type(snapshot).__name__}")
+        if snapshot.model is not self._model:
+            raise GgmlValueError("trainer.restore: the snapshot was taken of another model")
+        params = self._model.runtime.params
+        for name, value in snapshot.params.values().items():
+            layer_name, weight = name.rsplit(".", 1)
+            params.write(next(l for l in params.layers if l.name == layer_name), weight, value)
+
+    def free(self) -> None:
+        """Release the trainer's ggml objects (the model stays). Idempotent."""
+        if self._freed:
+            return
+        self._freed = True
+        self._free_owned()
+
+    def _free_owned(self) -> None:
+        for h in self._owned:  # the opt session first, then what it runs on
+            h.close()
+        self._owned.clear()
+
+    def __enter__(self) -> "ModelTrainer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.free()
+
+    def __repr__(self) -> str:
+        state = "freed" if self._freed else f"{self._steps} steps"
+        return f"<ggml_trainer of '{self._model.name}' batch_size={self.batch_size} ({state})>"
+
+
+def ggml_trainer(model: Model, batch_size: int = 32, nbatch_logical: int | None = None) -> ModelTrainer:
+    """A training context you step yourself, for loops ``ggml_fit`` does not fit (reinforcement learning
+    from a replay buffer, curricula, custom schedules).
+
+    Arguments:
+        model: a compiled model (its optimizer, losses and learning rate apply).
+        batch_size: every ``step``/``eval`` takes exactly this many samples.
+        nbatch_logical: samples per optimizer step; gradients accumulate inside ggml's opt context over
+            ``nbatch_logical / batch_size`` steps (the weights change only on the last of them).
+
+    Value: a trainer with ``step(x, y)`` (forward + backward, returns the batch's loss), ``eval(x, y)``
+    (loss in inference mode, changes nothing), ``model()``, ``set_lr(lr)``, ``get_lr()``, ``n_steps()``,
+    ``snapshot()`` (a frozen copy of the weights that ``ggml_predict`` takes), ``restore(snapshot)`` and
+    ``free()`` (idempotent; every method afterwards raises "has been freed"). It is a context manager.
+
+    Example:
+        >>> with g.ggml_trainer(model, batch_size=32) as tr:
+        ...     target = tr.snapshot()
+        ...     for i in range(1000):
+        ...         loss = tr.step(*replay.sample(32))
+        ...         if i % 100 == 0:
+        ...             g.ggml_snapshot_free(target)
+        ...             target = tr.snapshot()
+    """
+    return ModelTrainer(model, batch_size, nbatch_logical)
