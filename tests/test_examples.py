@@ -18,14 +18,27 @@ def _run(args: list[str], tmp_path: Path) -> str:
 
 
 def test_train_digits_learns(tmp_path):
+    """The README's main job: the Keras-like model layer on sklearn's digits, saved and loaded back."""
     pytest.importorskip("sklearn")
     pytest.importorskip("matplotlib")
-    out = _run([str(ROOT / "examples" / "train_digits.py"), "--epochs", "8", "--backend", "cpu",
+    out = _run([str(ROOT / "examples" / "train_digits.py"), "--epochs", "6", "--backend", "cpu",
+                "--plot", str(tmp_path / "h.png"), "--save", str(tmp_path / "m.gguf")], tmp_path)
+    accuracy = float(re.search(r"test accuracy: ([0-9.]+)", out).group(1))
+    assert accuracy > 0.9, out[-1500:]
+    assert (tmp_path / "h.png").stat().st_size > 10_000
+    assert "Epoch 1/6" in out  # the per-epoch summary lines
+    assert "predicts the same classes: True" in out
+    assert (tmp_path / "m.gguf").stat().st_size > 10_000
+
+
+def test_train_digits_lowlevel_learns(tmp_path):
+    pytest.importorskip("sklearn")
+    pytest.importorskip("matplotlib")
+    out = _run([str(ROOT / "examples" / "train_digits_lowlevel.py"), "--epochs", "8", "--backend", "cpu",
                 "--plot", str(tmp_path / "h.png")], tmp_path)
     accuracy = float(re.search(r"test accuracy: ([0-9.]+)", out).group(1))
     assert accuracy > 0.85, out[-1500:]
-    assert (tmp_path / "h.png").stat().st_size > 10_000
-    assert "Epoch 1/8" in out  # the per-epoch summary lines
+    assert "Epoch 1/8" in out
 
 
 def test_replay_buffer_loss_falls(tmp_path):

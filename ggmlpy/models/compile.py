@@ -158,7 +158,7 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
     O.check_weight_decay(weight_decay)
     config = CompileConfig(opt_name, OPTIMIZERS[opt_name], heads, ["accuracy"] if metric_list else [], backend, lr,
                            float(weight_decay))
-    values = model.runtime.params.values() if model.runtime is not None else None
+    values = model.runtime.params.values() if model.runtime is not None else model.kept_weights
     runtime = Runtime(model, backend, values)  # before the old one goes: a failure leaves the model as it was
     if model.runtime is not None:
         model.runtime.free()

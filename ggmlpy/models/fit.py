@@ -330,9 +330,6 @@ def ggml_fit_generator(model: Model, generator: Any, steps_per_epoch: int | None
     for name, v in (("steps_per_epoch", steps_per_epoch), ("validation_steps", validation_steps)):
         if v is not None:
             _int_arg(v, name, 1)
-    if inspect_lambda_of_generator(generator):
-        raise GgmlTypeError("generator is a function returning a generator (e.g. lambda: gen()); pass the "
-                            "generator function itself (gen) or a generator object (gen())")
     source = Source(generator, "generator")
     first = source.peek() if epochs > 0 else None
     if first is None:
@@ -348,17 +345,6 @@ def ggml_fit_generator(model: Model, generator: Any, steps_per_epoch: int | None
     return run_training(model, cfg, source, batch, epochs=epochs, initial_epoch=initial_epoch, callbacks=callbacks,
                         silent=_verbose(verbose), validate=validate, sample_weighted=w is not None, stream=True,
                         steps_per_epoch=steps_per_epoch, nbatch_logical=nbatch_logical, prefetch=prefetch)
-
-
-def inspect_lambda_of_generator(obj: Any) -> bool:
-    """``lambda: gen()`` passed as a source: a plain function (not a generator function) of no
-    arguments named ``<lambda>`` whose code only calls a generator function."""
-    import inspect
-    if not inspect.isfunction(obj) or obj.__name__ != "<lambda>" or inspect.isgeneratorfunction(obj):
-        return False
-    names = [obj.__globals__.get(n) for n in obj.__code__.co_names]
-    return any(inspect.isgeneratorfunction(f) for f in names if f is not None) and obj.__code__.co_argcount == 0 \
-        and len(obj.__code__.co_names) == 1
 
 
 def _validation(model: Model, cfg: CompileConfig, validation_data: Any, steps: int | None, batch: int):

@@ -93,6 +93,7 @@ class Model:
         self._set_graph(_node_list(inputs, "inputs"), _node_list(outputs, "outputs"))
         self.compiled: Any = None   # CompileConfig, set by ggml_compile
         self.runtime: Any = None    # weights on a backend, set by ggml_compile
+        self.kept_weights: dict | None = None  # weights of a runtime dropped by a layer change
 
     def _set_graph(self, inputs: list[Node], outputs: list[Node]) -> None:
         for n in inputs:
@@ -123,8 +124,11 @@ class Model:
         return self.inputs, self.outputs, self.nodes
 
     def invalidate(self) -> None:
-        """The layer list changed: compiled state must be rebuilt."""
+        """The layer list changed: compiled state must be rebuilt; the weights the layers have are kept
+        for the next ``ggml_compile``."""
         if self.runtime is not None:
+            if self.runtime.params.alive:
+                self.kept_weights = self.runtime.params.values()
             self.runtime.free()
         self.runtime = None
         self.compiled = None
@@ -183,6 +187,7 @@ class Sequential(Model):
         self._built: tuple | None = None
         self.compiled = None
         self.runtime = None
+        self.kept_weights = None
         for layer in layers:
             self.add(layer)
 

@@ -45,7 +45,9 @@ class ParamStore:
         for layer, spec in specs:
             key = f"{layer.name}.{spec.name}"
             value = values.get(key) if values else None
-            self.write(layer, spec.name, value if value is not None else spec.initial(np.random))
+            if value is None or np.shape(value) != tuple(reversed(spec.ne)):  # a new or reshaped layer
+                value = spec.initial(np.random)
+            self.write(layer, spec.name, value)
 
     @property
     def alive(self) -> bool:

@@ -1,0 +1,160 @@
+"""Building models: sequential and functional, shared layers, names, summary, get/pop, freezing, errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ggmlpy as g
+
+
+def mlp(units=(8, 3), input_shape=(4,)):
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, units[0], activation="relu", input_shape=input_shape)
+    return g.ggml_layer_dense(m, units[1], activation="softmax")
+
+
+def test_sequential_names_shapes_and_summary():
+    m = mlp()
+    assert [l.name for l in m.layers] == ["dense_1", "dense_2"]
+    assert m.outputs[0].shape == (3,)
+    text = str(m)
+    assert "dense_1 (dense)" in text and "(None, 8)" in text and "(None, 3)" in text
+    assert "Total params: 67" in text  # 4*8+8 + 8*3+3
+    assert "Compiled: no" in text
+
+
+def test_functions_change_the_model_in_place_and_return_it():
+    m = g.ggml_model_sequential()
+    same = g.ggml_layer_dense(m, 2, input_shape=(3,))
+    assert same is m
+    assert g.ggml_compile(m, backend="cpu") is m
+    assert g.ggml_freeze_weights(m) is m and g.ggml_unfreeze_weights(m) is m
+
+
+def test_functional_with_add_concatenate_and_several_inputs_outputs():
+    a = g.ggml_input(shape=(5,))
+    b = g.ggml_input(shape=(3,))
+    h = g.ggml_layer_dense(a, 4, activation="relu")
+    s = g.ggml_layer_add([h, g.ggml_layer_dense(a, 4)])
+    c = g.ggml_layer_concatenate([s, b])
+    assert c.shape == (7,)
+    out1 = g.ggml_layer_dense(c, 2, activation="softmax")
+    out2 = g.ggml_layer_dense(c, 1)
+    m = g.ggml_model(inputs=[a, b], outputs=[out1, out2])
+    assert len(m.layers) == 6
+    g.ggml_compile(m, loss=["categorical_crossentropy", "mse"], loss_weights=[1.0, 0.5], backend="cpu")
+    p = g.ggml_predict(m, [np.ones((7, 5)), np.ones((7, 3))])
+    assert isinstance(p, list) and p[0].shape == (7, 2) and p[1].shape == (7, 1)
+
+
+def test_a_shared_layer_object_shares_its_weights():
+    enc = g.ggml_dense(3, activation="relu")
+    x1, x2 = g.ggml_input(shape=(4,)), g.ggml_input(shape=(4,))
+    a, b = g.ggml_apply(x1, enc), g.ggml_apply(x2, enc)
+    m = g.ggml_model([x1, x2], g.ggml_layer_add([a, b]))
+    g.ggml_compile(m, loss="mse", backend="cpu")
+    assert sum(1 for k in g.ggml_get_weights(m) if k.startswith(enc.name)) == 2  # one weight + one bias
+    x = np.random.default_rng(0).normal(size=(5, 4))
+    same = g.ggml_predict(m, [x, x])
+    w = g.ggml_get_weights(m)
+    ref = 2 * np.maximum(x @ w[f"{enc.name}.weight"] + w[f"{enc.name}.bias"], 0)
+    np.testing.assert_allclose(same, ref, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="built for input shape"):
+        g.ggml_apply(g.ggml_input(shape=(6,)), enc)
+
+
+def test_get_and_pop_layer():
+    m = mlp()
+    assert g.ggml_get_layer(m, 0).name == "dense_1"
+    assert g.ggml_get_layer(m, -1).name == "dense_2"
+    assert g.ggml_get_layer(m, name="dense_2").units == 3
+    with pytest.raises(ValueError, match="no layer named"):
+        g.ggml_get_layer(m, name="nope")
+    with pytest.raises(ValueError):
+        g.ggml_get_layer(m, 5)
+    g.ggml_pop_layer(m)
+    assert [l.name for l in m.layers] == ["dense_1"] and m.outputs[0].shape == (8,)
+
+
+def test_freezing_keeps_weights_and_trains_the_rest():
+    np.random.seed(0)
+    m = mlp()
+    g.ggml_compile(m, loss="categorical_crossentropy", backend="cpu", learning_rate=0.05)
+    g.ggml_freeze_weights(m, 0, 1)
+    before = g.ggml_get_weights(m)
+    x = np.random.rand(32, 4).astype(np.float32)
+    y = np.eye(3)[np.random.randint(0, 3, 32)]
+    g.ggml_fit(m, x, y, epochs=2, batch_size=16, verbose=0)
+    after = g.ggml_get_weights(m)
+    np.testing.assert_array_equal(before["dense_1.weight"], after["dense_1.weight"])
+    assert not np.allclose(before["dense_2.weight"], after["dense_2.weight"])
+    g.ggml_unfreeze_weights(m)
+    g.ggml_fit(m, x, y, epochs=1, batch_size=16, verbose=0)
+    assert not np.allclose(after["dense_1.weight"], g.ggml_get_weights(m)["dense_1.weight"])
+    assert "Trainable params: 67" in str(m)
+    g.ggml_freeze_weights(m)
+    with pytest.raises(ValueError, match="nothing to train"):
+        g.ggml_fit(m, x, y, verbose=0)
+
+
+def test_compile_draws_weights_from_numpy_global_seed():
+    np.random.seed(7)
+    a = g.ggml_get_weights(g.ggml_compile(mlp(), backend="cpu"))
+    np.random.seed(7)
+    b = g.ggml_get_weights(g.ggml_compile(mlp(), backend="cpu"))
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+    limit = np.sqrt(6 / (4 + 8))  # Glorot uniform
+    assert np.abs(a["dense_1.weight"]).max() <= limit and np.abs(a["dense_1.weight"]).max() > 0.5 * limit
+    assert not a["dense_1.bias"].any()
+
+
+def test_recompiling_keeps_the_weights():
+    m = g.ggml_compile(mlp(), backend="cpu")
+    w = g.ggml_get_weights(m)
+    g.ggml_compile(m, optimizer="sgd", backend="cpu")
+    for k, v in g.ggml_get_weights(m).items():
+        np.testing.assert_array_equal(v, w[k])
+
+
+@pytest.mark.parametrize("call, kind, text", [
+    (lambda: g.ggml_layer_dense(g.ggml_model_sequential(), 3, activation="swish", input_shape=(2,)),
+     ValueError, "unknown activation"),
+    (lambda: g.ggml_layer_dense(g.ggml_model_sequential(), 0, input_shape=(2,)), ValueError, "units"),
+    (lambda: g.ggml_apply(g.ggml_input(shape=(2,)), "dense"), TypeError, "layer object"),
+    (lambda: g.ggml_layer_conv_2d(g.ggml_model_sequential(), 2, (3, 3), padding="full", input_shape=(5, 5, 1)),
+     ValueError, "padding"),
+    (lambda: g.ggml_compile(mlp(), loss="hinge"), ValueError, "sparse_categorical_crossentropy"),
+    (lambda: g.ggml_compile(mlp(), optimizer="rmsprop"), ValueError, "'adam', 'adamw' or 'sgd'"),
+    (lambda: g.ggml_layer_dense(g.ggml_input(shape=(3,), dtype="int32"), 2), TypeError, "embedding"),
+    (lambda: g.ggml_model(g.ggml_input(shape=(2,)), g.ggml_layer_dense(g.ggml_input(shape=(2,)), 1)),
+     ValueError, "not among the model's inputs"),
+])
+def test_building_errors(call, kind, text):
+    with pytest.raises(kind, match=text):
+        call()
+
+
+def test_first_layer_without_input_shape_names_it():
+    m = g.ggml_layer_dense(g.ggml_model_sequential(), 4)
+    with pytest.raises(ValueError, match="dense_1.*needs input_shape"):
+        g.ggml_compile(m)
+    assert "incomplete" in str(m)
+
+
+def test_uncompiled_model_says_compile():
+    m = mlp()
+    x = np.zeros((2, 4))
+    for call in (lambda: g.ggml_fit(m, x, np.zeros((2, 3))), lambda: g.ggml_predict(m, x),
+                 lambda: g.ggml_evaluate(m, x, np.zeros((2, 3))), lambda: g.ggml_save_model(m, "x.gguf"),
+                 lambda: g.ggml_trainer(m)):
+        with pytest.raises(RuntimeError, match="compile"):
+            call()
+
+
+def test_conv_layer_objects_and_the_conv_op_share_a_name(ctx):
+    layer = g.ggml_conv_2d(4, (3, 3), activation="relu")
+    assert layer.kind == "conv_2d" and layer.filters == 4
+    k = g.ggml_new_tensor_4d(ctx, g.GGML_TYPE_F32, 3, 3, 1, 2)
+    x = g.ggml_new_tensor_4d(ctx, g.GGML_TYPE_F32, 8, 8, 1, 1)
+    assert g.ggml_conv_2d(ctx, k, x).shape == (6, 6, 2, 1)  # the ggml op, as before

@@ -1,0 +1,334 @@
+"""compile / fit / fit_generator / evaluate / predict: data orientation, batches, validation, weights."""
+from __future__ import annotations
+
+import inspect
+import warnings
+
+import numpy as np
+import pytest
+
+import ggmlpy as g
+
+
+def blobs(n=240, seed=0, classes=3, features=4):
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(scale=3.0, size=(classes, features))
+    ids = rng.integers(0, classes, n)
+    return (centers[ids] + rng.normal(size=(n, features))).astype(np.float32), ids
+
+
+def classifier(loss="categorical_crossentropy", backend="cpu", lr=0.02, **kw):
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, 16, activation="relu", input_shape=(4,))
+    m = g.ggml_layer_dense(m, 3, activation="softmax")
+    return g.ggml_compile(m, loss=loss, backend=backend, learning_rate=lr, **kw)
+
+
+def test_fit_learns_and_history_has_ggml_fit_opt_columns():
+    np.random.seed(1)
+    x, ids = blobs()
+    m = classifier()
+    h = g.ggml_fit(m, x, np.eye(3)[ids], epochs=8, batch_size=32, validation_split=0.25, verbose=0)
+    assert list(h.columns) == ["epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy"]
+    assert list(h["epoch"]) == list(range(1, 9))
+    assert h["train_loss"].iloc[-1] < 0.5 * h["train_loss"].iloc[0]
+    assert h["val_accuracy"].iloc[-1] > 0.9
+    r = g.ggml_evaluate(m, x[180:], np.eye(3)[ids[180:]])
+    assert r["n_samples"] == 60
+    # validation is the last quarter, evaluated on the inference graph: the same numbers
+    assert r["loss"] == pytest.approx(h["val_loss"].iloc[-1], rel=1e-6)
+    assert r["accuracy"] == pytest.approx(h["val_accuracy"].iloc[-1])
+
+
+def test_evaluate_matches_a_numpy_float64_reference():
+    x, ids = blobs(50)
+    m = classifier()
+    p = g.ggml_predict(m, x, batch_size=16)          # 50 = 3 batches of 16 + a partial one
+    assert p.shape == (50, 3)
+    y = np.eye(3)[ids]
+    w = g.ggml_get_weights(m)
+    h = np.maximum(x.astype(np.float64) @ w["dense_1.weight"] + w["dense_1.bias"], 0)
+    z = h @ w["dense_2.weight"] + w["dense_2.bias"]
+    ref = np.exp(z - z.max(1, keepdims=True))
+    ref /= ref.sum(1, keepdims=True)
+    np.testing.assert_allclose(p, ref, rtol=1e-5, atol=1e-6)
+    r = g.ggml_evaluate(m, x, y, batch_size=16)
+    assert r["loss"] == pytest.approx(-np.mean(np.log(ref[np.arange(50), ids])), rel=1e-5)
+    assert r["accuracy"] == pytest.approx(np.mean(ref.argmax(1) == ids))
+    np.testing.assert_array_equal(g.ggml_predict_classes(m, x), ref.argmax(1))
+
+
+def test_training_loss_is_the_fused_cross_entropy_on_logits():
+    """One SGD step: the weights move by lr * the gradient of mean CE(softmax(logits)) (float64 reference)."""
+    x, ids = blobs(8)
+    y = np.eye(3)[ids]
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, 3, activation="softmax", input_shape=(4,))
+    g.ggml_compile(m, optimizer="sgd", backend="cpu", learning_rate=0.1)
+    w0 = g.ggml_get_weights(m)
+    with g.ggml_trainer(m, batch_size=8) as tr:
+        loss = tr.step(x, y)
+    z = x.astype(np.float64) @ w0["dense_1.weight"] + w0["dense_1.bias"]
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    assert loss == pytest.approx(-np.mean(np.sum(y * np.log(p), 1)), rel=1e-5)
+    grad_w = x.T.astype(np.float64) @ (p - y) / 8
+    np.testing.assert_allclose(g.ggml_get_weights(m)["dense_1.weight"], w0["dense_1.weight"] - 0.1 * grad_w,
+                               rtol=1e-4, atol=1e-6)
+
+
+def test_sparse_labels_train_like_one_hot():
+    x, ids = blobs(64)
+    np.random.seed(3)
+    a = classifier()
+    ha = g.ggml_fit(a, x, np.eye(3)[ids], epochs=2, batch_size=16, shuffle=False, verbose=0)
+    np.random.seed(3)
+    b = classifier(loss="sparse_categorical_crossentropy")
+    hb = g.ggml_fit(b, x, ids, epochs=2, batch_size=16, shuffle=False, verbose=0)
+    np.testing.assert_allclose(ha["train_loss"], hb["train_loss"], rtol=1e-6)
+    with pytest.raises(ValueError, match=r"outside \[0, 3\)"):
+        g.ggml_fit(b, x, np.where(ids == 2, 3, ids), verbose=0)
+    with pytest.raises(ValueError, match=r"outside \[0, 3\)"):
+        g.ggml_evaluate(b, x, np.full(64, -1))
+
+
+@pytest.mark.parametrize("bad, text", [
+    (lambda x: x.T, "looks transposed"),
+    (lambda x: x[:, :3], r"must have shape \(N, 4\)"),
+    (lambda x: x.reshape(-1, 2, 2), r"must have shape \(N, 4\)"),
+    (lambda x: x.reshape(-1), r"must have shape \(N, 4\)"),
+    (lambda x: x.astype(complex), "complex"),
+    (lambda x: x.astype(str), "numeric"),
+])
+def test_misshaped_inputs_are_refused_naming_both_shapes(bad, text):
+    x, ids = blobs(16)
+    m = classifier()
+    with pytest.raises((ValueError, TypeError), match=text):
+        g.ggml_fit(m, bad(x), np.eye(3)[ids], verbose=0)
+    with pytest.raises((ValueError, TypeError), match=text):
+        g.ggml_predict(m, bad(x))
+
+
+def test_images_must_be_channels_last():
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_conv_2d(m, 2, (3, 3), input_shape=(8, 6, 3))
+    m = g.ggml_compile(g.ggml_layer_dense(g.ggml_layer_flatten(m), 2), loss="mse", backend="cpu")
+    assert g.ggml_predict(m, np.zeros((2, 8, 6, 3))).shape == (2, 2)
+    with pytest.raises(ValueError, match=r"\(N, 8, 6, 3\).*got \(2, 3, 8, 6\).*channels last"):
+        g.ggml_predict(m, np.zeros((2, 3, 8, 6)))
+
+
+def test_label_errors_say_what_to_do():
+    x, ids = blobs(16)
+    m = classifier()
+    with pytest.raises(ValueError, match="sparse_categorical_crossentropy"):
+        g.ggml_fit(m, x, ids, verbose=0)                      # class ids for a one-hot loss
+    with pytest.raises(ValueError, match="summing to 1"):
+        g.ggml_fit(m, x, np.zeros((16, 3)), verbose=0)       # all-zero "one-hot" labels
+    with pytest.raises(ValueError, match="summing to 1"):
+        g.ggml_fit(m, x, -np.eye(3)[ids], verbose=0)
+    with pytest.raises(ValueError, match="16"):
+        g.ggml_fit(m, x, np.eye(3)[ids][:10], verbose=0)     # another number of samples
+    with pytest.raises(ValueError, match="NaN"):
+        r = classifier(loss="mse")
+        g.ggml_fit(r, x, np.full((16, 3), np.nan), verbose=0)
+
+
+def test_a_last_partial_batch_trains_every_sample():
+    """N = 10 with batch 4: 3 steps per epoch; the samples of the last step are the 2 left plus 2 others."""
+    x, ids = blobs(10)
+    m = classifier()
+    h = g.ggml_fit(m, x, np.eye(3)[ids], epochs=1, batch_size=4, verbose=0)
+    assert len(h) == 1 and np.isfinite(h["train_loss"][0])
+    seen = []
+    for b in g.models.data.training_batches([np.arange(10).reshape(-1, 1)], [np.zeros((10, 1))], None, 4, True,
+                                            np.random.default_rng(0))():
+        assert b["inputs"][0].shape == (4, 1)
+        seen.append(b["inputs"][0].ravel())
+    assert len(seen) == 3 and set(np.concatenate(seen)) == set(range(10))
+    assert len(set(seen[-1])) == 4  # completed with two other samples, no duplicates within the step
+
+
+def test_class_weight_scales_each_samples_loss():
+    """With class 0 weighted 0 and SGD, one step equals the unweighted step on the other samples only
+    (times their share of the batch)."""
+    x, ids = blobs(8, seed=5)
+    y = np.eye(3)[ids]
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, 3, activation="softmax", input_shape=(4,))
+    g.ggml_compile(m, optimizer="sgd", backend="cpu", learning_rate=0.1)
+    w0 = g.ggml_get_weights(m)
+    g.ggml_fit(m, x, y, epochs=1, batch_size=8, class_weight={0: 0.0, 1: 1.0, 2: 2.0}, shuffle=False, verbose=0)
+    z = x.astype(np.float64) @ w0["dense_1.weight"] + w0["dense_1.bias"]
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    sw = np.array([0.0, 1.0, 2.0])[ids]
+    grad = x.T.astype(np.float64) @ ((p - y) * sw[:, None]) / 8
+    np.testing.assert_allclose(g.ggml_get_weights(m)["dense_1.weight"], w0["dense_1.weight"] - 0.1 * grad,
+                               rtol=1e-3, atol=1e-5)
+
+
+def test_sample_weight_of_zero_removes_samples_from_mse():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(8, 3)).astype(np.float32)
+    y = rng.normal(size=(8, 2)).astype(np.float32)
+    m = g.ggml_layer_dense(g.ggml_model_sequential(), 2, input_shape=(3,))
+    g.ggml_compile(m, optimizer="sgd", loss="mse", backend="cpu", learning_rate=0.1)
+    w0 = g.ggml_get_weights(m)
+    sw = np.array([1, 1, 1, 1, 0, 0, 0, 0], dtype=np.float32)
+    g.ggml_fit(m, x, y, batch_size=8, sample_weight=sw, shuffle=False, verbose=0)
+    err = x.astype(np.float64) @ w0["dense_1.weight"] + w0["dense_1.bias"] - y
+    grad = 2 * x.T @ (err * sw[:, None]) / err.size
+    np.testing.assert_allclose(g.ggml_get_weights(m)["dense_1.weight"], w0["dense_1.weight"] - 0.1 * grad,
+                               rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="one weight per sample"):
+        g.ggml_fit(m, x, y, sample_weight=np.ones(5), verbose=0)
+
+
+def test_validation_never_changes_training():
+    x, ids = blobs(96)
+    y = np.eye(3)[ids]
+    np.random.seed(11)
+    a = classifier()
+    g.ggml_fit(a, x[:64], y[:64], epochs=3, batch_size=16, verbose=0)
+    np.random.seed(11)
+    b = classifier()
+    h = g.ggml_fit(b, x[:64], y[:64], epochs=3, batch_size=16, validation_data=(x[64:], y[64:]), verbose=0)
+    assert h["val_loss"].notna().all()
+    for k, v in g.ggml_get_weights(a).items():
+        np.testing.assert_array_equal(v, g.ggml_get_weights(b)[k])
+
+
+def _sources(x, y, batch):
+    n = len(x)
+
+    def gen():
+        for i in range(0, n, batch):
+            yield x[i:i + batch], y[i:i + batch]
+
+    state = {"i": 0}
+
+    def fn():
+        i = state["i"]
+        if i >= n:
+            state["i"] = 0
+            return None
+        state["i"] = i + batch
+        return x[i:i + batch], y[i:i + batch]
+
+    return {"generator function": gen, "callable": fn, "list": list(gen()), "iterator": iter(list(gen()) * 3)}
+
+
+@pytest.mark.parametrize("kind", ["generator function", "callable", "list", "iterator"])
+def test_fit_generator_takes_the_four_source_kinds(kind):
+    x, ids = blobs(64)
+    y = np.eye(3)[ids]
+    m = classifier()
+    source = _sources(x, y, 16)[kind]
+    steps = 4 if kind == "iterator" else None   # an iterator is consumed across epochs
+    h = g.ggml_fit_generator(m, source, epochs=3, steps_per_epoch=steps, validation_data=(x[:20], y[:20]),
+                             verbose=0)
+    assert list(h.columns)[-1] == "steps" and list(h["steps"]) == [4, 4, 4]
+    assert h["train_loss"].iloc[-1] < h["train_loss"].iloc[0]
+    assert h["val_loss"].notna().all()
+
+
+def test_fit_generator_equals_fit_on_the_same_batches():
+    x, ids = blobs(48)
+    y = np.eye(3)[ids]
+    np.random.seed(4)
+    a = classifier()
+    ha = g.ggml_fit(a, x, y, epochs=2, batch_size=16, shuffle=False, verbose=0)
+    np.random.seed(4)
+    b = classifier()
+    hb = g.ggml_fit_generator(b, _sources(x, y, 16)["list"], epochs=2, verbose=0)
+    np.testing.assert_allclose(ha["train_loss"], hb["train_loss"], rtol=1e-6)
+
+
+def test_fit_generator_refuses_a_batch_of_another_size_and_lambda_gen():
+    x, ids = blobs(40)
+    y = np.eye(3)[ids]
+    m = classifier()
+    with pytest.raises(ValueError, match="first batch had 16"):
+        g.ggml_fit_generator(m, _sources(x, y, 16)["generator function"], verbose=0)  # 40 = 16 + 16 + 8
+    gen = _sources(x[:32], y[:32], 16)["generator function"]
+    with pytest.raises(TypeError, match="generator function itself"):
+        g.ggml_fit_generator(m, lambda: gen(), verbose=0)
+
+
+def test_fit_generator_validation_source_and_empty_source():
+    x, ids = blobs(64)
+    y = np.eye(3)[ids]
+    m = classifier()
+    h = g.ggml_fit_generator(m, _sources(x, y, 16)["list"], epochs=2,
+                             validation_data=_sources(x[:30], y[:30], 7)["generator function"],
+                             validation_steps=2, verbose=0)
+    assert h["val_loss"].notna().all()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        h = g.ggml_fit_generator(m, [], epochs=2, verbose=0)
+    assert len(h) == 0 and any("no batch" in str(x.message) for x in w)
+
+
+def test_callbacks_and_early_stopping_work_through_ggml_fit():
+    x, ids = blobs(64)
+    y = np.eye(3)[ids]
+    m = classifier(lr=1e-6)
+    seen = []
+    cb = {"on_epoch_end": lambda epoch, logs, state: seen.append((epoch, sorted(logs)))}
+    h = g.ggml_fit(m, x, y, epochs=20, batch_size=16, validation_split=0.25, verbose=0,
+                   callbacks=[cb, g.ggml_callback_early_stopping(patience=1, min_delta=1.0)])
+    assert len(h) < 20 and seen[0][0] == 1 and "val_loss" in seen[0][1]
+
+
+def test_huber_mae_and_binary_crossentropy_train():
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(64, 4)).astype(np.float32)
+    for loss, y in (("mae", x[:, :1] * 2), ("huber", x[:, :1] * 2),
+                    ("binary_crossentropy", (x[:, :1] > 0).astype(np.float32))):
+        m = g.ggml_model_sequential()
+        m = g.ggml_layer_dense(m, 8, activation="tanh", input_shape=(4,))
+        m = g.ggml_layer_dense(m, 1, activation="sigmoid" if loss.startswith("binary") else None)
+        g.ggml_compile(m, loss=loss, backend="cpu", learning_rate=0.05)
+        h = g.ggml_fit(m, x, y, epochs=15, batch_size=16, verbose=0)
+        assert h["train_loss"].iloc[-1] < 0.6 * h["train_loss"].iloc[0], loss
+        r = g.ggml_evaluate(m, x, y)
+        assert np.isnan(r["accuracy"]) == (loss != "binary_crossentropy")
+
+
+def test_multi_output_trains_one_loss_per_head():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(96, 4)).astype(np.float32)
+    ids = (x[:, 0] > 0).astype(int)
+    inp = g.ggml_input(shape=(4,))
+    h = g.ggml_layer_dense(inp, 16, activation="relu")
+    cls = g.ggml_layer_dense(h, 2, activation="softmax", name="cls")
+    reg = g.ggml_layer_dense(h, 1, name="reg")
+    m = g.ggml_compile(g.ggml_model(inp, [cls, reg]), loss=["sparse_categorical_crossentropy", "mse"],
+                       loss_weights=[1.0, 0.5], backend="cpu", learning_rate=0.02)
+    hist = g.ggml_fit(m, x, [ids, x[:, 1:2] * 3], epochs=12, batch_size=16, validation_split=0.25, verbose=0)
+    per = hist.attrs["head_loss"]
+    assert list(per.columns) == ["cls", "reg"]
+    assert (per.iloc[-1] < per.iloc[0]).all()
+    r = g.ggml_evaluate(m, x, [ids, x[:, 1:2] * 3])
+    assert r["loss"] == pytest.approx(r["cls_loss"] + 0.5 * r["reg_loss"], rel=1e-6)
+    assert r["cls_accuracy"] > 0.8
+
+
+def test_ggml_fit_with_a_scheduler_is_the_low_level_fit():
+    assert "sched" in inspect.signature(g.ggml_fit_opt).parameters
+    b = g.ggml_backend_cpu_init()
+    sched = g.ggml_backend_sched_new([b], parallel=False)
+    ctx = g.ggml_init(16 * 1024 * 1024, no_alloc=True)
+    x = g.ggml_set_input(g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, 2, 8))
+    w = g.ggml_set_param(g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, 2, 1))
+    out = g.ggml_mul_mat(ctx, w, x)
+    buf = g.ggml_backend_alloc_ctx_tensors(ctx, b)
+    g.ggml_backend_tensor_set_data(w, np.zeros(2))
+    ds = g.ggml_opt_dataset_init(g.GGML_TYPE_F32, g.GGML_TYPE_F32, 2, 1, 32, 1)
+    g.ggml_backend_tensor_set_data(g.ggml_opt_dataset_data(ds), np.ones((32, 2)))
+    g.ggml_backend_tensor_set_data(g.ggml_opt_dataset_labels(ds), np.ones((32, 1)))
+    h = g.ggml_fit(sched, ctx, x, out, ds, nepoch=2, nbatch_logical=8, silent=True)
+    assert len(h) == 2
+    for o in (ds, buf, ctx, sched, b):
+        o.free()

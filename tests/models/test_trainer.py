@@ -1,0 +1,176 @@
+"""ggml_trainer and snapshots."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ggmlpy as g
+
+
+def regressor(lr=0.01, optimizer="adam"):
+    np.random.seed(0)
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, 8, activation="tanh", input_shape=(3,))
+    m = g.ggml_layer_dense(m, 2)
+    return g.ggml_compile(m, optimizer=optimizer, loss="mse", backend="cpu", learning_rate=lr)
+
+
+def data(n=16, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 3)).astype(np.float32)
+    return x, np.stack([x[:, 0] - x[:, 1], x[:, 2] * 0.5], 1).astype(np.float32)
+
+
+def weights(m):
+    return {k: v.copy() for k, v in g.ggml_get_weights(m).items()}
+
+
+def same(a, b):
+    return all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_step_returns_the_batch_loss_and_learns():
+    m = regressor(lr=0.02)
+    x, y = data(16)
+    with g.ggml_trainer(m, batch_size=16) as tr:
+        first = tr.step(x, y)
+        pred = g.ggml_predict(m, x)
+        losses = [tr.step(x, y) for _ in range(200)]
+        assert tr.n_steps() == 201
+    assert first == pytest.approx(np.mean((g.ggml_predict(regressor(lr=0.02), x) - y) ** 2), rel=1e-5)
+    assert losses[-1] < 0.2 * first
+    assert not np.allclose(pred, g.ggml_predict(m, x))
+
+
+def test_eval_changes_nothing_and_matches_evaluate():
+    m = regressor()
+    x, y = data(16)
+    tr = g.ggml_trainer(m, batch_size=16, nbatch_logical=32)
+    tr.step(x, y)                       # half an accumulation window
+    w = weights(m)
+    loss = tr.eval(x, y)
+    assert loss == pytest.approx(g.ggml_evaluate(m, x, y)["loss"], rel=1e-6)
+    assert same(w, weights(m))
+    tr.step(x, y)                       # completes the window: the optimizer steps now
+    assert not same(w, weights(m))
+    tr.free()
+
+
+def test_accumulation_first_two_steps_see_identical_weights():
+    m = regressor()
+    x, y = data(8)
+    tr = g.ggml_trainer(m, batch_size=8, nbatch_logical=16)
+    w0 = weights(m)
+    tr.step(x, y)
+    assert same(w0, weights(m))          # no optimizer step after the first physical batch
+    tr.step(x, y)
+    w2 = weights(m)
+    assert not same(w0, w2)
+    tr.step(x, y)
+    assert same(w2, weights(m))
+    tr.free()
+
+
+def test_accumulated_step_equals_one_double_batch_step():
+    x, y = data(16)
+    a = regressor(optimizer="sgd", lr=0.1)
+    with g.ggml_trainer(a, batch_size=8, nbatch_logical=16) as tr:
+        tr.step(x[:8], y[:8])
+        tr.step(x[8:], y[8:])
+    b = regressor(optimizer="sgd", lr=0.1)
+    with g.ggml_trainer(b, batch_size=16) as tr:
+        tr.step(x, y)
+    wa, wb = weights(a), weights(b)
+    for k in wa:
+        np.testing.assert_allclose(wa[k], wb[k], rtol=1e-5, atol=1e-7)
+
+
+def test_batch_size_is_exact():
+    m = regressor()
+    x, y = data(10)
+    with g.ggml_trainer(m, batch_size=8) as tr:
+        with pytest.raises(ValueError, match="exactly 8"):
+            tr.step(x, y)
+        with pytest.raises(ValueError, match="exactly 8"):
+            tr.eval(x, y)
+        with pytest.raises(ValueError, match=r"\(N, 3\)"):
+            tr.step(x[:8].T, y[:8])
+
+
+def test_free_is_idempotent_and_every_method_raises_after():
+    m = regressor()
+    x, y = data(8)
+    tr = g.ggml_trainer(m, batch_size=8)
+    tr.free()
+    tr.free()
+    for call in (lambda: tr.step(x, y), lambda: tr.eval(x, y), tr.model, lambda: tr.set_lr(1e-3), tr.n_steps,
+                 tr.snapshot, lambda: tr.restore(None)):
+        with pytest.raises(RuntimeError, match="has been freed"):
+            call()
+    assert g.ggml_predict(m, x).shape == (8, 2)   # the model lives on
+
+
+def test_set_lr_changes_the_step_size():
+    x, y = data(8)
+    steps = []
+    for lr in (0.01, 0.001):
+        m = regressor(optimizer="sgd", lr=0.5)
+        with g.ggml_trainer(m, batch_size=8) as tr:
+            w0 = weights(m)
+            tr.set_lr(lr)
+            assert tr.get_lr() == pytest.approx(lr)
+            tr.step(x, y)
+            steps.append(np.abs(weights(m)["dense_2.weight"] - w0["dense_2.weight"]).max())
+    assert steps[0] == pytest.approx(10 * steps[1], rel=1e-3)
+    with pytest.raises(ValueError):
+        g.ggml_trainer(regressor(), batch_size=8).set_lr(0)
+
+
+def test_snapshots_are_frozen_copies_that_predict_and_restore():
+    m = regressor(lr=0.05)
+    x, y = data(8)
+    tr = g.ggml_trainer(m, batch_size=8)
+    snap = tr.snapshot()
+    before = g.ggml_predict(m, x)
+    np.testing.assert_array_equal(g.ggml_predict(snap, x), before)
+    for _ in range(20):
+        tr.step(x, y)
+    assert not np.allclose(g.ggml_predict(m, x), before)
+    np.testing.assert_array_equal(g.ggml_predict(snap, x), before)   # frozen
+    tr.restore(snap)
+    np.testing.assert_array_equal(g.ggml_predict(m, x), before)
+    assert tr.model() is m
+    g.ggml_snapshot_free(snap)
+    g.ggml_snapshot_free(snap)
+    g.ggml_snapshot_free(None)
+    with pytest.raises(RuntimeError, match="freed"):
+        g.ggml_predict(snap, x)
+    with pytest.raises(RuntimeError, match="freed"):
+        tr.restore(snap)
+    tr.free()
+
+
+def test_a_trainer_refuses_to_run_on_a_recompiled_model():
+    m = regressor()
+    x, y = data(8)
+    tr = g.ggml_trainer(m, batch_size=8)
+    g.ggml_compile(m, loss="mae", backend="cpu")
+    with pytest.raises(RuntimeError, match="compiled again"):
+        tr.step(x, y)
+    tr.free()
+
+
+def test_dropout_masks_change_every_step_and_are_off_in_eval():
+    np.random.seed(1)
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, 64, input_shape=(3,))
+    m = g.ggml_layer_dropout(m, 0.5)
+    m = g.ggml_layer_dense(m, 1)
+    g.ggml_compile(m, optimizer="sgd", loss="mse", backend="cpu", learning_rate=1e-9)
+    x, y = data(8)
+    y = y[:, :1]
+    with g.ggml_trainer(m, batch_size=8) as tr:
+        losses = {round(tr.step(x, y), 7) for _ in range(6)}
+        evals = {round(tr.eval(x, y), 7) for _ in range(3)}
+    assert len(losses) > 3       # a new mask every step
+    assert len(evals) == 1       # no mask in inference
