@@ -43,7 +43,7 @@ def augment(images: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 def build_model(backend: str) -> g.Model:
     model = g.ggml_model_sequential()
     model = g.ggml_layer_conv_2d(model, 16, (3, 3), activation="relu", padding="same", input_shape=(8, 8, 1))
-    model = g.ggml_layer_batch_norm(model)
+    model = g.ggml_layer_batch_norm(model, momentum=0.9)          # running statistics settle in ~20 steps
     model = g.ggml_layer_max_pooling_2d(model, (2, 2))                 # 4x4x16
     model = g.ggml_layer_flatten(model)
     model = g.ggml_layer_dropout(model, 0.2)

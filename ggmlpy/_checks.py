@@ -258,6 +258,12 @@ def check_node_backward(n: Any, needs_grad: set[int] | None = None) -> None:
                                  "shapes equal with ggml_repeat(ctx, b, a) first")
     if op == "MUL_MAT" and n.src[0].type != GGML_TYPE_F32 and n.src[0].flags & int(lib.GGML_TENSOR_FLAG_PARAM):
         raise GgmlValueError("trainable mul_mat weights must be F32")
+    if op == "MUL_MAT" and (needs_grad is None or ptr_key(n.src[0]) in needs_grad):
+        a, b = n.src[0], n.src[1]
+        if (a.ne[2], a.ne[3]) != (b.ne[2], b.ne[3]) and b.ne[3] > 1:
+            # ggml's backward reduces a broadcast first operand over dimension 2 only (it asserts otherwise)
+            raise GgmlValueError(f"ggml has no backward pass for MUL_MAT broadcasting a {list(a.ne)} operand over "
+                                 f"the 4th dimension of {list(b.ne)}; reshape b to 3-D (or 2-D) first")
 
 
 # ---------------------------------------------------------------- row indices of ggml_get_rows

@@ -121,6 +121,13 @@ CASES = {
     "norm": (lambda c, x: G.ggml_norm(c, x, 1e-5),
              lambda x: (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5),
              _u(-2, 2, 3, 5), [], None),
+    # concat: backward pass from our ggml patch 0006; x first or second, along ggml axes 0, 1 and 2
+    "concat_a_dim0": (lambda c, x, b: G.ggml_concat(c, x, b, 0), lambda x, b: np.concatenate([x, b], -1),
+                      A34, [_u(-1, 1, 3, 2)], None),
+    "concat_b_dim1": (lambda c, x, a: G.ggml_concat(c, a, x, 1), lambda x, a: np.concatenate([a, x], -2),
+                      _u(-1, 1, 2, 3, 4), [_u(-1, 1, 2, 1, 4)], None),
+    "concat_a_dim2": (lambda c, x, b: G.ggml_concat(c, x, b, 2), lambda x, b: np.concatenate([x, b], -3),
+                      _u(-1, 1, 2, 3, 4), [_u(-1, 1, 3, 3, 4)], None),
     "scale": (lambda c, x: G.ggml_scale(c, x, -1.75), lambda x: -1.75 * x, A34, [], None),
     "scale_bias": (lambda c, x: G.ggml_scale_bias(c, x, 0.5, 2.0), lambda x: 0.5 * x + 2.0, A34, [], None),
     "sum": (lambda c, x: G.ggml_sum(c, x), lambda x: np.sum(x).reshape(1), A34, [], None),
@@ -237,7 +244,6 @@ NO_BACKWARD = {
     "clamp": ("G.ggml_clamp(ctx, x, -1.0, 1.0)", "CLAMP"),
     "pad": ("G.ggml_pad(ctx, x, 1, 0, 0, 0)", "PAD"),
     "pool_1d": ("G.ggml_pool_1d(ctx, x, G.GGML_OP_POOL_AVG, 2, 2, 0)", "POOL_1D"),
-    "concat": ("G.ggml_concat(ctx, x, x, 0)", "CONCAT"),
 }
 
 
