@@ -8,6 +8,12 @@ pass tensors along without copies; the graph builder converts at the borders.
 ``padding="same"`` follows Keras: the output has ``ceil(size / stride)`` positions and the padding
 is split with the extra position at the end. ggml pads symmetrically, so the extra position is a
 zero row/column joined on with ``ggml_concat`` (differentiable through patches/0006).
+
+The convolutions are im2col + mul_mat in float32: ggml's own ``ggml_conv_2d``/``ggml_conv_1d`` build a
+float16 im2col, which rounds every input value to half precision (errors of ~1e-3 where Keras computes in
+float32). Each layer's result ends in a no-op reshape: ggml's backward of the permute that converts
+between layouts hands on a non-contiguous gradient, which ggml's CONT and element-wise backward passes
+reject (an abort) and POOL_2D's backward would misread; RESHAPE's backward makes it contiguous first.
 """
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ import math
 from typing import Any
 
 from .. import ops
+from ..context import GGML_TYPE_F32
 from ..errors import GgmlValueError
 from .layers import NATURAL, SPATIAL, Layer, ParamSpec, activate, check_activation, int_pair, positive_int
 
@@ -36,6 +43,36 @@ def _out_and_pad(size: int, k: int, s: int, padding: str, layer: Layer) -> tuple
     total = max((out - 1) * s + k - size, 0)
     left = total // 2
     return out, left, total - 2 * left
+
+
+def _grad_safe(g: Any, y):
+    """``y`` itself (a view); its backward pass makes the incoming gradient contiguous (see above)."""
+    return ops.ggml_reshape(g.ctx, y, y)
+
+
+def _conv_2d_f32(g: Any, kernel, x, s0: int, s1: int, p0: int, p1: int):
+    """``ggml_conv_2d`` with a float32 im2col: kernel ``[KW, KH, Cin, Cout]``, data ``[W, H, Cin, N]``
+    -> ``[OW, OH, Cout, N]``."""
+    ctx = g.ctx
+    kw, kh, cin, cout = kernel.shape[:4]
+    cols = ops.ggml_im2col(ctx, kernel, x, s0, s1, p0, p1, 1, 1, True, GGML_TYPE_F32)  # [Cin*KH*KW, OW, OH, N]
+    k, ow, oh, n = cols.shape[:4]
+    y = ops.ggml_mul_mat(ctx, ops.ggml_reshape_2d(ctx, cols, k, ow * oh * n),
+                         ops.ggml_reshape_2d(ctx, kernel, kw * kh * cin, cout))      # [OW*OH*N, Cout]
+    y = ops.ggml_reshape_4d(ctx, y, ow, oh, n, cout)
+    return ops.ggml_cont(ctx, ops.ggml_permute(ctx, y, 0, 1, 3, 2))                  # [OW, OH, Cout, N]
+
+
+def _conv_1d_f32(g: Any, kernel, x, s0: int, p0: int):
+    """``ggml_conv_1d`` with a float32 im2col: kernel ``[K, Cin, Cout]``, data ``[L, Cin, N]`` -> ``[OL, Cout, N]``."""
+    ctx = g.ctx
+    kk, cin, cout = kernel.shape[:3]
+    cols = ops.ggml_im2col(ctx, kernel, x, s0, 0, p0, 0, 1, 0, False, GGML_TYPE_F32)  # [Cin*K, OL, N]
+    k, ol, n = cols.shape[:3]
+    y = ops.ggml_mul_mat(ctx, ops.ggml_reshape_2d(ctx, cols, k, ol * n),
+                         ops.ggml_reshape_2d(ctx, kernel, kk * cin, cout))           # [OL*N, Cout]
+    y = ops.ggml_reshape_3d(ctx, y, ol, n, cout)
+    return ops.ggml_cont(ctx, ops.ggml_permute(ctx, y, 0, 2, 1, 3))                   # [OL, Cout, N]
 
 
 def _pad_end(g: Any, x, dim: int, extra: int):
@@ -92,10 +129,10 @@ class Conv2D(Layer):
         _, (ph, pw), (eh, ew) = self._geometry(shapes[0])
         x = _pad_end(g, _pad_end(g, xs[0], 0, ew), 1, eh)
         (sh, sw) = self.strides
-        y = ops.ggml_conv_2d(g.ctx, g.param(self, "kernel"), x, sw, sh, pw, ph, 1, 1)
+        y = _conv_2d_f32(g, g.param(self, "kernel"), x, sw, sh, pw, ph)
         if self.use_bias:  # one bias per channel, broadcast over [W, H, ., N]
             y = ops.ggml_add(g.ctx, y, ops.ggml_reshape_4d(g.ctx, g.param(self, "bias"), 1, 1, self.filters, 1))
-        return activate(g, y, self.activation)
+        return _grad_safe(g, activate(g, y, self.activation))
 
 
 class Conv1D(Layer):
@@ -137,10 +174,10 @@ class Conv1D(Layer):
     def forward(self, g, xs, shapes):
         _, pad, extra = self._geometry(shapes[0])
         x = _pad_end(g, xs[0], 0, extra)
-        y = ops.ggml_conv_1d(g.ctx, g.param(self, "kernel"), x, self.strides, pad, 1)
+        y = _conv_1d_f32(g, g.param(self, "kernel"), x, self.strides, pad)
         if self.use_bias:  # one bias per channel, broadcast over [L, ., N]
             y = ops.ggml_add(g.ctx, y, ops.ggml_reshape_3d(g.ctx, g.param(self, "bias"), 1, self.filters, 1))
-        return activate(g, y, self.activation)
+        return _grad_safe(g, activate(g, y, self.activation))
 
 
 class MaxPooling2D(Layer):
@@ -168,7 +205,7 @@ class MaxPooling2D(Layer):
 
     def forward(self, g, xs, shapes):
         (kh, kw), (sh, sw) = self.pool_size, self.strides
-        return ops.ggml_pool_2d(g.ctx, xs[0], ops.GGML_OP_POOL_MAX, kw, kh, sw, sh, 0, 0)
+        return _grad_safe(g, ops.ggml_pool_2d(g.ctx, xs[0], ops.GGML_OP_POOL_MAX, kw, kh, sw, sh, 0, 0))
 
 
 class _GlobalPooling2D(Layer):

@@ -186,10 +186,17 @@ class Dense(Layer):
         return specs
 
     def forward(self, g, xs, shapes):
-        y = ops.ggml_mul_mat(g.ctx, g.param(self, "weight"), xs[0])
+        x = xs[0]
+        if len(shapes[0]) > 1:  # (..., features): one matrix product over all leading axes (ggml's
+            # mul_mat backward cannot broadcast the weight over a 4th axis)
+            x = ops.ggml_reshape_2d(g.ctx, x, shapes[0][-1], int(np.prod(shapes[0][:-1])) * g.batch)
+        y = ops.ggml_mul_mat(g.ctx, g.param(self, "weight"), x)
         if self.use_bias:
             y = ops.ggml_add(g.ctx, y, g.param(self, "bias"))
-        return activate(g, y, self.activation)
+        y = activate(g, y, self.activation)
+        if len(shapes[0]) > 1:
+            y = ops.ggml_reshape_4d(g.ctx, y, self.units, *xs[0].shape[1:])
+        return y
 
 
 class Flatten(Layer):

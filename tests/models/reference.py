@@ -1,0 +1,228 @@
+"""Float64 numpy references of the model layer's layers, with Keras semantics.
+
+Written from the Keras definitions, not from ggmlpy: data is sample-major and channels last
+(``x`` of shape ``(N, *sample_shape)``), and weights are in the user's (Keras) orientation as
+``ggml_get_weights`` returns them:
+
+* dense ``weight`` (in, units), ``bias`` (units,)
+* conv_2d ``kernel`` (rows, cols, in_channels, filters), conv_1d ``kernel`` (size, in_channels, filters),
+  ``bias`` (filters,)
+* batch_norm ``gamma``, ``beta``, ``running_mean``, ``running_var`` (C,)
+* embedding ``weight`` (vocab_size, dim)
+
+Every function takes and returns float64 arrays and never calls ggmlpy.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import numpy as np
+
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+# ---------------------------------------------------------------- activations
+
+def softmax(z: np.ndarray, axis: int = -1) -> np.ndarray:
+    e = np.exp(z - z.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def activation(z: np.ndarray, name: str | None) -> np.ndarray:
+    """Keras' activations by name; ``gelu`` is the tanh approximation."""
+    z = np.asarray(z, dtype=np.float64)
+    if name is None or name == "linear":
+        return z
+    if name == "relu":
+        return np.maximum(z, 0.0)
+    if name == "sigmoid":
+        return 1.0 / (1.0 + np.exp(-z))
+    if name == "tanh":
+        return np.tanh(z)
+    if name == "gelu":
+        return 0.5 * z * (1.0 + np.tanh(SQRT_2_OVER_PI * (z + 0.044715 * z ** 3)))
+    if name == "silu":
+        return z / (1.0 + np.exp(-z))
+    if name == "softmax":
+        return softmax(z, axis=-1)
+    raise ValueError(f"unknown activation {name!r}")
+
+
+# ---------------------------------------------------------------- dense / conv / pooling
+
+def dense(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None, act: str | None = None) -> np.ndarray:
+    """``act(x @ weight + bias)`` over the last axis of ``x``."""
+    z = np.asarray(x, np.float64) @ np.asarray(weight, np.float64)
+    if bias is not None:
+        z = z + np.asarray(bias, np.float64)
+    return activation(z, act)
+
+
+def same_padding(n: int, k: int, s: int) -> tuple[int, int, int]:
+    """Keras 'same' along one axis: (output size, padding before, padding after)."""
+    out = -(-n // s)
+    total = max((out - 1) * s + k - n, 0)
+    return out, total // 2, total - total // 2
+
+
+def _pad_and_size(n: int, k: int, s: int, padding: str) -> tuple[int, int, int]:
+    if padding == "valid":
+        return (n - k) // s + 1, 0, 0
+    if padding == "same":
+        return same_padding(n, k, s)
+    raise ValueError(padding)
+
+
+def conv2d(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None = None, strides: Sequence[int] = (1, 1),
+           padding: str = "valid", act: str | None = None) -> np.ndarray:
+    """Keras Conv2D (cross-correlation): ``x`` (N, H, W, Cin), ``kernel`` (kh, kw, Cin, F) -> (N, OH, OW, F)."""
+    x = np.asarray(x, np.float64)
+    kernel = np.asarray(kernel, np.float64)
+    n, h, w, cin = x.shape
+    kh, kw, kcin, f = kernel.shape
+    assert kcin == cin
+    sh, sw = strides
+    oh, top, bottom = _pad_and_size(h, kh, sh, padding)
+    ow, left, right = _pad_and_size(w, kw, sw, padding)
+    xp = np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)))
+    out = np.zeros((n, oh, ow, f))
+    for i in range(oh):
+        for j in range(ow):
+            patch = xp[:, i * sh:i * sh + kh, j * sw:j * sw + kw, :]          # (N, kh, kw, Cin)
+            out[:, i, j, :] = np.einsum("nabc,abcf->nf", patch, kernel)
+    if bias is not None:
+        out = out + np.asarray(bias, np.float64)
+    return activation(out, act)
+
+
+def conv1d(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None = None, stride: int = 1,
+           padding: str = "valid", act: str | None = None) -> np.ndarray:
+    """Keras Conv1D: ``x`` (N, L, Cin), ``kernel`` (k, Cin, F) -> (N, OL, F)."""
+    x = np.asarray(x, np.float64)
+    kernel = np.asarray(kernel, np.float64)
+    n, length, cin = x.shape
+    k, kcin, f = kernel.shape
+    assert kcin == cin
+    ol, before, after = _pad_and_size(length, k, stride, padding)
+    xp = np.pad(x, ((0, 0), (before, after), (0, 0)))
+    out = np.zeros((n, ol, f))
+    for i in range(ol):
+        out[:, i, :] = np.einsum("nac,acf->nf", xp[:, i * stride:i * stride + k, :], kernel)
+    if bias is not None:
+        out = out + np.asarray(bias, np.float64)
+    return activation(out, act)
+
+
+def max_pooling_2d(x: np.ndarray, pool_size: Sequence[int] = (2, 2), strides: Sequence[int] | None = None
+                   ) -> np.ndarray:
+    """Keras MaxPooling2D with padding 'valid': (N, H, W, C) -> (N, OH, OW, C)."""
+    x = np.asarray(x, np.float64)
+    ph, pw = pool_size
+    sh, sw = strides if strides is not None else pool_size
+    n, h, w, c = x.shape
+    oh, ow = (h - ph) // sh + 1, (w - pw) // sw + 1
+    out = np.empty((n, oh, ow, c))
+    for i in range(oh):
+        for j in range(ow):
+            out[:, i, j, :] = x[:, i * sh:i * sh + ph, j * sw:j * sw + pw, :].max(axis=(1, 2))
+    return out
+
+
+def global_average_pooling_2d(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, np.float64).mean(axis=(1, 2))
+
+
+def global_max_pooling_2d(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, np.float64).max(axis=(1, 2))
+
+
+def flatten(x: np.ndarray) -> np.ndarray:
+    """Keras Flatten: a C-order reshape of each sample (channels fastest)."""
+    x = np.asarray(x, np.float64)
+    return x.reshape(x.shape[0], -1)
+
+
+# ---------------------------------------------------------------- normalisation, dropout, embedding
+
+def batch_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel (last axis) mean and biased variance over every other axis (batch included)."""
+    x = np.asarray(x, np.float64)
+    axes = tuple(range(x.ndim - 1))
+    return x.mean(axis=axes), x.var(axis=axes)
+
+
+def batch_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, running_mean: np.ndarray,
+               running_var: np.ndarray, eps: float = 1e-5, training: bool = False) -> np.ndarray:
+    """Keras BatchNormalization over the last axis: batch statistics in training, running ones otherwise."""
+    x = np.asarray(x, np.float64)
+    if training:
+        mean, var = batch_stats(x)
+    else:
+        mean, var = np.asarray(running_mean, np.float64), np.asarray(running_var, np.float64)
+    return (x - mean) / np.sqrt(var + eps) * np.asarray(gamma, np.float64) + np.asarray(beta, np.float64)
+
+
+def running_update(running: np.ndarray, batch: np.ndarray, momentum: float) -> np.ndarray:
+    """Keras: ``running = momentum * running + (1 - momentum) * batch``."""
+    return momentum * np.asarray(running, np.float64) + (1.0 - momentum) * np.asarray(batch, np.float64)
+
+
+def dropout(x: np.ndarray, rate: float, training: bool = False, mask: np.ndarray | None = None) -> np.ndarray:
+    """Inverted dropout: identity in inference; in training ``x * mask / (1 - rate)`` with a 0/1 ``mask``."""
+    x = np.asarray(x, np.float64)
+    if not training or rate == 0:
+        return x
+    assert mask is not None
+    return x * mask / (1.0 - rate)
+
+
+def embedding(ids: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """Keras Embedding: ids (N, steps) -> (N, steps, dim) rows of ``table`` (vocab, dim)."""
+    return np.asarray(table, np.float64)[np.asarray(ids, np.int64)]
+
+
+# ---------------------------------------------------------------- merging
+
+def add(xs: Sequence[np.ndarray]) -> np.ndarray:
+    out = np.asarray(xs[0], np.float64)
+    for x in xs[1:]:
+        out = out + np.asarray(x, np.float64)
+    return out
+
+
+def concatenate(xs: Sequence[np.ndarray], axis: int = -1) -> np.ndarray:
+    """Keras Concatenate: ``axis`` counts the axes of one sample (negative from the end); the batch
+    axis is never joined."""
+    arrs = [np.asarray(x, np.float64) for x in xs]
+    np_axis = axis + 1 if axis >= 0 else axis
+    return np.concatenate(arrs, axis=np_axis)
+
+
+# ---------------------------------------------------------------- loss and finite differences
+
+def mse(pred: np.ndarray, y: np.ndarray) -> float:
+    """Keras/ggml mean squared error over every output element."""
+    d = np.asarray(pred, np.float64) - np.asarray(y, np.float64)
+    return float(np.mean(d * d))
+
+
+def fd_gradients(loss: Callable[[dict], float], weights: dict, names: Sequence[str], h: float = 1e-6
+                 ) -> dict[str, np.ndarray]:
+    """Central finite differences of ``loss(weights)`` (float64) w.r.t. each weight named in ``names``."""
+    w = {k: np.array(v, dtype=np.float64) for k, v in weights.items()}
+    grads = {}
+    for name in names:
+        arr = w[name]
+        g = np.zeros_like(arr)
+        flat, gflat = arr.reshape(-1), g.reshape(-1)
+        for i in range(flat.size):
+            old = flat[i]
+            flat[i] = old + h
+            up = loss(w)
+            flat[i] = old - h
+            down = loss(w)
+            flat[i] = old
+            gflat[i] = (up - down) / (2 * h)
+        grads[name] = g
+    return grads
