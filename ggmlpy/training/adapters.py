@@ -11,6 +11,7 @@ label and weight tensors of one opt context, with errors that name the tensor.
 from __future__ import annotations
 
 import inspect
+import types
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from ..context import Tensor
 from .._checks import check_indices, ptr_key
-from ..data import NUMPY_DTYPES, write_array
+from ..data import NUMPY_DTYPES, checked_values, refuse_complex, shape_problem, write_array
 from ..errors import GgmlTypeError, GgmlValueError
 
 CALLABLE, GENERATOR_FUNCTION, REITERABLE, ITERATOR = "callable", "generator function", "re-iterable", "iterator"
@@ -77,9 +78,13 @@ class Source:
     def _next_raw(self) -> Any:
         if self.kind == CALLABLE:
             try:
-                return self.obj()
+                batch = self.obj()
             except StopIteration:  # ``lambda: next(it)``: the end of the data, like None (PEP 479 would
                 return None        # turn it into a RuntimeError inside the feed's generator)
+            if isinstance(batch, types.GeneratorType):
+                raise GgmlTypeError(f"{self.name} is a function that returned a generator (e.g. lambda: gen()): "
+                                    "pass the generator function itself (gen), or a generator object (gen())")
+            return batch
         if self._exhausted:
             return None
         try:
@@ -180,9 +185,10 @@ class BatchWriter:
             raise GgmlValueError(f"{self.name}: {target.what} is not array-like ({type(value).__name__})") from exc
         if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
             raise GgmlValueError(f"{self.name}: {target.what} must be numeric, got dtype {arr.dtype}")
-        if arr.size != target.count:
-            raise GgmlValueError(f"{self.name}: {target.what} expects {target.count} values (tensor "
-                                 f"{list(target.tensor.shape)}), the batch gives {arr.size} (shape {list(arr.shape)})")
+        problem = shape_problem(arr.shape, target.tensor, source="the batch")
+        if problem is not None:
+            raise GgmlValueError(f"{self.name}: {target.what} {problem}")
+        refuse_complex(arr, target.dtype, f"{self.name}: {target.what}")
         if np.issubdtype(target.dtype, np.integer):
             if not np.issubdtype(arr.dtype, np.integer) and arr.dtype != np.bool_:
                 raise GgmlValueError(f"{self.name}: {target.what} is an integer tensor ({target.dtype}); the batch "
@@ -193,7 +199,7 @@ class BatchWriter:
             if arr.size and (arr.min() < info.min or arr.max() > info.max):
                 raise GgmlValueError(f"{self.name}: {target.what} is {target.dtype}; the batch has values outside "
                                      f"[{info.min}, {info.max}]")
-        return np.ascontiguousarray(arr, dtype=target.dtype).reshape(-1)
+        return checked_values(arr, target.dtype, f"{self.name}: {target.what}")
 
 
 def _as_list(value: Any) -> list:

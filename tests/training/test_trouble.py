@@ -12,7 +12,7 @@ import ggmlpy as G
 from ggmlpy.opt import OptContext, OptResult
 from ggmlpy.sched import Scheduler
 
-from .helpers import Linear
+from .helpers import F32, Linear
 
 K, M, N = 3, 2, 4
 
@@ -226,3 +226,132 @@ def test_a_scheduler_too_small_for_the_training_graph_raises_not_aborts():
     assert len(lines) == 3 and lines[0].startswith("RAISED") and lines[1].startswith("RAISED"), out
     assert "graph_size" in lines[0] and "too small" in lines[0]
     assert lines[2] == "TRAINED 1"
+
+
+# ---------------------------------------------------------------- batches must have the tensor's shape (issue 9)
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+@pytest.mark.parametrize("which", ["inputs", "labels"])
+def test_a_transposed_batch_is_refused_naming_both_shapes(which, prefetch, model, tsched, batches):
+    """x (N, K) = (4, 3) and y (N, M) = (4, 2): their transposes hold as many values, in the wrong order."""
+    before = _live()
+    x, y = batches[0]
+    bad = (x.T, y) if which == "inputs" else (x, y.T)
+    with pytest.raises(ValueError) as info:
+        _fit(model, tsched, batches[:2] + [bad], prefetch=prefetch)
+    msg = str(info.value)
+    want, given = ((N, K), (K, N)) if which == "inputs" else ((N, M), (M, N))
+    assert which in msg and str(want) in msg and str(given) in msg and "arr.T" in msg, msg
+    assert _live() == before
+    _scheduler_is_free(model, tsched, batches)
+
+
+def test_batch_shapes_that_are_still_allowed_train_alike(cpu, tsched, batches):
+    """The exact numpy shape, 1-D of nelements and extra leading 1-axes are one and the same batch."""
+    forms = {
+        "exact": batches,
+        "flat": [(x.ravel(), y.ravel()) for x, y in batches],
+        "leading 1-axes": [(x[None], y[None, None]) for x, y in batches],
+        "lists": [(x.tolist(), y.tolist()) for x, y in batches],
+    }
+    results = {}
+    for name, data in forms.items():
+        m = Linear(cpu, K, M, N, seed=3)
+        try:
+            h = _fit(m, tsched, data, epochs=2)
+            results[name] = (list(h["train_loss"]), m.params())
+        finally:
+            m.free()
+    ref_loss, ref_params = results["exact"]
+    for name, (loss, params) in results.items():
+        np.testing.assert_array_equal(loss, ref_loss, err_msg=name)
+        for k in ref_params:
+            np.testing.assert_array_equal(params[k], ref_params[k], err_msg=name)
+
+
+def _writer(cpu, x_shape, x_type, y_shape=None, bound=None):
+    from ggmlpy._checks import ptr_key
+    from ggmlpy.training.adapters import BatchWriter
+
+    from .helpers import Net
+    net = Net(cpu)
+    x = net.leaf(x_shape, dtype=x_type)
+    y = net.leaf(y_shape) if y_shape else None
+    net.alloc()
+    bounds = {} if bound is None else {ptr_key(x.ptr): bound}
+    return net, BatchWriter("fit", [x], [y] if y is not None else [], [], bounds)
+
+
+@pytest.mark.parametrize("bad,match", [
+    (np.zeros((3, 5)), r"\(5, 3\).*\(3, 5\).*arr\.T"),          # transposed
+    (np.zeros((1, 5, 1, 3)), r"\(5, 3\)"),                        # an inner 1-axis changes the shape
+    (np.zeros((15, 1)), r"reshape\(-1\)"),                        # a column of the right count
+    (np.zeros(14), r"expects 15 values"),
+    (np.zeros((5, 3), dtype=np.complex64), r"complex"),
+    (np.full((5, 3), 1e39), r"inf"),                              # float64 that overflows F32
+])
+def test_batch_writer_refuses(cpu, bad, match):
+    net, w = _writer(cpu, (5, 3), F32)
+    try:
+        with pytest.raises((ValueError, TypeError), match=match):
+            w.parse(bad)
+        assert w.parse(np.zeros((5, 3)))[0][1].shape == (15,)
+    finally:
+        net.free()
+
+
+def test_batch_writer_complex_is_a_type_error(cpu):
+    net, w = _writer(cpu, (5, 3), F32)
+    try:
+        with pytest.raises(TypeError, match="complex"):
+            w.parse(np.zeros((5, 3), dtype=np.complex128))
+    finally:
+        net.free()
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (15,), (1, 5, 3), (1, 15)])
+def test_batch_writer_allows(cpu, shape):
+    net, w = _writer(cpu, (5, 3), F32)
+    try:
+        arr = np.arange(15, dtype=np.float64).reshape(shape)
+        ((target, out),) = w.parse(arr)
+        assert out.dtype == np.float32
+        np.testing.assert_array_equal(out, np.arange(15))
+    finally:
+        net.free()
+
+
+def test_batch_writer_column_labels_for_a_one_wide_tensor(cpu):
+    """Labels (N,) or (N, 1) for a [1, N] tensor (numpy (N, 1)) are both fine: the same values in order."""
+    net, w = _writer(cpu, (4, 2), F32, y_shape=(4, 1))
+    try:
+        x = np.zeros((4, 2))
+        for y in (np.arange(4.0), np.arange(4.0)[:, None], np.arange(4.0)[None]):
+            pairs = w.parse((x, y))
+            np.testing.assert_array_equal(pairs[1][1], np.arange(4))
+    finally:
+        net.free()
+
+
+def test_batch_writer_keeps_its_integer_checks(cpu):
+    """Integer inputs (token ids): floats refused, the type's range and get_rows bounds checked, after the shape."""
+    I32 = G.GGML_TYPE_I32
+    net, w = _writer(cpu, (2, 3), I32, bound=10)
+    try:
+        ok = np.arange(6).reshape(2, 3)
+        np.testing.assert_array_equal(w.parse(ok)[0][1], np.arange(6))
+        with pytest.raises(ValueError, match=r"arr\.T"):
+            w.parse(ok.T)
+        with pytest.raises(ValueError, match="integer tensor"):
+            w.parse(ok.astype(np.float32))
+        with pytest.raises(ValueError, match=r"\[0, 10\)"):
+            w.parse(ok + 5)
+    finally:
+        net.free()
+    net, w = _writer(cpu, (2, 3), I32)
+    try:
+        with pytest.raises(ValueError, match="outside"):
+            w.parse(np.full((2, 3), 2 ** 40 + 5))
+        np.testing.assert_array_equal(w.parse(np.ones((2, 3), dtype=bool))[0][1], np.ones(6))
+    finally:
+        net.free()
