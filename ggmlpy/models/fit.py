@@ -8,6 +8,7 @@ running statistics) over every sample, a last partial batch included.
 """
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from typing import TYPE_CHECKING, Any, Sequence
@@ -21,7 +22,7 @@ from ..errors import GgmlpyWarning, GgmlTypeError, GgmlValueError
 from ..sched import Scheduler
 from ..training.adapters import Source
 from ..training.fit import fit_streamed, ggml_fit_opt
-from ..training.loop import EpochStats
+from ..training.loop import EpochStats, check_nonfinite
 from . import data as D
 from .compile import CompileConfig, compiled
 from .graph import Model
@@ -147,8 +148,8 @@ def _stats(tally: Tally) -> EpochStats:
 
 def run_training(model: Model, cfg: CompileConfig, source: Source, batch: int, *, epochs: int, initial_epoch: int,
                  callbacks: Any, silent: bool, validate: Any, sample_weighted: bool, stream: bool,
-                 steps_per_epoch: int | None = None, nbatch_logical: int | None = None, prefetch: int = 0) \
-        -> pd.DataFrame:
+                 steps_per_epoch: int | None = None, nbatch_logical: int | None = None, prefetch: int = 0,
+                 on_nonfinite: str = "raise") -> pd.DataFrame:
     """Build the training graph for ``batch`` samples and run the one training loop on it."""
     params = model.runtime.params
     if not params.mark_trainable():
@@ -173,18 +174,18 @@ def run_training(model: Model, cfg: CompileConfig, source: Source, batch: int, *
                             loss_weights=[h.weight for h in cfg.heads] if multi else None,
                             learning_rate=cfg.learning_rate, sample_weighted=sample_weighted, hooks=inst.hooks,
                             validate=validate, head_names=[h.name for h in cfg.heads] if multi else None,
-                            stream=stream)
+                            stream=stream, on_nonfinite=on_nonfinite)
     finally:
         if sched is not None:
             sched.free()
         inst.free()
 
 
-def ggml_fit(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch_size: int = 32,
-             validation_split: float = 0.0, validation_data: Any = None, class_weight: dict | None = None,
-             sample_weight: Any = None, verbose: int = 1, callbacks: Sequence[Any] | None = None,
-             shuffle: bool = True, initial_epoch: int = 0, nbatch_logical: int | None = None,
-             *args: Any, **kwargs: Any) -> pd.DataFrame:
+def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch_size: int = 32,
+              validation_split: float = 0.0, validation_data: Any = None, class_weight: dict | None = None,
+              sample_weight: Any = None, verbose: int = 1, callbacks: Sequence[Any] | None = None,
+              shuffle: bool = True, initial_epoch: int = 0, nbatch_logical: int | None = None,
+              on_nonfinite: str = "raise") -> pd.DataFrame:
     """Train a compiled model on arrays (``ggml_fit(sched, ...)`` is ggmlR's low-level ``ggml_fit_opt``).
 
     Arguments:
@@ -204,6 +205,8 @@ def ggml_fit(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch_
         initial_epoch: the number of the first epoch minus one (continuing a fit).
         nbatch_logical: accumulate gradients over this many samples (a multiple of ``batch_size``) per
             optimizer step.
+        on_nonfinite: a NaN/inf training loss stops training with a ValueError ("raise", the default; the
+            exception carries the history of the completed epochs as ``.history``) or only warns ("warn").
 
     Every sample trains in every epoch: when N is not a multiple of ``batch_size`` the last batch is
     completed with samples drawn at random from the rest (a few count twice in that step). Validation
@@ -215,10 +218,6 @@ def ggml_fit(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch_
     Example:
         >>> history = g.ggml_fit(model, x, y, epochs=10, batch_size=32, validation_split=0.2)
     """
-    if isinstance(model, Scheduler):  # ggmlR's dispatch: ggml_fit(sched, ctx_compute, inputs, outputs, dataset, ...)
-        return ggml_fit_opt(model, x, y, epochs, batch_size, *args, **kwargs)
-    if args or kwargs:
-        raise GgmlTypeError(f"ggml_fit got unexpected arguments {sorted(kwargs) or args!r}")
     cfg = compiled(model, "ggml_fit")
     epochs = _int_arg(epochs, "epochs", 0)
     initial_epoch = _int_arg(initial_epoch, "initial_epoch", 0)
@@ -261,7 +260,14 @@ def ggml_fit(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch_
             return _stats(_evaluate_arrays(model, cfg, model.runtime.predictor, val[0], val[1], val[2], batch))
     return run_training(model, cfg, source, batch, epochs=epochs, initial_epoch=initial_epoch, callbacks=callbacks,
                         silent=_verbose(verbose), validate=validate, sample_weighted=w is not None, stream=False,
-                        nbatch_logical=nbatch_logical)
+                        nbatch_logical=nbatch_logical, on_nonfinite=check_nonfinite(on_nonfinite))
+
+
+@functools.wraps(fit_model)
+def ggml_fit(model: Any, *args: Any, **kwargs: Any) -> pd.DataFrame:
+    if isinstance(model, Scheduler):  # ggmlR's dispatch: ggml_fit(sched, ctx_compute, inputs, outputs, dataset, ...)
+        return ggml_fit_opt(model, *args, **kwargs)
+    return fit_model(model, *args, **kwargs)
 
 
 class _BatchConverter:
@@ -297,7 +303,7 @@ class _BatchConverter:
 def ggml_fit_generator(model: Model, generator: Any, steps_per_epoch: int | None = None, epochs: int = 1,
                        initial_epoch: int = 0, validation_data: Any = None, validation_steps: int | None = None,
                        callbacks: Sequence[Any] | None = None, verbose: int = 1, prefetch: int = 0,
-                       nbatch_logical: int | None = None) -> pd.DataFrame:
+                       nbatch_logical: int | None = None, on_nonfinite: str = "raise") -> pd.DataFrame:
     """Train a compiled model from a stream of sample-major batches, one batch in memory at a time.
 
     Arguments:
@@ -313,6 +319,7 @@ def ggml_fit_generator(model: Model, generator: Any, steps_per_epoch: int | None
             size); validation runs the inference graph. validation_steps: batches per validation.
         prefetch: read up to this many batches ahead in a background thread while ggml computes.
         nbatch_logical: samples per optimizer step (gradient accumulation), a multiple of the batch size.
+        on_nonfinite: "raise" (default) or "warn" on a NaN/inf training loss, as for ``ggml_fit``.
 
     Value: the history DataFrame of ``ggml_fit_opt_gen`` (with the ``steps`` column).
 
@@ -344,7 +351,8 @@ def ggml_fit_generator(model: Model, generator: Any, steps_per_epoch: int | None
     validate = _validation(model, cfg, validation_data, validation_steps, batch)
     return run_training(model, cfg, source, batch, epochs=epochs, initial_epoch=initial_epoch, callbacks=callbacks,
                         silent=_verbose(verbose), validate=validate, sample_weighted=w is not None, stream=True,
-                        steps_per_epoch=steps_per_epoch, nbatch_logical=nbatch_logical, prefetch=prefetch)
+                        steps_per_epoch=steps_per_epoch, nbatch_logical=nbatch_logical, prefetch=prefetch,
+                        on_nonfinite=check_nonfinite(on_nonfinite))
 
 
 def _validation(model: Model, cfg: CompileConfig, validation_data: Any, steps: int | None, batch: int):

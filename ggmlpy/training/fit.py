@@ -24,7 +24,7 @@ from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueErro
 from ..sched import Scheduler
 from .._checks import check_indices, ptr_key
 from .adapters import BatchWriter, Source, Target
-from .loop import Trainer, fit_loop
+from .loop import Trainer, check_nonfinite, fit_loop
 from .prefetch import BatchFeed
 
 
@@ -88,7 +88,8 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
                      loss_type: int = L.LOSS_MSE, optimizer: int = O.OPTIMIZER_ADAMW,
                      nbatch_logical: int | None = None, callbacks: Sequence[Any] | None = None,
                      silent: bool = False, loss_mask_ne0: int | None = None, weight_decay: float = 0,
-                     prefetch: int = 0, learning_rate: float | None = None) -> pd.DataFrame:
+                     prefetch: int = 0, learning_rate: float | None = None, on_nonfinite: str = "raise") \
+        -> pd.DataFrame:
     """Train from a generator, one physical batch at a time.
 
     ``generator`` (and ``validation_generator``) is a zero-argument function returning a batch or None
@@ -97,8 +98,9 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
     (consumed across epochs). A batch is ``(x, y)`` or ``{"inputs": [...], "labels": [...], "weights": w}``,
     each element in ggml layout holding exactly one physical batch. ``prefetch=N`` reads up to N batches
     ahead in a background thread; ``learning_rate`` sets the starting rate (default ggml's 1e-3, schedules
-    and ``ggml_opt_set_lr`` change it later). Returns the history: ``epoch, train_loss, train_accuracy, val_loss,
-    val_accuracy, steps``, one row per completed epoch.
+    and ``ggml_opt_set_lr`` change it later). A non-finite training loss stops training with a ValueError
+    (``on_nonfinite="warn"`` only warns). Returns the history: ``epoch, train_loss, train_accuracy, val_loss,
+    val_accuracy, steps``, one row per completed epoch; an exception carries it as ``.history``.
     """
     _check_common(sched, ctx_compute, optimizer, "epochs", epochs, callbacks, silent)
     ins = _tensors(inputs, "inputs")
@@ -109,6 +111,7 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
     initial_epoch = _int_at_least(initial_epoch, "initial_epoch", 0)
     prefetch = _int_at_least(prefetch, "prefetch", 0)
     O.check_weight_decay(weight_decay)
+    check_nonfinite(on_nonfinite)
     train_source = Source(generator, "generator")
     val_source = Source(validation_generator, "validation_generator") if validation_generator is not None else None
     for i, t in enumerate(ins):
@@ -122,7 +125,7 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
                         period=period, weight_decay=weight_decay, loss_mask_ne0=loss_mask_ne0,
                         learning_rate=_learning_rate(learning_rate), epochs=epochs, initial_epoch=initial_epoch,
                         steps_per_epoch=steps_per_epoch, validation_steps=validation_steps, callbacks=callbacks,
-                        silent=silent, prefetch=prefetch)
+                        silent=silent, prefetch=prefetch, on_nonfinite=on_nonfinite)
 
 
 def fit_streamed(sched: Scheduler, ctx_compute: Context, inputs: list[Tensor], outputs: list[Tensor],
@@ -132,7 +135,7 @@ def fit_streamed(sched: Scheduler, ctx_compute: Context, inputs: list[Tensor], o
                  silent: bool = False, prefetch: int = 0, loss_weights: list[float] | None = None,
                  loss_mask_ne0: int | None = None, learning_rate: float | None = None, sample_weighted: bool = False,
                  hooks: Sequence[Any] = (), validate: Any = None, head_names: list[str] | None = None,
-                 stream: bool = True) -> pd.DataFrame:
+                 stream: bool = True, on_nonfinite: str = "raise") -> pd.DataFrame:
     """The streaming fit behind ``ggml_fit_opt_gen`` and the model layer's ``ggml_fit``/``ggml_fit_generator``:
     arguments already checked; builds the opt context(s), feeds the sources through the one loop and
     releases every C resource on the way out. ``validate`` replaces ``val_source`` (the model layer
@@ -151,7 +154,7 @@ def fit_streamed(sched: Scheduler, ctx_compute: Context, inputs: list[Tensor], o
         return fit_loop(trainer, train_feed, val_feed, epochs=epochs, initial_epoch=initial_epoch,
                         steps_per_epoch=steps_per_epoch, validation_steps=validation_steps, callbacks=callbacks,
                         silent=silent, source_name=train_source.name, stream=stream, head_names=head_names,
-                        validate=validate)
+                        validate=validate, on_nonfinite=on_nonfinite)
     finally:
         try:
             for feed in feeds:
@@ -196,7 +199,7 @@ def _columns(host: np.ndarray, rows: slice, off: int, width: int, target: Target
 
 def _dataset_fit(sched, ctx_compute, inputs, outputs: list[Tensor], dataset, loss_types: list[int],
                  loss_weights, labels_offs, optimizer, nepoch, nbatch_logical, val_split, shuffle, shuffle_all,
-                 callbacks, silent, weight_decay, head_names, learning_rate=None) -> pd.DataFrame:
+                 callbacks, silent, weight_decay, head_names, learning_rate=None, on_nonfinite="raise") -> pd.DataFrame:
     unwrap(dataset, Dataset, "dataset")
     ds = dataset
     x = as_tensor(inputs, "inputs")
@@ -245,7 +248,8 @@ def _dataset_fit(sched, ctx_compute, inputs, outputs: list[Tensor], dataset, los
                 ds.shuffle(rng, idata_split - idata_split % ds.ndata_shard)
 
         return fit_loop(trainer, train_feed, val_feed, epochs=nepoch, callbacks=callbacks, silent=silent,
-                        stream=False, before_epoch=before_epoch, head_names=head_names)
+                        stream=False, before_epoch=before_epoch, head_names=head_names,
+                        on_nonfinite=check_nonfinite(on_nonfinite))
     finally:
         trainer.close()
 
@@ -260,15 +264,16 @@ def ggml_fit_opt(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs
                  loss_type: int = L.LOSS_MSE, optimizer: int = O.OPTIMIZER_ADAMW, nepoch: int = 10,
                  nbatch_logical: int = 32, val_split: float = 0, shuffle: bool = True, shuffle_all: bool | None = None,
                  callbacks: Sequence[Any] | None = None, silent: bool = False, weight_decay: float = 0,
-                 learning_rate: float | None = None) -> pd.DataFrame:
+                 learning_rate: float | None = None, on_nonfinite: str = "raise") -> pd.DataFrame:
     """Train on an in-memory dataset with callbacks; returns ``epoch, train_loss, train_accuracy, val_loss,
-    val_accuracy``. The last ``val_split`` of the (once shuffled) data validates, whole logical batches only."""
+    val_accuracy``. The last ``val_split`` of the (once shuffled) data validates, whole logical batches only.
+    A non-finite training loss raises ValueError (``on_nonfinite="warn"`` only warns)."""
     _check_common(sched, ctx_compute, optimizer, "nepoch", nepoch, callbacks, silent)
     L.check_loss_type(loss_type)
     return _dataset_fit(sched, ctx_compute, inputs, [as_tensor(outputs, "outputs")], dataset, [loss_type], None,
                         None, optimizer, nepoch, nbatch_logical, val_split, bool(shuffle),
                         bool(shuffle if shuffle_all is None else shuffle_all), callbacks, silent, weight_decay, None,
-                        _learning_rate(learning_rate))
+                        _learning_rate(learning_rate), on_nonfinite)
 
 
 def ggml_fit_opt_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Sequence[Tensor],
@@ -277,7 +282,8 @@ def ggml_fit_opt_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, o
                        optimizer: int = O.OPTIMIZER_ADAMW, nepoch: int = 10, nbatch_logical: int = 32,
                        val_split: float = 0, shuffle: bool = True, shuffle_all: bool | None = None,
                        callbacks: Sequence[Any] | None = None, silent: bool = False,
-                       weight_decay: float = 0, learning_rate: float | None = None) -> pd.DataFrame:
+                       weight_decay: float = 0, learning_rate: float | None = None,
+                       on_nonfinite: str = "raise") -> pd.DataFrame:
     """Several output heads on one dataset whose labels are the heads' labels side by side.
 
     The history's ``attrs`` hold ``head_loss``, ``head_accuracy``, ``val_head_loss``, ``val_head_accuracy``
@@ -298,7 +304,7 @@ def ggml_fit_opt_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, o
         raise GgmlValueError(f"head_names must be {n} distinct non-empty strings, got {head_names!r}")
     return _dataset_fit(sched, ctx_compute, inputs, outs, dataset, types, weights, labels_offs, optimizer, nepoch,
                         nbatch_logical, val_split, bool(shuffle), bool(shuffle if shuffle_all is None else shuffle_all),
-                        callbacks, silent, weight_decay, names, _learning_rate(learning_rate))
+                        callbacks, silent, weight_decay, names, _learning_rate(learning_rate), on_nonfinite)
 
 
 def ggml_opt_fit_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Sequence[Tensor],

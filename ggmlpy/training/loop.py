@@ -23,7 +23,7 @@ from .. import opt as O
 from .. import opt_result as R
 from ..context import Tensor
 from ..data import ggml_backend_tensor_get_data
-from ..errors import GgmlpyWarning
+from ..errors import GgmlpyWarning, GgmlValueError
 from .._checks import index_bounds
 from .adapters import BatchWriter
 from .callbacks import CallbackList, FitState
@@ -157,15 +157,41 @@ def fit_loop(trainer: Trainer, train_feed: Feed, val_feed: Feed | None, *, epoch
              steps_per_epoch: int | None = None, validation_steps: int | None = None, callbacks: Any = None,
              silent: bool = False, source_name: str = "generator", stream: bool = True,
              before_epoch: Callable[[int], None] | None = None, head_names: list[str] | None = None,
-             validate: Callable[[], EpochStats] | None = None) -> pd.DataFrame:
+             validate: Callable[[], EpochStats] | None = None, on_nonfinite: str = "raise") -> pd.DataFrame:
     """Run the epochs; returns the history (one row per completed epoch). ``validate`` (instead of
-    ``val_feed``) computes the validation statistics itself (the model layer's inference graph)."""
+    ``val_feed``) computes the validation statistics itself (the model layer's inference graph).
+
+    Nothing is lost on the way out: an exception (a Ctrl-C, a failing generator or callback, a
+    non-finite loss) leaves with the history of the completed epochs as its ``history`` attribute."""
     cbs = CallbackList(callbacks)
     nepoch = initial_epoch + epochs
     state = FitState(lr_ud=trainer.lr_ud, nepoch=nepoch)
     columns = HISTORY_COLUMNS + (["steps"] if stream else [])
     rows: list[dict] = []
     head_rows: list[dict] = []
+    try:
+        _epochs(trainer, train_feed, val_feed, cbs, state, rows, head_rows, columns, epochs, initial_epoch,
+                steps_per_epoch, validation_steps, silent, source_name, stream, before_epoch, head_names, validate,
+                check_nonfinite(on_nonfinite))
+    except BaseException as exc:
+        try:
+            exc.history = _history(rows, head_rows, columns, head_names)
+        except Exception:  # noqa: BLE001 - never mask the original error
+            pass
+        raise
+    return _history(rows, head_rows, columns, head_names)
+
+
+def check_nonfinite(on_nonfinite: Any) -> str:
+    if on_nonfinite not in ("raise", "warn"):
+        raise GgmlValueError(f"on_nonfinite must be 'raise' or 'warn', got {on_nonfinite!r}")
+    return on_nonfinite
+
+
+def _epochs(trainer, train_feed, val_feed, cbs, state, rows, head_rows, columns, epochs, initial_epoch,
+            steps_per_epoch, validation_steps, silent, source_name, stream, before_epoch, head_names, validate,
+            on_nonfinite) -> None:
+    nepoch = state.nepoch
     for k in range(1, epochs + 1):
         epoch = initial_epoch + k
         state.epoch = epoch
@@ -184,6 +210,13 @@ def fit_loop(trainer: Trainer, train_feed: Feed, val_feed: Feed | None, *, epoch
                   f"stops after {k - 1} epoch(s). A finite source is exhausted: ask for fewer epochs, or make it "
                   "restart (reset its state before returning None, or pass a generator function or a list)")
             break
+        if train.steps and not math.isfinite(train.loss):
+            message = (f"Epoch {epoch}: the training loss is {train.loss} (not finite); the weights are probably "
+                       "NaN/inf now. Usual causes: a learning rate too high, NaN/inf in the data, log of 0 in a "
+                       "custom loss. The history of the completed epochs is in this exception's .history")
+            if on_nonfinite == "raise":
+                raise GgmlValueError(message)
+            _warn(message.replace("this exception's .history", "the returned history"))
         if stream and steps_per_epoch is not None and train.steps < steps_per_epoch:
             _warn(f"Epoch {epoch}: the {source_name} ended after {train.steps} of {steps_per_epoch} requested "
                   "batches; the epoch was closed early (drop steps_per_epoch to run until the source ends)")
@@ -212,6 +245,10 @@ def fit_loop(trainer: Trainer, train_feed: Feed, val_feed: Feed | None, *, epoch
         cbs.run("on_epoch_end", epoch, logs, state)
         if state.stop:
             break
+
+
+def _history(rows: list[dict], head_rows: list[dict], columns: list[str], head_names: list[str] | None) \
+        -> pd.DataFrame:
     import pandas as pd  # imported here: pandas makes `import ggmlpy` twice as slow
     history = pd.DataFrame(rows, columns=columns)
     for c in columns:  # explicit dtypes, also for a zero-row history (pandas would make them object)

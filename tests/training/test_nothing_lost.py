@@ -1,0 +1,82 @@
+"""Nothing is lost when a fit ends early: the history of the completed epochs leaves with the exception,
+the trained weights stay, and a non-finite loss stops training with a clear error (or a warning)."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import ggmlpy as G
+
+from .helpers import Linear, Net
+
+
+def _batches(n_epochs_ok: int, fail_with: BaseException | None = None, nan_from: int | None = None):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(4, 8, 3)).astype(np.float32)
+    y = (x @ np.array([[1.0], [-2.0], [0.5]])).astype(np.float32)
+    epoch = {"n": 0}
+
+    def gen():
+        epoch["n"] += 1
+        for i in range(4):
+            if fail_with is not None and epoch["n"] > n_epochs_ok and i == 2:
+                raise fail_with
+            xb = x[i] if nan_from is None or epoch["n"] < nan_from else np.full_like(x[i], np.nan)
+            yield xb, y[i]
+    return gen
+
+
+def test_an_exception_in_epoch_3_carries_the_history_of_epochs_1_and_2(cpu, tsched):
+    lin = Linear(cpu, 3, 1, 8)
+    with pytest.raises(RuntimeError, match="disk gone") as info:
+        G.ggml_fit_opt_gen(tsched, lin.net.ctx, lin.x, lin.out, _batches(2, RuntimeError("disk gone")), epochs=5,
+                           silent=True, learning_rate=0.05)
+    history = info.value.history
+    assert list(history["epoch"]) == [1, 2]
+    assert history["train_loss"].notna().all() and history["train_loss"].iloc[1] < history["train_loss"].iloc[0]
+    assert not np.allclose(Net.get(lin.W), lin.W0)  # the trained weights stay in place
+    lin.free()
+
+
+def test_ctrl_c_carries_the_history_too(cpu, tsched):
+    lin = Linear(cpu, 3, 1, 8)
+    with pytest.raises(KeyboardInterrupt) as info:
+        G.ggml_fit_opt_gen(tsched, lin.net.ctx, lin.x, lin.out, _batches(1, KeyboardInterrupt()), epochs=5,
+                           silent=True)
+    assert list(info.value.history["epoch"]) == [1]
+    lin.free()
+
+
+def test_a_nan_loss_stops_training_with_a_clear_error(cpu, tsched):
+    lin = Linear(cpu, 3, 1, 8)
+    with pytest.raises(ValueError, match=r"Epoch 3: the training loss is nan.*learning rate") as info:
+        G.ggml_fit_opt_gen(tsched, lin.net.ctx, lin.x, lin.out, _batches(9, nan_from=3), epochs=5, silent=True)
+    assert list(info.value.history["epoch"]) == [1, 2]
+    lin.free()
+
+
+def test_on_nonfinite_warn_only_warns(cpu, tsched):
+    lin = Linear(cpu, 3, 1, 8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        h = G.ggml_fit_opt_gen(tsched, lin.net.ctx, lin.x, lin.out, _batches(9, nan_from=2), epochs=3, silent=True,
+                               on_nonfinite="warn")
+    assert len(h) == 3 and np.isnan(h["train_loss"].iloc[2])
+    assert any("not finite" in str(w.message) for w in caught)
+    with pytest.raises(ValueError, match="on_nonfinite"):
+        G.ggml_fit_opt_gen(tsched, lin.net.ctx, lin.x, lin.out, _batches(9), on_nonfinite="ignore", silent=True)
+    lin.free()
+
+
+def test_the_model_layer_stops_on_a_diverging_loss():
+    np.random.seed(0)
+    m = G.ggml_model_sequential()
+    m = G.ggml_layer_dense(m, 8, input_shape=(4,))
+    m = G.ggml_layer_dense(m, 1)
+    G.ggml_compile(m, optimizer="sgd", loss="mse", backend="cpu", learning_rate=1.0)  # far too high
+    x = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32) * 100
+    with pytest.raises(ValueError, match="not finite") as info:
+        G.ggml_fit(m, x, x[:, :1] * 3, epochs=20, batch_size=16, verbose=0)
+    assert len(info.value.history) < 20
