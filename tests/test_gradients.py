@@ -167,6 +167,15 @@ CASES = {
     "pool_2d_max": (lambda c, x: G.ggml_pool_2d(c, x, G.GGML_OP_POOL_MAX, 2, 2, 2, 2),
                     lambda x: _pool2d(x, "max", 2, 2),
                     lambda rng: rng.permutation(2 * 4 * 6).astype(np.float32).reshape(1, 2, 4, 6) / 10, [], None),
+    # a permute or transpose after an op: its backward must receive a contiguous gradient (patch 0007;
+    # ggml passed a strided view that POOL_2D's backward misread and the element-wise backward refused)
+    "pool_2d_max_then_permute": (lambda c, x: G.ggml_cont(c, G.ggml_permute(
+                                     c, G.ggml_pool_2d(c, x, G.GGML_OP_POOL_MAX, 2, 2, 2, 2), 1, 2, 0, 3)),
+                                 lambda x: np.transpose(_pool2d(x, "max", 2, 2), (1, 2, 0)),
+                                 lambda rng: rng.permutation(3 * 4 * 6).astype(np.float32).reshape(3, 4, 6) / 10,
+                                 [], None),
+    "sqr_then_transpose": (lambda c, x: G.ggml_cont(c, G.ggml_transpose(c, G.ggml_sqr(c, x))),
+                           lambda x: np.square(x).T.copy(), A34, [], None),
     "pool_2d_avg": (lambda c, x: G.ggml_pool_2d(c, x, G.GGML_OP_POOL_AVG, 3, 3, 1, 1),
                     lambda x: _pool2d(x, "avg", 3, 1), _u(-1, 1, 2, 5, 5), [], None),
 }

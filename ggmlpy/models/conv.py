@@ -11,9 +11,7 @@ zero row/column joined on with ``ggml_concat`` (differentiable through patches/0
 
 The convolutions are im2col + mul_mat in float32: ggml's own ``ggml_conv_2d``/``ggml_conv_1d`` build a
 float16 im2col, which rounds every input value to half precision (errors of ~1e-3 where Keras computes in
-float32). Each layer's result ends in a no-op reshape: ggml's backward of the permute that converts
-between layouts hands on a non-contiguous gradient, which ggml's CONT and element-wise backward passes
-reject (an abort) and POOL_2D's backward would misread; RESHAPE's backward makes it contiguous first.
+float32). The permutes between layouts are differentiable with contiguous gradients (patches/0007).
 """
 from __future__ import annotations
 
@@ -43,11 +41,6 @@ def _out_and_pad(size: int, k: int, s: int, padding: str, layer: Layer) -> tuple
     total = max((out - 1) * s + k - size, 0)
     left = total // 2
     return out, left, total - 2 * left
-
-
-def _grad_safe(g: Any, y):
-    """``y`` itself (a view); its backward pass makes the incoming gradient contiguous (see above)."""
-    return ops.ggml_reshape(g.ctx, y, y)
 
 
 def _conv_2d_f32(g: Any, kernel, x, s0: int, s1: int, p0: int, p1: int):
@@ -132,7 +125,7 @@ class Conv2D(Layer):
         y = _conv_2d_f32(g, g.param(self, "kernel"), x, sw, sh, pw, ph)
         if self.use_bias:  # one bias per channel, broadcast over [W, H, ., N]
             y = ops.ggml_add(g.ctx, y, ops.ggml_reshape_4d(g.ctx, g.param(self, "bias"), 1, 1, self.filters, 1))
-        return _grad_safe(g, activate(g, y, self.activation))
+        return activate(g, y, self.activation)
 
 
 class Conv1D(Layer):
@@ -177,7 +170,7 @@ class Conv1D(Layer):
         y = _conv_1d_f32(g, g.param(self, "kernel"), x, self.strides, pad)
         if self.use_bias:  # one bias per channel, broadcast over [L, ., N]
             y = ops.ggml_add(g.ctx, y, ops.ggml_reshape_3d(g.ctx, g.param(self, "bias"), 1, self.filters, 1))
-        return _grad_safe(g, activate(g, y, self.activation))
+        return activate(g, y, self.activation)
 
 
 class MaxPooling2D(Layer):
@@ -205,7 +198,7 @@ class MaxPooling2D(Layer):
 
     def forward(self, g, xs, shapes):
         (kh, kw), (sh, sw) = self.pool_size, self.strides
-        return _grad_safe(g, ops.ggml_pool_2d(g.ctx, xs[0], ops.GGML_OP_POOL_MAX, kw, kh, sw, sh, 0, 0))
+        return ops.ggml_pool_2d(g.ctx, xs[0], ops.GGML_OP_POOL_MAX, kw, kh, sw, sh, 0, 0)
 
 
 class _GlobalPooling2D(Layer):

@@ -606,15 +606,10 @@ def test_dropout_masks_are_per_sample():
     assert ((np.round(counts) > 0) & (np.round(counts) < n)).any(), "every unit kept or dropped for all samples"
 
 
-CONVERT_BUG = ("runtime.GraphBuilder.convert: ggml's PERMUTE backward hands the layer before a conv a "
-               "non-contiguous gradient; dropout's MUL backward then aborts (GGML_ASSERT nb00 == sizeof(src0_t)). "
-               "Fix: a no-op ggml_reshape before the permute (RESHAPE's backward makes the gradient contiguous)")
-
-
-@pytest.mark.xfail(strict=True, reason=CONVERT_BUG)
 def test_dropout_then_conv_trains():
     """dense (on sequences) -> dropout -> conv_1d: the gradient crosses from ggml's sequence layout back to
-    the user's; runs in a subprocess because ggml aborts the process."""
+    the user's through a permute (patches/0007 makes it contiguous; ggml aborted here before); in a
+    subprocess, in case it aborts again."""
     code = textwrap.dedent("""
         import numpy as np, ggmlpy as g
         g.ggml_set_n_threads(1)
