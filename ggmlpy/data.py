@@ -161,7 +161,7 @@ def checked_values(arr: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
     return out
 
 
-def _as_array(data: Any, what: str) -> np.ndarray:
+def as_numeric(data: Any, what: str) -> np.ndarray:
     """``data`` as a numpy array (of its own dtype, its own shape); refuses non-numeric data."""
     try:
         arr = np.asarray(data)
@@ -204,7 +204,7 @@ def ggml_backend_tensor_set_data(tensor: Tensor, data: Any, offset: int | None =
         raise GgmlValueError(f"ggml_backend_tensor_set_data: offset must be an int >= 0 (or not given for a "
                              f"whole-tensor write), got {offset!r}")
     what = "ggml_backend_tensor_set_data: " + (f"tensor '{tensor.name}'" if tensor.name else "the (unnamed) tensor")
-    arr = _as_array(data, f"{what} (data)")
+    arr = as_numeric(data, f"{what} (data)")
     problem = shape_problem(arr.shape, tensor, None if offset is None else int(offset))
     if problem is not None:
         short = offset is None and arr.size < tensor.nelements()

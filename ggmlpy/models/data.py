@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..data import as_numeric
 from ..errors import GgmlTypeError, GgmlValueError
 from .compile import CompileConfig, HeadSpec
 from .graph import Model
@@ -21,12 +22,7 @@ def _fmt(shape: tuple) -> str:
 
 
 def _as_numeric(value: Any, what: str) -> np.ndarray:
-    try:
-        arr = np.asarray(value)
-    except Exception as exc:  # noqa: BLE001 - anything numpy cannot read
-        raise GgmlTypeError(f"{what}: expected an array, got {type(value).__name__}") from exc
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
-        raise GgmlTypeError(f"{what}: expected numeric data, got an array of dtype {arr.dtype}")
+    arr = as_numeric(value, what)
     if np.iscomplexobj(arr):
         raise GgmlTypeError(f"{what}: complex data cannot train a real-valued model")
     return arr
