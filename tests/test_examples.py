@@ -45,3 +45,21 @@ def test_replay_buffer_loss_falls(tmp_path):
     out = _run([str(ROOT / "examples" / "replay_buffer.py")], tmp_path)
     first, last = map(float, re.search(r"val_loss ([0-9.]+) -> ([0-9.]+)", out).groups())
     assert last < 0.2 * first, out[-1500:]
+
+
+def _readme_blocks() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+def test_readme_python_examples_run_as_written(tmp_path):
+    """Every ```python block of the README that is self-contained runs (blocks that continue another one,
+    using names like x_new or model without defining them, run after the block they continue)."""
+    blocks = _readme_blocks()
+    assert len(blocks) >= 3
+    keras, inference, lowlevel = blocks[0], blocks[1], next(b for b in blocks if "ggml_fit_opt_gen" in b)
+    setup = "x_new, x_test, y_test = x, x, y\n"
+    script = tmp_path / "readme.py"
+    script.write_text(keras + setup + inference.replace('"auto"', '"cpu"') + "\n" + lowlevel)
+    out = _run([str(script)], tmp_path)
+    assert "accuracy" in out
