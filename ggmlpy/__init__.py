@@ -14,6 +14,7 @@ from .errors import (BackendUnavailableError, GgmlpyError, GgmlpyWarning, GgmlSt
                      GgmlValueError, GgufFileError, GgufFileNotFoundError, GgufKeyError)
 
 __version__ = "0.1.0"
+__docformat__ = "google"  # for pdoc (docs/README.md): "Arguments:" sections render as lists, examples as code
 GGML_VERSION = BUILD_INFO.get("ggml_version", "unknown")
 
 # the model layer first: its ggml_conv_2d/ggml_conv_1d also accept the ops' (ctx, ...) call

@@ -24,12 +24,39 @@ class Gallocr(Handle):
 
 
 def ggml_gallocr_new(backend: Backend) -> Gallocr:
-    """An allocator for graphs computed on ``backend`` (its default buffer type)."""
+    """A graph allocator for one backend: places a graph's intermediate tensors in that backend's memory.
+
+    The single-backend alternative to a scheduler: ``ggml_gallocr_alloc_graph`` then
+    ``ggml_backend_graph_compute``. The allocator reuses the memory of results no longer needed and
+    keeps one buffer (of the backend's default buffer type) that grows as needed.
+
+    Arguments:
+        backend: the Backend the graph will run on.
+
+    Value: a Gallocr handle (freed with ``ggml_gallocr_free``, or when collected).
+
+    Example:
+        >>> galloc = ggml_gallocr_new(cpu)
+        >>> ggml_gallocr_alloc_graph(galloc, gf)
+        >>> ggml_backend_graph_compute(cpu, gf)
+    """
     unwrap(backend, Backend, "ggml_gallocr_new(backend)")
     return Gallocr(backend)
 
 
 def ggml_gallocr_free(galloc: Gallocr) -> None:
+    """Free a graph allocator and its buffer; tensors it placed lose their memory.
+
+    Idempotent.
+
+    Arguments:
+        galloc: a Gallocr from ``ggml_gallocr_new``.
+
+    Value: None.
+
+    Example:
+        >>> ggml_gallocr_free(galloc)
+    """
     free_handle(galloc, Gallocr, "ggml_gallocr_free(galloc)")
 
 
@@ -40,20 +67,56 @@ def _graph(graph: Any, fn: str) -> Any:
 
 
 def ggml_gallocr_reserve(galloc: Gallocr, graph: Graph) -> None:
-    """Size the allocator's buffer for ``graph`` (and graphs no larger), so later allocations do not grow it."""
+    """Size the allocator's buffer for ``graph`` (and any graph no larger) ahead of time.
+
+    Later ``ggml_gallocr_alloc_graph`` calls on graphs of that size then do not reallocate.
+
+    Arguments:
+        galloc: a Gallocr.
+        graph: the largest Graph it will have to allocate.
+
+    Value: None. Raises GgmlStateError when the backend cannot allocate the buffer.
+
+    Example:
+        >>> ggml_gallocr_reserve(galloc, gf)
+    """
     g = _graph(graph, "ggml_gallocr_reserve")
     expect(bool(lib.ggml_gallocr_reserve(unwrap(galloc, Gallocr, "ggml_gallocr_reserve(galloc)"), g)),
            "ggml_gallocr_reserve: the backend could not allocate the buffer (out of memory?)", GgmlStateError)
 
 
 def ggml_gallocr_alloc_graph(galloc: Gallocr, graph: Graph) -> None:
-    """Give every tensor of ``graph`` without memory a place in the allocator's buffer."""
+    """Give every tensor of ``graph`` that has no memory yet a place in the allocator's buffer.
+
+    Call it before each compute of a graph (again after building a new one). Tensors that already
+    have memory (e.g. from ``ggml_backend_alloc_ctx_tensors``) stay where they are.
+
+    Arguments:
+        galloc: a Gallocr.
+        graph: a Graph built with ``ggml_build_forward_expand``.
+
+    Value: None. Raises GgmlStateError when the allocation fails (out of memory).
+
+    Example:
+        >>> ggml_gallocr_alloc_graph(galloc, gf)
+    """
     g = _graph(graph, "ggml_gallocr_alloc_graph")
     expect(bool(lib.ggml_gallocr_alloc_graph(unwrap(galloc, Gallocr, "ggml_gallocr_alloc_graph(galloc)"), g)),
            "ggml_gallocr_alloc_graph: the allocation failed (out of memory?)", GgmlStateError)
 
 
 def ggml_gallocr_get_buffer_size(galloc: Gallocr, buffer_id: int = 0) -> int:
+    """The size in bytes of the allocator's buffer (0 before any allocation).
+
+    Arguments:
+        galloc: a Gallocr.
+        buffer_id: the buffer's index; this allocator has exactly one, so only 0 (the default) is valid.
+
+    Value: an int.
+
+    Example:
+        >>> ggml_gallocr_get_buffer_size(galloc)
+    """
     ptr = unwrap(galloc, Gallocr, "ggml_gallocr_get_buffer_size(galloc)")
     expect(buffer_id == 0, f"ggml_gallocr_get_buffer_size: this allocator has one buffer (id 0), got {buffer_id!r}")
     return int(lib.ggml_gallocr_get_buffer_size(ptr, 0))

@@ -72,10 +72,28 @@ class Device:
 
 
 def ggml_backend_dev_count() -> int:
+    """The number of devices ggml knows: the CPU, each GPU of the built backends, added RPC devices.
+
+    Value: an int (at least 1: the CPU).
+
+    Example:
+        >>> [ggml_backend_dev_name(ggml_backend_dev_get(i)) for i in range(ggml_backend_dev_count())]
+        ['CPU']
+    """
     return int(lib.ggml_backend_dev_count())
 
 
 def ggml_backend_dev_get(index: int) -> Device:
+    """Device number ``index`` of ggml's registry.
+
+    Arguments:
+        index: an int in ``[0, ggml_backend_dev_count())`` (else GgmlValueError).
+
+    Value: a Device (owned by ggml's registry: never freed).
+
+    Example:
+        >>> dev = ggml_backend_dev_get(0)
+    """
     n = ggml_backend_dev_count()
     expect(isinstance(index, int) and 0 <= index < n,
            f"ggml_backend_dev_get: index must be an int in [0, {n}), got {index!r}")
@@ -83,40 +101,128 @@ def ggml_backend_dev_get(index: int) -> Device:
 
 
 def ggml_backend_dev_by_name(name: str) -> Device | None:
+    """The device called ``name`` (``"CPU"``, ``"Vulkan0"``, ``"CUDA0"``, ``"RPC0"``, ...), or None.
+
+    Arguments:
+        name: the device name, as ``ggml_backend_dev_name`` gives it.
+
+    Value: a Device, or None when there is no such device.
+
+    Example:
+        >>> ggml_backend_dev_by_name("Vulkan0") is not None
+    """
     ptr = lib.ggml_backend_dev_by_name(str(name).encode())
     return Device(ptr) if ptr != ffi.NULL else None
 
 
 def ggml_backend_dev_name(device: Device) -> str:
+    """The short name of a device, e.g. ``"CPU"``, ``"Vulkan0"``, ``"CUDA0"``.
+
+    Arguments:
+        device: a Device (from ``ggml_backend_devices``/``ggml_backend_dev_get``) or a device name such
+            as ``"CPU"`` or ``"Vulkan0"`` (an unknown name raises BackendUnavailableError).
+
+    Value: a str.
+
+    Example:
+        >>> ggml_backend_dev_name(ggml_backend_dev_get(0))
+        'CPU'
+    """
     return _as_device(device).name
 
 
 def ggml_backend_dev_description(device: Device) -> str:
+    """A human-readable description of a device (the CPU model, the GPU's name).
+
+    Arguments:
+        device: a Device (from ``ggml_backend_devices``/``ggml_backend_dev_get``) or a device name such
+            as ``"CPU"`` or ``"Vulkan0"`` (an unknown name raises BackendUnavailableError).
+
+    Value: a str.
+
+    Example:
+        >>> ggml_backend_dev_description("CPU")
+    """
     return _as_device(device).description
 
 
 def ggml_backend_dev_type(device: Device) -> str:
+    """The kind of a device: ``"cpu"``, ``"gpu"``, ``"igpu"`` (integrated GPU) or ``"accel"``.
+
+    Arguments:
+        device: a Device (from ``ggml_backend_devices``/``ggml_backend_dev_get``) or a device name such
+            as ``"CPU"`` or ``"Vulkan0"`` (an unknown name raises BackendUnavailableError).
+
+    Value: a str (``"other"`` for a kind ggmlpy does not know).
+
+    Example:
+        >>> [d.name for d in ggml_backend_devices() if ggml_backend_dev_type(d) == "gpu"]
+    """
     return _as_device(device).type
 
 
 def ggml_backend_dev_memory(device: Device) -> dict:
+    """Free and total memory of a device, in bytes (system memory for the CPU).
+
+    Arguments:
+        device: a Device (from ``ggml_backend_devices``/``ggml_backend_dev_get``) or a device name such
+            as ``"CPU"`` or ``"Vulkan0"`` (an unknown name raises BackendUnavailableError).
+
+    Value: a dict ``{"free": int, "total": int}``.
+
+    Example:
+        >>> ggml_backend_dev_memory("CPU")["total"] // 2**30     # GiB
+    """
     return _as_device(device).memory()
 
 
 def ggml_backend_reg_count() -> int:
+    """The number of backend families (registries) loaded: CPU, plus Vulkan, CUDA, RPC as built.
+
+    Value: an int.
+
+    Example:
+        >>> ggml_backend_reg_count()
+    """
     return int(lib.ggml_backend_reg_count())
 
 
 def ggml_backend_reg_names() -> list[str]:
+    """The names of the loaded backend families, e.g. ``['CPU', 'Vulkan']``.
+
+    Which families can appear depends on the build (``ggml_backends_built``).
+
+    Value: a list of str.
+
+    Example:
+        >>> "Vulkan" in ggml_backend_reg_names()
+    """
     return [_str(lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i))) for i in range(ggml_backend_reg_count())]
 
 
 def ggml_backend_devices() -> list[Device]:
+    """Every device ggml knows (CPU, GPUs, added RPC devices), in ggml's registry order.
+
+    Value: a list of Device objects (with ``.name``, ``.description``, ``.type``, ``.backend_name``,
+    ``.memory()``).
+
+    Example:
+        >>> [d.name for d in ggml_backend_devices()]
+        ['CPU']
+    """
     return [Device(lib.ggml_backend_dev_get(i)) for i in range(ggml_backend_dev_count())]
 
 
 def ggml_list_devices():
-    """A pandas DataFrame with one row per device: name, description, type, backend, memory."""
+    """A table of every device ggml knows: the quick way to see what this machine offers.
+
+    Value: a pandas DataFrame with one row per device and columns ``name``, ``description``, ``type``
+    (cpu/gpu/igpu/accel), ``backend`` (the family: CPU, Vulkan, CUDA, RPC), ``memory_free`` and
+    ``memory_total`` (bytes).
+
+    Example:
+        >>> print(ggml_list_devices())
+    """
     import pandas as pd
     rows = []
     for d in ggml_backend_devices():
@@ -127,7 +233,16 @@ def ggml_list_devices():
 
 
 def ggml_backends_built() -> list[str]:
-    """Backends compiled into this installation (``GGMLPY_BACKENDS`` at build time)."""
+    """The backends compiled into this installation, e.g. ``['cpu', 'vulkan']``.
+
+    Chosen at build time with ``GGMLPY_BACKENDS=cpu,vulkan pip install .``; a built backend may still
+    find no device on this machine (see ``ggml_list_devices``).
+
+    Value: a list of lower-case str.
+
+    Example:
+        >>> "cuda" in ggml_backends_built()
+    """
     return list(BUILD_INFO.get("backends", ["cpu"]))
 
 
@@ -193,31 +308,99 @@ def _init_device(device_name: str, family: str, params: str | None = None) -> Ba
 
 
 def ggml_backend_cpu_init() -> Backend:
+    """Start a CPU backend.
+
+    It computes with ``ggml_get_n_threads()`` threads (change it with ``ggml_set_n_threads`` or
+    ``ggml_backend_cpu_set_n_threads``). Free it with ``ggml_backend_free`` (or let it be collected).
+
+    Value: a Backend handle (a context manager).
+
+    Example:
+        >>> cpu = ggml_backend_cpu_init()
+        >>> sched = ggml_backend_sched_new([cpu])
+    """
     return _init_device("CPU", "cpu")
 
 
 def ggml_vulkan_init(device: int = 0) -> Backend:
+    """Start the Vulkan backend on GPU number ``device``.
+
+    Arguments:
+        device: the Vulkan device index (an int >= 0, default 0: the device named ``"Vulkan0"``).
+
+    Value: a Backend handle. Raises BackendUnavailableError, saying why and what to do, when this
+    installation was built without Vulkan or the device does not exist.
+
+    Example:
+        >>> gpu = ggml_vulkan_init(0)
+        >>> sched = ggml_backend_sched_new([gpu])      # the CPU is appended as fallback
+    """
     expect(isinstance(device, int) and device >= 0, f"ggml_vulkan_init: device must be an int >= 0, got {device!r}")
     return _init_device(f"Vulkan{device}", "Vulkan")
 
 
 def ggml_backend_cuda_init(device: int = 0) -> Backend:
+    """Start the CUDA backend on GPU number ``device``.
+
+    Arguments:
+        device: the CUDA device index (an int >= 0, default 0: the device named ``"CUDA0"``).
+
+    Value: a Backend handle. Raises BackendUnavailableError, saying why and what to do, when this
+    installation was built without CUDA or the device does not exist.
+
+    Example:
+        >>> gpu = ggml_backend_cuda_init()
+    """
     expect(isinstance(device, int) and device >= 0, f"ggml_backend_cuda_init: device must be an int >= 0, got {device!r}")
     return _init_device(f"CUDA{device}", "CUDA")
 
 
 def ggml_backend_init_by_name(name: str, params: str | None = None) -> Backend:
+    """Start a backend on the device called ``name``.
+
+    Arguments:
+        name: a device name: ``"CPU"``, ``"Vulkan0"``, ``"CUDA1"``, ``"RPC0"``, ... (see
+            ``ggml_list_devices``).
+        params: an optional, backend-specific parameter string passed to the device's init (default
+            None; the built-in backends need none).
+
+    Value: a Backend handle. Raises BackendUnavailableError when there is no such device.
+
+    Example:
+        >>> b = ggml_backend_init_by_name("Vulkan0")
+    """
     expect(isinstance(name, str) and name, f"ggml_backend_init_by_name: name must be a device name, got {name!r}")
     family = "".join(c for c in name if not c.isdigit()) or name
     return _init_device(name, family, params)
 
 
 def ggml_backend_dev_init(device: Device, params: str | None = None) -> Backend:
+    """Start a backend on ``device``.
+
+    Arguments:
+        device: a Device or a device name.
+        params: an optional, backend-specific parameter string (default None).
+
+    Value: a Backend handle. Raises BackendUnavailableError when the device cannot be started.
+
+    Example:
+        >>> b = ggml_backend_dev_init(ggml_backend_devices()[0])
+    """
     d = _as_device(device)
     return _init_device(d.name, d.backend_name, params)
 
 
 def ggml_backend_init_best() -> Backend:
+    """Start ggml's preferred backend: a GPU if there is one, else an integrated GPU, else the CPU.
+
+    ``ggml_backend_init_auto("auto")`` is the variant that skips software-emulated GPUs.
+
+    Value: a Backend handle.
+
+    Example:
+        >>> b = ggml_backend_init_best()
+        >>> ggml_backend_name(b)
+    """
     return Backend(lib.ggml_backend_init_best())
 
 
@@ -228,8 +411,18 @@ def is_software_device(dev: Device) -> bool:
 
 
 def ggml_backend_init_auto(backend: str = "auto") -> Backend:
-    """``"auto"`` = the first hardware GPU (CUDA before Vulkan, as ggml ranks them), else the CPU;
-    ``"cpu"``, ``"vulkan"``, ``"cuda"`` or a device name (``"Vulkan0"``) ask for that one."""
+    """Start a backend chosen by a short name, the way ``ggml_backend_sched_new("auto")`` does.
+
+    Arguments:
+        backend: ``"auto"`` (the default: the first hardware GPU, CUDA before Vulkan as ggml ranks them,
+            skipping CPU-emulated ones such as Mesa's lavapipe; else the CPU), ``"cpu"``, ``"vulkan"``
+            (device 0), ``"cuda"`` (device 0), or a device name such as ``"Vulkan1"``.
+
+    Value: a Backend handle. Raises BackendUnavailableError for a backend or device that is missing.
+
+    Example:
+        >>> b = ggml_backend_init_auto("auto")
+    """
     expect(isinstance(backend, str), f"backend must be a string, got {backend!r}")
     choice = backend.lower()
     if choice == "auto":
@@ -247,29 +440,99 @@ def ggml_backend_init_auto(backend: str = "auto") -> Backend:
 
 
 def ggml_backend_free(backend: Backend) -> None:
+    """Free a backend, and first whatever depends on it (schedulers and buffers built on it).
+
+    Idempotent. Handles that depend on the backend raise GgmlStateError when used afterwards.
+
+    Arguments:
+        backend: a Backend.
+
+    Value: None.
+
+    Example:
+        >>> ggml_backend_free(cpu)
+    """
     free_handle(backend, Backend, "ggml_backend_free(backend)")
 
 
 def ggml_backend_name(backend: Backend) -> str:
+    """The name of a backend, e.g. ``"CPU"`` or ``"Vulkan0"``.
+
+    Arguments:
+        backend: a Backend.
+
+    Value: a str.
+
+    Example:
+        >>> ggml_backend_name(ggml_backend_cpu_init())
+        'CPU'
+    """
     unwrap(backend, Backend, "ggml_backend_name(backend)")
     return backend.name
 
 
 def ggml_backend_get_device(backend: Backend) -> Device:
+    """The device a backend runs on.
+
+    Arguments:
+        backend: a Backend.
+
+    Value: a Device.
+
+    Example:
+        >>> ggml_backend_dev_description(ggml_backend_get_device(gpu))
+    """
     unwrap(backend, Backend, "ggml_backend_get_device(backend)")
     return backend.device
 
 
 def ggml_backend_is_cpu(backend: Backend) -> bool:
+    """Whether a backend runs on the CPU device.
+
+    Arguments:
+        backend: a Backend.
+
+    Value: a bool.
+
+    Example:
+        >>> ggml_backend_is_cpu(ggml_backend_cpu_init())
+        True
+    """
     unwrap(backend, Backend, "ggml_backend_is_cpu(backend)")
     return backend.is_cpu
 
 
 def ggml_backend_synchronize(backend: Backend) -> None:
+    """Wait until every operation queued on a backend (computes, copies) has finished.
+
+    Computations and transfers through ggmlpy already return finished results; this matters for timing
+    asynchronous GPU work.
+
+    Arguments:
+        backend: a Backend.
+
+    Value: None.
+
+    Example:
+        >>> ggml_backend_synchronize(gpu)
+    """
     lib.ggml_backend_synchronize(unwrap(backend, Backend, "ggml_backend_synchronize(backend)"))
 
 
 def ggml_backend_cpu_set_n_threads(backend: Backend, n_threads: int) -> None:
+    """Set the number of threads of one CPU backend.
+
+    ``ggml_set_n_threads`` sets it for every CPU backend at once (and for later ones).
+
+    Arguments:
+        backend: a CPU Backend (another kind raises GgmlStateError).
+        n_threads: an int >= 1.
+
+    Value: None.
+
+    Example:
+        >>> ggml_backend_cpu_set_n_threads(cpu, 4)
+    """
     ptr = unwrap(backend, Backend, "ggml_backend_cpu_set_n_threads(backend)")
     expect(isinstance(n_threads, int) and n_threads >= 1,
            f"n_threads must be an int >= 1, got {n_threads!r}")
@@ -278,7 +541,19 @@ def ggml_backend_cpu_set_n_threads(backend: Backend, n_threads: int) -> None:
 
 
 def ggml_set_n_threads(n_threads: int) -> None:
-    """Thread count for every CPU backend, those alive now and those created later."""
+    """Set the thread count of every CPU backend: those alive now and those created later.
+
+    The default is the number of CPUs this process may use. Scheduler CPU fallbacks and the CPU
+    backend of ``ggml_graph_compute`` follow it too.
+
+    Arguments:
+        n_threads: an int >= 1 (else GgmlValueError).
+
+    Value: None.
+
+    Example:
+        >>> ggml_set_n_threads(8)
+    """
     expect(isinstance(n_threads, int) and n_threads >= 1, f"n_threads must be an int >= 1, got {n_threads!r}")
     _n_threads[0] = n_threads
     for b in list(_cpu_backends):
@@ -287,6 +562,13 @@ def ggml_set_n_threads(n_threads: int) -> None:
 
 
 def ggml_get_n_threads() -> int:
+    """The thread count new CPU backends get (set with ``ggml_set_n_threads``).
+
+    Value: an int; by default the number of CPUs available to this process.
+
+    Example:
+        >>> ggml_get_n_threads()
+    """
     return _n_threads[0]
 
 
@@ -316,27 +598,89 @@ class Buffer(Handle):
 
 
 def ggml_backend_buffer_free(buffer: Buffer) -> None:
+    """Free a backend buffer; the tensors placed in it lose their memory.
+
+    Idempotent. Reading or writing those tensors afterwards raises GgmlStateError instead of touching
+    freed memory.
+
+    Arguments:
+        buffer: a Buffer (e.g. from ``ggml_backend_alloc_ctx_tensors``).
+
+    Value: None.
+
+    Example:
+        >>> ggml_backend_buffer_free(buf)
+    """
     free_handle(buffer, Buffer, "ggml_backend_buffer_free(buffer)")
 
 
 def ggml_backend_buffer_get_size(buffer: Buffer) -> int:
+    """The size of a backend buffer in bytes.
+
+    Arguments:
+        buffer: a Buffer.
+
+    Value: an int.
+
+    Example:
+        >>> ggml_backend_buffer_get_size(ggml_backend_alloc_ctx_tensors(ctx, cpu))
+    """
     unwrap(buffer, Buffer, "ggml_backend_buffer_get_size(buffer)")
     return buffer.size
 
 
 def ggml_backend_buffer_name(buffer: Buffer) -> str:
+    """The name of a buffer (that of its buffer type), e.g. ``"CPU"`` or ``"Vulkan0"``.
+
+    Arguments:
+        buffer: a Buffer.
+
+    Value: a str.
+
+    Example:
+        >>> ggml_backend_buffer_name(buf)
+    """
     unwrap(buffer, Buffer, "ggml_backend_buffer_name(buffer)")
     return buffer.name
 
 
 def ggml_backend_buffer_clear(buffer: Buffer, value: int = 0) -> None:
+    """Set every byte of a backend buffer to ``value`` (all its tensors at once).
+
+    Arguments:
+        buffer: a Buffer.
+        value: the byte to write, an int in [0, 255] (default 0: zeroes every tensor of any type).
+
+    Value: None.
+
+    Example:
+        >>> ggml_backend_buffer_clear(buf)           # all tensors = 0
+    """
     ptr = unwrap(buffer, Buffer, "ggml_backend_buffer_clear(buffer)")
     expect(isinstance(value, int) and 0 <= value <= 255, f"value must be a byte in [0, 255], got {value!r}")
     lib.ggml_backend_buffer_clear(ptr, value)
 
 
 def ggml_backend_alloc_ctx_tensors(ctx, backend: Backend) -> Buffer | None:
-    """Allocate every tensor of a ``no_alloc`` context on ``backend``; None if there was nothing to allocate."""
+    """Give every tensor of a ``no_alloc=True`` context memory on ``backend``, in one buffer.
+
+    The usual way to place a model's parameters and inputs on a device: create them in a
+    ``no_alloc=True`` context, call this once, then write their data with
+    ``ggml_backend_tensor_set_data``. The buffer stays alive with the context (or until
+    ``ggml_backend_buffer_free``).
+
+    Arguments:
+        ctx: a Context created with ``no_alloc=True`` (else GgmlStateError).
+        backend: the Backend whose memory receives the tensors.
+
+    Value: the Buffer, or None when the context has no tensor needing memory. Raises
+    GgmlStateError when the allocation fails (out of device memory).
+
+    Example:
+        >>> ctx = ggml_init(16 * ggml_tensor_overhead(), no_alloc=True)
+        >>> w = ggml_set_param(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 8))
+        >>> buf = ggml_backend_alloc_ctx_tensors(ctx, backend)
+    """
     from .context import Context
     ctx_ptr = unwrap(ctx, Context, "ggml_backend_alloc_ctx_tensors(ctx)")
     b_ptr = unwrap(backend, Backend, "ggml_backend_alloc_ctx_tensors(backend)")

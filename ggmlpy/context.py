@@ -162,6 +162,27 @@ class Graph:
 # ---------------------------------------------------------------- contexts
 
 def ggml_init(mem_size: int = 16 * 1024 * 1024, no_alloc: bool = False) -> Context:
+    """Create a ggml context: the memory pool that holds tensor headers, graphs and (optionally) data.
+
+    Every tensor and graph is created in a context. With ``no_alloc=False`` the context also holds the
+    tensors' data (enough for ``ggml_graph_compute`` on the CPU); with ``no_alloc=True`` it holds only
+    headers and the data goes to a backend buffer (``ggml_backend_alloc_ctx_tensors``) or is placed by
+    a scheduler: the usual setup for training on any backend. The context is freed with ``ggml_free``,
+    at the end of a ``with`` block, or when it is garbage-collected; its tensors then stop working.
+
+    Arguments:
+        mem_size: the pool size in bytes (default 16 MiB). It must cover ``ggml_tensor_overhead()`` per
+            tensor, ``ggml_graph_overhead(size)`` per graph and, unless ``no_alloc``, the tensors' data.
+        no_alloc: False (the default) allocates tensor data inside the context; True creates headers only.
+
+    Value: a Context handle (a context manager). Raises GgmlValueError for a mem_size that is not a
+    positive int.
+
+    Example:
+        >>> ctx = ggml_init(100 * ggml_tensor_overhead() + ggml_graph_overhead(), no_alloc=True)
+        >>> with ggml_init(1 << 20) as ctx:
+        ...     x = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
+    """
     expect(isinstance(mem_size, int) and not isinstance(mem_size, bool) and mem_size > 0,
            f"ggml_init: mem_size must be a positive int (bytes), got {mem_size!r}")
     expect(isinstance(no_alloc, bool), f"ggml_init: no_alloc must be a bool, got {no_alloc!r}", GgmlTypeError)
@@ -169,18 +190,64 @@ def ggml_init(mem_size: int = 16 * 1024 * 1024, no_alloc: bool = False) -> Conte
 
 
 def ggml_free(ctx: Context) -> None:
+    """Free a context: the memory of its tensor headers, graphs and (without ``no_alloc``) data.
+
+    Idempotent: freeing twice does nothing. Tensors and graphs of the context raise GgmlStateError
+    when used afterwards. A context is also freed at the end of a ``with`` block, or when it is
+    garbage-collected.
+
+    Arguments:
+        ctx: a Context from ``ggml_init``.
+
+    Value: None.
+
+    Example:
+        >>> ggml_free(ctx)
+    """
     free_handle(ctx, Context, "ggml_free(ctx)")
 
 
 def ggml_tensor_overhead() -> int:
+    """Bytes of context memory one tensor header takes (without its data).
+
+    Use it to size a ``no_alloc=True`` context: ``n_tensors * ggml_tensor_overhead()`` plus the graphs.
+
+    Value: an int (bytes).
+
+    Example:
+        >>> ctx = ggml_init(64 * ggml_tensor_overhead(), no_alloc=True)
+    """
     return int(lib.ggml_tensor_overhead())
 
 
 def ggml_graph_overhead(size: int = GGML_DEFAULT_GRAPH_SIZE, grads: bool = False) -> int:
+    """Bytes of context memory a graph of ``size`` nodes takes.
+
+    Arguments:
+        size: the graph's node capacity (default ``GGML_DEFAULT_GRAPH_SIZE``, 2048, what
+            ``ggml_new_graph`` uses).
+        grads: whether the graph also keeps gradients (``ggml_new_graph_custom(..., grads=True)``);
+            default False.
+
+    Value: an int (bytes).
+
+    Example:
+        >>> ctx = ggml_init(200 * ggml_tensor_overhead() + ggml_graph_overhead(4096, True), no_alloc=True)
+    """
     return int(lib.ggml_graph_overhead_custom(size, grads))
 
 
 def ggml_used_mem(ctx: Context) -> int:
+    """Bytes of the context's pool used so far (headers, graphs and data created in it).
+
+    Arguments:
+        ctx: a Context.
+
+    Value: an int (bytes), at most the context's ``mem_size``.
+
+    Example:
+        >>> ggml_used_mem(ctx)
+    """
     unwrap(ctx, Context, "ggml_used_mem(ctx)")
     return ctx.used_mem
 
@@ -209,33 +276,151 @@ def _new_tensor(ctx: Context, type: int, ne: tuple[int, ...]) -> Tensor:
 
 
 def ggml_new_tensor_1d(ctx: Context, type: int, ne0: int) -> Tensor:
+    """A new 1-D tensor ``[ne0]`` in ``ctx``.
+
+    Arguments:
+        ctx: the context that owns the tensor (created by ``ggml_init``).
+        type: the element type: ``GGML_TYPE_F32``, ``GGML_TYPE_F16``, ``GGML_TYPE_BF16``, ``GGML_TYPE_F64``,
+            ``GGML_TYPE_I8``, ``GGML_TYPE_I16``, ``GGML_TYPE_I32`` or ``GGML_TYPE_I64`` (else GgmlTypeError).
+        ne0: the number of elements (an int >= 1).
+
+    With ``no_alloc=False`` the tensor gets (uninitialised) memory in the context at once; with
+    ``no_alloc=True`` it has none until ``ggml_backend_alloc_ctx_tensors`` (or a graph allocator)
+    places it. A context too full for it raises GgmlValueError (ggml would abort).
+
+    Value: a Tensor of shape ``[ne0, 1, 1, 1]``.
+
+    Example:
+        >>> b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 128)
+    """
     return _new_tensor(ctx, type, (ne0,))
 
 
 def ggml_new_tensor_2d(ctx: Context, type: int, ne0: int, ne1: int) -> Tensor:
+    """A new 2-D tensor ``[ne0, ne1]`` in ``ctx`` (ne0 is the fastest dimension).
+
+    In ggml layout a batch of N samples of F features is ``[F, N]``; its numpy twin is an ``(N, F)``
+    array (see ``ggml_backend_tensor_set_data``).
+
+    Arguments:
+        ctx: the context that owns the tensor (created by ``ggml_init``).
+        type: the element type: ``GGML_TYPE_F32``, ``GGML_TYPE_F16``, ``GGML_TYPE_BF16``, ``GGML_TYPE_F64``,
+            ``GGML_TYPE_I8``, ``GGML_TYPE_I16``, ``GGML_TYPE_I32`` or ``GGML_TYPE_I64`` (else GgmlTypeError).
+        ne0: the size of dimension 0 (features; an int >= 1). ne1: the size of dimension 1 (>= 1).
+
+    With ``no_alloc=False`` the tensor gets (uninitialised) memory in the context at once; with
+    ``no_alloc=True`` it has none until ``ggml_backend_alloc_ctx_tensors`` (or a graph allocator)
+    places it. A context too full for it raises GgmlValueError (ggml would abort).
+
+    Value: a Tensor of shape ``[ne0, ne1, 1, 1]``.
+
+    Example:
+        >>> x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 784, 32)     # 32 samples of 784 features
+    """
     return _new_tensor(ctx, type, (ne0, ne1))
 
 
 def ggml_new_tensor_3d(ctx: Context, type: int, ne0: int, ne1: int, ne2: int) -> Tensor:
+    """A new 3-D tensor ``[ne0, ne1, ne2]`` in ``ctx`` (ne0 is the fastest dimension).
+
+    Arguments:
+        ctx: the context that owns the tensor (created by ``ggml_init``).
+        type: the element type: ``GGML_TYPE_F32``, ``GGML_TYPE_F16``, ``GGML_TYPE_BF16``, ``GGML_TYPE_F64``,
+            ``GGML_TYPE_I8``, ``GGML_TYPE_I16``, ``GGML_TYPE_I32`` or ``GGML_TYPE_I64`` (else GgmlTypeError).
+        ne0, ne1, ne2: the sizes (ints >= 1).
+
+    With ``no_alloc=False`` the tensor gets (uninitialised) memory in the context at once; with
+    ``no_alloc=True`` it has none until ``ggml_backend_alloc_ctx_tensors`` (or a graph allocator)
+    places it. A context too full for it raises GgmlValueError (ggml would abort).
+
+    Value: a Tensor of shape ``[ne0, ne1, ne2, 1]``.
+
+    Example:
+        >>> seq = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 64, 100, 8)  # 8 sequences of 100 steps x 64
+    """
     return _new_tensor(ctx, type, (ne0, ne1, ne2))
 
 
 def ggml_new_tensor_4d(ctx: Context, type: int, ne0: int, ne1: int, ne2: int, ne3: int) -> Tensor:
+    """A new 4-D tensor ``[ne0, ne1, ne2, ne3]`` in ``ctx`` (ne0 is the fastest dimension).
+
+    Images in ggml layout are ``[W, H, C, N]`` (a numpy ``(N, C, H, W)`` array).
+
+    Arguments:
+        ctx: the context that owns the tensor (created by ``ggml_init``).
+        type: the element type: ``GGML_TYPE_F32``, ``GGML_TYPE_F16``, ``GGML_TYPE_BF16``, ``GGML_TYPE_F64``,
+            ``GGML_TYPE_I8``, ``GGML_TYPE_I16``, ``GGML_TYPE_I32`` or ``GGML_TYPE_I64`` (else GgmlTypeError).
+        ne0, ne1, ne2, ne3: the sizes (ints >= 1).
+
+    With ``no_alloc=False`` the tensor gets (uninitialised) memory in the context at once; with
+    ``no_alloc=True`` it has none until ``ggml_backend_alloc_ctx_tensors`` (or a graph allocator)
+    places it. A context too full for it raises GgmlValueError (ggml would abort).
+
+    Value: a Tensor of shape ``[ne0, ne1, ne2, ne3]``.
+
+    Example:
+        >>> images = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, 28, 28, 1, 32)
+    """
     return _new_tensor(ctx, type, (ne0, ne1, ne2, ne3))
 
 
 def ggml_new_tensor(ctx: Context, type: int, n_dims: int, ne) -> Tensor:
+    """A new tensor with ``n_dims`` dimensions whose sizes are the first ``n_dims`` values of ``ne``.
+
+    The generic form of ``ggml_new_tensor_1d`` ... ``_4d``.
+
+    Arguments:
+        ctx: the context that owns the tensor (created by ``ggml_init``).
+        type: the element type: ``GGML_TYPE_F32``, ``GGML_TYPE_F16``, ``GGML_TYPE_BF16``, ``GGML_TYPE_F64``,
+            ``GGML_TYPE_I8``, ``GGML_TYPE_I16``, ``GGML_TYPE_I32`` or ``GGML_TYPE_I64`` (else GgmlTypeError).
+        n_dims: 1, 2, 3 or 4.
+        ne: a sequence of at least ``n_dims`` sizes (ints >= 1), ne[0] first.
+
+    With ``no_alloc=False`` the tensor gets (uninitialised) memory in the context at once; with
+    ``no_alloc=True`` it has none until ``ggml_backend_alloc_ctx_tensors`` (or a graph allocator)
+    places it. A context too full for it raises GgmlValueError (ggml would abort).
+
+    Value: a Tensor; the missing dimensions are 1.
+
+    Example:
+        >>> t = ggml_new_tensor(ctx, GGML_TYPE_I32, 2, [10, 4])
+    """
     ne = tuple(ne)
     expect(n_dims in (1, 2, 3, 4) and len(ne) >= n_dims, f"ggml_new_tensor: n_dims must be 1-4 with that many ne values, got {n_dims!r}, {ne!r}")
     return _new_tensor(ctx, type, ne[:n_dims])
 
 
 def ggml_dup_tensor(ctx: Context, tensor: Tensor) -> Tensor:
+    """A new tensor of the same type and shape as ``tensor`` (its data is not copied).
+
+    Arguments:
+        ctx: the context that owns the new tensor (it may differ from tensor's).
+        tensor: the tensor whose type and shape are copied.
+
+    Value: a new, unnamed leaf Tensor. A context too full for it raises GgmlValueError.
+
+    Example:
+        >>> grad_buf = ggml_dup_tensor(ctx, w)
+    """
     return _new_tensor(ctx, as_tensor(tensor, "ggml_dup_tensor(tensor)").type,
                        tuple(n for n in tensor.shape))
 
 
 def ggml_set_param(tensor: Tensor) -> Tensor:
+    """Mark a leaf tensor as trainable: the optimizer computes its gradient and updates it.
+
+    Only tensors created with ``ggml_new_tensor_*`` (not the results of ops) can be parameters, and
+    they must be F32 or F16 (ggml-opt's optimizers train F32 only). Initialise the data before training.
+
+    Arguments:
+        tensor: a leaf Tensor.
+
+    Value: the same tensor (so calls can be chained). Raises GgmlValueError for an op result,
+    GgmlTypeError for another type.
+
+    Example:
+        >>> w = ggml_set_param(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 784, 128))
+    """
     t = as_tensor(tensor, "ggml_set_param(tensor)").ptr
     expect(t.op == lib.GGML_OP_NONE, f"ggml_set_param: only leaf tensors (created with ggml_new_tensor_*) can be "
                                      f"trainable, got the result of {tensor.op_name}")
@@ -257,6 +442,19 @@ def set_trainable(tensor: Tensor, trainable: bool) -> None:
 
 
 def ggml_set_loss(tensor: Tensor) -> Tensor:
+    """Mark a scalar F32 tensor as the loss that ``ggml_build_backward_expand`` differentiates.
+
+    Needed for hand-built backward passes; ggml-opt (``ggml_opt_init``, the fit functions) builds and
+    marks its own loss from ``outputs`` and the loss type.
+
+    Arguments:
+        tensor: an F32 tensor with one element (e.g. from ``ggml_sum`` or ``ggml_cross_entropy_loss``).
+
+    Value: the same tensor. Raises GgmlValueError for any other tensor.
+
+    Example:
+        >>> loss = ggml_set_loss(ggml_cross_entropy_loss(ctx, logits, labels))
+    """
     t = as_tensor(tensor, "ggml_set_loss(tensor)").ptr
     expect(t.type == GGML_TYPE_F32 and lib.ggml_nelements(t) == 1,
            f"ggml_set_loss: the loss must be a scalar F32 tensor, got {type_name(t.type)} {list(tensor.shape)}")
@@ -265,16 +463,53 @@ def ggml_set_loss(tensor: Tensor) -> Tensor:
 
 
 def ggml_set_input(tensor: Tensor) -> Tensor:
+    """Flag a tensor as a graph input, so the allocators never hand its memory to intermediate results.
+
+    Flag tensors you write data into (a batch, labels) before the graph is allocated; the fit
+    functions and the model layer do it for you.
+
+    Arguments:
+        tensor: a Tensor.
+
+    Value: the same tensor.
+
+    Example:
+        >>> x = ggml_set_input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 32))
+    """
     lib.ggml_set_input(as_tensor(tensor, "ggml_set_input(tensor)").ptr)
     return tensor
 
 
 def ggml_set_output(tensor: Tensor) -> Tensor:
+    """Flag a tensor as a graph output, so the allocator keeps its memory until the graph has run.
+
+    Without it, a scheduler may reuse an intermediate result's memory for later nodes; flag every
+    tensor you want to read after computing.
+
+    Arguments:
+        tensor: a Tensor.
+
+    Value: the same tensor.
+
+    Example:
+        >>> out = ggml_set_output(ggml_soft_max(ctx, logits))
+    """
     lib.ggml_set_output(as_tensor(tensor, "ggml_set_output(tensor)").ptr)
     return tensor
 
 
 def ggml_set_name(tensor: Tensor, name: str) -> Tensor:
+    """Give a tensor a name (used in error messages, by ``ggml_get_tensor`` and as its GGUF name).
+
+    Arguments:
+        tensor: a Tensor.
+        name: a str of at most ``GGML_MAX_NAME - 1`` (63) bytes in UTF-8 (else GgmlValueError).
+
+    Value: the same tensor.
+
+    Example:
+        >>> w = ggml_set_name(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 8), "dense.weight")
+    """
     t = as_tensor(tensor, "ggml_set_name(tensor)").ptr
     expect(isinstance(name, str), f"ggml_set_name: name must be a str, got {name!r}", GgmlTypeError)
     raw = name.encode()
@@ -285,30 +520,109 @@ def ggml_set_name(tensor: Tensor, name: str) -> Tensor:
 
 
 def ggml_get_name(tensor: Tensor) -> str:
+    """The tensor's name ('' if it has none).
+
+    Arguments:
+        tensor: a Tensor.
+
+    Value: a str.
+
+    Example:
+        >>> ggml_get_name(w)
+        'dense.weight'
+    """
     return as_tensor(tensor, "ggml_get_name(tensor)").name
 
 
 def ggml_tensor_shape(tensor: Tensor) -> tuple[int, int, int, int]:
+    """The four sizes ``(ne0, ne1, ne2, ne3)`` of a tensor, ne0 the fastest-varying.
+
+    Unused dimensions are 1. The numpy shape of the same data is the reverse, ``(ne3, ne2, ne1, ne0)``.
+
+    Arguments:
+        tensor: a Tensor.
+
+    Value: a tuple of four ints.
+
+    Example:
+        >>> ggml_tensor_shape(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 784, 32))
+        (784, 32, 1, 1)
+    """
     return as_tensor(tensor, "ggml_tensor_shape(tensor)").shape
 
 
 def ggml_tensor_type(tensor: Tensor) -> int:
+    """The element type of a tensor, as a ``GGML_TYPE_*`` int.
+
+    Arguments:
+        tensor: a Tensor.
+
+    Value: an int, e.g. ``GGML_TYPE_F32``.
+
+    Example:
+        >>> ggml_tensor_type(x) == GGML_TYPE_F32
+        True
+    """
     return as_tensor(tensor, "ggml_tensor_type(tensor)").type
 
 
 def ggml_nelements(tensor: Tensor) -> int:
+    """The number of elements of a tensor (``ne0 * ne1 * ne2 * ne3``).
+
+    Arguments:
+        tensor: a Tensor.
+
+    Value: an int.
+
+    Example:
+        >>> ggml_nelements(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 784, 32))
+        25088
+    """
     return as_tensor(tensor, "ggml_nelements(tensor)").nelements()
 
 
 def ggml_nbytes(tensor: Tensor) -> int:
+    """The size of a tensor's data in bytes (for a view: the span of bytes it covers).
+
+    Arguments:
+        tensor: a Tensor.
+
+    Value: an int.
+
+    Example:
+        >>> ggml_nbytes(ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10))
+        40
+    """
     return as_tensor(tensor, "ggml_nbytes(tensor)").nbytes()
 
 
 def ggml_n_dims(tensor: Tensor) -> int:
+    """The number of dimensions of a tensor, not counting trailing sizes of 1 (at least 1).
+
+    Arguments:
+        tensor: a Tensor.
+
+    Value: an int from 1 to 4.
+
+    Example:
+        >>> ggml_n_dims(ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 5, 3, 1))
+        2
+    """
     return int(lib.ggml_n_dims(as_tensor(tensor, "ggml_n_dims(tensor)").ptr))
 
 
 def ggml_get_tensor(ctx: Context, name: str) -> Tensor | None:
+    """The tensor of ``ctx`` named ``name``, or None if there is none.
+
+    Arguments:
+        ctx: a Context.
+        name: the name given with ``ggml_set_name`` (or by ggml, e.g. in a GGUF context's ``.ggml_ctx``).
+
+    Value: a Tensor or None.
+
+    Example:
+        >>> w = ggml_get_tensor(g.ggml_ctx, "dense.weight")
+    """
     ptr = lib.ggml_get_tensor(unwrap(ctx, Context, "ggml_get_tensor(ctx)"), str(name).encode())
     return Tensor(ptr, ctx) if ptr != ffi.NULL else None
 
@@ -316,10 +630,36 @@ def ggml_get_tensor(ctx: Context, name: str) -> Tensor | None:
 # ---------------------------------------------------------------- graphs
 
 def ggml_new_graph(ctx: Context) -> Graph:
+    """A new computation graph in ``ctx`` with room for ``GGML_DEFAULT_GRAPH_SIZE`` (2048) nodes.
+
+    Add the ops that compute a tensor with ``ggml_build_forward_expand``; use ``ggml_new_graph_custom``
+    for larger graphs or for a backward pass.
+
+    Arguments:
+        ctx: the context the graph lives in (it needs ``ggml_graph_overhead()`` free bytes).
+
+    Value: a Graph. Raises GgmlValueError when the context is too full.
+
+    Example:
+        >>> gf = ggml_build_forward_expand(ggml_new_graph(ctx), out)
+    """
     return ggml_new_graph_custom(ctx, GGML_DEFAULT_GRAPH_SIZE, False)
 
 
 def ggml_new_graph_custom(ctx: Context, size: int = GGML_DEFAULT_GRAPH_SIZE, grads: bool = False) -> Graph:
+    """A new computation graph with room for ``size`` nodes, optionally with gradients.
+
+    Arguments:
+        ctx: the context the graph lives in (it needs ``ggml_graph_overhead(size, grads)`` free bytes).
+        size: the node capacity (default ``GGML_DEFAULT_GRAPH_SIZE``, 2048); nodes and leafs are each
+            limited to it.
+        grads: True for a graph that ``ggml_build_backward_expand`` may extend (default False).
+
+    Value: a Graph. Raises GgmlValueError for a size below 1 or a context too full.
+
+    Example:
+        >>> gf = ggml_new_graph_custom(ctx, 4096, True)
+    """
     ctx_ptr = unwrap(ctx, Context, "ggml_new_graph_custom(ctx)")
     expect(isinstance(size, int) and size >= 1, f"graph size must be an int >= 1, got {size!r}")
     need = int(lib.ggml_graph_overhead_custom(size, bool(grads)))
@@ -346,6 +686,23 @@ def _reachable(root: Any) -> tuple[set, set]:
 
 
 def ggml_build_forward_expand(graph: Graph, tensor: Tensor) -> Graph:
+    """Add ``tensor`` and every op it depends on to ``graph`` (in the order they must run).
+
+    Nodes already in the graph are not added twice, so it can be called once per output. Nothing is
+    computed here: compute the graph with a scheduler, ``ggml_backend_graph_compute`` or
+    ``ggml_graph_compute``.
+
+    Arguments:
+        graph: a Graph from ``ggml_new_graph``/``ggml_new_graph_custom``.
+        tensor: the result to compute.
+
+    Value: the same graph. Raises GgmlValueError when the graph's size is too small for the new nodes
+    or leafs (create it with ``ggml_new_graph_custom(ctx, size)``).
+
+    Example:
+        >>> gf = ggml_new_graph(ctx)
+        >>> ggml_build_forward_expand(gf, out)
+    """
     if not isinstance(graph, Graph):
         raise_type("ggml_build_forward_expand(graph)", "Graph", graph)
     t = as_tensor(tensor, "ggml_build_forward_expand(tensor)").ptr
@@ -363,22 +720,74 @@ def ggml_build_forward_expand(graph: Graph, tensor: Tensor) -> Graph:
 
 
 def ggml_graph_n_nodes(graph: Graph) -> int:
+    """The number of nodes (op results and parameters) in a graph.
+
+    Arguments:
+        graph: a Graph.
+
+    Value: an int.
+
+    Example:
+        >>> ggml_graph_n_nodes(gf)
+    """
     return graph.n_nodes()
 
 
 def ggml_graph_node(graph: Graph, i: int) -> Tensor:
+    """Node ``i`` of a graph, in execution order; negative ``i`` counts from the end.
+
+    Arguments:
+        graph: a Graph.
+        i: an index in ``[-n, n)`` where ``n = ggml_graph_n_nodes(graph)`` (else GgmlValueError);
+            ``-1`` is the last node (usually the output).
+
+    Value: a Tensor.
+
+    Example:
+        >>> out = ggml_graph_node(gf, -1)
+    """
     n = graph.n_nodes()
     expect(isinstance(i, int) and -n <= i < n, f"ggml_graph_node: index must be in [-{n}, {n}), got {i!r}")
     return Tensor(lib.ggml_graph_node(graph.ptr, i), graph.ctx)
 
 
 def ggml_graph_get_tensor(graph: Graph, name: str) -> Tensor | None:
+    """The tensor of ``graph`` named ``name`` (a node or a leaf), or None.
+
+    Arguments:
+        graph: a Graph.
+        name: the name given with ``ggml_set_name``.
+
+    Value: a Tensor or None.
+
+    Example:
+        >>> logits = ggml_graph_get_tensor(gf, "logits")
+    """
     ptr = lib.ggml_graph_get_tensor(graph.ptr, str(name).encode())
     return Tensor(ptr, graph.ctx) if ptr != ffi.NULL else None
 
 
 def ggml_build_backward_expand(ctx: Context, graph: Graph) -> Graph:
-    """Add the backward pass of ``graph`` (needs a PARAM and a LOSS tensor, and a graph made with grads=True)."""
+    """Add the backward pass of ``graph``: a gradient for every tensor between a parameter and the loss.
+
+    The graph needs a loss (``ggml_set_loss``) and parameters (``ggml_set_param``) and must have been
+    created with ``ggml_new_graph_custom(ctx, size, grads=True)``. Ops without a backward pass in ggml
+    on the path from a parameter to the loss are refused with an error naming them (ggml would abort).
+    Read gradients with ``ggml_graph_get_grad`` after computing; ``ggml_graph_reset`` seeds them.
+    ggml-opt (``ggml_opt_init``, the fit functions) does all of this itself.
+
+    Arguments:
+        ctx: the context the gradient tensors are created in (typically the graph's).
+        graph: a Graph with gradients.
+
+    Value: the same graph. Raises GgmlValueError without a loss or parameter, or for an op that has
+    no backward pass.
+
+    Example:
+        >>> gf = ggml_new_graph_custom(ctx, 1024, True)
+        >>> ggml_build_forward_expand(gf, loss)
+        >>> ggml_build_backward_expand(ctx, gf)
+    """
     from ._checks import check_backward_graph
     ctx_ptr = unwrap(ctx, Context, "ggml_build_backward_expand(ctx)")
     expect(isinstance(graph, Graph) and graph.grads,
@@ -389,13 +798,36 @@ def ggml_build_backward_expand(ctx: Context, graph: Graph) -> Graph:
 
 
 def ggml_graph_get_grad(graph: Graph, tensor: Tensor) -> Tensor | None:
+    """The gradient tensor of ``tensor`` in a graph with a backward pass, or None if it has none.
+
+    Arguments:
+        graph: a Graph built with ``ggml_build_backward_expand`` (a graph without gradients raises
+            GgmlValueError).
+        tensor: a tensor of the graph (typically a parameter).
+
+    Value: a Tensor of tensor's shape holding d(loss)/d(tensor) after a compute, or None.
+
+    Example:
+        >>> dw = ggml_backend_tensor_get_data(ggml_graph_get_grad(gf, w))
+    """
     expect(isinstance(graph, Graph) and graph.grads, "ggml_graph_get_grad: the graph has no gradients")
     ptr = lib.ggml_graph_get_grad(graph.ptr, as_tensor(tensor, "ggml_graph_get_grad(tensor)").ptr)
     return Tensor(ptr, graph.ctx) if ptr != ffi.NULL else None
 
 
 def ggml_graph_reset(graph: Graph) -> None:
-    """Zero the gradients and set the loss gradient to 1 (all tensors must be allocated)."""
+    """Zero the gradients of a graph and set the loss gradient to 1, before a backward compute.
+
+    Arguments:
+        graph: a Graph with gradients whose tensors are allocated (else GgmlStateError; allocate with a
+            scheduler or a graph allocator first).
+
+    Value: None.
+
+    Example:
+        >>> ggml_graph_reset(gf)
+        >>> ggml_backend_sched_graph_compute(sched, gf)
+    """
     expect(isinstance(graph, Graph) and graph.grads, "ggml_graph_reset: the graph has no gradients")
     for node in graph.nodes():
         grad = lib.ggml_graph_get_grad(graph.ptr, node.ptr)

@@ -225,7 +225,25 @@ def write_array(t: Any, arr: np.ndarray, byte_offset: int = 0) -> None:
 
 
 def ggml_backend_tensor_get_data(tensor: Tensor, offset: int = 0, n_elements: int | None = None) -> np.ndarray:
-    """A 1-D numpy copy of the tensor's elements in ggml order (ne[0] fastest)."""
+    """A 1-D numpy copy of a tensor's elements in ggml order (ne[0] fastest), from any backend.
+
+    Works for tensors in a backend buffer (CPU or GPU: the data is copied back) and in context
+    memory, and for strided views (their elements in logical order). Reshape with
+    ``ggml_tensor_to_numpy`` for the numpy-shaped array.
+
+    Arguments:
+        tensor: an allocated tensor of type F32, F16, F64, I8, I16, I32 or I64.
+        offset: the first element to read (default 0).
+        n_elements: how many elements to read, or None (the default) for all from ``offset`` on;
+            ``offset + n_elements`` may not exceed the element count (else GgmlValueError).
+
+    Value: a 1-D numpy array of the tensor's dtype (float32 for F32, ...).
+
+    Example:
+        >>> ggml_backend_sched_graph_compute(sched, gf)
+        >>> y = ggml_backend_tensor_get_data(out)            # flat, ggml order
+        >>> first = ggml_backend_tensor_get_data(out, 0, 10)
+    """
     t = as_tensor(tensor, "ggml_backend_tensor_get_data(tensor)").ptr
     dtype = numpy_dtype(tensor)
     n = int(lib.ggml_nelements(t))
@@ -267,10 +285,33 @@ def _read_strided(t: Any, dtype: np.dtype) -> np.ndarray:
 
 
 def ggml_tensor_to_numpy(tensor: Tensor) -> np.ndarray:
-    """The tensor as an array of shape ``(ne[3], ne[2], ne[1], ne[0])`` with leading 1-axes dropped."""
+    """A numpy copy of a tensor shaped ``(ne[3], ne[2], ne[1], ne[0])``, leading 1-axes dropped.
+
+    The shape under which the tensor's data is in C order: an ``[F, N]`` tensor comes back as an
+    ``(N, F)`` array, images ``[W, H, C, N]`` as ``(N, C, H, W)``.
+
+    Arguments:
+        tensor: an allocated tensor of type F32, F16, F64, I8, I16, I32 or I64.
+
+    Value: a numpy array (at least 1-D).
+
+    Example:
+        >>> probs = ggml_tensor_to_numpy(out)               # out [10, 32] -> (32, 10)
+    """
     return ggml_backend_tensor_get_data(tensor).reshape(numpy_shape(tensor))
 
 
 def ggml_set_f32(tensor: Tensor, value: float) -> None:
-    """Fill a float tensor with one value."""
+    """Fill every element of a tensor with one number.
+
+    Arguments:
+        tensor: an allocated, contiguous tensor of a type numpy can hold (F32, F16, F64 or an integer
+            type, for which the value must be integral and in range).
+        value: the number.
+
+    Value: None.
+
+    Example:
+        >>> ggml_set_f32(bias, 0.0)
+    """
     ggml_backend_tensor_set_data(tensor, np.full(as_tensor(tensor, "ggml_set_f32(tensor)").nelements(), value))

@@ -81,6 +81,32 @@ class Dataset(Handle):
 
 def ggml_opt_dataset_init(type_data: int, type_label: int, ne_datapoint: int, ne_label: int, ndata: int,
                           ndata_shard: int = 1) -> Dataset:
+    """An in-memory dataset: ``ndata`` datapoints of ``ne_datapoint`` values, with optional labels.
+
+    The data live in host memory as a tensor ``[ne_datapoint, ndata]`` and the labels as
+    ``[ne_label, ndata]`` (ggml layout: one column per datapoint, i.e. numpy arrays of shape
+    ``(ndata, ne_datapoint)`` and ``(ndata, ne_label)``). Fill them with ``ggml_backend_tensor_set_data``
+    on ``ggml_opt_dataset_data`` / ``ggml_opt_dataset_labels`` before training. ``ggml_fit_opt``,
+    ``ggml_opt_fit`` and ``ggml_opt_epoch`` train on it; ``ggml_fit_opt_gen`` is the streaming
+    alternative for data that does not fit in memory.
+
+    Arguments:
+        type_data: the type of the data, e.g. ``GGML_TYPE_F32`` (a plain type: F32, F16, F64, I8, I16, I32,
+            I64; it must match the model's input tensor).
+        type_label: the type of the labels (usually ``GGML_TYPE_F32``).
+        ne_datapoint: values per datapoint (an int >= 1): the element count of one input sample.
+        ne_label: values per label (an int >= 0; 0 for loss types without labels such as mean/sum).
+        ndata: the number of datapoints (>= 1).
+        ndata_shard: the unit of shuffling, in datapoints (default 1: every datapoint moves on its own;
+            at most ``ndata``). Shuffles move whole shards; batch sizes must be multiples of it.
+
+    Value: a Dataset handle (a context manager; freed with ``ggml_opt_dataset_free``).
+
+    Example:
+        >>> ds = ggml_opt_dataset_init(GGML_TYPE_F32, GGML_TYPE_F32, 784, 10, 60000)
+        >>> ggml_backend_tensor_set_data(ggml_opt_dataset_data(ds), x_train)      # (60000, 784)
+        >>> ggml_backend_tensor_set_data(ggml_opt_dataset_labels(ds), y_onehot)   # (60000, 10)
+    """
     for name, t in (("type_data", type_data), ("type_label", type_label)):
         if t not in NUMPY_DTYPES:
             raise GgmlTypeError(f"ggml_opt_dataset_init: {name} must be a plain ggml type (F32, F16, I32, ...), got {t!r}")
@@ -98,23 +124,82 @@ def _ds(dataset: Any, fn: str) -> Dataset:
 
 
 def ggml_opt_dataset_free(dataset: Dataset) -> None:
+    """Free a dataset and its data, labels and weights.
+
+    Idempotent; its tensors raise GgmlStateError when used afterwards.
+
+    Arguments:
+        dataset: a Dataset.
+
+    Value: None.
+
+    Example:
+        >>> ggml_opt_dataset_free(ds)
+    """
     free_handle(dataset, Dataset, "ggml_opt_dataset_free(dataset)")
 
 
 def ggml_opt_dataset_ndata(dataset: Dataset) -> int:
+    """The number of datapoints in a dataset.
+
+    Arguments:
+        dataset: a Dataset.
+
+    Value: an int.
+
+    Example:
+        >>> ggml_opt_dataset_ndata(ds)
+        60000
+    """
     return int(lib.ggml_opt_dataset_ndata(_ds(dataset, "ggml_opt_dataset_ndata").ptr))
 
 
 def ggml_opt_dataset_data(dataset: Dataset) -> Tensor:
+    """The dataset's data tensor ``[ne_datapoint, ndata]`` (host memory), to fill or read.
+
+    Arguments:
+        dataset: a Dataset.
+
+    Value: a Tensor; write it with ``ggml_backend_tensor_set_data`` (a numpy array of shape
+    ``(ndata, ne_datapoint)`` is already in ggml layout).
+
+    Example:
+        >>> ggml_backend_tensor_set_data(ggml_opt_dataset_data(ds), x_train)
+    """
     return _ds(dataset, "ggml_opt_dataset_data").data
 
 
 def ggml_opt_dataset_labels(dataset: Dataset) -> Tensor | None:
+    """The dataset's labels tensor ``[ne_label, ndata]``, or None when ``ne_label`` is 0.
+
+    Arguments:
+        dataset: a Dataset.
+
+    Value: a Tensor or None; write it with ``ggml_backend_tensor_set_data`` (numpy shape
+    ``(ndata, ne_label)``).
+
+    Example:
+        >>> ggml_backend_tensor_set_data(ggml_opt_dataset_labels(ds), np.eye(10)[y_train])
+    """
     return _ds(dataset, "ggml_opt_dataset_labels").labels
 
 
 def ggml_opt_dataset_weights(dataset: Dataset, ne0: int = 1) -> Tensor:
-    """Per-datapoint (``ne0 = 1``) or per-element (``ne0 = ne_label``) weights for weighted MSE; all 1 at first."""
+    """The per-datapoint (``ne0 = 1``) or per-element (``ne0 = ne_label``) weights of weighted MSE.
+
+    Created on first use with every weight 1; shuffles move them with their datapoints. Used by
+    ``ggml_fit_opt`` with ``ggml_opt_loss_type_weighted_mse()``.
+
+    Arguments:
+        dataset: a Dataset.
+        ne0: the width of each weight row: 1 (the default, one weight per datapoint) or ``ne_label``
+            (one per label element, a mask). Once created, the width cannot change.
+
+    Value: an F32 Tensor ``[ne0, ndata]`` in host memory, to fill with ``ggml_backend_tensor_set_data``.
+
+    Example:
+        >>> ggml_backend_tensor_set_data(ggml_opt_dataset_weights(ds), sample_weights)   # (ndata,)
+    """
     ds = _ds(dataset, "ggml_opt_dataset_weights")
     expect(isinstance(ne0, int) and ne0 in (1, ds.ne_label),
            f"ggml_opt_dataset_weights: ne0 must be 1 or ne_label ({ds.ne_label}), got {ne0!r}")
@@ -122,7 +207,22 @@ def ggml_opt_dataset_weights(dataset: Dataset, ne0: int = 1) -> Tensor:
 
 
 def ggml_opt_dataset_shuffle(opt_ctx: Any, dataset: Dataset, idata: int = -1) -> None:
-    """Shuffle the first ``idata`` datapoints (all if negative) shard-wise, with the opt context's generator."""
+    """Shuffle the first ``idata`` datapoints of a dataset in place, shard by shard.
+
+    Data, labels and weights move together. The random generator belongs to the opt context (seeded
+    the same way for every new context), so runs are reproducible.
+
+    Arguments:
+        opt_ctx: an opt context (its generator is used).
+        dataset: the Dataset to shuffle.
+        idata: how many leading datapoints to shuffle; negative (the default, -1) shuffles all whole
+            shards. Otherwise at most ``ndata`` and a multiple of ``ndata_shard``.
+
+    Value: None.
+
+    Example:
+        >>> ggml_opt_dataset_shuffle(opt_ctx, ds)
+    """
     from .opt import OptContext
     unwrap(opt_ctx, OptContext, "ggml_opt_dataset_shuffle(opt_ctx)")
     ds = _ds(dataset, "ggml_opt_dataset_shuffle")
@@ -158,7 +258,26 @@ def _type_of(arr: np.ndarray) -> int:
 
 def ggml_opt_dataset_get_batch(dataset: Dataset, data_batch: Tensor, labels_batch: Tensor | None = None,
                                ibatch: int = 0) -> None:
-    """Copy batch ``ibatch`` of the (shuffled) dataset into the batch tensors."""
+    """Copy batch ``ibatch`` of the dataset into the batch tensors of a model.
+
+    The batch size is read from ``data_batch``: its element count divided by ``ne_datapoint``. Batch
+    ``ibatch`` is the datapoints ``[ibatch * batch, (ibatch + 1) * batch)`` in the dataset's current
+    (possibly shuffled) order.
+
+    Arguments:
+        dataset: a Dataset.
+        data_batch: an allocated, contiguous tensor of the dataset's data type holding a whole number
+            of datapoints (a multiple of ``ndata_shard``), e.g. the model's input ``[ne_datapoint, batch]``.
+        labels_batch: the labels tensor ``[ne_label, batch]``; required exactly when the dataset has
+            labels (default None).
+        ibatch: the 0-based batch index, in ``[0, ndata // batch)`` (default 0).
+
+    Value: None. Raises GgmlValueError / GgmlTypeError when a tensor does not fit.
+
+    Example:
+        >>> for i in range(ggml_opt_dataset_ndata(ds) // 32):
+        ...     ggml_opt_dataset_get_batch(ds, x, y, i)
+    """
     fn = "ggml_opt_dataset_get_batch"
     ds = _ds(dataset, fn)
     data = as_tensor(data_batch, f"{fn}(data_batch)")
@@ -177,7 +296,23 @@ def ggml_opt_dataset_get_batch(dataset: Dataset, data_batch: Tensor, labels_batc
 
 def ggml_opt_dataset_get_batch_head(dataset: Dataset, data_batch: Tensor | None, labels_batch: Tensor,
                                     labels_off: int, ibatch: int) -> None:
-    """Like get_batch, but only the label columns ``[labels_off, labels_off + ne0(labels_batch))`` (0-based)."""
+    """Like ``ggml_opt_dataset_get_batch``, but only the label columns of one output head.
+
+    For multi-head models whose labels sit side by side in each label row: copies the label columns
+    ``[labels_off, labels_off + labels_batch.ne[0])`` of batch ``ibatch`` into ``labels_batch``.
+
+    Arguments:
+        dataset: a Dataset with labels.
+        data_batch: the input tensor to fill as well, or None to copy labels only.
+        labels_batch: the head's label tensor ``[width, batch]``.
+        labels_off: the 0-based first label column of this head.
+        ibatch: the 0-based batch index.
+
+    Value: None.
+
+    Example:
+        >>> ggml_opt_dataset_get_batch_head(ds, None, y_head2, 10, i)   # label columns 10.. of batch i
+    """
     fn = "ggml_opt_dataset_get_batch_head"
     ds = _ds(dataset, fn)
     if ds.labels is None:
@@ -199,6 +334,22 @@ def ggml_opt_dataset_get_batch_head(dataset: Dataset, data_batch: Tensor | None,
 
 
 def ggml_opt_dataset_get_batch_rows(ds: Dataset, data_batch: Tensor, rows: slice) -> None:
+    """Copy the data of the datapoints ``rows`` (a slice) into ``data_batch``.
+
+    A lower-level helper of ``ggml_opt_dataset_get_batch_head``: no batch arithmetic, only a type and
+    size check.
+
+    Arguments:
+        ds: a Dataset.
+        data_batch: a contiguous tensor of the dataset's data type with exactly as many elements as
+            the selected rows hold.
+        rows: a slice of datapoint indices, e.g. ``slice(64, 96)``.
+
+    Value: None.
+
+    Example:
+        >>> ggml_opt_dataset_get_batch_rows(ds, x, slice(0, 32))
+    """
     data = as_tensor(data_batch, "data_batch")
     src = ds.rows(ds.data)[rows]
     if data.type != _type_of(src) or not lib.ggml_is_contiguous(data.ptr):

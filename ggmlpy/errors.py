@@ -8,42 +8,68 @@ from __future__ import annotations
 
 
 class GgmlpyError(Exception):
-    """Base class of every error raised by ggmlpy."""
+    """Base class of every error raised by ggmlpy: ``except GgmlpyError`` catches them all.
+
+    Each subclass also derives from the builtin a Python caller would expect (ValueError,
+    TypeError, RuntimeError, OSError, KeyError), so generic handlers keep working. Messages say
+    what was expected, what was given and the usual fix.
+
+    Example:
+        >>> try:
+        ...     ggml_init(-1)
+        ... except GgmlpyError as e:
+        ...     print(e)
+    """
 
 
 class GgmlValueError(GgmlpyError, ValueError):
-    """A value is out of range or a shape does not fit."""
+    """A value is out of range or a shape does not fit (also a ``ValueError``).
+
+    Raised before ggml is called for what would abort inside C: operand shapes of an op, element
+    counts of a data write, a context too full, an out-of-range index, a non-finite training loss.
+    """
 
 
 class GgmlTypeError(GgmlpyError, TypeError):
-    """An argument has the wrong kind (handle type, dtype, ...)."""
+    """An argument has the wrong kind: a handle of another type, a tensor type an op does not take,
+    non-numeric data (also a ``TypeError``)."""
 
 
 class GgmlStateError(GgmlpyError, RuntimeError):
-    """An object is in the wrong state: freed, not allocated, not built, ..."""
+    """An object is in the wrong state (also a ``RuntimeError``): used after being freed, a tensor
+    without memory, ``ggml_opt_eval`` without ``ggml_opt_alloc``, a failed computation."""
 
 
 class BackendUnavailableError(GgmlStateError):
-    """A backend was asked for that this build or this machine does not have."""
+    """A backend or device was asked for that this build or this machine does not have (a
+    GgmlStateError). The message says which and how to fix it (rebuild with ``GGMLPY_BACKENDS=...``,
+    check the driver); ``ggml_list_devices()`` shows what is available."""
 
 
 class GgufFileError(GgmlpyError, OSError):
-    """A GGUF file could not be read (unreadable or not valid GGUF) or written."""
+    """A GGUF file could not be read (unreadable, truncated or not valid GGUF) or written (also an
+    ``OSError``)."""
 
 
 class GgufFileNotFoundError(GgufFileError, FileNotFoundError):
-    """The GGUF file does not exist."""
+    """The GGUF file does not exist (a GgufFileError and a ``FileNotFoundError``)."""
 
 
 class GgufKeyError(GgmlValueError, KeyError):
-    """A tensor or a key asked for by name is not in the GGUF file or context."""
+    """A tensor or a key asked for by name is not in the GGUF file or context (a GgmlValueError and a
+    ``KeyError``)."""
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
 
 
 class GgmlpyWarning(UserWarning):
-    """Warnings ggmlpy emits (R warnings in ggmlR)."""
+    """The category of every warning ggmlpy emits (where ggmlR gives an R warning): a short epoch, an
+    exhausted source, a non-finite loss with ``on_nonfinite="warn"``, ...
+
+    Filter them with the ``warnings`` module, e.g. ``warnings.simplefilter("error", GgmlpyWarning)``
+    turns them into exceptions.
+    """
 
 
 def expect(condition: bool, message: str, kind: type[Exception] = GgmlValueError) -> None:

@@ -50,6 +50,17 @@ _INT_RANGES = {t: (int(np.iinfo(dt).min), int(np.iinfo(dt).max) + 1)
 
 
 def gguf_type_name(t: int) -> str:
+    """The short name of a GGUF value type: ``"u8"``, ``"i32"``, ``"f32"``, ``"bool"``, ``"str"``, ``"arr"``, ...
+
+    Arguments:
+        t: a GGUF value type as returned by ``gguf_get_kv_type``.
+
+    Value: a str.
+
+    Example:
+        >>> gguf_type_name(gguf_get_kv_type(g, "general.name"))
+        'str'
+    """
     return ffi.string(lib.gguf_type_name(t)).decode()
 
 
@@ -128,13 +139,38 @@ def _check_readable_file(p: str, fn: str) -> None:
 
 
 def gguf_init_empty() -> GgufContext:
-    """A new, empty GGUF context to fill with gguf_set_val_* and gguf_add_tensor."""
+    """A new, empty GGUF context, to fill with metadata and tensors and write to a file.
+
+    Set metadata with ``gguf_set_val`` (or the typed ``gguf_set_val_*``), add tensors with
+    ``gguf_add_tensor``, then ``gguf_write_to_file``. ``ggml_save_weights_gguf`` does all three.
+
+    Value: a GgufContext handle (a context manager; freed with ``gguf_free``).
+
+    Example:
+        >>> with gguf_init_empty() as g:
+        ...     gguf_set_val(g, "general.name", "mnist-mlp")
+        ...     gguf_add_tensor(g, w)
+        ...     gguf_write_to_file(g, "model.gguf")
+    """
     return GgufContext(lib.gguf_init_empty())
 
 
 def gguf_init_from_file(path: Any, no_alloc: bool = True) -> GgufContext:
-    """Read a GGUF file's header. With ``no_alloc=False`` the data is read too, into a ggml context
-    available as ``.ggml_ctx`` (find tensors with ``ggml_get_tensor(g.ggml_ctx, name)``)."""
+    """Open a GGUF file: read its metadata and tensor infos, and with ``no_alloc=False`` its data.
+
+    Arguments:
+        path: the file, a str or os.PathLike.
+        no_alloc: True (the default) reads the header only (metadata, tensor names, types, shapes);
+            False also loads every tensor's data into a new ggml context in host memory, available as
+            ``.ggml_ctx`` (find tensors there with ``ggml_get_tensor(g.ggml_ctx, name)``).
+
+    Value: a GgufContext handle (a context manager). Raises GgufFileNotFoundError for a missing file,
+    GgufFileError for one that is unreadable or not valid GGUF (with ggml's reason).
+
+    Example:
+        >>> with gguf_init_from_file("model.gguf") as g:
+        ...     names = [gguf_get_tensor_name(g, i) for i in range(gguf_get_n_tensors(g))]
+    """
     fn = "gguf_init_from_file"
     p = _fs_path(path, fn)
     expect(isinstance(no_alloc, bool), f"{fn}: no_alloc must be a bool, got {no_alloc!r}", GgmlTypeError)
@@ -150,8 +186,19 @@ def gguf_init_from_file(path: Any, no_alloc: bool = True) -> GgufContext:
 
 
 def gguf_free(ctx: GgufContext) -> None:
-    """Free the GGUF context. As in C, the ggml context of a no_alloc=False load (``.ggml_ctx``) lives
-    on; free it with ggml_free (or let it be collected)."""
+    """Free a GGUF context.
+
+    As in C, the ggml context of a ``no_alloc=False`` load (``.ggml_ctx``) lives on: free it with
+    ``ggml_free`` (or let it be collected).
+
+    Arguments:
+        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+
+    Value: None.
+
+    Example:
+        >>> gguf_free(g)
+    """
     unwrap(ctx, GgufContext, "gguf_free(ctx)")
     ctx.free()
 
@@ -163,6 +210,16 @@ def _gctx(ctx: Any, fn: str) -> Any:
 # ---------------------------------------------------------------- keys and values
 
 def gguf_get_n_kv(ctx: GgufContext) -> int:
+    """The number of metadata keys in a GGUF context.
+
+    Arguments:
+        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+
+    Value: an int.
+
+    Example:
+        >>> {gguf_get_key(g, i): gguf_get_val(g, i) for i in range(gguf_get_n_kv(g))}
+    """
     return int(lib.gguf_get_n_kv(_gctx(ctx, "gguf_get_n_kv")))
 
 
@@ -173,7 +230,18 @@ def _key_bytes(key: Any, fn: str) -> bytes:
 
 
 def gguf_find_key(ctx: GgufContext, key: str) -> int:
-    """The id of ``key``, or -1 if absent."""
+    """The index of the metadata key ``key``, or -1 if the context has no such key.
+
+    Arguments:
+        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        key: the key name, a non-empty str.
+
+    Value: an int.
+
+    Example:
+        >>> gguf_find_key(g, "general.name") >= 0
+        True
+    """
     return int(lib.gguf_find_key(_gctx(ctx, "gguf_find_key"), _key_bytes(key, "gguf_find_key")))
 
 
@@ -188,17 +256,55 @@ def _key_id(ctx: GgufContext, key_id: Any, fn: str) -> tuple[Any, int]:
 
 
 def gguf_get_key(ctx: GgufContext, key_id: int) -> str:
+    """The name of a metadata key.
+
+    Arguments:
+        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        key_id: the key's index in ``[0, gguf_get_n_kv(ctx))`` or its name (an unknown name raises
+            GgufKeyError, an index out of range GgmlValueError).
+
+    Value: a str.
+
+    Example:
+        >>> [gguf_get_key(g, i) for i in range(gguf_get_n_kv(g))]
+    """
     g, kid = _key_id(ctx, key_id, "gguf_get_key")
     return ffi.string(lib.gguf_get_key(g, kid)).decode("utf-8", "replace")
 
 
 def gguf_get_kv_type(ctx: GgufContext, key_id: int | str) -> int:
+    """The GGUF value type of a metadata key, as an int (``gguf_type_name`` names it).
+
+    Arguments:
+        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        key_id: the key's index in ``[0, gguf_get_n_kv(ctx))`` or its name (an unknown name raises
+            GgufKeyError, an index out of range GgmlValueError).
+
+    Value: an int GGUF type (``'arr'`` by name for arrays, whose values ``gguf_get_val`` returns as lists).
+
+    Example:
+        >>> gguf_type_name(gguf_get_kv_type(g, "general.alignment"))
+        'u32'
+    """
     g, kid = _key_id(ctx, key_id, "gguf_get_kv_type")
     return int(lib.gguf_get_kv_type(g, kid))
 
 
 def gguf_get_val(ctx: GgufContext, key_id: int | str) -> Any:
-    """The value of a key (by id or name) as int, float, bool, str, or a list for arrays."""
+    """The value of a metadata key, converted to Python.
+
+    Arguments:
+        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        key_id: the key's index in ``[0, gguf_get_n_kv(ctx))`` or its name (an unknown name raises
+            GgufKeyError, an index out of range GgmlValueError).
+
+    Value: an int, float, bool or str, or a list for GGUF arrays (of numbers, bools or str). Raises
+    GgmlValueError for an array type ggmlpy cannot read (nested arrays).
+
+    Example:
+        >>> gguf_get_val(g, "general.name")
+        'mnist-mlp'
+    """
     fn = "gguf_get_val"
     g, kid = _key_id(ctx, key_id, fn)
     t = int(lib.gguf_get_kv_type(g, kid))
@@ -222,7 +328,17 @@ def gguf_get_val(ctx: GgufContext, key_id: int | str) -> Any:
 
 
 def gguf_remove_key(ctx: GgufContext, key: str) -> int:
-    """Remove ``key``; returns its former id or -1 if it was absent."""
+    """Remove the metadata key ``key`` from a context (nothing happens if it is absent).
+
+    Arguments:
+        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        key: the key name, a non-empty str.
+
+    Value: the key's former index, or -1 if it was absent.
+
+    Example:
+        >>> gguf_remove_key(g, "training.epochs")
+    """
     return int(lib.gguf_remove_key(_gctx(ctx, "gguf_remove_key"), _key_bytes(key, "gguf_remove_key")))
 
 
@@ -258,6 +374,19 @@ def _set_scalar(ctx: GgufContext, key: str, value: Any, gtype: int, fn: str) -> 
 
 
 def gguf_set_val_str(ctx: GgufContext, key: str, value: str) -> None:
+    """Set ``key`` to a string value (replacing any previous value of that key).
+
+    Arguments:
+        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        key: a non-empty str without NUL characters, e.g. ``"general.name"``.
+        value: a str without NUL characters.
+
+    Value: None. Raises GgmlTypeError for a value of the wrong kind, GgmlValueError for one out of range.
+    ``general.alignment`` may only be set to the context's alignment, as a u32.
+
+    Example:
+        >>> gguf_set_val_str(g, "general.name", "mnist-mlp")
+    """
     fn = "gguf_set_val_str"
     g = _gctx(ctx, fn)
     kb = _key_bytes(key, fn)
@@ -268,26 +397,104 @@ def gguf_set_val_str(ctx: GgufContext, key: str, value: str) -> None:
 
 
 def gguf_set_val_i32(ctx: GgufContext, key: str, value: int) -> None:
+    """Set ``key`` to a signed 32-bit integer (i32) value (replacing any previous value of that key).
+
+    Arguments:
+        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        key: a non-empty str without NUL characters, e.g. ``"general.name"``.
+        value: an int in [-2**31, 2**31 - 1].
+
+    Value: None. Raises GgmlTypeError for a value of the wrong kind, GgmlValueError for one out of range.
+    ``general.alignment`` may only be set to the context's alignment, as a u32.
+
+    Example:
+        >>> gguf_set_val_i32(g, "training.epochs", 10)
+    """
     _set_scalar(ctx, key, value, GGUF_TYPE_INT32, "gguf_set_val_i32")
 
 
 def gguf_set_val_u32(ctx: GgufContext, key: str, value: int) -> None:
+    """Set ``key`` to a unsigned 32-bit integer (u32) value (replacing any previous value of that key).
+
+    Arguments:
+        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        key: a non-empty str without NUL characters, e.g. ``"general.name"``.
+        value: an int in [0, 2**32 - 1].
+
+    Value: None. Raises GgmlTypeError for a value of the wrong kind, GgmlValueError for one out of range.
+    ``general.alignment`` may only be set to the context's alignment, as a u32.
+
+    Example:
+        >>> gguf_set_val_u32(g, "model.n_classes", 10)
+    """
     _set_scalar(ctx, key, value, GGUF_TYPE_UINT32, "gguf_set_val_u32")
 
 
 def gguf_set_val_i64(ctx: GgufContext, key: str, value: int) -> None:
+    """Set ``key`` to a signed 64-bit integer (i64) value (replacing any previous value of that key).
+
+    Arguments:
+        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        key: a non-empty str without NUL characters, e.g. ``"general.name"``.
+        value: an int in [-2**63, 2**63 - 1].
+
+    Value: None. Raises GgmlTypeError for a value of the wrong kind, GgmlValueError for one out of range.
+    ``general.alignment`` may only be set to the context's alignment, as a u32.
+
+    Example:
+        >>> gguf_set_val_i64(g, "training.samples", 6_000_000_000)
+    """
     _set_scalar(ctx, key, value, GGUF_TYPE_INT64, "gguf_set_val_i64")
 
 
 def gguf_set_val_f32(ctx: GgufContext, key: str, value: float) -> None:
+    """Set ``key`` to a 32-bit float (f32) value (replacing any previous value of that key).
+
+    Arguments:
+        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        key: a non-empty str without NUL characters, e.g. ``"general.name"``.
+        value: a real number (stored in single precision).
+
+    Value: None. Raises GgmlTypeError for a value of the wrong kind, GgmlValueError for one out of range.
+    ``general.alignment`` may only be set to the context's alignment, as a u32.
+
+    Example:
+        >>> gguf_set_val_f32(g, "training.lr", 1e-3)
+    """
     _set_scalar(ctx, key, value, GGUF_TYPE_FLOAT32, "gguf_set_val_f32")
 
 
 def gguf_set_val_f64(ctx: GgufContext, key: str, value: float) -> None:
+    """Set ``key`` to a 64-bit float (f64) value (replacing any previous value of that key).
+
+    Arguments:
+        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        key: a non-empty str without NUL characters, e.g. ``"general.name"``.
+        value: a real number.
+
+    Value: None. Raises GgmlTypeError for a value of the wrong kind, GgmlValueError for one out of range.
+    ``general.alignment`` may only be set to the context's alignment, as a u32.
+
+    Example:
+        >>> gguf_set_val_f64(g, "training.loss", 0.0312)
+    """
     _set_scalar(ctx, key, value, GGUF_TYPE_FLOAT64, "gguf_set_val_f64")
 
 
 def gguf_set_val_bool(ctx: GgufContext, key: str, value: bool) -> None:
+    """Set ``key`` to a boolean value (replacing any previous value of that key).
+
+    Arguments:
+        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        key: a non-empty str without NUL characters, e.g. ``"general.name"``.
+        value: a bool (or numpy bool).
+
+    Value: None. Raises GgmlTypeError for a value of the wrong kind, GgmlValueError for one out of range.
+    ``general.alignment`` may only be set to the context's alignment, as a u32.
+
+    Example:
+        >>> gguf_set_val_bool(g, "model.normalised", True)
+    """
     _set_scalar(ctx, key, value, GGUF_TYPE_BOOL, "gguf_set_val_bool")
 
 
@@ -328,8 +535,23 @@ def _set_array(g: Any, key: str, kb: bytes, value: Any, fn: str) -> None:
 
 
 def gguf_set_val(ctx: GgufContext, key: str, value: Any) -> None:
-    """Set ``key`` with the GGUF type that fits ``value``: bool, str, int (i32, else i64, else u64),
-    float (f64), numpy scalars by their dtype, 1-D lists/tuples/arrays as GGUF arrays."""
+    """Set metadata ``key`` to ``value`` with the GGUF type that fits it.
+
+    bool -> bool; str -> str; int -> i32, else i64, else u64 (``general.alignment``: u32); float -> f64;
+    a numpy scalar -> its own type; a 1-D list/tuple/array of str, bools or numbers -> a GGUF array.
+    The typed ``gguf_set_val_i32`` ... ``gguf_set_val_str`` choose the type explicitly.
+
+    Arguments:
+        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        key: a non-empty str without NUL characters.
+        value: a bool, int, float, str, numpy scalar, or a 1-D list/tuple/array of one kind of those.
+
+    Value: None. Raises GgmlTypeError for a value that cannot be stored.
+
+    Example:
+        >>> gguf_set_val(g, "training.epochs", 10)
+        >>> gguf_set_val(g, "labels", ["cat", "dog"])
+    """
     fn = "gguf_set_val"
     g = _gctx(ctx, fn)
     kb = _key_bytes(key, fn)
@@ -353,11 +575,32 @@ def gguf_set_val(ctx: GgufContext, key: str, value: Any) -> None:
 # ---------------------------------------------------------------- tensors
 
 def gguf_get_n_tensors(ctx: GgufContext) -> int:
+    """The number of tensors described in a GGUF context.
+
+    Arguments:
+        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+
+    Value: an int.
+
+    Example:
+        >>> [gguf_get_tensor_name(g, i) for i in range(gguf_get_n_tensors(g))]
+    """
     return int(lib.gguf_get_n_tensors(_gctx(ctx, "gguf_get_n_tensors")))
 
 
 def gguf_find_tensor(ctx: GgufContext, name: str) -> int:
-    """The id of the tensor called ``name``, or -1 if absent."""
+    """The index of the tensor called ``name``, or -1 if the context has none.
+
+    Arguments:
+        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        name: the tensor's name (a str).
+
+    Value: an int.
+
+    Example:
+        >>> i = gguf_find_tensor(g, "dense.weight")
+        >>> gguf_get_tensor_shape(g, i)
+    """
     g = _gctx(ctx, "gguf_find_tensor")
     expect(isinstance(name, str), f"gguf_find_tensor: name must be a str, got {name!r}", GgmlTypeError)
     return int(lib.gguf_find_tensor(g, name.encode()))
@@ -377,23 +620,73 @@ def _index_in(fn: str, name: str, value: Any, n: int, items: str, alternative: s
 
 
 def gguf_get_tensor_name(ctx: GgufContext, tensor_id: int) -> str:
+    """The name of tensor number ``tensor_id``.
+
+    Arguments:
+        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        tensor_id: the tensor's index in ``[0, gguf_get_n_tensors(ctx))`` (else GgmlValueError); see
+            ``gguf_find_tensor``.
+
+    Value: a str.
+
+    Example:
+        >>> gguf_get_tensor_name(g, 0)
+        'dense.weight'
+    """
     g, i = _tensor_id(ctx, tensor_id, "gguf_get_tensor_name")
     return ffi.string(lib.gguf_get_tensor_name(g, i)).decode("utf-8", "replace")
 
 
 def gguf_get_tensor_type(ctx: GgufContext, tensor_id: int) -> int:
+    """The ggml type of tensor number ``tensor_id`` (a ``GGML_TYPE_*`` int, quantized types included).
+
+    Arguments:
+        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        tensor_id: the tensor's index in ``[0, gguf_get_n_tensors(ctx))`` (else GgmlValueError); see
+            ``gguf_find_tensor``.
+
+    Value: an int.
+
+    Example:
+        >>> gguf_get_tensor_type(g, 0) == GGML_TYPE_F32
+        True
+    """
     g, i = _tensor_id(ctx, tensor_id, "gguf_get_tensor_type")
     return int(lib.gguf_get_tensor_type(g, i))
 
 
 def gguf_get_tensor_shape(ctx: GgufContext, tensor_id: int) -> tuple[int, int, int, int]:
-    """``(ne0, ne1, ne2, ne3)`` of a tensor, like ggml_tensor_shape."""
+    """The shape ``(ne0, ne1, ne2, ne3)`` of tensor number ``tensor_id``, like ``ggml_tensor_shape``.
+
+    Arguments:
+        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        tensor_id: the tensor's index in ``[0, gguf_get_n_tensors(ctx))`` (else GgmlValueError); see
+            ``gguf_find_tensor``.
+
+    Value: a tuple of four ints (unused dimensions are 1).
+
+    Example:
+        >>> gguf_get_tensor_shape(g, gguf_find_tensor(g, "dense.weight"))
+        (784, 128, 1, 1)
+    """
     g, i = _tensor_id(ctx, tensor_id, "gguf_get_tensor_shape")
     ne = lib.gguf_get_tensor_ne(g, i)
     return (int(ne[0]), int(ne[1]), int(ne[2]), int(ne[3]))
 
 
 def gguf_get_tensor_size(ctx: GgufContext, tensor_id: int) -> int:
+    """The size in bytes of the data of tensor number ``tensor_id``.
+
+    Arguments:
+        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        tensor_id: the tensor's index in ``[0, gguf_get_n_tensors(ctx))`` (else GgmlValueError); see
+            ``gguf_find_tensor``.
+
+    Value: an int.
+
+    Example:
+        >>> sum(gguf_get_tensor_size(g, i) for i in range(gguf_get_n_tensors(g)))
+    """
     g, i = _tensor_id(ctx, tensor_id, "gguf_get_tensor_size")
     return int(lib.gguf_get_tensor_size(g, i))
 
@@ -415,7 +708,22 @@ def _check_has_data(tensor: Tensor, fn: str) -> Any:
 
 
 def gguf_add_tensor(ctx: GgufContext, tensor: Tensor) -> None:
-    """Add a named, contiguous, allocated tensor; its data is read by gguf_write_to_file."""
+    """Add a tensor (its name, type, shape, and later its data) to a GGUF context being written.
+
+    Only the header is copied now; the data is read when ``gguf_write_to_file`` runs, so keep the
+    tensor and its memory alive until then (a tensor freed or moved in between is refused then).
+
+    Arguments:
+        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        tensor: a named (``ggml_set_name``), contiguous tensor that has memory (in a backend buffer or
+            a context); the name must be new to the context.
+
+    Value: None. Raises GgmlValueError for an unnamed, duplicate or strided tensor, GgmlStateError for
+    one without memory.
+
+    Example:
+        >>> gguf_add_tensor(g, ggml_set_name(w, "dense.weight"))
+    """
     fn = "gguf_add_tensor"
     g = _gctx(ctx, fn)
     tensor = as_tensor(tensor, f"{fn}(tensor)")
@@ -430,7 +738,21 @@ def gguf_add_tensor(ctx: GgufContext, tensor: Tensor) -> None:
 
 
 def gguf_write_to_file(ctx: GgufContext, path: Any, only_meta: bool = False) -> None:
-    """Write the context to ``path``: metadata, tensor infos and (unless ``only_meta``) the tensors' data."""
+    """Write a GGUF context to ``path``: metadata, tensor infos and (unless ``only_meta``) tensor data.
+
+    Arguments:
+        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        path: the file to create or overwrite (a str or os.PathLike).
+        only_meta: False (the default) writes the tensors' data too, read now from the tensors added
+            with ``gguf_add_tensor``; True writes metadata and tensor infos only (the only choice for a
+            context read from a file without its data).
+
+    Value: None. Raises GgmlStateError when a tensor's memory was freed or moved since it was added,
+    GgufFileError when the file cannot be written.
+
+    Example:
+        >>> gguf_write_to_file(g, "model.gguf")
+    """
     fn = "gguf_write_to_file"
     g = _gctx(ctx, fn)
     p = _fs_path(path, fn)

@@ -41,14 +41,159 @@ BCE_EPS = 1e-7
 HUBER_DELTA = 1.0
 
 
-def ggml_opt_loss_type_mean() -> int: return LOSS_MEAN
-def ggml_opt_loss_type_sum() -> int: return LOSS_SUM
-def ggml_opt_loss_type_cross_entropy() -> int: return LOSS_CROSS_ENTROPY
-def ggml_opt_loss_type_mse() -> int: return LOSS_MSE
-def ggml_opt_loss_type_weighted_mse() -> int: return LOSS_WEIGHTED_MSE
-def ggml_opt_loss_type_mae() -> int: return LOSS_MAE
-def ggml_opt_loss_type_huber() -> int: return LOSS_HUBER
-def ggml_opt_loss_type_binary_cross_entropy() -> int: return LOSS_BINARY_CROSS_ENTROPY
+def ggml_opt_loss_type_mean() -> int:
+    """Loss type MEAN: minimise the mean of the outputs themselves (no labels).
+
+    The loss is ``sum(outputs) / nelements(outputs)``: the graph computes its own per-element loss
+    and the optimizer minimises its average (ggml's way to define a custom loss). Batches carry inputs
+    only (``x``, ``(x,)`` or ``{"inputs": [...]}``); the dataset of ``ggml_opt_fit`` has ``ne_label = 0``.
+
+    Pass it as ``loss_type`` to ``ggml_fit_opt``, ``ggml_fit_opt_gen``, ``ggml_opt_init`` or
+    ``ggml_opt_init_for_fit`` (or in ``loss_types`` of the multi-head functions).
+
+    Value: the int constant (ggml's ``GGML_OPT_LOSS_TYPE_MEAN``, 0).
+
+    Example:
+        >>> ggml_fit_opt_gen(sched, ctx, x, my_loss_terms, gen, loss_type=ggml_opt_loss_type_mean())
+    """
+    return LOSS_MEAN
+
+
+def ggml_opt_loss_type_sum() -> int:
+    """Loss type SUM: minimise the sum of the outputs themselves (no labels).
+
+    Like ``ggml_opt_loss_type_mean`` but the loss is ``sum(outputs)``, not divided by the number of
+    elements, so its size (and the gradient's) grows with the batch. Cannot be mixed with the
+    per-datapoint loss types in a multi-head fit.
+
+    Pass it as ``loss_type`` to ``ggml_fit_opt``, ``ggml_fit_opt_gen``, ``ggml_opt_init`` or
+    ``ggml_opt_init_for_fit`` (or in ``loss_types`` of the multi-head functions).
+
+    Value: the int constant (ggml's ``GGML_OPT_LOSS_TYPE_SUM``, 1).
+
+    Example:
+        >>> opt = ggml_opt_init(sched, ggml_opt_loss_type_sum(), ctx_compute=ctx, inputs=x, outputs=terms)
+    """
+    return LOSS_SUM
+
+
+def ggml_opt_loss_type_cross_entropy() -> int:
+    """Loss type CROSS_ENTROPY: categorical cross-entropy on **logits**.
+
+    The outputs must be raw, unnormalised scores (logits) ``[n_classes, batch]``: the loss applies the
+    softmax itself, ``-(1/batch) * sum_i sum_k y_ik * log_softmax(z_i)_k``. Do not put ``ggml_soft_max``
+    at the end of the graph (that would apply it twice). The labels are one-hot rows (or class
+    probabilities), each row summing to 1, in the same ``[n_classes, batch]`` layout. It is the only
+    loss type for which an accuracy is reported (argmax of the outputs against argmax of the labels).
+
+    Pass it as ``loss_type`` to ``ggml_fit_opt``, ``ggml_fit_opt_gen``, ``ggml_opt_init`` or
+    ``ggml_opt_init_for_fit`` (or in ``loss_types`` of the multi-head functions).
+
+    Value: the int constant (ggml's ``GGML_OPT_LOSS_TYPE_CROSS_ENTROPY``, 2).
+
+    Example:
+        >>> logits = ggml_add(ctx, ggml_mul_mat(ctx, w, x), b)          # [10, batch], no softmax
+        >>> ggml_fit_opt(sched, ctx, x, logits, dataset, loss_type=ggml_opt_loss_type_cross_entropy())
+    """
+    return LOSS_CROSS_ENTROPY
+
+
+def ggml_opt_loss_type_mse() -> int:
+    """Loss type MSE: mean squared error against labels of the outputs' shape (the default).
+
+    The loss is ``sum((outputs - labels)**2) / nelements(outputs)``. The outputs are used as they are
+    (any real values; no activation implied). The labels have the outputs' layout.
+
+    Pass it as ``loss_type`` to ``ggml_fit_opt``, ``ggml_fit_opt_gen``, ``ggml_opt_init`` or
+    ``ggml_opt_init_for_fit`` (or in ``loss_types`` of the multi-head functions).
+
+    Value: the int constant (ggml's ``GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR``, 3).
+
+    Example:
+        >>> ggml_fit_opt_gen(sched, ctx, x, y_hat, gen, loss_type=ggml_opt_loss_type_mse())
+    """
+    return LOSS_MSE
+
+
+def ggml_opt_loss_type_weighted_mse() -> int:
+    """Loss type WEIGHTED_MSE: squared error times a weight per sample or per element (ggmlR's extension).
+
+    The loss is ``sum(w * (outputs - labels)**2) / nelements(outputs)`` for 2-D outputs ``[ne0, batch]``.
+    The weights are ``[loss_mask_ne0, batch]``: ``loss_mask_ne0 = 1`` (the default) is one weight per
+    sample, ``loss_mask_ne0 = ne0`` one per output element (a mask: 0 ignores an element). With an
+    in-memory dataset they come from ``ggml_opt_dataset_weights`` (all 1 until set); with a generator
+    each batch gives them as ``{"inputs": ..., "labels": ..., "weights": w}``. Built by ggmlpy from
+    differentiable ops, so ``ggml_opt_fit``/``ggml_opt_epoch`` (ggml's C loops) cannot use it.
+
+    Pass it as ``loss_type`` to ``ggml_fit_opt``, ``ggml_fit_opt_gen``, ``ggml_opt_init`` or
+    ``ggml_opt_init_for_fit`` (or in ``loss_types`` of the multi-head functions).
+
+    Value: the int constant 4 (numbered after ggml's own, as in ggmlR).
+
+    Example:
+        >>> ggml_fit_opt_gen(sched, ctx, x, y_hat, gen, loss_type=ggml_opt_loss_type_weighted_mse(),
+        ...                  loss_mask_ne0=1)
+    """
+    return LOSS_WEIGHTED_MSE
+
+
+def ggml_opt_loss_type_mae() -> int:
+    """Loss type MAE: mean absolute error against labels (ggmlR's extension).
+
+    The loss is ``sum(|outputs - labels|) / nelements(outputs)``; the outputs are used as they are.
+    Less sensitive to outliers than MSE. Built by ggmlpy from differentiable ops, so
+    ``ggml_opt_fit``/``ggml_opt_epoch`` (ggml's C loops) cannot use it.
+
+    Pass it as ``loss_type`` to ``ggml_fit_opt``, ``ggml_fit_opt_gen``, ``ggml_opt_init`` or
+    ``ggml_opt_init_for_fit`` (or in ``loss_types`` of the multi-head functions).
+
+    Value: the int constant 5.
+
+    Example:
+        >>> ggml_fit_opt(sched, ctx, x, y_hat, dataset, loss_type=ggml_opt_loss_type_mae())
+    """
+    return LOSS_MAE
+
+
+def ggml_opt_loss_type_huber() -> int:
+    """Loss type HUBER: the Huber loss with delta 1 against labels (ggmlR's extension).
+
+    Per element, with ``e = outputs - labels``: ``0.5 * e**2`` where ``|e| <= 1``, ``|e| - 0.5``
+    beyond; the loss is the mean over all output elements. Quadratic near the target, linear for
+    outliers. Built by ggmlpy from differentiable ops, so ``ggml_opt_fit``/``ggml_opt_epoch``
+    (ggml's C loops) cannot use it.
+
+    Pass it as ``loss_type`` to ``ggml_fit_opt``, ``ggml_fit_opt_gen``, ``ggml_opt_init`` or
+    ``ggml_opt_init_for_fit`` (or in ``loss_types`` of the multi-head functions).
+
+    Value: the int constant 6.
+
+    Example:
+        >>> ggml_fit_opt(sched, ctx, x, y_hat, dataset, loss_type=ggml_opt_loss_type_huber())
+    """
+    return LOSS_HUBER
+
+
+def ggml_opt_loss_type_binary_cross_entropy() -> int:
+    """Loss type BINARY_CROSS_ENTROPY on **probabilities** (ggmlR's extension).
+
+    The outputs must already be probabilities in [0, 1], e.g. the result of ``ggml_sigmoid`` (unlike
+    ``ggml_opt_loss_type_cross_entropy``, which takes logits). Per element:
+    ``-(y * log(p) + (1 - y) * log(1 - p))`` with ``p`` kept within [1e-7, 1 - 1e-7]; the loss is the
+    mean over all output elements. Labels are 0/1 (or soft targets in [0, 1]) in the outputs' layout;
+    each output element is an independent yes/no (multi-label classification). Built by ggmlpy from
+    differentiable ops, so ``ggml_opt_fit``/``ggml_opt_epoch`` (ggml's C loops) cannot use it.
+
+    Pass it as ``loss_type`` to ``ggml_fit_opt``, ``ggml_fit_opt_gen``, ``ggml_opt_init`` or
+    ``ggml_opt_init_for_fit`` (or in ``loss_types`` of the multi-head functions).
+
+    Value: the int constant 7.
+
+    Example:
+        >>> p = ggml_sigmoid(ctx, ggml_add(ctx, ggml_mul_mat(ctx, w, x), b))   # probabilities
+        >>> ggml_fit_opt_gen(sched, ctx, x, p, gen, loss_type=ggml_opt_loss_type_binary_cross_entropy())
+    """
+    return LOSS_BINARY_CROSS_ENTROPY
 
 
 def check_loss_type(loss_type: Any, what: str = "loss_type") -> int:

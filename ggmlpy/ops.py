@@ -37,6 +37,35 @@ def _t(fn: str, x: Any, what: str = "a") -> Tensor:
 
 # ---------------------------------------------------------------- element-wise binary
 
+# (operator, verb) of each element-wise binary op, for its docstring
+_BINARY_DOCS = {"ggml_add": ("a + b", "Add"), "ggml_sub": ("a - b", "Subtract"),
+                "ggml_mul": ("a * b", "Multiply"), "ggml_div": ("a / b", "Divide")}
+_BINARY_BACKWARD = ("\n    In a trainable graph, a broadcast ``b`` that needs a gradient is refused (ggml has no\n"
+                    "    backward pass for it): make the shapes equal with ``ggml_repeat(ctx, b, a)`` first.")
+
+
+def _binary_doc(name: str) -> str:
+    formula, verb = _BINARY_DOCS[name]
+    backward = _BINARY_BACKWARD if name in ("ggml_sub", "ggml_div") else ""
+    return f"""{verb} element-wise: ``{formula}``, with ``b`` broadcast (repeated) into a's shape.
+
+    Each ne[i] of ``a`` must be a multiple of b's: ``b`` is repeated along every dimension where it is
+    smaller (a bias ``[n, 1]`` is applied to every column of ``[n, batch]``). ggml broadcasts the second
+    operand only; swap the operands or use ``ggml_repeat`` otherwise. Differentiable.{backward}
+
+    Arguments:
+        ctx: the context the result tensor is created in (it must have room for it).
+        a: F32, F16 or BF16 tensor with contiguous rows (apply ``ggml_cont`` to a transposed view).
+        b: a tensor of a's type or F32 whose shape repeats into a's.
+
+    Value: a new Tensor of a's shape and type, computed when the graph runs. Raises GgmlTypeError
+    for other types, GgmlValueError when b does not broadcast into a.
+
+    Example:
+        >>> y = {name}(ctx, h, bias)        # h [n, batch], bias [n, 1]
+    """
+
+
 def _binary(name: str, c_fn: Callable) -> Callable:
     def op(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         a, b = _t(name, a), _t(name, b, "b")
@@ -47,7 +76,7 @@ def _binary(name: str, c_fn: Callable) -> Callable:
         chk.rows_contiguous(name, a)
         return _op(name, ctx, c_fn, (a, b), chk.broadcast_into(name, a, b), out_type=a.type)
     op.__name__ = op.__qualname__ = name
-    op.__doc__ = f"``{name}(ctx, a, b)``: element-wise, b broadcast (repeated) into a's shape."
+    op.__doc__ = _binary_doc(name)
     return op
 
 
@@ -59,6 +88,66 @@ ggml_div = _binary("ggml_div", lib.ggml_div)
 
 # ---------------------------------------------------------------- element-wise unary
 
+# (summary, formula) of each element-wise unary op, for its docstring; a note on its backward pass
+_UNARY_DOCS = {
+    "ggml_sqr": ("Square", "x * x"), "ggml_sqrt": ("Square root (NaN for negative x)", "sqrt(x)"),
+    "ggml_log": ("Natural logarithm (-inf at 0, NaN below)", "log(x)"), "ggml_exp": ("Exponential", "exp(x)"),
+    "ggml_sin": ("Sine", "sin(x)"), "ggml_cos": ("Cosine", "cos(x)"), "ggml_abs": ("Absolute value", "|x|"),
+    "ggml_sgn": ("Sign", "1 if x > 0, -1 if x < 0, else 0"), "ggml_neg": ("Negation", "-x"),
+    "ggml_step": ("Step function", "1 if x > 0 else 0"), "ggml_relu": ("ReLU", "max(x, 0)"),
+    "ggml_elu": ("ELU (alpha 1)", "x if x > 0 else exp(x) - 1"), "ggml_silu": ("SiLU (swish)", "x * sigmoid(x)"),
+    "ggml_gelu": ("GELU, tanh approximation", "0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x**3)))"),
+    "ggml_tanh": ("Hyperbolic tangent", "tanh(x)"), "ggml_sigmoid": ("Logistic sigmoid", "1 / (1 + exp(-x))"),
+    "ggml_softplus": ("Softplus", "log(1 + exp(x)), and x itself for x > 20"),
+    "ggml_hardswish": ("Hard swish", "x * min(1, max(0, (x + 3) / 6))"),
+}
+_UNARY_NOTES = {
+    "ggml_sgn": "It passes no gradient back (its derivative is 0 almost everywhere).",
+    "ggml_step": "It passes no gradient back (its derivative is 0 almost everywhere).",
+    "ggml_elu": "ggml has no backward pass for it: in a trainable graph it may not lie between a parameter and\n"
+                "    the loss (use ``ggml_silu`` or ``ggml_softplus``).",
+    "ggml_hardswish": "ggml has no backward pass for it: in a trainable graph it may not lie between a parameter\n"
+                      "    and the loss (use ``ggml_silu``).",
+    "ggml_gelu": "Differentiable. On the CPU, F32 inputs in (-10, 10) are looked up in an F16 table (about three\n"
+                 "    significant digits).",
+}
+_COPY_DOCS = {
+    "ggml_dup": ("A copy of ``a`` in a new contiguous tensor.",
+                 "The copy has a's shape and type and is laid out contiguously even when ``a`` is a strided\n"
+                 "    view (like ``ggml_cont``). Differentiable.", "c = ggml_dup(ctx, a)"),
+    "ggml_cont": ("A contiguous copy of ``a``: what to apply after ``ggml_transpose``/``ggml_permute``.",
+                  "Views made by ``ggml_transpose``, ``ggml_permute`` or ``ggml_view_*`` are strided; ops that need\n"
+                  "    contiguous data (``ggml_reshape``, ``ggml_mul_mat``'s first operand, ``ggml_soft_max``, ...)\n"
+                  "    take their ``ggml_cont``. The elements keep their logical (ggml) order. Differentiable.",
+                  "wt = ggml_cont(ctx, ggml_transpose(ctx, w))"),
+}
+
+
+def _unary_doc(name: str, needs_contiguous_rows: bool, types: set) -> str:
+    kinds = "F32 or F16" if set(types) == F32_F16 else "F32, F16 or BF16"
+    rows = " with contiguous rows (apply ``ggml_cont`` to a transposed view first)" if needs_contiguous_rows else ""
+    if name in _COPY_DOCS:
+        summary, body, example = _COPY_DOCS[name]
+    else:
+        what, formula = _UNARY_DOCS[name]
+        summary = f"{what}, element-wise: ``{formula}``."
+        body = _UNARY_NOTES.get(name, "Differentiable.")
+        example = f"y = {name}(ctx, x)"
+    return f"""{summary}
+
+    {body}
+
+    Arguments:
+        ctx: the context the result tensor is created in (it must have room for it).
+        a: {kinds} tensor{rows}.
+
+    Value: a new Tensor of a's shape and type, computed when the graph runs.
+
+    Example:
+        >>> {example}
+    """
+
+
 def _unary(name: str, c_fn: Callable, needs_contiguous_rows: bool = True, types=FLOAT_TYPES) -> Callable:
     def op(ctx: Context, a: Tensor) -> Tensor:
         a = _t(name, a)
@@ -67,7 +156,7 @@ def _unary(name: str, c_fn: Callable, needs_contiguous_rows: bool = True, types=
             chk.rows_contiguous(name, a)
         return _op(name, ctx, c_fn, (a,), a.shape, out_type=a.type)
     op.__name__ = op.__qualname__ = name
-    op.__doc__ = f"``{name}(ctx, a)``: element-wise."
+    op.__doc__ = _unary_doc(name, needs_contiguous_rows, types)
     return op
 
 
@@ -95,7 +184,21 @@ ggml_cont = _unary("ggml_cont", lib.ggml_cont, False)
 
 
 def ggml_soft_max(ctx: Context, a: Tensor) -> Tensor:
-    """Softmax over ne[0] (F32, contiguous)."""
+    """Softmax of each row: ``exp(a_i) / sum_j exp(a_j)`` over ne[0].
+
+    Every row (the ne[0] values at fixed ne[1], ne[2], ne[3]) becomes a probability distribution.
+    Differentiable. For a classifier trained with ``ggml_opt_loss_type_cross_entropy`` do not end the
+    graph with it: that loss takes logits and applies the softmax itself.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: F32 tensor, contiguous (apply ``ggml_cont`` to a transposed or permuted view first).
+
+    Value: a new F32 Tensor of a's shape.
+
+    Example:
+        >>> probs = ggml_soft_max(ctx, logits)      # logits [n_classes, batch]
+    """
     a = _t("ggml_soft_max", a)
     chk.types("ggml_soft_max", a, {GGML_TYPE_F32})
     chk.contiguous("ggml_soft_max", a)
@@ -103,6 +206,24 @@ def ggml_soft_max(ctx: Context, a: Tensor) -> Tensor:
 
 
 def ggml_leaky_relu(ctx: Context, a: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
+    """Leaky ReLU: ``x`` where ``x > 0``, else ``negative_slope * x``, element-wise.
+
+    ggml has no backward pass for it: in a trainable graph it may not lie between a parameter and the
+    loss (training raises an error naming it; build ``x - slope * relu(-x)`` from ``ggml_relu``,
+    ``ggml_scale`` and ``ggml_sub`` instead). Fine for inference.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: F32 or F16 tensor.
+        negative_slope: the factor applied to negative values (default 0.01, as in Keras and PyTorch).
+        inplace: False (the default) computes into a new tensor; True returns a view of ``a`` and
+            overwrites a's data when the graph runs.
+
+    Value: a Tensor of a's shape and type.
+
+    Example:
+        >>> h = ggml_leaky_relu(ctx, ggml_mul_mat(ctx, w, x), 0.2)
+    """
     a = _t("ggml_leaky_relu", a)
     chk.types("ggml_leaky_relu", a, F32_F16)
     slope = chk.float_arg("ggml_leaky_relu", "negative_slope", negative_slope)
@@ -110,6 +231,20 @@ def ggml_leaky_relu(ctx: Context, a: Tensor, negative_slope: float = 0.01, inpla
 
 
 def ggml_scale(ctx: Context, a: Tensor, s: float) -> Tensor:
+    """Multiply every element by the number ``s``: ``s * a``.
+
+    Differentiable (the usual way to turn a sum into a mean: ``ggml_scale(ctx, ggml_sum(ctx, x), 1/n)``).
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: F32 tensor, contiguous (apply ``ggml_cont`` to a view first).
+        s: the factor (a Python number).
+
+    Value: a new F32 Tensor of a's shape.
+
+    Example:
+        >>> half = ggml_scale(ctx, x, 0.5)
+    """
     a = _t("ggml_scale", a)
     chk.types("ggml_scale", a, {GGML_TYPE_F32})  # the CPU kernel is F32-only and needs contiguous data
     chk.contiguous("ggml_scale", a)
@@ -117,6 +252,22 @@ def ggml_scale(ctx: Context, a: Tensor, s: float) -> Tensor:
 
 
 def ggml_clamp(ctx: Context, a: Tensor, min: float, max: float) -> Tensor:  # noqa: A002 - ggml's names
+    """Clamp every element into ``[min, max]``; works **in place** on ``a``.
+
+    As in ggml, the result is a view of ``a``: when the graph runs, a's own data is clamped. ggml has
+    no backward pass for it, so it may not lie between a trainable parameter and the loss (clamp the
+    data instead, or use relu-based bounds such as ``x - relu(x - c)`` for ``min(x, c)``).
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: F32 or F16 tensor with contiguous rows.
+        min: the lower bound (a number); max: the upper bound, ``min <= max`` (else GgmlValueError).
+
+    Value: a Tensor of a's shape and type viewing a's data.
+
+    Example:
+        >>> p = ggml_clamp(ctx, ggml_sigmoid(ctx, z), 1e-6, 1 - 1e-6)
+    """
     a = _t("ggml_clamp", a)
     chk.types("ggml_clamp", a, F32_F16)
     chk.rows_contiguous("ggml_clamp", a)  # NB: ggml_clamp returns a view: it clamps a in place
@@ -127,12 +278,41 @@ def ggml_clamp(ctx: Context, a: Tensor, min: float, max: float) -> Tensor:  # no
 
 
 def ggml_norm(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
+    """Normalise each row to mean 0 and variance 1: ``(x - mean) / sqrt(var + eps)`` over ne[0].
+
+    The statistics are taken over the ne[0] values of each row; there is no learnable scale or shift
+    (multiply and add tensors yourself, as layer normalisation does). Differentiable.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: F32 tensor.
+        eps: a small positive number added to the variance to avoid dividing by zero (default 1e-5).
+
+    Value: a new F32 Tensor of a's shape.
+
+    Example:
+        >>> y = ggml_add(ctx, ggml_mul(ctx, ggml_norm(ctx, x, 1e-5), gamma), beta)   # layer norm
+    """
     a = _t("ggml_norm", a)
     chk.types("ggml_norm", a, {GGML_TYPE_F32})
     return _op("ggml_norm", ctx, lib.ggml_norm, (a,), a.shape, (chk.float_arg("ggml_norm", "eps", eps),))
 
 
 def ggml_rms_norm(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
+    """RMS normalisation of each row: ``x / sqrt(mean(x**2) + eps)`` over ne[0].
+
+    Like ``ggml_norm`` without subtracting the mean (as in RMSNorm / LLaMA). Differentiable.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: F32 tensor with contiguous rows.
+        eps: a small positive number added to the mean square (default 1e-5).
+
+    Value: a new F32 Tensor of a's shape.
+
+    Example:
+        >>> y = ggml_mul(ctx, ggml_rms_norm(ctx, x), weight)
+    """
     a = _t("ggml_rms_norm", a)
     chk.types("ggml_rms_norm", a, {GGML_TYPE_F32})
     chk.rows_contiguous("ggml_rms_norm", a)
@@ -141,6 +321,25 @@ def ggml_rms_norm(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
 
 def ggml_soft_max_ext(ctx: Context, a: Tensor, mask: Tensor | None = None, scale: float = 1.0,
                       max_bias: float = 0.0) -> Tensor:
+    """Fused softmax of ``a * scale + mask`` over ne[0], with optional ALiBi slopes.
+
+    The attention softmax: each row of ``a * scale`` plus the matching row of ``mask`` (use -inf to
+    exclude positions) is turned into a distribution. With ``max_bias > 0`` the mask is multiplied by
+    per-head ALiBi slopes derived from ``max_bias`` (heads along ne[2]).
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: F32 tensor ``[n_kv, n_q, n_head, n_seq]``, contiguous.
+        mask: None (the default: no mask) or a contiguous F32/F16 tensor with ``ne[0] == a.ne[0]``,
+            ``ne[1] >= a.ne[1]`` and ne[2], ne[3] dividing a's (it is broadcast over them).
+        scale: the factor applied to ``a`` first (default 1.0; ``1/sqrt(d_head)`` in attention).
+        max_bias: 0.0 (the default) for no ALiBi; > 0 needs a mask (else GgmlValueError).
+
+    Value: a new F32 Tensor of a's shape.
+
+    Example:
+        >>> attn = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, k, q), kq_mask, 1 / d_head ** 0.5)
+    """
     fn = "ggml_soft_max_ext"
     a = _t(fn, a)
     chk.types(fn, a, {GGML_TYPE_F32})
@@ -160,6 +359,23 @@ def ggml_soft_max_ext(ctx: Context, a: Tensor, mask: Tensor | None = None, scale
 
 
 def ggml_diag_mask_inf(ctx: Context, a: Tensor, n_past: int) -> Tensor:
+    """Causal mask: set the elements above the (shifted) diagonal to -inf.
+
+    In each row ``j`` (index along ne[1]) the elements at columns ``i > n_past + j`` (index along ne[0])
+    become ``-inf``, the others are copied; the same for every ne[2], ne[3]. Followed by
+    ``ggml_soft_max`` this gives causal attention weights. Differentiable.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: F32 tensor, contiguous (typically ``[n_kv, n_q, ...]`` attention scores).
+        n_past: the number of earlier positions every row may also see (an int >= 0; 0 is a plain
+            lower-triangular mask).
+
+    Value: a new F32 Tensor of a's shape.
+
+    Example:
+        >>> w = ggml_soft_max(ctx, ggml_diag_mask_inf(ctx, scores, 0))
+    """
     a = _t("ggml_diag_mask_inf", a)
     chk.types("ggml_diag_mask_inf", a, {GGML_TYPE_F32})
     chk.contiguous("ggml_diag_mask_inf", a)
@@ -170,12 +386,39 @@ def ggml_diag_mask_inf(ctx: Context, a: Tensor, n_past: int) -> Tensor:
 # ---------------------------------------------------------------- reductions, broadcast
 
 def ggml_sum(ctx: Context, a: Tensor) -> Tensor:
+    """Sum of all elements, as a one-element tensor.
+
+    Differentiable; ``ggml_sum`` of a per-element loss followed by ``ggml_scale`` is the usual way to
+    build a scalar loss for ``ggml_set_loss``.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: F32, F16 or BF16 tensor.
+
+    Value: a new Tensor of shape ``[1, 1, 1, 1]`` and a's type.
+
+    Example:
+        >>> loss = ggml_set_loss(ggml_scale(ctx, ggml_sum(ctx, ggml_sqr(ctx, err)), 1 / n))
+    """
     a = _t("ggml_sum", a)
     chk.floating("ggml_sum", ("a", a))
     return _op("ggml_sum", ctx, lib.ggml_sum, (a,), (1, 1, 1, 1), out_type=a.type)
 
 
 def ggml_sum_rows(ctx: Context, a: Tensor) -> Tensor:
+    """Sum of each row: ``[ne0, ne1, ne2, ne3]`` becomes ``[1, ne1, ne2, ne3]``.
+
+    Reduces over ne[0] (the fastest axis: the features of a sample in ggml layout). Differentiable.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: F32 tensor with contiguous rows.
+
+    Value: a new F32 Tensor of shape ``[1, ne1, ne2, ne3]``.
+
+    Example:
+        >>> totals = ggml_sum_rows(ctx, x)          # x [features, batch] -> [1, batch]
+    """
     a = _t("ggml_sum_rows", a)
     chk.types("ggml_sum_rows", a, {GGML_TYPE_F32})
     chk.rows_contiguous("ggml_sum_rows", a)
@@ -183,12 +426,41 @@ def ggml_sum_rows(ctx: Context, a: Tensor) -> Tensor:
 
 
 def ggml_mean(ctx: Context, a: Tensor) -> Tensor:
+    """Mean of each row: ``[ne0, ne1, ne2, ne3]`` becomes ``[1, ne1, ne2, ne3]``.
+
+    Reduces over ne[0]. Differentiable, with one limit of ggml's backward pass: when the input of a
+    mean over more than one row also feeds another op on the path to the loss, training is refused
+    with an error; use ``ggml_scale(ctx, ggml_sum_rows(ctx, x), 1 / ne0)`` there.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: F32 tensor.
+
+    Value: a new F32 Tensor of shape ``[1, ne1, ne2, ne3]``.
+
+    Example:
+        >>> m = ggml_mean(ctx, x)                   # x [features, batch] -> [1, batch]
+    """
     a = _t("ggml_mean", a)
     chk.types("ggml_mean", a, {GGML_TYPE_F32})
     return _op("ggml_mean", ctx, lib.ggml_mean, (a,), (1,) + a.shape[1:])
 
 
 def ggml_argmax(ctx: Context, a: Tensor) -> Tensor:
+    """Index of the largest value in each row (over ne[0]): ``[ne0, ne1]`` becomes ``[ne1]`` (I32).
+
+    The predicted class of each column of logits. Not differentiable, but an I32 side output next to
+    a trainable graph is fine.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: F32 matrix: ne[2] == ne[3] == 1 (else GgmlValueError).
+
+    Value: a new I32 Tensor of shape ``[ne1, 1, 1, 1]``, 0-based indices into ne[0].
+
+    Example:
+        >>> pred = ggml_argmax(ctx, logits)         # logits [n_classes, batch] -> [batch]
+    """
     a = _t("ggml_argmax", a)
     chk.types("ggml_argmax", a, {GGML_TYPE_F32})
     if a.shape[2] != 1 or a.shape[3] != 1:
@@ -197,6 +469,19 @@ def ggml_argmax(ctx: Context, a: Tensor) -> Tensor:
 
 
 def ggml_count_equal(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
+    """Number of positions where two I32 tensors hold the same value, as an I64 scalar.
+
+    With ``ggml_argmax`` of the outputs and of one-hot labels this counts the correct predictions.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: I32 tensor. b: I32 tensor of the same shape (else GgmlValueError).
+
+    Value: a new I64 Tensor of shape ``[1, 1, 1, 1]``.
+
+    Example:
+        >>> n_ok = ggml_count_equal(ctx, ggml_argmax(ctx, logits), ggml_argmax(ctx, labels))
+    """
     a, b = _t("ggml_count_equal", a), _t("ggml_count_equal", b, "b")
     chk.types("ggml_count_equal", a, {GGML_TYPE_I32})
     chk.types("ggml_count_equal", b, {GGML_TYPE_I32}, "b")
@@ -205,7 +490,22 @@ def ggml_count_equal(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 
 
 def ggml_repeat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
-    """Repeat ``a`` to the shape of ``b``."""
+    """Tile ``a`` to the shape of ``b`` (only b's shape is used, not its data).
+
+    Every ne[i] of b must be a multiple of a's ne[i]; a is repeated that many times along each
+    dimension. Differentiable (its backward is ``ggml_repeat_back``). Use it to make a broadcast
+    explicit, e.g. before a ``ggml_sub``/``ggml_div`` whose second operand needs a gradient.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: F32, F16, BF16, I16 or I32 tensor with contiguous rows.
+        b: any tensor whose shape is a multiple of a's in every dimension (else GgmlValueError).
+
+    Value: a new Tensor of b's shape and a's type.
+
+    Example:
+        >>> bias_full = ggml_repeat(ctx, bias, h)   # bias [n, 1] -> h's [n, batch]
+    """
     a, b = _t("ggml_repeat", a), _t("ggml_repeat", b, "b")
     chk.types("ggml_repeat", a, {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_I16, GGML_TYPE_I32})
     chk.rows_contiguous("ggml_repeat", a)
@@ -215,7 +515,22 @@ def ggml_repeat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 
 
 def ggml_repeat_back(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
-    """Sum ``a`` back down to the shape of ``b`` (the adjoint of repeat)."""
+    """Sum ``a`` down to the shape of ``b``: the adjoint of ``ggml_repeat``.
+
+    Each element of the result is the sum of the elements of ``a`` that ``ggml_repeat`` would have
+    copied it to; b's shape must repeat into a's (each ne[i] of a a multiple of b's). Only b's shape
+    is used.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: F32 tensor with contiguous rows.
+        b: a tensor whose shape divides a's in every dimension (else GgmlValueError).
+
+    Value: a new F32 Tensor of b's shape.
+
+    Example:
+        >>> per_feature = ggml_repeat_back(ctx, grads, bias)   # [n, batch] -> [n, 1]
+    """
     a, b = _t("ggml_repeat_back", a), _t("ggml_repeat_back", b, "b")
     chk.types("ggml_repeat_back", a, {GGML_TYPE_F32})
     chk.rows_contiguous("ggml_repeat_back", a)
@@ -225,6 +540,20 @@ def ggml_repeat_back(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 
 
 def ggml_concat(ctx: Context, a: Tensor, b: Tensor, dim: int = 0) -> Tensor:
+    """Concatenate ``a`` and ``b`` along dimension ``dim``.
+
+    The shapes must agree in every other dimension and the types must match. Differentiable.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: a tensor. b: a tensor of a's type, with a's shape outside ``dim``.
+        dim: the ggml dimension to join along, 0-3 (default 0: ne[0], the features of a sample).
+
+    Value: a new Tensor of a's type whose ``ne[dim]`` is ``a.ne[dim] + b.ne[dim]``.
+
+    Example:
+        >>> h = ggml_concat(ctx, h1, h2, 0)         # [n1, batch] + [n2, batch] -> [n1 + n2, batch]
+    """
     fn = "ggml_concat"
     a, b = _t(fn, a), _t(fn, b, "b")
     chk.int_arg(fn, "dim", dim, 0)
@@ -242,7 +571,27 @@ def ggml_concat(ctx: Context, a: Tensor, b: Tensor, dim: int = 0) -> Tensor:
 # ---------------------------------------------------------------- matrix products, losses
 
 def ggml_mul_mat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
-    """``a [K, M]`` times ``b [K, N]`` gives ``[M, N]`` (both share ne[0])."""
+    """Matrix product sharing ne[0]: ``a [K, M]`` and ``b [K, N]`` give ``[M, N]`` (F32).
+
+    ``result[m, n] = sum_k a[k, m] * b[k, n]``, i.e. ``a^T b`` in the ggml layout, and in numpy terms
+    (numpy shape = reversed ne) ``b_np @ a_np.T``. A dense layer with weights ``w [n_in, n_out]`` and a
+    batch ``x [n_in, batch]`` is ``ggml_mul_mat(ctx, w, x)`` -> ``[n_out, batch]``. In 3-D/4-D each
+    matrix of b is multiplied by the matching matrix of a; a is broadcast when b's ne[2], ne[3] are
+    multiples of a's. Differentiable (trainable weights ``a`` must be F32).
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: F32, F16 or BF16 tensor ``[K, M, A2, A3]``, contiguous rows and not transposed
+            (apply ``ggml_cont`` to a transposed view first).
+        b: tensor ``[K, N, B2, B3]`` of type F32 or a's type, contiguous rows, with B2 % A2 == 0 and
+            B3 % A3 == 0.
+
+    Value: a new F32 Tensor ``[M, N, B2, B3]``. Raises GgmlValueError when ne[0] differ or the
+    batch dimensions do not broadcast, GgmlTypeError for other types.
+
+    Example:
+        >>> h = ggml_mul_mat(ctx, w, x)             # w [784, 128], x [784, 32] -> [128, 32]
+    """
     a, b = _t("ggml_mul_mat", a), _t("ggml_mul_mat", b, "b")
     chk.floating("ggml_mul_mat", ("a", a), ("b", b))
     if b.type not in (a.type, GGML_TYPE_F32):  # the CPU backend: b is F32 or a's dot-product type
@@ -254,7 +603,22 @@ def ggml_mul_mat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 
 
 def ggml_out_prod(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
-    """``a [M, K]`` and ``b [N, K]`` give ``[M, N]`` = sum over k of outer products."""
+    """Sum of outer products: ``a [M, K]`` and ``b [N, K]`` give ``[M, N]`` (F32).
+
+    ``result[m, n] = sum_k a[m, k] * b[n, k]`` (the ne[1] dimension is reduced); this is how ggml
+    computes weight gradients of ``ggml_mul_mat``. In 3-D/4-D, a is broadcast when b's ne[2], ne[3]
+    are multiples of a's.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: F32 or F16 tensor ``[M, K, A2, A3]``, not transposed; an F16 a cannot be broadcast.
+        b: F32 tensor ``[N, K, B2, B3]`` sharing ne[1] with a.
+
+    Value: a new F32 Tensor ``[M, N, B2, B3]``.
+
+    Example:
+        >>> g_w = ggml_out_prod(ctx, x, g_h)        # x [n_in, batch], g_h [n_out, batch] -> [n_in, n_out]
+    """
     a, b = _t("ggml_out_prod", a), _t("ggml_out_prod", b, "b")
     chk.types("ggml_out_prod", a, F32_F16)
     chk.types("ggml_out_prod", b, {GGML_TYPE_F32}, "b")
@@ -265,7 +629,22 @@ def ggml_out_prod(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 
 
 def ggml_cross_entropy_loss(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
-    """Mean over rows of -sum(b * log_softmax(a)); ``a`` are logits, ``b`` label probabilities."""
+    """Categorical cross-entropy of logits ``a`` against label probabilities ``b``, as a scalar.
+
+    ``-(1/rows) * sum over rows of sum_k b_k * log_softmax(a)_k``, rows being the ne[0] vectors. ``a``
+    holds raw logits (the softmax is part of the loss); each row of ``b`` sums to 1 (one-hot labels).
+    Differentiable; mark the result with ``ggml_set_loss`` to train on it.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: F32 logits ``[n_classes, batch, ...]`` with contiguous rows.
+        b: F32 labels of a's shape with contiguous rows.
+
+    Value: a new F32 Tensor of shape ``[1, 1, 1, 1]``.
+
+    Example:
+        >>> loss = ggml_set_loss(ggml_cross_entropy_loss(ctx, logits, labels))
+    """
     a, b = _t("ggml_cross_entropy_loss", a), _t("ggml_cross_entropy_loss", b, "b")
     chk.types("ggml_cross_entropy_loss", a, {GGML_TYPE_F32})
     chk.types("ggml_cross_entropy_loss", b, {GGML_TYPE_F32}, "b")
@@ -278,6 +657,18 @@ def ggml_cross_entropy_loss(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 # ---------------------------------------------------------------- layout
 
 def ggml_reshape(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
+    """A view of ``a`` with the shape of ``b`` (no copy; only b's shape is used).
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: a contiguous tensor (apply ``ggml_cont`` to a transposed/permuted view first).
+        b: a tensor with as many elements as a (else GgmlValueError).
+
+    Value: a Tensor of a's type and b's shape sharing a's data. Differentiable.
+
+    Example:
+        >>> flat = ggml_reshape(ctx, images, template)   # template: any tensor of the wanted shape
+    """
     a, b = _t("ggml_reshape", a), _t("ggml_reshape", b, "b")
     chk.reshape("ggml_reshape", a, b.shape)
     return _op("ggml_reshape", ctx, lib.ggml_reshape, (a, b), None, out_type=a.type)
@@ -294,6 +685,23 @@ def _reshape(n: int) -> Callable:
         chk.reshape(name, a, ne)
         return _op(name, ctx, c_fn, (a,), None, tuple(ne), a.type)  # a view: no data of its own
     op.__name__ = op.__qualname__ = name
+    sizes = ", ".join(f"ne{i}" for i in range(n))
+    op.__doc__ = f"""A {n}-D view of ``a`` with shape ``[{sizes}]`` (no copy): ``{name}(ctx, a, {sizes})``.
+
+    The elements keep their ggml order (ne[0] fastest); only the shape changes, as numpy's ``reshape``
+    does on the reversed shape. Differentiable.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: a contiguous tensor (apply ``ggml_cont`` to a transposed/permuted view first).
+        {sizes}: the new sizes (ints >= 1), exactly {n} of them, whose product is a's element count.
+
+    Value: a Tensor of a's type and the new shape sharing a's data. Raises GgmlValueError when the
+    counts differ or a is not contiguous.
+
+    Example:
+        >>> y = {name}(ctx, x, {", ".join(str(v) for v in (12, 2, 3, 1)[:n])})
+    """
     return op
 
 
@@ -301,18 +709,67 @@ ggml_reshape_1d, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d = (_reshape(n
 
 
 def ggml_view_1d(ctx: Context, a: Tensor, ne0: int, offset: int = 0) -> Tensor:
+    """A 1-D view of ``ne0`` consecutive elements of ``a``, starting ``offset`` bytes in.
+
+    No copy: the view shares a's memory. Differentiable.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: the tensor to view.
+        ne0: the number of elements (>= 1).
+        offset: the start, in **bytes** from the start of a's data (default 0); the view must end
+            within a (else GgmlValueError).
+
+    Value: a Tensor ``[ne0]`` of a's type viewing a's data.
+
+    Example:
+        >>> first_row = ggml_view_1d(ctx, m, m_ne0, 0)
+    """
     a = _t("ggml_view_1d", a)
     chk.view("ggml_view_1d", a, (ne0,), (), offset)
     return _op("ggml_view_1d", ctx, lib.ggml_view_1d, (a,), None, (ne0, offset), a.type)
 
 
 def ggml_view_2d(ctx: Context, a: Tensor, ne0: int, ne1: int, nb1: int, offset: int = 0) -> Tensor:
+    """A 2-D view ``[ne0, ne1]`` of ``a``, rows ``nb1`` bytes apart, starting ``offset`` bytes in.
+
+    No copy: the view shares a's memory; elements within a row are consecutive. Differentiable.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: the tensor to view.
+        ne0, ne1: the view's shape (each >= 1).
+        nb1: the distance between rows, in **bytes** (a's own row stride is ``ne0(a) * element size``).
+        offset: the start, in bytes (default 0). The last element must lie within a (else
+            GgmlValueError).
+
+    Value: a Tensor ``[ne0, ne1]`` of a's type viewing a's data (possibly not contiguous).
+
+    Example:
+        >>> left = ggml_view_2d(ctx, x, 3, n, 6 * 4, 0)   # the first 3 of the 6 F32 features of x [6, n]
+    """
     a = _t("ggml_view_2d", a)
     chk.view("ggml_view_2d", a, (ne0, ne1), (nb1,), offset)
     return _op("ggml_view_2d", ctx, lib.ggml_view_2d, (a,), None, (ne0, ne1, nb1, offset), a.type)
 
 
 def ggml_view_3d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, nb1: int, nb2: int, offset: int = 0) -> Tensor:
+    """A 3-D view ``[ne0, ne1, ne2]`` of ``a`` with byte strides ``nb1``, ``nb2``, starting ``offset`` bytes in.
+
+    No copy: the view shares a's memory. Differentiable.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: the tensor to view.
+        ne0, ne1, ne2: the view's shape (each >= 1).
+        nb1, nb2: the strides of dimensions 1 and 2, in **bytes**.
+        offset: the start, in bytes (default 0). The view must end within a (else GgmlValueError).
+
+    Value: a Tensor ``[ne0, ne1, ne2]`` of a's type viewing a's data.
+
+    Example:
+        >>> v = ggml_view_3d(ctx, x, 4, 5, 2, 4 * 4, 4 * 4 * 5, 0)   # F32, contiguous [4, 5, 2]
+    """
     a = _t("ggml_view_3d", a)
     chk.view("ggml_view_3d", a, (ne0, ne1, ne2), (nb1, nb2), offset)
     return _op("ggml_view_3d", ctx, lib.ggml_view_3d, (a,), None, (ne0, ne1, ne2, nb1, nb2, offset), a.type)
@@ -320,6 +777,22 @@ def ggml_view_3d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, nb1: int
 
 def ggml_view_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int, nb1: int, nb2: int, nb3: int,
                  offset: int = 0) -> Tensor:
+    """A 4-D view of ``a`` with byte strides ``nb1``, ``nb2``, ``nb3``, starting ``offset`` bytes in.
+
+    No copy: the view shares a's memory. Differentiable.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: the tensor to view.
+        ne0, ne1, ne2, ne3: the view's shape (each >= 1).
+        nb1, nb2, nb3: the strides of dimensions 1-3, in **bytes**.
+        offset: the start, in bytes (default 0). The view must end within a (else GgmlValueError).
+
+    Value: a Tensor ``[ne0, ne1, ne2, ne3]`` of a's type viewing a's data.
+
+    Example:
+        >>> v = ggml_view_4d(ctx, x, 4, 5, 2, 1, 16, 80, 160, 0)      # F32 [4, 5, 2, 1]
+    """
     a = _t("ggml_view_4d", a)
     chk.view("ggml_view_4d", a, (ne0, ne1, ne2, ne3), (nb1, nb2, nb3), offset)
     return _op("ggml_view_4d", ctx, lib.ggml_view_4d, (a,), None,
@@ -327,17 +800,63 @@ def ggml_view_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int
 
 
 def ggml_permute(ctx: Context, a: Tensor, axis0: int, axis1: int, axis2: int, axis3: int) -> Tensor:
+    """Reorder the dimensions of ``a`` (a view, no copy): dimension i of ``a`` goes to position ``axis_i``.
+
+    ggml's convention is the inverse of numpy's ``transpose``: ``result.ne[axis0] = a.ne[0]``,
+    ``result.ne[axis1] = a.ne[1]``, and so on. The result is usually not contiguous: apply
+    ``ggml_cont`` before ops that need contiguous data. Differentiable.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: the tensor to permute.
+        axis0, axis1, axis2, axis3: a permutation of 0, 1, 2, 3 (else GgmlValueError).
+
+    Value: a Tensor of a's type viewing a's data with the permuted shape.
+
+    Example:
+        >>> y = ggml_cont(ctx, ggml_permute(ctx, x, 0, 2, 1, 3))     # swap ne[1] and ne[2]
+    """
     a = _t("ggml_permute", a)
     chk.permutation("ggml_permute", (axis0, axis1, axis2, axis3))
     return _op("ggml_permute", ctx, lib.ggml_permute, (a,), None, (axis0, axis1, axis2, axis3), a.type)
 
 
 def ggml_transpose(ctx: Context, a: Tensor) -> Tensor:
+    """Swap ne[0] and ne[1] (a view, no copy; ``ggml_permute(ctx, a, 1, 0, 2, 3)``).
+
+    The result is not contiguous: apply ``ggml_cont`` to get a transposed copy that ops needing
+    contiguous rows accept. Differentiable.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: the tensor to transpose.
+
+    Value: a Tensor ``[ne1, ne0, ne2, ne3]`` of a's type viewing a's data.
+
+    Example:
+        >>> wt = ggml_cont(ctx, ggml_transpose(ctx, w))
+    """
     a = _t("ggml_transpose", a)
     return _op("ggml_transpose", ctx, lib.ggml_transpose, (a,), None, out_type=a.type)
 
 
 def ggml_cpy(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
+    """Copy the values of ``a`` into ``b``, converting to b's type; returns a view of ``b``.
+
+    When the graph runs, b's data is overwritten with a's elements (in ggml order); the shapes may
+    differ as long as the element counts match. This is how to cast, e.g. an I32 or F16 tensor into
+    an F32 one. Differentiable with respect to ``a``.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: the source tensor.
+        b: the destination tensor, with as many elements as a (else GgmlValueError).
+
+    Value: a Tensor of b's shape and type viewing b's data.
+
+    Example:
+        >>> x_f32 = ggml_cpy(ctx, x_f16, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 4))
+    """
     a, b = _t("ggml_cpy", a), _t("ggml_cpy", b, "b")
     if a.nelements() != b.nelements():
         chk.fail("ggml_cpy", f"a and b must have the same number of elements, got {a.nelements()} and {b.nelements()}")
@@ -345,7 +864,26 @@ def ggml_cpy(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 
 
 def ggml_get_rows(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
-    """Rows of ``a`` picked by the I32 indices ``b`` (embeddings). Indices must be in [0, a.ne[1])."""
+    """Rows of ``a`` picked by the I32 indices ``b``: an embedding lookup.
+
+    ``a [n_embd, n_rows, A2, A3]`` and indices ``b [n_idx, B1, B2]`` give ``[n_embd, n_idx, B1, B2]``:
+    row ``b[i]`` of a becomes column i of the result. The shapes must fit: ``a.ne[2] == b.ne[1]``,
+    ``a.ne[3] == b.ne[2]``, ``b.ne[3] == 1``. Every index must be in ``[0, a.ne[1])``. Indices held by
+    an input tensor (``b`` itself, or a reshape/view of it) are checked before every compute, training
+    batch and ``ggml_opt_eval`` (an out-of-range one raises GgmlValueError; ggml would abort); indices
+    computed inside the graph (say by ``ggml_argmax``) cannot be checked in advance, so keep them in
+    range by construction. Differentiable with respect to ``a``.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: the table, rows along ne[1].
+        b: I32 row indices (0-based).
+
+    Value: a new Tensor ``[a.ne[0], b.ne[0], b.ne[1], b.ne[2]]``, F32 (I32 if a is I32).
+
+    Example:
+        >>> emb = ggml_get_rows(ctx, table, token_ids)   # table [64, vocab], ids [seq] -> [64, seq]
+    """
     fn = "ggml_get_rows"
     a, b = _t(fn, a), _t(fn, b, "b")
     chk.types(fn, b, {GGML_TYPE_I32}, "b (the indices)")
@@ -358,6 +896,18 @@ def ggml_get_rows(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 
 
 def ggml_pad(ctx: Context, a: Tensor, p0: int = 0, p1: int = 0, p2: int = 0, p3: int = 0) -> Tensor:
+    """Append zeros at the end of each dimension: ``ne[i]`` becomes ``ne[i] + p_i``.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: F32 tensor.
+        p0, p1, p2, p3: the number of zeros appended along each dimension (ints >= 0, default 0).
+
+    Value: a new F32 Tensor ``[ne0 + p0, ne1 + p1, ne2 + p2, ne3 + p3]``, a's values first.
+
+    Example:
+        >>> y = ggml_pad(ctx, x, 2)                 # [5, n] -> [7, n], two zeros per column
+    """
     a = _t("ggml_pad", a)
     chk.types("ggml_pad", a, {GGML_TYPE_F32})
     pads = tuple(chk.int_arg("ggml_pad", f"p{i}", p, 0) for i, p in enumerate((p0, p1, p2, p3)))
@@ -368,6 +918,29 @@ def ggml_pad(ctx: Context, a: Tensor, p0: int = 0, p1: int = 0, p2: int = 0, p3:
 
 def ggml_im2col(ctx: Context, a: Tensor, b: Tensor, s0: int, s1: int, p0: int, p1: int, d0: int, d1: int,
                 is_2D: bool = True, dst_type: int = GGML_TYPE_F32) -> Tensor:
+    """Unfold convolution patches into columns, so that a convolution becomes a ``ggml_mul_mat``.
+
+    2-D (``is_2D=True``): kernel ``a [KW, KH, Cin, Cout]`` (only its shape is used) and data
+    ``b [W, H, Cin, N]`` give ``[Cin * KH * KW, OW, OH, N]``, with
+    ``OW = (W + 2 p0 - d0 (KW - 1) - 1) // s0 + 1`` and likewise OH from H, KH, s1, p1, d1.
+    1-D (``is_2D=False``): kernel ``a [K, Cin, Cout]`` and data ``b [L, Cin, N]`` give
+    ``[Cin * K, OL, N]``; s1 and d1 may then be 0 and p1 must be 0. Output sizes below 1, channel
+    counts that differ and bad types raise before ggml is called.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: the convolution kernel (any type; its shape sets the patch size).
+        b: the data, F32 (F32 or F16 when ``dst_type`` is F16), with contiguous rows.
+        s0, s1: strides along width and height (>= 1). p0, p1: zero padding on each side (>= 0).
+        d0, d1: dilations (>= 1).
+        is_2D: True (the default) for 2-D patches, False for 1-D.
+        dst_type: ``GGML_TYPE_F32`` (the default) or ``GGML_TYPE_F16``, the type of the result.
+
+    Value: a new Tensor of the shape above and type ``dst_type``.
+
+    Example:
+        >>> cols = ggml_im2col(ctx, kernel, images, 1, 1, 1, 1, 1, 1)   # 3x3, padding 1: same size
+    """
     fn = "ggml_im2col"
     a, b = _t(fn, a), _t(fn, b, "b")
     if dst_type not in (GGML_TYPE_F32, GGML_TYPE_F16):
@@ -450,6 +1023,24 @@ def _pool_op(fn: str, op: Any) -> int:
 
 
 def ggml_pool_1d(ctx: Context, a: Tensor, op: int, k0: int, s0: int, p0: int = 0) -> Tensor:
+    """Max or average pooling along ne[0]: ``[L, ...]`` becomes ``[(L + 2 p0 - k0) // s0 + 1, ...]``.
+
+    Each window of ``k0`` elements (every ``s0``-th start, the row padded by ``p0`` on each side)
+    gives its maximum or its mean; padding positions are skipped, so an average counts only the
+    elements inside the row. ggml has no backward pass for it (use it for inference, or
+    ``ggml_pool_2d`` with a height-1 kernel in trainable graphs).
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: F32 or F16 tensor.
+        op: ``GGML_OP_POOL_MAX`` or ``GGML_OP_POOL_AVG``.
+        k0: window size (>= 1). s0: stride (>= 1). p0: padding on each side (>= 0, default 0).
+
+    Value: a new F32 Tensor; raises GgmlValueError when the output length would be below 1.
+
+    Example:
+        >>> y = ggml_pool_1d(ctx, x, GGML_OP_POOL_MAX, 2, 2)   # halve ne[0]
+    """
     fn = "ggml_pool_1d"
     a = _t(fn, a)
     chk.types(fn, a, F32_F16)
@@ -461,6 +1052,24 @@ def ggml_pool_1d(ctx: Context, a: Tensor, op: int, k0: int, s0: int, p0: int = 0
 
 def ggml_pool_2d(ctx: Context, a: Tensor, op: int, k0: int, k1: int, s0: int, s1: int, p0: float = 0,
                  p1: float = 0) -> Tensor:
+    """Max or average pooling over ne[0] x ne[1]: ``[W, H, C, N]`` becomes ``[OW, OH, C, N]``.
+
+    ``OW = int((W + 2 p0 - k0) / s0) + 1`` and ``OH = int((H + 2 p1 - k1) / s1) + 1``. Each window gives
+    its maximum or its mean; an average always divides by ``k0 * k1`` (padding counts as zeros).
+    Differentiable.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: F32 or F16 tensor ``[W, H, C, N]`` (images in ggml layout).
+        op: ``GGML_OP_POOL_MAX`` or ``GGML_OP_POOL_AVG``.
+        k0, k1: window width and height (>= 1). s0, s1: strides (>= 1).
+        p0, p1: padding on each side (>= 0, default 0; whole numbers, as ggml's kernel stores ints).
+
+    Value: a new F32 Tensor ``[OW, OH, C, N]``; raises GgmlValueError when OW or OH would be below 1.
+
+    Example:
+        >>> y = ggml_pool_2d(ctx, x, GGML_OP_POOL_MAX, 2, 2, 2, 2)   # [28, 28, 8, n] -> [14, 14, 8, n]
+    """
     fn = "ggml_pool_2d"
     a = _t(fn, a)
     chk.types(fn, a, F32_F16)
@@ -478,7 +1087,18 @@ def ggml_pool_2d(ctx: Context, a: Tensor, op: int, k0: int, k1: int, s0: int, s1
 
 
 def ggml_scale_bias(ctx: Context, a: Tensor, s: float, b: float) -> Tensor:
-    """``s * a + b`` element-wise."""
+    """Scale and shift by two numbers: ``s * a + b``, element-wise.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: F32 tensor, contiguous.
+        s: the factor (a number). b: the number added afterwards.
+
+    Value: a new F32 Tensor of a's shape.
+
+    Example:
+        >>> y = ggml_scale_bias(ctx, x, 2.0, -1.0)   # maps [0, 1] to [-1, 1]
+    """
     a = _t("ggml_scale_bias", a)
     chk.types("ggml_scale_bias", a, {GGML_TYPE_F32})
     chk.contiguous("ggml_scale_bias", a)

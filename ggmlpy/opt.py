@@ -33,11 +33,67 @@ STATIC_GRAPH_NODES = int(lib.GGML_DEFAULT_GRAPH_SIZE)
 LR_FLOOR = 1e-12  # ggml aborts on lr <= 0, so schedules are clamped here
 
 
-def ggml_opt_optimizer_type_adamw() -> int: return OPTIMIZER_ADAMW
-def ggml_opt_optimizer_type_sgd() -> int: return OPTIMIZER_SGD
-def ggml_opt_build_type_forward() -> int: return BUILD_FORWARD
-def ggml_opt_build_type_grad() -> int: return BUILD_GRAD
-def ggml_opt_build_type_opt() -> int: return BUILD_OPT
+def ggml_opt_optimizer_type_adamw() -> int:
+    """Optimizer type AdamW (the default): Adam with decoupled weight decay.
+
+    ggml's defaults: learning rate 1e-3, beta1 0.9, beta2 0.999, eps 1e-8, weight decay 0. It keeps two
+    moment tensors per parameter. Pass it as ``optimizer`` to the fit functions and ``ggml_opt_init*``.
+
+    Value: the int constant (ggml's ``GGML_OPT_OPTIMIZER_TYPE_ADAMW``, 0).
+
+    Example:
+        >>> ggml_fit_opt(sched, ctx, x, out, ds, optimizer=ggml_opt_optimizer_type_adamw())
+    """
+    return OPTIMIZER_ADAMW
+def ggml_opt_optimizer_type_sgd() -> int:
+    """Optimizer type SGD: plain stochastic gradient descent (no momentum), optional weight decay.
+
+    ggml's default learning rate is 1e-3 (often too small for SGD: raise it with ``learning_rate=`` or
+    ``ggml_opt_set_lr(lr_ud, sgd_lr=...)``). Needs no per-parameter state, so it uses less memory than
+    AdamW. Pass it as ``optimizer`` to the fit functions and ``ggml_opt_init*``.
+
+    Value: the int constant (ggml's ``GGML_OPT_OPTIMIZER_TYPE_SGD``, 1).
+
+    Example:
+        >>> ggml_fit_opt(sched, ctx, x, out, ds, optimizer=ggml_opt_optimizer_type_sgd(), learning_rate=0.05)
+    """
+    return OPTIMIZER_SGD
+def ggml_opt_build_type_forward() -> int:
+    """Build type FORWARD: an opt context that only evaluates (no backward pass, no optimizer step).
+
+    For ``ggml_opt_init(..., build_type=ggml_opt_build_type_forward())``: cheaper when a context only
+    computes losses or predictions. ``ggml_opt_alloc(opt_ctx, backward=True)`` then raises.
+
+    Value: the int constant (ggml's ``GGML_OPT_BUILD_TYPE_FORWARD``, 10).
+
+    Example:
+        >>> ev = ggml_opt_init(sched, loss, ctx_compute=ctx, inputs=x, outputs=out,
+        ...                    build_type=ggml_opt_build_type_forward())
+    """
+    return BUILD_FORWARD
+def ggml_opt_build_type_grad() -> int:
+    """Build type GRAD: forward and backward pass without the optimizer step (ggml's constant).
+
+    Offered for completeness: ggml aborts when an opt context is built with it, so ``ggml_opt_init``
+    refuses it with a GgmlValueError. Use ``ggml_opt_build_type_opt()`` or ``..._forward()``.
+
+    Value: the int constant (ggml's ``GGML_OPT_BUILD_TYPE_GRAD``, 20).
+
+    Example:
+        >>> ggml_opt_build_type_grad()
+        20
+    """
+    return BUILD_GRAD
+def ggml_opt_build_type_opt() -> int:
+    """Build type OPT (the default): forward pass, backward pass and optimizer step.
+
+    Value: the int constant (ggml's ``GGML_OPT_BUILD_TYPE_OPT``, 30).
+
+    Example:
+        >>> opt = ggml_opt_init(sched, loss, ctx_compute=ctx, inputs=x, outputs=out,
+        ...                     build_type=ggml_opt_build_type_opt())
+    """
+    return BUILD_OPT
 
 
 def check_optimizer(optimizer: Any) -> int:
@@ -48,6 +104,18 @@ def check_optimizer(optimizer: Any) -> int:
 
 
 def ggml_opt_optimizer_name(optimizer_type: int) -> str:
+    """The name of an optimizer type: ``"adamw"`` or ``"sgd"``.
+
+    Arguments:
+        optimizer_type: ``ggml_opt_optimizer_type_adamw()`` or ``ggml_opt_optimizer_type_sgd()`` (else
+            GgmlValueError).
+
+    Value: a str.
+
+    Example:
+        >>> ggml_opt_optimizer_name(ggml_opt_context_optimizer_type(opt_ctx))
+        'adamw'
+    """
     return ffi.string(lib.ggml_opt_optimizer_name(check_optimizer(optimizer_type))).decode()
 
 
@@ -102,12 +170,41 @@ def check_weight_decay(weight_decay: Any) -> float:
 
 
 def ggml_opt_set_lr(lr_ud: LrUserdata, adamw_lr: float | None = None, sgd_lr: float | None = None) -> None:
+    """Change the learning rate an opt context uses from its next optimizer step on.
+
+    ``lr_ud`` holds both optimizers' rates; set one or both (the other is left alone). The built-in LR
+    schedules call this between epochs; call it from your own callback (``state.lr_ud``) or between
+    ``ggml_opt_eval`` calls. A rate of 0 is clamped to 1e-12 (ggml aborts on a rate <= 0).
+
+    Arguments:
+        lr_ud: the learning-rate handle: ``ggml_opt_init_for_fit(...)["lr_ud"]``, or ``state.lr_ud``
+            inside a fit's callbacks.
+        adamw_lr: the new AdamW learning rate (a finite number >= 0), or None (the default) to keep it.
+        sgd_lr: the new SGD learning rate (a finite number >= 0), or None (the default) to keep it.
+
+    Value: None. Raises GgmlValueError for a negative or non-finite rate.
+
+    Example:
+        >>> fit = ggml_opt_init_for_fit(sched, ggml_opt_loss_type_mse(), ctx_compute=ctx, inputs=x, outputs=out)
+        >>> ggml_opt_set_lr(fit["lr_ud"], adamw_lr=1e-4)
+    """
     if not isinstance(lr_ud, LrUserdata):
         raise_type("ggml_opt_set_lr(lr_ud)", "LrUserdata", lr_ud)
     lr_ud.set(adamw_lr, sgd_lr)
 
 
 def ggml_opt_get_lr(lr_ud: LrUserdata) -> dict:
+    """The learning rates an opt context currently uses.
+
+    Arguments:
+        lr_ud: the learning-rate handle (``ggml_opt_init_for_fit(...)["lr_ud"]`` or ``state.lr_ud``).
+
+    Value: a dict ``{"adamw": float, "sgd": float}``.
+
+    Example:
+        >>> ggml_opt_get_lr(fit["lr_ud"])
+        {'adamw': 0.001, 'sgd': 0.001}
+    """
     if not isinstance(lr_ud, LrUserdata):
         raise_type("ggml_opt_get_lr(lr_ud)", "LrUserdata", lr_ud)
     return lr_ud.get()
@@ -351,7 +448,39 @@ def _check_static(sched: Scheduler, ctx_compute: Any, inputs: Any, outputs: Any)
 def ggml_opt_init(sched: Scheduler, loss_type: int, optimizer: int = OPTIMIZER_ADAMW, opt_period: int = 1,
                   ctx_compute: Context | None = None, inputs: Tensor | None = None,
                   outputs: Tensor | None = None, build_type: int = BUILD_OPT) -> OptContext:
-    """An opt context with ggml's default optimizer parameters (see ``ggml_opt_init_for_fit`` for an LR handle)."""
+    """An optimization context: the forward, backward and optimizer graphs for training a model.
+
+    The low-level training API (ggml-opt): per batch, write the inputs and labels, then call
+    ``ggml_opt_alloc`` and ``ggml_opt_eval``. The fit functions do all of this for you. With
+    ``ctx_compute``, ``inputs`` and ``outputs`` the graphs are built once (static graphs, the usual
+    case); without them the graph is supplied before every ``ggml_opt_alloc`` with
+    ``ggml_opt_prepare_alloc`` (dynamic graphs, ggml's own losses only). The context uses ggml's
+    default optimizer parameters (AdamW lr 1e-3); ``ggml_opt_init_for_fit`` returns a handle to change
+    the learning rate. The model is checked first: no trainable tensor, ops without a backward pass,
+    a scheduler too small or already serving another static opt context raise before ggml is called.
+
+    Arguments:
+        sched: the Scheduler the graphs run on (``ggml_backend_sched_new``).
+        loss_type: a loss type constant (``ggml_opt_loss_type_mse()``, ``..._cross_entropy()`` (logits),
+            ...); with several outputs, a list of them, one per output.
+        optimizer: ``ggml_opt_optimizer_type_adamw()`` (the default) or ``..._sgd()``.
+        opt_period: gradient accumulation: the optimizer steps once every ``opt_period`` evals
+            (default 1: every batch).
+        ctx_compute: the Context holding the model graph (default None: dynamic graphs).
+        inputs: the input Tensor of the model, already allocated (default None).
+        outputs: the output Tensor the loss is computed from (default None); a list for several heads.
+        build_type: ``ggml_opt_build_type_opt()`` (the default: train) or ``..._forward()`` (evaluate
+            only); ``..._grad()`` is refused.
+
+    Value: an OptContext handle (a context manager; freed with ``ggml_opt_free``). Its labels tensor
+    (``ggml_opt_labels``) receives the labels of each batch.
+
+    Example:
+        >>> opt = ggml_opt_init(sched, ggml_opt_loss_type_cross_entropy(), ctx_compute=ctx, inputs=x,
+        ...                     outputs=logits)
+        >>> ggml_backend_tensor_set_data(x, xb); ggml_backend_tensor_set_data(ggml_opt_labels(opt), yb)
+        >>> ggml_opt_alloc(opt, True); ggml_opt_eval(opt, res)
+    """
     return _opt_init(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outputs, build_type)
 
 
@@ -386,7 +515,31 @@ def ggml_opt_init_for_fit(sched: Scheduler, loss_type: int, optimizer: int = OPT
                           ctx_compute: Context | None = None, inputs: Tensor | None = None,
                           outputs: Tensor | None = None, loss_mask_ne0: int | None = None,
                           weight_decay: float = 0.0) -> dict:
-    """``{"opt_ctx": ..., "lr_ud": ...}``: a context whose learning rate ``ggml_opt_set_lr`` can change."""
+    """An opt context plus the handle that changes its learning rate: what a training loop needs.
+
+    Like ``ggml_opt_init`` (build type OPT), with the learning rate and weight decay held in ``lr_ud``
+    so that ``ggml_opt_set_lr``/``ggml_opt_get_lr`` and LR schedules can change them between steps.
+
+    Arguments:
+        sched: the Scheduler the graphs run on.
+        loss_type: a loss type constant, e.g. ``ggml_opt_loss_type_mse()``; cross-entropy takes logits,
+            binary cross-entropy probabilities.
+        optimizer: ``ggml_opt_optimizer_type_adamw()`` (the default) or ``..._sgd()``.
+        opt_period: the optimizer steps once every ``opt_period`` evals (default 1).
+        ctx_compute: the Context holding the model graph (default None: dynamic graphs).
+        inputs: the allocated input Tensor (default None).
+        outputs: the output Tensor (default None).
+        loss_mask_ne0: for weighted MSE, the width of each weight row: None or 1 (one weight per
+            sample) or the outputs' ne[0] (one per element). Default None.
+        weight_decay: decoupled weight decay in [0, 1] applied at every optimizer step (default 0: off).
+
+    Value: a dict ``{"opt_ctx": OptContext, "lr_ud": LrUserdata}``.
+
+    Example:
+        >>> fit = ggml_opt_init_for_fit(sched, ggml_opt_loss_type_mse(), ctx_compute=ctx, inputs=x,
+        ...                             outputs=out, weight_decay=0.01)
+        >>> ggml_opt_set_lr(fit["lr_ud"], adamw_lr=3e-4)
+    """
     lr_ud = LrUserdata(check_weight_decay(weight_decay))
     opt = _opt_init(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outputs, BUILD_OPT, lr_ud,
                     loss_mask_ne0)
@@ -398,8 +551,32 @@ def ggml_opt_init_for_fit_multi(sched: Scheduler, loss_types: Sequence[int], los
                                 opt_period: int = 1, ctx_compute: Context | None = None,
                                 inputs: Tensor | None = None, outputs: Sequence[Tensor] | None = None,
                                 weight_decay: float = 0.0) -> dict:
-    """Several output heads, total loss = sum_i loss_weights[i] * loss_i; ``labels_offs`` are 0-based
-    offsets of each head's labels in a concatenated label row (default: heads back to back)."""
+    """An opt context for several output heads: total loss = sum_i loss_weights[i] * loss_i.
+
+    Each head has its own loss type and weight; every head's loss is a mean over its output elements
+    (cross-entropy on logits as usual). The heads' labels sit side by side in one label row per
+    sample; ``labels_offs`` says where each head's columns start. Static graphs only.
+
+    Arguments:
+        sched: the Scheduler the graphs run on.
+        loss_types: one loss type constant per head.
+        loss_weights: one weight (a finite number >= 0) per head, or None for all 1.
+        labels_offs: the 0-based column where each head's labels start, or None (the default: heads
+            back to back in the order of ``outputs``).
+        optimizer: ``ggml_opt_optimizer_type_adamw()`` (the default) or ``..._sgd()``.
+        opt_period: the optimizer steps once every ``opt_period`` evals (default 1).
+        ctx_compute: the Context holding the model graph (required).
+        inputs: the allocated input Tensor (required).
+        outputs: the list of output Tensors, one per head (all with the same batch size).
+        weight_decay: decoupled weight decay in [0, 1] (default 0: off).
+
+    Value: a dict ``{"opt_ctx": OptContext, "lr_ud": LrUserdata}``. Raises GgmlValueError without
+    ``ctx_compute`` or when the counts of heads, types and weights differ.
+
+    Example:
+        >>> fit = ggml_opt_init_for_fit_multi(sched, [ggml_opt_loss_type_cross_entropy(),
+        ...     ggml_opt_loss_type_mse()], [1.0, 0.5], ctx_compute=ctx, inputs=x, outputs=[logits, box])
+    """
     if ctx_compute is None:
         raise GgmlValueError("ggml_opt_init_for_fit_multi needs static graphs: pass ctx_compute, inputs, outputs")
     outs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
@@ -427,26 +604,92 @@ def _opt(opt_ctx: Any, fn: str) -> Any:
 
 
 def ggml_opt_free(opt_ctx: OptContext) -> None:
+    """Free an opt context, its graphs and optimizer state (the model's own tensors stay).
+
+    Idempotent; using the context afterwards raises GgmlStateError. The scheduler can then serve a new
+    opt context.
+
+    Arguments:
+        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+
+    Value: None.
+
+    Example:
+        >>> ggml_opt_free(opt_ctx)
+    """
     free_handle(opt_ctx, OptContext, "ggml_opt_free(opt_ctx)")
 
 
 def ggml_opt_reset(opt_ctx: OptContext, optimizer: bool = False) -> None:
+    """Zero the accumulated gradients and the loss; optionally also reset the optimizer.
+
+    Arguments:
+        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        optimizer: False (the default) keeps the optimizer state; True also zeroes AdamW's moments and
+            its step count (a fresh start with the current weights).
+
+    Value: None.
+
+    Example:
+        >>> ggml_opt_reset(opt_ctx, True)
+    """
     lib.ggml_opt_reset(_opt(opt_ctx, "ggml_opt_reset"), bool(optimizer))
 
 
 def ggml_opt_static_graphs(opt_ctx: OptContext) -> bool:
+    """Whether an opt context was built with static graphs (``ctx_compute``/``inputs``/``outputs`` given).
+
+    Arguments:
+        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+
+    Value: a bool; False for dynamic graphs (``ggml_opt_prepare_alloc`` before each alloc).
+
+    Example:
+        >>> ggml_opt_static_graphs(opt_ctx)
+        True
+    """
     return bool(lib.ggml_opt_static_graphs(_opt(opt_ctx, "ggml_opt_static_graphs")))
 
 
 def ggml_opt_context_optimizer_type(opt_ctx: OptContext) -> int:
+    """The optimizer type an opt context was built with.
+
+    Arguments:
+        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+
+    Value: an int, ``ggml_opt_optimizer_type_adamw()`` or ``ggml_opt_optimizer_type_sgd()``.
+
+    Example:
+        >>> ggml_opt_optimizer_name(ggml_opt_context_optimizer_type(opt_ctx))
+    """
     return int(lib.ggml_opt_context_optimizer_type(_opt(opt_ctx, "ggml_opt_context_optimizer_type")))
 
 
 def ggml_opt_inputs(opt_ctx: OptContext) -> Tensor | None:
+    """The input tensor of an opt context: write each batch's data into it.
+
+    Arguments:
+        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+
+    Value: a Tensor (for dynamic graphs the one given to the last ``ggml_opt_prepare_alloc``), or None.
+
+    Example:
+        >>> ggml_backend_tensor_set_data(ggml_opt_inputs(opt_ctx), xb)
+    """
     return opt_ctx.tensor(lib.ggml_opt_inputs(_opt(opt_ctx, "ggml_opt_inputs")))
 
 
 def ggml_opt_outputs(opt_ctx: OptContext) -> Tensor | None:
+    """The output tensor of an opt context (of its first head): read predictions from it after an eval.
+
+    Arguments:
+        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+
+    Value: a Tensor, or None (a dynamic context before its first ``ggml_opt_prepare_alloc``).
+
+    Example:
+        >>> y_hat = ggml_backend_tensor_get_data(ggml_opt_outputs(opt_ctx))
+    """
     _opt(opt_ctx, "ggml_opt_outputs")
     if opt_ctx.static:
         return opt_ctx.heads[0].outputs
@@ -454,23 +697,84 @@ def ggml_opt_outputs(opt_ctx: OptContext) -> Tensor | None:
 
 
 def ggml_opt_labels(opt_ctx: OptContext) -> Tensor | None:
+    """The labels tensor of an opt context (of its first head): write each batch's labels into it.
+
+    It has the outputs' layout. Loss types without labels (mean, sum) have none.
+
+    Arguments:
+        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+
+    Value: a Tensor, or None.
+
+    Example:
+        >>> ggml_backend_tensor_set_data(ggml_opt_labels(opt_ctx), yb)
+    """
     _opt(opt_ctx, "ggml_opt_labels")
     return opt_ctx.labels(0)
 
 
 def ggml_opt_loss(opt_ctx: OptContext) -> Tensor | None:
+    """The scalar loss tensor ggml-opt minimises; read it after ``ggml_opt_eval``.
+
+    For ggmlpy-built losses (MAE, Huber, BCE, weighted MSE) and multi-head contexts it holds the
+    weighted total. With ``opt_period > 1`` ggml scales per-datapoint losses by ``1/opt_period``.
+
+    Arguments:
+        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+
+    Value: an F32 Tensor with one element, or None (a dynamic context before its first alloc).
+
+    Example:
+        >>> float(ggml_backend_tensor_get_data(ggml_opt_loss(opt_ctx))[0])
+    """
     return opt_ctx.tensor(lib.ggml_opt_loss(_opt(opt_ctx, "ggml_opt_loss")))
 
 
 def ggml_opt_pred(opt_ctx: OptContext) -> Tensor | None:
+    """The predicted classes of the last batch (argmax of the outputs), for cross-entropy contexts.
+
+    Arguments:
+        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+
+    Value: an I32 Tensor ``[batch]``, or None for other loss types and multi-head contexts.
+
+    Example:
+        >>> ggml_backend_tensor_get_data(ggml_opt_pred(opt_ctx))
+    """
     return opt_ctx.tensor(lib.ggml_opt_pred(_opt(opt_ctx, "ggml_opt_pred")))
 
 
 def ggml_opt_ncorrect(opt_ctx: OptContext) -> Tensor | None:
+    """The number of correct predictions in the last batch, for a single cross-entropy head.
+
+    Arguments:
+        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+
+    Value: an I64 Tensor with one element, or None for other loss types (see ``ggml_opt_ncorrect_i``
+    for multi-head contexts).
+
+    Example:
+        >>> int(ggml_backend_tensor_get_data(ggml_opt_ncorrect(opt_ctx))[0])
+    """
     return opt_ctx.tensor(lib.ggml_opt_ncorrect(_opt(opt_ctx, "ggml_opt_ncorrect")))
 
 
 def ggml_opt_grad_acc(opt_ctx: OptContext, node: Tensor) -> Tensor | None:
+    """The gradient accumulator of a node of the forward graph (typically a parameter).
+
+    Gradients of the ``opt_period`` batches of one logical batch are summed here before the optimizer
+    step. For dynamic graphs it is only valid between ``ggml_opt_alloc`` and ``ggml_opt_eval`` (else
+    GgmlStateError).
+
+    Arguments:
+        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        node: a Tensor of the model, e.g. a weight marked with ``ggml_set_param``.
+
+    Value: a Tensor of node's shape, or None when the node has no gradient.
+
+    Example:
+        >>> g = ggml_backend_tensor_get_data(ggml_opt_grad_acc(opt_ctx, w))
+    """
     ptr = _opt(opt_ctx, "ggml_opt_grad_acc")
     if not opt_ctx.static and opt_ctx._pending is None:
         raise GgmlStateError("dynamic graphs: ggml_opt_grad_acc is only valid between ggml_opt_alloc and ggml_opt_eval")
@@ -486,36 +790,124 @@ def _head(opt_ctx: OptContext, ihead: int, fn: str) -> L.Head:
 
 
 def ggml_opt_n_loss(opt_ctx: OptContext) -> int:
+    """The number of output heads (losses) of an opt context: 1 unless built with ``..._multi``.
+
+    Arguments:
+        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+
+    Value: an int >= 1.
+
+    Example:
+        >>> [ggml_opt_loss_i(opt_ctx, i) for i in range(1, ggml_opt_n_loss(opt_ctx) + 1)]
+    """
     _opt(opt_ctx, "ggml_opt_n_loss")
     return opt_ctx.n_heads
 
 
 def ggml_opt_outputs_i(opt_ctx: OptContext, ihead: int) -> Tensor:
+    """The output tensor of head ``ihead`` (1-based).
+
+    Arguments:
+        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        ihead: the head number, **1-based**, in ``[1, ggml_opt_n_loss(opt_ctx)]`` (else GgmlValueError).
+
+    Value: a Tensor.
+
+    Example:
+        >>> ggml_opt_outputs_i(opt_ctx, 2)
+    """
     return _head(opt_ctx, ihead, "ggml_opt_outputs_i").outputs
 
 
 def ggml_opt_labels_i(opt_ctx: OptContext, ihead: int) -> Tensor | None:
+    """The labels tensor of head ``ihead`` (1-based): write that head's labels of each batch into it.
+
+    Arguments:
+        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        ihead: the head number, **1-based**, in ``[1, ggml_opt_n_loss(opt_ctx)]`` (else GgmlValueError).
+
+    Value: a Tensor, or None for heads whose loss has no labels.
+
+    Example:
+        >>> ggml_backend_tensor_set_data(ggml_opt_labels_i(opt_ctx, 2), y2)
+    """
     _head(opt_ctx, ihead, "ggml_opt_labels_i")
     return opt_ctx.labels(ihead - 1)
 
 
 def ggml_opt_loss_i(opt_ctx: OptContext, ihead: int) -> Tensor | None:
-    """Head ``ihead``'s loss before its head weight (for a single ggml loss: ggml's loss tensor)."""
+    """The loss of head ``ihead`` (1-based) before its head weight; read it after an eval.
+
+    For a context with a single ggml loss this is ggml's loss tensor (``ggml_opt_loss``).
+
+    Arguments:
+        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        ihead: the head number, **1-based**, in ``[1, ggml_opt_n_loss(opt_ctx)]`` (else GgmlValueError).
+
+    Value: an F32 Tensor with one element, or None.
+
+    Example:
+        >>> float(ggml_backend_tensor_get_data(ggml_opt_loss_i(opt_ctx, 1))[0])
+    """
     head = _head(opt_ctx, ihead, "ggml_opt_loss_i")
     return head.value if head.value is not None else ggml_opt_loss(opt_ctx)
 
 
 def ggml_opt_loss_weights_i(opt_ctx: OptContext, ihead: int) -> Tensor | None:
+    """The loss-weight tensor of head ``ihead`` (1-based): weighted-MSE or per-sample weights.
+
+    Write each batch's weights into it, ``[loss_mask_ne0, batch]`` for weighted MSE.
+
+    Arguments:
+        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        ihead: the head number, **1-based**, in ``[1, ggml_opt_n_loss(opt_ctx)]`` (else GgmlValueError).
+
+    Value: a Tensor, or None when the head takes no weights.
+
+    Example:
+        >>> ggml_backend_tensor_set_data(ggml_opt_loss_weights_i(opt_ctx, 1), w)
+    """
     return _head(opt_ctx, ihead, "ggml_opt_loss_weights_i").weights
 
 
 def ggml_opt_ncorrect_i(opt_ctx: OptContext, ihead: int) -> Tensor | None:
+    """The number of correct predictions of head ``ihead`` (1-based) in the last batch.
+
+    Arguments:
+        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        ihead: the head number, **1-based**, in ``[1, ggml_opt_n_loss(opt_ctx)]`` (else GgmlValueError).
+
+    Value: an I64 Tensor with one element for cross-entropy heads, or None.
+
+    Example:
+        >>> int(ggml_backend_tensor_get_data(ggml_opt_ncorrect_i(opt_ctx, 1))[0])
+    """
     head = _head(opt_ctx, ihead, "ggml_opt_ncorrect_i")
     return head.ncorrect if opt_ctx.loss is not None and opt_ctx.loss.composite else ggml_opt_ncorrect(opt_ctx)
 
 
 def ggml_opt_prepare_alloc(opt_ctx: OptContext, ctx_compute: Context, graph: Graph, inputs: Tensor,
                            outputs: Tensor) -> None:
+    """Hand a dynamic opt context the graph of the next batch (dynamic graphs only).
+
+    For contexts built without ``ctx_compute``: call it before every ``ggml_opt_alloc``, with a forward
+    graph built for this batch. ggml-opt adds its loss and backward tensors to ``ctx_compute``, which
+    needs room for them.
+
+    Arguments:
+        opt_ctx: an opt context built without ``ctx_compute`` (dynamic graphs) with no alloc pending
+            (else GgmlStateError).
+        ctx_compute: the Context the graph and the tensors ggml-opt adds live in.
+        graph: the forward Graph (``ggml_build_forward_expand`` of ``outputs``).
+        inputs: the graph's input Tensor.
+        outputs: the graph's output Tensor (it must be trainable unless the build type is FORWARD).
+
+    Value: None.
+
+    Example:
+        >>> ggml_opt_prepare_alloc(opt_ctx, ctx, gf, x, out)
+        >>> ggml_opt_alloc(opt_ctx, True); ggml_opt_eval(opt_ctx, res)
+    """
     ptr = _opt(opt_ctx, "ggml_opt_prepare_alloc")
     if opt_ctx.static:
         raise GgmlStateError("ggml_opt_prepare_alloc is for dynamic graphs; this context has static graphs")
@@ -534,10 +926,43 @@ def ggml_opt_prepare_alloc(opt_ctx: OptContext, ctx_compute: Context, graph: Gra
 
 
 def ggml_opt_alloc(opt_ctx: OptContext, backward: bool = True) -> None:
+    """Allocate the graph of the next evaluation: forward only, or forward and backward.
+
+    Call it exactly once before every ``ggml_opt_eval``, then write the batch (inputs, labels) and
+    evaluate. Calling it twice without an eval, asking for a backward pass on a FORWARD context, or
+    (dynamic graphs) skipping ``ggml_opt_prepare_alloc`` raises GgmlStateError.
+
+    Arguments:
+        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        backward: True (the default) to train on the batch (backward pass and, every ``opt_period``
+            evals, an optimizer step); False to only evaluate it.
+
+    Value: None.
+
+    Example:
+        >>> ggml_opt_alloc(opt_ctx, True)
+        >>> ggml_backend_tensor_set_data(ggml_opt_inputs(opt_ctx), xb)
+        >>> ggml_opt_eval(opt_ctx, res)
+    """
     _opt(opt_ctx, "ggml_opt_alloc")
     opt_ctx.alloc(bool(backward))
 
 
 def ggml_opt_eval(opt_ctx: OptContext, result: OptResult | None = None) -> None:
+    """Evaluate the allocated graph on the current batch: forward pass, then backward and step if allocated.
+
+    Needs a preceding ``ggml_opt_alloc`` (else GgmlStateError). Row indices of ``ggml_get_rows``
+    inputs and the optimizer parameters are checked first (ggml would abort).
+
+    Arguments:
+        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        result: an OptResult to add this batch's loss, predictions and correct count to, or None (the
+            default) to record nothing.
+
+    Value: None; read ``ggml_opt_loss``/``ggml_opt_outputs`` or the result afterwards.
+
+    Example:
+        >>> ggml_opt_alloc(opt_ctx, False); ggml_opt_eval(opt_ctx, val_res)
+    """
     _opt(opt_ctx, "ggml_opt_eval")
     opt_ctx.eval(result)

@@ -49,9 +49,34 @@ def _callback_ptr(cb: Any, slot: int, result: Any) -> Any:
 def ggml_opt_epoch(opt_ctx: OptContext, dataset: Dataset, result_train: OptResult | None = None,
                    result_eval: OptResult | None = None, idata_split: int = -1, callback_train: Any = True,
                    callback_eval: Any = True) -> None:
-    """One pass over ``dataset``: datapoints before ``idata_split`` train, the rest evaluate.
+    """One pass over an in-memory dataset with ggml's C loop: the first datapoints train, the rest evaluate.
 
-    A Python callback is called as ``f(train, ibatch, ibatch_max, t_start_us, result)`` after each batch.
+    Batch after batch, the datapoints before ``idata_split`` are trained on (forward, backward and,
+    every ``opt_period`` batches, an optimizer step) and the rest are only evaluated. The batch size is
+    that of the context's inputs. The loop runs in C; it supports ggml's own losses only (mean, sum,
+    cross_entropy, mse: ``ggml_fit_opt`` handles the others) and an opt context with static graphs.
+    Shuffling is up to the caller (``ggml_opt_dataset_shuffle``).
+
+    Arguments:
+        opt_ctx: an opt context with static graphs (``ggml_opt_init_for_fit(..., ctx_compute=...)``).
+        dataset: a Dataset whose ``ne_datapoint`` matches the inputs and whose ``ndata`` is a multiple
+            of the batch size; it has labels exactly when the loss needs them.
+        result_train: an OptResult collecting the training batches, or None (the default).
+        result_eval: an OptResult collecting the evaluation batches, or None (the default).
+        idata_split: the first datapoint that is evaluated instead of trained on: a multiple of the
+            batch size, at most ``ndata``; negative (the default, -1) trains on everything, 0 only
+            evaluates (the only choice for a FORWARD context).
+        callback_train, callback_eval: called after each training / evaluation batch: True (the
+            default) shows ggml's progress bar, False or None nothing, a function is called as
+            ``f(train, ibatch, ibatch_max, t_start_us, result)``.
+
+    Value: None; read the results. Raises GgmlValueError / GgmlStateError for the mismatches above
+    before ggml is called.
+
+    Example:
+        >>> tr, ev = ggml_opt_result_init(), ggml_opt_result_init()
+        >>> ggml_opt_epoch(fit["opt_ctx"], ds, tr, ev, idata_split=50000)
+        >>> ggml_opt_result_loss(ev)["loss"], ggml_opt_result_accuracy(ev)["accuracy"]
     """
     fn = "ggml_opt_epoch"
     opt = unwrap(opt_ctx, OptContext, f"{fn}(opt_ctx)")
@@ -101,7 +126,38 @@ def ggml_opt_epoch(opt_ctx: OptContext, dataset: Dataset, result_train: OptResul
 def ggml_opt_fit(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Tensor, dataset: Dataset,
                  loss_type: int = L.LOSS_MSE, optimizer: int = OPTIMIZER_ADAMW, nepoch: int = 1,
                  nbatch_logical: int = 32, val_split: float = 0.0, silent: bool = False) -> None:
-    """ggml's own training loop, in C, with ggml's default optimizer parameters (AdamW lr 1e-3)."""
+    """ggml's own training loop, entirely in C: ``nepoch`` epochs over an in-memory dataset.
+
+    It builds its own opt context with ggml's default optimizer parameters (AdamW lr 1e-3: no way to
+    change the learning rate), shuffles the whole dataset once and the training part every epoch,
+    and prints ggml's progress bars unless ``silent``. It returns nothing: no history, no callbacks.
+    ``ggml_fit_opt`` is the full-featured Python loop with the same arguments plus callbacks, learning
+    rate, weight decay and a history.
+
+    Arguments:
+        sched: the Scheduler to train on; it must not serve a live opt context.
+        ctx_compute: the Context holding the model graph.
+        inputs: the allocated input Tensor ``[ne_datapoint, batch]``; its ne[1] is the physical batch.
+        outputs: the output Tensor (it must depend on at least one ``ggml_set_param`` tensor).
+        dataset: a Dataset matching inputs (and outputs, for labels); ``ndata`` a multiple of
+            ``nbatch_logical``.
+        loss_type: ggml's own losses only: ``ggml_opt_loss_type_mse()`` (the default), ``..._mean()``,
+            ``..._sum()`` or ``..._cross_entropy()`` (on logits).
+        optimizer: ``ggml_opt_optimizer_type_adamw()`` (the default) or ``..._sgd()``.
+        nepoch: the number of epochs (an int >= 1, default 1).
+        nbatch_logical: datapoints per optimizer step, a multiple of the physical batch (default 32);
+            gradients of ``nbatch_logical / batch`` batches are accumulated.
+        val_split: the fraction in [0, 1) of the logical batches, at the end of the shuffled data, used
+            for validation instead of training (default 0).
+        silent: True suppresses ggml's progress output (default False).
+
+    Value: None. Raises GgmlValueError / GgmlStateError when a requirement above does not hold
+    (ggml would abort).
+
+    Example:
+        >>> ggml_opt_fit(sched, ctx, x, logits, ds, ggml_opt_loss_type_cross_entropy(), nepoch=5,
+        ...              nbatch_logical=64, val_split=0.1)
+    """
     fn = "ggml_opt_fit"
     s = unwrap(sched, Scheduler, f"{fn}(sched)")
     unwrap(ctx_compute, Context, f"{fn}(ctx_compute)")

@@ -37,6 +37,20 @@ class OptResult(Handle):
 
 
 def ggml_opt_result_init() -> OptResult:
+    """A new, empty result: accumulates the losses, predictions and accuracy of evaluated batches.
+
+    Pass it to ``ggml_opt_eval`` or ``ggml_opt_epoch`` (``result_train``/``result_eval``); read it with
+    ``ggml_opt_result_loss``, ``ggml_opt_result_accuracy``, ``ggml_opt_result_ndata`` and
+    ``ggml_opt_result_pred``. One result only accumulates batches of one size, one loss kind and one
+    ``opt_period`` (another raises GgmlValueError: use ``ggml_opt_result_reset`` or a second result).
+
+    Value: an OptResult handle (a context manager; freed with ``ggml_opt_result_free``).
+
+    Example:
+        >>> res = ggml_opt_result_init()
+        >>> ggml_opt_epoch(opt_ctx, ds, res, None, -1, False, False)
+        >>> ggml_opt_result_loss(res)["loss"]
+    """
     return OptResult()
 
 
@@ -45,33 +59,108 @@ def _res(result: Any, fn: str) -> Any:
 
 
 def ggml_opt_result_free(result: OptResult) -> None:
+    """Free a result. Idempotent; using it afterwards raises GgmlStateError.
+
+    Arguments:
+        result: an OptResult.
+
+    Value: None.
+
+    Example:
+        >>> ggml_opt_result_free(res)
+    """
     free_handle(result, OptResult, "ggml_opt_result_free(result)")
 
 
 def ggml_opt_result_reset(result: OptResult) -> None:
+    """Empty a result (losses, predictions, counts), e.g. at the start of each epoch.
+
+    After a reset the result accepts batches of any size again.
+
+    Arguments:
+        result: an OptResult.
+
+    Value: None.
+
+    Example:
+        >>> ggml_opt_result_reset(res)
+    """
     _res(result, "ggml_opt_result_reset")
     result.reset()
 
 
 def ggml_opt_result_ndata(result: OptResult) -> int:
+    """The number of datapoints evaluated into a result so far.
+
+    Arguments:
+        result: an OptResult.
+
+    Value: an int.
+
+    Example:
+        >>> ggml_opt_result_ndata(res)
+    """
     out = ffi.new("int64_t *")
     lib.ggml_opt_result_ndata(_res(result, "ggml_opt_result_ndata"), out)
     return int(out[0])
 
 
 def ggml_opt_result_loss(result: OptResult) -> dict:
+    """The loss accumulated in a result, with its uncertainty.
+
+    For per-datapoint losses (all but SUM) the mean of the per-batch losses; for SUM their total.
+    The uncertainty is the standard error of that mean over the batches (NaN with fewer than two
+    batches); an empty result gives loss 0.0.
+
+    Arguments:
+        result: an OptResult.
+
+    Value: a dict ``{"loss": float, "uncertainty": float}``.
+
+    Example:
+        >>> ggml_opt_result_loss(res)
+        {'loss': 0.3121, 'uncertainty': 0.0042}
+    """
     loss, unc = ffi.new("double *"), ffi.new("double *")
     lib.ggml_opt_result_loss(_res(result, "ggml_opt_result_loss"), loss, unc)
     return {"loss": float(loss[0]), "uncertainty": float(unc[0])}
 
 
 def ggml_opt_result_accuracy(result: OptResult) -> dict:
+    """The fraction of correctly classified datapoints in a result, with its uncertainty.
+
+    Only cross-entropy contexts count correct predictions (argmax of the outputs against argmax of
+    the labels); for other loss types the accuracy is NaN. The uncertainty is the binomial standard
+    error ``sqrt(acc (1 - acc) / (ndata - 1))`` (NaN below two datapoints).
+
+    Arguments:
+        result: an OptResult.
+
+    Value: a dict ``{"accuracy": float, "uncertainty": float}``.
+
+    Example:
+        >>> ggml_opt_result_accuracy(res)["accuracy"]
+        0.9712
+    """
     acc, unc = ffi.new("double *"), ffi.new("double *")
     lib.ggml_opt_result_accuracy(_res(result, "ggml_opt_result_accuracy"), acc, unc)
     return {"accuracy": float(acc[0]), "uncertainty": float(unc[0])}
 
 
 def ggml_opt_result_pred(result: OptResult) -> np.ndarray:
+    """The predicted class (argmax of the outputs) of every datapoint evaluated into a result.
+
+    Recorded by cross-entropy contexts, in evaluation order (datapoint by datapoint, batch after
+    batch); other loss types record none.
+
+    Arguments:
+        result: an OptResult.
+
+    Value: a 1-D int32 numpy array of length ``ggml_opt_result_ndata(result)``.
+
+    Example:
+        >>> classes = ggml_opt_result_pred(res)
+    """
     n = ggml_opt_result_ndata(result)
     out = np.zeros(n, dtype=np.int32)
     if n:

@@ -35,7 +35,21 @@ def _require_rpc() -> None:
 
 
 def ggml_rpc_probe(endpoint: str, timeout: float = 2.0) -> bool:
-    """Whether something accepts TCP connections at ``endpoint``."""
+    """Whether something accepts TCP connections at ``endpoint`` (a quick check before using an RPC server).
+
+    ggml aborts the process when an RPC endpoint does not answer, so ggmlpy probes first; this is that
+    probe. It only checks that the port is open, not that an RPC server is behind it.
+
+    Arguments:
+        endpoint: ``"host:port"`` (port 1-65535; an IPv6 host may be bracketed), else GgmlValueError.
+        timeout: seconds to wait for the connection (default 2.0).
+
+    Value: a bool.
+
+    Example:
+        >>> ggml_rpc_probe("192.168.1.20:50052")
+        True
+    """
     host, port = _parse_endpoint(endpoint)
     try:
         with socket.create_connection((host, port), timeout=timeout):
@@ -45,7 +59,23 @@ def ggml_rpc_probe(endpoint: str, timeout: float = 2.0) -> bool:
 
 
 def ggml_backend_rpc_add_server(endpoint: str, timeout: float = 2.0) -> list[Device]:
-    """Register the devices of the RPC server at ``endpoint``; returns them (RPC0, RPC1, ...)."""
+    """Register the devices of the RPC server at ``endpoint``, so they can be used like local ones.
+
+    The server's devices appear as ``RPC0``, ``RPC1``, ... in ``ggml_list_devices``; start one with
+    ``ggml_backend_init_by_name("RPC0")`` and put it in a scheduler. Adding the same endpoint again
+    returns the same devices. Client and server must be built from the same ggml version.
+
+    Arguments:
+        endpoint: ``"host:port"`` of a running ``ggml_backend_rpc_start_server``.
+        timeout: seconds to wait when probing the endpoint first (default 2.0).
+
+    Value: the list of new Devices. Raises BackendUnavailableError when nothing answers there or
+    this installation was built without RPC (``GGMLPY_BACKENDS=cpu,rpc``).
+
+    Example:
+        >>> devs = ggml_backend_rpc_add_server("gpu-box:50052")
+        >>> sched = ggml_backend_sched_new([ggml_backend_init_by_name(devs[0].name)])
+    """
     _require_rpc()
     _parse_endpoint(endpoint)
     if endpoint in _servers:
@@ -65,7 +95,25 @@ def ggml_backend_rpc_add_server(endpoint: str, timeout: float = 2.0) -> list[Dev
 
 def ggml_backend_rpc_start_server(endpoint: str, cache_dir: str | None = None, n_threads: int | None = None,
                                   devices: list | None = None) -> None:
-    """Serve this machine's devices (default: every non-RPC device, GPUs first) until the process ends."""
+    """Serve this machine's devices to RPC clients at ``endpoint``; blocks until the process ends.
+
+    Run it in its own process (or a dedicated machine): clients connect with
+    ``ggml_backend_rpc_add_server``.
+
+    Arguments:
+        endpoint: ``"host:port"`` to listen on, e.g. ``"0.0.0.0:50052"`` for every interface.
+        cache_dir: a directory where the server caches tensors it receives, or None (the default: no
+            cache).
+        n_threads: CPU threads for the served CPU device (default None: ``ggml_get_n_threads()``).
+        devices: the Devices (or device names) to serve, or None (the default: every non-RPC device,
+            GPUs first).
+
+    Value: None (it only returns if the server stops). Raises BackendUnavailableError when this
+    installation was built without RPC.
+
+    Example:
+        >>> ggml_backend_rpc_start_server("0.0.0.0:50052")     # on the machine with the GPU
+    """
     _require_rpc()
     _parse_endpoint(endpoint)
     if devices is None:

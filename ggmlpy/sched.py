@@ -56,9 +56,33 @@ class Scheduler(Handle):
 
 def ggml_backend_sched_new(backends: Sequence[Backend] | Backend | str, parallel: bool = True,
                            graph_size: int = 2048, op_offload: bool = True) -> Scheduler:
-    """A scheduler over ``backends`` (highest priority first); a CPU backend is appended when the
-    list does not end with one. ``backends`` may also be ``"auto"`` (the first GPU, else the CPU),
-    ``"cpu"``, ``"vulkan"``, ``"cuda"`` or a device name: the scheduler then owns that backend."""
+    """A scheduler that runs graphs over one or more backends (GPU first, CPU as the fallback).
+
+    The scheduler assigns each op of a graph to a backend (by priority, by where its data lives and by
+    what each backend supports; the CPU takes what the others cannot do), allocates the intermediate
+    tensors and copies data between devices.
+    ggml requires a CPU backend last: one is appended (and owned by the scheduler) when the list does
+    not end with one. The fit functions and ggml-opt take a scheduler; one scheduler serves at most one
+    live opt context with static graphs.
+
+    Arguments:
+        backends: a list of Backends, highest priority first, or one Backend, or a short name:
+            ``"auto"`` (the first hardware GPU, else the CPU), ``"cpu"``, ``"vulkan"``, ``"cuda"`` or a device
+            name such as ``"Vulkan0"``; the scheduler then owns the backend it starts. A CPU backend
+            anywhere but last raises GgmlValueError; at most ``GGML_SCHED_MAX_BACKENDS`` (16).
+        parallel: True (the default) lets ggml pipeline work across backends (several copies of the
+            inputs); False computes one graph copy at a time.
+        graph_size: the largest graph, in nodes, the scheduler can handle (default 2048). Training
+            graphs of large models need more: an error says how much when it is too small.
+        op_offload: True (the default) lets ggml run ops whose weights live in host memory on the GPU
+            when that pays off (large batches).
+
+    Value: a Scheduler handle (a context manager; freed with ``ggml_backend_sched_free``).
+
+    Example:
+        >>> sched = ggml_backend_sched_new("auto")
+        >>> sched = ggml_backend_sched_new([ggml_vulkan_init(0)], graph_size=8192)
+    """
     owned: list[Backend] = []
     if isinstance(backends, str):
         from .backend import ggml_backend_init_auto
@@ -89,20 +113,67 @@ def _sched(sched: Scheduler, fn: str):
 
 
 def ggml_backend_sched_free(sched: Scheduler) -> None:
+    """Free a scheduler (and the backends it created itself, e.g. for ``"auto"`` or the CPU fallback).
+
+    Idempotent. Backends passed in by the caller stay alive.
+
+    Arguments:
+        sched: a Scheduler.
+
+    Value: None.
+
+    Example:
+        >>> ggml_backend_sched_free(sched)
+    """
     free_handle(sched, Scheduler, "ggml_backend_sched_free(sched)")
 
 
 def ggml_backend_sched_reset(sched: Scheduler) -> None:
+    """Forget the scheduler's current graph allocation, so that another graph can be allocated.
+
+    Graph computes through ggmlpy reset when needed; call it yourself after a manual
+    ``ggml_backend_sched_alloc_graph`` whose graph you no longer want to run.
+
+    Arguments:
+        sched: a Scheduler.
+
+    Value: None.
+
+    Example:
+        >>> ggml_backend_sched_reset(sched)
+    """
     lib.ggml_backend_sched_reset(_sched(sched, "ggml_backend_sched_reset"))
     sched._allocated = None
 
 
 def ggml_backend_sched_get_n_backends(sched: Scheduler) -> int:
+    """The number of backends of a scheduler, the appended CPU fallback included.
+
+    Arguments:
+        sched: a Scheduler.
+
+    Value: an int.
+
+    Example:
+        >>> ggml_backend_sched_get_n_backends(ggml_backend_sched_new([ggml_vulkan_init()]))
+        2
+    """
     _sched(sched, "ggml_backend_sched_get_n_backends")
     return len(sched.backends)
 
 
 def ggml_backend_sched_get_backend(sched: Scheduler, index: int = 0) -> Backend:
+    """Backend number ``index`` of a scheduler (0 has the highest priority; the last is the CPU).
+
+    Arguments:
+        sched: a Scheduler.
+        index: an int in ``[0, n_backends)`` (default 0; else GgmlValueError).
+
+    Value: a Backend.
+
+    Example:
+        >>> ggml_backend_name(ggml_backend_sched_get_backend(sched, 0))
+    """
     _sched(sched, "ggml_backend_sched_get_backend")
     n = len(sched.backends)
     expect(isinstance(index, int) and 0 <= index < n, f"index must be an int in [0, {n}), got {index!r}")
@@ -110,6 +181,19 @@ def ggml_backend_sched_get_backend(sched: Scheduler, index: int = 0) -> Backend:
 
 
 def ggml_backend_sched_get_n_splits(sched: Scheduler) -> int:
+    """The number of pieces the last allocated graph was split into across backends.
+
+    1 means the whole graph ran on one backend; more means data crossed devices (ops a GPU backend
+    lacks fell back to the CPU), which costs time.
+
+    Arguments:
+        sched: a Scheduler.
+
+    Value: an int.
+
+    Example:
+        >>> ggml_backend_sched_graph_compute(sched, gf); ggml_backend_sched_get_n_splits(sched)
+    """
     return int(lib.ggml_backend_sched_get_n_splits(_sched(sched, "ggml_backend_sched_get_n_splits")))
 
 
@@ -157,11 +241,42 @@ def _check_indices(g) -> None:
 
 
 def ggml_backend_sched_reserve(sched: Scheduler, graph: Graph) -> bool:
+    """Reserve the scheduler's buffers for ``graph`` (and graphs no larger), without allocating it.
+
+    Optional: it moves the cost of growing the buffers out of the first compute.
+
+    Arguments:
+        sched: a Scheduler.
+        graph: the largest Graph it will run; its node count must fit the scheduler's ``graph_size``
+            (else GgmlValueError).
+
+    Value: True on success, False when ggml could not reserve the memory.
+
+    Example:
+        >>> ggml_backend_sched_reserve(sched, gf)
+    """
     s = _sched(sched, "ggml_backend_sched_reserve")
     return bool(lib.ggml_backend_sched_reserve(s, _graph_ptr(graph, "ggml_backend_sched_reserve", sched)))
 
 
 def ggml_backend_sched_alloc_graph(sched: Scheduler, graph: Graph) -> bool:
+    """Assign the tensors of ``graph`` to backends and give them memory, before writing its inputs.
+
+    After this, input tensors created without memory can be written with
+    ``ggml_backend_tensor_set_data``; then ``ggml_backend_sched_graph_compute`` runs the graph. A
+    previous allocation is reset first.
+
+    Arguments:
+        sched: a Scheduler.
+        graph: a Graph whose node count fits the scheduler's ``graph_size`` (else GgmlValueError).
+
+    Value: True. Raises GgmlStateError when the allocation fails (out of memory on a backend).
+
+    Example:
+        >>> ggml_backend_sched_alloc_graph(sched, gf)
+        >>> ggml_backend_tensor_set_data(x, batch)
+        >>> ggml_backend_sched_graph_compute(sched, gf)
+    """
     s = _sched(sched, "ggml_backend_sched_alloc_graph")
     g = _graph_ptr(graph, "ggml_backend_sched_alloc_graph", sched)
     # ggml aborts when a scheduler is allocated twice without a reset (e.g. after a compute): reset first
@@ -175,6 +290,22 @@ def ggml_backend_sched_alloc_graph(sched: Scheduler, graph: Graph) -> bool:
 
 
 def ggml_backend_sched_graph_compute(sched: Scheduler, graph: Graph) -> None:
+    """Run ``graph`` on the scheduler's backends and wait for the result.
+
+    Allocates the graph first when it is not the one currently allocated. Row indices of
+    ``ggml_get_rows`` held by input tensors are checked before computing (ggml would abort on one out
+    of range). Read the results with ``ggml_backend_tensor_get_data`` afterwards.
+
+    Arguments:
+        sched: a Scheduler.
+        graph: a Graph whose node count fits the scheduler's ``graph_size`` (else GgmlValueError).
+
+    Value: None. Raises GgmlStateError when the computation fails or is aborted.
+
+    Example:
+        >>> ggml_backend_sched_graph_compute(sched, gf)
+        >>> y = ggml_backend_tensor_get_data(out)
+    """
     s = _sched(sched, "ggml_backend_sched_graph_compute")
     g = _graph_ptr(graph, "ggml_backend_sched_graph_compute", sched)
     addr = int(ffi.cast("uintptr_t", g))
@@ -188,6 +319,22 @@ def ggml_backend_sched_graph_compute(sched: Scheduler, graph: Graph) -> None:
 
 
 def ggml_backend_graph_compute(backend: Backend, graph: Graph) -> None:
+    """Run ``graph`` on one backend; every tensor of the graph must already have memory there.
+
+    Use it with a graph allocator (``ggml_gallocr_alloc_graph``) or with tensors allocated by
+    ``ggml_backend_alloc_ctx_tensors``; a scheduler does the allocation itself. Row indices of
+    ``ggml_get_rows`` held by input tensors are checked first.
+
+    Arguments:
+        backend: the Backend to compute on.
+        graph: a Graph.
+
+    Value: None. Raises GgmlStateError when the computation fails.
+
+    Example:
+        >>> ggml_gallocr_alloc_graph(galloc, gf)
+        >>> ggml_backend_graph_compute(cpu, gf)
+    """
     b = unwrap(backend, Backend, "ggml_backend_graph_compute(backend)")
     g = _graph_ptr(graph, "ggml_backend_graph_compute")
     _check_indices(g)
@@ -198,7 +345,24 @@ _cpu_for_ctx: list[Backend] = []
 
 
 def ggml_graph_compute(ctx, graph: Graph) -> None:
-    """Compute a graph whose tensors live in context memory (``no_alloc=False``) on the CPU."""
+    """Compute a graph whose tensors live in context memory (a ``no_alloc=False`` context), on the CPU.
+
+    The simplest way to run a small graph: no backend buffers, no scheduler. ggmlpy keeps one CPU
+    backend for these calls (its threads follow ``ggml_set_n_threads``).
+
+    Arguments:
+        ctx: the Context holding the tensors, created with ``no_alloc=False`` (else GgmlStateError:
+            use a scheduler).
+        graph: a Graph built in that context.
+
+    Value: None; read the results with ``ggml_backend_tensor_get_data``.
+
+    Example:
+        >>> ctx = ggml_init(1 << 20)
+        >>> a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 3); ggml_backend_tensor_set_data(a, [1.0, 2.0, 3.0])
+        >>> gf = ggml_build_forward_expand(ggml_new_graph(ctx), ggml_sqr(ctx, a))
+        >>> ggml_graph_compute(ctx, gf)
+    """
     from .context import Context
     unwrap(ctx, Context, "ggml_graph_compute(ctx)")
     expect(not ctx.no_alloc, "ggml_graph_compute: the context has no_alloc=True; its tensors have no memory. "

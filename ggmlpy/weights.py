@@ -47,8 +47,25 @@ def _named_tensors(tensors: Any, fn: str) -> list[tuple[str, Tensor]]:
 
 
 def ggml_save_weights_gguf(path: Any, tensors: Any, metadata: dict | None = None) -> None:
-    """Save tensors (a list of named Tensors, or a dict name -> Tensor) from any backend buffer
-    to a GGUF file, with optional metadata (key -> bool/int/float/str or a list of them)."""
+    """Save tensors (from any backend buffer or context memory) to a GGUF file, with optional metadata.
+
+    Each tensor is stored under its name, with its type and shape; ``ggml_load_weights_gguf`` reads
+    them back into tensors of the same names. The data is read from the device when the file is
+    written.
+
+    Arguments:
+        path: the file to write (a str or os.PathLike); an existing file is replaced.
+        tensors: a list of named Tensors, or a dict name -> Tensor (an unnamed tensor takes its key as
+            name). Names must be unique; tensors must be contiguous and allocated.
+        metadata: an optional dict key -> bool/int/float/str or a 1-D list of one of them (default None),
+            stored as GGUF key/values (see ``gguf_set_val``).
+
+    Value: None. Raises GgmlValueError for duplicate or missing names, GgufFileError when the file
+    cannot be written.
+
+    Example:
+        >>> ggml_save_weights_gguf("mlp.gguf", {"w1": w1, "b1": b1}, {"epochs": 10})
+    """
     fn = "ggml_save_weights_gguf"
     p = _fs_path(path, fn)
     pairs = _named_tensors(tensors, fn)
@@ -75,8 +92,22 @@ def _read_bytes(f: Any, offset: int, nbytes: int, name: str, path: str, fn: str)
 
 
 def ggml_load_weights_gguf(path: Any, tensors: Any) -> dict:
-    """Fill tensors (list of named Tensors, or dict name -> Tensor) with the data of the same-named
-    tensors of a GGUF file; types and shapes must match. Returns the file's metadata."""
+    """Fill tensors with the data of the same-named tensors of a GGUF file; returns the file's metadata.
+
+    Every tensor must exist in the file with the same type and shape (else an error naming it); the
+    tensors' memory may be on any backend. Tensors of the file that are not asked for are ignored.
+
+    Arguments:
+        path: the GGUF file (a str or os.PathLike).
+        tensors: a list of named Tensors, or a dict name -> Tensor, to fill (allocated, contiguous).
+
+    Value: a dict of the file's metadata, key -> value (as ``gguf_get_val`` returns them). Raises
+    GgufKeyError for a missing tensor, GgmlValueError for a type or shape mismatch, GgufFileError /
+    GgufFileNotFoundError for a bad, truncated or missing file.
+
+    Example:
+        >>> meta = ggml_load_weights_gguf("mlp.gguf", {"w1": w1, "b1": b1})
+    """
     fn = "ggml_load_weights_gguf"
     p = _fs_path(path, fn)
     pairs = _named_tensors(tensors, fn)
@@ -116,9 +147,24 @@ def _ggml_layout(flat: np.ndarray, shape: tuple[int, int, int, int]) -> np.ndarr
 
 
 def gguf_read(path: Any, raw: bool = False) -> tuple[dict, dict]:
-    """``(tensors, metadata)`` of a GGUF file: tensors as numpy arrays in ggml layout, shape
-    ``(ne3, ne2, ne1, ne0)`` with leading 1-axes dropped (BF16 widened to float32). Types numpy
-    cannot hold (quantized) raise unless ``raw=True``, which returns every tensor's bytes (uint8)."""
+    """Read a whole GGUF file into numpy: ``(tensors, metadata)``.
+
+    Tensors come back in ggml layout as numpy shape ``(ne3, ne2, ne1, ne0)`` with leading 1-axes dropped
+    (a ``[784, 128]`` weight is a ``(128, 784)`` array); BF16 is widened to float32.
+
+    Arguments:
+        path: the GGUF file (a str or os.PathLike).
+        raw: False (the default) converts each tensor to a typed array and raises GgmlTypeError for a
+            type numpy cannot hold (quantized types); True returns every tensor's bytes as a 1-D uint8
+            array instead.
+
+    Value: a tuple ``(tensors, metadata)``: dicts name -> numpy array and key -> value.
+
+    Example:
+        >>> tensors, meta = gguf_read("mlp.gguf")
+        >>> tensors["w1"].shape
+        (128, 784)
+    """
     fn = "gguf_read"
     p = _fs_path(path, fn)
     with gguf_init_from_file(p, no_alloc=True) as g:

@@ -54,7 +54,11 @@ def ggml_load_weights(model: Model, path: Any) -> Model:
     architecture. Weights are matched in order (layer by layer) and every shape is checked first: a file of
     another architecture raises ValueError naming the first tensor that does not fit, and nothing is loaded.
 
-    Value: the model. Example:
+    Arguments: model: a compiled model. path: a GGUF file written by ggmlpy.
+
+    Value: the model, with the file's weights.
+
+    Example:
         >>> model = g.ggml_load_weights(model, "weights.gguf")
     """
     compiled(model, "ggml_load_weights")

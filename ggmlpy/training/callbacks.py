@@ -107,7 +107,27 @@ def _on_stall(monitor: str, patience: int, min_delta: float, mode: str, act: Cal
 
 def ggml_callback_early_stopping(monitor: str = "val_loss", patience: int = 5, min_delta: float = 0,
                                  mode: str = "auto") -> dict:
-    """Stop when ``monitor`` has not improved by more than ``min_delta`` for ``patience`` epochs."""
+    """Early stopping: end training when a monitored value stops improving.
+
+    After every epoch the value of ``monitor`` is compared with the best seen so far; once it has not
+    improved by more than ``min_delta`` for ``patience`` epochs in a row, training stops (with a
+    message) after that epoch. The weights are those of the last epoch (no restore of the best).
+
+    Arguments:
+        monitor: the log key to watch: ``"val_loss"`` (the default), ``"val_accuracy"``, ``"train_loss"``,
+            ``"train_accuracy"`` or a per-head key such as ``"val_<head>_loss"``. Epochs where it is
+            missing or NaN (e.g. no validation data for ``val_*``) do not count.
+        patience: epochs without improvement before stopping (default 5).
+        min_delta: the smallest change that counts as an improvement (default 0).
+        mode: ``"min"`` (lower is better), ``"max"``, or ``"auto"`` (the default: ``"min"`` when the key
+            contains "loss", else ``"max"``).
+
+    Value: a callback dict ``{"on_epoch_end": f}`` for the ``callbacks`` list of the fit functions.
+
+    Example:
+        >>> hist = ggml_fit_opt(sched, ctx, x, out, ds, nepoch=100, val_split=0.2,
+        ...                     callbacks=[ggml_callback_early_stopping("val_loss", patience=3)])
+    """
     def stop(epoch: int, state: FitState, tracker: _Improvement) -> None:
         _say(f"Early stopping at epoch {epoch}: {monitor} has not improved for {tracker.wait} epochs "
              f"(best {tracker.best:.6g})")
@@ -123,7 +143,21 @@ def _set_adamw_lr(state: FitState, lr: float) -> float:
 
 
 def ggml_schedule_step_decay(step_size: int = 10, gamma: float = 0.1) -> dict:
-    """Multiply the AdamW learning rate by ``gamma`` at epochs ``step_size + 1``, ``2 step_size + 1``, ..."""
+    """Step decay of the learning rate: multiply it by ``gamma`` every ``step_size`` epochs.
+
+    At the start of epochs ``step_size + 1``, ``2 * step_size + 1``, ... the (AdamW) learning rate is
+    multiplied by ``gamma`` (and kept above 0).
+
+    Arguments:
+        step_size: epochs between two decays (an int >= 1, default 10).
+        gamma: the factor applied at each decay (default 0.1).
+
+    Value: a callback dict ``{"on_epoch_begin": f}`` for the ``callbacks`` list of the fit functions.
+
+    Example:
+        >>> cb = ggml_schedule_step_decay(step_size=5, gamma=0.5)     # halve every 5 epochs
+        >>> ggml_fit_opt_gen(sched, ctx, x, out, gen, epochs=20, callbacks=[cb])
+    """
     if not isinstance(step_size, int) or step_size < 1:
         raise GgmlValueError(f"step_size must be an int >= 1, got {step_size!r}")
 
@@ -136,7 +170,24 @@ def ggml_schedule_step_decay(step_size: int = 10, gamma: float = 0.1) -> dict:
 
 
 def ggml_schedule_cosine_decay(eta_min: float = 0, T_max: int | None = None) -> dict:  # noqa: N803 - ggmlR's name
-    """AdamW LR = eta_min + (eta_max - eta_min) (1 + cos(pi (epoch - 1) / T_max)) / 2; eta_max is the LR at the first call."""
+    """Cosine annealing of the learning rate from its starting value down to ``eta_min``.
+
+    At the start of each epoch the (AdamW) learning rate is set to
+    ``eta_min + (eta_max - eta_min) * (1 + cos(pi * (epoch - 1) / T_max)) / 2``, where ``eta_max`` is
+    the rate in effect when the first epoch begins (``learning_rate`` of the fit, ggml's 1e-3 by default).
+
+    Arguments:
+        eta_min: the final learning rate (default 0; clamped to a tiny positive value, since ggml
+            cannot step with 0).
+        T_max: the number of epochs of the half cosine, or None (the default: the fit's last epoch
+            number, ``initial_epoch + epochs``).
+
+    Value: a callback dict ``{"on_epoch_begin": f}`` for the ``callbacks`` list of the fit functions.
+
+    Example:
+        >>> hist = ggml_fit_opt(sched, ctx, x, out, ds, nepoch=30, learning_rate=1e-3,
+        ...                     callbacks=[ggml_schedule_cosine_decay(eta_min=1e-5)])
+    """
     captured: dict = {}
 
     def on_epoch_begin(epoch: int, logs: dict, state: FitState) -> None:
@@ -151,7 +202,28 @@ def ggml_schedule_cosine_decay(eta_min: float = 0, T_max: int | None = None) -> 
 
 def ggml_schedule_reduce_on_plateau(monitor: str = "val_loss", factor: float = 0.5, patience: int = 5,
                                     min_lr: float = 1e-7, min_delta: float = 1e-4, mode: str = "auto") -> dict:
-    """Multiply the AdamW LR by ``factor`` (not below ``min_lr``) after ``patience`` epochs without improvement."""
+    """Reduce the learning rate when a monitored value stops improving.
+
+    Once ``monitor`` has not improved by more than ``min_delta`` for ``patience`` epochs, the (AdamW)
+    learning rate is multiplied by ``factor`` (not below ``min_lr``) and the count starts over (no
+    cooldown; the best value is kept).
+
+    Arguments:
+        monitor: the log key to watch: ``"val_loss"`` (the default), ``"val_accuracy"``, ``"train_loss"``,
+            ``"train_accuracy"`` or a per-head key such as ``"val_<head>_loss"``. Epochs where it is
+            missing or NaN (e.g. no validation data for ``val_*``) do not count.
+        factor: the factor applied at each reduction (default 0.5).
+        patience: epochs without improvement before a reduction (default 5).
+        min_lr: the learning rate never goes below this (default 1e-7).
+        min_delta: the smallest change that counts as an improvement (default 1e-4).
+        mode: ``"min"`` (lower is better), ``"max"``, or ``"auto"`` (the default: ``"min"`` when the key
+            contains "loss", else ``"max"``).
+
+    Value: a callback dict ``{"on_epoch_end": f}`` for the ``callbacks`` list of the fit functions.
+
+    Example:
+        >>> cb = ggml_schedule_reduce_on_plateau("val_loss", factor=0.2, patience=2)
+    """
     def reduce(epoch: int, state: FitState, tracker: _Improvement) -> None:
         lr = _set_adamw_lr(state, max(state.lr_ud.get()["adamw"] * factor, min_lr))
         _say(f"Epoch {epoch}: {monitor} plateaued, LR reduced to {lr:.6g}")

@@ -90,17 +90,77 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
                      silent: bool = False, loss_mask_ne0: int | None = None, weight_decay: float = 0,
                      prefetch: int = 0, learning_rate: float | None = None, on_nonfinite: str = "raise") \
         -> pd.DataFrame:
-    """Train from a generator, one physical batch at a time.
+    """Train from a generator, one batch at a time: the streaming counterpart of ``ggml_fit_opt``.
 
-    ``generator`` (and ``validation_generator``) is a zero-argument function returning a batch or None
-    (ggmlR's contract: a finite one resets itself before returning None), a generator function (called
-    once per epoch), a re-iterable (a list of batches, a DataLoader: iterated once per epoch) or an iterator
-    (consumed across epochs). A batch is ``(x, y)`` or ``{"inputs": [...], "labels": [...], "weights": w}``,
-    each element in ggml layout holding exactly one physical batch. ``prefetch=N`` reads up to N batches
-    ahead in a background thread; ``learning_rate`` sets the starting rate (default ggml's 1e-3, schedules
-    and ``ggml_opt_set_lr`` change it later). A non-finite training loss stops training with a ValueError
-    (``on_nonfinite="warn"`` only warns). Returns the history: ``epoch, train_loss, train_accuracy, val_loss,
-    val_accuracy, steps``, one row per completed epoch; an exception carries it as ``.history``.
+    Instead of a dataset holding every sample, batches are pulled from a source, so only the current
+    batch is in memory: data larger than RAM, augmentation that differs per epoch, and generated
+    sources (simulators, RL rollouts) that have no fixed dataset.
+
+    The source contract. ``generator`` (and ``validation_generator``) may be
+    (1) a callable of no arguments returning one batch per call and None to end the epoch (ggmlR's
+    contract: a finite one must reset itself before returning None, so the next call starts over);
+    (2) a generator function, called once per epoch; (3) a re-iterable such as a list of batches or a
+    ``torch.utils.data.DataLoader``, iterated once per epoch; or (4) a one-shot iterator, consumed
+    across epochs. A batch is ``(x, y)``, or ``{"inputs": [x1, ...], "labels": [y1, ...], "weights": w}``
+    (a bare array stands for a one-element list; ``"weights"`` for weighted MSE); for loss types
+    without labels (mean, sum) ``x`` or ``(x,)``. Each element is an array already in ggml layout holding
+    exactly one physical batch: for a tensor ``[F, N]`` an ``(N, F)`` array (or 1-D of ``F * N``
+    values). An epoch whose first request yields no batch warns and stops training; one that ends
+    before ``steps_per_epoch`` warns and is closed early. Validation runs forward only on its own
+    opt context after each epoch and never changes training. An exception from the generator
+    propagates unchanged after every C resource of the fit is released.
+
+    Arguments:
+        sched: the Scheduler to train on (``ggml_backend_sched_new``); it must not serve another live
+            opt context.
+        ctx_compute: the Context holding the model graph.
+        inputs: the input Tensor of the graph (allocated), or a list of them for several inputs:
+            ``inputs[i]`` receives the batch's ``i``-th input.
+        outputs: the output Tensor the loss is computed from.
+        generator: the training source (see above).
+        steps_per_epoch: batches per epoch (a positive int), or None (the default) to run each epoch
+            until the source ends. Needed for an endless source; with it the next epoch continues the
+            same source.
+        epochs: the number of epochs to run (an int >= 0, default 1).
+        initial_epoch: the number of epochs already done (default 0): epochs are numbered
+            ``initial_epoch + 1 .. initial_epoch + epochs`` in the history, callbacks and schedules.
+            It does not restore optimizer state (a warm restart, as in Keras).
+        validation_generator: an optional source of validation batches, same contract (default None).
+        validation_steps: validation batches per epoch, or None (the default: until that source ends).
+        loss_type: a loss type constant (default ``ggml_opt_loss_type_mse()``). Cross-entropy takes
+            logits (no softmax at the end of the graph); binary cross-entropy takes probabilities
+            (a sigmoid at the end); MSE, MAE, Huber take any outputs.
+        optimizer: ``ggml_opt_optimizer_type_adamw()`` (the default) or ``..._sgd()``.
+        nbatch_logical: samples per optimizer step, for gradient accumulation: None (the default)
+            steps after every batch; a multiple of the physical batch steps every
+            ``nbatch_logical // batch`` batches (the count carries across epochs; a non-multiple warns).
+        loss_mask_ne0: for weighted MSE, the width of each weight row: 1 (one weight per sample; the
+            default when None) or the outputs' ne[0] (one per element, a mask).
+        callbacks: a list of callbacks (default None: none): dicts with ``"on_epoch_begin"`` /
+            ``"on_epoch_end"`` functions or objects with those methods, each called as
+            ``f(epoch, logs, state)``; ``state.stop = True`` stops training, ``state.lr_ud`` is the handle
+            for ``ggml_opt_set_lr``. Built-ins: ``ggml_callback_early_stopping``,
+            ``ggml_schedule_step_decay``, ``ggml_schedule_cosine_decay``, ``ggml_schedule_reduce_on_plateau``.
+        silent: True suppresses the progress bar and the per-epoch line (default False).
+        weight_decay: decoupled weight decay in [0, 1] applied at every optimizer step (default 0: off).
+        learning_rate: the starting learning rate of the optimizer, a number > 0 (default None: ggml's
+            1e-3); schedules and ``ggml_opt_set_lr`` change it later.
+        on_nonfinite: what a NaN/inf training loss does at the end of an epoch: ``"raise"`` (the default)
+            stops with a GgmlValueError naming the usual causes; ``"warn"`` only warns and trains on.
+        prefetch: read up to this many batches ahead in a background thread (default 0: none), to
+            overlap a slow source with training.
+
+    Value: a pandas DataFrame, one row per completed epoch, columns ``epoch, train_loss,
+    train_accuracy, val_loss, val_accuracy, steps`` (NaN where not computed; accuracy for
+    cross-entropy only). An exception raised during training (Ctrl-C included) carries the rows of the
+    completed epochs as its ``.history``; the trained weights stay in the model's tensors.
+
+    Example:
+        >>> def batches():                               # a generator function: one call per epoch
+        ...     for i in range(0, len(x_train), 32):
+        ...         yield x_train[i:i + 32], y_train[i:i + 32]
+        >>> hist = ggml_fit_opt_gen(sched, ctx, x, logits, batches, epochs=5,
+        ...                         loss_type=ggml_opt_loss_type_cross_entropy(), learning_rate=1e-3)
     """
     _check_common(sched, ctx_compute, optimizer, "epochs", epochs, callbacks, silent)
     ins = _tensors(inputs, "inputs")
@@ -265,9 +325,52 @@ def ggml_fit_opt(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs
                  nbatch_logical: int = 32, val_split: float = 0, shuffle: bool = True, shuffle_all: bool | None = None,
                  callbacks: Sequence[Any] | None = None, silent: bool = False, weight_decay: float = 0,
                  learning_rate: float | None = None, on_nonfinite: str = "raise") -> pd.DataFrame:
-    """Train on an in-memory dataset with callbacks; returns ``epoch, train_loss, train_accuracy, val_loss,
-    val_accuracy``. The last ``val_split`` of the (once shuffled) data validates, whole logical batches only.
-    A non-finite training loss raises ValueError (``on_nonfinite="warn"`` only warns)."""
+    """Train on an in-memory dataset (``ggml_opt_dataset_init``), with callbacks and a history.
+
+    The full-featured Python counterpart of ggml's C loop ``ggml_opt_fit``. The physical batch is the
+    inputs tensor's element count over ``ne_datapoint``; ``ndata`` must be a multiple of it. The last
+    ``val_split`` of the logical batches of the (once shuffled) data validates instead of training,
+    forward only, on an opt context of its own: validation never changes the weights. For data that
+    does not fit in memory use ``ggml_fit_opt_gen``.
+
+    Arguments:
+        sched: the Scheduler to train on; it must not serve another live opt context.
+        ctx_compute: the Context holding the model graph.
+        inputs: the allocated input Tensor; its type must be the dataset's data type.
+        outputs: the output Tensor the loss is computed from.
+        dataset: a Dataset with the data (and labels, for losses that need them).
+        loss_type: a loss type constant (default ``ggml_opt_loss_type_mse()``). Cross-entropy takes
+            logits (no softmax at the end of the graph); binary cross-entropy takes probabilities;
+            weighted MSE reads ``ggml_opt_dataset_weights``.
+        optimizer: ``ggml_opt_optimizer_type_adamw()`` (the default) or ``..._sgd()``.
+        nepoch: the number of epochs (an int >= 0, default 10).
+        nbatch_logical: samples per optimizer step (default 32; raised to the physical batch when
+            smaller): gradients of ``nbatch_logical // batch`` batches are accumulated per step.
+        val_split: the fraction in [0, 1) of the logical batches kept for validation (default 0).
+        shuffle: reshuffle the training part before every epoch (default True).
+        shuffle_all: shuffle the whole dataset once before training, so the validation part is a random
+            sample (default None: the value of ``shuffle``).
+        callbacks: a list of callbacks (default None: none): dicts with ``"on_epoch_begin"`` /
+            ``"on_epoch_end"`` functions or objects with those methods, each called as
+            ``f(epoch, logs, state)``; ``state.stop = True`` stops training, ``state.lr_ud`` is the handle
+            for ``ggml_opt_set_lr``. Built-ins: ``ggml_callback_early_stopping``,
+            ``ggml_schedule_step_decay``, ``ggml_schedule_cosine_decay``, ``ggml_schedule_reduce_on_plateau``.
+        silent: True suppresses the progress bar and the per-epoch line (default False).
+        weight_decay: decoupled weight decay in [0, 1] applied at every optimizer step (default 0: off).
+        learning_rate: the starting learning rate of the optimizer, a number > 0 (default None: ggml's
+            1e-3); schedules and ``ggml_opt_set_lr`` change it later.
+        on_nonfinite: what a NaN/inf training loss does at the end of an epoch: ``"raise"`` (the default)
+            stops with a GgmlValueError naming the usual causes; ``"warn"`` only warns and trains on.
+
+    Value: a pandas DataFrame, one row per completed epoch, columns ``epoch, train_loss,
+    train_accuracy, val_loss, val_accuracy`` (NaN where not computed; accuracy for cross-entropy
+    only). An exception raised during training carries the completed rows as its ``.history``.
+
+    Example:
+        >>> ds = ggml_opt_dataset_init(GGML_TYPE_F32, GGML_TYPE_F32, 784, 10, 60000)
+        >>> hist = ggml_fit_opt(sched, ctx, x, logits, ds, ggml_opt_loss_type_cross_entropy(),
+        ...                     nepoch=5, nbatch_logical=64, val_split=0.1)
+    """
     _check_common(sched, ctx_compute, optimizer, "nepoch", nepoch, callbacks, silent)
     L.check_loss_type(loss_type)
     return _dataset_fit(sched, ctx_compute, inputs, [as_tensor(outputs, "outputs")], dataset, [loss_type], None,
@@ -284,10 +387,53 @@ def ggml_fit_opt_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, o
                        callbacks: Sequence[Any] | None = None, silent: bool = False,
                        weight_decay: float = 0, learning_rate: float | None = None,
                        on_nonfinite: str = "raise") -> pd.DataFrame:
-    """Several output heads on one dataset whose labels are the heads' labels side by side.
+    """Train several output heads on one in-memory dataset, with callbacks and a history.
 
-    The history's ``attrs`` hold ``head_loss``, ``head_accuracy``, ``val_head_loss``, ``val_head_accuracy``
-    (DataFrames, one column per head) and ``head_names``; callbacks see ``train_<head>_loss`` etc.
+    The total loss is ``sum_i loss_weights[i] * loss_i``, each head's loss a mean over its output
+    elements. Each label row of the dataset holds the heads' labels side by side; ``labels_offs`` says
+    where each head's columns start. Otherwise as ``ggml_fit_opt`` (validation split, shuffling,
+    gradient accumulation).
+
+    Arguments:
+        sched: the Scheduler to train on.
+        ctx_compute: the Context holding the model graph.
+        inputs: the allocated input Tensor.
+        outputs: a list of output Tensors, one per head, all with the same batch size.
+        dataset: a Dataset whose label rows hold every head's labels.
+        loss_types: one loss type constant per head (SUM cannot be mixed with the others).
+        loss_weights: one weight (a number >= 0) per head, or None (the default: all 1).
+        labels_offs: the 0-based label column where each head's labels start, or None (the default:
+            heads back to back in the order of ``outputs``).
+        head_names: distinct non-empty names, one per head, or None (``head_1``, ``head_2``, ...);
+            they name the per-head columns and callback log keys.
+        optimizer: ``ggml_opt_optimizer_type_adamw()`` (the default) or ``..._sgd()``.
+        nepoch: the number of epochs (default 10).
+        nbatch_logical: samples per optimizer step (default 32).
+        val_split: the fraction in [0, 1) of the logical batches kept for validation (default 0).
+        shuffle: reshuffle the training part before every epoch (default True).
+        shuffle_all: shuffle the whole dataset once first (default None: the value of ``shuffle``).
+        callbacks: a list of callbacks (default None: none): dicts with ``"on_epoch_begin"`` /
+            ``"on_epoch_end"`` functions or objects with those methods, each called as
+            ``f(epoch, logs, state)``; ``state.stop = True`` stops training, ``state.lr_ud`` is the handle
+            for ``ggml_opt_set_lr``. Built-ins: ``ggml_callback_early_stopping``,
+            ``ggml_schedule_step_decay``, ``ggml_schedule_cosine_decay``, ``ggml_schedule_reduce_on_plateau``.
+        silent: True suppresses the progress bar and the per-epoch line (default False).
+        weight_decay: decoupled weight decay in [0, 1] applied at every optimizer step (default 0: off).
+        learning_rate: the starting learning rate of the optimizer, a number > 0 (default None: ggml's
+            1e-3); schedules and ``ggml_opt_set_lr`` change it later.
+        on_nonfinite: what a NaN/inf training loss does at the end of an epoch: ``"raise"`` (the default)
+            stops with a GgmlValueError naming the usual causes; ``"warn"`` only warns and trains on.
+
+    Value: the history DataFrame of ``ggml_fit_opt`` (total loss; accuracy averaged over the
+    cross-entropy heads). Its ``attrs`` hold ``head_loss``, ``head_accuracy``, ``val_head_loss``,
+    ``val_head_accuracy`` (DataFrames, one column per head) and ``head_names``; callbacks see
+    ``train_<head>_loss``, ``val_<head>_accuracy`` etc.
+
+    Example:
+        >>> hist = ggml_fit_opt_multi(sched, ctx, x, [logits, box], ds,
+        ...     [ggml_opt_loss_type_cross_entropy(), ggml_opt_loss_type_mse()], [1.0, 0.5],
+        ...     head_names=["cls", "box"], nepoch=5)
+        >>> hist.attrs["head_loss"]
     """
     _check_common(sched, ctx_compute, optimizer, "nepoch", nepoch, callbacks, silent)
     outs = _tensors(outputs, "outputs")
@@ -311,8 +457,34 @@ def ggml_opt_fit_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, o
                        dataset: Dataset, loss_types: Sequence[int], loss_weights: Sequence[float] | None = None,
                        labels_offs: Sequence[int] | None = None, optimizer: int = O.OPTIMIZER_ADAMW, nepoch: int = 1,
                        nbatch_logical: int = 32, val_split: float = 0, silent: bool = False) -> dict:
-    """ggmlR's thin wrapper: no per-epoch shuffle, one initial shuffle, no callbacks; returns a dict of
-    per-epoch lists and per-head matrices (epochs x heads)."""
+    """ggmlR's thin multi-head wrapper of ``ggml_fit_opt_multi``: no callbacks, one initial shuffle.
+
+    The dataset is shuffled once before training, not between epochs; there are no callbacks,
+    learning-rate or weight-decay settings (AdamW lr 1e-3).
+
+    Arguments:
+        sched: the Scheduler to train on.
+        ctx_compute: the Context holding the model graph.
+        inputs: the allocated input Tensor.
+        outputs: a list of output Tensors, one per head.
+        dataset: a Dataset whose label rows hold every head's labels side by side.
+        loss_types: one loss type constant per head.
+        loss_weights: one weight per head, or None (the default: all 1).
+        labels_offs: the 0-based label column where each head's labels start, or None (back to back).
+        optimizer: ``ggml_opt_optimizer_type_adamw()`` (the default) or ``..._sgd()``.
+        nepoch: the number of epochs (default 1).
+        nbatch_logical: samples per optimizer step (default 32).
+        val_split: the fraction in [0, 1) of the logical batches kept for validation (default 0).
+        silent: True suppresses progress output (default False).
+
+    Value: a dict of numpy arrays: ``train_loss``, ``train_accuracy``, ``val_loss``, ``val_accuracy``
+    (one value per epoch) and ``head_loss``, ``head_accuracy`` (epochs x heads).
+
+    Example:
+        >>> r = ggml_opt_fit_multi(sched, ctx, x, [logits, box], ds,
+        ...     [ggml_opt_loss_type_cross_entropy(), ggml_opt_loss_type_mse()], nepoch=3)
+        >>> r["head_loss"][-1]
+    """
     h = ggml_fit_opt_multi(sched, ctx_compute, inputs, outputs, dataset, loss_types, loss_weights, labels_offs,
                            None, optimizer, nepoch, nbatch_logical, val_split, shuffle=False, shuffle_all=True,
                            silent=silent)

@@ -11,7 +11,23 @@ if TYPE_CHECKING:
 
 
 def ggml_plot_history(history: pd.DataFrame, path: str | Path, title: str | None = None) -> Path:
-    """Loss (and accuracy, where there is one) per epoch, train and validation, saved as a PNG."""
+    """Plot a training history to a PNG: loss per epoch, and accuracy where there is one.
+
+    Train and validation curves share a panel (columns that are all NaN are left out); a second
+    panel shows the accuracy when the history has any. Needs matplotlib (``pip install matplotlib``;
+    the Agg backend is used, so no display is needed).
+
+    Arguments:
+        history: the DataFrame a fit function returned (``ggml_fit_opt``, ``ggml_fit_opt_gen``,
+            ``ggml_fit``, ...); it must have an ``epoch`` column (else GgmlValueError).
+        path: where to save the PNG (a str or Path).
+        title: an optional title above the plot (default None: none).
+
+    Value: the Path of the written file.
+
+    Example:
+        >>> ggml_plot_history(hist, "history.png", title="MNIST MLP")
+    """
     import pandas as pd
     if not isinstance(history, pd.DataFrame) or "epoch" not in history:
         raise GgmlValueError("history must be the DataFrame a ggml_fit_* function returned")

@@ -1,0 +1,110 @@
+"""Documentation: every public name of ggmlpy has a docstring a user can learn from.
+
+``help(ggmlpy.<name>)`` must be useful for every name in ``ggmlpy.__all__``, and the API reference
+(``pdoc -o docs/api ggmlpy``, see docs/README.md) is generated from these docstrings. The form is
+that of ggmlR's reference pages: a summary line, what it does, the arguments with their defaults,
+the value, an example.
+"""
+from __future__ import annotations
+
+import inspect
+import re
+
+import pytest
+
+import ggmlpy as G
+
+PUBLIC = {name: getattr(G, name) for name in G.__all__ if callable(getattr(G, name))}
+FUNCTIONS = {name: obj for name, obj in PUBLIC.items() if not inspect.isclass(obj)}
+
+# The model layer's entry points: every parameter is explained in the docstring.
+MODEL_API = ["ggml_fit", "ggml_compile", "ggml_fit_generator", "ggml_predict", "ggml_evaluate", "ggml_trainer"]
+# The low-level training API, documented in the same way.
+TRAINING_API = ["ggml_fit_opt_gen", "ggml_fit_opt", "ggml_fit_opt_multi", "ggml_opt_fit", "ggml_opt_fit_multi",
+                "ggml_opt_epoch", "ggml_opt_init", "ggml_opt_init_for_fit", "ggml_opt_init_for_fit_multi",
+                "ggml_opt_dataset_init", "ggml_backend_sched_new"]
+
+
+def _doc(obj) -> str:
+    return inspect.getdoc(obj) or ""
+
+
+def _parameters(fn) -> list[str]:
+    """The named parameters of ``fn`` (``*args``/``**kwargs`` excluded)."""
+    return [p.name for p in inspect.signature(fn).parameters.values()
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def _undocumented_parameters(fn) -> list[str]:
+    doc = _doc(fn)
+    return [p for p in _parameters(fn) if not re.search(rf"(?<![\w]){re.escape(p)}(?![\w])", doc)]
+
+
+def test_public_names_exist():
+    assert len(PUBLIC) > 250  # guards the checks below against an empty __all__
+
+
+def test_every_public_callable_has_a_docstring():
+    missing = sorted(name for name, obj in PUBLIC.items() if not _doc(obj).strip())
+    assert not missing, f"{len(missing)} public names of ggmlpy have no docstring: {missing}"
+
+
+def test_every_docstring_starts_with_a_summary_line():
+    bad = sorted(name for name, obj in PUBLIC.items()
+                 if len(_doc(obj).splitlines()[0].strip()) < 10)
+    assert not bad, f"docstrings whose first line is not a summary: {bad}"
+
+
+@pytest.mark.parametrize("name", MODEL_API + TRAINING_API)
+def test_entry_points_explain_every_parameter(name):
+    fn = getattr(G, name)
+    missing = _undocumented_parameters(fn)
+    assert not missing, f"{name}'s docstring does not mention its parameters {missing}"
+
+
+def test_low_level_functions_explain_every_parameter():
+    """Outside the model layer (whose layer constructors forward ``*args``), every public function's
+    docstring names each of its parameters."""
+    missing = {name: _undocumented_parameters(fn) for name, fn in FUNCTIONS.items()
+               if not fn.__module__.startswith("ggmlpy.models")}
+    missing = {name: params for name, params in missing.items() if params}
+    assert not missing, f"docstrings that do not mention these parameters: {missing}"
+
+
+def test_low_level_functions_have_an_example():
+    missing = sorted(name for name, fn in FUNCTIONS.items()
+                     if not fn.__module__.startswith("ggmlpy.models") and ">>>" not in _doc(fn))
+    assert not missing, f"docstrings without a '>>>' example: {missing}"
+
+
+def test_loss_types_say_logits_or_probabilities():
+    """Where the loss is chosen, the docstring says what the outputs must be."""
+    assert "logits" in _doc(G.ggml_opt_loss_type_cross_entropy)
+    assert "probabilities" in _doc(G.ggml_opt_loss_type_binary_cross_entropy)
+    for name in ("ggml_fit_opt_gen", "ggml_fit_opt", "ggml_opt_init"):
+        doc = _doc(getattr(G, name))
+        assert "logits" in doc, name
+
+
+def test_generated_op_docstrings_are_specific():
+    """The element-wise ops are made by factories: each gets its own docstring, not a shared stub."""
+    unary = ["ggml_sqr", "ggml_sqrt", "ggml_log", "ggml_exp", "ggml_sin", "ggml_cos", "ggml_abs", "ggml_sgn",
+             "ggml_neg", "ggml_step", "ggml_relu", "ggml_elu", "ggml_silu", "ggml_gelu", "ggml_tanh",
+             "ggml_sigmoid", "ggml_softplus", "ggml_hardswish", "ggml_dup", "ggml_cont"]
+    binary = ["ggml_add", "ggml_sub", "ggml_mul", "ggml_div"]
+    reshape = ["ggml_reshape_1d", "ggml_reshape_2d", "ggml_reshape_3d", "ggml_reshape_4d"]
+    for group in (unary, binary, reshape):
+        docs = [_doc(getattr(G, name)) for name in group]
+        assert len(set(docs)) == len(docs)
+        for name, doc in zip(group, docs):
+            assert "Arguments:" in doc and "Value:" in doc and ">>>" in doc, name
+            assert name in doc, name
+
+
+def test_pdoc_renders_the_api_reference(tmp_path):
+    """The API reference builds (docs/README.md): pdoc imports the package and renders every name."""
+    pdoc = pytest.importorskip("pdoc")
+    pdoc.pdoc("ggmlpy", output_directory=tmp_path)
+    page = (tmp_path / "ggmlpy.html").read_text(encoding="utf-8")
+    absent = [name for name in G.__all__ if f'id="{name}"' not in page]
+    assert not absent, f"names missing from the generated reference: {absent}"
