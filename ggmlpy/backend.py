@@ -35,6 +35,13 @@ def _default_threads() -> int:
 
 
 _n_threads = [_default_threads()]
+_threads_set_by_user = [False]
+# Below this much work per compute, one thread is faster: the thread pool's barrier after every node
+# costs more than it saves (measured on this project's 2 shared cores, the model layer's training step of
+# an MLP: 0.7 MFLOP 0.41 ms on one thread vs 12.4 ms on two, 32 MFLOP 2.1 vs 14.9 ms, 230 MFLOP
+# 20 vs 30 ms, with the other core busy). The model layer applies it per graph unless the user chose a
+# count with ggml_set_n_threads.
+SMALL_GRAPH_FLOPS = 50e6
 _cpu_backends: "weakref.WeakSet[Backend]" = weakref.WeakSet()
 
 
@@ -267,8 +274,10 @@ class Backend(Handle):
         super().__init__(ptr, lib.ggml_backend_free)
         self.device = Device(lib.ggml_backend_get_device(ptr))
         self.is_cpu = self.device.type == "cpu"
+        self.n_threads = 0
         if self.is_cpu:
             lib.ggmlpy_cpu_set_n_threads(ptr, _n_threads[0])
+            self.n_threads = _n_threads[0]
             _cpu_backends.add(self)
 
     @property
@@ -538,6 +547,7 @@ def ggml_backend_cpu_set_n_threads(backend: Backend, n_threads: int) -> None:
            f"n_threads must be an int >= 1, got {n_threads!r}")
     expect(backend.is_cpu, f"ggml_backend_cpu_set_n_threads: {backend.name} is not a CPU backend", GgmlStateError)
     lib.ggmlpy_cpu_set_n_threads(ptr, n_threads)
+    backend.n_threads = n_threads
 
 
 def ggml_set_n_threads(n_threads: int) -> None:
@@ -556,9 +566,31 @@ def ggml_set_n_threads(n_threads: int) -> None:
     """
     expect(isinstance(n_threads, int) and n_threads >= 1, f"n_threads must be an int >= 1, got {n_threads!r}")
     _n_threads[0] = n_threads
+    _threads_set_by_user[0] = True
     for b in list(_cpu_backends):
         if b.alive:
             lib.ggmlpy_cpu_set_n_threads(b.ptr, n_threads)
+            b.n_threads = n_threads
+
+
+def threads_for(backend: "Backend", flops: float) -> int:
+    """Give a CPU backend the threads a graph of ``flops`` per compute runs best with: the user's count if
+    they set one with ``ggml_set_n_threads``, else one thread for a small graph and the default for others.
+    Returns the count it had before (to restore it)."""
+    if not backend.is_cpu:
+        return 0
+    before = backend.n_threads
+    n = _n_threads[0] if _threads_set_by_user[0] or flops >= SMALL_GRAPH_FLOPS else 1
+    if n != before:
+        lib.ggmlpy_cpu_set_n_threads(backend.ptr, n)
+        backend.n_threads = n
+    return before
+
+
+def set_backend_threads(backend: "Backend", n: int) -> None:
+    if backend.is_cpu and n >= 1 and n != backend.n_threads:
+        lib.ggmlpy_cpu_set_n_threads(backend.ptr, n)
+        backend.n_threads = n
 
 
 def ggml_get_n_threads() -> int:

@@ -232,6 +232,27 @@ def _count_forward(outputs: Sequence[Tensor], with_leafs: bool = False) -> Any:
     return (n_nodes, params, n_leafs) if with_leafs else (n_nodes, params)
 
 
+_MUL_MAT = next(i for i in range(int(lib.GGML_OP_COUNT)) if ffi.string(lib.ggml_op_name(i)) == b"MUL_MAT")
+
+
+def forward_flops(outputs: Sequence[Tensor]) -> float:
+    """A rough count of the floating-point operations of one forward pass to ``outputs``: 2 per
+    multiply-add of a matrix product, one per result element of any other op."""
+    seen, stack, flops = set(), [o.ptr for o in outputs], 0.0
+    mul_mat = _MUL_MAT
+    while stack:
+        t = stack.pop()
+        key = int(ffi.cast("uintptr_t", t))
+        if key in seen:
+            continue
+        seen.add(key)
+        if t.op != lib.GGML_OP_NONE:
+            n = float(lib.ggml_nelements(t))
+            flops += 2.0 * n * int(t.src[0].ne[0]) if t.op == mul_mat else n
+        stack.extend(s for s in t.src if s != ffi.NULL)
+    return flops
+
+
 def training_graph_nodes(outputs: Tensor, build_type: int = BUILD_OPT) -> int:
     """An upper bound on the nodes and leafs of the graphs ggml-opt builds from ``outputs``: the backward
     pass adds at most ~3 nodes per forward op, each parameter a gradient accumulator, two moments and an

@@ -27,7 +27,8 @@ from . import data as D
 from .compile import CompileConfig, compiled
 from .graph import Model
 from .metrics import Tally
-from .runtime import build_graph, make_scheduler
+from ..backend import set_backend_threads, threads_for
+from .runtime import TRAINING_FLOPS_FACTOR, build_graph, make_scheduler
 
 
 def _int_arg(value: Any, name: str, lo: int) -> int:
@@ -158,6 +159,7 @@ def run_training(model: Model, cfg: CompileConfig, source: Source, batch: int, *
     logits_for = {id(n) for n, h in zip(outputs, cfg.heads) if h.fused}
     inst = build_graph(model, params, batch, training=True, logits_for=logits_for)
     sched = None
+    threads_before = threads_for(params.backend, TRAINING_FLOPS_FACTOR * inst.flops)
     try:
         sched = make_scheduler(params.backend, inst.train_nodes)
         period = 1
@@ -176,6 +178,7 @@ def run_training(model: Model, cfg: CompileConfig, source: Source, batch: int, *
                             validate=validate, head_names=[h.name for h in cfg.heads] if multi else None,
                             stream=stream, on_nonfinite=on_nonfinite)
     finally:
+        set_backend_threads(params.backend, threads_before)
         if sched is not None:
             sched.free()
         inst.free()

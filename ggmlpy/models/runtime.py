@@ -13,13 +13,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import ops
-from ..backend import Backend, ggml_backend_alloc_ctx_tensors, ggml_backend_init_auto
+from ..backend import (Backend, ggml_backend_alloc_ctx_tensors, ggml_backend_init_auto, set_backend_threads,
+                       threads_for)
 from ..context import (GGML_TYPE_F32, GGML_TYPE_I32, Context, Tensor, ggml_graph_overhead, ggml_init,
                        ggml_new_graph_custom, ggml_build_forward_expand, ggml_new_tensor, ggml_set_input,
                        ggml_set_name, ggml_set_output, ggml_tensor_overhead, set_trainable)
 from ..data import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
 from ..errors import GgmlStateError
-from ..opt import BUILD_FORWARD, training_graph_nodes
+from ..opt import BUILD_FORWARD, forward_flops, training_graph_nodes
 from ..sched import Scheduler, ggml_backend_sched_graph_compute, ggml_backend_sched_new
 from .graph import Model, Node
 from .layers import NATURAL, SPATIAL, Layer
@@ -232,6 +233,7 @@ class GraphInstance:
         self.hooks = ([b.masks] if b.masks.masks else []) + b.hooks
         self.train_nodes = sum(training_graph_nodes(o) for o in outputs)  # bounds for graph and scheduler sizes
         self.forward_nodes = sum(training_graph_nodes(o, BUILD_FORWARD) for o in outputs)
+        self.flops = forward_flops(outputs)  # picks the CPU thread count: small graphs run faster on one
 
     def free(self) -> None:
         for h in self._owned:
@@ -244,6 +246,9 @@ class GraphInstance:
 def build_graph(model: Model, params: ParamStore, batch: int, training: bool,
                 logits_for: set[int] | None = None) -> GraphInstance:
     return GraphBuilder(model, params, batch, training, logits_for or set()).build()
+
+
+TRAINING_FLOPS_FACTOR = 3  # forward + backward (two products per forward one) of a training step
 
 
 def make_scheduler(backend: Backend, graph_nodes: int) -> Scheduler:
@@ -264,7 +269,11 @@ class Predictor:
         inst, graph, sched = self._graph(batch)
         for t, a in zip(inst.inputs, arrays):
             ggml_backend_tensor_set_data(t, a)
-        ggml_backend_sched_graph_compute(sched, graph)
+        before = threads_for(self.params.backend, inst.flops)
+        try:
+            ggml_backend_sched_graph_compute(sched, graph)
+        finally:
+            set_backend_threads(self.params.backend, before)  # a fit may be running on the same backend
         return [ggml_backend_tensor_get_data(o) for o in inst.outputs]
 
     def _graph(self, batch: int):

@@ -14,7 +14,8 @@ from . import data as D
 from .compile import compiled
 from .graph import Model
 from .metrics import Tally
-from .runtime import ParamStore, Predictor, build_graph, make_scheduler
+from ..backend import set_backend_threads, threads_for
+from .runtime import TRAINING_FLOPS_FACTOR, ParamStore, Predictor, build_graph, make_scheduler
 
 
 class Snapshot:
@@ -84,6 +85,7 @@ class ModelTrainer:
         logits_for = {id(n) for n, h in zip(outputs, cfg.heads) if h.fused}
         self._inst = build_graph(model, params, self.batch_size, training=True, logits_for=logits_for)
         self._owned: list[Any] = [self._inst]
+        self._threads = TRAINING_FLOPS_FACTOR * self._inst.flops
         try:
             self._sched = make_scheduler(params.backend, self._inst.train_nodes)
             self._owned.insert(0, self._sched)
@@ -125,7 +127,12 @@ class ModelTrainer:
         xs, ys = self._batch(x, y, "step")
         pairs = self._writer.parse({"inputs": xs, "labels": ys})
         self._result.reset()
-        self._session.step(self._session.train_ctx, pairs, True, self._result)
+        backend = self._params.backend
+        before = threads_for(backend, self._threads)
+        try:
+            self._session.step(self._session.train_ctx, pairs, True, self._result)
+        finally:
+            set_backend_threads(backend, before)
         self._steps += 1
         return float(ggml_opt_result_loss(self._result)["loss"])
 

@@ -332,3 +332,29 @@ def test_ggml_fit_with_a_scheduler_is_the_low_level_fit():
     assert len(h) == 2
     for o in (ds, buf, ctx, sched, b):
         o.free()
+
+
+def test_small_graphs_train_on_one_thread_unless_the_user_chose(monkeypatch):
+    """A tiny model's steps are faster on one thread (the pool's barriers cost more than they save): the
+    model layer picks one for it, leaves big graphs the default, and always obeys ggml_set_n_threads."""
+    from ggmlpy import backend as B
+    monkeypatch.setattr(B, "_threads_set_by_user", [False])
+    monkeypatch.setattr(B, "_n_threads", [2])
+    x, ids = blobs(32)
+    seen = []
+    probe = {"on_epoch_end": lambda e, logs, state: seen.append(m.runtime.backend.n_threads)}
+    m = classifier()
+    m.runtime.backend.n_threads = 2
+    g.ggml_fit(m, x, np.eye(3)[ids], epochs=1, batch_size=16, verbose=0, callbacks=[probe])
+    assert seen == [1] and m.runtime.backend.n_threads == 2  # restored after the fit
+    big = g.ggml_model_sequential()
+    big = g.ggml_layer_dense(big, 1024, activation="relu", input_shape=(256,))   # ~200 MFLOP per step
+    m = g.ggml_compile(g.ggml_layer_dense(big, 3, activation="softmax"), backend="cpu")
+    m.runtime.backend.n_threads = 2
+    xb = np.random.default_rng(0).normal(size=(128, 256)).astype(np.float32)
+    g.ggml_fit(m, xb, np.eye(3)[np.arange(128) % 3], batch_size=128, verbose=0, callbacks=[probe])
+    assert seen[-1] == 2
+    g.ggml_set_n_threads(2)  # the user's choice wins (monkeypatch restores the module state afterwards)
+    m = classifier()
+    g.ggml_fit(m, x, np.eye(3)[ids], epochs=1, batch_size=16, verbose=0, callbacks=[probe])
+    assert seen[-1] == 2
