@@ -63,3 +63,12 @@ def test_readme_python_examples_run_as_written(tmp_path):
     script.write_text(keras + setup + inference.replace('"auto"', '"cpu"') + "\n" + lowlevel)
     out = _run([str(script)], tmp_path)
     assert "accuracy" in out
+
+
+def test_rl_cartpole_dqn_learns(tmp_path):
+    """ggml_trainer + snapshots (the target network) + ggml_predict: DQN learns CartPole from its own play."""
+    out = _run([str(ROOT / "examples" / "rl_cartpole_dqn.py"), "--quick", "--backend", "cpu", "--seed", "0"],
+               tmp_path)
+    first, last = map(float, re.search(r"first 20 episodes ([0-9.]+) -> last 20 episodes ([0-9.]+)", out).groups())
+    assert first < 40, out[-1500:]                 # a random policy keeps the pole up ~20 steps
+    assert last > 100 and last > 3 * first, out[-1500:]
