@@ -161,7 +161,11 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
     values = model.runtime.params.values() if model.runtime is not None else model.kept_weights
     runtime = Runtime(model, backend, values)  # before the old one goes: a failure leaves the model as it was
     if model.runtime is not None:
-        model.runtime.free()
+        try:
+            model.runtime.free()
+        except BaseException:
+            runtime.free()  # the old one is in use: keep it, drop the new one
+            raise
     model.runtime, model.compiled = runtime, config
     return model
 

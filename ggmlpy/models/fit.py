@@ -54,6 +54,12 @@ def _predictor(model: Any, fn: str):
     return model, model.runtime.predictor
 
 
+def _in_use(model: Any):
+    """The model's runtime marked busy (a snapshot has its own weights and needs no mark)."""
+    import contextlib
+    return model.runtime.use() if isinstance(model, Model) else contextlib.nullcontext()
+
+
 def predict_arrays(model: Model, predictor: Any, xs: list[np.ndarray], batch_size: int) -> list[np.ndarray]:
     """Outputs (N, *output_shape) for inputs in ggml layout; the last partial batch is zero-padded and
     its padding dropped from the result."""
@@ -85,9 +91,10 @@ def ggml_predict(model: Model, x: Any, batch_size: int = 32) -> np.ndarray | lis
     Example:
         >>> probs = g.ggml_predict(model, x_test)          # (N, classes)
     """
-    model, predictor = _predictor(model, "ggml_predict")
+    model_, predictor = _predictor(model, "ggml_predict")
     batch_size = _int_arg(batch_size, "batch_size", 1)
-    outs = predict_arrays(model, predictor, D.model_inputs(model, x), batch_size)
+    with _in_use(model):
+        outs = predict_arrays(model_, predictor, D.model_inputs(model_, x), batch_size)
     return outs[0] if len(outs) == 1 else outs
 
 
@@ -132,7 +139,8 @@ def ggml_evaluate(model: Model, x: Any, y: Any, batch_size: int = 32, sample_wei
     n = xs[0].shape[0]
     ys = D.model_targets(model, cfg, y, n)
     w = D.sample_weights(cfg, ys, n, sample_weight, None)
-    tally = _evaluate_arrays(model, cfg, model.runtime.predictor, xs, ys, w, _int_arg(batch_size, "batch_size", 1))
+    with model.runtime.use():
+        tally = _evaluate_arrays(model, cfg, model.runtime.predictor, xs, ys, w, _int_arg(batch_size, "batch_size", 1))
     result = {"loss": tally.total_loss(), "accuracy": tally.accuracy(), "n_samples": n}
     if len(cfg.heads) > 1:
         for h, l, a in zip(cfg.heads, tally.head_losses(), tally.head_accuracies()):
@@ -154,7 +162,7 @@ def run_training(model: Model, cfg: CompileConfig, source: Source, batch: int, *
     """Build the training graph for ``batch`` samples and run the one training loop on it."""
     params = model.runtime.params
     if not params.mark_trainable():
-        raise GgmlValueError("nothing to train: every layer with weights is frozen (ggml_unfreeze_weights)")
+        raise GgmlValueError(nothing_to_train(model))
     outputs = model.graph()[1]
     logits_for = {id(n) for n, h in zip(outputs, cfg.heads) if h.fused}
     inst = build_graph(model, params, batch, training=True, logits_for=logits_for)
@@ -270,7 +278,15 @@ def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch
 def ggml_fit(model: Any, *args: Any, **kwargs: Any) -> pd.DataFrame:
     if isinstance(model, Scheduler):  # ggmlR's dispatch: ggml_fit(sched, ctx_compute, inputs, outputs, dataset, ...)
         return ggml_fit_opt(model, *args, **kwargs)
-    return fit_model(model, *args, **kwargs)
+    compiled(model, "ggml_fit")
+    with model.runtime.use():
+        return fit_model(model, *args, **kwargs)
+
+
+def nothing_to_train(model: Model) -> str:
+    if any(p.trainable for l in model.layers for p in (l.params or [])):
+        return "nothing to train: every layer with weights is frozen (ggml_unfreeze_weights)"
+    return "nothing to train: the model has no layer with trainable weights"
 
 
 class _BatchConverter:
@@ -332,8 +348,16 @@ def ggml_fit_generator(model: Model, generator: Any, steps_per_epoch: int | None
         ...         yield augment(x[i:i + 64]), y[i:i + 64]
         >>> g.ggml_fit_generator(model, batches, epochs=5)
     """
-    import pandas as pd  # noqa: F401 - the history's type
-    cfg = compiled(model, "ggml_fit_generator")
+    compiled(model, "ggml_fit_generator")
+    with model.runtime.use():  # from the first batch on: no compile/free from another thread meanwhile
+        return _fit_generator(model, generator, steps_per_epoch, epochs, initial_epoch, validation_data,
+                              validation_steps, callbacks, verbose, prefetch, nbatch_logical, on_nonfinite)
+
+
+def _fit_generator(model, generator, steps_per_epoch, epochs, initial_epoch, validation_data, validation_steps,
+                   callbacks, verbose, prefetch, nbatch_logical, on_nonfinite) -> pd.DataFrame:
+    import pandas as pd  # the history's type
+    cfg = model.compiled
     epochs = _int_arg(epochs, "epochs", 0)
     initial_epoch = _int_arg(initial_epoch, "initial_epoch", 0)
     prefetch = _int_arg(prefetch, "prefetch", 0)

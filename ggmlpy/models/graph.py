@@ -104,6 +104,10 @@ class Model:
         if missing:
             raise GgmlValueError(f"the outputs depend on input '{missing[0].layer.name}', which is not among the "
                                  "model's inputs")
+        unused = [i for i in inputs if all(n is not i for n in nodes)]
+        if unused:
+            raise GgmlValueError(f"input '{unused[0].layer.name}' is not connected to any output; remove it from "
+                                 "the model's inputs or use it")
         self.inputs, self.outputs, self.nodes = inputs, outputs, nodes
         layers: list[Layer] = []
         for n in nodes:
@@ -205,16 +209,16 @@ class Sequential(Model):
             raise GgmlValueError(f"the model already has a layer named '{layer.name}'")
         if self._stack and layer.input_shape is not None:
             raise GgmlValueError(f"input_shape is for the first layer only; layer '{layer.name}' is not first")
-        self._stack.append(layer)
         self.invalidate()
+        self._stack.append(layer)
         self._built = None
         return self
 
     def pop(self) -> Layer:
         if not self._stack:
             raise GgmlValueError("the model has no layer to pop")
-        layer = self._stack.pop()
         self.invalidate()
+        layer = self._stack.pop()
         self._built = None
         return layer
 

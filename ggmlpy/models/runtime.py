@@ -8,6 +8,8 @@ scheduler and context, so the scheduler's allocations never leak into another gr
 """
 from __future__ import annotations
 
+import contextlib
+import threading
 from typing import Any, Sequence
 
 import numpy as np
@@ -307,9 +309,13 @@ class Predictor:
 
 
 class Runtime:
-    """A compiled model's backend, weights and predictor."""
+    """A compiled model's backend, weights and predictor. ``use()`` marks it busy for the length of a
+    call (a fit, a prediction): freeing it then, from another thread, is refused instead of pulling the
+    weights out from under ggml."""
 
     def __init__(self, model: Model, backend: str, values: dict | None = None) -> None:
+        self._lock = threading.Lock()
+        self._busy = 0
         self.backend = ggml_backend_init_auto(backend)
         try:
             self.params = ParamStore(model.layers, self.backend, values)
@@ -319,7 +325,23 @@ class Runtime:
         self.predictor = Predictor(model, self.params)
         self.device_name = self.backend.device.name
 
+    @contextlib.contextmanager
+    def use(self):
+        with self._lock:
+            if not self.params.alive:
+                raise GgmlStateError("the model's weights have been freed (compiled again or changed?)")
+            self._busy += 1
+        try:
+            yield self
+        finally:
+            with self._lock:
+                self._busy -= 1
+
     def free(self) -> None:
-        self.predictor.free()
-        self.params.free()
-        self.backend.free()
+        with self._lock:
+            if self._busy:
+                raise GgmlStateError("the model is in use (a fit or prediction is running, in another thread?); "
+                                     "compile or change it after that call returns")
+            self.predictor.free()
+            self.params.free()
+            self.backend.free()

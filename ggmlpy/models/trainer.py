@@ -128,11 +128,12 @@ class ModelTrainer:
         pairs = self._writer.parse({"inputs": xs, "labels": ys})
         self._result.reset()
         backend = self._params.backend
-        before = threads_for(backend, self._threads)
-        try:
-            self._session.step(self._session.train_ctx, pairs, True, self._result)
-        finally:
-            set_backend_threads(backend, before)
+        with self._model.runtime.use():
+            before = threads_for(backend, self._threads)
+            try:
+                self._session.step(self._session.train_ctx, pairs, True, self._result)
+            finally:
+                set_backend_threads(backend, before)
         self._steps += 1
         return float(ggml_opt_result_loss(self._result)["loss"])
 
@@ -143,7 +144,8 @@ class ModelTrainer:
         xs, ys = self._batch(x, y, "eval")
         from .fit import predict_arrays
         tally = Tally(self._cfg.heads)
-        tally.add(predict_arrays(self._model, self._model.runtime.predictor, xs, self.batch_size), ys)
+        with self._model.runtime.use():
+            tally.add(predict_arrays(self._model, self._model.runtime.predictor, xs, self.batch_size), ys)
         return tally.total_loss()
 
     def model(self) -> Model:
@@ -170,7 +172,8 @@ class ModelTrainer:
     def snapshot(self) -> Snapshot:
         """A frozen copy of the current weights (free it with ``ggml_snapshot_free``)."""
         self._live("snapshot")
-        return Snapshot(self._model, self._model.runtime.params.copy())
+        with self._model.runtime.use():
+            return Snapshot(self._model, self._model.runtime.params.copy())
 
     def restore(self, snapshot: Snapshot) -> None:
         """Put a snapshot's weights back into the model (the optimizer's state is kept)."""
@@ -180,9 +183,10 @@ class ModelTrainer:
         if snapshot.model is not self._model:
             raise GgmlValueError("trainer.restore: the snapshot was taken of another model")
         params = self._model.runtime.params
-        for name, value in snapshot.params.values().items():
-            layer_name, weight = name.rsplit(".", 1)
-            params.write(next(l for l in params.layers if l.name == layer_name), weight, value)
+        with self._model.runtime.use():
+            for name, value in snapshot.params.values().items():
+                layer_name, weight = name.rsplit(".", 1)
+                params.write(next(l for l in params.layers if l.name == layer_name), weight, value)
 
     def free(self) -> None:
         """Release the trainer's ggml objects (the model stays). Idempotent."""

@@ -158,3 +158,39 @@ def test_conv_layer_objects_and_the_conv_op_share_a_name(ctx):
     k = g.ggml_new_tensor_4d(ctx, g.GGML_TYPE_F32, 3, 3, 1, 2)
     x = g.ggml_new_tensor_4d(ctx, g.GGML_TYPE_F32, 8, 8, 1, 1)
     assert g.ggml_conv_2d(ctx, k, x).shape == (6, 6, 2, 1)  # the ggml op, as before
+
+
+def test_an_unconnected_input_is_refused():
+    a, b = g.ggml_input(shape=(3,)), g.ggml_input(shape=(2,), name="unused_input")
+    with pytest.raises(ValueError, match="'unused_input' is not connected"):
+        g.ggml_model([a, b], g.ggml_layer_dense(a, 1))
+
+
+def test_a_model_in_use_cannot_be_recompiled_from_another_thread():
+    """ggml_fit running in one thread; ggml_compile / adding a layer in another is refused (it would free
+    the weights under ggml), and the model stays usable."""
+    import threading
+    m = g.ggml_layer_dense(g.ggml_model_sequential(), 2, input_shape=(3,))
+    g.ggml_compile(m, loss="mse", backend="cpu")
+    started, release = threading.Event(), threading.Event()
+
+    def slow_source():
+        for _ in range(4):
+            started.set()
+            release.wait(10)
+            yield np.ones((8, 3)), np.ones((8, 2))
+
+    worker = threading.Thread(target=lambda: g.ggml_fit_generator(m, slow_source, verbose=0))
+    worker.start()
+    assert started.wait(10)
+    try:
+        with pytest.raises(RuntimeError, match="in use"):
+            g.ggml_compile(m, loss="mae", backend="cpu")
+        with pytest.raises(RuntimeError, match="in use"):
+            g.ggml_layer_dense(m, 1)
+    finally:
+        release.set()
+        worker.join(10)
+    assert [l.name for l in m.layers] == ["dense_1"]
+    assert g.ggml_predict(m, np.ones((2, 3))).shape == (2, 2)
+    g.ggml_compile(m, loss="mae", backend="cpu")   # free again once the fit returned
