@@ -164,5 +164,5 @@ def ggml_opt_result_pred(result: OptResult) -> np.ndarray:
     n = ggml_opt_result_ndata(result)
     out = np.zeros(n, dtype=np.int32)
     if n:
-        lib.ggml_opt_result_pred(result.ptr, ffi.from_buffer(out))
+        lib.ggml_opt_result_pred(result.ptr, ffi.from_buffer("int32_t[]", out))  # typed: C takes int32_t *
     return out

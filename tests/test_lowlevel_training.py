@@ -232,3 +232,30 @@ def test_changing_the_learning_rate_between_steps(backend, sched, data):
     finally:
         opt.free()
         model.free()
+
+
+def test_opt_result_pred_holds_the_argmax_of_each_datapoint(backend, sched):
+    """A cross-entropy context records each datapoint's predicted class; ggml_opt_result_pred returns them
+    (it raised TypeError on any non-empty result: an untyped buffer for C's int32_t *)."""
+    rng = np.random.default_rng(0)
+    ctx = G.ggml_init(16 * G.ggml_tensor_overhead() + G.ggml_graph_overhead(), no_alloc=True)
+    x = G.ggml_set_input(G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, 8))
+    w = G.ggml_set_param(G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, 4))
+    buf = G.ggml_backend_alloc_ctx_tensors(ctx, backend)
+    W = rng.normal(size=(4, 3)).astype(np.float32)
+    G.ggml_backend_tensor_set_data(w, W)
+    logits = G.ggml_mul_mat(ctx, w, x)
+    opt = G.ggml_opt_init(sched, G.ggml_opt_loss_type_cross_entropy(), ctx_compute=ctx, inputs=x, outputs=logits,
+                          build_type=G.ggml_opt_build_type_forward())
+    result = G.ggml_opt_result_init()
+    X = rng.normal(size=(16, 3)).astype(np.float32)
+    for i in (0, 8):
+        G.ggml_opt_alloc(opt, False)
+        G.ggml_backend_tensor_set_data(x, X[i:i + 8])
+        G.ggml_backend_tensor_set_data(G.ggml_opt_labels(opt), np.eye(4, dtype=np.float32)[np.arange(8) % 4])
+        G.ggml_opt_eval(opt, result)
+    pred = G.ggml_opt_result_pred(result)
+    assert pred.dtype == np.int32 and pred.shape == (16,)
+    np.testing.assert_array_equal(pred, (X.astype(np.float64) @ W.T).argmax(axis=1))
+    for o in (result, opt, buf, ctx):
+        o.free()
