@@ -6,12 +6,14 @@ run in list order; as soon as one sets ``state.stop`` the rest of that phase is 
 """
 from __future__ import annotations
 
+import difflib
 import math
 import sys
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from ..errors import GgmlTypeError, GgmlValueError
+from ..errors import GgmlpyWarning, GgmlTypeError, GgmlValueError
 from ..opt import LR_FLOOR, LrUserdata
 
 PHASES = ("on_epoch_begin", "on_epoch_end")
@@ -24,6 +26,7 @@ class FitState:
     nepoch: int
     stop: bool = False
     epoch: int = 0
+    optimizer: str = "adamw"   # which rate the schedules report
 
 
 def _hook(cb: Any, phase: str) -> Callable | None:
@@ -43,6 +46,7 @@ class CallbackList:
             if not isinstance(cb, dict) and not any(hasattr(cb, p) for p in PHASES):
                 raise GgmlTypeError(f"callbacks[{i}] must be a dict with 'on_epoch_begin'/'on_epoch_end' or an "
                                     f"object with those methods, got {type(cb).__name__}")
+            _check_hooks(cb, i)
         self.callbacks = list(callbacks)
 
     def run(self, phase: str, epoch: int, logs: dict, state: FitState) -> None:
@@ -52,6 +56,37 @@ class CallbackList:
                 fn(epoch, dict(logs), state)  # a fresh dict: mutating it never reaches the history
             if state.stop:
                 return
+
+
+def _check_hooks(cb: Any, i: int) -> None:
+    """A hook that would never be called is an error in a dict (a typo such as 'on_epoch_ends') and a
+    warning on an object (Keras callbacks have hooks ggmlpy does not call); a hook must be callable."""
+    names = list(cb) if isinstance(cb, dict) else [n for n in dir(cb) if n.startswith("on_")]
+    for name in names:
+        if name in PHASES:
+            hook = cb[name] if isinstance(cb, dict) else getattr(cb, name)
+            if hook is not None and not callable(hook):  # None: no hook (R's NULL)
+                raise GgmlTypeError(f"callbacks[{i}]['{name}'] must be a function f(epoch, logs, state), got "
+                                    f"{type(cb[name] if isinstance(cb, dict) else getattr(cb, name)).__name__}")
+            continue
+        near = difflib.get_close_matches(str(name), PHASES, n=1)
+        hint = f" (did you mean '{near[0]}'?)" if near else ""
+        message = (f"callbacks[{i}] has a hook '{name}' that is never called{hint}; the fit functions call "
+                   f"{' and '.join(PHASES)}")
+        if isinstance(cb, dict):
+            raise GgmlValueError(message)
+        warnings.warn(message, GgmlpyWarning, stacklevel=5)
+
+
+# Keras' short names for the logged values
+MONITOR_ALIASES = {"loss": "train_loss", "accuracy": "train_accuracy", "acc": "train_accuracy",
+                   "val_acc": "val_accuracy"}
+
+
+def _monitor_key(monitor: Any) -> str:
+    if not isinstance(monitor, str) or not monitor:
+        raise GgmlValueError(f"monitor must be the name of a logged value such as 'val_loss', got {monitor!r}")
+    return MONITOR_ALIASES.get(monitor, monitor)
 
 
 def _mode(monitor: str, mode: str) -> str:
@@ -92,11 +127,19 @@ def _say(message: str) -> None:
 def _on_stall(monitor: str, patience: int, min_delta: float, mode: str, act: Callable) -> dict:
     """An on_epoch_end callback that calls ``act(epoch, state, tracker)`` once ``monitor`` has not improved
     by more than ``min_delta`` for ``patience`` epochs (epochs where it is missing or NaN do not count)."""
+    monitor = _monitor_key(monitor)
     tracker = _Improvement(monitor, min_delta, mode)
+    warned: list = []
 
     def on_epoch_end(epoch: int, logs: dict, state: FitState) -> None:
         value = _monitored(logs, monitor)
         if value is None:
+            if not warned:
+                warned.append(True)
+                have = ", ".join(k for k, v in logs.items() if not (isinstance(v, float) and math.isnan(v)))
+                warnings.warn(f"Epoch {epoch}: the callback monitors '{monitor}', which this fit does not log "
+                              f"(logged: {have}); it cannot act until it is (no validation data?)",
+                              GgmlpyWarning, stacklevel=4)
             return
         tracker.update(value)
         if tracker.wait >= patience:
@@ -136,16 +179,22 @@ def ggml_callback_early_stopping(monitor: str = "val_loss", patience: int = 5, m
     return _on_stall(monitor, patience, min_delta, mode, stop)
 
 
-def _set_adamw_lr(state: FitState, lr: float) -> float:
-    lr = max(float(lr), LR_FLOOR)
-    state.lr_ud.set(adamw_lr=lr)
-    return lr
+def _set_lr(state: FitState, adamw: float, sgd: float) -> float:
+    """Set both optimizers' learning rates (kept above 0); returns the one of the fit's optimizer."""
+    adamw, sgd = max(float(adamw), LR_FLOOR), max(float(sgd), LR_FLOOR)
+    state.lr_ud.set(adamw_lr=adamw, sgd_lr=sgd)
+    return sgd if state.optimizer == "sgd" else adamw
+
+
+def _scale_lr(state: FitState, factor: float, floor: float = LR_FLOOR) -> float:
+    lr = state.lr_ud.get()
+    return _set_lr(state, max(lr["adamw"] * factor, floor), max(lr["sgd"] * factor, floor))
 
 
 def ggml_schedule_step_decay(step_size: int = 10, gamma: float = 0.1) -> dict:
     """Step decay of the learning rate: multiply it by ``gamma`` every ``step_size`` epochs.
 
-    At the start of epochs ``step_size + 1``, ``2 * step_size + 1``, ... the (AdamW) learning rate is
+    At the start of epochs ``step_size + 1``, ``2 * step_size + 1``, ... the learning rate (of both optimizers) is
     multiplied by ``gamma`` (and kept above 0).
 
     Arguments:
@@ -163,7 +212,7 @@ def ggml_schedule_step_decay(step_size: int = 10, gamma: float = 0.1) -> dict:
 
     def on_epoch_begin(epoch: int, logs: dict, state: FitState) -> None:
         if epoch > 1 and (epoch - 1) % step_size == 0:
-            lr = _set_adamw_lr(state, state.lr_ud.get()["adamw"] * gamma)
+            lr = _scale_lr(state, gamma)
             _say(f"Epoch {epoch}: LR reduced to {lr:.6g}")
 
     return {"on_epoch_begin": on_epoch_begin}
@@ -172,7 +221,7 @@ def ggml_schedule_step_decay(step_size: int = 10, gamma: float = 0.1) -> dict:
 def ggml_schedule_cosine_decay(eta_min: float = 0, T_max: int | None = None) -> dict:  # noqa: N803 - ggmlR's name
     """Cosine annealing of the learning rate from its starting value down to ``eta_min``.
 
-    At the start of each epoch the (AdamW) learning rate is set to
+    At the start of each epoch the learning rate (of both optimizers) is set to
     ``eta_min + (eta_max - eta_min) * (1 + cos(pi * (epoch - 1) / T_max)) / 2``, where ``eta_max`` is
     the rate in effect when the first epoch begins (``learning_rate`` of the fit, ggml's 1e-3 by default).
 
@@ -188,14 +237,20 @@ def ggml_schedule_cosine_decay(eta_min: float = 0, T_max: int | None = None) -> 
         >>> hist = ggml_fit_opt(sched, ctx, x, out, ds, nepoch=30, learning_rate=1e-3,
         ...                     callbacks=[ggml_schedule_cosine_decay(eta_min=1e-5)])
     """
+    if T_max is not None and (isinstance(T_max, bool) or not isinstance(T_max, int) or T_max < 1):
+        raise GgmlValueError(f"T_max must be an int >= 1 (epochs) or None, got {T_max!r}")
+    if isinstance(eta_min, bool) or not isinstance(eta_min, (int, float)) or not math.isfinite(eta_min) \
+            or eta_min < 0:
+        raise GgmlValueError(f"eta_min must be a finite number >= 0, got {eta_min!r}")
     captured: dict = {}
 
     def on_epoch_begin(epoch: int, logs: dict, state: FitState) -> None:
         if "eta_max" not in captured:
-            captured["eta_max"] = state.lr_ud.get()["adamw"]
+            captured.update(state.lr_ud.get())
+            captured["eta_max"] = True
         t_max = T_max if T_max is not None else state.nepoch
-        eta_max = captured["eta_max"]
-        _set_adamw_lr(state, eta_min + 0.5 * (eta_max - eta_min) * (1 + math.cos(math.pi * (epoch - 1) / t_max)))
+        c = 0.5 * (1 + math.cos(math.pi * (epoch - 1) / t_max))
+        _set_lr(state, eta_min + (captured["adamw"] - eta_min) * c, eta_min + (captured["sgd"] - eta_min) * c)
 
     return {"on_epoch_begin": on_epoch_begin}
 
@@ -225,7 +280,7 @@ def ggml_schedule_reduce_on_plateau(monitor: str = "val_loss", factor: float = 0
         >>> cb = ggml_schedule_reduce_on_plateau("val_loss", factor=0.2, patience=2)
     """
     def reduce(epoch: int, state: FitState, tracker: _Improvement) -> None:
-        lr = _set_adamw_lr(state, max(state.lr_ud.get()["adamw"] * factor, min_lr))
+        lr = _scale_lr(state, factor, min_lr)
         _say(f"Epoch {epoch}: {monitor} plateaued, LR reduced to {lr:.6g}")
         tracker.wait = 0  # best is kept; no cooldown (ggmlR's rule)
 

@@ -165,7 +165,8 @@ def fit_loop(trainer: Trainer, train_feed: Feed, val_feed: Feed | None, *, epoch
     non-finite loss) leaves with the history of the completed epochs as its ``history`` attribute."""
     cbs = CallbackList(callbacks)
     nepoch = initial_epoch + epochs
-    state = FitState(lr_ud=trainer.lr_ud, nepoch=nepoch)
+    state = FitState(lr_ud=trainer.lr_ud, nepoch=nepoch,
+                     optimizer="sgd" if trainer.train_ctx.optimizer == O.OPTIMIZER_SGD else "adamw")
     columns = HISTORY_COLUMNS + (["steps"] if stream else [])
     rows: list[dict] = []
     head_rows: list[dict] = []

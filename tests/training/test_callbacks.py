@@ -66,7 +66,7 @@ def lr_log(log, phase="on_epoch_begin", key="adamw"):
 def test_dict_and_object_callbacks_run_in_list_order(model, tsched, batches):
     ev: list = []
     cbs = [dict_recorder("a", ev), Recorder("b", ev), dict_recorder("c", ev, phases=("on_epoch_end",)),
-           {"on_epoch_begin": None, "on_epoch_end": "not callable"}]  # non-function entries are ignored
+           {"on_epoch_begin": None}]  # None: no hook, as R's NULL
     h = fit(model, tsched, batches, cbs, epochs=2, initial_epoch=3)
     assert ev == [("a", "begin", 4), ("b", "begin", 4), ("a", "end", 4), ("b", "end", 4), ("c", "end", 4),
                   ("a", "begin", 5), ("b", "begin", 5), ("a", "end", 5), ("b", "end", 5), ("c", "end", 5)]
@@ -162,8 +162,9 @@ def test_early_stopping_min_delta_and_missing_metric(model, tsched, batches):
     h = fit(model, tsched, batches, [G.ggml_callback_early_stopping("train_loss", patience=2, min_delta=1e9)],
             epochs=10)
     assert len(h) == 3
-    # val_loss is NaN without validation: never an improvement, never a wait
-    h = fit(model, tsched, batches, [G.ggml_callback_early_stopping("val_loss", patience=1)], epochs=4)
+    # val_loss is NaN without validation: never an improvement, never a wait (and a warning says so)
+    with pytest.warns(G.GgmlpyWarning, match="monitors 'val_loss'"):
+        h = fit(model, tsched, batches, [G.ggml_callback_early_stopping("val_loss", patience=1)], epochs=4)
     assert len(h) == 4
     # a decreasing loss keeps training (SGD, lr 0.05, least squares: the loss falls every epoch)
     setlr = {"on_epoch_begin": lambda e, logs, s: G.ggml_opt_set_lr(s.lr_ud, sgd_lr=0.05)}
@@ -238,13 +239,35 @@ def test_reduce_on_plateau(model, tsched, batches, capsys):
     assert "plateau" in capsys.readouterr().err
 
 
-def test_schedules_act_on_the_adamw_rate_only(model, tsched, batches):
+@pytest.mark.parametrize("schedule", ["step", "cosine", "plateau"])
+def test_schedules_change_the_sgd_rate_too(schedule, model, tsched, batches):
+    """An SGD fit's learning rate follows the schedule (the schedules used to change AdamW's only)."""
     log_a: list = []
     log_s: list = []
-    fit(model, tsched, batches, [G.ggml_schedule_step_decay(step_size=1, gamma=0.5), lr_log(log_a),
-                                 lr_log(log_s, key="sgd")], epochs=3, optimizer=SGD)
-    assert [v for _, v in log_a] == [pytest.approx(x) for x in (1e-3, 5e-4, 2.5e-4)]
-    assert [v for _, v in log_s] == [pytest.approx(1e-3)] * 3
+    cb = {"step": G.ggml_schedule_step_decay(step_size=1, gamma=0.5),
+          "cosine": G.ggml_schedule_cosine_decay(T_max=2),
+          "plateau": G.ggml_schedule_reduce_on_plateau("train_loss", factor=0.5, patience=0, min_delta=1e9)}
+    fit(model, tsched, batches, [cb[schedule], lr_log(log_a), lr_log(log_s, key="sgd")], epochs=3, optimizer=SGD)
+    want = {"step": (1e-3, 5e-4, 2.5e-4), "cosine": (1e-3, 5e-4, 0.0), "plateau": (1e-3, 5e-4, 2.5e-4)}[schedule]
+    assert [v for _, v in log_s] == [pytest.approx(x, rel=1e-6, abs=1e-11) for x in want]
+    assert [v for _, v in log_a] == [v for _, v in log_s]
+
+
+@pytest.mark.parametrize("bad, kind, text", [
+    ({"on_epoch_ends": lambda e, l, s: None}, ValueError, "never called.*did you mean 'on_epoch_end'"),
+    ({"on_epoch_end": "not callable"}, TypeError, "must be a function"),
+])
+def test_a_misspelled_or_non_callable_hook_is_an_error(bad, kind, text, model, tsched, batches):
+    with pytest.raises(kind, match=text):
+        fit(model, tsched, batches, [bad], epochs=1)
+
+
+def test_a_monitor_that_is_never_logged_warns_once_and_keras_names_work(model, tsched, batches):
+    with pytest.warns(G.GgmlpyWarning, match="monitors 'val_loss'.*no validation data") as caught:
+        fit(model, tsched, batches, [G.ggml_callback_early_stopping(patience=1)], epochs=3)
+    assert sum("monitors" in str(w.message) for w in caught) == 1
+    h = fit(model, tsched, batches, [G.ggml_callback_early_stopping("loss", patience=0, min_delta=1e9)], epochs=3)
+    assert len(h) == 1   # 'loss' is Keras' name for train_loss: the stop fired after the first epoch
 
 
 def test_builtin_argument_errors():
