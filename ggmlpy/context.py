@@ -5,7 +5,7 @@ the context owns, so they keep it alive and refuse to work once it is freed.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from ._ffi import ffi, lib
 from ._handle import Handle, free_handle, raise_type, unwrap
@@ -669,19 +669,25 @@ def ggml_new_graph_custom(ctx: Context, size: int = GGML_DEFAULT_GRAPH_SIZE, gra
     return Graph(lib.ggml_new_graph_custom(ctx_ptr, size, bool(grads)), ctx, size, bool(grads))
 
 
-def _reachable(root: Any) -> tuple[set, set]:
-    """Nodes (ops) and leafs reachable from ``root``, as ggml_build_forward_expand will add them."""
-    nodes, leafs, stack, seen = set(), set(), [root], set()
+def walk_graph(roots: Iterable[Any]) -> Iterator[Any]:
+    """Every tensor (cdata pointer) reachable from ``roots`` through its sources, each once."""
+    stack, seen = list(roots), set()
     while stack:
         t = stack.pop()
         key = int(ffi.cast("uintptr_t", t))
         if key in seen:
             continue
         seen.add(key)
+        yield t
+        stack.extend(s for s in t.src if s != ffi.NULL)
+
+
+def _reachable(root: Any) -> tuple[set, set]:
+    """Nodes (ops) and leafs reachable from ``root``, as ggml_build_forward_expand will add them."""
+    nodes, leafs = set(), set()
+    for t in walk_graph([root]):
+        key = int(ffi.cast("uintptr_t", t))
         (nodes if t.op != lib.GGML_OP_NONE or (t.flags & lib.GGML_TENSOR_FLAG_PARAM) else leafs).add(key)
-        for s in t.src:
-            if s != ffi.NULL:
-                stack.append(s)
     return nodes, leafs
 
 

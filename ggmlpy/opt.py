@@ -19,7 +19,8 @@ from . import losses as L
 from ._checks import check_backward_nodes, check_index_inputs, index_inputs
 from ._ffi import ffi, lib
 from ._handle import Handle, free_handle, raise_type, unwrap
-from .context import Context, Graph, Tensor, as_tensor, ggml_graph_overhead, ggml_init, ggml_tensor_overhead
+from .context import (Context, Graph, Tensor, as_tensor, ggml_graph_overhead, ggml_init, ggml_tensor_overhead,
+                      walk_graph)
 from .errors import GgmlStateError, GgmlTypeError, GgmlValueError, expect
 from .opt_result import OptResult
 from .sched import Scheduler, sched_hash_size
@@ -214,21 +215,15 @@ def ggml_opt_get_lr(lr_ud: LrUserdata) -> dict:
 
 def _count_forward(outputs: Sequence[Tensor], with_leafs: bool = False) -> Any:
     """Forward nodes reachable from the outputs, and the trainable leafs among them (and the other leafs)."""
-    seen, params, stack, n_nodes, n_leafs = set(), [], [o.ptr for o in outputs], 0, 0
+    params, n_nodes, n_leafs = [], 0, 0
     flag = int(lib.GGML_TENSOR_FLAG_PARAM)
-    while stack:
-        t = stack.pop()
-        key = int(ffi.cast("uintptr_t", t))
-        if key in seen:
-            continue
-        seen.add(key)
+    for t in walk_graph(o.ptr for o in outputs):
         if t.flags & flag:
             params.append(t)
         if t.op != lib.GGML_OP_NONE or t.flags & flag:
             n_nodes += 1
         else:
             n_leafs += 1
-        stack.extend(s for s in t.src if s != ffi.NULL)
     return (n_nodes, params, n_leafs) if with_leafs else (n_nodes, params)
 
 
@@ -238,18 +233,11 @@ _MUL_MAT = next(i for i in range(int(lib.GGML_OP_COUNT)) if ffi.string(lib.ggml_
 def forward_flops(outputs: Sequence[Tensor]) -> float:
     """A rough count of the floating-point operations of one forward pass to ``outputs``: 2 per
     multiply-add of a matrix product, one per result element of any other op."""
-    seen, stack, flops = set(), [o.ptr for o in outputs], 0.0
-    mul_mat = _MUL_MAT
-    while stack:
-        t = stack.pop()
-        key = int(ffi.cast("uintptr_t", t))
-        if key in seen:
-            continue
-        seen.add(key)
+    flops = 0.0
+    for t in walk_graph(o.ptr for o in outputs):
         if t.op != lib.GGML_OP_NONE:
             n = float(lib.ggml_nelements(t))
-            flops += 2.0 * n * int(t.src[0].ne[0]) if t.op == mul_mat else n
-        stack.extend(s for s in t.src if s != ffi.NULL)
+            flops += 2.0 * n * int(t.src[0].ne[0]) if t.op == _MUL_MAT else n
     return flops
 
 
