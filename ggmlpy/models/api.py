@@ -16,9 +16,6 @@ from . import conv, layers as Lyr, norm
 from .graph import InputLayer, Model, Node, Sequential, apply_layer, default_name
 from .compile import compiled
 
-_SHARED = "Every layer takes name= and trainable=True; a layer that can come first in a sequential model " \
-          "takes input_shape= (one sample's shape, no batch axis)."
-
 
 def ggml_model_sequential(name: str | None = None) -> Sequential:
     """An empty sequential model: add layers with ``ggml_layer_*(model, ...)``; the first needs
@@ -93,19 +90,51 @@ def _pair(cls: type, stem: str, doc: str) -> tuple[Callable, Callable]:
 
     layer_fn.__name__ = layer_fn.__qualname__ = f"ggml_layer_{stem}"
     object_fn.__name__ = object_fn.__qualname__ = f"ggml_{stem}"
-    layer_fn.__doc__ = (f"{doc}\n\n``ggml_layer_{stem}(model_or_node, ...)``: on a sequential model, appends the "
-                        f"layer and returns the model; on a node (functional API), returns the new node. "
-                        f"{_SHARED}\n\nArguments: {_signature(cls)}.")
-    object_fn.__doc__ = (f"{doc}\n\nA layer object to apply with ``ggml_apply`` (weights shared between "
-                         f"applications). Arguments: {_signature(cls)}.")
+    description, _, example = doc.partition("\n\nExample:")
+    layer_fn.__doc__ = (f"{description}\n\n``ggml_layer_{stem}(model_or_node, ...)``: on a sequential model, "
+                        f"appends the layer and returns the model; on a node (functional API), returns the new "
+                        f"node.\n\nArguments:\n    model_or_node: {ARG_DOCS['model_or_node']}\n{_arguments(cls)}\n"
+                        f"Value: the model (sequential) or the new node (functional).\n\nExample:{example}")
+    object_fn.__doc__ = (f"{description}\n\nA layer object to apply with ``ggml_apply(node, layer)``; applied "
+                         f"to several nodes it shares its weights.\n\nArguments:\n{_arguments(cls)}\n"
+                         f"Value: the layer object.\n\nExample:\n    >>> layer = g.ggml_{stem}(...)\n"
+                         f"    >>> node = g.ggml_apply(node, layer)")
     return layer_fn, object_fn
 
 
-def _signature(cls: type) -> str:
+ARG_DOCS = {
+    "model_or_node": "a sequential model (the layer is appended) or a node (from ggml_input or another layer).",
+    "units": "the number of outputs (an int >= 1).",
+    "activation": "relu, sigmoid, tanh, gelu (tanh form), silu, softmax, or None / 'linear' for none.",
+    "use_bias": "add a learned bias (one per output).",
+    "filters": "the number of output channels.",
+    "kernel_size": "the kernel's size: (rows, cols) for 2-D, an int for 1-D (an int n means (n, n) in 2-D).",
+    "strides": "the step between windows, like kernel_size.",
+    "padding": "'valid' (no padding: the output shrinks) or 'same' (as Keras: ceil(size / stride) positions).",
+    "pool_size": "the window, (rows, cols) or an int for a square one.",
+    "rate": "the fraction of values dropped in training, in [0, 1).",
+    "vocab_size": "the number of token ids: ids must be in [0, vocab_size).",
+    "dim": "the length of each token's vector.",
+    "eps": "added to the variance before the square root (> 0).",
+    "momentum": "the running statistics keep this share of their value at each training step, in [0, 1] "
+                "(Keras' 0.99 default settles after a few hundred steps; 0.9 after a few dozen).",
+    "axis": "the axis of a sample to join along (default -1, the last: features or channels).",
+    "name": "the layer's name (default: '<type>_<k>'); weights are saved as '<name>.<weight>'.",
+    "trainable": "False freezes the layer's weights (see ggml_freeze_weights).",
+    "input_shape": "the first layer of a sequential model: one sample's shape, no batch axis.",
+}
+
+
+def _arguments(cls: type) -> str:
+    """The ``Arguments:`` entries of a layer's constructor (and the arguments every layer takes)."""
     import inspect
+    lines = []
     params = [p for p in inspect.signature(cls.__init__).parameters.values() if p.name not in ("self", "kw")]
-    return ", ".join(p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default!r}" for p in params) \
-        + ", name=None, trainable=True, input_shape=None"
+    for p in params + [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d)
+                       for n, d in (("name", None), ("trainable", True), ("input_shape", None))]:
+        default = "" if p.default is inspect.Parameter.empty else f" (default {p.default!r})"
+        lines.append(f"    {p.name}: {ARG_DOCS.get(p.name, '').rstrip(".")}{default}.")
+    return "\n".join(lines)
 
 
 ggml_layer_dense, ggml_dense = _pair(
