@@ -133,7 +133,8 @@ def _arguments(cls: type) -> str:
     for p in params + [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d)
                        for n, d in (("name", None), ("trainable", True), ("input_shape", None))]:
         default = "" if p.default is inspect.Parameter.empty else f" (default {p.default!r})"
-        lines.append(f"    {p.name}: {ARG_DOCS.get(p.name, '').rstrip(".")}{default}.")
+        meaning = ARG_DOCS.get(p.name, "").rstrip(".")
+        lines.append(f"    {p.name}: {meaning}{default}.")
     return "\n".join(lines)
 
 
