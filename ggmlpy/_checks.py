@@ -5,12 +5,13 @@ what was expected and what was given.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable
 
 import numpy as np
 
 from ._ffi import ffi, lib
-from .context import FLOAT_TYPES, GGML_TYPE_F32, Graph, Tensor, type_name
+from .context import FLOAT_TYPES, GGML_TYPE_F32, INT64_MAX, Graph, Tensor, type_name
 from .errors import GgmlTypeError, GgmlValueError
 
 Shape = tuple[int, int, int, int]
@@ -32,6 +33,14 @@ def float_arg(fn: str, name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         fail(fn, f"{name} must be a number, got {value!r}", GgmlTypeError)
     return float(value)
+
+
+def eps_arg(fn: str, name: str, value: Any) -> float:
+    """A finite number >= 0 (ggml's norm kernels assert eps >= 0, which NaN also fails)."""
+    v = float_arg(fn, name, value)
+    if not math.isfinite(v) or v < 0:
+        fail(fn, f"{name} must be a finite number >= 0, got {value!r}; the usual value is 1e-5 (1e-6 for RMS norm)")
+    return v
 
 
 def types(fn: str, t: Tensor, allowed: Iterable[int], what: str = "a") -> None:
@@ -160,6 +169,17 @@ def ptr_key(p: Any) -> int:
     return int(ffi.cast("uintptr_t", p))
 
 
+# op_params (int32[16]) lies between ``op`` and ``flags`` in struct ggml_tensor; the cdef does not declare it
+_OP_PARAMS_AT = ffi.offsetof("struct ggml_tensor", "op") + 4
+assert ffi.offsetof("struct ggml_tensor", "flags") - _OP_PARAMS_AT == int(lib.GGML_MAX_OP_PARAMS) \
+    if hasattr(lib, "GGML_MAX_OP_PARAMS") else True
+
+
+def op_param_f32(p: Any, i: int) -> float:
+    """Float op parameter ``i`` of tensor pointer ``p`` (as ggml_get_op_params_f32)."""
+    return float(ffi.cast("float *", ffi.cast("char *", p) + _OP_PARAMS_AT)[i])
+
+
 def _op_label(p: Any) -> str:
     name = ffi.string(lib.ggml_op_name(p.op)).decode()
     if name == "UNARY":
@@ -256,6 +276,13 @@ def check_node_backward(n: Any, needs_grad: set[int] | None = None) -> None:
         if tuple(a.ne) != tuple(b.ne) and (needs_grad is None or ptr_key(b) in needs_grad):
             raise GgmlValueError(f"{op} with a broadcast second operand has no backward pass in ggml; make the "
                                  "shapes equal with ggml_repeat(ctx, b, a) first")
+    if op == "SOFT_MAX":
+        max_bias = op_param_f32(n, 1)
+        if max_bias != 0.0:
+            name = ffi.string(n.name).decode() or "?"
+            raise GgmlValueError(f"ggml has no backward pass for ggml_soft_max_ext with max_bias != 0 (ALiBi; tensor "
+                                 f"'{name}' has max_bias={max_bias}) on the path to a trainable parameter; use "
+                                 "max_bias=0 and add the ALiBi biases to the mask yourself")
     if op == "MUL_MAT" and n.src[0].type != GGML_TYPE_F32 and n.src[0].flags & int(lib.GGML_TENSOR_FLAG_PARAM):
         raise GgmlValueError("trainable mul_mat weights must be F32")
     if op == "MUL_MAT" and (needs_grad is None or ptr_key(n.src[0]) in needs_grad):

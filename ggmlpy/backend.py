@@ -118,7 +118,8 @@ def ggml_backend_dev_by_name(name: str) -> Device | None:
     Example:
         >>> ggml_backend_dev_by_name("Vulkan0") is not None
     """
-    ptr = lib.ggml_backend_dev_by_name(str(name).encode())
+    from .context import c_string
+    ptr = lib.ggml_backend_dev_by_name(c_string("ggml_backend_dev_by_name", "name", name))
     return Device(ptr) if ptr != ffi.NULL else None
 
 
@@ -302,7 +303,8 @@ _DEVICE_HINTS = {  # built, but no such device
 
 
 def _init_device(device_name: str, family: str, params: str | None = None) -> Backend:
-    dev = lib.ggml_backend_dev_by_name(device_name.encode())
+    from .context import c_string
+    dev = lib.ggml_backend_dev_by_name(c_string(f"ggml_{family.lower()}_init", "device name", device_name))
     if dev == ffi.NULL:
         built = family.lower() in ggml_backends_built()
         reason = (f"the {family} backend is built but has no device {device_name!r}" if built else
@@ -310,7 +312,7 @@ def _init_device(device_name: str, family: str, params: str | None = None) -> Ba
         hint = (_DEVICE_HINTS if built else _BUILD_HINTS).get(family.lower(), "")
         devices = [d.name for d in ggml_backend_devices()]
         raise BackendUnavailableError(f"{reason} (devices: {devices}); {hint}".rstrip("; "))
-    ptr = lib.ggml_backend_dev_init(dev, params.encode() if params else ffi.NULL)
+    ptr = lib.ggml_backend_dev_init(dev, c_string(f"ggml_{family.lower()}_init", "params", params) if params else ffi.NULL)
     if ptr == ffi.NULL:
         raise BackendUnavailableError(f"ggml could not initialise device {device_name!r}")
     return Backend(ptr)

@@ -5,6 +5,8 @@ the context owns, so they keep it alive and refuse to work once it is freed.
 """
 from __future__ import annotations
 
+import functools
+import os
 from typing import Any, Iterable, Iterator
 
 from ._ffi import ffi, lib
@@ -27,6 +29,56 @@ FLOAT_TYPES = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16}
 
 GGML_DEFAULT_GRAPH_SIZE = int(lib.GGML_DEFAULT_GRAPH_SIZE)
 _MEM_ALIGN = 16
+# ggml stores a graph's size in an int and hashes 2*size entries: larger graphs overflow its arithmetic.
+MAX_GRAPH_SIZE = 1 << 30
+INT64_MAX = (1 << 63) - 1
+
+
+@functools.lru_cache(maxsize=1)
+def physical_memory() -> int:
+    """Bytes of physical memory (RAM plus swap when /proc/meminfo says so); 2**62 when unknown. Read once."""
+    total = 0
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in ("MemTotal", "SwapTotal"):
+                    total += int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        total = 0
+    if total <= 0:
+        try:
+            total = int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+        except (ValueError, OSError, AttributeError):
+            total = 1 << 62
+    return total
+
+
+def check_fits_memory(fn: str, what: str, nbytes: int, fix: str) -> None:
+    """Refuse an allocation larger than the machine's memory (ggml would abort, or C++ throw bad_alloc)."""
+    limit = physical_memory()
+    if nbytes > limit:
+        raise GgmlValueError(f"{fn}: {what} needs {nbytes} bytes, more than this machine's memory ({limit} bytes); "
+                             f"{fix}")
+
+
+def c_string(fn: str, what: str, value: Any) -> bytes:
+    """``value`` (a str) as UTF-8 bytes for C; refuses NUL characters, which C would cut the string at."""
+    if not isinstance(value, str):
+        raise GgmlTypeError(f"{fn}: {what} must be a str, got {value!r}")
+    if "\0" in value:
+        raise GgmlValueError(f"{fn}: {what} must not contain NUL characters ('\\0'): C would cut it at the first "
+                             f"one, got {value!r}; remove them")
+    return value.encode()
+
+
+def check_graph_size(fn: str, size: Any, what: str = "graph size") -> int:
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise GgmlValueError(f"{fn}: {what} must be an int >= 1, got {size!r}")
+    if size > MAX_GRAPH_SIZE:
+        raise GgmlValueError(f"{fn}: {what} must be at most {MAX_GRAPH_SIZE} (2**30) nodes, got {size}; "
+                             "split the computation into smaller graphs")
+    return size
 
 
 def type_name(t: int) -> str:
@@ -186,6 +238,8 @@ def ggml_init(mem_size: int = 16 * 1024 * 1024, no_alloc: bool = False) -> Conte
     expect(isinstance(mem_size, int) and not isinstance(mem_size, bool) and mem_size > 0,
            f"ggml_init: mem_size must be a positive int (bytes), got {mem_size!r}")
     expect(isinstance(no_alloc, bool), f"ggml_init: no_alloc must be a bool, got {no_alloc!r}", GgmlTypeError)
+    check_fits_memory("ggml_init", f"a context of mem_size={mem_size}", mem_size,
+                      "size it from ggml_tensor_overhead() and ggml_graph_overhead() (and the data, unless no_alloc)")
     return Context(mem_size, no_alloc)
 
 
@@ -234,7 +288,8 @@ def ggml_graph_overhead(size: int = GGML_DEFAULT_GRAPH_SIZE, grads: bool = False
     Example:
         >>> ctx = ggml_init(200 * ggml_tensor_overhead() + ggml_graph_overhead(4096, True), no_alloc=True)
     """
-    return int(lib.ggml_graph_overhead_custom(size, grads))
+    check_graph_size("ggml_graph_overhead", size, "size")
+    return int(lib.ggml_graph_overhead_custom(size, bool(grads)))
 
 
 def ggml_used_mem(ctx: Context) -> int:
@@ -270,6 +325,10 @@ def _new_tensor(ctx: Context, type: int, ne: tuple[int, ...]) -> Tensor:
     count = 1
     for n in ne:
         count *= n
+    nbytes = count * int(lib.ggml_type_size(type)) // int(lib.ggml_blck_size(type))
+    expect(count <= INT64_MAX and nbytes <= INT64_MAX,
+           f"ggml_new_tensor_{len(ne)}d: the shape {list(ne)} has {count} elements ({nbytes} bytes), beyond ggml's "
+           f"64-bit sizes (at most {INT64_MAX}); use smaller dimensions")
     ctx.reserve(count * int(lib.ggml_type_size(type)))
     fn = (lib.ggml_new_tensor_1d, lib.ggml_new_tensor_2d, lib.ggml_new_tensor_3d, lib.ggml_new_tensor_4d)[len(ne) - 1]
     return Tensor(fn(ctx_ptr, type, *ne), ctx)
@@ -511,8 +570,7 @@ def ggml_set_name(tensor: Tensor, name: str) -> Tensor:
         >>> w = ggml_set_name(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 8), "dense.weight")
     """
     t = as_tensor(tensor, "ggml_set_name(tensor)").ptr
-    expect(isinstance(name, str), f"ggml_set_name: name must be a str, got {name!r}", GgmlTypeError)
-    raw = name.encode()
+    raw = c_string("ggml_set_name", "name", name)
     expect(len(raw) < int(lib.GGML_MAX_NAME),
            f"ggml_set_name: names are at most {int(lib.GGML_MAX_NAME) - 1} bytes, got {len(raw)}")
     lib.ggml_set_name(t, raw)
@@ -623,7 +681,7 @@ def ggml_get_tensor(ctx: Context, name: str) -> Tensor | None:
     Example:
         >>> w = ggml_get_tensor(g.ggml_ctx, "dense.weight")
     """
-    ptr = lib.ggml_get_tensor(unwrap(ctx, Context, "ggml_get_tensor(ctx)"), str(name).encode())
+    ptr = lib.ggml_get_tensor(unwrap(ctx, Context, "ggml_get_tensor(ctx)"), c_string("ggml_get_tensor", "name", name))
     return Tensor(ptr, ctx) if ptr != ffi.NULL else None
 
 
@@ -661,7 +719,7 @@ def ggml_new_graph_custom(ctx: Context, size: int = GGML_DEFAULT_GRAPH_SIZE, gra
         >>> gf = ggml_new_graph_custom(ctx, 4096, True)
     """
     ctx_ptr = unwrap(ctx, Context, "ggml_new_graph_custom(ctx)")
-    expect(isinstance(size, int) and size >= 1, f"graph size must be an int >= 1, got {size!r}")
+    check_graph_size("ggml_new_graph_custom", size, "size")
     need = int(lib.ggml_graph_overhead_custom(size, bool(grads)))
     free = ctx.mem_size - ctx.used_mem
     expect(need <= free, f"the ggml context is full: a graph of size {size} needs {need} bytes, {free} are left; "
@@ -715,12 +773,21 @@ def ggml_build_forward_expand(graph: Graph, tensor: Tensor) -> Graph:
     g = graph.ptr
     nodes, leafs = _reachable(t)
     have = int(lib.ggml_graph_n_nodes(g))
-    existing = {int(ffi.cast("uintptr_t", lib.ggml_graph_node(g, i))) for i in range(have)}
+    existing, old_leafs = set(), set()
+    param = int(lib.GGML_TENSOR_FLAG_PARAM)
+    for i in range(have):
+        node = lib.ggml_graph_node(g, i)
+        existing.add(int(ffi.cast("uintptr_t", node)))
+        for s in node.src:  # the graph's leafs so far: ggml counts them over all calls, not per call
+            if s != ffi.NULL and s.op == lib.GGML_OP_NONE and not s.flags & param:
+                old_leafs.add(int(ffi.cast("uintptr_t", s)))
     n_nodes = have + len(nodes - existing)
+    n_leafs = len(leafs | old_leafs)
     # Leafs are counted separately by ggml; both must stay below the graph's size.
-    if n_nodes > graph.size or len(leafs) > graph.size:
-        raise GgmlValueError(f"the graph is too small: expanding it needs {n_nodes} nodes and up to "
-                             f"{len(leafs)} leafs, its size is {graph.size}; use ggml_new_graph_custom(ctx, size)")
+    if n_nodes > graph.size or n_leafs > graph.size:
+        raise GgmlValueError(f"ggml_build_forward_expand: the graph is too small: expanding it needs {n_nodes} "
+                             f"nodes and {n_leafs} leafs in total, its size is {graph.size}; create it with "
+                             "ggml_new_graph_custom(ctx, size) and a larger size")
     lib.ggml_build_forward_expand(g, t)
     return graph
 
@@ -769,7 +836,7 @@ def ggml_graph_get_tensor(graph: Graph, name: str) -> Tensor | None:
     Example:
         >>> logits = ggml_graph_get_tensor(gf, "logits")
     """
-    ptr = lib.ggml_graph_get_tensor(graph.ptr, str(name).encode())
+    ptr = lib.ggml_graph_get_tensor(graph.ptr, c_string("ggml_graph_get_tensor", "name", name))
     return Tensor(ptr, graph.ctx) if ptr != ffi.NULL else None
 
 

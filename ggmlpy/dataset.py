@@ -13,7 +13,7 @@ import numpy as np
 
 from ._ffi import ffi, lib
 from ._handle import Handle, free_handle, unwrap
-from .context import GGML_TYPE_F32, Tensor, as_tensor, ggml_init, ggml_new_tensor_2d, ggml_tensor_overhead
+from .context import GGML_TYPE_F32, INT64_MAX, Tensor, check_fits_memory, as_tensor, ggml_init, ggml_new_tensor_2d, ggml_tensor_overhead
 from .data import NUMPY_DTYPES, numpy_dtype, write_array
 from .errors import GgmlStateError, GgmlTypeError, GgmlValueError, expect
 
@@ -115,6 +115,14 @@ def ggml_opt_dataset_init(type_data: int, type_label: int, ne_datapoint: int, ne
         expect(isinstance(v, int) and not isinstance(v, bool) and v >= lo,
                f"ggml_opt_dataset_init: {name} must be an int >= {lo}, got {v!r}")
     expect(ndata_shard <= ndata, f"ggml_opt_dataset_init: ndata_shard ({ndata_shard}) must be <= ndata ({ndata})")
+    # data, labels and the shard permutation (int64 each): C++ would throw std::bad_alloc past the process
+    need = ndata * (ne_datapoint * int(lib.ggml_type_size(type_data))
+                    + ne_label * int(lib.ggml_type_size(type_label))) + 8 * (ndata // ndata_shard) \
+        + 4 * int(lib.ggml_tensor_overhead())
+    expect(ndata * max(ne_datapoint, ne_label) <= INT64_MAX,
+           f"ggml_opt_dataset_init: ndata * ne_datapoint = {ndata * ne_datapoint} elements is beyond ggml's 64-bit sizes")
+    check_fits_memory("ggml_opt_dataset_init", f"a dataset of {ndata} datapoints x ({ne_datapoint} + {ne_label}) values",
+                      need, "load the data in parts (a generator source for ggml_fit) or use fewer datapoints")
     return Dataset(type_data, type_label, ne_datapoint, ne_label, ndata, ndata_shard)
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from ._ffi import ffi, ggml_logger, lib
 from ._handle import Handle, unwrap
-from .context import Context, Tensor, as_tensor
+from .context import Context, Tensor, as_tensor, c_string
 from .data import _storage
 from .errors import GgmlStateError, GgmlTypeError, GgmlValueError, GgufFileError, GgufFileNotFoundError, \
     GgufKeyError, expect
@@ -178,7 +178,7 @@ def gguf_init_from_file(path: Any, no_alloc: bool = True) -> GgufContext:
     ctx_out = ffi.new("struct ggml_context **")
     params = ffi.new("struct gguf_init_params *", {"no_alloc": no_alloc, "ctx": ffi.NULL if no_alloc else ctx_out})
     with _ggml_errors() as lines:
-        ptr = lib.gguf_init_from_file(os.fsencode(p), params[0])
+        ptr = lib.gguf_init_from_file(_path_bytes(p), params[0])
     if ptr == ffi.NULL:
         raise GgufFileError(f"{fn}: {p!r} is not a valid GGUF file{_reason(lines)}")
     ggml_ctx = _FileDataContext(ctx_out[0]) if not no_alloc and ctx_out[0] != ffi.NULL else None
@@ -221,6 +221,13 @@ def gguf_get_n_kv(ctx: GgufContext) -> int:
         >>> {gguf_get_key(g, i): gguf_get_val(g, i) for i in range(gguf_get_n_kv(g))}
     """
     return int(lib.gguf_get_n_kv(_gctx(ctx, "gguf_get_n_kv")))
+
+
+def _path_bytes(p: Any) -> bytes:
+    raw = os.fsencode(p)
+    if b"\0" in raw:
+        raise GgmlValueError(f"a file path must not contain NUL characters, got {p!r}")
+    return raw
 
 
 def _key_bytes(key: Any, fn: str) -> bytes:
@@ -602,8 +609,7 @@ def gguf_find_tensor(ctx: GgufContext, name: str) -> int:
         >>> gguf_get_tensor_shape(g, i)
     """
     g = _gctx(ctx, "gguf_find_tensor")
-    expect(isinstance(name, str), f"gguf_find_tensor: name must be a str, got {name!r}", GgmlTypeError)
-    return int(lib.gguf_find_tensor(g, name.encode()))
+    return int(lib.gguf_find_tensor(g, c_string("gguf_find_tensor", "name", name)))
 
 
 def _tensor_id(ctx: GgufContext, tensor_id: Any, fn: str) -> tuple[Any, int]:
@@ -771,6 +777,6 @@ def gguf_write_to_file(ctx: GgufContext, path: Any, only_meta: bool = False) -> 
                 raise GgmlStateError(f"{fn}: the memory of tensor '{name}' was freed or moved after gguf_add_tensor; "
                                      "add it to a new GGUF context")
     with _ggml_errors() as lines:
-        ok = lib.gguf_write_to_file(g, os.fsencode(p), only_meta)
+        ok = lib.gguf_write_to_file(g, _path_bytes(p), only_meta)
     if not ok:
         raise GgufFileError(f"{fn}: could not write {p!r}{_reason(lines)}")

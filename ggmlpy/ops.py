@@ -5,6 +5,7 @@ Python, then calls ggml; the result is a ``Tensor`` of ``ctx``.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 from . import _checks as chk
@@ -26,6 +27,9 @@ def _op(fn: str, ctx: Context, c_fn: Callable, tensors: tuple, shape: tuple | No
     n = 1
     for d in shape or (1,):
         n *= d
+    if n * int(lib.ggml_type_size(out_type)) > chk.INT64_MAX:
+        chk.fail(fn, f"the result would have shape {list(shape)}: {n} elements, beyond ggml's 64-bit sizes; "
+                     "use smaller operands")
     ctx.reserve(n * int(lib.ggml_type_size(out_type)), what=f"{fn} result")
     ptrs = [t.ptr if t is not None else ffi.NULL for t in tensors]
     return Tensor(c_fn(ctx_ptr, *ptrs, *args), ctx)
@@ -226,6 +230,7 @@ def ggml_leaky_relu(ctx: Context, a: Tensor, negative_slope: float = 0.01, inpla
     """
     a = _t("ggml_leaky_relu", a)
     chk.types("ggml_leaky_relu", a, F32_F16)
+    chk.contiguous("ggml_leaky_relu", a)  # the CPU kernel reads a as contiguous: a strided view gives garbage
     slope = chk.float_arg("ggml_leaky_relu", "negative_slope", negative_slope)
     return _op("ggml_leaky_relu", ctx, lib.ggml_leaky_relu, (a,), a.shape, (slope, bool(inplace)), a.type)
 
@@ -295,7 +300,7 @@ def ggml_norm(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
     """
     a = _t("ggml_norm", a)
     chk.types("ggml_norm", a, {GGML_TYPE_F32})
-    return _op("ggml_norm", ctx, lib.ggml_norm, (a,), a.shape, (chk.float_arg("ggml_norm", "eps", eps),))
+    return _op("ggml_norm", ctx, lib.ggml_norm, (a,), a.shape, (chk.eps_arg("ggml_norm", "eps", eps),))
 
 
 def ggml_rms_norm(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
@@ -316,7 +321,7 @@ def ggml_rms_norm(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
     a = _t("ggml_rms_norm", a)
     chk.types("ggml_rms_norm", a, {GGML_TYPE_F32})
     chk.rows_contiguous("ggml_rms_norm", a)
-    return _op("ggml_rms_norm", ctx, lib.ggml_rms_norm, (a,), a.shape, (chk.float_arg("ggml_rms_norm", "eps", eps),))
+    return _op("ggml_rms_norm", ctx, lib.ggml_rms_norm, (a,), a.shape, (chk.eps_arg("ggml_rms_norm", "eps", eps),))
 
 
 def ggml_soft_max_ext(ctx: Context, a: Tensor, mask: Tensor | None = None, scale: float = 1.0,
@@ -345,6 +350,9 @@ def ggml_soft_max_ext(ctx: Context, a: Tensor, mask: Tensor | None = None, scale
     chk.types(fn, a, {GGML_TYPE_F32})
     chk.contiguous(fn, a)
     scale, max_bias = chk.float_arg(fn, "scale", scale), chk.float_arg(fn, "max_bias", max_bias)
+    if not math.isfinite(scale) or not math.isfinite(max_bias) or max_bias < 0:
+        chk.fail(fn, f"scale must be finite and max_bias a finite number >= 0 (0 for no ALiBi), got scale={scale}, "
+                     f"max_bias={max_bias}")
     if mask is not None:
         mask = _t(fn, mask, "mask")
         chk.types(fn, mask, {GGML_TYPE_F32, GGML_TYPE_F16}, "mask")
@@ -402,6 +410,7 @@ def ggml_sum(ctx: Context, a: Tensor) -> Tensor:
     """
     a = _t("ggml_sum", a)
     chk.floating("ggml_sum", ("a", a))
+    chk.contiguous("ggml_sum", a)  # the CPU kernel reads a as contiguous: a strided view gives garbage
     return _op("ggml_sum", ctx, lib.ggml_sum, (a,), (1, 1, 1, 1), out_type=a.type)
 
 
@@ -443,6 +452,7 @@ def ggml_mean(ctx: Context, a: Tensor) -> Tensor:
     """
     a = _t("ggml_mean", a)
     chk.types("ggml_mean", a, {GGML_TYPE_F32})
+    chk.contiguous("ggml_mean", a)  # the CPU kernel reads a as contiguous: a strided view gives garbage
     return _op("ggml_mean", ctx, lib.ggml_mean, (a,), (1,) + a.shape[1:])
 
 
@@ -463,6 +473,7 @@ def ggml_argmax(ctx: Context, a: Tensor) -> Tensor:
     """
     a = _t("ggml_argmax", a)
     chk.types("ggml_argmax", a, {GGML_TYPE_F32})
+    chk.rows_contiguous("ggml_argmax", a)  # the CPU kernel reads each row as contiguous
     if a.shape[2] != 1 or a.shape[3] != 1:
         chk.fail("ggml_argmax", f"a must be a matrix (ne[2] == ne[3] == 1), got {list(a.shape)}")
     return _op("ggml_argmax", ctx, lib.ggml_argmax, (a,), (a.shape[1], 1, 1, 1), out_type=GGML_TYPE_I32)
@@ -1044,6 +1055,7 @@ def ggml_pool_1d(ctx: Context, a: Tensor, op: int, k0: int, s0: int, p0: int = 0
     fn = "ggml_pool_1d"
     a = _t(fn, a)
     chk.types(fn, a, F32_F16)
+    chk.contiguous(fn, a)  # the CPU kernel reads a as contiguous: a strided view gives garbage
     _pool_op(fn, op)
     chk.int_arg(fn, "k0", k0, 1), chk.int_arg(fn, "s0", s0, 1), chk.int_arg(fn, "p0", p0, 0)
     ol = chk.out_size(fn, "length", a.shape[0], k0, s0, p0)
@@ -1074,6 +1086,7 @@ def ggml_pool_2d(ctx: Context, a: Tensor, op: int, k0: int, k1: int, s0: int, s1
     a = _t(fn, a)
     chk.types(fn, a, F32_F16)
     _pool_op(fn, op)
+    chk.contiguous(fn, a)  # the CPU kernel reads a as contiguous: a strided view gives garbage
     for name, v in (("k0", k0), ("k1", k1), ("s0", s0), ("s1", s1)):
         chk.int_arg(fn, name, v, 1)
     p0f, p1f = chk.float_arg(fn, "p0", p0), chk.float_arg(fn, "p1", p1)

@@ -13,7 +13,7 @@ from typing import Sequence
 from ._ffi import ffi, lib
 from ._handle import Handle, free_handle, raise_type, unwrap
 from .backend import Backend, ggml_backend_cpu_init
-from .context import Graph
+from .context import Graph, check_fits_memory, check_graph_size
 from ._checks import check_index_inputs, index_inputs
 from .errors import GgmlStateError, GgmlValueError, expect
 
@@ -94,7 +94,11 @@ def ggml_backend_sched_new(backends: Sequence[Backend] | Backend | str, parallel
         raise GgmlValueError(f"ggml_backend_sched_new: backends must be a non-empty list of backends, got {backends!r}")
     for i, b in enumerate(backends):
         unwrap(b, Backend, f"ggml_backend_sched_new(backends[{i}])")
-    expect(isinstance(graph_size, int) and graph_size >= 1, f"graph_size must be an int >= 1, got {graph_size!r}")
+    check_graph_size("ggml_backend_sched_new", graph_size, "graph_size")
+    # the scheduler's hash tables and graph copy: about this many bytes (ggml aborts when malloc fails)
+    need = graph_size * (64 + 32 * (len(backends) + 1)) + int(lib.ggml_graph_overhead_custom(graph_size, False))
+    check_fits_memory("ggml_backend_sched_new", f"a scheduler of graph_size={graph_size}", need,
+                      "use a graph_size near the node count of your largest graph (2048 is the default)")
     backends = list(backends)
     if not backends[-1].is_cpu:
         if any(b.is_cpu for b in backends):

@@ -16,6 +16,18 @@ PRELUDE = """
 import re, numpy as np, ggmlpy as G
 def small_ctx(no_alloc=True):
     return G.ggml_init(64 * G.ggml_tensor_overhead() + G.ggml_graph_overhead(64) + 4096, no_alloc=no_alloc)
+def run_graph(ctx, out, grads=False):
+    # allocate and compute the graph of out on the CPU (where a kernel would abort)
+    be = G.ggml_backend_cpu_init()
+    s = G.ggml_backend_sched_new([be], parallel=False, graph_size=64)
+    g = G.ggml_new_graph_custom(ctx, 64, grads)
+    G.ggml_build_forward_expand(g, out)
+    if grads:
+        G.ggml_build_backward_expand(ctx, g)
+    G.ggml_backend_sched_alloc_graph(s, g)
+    if grads:
+        G.ggml_graph_reset(g)
+    G.ggml_backend_sched_graph_compute(s, g)
 """
 
 # A linear model with static graphs for the ggml-opt cases: out = W x, x [4, 8], W [4, 1].
@@ -248,6 +260,88 @@ G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 4, 1, 0)""", "ValueErr
 out2 = G.ggml_leaky_relu(cc, G.ggml_mul_mat(cc, W, x), 0.1, False)
 G.ggml_opt_init_for_fit(sched, G.ggml_opt_loss_type_mse(), ctx_compute=cc, inputs=x, outputs=out2)""",
                                     "ValueError", r"LEAKY_RELU"),
+    # ---- scalar arguments the CPU kernels assert on (issue 9)
+    "norm_negative_eps": (False, """
+ctx = small_ctx()
+run_graph(ctx, G.ggml_norm(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3), -1.0))""", "ValueError", r"eps.*>= 0"),
+    "norm_nan_eps": (False, """
+ctx = small_ctx()
+run_graph(ctx, G.ggml_norm(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3), float("nan")))""",
+                     "ValueError", r"eps.*finite"),
+    "rms_norm_negative_eps": (False, """
+ctx = small_ctx()
+run_graph(ctx, G.ggml_rms_norm(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3), -1e-5))""", "ValueError", r"eps"),
+    "soft_max_ext_max_bias_backward": (False, """
+ctx = small_ctx()
+a = G.ggml_set_param(G.ggml_new_tensor_3d(ctx, G.GGML_TYPE_F32, 4, 3, 2))
+mask = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)
+loss = G.ggml_set_loss(G.ggml_sum(ctx, G.ggml_soft_max_ext(ctx, a, mask, 1.0, 8.0)))
+run_graph(ctx, loss, grads=True)""", "ValueError", r"max_bias"),
+    "soft_max_ext_nan_max_bias": (False, """
+ctx = small_ctx()
+G.ggml_soft_max_ext(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3), G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3),
+                    1.0, float("nan"))""", "ValueError", r"max_bias"),
+    # ---- sizes (issue 9)
+    "init_larger_than_memory": (False, """
+G.ggml_init(2**50)""", "ValueError", r"memory"),
+    "graph_overhead_near_2_63": (False, """
+G.ggml_graph_overhead(2**63 - 1)""", "ValueError", r"at most"),
+    "new_graph_custom_near_2_63": (False, """
+G.ggml_new_graph_custom(small_ctx(), 2**62)""", "ValueError", r"at most"),
+    "sched_graph_size_2_40": (False, """
+G.ggml_backend_sched_new([G.ggml_backend_cpu_init()], parallel=False, graph_size=2**40)""", "ValueError", r"graph_size"),
+    "dataset_too_large_for_memory": (False, """
+G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 784, 10, 10**10)""", "ValueError", r"memory"),
+    "new_tensor_element_count_overflow": (False, """
+ctx = small_ctx()
+t = G.ggml_new_tensor_4d(ctx, G.GGML_TYPE_F32, 2**31, 2**31, 1, 1)
+print("nelements", G.ggml_nelements(t))""", "ValueError", r"64-bit"),
+    "mul_mat_result_overflow": (False, """
+ctx = small_ctx()
+a = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 1, 2**31)
+b = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 1, 2**32)
+G.ggml_mul_mat(ctx, a, b)""", "ValueError", r"64-bit"),
+    "leafs_counted_over_calls": (False, """
+ctx = small_ctx()
+g = G.ggml_new_graph_custom(ctx, 4, False)
+t = [G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 4) for _ in range(6)]
+G.ggml_build_forward_expand(g, G.ggml_add(ctx, G.ggml_add(ctx, t[0], t[1]), t[2]))
+G.ggml_build_forward_expand(g, G.ggml_add(ctx, G.ggml_add(ctx, t[3], t[4]), t[5]))""", "ValueError", r"leafs"),
+    # ---- strided operands of kernels that read them as contiguous (garbage before, issue 9)
+    "sum_of_a_transposed_view": (False, """
+ctx = small_ctx()
+G.ggml_sum(ctx, G.ggml_transpose(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)))""", "ValueError", r"ggml_cont"),
+    "mean_of_a_transposed_view": (False, """
+ctx = small_ctx()
+G.ggml_mean(ctx, G.ggml_transpose(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)))""", "ValueError", r"ggml_cont"),
+    "leaky_relu_of_a_transposed_view": (False, """
+ctx = small_ctx()
+G.ggml_leaky_relu(ctx, G.ggml_transpose(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)), 0.1)""",
+                                        "ValueError", r"ggml_cont"),
+    "pool_1d_of_a_transposed_view": (False, """
+ctx = small_ctx()
+G.ggml_pool_1d(ctx, G.ggml_transpose(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)), G.GGML_OP_POOL_MAX, 1, 1)""",
+                                     "ValueError", r"ggml_cont"),
+    "pool_2d_of_a_transposed_view": (False, """
+ctx = small_ctx()
+G.ggml_pool_2d(ctx, G.ggml_transpose(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)), G.GGML_OP_POOL_MAX,
+               1, 1, 1, 1)""", "ValueError", r"ggml_cont"),
+    "argmax_of_a_transposed_view": (False, """
+ctx = small_ctx()
+G.ggml_argmax(ctx, G.ggml_transpose(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)))""", "ValueError", r"ggml_cont"),
+    # ---- strings cut at a NUL byte (issue 9)
+    "set_name_with_nul": (False, """
+G.ggml_set_name(G.ggml_new_tensor_1d(small_ctx(), G.GGML_TYPE_F32, 4), "w\\0extra")""", "ValueError", r"NUL"),
+    "get_tensor_with_nul": (False, """
+ctx = small_ctx()
+G.ggml_set_name(G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 4), "w")
+print(G.ggml_get_tensor(ctx, "w\\0x"))""", "ValueError", r"NUL"),
+    "gguf_keys_with_nul_do_not_merge": (False, """
+g = G.gguf_init_empty()
+G.gguf_set_val_i32(g, "a.b", 1)
+G.gguf_set_val_i32(g, "a.b\\0c", 2)""", "ValueError", r"NUL"),
+    "gguf_find_tensor_with_nul": (False, """
+G.gguf_find_tensor(G.gguf_init_empty(), "w\\0x")""", "ValueError", r"NUL"),
 }
 
 
@@ -280,3 +374,21 @@ def test_misuse_raises_instead_of_aborting(results, name):
     _, type_name, is_expected, message = verdict.split("|", 3)
     assert is_expected == "True", f"expected {exc}, got {type_name}: {message}"
     assert re.search(pattern, message), f"{type_name}: {message!r} does not match {pattern!r}"
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "leaky_relu", "pool_1d", "argmax"])
+def test_reductions_of_a_contiguous_copy_match_numpy(op):
+    """The fix refused strided operands: the ggml_cont the message suggests gives numpy's result."""
+    import numpy as np
+    import ggmlpy as G
+    from tests.conftest import compute
+    x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)   # ggml [5, 3]
+    v = x.T.astype(np.float64)                                                # numpy twin of its transpose
+    build = {"sum": (lambda c, a: G.ggml_sum(c, a), lambda v: v.sum()),
+             "mean": (lambda c, a: G.ggml_mean(c, a), lambda v: v.mean(axis=-1)),
+             "leaky_relu": (lambda c, a: G.ggml_leaky_relu(c, a, 0.1), lambda v: np.where(v > 0, v, 0.1 * v)),
+             "pool_1d": (lambda c, a: G.ggml_pool_1d(c, a, G.GGML_OP_POOL_MAX, 2, 1), lambda v: np.maximum(v[:, :-1], v[:, 1:])),
+             "argmax": (lambda c, a: G.ggml_argmax(c, a), lambda v: v.argmax(axis=-1))}
+    f, ref = build[op]
+    out = compute(lambda c, a: f(c, G.ggml_cont(c, G.ggml_transpose(c, a))), x)[0]
+    np.testing.assert_allclose(out.reshape(-1), np.asarray(ref(v)).reshape(-1), rtol=1e-5, atol=1e-5)
