@@ -133,8 +133,10 @@ class BatchWriter:
         self.labels = [_target(t, f"labels[{i}]") for i, t in enumerate(labels)]
         self.weights = [_target(t, f"weights[{i}]") for i, t in enumerate(weights)]
 
-    def parse(self, batch: Any) -> list[tuple[Target, np.ndarray]]:
-        """Check one batch and convert it; returns (target, array) pairs ready to write."""
+    def parse(self, batch: Any, own: bool = False) -> list[tuple[Target, np.ndarray]]:
+        """Check one batch and convert it; returns (target, array) pairs ready to write. ``own``: the arrays
+        never share memory with the batch (a prefetched batch waits in a queue while the source may refill
+        the buffer it yielded)."""
         xs, ys, ws = self._split(batch)
         pairs = []
         for targets, values, kind in ((self.inputs, xs, "inputs"), (self.labels, ys, "labels"),
@@ -143,7 +145,10 @@ class BatchWriter:
                 raise GgmlValueError(f"{self.name}: the batch has {len(values)} {kind}, the model expects "
                                      f"{len(targets)}")
             for target, value in zip(targets, values):
-                pairs.append((target, self._convert(target, value)))
+                arr = self._convert(target, value)
+                if own and isinstance(value, np.ndarray) and np.shares_memory(arr, value):
+                    arr = arr.copy()
+                pairs.append((target, arr))
         return pairs
 
     @staticmethod

@@ -53,7 +53,7 @@ class BatchFeed:
             if batch is None:
                 return
             n += 1
-            yield self.writer.parse(batch)
+            yield self.writer.parse(batch, own=self.prefetch > 0)
 
     def _work(self) -> None:
         while not self._stop.is_set():

@@ -80,3 +80,26 @@ def test_the_model_layer_stops_on_a_diverging_loss():
     with pytest.raises(ValueError, match="not finite") as info:
         G.ggml_fit(m, x, x[:, :1] * 3, epochs=20, batch_size=16, verbose=0)
     assert len(info.value.history) < 20
+
+
+def test_prefetch_never_trains_on_a_reused_buffer_refilled_later(cpu, tsched):
+    """A generator that refills one buffer and yields it each time: with prefetch the queued batches must be
+    copies, or training sees later batches' data (the weights must equal those of a run without prefetch)."""
+    rng = np.random.default_rng(3)
+    data = rng.normal(size=(6, 8, 3)).astype(np.float32)
+    target = (data @ np.array([[1.0], [-2.0], [0.5]])).astype(np.float32)
+
+    def reused():
+        x, y = np.empty((8, 3), np.float32), np.empty((8, 1), np.float32)
+        for i in range(6):
+            x[...], y[...] = data[i], target[i]
+            yield x, y
+
+    weights = []
+    for prefetch in (0, 3):
+        lin = Linear(cpu, 3, 1, 8)
+        G.ggml_fit_opt_gen(tsched, lin.net.ctx, lin.x, lin.out, reused, epochs=2, silent=True, learning_rate=0.05,
+                           prefetch=prefetch)
+        weights.append(Net.get(lin.W))
+        lin.free()
+    np.testing.assert_array_equal(weights[1], weights[0])
