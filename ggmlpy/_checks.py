@@ -11,7 +11,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from ._ffi import ffi, lib
-from .context import FLOAT_TYPES, GGML_TYPE_F32, INT64_MAX, Graph, Tensor, type_name
+from .context import FLOAT_TYPES, GGML_TYPE_F32, INT64_MAX, Graph, Tensor, type_name  # noqa: F401 - ops use chk.INT64_MAX
 from .errors import GgmlTypeError, GgmlValueError
 
 Shape = tuple[int, int, int, int]

@@ -18,7 +18,7 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
-from ..errors import GgmlpyWarning, GgmlTypeError, GgmlValueError
+from ..errors import GgmlpyWarning, GgmlValueError
 from ..sched import Scheduler
 from ..training.adapters import Source
 from ..training.fit import fit_streamed, ggml_fit_opt
@@ -184,7 +184,7 @@ def run_training(model: Model, cfg: CompileConfig, source: Source, batch: int, *
                             loss_weights=[h.weight for h in cfg.heads] if multi else None,
                             learning_rate=cfg.learning_rate, sample_weighted=sample_weighted, hooks=inst.hooks,
                             validate=validate, head_names=[h.name for h in cfg.heads] if multi else None,
-                            stream=stream, on_nonfinite=on_nonfinite)
+                            stream=stream, on_nonfinite=on_nonfinite, batch_size=batch)
     finally:
         set_backend_threads(params.backend, threads_before)
         if sched is not None:
@@ -265,10 +265,10 @@ def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch
     batch = min(batch_size, n)
     rng = np.random.default_rng(np.random.randint(0, 2 ** 31))
     source = Source(D.training_batches(xs, ys, w, batch, shuffle, rng), "x/y")
-    validate = None
-    if val is not None:
-        def validate() -> EpochStats:
-            return _stats(_evaluate_arrays(model, cfg, model.runtime.predictor, val[0], val[1], val[2], batch))
+
+    def validate_arrays() -> EpochStats:  # the inference graph over every validation sample
+        return _stats(_evaluate_arrays(model, cfg, model.runtime.predictor, val[0], val[1], val[2], batch))
+    validate = validate_arrays if val is not None else None
     return run_training(model, cfg, source, batch, epochs=epochs, initial_epoch=initial_epoch, callbacks=callbacks,
                         silent=_verbose(verbose), validate=validate, sample_weighted=w is not None, stream=False,
                         nbatch_logical=nbatch_logical, on_nonfinite=check_nonfinite(on_nonfinite))

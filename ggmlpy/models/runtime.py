@@ -17,7 +17,7 @@ import numpy as np
 from .. import ops
 from ..backend import (Backend, ggml_backend_alloc_ctx_tensors, ggml_backend_init_auto, set_backend_threads,
                        threads_for)
-from ..context import (GGML_TYPE_F32, GGML_TYPE_I32, Context, Tensor, ggml_graph_overhead, ggml_init,
+from ..context import (GGML_TYPE_F32, GGML_TYPE_I32, Tensor, ggml_graph_overhead, ggml_init,
                        ggml_new_graph_custom, ggml_build_forward_expand, ggml_new_tensor, ggml_set_input,
                        ggml_set_name, ggml_set_output, ggml_tensor_overhead, set_trainable)
 from ..data import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data

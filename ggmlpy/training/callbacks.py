@@ -27,6 +27,7 @@ class FitState:
     stop: bool = False
     epoch: int = 0
     optimizer: str = "adamw"   # which rate the schedules report
+    warned_no_validation: bool = False
 
 
 def _hook(cb: Any, phase: str) -> Callable | None:

@@ -195,14 +195,15 @@ def fit_streamed(sched: Scheduler, ctx_compute: Context, inputs: list[Tensor], o
                  silent: bool = False, prefetch: int = 0, loss_weights: list[float] | None = None,
                  loss_mask_ne0: int | None = None, learning_rate: float | None = None, sample_weighted: bool = False,
                  hooks: Sequence[Any] = (), validate: Any = None, head_names: list[str] | None = None,
-                 stream: bool = True, on_nonfinite: str = "raise") -> pd.DataFrame:
+                 stream: bool = True, on_nonfinite: str = "raise", batch_size: int | None = None) -> pd.DataFrame:
     """The streaming fit behind ``ggml_fit_opt_gen`` and the model layer's ``ggml_fit``/``ggml_fit_generator``:
     arguments already checked; builds the opt context(s), feeds the sources through the one loop and
     releases every C resource on the way out. ``validate`` replaces ``val_source`` (the model layer
     validates on its inference graph); ``hooks`` run around each eval (dropout masks, batch norm)."""
     trainer = Trainer(sched, ctx_compute, inputs, outputs, loss_types, loss_weights, optimizer, period, weight_decay,
                       loss_mask_ne0, with_validation=val_source is not None, learning_rate=learning_rate,
-                      per_head=head_names is not None, sample_weighted=sample_weighted, hooks=hooks)
+                      per_head=head_names is not None, sample_weighted=sample_weighted, hooks=hooks,
+                      batch_size=batch_size)
     feeds: list[BatchFeed] = []
     try:
         train_feed = BatchFeed(train_source, trainer.writer(train_source.name, True), prefetch)
@@ -279,6 +280,10 @@ def _dataset_fit(sched, ctx_compute, inputs, outputs: list[Tensor], dataset, los
     period = max(1, logical // physical)
     n_logical = ndata // logical
     idata_split = min(math.floor((1 - val_split) * n_logical) * period * physical, ndata)
+    if idata_split == 0:
+        raise GgmlValueError(f"no training batch: the dataset's {ndata} datapoints make {n_logical} logical batches "
+                             f"of {logical} (nbatch_logical), and val_split={val_split} leaves none of them for "
+                             "training; lower nbatch_logical or val_split, or add data")
     needs_labels = any(t in L.LABELLED_LOSSES for t in loss_types)
     if needs_labels and ds.labels is None:
         raise GgmlValueError("the loss needs labels but the dataset has none (ne_label = 0)")

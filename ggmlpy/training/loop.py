@@ -59,7 +59,7 @@ class Trainer:
                  loss_weights: list[float] | None, optimizer: int, opt_period: int, weight_decay: float,
                  loss_mask_ne0: int | None = None, with_validation: bool = False, per_head: bool = False,
                  learning_rate: float | None = None, sample_weighted: bool = False,
-                 hooks: Iterable[StepHook] = ()) -> None:
+                 hooks: Iterable[StepHook] = (), batch_size: int | None = None) -> None:
         self._owned: list[Any] = []
         self.hooks = list(hooks)
         self.inputs, self.outputs = inputs, outputs
@@ -88,7 +88,7 @@ class Trainer:
         except BaseException:
             self.close()  # a half-built trainer must not keep the scheduler busy
             raise
-        self.batch_size = O.L.physical_batch(inputs[0])
+        self.batch_size = batch_size or O.L.physical_batch(inputs[0])  # samples per step (for samples/s)
         self.index_bounds = index_bounds(inputs, outputs)
 
     def writer(self, name: str, train: bool) -> BatchWriter:
@@ -227,6 +227,10 @@ def _epochs(trainer, train_feed, val_feed, cbs, state, rows, head_rows, columns,
             val = validate()
         elif val_feed is not None:
             val = trainer.run_epoch(val_feed, validation_steps, False)
+            if val.steps == 0 and not state.warned_no_validation:
+                state.warned_no_validation = True
+                _warn(f"Epoch {epoch}: the validation_generator gave no batch, so val_loss and val_accuracy are "
+                      "NaN (an exhausted iterator? pass a generator function or a list to validate every epoch)")
             if stream and validation_steps is not None and 0 < val.steps < validation_steps:
                 _warn(f"Epoch {epoch}: the validation_generator ended after {val.steps} of {validation_steps} "
                       "requested batches")

@@ -217,12 +217,12 @@ def test_short_validation_epoch_warns(model, tsched, batches):
 
 
 def test_empty_validation_gives_nan_and_training_goes_on(model, tsched, batches):
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with pytest.warns(G.GgmlpyWarning, match="validation_generator gave no batch"):  # NaN, but not silently
         h = fit(model, tsched, batches[:2], epochs=2, validation_generator=lambda: None)
     assert list(h["steps"]) == [2, 2] and h["val_loss"].isna().all()
     # a one-shot validation iterator: validated in epoch 1, nothing (NaN) afterwards, no stop
-    h = fit(model, tsched, batches[:2], epochs=3, validation_generator=iter(batches[2:4]))
+    with pytest.warns(G.GgmlpyWarning, match="Epoch 2: the validation_generator gave no batch"):
+        h = fit(model, tsched, batches[:2], epochs=3, validation_generator=iter(batches[2:4]))
     assert len(h) == 3
     assert np.isfinite(h["val_loss"].iloc[0]) and h["val_loss"].iloc[1:].isna().all()
 

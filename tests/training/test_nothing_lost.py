@@ -103,3 +103,40 @@ def test_prefetch_never_trains_on_a_reused_buffer_refilled_later(cpu, tsched):
         weights.append(Net.get(lin.W))
         lin.free()
     np.testing.assert_array_equal(weights[1], weights[0])
+
+
+def test_an_empty_validation_source_warns_once(cpu, tsched):
+    lin = Linear(cpu, 3, 1, 8)
+    with pytest.warns(G.GgmlpyWarning, match="validation_generator gave no batch") as caught:
+        h = G.ggml_fit_opt_gen(tsched, lin.net.ctx, lin.x, lin.out, _batches(9), epochs=3, silent=True,
+                               validation_generator=iter([]))
+    assert h["val_loss"].isna().all()
+    assert sum("validation_generator gave no batch" in str(w.message) for w in caught) == 1
+    lin.free()
+
+
+def test_a_dataset_fit_that_leaves_no_training_batch_is_an_error(cpu, tsched):
+    lin = Linear(cpu, 3, 1, 8)
+    ds = G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 3, 1, 32, 1)
+    G.ggml_backend_tensor_set_data(G.ggml_opt_dataset_data(ds), np.ones((32, 3)))
+    G.ggml_backend_tensor_set_data(G.ggml_opt_dataset_labels(ds), np.ones((32, 1)))
+    with pytest.raises(ValueError, match="no training batch"):
+        G.ggml_fit_opt(tsched, lin.net.ctx, lin.x, lin.out, ds, nbatch_logical=32, val_split=0.5, silent=True)
+    ds.free()
+    lin.free()
+
+
+def test_the_model_layer_reports_samples_per_second_of_one_sample_batches():
+    """A batch of one: ggmlR's batch rule (the last axis that is not 1) would take the features for the batch."""
+    import re
+    import subprocess
+    import sys
+    code = ("import numpy as np, ggmlpy as g\n"
+            "m = g.ggml_compile(g.ggml_layer_dense(g.ggml_model_sequential(), 1, input_shape=(50,)), loss='mse', "
+            "backend='cpu')\n"
+            "g.ggml_fit(m, np.ones((400, 50)), np.ones((400, 1)), batch_size=1, epochs=1, verbose=1)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    seconds, rate = re.search(r"([0-9.]+)s \(([0-9]+) samples/s\)", out.stdout + out.stderr).groups()
+    assert float(seconds) > 0
+    assert float(rate) == pytest.approx(400 / float(seconds), rel=0.2)   # 400 samples, not 400 x 50
