@@ -28,6 +28,9 @@ class Dataset(Handle):
         self.ne_datapoint, self.ne_label, self.ndata, self.ndata_shard = ne_datapoint, ne_label, ndata, ndata_shard
         self._weights: Tensor | None = None
         self._weights_owned: list[Handle] = []
+        for t in (self.data, self.labels):  # ggml leaves them uninitialised: a forgotten write trains on garbage
+            if t is not None:
+                np.frombuffer(ffi.buffer(t.ptr.data, int(lib.ggml_nbytes(t.ptr))), dtype=np.uint8)[:] = 0
 
     def free(self) -> None:
         super().free()

@@ -401,3 +401,11 @@ def test_shape_problem_is_the_one_rule(host_ctx):
     assert "expects 12 values" in shape_problem((11,), (4, 3, 1, 1))
     assert shape_problem((2, 4), (4, 3, 1, 1), offset=4) is None
     assert shape_problem((2, 4), (4, 3, 1, 1)) is not None
+
+
+def test_a_new_opt_dataset_is_zeroed():
+    """ggml allocates a dataset's tensors uninitialised: a forgotten write must not train on garbage."""
+    ds = G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_I32, 7, 3, 500, 1)
+    assert not G.ggml_backend_tensor_get_data(G.ggml_opt_dataset_data(ds)).any()
+    assert not G.ggml_backend_tensor_get_data(G.ggml_opt_dataset_labels(ds)).any()
+    ds.free()

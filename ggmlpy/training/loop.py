@@ -21,10 +21,10 @@ if TYPE_CHECKING:
 
 from .. import opt as O
 from .. import opt_result as R
-from ..context import Tensor
+from ..context import Tensor, walk_graph
 from ..data import ggml_backend_tensor_get_data
 from ..errors import GgmlpyWarning, GgmlValueError
-from .._checks import index_bounds
+from .._checks import index_bounds, ptr_key
 from .adapters import BatchWriter
 from .callbacks import CallbackList, FitState
 from .progress import EpochProgress, say, summary_line
@@ -54,12 +54,22 @@ class StepHook(Protocol):
     def after_eval(self, train: bool) -> None: ...
 
 
+def _check_connected(inputs: list[Tensor], outputs: list[Tensor]) -> None:
+    """Every input must feed the outputs: data written into an input they do not read would train nothing."""
+    reached = {ptr_key(t) for t in walk_graph(o.ptr for o in outputs)}
+    for i, t in enumerate(inputs):
+        if ptr_key(t.ptr) not in reached:
+            raise GgmlValueError(f"the outputs do not depend on inputs[{i}] ('{t.name or 'unnamed'}'): training "
+                                 "would ignore its data; build the outputs from it (or pass the tensor they read)")
+
+
 class Trainer:
     def __init__(self, sched, ctx_compute, inputs: list[Tensor], outputs: list[Tensor], loss_types: list[int],
                  loss_weights: list[float] | None, optimizer: int, opt_period: int, weight_decay: float,
                  loss_mask_ne0: int | None = None, with_validation: bool = False, per_head: bool = False,
                  learning_rate: float | None = None, sample_weighted: bool = False,
                  hooks: Iterable[StepHook] = (), batch_size: int | None = None) -> None:
+        _check_connected(inputs, outputs)
         self._owned: list[Any] = []
         self.hooks = list(hooks)
         self.inputs, self.outputs = inputs, outputs

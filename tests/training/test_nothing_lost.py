@@ -140,3 +140,14 @@ def test_the_model_layer_reports_samples_per_second_of_one_sample_batches():
     seconds, rate = re.search(r"([0-9.]+)s \(([0-9]+) samples/s\)", out.stdout + out.stderr).groups()
     assert float(seconds) > 0
     assert float(rate) == pytest.approx(400 / float(seconds), rel=0.2)   # 400 samples, not 400 x 50
+
+
+def test_outputs_that_do_not_read_the_inputs_are_refused(cpu, tsched):
+    lin = Linear(cpu, 3, 1, 8)
+    net = Net(cpu)
+    other = net.leaf((8, 3))      # allocated, the right shape, but lin.out never reads it
+    net.alloc()
+    with pytest.raises(ValueError, match=r"do not depend on inputs\[0\]"):
+        G.ggml_fit_opt_gen(tsched, lin.net.ctx, other, lin.out, _batches(9), silent=True)
+    net.free()
+    lin.free()
