@@ -1,6 +1,7 @@
 """The examples run as users run them (short settings), so they cannot silently rot."""
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -67,8 +68,16 @@ def test_readme_python_examples_run_as_written(tmp_path):
 
 def test_rl_cartpole_dqn_learns(tmp_path):
     """ggml_trainer + snapshots (the target network) + ggml_predict: DQN learns CartPole from its own play."""
-    out = _run([str(ROOT / "examples" / "rl_cartpole_dqn.py"), "--quick", "--backend", "cpu", "--seed", "0"],
-               tmp_path)
+    args = [str(ROOT / "examples" / "rl_cartpole_dqn.py"), "--quick", "--backend", "cpu", "--seed", "0"]
+    plot = tmp_path / "returns.png" if importlib.util.find_spec("matplotlib") else None  # optional dependency
+    if plot is not None:
+        args += ["--plot", str(plot)]
+    out = _run(args, tmp_path)
     first, last = map(float, re.search(r"first 20 episodes ([0-9.]+) -> last 20 episodes ([0-9.]+)", out).groups())
-    assert first < 40, out[-1500:]                 # a random policy keeps the pole up ~20 steps
-    assert last > 100 and last > 3 * first, out[-1500:]
+    # A random policy keeps the pole up ~20 steps. Seed 0 reaches ~250 in ~15 s; seeds 0-7 all end in 128-250,
+    # so the bound leaves room for a trajectory that float rounding on another CPU sends elsewhere.
+    assert first < 40, out[-1500:]
+    assert last > 75 and last > 3 * first, out[-1500:]
+    assert len(re.findall(r"episode +\d+: mean return of the last 10 ", out)) >= 10, out[-1500:]  # progress lines
+    if plot is not None:
+        assert plot.stat().st_size > 10_000
