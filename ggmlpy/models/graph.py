@@ -171,14 +171,11 @@ class Model:
     def __str__(self) -> str:
         try:
             return self.summary()
-        except GgmlpyLikeError as exc:  # an incomplete sequential model still prints
+        except (GgmlValueError, GgmlStateError) as exc:  # an incomplete sequential model still prints
             return f"<{type(self).__name__} '{self.name}' (incomplete: {exc})>"
 
     def __repr__(self) -> str:
         return f"<{'Sequential' if self.sequential else 'Model'} '{self.name}' with {len(self.layers)} layers>"
-
-
-GgmlpyLikeError = (GgmlValueError, GgmlStateError)
 
 
 class Sequential(Model):
