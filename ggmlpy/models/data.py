@@ -34,12 +34,12 @@ def check_shape(arr: np.ndarray, expected: tuple, what: str, n: int | None = Non
         return
     want = _fmt(("N" if n is None else n,) + tuple(expected))
     msg = f"{what} must have shape {want} (samples first, one sample {_fmt(tuple(expected))}), got {_fmt(arr.shape)}"
-    if arr.ndim == 2 and len(expected) == 1 and arr.shape[0] == expected[0] and (n is None or arr.shape[1] == n):
+    if arr.ndim == len(expected) + 1 and tuple(arr.shape[1:]) == tuple(expected):
+        msg += f"; it has {arr.shape[0]} samples where {n} were expected (x and y must have one row per sample)"
+    elif arr.ndim == 2 and len(expected) == 1 and arr.shape[0] == expected[0] and (n is None or arr.shape[1] == n):
         msg += "; it looks transposed: pass arr.T (samples as rows)"
     elif arr.ndim == len(expected) + 1 and sorted(arr.shape[1:]) == sorted(expected):
         msg += "; the axes look permuted: put samples first and channels last (np.moveaxis / np.transpose)"
-    elif arr.ndim == len(expected) + 1 and tuple(arr.shape[1:]) == tuple(expected):
-        msg += f"; it has {arr.shape[0]} samples where {n} were expected"
     raise GgmlValueError(msg)
 
 

@@ -31,6 +31,9 @@ class Snapshot:
     def params(self) -> ParamStore:
         if self._params is None:
             raise GgmlStateError("this snapshot has been freed")
+        if not self._params.backend.alive:
+            raise GgmlStateError("this snapshot's backend went with the model's runtime (the model was compiled "
+                                 "again or its layers changed after the snapshot); take a new snapshot")
         return self._params
 
     def predictor(self) -> Predictor:
