@@ -27,11 +27,15 @@ def _ggmlpy_epoch_cb(train, opt_ctx, dataset, result, ibatch, ibatch_max, t_star
         return
     try:
         fn(bool(train), int(ibatch), int(ibatch_max), int(t_start_us), _epoch_callbacks_result[0 if train else 1])
-    except BaseException as exc:  # noqa: BLE001 - never raise into C; ggmlR turns errors into warnings
+    except Exception as exc:  # noqa: BLE001 - never raise into C; ggmlR turns errors into warnings
         warnings.warn(f"the ggml_opt_epoch callback raised {type(exc).__name__}: {exc}", GgmlpyWarning, stacklevel=1)
+    except BaseException as exc:  # noqa: BLE001 - Ctrl-C / SystemExit: no more callbacks, re-raised after C returns
+        _interrupted[0] = exc
+        _epoch_callbacks[:] = [None, None]
 
 
 _epoch_callbacks_result: list[Any] = [None, None]
+_interrupted: list[BaseException | None] = [None]
 
 
 def _callback_ptr(cb: Any, slot: int, result: Any) -> Any:
@@ -114,13 +118,17 @@ def ggml_opt_epoch(opt_ctx: OptContext, dataset: Dataset, result_train: OptResul
     opt_ctx.lr_ud.validate()
     cb_t = _callback_ptr(callback_train, 0, result_train)
     cb_e = _callback_ptr(callback_eval, 1, result_eval)
+    _interrupted[0] = None
     try:
         lib.ggml_opt_epoch(opt, ds, res_t, res_e, idata_split, cb_t, cb_e)
     finally:
         _epoch_callbacks[:] = [None, None]
         _epoch_callbacks_result[:] = [None, None]
-    n_batches = dataset.ndata // batch
-    opt_ctx._opt_i = (opt_ctx._opt_i + n_batches) % opt_ctx.opt_period
+        n_batches = dataset.ndata // batch
+        opt_ctx._opt_i = (opt_ctx._opt_i + n_batches) % opt_ctx.opt_period
+    interrupted, _interrupted[0] = _interrupted[0], None
+    if interrupted is not None:  # a KeyboardInterrupt inside a callback is not swallowed: it stops the caller
+        raise interrupted
 
 
 def ggml_opt_fit(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Tensor, dataset: Dataset,

@@ -259,3 +259,54 @@ def test_opt_result_pred_holds_the_argmax_of_each_datapoint(backend, sched):
     np.testing.assert_array_equal(pred, (X.astype(np.float64) @ W.T).argmax(axis=1))
     for o in (result, opt, buf, ctx):
         o.free()
+
+
+def _epoch_setup(backend, sched):
+    rng = np.random.default_rng(1)
+    ctx = G.ggml_init(16 * G.ggml_tensor_overhead() + G.ggml_graph_overhead(), no_alloc=True)
+    x = G.ggml_set_input(G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, 4))
+    w = G.ggml_set_param(G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, 1))
+    buf = G.ggml_backend_alloc_ctx_tensors(ctx, backend)
+    G.ggml_backend_tensor_set_data(w, np.zeros((1, 3)))
+    out = G.ggml_mul_mat(ctx, w, x)
+    opt = G.ggml_opt_init(sched, G.ggml_opt_loss_type_mse(), ctx_compute=ctx, inputs=x, outputs=out)
+    ds = G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 3, 1, 32, 1)
+    X = rng.normal(size=(32, 3)).astype(np.float32)
+    G.ggml_backend_tensor_set_data(G.ggml_opt_dataset_data(ds), X)
+    G.ggml_backend_tensor_set_data(G.ggml_opt_dataset_labels(ds), X @ np.array([[1.0], [2.0], [-1.0]], np.float32))
+    return opt, ds, [ds, opt, buf, ctx]
+
+
+def test_opt_epoch_calls_python_callbacks_and_trains(backend, sched):
+    opt, ds, owned = _epoch_setup(backend, sched)
+    result = G.ggml_opt_result_init()
+    calls = []
+    G.ggml_opt_epoch(opt, ds, result, None, -1, lambda *a: calls.append(a[:3]), False)
+    assert [c[1] for c in calls] == list(range(1, 9)) and all(c[0] and c[2] == 8 for c in calls)
+    assert G.ggml_opt_result_ndata(result) == 32
+    for o in [result] + owned:
+        o.free()
+
+
+def test_ctrl_c_in_an_opt_epoch_callback_is_not_swallowed(backend, sched):
+    """KeyboardInterrupt raised in a callback (that is where Ctrl-C surfaces during ggml's C loop) stops the
+    caller once ggml_opt_epoch returns, and no further callback runs; an ordinary error only warns (ggmlR)."""
+    opt, ds, owned = _epoch_setup(backend, sched)
+    calls = []
+
+    def interrupt(train, ibatch, ibatch_max, t_start, result):
+        calls.append(ibatch)
+        if ibatch == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        G.ggml_opt_epoch(opt, ds, None, None, -1, interrupt, False)
+    assert calls == [1, 2]
+
+    def failing(*args):
+        raise ValueError("oops")
+
+    with pytest.warns(G.GgmlpyWarning, match="callback raised ValueError: oops"):
+        G.ggml_opt_epoch(opt, ds, None, None, -1, failing, False)
+    for o in owned:
+        o.free()
