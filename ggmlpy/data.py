@@ -146,7 +146,7 @@ def checked_values(arr: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
         if bad.any():
             v = arr[bad].reshape(-1)[0]
             raise GgmlValueError(f"{what}: the tensor is {dtype}, which holds [{info.min}, {info.max}]; got {v} "
-                                 f"({int(bad.sum())} of {arr.size} values out of range), which would wrap around; "
+                                 f"({int(bad.sum())} of {arr.size} values outside that range), which would wrap around; "
                                  "use a wider integer type for the tensor or fix the values")
     with np.errstate(over="ignore", invalid="ignore"):
         out = np.ascontiguousarray(arr, dtype=dtype).reshape(-1)

@@ -319,14 +319,13 @@ def _elementwise_unweighted(ctx: Context, t: int, out: Tensor, y: Tensor | None)
     raise GgmlValueError(f"unknown loss type {t}")
 
 
-def _weight_template(ctx: Context, outputs: Tensor) -> Tensor:
-    """A [1, 1, ..., batch] tensor: one weight per sample, broadcast over the other axes of ``outputs``."""
-    from .context import ggml_new_tensor_4d
+def _per_sample_shape(outputs: Tensor) -> list[int]:
+    """[1, 1, ..., batch]: one weight per sample, broadcast over the other axes of ``outputs``."""
     shape = [1, 1, 1, 1]
     dims = [i for i, n in enumerate(outputs.shape) if n != 1]
     if dims:
         shape[dims[-1]] = outputs.shape[dims[-1]]
-    return ggml_new_tensor_4d(ctx, GGML_TYPE_F32, *shape)
+    return shape
 
 
 def build_loss_graph(heads: Sequence[Head], sched, loss_mask_ne0: int | None = None,
@@ -356,7 +355,7 @@ def build_loss_graph(heads: Sequence[Head], sched, loss_mask_ne0: int | None = N
             h.weights = ggml_set_input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, batch))
             ggml_set_name(h.weights, f"sample_weights_{i + 1}")
             if h.outputs.shape[2:] != (1, 1) and h.loss_type != LOSS_CROSS_ENTROPY:
-                h.weights = ops.ggml_reshape(ctx, h.weights, _weight_template(ctx, h.outputs))
+                h.weights = ops.ggml_reshape_4d(ctx, h.weights, *_per_sample_shape(h.outputs))
         elif h.loss_type == LOSS_WEIGHTED_MSE:
             width = loss_mask_ne0 or 1
             ne0 = h.outputs.shape[0]

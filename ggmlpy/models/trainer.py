@@ -188,9 +188,8 @@ class ModelTrainer:
             raise GgmlValueError("trainer.restore: the snapshot was taken of another model")
         params = self._model.runtime.params
         with self._model.runtime.use():
-            for name, value in snapshot.params.values().items():
-                layer_name, weight = name.rsplit(".", 1)
-                params.write(next(l for l in params.layers if l.name == layer_name), weight, value)
+            for layer, spec in params.specs:  # a snapshot holds the same layers' weights
+                params.write(layer, spec.name, snapshot.params.read(layer, spec.name))
 
     def free(self) -> None:
         """Release the trainer's ggml objects (the model stays). Idempotent."""

@@ -200,10 +200,7 @@ class BatchWriter:
                                      f"gives {arr.dtype}")
             if target.bound is not None:
                 check_indices(arr, target.bound, f"{self.name}: {target.what}")
-            info = np.iinfo(target.dtype)
-            if arr.size and (arr.min() < info.min or arr.max() > info.max):
-                raise GgmlValueError(f"{self.name}: {target.what} is {target.dtype}; the batch has values outside "
-                                     f"[{info.min}, {info.max}]")
+        # the one conversion check (also the integer range check: values that would wrap)
         return checked_values(arr, target.dtype, f"{self.name}: {target.what}")
 
 
