@@ -195,7 +195,7 @@ def feed_dict(xs: list[np.ndarray], ys: list[np.ndarray], w: np.ndarray | None, 
     """A batch in the form the training loop writes: inputs, labels and (per head) weights."""
     batch = {"inputs": xs, "labels": ys}
     if w is not None:
-        batch["weights"] = [w.reshape(-1, 1)] * len(ys)
+        batch["weights"] = [w.reshape(-1)] * len(ys)  # 1-D: fits the weights tensor whatever its rank
     return batch
 
 

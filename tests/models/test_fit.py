@@ -358,3 +358,17 @@ def test_small_graphs_train_on_one_thread_unless_the_user_chose(monkeypatch):
     m = classifier()
     g.ggml_fit(m, x, np.eye(3)[ids], epochs=1, batch_size=16, verbose=0, callbacks=[probe])
     assert seen[-1] == 2
+
+
+def test_sample_weights_on_outputs_of_several_axes():
+    """(N, steps, units) outputs: each sample's weight scales all its elements (the loss of the single step
+    equals the float64 weighted mean of the initial predictions' squared errors)."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(8, 5, 3)).astype(np.float32)
+    y = rng.normal(size=(8, 5, 2)).astype(np.float32)
+    sw = np.arange(8, dtype=np.float32)
+    m = g.ggml_compile(g.ggml_layer_dense(g.ggml_model_sequential(), 2, input_shape=(5, 3)), loss="mse",
+                       backend="cpu")
+    err = g.ggml_predict(m, x).astype(np.float64) - y
+    h = g.ggml_fit(m, x, y, batch_size=8, sample_weight=sw, verbose=0)
+    assert h["train_loss"].iloc[0] == pytest.approx(np.mean(err ** 2 * sw[:, None, None]), rel=1e-5)
