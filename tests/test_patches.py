@@ -1,10 +1,13 @@
 """Our ggml patches, checked through what they make possible (the backward passes of patches 0004
-and 0006 are checked against finite differences in test_gradients.py)."""
+and 0006 are checked against finite differences in test_gradients.py; 0008's optimizer state is
+checked here against AdamW's formula in numpy and, for the model layer, in tests/models)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import ggmlpy as G
+from ggmlpy._ffi import ffi
 
 
 def test_0005_static_graphs_larger_than_ggmls_default_size_train():
@@ -32,5 +35,200 @@ def test_0005_static_graphs_larger_than_ggmls_default_size_train():
     history = G.ggml_fit_opt_gen(sched, ctx_ops, x, h, batches, epochs=3, learning_rate=1e-3, silent=True)
     assert np.isfinite(history["train_loss"]).all()
     assert history["train_loss"].iloc[-1] < history["train_loss"].iloc[0]
+    for obj in (sched, ctx_ops, buf, ctx, backend):
+        obj.free()
+
+
+def _linear_regression(seed: int = 0):
+    """w [4, 1] (trainable) times x [4, 8]: out [1, 8]; MSE against y. Returns the objects and the data."""
+    backend = G.ggml_backend_cpu_init()
+    ctx = G.ggml_init(mem_size=8 * G.ggml_tensor_overhead(), no_alloc=True)
+    x = G.ggml_set_input(G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 8))
+    w = G.ggml_set_name(G.ggml_set_param(G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 1)), "w")
+    buf = G.ggml_backend_alloc_ctx_tensors(ctx, backend)
+    ctx_ops = G.ggml_init(mem_size=8 * G.ggml_tensor_overhead(), no_alloc=True)
+    out = G.ggml_mul_mat(ctx_ops, w, x)
+    rng = np.random.default_rng(seed)
+    xs = rng.normal(size=(8, 4)).astype(np.float32)
+    ys = (xs @ np.array([1.0, -2.0, 0.5, 3.0]) + 0.1 * rng.normal(size=8)).astype(np.float32)
+    return backend, ctx, ctx_ops, buf, x, w, out, xs, ys
+
+
+def _adamw_step(opt, x, xs, ys):
+    G.ggml_opt_alloc(opt, True)
+    G.ggml_backend_tensor_set_data(x, xs)
+    G.ggml_backend_tensor_set_data(G.ggml_opt_labels(opt), ys.reshape(8, 1))
+    G.ggml_opt_eval(opt)
+
+
+def test_0008_adamw_moments_and_step_count_are_exposed():
+    """After one AdamW step the moments are (1-beta1) g and (1-beta2) g^2 (numpy's gradient); the step count
+    goes 1 -> 2; a step count set by hand changes the next step's bias correction as AdamW's formula says."""
+    backend, ctx, ctx_ops, buf, x, w, out, xs, ys = _linear_regression()
+    sched = G.ggml_backend_sched_new([backend], parallel=False)
+    fit = G.ggml_opt_init_for_fit(sched, G.ggml_opt_loss_type_mse(), ctx_compute=ctx_ops, inputs=x, outputs=out)
+    opt, lr = fit["opt_ctx"], 0.1
+    G.ggml_opt_set_lr(fit["lr_ud"], adamw_lr=lr)
+    b1, b2, eps = 0.9, 0.999, 1e-8                              # ggml's defaults
+    w0 = np.array([0.5, 0.0, -0.5, 1.0], dtype=np.float32)
+    G.ggml_backend_tensor_set_data(w, w0)
+
+    def grad(wv):                                               # d mean((X w - y)^2) / dw, in float64
+        return 2.0 / 8 * xs.astype(np.float64).T @ (xs.astype(np.float64) @ wv - ys)
+
+    assert G.ggml_opt_get_iter(opt) == 1
+    m_t, v_t = G.ggml_opt_grad_m(opt, w), G.ggml_opt_grad_v(opt, w)
+    assert m_t.shape == w.shape and v_t.shape == w.shape
+    assert not G.ggml_backend_tensor_get_data(m_t).any() and not G.ggml_backend_tensor_get_data(v_t).any()
+    assert G.ggml_opt_grad_m(opt, out) is None                  # not a parameter: no moments
+    _adamw_step(opt, x, xs, ys)
+    g1 = grad(w0.astype(np.float64))
+    m1, v1 = (1 - b1) * g1, (1 - b2) * g1 ** 2
+    np.testing.assert_allclose(G.ggml_backend_tensor_get_data(m_t), m1, rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(G.ggml_backend_tensor_get_data(v_t), v1, rtol=1e-4, atol=1e-9)
+    assert G.ggml_opt_get_iter(opt) == 2
+    w1 = G.ggml_backend_tensor_get_data(w).astype(np.float64)
+    np.testing.assert_allclose(w1, w0 - lr * g1 / (np.abs(g1) + eps), rtol=1e-5, atol=1e-6)  # bias-corrected
+
+    G.ggml_opt_set_iter(opt, 5)                                 # the next step is treated as the fifth
+    _adamw_step(opt, x, xs, ys)
+    g2 = grad(w1)
+    m2, v2 = b1 * m1 + (1 - b1) * g2, b2 * v1 + (1 - b2) * g2 ** 2
+    expected = w1 - lr * (m2 / (1 - b1 ** 5)) / (np.sqrt(v2 / (1 - b2 ** 5)) + eps)
+    np.testing.assert_allclose(G.ggml_backend_tensor_get_data(w), expected, rtol=1e-4, atol=1e-6)
+    as_second = w1 - lr * (m2 / (1 - b1 ** 2)) / (np.sqrt(v2 / (1 - b2 ** 2)) + eps)
+    assert np.abs(as_second - expected).max() > 1e-3           # iter really changed the step
+    assert G.ggml_opt_get_iter(opt) == 6
+    with pytest.raises(ValueError, match="iter"):
+        G.ggml_opt_set_iter(opt, 0)                             # ggml would abort
+    G.ggml_opt_reset(opt, True)
+    assert G.ggml_opt_get_iter(opt) == 1 and not G.ggml_backend_tensor_get_data(m_t).any()
+    for obj in (opt, sched, ctx_ops, buf, ctx, backend):
+        obj.free()
+    # SGD keeps no moments
+    backend, ctx, ctx_ops, buf, x, w, out, xs, ys = _linear_regression()
+    sched = G.ggml_backend_sched_new([backend], parallel=False)
+    sgd = G.ggml_opt_init(sched, G.ggml_opt_loss_type_mse(), G.ggml_opt_optimizer_type_sgd(), ctx_compute=ctx_ops,
+                          inputs=x, outputs=out)
+    assert G.ggml_opt_grad_m(sgd, w) is None and G.ggml_opt_grad_v(sgd, w) is None
+    for obj in (sgd, sched, ctx_ops, buf, ctx, backend):
+        obj.free()
+
+
+def test_0008_a_new_opt_context_given_the_state_continues_the_same_trajectory():
+    """3 steps, state read, 3 more steps; against: 3 steps, a new opt context given that state, 3 steps."""
+    backend, ctx, ctx_ops, buf, x, w, out, xs, ys = _linear_regression(1)
+    w0 = np.array([0.5, 0.0, -0.5, 1.0], dtype=np.float32)
+    G.ggml_backend_tensor_set_data(w, w0)
+
+    def new_ctx():
+        sched = G.ggml_backend_sched_new([backend], parallel=False)
+        ops = G.ggml_init(mem_size=8 * G.ggml_tensor_overhead(), no_alloc=True)
+        fit = G.ggml_opt_init_for_fit(sched, G.ggml_opt_loss_type_mse(), ctx_compute=ops, inputs=x,
+                                      outputs=G.ggml_mul_mat(ops, w, x))
+        G.ggml_opt_set_lr(fit["lr_ud"], adamw_lr=0.05)
+        return fit["opt_ctx"], [fit["opt_ctx"], sched, ops]
+
+    opt, owned = new_ctx()
+    for _ in range(3):
+        _adamw_step(opt, x, xs, ys)
+    state = G.ggml_opt_get_state(opt, [w])
+    assert state["optimizer"] == "adamw" and state["iter"] == 4 and state["m"]["w"].shape == (4,)
+    assert state["hparams"]["learning_rate"] == pytest.approx(0.05)
+    w3 = G.ggml_backend_tensor_get_data(w)
+    for _ in range(3):
+        _adamw_step(opt, x, xs, ys)
+    straight = G.ggml_backend_tensor_get_data(w)
+    for obj in owned:
+        obj.free()
+
+    runs = {}
+    for restore in (True, False):
+        G.ggml_backend_tensor_set_data(w, w3)
+        opt, owned = new_ctx()
+        if restore:
+            G.ggml_opt_set_state(opt, state, {"w": w})
+            assert G.ggml_opt_get_iter(opt) == 4
+        for _ in range(3):
+            _adamw_step(opt, x, xs, ys)
+        runs[restore] = G.ggml_backend_tensor_get_data(w)
+        for obj in owned:
+            obj.free()
+    np.testing.assert_array_equal(runs[True], straight)
+    assert np.abs(runs[False] - straight).max() > 1e-3          # a warm restart takes another path
+
+    # refused before anything is written: another optimizer, a missing name, a wrong shape, a bad iter
+    opt, owned = new_ctx()
+    with pytest.raises(ValueError, match="sgd"):
+        G.ggml_opt_set_state(opt, {**state, "optimizer": "sgd"}, {"w": w})
+    with pytest.raises(ValueError, match="no moments for 'w'"):
+        G.ggml_opt_set_state(opt, {**state, "m": {}, "v": {}}, {"w": w})
+    with pytest.raises(ValueError, match="shape"):
+        G.ggml_opt_set_state(opt, {**state, "m": {"w": np.zeros(3)}}, {"w": w})
+    with pytest.raises(ValueError, match="iter"):
+        G.ggml_opt_set_state(opt, {**state, "iter": 0}, {"w": w})
+    assert G.ggml_opt_get_iter(opt) == 1
+    for obj in owned:
+        obj.free()
+    for obj in (ctx_ops, buf, ctx, backend):
+        obj.free()
+
+
+def test_0008_state_is_refused_inside_an_accumulation_period():
+    backend, ctx, ctx_ops, buf, x, w, out, xs, ys = _linear_regression(2)
+    G.ggml_backend_tensor_set_data(w, np.ones(4, dtype=np.float32))
+    sched = G.ggml_backend_sched_new([backend], parallel=False)
+    opt = G.ggml_opt_init(sched, G.ggml_opt_loss_type_mse(), opt_period=2, ctx_compute=ctx_ops, inputs=x,
+                          outputs=out)
+    _adamw_step(opt, x, xs, ys)                                  # 1 of 2 batches: no optimizer step yet
+    with pytest.raises(RuntimeError, match="1 of 2 batches"):
+        G.ggml_opt_get_state(opt, [w])
+    partial = G.ggml_opt_get_state(opt, [w], allow_partial=True)
+    assert partial["iter"] == 1 and not partial["m"]["w"].any()
+    with pytest.raises(RuntimeError, match="1 of 2 batches"):
+        G.ggml_opt_set_state(opt, partial, [w])
+    _adamw_step(opt, x, xs, ys)
+    assert G.ggml_opt_get_state(opt, [w])["iter"] == 2
+    for obj in (opt, sched, ctx_ops, buf, ctx, backend):
+        obj.free()
+
+
+def test_0009_gradients_of_many_views_of_one_tensor_accumulate_in_place():
+    """T slices of one tensor (how an unrolled LSTM reads its time steps): each slice's gradient lands in its
+    place, and ggml accumulates them with in-place ACCs into one buffer. Unpatched, every ACC copied the whole
+    tensor first, so the backward pass cost O(T * size) (T = 200 steps: +50 % of an LSTM's step time)."""
+    dim, steps = 64, 16
+    backend = G.ggml_backend_cpu_init()
+    G.ggml_backend_cpu_set_n_threads(backend, 1)
+    ctx = G.ggml_init(mem_size=8 * G.ggml_tensor_overhead(), no_alloc=True)
+    w = G.ggml_set_param(G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, dim, steps))
+    c = G.ggml_set_input(G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, dim, steps))
+    buf = G.ggml_backend_alloc_ctx_tensors(ctx, backend)
+    rng = np.random.default_rng(0)
+    coef = rng.normal(size=(steps, dim)).astype(np.float32)
+    G.ggml_backend_tensor_set_data(w, rng.normal(size=(steps, dim)).astype(np.float32))
+    G.ggml_backend_tensor_set_data(c, coef)
+    ctx_ops = G.ggml_init(mem_size=(12 * steps + 64) * G.ggml_tensor_overhead() + 4 * G.ggml_graph_overhead(1024, True),
+                      no_alloc=True)
+    y = G.ggml_scale(ctx_ops, w, 2.0)   # not a parameter: its gradient is made of the views' alone
+    loss = None
+    for t in range(steps):
+        term = G.ggml_sum(ctx_ops, G.ggml_mul(ctx_ops, G.ggml_view_1d(ctx_ops, y, dim, 4 * dim * t),
+                                              G.ggml_view_1d(ctx_ops, c, dim, 4 * dim * t)))
+        loss = term if loss is None else G.ggml_add(ctx_ops, loss, term)
+    G.ggml_set_loss(loss)
+    graph = G.ggml_new_graph_custom(ctx_ops, 1024, True)
+    G.ggml_build_forward_expand(graph, loss)
+    G.ggml_build_backward_expand(ctx_ops, graph)
+    accs = [n for n in graph.nodes() if n.op_name == "ACC"]
+    assert len(accs) == steps
+    assert all(n.ptr.view_src != ffi.NULL for n in accs), "the gradient's ACCs copy the whole tensor (not in place)"
+    sched = G.ggml_backend_sched_new([backend], parallel=False, graph_size=1024)
+    G.ggml_backend_sched_alloc_graph(sched, graph)
+    assert len({int(ffi.cast("uintptr_t", n.ptr.data)) for n in accs}) == 1   # one buffer for all of them
+    G.ggml_graph_reset(graph)
+    G.ggml_backend_sched_graph_compute(sched, graph)
+    np.testing.assert_array_equal(G.ggml_backend_tensor_get_data(G.ggml_graph_get_grad(graph, w)).reshape(steps, dim),
+                                  2 * coef)
     for obj in (sched, ctx_ops, buf, ctx, backend):
         obj.free()

@@ -52,6 +52,10 @@ struct ggml_tensor * ggml_opt_loss(ggml_opt_context_t opt_ctx);
 struct ggml_tensor * ggml_opt_pred(ggml_opt_context_t opt_ctx);
 struct ggml_tensor * ggml_opt_ncorrect(ggml_opt_context_t opt_ctx);
 struct ggml_tensor * ggml_opt_grad_acc(ggml_opt_context_t opt_ctx, struct ggml_tensor * node);
+struct ggml_tensor * ggml_opt_grad_m(ggml_opt_context_t opt_ctx, struct ggml_tensor * node);  /* patches/0008 */
+struct ggml_tensor * ggml_opt_grad_v(ggml_opt_context_t opt_ctx, struct ggml_tensor * node);  /* patches/0008 */
+int64_t ggml_opt_get_iter(ggml_opt_context_t opt_ctx);                                        /* patches/0008 */
+void ggml_opt_set_iter(ggml_opt_context_t opt_ctx, int64_t iter);                             /* patches/0008 */
 enum ggml_opt_optimizer_type ggml_opt_context_optimizer_type(ggml_opt_context_t);
 const char * ggml_opt_optimizer_name(enum ggml_opt_optimizer_type);
 
