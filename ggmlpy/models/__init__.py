@@ -1,7 +1,7 @@
 """ggmlR's Keras-like model layer: build models from layers, compile, fit, evaluate, predict, step by
 hand with ``ggml_trainer``, and save to GGUF. Every public name is re-exported by ``ggmlpy``.
 
-Modules by concern: ``layers``/``conv``/``norm`` (what each layer computes), ``graph`` (models as graphs
+Modules by concern: ``layers``/``conv``/``norm``/``sequence``/``attention`` (what each layer computes), ``graph`` (models as graphs
 of nodes), ``api`` (ggmlR's building functions), ``runtime`` (weights and graphs in ggml), ``compile``,
 ``data`` (the sample-major data rule), ``fit`` (training and inference), ``metrics``, ``trainer``,
 ``saving``.

@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import ops
 from ..errors import GgmlTypeError, GgmlValueError
-from . import conv, layers as Lyr, norm
+from . import attention, conv, layers as Lyr, norm, sequence
 from .graph import InputLayer, Model, Node, Sequential, apply_layer, default_name
 from .compile import compiled
 
@@ -118,6 +118,11 @@ ARG_DOCS = {
     "eps": "added to the variance before the square root (> 0).",
     "momentum": "the running statistics keep this share of their value at each training step, in [0, 1] "
                 "(Keras' 0.99 default settles after a few hundred steps; 0.9 after a few dozen).",
+    "return_sequences": "True: the output at every step (steps, units); False: the last step's (units,).",
+    "num_heads": "the number of attention heads.",
+    "key_dim": "the size of each head's query, key and value vectors.",
+    "causal": "True: each step attends only to itself and earlier steps (language models).",
+    "sequence_length": "the longest sequence the table covers (steps <= sequence_length).",
     "axis": "the axis of a sample to join along (default -1, the last: features or channels).",
     "name": "the layer's name (default: '<type>_<k>'); weights are saved as '<name>.<weight>'.",
     "trainable": "False freezes the layer's weights (see ggml_freeze_weights).",
@@ -176,6 +181,30 @@ ggml_layer_embedding, ggml_embedding = _pair(
     Lyr.Embedding, "embedding", "Token embedding: int32 ids in [0, vocab_size) of a sample (steps,) become "
     "(steps, dim) rows of a trained table.\n\nExample:\n    >>> model = g.ggml_layer_embedding(model, 1000, 16, "
     "input_shape=(20,))")
+
+ggml_layer_position_embedding, ggml_position_embedding = _pair(
+    Lyr.PositionEmbedding, "position_embedding", "Adds a learned vector per position to a sequence (steps, dim), "
+    "so attention layers know the order of the steps.\n\nExample:\n    >>> x = g.ggml_layer_embedding(tokens, 96, "
+    "64)\n    >>> x = g.ggml_layer_position_embedding(x, 128)")
+ggml_layer_lstm, ggml_lstm = _pair(
+    sequence.LSTM, "lstm", "Long short-term memory over sequences (steps, features), as Keras' LSTM (tanh, "
+    "sigmoid gates, forget-gate bias 1, zero initial state): the last step's hidden state (units,), or every "
+    "step's (steps, units) with ``return_sequences=True``. Unrolled over the steps; ggml differentiates it.\n\n"
+    "Example:\n    >>> model = g.ggml_layer_lstm(model, 32, input_shape=(100, 3))")
+ggml_layer_gru, ggml_gru = _pair(
+    sequence.GRU, "gru", "Gated recurrent unit over sequences (steps, features), as Keras' GRU (reset_after=True, "
+    "zero initial state): the last step's hidden state (units,), or every step's (steps, units) with "
+    "``return_sequences=True``.\n\nExample:\n    >>> model = g.ggml_layer_gru(model, 32, return_sequences=True, "
+    "input_shape=(50, 8))")
+ggml_layer_layer_norm, ggml_layer_norm = _pair(
+    norm.LayerNorm, "layer_norm", "Layer normalisation: each position normalised over its last axis (mean 0, "
+    "variance 1), then scaled by a learned ``gamma`` and shifted by ``beta``; the same in training and "
+    "inference.\n\nExample:\n    >>> x = g.ggml_layer_layer_norm(x)")
+ggml_layer_multi_head_attention, ggml_multi_head_attention = _pair(
+    attention.MultiHeadAttention, "multi_head_attention", "Multi-head self-attention over a sequence (steps, dim), "
+    "as Keras' MultiHeadAttention with query = key = value = the input: ``num_heads`` heads of ``key_dim`` "
+    "values each, scaled dot-product softmax, an output projection back to ``dim``; ``causal=True`` hides later "
+    "steps.\n\nExample:\n    >>> x = g.ggml_layer_multi_head_attention(x, num_heads=4, key_dim=16, causal=True)")
 
 
 def _op_or_layer(op: Callable, layer_object: Callable) -> Callable:
@@ -326,4 +355,5 @@ def ggml_set_weights(model: Model, weights: dict) -> Model:
 
 
 def _to_user(arr: np.ndarray, spec: Lyr.ParamSpec) -> np.ndarray:
+    arr = arr.reshape(tuple(reversed(spec.ne)))   # ggml drops trailing 1s: a one-head attention's (1, K, D)
     return arr if spec.user_axes is None else np.ascontiguousarray(np.transpose(arr, spec.user_axes))

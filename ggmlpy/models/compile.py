@@ -12,7 +12,7 @@ from .. import losses as L
 from .. import opt as O
 from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
 from .graph import Model, Node
-from .runtime import Runtime
+from .runtime import GraphInstance, Runtime, build_graph
 
 OPTIMIZERS = {"adam": O.OPTIMIZER_ADAMW, "adamw": O.OPTIMIZER_ADAMW, "sgd": O.OPTIMIZER_SGD}
 # name -> (ggml loss type, what the labels are)
@@ -44,6 +44,12 @@ class HeadSpec:
     @property
     def loss_type_name(self) -> str:
         return L.LOSS_NAMES[self.loss_type]
+
+    @property
+    def token_level(self) -> bool:
+        """A cross-entropy over every position of a sequence output (steps, classes): one distribution per
+        position, trained as ``steps`` rows of classes (per-token loss and accuracy, as Keras)."""
+        return self.loss_type == L.LOSS_CROSS_ENTROPY and len(self.shape) > 1
 
     @property
     def classification(self) -> bool:
@@ -80,9 +86,6 @@ def _loss_name(loss: Any, i: int) -> str:
 def _head(node: Node, loss: str, weight: float) -> HeadSpec:
     loss_type, _ = LOSSES[loss]
     activation = getattr(node.layer, "activation", None)
-    if loss_type == L.LOSS_CROSS_ENTROPY and len(node.shape) != 1:
-        raise GgmlValueError(f"{loss} needs outputs of one axis per sample (units,); output '{node.layer.name}' "
-                             f"has shape {node.shape} (flatten it, or use another loss)")
     if loss == "binary_crossentropy" and activation != "sigmoid":
         warnings.warn(f"binary_crossentropy expects probabilities; output '{node.layer.name}' does not end in a "
                       "sigmoid (add activation='sigmoid')", GgmlpyWarning, stacklevel=4)
@@ -168,6 +171,15 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
             raise
     model.runtime, model.compiled = runtime, config
     return model
+
+
+def build_training_graph(model: Model, cfg: CompileConfig, batch: int) -> GraphInstance:
+    """The training graph of a compiled model for ``batch`` samples: a final softmax left to ggml's fused
+    cross-entropy, sequence outputs of a cross-entropy made ``[classes, positions * batch]`` rows."""
+    outputs = model.graph()[1]
+    return build_graph(model, model.runtime.params, batch, training=True,
+                       logits_for={id(n) for n, h in zip(outputs, cfg.heads) if h.fused},
+                       rows_for={id(n) for n, h in zip(outputs, cfg.heads) if h.token_level})
 
 
 def compiled(model: Any, fn: str) -> CompileConfig:

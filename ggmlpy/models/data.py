@@ -95,12 +95,14 @@ def model_targets(model: Model, cfg: CompileConfig, y: Any, n: int, what: str = 
 def _target(h: HeadSpec, arr: np.ndarray, n: int, what: str) -> np.ndarray:
     units = h.shape[-1]
     if h.sparse:
-        if arr.ndim == 2 and arr.shape[1] == 1:
-            arr = arr[:, 0]
-        if arr.ndim != 1 or arr.shape[0] != n:
-            raise GgmlValueError(f"{what}: sparse_categorical_crossentropy takes class ids of shape ({n},), got "
-                                 f"{_fmt(arr.shape)}" + ("; for one-hot labels use categorical_crossentropy"
-                                                         if arr.ndim == 2 and arr.shape[1] == units else ""))
+        ids_shape = (n,) + tuple(h.shape[:-1])   # one id per sample, or per position of a sequence output
+        if arr.shape == ids_shape + (1,):
+            arr = arr[..., 0]
+        if arr.shape != ids_shape:
+            raise GgmlValueError(f"{what}: sparse_categorical_crossentropy takes class ids of shape "
+                                 f"{_fmt(ids_shape)}, got {_fmt(arr.shape)}"
+                                 + ("; for one-hot labels use categorical_crossentropy"
+                                    if arr.shape == ids_shape + (units,) else ""))
         if not np.issubdtype(arr.dtype, np.integer) and (not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr))):
             raise GgmlValueError(f"{what}: class ids must be integers")
         ids = arr.astype(np.int64)
@@ -108,8 +110,8 @@ def _target(h: HeadSpec, arr: np.ndarray, n: int, what: str) -> np.ndarray:
         if bad.any():
             raise GgmlValueError(f"{what}: class id {int(ids[bad][0])} is outside [0, {units}) (the output has "
                                  f"{units} units; ids are 0-based)")
-        onehot = np.zeros((n, units), dtype=np.float32)
-        onehot[np.arange(n), ids] = 1.0
+        onehot = np.zeros(ids.shape + (units,), dtype=np.float32)
+        np.put_along_axis(onehot, ids[..., None], 1.0, axis=-1)
         return onehot
     if arr.ndim == 1 and h.shape == (1,):
         arr = arr.reshape(-1, 1)
@@ -122,11 +124,14 @@ def _target(h: HeadSpec, arr: np.ndarray, n: int, what: str) -> np.ndarray:
     if not np.all(np.isfinite(out)):
         raise GgmlValueError(f"{what} contains NaN or infinite values")
     if h.loss == "categorical_crossentropy":
-        sums = out.sum(axis=1)
-        if (out < 0).any() or np.any(np.abs(sums - 1) > 1e-3):
-            row = int(np.argmax((out < 0).any(axis=1) | (np.abs(sums - 1) > 1e-3)))
+        rows = out.reshape(-1, units)      # one distribution per sample (or per position of a sequence)
+        sums = rows.sum(axis=1)
+        if (rows < 0).any() or np.any(np.abs(sums - 1) > 1e-3):
+            row = int(np.argmax((rows < 0).any(axis=1) | (np.abs(sums - 1) > 1e-3)))
+            where = f"sample {row}" if rows.shape[0] == n else f"sample {row // (rows.shape[0] // n)}, position " \
+                                                                 f"{row % (rows.shape[0] // n)}"
             raise GgmlValueError(f"{what}: categorical cross-entropy needs labels >= 0 summing to 1 per sample "
-                                 f"(one-hot); sample {row} sums to {sums[row]:g}")
+                                 f"(one-hot); {where} sums to {sums[row]:g}")
     if h.loss == "binary_crossentropy" and ((out < 0) | (out > 1)).any():
         raise GgmlValueError(f"{what}: binary cross-entropy needs labels in [0, 1]")
     return out
@@ -137,6 +142,10 @@ def sample_weights(cfg: CompileConfig, targets: list[np.ndarray], n: int, sample
     """Per-sample loss weights (N,) from ``sample_weight`` and/or ``class_weight``, or None."""
     if sample_weight is None and class_weight is None:
         return None
+    if any(h.token_level for h in cfg.heads):
+        raise GgmlValueError(f"{what if sample_weight is not None else 'class_weight'}: per-sample or per-class "
+                             "weights are not supported with a cross-entropy over sequence outputs (steps, classes); "
+                             "train without them, or weight the data by repeating samples")
     w = np.ones(n, dtype=np.float64)
     if sample_weight is not None:
         sw = _as_numeric(sample_weight, what).astype(np.float64)
@@ -168,8 +177,8 @@ def rows(arrays: list[np.ndarray], index: np.ndarray) -> list[np.ndarray]:
     return [a[index] for a in arrays]
 
 
-def training_batches(xs: list[np.ndarray], ys: list[np.ndarray], w: np.ndarray | None, batch: int, shuffle: bool,
-                     rng: np.random.Generator):
+def training_batches(heads: list[HeadSpec], xs: list[np.ndarray], ys: list[np.ndarray], w: np.ndarray | None,
+                     batch: int, shuffle: bool, rng: np.random.Generator):
     """A generator function: one epoch of full batches (ggml layout, ready to write). A last partial batch
     is completed with samples drawn at random from the rest of the epoch, so every sample is seen each
     epoch and every step has exactly ``batch`` rows (a few samples count twice in that step)."""
@@ -181,18 +190,20 @@ def training_batches(xs: list[np.ndarray], ys: list[np.ndarray], w: np.ndarray |
             idx = order[start:start + batch]
             if not shuffle and len(idx) == batch:  # in order: views, no copy
                 rows_ = slice(start, start + batch)
-                yield feed_dict([a[rows_] for a in xs], [a[rows_] for a in ys], None if w is None else w[rows_])
+                yield feed_dict(heads, [a[rows_] for a in xs], [a[rows_] for a in ys], None if w is None else w[rows_])
                 continue
             if len(idx) < batch:
                 fill = rng.choice(order[:start], batch - len(idx), replace=False) if start >= batch - len(idx) \
                     else rng.choice(order, batch - len(idx), replace=True)
                 idx = np.concatenate([idx, fill])
-            yield feed_dict(rows(xs, idx), rows(ys, idx), None if w is None else w[idx])
+            yield feed_dict(heads, rows(xs, idx), rows(ys, idx), None if w is None else w[idx])
     return epoch
 
 
-def feed_dict(xs: list[np.ndarray], ys: list[np.ndarray], w: np.ndarray | None, n_heads: int | None = None) -> dict:
-    """A batch in the form the training loop writes: inputs, labels and (per head) weights."""
+def feed_dict(heads: list[HeadSpec], xs: list[np.ndarray], ys: list[np.ndarray], w: np.ndarray | None) -> dict:
+    """A batch in the form the training loop writes: inputs, labels and (per head) weights. The labels of a
+    cross-entropy over sequence outputs are rows ``(N * steps, classes)``, as its training graph's outputs."""
+    ys = [y.reshape(-1, h.shape[-1]) if h.token_level else y for h, y in zip(heads, ys)]
     batch = {"inputs": xs, "labels": ys}
     if w is not None:
         batch["weights"] = [w.reshape(-1)] * len(ys)  # 1-D: fits the weights tensor whatever its rank

@@ -20,15 +20,15 @@ if TYPE_CHECKING:
 
 from ..errors import GgmlpyWarning, GgmlValueError
 from ..sched import Scheduler
-from ..training.adapters import Source
+from ..training.adapters import Source, check_ends
 from ..training.fit import fit_streamed, ggml_fit_opt
 from ..training.loop import EpochStats, check_nonfinite
 from . import data as D
-from .compile import CompileConfig, compiled
+from .compile import CompileConfig, build_training_graph, compiled
 from .graph import Model
 from .metrics import Tally
 from ..backend import set_backend_threads, threads_for
-from .runtime import TRAINING_FLOPS_FACTOR, build_graph, make_scheduler
+from .runtime import TRAINING_FLOPS_FACTOR, make_scheduler
 
 
 def _int_arg(value: Any, name: str, lo: int) -> int:
@@ -163,9 +163,7 @@ def run_training(model: Model, cfg: CompileConfig, source: Source, batch: int, *
     params = model.runtime.params
     if not params.mark_trainable():
         raise GgmlValueError(nothing_to_train(model))
-    outputs = model.graph()[1]
-    logits_for = {id(n) for n, h in zip(outputs, cfg.heads) if h.fused}
-    inst = build_graph(model, params, batch, training=True, logits_for=logits_for)
+    inst = build_training_graph(model, cfg, batch)
     sched = None
     threads_before = threads_for(params.backend, TRAINING_FLOPS_FACTOR * inst.flops)
     try:
@@ -184,7 +182,8 @@ def run_training(model: Model, cfg: CompileConfig, source: Source, batch: int, *
                             loss_weights=[h.weight for h in cfg.heads] if multi else None,
                             learning_rate=cfg.learning_rate, sample_weighted=sample_weighted, hooks=inst.hooks,
                             validate=validate, head_names=[h.name for h in cfg.heads] if multi else None,
-                            stream=stream, on_nonfinite=on_nonfinite, batch_size=batch)
+                            stream=stream, on_nonfinite=on_nonfinite, batch_size=batch,
+                            opt_state=model.runtime.opt_state)  # the optimizer continues across fits
     finally:
         set_backend_threads(params.backend, threads_before)
         if sched is not None:
@@ -222,6 +221,12 @@ def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch
     Every sample trains in every epoch: when N is not a multiple of ``batch_size`` the last batch is
     completed with samples drawn at random from the rest (a few count twice in that step). Validation
     uses the inference graph over every validation sample.
+
+    The optimizer's state (AdamW's moments and step count) belongs to the compiled model, as in Keras:
+    a second ``ggml_fit`` (or ``ggml_fit_generator``, or a ``ggml_trainer``) continues where the first
+    stopped, also after an exception or Ctrl-C; ``ggml_compile`` starts it afresh, and
+    ``ggml_save_model(..., include_optimizer=True)`` saves it. With ``nbatch_logical``, a fit that ends
+    inside a logical batch drops that batch's accumulated gradients (with a warning).
 
     Value: the history DataFrame of ``ggml_fit_opt``: ``epoch, train_loss, train_accuracy, val_loss,
     val_accuracy`` (NaN where not computed); multi-output models add per-output frames in ``attrs``.
@@ -264,7 +269,7 @@ def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch
         n = cut
     batch = min(batch_size, n)
     rng = np.random.default_rng(np.random.randint(0, 2 ** 31))
-    source = Source(D.training_batches(xs, ys, w, batch, shuffle, rng), "x/y")
+    source = Source(D.training_batches(cfg.heads, xs, ys, w, batch, shuffle, rng), "x/y")
 
     def validate_arrays() -> EpochStats:  # the inference graph over every validation sample
         return _stats(_evaluate_arrays(model, cfg, model.runtime.predictor, val[0], val[1], val[2], batch))
@@ -316,7 +321,7 @@ class _BatchConverter:
 
     def __call__(self, batch: Any) -> dict:
         xs, ys, w = self.arrays(batch)
-        return D.feed_dict(xs, ys, w)
+        return D.feed_dict(self.cfg.heads, xs, ys, w)
 
 
 def ggml_fit_generator(model: Model, generator: Any, steps_per_epoch: int | None = None, epochs: int = 1,
@@ -365,6 +370,7 @@ def _fit_generator(model, generator, steps_per_epoch, epochs, initial_epoch, val
         if v is not None:
             _int_arg(v, name, 1)
     source = Source(generator, "generator")
+    check_ends(source, steps_per_epoch, "steps_per_epoch")
     first = source.peek() if epochs > 0 else None
     if first is None:
         if epochs > 0:
@@ -393,6 +399,7 @@ def _validation(model: Model, cfg: CompileConfig, validation_data: Any, steps: i
                               None, "validation_data sample_weight")
         return lambda: _stats(_evaluate_arrays(model, cfg, model.runtime.predictor, vx, vy, vw, batch))
     source = Source(validation_data, "validation_data")
+    check_ends(source, steps, "validation_steps")
     convert = _BatchConverter(model, cfg, "validation_data", None, None)
 
     def validate() -> EpochStats:

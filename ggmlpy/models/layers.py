@@ -67,7 +67,7 @@ class ParamSpec:
     """One weight of a layer: its ggml shape, how it starts and whether the optimizer trains it."""
     name: str                  # "weight", "bias", "kernel", "gamma", "running_mean", ...
     ne: tuple[int, ...]        # ggml shape
-    init: str                  # "glorot", "zeros", "ones", "embedding"
+    init: str                  # "glorot", "zeros", "ones", "embedding", "orthogonal", "unit_forget_bias"
     fans: tuple[int, int] = (1, 1)
     trainable: bool = True     # False: state the layer updates itself (batch-norm running statistics)
     user_axes: tuple[int, ...] | None = None  # transpose from ggml's numpy order to the user's (Keras') order
@@ -79,6 +79,16 @@ class ParamSpec:
             return rng.uniform(-limit, limit, size=shape).astype(np.float32)
         if self.init == "embedding":
             return rng.uniform(-0.05, 0.05, size=shape).astype(np.float32)
+        if self.init == "orthogonal":  # Keras' recurrent kernels: orthonormal rows (or columns), gain 1
+            tall = (max(shape), min(shape))
+            q, r = np.linalg.qr(rng.normal(0.0, 1.0, size=tall))
+            q = q * np.sign(np.diag(r))
+            return (q if shape == tall else q.T).astype(np.float32)
+        if self.init == "unit_forget_bias":  # Keras' LSTM bias: zeros, the forget gate's (2nd quarter) ones
+            bias = np.zeros(shape, dtype=np.float32)
+            units = shape[-1] // 4
+            bias[..., units:2 * units] = 1.0
+            return bias
         return np.full(shape, 1.0 if self.init == "ones" else 0.0, dtype=np.float32)
 
 
@@ -125,6 +135,10 @@ class Layer:
 
     def forward(self, g: Any, xs: list[Tensor], shapes: list[tuple[int, ...]]) -> Tensor:
         raise NotImplementedError
+
+    def graph_tensors(self, shapes: list[tuple[int, ...]]) -> int:
+        """An upper bound of the ggml tensors ``forward`` creates (sizes the graph's context)."""
+        return 96
 
     def predict_forward(self, g: Any, xs: list[Tensor], shapes: list[tuple[int, ...]]) -> Tensor:
         """The inference pass (dropout and batch norm differ from training)."""
@@ -261,6 +275,36 @@ class Embedding(Layer):
         ids = ops.ggml_reshape_1d(g.ctx, xs[0], steps * g.batch)
         rows = ops.ggml_get_rows(g.ctx, g.param(self, "weight"), ids)
         return ops.ggml_reshape_3d(g.ctx, rows, self.dim, steps, g.batch)
+
+
+class PositionEmbedding(Layer):
+    """A learned vector per position added to a sequence: ``(steps, dim)`` in, the same shape out, with
+    row ``t`` of a ``sequence_length x dim`` table added at step ``t`` (``steps <= sequence_length``).
+    Gives attention layers, which do not see order, each token's position."""
+    kind = "position_embedding"
+
+    def __init__(self, sequence_length: int, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.sequence_length = positive_int(sequence_length, "sequence_length")
+
+    def config(self) -> dict:
+        return {"sequence_length": self.sequence_length}
+
+    def output_shape(self, shapes):
+        if len(shapes[0]) != 2 or shapes[0][0] > self.sequence_length:
+            raise GgmlValueError(f"position_embedding '{self.name}' takes sequences (steps, dim) of at most "
+                                 f"{self.sequence_length} steps, got samples of shape {shapes[0]}")
+        return shapes[0]
+
+    def make_params(self, shapes):
+        return [ParamSpec("weight", (shapes[0][1], self.sequence_length), "embedding")]
+
+    def forward(self, g, xs, shapes):
+        steps, dim = shapes[0]
+        table = g.param(self, "weight")
+        if steps < self.sequence_length:
+            table = ops.ggml_view_2d(g.ctx, table, dim, steps, dim * 4, 0)
+        return ops.ggml_add(g.ctx, xs[0], table)    # [dim, steps] broadcast over the batch
 
 
 class Add(Layer):

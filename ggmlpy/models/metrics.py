@@ -19,13 +19,14 @@ def per_sample_loss(h: HeadSpec, out: np.ndarray, y: np.ndarray) -> np.ndarray:
     n = out.shape[0]
     o = out.reshape(n, -1).astype(np.float64)
     t = y.reshape(n, -1).astype(np.float64)
-    if h.loss_type_name == "cross_entropy":
+    if h.loss_type_name == "cross_entropy":   # per position of a sequence output, then their mean
+        o, t = o.reshape(n, -1, h.shape[-1]), t.reshape(n, -1, h.shape[-1])
         if h.from_logits:
-            z = o - o.max(axis=1, keepdims=True)
-            logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+            z = o - o.max(axis=2, keepdims=True)
+            logp = z - np.log(np.exp(z).sum(axis=2, keepdims=True))
         else:
             logp = np.log(np.clip(o, EPS, 1.0))
-        return -(t * logp).sum(axis=1)
+        return -(t * logp).sum(axis=2).mean(axis=1)
     if h.loss_type_name == "binary_cross_entropy":
         p = o * (1 - 2 * EPS) + EPS
         q = (1 - o) * (1 - 2 * EPS) + EPS
@@ -43,8 +44,9 @@ def per_sample_loss(h: HeadSpec, out: np.ndarray, y: np.ndarray) -> np.ndarray:
 def correct(h: HeadSpec, out: np.ndarray, y: np.ndarray) -> np.ndarray | None:
     """Per-sample 0/1 correctness for classification heads, None otherwise."""
     n = out.shape[0]
-    if h.loss_type_name == "cross_entropy":
-        return (out.reshape(n, -1).argmax(axis=1) == y.reshape(n, -1).argmax(axis=1)).astype(np.float64)
+    if h.loss_type_name == "cross_entropy":   # the share of a sample's positions classified right
+        o, t = out.reshape(n, -1, h.shape[-1]), y.reshape(n, -1, h.shape[-1])
+        return (o.argmax(axis=2) == t.argmax(axis=2)).mean(axis=1)
     if h.loss_type_name == "binary_cross_entropy":
         return ((out.reshape(n, -1) > 0.5) == (y.reshape(n, -1) > 0.5)).mean(axis=1)
     return None

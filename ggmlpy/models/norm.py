@@ -82,3 +82,27 @@ class _RunningStats:
         for name, batch in (("running_mean", self.mean), ("running_var", self.var)):
             running = self.params.read(self.layer, name)
             self.params.write(self.layer, name, m * running + (1 - m) * self.params.read_tensor(batch))
+
+
+class LayerNorm(Layer):
+    """Layer normalisation: each position normalised over its last axis (mean 0, biased variance 1,
+    as Keras), then scaled by ``gamma`` and shifted by ``beta``; the same in training and inference."""
+    kind = "layer_norm"
+
+    def __init__(self, eps: float = 1e-5, **kw: Any) -> None:
+        super().__init__(**kw)
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not np.isfinite(eps) or eps <= 0:
+            raise GgmlValueError(f"layer_norm eps must be a finite number > 0, got {eps!r}")
+        self.eps = float(eps)
+
+    def config(self) -> dict:
+        return {"eps": self.eps}
+
+    def make_params(self, shapes):
+        c = shapes[0][-1]
+        return [ParamSpec("gamma", (c,), "ones"), ParamSpec("beta", (c,), "zeros")]
+
+    def forward(self, g, xs, shapes):
+        ctx = g.ctx
+        normed = ops.ggml_norm(ctx, xs[0], self.eps)     # over ne[0]: the last axis of a sample
+        return ops.ggml_add(ctx, ops.ggml_mul(ctx, normed, g.param(self, "gamma")), g.param(self, "beta"))

@@ -10,19 +10,21 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
 
 from .. import ops
-from ..backend import (Backend, ggml_backend_alloc_ctx_tensors, ggml_backend_init_auto, set_backend_threads,
+from ..backend import (Backend, blas_backend_init, ggml_backend_alloc_ctx_tensors, ggml_backend_init_auto, set_backend_threads,
                        threads_for)
 from ..context import (GGML_TYPE_F32, GGML_TYPE_I32, Tensor, ggml_graph_overhead, ggml_init,
                        ggml_new_graph_custom, ggml_build_forward_expand, ggml_new_tensor, ggml_set_input,
                        ggml_set_name, ggml_set_output, ggml_tensor_overhead, set_trainable)
 from ..data import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
-from ..errors import GgmlStateError
-from ..opt import BUILD_FORWARD, forward_flops, training_graph_nodes
+from ..errors import GgmlpyWarning, GgmlStateError, GgmlValueError
+from ..opt import BUILD_FORWARD, forward_flops, ggml_opt_optimizer_name, training_graph_nodes
+from ..opt_state import check_state, ggml_opt_get_state, ggml_opt_set_state
 from ..sched import Scheduler, ggml_backend_sched_graph_compute, ggml_backend_sched_new
 from .graph import Model, Node
 from .layers import NATURAL, SPATIAL, Layer
@@ -132,17 +134,22 @@ class _Masks:
 class GraphBuilder:
     """Builds one model's ggml graph for one batch size; what layers call while building."""
 
-    def __init__(self, model: Model, params: ParamStore, batch: int, training: bool, logits_for: set[int]) -> None:
+    def __init__(self, model: Model, params: ParamStore, batch: int, training: bool, logits_for: set[int],
+                 rows_for: set[int] = frozenset()) -> None:
         inputs, outputs, nodes = model.graph()
         self.model, self.params, self.batch, self.training = model, params, batch, training
         self.logits_for = logits_for           # ids of output nodes whose final softmax the loss applies
+        self.rows_for = rows_for               # ids of output nodes handed to the loss as 2-D [units, rows]
         self.strip_softmax = False
         n = len(nodes)
         self.graph_size = 0
-        self.ctx = ggml_init(mem_size=(256 + 96 * n) * ggml_tensor_overhead(), no_alloc=True)
+        # tensors the layers create: most make a few dozen, a recurrent layer a few per time step
+        budget = 256 + sum(node.layer.graph_tensors([i.shape for i in node.inputs]) for node in nodes
+                           if not node.is_input)
+        self.ctx = ggml_init(mem_size=budget * ggml_tensor_overhead(), no_alloc=True)
         self.ctx_io = ggml_init(mem_size=(8 + 4 * n) * ggml_tensor_overhead(), no_alloc=True)
         self.ctx_pinned = ggml_init(mem_size=(4 + 4 * n) * ggml_tensor_overhead(), no_alloc=True)
-        self.zero_tensors: list[Tensor] = []
+        self.constants: list[tuple[Tensor, np.ndarray]] = []
         self.masks = _Masks(np.random.default_rng(np.random.randint(0, 2 ** 31)))
         self.hooks: list[Any] = []
 
@@ -151,8 +158,15 @@ class GraphBuilder:
         return self.params.tensor(layer, name)
 
     def zeros(self, ne: tuple[int, ...]) -> Tensor:
+        return self.constant(np.zeros(tuple(reversed(ne)), dtype=np.float32))
+
+    def constant(self, values: np.ndarray) -> Tensor:
+        """An F32 tensor holding ``values`` (numpy order: ggml's shape reversed), written once when the graph
+        is allocated (padding zeros, an attention mask)."""
+        values = np.ascontiguousarray(values, dtype=np.float32)
+        ne = tuple(reversed(values.shape))
         t = ggml_new_tensor(self.ctx_io, GGML_TYPE_F32, len(ne), ne)
-        self.zero_tensors.append(t)
+        self.constants.append((t, values))
         return t
 
     def dropout_mask(self, like: Tensor, rate: float) -> Tensor:
@@ -207,7 +221,10 @@ class GraphBuilder:
             values[id(node)] = {layer.out_layout or layer.layout: fwd(self, xs, shapes)}
             self.strip_softmax = False
         input_tensors = [values[id(n)][NATURAL] for n in inputs]
-        return GraphInstance(self, input_tensors, [self._value(values, n, NATURAL) for n in outputs])
+        out_tensors = [self._value(values, n, NATURAL) for n in outputs]
+        out_tensors = [ops.ggml_reshape_2d(self.ctx, t, n.shape[-1], t.nelements() // n.shape[-1])
+                       if id(n) in self.rows_for else t for n, t in zip(outputs, out_tensors)]
+        return GraphInstance(self, input_tensors, out_tensors)
 
     def _value(self, values: dict, node: Node, layout: str) -> Tensor:
         have = values[id(node)]
@@ -230,8 +247,8 @@ class GraphInstance:
             buf = ggml_backend_alloc_ctx_tensors(ctx, backend)
             if buf is not None:
                 self._owned.insert(0, buf)
-        for t in b.zero_tensors:
-            ggml_backend_tensor_set_data(t, np.zeros(tuple(reversed(t.shape)), dtype=np.float32))
+        for t, values in b.constants:
+            ggml_backend_tensor_set_data(t, values)
         self.hooks = ([b.masks] if b.masks.masks else []) + b.hooks
         self.train_nodes = sum(training_graph_nodes(o) for o in outputs)  # bounds for graph and scheduler sizes
         self.forward_nodes = sum(training_graph_nodes(o, BUILD_FORWARD) for o in outputs)
@@ -246,8 +263,8 @@ class GraphInstance:
 
 
 def build_graph(model: Model, params: ParamStore, batch: int, training: bool,
-                logits_for: set[int] | None = None) -> GraphInstance:
-    return GraphBuilder(model, params, batch, training, logits_for or set()).build()
+                logits_for: set[int] | None = None, rows_for: set[int] | None = None) -> GraphInstance:
+    return GraphBuilder(model, params, batch, training, logits_for or set(), rows_for or set()).build()
 
 
 TRAINING_FLOPS_FACTOR = 3  # forward + backward (two products per forward one) of a training step
@@ -255,7 +272,17 @@ TRAINING_FLOPS_FACTOR = 3  # forward + backward (two products per forward one) o
 
 def make_scheduler(backend: Backend, graph_nodes: int) -> Scheduler:
     """A scheduler of its own over the model's backend (and the CPU as fallback), sized for the graph."""
-    return ggml_backend_sched_new([backend], parallel=False, graph_size=max(2048, 2 * graph_nodes + 256))
+    size = max(2048, 2 * graph_nodes + 256)
+    blas = blas_backend_init() if backend.is_cpu else None  # the large matrix products go to OpenBLAS
+    if blas is None:
+        return ggml_backend_sched_new([backend], parallel=False, graph_size=size)
+    try:
+        sched = ggml_backend_sched_new([blas, backend], parallel=False, graph_size=size)
+    except BaseException:
+        blas.free()
+        raise
+    sched._owned.append(blas)  # freed with the scheduler
+    return sched
 
 
 class Predictor:
@@ -308,6 +335,70 @@ class Predictor:
             self._drop(batch)
 
 
+class OptimizerState:
+    """The optimizer's state of a compiled model, kept across ``ggml_fit`` calls and trainers (as Keras keeps
+    it in ``model.optimizer``): AdamW's moments per trainable weight, keyed "<layer>.<weight>", and the
+    step count, as numpy arrays (``ggml_opt_get_state``'s dict). None after ``ggml_compile``: the first fit
+    starts the optimizer afresh. Each new opt context gets it before its first step (``restore``) and gives
+    it back after its last (``keep``), so consecutive fits continue one trajectory."""
+
+    def __init__(self, params: ParamStore) -> None:
+        self.params = params
+        self.state: dict | None = None
+
+    def trainable(self) -> dict[str, Tensor]:
+        """The weights the optimizer updates (as ``ParamStore.mark_trainable`` flags them)."""
+        return {f"{l.name}.{p.name}": self.params.tensor(l, p.name) for l, p in self.params.specs
+                if l.trainable and p.trainable}
+
+    def restore(self, opt_ctx: Any) -> None:
+        """Write the kept state into a new opt context (a weight without kept moments starts from zero)."""
+        if self.state is None:
+            return
+        params = self.trainable()
+        if self.state["optimizer"] == "adamw":
+            params = {k: t for k, t in params.items() if k in self.state["m"]}
+        ggml_opt_set_state(opt_ctx, self.state, params)
+
+    def keep(self, opt_ctx: Any, warn_partial: bool = True) -> None:
+        """Read the state back from an opt context after training (also after an exception). Moments of
+        weights that were frozen in this run are kept from before."""
+        if opt_ctx._opt_i and warn_partial:
+            warnings.warn(f"training ended {opt_ctx._opt_i} batches into a logical batch of {opt_ctx.opt_period} "
+                          "(nbatch_logical): their gradients were not applied, and the optimizer state kept for "
+                          "the next fit is that of the last optimizer step; make the number of steps a multiple "
+                          f"of {opt_ctx.opt_period} to continue exactly", GgmlpyWarning, stacklevel=2)
+        new = ggml_opt_get_state(opt_ctx, self.trainable(), allow_partial=True)
+        old = self.state
+        if old is not None and old["optimizer"] == new["optimizer"]:
+            for key in ("m", "v"):
+                new[key] = {**{k: v for k, v in old[key].items() if k not in new[key]}, **new[key]}
+        self.state = new
+
+    def set(self, state: dict | None, optimizer_type: int, what: str) -> None:
+        """Adopt a state read from a file: checked against the weights and the compiled optimizer first."""
+        if state is None:
+            self.state = None
+            return
+        state = check_state(state, what)
+        mine = ggml_opt_optimizer_name(optimizer_type)
+        if state["optimizer"] != mine:
+            raise GgmlValueError(f"{what}: the file holds {state['optimizer']}'s optimizer state but the model is "
+                                 f"compiled with {mine}; compile it with optimizer='{state['optimizer']}' or load "
+                                 "without include_optimizer (a warm restart)")
+        shapes = {f"{l.name}.{p.name}": tuple(reversed(p.ne)) for l, p in self.params.specs}
+        for key in ("m", "v"):
+            for name, value in state[key].items():
+                if name not in shapes:
+                    raise GgmlValueError(f"{what}: the optimizer state has moments for '{name}', which this model "
+                                         "does not have (another architecture?)")
+                if np.size(value) != int(np.prod(shapes[name])):
+                    raise GgmlValueError(f"{what}: the optimizer state's moments for '{name}' have shape "
+                                         f"{np.shape(value)}, the weight {shapes[name]} (another architecture?)")
+        self.state = {**state, "m": {k: np.asarray(v, np.float32).reshape(shapes[k]) for k, v in state["m"].items()},
+                      "v": {k: np.asarray(v, np.float32).reshape(shapes[k]) for k, v in state["v"].items()}}
+
+
 class Runtime:
     """A compiled model's backend, weights and predictor. ``use()`` marks it busy for the length of a
     call (a fit, a prediction): freeing it then, from another thread, is refused instead of pulling the
@@ -323,6 +414,7 @@ class Runtime:
             self.backend.free()
             raise
         self.predictor = Predictor(model, self.params)
+        self.opt_state = OptimizerState(self.params)  # a new runtime (ggml_compile) starts the optimizer afresh
         self.device_name = self.backend.device.name
 
     @contextlib.contextmanager

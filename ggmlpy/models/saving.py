@@ -5,6 +5,13 @@ Each weight is one F32 tensor named ``<layer>.<weight>`` ("dense_1.weight") in g
 any GGUF reader (the ``gguf`` package, ggml itself) can read the file. The metadata holds
 ``general.architecture = "ggmlpy"``, ``ggmlpy.format`` ("weights" or "model") and, for a model,
 ``ggmlpy.model`` and ``ggmlpy.compile`` (JSON).
+
+With ``include_optimizer=True`` the optimizer's state follows the weights: AdamW's moments as F32
+tensors ``optimizer.m.<layer>.<weight>`` and ``optimizer.v.<layer>.<weight>`` (weight's shape; a name
+longer than ggml's 63 bytes becomes ``optimizer.m.#<i>``), and the metadata ``ggmlpy.optimizer.type``
+("adamw"/"sgd"), ``ggmlpy.optimizer.iter`` (the number of the next optimizer step, for the bias
+correction), ``ggmlpy.optimizer.params`` (the weights with moments, in order) and the hyper-parameters
+``ggmlpy.optimizer.learning_rate``, ``.beta1``, ``.beta2``, ``.eps``, ``.weight_decay``.
 """
 from __future__ import annotations
 
@@ -14,7 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import GgmlTypeError, GgmlValueError, GgufFileNotFoundError
+from ..context import GGML_TYPE_F32, ggml_init, ggml_new_tensor, ggml_set_name, ggml_tensor_overhead
+from ..data import ggml_backend_tensor_set_data, numpy_shape
+from ..errors import GgmlpyError, GgmlTypeError, GgmlValueError, GgufFileError, GgufFileNotFoundError
 from ..weights import ggml_save_weights_gguf, gguf_read
 from .compile import compiled, ggml_compile
 from .graph import InputLayer, Model, Node, Sequential, apply_layer
@@ -24,10 +33,11 @@ FORMAT_VERSION = 1
 
 
 def _layer_types() -> dict[str, type]:
-    from . import conv, layers, norm
-    classes = [layers.Dense, layers.Flatten, layers.Dropout, layers.Embedding, layers.Add, layers.Concatenate,
-               conv.Conv1D, conv.Conv2D, conv.MaxPooling2D, conv.GlobalAveragePooling2D, conv.GlobalMaxPooling2D,
-               norm.BatchNorm, InputLayer]
+    from . import attention, conv, layers, norm, sequence
+    classes = [layers.Dense, layers.Flatten, layers.Dropout, layers.Embedding, layers.PositionEmbedding, layers.Add,
+               layers.Concatenate, conv.Conv1D, conv.Conv2D, conv.MaxPooling2D, conv.GlobalAveragePooling2D,
+               conv.GlobalMaxPooling2D, norm.BatchNorm, norm.LayerNorm, sequence.LSTM, sequence.GRU,
+               attention.MultiHeadAttention, InputLayer]
     return {c.kind: c for c in classes}
 
 
@@ -49,12 +59,16 @@ def ggml_save_weights(model: Model, path: Any) -> None:
     ggml_save_weights_gguf(path, model.runtime.params.named_tensors(), _metadata(model, "weights"))
 
 
-def ggml_load_weights(model: Model, path: Any) -> Model:
+def ggml_load_weights(model: Model, path: Any, include_optimizer: bool = False) -> Model:
     """Load weights saved by ``ggml_save_weights`` or ``ggml_save_model`` into a compiled model of the same
     architecture. Weights are matched in order (layer by layer) and every shape is checked first: a file of
     another architecture raises ValueError naming the first tensor that does not fit, and nothing is loaded.
 
-    Arguments: model: a compiled model. path: a GGUF file written by ggmlpy.
+    Arguments: model: a compiled model. path: a GGUF file written by ggmlpy. include_optimizer: False (the
+    default) loads the weights only, and the model's optimizer state is left as it is; True also takes the
+    optimizer state of a file saved with ``ggml_save_model(..., include_optimizer=True)`` (the next fit or
+    trainer continues it), and raises ValueError when the file has none or the model is compiled with
+    another optimizer (nothing is loaded then).
 
     Value: the model, with the file's weights.
 
@@ -62,8 +76,15 @@ def ggml_load_weights(model: Model, path: Any) -> Model:
         >>> model = g.ggml_load_weights(model, "weights.gguf")
     """
     compiled(model, "ggml_load_weights")
-    tensors, _ = _read(path, "ggml_load_weights")
-    _assign(model, tensors)
+    tensors, meta = _read(path, "ggml_load_weights")
+    weights, state = _split(tensors, meta, "ggml_load_weights")
+    if include_optimizer:
+        if state is None:
+            raise GgmlValueError(f"ggml_load_weights: {os.fspath(path)!r} holds no optimizer state (saved without "
+                                 "include_optimizer=True); load it with include_optimizer=False")
+        _check_weights(model, weights)
+        model.runtime.opt_state.set(state, model.compiled.optimizer_type, "ggml_load_weights")
+    _assign(model, weights)
     return model
 
 
@@ -73,7 +94,62 @@ def _read(path: Any, fn: str) -> tuple[dict, dict]:
     return gguf_read(path)
 
 
-def _assign(model: Model, tensors: dict) -> None:
+OPT_PREFIX = "optimizer."
+
+
+def _opt_names(key: str, i: int) -> tuple[str, str]:
+    """The GGUF names of one weight's moments (ggml names hold at most 63 bytes)."""
+    names = tuple(f"{OPT_PREFIX}{k}.{key}" for k in ("m", "v"))
+    if max(len(n.encode()) for n in names) < 64:
+        return names  # type: ignore[return-value]
+    return f"{OPT_PREFIX}m.#{i}", f"{OPT_PREFIX}v.#{i}"
+
+
+def _split(tensors: dict, meta: dict, fn: str) -> tuple[dict, dict | None]:
+    """(the weights, the optimizer state or None) of a file's tensors."""
+    kind = meta.get("ggmlpy.optimizer.type")
+    if kind is None:
+        return tensors, None
+    keys = meta.get("ggmlpy.optimizer.params") or []
+    if isinstance(keys, str):
+        keys = [keys]
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys) or kind not in ("adamw", "sgd"):
+        raise GgmlValueError(f"{fn}: the file's optimizer metadata is damaged (ggmlpy.optimizer.type {kind!r}, "
+                             f"ggmlpy.optimizer.params {keys!r:.80})")
+    m, v, taken = {}, {}, set()
+    for i, key in enumerate(keys):
+        mn, vn = _opt_names(key, i)
+        if mn not in tensors or vn not in tensors:
+            raise GgmlValueError(f"{fn}: the file's optimizer state lacks the moments of '{key}' ('{mn}', '{vn}'); "
+                                 "the file is damaged")
+        m[key], v[key] = tensors[mn], tensors[vn]
+        taken.update((mn, vn))
+    hparams = {k: meta[f"ggmlpy.optimizer.{k}"] for k in ("learning_rate", "beta1", "beta2", "eps", "weight_decay")
+               if f"ggmlpy.optimizer.{k}" in meta}
+    state = {"optimizer": kind, "iter": int(meta.get("ggmlpy.optimizer.iter", 1)), "m": m, "v": v,
+             "hparams": hparams}
+    return {k: t for k, t in tensors.items() if k not in taken}, state
+
+
+def _opt_metadata_and_tensors(state: dict) -> tuple[dict, list[tuple[str, np.ndarray]]]:
+    meta: dict = {"ggmlpy.optimizer.type": state["optimizer"], "ggmlpy.optimizer.iter": np.int64(state["iter"])}
+    keys = sorted(state["m"]) if state["optimizer"] == "adamw" else []
+    if keys:
+        meta["ggmlpy.optimizer.params"] = keys
+    for k, value in (state.get("hparams") or {}).items():
+        meta[f"ggmlpy.optimizer.{k}"] = float(value)
+    arrays = []
+    for i, key in enumerate(keys):
+        mn, vn = _opt_names(key, i)
+        arrays += [(mn, state["m"][key]), (vn, state["v"][key])]
+    return meta, arrays
+
+
+def _check_weights(model: Model, tensors: dict) -> None:
+    _assign(model, tensors, write=False)
+
+
+def _assign(model: Model, tensors: dict, write: bool = True) -> None:
     params = model.runtime.params
     mine = list(params.specs)
     theirs = list(tensors.items())
@@ -91,31 +167,97 @@ def _assign(model: Model, tensors: dict) -> None:
     if len(theirs) != len(mine):
         raise GgmlValueError(f"the file has {len(theirs)} tensors, the model {len(mine)}: '{theirs[len(mine)][0]}' "
                              "has no place in this model (another architecture?)")
+    if not write:
+        return
     for (layer, spec), (_, value) in zip(mine, theirs):
         params.write(layer, spec.name, value.reshape(tuple(reversed(spec.ne))))
 
 
-def ggml_save_model(model: Model, path: Any) -> None:
+def ggml_save_model(model: Model, path: Any, include_optimizer: bool = False) -> None:
     """Save a compiled model, architecture, compile settings and weights, to one GGUF file that
     ``ggml_load_model`` turns back into a model predicting identically.
+
+    Arguments: model: a compiled model. path: the file to write. include_optimizer: False (the default,
+    ggmlR's behaviour) saves no optimizer state: training a loaded model is a warm restart (AdamW's moments
+    start from zero, its bias correction from step 1). True also saves the optimizer's state (AdamW's
+    moments per trainable weight, the step count and its hyper-parameters; for SGD the step count), so
+    that training resumed from the file follows the same trajectory as training that never stopped. A
+    model that has not trained yet saves the fresh state.
 
     Example:
         >>> g.ggml_save_model(model, "model.gguf")
         >>> same = g.ggml_load_model("model.gguf")
+        >>> g.ggml_save_model(model, "checkpoint.gguf", include_optimizer=True)   # resumable
     """
-    cfg = compiled(model, "ggml_save_model")
+    compiled(model, "ggml_save_model")
+    with model.runtime.use():
+        save_model(model, path, include_optimizer, model.runtime.opt_state.state, "ggml_save_model")
+
+
+def save_model(model: Model, path: Any, include_optimizer: Any, state: dict | None, fn: str) -> None:
+    """``ggml_save_model`` with a given optimizer state (None: the fresh one)."""
+    cfg = compiled(model, fn)
+    if not isinstance(include_optimizer, bool):
+        raise GgmlValueError(f"{fn}: include_optimizer must be True or False, got {include_optimizer!r}")
     meta = _metadata(model, "model")
     meta["ggmlpy.model"] = json.dumps(model.architecture())
     meta["ggmlpy.compile"] = json.dumps(cfg.to_dict())
-    ggml_save_weights_gguf(path, model.runtime.params.named_tensors(), meta)
+    tensors = dict(model.runtime.params.named_tensors())
+    host = None
+    try:
+        if include_optimizer:
+            if state is None:  # never trained: zero moments, step 1 (what the first fit would start from)
+                state = _fresh_state(model)
+            opt_meta, arrays = _opt_metadata_and_tensors(state)
+            meta.update(opt_meta)
+            host = ggml_init(mem_size=sum(a.size * 4 + ggml_tensor_overhead() + 64 for _, a in arrays) + 1024,
+                             no_alloc=False)
+            for name, a in arrays:
+                a = np.asarray(a, dtype=np.float32)
+                ne = tuple(reversed(a.shape)) or (1,)
+                t = ggml_set_name(ggml_new_tensor(host, GGML_TYPE_F32, len(ne), ne), name)
+                ggml_backend_tensor_set_data(t, a)
+                tensors[name] = t
+        ggml_save_weights_gguf(path, tensors, meta)
+    finally:
+        if host is not None:
+            host.free()
 
 
-def ggml_load_model(path: Any, backend: str = "auto") -> Model:
+def _fresh_state(model: Model) -> dict:
+    from ..opt import OPTIMIZER_ADAMW, LrUserdata
+    cfg = model.compiled
+    lr = LrUserdata(cfg.weight_decay)
+    if cfg.learning_rate is not None:
+        lr.set(adamw_lr=cfg.learning_rate, sgd_lr=cfg.learning_rate)
+    p = lr.params
+    trainable = model.runtime.opt_state.trainable()
+    if cfg.optimizer_type == OPTIMIZER_ADAMW:
+        zeros = {k: np.zeros(numpy_shape(t), np.float32) for k, t in trainable.items()}
+        return {"optimizer": "adamw", "iter": 1, "m": zeros, "v": {k: z.copy() for k, z in zeros.items()},
+                "hparams": {"learning_rate": float(p.adamw.alpha), "beta1": float(p.adamw.beta1),
+                            "beta2": float(p.adamw.beta2), "eps": float(p.adamw.eps),
+                            "weight_decay": float(p.adamw.wd)}}
+    return {"optimizer": "sgd", "iter": 1, "m": {}, "v": {},
+            "hparams": {"learning_rate": float(p.sgd.alpha), "weight_decay": float(p.sgd.wd)}}
+
+
+def ggml_load_model(path: Any, backend: str = "auto", include_optimizer: bool = True) -> Model:
     """A model saved by ``ggml_save_model``: rebuilt from its architecture, compiled with its saved
     settings on ``backend`` ("auto", "cpu", "vulkan", "cuda" or a device name), with its weights. It predicts
-    like the saved model and can be trained further (the optimizer starts afresh: a warm restart).
+    like the saved model and can be trained further.
+
+    Arguments: path: the GGUF file. backend: where to put the model (default "auto"). include_optimizer:
+    True (the default) takes the optimizer state of a file saved with ``include_optimizer=True``: the next
+    ``ggml_fit`` or ``ggml_trainer`` continues the saved training exactly (same moments, same step count).
+    A file saved without it, or False here, gives a warm restart: the optimizer starts afresh (zero
+    moments, bias correction from step 1), as in ggmlR.
 
     A file saved by ``ggml_save_weights`` has no architecture: build the model and use ``ggml_load_weights``.
+
+    Example:
+        >>> model = g.ggml_load_model("checkpoint.gguf", backend="cpu")
+        >>> g.ggml_fit(model, x, y, epochs=2)          # continues the saved run
     """
     tensors, meta = _read(path, "ggml_load_model")
     if meta.get("general.architecture") != "ggmlpy" or "ggmlpy.model" not in meta:
@@ -123,12 +265,21 @@ def ggml_load_model(path: Any, backend: str = "auto") -> Model:
             "not a ggmlpy model file"
         raise GgmlValueError(f"ggml_load_model: {os.fspath(path)!r} is {what}: it has no architecture; build the "
                              "model in code and call ggml_load_weights")
-    model = model_from_architecture(json.loads(meta["ggmlpy.model"]))
-    cfg = json.loads(meta["ggmlpy.compile"])
-    ggml_compile(model, optimizer=cfg["optimizer"], loss=cfg["loss"], metrics=cfg["metrics"], backend=backend,
-                 loss_weights=cfg["loss_weights"], learning_rate=cfg["learning_rate"],
-                 weight_decay=cfg["weight_decay"])
-    _assign(model, tensors)
+    try:  # a damaged file (a flipped byte in the JSON) is a file error, not a JSONDecodeError or KeyError
+        model = model_from_architecture(json.loads(meta["ggmlpy.model"]))
+        cfg = json.loads(meta["ggmlpy.compile"])
+        settings = {k: cfg[k] for k in ("optimizer", "loss", "metrics", "loss_weights", "learning_rate",
+                                        "weight_decay")}
+    except GgmlpyError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
+        raise GgufFileError(f"ggml_load_model: {os.fspath(path)!r} holds a damaged model description "
+                            f"({type(exc).__name__}: {exc}); save the model again") from None
+    ggml_compile(model, backend=backend, **settings)
+    weights, state = _split(tensors, meta, "ggml_load_model")
+    _assign(model, weights)
+    if include_optimizer and state is not None:
+        model.runtime.opt_state.set(state, model.compiled.optimizer_type, "ggml_load_model")
     return model
 
 

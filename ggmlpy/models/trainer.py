@@ -8,14 +8,15 @@ import numpy as np
 
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
 from ..opt_result import OptResult, ggml_opt_result_loss
+from ..opt_state import ggml_opt_get_state
 from ..training.adapters import BatchWriter
 from ..training.loop import Trainer as _OptSession
 from . import data as D
-from .compile import compiled
+from .compile import build_training_graph, compiled
 from .graph import Model
 from .metrics import Tally
 from ..backend import set_backend_threads, threads_for
-from .runtime import TRAINING_FLOPS_FACTOR, ParamStore, Predictor, build_graph, make_scheduler
+from .runtime import TRAINING_FLOPS_FACTOR, ParamStore, Predictor, make_scheduler
 
 
 class Snapshot:
@@ -84,9 +85,7 @@ class ModelTrainer:
         params = self._params = model.runtime.params
         if not params.mark_trainable():
             raise GgmlValueError("nothing to train: every layer with weights is frozen")
-        outputs = model.graph()[1]
-        logits_for = {id(n) for n, h in zip(outputs, cfg.heads) if h.fused}
-        self._inst = build_graph(model, params, self.batch_size, training=True, logits_for=logits_for)
+        self._inst = build_training_graph(model, cfg, self.batch_size)
         self._owned: list[Any] = [self._inst]
         self._threads = TRAINING_FLOPS_FACTOR * self._inst.flops
         try:
@@ -102,6 +101,8 @@ class ModelTrainer:
             self._writer: BatchWriter = self._session.writer("step", True)
             self._result = OptResult()
             self._owned.insert(0, self._result)
+            self._opt_state = model.runtime.opt_state  # continue the model's optimizer (a fit's, a loaded file's)
+            self._opt_state.restore(self._session.train_ctx)
         except BaseException:
             self._free_owned()
             raise
@@ -129,7 +130,7 @@ class ModelTrainer:
         ``nbatch_logical / batch_size`` calls); returns this batch's loss."""
         self._live("step")
         xs, ys = self._batch(x, y, "step")
-        pairs = self._writer.parse({"inputs": xs, "labels": ys})
+        pairs = self._writer.parse(D.feed_dict(self._cfg.heads, xs, ys, None))
         self._result.reset()
         backend = self._params.backend
         with self._model.runtime.use():
@@ -191,12 +192,41 @@ class ModelTrainer:
             for layer, spec in params.specs:  # a snapshot holds the same layers' weights
                 params.write(layer, spec.name, snapshot.params.read(layer, spec.name))
 
+    def optimizer_state(self) -> dict:
+        """The optimizer's state now (``ggml_opt_get_state``'s dict: AdamW's moments per trainable weight and
+        the step count). Inside a logical batch (``nbatch_logical``) it is the state of the last optimizer
+        step."""
+        self._live("optimizer_state")
+        return ggml_opt_get_state(self._session.train_ctx, self._opt_state.trainable(), allow_partial=True)
+
+    def save(self, path: Any, include_optimizer: bool = True) -> None:
+        """Save the model as ``ggml_save_model`` does, by default with the optimizer's state: a trainer made
+        from ``ggml_load_model(path)`` continues exactly where this one is. Refused (RuntimeError) inside a
+        logical batch when the optimizer state is included: its accumulated gradients cannot be saved."""
+        self._live("save")
+        from .saving import save_model
+        state = None
+        if include_optimizer:
+            ctx = self._session.train_ctx
+            if ctx._opt_i:
+                raise GgmlStateError(f"trainer.save: {ctx._opt_i} of the {ctx.opt_period} batches of a logical batch "
+                                     "(nbatch_logical) are accumulated but not applied; save after the step that "
+                                     "completes it, or with include_optimizer=False")
+            state = self.optimizer_state()
+        with self._model.runtime.use():
+            save_model(self._model, path, include_optimizer, state, "trainer.save")
+
     def free(self) -> None:
-        """Release the trainer's ggml objects (the model stays). Idempotent."""
+        """Release the trainer's ggml objects (the model stays, with the optimizer's state for the next fit or
+        trainer). Idempotent."""
         if self._freed:
             return
         self._freed = True
-        self._free_owned()
+        try:
+            if self._model.runtime is not None and self._model.runtime.opt_state is self._opt_state:
+                self._opt_state.keep(self._session.train_ctx, warn_partial=False)
+        finally:
+            self._free_owned()
 
     def _free_owned(self) -> None:
         for h in self._owned:  # the opt session first, then what it runs on
@@ -226,8 +256,16 @@ def ggml_trainer(model: Model, batch_size: int = 32, nbatch_logical: int | None 
 
     Value: a trainer with ``step(x, y)`` (forward + backward, returns the batch's loss), ``eval(x, y)``
     (loss in inference mode, changes nothing), ``model()``, ``set_lr(lr)``, ``get_lr()``, ``n_steps()``,
-    ``snapshot()`` (a frozen copy of the weights that ``ggml_predict`` takes), ``restore(snapshot)`` and
-    ``free()`` (idempotent; every method afterwards raises "has been freed"). It is a context manager.
+    ``snapshot()`` (a frozen copy of the weights that ``ggml_predict`` takes), ``restore(snapshot)``,
+    ``save(path, include_optimizer=True)`` (``ggml_save_model`` with the optimizer's state),
+    ``optimizer_state()`` and ``free()`` (idempotent; every method afterwards raises "has been freed").
+    It is a context manager.
+
+    The trainer continues the model's optimizer state (AdamW's moments and step count): the state a
+    previous ``ggml_fit`` or trainer left, or the one ``ggml_load_model`` read from a file saved with
+    ``include_optimizer=True`` — so ``ggml_trainer(ggml_load_model(path))`` resumes a saved trainer on
+    the same trajectory. ``free()`` hands the state back to the model (the last trainer freed wins);
+    a freshly compiled model starts from zero moments.
 
     Example:
         >>> with g.ggml_trainer(model, batch_size=32) as tr:
@@ -237,5 +275,7 @@ def ggml_trainer(model: Model, batch_size: int = 32, nbatch_logical: int | None 
         ...         if i % 100 == 0:
         ...             g.ggml_snapshot_free(target)
         ...             target = tr.snapshot()
+        ...     tr.save("checkpoint.gguf")                      # weights + AdamW state
+        >>> tr = g.ggml_trainer(g.ggml_load_model("checkpoint.gguf"), batch_size=32)   # resumes exactly
     """
     return ModelTrainer(model, batch_size, nbatch_logical)

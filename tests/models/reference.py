@@ -8,7 +8,14 @@ Written from the Keras definitions, not from ggmlpy: data is sample-major and ch
 * conv_2d ``kernel`` (rows, cols, in_channels, filters), conv_1d ``kernel`` (size, in_channels, filters),
   ``bias`` (filters,)
 * batch_norm ``gamma``, ``beta``, ``running_mean``, ``running_var`` (C,)
-* embedding ``weight`` (vocab_size, dim)
+* embedding ``weight`` (vocab_size, dim); position_embedding ``weight`` (sequence_length, dim)
+* lstm ``kernel`` (features, 4 units), ``recurrent_kernel`` (units, 4 units), ``bias`` (4 units,), gates in
+  Keras' order i, f, c, o
+* gru (Keras' ``reset_after=True``) ``kernel`` (features, 3 units), ``recurrent_kernel`` (units, 3 units),
+  ``bias`` (2, 3 units) (input bias, recurrent bias), gates in Keras' order z, r, h
+* layer_norm ``gamma``, ``beta`` (features,)
+* multi_head_attention ``query_kernel``/``key_kernel``/``value_kernel`` (dim, heads, key_dim), their biases
+  (heads, key_dim), ``output_kernel`` (heads, key_dim, dim), ``output_bias`` (dim,)
 
 Every function takes and returns float64 arrays and never calls ggmlpy.
 """
@@ -200,6 +207,76 @@ def concatenate(xs: Sequence[np.ndarray], axis: int = -1) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- loss and finite differences
+
+def sigmoid(z: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def lstm(x: np.ndarray, kernel: np.ndarray, recurrent_kernel: np.ndarray, bias: np.ndarray,
+         return_sequences: bool = False) -> np.ndarray:
+    """Keras' LSTM (tanh, sigmoid gates, zero initial state) over ``x`` (N, steps, features)."""
+    x = np.asarray(x, np.float64)
+    n, steps, _ = x.shape
+    units = recurrent_kernel.shape[0]
+    h, c = np.zeros((n, units)), np.zeros((n, units))
+    seq = []
+    for t in range(steps):
+        z = x[:, t] @ kernel + h @ recurrent_kernel + bias
+        i, f, cc, o = (z[:, k * units:(k + 1) * units] for k in range(4))
+        c = sigmoid(f) * c + sigmoid(i) * np.tanh(cc)
+        h = sigmoid(o) * np.tanh(c)
+        seq.append(h)
+    return np.stack(seq, axis=1) if return_sequences else h
+
+
+def gru(x: np.ndarray, kernel: np.ndarray, recurrent_kernel: np.ndarray, bias: np.ndarray,
+        return_sequences: bool = False) -> np.ndarray:
+    """Keras' GRU with ``reset_after=True`` (its default) over ``x`` (N, steps, features)."""
+    x = np.asarray(x, np.float64)
+    n, steps, _ = x.shape
+    units = recurrent_kernel.shape[0]
+    h = np.zeros((n, units))
+    seq = []
+    for t in range(steps):
+        xz = x[:, t] @ kernel + bias[0]
+        hz = h @ recurrent_kernel + bias[1]
+        z = sigmoid(xz[:, :units] + hz[:, :units])
+        r = sigmoid(xz[:, units:2 * units] + hz[:, units:2 * units])
+        hh = np.tanh(xz[:, 2 * units:] + r * hz[:, 2 * units:])
+        h = z * h + (1 - z) * hh
+        seq.append(h)
+    return np.stack(seq, axis=1) if return_sequences else h
+
+
+def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+    """Normalise each position over its last axis (biased variance), then scale and shift."""
+    x = np.asarray(x, np.float64)
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * gamma + beta
+
+
+def multi_head_attention(x: np.ndarray, w: dict, prefix: str, causal: bool = False) -> np.ndarray:
+    """Keras' MultiHeadAttention with query = key = value = ``x`` (N, steps, dim): per head
+    ``softmax(q k^T / sqrt(key_dim)) v``, then the output projection; ``causal`` hides later steps."""
+    x = np.asarray(x, np.float64)
+    q = np.einsum("ntd,dhk->nthk", x, w[prefix + ".query_kernel"]) + w[prefix + ".query_bias"]
+    k = np.einsum("ntd,dhk->nthk", x, w[prefix + ".key_kernel"]) + w[prefix + ".key_bias"]
+    v = np.einsum("ntd,dhk->nthk", x, w[prefix + ".value_kernel"]) + w[prefix + ".value_bias"]
+    scores = np.einsum("nqhk,nshk->nhqs", q / np.sqrt(q.shape[-1]), k)
+    if causal:
+        steps = x.shape[1]
+        scores = np.where(np.triu(np.ones((steps, steps), bool), 1), -np.inf, scores)
+    att = softmax(scores, axis=-1)
+    o = np.einsum("nhqs,nshk->nqhk", att, v)
+    return np.einsum("nqhk,hkd->nqd", o, w[prefix + ".output_kernel"]) + w[prefix + ".output_bias"]
+
+
+def position_embedding(x: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """``x`` (N, steps, dim) plus a learned vector per position (row ``t`` of ``table`` at step ``t``)."""
+    x = np.asarray(x, np.float64)
+    return x + np.asarray(table, np.float64)[: x.shape[1]]
+
 
 def mse(pred: np.ndarray, y: np.ndarray) -> float:
     """Keras/ggml mean squared error over every output element."""

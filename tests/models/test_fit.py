@@ -141,8 +141,8 @@ def test_a_last_partial_batch_trains_every_sample():
     h = g.ggml_fit(m, x, np.eye(3)[ids], epochs=1, batch_size=4, verbose=0)
     assert len(h) == 1 and np.isfinite(h["train_loss"][0])
     seen = []
-    for b in g.models.data.training_batches([np.arange(10).reshape(-1, 1)], [np.zeros((10, 1))], None, 4, True,
-                                            np.random.default_rng(0))():
+    for b in g.models.data.training_batches(m.compiled.heads, [np.arange(10).reshape(-1, 1)], [np.zeros((10, 3))],
+                                            None, 4, True, np.random.default_rng(0))():
         assert b["inputs"][0].shape == (4, 1)
         seen.append(b["inputs"][0].ravel())
     assert len(seen) == 3 and set(np.concatenate(seen)) == set(range(10))
@@ -340,6 +340,7 @@ def test_small_graphs_train_on_one_thread_unless_the_user_chose(monkeypatch):
     from ggmlpy import backend as B
     monkeypatch.setattr(B, "_threads_set_by_user", [False])
     monkeypatch.setattr(B, "_n_threads", [2])
+    monkeypatch.setattr(B, "_blas_disabled", [True])  # the CPU backend alone (tests/backends/test_blas.py: with BLAS)
     x, ids = blobs(32)
     seen = []
     probe = {"on_epoch_end": lambda e, logs, state: seen.append(m.runtime.backend.n_threads)}

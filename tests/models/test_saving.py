@@ -100,3 +100,165 @@ def test_files_are_plain_gguf_readable_by_the_gguf_package(tmp_path):
     np.testing.assert_array_equal(data, np.transpose(keras, (3, 2, 0, 1)))
     arch = reader.fields["general.architecture"]
     assert bytes(arch.parts[arch.data[0]]).decode() == "ggmlpy"
+
+
+# ---------------------------------------------------------------- full resume (include_optimizer=True)
+
+DEVICES = {"cpu": None, "vulkan": "Vulkan0"}
+
+
+@pytest.fixture(params=sorted(DEVICES))
+def backend(request):
+    """"cpu", or the Vulkan device (skipped, saying why, when it is not built or there is no device)."""
+    family = request.param
+    if family == "cpu":
+        return "cpu"
+    if family not in g.ggml_backends_built():
+        pytest.skip(f"the {family} backend is not built in this installation (GGMLPY_BACKENDS)")
+    if g.ggml_backend_dev_by_name(DEVICES[family]) is None:
+        pytest.skip(f"the {family} backend is built but this machine has no {DEVICES[family]} device")
+    return DEVICES[family]
+
+
+def mlp(backend="cpu", optimizer="adam"):
+    np.random.seed(11)                 # the same initial weights for every run
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, 16, activation="tanh", input_shape=(5,))
+    m = g.ggml_layer_dense(m, 3, activation="softmax")
+    return g.ggml_compile(m, optimizer=optimizer, loss="sparse_categorical_crossentropy", backend=backend,
+                          learning_rate=0.01)
+
+
+def mlp_data():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(32, 5)).astype(np.float32)
+    return x, (x[:, 0] + x[:, 1] > 0).astype(int) + (x[:, 2] > 1).astype(int)
+
+
+def fit(m, epochs, initial_epoch=0, **kw):
+    x, y = mlp_data()                  # in order (shuffle off): every run sees the same batches
+    return g.ggml_fit(m, x, y, epochs=epochs, batch_size=8, shuffle=False, verbose=0, initial_epoch=initial_epoch,
+                      **kw)
+
+
+def weights_of(m):
+    return {k: v.copy() for k, v in g.ggml_get_weights(m).items()}
+
+
+def max_diff(a, b):
+    return max(float(np.abs(a[k] - b[k]).max()) for k in a)
+
+
+def resumed_vs_straight(backend, path, include_optimizer):
+    straight = mlp(backend)
+    h_straight = fit(straight, 4)
+    first = mlp(backend)
+    h1 = fit(first, 2)
+    g.ggml_save_model(first, path, include_optimizer=include_optimizer)
+    loaded = g.ggml_load_model(path, backend=backend)
+    h2 = fit(loaded, 2, initial_epoch=2)
+    losses = np.concatenate([h1["train_loss"], h2["train_loss"]])
+    return h_straight["train_loss"].to_numpy(), losses, weights_of(straight), weights_of(loaded)
+
+
+def test_saved_optimizer_state_resumes_the_uninterrupted_trajectory(backend, tmp_path):
+    """2 epochs + save(include_optimizer=True) + load + 2 epochs == 4 epochs without a stop: the losses of every
+    epoch and the final weights, to float tolerance (AdamW's moments and step count were saved and restored)."""
+    straight, resumed, w_straight, w_resumed = resumed_vs_straight(backend, tmp_path / "ckpt.gguf", True)
+    np.testing.assert_allclose(resumed, straight, rtol=1e-5, atol=1e-7)
+    assert max_diff(w_resumed, w_straight) < 1e-5
+    # the same without the optimizer: a warm restart (zero moments, bias correction from step 1) leaves the path
+    straight, warm, _, w_warm = resumed_vs_straight(backend, tmp_path / "warm.gguf", False)
+    assert np.abs(warm[2:] - straight[2:]).max() > 1e-4
+    assert max_diff(w_warm, w_straight) > 1e-3
+
+
+def test_two_fits_continue_one_optimizer_and_compile_starts_it_afresh():
+    straight = mlp()
+    h = fit(straight, 4)
+    twice = mlp()
+    h1, h2 = fit(twice, 2), fit(twice, 2, initial_epoch=2)
+    np.testing.assert_allclose(np.concatenate([h1["train_loss"], h2["train_loss"]]), h["train_loss"], rtol=1e-5)
+    assert max_diff(weights_of(twice), weights_of(straight)) < 1e-5
+    assert twice.runtime.opt_state.state["iter"] == 4 * 4 + 1          # 4 epochs of 4 steps
+    g.ggml_compile(twice, loss="sparse_categorical_crossentropy", backend="cpu", learning_rate=0.01)
+    assert twice.runtime.opt_state.state is None                       # weights kept, optimizer afresh
+
+
+def test_an_interrupted_fit_keeps_the_state_of_its_completed_steps():
+    def stop(epoch, logs, state):
+        if epoch == 2:
+            raise KeyboardInterrupt
+    m = mlp()
+    with pytest.raises(KeyboardInterrupt):
+        fit(m, 4, callbacks=[{"on_epoch_end": stop}])
+    assert m.runtime.opt_state.state["iter"] == 2 * 4 + 1
+    fit(m, 2, initial_epoch=2)
+    straight = mlp()
+    fit(straight, 4)
+    assert max_diff(weights_of(m), weights_of(straight)) < 1e-5
+
+
+def test_a_fit_ending_inside_a_logical_batch_warns():
+    m = mlp()
+    x, y = mlp_data()
+    with pytest.warns(g.GgmlpyWarning, match="1 batches into a logical batch of 2"):
+        g.ggml_fit(m, x[:24], y[:24], epochs=1, batch_size=8, shuffle=False, verbose=0, nbatch_logical=16)
+    assert m.runtime.opt_state.state["iter"] == 2
+
+
+def test_optimizer_state_file_contents_and_loading_rules(tmp_path):
+    gguf = pytest.importorskip("gguf", reason="the gguf package is not installed (pip install gguf)")
+    m = mlp()
+    fit(m, 1)
+    path = tmp_path / "ckpt.gguf"
+    g.ggml_save_model(m, path, include_optimizer=True)
+    reader = gguf.GGUFReader(str(path))               # plain GGUF: the moments are F32 tensors
+    names = [t.name for t in reader.tensors]
+    assert names[:4] == ["dense_1.weight", "dense_1.bias", "dense_2.weight", "dense_2.bias"]
+    assert "optimizer.m.dense_1.weight" in names and "optimizer.v.dense_2.bias" in names
+    m_w = next(t for t in reader.tensors if t.name == "optimizer.m.dense_1.weight")
+    state = m.runtime.opt_state.state
+    np.testing.assert_array_equal(np.asarray(m_w.data).reshape(16, 5), state["m"]["dense_1.weight"])
+    kind = reader.fields["ggmlpy.optimizer.type"]
+    assert bytes(kind.parts[kind.data[0]]).decode() == "adamw"
+    assert int(reader.fields["ggmlpy.optimizer.iter"].parts[-1][0]) == 5
+    assert float(reader.fields["ggmlpy.optimizer.beta2"].parts[-1][0]) == pytest.approx(0.999)
+
+    # weights only (the default of ggml_load_weights): the moments are ignored, the model's state kept
+    other = mlp()
+    g.ggml_load_weights(other, path)
+    assert other.runtime.opt_state.state is None
+    assert max_diff(weights_of(other), weights_of(m)) == 0
+    g.ggml_load_weights(other, path, include_optimizer=True)
+    assert other.runtime.opt_state.state["iter"] == 5
+    # ggml_load_model(include_optimizer=False): a warm restart on purpose
+    assert g.ggml_load_model(path, backend="cpu", include_optimizer=False).runtime.opt_state.state is None
+
+    # an SGD model cannot take AdamW moments; another architecture is refused; nothing is loaded either way
+    sgd = mlp(optimizer="sgd")
+    before = weights_of(sgd)
+    with pytest.raises(ValueError, match="compiled with sgd"):
+        g.ggml_load_weights(sgd, path, include_optimizer=True)
+    assert max_diff(weights_of(sgd), before) == 0 and sgd.runtime.opt_state.state is None
+    g.ggml_load_weights(sgd, path)                    # the weights alone load into it
+    wrong = g.ggml_model_sequential()
+    wrong = g.ggml_layer_dense(wrong, 7, input_shape=(5,))
+    wrong = g.ggml_compile(g.ggml_layer_dense(wrong, 3), backend="cpu")
+    with pytest.raises(ValueError, match="dense_1.weight"):
+        g.ggml_load_weights(wrong, path, include_optimizer=True)
+    assert wrong.runtime.opt_state.state is None
+    plain = tmp_path / "plain.gguf"
+    g.ggml_save_model(m, plain)
+    with pytest.raises(ValueError, match="no optimizer state"):
+        g.ggml_load_weights(other, plain, include_optimizer=True)
+
+    # an untrained model saves the fresh state; SGD saves its step count
+    fresh = tmp_path / "fresh.gguf"
+    g.ggml_save_model(mlp(), fresh, include_optimizer=True)
+    st = g.ggml_load_model(fresh, backend="cpu").runtime.opt_state.state
+    assert st["iter"] == 1 and not any(v.any() for v in st["m"].values())
+    fit(sgd, 1)
+    g.ggml_save_model(sgd, tmp_path / "sgd.gguf", include_optimizer=True)
+    st = g.ggml_load_model(tmp_path / "sgd.gguf", backend="cpu").runtime.opt_state.state
+    assert st["optimizer"] == "sgd" and st["iter"] == 5 and st["m"] == {}

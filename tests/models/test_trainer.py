@@ -174,3 +174,94 @@ def test_dropout_masks_change_every_step_and_are_off_in_eval():
         evals = {round(tr.eval(x, y), 7) for _ in range(3)}
     assert len(losses) > 3       # a new mask every step
     assert len(evals) == 1       # no mask in inference
+
+
+# ---------------------------------------------------------------- saving and resuming a trainer
+
+DEVICES = {"cpu": None, "vulkan": "Vulkan0"}
+
+
+@pytest.fixture(params=sorted(DEVICES))
+def backend(request):
+    """"cpu", or the Vulkan device (skipped, saying why, when it is not built or there is no device)."""
+    family = request.param
+    if family == "cpu":
+        return "cpu"
+    if family not in g.ggml_backends_built():
+        pytest.skip(f"the {family} backend is not built in this installation (GGMLPY_BACKENDS)")
+    if g.ggml_backend_dev_by_name(DEVICES[family]) is None:
+        pytest.skip(f"the {family} backend is built but this machine has no {DEVICES[family]} device")
+    return DEVICES[family]
+
+
+def regressor_on(backend):
+    np.random.seed(0)
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, 8, activation="tanh", input_shape=(3,))
+    m = g.ggml_layer_dense(m, 2)
+    return g.ggml_compile(m, optimizer="adam", loss="mse", backend=backend, learning_rate=0.02)
+
+
+def batches(k):
+    return [data(8, seed) for seed in range(k)]
+
+
+def test_a_trainer_from_a_loaded_checkpoint_continues_the_same_trajectory(backend, tmp_path):
+    """12 steps, tr.save, 12 more steps; against: ggml_trainer(ggml_load_model(file)) stepping the same 12
+    batches. Same losses step by step and the same final weights (AdamW's moments and step count restored)."""
+    xs = batches(24)
+    m = regressor_on(backend)
+    path = tmp_path / "tr.gguf"
+    with g.ggml_trainer(m, batch_size=8) as tr:
+        for xb, yb in xs[:12]:
+            tr.step(xb, yb)
+        tr.save(path)
+        straight = [tr.step(xb, yb) for xb, yb in xs[12:]]
+    resumed_model = g.ggml_load_model(path, backend=backend)
+    with g.ggml_trainer(resumed_model, batch_size=8) as tr:
+        resumed = [tr.step(xb, yb) for xb, yb in xs[12:]]
+    np.testing.assert_allclose(resumed, straight, rtol=1e-5, atol=1e-7)
+    diff = max(np.abs(weights(resumed_model)[k] - weights(m)[k]).max() for k in weights(m))
+    assert diff < 1e-5
+    # saved without the optimizer: a warm restart that leaves the trajectory
+    warm_path = tmp_path / "warm.gguf"
+    m2 = regressor_on(backend)
+    with g.ggml_trainer(m2, batch_size=8) as tr:
+        for xb, yb in xs[:12]:
+            tr.step(xb, yb)
+        tr.save(warm_path, include_optimizer=False)
+    with g.ggml_trainer(g.ggml_load_model(warm_path, backend=backend), batch_size=8) as tr:
+        warm = [tr.step(xb, yb) for xb, yb in xs[12:]]
+    assert np.abs(np.array(warm) - straight).max() > 1e-4
+
+
+def test_a_freed_trainer_hands_its_optimizer_state_to_the_next_one():
+    xs = batches(10)
+    one = regressor()
+    with g.ggml_trainer(one, batch_size=8) as tr:
+        for xb, yb in xs:
+            tr.step(xb, yb)
+        assert tr.optimizer_state()["iter"] == 11
+    two = regressor()
+    for part in (xs[:4], xs[4:]):
+        with g.ggml_trainer(two, batch_size=8) as tr:
+            for xb, yb in part:
+                tr.step(xb, yb)
+    assert same(weights(one), weights(two))
+
+
+def test_save_with_the_optimizer_is_refused_inside_a_logical_batch(tmp_path):
+    m = regressor()
+    x, y = data(8)
+    with g.ggml_trainer(m, batch_size=8, nbatch_logical=16) as tr:
+        tr.step(x, y)
+        with pytest.raises(RuntimeError, match="1 of the 2 batches"):
+            tr.save(tmp_path / "t.gguf")
+        tr.save(tmp_path / "t.gguf", include_optimizer=False)     # the weights alone are fine
+        tr.step(x, y)
+        tr.save(tmp_path / "t.gguf")
+        assert g.ggml_load_model(tmp_path / "t.gguf", backend="cpu").runtime.opt_state.state["iter"] == 2
+    tr = g.ggml_trainer(m, batch_size=8)
+    tr.free()
+    with pytest.raises(RuntimeError, match="has been freed"):
+        tr.save(tmp_path / "t.gguf")

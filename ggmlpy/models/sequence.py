@@ -1,0 +1,146 @@
+"""Recurrent layers: LSTM and GRU with Keras' semantics, unrolled over the time steps.
+
+A sample is ``(steps, features)``: the ggml tensor ``[F, T, N]``. The layer first lays the input
+out time-major (``[F, N, T]``) and projects every step at once with one matrix product, so each
+step reads a contiguous block of that projection; the recurrence then adds ``h U`` per step. ggml
+differentiates the unrolled graph (views, matrix products, sigmoid/tanh), so training needs no
+backward pass of its own. Graph size grows linearly with the number of steps; ggmlpy sizes the
+graphs from the model (patches/0005), so a 100-step LSTM trains.
+
+Weights in the user's (Keras') orientation (``ggml_get_weights``):
+
+* lstm: ``kernel`` (features, 4 units), ``recurrent_kernel`` (units, 4 units), ``bias`` (4 units,);
+  gates in Keras' order input, forget, cell, output; the forget gate's bias starts at 1;
+* gru (Keras' ``reset_after=True``, its default): ``kernel`` (features, 3 units),
+  ``recurrent_kernel`` (units, 3 units), ``bias`` (2, 3 units) = (input bias, recurrent bias); gates
+  in Keras' order update, reset, candidate.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .. import ops
+from ..context import Tensor
+from ..errors import GgmlValueError
+from .layers import Layer, ParamSpec, positive_int
+
+F32 = 4  # bytes per value: the model layer computes in float32
+
+
+def _rows(g: Any, t: Tensor, first: int, count: int) -> Tensor:
+    """Rows ``first .. first + count`` of the ne[0] axis of a 2-D ``[R, N]`` tensor (a strided view)."""
+    return ops.ggml_view_2d(g.ctx, t, count, t.shape[1], t.shape[0] * F32, first * F32)
+
+
+def _stack_steps(g: Any, hs: list[Tensor]) -> Tensor:
+    """``[H, N]`` per step -> ``[H, T, N]``, joined as a balanced tree of concats (T log T copies)."""
+    parts = [ops.ggml_reshape_3d(g.ctx, h, h.shape[0], h.shape[1], 1) for h in hs]
+    while len(parts) > 1:
+        parts = [ops.ggml_concat(g.ctx, parts[i], parts[i + 1], 2) if i + 1 < len(parts) else parts[i]
+                 for i in range(0, len(parts), 2)]
+    return ops.ggml_cont(g.ctx, ops.ggml_permute(g.ctx, parts[0], 0, 2, 1, 3))   # [H, N, T] -> [H, T, N]
+
+
+class _Recurrent(Layer):
+    gates = 1
+
+    def __init__(self, units: int, return_sequences: bool = False, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.units = positive_int(units, "units")
+        if not isinstance(return_sequences, bool):
+            raise GgmlValueError(f"return_sequences must be True or False, got {return_sequences!r}")
+        self.return_sequences = return_sequences
+
+    def config(self) -> dict:
+        return {"units": self.units, "return_sequences": self.return_sequences}
+
+    def output_shape(self, shapes):
+        if len(shapes[0]) != 2:
+            raise GgmlValueError(f"{self.kind} '{self.name}' takes sequences of shape (steps, features), got "
+                                 f"samples of shape {shapes[0]} (use return_sequences=True on a recurrent layer "
+                                 "before it, or reshape the data)")
+        return (shapes[0][0], self.units) if self.return_sequences else (self.units,)
+
+    def make_params(self, shapes):
+        features, width = shapes[0][1], self.gates * self.units
+        return [ParamSpec("kernel", (features, width), "glorot", (features, width), user_axes=(1, 0)),
+                ParamSpec("recurrent_kernel", (self.units, width), "orthogonal", user_axes=(1, 0)),
+                self.bias_spec()]
+
+    def graph_tensors(self, shapes):
+        return 64 + 24 * shapes[0][0]
+
+    def forward(self, g, xs, shapes):
+        steps, features = shapes[0]
+        ctx, n, width = g.ctx, g.batch, self.gates * self.units
+        time_major = ops.ggml_cont(ctx, ops.ggml_permute(ctx, xs[0], 0, 2, 1, 3))     # [F, T, N] -> [F, N, T]
+        proj = ops.ggml_mul_mat(ctx, g.param(self, "kernel"), ops.ggml_reshape_2d(ctx, time_major, features,
+                                                                                   n * steps))
+        proj = ops.ggml_add(ctx, proj, self.input_bias(g))                             # [G, N * T]
+        state, outputs = None, []
+        for t in range(steps):
+            x_t = ops.ggml_view_2d(ctx, proj, width, n, width * F32, t * width * n * F32)   # contiguous [G, N]
+            state = self.step(g, x_t, state)
+            outputs.append(state[0])
+        return _stack_steps(g, outputs) if self.return_sequences else state[0]
+
+    # ---- what LSTM and GRU define
+    def bias_spec(self) -> ParamSpec:
+        raise NotImplementedError
+
+    def input_bias(self, g: Any) -> Tensor:
+        raise NotImplementedError
+
+    def step(self, g: Any, x_t: Tensor, state: tuple | None) -> tuple:
+        """One time step from the projected input ``x_t`` ``[G, N]``: the new state, hidden output first."""
+        raise NotImplementedError
+
+
+class LSTM(_Recurrent):
+    """Long short-term memory (Keras' LSTM: tanh, sigmoid gates, zero initial state)."""
+    kind = "lstm"
+    gates = 4
+
+    def bias_spec(self):
+        return ParamSpec("bias", (4 * self.units,), "unit_forget_bias")
+
+    def input_bias(self, g):
+        return g.param(self, "bias")
+
+    def step(self, g, x_t, state):
+        ctx, u = g.ctx, self.units
+        z = x_t if state is None else ops.ggml_add(ctx, x_t, ops.ggml_mul_mat(ctx, g.param(self, "recurrent_kernel"),
+                                                                              state[0]))
+        sig, tanh = ops.ggml_sigmoid(ctx, z), ops.ggml_tanh(ctx, z)   # whole [4U, N]: two ops, not four
+        i, f, o = _rows(g, sig, 0, u), _rows(g, sig, u, u), _rows(g, sig, 3 * u, u)
+        c = ops.ggml_mul(ctx, i, _rows(g, tanh, 2 * u, u))
+        if state is not None:
+            c = ops.ggml_add(ctx, ops.ggml_mul(ctx, f, state[1]), c)
+        return ops.ggml_mul(ctx, o, ops.ggml_tanh(ctx, c)), c
+
+
+class GRU(_Recurrent):
+    """Gated recurrent unit (Keras' GRU with ``reset_after=True``, zero initial state)."""
+    kind = "gru"
+    gates = 3
+
+    def bias_spec(self):
+        return ParamSpec("bias", (3 * self.units, 2), "zeros")   # numpy (2, 3U): Keras' orientation
+
+    def input_bias(self, g):
+        return ops.ggml_view_1d(g.ctx, g.param(self, "bias"), 3 * self.units, 0)
+
+    def step(self, g, x_t, state):
+        ctx, u = g.ctx, self.units
+        rec_bias = ops.ggml_view_2d(ctx, g.param(self, "bias"), 3 * u, 1, 3 * u * F32, 3 * u * F32)   # [3U, 1]
+        if state is None:   # h = 0: the recurrent term is its bias alone (broadcast over the batch)
+            h_proj = rec_bias
+        else:
+            h_proj = ops.ggml_add(ctx, ops.ggml_mul_mat(ctx, g.param(self, "recurrent_kernel"), state[0]), rec_bias)
+        zr = ops.ggml_sigmoid(ctx, ops.ggml_add(ctx, _rows(g, x_t, 0, 2 * u), _rows(g, h_proj, 0, 2 * u)))
+        z, r = _rows(g, zr, 0, u), _rows(g, zr, u, u)
+        cand = ops.ggml_tanh(ctx, ops.ggml_add(ctx, _rows(g, x_t, 2 * u, u),
+                                               ops.ggml_mul(ctx, r, _rows(g, h_proj, 2 * u, u))))
+        if state is None:
+            return (ops.ggml_sub(ctx, cand, ops.ggml_mul(ctx, z, cand)),)        # (1 - z) * cand
+        return (ops.ggml_add(ctx, cand, ops.ggml_mul(ctx, z, ops.ggml_sub(ctx, state[0], cand))),)

@@ -1,0 +1,328 @@
+"""The sequence layers (lstm, gru, layer_norm, multi_head_attention, position_embedding) against the
+float64 numpy references of reference.py: forward passes, one-step SGD gradients against central finite
+differences, the same step on Vulkan against the CPU, and a 100-step LSTM that trains.
+
+The machinery (cases, gradient check, Vulkan subprocess) is test_layers.py's.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import ggmlpy as g
+from ggmlpy.models.compile import build_training_graph
+
+from . import reference as R
+from .test_layers import (VK_ENV, Case, _vulkan_mode, assert_close, check_backend, check_gradient, make_case,
+                          normal, run_isolated, sequential)
+
+CASES: list[Case] = []
+
+
+def case(*args, **kw) -> None:
+    CASES.append(Case(*args, **kw))
+
+
+def _rnn_ref(fn, name="r", rs=False):
+    return lambda w, x, t: fn(x, w[f"{name}.kernel"], w[f"{name}.recurrent_kernel"], w[f"{name}.bias"], rs)
+
+
+for _rs in (False, True):
+    _tag = "_sequences" if _rs else ""
+    case(f"lstm{_tag}", lambda rs=_rs: sequential((g.ggml_layer_lstm, (3,), dict(return_sequences=rs,
+                                                                                  input_shape=(4, 2), name="r"))),
+         _rnn_ref(R.lstm, rs=_rs), normal(3, 4, 2))
+    case(f"gru{_tag}", lambda rs=_rs: sequential((g.ggml_layer_gru, (3,), dict(return_sequences=rs,
+                                                                                input_shape=(4, 2), name="r"))),
+         _rnn_ref(R.gru, rs=_rs), normal(3, 4, 2))
+
+case("lstm_one_step", lambda: sequential((g.ggml_layer_lstm, (2,), dict(input_shape=(1, 3), name="r"))),
+     _rnn_ref(R.lstm), normal(2, 1, 3), zero_grads=("r.recurrent_kernel",))   # one step: h U never used
+case("gru_then_gru",   # gradients flow into a recurrent layer's input sequence
+     lambda: sequential((g.ggml_layer_gru, (3,), dict(return_sequences=True, input_shape=(4, 2), name="r")),
+                        (g.ggml_layer_gru, (2,), dict(name="r2"))),
+     lambda w, x, t: _rnn_ref(R.gru, "r2")(w, _rnn_ref(R.gru, rs=True)(w, x, t), t), normal(3, 4, 2))
+case("embedding_lstm_dense",
+     lambda: sequential((g.ggml_layer_embedding, (6, 3), dict(input_shape=(5,), name="e")),
+                        (g.ggml_layer_lstm, (4,), dict(name="r")), (g.ggml_layer_dense, (2,), dict(name="d"))),
+     lambda w, x, t: R.dense(_rnn_ref(R.lstm)(w, R.embedding(x, w["e.weight"]), t), w["d.weight"], w["d.bias"]),
+     lambda rng: rng.randint(0, 6, (3, 5)).astype(np.int32))
+
+case("layer_norm", lambda: sequential((g.ggml_layer_layer_norm, (), dict(input_shape=(3, 5), name="n"))),
+     lambda w, x, t: R.layer_norm(x, w["n.gamma"], w["n.beta"]), normal(2, 3, 5))
+case("layer_norm_eps_then_dense",
+     lambda: sequential((g.ggml_layer_layer_norm, (), dict(eps=0.5, input_shape=(4,), name="n")),
+                        (g.ggml_layer_dense, (3,), dict(name="d"))),
+     lambda w, x, t: R.dense(R.layer_norm(x, w["n.gamma"], w["n.beta"], 0.5), w["d.weight"], w["d.bias"]),
+     normal(3, 4))
+
+KEY_BIAS = ("a.key_bias",)   # softmax ignores a constant added to a query's scores: q.(k + b) shifts them all
+
+for _causal in (False, True):
+    case(f"attention{'_causal' if _causal else ''}",
+         lambda c=_causal: sequential((g.ggml_layer_multi_head_attention, (2, 3),
+                                       dict(causal=c, input_shape=(4, 5), name="a"))),
+         lambda w, x, t, c=_causal: R.multi_head_attention(x, w, "a", c), normal(2, 4, 5), zero_grads=KEY_BIAS)
+case("attention_one_head_causal_then_dense",
+     lambda: sequential((g.ggml_layer_multi_head_attention, (1, 2), dict(causal=True, input_shape=(3, 2), name="a")),
+                        (g.ggml_layer_flatten, (), {}), (g.ggml_layer_dense, (2,), dict(name="d"))),
+     lambda w, x, t: R.dense(R.flatten(R.multi_head_attention(x, w, "a", True)), w["d.weight"], w["d.bias"]),
+     normal(3, 3, 2), zero_grads=KEY_BIAS)
+case("position_embedding",
+     lambda: sequential((g.ggml_layer_position_embedding, (6,), dict(input_shape=(4, 3), name="p")),
+                        (g.ggml_layer_dense, (2,), dict(activation="tanh", name="d"))),
+     lambda w, x, t: R.dense(R.position_embedding(x, w["p.weight"]), w["d.weight"], w["d.bias"], "tanh"),
+     normal(2, 4, 3))
+
+
+def _block():
+    """A pre-norm transformer block on embedded tokens, as in examples/char_transformer.py."""
+    ids = g.ggml_input((5,), dtype="int32", name="ids")
+    x = g.ggml_layer_position_embedding(g.ggml_layer_embedding(ids, 7, 4, name="e"), 5, name="p")
+    a = g.ggml_layer_multi_head_attention(g.ggml_layer_layer_norm(x, name="n1"), 2, 2, causal=True, name="a")
+    x = g.ggml_layer_add([x, a])
+    m = g.ggml_layer_dense(g.ggml_layer_dense(g.ggml_layer_layer_norm(x, name="n2"), 8, activation="gelu",
+                                              name="f1"), 4, name="f2")
+    return g.ggml_model(ids, g.ggml_layer_dense(g.ggml_layer_add([x, m]), 7, name="out"))
+
+
+def _block_ref(w, ids, t):
+    x = R.position_embedding(R.embedding(ids, w["e.weight"]), w["p.weight"])
+    x = x + R.multi_head_attention(R.layer_norm(x, w["n1.gamma"], w["n1.beta"]), w, "a", True)
+    h = R.dense(R.layer_norm(x, w["n2.gamma"], w["n2.beta"]), w["f1.weight"], w["f1.bias"], "gelu")
+    x = x + R.dense(h, w["f2.weight"], w["f2.bias"])
+    return R.dense(x, w["out.weight"], w["out.bias"])
+
+
+# gelu: ggml's CPU gelu reads a float16 table, good to ~1e-3. On Vulkan (lavapipe) every matrix product rounds
+# through float16 (~1e-3); through the block's products, backward included, the gradients differ from the CPU's
+# by up to 0.4% of each weight's largest gradient (all about 1 here), hence an absolute tolerance.
+case("transformer_block", _block, _block_ref, lambda rng: rng.randint(0, 7, (2, 5)).astype(np.int32),
+     fwd_tol=(2e-3, 2e-3), grad_tol=(1e-2, 1e-3), zero_grads=KEY_BIAS, vulkan_grad_tol=(1e-2, 6e-3))
+
+CASE_IDS = [c.name for c in CASES]
+BY_NAME = {c.name: c for c in CASES}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_cpu_thread():
+    before = g.ggml_get_n_threads()
+    g.ggml_set_n_threads(1)
+    yield
+    g.ggml_set_n_threads(before)
+
+
+@pytest.mark.parametrize("c", CASES, ids=CASE_IDS)
+def test_forward_matches_reference(c: Case):
+    model, w, x, _ = make_case(c)
+    assert_close(g.ggml_predict(model, x), c.ref(w, x, False), *c.fwd_tol, what=f"{c.name}: ggml_predict")
+
+
+@pytest.mark.parametrize("c", CASES, ids=CASE_IDS)
+def test_one_step_gradient_matches_finite_differences(c: Case):
+    check_gradient(c)
+
+
+def test_keras_orientation_and_initial_values():
+    """Weights come out in Keras' shapes; the LSTM's forget-gate bias starts at 1 and its recurrent kernel
+    is orthogonal, as in Keras."""
+    np.random.seed(0)
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_lstm(m, 4, return_sequences=True, input_shape=(6, 3), name="l")
+    m = g.ggml_layer_gru(m, 5, name="r")
+    x = g.ggml_input((6, 8), name="x")
+    att = g.ggml_model(x, g.ggml_layer_multi_head_attention(x, 2, 3, name="a"))
+    w = g.ggml_get_weights(g.ggml_compile(m, loss="mse", metrics=[], backend="cpu"))
+    assert w["l.kernel"].shape == (3, 16) and w["l.recurrent_kernel"].shape == (4, 16) and w["l.bias"].shape == (16,)
+    np.testing.assert_array_equal(w["l.bias"], np.r_[np.zeros(4), np.ones(4), np.zeros(8)])
+    u = w["l.recurrent_kernel"].astype(np.float64)
+    np.testing.assert_allclose(u @ u.T, np.eye(4), atol=1e-5)
+    assert w["r.kernel"].shape == (4, 15) and w["r.recurrent_kernel"].shape == (5, 15) and w["r.bias"].shape == (2, 15)
+    wa = g.ggml_get_weights(g.ggml_compile(att, loss="mse", metrics=[], backend="cpu"))
+    assert wa["a.query_kernel"].shape == (8, 2, 3) and wa["a.query_bias"].shape == (2, 3)
+    assert wa["a.output_kernel"].shape == (2, 3, 8) and wa["a.output_bias"].shape == (8,)
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: g.ggml_layer_lstm(g.ggml_model_sequential(), 4, input_shape=(6,)), "(steps, features)"),
+    (lambda: g.ggml_layer_gru(g.ggml_model_sequential(), 0, input_shape=(6, 2)), "units"),
+    (lambda: g.ggml_layer_lstm(g.ggml_model_sequential(), 3, return_sequences=1, input_shape=(6, 2)),
+     "return_sequences"),
+    (lambda: g.ggml_layer_multi_head_attention(g.ggml_model_sequential(), 2, 3, input_shape=(6,)), "(steps, dim)"),
+    (lambda: g.ggml_layer_multi_head_attention(g.ggml_model_sequential(), 0, 3, input_shape=(6, 2)), "num_heads"),
+    (lambda: g.ggml_layer_layer_norm(g.ggml_model_sequential(), eps=-1.0, input_shape=(6, 2)), "eps"),
+    (lambda: g.ggml_layer_position_embedding(g.ggml_model_sequential(), 4, input_shape=(6, 2)), "at most 4"),
+])
+def test_wrong_arguments_and_shapes(build, message):
+    with pytest.raises(g.GgmlValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        g.ggml_compile(build(), loss="mse", metrics=[], backend="cpu")   # shapes are checked by compile at the latest
+
+
+def test_lstm_over_100_steps_trains():
+    """An LSTM over 100 steps (a training graph far beyond ggml's default 2048 nodes) learns the sign of a
+    small offset hidden in noise, which each step shows only faintly (one step alone: ~62 % right)."""
+    np.random.seed(0)
+    rng = np.random.RandomState(0)
+    sign = rng.randint(0, 2, 256)
+    x = (rng.normal(0, 1, (256, 100, 1)) + np.where(sign, 0.3, -0.3)[:, None, None]).astype(np.float32)
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_lstm(m, 8, input_shape=(100, 1))
+    m = g.ggml_layer_dense(m, 2, activation="softmax")
+    m = g.ggml_compile(m, optimizer="adam", loss="sparse_categorical_crossentropy", backend="cpu",
+                       learning_rate=0.02)
+    inst = build_training_graph(m, m.compiled, 32)
+    assert inst.train_nodes > 2 * g.GGML_DEFAULT_GRAPH_SIZE   # forward + backward + optimizer nodes
+    inst.free()
+    hist = g.ggml_fit(m, x, sign, epochs=6, batch_size=32, verbose=0)
+    assert hist["train_loss"].iloc[-1] < 0.5 * hist["train_loss"].iloc[0], hist
+    assert g.ggml_evaluate(m, x, sign)["accuracy"] > 0.85
+
+
+def test_saved_sequence_model_predicts_identically(tmp_path):
+    np.random.seed(1)
+    m = _block()
+    g.ggml_compile(m, loss="mse", metrics=[], backend="cpu")
+    ids = np.random.RandomState(2).randint(0, 7, (4, 5)).astype(np.int32)
+    path = str(tmp_path / "block.gguf")
+    g.ggml_save_model(m, path)
+    loaded = g.ggml_load_model(path, backend="cpu")
+    np.testing.assert_array_equal(g.ggml_predict(loaded, ids), g.ggml_predict(m, ids))
+    lstm = g.ggml_layer_lstm(g.ggml_model_sequential(), 3, return_sequences=True, input_shape=(4, 2), name="l")
+    g.ggml_compile(g.ggml_layer_gru(lstm, 2), loss="mse", metrics=[], backend="cpu")
+    g.ggml_save_model(lstm, path)
+    xs = np.random.RandomState(3).normal(0, 1, (3, 4, 2)).astype(np.float32)
+    np.testing.assert_array_equal(g.ggml_predict(g.ggml_load_model(path, backend="cpu"), xs), g.ggml_predict(lstm, xs))
+
+
+# ---------------------------------------------------------------- Vulkan
+
+VULKAN_CASES = [BY_NAME[n] for n in ("lstm_sequences", "gru", "gru_then_gru", "layer_norm", "attention_causal",
+                                     "position_embedding", "transformer_block")]
+
+
+def run_vulkan_checks() -> dict:
+    mode, why = _vulkan_mode()
+    if mode != "in-process":
+        return {"__skip__": why or f"no Vulkan device even with {VK_ENV}={os.environ.get(VK_ENV)!r}"}
+    out = {}
+    for c in VULKAN_CASES:
+        try:
+            check_backend(c, "vulkan")
+            out[c.name] = None
+        except Exception as exc:  # noqa: BLE001 - reported by the test of that case
+            out[c.name] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def vulkan_results() -> dict:
+    code = ("import json\nfrom tests.models.test_sequence_layers import run_vulkan_checks\n"
+            "print('RESULTS' + json.dumps(run_vulkan_checks()))")
+    rc, out, err = run_isolated(code, env=dict(os.environ, **{VK_ENV: "0"}), timeout=900)
+    line = next((l for l in out.splitlines() if l.startswith("RESULTS")), None)
+    if rc != 0 or line is None:
+        return {"__crash__": f"rc={rc}\n{(out + err)[-3000:]}"}
+    return json.loads(line[len("RESULTS"):])
+
+
+@pytest.mark.parametrize("c", VULKAN_CASES, ids=[c.name for c in VULKAN_CASES])
+def test_trains_on_vulkan(c: Case, request):
+    """One training step on Vulkan (lavapipe) matches the CPU's, whose gradients are checked above."""
+    mode, why = _vulkan_mode()
+    if mode == "skip":
+        pytest.skip(why)
+    if mode == "in-process":
+        check_backend(c, "vulkan")
+        return
+    results = request.getfixturevalue("vulkan_results")
+    if "__skip__" in results:
+        pytest.skip(results["__skip__"])
+    assert "__crash__" not in results, f"the Vulkan subprocess failed: {results.get('__crash__')}"
+    assert results[c.name] is None, results[c.name]
+
+
+# ---------------------------------------------------------------- cross-entropy over sequence outputs
+
+def _token_model(loss: str):
+    np.random.seed(4)
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_embedding(m, 7, 3, input_shape=(4,), name="e")
+    m = g.ggml_layer_dense(m, 5, activation="softmax", name="d")
+    return g.ggml_compile(m, optimizer="sgd", loss=loss, backend="cpu", learning_rate=0.1)
+
+
+def _token_loss(w: dict, ids: np.ndarray, targets: np.ndarray) -> float:
+    """Keras' sparse cross-entropy over every position: the mean over the N * steps tokens."""
+    z = R.dense(R.embedding(ids, w["e.weight"]), w["d.weight"], w["d.bias"])
+    logp = z - z.max(axis=-1, keepdims=True)
+    logp = logp - np.log(np.exp(logp).sum(axis=-1, keepdims=True))
+    return float(-np.take_along_axis(logp, targets[..., None], axis=-1).mean())
+
+
+def test_sequence_cross_entropy_is_the_mean_over_tokens():
+    """A softmax over each position of a (steps, classes) output with class ids (N, steps): one SGD step's
+    gradient equals finite differences of the per-token mean loss; ggml_evaluate reports that loss and the
+    per-token accuracy; one-hot labels (N, steps, classes) give the same step."""
+    rng = np.random.RandomState(5)
+    ids, targets = rng.randint(0, 7, (3, 4)).astype(np.int32), rng.randint(0, 5, (3, 4))
+    m = _token_model("sparse_categorical_crossentropy")
+    w = {k: v.astype(np.float64) for k, v in g.ggml_get_weights(m).items()}
+    ev = g.ggml_evaluate(m, ids, targets)
+    assert ev["loss"] == pytest.approx(_token_loss(w, ids, targets), rel=1e-5)
+    pred = g.ggml_predict(m, ids)
+    assert pred.shape == (3, 4, 5)
+    assert ev["accuracy"] == pytest.approx((pred.argmax(-1) == targets).mean())
+    want = R.fd_gradients(lambda ww: _token_loss(ww, ids, targets), w, list(w))
+    with g.ggml_trainer(m, batch_size=3) as tr:
+        step_loss = tr.step(ids, targets)
+    assert step_loss == pytest.approx(_token_loss(w, ids, targets), rel=1e-5)
+    got = {k: (w[k] - v) / 0.1 for k, v in g.ggml_get_weights(m).items()}
+    for k in w:
+        assert_close(got[k], want[k], 1e-3, 1e-5, what=f"gradient of {k}")
+    onehot = _token_model("categorical_crossentropy")
+    g.ggml_fit(onehot, ids, np.eye(5, dtype=np.float32)[targets], epochs=1, batch_size=3, shuffle=False, verbose=0)
+    sparse = _token_model("sparse_categorical_crossentropy")
+    g.ggml_fit(sparse, ids, targets, epochs=1, batch_size=3, shuffle=False, verbose=0)
+    for k, v in g.ggml_get_weights(sparse).items():
+        np.testing.assert_array_equal(v, g.ggml_get_weights(onehot)[k])
+
+
+def test_sequence_labels_are_checked():
+    m = _token_model("sparse_categorical_crossentropy")
+    ids = np.zeros((3, 4), np.int32)
+    with pytest.raises(g.GgmlValueError, match=r"class ids of shape \(3, 4\)"):
+        g.ggml_fit(m, ids, np.zeros(3, np.int32), verbose=0)
+    with pytest.raises(g.GgmlValueError, match="outside"):
+        g.ggml_fit(m, ids, np.full((3, 4), 5), verbose=0)
+    with pytest.raises(g.GgmlValueError, match="position 2"):
+        y = np.eye(5, dtype=np.float32)[np.zeros((3, 4), int)]
+        y[1, 2] = 0
+        g.ggml_fit(_token_model("categorical_crossentropy"), ids, y, verbose=0)
+    with pytest.raises(g.GgmlValueError, match="sequence outputs"):
+        g.ggml_fit(m, ids, np.zeros((3, 4), np.int32), sample_weight=np.ones(3), verbose=0)
+
+
+def test_functional_api_and_shared_layer_objects():
+    """The layer objects (ggml_lstm, ggml_gru, ggml_layer_norm, ggml_multi_head_attention) applied with
+    ggml_apply share their weights: one GRU object applied to two inputs gives the reference of one GRU."""
+    np.random.seed(6)
+    a, b = g.ggml_input((5, 2), name="a"), g.ggml_input((5, 2), name="b")
+    enc = g.ggml_gru(3, name="enc")
+    both = g.ggml_layer_concatenate([g.ggml_apply(a, enc), g.ggml_apply(b, enc)])
+    seq = g.ggml_apply(g.ggml_apply(a, g.ggml_lstm(4, return_sequences=True, name="l")), g.ggml_layer_norm(name="n"))
+    att = g.ggml_apply(seq, g.ggml_multi_head_attention(2, 2, causal=True, name="att"))
+    m = g.ggml_model([a, b], [both, att])
+    g.ggml_compile(m, loss=["mse", "mse"], metrics=[], backend="cpu")
+    w = g.ggml_get_weights(m)
+    assert sum(k.startswith("enc.") for k in w) == 3
+    rng = np.random.RandomState(7)
+    xa, xb = rng.normal(0, 1, (3, 5, 2)).astype(np.float32), rng.normal(0, 1, (3, 5, 2)).astype(np.float32)
+    got_both, got_att = g.ggml_predict(m, [xa, xb])
+    gru = lambda x: R.gru(x, w["enc.kernel"], w["enc.recurrent_kernel"], w["enc.bias"])
+    assert_close(got_both, np.concatenate([gru(xa), gru(xb)], axis=-1), 1e-5, 1e-5, "shared gru")
+    ref_seq = R.layer_norm(R.lstm(xa, w["l.kernel"], w["l.recurrent_kernel"], w["l.bias"], True), w["n.gamma"],
+                           w["n.beta"])
+    assert_close(got_att, R.multi_head_attention(ref_seq, w, "att", True), 1e-5, 1e-5, "lstm -> norm -> attention")
