@@ -42,6 +42,14 @@ _threads_set_by_user = [False]
 # 20 vs 30 ms, with the other core busy). The model layer applies it per graph unless the user chose a
 # count with ggml_set_n_threads.
 SMALL_GRAPH_FLOPS = 50e6
+# ggml's BLAS backend (OpenBLAS) takes the large F32 matrix products (MUL_MAT, OUT_PROD) of a scheduler
+# that runs on the CPU; the CPU backend does the rest. The two thread pools never compute at once, but
+# each spin-waits after its work and steals the cores from the other: with both at 2 threads MNIST-FC
+# trains at 0.4-0.7x the speed of both at 1 (measured on this project's 2 cores, idle and loaded).
+# So ggmlpy splits the threads per graph (see split_threads): OpenBLAS gets several threads only for
+# products this large per step, the CPU pool only for its own share of the work (SMALL_GRAPH_FLOPS).
+BLAS_PARALLEL_FLOPS = 10e9
+_blas_disabled = [False]
 _cpu_backends: "weakref.WeakSet[Backend]" = weakref.WeakSet()
 
 
@@ -537,7 +545,7 @@ def ggml_backend_cpu_set_n_threads(backend: Backend, n_threads: int) -> None:
 
     Arguments:
         backend: a CPU Backend (another kind raises GgmlStateError).
-        n_threads: an int >= 1.
+        n_threads: an int in [1, 512] (ggml's GGML_MAX_N_THREADS).
 
     Value: None.
 
@@ -545,8 +553,8 @@ def ggml_backend_cpu_set_n_threads(backend: Backend, n_threads: int) -> None:
         >>> ggml_backend_cpu_set_n_threads(cpu, 4)
     """
     ptr = unwrap(backend, Backend, "ggml_backend_cpu_set_n_threads(backend)")
-    expect(isinstance(n_threads, int) and n_threads >= 1,
-           f"n_threads must be an int >= 1, got {n_threads!r}")
+    from ._checks import n_threads_arg
+    n_threads = n_threads_arg("ggml_backend_cpu_set_n_threads", n_threads)
     expect(backend.is_cpu, f"ggml_backend_cpu_set_n_threads: {backend.name} is not a CPU backend", GgmlStateError)
     lib.ggmlpy_cpu_set_n_threads(ptr, n_threads)
     backend.n_threads = n_threads
@@ -559,14 +567,15 @@ def ggml_set_n_threads(n_threads: int) -> None:
     backend of ``ggml_graph_compute`` follow it too.
 
     Arguments:
-        n_threads: an int >= 1 (else GgmlValueError).
+        n_threads: an int in [1, 512] (ggml's GGML_MAX_N_THREADS; else GgmlValueError).
 
     Value: None.
 
     Example:
         >>> ggml_set_n_threads(8)
     """
-    expect(isinstance(n_threads, int) and n_threads >= 1, f"n_threads must be an int >= 1, got {n_threads!r}")
+    from ._checks import n_threads_arg
+    n_threads = n_threads_arg("ggml_set_n_threads", n_threads)
     _n_threads[0] = n_threads
     _threads_set_by_user[0] = True
     for b in list(_cpu_backends):
@@ -590,9 +599,75 @@ def threads_for(backend: "Backend", flops: float) -> int:
 
 
 def set_backend_threads(backend: "Backend", n: int) -> None:
-    if backend.is_cpu and n >= 1 and n != backend.n_threads:
+    if (backend.is_cpu or is_blas(backend)) and n >= 1 and n != backend.n_threads:
         lib.ggmlpy_cpu_set_n_threads(backend.ptr, n)
         backend.n_threads = n
+
+
+def is_blas(backend: "Backend") -> bool:
+    return backend.device.name == "BLAS"
+
+
+def blas_device() -> "Device | None":
+    """ggml's BLAS device ("BLAS", built by default when OpenBLAS is installed), or None."""
+    if _blas_disabled[0]:
+        return None
+    return next((d for d in ggml_backend_devices() if d.name == "BLAS"), None)
+
+
+def blas_backend_init() -> "Backend | None":
+    """A BLAS backend to put before a CPU backend in a scheduler (it computes with one thread until
+    split_threads gives it more), or None when this build has none."""
+    dev = blas_device()
+    if dev is None:
+        return None
+    backend = ggml_backend_dev_init(dev)
+    set_backend_threads(backend, 1)
+    return backend
+
+
+def ggml_set_blas_enabled(enabled: bool) -> None:
+    """Whether schedulers made from a name (``ggml_backend_sched_new("cpu")``) and the model layer put
+    ggml's BLAS backend before the CPU backend (the default, when this build has it). Disabling it runs
+    every op on ggml's own CPU kernels (e.g. to compare them). Schedulers made before keep theirs.
+
+    Arguments:
+        enabled: a bool.
+
+    Value: None.
+
+    Example:
+        >>> ggml_set_blas_enabled(False)
+    """
+    _blas_disabled[0] = not bool(enabled)
+
+
+def split_threads(backends, flops: float, blas_flops: float) -> list:
+    """Set the thread split of a scheduler's CPU and BLAS backends for a graph of ``flops`` per compute,
+    ``blas_flops`` of them in products the BLAS backend takes: OpenBLAS gets ``ggml_get_n_threads()``
+    threads only for products of BLAS_PARALLEL_FLOPS or more, the CPU pool only when its own share is
+    SMALL_GRAPH_FLOPS or more (the thread count is the budget of both). Nothing changes without a BLAS
+    backend. Returns [(backend, count before)] for restore_threads."""
+    blas = [b for b in backends if is_blas(b) and b.alive]
+    if not blas:
+        return []
+    n = _n_threads[0]
+    before = []
+    for b in backends:
+        if not b.alive or not (b.is_cpu or is_blas(b)):
+            continue
+        before.append((b, b.n_threads))
+        if is_blas(b):
+            set_backend_threads(b, n if blas_flops >= BLAS_PARALLEL_FLOPS else 1)
+        else:
+            set_backend_threads(b, n if flops - blas_flops >= SMALL_GRAPH_FLOPS else 1)
+    return before
+
+
+def restore_threads(before: list) -> None:
+    for b, n in before:
+        if b.alive:
+            set_backend_threads(b, n)
 
 
 def ggml_get_n_threads() -> int:

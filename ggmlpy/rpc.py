@@ -9,22 +9,42 @@ from the same ggml version (the wire protocol is versioned).
 """
 from __future__ import annotations
 
+import math
+import numbers
+import os
 import socket
 
 from ._ffi import ffi, lib
 from .backend import Device, _as_device, ggml_backend_devices, ggml_backends_built, ggml_get_n_threads
-from .errors import BackendUnavailableError, GgmlValueError
+from ._checks import n_threads_arg
+from .context import c_string
+from .errors import BackendUnavailableError, GgmlTypeError, GgmlValueError
 
 _servers: dict[str, list[Device]] = {}
+MAX_TIMEOUT_S = 86400.0  # a day: longer ones overflow the socket module's clock
 
 
-def _parse_endpoint(endpoint: str) -> tuple[str, int]:
-    if not isinstance(endpoint, str) or endpoint.count(":") < 1:
-        raise GgmlValueError(f"endpoint must be 'host:port', got {endpoint!r}")
+def _parse_endpoint(endpoint: str, fn: str = "endpoint") -> tuple[str, int]:
+    """(host, port) of ``"host:port"``; what C receives is checked like every string sent to it (no NUL)."""
+    if not isinstance(endpoint, str):
+        raise GgmlTypeError(f"{fn}: endpoint must be a str 'host:port', got {endpoint!r}")
+    c_string(fn, "endpoint", endpoint)
     host, _, port = endpoint.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise GgmlValueError(f"endpoint must be 'host:port' with a port in 1..65535, got {endpoint!r}")
-    return host.strip("[]"), int(port)
+    host = host.strip("[]")
+    if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+        raise GgmlValueError(f"{fn}: endpoint must be 'host:port' with a port in 1..65535, got {endpoint!r}")
+    if not host.isascii() or not host.isprintable() or any(c.isspace() for c in host):
+        raise GgmlValueError(f"{fn}: the host of endpoint {endpoint!r} must be an IP address or an ASCII host name")
+    return host, int(port)
+
+
+def _timeout(fn: str, timeout: object) -> float:
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise GgmlTypeError(f"{fn}: timeout must be a number of seconds, got {timeout!r}")
+    t = float(timeout)
+    if not math.isfinite(t) or not 0 < t <= MAX_TIMEOUT_S:
+        raise GgmlValueError(f"{fn}: timeout must be a number of seconds in (0, {MAX_TIMEOUT_S:g}], got {timeout!r}")
+    return t
 
 
 def _require_rpc() -> None:
@@ -50,11 +70,12 @@ def ggml_rpc_probe(endpoint: str, timeout: float = 2.0) -> bool:
         >>> ggml_rpc_probe("192.168.1.20:50052")
         True
     """
-    host, port = _parse_endpoint(endpoint)
+    host, port = _parse_endpoint(endpoint, "ggml_rpc_probe")
+    seconds = _timeout("ggml_rpc_probe", timeout)
     try:
-        with socket.create_connection((host, port), timeout=timeout):
+        with socket.create_connection((host, port), timeout=seconds):
             return True
-    except OSError:
+    except (OSError, UnicodeError, ValueError):  # unreachable, unknown or unencodable host name
         return False
 
 
@@ -76,15 +97,17 @@ def ggml_backend_rpc_add_server(endpoint: str, timeout: float = 2.0) -> list[Dev
         >>> devs = ggml_backend_rpc_add_server("gpu-box:50052")
         >>> sched = ggml_backend_sched_new([ggml_backend_init_by_name(devs[0].name)])
     """
+    fn = "ggml_backend_rpc_add_server"
+    _parse_endpoint(endpoint, fn)
+    _timeout(fn, timeout)
     _require_rpc()
-    _parse_endpoint(endpoint)
     if endpoint in _servers:
         return list(_servers[endpoint])
     if not ggml_rpc_probe(endpoint, timeout):
         raise BackendUnavailableError(f"no RPC server answers at {endpoint}; start one there with "
                                       "ggmlpy.ggml_backend_rpc_start_server(endpoint)")
     before = {d.name for d in ggml_backend_devices()}
-    reg = lib.ggmlpy_rpc_add_server(endpoint.encode())
+    reg = lib.ggmlpy_rpc_add_server(c_string(fn, "endpoint", endpoint))
     if reg == ffi.NULL:
         raise BackendUnavailableError(f"the RPC server at {endpoint} did not answer the device query")
     lib.ggml_backend_register(reg)
@@ -105,8 +128,8 @@ def ggml_backend_rpc_start_server(endpoint: str, cache_dir: str | None = None, n
         cache_dir: a directory where the server caches tensors it receives, or None (the default: no
             cache).
         n_threads: CPU threads for the served CPU device (default None: ``ggml_get_n_threads()``).
-        devices: the Devices (or device names) to serve, or None (the default: every non-RPC device,
-            GPUs first).
+        devices: the Devices (or device names) to serve, or None (the default: every non-RPC device
+            but ggml's BLAS accelerator, GPUs first).
 
     Value: None (it only returns if the server stops). Raises BackendUnavailableError when this
     installation was built without RPC.
@@ -114,18 +137,29 @@ def ggml_backend_rpc_start_server(endpoint: str, cache_dir: str | None = None, n
     Example:
         >>> ggml_backend_rpc_start_server("0.0.0.0:50052")     # on the machine with the GPU
     """
+    fn = "ggml_backend_rpc_start_server"
+    _parse_endpoint(endpoint, fn)
+    threads = ggml_get_n_threads() if n_threads is None else n_threads_arg(fn, n_threads)
+    cache = ffi.NULL
+    if cache_dir is not None:
+        try:
+            cache_path = os.fspath(cache_dir)
+        except TypeError:
+            raise GgmlTypeError(f"{fn}: cache_dir must be a str, an os.PathLike or None, got {cache_dir!r}") from None
+        if isinstance(cache_path, bytes):
+            cache_path = os.fsdecode(cache_path)
+        if cache_path:
+            cache = c_string(fn, "cache_dir", cache_path)
+    if devices is not None and (isinstance(devices, (str, bytes)) or not hasattr(devices, "__iter__")):
+        raise GgmlTypeError(f"{fn}: devices must be a list of Devices or device names, or None, got {devices!r}")
     _require_rpc()
-    _parse_endpoint(endpoint)
     if devices is None:
-        devices = [d for d in ggml_backend_devices() if d.backend_name != "RPC"]
+        # not ggml's BLAS device: an accelerator of the host's CPU with no memory of its own
+        devices = [d for d in ggml_backend_devices() if d.backend_name != "RPC" and d.type != "accel"]
         devices.sort(key=lambda d: d.type == "cpu")
     devs = [_as_device(d) for d in devices]
     if not devs:
-        raise GgmlValueError("no device to serve")
-    threads = ggml_get_n_threads() if n_threads is None else n_threads
-    if not isinstance(threads, int) or threads < 1:
-        raise GgmlValueError(f"n_threads must be an int >= 1, got {n_threads!r}")
+        raise GgmlValueError(f"{fn}: no device to serve (devices is empty)")
     arr = ffi.new("ggml_backend_dev_t[]", [d.ptr for d in devs])
-    cache = cache_dir.encode() if cache_dir else ffi.NULL
-    if not lib.ggmlpy_rpc_start_server(endpoint.encode(), cache, threads, len(devs), arr):
+    if not lib.ggmlpy_rpc_start_server(c_string(fn, "endpoint", endpoint), cache, int(threads), len(devs), arr):
         raise BackendUnavailableError("the RPC backend does not offer a server entry point")

@@ -6,15 +6,16 @@ backend to be a CPU and uses it as the fallback for ops a GPU backend lacks.
 """
 from __future__ import annotations
 
+import threading
 import weakref
-from typing import Sequence
+from typing import Any, Sequence
 
 
 from ._ffi import ffi, lib
-from ._handle import Handle, free_handle, raise_type, unwrap
-from .backend import Backend, ggml_backend_cpu_init
-from .context import Graph, check_fits_memory, check_graph_size
-from ._checks import check_index_inputs, index_inputs
+from ._handle import Allocations, Handle, computing, free_handle, raise_type, unwrap, using
+from .backend import Backend, blas_backend_init, ggml_backend_cpu_init
+from .context import Context, Graph, check_fits_memory, check_graph_size
+from ._checks import check_graph_ready, check_index_inputs, graph_tensor_ptrs, index_inputs, ptr_key
 from .errors import GgmlStateError, GgmlValueError, expect
 
 GGML_SCHED_MAX_BACKENDS = 16
@@ -35,6 +36,17 @@ class Scheduler(Handle):
         self._owned = owned  # backends created for this scheduler, freed after it
         self._allocated: int | None = None  # address of the graph allocated by ggml_backend_sched_alloc_graph
         self._opt_users: weakref.WeakSet = weakref.WeakSet()  # static opt contexts built on it (at most one)
+        self._opt_any: weakref.WeakSet = weakref.WeakSet()  # every opt context built on it (static or dynamic)
+        self.opt_lock = threading.Lock()  # makes "serves no opt context yet" + building one atomic
+        self._allocs = Allocations()  # the tensors its buffers hold (taken back on reset, re-allocation, free)
+
+    def _before_free(self) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Forget the current allocation: the tensors it placed lose their memory (ggml re-places them)."""
+        self._allocs.release()
+        self._allocated = None
 
     def free(self) -> None:
         if self._ptr is None:
@@ -68,7 +80,9 @@ def ggml_backend_sched_new(backends: Sequence[Backend] | Backend | str, parallel
     Arguments:
         backends: a list of Backends, highest priority first, or one Backend, or a short name:
             ``"auto"`` (the first hardware GPU, else the CPU), ``"cpu"``, ``"vulkan"``, ``"cuda"`` or a device
-            name such as ``"Vulkan0"``; the scheduler then owns the backend it starts. A CPU backend
+            name such as ``"Vulkan0"``; the scheduler then owns the backend it starts. A name that gives the
+            CPU also puts ggml's BLAS backend (OpenBLAS, when built) before it: it takes the large F32 matrix
+            products, and ggmlpy splits the threads between the two per training graph. A CPU backend
             anywhere but last raises GgmlValueError; at most ``GGML_SCHED_MAX_BACKENDS`` (16).
         parallel: True (the default) lets ggml pipeline work across backends (several copies of the
             inputs); False computes one graph copy at a time.
@@ -88,6 +102,11 @@ def ggml_backend_sched_new(backends: Sequence[Backend] | Backend | str, parallel
         from .backend import ggml_backend_init_auto
         backends = [ggml_backend_init_auto(backends)]
         owned.append(backends[0])
+        if backends[0].is_cpu:  # the CPU: ggml's BLAS backend takes the large matrix products
+            blas = blas_backend_init()
+            if blas is not None:
+                backends.insert(0, blas)
+                owned.insert(0, blas)
     if isinstance(backends, Backend):
         backends = [backends]
     if not isinstance(backends, (list, tuple)) or not backends:
@@ -114,6 +133,25 @@ def ggml_backend_sched_new(backends: Sequence[Backend] | Backend | str, parallel
 
 def _sched(sched: Scheduler, fn: str):
     return unwrap(sched, Scheduler, f"{fn}(sched)")
+
+
+def _exclusive(sched: Scheduler, handles: Any, fn: str) -> Any:
+    """``using`` for a call that resets the scheduler or gives it another graph: refused while another call runs
+    it (a fit, an epoch, a compute in another thread): ggml would run that call on memory it no longer owns."""
+    def busy(other: str) -> str:
+        return (f"{fn}: this scheduler is in use by {other} (this call comes from one of its callbacks or "
+                "generators, or from another thread); resetting it or running another graph on it now would pull "
+                "the memory out from under that call. Use another scheduler (ggml_backend_sched_new over the same "
+                "backends), or call it afterwards")
+    def serves_no_opt_context() -> None:
+        if any(o.alive for o in list(sched._opt_any)):
+            # ggml-opt keeps its graph allocated on the scheduler between evals and does not notice a reset: its
+            # next eval would run whatever graph was allocated last (silently wrong, or on memory that moved)
+            raise GgmlStateError(f"{fn}: this scheduler serves a live opt context, which keeps its graphs allocated "
+                                 "on it; computing another graph here would make that context compute the wrong "
+                                 "graph. Use another scheduler (ggml_backend_sched_new over the same backends), or "
+                                 "free the opt context first")
+    return using(handles, fn, exclusive=[sched], busy=busy, check=serves_no_opt_context)
 
 
 def ggml_backend_sched_free(sched: Scheduler) -> None:
@@ -146,8 +184,10 @@ def ggml_backend_sched_reset(sched: Scheduler) -> None:
     Example:
         >>> ggml_backend_sched_reset(sched)
     """
-    lib.ggml_backend_sched_reset(_sched(sched, "ggml_backend_sched_reset"))
-    sched._allocated = None
+    s = _sched(sched, "ggml_backend_sched_reset")
+    with _exclusive(sched, [], "ggml_backend_sched_reset"):
+        sched.release()  # the graph's tensors no longer have memory: using them raises instead of reading stale data
+        lib.ggml_backend_sched_reset(s)
 
 
 def ggml_backend_sched_get_n_backends(sched: Scheduler) -> int:
@@ -260,7 +300,11 @@ def ggml_backend_sched_reserve(sched: Scheduler, graph: Graph) -> bool:
         >>> ggml_backend_sched_reserve(sched, gf)
     """
     s = _sched(sched, "ggml_backend_sched_reserve")
-    return bool(lib.ggml_backend_sched_reserve(s, _graph_ptr(graph, "ggml_backend_sched_reserve", sched)))
+    g = _graph_ptr(graph, "ggml_backend_sched_reserve", sched)
+    check_graph_ready(graph, sched.backends, "ggml_backend_sched_reserve", "alloc")
+    with _exclusive(sched, graph.keepers, "ggml_backend_sched_reserve"):
+        sched.release()  # reserving may move the scheduler's buffers
+        return bool(lib.ggml_backend_sched_reserve(s, g))
 
 
 def ggml_backend_sched_alloc_graph(sched: Scheduler, graph: Graph) -> bool:
@@ -281,16 +325,52 @@ def ggml_backend_sched_alloc_graph(sched: Scheduler, graph: Graph) -> bool:
         >>> ggml_backend_tensor_set_data(x, batch)
         >>> ggml_backend_sched_graph_compute(sched, gf)
     """
-    s = _sched(sched, "ggml_backend_sched_alloc_graph")
-    g = _graph_ptr(graph, "ggml_backend_sched_alloc_graph", sched)
-    # ggml aborts when a scheduler is allocated twice without a reset (e.g. after a compute): reset first
-    lib.ggml_backend_sched_reset(s)
-    sched._allocated = None
-    ok = bool(lib.ggml_backend_sched_alloc_graph(s, g))
+    fn = "ggml_backend_sched_alloc_graph"
+    s = _sched(sched, fn)
+    g = _graph_ptr(graph, fn, sched)
+    check_graph_ready(graph, sched.backends, fn, "alloc")
+    with _exclusive(sched, graph.keepers, fn):
+        # ggml aborts when a scheduler is allocated twice without a reset (e.g. after a compute): reset first.
+        # The previous allocation's tensors lose their memory (its buffers may move).
+        sched.release()
+        lib.ggml_backend_sched_reset(s)
+        check_graph_ready(graph, sched.backends, fn, "alloc")  # again if the release took memory from it
+        placed = _unallocated(g)
+        ok = bool(lib.ggml_backend_sched_alloc_graph(s, g))
+        _record(sched, graph, placed)
     if not ok:
         raise GgmlStateError("the scheduler could not allocate the graph (out of memory on a backend?)")
     sched._allocated = int(ffi.cast("uintptr_t", g))
     return ok
+
+
+def _unallocated(g: Any) -> list:
+    """The tensors of graph pointer ``g`` without memory (an allocation is about to place them)."""
+    return [t for t in graph_tensor_ptrs(g)[1] if t.data == ffi.NULL]
+
+
+def _record(allocator: Any, graph: Graph, candidates: list) -> None:
+    """Record in ``allocator._allocs`` the tensors of ``candidates`` that got memory, each with the context
+    holding its header (found among the graph's contexts), so they lose it when the allocator's goes."""
+    placed = [t for t in candidates if t.data != ffi.NULL]
+    if not placed:
+        return
+    graph._allocators.setdefault(id(allocator), allocator)
+    contexts = [h for h in (graph.ctx, *graph._deps.values()) if isinstance(h, Context) and h.alive]
+    where: dict[int, Any] = {}
+    wanted = {ptr_key(t) for t in placed}
+    for ctx in contexts:
+        for t in ctx._iter_tensor_ptrs():
+            k = ptr_key(t)
+            if k in wanted:
+                where.setdefault(k, ctx)
+    groups: dict[int, tuple] = {}
+    for t in placed:
+        owner = where.get(ptr_key(t))
+        keepers = (owner,) if owner is not None else (graph.ctx, *graph._deps.values())
+        groups.setdefault(id(keepers[0]) if owner is not None else 0, (keepers, []))[1].append((t, t.buffer))
+    for keepers, tensors in groups.values():
+        allocator._allocs.record(keepers, tensors)
 
 
 def ggml_backend_sched_graph_compute(sched: Scheduler, graph: Graph) -> None:
@@ -310,16 +390,28 @@ def ggml_backend_sched_graph_compute(sched: Scheduler, graph: Graph) -> None:
         >>> ggml_backend_sched_graph_compute(sched, gf)
         >>> y = ggml_backend_tensor_get_data(out)
     """
-    s = _sched(sched, "ggml_backend_sched_graph_compute")
-    g = _graph_ptr(graph, "ggml_backend_sched_graph_compute", sched)
+    fn = "ggml_backend_sched_graph_compute"
+    s = _sched(sched, fn)
+    g = _graph_ptr(graph, fn, sched)
     addr = int(ffi.cast("uintptr_t", g))
-    if sched._allocated is not None and sched._allocated != addr:
-        # an allocated scheduler runs the graph it allocated, whatever graph it is given: let it allocate this one
-        lib.ggml_backend_sched_reset(s)
-    _check_indices(g)
-    status = lib.ggml_backend_sched_graph_compute(s, g)
+    allocated = sched._allocated == addr
+    check_graph_ready(graph, sched.backends, fn, "allocated" if allocated else "sched")
+    with _exclusive(sched, graph.keepers, fn):
+        placed = None
+        if not allocated:
+            # an allocated scheduler runs the graph it allocated, whatever graph it is given: let it allocate
+            # this one (the previous allocation's tensors lose their memory)
+            sched.release()
+            lib.ggml_backend_sched_reset(s)
+            check_graph_ready(graph, sched.backends, fn, "sched")
+            placed = _unallocated(g)
+        _check_indices(g)
+        with computing(sched.backends):
+            status = lib.ggml_backend_sched_graph_compute(s, g)
+        if placed is not None:
+            _record(sched, graph, placed)
     sched._allocated = addr if status == lib.GGML_STATUS_SUCCESS else None
-    check_status(status, "ggml_backend_sched_graph_compute")
+    check_status(status, fn)
 
 
 def ggml_backend_graph_compute(backend: Backend, graph: Graph) -> None:
@@ -339,10 +431,15 @@ def ggml_backend_graph_compute(backend: Backend, graph: Graph) -> None:
         >>> ggml_gallocr_alloc_graph(galloc, gf)
         >>> ggml_backend_graph_compute(cpu, gf)
     """
-    b = unwrap(backend, Backend, "ggml_backend_graph_compute(backend)")
-    g = _graph_ptr(graph, "ggml_backend_graph_compute")
-    _check_indices(g)
-    check_status(lib.ggml_backend_graph_compute(b, g), "ggml_backend_graph_compute")
+    fn = "ggml_backend_graph_compute"
+    b = unwrap(backend, Backend, f"{fn}(backend)")
+    g = _graph_ptr(graph, fn)
+    check_graph_ready(graph, [backend], fn, "backend")
+    with using([backend, *graph.keepers], fn):
+        _check_indices(g)
+        with computing([backend]):
+            status = lib.ggml_backend_graph_compute(b, g)
+        check_status(status, fn)
 
 
 _cpu_for_ctx: list[Backend] = []

@@ -1,0 +1,94 @@
+"""ggml's BLAS backend: built by default when OpenBLAS is installed (left out, with a message, when it
+is not), put before the CPU backend by ``sched_new("cpu")`` and the model layer, and given a thread
+split with the CPU backend that keeps the two pools from contending."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ggmlpy as g
+from ggmlpy.backend import split_threads, restore_threads
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _build_ggml():
+    spec = importlib.util.spec_from_file_location("build_ggml_for_blas_test", ROOT / "build_ggml.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_blas_is_a_default_backend_and_optional(monkeypatch, capsys):
+    b = _build_ggml()
+    assert "blas" in b.DEFAULT_BACKENDS.split(",")
+    monkeypatch.delenv("GGMLPY_BACKENDS", raising=False)
+    monkeypatch.setattr(b, "openblas_found", lambda: False)
+    assert b.backends_from_env() == ["cpu"]  # the default falls back to the CPU alone, saying why
+    assert "libopenblas-dev" in capsys.readouterr().err
+    with pytest.raises(b.BuildError, match="libopenblas-dev"):  # asked for by name: an error
+        b.parse_backends("cpu,blas")
+    monkeypatch.setattr(b, "openblas_found", lambda: True)
+    assert b.backends_from_env() == ["cpu", "blas"]
+    monkeypatch.setenv("GGMLPY_BACKENDS", "cpu")  # GGMLPY_BACKENDS leaves it out
+    assert b.backends_from_env() == ["cpu"]
+    assert "-DGGML_BLAS=ON" in b.cmake_options(["cpu", "blas"], None)
+    assert "-DGGML_BLAS=ON" not in b.cmake_options(["cpu"], None)
+
+
+needs_blas = pytest.mark.skipif(g.ggml_backend_dev_by_name("BLAS") is None, reason="built without the BLAS backend")
+
+
+@needs_blas
+def test_cpu_scheduler_puts_blas_first_and_can_leave_it_out():
+    s = g.ggml_backend_sched_new("cpu", parallel=False)
+    assert [b.device.name for b in s.backends] == ["BLAS", "CPU"]
+    assert s.backends[0].n_threads == 1
+    s.free()
+    g.ggml_set_blas_enabled(False)
+    try:
+        s = g.ggml_backend_sched_new("cpu", parallel=False)
+        assert [b.device.name for b in s.backends] == ["CPU"]
+        s.free()
+    finally:
+        g.ggml_set_blas_enabled(True)
+
+
+@needs_blas
+def test_thread_split():
+    s = g.ggml_backend_sched_new("cpu", parallel=False)
+    blas, cpu = s.backends
+    n = g.ggml_get_n_threads()
+    before = split_threads(s.backends, 1.2e9 + 1e6, 1.2e9)  # MNIST-FC: products on BLAS, little else
+    assert (blas.n_threads, cpu.n_threads) == (1, 1)
+    restore_threads(before)
+    assert (blas.n_threads, cpu.n_threads) == (1, n)
+    split_threads(s.backends, 50e9, 40e9)  # wide layers: both pools get the threads
+    assert (blas.n_threads, cpu.n_threads) == (n, n)
+    s.free()
+    assert split_threads([g.ggml_backend_cpu_init()], 1e9, 1e9) == []  # no BLAS: nothing changes
+
+
+@needs_blas
+def test_blas_matmul_matches_numpy_and_training_uses_it():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((64, 96)).astype(np.float32)
+    b = rng.standard_normal((48, 96)).astype(np.float32)
+    ctx = g.ggml_init(1 << 20, no_alloc=True)
+    ta = g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, 96, 64)
+    tb = g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, 96, 48)
+    out = g.ggml_mul_mat(ctx, ta, tb)
+    s = g.ggml_backend_sched_new("cpu", parallel=False)
+    g.ggml_backend_alloc_ctx_tensors(ctx, s.backends[-1])
+    g.ggml_backend_tensor_set_data(ta, a)
+    g.ggml_backend_tensor_set_data(tb, b)
+    gf = g.ggml_new_graph(ctx)
+    g.ggml_build_forward_expand(gf, out)
+    g.ggml_backend_sched_graph_compute(s, gf)
+    got = g.ggml_backend_tensor_get_data(out).reshape(48, 64)
+    np.testing.assert_allclose(got, b @ a.T, rtol=1e-4, atol=1e-4)
+    s.free()
+    ctx.free()
