@@ -6,9 +6,11 @@ MNIST-shaped data (class-dependent, so the loss falls).
 
 1. Loop overhead. Alternating runs in one process (A B A B ...), each on a freshly
    initialised model with the same starting weights:
-     A = ``ggml_opt_fit``: ggml's training loop, entirely in C (dataset shuffled in C);
+     A = ggml's C function ``ggml_opt_fit`` (reached through the ffi): the loop entirely in C;
      B = ``ggml_fit_opt_gen``: ggmlpy's loop fed by a generator function yielding pre-made
-         batches (in a new random order each epoch), ``silent=True``.
+         batches (in a new random order each epoch), ``silent=True``;
+     P = ``G.ggml_opt_fit``: ggml's loop with ggml's semantics, driven batch by batch from Python
+         (so that Ctrl-C stops it); its ratio to A is printed too.
    Target: samples/s of B / samples/s of A >= 0.95, taking the fastest run of each kind
    (background load only ever slows a run down); medians and per-pair ratios are printed too.
 2. Prefetch. A generator that waits ``time.sleep(step_time)`` before each batch (an I/O-like
@@ -96,20 +98,30 @@ def initial_weights(seed: int = 1) -> dict[str, np.ndarray]:
 
 # ---------------------------------------------------------------- the runs
 
-def run_c_loop(backend, init, x, y, epochs) -> dict:
-    """ggml_opt_fit: dataset in C memory, ggml's loop (shuffle + alloc/eval per batch) in C."""
+def run_c_loop(backend, init, x, y, epochs, python: bool = False) -> dict:
+    """ggml's C function ggml_opt_fit: dataset in C memory, ggml's loop (shuffle + alloc/eval per batch) in C.
+    ``python``: ``G.ggml_opt_fit`` instead, the same loop driven batch by batch from Python."""
+    from ggmlpy._ffi import lib
     n = x.shape[0]
     ds = G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, N_IN, N_CLASSES, n, 1)
     G.ggml_backend_tensor_set_data(G.ggml_opt_dataset_data(ds), x)
     G.ggml_backend_tensor_set_data(G.ggml_opt_dataset_labels(ds), y)
     m = Model(backend, init)
+    graphs = G.ggml_init(3 * G.ggml_graph_overhead(2048, True) + 6 * 2048 * G.ggml_tensor_overhead(), no_alloc=True)
     try:
         t0 = time.perf_counter()
-        G.ggml_opt_fit(m.sched, m.ctx_compute, m.images, m.logits, ds, loss_type=G.ggml_opt_loss_type_cross_entropy(),
-                       optimizer=G.ggml_opt_optimizer_type_adamw(), nepoch=epochs, nbatch_logical=LOGICAL,
-                       val_split=0.0, silent=True)
+        if python:
+            G.ggml_opt_fit(m.sched, m.ctx_compute, m.images, m.logits, ds,
+                           loss_type=G.ggml_opt_loss_type_cross_entropy(), optimizer=G.ggml_opt_optimizer_type_adamw(),
+                           nepoch=epochs, nbatch_logical=LOGICAL, val_split=0.0, silent=True)
+        else:
+            lib.ggml_opt_fit(m.sched.ptr, graphs.ptr, m.images.ptr, m.logits.ptr, ds.ptr,
+                             G.ggml_opt_loss_type_cross_entropy(), G.ggml_opt_optimizer_type_adamw(),
+                             lib.ggml_opt_get_default_optimizer_params, epochs, LOGICAL, 0.0, True)
         seconds = time.perf_counter() - t0
     finally:
+        lib.ggml_backend_sched_reset(m.sched.ptr)
+        graphs.free()
         m.free()
         G.ggml_opt_dataset_free(ds)
     return {"seconds": seconds, "samples": epochs * n, "samples_per_s": epochs * n / seconds}
@@ -200,16 +212,21 @@ def main(argv: list[str] | None = None) -> int:
     run_c_loop(backend, init, x, y, 1)
     run_gen(backend, init, batches, 1)
 
-    # ---- 1. loop overhead: A B A B ...
-    c_rates, gen_rates, pairs = [], [], []
+    # ---- 1. loop overhead: A B P A B P ...
+    c_rates, gen_rates, pairs, py_rates, py_pairs = [], [], [], [], []
     for rep in range(args.reps):
         a = run_c_loop(backend, init, x, y, args.epochs)
         b = run_gen(backend, init, batches, args.epochs)
+        p = run_c_loop(backend, init, x, y, args.epochs, python=True)
         c_rates.append(a["samples_per_s"])
         gen_rates.append(b["samples_per_s"])
+        py_rates.append(p["samples_per_s"])
         pairs.append(b["samples_per_s"] / a["samples_per_s"])
-        print(f"  rep {rep + 1}: C loop {a['samples_per_s']:8,.0f}  gen {b['samples_per_s']:8,.0f} samples/s  "
-              f"(pair ratio {pairs[-1]:.3f}; gen loss {b['loss_first']:.3f} -> {b['loss_last']:.3f})")
+        py_pairs.append(p["samples_per_s"] / a["samples_per_s"])
+        print(f"  rep {rep + 1}: C loop {a['samples_per_s']:8,.0f}  gen {b['samples_per_s']:8,.0f}  ggml_opt_fit "
+              f"{p['samples_per_s']:8,.0f} samples/s  (pair ratios {pairs[-1]:.3f}, {py_pairs[-1]:.3f}; gen loss "
+              f"{b['loss_first']:.3f} -> {b['loss_last']:.3f})")
+    summarize("ggml_opt_fit (C loop)", c_rates, "ggml_opt_fit (Python-driven)", py_rates, py_pairs, False)
     loop = summarize("ggml_opt_fit (C loop)", c_rates, "ggml_fit_opt_gen (gen)", gen_rates, pairs)
     loop_met = loop["ratio"] >= TARGET_LOOP
     note = " [--quick: smoke settings, not a measurement]" if args.quick else ""

@@ -6,13 +6,15 @@ what was expected and what was given.
 from __future__ import annotations
 
 import math
+import numbers
+import re
 from typing import Any, Iterable
 
 import numpy as np
 
 from ._ffi import ffi, lib
 from .context import FLOAT_TYPES, GGML_TYPE_F32, INT64_MAX, Graph, Tensor, type_name  # noqa: F401 - ops use chk.INT64_MAX
-from .errors import GgmlTypeError, GgmlValueError
+from .errors import GgmlStateError, GgmlTypeError, GgmlValueError
 
 Shape = tuple[int, int, int, int]
 
@@ -21,23 +23,77 @@ def fail(fn: str, message: str, kind: type[Exception] = GgmlValueError) -> None:
     raise kind(f"{fn}: {message}")
 
 
-def int_arg(fn: str, name: str, value: Any, minimum: int | None = None) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
+INT32_MAX = (1 << 31) - 1
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def is_int(value: Any) -> bool:
+    """An integer argument: a Python or numpy int, not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def int_arg(fn: str, name: str, value: Any, minimum: int | None = None, maximum: int = INT64_MAX) -> int:
+    """``value`` as an int in [minimum, maximum] (numpy ints accepted). ``maximum`` defaults to the largest
+    int64 (what C receives for sizes); C ``int`` arguments pass INT32_MAX (``c_int_arg``), else cffi raises
+    OverflowError."""
+    if not is_int(value):
         fail(fn, f"{name} must be an int, got {value!r}", GgmlTypeError)
-    if minimum is not None and value < minimum:
-        fail(fn, f"{name} must be >= {minimum}, got {value}")
-    return value
+    v = int(value)
+    if minimum is not None and v < minimum:
+        fail(fn, f"{name} must be >= {minimum}, got {v}")
+    if v > maximum:
+        fail(fn, f"{name} must be <= {maximum}, got {v}")
+    if v < -maximum - 1:
+        fail(fn, f"{name} must be >= {-maximum - 1}, got {v}")
+    return v
 
 
-def float_arg(fn: str, name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+MAX_THREADS = int(getattr(lib, "GGML_MAX_N_THREADS", 512))
+
+
+def n_threads_arg(fn: str, value: Any, name: str = "n_threads") -> int:
+    """A thread count for ggml's CPU backend: an int in [1, GGML_MAX_N_THREADS] (a larger one would overflow
+    C or make ggml start that many threads)."""
+    return int_arg(fn, name, value, 1, MAX_THREADS)
+
+
+def list_arg(fn: str, name: str, value: Any, what: str = "values") -> list:
+    """``value`` (a list, tuple or other iterable, not a str/bytes/dict) as a list; GgmlTypeError otherwise."""
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+        fail(fn, f"{name} must be a list of {what}, got {value!r}", GgmlTypeError)
+    return list(value)
+
+
+def c_int_arg(fn: str, name: str, value: Any, minimum: int | None = None) -> int:
+    """An argument ggml takes as a C ``int`` (32 bits)."""
+    return int_arg(fn, name, value, minimum, INT32_MAX)
+
+
+def float_arg(fn: str, name: str, value: Any, finite: bool = False) -> float:
+    """``value`` as a float: any real number (numpy scalars included), never NaN (no ggml parameter means
+    anything with NaN: the result would be NaN garbage). ``finite``: also not inf nor beyond float32's range
+    (C ``float`` parameters: a larger value would silently become inf)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         fail(fn, f"{name} must be a number, got {value!r}", GgmlTypeError)
-    return float(value)
+    try:
+        v = float(value)
+    except OverflowError:
+        fail(fn, f"{name} must be a number in float range, got {value!r}")
+    if math.isnan(v):
+        fail(fn, f"{name} must be a number, got NaN")
+    if finite and not abs(v) <= FLOAT32_MAX:
+        fail(fn, f"{name} must be finite (within float32's range, +-{FLOAT32_MAX:.4g}), got {value!r}")
+    return v
 
 
 def eps_arg(fn: str, name: str, value: Any) -> float:
     """A finite number >= 0 (ggml's norm kernels assert eps >= 0, which NaN also fails)."""
-    v = float_arg(fn, name, value)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        fail(fn, f"{name} must be a number, got {value!r}", GgmlTypeError)
+    try:
+        v = float(value)
+    except OverflowError:
+        v = math.inf
     if not math.isfinite(v) or v < 0:
         fail(fn, f"{name} must be a finite number >= 0, got {value!r}; the usual value is 1e-5 (1e-6 for RMS norm)")
     return v
@@ -136,7 +192,7 @@ def view(fn: str, a: Tensor, ne: tuple[int, ...], nb: tuple[int, ...], offset: i
 
 
 def permutation(fn: str, axes: tuple[int, ...]) -> None:
-    if sorted(axes) != [0, 1, 2, 3] or not all(isinstance(x, int) for x in axes):
+    if not all(is_int(x) for x in axes) or sorted(int(x) for x in axes) != [0, 1, 2, 3]:
         fail(fn, f"the axes must be a permutation of 0, 1, 2, 3, got {list(axes)}")
 
 
@@ -242,10 +298,9 @@ def check_backward_nodes(nodes: list, losses: list, accumulating: bool = False) 
             later = [m for m in nodes[i + 1:] if ptr_key(m) in gets_grad
                      and any(s != ffi.NULL and ptr_key(s) == ptr_key(src) for s in m.src)]
             if later or (accumulating and src.flags & flags_param):
-                name = ffi.string(n.name).decode() or "?"
                 why = (f"is also used by {_op_label(later[0])}" if later else
                        "is a parameter whose gradient is accumulated")
-                raise GgmlValueError(f"ggml cannot build the backward pass of MEAN (tensor '{name}') when its input "
+                raise GgmlValueError(f"ggml cannot build the backward pass of MEAN ({_tensor_label(n)}) when its input "
                                      f"{why}; use ggml_scale(ggml_sum_rows(x), 1/n) instead of ggml_mean")
 
 
@@ -268,8 +323,7 @@ def check_node_backward(n: Any, needs_grad: set[int] | None = None) -> None:
     supported = label in _BACKWARD_UNARY if op == "UNARY" else op in _BACKWARD_OPS
     if not supported:
         hint = _COMPOSITE_HINT.get(label, "rebuild it from ops that have one")
-        name = ffi.string(n.name).decode() or "?"
-        raise GgmlValueError(f"ggml has no backward pass for {label} (tensor '{name}') on the path to a "
+        raise GgmlValueError(f"ggml has no backward pass for {label} ({_tensor_label(n)}) on the path to a "
                              f"trainable parameter; {hint}")
     if op in ("SUB", "DIV"):
         a, b = n.src[0], n.src[1]
@@ -279,9 +333,8 @@ def check_node_backward(n: Any, needs_grad: set[int] | None = None) -> None:
     if op == "SOFT_MAX":
         max_bias = op_param_f32(n, 1)
         if max_bias != 0.0:
-            name = ffi.string(n.name).decode() or "?"
-            raise GgmlValueError(f"ggml has no backward pass for ggml_soft_max_ext with max_bias != 0 (ALiBi; tensor "
-                                 f"'{name}' has max_bias={max_bias}) on the path to a trainable parameter; use "
+            raise GgmlValueError(f"ggml has no backward pass for ggml_soft_max_ext with max_bias != 0 (ALiBi; "
+                                 f"{_tensor_label(n)} has max_bias={max_bias}) on the path to a trainable parameter; use "
                                  "max_bias=0 and add the ALiBi biases to the mask yourself")
     if op == "MUL_MAT" and n.src[0].type != GGML_TYPE_F32 and n.src[0].flags & int(lib.GGML_TENSOR_FLAG_PARAM):
         raise GgmlValueError("trainable mul_mat weights must be F32")
@@ -342,7 +395,37 @@ def check_index_inputs(leaves: list[tuple[Any, int]]) -> None:
             lib.ggml_backend_tensor_get(t, ffi.from_buffer(values), 0, values.nbytes)
         else:
             ffi.memmove(ffi.from_buffer(values), t.data, values.nbytes)
-        check_indices(values, bound, f"tensor '{ffi.string(t.name).decode() or '?'}'")
+        check_indices(values, bound, _tensor_label(t))
+
+
+# ops whose I32 result holds values of their first source (a bound on those is a bound on the result)
+_VALUE_MOVES = _DATA_MOVES | {"REPEAT", "GET_ROWS", "CPY", "DUP"}
+
+
+def computed_index_bound(t: Any, depth: int = 0) -> int | None:
+    """An exclusive upper bound on the values of I32 tensor pointer ``t`` that ggml computes, when the ops
+    computing it give one: ``ggml_argmax`` of ``[k, ...]`` yields values in ``[0, k)``, and reshapes, views,
+    copies, repeats and row lookups keep the values of their source. None when no bound is known: a leaf
+    (an input: its contents are checked before each compute instead) or values converted from floats."""
+    if depth > 64 or t.type != lib.GGML_TYPE_I32:
+        return None
+    op = ffi.string(lib.ggml_op_name(t.op)).decode()
+    if op == "ARGMAX":
+        return int(t.src[0].ne[0])
+    if op in _VALUE_MOVES and t.src[0] != ffi.NULL:
+        return computed_index_bound(t.src[0], depth + 1)
+    return None
+
+
+def check_computed_indices(fn: str, table: Tensor, indices: Tensor) -> None:
+    """ggml_get_rows: indices computed in the graph whose range is known must fit the table's rows (ggml
+    aborts the process on an out-of-range row, and it cannot be checked once computed)."""
+    bound = computed_index_bound(indices.ptr)
+    rows = int(table.ptr.ne[1])
+    if bound is not None and bound > rows:
+        fail(fn, f"the indices b are computed in the graph (from a ggml_argmax over {bound} values), so they can be up "
+                 f"to {bound - 1}, but the table a has only {rows} rows (ne[1]); ggml would abort the process on such "
+                 f"an index. Give the table at least {bound} rows, or take the argmax over at most {rows} values")
 
 
 def _is_input(t: Any, wanted: set[int] | None) -> bool:
@@ -354,3 +437,233 @@ def check_indices(values: np.ndarray, bound: int, where: str) -> None:
         bad = values[(values < 0) | (values >= bound)].reshape(-1)
         raise GgmlValueError(f"{where} holds row indices for ggml_get_rows, which must be in [0, {bound}); "
                              f"got {bad[0]}, out of range ({bad.size} bad indices; ggml would abort)")
+
+
+# ---------------------------------------------------------------- memory of tensors and graphs
+
+_GGML_NAMES = re.compile(r"^(leaf|node)_\d+$")
+
+
+def _tensor_label(t: Any) -> str:
+    """How an error names tensor pointer ``t``: its user-given name, type and shape ('leaf_3' and the like
+    are names ggml gives unnamed tensors while building a graph: said so)."""
+    name = ffi.string(t.name).decode("utf-8", "replace")
+    ne = [int(t.ne[i]) for i in range(4)]
+    while len(ne) > 1 and ne[-1] == 1:
+        ne.pop()
+    what = f"{type_name(t.type).upper()} {ne}"
+    if not name:
+        return f"an unnamed {what} tensor (name it with ggml_set_name)"
+    if name.startswith(" ("):  # ggml names a view/copy of an unnamed tensor ' (view)', ' (copy)'
+        return f"an unnamed {what} tensor ({name.strip(' ()')} of an unnamed one; name it with ggml_set_name)"
+    if _GGML_NAMES.match(name):
+        return f"an unnamed {what} tensor ('{name}' is the name ggml gave it; name it with ggml_set_name)"
+    return f"tensor '{name}' ({what})"
+
+
+NO_MEMORY_FIX = ("allocate it first: ggml_backend_alloc_ctx_tensors for its context, ggml_backend_sched_alloc_graph "
+                 "or ggml_gallocr_alloc_graph for a graph (or create its context with no_alloc=False); memory goes "
+                 "when the buffer, scheduler or graph allocator that gave it is freed or reset")
+
+
+def tensor_memory(t: Any, what: str | None = None) -> str:
+    """Where tensor pointer ``t`` has its data: 'backend' (a backend buffer) or 'host' (context memory).
+
+    Raises GgmlStateError when it has none: never allocated, or its buffer, scheduler or graph allocator
+    has since been freed or reset (ggml would read a NULL or dangling pointer). A view follows the tensor
+    it views (its ``view_src``): when that one got new memory since the view was made, the view is pointed
+    at it (what ggml_backend_view_init does), instead of at the memory it had."""
+    root = t.view_src if t.view_src != ffi.NULL else None
+    if root is None:
+        if t.data == ffi.NULL:
+            raise GgmlStateError(f"{what or _tensor_label(t)} has no memory: {NO_MEMORY_FIX}")
+        return "backend" if t.buffer != ffi.NULL else "host"
+    if root.data == ffi.NULL:
+        raise GgmlStateError(f"{what or _tensor_label(t)} is a view of {_tensor_label(root)}, which has no memory: "
+                             f"{NO_MEMORY_FIX}")
+    want = ffi.cast("char *", root.data) + int(t.view_offs)
+    if t.data != want:
+        t.data = want
+    if t.buffer != ffi.NULL and t.buffer != root.buffer:  # (a view without buffer is placed by ggml each time)
+        t.buffer = root.buffer
+    return "backend" if root.buffer != ffi.NULL else "host"
+
+
+# sources an op reads only for their shape (or writes into): a leaf used only there needs no values
+_SHAPE_ONLY_SRCS = {"CPY": (1,), "IM2COL": (0,), "IM2COL_BACK": (0,)}
+
+
+def value_read(nodes: Iterable[Any]) -> set[int]:
+    """Keys of the tensors some node of ``nodes`` reads the values of (not only the shape, or as the
+    destination of a copy)."""
+    read: set[int] = set()
+    for p in nodes:
+        skip = _SHAPE_ONLY_SRCS.get(ffi.string(lib.ggml_op_name(p.op)).decode(), ())
+        for j, src in enumerate(p.src):
+            if src != ffi.NULL and j not in skip:
+                read.add(ptr_key(src))
+    return read
+
+
+def graph_tensor_ptrs(g: Any) -> tuple[list, list]:
+    """(nodes, every tensor) of graph pointer ``g``: its nodes in order, then the sources they read that
+    are not nodes (the leafs), each once."""
+    nodes = [lib.ggml_graph_node(g, i) for i in range(int(lib.ggml_graph_n_nodes(g)))]
+    tensors = list(nodes)
+    seen = {ptr_key(p) for p in nodes}
+    for p in nodes:
+        for s in p.src:
+            if s != ffi.NULL:
+                k = ptr_key(s)
+                if k not in seen:
+                    seen.add(k)
+                    tensors.append(s)
+    return nodes, tensors
+
+
+def buffer_usable(backend: Any, buf: Any) -> bool:
+    """Whether ``backend`` (a Backend) can compute on tensors in buffer ``buf`` (the CPU: host memory; a
+    device backend: its own buffers)."""
+    if backend.is_cpu:
+        return bool(lib.ggml_backend_buffer_is_host(buf))
+    buft = lib.ggml_backend_buffer_get_type(buf)
+    return buft == lib.ggml_backend_get_default_buffer_type(backend.ptr) or \
+        buft == lib.ggml_backend_dev_buffer_type(lib.ggml_backend_get_device(backend.ptr))
+
+
+def backend_runs(backend: Any, p: Any) -> tuple[bool, str]:
+    """Whether ``backend`` implements node ``p`` for its types and layouts: ggml's ``supports_op``, confirmed
+    for the CPU by running its kernel once (``_capabilities``: the CPU answers True for kernels that abort)."""
+    if not lib.ggml_backend_supports_op(backend.ptr, p):
+        return False, f"{backend.name} does not implement it (ggml_backend_supports_op)"
+    if backend.is_cpu:
+        from ._capabilities import cpu_kernel_runs
+        ok, why = cpu_kernel_runs(p)
+        if not ok:
+            where = why.split("/src/", 1)[-1]
+            return False, f"ggml's CPU kernel for it aborts ({where})"
+    return True, ""
+
+
+def describe_node(p: Any) -> str:
+    """'CPY of tensor 'y' (result I8; operands F32, I8)': what a node computes, from which types."""
+    srcs = ", ".join(type_name(s.type).upper() for s in p.src if s != ffi.NULL)
+    return (f"{_op_label(p)} of {_tensor_label(p)} (result {type_name(p.type).upper()}"
+            + (f"; operands {srcs})" if srcs else ")"))
+
+
+def check_graph_ready(graph: Graph, backends: list, fn: str, mode: str) -> None:
+    """Refuse to compute a graph that would crash ggml or compute garbage, naming the tensor:
+
+    * memory: ``mode`` "backend" (``ggml_backend_graph_compute`` on ``backends[0]``) and "allocated" (a
+      scheduler that allocated the graph) need memory for every tensor; "sched" (a scheduler that will
+      allocate it while computing) needs it for the leafs (inputs and weights: a leaf without memory
+      holds no values); "alloc" (an allocator about to place the graph) for none. The tensor a view views
+      needs memory unless the graph has it. Memory must be on a backend that can use it.
+    * support: every op must be implemented for its types by one of ``backends`` (on the backend its
+      pre-allocated memory pins it to) — ggml aborts inside a kernel otherwise.
+
+    A graph that passed is not checked again until its node count, the backends or the memory epoch
+    (``_handle.memory_epoch``: some memory was given back) change."""
+    from ._handle import memory_epoch
+    g = graph.ptr
+    key = (memory_epoch(), int(lib.ggml_graph_n_nodes(g)), mode, tuple(id(b) for b in backends))
+    if graph._checked == key:
+        return
+    nodes, tensors = graph_tensor_ptrs(g)
+    keys = {ptr_key(t) for t in tensors}
+    read = value_read(nodes) if mode == "sched" else set()
+    names = "/".join(b.name for b in backends)
+    for t in tensors:
+        root = t.view_src if t.view_src != ffi.NULL else t
+        leaf = t.op == lib.GGML_OP_NONE and t.view_src == ffi.NULL
+        if mode in ("sched", "alloc") and root.data == ffi.NULL:
+            if leaf and mode == "sched" and ptr_key(t) in read:
+                raise GgmlStateError(f"{fn}: {_tensor_label(t)} is an input of the graph without memory, so it holds no "
+                                     "values: allocate the graph with ggml_backend_sched_alloc_graph and write the "
+                                     "tensor with ggml_backend_tensor_set_data before computing (or allocate its "
+                                     "context with ggml_backend_alloc_ctx_tensors)")
+            if root is not t and ptr_key(root) not in keys:
+                raise GgmlStateError(f"{fn}: {_tensor_label(t)} views {_tensor_label(root)}, which has no memory and "
+                                     f"is not computed by this graph: {NO_MEMORY_FIX}")
+            continue
+        where = tensor_memory(t, f"{fn}: {_tensor_label(t)}")
+        if where == "host" and mode == "backend" and not backends[0].is_cpu:
+            raise GgmlStateError(f"{fn}: {_tensor_label(root)} lives in context memory (the CPU's), which "
+                                 f"{names} cannot compute on; allocate its context on that backend with "
+                                 "ggml_backend_alloc_ctx_tensors, or use a scheduler")
+        if where == "backend" and not any(buffer_usable(b, root.buffer) for b in backends):
+            buf = ffi.string(lib.ggml_backend_buffer_name(root.buffer)).decode()
+            raise GgmlStateError(f"{fn}: {_tensor_label(root)} lives in a {buf} buffer, which {names} cannot compute "
+                                 f"on; compute with a scheduler that has the {buf} backend (or allocate the tensor on "
+                                 "one of these backends)")
+    check_nodes_supported(nodes, backends, fn, pinned=mode != "backend")
+    graph._checked = key
+
+
+def check_nodes_supported(nodes: list, backends: list, fn: str, pinned: bool = True) -> None:
+    """Every op node (tensor pointer) must be implemented for its types and layouts by one of ``backends``
+    (with ``pinned``: by one that can use the memory it already has, as ggml's scheduler requires), else
+    GgmlTypeError naming the op, the tensor and its types (ggml would abort inside a kernel)."""
+    for p in nodes:
+        if p.op == lib.GGML_OP_NONE:
+            continue
+        root = p.view_src if p.view_src != ffi.NULL else p
+        candidates = backends
+        if pinned and root.buffer != ffi.NULL and root.data != ffi.NULL:
+            candidates = [b for b in backends if buffer_usable(b, root.buffer)]  # ggml pins the op to them
+        reasons = []
+        for b in candidates:
+            ok, why = backend_runs(b, p)
+            if ok:
+                break
+            reasons.append(why)
+        else:
+            names = "/".join(b.name for b in candidates) or "/".join(b.name for b in backends)
+            note = " (the memory it already has pins it to them)" if candidates is not backends else ""
+            raise GgmlTypeError(f"{fn}: {names} cannot compute {describe_node(p)}{note}: "
+                                f"{'; '.join(reasons) or 'no backend can use its memory'}; ggml would abort the "
+                                "process. Convert the operands to a type the op takes (F32 works for every op: "
+                                "ggml_cpy into an F32 tensor), or use another op")
+
+
+def check_static_memory(root: Any, fn: str) -> list:
+    """ggml-opt's static graphs: every leaf (input, weight, constant) reachable from ``root`` needs memory,
+    which ggml-opt's copy of the graph keeps; a leaf without would get fresh, uninitialised memory at
+    every step (weights reset to garbage). Returns (leaf, data pointer) pairs to check later."""
+    from .context import walk_graph
+    found = []
+    everything = list(walk_graph([root]))
+    read = value_read(everything)
+    for t in everything:
+        if t.op == lib.GGML_OP_NONE and t.view_src == ffi.NULL:
+            if t.data == ffi.NULL and ptr_key(t) in read:
+                raise GgmlStateError(f"{fn}: {_tensor_label(t)} has no memory. ggml-opt runs a copy of the graph "
+                                     "that keeps the memory of its inputs and weights: allocate the tensor's context "
+                                     "with ggml_backend_alloc_ctx_tensors (and write its values) before building the "
+                                     "opt context")
+            if t.data != ffi.NULL:
+                found.append((t, t.data))
+    return found
+
+
+def check_opt_heads(heads: list, fn: str, ggml_loss: bool) -> None:
+    """What ggml-opt asserts about the outputs it trains (it would abort): F32 (its losses and optimizer are
+    F32-only), contiguous, and for its own cross-entropy (``ggml_loss``: one head handed to ggml-opt as is)
+    a matrix ``[classes, batch]`` (its accuracy takes an argmax per column)."""
+    for i, h in enumerate(heads):
+        t = h.outputs.ptr
+        which = "outputs" if len(heads) == 1 else f"outputs[{i}]"
+        label = _tensor_label(t)
+        if t.type != GGML_TYPE_F32:
+            raise GgmlTypeError(f"{fn}: {which} must be F32 (ggml-opt's losses and optimizer compute in F32), got "
+                                f"{label}; convert it: ggml_cpy(ctx, out, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, "
+                                "...)) with the same shape")
+        if not lib.ggml_is_contiguous(t):
+            raise GgmlValueError(f"{fn}: {which} must be contiguous, got a strided view ({label}); apply ggml_cont")
+        if ggml_loss and h.loss_type == int(lib.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY) and (t.ne[2] != 1 or t.ne[3] != 1):
+            ne = [int(t.ne[k]) for k in range(4)]
+            raise GgmlValueError(f"{fn}: ggml's cross-entropy loss needs 2-D outputs [classes, batch] (it takes the "
+                                 f"argmax of each column for the accuracy), got {label} with ne {ne}; reshape the "
+                                 f"logits with ggml_reshape_2d(ctx, out, {ne[0]}, {ne[1] * ne[2] * ne[3]}) (each "
+                                 "column one prediction) and the labels alike")

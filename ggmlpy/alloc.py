@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from ._ffi import lib
-from ._handle import Handle, free_handle, raise_type, unwrap
+from ._checks import check_graph_ready
+from ._handle import Allocations, Handle, free_handle, raise_type, unwrap, using
 from .backend import Backend
 from .context import Graph
 from .errors import GgmlStateError, expect
@@ -21,6 +22,10 @@ class Gallocr(Handle):
         buft = lib.ggml_backend_get_default_buffer_type(backend.ptr)
         super().__init__(lib.ggml_gallocr_new(buft), lib.ggml_gallocr_free, parents=[backend])
         self.backend = backend
+        self._allocs = Allocations()  # the tensors its buffer holds: they lose that memory when it goes
+
+    def _before_free(self) -> None:
+        self._allocs.release()
 
 
 def ggml_gallocr_new(backend: Backend) -> Gallocr:
@@ -81,8 +86,11 @@ def ggml_gallocr_reserve(galloc: Gallocr, graph: Graph) -> None:
         >>> ggml_gallocr_reserve(galloc, gf)
     """
     g = _graph(graph, "ggml_gallocr_reserve")
-    expect(bool(lib.ggml_gallocr_reserve(unwrap(galloc, Gallocr, "ggml_gallocr_reserve(galloc)"), g)),
-           "ggml_gallocr_reserve: the backend could not allocate the buffer (out of memory?)", GgmlStateError)
+    ptr = unwrap(galloc, Gallocr, "ggml_gallocr_reserve(galloc)")
+    with using([galloc, *graph.keepers], "ggml_gallocr_reserve"):
+        galloc._allocs.release()  # a larger reservation replaces the buffer
+        ok = bool(lib.ggml_gallocr_reserve(ptr, g))
+    expect(ok, "ggml_gallocr_reserve: the backend could not allocate the buffer (out of memory?)", GgmlStateError)
 
 
 def ggml_gallocr_alloc_graph(galloc: Gallocr, graph: Graph) -> None:
@@ -100,9 +108,19 @@ def ggml_gallocr_alloc_graph(galloc: Gallocr, graph: Graph) -> None:
     Example:
         >>> ggml_gallocr_alloc_graph(galloc, gf)
     """
-    g = _graph(graph, "ggml_gallocr_alloc_graph")
-    expect(bool(lib.ggml_gallocr_alloc_graph(unwrap(galloc, Gallocr, "ggml_gallocr_alloc_graph(galloc)"), g)),
-           "ggml_gallocr_alloc_graph: the allocation failed (out of memory?)", GgmlStateError)
+    from .sched import _record, _unallocated
+    fn = "ggml_gallocr_alloc_graph"
+    g = _graph(graph, fn)
+    ptr = unwrap(galloc, Gallocr, f"{fn}(galloc)")
+    check_graph_ready(graph, [galloc.backend], fn, "alloc")
+    with using([galloc, *graph.keepers], fn):
+        # the previous allocation goes: its tensors lose their memory (the buffer may be replaced)
+        galloc._allocs.release()
+        check_graph_ready(graph, [galloc.backend], fn, "alloc")
+        placed = _unallocated(g)
+        ok = bool(lib.ggml_gallocr_alloc_graph(ptr, g))
+        _record(galloc, graph, placed)
+    expect(ok, f"{fn}: the allocation failed (out of memory?)", GgmlStateError)
 
 
 def ggml_gallocr_get_buffer_size(galloc: Gallocr, buffer_id: int = 0) -> int:

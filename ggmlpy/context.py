@@ -6,11 +6,12 @@ the context owns, so they keep it alive and refuse to work once it is freed.
 from __future__ import annotations
 
 import functools
+import numbers
 import os
 from typing import Any, Iterable, Iterator
 
 from ._ffi import ffi, lib
-from ._handle import Handle, free_handle, raise_type, unwrap
+from ._handle import Handle, bump_memory_epoch, free_handle, raise_type, unwrap
 from .errors import GgmlStateError, GgmlTypeError, GgmlValueError, expect
 
 GGML_TYPE_F32 = lib.GGML_TYPE_F32
@@ -54,12 +55,87 @@ def physical_memory() -> int:
     return total
 
 
+def _read_kv(path: str) -> dict[str, int]:
+    """'key value [kB]' lines of a /proc or cgroup file as bytes (kB converted); {} if unreadable."""
+    out: dict[str, int] = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                parts = line.replace(":", " ").split()
+                if len(parts) >= 2 and parts[1].isdigit():
+                    out[parts[0]] = int(parts[1]) * (1024 if parts[2:3] == ["kB"] else 1)
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+        return int(text) if text.isdigit() else None
+    except (OSError, ValueError):
+        return None
+
+
+def _cgroup_available() -> int | None:
+    """Bytes this process's memory cgroup (a container's limit) still allows, or None without a limit."""
+    roots = [("/sys/fs/cgroup", "memory.max", "memory.current"),                       # cgroup v2
+             ("/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes")]  # cgroup v1
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = [line.strip().split(":", 2) for line in f]
+    except OSError:
+        lines = []
+    best = None
+    for root, limit_file, usage_file in roots:
+        rel = next((p for _, ctrl, p in (x for x in lines if len(x) == 3)
+                    if (ctrl == "" and root.endswith("cgroup")) or "memory" in ctrl.split(",")), "/")
+        for d in dict.fromkeys((os.path.join(root, rel.lstrip("/")), root)):
+            limit, usage = _read_int(os.path.join(d, limit_file)), _read_int(os.path.join(d, usage_file))
+            if limit is None or usage is None or limit >= 1 << 60:
+                continue
+            stat = _read_kv(os.path.join(d, "memory.stat"))
+            reclaimable = stat.get("inactive_file", stat.get("total_inactive_file", 0))
+            free = max(0, limit - usage + reclaimable)
+            best = free if best is None else min(best, free)
+            break
+    return best
+
+
+def available_memory() -> int:
+    """Bytes a new allocation can have now (not only the machine's total): /proc/meminfo's MemAvailable plus
+    free swap, less under a container's memory limit (cgroup) and, with strict overcommit
+    (vm.overcommit_memory=2), under CommitLimit - Committed_AS. physical_memory() when unknown."""
+    info = _read_kv("/proc/meminfo")
+    if "MemAvailable" not in info:
+        return physical_memory()
+    avail = info["MemAvailable"] + info.get("SwapFree", 0)
+    if _read_int("/proc/sys/vm/overcommit_memory") == 2 and "CommitLimit" in info:
+        avail = min(avail, max(0, info["CommitLimit"] - info.get("Committed_AS", 0)))
+    cgroup = _cgroup_available()
+    if cgroup is not None:
+        avail = min(avail, cgroup)
+    return avail
+
+
+# Allocations below this size are not checked against the available memory (reading it costs file reads).
+_SMALL_ALLOCATION = 64 << 20
+
+
 def check_fits_memory(fn: str, what: str, nbytes: int, fix: str) -> None:
-    """Refuse an allocation larger than the machine's memory (ggml would abort, or C++ throw bad_alloc)."""
+    """Refuse an allocation larger than the memory available now (ggml would abort when malloc fails, C++
+    throw bad_alloc, or the kernel kill the process once the memory is touched)."""
     limit = physical_memory()
     if nbytes > limit:
         raise GgmlValueError(f"{fn}: {what} needs {nbytes} bytes, more than this machine's memory ({limit} bytes); "
                              f"{fix}")
+    if nbytes > _SMALL_ALLOCATION:
+        avail = available_memory()
+        if nbytes > avail:
+            raise GgmlValueError(f"{fn}: {what} needs {nbytes} bytes, more than the memory available now "
+                                 f"({avail} of {limit} bytes; other processes or a container limit use the rest); "
+                                 f"{fix}")
 
 
 def c_string(fn: str, what: str, value: Any) -> bytes:
@@ -69,7 +145,11 @@ def c_string(fn: str, what: str, value: Any) -> bytes:
     if "\0" in value:
         raise GgmlValueError(f"{fn}: {what} must not contain NUL characters ('\\0'): C would cut it at the first "
                              f"one, got {value!r}; remove them")
-    return value.encode()
+    try:
+        return value.encode()
+    except UnicodeEncodeError:  # lone surrogates ('\udc80' from undecodable bytes) have no UTF-8 form
+        raise GgmlValueError(f"{fn}: {what} must be valid Unicode text, got {value!r} (it holds lone surrogate "
+                             "characters, which have no UTF-8 form)") from None
 
 
 def check_graph_size(fn: str, size: Any, what: str = "graph size") -> int:
@@ -124,23 +204,74 @@ class Context(Handle):
             if t.buffer == buffer_ptr:
                 t.buffer = ffi.NULL
                 t.data = ffi.NULL
+        bump_memory_epoch()  # views of these tensors in other contexts lost their memory too
+
+    @property
+    def deps_of(self) -> dict[int, tuple]:
+        """Tensor address -> the handles its sources live in (other contexts, ...), for wrappers made later
+        (created on first use: subclasses that bypass ``__init__`` have it too)."""
+        d = self.__dict__.get("_deps_of")
+        if d is None:
+            d = self.__dict__["_deps_of"] = {}
+        return d
+
+    def _tensor(self, ptr: Any) -> "Tensor":
+        """A wrapper of a tensor of this context, knowing what its sources depend on."""
+        return Tensor(ptr, self, deps=self.deps_of.get(int(ffi.cast("uintptr_t", ptr)), ()))
+
+
+def merge_deps(owner: Any, sources: Iterable[Any] = (), deps: Iterable[Any] = ()) -> tuple:
+    """The handles, other than ``owner``, that a tensor made from ``sources`` (Tensors) depends on: their
+    owners and what they depend on, plus ``deps``; each once (by identity)."""
+    out: dict[int, Any] = {}
+    for s in sources:
+        if s is None:
+            continue
+        out.setdefault(id(s.owner), s.owner)
+        for d in s._deps:
+            out.setdefault(id(d), d)
+    for d in deps:
+        out.setdefault(id(d), d)
+    out.pop(id(owner), None)
+    return tuple(out.values())
 
 
 class Tensor:
-    """A tensor of a context (or of an opt context / dataset); cheap, non-owning."""
-    __slots__ = ("_ptr", "owner", "__weakref__")
+    """A tensor of a context (or of an opt context / dataset); cheap, non-owning.
 
-    def __init__(self, ptr: Any, owner: Handle) -> None:
+    ``owner`` is the handle whose memory holds the tensor's header; ``_deps`` the other handles its
+    sources or viewed tensor live in (a view or an op whose operands are in another context). Using the
+    tensor after any of them was freed raises GgmlStateError (ggml would follow dangling pointers)."""
+    __slots__ = ("_ptr", "owner", "_deps", "__weakref__")
+
+    def __init__(self, ptr: Any, owner: Handle, sources: Iterable["Tensor | None"] = (), deps: Iterable[Any] = ()) -> None:
         if ptr == ffi.NULL:
             raise GgmlStateError("ggml returned a NULL tensor")
         self._ptr = ptr
         self.owner = owner
+        self._deps = merge_deps(owner, sources, deps)
+        if self._deps and isinstance(owner, Context):
+            owner.deps_of[int(ffi.cast("uintptr_t", ptr))] = self._deps
 
     @property
     def ptr(self) -> Any:
         if not self.owner.alive:
             raise GgmlStateError(f"this tensor belongs to a {self.owner.kind} that has been freed")
+        for d in self._deps:
+            if not d.alive:
+                raise GgmlStateError(f"this tensor reads from (or views) a tensor of a {d.kind} that has been freed: "
+                                     f"its inputs are gone; rebuild it from live tensors")
         return self._ptr
+
+    @property
+    def alive(self) -> bool:
+        """Whether the tensor's header and everything it reads from are still alive."""
+        return self.owner.alive and all(d.alive for d in self._deps)
+
+    @property
+    def keepers(self) -> tuple:
+        """Every handle this tensor needs: its owner and what it depends on."""
+        return (self.owner,) + self._deps
 
     @property
     def ctx(self) -> Context | None:
@@ -176,7 +307,7 @@ class Tensor:
         return hash(int(ffi.cast("uintptr_t", self._ptr)))
 
     def __repr__(self) -> str:
-        if not self.owner.alive:
+        if not self.alive:
             return "<Tensor (freed)>"
         return f"<Tensor {self.name or '?'} {type_name(self.type)} {list(self.shape)} op={self.op_name}>"
 
@@ -188,24 +319,61 @@ def as_tensor(obj: Any, what: str) -> Tensor:
     return obj
 
 
+def as_graph(obj: Any, what: str) -> "Graph":
+    if not isinstance(obj, Graph):
+        raise_type(what, "Graph (ggml_new_graph)", obj)
+    obj.ptr  # raises if its context was freed
+    return obj
+
+
 class Graph:
-    """A computation graph living in a context."""
-    __slots__ = ("_ptr", "ctx", "size", "grads")
+    """A computation graph living in a context.
+
+    ``_deps`` are the handles its nodes and leafs live in besides ``ctx`` (the tensors added with
+    ``ggml_build_forward_expand`` may belong to other contexts); the graph is unusable once one is freed.
+    ``_checked`` caches the last successful pre-compute check (see ``_checks.check_graph_ready``);
+    ``_allocators`` the graph allocators / schedulers whose memory its tensors got."""
+    __slots__ = ("_ptr", "ctx", "size", "grads", "_deps", "_checked", "_allocators", "__weakref__")
 
     def __init__(self, ptr: Any, ctx: Context, size: int, grads: bool) -> None:
         self._ptr, self.ctx, self.size, self.grads = ptr, ctx, size, grads
+        self._deps: dict[int, Any] = {}
+        self._checked: Any = None
+        self._allocators: dict[int, Any] = {}
 
     @property
     def ptr(self) -> Any:
         if not self.ctx.alive:
             raise GgmlStateError("this graph belongs to a ggml context that has been freed")
+        for d in self._deps.values():
+            if not d.alive:
+                raise GgmlStateError(f"this graph holds tensors of a {d.kind} that has been freed; build the graph "
+                                     "again from live tensors")
         return self._ptr
+
+    @property
+    def keepers(self) -> tuple:
+        """Every handle the graph's tensors need: its context, the contexts of its tensors, their buffers."""
+        hs = [self.ctx, *self._deps.values()]
+        for h in list(hs):
+            hs.extend(b for b in getattr(h, "_buffers", ()) if b.alive)  # a freed one was replaced or is unused
+        hs.extend(a for a in self._allocators.values() if a.alive)
+        return tuple(hs)
+
+    def add_deps(self, tensor: Tensor) -> None:
+        for h in tensor.keepers:
+            if h is not self.ctx:
+                self._deps.setdefault(id(h), h)
 
     def n_nodes(self) -> int:
         return int(lib.ggml_graph_n_nodes(self.ptr))
 
+    def node_tensor(self, ptr: Any) -> Tensor:
+        """A wrapper of a node or leaf of this graph."""
+        return Tensor(ptr, self.ctx, deps=self._deps.values())
+
     def nodes(self) -> list[Tensor]:
-        return [Tensor(lib.ggml_graph_node(self.ptr, i), self.ctx) for i in range(self.n_nodes())]
+        return [self.node_tensor(lib.ggml_graph_node(self.ptr, i)) for i in range(self.n_nodes())]
 
     def __repr__(self) -> str:
         return f"<Graph size={self.size} nodes={self.n_nodes() if self.ctx.alive else '?'}>"
@@ -320,8 +488,10 @@ def _new_tensor(ctx: Context, type: int, ne: tuple[int, ...]) -> Tensor:
     ctx_ptr = unwrap(ctx, Context, f"ggml_new_tensor_{len(ne)}d(ctx)")
     _check_type(type, f"ggml_new_tensor_{len(ne)}d(type)")
     for i, n in enumerate(ne):
-        expect(isinstance(n, int) and not isinstance(n, bool) and n >= 1,
-               f"ggml_new_tensor_{len(ne)}d: ne{i} must be an int >= 1, got {n!r}")
+        if not isinstance(n, numbers.Integral) or isinstance(n, bool):
+            raise GgmlTypeError(f"ggml_new_tensor_{len(ne)}d: ne{i} must be an int >= 1, got {n!r}")
+        expect(n >= 1, f"ggml_new_tensor_{len(ne)}d: ne{i} must be an int >= 1, got {n!r}")
+    ne = tuple(int(n) for n in ne)  # numpy ints too
     count = 1
     for n in ne:
         count *= n
@@ -444,8 +614,11 @@ def ggml_new_tensor(ctx: Context, type: int, n_dims: int, ne) -> Tensor:
     Example:
         >>> t = ggml_new_tensor(ctx, GGML_TYPE_I32, 2, [10, 4])
     """
+    if isinstance(ne, (str, bytes, dict)) or not hasattr(ne, "__iter__"):
+        raise GgmlTypeError(f"ggml_new_tensor: ne must be a list of 1 to 4 ints, got {ne!r}")
     ne = tuple(ne)
-    expect(n_dims in (1, 2, 3, 4) and len(ne) >= n_dims, f"ggml_new_tensor: n_dims must be 1-4 with that many ne values, got {n_dims!r}, {ne!r}")
+    expect(isinstance(n_dims, int) and not isinstance(n_dims, bool) and n_dims in (1, 2, 3, 4) and len(ne) >= n_dims,
+           f"ggml_new_tensor: n_dims must be 1-4 with that many ne values, got {n_dims!r}, {ne!r}")
     return _new_tensor(ctx, type, ne[:n_dims])
 
 
@@ -682,7 +855,7 @@ def ggml_get_tensor(ctx: Context, name: str) -> Tensor | None:
         >>> w = ggml_get_tensor(g.ggml_ctx, "dense.weight")
     """
     ptr = lib.ggml_get_tensor(unwrap(ctx, Context, "ggml_get_tensor(ctx)"), c_string("ggml_get_tensor", "name", name))
-    return Tensor(ptr, ctx) if ptr != ffi.NULL else None
+    return ctx._tensor(ptr) if ptr != ffi.NULL else None
 
 
 # ---------------------------------------------------------------- graphs
@@ -788,6 +961,7 @@ def ggml_build_forward_expand(graph: Graph, tensor: Tensor) -> Graph:
         raise GgmlValueError(f"ggml_build_forward_expand: the graph is too small: expanding it needs {n_nodes} "
                              f"nodes and {n_leafs} leafs in total, its size is {graph.size}; create it with "
                              "ggml_new_graph_custom(ctx, size) and a larger size")
+    graph.add_deps(tensor)
     lib.ggml_build_forward_expand(g, t)
     return graph
 
@@ -803,6 +977,7 @@ def ggml_graph_n_nodes(graph: Graph) -> int:
     Example:
         >>> ggml_graph_n_nodes(gf)
     """
+    graph = as_graph(graph, "ggml_graph_n_nodes(graph)")
     return graph.n_nodes()
 
 
@@ -819,9 +994,10 @@ def ggml_graph_node(graph: Graph, i: int) -> Tensor:
     Example:
         >>> out = ggml_graph_node(gf, -1)
     """
+    graph = as_graph(graph, "ggml_graph_node(graph)")
     n = graph.n_nodes()
     expect(isinstance(i, int) and -n <= i < n, f"ggml_graph_node: index must be in [-{n}, {n}), got {i!r}")
-    return Tensor(lib.ggml_graph_node(graph.ptr, i), graph.ctx)
+    return graph.node_tensor(lib.ggml_graph_node(graph.ptr, i))
 
 
 def ggml_graph_get_tensor(graph: Graph, name: str) -> Tensor | None:
@@ -836,8 +1012,9 @@ def ggml_graph_get_tensor(graph: Graph, name: str) -> Tensor | None:
     Example:
         >>> logits = ggml_graph_get_tensor(gf, "logits")
     """
+    graph = as_graph(graph, "ggml_graph_get_tensor(graph)")
     ptr = lib.ggml_graph_get_tensor(graph.ptr, c_string("ggml_graph_get_tensor", "name", name))
-    return Tensor(ptr, graph.ctx) if ptr != ffi.NULL else None
+    return graph.node_tensor(ptr) if ptr != ffi.NULL else None
 
 
 def ggml_build_backward_expand(ctx: Context, graph: Graph) -> Graph:
@@ -866,6 +1043,8 @@ def ggml_build_backward_expand(ctx: Context, graph: Graph) -> Graph:
     expect(isinstance(graph, Graph) and graph.grads,
            "ggml_build_backward_expand: the graph must be created with ggml_new_graph_custom(ctx, size, grads=True)")
     check_backward_graph(graph)
+    if ctx is not graph.ctx:
+        graph._deps.setdefault(id(ctx), ctx)  # the gradients live in ctx
     lib.ggml_build_backward_expand(ctx_ptr, graph.ptr, ffi.NULL)
     return graph
 
@@ -885,7 +1064,7 @@ def ggml_graph_get_grad(graph: Graph, tensor: Tensor) -> Tensor | None:
     """
     expect(isinstance(graph, Graph) and graph.grads, "ggml_graph_get_grad: the graph has no gradients")
     ptr = lib.ggml_graph_get_grad(graph.ptr, as_tensor(tensor, "ggml_graph_get_grad(tensor)").ptr)
-    return Tensor(ptr, graph.ctx) if ptr != ffi.NULL else None
+    return graph.node_tensor(ptr) if ptr != ffi.NULL else None
 
 
 def ggml_graph_reset(graph: Graph) -> None:

@@ -40,6 +40,16 @@ class GgmlStateError(GgmlpyError, RuntimeError):
     without memory, ``ggml_opt_eval`` without ``ggml_opt_alloc``, a failed computation."""
 
 
+class GgmlInUseError(GgmlStateError):
+    """An object cannot be freed (or re-allocated) now because a running call uses it (a GgmlStateError).
+
+    Raised when a scheduler, opt context, context, buffer, backend or result is freed while a
+    computation, a fit or an epoch that needs it is running: from one of that call's callbacks or
+    generators, or from another thread. ggml would otherwise free memory it is still using. Free the
+    object after the call has returned (a callback can stop a fit with ``state.stop = True``).
+    """
+
+
 class BackendUnavailableError(GgmlStateError):
     """A backend or device was asked for that this build or this machine does not have (a
     GgmlStateError). The message says which and how to fix it (rebuild with ``GGMLPY_BACKENDS=...``,

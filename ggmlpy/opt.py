@@ -10,18 +10,20 @@ raises instead.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any, Sequence
 
 import numpy as np
 
 from . import losses as L
-from ._checks import check_backward_nodes, check_index_inputs, index_inputs
+from ._checks import (list_arg, check_backward_nodes, check_index_inputs, check_nodes_supported, check_opt_heads,
+                      check_static_memory, index_inputs)
 from ._ffi import ffi, lib
-from ._handle import Handle, free_handle, raise_type, unwrap
+from ._handle import Handle, _unique, compute_locks, computing, free_handle, memory_epoch, raise_type, unwrap, using
 from .context import (Context, Graph, Tensor, as_tensor, ggml_graph_overhead, ggml_init, ggml_tensor_overhead,
                       walk_graph)
-from .errors import GgmlStateError, GgmlTypeError, GgmlValueError, expect
+from .errors import GgmlInUseError, GgmlStateError, GgmlTypeError, GgmlValueError, expect
 from .opt_result import OptResult
 from .sched import Scheduler, sched_hash_size
 
@@ -241,6 +243,16 @@ def forward_flops(outputs: Sequence[Tensor]) -> float:
     return flops
 
 
+def blas_flops(outputs: Sequence[Tensor]) -> float:
+    """The part of ``forward_flops`` in matrix products ggml's BLAS backend takes (F32, every side >= 32)."""
+    flops = 0.0
+    for t in walk_graph(o.ptr for o in outputs):
+        if t.op == _MUL_MAT and min(int(t.ne[0]), int(t.ne[1]), int(t.src[1].ne[0])) >= 32 \
+                and t.src[0].type == lib.GGML_TYPE_F32 and t.src[1].type == lib.GGML_TYPE_F32:
+            flops += 2.0 * float(lib.ggml_nelements(t)) * int(t.src[0].ne[0])
+    return flops
+
+
 def training_graph_nodes(outputs: Tensor, build_type: int = BUILD_OPT) -> int:
     """An upper bound on the nodes and leafs of the graphs ggml-opt builds from ``outputs``: the backward
     pass adds at most ~3 nodes per forward op, each parameter a gradient accumulator, two moments and an
@@ -276,9 +288,9 @@ def check_trainable(outputs: Sequence[Tensor], what: str = "outputs", accumulati
         raise GgmlValueError(f"nothing to train: no tensor reachable from {what} is marked with ggml_set_param")
     for p in params:
         if p.type != lib.GGML_TYPE_F32:
-            name = ffi.string(p.name).decode() or "?"
+            from ._checks import _tensor_label
             raise GgmlTypeError(f"trainable tensors must be F32 (ggml's optimizer steps are F32-only); "
-                                f"'{name}' is {ffi.string(lib.ggml_type_name(p.type)).decode()}")
+                                f"{_tensor_label(p)} is not; create it as GGML_TYPE_F32")
     # The graph ggml-opt will build, in a scratch context: its node order is ggml's own.
     scratch = ggml_init(ggml_graph_overhead(2 * n_nodes + 16) + 1024, no_alloc=True)
     try:
@@ -311,6 +323,9 @@ class OptContext(Handle):
         self._opt_i = 0          # mirrors ggml-opt's accumulation phase
         self._pending = None     # None, "forward" or "backward": an alloc waiting for its eval
         self._prepared = False   # dynamic mode: prepare_alloc called since the last eval
+        self._running: str | None = None  # the loop driving this context now (ggml_opt_epoch, a fit)
+        self._leaf_data: list = []  # static graphs: (leaf, its data) as ggml-opt's graph copy holds them
+        self._memory_epoch = -1
         self.rng = np.random.default_rng(5489)  # dataset shuffles; mt19937's default seed, as ggml's
         self.labels_offs = [0]
         try:
@@ -325,6 +340,62 @@ class OptContext(Handle):
         super().__init__(lib.ggml_opt_init(params), lib.ggml_opt_free, parents=parents)
         if self.static:
             sched._opt_users.add(self)
+        sched._opt_any.add(self)
+
+    @property
+    def keepers(self) -> tuple:
+        """Every handle an evaluation needs: this context, what it depends on, the buffers of those contexts
+        (each once; recomputed when a context got another buffer)."""
+        stamp = tuple(id(b) for h in self._parents for b in getattr(h, "_buffers", ()) if b.alive)
+        cached = self.__dict__.get("_keepers")
+        if cached is None or cached[0] != stamp:
+            hs = [self, *self._parents]
+            for h in self._parents:
+                hs.extend(b for b in getattr(h, "_buffers", ()) if b.alive)
+            if self.loss is not None:
+                hs.extend(self.loss.owned)
+            cached = self.__dict__["_keepers"] = (stamp, tuple(_unique(hs)))
+        return cached[1]
+
+    @property
+    def _locks(self) -> tuple:
+        locks = self.__dict__.get("_compute_locks")
+        if locks is None:
+            locks = self.__dict__["_compute_locks"] = compute_locks(self.sched.backends)
+        return locks
+
+    def _in_use(self, what: str, result: Any = None) -> Any:
+        """Mark what one C call needs in use; nothing to do when a running loop (an epoch, a fit) has marked
+        it all already (the per-batch calls stay cheap)."""
+        if self._users and (result is None or result._users):
+            return contextlib.nullcontext()
+        return using((*self.keepers, result), what)
+
+    def running(self, what: str) -> "_Running":
+        """``with opt_ctx.running("ggml_opt_epoch"):`` the loop drives this context: the public per-batch
+        calls (``ggml_opt_alloc``/``eval``/``reset``, another epoch) refuse meanwhile, and the handles it
+        needs cannot be freed."""
+        return _Running(self, what)
+
+    def refuse_if_running(self, fn: str) -> None:
+        if self._running is not None:
+            raise GgmlInUseError(f"{fn}: this opt context is in use by {self._running} (this call comes from one of "
+                                 "its callbacks, or from another thread); the loop allocates and evaluates it "
+                                 "itself. Call it after that call has returned")
+
+    def _check_memory(self) -> None:
+        """Static graphs: ggml-opt computes a copy of the graph that keeps the leafs' data pointers; a leaf
+        whose memory went (or moved) since would be read and written through a dangling pointer."""
+        if not self._leaf_data or self._memory_epoch == memory_epoch():
+            return
+        for t, data in self._leaf_data:
+            if t.data != data:
+                from ._checks import _tensor_label
+                how = "has no memory any more" if t.data == ffi.NULL else "was given new memory"
+                raise GgmlStateError(f"{_tensor_label(t)} {how} since this opt context was built (its buffer, "
+                                     "context or allocator was freed); ggml-opt's graphs still point at the old memory. "
+                                     "Free this opt context and build a new one after allocating the tensor again")
+        self._memory_epoch = memory_epoch()
 
     def _params(self, sched, heads, build_type, optimizer, opt_period, ctx_compute, inputs):
         """Check the model and fill ggml-opt's parameters (static graphs: a private graph context)."""
@@ -339,6 +410,12 @@ class OptContext(Handle):
         if self.static:
             if build_type != BUILD_FORWARD:
                 check_trainable([self.loss.opt_outputs], accumulating=opt_period > 1)
+            # every op must run on the scheduler's backends, every leaf have memory ggml-opt's copy can keep
+            n_nodes = 2 * _count_forward([self.loss.opt_outputs])[0] + 16
+            with _graph_nodes(self.loss.opt_outputs, n_nodes, backward=build_type != BUILD_FORWARD) as nodes:
+                check_nodes_supported(nodes, sched.backends, "ggml_opt_init")
+            self._leaf_data = check_static_memory(self.loss.opt_outputs.ptr, "ggml_opt_init")
+            self._memory_epoch = memory_epoch()
             # ggml-opt's static graphs (forward, +backward, +optimizer step) all have one size; ggml's default
             # of 2048 nodes is raised for larger models (patches/0005 adds the graph_size field).
             graph_size = static_graph_size(self.loss.opt_outputs, build_type)
@@ -350,7 +427,9 @@ class OptContext(Handle):
             params.ctx_compute = self._graph_ctx.ptr
             params.inputs = inputs.ptr
             params.outputs = self.loss.opt_outputs.ptr
-            parents += [ctx_compute, self._graph_ctx]
+            # the graphs read tensors of these contexts: the context goes when one of them is freed
+            parents += [ctx_compute, self._graph_ctx, *inputs.keepers, *self.loss.opt_outputs.keepers,
+                        *(h.outputs.keepers[0] for h in heads)]
         return params, parents
 
     def free(self) -> None:
@@ -378,6 +457,7 @@ class OptContext(Handle):
     # ---- the per-batch protocol, checked
     def alloc(self, backward: bool) -> None:
         ptr = self.ptr
+        self._check_memory()
         if self._pending is not None:
             raise GgmlStateError("ggml_opt_alloc was already called for the next eval; call ggml_opt_eval first")
         if backward and self.build_type == BUILD_FORWARD:
@@ -385,7 +465,9 @@ class OptContext(Handle):
                                  "allocate a backward pass")
         if not self.static and not self._prepared:
             raise GgmlStateError("dynamic graphs: call ggml_opt_prepare_alloc before every ggml_opt_alloc")
-        lib.ggml_opt_alloc(ptr, bool(backward))
+        self.sched.release()  # ggml-opt resets the scheduler: what it allocated for other graphs goes
+        with self._in_use("ggml_opt_alloc"), computing(locks=self._locks):
+            lib.ggml_opt_alloc(ptr, bool(backward))
         if backward and not self.static and self._opt_i == 0:
             # ggml-opt never zeroes the accumulators of dynamic graphs (ggml-internals 1.2): do it here.
             lib.ggml_opt_reset(ptr, False)
@@ -399,11 +481,13 @@ class OptContext(Handle):
             self.lr_ud.validate()
         if self._index_inputs:
             check_index_inputs(self._index_inputs)
+        self._check_memory()
         res_ptr = ffi.NULL
         if result is not None:
             res_ptr = unwrap(result, OptResult, "ggml_opt_eval(result)")
             result.check_batch(self)
-        lib.ggml_opt_eval(ptr, res_ptr)
+        with self._in_use("ggml_opt_eval", result), computing(locks=self._locks):
+            lib.ggml_opt_eval(ptr, res_ptr)
         if self.static and self.loss.composite:
             self.loss.count_correct()
         self._opt_i = (self._opt_i + 1) % self.opt_period
@@ -413,6 +497,47 @@ class OptContext(Handle):
     def _describe(self) -> str:
         names = "+".join(L.LOSS_NAMES[h.loss_type] for h in self.heads)
         return f" {names} {ggml_opt_optimizer_name(self.optimizer)} period={self.opt_period}"
+
+
+class _Running:
+    """What ``OptContext.running`` returns: marks the context (and what it needs) in use by a loop."""
+
+    def __init__(self, opt: OptContext, what: str) -> None:
+        self.opt, self.what = opt, what
+        self._using: Any = None
+
+    def __enter__(self) -> OptContext:
+        self.opt.refuse_if_running(self.what)
+        self._using = using(self.opt.keepers, self.what)
+        self._using.__enter__()
+        self.opt._running = self.what
+        return self.opt
+
+    def __exit__(self, *exc: Any) -> None:
+        self.opt._running = None
+        self._using.__exit__(*exc)
+
+
+@contextlib.contextmanager
+def _graph_nodes(outputs: Tensor, size: int, backward: bool) -> Any:
+    """The nodes of the graph ggml-opt will run for ``outputs``, built in a scratch context: the forward
+    pass, and with ``backward`` the gradient ops ggml adds for a loss on them (ggml-opt's own graphs are not
+    reachable; the backward ops of the model are the same whatever the loss). Valid inside the block."""
+    size = 4 * size + 64 if backward else size
+    scratch = ggml_init(ggml_graph_overhead(size, backward) + (3 * size + 16) * ggml_tensor_overhead() + 4096,
+                        no_alloc=True)
+    try:
+        graph = lib.ggml_new_graph_custom(scratch.ptr, size, backward)
+        root = outputs.ptr
+        if backward:
+            root = lib.ggml_sum(scratch.ptr, root)  # a scalar F32 loss (the outputs are F32: checked before)
+            lib.ggml_set_loss(root)
+        lib.ggml_build_forward_expand(graph, root)
+        if backward:
+            lib.ggml_build_backward_expand(scratch.ptr, graph, ffi.NULL)
+        yield [lib.ggml_graph_node(graph, i) for i in range(lib.ggml_graph_n_nodes(graph))]
+    finally:
+        scratch.free()
 
 
 def _heads_from(outputs: Any, loss_types: Any, loss_weights: Any = None, sample_weighted: bool = False) \
@@ -497,11 +622,23 @@ def _opt_init(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outp
               lr_ud=None, loss_mask_ne0=None, loss_weights=None, sample_weighted=False) -> OptContext:
     unwrap(sched, Scheduler, "sched")
     check_optimizer(optimizer)
-    expect(isinstance(opt_period, int) and not isinstance(opt_period, bool) and opt_period >= 1,
-           f"opt_period must be an int >= 1, got {opt_period!r}")
+    expect(isinstance(opt_period, int) and not isinstance(opt_period, bool) and 1 <= opt_period < 1 << 31,
+           f"opt_period must be an int in [1, 2**31 - 1], got {opt_period!r}")
     if build_type not in (BUILD_FORWARD, BUILD_OPT):
         raise GgmlValueError("build_type must be ggml_opt_build_type_forward() or ggml_opt_build_type_opt(); "
                              "ggml's GRAD build type aborts in ggml_opt_init")
+    def busy(other: str) -> str:
+        return (f"this scheduler is in use by {other} (in this thread or another); build the opt context after "
+                "that call has returned, or on another scheduler")
+    # "serves no opt context" and building one are one step: two threads cannot both pass; and no other call may
+    # run the scheduler meanwhile (marked exclusively: a compute on it is refused until the build is done)
+    with sched.opt_lock, using([sched], "ggml_opt_init", exclusive=[sched], busy=busy):
+        return _opt_init_locked(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outputs, build_type,
+                                lr_ud, loss_mask_ne0, loss_weights, sample_weighted)
+
+
+def _opt_init_locked(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outputs, build_type, lr_ud,
+                     loss_mask_ne0, loss_weights, sample_weighted) -> OptContext:
     _check_static(sched, ctx_compute, inputs, outputs)
     if ctx_compute is None:
         types = loss_type if isinstance(loss_type, (list, tuple)) else [loss_type]
@@ -513,6 +650,9 @@ def _opt_init(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outp
         heads = [L.Head(int(types[0]), None)]  # type: ignore[arg-type]
     else:
         heads = _heads_from(outputs, loss_type, loss_weights, sample_weighted)
+        to_ggml = len(heads) == 1 and heads[0].loss_type in L.BUILTIN_LOSSES and heads[0].weight == 1.0 \
+            and not sample_weighted
+        check_opt_heads(heads, "ggml_opt_init", to_ggml)
     if loss_mask_ne0 is not None:
         expect(isinstance(loss_mask_ne0, int) and loss_mask_ne0 >= 0,
                f"loss_mask_ne0 must be None or an int >= 0, got {loss_mask_ne0!r}")
@@ -591,7 +731,8 @@ def ggml_opt_init_for_fit_multi(sched: Scheduler, loss_types: Sequence[int], los
     outs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
     weights = [1.0] * len(outs) if loss_weights is None else loss_weights
     lr_ud = LrUserdata(check_weight_decay(weight_decay))
-    opt = _opt_init(sched, list(loss_types), optimizer, opt_period, ctx_compute, inputs, outs, BUILD_OPT, lr_ud,
+    types = list_arg("ggml_opt_init_for_fit_multi", "loss_types", loss_types, "loss types, one per head")
+    opt = _opt_init(sched, types, optimizer, opt_period, ctx_compute, inputs, outs, BUILD_OPT, lr_ud,
                     None, weights)
     opt.labels_offs = resolve_labels_offs(opt.heads, labels_offs)
     return {"opt_ctx": opt, "lr_ud": lr_ud}
@@ -601,7 +742,7 @@ def resolve_labels_offs(heads: list[L.Head], labels_offs: Sequence[int] | None) 
     widths = [h.outputs.nelements() // L.physical_batch(h.outputs) for h in heads]
     if labels_offs is None:
         return [int(x) for x in np.concatenate([[0], np.cumsum(widths)[:-1]])]
-    offs = list(labels_offs)
+    offs = list_arg("ggml_opt_init_for_fit_multi", "labels_offs", labels_offs, "ints, one per head")
     if len(offs) != len(heads) or any(isinstance(o, bool) or not isinstance(o, (int, np.integer)) or o < 0
                                       for o in offs):
         raise GgmlValueError(f"labels_offs must hold one int >= 0 per head ({len(heads)}), got {labels_offs!r}")
@@ -642,7 +783,10 @@ def ggml_opt_reset(opt_ctx: OptContext, optimizer: bool = False) -> None:
     Example:
         >>> ggml_opt_reset(opt_ctx, True)
     """
-    lib.ggml_opt_reset(_opt(opt_ctx, "ggml_opt_reset"), bool(optimizer))
+    ptr = _opt(opt_ctx, "ggml_opt_reset")
+    opt_ctx.refuse_if_running("ggml_opt_reset")
+    with using(opt_ctx.keepers, "ggml_opt_reset"):
+        lib.ggml_opt_reset(ptr, bool(optimizer))
 
 
 def ggml_opt_static_graphs(opt_ctx: OptContext) -> bool:
@@ -685,7 +829,8 @@ def ggml_opt_inputs(opt_ctx: OptContext) -> Tensor | None:
     Example:
         >>> ggml_backend_tensor_set_data(ggml_opt_inputs(opt_ctx), xb)
     """
-    return opt_ctx.tensor(lib.ggml_opt_inputs(_opt(opt_ctx, "ggml_opt_inputs")))
+    ptr = lib.ggml_opt_inputs(_opt(opt_ctx, "ggml_opt_inputs"))  # checked before opt_ctx.tensor is looked up
+    return opt_ctx.tensor(ptr)
 
 
 def ggml_opt_outputs(opt_ctx: OptContext) -> Tensor | None:
@@ -736,7 +881,8 @@ def ggml_opt_loss(opt_ctx: OptContext) -> Tensor | None:
     Example:
         >>> float(ggml_backend_tensor_get_data(ggml_opt_loss(opt_ctx))[0])
     """
-    return opt_ctx.tensor(lib.ggml_opt_loss(_opt(opt_ctx, "ggml_opt_loss")))
+    ptr = lib.ggml_opt_loss(_opt(opt_ctx, "ggml_opt_loss"))  # checked before opt_ctx.tensor is looked up
+    return opt_ctx.tensor(ptr)
 
 
 def ggml_opt_pred(opt_ctx: OptContext) -> Tensor | None:
@@ -750,7 +896,8 @@ def ggml_opt_pred(opt_ctx: OptContext) -> Tensor | None:
     Example:
         >>> ggml_backend_tensor_get_data(ggml_opt_pred(opt_ctx))
     """
-    return opt_ctx.tensor(lib.ggml_opt_pred(_opt(opt_ctx, "ggml_opt_pred")))
+    ptr = lib.ggml_opt_pred(_opt(opt_ctx, "ggml_opt_pred"))  # checked before opt_ctx.tensor is looked up
+    return opt_ctx.tensor(ptr)
 
 
 def ggml_opt_ncorrect(opt_ctx: OptContext) -> Tensor | None:
@@ -765,7 +912,8 @@ def ggml_opt_ncorrect(opt_ctx: OptContext) -> Tensor | None:
     Example:
         >>> int(ggml_backend_tensor_get_data(ggml_opt_ncorrect(opt_ctx))[0])
     """
-    return opt_ctx.tensor(lib.ggml_opt_ncorrect(_opt(opt_ctx, "ggml_opt_ncorrect")))
+    ptr = lib.ggml_opt_ncorrect(_opt(opt_ctx, "ggml_opt_ncorrect"))  # checked before opt_ctx.tensor is looked up
+    return opt_ctx.tensor(ptr)
 
 
 def ggml_opt_grad_acc(opt_ctx: OptContext, node: Tensor) -> Tensor | None:
@@ -918,6 +1066,7 @@ def ggml_opt_prepare_alloc(opt_ctx: OptContext, ctx_compute: Context, graph: Gra
         >>> ggml_opt_alloc(opt_ctx, True); ggml_opt_eval(opt_ctx, res)
     """
     ptr = _opt(opt_ctx, "ggml_opt_prepare_alloc")
+    opt_ctx.refuse_if_running("ggml_opt_prepare_alloc")
     if opt_ctx.static:
         raise GgmlStateError("ggml_opt_prepare_alloc is for dynamic graphs; this context has static graphs")
     if opt_ctx._pending is not None:
@@ -926,6 +1075,7 @@ def ggml_opt_prepare_alloc(opt_ctx: OptContext, ctx_compute: Context, graph: Gra
     if not isinstance(graph, Graph):
         raise_type("ggml_opt_prepare_alloc(graph)", "Graph", graph)
     i, o = as_tensor(inputs, "inputs"), as_tensor(outputs, "outputs")
+    check_opt_heads([L.Head(opt_ctx.heads[0].loss_type, o)], "ggml_opt_prepare_alloc", True)
     if opt_ctx.build_type != BUILD_FORWARD:
         check_trainable([o], accumulating=True)  # dynamic graphs always accumulate
     ctx_compute.reserve(0, n_objects=8 + 4 * graph.n_nodes(), what="loss and backward tensors")
@@ -939,7 +1089,8 @@ def ggml_opt_alloc(opt_ctx: OptContext, backward: bool = True) -> None:
 
     Call it exactly once before every ``ggml_opt_eval``, then write the batch (inputs, labels) and
     evaluate. Calling it twice without an eval, asking for a backward pass on a FORWARD context, or
-    (dynamic graphs) skipping ``ggml_opt_prepare_alloc`` raises GgmlStateError.
+    (dynamic graphs) skipping ``ggml_opt_prepare_alloc`` raises GgmlStateError; calling it while a loop
+    runs the context (from a callback of ``ggml_opt_epoch``, or another thread) raises GgmlInUseError.
 
     Arguments:
         opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
@@ -954,6 +1105,7 @@ def ggml_opt_alloc(opt_ctx: OptContext, backward: bool = True) -> None:
         >>> ggml_opt_eval(opt_ctx, res)
     """
     _opt(opt_ctx, "ggml_opt_alloc")
+    opt_ctx.refuse_if_running("ggml_opt_alloc")
     opt_ctx.alloc(bool(backward))
 
 
@@ -961,7 +1113,8 @@ def ggml_opt_eval(opt_ctx: OptContext, result: OptResult | None = None) -> None:
     """Evaluate the allocated graph on the current batch: forward pass, then backward and step if allocated.
 
     Needs a preceding ``ggml_opt_alloc`` (else GgmlStateError). Row indices of ``ggml_get_rows``
-    inputs and the optimizer parameters are checked first (ggml would abort).
+    inputs and the optimizer parameters are checked first (ggml would abort). While a loop runs the
+    context (``ggml_opt_epoch``, ``ggml_opt_fit``), this raises GgmlInUseError: the loop evaluates it.
 
     Arguments:
         opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
@@ -974,4 +1127,5 @@ def ggml_opt_eval(opt_ctx: OptContext, result: OptResult | None = None) -> None:
         >>> ggml_opt_alloc(opt_ctx, False); ggml_opt_eval(opt_ctx, val_res)
     """
     _opt(opt_ctx, "ggml_opt_eval")
+    opt_ctx.refuse_if_running("ggml_opt_eval")
     opt_ctx.eval(result)

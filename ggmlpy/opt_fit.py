@@ -1,65 +1,129 @@
-"""ggml's own C loops: ``ggml_opt_epoch`` and ``ggml_opt_fit``.
+"""ggml's own loops, ``ggml_opt_epoch`` and ``ggml_opt_fit``, run batch by batch from Python.
 
-They run entirely in C (the baseline our Python loop is measured against). Their
-preconditions, asserted in C, are checked here first.
+They do exactly what ggml's C functions of these names do (same batch order, ggml's dataset shuffle
+with the opt context's generator, same callbacks with the same arguments, ggml's progress bar: the
+same losses and weights, tests/test_lowlevel_training.py compares them with the C functions), but
+each batch is one ``ggml_opt_alloc`` -> ``ggml_opt_dataset_get_batch`` -> ``ggml_opt_eval`` step
+called from Python, so Ctrl-C stops them between two batches (the C loop ran to its end), an error
+in a callback can stop them, and the objects they use are marked in use (a callback that frees the
+opt context, the scheduler, the dataset or a result gets an error instead of freeing memory under
+ggml). Their preconditions, asserted in C, are checked here first.
 """
 from __future__ import annotations
 
+import sys
+import time
 import warnings
-from typing import Any, Callable
+from typing import Any
+
+import numpy as np
 
 from . import losses as L
+from ._checks import check_opt_heads
 from ._ffi import ffi, lib
-from ._handle import unwrap
-from .context import Context, Tensor, as_tensor, ggml_graph_overhead, ggml_init, ggml_tensor_overhead
+from ._handle import InterruptGuard, unwrap, using
+from .context import Context, Tensor, as_tensor, type_name
 from .dataset import Dataset
-from .errors import GgmlpyWarning, GgmlStateError, GgmlValueError, expect
-from .opt import OPTIMIZER_ADAMW, OptContext, OptResult, check_optimizer, check_trainable
+from .errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError, expect
+from .opt import BUILD_OPT, OPTIMIZER_ADAMW, OptContext, OptResult, _opt_init, check_optimizer, check_trainable
 from .sched import Scheduler
-
-_epoch_callbacks: list[Callable | None] = [None, None]
 
 
 @ffi.def_extern()
 def _ggmlpy_epoch_cb(train, opt_ctx, dataset, result, ibatch, ibatch_max, t_start_us):  # noqa: ARG001
-    fn = _epoch_callbacks[0 if train else 1]
-    if fn is None:
+    """Declared for ggml's C ``ggml_opt_epoch``; the loops here call Python callbacks directly."""
+
+
+def _now_us() -> int:
+    """ggml_time_us(): ggml's clock (CLOCK_MONOTONIC), which its progress bar measures elapsed time on."""
+    if hasattr(time, "clock_gettime_ns") and hasattr(time, "CLOCK_MONOTONIC"):
+        return time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+    return time.monotonic_ns() // 1000
+
+
+def _callback(cb: Any) -> Any:
+    if cb is True or cb is False or cb is None or callable(cb):
+        return cb or None
+    raise GgmlValueError(f"epoch callbacks must be True (ggml's progress bar), False/None (nothing) or a function "
+                         f"f(train, ibatch, ibatch_max, t_start_us, result), got {cb!r}")
+
+
+def _call(cb: Any, train: bool, opt: OptContext, dataset: Dataset, result: Any, ibatch: int, ibatch_max: int,
+          t_start_us: int) -> None:
+    if cb is True:
+        lib.ggml_opt_epoch_callback_progress_bar(train, opt.ptr, dataset.ptr, result.ptr, ibatch, ibatch_max,
+                                                 t_start_us)
         return
     try:
-        fn(bool(train), int(ibatch), int(ibatch_max), int(t_start_us), _epoch_callbacks_result[0 if train else 1])
-    except Exception as exc:  # noqa: BLE001 - never raise into C; ggmlR turns errors into warnings
-        warnings.warn(f"the ggml_opt_epoch callback raised {type(exc).__name__}: {exc}", GgmlpyWarning, stacklevel=1)
-    except BaseException as exc:  # noqa: BLE001 - Ctrl-C / SystemExit: no more callbacks, re-raised after C returns
-        _interrupted[0] = exc
-        _epoch_callbacks[:] = [None, None]
+        cb(train, ibatch, ibatch_max, t_start_us, result)
+    except Exception as exc:  # noqa: BLE001 - ggmlR turns errors of these callbacks into warnings
+        warnings.warn(f"the ggml_opt_epoch callback raised {type(exc).__name__}: {exc}", GgmlpyWarning, stacklevel=3)
 
 
-_epoch_callbacks_result: list[Any] = [None, None]
-_interrupted: list[BaseException | None] = [None]
+def _run_epoch(opt: OptContext, dataset: Dataset, result_train: Any, result_eval: Any, idata_split: int,
+               callback_train: Any, callback_eval: Any, batch: int) -> None:
+    """ggml_opt_epoch (ggml-opt.cpp) step by step: the batches before ``idata_split`` train, the rest evaluate;
+    each callback runs after its batch. ``opt`` is marked running by the caller."""
+    inputs, labels = opt.inputs, opt.labels(0)
+    ds_ptr, in_ptr = dataset.ptr, inputs.ptr
+    lab_ptr = labels.ptr if labels is not None else ffi.NULL
+    nbatches = dataset.ndata // batch
+    ibatch_split = (dataset.ndata if idata_split < 0 else idata_split) // batch
+    # ggml's progress bar reads the result: it gets one even where the caller records nothing
+    bars = [OptResult() if cb is True and r is None else None
+            for cb, r in ((callback_train, result_train), (callback_eval, result_eval))]
+    try:
+        with using([h for h in bars if h is not None], "ggml_opt_epoch"), InterruptGuard() as guard:
+            for train, first, stop, cb, result in (
+                    (True, 0, ibatch_split, callback_train, result_train if bars[0] is None else bars[0]),
+                    (False, ibatch_split, nbatches, callback_eval, result_eval if bars[1] is None else bars[1])):
+                t_start = _now_us()
+                for ibatch in range(first, stop):
+                    with guard.step:  # Ctrl-C lands between two batches, never inside one
+                        opt.alloc(train)
+                        lib.ggml_opt_dataset_get_batch(ds_ptr, in_ptr, lab_ptr, ibatch)
+                        opt.eval(result)
+                    if cb is not None:
+                        _call(cb, train, opt, dataset, result, ibatch + 1 - first, stop - first, t_start)
+    finally:
+        for h in bars:
+            if h is not None:
+                h.free()
 
 
-def _callback_ptr(cb: Any, slot: int, result: Any) -> Any:
-    if cb is True:
-        return lib.ggml_opt_epoch_callback_progress_bar
-    if cb is False or cb is None:
-        return ffi.NULL
-    if not callable(cb):
-        raise GgmlValueError(f"epoch callbacks must be True, False or a function, got {cb!r}")
-    _epoch_callbacks[slot] = cb
-    _epoch_callbacks_result[slot] = result
-    return lib._ggmlpy_epoch_cb
+def _check_epoch_data(fn: str, opt_ctx: OptContext, dataset: Dataset, batch: int) -> None:
+    """What ggml_opt_dataset_get_batch asserts about the batch tensors (it would abort)."""
+    inputs = opt_ctx.inputs
+    if inputs.type != dataset.data.type:
+        raise GgmlTypeError(f"{fn}: the dataset holds {type_name(dataset.data.type).upper()} data, the inputs tensor "
+                            f"is {type_name(inputs.type).upper()}; create them with the same type")
+    if not lib.ggml_is_contiguous(inputs.ptr):
+        raise GgmlValueError(f"{fn}: the inputs tensor must be contiguous (ggml copies whole batches into it)")
+    if batch % dataset.ndata_shard:
+        raise GgmlValueError(f"{fn}: the batch size ({batch}) must be a multiple of the dataset's shard size "
+                             f"ndata_shard ({dataset.ndata_shard}): ggml copies whole shards")
+    labels = opt_ctx.labels(0)
+    if labels is not None and dataset.labels is not None and labels.type != dataset.labels.type:
+        raise GgmlTypeError(f"{fn}: the dataset's labels are {type_name(dataset.labels.type).upper()}, the "
+                            f"outputs (and so the labels tensor) {type_name(labels.type).upper()}; create the "
+                            "dataset with type_label of the outputs' type")
 
 
 def ggml_opt_epoch(opt_ctx: OptContext, dataset: Dataset, result_train: OptResult | None = None,
                    result_eval: OptResult | None = None, idata_split: int = -1, callback_train: Any = True,
                    callback_eval: Any = True) -> None:
-    """One pass over an in-memory dataset with ggml's C loop: the first datapoints train, the rest evaluate.
+    """One pass over an in-memory dataset, as ggml's C loop: the first datapoints train, the rest evaluate.
 
     Batch after batch, the datapoints before ``idata_split`` are trained on (forward, backward and,
     every ``opt_period`` batches, an optimizer step) and the rest are only evaluated. The batch size is
-    that of the context's inputs. The loop runs in C; it supports ggml's own losses only (mean, sum,
-    cross_entropy, mse: ``ggml_fit_opt`` handles the others) and an opt context with static graphs.
-    Shuffling is up to the caller (``ggml_opt_dataset_shuffle``).
+    that of the context's inputs. It supports ggml's own losses only (mean, sum, cross_entropy, mse:
+    ``ggml_fit_opt`` handles the others) and an opt context with static graphs. Shuffling is up to the
+    caller (``ggml_opt_dataset_shuffle``). Each batch is one ``ggml_opt_alloc`` / ``ggml_opt_eval`` step
+    run from Python with ggml's semantics, so Ctrl-C (a KeyboardInterrupt) stops the epoch between two
+    batches; the batches done so far stay trained and recorded in the results. While it runs, the opt
+    context, its scheduler, the dataset and the results are in use: a callback (or another thread)
+    that frees one of them, or calls ``ggml_opt_alloc``/``ggml_opt_eval`` on the context, gets a
+    GgmlInUseError.
 
     Arguments:
         opt_ctx: an opt context with static graphs (``ggml_opt_init_for_fit(..., ctx_compute=...)``).
@@ -72,7 +136,8 @@ def ggml_opt_epoch(opt_ctx: OptContext, dataset: Dataset, result_train: OptResul
             evaluates (the only choice for a FORWARD context).
         callback_train, callback_eval: called after each training / evaluation batch: True (the
             default) shows ggml's progress bar, False or None nothing, a function is called as
-            ``f(train, ibatch, ibatch_max, t_start_us, result)``.
+            ``f(train, ibatch, ibatch_max, t_start_us, result)`` (an exception it raises becomes a
+            warning, as in ggmlR; a KeyboardInterrupt stops the epoch).
 
     Value: None; read the results. Raises GgmlValueError / GgmlStateError for the mismatches above
     before ggml is called.
@@ -83,8 +148,8 @@ def ggml_opt_epoch(opt_ctx: OptContext, dataset: Dataset, result_train: OptResul
         >>> ggml_opt_result_loss(ev)["loss"], ggml_opt_result_accuracy(ev)["accuracy"]
     """
     fn = "ggml_opt_epoch"
-    opt = unwrap(opt_ctx, OptContext, f"{fn}(opt_ctx)")
-    ds = unwrap(dataset, Dataset, f"{fn}(dataset)")
+    unwrap(opt_ctx, OptContext, f"{fn}(opt_ctx)")
+    unwrap(dataset, Dataset, f"{fn}(dataset)")
     if not opt_ctx.static:
         raise GgmlStateError(f"{fn} needs an opt context with static graphs (ctx_compute, inputs, outputs)")
     if opt_ctx.loss.composite:
@@ -110,35 +175,33 @@ def ggml_opt_epoch(opt_ctx: OptContext, dataset: Dataset, result_train: OptResul
                f"the dataset's labels {dataset.ne_label}")
     if (idata_split < 0 or idata_split > 0) and opt_ctx.build_type != 30:
         raise GgmlStateError(f"{fn}: a forward-only context cannot train; pass idata_split=0")
-    res_t = unwrap(result_train, OptResult, "result_train") if result_train is not None else ffi.NULL
-    res_e = unwrap(result_eval, OptResult, "result_eval") if result_eval is not None else ffi.NULL
+    for name, r in (("result_train", result_train), ("result_eval", result_eval)):
+        if r is not None:
+            unwrap(r, OptResult, name)
     for r in (result_train, result_eval):
         if r is not None:
             r.check_batch(opt_ctx)
     opt_ctx.lr_ud.validate()
-    cb_t = _callback_ptr(callback_train, 0, result_train)
-    cb_e = _callback_ptr(callback_eval, 1, result_eval)
-    _interrupted[0] = None
-    try:
-        lib.ggml_opt_epoch(opt, ds, res_t, res_e, idata_split, cb_t, cb_e)
-    finally:
-        _epoch_callbacks[:] = [None, None]
-        _epoch_callbacks_result[:] = [None, None]
-        n_batches = dataset.ndata // batch
-        opt_ctx._opt_i = (opt_ctx._opt_i + n_batches) % opt_ctx.opt_period
-    interrupted, _interrupted[0] = _interrupted[0], None
-    if interrupted is not None:  # a KeyboardInterrupt inside a callback is not swallowed: it stops the caller
-        raise interrupted
+    _check_epoch_data(fn, opt_ctx, dataset, batch)
+    cb_t, cb_e = _callback(callback_train), _callback(callback_eval)
+    opt_ctx.refuse_if_running(fn)
+    if opt_ctx._pending is not None:
+        raise GgmlStateError(f"{fn}: a ggml_opt_alloc is pending on this opt context; call ggml_opt_eval first")
+    with opt_ctx.running(fn), using([dataset, result_train, result_eval], fn):
+        _run_epoch(opt_ctx, dataset, result_train, result_eval, idata_split, cb_t, cb_e, batch)
 
 
 def ggml_opt_fit(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Tensor, dataset: Dataset,
                  loss_type: int = L.LOSS_MSE, optimizer: int = OPTIMIZER_ADAMW, nepoch: int = 1,
                  nbatch_logical: int = 32, val_split: float = 0.0, silent: bool = False) -> None:
-    """ggml's own training loop, entirely in C: ``nepoch`` epochs over an in-memory dataset.
+    """ggml's own training loop: ``nepoch`` epochs over an in-memory dataset, exactly as ggml's C function.
 
     It builds its own opt context with ggml's default optimizer parameters (AdamW lr 1e-3: no way to
-    change the learning rate), shuffles the whole dataset once and the training part every epoch,
-    and prints ggml's progress bars unless ``silent``. It returns nothing: no history, no callbacks.
+    change the learning rate), shuffles the whole dataset once and the training part every epoch (with
+    ggml's generator), and prints ggml's progress bars unless ``silent``. It returns nothing: no
+    history, no callbacks. It runs batch by batch from Python with ggml's semantics (the same losses and
+    weights as the C function), so Ctrl-C stops it between two batches; the trained weights of the
+    completed batches stay in place.
     ``ggml_fit_opt`` is the full-featured Python loop with the same arguments plus callbacks, learning
     rate, weight decay and a history.
 
@@ -191,15 +254,48 @@ def ggml_opt_fit(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs
     if dataset.ne_label > 0:
         expect(dataset.ne_label * batch == out.nelements(),
                f"{fn}: outputs hold {out.nelements() // batch} values per datapoint, the labels {dataset.ne_label}")
+    check_opt_heads([L.Head(int(loss_type), out)], fn, True)
     check_trainable([out], accumulating=nbatch_logical > batch)
-    if any(o.alive for o in sched._opt_users):
-        raise GgmlStateError(f"{fn}: this scheduler serves a live opt context; ggml-opt contexts must not share one")
-    # ggml_opt_fit builds its graphs in ctx_compute and never returns that memory: use a private context.
-    graphs = ggml_init(3 * ggml_graph_overhead(2048, True) + 6 * 2048 * ggml_tensor_overhead(), no_alloc=True)
+    expect(batch % dataset.ndata_shard == 0, f"{fn}: the physical batch ({batch}) must be a multiple of the "
+                                             f"dataset's shard size ndata_shard ({dataset.ndata_shard})")
+    # ggml_opt_fit (ggml-opt.cpp), step by step. The split is computed in float, as ggml does.
+    ndata = dataset.ndata
+    opt_period = nbatch_logical // batch
+    nbatches_logical = ndata // nbatch_logical
+    ibatch_split = int((np.float32(1.0) - np.float32(val_split)) * np.float32(nbatches_logical)) * opt_period
+    idata_split = ibatch_split * batch
+    t_start = _now_us()
+    # its own opt context (ggml's default optimizer parameters), freed on return as in C; the check that the
+    # scheduler serves no other opt context and the build are one step (a lock: no thread can slip in between)
+    opt = _opt_init(sched, int(loss_type), optimizer, opt_period, ctx_compute, x, out, BUILD_OPT)
+    results = [OptResult(), OptResult()]
     try:
-        lib.ggml_opt_fit(s, graphs.ptr, x.ptr, out.ptr, ds, loss_type, optimizer,
-                         lib.ggml_opt_get_default_optimizer_params, nepoch, nbatch_logical, float(val_split),
-                         bool(silent))
+        _check_epoch_data(fn, opt, dataset, batch)
+        progress = None if silent else True
+        with opt.running(fn), using([sched, dataset, *results], fn):
+            if nbatch_logical < ndata:
+                lib.ggml_opt_dataset_shuffle(opt.ptr, ds, -1)  # all data (train + validation), ggml's generator
+            for epoch in range(1, nepoch + 1):
+                if nbatch_logical < idata_split:
+                    lib.ggml_opt_dataset_shuffle(opt.ptr, ds, idata_split)
+                for r in results:
+                    r.reset()
+                if not silent:
+                    _stderr(f"{fn}: epoch {epoch:04d}/{nepoch:04d}:\n")
+                _run_epoch(opt, dataset, results[0], results[1], idata_split, progress, progress, batch)
+                if not silent:
+                    _stderr("\n")
+        if not silent:
+            total = (_now_us() - t_start) // 1000000
+            _stderr(f"{fn}: training took {total // 3600:02d}:{total % 3600 // 60:02d}:{total % 60:02d}\n")
     finally:
+        for h in (*results, opt):
+            h.free()
+        sched.release()
         lib.ggml_backend_sched_reset(s)
-        graphs.free()
+
+
+def _stderr(text: str) -> None:
+    """Where ggml's C loop prints (its progress bar writes to C's unbuffered stderr): flushed at once."""
+    sys.stderr.write(text)
+    sys.stderr.flush()

@@ -260,3 +260,205 @@ def test_context_memory_graph_compute():
         g = G.ggml_new_graph(ctx)
         with pytest.raises(RuntimeError, match="no_alloc"):
             G.ggml_graph_compute(ctx, g)
+
+
+# ---------------------------------------------------------------- in use: never freed under a running call
+
+def test_a_handle_in_use_cannot_be_freed_nor_its_parents():
+    from ggmlpy._handle import using
+    b = G.ggml_backend_cpu_init()
+    s = G.ggml_backend_sched_new([b], parallel=False, graph_size=32)
+    with using([s], "a test call"):
+        for free in (lambda: G.ggml_backend_sched_free(s), lambda: G.ggml_backend_free(b)):
+            with pytest.raises(G.GgmlInUseError, match="in use by a test call"):
+                free()
+        assert s.alive and b.alive          # nothing was freed
+    G.ggml_backend_free(b)                  # afterwards: frees the scheduler first, as before
+    assert not s.alive and not b.alive
+    with pytest.raises(RuntimeError, match="freed"):
+        with using([s], "a test call"):
+            pass
+
+
+_EPOCH_PRELUDE = """
+import warnings
+import numpy as np, ggmlpy as G
+be = G.ggml_backend_cpu_init(); G.ggml_backend_cpu_set_n_threads(be, 1)
+sched = G.ggml_backend_sched_new([be], parallel=False)
+cs = G.ggml_init(16 * G.ggml_tensor_overhead(), no_alloc=True)
+x = G.ggml_set_input(G.ggml_new_tensor_2d(cs, G.GGML_TYPE_F32, 4, 8))
+W = G.ggml_set_param(G.ggml_new_tensor_2d(cs, G.GGML_TYPE_F32, 4, 1))
+buf = G.ggml_backend_alloc_ctx_tensors(cs, be)
+G.ggml_backend_tensor_set_data(W, np.zeros(4))
+cc = G.ggml_init(64 * G.ggml_tensor_overhead() + G.ggml_graph_overhead(), no_alloc=True)
+out = G.ggml_mul_mat(cc, W, x)
+ds = G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 4, 1, 64)
+X = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+G.ggml_backend_tensor_set_data(G.ggml_opt_dataset_data(ds), X)
+G.ggml_backend_tensor_set_data(G.ggml_opt_dataset_labels(ds), X @ np.array([[1.0], [2.0], [3.0], [4.0]], np.float32))
+opt = G.ggml_opt_init(sched, G.ggml_opt_loss_type_mse(), ctx_compute=cc, inputs=x, outputs=out)
+res = G.ggml_opt_result_init()
+"""
+
+
+def test_epoch_callbacks_cannot_free_or_reallocate_what_the_epoch_uses():
+    """A callback of ggml_opt_epoch that frees the opt context, its scheduler, backend, contexts or buffers,
+    the dataset or the result, or that allocates/evaluates the context itself, is refused (the refusal
+    reaches the caller as ggmlR's callback warning) and the epoch goes on; everything stays usable."""
+    from tests.conftest import run_in_subprocess
+    code = _EPOCH_PRELUDE + """
+attempts = {
+    "opt": lambda: G.ggml_opt_free(opt), "sched": lambda: G.ggml_backend_sched_free(sched),
+    "backend": lambda: G.ggml_backend_free(be), "result": lambda: G.ggml_opt_result_free(res),
+    "dataset": lambda: G.ggml_opt_dataset_free(ds), "ctx": lambda: G.ggml_free(cc), "weights": lambda: G.ggml_free(cs),
+    "buffer": lambda: G.ggml_backend_buffer_free(buf), "alloc": lambda: G.ggml_opt_alloc(opt, True),
+    "eval": lambda: G.ggml_opt_eval(opt, res), "reset": lambda: G.ggml_opt_reset(opt, True),
+    "epoch": lambda: G.ggml_opt_epoch(opt, ds, None, None, -1, False, False),
+}
+for name, attempt in attempts.items():
+    calls = []
+    def cb(train, ibatch, ibatch_max, t_start, result):
+        calls.append(ibatch)
+        if ibatch == 2:
+            attempt()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        G.ggml_opt_epoch(opt, ds, res, None, -1, cb, False)
+    msgs = [str(w.message) for w in caught]
+    assert calls == list(range(1, 9)), (name, calls)
+    assert any("GgmlInUseError" in m and "in use by ggml_opt_epoch" in m for m in msgs), (name, msgs)
+    assert all(h.alive for h in (opt, sched, be, res, ds, cc, cs, buf)), name
+G.ggml_opt_result_reset(res)
+G.ggml_opt_epoch(opt, ds, res, None, -1, False, False)
+assert G.ggml_opt_result_ndata(res) == 64
+for h in (res, opt, ds, buf, cc, cs, sched, be):
+    h.free()
+print("OK")
+"""
+    rc, out, err = run_in_subprocess(code, timeout=120)
+    assert rc == 0 and "OK" in out, err[-2500:]
+
+
+def test_nothing_a_fit_uses_can_be_freed_from_another_thread():
+    """While ggml_fit_opt_gen runs in one thread, freeing its scheduler, backend, model contexts, buffer or
+    dataset-less inputs from another is refused (ggml would run on freed memory); afterwards it works."""
+    from tests.conftest import run_in_subprocess
+    code = _EPOCH_PRELUDE + """
+import threading, time
+G.ggml_opt_free(opt)   # the fit builds its own opt context on sched
+started, release = threading.Event(), threading.Event()
+def batches():
+    for i in range(6):
+        if i == 2:
+            started.set()
+            release.wait(30)
+        yield X[:8], X[:8] @ np.ones((4, 1), np.float32)
+errors = []
+def run():
+    try:
+        G.ggml_fit_opt_gen(sched, cc, x, out, batches, epochs=1, silent=True)
+    except BaseException as e:
+        errors.append(e)
+t = threading.Thread(target=run); t.start()
+assert started.wait(30)
+for name, free in {"sched": lambda: G.ggml_backend_sched_free(sched), "backend": lambda: G.ggml_backend_free(be),
+                   "ctx": lambda: G.ggml_free(cc), "weights": lambda: G.ggml_free(cs),
+                   "buffer": lambda: G.ggml_backend_buffer_free(buf)}.items():
+    try:
+        free()
+    except G.GgmlInUseError as e:
+        assert "in use by a fit" in str(e), e
+    else:
+        raise AssertionError(f"freeing {name} during the fit was allowed")
+release.set(); t.join(60)
+assert not t.is_alive() and not errors, errors
+for h in (cc, buf, cs, sched, be):
+    h.free()
+print("OK")
+"""
+    rc, out, err = run_in_subprocess(code, timeout=120)
+    assert rc == 0 and "OK" in out, err[-2500:]
+
+
+def test_a_prefetch_generator_cannot_free_the_scheduler():
+    """A generator that frees the scheduler (here from the prefetch thread) gets GgmlInUseError, which ends
+    the fit as a generator's exception does; nothing is freed under ggml."""
+    from tests.conftest import run_in_subprocess
+    code = _EPOCH_PRELUDE + """
+G.ggml_opt_free(opt)
+def batches():
+    for i in range(6):
+        if i == 3:
+            G.ggml_backend_sched_free(sched)
+        yield X[:8], X[:8] @ np.ones((4, 1), np.float32)
+try:
+    G.ggml_fit_opt_gen(sched, cc, x, out, batches, epochs=2, silent=True, prefetch=2)
+except G.GgmlInUseError as e:
+    print("REFUSED", e)
+assert sched.alive
+G.ggml_fit_opt_gen(sched, cc, x, out, [(X[:8], X[:8] @ np.ones((4, 1), np.float32))], epochs=1, silent=True)
+print("OK")
+"""
+    rc, out, err = run_in_subprocess(code, timeout=120)
+    assert rc == 0 and "REFUSED" in out and "OK" in out, out[-1000:] + err[-2500:]
+
+
+def test_one_opt_context_per_scheduler_even_from_racing_threads(backend):
+    """The check that a scheduler serves no live opt context and the creation of one are a single step:
+    of two threads building one at the same moment, exactly one succeeds."""
+    import threading
+    sched = G.ggml_backend_sched_new([backend], parallel=False)
+    cs = G.ggml_init(16 * G.ggml_tensor_overhead(), no_alloc=True)
+    x = G.ggml_set_input(G.ggml_new_tensor_2d(cs, G.GGML_TYPE_F32, 4, 8))
+    w = G.ggml_set_param(G.ggml_new_tensor_2d(cs, G.GGML_TYPE_F32, 4, 1))
+    buf = G.ggml_backend_alloc_ctx_tensors(cs, backend)
+    cc = G.ggml_init(64 * G.ggml_tensor_overhead() + G.ggml_graph_overhead(), no_alloc=True)
+    out = G.ggml_mul_mat(cc, w, x)
+    try:
+        for _ in range(15):
+            barrier, made, refused = threading.Barrier(2), [], []
+
+            def build():
+                barrier.wait()
+                try:
+                    made.append(G.ggml_opt_init(sched, G.ggml_opt_loss_type_mse(), ctx_compute=cc, inputs=x,
+                                                outputs=out))
+                except G.GgmlStateError as e:
+                    refused.append(e)
+            threads = [threading.Thread(target=build) for _ in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert len(made) == 1 and len(refused) == 1, (made, refused)
+            assert "already serves" in str(refused[0])
+            made[0].free()
+    finally:
+        for h in (cc, buf, cs, sched):
+            h.free()
+
+
+def test_ctrl_c_inside_a_step_waits_for_its_end():
+    """A Ctrl-C that lands between ggml_opt_alloc and ggml_opt_eval is raised once the step is done (an alloc
+    without its eval would leave the opt context unusable); outside a step it is raised at once."""
+    import os
+    import signal
+    from ggmlpy._handle import InterruptGuard
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with InterruptGuard() as guard:
+            with guard.step:
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(1000):   # the handler has run by now: it only took note
+                    pass
+                done.append("step finished")
+            done.append("not reached")
+    assert done == ["step finished"]
+    with pytest.raises(KeyboardInterrupt):
+        with InterruptGuard():
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):
+                pass
+            done.append("not reached either")
+    assert done == ["step finished"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -310,3 +310,155 @@ def test_ctrl_c_in_an_opt_epoch_callback_is_not_swallowed(backend, sched):
         G.ggml_opt_epoch(opt, ds, None, None, -1, failing, False)
     for o in owned:
         o.free()
+
+
+# ---------------------------------------------------------------- (d) ggml's loops run from Python
+
+def _c_opt_fit(sched, model, ds, nepoch, nbatch_logical, val_split, loss=None):
+    """ggml's own C function ggml_opt_fit, reached through the ffi (graphs in a private context)."""
+    from ggmlpy._ffi import lib
+    graphs = G.ggml_init(3 * G.ggml_graph_overhead(2048, True) + 6 * 2048 * G.ggml_tensor_overhead(), no_alloc=True)
+    try:
+        lib.ggml_opt_fit(sched.ptr, graphs.ptr, model.x.ptr, model.out.ptr, ds.ptr,
+                         G.ggml_opt_loss_type_mse() if loss is None else loss, G.ggml_opt_optimizer_type_adamw(),
+                         lib.ggml_opt_get_default_optimizer_params, nepoch, nbatch_logical, val_split, True)
+    finally:
+        lib.ggml_backend_sched_reset(sched.ptr)
+        graphs.free()
+
+
+@pytest.mark.parametrize("batch,nbatch_logical,val_split", [(16, 16, 0.0), (8, 32, 0.25), (16, 64, 0.3)])
+def test_opt_fit_matches_ggmls_c_loop(backend, data, batch, nbatch_logical, val_split):
+    """ggml_opt_fit runs batch by batch from Python (Ctrl-C can stop it) with ggml's semantics: the same
+    shuffles (ggml's generator), accumulation, validation split and optimizer steps give the same weights
+    as ggml's C function, bit for bit."""
+    X, y = data
+    w0 = np.array([0.3, -0.2, 0.1, 0.0])
+    weights = []
+    for run in ("c", "python"):
+        model = Linear(backend, batch, w0, 0.25)
+        ds = _dataset(X, y)
+        sched = G.ggml_backend_sched_new([backend], parallel=False)
+        try:
+            if run == "c":
+                _c_opt_fit(sched, model, ds, 3, nbatch_logical, val_split)
+            else:
+                G.ggml_opt_fit(sched, model.ctx_compute, model.x, model.out, ds, G.ggml_opt_loss_type_mse(),
+                               G.ggml_opt_optimizer_type_adamw(), nepoch=3, nbatch_logical=nbatch_logical,
+                               val_split=val_split, silent=True)
+            weights.append(model.weights())
+        finally:
+            for h in (sched, ds):
+                h.free()
+            model.free()
+    (wc, bc), (wp, bp) = weights
+    assert np.abs(wc - w0).max() > 1e-3          # it trained
+    np.testing.assert_array_equal(wp, wc)
+    assert bp == bc
+
+
+def test_opt_epoch_matches_ggmls_c_loop(backend, data):
+    """ggml_opt_epoch from Python and ggml's C ggml_opt_epoch: same per-batch losses, accuracy bookkeeping,
+    weights and accumulation phase (opt_period 2, a training and an evaluation part)."""
+    from ggmlpy._ffi import ffi, lib
+    X, y = data
+    out = []
+    for run in ("c", "python"):
+        model = Linear(backend, 8, np.array([0.3, -0.2, 0.1, 0.0]), 0.25)
+        ds = _dataset(X, y)
+        sched = G.ggml_backend_sched_new([backend], parallel=False)
+        fit = G.ggml_opt_init_for_fit(sched, G.ggml_opt_loss_type_mse(), opt_period=2, ctx_compute=model.ctx_compute,
+                                      inputs=model.x, outputs=model.out)
+        opt = fit["opt_ctx"]
+        rt, re_ = G.ggml_opt_result_init(), G.ggml_opt_result_init()
+        try:
+            for epoch in range(2):
+                G.ggml_opt_result_reset(rt)
+                G.ggml_opt_result_reset(re_)
+                if run == "c":
+                    lib.ggml_opt_epoch(opt.ptr, ds.ptr, rt.ptr, re_.ptr, 192, ffi.NULL, ffi.NULL)
+                else:
+                    G.ggml_opt_epoch(opt, ds, rt, re_, 192, False, False)
+            out.append((model.weights(), G.ggml_opt_result_loss(rt), G.ggml_opt_result_loss(re_),
+                        G.ggml_opt_result_ndata(rt), G.ggml_opt_result_ndata(re_)))
+        finally:
+            for h in (rt, re_, opt, sched, ds):
+                h.free()
+            model.free()
+    (wc, bc), *rest_c = out[0]
+    (wp, bp), *rest_p = out[1]
+    np.testing.assert_array_equal(wp, wc)
+    assert bp == bc and rest_p == rest_c and rest_c[2:] == [192, 64]
+
+
+def test_opt_epoch_callbacks_get_ggmls_arguments(backend, sched):
+    """The callbacks see what ggml's loop passes: train flag, 1-based batch index within its part, the part's
+    batch count, the part's start time (ggml's clock) and the part's result."""
+    opt, ds, owned = _epoch_setup(backend, sched)
+    rt, re_ = G.ggml_opt_result_init(), G.ggml_opt_result_init()
+    calls = []
+    G.ggml_opt_epoch(opt, ds, rt, re_, 20, lambda *a: calls.append(a), lambda *a: calls.append(a))
+    assert [(c[0], c[1], c[2]) for c in calls] == [(True, i, 5) for i in range(1, 6)] + \
+        [(False, i, 3) for i in range(1, 4)]
+    assert all(c[4] is rt for c in calls[:5]) and all(c[4] is re_ for c in calls[5:])
+    assert len({c[3] for c in calls[:5]}) == 1 and calls[5][3] >= calls[0][3] > 0
+    for o in [rt, re_] + owned:
+        o.free()
+
+
+_CTRL_C = """
+import os, signal, threading, time
+import numpy as np, ggmlpy as G
+be = G.ggml_backend_cpu_init(); G.ggml_backend_cpu_set_n_threads(be, 1)
+sched = G.ggml_backend_sched_new([be], parallel=False)
+cs = G.ggml_init(16 * G.ggml_tensor_overhead(), no_alloc=True)
+x = G.ggml_set_input(G.ggml_new_tensor_2d(cs, G.GGML_TYPE_F32, 4, 8))
+W = G.ggml_set_param(G.ggml_new_tensor_2d(cs, G.GGML_TYPE_F32, 4, 1))
+buf = G.ggml_backend_alloc_ctx_tensors(cs, be)
+G.ggml_backend_tensor_set_data(W, np.zeros(4))
+cc = G.ggml_init(64 * G.ggml_tensor_overhead() + G.ggml_graph_overhead(), no_alloc=True)
+out = G.ggml_mul_mat(cc, W, x)
+ds = G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 4, 1, 64)
+X = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+G.ggml_backend_tensor_set_data(G.ggml_opt_dataset_data(ds), X)
+G.ggml_backend_tensor_set_data(G.ggml_opt_dataset_labels(ds), X @ np.array([[1.0], [2.0], [3.0], [4.0]], np.float32))
+sent = []
+def interrupt():
+    time.sleep(1.0)
+    sent.append(time.monotonic())
+    os.kill(os.getpid(), signal.SIGINT)
+threading.Thread(target=interrupt, daemon=True).start()
+try:
+    {call}
+except KeyboardInterrupt:
+    print("STOPPED_AFTER", time.monotonic() - sent[0])
+w = G.ggml_backend_tensor_get_data(W)
+assert np.all(np.isfinite(w)) and np.abs(w).max() > 0, w   # the completed batches trained
+{after}
+print("USABLE")
+"""
+
+
+@pytest.mark.parametrize("which", ["opt_fit", "opt_epoch"])
+def test_ctrl_c_stops_ggmls_loops_promptly(which):
+    """Ctrl-C during ggml_opt_fit / ggml_opt_epoch stops it between two batches (ggml's C loop ran all its
+    batches first, about a minute here), leaving everything usable: the scheduler serves a new opt context
+    after ggml_opt_fit, the opt context runs another epoch after ggml_opt_epoch."""
+    from tests.conftest import run_in_subprocess
+    if which == "opt_fit":
+        call = ("G.ggml_opt_fit(sched, cc, x, out, ds, G.ggml_opt_loss_type_mse(), nepoch=200000, nbatch_logical=16, "
+                "val_split=0.25, silent=True)")
+        after = "G.ggml_opt_free(G.ggml_opt_init(sched, G.ggml_opt_loss_type_mse(), ctx_compute=cc, inputs=x, outputs=out))"
+    else:
+        call = ("opt = G.ggml_opt_init(sched, G.ggml_opt_loss_type_mse(), opt_period=2, ctx_compute=cc, inputs=x, "
+                "outputs=out)\n    big = G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 4, 1, 8 * 400000)\n"
+                "    G.ggml_backend_tensor_set_data(G.ggml_opt_dataset_data(big), np.tile(X, (50000, 1)))\n"
+                "    G.ggml_backend_tensor_set_data(G.ggml_opt_dataset_labels(big), np.tile(X.sum(1, keepdims=True), (50000, 1)))\n"
+                "    G.ggml_opt_epoch(opt, big, None, None, -1, False, False)")
+        after = "G.ggml_opt_epoch(opt, ds, None, None, -1, False, False)"
+    rc, out_, err = run_in_subprocess(_CTRL_C.replace("{call}", call).replace("{after}", after), timeout=100)
+    assert rc == 0, err[-2000:]
+    stopped = [line for line in out_.splitlines() if line.startswith("STOPPED_AFTER")]
+    assert stopped, f"the loop was not interrupted: {out_[-500:]} {err[-1500:]}"
+    assert float(stopped[0].split()[1]) < 1.0, stopped
+    assert "USABLE" in out_

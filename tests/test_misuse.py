@@ -342,6 +342,221 @@ G.gguf_set_val_i32(g, "a.b", 1)
 G.gguf_set_val_i32(g, "a.b\\0c", 2)""", "ValueError", r"NUL"),
     "gguf_find_tensor_with_nul": (False, """
 G.gguf_find_tensor(G.gguf_init_empty(), "w\\0x")""", "ValueError", r"NUL"),
+    # ---- use after free through a second path (issue 9 §1): what keeps a tensor's header and memory alive
+    "operand_viewing_a_freed_context": (False, """
+a = small_ctx(False); t = G.ggml_new_tensor_1d(a, G.GGML_TYPE_F32, 64)
+b = small_ctx(); v = G.ggml_view_1d(b, t, 8, 0)
+a.free()
+G.ggml_relu(small_ctx(), v)""", "RuntimeError", r"freed"),
+    "operand_computed_from_a_freed_context": (False, """
+a = small_ctx(False); t = G.ggml_new_tensor_1d(a, G.GGML_TYPE_F32, 64)
+b = small_ctx(False); r = G.ggml_relu(b, t)
+a.free()
+G.ggml_sqr(small_ctx(False), r)""", "RuntimeError", r"freed"),
+    "graph_of_a_freed_source_context": (False, """
+a = small_ctx(False); t = G.ggml_new_tensor_1d(a, G.GGML_TYPE_F32, 64)
+c = small_ctx(False); g = G.ggml_build_forward_expand(G.ggml_new_graph_custom(c, 64), G.ggml_relu(c, t))
+a.free()
+G.ggml_graph_compute(c, g)""", "RuntimeError", r"freed"),
+    "tensor_by_name_of_an_op_on_a_freed_context": (False, """
+a = small_ctx(False); t = G.ggml_new_tensor_1d(a, G.GGML_TYPE_F32, 64)
+c = small_ctx(False); G.ggml_set_name(G.ggml_relu(c, t), "r")
+a.free()
+G.ggml_sqr(c, G.ggml_get_tensor(c, "r"))""", "RuntimeError", r"freed"),
+    "set_data_after_the_scheduler_was_freed": (False, """
+be = G.ggml_backend_cpu_init(); s = G.ggml_backend_sched_new([be], parallel=False, graph_size=64)
+c = small_ctx(); x = G.ggml_set_input(G.ggml_new_tensor_1d(c, G.GGML_TYPE_F32, 1 << 20))
+g = G.ggml_build_forward_expand(G.ggml_new_graph_custom(c, 64), G.ggml_relu(c, x))
+G.ggml_backend_sched_alloc_graph(s, g)
+G.ggml_backend_sched_free(s)
+G.ggml_backend_tensor_set_data(x, np.ones(1 << 20))""", "RuntimeError", r"no memory"),
+    "get_data_after_the_scheduler_was_reset": (False, """
+be = G.ggml_backend_cpu_init(); s = G.ggml_backend_sched_new([be], parallel=False, graph_size=64)
+c = small_ctx(); x = G.ggml_set_input(G.ggml_new_tensor_1d(c, G.GGML_TYPE_F32, 1 << 20))
+y = G.ggml_set_output(G.ggml_relu(c, x))
+g = G.ggml_build_forward_expand(G.ggml_new_graph_custom(c, 64), y)
+G.ggml_backend_sched_alloc_graph(s, g)
+G.ggml_backend_sched_reset(s)
+G.ggml_backend_tensor_get_data(y)""", "RuntimeError", r"no memory"),
+    "compute_after_the_scheduler_grew_for_another_graph": (False, """
+be = G.ggml_backend_cpu_init(); s = G.ggml_backend_sched_new([be], parallel=False, graph_size=64)
+c = small_ctx(); x = G.ggml_set_input(G.ggml_new_tensor_1d(c, G.GGML_TYPE_F32, 4)); y = G.ggml_set_output(G.ggml_relu(c, x))
+g = G.ggml_build_forward_expand(G.ggml_new_graph_custom(c, 64), y)
+G.ggml_backend_sched_alloc_graph(s, g); G.ggml_backend_tensor_set_data(x, [1, -2, 3, -4])
+c2 = small_ctx(); x2 = G.ggml_set_input(G.ggml_new_tensor_1d(c2, G.GGML_TYPE_F32, 1 << 22))
+g2 = G.ggml_build_forward_expand(G.ggml_new_graph_custom(c2, 64), G.ggml_relu(c2, x2))
+G.ggml_backend_sched_alloc_graph(s, g2)   # the scheduler's buffer grows: x's old memory is gone
+G.ggml_backend_sched_graph_compute(s, g)  # x was never written in the new memory""", "RuntimeError", r"no memory|holds no values"),
+    "realloc_after_the_scheduler_grew_computes_right": (False, """
+be = G.ggml_backend_cpu_init(); s = G.ggml_backend_sched_new([be], parallel=False, graph_size=64)
+c = small_ctx(); x = G.ggml_set_input(G.ggml_new_tensor_1d(c, G.GGML_TYPE_F32, 4)); y = G.ggml_set_output(G.ggml_relu(c, x))
+g = G.ggml_build_forward_expand(G.ggml_new_graph_custom(c, 64), y)
+c2 = small_ctx(); x2 = G.ggml_set_input(G.ggml_new_tensor_1d(c2, G.GGML_TYPE_F32, 1 << 22))
+g2 = G.ggml_build_forward_expand(G.ggml_new_graph_custom(c2, 64), G.ggml_relu(c2, x2))
+for graph in (g, g2, g, g2, g):
+    G.ggml_backend_sched_alloc_graph(s, graph)
+G.ggml_backend_tensor_set_data(x, [1, -2, 3, -4]); G.ggml_backend_sched_graph_compute(s, g)
+assert G.ggml_backend_tensor_get_data(y).tolist() == [1, 0, 3, 0], G.ggml_backend_tensor_get_data(y)""", None, ""),
+    "set_data_after_the_graph_allocator_was_freed": (False, """
+be = G.ggml_backend_cpu_init(); ga = G.ggml_gallocr_new(be)
+c = small_ctx(); x = G.ggml_set_input(G.ggml_new_tensor_1d(c, G.GGML_TYPE_F32, 1 << 20))
+g = G.ggml_build_forward_expand(G.ggml_new_graph_custom(c, 64), G.ggml_set_output(G.ggml_relu(c, x)))
+G.ggml_gallocr_alloc_graph(ga, g)
+G.ggml_gallocr_free(ga)
+G.ggml_backend_tensor_set_data(x, np.ones(1 << 20))""", "RuntimeError", r"no memory"),
+    "compute_after_the_graph_allocator_was_freed": (False, """
+be = G.ggml_backend_cpu_init(); ga = G.ggml_gallocr_new(be)
+c = small_ctx(); x = G.ggml_set_input(G.ggml_new_tensor_1d(c, G.GGML_TYPE_F32, 1 << 20))
+g = G.ggml_build_forward_expand(G.ggml_new_graph_custom(c, 64), G.ggml_set_output(G.ggml_relu(c, x)))
+G.ggml_gallocr_alloc_graph(ga, g)
+G.ggml_gallocr_free(ga)
+G.ggml_backend_graph_compute(be, g)""", "RuntimeError", r"no memory"),
+    "view_in_another_context_after_its_buffer_was_freed": (False, """
+be = G.ggml_backend_cpu_init()
+a = small_ctx(); t = G.ggml_new_tensor_1d(a, G.GGML_TYPE_F32, 1 << 20); buf = G.ggml_backend_alloc_ctx_tensors(a, be)
+v = G.ggml_view_1d(small_ctx(), t, 8, 0)
+buf.free()
+G.ggml_backend_tensor_set_data(v, np.ones(8))""", "RuntimeError", r"no memory"),
+    "view_follows_its_tensor_to_new_memory": (False, """
+be = G.ggml_backend_cpu_init()
+a = small_ctx(); t = G.ggml_new_tensor_1d(a, G.GGML_TYPE_F32, 1 << 20); buf = G.ggml_backend_alloc_ctx_tensors(a, be)
+v = G.ggml_view_1d(small_ctx(), t, 8, 4 * 8)
+buf.free(); buf2 = G.ggml_backend_alloc_ctx_tensors(a, be)
+G.ggml_backend_tensor_set_data(v, np.arange(8.0))
+assert G.ggml_backend_tensor_get_data(t, 8, 8).tolist() == list(range(8))""", None, ""),
+    "compute_after_a_new_buffer_and_a_new_allocator": (False, """
+be = G.ggml_backend_cpu_init()
+a = small_ctx(); w = G.ggml_new_tensor_1d(a, G.GGML_TYPE_F32, 4); buf = G.ggml_backend_alloc_ctx_tensors(a, be)
+c = small_ctx(); y = G.ggml_set_output(G.ggml_relu(c, w)); g = G.ggml_build_forward_expand(G.ggml_new_graph_custom(c, 64), y)
+ga = G.ggml_gallocr_new(be); G.ggml_gallocr_alloc_graph(ga, g)
+buf.free(); ga.free()                                   # both gone: w and y lost their memory
+buf = G.ggml_backend_alloc_ctx_tensors(a, be); G.ggml_backend_tensor_set_data(w, [1, -2, 3, -4])
+ga = G.ggml_gallocr_new(be); G.ggml_gallocr_alloc_graph(ga, g)
+G.ggml_backend_graph_compute(be, g)                     # works again with the new memory
+assert G.ggml_backend_tensor_get_data(y).tolist() == [1, 0, 3, 0]""", None, ""),
+    "sched_compute_of_a_copy_into_a_fresh_tensor": (False, """
+be = G.ggml_backend_cpu_init(); s = G.ggml_backend_sched_new([be], parallel=False, graph_size=64)
+a = small_ctx(); x = G.ggml_new_tensor_1d(a, G.GGML_TYPE_F32, 4); buf = G.ggml_backend_alloc_ctx_tensors(a, be)
+G.ggml_backend_tensor_set_data(x, [1.5, -2, 3, 4])
+c = small_ctx(); y = G.ggml_set_output(G.ggml_cpy(c, x, G.ggml_new_tensor_1d(c, G.GGML_TYPE_F16, 4)))  # a destination only
+G.ggml_backend_sched_graph_compute(s, G.ggml_build_forward_expand(G.ggml_new_graph_custom(c, 64), y))
+assert G.ggml_backend_tensor_get_data(y).tolist() == [1.5, -2, 3, 4]""", None, ""),
+    "backend_compute_of_an_unallocated_graph": (False, """
+be = G.ggml_backend_cpu_init()
+c = small_ctx(); x = G.ggml_new_tensor_1d(c, G.GGML_TYPE_F32, 4)
+G.ggml_backend_graph_compute(be, G.ggml_build_forward_expand(G.ggml_new_graph_custom(c, 64), G.ggml_relu(c, x)))""",
+                                              "RuntimeError", r"no memory"),
+    "sched_compute_of_an_input_never_written": (False, """
+be = G.ggml_backend_cpu_init(); s = G.ggml_backend_sched_new([be], parallel=False, graph_size=64)
+c = small_ctx(); x = G.ggml_set_name(G.ggml_new_tensor_1d(c, G.GGML_TYPE_F32, 4), "x")
+G.ggml_backend_sched_graph_compute(s, G.ggml_build_forward_expand(G.ggml_new_graph_custom(c, 64), G.ggml_relu(c, x)))""",
+                                                "RuntimeError", r"'x'.*no values"),
+    "sched_compute_after_the_weights_buffer_was_freed": (False, """
+be = G.ggml_backend_cpu_init(); s = G.ggml_backend_sched_new([be], parallel=False, graph_size=64)
+a = small_ctx(); w = G.ggml_new_tensor_1d(a, G.GGML_TYPE_F32, 1 << 20); buf = G.ggml_backend_alloc_ctx_tensors(a, be)
+c = small_ctx(); g = G.ggml_build_forward_expand(G.ggml_new_graph_custom(c, 64), G.ggml_relu(c, w))
+G.ggml_backend_sched_alloc_graph(s, g)
+buf.free()
+G.ggml_backend_sched_graph_compute(s, g)""", "RuntimeError", r"no memory"),
+    "opt_eval_after_the_weights_buffer_was_freed": (True, """
+opt = new_opt()["opt_ctx"]
+buf.free()
+G.ggml_opt_alloc(opt, True)""", "RuntimeError", r"no memory"),
+    "opt_context_after_its_weights_context_was_freed": (True, """
+opt = new_opt()["opt_ctx"]
+cs.free()
+G.ggml_opt_alloc(opt, True)""", "RuntimeError", r"freed"),
+    "compute_on_the_scheduler_of_an_opt_context": (True, """
+opt = new_opt()["opt_ctx"]
+c = small_ctx(); y = G.ggml_relu(c, x)
+G.ggml_backend_sched_graph_compute(sched, G.ggml_build_forward_expand(G.ggml_new_graph_custom(c, 64), y))""",
+                                                    "RuntimeError", r"serves a live opt context"),
+    "opt_init_with_unallocated_weights": (False, """
+be = G.ggml_backend_cpu_init(); sched = G.ggml_backend_sched_new([be], parallel=False)
+ci = small_ctx(); x = G.ggml_set_input(G.ggml_new_tensor_2d(ci, G.GGML_TYPE_F32, 4, 8)); G.ggml_backend_alloc_ctx_tensors(ci, be)
+cw = small_ctx(); W = G.ggml_set_name(G.ggml_set_param(G.ggml_new_tensor_2d(cw, G.GGML_TYPE_F32, 4, 1)), "W")
+cc = small_ctx(); out = G.ggml_mul_mat(cc, W, x)
+G.ggml_opt_init(sched, G.ggml_opt_loss_type_mse(), ctx_compute=cc, inputs=x, outputs=out)""", "RuntimeError", r"'W'.*no memory"),
+    # ---- ops the backend does not implement for these types (issue 9 §2): checked against the backend
+    "cpy_f32_to_i8": (False, """
+ctx = small_ctx()
+a = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 4); b = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_I8, 4)
+run_graph(ctx, G.ggml_cpy(ctx, a, b))""", "TypeError", r"CPY.*I8"),
+    "cpy_f64_to_f32_on_one_backend": (False, """
+be = G.ggml_backend_cpu_init()
+ctx = small_ctx(False)
+a = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F64, 4); b = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 4)
+G.ggml_backend_graph_compute(be, G.ggml_build_forward_expand(G.ggml_new_graph_custom(ctx, 64), G.ggml_cpy(ctx, a, b)))""",
+                                     "TypeError", r"CPY.*F64"),
+    "get_rows_of_i16_rows": (False, """
+ctx = small_ctx()
+t = G.ggml_set_name(G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_I16, 4, 3), "table")
+run_graph(ctx, G.ggml_get_rows(ctx, t, G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_I32, 2)))""", "TypeError", r"GET_ROWS.*I16"),
+    "get_rows_of_f64_rows": (False, """
+ctx = small_ctx(False)
+t = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F64, 4, 3); i = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_I32, 2)
+G.ggml_backend_tensor_set_data(i, [0, 1])
+G.ggml_graph_compute(ctx, G.ggml_build_forward_expand(G.ggml_new_graph_custom(ctx, 64), G.ggml_get_rows(ctx, t, i)))""",
+                             "TypeError", r"GET_ROWS.*F64"),
+    "conv_2d_with_a_bf16_kernel": (False, """
+ctx = small_ctx()
+k = G.ggml_new_tensor_4d(ctx, G.GGML_TYPE_BF16, 3, 3, 1, 2); img = G.ggml_new_tensor_4d(ctx, G.GGML_TYPE_F32, 8, 8, 1, 1)
+run_graph(ctx, G.ggml_conv_2d(ctx, k, img, 1, 1, 0, 0, 1, 1))""", "TypeError", r"MUL_MAT.*BF16"),
+    "opt_init_with_an_op_the_backend_lacks": (True, """
+h = G.ggml_cpy(cc, out, G.ggml_new_tensor_2d(cc, G.GGML_TYPE_F64, 1, 8))
+out2 = G.ggml_cpy(cc, h, G.ggml_new_tensor_2d(cc, G.GGML_TYPE_F32, 1, 8))
+G.ggml_opt_init(sched, G.ggml_opt_loss_type_mse(), ctx_compute=cc, inputs=x, outputs=out2,
+                build_type=G.ggml_opt_build_type_forward())""", "TypeError", r"CPY.*F64"),
+    # ---- ggml-opt's type and shape asserts (issue 9 §3)
+    "opt_init_f16_outputs": (True, """
+h = G.ggml_cpy(cc, out, G.ggml_new_tensor_2d(cc, G.GGML_TYPE_F16, 1, 8))
+G.ggml_opt_init(sched, G.ggml_opt_loss_type_mse(), ctx_compute=cc, inputs=x, outputs=h)""", "TypeError", r"F32"),
+    "opt_init_i32_outputs": (True, """
+h = G.ggml_cpy(cc, out, G.ggml_new_tensor_2d(cc, G.GGML_TYPE_I32, 1, 8))
+G.ggml_opt_init(sched, G.ggml_opt_loss_type_mean(), ctx_compute=cc, inputs=x, outputs=h)""", "TypeError", r"F32"),
+    "fit_opt_f16_outputs": (True, """
+h = G.ggml_cpy(cc, out, G.ggml_new_tensor_2d(cc, G.GGML_TYPE_F16, 1, 8))
+ds = G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 4, 1, 16)
+G.ggml_fit_opt(sched, cc, x, h, ds, nepoch=1, nbatch_logical=8, silent=True)""", "TypeError", r"F32"),
+    "cross_entropy_on_3d_outputs": (True, """
+o3 = G.ggml_reshape_3d(cc, G.ggml_mul_mat(cc, G.ggml_repeat(cc, W, G.ggml_new_tensor_2d(cc, G.GGML_TYPE_F32, 4, 6)), x), 3, 2, 8)
+G.ggml_opt_init(sched, G.ggml_opt_loss_type_cross_entropy(), ctx_compute=cc, inputs=x, outputs=o3)""", "ValueError",
+                                    r"2-D"),
+    "opt_fit_cross_entropy_on_3d_outputs": (True, """
+o3 = G.ggml_reshape_3d(cc, G.ggml_mul_mat(cc, G.ggml_repeat(cc, W, G.ggml_new_tensor_2d(cc, G.GGML_TYPE_F32, 4, 6)), x), 3, 2, 8)
+ds = G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 4, 6, 16)
+G.ggml_opt_fit(sched, cc, x, o3, ds, G.ggml_opt_loss_type_cross_entropy(), nbatch_logical=8, silent=True)""", "ValueError",
+                                            r"2-D"),
+    "opt_epoch_with_a_dataset_of_another_type": (True, """
+opt = new_opt()["opt_ctx"]
+ds = G.ggml_opt_dataset_init(G.GGML_TYPE_F16, G.GGML_TYPE_F32, 4, 1, 16)
+G.ggml_opt_epoch(opt, ds, None, None, -1, False, False)""", "TypeError", r"F16"),
+    "opt_epoch_with_a_batch_not_made_of_whole_shards": (True, """
+opt = new_opt()["opt_ctx"]
+ds = G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 4, 1, 32, 16)
+G.ggml_opt_epoch(opt, ds, None, None, -1, False, False)""", "ValueError", r"shard"),
+    # ---- indices computed inside the graph (issue 9 §1): checkable where their range is known
+    "get_rows_with_argmax_indices_beyond_the_table": (False, """
+ctx = small_ctx()
+table = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 5)
+s = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 10, 3)
+G.ggml_get_rows(ctx, table, G.ggml_argmax(ctx, s))""", "ValueError", r"argmax over 10.*5 rows"),
+    "get_rows_with_argmax_indices_through_a_reshape": (False, """
+ctx = small_ctx()
+table = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 5)
+s = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 10, 6)
+G.ggml_get_rows(ctx, table, G.ggml_view_1d(ctx, G.ggml_reshape_1d(ctx, G.ggml_argmax(ctx, s), 6), 6, 0))""", "ValueError", r"argmax"),
+    "get_rows_with_argmax_indices_within_the_table": (False, """
+ctx = small_ctx(False)
+table = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 2, 5); G.ggml_backend_tensor_set_data(table, np.arange(10.0).reshape(5, 2))
+s = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 5, 2); G.ggml_backend_tensor_set_data(s, [[0, 0, 0, 9, 0], [0, 0, 0, 0, 9]])
+r = G.ggml_get_rows(ctx, table, G.ggml_argmax(ctx, s))
+G.ggml_graph_compute(ctx, G.ggml_build_forward_expand(G.ggml_new_graph_custom(ctx, 64), r))
+assert G.ggml_backend_tensor_get_data(r).tolist() == [6, 7, 8, 9]""", None, ""),
+    "opt_epoch_progress_bar_without_results": (True, """
+opt = new_opt()["opt_ctx"]
+ds = G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 4, 1, 16)
+G.ggml_opt_epoch(opt, ds)   # callbacks default to ggml's progress bar, which reads a result""", None, ""),
 }
 
 

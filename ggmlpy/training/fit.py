@@ -22,8 +22,8 @@ from ..context import Context, Tensor, as_tensor, type_name
 from ..dataset import Dataset
 from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
 from ..sched import Scheduler
-from .._checks import check_indices, ptr_key
-from .adapters import BatchWriter, Source, Target
+from .._checks import check_indices, list_arg, ptr_key
+from .adapters import BatchWriter, Source, Target, check_ends
 from .loop import Trainer, check_nonfinite, fit_loop
 from .prefetch import BatchFeed
 
@@ -120,7 +120,9 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
         generator: the training source (see above).
         steps_per_epoch: batches per epoch (a positive int), or None (the default) to run each epoch
             until the source ends. Needed for an endless source; with it the next epoch continues the
-            same source.
+            same source. A source that certainly never ends (a ``while True:`` generator without
+            break/return/raise, ``itertools.cycle``/``count``/``repeat``) is refused without it
+            (GgmlValueError); any other first epoch that runs a minute without ending warns once.
         epochs: the number of epochs to run (an int >= 0, default 1).
         initial_epoch: the number of epochs already done (default 0): epochs are numbered
             ``initial_epoch + 1 .. initial_epoch + epochs`` in the history, callbacks and schedules.
@@ -148,7 +150,9 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
         on_nonfinite: what a NaN/inf training loss does at the end of an epoch: ``"raise"`` (the default)
             stops with a GgmlValueError naming the usual causes; ``"warn"`` only warns and trains on.
         prefetch: read up to this many batches ahead in a background thread (default 0: none), to
-            overlap a slow source with training.
+            overlap a slow source with training. The thread is a daemon, stopped and joined when training
+            ends; on an error or Ctrl-C a source it is inside is abandoned (stopped at its next Python
+            instruction; one blocked in a C call ends its thread as soon as the call returns).
 
     Value: a pandas DataFrame, one row per completed epoch, columns ``epoch, train_loss,
     train_accuracy, val_loss, val_accuracy, steps`` (NaN where not computed; accuracy for
@@ -195,17 +199,27 @@ def fit_streamed(sched: Scheduler, ctx_compute: Context, inputs: list[Tensor], o
                  silent: bool = False, prefetch: int = 0, loss_weights: list[float] | None = None,
                  loss_mask_ne0: int | None = None, learning_rate: float | None = None, sample_weighted: bool = False,
                  hooks: Sequence[Any] = (), validate: Any = None, head_names: list[str] | None = None,
-                 stream: bool = True, on_nonfinite: str = "raise", batch_size: int | None = None) -> pd.DataFrame:
+                 stream: bool = True, on_nonfinite: str = "raise", batch_size: int | None = None,
+                 opt_state: Any = None) -> pd.DataFrame:
     """The streaming fit behind ``ggml_fit_opt_gen`` and the model layer's ``ggml_fit``/``ggml_fit_generator``:
     arguments already checked; builds the opt context(s), feeds the sources through the one loop and
     releases every C resource on the way out. ``validate`` replaces ``val_source`` (the model layer
-    validates on its inference graph); ``hooks`` run around each eval (dropout masks, batch norm)."""
+    validates on its inference graph); ``hooks`` run around each eval (dropout masks, batch norm).
+    ``opt_state`` (the model layer's optimizer state) has ``restore(opt_ctx)``, called before the first
+    step, and ``keep(opt_ctx)``, called after the last one, also when training ends in an exception."""
+    check_ends(train_source, steps_per_epoch, "steps_per_epoch")
+    if val_source is not None:
+        check_ends(val_source, validation_steps, "validation_steps")
     trainer = Trainer(sched, ctx_compute, inputs, outputs, loss_types, loss_weights, optimizer, period, weight_decay,
                       loss_mask_ne0, with_validation=val_source is not None, learning_rate=learning_rate,
                       per_head=head_names is not None, sample_weighted=sample_weighted, hooks=hooks,
                       batch_size=batch_size)
     feeds: list[BatchFeed] = []
+    restored = False
     try:
+        if opt_state is not None:
+            opt_state.restore(trainer.train_ctx)
+            restored = True
         train_feed = BatchFeed(train_source, trainer.writer(train_source.name, True), prefetch)
         feeds.append(train_feed)
         val_feed = None
@@ -218,8 +232,12 @@ def fit_streamed(sched: Scheduler, ctx_compute: Context, inputs: list[Tensor], o
                         validate=validate, on_nonfinite=on_nonfinite)
     finally:
         try:
-            for feed in feeds:
-                feed.close()
+            try:
+                if restored:
+                    opt_state.keep(trainer.train_ctx)  # what the completed steps did, also after an exception
+            finally:
+                for feed in feeds:
+                    feed.close()
         finally:
             trainer.close()  # the C resources go even if closing a source failed
 
@@ -444,13 +462,15 @@ def ggml_fit_opt_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, o
     outs = _tensors(outputs, "outputs")
     n = len(outs)
     types = list(loss_types) if isinstance(loss_types, (list, tuple)) else [loss_types]
-    weights = [1.0] * n if loss_weights is None else list(loss_weights)
+    weights = [1.0] * n if loss_weights is None else list_arg("ggml_fit_opt_multi", "loss_weights", loss_weights,
+                                                              "numbers, one per head")
     for name, values in (("loss_types", types), ("loss_weights", weights)):
         if len(values) != n:
             raise GgmlValueError(f"{name} has {len(values)} entries, expected {n} (one per head)")
     for i, t in enumerate(types):
         L.check_loss_type(t, f"loss_types[{i}]")
-    names = [f"head_{i + 1}" for i in range(n)] if head_names is None else list(head_names)
+    names = [f"head_{i + 1}" for i in range(n)] if head_names is None else \
+        list_arg("ggml_fit_opt_multi", "head_names", head_names, "str, one per head")
     if len(names) != n or any(not isinstance(x, str) or not x for x in names) or len(set(names)) != n:
         raise GgmlValueError(f"head_names must be {n} distinct non-empty strings, got {head_names!r}")
     return _dataset_fit(sched, ctx_compute, inputs, outs, dataset, types, weights, labels_offs, optimizer, nepoch,

@@ -22,9 +22,11 @@ if TYPE_CHECKING:
 from .. import opt as O
 from .. import opt_result as R
 from ..context import Tensor, walk_graph
+from ..backend import restore_threads, split_threads
 from ..data import ggml_backend_tensor_get_data
 from ..errors import GgmlpyWarning, GgmlValueError
-from .._checks import index_bounds, ptr_key
+from .._checks import _tensor_label, index_bounds, ptr_key
+from .._handle import InterruptGuard, using
 from .adapters import BatchWriter
 from .callbacks import CallbackList, FitState
 from .progress import EpochProgress, say, summary_line
@@ -59,7 +61,7 @@ def _check_connected(inputs: list[Tensor], outputs: list[Tensor]) -> None:
     reached = {ptr_key(t) for t in walk_graph(o.ptr for o in outputs)}
     for i, t in enumerate(inputs):
         if ptr_key(t.ptr) not in reached:
-            raise GgmlValueError(f"the outputs do not depend on inputs[{i}] ('{t.name or 'unnamed'}'): training "
+            raise GgmlValueError(f"the outputs do not depend on inputs[{i}] ({_tensor_label(t.ptr)}): training "
                                  "would ignore its data; build the outputs from it (or pass the tensor they read)")
 
 
@@ -71,6 +73,8 @@ class Trainer:
                  hooks: Iterable[StepHook] = (), batch_size: int | None = None) -> None:
         _check_connected(inputs, outputs)
         self._owned: list[Any] = []
+        self._threads_before: list = []
+        self.guard = InterruptGuard()  # installed by fit_loop: holds Ctrl-C back inside a step
         self.hooks = list(hooks)
         self.inputs, self.outputs = inputs, outputs
         self.multi = len(outputs) > 1
@@ -98,6 +102,8 @@ class Trainer:
         except BaseException:
             self.close()  # a half-built trainer must not keep the scheduler busy
             raise
+        # The CPU/BLAS thread split for this graph (forward + backward: 3x the forward's work)
+        self._threads_before = split_threads(sched.backends, 3 * O.forward_flops(outputs), 3 * O.blas_flops(outputs))
         self.batch_size = batch_size or O.L.physical_batch(inputs[0])  # samples per step (for samples/s)
         self.index_bounds = index_bounds(inputs, outputs)
 
@@ -144,19 +150,34 @@ class Trainer:
         return stats
 
     def step(self, ctx, pairs, train: bool, result) -> None:
-        """One physical batch: alloc, write, eval (with the hooks around the eval)."""
-        ctx.alloc(train)
-        BatchWriter.write(pairs)
-        for hook in self.hooks:
-            hook.before_eval(train)
-        ctx.eval(result)
-        for hook in self.hooks:
-            hook.after_eval(train)
+        """One physical batch: alloc, write, eval (with the hooks around the eval). Ctrl-C waits for the end
+        of the step: an alloc without its eval would leave the opt context unusable."""
+        with self.guard.step:
+            ctx.alloc(train)
+            BatchWriter.write(pairs)
+            for hook in self.hooks:
+                hook.before_eval(train)
+            ctx.eval(result)
+            for hook in self.hooks:
+                hook.after_eval(train)
+
+    def keepers(self) -> list:
+        """Every handle the fit needs: the opt contexts and what they depend on (scheduler, contexts of the
+        model, their buffers), the results, the contexts of the inputs. Marked in use while it runs."""
+        hs: list = list(self._owned)
+        for ctx in (self.train_ctx, self.eval_ctx):
+            if ctx is not None:
+                hs.extend(ctx.keepers)
+        for t in self.inputs:
+            hs.extend(t.keepers)
+        return hs
 
     def close(self) -> None:
         for handle in reversed(self._owned):
             handle.free()
         self._owned.clear()
+        restore_threads(self._threads_before)
+        self._threads_before = []
 
 
 def _warn(message: str) -> None:
@@ -181,9 +202,12 @@ def fit_loop(trainer: Trainer, train_feed: Feed, val_feed: Feed | None, *, epoch
     rows: list[dict] = []
     head_rows: list[dict] = []
     try:
-        _epochs(trainer, train_feed, val_feed, cbs, state, rows, head_rows, columns, epochs, initial_epoch,
-                steps_per_epoch, validation_steps, silent, source_name, stream, before_epoch, head_names, validate,
-                check_nonfinite(on_nonfinite))
+        # while it runs, nothing it needs can be freed: not from a callback, a generator (also one running in
+        # the prefetch thread) or another thread
+        with using(trainer.keepers(), "a fit (ggml_fit_opt*, ggml_fit*)"), trainer.guard:
+            _epochs(trainer, train_feed, val_feed, cbs, state, rows, head_rows, columns, epochs, initial_epoch,
+                    steps_per_epoch, validation_steps, silent, source_name, stream, before_epoch, head_names,
+                    validate, check_nonfinite(on_nonfinite))
     except BaseException as exc:
         try:
             exc.history = _history(rows, head_rows, columns, head_names)

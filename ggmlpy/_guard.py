@@ -1,0 +1,93 @@
+"""The last line of defence of the public API: a Python error from inside ggmlpy becomes a ggmlpy error.
+
+Arguments are checked before ggml is called (``_checks.py``), with messages that say what was expected.
+What a check missed would surface as a bare ``TypeError: '<' not supported ...``, an ``OverflowError``
+from cffi, a ``ZeroDivisionError`` or a ``ValueError`` from numpy: each public function is wrapped so that
+such an error, raised by ggmlpy's own code (or by numpy, cffi, pandas, matplotlib or the standard library
+called from it), leaves as the matching ggmlpy error instead (GgmlTypeError, GgmlValueError or
+GgmlStateError, still a subclass of TypeError / ValueError / RuntimeError), naming the function and
+chaining the original as ``__cause__``.
+
+An error raised by the caller's own code (a generator, a callback, an ``__array__``) is never touched:
+it propagates unchanged, as the generator contract says. Neither are KeyboardInterrupt, SystemExit, ggmlpy's
+own errors, OSError (a file system's answer) or warnings.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import sysconfig
+from types import TracebackType
+from typing import Any, Callable
+
+from .errors import GgmlpyError, GgmlStateError, GgmlTypeError, GgmlValueError
+
+_PKG = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _library_roots() -> tuple[str, ...]:
+    roots = [_PKG]
+    for key in ("stdlib", "platstdlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            roots.append(os.path.abspath(path) + os.sep)
+    import importlib.util
+    for name in ("numpy", "pandas", "matplotlib", "PIL", "cffi", "tqdm", "_cffi_backend", "dateutil", "pytz"):
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.origin:
+            base = os.path.dirname(os.path.abspath(spec.origin))
+            roots.append(base + os.sep if spec.submodule_search_locations else os.path.abspath(spec.origin))
+    return tuple(roots)
+
+
+_ROOTS: list[tuple[str, ...]] = []
+
+
+def _ours(tb: TracebackType | None) -> bool:
+    """Whether every frame from the guarded call down to the raise is ggmlpy's or a library's it uses: an
+    error that passed through the caller's code (a generator, a callback) is the caller's."""
+    if not _ROOTS:
+        _ROOTS.append(_library_roots())
+    roots = _ROOTS[0]
+    tb = tb.tb_next if tb is not None else None  # the guard's own frame
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if not filename.startswith("<frozen") and not os.path.abspath(filename).startswith(roots):
+            return False
+        tb = tb.tb_next
+    return True
+
+
+def _converted(fn: str, exc: Exception) -> GgmlpyError | None:
+    if isinstance(exc, GgmlpyError) or isinstance(exc, OSError) or not _ours(exc.__traceback__):
+        return None
+    what = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, (TypeError, AttributeError)):
+        return GgmlTypeError(f"{fn}: an argument has the wrong kind ({what}); see help(ggmlpy.{fn})")
+    if isinstance(exc, MemoryError):
+        return GgmlValueError(f"{fn}: out of memory ({what}): the arguments ask for more memory than is available")
+    if isinstance(exc, (ValueError, ArithmeticError, LookupError)):
+        return GgmlValueError(f"{fn}: an argument is out of range or inconsistent ({what}); see help(ggmlpy.{fn})")
+    if isinstance(exc, RuntimeError):
+        return GgmlStateError(f"{fn}: {what}")
+    return None
+
+
+def guard(func: Callable) -> Callable:
+    """``func`` with its non-ggmlpy errors from inside ggmlpy turned into ggmlpy errors (see the module)."""
+    name = func.__name__
+
+    @functools.wraps(func)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - converted or re-raised unchanged
+            new = _converted(name, exc)
+            if new is None:
+                raise
+            raise new from exc
+
+    return guarded
