@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from ._ffi import ffi, lib
+from ._checks import _tensor_label, is_int, tensor_memory
 from .context import Tensor, as_tensor, type_name
 from .errors import GgmlStateError, GgmlTypeError, GgmlValueError
 
@@ -30,12 +31,9 @@ def numpy_dtype(tensor: Tensor) -> np.dtype:
 
 
 def _storage(t: Any) -> str:
-    """'backend' if the tensor lives in a backend buffer, 'host' if in context memory; raise if neither."""
-    owner = t.view_src if t.view_src != ffi.NULL else t
-    if t.data == ffi.NULL:
-        raise GgmlStateError("the tensor has no memory: allocate its context with ggml_backend_alloc_ctx_tensors "
-                             "(or create the context with no_alloc=False), and do not use it after freeing its buffer")
-    return "backend" if (t.buffer != ffi.NULL or owner.buffer != ffi.NULL) else "host"
+    """'backend' if the tensor lives in a backend buffer, 'host' if in context memory; raise if neither
+    (see ``_checks.tensor_memory``: a view follows the tensor it views)."""
+    return tensor_memory(t)
 
 
 def numpy_shape(ne: Any) -> tuple[int, ...]:
@@ -203,7 +201,7 @@ def ggml_backend_tensor_set_data(tensor: Tensor, data: Any, offset: int | None =
     if offset is not None and (isinstance(offset, bool) or not isinstance(offset, (int, np.integer)) or offset < 0):
         raise GgmlValueError(f"ggml_backend_tensor_set_data: offset must be an int >= 0 (or not given for a "
                              f"whole-tensor write), got {offset!r}")
-    what = "ggml_backend_tensor_set_data: " + (f"tensor '{tensor.name}'" if tensor.name else "the (unnamed) tensor")
+    what = "ggml_backend_tensor_set_data: " + _tensor_label(t)
     arr = as_numeric(data, f"{what} (data)")
     problem = shape_problem(arr.shape, tensor, None if offset is None else int(offset))
     if problem is not None:
@@ -247,10 +245,15 @@ def ggml_backend_tensor_get_data(tensor: Tensor, offset: int = 0, n_elements: in
     t = as_tensor(tensor, "ggml_backend_tensor_get_data(tensor)").ptr
     dtype = numpy_dtype(tensor)
     n = int(lib.ggml_nelements(t))
-    count = n - offset if n_elements is None else n_elements
-    if not isinstance(offset, int) or offset < 0 or not isinstance(count, int) or count < 0 or offset + count > n:
-        raise GgmlValueError(f"ggml_backend_tensor_get_data: tensor '{tensor.name}' holds {n} elements; cannot read "
-                             f"{count!r} from offset {offset!r}")
+    for name, v in (("offset", offset), ("n_elements", n_elements)):
+        if not (is_int(v) or (v is None and name == "n_elements")):
+            raise GgmlTypeError(f"ggml_backend_tensor_get_data: {name} must be an int"
+                                f"{' or None' if name == 'n_elements' else ''}, got {v!r}")
+    offset = int(offset)
+    count = n - offset if n_elements is None else int(n_elements)
+    if offset < 0 or count < 0 or offset + count > n:
+        raise GgmlValueError(f"ggml_backend_tensor_get_data: {_tensor_label(t)} holds {n} elements; cannot read "
+                             f"{count!r} from offset {offset!r} (offset >= 0, offset + n_elements <= {n})")
     if not lib.ggml_is_contiguous(t):
         # a strided view (e.g. the gradient of a transposed parameter): read its span of the viewed tensor
         return _read_strided(t, dtype)[offset:offset + count].copy()
@@ -314,4 +317,7 @@ def ggml_set_f32(tensor: Tensor, value: float) -> None:
     Example:
         >>> ggml_set_f32(bias, 0.0)
     """
-    ggml_backend_tensor_set_data(tensor, np.full(as_tensor(tensor, "ggml_set_f32(tensor)").nelements(), value))
+    n = as_tensor(tensor, "ggml_set_f32(tensor)").nelements()
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise GgmlTypeError(f"ggml_set_f32: value must be a number, got {value!r}")
+    ggml_backend_tensor_set_data(tensor, np.full(n, value))

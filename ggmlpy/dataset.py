@@ -7,6 +7,7 @@ private permutation that weights and multi-head label slices could not follow.
 """
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import numpy as np
@@ -111,7 +112,7 @@ def ggml_opt_dataset_init(type_data: int, type_label: int, ne_datapoint: int, ne
         >>> ggml_backend_tensor_set_data(ggml_opt_dataset_labels(ds), y_onehot)   # (60000, 10)
     """
     for name, t in (("type_data", type_data), ("type_label", type_label)):
-        if t not in NUMPY_DTYPES:
+        if not isinstance(t, numbers.Integral) or isinstance(t, bool) or t not in NUMPY_DTYPES:
             raise GgmlTypeError(f"ggml_opt_dataset_init: {name} must be a plain ggml type (F32, F16, I32, ...), got {t!r}")
     for name, v, lo in (("ne_datapoint", ne_datapoint, 1), ("ne_label", ne_label, 0), ("ndata", ndata, 1),
                         ("ndata_shard", ndata_shard, 1)):
@@ -361,8 +362,16 @@ def ggml_opt_dataset_get_batch_rows(ds: Dataset, data_batch: Tensor, rows: slice
     Example:
         >>> ggml_opt_dataset_get_batch_rows(ds, x, slice(0, 32))
     """
-    data = as_tensor(data_batch, "data_batch")
-    src = ds.rows(ds.data)[rows]
+    fn = "ggml_opt_dataset_get_batch_rows"
+    _ds(ds, fn)
+    data = as_tensor(data_batch, f"{fn}(data_batch)")
+    if not isinstance(rows, slice) or not all(v is None or (isinstance(v, numbers.Integral) and not isinstance(v, bool))
+                                              for v in (rows.start, rows.stop, rows.step)):
+        raise GgmlTypeError(f"{fn}: rows must be a slice of ints (e.g. slice(0, 32)), got {rows!r}")
+    if rows.step not in (None, 1):
+        raise GgmlValueError(f"{fn}: rows must be a slice with step 1, got {rows!r}")
+    start, stop, _ = rows.indices(ds.ndata)
+    src = ds.rows(ds.data)[start:stop]
     if data.type != _type_of(src) or not lib.ggml_is_contiguous(data.ptr):
         raise GgmlTypeError("ggml_opt_dataset_get_batch_rows: data_batch must be a contiguous tensor of the "
                             f"dataset's type ({src.dtype})")

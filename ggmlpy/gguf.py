@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 import numbers
 import os
+import stat
+import struct
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -20,7 +22,7 @@ import numpy as np
 
 from ._ffi import ffi, ggml_logger, lib
 from ._handle import Handle, unwrap
-from .context import Context, Tensor, as_tensor, c_string
+from .context import Context, Tensor, as_tensor, c_string, check_fits_memory
 from .data import _storage
 from .errors import GgmlStateError, GgmlTypeError, GgmlValueError, GgufFileError, GgufFileNotFoundError, \
     GgufKeyError, expect
@@ -32,6 +34,7 @@ GGUF_TYPE_UINT64, GGUF_TYPE_INT64 = lib.GGUF_TYPE_UINT64, lib.GGUF_TYPE_INT64
 GGUF_TYPE_FLOAT32, GGUF_TYPE_FLOAT64 = lib.GGUF_TYPE_FLOAT32, lib.GGUF_TYPE_FLOAT64
 GGUF_TYPE_BOOL, GGUF_TYPE_STRING, GGUF_TYPE_ARRAY = lib.GGUF_TYPE_BOOL, lib.GGUF_TYPE_STRING, lib.GGUF_TYPE_ARRAY
 GGUF_KEY_GENERAL_ALIGNMENT = "general.alignment"
+GGUF_TYPE_COUNT = int(getattr(lib, "GGUF_TYPE_COUNT", 13))
 
 # Numeric GGUF value types: (C getter/setter suffix, numpy dtype); bool is one byte, 0 or 1.
 _NUMERIC = {
@@ -61,7 +64,12 @@ def gguf_type_name(t: int) -> str:
         >>> gguf_type_name(gguf_get_kv_type(g, "general.name"))
         'str'
     """
-    return ffi.string(lib.gguf_type_name(t)).decode()
+    if not isinstance(t, numbers.Integral) or isinstance(t, (bool, np.bool_)):
+        raise GgmlTypeError(f"gguf_type_name: t must be an int GGUF type (gguf_get_kv_type), got {t!r}")
+    name = lib.gguf_type_name(int(t)) if 0 <= t < GGUF_TYPE_COUNT else ffi.NULL
+    if name == ffi.NULL:
+        raise GgmlValueError(f"gguf_type_name: {t!r} is not a GGUF value type (0 to {GGUF_TYPE_COUNT - 1})")
+    return ffi.string(name).decode()
 
 
 # ---------------------------------------------------------------- the context
@@ -73,6 +81,7 @@ class GgufContext(Handle):
         super().__init__(ptr, lib.gguf_free)
         self.path = path
         self.ggml_ctx = ggml_ctx  # tensors with the file's data (gguf_init_from_file(no_alloc=False))
+        self._nul_values: set[str] = set()  # keys read from the file whose strings hold NUL bytes (C cuts them)
         # One entry per tensor info: (Tensor, data address, buffer address) for tensors added here,
         # None for tensors read from a file (their headers carry no data to write).
         self._sources: list[tuple[Tensor, int, int] | None] = [None] * int(lib.gguf_get_n_tensors(ptr))
@@ -104,7 +113,12 @@ def _fs_path(path: Any, fn: str) -> str:
         raise GgmlTypeError(f"{fn}: path must be a str or os.PathLike, got {type(path).__name__}") from None
     if isinstance(p, bytes):
         p = os.fsdecode(p)
-    expect(p != "" and "\0" not in p, f"{fn}: invalid path {p!r}")
+    expect(p != "" and "\0" not in p, f"{fn}: path must be a non-empty file name without NUL characters, got {p!r}")
+    try:
+        os.fsencode(p)
+    except UnicodeEncodeError:
+        raise GgmlValueError(f"{fn}: path {p!r} cannot be encoded for the file system (lone surrogate "
+                             "characters)") from None
     return p
 
 
@@ -129,13 +143,159 @@ def _reason(lines: list[str]) -> str:
     return f" (ggml: {'; '.join(s.strip() for s in lines)})" if lines else ""
 
 
-def _check_readable_file(p: str, fn: str) -> None:
-    if not os.path.exists(p):
-        raise GgufFileNotFoundError(f"{fn}: no such file: {p!r}")
-    if os.path.isdir(p):
-        raise GgufFileError(f"{fn}: {p!r} is a directory, not a GGUF file")
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def _check_readable_file(p: str, fn: str) -> int:
+    """Refuse what ggml cannot read as a GGUF file; returns the file's size. Only regular files: ggml seeks
+    and asks for the size, and opening a FIFO (or a device) blocks until a writer comes, in C, where
+    Ctrl-C cannot reach it."""
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise GgufFileNotFoundError(f"{fn}: no such file: {p!r}") from None
+    except (OSError, ValueError) as exc:
+        raise GgufFileError(f"{fn}: cannot access {p!r}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise GgufFileError(f"{fn}: {p!r} is {_file_kind(st.st_mode)}, not a GGUF file; ggmlpy reads regular files "
+                            "only (a pipe or device cannot be seeked, and opening one can block forever): copy the "
+                            "data to a file first")
     if not os.access(p, os.R_OK):
         raise GgufFileError(f"{fn}: {p!r} is not readable (permission denied)")
+    return int(st.st_size)
+
+
+def _check_writable_path(p: str, fn: str) -> None:
+    """Writing to an existing FIFO or socket would block in C (waiting for a reader); a directory fails."""
+    try:
+        st = os.stat(p)
+    except OSError:
+        return  # a new file (a missing folder is reported by the write itself)
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISCHR(st.st_mode)):  # a character device: /dev/null
+        raise GgufFileError(f"{fn}: {p!r} is {_file_kind(st.st_mode)}; write GGUF to a regular file")
+
+
+# ---------------------------------------------------------------- what ggml's reader does not check
+
+class _Header:
+    """What ggmlpy checks in a GGUF header beyond ggml's own checks (ggml cuts strings at NUL bytes)."""
+
+    def __init__(self) -> None:
+        self.keys: list[bytes] = []
+        self.nul_values: set[str] = set()    # keys whose string value(s) hold a NUL byte
+        self.tensor_names: list[bytes] = []
+
+
+_SCALAR_SIZES = {GGUF_TYPE_UINT8: 1, GGUF_TYPE_INT8: 1, GGUF_TYPE_BOOL: 1, GGUF_TYPE_UINT16: 2,
+                 GGUF_TYPE_INT16: 2, GGUF_TYPE_UINT32: 4, GGUF_TYPE_INT32: 4, GGUF_TYPE_FLOAT32: 4,
+                 GGUF_TYPE_UINT64: 8, GGUF_TYPE_INT64: 8, GGUF_TYPE_FLOAT64: 8}
+
+
+def _scan_header(raw: bytes) -> _Header:
+    """Walk the header ggml has just accepted (``raw``: the file up to its data section) and collect the raw
+    bytes of keys, string values and tensor names. Raises ValueError/struct.error if it does not parse."""
+    h = _Header()
+    pos = 0
+
+    def take(fmt: str) -> Any:
+        nonlocal pos
+        v = struct.unpack_from(fmt, raw, pos)[0]
+        pos += struct.calcsize(fmt)
+        return v
+
+    def string() -> bytes:
+        nonlocal pos
+        n = take("<Q")
+        if n > len(raw) - pos:
+            raise ValueError("string beyond the header")
+        s = bytes(raw[pos:pos + n])
+        pos += n
+        return s
+
+    if raw[:4] != b"GGUF":
+        raise ValueError("bad magic")
+    pos = 8  # magic, version
+    n_tensors, n_kv = take("<q"), take("<q")
+    for _ in range(n_kv):
+        key = string()
+        h.keys.append(key)
+        t = take("<i")
+        n, is_array = 1, False
+        if t == GGUF_TYPE_ARRAY:
+            t, n, is_array = take("<i"), take("<Q"), True
+        if t == GGUF_TYPE_STRING:
+            for _ in range(n):
+                if b"\0" in string():
+                    h.nul_values.add(key.decode("utf-8", "replace"))
+        elif t in _SCALAR_SIZES:
+            pos += n * _SCALAR_SIZES[t]
+            if pos > len(raw):
+                raise ValueError("value beyond the header")
+        else:
+            raise ValueError(f"value type {t}")
+    for _ in range(n_tensors):
+        h.tensor_names.append(string())
+        n_dims = take("<I")
+        pos += 8 * n_dims + 4 + 8  # ne, type, offset
+    if pos > len(raw):
+        raise ValueError("tensor infos beyond the header")
+    return h
+
+
+def _check_header(g: Any, p: str, fn: str) -> _Header:
+    """Refuse keys and tensor names that ggml would cut at a NUL byte (two keys could merge into one, a
+    tensor be found under another name) or that are not UTF-8 (they would be shown and matched wrongly)."""
+    end = int(lib.gguf_get_data_offset(g))
+    try:
+        with open(p, "rb") as f:
+            raw = f.read(end)
+        h = _scan_header(raw)
+    except (OSError, ValueError, struct.error) as exc:
+        raise GgufFileError(f"{fn}: {p!r}: its header could not be read again ({exc}); was the file changed "
+                            "while being read?") from None
+    for what, names in (("key", h.keys), ("tensor name", h.tensor_names)):
+        for i, name in enumerate(names):
+            problem = "a NUL byte" if b"\0" in name else None
+            if problem is None:
+                try:
+                    name.decode("utf-8")
+                except UnicodeDecodeError:
+                    problem = "bytes that are not UTF-8"
+            if problem:
+                cut = name.split(b"\0")[0]
+                raise GgufFileError(f"{fn}: {p!r} is corrupt: {what} #{i} {name!r} holds {problem}; ggml would "
+                                    f"read it as {cut!r} (two names could merge into one). Rewrite the file with "
+                                    "valid names")
+    return h
+
+
+def _data_extent(g: Any) -> int:
+    """End of the data section that the tensor infos of GGUF context pointer ``g`` declare (in bytes)."""
+    base = int(lib.gguf_get_data_offset(g))
+    end = base
+    for i in range(int(lib.gguf_get_n_tensors(g))):
+        end = max(end, base + int(lib.gguf_get_tensor_offset(g, i)) + int(lib.gguf_get_tensor_size(g, i)))
+    return end
+
+
+def _check_data_in_file(g: Any, size: int, p: str, fn: str) -> None:
+    """Every tensor's data must lie inside the file (a truncated file, or a size field flipped to a huge
+    value, would make ggml allocate and read beyond it)."""
+    base = int(lib.gguf_get_data_offset(g))
+    for i in range(int(lib.gguf_get_n_tensors(g))):
+        offset = base + int(lib.gguf_get_tensor_offset(g, i))
+        nbytes = int(lib.gguf_get_tensor_size(g, i))
+        if offset + nbytes > size:
+            name = ffi.string(lib.gguf_get_tensor_name(g, i)).decode("utf-8", "replace")
+            raise GgufFileError(f"{fn}: {p!r} is truncated or corrupt: tensor '{name}' declares {nbytes} bytes of "
+                                f"data at offset {offset}, but the file has only {size} bytes (a header written "
+                                "with only_meta=True has no data: open it with no_alloc=True)")
 
 
 def gguf_init_empty() -> GgufContext:
@@ -158,6 +318,11 @@ def gguf_init_empty() -> GgufContext:
 def gguf_init_from_file(path: Any, no_alloc: bool = True) -> GgufContext:
     """Open a GGUF file: read its metadata and tensor infos, and with ``no_alloc=False`` its data.
 
+    The file is checked before ggml allocates anything for it: it must be a regular file (a FIFO or a
+    device is refused: opening one could block forever), keys and tensor names must be UTF-8 without
+    NUL bytes (C would cut them, merging two keys), and with ``no_alloc=False`` every tensor's data
+    must lie inside the file and fit in the available memory.
+
     Arguments:
         path: the file, a str or os.PathLike.
         no_alloc: True (the default) reads the header only (metadata, tensor names, types, shapes);
@@ -165,7 +330,8 @@ def gguf_init_from_file(path: Any, no_alloc: bool = True) -> GgufContext:
             ``.ggml_ctx`` (find tensors there with ``ggml_get_tensor(g.ggml_ctx, name)``).
 
     Value: a GgufContext handle (a context manager). Raises GgufFileNotFoundError for a missing file,
-    GgufFileError for one that is unreadable or not valid GGUF (with ggml's reason).
+    GgufFileError for one that is unreadable, not a regular file, truncated or not valid GGUF (with
+    ggml's reason), GgmlValueError when its data would not fit in memory.
 
     Example:
         >>> with gguf_init_from_file("model.gguf") as g:
@@ -174,15 +340,45 @@ def gguf_init_from_file(path: Any, no_alloc: bool = True) -> GgufContext:
     fn = "gguf_init_from_file"
     p = _fs_path(path, fn)
     expect(isinstance(no_alloc, bool), f"{fn}: no_alloc must be a bool, got {no_alloc!r}", GgmlTypeError)
-    _check_readable_file(p, fn)
+    size = _check_readable_file(p, fn)
+    # The header first, without data: ggml checks its structure and allocates nothing beyond the file's size.
+    header = _open_header(p, fn)
+    try:
+        exact = _check_header(header.ptr, p, fn)
+        if not no_alloc:
+            # ggml would allocate the declared data size at once and abort when that fails: a size field
+            # flipped to a huge value must be caught here, before the C call.
+            _check_data_in_file(header.ptr, size, p, fn)
+            need = _data_extent(header.ptr) - int(lib.gguf_get_data_offset(header.ptr)) + \
+                (int(lib.gguf_get_n_tensors(header.ptr)) + 1) * int(lib.ggml_tensor_overhead())
+    except BaseException:
+        header.free()
+        raise
+    if no_alloc:
+        header._nul_values = exact.nul_values
+        return header
+    header.free()
+    check_fits_memory(fn, f"the data of {p!r}", need, "open it with no_alloc=True and load the tensors you need "
+                      "into backend tensors with ggml_load_weights_gguf")
     ctx_out = ffi.new("struct ggml_context **")
-    params = ffi.new("struct gguf_init_params *", {"no_alloc": no_alloc, "ctx": ffi.NULL if no_alloc else ctx_out})
+    params = ffi.new("struct gguf_init_params *", {"no_alloc": False, "ctx": ctx_out})
+    with _ggml_errors() as lines:
+        ptr = lib.gguf_init_from_file(_path_bytes(p), params[0])
+    if ptr == ffi.NULL:
+        raise GgufFileError(f"{fn}: {p!r} could not be loaded{_reason(lines)}")
+    ggml_ctx = _FileDataContext(ctx_out[0]) if ctx_out[0] != ffi.NULL else None
+    g = GgufContext(ptr, path=p, ggml_ctx=ggml_ctx)
+    g._nul_values = exact.nul_values
+    return g
+
+
+def _open_header(p: str, fn: str) -> GgufContext:
+    params = ffi.new("struct gguf_init_params *", {"no_alloc": True, "ctx": ffi.NULL})
     with _ggml_errors() as lines:
         ptr = lib.gguf_init_from_file(_path_bytes(p), params[0])
     if ptr == ffi.NULL:
         raise GgufFileError(f"{fn}: {p!r} is not a valid GGUF file{_reason(lines)}")
-    ggml_ctx = _FileDataContext(ctx_out[0]) if not no_alloc and ctx_out[0] != ffi.NULL else None
-    return GgufContext(ptr, path=p, ggml_ctx=ggml_ctx)
+    return GgufContext(ptr, path=p)
 
 
 def gguf_free(ctx: GgufContext) -> None:
@@ -232,8 +428,8 @@ def _path_bytes(p: Any) -> bytes:
 
 def _key_bytes(key: Any, fn: str) -> bytes:
     expect(isinstance(key, str), f"{fn}: key must be a str, got {key!r}", GgmlTypeError)
-    expect(key != "" and "\0" not in key, f"{fn}: key must be a non-empty string without NUL characters, got {key!r}")
-    return key.encode()
+    expect(key != "", f"{fn}: key must be a non-empty str, got ''")
+    return c_string(fn, "key", key)
 
 
 def gguf_find_key(ctx: GgufContext, key: str) -> int:
@@ -315,6 +511,12 @@ def gguf_get_val(ctx: GgufContext, key_id: int | str) -> Any:
     fn = "gguf_get_val"
     g, kid = _key_id(ctx, key_id, fn)
     t = int(lib.gguf_get_kv_type(g, kid))
+    if ctx._nul_values:
+        key = ffi.string(lib.gguf_get_key(g, kid)).decode("utf-8", "replace")
+        if key in ctx._nul_values:
+            raise GgmlValueError(f"{fn}: the string value of key {key!r} holds a NUL byte, where C (and so ggml) cuts "
+                                 "strings: it cannot be returned whole. Read the file with the gguf package, or set "
+                                 "the key to a new value")
     if t == GGUF_TYPE_STRING:
         return ffi.string(lib.gguf_get_val_str(g, kid)).decode("utf-8", "replace")
     if t in _GETTERS:
@@ -346,7 +548,9 @@ def gguf_remove_key(ctx: GgufContext, key: str) -> int:
     Example:
         >>> gguf_remove_key(g, "training.epochs")
     """
-    return int(lib.gguf_remove_key(_gctx(ctx, "gguf_remove_key"), _key_bytes(key, "gguf_remove_key")))
+    g, kb = _gctx(ctx, "gguf_remove_key"), _key_bytes(key, "gguf_remove_key")
+    ctx._nul_values.discard(key)
+    return int(lib.gguf_remove_key(g, kb))
 
 
 def _check_alignment_key(g: Any, key: str, gtype: int, value: Any, fn: str) -> None:
@@ -363,6 +567,7 @@ def _check_alignment_key(g: Any, key: str, gtype: int, value: Any, fn: str) -> N
 def _set_scalar(ctx: GgufContext, key: str, value: Any, gtype: int, fn: str) -> None:
     g = _gctx(ctx, fn)
     kb = _key_bytes(key, fn)
+    ctx._nul_values.discard(key)
     if gtype in _INT_RANGES:
         expect(isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)),
                f"{fn}: value must be an int, got {value!r}", GgmlTypeError)
@@ -397,10 +602,10 @@ def gguf_set_val_str(ctx: GgufContext, key: str, value: str) -> None:
     fn = "gguf_set_val_str"
     g = _gctx(ctx, fn)
     kb = _key_bytes(key, fn)
-    expect(isinstance(value, str), f"{fn}: value must be a str, got {value!r}", GgmlTypeError)
-    expect("\0" not in value, f"{fn}: strings cannot contain NUL characters")
+    ctx._nul_values.discard(key)
+    raw = c_string(fn, "value", value)
     _check_alignment_key(g, key, GGUF_TYPE_STRING, value, fn)
-    lib.gguf_set_val_str(g, kb, value.encode())
+    lib.gguf_set_val_str(g, kb, raw)
 
 
 def gguf_set_val_i32(ctx: GgufContext, key: str, value: int) -> None:
@@ -517,9 +722,9 @@ def _set_array(g: Any, key: str, kb: bytes, value: Any, fn: str) -> None:
     arr = value if isinstance(value, np.ndarray) else None
     items = list(value) if arr is None else None
     if items is not None and items and all(isinstance(v, str) for v in items):
-        expect(all("\0" not in v for v in items), f"{fn}: strings cannot contain NUL characters")
+        raws = [c_string(fn, f"value[{i}]", v) for i, v in enumerate(items)]
         _check_alignment_key(g, key, GGUF_TYPE_ARRAY, value, fn)
-        keep = [ffi.new("char[]", v.encode()) for v in items]
+        keep = [ffi.new("char[]", v) for v in raws]
         lib.gguf_set_arr_str(g, kb, ffi.new("const char *[]", keep), len(keep))
         return
     if items is not None:
@@ -562,6 +767,7 @@ def gguf_set_val(ctx: GgufContext, key: str, value: Any) -> None:
     fn = "gguf_set_val"
     g = _gctx(ctx, fn)
     kb = _key_bytes(key, fn)
+    ctx._nul_values.discard(key)
     if isinstance(value, (bool, np.bool_)):
         return gguf_set_val_bool(ctx, key, value)
     if isinstance(value, str):
@@ -762,6 +968,7 @@ def gguf_write_to_file(ctx: GgufContext, path: Any, only_meta: bool = False) -> 
     fn = "gguf_write_to_file"
     g = _gctx(ctx, fn)
     p = _fs_path(path, fn)
+    _check_writable_path(p, fn)
     expect(isinstance(only_meta, bool), f"{fn}: only_meta must be a bool, got {only_meta!r}", GgmlTypeError)
     if not only_meta:
         for i, src in enumerate(ctx._sources):

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+import numpy as np
+
 from . import _checks as chk
 from ._ffi import ffi, lib
 from ._handle import unwrap
@@ -32,7 +34,7 @@ def _op(fn: str, ctx: Context, c_fn: Callable, tensors: tuple, shape: tuple | No
                      "use smaller operands")
     ctx.reserve(n * int(lib.ggml_type_size(out_type)), what=f"{fn} result")
     ptrs = [t.ptr if t is not None else ffi.NULL for t in tensors]
-    return Tensor(c_fn(ctx_ptr, *ptrs, *args), ctx)
+    return Tensor(c_fn(ctx_ptr, *ptrs, *args), ctx, sources=tensors)  # it depends on its operands' contexts
 
 
 def _t(fn: str, x: Any, what: str = "a") -> Tensor:
@@ -219,7 +221,8 @@ def ggml_leaky_relu(ctx: Context, a: Tensor, negative_slope: float = 0.01, inpla
     Arguments:
         ctx: the context the result tensor is created in.
         a: F32 or F16 tensor.
-        negative_slope: the factor applied to negative values (default 0.01, as in Keras and PyTorch).
+        negative_slope: the factor applied to negative values, a finite number (default 0.01, as in Keras and
+            PyTorch; NaN or inf is a GgmlValueError).
         inplace: False (the default) computes into a new tensor; True returns a view of ``a`` and
             overwrites a's data when the graph runs.
 
@@ -231,7 +234,7 @@ def ggml_leaky_relu(ctx: Context, a: Tensor, negative_slope: float = 0.01, inpla
     a = _t("ggml_leaky_relu", a)
     chk.types("ggml_leaky_relu", a, F32_F16)
     chk.contiguous("ggml_leaky_relu", a)  # the CPU kernel reads a as contiguous: a strided view gives garbage
-    slope = chk.float_arg("ggml_leaky_relu", "negative_slope", negative_slope)
+    slope = chk.float_arg("ggml_leaky_relu", "negative_slope", negative_slope, finite=True)
     return _op("ggml_leaky_relu", ctx, lib.ggml_leaky_relu, (a,), a.shape, (slope, bool(inplace)), a.type)
 
 
@@ -253,7 +256,7 @@ def ggml_scale(ctx: Context, a: Tensor, s: float) -> Tensor:
     a = _t("ggml_scale", a)
     chk.types("ggml_scale", a, {GGML_TYPE_F32})  # the CPU kernel is F32-only and needs contiguous data
     chk.contiguous("ggml_scale", a)
-    return _op("ggml_scale", ctx, lib.ggml_scale, (a,), a.shape, (chk.float_arg("ggml_scale", "s", s),), a.type)
+    return _op("ggml_scale", ctx, lib.ggml_scale, (a,), a.shape, (chk.float_arg("ggml_scale", "s", s, finite=True),), a.type)
 
 
 def ggml_clamp(ctx: Context, a: Tensor, min: float, max: float) -> Tensor:  # noqa: A002 - ggml's names
@@ -388,7 +391,7 @@ def ggml_diag_mask_inf(ctx: Context, a: Tensor, n_past: int) -> Tensor:
     chk.types("ggml_diag_mask_inf", a, {GGML_TYPE_F32})
     chk.contiguous("ggml_diag_mask_inf", a)
     return _op("ggml_diag_mask_inf", ctx, lib.ggml_diag_mask_inf, (a,), a.shape,
-               (chk.int_arg("ggml_diag_mask_inf", "n_past", n_past, 0),), a.type)
+               (chk.c_int_arg("ggml_diag_mask_inf", "n_past", n_past, 0),), a.type)
 
 
 # ---------------------------------------------------------------- reductions, broadcast
@@ -567,7 +570,7 @@ def ggml_concat(ctx: Context, a: Tensor, b: Tensor, dim: int = 0) -> Tensor:
     """
     fn = "ggml_concat"
     a, b = _t(fn, a), _t(fn, b, "b")
-    chk.int_arg(fn, "dim", dim, 0)
+    chk.c_int_arg(fn, "dim", dim, 0)
     if dim > 3:
         chk.fail(fn, f"dim must be in [0, 3], got {dim}")
     if a.type != b.type:
@@ -881,9 +884,14 @@ def ggml_get_rows(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     row ``b[i]`` of a becomes column i of the result. The shapes must fit: ``a.ne[2] == b.ne[1]``,
     ``a.ne[3] == b.ne[2]``, ``b.ne[3] == 1``. Every index must be in ``[0, a.ne[1])``. Indices held by
     an input tensor (``b`` itself, or a reshape/view of it) are checked before every compute, training
-    batch and ``ggml_opt_eval`` (an out-of-range one raises GgmlValueError; ggml would abort); indices
-    computed inside the graph (say by ``ggml_argmax``) cannot be checked in advance, so keep them in
-    range by construction. Differentiable with respect to ``a``.
+    batch and ``ggml_opt_eval`` (an out-of-range one raises GgmlValueError; ggml would abort). Indices
+    computed inside the graph are checked here, where their range is known: those of ``ggml_argmax``
+    over ``k`` values (through reshapes, views, copies, repeats) lie in ``[0, k)``, so a table with fewer
+    than ``k`` rows raises GgmlValueError. What is not checkable: indices computed otherwise, e.g. floats
+    converted with ``ggml_cpy`` into an I32 tensor, or values looked up in an I32 table; their values
+    exist only while ggml computes, and an out-of-range one aborts the process inside ggml. Keep those in
+    range by construction (clamp the floats before converting them, fill the table with valid rows).
+    Differentiable with respect to ``a``.
 
     Arguments:
         ctx: the context the result tensor is created in.
@@ -902,6 +910,7 @@ def ggml_get_rows(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     if a2 != b1 or a3 != b2 or b3 != 1:
         chk.fail(fn, f"shapes do not fit: a {list(a.shape)}, b {list(b.shape)} (need a.ne[2] == b.ne[1], "
                      "a.ne[3] == b.ne[2], b.ne[3] == 1)")
+    chk.check_computed_indices(fn, a, b)
     out_type = GGML_TYPE_I32 if a.type == GGML_TYPE_I32 else GGML_TYPE_F32
     return _op(fn, ctx, lib.ggml_get_rows, (a, b), (a0, b0, b1, b2), out_type=out_type)
 
@@ -921,7 +930,7 @@ def ggml_pad(ctx: Context, a: Tensor, p0: int = 0, p1: int = 0, p2: int = 0, p3:
     """
     a = _t("ggml_pad", a)
     chk.types("ggml_pad", a, {GGML_TYPE_F32})
-    pads = tuple(chk.int_arg("ggml_pad", f"p{i}", p, 0) for i, p in enumerate((p0, p1, p2, p3)))
+    pads = tuple(chk.c_int_arg("ggml_pad", f"p{i}", p, 0) for i, p in enumerate((p0, p1, p2, p3)))
     return _op("ggml_pad", ctx, lib.ggml_pad, (a,), tuple(n + p for n, p in zip(a.shape, pads)), pads, a.type)
 
 
@@ -960,10 +969,10 @@ def ggml_im2col(ctx: Context, a: Tensor, b: Tensor, s0: int, s1: int, p0: int, p
     chk.types(fn, b, {GGML_TYPE_F32} if dst_type == GGML_TYPE_F32 else {GGML_TYPE_F32, GGML_TYPE_F16}, "b")
     chk.rows_contiguous(fn, b, "b")
     for name, v, lo in (("s0", s0, 1), ("p0", p0, 0), ("d0", d0, 1)):
-        chk.int_arg(fn, name, v, lo)
+        chk.c_int_arg(fn, name, v, lo)
     # 1-D: ggml ignores s1/d1 (ggml_conv_1d passes 0), and p1 > 0 would silently zero the output
     for name, v, lo in (("s1", s1, 1 if is_2D else 0), ("p1", p1, 0), ("d1", d1, 1 if is_2D else 0)):
-        chk.int_arg(fn, name, v, lo)
+        chk.c_int_arg(fn, name, v, lo)
     if not is_2D and p1 != 0:
         chk.fail(fn, f"p1 must be 0 for a 1-D im2col, got {p1}")
     if is_2D:
@@ -991,7 +1000,7 @@ def ggml_conv_1d(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, p0: int = 0, d
     if a.type == GGML_TYPE_BF16 and b.type != GGML_TYPE_F32:  # a BF16 kernel makes an F32 im2col: F32 data only
         chk.fail(fn, "with a BF16 kernel the data b must be F32", chk.GgmlTypeError)
     for name, v, lo in (("s0", s0, 1), ("p0", p0, 0), ("d0", d0, 1)):
-        chk.int_arg(fn, name, v, lo)
+        chk.c_int_arg(fn, name, v, lo)
     if a.shape[1] != b.shape[1] or b.shape[3] != 1:
         chk.fail(fn, f"kernel a {list(a.shape)} and data b {list(b.shape)} must share ne[1] (channels)")
     ol = chk.out_size(fn, "length", b.shape[0], a.shape[0], s0, p0, d0)
@@ -1003,7 +1012,8 @@ def ggml_conv_1d(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, p0: int = 0, d
         # bug fixed for ggml_conv_2d only): reorder it to the documented [OL, OC, N].
         ctx.reserve(4 * ol * oc * n, n_objects=3, what="ggml_conv_1d batch reorder")
         c = ctx.ptr
-        out = Tensor(lib.ggml_cont(c, lib.ggml_permute(c, lib.ggml_reshape_3d(c, out.ptr, ol, n, oc), 0, 2, 1, 3)), ctx)
+        out = Tensor(lib.ggml_cont(c, lib.ggml_permute(c, lib.ggml_reshape_3d(c, out.ptr, ol, n, oc), 0, 2, 1, 3)), ctx,
+                     sources=(out,))
     return out
 
 
@@ -1017,7 +1027,7 @@ def ggml_conv_2d(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int = 1, p
     if a.type == GGML_TYPE_BF16 and b.type != GGML_TYPE_F32:  # a BF16 kernel makes an F32 im2col: F32 data only
         chk.fail(fn, "with a BF16 kernel the data b must be F32", chk.GgmlTypeError)
     for name, v, lo in (("s0", s0, 1), ("s1", s1, 1), ("p0", p0, 0), ("p1", p1, 0), ("d0", d0, 1), ("d1", d1, 1)):
-        chk.int_arg(fn, name, v, lo)
+        chk.c_int_arg(fn, name, v, lo)
     if a.shape[2] != b.shape[2]:
         chk.fail(fn, f"kernel a {list(a.shape)} and data b {list(b.shape)} must share ne[2] (input channels)")
     ow = chk.out_size(fn, "width", b.shape[0], a.shape[0], s0, p0, d0)
@@ -1057,9 +1067,16 @@ def ggml_pool_1d(ctx: Context, a: Tensor, op: int, k0: int, s0: int, p0: int = 0
     chk.types(fn, a, F32_F16)
     chk.contiguous(fn, a)  # the CPU kernel reads a as contiguous: a strided view gives garbage
     _pool_op(fn, op)
-    chk.int_arg(fn, "k0", k0, 1), chk.int_arg(fn, "s0", s0, 1), chk.int_arg(fn, "p0", p0, 0)
+    chk.c_int_arg(fn, "k0", k0, 1), chk.c_int_arg(fn, "s0", s0, 1), chk.c_int_arg(fn, "p0", p0, 0)
     ol = chk.out_size(fn, "length", a.shape[0], k0, s0, p0)
     return _op(fn, ctx, lib.ggml_pool_1d, (a,), (ol,) + a.shape[1:], (op, k0, s0, p0))
+
+
+def _pool_out(n: int, k: int, s: int, p: float) -> int:
+    f = np.float32
+    with np.errstate(all="ignore"):
+        size = (f(n) + f(2) * f(p) - f(k)) / f(s) + f(1)
+    return int(size) if np.isfinite(size) and abs(size) < 2.0 ** 62 else 0
 
 
 def ggml_pool_2d(ctx: Context, a: Tensor, op: int, k0: int, k1: int, s0: int, s1: int, p0: float = 0,
@@ -1088,12 +1105,13 @@ def ggml_pool_2d(ctx: Context, a: Tensor, op: int, k0: int, k1: int, s0: int, s1
     _pool_op(fn, op)
     chk.contiguous(fn, a)  # the CPU kernel reads a as contiguous: a strided view gives garbage
     for name, v in (("k0", k0), ("k1", k1), ("s0", s0), ("s1", s1)):
-        chk.int_arg(fn, name, v, 1)
-    p0f, p1f = chk.float_arg(fn, "p0", p0), chk.float_arg(fn, "p1", p1)
+        chk.c_int_arg(fn, name, v, 1)
+    p0f, p1f = chk.float_arg(fn, "p0", p0, finite=True), chk.float_arg(fn, "p1", p1, finite=True)
     if p0f < 0 or p1f < 0:
         chk.fail(fn, f"padding must be >= 0, got p0={p0f}, p1={p1f}")
-    ow = int((a.shape[0] + 2 * p0f - k0) / s0) + 1
-    oh = int((a.shape[1] + 2 * p1f - k1) / s1) + 1
+    # ggml's ggml_calc_pool_output_size, exactly: (ins + 2*p - k) / s + 1 in float32, truncated (a kernel larger
+    # than the input by less than a stride gives 0.5 -> 0 there, and ggml asserts the size > 0)
+    ow, oh = _pool_out(a.shape[0], k0, s0, p0f), _pool_out(a.shape[1], k1, s1, p1f)
     if ow < 1 or oh < 1:
         chk.fail(fn, f"the pooled size would be {ow}x{oh} for input {a.shape[0]}x{a.shape[1]} and kernel {k0}x{k1}")
     return _op(fn, ctx, lib.ggml_pool_2d, (a,), (ow, oh) + a.shape[2:], (op, k0, k1, s0, s1, p0f, p1f))
@@ -1116,4 +1134,4 @@ def ggml_scale_bias(ctx: Context, a: Tensor, s: float, b: float) -> Tensor:
     chk.types("ggml_scale_bias", a, {GGML_TYPE_F32})
     chk.contiguous("ggml_scale_bias", a)
     return _op("ggml_scale_bias", ctx, lib.ggml_scale_bias, (a,), a.shape,
-               (chk.float_arg("ggml_scale_bias", "s", s), chk.float_arg("ggml_scale_bias", "b", b)), a.type)
+               (chk.float_arg("ggml_scale_bias", "s", s, finite=True), chk.float_arg("ggml_scale_bias", "b", b, finite=True)), a.type)

@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 
 from ._ffi import lib
-from .context import Tensor, as_tensor, ggml_set_name, type_name
+from .context import Tensor, as_tensor, check_fits_memory, ggml_set_name, type_name
 from .data import NUMPY_DTYPES, write_array
 from .errors import GgmlTypeError, GgmlValueError, GgufFileError, GgufKeyError, expect
-from .gguf import (GgufContext, _check_has_data, _fs_path, gguf_add_tensor, gguf_find_tensor, gguf_get_key,
+from .gguf import (GgufContext, _check_data_in_file, _check_has_data, _fs_path, gguf_add_tensor, gguf_find_tensor, gguf_get_key,
                    gguf_get_n_kv, gguf_get_n_tensors, gguf_get_tensor_name, gguf_get_tensor_shape,
                    gguf_get_tensor_size, gguf_get_tensor_type, gguf_get_val, gguf_init_empty, gguf_init_from_file,
                    gguf_set_val, gguf_write_to_file)
@@ -84,7 +84,10 @@ def _metadata(g: GgufContext) -> dict:
 
 
 def _read_bytes(f: Any, offset: int, nbytes: int, name: str, path: str, fn: str) -> np.ndarray:
-    buf = np.empty(nbytes, dtype=np.uint8)
+    try:
+        buf = np.empty(nbytes, dtype=np.uint8)
+    except MemoryError:
+        raise GgmlValueError(f"{fn}: the {nbytes} bytes of tensor '{name}' of {path!r} do not fit in memory") from None
     f.seek(offset)
     if f.readinto(memoryview(buf)) != nbytes:
         raise GgufFileError(f"{fn}: {path!r} is truncated: the data of tensor '{name}' is incomplete")
@@ -167,7 +170,13 @@ def gguf_read(path: Any, raw: bool = False) -> tuple[dict, dict]:
     """
     fn = "gguf_read"
     p = _fs_path(path, fn)
+    expect(isinstance(raw, bool), f"{fn}: raw must be a bool, got {raw!r}", GgmlTypeError)
     with gguf_init_from_file(p, no_alloc=True) as g:
+        # the declared sizes must lie inside the file before anything is allocated for them
+        _check_data_in_file(g.ptr, os.path.getsize(p), p, fn)
+        total = sum(gguf_get_tensor_size(g, i) for i in range(gguf_get_n_tensors(g)))
+        check_fits_memory(fn, f"the tensors of {p!r}", 2 * total if not raw else total,
+                          "read the tensors you need with ggml_load_weights_gguf instead")
         base = int(lib.gguf_get_data_offset(g.ptr))
         out: dict[str, np.ndarray] = {}
         with open(p, "rb") as f:

@@ -10,7 +10,10 @@ label and weight tensors of one opt context, with errors that name the tensor.
 """
 from __future__ import annotations
 
+import dis
+import functools
 import inspect
+import itertools
 import types
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -18,7 +21,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..context import Tensor
-from .._checks import check_indices, ptr_key
+from .._checks import _tensor_label, check_indices, ptr_key
 from ..data import NUMPY_DTYPES, checked_values, refuse_complex, shape_problem, write_array
 from ..errors import GgmlTypeError, GgmlValueError
 
@@ -107,6 +110,59 @@ class Source:
     def close(self) -> None:
         self._close()
 
+    def endless(self) -> str | None:
+        """Why this source can never end an epoch by itself (an epoch without a step limit would run
+        forever), or None when it may end. Only what is certain is said: a generator whose code has no
+        return (``while True:`` without ``break``/``return``), itertools.count/cycle, repeat without times."""
+        obj, code = self.obj, None
+        if self.kind == GENERATOR_FUNCTION:
+            code = _code_of(obj)
+        elif self.kind == ITERATOR:
+            if isinstance(obj, types.GeneratorType):
+                code = obj.gi_code if obj.gi_frame is not None else None  # a finished one ends at once
+            elif isinstance(obj, (itertools.count, itertools.cycle)):
+                return f"it is an itertools.{type(obj).__name__}, which never ends"
+            elif isinstance(obj, itertools.repeat) and len(obj.__reduce__()[1]) == 1:
+                return "it is an itertools.repeat without times, which never ends"
+        elif self.kind == REITERABLE:
+            it = getattr(type(obj), "__iter__", None)
+            if inspect.isgeneratorfunction(it):
+                code = _code_of(it)
+        if code is not None and not _can_return(code):
+            name = getattr(code, "co_qualname", code.co_name)
+            return (f"its generator '{name}' has no way to end (a 'while True:' loop without break, return "
+                    "or raise)")
+        return None
+
+
+def _code_of(fn: Any) -> Any:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    fn = inspect.unwrap(fn)
+    return getattr(fn, "__code__", None)
+
+
+def _can_return(code: Any) -> bool:
+    """Whether a generator's code object can end: it holds a return instruction (CPython drops the implicit
+    one after a 'while True:' loop that nothing leaves) or a ``raise`` statement (a source that ends its
+    stream with an exception, which then propagates: not endless)."""
+    try:
+        return any(ins.opname in ("RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS")
+                   for ins in dis.get_instructions(code))
+    except Exception:  # noqa: BLE001 - another interpreter's code objects: assume it can
+        return True
+
+
+def check_ends(source: Source, limit: int | None, arg: str) -> None:
+    """An endless source needs a step limit: without one its first epoch would never end (training would
+    run until Ctrl-C and report nothing)."""
+    if limit is not None:
+        return
+    why = source.endless()
+    if why is not None:
+        raise GgmlValueError(f"the {source.name} never ends an epoch: {why}. Without {arg}, the first epoch would "
+                             f"run forever; pass {arg}=<batches per epoch> (or make the source finite)")
+
 
 @dataclass
 class Target:
@@ -128,7 +184,8 @@ class BatchWriter:
                  bounds: dict[int, int] | None = None) -> None:
         self.name = name
         bounds = bounds or {}
-        self.inputs = [_target(t, f"inputs[{i}] ('{t.name or 'inputs'}')", bounds.get(ptr_key(t.ptr)))
+        # tensors are called by their user-given names ('leaf_0' is ggml's name for an unnamed one)
+        self.inputs = [_target(t, f"inputs[{i}] ({_tensor_label(t.ptr)})", bounds.get(ptr_key(t.ptr)))
                        for i, t in enumerate(inputs)]
         self.labels = [_target(t, f"labels[{i}]") for i, t in enumerate(labels)]
         self.weights = [_target(t, f"weights[{i}]") for i, t in enumerate(weights)]

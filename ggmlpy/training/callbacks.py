@@ -13,6 +13,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from .._checks import float_arg, int_arg
 from ..errors import GgmlpyWarning, GgmlTypeError, GgmlValueError
 from ..opt import LR_FLOOR, LrUserdata
 
@@ -125,10 +126,15 @@ def _say(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-def _on_stall(monitor: str, patience: int, min_delta: float, mode: str, act: Callable) -> dict:
+def _on_stall(monitor: str, patience: int, min_delta: float, mode: str, act: Callable, fn: str) -> dict:
     """An on_epoch_end callback that calls ``act(epoch, state, tracker)`` once ``monitor`` has not improved
     by more than ``min_delta`` for ``patience`` epochs (epochs where it is missing or NaN do not count)."""
     monitor = _monitor_key(monitor)
+    patience = int_arg(fn, "patience", patience, 0)
+    min_delta = float_arg(fn, "min_delta", min_delta, finite=True)
+    if min_delta < 0:
+        raise GgmlValueError(f"{fn}: min_delta must be >= 0 (the smallest change that counts as an improvement), "
+                             f"got {min_delta}")
     tracker = _Improvement(monitor, min_delta, mode)
     warned: list = []
 
@@ -177,7 +183,7 @@ def ggml_callback_early_stopping(monitor: str = "val_loss", patience: int = 5, m
              f"(best {tracker.best:.6g})")
         state.stop = True
 
-    return _on_stall(monitor, patience, min_delta, mode, stop)
+    return _on_stall(monitor, patience, min_delta, mode, stop, "ggml_callback_early_stopping")
 
 
 def _set_lr(state: FitState, adamw: float, sgd: float) -> float:
@@ -210,6 +216,10 @@ def ggml_schedule_step_decay(step_size: int = 10, gamma: float = 0.1) -> dict:
     """
     if not isinstance(step_size, int) or step_size < 1:
         raise GgmlValueError(f"step_size must be an int >= 1, got {step_size!r}")
+    gamma = float_arg("ggml_schedule_step_decay", "gamma", gamma, finite=True)
+    if gamma <= 0:
+        raise GgmlValueError(f"ggml_schedule_step_decay: gamma must be > 0 (it multiplies the learning rate), "
+                             f"got {gamma}")
 
     def on_epoch_begin(epoch: int, logs: dict, state: FitState) -> None:
         if epoch > 1 and (epoch - 1) % step_size == 0:
@@ -280,9 +290,17 @@ def ggml_schedule_reduce_on_plateau(monitor: str = "val_loss", factor: float = 0
     Example:
         >>> cb = ggml_schedule_reduce_on_plateau("val_loss", factor=0.2, patience=2)
     """
+    fn = "ggml_schedule_reduce_on_plateau"
+    factor = float_arg(fn, "factor", factor, finite=True)
+    if not 0 < factor < 1:
+        raise GgmlValueError(f"{fn}: factor must be in (0, 1) (it multiplies the learning rate), got {factor}")
+    min_lr = float_arg(fn, "min_lr", min_lr, finite=True)
+    if min_lr < 0:
+        raise GgmlValueError(f"{fn}: min_lr must be >= 0, got {min_lr}")
+
     def reduce(epoch: int, state: FitState, tracker: _Improvement) -> None:
         lr = _scale_lr(state, factor, min_lr)
         _say(f"Epoch {epoch}: {monitor} plateaued, LR reduced to {lr:.6g}")
         tracker.wait = 0  # best is kept; no cooldown (ggmlR's rule)
 
-    return _on_stall(monitor, patience, min_delta, mode, reduce)
+    return _on_stall(monitor, patience, min_delta, mode, reduce, fn)
