@@ -62,7 +62,7 @@ def ggml_rpc_probe(endpoint: str, timeout: float = 2.0) -> bool:
 
     Arguments:
         endpoint: ``"host:port"`` (port 1-65535; an IPv6 host may be bracketed), else GgmlValueError.
-        timeout: seconds to wait for the connection (default 2.0).
+        timeout: seconds to wait for the connection, a number in (0, 86400] (default 2.0).
 
     Value: a bool.
 
@@ -88,7 +88,7 @@ def ggml_backend_rpc_add_server(endpoint: str, timeout: float = 2.0) -> list[Dev
 
     Arguments:
         endpoint: ``"host:port"`` of a running ``ggml_backend_rpc_start_server``.
-        timeout: seconds to wait when probing the endpoint first (default 2.0).
+        timeout: seconds to wait when probing the endpoint first, in (0, 86400] (default 2.0).
 
     Value: the list of new Devices. Raises BackendUnavailableError when nothing answers there or
     this installation was built without RPC (``GGMLPY_BACKENDS=cpu,rpc``).

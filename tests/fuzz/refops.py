@@ -86,7 +86,7 @@ UNARY: dict[str, tuple[Callable, Callable, float]] = {
     "neg": (G.ggml_neg, lambda x: -x, 1e-6), "abs": (G.ggml_abs, np.abs, 1e-6), "sqr": (G.ggml_sqr, np.square, 1e-6),
     "sqrt": (G.ggml_sqrt, lambda x: np.sqrt(np.abs(x)) * np.where(x < 0, np.nan, 1), 1e-5),
     "exp": (G.ggml_exp, np.exp, 1e-5), "log": (G.ggml_log, lambda x: np.log(np.where(x < 0, np.nan, x)), 1e-5),
-    "relu": (G.ggml_relu, lambda x: np.maximum(x, 0), 1e-6),
+    "relu": (G.ggml_relu, lambda x: np.where(x > 0, x, 0.0), 1e-6),  # as ggml: NaN -> 0
     "sigmoid": (G.ggml_sigmoid, lambda x: 1 / (1 + np.exp(-x)), 1e-5), "tanh": (G.ggml_tanh, np.tanh, 1e-5),
     "gelu": (G.ggml_gelu, lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))), 2e-3),
     "silu": (G.ggml_silu, lambda x: x / (1 + np.exp(-x)), 1e-5), "sin": (G.ggml_sin, np.sin, 1e-5),
@@ -247,13 +247,14 @@ def _view(b: Builder, a: T, c: list[int], bad: bool) -> T:
         raise Wrong("(skip)")  # a view of a strided tensor views its memory, not its logical order
     flat = np.ascontiguousarray(x).reshape(-1)
     n = flat.size
+    esize = 2 if G.ggml_tensor_type(a.t) == G.GGML_TYPE_F16 else 4  # view offsets and strides are in bytes
     k = 1 + c[0] % 2
     if k == 1:
         ne0 = 1 + c[1] % n
         off = c[2] % (n - ne0 + 1)
         if bad:
             ne0, off = [(n + 1, 0), (ne0, n), (0, 0), (2 ** 62, 0)][c[3] % 4]
-        out = G.ggml_view_1d(b.ctx, a.t, ne0, off * 4)
+        out = G.ggml_view_1d(b.ctx, a.t, ne0, off * esize)
         return T(out, flat[off:off + ne0].reshape(1, 1, 1, -1), a.tol)
     ne0 = 1 + c[1] % max(1, min(n, 6))
     ne1 = 1 + c[2] % max(1, n // ne0)
@@ -263,9 +264,9 @@ def _view(b: Builder, a: T, c: list[int], bad: bool) -> T:
     off = c[4] % max(1, n - ((ne1 - 1) * nb1 + ne0) + 1)
     if bad:
         nb1 = [0, -4, 2 ** 62, 1.5][c[5] % 4]
-        out = G.ggml_view_2d(b.ctx, a.t, ne0, ne1, nb1, off * 4)
+        out = G.ggml_view_2d(b.ctx, a.t, ne0, ne1, nb1, off * esize)
         raise Wrong("a bad view was accepted")
-    out = G.ggml_view_2d(b.ctx, a.t, ne0, ne1, nb1 * 4, off * 4)
+    out = G.ggml_view_2d(b.ctx, a.t, ne0, ne1, nb1 * esize, off * esize)
     ref = np.lib.stride_tricks.as_strided(flat[off:], shape=(ne1, ne0), strides=(nb1 * 8, 8)).copy()
     return T(out, ref.reshape(1, 1, ne1, ne0), a.tol)
 
@@ -319,7 +320,11 @@ def _binary(b: Builder, op: str, a: T, c: list[int], bad: bool) -> T:
     if op == "repeat":
         ne = [n * (1 + c[i] % 2) for i, n in enumerate(reversed(shape))]
         if bad:
-            ne[c[4] % 4] += 1
+            dims = [i for i, n in enumerate(reversed(shape)) if n >= 2]
+            if not dims:
+                raise Wrong("(skip)")  # every size divides a 1: no bad target shape
+            k = dims[c[4] % len(dims)]
+            ne[k] = list(reversed(shape))[k] + 1  # not a multiple of a's size there
         o = b.leaf(ne)
         out = G.ggml_repeat(ctx, a.t, o.t)
         return T(out, _tile_to(x, tuple(reversed(ne))), a.tol)

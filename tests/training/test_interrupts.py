@@ -180,21 +180,33 @@ print("STEPS", list(hist["steps"]))
 
 
 def test_model_layer_generator_fit_refuses_endless_sources():
-    m = G.ggml_model_sequential()
-    m = G.ggml_layer_dense(m, 2, input_shape=(4,))
-    m = G.ggml_compile(m, optimizer="adam", loss="mse", backend="cpu")
-
-    def endless():
-        while True:
-            yield np.zeros((8, 4), np.float32), np.zeros((8, 2), np.float32)
-
-    with pytest.raises(G.GgmlValueError, match="steps_per_epoch"):
-        G.ggml_fit_generator(m, endless, epochs=1, verbose=0)
-    with pytest.raises(G.GgmlValueError, match="validation_steps"):
-        G.ggml_fit_generator(m, endless, steps_per_epoch=2, validation_data=endless, epochs=1, verbose=0)
-    hist = G.ggml_fit_generator(m, endless, steps_per_epoch=2, validation_data=endless, validation_steps=1,
-                                epochs=2, verbose=0)
-    assert len(hist) == 2
+    """In a subprocess: without the check the fit would never return."""
+    body = """
+m = G.ggml_model_sequential()
+m = G.ggml_layer_dense(m, 2, input_shape=(4,))
+m = G.ggml_compile(m, optimizer="adam", loss="mse", backend="cpu")
+def endless():
+    while True:
+        yield np.zeros((8, 4), np.float32), np.zeros((8, 2), np.float32)
+for kwargs in ({}, {"steps_per_epoch": 2, "validation_data": endless}):
+    try:
+        G.ggml_fit_generator(m, endless, epochs=1, verbose=0, **kwargs)
+        print("RAN")
+    except G.GgmlValueError as e:
+        print("REFUSED", e)
+hist = G.ggml_fit_generator(m, endless, steps_per_epoch=2, validation_data=endless, validation_steps=1, epochs=2,
+                            verbose=0)
+print("ROWS", len(hist))
+"""
+    proc = _spawn(body)
+    try:
+        out, _ = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("an endless source without steps_per_epoch ran forever")
+    assert proc.returncode == 0, out
+    assert out.count("REFUSED") == 2 and "pass steps_per_epoch=" in out and "pass validation_steps=" in out, out
+    assert "ROWS 2" in out, out
 
 
 def test_finite_sources_are_not_taken_for_endless():
