@@ -134,6 +134,18 @@ def contiguous(fn: str, t: Tensor, what: str = "a") -> None:
         fail(fn, f"{what} must be contiguous (apply ggml_cont first), got a strided view")
 
 
+def padded_1d(fn: str, t: Tensor, what: str = "a") -> None:
+    """ggml's ggml_is_padded_1d, which some op constructors assert (ggml_scale): contiguous elements and
+    ne[1]-rows stacked without gaps. Stricter than ggml_is_contiguous, which skips dimensions of size 1 (a
+    transposed [1, n] tensor is contiguous but not padded-1d)."""
+    p = t.ptr
+    ok = int(p.nb[0]) == int(lib.ggml_type_size(p.type)) and int(p.nb[2]) == int(p.nb[1]) * int(p.ne[1]) \
+        and int(p.nb[3]) == int(p.nb[2]) * int(p.ne[2])
+    if not ok:
+        fail(fn, f"{what} must be laid out contiguously (apply ggml_cont first), got a view with strides "
+                 f"{[int(p.nb[i]) for i in range(4)]} for shape {[int(p.ne[i]) for i in range(4)]}")
+
+
 def rows_contiguous(fn: str, t: Tensor, what: str = "a") -> None:
     p = t.ptr
     if int(p.nb[0]) != int(lib.ggml_type_size(p.type)):

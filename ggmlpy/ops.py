@@ -256,6 +256,7 @@ def ggml_scale(ctx: Context, a: Tensor, s: float) -> Tensor:
     a = _t("ggml_scale", a)
     chk.types("ggml_scale", a, {GGML_TYPE_F32})  # the CPU kernel is F32-only and needs contiguous data
     chk.contiguous("ggml_scale", a)
+    chk.padded_1d("ggml_scale", a)  # ggml asserts it (a transposed [1, n] tensor is contiguous but not padded)
     return _op("ggml_scale", ctx, lib.ggml_scale, (a,), a.shape, (chk.float_arg("ggml_scale", "s", s, finite=True),), a.type)
 
 
@@ -1133,5 +1134,6 @@ def ggml_scale_bias(ctx: Context, a: Tensor, s: float, b: float) -> Tensor:
     a = _t("ggml_scale_bias", a)
     chk.types("ggml_scale_bias", a, {GGML_TYPE_F32})
     chk.contiguous("ggml_scale_bias", a)
+    chk.padded_1d("ggml_scale_bias", a)  # ggml asserts it (a transposed [1, n] tensor is contiguous but not padded)
     return _op("ggml_scale_bias", ctx, lib.ggml_scale_bias, (a,), a.shape,
                (chk.float_arg("ggml_scale_bias", "s", s, finite=True), chk.float_arg("ggml_scale_bias", "b", b, finite=True)), a.type)

@@ -252,3 +252,22 @@ def test_pool_2d_output_size_follows_ggml_exactly():
     rc, out, err = run_in_subprocess(code)
     assert rc == 0, f"rc={rc}: {err[-1500:]}"
     assert "REFUSED ggml_pool_2d: the pooled size would be 1x0" in out and "SHAPE (1, 1, 6, 5)" in out, out
+
+
+def test_scale_of_a_transposed_row_is_refused():
+    """A transposed [1, n] tensor passes ggml_is_contiguous (size-1 dimensions are skipped) but not the
+    GGML_ASSERT(ggml_is_padded_1d(a)) of ggml_scale, which aborted. Found by the fuzz suite (family ops)."""
+    code = textwrap.dedent("""
+        import ggmlpy as G
+        ctx = G.ggml_init(1 << 20, no_alloc=True)
+        t = G.ggml_transpose(ctx, G.ggml_new_tensor_4d(ctx, G.GGML_TYPE_F32, 1, 2, 5, 5))
+        for call in (lambda: G.ggml_scale(ctx, t, 2.0), lambda: G.ggml_scale_bias(ctx, t, 2.0, 1.0)):
+            try:
+                call()
+            except G.GgmlValueError as e:
+                print("REFUSED", e)
+        print("CONT", G.ggml_tensor_shape(G.ggml_scale(ctx, G.ggml_cont(ctx, t), 2.0)))
+    """)
+    rc, out, err = run_in_subprocess(code)
+    assert rc == 0, f"rc={rc}: {err[-1500:]}"
+    assert out.count("REFUSED") == 2 and "ggml_cont" in out and "CONT (2, 1, 5, 5)" in out, out

@@ -292,9 +292,10 @@ def run_tensor(case: dict) -> None:
         k = int(how[0])
         t = getattr(G, f"ggml_new_tensor_{how}")(ctx, t_type, *ne[:k])
     shape = G.ggml_tensor_shape(t)
-    want = [int(v) for v in ne] + [1] * (4 - len(ne))
+    used = ne[:V(case["n_dims"])] if how == "nd" else ne[:int(how[0])]
+    want = [int(v) for v in used] + [1] * (4 - len(used))
     n = G.ggml_n_dims(t)
-    if case["how"] != "nd" and list(shape) != want[:4]:
+    if list(shape) != want[:4]:
         raise Wrong(f"shape {shape}, asked for {ne}")
     nel = math.prod(shape)
     if G.ggml_nelements(t) != nel:
