@@ -148,7 +148,8 @@ def step(b: Builder, op: str, choices: list[int], bad: bool) -> T | None:
         hi = (c[1] % 4) / 2
         # ggml_clamp works in place (its result views a): clamp a copy, or a's own reference would change
         out = G.ggml_clamp(ctx, G.ggml_cont(ctx, a.t), lo, hi)
-        return T(out, np.clip(x, lo, hi), a.tol + 1e-6)
+        # ggml's MAX(MIN(x, max), min) turns NaN into max (numpy's clip keeps NaN)
+        return T(out, np.where(np.isnan(x), hi, np.clip(x, lo, hi)), a.tol + 1e-6)
     if op in ("norm", "rms_norm"):
         eps = _param_value(c[0], bad, lambda k: 10.0 ** -(1 + k % 6), BAD_FLOATS + [-1.0])
         out = (G.ggml_norm if op == "norm" else G.ggml_rms_norm)(ctx, a.t, eps)  # first: a bad eps is refused
