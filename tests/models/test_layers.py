@@ -694,13 +694,13 @@ def check_backend(c: Case, backend: str) -> None:
         assert_close(got[name], want[name], rtol, atol, what=f"{c.name} on {backend}: gradient of {name}")
 
 
-def run_vulkan_checks() -> dict:
+def run_vulkan_checks(cases: list[Case] | None = None) -> dict:
     """Every Vulkan case, for the subprocess: {case: None (passed) or the error}, or {"__skip__": why}."""
     mode, why = _vulkan_mode()
     if mode != "in-process":
         return {"__skip__": why or f"no Vulkan device even with {VK_ENV}={os.environ.get(VK_ENV)!r}"}
     out = {}
-    for c in VULKAN_CASES:
+    for c in cases or VULKAN_CASES:
         try:
             check_backend(c, "vulkan")
             out[c.name] = None
@@ -711,8 +711,13 @@ def run_vulkan_checks() -> dict:
 
 @pytest.fixture(scope="module")
 def vulkan_subprocess_results() -> dict:
+    return vulkan_checks_in_subprocess("tests.models.test_layers")
+
+
+def vulkan_checks_in_subprocess(module: str) -> dict:
+    """``module.run_vulkan_checks()`` in a fresh interpreter started with GGML_VK_VISIBLE_DEVICES=0."""
     import json
-    code = ("import json\nfrom tests.models.test_layers import run_vulkan_checks\n"
+    code = (f"import json\nfrom {module} import run_vulkan_checks\n"
             "print('RESULTS' + json.dumps(run_vulkan_checks()))")
     rc, out, err = run_isolated(code, env=dict(os.environ, **{VK_ENV: "0"}), timeout=900)
     line = next((l for l in out.splitlines() if l.startswith("RESULTS")), None)

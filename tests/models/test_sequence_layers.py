@@ -6,8 +6,6 @@ The machinery (cases, gradient check, Vulkan subprocess) is test_layers.py's.
 """
 from __future__ import annotations
 
-import json
-import os
 
 import numpy as np
 import pytest
@@ -16,8 +14,8 @@ import ggmlpy as g
 from ggmlpy.models.compile import build_training_graph
 
 from . import reference as R
-from .test_layers import (VK_ENV, Case, _vulkan_mode, assert_close, check_backend, check_gradient, make_case,
-                          normal, run_isolated, sequential)
+from .test_layers import Case, _vulkan_mode, assert_close, check_backend, check_gradient, make_case, normal, sequential
+from .test_layers import run_vulkan_checks as run_layer_vulkan_checks, vulkan_checks_in_subprocess
 
 CASES: list[Case] = []
 
@@ -204,28 +202,12 @@ VULKAN_CASES = [BY_NAME[n] for n in ("lstm_sequences", "gru", "gru_then_gru", "l
 
 
 def run_vulkan_checks() -> dict:
-    mode, why = _vulkan_mode()
-    if mode != "in-process":
-        return {"__skip__": why or f"no Vulkan device even with {VK_ENV}={os.environ.get(VK_ENV)!r}"}
-    out = {}
-    for c in VULKAN_CASES:
-        try:
-            check_backend(c, "vulkan")
-            out[c.name] = None
-        except Exception as exc:  # noqa: BLE001 - reported by the test of that case
-            out[c.name] = f"{type(exc).__name__}: {exc}"
-    return out
+    return run_layer_vulkan_checks(VULKAN_CASES)
 
 
 @pytest.fixture(scope="module")
 def vulkan_results() -> dict:
-    code = ("import json\nfrom tests.models.test_sequence_layers import run_vulkan_checks\n"
-            "print('RESULTS' + json.dumps(run_vulkan_checks()))")
-    rc, out, err = run_isolated(code, env=dict(os.environ, **{VK_ENV: "0"}), timeout=900)
-    line = next((l for l in out.splitlines() if l.startswith("RESULTS")), None)
-    if rc != 0 or line is None:
-        return {"__crash__": f"rc={rc}\n{(out + err)[-3000:]}"}
-    return json.loads(line[len("RESULTS"):])
+    return vulkan_checks_in_subprocess("tests.models.test_sequence_layers")
 
 
 @pytest.mark.parametrize("c", VULKAN_CASES, ids=[c.name for c in VULKAN_CASES])
