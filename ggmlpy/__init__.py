@@ -6,7 +6,8 @@ concern; this file only re-exports their public ``ggml_*`` / ``GGML_*`` names.
 """
 from __future__ import annotations
 
-from . import alloc, backend, context, data, dataset, gguf, losses, ops, opt, opt_fit, opt_result, opt_state, rpc, \
+from . import alloc, backend, backend_async, backend_registry, context, data, dataset, gguf, gguf_reader, info, losses, \
+    ops, ops_activation, ops_conv, ops_inplace, ops_sort, ops_transformer, opt, opt_fit, opt_result, opt_state, rpc, \
     sched, weights
 from .training import callbacks as _callbacks, fit as _fit, plot as _plot
 from . import models
@@ -21,7 +22,8 @@ __docformat__ = "google"  # for pdoc (docs/README.md): "Arguments:" sections ren
 GGML_VERSION = BUILD_INFO.get("ggml_version", "unknown")
 
 # the model layer first: its ggml_conv_2d/ggml_conv_1d also accept the ops' (ctx, ...) call
-_MODULES = [*models.MODULES, alloc, backend, context, data, dataset, gguf, losses, ops, opt, opt_fit, opt_result,
+_MODULES = [*models.MODULES, alloc, backend, backend_async, backend_registry, context, data, dataset, gguf, gguf_reader,
+            info, losses, ops, ops_activation, ops_conv, ops_inplace, ops_sort, ops_transformer, opt, opt_fit, opt_result,
             opt_state, rpc, sched, weights, _callbacks, _fit, _plot]
 __all__ = ["GgmlpyError", "GgmlpyWarning", "GgmlStateError", "GgmlInUseError", "GgmlTypeError", "GgmlValueError",
            "BackendUnavailableError", "GgufFileError", "GgufFileNotFoundError", "GgufKeyError", "GGML_VERSION"]

@@ -6,6 +6,8 @@ typedef struct ggml_backend_reg * ggml_backend_reg_t;
 typedef struct ggml_backend_device * ggml_backend_dev_t;
 typedef struct ggml_backend_sched * ggml_backend_sched_t;
 typedef struct ggml_gallocr * ggml_gallocr_t;
+typedef struct ggml_backend_event * ggml_backend_event_t;
+typedef void * ggml_backend_graph_plan_t;
 
 enum ggml_backend_buffer_usage { GGML_BACKEND_BUFFER_USAGE_ANY, GGML_BACKEND_BUFFER_USAGE_WEIGHTS,
                                  GGML_BACKEND_BUFFER_USAGE_COMPUTE, ... };
@@ -36,12 +38,14 @@ void ggml_backend_tensor_set(struct ggml_tensor * tensor, const void * data, siz
 void ggml_backend_tensor_get(const struct ggml_tensor * tensor, void * data, size_t offset, size_t size);
 void ggml_backend_tensor_memset(struct ggml_tensor * tensor, uint8_t value, size_t offset, size_t size);
 
+struct ggml_backend_dev_caps { bool async; bool host_buffer; bool buffer_from_host_ptr; bool events; ...; };
 struct ggml_backend_dev_props {
     const char * name;
     const char * description;
     size_t memory_free;
     size_t memory_total;
     enum ggml_backend_dev_type type;
+    struct ggml_backend_dev_caps caps;
     ...;
 };
 const char * ggml_backend_dev_name(ggml_backend_dev_t device);
@@ -94,3 +98,28 @@ bool ggml_gallocr_alloc_graph(ggml_gallocr_t galloc, struct ggml_cgraph * graph)
 size_t ggml_gallocr_get_buffer_size(ggml_gallocr_t galloc, int buffer_id);
 ggml_backend_buffer_t ggml_backend_alloc_ctx_tensors_from_buft(struct ggml_context * ctx, ggml_backend_buffer_type_t buft);
 ggml_backend_buffer_t ggml_backend_alloc_ctx_tensors(struct ggml_context * ctx, ggml_backend_t backend);
+
+/* ggmlR parity (issue 11): buffers, devices, the registry, events, async and plans */
+enum ggml_backend_buffer_usage ggml_backend_buffer_get_usage(ggml_backend_buffer_t buffer);
+void ggml_backend_buffer_reset(ggml_backend_buffer_t buffer);
+size_t ggml_backend_buffer_get_alignment(ggml_backend_buffer_t buffer);
+size_t ggml_backend_buffer_get_max_size(ggml_backend_buffer_t buffer);
+bool ggml_backend_dev_supports_buft(ggml_backend_dev_t device, ggml_backend_buffer_type_t buft);
+bool ggml_backend_dev_offload_op(ggml_backend_dev_t device, const struct ggml_tensor * op);
+ggml_backend_buffer_type_t ggml_backend_dev_host_buffer_type(ggml_backend_dev_t device);
+void ggml_backend_load_all(void);
+void ggml_backend_unload(ggml_backend_reg_t reg);
+ggml_backend_event_t ggml_backend_event_new(ggml_backend_dev_t device);
+void ggml_backend_event_free(ggml_backend_event_t event);
+void ggml_backend_event_record(ggml_backend_event_t event, ggml_backend_t backend);
+void ggml_backend_event_synchronize(ggml_backend_event_t event);
+void ggml_backend_event_wait(ggml_backend_t backend, ggml_backend_event_t event);
+enum ggml_status ggml_backend_graph_compute_async(ggml_backend_t backend, struct ggml_cgraph * cgraph);
+ggml_backend_graph_plan_t ggml_backend_graph_plan_create(ggml_backend_t backend, struct ggml_cgraph * cgraph);
+void ggml_backend_graph_plan_free(ggml_backend_t backend, ggml_backend_graph_plan_t plan);
+enum ggml_status ggml_backend_graph_plan_compute(ggml_backend_t backend, ggml_backend_graph_plan_t plan);
+void ggml_backend_tensor_copy(const struct ggml_tensor * src, struct ggml_tensor * dst);
+void ggml_backend_tensor_copy_async(ggml_backend_t backend_src, ggml_backend_t backend_dst, const struct ggml_tensor * src, struct ggml_tensor * dst);
+void ggml_backend_tensor_get_async(ggml_backend_t backend, const struct ggml_tensor * tensor, void * data, size_t offset, size_t size);
+void ggml_backend_tensor_set_async(ggml_backend_t backend, struct ggml_tensor * tensor, const void * data, size_t offset, size_t size);
+enum ggml_status ggml_backend_sched_graph_compute_async(ggml_backend_sched_t sched, struct ggml_cgraph * graph);

@@ -1,0 +1,2 @@
+"""ggml's backend registry, device properties and buffer queries."""
+from __future__ import annotations

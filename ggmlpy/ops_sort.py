@@ -1,0 +1,2 @@
+"""Sorting and ranges: argsort, top_k, arange."""
+from __future__ import annotations
