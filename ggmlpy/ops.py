@@ -72,15 +72,21 @@ def _binary_doc(name: str) -> str:
     """
 
 
+def _check_binary(fn: str, a: Any, b: Any) -> tuple[Tensor, Tensor, tuple]:
+    """The operands of an element-wise binary op (also its in-place form, ops_inplace): (a, b, result shape)."""
+    a, b = _t(fn, a), _t(fn, b, "b")
+    chk.floating(fn, ("a", a), ("b", b))
+    if b.type not in (a.type, GGML_TYPE_F32):  # the CPU kernels: same types, or an F32 b
+        chk.fail(fn, f"b must be {chk.type_name(a.type)} or F32 when a is {chk.type_name(a.type)}, got "
+                     f"{chk.type_name(b.type)}", chk.GgmlTypeError)
+    chk.rows_contiguous(fn, a)
+    return a, b, chk.broadcast_into(fn, a, b)
+
+
 def _binary(name: str, c_fn: Callable) -> Callable:
     def op(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
-        a, b = _t(name, a), _t(name, b, "b")
-        chk.floating(name, ("a", a), ("b", b))
-        if b.type not in (a.type, GGML_TYPE_F32):  # the CPU kernels: same types, or an F32 b
-            chk.fail(name, f"b must be {chk.type_name(a.type)} or F32 when a is {chk.type_name(a.type)}, got "
-                           f"{chk.type_name(b.type)}", chk.GgmlTypeError)
-        chk.rows_contiguous(name, a)
-        return _op(name, ctx, c_fn, (a, b), chk.broadcast_into(name, a, b), out_type=a.type)
+        a, b, shape = _check_binary(name, a, b)
+        return _op(name, ctx, c_fn, (a, b), shape, out_type=a.type)
     op.__name__ = op.__qualname__ = name
     op.__doc__ = _binary_doc(name)
     return op
@@ -154,12 +160,25 @@ def _unary_doc(name: str, needs_contiguous_rows: bool, types: set) -> str:
     """
 
 
-def _unary(name: str, c_fn: Callable, needs_contiguous_rows: bool = True, types=FLOAT_TYPES) -> Callable:
-    def op(ctx: Context, a: Tensor) -> Tensor:
-        a = _t(name, a)
-        chk.types(name, a, types)
+# name -> check(fn, a) -> a: what each element-wise unary op accepts (shared with its in-place form, ops_inplace)
+_UNARY_CHECKS: dict[str, Callable[[str, Any], Tensor]] = {}
+
+
+def _unary_check(needs_contiguous_rows: bool, types) -> Callable[[str, Any], Tensor]:
+    def check(fn: str, a: Any) -> Tensor:
+        a = _t(fn, a)
+        chk.types(fn, a, types)
         if needs_contiguous_rows:
-            chk.rows_contiguous(name, a)
+            chk.rows_contiguous(fn, a)
+        return a
+    return check
+
+
+def _unary(name: str, c_fn: Callable, needs_contiguous_rows: bool = True, types=FLOAT_TYPES) -> Callable:
+    check = _UNARY_CHECKS[name] = _unary_check(needs_contiguous_rows, types)
+
+    def op(ctx: Context, a: Tensor) -> Tensor:
+        a = check(name, a)
         return _op(name, ctx, c_fn, (a,), a.shape, out_type=a.type)
     op.__name__ = op.__qualname__ = name
     op.__doc__ = _unary_doc(name, needs_contiguous_rows, types)
@@ -205,10 +224,15 @@ def ggml_soft_max(ctx: Context, a: Tensor) -> Tensor:
     Example:
         >>> probs = ggml_soft_max(ctx, logits)      # logits [n_classes, batch]
     """
-    a = _t("ggml_soft_max", a)
-    chk.types("ggml_soft_max", a, {GGML_TYPE_F32})
-    chk.contiguous("ggml_soft_max", a)
+    a = _check_soft_max("ggml_soft_max", a)
     return _op("ggml_soft_max", ctx, lib.ggml_soft_max, (a,), a.shape)
+
+
+def _check_soft_max(fn: str, a: Any) -> Tensor:
+    a = _t(fn, a)
+    chk.types(fn, a, {GGML_TYPE_F32})
+    chk.contiguous(fn, a)
+    return a
 
 
 def ggml_leaky_relu(ctx: Context, a: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
@@ -253,11 +277,16 @@ def ggml_scale(ctx: Context, a: Tensor, s: float) -> Tensor:
     Example:
         >>> half = ggml_scale(ctx, x, 0.5)
     """
-    a = _t("ggml_scale", a)
-    chk.types("ggml_scale", a, {GGML_TYPE_F32})  # the CPU kernel is F32-only and needs contiguous data
-    chk.contiguous("ggml_scale", a)
-    chk.padded_1d("ggml_scale", a)  # ggml asserts it (a transposed [1, n] tensor is contiguous but not padded)
-    return _op("ggml_scale", ctx, lib.ggml_scale, (a,), a.shape, (chk.float_arg("ggml_scale", "s", s, finite=True),), a.type)
+    a, s = _check_scale("ggml_scale", a, s)
+    return _op("ggml_scale", ctx, lib.ggml_scale, (a,), a.shape, (s,), a.type)
+
+
+def _check_scale(fn: str, a: Any, s: Any) -> tuple[Tensor, float]:
+    a = _t(fn, a)
+    chk.types(fn, a, {GGML_TYPE_F32})  # the CPU kernel is F32-only and needs contiguous data
+    chk.contiguous(fn, a)
+    chk.padded_1d(fn, a)  # ggml asserts it (a transposed [1, n] tensor is contiguous but not padded)
+    return a, chk.float_arg(fn, "s", s, finite=True)
 
 
 def ggml_clamp(ctx: Context, a: Tensor, min: float, max: float) -> Tensor:  # noqa: A002 - ggml's names
@@ -302,9 +331,14 @@ def ggml_norm(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
     Example:
         >>> y = ggml_add(ctx, ggml_mul(ctx, ggml_norm(ctx, x, 1e-5), gamma), beta)   # layer norm
     """
-    a = _t("ggml_norm", a)
-    chk.types("ggml_norm", a, {GGML_TYPE_F32})
-    return _op("ggml_norm", ctx, lib.ggml_norm, (a,), a.shape, (chk.eps_arg("ggml_norm", "eps", eps),))
+    a, eps = _check_norm("ggml_norm", a, eps)
+    return _op("ggml_norm", ctx, lib.ggml_norm, (a,), a.shape, (eps,))
+
+
+def _check_norm(fn: str, a: Any, eps: Any) -> tuple[Tensor, float]:
+    a = _t(fn, a)
+    chk.types(fn, a, {GGML_TYPE_F32})
+    return a, chk.eps_arg(fn, "eps", eps)
 
 
 def ggml_rms_norm(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
@@ -322,10 +356,15 @@ def ggml_rms_norm(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
     Example:
         >>> y = ggml_mul(ctx, ggml_rms_norm(ctx, x), weight)
     """
-    a = _t("ggml_rms_norm", a)
-    chk.types("ggml_rms_norm", a, {GGML_TYPE_F32})
-    chk.rows_contiguous("ggml_rms_norm", a)
-    return _op("ggml_rms_norm", ctx, lib.ggml_rms_norm, (a,), a.shape, (chk.eps_arg("ggml_rms_norm", "eps", eps),))
+    a, eps = _check_rms_norm("ggml_rms_norm", a, eps)
+    return _op("ggml_rms_norm", ctx, lib.ggml_rms_norm, (a,), a.shape, (eps,))
+
+
+def _check_rms_norm(fn: str, a: Any, eps: Any) -> tuple[Tensor, float]:
+    a = _t(fn, a)
+    chk.types(fn, a, {GGML_TYPE_F32})
+    chk.rows_contiguous(fn, a)
+    return a, chk.eps_arg(fn, "eps", eps)
 
 
 def ggml_soft_max_ext(ctx: Context, a: Tensor, mask: Tensor | None = None, scale: float = 1.0,
@@ -349,7 +388,11 @@ def ggml_soft_max_ext(ctx: Context, a: Tensor, mask: Tensor | None = None, scale
     Example:
         >>> attn = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, k, q), kq_mask, 1 / d_head ** 0.5)
     """
-    fn = "ggml_soft_max_ext"
+    a, mask, scale, max_bias = _check_soft_max_ext("ggml_soft_max_ext", a, mask, scale, max_bias)
+    return _op("ggml_soft_max_ext", ctx, lib.ggml_soft_max_ext, (a, mask), a.shape, (scale, max_bias))
+
+
+def _check_soft_max_ext(fn: str, a: Any, mask: Any, scale: Any, max_bias: Any) -> tuple:
     a = _t(fn, a)
     chk.types(fn, a, {GGML_TYPE_F32})
     chk.contiguous(fn, a)
@@ -367,7 +410,7 @@ def ggml_soft_max_ext(ctx: Context, a: Tensor, mask: Tensor | None = None, scale
                          f"ne[2], ne[3] dividing a's {a.shape[2]}, {a.shape[3]}")
     elif max_bias > 0:
         chk.fail(fn, f"max_bias > 0 (ALiBi) needs a mask, got max_bias={max_bias} and no mask")
-    return _op(fn, ctx, lib.ggml_soft_max_ext, (a, mask), a.shape, (scale, max_bias))
+    return a, mask, scale, max_bias
 
 
 def ggml_diag_mask_inf(ctx: Context, a: Tensor, n_past: int) -> Tensor:
@@ -388,11 +431,15 @@ def ggml_diag_mask_inf(ctx: Context, a: Tensor, n_past: int) -> Tensor:
     Example:
         >>> w = ggml_soft_max(ctx, ggml_diag_mask_inf(ctx, scores, 0))
     """
-    a = _t("ggml_diag_mask_inf", a)
-    chk.types("ggml_diag_mask_inf", a, {GGML_TYPE_F32})
-    chk.contiguous("ggml_diag_mask_inf", a)
-    return _op("ggml_diag_mask_inf", ctx, lib.ggml_diag_mask_inf, (a,), a.shape,
-               (chk.c_int_arg("ggml_diag_mask_inf", "n_past", n_past, 0),), a.type)
+    a, n_past = _check_diag_mask_inf("ggml_diag_mask_inf", a, n_past)
+    return _op("ggml_diag_mask_inf", ctx, lib.ggml_diag_mask_inf, (a,), a.shape, (n_past,), a.type)
+
+
+def _check_diag_mask_inf(fn: str, a: Any, n_past: Any) -> tuple[Tensor, int]:
+    a = _t(fn, a)
+    chk.types(fn, a, {GGML_TYPE_F32})
+    chk.contiguous(fn, a)
+    return a, chk.c_int_arg(fn, "n_past", n_past, 0)
 
 
 # ---------------------------------------------------------------- reductions, broadcast
