@@ -678,6 +678,10 @@ def cmake_options(backends: list[str], cuda_arch: str | None) -> list[str]:
         "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON", "-DGGML_BACKEND_DL=ON",
         "-DGGML_NATIVE=OFF", "-DGGML_BUILD_TESTS=OFF", "-DGGML_BUILD_EXAMPLES=OFF",
         "-DGGML_CCACHE=OFF",
+        # llamafile's tinyBLAS kernels for F32/F16 matrix products (llama.cpp builds them, ggml's own
+        # CMake leaves them off): the products the BLAS backend does not take (sides < 32, batched
+        # attention products) run on them instead of one vec_dot per output element.
+        "-DGGML_LLAMAFILE=ON",
         # Every library finds its siblings in its own folder (ggmlpy/lib/).
         "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON", "-DCMAKE_INSTALL_RPATH=$ORIGIN",
     ]

@@ -3,7 +3,7 @@
 For each model, alternating runs in one process, each from the same starting weights:
   A = hand-built: the graph written with the low-level API (``bench_backends.build_mlp``; for the CNN
       ``build_cnn_f32`` below, bench_backends' ``build_cnn`` with the float32 im2col the model layer
-      uses, or ``build_cnn`` itself with ``--cnn-conv ggml``), trained with ``ggml_fit_opt_gen`` from a
+      uses, or ``build_cnn_f16`` with ``--cnn-conv ggml``), trained with ``ggml_fit_opt_gen`` from a
       generator function yielding the batches of the data set in order (views, no copy), ``silent=True``;
   B = model layer: the same architecture from ``ggml_model_sequential`` + ``ggml_layer_*``,
       ``ggml_compile(optimizer="adamw", loss="categorical_crossentropy", backend="cpu")``, trained
@@ -40,24 +40,13 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ggmlpy as G  # noqa: E402
-from bench_backends import N_CLASSES, build_cnn, build_mlp, make_data  # noqa: E402  the hand-built models
+from bench_backends import N_CLASSES, build_cnn_f16, build_mlp, conv_2d_f32, make_data  # noqa: E402  the hand-built models
 from bench_fit import loadavg  # noqa: E402
 
 TARGET = 0.95
 
 
 # ---------------------------------------------------------------- the hand-built CNN the model layer computes
-
-def _conv_f32(ctx, k, x):
-    """3x3 'same' convolution with a float32 im2col (ggml_conv_2d's im2col is float16): [W, H, C, N] ->
-    [W, H, filters, N]."""
-    kw, kh, cin, cout = k.shape
-    cols = G.ggml_im2col(ctx, k, x, 1, 1, 1, 1, 1, 1, True, G.GGML_TYPE_F32)   # [Cin*KH*KW, OW, OH, N]
-    kk, ow, oh, n = cols.shape
-    y = G.ggml_mul_mat(ctx, G.ggml_reshape_2d(ctx, cols, kk, ow * oh * n),
-                       G.ggml_reshape_2d(ctx, k, kw * kh * cin, cout))                # [OW*OH*N, Cout]
-    return G.ggml_cont(ctx, G.ggml_permute(ctx, G.ggml_reshape_4d(ctx, y, ow, oh, n, cout), 0, 1, 3, 2))
-
 
 def build_cnn_f32(ctx, batch):
     """bench_backends' CNN as the model layer computes it: float32 im2col, and each conv/pool result passed
@@ -72,9 +61,9 @@ def build_cnn_f32(ctx, batch):
 
     def safe(t):
         return G.ggml_reshape(ctx, t, t)
-    h = safe(G.ggml_relu(ctx, G.ggml_add(ctx, _conv_f32(ctx, k1, x), c1)))
+    h = safe(G.ggml_relu(ctx, G.ggml_add(ctx, conv_2d_f32(ctx, k1, x, 1), c1)))
     h = safe(G.ggml_pool_2d(ctx, h, G.GGML_OP_POOL_MAX, 2, 2, 2, 2, 0, 0))
-    h = safe(G.ggml_relu(ctx, G.ggml_add(ctx, _conv_f32(ctx, k2, h), c2)))
+    h = safe(G.ggml_relu(ctx, G.ggml_add(ctx, conv_2d_f32(ctx, k2, h, 1), c2)))
     h = safe(G.ggml_pool_2d(ctx, h, G.GGML_OP_POOL_MAX, 2, 2, 2, 2, 0, 0))
     flat = G.ggml_reshape_2d(ctx, G.ggml_cont(ctx, G.ggml_permute(ctx, h, 1, 2, 0, 3)), 7 * 7 * 16, batch)
     return x, G.ggml_mul_mat(ctx, w, flat), [k1, c1, k2, c2, w]
@@ -261,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=8, help="alternating pairs per model (default 8)")
     ap.add_argument("--cnn-conv", choices=("f32", "ggml"), default="f32",
                     help="hand-built CNN convolutions: f32 = float32 im2col, the model layer's graph (default); "
-                         "ggml = ggml_conv_2d (float16 im2col) as in bench_backends")
+                         "ggml = ggml_conv_2d (float16 im2col): bench_backends' cnn-f16")
     ap.add_argument("--threads", type=int, default=2, help="ggml CPU threads (default 2)")
     ap.add_argument("--quick", action="store_true", help="tiny settings for a CI smoke test")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
@@ -273,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.reps = 2
     if args.cnn_conv == "ggml":
-        MODELS["cnn"]["build"] = build_cnn
+        MODELS["cnn"]["build"] = build_cnn_f16
 
     G.ggml_set_n_threads(args.threads)
     backend = G.ggml_backend_cpu_init()

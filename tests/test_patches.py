@@ -232,3 +232,160 @@ def test_0009_gradients_of_many_views_of_one_tensor_accumulate_in_place():
                                   2 * coef)
     for obj in (sched, ctx_ops, buf, ctx, backend):
         obj.free()
+
+
+# ---------------------------------------------------------------- 0010: OpenBLAS threads for OUT_PROD
+
+def _openblas():
+    import ctypes
+    try:
+        return ctypes.CDLL("libopenblas.so.0")  # the instance ggml-blas loaded (same soname, one copy)
+    except OSError:
+        return None
+
+
+def test_0010_blas_out_prod_runs_with_the_backends_thread_count():
+    """OUT_PROD on ggml's BLAS backend used OpenBLAS's own thread count (all cores): a one-thread backend
+    still woke OpenBLAS's worker, which spun and took a core from ggml's pool."""
+    if not any(d.name == "BLAS" for d in G.ggml_backend_devices()):
+        pytest.skip("this build has no BLAS backend (GGMLPY_BACKENDS without blas, or OpenBLAS missing)")
+    from ggmlpy.backend import set_backend_threads
+    openblas = _openblas()
+    if openblas is None:
+        pytest.skip("libopenblas.so.0 cannot be loaded by name here, so its thread count cannot be read")
+    blas = G.ggml_backend_dev_init(next(d for d in G.ggml_backend_devices() if d.name == "BLAS"))
+    cpu = G.ggml_backend_cpu_init()
+    set_backend_threads(blas, 1)  # what ggmlpy gives a BLAS backend (blas_backend_init)
+    ctx = G.ggml_init(16 * G.ggml_tensor_overhead() + G.ggml_graph_overhead(), no_alloc=True)
+    a = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 64, 48)
+    b = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 40, 48)
+    out = G.ggml_out_prod(ctx, a, b)  # [64, 40]: taken by the BLAS backend (2-D, F32, sides >= 32)
+    graph = G.ggml_new_graph(ctx)
+    G.ggml_build_forward_expand(graph, out)
+    sched = G.ggml_backend_sched_new([blas, cpu], parallel=False)
+    G.ggml_backend_sched_alloc_graph(sched, graph)
+    rng = np.random.default_rng(0)
+    av, bv = rng.normal(size=(48, 64)).astype(np.float32), rng.normal(size=(48, 40)).astype(np.float32)
+    G.ggml_backend_tensor_set_data(a, av)
+    G.ggml_backend_tensor_set_data(b, bv)
+    openblas.openblas_set_num_threads(2)
+    G.ggml_backend_sched_graph_compute(sched, graph)
+    assert openblas.openblas_get_num_threads() == 1
+    np.testing.assert_allclose(G.ggml_backend_tensor_get_data(out).reshape(40, 64), bv.T @ av, rtol=1e-5, atol=1e-4)
+    for obj in (sched, ctx, cpu, blas):
+        obj.free()
+
+
+@pytest.mark.parametrize("shape, taken", [
+    ((9, 7840, 8), True),     # a 3x3 single-channel convolution's product: thin, but 0.56 M multiply-adds
+    ((500, 10, 500), True),   # a classifier's last layer (10 outputs)
+    ((64, 64, 64), True),     # one attention head's scores
+    ((16, 16, 16), False),    # small products stay on ggml's CPU kernels, where a call costs less
+    ((31, 31, 31), False),
+])
+def test_0010_blas_takes_f32_products_large_as_a_whole(shape, taken):
+    """k x m times k x n (ggml: src0 [k, m], src1 [k, n]): the BLAS device takes it iff k*m*n >= 32^3."""
+    from ggmlpy._ffi import lib
+    dev = next((d for d in G.ggml_backend_devices() if d.name == "BLAS"), None)
+    if dev is None:
+        pytest.skip("this build has no BLAS backend (GGMLPY_BACKENDS without blas, or OpenBLAS missing)")
+    k, m, n = shape
+    ctx = G.ggml_init(8 * G.ggml_tensor_overhead(), no_alloc=True)
+    out = G.ggml_mul_mat(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, k, m),
+                         G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, k, n))
+    assert bool(lib.ggml_backend_dev_supports_op(dev.ptr, out.ptr)) is taken
+    ctx.free()
+
+
+# ---------------------------------------------------------------- 0011: conv/pool kernels on several threads
+
+def _im2col_ref(x, kh, kw, s, p, d):
+    """x (N, C, H, W) -> (N, OH, OW, C*KH*KW) in float64, ggml's im2col with zero padding."""
+    n, c, h, w = x.shape
+    oh, ow = (h + 2 * p[1] - d[1] * (kh - 1) - 1) // s[1] + 1, (w + 2 * p[0] - d[0] * (kw - 1) - 1) // s[0] + 1
+    xp = np.pad(np.asarray(x, np.float64), ((0, 0), (0, 0), (p[1], p[1]), (p[0], p[0])))
+    out = np.zeros((n, oh, ow, c, kh, kw))
+    for ky in range(kh):
+        for kx in range(kw):
+            ys, xs = ky * d[1], kx * d[0]
+            out[..., ky, kx] = np.transpose(
+                xp[:, :, ys:ys + s[1] * (oh - 1) + 1:s[1], xs:xs + s[0] * (ow - 1) + 1:s[0]], (0, 2, 3, 1))
+    return out.reshape(n, oh, ow, c * kh * kw)
+
+
+def _cpu(n_threads):
+    backend = G.ggml_backend_cpu_init()
+    G.ggml_backend_cpu_set_n_threads(backend, n_threads)
+    return backend
+
+
+IM2COL_CASES = {  # (N, C, H, W), (KH, KW), stride, padding, dilation (each as (x, y))
+    "one_channel": ((3, 1, 7, 6), (3, 3), (1, 1), (1, 1), (1, 1)),
+    "strided_dilated": ((2, 3, 9, 8), (2, 3), (2, 2), (1, 2), (2, 1)),
+    "more_threads_than_rows": ((1, 2, 3, 4), (3, 2), (1, 1), (0, 0), (1, 1)),
+}
+
+
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+@pytest.mark.parametrize("case", sorted(IM2COL_CASES))
+def test_0011_im2col_f32_and_its_backward_match_numpy(case, n_threads):
+    from tests.test_gradients import fd_grad
+    shape, (kh, kw), s, p, d = IM2COL_CASES[case]
+    rng = np.random.default_rng(len(case) + n_threads)
+    x = rng.uniform(-1, 1, shape).astype(np.float32)
+    kernel = np.zeros((2, shape[1], kh, kw), np.float32)  # only its shape matters
+
+    def build(c, xt, kt):
+        return G.ggml_im2col(c, kt, xt, s[0], s[1], p[0], p[1], d[0], d[1], True, G.GGML_TYPE_F32)
+
+    ref = _im2col_ref(x, kh, kw, s, p, d)
+    r = rng.uniform(-1, 1, ref.shape).astype(np.float32)
+    backend = _cpu(n_threads)
+    try:
+        loss, grad = compute_grad_on(backend, build, x, r, kernel)
+    finally:
+        backend.free()
+    np.testing.assert_allclose(loss, np.sum(ref * r), rtol=1e-5)
+    expected = fd_grad(lambda z: _im2col_ref(z, kh, kw, s, p, d), x, r.astype(np.float64))
+    np.testing.assert_allclose(grad, expected, rtol=1e-4, atol=1e-5)
+    assert np.abs(expected).max() > 0
+
+
+@pytest.mark.parametrize("n_threads", [2, 3])
+@pytest.mark.parametrize("op", ["max", "avg"])
+def test_0011_pool_2d_and_its_backward_split_planes_between_threads(op, n_threads):
+    """5 planes (not a multiple of the thread count), odd sizes: every plane pooled and back-propagated once."""
+    from tests.test_gradients import _pool2d, fd_grad
+    rng = np.random.default_rng(n_threads)
+    x = (rng.permutation(5 * 6 * 7).astype(np.float32).reshape(5, 1, 6, 7) / 10)  # distinct: a unique max
+    pool = G.GGML_OP_POOL_MAX if op == "max" else G.GGML_OP_POOL_AVG
+    ref = _pool2d(np.asarray(x, np.float64), op, 2, 2)
+    r = rng.uniform(-1, 1, ref.shape).astype(np.float32)
+    backend = _cpu(n_threads)
+    try:
+        loss, grad = compute_grad_on(backend, lambda c, xt: G.ggml_pool_2d(c, xt, pool, 2, 2, 2, 2, 0, 0), x, r)
+    finally:
+        backend.free()
+    np.testing.assert_allclose(loss, np.sum(ref * r), rtol=1e-5)
+    expected = fd_grad(lambda z: _pool2d(z, op, 2, 2), x, r.astype(np.float64), h=1e-3)
+    np.testing.assert_allclose(grad, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_0011_repeat_back_into_one_element_per_row_sums_the_rows():
+    """The gradient of a per-channel bias [1, 1, C] added to [W, H, C, N] (REPEAT_BACK into ne0 = 1)."""
+    rng = np.random.default_rng(3)
+    bias = rng.uniform(-1, 1, (3, 4, 1, 1)).astype(np.float32)  # ggml [1, 1, 4, 3]: one element per row
+    target = np.zeros((3, 4, 5, 6), np.float32)
+    r = rng.uniform(-1, 1, target.shape).astype(np.float32)
+    backend = _cpu(2)
+    try:
+        loss, grad = compute_grad_on(backend, lambda c, b, t: G.ggml_add(c, t, b), bias, r, target)
+    finally:
+        backend.free()
+    np.testing.assert_allclose(grad, r.astype(np.float64).sum(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(loss, np.sum((target + bias) * r), rtol=1e-5)
+
+
+def compute_grad_on(backend, build, x, r, *others):
+    from tests.conftest import compute_grad
+    return compute_grad(build, x, r, *others, backend=backend)
