@@ -162,19 +162,26 @@ def ggml_backend_dev_description(device: Device) -> str:
     return _as_device(device).description
 
 
-def ggml_backend_dev_type(device: Device) -> str:
-    """The kind of a device: ``"cpu"``, ``"gpu"``, ``"igpu"`` (integrated GPU) or ``"accel"``.
+def ggml_backend_dev_type(device: Device) -> int:
+    """The kind of a device, as ggml's device-type constant (ggmlR's form).
+
+    Compare it with ``ggml_backend_device_type_cpu()``, ``ggml_backend_device_type_gpu()``,
+    ``ggml_backend_device_type_igpu()`` (integrated GPU) or ``ggml_backend_device_type_accel()``
+    (an accelerator that helps the CPU, such as BLAS). The readable name (``"cpu"``, ``"gpu"``,
+    ``"igpu"``, ``"accel"``) is ``device.type`` of a Device (and the ``type`` column of
+    ``ggml_list_devices``).
 
     Arguments:
         device: a Device (from ``ggml_backend_devices``/``ggml_backend_dev_get``) or a device name such
             as ``"CPU"`` or ``"Vulkan0"`` (an unknown name raises BackendUnavailableError).
 
-    Value: a str (``"other"`` for a kind ggmlpy does not know).
+    Value: an int (0 CPU, 1 GPU, 2 integrated GPU, 3 accelerator: ggml's enum ggml_backend_dev_type).
 
     Example:
-        >>> [d.name for d in ggml_backend_devices() if ggml_backend_dev_type(d) == "gpu"]
+        >>> gpus = [d.name for d in ggml_backend_devices()
+        ...         if ggml_backend_dev_type(d) == ggml_backend_device_type_gpu()]
     """
-    return _as_device(device).type
+    return int(lib.ggml_backend_dev_type(_as_device(device).ptr))
 
 
 def ggml_backend_dev_memory(device: Device) -> dict:
@@ -295,6 +302,14 @@ class Backend(Handle):
 
     def _describe(self) -> str:
         return f" {self.device.name}" if self._ptr is not None else ""
+
+    def free(self) -> None:
+        # Asynchronous work queued on it (backend_async: async reads/writes/computes, recorded events) is
+        # finished first: ggml would otherwise free the queue while it still points at Python memory.
+        if self._ptr is not None and (self.__dict__.get("_async_pending") or self.__dict__.get("_recorded_events")):
+            from .backend_async import finish_backend
+            finish_backend(self)
+        super().free()
 
 
 _BUILD_HINTS = {  # the backend was not built
@@ -524,8 +539,10 @@ def ggml_backend_is_cpu(backend: Backend) -> bool:
 def ggml_backend_synchronize(backend: Backend) -> None:
     """Wait until every operation queued on a backend (computes, copies) has finished.
 
-    Computations and transfers through ggmlpy already return finished results; this matters for timing
-    asynchronous GPU work.
+    Computations and transfers through ggmlpy's synchronous functions already return finished results;
+    after the asynchronous ones (``ggml_backend_tensor_set_async``, ``ggml_backend_tensor_get_async``,
+    ``ggml_backend_tensor_copy_async``, ``ggml_backend_graph_compute_async``) this is the call after
+    which their arrays hold the data and their tensors, buffers and contexts may be freed again.
 
     Arguments:
         backend: a Backend.
@@ -535,7 +552,9 @@ def ggml_backend_synchronize(backend: Backend) -> None:
     Example:
         >>> ggml_backend_synchronize(gpu)
     """
-    lib.ggml_backend_synchronize(unwrap(backend, Backend, "ggml_backend_synchronize(backend)"))
+    unwrap(backend, Backend, "ggml_backend_synchronize(backend)")
+    from .backend_async import finish_backend
+    finish_backend(backend)
 
 
 def ggml_backend_cpu_set_n_threads(backend: Backend, n_threads: int) -> None:
@@ -560,7 +579,7 @@ def ggml_backend_cpu_set_n_threads(backend: Backend, n_threads: int) -> None:
     backend.n_threads = n_threads
 
 
-def ggml_set_n_threads(n_threads: int) -> None:
+def ggml_set_n_threads(n_threads: int) -> int:
     """Set the thread count of every CPU backend: those alive now and those created later.
 
     The default is the number of CPUs this process may use. Scheduler CPU fallbacks and the CPU
@@ -569,10 +588,11 @@ def ggml_set_n_threads(n_threads: int) -> None:
     Arguments:
         n_threads: an int in [1, 512] (ggml's GGML_MAX_N_THREADS; else GgmlValueError).
 
-    Value: None.
+    Value: the thread count set, an int (as in ggmlR).
 
     Example:
         >>> ggml_set_n_threads(8)
+        8
     """
     from ._checks import n_threads_arg
     n_threads = n_threads_arg("ggml_set_n_threads", n_threads)
@@ -582,6 +602,7 @@ def ggml_set_n_threads(n_threads: int) -> None:
         if b.alive:
             lib.ggmlpy_cpu_set_n_threads(b.ptr, n_threads)
             b.n_threads = n_threads
+    return n_threads
 
 
 def threads_for(backend: "Backend", flops: float) -> int:

@@ -45,6 +45,7 @@ struct ggml_backend_dev_props {
     size_t memory_free;
     size_t memory_total;
     enum ggml_backend_dev_type type;
+    const char * device_id;
     struct ggml_backend_dev_caps caps;
     ...;
 };
