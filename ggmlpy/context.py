@@ -11,8 +11,8 @@ import os
 from typing import Any, Iterable, Iterator
 
 from ._ffi import ffi, lib
-from ._handle import Handle, bump_memory_epoch, free_handle, raise_type, unwrap
-from .errors import GgmlStateError, GgmlTypeError, GgmlValueError, expect
+from ._handle import _LOCK, Handle, bump_memory_epoch, free_handle, raise_type, unwrap
+from .errors import GgmlInUseError, GgmlStateError, GgmlTypeError, GgmlValueError, expect
 
 GGML_TYPE_F32 = lib.GGML_TYPE_F32
 GGML_TYPE_F16 = lib.GGML_TYPE_F16
@@ -219,6 +219,34 @@ class Context(Handle):
         """A wrapper of a tensor of this context, knowing what its sources depend on."""
         return Tensor(ptr, self, deps=self.deps_of.get(int(ffi.cast("uintptr_t", ptr)), ()))
 
+    @property
+    def generation(self) -> "Generation":
+        """The current lifetime of this context's memory (``ggml_reset`` ends it): every tensor and graph made
+        in the context depends on it (created on first use: subclasses that bypass ``__init__`` have it too)."""
+        gen = self.__dict__.get("_generation")
+        if gen is None or gen._ptr is None:
+            if self._ptr is None:
+                raise GgmlStateError(f"this {self.kind} has been freed")
+            gen = self.__dict__["_generation"] = Generation(self)
+        return gen
+
+
+class Generation(Handle):
+    """One lifetime of a context's memory, from its creation (or a ``ggml_reset``) to the next reset or its
+    free. Tensors and graphs of the context depend on it: after ``ggml_reset`` the context reuses the memory
+    of their headers and data, so they must refuse to work although the context itself lives on."""
+    kind = "ggml context (reset since)"
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx._ptr, None, parents=(ctx,))
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+
+RESET_MESSAGE = ("{what} was created in a ggml context before ggml_reset was called on it: the context reuses that "
+                 "memory for new tensors, so the old ones no longer exist; create it again after the reset")
+
 
 def merge_deps(owner: Any, sources: Iterable[Any] = (), deps: Iterable[Any] = ()) -> tuple:
     """The handles, other than ``owner``, that a tensor made from ``sources`` (Tensors) depends on: their
@@ -250,8 +278,12 @@ class Tensor:
         self._ptr = ptr
         self.owner = owner
         self._deps = merge_deps(owner, sources, deps)
-        if self._deps and isinstance(owner, Context):
-            owner.deps_of[int(ffi.cast("uintptr_t", ptr))] = self._deps
+        if isinstance(owner, Context):
+            if self._deps:
+                owner.deps_of[int(ffi.cast("uintptr_t", ptr))] = self._deps
+            gen = owner.generation  # the tensor's header lives until the context's next ggml_reset
+            if not any(d is gen for d in self._deps):
+                self._deps = self._deps + (gen,)
 
     @property
     def ptr(self) -> Any:
@@ -259,6 +291,9 @@ class Tensor:
             raise GgmlStateError(f"this tensor belongs to a {self.owner.kind} that has been freed")
         for d in self._deps:
             if not d.alive:
+                if isinstance(d, Generation):
+                    what = "this tensor" if d._parents[0] is self.owner else "a tensor this one reads from (or views)"
+                    raise GgmlStateError(RESET_MESSAGE.format(what=what[0].upper() + what[1:]))
                 raise GgmlStateError(f"this tensor reads from (or views) a tensor of a {d.kind} that has been freed: "
                                      f"its inputs are gone; rebuild it from live tensors")
         return self._ptr
@@ -337,7 +372,8 @@ class Graph:
 
     def __init__(self, ptr: Any, ctx: Context, size: int, grads: bool) -> None:
         self._ptr, self.ctx, self.size, self.grads = ptr, ctx, size, grads
-        self._deps: dict[int, Any] = {}
+        gen = ctx.generation  # the graph lives in the context's memory until its next ggml_reset
+        self._deps: dict[int, Any] = {id(gen): gen}
         self._checked: Any = None
         self._allocators: dict[int, Any] = {}
 
@@ -347,6 +383,9 @@ class Graph:
             raise GgmlStateError("this graph belongs to a ggml context that has been freed")
         for d in self._deps.values():
             if not d.alive:
+                if isinstance(d, Generation):
+                    what = "This graph" if d._parents[0] is self.ctx else "A tensor of this graph"
+                    raise GgmlStateError(RESET_MESSAGE.format(what=what))
                 raise GgmlStateError(f"this graph holds tensors of a {d.kind} that has been freed; build the graph "
                                      "again from live tensors")
         return self._ptr
@@ -411,6 +450,52 @@ def ggml_init(mem_size: int = 16 * 1024 * 1024, no_alloc: bool = False) -> Conte
     return Context(mem_size, no_alloc)
 
 
+def ggml_init_auto(*shapes: Any, extra_mb: float = 10, type: int = GGML_TYPE_F32, no_alloc: bool = False,
+                   **named_shapes: Any) -> Context:
+    """A context sized for the tensors you plan to create in it, plus some room (ggmlR's helper).
+
+    Each planned tensor is given by its shape (ne0 first: an int, or a list/tuple of 1 to 4 ints), by
+    position or by name as in ggmlR (``ggml_init_auto(mat1=(1000, 1000), mat2=(1000, 1000))``). Each one
+    counts its data (of ``type``), ``ggml_tensor_overhead()`` and 256 bytes of alignment; ``extra_mb``
+    MiB are added for graphs and intermediate results.
+
+    Arguments:
+        *shapes, **named_shapes: the planned tensors' shapes (names are only labels).
+        extra_mb: extra memory in MiB (a number >= 0, default 10).
+        type: the planned tensors' type (default ``GGML_TYPE_F32``; quantized types count their block size).
+        no_alloc: as for ``ggml_init`` (default False). With True only the headers and the extra room count.
+
+    Value: a Context (see ``ggml_init``). Raises GgmlValueError for a shape that is not 1 to 4 ints >= 1.
+
+    Example:
+        >>> ctx = ggml_init_auto(mat1=(1000, 1000), mat2=(1000, 1000))
+        >>> ggml_get_mem_size(ctx) > 8_000_000
+        True
+    """
+    fn = "ggml_init_auto"
+    if isinstance(extra_mb, bool) or not isinstance(extra_mb, (int, float)) or not extra_mb >= 0 \
+            or extra_mb == float("inf"):
+        raise GgmlValueError(f"{fn}: extra_mb must be a finite number >= 0, got {extra_mb!r}")
+    if not isinstance(type, int) or isinstance(type, bool) or not 0 <= type < int(lib.GGML_TYPE_COUNT) \
+            or int(lib.ggml_blck_size(type)) == 0:
+        raise GgmlTypeError(f"{fn}: type must be a GGML_TYPE_* int, got {type!r}")
+    expect(isinstance(no_alloc, bool), f"{fn}: no_alloc must be a bool, got {no_alloc!r}", GgmlTypeError)
+    total = 0
+    for label, shape in [*((f"shapes[{i}]", s) for i, s in enumerate(shapes)), *named_shapes.items()]:
+        dims = [shape] if isinstance(shape, numbers.Integral) else shape
+        if isinstance(dims, (str, bytes)) or not hasattr(dims, "__len__") or not 1 <= len(dims) <= 4 or \
+                any(not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 1 for n in dims):
+            raise GgmlValueError(f"{fn}: {label} must be a tensor shape: an int or 1 to 4 ints >= 1, got {shape!r}")
+        count = 1
+        for n in dims:
+            count *= int(n)
+        data = 0 if no_alloc else -(-count // int(lib.ggml_blck_size(type))) * int(lib.ggml_type_size(type))
+        total += data + int(lib.ggml_tensor_overhead()) + 256
+    total += int(extra_mb * 1024 * 1024)
+    expect(total > 0, f"{fn}: the context would have no memory (no shapes and extra_mb=0); give shapes or extra_mb > 0")
+    return ggml_init(total, no_alloc)
+
+
 def ggml_free(ctx: Context) -> None:
     """Free a context: the memory of its tensor headers, graphs and (without ``no_alloc``) data.
 
@@ -427,6 +512,45 @@ def ggml_free(ctx: Context) -> None:
         >>> ggml_free(ctx)
     """
     free_handle(ctx, Context, "ggml_free(ctx)")
+
+
+def ggml_reset(ctx: Context) -> None:
+    """Empty a context so that its memory can be used again, without freeing and re-creating it.
+
+    Every tensor and graph created in the context before the reset stops working (using one raises
+    GgmlStateError): the context hands their memory to the tensors created after the reset. So do
+    tensors of other contexts that read from or view them, and an opt context built on them is freed
+    (as ``ggml_free`` would). Buffers allocated for the old tensors (``ggml_backend_alloc_ctx_tensors``)
+    stay allocated until freed. A context in use by a running computation or fit cannot be reset
+    (GgmlInUseError).
+
+    Arguments:
+        ctx: a Context from ``ggml_init``.
+
+    Value: None.
+
+    Example:
+        >>> ctx = ggml_init(1 << 20)
+        >>> a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 100)
+        >>> ggml_reset(ctx)                       # a is gone; the memory is free again
+        >>> b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 200)
+    """
+    ptr = unwrap(ctx, Context, "ggml_reset(ctx)")
+    with _LOCK:
+        busy = ctx._busy_in_tree()
+        if busy is not None:
+            handle, what = busy
+            which = "it" if handle is ctx else f"a {handle.kind} that depends on it"
+            raise GgmlInUseError(f"ggml_reset: cannot reset this ggml context: {which} is in use by {what} (from one "
+                                 "of its callbacks or generators, or another thread); resetting it now would pull its "
+                                 "memory out from under that call. Reset it after that call has returned")
+        old = ctx.__dict__.get("_generation")
+        if old is not None:
+            old.free()  # its tensors and graphs (and what was built on them) stop working
+        lib.ggml_reset(ptr)
+        ctx.deps_of.clear()
+        ctx.__dict__.pop("_generation", None)
+        bump_memory_epoch()
 
 
 def ggml_tensor_overhead() -> int:
@@ -922,26 +1046,39 @@ def _reachable(root: Any) -> tuple[set, set]:
     return nodes, leafs
 
 
-def ggml_build_forward_expand(graph: Graph, tensor: Tensor) -> Graph:
+def ggml_build_forward_expand(graph: Graph | Context, tensor: Tensor) -> Graph:
     """Add ``tensor`` and every op it depends on to ``graph`` (in the order they must run).
 
     Nodes already in the graph are not added twice, so it can be called once per output. Nothing is
     computed here: compute the graph with a scheduler, ``ggml_backend_graph_compute`` or
-    ``ggml_graph_compute``.
+    ``ggml_graph_compute``. Two call forms: ggml's ``(graph, tensor)`` expands an existing graph;
+    ggmlR's ``(ctx, tensor)`` creates a new graph in the context ``ctx`` (ggml's default size of
+    ``GGML_DEFAULT_GRAPH_SIZE`` nodes, larger when the computation needs more) and expands it.
 
     Arguments:
-        graph: a Graph from ``ggml_new_graph``/``ggml_new_graph_custom``.
+        graph: a Graph from ``ggml_new_graph``/``ggml_new_graph_custom``, or a Context (ggmlR's form)
+            in which a new graph is created.
         tensor: the result to compute.
 
-    Value: the same graph. Raises GgmlValueError when the graph's size is too small for the new nodes
-    or leafs (create it with ``ggml_new_graph_custom(ctx, size)``).
+    Value: the graph: the same one, or the new one for a Context. Raises GgmlValueError when the
+    graph's size is too small for the new nodes or leafs (create it with
+    ``ggml_new_graph_custom(ctx, size)``), or when the context has no room for a new graph.
 
     Example:
         >>> gf = ggml_new_graph(ctx)
         >>> ggml_build_forward_expand(gf, out)
+        >>> graph = ggml_build_forward_expand(ctx, out)        # ggmlR's form: a new graph
+        >>> ggml_graph_compute(ctx, graph)
     """
+    if isinstance(graph, Context):
+        ctx = graph
+        unwrap(ctx, Context, "ggml_build_forward_expand(ctx)")
+        t = as_tensor(tensor, "ggml_build_forward_expand(tensor)").ptr
+        nodes, leafs = _reachable(t)
+        size = max(GGML_DEFAULT_GRAPH_SIZE, len(nodes), len(leafs))
+        return ggml_build_forward_expand(ggml_new_graph_custom(ctx, size, False), tensor)
     if not isinstance(graph, Graph):
-        raise_type("ggml_build_forward_expand(graph)", "Graph", graph)
+        raise_type("ggml_build_forward_expand(graph)", "Graph (or a Context, ggmlR's form)", graph)
     t = as_tensor(tensor, "ggml_build_forward_expand(tensor)").ptr
     g = graph.ptr
     nodes, leafs = _reachable(t)

@@ -21,7 +21,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ._ffi import ffi, ggml_logger, lib
-from ._handle import Handle, unwrap
+from ._handle import Handle, free_handle, unwrap
 from .context import Context, Tensor, as_tensor, c_string, check_fits_memory
 from .data import _storage
 from .errors import GgmlStateError, GgmlTypeError, GgmlValueError, GgufFileError, GgufFileNotFoundError, \
@@ -384,19 +384,19 @@ def _open_header(p: str, fn: str) -> GgufContext:
 def gguf_free(ctx: GgufContext) -> None:
     """Free a GGUF context.
 
-    As in C, the ggml context of a ``no_alloc=False`` load (``.ggml_ctx``) lives on: free it with
-    ``ggml_free`` (or let it be collected).
+    Idempotent: freeing twice does nothing. As in C, the ggml context of a ``gguf_init_from_file``
+    load with ``no_alloc=False`` (``.ggml_ctx``) lives on: free it with ``ggml_free`` (or let it be
+    collected). A ``gguf_load`` result is freed whole, its tensor data included (ggmlR's ``gguf_free``).
 
     Arguments:
-        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        ctx: a GGUF context (``gguf_init_from_file``, ``gguf_init_empty`` or ``gguf_load``).
 
     Value: None.
 
     Example:
         >>> gguf_free(g)
     """
-    unwrap(ctx, GgufContext, "gguf_free(ctx)")
-    ctx.free()
+    free_handle(ctx, GgufContext, "gguf_free(ctx)")
 
 
 def _gctx(ctx: Any, fn: str) -> Any:

@@ -124,15 +124,146 @@ def ggml_opt_optimizer_name(optimizer_type: int) -> str:
 
 # ---------------------------------------------------------------- learning-rate userdata
 
-class LrUserdata:
-    """The optimizer parameters a context reads at each optimizer step; mutate to schedule the LR."""
+class _Fields:
+    """One optimizer's parameters inside an ``OptimizerParams`` (``.adamw`` or ``.sgd``): public, checked fields."""
+    __slots__ = ("_owner", "_c", "_name")
+    _RULES: dict = {}
 
-    def __init__(self, weight_decay: float = 0.0) -> None:
+    def __init__(self, owner: "OptimizerParams", c: Any, name: str) -> None:
+        object.__setattr__(self, "_owner", owner)  # keeps the struct alive
+        object.__setattr__(self, "_c", c)
+        object.__setattr__(self, "_name", name)
+
+    def __getattr__(self, key: str) -> float:
+        if key not in self._RULES:
+            raise AttributeError(f"{self._name} optimizer parameters are {', '.join(self._RULES)}; got {key!r}")
+        return float(getattr(self._c, key))
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        rule = self._RULES.get(key)
+        if rule is None:
+            raise AttributeError(f"{self._name} optimizer parameters are {', '.join(self._RULES)}; cannot set {key!r}")
+        what = f"{self._name}.{key}"
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                or not math.isfinite(value):
+            raise GgmlValueError(f"{what} must be a finite number, got {value!r}")
+        stored = float(np.float32(value))  # what ggml will see (a float)
+        low, high, low_open, text = rule
+        if stored < low or (low_open and stored <= low) or stored > high:
+            raise GgmlValueError(f"{what} must be {text}, got {value!r}" +
+                                 (" (0 as a 32-bit float)" if stored != value and stored == 0 else ""))
+        setattr(self._c, key, stored)
+
+    def as_dict(self) -> dict:
+        return {k: float(getattr(self._c, k)) for k in self._RULES}
+
+    def __repr__(self) -> str:
+        return f"{self._name}({', '.join(f'{k}={v:g}' for k, v in self.as_dict().items())})"
+
+
+_INF = float("inf")
+
+
+class _AdamW(_Fields):
+    __slots__ = ()
+    _RULES = {"alpha": (0.0, _INF, True, "> 0 (the learning rate)"), "beta1": (0.0, 1.0, False, "in [0, 1]"),
+              "beta2": (0.0, 1.0, False, "in [0, 1]"), "eps": (0.0, _INF, False, ">= 0"),
+              "wd": (0.0, 1.0, False, "in [0, 1] (decoupled weight decay)")}
+
+
+class _SGD(_Fields):
+    __slots__ = ()
+    _RULES = {"alpha": (0.0, _INF, True, "> 0 (the learning rate)"),
+              "wd": (0.0, 1.0, False, "in [0, 1] (decoupled weight decay)")}
+
+
+class OptimizerParams:
+    """ggml's ``ggml_opt_optimizer_params``: the hyper-parameters of both optimizers, as public fields.
+
+    ``.adamw.alpha`` (learning rate), ``.adamw.beta1``, ``.adamw.beta2``, ``.adamw.eps``, ``.adamw.wd``
+    (decoupled weight decay) and ``.sgd.alpha``, ``.sgd.wd``. Each assignment is checked against what
+    ggml asserts at an optimizer step (alpha > 0, betas and wd in [0, 1], eps >= 0, finite), as the
+    32-bit float ggml receives. ``ggml_opt_get_default_optimizer_params()`` gives ggml's defaults.
+    """
+
+    def __init__(self, c: Any = None) -> None:
+        if c is None:
+            c = ffi.new("struct ggml_opt_optimizer_params *")
+            c[0] = lib.ggml_opt_get_default_optimizer_params(ffi.NULL)
+        self._c = c
+        self.adamw = _AdamW(self, c.adamw, "adamw")
+        self.sgd = _SGD(self, c.sgd, "sgd")
+
+    def as_dict(self) -> dict:
+        """``{"adamw": {...}, "sgd": {...}}`` with the current values."""
+        return {"adamw": self.adamw.as_dict(), "sgd": self.sgd.as_dict()}
+
+    def copy(self) -> "OptimizerParams":
+        out = OptimizerParams()
+        out._c[0] = self._c[0]
+        return out
+
+    def update(self, values: Any, what: str = "optimizer parameters") -> None:
+        """Set fields from another OptimizerParams or a dict ``{"adamw": {...}, "sgd": {...}}`` (all checked
+        before any is written)."""
+        if isinstance(values, OptimizerParams):
+            self._c[0] = values._c[0]
+            return
+        if not isinstance(values, dict) or not set(values) <= {"adamw", "sgd"} or \
+                not all(isinstance(v, dict) for v in values.values()):
+            raise GgmlTypeError(f"{what}: expected an OptimizerParams (ggml_opt_get_default_optimizer_params()) or a "
+                                f"dict {{'adamw': {{'alpha': ...}}, 'sgd': {{...}}}}, got {values!r:.120}")
+        trial = self.copy()
+        for group, fields in values.items():
+            for key, value in fields.items():
+                setattr(getattr(trial, group), key, value)
+        self._c[0] = trial._c[0]
+
+    def __repr__(self) -> str:
+        return f"<OptimizerParams {self.adamw!r} {self.sgd!r}>"
+
+
+def ggml_opt_get_default_optimizer_params() -> OptimizerParams:
+    """ggml's default optimizer hyper-parameters, as an object whose fields can be changed.
+
+    AdamW: ``alpha`` (learning rate) 1e-3, ``beta1`` 0.9, ``beta2`` 0.999, ``eps`` 1e-8, ``wd`` 0; SGD:
+    ``alpha`` 1e-3, ``wd`` 0. Set fields (checked) and give the object to ``ggml_opt_default_params``'s
+    ``opt_pars``, or return it from a ``get_opt_pars`` callback (``ggml_opt_fit``, ``ggml_opt_init``).
+
+    Value: an OptimizerParams.
+
+    Example:
+        >>> p = ggml_opt_get_default_optimizer_params()
+        >>> p.adamw.alpha = 1.0; p.adamw.beta1 = 0.0; p.sgd.alpha = 1.0
+    """
+    return OptimizerParams()
+
+
+class LrUserdata:
+    """The optimizer parameters a context reads at each optimizer step; mutate to schedule the LR.
+
+    ``provider`` (None, or a function of no arguments returning an OptimizerParams or a dict) is asked for
+    the parameters before every optimizer step, as ggml calls its ``get_opt_pars`` callback."""
+
+    def __init__(self, weight_decay: float = 0.0, params: Any = None) -> None:
+        self.provider: Any = None
+        if params is not None:  # shared with an OptimizerParams: changing its fields changes the next steps
+            self.params = params
+            return
         self.params = ffi.new("struct ggml_opt_optimizer_params *")
         self.params[0] = lib.ggml_opt_get_default_optimizer_params(ffi.NULL)
         check_weight_decay(weight_decay)
         self.params.adamw.wd = weight_decay
         self.params.sgd.wd = weight_decay
+
+    def refresh(self) -> None:
+        """Ask ``provider`` for the parameters of the coming optimizer step (ggml's get_opt_pars)."""
+        if self.provider is None:
+            return
+        values = self.provider()
+        target = OptimizerParams()  # unset fields are ggml's defaults, as in ggml's callbacks
+        target.update(values, "get_opt_pars")
+        self.params[0] = target._c[0]
 
     def get(self) -> dict:
         return {"adamw": float(self.params.adamw.alpha), "sgd": float(self.params.sgd.alpha)}
@@ -244,10 +375,11 @@ def forward_flops(outputs: Sequence[Tensor]) -> float:
 
 
 def blas_flops(outputs: Sequence[Tensor]) -> float:
-    """The part of ``forward_flops`` in matrix products ggml's BLAS backend takes (F32, every side >= 32)."""
+    """The part of ``forward_flops`` in matrix products ggml's BLAS backend takes (F32, at least 32^3
+    multiply-adds per matrix: patch 0010)."""
     flops = 0.0
     for t in walk_graph(o.ptr for o in outputs):
-        if t.op == _MUL_MAT and min(int(t.ne[0]), int(t.ne[1]), int(t.src[1].ne[0])) >= 32 \
+        if t.op == _MUL_MAT and int(t.ne[0]) * int(t.ne[1]) * int(t.src[1].ne[0]) >= 32 ** 3 \
                 and t.src[0].type == lib.GGML_TYPE_F32 and t.src[1].type == lib.GGML_TYPE_F32:
             flops += 2.0 * float(lib.ggml_nelements(t)) * int(t.src[0].ne[0])
     return flops
@@ -478,6 +610,8 @@ class OptContext(Handle):
         if self._pending is None:
             raise GgmlStateError("ggml_opt_eval needs a preceding ggml_opt_alloc")
         if self._pending == "backward":
+            if (self._opt_i + 1) % self.opt_period == 0:  # this eval runs the optimizer step
+                self.lr_ud.refresh()
             self.lr_ud.validate()
         if self._index_inputs:
             check_index_inputs(self._index_inputs)
@@ -579,8 +713,88 @@ def _check_static(sched: Scheduler, ctx_compute: Any, inputs: Any, outputs: Any)
                                  "Free the other context or create another scheduler")
 
 
-def ggml_opt_init(sched: Scheduler, loss_type: int, optimizer: int = OPTIMIZER_ADAMW, opt_period: int = 1,
-                  ctx_compute: Context | None = None, inputs: Tensor | None = None,
+class OptParams:
+    """ggml's ``struct ggml_opt_params`` (``ggml_opt_default_params``), to fill in and pass to ``ggml_opt_init``.
+
+    Public fields, as in C: ``sched``, ``loss_type``, ``build_type``, ``opt_period``, ``optimizer``,
+    ``ctx_compute``, ``inputs``, ``outputs``, ``get_opt_pars``, ``get_opt_pars_ud``, plus ``opt_pars``: the
+    optimizer hyper-parameters used when ``get_opt_pars`` is None (an OptimizerParams; ``params.adamw`` and
+    ``params.sgd`` are shortcuts to its fields). ggmlR's list form works too: ``params["loss_type"]``,
+    ``params["build_type"]``, ``params["opt_period"]``, ``params["optimizer"]``.
+    """
+    _KEYS = ("loss_type", "build_type", "opt_period", "optimizer")
+
+    def __init__(self, sched: Any, loss_type: int) -> None:
+        self.sched = sched
+        self.loss_type = loss_type
+        self.build_type = BUILD_OPT
+        self.opt_period = 1
+        self.optimizer = OPTIMIZER_ADAMW
+        self.ctx_compute: Context | None = None
+        self.inputs: Tensor | None = None
+        self.outputs: Tensor | None = None
+        self.opt_pars = OptimizerParams()
+        self.get_opt_pars: Any = None
+        self.get_opt_pars_ud: Any = None
+
+    @property
+    def adamw(self) -> _AdamW:
+        return self.opt_pars.adamw
+
+    @property
+    def sgd(self) -> _SGD:
+        return self.opt_pars.sgd
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._KEYS and key not in ("ctx_compute", "inputs", "outputs", "opt_pars", "get_opt_pars",
+                                                 "get_opt_pars_ud", "sched"):
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def keys(self) -> tuple:
+        return self._KEYS
+
+    def as_dict(self) -> dict:
+        """ggmlR's list: ``{"loss_type", "build_type", "opt_period", "optimizer"}``."""
+        return {k: getattr(self, k) for k in self._KEYS}
+
+    def __repr__(self) -> str:
+        return (f"<OptParams loss_type={self.loss_type} build_type={self.build_type} opt_period={self.opt_period} "
+                f"optimizer={self.optimizer} {self.opt_pars.adamw!r} {self.opt_pars.sgd!r}"
+                f"{' get_opt_pars=' + getattr(self.get_opt_pars, '__name__', '?') if self.get_opt_pars else ''}>")
+
+
+def ggml_opt_default_params(sched: Scheduler, loss_type: int) -> OptParams:
+    """ggml's default parameters of an opt context, to adjust and pass to ``ggml_opt_init(params)``.
+
+    The fields are ggml's (see OptParams): build type OPT, ``opt_period`` 1, optimizer AdamW, no
+    ``ctx_compute``/``inputs``/``outputs`` (dynamic graphs until set), and ggml's default optimizer
+    hyper-parameters in ``opt_pars``, changed through public, checked fields (``params.adamw.alpha``,
+    ``.beta1``, ``.beta2``, ``.eps``, ``.wd``; ``params.sgd.alpha``, ``.wd``). Instead of constants,
+    ``get_opt_pars`` may be a function ``f(get_opt_pars_ud)`` returning the parameters (an
+    OptimizerParams or a dict ``{"adamw": {...}, "sgd": {...}}``) before every optimizer step, as ggml's
+    callback. ggmlR returns the list ``loss_type, build_type, opt_period, optimizer``: index the object
+    with those names (``params["opt_period"]``) or call ``params.as_dict()``.
+
+    Arguments:
+        sched: the Scheduler the context will run on.
+        loss_type: a loss type constant (``ggml_opt_loss_type_mse()``, ...).
+
+    Value: an OptParams.
+
+    Example:
+        >>> params = ggml_opt_default_params(sched, ggml_opt_loss_type_mse())
+        >>> params.ctx_compute, params.inputs, params.outputs = ctx, x, out
+        >>> params.adamw.alpha = 0.01; params.adamw.beta1 = 0.5
+        >>> opt_ctx = ggml_opt_init(params)
+    """
+    unwrap(sched, Scheduler, "ggml_opt_default_params(sched)")
+    L.check_loss_type(loss_type, "ggml_opt_default_params(loss_type)")
+    return OptParams(sched, int(loss_type))
+
+
+def ggml_opt_init(sched: Scheduler | OptParams, loss_type: int | None = None, optimizer: int = OPTIMIZER_ADAMW,
+                  opt_period: int = 1, ctx_compute: Context | None = None, inputs: Tensor | None = None,
                   outputs: Tensor | None = None, build_type: int = BUILD_OPT) -> OptContext:
     """An optimization context: the forward, backward and optimizer graphs for training a model.
 
@@ -593,10 +807,16 @@ def ggml_opt_init(sched: Scheduler, loss_type: int, optimizer: int = OPTIMIZER_A
     the learning rate. The model is checked first: no trainable tensor, ops without a backward pass,
     a scheduler too small or already serving another static opt context raise before ggml is called.
 
+    ggml's own form ``ggml_opt_init(params)`` takes an OptParams from ``ggml_opt_default_params`` instead
+    (every setting, the optimizer hyper-parameters and a ``get_opt_pars`` callback included, comes from its
+    fields; the other arguments must then be left out). The context reads ``params.opt_pars`` at every
+    optimizer step, so changing its fields later changes the following steps.
+
     Arguments:
-        sched: the Scheduler the graphs run on (``ggml_backend_sched_new``).
+        sched: the Scheduler the graphs run on (``ggml_backend_sched_new``), or an OptParams (ggml's form).
         loss_type: a loss type constant (``ggml_opt_loss_type_mse()``, ``..._cross_entropy()`` (logits),
-            ...); with several outputs, a list of them, one per output.
+            ...); with several outputs, a list of them, one per output. Required unless ``sched`` is an
+            OptParams.
         optimizer: ``ggml_opt_optimizer_type_adamw()`` (the default) or ``..._sgd()``.
         opt_period: gradient accumulation: the optimizer steps once every ``opt_period`` evals
             (default 1: every batch).
@@ -615,6 +835,32 @@ def ggml_opt_init(sched: Scheduler, loss_type: int, optimizer: int = OPTIMIZER_A
         >>> ggml_backend_tensor_set_data(x, xb); ggml_backend_tensor_set_data(ggml_opt_labels(opt), yb)
         >>> ggml_opt_alloc(opt, True); ggml_opt_eval(opt, res)
     """
+    if isinstance(sched, OptParams):
+        p = sched
+        given = [name for name, value, default in (
+            ("loss_type", loss_type, None), ("optimizer", optimizer, OPTIMIZER_ADAMW), ("opt_period", opt_period, 1),
+            ("ctx_compute", ctx_compute, None), ("inputs", inputs, None), ("outputs", outputs, None),
+            ("build_type", build_type, BUILD_OPT)) if value is not default and value != default]
+        if given:
+            raise GgmlValueError(f"ggml_opt_init: with an OptParams, every setting comes from its fields; set "
+                                 f"params.{given[0]} instead of passing {', '.join(given)}")
+        if p.get_opt_pars is not None and not callable(p.get_opt_pars):
+            raise GgmlTypeError(f"ggml_opt_init: params.get_opt_pars must be None or a function "
+                                f"f(get_opt_pars_ud) returning the optimizer parameters, got {p.get_opt_pars!r}")
+        if not isinstance(p.opt_pars, OptimizerParams):
+            raise GgmlTypeError("ggml_opt_init: params.opt_pars must be an OptimizerParams "
+                                f"(ggml_opt_get_default_optimizer_params()), got {p.opt_pars!r}")
+        lr_ud = LrUserdata(params=p.opt_pars._c)
+        if p.get_opt_pars is not None:
+            fn, ud = p.get_opt_pars, p.get_opt_pars_ud
+            lr_ud.provider = lambda: fn(ud)
+        opt = _opt_init(p.sched, p.loss_type, p.optimizer, p.opt_period, p.ctx_compute, p.inputs, p.outputs,
+                        p.build_type, lr_ud)
+        opt._opt_pars_owner = p.opt_pars  # the struct ggml reads lives as long as the context
+        return opt
+    if loss_type is None:
+        raise GgmlTypeError("ggml_opt_init: loss_type is required (or pass an OptParams from "
+                            "ggml_opt_default_params as the only argument)")
     return _opt_init(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outputs, build_type)
 
 

@@ -25,7 +25,8 @@ from ._handle import InterruptGuard, unwrap, using
 from .context import Context, Tensor, as_tensor, type_name
 from .dataset import Dataset
 from .errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError, expect
-from .opt import BUILD_OPT, OPTIMIZER_ADAMW, OptContext, OptResult, _opt_init, check_optimizer, check_trainable
+from .opt import (BUILD_OPT, OPTIMIZER_ADAMW, LrUserdata, OptContext, OptimizerParams, OptResult, _opt_init,
+                  check_optimizer, check_trainable)
 from .sched import Scheduler
 
 
@@ -193,11 +194,12 @@ def ggml_opt_epoch(opt_ctx: OptContext, dataset: Dataset, result_train: OptResul
 
 def ggml_opt_fit(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Tensor, dataset: Dataset,
                  loss_type: int = L.LOSS_MSE, optimizer: int = OPTIMIZER_ADAMW, nepoch: int = 1,
-                 nbatch_logical: int = 32, val_split: float = 0.0, silent: bool = False) -> None:
+                 nbatch_logical: int = 32, val_split: float = 0.0, silent: bool = False,
+                 get_opt_pars: Any = None) -> None:
     """ggml's own training loop: ``nepoch`` epochs over an in-memory dataset, exactly as ggml's C function.
 
-    It builds its own opt context with ggml's default optimizer parameters (AdamW lr 1e-3: no way to
-    change the learning rate), shuffles the whole dataset once and the training part every epoch (with
+    It builds its own opt context with ggml's default optimizer parameters (AdamW lr 1e-3) unless
+    ``get_opt_pars`` supplies others, shuffles the whole dataset once and the training part every epoch (with
     ggml's generator), and prints ggml's progress bars unless ``silent``. It returns nothing: no
     history, no callbacks. It runs batch by batch from Python with ggml's semantics (the same losses and
     weights as the C function), so Ctrl-C stops it between two batches; the trained weights of the
@@ -221,9 +223,15 @@ def ggml_opt_fit(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs
         val_split: the fraction in [0, 1) of the logical batches, at the end of the shuffled data, used
             for validation instead of training (default 0).
         silent: True suppresses ggml's progress output (default False).
+        get_opt_pars: the optimizer hyper-parameters, ggml's ``get_opt_pars`` argument (ggmlR has none):
+            None (the default: ggml's defaults), an OptimizerParams (``ggml_opt_get_default_optimizer_params()``
+            with fields changed) used at every step, or a function ``f(epoch)`` called before every optimizer
+            step with the 1-based epoch number, as ggml calls its callback, returning an OptimizerParams or a
+            dict ``{"adamw": {"alpha": ...}, "sgd": {...}}`` (fields left out keep ggml's defaults). A
+            learning-rate schedule per epoch: ``lambda epoch: {"sgd": {"alpha": 0.1 * 0.9 ** epoch}}``.
 
     Value: None. Raises GgmlValueError / GgmlStateError when a requirement above does not hold
-    (ggml would abort).
+    (ggml would abort), and whatever ``get_opt_pars`` raises (training stops; everything is released).
 
     Example:
         >>> ggml_opt_fit(sched, ctx, x, logits, ds, ggml_opt_loss_type_cross_entropy(), nepoch=5,
@@ -258,6 +266,9 @@ def ggml_opt_fit(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs
     check_trainable([out], accumulating=nbatch_logical > batch)
     expect(batch % dataset.ndata_shard == 0, f"{fn}: the physical batch ({batch}) must be a multiple of the "
                                              f"dataset's shard size ndata_shard ({dataset.ndata_shard})")
+    if get_opt_pars is not None and not callable(get_opt_pars) and not isinstance(get_opt_pars, OptimizerParams):
+        raise GgmlTypeError(f"{fn}: get_opt_pars must be None, an OptimizerParams or a function f(epoch) returning "
+                            f"the optimizer parameters, got {get_opt_pars!r:.80}")
     # ggml_opt_fit (ggml-opt.cpp), step by step. The split is computed in float, as ggml does.
     ndata = dataset.ndata
     opt_period = nbatch_logical // batch
@@ -265,9 +276,17 @@ def ggml_opt_fit(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs
     ibatch_split = int((np.float32(1.0) - np.float32(val_split)) * np.float32(nbatches_logical)) * opt_period
     idata_split = ibatch_split * batch
     t_start = _now_us()
-    # its own opt context (ggml's default optimizer parameters), freed on return as in C; the check that the
-    # scheduler serves no other opt context and the build are one step (a lock: no thread can slip in between)
-    opt = _opt_init(sched, int(loss_type), optimizer, opt_period, ctx_compute, x, out, BUILD_OPT)
+    # its own opt context (parameters from get_opt_pars, else ggml's defaults), freed on return as in C; the
+    # check that the scheduler serves no other opt context and the build are one step (a lock: no thread can slip
+    # in between)
+    epoch_now = [1]  # what ggml's callback receives (a pointer to the epoch, 1-based)
+    lr_ud = LrUserdata()
+    if isinstance(get_opt_pars, OptimizerParams):
+        lr_ud.params[0] = get_opt_pars._c[0]
+        lr_ud.validate()
+    elif get_opt_pars is not None:
+        lr_ud.provider = lambda: get_opt_pars(epoch_now[0])
+    opt = _opt_init(sched, int(loss_type), optimizer, opt_period, ctx_compute, x, out, BUILD_OPT, lr_ud)
     results = [OptResult(), OptResult()]
     try:
         _check_epoch_data(fn, opt, dataset, batch)
@@ -276,6 +295,7 @@ def ggml_opt_fit(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs
             if nbatch_logical < ndata:
                 lib.ggml_opt_dataset_shuffle(opt.ptr, ds, -1)  # all data (train + validation), ggml's generator
             for epoch in range(1, nepoch + 1):
+                epoch_now[0] = epoch
                 if nbatch_logical < idata_split:
                     lib.ggml_opt_dataset_shuffle(opt.ptr, ds, idata_split)
                 for r in results:
