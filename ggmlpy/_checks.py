@@ -134,6 +134,12 @@ def contiguous(fn: str, t: Tensor, what: str = "a") -> None:
         fail(fn, f"{what} must be contiguous (apply ggml_cont first), got a strided view")
 
 
+def _is_padded_1d(p: Any) -> bool:
+    """ggml_is_padded_1d of tensor pointer ``p``."""
+    return int(p.nb[0]) == int(lib.ggml_type_size(p.type)) and int(p.nb[2]) == int(p.nb[1]) * int(p.ne[1]) \
+        and int(p.nb[3]) == int(p.nb[2]) * int(p.ne[2])
+
+
 def padded_1d(fn: str, t: Tensor, what: str = "a") -> None:
     """ggml's ggml_is_padded_1d, which some op constructors assert (ggml_scale): contiguous elements and
     ne[1]-rows stacked without gaps. Stricter than ggml_is_contiguous, which skips dimensions of size 1 (a
@@ -252,6 +258,8 @@ def _op_label(p: Any) -> str:
     name = ffi.string(lib.ggml_op_name(p.op)).decode()
     if name == "UNARY":
         return ffi.string(lib.ggml_op_desc(p)).decode()
+    if name == "GLU":  # 'GLU (SWIGLU)': the GLU family shares one op
+        return f"GLU ({ffi.string(lib.ggml_glu_op_name(lib.ggml_get_glu_op(p))).decode()})"
     return name
 
 
@@ -275,20 +283,22 @@ def check_backward_nodes(nodes: list, losses: list, accumulating: bool = False) 
     flags_param = int(lib.GGML_TENSOR_FLAG_PARAM)
     if not any(n.flags & flags_param for n in nodes):
         raise GgmlValueError("the graph has no trainable tensor: mark parameters with ggml_set_param")
+    flags_loss = int(lib.GGML_TENSOR_FLAG_LOSS)
     needs_grad: set[int] = set()
     for n in nodes:  # nodes are in topological order
         if n.type == lib.GGML_TYPE_I32:
             continue
-        if n.flags & flags_param:
-            needs_grad.add(ptr_key(n))
-            continue
-        for s in _grad_srcs(n, needs_grad):
+        # as ggml_build_backward_expand decides it: a parameter, a loss, or a node reading a tensor that needs one
+        srcs = _grad_srcs(n, needs_grad)
+        for s in srcs[:1]:
             if s.type not in (lib.GGML_TYPE_F32, lib.GGML_TYPE_F16):
                 raise GgmlTypeError(f"ggml's backward pass needs F32 or F16 tensors on the path to a trainable "
                                     f"parameter; {_op_label(n)} reads a {type_name(s.type)} one (cast it with "
                                     "ggml_cpy into an F32 tensor first)")
-            needs_grad.add(ptr_key(n))
-            break
+        if not (n.flags & (flags_param | flags_loss) or srcs):
+            continue
+        _check_not_inplace(n, srcs)
+        needs_grad.add(ptr_key(n))
     # the nodes that receive a gradient: those needing one that the loss depends on
     gets_grad: set[int] = set()
     stack = [n for n in losses if ptr_key(n) in needs_grad]
@@ -304,6 +314,21 @@ def check_backward_nodes(nodes: list, losses: list, accumulating: bool = False) 
             continue
         check_node_backward(n, needs_grad)
         src = n.src[0]
+        if _op_label(n) == "VIEW" and ptr_key(src) in needs_grad and not src.flags & flags_loss and \
+                not (accumulating and src.flags & flags_param) and (src.type != GGML_TYPE_F32 or not _is_padded_1d(src)):
+            # ggml adds a view's gradient into the gradient its source already has, else into a zero copy of the
+            # source (ggml_scale by 0, then ggml_acc), which asserts a contiguous (padded-1d) F32 source: the
+            # first to pass a gradient to the source is the last of its users in the graph
+            later = [m for m in nodes[i + 1:] if ptr_key(m) in gets_grad
+                     and any(ptr_key(s) == ptr_key(src) for s in _grad_srcs(m, needs_grad))]
+            if not later:
+                got = (f"a {type_name(src.type).upper()} one" if src.type != GGML_TYPE_F32 else
+                       f"a strided one (strides {[int(src.nb[k]) for k in range(4)]})")
+                fix = ("ggml_cont(ctx, x) before taking the view" if src.type == GGML_TYPE_F32 else
+                       "convert it first (ggml_cpy into an F32 tensor) and view that")
+                raise GgmlValueError(f"ggml cannot build the backward pass of a view ({_tensor_label(n)}) of "
+                                     f"{_tensor_label(src)}: it expects the viewed tensor to be F32 and laid out "
+                                     f"contiguously, got {got}, and would abort. Apply {fix}")
         if _op_label(n) == "MEAN" and lib.ggml_nelements(n) > 1 and ptr_key(src) in gets_grad:
             # ggml adds MEAN's gradient with ADD1 (scalar only) when the input already has one,
             # i.e. when a later node also passes a gradient to it: that build aborts.
@@ -314,6 +339,35 @@ def check_backward_nodes(nodes: list, losses: list, accumulating: bool = False) 
                        "is a parameter whose gradient is accumulated")
                 raise GgmlValueError(f"ggml cannot build the backward pass of MEAN ({_tensor_label(n)}) when its input "
                                      f"{why}; use ggml_scale(ggml_sum_rows(x), 1/n) instead of ggml_mean")
+
+
+# ops that may be views of another tensor (view_src) on the gradient path: ggml asserts every other one is not
+_VIEW_OPS = {"CPY", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"}
+# in-place ops ggml offers no out-of-place form of
+_ALWAYS_INPLACE = {"CLAMP": "ggml_clamp always works in place in ggml; " + _COMPOSITE_HINT["CLAMP"]}
+
+
+def _check_not_inplace(n: Any, srcs: list) -> None:
+    """ggml_build_backward_expand asserts that no node needing a gradient is an in-place op (it has a view_src
+    and is not a CPY/VIEW/RESHAPE/PERMUTE/TRANSPOSE): raise instead, naming the op and the fix."""
+    if n.view_src == ffi.NULL:
+        return
+    op = ffi.string(lib.ggml_op_name(n.op)).decode()
+    if op in _VIEW_OPS:
+        return
+    label = _op_label(n)
+    if n.flags & int(lib.GGML_TENSOR_FLAG_PARAM):
+        why = "it is a trainable parameter"
+    elif srcs:
+        why = (f"its operand {_tensor_label(srcs[0])} is (or is computed from) a trainable parameter (side outputs "
+               "too: ggml gives a gradient to every tensor computed from one)")
+    else:
+        why = "it is the loss"
+    base = label.split(" ")[0].lower()
+    fix = _ALWAYS_INPLACE.get(op) or f"Use the out-of-place op (ggml_{base}, not ggml_{base}_inplace or inplace=True)"
+    raise GgmlValueError(f"ggml cannot build the backward pass through the in-place op {label} ({_tensor_label(n)}): "
+                         f"it writes into its operand's memory, and it needs a gradient because {why}. {fix}, or "
+                         "compute it in a graph without trainable parameters")
 
 
 # sources ggml_build_backward_expand never differentiates (shape-only, indices, piecewise-constant ops)
@@ -333,6 +387,15 @@ def check_node_backward(n: Any, needs_grad: set[int] | None = None) -> None:
     label = _op_label(n)
     op = ffi.string(lib.ggml_op_name(n.op)).decode()
     supported = label in _BACKWARD_UNARY if op == "UNARY" else op in _BACKWARD_OPS
+    if op == "GLU":
+        # ggml differentiates the split SwiGLU (silu(a) * b, two operands) only; the fused form aborts
+        split = n.src[1] != ffi.NULL
+        if int(lib.ggml_get_glu_op(n)) == int(lib.GGML_GLU_OP_SWIGLU) and split:
+            return
+        raise GgmlValueError(f"ggml has no backward pass for {label} ({_tensor_label(n)}"
+                             f"{', fused: one operand holding both halves' if not split else ''}) on the path to a "
+                             "trainable parameter; expected the split SwiGLU: ggml_swiglu_split(ctx, a, b) with the "
+                             "two halves as separate tensors (views of the fused input work: ggml_view_2d/ggml_cont)")
     if not supported:
         hint = _COMPOSITE_HINT.get(label, "rebuild it from ops that have one")
         raise GgmlValueError(f"ggml has no backward pass for {label} ({_tensor_label(n)}) on the path to a "
@@ -342,6 +405,25 @@ def check_node_backward(n: Any, needs_grad: set[int] | None = None) -> None:
         if tuple(a.ne) != tuple(b.ne) and (needs_grad is None or ptr_key(b) in needs_grad):
             raise GgmlValueError(f"{op} with a broadcast second operand has no backward pass in ggml; make the "
                                  "shapes equal with ggml_repeat(ctx, b, a) first")
+    def needs(j: int) -> bool:  # source j is there and needs a gradient
+        src = n.src[j]
+        return src != ffi.NULL and (needs_grad is None or ptr_key(src) in needs_grad)
+    if op == "SOFT_MAX" and (needs(1) or needs(2)):
+        what = "mask" if needs(1) else "sinks"
+        raise GgmlValueError(f"ggml has no backward pass for the {what} of ggml_soft_max_ext ({_tensor_label(n)}): "
+                             f"its {what} {_tensor_label(n.src[1 if needs(1) else 2])} is (or is computed from) a "
+                             f"trainable parameter, and ggml would abort. Expected a {what} that is data, not "
+                             "trained: build it from tensors without ggml_set_param")
+    if op == "ROPE" and needs(2):
+        raise GgmlValueError(f"ggml has no backward pass for the frequency factors of ggml_rope_ext "
+                             f"({_tensor_label(n)}): {_tensor_label(n.src[2])} is (or is computed from) a trainable "
+                             "parameter, and ggml would abort. Expected constant frequency factors: pass data (or "
+                             "None), not a tensor marked with ggml_set_param or computed from one")
+    if op == "CROSS_ENTROPY_LOSS" and needs(1):
+        raise GgmlValueError(f"ggml has no backward pass for the labels of ggml_cross_entropy_loss "
+                             f"({_tensor_label(n)}): {_tensor_label(n.src[1])} is (or is computed from) a trainable "
+                             "parameter, and ggml would abort. Expected labels that are data: only the logits (a) "
+                             "can be trained")
     if op == "SOFT_MAX":
         max_bias = op_param_f32(n, 1)
         if max_bias != 0.0:
@@ -363,15 +445,35 @@ def check_node_backward(n: Any, needs_grad: set[int] | None = None) -> None:
 _DATA_MOVES = {"RESHAPE", "VIEW", "CONT", "PERMUTE", "TRANSPOSE"}
 
 
+class IndexBound(int):
+    """The exclusive upper bound of an index input (an int), with ``what`` the indices are, for messages."""
+    what: str = "row indices for ggml_get_rows"
+
+    def __new__(cls, value: int, what: str) -> "IndexBound":
+        self = super().__new__(cls, value)
+        self.what = what
+        return self
+
+
+# ops reading an I32 source as indices: (which source, its bound from the node, what the indices are). ggml
+# aborts on an index out of range (get_rows, mul_mat_id) or writes outside its memory (get_rows_back).
+_INDEX_SRCS = {
+    "GET_ROWS": (1, lambda t: int(t.src[0].ne[1]), "row indices for ggml_get_rows"),
+    "GET_ROWS_BACK": (1, lambda t: int(t.ne[1]), "row indices for ggml_get_rows_back (rows of its result, c's ne[1])"),
+    "MUL_MAT_ID": (2, lambda t: int(t.src[0].ne[2]), "expert indices for ggml_mul_mat_id (matrices of as_, its ne[2])"),
+}
+
+
 def index_bounds(inputs: list[Tensor] | None, outputs: list[Tensor]) -> dict[int, int]:
-    """Inputs that ggml_get_rows reads as row indices (directly or through a reshape/view) and the number of
-    rows they index: an index outside [0, rows) aborts the process inside ggml, so batches are checked.
+    """Inputs that ggml reads as indices (the rows of ggml_get_rows/ggml_get_rows_back, the experts of
+    ggml_mul_mat_id; directly or through a reshape/view) and their exclusive bound (an ``IndexBound``): an
+    index outside [0, bound) aborts the process inside ggml (or corrupts memory), so batches are checked.
     ``inputs=None``: every leaf tensor (not computed by an op) counts as an input. Keys are ``ptr_key``s."""
     return {key: bound for key, (_, bound) in _index_inputs(inputs, outputs).items()}
 
 
 def index_inputs(outputs: list[Tensor]) -> list[tuple[Any, int]]:
-    """(leaf tensor pointer, row bound) for every leaf that ggml_get_rows reads as indices."""
+    """(leaf tensor pointer, bound) for every leaf that ggml reads as indices (see ``index_bounds``)."""
     return list(_index_inputs(None, outputs).values())
 
 
@@ -386,14 +488,17 @@ def _index_inputs(inputs: list[Tensor] | None, outputs: list[Tensor]) -> dict[in
             continue
         seen.add(ptr_key(t))
         stack.extend(src for src in t.src if src != ffi.NULL)
-        if ffi.string(lib.ggml_op_name(t.op)).decode() != "GET_ROWS":
+        entry = _INDEX_SRCS.get(ffi.string(lib.ggml_op_name(t.op)).decode())
+        if entry is None or t.src[entry[0]] == ffi.NULL:
             continue
-        idx = t.src[1]
+        idx = t.src[entry[0]]
         while not _is_input(idx, wanted) and ffi.string(lib.ggml_op_name(idx.op)).decode() in _DATA_MOVES:
             idx = idx.src[0]
         if _is_input(idx, wanted):
-            bound = min(found.get(ptr_key(idx), (None, 1 << 62))[1], int(t.src[0].ne[1]))
-            found[ptr_key(idx)] = (idx, bound)
+            bound = entry[1](t)
+            old = found.get(ptr_key(idx))
+            if old is None or bound < old[1]:
+                found[ptr_key(idx)] = (idx, IndexBound(bound, entry[2]))
     return found
 
 
@@ -445,10 +550,13 @@ def _is_input(t: Any, wanted: set[int] | None) -> bool:
 
 
 def check_indices(values: np.ndarray, bound: int, where: str) -> None:
+    """``values`` must be in [0, bound) (``bound``: an int or an ``IndexBound``, which says what they index)."""
     if values.size and (values.min() < 0 or values.max() >= bound):
         bad = values[(values < 0) | (values >= bound)].reshape(-1)
-        raise GgmlValueError(f"{where} holds row indices for ggml_get_rows, which must be in [0, {bound}); "
-                             f"got {bad[0]}, out of range ({bad.size} bad indices; ggml would abort)")
+        what = getattr(bound, "what", IndexBound.what)
+        raise GgmlValueError(f"{where} holds {what}, which must be in [0, {int(bound)}); got {bad[0]}, out of range "
+                             f"({bad.size} bad indices; ggml would abort or write outside its memory). Fix the "
+                             "indices, or make the indexed tensor larger")
 
 
 # ---------------------------------------------------------------- memory of tensors and graphs
@@ -564,6 +672,145 @@ def describe_node(p: Any) -> str:
             + (f"; operands {srcs})" if srcs else ")"))
 
 
+# ---------------------------------------------------------------- memory a graph allocation needs
+
+_POOLS: dict[int, tuple[str, int, int, bool]] = {}
+
+
+def memory_pool(backend: Any) -> tuple[int, str, int, int, bool]:
+    """(key, name, largest buffer, total memory, host) of the memory ``backend`` (a Backend) places a graph's
+    tensors in: its default buffer type (what schedulers and graph allocators use). The largest buffer is
+    ggml_backend_buft_get_max_size (read through an empty buffer: the cffi declarations have no buft form);
+    the total is the device's memory (the machine's for host memory), 0 when the device does not say."""
+    from .context import physical_memory
+    buft = lib.ggml_backend_get_default_buffer_type(backend.ptr)
+    key = ptr_key(buft)
+    if key not in _POOLS:
+        buf = lib.ggml_backend_alloc_buffer(backend.ptr, 0)  # ggml's zero-size dummy buffer: no memory taken
+        try:
+            max_size = int(lib.ggml_backend_buffer_get_max_size(buf)) if buf != ffi.NULL else 0
+        finally:
+            if buf != ffi.NULL:
+                lib.ggml_backend_buffer_free(buf)
+        host = bool(lib.ggml_backend_buft_is_host(buft))
+        if host:
+            total = physical_memory()
+        else:
+            free_p, total_p = ffi.new("size_t *"), ffi.new("size_t *")
+            lib.ggml_backend_dev_memory(lib.ggml_backend_get_device(backend.ptr), free_p, total_p)
+            total = int(total_p[0])
+        _POOLS[key] = (ffi.string(lib.ggml_backend_buft_name(buft)).decode(), max_size or (1 << 64) - 1, total, host)
+    return (key, *_POOLS[key])
+
+
+def pool_free(backend: Any) -> int:
+    """Bytes free now in the memory ``backend`` allocates from (0 when the device does not say)."""
+    from .context import available_memory
+    if lib.ggml_backend_buft_is_host(lib.ggml_backend_get_default_buffer_type(backend.ptr)):
+        return available_memory()
+    free_p, total_p = ffi.new("size_t *"), ffi.new("size_t *")
+    lib.ggml_backend_dev_memory(lib.ggml_backend_get_device(backend.ptr), free_p, total_p)
+    return int(free_p[0])
+
+
+def _size_text(n: int) -> str:
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n} bytes ({n / (1 << shift):.1f} {unit})"
+    return f"{n} bytes"
+
+
+def _placed_root(t: Any) -> Any | None:
+    """The tensor an allocator gives memory for when it places ``t`` (t, or the tensor it views), or None when
+    that one already has memory."""
+    root = t.view_src if t.view_src != ffi.NULL else t
+    return root if root.data == ffi.NULL else None
+
+
+def unallocated_bytes(tensors: list) -> int:
+    """An upper bound on what placing ``tensors`` (pointers) takes: each tensor without memory once (a view
+    counts the tensor it views), plus alignment. Allocators reuse memory, so they usually need less."""
+    seen: set[int] = set()
+    total = 0
+    for t in tensors:
+        root = _placed_root(t)
+        if root is not None and ptr_key(root) not in seen:
+            seen.add(ptr_key(root))
+            total += int(lib.ggml_nbytes(root)) + 512
+    return total
+
+
+_MEMORY_FIX = ("Expected sizes that fit: check the shape arguments of the op that made it (a padding, an arange's "
+               "range, a repeat or an upscale far larger than meant), or split the work into smaller graphs (smaller "
+               "batches)")
+
+
+def check_graph_memory(nodes: list, tensors: list, backends: list, fn: str) -> None:
+    """Refuse a graph whose allocation cannot succeed on ``backends`` (Backends: a scheduler's, or a graph
+    allocator's one), before ggml tries: a tensor larger than the memory of every backend, or a node whose
+    operands alone (all in memory while it is computed) exceed their memory together. ggml does not survive
+    a failed graph allocation: a scheduler dereferences the missing buffer (segfault). (A buffer type's largest
+    buffer, ggml_backend_buft_get_max_size, is no limit here: ggml gives a larger tensor a buffer of its own,
+    which the backend may still manage; ``allocation_may_fail`` has the allocation reserved first then.)"""
+    pools = {}
+    for b in backends:
+        key, name, _, total, _ = memory_pool(b)
+        pools[key] = (name, total)
+    totals = [tot for _, tot in pools.values()]
+    if not all(totals):
+        return  # a device that does not say how much memory it has
+    names = "/".join(dict.fromkeys(b.name for b in backends))
+    # one tensor: it must fit the memory of some backend
+    one = max(totals)
+    for t in tensors:
+        root = _placed_root(t)
+        if root is None:
+            continue
+        size = int(lib.ggml_nbytes(root))
+        if size > one:
+            what = "; ".join(f"{name}: {_size_text(tot)}" for name, tot in pools.values())
+            op = f", the result of {_op_label(root)}," if root.op != lib.GGML_OP_NONE else ""
+            raise GgmlValueError(f"{fn}: {_tensor_label(root)}{op} needs {_size_text(size)}, more than the memory "
+                                 f"of {names} ({what}); ggml would fail to allocate it and crash. {_MEMORY_FIX}")
+    # one node: its operands (and its result, unless it reuses an operand's memory) are in memory together
+    memory = sum(totals)
+    for p in nodes:
+        roots = {}
+        for src in p.src:
+            if src != ffi.NULL:
+                r = _placed_root(src)
+                if r is not None:
+                    roots[ptr_key(r)] = r
+        own = _placed_root(p)
+        need = max(sum(int(lib.ggml_nbytes(r)) for r in roots.values()),
+                   int(lib.ggml_nbytes(own)) if own is not None else 0)
+        if need > memory:
+            raise GgmlValueError(f"{fn}: computing {_tensor_label(p)} ({_op_label(p)}) needs its operands and result "
+                                 f"in memory together: at least {_size_text(need)}, more than {names} have "
+                                 f"({_size_text(memory)}); ggml would fail to allocate the graph and crash. "
+                                 f"{_MEMORY_FIX}")
+
+
+def allocation_may_fail(tensors: list, backends: list) -> bool:
+    """Whether placing ``tensors`` might fail on ``backends``: it might need more memory than they have free
+    now, or a tensor is larger than a buffer type's largest buffer (ggml then asks the backend for a buffer of
+    its own, which it may refuse). The caller then reserves the memory first (a failed reservation returns
+    False; a failed allocation inside a scheduler crashes ggml). Cheap for small graphs: the free memory is
+    only read above 64 MiB."""
+    need = unallocated_bytes(tensors)
+    if need <= 64 << 20:
+        return False
+    pools = {}
+    for b in backends:
+        key, _, max_size, _, _ = memory_pool(b)
+        if key not in pools:
+            pools[key] = (max_size, pool_free(b))
+    smallest = min(m for m, _ in pools.values())
+    if any(int(lib.ggml_nbytes(r)) > smallest for r in filter(None, map(_placed_root, tensors))):
+        return True
+    return need > sum(f for _, f in pools.values())
+
+
 def check_graph_ready(graph: Graph, backends: list, fn: str, mode: str) -> None:
     """Refuse to compute a graph that would crash ggml or compute garbage, naming the tensor:
 
@@ -610,6 +857,8 @@ def check_graph_ready(graph: Graph, backends: list, fn: str, mode: str) -> None:
                                  f"on; compute with a scheduler that has the {buf} backend (or allocate the tensor on "
                                  "one of these backends)")
     check_nodes_supported(nodes, backends, fn, pinned=mode != "backend")
+    if mode in ("sched", "alloc"):
+        check_graph_memory(nodes, tensors, backends, fn)
     graph._checked = key
 
 

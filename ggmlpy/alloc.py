@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._ffi import lib
-from ._checks import check_graph_ready
+from ._checks import check_graph_ready, graph_tensor_ptrs, unallocated_bytes
 from ._handle import Allocations, Handle, free_handle, raise_type, unwrap, using
 from .backend import Backend
 from .context import Graph
@@ -23,6 +23,9 @@ class Gallocr(Handle):
         super().__init__(lib.ggml_gallocr_new(buft), lib.ggml_gallocr_free, parents=[backend])
         self.backend = backend
         self._allocs = Allocations()  # the tensors its buffer holds: they lose that memory when it goes
+        # a reservation failed (out of memory): ggml then keeps no buffer but still believes graphs of that
+        # size fit, and its next allocation writes through the missing buffer (segfault) unless it reserves first
+        self._alloc_failed = False
 
     def _before_free(self) -> None:
         self._allocs.release()
@@ -87,10 +90,14 @@ def ggml_gallocr_reserve(galloc: Gallocr, graph: Graph) -> None:
     """
     g = _graph(graph, "ggml_gallocr_reserve")
     ptr = unwrap(galloc, Gallocr, "ggml_gallocr_reserve(galloc)")
+    check_graph_ready(graph, [galloc.backend], "ggml_gallocr_reserve", "alloc")
     with using([galloc, *graph.keepers], "ggml_gallocr_reserve"):
         galloc._allocs.release()  # a larger reservation replaces the buffer
         ok = bool(lib.ggml_gallocr_reserve(ptr, g))
-    expect(ok, "ggml_gallocr_reserve: the backend could not allocate the buffer (out of memory?)", GgmlStateError)
+        galloc._alloc_failed = not ok
+    expect(ok, f"ggml_gallocr_reserve: {galloc.backend.name} could not allocate the buffer for the graph (up to "
+               f"{unallocated_bytes(graph_tensor_ptrs(g)[1])} bytes); free other buffers or models, or split the work "
+               "into smaller graphs (smaller batches)", GgmlStateError)
 
 
 def ggml_gallocr_alloc_graph(galloc: Gallocr, graph: Graph) -> None:
@@ -118,9 +125,15 @@ def ggml_gallocr_alloc_graph(galloc: Gallocr, graph: Graph) -> None:
         galloc._allocs.release()
         check_graph_ready(graph, [galloc.backend], fn, "alloc")
         placed = _unallocated(g)
-        ok = bool(lib.ggml_gallocr_alloc_graph(ptr, g))
+        # after a failed reservation ggml must reserve again before it allocates (else it writes through a
+        # missing buffer); a failed allocation here returns False and leaves it in that state
+        ok = not galloc._alloc_failed or bool(lib.ggml_gallocr_reserve(ptr, g))
+        ok = ok and bool(lib.ggml_gallocr_alloc_graph(ptr, g))
+        galloc._alloc_failed = not ok
         _record(galloc, graph, placed)
-    expect(ok, f"{fn}: the allocation failed (out of memory?)", GgmlStateError)
+    expect(ok, f"{fn}: {galloc.backend.name} could not allocate the buffer for the graph (up to "
+               f"{unallocated_bytes(placed)} bytes; out of memory); free other buffers or models, or split the work "
+               "into smaller graphs (smaller batches)", GgmlStateError)
 
 
 def ggml_gallocr_get_buffer_size(galloc: Gallocr, buffer_id: int = 0) -> int:

@@ -24,7 +24,8 @@ from .backend_registry import device_caps
 from .context import Graph, Tensor, as_tensor
 from .data import as_numeric, checked_values, numpy_dtype, shape_problem
 from .errors import GgmlStateError, GgmlTypeError, GgmlValueError
-from .sched import Scheduler, reapply_tensor_backends, _check_indices, _exclusive, _graph_ptr, _record, _sched, _unallocated, check_status
+from .sched import (Scheduler, _check_indices, _exclusive, _graph_ptr, _record, _reserve_first, _sched, _unallocated,
+                    check_status, reapply_tensor_backends)
 
 
 # ---------------------------------------------------------------- pending work
@@ -437,6 +438,7 @@ def ggml_backend_sched_graph_compute_async(sched: Scheduler, graph: Graph) -> in
             lib.ggml_backend_sched_reset(s)
             check_graph_ready(graph, sched.backends, fn, "sched")
             reapply_tensor_backends(sched)
+            _reserve_first(sched, s, g, fn)  # a failed allocation inside ggml would crash: reserve first
             placed = _unallocated(g)
             ok = bool(lib.ggml_backend_sched_alloc_graph(s, g))
             _record(sched, graph, placed)

@@ -15,7 +15,8 @@ from ._ffi import ffi, lib
 from ._handle import Allocations, Handle, computing, free_handle, raise_type, unwrap, using
 from .backend import Backend, blas_backend_init, ggml_backend_cpu_init
 from .context import Context, Graph, check_fits_memory, check_graph_size
-from ._checks import check_graph_ready, check_index_inputs, graph_tensor_ptrs, index_inputs, ptr_key
+from ._checks import (allocation_may_fail, check_graph_ready, check_index_inputs, graph_tensor_ptrs, index_inputs,
+                      ptr_key, unallocated_bytes)
 from .errors import GgmlStateError, GgmlValueError, expect
 
 GGML_SCHED_MAX_BACKENDS = 16
@@ -170,6 +171,16 @@ def ggml_backend_sched_free(sched: Scheduler) -> None:
     free_handle(sched, Scheduler, "ggml_backend_sched_free(sched)")
 
 
+def reapply_tensor_backends(sched: Scheduler) -> None:
+    """After a reset of ``sched``: give ggml again the backends chosen with ggml_backend_sched_set_tensor_backend
+    (a reset forgets them). For code that resets a scheduler and then allocates a graph."""
+    kept = [(t, b) for t, b in sched.__dict__.get("_tensor_backends", []) if t.alive and b.alive]
+    if kept or "_tensor_backends" in sched.__dict__:
+        sched.__dict__["_tensor_backends"] = kept
+    for t, b in kept:
+        lib.ggml_backend_sched_set_tensor_backend(sched.ptr, t.ptr, b.ptr)
+
+
 def ggml_backend_sched_reset(sched: Scheduler) -> None:
     """Forget the scheduler's current graph allocation, so that another graph can be allocated.
 
@@ -284,6 +295,41 @@ def _check_indices(g) -> None:
     check_index_inputs(index_inputs(nodes))
 
 
+def _sched_reserve(s: Any, g: Any) -> bool:
+    """ggml_backend_sched_reserve on scheduler pointer ``s`` and graph pointer ``g``, leaving the graph as it was:
+    ggml's graph split points the nodes' operands at its copies of inputs from other backends (in its own
+    context, gone at the next split), and a graph allocated after being reserved would read those stale copies
+    (wrong results)."""
+    nodes = [lib.ggml_graph_node(g, i) for i in range(int(lib.ggml_graph_n_nodes(g)))]
+    saved = [list(n.src) for n in nodes]
+    try:
+        return bool(lib.ggml_backend_sched_reserve(s, g))
+    finally:
+        for n, srcs in zip(nodes, saved):
+            for j, src in enumerate(srcs):
+                if n.src[j] != src:
+                    n.src[j] = src
+
+
+def _reserve_first(sched: Scheduler, s: Any, g: Any, fn: str) -> None:
+    """Before ggml allocates graph pointer ``g`` on reset scheduler ``sched`` (pointer ``s``): reserve its memory
+    first when that might fail (more than the backends have free) or failed before. A scheduler whose
+    allocation fails inside ggml_backend_sched_alloc_graph dereferences the missing buffer (segfault), and
+    after any failed reservation its allocator keeps no buffer until a reservation succeeds; a failed
+    ggml_backend_sched_reserve only returns False. Raises GgmlStateError when the memory cannot be had."""
+    if not sched.__dict__.get("_alloc_failed") and not allocation_may_fail(graph_tensor_ptrs(g)[1], sched.backends):
+        return
+    ok = _sched_reserve(s, g)
+    sched.__dict__["_alloc_failed"] = not ok
+    reapply_tensor_backends(sched)  # the reservation reset the scheduler
+    if not ok:
+        need = unallocated_bytes(graph_tensor_ptrs(g)[1])
+        raise GgmlStateError(f"{fn}: the scheduler could not get the memory for the graph (up to {need} bytes "
+                             f"for its intermediate tensors; {'/'.join(b.name for b in sched.backends)} have less "
+                             "free): free other buffers, schedulers or models, or split the work into smaller "
+                             "graphs (smaller batches)")
+
+
 def ggml_backend_sched_reserve(sched: Scheduler, graph: Graph) -> bool:
     """Reserve the scheduler's buffers for ``graph`` (and graphs no larger), without allocating it.
 
@@ -304,7 +350,9 @@ def ggml_backend_sched_reserve(sched: Scheduler, graph: Graph) -> bool:
     check_graph_ready(graph, sched.backends, "ggml_backend_sched_reserve", "alloc")
     with _exclusive(sched, graph.keepers, "ggml_backend_sched_reserve"):
         sched.release()  # reserving may move the scheduler's buffers
-        return bool(lib.ggml_backend_sched_reserve(s, g))
+        ok = _sched_reserve(s, g)
+        sched.__dict__["_alloc_failed"] = not ok  # ggml keeps no buffer after a failure: reserve before the next
+        return ok
 
 
 def ggml_backend_sched_alloc_graph(sched: Scheduler, graph: Graph) -> bool:
@@ -334,8 +382,10 @@ def ggml_backend_sched_alloc_graph(sched: Scheduler, graph: Graph) -> bool:
         # The previous allocation's tensors lose their memory (its buffers may move).
         sched.release()
         lib.ggml_backend_sched_reset(s)
+        reapply_tensor_backends(sched)
         check_graph_ready(graph, sched.backends, fn, "alloc")  # again if the release took memory from it
         placed = _unallocated(g)
+        _reserve_first(sched, s, g, fn)
         ok = bool(lib.ggml_backend_sched_alloc_graph(s, g))
         _record(sched, graph, placed)
     if not ok:
@@ -367,7 +417,8 @@ def _record(allocator: Any, graph: Graph, candidates: list) -> None:
     groups: dict[int, tuple] = {}
     for t in placed:
         owner = where.get(ptr_key(t))
-        keepers = (owner,) if owner is not None else (graph.ctx, *graph._deps.values())
+        # the context's current generation too: after a ggml_reset the header is gone although the context lives
+        keepers = (owner, owner.generation) if owner is not None else (graph.ctx, *graph._deps.values())
         groups.setdefault(id(keepers[0]) if owner is not None else 0, (keepers, []))[1].append((t, t.buffer))
     for keepers, tensors in groups.values():
         allocator._allocs.record(keepers, tensors)
@@ -403,8 +454,10 @@ def ggml_backend_sched_graph_compute(sched: Scheduler, graph: Graph) -> None:
             # this one (the previous allocation's tensors lose their memory)
             sched.release()
             lib.ggml_backend_sched_reset(s)
+            reapply_tensor_backends(sched)
             check_graph_ready(graph, sched.backends, fn, "sched")
             placed = _unallocated(g)
+            _reserve_first(sched, s, g, fn)
         _check_indices(g)
         with computing(sched.backends):
             status = lib.ggml_backend_sched_graph_compute(s, g)
@@ -445,36 +498,82 @@ def ggml_backend_graph_compute(backend: Backend, graph: Graph) -> None:
 _cpu_for_ctx: list[Backend] = []
 
 
-def ggml_graph_compute(ctx, graph: Graph) -> None:
-    """Compute a graph whose tensors live in context memory (a ``no_alloc=False`` context), on the CPU.
+def _compute_in_ctx(ctx: Any, graph: Graph, fn: str, n_threads: int = 0) -> None:
+    from .context import Context
+    from ._checks import n_threads_arg
+    unwrap(ctx, Context, f"{fn}(ctx)")
+    if not isinstance(graph, Graph):
+        raise_type(f"{fn}(graph)", "Graph (ggml_build_forward_expand(ctx, tensor))", graph)
+    graph.ptr  # raises if freed or reset
+    if n_threads != 0:
+        n_threads = n_threads_arg(fn, n_threads)
+    if not _cpu_for_ctx or not _cpu_for_ctx[0].alive:
+        _cpu_for_ctx[:] = [ggml_backend_cpu_init()]
+    if ctx.no_alloc:
+        # no memory in the context: fine when the graph's tensors got memory elsewhere (a CPU buffer, a graph
+        # allocator); else say how to compute it
+        fix = ("Use a scheduler (ggml_backend_sched_alloc_graph + ggml_backend_sched_graph_compute), or create the "
+               "context with no_alloc=False")
+        if graph.n_nodes() == 0:
+            raise GgmlStateError(f"{fn}: the context has no_alloc=True and the graph is empty. {fix}")
+        try:
+            check_graph_ready(graph, [_cpu_for_ctx[0]], fn, "backend")
+        except GgmlStateError as exc:
+            raise GgmlStateError(f"{fn}: the context has no_alloc=True and the graph's tensors have no memory "
+                                 f"({exc}). {fix}") from None
+    if n_threads == 0:
+        ggml_backend_graph_compute(_cpu_for_ctx[0], graph)
+        return
+    from .backend import ggml_backend_cpu_set_n_threads
+    cpu = ggml_backend_cpu_init()  # a backend of its own: the shared one keeps its thread count
+    try:
+        ggml_backend_cpu_set_n_threads(cpu, n_threads)
+        ggml_backend_graph_compute(cpu, graph)
+    finally:
+        cpu.free()
 
-    The simplest way to run a small graph: no backend buffers, no scheduler. ggmlpy keeps one CPU
-    backend for these calls (its threads follow ``ggml_set_n_threads``).
+
+def ggml_graph_compute(ctx, graph: Graph) -> None:
+    """Compute a graph whose tensors live in host memory (a ``no_alloc=False`` context), on the CPU.
+
+    The simplest way to run a small graph (ggmlR's idiom): no backend buffers, no scheduler. ggmlpy
+    keeps one CPU backend for these calls (its threads follow ``ggml_set_n_threads``). A graph of a
+    ``no_alloc=True`` context computes too when its tensors got memory in a CPU buffer (a graph
+    allocator, ``ggml_backend_alloc_ctx_tensors`` on the CPU backend).
 
     Arguments:
-        ctx: the Context holding the tensors, created with ``no_alloc=False`` (else GgmlStateError:
-            use a scheduler).
-        graph: a Graph built in that context.
+        ctx: the Context holding the tensors, created with ``no_alloc=False`` (a no_alloc context whose
+            graph tensors have no memory raises GgmlStateError: use a scheduler).
+        graph: a Graph built in that context (``ggml_build_forward_expand(ctx, tensor)``).
 
-    Value: None; read the results with ``ggml_backend_tensor_get_data``.
+    Value: None; read the results with ``ggml_get_f32`` or ``ggml_backend_tensor_get_data``.
 
     Example:
         >>> ctx = ggml_init(1 << 20)
-        >>> a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 3); ggml_backend_tensor_set_data(a, [1.0, 2.0, 3.0])
-        >>> gf = ggml_build_forward_expand(ggml_new_graph(ctx), ggml_sqr(ctx, a))
-        >>> ggml_graph_compute(ctx, gf)
+        >>> a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 3); ggml_set_f32(a, [1.0, 2.0, 3.0])
+        >>> graph = ggml_build_forward_expand(ctx, ggml_sqr(ctx, a))
+        >>> ggml_graph_compute(ctx, graph)
     """
-    from .context import Context
-    unwrap(ctx, Context, "ggml_graph_compute(ctx)")
-    expect(not ctx.no_alloc, "ggml_graph_compute: the context has no_alloc=True; its tensors have no memory. "
-                             "Use a scheduler (ggml_backend_sched_alloc_graph + ggml_backend_sched_graph_compute)",
-           GgmlStateError)
-    if not _cpu_for_ctx or not _cpu_for_ctx[0].alive:
-        _cpu_for_ctx[:] = [ggml_backend_cpu_init()]
-    ggml_backend_graph_compute(_cpu_for_ctx[0], graph)
+    _compute_in_ctx(ctx, graph, "ggml_graph_compute")
 
 
-ggml_graph_compute_with_ctx = ggml_graph_compute
+def ggml_graph_compute_with_ctx(ctx, graph: Graph, n_threads: int = 0) -> None:
+    """Compute a graph of a context on the CPU with a given number of threads (ggmlR's alternative form).
+
+    Like ``ggml_graph_compute``, with the thread count chosen per call.
+
+    Arguments:
+        ctx: the Context holding the tensors (see ``ggml_graph_compute``).
+        graph: a Graph built in that context.
+        n_threads: the number of CPU threads, or 0 (the default) for ``ggml_get_n_threads()``.
+
+    Value: None.
+
+    Example:
+        >>> graph = ggml_build_forward_expand(ctx, ggml_relu(ctx, a))
+        >>> ggml_graph_compute_with_ctx(ctx, graph, n_threads=2)
+    """
+    _compute_in_ctx(ctx, graph, "ggml_graph_compute_with_ctx", n_threads)
 
 
 def check_status(status: int, what: str) -> None:

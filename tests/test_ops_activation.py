@@ -411,11 +411,6 @@ def test_side_outputs_without_backward_do_not_block_training():
     np.testing.assert_allclose(grad, 2 * f64(x) * r, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError,
-                   reason="ggml 0.20.2 has a backward pass for the split SwiGLU (verified against finite differences "
-                          "by calling ggml directly), but ggmlpy's training check (_checks.check_node_backward) "
-                          "refuses every GLU node; admitting GLU with op SWIGLU and a second operand there makes "
-                          "this pass")
 @pytest.mark.parametrize("wrt", ["value", "gate"])
 def test_swiglu_split_gradient_matches_finite_differences(wrt):
     rng = np.random.default_rng(21)

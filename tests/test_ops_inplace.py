@@ -307,11 +307,6 @@ def test_inplace_reading_a_parameter_only_through_indices_is_allowed():
     assert "BUILT" in out, out
 
 
-@pytest.mark.xfail(strict=True, reason="an in-place op made BEFORE its operand (or an operand's source) is marked "
-                                       "with ggml_set_param is not caught when the op is made, and ggmlpy's backward "
-                                       "check (_checks.check_backward_nodes) does not yet mirror ggml's assertion on "
-                                       "in-place nodes (node->view_src with an op other than CPY/VIEW/RESHAPE/"
-                                       "PERMUTE/TRANSPOSE): ggml aborts the process")
 @pytest.mark.parametrize("where", ["on_the_loss_path", "side_output"])
 def test_parameter_marked_after_the_inplace_op_is_refused_not_aborted(where):
     if where == "on_the_loss_path":
