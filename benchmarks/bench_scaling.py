@@ -3,8 +3,9 @@
 An MLP ``width -> width -> width -> 10`` (ReLU, cross-entropy, AdamW) trains with ``ggml_fit_opt_gen`` on
 ggmlpy's default CPU path (``ggml_backend_sched_new("cpu")``: ggml's BLAS backend before the CPU backend
 when built). Two sweeps: width 256 to 4096 at batch 256, and batch 32 to 2048 at width 1024. For each
-point the script prints samples/s and the achieved GFLOP/s of training (6 flops per multiply-add of the
-layers: forward, and the two products of the backward pass), and the same as a fraction of the sgemm
+point the script prints samples/s and the achieved GFLOP/s of training (2 flops per multiply-add of the
+products: forward, weight gradients, and input gradients of all layers but the first; the optimizer's and
+the element-wise work count as time but not as flops), and the same as a fraction of the sgemm
 peak of OpenBLAS (the library ggml's BLAS backend calls) measured in the same run on 2048 x 2048
 matrices with the same thread count. The target of issue 8: the widest layers reach >= 70 % of that peak.
 
@@ -101,8 +102,11 @@ def mlp_throughput(width: int, batch: int, steps: int) -> float:
 
 
 def training_gflop(width: int, batch: int) -> float:
-    macs = width * width * 2 + width * N_CLASSES
-    return 6.0 * macs * batch / 1e9
+    """The matrix-product work of one training step: the forward products, one weight-gradient product per
+    layer, and the input-gradient products of the layers after the first (the data needs no gradient)."""
+    forward = 2 * width * width + width * N_CLASSES
+    input_grads = width * width + width * N_CLASSES
+    return 2.0 * (2 * forward + input_grads) * batch / 1e9
 
 
 TINY = """
@@ -176,26 +180,36 @@ def main() -> None:
     peak, source = openblas_sgemm_peak(args.threads, 512 if args.quick else 2048)
     print(f"ggmlpy {G.__version__} / ggml {G.GGML_VERSION}, {args.threads} thread(s), load {loadavg()}")
     print(f"sgemm peak: {peak:.1f} GFLOP/s ({source}, {args.threads} thread(s))\n")
-    print(f"{'sweep':6} {'width':>6} {'batch':>6} {'samples/s':>11} {'GFLOP/s':>9} {'of peak':>8}")
+    print(f"{'sweep':6} {'width':>6} {'batch':>6} {'samples/s':>11} {'GFLOP/s':>9} {'peak now':>9} {'of peak':>8}")
     results = {"threads": args.threads, "sgemm_peak_gflops": peak, "width": [], "batch": []}
+    peak_size = 512 if args.quick else 2048
+
+    def point(width: int, batch: int) -> tuple[float, float, float]:
+        """samples/s, GFLOP/s and the sgemm peak measured right before (the same machine load)."""
+        gf_step = training_gflop(width, batch) / batch
+        steps = 3 if args.quick else max(3, min(100, int(3.0 / (gf_step * batch / max(peak * 0.5, 1.0)))))
+        now = openblas_sgemm_peak(args.threads, peak_size, reps=3)[0]
+        rate = mlp_throughput(width, batch, steps)
+        return rate, rate * gf_step, now
+
     for sweep, points in (("width", [(w, 256) for w in widths]), ("batch", [(1024, b) for b in batches])):
         for width, batch in points:
-            gf_step = training_gflop(width, batch) / batch
-            steps = max(3, min(100, int(3.0 / (gf_step * batch / max(peak * 0.5, 1.0)))))  # ~3 s a point
-            if args.quick:
-                steps = 3
-            rate = mlp_throughput(width, batch, steps)
-            gflops = rate * gf_step
+            rate, gflops, now = point(width, batch)
             results[sweep].append({"width": width, "batch": batch, "samples_per_s": rate, "gflops": gflops,
-                                   "of_peak": gflops / peak})
-            print(f"{sweep:6} {width:6d} {batch:6d} {rate:11.0f} {gflops:9.1f} {gflops / peak:8.0%}", flush=True)
-        peak = max(peak, openblas_sgemm_peak(args.threads, 512 if args.quick else 2048)[0])  # load can only lower it
+                                   "peak_gflops": now, "of_peak": gflops / now})
+            print(f"{sweep:6} {width:6d} {batch:6d} {rate:11.0f} {gflops:9.1f} {now:9.1f} {gflops / now:8.0%}",
+                  flush=True)
 
-    widest = max(results["width"], key=lambda p: p["width"])
-    ratio = widest["gflops"] / peak
+    # the target: the widest layers against the peak, alternated (best of each: load only ever slows a run)
+    widest = max(widths)
+    runs = [point(widest, 256) for _ in range(1 if args.quick else 3)]
+    best, best_peak = max(r[1] for r in runs), max(r[2] for r in runs)
+    ratio = best / best_peak
     verdict = "met" if ratio >= PEAK_TARGET else "NOT met"
-    print(f"\nwidest layers (width {widest['width']}): {ratio:.0%} of the sgemm peak "
-          f"(best peak seen {peak:.1f} GFLOP/s; target >= {PEAK_TARGET:.0%}: {verdict})")
+    print(f"\nwidest layers (width {widest}, batch 256), {len(runs)} alternations: {best:.1f} GFLOP/s, "
+          f"{ratio:.0%} of the sgemm peak {best_peak:.1f} (target >= {PEAK_TARGET:.0%}: {verdict}; per round: "
+          + ", ".join(f"{g:.0f}/{p:.0f}" for _, g, p in runs) + ")")
+    peak = best_peak
 
     default, one = [], []
     for _ in range(tiny_rounds):  # alternated, fresh processes (the default threads need an untouched process)
@@ -204,7 +218,8 @@ def main() -> None:
     tiny = max(default) / max(one)
     print(f"tiny MLP 32-64-10, batch 32: default threads {max(default):.0f} samples/s, one thread "
           f"{max(one):.0f}: {tiny:.2f}x (target >= {TINY_TARGET:.1f}: {'met' if tiny >= TINY_TARGET else 'NOT met'})")
-    results.update(widest_of_peak=ratio, tiny_default_over_one=tiny, tiny_default=default, tiny_one=one)
+    results.update(widest_of_peak=ratio, widest_runs=runs, tiny_default_over_one=tiny, tiny_default=default,
+                   tiny_one=one)
     draw(results["width"], results["batch"], peak, args.png)
     if args.json:
         with open(args.json, "w") as f:

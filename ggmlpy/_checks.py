@@ -851,6 +851,13 @@ def check_graph_ready(graph: Graph, backends: list, fn: str, mode: str) -> None:
             raise GgmlStateError(f"{fn}: {_tensor_label(root)} lives in context memory (the CPU's), which "
                                  f"{names} cannot compute on; allocate its context on that backend with "
                                  "ggml_backend_alloc_ctx_tensors, or use a scheduler")
+        if where == "host" and mode != "backend" and any(b.device.type not in ("cpu", "accel") for b in backends):
+            # ggml's scheduler copies a tensor to another device through its buffer: one in context memory
+            # has none, and the copy dereferenced it (segfault)
+            raise GgmlStateError(f"{fn}: {_tensor_label(root)} lives in context memory (ggml_init without "
+                                 f"no_alloc), which a scheduler with {names} cannot move between devices; create "
+                                 "it in a no_alloc context and allocate that with ggml_backend_alloc_ctx_tensors "
+                                 "(on the CPU backend or the device), or compute on a CPU-only scheduler")
         if where == "backend" and not any(buffer_usable(b, root.buffer) for b in backends):
             buf = ffi.string(lib.ggml_backend_buffer_name(root.buffer)).decode()
             raise GgmlStateError(f"{fn}: {_tensor_label(root)} lives in a {buf} buffer, which {names} cannot compute "

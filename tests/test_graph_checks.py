@@ -398,3 +398,30 @@ def test_a_graph_reserved_then_allocated_reads_its_inputs():
         pytest.skip("needs a Vulkan device (for lavapipe, set GGML_VK_VISIBLE_DEVICES=0 before starting the tests)")
     out = _run(_RESERVE_THEN_ALLOC)
     assert "RESERVED True" in out and "SUM 20.0" in out, out
+
+
+_CONTEXT_MEMORY_ON_A_GPU_SCHEDULER = """
+import numpy as np, ggmlpy as G
+sched = G.ggml_backend_sched_new([G.ggml_backend_init_by_name("Vulkan0")], parallel=False)
+ctx = G.ggml_init(1 << 20)                         # context memory: the tensor has data but no buffer
+a = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 4)
+G.ggml_backend_tensor_set_data(a, np.arange(4, dtype=np.float32))
+ops = G.ggml_init(1 << 20, no_alloc=True)
+out = G.ggml_sqr(ops, G.ggml_add(ops, a, a))
+graph = G.ggml_new_graph(ops)
+G.ggml_build_forward_expand(graph, out)
+try:
+    G.ggml_backend_sched_graph_compute(sched, graph)
+    print("COMPUTED")
+except G.GgmlStateError as exc:
+    print("REFUSED", "context memory" in str(exc))
+"""
+
+
+def test_context_memory_on_a_scheduler_with_a_gpu_is_refused():
+    """ggml's scheduler moves tensors between devices through their buffers; one in a context's own memory has
+    none, and ggml dereferenced it (segfault)."""
+    if "vulkan" not in [b.lower() for b in G.ggml_backends_built()] or G.ggml_backend_dev_by_name("Vulkan0") is None:
+        pytest.skip("needs a Vulkan device (for lavapipe, set GGML_VK_VISIBLE_DEVICES=0 before starting the tests)")
+    out = _run(_CONTEXT_MEMORY_ON_A_GPU_SCHEDULER)
+    assert "REFUSED True" in out, out
