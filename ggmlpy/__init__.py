@@ -6,9 +6,9 @@ concern; this file only re-exports their public ``ggml_*`` / ``GGML_*`` names.
 """
 from __future__ import annotations
 
-from . import alloc, backend, backend_async, backend_registry, context, data, dataset, gguf, gguf_reader, info, losses, \
-    ops, ops_activation, ops_conv, ops_inplace, ops_sort, ops_transformer, opt, opt_fit, opt_result, opt_state, rpc, \
-    sched, weights
+from . import alloc, backend, backend_async, backend_registry, context, cpu_features, data, dataset, gguf, \
+    gguf_reader, info, losses, ops, ops_activation, ops_conv, ops_inplace, ops_sort, ops_transformer, opt, opt_fit, \
+    opt_result, opt_state, rpc, sched, weights
 from .training import callbacks as _callbacks, fit as _fit, plot as _plot
 from . import models
 from ._ffi import BUILD_INFO
@@ -22,9 +22,9 @@ __docformat__ = "google"  # for pdoc (docs/README.md): "Arguments:" sections ren
 GGML_VERSION = BUILD_INFO.get("ggml_version", "unknown")
 
 # the model layer first: its ggml_conv_2d/ggml_conv_1d also accept the ops' (ctx, ...) call
-_MODULES = [*models.MODULES, alloc, backend, backend_async, backend_registry, context, data, dataset, gguf, gguf_reader,
-            info, losses, ops, ops_activation, ops_conv, ops_inplace, ops_sort, ops_transformer, opt, opt_fit, opt_result,
-            opt_state, rpc, sched, weights, _callbacks, _fit, _plot]
+_MODULES = [*models.MODULES, alloc, backend, backend_async, backend_registry, context, cpu_features, data, dataset, gguf,
+            gguf_reader, info, losses, ops, ops_activation, ops_conv, ops_inplace, ops_sort, ops_transformer, opt,
+            opt_fit, opt_result, opt_state, rpc, sched, weights, _callbacks, _fit, _plot]
 __all__ = ["GgmlpyError", "GgmlpyWarning", "GgmlStateError", "GgmlInUseError", "GgmlTypeError", "GgmlValueError",
            "BackendUnavailableError", "GgufFileError", "GgufFileNotFoundError", "GgufKeyError", "GGML_VERSION"]
 for _module in _MODULES:

@@ -42,13 +42,14 @@ _threads_set_by_user = [False]
 # 20 vs 30 ms, with the other core busy). The model layer applies it per graph unless the user chose a
 # count with ggml_set_n_threads.
 SMALL_GRAPH_FLOPS = 50e6
-# ggml's BLAS backend (OpenBLAS) takes the large F32 matrix products (MUL_MAT, OUT_PROD) of a scheduler
-# that runs on the CPU; the CPU backend does the rest. The two thread pools never compute at once, but
-# each spin-waits after its work and steals the cores from the other: with both at 2 threads MNIST-FC
-# trains at 0.4-0.7x the speed of both at 1 (measured on this project's 2 cores, idle and loaded).
-# So ggmlpy splits the threads per graph (see split_threads): OpenBLAS gets several threads only for
-# products this large per step, the CPU pool only for its own share of the work (SMALL_GRAPH_FLOPS).
-BLAS_PARALLEL_FLOPS = 10e9
+# ggml's BLAS backend (OpenBLAS) takes the F32 matrix products (MUL_MAT, OUT_PROD) of a scheduler that runs
+# on the CPU; the CPU backend does the rest. The two thread pools never compute at once, so the thread count
+# is the budget of each: OpenBLAS gets it for the products of any graph worth a second thread (the same
+# SMALL_GRAPH_FLOPS, counted on the products alone), ggml's pool for its own share. (Measured with patch 0010,
+# MNIST-FC on this project's 2 cores: OpenBLAS on 2 threads 1.3-1.5x faster than on 1. Before that patch,
+# OUT_PROD ignored the backend's count and OpenBLAS's worker spun beside ggml's pool: both at 2 threads then
+# trained at 0.4-0.7x the speed of both at 1, and OpenBLAS had been given 2 threads only from 10 GFLOP.)
+BLAS_PARALLEL_FLOPS = SMALL_GRAPH_FLOPS
 _blas_disabled = [False]
 _cpu_backends: "weakref.WeakSet[Backend]" = weakref.WeakSet()
 
@@ -664,14 +665,15 @@ def ggml_set_blas_enabled(enabled: bool) -> None:
 
 
 def split_threads(backends, flops: float, blas_flops: float) -> list:
-    """Set the thread split of a scheduler's CPU and BLAS backends for a graph of ``flops`` per compute,
+    """Set the threads of a scheduler's CPU and BLAS backends for a graph of ``flops`` per compute,
     ``blas_flops`` of them in products the BLAS backend takes: OpenBLAS gets ``ggml_get_n_threads()``
     threads only for products of BLAS_PARALLEL_FLOPS or more, the CPU pool only when its own share is
-    SMALL_GRAPH_FLOPS or more (the thread count is the budget of both). Nothing changes without a BLAS
-    backend. Returns [(backend, count before)] for restore_threads."""
+    SMALL_GRAPH_FLOPS or more. Without a BLAS backend, the CPU backends get the count ``threads_for``
+    picks (one thread for a small graph unless the user set a count). Returns [(backend, count before)]
+    for restore_threads."""
     blas = [b for b in backends if is_blas(b) and b.alive]
     if not blas:
-        return []
+        return [(b, threads_for(b, flops)) for b in backends if b.alive and b.is_cpu]
     n = _n_threads[0]
     before = []
     for b in backends:

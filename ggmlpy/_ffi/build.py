@@ -42,6 +42,13 @@ static int ggmlpy_cpu_set_n_threads(ggml_backend_t backend, int n_threads) {
     return 1;
 }
 
+/* The CPU backend's features (ggml_backend_get_features of its registry): {name, value} pairs ending with a
+   NULL name, or NULL when the CPU backend has no such entry point. */
+static const struct ggml_backend_feature * ggmlpy_cpu_features(void) {
+    ggml_backend_get_features_t fn = (ggml_backend_get_features_t) ggmlpy_proc("CPU", "ggml_backend_get_features");
+    return fn ? fn(ggml_backend_reg_by_name("CPU")) : NULL;
+}
+
 typedef ggml_backend_reg_t (*ggmlpy_rpc_add_server_t)(const char *);
 static ggml_backend_reg_t ggmlpy_rpc_add_server(const char * endpoint) {
     ggmlpy_rpc_add_server_t fn = (ggmlpy_rpc_add_server_t) ggmlpy_proc("RPC", "ggml_backend_rpc_add_server");

@@ -63,13 +63,27 @@ def test_thread_split():
     blas, cpu = s.backends
     n = g.ggml_get_n_threads()
     before = split_threads(s.backends, 1.2e9 + 1e6, 1.2e9)  # MNIST-FC: products on BLAS, little else
-    assert (blas.n_threads, cpu.n_threads) == (1, 1)
+    assert (blas.n_threads, cpu.n_threads) == (n, 1)
     restore_threads(before)
     assert (blas.n_threads, cpu.n_threads) == (1, n)
+    split_threads(s.backends, 2e6, 1e6)  # a tiny model: one thread each (barriers cost more than they save)
+    assert (blas.n_threads, cpu.n_threads) == (1, 1)
     split_threads(s.backends, 50e9, 40e9)  # wide layers: both pools get the threads
     assert (blas.n_threads, cpu.n_threads) == (n, n)
     s.free()
-    assert split_threads([g.ggml_backend_cpu_init()], 1e9, 1e9) == []  # no BLAS: nothing changes
+    import ggmlpy.backend as gb
+    cpu_only = g.ggml_backend_cpu_init()  # no BLAS: the CPU pool's count by the graph's size alone
+    set_by_user, gb._threads_set_by_user[0] = gb._threads_set_by_user[0], False  # as in a fresh process
+    try:
+        before = split_threads([cpu_only], 1e6, 0.0)
+        assert cpu_only.n_threads == 1
+        restore_threads(before)
+        assert cpu_only.n_threads == n
+        split_threads([cpu_only], 1e9, 0.0)
+        assert cpu_only.n_threads == n
+    finally:
+        gb._threads_set_by_user[0] = set_by_user
+        cpu_only.free()
 
 
 @needs_blas

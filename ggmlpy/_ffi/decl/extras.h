@@ -1,6 +1,8 @@
 /* Backend-specific entry points. With GGML_BACKEND_DL they live in separately loaded modules,
    so they are reached through ggml_backend_reg_get_proc_address by small C shims (see build.py). */
 int ggmlpy_cpu_set_n_threads(ggml_backend_t backend, int n_threads);
+struct ggml_backend_feature { const char * name; const char * value; };
+const struct ggml_backend_feature * ggmlpy_cpu_features(void);
 ggml_backend_reg_t ggmlpy_rpc_add_server(const char * endpoint);
 int ggmlpy_rpc_start_server(const char * endpoint, const char * cache_dir, size_t n_threads, size_t n_devices, ggml_backend_dev_t * devices);
 

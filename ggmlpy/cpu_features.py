@@ -1,0 +1,117 @@
+"""The CPU features ggml's CPU backend was built for and found: ``ggml_cpu_has_*``, ``ggml_cpu_features``.
+
+ggml's CPU backend reports them through its registry (``ggml_backend_get_features``): instruction sets
+that are both compiled in and present on this machine, plus build options (llamafile's kernels, OpenMP).
+A feature it does not report is absent (an ARM feature on an x86 machine, say).
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+from ._ffi import ffi, lib
+
+# ggmlR's ggml_cpu_has_<name> -> the name ggml's CPU backend reports
+_HAS = {
+    "sse3": "SSE3", "ssse3": "SSSE3", "avx": "AVX", "avx_vnni": "AVX_VNNI", "avx2": "AVX2", "bmi2": "BMI2",
+    "f16c": "F16C", "fma": "FMA", "avx512": "AVX512", "avx512_vbmi": "AVX512_VBMI",
+    "avx512_vnni": "AVX512_VNNI", "avx512_bf16": "AVX512_BF16", "amx_int8": "AMX_INT8", "neon": "NEON",
+    "arm_fma": "ARM_FMA", "fp16_va": "FP16_VA", "dotprod": "DOTPROD", "matmul_int8": "MATMUL_INT8",
+    "sve": "SVE", "sme": "SME", "riscv_v": "RISCV_V", "vsx": "VSX", "vxe": "VXE", "wasm_simd": "WASM_SIMD",
+    "llamafile": "LLAMAFILE",
+}
+_WHAT = {  # for the docstrings
+    "sse3": "x86 SSE3", "ssse3": "x86 SSSE3", "avx": "x86 AVX", "avx_vnni": "x86 AVX-VNNI", "avx2": "x86 AVX2",
+    "bmi2": "x86 BMI2", "f16c": "x86 F16C (half-precision conversion)", "fma": "x86 FMA3",
+    "avx512": "x86 AVX-512 (foundation)", "avx512_vbmi": "x86 AVX-512 VBMI", "avx512_vnni": "x86 AVX-512 VNNI",
+    "avx512_bf16": "x86 AVX-512 BF16", "amx_int8": "x86 AMX INT8", "neon": "ARM NEON", "arm_fma": "ARM FMA",
+    "fp16_va": "ARM half-precision vector arithmetic", "dotprod": "ARM dot-product instructions",
+    "matmul_int8": "ARM INT8 matrix multiply", "sve": "ARM SVE", "sme": "ARM SME", "riscv_v": "RISC-V vector",
+    "vsx": "POWER VSX", "vxe": "IBM Z vector extensions", "wasm_simd": "WebAssembly SIMD",
+    "llamafile": "llamafile's tinyBLAS matrix kernels (a build option)",
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _features() -> dict:
+    """{name: value} as ggml's CPU backend reports them (read once: they do not change in a process)."""
+    out = {}
+    p = lib.ggmlpy_cpu_features()
+    if p == ffi.NULL:
+        return out
+    i = 0
+    while p[i].name != ffi.NULL:
+        out[ffi.string(p[i].name).decode()] = ffi.string(p[i].value).decode() if p[i].value != ffi.NULL else ""
+        i += 1
+    return out
+
+
+def _has(name: str) -> bool:
+    return _features().get(_HAS[name], "0") not in ("", "0")
+
+
+def _make_has(name: str) -> Callable[[], bool]:
+    def has() -> bool:
+        return _has(name)
+    has.__name__ = has.__qualname__ = f"ggml_cpu_has_{name}"
+    has.__doc__ = f"""Whether ggml's CPU backend uses {_WHAT[name]} here: built with it and found on this CPU.
+
+    Value: a bool (False for a feature of another architecture).
+
+    Example:
+        >>> ggml_cpu_has_{name}()
+    """
+    return has
+
+
+for _name in _HAS:
+    globals()[f"ggml_cpu_has_{_name}"] = _make_has(_name)
+del _name
+
+
+def _count(feature: str) -> int:
+    try:
+        return int(_features().get(feature, "0"))
+    except ValueError:
+        return 0
+
+
+def ggml_cpu_get_sve_cnt() -> int:
+    """The SVE vector length in bytes ggml's CPU backend found (ARM), 0 without SVE.
+
+    Value: an int.
+
+    Example:
+        >>> ggml_cpu_get_sve_cnt()
+        0
+    """
+    return _count("SVE_CNT")
+
+
+def ggml_cpu_get_rvv_vlen() -> int:
+    """The RISC-V vector register length in bytes ggml's CPU backend found, 0 without RVV.
+
+    Value: an int.
+
+    Example:
+        >>> ggml_cpu_get_rvv_vlen()
+        0
+    """
+    return _count("RVV_VLEN")
+
+
+def ggml_cpu_features() -> dict:
+    """Every CPU feature ggml knows, in one dict: what each ``ggml_cpu_has_*`` says, plus the SVE and RVV
+    vector lengths (ggmlR's named list).
+
+    Value: a dict ``{"sse3": bool, ..., "llamafile": bool, "sve_cnt": int, "rvv_vlen": int}``.
+
+    Example:
+        >>> f = ggml_cpu_features()
+        >>> f["avx2"], f["neon"]
+        (True, False)
+    """
+    out: dict = {name: _has(name) for name in _HAS}
+    out["sve_cnt"] = ggml_cpu_get_sve_cnt()
+    out["rvv_vlen"] = ggml_cpu_get_rvv_vlen()
+    return out
