@@ -47,6 +47,20 @@ def run_in_subprocess(code: str, timeout: float = 60) -> tuple[int, str, str]:
     return proc.returncode, proc.stdout, proc.stderr
 
 
+def run_cases_in_subprocess(template: str, cases: dict, timeout: float = 120) -> tuple[int, dict, str]:
+    """Run ``template.format(expr=...)`` for every ``cases[key][0]`` in one fresh interpreter, each case's
+    printed lines prefixed with ``key:``. Returns (returncode, {key: the rest of its first line}, stderr): a
+    case that makes ggml abort kills only that interpreter, and the keys after it have no line."""
+    script = ["import sys"]
+    for key, (expr, *_rest) in cases.items():
+        body = template.format(expr=expr).replace('print("', f'print("{key}:')
+        script.append(f"def case_{key}():\n" + "\n".join("    " + line for line in body.splitlines()))
+        script.append(f"case_{key}(); sys.stdout.flush()")
+    rc, out, err = run_in_subprocess("\n".join(script), timeout=timeout)
+    lines = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+    return rc, lines, err
+
+
 # ---------------------------------------------------------------- small numpy helpers
 
 def nd4(a: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-from tests.conftest import compute_grad, run_in_subprocess
+from tests.conftest import compute_grad, run_cases_in_subprocess, run_in_subprocess
 
 
 def f64(a):
@@ -259,14 +259,7 @@ NO_BACKWARD = {
 @pytest.fixture(scope="module")
 def no_backward_results():
     """Run every case in one fresh interpreter (ggml would abort the process on each of them)."""
-    script = ["import sys"]
-    for key, (expr, _) in NO_BACKWARD.items():
-        body = _NO_BACKWARD.format(expr=expr).replace('print("', f'print("{key}:')
-        script.append(f"def case_{key}():\n" + "\n".join("    " + line for line in body.splitlines()))
-        script.append(f"case_{key}(); sys.stdout.flush()")
-    rc, out, err = run_in_subprocess("\n".join(script))
-    lines = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    return rc, lines, err
+    return run_cases_in_subprocess(_NO_BACKWARD, NO_BACKWARD)
 
 
 @pytest.mark.parametrize("key", sorted(NO_BACKWARD))

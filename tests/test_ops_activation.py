@@ -13,7 +13,7 @@ import pytest
 
 import ggmlpy as G
 import ggmlpy.ops_activation as act_module
-from tests.conftest import compute, compute_grad, nd4, run_in_subprocess
+from tests.conftest import compute, compute_grad, nd4, run_cases_in_subprocess
 
 F32_TOL = dict(rtol=2e-5, atol=2e-6)
 
@@ -379,14 +379,7 @@ NO_BACKWARD = {
 @pytest.fixture(scope="module")
 def no_backward_results():
     """Every case in one fresh interpreter: ggml would abort the process on each of them."""
-    script = ["import sys"]
-    for key, (expr, _) in NO_BACKWARD.items():
-        body = _NO_BACKWARD.format(expr=expr).replace('print("', f'print("{key}:')
-        script.append(f"def case_{key}():\n" + "\n".join("    " + line for line in body.splitlines()))
-        script.append(f"case_{key}(); sys.stdout.flush()")
-    rc, out, err = run_in_subprocess("\n".join(script), timeout=120)
-    lines = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    return rc, lines, err
+    return run_cases_in_subprocess(_NO_BACKWARD, NO_BACKWARD)
 
 
 @pytest.mark.parametrize("key", sorted(NO_BACKWARD))

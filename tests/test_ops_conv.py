@@ -16,7 +16,7 @@ import pytest
 import ggmlpy as G
 import ggmlpy.ops_conv as conv_module
 from ggmlpy._ffi import lib
-from tests.conftest import compute, compute_grad, nd4, run_in_subprocess
+from tests.conftest import compute, compute_grad, nd4, run_cases_in_subprocess, run_in_subprocess
 
 COVERED: set[str] = set()
 
@@ -567,14 +567,7 @@ NO_BACKWARD = {
 @pytest.fixture(scope="module")
 def no_backward_results():
     """Every case in one fresh interpreter: were a refusal missing, ggml would abort it, not pytest."""
-    script = ["import sys"]
-    for key, (expr, _) in NO_BACKWARD.items():
-        body = _NO_BACKWARD.format(expr=expr).replace('print("', f'print("{key}:')
-        script.append(f"def case_{key}():\n" + "\n".join("    " + line for line in body.splitlines()))
-        script.append(f"case_{key}(); sys.stdout.flush()")
-    rc, out, err = run_in_subprocess("\n".join(script), timeout=120)
-    lines = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    return rc, lines, err
+    return run_cases_in_subprocess(_NO_BACKWARD, NO_BACKWARD)
 
 
 @pytest.mark.parametrize("key", sorted(NO_BACKWARD))
