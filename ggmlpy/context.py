@@ -183,10 +183,11 @@ class Context(Handle):
     def used_mem(self) -> int:
         return int(lib.ggml_used_mem(self.ptr))
 
-    def reserve(self, data_bytes: int, n_objects: int = 1, what: str = "tensor") -> None:
-        """Check that ``n_objects`` tensors with ``data_bytes`` of data still fit (ggml aborts otherwise)."""
+    def reserve(self, data_bytes: int, n_objects: int = 1, what: str = "tensor", graph_bytes: int = 0) -> None:
+        """Check that ``n_objects`` tensors with ``data_bytes`` of data, and graphs of ``graph_bytes`` (always in
+        the context, no_alloc or not), still fit (ggml aborts or returns NULL otherwise)."""
         data = 0 if self.no_alloc else data_bytes + _MEM_ALIGN * n_objects
-        need = n_objects * int(lib.ggml_tensor_overhead()) + data
+        need = n_objects * int(lib.ggml_tensor_overhead()) + data + graph_bytes
         free = self.mem_size - self.used_mem
         if need > free:
             raise GgmlValueError(

@@ -1080,7 +1080,12 @@ def ggml_opt_inputs(opt_ctx: OptContext) -> Tensor | None:
 
 
 def ggml_opt_outputs(opt_ctx: OptContext) -> Tensor | None:
-    """The output tensor of an opt context (of its first head): read predictions from it after an eval.
+    """The output tensor of an opt context (of its first head): the tensor the model computes.
+
+    With dynamic graphs (``ggml_opt_prepare_alloc``) it holds the predictions after an eval. With static
+    graphs (the usual case) ggml evaluates copies of the graph, so this tensor has no memory of its own and
+    reading it raises GgmlStateError: read the predictions from an OptResult instead
+    (``ggml_opt_result_pred``), or the predicted classes of a cross-entropy context (``ggml_opt_pred``).
 
     Arguments:
         opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
@@ -1088,7 +1093,7 @@ def ggml_opt_outputs(opt_ctx: OptContext) -> Tensor | None:
     Value: a Tensor, or None (a dynamic context before its first ``ggml_opt_prepare_alloc``).
 
     Example:
-        >>> y_hat = ggml_backend_tensor_get_data(ggml_opt_outputs(opt_ctx))
+        >>> ggml_opt_outputs(opt_ctx).shape
     """
     _opt(opt_ctx, "ggml_opt_outputs")
     if opt_ctx.static:
@@ -1324,7 +1329,11 @@ def ggml_opt_prepare_alloc(opt_ctx: OptContext, ctx_compute: Context, graph: Gra
     check_opt_heads([L.Head(opt_ctx.heads[0].loss_type, o)], "ggml_opt_prepare_alloc", True)
     if opt_ctx.build_type != BUILD_FORWARD:
         check_trainable([o], accumulating=True)  # dynamic graphs always accumulate
-    ctx_compute.reserve(0, n_objects=8 + 4 * graph.n_nodes(), what="loss and backward tensors")
+    # ggml-opt adds its loss, the backward and optimizer tensors and two copies of the graph (with gradients)
+    # to ctx_compute; without room it got NULL back and crashed
+    graphs = 2 * int(lib.ggml_graph_overhead_custom(lib.ggml_graph_size(graph.ptr), True))
+    ctx_compute.reserve(0, n_objects=16 + 5 * graph.n_nodes(), graph_bytes=graphs,
+                        what="set of ggml-opt's loss, backward and optimizer graphs")
     lib.ggml_opt_prepare_alloc(ptr, c, graph.ptr, i.ptr, o.ptr)
     opt_ctx.heads[0].outputs = o
     opt_ctx._prepared = True

@@ -425,3 +425,30 @@ def test_context_memory_on_a_scheduler_with_a_gpu_is_refused():
         pytest.skip("needs a Vulkan device (for lavapipe, set GGML_VK_VISIBLE_DEVICES=0 before starting the tests)")
     out = _run(_CONTEXT_MEMORY_ON_A_GPU_SCHEDULER)
     assert "REFUSED True" in out, out
+
+
+_DYNAMIC_OPT_IN_A_SMALL_CONTEXT = """
+import ggmlpy as G
+be = G.ggml_backend_cpu_init()
+sched = G.ggml_backend_sched_new([be], parallel=False, graph_size=512)
+cs = G.ggml_init(8 * G.ggml_tensor_overhead(), no_alloc=True)
+x = G.ggml_set_input(G.ggml_new_tensor_2d(cs, G.GGML_TYPE_F32, 3, 4))
+w = G.ggml_set_param(G.ggml_new_tensor_2d(cs, G.GGML_TYPE_F32, 3, 2))
+buf = G.ggml_backend_alloc_ctx_tensors(cs, be)
+cc = G.ggml_init(64 * G.ggml_tensor_overhead() + 3 * G.ggml_graph_overhead(), no_alloc=True)
+opt = G.ggml_opt_init(sched, G.ggml_opt_loss_type_mse(), G.ggml_opt_optimizer_type_sgd(), 1)
+out = G.ggml_mul_mat(cc, w, x)
+try:
+    G.ggml_opt_prepare_alloc(opt, cc, G.ggml_build_forward_expand(cc, out), x, out)
+    G.ggml_opt_alloc(opt, False)
+    print("ALLOCATED")
+except G.GgmlValueError as exc:
+    print("REFUSED", "mem_size" in str(exc))
+"""
+
+
+def test_dynamic_opt_graphs_that_do_not_fit_the_compute_context_are_refused():
+    """ggml-opt builds two graph copies and its backward tensors in ctx_compute; without room ggml returned
+    NULL and the next access crashed."""
+    out = _run(_DYNAMIC_OPT_IN_A_SMALL_CONTEXT)
+    assert "REFUSED True" in out, out
