@@ -136,6 +136,42 @@ def ggml_type_size(type: int) -> int:
     return int(lib.ggml_type_size(_type("ggml_type_size", type)))
 
 
+def ggml_estimate_memory(type: int = lib.GGML_TYPE_F32, ne0: int | None = None, ne1: int = 1, ne2: int = 1,
+                         ne3: int = 1) -> int:
+    """The bytes to reserve for a tensor in a context with its own memory (``ggml_init(..., no_alloc=False)``):
+    its header (``ggml_tensor_overhead()``), its data, and room for ggml's 16-byte alignment. The sum over
+    a context's tensors is a ``mem_size`` that holds them.
+
+    Unlike ggmlR, which counts 4 bytes per element whatever the type, this uses the type's real size
+    (2 for F16, 18 bytes per 32 values for Q4_0, ...).
+
+    Arguments:
+        type: a ``GGML_TYPE_*`` int (default F32).
+        ne0: elements along ne[0] (required; a multiple of the type's block size for quantized types).
+        ne1, ne2, ne3: the other sizes (default 1).
+
+    Value: an int (bytes).
+
+    Example:
+        >>> ggml_estimate_memory(GGML_TYPE_F32, 1000, 1000)   # 4,000,000 bytes of data + the header
+    """
+    fn = "ggml_estimate_memory"
+    t = _type(fn, type)
+    if ne0 is None:
+        raise GgmlTypeError(f"{fn}: ne0 is required (the tensor's size along ne[0]), e.g. "
+                            f"ggml_estimate_memory(GGML_TYPE_F32, 1000, 1000)")
+    sizes = []
+    for name, v in (("ne0", ne0), ("ne1", ne1), ("ne2", ne2), ("ne3", ne3)):
+        if not is_int(v) or int(v) < 1:
+            raise GgmlValueError(f"{fn}: {name} must be an int >= 1, got {v!r}")
+        sizes.append(int(v))
+    blck = int(lib.ggml_blck_size(t))
+    if sizes[0] % blck:
+        raise GgmlValueError(f"{fn}: ne0 must be a multiple of {blck} for {ggml_type_name(t)}, got {sizes[0]}")
+    data = sizes[0] // blck * int(lib.ggml_type_size(t)) * sizes[1] * sizes[2] * sizes[3]
+    return int(lib.ggml_tensor_overhead()) + data + 16
+
+
 def ggml_blck_size(type: int) -> int:
     """The number of values in one block of a type (1 for plain types, 32 for Q4_0/Q8_0, 256 for K-quants).
 
@@ -246,6 +282,23 @@ def ggml_are_same_shape(a: Tensor, b: Tensor) -> bool:
         >>> ggml_are_same_shape(x, y)
     """
     return bool(lib.ggml_are_same_shape(*_pair("ggml_are_same_shape", a, b)))
+
+
+def ggml_are_same_layout(a: Tensor, b: Tensor) -> bool:
+    """Whether two tensors have the same type, shape ``ne`` and byte strides ``nb``: the same memory layout,
+    so that the bytes of one can be copied into the other as they are.
+
+    Arguments:
+        a, b: Tensors.
+
+    Value: a bool.
+
+    Example:
+        >>> ggml_are_same_layout(x, ggml_dup_tensor(ctx, x))
+        True
+    """
+    pa, pb = _pair("ggml_are_same_layout", a, b)
+    return pa.type == pb.type and bool(lib.ggml_are_same_shape(pa, pb)) and bool(lib.ggml_are_same_stride(pa, pb))
 
 
 def ggml_are_same_stride(a: Tensor, b: Tensor) -> bool:

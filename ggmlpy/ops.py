@@ -1091,7 +1091,7 @@ def _pool_op(fn: str, op: Any) -> int:
     return int(op)
 
 
-def ggml_pool_1d(ctx: Context, a: Tensor, op: int, k0: int, s0: int, p0: int = 0) -> Tensor:
+def ggml_pool_1d(ctx: Context, a: Tensor, op: int, k0: int, s0: int | None = None, p0: int = 0) -> Tensor:
     """Max or average pooling along ne[0]: ``[L, ...]`` becomes ``[(L + 2 p0 - k0) // s0 + 1, ...]``.
 
     Each window of ``k0`` elements (every ``s0``-th start, the row padded by ``p0`` on each side)
@@ -1103,14 +1103,16 @@ def ggml_pool_1d(ctx: Context, a: Tensor, op: int, k0: int, s0: int, p0: int = 0
         ctx: the context the result tensor is created in.
         a: F32 or F16 tensor.
         op: ``GGML_OP_POOL_MAX`` or ``GGML_OP_POOL_AVG``.
-        k0: window size (>= 1). s0: stride (>= 1). p0: padding on each side (>= 0, default 0).
+        k0: window size (>= 1). s0: stride (>= 1; default ``k0``, windows side by side, as in ggmlR).
+        p0: padding on each side (>= 0, default 0).
 
     Value: a new F32 Tensor; raises GgmlValueError when the output length would be below 1.
 
     Example:
-        >>> y = ggml_pool_1d(ctx, x, GGML_OP_POOL_MAX, 2, 2)   # halve ne[0]
+        >>> y = ggml_pool_1d(ctx, x, GGML_OP_POOL_MAX, 2)   # halve ne[0] (stride 2 by default)
     """
     fn = "ggml_pool_1d"
+    s0 = k0 if s0 is None else s0
     a = _t(fn, a)
     chk.types(fn, a, F32_F16)
     chk.contiguous(fn, a)  # the CPU kernel reads a as contiguous: a strided view gives garbage
@@ -1127,8 +1129,8 @@ def _pool_out(n: int, k: int, s: int, p: float) -> int:
     return int(size) if np.isfinite(size) and abs(size) < 2.0 ** 62 else 0
 
 
-def ggml_pool_2d(ctx: Context, a: Tensor, op: int, k0: int, k1: int, s0: int, s1: int, p0: float = 0,
-                 p1: float = 0) -> Tensor:
+def ggml_pool_2d(ctx: Context, a: Tensor, op: int, k0: int, k1: int, s0: int | None = None,
+                 s1: int | None = None, p0: float = 0, p1: float = 0) -> Tensor:
     """Max or average pooling over ne[0] x ne[1]: ``[W, H, C, N]`` becomes ``[OW, OH, C, N]``.
 
     ``OW = int((W + 2 p0 - k0) / s0) + 1`` and ``OH = int((H + 2 p1 - k1) / s1) + 1``. Each window gives
@@ -1139,15 +1141,18 @@ def ggml_pool_2d(ctx: Context, a: Tensor, op: int, k0: int, k1: int, s0: int, s1
         ctx: the context the result tensor is created in.
         a: F32 or F16 tensor ``[W, H, C, N]`` (images in ggml layout).
         op: ``GGML_OP_POOL_MAX`` or ``GGML_OP_POOL_AVG``.
-        k0, k1: window width and height (>= 1). s0, s1: strides (>= 1).
+        k0, k1: window width and height (>= 1).
+        s0, s1: strides (>= 1; default ``k0`` and ``k1``: windows side by side, as in ggmlR).
         p0, p1: padding on each side (>= 0, default 0; whole numbers, as ggml's kernel stores ints).
 
     Value: a new F32 Tensor ``[OW, OH, C, N]``; raises GgmlValueError when OW or OH would be below 1.
 
     Example:
-        >>> y = ggml_pool_2d(ctx, x, GGML_OP_POOL_MAX, 2, 2, 2, 2)   # [28, 28, 8, n] -> [14, 14, 8, n]
+        >>> y = ggml_pool_2d(ctx, x, GGML_OP_POOL_MAX, 2, 2)   # [28, 28, 8, n] -> [14, 14, 8, n]
     """
     fn = "ggml_pool_2d"
+    s0 = k0 if s0 is None else s0
+    s1 = k1 if s1 is None else s1
     a = _t(fn, a)
     chk.types(fn, a, F32_F16)
     _pool_op(fn, op)

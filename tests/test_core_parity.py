@@ -440,3 +440,57 @@ def test_timers_move_forward():
     sum(range(200000))
     assert G.ggml_time_us() >= t_us and G.ggml_time_ms() >= t_ms and G.ggml_cycles() >= c
     assert G.ggml_cycles_per_ms() > 0
+
+
+def test_estimate_memory_sizes_a_context():
+    """One tensor fits a context of its estimate and not one byte less; a context of the estimates' sum holds
+    them all."""
+    shapes = [(G.GGML_TYPE_F32, (1000, 3)), (G.GGML_TYPE_F16, (7, 5, 3)), (G.GGML_TYPE_I8, (13, 2)),
+              (G.GGML_TYPE_I32, (1,))]
+    assert G.ggml_estimate_memory(G.GGML_TYPE_F32, 1000, 3) == G.ggml_tensor_overhead() + 12000 + 16
+    assert G.ggml_estimate_memory(G.GGML_TYPE_Q8_0, 64, 2) == G.ggml_tensor_overhead() + 136 + 16  # 4 blocks of 34 B
+
+    def fits(mem, tensors):
+        ctx = G.ggml_init(mem)
+        try:
+            for t, ne in tensors:
+                getattr(G, f"ggml_new_tensor_{len(ne)}d")(ctx, t, *ne)
+            return True
+        except G.GgmlValueError:
+            return False
+        finally:
+            ctx.free()
+    for t, ne in shapes:
+        est = G.ggml_estimate_memory(t, *ne)
+        assert fits(est, [(t, ne)]) and not fits(est - 1, [(t, ne)]), (t, ne)
+    assert fits(sum(G.ggml_estimate_memory(t, *ne) for t, ne in shapes), shapes)
+    with pytest.raises(G.GgmlValueError):
+        G.ggml_estimate_memory(G.GGML_TYPE_Q8_0, 33)   # not a whole block
+    with pytest.raises(G.GgmlTypeError):
+        G.ggml_estimate_memory(G.GGML_TYPE_F32)        # ne0 missing
+
+
+def test_are_same_layout_compares_type_shape_and_strides(host_ctx):
+    a = G.ggml_new_tensor_2d(host_ctx, G.GGML_TYPE_F32, 4, 3)
+    assert G.ggml_are_same_layout(a, G.ggml_dup_tensor(host_ctx, a))
+    assert not G.ggml_are_same_layout(a, G.ggml_new_tensor_2d(host_ctx, G.GGML_TYPE_F16, 4, 3))   # type
+    assert not G.ggml_are_same_layout(a, G.ggml_new_tensor_2d(host_ctx, G.GGML_TYPE_F32, 3, 4))   # shape
+    t = G.ggml_transpose(host_ctx, G.ggml_new_tensor_2d(host_ctx, G.GGML_TYPE_F32, 3, 4))      # [4, 3], strided
+    assert G.ggml_are_same_shape(a, t) and not G.ggml_are_same_layout(a, t)
+
+
+def test_pool_strides_default_to_the_window(host_ctx):
+    """ggmlR's defaults: s0 = k0 (and s1 = k1), windows side by side."""
+    x = G.ggml_new_tensor_4d(host_ctx, G.GGML_TYPE_F32, 6, 4, 2, 1)
+    vals = np.random.default_rng(0).normal(size=(1, 2, 4, 6)).astype(np.float32)
+    G.ggml_backend_tensor_set_data(x, vals)
+    y = G.ggml_pool_2d(host_ctx, x, G.GGML_OP_POOL_MAX, 2, 2)
+    z = G.ggml_pool_1d(host_ctx, x, G.GGML_OP_POOL_AVG, 3)
+    g = G.ggml_build_forward_expand(host_ctx, y)
+    G.ggml_build_forward_expand(g, z)
+    G.ggml_graph_compute(host_ctx, g)
+    assert y.shape[:2] == (3, 2) and z.shape[0] == 2
+    np.testing.assert_allclose(G.ggml_backend_tensor_get_data(y).reshape(1, 2, 2, 3),
+                               vals.reshape(1, 2, 2, 2, 3, 2).max(axis=(3, 5)), rtol=1e-6)
+    np.testing.assert_allclose(G.ggml_backend_tensor_get_data(z).reshape(1, 2, 4, 2),
+                               vals.reshape(1, 2, 4, 2, 3).mean(axis=4), rtol=1e-6)
