@@ -61,6 +61,36 @@ def run_cases_in_subprocess(template: str, cases: dict, timeout: float = 120) ->
     return rc, lines, err
 
 
+
+def backward_refusal_script(declare: str, after: str = "") -> str:
+    """The script of a case whose op has no backward pass: ``declare`` creates ``x`` in ``ctx`` (made a
+    parameter next), ``after`` may build views of it; ``{expr}`` (filled per case) is the op, whose squared
+    sum becomes the loss; building the backward pass must raise ValueError. For run_cases_in_subprocess."""
+    return ("import numpy as np, ggmlpy as G\n"
+            "ctx = G.ggml_init(16 * 1024 * 1024, no_alloc=True)\n"
+            f"{declare}\nG.ggml_set_param(x)\n{after}\n"
+            "y = {expr}\n"
+            "loss = G.ggml_sum(ctx, G.ggml_sqr(ctx, y))\n"
+            "G.ggml_set_loss(loss)\n"
+            "g = G.ggml_new_graph_custom(ctx, 256, True)\n"
+            "G.ggml_build_forward_expand(g, loss)\n"
+            "try:\n"
+            "    G.ggml_build_backward_expand(ctx, g)\n"
+            "except ValueError as e:\n"
+            "    print(\"VALUEERROR\", e)\n"
+            "else:\n"
+            "    print(\"NO ERROR\")\n")
+
+
+def assert_refused_naming_op(results: tuple, cases: dict, key: str) -> None:
+    """``key``'s case (from run_cases_in_subprocess over ``cases``: key -> (expr, op name)) raised a
+    ValueError naming its op, and the interpreter survived them all."""
+    rc, lines, err = results
+    assert key in lines, f"no result for {key}; the interpreter exited with {rc}: {err[-2000:]}"
+    assert lines[key].startswith("VALUEERROR"), lines[key]
+    assert cases[key][1] in lines[key], lines[key]
+    assert rc == 0, err[-2000:]
+
 # ---------------------------------------------------------------- small numpy helpers
 
 def nd4(a: np.ndarray) -> np.ndarray:

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-from tests.conftest import compute_grad, run_cases_in_subprocess, run_in_subprocess
+from tests.conftest import (
+    assert_refused_naming_op, backward_refusal_script, compute_grad, run_cases_in_subprocess,
+    run_in_subprocess)
 
 
 def f64(a):
@@ -228,23 +230,7 @@ def test_composite_network_gradient():
 
 # ---------------------------------------------------------------- graphs ggml would refuse
 
-_NO_BACKWARD = """
-import numpy as np, ggmlpy as G
-ctx = G.ggml_init(16 * 1024 * 1024, no_alloc=True)
-x = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)
-G.ggml_set_param(x)
-y = {expr}
-loss = G.ggml_sum(ctx, G.ggml_sqr(ctx, y))
-G.ggml_set_loss(loss)
-g = G.ggml_new_graph_custom(ctx, 256, True)
-G.ggml_build_forward_expand(g, loss)
-try:
-    G.ggml_build_backward_expand(ctx, g)
-except ValueError as e:
-    print("VALUEERROR", e)
-else:
-    print("NO ERROR")
-"""
+_NO_BACKWARD = backward_refusal_script('x = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)')
 
 NO_BACKWARD = {
     "leaky_relu": ("G.ggml_leaky_relu(ctx, x, 0.1)", "LEAKY_RELU"),
@@ -264,12 +250,7 @@ def no_backward_results():
 
 @pytest.mark.parametrize("key", sorted(NO_BACKWARD))
 def test_op_without_backward_raises_valueerror_naming_it(no_backward_results, key):
-    rc, lines, err = no_backward_results
-    label = NO_BACKWARD[key][1]
-    assert key in lines, f"no result for {key}; the interpreter exited with {rc}: {err[-2000:]}"
-    assert lines[key].startswith("VALUEERROR"), lines[key]
-    assert label in lines[key], lines[key]
-    assert rc == 0, err[-2000:]
+    assert_refused_naming_op(no_backward_results, NO_BACKWARD, key)
 
 
 def test_broadcast_sub_with_trainable_b_raises():
