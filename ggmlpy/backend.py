@@ -9,11 +9,14 @@ from __future__ import annotations
 import os
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._ffi import BUILD_INFO, ffi, lib
 from ._handle import Handle, free_handle, unwrap
 from .errors import BackendUnavailableError, GgmlStateError, expect
+
+if TYPE_CHECKING:
+    from .opt import StepWork
 
 DEVICE_TYPES = {
     lib.GGML_BACKEND_DEVICE_TYPE_CPU: "cpu",
@@ -44,12 +47,24 @@ _threads_set_by_user = [False]
 SMALL_GRAPH_FLOPS = 50e6
 # ggml's BLAS backend (OpenBLAS) takes the F32 matrix products (MUL_MAT, OUT_PROD) of a scheduler that runs
 # on the CPU; the CPU backend does the rest. The two thread pools never compute at once, so the thread count
-# is the budget of each: OpenBLAS gets it for the products of any graph worth a second thread (the same
-# SMALL_GRAPH_FLOPS, counted on the products alone), ggml's pool for its own share. (Measured with patch 0010,
-# MNIST-FC on this project's 2 cores: OpenBLAS on 2 threads 1.3-1.5x faster than on 1. Before that patch,
-# OUT_PROD ignored the backend's count and OpenBLAS's worker spun beside ggml's pool: both at 2 threads then
-# trained at 0.4-0.7x the speed of both at 1, and OpenBLAS had been given 2 threads only from 10 GFLOP.)
-BLAS_PARALLEL_FLOPS = SMALL_GRAPH_FLOPS
+# is the budget of each, given per training graph (split_threads) by what each pool would do with it.
+# Measured on this project's 2 shared cores, the median of alternated runs (CPU pool, OpenBLAS threads):
+#   MNIST-FC (1.2 GFLOP of products, 2.7 M pool elements per step): (1, 2) 47.5k samples/s, (2, 2) 42k,
+#     (2, 1) 38k, (1, 1) 36.5k;
+#   the small CNN (0.17 GFLOP of thin products, 28 M pool elements: im2col, pooling and their backward):
+#     (2, 1) 5.3k, (2, 2) 4.8k, (1, 2) 3.8k, (1, 1) 3.8k;
+#   MLP 4096-4096-4096-10, batch 256 (43 GFLOP, 147 M pool elements, mostly AdamW over 34 M weights):
+#     (2, 2) 104 GFLOP/s, (1, 2) 94; MLP 1024 wide, batch 256 (11.5 M pool elements): (1, 2) 81, (2, 2) 75;
+#     MLP 256 wide, batch 256 (150 product flops per pool element): (1, 2) 71, (1, 1) 54;
+#   the example's char transformer (1.5 GFLOP of products, 42 M pool elements: 35 flops per element):
+#     (2, 1) 31k tokens/s, (2, 2) 28k, (1, 1) 28k, (1, 2) 26k.
+# OpenBLAS's idle worker spins (sched_yield) for a while after each product, beside ggml's pool: a second
+# OpenBLAS thread pays only where the products outweigh the pool's work, and ggml's pool needs a lot of
+# its own work before its barrier after every node is worth a second thread. (Before patch 0010, OUT_PROD
+# ignored the backend's count altogether.)
+BLAS_PARALLEL_FLOPS = SMALL_GRAPH_FLOPS  # OpenBLAS's products per step, at least
+BLAS_FLOPS_PER_POOL_ELEMENT = 75.0  # ... and at least this many product flops per element op of the pool
+POOL_PARALLEL_ELEMENTS = 20e6  # ggml's pool next to OpenBLAS: element ops per step for a second thread
 _blas_disabled = [False]
 _cpu_backends: "weakref.WeakSet[Backend]" = weakref.WeakSet()
 
@@ -664,26 +679,25 @@ def ggml_set_blas_enabled(enabled: bool) -> None:
     _blas_disabled[0] = not bool(enabled)
 
 
-def split_threads(backends, flops: float, blas_flops: float) -> list:
-    """Set the threads of a scheduler's CPU and BLAS backends for a graph of ``flops`` per compute,
-    ``blas_flops`` of them in products the BLAS backend takes: OpenBLAS gets ``ggml_get_n_threads()``
-    threads only for products of BLAS_PARALLEL_FLOPS or more, the CPU pool only when its own share is
-    SMALL_GRAPH_FLOPS or more. Without a BLAS backend, the CPU backends get the count ``threads_for``
-    picks (one thread for a small graph unless the user set a count). Returns [(backend, count before)]
-    for restore_threads."""
+def split_threads(backends, work: "StepWork") -> list:
+    """Set the threads of a scheduler's CPU and BLAS backends for a training graph doing ``work`` per step
+    (``opt.training_step_work``). With a BLAS backend, the thread budget ``ggml_get_n_threads()`` goes to
+    OpenBLAS when the products reach BLAS_PARALLEL_FLOPS and BLAS_FLOPS_PER_POOL_ELEMENT times the pool's
+    element ops, and to ggml's pool when those reach POOL_PARALLEL_ELEMENTS; each gets one thread
+    otherwise. Without a BLAS backend, the CPU backends get the count ``threads_for`` picks (one thread for
+    a small graph unless the user set a count). Returns [(backend, count before)] for restore_threads."""
     blas = [b for b in backends if is_blas(b) and b.alive]
     if not blas:
-        return [(b, threads_for(b, flops)) for b in backends if b.alive and b.is_cpu]
+        return [(b, threads_for(b, work.flops)) for b in backends if b.alive and b.is_cpu]
     n = _n_threads[0]
+    blas_n = n if work.blas_flops >= max(BLAS_PARALLEL_FLOPS, BLAS_FLOPS_PER_POOL_ELEMENT * work.pool_elements) else 1
+    pool_n = n if work.pool_elements >= POOL_PARALLEL_ELEMENTS else 1
     before = []
     for b in backends:
         if not b.alive or not (b.is_cpu or is_blas(b)):
             continue
         before.append((b, b.n_threads))
-        if is_blas(b):
-            set_backend_threads(b, n if blas_flops >= BLAS_PARALLEL_FLOPS else 1)
-        else:
-            set_backend_threads(b, n if flops - blas_flops >= SMALL_GRAPH_FLOPS else 1)
+        set_backend_threads(b, blas_n if is_blas(b) else pool_n)
     return before
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -383,6 +384,33 @@ def blas_flops(outputs: Sequence[Tensor]) -> float:
                 and t.src[0].type == lib.GGML_TYPE_F32 and t.src[1].type == lib.GGML_TYPE_F32:
             flops += 2.0 * float(lib.ggml_nelements(t)) * int(t.src[0].ne[0])
     return flops
+
+
+# ggml-opt's per-parameter work, in element-op units of ``StepWork.pool_elements``: AdamW reads a gradient,
+# two moments and the weight and writes three of them (memory-bound, about four element ops' time);
+# accumulating a gradient across a logical batch is one addition.
+OPTIMIZER_ELEMENTS_PER_PARAM = 4.0
+
+
+@dataclass(frozen=True)
+class StepWork:
+    """What one training step computes, for splitting the CPU threads between ggml's pool and OpenBLAS.
+
+    ``blas_flops``: the matrix products ggml's BLAS backend takes (2 per multiply-add). ``pool_elements``:
+    what ggml's CPU pool is left with, one per result element of its ops (its own small products at 2 per
+    multiply-add), the optimizer's pass over the parameters included."""
+    flops: float
+    blas_flops: float
+    pool_elements: float
+
+
+def training_step_work(outputs: Sequence[Tensor], opt_period: int = 1) -> StepWork:
+    """The work of one training step (forward and backward: 3x the forward pass) of ``outputs``, with the
+    optimizer stepping every ``opt_period`` steps."""
+    flops, blas = 3.0 * forward_flops(outputs), 3.0 * blas_flops(outputs)
+    n_params = sum(float(lib.ggml_nelements(p)) for p in _count_forward(outputs)[1])
+    per_param = OPTIMIZER_ELEMENTS_PER_PARAM / max(1, opt_period) + (1.0 if opt_period > 1 else 0.0)
+    return StepWork(flops, blas, flops - blas + n_params * per_param)
 
 
 def training_graph_nodes(outputs: Tensor, build_type: int = BUILD_OPT) -> int:

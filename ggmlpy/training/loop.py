@@ -102,8 +102,8 @@ class Trainer:
         except BaseException:
             self.close()  # a half-built trainer must not keep the scheduler busy
             raise
-        # The CPU/BLAS thread split for this graph (forward + backward: 3x the forward's work)
-        self._threads_before = split_threads(sched.backends, 3 * O.forward_flops(outputs), 3 * O.blas_flops(outputs))
+        # The CPU/BLAS thread split for this graph
+        self._threads_before = split_threads(sched.backends, O.training_step_work(outputs, opt_period))
         self.batch_size = batch_size or O.L.physical_batch(inputs[0])  # samples per step (for samples/s)
         self.index_bounds = index_bounds(inputs, outputs)
 

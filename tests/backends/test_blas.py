@@ -11,6 +11,7 @@ import pytest
 
 import ggmlpy as g
 from ggmlpy.backend import split_threads, restore_threads
+from ggmlpy.opt import StepWork
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,28 +63,53 @@ def test_thread_split():
     s = g.ggml_backend_sched_new("cpu", parallel=False)
     blas, cpu = s.backends
     n = g.ggml_get_n_threads()
-    before = split_threads(s.backends, 1.2e9 + 1e6, 1.2e9)  # MNIST-FC: products on BLAS, little else
+    before = split_threads(s.backends, StepWork(1.2e9 + 3e6, 1.2e9, 2.7e6))  # MNIST-FC: the products dominate
     assert (blas.n_threads, cpu.n_threads) == (n, 1)
     restore_threads(before)
     assert (blas.n_threads, cpu.n_threads) == (1, n)
-    split_threads(s.backends, 2e6, 1e6)  # a tiny model: one thread each (barriers cost more than they save)
+    split_threads(s.backends, StepWork(2e6, 1e6, 1e6))  # a tiny model: one thread each (barriers cost more)
     assert (blas.n_threads, cpu.n_threads) == (1, 1)
-    split_threads(s.backends, 50e9, 40e9)  # wide layers: both pools get the threads
+    split_threads(s.backends, StepWork(2e8, 1.7e8, 2.8e7))  # the CNN: im2col and pooling outweigh thin products
+    assert (blas.n_threads, cpu.n_threads) == (1, n)
+    split_threads(s.backends, StepWork(43e9, 43e9, 1.5e8))  # wide layers: both pools get the threads
     assert (blas.n_threads, cpu.n_threads) == (n, n)
+    split_threads(s.backends, StepWork(1.53e9, 1.49e9, 4.2e7))  # the char transformer: the pool's work weighs more
+    assert (blas.n_threads, cpu.n_threads) == (1, n)
     s.free()
     import ggmlpy.backend as gb
     cpu_only = g.ggml_backend_cpu_init()  # no BLAS: the CPU pool's count by the graph's size alone
     set_by_user, gb._threads_set_by_user[0] = gb._threads_set_by_user[0], False  # as in a fresh process
     try:
-        before = split_threads([cpu_only], 1e6, 0.0)
+        before = split_threads([cpu_only], StepWork(1e6, 0.0, 1e6))
         assert cpu_only.n_threads == 1
         restore_threads(before)
         assert cpu_only.n_threads == n
-        split_threads([cpu_only], 1e9, 0.0)
+        split_threads([cpu_only], StepWork(1e9, 0.0, 1e9))
         assert cpu_only.n_threads == n
     finally:
         gb._threads_set_by_user[0] = set_by_user
         cpu_only.free()
+
+
+def test_training_step_work_counts_the_pool_and_the_optimizer():
+    """The split's inputs: products 2 flops per multiply-add on BLAS, ggml's pool one per element plus the
+    optimizer's pass over the weights (every opt_period steps, and the gradient accumulation between)."""
+    from ggmlpy.opt import OPTIMIZER_ELEMENTS_PER_PARAM, training_step_work
+    ctx = g.ggml_init(16 << 20, no_alloc=True)
+    x = g.ggml_set_input(g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, 64, 128))
+    w = g.ggml_set_param(g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, 64, 48))
+    b = g.ggml_set_param(g.ggml_new_tensor_1d(ctx, g.GGML_TYPE_F32, 48))
+    out = g.ggml_relu(ctx, g.ggml_add(ctx, g.ggml_mul_mat(ctx, w, x), b))
+    product = 2.0 * 64 * 48 * 128
+    elementwise = 2.0 * 48 * 128  # the add and the relu
+    n_params = 64 * 48 + 48
+    work = training_step_work([out])
+    assert work.blas_flops == 3 * product
+    assert work.flops == 3 * (product + elementwise)
+    assert work.pool_elements == 3 * elementwise + OPTIMIZER_ELEMENTS_PER_PARAM * n_params
+    accumulating = training_step_work([out], opt_period=4)
+    assert accumulating.pool_elements == 3 * elementwise + (OPTIMIZER_ELEMENTS_PER_PARAM / 4 + 1) * n_params
+    ctx.free()
 
 
 @needs_blas
