@@ -404,6 +404,12 @@ class StepWork:
     pool_elements: float
 
 
+def forward_work(outputs: Sequence[Tensor]) -> StepWork:
+    """The work of one forward pass to ``outputs`` (inference)."""
+    flops, blas = forward_flops(outputs), blas_flops(outputs)
+    return StepWork(flops, blas, flops - blas)
+
+
 def training_step_work(outputs: Sequence[Tensor], opt_period: int = 1) -> StepWork:
     """The work of one training step (forward and backward: 3x the forward pass) of ``outputs``, with the
     optimizer stepping every ``opt_period`` steps."""

@@ -371,6 +371,49 @@ def test_0011_pool_2d_and_its_backward_split_planes_between_threads(op, n_thread
     np.testing.assert_allclose(grad, expected, rtol=1e-4, atol=1e-5)
 
 
+def _max_pool_ref(x, k, s, p):
+    """numpy max pooling over windows that may overhang the input (the overhang ignored, as ggml does),
+    and the backward that gives each output's gradient to its window's first maximum (row-major)."""
+    *lead, H, W = x.shape
+    OH, OW = (H + 2 * p - k) // s + 1, (W + 2 * p - k) // s + 1
+    out = np.zeros((*lead, OH, OW))
+    windows = {}
+    for oh in range(OH):
+        for ow in range(OW):
+            y0, x0 = oh * s - p, ow * s - p
+            ys, xs = slice(max(y0, 0), min(y0 + k, H)), slice(max(x0, 0), min(x0 + k, W))
+            win = x[..., ys, xs].reshape(*lead, -1)
+            out[..., oh, ow] = win.max(axis=-1)
+            windows[oh, ow] = (ys, xs, win.argmax(axis=-1))
+    def backward(g):
+        grad = np.zeros(x.shape)
+        for (oh, ow), (ys, xs, arg) in windows.items():
+            h, w = ys.stop - ys.start, xs.stop - xs.start
+            for idx in np.ndindex(*lead):
+                grad[idx + (ys.start + arg[idx] // w, xs.start + arg[idx] % w)] += g[idx + (oh, ow)]
+        return grad
+    return out, backward
+
+
+@pytest.mark.parametrize("n_threads", [1, 2])
+@pytest.mark.parametrize("k, s, p", [(3, 2, 1), (2, 1, 1), (3, 3, 0)])
+def test_0011_max_pool_backward_with_overhang_overlap_and_ties(k, s, p, n_threads):
+    """Windows that overhang the padded border, overlap each other, and hold equal values: each output's
+    gradient goes to the first maximum of the part of its window inside the input."""
+    rng = np.random.default_rng(k * 10 + s + p)
+    x = rng.integers(-3, 3, (3, 2, 7, 8)).astype(np.float32)  # few distinct values: many ties
+    ref, backward = _max_pool_ref(np.asarray(x, np.float64), k, s, p)
+    r = rng.uniform(-1, 1, ref.shape).astype(np.float32)
+    backend = _cpu(n_threads)
+    try:
+        loss, grad = compute_grad_on(backend, lambda c, xt: G.ggml_pool_2d(c, xt, G.GGML_OP_POOL_MAX, k, k, s, s, p, p),
+                                     x, r)
+    finally:
+        backend.free()
+    np.testing.assert_allclose(loss, np.sum(ref * r), rtol=1e-5)
+    np.testing.assert_allclose(grad, backward(r.astype(np.float64)), rtol=1e-5, atol=1e-6)
+
+
 def test_0011_repeat_back_into_one_element_per_row_sums_the_rows():
     """The gradient of a per-channel bias [1, 1, C] added to [W, H, C, N] (REPEAT_BACK into ne0 = 1)."""
     rng = np.random.default_rng(3)

@@ -16,14 +16,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import ops
-from ..backend import (Backend, blas_backend_init, ggml_backend_alloc_ctx_tensors, ggml_backend_init_auto, set_backend_threads,
-                       threads_for)
+from ..backend import (Backend, blas_backend_init, ggml_backend_alloc_ctx_tensors, ggml_backend_init_auto,
+                       restore_threads, split_threads)
 from ..context import (GGML_TYPE_F32, GGML_TYPE_I32, Tensor, ggml_graph_overhead, ggml_init,
                        ggml_new_graph_custom, ggml_build_forward_expand, ggml_new_tensor, ggml_set_input,
                        ggml_set_name, ggml_set_output, ggml_tensor_overhead, set_trainable)
 from ..data import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
 from ..errors import GgmlpyWarning, GgmlStateError, GgmlValueError
-from ..opt import BUILD_FORWARD, forward_flops, ggml_opt_optimizer_name, training_graph_nodes
+from ..opt import BUILD_FORWARD, forward_flops, forward_work, ggml_opt_optimizer_name, training_graph_nodes
 from ..opt_state import check_state, ggml_opt_get_state, ggml_opt_set_state
 from ..sched import Scheduler, ggml_backend_sched_graph_compute, ggml_backend_sched_new
 from .graph import Model, Node
@@ -253,6 +253,7 @@ class GraphInstance:
         self.train_nodes = sum(training_graph_nodes(o) for o in outputs)  # bounds for graph and scheduler sizes
         self.forward_nodes = sum(training_graph_nodes(o, BUILD_FORWARD) for o in outputs)
         self.flops = forward_flops(outputs)  # picks the CPU thread count: small graphs run faster on one
+        self.work = forward_work(outputs)  # splits the threads between ggml's pool and OpenBLAS for inference
 
     def free(self) -> None:
         for h in self._owned:
@@ -298,11 +299,11 @@ class Predictor:
         inst, graph, sched = self._graph(batch)
         for t, a in zip(inst.inputs, arrays):
             ggml_backend_tensor_set_data(t, a)
-        before = threads_for(self.params.backend, inst.flops)
+        before = split_threads(sched.backends, inst.work)
         try:
             ggml_backend_sched_graph_compute(sched, graph)
         finally:
-            set_backend_threads(self.params.backend, before)  # a fit may be running on the same backend
+            restore_threads(before)  # a fit may be running on the same backend
         return [ggml_backend_tensor_get_data(o) for o in inst.outputs]
 
     def _graph(self, batch: int):

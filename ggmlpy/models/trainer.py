@@ -15,8 +15,9 @@ from . import data as D
 from .compile import build_training_graph, compiled
 from .graph import Model
 from .metrics import Tally
-from ..backend import set_backend_threads, threads_for
-from .runtime import TRAINING_FLOPS_FACTOR, ParamStore, Predictor, make_scheduler
+from ..backend import restore_threads, split_threads
+from ..opt import training_step_work
+from .runtime import ParamStore, Predictor, make_scheduler
 
 
 class Snapshot:
@@ -87,7 +88,7 @@ class ModelTrainer:
             raise GgmlValueError("nothing to train: every layer with weights is frozen")
         self._inst = build_training_graph(model, cfg, self.batch_size)
         self._owned: list[Any] = [self._inst]
-        self._threads = TRAINING_FLOPS_FACTOR * self._inst.flops
+        self._work = training_step_work(self._inst.outputs, period)  # the thread split of each step
         try:
             self._sched = make_scheduler(params.backend, self._inst.train_nodes)
             self._owned.insert(0, self._sched)
@@ -132,13 +133,12 @@ class ModelTrainer:
         xs, ys = self._batch(x, y, "step")
         pairs = self._writer.parse(D.feed_dict(self._cfg.heads, xs, ys, None))
         self._result.reset()
-        backend = self._params.backend
         with self._model.runtime.use():
-            before = threads_for(backend, self._threads)
+            before = split_threads(self._sched.backends, self._work)  # as a fit's steps (a predict may reset it)
             try:
                 self._session.step(self._session.train_ctx, pairs, True, self._result)
             finally:
-                set_backend_threads(backend, before)
+                restore_threads(before)
         self._steps += 1
         return float(ggml_opt_result_loss(self._result)["loss"])
 

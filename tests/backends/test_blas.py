@@ -91,6 +91,44 @@ def test_thread_split():
         cpu_only.free()
 
 
+@needs_blas
+def test_model_layer_splits_the_threads_for_fit_trainer_steps_and_predict(monkeypatch):
+    """The split is what every model-layer computation runs with: a fit's steps, ggml_trainer's steps
+    (which used to give ggml's pool the threads whatever the split said) and ggml_predict (whose products
+    used to stay on one OpenBLAS thread). This model's products dominate: OpenBLAS gets the threads, ggml's
+    pool one."""
+    from ggmlpy import backend as gb
+    from ggmlpy.models import runtime
+    from ggmlpy.training.loop import Trainer
+    monkeypatch.setattr(gb, "_n_threads", [2])
+    seen = []
+
+    def threads(sched):
+        return tuple(sorted((b.device.name, b.n_threads) for b in sched.backends))
+
+    step = Trainer.step
+    monkeypatch.setattr(Trainer, "step", lambda self, ctx, *a, **k: (seen.append(("step", threads(ctx.sched))),
+                                                                      step(self, ctx, *a, **k))[1])
+    compute = runtime.ggml_backend_sched_graph_compute
+    monkeypatch.setattr(runtime, "ggml_backend_sched_graph_compute",
+                        lambda sched, graph: (seen.append(("predict", threads(sched))), compute(sched, graph))[1])
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, 1024, activation="relu", input_shape=(256,))  # ~200 MFLOP of products per step
+    m = g.ggml_compile(g.ggml_layer_dense(m, 3, activation="softmax"), backend="cpu")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(128, 256)).astype(np.float32)
+    y = np.eye(3, dtype=np.float32)[np.arange(128) % 3]
+    expected = (("BLAS", 2), ("CPU", 1))
+    g.ggml_fit(m, x, y, batch_size=128, epochs=1, verbose=0)
+    tr = g.ggml_trainer(m, batch_size=128)
+    tr.step(x, y)
+    g.ggml_predict(m, x, batch_size=128)
+    kinds = {kind for kind, _ in seen}
+    assert kinds == {"step", "predict"}, seen
+    assert all(t == expected for _, t in seen), seen
+    tr.free()
+
+
 def test_training_step_work_counts_the_pool_and_the_optimizer():
     """The split's inputs: products 2 flops per multiply-add on BLAS, ggml's pool one per element plus the
     optimizer's pass over the weights (every opt_period steps, and the gradient accumulation between)."""
