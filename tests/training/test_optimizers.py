@@ -46,10 +46,12 @@ def _assert_params(model: Linear, ref: dict, atol=2e-6, rtol=2e-5):
 
 @pytest.mark.parametrize("optimizer", [ADAMW, SGD], ids=["adamw", "sgd"])
 @pytest.mark.parametrize("wd", [0.0, 0.1])
-def test_low_level_steps_and_lr_changes(optimizer, wd, cpu, tsched, trng):
-    """ggml_opt_alloc/eval by hand; the LR changes through ggml_opt_set_lr between steps."""
-    model = Linear(cpu, K, M, N, seed=1)
-    batches = _batches(trng, 6)
+@pytest.mark.parametrize("k", [K, 21])
+def test_low_level_steps_and_lr_changes(optimizer, wd, k, cpu, tsched, trng):
+    """ggml_opt_alloc/eval by hand; the LR changes through ggml_opt_set_lr between steps. Weight rows of 21
+    elements take the CPU kernel's 8-wide AdamW path (patches/0012) and its scalar tail."""
+    model = Linear(cpu, k, M, N, seed=1)
+    batches = _batches(trng, 6, K=k)
     lrs = [0.05, 0.05, 0.05, 0.01, 0.2, 0.2]
     try:
         fit = G.ggml_opt_init_for_fit(tsched, MSE, optimizer, 1, model.net.ctx, model.x, model.out,
