@@ -27,8 +27,7 @@ from . import data as D
 from .compile import CompileConfig, build_training_graph, compiled
 from .graph import Model
 from .metrics import Tally
-from ..backend import set_backend_threads, threads_for
-from .runtime import TRAINING_FLOPS_FACTOR, make_scheduler
+from .runtime import make_scheduler
 
 
 def _int_arg(value: Any, name: str, lo: int) -> int:
@@ -164,8 +163,7 @@ def run_training(model: Model, cfg: CompileConfig, source: Source, batch: int, *
     if not params.mark_trainable():
         raise GgmlValueError(nothing_to_train(model))
     inst = build_training_graph(model, cfg, batch)
-    sched = None
-    threads_before = threads_for(params.backend, TRAINING_FLOPS_FACTOR * inst.flops)
+    sched = None  # the fit loop splits the CPU threads for this graph (and restores them)
     try:
         sched = make_scheduler(params.backend, inst.train_nodes)
         period = 1
@@ -185,7 +183,6 @@ def run_training(model: Model, cfg: CompileConfig, source: Source, batch: int, *
                             stream=stream, on_nonfinite=on_nonfinite, batch_size=batch,
                             opt_state=model.runtime.opt_state)  # the optimizer continues across fits
     finally:
-        set_backend_threads(params.backend, threads_before)
         if sched is not None:
             sched.free()
         inst.free()

@@ -23,7 +23,7 @@ from ..context import (GGML_TYPE_F32, GGML_TYPE_I32, Tensor, ggml_graph_overhead
                        ggml_set_name, ggml_set_output, ggml_tensor_overhead, set_trainable)
 from ..data import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
 from ..errors import GgmlpyWarning, GgmlStateError, GgmlValueError
-from ..opt import BUILD_FORWARD, forward_flops, forward_work, ggml_opt_optimizer_name, training_graph_nodes
+from ..opt import BUILD_FORWARD, forward_work, ggml_opt_optimizer_name, training_graph_nodes
 from ..opt_state import check_state, ggml_opt_get_state, ggml_opt_set_state
 from ..sched import Scheduler, ggml_backend_sched_graph_compute, ggml_backend_sched_new
 from .graph import Model, Node
@@ -252,8 +252,7 @@ class GraphInstance:
         self.hooks = ([b.masks] if b.masks.masks else []) + b.hooks
         self.train_nodes = sum(training_graph_nodes(o) for o in outputs)  # bounds for graph and scheduler sizes
         self.forward_nodes = sum(training_graph_nodes(o, BUILD_FORWARD) for o in outputs)
-        self.flops = forward_flops(outputs)  # picks the CPU thread count: small graphs run faster on one
-        self.work = forward_work(outputs)  # splits the threads between ggml's pool and OpenBLAS for inference
+        self.work = forward_work(outputs)  # splits the CPU threads for inference (small graphs: one)
 
     def free(self) -> None:
         for h in self._owned:
@@ -266,9 +265,6 @@ class GraphInstance:
 def build_graph(model: Model, params: ParamStore, batch: int, training: bool,
                 logits_for: set[int] | None = None, rows_for: set[int] | None = None) -> GraphInstance:
     return GraphBuilder(model, params, batch, training, logits_for or set(), rows_for or set()).build()
-
-
-TRAINING_FLOPS_FACTOR = 3  # forward + backward (two products per forward one) of a training step
 
 
 def make_scheduler(backend: Backend, graph_nodes: int) -> Scheduler:
