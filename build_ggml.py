@@ -12,7 +12,8 @@ tree is also copied to vendor/ggml/ (the cffi extension compiles against its hea
 A build whose source, patches and options are unchanged is reused from the cache
 (``$GGMLPY_CACHE`` or ``~/.cache/ggmlpy``), so repeated installs are quick. The backends also come
 from ``$GGMLPY_BACKENDS`` (default ``cpu,blas``: the BLAS backend is built when OpenBLAS is installed --
-``apt-get install libopenblas-dev`` -- and left out, with a message, when it is not).
+``apt-get install libopenblas-dev libopenblas0-openmp`` -- and left out, with a message, when it is not;
+it loads OpenBLAS's OpenMP build where that is installed, see ``openblas_openmp_dir``).
 
 The cache may be shared by several checkouts building at once, and survives interrupted builds:
 
@@ -56,7 +57,9 @@ KNOWN_BACKENDS = ("cpu", "blas", "vulkan", "cuda", "rpc")
 # What a plain ``pip install .`` builds. "blas" (ggml's BLAS backend on OpenBLAS: MUL_MAT and OUT_PROD
 # through cblas_sgemm, 2-4x ggml's own F32 kernels) is dropped with a message when OpenBLAS is missing.
 DEFAULT_BACKENDS = "cpu,blas"
-BLAS_HINT = "apt-get install libopenblas-dev (Debian/Ubuntu; dnf install openblas-devel on Fedora)"
+BLAS_HINT = ("apt-get install libopenblas-dev libopenblas0-openmp (Debian/Ubuntu; dnf install openblas-devel "
+             "on Fedora)")
+BLAS_OPENMP_HINT = "apt-get install libopenblas0-openmp (Debian/Ubuntu)"
 # Bump when the way we configure or install changes, so old cache entries are not reused.
 BUILD_RECIPE_VERSION = "4"
 SOURCE_STAMP = ".ggmlpy-source"
@@ -605,7 +608,8 @@ def vulkan_options() -> list[str]:
     return ["-DGGML_VULKAN=ON"]
 
 
-def cuda_options(cuda_arch: str | None) -> list[str]:
+def cuda_options(cuda_arch: str | None) -> tuple[list[str], list[str]]:
+    """CMake options of the CUDA backend, and the folders its module loads libraries from."""
     toolkit = Path(os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda")
     nvcc = str(toolkit / "bin" / "nvcc") if (toolkit / "bin" / "nvcc").exists() else shutil.which("nvcc")
     if not nvcc:
@@ -617,9 +621,12 @@ def cuda_options(cuda_arch: str | None) -> list[str]:
     arch = cuda_arch or os.environ.get("GGMLPY_CUDA_ARCH") or detect_cuda_arch() or "75;80;86;89;90"
     opts.append(f"-DCMAKE_CUDA_ARCHITECTURES={arch}")
     cublas, cublas_lib = cublas_options(toolkit)
-    # The CUDA module must find cudart and cuBLAS at run time wherever they live.
-    rpath = ["$ORIGIN", str(toolkit / "lib64"), str(toolkit / "lib")] + ([str(cublas_lib)] if cublas_lib else [])
-    return opts + cublas + [f"-DCMAKE_INSTALL_RPATH={';'.join(rpath)}"]
+    return opts + cublas, cuda_runtime_dirs(toolkit, cublas_lib)
+
+
+def cuda_runtime_dirs(toolkit: Path, cublas_lib: Path | None) -> list[str]:
+    """Where the CUDA module finds cudart and cuBLAS at run time, wherever they live."""
+    return [str(toolkit / "lib64"), str(toolkit / "lib")] + ([str(cublas_lib)] if cublas_lib else [])
 
 
 def detect_cuda_arch() -> str | None:
@@ -682,19 +689,41 @@ def cmake_options(backends: list[str], cuda_arch: str | None) -> list[str]:
         # CMake leaves them off): the products the BLAS backend does not take (sides < 32, batched
         # attention products) run on them instead of one vec_dot per output element.
         "-DGGML_LLAMAFILE=ON",
-        # Every library finds its siblings in its own folder (ggmlpy/lib/).
-        "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON", "-DCMAKE_INSTALL_RPATH=$ORIGIN",
+        "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON",
     ]
+    rpath = ["$ORIGIN"]  # every library finds its siblings in its own folder (ggmlpy/lib/)
     opts += cpu_flag_options()
     if "vulkan" in backends:
         opts += vulkan_options()
     if "cuda" in backends:
-        opts += cuda_options(cuda_arch)
+        cuda, dirs = cuda_options(cuda_arch)
+        opts += cuda
+        rpath += dirs
     if "rpc" in backends:
         opts.append("-DGGML_RPC=ON")
     if "blas" in backends:
         opts += ["-DGGML_BLAS=ON", "-DGGML_BLAS_VENDOR=OpenBLAS"]
-    return opts
+        openmp = openblas_openmp_dir()
+        if openmp is not None:
+            # Searched before the system's choice of libopenblas.so.0 (Debian's default: the pthreads build)
+            rpath.append(str(openmp))
+        else:
+            log(f"OpenBLAS's OpenMP build was not found: the BLAS backend will use the system's default "
+                f"OpenBLAS, whose own threads compete with ggml's for the cores (1.1-1.3x slower CNN and "
+                f"transformer training). To get it: {BLAS_OPENMP_HINT}, then reinstall.")
+    return opts + [f"-DCMAKE_INSTALL_RPATH={';'.join(rpath)}"]
+
+
+def openblas_openmp_dir() -> Path | None:
+    """The folder of Debian/Ubuntu's OpenMP build of OpenBLAS (``libopenblas0-openmp``), or None.
+
+    ggml's CPU backend runs on OpenMP; OpenBLAS built on OpenMP runs its products on the same threads, so
+    each can take every core (its pthreads build keeps a pool of its own whose idle workers spin beside
+    ggml's). The BLAS backend links the generic ``libopenblas.so.0``; putting this folder in its run path
+    makes it load the OpenMP build whatever the system's default is."""
+    roots = sorted(Path("/usr/lib").glob("*-linux-gnu*")) + [Path("/usr/lib"), Path("/usr/lib64")]
+    return next((d / "openblas-openmp" for d in roots if (d / "openblas-openmp" / "libopenblas.so.0").exists()),
+                None)
 
 
 def openblas_found() -> bool:

@@ -679,6 +679,14 @@ def ggml_set_blas_enabled(enabled: bool) -> None:
     _blas_disabled[0] = not bool(enabled)
 
 
+def blas_shares_cpu_pool() -> bool:
+    """Whether ggml's BLAS backend runs its products on the CPU backend's own threads: OpenBLAS built on
+    OpenMP, as ggml's CPU backend is. Then both may take every thread, as neither pool waits beside the other."""
+    from . import openblas
+    from .cpu_features import uses_openmp
+    return openblas.threading_model() == "openmp" and uses_openmp()
+
+
 def split_threads(backends, work: "StepWork") -> list:
     """Set the threads of a scheduler's CPU and BLAS backends for a training graph doing ``work`` per step
     (``opt.training_step_work``). With a BLAS backend, the thread budget ``ggml_get_n_threads()`` goes to
@@ -690,8 +698,12 @@ def split_threads(backends, work: "StepWork") -> list:
     if not blas:
         return [(b, threads_for(b, work.flops)) for b in backends if b.alive and b.is_cpu]
     n = _n_threads[0]
-    blas_n = n if work.blas_flops >= max(BLAS_PARALLEL_FLOPS, BLAS_FLOPS_PER_POOL_ELEMENT * work.pool_elements) else 1
-    pool_n = n if work.pool_elements >= POOL_PARALLEL_ELEMENTS else 1
+    if blas_shares_cpu_pool():
+        blas_n = pool_n = n if _threads_set_by_user[0] or work.flops >= SMALL_GRAPH_FLOPS else 1
+    else:
+        blas_n = n if work.blas_flops >= max(BLAS_PARALLEL_FLOPS,
+                                             BLAS_FLOPS_PER_POOL_ELEMENT * work.pool_elements) else 1
+        pool_n = n if work.pool_elements >= POOL_PARALLEL_ELEMENTS else 1
     before = []
     for b in backends:
         if not b.alive or not (b.is_cpu or is_blas(b)):

@@ -50,6 +50,11 @@ def _has(name: str) -> bool:
     return _features().get(_HAS[name], "0") not in ("", "0")
 
 
+def uses_openmp() -> bool:
+    """Whether ggml's CPU backend runs its thread pool on OpenMP (a build option, on in ggmlpy's build)."""
+    return _features().get("OPENMP", "0") not in ("", "0")
+
+
 def _make_has(name: str) -> Callable[[], bool]:
     def has() -> bool:
         return _has(name)

@@ -237,11 +237,8 @@ def test_0009_gradients_of_many_views_of_one_tensor_accumulate_in_place():
 # ---------------------------------------------------------------- 0010: OpenBLAS threads for OUT_PROD
 
 def _openblas():
-    import ctypes
-    try:
-        return ctypes.CDLL("libopenblas.so.0")  # the instance ggml-blas loaded (same soname, one copy)
-    except OSError:
-        return None
+    from ggmlpy.openblas import loaded_openblas
+    return loaded_openblas()  # the instance ggml-blas loaded
 
 
 def test_0010_blas_out_prod_runs_with_the_backends_thread_count():
@@ -427,6 +424,59 @@ def test_0011_repeat_back_into_one_element_per_row_sums_the_rows():
         backend.free()
     np.testing.assert_allclose(grad, r.astype(np.float64).sum(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(loss, np.sum((target + bias) * r), rtol=1e-5)
+
+
+# ---------------------------------------------------------------- 0013: one BLAS compute at a time
+
+def test_0013_blas_products_from_four_threads_at_once_match_numpy():
+    """OpenBLAS's OpenMP build (the one the build links where it is installed) returned products off by
+    ~100 when four threads computed through ggml's BLAS backend at once; the backend now takes turns."""
+    import threading
+    from ggmlpy.backend import set_backend_threads
+    if not any(d.name == "BLAS" for d in G.ggml_backend_devices()):
+        pytest.skip("this build has no BLAS backend (GGMLPY_BACKENDS without blas, or OpenBLAS missing)")
+    rng = np.random.default_rng(0)
+    a_val = rng.normal(size=(512, 384)).astype(np.float32)
+    b_val = rng.normal(size=(300, 384)).astype(np.float32)
+    ref = b_val.astype(np.float64) @ a_val.astype(np.float64).T
+    worst, errors = {}, []
+    start = threading.Barrier(4)
+
+    def compute(k):
+        try:
+            sched = G.ggml_backend_sched_new("cpu", parallel=False)
+            ctx = G.ggml_init(16 * G.ggml_tensor_overhead() + G.ggml_graph_overhead(), no_alloc=True)
+            a = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 384, 512)
+            b = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 384, 300)
+            out = G.ggml_mul_mat(ctx, a, b)
+            graph = G.ggml_new_graph(ctx)
+            G.ggml_build_forward_expand(graph, out)
+            G.ggml_backend_sched_alloc_graph(sched, graph)
+            assert sched.backends[0].device.name == "BLAS"
+            G.ggml_backend_tensor_set_data(a, a_val)
+            G.ggml_backend_tensor_set_data(b, b_val)
+            start.wait()
+            err = 0.0
+            for n_threads in (1, 2):  # OpenBLAS's one-thread path (the default outside training) and parallel one
+                for be in sched.backends:
+                    set_backend_threads(be, n_threads)
+                for _ in range(40):
+                    G.ggml_backend_sched_graph_compute(sched, graph)
+                    got = G.ggml_backend_tensor_get_data(out).reshape(300, 512)
+                    err = max(err, float(np.abs(got - ref).max()))
+            worst[k] = err
+            sched.free()
+            ctx.free()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=compute, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert max(worst.values()) < 1e-3, worst  # float32 products of 384 terms: ~4e-5
 
 
 def compute_grad_on(backend, build, x, r, *others):

@@ -59,7 +59,10 @@ def test_cpu_scheduler_puts_blas_first_and_can_leave_it_out():
 
 
 @needs_blas
-def test_thread_split():
+def test_thread_split(monkeypatch):
+    """OpenBLAS on its own pthreads pool: the thread budget goes to the pool with the work for it."""
+    import ggmlpy.backend as gb
+    monkeypatch.setattr(gb, "blas_shares_cpu_pool", lambda: False)
     s = g.ggml_backend_sched_new("cpu", parallel=False)
     blas, cpu = s.backends
     n = g.ggml_get_n_threads()
@@ -76,7 +79,6 @@ def test_thread_split():
     split_threads(s.backends, StepWork(1.53e9, 1.49e9, 4.2e7))  # the char transformer: the pool's work weighs more
     assert (blas.n_threads, cpu.n_threads) == (1, n)
     s.free()
-    import ggmlpy.backend as gb
     cpu_only = g.ggml_backend_cpu_init()  # no BLAS: the CPU pool's count by the graph's size alone
     set_by_user, gb._threads_set_by_user[0] = gb._threads_set_by_user[0], False  # as in a fresh process
     try:
@@ -92,6 +94,58 @@ def test_thread_split():
 
 
 @needs_blas
+def test_shared_pool_gives_both_backends_every_thread_but_to_small_graphs(monkeypatch):
+    """OpenBLAS on OpenMP runs its products on ggml's own threads: no pool waits beside the other, so both
+    take the whole count, whatever the mix of work; a small graph still runs on one thread (the barrier
+    after every node costs more than it saves) unless the user set a count."""
+    import ggmlpy.backend as gb
+    monkeypatch.setattr(gb, "blas_shares_cpu_pool", lambda: True)
+    monkeypatch.setattr(gb, "_n_threads", [2])
+    monkeypatch.setattr(gb, "_threads_set_by_user", [False])
+    s = g.ggml_backend_sched_new("cpu", parallel=False)
+    blas, cpu = s.backends
+    for work in (StepWork(1.2e9 + 3e6, 1.2e9, 2.7e6), StepWork(2e8, 1.7e8, 2.8e7), StepWork(43e9, 43e9, 1.5e8),
+                 StepWork(1.53e9, 1.49e9, 4.2e7)):  # MNIST-FC, the CNN, wide layers, the char transformer
+        before = split_threads(s.backends, work)
+        assert (blas.n_threads, cpu.n_threads) == (2, 2), work
+        restore_threads(before)
+    split_threads(s.backends, StepWork(2e6, 1e6, 1e6))  # a tiny model
+    assert (blas.n_threads, cpu.n_threads) == (1, 1)
+    gb._threads_set_by_user[0] = True  # the user's count holds even there
+    split_threads(s.backends, StepWork(2e6, 1e6, 1e6))
+    assert (blas.n_threads, cpu.n_threads) == (2, 2)
+    s.free()
+
+
+@needs_blas
+def test_blas_shares_the_pool_when_the_openmp_openblas_is_installed():
+    """The build puts OpenBLAS's OpenMP variant in the BLAS backend's run path where it is installed (CI
+    installs it), and the process then runs on it: told by the loaded library, checked against the build
+    description OpenBLAS gives of itself."""
+    from ggmlpy import openblas
+    from ggmlpy.backend import blas_shares_cpu_pool
+    model, config = openblas.threading_model(), openblas.config()
+    assert model in ("openmp", "pthreads", "sequential") and config.startswith("OpenBLAS")
+    assert (model == "openmp") == ("USE_OPENMP" in config)
+    if _build_ggml().openblas_openmp_dir() is None:
+        pytest.skip("OpenBLAS's OpenMP build is not installed here (apt-get install libopenblas0-openmp)")
+    assert model == "openmp", config
+    assert blas_shares_cpu_pool()
+
+
+def test_build_links_the_openmp_openblas_before_the_system_default(monkeypatch, tmp_path):
+    b = _build_ggml()
+    monkeypatch.setattr(b, "openblas_openmp_dir", lambda: tmp_path)
+    rpath = next(o for o in b.cmake_options(["cpu", "blas"], None) if o.startswith("-DCMAKE_INSTALL_RPATH="))
+    assert rpath == f"-DCMAKE_INSTALL_RPATH=$ORIGIN;{tmp_path}"
+    rpath = next(o for o in b.cmake_options(["cpu"], None) if o.startswith("-DCMAKE_INSTALL_RPATH="))
+    assert rpath == "-DCMAKE_INSTALL_RPATH=$ORIGIN"  # no BLAS backend: nothing to find
+    monkeypatch.setattr(b, "cuda_options", lambda arch: (["-DGGML_CUDA=ON"], ["/cuda/lib64"]))
+    opts = b.cmake_options(["cpu", "blas", "cuda"], None)
+    assert [o for o in opts if o.startswith("-DCMAKE_INSTALL_RPATH=")] == [f"-DCMAKE_INSTALL_RPATH=$ORIGIN;/cuda/lib64;{tmp_path}"]
+
+
+@needs_blas
 def test_model_layer_splits_the_threads_for_fit_trainer_steps_and_predict(monkeypatch):
     """The split is what every model-layer computation runs with: a fit's steps, ggml_trainer's steps
     (which used to give ggml's pool the threads whatever the split said) and ggml_predict (whose products
@@ -101,6 +155,7 @@ def test_model_layer_splits_the_threads_for_fit_trainer_steps_and_predict(monkey
     from ggmlpy.models import runtime
     from ggmlpy.training.loop import Trainer
     monkeypatch.setattr(gb, "_n_threads", [2])
+    monkeypatch.setattr(gb, "blas_shares_cpu_pool", lambda: False)  # the pthreads policy splits the count
     seen = []
 
     def threads(sched):
