@@ -32,6 +32,11 @@ def is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
 
+def is_real(value: Any) -> bool:
+    """A real-number argument: a Python or numpy int or float, not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
 def int_arg(fn: str, name: str, value: Any, minimum: int | None = None, maximum: int = INT64_MAX) -> int:
     """``value`` as an int in [minimum, maximum] (numpy ints accepted). ``maximum`` defaults to the largest
     int64 (what C receives for sizes); C ``int`` arguments pass INT32_MAX (``c_int_arg``), else cffi raises

@@ -474,7 +474,8 @@ def ggml_init_auto(*shapes: Any, extra_mb: float = 10, type: int = GGML_TYPE_F32
         True
     """
     fn = "ggml_init_auto"
-    if isinstance(extra_mb, bool) or not isinstance(extra_mb, (int, float)) or not extra_mb >= 0 \
+    from ._checks import is_real  # _checks imports this module
+    if not is_real(extra_mb) or not extra_mb >= 0 \
             or extra_mb == float("inf"):
         raise GgmlValueError(f"{fn}: extra_mb must be a finite number >= 0, got {extra_mb!r}")
     if not isinstance(type, int) or isinstance(type, bool) or not 0 <= type < int(lib.GGML_TYPE_COUNT) \

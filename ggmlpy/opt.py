@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import losses as L
-from ._checks import (list_arg, check_backward_nodes, check_index_inputs, check_nodes_supported, check_opt_heads,
+from ._checks import (FLOAT32_MAX, is_real, list_arg, check_backward_nodes, check_index_inputs, check_nodes_supported, check_opt_heads,
                       check_static_memory, index_inputs)
 from ._ffi import ffi, lib
 from ._handle import Handle, _unique, compute_locks, computing, free_handle, memory_epoch, raise_type, unwrap, using
@@ -271,9 +271,9 @@ class LrUserdata:
 
     def set(self, adamw_lr: float | None = None, sgd_lr: float | None = None) -> None:
         for name, value in (("adamw_lr", adamw_lr), ("sgd_lr", sgd_lr)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not math.isfinite(value) or value < 0):
-                raise GgmlValueError(f"ggml_opt_set_lr: {name} must be a finite number >= 0, got {value!r}")
+            if value is not None and (not is_real(value) or not 0 <= value <= FLOAT32_MAX):
+                raise GgmlValueError(f"ggml_opt_set_lr: {name} must be a finite number >= 0 (ggml keeps it as a "
+                                     f"float32: at most {FLOAT32_MAX:.4g}), got {value!r}")
         if adamw_lr is not None:
             self.params.adamw.alpha = max(float(adamw_lr), LR_FLOOR)
         if sgd_lr is not None:
@@ -283,7 +283,7 @@ class LrUserdata:
         """The conditions ggml_opt_eval asserts, checked before the step."""
         p = self.params
         problems = []
-        if not p.adamw.alpha > 0 or not p.sgd.alpha > 0:
+        if not 0 < p.adamw.alpha <= FLOAT32_MAX or not 0 < p.sgd.alpha <= FLOAT32_MAX:
             problems.append(f"learning rates must be > 0 (adamw {p.adamw.alpha}, sgd {p.sgd.alpha})")
         if not (0 <= p.adamw.beta1 <= 1 and 0 <= p.adamw.beta2 <= 1):
             problems.append(f"betas must be in [0, 1] (got {p.adamw.beta1}, {p.adamw.beta2})")
@@ -299,7 +299,7 @@ class LrUserdata:
 
 
 def check_weight_decay(weight_decay: Any) -> float:
-    if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)) or not 0 <= weight_decay <= 1:
+    if not is_real(weight_decay) or not 0 <= weight_decay <= 1:
         raise GgmlValueError(f"weight_decay must be a number in [0, 1], got {weight_decay!r}")
     return float(weight_decay)
 

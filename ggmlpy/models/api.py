@@ -11,7 +11,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import ops
-from ..errors import GgmlTypeError, GgmlValueError
+from ..errors import GgmlInUseError, GgmlTypeError, GgmlValueError
 from . import attention, conv, layers as Lyr, norm, sequence
 from .graph import InputLayer, Model, Node, Sequential, apply_layer, default_name
 from .compile import compiled
@@ -296,6 +296,11 @@ def _freeze(model: Model, from_: Any, to: Any, trainable: bool, fn: str) -> Mode
     for name, v in (("from_", from_), ("to", to)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
             raise GgmlValueError(f"{fn}: {name} must be an int (a 0-based layer index) or None, got {v!r}")
+    runtime = getattr(model, "runtime", None)
+    if runtime is not None and runtime.training:
+        raise GgmlInUseError(f"{fn}: a fit of this model is running (this call comes from one of its callbacks or "
+                             "generators, or from another thread) and trains the layers that were trainable when it "
+                             "started; freeze or unfreeze layers before the fit or after it returns")
     for layer in layers[slice(from_, to)]:
         layer.trainable = trainable
     return model

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import FLOAT32_MAX, is_real
 from .. import losses as L
 from .. import opt as O
 from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
@@ -144,7 +145,7 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
         raise GgmlValueError(f"the model has {len(outputs)} outputs, got {len(losses)} losses")
     weights = [1.0] * len(outputs) if loss_weights is None else list(loss_weights) \
         if isinstance(loss_weights, (list, tuple)) else [loss_weights]
-    if len(weights) != len(outputs) or any(isinstance(w, bool) or not isinstance(w, (int, float))
+    if len(weights) != len(outputs) or any(not is_real(w)
                                             or not math.isfinite(w) or w < 0 for w in weights):
         raise GgmlValueError(f"loss_weights must be {len(outputs)} finite numbers >= 0, got {loss_weights!r}")
     metric_list = [metrics] if isinstance(metrics, str) else list(metrics or [])
@@ -154,9 +155,9 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
     heads = [_head(n, _loss_name(l, i), float(w)) for i, (n, l, w) in enumerate(zip(outputs, losses, weights))]
     lr = None
     if learning_rate is not None:
-        if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)) or \
-                not math.isfinite(learning_rate) or learning_rate <= 0:
-            raise GgmlValueError(f"learning_rate must be a finite number > 0, got {learning_rate!r}")
+        if not is_real(learning_rate) or not 0 < learning_rate <= FLOAT32_MAX:
+            raise GgmlValueError(f"learning_rate must be a finite number > 0 (ggml keeps it as a float32: at most "
+                                 f"{FLOAT32_MAX:.4g}), got {learning_rate!r}")
         lr = float(learning_rate)
     O.check_weight_decay(weight_decay)
     config = CompileConfig(opt_name, OPTIMIZERS[opt_name], heads, ["accuracy"] if metric_list else [], backend, lr,

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import is_real
 from ..data import as_numeric
 from ..errors import GgmlTypeError, GgmlValueError
 from .compile import CompileConfig, HeadSpec
@@ -43,9 +44,42 @@ def check_shape(arr: np.ndarray, expected: tuple, what: str, n: int | None = Non
     raise GgmlValueError(msg)
 
 
-def model_inputs(model: Model, x: Any, what: str = "x", n: int | None = None) -> list[np.ndarray]:
-    """One C-ordered array per model input, float32 (int32 for token ids), shapes checked."""
+def _one_array_list(value: Any, rank: int) -> bool:
+    """``[x]``: a list holding one whole array (Keras' form for a model with one input or output)."""
+    return isinstance(value, (list, tuple)) and len(value) == 1 and np.ndim(value[0]) == rank \
+        and not isinstance(value[0], (list, tuple))
+
+
+def _float32(arr: np.ndarray, label: str, finite: bool) -> np.ndarray:
+    """``arr`` as C-ordered float32, refusing values float32 cannot hold (they would become inf) and, with
+    ``finite``, NaN and inf (one NaN input makes every weight NaN after the next step)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = np.ascontiguousarray(arr, dtype=np.float32)
+    if finite and out.size and not np.isfinite(out).all():
+        bad = ~np.isfinite(out)
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        src = arr[where]
+        why = (f"{src:g} is beyond float32's range (+-{float(np.finfo(np.float32).max):.4g})"
+               if np.isfinite(src) else f"it is {src}")
+        raise GgmlValueError(f"{label}: the value at {where} cannot train: {why} ({int(bad.sum())} such values); "
+                             "training on it would make every weight NaN. Clean or rescale the data (np.nan_to_num, "
+                             "np.clip) first")
+    if not finite and out.size and not np.can_cast(arr.dtype, np.float32, "safe"):  # float64 may overflow
+        overflow = np.isinf(out) & np.isfinite(arr)
+        if overflow.any():
+            where = tuple(int(i) for i in np.argwhere(overflow)[0])
+            raise GgmlValueError(f"{label}: the value {arr[where]:g} at {where} is beyond float32's range "
+                                 f"(+-{float(np.finfo(np.float32).max):.4g}) and would become inf; rescale the data")
+    return out
+
+
+def model_inputs(model: Model, x: Any, what: str = "x", n: int | None = None, finite: bool = False,
+                 allow_empty: bool = False) -> list[np.ndarray]:
+    """One C-ordered array per model input, float32 (int32 for token ids), shapes checked. ``finite``: NaN and
+    inf are refused (data that trains or validates). ``allow_empty``: zero samples are fine (a prediction)."""
     inputs = model.graph()[0]
+    if len(inputs) == 1 and _one_array_list(x, len(inputs[0].shape) + 1):
+        x = x[0]
     values = list(x) if isinstance(x, (list, tuple)) and len(inputs) > 1 else [x]
     if len(values) != len(inputs):
         raise GgmlValueError(f"{what}: the model has {len(inputs)} inputs, got {len(values)} arrays (pass a list in "
@@ -62,28 +96,32 @@ def model_inputs(model: Model, x: Any, what: str = "x", n: int | None = None) ->
                     raise GgmlValueError(f"{label}: token ids must be integers")
             out.append(_token_ids(arr, model, node, label))
         else:
-            out.append(np.ascontiguousarray(arr, dtype=np.float32))
-    if n == 0:
+            out.append(_float32(arr, label, finite))
+    if n == 0 and not allow_empty:
         raise GgmlValueError(f"{what} has no samples")
     return out
 
 
 def _token_ids(arr: np.ndarray, model: Model, node: Any, label: str) -> np.ndarray:
     """int32 ids, each inside the vocabulary of every embedding that reads this input."""
-    ids = arr.astype(np.int64)
     for n in model.graph()[2]:
         if any(i is node for i in n.inputs) and hasattr(n.layer, "vocab_size"):
-            bad = (ids < 0) | (ids >= n.layer.vocab_size)
+            bad = (arr < 0) | (arr >= n.layer.vocab_size)  # on the values as given: 1e30 does not wrap first
             if bad.any():
                 where = tuple(int(i) for i in np.argwhere(bad)[0])
-                raise GgmlValueError(f"{label}: token id {int(ids[where])} at {where} is outside [0, "
+                raise GgmlValueError(f"{label}: token id {arr[where]:g} at {where} is outside [0, "
                                      f"{n.layer.vocab_size}) of embedding '{n.layer.name}'")
-    return np.ascontiguousarray(ids, dtype=np.int32)
+    return np.ascontiguousarray(arr, dtype=np.int32)
 
 
 def model_targets(model: Model, cfg: CompileConfig, y: Any, n: int, what: str = "y") -> list[np.ndarray]:
     """One float32 array per output, in the output's shape (class ids made one-hot)."""
     heads = cfg.heads
+    if y is None:
+        raise GgmlValueError(f"{what} is missing: this model's loss needs labels ({what} of shape (N, ...))")
+    if len(heads) == 1 and _one_array_list(y, len(heads[0].shape) + 1) or len(heads) == 1 and \
+            heads[0].sparse and _one_array_list(y, len(heads[0].shape)):
+        y = y[0]
     values = list(y) if isinstance(y, (list, tuple)) and len(heads) > 1 else [y]
     if len(values) != len(heads):
         raise GgmlValueError(f"{what}: the model has {len(heads)} outputs, got {len(values)} label arrays")
@@ -105,11 +143,11 @@ def _target(h: HeadSpec, arr: np.ndarray, n: int, what: str) -> np.ndarray:
                                     if arr.shape == ids_shape + (units,) else ""))
         if not np.issubdtype(arr.dtype, np.integer) and (not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr))):
             raise GgmlValueError(f"{what}: class ids must be integers")
-        ids = arr.astype(np.int64)
-        bad = (ids < 0) | (ids >= units)
+        bad = (arr < 0) | (arr >= units)  # on the values as given: 1e30 does not wrap first
         if bad.any():
-            raise GgmlValueError(f"{what}: class id {int(ids[bad][0])} is outside [0, {units}) (the output has "
+            raise GgmlValueError(f"{what}: class id {arr[bad][0]:g} is outside [0, {units}) (the output has "
                                  f"{units} units; ids are 0-based)")
+        ids = arr.astype(np.int64)
         onehot = np.zeros(ids.shape + (units,), dtype=np.float32)
         np.put_along_axis(onehot, ids[..., None], 1.0, axis=-1)
         return onehot
@@ -166,11 +204,17 @@ def sample_weights(cfg: CompileConfig, targets: list[np.ndarray], n: int, sample
         for k, v in class_weight.items():
             if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k < len(table):
                 raise GgmlValueError(f"class_weight keys must be class ids in [0, {len(table)}), got {k!r}")
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
+            if not is_real(v) or not np.isfinite(v) or v < 0:
                 raise GgmlValueError(f"class_weight[{k}] must be a finite number >= 0, got {v!r}")
             table[int(k)] = v
         w *= table[classes]
-    return w.astype(np.float32)
+    with np.errstate(over="ignore"):
+        out = w.astype(np.float32)
+    if not np.isfinite(out).all():
+        raise GgmlValueError(f"{what if sample_weight is not None else 'class_weight'}: a sample's weight "
+                             f"({w[~np.isfinite(out)][0]:g}) is beyond float32's range "
+                             f"(+-{float(np.finfo(np.float32).max):.4g}); rescale the weights")
+    return out
 
 
 def rows(arrays: list[np.ndarray], index: np.ndarray) -> list[np.ndarray]:

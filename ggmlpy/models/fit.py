@@ -18,6 +18,7 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
+from .._checks import is_real
 from ..errors import GgmlpyWarning, GgmlValueError
 from ..sched import Scheduler
 from ..training.adapters import Source, check_ends
@@ -65,6 +66,8 @@ def predict_arrays(model: Model, predictor: Any, xs: list[np.ndarray], batch_siz
     n = xs[0].shape[0]
     batch = min(batch_size, n)
     outputs = model.graph()[1]
+    if n == 0:
+        return [np.zeros((0,) + tuple(node.shape), dtype=np.float32) for node in outputs]
     chunks: list[list[np.ndarray]] = [[] for _ in outputs]
     for start in range(0, n, batch):
         part = [x[start:start + batch] for x in xs]
@@ -93,7 +96,7 @@ def ggml_predict(model: Model, x: Any, batch_size: int = 32) -> np.ndarray | lis
     model_, predictor = _predictor(model, "ggml_predict")
     batch_size = _int_arg(batch_size, "batch_size", 1)
     with _in_use(model):
-        outs = predict_arrays(model_, predictor, D.model_inputs(model_, x), batch_size)
+        outs = predict_arrays(model_, predictor, D.model_inputs(model_, x, allow_empty=True), batch_size)
     return outs[0] if len(outs) == 1 else outs
 
 
@@ -107,7 +110,7 @@ def ggml_predict_classes(model: Model, x: Any, batch_size: int = 32) -> np.ndarr
     if len(model_.graph()[1]) != 1:
         raise GgmlValueError("ggml_predict_classes needs a model with one output; use ggml_predict")
     p = ggml_predict(model, x, batch_size)
-    p = p.reshape(p.shape[0], -1)
+    p = p.reshape(p.shape[0], int(np.prod(p.shape[1:])))  # also for 0 samples
     return (p[:, 0] > 0.5).astype(np.int64) if p.shape[1] == 1 else p.argmax(axis=1).astype(np.int64)
 
 
@@ -239,23 +242,22 @@ def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch
         raise GgmlValueError(f"shuffle must be True or False, got {shuffle!r}")
     if x is None or y is None:
         raise GgmlValueError("ggml_fit needs x and y arrays (use ggml_fit_generator for a generator)")
-    xs = D.model_inputs(model, x)
+    xs = D.model_inputs(model, x, finite=True)
     n = xs[0].shape[0]
     ys = D.model_targets(model, cfg, y, n)
     w = D.sample_weights(cfg, ys, n, sample_weight, class_weight)
+    if not is_real(validation_split) or not 0 <= validation_split < 1:
+        raise GgmlValueError(f"validation_split must be a number in [0, 1), got {validation_split!r}")
     val = None
     if validation_data is not None:
         if not isinstance(validation_data, (tuple, list)) or len(validation_data) not in (2, 3):
             raise GgmlValueError("validation_data must be (x_val, y_val) or (x_val, y_val, sample_weight_val)")
-        vx = D.model_inputs(model, validation_data[0], "validation_data x")
+        vx = D.model_inputs(model, validation_data[0], "validation_data x", finite=True)
         vy = D.model_targets(model, cfg, validation_data[1], vx[0].shape[0], "validation_data y")
         vw = D.sample_weights(cfg, vy, vx[0].shape[0], validation_data[2] if len(validation_data) == 3 else None,
                               None, "validation_data sample_weight")
         val = (vx, vy, vw)
     elif validation_split:
-        if isinstance(validation_split, bool) or not isinstance(validation_split, (int, float)) \
-                or not 0 <= validation_split < 1:
-            raise GgmlValueError(f"validation_split must be a number in [0, 1), got {validation_split!r}")
         n_val = int(math.floor(n * validation_split))
         if n_val < 1 or n_val >= n:
             raise GgmlValueError(f"validation_split={validation_split} of {n} samples leaves "
@@ -281,7 +283,7 @@ def ggml_fit(model: Any, *args: Any, **kwargs: Any) -> pd.DataFrame:
     if isinstance(model, Scheduler):  # ggmlR's dispatch: ggml_fit(sched, ctx_compute, inputs, outputs, dataset, ...)
         return ggml_fit_opt(model, *args, **kwargs)
     compiled(model, "ggml_fit")
-    with model.runtime.use():
+    with model.runtime.use(training=True):
         return fit_model(model, *args, **kwargs)
 
 
@@ -299,7 +301,7 @@ class _BatchConverter:
 
     def arrays(self, batch: Any):
         x, y, sw = D.split_batch(batch, self.what)
-        xs = D.model_inputs(self.model, x, f"{self.what} x")
+        xs = D.model_inputs(self.model, x, f"{self.what} x", finite=True)
         n = xs[0].shape[0]
         if self.batch is not None and n != self.batch:
             raise GgmlValueError(f"{self.what}: a batch of {n} samples; the first batch had {self.batch} and "
@@ -351,7 +353,7 @@ def ggml_fit_generator(model: Model, generator: Any, steps_per_epoch: int | None
         >>> g.ggml_fit_generator(model, batches, epochs=5)
     """
     compiled(model, "ggml_fit_generator")
-    with model.runtime.use():  # from the first batch on: no compile/free from another thread meanwhile
+    with model.runtime.use(training=True):  # from the first batch on: no compile/free/freeze meanwhile
         return _fit_generator(model, generator, steps_per_epoch, epochs, initial_epoch, validation_data,
                               validation_steps, callbacks, verbose, prefetch, nbatch_logical, on_nonfinite)
 
@@ -388,9 +390,12 @@ def _fit_generator(model, generator, steps_per_epoch, epochs, initial_epoch, val
 def _validation(model: Model, cfg: CompileConfig, validation_data: Any, steps: int | None, batch: int):
     if validation_data is None:
         return None
-    if isinstance(validation_data, tuple) and len(validation_data) in (2, 3) and \
+    # a tuple is (x, y[, w]) arrays, as for ggml_fit (lists of arrays for several inputs or outputs); a list
+    # of arrays too, while a list of batches is a re-iterable source
+    if isinstance(validation_data, tuple) and len(validation_data) in (2, 3) or \
+            isinstance(validation_data, list) and len(validation_data) in (2, 3) and \
             all(isinstance(v, np.ndarray) or v is None for v in validation_data):
-        vx = D.model_inputs(model, validation_data[0], "validation_data x")
+        vx = D.model_inputs(model, validation_data[0], "validation_data x", finite=True)
         vy = D.model_targets(model, cfg, validation_data[1], vx[0].shape[0], "validation_data y")
         vw = D.sample_weights(cfg, vy, vx[0].shape[0], validation_data[2] if len(validation_data) == 3 else None,
                               None, "validation_data sample_weight")

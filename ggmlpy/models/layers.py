@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .._checks import is_real
 from .. import ops
 from ..context import Tensor
 from ..errors import GgmlTypeError, GgmlValueError
@@ -231,7 +232,7 @@ class Dropout(Layer):
 
     def __init__(self, rate: float, **kw: Any) -> None:
         super().__init__(**kw)
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
+        if not is_real(rate) or not 0 <= rate < 1:
             raise GgmlValueError(f"dropout rate must be a number in [0, 1), got {rate!r}")
         self.rate = float(rate)
 

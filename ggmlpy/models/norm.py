@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import is_real
 from .. import ops
 from ..errors import GgmlValueError
 from .layers import Layer, ParamSpec
@@ -24,7 +25,7 @@ class BatchNorm(Layer):
     def __init__(self, eps: float = 1e-5, momentum: float = 0.99, **kw: Any) -> None:
         super().__init__(**kw)
         for name, value, lo in (("eps", eps, 0.0), ("momentum", momentum, 0.0)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) \
+            if not is_real(value) or not np.isfinite(value) \
                     or not lo <= value <= (1.0 if name == "momentum" else np.inf) or (name == "eps" and value <= 0):
                 raise GgmlValueError(f"batch_norm {name} must be {'> 0' if name == 'eps' else 'in [0, 1]'}, "
                                      f"got {value!r}")
@@ -91,7 +92,7 @@ class LayerNorm(Layer):
 
     def __init__(self, eps: float = 1e-5, **kw: Any) -> None:
         super().__init__(**kw)
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not np.isfinite(eps) or eps <= 0:
+        if not is_real(eps) or not np.isfinite(eps) or eps <= 0:
             raise GgmlValueError(f"layer_norm eps must be a finite number > 0, got {eps!r}")
         self.eps = float(eps)
 

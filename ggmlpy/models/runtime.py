@@ -22,7 +22,7 @@ from ..context import (GGML_TYPE_F32, GGML_TYPE_I32, Tensor, ggml_graph_overhead
                        ggml_new_graph_custom, ggml_build_forward_expand, ggml_new_tensor, ggml_set_input,
                        ggml_set_name, ggml_set_output, ggml_tensor_overhead, set_trainable)
 from ..data import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
-from ..errors import GgmlpyWarning, GgmlStateError, GgmlValueError
+from ..errors import GgmlInUseError, GgmlpyWarning, GgmlStateError, GgmlValueError
 from ..opt import BUILD_FORWARD, forward_work, ggml_opt_optimizer_name, training_graph_nodes
 from ..opt_state import check_state, ggml_opt_get_state, ggml_opt_set_state
 from ..sched import Scheduler, ggml_backend_sched_graph_compute, ggml_backend_sched_new
@@ -284,23 +284,26 @@ def make_scheduler(backend: Backend, graph_nodes: int) -> Scheduler:
 
 class Predictor:
     """Forward passes of a model with given weights: one inference graph per batch size, on a
-    scheduler of its own."""
+    scheduler of its own. Calls from several threads take turns: a pass writes the graph's inputs,
+    computes and reads its outputs as one step, and a graph is only dropped between passes."""
 
     def __init__(self, model: Model, params: ParamStore) -> None:
         self.model, self.params = model, params
         self._graphs: dict[int, tuple[GraphInstance, Any, Scheduler]] = {}
+        self._lock = threading.RLock()
 
     def run(self, arrays: list[np.ndarray], batch: int) -> list[np.ndarray]:
         """``arrays``: one per model input, exactly ``batch`` rows in ggml layout; returns one per output."""
-        inst, graph, sched = self._graph(batch)
-        for t, a in zip(inst.inputs, arrays):
-            ggml_backend_tensor_set_data(t, a)
-        before = split_threads(sched.backends, inst.work)
-        try:
-            ggml_backend_sched_graph_compute(sched, graph)
-        finally:
-            restore_threads(before)  # a fit may be running on the same backend
-        return [ggml_backend_tensor_get_data(o) for o in inst.outputs]
+        with self._lock:
+            inst, graph, sched = self._graph(batch)
+            for t, a in zip(inst.inputs, arrays):
+                ggml_backend_tensor_set_data(t, a)
+            before = split_threads(sched.backends, inst.work)
+            try:
+                ggml_backend_sched_graph_compute(sched, graph)
+            finally:
+                restore_threads(before)  # a fit may be running on the same backend
+            return [ggml_backend_tensor_get_data(o) for o in inst.outputs]
 
     def _graph(self, batch: int):
         if batch not in self._graphs:
@@ -328,8 +331,9 @@ class Predictor:
         inst.free()
 
     def free(self) -> None:
-        for batch in list(self._graphs):
-            self._drop(batch)
+        with self._lock:
+            for batch in list(self._graphs):
+                self._drop(batch)
 
 
 class OptimizerState:
@@ -398,12 +402,14 @@ class OptimizerState:
 
 class Runtime:
     """A compiled model's backend, weights and predictor. ``use()`` marks it busy for the length of a
-    call (a fit, a prediction): freeing it then, from another thread, is refused instead of pulling the
-    weights out from under ggml."""
+    call (a fit, a prediction), ``use(training=True)`` also marks it training: freeing it then (from a
+    callback, a generator or another thread) is refused instead of pulling the weights out from under
+    ggml, and so is changing which layers train while a fit runs."""
 
     def __init__(self, model: Model, backend: str, values: dict | None = None) -> None:
         self._lock = threading.Lock()
         self._busy = 0
+        self._training = 0
         self.backend = ggml_backend_init_auto(backend)
         try:
             self.params = ParamStore(model.layers, self.backend, values)
@@ -415,22 +421,31 @@ class Runtime:
         self.device_name = self.backend.device.name
 
     @contextlib.contextmanager
-    def use(self):
+    def use(self, training: bool = False):
         with self._lock:
             if not self.params.alive:
                 raise GgmlStateError("the model's weights have been freed (compiled again or changed?)")
             self._busy += 1
+            self._training += training
         try:
             yield self
         finally:
             with self._lock:
                 self._busy -= 1
+                self._training -= training
+
+    @property
+    def training(self) -> bool:
+        """Whether a fit is running on this model now."""
+        return self._training > 0
 
     def free(self) -> None:
         with self._lock:
             if self._busy:
-                raise GgmlStateError("the model is in use (a fit or prediction is running, in another thread?); "
-                                     "compile or change it after that call returns")
+                raise GgmlInUseError("the model is in use by a running fit or prediction (this call comes from one "
+                                     "of its callbacks or generators, or from another thread); compile or change "
+                                     "the model after that call returns (a callback can stop a fit with "
+                                     "state.stop = True)")
             self.predictor.free()
             self.params.free()
             self.backend.free()

@@ -2,10 +2,13 @@
 snapshots: frozen copies of a model's weights that predict like a model (DQN target networks)."""
 from __future__ import annotations
 
-from typing import Any
+import functools
+import threading
+from typing import Any, Callable
 
 import numpy as np
 
+from .._checks import FLOAT32_MAX, is_real
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
 from ..opt_result import OptResult, ggml_opt_result_loss
 from ..opt_state import ggml_opt_get_state
@@ -67,10 +70,22 @@ def ggml_snapshot_free(snapshot: Snapshot | None) -> None:
     snapshot.free()
 
 
+def _one_at_a_time(method: Callable) -> Callable:
+    """Calls on one trainer from several threads take turns: a step is an alloc, a write and an eval of one
+    opt context, which ggml cannot interleave (and a free waits for the step under way)."""
+    @functools.wraps(method)
+    def locked(self: "ModelTrainer", *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return locked
+
+
 class ModelTrainer:
     """The object ``ggml_trainer`` returns; see there."""
 
     def __init__(self, model: Model, batch_size: int = 32, nbatch_logical: int | None = None) -> None:
+        self._lock = threading.RLock()
+        self._freed = True  # until everything is made
         cfg = compiled(model, "ggml_trainer")
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise GgmlValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
@@ -119,13 +134,14 @@ class ModelTrainer:
                                  "made; make a new trainer")
 
     def _batch(self, x: Any, y: Any, fn: str) -> tuple[list, list]:
-        xs = D.model_inputs(self._model, x, f"trainer.{fn}: x")
+        xs = D.model_inputs(self._model, x, f"trainer.{fn}: x", finite=True)
         n = xs[0].shape[0]
         if n != self.batch_size:
             raise GgmlValueError(f"trainer.{fn}: the trainer takes batches of exactly {self.batch_size} samples, got "
                                  f"{n} (make a trainer with batch_size={n}, or use ggml_predict/ggml_evaluate)")
         return xs, D.model_targets(self._model, self._cfg, y, n, f"trainer.{fn}: y")
 
+    @_one_at_a_time
     def step(self, x: Any, y: Any) -> float:
         """One forward and backward pass on exactly ``batch_size`` samples (the optimizer steps every
         ``nbatch_logical / batch_size`` calls); returns this batch's loss."""
@@ -142,6 +158,7 @@ class ModelTrainer:
         self._steps += 1
         return float(ggml_opt_result_loss(self._result)["loss"])
 
+    @_one_at_a_time
     def eval(self, x: Any, y: Any) -> float:
         """The loss on exactly ``batch_size`` samples in inference mode, without a backward pass; changes
         nothing (not the weights, not the accumulation of ``step``)."""
@@ -153,33 +170,40 @@ class ModelTrainer:
             tally.add(predict_arrays(self._model, self._model.runtime.predictor, xs, self.batch_size), ys)
         return tally.total_loss()
 
+    @_one_at_a_time
     def model(self) -> Model:
         """The trained model (the trainer trains its weights in place)."""
         self._live("model")
         return self._model
 
+    @_one_at_a_time
     def set_lr(self, lr: float) -> None:
         """Set the learning rate from the next optimizer step on."""
         self._live("set_lr")
-        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not np.isfinite(lr) or lr <= 0:
-            raise GgmlValueError(f"trainer.set_lr: lr must be a finite number > 0, got {lr!r}")
+        if not is_real(lr) or not 0 < lr <= FLOAT32_MAX:
+            raise GgmlValueError(f"trainer.set_lr: lr must be a finite number > 0 (ggml keeps it as a float32: at "
+                                 f"most {FLOAT32_MAX:.4g}), got {lr!r}")
         self._session.lr_ud.set(adamw_lr=float(lr), sgd_lr=float(lr))
 
+    @_one_at_a_time
     def get_lr(self) -> float:
         self._live("get_lr")
         return self._session.lr_ud.get()["adamw" if self._cfg.optimizer_type == 0 else "sgd"]
 
+    @_one_at_a_time
     def n_steps(self) -> int:
         """How many times ``step`` ran."""
         self._live("n_steps")
         return self._steps
 
+    @_one_at_a_time
     def snapshot(self) -> Snapshot:
         """A frozen copy of the current weights (free it with ``ggml_snapshot_free``)."""
         self._live("snapshot")
         with self._model.runtime.use():
             return Snapshot(self._model, self._model.runtime.params.copy())
 
+    @_one_at_a_time
     def restore(self, snapshot: Snapshot) -> None:
         """Put a snapshot's weights back into the model (the optimizer's state is kept)."""
         self._live("restore")
@@ -192,6 +216,7 @@ class ModelTrainer:
             for layer, spec in params.specs:  # a snapshot holds the same layers' weights
                 params.write(layer, spec.name, snapshot.params.read(layer, spec.name))
 
+    @_one_at_a_time
     def optimizer_state(self) -> dict:
         """The optimizer's state now (``ggml_opt_get_state``'s dict: AdamW's moments per trainable weight and
         the step count). Inside a logical batch (``nbatch_logical``) it is the state of the last optimizer
@@ -199,6 +224,7 @@ class ModelTrainer:
         self._live("optimizer_state")
         return ggml_opt_get_state(self._session.train_ctx, self._opt_state.trainable(), allow_partial=True)
 
+    @_one_at_a_time
     def save(self, path: Any, include_optimizer: bool = True) -> None:
         """Save the model as ``ggml_save_model`` does, by default with the optimizer's state: a trainer made
         from ``ggml_load_model(path)`` continues exactly where this one is. Refused (RuntimeError) inside a
@@ -216,17 +242,18 @@ class ModelTrainer:
         with self._model.runtime.use():
             save_model(self._model, path, include_optimizer, state, "trainer.save")
 
+    @_one_at_a_time
     def free(self) -> None:
         """Release the trainer's ggml objects (the model stays, with the optimizer's state for the next fit or
-        trainer). Idempotent."""
+        trainer). Idempotent; from another thread it waits for a step under way."""
         if self._freed:
             return
-        self._freed = True
         try:
             if self._model.runtime is not None and self._model.runtime.opt_state is self._opt_state:
                 self._opt_state.keep(self._session.train_ctx, warn_partial=False)
         finally:
             self._free_owned()
+        self._freed = True
 
     def _free_owned(self) -> None:
         for h in self._owned:  # the opt session first, then what it runs on

@@ -7,13 +7,14 @@ run in list order; as soon as one sets ``state.stop`` the rest of that phase is 
 from __future__ import annotations
 
 import difflib
+import inspect
 import math
 import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .._checks import float_arg, int_arg
+from .._checks import float_arg, int_arg, is_real
 from ..errors import GgmlpyWarning, GgmlTypeError, GgmlValueError
 from ..opt import LR_FLOOR, LrUserdata
 
@@ -60,6 +61,19 @@ class CallbackList:
                 return
 
 
+def _takes_three(hook: Callable) -> bool:
+    """Whether ``hook(epoch, logs, state)`` binds (True when the signature cannot be read: a builtin)."""
+    try:
+        sig = inspect.signature(hook)
+    except (TypeError, ValueError):
+        return True
+    try:
+        sig.bind(0, {}, None)
+    except TypeError:
+        return False
+    return True
+
+
 def _check_hooks(cb: Any, i: int) -> None:
     """A hook that would never be called is an error in a dict (a typo such as 'on_epoch_ends') and a
     warning on an object (Keras callbacks have hooks ggmlpy does not call); a hook must be callable."""
@@ -70,6 +84,9 @@ def _check_hooks(cb: Any, i: int) -> None:
             if hook is not None and not callable(hook):  # None: no hook (R's NULL)
                 raise GgmlTypeError(f"callbacks[{i}]['{name}'] must be a function f(epoch, logs, state), got "
                                     f"{type(cb[name] if isinstance(cb, dict) else getattr(cb, name)).__name__}")
+            if hook is not None and not _takes_three(hook):
+                raise GgmlTypeError(f"callbacks[{i}]['{name}'] is called as f(epoch, logs, state), but its signature "
+                                    f"is {name}{inspect.signature(hook)}; add the missing parameters (or *args)")
             continue
         near = difflib.get_close_matches(str(name), PHASES, n=1)
         hint = f" (did you mean '{near[0]}'?)" if near else ""
@@ -250,7 +267,7 @@ def ggml_schedule_cosine_decay(eta_min: float = 0, T_max: int | None = None) -> 
     """
     if T_max is not None and (isinstance(T_max, bool) or not isinstance(T_max, int) or T_max < 1):
         raise GgmlValueError(f"T_max must be an int >= 1 (epochs) or None, got {T_max!r}")
-    if isinstance(eta_min, bool) or not isinstance(eta_min, (int, float)) or not math.isfinite(eta_min) \
+    if not is_real(eta_min) or not math.isfinite(eta_min) \
             or eta_min < 0:
         raise GgmlValueError(f"eta_min must be a finite number >= 0, got {eta_min!r}")
     captured: dict = {}

@@ -22,7 +22,7 @@ from ..context import Context, Tensor, as_tensor, type_name
 from ..dataset import Dataset
 from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
 from ..sched import Scheduler
-from .._checks import check_indices, list_arg, ptr_key
+from .._checks import check_indices, is_real, list_arg, ptr_key
 from .adapters import BatchWriter, Source, Target, check_ends
 from .loop import Trainer, check_nonfinite, fit_loop
 from .prefetch import BatchFeed
@@ -282,7 +282,7 @@ def _dataset_fit(sched, ctx_compute, inputs, outputs: list[Tensor], dataset, los
     unwrap(dataset, Dataset, "dataset")
     ds = dataset
     x = as_tensor(inputs, "inputs")
-    if isinstance(val_split, bool) or not isinstance(val_split, (int, float)) or not 0 <= val_split < 1:
+    if not is_real(val_split) or not 0 <= val_split < 1:
         raise GgmlValueError(f"val_split must be a number in [0, 1), got {val_split!r}")
     if x.type != ds.data.type:
         raise GgmlTypeError(f"the dataset holds {type_name(ds.data.type)} data, the inputs tensor is "

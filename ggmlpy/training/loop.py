@@ -118,7 +118,7 @@ class Trainer:
         result = self.train_result if train else self.eval_result
         result.reset()
         stats = EpochStats()
-        heads = ctx.loss.heads if self.per_head and ctx.loss.composite else []
+        heads = ctx.loss.heads if ctx.loss.composite else []  # built from ggml ops: their accuracy is counted here
         head_sums = np.zeros(len(heads))
         head_correct = np.zeros(len(heads))
         loss_now = (lambda: R.ggml_opt_result_loss(result)["loss"])
