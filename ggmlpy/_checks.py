@@ -25,6 +25,7 @@ def fail(fn: str, message: str, kind: type[Exception] = GgmlValueError) -> None:
 
 INT32_MAX = (1 << 31) - 1
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # the smallest normal float32: below it, values lose precision or 0
 
 
 def is_int(value: Any) -> bool:

@@ -15,6 +15,7 @@ import numbers
 import os
 import stat
 import struct
+import tempfile
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -983,7 +984,58 @@ def gguf_write_to_file(ctx: GgufContext, path: Any, only_meta: bool = False) -> 
             if t.data == ffi.NULL or _addr(t.data) != data or _addr(t.buffer) != buffer:
                 raise GgmlStateError(f"{fn}: the memory of tensor '{name}' was freed or moved after gguf_add_tensor; "
                                      "add it to a new GGUF context")
-    with _ggml_errors() as lines:
-        ok = lib.gguf_write_to_file(g, _path_bytes(p), only_meta)
-    if not ok:
-        raise GgufFileError(f"{fn}: could not write {p!r}{_reason(lines)}")
+    if _is_device(p):  # /dev/null: written in place, nothing to check
+        with _ggml_errors() as lines:
+            ok = lib.gguf_write_to_file(g, _path_bytes(p), only_meta)
+        if not ok:
+            raise GgufFileError(f"{fn}: could not write {p!r}{_reason(lines)}")
+        return
+    _write_replacing(g, p, only_meta, fn)
+
+
+def _is_device(p: str) -> bool:
+    try:
+        return stat.S_ISCHR(os.stat(p).st_mode)
+    except OSError:
+        return False
+
+
+def _write_replacing(g: Any, p: str, only_meta: bool, fn: str) -> None:
+    """Write to a new file beside ``p``, check it reads back whole, then rename it over ``p``: ggml does not
+    check its last writes (a full disk left a truncated file and no error), and a failed write must not
+    destroy the file that was there."""
+    target = os.path.realpath(p)  # a symlink keeps pointing at the new file
+    folder, base = os.path.split(target)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=folder or ".")
+    except OSError as exc:
+        raise GgufFileError(f"{fn}: could not write {p!r}: {exc.strerror or exc}") from None
+    os.close(fd)
+    try:
+        with _ggml_errors() as lines:
+            ok = lib.gguf_write_to_file(g, _path_bytes(tmp), only_meta)
+        if not ok:
+            raise GgufFileError(f"{fn}: could not write {p!r}{_reason(lines)}")
+        size = os.path.getsize(tmp)
+        try:
+            with _open_header(tmp, fn) as back:
+                complete = only_meta or size >= _data_extent(back.ptr)
+        except GgufFileError:
+            complete = False
+        if not complete:
+            raise GgufFileError(f"{fn}: could not write {p!r}: only {size} bytes reached the disk (is it full, or "
+                                "over a file size limit?); the file that was there is unchanged")
+        try:
+            mode = stat.S_IMODE(os.stat(target).st_mode)
+        except OSError:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

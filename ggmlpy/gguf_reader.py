@@ -25,10 +25,15 @@ _PLAIN = {int(lib.GGML_TYPE_F32): np.float32, int(lib.GGML_TYPE_F16): np.float16
           int(lib.GGML_TYPE_I8): np.int8, int(lib.GGML_TYPE_I16): np.int16, int(lib.GGML_TYPE_I32): np.int32,
           int(lib.GGML_TYPE_I64): np.int64}
 _BF16 = int(lib.GGML_TYPE_BF16)
-# the quantized types ggml's CPU get_rows converts to F32 (ggml-cpu/ops.cpp; Q8_K has no row conversion)
-_DEQUANTIZABLE = {"q1_0", "q2_0", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q8_1", "mxfp4", "nvfp4", "q2_K", "q3_K",
-                  "q4_K", "q5_K", "q6_K", "tq1_0", "tq2_0", "iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s", "iq1_m",
-                  "iq4_nl", "iq4_xs", "iq3_s", "iq2_s"}
+
+
+def dequantizable(typ: int) -> bool:
+    """Whether ggml can convert rows of quantized type ``typ`` to F32: its type traits have a ``to_float``,
+    which the CPU backend's ``get_rows`` calls (Q8_1 and Q8_K have none: get_rows would call NULL)."""
+    if not bool(lib.ggml_is_quantized(typ)):
+        return False
+    traits = lib.ggml_get_type_traits(typ)
+    return traits != ffi.NULL and traits.to_float != ffi.NULL
 
 
 class GgufFile(GgufContext):
@@ -212,7 +217,7 @@ def gguf_tensor_data(x: GgufFile, name: str) -> np.ndarray:
         elif typ == _BF16:
             bits = np.frombuffer(ffi.buffer(t.data, 2 * n), dtype=np.uint16)
             out = (bits.astype(np.uint32) << 16).view(np.float32)
-        elif bool(lib.ggml_is_quantized(typ)) and type_name(typ) in _DEQUANTIZABLE:
+        elif dequantizable(typ):
             out = _dequantize(t, n, fn, name)
         else:
             raise GgmlTypeError(f"{fn}: tensor {name!r} has type {type_name(typ)}, which ggml cannot convert to "

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import losses as L
-from ._checks import (FLOAT32_MAX, is_real, list_arg, check_backward_nodes, check_index_inputs, check_nodes_supported, check_opt_heads,
+from ._checks import (FLOAT32_MAX, check_graph_memory, is_real, list_arg, check_backward_nodes, check_index_inputs, check_nodes_supported, check_opt_heads,
                       check_static_memory, index_inputs)
 from ._ffi import ffi, lib
 from ._handle import Handle, _unique, compute_locks, computing, free_handle, memory_epoch, raise_type, unwrap, using
@@ -582,6 +582,10 @@ class OptContext(Handle):
             n_nodes = 2 * _count_forward([self.loss.opt_outputs])[0] + 16
             with _graph_nodes(self.loss.opt_outputs, n_nodes, backward=build_type != BUILD_FORWARD) as nodes:
                 check_nodes_supported(nodes, sched.backends, "ggml_opt_init")
+                # ggml-opt ignores a failed allocation of its graphs (the next step crashes): a tensor or a node's
+                # operands beyond the backends' memory are refused here, as for any graph
+                check_graph_memory(nodes, nodes + [s for n in nodes for s in n.src if s != ffi.NULL],
+                                   sched.backends, "ggml_opt_init")
             self._leaf_data = check_static_memory(self.loss.opt_outputs.ptr, "ggml_opt_init")
             self._memory_epoch = memory_epoch()
             # ggml-opt's static graphs (forward, +backward, +optimizer step) all have one size; ggml's default

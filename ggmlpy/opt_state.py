@@ -136,6 +136,15 @@ def _params(params: Any, fn: str) -> dict[str, Tensor]:
                         f"got {type(params).__name__}")
 
 
+def optimized_params(opt_ctx: OptContext, params: dict) -> dict:
+    """The tensors of ``params`` (name -> Tensor) that the opt context's AdamW keeps moments for: a weight no
+    loss depends on (an LSTM's recurrent kernel over one step) gets no gradient and no moments from ggml.
+    Static graphs (moments are reachable at any time); SGD keeps none, so every tensor is returned."""
+    if opt_ctx.optimizer != OPTIMIZER_ADAMW:
+        return dict(params)
+    return {k: t for k, t in params.items() if opt_ctx.tensor(lib.ggml_opt_grad_m(opt_ctx.ptr, t.ptr)) is not None}
+
+
 def _check_training_ctx(opt_ctx: OptContext, fn: str) -> None:
     _opt(opt_ctx, fn)
     if opt_ctx.build_type == BUILD_FORWARD:

@@ -16,6 +16,7 @@ import pytest
 import ggmlpy as G
 
 F32, F16, Q4_0, Q8_0, I32 = 0, 1, 2, 8, 26
+Q8_1, Q8_K = 9, 15   # quantized types with no row conversion (ggml's type traits)
 ALIGN = 32
 
 
@@ -218,3 +219,25 @@ def test_a_fifo_is_refused_without_blocking(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(G.GgufFileError, match="FIFO"):
         G.gguf_load(fifo)
+
+
+def test_types_without_a_row_conversion_are_refused_not_run(tmp_path):
+    """Q8_1 is quantized but its type traits have no to_float: get_rows called NULL (segfault). Q8_K likewise.
+    In a subprocess, so a crash shows as a return code."""
+    from tests.conftest import run_in_subprocess
+    cases = []
+    for typ in (Q8_1, Q8_K):
+        raw = b"\0" * (G.ggml_type_size(typ) * (256 // G.ggml_blck_size(typ)))
+        path = tmp_path / f"t{typ}.gguf"
+        write_gguf(path, [], [("t", [256], typ, raw)])
+        cases.append(str(path))
+    rc, out, err = run_in_subprocess(f"""
+import ggmlpy as G
+for p in {cases!r}:
+    with G.gguf_load(p) as f:
+        try:
+            G.gguf_tensor_data(f, "t"); print("converted")
+        except TypeError as e:
+            print("refused", "cannot convert" in str(e))
+""")
+    assert rc == 0 and out.split() == ["refused", "True"] * 2, (rc, out, err)

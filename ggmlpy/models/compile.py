@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import FLOAT32_MAX, is_real
+from .._checks import FLOAT32_MAX, FLOAT32_TINY, is_real
 from .. import losses as L
 from .. import opt as O
 from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
@@ -140,14 +140,18 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
     if not isinstance(backend, str):
         raise GgmlTypeError(f"backend must be 'auto', 'cpu', 'vulkan', 'cuda' or a device name, got {backend!r}")
     inputs, outputs, _ = model.graph()
+    for n in outputs:
+        if n.dtype == "int32":
+            raise GgmlValueError(f"the model's output '{n.layer.name}' is its int32 token-id input itself; outputs "
+                                 "are float values a loss can train: put a layer (an embedding) between them")
     losses = list(loss) if isinstance(loss, (list, tuple)) else [loss] * len(outputs)
     if len(losses) != len(outputs):
         raise GgmlValueError(f"the model has {len(outputs)} outputs, got {len(losses)} losses")
     weights = [1.0] * len(outputs) if loss_weights is None else list(loss_weights) \
         if isinstance(loss_weights, (list, tuple)) else [loss_weights]
-    if len(weights) != len(outputs) or any(not is_real(w)
-                                            or not math.isfinite(w) or w < 0 for w in weights):
-        raise GgmlValueError(f"loss_weights must be {len(outputs)} finite numbers >= 0, got {loss_weights!r}")
+    if len(weights) != len(outputs) or any(not is_real(w) or not 0 <= w <= FLOAT32_MAX for w in weights):
+        raise GgmlValueError(f"loss_weights must be {len(outputs)} finite numbers >= 0 (float32: at most "
+                             f"{FLOAT32_MAX:.4g}), got {loss_weights!r}")
     metric_list = [metrics] if isinstance(metrics, str) else list(metrics or [])
     for m in metric_list:
         if m not in METRICS:
@@ -155,14 +159,14 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
     heads = [_head(n, _loss_name(l, i), float(w)) for i, (n, l, w) in enumerate(zip(outputs, losses, weights))]
     lr = None
     if learning_rate is not None:
-        if not is_real(learning_rate) or not 0 < learning_rate <= FLOAT32_MAX:
-            raise GgmlValueError(f"learning_rate must be a finite number > 0 (ggml keeps it as a float32: at most "
-                                 f"{FLOAT32_MAX:.4g}), got {learning_rate!r}")
+        if not is_real(learning_rate) or not FLOAT32_TINY <= learning_rate <= FLOAT32_MAX:
+            raise GgmlValueError(f"learning_rate must be a finite number > 0 that float32 holds (ggml keeps it as "
+                                 f"one: {FLOAT32_TINY:.3g} to {FLOAT32_MAX:.4g}), got {learning_rate!r}")
         lr = float(learning_rate)
     O.check_weight_decay(weight_decay)
     config = CompileConfig(opt_name, OPTIMIZERS[opt_name], heads, ["accuracy"] if metric_list else [], backend, lr,
                            float(weight_decay))
-    values = model.runtime.params.values() if model.runtime is not None else model.kept_weights
+    values = model.runtime.params.values_by_layer() if model.runtime is not None else model.kept_weights
     runtime = Runtime(model, backend, values)  # before the old one goes: a failure leaves the model as it was
     if model.runtime is not None:
         try:

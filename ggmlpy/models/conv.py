@@ -21,7 +21,7 @@ from typing import Any
 from .. import ops
 from ..context import GGML_TYPE_F32
 from ..errors import GgmlValueError
-from .layers import NATURAL, SPATIAL, Layer, ParamSpec, activate, check_activation, int_pair, positive_int
+from .layers import NATURAL, SPATIAL, Layer, ParamSpec, activate, bool_arg, check_activation, int_pair, positive_int
 
 
 def _padding(padding: Any) -> str:
@@ -34,8 +34,11 @@ def _out_and_pad(size: int, k: int, s: int, padding: str, layer: Layer) -> tuple
     """(output size, symmetric padding, extra zero positions at the end) along one axis."""
     if padding == "valid":
         if size < k:
-            raise GgmlValueError(f"layer '{layer.name}': a kernel of {k} does not fit an input of {size} "
-                                 "(padding='valid'); use padding='same' or a smaller kernel")
+            fix = "use padding='same' or a smaller kernel" if hasattr(layer, "padding") else "use a smaller pool_size"
+            raise GgmlValueError(f"layer '{layer.name}': a {'kernel' if hasattr(layer, 'padding') else 'window'} of "
+                                 f"{k} does not fit an input of {size}"
+                                 f"{' (padding=' + repr(layer.padding) + ')' if hasattr(layer, 'padding') else ''}; "
+                                 f"{fix}")
         return (size - k) // s + 1, 0, 0
     out = math.ceil(size / s)
     total = max((out - 1) * s + k - size, 0)
@@ -77,11 +80,26 @@ def _pad_end(g: Any, x, dim: int, extra: int):
     return ops.ggml_concat(g.ctx, x, g.zeros(tuple(ne)), dim)
 
 
-class Conv2D(Layer):
+class _Conv(Layer):
+    """What the convolutions share: the activation runs per output channel."""
+    layout = SPATIAL
+
+    @property
+    def out_layout(self) -> str | None:  # type: ignore[override]
+        # softmax normalises over the channels, which ggml's image/sequence layout does not keep on its fastest
+        # axis: that activation runs in the user's layout (channels last), and the layer returns that layout
+        return NATURAL if self.activation == "softmax" else None
+
+    def _activate(self, g: Any, y: Any, shapes: list) -> Any:
+        if self.activation == "softmax":
+            y = g.convert(y, self.output_shape(shapes), SPATIAL, NATURAL)
+        return activate(g, y, self.activation)
+
+
+class Conv2D(_Conv):
     """2-D convolution of channels-last images ``(H, W, C)``: ``filters`` output channels,
     ``kernel_size=(rows, cols)``, a bias, then ``activation``."""
     kind = "conv_2d"
-    layout = SPATIAL
 
     def __init__(self, filters: int, kernel_size: Any, activation: str | None = None, strides: Any = (1, 1),
                  padding: str = "valid", use_bias: bool = True, **kw: Any) -> None:
@@ -91,7 +109,7 @@ class Conv2D(Layer):
         self.strides = int_pair(strides, "strides")
         self.padding = _padding(padding)
         self.activation = check_activation(activation)
-        self.use_bias = bool(use_bias)
+        self.use_bias = bool_arg(use_bias, "use_bias")
 
     def config(self) -> dict:
         return {"filters": self.filters, "kernel_size": list(self.kernel_size), "activation": self.activation,
@@ -125,14 +143,13 @@ class Conv2D(Layer):
         y = _conv_2d_f32(g, g.param(self, "kernel"), x, sw, sh, pw, ph)
         if self.use_bias:  # one bias per channel, broadcast over [W, H, ., N]
             y = ops.ggml_add(g.ctx, y, ops.ggml_reshape_4d(g.ctx, g.param(self, "bias"), 1, 1, self.filters, 1))
-        return activate(g, y, self.activation)
+        return self._activate(g, y, shapes)
 
 
-class Conv1D(Layer):
+class Conv1D(_Conv):
     """1-D convolution of sequences ``(steps, channels)``: ``filters`` output channels, a bias, then
     ``activation``."""
     kind = "conv_1d"
-    layout = SPATIAL
 
     def __init__(self, filters: int, kernel_size: int, activation: str | None = None, strides: int = 1,
                  padding: str = "valid", use_bias: bool = True, **kw: Any) -> None:
@@ -142,7 +159,7 @@ class Conv1D(Layer):
         self.strides = positive_int(strides, "strides")
         self.padding = _padding(padding)
         self.activation = check_activation(activation)
-        self.use_bias = bool(use_bias)
+        self.use_bias = bool_arg(use_bias, "use_bias")
 
     def config(self) -> dict:
         return {"filters": self.filters, "kernel_size": self.kernel_size, "activation": self.activation,
@@ -170,7 +187,7 @@ class Conv1D(Layer):
         y = _conv_1d_f32(g, g.param(self, "kernel"), x, self.strides, pad)
         if self.use_bias:  # one bias per channel, broadcast over [L, ., N]
             y = ops.ggml_add(g.ctx, y, ops.ggml_reshape_3d(g.ctx, g.param(self, "bias"), 1, self.filters, 1))
-        return activate(g, y, self.activation)
+        return self._activate(g, y, shapes)
 
 
 class MaxPooling2D(Layer):

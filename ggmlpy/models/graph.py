@@ -58,7 +58,11 @@ def apply_layer(layer: Layer, inputs: Node | list[Node]) -> Node:
                             "layer first")
     if layer.takes_int and not int_in:
         raise GgmlTypeError(f"layer '{layer.name}' ({layer.kind}) reads int32 token ids: give it "
-                            "ggml_input(shape, dtype='int32')")
+                            "ggml_input(shape, dtype='int32') (in a sequential model: make it the first layer)")
+    if layer.input_shape is not None and tuple(layer.input_shape) != tuple(nodes[0].shape):
+        raise GgmlValueError(f"layer '{layer.name}' has input_shape={tuple(layer.input_shape)} but is applied to a "
+                             f"node of shape {tuple(nodes[0].shape)}; input_shape is for the first layer of a "
+                             "sequential model (leave it out here)")
     shape = layer.build([n.shape for n in nodes])
     return Node(layer, nodes, shape)
 
@@ -99,6 +103,10 @@ class Model:
         for n in inputs:
             if not n.is_input:
                 raise GgmlValueError(f"model inputs must come from ggml_input, got the output of '{n.layer.name}'")
+        for i, n in enumerate(inputs):
+            if any(n is m for m in inputs[:i]):
+                raise GgmlValueError(f"input '{n.layer.name}' is listed twice among the model's inputs: each input "
+                                     "takes one array, so one of the two would be ignored; list it once")
         nodes = _topological(outputs)
         missing = [n for n in nodes if n.is_input and all(n is not i for i in inputs)]
         if missing:
@@ -132,7 +140,7 @@ class Model:
         for the next ``ggml_compile``."""
         if self.runtime is not None:
             if self.runtime.params.alive:
-                self.kept_weights = self.runtime.params.values()
+                self.kept_weights = self.runtime.params.values_by_layer()
             self.runtime.free()
         self.runtime = None
         self.compiled = None
@@ -171,7 +179,7 @@ class Model:
     def __str__(self) -> str:
         try:
             return self.summary()
-        except (GgmlValueError, GgmlStateError) as exc:  # an incomplete sequential model still prints
+        except (GgmlValueError, GgmlStateError, GgmlTypeError) as exc:  # an incomplete model still prints
             return f"<{type(self).__name__} '{self.name}' (incomplete: {exc})>"
 
     def __repr__(self) -> str:

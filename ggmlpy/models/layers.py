@@ -30,6 +30,12 @@ ACTIVATIONS: dict[str | None, Callable | None] = {
 }
 
 
+def bool_arg(value: Any, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise GgmlTypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
 def check_activation(activation: Any) -> str | None:
     if activation is not None and not isinstance(activation, str):
         raise GgmlTypeError(f"activation must be a name (str) or None, got {type(activation).__name__}")
@@ -60,7 +66,14 @@ def sample_shape(shape: Any, what: str = "input_shape") -> tuple[int, ...]:
     if not isinstance(shape, (tuple, list)) or not 1 <= len(shape) <= 3:
         raise GgmlValueError(f"{what} must be a tuple of 1 to 3 positive ints (one sample, no batch axis), "
                              f"got {shape!r}")
-    return tuple(positive_int(n, what) for n in shape)
+    out = tuple(positive_int(n, what) for n in shape)
+    if math.prod(out) > MAX_SAMPLE_VALUES:
+        raise GgmlValueError(f"{what} {out} holds {math.prod(out):,} values per sample, more than ggml's tensors can "
+                             f"hold for a batch (at most {MAX_SAMPLE_VALUES:,} per sample)")
+    return out
+
+
+MAX_SAMPLE_VALUES = 1 << 40  # with a batch axis beside it, ggml's int64 element counts stay far from overflow
 
 
 @dataclass
@@ -112,9 +125,10 @@ class Layer:
     takes_int = False     # embedding: int32 token ids in
 
     def __init__(self, name: str | None = None, trainable: bool = True, input_shape: Any = None) -> None:
-        if name is not None and (not isinstance(name, str) or not name or len(name) > MAX_NAME
+        if name is not None and (not isinstance(name, str) or not name or len(name.encode()) > MAX_NAME
                                  or not name.replace("_", "").replace("-", "").isalnum()):
-            raise GgmlValueError(f"a layer name must be 1 to {MAX_NAME} letters, digits, '_' or '-', got {name!r}")
+            raise GgmlValueError(f"a layer name must be letters, digits, '_' or '-', 1 to {MAX_NAME} bytes in UTF-8 "
+                                 f"(ggml's tensor names hold 63 bytes), got {name!r}")
         if not isinstance(trainable, bool):
             raise GgmlTypeError(f"trainable must be True or False, got {trainable!r}")
         self.name = name
@@ -185,7 +199,7 @@ class Dense(Layer):
         super().__init__(**kw)
         self.units = positive_int(units, "units")
         self.activation = check_activation(activation)
-        self.use_bias = bool(use_bias)
+        self.use_bias = bool_arg(use_bias, "use_bias")
 
     def config(self) -> dict:
         return {"units": self.units, "activation": self.activation, "use_bias": self.use_bias}
@@ -219,10 +233,10 @@ class Flatten(Layer):
     kind = "flatten"
 
     def output_shape(self, shapes):
-        return (int(np.prod(shapes[0])),)
+        return (math.prod(shapes[0]),)
 
     def forward(self, g, xs, shapes):
-        return ops.ggml_reshape_2d(g.ctx, xs[0], int(np.prod(shapes[0])), g.batch)
+        return ops.ggml_reshape_2d(g.ctx, xs[0], math.prod(shapes[0]), g.batch)
 
 
 class Dropout(Layer):

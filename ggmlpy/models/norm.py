@@ -19,17 +19,26 @@ from ..errors import GgmlValueError
 from .layers import Layer, ParamSpec
 
 
+def _eps(value: Any, kind: str) -> float:
+    """A normalisation's eps: > 0 and finite as ggml's float32 holds it (1e-300 would become 0, 1e300 inf)."""
+    if not is_real(value) or not float(np.finfo(np.float32).tiny) <= value <= float(np.finfo(np.float32).max):
+        raise GgmlValueError(f"{kind} eps must be a number > 0 that float32 holds (between "
+                             f"{float(np.finfo(np.float32).tiny):.3g} and {float(np.finfo(np.float32).max):.3g}), got "
+                             f"{value!r}; the usual value is 1e-5")
+    return float(value)
+
+
 class BatchNorm(Layer):
+    """Batch normalisation over the last axis of a sample. A frozen batch norm (``trainable=False``,
+    ``ggml_freeze_weights``) runs in inference mode while the rest trains, as in Keras: it normalises with
+    its running statistics and leaves them unchanged."""
     kind = "batch_norm"
 
     def __init__(self, eps: float = 1e-5, momentum: float = 0.99, **kw: Any) -> None:
         super().__init__(**kw)
-        for name, value, lo in (("eps", eps, 0.0), ("momentum", momentum, 0.0)):
-            if not is_real(value) or not np.isfinite(value) \
-                    or not lo <= value <= (1.0 if name == "momentum" else np.inf) or (name == "eps" and value <= 0):
-                raise GgmlValueError(f"batch_norm {name} must be {'> 0' if name == 'eps' else 'in [0, 1]'}, "
-                                     f"got {value!r}")
-        self.eps, self.momentum = float(eps), float(momentum)
+        if not is_real(momentum) or not 0 <= momentum <= 1:
+            raise GgmlValueError(f"batch_norm momentum must be in [0, 1], got {momentum!r}")
+        self.eps, self.momentum = _eps(eps, "batch_norm"), float(momentum)
 
     def config(self) -> dict:
         return {"eps": self.eps, "momentum": self.momentum}
@@ -41,6 +50,8 @@ class BatchNorm(Layer):
                 ParamSpec("running_var", (c,), "ones", trainable=False)]
 
     def forward(self, g, xs, shapes):
+        if not self.trainable:
+            return self.predict_forward(g, xs, shapes)
         c = shapes[0][-1]
         rows = int(np.prod(shapes[0][:-1])) * g.batch   # values per channel
         ctx = g.ctx
@@ -92,9 +103,7 @@ class LayerNorm(Layer):
 
     def __init__(self, eps: float = 1e-5, **kw: Any) -> None:
         super().__init__(**kw)
-        if not is_real(eps) or not np.isfinite(eps) or eps <= 0:
-            raise GgmlValueError(f"layer_norm eps must be a finite number > 0, got {eps!r}")
-        self.eps = float(eps)
+        self.eps = _eps(eps, "layer_norm")
 
     def config(self) -> dict:
         return {"eps": self.eps}

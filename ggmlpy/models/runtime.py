@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
+import weakref
 from typing import Any, Sequence
 
 import numpy as np
@@ -24,7 +25,7 @@ from ..context import (GGML_TYPE_F32, GGML_TYPE_I32, Tensor, ggml_graph_overhead
 from ..data import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
 from ..errors import GgmlInUseError, GgmlpyWarning, GgmlStateError, GgmlValueError
 from ..opt import BUILD_FORWARD, forward_work, ggml_opt_optimizer_name, training_graph_nodes
-from ..opt_state import check_state, ggml_opt_get_state, ggml_opt_set_state
+from ..opt_state import check_state, ggml_opt_get_state, ggml_opt_set_state, optimized_params
 from ..sched import Scheduler, ggml_backend_sched_graph_compute, ggml_backend_sched_new
 from .graph import Model, Node
 from .layers import NATURAL, SPATIAL, Layer
@@ -33,9 +34,15 @@ from .layers import NATURAL, SPATIAL, Layer
 # ---------------------------------------------------------------- weights
 
 class ParamStore:
-    """Every weight and state tensor of a model's layers, in one buffer on one backend."""
+    """Every weight and state tensor of a model's layers, in one buffer on one backend.
 
-    def __init__(self, layers: Sequence[Layer], backend: Backend, values: dict | None = None) -> None:
+    A weight starts from ``values`` (``values_by_layer()`` of an earlier store: the same layer object, not
+    just the same name, so a new layer never inherits a removed one's weights), else from the newest live
+    store of another model holding the same layer object (a sub-model of trained layers starts trained),
+    else from its initializer."""
+
+    def __init__(self, layers: Sequence[Layer], backend: Backend, values: dict | None = None,
+                 share: bool = True) -> None:
         self.layers = list(layers)
         self.backend = backend
         specs = [(l, p) for l in self.layers for p in (l.params or [])]
@@ -48,11 +55,16 @@ class ParamStore:
             self.tensors[(id(layer), spec.name)] = t
         self.buffer = ggml_backend_alloc_ctx_tensors(self.ctx, backend) if specs else None
         for layer, spec in specs:
-            key = f"{layer.name}.{spec.name}"
-            value = values.get(key) if values else None
+            value = _kept_value(values, layer, spec)
+            if value is None:
+                value = _shared_value(layer, spec, self)
             if value is None or np.shape(value) != tuple(reversed(spec.ne)):  # a new or reshaped layer
-                value = spec.initial(np.random)
+                value = _initial(spec)
             self.write(layer, spec.name, value)
+        if share:  # snapshots keep their copy to themselves
+            for layer in {id(l): l for l, _ in specs}.values():
+                stores = layer.__dict__.setdefault("_param_stores", [])
+                stores[:] = [r for r in stores if r() is not None] + [weakref.ref(self)]
 
     @property
     def alive(self) -> bool:
@@ -80,6 +92,14 @@ class ParamStore:
         """Host copies, keyed "<layer>.<weight>"."""
         return {f"{l.name}.{p.name}": self.read(l, p.name) for l, p in self.specs}
 
+    def values_by_layer(self) -> dict[int, tuple[Layer, dict[str, np.ndarray]]]:
+        """Host copies keyed by layer object: ``{id(layer): (layer, {weight name: array})}`` (the layer is kept
+        with its values, so its id cannot be taken by a new layer meanwhile)."""
+        out: dict[int, tuple[Layer, dict[str, np.ndarray]]] = {}
+        for l, p in self.specs:
+            out.setdefault(id(l), (l, {}))[1][p.name] = self.read(l, p.name)
+        return out
+
     def named_tensors(self) -> dict[str, Tensor]:
         return {f"{l.name}.{p.name}": self.tensor(l, p.name) for l, p in self.specs}
 
@@ -93,12 +113,42 @@ class ParamStore:
         return n
 
     def copy(self) -> "ParamStore":
-        return ParamStore(self.layers, self.backend, self.values())
+        return ParamStore(self.layers, self.backend, self.values_by_layer(), share=False)
 
     def free(self) -> None:
         if self.buffer is not None:
             self.buffer.free()
         self.ctx.free()
+
+
+def strip_leading_ones(shape: Sequence[int]) -> tuple[int, ...]:
+    """A numpy shape without its leading 1-axes (how ggml-layout arrays come back from a file)."""
+    shape = tuple(int(n) for n in shape)
+    while len(shape) > 1 and shape[0] == 1:
+        shape = shape[1:]
+    return shape
+
+
+def _kept_value(values: dict | None, layer: Layer, spec: Any) -> np.ndarray | None:
+    entry = values.get(id(layer)) if values else None
+    return entry[1].get(spec.name) if entry is not None and entry[0] is layer else None
+
+
+def _shared_value(layer: Layer, spec: Any, me: "ParamStore") -> np.ndarray | None:
+    """The weight's current value in the newest live store of another model that holds this layer object."""
+    for ref in reversed(layer.__dict__.get("_param_stores", [])):
+        store = ref()
+        if store is not None and store is not me and store.alive and (id(layer), spec.name) in store.tensors:
+            return store.read(layer, spec.name)
+    return None
+
+
+def _initial(spec: Any) -> np.ndarray:
+    try:
+        return spec.initial(np.random)
+    except MemoryError:
+        raise GgmlValueError(f"the initial values of weight '{spec.name}' ({int(np.prod(spec.ne)):,} values) do not "
+                             "fit in memory; make the layer smaller") from None
 
 
 def _ne(t: Tensor) -> tuple[int, ...]:
@@ -356,7 +406,7 @@ class OptimizerState:
         """Write the kept state into a new opt context (a weight without kept moments starts from zero)."""
         if self.state is None:
             return
-        params = self.trainable()
+        params = optimized_params(opt_ctx, self.trainable())
         if self.state["optimizer"] == "adamw":
             params = {k: t for k, t in params.items() if k in self.state["m"]}
         ggml_opt_set_state(opt_ctx, self.state, params)
@@ -369,7 +419,7 @@ class OptimizerState:
                           "(nbatch_logical): their gradients were not applied, and the optimizer state kept for "
                           "the next fit is that of the last optimizer step; make the number of steps a multiple "
                           f"of {opt_ctx.opt_period} to continue exactly", GgmlpyWarning, stacklevel=2)
-        new = ggml_opt_get_state(opt_ctx, self.trainable(), allow_partial=True)
+        new = ggml_opt_get_state(opt_ctx, optimized_params(opt_ctx, self.trainable()), allow_partial=True)
         old = self.state
         if old is not None and old["optimizer"] == new["optimizer"]:
             for key in ("m", "v"):
@@ -393,9 +443,15 @@ class OptimizerState:
                 if name not in shapes:
                     raise GgmlValueError(f"{what}: the optimizer state has moments for '{name}', which this model "
                                          "does not have (another architecture?)")
-                if np.size(value) != int(np.prod(shapes[name])):
+                if strip_leading_ones(np.shape(value)) != strip_leading_ones(shapes[name]):
                     raise GgmlValueError(f"{what}: the optimizer state's moments for '{name}' have shape "
                                          f"{np.shape(value)}, the weight {shapes[name]} (another architecture?)")
+                value = np.asarray(value)
+                if not np.issubdtype(value.dtype, np.floating) or not np.isfinite(value).all() or \
+                        key == "v" and (value < 0).any():
+                    raise GgmlValueError(f"{what}: the optimizer state's {key} for '{name}' is damaged (it must hold "
+                                         "finite floats" + (", >= 0" if key == "v" else "") + f", got {value.dtype} "
+                                         "values out of that range); load without include_optimizer (a warm restart)")
         self.state = {**state, "m": {k: np.asarray(v, np.float32).reshape(shapes[k]) for k, v in state["m"].items()},
                       "v": {k: np.asarray(v, np.float32).reshape(shapes[k]) for k, v in state["v"].items()}}
 
@@ -410,6 +466,7 @@ class Runtime:
         self._lock = threading.Lock()
         self._busy = 0
         self._training = 0
+        self._trainers: "weakref.WeakSet" = weakref.WeakSet()  # ggml_trainers made on these weights
         self.backend = ggml_backend_init_auto(backend)
         try:
             self.params = ParamStore(model.layers, self.backend, values)
@@ -433,6 +490,13 @@ class Runtime:
             with self._lock:
                 self._busy -= 1
                 self._training -= training
+
+    def add_trainer(self, trainer: Any) -> None:
+        self._trainers.add(trainer)
+
+    def live_trainers(self) -> list:
+        """The trainers of this model not yet freed: each holds an optimizer state newer than ``opt_state``."""
+        return [t for t in list(self._trainers) if t.alive]
 
     @property
     def training(self) -> bool:

@@ -23,11 +23,13 @@ import numpy as np
 
 from ..context import GGML_TYPE_F32, ggml_init, ggml_new_tensor, ggml_set_name, ggml_tensor_overhead
 from ..data import ggml_backend_tensor_set_data, numpy_shape
-from ..errors import GgmlpyError, GgmlTypeError, GgmlValueError, GgufFileError, GgufFileNotFoundError
+from ..errors import GgmlInUseError, GgmlpyError, GgmlTypeError, GgmlValueError, GgufFileError, \
+    GgufFileNotFoundError
 from ..weights import ggml_save_weights_gguf, gguf_read
 from .compile import compiled, ggml_compile
 from .graph import InputLayer, Model, Node, Sequential, apply_layer
 from .layers import Layer
+from .runtime import strip_leading_ones
 
 FORMAT_VERSION = 1
 
@@ -56,13 +58,17 @@ def ggml_save_weights(model: Model, path: Any) -> None:
         >>> g.ggml_save_weights(model, "weights.gguf")
     """
     compiled(model, "ggml_save_weights")
-    ggml_save_weights_gguf(path, model.runtime.params.named_tensors(), _metadata(model, "weights"))
+    with model.runtime.use():  # no compile from another thread while ggml reads the weights
+        ggml_save_weights_gguf(path, model.runtime.params.named_tensors(), _metadata(model, "weights"))
 
 
 def ggml_load_weights(model: Model, path: Any, include_optimizer: bool = False) -> Model:
     """Load weights saved by ``ggml_save_weights`` or ``ggml_save_model`` into a compiled model of the same
-    architecture. Weights are matched in order (layer by layer) and every shape is checked first: a file of
-    another architecture raises ValueError naming the first tensor that does not fit, and nothing is loaded.
+    architecture. Weights are matched by name ("dense_1.weight") when the file has every weight's name,
+    otherwise in order, layer by layer (a model built again gets new default names), and then each must be
+    the same kind of weight ("kernel", "gamma", ...). Every shape must be the same, and everything is checked
+    first: a file of another architecture raises ValueError naming the first tensor that does not fit, and
+    nothing is loaded. Float weights other than f32 (f16, bf16, f64) are converted.
 
     Arguments: model: a compiled model. path: a GGUF file written by ggmlpy. include_optimizer: False (the
     default) loads the weights only, and the model's optimizer state is left as it is; True also takes the
@@ -75,23 +81,48 @@ def ggml_load_weights(model: Model, path: Any, include_optimizer: bool = False) 
     Example:
         >>> model = g.ggml_load_weights(model, "weights.gguf")
     """
-    compiled(model, "ggml_load_weights")
-    tensors, meta = _read(path, "ggml_load_weights")
-    weights, state = _split(tensors, meta, "ggml_load_weights")
-    if include_optimizer:
-        if state is None:
-            raise GgmlValueError(f"ggml_load_weights: {os.fspath(path)!r} holds no optimizer state (saved without "
-                                 "include_optimizer=True); load it with include_optimizer=False")
-        _check_weights(model, weights)
-        model.runtime.opt_state.set(state, model.compiled.optimizer_type, "ggml_load_weights")
-    _assign(model, weights)
+    fn = "ggml_load_weights"
+    compiled(model, fn)
+    _bool_arg(include_optimizer, "include_optimizer", fn)
+    tensors, meta = _read(path, fn)
+    weights, state = _split(tensors, meta, fn)
+    with model.runtime.use():  # no compile from another thread while the weights are written
+        plan = _plan(_specs(model), weights, fn)
+        if include_optimizer:
+            if state is None:
+                raise GgmlValueError(f"{fn}: {os.fspath(path)!r} holds no optimizer state (saved without "
+                                     "include_optimizer=True); load it with include_optimizer=False")
+            _no_live_trainer(model, fn, "its optimizer state would be overwritten when the trainer is freed")
+            model.runtime.opt_state.set(state, model.compiled.optimizer_type, fn)
+        _write(model, plan)
     return model
+
+
+def _bool_arg(value: Any, name: str, fn: str) -> None:
+    if not isinstance(value, (bool, np.bool_)):
+        raise GgmlTypeError(f"{fn}: {name} must be True or False, got {value!r}")
+
+
+def _no_live_trainer(model: Model, fn: str, why: str) -> None:
+    """A live ``ggml_trainer`` holds the model's current optimizer state in its opt context."""
+    if model.runtime.live_trainers():
+        raise GgmlInUseError(f"{fn}: a ggml_trainer of this model is live and holds its optimizer state ({why}); "
+                             "free the trainer first (tr.free()), or save with tr.save(path)")
 
 
 def _read(path: Any, fn: str) -> tuple[dict, dict]:
     if isinstance(path, (str, os.PathLike)) and not os.path.exists(path):
         raise GgufFileNotFoundError(f"{fn}: no such file: {os.fspath(path)!r}")
-    return gguf_read(path)
+    tensors, meta = gguf_read(path)
+    version = meta.get("ggmlpy.format_version", FORMAT_VERSION)
+    if meta.get("general.architecture") == "ggmlpy" and (not _is_int(version) or not 1 <= version <= FORMAT_VERSION):
+        raise GgufFileError(f"{fn}: {os.fspath(path)!r} is in ggmlpy's file format version {version!r}, this "
+                            f"ggmlpy reads versions 1 to {FORMAT_VERSION}; upgrade ggmlpy to read it")
+    return tensors, meta
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 OPT_PREFIX = "optimizer."
@@ -126,8 +157,11 @@ def _split(tensors: dict, meta: dict, fn: str) -> tuple[dict, dict | None]:
         taken.update((mn, vn))
     hparams = {k: meta[f"ggmlpy.optimizer.{k}"] for k in ("learning_rate", "beta1", "beta2", "eps", "weight_decay")
                if f"ggmlpy.optimizer.{k}" in meta}
-    state = {"optimizer": kind, "iter": int(meta.get("ggmlpy.optimizer.iter", 1)), "m": m, "v": v,
-             "hparams": hparams}
+    step = meta.get("ggmlpy.optimizer.iter", 1)
+    if not _is_int(step) or step < 1:
+        raise GgufFileError(f"{fn}: the file's optimizer metadata is damaged: ggmlpy.optimizer.iter must be an "
+                            f"int >= 1 (the next step's number), got {step!r:.40}")
+    state = {"optimizer": kind, "iter": int(step), "m": m, "v": v, "hparams": hparams}
     return {k: t for k, t in tensors.items() if k not in taken}, state
 
 
@@ -145,32 +179,54 @@ def _opt_metadata_and_tensors(state: dict) -> tuple[dict, list[tuple[str, np.nda
     return meta, arrays
 
 
-def _check_weights(model: Model, tensors: dict) -> None:
-    _assign(model, tensors, write=False)
+def _specs(model: Model) -> list:
+    """(layer, weight spec) of every weight, in the order of the model's layers (known once the layers are
+    built, before any memory is allocated for them)."""
+    model.graph()  # builds a sequential model's layers
+    return [(layer, spec) for layer in model.layers for spec in (layer.params or [])]
 
 
-def _assign(model: Model, tensors: dict, write: bool = True) -> None:
-    params = model.runtime.params
-    mine = list(params.specs)
+def _plan(specs: list, tensors: dict, fn: str) -> list:
+    """Where each of the file's weights goes: ``[(layer, spec, float32 array)]``, every one checked before any
+    is written. By name when the file has every weight's name; otherwise in order (a model built again gets
+    new layer names), then each weight must be of the same kind ('kernel', 'gamma', ...). Shapes must be the
+    same, not just hold as many values."""
+    mine = [(layer, spec, f"{layer.name}.{spec.name}") for layer, spec in specs]
     theirs = list(tensors.items())
-    for i, (layer, spec) in enumerate(mine):
-        want = f"{layer.name}.{spec.name}"
+    by_name = len(theirs) == len(mine) and all(key in tensors for _, _, key in mine)
+    plan = []
+    for i, (layer, spec, key) in enumerate(mine):
         if i >= len(theirs):
-            raise GgmlValueError(f"the file has {len(theirs)} tensors, the model {len(mine)}: '{want}' is missing "
-                                 "(another architecture?)")
-        name, value = theirs[i]
+            raise GgmlValueError(f"{fn}: the file has {len(theirs)} weight tensors, the model {len(mine)}: '{key}' "
+                                 "is missing (another architecture?)")
+        name, value = (key, tensors[key]) if by_name else theirs[i]
+        if not by_name and name.rsplit(".", 1)[-1] != spec.name:
+            raise GgmlValueError(f"{fn}: tensor {i} of the file ('{name}') is not a '{spec.name}' like weight {i} of "
+                                 f"the model ('{key}'); the names differ, so weights are matched in order, and this "
+                                 "order does not fit (another architecture?)")
         shape = tuple(reversed(spec.ne))
-        if value.size != int(np.prod(shape)) or value.dtype != np.float32 or \
-                tuple(d for d in value.shape if d != 1) != tuple(d for d in shape if d != 1):
-            raise GgmlValueError(f"tensor {i} of the file ('{name}', shape {value.shape}) does not fit weight "
-                                 f"'{want}' of shape {shape} (another architecture?)")
-    if len(theirs) != len(mine):
-        raise GgmlValueError(f"the file has {len(theirs)} tensors, the model {len(mine)}: '{theirs[len(mine)][0]}' "
-                             "has no place in this model (another architecture?)")
-    if not write:
-        return
-    for (layer, spec), (_, value) in zip(mine, theirs):
-        params.write(layer, spec.name, value.reshape(tuple(reversed(spec.ne))))
+        where = f"tensor {i} of the file ('{name}')" if not by_name else f"the file's '{name}'"
+        if strip_leading_ones(value.shape) != strip_leading_ones(shape):
+            raise GgmlValueError(f"{fn}: {where} has shape {tuple(value.shape)}, weight '{key}' of the model "
+                                 f"{shape} (another architecture?)")
+        if not np.issubdtype(value.dtype, np.floating):
+            raise GgmlValueError(f"{fn}: {where} holds {value.dtype} values; weights are float (f32, or f16/bf16/f64 "
+                                 "converted): the file is not a ggmlpy weights file, or is damaged")
+        with np.errstate(over="ignore"):
+            arr = np.ascontiguousarray(value, dtype=np.float32).reshape(shape)
+        if np.isinf(arr).any() and not np.isinf(value).any():
+            raise GgmlValueError(f"{fn}: {where} holds values beyond float32's range")
+        plan.append((layer, spec, arr))
+    if len(theirs) > len(mine):
+        raise GgmlValueError(f"{fn}: the file has {len(theirs)} weight tensors, the model {len(mine)}: "
+                             f"'{theirs[len(mine)][0]}' has no place in this model (another architecture?)")
+    return plan
+
+
+def _write(model: Model, plan: list) -> None:
+    params = model.runtime.params
+    for layer, spec, arr in plan:
+        params.write(layer, spec.name, arr)
 
 
 def ggml_save_model(model: Model, path: Any, include_optimizer: bool = False) -> None:
@@ -191,6 +247,8 @@ def ggml_save_model(model: Model, path: Any, include_optimizer: bool = False) ->
     """
     compiled(model, "ggml_save_model")
     with model.runtime.use():
+        if include_optimizer is True:
+            _no_live_trainer(model, "ggml_save_model", "the model's own copy is from before the trainer's steps")
         save_model(model, path, include_optimizer, model.runtime.opt_state.state, "ggml_save_model")
 
 
@@ -259,6 +317,7 @@ def ggml_load_model(path: Any, backend: str = "auto", include_optimizer: bool = 
         >>> model = g.ggml_load_model("checkpoint.gguf", backend="cpu")
         >>> g.ggml_fit(model, x, y, epochs=2)          # continues the saved run
     """
+    _bool_arg(include_optimizer, "include_optimizer", "ggml_load_model")
     tensors, meta = _read(path, "ggml_load_model")
     if meta.get("general.architecture") != "ggmlpy" or "ggmlpy.model" not in meta:
         what = "a weights-only file (ggml_save_weights)" if meta.get("ggmlpy.format") == "weights" else \
@@ -267,6 +326,7 @@ def ggml_load_model(path: Any, backend: str = "auto", include_optimizer: bool = 
                              "model in code and call ggml_load_weights")
     try:  # a damaged file (a flipped byte in the JSON) is a file error, not a JSONDecodeError or KeyError
         model = model_from_architecture(json.loads(meta["ggmlpy.model"]))
+        model.graph()  # the layers' shapes (and so their weights' shapes) follow from the input shape
         cfg = json.loads(meta["ggmlpy.compile"])
         settings = {k: cfg[k] for k in ("optimizer", "loss", "metrics", "loss_weights", "learning_rate",
                                         "weight_decay")}
@@ -275,9 +335,12 @@ def ggml_load_model(path: Any, backend: str = "auto", include_optimizer: bool = 
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
         raise GgufFileError(f"ggml_load_model: {os.fspath(path)!r} holds a damaged model description "
                             f"({type(exc).__name__}: {exc}); save the model again") from None
-    ggml_compile(model, backend=backend, **settings)
     weights, state = _split(tensors, meta, "ggml_load_model")
-    _assign(model, weights)
+    # the file's tensors against the architecture's weights before anything is allocated for them (a
+    # damaged or crafted description could otherwise ask for gigabytes)
+    plan = _plan(_specs(model), weights, "ggml_load_model")
+    ggml_compile(model, backend=backend, **settings)
+    _write(model, plan)
     if include_optimizer and state is not None:
         model.runtime.opt_state.set(state, model.compiled.optimizer_type, "ggml_load_model")
     return model

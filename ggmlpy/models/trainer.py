@@ -8,10 +8,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .._checks import FLOAT32_MAX, is_real
+from .._checks import FLOAT32_MAX, FLOAT32_TINY, is_real
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
 from ..opt_result import OptResult, ggml_opt_result_loss
-from ..opt_state import ggml_opt_get_state
+from ..opt_state import ggml_opt_get_state, optimized_params
 from ..training.adapters import BatchWriter
 from ..training.loop import Trainer as _OptSession
 from . import data as D
@@ -124,6 +124,12 @@ class ModelTrainer:
             raise
         self._steps = 0
         self._freed = False
+        model.runtime.add_trainer(self)
+
+    @property
+    def alive(self) -> bool:
+        """Whether the trainer has not been freed."""
+        return not self._freed
 
     def _live(self, fn: str) -> None:
         if self._freed:
@@ -180,9 +186,9 @@ class ModelTrainer:
     def set_lr(self, lr: float) -> None:
         """Set the learning rate from the next optimizer step on."""
         self._live("set_lr")
-        if not is_real(lr) or not 0 < lr <= FLOAT32_MAX:
-            raise GgmlValueError(f"trainer.set_lr: lr must be a finite number > 0 (ggml keeps it as a float32: at "
-                                 f"most {FLOAT32_MAX:.4g}), got {lr!r}")
+        if not is_real(lr) or not FLOAT32_TINY <= lr <= FLOAT32_MAX:
+            raise GgmlValueError(f"trainer.set_lr: lr must be a finite number > 0 that float32 holds (ggml keeps it "
+                                 f"as one: {FLOAT32_TINY:.3g} to {FLOAT32_MAX:.4g}), got {lr!r}")
         self._session.lr_ud.set(adamw_lr=float(lr), sgd_lr=float(lr))
 
     @_one_at_a_time
@@ -222,7 +228,8 @@ class ModelTrainer:
         the step count). Inside a logical batch (``nbatch_logical``) it is the state of the last optimizer
         step."""
         self._live("optimizer_state")
-        return ggml_opt_get_state(self._session.train_ctx, self._opt_state.trainable(), allow_partial=True)
+        ctx = self._session.train_ctx
+        return ggml_opt_get_state(ctx, optimized_params(ctx, self._opt_state.trainable()), allow_partial=True)
 
     @_one_at_a_time
     def save(self, path: Any, include_optimizer: bool = True) -> None:

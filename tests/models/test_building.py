@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
+from tests.models import reference as R
 
 
 def mlp(units=(8, 3), input_shape=(4,)):
@@ -194,3 +195,115 @@ def test_a_model_in_use_cannot_be_recompiled_from_another_thread():
     assert [l.name for l in m.layers] == ["dense_1"]
     assert g.ggml_predict(m, np.ones((2, 3))).shape == (2, 2)
     g.ggml_compile(m, loss="mae", backend="cpu")   # free again once the fit returned
+
+
+# ---------------------------------------------------------------- red-team findings (each gave a wrong model)
+
+@pytest.mark.parametrize("layer, shape, ref", [
+    (lambda x: g.ggml_layer_conv_2d(x, 3, (2, 2), activation="softmax", padding="same", name="c"), (3, 4, 2),
+     lambda x, w: R.softmax(R.conv2d(x, w["c.kernel"], w["c.bias"], padding="same"))),
+    (lambda x: g.ggml_layer_conv_1d(x, 3, 2, activation="softmax", name="c"), (5, 2),
+     lambda x, w: R.softmax(R.conv1d(x, w["c.kernel"], w["c.bias"]))),
+])
+def test_softmax_on_a_convolution_is_over_its_channels(layer, shape, ref):
+    """ggml's image layout keeps width (steps) fastest: a softmax applied there normalised the wrong axis."""
+    np.random.seed(0)
+    x = g.ggml_input(shape)
+    m = g.ggml_compile(g.ggml_model(x, layer(x)), loss="categorical_crossentropy", backend="cpu")
+    data = np.random.default_rng(0).normal(size=(2,) + shape).astype(np.float32)
+    w = {k: v.astype(np.float64) for k, v in g.ggml_get_weights(m).items()}
+    p = g.ggml_predict(m, data)
+    np.testing.assert_allclose(p, ref(data.astype(np.float64), w), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(p.sum(axis=-1), 1.0, rtol=1e-5)
+
+
+def test_an_input_listed_twice_is_refused():
+    x = g.ggml_input((4,))
+    with pytest.raises(ValueError, match="listed twice"):
+        g.ggml_model([x, x], g.ggml_layer_dense(x, 3))
+
+
+def test_a_new_layer_never_inherits_a_removed_layers_weights():
+    """Kept weights were matched by name: after ggml_pop_layer, a new head named 'dense_2' again got the trained
+    head's weights (transfer learning's 'replace the head' silently kept it)."""
+    np.random.seed(0)
+    m = g.ggml_compile(mlp(), backend="cpu")
+    body = g.ggml_get_weights(m)
+    g.ggml_pop_layer(m)
+    g.ggml_layer_dense(m, 3, activation="softmax")
+    g.ggml_compile(m, backend="cpu")
+    after = g.ggml_get_weights(m)
+    np.testing.assert_array_equal(after["dense_1.weight"], body["dense_1.weight"])   # kept: the same layer
+    assert not np.array_equal(after["dense_2.weight"], body["dense_2.weight"])         # fresh: a new layer
+
+
+def test_a_sub_model_of_trained_layers_starts_from_their_weights():
+    """The Keras encoder pattern: a model built from layers another compiled model trained."""
+    np.random.seed(0)
+    x = g.ggml_input((4,))
+    enc = g.ggml_layer_dense(x, 2, name="enc")
+    auto = g.ggml_compile(g.ggml_model(x, g.ggml_layer_dense(enc, 4, name="dec")), loss="mse", backend="cpu")
+    data = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
+    g.ggml_fit(auto, data, data, epochs=3, verbose=0)
+    encoder = g.ggml_compile(g.ggml_model(x, enc), loss="mse", backend="cpu")
+    trained = g.ggml_get_weights(auto)
+    np.testing.assert_array_equal(g.ggml_get_weights(encoder)["enc.weight"], trained["enc.weight"])
+    w = {k: v.astype(np.float64) for k, v in trained.items()}
+    np.testing.assert_allclose(g.ggml_predict(encoder, data), R.dense(data, w["enc.weight"], w["enc.bias"]),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_a_frozen_batch_norm_runs_in_inference_mode():
+    """As in Keras: its running statistics stay, and the layers after it see running-statistics outputs."""
+    np.random.seed(0)
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, 3, input_shape=(4,), name="d")
+    m = g.ggml_layer_batch_norm(m, name="bn")
+    m = g.ggml_layer_dense(m, 2, name="out")
+    m = g.ggml_compile(m, loss="mse", optimizer="sgd", backend="cpu", learning_rate=0.1)
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(3, 2, size=(8, 4)).astype(np.float32), rng.normal(size=(8, 2)).astype(np.float32)
+    g.ggml_freeze_weights(m, 0, 2)
+    before = {k: v.astype(np.float64) for k, v in g.ggml_get_weights(m).items()}
+    tr = g.ggml_trainer(m, batch_size=8)
+    tr.step(x, y)
+    tr.free()
+    after = g.ggml_get_weights(m)
+    for k in ("bn.running_mean", "bn.running_var", "bn.gamma", "d.weight"):
+        np.testing.assert_array_equal(after[k], before[k].astype(np.float32))
+    # the one SGD step on 'out' used the inference-mode features: w' = w - lr * dL/dw with them
+    h = R.batch_norm(R.dense(x.astype(np.float64), before["d.weight"], before["d.bias"]), before["bn.gamma"],
+                     before["bn.beta"], before["bn.running_mean"], before["bn.running_var"])
+    pred = R.dense(h, before["out.weight"], before["out.bias"])
+    grad = h.T @ (2 * (pred - y) / pred.size)
+    np.testing.assert_allclose(after["out.weight"], before["out.weight"] - 0.1 * grad, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("build, text", [
+    (lambda: g.ggml_layer_layer_norm(g.ggml_input((4,)), eps=1e-300), "float32 holds"),
+    (lambda: g.ggml_layer_batch_norm(g.ggml_input((4,)), eps=1e300), "float32 holds"),
+    (lambda: g.ggml_layer_dense(g.ggml_input((4,)), 2, use_bias="no"), "use_bias must be True or False"),
+    (lambda: g.ggml_layer_dense(g.ggml_input((4,)), 2, input_shape=(5,)), "applied to a node of shape"),
+    (lambda: g.ggml_input((2 ** 32, 2 ** 32, 1)), "values per sample"),
+    (lambda: g.ggml_layer_dense(g.ggml_input((4,)), 2, name="é" * 40), "bytes in UTF-8"),
+    (lambda: g.ggml_compile(g.ggml_model(*(lambda t: (t, t))(g.ggml_input((3,), dtype="int32"))), loss="mse",
+                            backend="cpu"), "token-id input itself"),
+])
+def test_values_that_would_make_a_broken_model_are_refused(build, text):
+    with pytest.raises((ValueError, TypeError), match=text):
+        build()
+
+
+def test_a_one_step_recurrent_layer_fits_again():
+    """Over one step the recurrent kernel is unused (no gradient, no AdamW moments): keeping the optimizer
+    state after the fit failed, and every later fit with it."""
+    np.random.seed(0)
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_lstm(m, 2, input_shape=(1, 3))
+    m = g.ggml_compile(g.ggml_layer_dense(m, 1), loss="mse", backend="cpu")
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(8, 1, 3)).astype(np.float32), rng.normal(size=(8, 1)).astype(np.float32)
+    for _ in range(2):
+        h = g.ggml_fit(m, x, y, epochs=2, verbose=0)
+        assert np.isfinite(h["train_loss"]).all()
+    assert "lstm_1.recurrent_kernel" not in m.runtime.opt_state.state["m"]

@@ -262,3 +262,180 @@ def test_optimizer_state_file_contents_and_loading_rules(tmp_path):
     g.ggml_save_model(sgd, tmp_path / "sgd.gguf", include_optimizer=True)
     st = g.ggml_load_model(tmp_path / "sgd.gguf", backend="cpu").runtime.opt_state.state
     assert st["optimizer"] == "sgd" and st["iter"] == 5 and st["m"] == {}
+
+
+# ---------------------------------------------------------------- files that must not load silently
+
+def _rewrite(src, dst, tensors=None, meta=None, order=None):
+    """Copy a ggmlpy GGUF file with the ``gguf`` package (an independent writer), changing tensors or metadata."""
+    gguf = pytest.importorskip("gguf")
+    t, m = g.gguf_read(src)
+    t.update(tensors or {})
+    m.update(meta or {})
+    w = gguf.GGUFWriter(str(dst), m.pop("general.architecture"))
+    for k, v in m.items():
+        if isinstance(v, bool):
+            w.add_bool(k, v)
+        elif isinstance(v, str):
+            w.add_string(k, v)
+        elif isinstance(v, (int, np.integer)):
+            w.add_int64(k, int(v))
+        elif isinstance(v, float):
+            w.add_float64(k, v)
+        else:
+            w.add_array(k, list(v))
+    for name in order or list(t):
+        w.add_tensor(name, t[name])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dst
+
+
+def _dense(units_in, units_out, **kw):
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, units_out, input_shape=(units_in,), use_bias=False, **kw)
+    return g.ggml_compile(m, loss="mse", backend="cpu")
+
+
+def _conv(cin, filters):
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_conv_2d(m, filters, (3, 3), use_bias=False, input_shape=(5, 5, cin))
+    return g.ggml_compile(m, loss="mse", backend="cpu")
+
+
+@pytest.mark.parametrize("save, load", [
+    (lambda: _conv(1, 4), lambda: _conv(4, 1)),     # (3,3,1,4) and (3,3,4,1): same count, 1-axes elsewhere
+    (lambda: _dense(1, 4), lambda: _dense(4, 1)),   # (1,4) and (4,1)
+])
+def test_weights_of_another_shape_are_refused_even_with_the_same_count(tmp_path, save, load):
+    g.ggml_save_weights(save(), tmp_path / "w.gguf")
+    target = load()
+    before = g.ggml_get_weights(target)
+    with pytest.raises(ValueError, match="has shape"):
+        g.ggml_load_weights(target, tmp_path / "w.gguf")
+    assert all(np.array_equal(v, g.ggml_get_weights(target)[k]) for k, v in before.items())
+
+
+def test_a_weight_of_another_kind_is_refused_when_matched_in_order(tmp_path):
+    """Names differ (another model), so weights go in order; a conv_1d kernel of size 1 holds exactly a dense
+    weight's values, but it is not a 'weight'."""
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_conv_1d(m, 3, 1, use_bias=False, input_shape=(1, 4))
+    g.ggml_save_weights(g.ggml_compile(m, loss="mse", backend="cpu"), tmp_path / "c.gguf")
+    with pytest.raises(ValueError, match="is not a 'weight'"):
+        g.ggml_load_weights(_dense(4, 3), tmp_path / "c.gguf")
+
+
+def test_weights_are_matched_by_name_whatever_their_order_in_the_file(tmp_path):
+    np.random.seed(0)
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, 4, input_shape=(4,))
+    m = g.ggml_compile(g.ggml_layer_layer_norm(m), loss="mse", backend="cpu")
+    x = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32)
+    g.ggml_fit(m, x, x, epochs=3, verbose=0)          # gamma and beta move away from 1 and 0
+    g.ggml_save_weights(m, tmp_path / "w.gguf")
+    names = list(g.gguf_read(tmp_path / "w.gguf")[0])
+    swapped = _rewrite(tmp_path / "w.gguf", tmp_path / "s.gguf", order=names[:2] + names[:1:-1])
+    assert list(g.gguf_read(swapped)[0]) != names
+    other = g.ggml_model_sequential()
+    other = g.ggml_layer_dense(other, 4, input_shape=(4,))
+    other = g.ggml_compile(g.ggml_layer_layer_norm(other), loss="mse", backend="cpu")
+    g.ggml_load_weights(other, swapped)
+    np.testing.assert_array_equal(g.ggml_predict(other, x), g.ggml_predict(m, x))
+
+
+def test_float_weights_of_other_types_are_converted_and_integers_refused(tmp_path):
+    m = _dense(3, 2)
+    g.ggml_save_weights(m, tmp_path / "w.gguf")
+    w = g.gguf_read(tmp_path / "w.gguf")[0]["dense_1.weight"]
+    half = _rewrite(tmp_path / "w.gguf", tmp_path / "h.gguf", {"dense_1.weight": w.astype(np.float16)})
+    g.ggml_load_weights(m, half)
+    np.testing.assert_array_equal(g.ggml_get_weights(m)["dense_1.weight"].T, w.astype(np.float16).astype(np.float32))
+    ints = _rewrite(tmp_path / "w.gguf", tmp_path / "i.gguf", {"dense_1.weight": np.ones(w.shape, np.int32)})
+    with pytest.raises(ValueError, match="holds int32 values"):
+        g.ggml_load_weights(m, ints)
+
+
+def test_a_model_file_is_checked_against_its_architecture_before_any_weight_is_allocated(tmp_path, monkeypatch):
+    """An 832-byte file whose description asks for 50 million units allocated gigabytes before the check."""
+    import json
+    m = _dense(3, 2)
+    g.ggml_save_model(m, tmp_path / "m.gguf")
+    arch = json.loads(g.gguf_read(tmp_path / "m.gguf")[1]["ggmlpy.model"])
+    arch["layers"][0]["units"] = 50_000_000
+    bomb = _rewrite(tmp_path / "m.gguf", tmp_path / "bomb.gguf", meta={"ggmlpy.model": json.dumps(arch)})
+    from ggmlpy.models import compile as C
+
+    def no_runtime(*a, **k):
+        raise AssertionError("weights were allocated before the file was checked")
+    monkeypatch.setattr(C, "Runtime", no_runtime)
+    with pytest.raises(ValueError, match="has shape"):
+        g.ggml_load_model(bomb)
+
+
+@pytest.mark.parametrize("meta, text", [
+    ({"ggmlpy.format_version": 99}, "format version 99"),
+    ({"ggmlpy.optimizer.type": "adamw", "ggmlpy.optimizer.iter": "abc"}, "optimizer.iter must be an int"),
+])
+def test_damaged_or_newer_files_say_so(tmp_path, meta, text):
+    m = _dense(3, 2)
+    g.ggml_save_model(m, tmp_path / "m.gguf", include_optimizer=True)
+    bad = _rewrite(tmp_path / "m.gguf", tmp_path / "bad.gguf", meta=meta)
+    with pytest.raises(OSError if "version" in text else (OSError, ValueError), match=text):
+        g.ggml_load_model(bad)
+
+
+def test_include_optimizer_must_be_a_bool_when_loading(tmp_path):
+    m = _dense(3, 2)
+    g.ggml_save_model(m, tmp_path / "m.gguf")
+    with pytest.raises(TypeError, match="include_optimizer"):
+        g.ggml_load_model(tmp_path / "m.gguf", include_optimizer="no")
+    with pytest.raises(TypeError, match="include_optimizer"):
+        g.ggml_load_weights(m, tmp_path / "m.gguf", include_optimizer="no")
+
+
+def test_optimizer_state_and_a_live_trainer(tmp_path):
+    """A live trainer holds the newest optimizer state: ggml_save_model(include_optimizer=True) saved the model's
+    older copy, and ggml_load_weights(include_optimizer=True) was overwritten when the trainer was freed."""
+    np.random.seed(0)
+    m = _dense(3, 2)
+    x = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
+    tr = g.ggml_trainer(m, batch_size=4)
+    tr.step(x, x[:, :2])
+    with pytest.raises(g.GgmlInUseError, match="tr.save"):
+        g.ggml_save_model(m, tmp_path / "m.gguf", include_optimizer=True)
+    tr.save(tmp_path / "t.gguf")
+    with pytest.raises(g.GgmlInUseError, match="free the trainer"):
+        g.ggml_load_weights(m, tmp_path / "t.gguf", include_optimizer=True)
+    g.ggml_save_model(m, tmp_path / "w.gguf")        # without the optimizer state: fine
+    tr.free()
+    g.ggml_save_model(m, tmp_path / "m.gguf", include_optimizer=True)
+    assert g.gguf_read(tmp_path / "m.gguf")[1]["ggmlpy.optimizer.iter"] == 2
+
+
+def test_a_failed_save_keeps_the_file_that_was_there(tmp_path):
+    """ggml does not check its last writes: over a file size limit the save returned normally and left a
+    truncated file in place of the good one."""
+    from tests.conftest import run_in_subprocess
+    path = tmp_path / "m.gguf"
+    m = _dense(64, 64)
+    g.ggml_save_model(m, path)
+    good = path.read_bytes()
+    rc, out, err = run_in_subprocess(f"""
+import resource, signal, numpy as np, ggmlpy as g
+m = g.ggml_model_sequential()
+m = g.ggml_compile(g.ggml_layer_dense(m, 64, input_shape=(64,), use_bias=False), loss="mse", backend="cpu")
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (4000, 4000))
+try:
+    g.ggml_save_model(m, {str(path)!r})
+    print("saved")
+except OSError as e:
+    print("refused:", e)
+""")
+    assert rc == 0 and "refused:" in out, (out, err)
+    assert path.read_bytes() == good
+    assert [p.name for p in tmp_path.iterdir()] == ["m.gguf"]       # no temporary file left behind
+    assert g.ggml_predict(g.ggml_load_model(path), np.ones((1, 64), np.float32)).shape == (1, 64)

@@ -18,6 +18,9 @@ struct ggml_tensor * ggml_get_tensor(struct ggml_context * ctx, const char * nam
 const char * ggml_type_name(enum ggml_type type);
 size_t ggml_type_size(enum ggml_type type);
 int64_t ggml_blck_size(enum ggml_type type);
+typedef void (*ggml_to_float_t)(const void * x, float * y, int64_t k);
+struct ggml_type_traits { bool is_quantized; ggml_to_float_t to_float; ...; };
+const struct ggml_type_traits * ggml_get_type_traits(enum ggml_type type);
 const char * ggml_op_name(enum ggml_op op);
 const char * ggml_op_desc(const struct ggml_tensor * t);
 const char * ggml_unary_op_name(enum ggml_unary_op op);

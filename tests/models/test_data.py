@@ -1,0 +1,143 @@
+"""The model layer's data rule (models/data.py): what is refused before it can train on wrong values, and
+the Keras forms that are accepted."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ggmlpy as g
+
+
+def _classifier(lr=0.05, optimizer="adam"):
+    np.random.seed(0)
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, 6, activation="tanh", input_shape=(4,))
+    m = g.ggml_layer_dense(m, 3, activation="softmax")
+    return g.ggml_compile(m, optimizer=optimizer, backend="cpu", learning_rate=lr)
+
+
+def _data(n=24):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n, 4)).astype(np.float32)
+    return x, np.eye(3, dtype=np.float32)[rng.integers(0, 3, n)]
+
+
+@pytest.mark.parametrize("bad, text", [(np.nan, "it is nan"), (np.inf, "it is inf"), (1e300, "beyond float32")])
+def test_training_inputs_must_be_finite_and_nothing_trains(bad, text):
+    """One NaN input made every weight NaN after the first step (the error came after the damage)."""
+    m = _classifier()
+    x, y = _data()
+    x = x.astype(np.float64)
+    x[5, 1] = bad
+    before = g.ggml_get_weights(m)
+    with pytest.raises(ValueError, match=text):
+        g.ggml_fit(m, x, y, epochs=1, verbose=0)
+    with pytest.raises(ValueError, match=r"\(5, 1\)"):
+        g.ggml_trainer(m, batch_size=24).step(x, y)
+    with pytest.raises(ValueError, match=text):
+        g.ggml_fit_generator(m, [(x, y)], verbose=0)
+    after = g.ggml_get_weights(m)
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+
+
+def test_predict_refuses_values_float32_cannot_hold_but_passes_nan():
+    m = _classifier()
+    x, _ = _data()
+    big = x.astype(np.float64)
+    big[0, 0] = 1e300
+    with pytest.raises(ValueError, match="beyond float32's range"):
+        g.ggml_predict(m, big)
+    nan = x.copy()
+    nan[0, 0] = np.nan
+    p = g.ggml_predict(m, nan)                   # a NaN row predicts NaN, the others as always
+    assert np.isnan(p[0]).all() and np.array_equal(p[1:], g.ggml_predict(m, x)[1:])
+
+
+def test_sample_weights_and_learning_rates_must_fit_float32():
+    m = _classifier()
+    x, y = _data()
+    with pytest.raises(ValueError, match="beyond float32's range"):
+        g.ggml_fit(m, x, y, sample_weight=np.full(24, 1e39), verbose=0)
+    for lr in (1e300, 1e-300, np.inf, np.nan, 0.0):
+        with pytest.raises(ValueError, match="float32"):
+            g.ggml_compile(m, backend="cpu", learning_rate=lr)
+    tr = g.ggml_trainer(m, batch_size=24)
+    for lr in (1e300, 1e-300):
+        with pytest.raises(ValueError, match="float32"):
+            tr.set_lr(lr)
+    tr.set_lr(np.float32(0.01))                  # numpy scalars are numbers
+    assert tr.get_lr() == pytest.approx(0.01)
+    tr.free()
+
+
+def test_numpy_scalars_are_accepted_as_numbers():
+    m = _classifier()
+    x, y = _data()
+    h = g.ggml_fit(m, x, y, epochs=1, verbose=0, validation_split=np.float32(0.25),
+                   class_weight={np.int64(0): np.float32(2.0)})
+    assert len(h) == 1 and np.isfinite(h["val_loss"]).all()
+    with pytest.raises(ValueError, match="validation_split"):
+        g.ggml_fit(m, x, y, validation_split=[], verbose=0)
+
+
+def test_class_ids_far_out_of_range_are_named_as_given():
+    m = g.ggml_compile(_classifier(), loss="sparse_categorical_crossentropy", backend="cpu")
+    x, _ = _data()
+    with pytest.raises(ValueError, match=r"class id 1e\+30 is outside \[0, 3\)"):
+        g.ggml_fit(m, x, np.full(24, 1e30), verbose=0)
+
+
+def test_missing_labels_say_so():
+    m = _classifier()
+    x, _ = _data()
+    with pytest.raises(ValueError, match="y is missing"):
+        g.ggml_evaluate(m, x, None)
+
+
+def test_one_array_lists_are_the_arrays_for_a_one_input_model():
+    """Keras' ``fit(model, [x], [y])`` for a model of one input and one output."""
+    x, y = _data()
+    a, b = _classifier(), _classifier()
+    np.random.seed(1)
+    ha = g.ggml_fit(a, x, y, epochs=2, verbose=0, shuffle=False)
+    hb = g.ggml_fit(b, [x], [y], epochs=2, verbose=0, shuffle=False)
+    np.testing.assert_array_equal(ha["train_loss"], hb["train_loss"])
+    np.testing.assert_array_equal(g.ggml_predict(a, [x]), g.ggml_predict(a, x))
+
+
+def test_predict_takes_zero_samples():
+    m = _classifier()
+    empty = np.zeros((0, 4), np.float32)
+    assert g.ggml_predict(m, empty).shape == (0, 3)
+    assert g.ggml_predict_classes(m, empty).shape == (0,)
+
+
+def test_sample_weighted_fits_report_their_accuracy():
+    """The weighted loss is built from ggml ops (no ggml accuracy): the fit counts it from the logits. With a
+    learning rate too small to change an argmax, it is the accuracy of the model before the fit."""
+    m = _classifier(lr=1e-9, optimizer="sgd")
+    x, y = _data()
+    expected = float(np.mean(g.ggml_predict_classes(m, x) == y.argmax(axis=1)))
+    h = g.ggml_fit(m, x, y, epochs=1, batch_size=24, verbose=0, sample_weight=np.linspace(0.5, 2, 24))
+    assert h["train_accuracy"].iloc[0] == pytest.approx(expected)
+
+
+def test_callbacks_must_take_epoch_logs_and_state():
+    m = _classifier()
+    x, y = _data()
+    with pytest.raises(TypeError, match=r"called as f\(epoch, logs, state\)"):
+        g.ggml_fit(m, x, y, verbose=0, callbacks=[{"on_epoch_end": lambda: None}])
+    seen = []
+    g.ggml_fit(m, x, y, verbose=0, callbacks=[{"on_epoch_end": lambda *args: seen.append(len(args))}])
+    assert seen == [3]
+
+
+def test_generator_validation_arrays_for_a_two_input_model():
+    np.random.seed(0)
+    a, b = g.ggml_input((3,)), g.ggml_input((2,))
+    out = g.ggml_layer_dense(g.ggml_layer_concatenate([a, b]), 1)
+    m = g.ggml_compile(g.ggml_model([a, b], out), loss="mse", backend="cpu")
+    rng = np.random.default_rng(0)
+    xa, xb, y = rng.normal(size=(8, 3)), rng.normal(size=(8, 2)), rng.normal(size=(8, 1))
+    h = g.ggml_fit_generator(m, [([xa, xb], y)], epochs=1, verbose=0, validation_data=([xa, xb], y))
+    assert h["val_loss"].iloc[0] == pytest.approx(g.ggml_evaluate(m, [xa, xb], y)["loss"], rel=1e-5)
