@@ -464,8 +464,9 @@ def ggml_backend_init_auto(backend: str = "auto") -> Backend:
     """Start a backend chosen by a short name, the way ``ggml_backend_sched_new("auto")`` does.
 
     Arguments:
-        backend: ``"auto"`` (the default: the first hardware GPU, CUDA before Vulkan as ggml ranks them,
-            skipping CPU-emulated ones such as Mesa's lavapipe; else the CPU), ``"cpu"``, ``"vulkan"``
+        backend: ``"auto"`` (the default: the first local hardware GPU, CUDA before Vulkan as ggml ranks
+            them, skipping CPU-emulated ones such as Mesa's lavapipe and remote RPC devices, which are used
+            only when named: a server that went away aborts the process; else the CPU), ``"cpu"``, ``"vulkan"``
             (device 0), ``"cuda"`` (device 0), or a device name such as ``"Vulkan1"``.
 
     Value: a Backend handle. Raises BackendUnavailableError for a backend or device that is missing.
@@ -477,7 +478,7 @@ def ggml_backend_init_auto(backend: str = "auto") -> Backend:
     choice = backend.lower()
     if choice == "auto":
         for dev in ggml_backend_devices():
-            if dev.type == "gpu" and not is_software_device(dev):
+            if dev.type == "gpu" and not is_software_device(dev) and dev.backend_name != "RPC":
                 return ggml_backend_dev_init(dev)
         return ggml_backend_cpu_init()
     if choice == "cpu":

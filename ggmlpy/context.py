@@ -116,7 +116,30 @@ def available_memory() -> int:
     cgroup = _cgroup_available()
     if cgroup is not None:
         avail = min(avail, cgroup)
+    limited = _rlimit_available()
+    if limited is not None:
+        avail = min(avail, limited)
     return avail
+
+
+def _rlimit_available() -> int | None:
+    """What the process's own limits leave (``ulimit -v``: RLIMIT_AS against VmSize, ``ulimit -d``: RLIMIT_DATA
+    against VmData, as on many clusters): malloc fails beyond them whatever the machine has free. None when
+    unlimited."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    status = _read_kv("/proc/self/status")
+    room = []
+    for limit, used in ((getattr(resource, "RLIMIT_AS", None), "VmSize"),
+                        (getattr(resource, "RLIMIT_DATA", None), "VmData")):
+        if limit is None:
+            continue
+        soft = resource.getrlimit(limit)[0]
+        if soft != resource.RLIM_INFINITY and used in status:
+            room.append(max(0, soft - status[used]))
+    return min(room) if room else None
 
 
 # Allocations below this size are not checked against the available memory (reading it costs file reads).

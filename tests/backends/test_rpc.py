@@ -65,6 +65,13 @@ def test_devices_appear_and_training_runs_through_rpc(rpc_endpoint):
         sched.free()
         ctx.free()
         backend.free()
+    # a remote device is used only when named: "auto" (ggml_compile's and ggml_load_model's default) stays local,
+    # so a server that later goes away cannot take down a process that never asked for it
+    auto = g.ggml_backend_init_auto("auto")
+    try:
+        assert not auto.device.name.startswith("RPC")
+    finally:
+        auto.free()
 
 
 def test_dead_endpoint_raises_instead_of_aborting():
