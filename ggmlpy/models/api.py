@@ -308,7 +308,10 @@ def _freeze(model: Model, from_: Any, to: Any, trainable: bool, fn: str) -> Mode
 
 def ggml_freeze_weights(model: Model, from_: int = 0, to: int | None = None) -> Model:
     """Stop training the layers ``layers[from_:to]`` (a Python slice: ``to`` exclusive, None = the end).
-    Frozen weights keep their values; the next ``ggml_fit``/``ggml_trainer`` trains only the others.
+    Frozen weights keep their values; the next ``ggml_fit``/``ggml_trainer`` trains only the others (a
+    trainer made before keeps the layers it was made with). A frozen batch norm runs in inference mode, as
+    in Keras: it normalises with its running statistics and leaves them as they are. Refused
+    (GgmlInUseError) while a fit of the model runs, e.g. from one of its callbacks: freeze between fits.
 
     Example:
         >>> g.ggml_freeze_weights(model, 0, 2)     # the first two layers
