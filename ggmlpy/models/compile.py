@@ -121,7 +121,11 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
     Value: the model, compiled in place (``model = ggml_compile(model, ...)`` and
     ``ggml_compile(model, ...)`` both work). Weights are drawn here (Glorot-uniform kernels, zero biases)
     from numpy's global random state, so ``np.random.seed`` makes runs repeatable; compiling again keeps
-    the weights a model already has.
+    the weights a model already has. Weights follow the layer objects, not their names: a layer removed
+    with ``ggml_pop_layer`` takes its weights along (a new layer starts fresh, even under the same name),
+    and a layer that another compiled model holds (a sub-model built from a trained model's nodes, as in
+    Keras' encoder pattern) starts from that model's current weights. They are copied now: training one
+    model afterwards does not change the other.
 
     Example:
         >>> model = g.ggml_model_sequential()
