@@ -101,7 +101,9 @@ def ggml_predict(model: Model, x: Any, batch_size: int = 32) -> np.ndarray | lis
 
 
 def ggml_predict_classes(model: Model, x: Any, batch_size: int = 32) -> np.ndarray:
-    """0-based class ids ``(N,)``: the argmax of each prediction, or ``p > 0.5`` for one sigmoid unit.
+    """0-based class ids: the argmax over the last axis of each prediction, or ``p > 0.5`` where that axis
+    has one (sigmoid) unit; ``(N,)`` for ``(N, classes)`` outputs, ``(N, steps)`` for a sequence's,
+    ``(N, H, W)`` for per-pixel classes.
 
     Example:
         >>> ids = g.ggml_predict_classes(model, x_test)
@@ -110,8 +112,9 @@ def ggml_predict_classes(model: Model, x: Any, batch_size: int = 32) -> np.ndarr
     if len(model_.graph()[1]) != 1:
         raise GgmlValueError("ggml_predict_classes needs a model with one output; use ggml_predict")
     p = ggml_predict(model, x, batch_size)
-    p = p.reshape(p.shape[0], int(np.prod(p.shape[1:])))  # also for 0 samples
-    return (p[:, 0] > 0.5).astype(np.int64) if p.shape[1] == 1 else p.argmax(axis=1).astype(np.int64)
+    if p.shape[-1] == 1:
+        return (p[..., 0] > 0.5).astype(np.int64)
+    return p.argmax(axis=-1).astype(np.int64)
 
 
 def _evaluate_arrays(model: Model, cfg: CompileConfig, predictor: Any, xs: list[np.ndarray], ys: list[np.ndarray],

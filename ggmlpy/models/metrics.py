@@ -30,7 +30,8 @@ def per_sample_loss(h: HeadSpec, out: np.ndarray, y: np.ndarray) -> np.ndarray:
     if h.loss_type_name == "binary_cross_entropy":
         p = o * (1 - 2 * EPS) + EPS
         q = (1 - o) * (1 - 2 * EPS) + EPS
-        return -(t * np.log(p) + (1 - t) * np.log(q)).mean(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):  # outputs outside [0, 1] (no sigmoid): NaN, as trained
+            return -(t * np.log(p) + (1 - t) * np.log(q)).mean(axis=1)
     err = o - t
     if h.loss_type_name == "mae":
         return np.abs(err).mean(axis=1)

@@ -13,7 +13,7 @@ from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
 from ..opt_result import OptResult, ggml_opt_result_loss
 from ..opt_state import ggml_opt_get_state, optimized_params
 from ..training.adapters import BatchWriter
-from ..training.loop import Trainer as _OptSession
+from ..training.loop import NONFINITE_CAUSES, Trainer as _OptSession
 from . import data as D
 from .compile import build_training_graph, compiled
 from .graph import Model
@@ -162,7 +162,11 @@ class ModelTrainer:
             finally:
                 restore_threads(before)
         self._steps += 1
-        return float(ggml_opt_result_loss(self._result)["loss"])
+        loss = float(ggml_opt_result_loss(self._result)["loss"])
+        if not np.isfinite(loss):
+            raise GgmlValueError(f"trainer.step: the loss of this batch is {loss} (not finite); the weights are "
+                                 f"probably NaN/inf now. {NONFINITE_CAUSES}")
+        return loss
 
     @_one_at_a_time
     def eval(self, x: Any, y: Any) -> float:

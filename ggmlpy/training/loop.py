@@ -217,6 +217,10 @@ def fit_loop(trainer: Trainer, train_feed: Feed, val_feed: Feed | None, *, epoch
     return _history(rows, head_rows, columns, head_names)
 
 
+NONFINITE_CAUSES = ("Usual causes: a learning rate too high, NaN/inf in the data, binary cross-entropy on outputs "
+                    "outside [0, 1] (end the model in a sigmoid), log of 0 in a custom loss.")
+
+
 def check_nonfinite(on_nonfinite: Any) -> str:
     if on_nonfinite not in ("raise", "warn"):
         raise GgmlValueError(f"on_nonfinite must be 'raise' or 'warn', got {on_nonfinite!r}")
@@ -247,8 +251,8 @@ def _epochs(trainer, train_feed, val_feed, cbs, state, rows, head_rows, columns,
             break
         if train.steps and not math.isfinite(train.loss):
             message = (f"Epoch {epoch}: the training loss is {train.loss} (not finite); the weights are probably "
-                       "NaN/inf now. Usual causes: a learning rate too high, NaN/inf in the data, log of 0 in a "
-                       "custom loss. The history of the completed epochs is in this exception's .history")
+                       f"NaN/inf now. {NONFINITE_CAUSES} The history of the completed epochs is in this exception's "
+                       ".history")
             if on_nonfinite == "raise":
                 raise GgmlValueError(message)
             _warn(message.replace("this exception's .history", "the returned history"))

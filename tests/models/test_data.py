@@ -141,3 +141,34 @@ def test_generator_validation_arrays_for_a_two_input_model():
     xa, xb, y = rng.normal(size=(8, 3)), rng.normal(size=(8, 2)), rng.normal(size=(8, 1))
     h = g.ggml_fit_generator(m, [([xa, xb], y)], epochs=1, verbose=0, validation_data=([xa, xb], y))
     assert h["val_loss"].iloc[0] == pytest.approx(g.ggml_evaluate(m, [xa, xb], y)["loss"], rel=1e-5)
+
+
+def test_predicted_classes_of_a_sequence_output_are_per_position():
+    """The argmax was taken over a flattened (steps x classes) sample: ids up to steps*classes-1, one per sample."""
+    np.random.seed(0)
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_embedding(m, 6, 4, input_shape=(5,))
+    m = g.ggml_compile(g.ggml_layer_dense(m, 6, activation="softmax"), loss="sparse_categorical_crossentropy",
+                       backend="cpu")
+    ids = np.random.default_rng(0).integers(0, 6, (3, 5)).astype(np.int32)
+    p = g.ggml_predict(m, ids)
+    classes = g.ggml_predict_classes(m, ids)
+    assert classes.shape == (3, 5)
+    np.testing.assert_array_equal(classes, p.argmax(axis=-1))
+
+
+def test_binary_crossentropy_on_outputs_that_are_not_probabilities():
+    """Without a sigmoid the outputs leave [0, 1]: the loss is NaN. ggml_evaluate says so without a numpy
+    warning; a trainer step raises naming the usual cause instead of returning NaN."""
+    import warnings
+    np.random.seed(0)
+    m = g.ggml_model_sequential()
+    with pytest.warns(g.GgmlpyWarning, match="sigmoid"):
+        m = g.ggml_compile(g.ggml_layer_dense(m, 1, input_shape=(3,)), loss="binary_crossentropy", backend="cpu")
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(0, 3, size=(32, 3)).astype(np.float32), rng.integers(0, 2, (32, 1)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert np.isnan(g.ggml_evaluate(m, x, y)["loss"])
+    with pytest.raises(ValueError, match="end the model in a sigmoid"):
+        g.ggml_trainer(m, batch_size=32).step(x, y)
