@@ -148,11 +148,13 @@ class _Fields:
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)) \
                 or not math.isfinite(value):
             raise GgmlValueError(f"{what} must be a finite number, got {value!r}")
-        stored = float(np.float32(value))  # what ggml will see (a float)
-        low, high, low_open, text = rule
-        if stored < low or (low_open and stored <= low) or stored > high:
-            raise GgmlValueError(f"{what} must be {text}, got {value!r}" +
-                                 (" (0 as a 32-bit float)" if stored != value and stored == 0 else ""))
+        with np.errstate(over="ignore"):
+            stored = float(np.float32(value))  # what ggml will see (a float)
+        low, high, low_open, high_open, text = rule
+        if not math.isfinite(stored) or stored < low or (low_open and stored <= low) or stored > high \
+                or (high_open and stored >= high):
+            as_f32 = f" ({stored:g} as a 32-bit float)" if stored != value else ""
+            raise GgmlValueError(f"{what} must be {text}, got {value!r}{as_f32}")
         setattr(self._c, key, stored)
 
     def as_dict(self) -> dict:
@@ -167,15 +169,18 @@ _INF = float("inf")
 
 class _AdamW(_Fields):
     __slots__ = ()
-    _RULES = {"alpha": (0.0, _INF, True, "> 0 (the learning rate)"), "beta1": (0.0, 1.0, False, "in [0, 1]"),
-              "beta2": (0.0, 1.0, False, "in [0, 1]"), "eps": (0.0, _INF, False, ">= 0"),
-              "wd": (0.0, 1.0, False, "in [0, 1] (decoupled weight decay)")}
+    # (low, high, low open, high open, the rule in words)
+    _RULES = {"alpha": (0.0, _INF, True, False, "> 0 (the learning rate)"),
+              "beta1": (0.0, 1.0, False, True, "in [0, 1) (1 divides by zero in AdamW's bias correction)"),
+              "beta2": (0.0, 1.0, False, True, "in [0, 1) (1 divides by zero in AdamW's bias correction)"),
+              "eps": (0.0, _INF, False, False, ">= 0"),
+              "wd": (0.0, 1.0, False, False, "in [0, 1] (decoupled weight decay)")}
 
 
 class _SGD(_Fields):
     __slots__ = ()
-    _RULES = {"alpha": (0.0, _INF, True, "> 0 (the learning rate)"),
-              "wd": (0.0, 1.0, False, "in [0, 1] (decoupled weight decay)")}
+    _RULES = {"alpha": (0.0, _INF, True, False, "> 0 (the learning rate)"),
+              "wd": (0.0, 1.0, False, False, "in [0, 1] (decoupled weight decay)")}
 
 
 class OptimizerParams:
@@ -183,8 +188,9 @@ class OptimizerParams:
 
     ``.adamw.alpha`` (learning rate), ``.adamw.beta1``, ``.adamw.beta2``, ``.adamw.eps``, ``.adamw.wd``
     (decoupled weight decay) and ``.sgd.alpha``, ``.sgd.wd``. Each assignment is checked against what
-    ggml asserts at an optimizer step (alpha > 0, betas and wd in [0, 1], eps >= 0, finite), as the
-    32-bit float ggml receives. ``ggml_opt_get_default_optimizer_params()`` gives ggml's defaults.
+    ggml asserts at an optimizer step (alpha > 0, wd in [0, 1], eps >= 0, finite) and against betas of 1,
+    which make every weight NaN (AdamW's bias correction divides by 1 - beta^t): betas in [0, 1), as the
+    32-bit float ggml receives (0.99999999 is 1 there). ``ggml_opt_get_default_optimizer_params()`` gives ggml's defaults.
     """
 
     def __init__(self, c: Any = None) -> None:
@@ -285,8 +291,9 @@ class LrUserdata:
         problems = []
         if not 0 < p.adamw.alpha <= FLOAT32_MAX or not 0 < p.sgd.alpha <= FLOAT32_MAX:
             problems.append(f"learning rates must be > 0 (adamw {p.adamw.alpha}, sgd {p.sgd.alpha})")
-        if not (0 <= p.adamw.beta1 <= 1 and 0 <= p.adamw.beta2 <= 1):
-            problems.append(f"betas must be in [0, 1] (got {p.adamw.beta1}, {p.adamw.beta2})")
+        if not (0 <= p.adamw.beta1 < 1 and 0 <= p.adamw.beta2 < 1):
+            problems.append(f"betas must be in [0, 1) (got {p.adamw.beta1}, {p.adamw.beta2}; 1 divides by zero in "
+                            "the bias correction)")
         if not p.adamw.eps >= 0:
             problems.append(f"eps must be >= 0 (got {p.adamw.eps})")
         if not (0 <= p.adamw.wd <= 1 and 0 <= p.sgd.wd <= 1):
@@ -491,6 +498,9 @@ class OptContext(Handle):
         self._opt_i = 0          # mirrors ggml-opt's accumulation phase
         self._pending = None     # None, "forward" or "backward": an alloc waiting for its eval
         self._prepared = False   # dynamic mode: prepare_alloc called since the last eval
+        self._step_ctx: Any = None   # dynamic mode: the ctx_compute of the last prepare_alloc
+        self._step = _DynamicStep()  # dynamic mode: what this step's graph tensors are valid for
+        self._param_layout: list | None = None  # dynamic mode: (node index, shape) of the first graph's params
         self._running: str | None = None  # the loop driving this context now (ggml_opt_epoch, a fit)
         self._leaf_data: list = []  # static graphs: (leaf, its data) as ggml-opt's graph copy holds them
         self._memory_epoch = -1
@@ -615,12 +625,29 @@ class OptContext(Handle):
 
     # ---- tensors
     def tensor(self, ptr: Any) -> Tensor | None:
+        """A tensor of the opt context's own memory (accumulators, moments; static graphs: everything)."""
         return Tensor(ptr, self) if ptr != ffi.NULL else None
+
+    def step_tensor(self, ptr: Any) -> Tensor | None:
+        """A tensor of the graph of this step: with dynamic graphs it lives in the ctx_compute given to
+        ggml_opt_prepare_alloc and is valid until the next ggml_opt_alloc (ggml-opt rebuilds labels, loss and
+        predictions then), so it refuses use once that context is freed or the next step is allocated."""
+        if self.static or self._step_ctx is None or ptr == ffi.NULL:
+            return self.tensor(ptr)
+        return Tensor(ptr, self._step_ctx, deps=(self, self._step))
+
+    def _check_step_ctx(self, fn: str) -> None:
+        """Dynamic graphs: ggml-opt reads the graph in the ctx_compute of ggml_opt_prepare_alloc (freed memory
+        would crash it)."""
+        if not self.static and self._step_ctx is not None and not self._step_ctx.alive:
+            raise GgmlStateError(f"{fn}: the ctx_compute given to ggml_opt_prepare_alloc has been freed, and the "
+                                 "graph ggml-opt would run lives in it; build the step's graph again and call "
+                                 "ggml_opt_prepare_alloc before ggml_opt_alloc")
 
     def labels(self, head: int = 0) -> Tensor | None:
         if self.loss is not None and self.loss.composite:
             return self.loss.heads[head].labels
-        return self.tensor(lib.ggml_opt_labels(self.ptr)) if head == 0 else None
+        return self.step_tensor(lib.ggml_opt_labels(self.ptr)) if head == 0 else None
 
     @property
     def n_heads(self) -> int:
@@ -637,6 +664,10 @@ class OptContext(Handle):
                                  "allocate a backward pass")
         if not self.static and not self._prepared:
             raise GgmlStateError("dynamic graphs: call ggml_opt_prepare_alloc before every ggml_opt_alloc")
+        self._check_step_ctx("ggml_opt_alloc")
+        if not self.static:
+            self._step.alive = False  # the last step's labels, loss and predictions go
+            self._step = _DynamicStep()
         self.sched.release()  # ggml-opt resets the scheduler: what it allocated for other graphs goes
         with self._in_use("ggml_opt_alloc"), computing(locks=self._locks):
             lib.ggml_opt_alloc(ptr, bool(backward))
@@ -656,6 +687,7 @@ class OptContext(Handle):
         if self._index_inputs:
             check_index_inputs(self._index_inputs)
         self._check_memory()
+        self._check_step_ctx("ggml_opt_eval")
         res_ptr = ffi.NULL
         if result is not None:
             res_ptr = unwrap(result, OptResult, "ggml_opt_eval(result)")
@@ -690,6 +722,15 @@ class _Running:
     def __exit__(self, *exc: Any) -> None:
         self.opt._running = None
         self._using.__exit__(*exc)
+
+
+class _DynamicStep:
+    """One step of a dynamic opt context: its graph tensors (labels, loss, predictions) are valid until the
+    next ggml_opt_alloc, which ends it."""
+    kind = "step of a dynamic opt context (ggml_opt_alloc made new labels, loss and predictions since)"
+
+    def __init__(self) -> None:
+        self.alive = True
 
 
 @contextlib.contextmanager
@@ -1116,7 +1157,7 @@ def ggml_opt_inputs(opt_ctx: OptContext) -> Tensor | None:
         >>> ggml_backend_tensor_set_data(ggml_opt_inputs(opt_ctx), xb)
     """
     ptr = lib.ggml_opt_inputs(_opt(opt_ctx, "ggml_opt_inputs"))  # checked before opt_ctx.tensor is looked up
-    return opt_ctx.tensor(ptr)
+    return opt_ctx.step_tensor(ptr)
 
 
 def ggml_opt_outputs(opt_ctx: OptContext) -> Tensor | None:
@@ -1138,7 +1179,7 @@ def ggml_opt_outputs(opt_ctx: OptContext) -> Tensor | None:
     _opt(opt_ctx, "ggml_opt_outputs")
     if opt_ctx.static:
         return opt_ctx.heads[0].outputs
-    return opt_ctx.tensor(lib.ggml_opt_outputs(opt_ctx.ptr))
+    return opt_ctx.step_tensor(lib.ggml_opt_outputs(opt_ctx.ptr))
 
 
 def ggml_opt_labels(opt_ctx: OptContext) -> Tensor | None:
@@ -1173,7 +1214,7 @@ def ggml_opt_loss(opt_ctx: OptContext) -> Tensor | None:
         >>> float(ggml_backend_tensor_get_data(ggml_opt_loss(opt_ctx))[0])
     """
     ptr = lib.ggml_opt_loss(_opt(opt_ctx, "ggml_opt_loss"))  # checked before opt_ctx.tensor is looked up
-    return opt_ctx.tensor(ptr)
+    return opt_ctx.step_tensor(ptr)
 
 
 def ggml_opt_pred(opt_ctx: OptContext) -> Tensor | None:
@@ -1188,7 +1229,7 @@ def ggml_opt_pred(opt_ctx: OptContext) -> Tensor | None:
         >>> ggml_backend_tensor_get_data(ggml_opt_pred(opt_ctx))
     """
     ptr = lib.ggml_opt_pred(_opt(opt_ctx, "ggml_opt_pred"))  # checked before opt_ctx.tensor is looked up
-    return opt_ctx.tensor(ptr)
+    return opt_ctx.step_tensor(ptr)
 
 
 def ggml_opt_ncorrect(opt_ctx: OptContext) -> Tensor | None:
@@ -1204,7 +1245,7 @@ def ggml_opt_ncorrect(opt_ctx: OptContext) -> Tensor | None:
         >>> int(ggml_backend_tensor_get_data(ggml_opt_ncorrect(opt_ctx))[0])
     """
     ptr = lib.ggml_opt_ncorrect(_opt(opt_ctx, "ggml_opt_ncorrect"))  # checked before opt_ctx.tensor is looked up
-    return opt_ctx.tensor(ptr)
+    return opt_ctx.step_tensor(ptr)
 
 
 def ggml_opt_grad_acc(opt_ctx: OptContext, node: Tensor) -> Tensor | None:
@@ -1374,9 +1415,32 @@ def ggml_opt_prepare_alloc(opt_ctx: OptContext, ctx_compute: Context, graph: Gra
     graphs = 2 * int(lib.ggml_graph_overhead_custom(lib.ggml_graph_size(graph.ptr), True))
     ctx_compute.reserve(0, n_objects=16 + 5 * graph.n_nodes(), graph_bytes=graphs,
                         what="set of ggml-opt's loss, backward and optimizer graphs")
+    _check_param_layout(opt_ctx, graph)
     lib.ggml_opt_prepare_alloc(ptr, c, graph.ptr, i.ptr, o.ptr)
     opt_ctx.heads[0].outputs = o
+    opt_ctx._step_ctx = ctx_compute
     opt_ctx._prepared = True
+
+
+def _check_param_layout(opt_ctx: OptContext, graph: Graph) -> None:
+    """ggml-opt makes a dynamic context's gradient accumulators and moments once, for the parameters of the
+    first graph, and pairs them with later graphs by node position: a later graph must have its parameters at
+    the same positions with the same shapes (ggml aborted on another shape, and would pair the wrong ones)."""
+    flag = int(lib.GGML_TENSOR_FLAG_PARAM)
+    nodes = [lib.ggml_graph_node(graph.ptr, k) for k in range(graph.n_nodes())]
+    layout = [(k, tuple(int(n) for n in t.ne)) for k, t in enumerate(nodes) if t.flags & flag]
+    first = opt_ctx._param_layout
+    if first is None:
+        opt_ctx._param_layout = layout
+        return
+    if layout != first:
+        k = next((j for j, (was, now) in enumerate(zip(first, layout)) if was != now), min(len(first), len(layout)))
+        was = f"node {first[k][0]} of ne {list(first[k][1])}" if k < len(first) else "no parameter"
+        now = f"node {layout[k][0]} of ne {list(layout[k][1])}" if k < len(layout) else "no parameter"
+        raise GgmlValueError("ggml_opt_prepare_alloc: a dynamic opt context keeps the gradient accumulators and "
+                             "moments of its first graph's parameters, paired by node position; parameter "
+                             f"{k} of this graph is {now}, of the first graph {was}. Build every step's graph the "
+                             "same way (the batch size may change), or use a new opt context")
 
 
 def ggml_opt_alloc(opt_ctx: OptContext, backward: bool = True) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 
 from ._ffi import lib
 from .context import Tensor, as_tensor
-from .data import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data, numpy_shape
+from .data import as_numeric, ggml_backend_tensor_get_data, ggml_backend_tensor_set_data, numpy_shape, refuse_complex
 from .errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
 from .opt import BUILD_FORWARD, OPTIMIZER_ADAMW, OptContext, _opt, ggml_opt_optimizer_name
 
@@ -276,10 +276,17 @@ def ggml_opt_set_state(opt_ctx: OptContext, state: dict, params: Any) -> None:
             shape = numpy_shape(t)
             arrays = []
             for key in ("m", "v"):
-                a = np.asarray(state[key][name])
+                where = f"{fn}: state[{key!r}]['{name}']"
+                a = as_numeric(state[key][name], where)
+                refuse_complex(a, np.dtype(np.float32), where)
                 if a.size != t.nelements() or tuple(d for d in a.shape if d != 1) != tuple(d for d in shape if d != 1):
-                    raise GgmlValueError(f"{fn}: state[{key!r}]['{name}'] has shape {a.shape}, the tensor {shape}")
-                arrays.append(np.ascontiguousarray(a, dtype=np.float32).reshape(-1))
+                    raise GgmlValueError(f"{where} has shape {a.shape}, the tensor {shape}")
+                with np.errstate(over="ignore", invalid="ignore"):
+                    a = np.ascontiguousarray(a, dtype=np.float32).reshape(-1)
+                if not np.isfinite(a).all() or (key == "v" and (a < 0).any()):
+                    raise GgmlValueError(f"{where} must hold finite float32 values{' >= 0 (squared gradients)' if key == 'v' else ''}; "
+                                         "one NaN, inf or negative second moment makes the weight NaN at the next step")
+                arrays.append(a)
             plan.append((name, t, arrays))
         _warn_betas(state.get("hparams"), _hparams(opt_ctx), fn)
     for name, t, (m_value, v_value) in plan:

@@ -46,6 +46,19 @@ def new_opt(**kw):
     return G.ggml_opt_init_for_fit(sched, G.ggml_opt_loss_type_mse(), ctx_compute=cc, inputs=x, outputs=out, **kw)
 """
 
+# A dynamic opt context (no ctx_compute at init) with one step's graph prepared: out = W x in context c.
+DYNAMIC = """
+o = G.ggml_opt_init(sched, G.ggml_opt_loss_type_mse())
+def step_graph():
+    ctx = G.ggml_init(64 * G.ggml_tensor_overhead() + 3 * G.ggml_graph_overhead(), no_alloc=True)
+    y = G.ggml_mul_mat(ctx, W, x)
+    gf = G.ggml_new_graph_custom(ctx, 64, True)
+    G.ggml_build_forward_expand(gf, y)
+    return ctx, gf, y
+c, gf, dyn_out = step_graph()
+G.ggml_opt_prepare_alloc(o, c, gf, x, dyn_out)
+"""
+
 TEMPLATE = """
 {prelude}
 try:
@@ -222,6 +235,72 @@ for v in (1.0, 2.0):
     G.ggml_backend_sched_graph_compute(s, g)
     assert list(G.ggml_backend_tensor_get_data(y)) == [3 * v] * 3""", None, None),
     # ---- ggml-opt
+    # dynamic graphs (no ctx_compute at init): the step's graph lives in the ctx_compute of prepare_alloc
+    "opt_dynamic_alloc_after_ctx_compute_freed": (True, DYNAMIC + """
+c.free()
+G.ggml_opt_alloc(o, True)""", "RuntimeError", r"ctx_compute given to ggml_opt_prepare_alloc has been freed"),
+    "opt_dynamic_eval_after_ctx_compute_freed": (True, DYNAMIC + """
+G.ggml_opt_alloc(o, True)
+c.free()
+G.ggml_opt_eval(o, None)""", "RuntimeError", r"has been freed"),
+    "opt_dynamic_labels_after_ctx_compute_freed": (True, DYNAMIC + """
+G.ggml_opt_alloc(o, True)
+lab = G.ggml_opt_labels(o)
+G.ggml_opt_eval(o, None)
+c.free()
+G.ggml_backend_tensor_get_data(lab)""", "RuntimeError", r"freed"),
+    "opt_dynamic_loss_after_ctx_compute_freed": (True, DYNAMIC + """
+G.ggml_opt_alloc(o, True)
+G.ggml_opt_eval(o, None)
+c.free()
+G.ggml_backend_tensor_get_data(G.ggml_opt_loss(o))""", "RuntimeError", r"freed"),
+    "opt_dynamic_labels_of_an_earlier_step": (True, DYNAMIC + """
+G.ggml_opt_alloc(o, True)
+lab = G.ggml_opt_labels(o)
+G.ggml_opt_eval(o, None)
+c2, gf2, out2 = step_graph()
+G.ggml_opt_prepare_alloc(o, c2, gf2, x, out2)
+G.ggml_opt_alloc(o, True)
+G.ggml_backend_tensor_set_data(lab, np.zeros(8))""", "RuntimeError", r"ggml_opt_alloc made new labels"),
+    "opt_dynamic_parameter_of_another_shape": (True, DYNAMIC + """
+G.ggml_opt_alloc(o, True)
+G.ggml_opt_eval(o, None)
+V = G.ggml_set_param(G.ggml_new_tensor_2d(cs, G.GGML_TYPE_F32, 4, 2))
+G.ggml_backend_alloc_ctx_tensors(cs, be)
+c3 = G.ggml_init(64 * G.ggml_tensor_overhead() + 3 * G.ggml_graph_overhead(), no_alloc=True)
+out3 = G.ggml_mul_mat(c3, V, x)
+gf3 = G.ggml_new_graph_custom(c3, 64, True)
+G.ggml_build_forward_expand(gf3, out3)
+G.ggml_opt_prepare_alloc(o, c3, gf3, x, out3)""", "ValueError", r"paired by node position"),
+    "opt_adamw_beta_that_rounds_to_one": (True, """
+p = G.ggml_opt_get_default_optimizer_params()
+p.adamw.beta1 = 0.99999999""", "ValueError", r"beta1 must be in \[0, 1\)"),
+    "opt_set_state_with_negative_second_moments": (True, """
+opt = new_opt()["opt_ctx"]
+st = G.ggml_opt_get_state(opt, {"W": W})
+st["v"]["W"] = -np.ones(4)
+G.ggml_opt_set_state(opt, st, {"W": W})""", "ValueError", r">= 0"),
+    "opt_set_state_with_moments_of_none": (True, """
+opt = new_opt()["opt_ctx"]
+st = G.ggml_opt_get_state(opt, {"W": W})
+st["m"]["W"] = [None] * 4
+G.ggml_opt_set_state(opt, st, {"W": W})""", "TypeError", r"numeric"),
+    "fit_opt_labels_wider_than_the_outputs": (True, """
+ds = G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 4, 2, 64, 1)
+G.ggml_fit_opt(sched, cc, x, out, ds, G.ggml_opt_loss_type_mse(), nbatch_logical=8, nepoch=1, silent=True)""", "ValueError",
+                                             r"outputs hold 1 values per datapoint, the dataset's labels 2"),
+    "fit_opt_data_of_another_width": (True, """
+ds = G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 2, 1, 16, 1)
+G.ggml_fit_opt(sched, cc, x, out, ds, G.ggml_opt_loss_type_mse(), nepoch=1, silent=True)""", "ValueError",
+                                      r"datapoints of 4 values .* the dataset's of 2"),
+    "fit_opt_gen_one_input_listed_twice": (True, """
+G.ggml_fit_opt_gen(sched, cc, [x, x], out, [], silent=True)""", "ValueError", r"again"),
+    "fit_opt_gen_negative_loss_weights": (True, """
+batches = [{"inputs": [np.ones((8, 4))], "labels": [np.ones((8, 1))], "weights": [-np.ones(8)]}]
+G.ggml_fit_opt_gen(sched, cc, x, out, batches, loss_type=G.ggml_opt_loss_type_weighted_mse(), silent=True)""",
+                                           "ValueError", r"must be >= 0"),
+    "fit_opt_gen_initial_epoch_beyond_c": (True, """
+G.ggml_fit_opt_gen(sched, cc, x, out, [], initial_epoch=2 ** 70, silent=True)""", "ValueError", r"initial_epoch"),
     "opt_alloc_twice": (True, """
 opt = new_opt()["opt_ctx"]
 G.ggml_opt_alloc(opt, True)

@@ -123,7 +123,10 @@ def test_setters_check_what_ggml_asserts(sched):
     p = G.ggml_opt_default_params(sched, G.ggml_opt_loss_type_mse())
     bad = [("adamw", "alpha", 0.0), ("adamw", "alpha", -1e-3), ("adamw", "alpha", 1e-50),  # 0 as a float32
            ("adamw", "beta1", 1.5), ("adamw", "beta2", -0.1), ("adamw", "eps", -1e-9), ("adamw", "wd", 1.01),
-           ("adamw", "eps", float("nan")), ("sgd", "alpha", 0), ("sgd", "wd", 2.0), ("sgd", "alpha", float("inf"))]
+           ("adamw", "eps", float("nan")), ("sgd", "alpha", 0), ("sgd", "wd", 2.0), ("sgd", "alpha", float("inf")),
+           # a beta of 1, also one that only rounds to 1 in float32, makes every weight NaN (1 / (1 - beta^t));
+           # a learning rate beyond float32 becomes inf
+           ("adamw", "beta1", 1.0), ("adamw", "beta2", 0.99999999), ("adamw", "alpha", 1e300)]
     for group, key, value in bad:
         with pytest.raises(G.GgmlValueError, match=f"{group}.{key}"):
             setattr(getattr(p, group), key, value)

@@ -203,6 +203,9 @@ class BatchWriter:
                                      f"{len(targets)}")
             for target, value in zip(targets, values):
                 arr = self._convert(target, value)
+                if kind == "weights" and arr.size and not (arr >= 0).all():  # NaN fails too
+                    raise GgmlValueError(f"{self.name}: {target.what} must be >= 0 (a weight per datapoint or "
+                                         "element scales its loss; a negative one would train to increase it)")
                 if own and isinstance(value, np.ndarray) and np.shares_memory(arr, value):
                     arr = arr.copy()
                 pairs.append((target, arr))

@@ -22,7 +22,7 @@ from ..context import Context, Tensor, as_tensor, type_name
 from ..dataset import Dataset
 from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
 from ..sched import Scheduler
-from .._checks import check_indices, is_real, list_arg, ptr_key
+from .._checks import INT32_MAX, check_indices, is_real, list_arg, ptr_key
 from .adapters import BatchWriter, Source, Target, check_ends
 from .loop import Trainer, check_nonfinite, fit_loop
 from .prefetch import BatchFeed
@@ -37,8 +37,9 @@ def _positive_int_or_none(value: Any, name: str) -> int | None:
 
 
 def _int_at_least(value: Any, name: str, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-        raise GgmlValueError(f"{name} must be an integer >= {lo}, got {value!r}")
+    """An int argument in [lo, 2**31 - 1] (epoch numbers and batch counts reach ggml as C ints)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= INT32_MAX:
+        raise GgmlValueError(f"{name} must be an integer in [{lo}, {INT32_MAX}], got {value!r}")
     return int(value)
 
 
@@ -168,6 +169,15 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
     """
     _check_common(sched, ctx_compute, optimizer, "epochs", epochs, callbacks, silent)
     ins = _tensors(inputs, "inputs")
+    for i, t in enumerate(ins):
+        if any(t.ptr == u.ptr for u in ins[:i]):
+            raise GgmlValueError(f"inputs[{i}] is inputs[{[u.ptr for u in ins].index(t.ptr)}] again: each input of a "
+                                 "batch is written into its own tensor, so one would overwrite the other; list each "
+                                 "input tensor once")
+    if isinstance(outputs, (list, tuple)):
+        raise GgmlTypeError("ggml_fit_opt_gen trains one output tensor (as ggmlR's does); several heads train with "
+                            "ggml_fit_opt_multi (a dataset), or streamed with ggml_fit_generator on a multi-output "
+                            "model of the model layer")
     out = as_tensor(outputs, "outputs")
     L.check_loss_type(loss_type)
     steps_per_epoch = _positive_int_or_none(steps_per_epoch, "steps_per_epoch")
@@ -287,10 +297,7 @@ def _dataset_fit(sched, ctx_compute, inputs, outputs: list[Tensor], dataset, los
     if x.type != ds.data.type:
         raise GgmlTypeError(f"the dataset holds {type_name(ds.data.type)} data, the inputs tensor is "
                             f"{type_name(x.type)}; they must match")
-    physical = x.nelements() // ds.ne_datapoint if x.nelements() % ds.ne_datapoint == 0 else 0
-    if physical < 1:
-        raise GgmlValueError(f"inputs hold {x.nelements()} values, not a whole number of datapoints of "
-                             f"{ds.ne_datapoint} (the dataset's ne_datapoint)")
+    physical = _batch_of(x, ds.ne_datapoint)
     ndata = ds.ndata
     if ndata % physical:
         raise GgmlValueError(f"the dataset's {ndata} datapoints are not a multiple of the physical batch {physical}")
@@ -315,6 +322,10 @@ def _dataset_fit(sched, ctx_compute, inputs, outputs: list[Tensor], dataset, los
         offs = O.resolve_labels_offs(trainer.train_ctx.heads, labels_offs)
         widths = [h.outputs.nelements() // physical for h in trainer.train_ctx.heads if h.loss_type in L.LABELLED_LOSSES]
         labelled_offs = [o for o, h in zip(offs, trainer.train_ctx.heads) if h.loss_type in L.LABELLED_LOSSES]
+        if head_names is None and widths and widths[0] != ds.ne_label:  # one head: the labels are its outputs
+            raise GgmlValueError(f"the outputs hold {widths[0]} values per datapoint, the dataset's labels "
+                                 f"{ds.ne_label} (ne_label); a label per output value is needed: build the dataset "
+                                 f"with ne_label={widths[0]}, or the model with outputs of {ds.ne_label} per datapoint")
         for o, w in zip(labelled_offs, widths):
             if o + w > ds.ne_label:
                 raise GgmlValueError(f"head labels [{o}, {o + w}) fall outside the dataset's {ds.ne_label} label "
@@ -335,6 +346,22 @@ def _dataset_fit(sched, ctx_compute, inputs, outputs: list[Tensor], dataset, los
                         on_nonfinite=check_nonfinite(on_nonfinite))
     finally:
         trainer.close()
+
+
+def _batch_of(x: Tensor, ne_datapoint: int) -> int:
+    """The physical batch of an inputs tensor for datapoints of ``ne_datapoint`` values: its outermost axis
+    longer than 1 is the batch (``[ne_datapoint, batch]``, ``[W, H, C, batch]``), the axes inside it one
+    datapoint. Element counts alone would take a ``[3, 4]`` input for 2 datapoints of 6."""
+    ne = [int(n) for n in x.shape]
+    if x.nelements() == ne_datapoint:
+        return 1
+    outer = max((k for k, n in enumerate(ne) if n > 1), default=0)
+    per_point = x.nelements() // ne[outer]
+    if per_point != ne_datapoint:
+        raise GgmlValueError(f"the inputs tensor ne {ne} holds datapoints of {per_point} values (every axis but its "
+                             f"outermost, the batch of {ne[outer]}), the dataset's of {ne_datapoint} (ne_datapoint); "
+                             "make the inputs [ne_datapoint, batch] (or [W, H, C, batch] for images of W*H*C values)")
+    return ne[outer]
 
 
 def _weight_width(ds: Dataset, loss_types: list[int]) -> int | None:
