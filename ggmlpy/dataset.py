@@ -245,15 +245,29 @@ def ggml_opt_dataset_shuffle(opt_ctx: Any, dataset: Dataset, idata: int = -1) ->
     ds.shuffle(opt_ctx.rng, idata)
 
 
+def datapoints_of(t: Tensor, width: int, what: str) -> int:
+    """How many datapoints of ``width`` values a batch tensor holds, from its shape: its outermost axis longer
+    than 1 is the batch (``[width, batch]``, ``[W, H, C, batch]``), the axes inside it one datapoint. Element
+    counts alone would take a ``[3, 4]`` tensor for 2 datapoints of 6, each made of parts of two rows."""
+    ne = [int(n) for n in t.shape]
+    if t.nelements() == width:
+        return 1
+    outer = max((k for k, n in enumerate(ne) if n > 1), default=0)
+    per_point = t.nelements() // ne[outer]
+    if per_point != width:
+        raise GgmlValueError(f"{what} (ne {ne}) holds datapoints of {per_point} values (every axis but its outermost, "
+                             f"the batch of {ne[outer]}), the dataset's have {width} (its ne_datapoint or ne_label); make it "
+                             f"[{width}, batch] (or "
+                             f"[W, H, C, batch] for images of W*H*C = {width} values)")
+    return ne[outer]
+
+
 def _check_batch_tensor(fn: str, ds: Dataset, host: np.ndarray, t: Tensor, ibatch: int, what: str,
                         width: int | None = None) -> int:
     width = host.shape[1] if width is None else width
-    n = t.nelements()
     if t.type != _type_of(host) or not lib.ggml_is_contiguous(t.ptr):
         raise GgmlTypeError(f"{fn}: {what} must be a contiguous tensor of the dataset's type")
-    if n % width:
-        raise GgmlValueError(f"{fn}: {what} holds {n} elements, not a multiple of {width} per datapoint")
-    batch = n // width
+    batch = datapoints_of(t, width, f"{fn}: {what}")
     if batch % ds.ndata_shard:
         raise GgmlValueError(f"{fn}: the batch size {batch} must be a multiple of ndata_shard ({ds.ndata_shard})")
     nbatches = ds.ndata // batch
@@ -272,7 +286,9 @@ def ggml_opt_dataset_get_batch(dataset: Dataset, data_batch: Tensor, labels_batc
                                ibatch: int = 0) -> None:
     """Copy batch ``ibatch`` of the dataset into the batch tensors of a model.
 
-    The batch size is read from ``data_batch``: its element count divided by ``ne_datapoint``. Batch
+    The batch size is read from ``data_batch``'s shape: its outermost axis longer than 1, the axes inside
+    it one datapoint of ``ne_datapoint`` values (a tensor of the right element count but another layout is
+    refused). Batch
     ``ibatch`` is the datapoints ``[ibatch * batch, (ibatch + 1) * batch)`` in the dataset's current
     (possibly shuffled) order.
 
@@ -375,6 +391,7 @@ def ggml_opt_dataset_get_batch_rows(ds: Dataset, data_batch: Tensor, rows: slice
     if data.type != _type_of(src) or not lib.ggml_is_contiguous(data.ptr):
         raise GgmlTypeError("ggml_opt_dataset_get_batch_rows: data_batch must be a contiguous tensor of the "
                             f"dataset's type ({src.dtype})")
-    if src.size != data.nelements():
-        raise GgmlValueError(f"data_batch holds {data.nelements()} elements, the batch has {src.size}")
+    if datapoints_of(data, ds.ne_datapoint, f"{fn}: data_batch") != stop - start:
+        raise GgmlValueError(f"{fn}: data_batch holds {data.nelements() // ds.ne_datapoint} datapoints, the rows "
+                             f"{start}:{stop} are {stop - start}")
     write_array(data.ptr, src)

@@ -292,7 +292,7 @@ G.ggml_fit_opt(sched, cc, x, out, ds, G.ggml_opt_loss_type_mse(), nbatch_logical
     "fit_opt_data_of_another_width": (True, """
 ds = G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 2, 1, 16, 1)
 G.ggml_fit_opt(sched, cc, x, out, ds, G.ggml_opt_loss_type_mse(), nepoch=1, silent=True)""", "ValueError",
-                                      r"datapoints of 4 values .* the dataset's of 2"),
+                                      r"datapoints of 4 values .* the dataset.s have 2"),
     "fit_opt_gen_one_input_listed_twice": (True, """
 G.ggml_fit_opt_gen(sched, cc, [x, x], out, [], silent=True)""", "ValueError", r"again"),
     "fit_opt_gen_negative_loss_weights": (True, """

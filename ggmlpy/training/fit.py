@@ -19,7 +19,7 @@ from .. import opt as O
 from .._ffi import ffi
 from .._handle import unwrap
 from ..context import Context, Tensor, as_tensor, type_name
-from ..dataset import Dataset
+from ..dataset import Dataset, datapoints_of
 from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
 from ..sched import Scheduler
 from .._checks import INT32_MAX, check_indices, is_real, list_arg, ptr_key
@@ -297,7 +297,7 @@ def _dataset_fit(sched, ctx_compute, inputs, outputs: list[Tensor], dataset, los
     if x.type != ds.data.type:
         raise GgmlTypeError(f"the dataset holds {type_name(ds.data.type)} data, the inputs tensor is "
                             f"{type_name(x.type)}; they must match")
-    physical = _batch_of(x, ds.ne_datapoint)
+    physical = datapoints_of(x, ds.ne_datapoint, "the inputs tensor")
     ndata = ds.ndata
     if ndata % physical:
         raise GgmlValueError(f"the dataset's {ndata} datapoints are not a multiple of the physical batch {physical}")
@@ -346,22 +346,6 @@ def _dataset_fit(sched, ctx_compute, inputs, outputs: list[Tensor], dataset, los
                         on_nonfinite=check_nonfinite(on_nonfinite))
     finally:
         trainer.close()
-
-
-def _batch_of(x: Tensor, ne_datapoint: int) -> int:
-    """The physical batch of an inputs tensor for datapoints of ``ne_datapoint`` values: its outermost axis
-    longer than 1 is the batch (``[ne_datapoint, batch]``, ``[W, H, C, batch]``), the axes inside it one
-    datapoint. Element counts alone would take a ``[3, 4]`` input for 2 datapoints of 6."""
-    ne = [int(n) for n in x.shape]
-    if x.nelements() == ne_datapoint:
-        return 1
-    outer = max((k for k, n in enumerate(ne) if n > 1), default=0)
-    per_point = x.nelements() // ne[outer]
-    if per_point != ne_datapoint:
-        raise GgmlValueError(f"the inputs tensor ne {ne} holds datapoints of {per_point} values (every axis but its "
-                             f"outermost, the batch of {ne[outer]}), the dataset's of {ne_datapoint} (ne_datapoint); "
-                             "make the inputs [ne_datapoint, batch] (or [W, H, C, batch] for images of W*H*C values)")
-    return ne[outer]
 
 
 def _weight_width(ds: Dataset, loss_types: list[int]) -> int | None:

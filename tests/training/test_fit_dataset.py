@@ -643,3 +643,28 @@ def test_fit_opt_multi_with_one_head(weight, cpu, tsched, trng):
     finally:
         ds.free()
         m.free()
+
+
+def test_batch_tensors_are_read_by_their_shape_not_their_element_count():
+    """A [3, 4] tensor holds 12 values, as 2 datapoints of 6 would: element counts alone took it for those,
+    filling each column of 3 with half a datapoint. The batch is the outermost axis, each datapoint the rest."""
+    X = np.arange(8 * 6, dtype=np.float32).reshape(8, 6)
+    ds = make_dataset(X, X[:, :1].copy())
+    ctx = G.ggml_init(8 * G.ggml_tensor_overhead(), no_alloc=True)
+    wrong = G.ggml_new_tensor_2d(ctx, F32, 3, 4)
+    right = G.ggml_new_tensor_2d(ctx, F32, 6, 2)
+    labels = G.ggml_new_tensor_2d(ctx, F32, 1, 2)
+    image = G.ggml_new_tensor_4d(ctx, F32, 3, 2, 1, 2)      # two 3x2 images of 6 values
+    buf = G.ggml_backend_alloc_ctx_tensors(ctx, G.ggml_backend_cpu_init())
+    try:
+        with pytest.raises(ValueError, match=r"datapoints of 3 values"):
+            G.ggml_opt_dataset_get_batch(ds, wrong, labels, 0)
+        G.ggml_opt_dataset_get_batch(ds, right, labels, 1)
+        np.testing.assert_array_equal(rows_of(right, 6), X[2:4])
+        G.ggml_opt_dataset_get_batch(ds, image, labels, 2)
+        np.testing.assert_array_equal(rows_of(image, 6), X[4:6])
+        with pytest.raises(ValueError, match=r"datapoints of 3 values"):
+            G.ggml_opt_dataset_get_batch_rows(ds, wrong, slice(0, 2))
+    finally:
+        buf.free()
+        ctx.free()
