@@ -696,6 +696,8 @@ class OptContext(Handle):
             lib.ggml_opt_eval(ptr, res_ptr)
         if self.static and self.loss.composite:
             self.loss.count_correct()
+            if result is not None:
+                result.record_heads(self.loss.heads)
         self._opt_i = (self._opt_i + 1) % self.opt_period
         self._pending = None
         self._prepared = False

@@ -2,6 +2,7 @@
 accumulated in C, with the invariants ggml asserts checked in Python first."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,24 @@ class OptResult(Handle):
         super().__init__(lib.ggml_opt_result_init(), lib.ggml_opt_result_free)
         self._batch: int | None = None
         self._kind: tuple | None = None
+        # heads of a loss built from ggml ops (several heads, weights): per head, its loss of every batch and
+        # its correct predictions so far (None: not a cross-entropy head); empty for a loss ggml computes
+        self._head_losses: list[list[float]] = []
+        self._head_correct: list[int | None] = []
+        self._head_sum: list[bool] = []
+
+    def record_heads(self, heads: list) -> None:
+        """After an eval of a loss graph built from ggml ops: each head's loss and correct predictions."""
+        from .data import ggml_backend_tensor_get_data
+        from .losses import LOSS_SUM
+        if not self._head_losses:
+            self._head_losses = [[] for _ in heads]
+            self._head_correct = [0 if h.ncorrect is not None else None for h in heads]
+            self._head_sum = [h.loss_type == LOSS_SUM for h in heads]
+        for i, h in enumerate(heads):
+            self._head_losses[i].append(float(ggml_backend_tensor_get_data(h.value)[0]))
+            if h.ncorrect is not None:
+                self._head_correct[i] += int(ggml_backend_tensor_get_data(h.ncorrect)[0])
 
     def check_batch(self, opt: Any) -> None:
         """ggml asserts that a result only ever sees one batch size, loss kind and period."""
@@ -34,6 +53,23 @@ class OptResult(Handle):
     def reset(self) -> None:
         lib.ggml_opt_result_reset(self.ptr)
         self._batch = None
+        self._head_losses, self._head_correct, self._head_sum = [], [], []
+
+    def head_loss(self, i: int) -> tuple[float, float]:
+        """(mean, standard error) of head ``i``'s per-batch losses (0-based head; NaN error below 2 batches)."""
+        losses = np.asarray(self._head_losses[i], dtype=np.float64)
+        n = losses.size
+        if n == 0:
+            return 0.0, math.nan
+        mean = float(losses.mean())
+        return mean, (float(np.sqrt(((losses - mean) ** 2).sum() / (n * (n - 1)))) if n > 1 else math.nan)
+
+    def head_accuracy(self, i: int, ndata: int) -> tuple[float, float]:
+        correct = self._head_correct[i]
+        if correct is None or ndata == 0:
+            return math.nan, math.nan
+        acc = correct / ndata
+        return acc, (math.sqrt(acc * (1 - acc) / (ndata - 1)) if ndata > 1 else math.nan)
 
 
 def ggml_opt_result_init() -> OptResult:
@@ -166,3 +202,77 @@ def ggml_opt_result_pred(result: OptResult) -> np.ndarray:
     if n:
         lib.ggml_opt_result_pred(result.ptr, ffi.from_buffer("int32_t[]", out))  # typed: C takes int32_t *
     return out
+
+
+def _ihead(result: OptResult, ihead: Any, fn: str) -> int:
+    n = ggml_opt_result_n_loss(result)
+    if isinstance(ihead, bool) or not isinstance(ihead, (int, np.integer)) or not 1 <= ihead <= max(n, 1):
+        raise GgmlValueError(f"{fn}: ihead must be an int in [1, {max(n, 1)}] (1-based: the result holds {n} "
+                             f"head(s)), got {ihead!r}")
+    return int(ihead) - 1
+
+
+def ggml_opt_result_n_loss(result: OptResult) -> int:
+    """The number of heads (losses) whose values a result holds: 0 until something was evaluated into it,
+    then 1 for a single-loss context and the number of heads for a multi-head one (``ggml_opt_init_for_fit_multi``).
+
+    Arguments:
+        result: an OptResult.
+
+    Value: an int >= 0.
+
+    Example:
+        >>> [ggml_opt_result_loss_i(res, i)["loss"] for i in range(1, ggml_opt_result_n_loss(res) + 1)]
+    """
+    r = _res(result, "ggml_opt_result_n_loss")
+    if result._head_losses:
+        return len(result._head_losses)
+    out = ffi.new("int64_t *")
+    lib.ggml_opt_result_ndata(r, out)
+    return 1 if out[0] > 0 else 0
+
+
+def ggml_opt_result_loss_i(result: OptResult, ihead: int) -> dict:
+    """The loss of head ``ihead`` (1-based) accumulated in a result, before its head weight, with its uncertainty.
+
+    As ``ggml_opt_result_loss`` for the total: the mean of the head's per-batch losses (their total for SUM) and
+    the standard error of that mean over the batches (NaN with fewer than two). For a single-loss context,
+    head 1 is the whole loss.
+
+    Arguments:
+        result: an OptResult.
+        ihead: the head number, **1-based**, in ``[1, ggml_opt_result_n_loss(result)]`` (else GgmlValueError).
+
+    Value: a dict ``{"loss": float, "uncertainty": float}``.
+
+    Example:
+        >>> ggml_opt_result_loss_i(res, 2)["loss"]
+    """
+    i = _ihead(result, ihead, "ggml_opt_result_loss_i")
+    if not result._head_losses:
+        return ggml_opt_result_loss(result)
+    loss, unc = result.head_loss(i)
+    n = len(result._head_losses[i])
+    return {"loss": loss * n, "uncertainty": unc * n} if result._head_sum[i] else {"loss": loss, "uncertainty": unc}
+
+
+def ggml_opt_result_accuracy_i(result: OptResult, ihead: int) -> dict:
+    """The accuracy of head ``ihead`` (1-based) accumulated in a result, with its binomial standard error.
+
+    Cross-entropy heads count their correct predictions (argmax of the outputs against argmax of the labels);
+    other heads have accuracy NaN (ggmlR's NA). For a single-loss context, head 1 is ``ggml_opt_result_accuracy``.
+
+    Arguments:
+        result: an OptResult.
+        ihead: the head number, **1-based**, in ``[1, ggml_opt_result_n_loss(result)]`` (else GgmlValueError).
+
+    Value: a dict ``{"accuracy": float, "uncertainty": float}``.
+
+    Example:
+        >>> ggml_opt_result_accuracy_i(res, 1)["accuracy"]
+    """
+    i = _ihead(result, ihead, "ggml_opt_result_accuracy_i")
+    if not result._head_losses:
+        return ggml_opt_result_accuracy(result)
+    acc, unc = result.head_accuracy(i, ggml_opt_result_ndata(result))
+    return {"accuracy": acc, "uncertainty": unc}

@@ -23,7 +23,6 @@ from .. import opt as O
 from .. import opt_result as R
 from ..context import Tensor, walk_graph
 from ..backend import restore_threads, split_threads
-from ..data import ggml_backend_tensor_get_data
 from ..errors import GgmlpyWarning, GgmlValueError
 from .._checks import _tensor_label, index_bounds, ptr_key
 from .._handle import InterruptGuard, using
@@ -118,26 +117,19 @@ class Trainer:
         result = self.train_result if train else self.eval_result
         result.reset()
         stats = EpochStats()
-        heads = ctx.loss.heads if ctx.loss.composite else []  # built from ggml ops: their accuracy is counted here
-        head_sums = np.zeros(len(heads))
-        head_correct = np.zeros(len(heads))
+        heads = ctx.loss.heads if ctx.loss.composite else []  # built from ggml ops: the result counts each head
         loss_now = (lambda: R.ggml_opt_result_loss(result)["loss"])
         for pairs in feed.epoch(limit):
             self.step(ctx, pairs, train, result)
             stats.steps += 1
-            for i, h in enumerate(heads):
-                head_sums[i] += float(ggml_backend_tensor_get_data(h.value)[0])
-                if h.ncorrect is not None:
-                    head_correct[i] += float(ggml_backend_tensor_get_data(h.ncorrect)[0])
             if progress is not None:
                 progress.update(stats.steps * self.batch_size, loss_now)
         stats.samples = stats.steps * self.batch_size
         if stats.steps:
             stats.loss = R.ggml_opt_result_loss(result)["loss"]
             stats.accuracy = R.ggml_opt_result_accuracy(result)["accuracy"]
-            stats.head_loss = list(head_sums / stats.steps)
-            stats.head_accuracy = [c / stats.samples if h.ncorrect is not None else math.nan
-                                   for c, h in zip(head_correct, heads)]
+            stats.head_loss = [result.head_loss(i)[0] for i in range(len(heads))]   # mean per batch
+            stats.head_accuracy = [R.ggml_opt_result_accuracy_i(result, i + 1)["accuracy"] for i in range(len(heads))]
             if heads:
                 ce = [a for a in stats.head_accuracy if not math.isnan(a)]
                 stats.accuracy = float(np.mean(ce)) if ce else math.nan

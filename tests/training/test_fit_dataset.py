@@ -450,6 +450,26 @@ def test_init_for_fit_multi_accessors(cpu, tsched, trng):
         assert ncorrect == int((o2.argmax(1) == y2.argmax(1)).sum())
         for k, v in m.params().items():
             np.testing.assert_array_equal(v, p[k])  # forward only: nothing moved
+        # the result keeps each head's loss and accuracy (ggmlR 0.8.4's ggml_opt_result_*_i); a second batch
+        # with other labels: the head losses are the means over the two batches, the standard errors theirs
+        y1b = trng.normal(0, 1, (N, 2)).astype(np.float32)
+        G.ggml_opt_alloc(opt, False)
+        G.ggml_backend_tensor_set_data(m.x, X)
+        G.ggml_backend_tensor_set_data(G.ggml_opt_labels_i(opt, 1), y1b)
+        G.ggml_backend_tensor_set_data(G.ggml_opt_labels_i(opt, 2), y2)
+        G.ggml_opt_eval(opt, result)
+        l1b = loss_and_dout("mse", o1, y1b.astype(np.float64))[0]
+        assert G.ggml_opt_result_n_loss(result) == 2
+        r1, r2 = G.ggml_opt_result_loss_i(result, 1), G.ggml_opt_result_loss_i(result, 2)
+        assert r1["loss"] == pytest.approx((l1 + l1b) / 2, rel=1e-5)
+        assert r1["uncertainty"] == pytest.approx(abs(l1 - l1b) / 2, rel=1e-4)   # sqrt(sum of sq. dev. / (n(n-1)))
+        assert r2["loss"] == pytest.approx(l2, rel=1e-5) and r2["uncertainty"] == pytest.approx(0, abs=1e-6)
+        assert math.isnan(G.ggml_opt_result_accuracy_i(result, 1)["accuracy"])
+        assert G.ggml_opt_result_accuracy_i(result, 2)["accuracy"] == pytest.approx(ncorrect / N)
+        with pytest.raises(ValueError, match="ihead"):
+            G.ggml_opt_result_loss_i(result, 3)
+        G.ggml_opt_result_reset(result)
+        assert G.ggml_opt_result_n_loss(result) == 0
         result.free()
         opt.free()
         # a single-head context answers the same accessors
