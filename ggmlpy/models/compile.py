@@ -68,6 +68,13 @@ class CompileConfig:
     weight_decay: float = 0.0
     extra: dict = field(default_factory=dict)
 
+    def loss_weights(self) -> list[float] | None:
+        """The heads' loss weights for the training graph (None: one head of weight 1, ggml's own loss). A single
+        output's weight scales its loss too (Keras), as ggml_evaluate reports it."""
+        if len(self.heads) == 1 and self.heads[0].weight == 1.0:
+            return None
+        return [h.weight for h in self.heads]
+
     def to_dict(self) -> dict:
         return {"optimizer": self.optimizer, "loss": [h.loss for h in self.heads],
                 "loss_weights": [h.weight for h in self.heads], "metrics": self.metrics, "backend": self.backend,

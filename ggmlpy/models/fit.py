@@ -183,7 +183,7 @@ def run_training(model: Model, cfg: CompileConfig, source: Source, batch: int, *
                             optimizer=cfg.optimizer_type, period=period, weight_decay=cfg.weight_decay,
                             epochs=epochs, initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
                             callbacks=callbacks, silent=silent, prefetch=prefetch,
-                            loss_weights=[h.weight for h in cfg.heads] if multi else None,
+                            loss_weights=cfg.loss_weights(),
                             learning_rate=cfg.learning_rate, sample_weighted=sample_weighted, hooks=inst.hooks,
                             validate=validate, head_names=[h.name for h in cfg.heads] if multi else None,
                             stream=stream, on_nonfinite=on_nonfinite, batch_size=batch,

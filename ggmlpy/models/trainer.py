@@ -110,7 +110,7 @@ class ModelTrainer:
             multi = len(cfg.heads) > 1
             self._session = _OptSession(self._sched, self._inst.ctx, self._inst.inputs, self._inst.outputs,
                                         [h.loss_type for h in cfg.heads],
-                                        [h.weight for h in cfg.heads] if multi else None, cfg.optimizer_type, period,
+                                        cfg.loss_weights(), cfg.optimizer_type, period,
                                         cfg.weight_decay, learning_rate=cfg.learning_rate, hooks=self._inst.hooks,
                                         batch_size=self.batch_size)
             self._owned.insert(0, self._session)

@@ -373,3 +373,24 @@ def test_sample_weights_on_outputs_of_several_axes():
     err = g.ggml_predict(m, x).astype(np.float64) - y
     h = g.ggml_fit(m, x, y, batch_size=8, sample_weight=sw, verbose=0)
     assert h["train_loss"].iloc[0] == pytest.approx(np.mean(err ** 2 * sw[:, None, None]), rel=1e-5)
+
+
+def test_a_single_outputs_loss_weight_scales_training_as_evaluation():
+    """ggml_evaluate applied a single output's loss_weights, training ignored it. Now both do (Keras): with
+    SGD, weight 2 is the step of twice the learning rate, and the reported loss is twice the loss."""
+    rng = np.random.default_rng(0)
+    x, y = rng.random((32, 3)).astype(np.float32), rng.random((32, 1)).astype(np.float32)
+
+    def run(weight, lr):
+        np.random.seed(0)
+        m = g.ggml_model_sequential()
+        m = g.ggml_compile(g.ggml_layer_dense(m, 1, input_shape=(3,)), loss="mse", optimizer="sgd", backend="cpu",
+                           loss_weights=weight, learning_rate=lr)
+        loss = g.ggml_evaluate(m, x, y)["loss"]
+        h = g.ggml_fit(m, x, y, epochs=1, batch_size=32, verbose=0, shuffle=False)
+        return loss, h["train_loss"].iloc[0], g.ggml_get_weights(m)["dense_1.weight"]
+    plain_eval, plain_train, plain_w = run(None, 0.2)
+    weighted_eval, weighted_train, weighted_w = run(2.0, 0.1)
+    assert weighted_eval == pytest.approx(2 * plain_eval, rel=1e-6)
+    assert weighted_train == pytest.approx(2 * plain_train, rel=1e-5)
+    np.testing.assert_allclose(weighted_w, plain_w, rtol=1e-5, atol=1e-7)
