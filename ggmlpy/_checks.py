@@ -208,6 +208,11 @@ def view(fn: str, a: Tensor, ne: tuple[int, ...], nb: tuple[int, ...], offset: i
         int_arg(fn, f"nb{i + 1}", n, 1)
     int_arg(fn, "offset", offset, 0)
     esize = int(lib.ggml_type_size(a.type))
+    if int(lib.ggml_blck_size(a.type)) == 1:  # plain types: offsets and strides fall on whole elements
+        for name, v in [("offset", offset)] + [(f"nb{i + 1}", n) for i, n in enumerate(nb)]:
+            if v % esize:
+                fail(fn, f"{name} is in bytes and must be a multiple of the element size {esize} "
+                         f"({type_name(a.type)}), got {v}; for an element offset k pass k * {esize}")
     strides = (esize,) + tuple(nb)
     last = offset + sum((n - 1) * s for n, s in zip(ne, strides)) + esize
     if last > a.nbytes():
@@ -221,6 +226,13 @@ def permutation(fn: str, axes: tuple[int, ...]) -> None:
 
 
 def out_size(fn: str, what: str, n: int, k: int, s: int, p: int, d: int = 1) -> int:
+    # ggml computes sizes in C int (32 bits): a padding, kernel or dilation that overflows there gives it a
+    # negative size (an abort, or a tensor of negative shape), whatever Python's exact integers say
+    for name, v in (("input + 2 * padding", n + 2 * p), ("dilation * (kernel - 1)", d * (k - 1)),
+                    ("stride", s), ("padding", p)):
+        if abs(v) > INT32_MAX:
+            fail(fn, f"{what}: {name} is {v}, beyond ggml's 32-bit sizes ({INT32_MAX}); use a smaller padding, "
+                     "kernel or dilation")
     size = (n + 2 * p - d * (k - 1) - 1) // s + 1
     if size < 1:
         fail(fn, f"the output {what} would be {size}: input {n}, kernel {k}, stride {s}, padding {p}, dilation {d}")
@@ -498,9 +510,14 @@ def _index_inputs(inputs: list[Tensor] | None, outputs: list[Tensor]) -> dict[in
         if entry is None or t.src[entry[0]] == ffi.NULL:
             continue
         idx = t.src[entry[0]]
+        exact_view = False  # a contiguous view or reshape of an input holds exactly the indices read: check it
         while not _is_input(idx, wanted) and ffi.string(lib.ggml_op_name(idx.op)).decode() in _DATA_MOVES:
+            if ffi.string(lib.ggml_op_name(idx.op)).decode() in ("VIEW", "RESHAPE") and lib.ggml_is_contiguous(idx) \
+                    and idx.view_src != ffi.NULL and _is_input(idx.view_src, wanted):
+                exact_view = True
+                break
             idx = idx.src[0]
-        if _is_input(idx, wanted):
+        if exact_view or _is_input(idx, wanted):
             bound = entry[1](t)
             old = found.get(ptr_key(idx))
             if old is None or bound < old[1]:
@@ -621,13 +638,15 @@ _SHAPE_ONLY_SRCS = {"CPY": (1,), "IM2COL": (0,), "IM2COL_BACK": (0,)}
 
 def value_read(nodes: Iterable[Any]) -> set[int]:
     """Keys of the tensors some node of ``nodes`` reads the values of (not only the shape, or as the
-    destination of a copy)."""
+    destination of a copy); reading a view reads the tensor it views."""
     read: set[int] = set()
     for p in nodes:
         skip = _SHAPE_ONLY_SRCS.get(ffi.string(lib.ggml_op_name(p.op)).decode(), ())
         for j, src in enumerate(p.src):
             if src != ffi.NULL and j not in skip:
                 read.add(ptr_key(src))
+                if src.view_src != ffi.NULL:
+                    read.add(ptr_key(src.view_src))
     return read
 
 
@@ -817,7 +836,10 @@ def allocation_may_fail(tensors: list, backends: list) -> bool:
     return need > sum(f for _, f in pools.values())
 
 
-def check_graph_ready(graph: Graph, backends: list, fn: str, mode: str) -> None:
+_PURE_VIEWS = {"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"}  # (a copy's result views its destination: placed)
+
+
+def check_graph_ready(graph: Graph, backends: list, fn: str, mode: str, scheduler: bool = False) -> None:
     """Refuse to compute a graph that would crash ggml or compute garbage, naming the tensor:
 
     * memory: ``mode`` "backend" (``ggml_backend_graph_compute`` on ``backends[0]``) and "allocated" (a
@@ -832,13 +854,17 @@ def check_graph_ready(graph: Graph, backends: list, fn: str, mode: str) -> None:
     (``_handle.memory_epoch``: some memory was given back) change."""
     from ._handle import memory_epoch
     g = graph.ptr
-    key = (memory_epoch(), int(lib.ggml_graph_n_nodes(g)), mode, tuple(id(b) for b in backends))
+    key = (memory_epoch(), int(lib.ggml_graph_n_nodes(g)), mode, scheduler, tuple(id(b) for b in backends))
     if graph._checked == key:
         return
     nodes, tensors = graph_tensor_ptrs(g)
     keys = {ptr_key(t) for t in tensors}
     read = value_read(nodes) if mode == "sched" else set()
     names = "/".join(b.name for b in backends)
+    unplaced_view = None
+    # leafs some node writes into (a copy's destination, an in-place op's): the scheduler places those
+    written = {ptr_key(t.view_src) for t in nodes if t.view_src != ffi.NULL
+               and ffi.string(lib.ggml_op_name(t.op)).decode() not in _PURE_VIEWS}
     for t in tensors:
         root = t.view_src if t.view_src != ffi.NULL else t
         leaf = t.op == lib.GGML_OP_NONE and t.view_src == ffi.NULL
@@ -851,6 +877,11 @@ def check_graph_ready(graph: Graph, backends: list, fn: str, mode: str) -> None:
             if root is not t and ptr_key(root) not in keys:
                 raise GgmlStateError(f"{fn}: {_tensor_label(t)} views {_tensor_label(root)}, which has no memory and "
                                      f"is not computed by this graph: {NO_MEMORY_FIX}")
+            if (scheduler or mode == "sched") and root is not t and root.op == lib.GGML_OP_NONE \
+                    and ffi.string(lib.ggml_op_name(t.op)).decode() in _PURE_VIEWS \
+                    and not root.flags & int(lib.GGML_TENSOR_FLAG_INPUT) and ptr_key(root) not in written \
+                    and unplaced_view is None:
+                unplaced_view = (t, root)  # refused below, after the ops (a missing kernel says more)
             continue
         where = tensor_memory(t, f"{fn}: {_tensor_label(t)}")
         if where == "host" and mode == "backend" and not backends[0].is_cpu:
@@ -870,6 +901,14 @@ def check_graph_ready(graph: Graph, backends: list, fn: str, mode: str) -> None:
                                  f"on; compute with a scheduler that has the {buf} backend (or allocate the tensor on "
                                  "one of these backends)")
     check_nodes_supported(nodes, backends, fn, pinned=mode != "backend")
+    if unplaced_view is not None:
+        # ggml's scheduler gives memory to leafs that nodes read, not to one only seen through a view (it
+        # aborted: "buffer_id >= 0"); a graph allocator places it
+        t, root = unplaced_view
+        raise GgmlStateError(f"{fn}: {_tensor_label(t)} views {_tensor_label(root)}, a leaf without memory that is "
+                             "not marked as an input: ggml's scheduler would not place it. Mark it with ggml_set_input "
+                             "(then write it after allocating the graph), or allocate its context with "
+                             "ggml_backend_alloc_ctx_tensors")
     if mode in ("sched", "alloc"):
         check_graph_memory(nodes, tensors, backends, fn)
     graph._checked = key

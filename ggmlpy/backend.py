@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._ffi import BUILD_INFO, ffi, lib
-from ._handle import Handle, free_handle, unwrap
+from ._handle import Handle, free_handle, unwrap, using
 from .errors import BackendUnavailableError, GgmlStateError, expect
 
 if TYPE_CHECKING:
@@ -817,7 +817,11 @@ def ggml_backend_buffer_clear(buffer: Buffer, value: int = 0) -> None:
     """
     ptr = unwrap(buffer, Buffer, "ggml_backend_buffer_clear(buffer)")
     expect(isinstance(value, int) and 0 <= value <= 255, f"value must be a byte in [0, 255], got {value!r}")
-    lib.ggml_backend_buffer_clear(ptr, value)
+    # a compute or fit reading the buffer (another thread, a callback) would see it change under it
+    with using([], "ggml_backend_buffer_clear", exclusive=[buffer],
+               busy=lambda call: f"ggml_backend_buffer_clear: the buffer is in use by {call}, which would see its "
+                                 "values change mid-way; clear it after that call returns"):
+        lib.ggml_backend_buffer_clear(ptr, value)
 
 
 def ggml_backend_alloc_ctx_tensors(ctx, backend: Backend) -> Buffer | None:

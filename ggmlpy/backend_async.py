@@ -848,6 +848,10 @@ def ggml_backend_graph_plan_compute(backend: Backend, plan: GraphPlan) -> int:
     p = plan.ptr
     graph = plan.graph
     g = _graph_ptr(graph, fn)
+    if graph.n_nodes() != plan.n_nodes:  # ggml's plan holds the node list and work size of its creation
+        raise GgmlStateError(f"{fn}: the graph has {graph.n_nodes()} nodes now, {plan.n_nodes} when the plan was "
+                             "made: the plan would compute the old graph (and size its work buffer for it); free it "
+                             "and create a new one with ggml_backend_graph_plan_create")
     check_graph_ready(graph, [backend], fn, "backend")
     with using([backend, plan, *graph.keepers], fn):
         _check_indices(g)

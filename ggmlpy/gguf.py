@@ -23,7 +23,7 @@ import numpy as np
 
 from ._ffi import ffi, ggml_logger, lib
 from ._handle import Handle, free_handle, unwrap
-from .context import Context, Tensor, as_tensor, c_string, check_fits_memory
+from .context import INT64_MAX, Context, Tensor, as_tensor, c_string, check_fits_memory
 from .data import _storage
 from .errors import GgmlStateError, GgmlTypeError, GgmlValueError, GgufFileError, GgufFileNotFoundError, \
     GgufKeyError, expect
@@ -191,6 +191,7 @@ class _Header:
         self.keys: list[bytes] = []
         self.nul_values: set[str] = set()    # keys whose string value(s) hold a NUL byte
         self.tensor_names: list[bytes] = []
+        self.tensor_ne: list[list[int]] = []  # each tensor's shape, as written (before ggml's int64 products)
 
 
 _SCALAR_SIZES = {GGUF_TYPE_UINT8: 1, GGUF_TYPE_INT8: 1, GGUF_TYPE_BOOL: 1, GGUF_TYPE_UINT16: 2,
@@ -243,7 +244,10 @@ def _scan_header(raw: bytes) -> _Header:
     for _ in range(n_tensors):
         h.tensor_names.append(string())
         n_dims = take("<I")
-        pos += 8 * n_dims + 4 + 8  # ne, type, offset
+        if n_dims > 8:
+            raise ValueError(f"{n_dims} dimensions")
+        h.tensor_ne.append([take("<q") for _ in range(n_dims)])
+        pos += 4 + 8  # type, offset
     if pos > len(raw):
         raise ValueError("tensor infos beyond the header")
     return h
@@ -273,6 +277,13 @@ def _check_header(g: Any, p: str, fn: str) -> _Header:
                 raise GgufFileError(f"{fn}: {p!r} is corrupt: {what} #{i} {name!r} holds {problem}; ggml would "
                                     f"read it as {cut!r} (two names could merge into one). Rewrite the file with "
                                     "valid names")
+    for name, ne in zip(h.tensor_names, h.tensor_ne):
+        count = 1
+        for n in ne:
+            count *= n
+        if count > INT64_MAX:  # ggml multiplies in int64: a product that wraps (to 0 exactly) passed its check
+            raise GgufFileError(f"{fn}: {p!r} is corrupt: tensor {name.decode('utf-8', 'replace')!r} has shape {ne}, "
+                                f"whose {count} elements overflow ggml's 64-bit counts")
     return h
 
 
@@ -984,13 +995,24 @@ def gguf_write_to_file(ctx: GgufContext, path: Any, only_meta: bool = False) -> 
             if t.data == ffi.NULL or _addr(t.data) != data or _addr(t.buffer) != buffer:
                 raise GgmlStateError(f"{fn}: the memory of tensor '{name}' was freed or moved after gguf_add_tensor; "
                                      "add it to a new GGUF context")
-    if _is_device(p):  # /dev/null: written in place, nothing to check
-        with _ggml_errors() as lines:
-            ok = lib.gguf_write_to_file(g, _path_bytes(p), only_meta)
-        if not ok:
-            raise GgufFileError(f"{fn}: could not write {p!r}{_reason(lines)}")
+    if _is_device(p):  # /dev/null, a tape: cannot be replaced; the checked file is copied onto it by Python
+        _write_to_device(g, p, only_meta, fn)
         return
     _write_replacing(g, p, only_meta, fn)
+
+
+def _write_to_device(g: Any, p: str, only_meta: bool, fn: str) -> None:
+    """ggml does not check its last writes (onto /dev/full it reported success): write a checked file in the
+    temporary folder, then copy it with Python, whose writes raise."""
+    import shutil
+    with tempfile.TemporaryDirectory(prefix="ggmlpy-gguf-") as tmp:
+        staged = os.path.join(tmp, "out.gguf")
+        _write_replacing(g, staged, only_meta, fn)
+        try:
+            with open(staged, "rb") as src, open(p, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        except OSError as exc:
+            raise GgufFileError(f"{fn}: could not write {p!r}: {exc.strerror or exc}") from None
 
 
 def _is_device(p: str) -> bool:

@@ -347,7 +347,7 @@ def ggml_backend_sched_reserve(sched: Scheduler, graph: Graph) -> bool:
     """
     s = _sched(sched, "ggml_backend_sched_reserve")
     g = _graph_ptr(graph, "ggml_backend_sched_reserve", sched)
-    check_graph_ready(graph, sched.backends, "ggml_backend_sched_reserve", "alloc")
+    check_graph_ready(graph, sched.backends, "ggml_backend_sched_reserve", "alloc", scheduler=True)
     with _exclusive(sched, graph.keepers, "ggml_backend_sched_reserve"):
         sched.release()  # reserving may move the scheduler's buffers
         ok = _sched_reserve(s, g)
@@ -376,14 +376,14 @@ def ggml_backend_sched_alloc_graph(sched: Scheduler, graph: Graph) -> bool:
     fn = "ggml_backend_sched_alloc_graph"
     s = _sched(sched, fn)
     g = _graph_ptr(graph, fn, sched)
-    check_graph_ready(graph, sched.backends, fn, "alloc")
+    check_graph_ready(graph, sched.backends, fn, "alloc", scheduler=True)
     with _exclusive(sched, graph.keepers, fn):
         # ggml aborts when a scheduler is allocated twice without a reset (e.g. after a compute): reset first.
         # The previous allocation's tensors lose their memory (its buffers may move).
         sched.release()
         lib.ggml_backend_sched_reset(s)
         reapply_tensor_backends(sched)
-        check_graph_ready(graph, sched.backends, fn, "alloc")  # again if the release took memory from it
+        check_graph_ready(graph, sched.backends, fn, "alloc", scheduler=True)  # again if the release took memory from it
         placed = _unallocated(g)
         _reserve_first(sched, s, g, fn)
         ok = bool(lib.ggml_backend_sched_alloc_graph(s, g))

@@ -241,3 +241,13 @@ for p in {cases!r}:
             print("refused", "cannot convert" in str(e))
 """)
     assert rc == 0 and out.split() == ["refused", "True"] * 2, (rc, out, err)
+
+
+def test_a_shape_whose_element_count_wraps_is_corrupt(tmp_path):
+    """[2**62, 4] has 2**64 elements, which ggml's int64 product wraps to 0 (its overflow check then passed):
+    the reader reported the tensor 'not loaded' and a size of 0."""
+    path = tmp_path / "wrap.gguf"
+    write_gguf(path, [], [("a", [2 ** 62, 4], F32, b"")])
+    for read in (lambda: G.gguf_read(path), lambda: G.gguf_load(path, meta_only=True)):
+        with pytest.raises(OSError, match="overflow ggml's 64-bit counts"):
+            read()

@@ -235,6 +235,39 @@ for v in (1.0, 2.0):
     G.ggml_backend_sched_graph_compute(s, g)
     assert list(G.ggml_backend_tensor_get_data(y)) == [3 * v] * 3""", None, None),
     # ---- ggml-opt
+    # third red-team round: the core
+    "sched_alloc_of_a_view_of_an_unplaced_leaf": (False, """
+be = G.ggml_backend_cpu_init(); s = G.ggml_backend_sched_new([be], parallel=False, graph_size=64)
+c = small_ctx(); x = G.ggml_new_tensor_2d(c, G.GGML_TYPE_F32, 3, 2)
+g = G.ggml_new_graph_custom(c, 64, False); G.ggml_build_forward_expand(g, G.ggml_cont(c, G.ggml_transpose(c, x)))
+G.ggml_backend_sched_alloc_graph(s, g)""", "RuntimeError", r"not marked as an input"),
+    "conv_1d_padding_beyond_32_bits": (False, """
+c = small_ctx()
+G.ggml_conv_1d(c, G.ggml_new_tensor_3d(c, G.GGML_TYPE_F32, 3, 1, 1), G.ggml_new_tensor_2d(c, G.GGML_TYPE_F32, 8, 1),
+               1, 2 ** 30, 1)""", "ValueError", r"32-bit"),
+    "conv_2d_direct_padding_beyond_32_bits": (False, """
+c = small_ctx()
+G.ggml_conv_2d_direct(c, G.ggml_new_tensor_4d(c, G.GGML_TYPE_F32, 3, 3, 1, 1),
+                      G.ggml_new_tensor_4d(c, G.GGML_TYPE_F32, 8, 8, 1, 1), 1, 1, 2 ** 30, 0, 1, 1)""", "ValueError",
+                                              r"32-bit"),
+    "view_at_a_byte_offset_inside_an_element": (False, """
+c = small_ctx()
+G.ggml_view_1d(c, G.ggml_new_tensor_1d(c, G.GGML_TYPE_F32, 16), 4, 2)""", "ValueError", r"multiple of the element size"),
+    "graph_plan_of_a_graph_that_grew": (False, """
+be = G.ggml_backend_cpu_init(); c = G.ggml_init(1 << 20)
+x = G.ggml_new_tensor_1d(c, G.GGML_TYPE_F32, 4); G.ggml_set_f32(x, 1.0)
+g = G.ggml_new_graph_custom(c, 64, False); y = G.ggml_add(c, x, x); G.ggml_build_forward_expand(g, y)
+p = G.ggml_backend_graph_plan_create(be, g)
+G.ggml_build_forward_expand(g, G.ggml_scale(c, y, 10.0))
+G.ggml_backend_graph_plan_compute(be, p)""", "RuntimeError", r"create a new one"),
+    "buffer_cleared_by_a_fit_callback": (True, """
+batches = [(np.ones((8, 4)), np.ones((8, 1)))]
+G.ggml_fit_opt_gen(sched, cc, x, out, batches, silent=True,
+                   callbacks=[{"on_epoch_end": lambda e, logs, st: G.ggml_backend_buffer_clear(buf)}])""", "RuntimeError",
+                                         r"in use by"),
+    "gguf_save_onto_a_full_device": (False, """
+c = small_ctx(no_alloc=False); t = G.ggml_set_name(G.ggml_new_tensor_1d(c, G.GGML_TYPE_F32, 4), "t")
+G.ggml_save_weights_gguf("/dev/full", [t])""", "OSError", r"No space left"),
     # dynamic graphs (no ctx_compute at init): the step's graph lives in the ctx_compute of prepare_alloc
     "opt_dynamic_alloc_after_ctx_compute_freed": (True, DYNAMIC + """
 c.free()

@@ -590,3 +590,26 @@ def test_every_exported_op_is_covered():
     assert not missing, f"ops without a forward test: {missing}"
     # and each is re-exported at the top level under its ggmlR name
     assert all(hasattr(G, name) for name in exported)
+
+
+def test_get_rows_through_a_view_of_the_indices_checks_the_view():
+    """The index check read the whole tensor a view of the indices looks into, refusing [0, 1] of [9, 0, 1, 2]."""
+    be = G.ggml_backend_cpu_init()
+    c = G.ggml_init(64 * G.ggml_tensor_overhead() + G.ggml_graph_overhead(64), no_alloc=True)
+    t = G.ggml_new_tensor_2d(c, G.GGML_TYPE_F32, 3, 4)
+    i = G.ggml_new_tensor_1d(c, G.GGML_TYPE_I32, 4)
+    r = G.ggml_get_rows(c, t, G.ggml_view_1d(c, i, 2, 4))    # elements 1 and 2 of i
+    buf = G.ggml_backend_alloc_ctx_tensors(c, be)
+    table = np.arange(12.0).reshape(4, 3)
+    G.ggml_backend_tensor_set_data(t, table)
+    G.ggml_backend_tensor_set_data(i, [9, 0, 1, 2])
+    g = G.ggml_new_graph_custom(c, 64, False)
+    G.ggml_build_forward_expand(g, r)
+    galloc = G.ggml_gallocr_new(be)
+    G.ggml_gallocr_alloc_graph(galloc, g)
+    G.ggml_backend_graph_compute(be, g)
+    np.testing.assert_array_equal(G.ggml_backend_tensor_get_data(r), table[[0, 1]].ravel())
+    G.ggml_backend_tensor_set_data(i, [0, 9, 1, 2])               # now the view holds 9: refused
+    with pytest.raises(ValueError, match="got 9"):
+        G.ggml_backend_graph_compute(be, g)
+    galloc.free(); buf.free(); c.free()

@@ -19,6 +19,12 @@ os.environ.setdefault("GGML_NO_BACKTRACE", "1")
 # and sleeps instead of fighting for the cores. Users who set either variable keep their choice.
 if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
     os.environ["GOMP_SPINCOUNT"] = "10000"
+# ggml's Vulkan backend computes F32 matrix products with F16 operands where the device has F16 arithmetic
+# (products of more than 8 columns): a float32 model then predicts 5e-4 off its CPU twin and every training
+# step differs by as much. Float32 models get float32 products, as on the CPU (and as PyTorch defaults to);
+# GGMLPY_VULKAN_F16=1 gives ggml's faster F16 products back. The variable is read when a device starts.
+if "GGML_VK_DISABLE_F16" not in os.environ and os.environ.get("GGMLPY_VULKAN_F16") != "1":
+    os.environ["GGML_VK_DISABLE_F16"] = "1"
 
 try:
     from ._ggml import ffi, lib  # noqa: E402

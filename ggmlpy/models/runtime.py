@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import ops
+from .._ffi import lib
 from ..backend import (Backend, blas_backend_init, ggml_backend_alloc_ctx_tensors, ggml_backend_init_auto,
                        restore_threads, split_threads)
 from ..context import (GGML_TYPE_F32, GGML_TYPE_I32, Tensor, ggml_graph_overhead, ggml_init,
@@ -53,6 +54,7 @@ class ParamStore:
             t = ggml_new_tensor(self.ctx, GGML_TYPE_F32, len(spec.ne), spec.ne)
             ggml_set_name(t, f"{layer.name}.{spec.name}")
             self.tensors[(id(layer), spec.name)] = t
+        check_device_can_use(backend, self.tensors.values(), "make the layer smaller, or compile with backend='cpu'")
         self.buffer = ggml_backend_alloc_ctx_tensors(self.ctx, backend) if specs else None
         for layer, spec in specs:
             value = _kept_value(values, layer, spec)
@@ -119,6 +121,19 @@ class ParamStore:
         if self.buffer is not None:
             self.buffer.free()
         self.ctx.free()
+
+
+def check_device_can_use(backend: Backend, tensors: Any, fix: str) -> None:
+    """Tensors the model layer puts in a GPU's memory itself (weights, a graph's inputs) must be ones the device
+    can compute with: a tensor beyond its largest buffer (Vulkan's storage-buffer range: 128 MiB on lavapipe)
+    cannot be moved to the CPU by the scheduler once allocated there, and ggml aborts at the first compute."""
+    if backend.is_cpu:
+        return
+    for t in tensors:
+        if not lib.ggml_backend_supports_op(backend.ptr, t.ptr):
+            raise GgmlValueError(f"'{t.name}' (ne {list(t.shape)}, {t.nbytes()} bytes) is more than {backend.name} "
+                                 "can use as one tensor (ggml_backend_supports_op: beyond the device's largest "
+                                 f"buffer), and ggml would abort computing with it; {fix}")
 
 
 def strip_leading_ones(shape: Sequence[int]) -> tuple[int, ...]:
@@ -293,6 +308,8 @@ class GraphInstance:
         self.inputs, self.outputs = inputs, outputs
         backend = b.params.backend
         self._owned: list[Any] = [b.ctx, b.ctx_io, b.ctx_pinned]
+        check_device_can_use(backend, list(inputs) + [t for t, _ in b.constants] + [t for t, _ in b.masks.masks],
+                             f"use a smaller batch_size (this graph is for {b.batch} samples), or backend='cpu'")
         for ctx in (b.ctx_io, b.ctx_pinned):
             buf = ggml_backend_alloc_ctx_tensors(ctx, backend)
             if buf is not None:
