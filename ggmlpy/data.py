@@ -165,7 +165,10 @@ def as_numeric(data: Any, what: str) -> np.ndarray:
     try:
         arr = np.asarray(data)
     except Exception as exc:  # noqa: BLE001 - anything numpy cannot read
-        raise GgmlTypeError(f"{what}: expected an array-like, got {type(data).__name__}") from exc
+        ragged = isinstance(exc, ValueError) and "inhomogeneous" in str(exc)
+        raise GgmlTypeError(f"{what}: expected an array-like, got {type(data).__name__}"
+                            + (" of rows of different lengths (a ragged list): every row needs the same length"
+                               if ragged else "")) from exc
     if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
         hint = ("; integers too large for int64 become Python objects" if arr.dtype == object and arr.size
                 and all(isinstance(v, int) for v in arr.reshape(-1)) else "")

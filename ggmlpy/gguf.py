@@ -11,6 +11,7 @@ Saving and loading a model's weights with these is ``weights.py``.
 from __future__ import annotations
 
 import logging
+import math
 import numbers
 import os
 import stat
@@ -27,6 +28,8 @@ from .context import INT64_MAX, Context, Tensor, as_tensor, c_string, check_fits
 from .data import _storage
 from .errors import GgmlStateError, GgmlTypeError, GgmlValueError, GgufFileError, GgufFileNotFoundError, \
     GgufKeyError, expect
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 GGUF_TYPE_UINT8, GGUF_TYPE_INT8 = lib.GGUF_TYPE_UINT8, lib.GGUF_TYPE_INT8
 GGUF_TYPE_UINT16, GGUF_TYPE_INT16 = lib.GGUF_TYPE_UINT16, lib.GGUF_TYPE_INT16
@@ -593,6 +596,10 @@ def _set_scalar(ctx: GgufContext, key: str, value: Any, gtype: int, fn: str) -> 
         expect(isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)),
                f"{fn}: value must be a number, got {value!r}", GgmlTypeError)
         value = float(value)
+        # a finite value beyond float32 would be stored as inf (the integer setters check their range too)
+        expect(gtype != GGUF_TYPE_FLOAT32 or not math.isfinite(value) or abs(value) <= FLOAT32_MAX,
+               f"{fn}: {value} is beyond f32's range (+-{FLOAT32_MAX:.4g}) and would be stored as inf; use "
+               "gguf_set_val_f64")
     _check_alignment_key(g, key, gtype, value, fn)
     _SETTERS[gtype](g, kb, value)
 
