@@ -528,13 +528,16 @@ def _index_inputs(inputs: list[Tensor] | None, outputs: list[Tensor]) -> dict[in
 def check_index_inputs(leaves: list[tuple[Any, int]]) -> None:
     """Check the current contents of index leaves (before a compute ggml would abort)."""
     for t, bound in leaves:
-        if t.data == ffi.NULL or not lib.ggml_is_contiguous(t) or t.type != lib.GGML_TYPE_I32:
+        # a contiguous view of an index input is read through the input itself, at the view's offset: the view's
+        # own data pointer is only set when a scheduler allocates its graph (stale before, from the last one)
+        src, offset = (t.view_src, int(t.view_offs)) if t.view_src != ffi.NULL else (t, 0)
+        if src.data == ffi.NULL or not lib.ggml_is_contiguous(t) or t.type != lib.GGML_TYPE_I32:
             continue
         values = np.empty(int(lib.ggml_nelements(t)), dtype=np.int32)
-        if t.buffer != ffi.NULL:
-            lib.ggml_backend_tensor_get(t, ffi.from_buffer(values), 0, values.nbytes)
+        if src.buffer != ffi.NULL:
+            lib.ggml_backend_tensor_get(src, ffi.from_buffer(values), offset, values.nbytes)
         else:
-            ffi.memmove(ffi.from_buffer(values), t.data, values.nbytes)
+            ffi.memmove(ffi.from_buffer(values), ffi.cast("char *", src.data) + offset, values.nbytes)
         check_indices(values, bound, _tensor_label(t))
 
 
