@@ -510,10 +510,11 @@ def _index_inputs(inputs: list[Tensor] | None, outputs: list[Tensor]) -> dict[in
         if entry is None or t.src[entry[0]] == ffi.NULL:
             continue
         idx = t.src[entry[0]]
-        exact_view = False  # a contiguous view or reshape of an input holds exactly the indices read: check it
+        exact_view = False  # a contiguous view of part of an input holds exactly the indices read: check it
         while not _is_input(idx, wanted) and ffi.string(lib.ggml_op_name(idx.op)).decode() in _DATA_MOVES:
             if ffi.string(lib.ggml_op_name(idx.op)).decode() in ("VIEW", "RESHAPE") and lib.ggml_is_contiguous(idx) \
-                    and idx.view_src != ffi.NULL and _is_input(idx.view_src, wanted):
+                    and idx.view_src != ffi.NULL and _is_input(idx.view_src, wanted) \
+                    and lib.ggml_nelements(idx) < lib.ggml_nelements(idx.view_src):
                 exact_view = True
                 break
             idx = idx.src[0]
