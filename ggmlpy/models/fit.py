@@ -290,6 +290,9 @@ def ggml_fit(model: Any, *args: Any, **kwargs: Any) -> pd.DataFrame:
         return fit_model(model, *args, **kwargs)
 
 
+ggml_fit.__name__ = ggml_fit.__qualname__ = "ggml_fit"  # its errors name it (functools.wraps took fit_model's)
+
+
 def nothing_to_train(model: Model) -> str:
     if any(p.trainable for l in model.layers for p in (l.params or [])):
         return "nothing to train: every layer with weights is frozen (ggml_unfreeze_weights)"
@@ -351,7 +354,7 @@ def ggml_fit_generator(model: Model, generator: Any, steps_per_epoch: int | None
 
     Example:
         >>> def batches():                      # a new pass (and augmentation) every epoch
-        ...     for i in range(0, len(x), 64):
+        ...     for i in range(0, len(x) - 63, 64):  # whole batches of 64 (ggml_fit pads a last partial one)
         ...         yield augment(x[i:i + 64]), y[i:i + 64]
         >>> g.ggml_fit_generator(model, batches, epochs=5)
     """

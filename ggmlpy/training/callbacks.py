@@ -14,7 +14,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .._checks import float_arg, int_arg, is_real
+from .._checks import FLOAT32_MAX, float_arg, int_arg, is_real
 from ..errors import GgmlpyWarning, GgmlTypeError, GgmlValueError
 from ..opt import LR_FLOOR, LrUserdata
 
@@ -140,7 +140,11 @@ class _Improvement:
 
 
 def _say(message: str) -> None:
-    print(message, file=sys.stderr)
+    if sys.stderr is not None and not getattr(sys.stderr, "closed", False):
+        try:
+            print(message, file=sys.stderr)
+        except (OSError, ValueError):  # a message is never worth stopping a fit for
+            pass
 
 
 def _on_stall(monitor: str, patience: int, min_delta: float, mode: str, act: Callable, fn: str) -> dict:
@@ -166,7 +170,7 @@ def _on_stall(monitor: str, patience: int, min_delta: float, mode: str, act: Cal
                               GgmlpyWarning, stacklevel=4)
             return
         tracker.update(value)
-        if tracker.wait >= patience:
+        if tracker.wait >= patience:  # ggmlR's rule: with patience 0 it acts every epoch, improving or not
             act(epoch, state, tracker)
 
     return {"on_epoch_end": on_epoch_end}
@@ -231,8 +235,7 @@ def ggml_schedule_step_decay(step_size: int = 10, gamma: float = 0.1) -> dict:
         >>> cb = ggml_schedule_step_decay(step_size=5, gamma=0.5)     # halve every 5 epochs
         >>> ggml_fit_opt_gen(sched, ctx, x, out, gen, epochs=20, callbacks=[cb])
     """
-    if not isinstance(step_size, int) or step_size < 1:
-        raise GgmlValueError(f"step_size must be an int >= 1, got {step_size!r}")
+    step_size = int_arg("ggml_schedule_step_decay", "step_size", step_size, 1)
     gamma = float_arg("ggml_schedule_step_decay", "gamma", gamma, finite=True)
     if gamma <= 0:
         raise GgmlValueError(f"ggml_schedule_step_decay: gamma must be > 0 (it multiplies the learning rate), "
@@ -257,7 +260,8 @@ def ggml_schedule_cosine_decay(eta_min: float = 0, T_max: int | None = None) -> 
         eta_min: the final learning rate (default 0; clamped to a tiny positive value, since ggml
             cannot step with 0).
         T_max: the number of epochs of the half cosine, or None (the default: the fit's last epoch
-            number, ``initial_epoch + epochs``).
+            number, ``initial_epoch + epochs``). The formula goes on past it, as PyTorch's
+            ``CosineAnnealingLR``: the rate rises again over the next ``T_max`` epochs.
 
     Value: a callback dict ``{"on_epoch_begin": f}`` for the ``callbacks`` list of the fit functions.
 
@@ -265,11 +269,11 @@ def ggml_schedule_cosine_decay(eta_min: float = 0, T_max: int | None = None) -> 
         >>> hist = ggml_fit_opt(sched, ctx, x, out, ds, nepoch=30, learning_rate=1e-3,
         ...                     callbacks=[ggml_schedule_cosine_decay(eta_min=1e-5)])
     """
-    if T_max is not None and (isinstance(T_max, bool) or not isinstance(T_max, int) or T_max < 1):
-        raise GgmlValueError(f"T_max must be an int >= 1 (epochs) or None, got {T_max!r}")
-    if not is_real(eta_min) or not math.isfinite(eta_min) \
-            or eta_min < 0:
-        raise GgmlValueError(f"eta_min must be a finite number >= 0, got {eta_min!r}")
+    if T_max is not None:
+        T_max = int_arg("ggml_schedule_cosine_decay", "T_max", T_max, 1)  # noqa: N806 - ggmlR's name
+    if not is_real(eta_min) or not 0 <= eta_min <= FLOAT32_MAX:
+        raise GgmlValueError(f"eta_min must be a finite number >= 0 that float32 holds (the learning rate ggml "
+                             f"keeps, at most {FLOAT32_MAX:.4g}), got {eta_min!r}")
     captured: dict = {}
 
     def on_epoch_begin(epoch: int, logs: dict, state: FitState) -> None:

@@ -162,7 +162,7 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
 
     Example:
         >>> def batches():                               # a generator function: one call per epoch
-        ...     for i in range(0, len(x_train), 32):
+        ...     for i in range(0, len(x_train) - 31, 32):     # whole batches: x holds exactly 32 samples
         ...         yield x_train[i:i + 32], y_train[i:i + 32]
         >>> hist = ggml_fit_opt_gen(sched, ctx, x, logits, batches, epochs=5,
         ...                         loss_type=ggml_opt_loss_type_cross_entropy(), learning_rate=1e-3)

@@ -8,30 +8,47 @@ import time
 from tqdm.auto import tqdm
 
 
+def _stderr_writable() -> bool:
+    """Whether progress can be shown at all: a process started with stderr closed (``2>&-``, a daemon) has
+    ``sys.stderr`` None or closed, and training must not stop because it cannot print."""
+    err = sys.stderr
+    return err is not None and not getattr(err, "closed", False)
+
+
 class EpochProgress:
     REFRESH_S = 0.5
 
     def __init__(self, epoch: int, nepoch: int, total: int | None, silent: bool) -> None:
-        self.silent = silent
+        self.silent = silent or not _stderr_writable()
         self.start = time.perf_counter()
         self._last = self.start
-        self.bar = None if silent else tqdm(total=total, desc=f"Epoch {epoch}/{nepoch}", unit="batch",
-                                            file=sys.stderr, leave=False, dynamic_ncols=True,
-                                            disable=None)  # None: no bar when stderr is not a terminal
+        self.bar = None
+        if not self.silent:
+            try:
+                self.bar = tqdm(total=total, desc=f"Epoch {epoch}/{nepoch}", unit="batch", file=sys.stderr,
+                                leave=False, dynamic_ncols=True, disable=None)  # None: no bar unless a terminal
+            except (OSError, ValueError, AttributeError):  # a stderr that cannot be written or asked
+                self.bar = None
 
     def update(self, samples: int, loss_fn) -> None:
         if self.bar is None:
             return
-        self.bar.update(1)
-        now = time.perf_counter()
-        if now - self._last >= self.REFRESH_S:
-            self._last = now
-            self.bar.set_postfix(loss=f"{loss_fn():.4g}", samples_per_s=f"{samples / (now - self.start):.0f}",
-                                 refresh=False)
+        try:
+            self.bar.update(1)
+            now = time.perf_counter()
+            if now - self._last >= self.REFRESH_S:
+                self._last = now
+                self.bar.set_postfix(loss=f"{loss_fn():.4g}", samples_per_s=f"{samples / (now - self.start):.0f}",
+                                     refresh=False)
+        except (OSError, ValueError):  # the terminal went away (a full disk behind 2>file): stop showing
+            self.bar = None
 
     def close(self) -> float:
         if self.bar is not None:
-            self.bar.close()
+            try:
+                self.bar.close()
+            except (OSError, ValueError):
+                pass
         return time.perf_counter() - self.start
 
 
@@ -50,5 +67,8 @@ def summary_line(epoch: int, nepoch: int, logs: dict, seconds: float, samples: i
 
 
 def say(line: str, silent: bool) -> None:
-    if not silent:
-        tqdm.write(line, file=sys.stderr)
+    if not silent and _stderr_writable():
+        try:
+            tqdm.write(line, file=sys.stderr)
+        except (OSError, ValueError):  # progress is never worth stopping a fit for
+            pass
