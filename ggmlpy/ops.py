@@ -1069,8 +1069,8 @@ def ggml_conv_2d(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int = 1, p
                  d0: int = 1, d1: int = 1) -> Tensor:
     """Kernel ``a [KW, KH, Cin, Cout]``, data ``b [W, H, Cin, N]`` -> ``[OW, OH, Cout, N]`` (im2col + mul_mat).
 
-    ggml builds the im2col patches in the kernel's type, F16 for an F32 kernel too: the data is rounded to
-    half precision (errors of about 1e-3 relative). ``ggml_conv_2d_direct`` computes in F32 (forward only);
+    ggml builds the im2col patches in F16 (F32 only for a BF16 kernel), for an F32 kernel too: the data is
+    rounded to half precision (errors of about 1e-3 relative). ``ggml_conv_2d_direct`` computes in F32 (forward only);
     the model layer's ``ggml_layer_conv_2d`` uses an F32 im2col and trains in F32."""
     fn = "ggml_conv_2d"
     a, b = _t(fn, a), _t(fn, b, "b")
