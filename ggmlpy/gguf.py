@@ -1008,6 +1008,26 @@ def gguf_write_to_file(ctx: GgufContext, path: Any, only_meta: bool = False) -> 
     _write_replacing(g, p, only_meta, fn)
 
 
+def _complete(path: str, only_meta: bool) -> tuple[bool, int]:
+    """(whether the GGUF file at ``path`` reads back whole, its size)."""
+    size = os.path.getsize(path)
+    try:
+        with _open_header(path, "gguf_write_to_file") as back:
+            return only_meta or size >= _data_extent(back.ptr), size
+    except GgufFileError:
+        return False, size
+
+
+def _write_in_place(g: Any, target: str, p: str, only_meta: bool, fn: str) -> None:
+    """The fallback when no new file can be made beside ``target``: ggml overwrites it, then it is checked."""
+    with _ggml_errors() as lines:
+        ok = lib.gguf_write_to_file(g, _path_bytes(target), only_meta)
+    complete, size = _complete(target, only_meta)
+    if not ok or not complete:
+        raise GgufFileError(f"{fn}: could not write {p!r}{_reason(lines) if not ok else ''}: only {size} bytes reached "
+                            "the disk (is it full?); the file is incomplete")
+
+
 def _write_to_device(g: Any, p: str, only_meta: bool, fn: str) -> None:
     """ggml does not check its last writes (onto /dev/full it reported success): write a checked file in the
     temporary folder, then copy it with Python, whose writes raise."""
@@ -1037,6 +1057,11 @@ def _write_replacing(g: Any, p: str, only_meta: bool, fn: str) -> None:
     folder, base = os.path.split(target)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=folder or ".")
+    except PermissionError:
+        if not os.path.isfile(target):
+            raise GgufFileError(f"{fn}: could not write {p!r}: permission denied in its folder") from None
+        _write_in_place(g, target, p, only_meta, fn)  # a writable file in a folder we may not write to
+        return
     except OSError as exc:
         raise GgufFileError(f"{fn}: could not write {p!r}: {exc.strerror or exc}") from None
     os.close(fd)
@@ -1045,12 +1070,7 @@ def _write_replacing(g: Any, p: str, only_meta: bool, fn: str) -> None:
             ok = lib.gguf_write_to_file(g, _path_bytes(tmp), only_meta)
         if not ok:
             raise GgufFileError(f"{fn}: could not write {p!r}{_reason(lines)}")
-        size = os.path.getsize(tmp)
-        try:
-            with _open_header(tmp, fn) as back:
-                complete = only_meta or size >= _data_extent(back.ptr)
-        except GgufFileError:
-            complete = False
+        complete, size = _complete(tmp, only_meta)
         if not complete:
             raise GgufFileError(f"{fn}: could not write {p!r}: only {size} bytes reached the disk (is it full, or "
                                 "over a file size limit?); the file that was there is unchanged")

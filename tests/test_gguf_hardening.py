@@ -206,3 +206,23 @@ def test_available_memory_reads_meminfo_and_cgroup_limits(monkeypatch):
     assert C.available_memory() == 2 << 30  # strict overcommit: CommitLimit - Committed_AS
     monkeypatch.setattr(C, "_cgroup_available", lambda: 1 << 30)
     assert C.available_memory() == 1 << 30  # a container limit
+
+
+def test_a_save_into_a_folder_that_takes_no_new_file_overwrites_the_file_in_place(tmp_path, monkeypatch):
+    """Saves go to a new file beside the target, then replace it; where the folder takes no new file (a
+    read-only folder holding a writable file) the file itself is written, then read back and checked."""
+    import ggmlpy.gguf as gguf_module
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+    c = G.ggml_init(1 << 16)
+    t = G.ggml_set_name(G.ggml_new_tensor_1d(c, G.GGML_TYPE_F32, 4), "t")
+    G.ggml_backend_tensor_set_data(t, [1.0, 2.0, 3.0, 4.0])
+    path = tmp_path / "w.gguf"
+    path.write_bytes(b"old")
+    monkeypatch.setattr(gguf_module.tempfile, "mkstemp", refuse)
+    G.ggml_save_weights_gguf(path, [t])
+    assert G.gguf_read(path)[0]["t"].tolist() == [1.0, 2.0, 3.0, 4.0]
+    with pytest.raises(OSError, match="permission denied"):
+        G.ggml_save_weights_gguf(tmp_path / "new.gguf", [t])
+    c.free()
