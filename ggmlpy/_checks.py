@@ -38,6 +38,15 @@ def is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
 
 
+def learning_rate_arg(what: str, value: Any) -> float:
+    """A learning rate as ggml keeps it, a float32: a finite number in [FLOAT32_TINY, FLOAT32_MAX] (1e-300
+    would become 0 and change nothing, 1e300 inf and make every weight NaN)."""
+    if not is_real(value) or not FLOAT32_TINY <= value <= FLOAT32_MAX:
+        raise GgmlValueError(f"{what} must be a finite number > 0 that float32 holds (ggml keeps it as one: "
+                             f"{FLOAT32_TINY:.3g} to {FLOAT32_MAX:.4g}), got {value!r}")
+    return float(value)
+
+
 def int_arg(fn: str, name: str, value: Any, minimum: int | None = None, maximum: int = INT64_MAX) -> int:
     """``value`` as an int in [minimum, maximum] (numpy ints accepted). ``maximum`` defaults to the largest
     int64 (what C receives for sizes); C ``int`` arguments pass INT32_MAX (``c_int_arg``), else cffi raises

@@ -772,7 +772,7 @@ def _heads_from(outputs: Any, loss_types: Any, loss_weights: Any = None, sample_
     for i, (o, t, w) in enumerate(zip(outs, types, weights)):
         o = as_tensor(o, f"outputs[{i}]")
         L.check_loss_type(t, f"loss_types[{i}]")
-        if isinstance(w, bool) or not isinstance(w, (int, float, np.floating)) or not math.isfinite(w) or w < 0:
+        if not is_real(w) or not math.isfinite(w) or w < 0:
             raise GgmlValueError(f"loss_weights[{i}] must be a finite number >= 0, got {w!r}")
         heads.append(L.Head(int(t), o, float(w), sample_weighted=sample_weighted))
     return heads

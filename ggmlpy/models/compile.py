@@ -1,14 +1,13 @@
 """``ggml_compile``: optimizer, losses and backend of a model; its weights are drawn here."""
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .._checks import FLOAT32_MAX, FLOAT32_TINY, is_real
+from .._checks import FLOAT32_MAX, is_real, learning_rate_arg
 from .. import losses as L
 from .. import opt as O
 from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
@@ -170,10 +169,7 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
     heads = [_head(n, _loss_name(l, i), float(w)) for i, (n, l, w) in enumerate(zip(outputs, losses, weights))]
     lr = None
     if learning_rate is not None:
-        if not is_real(learning_rate) or not FLOAT32_TINY <= learning_rate <= FLOAT32_MAX:
-            raise GgmlValueError(f"learning_rate must be a finite number > 0 that float32 holds (ggml keeps it as "
-                                 f"one: {FLOAT32_TINY:.3g} to {FLOAT32_MAX:.4g}), got {learning_rate!r}")
-        lr = float(learning_rate)
+        lr = learning_rate_arg("learning_rate", learning_rate)
     O.check_weight_decay(weight_decay)
     config = CompileConfig(opt_name, OPTIMIZERS[opt_name], heads, ["accuracy"] if metric_list else [], backend, lr,
                            float(weight_decay))

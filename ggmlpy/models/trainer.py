@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .._checks import FLOAT32_MAX, FLOAT32_TINY, is_real
+from .._checks import learning_rate_arg
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
 from ..opt_result import OptResult, ggml_opt_result_loss
 from ..opt_state import ggml_opt_get_state, optimized_params
@@ -107,7 +107,6 @@ class ModelTrainer:
         try:
             self._sched = make_scheduler(params.backend, self._inst.train_nodes)
             self._owned.insert(0, self._sched)
-            multi = len(cfg.heads) > 1
             self._session = _OptSession(self._sched, self._inst.ctx, self._inst.inputs, self._inst.outputs,
                                         [h.loss_type for h in cfg.heads],
                                         cfg.loss_weights(), cfg.optimizer_type, period,
@@ -190,10 +189,8 @@ class ModelTrainer:
     def set_lr(self, lr: float) -> None:
         """Set the learning rate from the next optimizer step on."""
         self._live("set_lr")
-        if not is_real(lr) or not FLOAT32_TINY <= lr <= FLOAT32_MAX:
-            raise GgmlValueError(f"trainer.set_lr: lr must be a finite number > 0 that float32 holds (ggml keeps it "
-                                 f"as one: {FLOAT32_TINY:.3g} to {FLOAT32_MAX:.4g}), got {lr!r}")
-        self._session.lr_ud.set(adamw_lr=float(lr), sgd_lr=float(lr))
+        lr = learning_rate_arg("trainer.set_lr: lr", lr)
+        self._session.lr_ud.set(adamw_lr=lr, sgd_lr=lr)
 
     @_one_at_a_time
     def get_lr(self) -> float:
