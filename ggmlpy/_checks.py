@@ -370,8 +370,6 @@ def check_backward_nodes(nodes: list, losses: list, accumulating: bool = False) 
 
 # ops that may be views of another tensor (view_src) on the gradient path: ggml asserts every other one is not
 _VIEW_OPS = {"CPY", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"}
-# in-place ops ggml offers no out-of-place form of
-_ALWAYS_INPLACE = {"CLAMP": "ggml_clamp always works in place in ggml; " + _COMPOSITE_HINT["CLAMP"]}
 
 
 def _check_not_inplace(n: Any, srcs: list) -> None:
@@ -391,7 +389,7 @@ def _check_not_inplace(n: Any, srcs: list) -> None:
     else:
         why = "it is the loss"
     base = label.split(" ")[0].lower()
-    fix = _ALWAYS_INPLACE.get(op) or f"Use the out-of-place op (ggml_{base}, not ggml_{base}_inplace or inplace=True)"
+    fix = f"Use the out-of-place op (ggml_{base}, not ggml_{base}_inplace or inplace=True)"
     raise GgmlValueError(f"ggml cannot build the backward pass through the in-place op {label} ({_tensor_label(n)}): "
                          f"it writes into its operand's memory, and it needs a gradient because {why}. {fix}, or "
                          "compute it in a graph without trainable parameters")

@@ -843,6 +843,15 @@ def ggml_set_loss(tensor: Tensor) -> Tensor:
     return tensor
 
 
+def input_leaf(fn: str, t: Tensor, what: str = "tensor") -> Tensor:
+    """``t`` if it can be flagged a graph input: ggml (0.25) asserts inputs are leaves made by ggml_new_tensor*."""
+    if t.ptr.op != lib.GGML_OP_NONE:
+        raise GgmlValueError(f"{fn}: {what} must be a tensor made by ggml_new_tensor* to be a graph input, got the "
+                             f"result of {t.op_name} ({t.name or 'unnamed'}); make the tensor you write the data "
+                             f"into the input and build the {t.op_name.lower()} from it")
+    return t
+
+
 def ggml_set_input(tensor: Tensor) -> Tensor:
     """Flag a tensor as a graph input, so the allocators never hand its memory to intermediate results.
 
@@ -850,14 +859,16 @@ def ggml_set_input(tensor: Tensor) -> Tensor:
     functions and the model layer do it for you.
 
     Arguments:
-        tensor: a Tensor.
+        tensor: a Tensor made by ``ggml_new_tensor*`` (a leaf: not the result of an op, a view or a
+            reshape; ggml 0.25 aborts otherwise, so ggmlpy raises GgmlValueError).
 
     Value: the same tensor.
 
     Example:
         >>> x = ggml_set_input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 32))
     """
-    lib.ggml_set_input(as_tensor(tensor, "ggml_set_input(tensor)").ptr)
+    t = input_leaf("ggml_set_input", as_tensor(tensor, "ggml_set_input(tensor)"))
+    lib.ggml_set_input(t.ptr)
     return tensor
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from ._ffi import ffi, ggml_logger, lib
 from ._handle import Handle, free_handle, unwrap
-from .context import INT64_MAX, Context, Tensor, as_tensor, c_string, check_fits_memory
+from .context import Context, Tensor, as_tensor, c_string, check_fits_memory
 from .data import _storage
 from .errors import GgmlStateError, GgmlTypeError, GgmlValueError, GgufFileError, GgufFileNotFoundError, \
     GgufKeyError, expect
@@ -280,13 +280,6 @@ def _check_header(g: Any, p: str, fn: str) -> _Header:
                 raise GgufFileError(f"{fn}: {p!r} is corrupt: {what} #{i} {name!r} holds {problem}; ggml would "
                                     f"read it as {cut!r} (two names could merge into one). Rewrite the file with "
                                     "valid names")
-    for name, ne in zip(h.tensor_names, h.tensor_ne):
-        count = 1
-        for n in ne:
-            count *= n
-        if count > INT64_MAX:  # ggml multiplies in int64: a product that wraps (to 0 exactly) passed its check
-            raise GgufFileError(f"{fn}: {p!r} is corrupt: tensor {name.decode('utf-8', 'replace')!r} has shape {ne}, "
-                                f"whose {count} elements overflow ggml's 64-bit counts")
     return h
 
 

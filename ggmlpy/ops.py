@@ -20,6 +20,15 @@ F32_F16 = {GGML_TYPE_F32, GGML_TYPE_F16}
 
 GGML_OP_POOL_MAX = int(lib.GGML_OP_POOL_MAX)
 GGML_OP_POOL_AVG = int(lib.GGML_OP_POOL_AVG)
+# the precisions ggml_prec_set_acc / ggml_prec_set_src take, widest first
+GGML_PREC_DEFAULT = int(lib.GGML_PREC_DEFAULT)
+GGML_PREC_F32 = int(lib.GGML_PREC_F32)
+GGML_PREC_BF16 = int(lib.GGML_PREC_BF16)
+GGML_PREC_F16 = int(lib.GGML_PREC_F16)
+GGML_PREC_Q8 = int(lib.GGML_PREC_Q8)
+GGML_PREC_Q4 = int(lib.GGML_PREC_Q4)
+_PRECS = {GGML_PREC_DEFAULT: "GGML_PREC_DEFAULT", GGML_PREC_F32: "GGML_PREC_F32", GGML_PREC_BF16: "GGML_PREC_BF16",
+          GGML_PREC_F16: "GGML_PREC_F16", GGML_PREC_Q8: "GGML_PREC_Q8", GGML_PREC_Q4: "GGML_PREC_Q4"}
 
 
 def _op(fn: str, ctx: Context, c_fn: Callable, tensors: tuple, shape: tuple | None, args: tuple = (),
@@ -290,29 +299,35 @@ def _check_scale(fn: str, a: Any, s: Any) -> tuple[Tensor, float]:
 
 
 def ggml_clamp(ctx: Context, a: Tensor, min: float, max: float) -> Tensor:  # noqa: A002 - ggml's names
-    """Clamp every element into ``[min, max]``; works **in place** on ``a``.
+    """Clamp every element into ``[min, max]``: ``minimum(maximum(a, min), max)``.
 
-    As in ggml, the result is a view of ``a``: when the graph runs, a's own data is clamped. ggml has
-    no backward pass for it, so it may not lie between a trainable parameter and the loss (clamp the
-    data instead, or use relu-based bounds such as ``x - relu(x - c)`` for ``min(x, c)``).
+    A new tensor (since ggml 0.25; ggml 0.20 clamped ``a`` in place, which ``ggml_clamp_inplace`` still
+    does). ggml has no backward pass for it, so it may not lie between a trainable parameter and the loss
+    (clamp the data instead, or use relu-based bounds such as ``x - relu(x - c)`` for ``min(x, c)``).
 
     Arguments:
         ctx: the context the result tensor is created in.
         a: F32 or F16 tensor with contiguous rows.
         min: the lower bound (a number); max: the upper bound, ``min <= max`` (else GgmlValueError).
+            Infinite bounds are allowed (no bound on that side).
 
-    Value: a Tensor of a's shape and type viewing a's data.
+    Value: a new Tensor of a's shape and type, computed when the graph runs.
 
     Example:
         >>> p = ggml_clamp(ctx, ggml_sigmoid(ctx, z), 1e-6, 1 - 1e-6)
     """
-    a = _t("ggml_clamp", a)
-    chk.types("ggml_clamp", a, F32_F16)
-    chk.rows_contiguous("ggml_clamp", a)  # NB: ggml_clamp returns a view: it clamps a in place
-    lo, hi = chk.float_arg("ggml_clamp", "min", min), chk.float_arg("ggml_clamp", "max", max)
-    if lo > hi:
-        chk.fail("ggml_clamp", f"min must be <= max, got {lo} > {hi}")
+    a, lo, hi = _check_clamp("ggml_clamp", a, min, max)
     return _op("ggml_clamp", ctx, lib.ggml_clamp, (a,), a.shape, (lo, hi), a.type)
+
+
+def _check_clamp(fn: str, a: Any, lo: Any, hi: Any) -> tuple[Tensor, float, float]:
+    a = _t(fn, a)
+    chk.types(fn, a, F32_F16)
+    chk.rows_contiguous(fn, a)
+    lo, hi = chk.float_arg(fn, "min", lo), chk.float_arg(fn, "max", hi)
+    if lo > hi:
+        chk.fail(fn, f"min must be <= max, got {lo} > {hi}")
+    return a, lo, hi
 
 
 def ggml_norm(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
@@ -662,6 +677,71 @@ def ggml_mul_mat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     chk.rows_contiguous("ggml_mul_mat", a)
     chk.rows_contiguous("ggml_mul_mat", b, "b")
     return _op("ggml_mul_mat", ctx, lib.ggml_mul_mat, (a, b), chk.mul_mat("ggml_mul_mat", a, b))
+
+
+def _prec_arg(fn: str, prec: Any) -> int:
+    if not chk.is_int(prec) or int(prec) not in _PRECS:
+        names = ", ".join(f"{n} ({v})" for v, n in _PRECS.items())
+        chk.fail(fn, f"prec must be one of {names}, got {prec!r}", chk.GgmlValueError if chk.is_int(prec)
+                 else chk.GgmlTypeError)
+    return int(prec)
+
+
+def ggml_prec_set_acc(a: Tensor, prec: int) -> bool:
+    """Set the narrowest type a matrix product (or fused attention) may accumulate its sums in.
+
+    ``GGML_PREC_F32`` asks every backend to accumulate ``a``'s sums in float32; ``GGML_PREC_DEFAULT``
+    leaves the choice to the backend (GPU backends may then accumulate F16 weights' products in F16, which
+    is faster and less exact); ``GGML_PREC_BF16``/``GGML_PREC_F16`` allow those types explicitly. ggml
+    0.25 reads it for ``ggml_mul_mat``, ``ggml_mul_mat_id`` and ``ggml_flash_attn_ext`` results (it
+    replaces ggml 0.20's ``ggml_mul_mat_set_prec``). Float32 weights are always accumulated in float32.
+
+    Arguments:
+        a: the result tensor of one of those ops (set before the graph is computed).
+        prec: one of ``GGML_PREC_DEFAULT``, ``GGML_PREC_F32``, ``GGML_PREC_BF16``, ``GGML_PREC_F16``
+            (``GGML_PREC_Q8``/``GGML_PREC_Q4`` are not allowed for accumulation).
+
+    Value: True when the op takes the setting, False for any other op (nothing is changed then).
+
+    Example:
+        >>> h = ggml_mul_mat(ctx, w_f16, x); ggml_prec_set_acc(h, GGML_PREC_F32)
+    """
+    fn = "ggml_prec_set_acc"
+    a = _t(fn, a)
+    prec = _prec_arg(fn, prec)
+    if prec in (GGML_PREC_Q8, GGML_PREC_Q4):
+        chk.fail(fn, f"{_PRECS[prec]} is not an accumulation type (ggml allows it only for operands: "
+                     "ggml_prec_set_src); use GGML_PREC_F32, GGML_PREC_BF16 or GGML_PREC_F16")
+    return bool(lib.ggml_prec_set_acc(a.ptr, prec))
+
+
+def ggml_prec_set_src(a: Tensor, prec: int, idx: int) -> bool:
+    """Set the narrowest type a backend may convert operand ``idx`` of a matrix product to.
+
+    ``ggml_prec_set_src(h, GGML_PREC_Q8, 1)`` lets a backend quantize ``b`` (the activations) of
+    ``h = ggml_mul_mat(ctx, a, b)`` down to 8-bit types before the product; ``GGML_PREC_F32`` keeps them
+    float32. ggml 0.25 honours it for operand 1 of ``ggml_mul_mat``/``ggml_mul_mat_id``; other ops and
+    operands answer False.
+
+    Arguments:
+        a: the result tensor of the product.
+        prec: one of ``GGML_PREC_DEFAULT``, ``GGML_PREC_F32``, ``GGML_PREC_BF16``, ``GGML_PREC_F16``,
+            ``GGML_PREC_Q8``, ``GGML_PREC_Q4``.
+        idx: the operand, an int in ``[0, 10)`` (only 1 is taken today).
+
+    Value: True when the op takes the setting, False otherwise (nothing is changed then).
+
+    Example:
+        >>> h = ggml_mul_mat(ctx, w_q4, x); ggml_prec_set_src(h, GGML_PREC_F32, 1)
+    """
+    fn = "ggml_prec_set_src"
+    a = _t(fn, a)
+    prec = _prec_arg(fn, prec)
+    if not chk.is_int(idx):
+        chk.fail(fn, f"idx must be an int, got {idx!r}", chk.GgmlTypeError)
+    if not 0 <= int(idx) < int(lib.GGML_MAX_SRC):  # ggml asserts it
+        chk.fail(fn, f"idx must be an operand index in [0, {int(lib.GGML_MAX_SRC)}), got {idx}")
+    return bool(lib.ggml_prec_set_src(a.ptr, prec, int(idx)))
 
 
 def ggml_out_prod(ctx: Context, a: Tensor, b: Tensor) -> Tensor:

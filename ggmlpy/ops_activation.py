@@ -309,3 +309,39 @@ ggml_geglu_quick = _named_glu("geglu_quick")
 ggml_reglu_split = _named_glu_split("reglu")
 ggml_geglu_split = _named_glu_split("geglu")
 ggml_swiglu_split = _named_glu_split("swiglu")
+
+
+def ggml_swiglu_clamp(ctx: Context, a: Tensor, b: Tensor, limit: float) -> Tensor:
+    """SwiGLU with clamped operands: ``silu(min(a, limit)) * clamp(b, -limit, limit)``, element-wise.
+
+    The form of the feed-forward blocks that bound their activations (ggml 0.25's ``GGML_GLU_OP_SWIGLU_CLAMP``):
+    the value ``a`` is capped above at ``limit`` before the SiLU, the gate ``b`` is kept within
+    ``[-limit, limit]``. With ``limit = inf`` it is ``ggml_swiglu_split``.
+    {no_backward}
+
+    Arguments:
+        ctx: the context the result tensor is created in (it must have room for it).
+        a: F32 or F16 tensor (the values), contiguous rows stacked without gaps.
+        b: the gate: a tensor of a's type and shape.
+        limit: the bound, a number > 0 (``inf`` for none).
+
+    Value: a new Tensor of a's shape and type.
+
+    Example:
+        >>> h = ggml_swiglu_clamp(ctx, ggml_mul_mat(ctx, w_gate, x), ggml_mul_mat(ctx, w_up, x), 7.0)
+    """
+    fn = "ggml_swiglu_clamp"
+    if b is None:
+        chk.fail(fn, "b (the gate) must be a Tensor, got None", chk.GgmlTypeError)
+    lim = chk.float_arg(fn, "limit", limit)
+    if not np.float32(lim) > 0:  # as the C float ggml receives (1e-50 would be 0)
+        chk.fail(fn, f"limit must be > 0 in float32 (the gate is clamped into [-limit, limit]), got {limit!r}")
+    a, b = _glu_operand(fn, a, "a"), _glu_operand(fn, b, "b")
+    if a.type != b.type:
+        chk.fail(fn, f"a and b must have the same type, got {chk.type_name(a.type)} and {chk.type_name(b.type)}",
+                 chk.GgmlTypeError)
+    chk.same_shape(fn, a, b)
+    return _op(fn, ctx, lib.ggml_swiglu_clamp, (a, b), a.shape, (lim,), a.type)
+
+
+ggml_swiglu_clamp.__doc__ = ggml_swiglu_clamp.__doc__.format(no_backward=_GLU_NO_BACKWARD)

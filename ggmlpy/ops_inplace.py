@@ -205,6 +205,29 @@ def ggml_scale_inplace(ctx: Context, a: Tensor, s: float) -> Tensor:
     return _inplace(fn, ctx, lib.ggml_scale_inplace, a, (), (s,))
 
 
+def ggml_clamp_inplace(ctx: Context, a: Tensor, min: float, max: float) -> Tensor:  # noqa: A002 - ggml's names
+    """Clamp every element of ``a`` into ``[min, max]``, in place (see ``ggml_clamp``).
+
+    The result is a view of ``a``: when the graph runs, a's own data is overwritten with the result
+    (ggml 0.20's ``ggml_clamp`` always did this; since 0.25 ``ggml_clamp`` makes a new tensor). In-place
+    ops have no backward pass in ggml: the op is refused (GgmlValueError) when ``a`` is a trainable
+    parameter or is computed from one.
+
+    Arguments:
+        ctx: the context the result tensor (a view, no data of its own) is created in.
+        a: F32 or F16 tensor with contiguous rows; it is overwritten.
+        min: the lower bound; max: the upper bound, ``min <= max`` (else GgmlValueError).
+
+    Value: a Tensor of a's shape viewing a's data.
+
+    Example:
+        >>> x = ggml_clamp_inplace(ctx, x, -1.0, 1.0)
+    """
+    fn = "ggml_clamp_inplace"
+    a, lo, hi = ops._check_clamp(fn, a, min, max)
+    return _inplace(fn, ctx, lib.ggml_clamp_inplace, a, (), (lo, hi))
+
+
 def ggml_norm_inplace(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
     """Normalise each row to mean 0 and variance 1, in place (see ``ggml_norm``).
 

@@ -22,7 +22,7 @@ from ._checks import (FLOAT32_MAX, check_graph_memory, is_real, list_arg, check_
                       check_static_memory, index_inputs)
 from ._ffi import ffi, lib
 from ._handle import Handle, _unique, compute_locks, computing, free_handle, memory_epoch, raise_type, unwrap, using
-from .context import (Context, Graph, Tensor, as_tensor, ggml_graph_overhead, ggml_init, ggml_tensor_overhead,
+from .context import (Context, Graph, Tensor, as_tensor, input_leaf, ggml_graph_overhead, ggml_init, ggml_tensor_overhead,
                       walk_graph)
 from .errors import GgmlInUseError, GgmlStateError, GgmlTypeError, GgmlValueError, expect
 from .opt_result import OptResult
@@ -785,7 +785,7 @@ def _check_static(sched: Scheduler, ctx_compute: Any, inputs: Any, outputs: Any)
                                  "none (dynamic graphs with ggml_opt_prepare_alloc)")
         return
     unwrap(ctx_compute, Context, "ctx_compute")
-    t = as_tensor(inputs, "inputs")
+    t = input_leaf("ggml_opt_init", as_tensor(inputs, "inputs"), "inputs")
     if t.ptr.data == ffi.NULL:
         raise GgmlStateError("inputs must be allocated before the opt context is built: allocate its context "
                              "with ggml_backend_alloc_ctx_tensors")
@@ -1408,7 +1408,7 @@ def ggml_opt_prepare_alloc(opt_ctx: OptContext, ctx_compute: Context, graph: Gra
     c = unwrap(ctx_compute, Context, "ggml_opt_prepare_alloc(ctx_compute)")
     if not isinstance(graph, Graph):
         raise_type("ggml_opt_prepare_alloc(graph)", "Graph", graph)
-    i, o = as_tensor(inputs, "inputs"), as_tensor(outputs, "outputs")
+    i, o = input_leaf("ggml_opt_prepare_alloc", as_tensor(inputs, "inputs"), "inputs"), as_tensor(outputs, "outputs")
     check_opt_heads([L.Head(opt_ctx.heads[0].loss_type, o)], "ggml_opt_prepare_alloc", True)
     if opt_ctx.build_type != BUILD_FORWARD:
         check_trainable([o], accumulating=True)  # dynamic graphs always accumulate

@@ -5,7 +5,7 @@ Server side: ``ggml_backend_rpc_start_server("0.0.0.0:50052")`` serves this mach
 registers the server's devices (named RPC0, RPC1, ...) so they can be used like local ones, e.g.
 ``ggml_backend_init_by_name("RPC0")`` in a scheduler. ggml aborts the process when an endpoint
 does not answer, so the endpoint is probed from Python first. Client and server must be built
-from the same ggml version (the wire protocol is versioned).
+from the same ggml version (the wire protocol is versioned: ``ggml_rpc_protocol_version()``).
 """
 from __future__ import annotations
 
@@ -52,6 +52,22 @@ def _require_rpc() -> None:
         built = "rpc" in ggml_backends_built()
         raise BackendUnavailableError("the RPC backend is " + ("built but did not load" if built else
                                       "not built: rebuild with GGMLPY_BACKENDS=cpu,rpc pip install ."))
+
+
+def ggml_rpc_protocol_version() -> str:
+    """The version of ggml's RPC wire protocol this build speaks, e.g. ``"7.0.0"``.
+
+    A client and a server must have the same major version (and the server a minor version at least the
+    client's), or the connection is refused; both sides built from the same ggml version always agree.
+    ggml 0.20.x spoke 5.x, 0.25.x speaks 7.x.
+
+    Value: a str ``"major.minor.patch"``.
+
+    Example:
+        >>> ggml_rpc_protocol_version()
+        '7.0.0'
+    """
+    return f"{lib.RPC_PROTO_MAJOR_VERSION}.{lib.RPC_PROTO_MINOR_VERSION}.{lib.RPC_PROTO_PATCH_VERSION}"
 
 
 def ggml_rpc_probe(endpoint: str, timeout: float = 2.0) -> bool:

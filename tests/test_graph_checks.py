@@ -53,9 +53,9 @@ INPLACE_REFUSED = {
                                       "loss = G.ggml_set_loss(G.ggml_sum(ctx, G.ggml_sqr(ctx, y)))", "ggml_relu,"),
     "scale_inplace_side_output": ("extra.append(G.ggml_scale_inplace(ctx, G.ggml_add(ctx, w, x), 2.0))\n"
                                   "G.ggml_set_param(w)\n" + _LOSS, "ggml_scale,"),
-    # always in place in ggml, as a side output of a trainable graph
-    "clamp_side_output": ("G.ggml_set_param(w)\nextra.append(G.ggml_clamp(ctx, G.ggml_mul(ctx, w, x), 0.0, 1.0))\n"
-                          + _LOSS, "ggml_clamp always works in place"),
+    # in place as a side output of a trainable graph (ggml 0.20's ggml_clamp always was)
+    "clamp_inplace_side_output": ("extra.append(G.ggml_clamp_inplace(ctx, G.ggml_mul(ctx, w, x), 0.0, 1.0))\n"
+                                  "G.ggml_set_param(w)\n" + _LOSS, "ggml_clamp,"),
     "leaky_relu_inplace_side_output": ("G.ggml_set_param(w)\n"
                                        "extra.append(G.ggml_leaky_relu(ctx, G.ggml_mul(ctx, w, x), 0.1, True))\n"
                                        + _LOSS, "ggml_leaky_relu,"),
@@ -87,6 +87,9 @@ INPLACE_ALLOWED = {
                                         "a = G.ggml_sum(ctx, G.ggml_sqr(ctx, G.ggml_view_1d(ctx, t, 3, 0)))\n"
                                         "b = G.ggml_sum(ctx, G.ggml_sqr(ctx, G.ggml_cont(ctx, t)))\n"
                                         "loss = G.ggml_set_loss(G.ggml_add(ctx, a, b))"),
+    # ggml 0.25's ggml_clamp makes a new tensor: as a side output (no gradient reaches it) it builds
+    "clamp_side_output": ("G.ggml_set_param(w)\nextra.append(G.ggml_clamp(ctx, G.ggml_mul(ctx, w, x), 0.0, 1.0))\n"
+                          + _LOSS),
     # in place on data only: no gradient there
     "inplace_on_data": ("G.ggml_set_param(w)\nextra.append(G.ggml_relu_inplace(ctx, G.ggml_mul(ctx, x, x)))\n" + _LOSS),
 }

@@ -168,8 +168,9 @@ def test_scale_bias(rng):
 @covers("ggml_clamp")
 def test_clamp(rng):
     x = r32(rng, 5, 8, lo=-3, hi=3)
-    (out,) = compute(lambda ctx, t: G.ggml_clamp(ctx, t, -0.5, 1.25), x)
+    out, x_after = compute(lambda ctx, t: (G.ggml_clamp(ctx, t, -0.5, 1.25), t), x)
     assert_close(out, np.clip(f64(x), -0.5, 1.25))
+    assert_close(x_after, f64(x).reshape(x_after.shape))  # out of place since ggml 0.25 (0.20 clamped x itself)
 
 
 # ---------------------------------------------------------------- reductions
@@ -511,6 +512,49 @@ def test_im2col_1d(rng):
     assert_close(out, ref, rtol=0, atol=0)
 
 
+def _op_params_i32(t, n):
+    """The first ``n`` int32 op parameters of tensor ``t`` (between ``op`` and ``flags`` in struct ggml_tensor)."""
+    from ggmlpy._ffi import ffi
+    at = ffi.offsetof("struct ggml_tensor", "op") + 4
+    return list(ffi.cast("int32_t *", ffi.cast("char *", t.ptr) + at)[0:n])
+
+
+@covers("ggml_prec_set_acc", "ggml_prec_set_src")
+def test_prec_setters_mark_products_and_refuse_other_ops(rng):
+    a, b = r32(rng, 5, 8), r32(rng, 3, 8)
+    seen = {}
+
+    def build(ctx, ta, tb):
+        h = G.ggml_mul_mat(ctx, ta, tb)
+        seen["acc"] = G.ggml_prec_set_acc(h, G.GGML_PREC_F32)
+        seen["src1"] = G.ggml_prec_set_src(h, G.GGML_PREC_F16, 1)
+        seen["src0"] = G.ggml_prec_set_src(h, G.GGML_PREC_F16, 0)   # ggml takes operand 1 only
+        added = G.ggml_add(ctx, ta, ta)
+        seen["add"] = G.ggml_prec_set_acc(added, G.GGML_PREC_F32)
+        seen["params"] = _op_params_i32(h, 4)
+        return h
+    (out,) = compute(build, a, b)
+    assert (seen["acc"], seen["src1"], seen["src0"], seen["add"]) == (True, True, False, False)
+    # ggml keeps the accumulator precision in op_params[0] and operand i's in op_params[2 + i]
+    assert seen["params"][0] == G.GGML_PREC_F32 and seen["params"][3] == G.GGML_PREC_F16
+    assert_close(out, (f64(b) @ f64(a).T)[None, None], rtol=1e-5, atol=1e-5)  # F32 data: F32 products anyway
+
+
+def test_prec_setters_misuse(ctx):
+    h = G.ggml_mul_mat(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 2), G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3))
+    with pytest.raises(G.GgmlValueError, match="not an accumulation type"):
+        G.ggml_prec_set_acc(h, G.GGML_PREC_Q8)
+    with pytest.raises(G.GgmlValueError, match="prec must be one of"):
+        G.ggml_prec_set_acc(h, 11)
+    with pytest.raises(G.GgmlTypeError, match="prec must be one of"):
+        G.ggml_prec_set_acc(h, "f32")
+    for idx in (-1, 10):
+        with pytest.raises(G.GgmlValueError, match="idx must be an operand index"):
+            G.ggml_prec_set_src(h, G.GGML_PREC_F32, idx)
+    with pytest.raises(G.GgmlTypeError, match="idx must be an int"):
+        G.ggml_prec_set_src(h, G.GGML_PREC_F32, 1.0)
+
+
 @covers("ggml_conv_2d")
 @pytest.mark.parametrize("case", CONV2D_CASES)
 def test_conv_2d(rng, case):
@@ -525,6 +569,24 @@ def test_conv_2d(rng, case):
     # and it is within F16 rounding of the exact F32 convolution
     exact = conv2d_ref(f64(X), f64(K), s0, s1, p0, p1, d0, d1)
     assert_close(out, exact, rtol=0, atol=2e-2)
+
+
+def _bf16_round(a):
+    """float32 values rounded to bfloat16 (nearest, ties to even), as ggml converts them."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+
+
+def test_conv_2d_with_a_bf16_kernel(rng):
+    """ggml 0.25 computes it on the CPU (0.20 aborted in its product): the patches stay F32, the kernel is BF16."""
+    X, K = r32(rng, 2, 2, 7, 8), r32(rng, 4, 2, 3, 3)
+
+    def conv(c, tk, tx):
+        kb = G.ggml_cpy(c, tk, G.ggml_new_tensor_4d(c, G.GGML_TYPE_BF16, 3, 3, 2, 4))
+        return G.ggml_conv_2d(c, kb, tx, 1, 1, 1, 1, 1, 1)
+    (out,) = compute(conv, K, X)
+    assert_close(out, conv2d_ref(f64(X), f64(_bf16_round(K)), 1, 1, 1, 1, 1, 1), rtol=1e-5, atol=1e-5)
+    assert not np.allclose(_bf16_round(K), K, rtol=1e-5, atol=1e-5)  # the rounding is there to see
 
 
 @covers("ggml_conv_1d")

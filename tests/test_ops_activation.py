@@ -276,6 +276,29 @@ def test_glu_split(rng, op):
     assert_close(out, GLU_ACT[op][0](f64(a)) * f64(b), **GLU_ACT[op][1])
 
 
+@pytest.mark.parametrize("limit", [0.5, 2.0, float("inf")])
+def test_swiglu_clamp(rng, limit):
+    a, b = r32(rng, 3, 6, lo=-3, hi=3), r32(rng, 3, 6, lo=-3, hi=3)
+    (out,) = compute(lambda ctx, ta, tb: G.ggml_swiglu_clamp(ctx, ta, tb, limit), a, b)
+    ref = silu(np.minimum(f64(a), limit)) * np.clip(f64(b), -limit, limit)
+    assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    if limit < 3:  # the bounds cut into this data: plain SwiGLU differs
+        assert not np.allclose(ref, silu(f64(a)) * f64(b), rtol=1e-3)
+
+
+def test_swiglu_clamp_misuse(ctx):
+    a = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 6, 3)
+    for bad in (0.0, -1.0, 1e-50):
+        with pytest.raises(G.GgmlValueError, match="limit must be > 0"):
+            G.ggml_swiglu_clamp(ctx, a, a, bad)
+    with pytest.raises(G.GgmlValueError, match="NaN"):
+        G.ggml_swiglu_clamp(ctx, a, a, float("nan"))
+    with pytest.raises(G.GgmlTypeError, match="gate"):
+        G.ggml_swiglu_clamp(ctx, a, None, 1.0)
+    with pytest.raises(G.GgmlValueError):
+        G.ggml_swiglu_clamp(ctx, a, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 6, 2), 1.0)
+
+
 def test_glu_f16(rng):
     x = r32(rng, 3, 8, lo=-2, hi=2).astype(np.float16)
     (out,) = compute(lambda ctx, t: G.ggml_swiglu(ctx, t), x)
@@ -439,6 +462,6 @@ def test_vulkan_forward(vulkan, rng, key):
 def test_every_function_is_tested():
     exported = {n for n in vars(act_module) if n.startswith("ggml_") and callable(getattr(act_module, n))
                 and getattr(act_module, n).__module__ == act_module.__name__}
-    tested = set(UNARY) | set(NAMED) | set(NAMED_SPLIT) | {"ggml_add1", "ggml_glu", "ggml_glu_split"}
+    tested = set(UNARY) | set(NAMED) | set(NAMED_SPLIT) | {"ggml_add1", "ggml_glu", "ggml_glu_split", "ggml_swiglu_clamp"}
     assert exported == tested, exported ^ tested
     assert all(hasattr(G, n) for n in exported)

@@ -113,8 +113,15 @@ def test_binary_inplace(rng, name, b_shape):
 
 # ---------------------------------------------------------------- ops with parameters
 
-TESTED.update({"ggml_scale_inplace", "ggml_norm_inplace", "ggml_rms_norm_inplace", "ggml_soft_max_inplace",
+TESTED.update({"ggml_clamp_inplace", "ggml_scale_inplace", "ggml_norm_inplace", "ggml_rms_norm_inplace", "ggml_soft_max_inplace",
                "ggml_soft_max_ext_inplace", "ggml_diag_mask_inf_inplace"})
+
+
+def test_clamp_inplace(rng):
+    x = r32(rng, 3, 5)
+    out, a_after = run_inplace(lambda c, t: G.ggml_clamp_inplace(c, t, -0.25, 0.5), x)
+    assert_close(out, np.clip(f64(x), -0.25, 0.5))
+    assert_close(a_after, np.clip(f64(x), -0.25, 0.5))
 
 
 def test_scale_inplace(rng):
@@ -351,6 +358,6 @@ def test_vulkan_inplace(vulkan, rng):
 def test_every_inplace_function_is_tested():
     exported = {n for n in vars(inplace_module) if n.startswith("ggml_") and callable(getattr(inplace_module, n))
                 and getattr(inplace_module, n).__module__ == inplace_module.__name__}
-    assert len(exported) == 27
+    assert len(exported) == 28
     assert exported == TESTED, exported ^ TESTED
     assert all(hasattr(G, n) for n in exported)

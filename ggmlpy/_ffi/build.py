@@ -26,6 +26,7 @@ SHIMS = r"""
 #include "ggml-backend.h"
 #include "ggml-opt.h"
 #include "gguf.h"
+#include "ggml-rpc.h"  /* only its protocol version macros: the RPC functions live in the RPC module */
 
 static void * ggmlpy_proc(const char * reg_name, const char * fn) {
     ggml_backend_reg_t reg = ggml_backend_reg_by_name(reg_name);

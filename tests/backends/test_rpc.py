@@ -80,3 +80,18 @@ def test_dead_endpoint_raises_instead_of_aborting():
         g.ggml_backend_rpc_add_server(endpoint)
     with pytest.raises(ValueError, match="host:port"):
         g.ggml_backend_rpc_add_server("no-port")
+
+
+def test_protocol_version_is_the_built_headers():
+    """The version ggmlpy reports is the one this build's ggml-rpc.h defines (client and server must agree)."""
+    import re
+    from pathlib import Path
+    header = Path(__file__).resolve().parents[2] / "vendor" / "ggml" / "include" / "ggml-rpc.h"
+    if not header.exists():
+        pytest.skip("vendor/ggml is not unpacked in this checkout (python build_ggml.py --print-source-dir)")
+    text = header.read_text()
+    want = ".".join(re.search(rf"#define RPC_PROTO_{part}_VERSION\s+(\d+)", text).group(1)
+                    for part in ("MAJOR", "MINOR", "PATCH"))
+    assert g.ggml_rpc_protocol_version() == want
+    assert g.ggml_version().startswith("0.25") and want.startswith("7.")  # ggml 0.25 speaks protocol 7
+

@@ -46,10 +46,12 @@ struct ggml_init_params {
 
 /* ggmlR parity (issue 11): enums and constants of the extra ops */
 enum ggml_glu_op { GGML_GLU_OP_REGLU, GGML_GLU_OP_GEGLU, GGML_GLU_OP_SWIGLU, GGML_GLU_OP_SWIGLU_OAI,
-                   GGML_GLU_OP_GEGLU_ERF, GGML_GLU_OP_GEGLU_QUICK, GGML_GLU_OP_COUNT, ... };
+                   GGML_GLU_OP_GEGLU_ERF, GGML_GLU_OP_GEGLU_QUICK, GGML_GLU_OP_SWIGLU_CLAMP,
+                   GGML_GLU_OP_COUNT, ... };
 enum ggml_sort_order { GGML_SORT_ORDER_ASC, GGML_SORT_ORDER_DESC, ... };
 enum ggml_scale_mode { GGML_SCALE_MODE_NEAREST, GGML_SCALE_MODE_BILINEAR, GGML_SCALE_MODE_BICUBIC, ... };
-enum ggml_prec { GGML_PREC_DEFAULT, GGML_PREC_F32, ... };
+enum ggml_prec { GGML_PREC_UNDEFINED, GGML_PREC_DEFAULT, GGML_PREC_F32, GGML_PREC_BF16, GGML_PREC_F16,
+                 GGML_PREC_Q8, GGML_PREC_Q4, ... };
 #define GGML_ROPE_TYPE_NORMAL ...
 #define GGML_ROPE_TYPE_NEOX ...
 #define GGML_ROPE_TYPE_MROPE ...

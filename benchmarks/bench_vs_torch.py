@@ -1,0 +1,223 @@
+"""Training throughput of four models built with ggmlpy's model layer, next to the same models in PyTorch,
+and optionally next to another ggmlpy build (an older ggml, a branch) in the same run.
+
+Models (ggmlpy: ``ggml_compile`` + ``ggml_fit`` on arrays, Adam(W) lr 1e-3, synthetic data; PyTorch: the same
+architecture as ``torch.nn`` modules, the same batches, Adam(W) with ggml's defaults):
+
+    mnist-fc     784-500(relu)-10, batch 500
+    cnn          28x28x1, conv 3x3 8 relu (same), max-pool 2, conv 3x3 16 relu (same), max-pool 2, dense 10;
+                 batch 100
+    lstm         LSTM(64) over 40 steps of 16 features (Keras' gates), dense 10 on the last state; batch 64
+    transformer  examples/char_transformer.py's model: vocab 98, 64 steps, dim 64, 2 heads, 2 pre-LN blocks
+                 (causal MHA + GELU MLP); batch 32 (tokens/s = samples/s x 64)
+
+Each measurement is a fresh subprocess (``--worker``) that trains two epochs and reports the second (the
+first builds the graphs and allocations). Sides alternate (A B C A B C ...) so background load hits all of
+them; the best run of each side is the least disturbed, so the ratios use best runs (medians are printed
+too). ``--baseline-python PATH`` adds a third side: ggmlpy as installed for that interpreter (e.g. a virtual
+environment with the previous ggml build), run from this same script, so the two builds train identical
+models and its ratios against PyTorch are measured in the same run.
+
+    python benchmarks/bench_vs_torch.py                               # all four, 3 rounds
+    python benchmarks/bench_vs_torch.py --models cnn,lstm --rounds 5 --threads 2
+    python benchmarks/bench_vs_torch.py --baseline-python /path/to/old-venv/bin/python --json out.json
+    python benchmarks/bench_vs_torch.py --quick
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODELS = ("mnist-fc", "cnn", "lstm", "transformer")
+# samples per epoch (a few seconds of training on 2 cores) and batch size of each model
+SIZES = {"mnist-fc": (10000, 500), "cnn": (2000, 100), "lstm": (1280, 64), "transformer": (640, 32)}
+QUICK_SIZES = {"mnist-fc": (2000, 500), "cnn": (400, 100), "lstm": (256, 64), "transformer": (128, 32)}
+TOKENS = {"transformer": 64}   # tokens per sample (the unit of the transformer's figures)
+LR = 1e-3
+
+
+def data(model: str, n: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    if model == "mnist-fc":
+        return rng.random((n, 784), dtype=np.float32), rng.integers(0, 10, n)
+    if model == "cnn":
+        return rng.random((n, 28, 28, 1), dtype=np.float32), rng.integers(0, 10, n)
+    if model == "lstm":
+        return rng.normal(size=(n, 40, 16)).astype(np.float32), rng.integers(0, 10, n)
+    return rng.integers(0, 98, (n, 64)).astype(np.int32), rng.integers(0, 98, (n, 64))
+
+
+# ---------------------------------------------------------------- ggmlpy side
+
+def ggml_model(model: str):
+    import ggmlpy as g
+    if model == "transformer":
+        sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+        import char_transformer as ct
+        return ct.build_model(64, 64, 2, 2, "cpu", LR)
+    m = g.ggml_model_sequential()
+    if model == "mnist-fc":
+        m = g.ggml_layer_dense(m, 500, activation="relu", input_shape=(784,))
+    elif model == "cnn":
+        m = g.ggml_layer_conv_2d(m, 8, (3, 3), activation="relu", padding="same", input_shape=(28, 28, 1))
+        m = g.ggml_layer_max_pooling_2d(m, (2, 2))
+        m = g.ggml_layer_conv_2d(m, 16, (3, 3), activation="relu", padding="same")
+        m = g.ggml_layer_max_pooling_2d(m, (2, 2))
+        m = g.ggml_layer_flatten(m)
+    else:
+        m = g.ggml_layer_lstm(m, 64, input_shape=(40, 16))
+    m = g.ggml_layer_dense(m, 10, activation="softmax")
+    return g.ggml_compile(m, optimizer="adam", loss="sparse_categorical_crossentropy", backend="cpu",
+                          learning_rate=LR)
+
+
+def ggml_epoch_s(model: str, n: int, batch: int, threads: int) -> tuple[float, float, str]:
+    import ggmlpy as g
+    g.ggml_set_n_threads(threads)
+    x, y = data(model, n)
+    net = ggml_model(model)
+    stamps: list[float] = []
+    cb = {"on_epoch_begin": lambda e, logs, s: stamps.append(time.perf_counter()),
+          "on_epoch_end": lambda e, logs, s: stamps.append(time.perf_counter())}
+    hist = g.ggml_fit(net, x, y, epochs=2, batch_size=batch, shuffle=False, verbose=0, callbacks=[cb])
+    return stamps[3] - stamps[2], float(hist["train_loss"].iloc[-1]), g.ggml_version()
+
+
+# ---------------------------------------------------------------- PyTorch side
+
+def torch_net(model: str):
+    import torch
+    nn = torch.nn
+    if model == "mnist-fc":
+        return nn.Sequential(nn.Linear(784, 500), nn.ReLU(), nn.Linear(500, 10))
+    if model == "cnn":
+        return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Flatten(), nn.Linear(784, 10))
+    if model == "lstm":
+        class Last(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lstm, self.head = nn.LSTM(16, 64, batch_first=True), nn.Linear(64, 10)
+
+            def forward(self, x):
+                return self.head(self.lstm(x)[0][:, -1])
+        return Last()
+    sys.path.insert(0, HERE)
+    import bench_transformer as bt
+    return bt.CharTransformer({"seq": 64, "dim": 64, "heads": 2, "blocks": 2, "batch": 32})
+
+
+def torch_epoch_s(model: str, n: int, batch: int, threads: int) -> tuple[float, float, str]:
+    import torch
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    x, y = data(model, n)
+    if model == "cnn":
+        x = x.transpose(0, 3, 1, 2).copy()   # NCHW
+    net = torch_net(model)
+    xt = torch.from_numpy(x.astype(np.int64) if model == "transformer" else x)
+    yt = torch.from_numpy(y.astype(np.int64))
+    opt = (torch.optim.AdamW(net.parameters(), lr=LR, weight_decay=0.01) if model == "transformer" else
+           torch.optim.Adam(net.parameters(), lr=LR))
+    loss_fn = torch.nn.functional.cross_entropy
+    seconds, loss = 0.0, 0.0
+    for _ in range(2):
+        t = time.perf_counter()
+        for i in range(0, n - batch + 1, batch):
+            opt.zero_grad()
+            out = net(xt[i:i + batch])
+            loss_v = loss_fn(out.reshape(-1, out.shape[-1]), yt[i:i + batch].reshape(-1))
+            loss_v.backward()
+            opt.step()
+            loss = float(loss_v)
+        seconds = time.perf_counter() - t
+    return seconds, loss, torch.__version__
+
+
+# ---------------------------------------------------------------- driver
+
+def run_worker(python: str, side: str, model: str, n: int, batch: int, threads: int) -> dict:
+    cmd = [python, os.path.abspath(__file__), "--worker", side, model, str(n), str(batch), str(threads)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--baseline-python", default=None, help="an interpreter with another ggmlpy build installed")
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--worker", nargs=5, default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        side, model, n, batch, threads = args.worker
+        fn = torch_epoch_s if side == "torch" else ggml_epoch_s
+        seconds, loss, version = fn(model, int(n), int(batch), int(threads))
+        print(json.dumps({"seconds": seconds, "loss": loss, "version": version}))
+        return 0
+    sizes = QUICK_SIZES if args.quick else SIZES
+    rounds = 1 if args.quick else args.rounds
+    sides = {"ggmlpy": sys.executable}
+    if args.baseline_python:
+        sides["baseline"] = args.baseline_python
+    if not args.no_torch:
+        try:
+            import torch  # noqa: F401
+            sides["torch"] = sys.executable
+        except ImportError:
+            print("PyTorch is not installed: ggmlpy only (pip install torch)")
+    results: dict = {"threads": args.threads, "rounds": rounds, "load": os.getloadavg()[0], "models": {}}
+    for model in args.models.split(","):
+        n, batch = sizes[model]
+        unit = TOKENS.get(model, 1)
+        per = {s: [] for s in sides}
+        versions = {}
+        print(f"\n== {model}: {n} samples per epoch, batch {batch}, {args.threads} threads, {rounds} rounds")
+        for r in range(rounds):
+            order = list(sides)[r % len(sides):] + list(sides)[:r % len(sides)]
+            cells = []
+            for side in order:
+                out = run_worker(sides[side], "torch" if side == "torch" else "ggml", model, n, batch, args.threads)
+                rate = n * unit / out["seconds"]
+                per[side].append(rate)
+                versions[side] = out["version"]
+                cells.append(f"{side} {rate:9,.0f}/s (loss {out['loss']:.3f})")
+            print(f"  round {r + 1}: " + "   ".join(cells))
+        row = {s: {"best": max(v), "median": statistics.median(v), "runs": v, "version": versions[s]}
+               for s, v in per.items()}
+        for s, v in row.items():
+            print(f"  {s:9} ({v['version']}) best {v['best']:9,.0f}  median {v['median']:9,.0f} "
+                  f"{'tokens' if unit > 1 else 'samples'}/s")
+        if "torch" in row:
+            for s in ("ggmlpy", "baseline"):
+                if s in row:
+                    row[f"{s}_vs_torch"] = row[s]["best"] / row["torch"]["best"]
+                    print(f"  {s} / PyTorch (best runs): {row[f'{s}_vs_torch']:.2f}")
+        if "baseline" in row:
+            row["ggmlpy_vs_baseline"] = row["ggmlpy"]["best"] / row["baseline"]["best"]
+            print(f"  ggmlpy / baseline (best runs): {row['ggmlpy_vs_baseline']:.2f}")
+        results["models"][model] = row
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
