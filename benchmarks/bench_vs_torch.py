@@ -22,6 +22,7 @@ models and its ratios against PyTorch are measured in the same run.
     python benchmarks/bench_vs_torch.py --models cnn,lstm --rounds 5 --threads 2
     python benchmarks/bench_vs_torch.py --baseline-python /path/to/old-venv/bin/python --json out.json
     python benchmarks/bench_vs_torch.py --quick
+    python benchmarks/bench_vs_torch.py --backend CUDA0 --models mnist-fc,cnn,transformer   # GPU vs torch CUDA
 """
 from __future__ import annotations
 
@@ -57,12 +58,12 @@ def data(model: str, n: int, seed: int = 0):
 
 # ---------------------------------------------------------------- ggmlpy side
 
-def ggml_model(model: str):
+def ggml_model(model: str, backend: str = "cpu"):
     import ggmlpy as g
     if model == "transformer":
         sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
         import char_transformer as ct
-        return ct.build_model(64, 64, 2, 2, "cpu", LR)
+        return ct.build_model(64, 64, 2, 2, backend, LR)
     m = g.ggml_model_sequential()
     if model == "mnist-fc":
         m = g.ggml_layer_dense(m, 500, activation="relu", input_shape=(784,))
@@ -75,15 +76,15 @@ def ggml_model(model: str):
     else:
         m = g.ggml_layer_lstm(m, 64, input_shape=(40, 16))
     m = g.ggml_layer_dense(m, 10, activation="softmax")
-    return g.ggml_compile(m, optimizer="adam", loss="sparse_categorical_crossentropy", backend="cpu",
+    return g.ggml_compile(m, optimizer="adam", loss="sparse_categorical_crossentropy", backend=backend,
                           learning_rate=LR)
 
 
-def ggml_epoch_s(model: str, n: int, batch: int, threads: int) -> tuple[float, float, str]:
+def ggml_epoch_s(model: str, n: int, batch: int, threads: int, device: str) -> tuple[float, float, str]:
     import ggmlpy as g
     g.ggml_set_n_threads(threads)
     x, y = data(model, n)
-    net = ggml_model(model)
+    net = ggml_model(model, device)
     stamps: list[float] = []
     cb = {"on_epoch_begin": lambda e, logs, s: stamps.append(time.perf_counter()),
           "on_epoch_end": lambda e, logs, s: stamps.append(time.perf_counter())}
@@ -116,21 +117,23 @@ def torch_net(model: str):
     return bt.CharTransformer({"seq": 64, "dim": 64, "heads": 2, "blocks": 2, "batch": 32})
 
 
-def torch_epoch_s(model: str, n: int, batch: int, threads: int) -> tuple[float, float, str]:
+def torch_epoch_s(model: str, n: int, batch: int, threads: int, device: str) -> tuple[float, float, str]:
     import torch
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     x, y = data(model, n)
     if model == "cnn":
         x = x.transpose(0, 3, 1, 2).copy()   # NCHW
-    net = torch_net(model)
-    xt = torch.from_numpy(x.astype(np.int64) if model == "transformer" else x)
-    yt = torch.from_numpy(y.astype(np.int64))
+    net = torch_net(model).to(device)
+    xt = torch.from_numpy(x.astype(np.int64) if model == "transformer" else x).to(device)
+    yt = torch.from_numpy(y.astype(np.int64)).to(device)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     opt = (torch.optim.AdamW(net.parameters(), lr=LR, weight_decay=0.01) if model == "transformer" else
            torch.optim.Adam(net.parameters(), lr=LR))
     loss_fn = torch.nn.functional.cross_entropy
     seconds, loss = 0.0, 0.0
     for _ in range(2):
+        sync()
         t = time.perf_counter()
         for i in range(0, n - batch + 1, batch):
             opt.zero_grad()
@@ -138,15 +141,16 @@ def torch_epoch_s(model: str, n: int, batch: int, threads: int) -> tuple[float, 
             loss_v = loss_fn(out.reshape(-1, out.shape[-1]), yt[i:i + batch].reshape(-1))
             loss_v.backward()
             opt.step()
-            loss = float(loss_v)
+            loss = float(loss_v)   # as ggmlpy, which reads each step's loss
+        sync()
         seconds = time.perf_counter() - t
     return seconds, loss, torch.__version__
 
 
 # ---------------------------------------------------------------- driver
 
-def run_worker(python: str, side: str, model: str, n: int, batch: int, threads: int) -> dict:
-    cmd = [python, os.path.abspath(__file__), "--worker", side, model, str(n), str(batch), str(threads)]
+def run_worker(python: str, side: str, model: str, n: int, batch: int, threads: int, device: str) -> dict:
+    cmd = [python, os.path.abspath(__file__), "--worker", side, model, str(n), str(batch), str(threads), device]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     if proc.returncode != 0:
@@ -161,17 +165,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--baseline-python", default=None, help="an interpreter with another ggmlpy build installed")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--backend", default="cpu", help="ggmlpy's device: cpu (default), Vulkan0, CUDA0, ...")
+    ap.add_argument("--torch-device", default=None, help="PyTorch's device (default: cuda for a CUDA backend, else "
+                    "cpu)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", default=None)
-    ap.add_argument("--worker", nargs=5, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--worker", nargs=6, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
-        side, model, n, batch, threads = args.worker
+        side, model, n, batch, threads, device = args.worker
         fn = torch_epoch_s if side == "torch" else ggml_epoch_s
-        seconds, loss, version = fn(model, int(n), int(batch), int(threads))
+        seconds, loss, version = fn(model, int(n), int(batch), int(threads), device)
         print(json.dumps({"seconds": seconds, "loss": loss, "version": version}))
         return 0
     sizes = QUICK_SIZES if args.quick else SIZES
+    torch_device = args.torch_device or ("cuda" if args.backend.lower().startswith("cuda") else "cpu")
     rounds = 1 if args.quick else args.rounds
     sides = {"ggmlpy": sys.executable}
     if args.baseline_python:
@@ -182,18 +190,22 @@ def main(argv: list[str] | None = None) -> int:
             sides["torch"] = sys.executable
         except ImportError:
             print("PyTorch is not installed: ggmlpy only (pip install torch)")
-    results: dict = {"threads": args.threads, "rounds": rounds, "load": os.getloadavg()[0], "models": {}}
+    results: dict = {"threads": args.threads, "rounds": rounds, "load": os.getloadavg()[0], "backend": args.backend,
+                     "torch_device": torch_device, "models": {}}
     for model in args.models.split(","):
         n, batch = sizes[model]
         unit = TOKENS.get(model, 1)
         per = {s: [] for s in sides}
         versions = {}
-        print(f"\n== {model}: {n} samples per epoch, batch {batch}, {args.threads} threads, {rounds} rounds")
+        print(f"\n== {model}: {n} samples per epoch, batch {batch}, {args.threads} threads, {rounds} rounds; ggmlpy on "
+              f"{args.backend}, PyTorch on {torch_device}")
         for r in range(rounds):
             order = list(sides)[r % len(sides):] + list(sides)[:r % len(sides)]
             cells = []
             for side in order:
-                out = run_worker(sides[side], "torch" if side == "torch" else "ggml", model, n, batch, args.threads)
+                device = torch_device if side == "torch" else args.backend
+                out = run_worker(sides[side], "torch" if side == "torch" else "ggml", model, n, batch, args.threads,
+                                 device)
                 rate = n * unit / out["seconds"]
                 per[side].append(rate)
                 versions[side] = out["version"]

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU: build ggml's CUDA backend for the detected architecture,
-# run the backend-parametrized tests and the throughput table, and print a short summary.
+# run the backend-parametrized tests, the placement report of a training step, the side-by-side with
+# PyTorch CUDA (MNIST-FC, the small CNN, the char transformer) and the throughput table.
 # Meant to finish in under 8 minutes on a 16-core GPU machine (the CUDA module dominates).
 #
 # The machine may be offline: put wheels of cffi and pycparser in benchmarks/wheels/ and the
@@ -27,7 +28,9 @@ start=$(date +%s)
 build_s=$(( $(date +%s) - start ))
 
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-"$PY" -m pytest -q -rs tests/backends | tail -n 15
+"$PY" -m pytest -q -rs tests/backends | tail -n 15     # incl. test_gpu_resident / test_gpu_kernels on CUDA0
 "$PY" -m pytest -q tests/training -k cuda | tail -n 5   # losses, optimizers, fits on the GPU
+"$PY" benchmarks/placement_report.py --backend CUDA0    # splits, CPU ops and bytes per training step
+"$PY" benchmarks/bench_vs_torch.py --backend CUDA0 --models mnist-fc,cnn,transformer --rounds 2 --threads "$(nproc)"
 "$PY" benchmarks/bench_backends.py --quick --backends cpu,cuda
 echo "gpu_check: CUDA build took ${build_s}s for sm_${GGMLPY_CUDA_ARCH}; total $(( $(date +%s) - start ))s"

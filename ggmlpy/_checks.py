@@ -254,9 +254,10 @@ _BACKWARD_OPS = {
     "NONE", "DUP", "ADD", "ADD1", "ACC", "SUB", "MUL", "DIV", "SQR", "SQRT", "LOG", "SIN", "COS", "SCALE",
     "SUM", "SUM_ROWS", "MEAN", "REPEAT", "REPEAT_BACK", "RMS_NORM", "MUL_MAT", "SET", "CPY", "CONT",
     "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE", "GET_ROWS", "DIAG_MASK_INF", "DIAG_MASK_ZERO", "SOFT_MAX",
-    "ROPE", "IM2COL", "POOL_2D", "CROSS_ENTROPY_LOSS", "NORM", "CONCAT",
+    "ROPE", "IM2COL", "POOL_2D", "CROSS_ENTROPY_LOSS", "NORM", "CONCAT", "DROPOUT",
 }
-# SIGMOID, TANH, GELU and NORM come from our patch 0004, CONCAT from 0006 (ggml 0.20.2 has no backward for them).
+# SIGMOID, TANH, GELU and NORM come from our patch 0004, CONCAT from 0006 (ggml 0.25.3 has no backward for them),
+# DROPOUT (the op itself) from 0018.
 _BACKWARD_UNARY = {"ABS", "SGN", "NEG", "STEP", "RELU", "SILU", "EXP", "EXPM1", "SOFTPLUS", "SIGMOID", "TANH", "GELU"}
 _COMPOSITE_HINT = {
     "LEAKY_RELU": "use ggml_relu, or x - slope*relu(-x) built from ggml_relu/ggml_scale/ggml_sub",
@@ -397,7 +398,7 @@ def _check_not_inplace(n: Any, srcs: list) -> None:
 
 # sources ggml_build_backward_expand never differentiates (shape-only, indices, piecewise-constant ops)
 _IGNORED_SRCS = {"IM2COL": (0,), "IM2COL_BACK": (0,), "CPY": (1,), "GET_ROWS": (1,), "GET_ROWS_BACK": (1,),
-                 "ROPE": (1,), "SGN": (0,), "STEP": (0,)}
+                 "ROPE": (1,), "SGN": (0,), "STEP": (0,), "DROPOUT": (1,)}
 
 
 def _grad_srcs(n: Any, needs_grad: set[int]) -> list:
@@ -951,13 +952,14 @@ def check_nodes_supported(nodes: list, backends: list, fn: str, pinned: bool = T
                                 "ggml_cpy into an F32 tensor), or use another op")
 
 
-def check_static_memory(root: Any, fn: str) -> list:
-    """ggml-opt's static graphs: every leaf (input, weight, constant) reachable from ``root`` needs memory,
-    which ggml-opt's copy of the graph keeps; a leaf without would get fresh, uninitialised memory at
-    every step (weights reset to garbage). Returns (leaf, data pointer) pairs to check later."""
+def check_static_memory(roots: list, fn: str) -> list:
+    """ggml-opt's static graphs: every leaf (input, weight, constant) reachable from ``roots`` (tensor pointers:
+    the outputs and extra outputs) needs memory, which ggml-opt's copy of the graph keeps; a leaf without would
+    get fresh, uninitialised memory at every step (weights reset to garbage). Returns (leaf, data pointer)
+    pairs to check later."""
     from .context import walk_graph
     found = []
-    everything = list(walk_graph([root]))
+    everything = list(walk_graph(roots))
     read = value_read(everything)
     for t in everything:
         if t.op == lib.GGML_OP_NONE and t.view_src == ffi.NULL:

@@ -4,8 +4,8 @@ ggml-opt knows MEAN, SUM, CROSS_ENTROPY and MSE. MAE, Huber (delta 1), binary
 cross-entropy (on probabilities), weighted MSE and multi-head losses are built here
 from differentiable ops, with ggmlR's definitions (each head's value is a mean over
 all output elements). Their labels, weights and per-head values live in a small
-context allocated on the scheduler's last (CPU) backend, so they can be written and
-read at any time and every backend can train them.
+context allocated on the first scheduler backend that runs all of its ops (the device
+running the outputs, so the loss stays there; else the CPU, which runs everything).
 
 ggml-opt then receives a ``[1, batch]`` tensor whose every entry is the total loss
 T = sum_i w_i * L_i, with loss type MEAN: ggml's loss is T / opt_period and its
@@ -16,11 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-import numpy as np
-
 from . import ops
-from ._ffi import lib
-from .context import GGML_TYPE_F32, GGML_TYPE_I64, Context, Tensor, ggml_init, ggml_new_tensor_1d, ggml_new_tensor_2d
+from ._ffi import ffi, lib
+from .context import GGML_TYPE_F32, Context, Tensor, ggml_init, ggml_new_tensor_2d
 from .context import ggml_set_input, ggml_set_name
 from .context import ggml_set_output, ggml_tensor_overhead, ggml_graph_overhead
 from .errors import GgmlValueError
@@ -233,25 +231,12 @@ class LossGraph:
     ctx: Context | None = None
     buffer: Any = None
     owned: list = field(default_factory=list)
+    # computed with every eval besides the loss (ggml-opt's extra outputs): each head's count of argmax matches
+    extra_outputs: list = field(default_factory=list)
 
     @property
     def composite(self) -> bool:
         return self.ctx is not None
-
-    def count_correct(self) -> None:
-        """After an eval: each cross-entropy head's argmax matches into its ``ncorrect``.
-
-        ggml-opt only computes what its loss output depends on, and a count of matches cannot feed
-        a float loss, so the count is taken here from the head's logits and labels (both readable)."""
-        from .data import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
-        for h in self.heads:
-            if h.ncorrect is None:
-                continue
-            width = h.scores.shape[0]
-            scores = ggml_backend_tensor_get_data(h.scores).reshape(-1, width)
-            labels = ggml_backend_tensor_get_data(h.labels).reshape(-1, width)
-            count = int(np.count_nonzero(scores.argmax(axis=1) == labels.argmax(axis=1)))
-            ggml_backend_tensor_set_data(h.ncorrect, np.array([count], dtype=np.int64))
 
     def free(self) -> None:
         for h in self.owned:
@@ -342,6 +327,7 @@ def build_loss_graph(heads: Sequence[Head], sched, loss_mask_ne0: int | None = N
     n_tensors = 40 * len(heads) + 8
     ctx = ggml_init(mem_size=n_tensors * ggml_tensor_overhead() + ggml_graph_overhead(64) + 4096, no_alloc=True)
     batch = physical_batch(heads[0].outputs)
+    graph_extra: list[Tensor] = []
     for i, h in enumerate(heads):
         if physical_batch(h.outputs) != batch:
             raise GgmlValueError(f"all heads must have the same batch size: head 1 has {batch}, head {i + 1} "
@@ -367,10 +353,13 @@ def build_loss_graph(heads: Sequence[Head], sched, loss_mask_ne0: int | None = N
             if h.outputs.shape[2:] != (1, 1):
                 raise GgmlValueError("weighted MSE needs 2-D outputs [ne0, batch]")
         if h.loss_type == LOSS_CROSS_ENTROPY and h.outputs.shape[2:] == (1, 1):
-            # The loss reads the logits through a copy in this (allocated) context, so they can be read
-            # after each eval to count the argmax matches (LossGraph.count_correct).
+            # The argmax matches are counted in the graph, where the logits are (on a GPU: no copy to the host);
+            # the count feeds no loss, so it is one of ggml-opt's extra outputs.
             h.scores = ggml_set_name(ops.ggml_cont(ctx, h.outputs), f"scores_{i + 1}")
-            h.ncorrect = ggml_set_name(ggml_new_tensor_1d(ctx, GGML_TYPE_I64, 1), f"ncorrect_{i + 1}")
+            h.ncorrect = ggml_set_output(ops.ggml_count_equal(ctx, ops.ggml_argmax(ctx, h.scores),
+                                                              ops.ggml_argmax(ctx, h.labels)))
+            ggml_set_name(h.ncorrect, f"ncorrect_{i + 1}")
+            graph_extra.append(h.ncorrect)
         h.value = ggml_set_output(_head_value(ctx, h))
         ggml_set_name(h.value, f"loss_{i + 1}")
     total = heads[0].value if heads[0].weight == 1.0 else ops.ggml_scale(ctx, heads[0].value, heads[0].weight)
@@ -379,10 +368,26 @@ def build_loss_graph(heads: Sequence[Head], sched, loss_mask_ne0: int | None = N
     template = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, batch)  # only its shape is used
     per_datapoint = ggml_set_name(ops.ggml_repeat(ctx, total, template), "loss_per_datapoint")
     graph = LossGraph(heads, per_datapoint, LOSS_SUM if LOSS_SUM in {h.loss_type for h in heads} else LOSS_MEAN,
-                      ctx=ctx)
+                      ctx=ctx, extra_outputs=graph_extra)
     if graph.ggml_loss_type == LOSS_SUM:
         # SUM semantics: ggml sums [1, batch] copies of T; hand it T itself instead.
         graph.opt_outputs = total
-    graph.buffer = ggml_backend_alloc_ctx_tensors(ctx, sched.backends[-1])
+    graph.buffer = ggml_backend_alloc_ctx_tensors(ctx, loss_backend(ctx, sched))
     graph.owned = [b for b in (graph.buffer, ctx) if b is not None]
     return graph
+
+
+def loss_backend(ctx: Context, sched) -> Any:
+    """Where a loss context is allocated: the first of the scheduler's backends that runs every op in it (the
+    device with the outputs, so the loss stays there), else the last (the CPU). Its tensors, labels included,
+    pin their ops to that backend, as ggml-opt's own results do (patches/0002)."""
+    from ._checks import backend_runs
+    ops_in_ctx, p = [], lib.ggml_get_first_tensor(ctx.ptr)
+    while p != ffi.NULL:
+        if p.op != lib.GGML_OP_NONE:
+            ops_in_ctx.append(p)
+        p = lib.ggml_get_next_tensor(ctx.ptr, p)
+    for backend in sched.backends:
+        if all(backend_runs(backend, t)[0] for t in ops_in_ctx):
+            return backend
+    return sched.backends[-1]

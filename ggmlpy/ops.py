@@ -290,6 +290,45 @@ def ggml_scale(ctx: Context, a: Tensor, s: float) -> Tensor:
     return _op("ggml_scale", ctx, lib.ggml_scale, (a,), a.shape, (s,), a.type)
 
 
+def ggml_dropout(ctx: Context, a: Tensor, seed: Tensor, p: float, scale: float | None = None) -> Tensor:
+    """Inverted dropout with its mask made where the graph runs: each element of ``a`` is kept and
+    multiplied by ``scale`` (default ``1/(1 - p)``), or set to 0 with probability ``p``.
+
+    Which elements are kept depends only on the value in ``seed`` and the element's index in a's logical
+    order (``i0 + ne0*(i1 + ne1*(i2 + ne2*i3))``), through an integer hash (patches/0018): every backend makes
+    the same mask bit for bit, and writing a new seed between two computes of the same graph draws a new mask
+    without rebuilding it. Differentiable: the gradient goes through the same mask (the seed gets none). The
+    keep test is ``u >= p`` for a 24-bit uniform ``u``, so ``p`` is used in steps of 2**-24.
+
+    Arguments:
+        ctx: the context the result tensor is created in.
+        a: F32 tensor, any layout (views and transposes are read in their logical order).
+        seed: an I32 tensor of one element (write it with ``ggml_backend_tensor_set_data`` before each compute
+            that should get a new mask).
+        p: the probability of dropping an element, in [0, 1).
+        scale: what kept elements are multiplied by (a finite number; default ``1/(1 - p)``, computed here in
+            float64 so that every backend multiplies by the same float32).
+
+    Value: a new contiguous F32 Tensor of a's shape.
+
+    Example:
+        >>> seed = ggml_set_input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 1))
+        >>> h = ggml_dropout(ctx, ggml_relu(ctx, ggml_mul_mat(ctx, w, x)), seed, 0.3)
+    """
+    fn = "ggml_dropout"
+    a, seed = _t(fn, a), _t(fn, seed, "seed")
+    chk.types(fn, a, {GGML_TYPE_F32})
+    chk.types(fn, seed, {GGML_TYPE_I32}, "seed")
+    if seed.nelements() != 1:
+        chk.fail(fn, f"seed must hold exactly one I32 value, got shape {list(seed.shape)}")
+    rate = chk.float_arg(fn, "p", p, finite=True)
+    if not 0 <= np.float32(rate) < 1:  # as the C float ggml receives: 1 - 1e-9 would be 1
+        chk.fail(fn, f"p must be in [0, 1) as a float32, got {p!r}")
+    factor = chk.float_arg(fn, "scale", 1.0 / (1.0 - float(np.float32(rate))) if scale is None else scale,
+                           finite=True)
+    return _op(fn, ctx, lib.ggml_dropout, (a, seed), a.shape, (float(np.float32(rate)), factor), GGML_TYPE_F32)
+
+
 def _check_scale(fn: str, a: Any, s: Any) -> tuple[Tensor, float]:
     a = _t(fn, a)
     chk.types(fn, a, {GGML_TYPE_F32})  # the CPU kernel is F32-only and needs contiguous data

@@ -428,22 +428,24 @@ def training_step_work(outputs: Sequence[Tensor], opt_period: int = 1) -> StepWo
                     3.0 * forward.pool_elements + n_params * per_param)
 
 
-def training_graph_nodes(outputs: Tensor, build_type: int = BUILD_OPT) -> int:
-    """An upper bound on the nodes and leafs of the graphs ggml-opt builds from ``outputs``: the backward
-    pass adds at most ~3 nodes per forward op, each parameter a gradient accumulator, two moments and an
-    optimizer step (measured: ~2.6 per op, ~5.5 per parameter), ggml-opt's loss a few more."""
-    n_nodes, params, n_leafs = _count_forward([outputs], with_leafs=True)
+def training_graph_nodes(outputs: Tensor | Sequence[Tensor], build_type: int = BUILD_OPT) -> int:
+    """An upper bound on the nodes and leafs of the graphs ggml-opt builds from ``outputs`` (one tensor, or the
+    outputs and extra outputs): the backward pass adds at most ~3 nodes per forward op, each parameter a
+    gradient accumulator, two moments and an optimizer step (measured: ~2.6 per op, ~5.5 per parameter),
+    ggml-opt's loss a few more."""
+    roots = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    n_nodes, params, n_leafs = _count_forward(roots, with_leafs=True)
     if build_type == BUILD_FORWARD:
         return n_nodes + n_leafs + 32
     return 4 * (n_nodes - len(params)) + 6 * len(params) + n_leafs + 64
 
 
-def static_graph_size(outputs: Tensor, build_type: int = BUILD_OPT) -> int:
+def static_graph_size(outputs: Tensor | Sequence[Tensor], build_type: int = BUILD_OPT) -> int:
     """The node capacity to give ggml-opt's static graphs: ggml's default, or more for large models."""
     return max(STATIC_GRAPH_NODES, training_graph_nodes(outputs, build_type))
 
 
-def check_sched_room(sched: Scheduler, outputs: Tensor, build_type: int) -> None:
+def check_sched_room(sched: Scheduler, outputs: Tensor | Sequence[Tensor], build_type: int) -> None:
     """The scheduler's hash set must hold the nodes and leafs of the graphs ggml-opt allocates on it, or
     ggml aborts in ggml_opt_alloc."""
     need = training_graph_nodes(outputs, build_type)
@@ -455,10 +457,12 @@ def check_sched_room(sched: Scheduler, outputs: Tensor, build_type: int) -> None
                              f"ggml_backend_sched_new(..., graph_size={need}) or more")
 
 
-def check_trainable(outputs: Sequence[Tensor], what: str = "outputs", accumulating: bool = False) -> int:
-    """ggml could build and run the backward pass of these outputs (it would abort otherwise);
-    returns the number of forward nodes."""
-    n_nodes, params = _count_forward(outputs)
+def check_trainable(outputs: Sequence[Tensor], what: str = "outputs", accumulating: bool = False,
+                    side_outputs: Sequence[Tensor] = ()) -> int:
+    """ggml could build and run the backward pass of these outputs (it would abort otherwise), with
+    ``side_outputs`` in the same graph (computed, no gradient: ggml-opt's extra outputs); returns the number of
+    forward nodes."""
+    n_nodes, params = _count_forward([*outputs, *side_outputs])
     if not params:
         raise GgmlValueError(f"nothing to train: no tensor reachable from {what} is marked with ggml_set_param")
     for p in params:
@@ -470,7 +474,7 @@ def check_trainable(outputs: Sequence[Tensor], what: str = "outputs", accumulati
     scratch = ggml_init(ggml_graph_overhead(2 * n_nodes + 16) + 1024, no_alloc=True)
     try:
         graph = lib.ggml_new_graph_custom(scratch.ptr, 2 * n_nodes + 16, False)
-        for o in outputs:
+        for o in [*outputs, *side_outputs]:
             lib.ggml_build_forward_expand(graph, o.ptr)
         nodes = [lib.ggml_graph_node(graph, i) for i in range(lib.ggml_graph_n_nodes(graph))]
         check_backward_nodes(nodes, [o.ptr for o in outputs], accumulating)
@@ -484,7 +488,8 @@ class OptContext(Handle):
 
     def __init__(self, sched: Scheduler, heads: list[L.Head], optimizer: int, opt_period: int,
                  ctx_compute: Context | None, inputs: Tensor | None, build_type: int = BUILD_OPT,
-                 lr_ud: LrUserdata | None = None, loss_mask_ne0: int | None = None) -> None:
+                 lr_ud: LrUserdata | None = None, loss_mask_ne0: int | None = None,
+                 extra_outputs: Sequence[Tensor] = ()) -> None:
         self.sched = sched
         self.optimizer = optimizer
         self.opt_period = opt_period
@@ -494,6 +499,10 @@ class OptContext(Handle):
         self.inputs = inputs
         self.user_ctx = ctx_compute
         self.loss = L.build_loss_graph(heads, sched, loss_mask_ne0) if self.static else None
+        # static graphs: what every eval computes besides the loss (ggml-opt's extra outputs, patches/0017): the
+        # caller's side outputs (batch-norm statistics) and the loss graph's own (argmax counts)
+        self.extra_outputs = [*extra_outputs, *self.loss.extra_outputs] if self.static else []
+        self._extra_array: Any = None
         self._graph_ctx = None
         self._opt_i = 0          # mirrors ggml-opt's accumulation phase
         self._pending = None     # None, "forward" or "backward": an alloc waiting for its eval
@@ -514,7 +523,7 @@ class OptContext(Handle):
             raise
         self.heads = heads
         # ggml aborts on an out-of-range ggml_get_rows index: those inputs are checked before each eval.
-        self._index_inputs = index_inputs([self.loss.opt_outputs]) if self.static else []
+        self._index_inputs = index_inputs([self.loss.opt_outputs, *self.extra_outputs]) if self.static else []
         super().__init__(lib.ggml_opt_init(params), lib.ggml_opt_free, parents=parents)
         if self.static:
             sched._opt_users.add(self)
@@ -586,22 +595,25 @@ class OptContext(Handle):
         params.get_opt_pars_ud = self.lr_ud.params
         parents = [sched]
         if self.static:
+            extra = self.extra_outputs
+            roots = [self.loss.opt_outputs, *extra]
             if build_type != BUILD_FORWARD:
-                check_trainable([self.loss.opt_outputs], accumulating=opt_period > 1)
+                check_trainable([self.loss.opt_outputs], accumulating=opt_period > 1, side_outputs=extra)
             # every op must run on the scheduler's backends, every leaf have memory ggml-opt's copy can keep
-            n_nodes = 2 * _count_forward([self.loss.opt_outputs])[0] + 16
-            with _graph_nodes(self.loss.opt_outputs, n_nodes, backward=build_type != BUILD_FORWARD) as nodes:
+            n_nodes = 2 * _count_forward(roots)[0] + 16
+            with _graph_nodes(self.loss.opt_outputs, n_nodes, backward=build_type != BUILD_FORWARD,
+                              side_outputs=extra) as nodes:
                 check_nodes_supported(nodes, sched.backends, "ggml_opt_init")
                 # ggml-opt ignores a failed allocation of its graphs (the next step crashes): a tensor or a node's
                 # operands beyond the backends' memory are refused here, as for any graph
                 check_graph_memory(nodes, nodes + [s for n in nodes for s in n.src if s != ffi.NULL],
                                    sched.backends, "ggml_opt_init")
-            self._leaf_data = check_static_memory(self.loss.opt_outputs.ptr, "ggml_opt_init")
+            self._leaf_data = check_static_memory([t.ptr for t in roots], "ggml_opt_init")
             self._memory_epoch = memory_epoch()
             # ggml-opt's static graphs (forward, +backward, +optimizer step) all have one size; ggml's default
             # of 2048 nodes is raised for larger models (patches/0005 adds the graph_size field).
-            graph_size = static_graph_size(self.loss.opt_outputs, build_type)
-            check_sched_room(sched, self.loss.opt_outputs, build_type)
+            graph_size = static_graph_size(roots, build_type)
+            check_sched_room(sched, roots, build_type)
             # A private context: ggml-opt puts three graphs and all backward tensors here and never frees them.
             self._graph_ctx = ggml_init(3 * ggml_graph_overhead(graph_size, True)
                                         + 6 * graph_size * ggml_tensor_overhead(), no_alloc=True)
@@ -609,9 +621,13 @@ class OptContext(Handle):
             params.ctx_compute = self._graph_ctx.ptr
             params.inputs = inputs.ptr
             params.outputs = self.loss.opt_outputs.ptr
+            if extra:
+                self._extra_array = ffi.new("struct ggml_tensor *[]", [t.ptr for t in extra])
+                params.n_extra_outputs = len(extra)
+                params.extra_outputs = self._extra_array
             # the graphs read tensors of these contexts: the context goes when one of them is freed
             parents += [ctx_compute, self._graph_ctx, *inputs.keepers, *self.loss.opt_outputs.keepers,
-                        *(h.outputs.keepers[0] for h in heads)]
+                        *(h.outputs.keepers[0] for h in heads), *(k for t in extra for k in t.keepers)]
         return params, parents
 
     def free(self) -> None:
@@ -694,10 +710,8 @@ class OptContext(Handle):
             result.check_batch(self)
         with self._in_use("ggml_opt_eval", result), computing(locks=self._locks):
             lib.ggml_opt_eval(ptr, res_ptr)
-        if self.static and self.loss.composite:
-            self.loss.count_correct()
-            if result is not None:
-                result.record_heads(self.loss.heads)
+        if self.static and self.loss.composite and result is not None:
+            result.record_heads(self.loss.heads)
         self._opt_i = (self._opt_i + 1) % self.opt_period
         self._pending = None
         self._prepared = False
@@ -736,10 +750,11 @@ class _DynamicStep:
 
 
 @contextlib.contextmanager
-def _graph_nodes(outputs: Tensor, size: int, backward: bool) -> Any:
-    """The nodes of the graph ggml-opt will run for ``outputs``, built in a scratch context: the forward
-    pass, and with ``backward`` the gradient ops ggml adds for a loss on them (ggml-opt's own graphs are not
-    reachable; the backward ops of the model are the same whatever the loss). Valid inside the block."""
+def _graph_nodes(outputs: Tensor, size: int, backward: bool, side_outputs: Sequence[Tensor] = ()) -> Any:
+    """The nodes of the graph ggml-opt will run for ``outputs`` (and its extra outputs), built in a scratch
+    context: the forward pass, and with ``backward`` the gradient ops ggml adds for a loss on them (ggml-opt's
+    own graphs are not reachable; the backward ops of the model are the same whatever the loss). Valid inside
+    the block."""
     size = 4 * size + 64 if backward else size
     scratch = ggml_init(ggml_graph_overhead(size, backward) + (3 * size + 16) * ggml_tensor_overhead() + 4096,
                         no_alloc=True)
@@ -750,6 +765,8 @@ def _graph_nodes(outputs: Tensor, size: int, backward: bool) -> Any:
             root = lib.ggml_sum(scratch.ptr, root)  # a scalar F32 loss (the outputs are F32: checked before)
             lib.ggml_set_loss(root)
         lib.ggml_build_forward_expand(graph, root)
+        for t in side_outputs:
+            lib.ggml_build_forward_expand(graph, t.ptr)
         if backward:
             lib.ggml_build_backward_expand(scratch.ptr, graph, ffi.NULL)
         yield [lib.ggml_graph_node(graph, i) for i in range(lib.ggml_graph_n_nodes(graph))]
@@ -948,7 +965,8 @@ def ggml_opt_init(sched: Scheduler | OptParams, loss_type: int | None = None, op
 
 
 def _opt_init(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outputs, build_type=BUILD_OPT,
-              lr_ud=None, loss_mask_ne0=None, loss_weights=None, sample_weighted=False) -> OptContext:
+              lr_ud=None, loss_mask_ne0=None, loss_weights=None, sample_weighted=False,
+              extra_outputs=()) -> OptContext:
     unwrap(sched, Scheduler, "sched")
     check_optimizer(optimizer)
     expect(isinstance(opt_period, int) and not isinstance(opt_period, bool) and 1 <= opt_period < 1 << 31,
@@ -963,11 +981,11 @@ def _opt_init(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outp
     # run the scheduler meanwhile (marked exclusively: a compute on it is refused until the build is done)
     with sched.opt_lock, using([sched], "ggml_opt_init", exclusive=[sched], busy=busy):
         return _opt_init_locked(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outputs, build_type,
-                                lr_ud, loss_mask_ne0, loss_weights, sample_weighted)
+                                lr_ud, loss_mask_ne0, loss_weights, sample_weighted, extra_outputs)
 
 
 def _opt_init_locked(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outputs, build_type, lr_ud,
-                     loss_mask_ne0, loss_weights, sample_weighted) -> OptContext:
+                     loss_mask_ne0, loss_weights, sample_weighted, extra_outputs) -> OptContext:
     _check_static(sched, ctx_compute, inputs, outputs)
     if ctx_compute is None:
         types = loss_type if isinstance(loss_type, (list, tuple)) else [loss_type]
@@ -986,7 +1004,7 @@ def _opt_init_locked(sched, loss_type, optimizer, opt_period, ctx_compute, input
         expect(isinstance(loss_mask_ne0, int) and loss_mask_ne0 >= 0,
                f"loss_mask_ne0 must be None or an int >= 0, got {loss_mask_ne0!r}")
     return OptContext(sched, heads, optimizer, opt_period, ctx_compute, inputs, build_type, lr_ud,
-                      loss_mask_ne0 or None)
+                      loss_mask_ne0 or None, extra_outputs)
 
 
 def ggml_opt_init_for_fit(sched: Scheduler, loss_type: int, optimizer: int = OPTIMIZER_ADAMW, opt_period: int = 1,

@@ -55,17 +55,17 @@ def _require_rpc() -> None:
 
 
 def ggml_rpc_protocol_version() -> str:
-    """The version of ggml's RPC wire protocol this build speaks, e.g. ``"7.0.0"``.
+    """The version of ggml's RPC wire protocol this build speaks, e.g. ``"7.0.1"``.
 
     A client and a server must have the same major version (and the server a minor version at least the
     client's), or the connection is refused; both sides built from the same ggml version always agree.
-    ggml 0.20.x spoke 5.x, 0.25.x speaks 7.x.
+    ggml 0.20.x spoke 5.x, 0.25.x speaks 7.x (7.0.1 with ggmlpy's patches: one more op than ggml's own).
 
     Value: a str ``"major.minor.patch"``.
 
     Example:
         >>> ggml_rpc_protocol_version()
-        '7.0.0'
+        '7.0.1'
     """
     return f"{lib.RPC_PROTO_MAJOR_VERSION}.{lib.RPC_PROTO_MINOR_VERSION}.{lib.RPC_PROTO_PATCH_VERSION}"
 

@@ -156,12 +156,14 @@ def _graph_inputs(arrays, backend, ops_size: int):
                 handle.free()
 
 
-def compute(build: Callable, *arrays: np.ndarray, backend=None, graph_size: int = 256) -> list[np.ndarray]:
+def compute(build: Callable, *arrays: np.ndarray, backend=None, graph_size: int = 256,
+            placements: list | None = None) -> list[np.ndarray]:
     """Build ``build(ctx, *input_tensors)`` on the CPU, compute it, return the results as 4-D arrays.
 
     The inputs live in a no_alloc context allocated with ``ggml_backend_alloc_ctx_tensors``;
     the ops go to a second no_alloc context whose graph a scheduler allocates and runs.
-    ``build`` may return one tensor or a tuple/list of tensors.
+    ``build`` may return one tensor or a tuple/list of tensors. ``placements``: a list that gets where the
+    compute ran (a ``Placement``).
     """
     backend = backend or _default_backend()
     with _graph_inputs(arrays, backend, _ctx_size(graph_size, graph_size)) as (tensors, ctx_ops, owned):
@@ -174,16 +176,27 @@ def compute(build: Callable, *arrays: np.ndarray, backend=None, graph_size: int 
         sched = G.ggml_backend_sched_new([backend], parallel=False, graph_size=graph_size)
         owned.append(sched)
         G.ggml_backend_sched_alloc_graph(sched, graph)
-        G.ggml_backend_sched_graph_compute(sched, graph)
+        _compute_watched(sched, graph, placements)
         return [read4(o) for o in outs]
 
 
+def _compute_watched(sched, graph, placements: list | None) -> None:
+    if placements is None:
+        G.ggml_backend_sched_graph_compute(sched, graph)
+        return
+    from ggmlpy.placement import PlacementRecorder
+    with PlacementRecorder(sched) as rec:
+        G.ggml_backend_sched_graph_compute(sched, graph)
+    placements.append(rec.placement("a compute"))
+
+
 def compute_grad(build: Callable, x: np.ndarray, r: np.ndarray, *others: np.ndarray, backend=None,
-                 graph_size: int = 512) -> tuple[float, np.ndarray]:
+                 graph_size: int = 512, placements: list | None = None) -> tuple[float, np.ndarray]:
     """loss = sum(build(ctx, x, *others) * r): the loss and d loss / d x computed by ggml's autodiff.
 
     ``x`` is marked a parameter, the loss a loss; the graph is built with gradients, expanded
-    backward, allocated by a scheduler, reset (loss gradient = 1) and computed.
+    backward, allocated by a scheduler, reset (loss gradient = 1) and computed. ``placements``: a list
+    that gets where the compute ran (a ``Placement``: which backend computed each op).
     """
     backend = backend or _default_backend()
     ops_size = _ctx_size(4 * graph_size, graph_size, True)
@@ -200,7 +213,7 @@ def compute_grad(build: Callable, x: np.ndarray, r: np.ndarray, *others: np.ndar
         owned.append(sched)
         G.ggml_backend_sched_alloc_graph(sched, graph)
         G.ggml_graph_reset(graph)
-        G.ggml_backend_sched_graph_compute(sched, graph)
+        _compute_watched(sched, graph, placements)
         grad = G.ggml_graph_get_grad(graph, xt)
         assert grad is not None, "ggml built no gradient for the parameter"
         return float(G.ggml_backend_tensor_get_data(loss)[0]), \

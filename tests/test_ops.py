@@ -13,7 +13,7 @@ import pytest
 
 import ggmlpy as G
 import ggmlpy.ops as ops_module
-from tests.conftest import compute, nd4
+from tests.conftest import compute, compute_grad, nd4
 
 F32_TOL = dict(rtol=2e-5, atol=2e-6)
 
@@ -163,6 +163,74 @@ def test_scale_bias(rng):
     x = r32(rng, 3, 7)
     (out,) = compute(lambda ctx, t: G.ggml_scale_bias(ctx, t, 0.75, -1.25), x)
     assert_close(out, 0.75 * f64(x) - 1.25)
+
+
+def _dropout_keep(seed: int, n: int, p: float) -> np.ndarray:
+    """numpy reference of ggml_dropout's mask (patches/0018): the lowbias32 hash of (seed, logical index)."""
+    def mix(x):
+        x = x.astype(np.uint32)
+        x ^= x >> np.uint32(16)
+        x *= np.uint32(0x7FEB352D)
+        x ^= x >> np.uint32(15)
+        x *= np.uint32(0x846CA68B)
+        x ^= x >> np.uint32(16)
+        return x
+    i = np.arange(n, dtype=np.uint64)
+    lo, hi = (i & np.uint64(0xFFFFFFFF)).astype(np.uint32), (i >> np.uint64(32)).astype(np.uint32)
+    k = mix(np.uint32(seed & 0xFFFFFFFF) ^ mix(hi + np.uint32(0x9E3779B9)))
+    h = mix(mix(lo ^ k) + k)
+    return (h >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24) >= np.float32(p)
+
+
+@covers("ggml_dropout")
+@pytest.mark.parametrize("p", [0.0, 0.25, 0.7])
+def test_dropout_keeps_the_elements_its_hash_picks(rng, p):
+    x = r32(rng, 3, 4, 50)
+    for seed in (0, 7, -5):
+        (out,) = compute(lambda ctx, t, s: G.ggml_dropout(ctx, t, s, p), x, np.array([seed], np.int32))
+        keep = _dropout_keep(seed, x.size, p).reshape(x.shape)
+        scale = np.float32(1.0 / (1.0 - float(np.float32(p))))   # computed in float64, passed as a C float
+        np.testing.assert_array_equal(out.reshape(x.shape), np.where(keep, x * scale, np.float32(0)))
+    assert 0 < _dropout_keep(7, x.size, p).sum() <= x.size
+    # a view is read in its logical order: the same mask as the transposed copy
+    (t_out,) = compute(lambda ctx, t, s: G.ggml_dropout(ctx, G.ggml_transpose(ctx, t), s, p), x[0], np.array([3], np.int32))
+    keep = _dropout_keep(3, x[0].size, p).reshape(x[0].T.shape)
+    np.testing.assert_array_equal(t_out.reshape(x[0].T.shape) != 0, keep & (x[0].T != 0))
+
+
+def test_dropout_masks_follow_the_rate_and_change_with_the_seed(rng):
+    x = np.ones((200, 500), np.float32)
+    masks = []
+    for seed in (11, 12):
+        (out,) = compute(lambda ctx, t, s: G.ggml_dropout(ctx, t, s, 0.3), x, np.array([seed], np.int32))
+        masks.append(out.reshape(x.shape) != 0)
+        np.testing.assert_allclose(out[out != 0], 1 / 0.7, rtol=1e-6)
+    n = x.size
+    for m in masks:
+        assert abs(m.mean() - 0.7) < 4 * np.sqrt(0.21 / n)
+    assert abs((masks[0] & masks[1]).mean() - 0.49) < 4 * np.sqrt(0.49 * 0.51 / n)   # independent seeds
+
+
+def test_dropout_gradient_goes_through_the_same_mask(rng):
+    x, r = r32(rng, 4, 30), r32(rng, 4, 30)
+    seed = np.array([99], np.int32)
+    _, grad = compute_grad(lambda ctx, t, s: G.ggml_dropout(ctx, t, s, 0.4), x, r, seed)
+    keep = _dropout_keep(99, x.size, 0.4).reshape(x.shape)
+    np.testing.assert_allclose(grad, np.where(keep, r / 0.6, 0), rtol=1e-6)
+
+
+def test_dropout_misuse(ctx):
+    a = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)
+    seed = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_I32, 1)
+    for bad in (1.0, -0.1, 1 - 1e-9):
+        with pytest.raises(G.GgmlValueError, match=r"p must be in \[0, 1\)"):
+            G.ggml_dropout(ctx, a, seed, bad)
+    with pytest.raises(G.GgmlValueError, match="exactly one"):
+        G.ggml_dropout(ctx, a, G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_I32, 2), 0.5)
+    with pytest.raises(G.GgmlTypeError):
+        G.ggml_dropout(ctx, a, G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 1), 0.5)
+    with pytest.raises(G.GgmlTypeError):
+        G.ggml_dropout(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F16, 4, 3), seed, 0.5)
 
 
 @covers("ggml_clamp")

@@ -4,8 +4,8 @@ hand with ``ggml_trainer``, and save to GGUF. Every public name is re-exported b
 Modules by concern: ``layers``/``conv``/``norm``/``sequence``/``attention`` (what each layer computes), ``graph`` (models as graphs
 of nodes), ``api`` (ggmlR's building functions), ``runtime`` (weights and graphs in ggml), ``compile``,
 ``data`` (the sample-major data rule), ``fit`` (training and inference), ``metrics``, ``trainer``,
-``saving``.
+``saving``, ``placement`` (where a step runs).
 """
-from . import api, compile, fit, saving, trainer  # noqa: F401
+from . import api, compile, fit, placement, saving, trainer  # noqa: F401
 
-MODULES = [api, compile, fit, trainer, saving]
+MODULES = [api, compile, fit, trainer, saving, placement]

@@ -173,7 +173,7 @@ ggml_layer_batch_norm, ggml_batch_norm = _pair(
     norm.BatchNorm, "batch_norm", "Batch normalisation over the last axis (features or channels): batch "
     "statistics in training, running statistics (``momentum``, as Keras) in predict/evaluate, learned "
     "``gamma``/``beta``.\n\nExample:\n    >>> model = g.ggml_layer_batch_norm(model)")
-ggml_layer_dropout, ggml_dropout = _pair(
+ggml_layer_dropout, _dropout_object = _pair(
     Lyr.Dropout, "dropout", "Inverted dropout: zeroes a fraction ``rate`` of values with a new mask every "
     "training step and scales the rest by 1/(1-rate); inactive in predict/evaluate.\n\nExample:\n"
     "    >>> model = g.ggml_layer_dropout(model, 0.3)")
@@ -207,8 +207,9 @@ ggml_layer_multi_head_attention, ggml_multi_head_attention = _pair(
     "steps.\n\nExample:\n    >>> x = g.ggml_layer_multi_head_attention(x, num_heads=4, key_dim=16, causal=True)")
 
 
-def _op_or_layer(op: Callable, layer_object: Callable) -> Callable:
-    """``ggml_conv_2d``/``ggml_conv_1d`` are ggml ops (context first) and, without a context, layer objects."""
+def _op_or_layer(op: Callable, layer_object: Callable, layer_args: str) -> Callable:
+    """``ggml_conv_2d``/``ggml_conv_1d``/``ggml_dropout`` are ggml ops (context first) and, without a context,
+    layer objects."""
     from ..context import Context
 
     def fn(*args: Any, **kwargs: Any) -> Any:
@@ -216,13 +217,14 @@ def _op_or_layer(op: Callable, layer_object: Callable) -> Callable:
             return op(*args, **kwargs)
         return layer_object(*args, **kwargs)
     fn.__name__ = fn.__qualname__ = op.__name__
-    fn.__doc__ = (f"``{op.__name__}(ctx, a, b, ...)``, the ggml op: {op.__doc__}\n\n``{op.__name__}(filters, "
-                  f"kernel_size, ...)`` (no context): a layer object for ``ggml_apply``.\n\n{layer_object.__doc__}")
+    fn.__doc__ = (f"``{op.__name__}(ctx, a, ...)``, the ggml op: {op.__doc__}\n\n``{op.__name__}({layer_args}, ...)`` "
+                  f"(no context): a layer object for ``ggml_apply``.\n\n{layer_object.__doc__}")
     return fn
 
 
-ggml_conv_2d = _op_or_layer(ops.ggml_conv_2d, _conv_2d_object)
-ggml_conv_1d = _op_or_layer(ops.ggml_conv_1d, _conv_1d_object)
+ggml_conv_2d = _op_or_layer(ops.ggml_conv_2d, _conv_2d_object, "filters, kernel_size")
+ggml_conv_1d = _op_or_layer(ops.ggml_conv_1d, _conv_1d_object, "filters, kernel_size")
+ggml_dropout = _op_or_layer(ops.ggml_dropout, _dropout_object, "rate")
 
 
 def ggml_layer_add(nodes: Any, name: str | None = None, trainable: bool = True) -> Node:

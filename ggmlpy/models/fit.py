@@ -185,6 +185,7 @@ def run_training(model: Model, cfg: CompileConfig, source: Source, batch: int, *
                             callbacks=callbacks, silent=silent, prefetch=prefetch,
                             loss_weights=cfg.loss_weights(),
                             learning_rate=cfg.learning_rate, sample_weighted=sample_weighted, hooks=inst.hooks,
+                            side_outputs=inst.side_outputs,
                             validate=validate, head_names=[h.name for h in cfg.heads] if multi else None,
                             stream=stream, on_nonfinite=on_nonfinite, batch_size=batch,
                             opt_state=model.runtime.opt_state)  # the optimizer continues across fits
@@ -232,7 +233,9 @@ def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch
     inside a logical batch drops that batch's accumulated gradients (with a warning).
 
     Value: the history DataFrame of ``ggml_fit_opt``: ``epoch, train_loss, train_accuracy, val_loss,
-    val_accuracy`` (NaN where not computed); multi-output models add per-output frames in ``attrs``.
+    val_accuracy`` (NaN where not computed); multi-output models add per-output frames in ``attrs``. On a GPU
+    the first training step is watched: ``history.attrs["placement"]`` says where it ran (as
+    ``ggml_model_placement``), and a warning names any op it left on the CPU.
 
     Example:
         >>> history = g.ggml_fit(model, x, y, epochs=10, batch_size=32, validation_split=0.2)

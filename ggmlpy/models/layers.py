@@ -241,7 +241,8 @@ class Flatten(Layer):
 
 class Dropout(Layer):
     """Inverted dropout: in training each value is zeroed with probability ``rate`` and the rest scaled
-    by 1/(1 - rate), with a new mask every step; ``ggml_predict``/``ggml_evaluate`` pass values through."""
+    by 1/(1 - rate), with a new mask every step (made on the model's device by ``ggml_dropout``);
+    ``ggml_predict``/``ggml_evaluate`` pass values through."""
     kind = "dropout"
 
     def __init__(self, rate: float, **kw: Any) -> None:
@@ -256,7 +257,7 @@ class Dropout(Layer):
     def forward(self, g, xs, shapes):
         if self.rate == 0:
             return xs[0]
-        return ops.ggml_mul(g.ctx, xs[0], g.dropout_mask(xs[0], self.rate))
+        return g.dropout(xs[0], self.rate)
 
     def predict_forward(self, g, xs, shapes):
         return xs[0]

@@ -2,10 +2,9 @@
 
 Training normalises each channel (the last axis of a sample) with the batch's mean and biased
 variance, taken over the batch and every other axis, then scales by ``gamma`` and shifts by
-``beta``. The batch statistics are also copied into tensors the graph builder keeps readable, and
-after each training step the running statistics are updated from them as in Keras:
-``running = momentum * running + (1 - momentum) * batch``. ``ggml_predict``/``ggml_evaluate`` use the
-running statistics.
+``beta``. Each training step also updates the running statistics from the batch's as in Keras,
+``running = momentum * running + (1 - momentum) * batch``, inside the graph (copied into the layer's
+state on its device; no trip to the host). ``ggml_predict``/``ggml_evaluate`` use the running statistics.
 """
 from __future__ import annotations
 
@@ -61,13 +60,19 @@ class BatchNorm(Layer):
             m = ops.ggml_scale(ctx, ops.ggml_sum_rows(ctx, ops.ggml_cont(ctx, ops.ggml_transpose(ctx, t))), 1 / rows)
             return m
 
-        mean = g.readout(channel_mean(x))                               # [1, C], readable after the step
+        mean = channel_mean(x)                                          # [1, C]
         centered = ops.ggml_sub(ctx, x, ops.ggml_repeat(ctx, ops.ggml_reshape_2d(ctx, mean, c, 1), x))
-        var = g.readout(channel_mean(ops.ggml_sqr(ctx, centered)))      # biased, as Keras
+        var = channel_mean(ops.ggml_sqr(ctx, centered))                 # biased, as Keras
         std = ops.ggml_sqrt(ctx, ops.ggml_scale_bias(ctx, ops.ggml_reshape_2d(ctx, var, c, 1), 1.0, self.eps))
         normed = ops.ggml_div(ctx, centered, ops.ggml_repeat(ctx, std, centered))
         y = ops.ggml_add(ctx, ops.ggml_mul(ctx, normed, g.param(self, "gamma")), g.param(self, "beta"))
-        g.on_train_step(_RunningStats(g, self, mean, var))
+        # after each step the running statistics take the batch's in, on the device (Keras' update):
+        # running = momentum * running + (1 - momentum) * batch
+        for name, batch in (("running_mean", mean), ("running_var", var)):
+            running = g.param(self, name)
+            new = ops.ggml_add(ctx, ops.ggml_scale(ctx, running, self.momentum),
+                               ops.ggml_scale(ctx, ops.ggml_reshape_1d(ctx, batch, c), 1.0 - self.momentum))
+            g.side_output(ops.ggml_cpy(ctx, new, running))
         return ops.ggml_reshape(ctx, y, xs[0])
 
     def predict_forward(self, g, xs, shapes):
@@ -76,24 +81,6 @@ class BatchNorm(Layer):
         scale = ops.ggml_div(ctx, g.param(self, "gamma"), inv_std)
         centered = ops.ggml_sub(ctx, xs[0], g.param(self, "running_mean"))
         return ops.ggml_add(ctx, ops.ggml_mul(ctx, centered, scale), g.param(self, "beta"))
-
-
-class _RunningStats:
-    """After each training eval: fold the batch's statistics into the running ones."""
-
-    def __init__(self, g: Any, layer: BatchNorm, mean, var) -> None:
-        self.params, self.layer, self.mean, self.var = g.params, layer, mean, var
-
-    def before_eval(self, train: bool) -> None:
-        pass
-
-    def after_eval(self, train: bool) -> None:
-        if not train:
-            return
-        m = self.layer.momentum
-        for name, batch in (("running_mean", self.mean), ("running_var", self.var)):
-            running = self.params.read(self.layer, name)
-            self.params.write(self.layer, name, m * running + (1 - m) * self.params.read_tensor(batch))
 
 
 class LayerNorm(Layer):

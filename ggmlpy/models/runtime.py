@@ -180,17 +180,19 @@ def natural_ne(shape: tuple[int, ...], batch: int) -> tuple[int, ...]:
 
 # ---------------------------------------------------------------- graphs
 
-class _Masks:
-    """Dropout masks of a training graph, drawn anew before every training step."""
+class _DropoutSeeds:
+    """The seeds of a training graph's dropout layers (one I32 each, in one input tensor): new ones before every
+    training step, so each step gets fresh masks, which ggml_dropout makes on the device from them."""
 
     def __init__(self, rng: np.random.Generator) -> None:
         self.rng = rng
-        self.masks: list[tuple[Tensor, float]] = []
+        self.tensor: Tensor | None = None
+        self.used = 0
 
     def before_eval(self, train: bool) -> None:
-        for t, rate in self.masks:
-            keep = self.rng.random(tuple(reversed(t.shape))) >= rate
-            ggml_backend_tensor_set_data(t, keep.astype(np.float32) * (1.0 / (1.0 - rate)))
+        if train and self.tensor is not None:
+            ggml_backend_tensor_set_data(self.tensor, self.rng.integers(-2 ** 31, 2 ** 31, self.tensor.shape[0],
+                                                                        dtype=np.int32))
 
     def after_eval(self, train: bool) -> None:
         pass
@@ -215,8 +217,13 @@ class GraphBuilder:
         self.ctx_io = ggml_init(mem_size=(8 + 4 * n) * ggml_tensor_overhead(), no_alloc=True)
         self.ctx_pinned = ggml_init(mem_size=(4 + 4 * n) * ggml_tensor_overhead(), no_alloc=True)
         self.constants: list[tuple[Tensor, np.ndarray]] = []
-        self.masks = _Masks(np.random.default_rng(np.random.randint(0, 2 ** 31)))
+        self.seeds = _DropoutSeeds(np.random.default_rng(np.random.randint(0, 2 ** 31)))
+        n_dropout = sum(node.layer.kind == "dropout" and node.layer.rate > 0 for node in nodes if not node.is_input)
+        if training and n_dropout:
+            self.seeds.tensor = ggml_set_input(ggml_new_tensor(self.ctx_io, GGML_TYPE_I32, 1, (n_dropout,)))
+            ggml_set_name(self.seeds.tensor, "dropout_seeds")
         self.hooks: list[Any] = []
+        self.side_outputs: list[Tensor] = []  # computed by every training step besides the loss
 
     # ---- for layers
     def param(self, layer: Layer, name: str) -> Tensor:
@@ -234,15 +241,23 @@ class GraphBuilder:
         self.constants.append((t, values))
         return t
 
-    def dropout_mask(self, like: Tensor, rate: float) -> Tensor:
-        t = ggml_set_input(ggml_new_tensor(self.ctx_io, GGML_TYPE_F32, 4, like.shape))
-        self.masks.masks.append((t, rate))
-        return t
+    def dropout(self, x: Tensor, rate: float) -> Tensor:
+        """``x`` with inverted dropout at ``rate``: its mask is made on the device from this layer's seed, which
+        changes before every training step."""
+        seeds = self.seeds
+        seed = ops.ggml_view_1d(self.ctx, seeds.tensor, 1, 4 * seeds.used)
+        seeds.used += 1
+        return ops.ggml_dropout(self.ctx, x, seed, rate)
 
     def readout(self, t: Tensor) -> Tensor:
         """A copy of ``t`` in memory of its own, readable after each step (ggml-opt runs a copy of the graph,
         whose intermediate tensors are not readable otherwise)."""
         return ops.ggml_cont(self.ctx_pinned, t)
+
+    def side_output(self, t: Tensor) -> None:
+        """Compute ``t`` in every training step although the loss does not depend on it (a ``ggml_cpy`` that
+        updates a layer's state on the device: ggml-opt's extra outputs)."""
+        self.side_outputs.append(ggml_set_output(t))
 
     def on_train_step(self, hook: Any) -> None:
         self.hooks.append(hook)
@@ -301,14 +316,14 @@ class GraphBuilder:
 
 class GraphInstance:
     """A built graph: its input and output tensors, the contexts and buffers behind them, and the
-    per-step hooks (dropout masks, batch-norm statistics)."""
+    per-step hooks (dropout seeds) and side outputs (batch-norm statistics)."""
 
     def __init__(self, b: GraphBuilder, inputs: list[Tensor], outputs: list[Tensor]) -> None:
         self.ctx, self.batch = b.ctx, b.batch
         self.inputs, self.outputs = inputs, outputs
         backend = b.params.backend
         self._owned: list[Any] = [b.ctx, b.ctx_io, b.ctx_pinned]
-        check_device_can_use(backend, list(inputs) + [t for t, _ in b.constants] + [t for t, _ in b.masks.masks],
+        check_device_can_use(backend, list(inputs) + [t for t, _ in b.constants],
                              f"use a smaller batch_size (this graph is for {b.batch} samples), or backend='cpu'")
         for ctx in (b.ctx_io, b.ctx_pinned):
             buf = ggml_backend_alloc_ctx_tensors(ctx, backend)
@@ -316,8 +331,11 @@ class GraphInstance:
                 self._owned.insert(0, buf)
         for t, values in b.constants:
             ggml_backend_tensor_set_data(t, values)
-        self.hooks = ([b.masks] if b.masks.masks else []) + b.hooks
-        self.train_nodes = sum(training_graph_nodes(o) for o in outputs)  # bounds for graph and scheduler sizes
+        self.hooks = ([b.seeds] if b.seeds.tensor is not None else []) + b.hooks
+        self.side_outputs = b.side_outputs
+        # bounds for graph and scheduler sizes
+        self.train_nodes = sum(training_graph_nodes(o) for o in outputs) + \
+            (training_graph_nodes(self.side_outputs) if self.side_outputs else 0)
         self.forward_nodes = sum(training_graph_nodes(o, BUILD_FORWARD) for o in outputs)
         self.work = forward_work(outputs)  # splits the CPU threads for inference (small graphs: one)
 
@@ -359,15 +377,18 @@ class Predictor:
         self._graphs: dict[int, tuple[GraphInstance, Any, Scheduler]] = {}
         self._lock = threading.RLock()
 
-    def run(self, arrays: list[np.ndarray], batch: int) -> list[np.ndarray]:
-        """``arrays``: one per model input, exactly ``batch`` rows in ggml layout; returns one per output."""
+    def run(self, arrays: list[np.ndarray], batch: int, watch: Any = None) -> list[np.ndarray]:
+        """``arrays``: one per model input, exactly ``batch`` rows in ggml layout; returns one per output.
+        ``watch``: a context manager factory given the scheduler, entered around the compute (a
+        ``PlacementRecorder``)."""
         with self._lock:
             inst, graph, sched = self._graph(batch)
             for t, a in zip(inst.inputs, arrays):
                 ggml_backend_tensor_set_data(t, a)
             before = split_threads(sched.backends, inst.work)
             try:
-                ggml_backend_sched_graph_compute(sched, graph)
+                with watch(sched) if watch is not None else contextlib.nullcontext():
+                    ggml_backend_sched_graph_compute(sched, graph)
             finally:
                 restore_threads(before)  # a fit may be running on the same backend
             return [ggml_backend_tensor_get_data(o) for o in inst.outputs]

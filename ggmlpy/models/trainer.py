@@ -20,6 +20,7 @@ from .graph import Model
 from .metrics import Tally
 from ..backend import restore_threads, split_threads
 from ..opt import training_step_work
+from ..placement import Placement, PlacementRecorder
 from .runtime import ParamStore, Predictor, make_scheduler
 
 
@@ -111,6 +112,7 @@ class ModelTrainer:
                                         [h.loss_type for h in cfg.heads],
                                         cfg.loss_weights(), cfg.optimizer_type, period,
                                         cfg.weight_decay, learning_rate=cfg.learning_rate, hooks=self._inst.hooks,
+                                        side_outputs=self._inst.side_outputs,
                                         batch_size=self.batch_size)
             self._owned.insert(0, self._session)
             self._writer: BatchWriter = self._session.writer("step", True)
@@ -150,6 +152,9 @@ class ModelTrainer:
     def step(self, x: Any, y: Any) -> float:
         """One forward and backward pass on exactly ``batch_size`` samples (the optimizer steps every
         ``nbatch_logical / batch_size`` calls); returns this batch's loss."""
+        return self._step(x, y)
+
+    def _step(self, x: Any, y: Any, watch: Any = None) -> float:
         self._live("step")
         xs, ys = self._batch(x, y, "step")
         pairs = self._writer.parse(D.feed_dict(self._cfg.heads, xs, ys, None))
@@ -157,7 +162,7 @@ class ModelTrainer:
         with self._model.runtime.use():
             before = split_threads(self._sched.backends, self._work)  # as a fit's steps (a predict may reset it)
             try:
-                self._session.step(self._session.train_ctx, pairs, True, self._result)
+                self._session.step(self._session.train_ctx, pairs, True, self._result, watch)
             finally:
                 restore_threads(before)
         self._steps += 1
@@ -263,6 +268,14 @@ class ModelTrainer:
             self._free_owned()
         self._freed = True
 
+    def discard(self) -> None:
+        """Free the trainer's ggml objects without handing its optimizer state back to the model (a trainer
+        made only to look at a step, ``ggml_model_placement``). Idempotent."""
+        with self._lock:
+            if not self._freed:
+                self._free_owned()
+                self._freed = True
+
     def _free_owned(self) -> None:
         for h in self._owned:  # the opt session first, then what it runs on
             h.close()
@@ -277,6 +290,29 @@ class ModelTrainer:
     def __repr__(self) -> str:
         state = "freed" if self._freed else f"{self._steps} steps"
         return f"<ggml_trainer of '{self._model.name}' batch_size={self.batch_size} ({state})>"
+
+
+def step_placement(model: Model, batch_size: int, x: list, y: list) -> Placement:
+    """Where one training step of ``model`` on ``(x, y)`` runs: a trainer's step watched by a
+    ``PlacementRecorder``. The weights (batch-norm statistics included) are put back afterwards and the model's
+    optimizer state is left as it was."""
+    params = model.runtime.params
+    kept = params.values_by_layer()
+    trainer = ModelTrainer(model, batch_size)
+    try:
+        recorders: list[PlacementRecorder] = []
+
+        def watch(sched: Any) -> PlacementRecorder:
+            recorders.append(PlacementRecorder(sched))
+            return recorders[-1]
+        with trainer._lock:
+            trainer._step(x, y, watch)
+        return recorders[0].placement(f"training step of '{model.name}', batch {batch_size}")
+    finally:
+        trainer.discard()
+        for layer, values in kept.values():
+            for name, value in values.items():
+                params.write(layer, name, value)
 
 
 def ggml_trainer(model: Model, batch_size: int = 32, nbatch_logical: int | None = None) -> ModelTrainer:

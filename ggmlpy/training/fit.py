@@ -210,11 +210,12 @@ def fit_streamed(sched: Scheduler, ctx_compute: Context, inputs: list[Tensor], o
                  loss_mask_ne0: int | None = None, learning_rate: float | None = None, sample_weighted: bool = False,
                  hooks: Sequence[Any] = (), validate: Any = None, head_names: list[str] | None = None,
                  stream: bool = True, on_nonfinite: str = "raise", batch_size: int | None = None,
-                 opt_state: Any = None) -> pd.DataFrame:
+                 opt_state: Any = None, side_outputs: Sequence[Any] = ()) -> pd.DataFrame:
     """The streaming fit behind ``ggml_fit_opt_gen`` and the model layer's ``ggml_fit``/``ggml_fit_generator``:
     arguments already checked; builds the opt context(s), feeds the sources through the one loop and
     releases every C resource on the way out. ``validate`` replaces ``val_source`` (the model layer
-    validates on its inference graph); ``hooks`` run around each eval (dropout masks, batch norm).
+    validates on its inference graph); ``hooks`` run around each eval (dropout masks); ``side_outputs`` are
+    computed by every training step besides the loss (batch-norm statistics updated on the device).
     ``opt_state`` (the model layer's optimizer state) has ``restore(opt_ctx)``, called before the first
     step, and ``keep(opt_ctx)``, called after the last one, also when training ends in an exception."""
     check_ends(train_source, steps_per_epoch, "steps_per_epoch")
@@ -223,7 +224,7 @@ def fit_streamed(sched: Scheduler, ctx_compute: Context, inputs: list[Tensor], o
     trainer = Trainer(sched, ctx_compute, inputs, outputs, loss_types, loss_weights, optimizer, period, weight_decay,
                       loss_mask_ne0, with_validation=val_source is not None, learning_rate=learning_rate,
                       per_head=head_names is not None, sample_weighted=sample_weighted, hooks=hooks,
-                      batch_size=batch_size)
+                      batch_size=batch_size, side_outputs=side_outputs)
     feeds: list[BatchFeed] = []
     restored = False
     try:

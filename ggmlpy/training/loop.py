@@ -9,6 +9,7 @@ without it (ggml-internals §1.6). Per step: ``ggml_opt_alloc`` -> write the bat
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from .. import opt_result as R
 from ..context import Tensor, walk_graph
 from ..backend import restore_threads, split_threads
 from ..errors import GgmlpyWarning, GgmlValueError
+from ..placement import PlacementRecorder, is_host_backend, warn_if_host_ops
 from .._checks import _tensor_label, index_bounds, ptr_key
 from .._handle import InterruptGuard, using
 from .adapters import BatchWriter
@@ -69,7 +71,8 @@ class Trainer:
                  loss_weights: list[float] | None, optimizer: int, opt_period: int, weight_decay: float,
                  loss_mask_ne0: int | None = None, with_validation: bool = False, per_head: bool = False,
                  learning_rate: float | None = None, sample_weighted: bool = False,
-                 hooks: Iterable[StepHook] = (), batch_size: int | None = None) -> None:
+                 hooks: Iterable[StepHook] = (), batch_size: int | None = None,
+                 side_outputs: Iterable[Tensor] = ()) -> None:
         _check_connected(inputs, outputs)
         self._owned: list[Any] = []
         self._threads_before: list = []
@@ -83,8 +86,10 @@ class Trainer:
             self.lr_ud.set(adamw_lr=learning_rate, sgd_lr=learning_rate)
         heads_arg = loss_types if self.multi else loss_types[0]
         outputs_arg = outputs if self.multi else outputs[0]
+        # side outputs (a model's state updated in the graph) are computed by training steps only
         self.train_ctx = O._opt_init(sched, heads_arg, optimizer, opt_period, ctx_compute, inputs[0], outputs_arg,
-                                     O.BUILD_OPT, self.lr_ud, loss_mask_ne0, loss_weights, sample_weighted)
+                                     O.BUILD_OPT, self.lr_ud, loss_mask_ne0, loss_weights, sample_weighted,
+                                     list(side_outputs))
         self._owned.append(self.train_ctx)
         try:
             self.eval_ctx = None
@@ -104,6 +109,9 @@ class Trainer:
         # The CPU/BLAS thread split for this graph
         self._threads_before = split_threads(sched.backends, O.training_step_work(outputs, opt_period))
         self.batch_size = batch_size or O.L.physical_batch(inputs[0])  # samples per step (for samples/s)
+        # the first training step on a device is watched (fit_loop puts what it saw in the history's attrs)
+        self._watch_first_step = not is_host_backend(sched.backends[0])
+        self.placement: Any = None
         self.index_bounds = index_bounds(inputs, outputs)
 
     def writer(self, name: str, train: bool) -> BatchWriter:
@@ -141,17 +149,28 @@ class Trainer:
             stats.head_accuracy = [math.nan] * n
         return stats
 
-    def step(self, ctx, pairs, train: bool, result) -> None:
+    def step(self, ctx, pairs, train: bool, result, watch: Any = None) -> None:
         """One physical batch: alloc, write, eval (with the hooks around the eval). Ctrl-C waits for the end
-        of the step: an alloc without its eval would leave the opt context unusable."""
+        of the step: an alloc without its eval would leave the opt context unusable. ``watch``: a context
+        manager factory given the scheduler, entered around the eval (a ``PlacementRecorder``); without one,
+        the first training step on a GPU is watched and ops it leaves on the CPU are named in a warning."""
         with self.guard.step:
             ctx.alloc(train)
             BatchWriter.write(pairs)
             for hook in self.hooks:
                 hook.before_eval(train)
-            ctx.eval(result)
+            recorder = None
+            if watch is None and train and self._watch_first_step:
+                recorder = watch = PlacementRecorder
+            if train:
+                self._watch_first_step = False
+            with watch(ctx.sched) if watch is not None else contextlib.nullcontext() as seen:
+                ctx.eval(result)
             for hook in self.hooks:
                 hook.after_eval(train)
+        if recorder is not None:
+            self.placement = seen.placement("a training step")
+            warn_if_host_ops(self.placement)
 
     def keepers(self) -> list:
         """Every handle the fit needs: the opt contexts and what they depend on (scheduler, contexts of the
@@ -202,11 +221,11 @@ def fit_loop(trainer: Trainer, train_feed: Feed, val_feed: Feed | None, *, epoch
                     validate, check_nonfinite(on_nonfinite))
     except BaseException as exc:
         try:
-            exc.history = _history(rows, head_rows, columns, head_names)
+            exc.history = _history(rows, head_rows, columns, head_names, trainer.placement)
         except Exception:  # noqa: BLE001 - never mask the original error
             pass
         raise
-    return _history(rows, head_rows, columns, head_names)
+    return _history(rows, head_rows, columns, head_names, trainer.placement)
 
 
 NONFINITE_CAUSES = ("Usual causes: a learning rate too high, NaN/inf in the data, binary cross-entropy on outputs "
@@ -282,8 +301,8 @@ def _epochs(trainer, train_feed, val_feed, cbs, state, rows, head_rows, columns,
             break
 
 
-def _history(rows: list[dict], head_rows: list[dict], columns: list[str], head_names: list[str] | None) \
-        -> pd.DataFrame:
+def _history(rows: list[dict], head_rows: list[dict], columns: list[str], head_names: list[str] | None,
+             placement: Any = None) -> pd.DataFrame:
     import pandas as pd  # imported here: pandas makes `import ggmlpy` twice as slow
     history = pd.DataFrame(rows, columns=columns)
     for c in columns:  # explicit dtypes, also for a zero-row history (pandas would make them object)
@@ -293,4 +312,6 @@ def _history(rows: list[dict], head_rows: list[dict], columns: list[str], head_n
                           ("val_accuracy", "val_head_accuracy")):
             history.attrs[attr] = pd.DataFrame([r[key] for r in head_rows], columns=head_names, dtype=float)
         history.attrs["head_names"] = list(head_names)
+    if placement is not None:  # where the first training step on a device ran (ggmlpy.placement.Placement)
+        history.attrs["placement"] = placement
     return history

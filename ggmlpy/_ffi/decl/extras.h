@@ -13,4 +13,5 @@ int ggmlpy_rpc_start_server(const char * endpoint, const char * cache_dir, size_
 /* Callbacks into Python. */
 extern "Python" void _ggmlpy_log_cb(enum ggml_log_level level, const char * text, void * user_data);
 extern "Python" void _ggmlpy_abort_cb(const char * error_message);
+extern "Python" bool _ggmlpy_sched_eval_cb(struct ggml_tensor * t, bool ask, void * user_data);
 extern "Python" void _ggmlpy_epoch_cb(bool train, ggml_opt_context_t opt_ctx, ggml_opt_dataset_t dataset, ggml_opt_result_t result, int64_t ibatch, int64_t ibatch_max, int64_t t_start_us);

@@ -91,6 +91,9 @@ bool ggml_backend_sched_alloc_graph(ggml_backend_sched_t sched, struct ggml_cgra
 enum ggml_status ggml_backend_sched_graph_compute(ggml_backend_sched_t sched, struct ggml_cgraph * graph);
 void ggml_backend_sched_synchronize(ggml_backend_sched_t sched);
 void ggml_backend_sched_reset(ggml_backend_sched_t sched);
+/* called for every node the scheduler computes (ask = true: does the caller want to see its result?) */
+typedef bool (*ggml_backend_sched_eval_callback)(struct ggml_tensor * t, bool ask, void * user_data);
+void ggml_backend_sched_set_eval_callback(ggml_backend_sched_t sched, ggml_backend_sched_eval_callback callback, void * user_data);
 
 ggml_gallocr_t ggml_gallocr_new(ggml_backend_buffer_type_t buft);
 void ggml_gallocr_free(ggml_gallocr_t galloc);

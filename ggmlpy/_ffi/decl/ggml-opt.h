@@ -29,6 +29,8 @@ struct ggml_opt_params {
     void * get_opt_pars_ud;
     enum ggml_opt_optimizer_type optimizer;
     int32_t graph_size;  /* patches/0005 */
+    int32_t n_extra_outputs;  /* patches/0017 */
+    struct ggml_tensor ** extra_outputs;
 };
 
 ggml_opt_dataset_t ggml_opt_dataset_init(enum ggml_type type_data, enum ggml_type type_label, int64_t ne_datapoint, int64_t ne_label, int64_t ndata, int64_t ndata_shard);

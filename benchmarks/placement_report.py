@@ -1,0 +1,50 @@
+"""Where a training step of the benchmark models runs on a device: splits, ops left on the CPU, and the bytes
+copied between device and host per step (``ggml_model_placement``).
+
+    GGML_VK_VISIBLE_DEVICES=0 python benchmarks/placement_report.py --backend Vulkan0     # lavapipe
+    python benchmarks/placement_report.py --backend CUDA0 --json placement.json
+
+Models: MNIST-FC (784-500-10, batch 500), the small CNN (28x28x1, conv 3x3 8 relu, max-pool 2, conv 3x3 16
+relu, max-pool 2, dense 10; batch 100) and examples/char_transformer.py's model (dim 64, 2 heads, 2 blocks,
+64 steps; batch 32), as ``bench_vs_torch.py`` builds them. Prints each placement in full and a table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import ggmlpy as g  # noqa: E402
+from bench_vs_torch import SIZES, ggml_model  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", default="Vulkan0")
+    ap.add_argument("--models", default="mnist-fc,cnn,transformer")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    rows = {}
+    for name in args.models.split(","):
+        model = ggml_model(name, args.backend)
+        batch = SIZES[name][1]
+        p = g.ggml_model_placement(model, batch_size=batch)
+        print(f"== {name}\n{p}\n")
+        rows[name] = {"batch": batch, "n_splits": p.n_splits, "cpu_ops": p.cpu_ops, "copies": p.copies,
+                      "copy_bytes": p.copy_bytes, "devices": p.devices}
+        model.runtime.free()
+    print(f"{'model':12} {'batch':>5} {'splits':>6} {'copies':>6} {'bytes/step':>11}  ops on the CPU")
+    for name, r in rows.items():
+        print(f"{name:12} {r['batch']:5} {r['n_splits']:6} {r['copies']:6} {r['copy_bytes']:11,}  "
+              f"{', '.join(r['cpu_ops']) or '-'}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"backend": args.backend, "models": rows}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""``ggml_model_placement``: where each op of a compiled model's training step (or forward pass) runs."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import GgmlInUseError, GgmlValueError
+from ..placement import Placement, PlacementRecorder
+from .compile import CompileConfig, compiled
+from .graph import Model
+from .trainer import step_placement
+
+
+def ggml_model_placement(model: Model, batch_size: int | None = None, training: bool = True) -> Placement:
+    """Where one training step (or one forward pass) of a compiled model runs, op by op.
+
+    ggml's scheduler gives every op of a graph to a backend: the model's device where it has the op, else the
+    CPU, with copies between the two wherever the graph crosses. On a GPU every such crossing costs a transfer
+    over the bus each step, so a training step that stays on the device runs in **one split with no copies**.
+    This runs one step on zeros (``training=True``: forward, backward and optimizer, as ``ggml_fit`` does; the
+    weights, batch-norm statistics and optimizer state are put back afterwards) or one prediction
+    (``training=False``) and reports what the scheduler did.
+
+    Arguments:
+        model: a compiled model (``ggml_compile``), on any backend.
+        batch_size: the samples per step (default 32, ``ggml_fit``'s default); placement can depend on it.
+        training: True (the default) for a training step, False for an inference pass (``ggml_predict``).
+
+    Value: a ``Placement`` with ``n_splits``; ``cpu_ops`` (the names of the ops a CPU-side backend computed, each
+    once; empty when none did); ``copies`` and ``copy_bytes`` (tensors copied between backends per step);
+    ``devices`` (the backends that computed something); ``splits`` (each part's backend and ops in order);
+    ``op_counts()``; ``str()`` lists it all readably. The batch's inputs and labels are written into device
+    memory directly and are not counted as copies.
+
+    Example:
+        >>> model = g.ggml_compile(model, loss="sparse_categorical_crossentropy", backend="vulkan")
+        >>> p = g.ggml_model_placement(model, batch_size=100)
+        >>> p.n_splits, p.cpu_ops, p.copy_bytes
+        (1, [], 0)
+        >>> print(p)                                 # one line per split, the ops counted
+    """
+    fn = "ggml_model_placement"
+    cfg = compiled(model, fn)
+    batch = 32 if batch_size is None else batch_size
+    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
+        raise GgmlValueError(f"{fn}: batch_size must be an int >= 1 or None, got {batch_size!r}")
+    if not isinstance(training, (bool, np.bool_)):
+        raise GgmlValueError(f"{fn}: training must be True or False, got {training!r}")
+    batch = int(batch)
+    runtime = model.runtime
+    if runtime.training:
+        raise GgmlInUseError(f"{fn}: a fit of this model is running (this call comes from one of its callbacks or "
+                             "from another thread); ask after it returns")
+    xs = _zero_inputs(model, batch)
+    if training:
+        return step_placement(model, batch, xs, _zero_targets(cfg, batch))
+    from .fit import predict_arrays
+    from .data import model_inputs
+    recorders: list[PlacementRecorder] = []
+
+    def watch(sched: Any) -> PlacementRecorder:
+        recorders.append(PlacementRecorder(sched))
+        return recorders[-1]
+    predictor = runtime.predictor
+
+    class Watched:  # the predictor's run, with the compute watched
+        def run(self, arrays: list, n: int) -> list:
+            return predictor.run(arrays, n, watch)
+    with runtime.use():
+        predict_arrays(model, Watched(), model_inputs(model, xs, f"{fn}: x"), batch)
+    return recorders[0].placement(f"forward pass of '{model.name}', batch {batch}")
+
+
+def _zero_inputs(model: Model, batch: int) -> list[np.ndarray]:
+    return [np.zeros((batch,) + tuple(n.shape), dtype=np.int32 if n.dtype == "int32" else np.float32)
+            for n in model.graph()[0]]
+
+
+def _zero_targets(cfg: CompileConfig, batch: int) -> list[np.ndarray]:
+    """Labels every loss accepts: class 0 for the cross-entropies, zeros for the others."""
+    out = []
+    for h in cfg.heads:
+        if h.sparse:
+            out.append(np.zeros((batch,) + tuple(h.shape[:-1]), dtype=np.int64))
+        elif h.classification and h.loss != "binary_crossentropy":
+            y = np.zeros((batch,) + tuple(h.shape), dtype=np.float32)
+            y[..., 0] = 1.0
+            out.append(y)
+        else:
+            out.append(np.zeros((batch,) + tuple(h.shape), dtype=np.float32))
+    return out
