@@ -1,8 +1,9 @@
 """build_ggml.py's cache, without building ggml: a fake ggml archive, a fake index and a fake
 ``cmake`` on PATH (which, like the real one, refuses a build folder configured from another source).
 
-Every test works in its own fake checkout (a copy of build_ggml.py next to a fake ggml.pin) and its own
-cache, so nothing here touches this checkout's ggmlpy/lib/ or the user's cache.
+Every test works in its own fake checkout (a copy of build_ggml.py and of its package tools/ggml_build/
+next to a fake ggml.pin) and its own cache, so nothing here touches this checkout's ggmlpy/lib/ or the
+user's cache.
 """
 from __future__ import annotations
 
@@ -121,12 +122,13 @@ _names = itertools.count()
 
 
 def checkout(world, name: str, seed_archive: bool = True) -> Path:
-    """A fake checkout: build_ggml.py, a pin for the fake archive, one patch; optionally the archive
-    already in the cache."""
+    """A fake checkout: build_ggml.py and tools/ggml_build/, a pin for the fake archive, one patch;
+    optionally the archive already in the cache."""
     root = world["tmp"] / name
     (root / "patches").mkdir(parents=True)
     (root / "ggmlpy").mkdir()
     (root / "build_ggml.py").write_text((ROOT / "build_ggml.py").read_text())
+    shutil.copytree(ROOT / "tools", root / "tools", ignore=shutil.ignore_patterns("__pycache__"))
     (root / "patches" / "0001-fake.patch").write_text(PATCH)
     (root / "ggml.pin").write_text(json.dumps({"package": PACKAGE, "version": VERSION, "filename": FILENAME,
                                                "sha256": world["sha"], "subdir": SUBDIR, "ggml_version": "0.0.1"}))
@@ -154,17 +156,42 @@ def events(world) -> list[dict]:
     return [json.loads(line) for line in world["log"].read_text().splitlines()]
 
 
+def _pop_tools() -> dict:
+    """Take the ``tools`` package and its modules out of sys.modules; returns them."""
+    return {name: sys.modules.pop(name) for name in list(sys.modules) if name == "tools" or name.startswith("tools.")}
+
+
 def load(world, root: Path, monkeypatch):
-    """build_ggml of a fake checkout, imported in this process with the world's environment."""
+    """The build package (tools.ggml_build) of a fake checkout, as its build_ggml.py imports it in this
+    process with the world's environment. sys.path and sys.modules are put back afterwards, so every call
+    imports its own checkout's copy, never this checkout's or another test's (the package imports its
+    modules at the top only, so nothing is looked up there later)."""
     for k in list(os.environ):
         if k.startswith(("PIP_", "GGMLPY_")):
             monkeypatch.delenv(k)
     for k, v in world["env"].items():
         monkeypatch.setenv(k, v)
-    spec = importlib.util.spec_from_file_location(f"build_ggml_under_test_{next(_names)}", root / "build_ggml.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    saved_path, saved_modules = sys.path[:], _pop_tools()
+    sys.path.insert(0, str(root))
+    try:
+        spec = importlib.util.spec_from_file_location(f"build_ggml_under_test_{next(_names)}", root / "build_ggml.py")
+        cli = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(cli)
+        package = sys.modules["tools.ggml_build"]
+    finally:
+        sys.path[:] = saved_path
+        _pop_tools()
+        sys.modules.update(saved_modules)
+    assert package.checkout.ROOT == root.resolve()  # the fake checkout's paths, not this checkout's
+    assert cli.build is package.builder.build and cli.read_pin is package.checkout.read_pin
+    return package
+
+
+def patch_used_by(monkeypatch, caller, name: str, value) -> None:
+    """Replace the global ``name`` where ``caller`` looks it up: in the module that defines ``caller``
+    (a name imported into another module is a second binding there; patching that one changes nothing)."""
+    assert name in caller.__code__.co_names and name in caller.__globals__, f"{caller.__qualname__} uses no {name}"
+    monkeypatch.setitem(caller.__globals__, name, value)
 
 
 def installed(root: Path) -> dict:
@@ -193,11 +220,11 @@ def test_two_checkouts_share_one_build_configured_from_the_cache_not_from_either
 
 
 def test_two_source_paths_never_share_a_cmake_build_folder(world, monkeypatch):
-    bg = load(world, checkout(world, "a"), monkeypatch)
+    build_key = load(world, checkout(world, "a"), monkeypatch).builder.build_key
     options = ["-DGGML_X=ON"]
-    assert bg.build_key(Path("/one/src"), options) != bg.build_key(Path("/two/src"), options)
-    assert bg.build_key(Path("/one/src"), options) == bg.build_key(Path("/one/src"), list(options))
-    assert bg.build_key(Path("/one/src"), options) != bg.build_key(Path("/one/src"), ["-DGGML_X=OFF"])
+    assert build_key(Path("/one/src"), options) != build_key(Path("/two/src"), options)
+    assert build_key(Path("/one/src"), options) == build_key(Path("/one/src"), list(options))
+    assert build_key(Path("/one/src"), options) != build_key(Path("/one/src"), ["-DGGML_X=OFF"])
 
 
 def test_a_different_patch_set_gets_its_own_source_tree_and_build(world):
@@ -321,14 +348,14 @@ def test_a_failed_build_without_ninja_is_wiped_and_redone(world):
 def test_a_half_made_source_tree_is_not_trusted(world, monkeypatch):
     a = checkout(world, "a")
     bg = load(world, a, monkeypatch)
-    pin = bg.read_pin()
-    half = world["cache"] / "src" / bg.source_key(pin)
+    pin = bg.checkout.read_pin()
+    half = world["cache"] / "src" / bg.source.source_key(pin)
     (half / "include").mkdir(parents=True)  # as if it had been left without its stamp
     leftover = half.with_name(half.name + ".tmp-999999")  # a killed unpacking's temporary folder
     (leftover / "include").mkdir(parents=True)
-    src = bg.source_tree(pin, bg.fetch_archive(pin))
+    src = bg.source.source_tree(pin, bg.index.fetch_archive(pin))
     assert src == half and (src / "include" / "ggml.h").read_text() == "#define FAKE_GGML 2\n"
-    assert (src / ".ggmlpy-source").read_text().strip() == bg.source_key(pin)
+    assert (src / ".ggmlpy-source").read_text().strip() == bg.source.source_key(pin)
     assert sorted(p.name for p in src.parent.iterdir()) == [half.name]
 
 
@@ -352,15 +379,15 @@ def test_the_archive_comes_from_the_configured_index_and_is_checked(world, monke
     config.write_text(f"[global]\nindex-url = {index}\n")
     world["env"].pop("PIP_NO_INDEX")
     bg = load(world, a, monkeypatch)
-    monkeypatch.setattr(bg, "pip_config_files", lambda: [config])  # not this machine's files
-    assert bg.archive_sources(bg.pip_settings()) == [f"index:{index}"]
-    monkeypatch.setattr(bg, "_fetch_with_pip", no_pip)
-    got = bg.fetch_archive(bg.read_pin())
+    patch_used_by(monkeypatch, bg.index.pip_settings, "pip_config_files", lambda: [config])  # not this machine's
+    assert bg.index.archive_sources(bg.index.pip_settings()) == [f"index:{index}"]
+    patch_used_by(monkeypatch, bg.index.fetch_archive, "_fetch_with_pip", no_pip)
+    got = bg.index.fetch_archive(bg.checkout.read_pin())
     assert got == world["cache"] / "archives" / FILENAME
     assert hashlib.sha256(got.read_bytes()).hexdigest() == world["sha"]
     assert [p.name for p in got.parent.iterdir()] == [FILENAME]
     got.write_bytes(b"truncated")  # a damaged copy in the cache is replaced
-    assert bg.fetch_archive(bg.read_pin()) == got
+    assert bg.index.fetch_archive(bg.checkout.read_pin()) == got
     assert hashlib.sha256(got.read_bytes()).hexdigest() == world["sha"]
 
 
@@ -374,16 +401,16 @@ def test_an_archive_with_another_checksum_is_refused(world, monkeypatch, listed)
     world["env"].pop("PIP_NO_INDEX")
     world["env"]["PIP_INDEX_URL"] = index
     bg = load(world, a, monkeypatch)
-    monkeypatch.setattr(bg, "_fetch_with_pip", no_pip)
-    with pytest.raises(bg.ChecksumMismatch, match="sha256"):
-        bg.fetch_archive(bg.read_pin())
+    patch_used_by(monkeypatch, bg.index.fetch_archive, "_fetch_with_pip", no_pip)
+    with pytest.raises(bg.messages.ChecksumMismatch, match="sha256"):
+        bg.index.fetch_archive(bg.checkout.read_pin())
     archives = world["cache"] / "archives"
     assert not archives.exists() or list(archives.iterdir()) == []  # nothing named, no .part left
     # and a wrong file already in the cache is not used either: it is fetched again (here: refused again)
     archives.mkdir(parents=True, exist_ok=True)
     (archives / FILENAME).write_bytes(tampered.read_bytes())
-    with pytest.raises(bg.ChecksumMismatch):
-        bg.fetch_archive(bg.read_pin())
+    with pytest.raises(bg.messages.ChecksumMismatch):
+        bg.index.fetch_archive(bg.checkout.read_pin())
     assert [p.name for p in archives.iterdir()] == [FILENAME]  # no .part left
 
 
@@ -400,21 +427,21 @@ def test_pip_settings_follow_pips_files_and_variables(world, monkeypatch, tmp_pa
         timeout = 7
         """))
     world["env"].pop("PIP_NO_INDEX")
-    bg = load(world, checkout(world, "a"), monkeypatch)
-    real_files = bg.pip_config_files
-    monkeypatch.setattr(bg, "pip_config_files", lambda: [config])
-    settings = bg.pip_settings()
-    assert bg._timeout(settings) == 7
-    assert bg.archive_sources(settings) == ["link:/srv/wheels", "index:file:///srv/one/simple",
+    index = load(world, checkout(world, "a"), monkeypatch).index
+    real_files = index.pip_config_files
+    patch_used_by(monkeypatch, index.pip_settings, "pip_config_files", lambda: [config])
+    settings = index.pip_settings()
+    assert index._timeout(settings) == 7
+    assert index.archive_sources(settings) == ["link:/srv/wheels", "index:file:///srv/one/simple",
                                             "index:https://mirror.example/simple", "index:https://two.example/simple"]
     monkeypatch.setenv("PIP_INDEX_URL", "https://env.example/simple")
     monkeypatch.setenv("PIP_NO_INDEX", "1")
-    assert bg.archive_sources(bg.pip_settings()) == ["link:/srv/wheels"]
+    assert index.archive_sources(index.pip_settings()) == ["link:/srv/wheels"]
     monkeypatch.delenv("PIP_NO_INDEX")
-    assert "index:https://env.example/simple" in bg.archive_sources(bg.pip_settings())
+    assert "index:https://env.example/simple" in index.archive_sources(index.pip_settings())
     monkeypatch.delenv("PIP_INDEX_URL")
-    monkeypatch.setattr(bg, "pip_config_files", lambda: [])
-    assert bg.archive_sources(bg.pip_settings()) == ["index:https://pypi.org/simple/"]
+    patch_used_by(monkeypatch, index.pip_settings, "pip_config_files", lambda: [])
+    assert index.archive_sources(index.pip_settings()) == ["index:https://pypi.org/simple/"]
     # which files: $PIP_CONFIG_FILE last, and then no user files; os.devnull: none at all
     monkeypatch.setenv("PIP_CONFIG_FILE", str(config))
     files = real_files()

@@ -3,7 +3,8 @@ is not), put before the CPU backend by ``sched_new("cpu")`` and the model layer,
 split with the CPU backend that keeps the two pools from contending."""
 from __future__ import annotations
 
-import importlib.util
+import importlib
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,15 +17,22 @@ from ggmlpy.opt import StepWork
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _build_ggml():
-    spec = importlib.util.spec_from_file_location("build_ggml_for_blas_test", ROOT / "build_ggml.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def _build_options():
+    """This checkout's tools/ggml_build/options.py (build_ggml.py's backends and CMake options): the
+    module whose openblas_found, openblas_openmp_dir and cuda_options parse_backends and cmake_options
+    look up, so the one to patch them in."""
+    saved = sys.path[:]
+    sys.path.insert(0, str(ROOT))
+    try:
+        options = importlib.import_module("tools.ggml_build.options")
+    finally:
+        sys.path[:] = saved
+    assert Path(options.__file__).resolve().parent == ROOT / "tools" / "ggml_build"
+    return options
 
 
 def test_blas_is_a_default_backend_and_optional(monkeypatch, capsys):
-    b = _build_ggml()
+    b = _build_options()
     assert "blas" in b.DEFAULT_BACKENDS.split(",")
     monkeypatch.delenv("GGMLPY_BACKENDS", raising=False)
     monkeypatch.setattr(b, "openblas_found", lambda: False)
@@ -127,14 +135,14 @@ def test_blas_shares_the_pool_when_the_openmp_openblas_is_installed():
     model, config = openblas.threading_model(), openblas.config()
     assert model in ("openmp", "pthreads", "sequential") and config.startswith("OpenBLAS")
     assert (model == "openmp") == ("USE_OPENMP" in config)
-    if _build_ggml().openblas_openmp_dir() is None:
+    if _build_options().openblas_openmp_dir() is None:
         pytest.skip("OpenBLAS's OpenMP build is not installed here (apt-get install libopenblas0-openmp)")
     assert model == "openmp", config
     assert blas_shares_cpu_pool()
 
 
 def test_build_links_the_openmp_openblas_before_the_system_default(monkeypatch, tmp_path):
-    b = _build_ggml()
+    b = _build_options()
     monkeypatch.setattr(b, "openblas_openmp_dir", lambda: tmp_path)
     rpath = next(o for o in b.cmake_options(["cpu", "blas"], None) if o.startswith("-DCMAKE_INSTALL_RPATH="))
     assert rpath == f"-DCMAKE_INSTALL_RPATH=$ORIGIN;{tmp_path}"

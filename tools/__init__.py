@@ -1,0 +1,1 @@
+"""Helpers for building ggmlpy from a source checkout; not installed with the package."""
