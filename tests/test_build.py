@@ -7,6 +7,7 @@ user's cache.
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
 import importlib.util
@@ -161,16 +162,11 @@ def _pop_tools() -> dict:
     return {name: sys.modules.pop(name) for name in list(sys.modules) if name == "tools" or name.startswith("tools.")}
 
 
-def load(world, root: Path, monkeypatch):
-    """The build package (tools.ggml_build) of a fake checkout, as its build_ggml.py imports it in this
-    process with the world's environment. sys.path and sys.modules are put back afterwards, so every call
-    imports its own checkout's copy, never this checkout's or another test's (the package imports its
-    modules at the top only, so nothing is looked up there later)."""
-    for k in list(os.environ):
-        if k.startswith(("PIP_", "GGMLPY_")):
-            monkeypatch.delenv(k)
-    for k, v in world["env"].items():
-        monkeypatch.setenv(k, v)
+def import_cli(root: Path):
+    """(build_ggml, tools.ggml_build) of a fake checkout, as its build_ggml.py imports them in this
+    process. sys.path and sys.modules are put back afterwards, so every call imports its own checkout's
+    copy, never this checkout's or another test's (the package imports its modules at the top only, so
+    nothing is looked up there later)."""
     saved_path, saved_modules = sys.path[:], _pop_tools()
     sys.path.insert(0, str(root))
     try:
@@ -183,6 +179,18 @@ def load(world, root: Path, monkeypatch):
         _pop_tools()
         sys.modules.update(saved_modules)
     assert package.checkout.ROOT == root.resolve()  # the fake checkout's paths, not this checkout's
+    return cli, package
+
+
+def load(world, root: Path, monkeypatch):
+    """The build package (tools.ggml_build) of a fake checkout, imported by its build_ggml.py in this
+    process with the world's environment."""
+    for k in list(os.environ):
+        if k.startswith(("PIP_", "GGMLPY_")):
+            monkeypatch.delenv(k)
+    for k, v in world["env"].items():
+        monkeypatch.setenv(k, v)
+    cli, package = import_cli(root)
     assert cli.build is package.builder.build and cli.read_pin is package.checkout.read_pin
     return package
 
@@ -449,3 +457,85 @@ def test_pip_settings_follow_pips_files_and_variables(world, monkeypatch, tmp_pa
     assert Path.home() / ".pip" / "pip.conf" not in files
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     assert real_files() == []
+
+
+# --------------------------------------------------------------------------- the package's shape
+
+BUILD_PACKAGE = ROOT / "tools" / "ggml_build"
+
+
+def _package_imports(path: Path) -> tuple[set[str], list[str]]:
+    """The modules of tools/ggml_build that ``path`` imports ("__init__" for the package itself), and a
+    description of each such import made inside a function or class (run later, not at import)."""
+    modules = {p.stem for p in BUILD_PACKAGE.glob("*.py")}
+
+    def in_package(dotted: str) -> str | None:
+        """The module that ``tools.ggml_build[.x...]`` names, or None outside the package."""
+        parts = dotted.split(".")
+        return (parts[2:] or ["__init__"])[0] if parts[:2] == ["tools", "ggml_build"] else None
+
+    def imported(node) -> list[str]:
+        if isinstance(node, ast.Import):
+            return [m for m in (in_package(a.name) for a in node.names) if m]
+        if not isinstance(node, ast.ImportFrom):
+            return []
+        assert node.level <= 1, f"{path.name}:{node.lineno} reaches outside the package"
+        if node.level == 1 and node.module:  # from .x import y
+            return [node.module.split(".")[0]]
+        if node.level == 0 and in_package(node.module or "") != "__init__":  # from tools.ggml_build.x import y
+            return [m for m in [in_package(node.module or "")] if m]
+        # from . import x / from tools.ggml_build import x: a module, or a name of the package's __init__
+        return [a.name if a.name in modules else "__init__" for a in node.names]
+
+    found: set[str] = set()
+    nested: list[str] = []
+
+    def visit(node, depth: int) -> None:
+        for name in imported(node):
+            found.add(name)
+            if depth:
+                nested.append(f"{path.name}:{node.lineno} imports {name} inside a function or class")
+        inner = depth + isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
+        for child in ast.iter_child_nodes(node):
+            visit(child, inner)
+
+    visit(ast.parse(path.read_text()), 0)
+    return found, nested
+
+
+def test_the_build_package_has_small_modules_that_import_each_other_one_way():
+    """One concern a module, each small enough to read at once, and an import order without cycles: a
+    module uses only those below it, and never the package's __init__ (which re-exports them all). They
+    import each other at the top only, so a name a test patches is bound once, when the module loads."""
+    modules = {p.stem: p for p in BUILD_PACKAGE.glob("*.py")}
+    assert {"__init__", "messages", "checkout", "cache", "index", "source", "options", "builder"} <= set(modules)
+    for name, path in modules.items():
+        lines = len(path.read_text().splitlines())
+        assert lines <= 400, f"{path.name} has {lines} lines; split it"
+    graph, nested = {}, []
+    for name, path in modules.items():
+        graph[name], inside = _package_imports(path)
+        nested += inside
+        assert graph[name] <= set(modules), f"{name} imports {graph[name] - set(modules)}, not in the package"
+    assert nested == []
+    assert not any("__init__" in deps for name, deps in graph.items() if name != "__init__")
+    assert "__init__" not in graph["__init__"]
+    order: list[str] = []  # each module after every module it imports
+    while len(order) < len(graph):
+        ready = sorted(name for name, deps in graph.items() if name not in order and deps <= set(order))
+        assert ready, f"import cycle among {sorted(set(graph) - set(order))}: " + \
+            ", ".join(f"{n} -> {sorted(graph[n] - set(order))}" for n in sorted(set(graph) - set(order)))
+        order += ready
+    assert order[-1] == "__init__"
+
+
+def test_build_ggml_keeps_what_setup_py_uses_with_the_checkouts_paths(world):
+    """setup.py calls build_ggml.build, backends_from_env, BuildError, LIB_DIR and log; the paths are the
+    checkout's own (the package's ROOT is two folders above it)."""
+    a = checkout(world, "a")
+    cli, _ = import_cli(a)
+    for name in ("build", "backends_from_env", "BuildError", "LIB_DIR", "log", "read_pin", "main"):
+        assert hasattr(cli, name), name
+    assert cli.LIB_DIR == a.resolve() / "ggmlpy" / "lib" and cli.VENDOR_DIR == a.resolve() / "vendor" / "ggml"
+    assert cli.read_pin()["filename"] == FILENAME
+    assert issubclass(cli.ChecksumMismatch, cli.BuildError)
