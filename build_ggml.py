@@ -13,7 +13,7 @@ A build whose source, patches and options are unchanged is reused from the cache
 (``$GGMLPY_CACHE`` or ``~/.cache/ggmlpy``), so repeated installs are quick. The backends also come
 from ``$GGMLPY_BACKENDS`` (default ``cpu,blas``: the BLAS backend is built when OpenBLAS is installed --
 ``apt-get install libopenblas-dev libopenblas0-openmp`` -- and left out, with a message, when it is not;
-it loads OpenBLAS's OpenMP build where that is installed, see ``openblas_openmp_dir``).
+it loads OpenBLAS's OpenMP build where that is installed, see ``options.openblas_openmp_dir``).
 
 The code lives in tools/ggml_build/, one module per concern (its __init__ lists them); the cache's
 layout is described in tools/ggml_build/cache.py.

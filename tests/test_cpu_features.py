@@ -35,7 +35,8 @@ def test_other_architectures_features_are_absent_on_x86():
 
 
 def test_llamafile_follows_the_build():
-    """The CPU backend is built with llamafile's kernels (build_ggml.py's -DGGML_LLAMAFILE=ON)."""
+    """The CPU backend is built with llamafile's kernels (build_ggml.py's -DGGML_LLAMAFILE=ON, in
+    tools/ggml_build/options.py)."""
     info = json.loads((Path(G.__file__).parent / "lib" / "build_info.json").read_text())
     assert "cpu" in info["backends"]
     assert G.ggml_cpu_has_llamafile() is True
