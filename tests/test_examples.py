@@ -48,22 +48,19 @@ def test_replay_buffer_loss_falls(tmp_path):
     assert last < 0.2 * first, out[-1500:]
 
 
-def _readme_blocks() -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
-
-
 def test_readme_python_examples_run_as_written(tmp_path):
-    """Every ```python block of the README that is self-contained runs (blocks that continue another one,
-    using names like x_new or model without defining them, run after the block they continue)."""
-    blocks = _readme_blocks()
-    assert len(blocks) >= 3
-    keras, inference, lowlevel = blocks[0], blocks[1], next(b for b in blocks if "ggml_fit_opt_gen" in b)
-    setup = "x_new, x_test, y_test = x, x, y\n"
-    script = tmp_path / "readme.py"
-    script.write_text(keras + setup + inference.replace('"auto"', '"cpu"') + "\n" + lowlevel)
-    out = _run([str(script)], tmp_path)
-    assert "accuracy" in out
+    """Every ```python block of the README runs as written: the ten-line Keras-style example, then the
+    streaming example that continues it, in one process (tests/test_guide.py says how blocks are marked
+    and runs the guide's: the inference, saving and low-level examples that used to be here)."""
+    from tests.test_guide import chains, run_chain, skip_reason
+
+    readme = chains("README.md")
+    blocks = [b for c in readme for b in c.blocks]
+    assert len(blocks) >= 2
+    assert not [c.id for c in readme if skip_reason(c)], "every README example must run"
+    assert any("ggml_fit(" in b.code for b in blocks) and any("ggml_fit_generator(" in b.code for b in blocks)
+    outputs = [run_chain(c, tmp_path / f"chain{i}") for i, c in enumerate(readme)]
+    assert "accuracy" in outputs[0]
 
 
 def test_rl_cartpole_dqn_learns(tmp_path):
