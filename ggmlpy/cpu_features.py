@@ -69,9 +69,32 @@ def _make_has(name: str) -> Callable[[], bool]:
     return has
 
 
-for _name in _HAS:
-    globals()[f"ggml_cpu_has_{_name}"] = _make_has(_name)
-del _name
+# one explicit name per feature, so that IDEs, type checkers and tools/exports.py see each of them
+ggml_cpu_has_sse3 = _make_has("sse3")
+ggml_cpu_has_ssse3 = _make_has("ssse3")
+ggml_cpu_has_avx = _make_has("avx")
+ggml_cpu_has_avx_vnni = _make_has("avx_vnni")
+ggml_cpu_has_avx2 = _make_has("avx2")
+ggml_cpu_has_bmi2 = _make_has("bmi2")
+ggml_cpu_has_f16c = _make_has("f16c")
+ggml_cpu_has_fma = _make_has("fma")
+ggml_cpu_has_avx512 = _make_has("avx512")
+ggml_cpu_has_avx512_vbmi = _make_has("avx512_vbmi")
+ggml_cpu_has_avx512_vnni = _make_has("avx512_vnni")
+ggml_cpu_has_avx512_bf16 = _make_has("avx512_bf16")
+ggml_cpu_has_amx_int8 = _make_has("amx_int8")
+ggml_cpu_has_neon = _make_has("neon")
+ggml_cpu_has_arm_fma = _make_has("arm_fma")
+ggml_cpu_has_fp16_va = _make_has("fp16_va")
+ggml_cpu_has_dotprod = _make_has("dotprod")
+ggml_cpu_has_matmul_int8 = _make_has("matmul_int8")
+ggml_cpu_has_sve = _make_has("sve")
+ggml_cpu_has_sme = _make_has("sme")
+ggml_cpu_has_riscv_v = _make_has("riscv_v")
+ggml_cpu_has_vsx = _make_has("vsx")
+ggml_cpu_has_vxe = _make_has("vxe")
+ggml_cpu_has_wasm_simd = _make_has("wasm_simd")
+ggml_cpu_has_llamafile = _make_has("llamafile")
 
 
 def _count(feature: str) -> int:

@@ -20,6 +20,7 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
+from .. import losses as L
 from .. import opt as O
 from .. import opt_result as R
 from ..context import Tensor, walk_graph
@@ -108,7 +109,7 @@ class Trainer:
             raise
         # The CPU/BLAS thread split for this graph
         self._threads_before = split_threads(sched.backends, O.training_step_work(outputs, opt_period))
-        self.batch_size = batch_size or O.L.physical_batch(inputs[0])  # samples per step (for samples/s)
+        self.batch_size = batch_size or L.physical_batch(inputs[0])  # samples per step (for samples/s)
         # the first training step on a device is watched (fit_loop puts what it saw in the history's attrs)
         self._watch_first_step = not is_host_backend(sched.backends[0])
         self.placement: Any = None
