@@ -1,6 +1,6 @@
 """The last line of defence of the public API: a Python error from inside ggmlpy becomes a ggmlpy error.
 
-Arguments are checked before ggml is called (``_checks.py``), with messages that say what was expected.
+Arguments are checked before ggml is called (``ggmlpy.core.args`` and each tier's checks), with messages that say what was expected.
 What a check missed would surface as a bare ``TypeError: '<' not supported ...``, an ``OverflowError``
 from cffi, a ``ZeroDivisionError`` or a ``ValueError`` from numpy: each public function is wrapped so that
 such an error, raised by ggmlpy's own code (or by numpy, cffi, pandas, matplotlib or the standard library

@@ -184,7 +184,7 @@ def _compute_watched(sched, graph, placements: list | None) -> None:
     if placements is None:
         G.ggml_backend_sched_graph_compute(sched, graph)
         return
-    from ggmlpy.placement import PlacementRecorder
+    from ggmlpy.compute.placement import PlacementRecorder
     with PlacementRecorder(sched) as rec:
         G.ggml_backend_sched_graph_compute(sched, graph)
     placements.append(rec.placement("a compute"))

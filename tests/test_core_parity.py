@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-from ggmlpy._handle import using
+from ggmlpy.core.handle import using
 
 F32, F16, I32 = G.GGML_TYPE_F32, G.GGML_TYPE_F16, G.GGML_TYPE_I32
 
@@ -34,7 +34,7 @@ def test_ggmlr_compute_idiom(hctx):
     G.ggml_set_f32(c, [2, 2, 2])
     result = G.ggml_mul(hctx, G.ggml_add(hctx, a, b), c)
     graph = G.ggml_build_forward_expand(hctx, result)
-    assert isinstance(graph, G.context.Graph) and G.ggml_graph_n_nodes(graph) == 2
+    assert isinstance(graph, G.graph.objects.Graph) and G.ggml_graph_n_nodes(graph) == 2
     assert G.ggml_graph_compute(hctx, graph) is None
     np.testing.assert_array_equal(G.ggml_get_f32(result), [10, 14, 18])
     # a second call makes a second graph; ggml's (graph, tensor) form still expands in place

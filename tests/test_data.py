@@ -391,7 +391,7 @@ def test_python_ints_too_large_for_numpy_are_refused(host_ctx):
 
 def test_shape_problem_is_the_one_rule(host_ctx):
     """The rule BatchWriter shares: exact numpy shape, or 1-D of nelements, leading 1-axes aside."""
-    from ggmlpy.data import numpy_shape, shape_problem
+    from ggmlpy.backend.transfer import numpy_shape, shape_problem
     assert numpy_shape((4, 3, 1, 1)) == (3, 4)
     assert numpy_shape((1, 1, 1, 1)) == (1,)
     assert shape_problem((3, 4), (4, 3, 1, 1)) is None

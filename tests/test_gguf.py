@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-from ggmlpy.gguf import GgufFileError, GgufKeyError
+from ggmlpy.errors import GgufFileError, GgufKeyError
 
 ROOT = Path(__file__).parents[1]
 

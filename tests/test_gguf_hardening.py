@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-from ggmlpy import context as C
+from ggmlpy.core import sysmem as C
 from ggmlpy.errors import GgufFileError
 from tests.conftest import run_in_subprocess
 
@@ -211,7 +211,7 @@ def test_available_memory_reads_meminfo_and_cgroup_limits(monkeypatch):
 def test_a_save_into_a_folder_that_takes_no_new_file_overwrites_the_file_in_place(tmp_path, monkeypatch):
     """Saves go to a new file beside the target, then replace it; where the folder takes no new file (a
     read-only folder holding a writable file) the file itself is written, then read back and checked."""
-    import ggmlpy.gguf as gguf_module
+    import ggmlpy.gguf.tensors as gguf_module
 
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied")

@@ -1,4 +1,4 @@
-"""ggmlR's GGUF reader (ggmlpy/gguf_reader.py): gguf_load, gguf_metadata, gguf_tensor_names/info/data.
+"""ggmlR's GGUF reader (ggmlpy/gguf/reader.py): gguf_load, gguf_metadata, gguf_tensor_names/info/data.
 
 The files are written byte by byte here with ``struct`` (a GGUF v3 writer independent of ggml and
 ggmlpy), quantized blocks included, so the expected values come from the format's definition:

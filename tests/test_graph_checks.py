@@ -1,4 +1,4 @@
-"""The shared graph checks of ggmlpy/_checks.py that stand between a graph and ggml's asserts and crashes:
+"""The shared graph checks of ggmlpy/graph/ and ggmlpy/compute/checks.py that stand between a graph and ggml's asserts and crashes:
 
 * the backward pass: in-place nodes needing a gradient (ggml_build_backward_expand asserts), the split SwiGLU
   (differentiable) against its fused form (aborts), rope frequency factors, soft_max_ext masks and
@@ -246,7 +246,8 @@ def test_index_bounds_name_the_op_and_keep_the_smallest_bound():
         ex = G.ggml_new_tensor_3d(ctx, G.GGML_TYPE_F32, 4, 3, 5)
         mm = G.ggml_mul_mat_id(ctx, ex, G.ggml_new_tensor_3d(ctx, G.GGML_TYPE_F32, 4, 1, 2), idx)
         rows = G.ggml_get_rows(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, 7), G.ggml_reshape_1d(ctx, idx, 2))
-        from ggmlpy._checks import index_bounds, ptr_key
+        from ggmlpy.graph.indices import index_bounds
+        from ggmlpy.graph.nodes import ptr_key
         (bound,) = index_bounds(None, [mm]).values()
         assert bound == 5 and "ggml_mul_mat_id" in bound.what
         both = index_bounds(None, [mm, rows])[ptr_key(idx.ptr)]
@@ -316,7 +317,7 @@ def test_every_allocation_path_refuses_a_tensor_larger_than_memory():
 # graph of the same size crashed ggml (scheduler: already the failed allocation itself).
 _TOO_LARGE_TOGETHER = """
 import numpy as np, ggmlpy as G
-from ggmlpy.context import physical_memory
+from ggmlpy.core.sysmem import physical_memory
 be = G.ggml_backend_cpu_init()
 ctx = G.ggml_init(1 << 20, no_alloc=True)
 x = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 4)

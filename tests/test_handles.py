@@ -265,7 +265,7 @@ def test_context_memory_graph_compute():
 # ---------------------------------------------------------------- in use: never freed under a running call
 
 def test_a_handle_in_use_cannot_be_freed_nor_its_parents():
-    from ggmlpy._handle import using
+    from ggmlpy.core.handle import using
     b = G.ggml_backend_cpu_init()
     s = G.ggml_backend_sched_new([b], parallel=False, graph_size=32)
     with using([s], "a test call"):
@@ -443,7 +443,7 @@ def test_ctrl_c_inside_a_step_waits_for_its_end():
     without its eval would leave the opt context unusable); outside a step it is raised at once."""
     import os
     import signal
-    from ggmlpy._handle import InterruptGuard
+    from ggmlpy.core.handle import InterruptGuard
     done = []
     with pytest.raises(KeyboardInterrupt):
         with InterruptGuard() as guard:

@@ -1,4 +1,4 @@
-"""ggmlpy/ops_activation.py: activations, rounding, add1 and the GLU family against numpy float64.
+"""ggmlpy/ops/activation.py: activations, rounding, add1 and the GLU family against numpy float64.
 
 Inputs are numpy arrays in ggml layout (shape (..., ne1, ne0)); see tests/conftest.py. Where ggml's
 CPU kernel reads an F16 table (gelu, gelu_quick and their GLU forms), the reference emulates that
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-import ggmlpy.ops_activation as act_module
+import ggmlpy.ops.activation as act_module
 from tests.conftest import (
     assert_refused_naming_op, backward_refusal_script, compute, compute_grad, nd4, run_cases_in_subprocess)
 

@@ -1,4 +1,4 @@
-"""ggmlpy/ops_inplace.py: the in-place ops compute what their out-of-place twins compute, into a's memory.
+"""ggmlpy/ops/inplace.py: the in-place ops compute what their out-of-place twins compute, into a's memory.
 
 Each result is checked against numpy float64, and so is ``a`` itself after the compute (it was
 overwritten). Also: the result is a view of ``a`` whose lifetime follows a's; the arguments are
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-import ggmlpy.ops_inplace as inplace_module
+import ggmlpy.ops.inplace as inplace_module
 from tests.conftest import compute, nd4, run_in_subprocess
 
 F32_TOL = dict(rtol=2e-5, atol=2e-6)

@@ -1,4 +1,4 @@
-"""ggmlpy/ops_sort.py: argsort, top_k and arange against numpy."""
+"""ggmlpy/ops/sort.py: argsort, top_k and arange against numpy."""
 from __future__ import annotations
 
 import numpy as np

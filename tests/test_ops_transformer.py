@@ -1,4 +1,5 @@
-"""Transformer ops (ggmlpy/ops_transformer.py) against numpy float64 references written from their
+"""Transformer ops (ggmlpy/ops/attention.py, and the group/L2 norms, mul_mat_id, windows and backward ops
+in ops/reduce.py, ops/linalg.py, ops/resize.py and ops/backward.py) against numpy float64 references written from their
 definitions; the gradients of rope against central finite differences; ops without a backward pass
 refused in trainable graphs; misuse raising instead of aborting; rope and flash attention on Vulkan.
 
@@ -542,7 +543,7 @@ except ValueError as e:
     assert "VALUEERROR" in out and "frequency factors" in out, out
 
 
-# Checks of the shared graph checks (ggmlpy/_checks.py) for the ops of this module: each case aborted or
+# Checks of the shared graph checks (ggmlpy/ops/base.py and graph/) for the ops of this module: each case aborted or
 # corrupted memory inside ggml before the check existed, so each runs in a subprocess.
 
 _INPLACE_ON_GRADIENT_PATH = """

@@ -237,7 +237,7 @@ def test_0009_gradients_of_many_views_of_one_tensor_accumulate_in_place():
 # ---------------------------------------------------------------- 0010: OpenBLAS threads for OUT_PROD
 
 def _openblas():
-    from ggmlpy.openblas import loaded_openblas
+    from ggmlpy.core.openblas import loaded_openblas
     return loaded_openblas()  # the instance ggml-blas loaded
 
 
@@ -246,7 +246,7 @@ def test_0010_blas_out_prod_runs_with_the_backends_thread_count():
     still woke OpenBLAS's worker, which spun and took a core from ggml's pool."""
     if not any(d.name == "BLAS" for d in G.ggml_backend_devices()):
         pytest.skip("this build has no BLAS backend (GGMLPY_BACKENDS without blas, or OpenBLAS missing)")
-    from ggmlpy.backend import set_backend_threads
+    from ggmlpy.backend.backend import set_backend_threads
     openblas = _openblas()
     if openblas is None:
         pytest.skip("libopenblas.so.0 cannot be loaded by name here, so its thread count cannot be read")
@@ -432,7 +432,7 @@ def test_0013_blas_products_from_four_threads_at_once_match_numpy():
     """OpenBLAS's OpenMP build (the one the build links where it is installed) returned products off by
     ~100 when four threads computed through ggml's BLAS backend at once; the backend now takes turns."""
     import threading
-    from ggmlpy.backend import set_backend_threads
+    from ggmlpy.backend.backend import set_backend_threads
     if not any(d.name == "BLAS" for d in G.ggml_backend_devices()):
         pytest.skip("this build has no BLAS backend (GGMLPY_BACKENDS without blas, or OpenBLAS missing)")
     rng = np.random.default_rng(0)

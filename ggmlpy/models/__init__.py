@@ -6,6 +6,9 @@ of nodes), ``api`` (ggmlR's building functions), ``runtime`` (weights and graphs
 ``data`` (the sample-major data rule), ``fit`` (training and inference), ``metrics``, ``trainer``,
 ``saving``, ``placement`` (where a step runs).
 """
-from . import api, compile, fit, placement, saving, trainer  # noqa: F401
+from __future__ import annotations
+
+from . import api, compile, fit, placement, saving, trainer
+
 
 MODULES = [api, compile, fit, trainer, saving, placement]

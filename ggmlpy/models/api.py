@@ -10,11 +10,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import ops
 from ..errors import GgmlInUseError, GgmlTypeError, GgmlValueError
+from ..ops import conv as _conv, elementwise as _elementwise
 from . import attention, conv, layers as Lyr, norm, sequence
-from .graph import InputLayer, Model, Node, Sequential, apply_layer, default_name
 from .compile import compiled
+from .graph import apply_layer, default_name, InputLayer, Model, Node, Sequential
 
 
 def ggml_model_sequential(name: str | None = None) -> Sequential:
@@ -210,7 +210,7 @@ ggml_layer_multi_head_attention, ggml_multi_head_attention = _pair(
 def _op_or_layer(op: Callable, layer_object: Callable, layer_args: str) -> Callable:
     """``ggml_conv_2d``/``ggml_conv_1d``/``ggml_dropout`` are ggml ops (context first) and, without a context,
     layer objects."""
-    from ..context import Context
+    from ..graph.objects import Context
 
     def fn(*args: Any, **kwargs: Any) -> Any:
         if (args and isinstance(args[0], Context)) or "ctx" in kwargs:
@@ -222,9 +222,9 @@ def _op_or_layer(op: Callable, layer_object: Callable, layer_args: str) -> Calla
     return fn
 
 
-ggml_conv_2d = _op_or_layer(ops.ggml_conv_2d, _conv_2d_object, "filters, kernel_size")
-ggml_conv_1d = _op_or_layer(ops.ggml_conv_1d, _conv_1d_object, "filters, kernel_size")
-ggml_dropout = _op_or_layer(ops.ggml_dropout, _dropout_object, "rate")
+ggml_conv_2d = _op_or_layer(_conv.ggml_conv_2d, _conv_2d_object, "filters, kernel_size")
+ggml_conv_1d = _op_or_layer(_conv.ggml_conv_1d, _conv_1d_object, "filters, kernel_size")
+ggml_dropout = _op_or_layer(_elementwise.ggml_dropout, _dropout_object, "rate")
 
 
 def ggml_layer_add(nodes: Any, name: str | None = None, trainable: bool = True) -> Node:

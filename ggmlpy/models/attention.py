@@ -18,8 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import ops
 from ..errors import GgmlValueError
+from ..ops.elementwise import ggml_add, ggml_cont, ggml_soft_max_ext
+from ..ops.layout import ggml_permute, ggml_reshape_1d, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d
+from ..ops.linalg import ggml_mul_mat
 from .layers import Layer, ParamSpec, positive_int
 
 
@@ -59,29 +61,29 @@ class MultiHeadAttention(Layer):
     def _project(self, g: Any, x2: Any, name: str, steps: int) -> Any:
         """``x W + b`` for query/key/value: ``[D, T*N]`` -> ``[K, T, H, N]`` (each head's rows together)."""
         ctx, h, k = g.ctx, self.num_heads, self.key_dim
-        w = ops.ggml_reshape_2d(ctx, g.param(self, f"{name}_kernel"), x2.shape[0], h * k)
-        y = ops.ggml_add(ctx, ops.ggml_mul_mat(ctx, w, x2), ops.ggml_reshape_1d(ctx, g.param(self, f"{name}_bias"),
+        w = ggml_reshape_2d(ctx, g.param(self, f"{name}_kernel"), x2.shape[0], h * k)
+        y = ggml_add(ctx, ggml_mul_mat(ctx, w, x2), ggml_reshape_1d(ctx, g.param(self, f"{name}_bias"),
                                                                                  h * k))
-        y = ops.ggml_reshape_4d(ctx, y, k, h, steps, g.batch)
+        y = ggml_reshape_4d(ctx, y, k, h, steps, g.batch)
         return y
 
     def forward(self, g, xs, shapes):
         steps, dim = shapes[0]
         ctx, h, k, n = g.ctx, self.num_heads, self.key_dim, g.batch
-        x2 = ops.ggml_reshape_2d(ctx, xs[0], dim, steps * n)
-        per_head = lambda t: ops.ggml_cont(ctx, ops.ggml_permute(ctx, t, 0, 2, 1, 3))   # [K, H, T, N] -> [K, T, H, N]
+        x2 = ggml_reshape_2d(ctx, xs[0], dim, steps * n)
+        per_head = lambda t: ggml_cont(ctx, ggml_permute(ctx, t, 0, 2, 1, 3))   # [K, H, T, N] -> [K, T, H, N]
         q = per_head(self._project(g, x2, "query", steps))
         key = per_head(self._project(g, x2, "key", steps))
         # values with the steps fastest, [T, K, H, N], so that the product below sums over the steps
-        v = ops.ggml_cont(ctx, ops.ggml_permute(ctx, self._project(g, x2, "value", steps), 1, 2, 0, 3))
-        scores = ops.ggml_mul_mat(ctx, key, q)                                   # [T keys, T queries, H, N]
+        v = ggml_cont(ctx, ggml_permute(ctx, self._project(g, x2, "value", steps), 1, 2, 0, 3))
+        scores = ggml_mul_mat(ctx, key, q)                                   # [T keys, T queries, H, N]
         mask = None
         if self.causal:   # numpy (queries, keys): a query sees its own step and the ones before
             mask = g.constant(np.triu(np.full((steps, steps), -np.inf, dtype=np.float32), 1))
-        att = ops.ggml_soft_max_ext(ctx, scores, mask, 1.0 / math.sqrt(k), 0.0)
-        out = ops.ggml_mul_mat(ctx, v, att)                                      # [K, T queries, H, N]
-        out = ops.ggml_cont(ctx, ops.ggml_permute(ctx, out, 0, 2, 1, 3))        # [K, H, T, N]
-        wo = ops.ggml_reshape_2d(ctx, g.param(self, "output_kernel"), h * k, dim)
-        y = ops.ggml_mul_mat(ctx, wo, ops.ggml_reshape_2d(ctx, out, h * k, steps * n))
-        y = ops.ggml_add(ctx, y, g.param(self, "output_bias"))
-        return ops.ggml_reshape_3d(ctx, y, dim, steps, n)
+        att = ggml_soft_max_ext(ctx, scores, mask, 1.0 / math.sqrt(k), 0.0)
+        out = ggml_mul_mat(ctx, v, att)                                      # [K, T queries, H, N]
+        out = ggml_cont(ctx, ggml_permute(ctx, out, 0, 2, 1, 3))        # [K, H, T, N]
+        wo = ggml_reshape_2d(ctx, g.param(self, "output_kernel"), h * k, dim)
+        y = ggml_mul_mat(ctx, wo, ggml_reshape_2d(ctx, out, h * k, steps * n))
+        y = ggml_add(ctx, y, g.param(self, "output_bias"))
+        return ggml_reshape_3d(ctx, y, dim, steps, n)

@@ -7,14 +7,16 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import FLOAT32_MAX, is_real, learning_rate_arg
-from .. import losses as L
-from .. import opt as O
+from ..core.args import FLOAT32_MAX, is_real, learning_rate_arg
 from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
+from ..opt import losses as L
+from ..opt.constants import OPTIMIZER_ADAMW, OPTIMIZER_SGD
+from ..opt.params import check_weight_decay
 from .graph import Model, Node
-from .runtime import GraphInstance, Runtime, build_graph
+from .runtime import build_graph, GraphInstance, Runtime
 
-OPTIMIZERS = {"adam": O.OPTIMIZER_ADAMW, "adamw": O.OPTIMIZER_ADAMW, "sgd": O.OPTIMIZER_SGD}
+
+OPTIMIZERS = {"adam": OPTIMIZER_ADAMW, "adamw": OPTIMIZER_ADAMW, "sgd": OPTIMIZER_SGD}
 # name -> (ggml loss type, what the labels are)
 LOSSES = {
     "categorical_crossentropy": (L.LOSS_CROSS_ENTROPY, "one-hot"),
@@ -142,7 +144,7 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
         raise GgmlTypeError(f"ggml_compile: expected a model (ggml_model_sequential / ggml_model), got "
                             f"{type(model).__name__}")
     if isinstance(optimizer, (int, np.integer)) and not isinstance(optimizer, bool):
-        opt_name = {O.OPTIMIZER_ADAMW: "adamw", O.OPTIMIZER_SGD: "sgd"}.get(int(optimizer))
+        opt_name = {OPTIMIZER_ADAMW: "adamw", OPTIMIZER_SGD: "sgd"}.get(int(optimizer))
     else:
         opt_name = optimizer.lower() if isinstance(optimizer, str) else None
     if opt_name not in OPTIMIZERS:
@@ -170,7 +172,7 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
     lr = None
     if learning_rate is not None:
         lr = learning_rate_arg("learning_rate", learning_rate)
-    O.check_weight_decay(weight_decay)
+    check_weight_decay(weight_decay)
     config = CompileConfig(opt_name, OPTIMIZERS[opt_name], heads, ["accuracy"] if metric_list else [], backend, lr,
                            float(weight_decay))
     values = model.runtime.params.values_by_layer() if model.runtime is not None else model.kept_weights

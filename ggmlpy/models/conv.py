@@ -18,10 +18,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .. import ops
-from ..context import GGML_TYPE_F32
+from ..core.types import GGML_TYPE_F32
 from ..errors import GgmlValueError
-from .layers import NATURAL, SPATIAL, Layer, ParamSpec, activate, bool_arg, check_activation, int_pair, positive_int
+from ..ops.conv import ggml_im2col, GGML_OP_POOL_MAX, ggml_pool_2d
+from ..ops.elementwise import ggml_add, ggml_cont, ggml_scale
+from ..ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d
+from ..ops.linalg import ggml_mul_mat
+from ..ops.reduce import ggml_concat, ggml_sum_rows
+from .layers import activate, bool_arg, check_activation, int_pair, Layer, NATURAL, ParamSpec, positive_int, SPATIAL
 
 
 def _padding(padding: Any) -> str:
@@ -51,24 +55,24 @@ def _conv_2d_f32(g: Any, kernel, x, s0: int, s1: int, p0: int, p1: int):
     -> ``[OW, OH, Cout, N]``."""
     ctx = g.ctx
     kw, kh, cin, cout = kernel.shape[:4]
-    cols = ops.ggml_im2col(ctx, kernel, x, s0, s1, p0, p1, 1, 1, True, GGML_TYPE_F32)  # [Cin*KH*KW, OW, OH, N]
+    cols = ggml_im2col(ctx, kernel, x, s0, s1, p0, p1, 1, 1, True, GGML_TYPE_F32)  # [Cin*KH*KW, OW, OH, N]
     k, ow, oh, n = cols.shape[:4]
-    y = ops.ggml_mul_mat(ctx, ops.ggml_reshape_2d(ctx, cols, k, ow * oh * n),
-                         ops.ggml_reshape_2d(ctx, kernel, kw * kh * cin, cout))      # [OW*OH*N, Cout]
-    y = ops.ggml_reshape_4d(ctx, y, ow, oh, n, cout)
-    return ops.ggml_cont(ctx, ops.ggml_permute(ctx, y, 0, 1, 3, 2))                  # [OW, OH, Cout, N]
+    y = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, cols, k, ow * oh * n),
+                         ggml_reshape_2d(ctx, kernel, kw * kh * cin, cout))      # [OW*OH*N, Cout]
+    y = ggml_reshape_4d(ctx, y, ow, oh, n, cout)
+    return ggml_cont(ctx, ggml_permute(ctx, y, 0, 1, 3, 2))                  # [OW, OH, Cout, N]
 
 
 def _conv_1d_f32(g: Any, kernel, x, s0: int, p0: int):
     """``ggml_conv_1d`` with a float32 im2col: kernel ``[K, Cin, Cout]``, data ``[L, Cin, N]`` -> ``[OL, Cout, N]``."""
     ctx = g.ctx
     kk, cin, cout = kernel.shape[:3]
-    cols = ops.ggml_im2col(ctx, kernel, x, s0, 0, p0, 0, 1, 0, False, GGML_TYPE_F32)  # [Cin*K, OL, N]
+    cols = ggml_im2col(ctx, kernel, x, s0, 0, p0, 0, 1, 0, False, GGML_TYPE_F32)  # [Cin*K, OL, N]
     k, ol, n = cols.shape[:3]
-    y = ops.ggml_mul_mat(ctx, ops.ggml_reshape_2d(ctx, cols, k, ol * n),
-                         ops.ggml_reshape_2d(ctx, kernel, kk * cin, cout))           # [OL*N, Cout]
-    y = ops.ggml_reshape_3d(ctx, y, ol, n, cout)
-    return ops.ggml_cont(ctx, ops.ggml_permute(ctx, y, 0, 2, 1, 3))                   # [OL, Cout, N]
+    y = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, cols, k, ol * n),
+                         ggml_reshape_2d(ctx, kernel, kk * cin, cout))           # [OL*N, Cout]
+    y = ggml_reshape_3d(ctx, y, ol, n, cout)
+    return ggml_cont(ctx, ggml_permute(ctx, y, 0, 2, 1, 3))                   # [OL, Cout, N]
 
 
 def _pad_end(g: Any, x, dim: int, extra: int):
@@ -77,7 +81,7 @@ def _pad_end(g: Any, x, dim: int, extra: int):
         return x
     ne = list(x.shape)
     ne[dim] = extra
-    return ops.ggml_concat(g.ctx, x, g.zeros(tuple(ne)), dim)
+    return ggml_concat(g.ctx, x, g.zeros(tuple(ne)), dim)
 
 
 class _Conv(Layer):
@@ -142,7 +146,7 @@ class Conv2D(_Conv):
         (sh, sw) = self.strides
         y = _conv_2d_f32(g, g.param(self, "kernel"), x, sw, sh, pw, ph)
         if self.use_bias:  # one bias per channel, broadcast over [W, H, ., N]
-            y = ops.ggml_add(g.ctx, y, ops.ggml_reshape_4d(g.ctx, g.param(self, "bias"), 1, 1, self.filters, 1))
+            y = ggml_add(g.ctx, y, ggml_reshape_4d(g.ctx, g.param(self, "bias"), 1, 1, self.filters, 1))
         return self._activate(g, y, shapes)
 
 
@@ -186,7 +190,7 @@ class Conv1D(_Conv):
         x = _pad_end(g, xs[0], 0, extra)
         y = _conv_1d_f32(g, g.param(self, "kernel"), x, self.strides, pad)
         if self.use_bias:  # one bias per channel, broadcast over [L, ., N]
-            y = ops.ggml_add(g.ctx, y, ops.ggml_reshape_3d(g.ctx, g.param(self, "bias"), 1, self.filters, 1))
+            y = ggml_add(g.ctx, y, ggml_reshape_3d(g.ctx, g.param(self, "bias"), 1, self.filters, 1))
         return self._activate(g, y, shapes)
 
 
@@ -215,7 +219,7 @@ class MaxPooling2D(Layer):
 
     def forward(self, g, xs, shapes):
         (kh, kw), (sh, sw) = self.pool_size, self.strides
-        return ops.ggml_pool_2d(g.ctx, xs[0], ops.GGML_OP_POOL_MAX, kw, kh, sw, sh, 0, 0)
+        return ggml_pool_2d(g.ctx, xs[0], GGML_OP_POOL_MAX, kw, kh, sw, sh, 0, 0)
 
 
 class _GlobalPooling2D(Layer):
@@ -235,9 +239,9 @@ class GlobalAveragePooling2D(_GlobalPooling2D):
 
     def forward(self, g, xs, shapes):
         h, w, c = shapes[0]
-        rows = ops.ggml_reshape_3d(g.ctx, xs[0], w * h, c, g.batch)
-        mean = ops.ggml_scale(g.ctx, ops.ggml_sum_rows(g.ctx, rows), 1.0 / (w * h))
-        return ops.ggml_reshape_2d(g.ctx, mean, c, g.batch)
+        rows = ggml_reshape_3d(g.ctx, xs[0], w * h, c, g.batch)
+        mean = ggml_scale(g.ctx, ggml_sum_rows(g.ctx, rows), 1.0 / (w * h))
+        return ggml_reshape_2d(g.ctx, mean, c, g.batch)
 
 
 class GlobalMaxPooling2D(_GlobalPooling2D):
@@ -246,5 +250,5 @@ class GlobalMaxPooling2D(_GlobalPooling2D):
 
     def forward(self, g, xs, shapes):
         h, w, c = shapes[0]
-        pooled = ops.ggml_pool_2d(g.ctx, xs[0], ops.GGML_OP_POOL_MAX, w, h, w, h, 0, 0)
-        return ops.ggml_reshape_2d(g.ctx, pooled, c, g.batch)
+        pooled = ggml_pool_2d(g.ctx, xs[0], GGML_OP_POOL_MAX, w, h, w, h, 0, 0)
+        return ggml_reshape_2d(g.ctx, pooled, c, g.batch)

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import is_real
-from ..data import as_numeric
+from ..backend.transfer import as_numeric
+from ..core.args import is_real
 from ..errors import GgmlTypeError, GgmlValueError
 from .compile import CompileConfig, HeadSpec
 from .graph import Model

@@ -11,24 +11,26 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence, TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    import pandas as pd
-
-from .._checks import is_real
+from ..compute.sched import Scheduler
+from ..core.args import is_real
 from ..errors import GgmlpyWarning, GgmlValueError
-from ..sched import Scheduler
-from ..training.adapters import Source, check_ends
+from ..training.adapters import check_ends, Source
 from ..training.fit import fit_streamed, ggml_fit_opt
-from ..training.loop import EpochStats, check_nonfinite
+from ..training.loop import check_nonfinite, EpochStats
 from . import data as D
-from .compile import CompileConfig, build_training_graph, compiled
+from .compile import build_training_graph, CompileConfig, compiled
 from .graph import Model
 from .metrics import Tally
+from .predict import predict_arrays
 from .runtime import make_scheduler
+
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _int_arg(value: Any, name: str, lo: int) -> int:
@@ -47,7 +49,7 @@ def _verbose(verbose: Any) -> bool:
 
 def _predictor(model: Any, fn: str):
     """(model, predictor) of a compiled model or of a trainer's snapshot."""
-    from .trainer import Snapshot
+    from .snapshot import Snapshot
     if isinstance(model, Snapshot):
         return model.model, model.predictor()
     compiled(model, fn)
@@ -58,25 +60,6 @@ def _in_use(model: Any):
     """The model's runtime marked busy (a snapshot has its own weights and needs no mark)."""
     import contextlib
     return model.runtime.use() if isinstance(model, Model) else contextlib.nullcontext()
-
-
-def predict_arrays(model: Model, predictor: Any, xs: list[np.ndarray], batch_size: int) -> list[np.ndarray]:
-    """Outputs (N, *output_shape) for inputs in ggml layout; the last partial batch is zero-padded and
-    its padding dropped from the result."""
-    n = xs[0].shape[0]
-    batch = min(batch_size, n)
-    outputs = model.graph()[1]
-    if n == 0:
-        return [np.zeros((0,) + tuple(node.shape), dtype=np.float32) for node in outputs]
-    chunks: list[list[np.ndarray]] = [[] for _ in outputs]
-    for start in range(0, n, batch):
-        part = [x[start:start + batch] for x in xs]
-        m = part[0].shape[0]
-        if m < batch:
-            part = [np.concatenate([p, np.zeros((batch - m,) + p.shape[1:], dtype=p.dtype)]) for p in part]
-        for i, (o, node) in enumerate(zip(predictor.run(part, batch), outputs)):
-            chunks[i].append(o.reshape((batch,) + node.shape)[:m])
-    return [np.concatenate(c) for c in chunks]
 
 
 def ggml_predict(model: Model, x: Any, batch_size: int = 32) -> np.ndarray | list[np.ndarray]:

@@ -1,6 +1,7 @@
 """Models as graphs of layer applications: ``Node`` (a symbolic tensor of the functional API),
 ``Model`` (functional: inputs and outputs) and ``Sequential`` (a list of layers), with the
-summary, layer lookup, freezing and the architecture description saved with a model."""
+summary, layer lookup, freezing and the architecture description saved with a model.
+"""
 from __future__ import annotations
 
 from typing import Any, Iterable
@@ -9,6 +10,7 @@ import numpy as np
 
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
 from .layers import Layer, next_global_name, sample_shape
+
 
 DTYPES = ("float32", "int32")
 

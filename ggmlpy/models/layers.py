@@ -16,17 +16,22 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .._checks import is_real
-from .. import ops
-from ..context import Tensor
+from ..core.args import is_real
 from ..errors import GgmlTypeError, GgmlValueError
+from ..graph.objects import Tensor
+from ..ops.elementwise import ggml_add, ggml_gelu, ggml_relu, ggml_sigmoid, ggml_silu, ggml_soft_max, ggml_tanh
+from ..ops.layout import (ggml_get_rows, ggml_reshape_1d, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d,
+                          ggml_view_2d)
+from ..ops.linalg import ggml_mul_mat
+from ..ops.reduce import ggml_concat
+
 
 NATURAL, SPATIAL = "natural", "spatial"
 MAX_NAME = 40  # GGUF/ggml tensor names are at most 63 bytes: "<layer name>.<weight>"
 
 ACTIVATIONS: dict[str | None, Callable | None] = {
-    None: None, "linear": None, "relu": ops.ggml_relu, "sigmoid": ops.ggml_sigmoid, "tanh": ops.ggml_tanh,
-    "gelu": ops.ggml_gelu, "silu": ops.ggml_silu, "softmax": ops.ggml_soft_max,
+    None: None, "linear": None, "relu": ggml_relu, "sigmoid": ggml_sigmoid, "tanh": ggml_tanh,
+    "gelu": ggml_gelu, "silu": ggml_silu, "softmax": ggml_soft_max,
 }
 
 
@@ -218,13 +223,13 @@ class Dense(Layer):
         x = xs[0]
         if len(shapes[0]) > 1:  # (..., features): one matrix product over all leading axes (ggml's
             # mul_mat backward cannot broadcast the weight over a 4th axis)
-            x = ops.ggml_reshape_2d(g.ctx, x, shapes[0][-1], int(np.prod(shapes[0][:-1])) * g.batch)
-        y = ops.ggml_mul_mat(g.ctx, g.param(self, "weight"), x)
+            x = ggml_reshape_2d(g.ctx, x, shapes[0][-1], int(np.prod(shapes[0][:-1])) * g.batch)
+        y = ggml_mul_mat(g.ctx, g.param(self, "weight"), x)
         if self.use_bias:
-            y = ops.ggml_add(g.ctx, y, g.param(self, "bias"))
+            y = ggml_add(g.ctx, y, g.param(self, "bias"))
         y = activate(g, y, self.activation)
         if len(shapes[0]) > 1:
-            y = ops.ggml_reshape_4d(g.ctx, y, self.units, *xs[0].shape[1:])
+            y = ggml_reshape_4d(g.ctx, y, self.units, *xs[0].shape[1:])
         return y
 
 
@@ -236,7 +241,7 @@ class Flatten(Layer):
         return (math.prod(shapes[0]),)
 
     def forward(self, g, xs, shapes):
-        return ops.ggml_reshape_2d(g.ctx, xs[0], math.prod(shapes[0]), g.batch)
+        return ggml_reshape_2d(g.ctx, xs[0], math.prod(shapes[0]), g.batch)
 
 
 class Dropout(Layer):
@@ -288,9 +293,9 @@ class Embedding(Layer):
 
     def forward(self, g, xs, shapes):
         steps = shapes[0][0]
-        ids = ops.ggml_reshape_1d(g.ctx, xs[0], steps * g.batch)
-        rows = ops.ggml_get_rows(g.ctx, g.param(self, "weight"), ids)
-        return ops.ggml_reshape_3d(g.ctx, rows, self.dim, steps, g.batch)
+        ids = ggml_reshape_1d(g.ctx, xs[0], steps * g.batch)
+        rows = ggml_get_rows(g.ctx, g.param(self, "weight"), ids)
+        return ggml_reshape_3d(g.ctx, rows, self.dim, steps, g.batch)
 
 
 class PositionEmbedding(Layer):
@@ -319,8 +324,8 @@ class PositionEmbedding(Layer):
         steps, dim = shapes[0]
         table = g.param(self, "weight")
         if steps < self.sequence_length:
-            table = ops.ggml_view_2d(g.ctx, table, dim, steps, dim * 4, 0)
-        return ops.ggml_add(g.ctx, xs[0], table)    # [dim, steps] broadcast over the batch
+            table = ggml_view_2d(g.ctx, table, dim, steps, dim * 4, 0)
+        return ggml_add(g.ctx, xs[0], table)    # [dim, steps] broadcast over the batch
 
 
 class Add(Layer):
@@ -336,7 +341,7 @@ class Add(Layer):
     def forward(self, g, xs, shapes):
         y = xs[0]
         for x in xs[1:]:
-            y = ops.ggml_add(g.ctx, y, x)
+            y = ggml_add(g.ctx, y, x)
         return y
 
 
@@ -375,7 +380,7 @@ class Concatenate(Layer):
         dim = len(shapes[0]) - 1 - self._axis(len(shapes[0]))  # ggml counts axes from the fastest
         y = xs[0]
         for x in xs[1:]:
-            y = ops.ggml_concat(g.ctx, y, x, dim)
+            y = ggml_concat(g.ctx, y, x, dim)
         return y
 
 

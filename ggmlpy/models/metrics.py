@@ -10,6 +10,7 @@ import numpy as np
 
 from .compile import HeadSpec
 
+
 EPS = 1e-7
 HUBER_DELTA = 1.0
 

@@ -12,9 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import is_real
-from .. import ops
+from ..core.args import is_real
 from ..errors import GgmlValueError
+from ..ops.elementwise import (ggml_add, ggml_cont, ggml_div, ggml_mul, ggml_norm, ggml_scale, ggml_scale_bias,
+                               ggml_sqr, ggml_sqrt, ggml_sub)
+from ..ops.layout import ggml_cpy, ggml_reshape, ggml_reshape_1d, ggml_reshape_2d, ggml_transpose
+from ..ops.reduce import ggml_repeat, ggml_sum_rows
 from .layers import Layer, ParamSpec
 
 
@@ -54,33 +57,33 @@ class BatchNorm(Layer):
         c = shapes[0][-1]
         rows = int(np.prod(shapes[0][:-1])) * g.batch   # values per channel
         ctx = g.ctx
-        x = ops.ggml_reshape_2d(ctx, xs[0], c, rows)
+        x = ggml_reshape_2d(ctx, xs[0], c, rows)
 
         def channel_mean(t):  # [C, rows] -> [C, 1]; sum_rows works along ne[0], so transpose first
-            m = ops.ggml_scale(ctx, ops.ggml_sum_rows(ctx, ops.ggml_cont(ctx, ops.ggml_transpose(ctx, t))), 1 / rows)
+            m = ggml_scale(ctx, ggml_sum_rows(ctx, ggml_cont(ctx, ggml_transpose(ctx, t))), 1 / rows)
             return m
 
         mean = channel_mean(x)                                          # [1, C]
-        centered = ops.ggml_sub(ctx, x, ops.ggml_repeat(ctx, ops.ggml_reshape_2d(ctx, mean, c, 1), x))
-        var = channel_mean(ops.ggml_sqr(ctx, centered))                 # biased, as Keras
-        std = ops.ggml_sqrt(ctx, ops.ggml_scale_bias(ctx, ops.ggml_reshape_2d(ctx, var, c, 1), 1.0, self.eps))
-        normed = ops.ggml_div(ctx, centered, ops.ggml_repeat(ctx, std, centered))
-        y = ops.ggml_add(ctx, ops.ggml_mul(ctx, normed, g.param(self, "gamma")), g.param(self, "beta"))
+        centered = ggml_sub(ctx, x, ggml_repeat(ctx, ggml_reshape_2d(ctx, mean, c, 1), x))
+        var = channel_mean(ggml_sqr(ctx, centered))                 # biased, as Keras
+        std = ggml_sqrt(ctx, ggml_scale_bias(ctx, ggml_reshape_2d(ctx, var, c, 1), 1.0, self.eps))
+        normed = ggml_div(ctx, centered, ggml_repeat(ctx, std, centered))
+        y = ggml_add(ctx, ggml_mul(ctx, normed, g.param(self, "gamma")), g.param(self, "beta"))
         # after each step the running statistics take the batch's in, on the device (Keras' update):
         # running = momentum * running + (1 - momentum) * batch
         for name, batch in (("running_mean", mean), ("running_var", var)):
             running = g.param(self, name)
-            new = ops.ggml_add(ctx, ops.ggml_scale(ctx, running, self.momentum),
-                               ops.ggml_scale(ctx, ops.ggml_reshape_1d(ctx, batch, c), 1.0 - self.momentum))
-            g.side_output(ops.ggml_cpy(ctx, new, running))
-        return ops.ggml_reshape(ctx, y, xs[0])
+            new = ggml_add(ctx, ggml_scale(ctx, running, self.momentum),
+                               ggml_scale(ctx, ggml_reshape_1d(ctx, batch, c), 1.0 - self.momentum))
+            g.side_output(ggml_cpy(ctx, new, running))
+        return ggml_reshape(ctx, y, xs[0])
 
     def predict_forward(self, g, xs, shapes):
         ctx = g.ctx
-        inv_std = ops.ggml_sqrt(ctx, ops.ggml_scale_bias(ctx, g.param(self, "running_var"), 1.0, self.eps))
-        scale = ops.ggml_div(ctx, g.param(self, "gamma"), inv_std)
-        centered = ops.ggml_sub(ctx, xs[0], g.param(self, "running_mean"))
-        return ops.ggml_add(ctx, ops.ggml_mul(ctx, centered, scale), g.param(self, "beta"))
+        inv_std = ggml_sqrt(ctx, ggml_scale_bias(ctx, g.param(self, "running_var"), 1.0, self.eps))
+        scale = ggml_div(ctx, g.param(self, "gamma"), inv_std)
+        centered = ggml_sub(ctx, xs[0], g.param(self, "running_mean"))
+        return ggml_add(ctx, ggml_mul(ctx, centered, scale), g.param(self, "beta"))
 
 
 class LayerNorm(Layer):
@@ -101,5 +104,5 @@ class LayerNorm(Layer):
 
     def forward(self, g, xs, shapes):
         ctx = g.ctx
-        normed = ops.ggml_norm(ctx, xs[0], self.eps)     # over ne[0]: the last axis of a sample
-        return ops.ggml_add(ctx, ops.ggml_mul(ctx, normed, g.param(self, "gamma")), g.param(self, "beta"))
+        normed = ggml_norm(ctx, xs[0], self.eps)     # over ne[0]: the last axis of a sample
+        return ggml_add(ctx, ggml_mul(ctx, normed, g.param(self, "gamma")), g.param(self, "beta"))

@@ -5,8 +5,8 @@ from typing import Any
 
 import numpy as np
 
+from ..compute.placement import Placement, PlacementRecorder
 from ..errors import GgmlInUseError, GgmlValueError
-from ..placement import Placement, PlacementRecorder
 from .compile import CompileConfig, compiled
 from .graph import Model
 from .trainer import step_placement
@@ -55,7 +55,7 @@ def ggml_model_placement(model: Model, batch_size: int | None = None, training: 
     xs = _zero_inputs(model, batch)
     if training:
         return step_placement(model, batch, xs, _zero_targets(cfg, batch))
-    from .fit import predict_arrays
+    from .predict import predict_arrays
     from .data import model_inputs
     recorders: list[PlacementRecorder] = []
 

@@ -16,23 +16,28 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import ops
 from .._ffi import lib
-from ..backend import (Backend, blas_backend_init, ggml_backend_alloc_ctx_tensors, ggml_backend_init_auto,
-                       restore_threads, split_threads)
-from ..context import (GGML_TYPE_F32, GGML_TYPE_I32, Tensor, ggml_graph_overhead, ggml_init,
-                       ggml_new_graph_custom, ggml_build_forward_expand, ggml_new_tensor, ggml_set_input,
-                       ggml_set_name, ggml_set_output, ggml_tensor_overhead, set_trainable)
-from ..data import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
+from ..backend.backend import Backend, blas_backend_init, ggml_backend_init_auto
+from ..backend.buffer import ggml_backend_alloc_ctx_tensors
+from ..backend.transfer import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
+from ..compute.run import ggml_backend_sched_graph_compute
+from ..compute.sched import ggml_backend_sched_new, Scheduler
+from ..compute.threads import restore_threads, split_threads
+from ..compute.work import forward_work
+from ..core.types import GGML_TYPE_F32, GGML_TYPE_I32
 from ..errors import GgmlInUseError, GgmlpyWarning, GgmlStateError, GgmlValueError
-from ..opt import BUILD_FORWARD, forward_work, ggml_opt_optimizer_name, training_graph_nodes
-from ..opt_state import check_state, ggml_opt_get_state, ggml_opt_set_state, optimized_params
-from ..sched import Scheduler, ggml_backend_sched_graph_compute, ggml_backend_sched_new
+from ..graph.context import ggml_graph_overhead, ggml_init, ggml_tensor_overhead
+from ..graph.graph import ggml_build_forward_expand, ggml_new_graph_custom
+from ..graph.objects import Tensor
+from ..graph.tensor import ggml_new_tensor, ggml_set_input, ggml_set_name, ggml_set_output, set_trainable
+from ..ops.elementwise import ggml_cont, ggml_dropout
+from ..ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d, ggml_view_1d
+from ..opt.constants import BUILD_FORWARD, ggml_opt_optimizer_name
+from ..opt.context import training_graph_nodes
+from ..opt.state import check_state, ggml_opt_get_state, ggml_opt_set_state, optimized_params
 from .graph import Model, Node
-from .layers import NATURAL, SPATIAL, Layer
+from .layers import Layer, NATURAL, SPATIAL
 
-
-# ---------------------------------------------------------------- weights
 
 class ParamStore:
     """Every weight and state tensor of a model's layers, in one buffer on one backend.
@@ -245,14 +250,14 @@ class GraphBuilder:
         """``x`` with inverted dropout at ``rate``: its mask is made on the device from this layer's seed, which
         changes before every training step."""
         seeds = self.seeds
-        seed = ops.ggml_view_1d(self.ctx, seeds.tensor, 1, 4 * seeds.used)
+        seed = ggml_view_1d(self.ctx, seeds.tensor, 1, 4 * seeds.used)
         seeds.used += 1
-        return ops.ggml_dropout(self.ctx, x, seed, rate)
+        return ggml_dropout(self.ctx, x, seed, rate)
 
     def readout(self, t: Tensor) -> Tensor:
         """A copy of ``t`` in memory of its own, readable after each step (ggml-opt runs a copy of the graph,
         whose intermediate tensors are not readable otherwise)."""
-        return ops.ggml_cont(self.ctx_pinned, t)
+        return ggml_cont(self.ctx_pinned, t)
 
     def side_output(self, t: Tensor) -> None:
         """Compute ``t`` in every training step although the loss does not depend on it (a ``ggml_cpy`` that
@@ -272,14 +277,14 @@ class GraphBuilder:
             h, w, c = shape
             if c == 1:
                 ne = (w, h, 1, self.batch) if dst == SPATIAL else (1, w, h, self.batch)
-                return ops.ggml_reshape_4d(ctx, t, *ne)
+                return ggml_reshape_4d(ctx, t, *ne)
             axes = (2, 0, 1, 3) if dst == SPATIAL else (1, 2, 0, 3)
-            return ops.ggml_cont(ctx, ops.ggml_permute(ctx, t, *axes))
+            return ggml_cont(ctx, ggml_permute(ctx, t, *axes))
         steps, c = shape       # (steps, C): natural [C, steps, N] <-> spatial [steps, C, N]
         if c == 1:
             ne = (steps, 1, self.batch) if dst == SPATIAL else (1, steps, self.batch)
-            return ops.ggml_reshape_3d(ctx, t, *ne)
-        return ops.ggml_cont(ctx, ops.ggml_permute(ctx, t, 1, 0, 2, 3))
+            return ggml_reshape_3d(ctx, t, *ne)
+        return ggml_cont(ctx, ggml_permute(ctx, t, 1, 0, 2, 3))
 
     # ---- the graph
     def build(self) -> "GraphInstance":
@@ -302,7 +307,7 @@ class GraphBuilder:
             self.strip_softmax = False
         input_tensors = [values[id(n)][NATURAL] for n in inputs]
         out_tensors = [self._value(values, n, NATURAL) for n in outputs]
-        out_tensors = [ops.ggml_reshape_2d(self.ctx, t, n.shape[-1], t.nelements() // n.shape[-1])
+        out_tensors = [ggml_reshape_2d(self.ctx, t, n.shape[-1], t.nelements() // n.shape[-1])
                        if id(n) in self.rows_for else t for n, t in zip(outputs, out_tensors)]
         return GraphInstance(self, input_tensors, out_tensors)
 

@@ -21,15 +21,17 @@ from typing import Any
 
 import numpy as np
 
-from ..context import GGML_TYPE_F32, ggml_init, ggml_new_tensor, ggml_set_name, ggml_tensor_overhead
-from ..data import ggml_backend_tensor_set_data, numpy_shape
-from ..errors import GgmlInUseError, GgmlpyError, GgmlTypeError, GgmlValueError, GgufFileError, \
-    GgufFileNotFoundError
-from ..weights import ggml_save_weights_gguf, gguf_read
+from ..backend.transfer import ggml_backend_tensor_set_data, numpy_shape
+from ..core.types import GGML_TYPE_F32
+from ..errors import GgmlInUseError, GgmlpyError, GgmlTypeError, GgmlValueError, GgufFileError, GgufFileNotFoundError
+from ..gguf.weights import ggml_save_weights_gguf, gguf_read
+from ..graph.context import ggml_init, ggml_tensor_overhead
+from ..graph.tensor import ggml_new_tensor, ggml_set_name
 from .compile import compiled, ggml_compile
-from .graph import InputLayer, Model, Node, Sequential, apply_layer
+from .graph import apply_layer, InputLayer, Model, Node, Sequential
 from .layers import Layer
 from .runtime import strip_leading_ones
+
 
 FORMAT_VERSION = 1
 
@@ -283,7 +285,8 @@ def save_model(model: Model, path: Any, include_optimizer: Any, state: dict | No
 
 
 def _fresh_state(model: Model) -> dict:
-    from ..opt import OPTIMIZER_ADAMW, LrUserdata
+    from ..opt.constants import OPTIMIZER_ADAMW
+    from ..opt.params import LrUserdata
     cfg = model.compiled
     lr = LrUserdata(cfg.weight_decay)
     if cfg.learning_rate is not None:

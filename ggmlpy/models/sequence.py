@@ -19,26 +19,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import ops
-from ..context import Tensor
 from ..errors import GgmlValueError
+from ..graph.objects import Tensor
+from ..ops.elementwise import ggml_add, ggml_cont, ggml_mul, ggml_sigmoid, ggml_sub, ggml_tanh
+from ..ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_view_1d, ggml_view_2d
+from ..ops.linalg import ggml_mul_mat
+from ..ops.reduce import ggml_concat
 from .layers import Layer, ParamSpec, positive_int
+
 
 F32 = 4  # bytes per value: the model layer computes in float32
 
 
 def _rows(g: Any, t: Tensor, first: int, count: int) -> Tensor:
     """Rows ``first .. first + count`` of the ne[0] axis of a 2-D ``[R, N]`` tensor (a strided view)."""
-    return ops.ggml_view_2d(g.ctx, t, count, t.shape[1], t.shape[0] * F32, first * F32)
+    return ggml_view_2d(g.ctx, t, count, t.shape[1], t.shape[0] * F32, first * F32)
 
 
 def _stack_steps(g: Any, hs: list[Tensor]) -> Tensor:
     """``[H, N]`` per step -> ``[H, T, N]``, joined as a balanced tree of concats (T log T copies)."""
-    parts = [ops.ggml_reshape_3d(g.ctx, h, h.shape[0], h.shape[1], 1) for h in hs]
+    parts = [ggml_reshape_3d(g.ctx, h, h.shape[0], h.shape[1], 1) for h in hs]
     while len(parts) > 1:
-        parts = [ops.ggml_concat(g.ctx, parts[i], parts[i + 1], 2) if i + 1 < len(parts) else parts[i]
+        parts = [ggml_concat(g.ctx, parts[i], parts[i + 1], 2) if i + 1 < len(parts) else parts[i]
                  for i in range(0, len(parts), 2)]
-    return ops.ggml_cont(g.ctx, ops.ggml_permute(g.ctx, parts[0], 0, 2, 1, 3))   # [H, N, T] -> [H, T, N]
+    return ggml_cont(g.ctx, ggml_permute(g.ctx, parts[0], 0, 2, 1, 3))   # [H, N, T] -> [H, T, N]
 
 
 class _Recurrent(Layer):
@@ -73,13 +77,13 @@ class _Recurrent(Layer):
     def forward(self, g, xs, shapes):
         steps, features = shapes[0]
         ctx, n, width = g.ctx, g.batch, self.gates * self.units
-        time_major = ops.ggml_cont(ctx, ops.ggml_permute(ctx, xs[0], 0, 2, 1, 3))     # [F, T, N] -> [F, N, T]
-        proj = ops.ggml_mul_mat(ctx, g.param(self, "kernel"), ops.ggml_reshape_2d(ctx, time_major, features,
+        time_major = ggml_cont(ctx, ggml_permute(ctx, xs[0], 0, 2, 1, 3))     # [F, T, N] -> [F, N, T]
+        proj = ggml_mul_mat(ctx, g.param(self, "kernel"), ggml_reshape_2d(ctx, time_major, features,
                                                                                    n * steps))
-        proj = ops.ggml_add(ctx, proj, self.input_bias(g))                             # [G, N * T]
+        proj = ggml_add(ctx, proj, self.input_bias(g))                             # [G, N * T]
         state, outputs = None, []
         for t in range(steps):
-            x_t = ops.ggml_view_2d(ctx, proj, width, n, width * F32, t * width * n * F32)   # contiguous [G, N]
+            x_t = ggml_view_2d(ctx, proj, width, n, width * F32, t * width * n * F32)   # contiguous [G, N]
             state = self.step(g, x_t, state)
             outputs.append(state[0])
         return _stack_steps(g, outputs) if self.return_sequences else state[0]
@@ -109,14 +113,14 @@ class LSTM(_Recurrent):
 
     def step(self, g, x_t, state):
         ctx, u = g.ctx, self.units
-        z = x_t if state is None else ops.ggml_add(ctx, x_t, ops.ggml_mul_mat(ctx, g.param(self, "recurrent_kernel"),
+        z = x_t if state is None else ggml_add(ctx, x_t, ggml_mul_mat(ctx, g.param(self, "recurrent_kernel"),
                                                                               state[0]))
-        sig, tanh = ops.ggml_sigmoid(ctx, z), ops.ggml_tanh(ctx, z)   # whole [4U, N]: two ops, not four
+        sig, tanh = ggml_sigmoid(ctx, z), ggml_tanh(ctx, z)   # whole [4U, N]: two ops, not four
         i, f, o = _rows(g, sig, 0, u), _rows(g, sig, u, u), _rows(g, sig, 3 * u, u)
-        c = ops.ggml_mul(ctx, i, _rows(g, tanh, 2 * u, u))
+        c = ggml_mul(ctx, i, _rows(g, tanh, 2 * u, u))
         if state is not None:
-            c = ops.ggml_add(ctx, ops.ggml_mul(ctx, f, state[1]), c)
-        return ops.ggml_mul(ctx, o, ops.ggml_tanh(ctx, c)), c
+            c = ggml_add(ctx, ggml_mul(ctx, f, state[1]), c)
+        return ggml_mul(ctx, o, ggml_tanh(ctx, c)), c
 
 
 class GRU(_Recurrent):
@@ -128,19 +132,19 @@ class GRU(_Recurrent):
         return ParamSpec("bias", (3 * self.units, 2), "zeros")   # numpy (2, 3U): Keras' orientation
 
     def input_bias(self, g):
-        return ops.ggml_view_1d(g.ctx, g.param(self, "bias"), 3 * self.units, 0)
+        return ggml_view_1d(g.ctx, g.param(self, "bias"), 3 * self.units, 0)
 
     def step(self, g, x_t, state):
         ctx, u = g.ctx, self.units
-        rec_bias = ops.ggml_view_2d(ctx, g.param(self, "bias"), 3 * u, 1, 3 * u * F32, 3 * u * F32)   # [3U, 1]
+        rec_bias = ggml_view_2d(ctx, g.param(self, "bias"), 3 * u, 1, 3 * u * F32, 3 * u * F32)   # [3U, 1]
         if state is None:   # h = 0: the recurrent term is its bias alone (broadcast over the batch)
             h_proj = rec_bias
         else:
-            h_proj = ops.ggml_add(ctx, ops.ggml_mul_mat(ctx, g.param(self, "recurrent_kernel"), state[0]), rec_bias)
-        zr = ops.ggml_sigmoid(ctx, ops.ggml_add(ctx, _rows(g, x_t, 0, 2 * u), _rows(g, h_proj, 0, 2 * u)))
+            h_proj = ggml_add(ctx, ggml_mul_mat(ctx, g.param(self, "recurrent_kernel"), state[0]), rec_bias)
+        zr = ggml_sigmoid(ctx, ggml_add(ctx, _rows(g, x_t, 0, 2 * u), _rows(g, h_proj, 0, 2 * u)))
         z, r = _rows(g, zr, 0, u), _rows(g, zr, u, u)
-        cand = ops.ggml_tanh(ctx, ops.ggml_add(ctx, _rows(g, x_t, 2 * u, u),
-                                               ops.ggml_mul(ctx, r, _rows(g, h_proj, 2 * u, u))))
+        cand = ggml_tanh(ctx, ggml_add(ctx, _rows(g, x_t, 2 * u, u),
+                                               ggml_mul(ctx, r, _rows(g, h_proj, 2 * u, u))))
         if state is None:
-            return (ops.ggml_sub(ctx, cand, ops.ggml_mul(ctx, z, cand)),)        # (1 - z) * cand
-        return (ops.ggml_add(ctx, cand, ops.ggml_mul(ctx, z, ops.ggml_sub(ctx, state[0], cand))),)
+            return (ggml_sub(ctx, cand, ggml_mul(ctx, z, cand)),)        # (1 - z) * cand
+        return (ggml_add(ctx, cand, ggml_mul(ctx, z, ggml_sub(ctx, state[0], cand))),)

@@ -1,5 +1,6 @@
 """``ggml_trainer``: a training context stepped by hand (reinforcement learning, custom loops), and
-snapshots: frozen copies of a model's weights that predict like a model (DQN target networks)."""
+snapshots: frozen copies of a model's weights that predict like a model (DQN target networks).
+"""
 from __future__ import annotations
 
 import functools
@@ -8,67 +9,21 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .._checks import learning_rate_arg
+from ..compute.placement import Placement, PlacementRecorder
+from ..compute.threads import restore_threads, split_threads
+from ..compute.work import training_step_work
+from ..core.args import learning_rate_arg
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
-from ..opt_result import OptResult, ggml_opt_result_loss
-from ..opt_state import ggml_opt_get_state, optimized_params
+from ..opt.result import ggml_opt_result_loss, OptResult
+from ..opt.state import ggml_opt_get_state, optimized_params
 from ..training.adapters import BatchWriter
 from ..training.loop import NONFINITE_CAUSES, Trainer as _OptSession
 from . import data as D
 from .compile import build_training_graph, compiled
 from .graph import Model
 from .metrics import Tally
-from ..backend import restore_threads, split_threads
-from ..opt import training_step_work
-from ..placement import Placement, PlacementRecorder
-from .runtime import ParamStore, Predictor, make_scheduler
-
-
-class Snapshot:
-    """A frozen copy of a model's weights (and batch-norm statistics) at one moment. ``ggml_predict``
-    takes it like a model; ``trainer.restore`` puts its weights back; ``ggml_snapshot_free`` frees it."""
-
-    def __init__(self, model: Model, params: ParamStore) -> None:
-        self.model = model
-        self._params: ParamStore | None = params
-        self._predictor: Predictor | None = Predictor(model, params)
-
-    @property
-    def params(self) -> ParamStore:
-        if self._params is None:
-            raise GgmlStateError("this snapshot has been freed")
-        if not self._params.backend.alive:
-            raise GgmlStateError("this snapshot's backend went with the model's runtime (the model was compiled "
-                                 "again or its layers changed after the snapshot); take a new snapshot")
-        return self._params
-
-    def predictor(self) -> Predictor:
-        self.params
-        return self._predictor  # type: ignore[return-value]
-
-    def free(self) -> None:
-        if self._params is None:
-            return
-        self._predictor.free()
-        self._params.free()
-        self._params = self._predictor = None
-
-    @property
-    def alive(self) -> bool:
-        return self._params is not None
-
-    def __repr__(self) -> str:
-        return f"<Snapshot of '{self.model.name}'{'' if self.alive else ' (freed)'}>"
-
-
-def ggml_snapshot_free(snapshot: Snapshot | None) -> None:
-    """Free a snapshot's weights. ``None`` and a second free do nothing; a freed snapshot raises
-    ``RuntimeError`` when used."""
-    if snapshot is None:
-        return
-    if not isinstance(snapshot, Snapshot):
-        raise GgmlTypeError(f"ggml_snapshot_free: expected a snapshot, got {type(snapshot).__name__}")
-    snapshot.free()
+from .runtime import make_scheduler
+from .snapshot import Snapshot
 
 
 def _one_at_a_time(method: Callable) -> Callable:
@@ -178,7 +133,7 @@ class ModelTrainer:
         nothing (not the weights, not the accumulation of ``step``)."""
         self._live("eval")
         xs, ys = self._batch(x, y, "eval")
-        from .fit import predict_arrays
+        from .predict import predict_arrays
         tally = Tally(self._cfg.heads)
         with self._model.runtime.use():
             tally.add(predict_arrays(self._model, self._model.runtime.predictor, xs, self.batch_size), ys)

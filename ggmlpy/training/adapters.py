@@ -20,10 +20,12 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..context import Tensor
-from .._checks import _tensor_label, check_indices, ptr_key
-from ..data import NUMPY_DTYPES, checked_values, refuse_complex, shape_problem, write_array
+from ..backend.transfer import checked_values, NUMPY_DTYPES, refuse_complex, shape_problem, write_array
 from ..errors import GgmlTypeError, GgmlValueError
+from ..graph.indices import check_indices
+from ..graph.nodes import _tensor_label, ptr_key
+from ..graph.objects import Tensor
+
 
 CALLABLE, GENERATOR_FUNCTION, REITERABLE, ITERATOR = "callable", "generator function", "re-iterable", "iterator"
 

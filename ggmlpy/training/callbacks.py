@@ -14,9 +14,11 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .._checks import FLOAT32_MAX, float_arg, int_arg, is_real
+from ..core.args import FLOAT32_MAX, float_arg, int_arg, is_real
 from ..errors import GgmlpyWarning, GgmlTypeError, GgmlValueError
-from ..opt import LR_FLOOR, LrUserdata
+from ..opt.constants import LR_FLOOR
+from ..opt.params import LrUserdata
+
 
 PHASES = ("on_epoch_begin", "on_epoch_end")
 

@@ -7,25 +7,31 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence, TYPE_CHECKING
 
 import numpy as np
 
+from .._ffi import ffi
+from ..compute.sched import Scheduler
+from ..core.args import INT32_MAX, is_real, list_arg
+from ..core.handle import unwrap
+from ..core.types import type_name
+from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
+from ..graph.indices import check_indices
+from ..graph.nodes import ptr_key
+from ..graph.objects import as_tensor, Context, Tensor
+from ..opt import losses as L
+from ..opt.constants import check_optimizer, OPTIMIZER_ADAMW
+from ..opt.dataset import datapoints_of, Dataset
+from ..opt.init import resolve_labels_offs
+from ..opt.params import check_weight_decay
+from .adapters import BatchWriter, check_ends, Source, Target
+from .loop import check_nonfinite, fit_loop, Trainer
+from .prefetch import BatchFeed
+
+
 if TYPE_CHECKING:
     import pandas as pd
-
-from .. import losses as L
-from .. import opt as O
-from .._ffi import ffi
-from .._handle import unwrap
-from ..context import Context, Tensor, as_tensor, type_name
-from ..dataset import Dataset, datapoints_of
-from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
-from ..sched import Scheduler
-from .._checks import INT32_MAX, check_indices, is_real, list_arg, ptr_key
-from .adapters import BatchWriter, Source, Target, check_ends
-from .loop import Trainer, check_nonfinite, fit_loop
-from .prefetch import BatchFeed
 
 
 def _positive_int_or_none(value: Any, name: str) -> int | None:
@@ -74,7 +80,7 @@ def _check_common(sched: Any, ctx_compute: Any, optimizer: Any, epochs_name: str
                   callbacks: Any, silent: Any) -> None:
     unwrap(sched, Scheduler, "sched")
     unwrap(ctx_compute, Context, "ctx_compute")
-    O.check_optimizer(optimizer)
+    check_optimizer(optimizer)
     _int_at_least(epochs, epochs_name, 0)
     if not isinstance(silent, bool):
         raise GgmlValueError(f"silent must be True or False, got {silent!r}")
@@ -86,7 +92,7 @@ def _check_common(sched: Any, ctx_compute: Any, optimizer: Any, epochs_name: str
 def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Sequence[Tensor], outputs: Tensor,
                      generator: Any, steps_per_epoch: int | None = None, epochs: int = 1, initial_epoch: int = 0,
                      validation_generator: Any = None, validation_steps: int | None = None,
-                     loss_type: int = L.LOSS_MSE, optimizer: int = O.OPTIMIZER_ADAMW,
+                     loss_type: int = L.LOSS_MSE, optimizer: int = OPTIMIZER_ADAMW,
                      nbatch_logical: int | None = None, callbacks: Sequence[Any] | None = None,
                      silent: bool = False, loss_mask_ne0: int | None = None, weight_decay: float = 0,
                      prefetch: int = 0, learning_rate: float | None = None, on_nonfinite: str = "raise") \
@@ -184,7 +190,7 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
     validation_steps = _positive_int_or_none(validation_steps, "validation_steps")
     initial_epoch = _int_at_least(initial_epoch, "initial_epoch", 0)
     prefetch = _int_at_least(prefetch, "prefetch", 0)
-    O.check_weight_decay(weight_decay)
+    check_weight_decay(weight_decay)
     check_nonfinite(on_nonfinite)
     train_source = Source(generator, "generator")
     val_source = Source(validation_generator, "validation_generator") if validation_generator is not None else None
@@ -320,7 +326,7 @@ def _dataset_fit(sched, ctx_compute, inputs, outputs: list[Tensor], dataset, los
         bound = trainer.index_bounds.get(ptr_key(x.ptr))
         if bound is not None:  # row indices for ggml_get_rows: check the whole dataset once
             check_indices(ds.rows(ds.data), bound, "the dataset's data")
-        offs = O.resolve_labels_offs(trainer.train_ctx.heads, labels_offs)
+        offs = resolve_labels_offs(trainer.train_ctx.heads, labels_offs)
         widths = [h.outputs.nelements() // physical for h in trainer.train_ctx.heads if h.loss_type in L.LABELLED_LOSSES]
         labelled_offs = [o for o, h in zip(offs, trainer.train_ctx.heads) if h.loss_type in L.LABELLED_LOSSES]
         if head_names is None and widths and widths[0] != ds.ne_label:  # one head: the labels are its outputs
@@ -356,7 +362,7 @@ def _weight_width(ds: Dataset, loss_types: list[int]) -> int | None:
 
 
 def ggml_fit_opt(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Tensor, dataset: Dataset,
-                 loss_type: int = L.LOSS_MSE, optimizer: int = O.OPTIMIZER_ADAMW, nepoch: int = 10,
+                 loss_type: int = L.LOSS_MSE, optimizer: int = OPTIMIZER_ADAMW, nepoch: int = 10,
                  nbatch_logical: int = 32, val_split: float = 0, shuffle: bool = True, shuffle_all: bool | None = None,
                  callbacks: Sequence[Any] | None = None, silent: bool = False, weight_decay: float = 0,
                  learning_rate: float | None = None, on_nonfinite: str = "raise") -> pd.DataFrame:
@@ -417,7 +423,7 @@ def ggml_fit_opt(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs
 def ggml_fit_opt_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Sequence[Tensor],
                        dataset: Dataset, loss_types: Sequence[int], loss_weights: Sequence[float] | None = None,
                        labels_offs: Sequence[int] | None = None, head_names: Sequence[str] | None = None,
-                       optimizer: int = O.OPTIMIZER_ADAMW, nepoch: int = 10, nbatch_logical: int = 32,
+                       optimizer: int = OPTIMIZER_ADAMW, nepoch: int = 10, nbatch_logical: int = 32,
                        val_split: float = 0, shuffle: bool = True, shuffle_all: bool | None = None,
                        callbacks: Sequence[Any] | None = None, silent: bool = False,
                        weight_decay: float = 0, learning_rate: float | None = None,
@@ -492,7 +498,7 @@ def ggml_fit_opt_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, o
 
 def ggml_opt_fit_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Sequence[Tensor],
                        dataset: Dataset, loss_types: Sequence[int], loss_weights: Sequence[float] | None = None,
-                       labels_offs: Sequence[int] | None = None, optimizer: int = O.OPTIMIZER_ADAMW, nepoch: int = 1,
+                       labels_offs: Sequence[int] | None = None, optimizer: int = OPTIMIZER_ADAMW, nepoch: int = 1,
                        nbatch_logical: int = 32, val_split: float = 0, silent: bool = False) -> dict:
     """ggmlR's thin multi-head wrapper of ``ggml_fit_opt_multi``: no callbacks, one initial shuffle.
 

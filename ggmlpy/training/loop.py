@@ -13,25 +13,31 @@ import contextlib
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol, TYPE_CHECKING
 
 import numpy as np
+
+from ..compute.placement import is_host_backend, PlacementRecorder, warn_if_host_ops
+from ..compute.threads import restore_threads, split_threads
+from ..compute.work import training_step_work
+from ..core.handle import InterruptGuard, using
+from ..errors import GgmlpyWarning, GgmlValueError
+from ..graph.graph import walk_graph
+from ..graph.indices import index_bounds
+from ..graph.nodes import _tensor_label, ptr_key
+from ..graph.objects import Tensor
+from ..opt import losses as L, result as R
+from ..opt.constants import BUILD_FORWARD, BUILD_OPT, OPTIMIZER_SGD
+from ..opt.init import _opt_init
+from ..opt.params import check_weight_decay, LrUserdata
+from .adapters import BatchWriter
+from .callbacks import CallbackList, FitState
+from .progress import EpochProgress, say, summary_line
+
 
 if TYPE_CHECKING:
     import pandas as pd
 
-from .. import losses as L
-from .. import opt as O
-from .. import opt_result as R
-from ..context import Tensor, walk_graph
-from ..backend import restore_threads, split_threads
-from ..errors import GgmlpyWarning, GgmlValueError
-from ..placement import PlacementRecorder, is_host_backend, warn_if_host_ops
-from .._checks import _tensor_label, index_bounds, ptr_key
-from .._handle import InterruptGuard, using
-from .adapters import BatchWriter
-from .callbacks import CallbackList, FitState
-from .progress import EpochProgress, say, summary_line
 
 HISTORY_COLUMNS = ["epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy"]
 
@@ -82,14 +88,14 @@ class Trainer:
         self.inputs, self.outputs = inputs, outputs
         self.multi = len(outputs) > 1
         self.per_head = per_head or self.multi  # the multi loop reports each head, also a single one
-        self.lr_ud = O.LrUserdata(O.check_weight_decay(weight_decay))
+        self.lr_ud = LrUserdata(check_weight_decay(weight_decay))
         if learning_rate is not None:
             self.lr_ud.set(adamw_lr=learning_rate, sgd_lr=learning_rate)
         heads_arg = loss_types if self.multi else loss_types[0]
         outputs_arg = outputs if self.multi else outputs[0]
         # side outputs (a model's state updated in the graph) are computed by training steps only
-        self.train_ctx = O._opt_init(sched, heads_arg, optimizer, opt_period, ctx_compute, inputs[0], outputs_arg,
-                                     O.BUILD_OPT, self.lr_ud, loss_mask_ne0, loss_weights, sample_weighted,
+        self.train_ctx = _opt_init(sched, heads_arg, optimizer, opt_period, ctx_compute, inputs[0], outputs_arg,
+                                     BUILD_OPT, self.lr_ud, loss_mask_ne0, loss_weights, sample_weighted,
                                      list(side_outputs))
         self._owned.append(self.train_ctx)
         try:
@@ -97,8 +103,8 @@ class Trainer:
             if with_validation:
                 eval_sched = sched.sibling()  # ggml-opt contexts must not share a scheduler
                 self._owned.append(eval_sched)
-                self.eval_ctx = O._opt_init(eval_sched, heads_arg, optimizer, opt_period, ctx_compute, inputs[0],
-                                            outputs_arg, O.BUILD_FORWARD, None, loss_mask_ne0, loss_weights,
+                self.eval_ctx = _opt_init(eval_sched, heads_arg, optimizer, opt_period, ctx_compute, inputs[0],
+                                            outputs_arg, BUILD_FORWARD, None, loss_mask_ne0, loss_weights,
                                             sample_weighted)
                 self._owned.append(self.eval_ctx)
             self.train_result = R.OptResult()
@@ -108,7 +114,7 @@ class Trainer:
             self.close()  # a half-built trainer must not keep the scheduler busy
             raise
         # The CPU/BLAS thread split for this graph
-        self._threads_before = split_threads(sched.backends, O.training_step_work(outputs, opt_period))
+        self._threads_before = split_threads(sched.backends, training_step_work(outputs, opt_period))
         self.batch_size = batch_size or L.physical_batch(inputs[0])  # samples per step (for samples/s)
         # the first training step on a device is watched (fit_loop puts what it saw in the history's attrs)
         self._watch_first_step = not is_host_backend(sched.backends[0])
@@ -209,7 +215,7 @@ def fit_loop(trainer: Trainer, train_feed: Feed, val_feed: Feed | None, *, epoch
     cbs = CallbackList(callbacks)
     nepoch = initial_epoch + epochs
     state = FitState(lr_ud=trainer.lr_ud, nepoch=nepoch,
-                     optimizer="sgd" if trainer.train_ctx.optimizer == O.OPTIMIZER_SGD else "adamw")
+                     optimizer="sgd" if trainer.train_ctx.optimizer == OPTIMIZER_SGD else "adamw")
     columns = HISTORY_COLUMNS + (["steps"] if stream else [])
     rows: list[dict] = []
     head_rows: list[dict] = []

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import GgmlTypeError, GgmlValueError
 
+
 if TYPE_CHECKING:
     import pandas as pd
 

@@ -26,6 +26,7 @@ from typing import Any, Iterator
 from ..errors import GgmlpyWarning
 from .adapters import BatchWriter, Source
 
+
 _END = object()
 JOIN_TIMEOUT_S = 5.0  # how long close() waits for an idle worker to leave
 ABANDON_TIMEOUT_S = 0.5  # how long close() waits for a worker stopped inside the source

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-from ggmlpy.backend import split_threads, restore_threads
-from ggmlpy.opt import StepWork
+from ggmlpy.compute.threads import split_threads, restore_threads
+from ggmlpy.compute.work import StepWork
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,8 +69,9 @@ def test_cpu_scheduler_puts_blas_first_and_can_leave_it_out():
 @needs_blas
 def test_thread_split(monkeypatch):
     """OpenBLAS on its own pthreads pool: the thread budget goes to the pool with the work for it."""
-    import ggmlpy.backend as gb
-    monkeypatch.setattr(gb, "blas_shares_cpu_pool", lambda: False)
+    import ggmlpy.backend.backend as gb
+    import ggmlpy.compute.threads as policy
+    monkeypatch.setattr(policy, "blas_shares_cpu_pool", lambda: False)
     s = g.ggml_backend_sched_new("cpu", parallel=False)
     blas, cpu = s.backends
     n = g.ggml_get_n_threads()
@@ -106,8 +107,9 @@ def test_shared_pool_gives_both_backends_every_thread_but_to_small_graphs(monkey
     """OpenBLAS on OpenMP runs its products on ggml's own threads: no pool waits beside the other, so both
     take the whole count, whatever the mix of work; a small graph still runs on one thread (the barrier
     after every node costs more than it saves) unless the user set a count."""
-    import ggmlpy.backend as gb
-    monkeypatch.setattr(gb, "blas_shares_cpu_pool", lambda: True)
+    import ggmlpy.backend.backend as gb
+    import ggmlpy.compute.threads as policy
+    monkeypatch.setattr(policy, "blas_shares_cpu_pool", lambda: True)
     monkeypatch.setattr(gb, "_n_threads", [2])
     monkeypatch.setattr(gb, "_threads_set_by_user", [False])
     s = g.ggml_backend_sched_new("cpu", parallel=False)
@@ -130,8 +132,8 @@ def test_blas_shares_the_pool_when_the_openmp_openblas_is_installed():
     """The build puts OpenBLAS's OpenMP variant in the BLAS backend's run path where it is installed (CI
     installs it), and the process then runs on it: told by the loaded library, checked against the build
     description OpenBLAS gives of itself."""
-    from ggmlpy import openblas
-    from ggmlpy.backend import blas_shares_cpu_pool
+    from ggmlpy.core import openblas
+    from ggmlpy.compute.threads import blas_shares_cpu_pool
     model, config = openblas.threading_model(), openblas.config()
     assert model in ("openmp", "pthreads", "sequential") and config.startswith("OpenBLAS")
     assert (model == "openmp") == ("USE_OPENMP" in config)
@@ -159,11 +161,12 @@ def test_model_layer_splits_the_threads_for_fit_trainer_steps_and_predict(monkey
     (which used to give ggml's pool the threads whatever the split said) and ggml_predict (whose products
     used to stay on one OpenBLAS thread). This model's products dominate: OpenBLAS gets the threads, ggml's
     pool one."""
-    from ggmlpy import backend as gb
+    from ggmlpy.backend import backend as gb
+    from ggmlpy.compute import threads as policy
     from ggmlpy.models import runtime
     from ggmlpy.training.loop import Trainer
     monkeypatch.setattr(gb, "_n_threads", [2])
-    monkeypatch.setattr(gb, "blas_shares_cpu_pool", lambda: False)  # the pthreads policy splits the count
+    monkeypatch.setattr(policy, "blas_shares_cpu_pool", lambda: False)  # the pthreads policy splits the count
     seen = []
 
     def threads(sched):
@@ -195,7 +198,7 @@ def test_model_layer_splits_the_threads_for_fit_trainer_steps_and_predict(monkey
 def test_training_step_work_counts_the_pool_and_the_optimizer():
     """The split's inputs: products 2 flops per multiply-add on BLAS, ggml's pool one per element plus the
     optimizer's pass over the weights (every opt_period steps, and the gradient accumulation between)."""
-    from ggmlpy.opt import OPTIMIZER_ELEMENTS_PER_PARAM, training_step_work
+    from ggmlpy.compute.work import OPTIMIZER_ELEMENTS_PER_PARAM, training_step_work
     ctx = g.ggml_init(16 << 20, no_alloc=True)
     x = g.ggml_set_input(g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, 64, 128))
     w = g.ggml_set_param(g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, 64, 48))

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-from ggmlpy.placement import PlacementRecorder
+from ggmlpy.compute.placement import PlacementRecorder
 
 BATCH = 4
 OPTIMIZER_PARAMS = ("adamw_params", "sgd_params")   # ggml-opt's per-step learning rate & co., made on the CPU

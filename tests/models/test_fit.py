@@ -337,7 +337,7 @@ def test_ggml_fit_with_a_scheduler_is_the_low_level_fit():
 def test_small_graphs_train_on_one_thread_unless_the_user_chose(monkeypatch):
     """A tiny model's steps are faster on one thread (the pool's barriers cost more than they save): the
     model layer picks one for it, leaves big graphs the default, and always obeys ggml_set_n_threads."""
-    from ggmlpy import backend as B
+    from ggmlpy.backend import backend as B
     monkeypatch.setattr(B, "_threads_set_by_user", [False])
     monkeypatch.setattr(B, "_n_threads", [2])
     monkeypatch.setattr(B, "_blas_disabled", [True])  # the CPU backend alone (tests/backends/test_blas.py: with BLAS)

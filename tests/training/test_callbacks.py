@@ -122,7 +122,7 @@ def test_logs_are_fresh_dicts_and_state_is_shared(model, tsched, batches):
         seen.append(("reader", dict(logs)))
         states.add(id(state))
         assert state.nepoch == 2 and not state.stop
-        assert isinstance(state.lr_ud, G.opt.LrUserdata)
+        assert isinstance(state.lr_ud, G.opt.params.LrUserdata)
 
     cbs = [{"on_epoch_begin": vandal_begin, "on_epoch_end": vandal_end},
            {"on_epoch_begin": lambda e, logs, s: states.add(id(s)) or seen.append(("begin", dict(logs))),

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-from ggmlpy.opt import OptContext, OptResult
-from ggmlpy.sched import Scheduler
+from ggmlpy.opt.context import OptContext
+from ggmlpy.opt.result import OptResult
+from ggmlpy.compute.sched import Scheduler
 
 from .helpers import F32, Linear
 
@@ -152,17 +153,18 @@ def test_prefetch_reads_ahead_only_within_the_epoch(model, tsched, batches):
 
 def test_half_built_trainer_is_released(model, tsched, batches, monkeypatch):
     """The validation context fails to build after the training context was: both are released."""
+    from ggmlpy.opt.constants import BUILD_FORWARD
     from ggmlpy.training import loop
 
-    real = loop.O._opt_init
+    real = loop._opt_init
 
     def failing(sched, *args, **kw):
-        if args[6] == loop.O.BUILD_FORWARD:
+        if args[6] == BUILD_FORWARD:
             raise Boom("no validation context")
         return real(sched, *args, **kw)
 
     before = _live()
-    monkeypatch.setattr(loop.O, "_opt_init", failing)
+    monkeypatch.setattr(loop, "_opt_init", failing)
     with pytest.raises(Boom) as info:
         _fit(model, tsched, batches, validation_generator=batches)
     monkeypatch.undo()
@@ -270,7 +272,7 @@ def test_batch_shapes_that_are_still_allowed_train_alike(cpu, tsched, batches):
 
 
 def _writer(cpu, x_shape, x_type, y_shape=None, bound=None):
-    from ggmlpy._checks import ptr_key
+    from ggmlpy.graph.nodes import ptr_key
     from ggmlpy.training.adapters import BatchWriter
 
     from .helpers import Net

@@ -1,0 +1,1 @@
+"""ggml-backend.h's objects: registries, devices, backends, buffers, data transfer, RPC."""

@@ -1,0 +1,489 @@
+"""Backends (``Backend``): creating them on a device, freeing, synchronizing (and what async calls left
+queued), the BLAS backend, and the user's thread count.
+"""
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Any
+
+
+from .._ffi import ffi, lib
+from ..core.handle import _LOCK, _unique, computing, free_handle, Handle, unwrap
+from ..errors import BackendUnavailableError, expect, GgmlStateError
+from .device import (_as_device, _device_type_arg, _DEVICE_TYPE_NAMES, _str, Device, device_caps,
+                     ggml_backend_dev_by_type, ggml_backend_devices, ggml_backends_built)
+
+
+def _default_threads() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+_n_threads = [_default_threads()]
+_threads_set_by_user = [False]
+
+
+_blas_disabled = [False]
+_cpu_backends: "weakref.WeakSet[Backend]" = weakref.WeakSet()
+
+
+class Backend(Handle):
+    kind = "backend"
+
+    def __init__(self, ptr: Any) -> None:
+        super().__init__(ptr, lib.ggml_backend_free)
+        self.device = Device(lib.ggml_backend_get_device(ptr))
+        self.is_cpu = self.device.type == "cpu"
+        self.n_threads = 0
+        if self.is_cpu:
+            lib.ggmlpy_cpu_set_n_threads(ptr, _n_threads[0])
+            self.n_threads = _n_threads[0]
+            _cpu_backends.add(self)
+
+    @property
+    def name(self) -> str:
+        return _str(lib.ggml_backend_name(self.ptr))
+
+    def _describe(self) -> str:
+        return f" {self.device.name}" if self._ptr is not None else ""
+
+    def free(self) -> None:
+        # Asynchronous work queued on it (compute.transfer and compute.run: async reads/writes/computes, recorded events) is
+        # finished first: ggml would otherwise free the queue while it still points at Python memory.
+        if self._ptr is not None and (self.__dict__.get("_async_pending") or self.__dict__.get("_recorded_events")):
+            finish_backend(self)
+        super().free()
+
+
+_BUILD_HINTS = {  # the backend was not built
+    "vulkan": "rebuild with GGMLPY_BACKENDS=cpu,vulkan pip install . (needs glslc, libvulkan-dev, spirv-headers)",
+    "cuda": "rebuild with GGMLPY_BACKENDS=cpu,cuda pip install . on a machine with nvcc",
+    "rpc": "rebuild with GGMLPY_BACKENDS=cpu,rpc pip install .",
+}
+_DEVICE_HINTS = {  # built, but no such device
+    "vulkan": "check the Vulkan driver (vulkaninfo); a CPU-only Vulkan device (Mesa's lavapipe) is used "
+              "only when selected with GGML_VK_VISIBLE_DEVICES=0",
+    "cuda": "check the NVIDIA driver (nvidia-smi) and CUDA_VISIBLE_DEVICES; ggml logs why CUDA did not start",
+    "rpc": "add a server first with ggml_backend_rpc_add_server('host:port')",
+}
+
+
+def _init_device(device_name: str, family: str, params: str | None = None) -> Backend:
+    from ..core.args import c_string
+    dev = lib.ggml_backend_dev_by_name(c_string(f"ggml_{family.lower()}_init", "device name", device_name))
+    if dev == ffi.NULL:
+        built = family.lower() in ggml_backends_built()
+        reason = (f"the {family} backend is built but has no device {device_name!r}" if built else
+                  f"this ggmlpy was built without the {family} backend")
+        hint = (_DEVICE_HINTS if built else _BUILD_HINTS).get(family.lower(), "")
+        devices = [d.name for d in ggml_backend_devices()]
+        raise BackendUnavailableError(f"{reason} (devices: {devices}); {hint}".rstrip("; "))
+    ptr = lib.ggml_backend_dev_init(dev, c_string(f"ggml_{family.lower()}_init", "params", params) if params else ffi.NULL)
+    if ptr == ffi.NULL:
+        raise BackendUnavailableError(f"ggml could not initialise device {device_name!r}")
+    return Backend(ptr)
+
+
+def ggml_backend_cpu_init() -> Backend:
+    """Start a CPU backend.
+
+    It computes with ``ggml_get_n_threads()`` threads (change it with ``ggml_set_n_threads`` or
+    ``ggml_backend_cpu_set_n_threads``). Free it with ``ggml_backend_free`` (or let it be collected).
+
+    Value: a Backend handle (a context manager).
+
+    Example:
+        >>> cpu = ggml_backend_cpu_init()
+        >>> sched = ggml_backend_sched_new([cpu])
+    """
+    return _init_device("CPU", "cpu")
+
+
+def ggml_vulkan_init(device: int = 0) -> Backend:
+    """Start the Vulkan backend on GPU number ``device``.
+
+    Arguments:
+        device: the Vulkan device index (an int >= 0, default 0: the device named ``"Vulkan0"``).
+
+    Value: a Backend handle. Raises BackendUnavailableError, saying why and what to do, when this
+    installation was built without Vulkan or the device does not exist.
+
+    Example:
+        >>> gpu = ggml_vulkan_init(0)
+        >>> sched = ggml_backend_sched_new([gpu])      # the CPU is appended as fallback
+    """
+    expect(isinstance(device, int) and device >= 0, f"ggml_vulkan_init: device must be an int >= 0, got {device!r}")
+    return _init_device(f"Vulkan{device}", "Vulkan")
+
+
+def ggml_backend_cuda_init(device: int = 0) -> Backend:
+    """Start the CUDA backend on GPU number ``device``.
+
+    Arguments:
+        device: the CUDA device index (an int >= 0, default 0: the device named ``"CUDA0"``).
+
+    Value: a Backend handle. Raises BackendUnavailableError, saying why and what to do, when this
+    installation was built without CUDA or the device does not exist.
+
+    Example:
+        >>> gpu = ggml_backend_cuda_init()
+    """
+    expect(isinstance(device, int) and device >= 0, f"ggml_backend_cuda_init: device must be an int >= 0, got {device!r}")
+    return _init_device(f"CUDA{device}", "CUDA")
+
+
+def ggml_backend_init_by_name(name: str, params: str | None = None) -> Backend:
+    """Start a backend on the device called ``name``.
+
+    Arguments:
+        name: a device name: ``"CPU"``, ``"Vulkan0"``, ``"CUDA1"``, ``"RPC0"``, ... (see
+            ``ggml_list_devices``).
+        params: an optional, backend-specific parameter string passed to the device's init (default
+            None; the built-in backends need none).
+
+    Value: a Backend handle. Raises BackendUnavailableError when there is no such device.
+
+    Example:
+        >>> b = ggml_backend_init_by_name("Vulkan0")
+    """
+    expect(isinstance(name, str) and name, f"ggml_backend_init_by_name: name must be a device name, got {name!r}")
+    family = "".join(c for c in name if not c.isdigit()) or name
+    return _init_device(name, family, params)
+
+
+def ggml_backend_dev_init(device: Device, params: str | None = None) -> Backend:
+    """Start a backend on ``device``.
+
+    Arguments:
+        device: a Device or a device name.
+        params: an optional, backend-specific parameter string (default None).
+
+    Value: a Backend handle. Raises BackendUnavailableError when the device cannot be started.
+
+    Example:
+        >>> b = ggml_backend_dev_init(ggml_backend_devices()[0])
+    """
+    d = _as_device(device)
+    return _init_device(d.name, d.backend_name, params)
+
+
+def ggml_backend_init_best() -> Backend:
+    """Start ggml's preferred backend: a GPU if there is one, else an integrated GPU, else the CPU.
+
+    ``ggml_backend_init_auto("auto")`` is the variant that skips software-emulated GPUs.
+
+    Value: a Backend handle.
+
+    Example:
+        >>> b = ggml_backend_init_best()
+        >>> ggml_backend_name(b)
+    """
+    return Backend(lib.ggml_backend_init_best())
+
+
+def is_software_device(dev: Device) -> bool:
+    """A GPU API emulated on the CPU (Mesa's lavapipe/llvmpipe): slower than the CPU backend, so "auto"
+    skips it (ask for it by name or with "vulkan")."""
+    return "llvmpipe" in dev.description.lower() or "lavapipe" in dev.description.lower()
+
+
+def ggml_backend_init_auto(backend: str = "auto") -> Backend:
+    """Start a backend chosen by a short name, the way ``ggml_backend_sched_new("auto")`` does.
+
+    Arguments:
+        backend: ``"auto"`` (the default: the first local hardware GPU, CUDA before Vulkan as ggml ranks
+            them, skipping CPU-emulated ones such as Mesa's lavapipe and remote RPC devices, which are used
+            only when named: a server that went away aborts the process; else the CPU), ``"cpu"``, ``"vulkan"``
+            (device 0), ``"cuda"`` (device 0), or a device name such as ``"Vulkan1"``.
+
+    Value: a Backend handle. Raises BackendUnavailableError for a backend or device that is missing.
+
+    Example:
+        >>> b = ggml_backend_init_auto("auto")
+    """
+    expect(isinstance(backend, str), f"backend must be a string, got {backend!r}")
+    choice = backend.lower()
+    if choice == "auto":
+        for dev in ggml_backend_devices():
+            if dev.type == "gpu" and not is_software_device(dev) and dev.backend_name != "RPC":
+                return ggml_backend_dev_init(dev)
+        return ggml_backend_cpu_init()
+    if choice == "cpu":
+        return ggml_backend_cpu_init()
+    if choice == "vulkan":
+        return ggml_vulkan_init(0)
+    if choice == "cuda":
+        return ggml_backend_cuda_init(0)
+    return ggml_backend_init_by_name(backend)
+
+
+def ggml_backend_free(backend: Backend) -> None:
+    """Free a backend, and first whatever depends on it (schedulers and buffers built on it).
+
+    Idempotent. Handles that depend on the backend raise GgmlStateError when used afterwards.
+
+    Arguments:
+        backend: a Backend.
+
+    Value: None.
+
+    Example:
+        >>> ggml_backend_free(cpu)
+    """
+    free_handle(backend, Backend, "ggml_backend_free(backend)")
+
+
+def ggml_backend_name(backend: Backend) -> str:
+    """The name of a backend, e.g. ``"CPU"`` or ``"Vulkan0"``.
+
+    Arguments:
+        backend: a Backend.
+
+    Value: a str.
+
+    Example:
+        >>> ggml_backend_name(ggml_backend_cpu_init())
+        'CPU'
+    """
+    unwrap(backend, Backend, "ggml_backend_name(backend)")
+    return backend.name
+
+
+def ggml_backend_get_device(backend: Backend) -> Device:
+    """The device a backend runs on.
+
+    Arguments:
+        backend: a Backend.
+
+    Value: a Device.
+
+    Example:
+        >>> ggml_backend_dev_description(ggml_backend_get_device(gpu))
+    """
+    unwrap(backend, Backend, "ggml_backend_get_device(backend)")
+    return backend.device
+
+
+def ggml_backend_is_cpu(backend: Backend) -> bool:
+    """Whether a backend runs on the CPU device.
+
+    Arguments:
+        backend: a Backend.
+
+    Value: a bool.
+
+    Example:
+        >>> ggml_backend_is_cpu(ggml_backend_cpu_init())
+        True
+    """
+    unwrap(backend, Backend, "ggml_backend_is_cpu(backend)")
+    return backend.is_cpu
+
+
+def ggml_backend_synchronize(backend: Backend) -> None:
+    """Wait until every operation queued on a backend (computes, copies) has finished.
+
+    Computations and transfers through ggmlpy's synchronous functions already return finished results;
+    after the asynchronous ones (``ggml_backend_tensor_set_async``, ``ggml_backend_tensor_get_async``,
+    ``ggml_backend_tensor_copy_async``, ``ggml_backend_graph_compute_async``) this is the call after
+    which their arrays hold the data and their tensors, buffers and contexts may be freed again.
+
+    Arguments:
+        backend: a Backend.
+
+    Value: None.
+
+    Example:
+        >>> ggml_backend_synchronize(gpu)
+    """
+    unwrap(backend, Backend, "ggml_backend_synchronize(backend)")
+    finish_backend(backend)
+
+
+def ggml_backend_cpu_set_n_threads(backend: Backend, n_threads: int) -> None:
+    """Set the number of threads of one CPU backend.
+
+    ``ggml_set_n_threads`` sets it for every CPU backend at once (and for later ones).
+
+    Arguments:
+        backend: a CPU Backend (another kind raises GgmlStateError).
+        n_threads: an int in [1, 512] (ggml's GGML_MAX_N_THREADS).
+
+    Value: None.
+
+    Example:
+        >>> ggml_backend_cpu_set_n_threads(cpu, 4)
+    """
+    ptr = unwrap(backend, Backend, "ggml_backend_cpu_set_n_threads(backend)")
+    from ..core.args import n_threads_arg
+    n_threads = n_threads_arg("ggml_backend_cpu_set_n_threads", n_threads)
+    expect(backend.is_cpu, f"ggml_backend_cpu_set_n_threads: {backend.name} is not a CPU backend", GgmlStateError)
+    lib.ggmlpy_cpu_set_n_threads(ptr, n_threads)
+    backend.n_threads = n_threads
+
+
+def ggml_set_n_threads(n_threads: int) -> int:
+    """Set the thread count of every CPU backend: those alive now and those created later.
+
+    The default is the number of CPUs this process may use. Scheduler CPU fallbacks and the CPU
+    backend of ``ggml_graph_compute`` follow it too.
+
+    Arguments:
+        n_threads: an int in [1, 512] (ggml's GGML_MAX_N_THREADS; else GgmlValueError).
+
+    Value: the thread count set, an int (as in ggmlR).
+
+    Example:
+        >>> ggml_set_n_threads(8)
+        8
+    """
+    from ..core.args import n_threads_arg
+    n_threads = n_threads_arg("ggml_set_n_threads", n_threads)
+    _n_threads[0] = n_threads
+    _threads_set_by_user[0] = True
+    for b in list(_cpu_backends):
+        if b.alive:
+            lib.ggmlpy_cpu_set_n_threads(b.ptr, n_threads)
+            b.n_threads = n_threads
+    return n_threads
+
+
+def set_backend_threads(backend: "Backend", n: int) -> None:
+    if (backend.is_cpu or is_blas(backend)) and n >= 1 and n != backend.n_threads:
+        lib.ggmlpy_cpu_set_n_threads(backend.ptr, n)
+        backend.n_threads = n
+
+
+def is_blas(backend: "Backend") -> bool:
+    return backend.device.name == "BLAS"
+
+
+def blas_device() -> "Device | None":
+    """ggml's BLAS device ("BLAS", built by default when OpenBLAS is installed), or None."""
+    if _blas_disabled[0]:
+        return None
+    return next((d for d in ggml_backend_devices() if d.name == "BLAS"), None)
+
+
+def blas_backend_init() -> "Backend | None":
+    """A BLAS backend to put before a CPU backend in a scheduler (it computes with one thread until
+    split_threads gives it more), or None when this build has none."""
+    dev = blas_device()
+    if dev is None:
+        return None
+    backend = ggml_backend_dev_init(dev)
+    set_backend_threads(backend, 1)
+    return backend
+
+
+def ggml_set_blas_enabled(enabled: bool) -> None:
+    """Whether schedulers made from a name (``ggml_backend_sched_new("cpu")``) and the model layer put
+    ggml's BLAS backend before the CPU backend (the default, when this build has it). Disabling it runs
+    every op on ggml's own CPU kernels (e.g. to compare them). Schedulers made before keep theirs.
+
+    Arguments:
+        enabled: a bool.
+
+    Value: None.
+
+    Example:
+        >>> ggml_set_blas_enabled(False)
+    """
+    _blas_disabled[0] = not bool(enabled)
+
+
+def threads_set_by_user() -> bool:
+    """Whether the user chose the thread count (``ggml_set_n_threads``): then the thread policy keeps it."""
+    return _threads_set_by_user[0]
+
+
+def ggml_get_n_threads() -> int:
+    """The thread count new CPU backends get (set with ``ggml_set_n_threads``).
+
+    Value: an int; by default the number of CPUs available to this process.
+
+    Example:
+        >>> ggml_get_n_threads()
+    """
+    return _n_threads[0]
+
+
+def ggml_backend_init_by_type(type: int, params: str | None = None) -> Backend:
+    """Start a backend on the first device of a kind (the first GPU, the CPU, ...).
+
+    Arguments:
+        type: a device-type constant such as ``ggml_backend_device_type_gpu()``.
+        params: an optional, backend-specific parameter string (default None; the built-in backends need
+            none).
+
+    Value: a Backend handle. Raises BackendUnavailableError when there is no device of that kind (ggmlR
+    returns NULL there); ``ggml_list_devices()`` shows what there is.
+
+    Example:
+        >>> cpu = ggml_backend_init_by_type(ggml_backend_device_type_cpu())
+    """
+    fn = "ggml_backend_init_by_type"
+    t = _device_type_arg(fn, type)
+    dev = ggml_backend_dev_by_type(t)
+    if dev is None:
+        raise BackendUnavailableError(f"{fn}: there is no {_DEVICE_TYPE_NAMES[t]} device (devices: "
+                                      f"{[(d.name, d.type) for d in ggml_backend_devices()]}); ggml_list_devices() "
+                                      "shows what this machine offers")
+    return ggml_backend_dev_init(dev, params)
+
+
+def _is_async(backend: Backend) -> bool:
+    """Whether ``backend``'s device may leave work queued after an async call returns."""
+    cached = backend.__dict__.get("_caps_async")
+    if cached is None:
+        cached = backend.__dict__["_caps_async"] = device_caps(backend.device)["async"]
+    return cached
+
+
+def _hold(owner: Handle, what: str, handles: Any, keep: tuple = ()) -> None:
+    """Record work queued on ``owner`` (a Backend or Scheduler) until it is synchronized: ``handles`` are marked
+    in use by ``what`` (freeing them raises GgmlInUseError) and ``keep`` (numpy arrays, graphs) stays referenced."""
+    hs = _unique(handles)
+    with _LOCK:
+        for h in hs:
+            h._users.append(what)
+        pending = owner.__dict__.get("_async_pending")
+        if pending is None:
+            # one list per owner for its lifetime; an owner collected without a synchronize unmarks them too
+            pending = owner.__dict__["_async_pending"] = []
+            weakref.finalize(owner, _unmark, pending)
+        pending.append((what, hs, keep))
+
+
+def _unmark(pending: list) -> None:
+    with _LOCK:
+        for what, hs, _keep in pending:
+            for h in hs:
+                try:
+                    h._users.remove(what)
+                except ValueError:
+                    pass
+        pending.clear()
+
+
+def _release(owner: Handle) -> None:
+    pending = owner.__dict__.get("_async_pending")
+    if pending:
+        _unmark(pending)
+
+
+def finish_backend(backend: Backend) -> None:
+    """Synchronize ``backend`` (waiting for its other computations in this process first), then let go of what its
+    async calls held, and finish the events recorded on it (ggml's Vulkan event keeps a pointer into the
+    backend's command pool until it is synchronized)."""
+    ptr = backend.ptr
+    with computing([backend]):
+        lib.ggml_backend_synchronize(ptr)
+        for ev in list(backend.__dict__.get("_recorded_events", ())):
+            if ev._ptr is not None and ev._state["recorded_on"] is backend:
+                lib.ggml_backend_event_synchronize(ev._ptr)
+                ev._state["recorded_on"] = None
+    _release(backend)

@@ -1,0 +1,1 @@
+"""Running graphs: scheduler, graph allocation, async transfers, events, and the thread policy."""

@@ -1,0 +1,178 @@
+"""Where a scheduler runs each op of a graph, and what it copies between backends to do so.
+
+``PlacementRecorder`` watches the computes of one scheduler through ggml's eval callback
+(``ggml_backend_sched_set_eval_callback``): for every node ggml is about to compute, it records the op, the
+backend the scheduler gave it, and the tensors the scheduler copied from another backend for it (ggml names
+those copies ``<backend>#<tensor>#<n>``). It asks for no node's data, so the compute itself is unchanged: each
+split still runs as one graph. ``Placement`` is what it saw, for people (``str``) and for tests.
+"""
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._ffi import ffi, lib
+from ..backend.backend import Backend
+from ..core.handle import unwrap
+from ..errors import GgmlpyWarning
+from .sched import Scheduler
+
+
+# ops that compute nothing (their result views another tensor's memory): not counted as work anywhere
+_NO_WORK = {"NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"}
+# device types whose backends compute in host memory: the CPU itself and ggml's BLAS backend
+_HOST_TYPES = (int(lib.GGML_BACKEND_DEVICE_TYPE_CPU), int(lib.GGML_BACKEND_DEVICE_TYPE_ACCEL))
+
+
+@dataclass
+class Placement:
+    """Where one compute of a graph ran (``ggml_model_placement``'s result).
+
+    Attributes:
+        what: what was computed, e.g. ``"training step of 'cnn', batch 100"``.
+        n_splits: how many parts ggml's scheduler cut the graph into (one per change of backend).
+        splits: ``(backend name, [op names in order])`` of each part, in the order they ran.
+        copied: ``(tensor name, bytes)`` of every tensor the scheduler copied between backends.
+        host: the names of the backends that compute in host memory (the CPU, ggml's BLAS backend).
+    """
+    what: str
+    n_splits: int
+    splits: list[tuple[str, list[str]]] = field(default_factory=list)
+    copied: list[tuple[str, int]] = field(default_factory=list)
+    host: frozenset = frozenset()
+
+    @property
+    def devices(self) -> list[str]:
+        """The backends that computed something, in the order they first did."""
+        return list(dict.fromkeys(b for b, _ in self.splits))
+
+    @property
+    def cpu_ops(self) -> list[str]:
+        """The names of the ops a CPU-side backend (the CPU, BLAS) computed, each once; empty when none did."""
+        return sorted({op for b, ops in self.splits if b in self.host for op in ops})
+
+    @property
+    def copies(self) -> int:
+        """How many tensors the scheduler copied between backends (device <-> host on a GPU)."""
+        return len(self.copied)
+
+    @property
+    def copy_bytes(self) -> int:
+        """The bytes those copies moved."""
+        return sum(n for _, n in self.copied)
+
+    def op_counts(self, backend: str | None = None) -> Counter:
+        """How many times each op ran (on ``backend`` only, when given)."""
+        return Counter(op for b, ops in self.splits if backend in (None, b) for op in ops)
+
+    def __str__(self) -> str:
+        lines = [f"{self.what}: {self.n_splits} split{'s' * (self.n_splits != 1)}, {self.copies} cop"
+                 f"{'y' if self.copies == 1 else 'ies'} between backends ({_bytes(self.copy_bytes)})"]
+        for i, (backend, ops) in enumerate(self.splits, 1):
+            counts = ", ".join(f"{op} {n}" for op, n in Counter(ops).most_common())
+            lines.append(f"  split {i}: {backend:8} {len(ops):5} ops: {counts}")
+        gpu = [b for b in self.devices if b not in self.host]
+        if gpu:
+            lines.append("  on the CPU: " + (", ".join(self.cpu_ops) if self.cpu_ops else "nothing"))
+        for name, n in sorted(self.copied, key=lambda c: -c[1])[:8]:
+            lines.append(f"  copied: {name} ({_bytes(n)})")
+        if len(self.copied) > 8:
+            lines.append(f"  ... and {len(self.copied) - 8} more copies")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (f"<Placement {self.what!r}: {self.n_splits} splits on {self.devices}, {self.copies} copies "
+                f"({self.copy_bytes} bytes), cpu_ops={self.cpu_ops}>")
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+class PlacementRecorder:
+    """Records where a scheduler computes each node while it is entered (``with PlacementRecorder(sched):``).
+
+    Only one recorder watches a scheduler at a time; leaving the block removes the callback."""
+
+    def __init__(self, sched: Scheduler) -> None:
+        self.sched = sched
+        self._ptr = unwrap(sched, Scheduler, "PlacementRecorder(sched)")
+        self._names: dict[int, str] = {}
+        self._host: set[str] = set()
+        for b in sched.backends:
+            name = ffi.string(lib.ggml_backend_name(b.ptr)).decode()
+            self._names[_key(b.ptr)] = name
+            if is_host_backend(b):
+                self._host.add(name)
+        self._nodes: list[tuple[str, str]] = []
+        self._copies: dict[int, tuple[str, int]] = {}
+        self._handle: Any = None
+
+    def __enter__(self) -> "PlacementRecorder":
+        self._handle = ffi.new_handle(self)
+        lib.ggml_backend_sched_set_eval_callback(self._ptr, lib._ggmlpy_sched_eval_cb, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.sched.alive:
+            lib.ggml_backend_sched_set_eval_callback(self._ptr, ffi.NULL, ffi.NULL)
+        self._handle = None
+
+    def _see(self, t: Any) -> None:
+        op = ffi.string(lib.ggml_op_desc(t)).decode()
+        if op in _NO_WORK:
+            return
+        b = lib.ggml_backend_sched_get_tensor_backend(self._ptr, t)
+        backend = self._names.get(_key(b), "?") if b != ffi.NULL else "?"
+        self._nodes.append((backend, op))
+        for s in t.src:
+            if s == ffi.NULL or _key(s) in self._copies:
+                continue
+            name = ffi.string(s.name).decode("utf-8", "replace")
+            if name.split("#", 1)[0] in self._names.values() and name.count("#") >= 2:
+                self._copies[_key(s)] = (name, int(lib.ggml_nbytes(s)))
+
+    def placement(self, what: str) -> Placement:
+        """What the computes inside the block did (the last compute's split count)."""
+        splits: list[tuple[str, list[str]]] = []
+        for backend, op in self._nodes:
+            if not splits or splits[-1][0] != backend:
+                splits.append((backend, []))
+            splits[-1][1].append(op)
+        n_splits = int(lib.ggml_backend_sched_get_n_splits(self._ptr)) if self.sched.alive else len(splits)
+        return Placement(what, n_splits, splits, list(self._copies.values()), frozenset(self._host))
+
+
+def is_host_backend(backend: Backend) -> bool:
+    """Whether ``backend`` computes in host memory (the CPU, ggml's BLAS backend), not on a device."""
+    return int(lib.ggml_backend_dev_type(lib.ggml_backend_get_device(backend.ptr))) in _HOST_TYPES
+
+
+def warn_if_host_ops(placement: Placement) -> None:
+    """Warn when a step on a device still computed ops on the CPU, naming them and what the copies cost."""
+    device = next((b for b in placement.devices if b not in placement.host), None)
+    if device is None or not placement.cpu_ops:
+        return
+    warnings.warn(f"{placement.what} on {device} computes {', '.join(placement.cpu_ops)} on the CPU: "
+                  f"{placement.n_splits} splits and {placement.copies} copies between the device and the host "
+                  f"({_bytes(placement.copy_bytes)}) every step. ggml_model_placement(model) lists where each op "
+                  "runs; an op the device lacks stays on the CPU", GgmlpyWarning, stacklevel=5)
+
+
+def _key(p: Any) -> int:
+    return int(ffi.cast("uintptr_t", p))
+
+
+@ffi.def_extern()
+def _ggmlpy_sched_eval_cb(t, ask, user_data):  # noqa: ANN001 - C signature
+    try:
+        if ask:
+            ffi.from_handle(user_data)._see(t)
+    except Exception:  # never raise into C: a missed node only makes the report incomplete
+        pass
+    return False  # no node's data is needed: every split runs as one graph

@@ -1,0 +1,323 @@
+"""Ownership of C objects: one pattern for every handle.
+
+A ``Handle`` owns one C pointer and the function that frees it. It keeps its parents
+alive (Python references), frees its children before itself (C's order), frees
+exactly once (``free()`` is idempotent, a finalizer catches what the user forgot),
+and turns use after free into a RuntimeError instead of a crash.
+
+Two more rules make "after free" hold for every path to the memory, not only the handle:
+
+* In use: a running call (a compute, a fit, an epoch of ggml-opt) marks the handles it needs with
+  ``using(...)``; ``free()`` of a marked handle, or of one whose children are marked, raises
+  ``GgmlInUseError`` instead of freeing memory under ggml (from a callback, another thread, a
+  prefetch generator). Marks and frees take one lock, so the check cannot race.
+* Memory given back: an allocator (a scheduler, a graph allocator) records the tensors it gave memory
+  (``Allocations``); when that memory goes (free, reset, a re-allocation that may move it) their
+  ``data``/``buffer`` are cleared, so a later read, write or compute sees a tensor without memory and
+  raises, instead of following a dangling pointer. ``memory_epoch()`` counts those events, so checks
+  of a graph can be cached until the next one.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import weakref
+from typing import Any, Callable, Iterable, Iterator
+
+from .._ffi import ffi
+from ..errors import GgmlInUseError, GgmlStateError
+
+
+# One lock for every in-use mark and every free: a free sees every mark set before it, and a call that
+# marks a handle sees every free done before it (re-entrant: a free frees its children under it).
+_LOCK = threading.RLock()
+_epoch = [0]
+
+
+def memory_epoch() -> int:
+    """A counter bumped whenever tensors may have lost their memory (a buffer, an allocator or its
+    allocation went). A check of a graph made at epoch ``e`` still holds while ``memory_epoch() == e``."""
+    return _epoch[0]
+
+
+def bump_memory_epoch() -> None:
+    _epoch[0] += 1
+
+
+class Handle:
+    kind = "handle"
+
+    def __init__(self, ptr: Any, free_fn: Callable[[Any], None] | None = None,
+                 parents: Iterable["Handle"] = ()) -> None:
+        if ptr is None or ptr == ffi.NULL:
+            raise GgmlStateError(f"ggml returned NULL while creating a {self.kind}")
+        self._ptr = ptr
+        self._addr = int(ffi.cast("uintptr_t", ptr))
+        self._parents = tuple(p for p in parents if p is not None)
+        self._children: weakref.WeakSet[Handle] = weakref.WeakSet()
+        self._users: list[str] = []  # the running calls that use this handle (see ``using``)
+        for parent in self._parents:
+            parent._children.add(self)
+        self._finalizer = weakref.finalize(self, free_fn, ptr) if free_fn else None
+
+    @property
+    def ptr(self) -> Any:
+        """The live C pointer; raises if this handle or one it depends on was freed."""
+        ptr = self._ptr
+        if ptr is None:
+            raise GgmlStateError(f"this {self.kind} has been freed")
+        for parent in self._parents:
+            if parent._ptr is None:
+                raise GgmlStateError(f"this {self.kind} depends on a {parent.kind} that has been freed")
+        return ptr
+
+    @property
+    def alive(self) -> bool:
+        # freeing a handle frees its children first, and a parent cannot be collected before its children:
+        # a handle whose parent is gone has been freed itself
+        return self._ptr is not None
+
+    def free(self) -> None:
+        """Free the C object (children first). Safe to call more than once.
+
+        Raises GgmlInUseError, freeing nothing, while a running call uses this handle or one of its
+        children (see ``using``)."""
+        with _LOCK:
+            if self._ptr is None:
+                return
+            busy = self._busy_in_tree()
+            if busy is not None:
+                handle, what = busy
+                which = "it" if handle is self else f"a {handle.kind} that depends on it"
+                raise GgmlInUseError(
+                    f"cannot free this {self.kind}: {which} is in use by {what}, running in this thread (a "
+                    "callback or a generator of that call?) or another one; freeing it now would pull its "
+                    "memory out from under ggml. Free it after that call has returned (or stop the call "
+                    "first, e.g. with state.stop = True in a callback)")
+            for child in list(self._children):
+                child.free()
+            self._before_free()
+            if self._finalizer is not None:
+                self._finalizer()
+            self._ptr = None
+
+    def _busy_in_tree(self) -> tuple["Handle", str] | None:
+        """(handle, call) of a running call that uses this handle or one of its descendants, or None."""
+        if self._users:
+            return self, self._users[-1]
+        for child in list(self._children):
+            found = child._busy_in_tree()
+            if found is not None:
+                return found
+        return None
+
+    @property
+    def in_use(self) -> bool:
+        """Whether a running call uses this handle (it cannot be freed now)."""
+        return bool(self._users)
+
+    def _before_free(self) -> None:
+        """Hook for subclasses that must tidy C state before the free call."""
+
+    close = free
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.free()
+
+    def __repr__(self) -> str:
+        state = "" if self._ptr is not None else " (freed)"
+        return f"<{type(self).__name__}{self._describe()}{state}>"
+
+    def _describe(self) -> str:
+        return ""
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other._addr == self._addr
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self._addr))
+
+
+def _unique(handles: Iterable[Any]) -> list["Handle"]:
+    """The distinct handles (by identity: two handles may compare equal by address) among ``handles``."""
+    seen: dict[int, Handle] = {}
+    for h in handles:
+        if isinstance(h, Handle):
+            seen.setdefault(id(h), h)
+    return list(seen.values())
+
+
+@contextlib.contextmanager
+def using(handles: Iterable[Any], what: str, exclusive: Iterable[Any] = (),
+          busy: Callable[[str], str] | None = None, check: Callable[[], None] | None = None) -> Iterator[None]:
+    """Mark ``handles`` in use by the call ``what`` for the length of the block: freeing any of them (or
+    a parent of one) raises GgmlInUseError meanwhile. Raises GgmlStateError first when one of them has
+    already been freed. Marks nest (a fit computes, a compute inside a callback, ...). ``exclusive``
+    handles must not be in use by another call already (checked and marked in one step, so two threads
+    cannot both pass): else GgmlInUseError with ``busy(the other call)`` as its message. ``check`` runs
+    under the same lock, before anything is marked (a condition no other thread can change meanwhile)."""
+    hs = _unique([*handles, *exclusive])
+    with _LOCK:
+        for h in hs:
+            if h._ptr is None:
+                h.ptr  # noqa: B018 - raises, saying what was freed
+        if check is not None:
+            check()
+        for h in _unique(exclusive):
+            if h._users:
+                raise GgmlInUseError(busy(h._users[-1]) if busy else
+                                     f"{what}: this {h.kind} is in use by {h._users[-1]}; call it afterwards")
+        for h in hs:
+            h._users.append(what)
+    try:
+        yield
+    finally:
+        with _LOCK:
+            for h in hs:
+                h._users.remove(what)
+
+
+def compute_locks(backends: Iterable[Any]) -> tuple:
+    """The compute locks of ``backends``, in the one order every caller takes them (no deadlock)."""
+    locks = []
+    for b in sorted(_unique(backends), key=id):
+        lock = b.__dict__.get("_compute_lock")
+        if lock is None:
+            with _LOCK:
+                lock = b.__dict__.setdefault("_compute_lock", threading.RLock())
+        locks.append(lock)
+    return tuple(locks)
+
+
+class computing:
+    """``with computing(backends):`` hold the compute lock of each backend for one C computation. ggml's
+    backends are not safe for two computations at once (the CPU backend shares one work buffer between
+    them, which the second may free and replace under the first), so computations on a backend from
+    several threads (a prediction while a fit runs, two predictions) take turns. Re-entrant. Pass
+    ``locks=`` (from ``compute_locks``) to skip looking them up."""
+
+    __slots__ = ("locks",)
+
+    def __init__(self, backends: Iterable[Any] = (), locks: tuple | None = None) -> None:
+        self.locks = compute_locks(backends) if locks is None else locks
+
+    def __enter__(self) -> None:
+        for lock in self.locks:
+            lock.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        for lock in reversed(self.locks):
+            lock.release()
+
+
+class InterruptGuard:
+    """Ctrl-C (SIGINT) that lands inside one protocol step which must not be cut in two (an
+    ``ggml_opt_alloc`` whose ``ggml_opt_eval`` has not run leaves the opt context unusable) is held back
+    until the step is done, then raised; outside a step (a generator, a callback) it is raised at once, and
+    a second Ctrl-C during a step too. Installed once per loop (``with InterruptGuard() as guard:``), each
+    step ``with guard.step:``; only in the main thread (the only one Python delivers signals to), and only
+    over a Python-level handler (elsewhere both are no-ops)."""
+
+    def __init__(self) -> None:
+        self.in_step = False
+        self.pending: tuple | None = None
+        self.old: Any = None
+        self.step = _GuardStep(self)
+
+    def __enter__(self) -> "InterruptGuard":
+        if threading.current_thread() is threading.main_thread():
+            old = signal.getsignal(signal.SIGINT)
+            if callable(old):
+                try:
+                    signal.signal(signal.SIGINT, self._handler)
+                    self.old = old
+                except ValueError:  # not the main interpreter
+                    pass
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.old is not None:
+            signal.signal(signal.SIGINT, self.old)
+            self.old = None
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.in_step and self.pending is None:
+            self.pending = (signum, frame)
+            return
+        self.old(signum, frame)
+
+
+class _GuardStep:
+    __slots__ = ("guard",)
+
+    def __init__(self, guard: InterruptGuard) -> None:
+        self.guard = guard
+
+    def __enter__(self) -> None:
+        self.guard.in_step = True
+
+    def __exit__(self, *exc: Any) -> None:
+        g = self.guard
+        g.in_step = False
+        if g.pending is not None and g.old is not None:
+            pending, g.pending = g.pending, None
+            g.old(*pending)
+
+
+class Allocations:
+    """The tensors one allocator (a scheduler, a graph allocator) gave memory, to take it back.
+
+    ``record`` after an allocation: for each tensor, the handles that keep its header alive and the
+    buffer it was placed in. ``release`` when that memory goes (the allocator is freed or reset, or a
+    new allocation may move its buffer): every recorded tensor whose header is still alive and still
+    points into that buffer loses ``data`` and ``buffer``, so it reads as unallocated instead of
+    dangling. Cheap when nothing was recorded."""
+
+    __slots__ = ("_records",)
+
+    def __init__(self) -> None:
+        self._records: list[tuple[tuple, list]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._records)
+
+    def record(self, keepers: Iterable[Any], tensors: list[tuple[Any, Any]]) -> None:
+        """``tensors``: (tensor pointer, buffer pointer it got) pairs whose headers live while ``keepers`` do."""
+        if tensors:
+            self._records.append((tuple(keepers), tensors))
+
+    def release(self) -> None:
+        if not self._records:
+            return
+        with _LOCK:
+            for keepers, tensors in self._records:
+                if all(k.alive for k in keepers):
+                    for t, buf in tensors:
+                        if t.buffer == buf:
+                            t.data = ffi.NULL
+                            t.buffer = ffi.NULL
+            self._records.clear()
+            bump_memory_epoch()
+
+
+def unwrap(obj: Any, cls: type, what: str) -> Any:
+    """The C pointer of ``obj`` if it is a live ``cls`` handle; TypeError otherwise."""
+    if not isinstance(obj, cls):
+        raise_type(what, cls.kind, obj)
+    return obj.ptr
+
+
+def raise_type(what: str, expected: str, given: Any) -> None:
+    from ..errors import GgmlTypeError
+    raise GgmlTypeError(f"{what}: expected a {expected}, got {type(given).__name__} ({given!r:.80})")
+
+
+def free_handle(obj: Any, cls: type, what: str) -> None:
+    """The ``*_free`` functions: type-checked, and idempotent (a freed handle is freed again silently)."""
+    if not isinstance(obj, cls):
+        raise_type(what, cls.kind, obj)
+    obj.free()

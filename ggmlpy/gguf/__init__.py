@@ -1,0 +1,1 @@
+"""GGUF files: contexts, metadata, tensors, ggmlR's reader and weight files."""

@@ -1,0 +1,255 @@
+"""What ggml can differentiate: a graph's nodes are checked before ``ggml_build_backward_expand`` (which aborts
+on an op without a backward pass, or on an in-place op in the way of a gradient).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+from .._ffi import ffi, lib
+from ..core.handle import unwrap
+from ..core.types import GGML_TYPE_F32, type_name
+from ..errors import expect, GgmlTypeError, GgmlValueError
+from .introspect import _is_padded_1d
+from .nodes import _op_label, _tensor_label, op_param_f32, ptr_key
+from .objects import as_tensor, Context, Graph, Tensor
+
+
+_BACKWARD_OPS = {
+    "NONE", "DUP", "ADD", "ADD1", "ACC", "SUB", "MUL", "DIV", "SQR", "SQRT", "LOG", "SIN", "COS", "SCALE",
+    "SUM", "SUM_ROWS", "MEAN", "REPEAT", "REPEAT_BACK", "RMS_NORM", "MUL_MAT", "SET", "CPY", "CONT",
+    "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE", "GET_ROWS", "DIAG_MASK_INF", "DIAG_MASK_ZERO", "SOFT_MAX",
+    "ROPE", "IM2COL", "POOL_2D", "CROSS_ENTROPY_LOSS", "NORM", "CONCAT", "DROPOUT",
+}
+# SIGMOID, TANH, GELU and NORM come from our patch 0004, CONCAT from 0006 (ggml 0.25.3 has no backward for them),
+# DROPOUT (the op itself) from 0018.
+_BACKWARD_UNARY = {"ABS", "SGN", "NEG", "STEP", "RELU", "SILU", "EXP", "EXPM1", "SOFTPLUS", "SIGMOID", "TANH", "GELU"}
+_COMPOSITE_HINT = {
+    "LEAKY_RELU": "use ggml_relu, or x - slope*relu(-x) built from ggml_relu/ggml_scale/ggml_sub",
+    "CLAMP": "clamp the data instead, or use relu-based bounds (min(x, c) = x - relu(x - c))",
+    "ELU": "use ggml_silu or ggml_softplus",
+}
+
+
+def check_backward_graph(graph: Graph) -> None:
+    """Refuse graphs whose backward pass ggml cannot build (it would abort), naming the op."""
+    g = graph.ptr
+    nodes = [lib.ggml_graph_node(g, i) for i in range(lib.ggml_graph_n_nodes(g))]
+    flags_loss = int(lib.GGML_TENSOR_FLAG_LOSS)
+    if not any(n.flags & flags_loss for n in nodes):
+        raise GgmlValueError("the graph has no loss: mark a scalar F32 tensor with ggml_set_loss")
+    check_backward_nodes(nodes, [n for n in nodes if n.flags & flags_loss])
+
+
+def check_backward_nodes(nodes: list, losses: list, accumulating: bool = False) -> None:
+    """The check behind every trainable graph. ``nodes`` in topological order, ``losses`` the nodes the
+    loss is built from; ``accumulating``: parameters get gradient accumulators (ggml-opt, period > 1).
+
+    Mirrors ggml_build_backward_expand: I32 nodes never need a gradient, and only nodes between
+    a parameter and the loss get one (side outputs such as an argmax are fine).
+    """
+    flags_param = int(lib.GGML_TENSOR_FLAG_PARAM)
+    if not any(n.flags & flags_param for n in nodes):
+        raise GgmlValueError("the graph has no trainable tensor: mark parameters with ggml_set_param")
+    flags_loss = int(lib.GGML_TENSOR_FLAG_LOSS)
+    needs_grad: set[int] = set()
+    for n in nodes:  # nodes are in topological order
+        if n.type == lib.GGML_TYPE_I32:
+            continue
+        # as ggml_build_backward_expand decides it: a parameter, a loss, or a node reading a tensor that needs one
+        srcs = _grad_srcs(n, needs_grad)
+        for s in srcs[:1]:
+            if s.type not in (lib.GGML_TYPE_F32, lib.GGML_TYPE_F16):
+                raise GgmlTypeError(f"ggml's backward pass needs F32 or F16 tensors on the path to a trainable "
+                                    f"parameter; {_op_label(n)} reads a {type_name(s.type)} one (cast it with "
+                                    "ggml_cpy into an F32 tensor first)")
+        if not (n.flags & (flags_param | flags_loss) or srcs):
+            continue
+        _check_not_inplace(n, srcs)
+        needs_grad.add(ptr_key(n))
+    # the nodes that receive a gradient: those needing one that the loss depends on
+    gets_grad: set[int] = set()
+    stack = [n for n in losses if ptr_key(n) in needs_grad]
+    while stack:
+        t = stack.pop()
+        key = ptr_key(t)
+        if key in gets_grad:
+            continue
+        gets_grad.add(key)
+        stack.extend(_grad_srcs(t, needs_grad))
+    for i, n in enumerate(nodes):
+        if ptr_key(n) not in gets_grad or n.flags & flags_param:
+            continue
+        check_node_backward(n, needs_grad)
+        src = n.src[0]
+        if _op_label(n) == "VIEW" and ptr_key(src) in needs_grad and not src.flags & flags_loss and \
+                not (accumulating and src.flags & flags_param) and (src.type != GGML_TYPE_F32 or not _is_padded_1d(src)):
+            # ggml adds a view's gradient into the gradient its source already has, else into a zero copy of the
+            # source (ggml_scale by 0, then ggml_acc), which asserts a contiguous (padded-1d) F32 source: the
+            # first to pass a gradient to the source is the last of its users in the graph
+            later = [m for m in nodes[i + 1:] if ptr_key(m) in gets_grad
+                     and any(ptr_key(s) == ptr_key(src) for s in _grad_srcs(m, needs_grad))]
+            if not later:
+                got = (f"a {type_name(src.type).upper()} one" if src.type != GGML_TYPE_F32 else
+                       f"a strided one (strides {[int(src.nb[k]) for k in range(4)]})")
+                fix = ("ggml_cont(ctx, x) before taking the view" if src.type == GGML_TYPE_F32 else
+                       "convert it first (ggml_cpy into an F32 tensor) and view that")
+                raise GgmlValueError(f"ggml cannot build the backward pass of a view ({_tensor_label(n)}) of "
+                                     f"{_tensor_label(src)}: it expects the viewed tensor to be F32 and laid out "
+                                     f"contiguously, got {got}, and would abort. Apply {fix}")
+        if _op_label(n) == "MEAN" and lib.ggml_nelements(n) > 1 and ptr_key(src) in gets_grad:
+            # ggml adds MEAN's gradient with ADD1 (scalar only) when the input already has one,
+            # i.e. when a later node also passes a gradient to it: that build aborts.
+            later = [m for m in nodes[i + 1:] if ptr_key(m) in gets_grad
+                     and any(s != ffi.NULL and ptr_key(s) == ptr_key(src) for s in m.src)]
+            if later or (accumulating and src.flags & flags_param):
+                why = (f"is also used by {_op_label(later[0])}" if later else
+                       "is a parameter whose gradient is accumulated")
+                raise GgmlValueError(f"ggml cannot build the backward pass of MEAN ({_tensor_label(n)}) when its input "
+                                     f"{why}; use ggml_scale(ggml_sum_rows(x), 1/n) instead of ggml_mean")
+
+
+# ops that may be views of another tensor (view_src) on the gradient path: ggml asserts every other one is not
+_VIEW_OPS = {"CPY", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"}
+
+
+def _check_not_inplace(n: Any, srcs: list) -> None:
+    """ggml_build_backward_expand asserts that no node needing a gradient is an in-place op (it has a view_src
+    and is not a CPY/VIEW/RESHAPE/PERMUTE/TRANSPOSE): raise instead, naming the op and the fix."""
+    if n.view_src == ffi.NULL:
+        return
+    op = ffi.string(lib.ggml_op_name(n.op)).decode()
+    if op in _VIEW_OPS:
+        return
+    label = _op_label(n)
+    if n.flags & int(lib.GGML_TENSOR_FLAG_PARAM):
+        why = "it is a trainable parameter"
+    elif srcs:
+        why = (f"its operand {_tensor_label(srcs[0])} is (or is computed from) a trainable parameter (side outputs "
+               "too: ggml gives a gradient to every tensor computed from one)")
+    else:
+        why = "it is the loss"
+    base = label.split(" ")[0].lower()
+    fix = f"Use the out-of-place op (ggml_{base}, not ggml_{base}_inplace or inplace=True)"
+    raise GgmlValueError(f"ggml cannot build the backward pass through the in-place op {label} ({_tensor_label(n)}): "
+                         f"it writes into its operand's memory, and it needs a gradient because {why}. {fix}, or "
+                         "compute it in a graph without trainable parameters")
+
+
+# sources ggml_build_backward_expand never differentiates (shape-only, indices, piecewise-constant ops)
+_IGNORED_SRCS = {"IM2COL": (0,), "IM2COL_BACK": (0,), "CPY": (1,), "GET_ROWS": (1,), "GET_ROWS_BACK": (1,),
+                 "ROPE": (1,), "SGN": (0,), "STEP": (0,), "DROPOUT": (1,)}
+
+
+def _grad_srcs(n: Any, needs_grad: set[int]) -> list:
+    """The sources of ``n`` that a gradient flows to, as ggml decides it."""
+    ignored = _IGNORED_SRCS.get(_op_label(n), ())
+    return [s for j, s in enumerate(n.src) if s != ffi.NULL and j not in ignored and ptr_key(s) in needs_grad]
+
+
+def check_node_backward(n: Any, needs_grad: set[int] | None = None) -> None:
+    """Raise if ggml has no backward pass for node ``n``. ``needs_grad`` (keys of the tensors that
+    need a gradient) refines the SUB/DIV rule; without it every broadcast SUB/DIV is refused."""
+    label = _op_label(n)
+    op = ffi.string(lib.ggml_op_name(n.op)).decode()
+    supported = label in _BACKWARD_UNARY if op == "UNARY" else op in _BACKWARD_OPS
+    if op == "GLU":
+        # ggml differentiates the split SwiGLU (silu(a) * b, two operands) only; the fused form aborts
+        split = n.src[1] != ffi.NULL
+        if int(lib.ggml_get_glu_op(n)) == int(lib.GGML_GLU_OP_SWIGLU) and split:
+            return
+        raise GgmlValueError(f"ggml has no backward pass for {label} ({_tensor_label(n)}"
+                             f"{', fused: one operand holding both halves' if not split else ''}) on the path to a "
+                             "trainable parameter; expected the split SwiGLU: ggml_swiglu_split(ctx, a, b) with the "
+                             "two halves as separate tensors (views of the fused input work: ggml_view_2d/ggml_cont)")
+    if not supported:
+        hint = _COMPOSITE_HINT.get(label, "rebuild it from ops that have one")
+        raise GgmlValueError(f"ggml has no backward pass for {label} ({_tensor_label(n)}) on the path to a "
+                             f"trainable parameter; {hint}")
+    if op in ("SUB", "DIV"):
+        a, b = n.src[0], n.src[1]
+        if tuple(a.ne) != tuple(b.ne) and (needs_grad is None or ptr_key(b) in needs_grad):
+            raise GgmlValueError(f"{op} with a broadcast second operand has no backward pass in ggml; make the "
+                                 "shapes equal with ggml_repeat(ctx, b, a) first")
+    def needs(j: int) -> bool:  # source j is there and needs a gradient
+        src = n.src[j]
+        return src != ffi.NULL and (needs_grad is None or ptr_key(src) in needs_grad)
+    if op == "SOFT_MAX" and (needs(1) or needs(2)):
+        what = "mask" if needs(1) else "sinks"
+        raise GgmlValueError(f"ggml has no backward pass for the {what} of ggml_soft_max_ext ({_tensor_label(n)}): "
+                             f"its {what} {_tensor_label(n.src[1 if needs(1) else 2])} is (or is computed from) a "
+                             f"trainable parameter, and ggml would abort. Expected a {what} that is data, not "
+                             "trained: build it from tensors without ggml_set_param")
+    if op == "ROPE" and needs(2):
+        raise GgmlValueError(f"ggml has no backward pass for the frequency factors of ggml_rope_ext "
+                             f"({_tensor_label(n)}): {_tensor_label(n.src[2])} is (or is computed from) a trainable "
+                             "parameter, and ggml would abort. Expected constant frequency factors: pass data (or "
+                             "None), not a tensor marked with ggml_set_param or computed from one")
+    if op == "CROSS_ENTROPY_LOSS" and needs(1):
+        raise GgmlValueError(f"ggml has no backward pass for the labels of ggml_cross_entropy_loss "
+                             f"({_tensor_label(n)}): {_tensor_label(n.src[1])} is (or is computed from) a trainable "
+                             "parameter, and ggml would abort. Expected labels that are data: only the logits (a) "
+                             "can be trained")
+    if op == "SOFT_MAX":
+        max_bias = op_param_f32(n, 1)
+        if max_bias != 0.0:
+            raise GgmlValueError(f"ggml has no backward pass for ggml_soft_max_ext with max_bias != 0 (ALiBi; "
+                                 f"{_tensor_label(n)} has max_bias={max_bias}) on the path to a trainable parameter; use "
+                                 "max_bias=0 and add the ALiBi biases to the mask yourself")
+    if op == "MUL_MAT" and n.src[0].type != GGML_TYPE_F32 and n.src[0].flags & int(lib.GGML_TENSOR_FLAG_PARAM):
+        raise GgmlValueError("trainable mul_mat weights must be F32")
+    if op == "MUL_MAT" and (needs_grad is None or ptr_key(n.src[0]) in needs_grad):
+        a, b = n.src[0], n.src[1]
+        if (a.ne[2], a.ne[3]) != (b.ne[2], b.ne[3]) and b.ne[3] > 1:
+            # ggml's backward reduces a broadcast first operand over dimension 2 only (it asserts otherwise)
+            raise GgmlValueError(f"ggml has no backward pass for MUL_MAT broadcasting a {list(a.ne)} operand over "
+                                 f"the 4th dimension of {list(b.ne)}; reshape b to 3-D (or 2-D) first")
+
+
+def ggml_build_backward_expand(ctx: Context, graph: Graph) -> Graph:
+    """Add the backward pass of ``graph``: a gradient for every tensor between a parameter and the loss.
+
+    The graph needs a loss (``ggml_set_loss``) and parameters (``ggml_set_param``) and must have been
+    created with ``ggml_new_graph_custom(ctx, size, grads=True)``. Ops without a backward pass in ggml
+    on the path from a parameter to the loss are refused with an error naming them (ggml would abort).
+    Read gradients with ``ggml_graph_get_grad`` after computing; ``ggml_graph_reset`` seeds them.
+    ggml-opt (``ggml_opt_init``, the fit functions) does all of this itself.
+
+    Arguments:
+        ctx: the context the gradient tensors are created in (typically the graph's).
+        graph: a Graph with gradients.
+
+    Value: the same graph. Raises GgmlValueError without a loss or parameter, or for an op that has
+    no backward pass.
+
+    Example:
+        >>> gf = ggml_new_graph_custom(ctx, 1024, True)
+        >>> ggml_build_forward_expand(gf, loss)
+        >>> ggml_build_backward_expand(ctx, gf)
+    """
+    ctx_ptr = unwrap(ctx, Context, "ggml_build_backward_expand(ctx)")
+    expect(isinstance(graph, Graph) and graph.grads,
+           "ggml_build_backward_expand: the graph must be created with ggml_new_graph_custom(ctx, size, grads=True)")
+    check_backward_graph(graph)
+    if ctx is not graph.ctx:
+        graph._deps.setdefault(id(ctx), ctx)  # the gradients live in ctx
+    lib.ggml_build_backward_expand(ctx_ptr, graph.ptr, ffi.NULL)
+    return graph
+
+
+def ggml_graph_get_grad(graph: Graph, tensor: Tensor) -> Tensor | None:
+    """The gradient tensor of ``tensor`` in a graph with a backward pass, or None if it has none.
+
+    Arguments:
+        graph: a Graph built with ``ggml_build_backward_expand`` (a graph without gradients raises
+            GgmlValueError).
+        tensor: a tensor of the graph (typically a parameter).
+
+    Value: a Tensor of tensor's shape holding d(loss)/d(tensor) after a compute, or None.
+
+    Example:
+        >>> dw = ggml_backend_tensor_get_data(ggml_graph_get_grad(gf, w))
+    """
+    expect(isinstance(graph, Graph) and graph.grads, "ggml_graph_get_grad: the graph has no gradients")
+    ptr = lib.ggml_graph_get_grad(graph.ptr, as_tensor(tensor, "ggml_graph_get_grad(tensor)").ptr)
+    return graph.node_tensor(ptr) if ptr != ffi.NULL else None

@@ -1,0 +1,29 @@
+"""Batched inference over arrays (``predict_arrays``), shared by ``ggml_predict``/``ggml_evaluate`` and the
+hand-stepped trainer.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .graph import Model
+
+
+def predict_arrays(model: Model, predictor: Any, xs: list[np.ndarray], batch_size: int) -> list[np.ndarray]:
+    """Outputs (N, *output_shape) for inputs in ggml layout; the last partial batch is zero-padded and
+    its padding dropped from the result."""
+    n = xs[0].shape[0]
+    batch = min(batch_size, n)
+    outputs = model.graph()[1]
+    if n == 0:
+        return [np.zeros((0,) + tuple(node.shape), dtype=np.float32) for node in outputs]
+    chunks: list[list[np.ndarray]] = [[] for _ in outputs]
+    for start in range(0, n, batch):
+        part = [x[start:start + batch] for x in xs]
+        m = part[0].shape[0]
+        if m < batch:
+            part = [np.concatenate([p, np.zeros((batch - m,) + p.shape[1:], dtype=p.dtype)]) for p in part]
+        for i, (o, node) in enumerate(zip(predictor.run(part, batch), outputs)):
+            chunks[i].append(o.reshape((batch,) + node.shape)[:m])
+    return [np.concatenate(c) for c in chunks]

@@ -1,0 +1,412 @@
+"""The opt context (``OptContext``): ggml-opt's graphs and buffers for one model, its state machine
+(prepared, allocated, stepping), and the checks on a model before it is built.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from .._ffi import ffi, lib
+from ..compute.checks import check_graph_memory, check_nodes_supported, check_static_memory
+from ..compute.sched import sched_hash_size, Scheduler
+from ..compute.work import _count_forward
+from ..core.args import is_real
+from ..core.handle import _unique, compute_locks, computing, Handle, memory_epoch, unwrap, using
+from ..errors import GgmlInUseError, GgmlStateError, GgmlTypeError, GgmlValueError
+from ..graph.backward import check_backward_nodes
+from ..graph.context import ggml_graph_overhead, ggml_init, ggml_tensor_overhead
+from ..graph.indices import check_index_inputs, index_inputs
+from ..graph.objects import as_tensor, Context, Tensor
+from ..graph.tensor import input_leaf
+from . import losses as L
+from .constants import BUILD_FORWARD, BUILD_OPT, ggml_opt_optimizer_name, STATIC_GRAPH_NODES
+from .params import LrUserdata
+from .result import OptResult
+
+
+def training_graph_nodes(outputs: Tensor | Sequence[Tensor], build_type: int = BUILD_OPT) -> int:
+    """An upper bound on the nodes and leafs of the graphs ggml-opt builds from ``outputs`` (one tensor, or the
+    outputs and extra outputs): the backward pass adds at most ~3 nodes per forward op, each parameter a
+    gradient accumulator, two moments and an optimizer step (measured: ~2.6 per op, ~5.5 per parameter),
+    ggml-opt's loss a few more."""
+    roots = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    n_nodes, params, n_leafs = _count_forward(roots, with_leafs=True)
+    if build_type == BUILD_FORWARD:
+        return n_nodes + n_leafs + 32
+    return 4 * (n_nodes - len(params)) + 6 * len(params) + n_leafs + 64
+
+
+def static_graph_size(outputs: Tensor | Sequence[Tensor], build_type: int = BUILD_OPT) -> int:
+    """The node capacity to give ggml-opt's static graphs: ggml's default, or more for large models."""
+    return max(STATIC_GRAPH_NODES, training_graph_nodes(outputs, build_type))
+
+
+def check_sched_room(sched: Scheduler, outputs: Tensor | Sequence[Tensor], build_type: int) -> None:
+    """The scheduler's hash set must hold the nodes and leafs of the graphs ggml-opt allocates on it, or
+    ggml aborts in ggml_opt_alloc."""
+    need = training_graph_nodes(outputs, build_type)
+    room = sched_hash_size(sched.graph_size)
+    if need > room:
+        what = "forward" if build_type == BUILD_FORWARD else "training"
+        raise GgmlValueError(f"the scheduler is too small for this model's {what} graph: about {need} nodes and "
+                             f"leafs, room for {room} (graph_size {sched.graph_size}); create it with "
+                             f"ggml_backend_sched_new(..., graph_size={need}) or more")
+
+
+def check_trainable(outputs: Sequence[Tensor], what: str = "outputs", accumulating: bool = False,
+                    side_outputs: Sequence[Tensor] = ()) -> int:
+    """ggml could build and run the backward pass of these outputs (it would abort otherwise), with
+    ``side_outputs`` in the same graph (computed, no gradient: ggml-opt's extra outputs); returns the number of
+    forward nodes."""
+    n_nodes, params = _count_forward([*outputs, *side_outputs])
+    if not params:
+        raise GgmlValueError(f"nothing to train: no tensor reachable from {what} is marked with ggml_set_param")
+    for p in params:
+        if p.type != lib.GGML_TYPE_F32:
+            from ..graph.nodes import _tensor_label
+            raise GgmlTypeError(f"trainable tensors must be F32 (ggml's optimizer steps are F32-only); "
+                                f"{_tensor_label(p)} is not; create it as GGML_TYPE_F32")
+    # The graph ggml-opt will build, in a scratch context: its node order is ggml's own.
+    scratch = ggml_init(ggml_graph_overhead(2 * n_nodes + 16) + 1024, no_alloc=True)
+    try:
+        graph = lib.ggml_new_graph_custom(scratch.ptr, 2 * n_nodes + 16, False)
+        for o in [*outputs, *side_outputs]:
+            lib.ggml_build_forward_expand(graph, o.ptr)
+        nodes = [lib.ggml_graph_node(graph, i) for i in range(lib.ggml_graph_n_nodes(graph))]
+        check_backward_nodes(nodes, [o.ptr for o in outputs], accumulating)
+    finally:
+        scratch.free()
+    return n_nodes
+
+
+class OptContext(Handle):
+    kind = "opt context"
+
+    def __init__(self, sched: Scheduler, heads: list[L.Head], optimizer: int, opt_period: int,
+                 ctx_compute: Context | None, inputs: Tensor | None, build_type: int = BUILD_OPT,
+                 lr_ud: LrUserdata | None = None, loss_mask_ne0: int | None = None,
+                 extra_outputs: Sequence[Tensor] = ()) -> None:
+        self.sched = sched
+        self.optimizer = optimizer
+        self.opt_period = opt_period
+        self.build_type = build_type
+        self.static = ctx_compute is not None
+        self.lr_ud = lr_ud or LrUserdata()
+        self.inputs = inputs
+        self.user_ctx = ctx_compute
+        self.loss = L.build_loss_graph(heads, sched, loss_mask_ne0) if self.static else None
+        # static graphs: what every eval computes besides the loss (ggml-opt's extra outputs, patches/0017): the
+        # caller's side outputs (batch-norm statistics) and the loss graph's own (argmax counts)
+        self.extra_outputs = [*extra_outputs, *self.loss.extra_outputs] if self.static else []
+        self._extra_array: Any = None
+        self._graph_ctx = None
+        self._opt_i = 0          # mirrors ggml-opt's accumulation phase
+        self._pending = None     # None, "forward" or "backward": an alloc waiting for its eval
+        self._prepared = False   # dynamic mode: prepare_alloc called since the last eval
+        self._step_ctx: Any = None   # dynamic mode: the ctx_compute of the last prepare_alloc
+        self._step = _DynamicStep()  # dynamic mode: what this step's graph tensors are valid for
+        self._param_layout: list | None = None  # dynamic mode: (node index, shape) of the first graph's params
+        self._running: str | None = None  # the loop driving this context now (ggml_opt_epoch, a fit)
+        self._leaf_data: list = []  # static graphs: (leaf, its data) as ggml-opt's graph copy holds them
+        self._memory_epoch = -1
+        self.rng = np.random.default_rng(5489)  # dataset shuffles; mt19937's default seed, as ggml's
+        self.labels_offs = [0]
+        try:
+            params, parents = self._params(sched, heads, build_type, optimizer, opt_period, ctx_compute, inputs)
+        except BaseException:
+            if self.loss is not None:
+                self.loss.free()  # refused before ggml-opt was called: release the loss graph's buffer now
+            raise
+        self.heads = heads
+        # ggml aborts on an out-of-range ggml_get_rows index: those inputs are checked before each eval.
+        self._index_inputs = index_inputs([self.loss.opt_outputs, *self.extra_outputs]) if self.static else []
+        super().__init__(lib.ggml_opt_init(params), lib.ggml_opt_free, parents=parents)
+        if self.static:
+            sched._opt_users.add(self)
+        sched._opt_any.add(self)
+
+    @property
+    def keepers(self) -> tuple:
+        """Every handle an evaluation needs: this context, what it depends on, the buffers of those contexts
+        (each once; recomputed when a context got another buffer)."""
+        stamp = tuple(id(b) for h in self._parents for b in getattr(h, "_buffers", ()) if b.alive)
+        cached = self.__dict__.get("_keepers")
+        if cached is None or cached[0] != stamp:
+            hs = [self, *self._parents]
+            for h in self._parents:
+                hs.extend(b for b in getattr(h, "_buffers", ()) if b.alive)
+            if self.loss is not None:
+                hs.extend(self.loss.owned)
+            cached = self.__dict__["_keepers"] = (stamp, tuple(_unique(hs)))
+        return cached[1]
+
+    @property
+    def _locks(self) -> tuple:
+        locks = self.__dict__.get("_compute_locks")
+        if locks is None:
+            locks = self.__dict__["_compute_locks"] = compute_locks(self.sched.backends)
+        return locks
+
+    def _in_use(self, what: str, result: Any = None) -> Any:
+        """Mark what one C call needs in use; nothing to do when a running loop (an epoch, a fit) has marked
+        it all already (the per-batch calls stay cheap)."""
+        if self._users and (result is None or result._users):
+            return contextlib.nullcontext()
+        return using((*self.keepers, result), what)
+
+    def running(self, what: str) -> "_Running":
+        """``with opt_ctx.running("ggml_opt_epoch"):`` the loop drives this context: the public per-batch
+        calls (``ggml_opt_alloc``/``eval``/``reset``, another epoch) refuse meanwhile, and the handles it
+        needs cannot be freed."""
+        return _Running(self, what)
+
+    def refuse_if_running(self, fn: str) -> None:
+        if self._running is not None:
+            raise GgmlInUseError(f"{fn}: this opt context is in use by {self._running} (this call comes from one of "
+                                 "its callbacks, or from another thread); the loop allocates and evaluates it "
+                                 "itself. Call it after that call has returned")
+
+    def _check_memory(self) -> None:
+        """Static graphs: ggml-opt computes a copy of the graph that keeps the leafs' data pointers; a leaf
+        whose memory went (or moved) since would be read and written through a dangling pointer."""
+        if not self._leaf_data or self._memory_epoch == memory_epoch():
+            return
+        for t, data in self._leaf_data:
+            if t.data != data:
+                from ..graph.nodes import _tensor_label
+                how = "has no memory any more" if t.data == ffi.NULL else "was given new memory"
+                raise GgmlStateError(f"{_tensor_label(t)} {how} since this opt context was built (its buffer, "
+                                     "context or allocator was freed); ggml-opt's graphs still point at the old memory. "
+                                     "Free this opt context and build a new one after allocating the tensor again")
+        self._memory_epoch = memory_epoch()
+
+    def _params(self, sched, heads, build_type, optimizer, opt_period, ctx_compute, inputs):
+        """Check the model and fill ggml-opt's parameters (static graphs: a private graph context)."""
+        params = lib.ggml_opt_default_params(sched.ptr, heads[0].loss_type if not self.static
+                                             else self.loss.ggml_loss_type)
+        params.build_type = build_type
+        params.opt_period = opt_period
+        params.optimizer = optimizer
+        params.get_opt_pars = lib.ggml_opt_get_constant_optimizer_params
+        params.get_opt_pars_ud = self.lr_ud.params
+        parents = [sched]
+        if self.static:
+            extra = self.extra_outputs
+            roots = [self.loss.opt_outputs, *extra]
+            if build_type != BUILD_FORWARD:
+                check_trainable([self.loss.opt_outputs], accumulating=opt_period > 1, side_outputs=extra)
+            # every op must run on the scheduler's backends, every leaf have memory ggml-opt's copy can keep
+            n_nodes = 2 * _count_forward(roots)[0] + 16
+            with _graph_nodes(self.loss.opt_outputs, n_nodes, backward=build_type != BUILD_FORWARD,
+                              side_outputs=extra) as nodes:
+                check_nodes_supported(nodes, sched.backends, "ggml_opt_init")
+                # ggml-opt ignores a failed allocation of its graphs (the next step crashes): a tensor or a node's
+                # operands beyond the backends' memory are refused here, as for any graph
+                check_graph_memory(nodes, nodes + [s for n in nodes for s in n.src if s != ffi.NULL],
+                                   sched.backends, "ggml_opt_init")
+            self._leaf_data = check_static_memory([t.ptr for t in roots], "ggml_opt_init")
+            self._memory_epoch = memory_epoch()
+            # ggml-opt's static graphs (forward, +backward, +optimizer step) all have one size; ggml's default
+            # of 2048 nodes is raised for larger models (patches/0005 adds the graph_size field).
+            graph_size = static_graph_size(roots, build_type)
+            check_sched_room(sched, roots, build_type)
+            # A private context: ggml-opt puts three graphs and all backward tensors here and never frees them.
+            self._graph_ctx = ggml_init(3 * ggml_graph_overhead(graph_size, True)
+                                        + 6 * graph_size * ggml_tensor_overhead(), no_alloc=True)
+            params.graph_size = graph_size
+            params.ctx_compute = self._graph_ctx.ptr
+            params.inputs = inputs.ptr
+            params.outputs = self.loss.opt_outputs.ptr
+            if extra:
+                self._extra_array = ffi.new("struct ggml_tensor *[]", [t.ptr for t in extra])
+                params.n_extra_outputs = len(extra)
+                params.extra_outputs = self._extra_array
+            # the graphs read tensors of these contexts: the context goes when one of them is freed
+            parents += [ctx_compute, self._graph_ctx, *inputs.keepers, *self.loss.opt_outputs.keepers,
+                        *(h.outputs.keepers[0] for h in heads), *(k for t in extra for k in t.keepers)]
+        return params, parents
+
+    def free(self) -> None:
+        if self._ptr is None:
+            return
+        super().free()
+        if self.loss is not None:
+            self.loss.free()
+        if self._graph_ctx is not None:
+            self._graph_ctx.free()
+
+    # ---- tensors
+    def tensor(self, ptr: Any) -> Tensor | None:
+        """A tensor of the opt context's own memory (accumulators, moments; static graphs: everything)."""
+        return Tensor(ptr, self) if ptr != ffi.NULL else None
+
+    def step_tensor(self, ptr: Any) -> Tensor | None:
+        """A tensor of the graph of this step: with dynamic graphs it lives in the ctx_compute given to
+        ggml_opt_prepare_alloc and is valid until the next ggml_opt_alloc (ggml-opt rebuilds labels, loss and
+        predictions then), so it refuses use once that context is freed or the next step is allocated."""
+        if self.static or self._step_ctx is None or ptr == ffi.NULL:
+            return self.tensor(ptr)
+        return Tensor(ptr, self._step_ctx, deps=(self, self._step))
+
+    def _check_step_ctx(self, fn: str) -> None:
+        """Dynamic graphs: ggml-opt reads the graph in the ctx_compute of ggml_opt_prepare_alloc (freed memory
+        would crash it)."""
+        if not self.static and self._step_ctx is not None and not self._step_ctx.alive:
+            raise GgmlStateError(f"{fn}: the ctx_compute given to ggml_opt_prepare_alloc has been freed, and the "
+                                 "graph ggml-opt would run lives in it; build the step's graph again and call "
+                                 "ggml_opt_prepare_alloc before ggml_opt_alloc")
+
+    def labels(self, head: int = 0) -> Tensor | None:
+        if self.loss is not None and self.loss.composite:
+            return self.loss.heads[head].labels
+        return self.step_tensor(lib.ggml_opt_labels(self.ptr)) if head == 0 else None
+
+    @property
+    def n_heads(self) -> int:
+        return len(self.heads)
+
+    # ---- the per-batch protocol, checked
+    def alloc(self, backward: bool) -> None:
+        ptr = self.ptr
+        self._check_memory()
+        if self._pending is not None:
+            raise GgmlStateError("ggml_opt_alloc was already called for the next eval; call ggml_opt_eval first")
+        if backward and self.build_type == BUILD_FORWARD:
+            raise GgmlStateError("this opt context was built forward-only (build type FORWARD): it cannot "
+                                 "allocate a backward pass")
+        if not self.static and not self._prepared:
+            raise GgmlStateError("dynamic graphs: call ggml_opt_prepare_alloc before every ggml_opt_alloc")
+        self._check_step_ctx("ggml_opt_alloc")
+        if not self.static:
+            self._step.alive = False  # the last step's labels, loss and predictions go
+            self._step = _DynamicStep()
+        self.sched.release()  # ggml-opt resets the scheduler: what it allocated for other graphs goes
+        with self._in_use("ggml_opt_alloc"), computing(locks=self._locks):
+            lib.ggml_opt_alloc(ptr, bool(backward))
+        if backward and not self.static and self._opt_i == 0:
+            # ggml-opt never zeroes the accumulators of dynamic graphs (ggml-internals 1.2): do it here.
+            lib.ggml_opt_reset(ptr, False)
+        self._pending = "backward" if backward else "forward"
+
+    def eval(self, result: OptResult | None = None) -> None:
+        ptr = self.ptr
+        if self._pending is None:
+            raise GgmlStateError("ggml_opt_eval needs a preceding ggml_opt_alloc")
+        if self._pending == "backward":
+            if (self._opt_i + 1) % self.opt_period == 0:  # this eval runs the optimizer step
+                self.lr_ud.refresh()
+            self.lr_ud.validate()
+        if self._index_inputs:
+            check_index_inputs(self._index_inputs)
+        self._check_memory()
+        self._check_step_ctx("ggml_opt_eval")
+        res_ptr = ffi.NULL
+        if result is not None:
+            res_ptr = unwrap(result, OptResult, "ggml_opt_eval(result)")
+            result.check_batch(self)
+        with self._in_use("ggml_opt_eval", result), computing(locks=self._locks):
+            lib.ggml_opt_eval(ptr, res_ptr)
+        if self.static and self.loss.composite and result is not None:
+            result.record_heads(self.loss.heads)
+        self._opt_i = (self._opt_i + 1) % self.opt_period
+        self._pending = None
+        self._prepared = False
+
+    def _describe(self) -> str:
+        names = "+".join(L.LOSS_NAMES[h.loss_type] for h in self.heads)
+        return f" {names} {ggml_opt_optimizer_name(self.optimizer)} period={self.opt_period}"
+
+
+class _Running:
+    """What ``OptContext.running`` returns: marks the context (and what it needs) in use by a loop."""
+
+    def __init__(self, opt: OptContext, what: str) -> None:
+        self.opt, self.what = opt, what
+        self._using: Any = None
+
+    def __enter__(self) -> OptContext:
+        self.opt.refuse_if_running(self.what)
+        self._using = using(self.opt.keepers, self.what)
+        self._using.__enter__()
+        self.opt._running = self.what
+        return self.opt
+
+    def __exit__(self, *exc: Any) -> None:
+        self.opt._running = None
+        self._using.__exit__(*exc)
+
+
+class _DynamicStep:
+    """One step of a dynamic opt context: its graph tensors (labels, loss, predictions) are valid until the
+    next ggml_opt_alloc, which ends it."""
+    kind = "step of a dynamic opt context (ggml_opt_alloc made new labels, loss and predictions since)"
+
+    def __init__(self) -> None:
+        self.alive = True
+
+
+@contextlib.contextmanager
+def _graph_nodes(outputs: Tensor, size: int, backward: bool, side_outputs: Sequence[Tensor] = ()) -> Any:
+    """The nodes of the graph ggml-opt will run for ``outputs`` (and its extra outputs), built in a scratch
+    context: the forward pass, and with ``backward`` the gradient ops ggml adds for a loss on them (ggml-opt's
+    own graphs are not reachable; the backward ops of the model are the same whatever the loss). Valid inside
+    the block."""
+    size = 4 * size + 64 if backward else size
+    scratch = ggml_init(ggml_graph_overhead(size, backward) + (3 * size + 16) * ggml_tensor_overhead() + 4096,
+                        no_alloc=True)
+    try:
+        graph = lib.ggml_new_graph_custom(scratch.ptr, size, backward)
+        root = outputs.ptr
+        if backward:
+            root = lib.ggml_sum(scratch.ptr, root)  # a scalar F32 loss (the outputs are F32: checked before)
+            lib.ggml_set_loss(root)
+        lib.ggml_build_forward_expand(graph, root)
+        for t in side_outputs:
+            lib.ggml_build_forward_expand(graph, t.ptr)
+        if backward:
+            lib.ggml_build_backward_expand(scratch.ptr, graph, ffi.NULL)
+        yield [lib.ggml_graph_node(graph, i) for i in range(lib.ggml_graph_n_nodes(graph))]
+    finally:
+        scratch.free()
+
+
+def _heads_from(outputs: Any, loss_types: Any, loss_weights: Any = None, sample_weighted: bool = False) \
+        -> list[L.Head]:
+    outs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    types = list(loss_types) if isinstance(loss_types, (list, tuple)) else [loss_types] * len(outs)
+    weights = [1.0] * len(outs) if loss_weights is None else list(loss_weights) \
+        if isinstance(loss_weights, (list, tuple, np.ndarray)) else [loss_weights]
+    if not outs:
+        raise GgmlValueError("outputs: expected at least one output tensor")
+    if len(types) != len(outs) or len(weights) != len(outs):
+        raise GgmlValueError(f"expected one loss type and one loss weight per output head ({len(outs)}), got "
+                             f"{len(types)} loss types and {len(weights)} weights")
+    heads = []
+    for i, (o, t, w) in enumerate(zip(outs, types, weights)):
+        o = as_tensor(o, f"outputs[{i}]")
+        L.check_loss_type(t, f"loss_types[{i}]")
+        if not is_real(w) or not math.isfinite(w) or w < 0:
+            raise GgmlValueError(f"loss_weights[{i}] must be a finite number >= 0, got {w!r}")
+        heads.append(L.Head(int(t), o, float(w), sample_weighted=sample_weighted))
+    return heads
+
+
+def _check_static(sched: Scheduler, ctx_compute: Any, inputs: Any, outputs: Any) -> None:
+    if ctx_compute is None:
+        if inputs is not None or outputs is not None:
+            raise GgmlValueError("ctx_compute, inputs and outputs go together: pass all three (static graphs) or "
+                                 "none (dynamic graphs with ggml_opt_prepare_alloc)")
+        return
+    unwrap(ctx_compute, Context, "ctx_compute")
+    t = input_leaf("ggml_opt_init", as_tensor(inputs, "inputs"), "inputs")
+    if t.ptr.data == ffi.NULL:
+        raise GgmlStateError("inputs must be allocated before the opt context is built: allocate its context "
+                             "with ggml_backend_alloc_ctx_tensors")
+    for other in list(sched._opt_users):
+        if other.alive:
+            raise GgmlStateError("this scheduler already serves a live opt context with static graphs; ggml-opt "
+                                 "contexts must not share a scheduler (one would silently stop training). "
+                                 "Free the other context or create another scheduler")

@@ -1,0 +1,399 @@
+"""Loss types, and the loss graphs ggml-opt does not build itself.
+
+ggml-opt knows MEAN, SUM, CROSS_ENTROPY and MSE. MAE, Huber (delta 1), binary
+cross-entropy (on probabilities), weighted MSE and multi-head losses are built here
+from differentiable ops, with ggmlR's definitions (each head's value is a mean over
+all output elements). Their labels, weights and per-head values live in a small
+context allocated on the first scheduler backend that runs all of its ops (the device
+running the outputs, so the loss stays there; else the CPU, which runs everything).
+
+ggml-opt then receives a ``[1, batch]`` tensor whose every entry is the total loss
+T = sum_i w_i * L_i, with loss type MEAN: ggml's loss is T / opt_period and its
+result bookkeeping (ndata, per-batch loss x opt_period) stays exact.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from .._ffi import ffi, lib
+from ..core.types import GGML_TYPE_F32
+from ..errors import GgmlValueError
+from ..graph.context import ggml_graph_overhead, ggml_init, ggml_tensor_overhead
+from ..graph.objects import Context, Tensor
+from ..graph.tensor import ggml_new_tensor_2d, ggml_set_input, ggml_set_name, ggml_set_output
+from ..ops.elementwise import (ggml_abs, ggml_add, ggml_cont, ggml_log, ggml_mul, ggml_relu, ggml_scale,
+                               ggml_scale_bias, ggml_soft_max, ggml_sqr, ggml_sub)
+from ..ops.layout import ggml_reshape, ggml_reshape_4d
+from ..ops.linalg import ggml_cross_entropy_loss
+from ..ops.reduce import ggml_argmax, ggml_count_equal, ggml_repeat, ggml_sum
+
+
+LOSS_MEAN = int(lib.GGML_OPT_LOSS_TYPE_MEAN)
+LOSS_SUM = int(lib.GGML_OPT_LOSS_TYPE_SUM)
+LOSS_CROSS_ENTROPY = int(lib.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY)
+LOSS_MSE = int(lib.GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR)
+# ggmlR's extensions, numbered after ggml's own as in ggmlR's ggml-opt.
+LOSS_WEIGHTED_MSE, LOSS_MAE, LOSS_HUBER, LOSS_BINARY_CROSS_ENTROPY = 4, 5, 6, 7
+
+LOSS_NAMES = {LOSS_MEAN: "mean", LOSS_SUM: "sum", LOSS_CROSS_ENTROPY: "cross_entropy", LOSS_MSE: "mse",
+              LOSS_WEIGHTED_MSE: "weighted_mse", LOSS_MAE: "mae", LOSS_HUBER: "huber",
+              LOSS_BINARY_CROSS_ENTROPY: "binary_cross_entropy"}
+BUILTIN_LOSSES = {LOSS_MEAN, LOSS_SUM, LOSS_CROSS_ENTROPY, LOSS_MSE}
+LABELLED_LOSSES = set(LOSS_NAMES) - {LOSS_MEAN, LOSS_SUM}
+BCE_EPS = 1e-7
+HUBER_DELTA = 1.0
+
+
+def ggml_opt_loss_type_mean() -> int:
+    """Loss type MEAN: minimise the mean of the outputs themselves (no labels).
+
+    The loss is ``sum(outputs) / nelements(outputs)``: the graph computes its own per-element loss
+    and the optimizer minimises its average (ggml's way to define a custom loss). Batches carry inputs
+    only (``x``, ``(x,)`` or ``{"inputs": [...]}``); the dataset of ``ggml_opt_fit`` has ``ne_label = 0``.
+
+    Pass it as ``loss_type`` to ``ggml_fit_opt``, ``ggml_fit_opt_gen``, ``ggml_opt_init`` or
+    ``ggml_opt_init_for_fit`` (or in ``loss_types`` of the multi-head functions).
+
+    Value: the int constant (ggml's ``GGML_OPT_LOSS_TYPE_MEAN``, 0).
+
+    Example:
+        >>> ggml_fit_opt_gen(sched, ctx, x, my_loss_terms, gen, loss_type=ggml_opt_loss_type_mean())
+    """
+    return LOSS_MEAN
+
+
+def ggml_opt_loss_type_sum() -> int:
+    """Loss type SUM: minimise the sum of the outputs themselves (no labels).
+
+    Like ``ggml_opt_loss_type_mean`` but the loss is ``sum(outputs)``, not divided by the number of
+    elements, so its size (and the gradient's) grows with the batch. Cannot be mixed with the
+    per-datapoint loss types in a multi-head fit.
+
+    Pass it as ``loss_type`` to ``ggml_fit_opt``, ``ggml_fit_opt_gen``, ``ggml_opt_init`` or
+    ``ggml_opt_init_for_fit`` (or in ``loss_types`` of the multi-head functions).
+
+    Value: the int constant (ggml's ``GGML_OPT_LOSS_TYPE_SUM``, 1).
+
+    Example:
+        >>> opt = ggml_opt_init(sched, ggml_opt_loss_type_sum(), ctx_compute=ctx, inputs=x, outputs=terms)
+    """
+    return LOSS_SUM
+
+
+def ggml_opt_loss_type_cross_entropy() -> int:
+    """Loss type CROSS_ENTROPY: categorical cross-entropy on **logits**.
+
+    The outputs must be raw, unnormalised scores (logits) ``[n_classes, batch]``: the loss applies the
+    softmax itself, ``-(1/batch) * sum_i sum_k y_ik * log_softmax(z_i)_k``. Do not put ``ggml_soft_max``
+    at the end of the graph (that would apply it twice). The labels are one-hot rows (or class
+    probabilities), each row summing to 1, in the same ``[n_classes, batch]`` layout. It is the only
+    loss type for which an accuracy is reported (argmax of the outputs against argmax of the labels).
+
+    Pass it as ``loss_type`` to ``ggml_fit_opt``, ``ggml_fit_opt_gen``, ``ggml_opt_init`` or
+    ``ggml_opt_init_for_fit`` (or in ``loss_types`` of the multi-head functions).
+
+    Value: the int constant (ggml's ``GGML_OPT_LOSS_TYPE_CROSS_ENTROPY``, 2).
+
+    Example:
+        >>> logits = ggml_add(ctx, ggml_mul_mat(ctx, w, x), b)          # [10, batch], no softmax
+        >>> ggml_fit_opt(sched, ctx, x, logits, dataset, loss_type=ggml_opt_loss_type_cross_entropy())
+    """
+    return LOSS_CROSS_ENTROPY
+
+
+def ggml_opt_loss_type_mse() -> int:
+    """Loss type MSE: mean squared error against labels of the outputs' shape (the default).
+
+    The loss is ``sum((outputs - labels)**2) / nelements(outputs)``. The outputs are used as they are
+    (any real values; no activation implied). The labels have the outputs' layout.
+
+    Pass it as ``loss_type`` to ``ggml_fit_opt``, ``ggml_fit_opt_gen``, ``ggml_opt_init`` or
+    ``ggml_opt_init_for_fit`` (or in ``loss_types`` of the multi-head functions).
+
+    Value: the int constant (ggml's ``GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR``, 3).
+
+    Example:
+        >>> ggml_fit_opt_gen(sched, ctx, x, y_hat, gen, loss_type=ggml_opt_loss_type_mse())
+    """
+    return LOSS_MSE
+
+
+def ggml_opt_loss_type_weighted_mse() -> int:
+    """Loss type WEIGHTED_MSE: squared error times a weight per sample or per element (ggmlR's extension).
+
+    The loss is ``sum(w * (outputs - labels)**2) / nelements(outputs)`` for 2-D outputs ``[ne0, batch]``.
+    The weights are ``[loss_mask_ne0, batch]``: ``loss_mask_ne0 = 1`` (the default) is one weight per
+    sample, ``loss_mask_ne0 = ne0`` one per output element (a mask: 0 ignores an element). With an
+    in-memory dataset they come from ``ggml_opt_dataset_weights`` (all 1 until set); with a generator
+    each batch gives them as ``{"inputs": ..., "labels": ..., "weights": w}``. Built by ggmlpy from
+    differentiable ops, so ``ggml_opt_fit``/``ggml_opt_epoch`` (ggml's C loops) cannot use it.
+
+    Pass it as ``loss_type`` to ``ggml_fit_opt``, ``ggml_fit_opt_gen``, ``ggml_opt_init`` or
+    ``ggml_opt_init_for_fit`` (or in ``loss_types`` of the multi-head functions).
+
+    Value: the int constant 4 (numbered after ggml's own, as in ggmlR).
+
+    Example:
+        >>> ggml_fit_opt_gen(sched, ctx, x, y_hat, gen, loss_type=ggml_opt_loss_type_weighted_mse(),
+        ...                  loss_mask_ne0=1)
+    """
+    return LOSS_WEIGHTED_MSE
+
+
+def ggml_opt_loss_type_mae() -> int:
+    """Loss type MAE: mean absolute error against labels (ggmlR's extension).
+
+    The loss is ``sum(|outputs - labels|) / nelements(outputs)``; the outputs are used as they are.
+    Less sensitive to outliers than MSE. Built by ggmlpy from differentiable ops, so
+    ``ggml_opt_fit``/``ggml_opt_epoch`` (ggml's C loops) cannot use it.
+
+    Pass it as ``loss_type`` to ``ggml_fit_opt``, ``ggml_fit_opt_gen``, ``ggml_opt_init`` or
+    ``ggml_opt_init_for_fit`` (or in ``loss_types`` of the multi-head functions).
+
+    Value: the int constant 5.
+
+    Example:
+        >>> ggml_fit_opt(sched, ctx, x, y_hat, dataset, loss_type=ggml_opt_loss_type_mae())
+    """
+    return LOSS_MAE
+
+
+def ggml_opt_loss_type_huber() -> int:
+    """Loss type HUBER: the Huber loss with delta 1 against labels (ggmlR's extension).
+
+    Per element, with ``e = outputs - labels``: ``0.5 * e**2`` where ``|e| <= 1``, ``|e| - 0.5``
+    beyond; the loss is the mean over all output elements. Quadratic near the target, linear for
+    outliers. Built by ggmlpy from differentiable ops, so ``ggml_opt_fit``/``ggml_opt_epoch``
+    (ggml's C loops) cannot use it.
+
+    Pass it as ``loss_type`` to ``ggml_fit_opt``, ``ggml_fit_opt_gen``, ``ggml_opt_init`` or
+    ``ggml_opt_init_for_fit`` (or in ``loss_types`` of the multi-head functions).
+
+    Value: the int constant 6.
+
+    Example:
+        >>> ggml_fit_opt(sched, ctx, x, y_hat, dataset, loss_type=ggml_opt_loss_type_huber())
+    """
+    return LOSS_HUBER
+
+
+def ggml_opt_loss_type_binary_cross_entropy() -> int:
+    """Loss type BINARY_CROSS_ENTROPY on **probabilities** (ggmlR's extension).
+
+    The outputs must already be probabilities in [0, 1], e.g. the result of ``ggml_sigmoid`` (unlike
+    ``ggml_opt_loss_type_cross_entropy``, which takes logits). Per element:
+    ``-(y * log(p) + (1 - y) * log(1 - p))`` with ``p`` kept within [1e-7, 1 - 1e-7]; the loss is the
+    mean over all output elements. Labels are 0/1 (or soft targets in [0, 1]) in the outputs' layout;
+    each output element is an independent yes/no (multi-label classification). Built by ggmlpy from
+    differentiable ops, so ``ggml_opt_fit``/``ggml_opt_epoch`` (ggml's C loops) cannot use it.
+
+    Pass it as ``loss_type`` to ``ggml_fit_opt``, ``ggml_fit_opt_gen``, ``ggml_opt_init`` or
+    ``ggml_opt_init_for_fit`` (or in ``loss_types`` of the multi-head functions).
+
+    Value: the int constant 7.
+
+    Example:
+        >>> p = ggml_sigmoid(ctx, ggml_add(ctx, ggml_mul_mat(ctx, w, x), b))   # probabilities
+        >>> ggml_fit_opt_gen(sched, ctx, x, p, gen, loss_type=ggml_opt_loss_type_binary_cross_entropy())
+    """
+    return LOSS_BINARY_CROSS_ENTROPY
+
+
+def check_loss_type(loss_type: Any, what: str = "loss_type") -> int:
+    if isinstance(loss_type, bool) or not isinstance(loss_type, int) or loss_type not in LOSS_NAMES:
+        options = ", ".join(f"ggml_opt_loss_type_{n}()" for n in LOSS_NAMES.values())
+        raise GgmlValueError(f"{what}: expected one of {options}, got {loss_type!r}")
+    return loss_type
+
+
+def physical_batch(t: Tensor) -> int:
+    """ggmlR's rule: the last axis of the shape whose size is not 1 (1 if all are)."""
+    for n in reversed(t.shape):
+        if n != 1:
+            return n
+    return 1
+
+
+@dataclass
+class Head:
+    loss_type: int
+    outputs: Tensor
+    weight: float = 1.0
+    labels: Tensor | None = None
+    weights: Tensor | None = None  # weighted MSE: [loss_mask_ne0, batch]
+    value: Tensor | None = None    # this head's loss L_i (a scalar), readable after each eval
+    ncorrect: Tensor | None = None  # cross-entropy heads: I64 count of argmax matches, set after each eval
+    scores: Tensor | None = None   # cross-entropy heads: a readable copy of the outputs (the logits)
+    sample_weighted: bool = False  # every loss: a [1, batch] weight per sample (``weights``) scales its loss
+
+
+@dataclass
+class LossGraph:
+    """What the loss builder hands to ggml-opt, and the tensors the training loop feeds and reads."""
+    heads: list[Head]
+    opt_outputs: Tensor
+    ggml_loss_type: int
+    ctx: Context | None = None
+    buffer: Any = None
+    owned: list = field(default_factory=list)
+    # computed with every eval besides the loss (ggml-opt's extra outputs): each head's count of argmax matches
+    extra_outputs: list = field(default_factory=list)
+
+    @property
+    def composite(self) -> bool:
+        return self.ctx is not None
+
+    def free(self) -> None:
+        for h in self.owned:
+            h.free()
+        self.owned.clear()
+
+
+def _elementwise_mean(ctx: Context, elementwise: Tensor) -> Tensor:
+    return ggml_scale(ctx, ggml_sum(ctx, elementwise), 1.0 / elementwise.nelements())
+
+
+def _weighted_cross_entropy(ctx: Context, logits: Tensor, y: Tensor, w: Tensor) -> Tensor:
+    """-(1/batch) sum_i w_i sum_k y_ik log softmax(z_i)_k. ggml's fused loss cannot take weights (its backward
+    assumes labels summing to 1), so this one is built from softmax and log, with p kept >= eps."""
+    p = ggml_scale_bias(ctx, ggml_soft_max(ctx, logits), 1.0 - 2.0 * BCE_EPS, BCE_EPS)
+    ll = ggml_mul(ctx, ggml_mul(ctx, ggml_log(ctx, p), y), w)
+    return ggml_scale(ctx, ggml_sum(ctx, ll), -1.0 / physical_batch(logits))
+
+
+def _head_value(ctx: Context, head: Head) -> Tensor:
+    out, y = head.outputs, head.labels
+    t = head.loss_type
+    if t == LOSS_CROSS_ENTROPY:
+        if head.scores is not None:
+            out = head.scores
+        if head.sample_weighted:
+            return _weighted_cross_entropy(ctx, out, y, head.weights)
+        return ggml_cross_entropy_loss(ctx, out, y)
+    if t == LOSS_SUM:
+        return ggml_sum(ctx, _elementwise(ctx, head, out, y))
+    return _elementwise_mean(ctx, _elementwise(ctx, head, out, y))
+
+
+def _elementwise(ctx: Context, head: Head, out: Tensor, y: Tensor | None) -> Tensor:
+    """The per-element loss of an element-wise loss type, times the sample weights if the head has them."""
+    per = _elementwise_unweighted(ctx, head.loss_type, out, y)
+    if head.weights is not None:
+        per = ggml_mul(ctx, per, head.weights)
+    return per
+
+
+def _elementwise_unweighted(ctx: Context, t: int, out: Tensor, y: Tensor | None) -> Tensor:
+    if t == LOSS_MEAN:
+        return out
+    if t == LOSS_BINARY_CROSS_ENTROPY:
+        # p is squeezed into [eps, 1 - eps] so log never sees 0: p' = p (1 - 2 eps) + eps, and
+        # 1 - p' = (1 - p) (1 - 2 eps) + eps. 1 - p is exact in float32 for p >= 0.5, so q keeps eps near
+        # p = 1 (1 - eps itself is not representable in float32: -(1 - 2 eps) p + (1 - eps) gave 6e-8).
+        p = ggml_scale_bias(ctx, out, 1.0 - 2.0 * BCE_EPS, BCE_EPS)
+        q = ggml_scale_bias(ctx, ggml_scale_bias(ctx, out, -1.0, 1.0), 1.0 - 2.0 * BCE_EPS, BCE_EPS)
+        not_y = ggml_scale_bias(ctx, y, -1.0, 1.0)
+        ll = ggml_add(ctx, ggml_mul(ctx, ggml_log(ctx, p), y),
+                          ggml_mul(ctx, ggml_log(ctx, q), not_y))
+        return ggml_scale(ctx, ll, -1.0)
+    err = ggml_sub(ctx, out, y)
+    if t in (LOSS_MSE, LOSS_WEIGHTED_MSE):
+        return ggml_sqr(ctx, err)
+    a = ggml_abs(ctx, err)
+    if t == LOSS_MAE:
+        return a
+    if t == LOSS_HUBER:
+        # Branch-free Huber with delta 1: c = min(|e|, 1) = |e| - relu(|e| - 1); 0.5 c^2 + (|e| - c).
+        c = ggml_sub(ctx, a, ggml_relu(ctx, ggml_scale_bias(ctx, a, 1.0, -HUBER_DELTA)))
+        return ggml_add(ctx, ggml_scale(ctx, ggml_sqr(ctx, c), 0.5), ggml_sub(ctx, a, c))
+    raise GgmlValueError(f"unknown loss type {t}")
+
+
+def _per_sample_shape(outputs: Tensor) -> list[int]:
+    """[1, 1, ..., batch]: one weight per sample, broadcast over the other axes of ``outputs``."""
+    shape = [1, 1, 1, 1]
+    dims = [i for i, n in enumerate(outputs.shape) if n != 1]
+    if dims:
+        shape[dims[-1]] = outputs.shape[dims[-1]]
+    return shape
+
+
+def build_loss_graph(heads: Sequence[Head], sched, loss_mask_ne0: int | None = None,
+                     force_composite: bool = False) -> LossGraph:
+    """Build what ggml-opt trains. One head with a ggml loss goes to ggml-opt unchanged."""
+    from ..backend.buffer import ggml_backend_alloc_ctx_tensors
+    heads = list(heads)
+    force_composite = force_composite or any(h.sample_weighted for h in heads)
+    if len(heads) == 1 and heads[0].loss_type in BUILTIN_LOSSES and heads[0].weight == 1.0 and not force_composite:
+        return LossGraph(heads, heads[0].outputs, heads[0].loss_type)
+    kinds = {h.loss_type == LOSS_SUM for h in heads}
+    if len(kinds) > 1:
+        raise GgmlValueError("heads cannot mix the SUM loss with per-datapoint losses (ggmlR refuses it too)")
+    n_tensors = 40 * len(heads) + 8
+    ctx = ggml_init(mem_size=n_tensors * ggml_tensor_overhead() + ggml_graph_overhead(64) + 4096, no_alloc=True)
+    batch = physical_batch(heads[0].outputs)
+    graph_extra: list[Tensor] = []
+    for i, h in enumerate(heads):
+        if physical_batch(h.outputs) != batch:
+            raise GgmlValueError(f"all heads must have the same batch size: head 1 has {batch}, head {i + 1} "
+                                 f"has {physical_batch(h.outputs)}")
+        if h.loss_type in LABELLED_LOSSES:
+            h.labels = ggml_set_input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, h.outputs.nelements() // batch, batch))
+            ggml_set_name(h.labels, f"labels_{i + 1}")
+            if h.labels.shape[:2] != h.outputs.shape[:2]:
+                h.labels = ggml_reshape(ctx, h.labels, h.outputs)
+        if h.sample_weighted:
+            h.weights = ggml_set_input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, batch))
+            ggml_set_name(h.weights, f"sample_weights_{i + 1}")
+            if h.outputs.shape[2:] != (1, 1) and h.loss_type != LOSS_CROSS_ENTROPY:
+                h.weights = ggml_reshape_4d(ctx, h.weights, *_per_sample_shape(h.outputs))
+        elif h.loss_type == LOSS_WEIGHTED_MSE:
+            width = loss_mask_ne0 or 1
+            ne0 = h.outputs.shape[0]
+            if width not in (1, ne0):
+                raise GgmlValueError(f"loss_mask_ne0 must be None, 1 (one weight per sample) or {ne0} (one per "
+                                     f"output element), got {loss_mask_ne0!r}")
+            h.weights = ggml_set_input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, width, batch))
+            ggml_set_name(h.weights, f"loss_weights_{i + 1}")
+            if h.outputs.shape[2:] != (1, 1):
+                raise GgmlValueError("weighted MSE needs 2-D outputs [ne0, batch]")
+        if h.loss_type == LOSS_CROSS_ENTROPY and h.outputs.shape[2:] == (1, 1):
+            # The argmax matches are counted in the graph, where the logits are (on a GPU: no copy to the host);
+            # the count feeds no loss, so it is one of ggml-opt's extra outputs.
+            h.scores = ggml_set_name(ggml_cont(ctx, h.outputs), f"scores_{i + 1}")
+            h.ncorrect = ggml_set_output(ggml_count_equal(ctx, ggml_argmax(ctx, h.scores),
+                                                              ggml_argmax(ctx, h.labels)))
+            ggml_set_name(h.ncorrect, f"ncorrect_{i + 1}")
+            graph_extra.append(h.ncorrect)
+        h.value = ggml_set_output(_head_value(ctx, h))
+        ggml_set_name(h.value, f"loss_{i + 1}")
+    total = heads[0].value if heads[0].weight == 1.0 else ggml_scale(ctx, heads[0].value, heads[0].weight)
+    for h in heads[1:]:
+        total = ggml_add(ctx, total, ggml_scale(ctx, h.value, h.weight))
+    template = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, batch)  # only its shape is used
+    per_datapoint = ggml_set_name(ggml_repeat(ctx, total, template), "loss_per_datapoint")
+    graph = LossGraph(heads, per_datapoint, LOSS_SUM if LOSS_SUM in {h.loss_type for h in heads} else LOSS_MEAN,
+                      ctx=ctx, extra_outputs=graph_extra)
+    if graph.ggml_loss_type == LOSS_SUM:
+        # SUM semantics: ggml sums [1, batch] copies of T; hand it T itself instead.
+        graph.opt_outputs = total
+    graph.buffer = ggml_backend_alloc_ctx_tensors(ctx, loss_backend(ctx, sched))
+    graph.owned = [b for b in (graph.buffer, ctx) if b is not None]
+    return graph
+
+
+def loss_backend(ctx: Context, sched) -> Any:
+    """Where a loss context is allocated: the first of the scheduler's backends that runs every op in it (the
+    device with the outputs, so the loss stays there), else the last (the CPU). Its tensors, labels included,
+    pin their ops to that backend, as ggml-opt's own results do (patches/0002)."""
+    from ..backend.probe import backend_runs
+    ops_in_ctx, p = [], lib.ggml_get_first_tensor(ctx.ptr)
+    while p != ffi.NULL:
+        if p.op != lib.GGML_OP_NONE:
+            ops_in_ctx.append(p)
+        p = lib.ggml_get_next_tensor(ctx.ptr, p)
+    for backend in sched.backends:
+        if all(backend_runs(backend, t)[0] for t in ops_in_ctx):
+            return backend
+    return sched.backends[-1]
