@@ -6,7 +6,9 @@ from cffi, a ``ZeroDivisionError`` or a ``ValueError`` from numpy: each public f
 such an error, raised by ggmlpy's own code (or by numpy, cffi, pandas, matplotlib or the standard library
 called from it), leaves as the matching ggmlpy error instead (GgmlTypeError, GgmlValueError or
 GgmlStateError, still a subclass of TypeError / ValueError / RuntimeError), naming the function and
-chaining the original as ``__cause__``.
+chaining the original as ``__cause__``. Errors no argument can cause (an AttributeError, a NameError, a
+failed assert, an IndexError or KeyError raised in ggmlpy's own code) are ggmlpy's bugs: they leave as a
+GgmlStateError that says "internal error in ggmlpy" and asks for a report, instead of blaming an argument.
 
 An error raised by the caller's own code (a generator, a callback, an ``__array__``) is never touched:
 it propagates unchanged, as the generator contract says. Neither are KeyboardInterrupt, SystemExit, ggmlpy's
@@ -61,16 +63,34 @@ def _ours(tb: TracebackType | None) -> bool:
     return True
 
 
+# Python errors that never come from an argument that help() allows: raised in ggmlpy's own code, they are
+# ggmlpy's bugs (an argument problem is caught by a check first, with a message that says what was expected)
+_BUGS = (AttributeError, NameError, AssertionError, RecursionError, LookupError, ZeroDivisionError)
+REPORT = "please report it, with the traceback, to ggmlpy's issue tracker"
+
+
+def _raised_here(tb: TracebackType | None) -> bool:
+    """Whether the innermost frame is ggmlpy's own code (not numpy, cffi or the standard library)."""
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_PKG)
+
+
 def _converted(fn: str, exc: Exception) -> GgmlpyError | None:
     if isinstance(exc, GgmlpyError) or isinstance(exc, OSError) or not _ours(exc.__traceback__):
         return None
     what = f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, (TypeError, AttributeError)):
-        return GgmlTypeError(f"{fn}: an argument has the wrong kind ({what}); see help(ggmlpy.{fn})")
+    if isinstance(exc, _BUGS) and (not isinstance(exc, (LookupError, ZeroDivisionError))
+                                   or _raised_here(exc.__traceback__)):
+        return GgmlStateError(f"{fn}: internal error in ggmlpy ({what}): this is a bug in ggmlpy, not in your "
+                              f"arguments; {REPORT}")
+    bug_if = f"see help(ggmlpy.{fn}); if the arguments match it, this is a bug in ggmlpy: {REPORT}"
+    if isinstance(exc, TypeError):
+        return GgmlTypeError(f"{fn}: an argument has the wrong kind ({what}); {bug_if}")
     if isinstance(exc, MemoryError):
         return GgmlValueError(f"{fn}: out of memory ({what}): the arguments ask for more memory than is available")
     if isinstance(exc, (ValueError, ArithmeticError, LookupError)):
-        return GgmlValueError(f"{fn}: an argument is out of range or inconsistent ({what}); see help(ggmlpy.{fn})")
+        return GgmlValueError(f"{fn}: an argument is out of range or inconsistent ({what}); {bug_if}")
     if isinstance(exc, RuntimeError):
         return GgmlStateError(f"{fn}: {what}")
     return None

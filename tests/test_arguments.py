@@ -271,3 +271,38 @@ def test_scale_of_a_transposed_row_is_refused():
     rc, out, err = run_in_subprocess(code)
     assert rc == 0, f"rc={rc}: {err[-1500:]}"
     assert out.count("REFUSED") == 2 and "ggml_cont" in out and "CONT (2, 1, 5, 5)" in out, out
+
+
+# ---------------------------------------------------------------- ggmlpy's own bugs are not the caller's fault
+
+class _NoFunctions:
+    """Stands in for the C library so that ggmlpy's own code raises AttributeError, as a bug of ours would."""
+
+
+def test_an_internal_error_says_so_and_asks_for_a_report(monkeypatch):
+    from ggmlpy.graph import context as module
+    monkeypatch.setattr(module, "lib", _NoFunctions())
+    with pytest.raises(G.GgmlStateError, match=r"ggml_tensor_overhead: internal error in ggmlpy \(AttributeError.*"
+                                               r"not in your arguments; please report it") as info:
+        G.ggml_tensor_overhead()
+    assert isinstance(info.value.__cause__, AttributeError)
+
+
+def _ggmlpy_function(body: str):
+    """A function whose code counts as ggmlpy's own (its file name lies in the package), guarded."""
+    from pathlib import Path
+    from ggmlpy._guard import guard
+    namespace: dict = {}
+    exec(compile(f"import numpy as np\ndef f(i):\n    {body}\n", str(Path(G.__file__).parent / "fake.py"), "exec"),
+         namespace)
+    namespace["f"].__name__ = "ggml_fake"
+    return guard(namespace["f"])
+
+
+def test_a_lookup_error_raised_in_ggmlpy_is_internal_one_raised_in_numpy_blames_the_argument():
+    with pytest.raises(G.GgmlStateError, match="internal error in ggmlpy"):
+        _ggmlpy_function("return [][i]")(1)
+    with pytest.raises(G.GgmlValueError, match="out of range or inconsistent.*if the arguments match it, this is a "
+                                               "bug in ggmlpy") as info:
+        _ggmlpy_function("return np.take(np.zeros(2), i)")(5)
+    assert isinstance(info.value.__cause__, IndexError) and "internal" not in str(info.value)

@@ -157,6 +157,41 @@ def _one_cycle(graph: dict[str, set[str]], comp: list[str]) -> list[str]:
         seen.add(step)
 
 
+def private_crossings(root: str = ROOT, package: str = PACKAGE) -> list[str]:
+    """A module that imports another module's ``_private`` name, or reads ``x._private`` where no class of
+    its own sets that attribute: what it needs should be a public name or accessor of the owner."""
+    out = []
+    for name, path in sorted(modules(root, package).items()):
+        if name.startswith(f"{package}._ffi"):
+            continue
+        tree = ast.parse(open(path).read())
+        own = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+               and n.value.id in ("self", "cls")}
+        own |= {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        for n in ast.walk(tree):
+            if isinstance(n, ast.ImportFrom) and (n.level or (n.module or "").split(".")[0] == package):
+                out += [f"{name}:{n.lineno} imports the private name {a.name}" for a in n.names
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+            elif isinstance(n, ast.Attribute) and n.attr.startswith("_") and not n.attr.startswith("__") \
+                    and not (isinstance(n.value, ast.Name) and n.value.id in ("self", "cls", "lib", "ffi")) \
+                    and n.attr not in own:
+                out.append(f"{name}:{n.lineno} reads another module's private attribute .{n.attr}")
+    return out
+
+
+def test_modules_use_each_other_through_public_names():
+    problems = private_crossings()
+    assert not problems, "private names crossing module lines:\n" + "\n".join(problems)
+
+
+def test_the_private_check_catches_both_kinds(tmp_path):
+    _write(tmp_path, {"ggmlpy/__init__.py": "", "ggmlpy/core/__init__.py": "",
+                      "ggmlpy/core/a.py": "_x = 1\nclass A:\n    def __init__(self):\n        self._y = 1\n",
+                      "ggmlpy/core/b.py": "from .a import _x\ndef f(o):\n    return o._y\n"})
+    problems = private_crossings(str(tmp_path))
+    assert len(problems) == 2 and "private name _x" in problems[0] and "._y" in problems[1], problems
+
+
 def test_the_package_keeps_the_contract():
     problems = violations()
     assert not problems, "layout contract broken:\n" + "\n".join(problems)
@@ -197,4 +232,4 @@ def test_a_clean_made_up_package_passes(tmp_path):
 
 
 if __name__ == "__main__":
-    print("\n".join(violations()) or "the layout keeps the contract")
+    print("\n".join(violations() + private_crossings()) or "the layout keeps the contract")

@@ -8,10 +8,11 @@ import weakref
 from typing import Any
 
 
+from ..core.args import is_int
 from .._ffi import ffi, lib
-from ..core.handle import _LOCK, _unique, computing, free_handle, Handle, unwrap
+from ..core.handle import HANDLE_LOCK, unique_handles, computing, free_handle, Handle, unwrap
 from ..errors import BackendUnavailableError, expect, GgmlStateError
-from .device import (_as_device, _device_type_arg, _DEVICE_TYPE_NAMES, _str, Device, device_caps,
+from .device import (as_device, device_type_arg, DEVICE_TYPE_NAMES, decode_str, Device, device_caps,
                      ggml_backend_dev_by_type, ggml_backend_devices, ggml_backends_built)
 
 
@@ -45,7 +46,7 @@ class Backend(Handle):
 
     @property
     def name(self) -> str:
-        return _str(lib.ggml_backend_name(self.ptr))
+        return decode_str(lib.ggml_backend_name(self.ptr))
 
     def _describe(self) -> str:
         return f" {self.device.name}" if self._ptr is not None else ""
@@ -115,7 +116,7 @@ def ggml_vulkan_init(device: int = 0) -> Backend:
         >>> gpu = ggml_vulkan_init(0)
         >>> sched = ggml_backend_sched_new([gpu])      # the CPU is appended as fallback
     """
-    expect(isinstance(device, int) and device >= 0, f"ggml_vulkan_init: device must be an int >= 0, got {device!r}")
+    expect(is_int(device) and device >= 0, f"ggml_vulkan_init: device must be an int >= 0, got {device!r}")
     return _init_device(f"Vulkan{device}", "Vulkan")
 
 
@@ -131,7 +132,7 @@ def ggml_backend_cuda_init(device: int = 0) -> Backend:
     Example:
         >>> gpu = ggml_backend_cuda_init()
     """
-    expect(isinstance(device, int) and device >= 0, f"ggml_backend_cuda_init: device must be an int >= 0, got {device!r}")
+    expect(is_int(device) and device >= 0, f"ggml_backend_cuda_init: device must be an int >= 0, got {device!r}")
     return _init_device(f"CUDA{device}", "CUDA")
 
 
@@ -166,7 +167,7 @@ def ggml_backend_dev_init(device: Device, params: str | None = None) -> Backend:
     Example:
         >>> b = ggml_backend_dev_init(ggml_backend_devices()[0])
     """
-    d = _as_device(device)
+    d = as_device(device)
     return _init_device(d.name, d.backend_name, params)
 
 
@@ -426,16 +427,16 @@ def ggml_backend_init_by_type(type: int, params: str | None = None) -> Backend:
         >>> cpu = ggml_backend_init_by_type(ggml_backend_device_type_cpu())
     """
     fn = "ggml_backend_init_by_type"
-    t = _device_type_arg(fn, type)
+    t = device_type_arg(fn, type)
     dev = ggml_backend_dev_by_type(t)
     if dev is None:
-        raise BackendUnavailableError(f"{fn}: there is no {_DEVICE_TYPE_NAMES[t]} device (devices: "
+        raise BackendUnavailableError(f"{fn}: there is no {DEVICE_TYPE_NAMES[t]} device (devices: "
                                       f"{[(d.name, d.type) for d in ggml_backend_devices()]}); ggml_list_devices() "
                                       "shows what this machine offers")
     return ggml_backend_dev_init(dev, params)
 
 
-def _is_async(backend: Backend) -> bool:
+def is_async(backend: Backend) -> bool:
     """Whether ``backend``'s device may leave work queued after an async call returns."""
     cached = backend.__dict__.get("_caps_async")
     if cached is None:
@@ -443,13 +444,13 @@ def _is_async(backend: Backend) -> bool:
     return cached
 
 
-def _hold(owner: Handle, what: str, handles: Any, keep: tuple = ()) -> None:
+def hold_until_sync(owner: Handle, what: str, handles: Any, keep: tuple = ()) -> None:
     """Record work queued on ``owner`` (a Backend or Scheduler) until it is synchronized: ``handles`` are marked
     in use by ``what`` (freeing them raises GgmlInUseError) and ``keep`` (numpy arrays, graphs) stays referenced."""
-    hs = _unique(handles)
-    with _LOCK:
+    hs = unique_handles(handles)
+    with HANDLE_LOCK:
         for h in hs:
-            h._users.append(what)
+            h.users.append(what)
         pending = owner.__dict__.get("_async_pending")
         if pending is None:
             # one list per owner for its lifetime; an owner collected without a synchronize unmarks them too
@@ -459,17 +460,17 @@ def _hold(owner: Handle, what: str, handles: Any, keep: tuple = ()) -> None:
 
 
 def _unmark(pending: list) -> None:
-    with _LOCK:
+    with HANDLE_LOCK:
         for what, hs, _keep in pending:
             for h in hs:
                 try:
-                    h._users.remove(what)
+                    h.users.remove(what)
                 except ValueError:
                     pass
         pending.clear()
 
 
-def _release(owner: Handle) -> None:
+def release_held(owner: Handle) -> None:
     pending = owner.__dict__.get("_async_pending")
     if pending:
         _unmark(pending)
@@ -483,7 +484,7 @@ def finish_backend(backend: Backend) -> None:
     with computing([backend]):
         lib.ggml_backend_synchronize(ptr)
         for ev in list(backend.__dict__.get("_recorded_events", ())):
-            if ev._ptr is not None and ev._state["recorded_on"] is backend:
-                lib.ggml_backend_event_synchronize(ev._ptr)
-                ev._state["recorded_on"] = None
-    _release(backend)
+            if ev.alive and ev.recorded_on is backend:
+                lib.ggml_backend_event_synchronize(ev.ptr)
+                ev.recorded_on = None
+    release_held(backend)

@@ -9,7 +9,7 @@ from ..core.args import is_int
 from ..core.handle import free_handle, Handle, raise_type, unwrap, using
 from ..errors import expect, GgmlStateError, GgmlTypeError, GgmlValueError
 from .backend import Backend
-from .device import _as_device, _str, Device
+from .device import as_device, decode_str, Device
 
 
 GGML_BACKEND_BUFFER_USAGE_ANY = int(lib.GGML_BACKEND_BUFFER_USAGE_ANY)
@@ -62,7 +62,7 @@ def _buft(buft: Any, fn: str) -> Any:
     if isinstance(buft, Backend):
         return lib.ggml_backend_get_default_buffer_type(unwrap(buft, Backend, f"{fn}(buft)"))
     if isinstance(buft, (Device, str)):
-        return lib.ggml_backend_dev_buffer_type(_as_device(buft).ptr)
+        return lib.ggml_backend_dev_buffer_type(as_device(buft).ptr)
     raise_type(f"{fn}(buft)", "buffer type: a Buffer (its type), a Backend or a Device (their default buffer type)",
                buft)
 
@@ -83,7 +83,7 @@ def ggml_backend_dev_supports_buft(device: Device, buft: Any) -> bool:
         >>> ggml_backend_dev_supports_buft("CPU", ggml_backend_cpu_init())
         True
     """
-    dev = _as_device(device)
+    dev = as_device(device)
     return bool(lib.ggml_backend_dev_supports_buft(dev.ptr, _buft(buft, "ggml_backend_dev_supports_buft")))
 
 
@@ -181,7 +181,7 @@ class Buffer(Handle):
         # raise "no buffer" instead of writing into freed memory.
         ctx = self._ctx_ref() if self._ctx_ref else None
         if ctx is not None and ctx.alive:
-            ctx._detach_buffer(self._ptr)
+            ctx.detach_buffer(self._ptr)
 
     @property
     def size(self) -> int:
@@ -189,7 +189,7 @@ class Buffer(Handle):
 
     @property
     def name(self) -> str:
-        return _str(lib.ggml_backend_buffer_name(self.ptr))
+        return decode_str(lib.ggml_backend_buffer_name(self.ptr))
 
 
 def ggml_backend_buffer_free(buffer: Buffer) -> None:
@@ -252,7 +252,7 @@ def ggml_backend_buffer_clear(buffer: Buffer, value: int = 0) -> None:
         >>> ggml_backend_buffer_clear(buf)           # all tensors = 0
     """
     ptr = unwrap(buffer, Buffer, "ggml_backend_buffer_clear(buffer)")
-    expect(isinstance(value, int) and 0 <= value <= 255, f"value must be a byte in [0, 255], got {value!r}")
+    expect(is_int(value) and 0 <= value <= 255, f"value must be a byte in [0, 255], got {value!r}")
     # a compute or fit reading the buffer (another thread, a callback) would see it change under it
     with using([], "ggml_backend_buffer_clear", exclusive=[buffer],
                busy=lambda call: f"ggml_backend_buffer_clear: the buffer is in use by {call}, which would see its "
@@ -287,9 +287,9 @@ def ggml_backend_alloc_ctx_tensors(ctx, backend: Backend) -> Buffer | None:
                          "(its tensors already have memory)", GgmlStateError)
     ptr = lib.ggml_backend_alloc_ctx_tensors(ctx_ptr, b_ptr)
     if ptr == ffi.NULL:
-        if any(t.data == ffi.NULL and t.view_src == ffi.NULL for t in ctx._iter_tensor_ptrs()):
+        if any(t.data == ffi.NULL and t.view_src == ffi.NULL for t in ctx.tensor_ptrs()):
             raise GgmlStateError(f"could not allocate the context's tensors on {backend.name} (out of memory?)")
         return None
     buffer = Buffer(ptr, ctx=ctx, backend=backend)
-    ctx._buffers.append(buffer)  # the tensors need it: it lives until freed explicitly or with the context
+    ctx.buffers.append(buffer)  # the tensors need it: it lives until freed explicitly or with the context
     return buffer

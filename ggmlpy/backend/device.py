@@ -20,7 +20,7 @@ DEVICE_TYPES = {
 }
 
 
-def _str(c_str: Any) -> str:
+def decode_str(c_str: Any) -> str:
     return ffi.string(c_str).decode("utf-8", "replace") if c_str != ffi.NULL else ""
 
 
@@ -31,11 +31,11 @@ class Device:
 
     @property
     def name(self) -> str:
-        return _str(lib.ggml_backend_dev_name(self.ptr))
+        return decode_str(lib.ggml_backend_dev_name(self.ptr))
 
     @property
     def description(self) -> str:
-        return _str(lib.ggml_backend_dev_description(self.ptr))
+        return decode_str(lib.ggml_backend_dev_description(self.ptr))
 
     @property
     def type(self) -> str:
@@ -44,7 +44,7 @@ class Device:
     @property
     def backend_name(self) -> str:
         """Name of the registry (backend family) this device belongs to: CPU, Vulkan, CUDA, RPC."""
-        return _str(lib.ggml_backend_reg_name(lib.ggml_backend_dev_backend_reg(self.ptr)))
+        return decode_str(lib.ggml_backend_reg_name(lib.ggml_backend_dev_backend_reg(self.ptr)))
 
     def memory(self) -> dict:
         free, total = ffi.new("size_t *"), ffi.new("size_t *")
@@ -79,7 +79,7 @@ def ggml_backend_dev_get(index: int) -> Device:
         >>> dev = ggml_backend_dev_get(0)
     """
     n = ggml_backend_dev_count()
-    expect(isinstance(index, int) and 0 <= index < n,
+    expect(is_int(index) and 0 <= index < n,
            f"ggml_backend_dev_get: index must be an int in [0, {n}), got {index!r}")
     return Device(lib.ggml_backend_dev_get(index))
 
@@ -113,7 +113,7 @@ def ggml_backend_dev_name(device: Device) -> str:
         >>> ggml_backend_dev_name(ggml_backend_dev_get(0))
         'CPU'
     """
-    return _as_device(device).name
+    return as_device(device).name
 
 
 def ggml_backend_dev_description(device: Device) -> str:
@@ -128,7 +128,7 @@ def ggml_backend_dev_description(device: Device) -> str:
     Example:
         >>> ggml_backend_dev_description("CPU")
     """
-    return _as_device(device).description
+    return as_device(device).description
 
 
 def ggml_backend_dev_type(device: Device) -> int:
@@ -150,7 +150,7 @@ def ggml_backend_dev_type(device: Device) -> int:
         >>> gpus = [d.name for d in ggml_backend_devices()
         ...         if ggml_backend_dev_type(d) == ggml_backend_device_type_gpu()]
     """
-    return int(lib.ggml_backend_dev_type(_as_device(device).ptr))
+    return int(lib.ggml_backend_dev_type(as_device(device).ptr))
 
 
 def ggml_backend_dev_memory(device: Device) -> dict:
@@ -165,7 +165,7 @@ def ggml_backend_dev_memory(device: Device) -> dict:
     Example:
         >>> ggml_backend_dev_memory("CPU")["total"] // 2**30     # GiB
     """
-    return _as_device(device).memory()
+    return as_device(device).memory()
 
 
 def ggml_backend_devices() -> list[Device]:
@@ -214,7 +214,7 @@ def ggml_backends_built() -> list[str]:
     return list(BUILD_INFO.get("backends", ["cpu"]))
 
 
-def _as_device(device: Any) -> Device:
+def as_device(device: Any) -> Device:
     if isinstance(device, Device):
         return device
     if isinstance(device, str):
@@ -232,7 +232,7 @@ GGML_BACKEND_DEVICE_TYPE_IGPU = int(lib.GGML_BACKEND_DEVICE_TYPE_IGPU)
 GGML_BACKEND_DEVICE_TYPE_ACCEL = int(lib.GGML_BACKEND_DEVICE_TYPE_ACCEL)
 
 
-_DEVICE_TYPE_NAMES = {GGML_BACKEND_DEVICE_TYPE_CPU: "cpu", GGML_BACKEND_DEVICE_TYPE_GPU: "gpu",
+DEVICE_TYPE_NAMES = {GGML_BACKEND_DEVICE_TYPE_CPU: "cpu", GGML_BACKEND_DEVICE_TYPE_GPU: "gpu",
                       GGML_BACKEND_DEVICE_TYPE_IGPU: "igpu", GGML_BACKEND_DEVICE_TYPE_ACCEL: "accel"}
 
 
@@ -282,12 +282,12 @@ def ggml_backend_device_type_accel() -> int:
     return GGML_BACKEND_DEVICE_TYPE_ACCEL
 
 
-def _device_type_arg(fn: str, type: Any) -> int:
+def device_type_arg(fn: str, type: Any) -> int:
     if not is_int(type):
         raise GgmlTypeError(f"{fn}: type must be a device-type constant (an int such as "
                             f"ggml_backend_device_type_gpu()), got {type!r}")
-    if int(type) not in _DEVICE_TYPE_NAMES:
-        known = ", ".join(f"{v} ({n})" for v, n in _DEVICE_TYPE_NAMES.items())
+    if int(type) not in DEVICE_TYPE_NAMES:
+        known = ", ".join(f"{v} ({n})" for v, n in DEVICE_TYPE_NAMES.items())
         raise GgmlValueError(f"{fn}: type must be one of {known}, got {type!r}; use the "
                              "ggml_backend_device_type_*() functions")
     return int(type)
@@ -306,7 +306,7 @@ def ggml_backend_dev_by_type(type: int) -> Device | None:
         >>> ggml_backend_dev_name(ggml_backend_dev_by_type(ggml_backend_device_type_cpu()))
         'CPU'
     """
-    t = _device_type_arg("ggml_backend_dev_by_type", type)
+    t = device_type_arg("ggml_backend_dev_by_type", type)
     ptr = lib.ggml_backend_dev_by_type(t)
     return Device(ptr) if ptr != ffi.NULL else None
 
@@ -334,16 +334,16 @@ def ggml_backend_dev_get_props(device: Device) -> dict:
         >>> props["caps"]["events"]
         False
     """
-    dev = _as_device(device)
+    dev = as_device(device)
     p = _props(dev)
     caps = p.caps
     return {
-        "name": _str(p.name),
-        "description": _str(p.description),
+        "name": decode_str(p.name),
+        "description": decode_str(p.description),
         "memory_free": int(p.memory_free),
         "memory_total": int(p.memory_total),
         "type": int(p.type),
-        "device_id": _str(p.device_id),
+        "device_id": decode_str(p.device_id),
         "caps": {"async": bool(getattr(caps, "async")), "host_buffer": bool(caps.host_buffer),
                  "buffer_from_host_ptr": bool(caps.buffer_from_host_ptr), "events": bool(caps.events)},
     }
@@ -355,7 +355,7 @@ def device_caps(dev: Device) -> dict:
     return {"async": bool(getattr(caps, "async")), "events": bool(caps.events)}
 
 
-def _op(op: Any, fn: str) -> Any:
+def make_op(op: Any, fn: str) -> Any:
     from ..graph.objects import Tensor, as_tensor
     if not isinstance(op, Tensor):
         raise_type(f"{fn}(op)", "Tensor (an op's result, e.g. ggml_add(ctx, a, b))", op)
@@ -379,8 +379,8 @@ def ggml_backend_dev_supports_op(device: Device, op: Any) -> bool:
         >>> ggml_backend_dev_supports_op("CPU", ggml_add(ctx, a, b))
         True
     """
-    dev = _as_device(device)
-    t = _op(op, "ggml_backend_dev_supports_op")
+    dev = as_device(device)
+    t = make_op(op, "ggml_backend_dev_supports_op")
     with using(t.keepers, "ggml_backend_dev_supports_op"):
         return bool(lib.ggml_backend_dev_supports_op(dev.ptr, t.ptr))
 
@@ -401,7 +401,7 @@ def ggml_backend_dev_offload_op(device: Device, op: Any) -> bool:
         >>> ggml_backend_dev_offload_op("CPU", ggml_mul_mat(ctx, w, x))
         False
     """
-    dev = _as_device(device)
-    t = _op(op, "ggml_backend_dev_offload_op")
+    dev = as_device(device)
+    t = make_op(op, "ggml_backend_dev_offload_op")
     with using(t.keepers, "ggml_backend_dev_offload_op"):
         return bool(lib.ggml_backend_dev_offload_op(dev.ptr, t.ptr))

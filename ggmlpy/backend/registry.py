@@ -9,7 +9,7 @@ from .._ffi import ffi, lib
 from ..core.args import is_int
 from ..core.handle import raise_type
 from ..errors import BackendUnavailableError, GgmlStateError, GgmlTypeError, GgmlValueError
-from .device import _str, Device
+from .device import decode_str, Device
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,7 @@ class Registry:
 
     @property
     def name(self) -> str:
-        return _str(lib.ggml_backend_reg_name(self.ptr))
+        return decode_str(lib.ggml_backend_reg_name(self.ptr))
 
     def dev_count(self) -> int:
         return int(lib.ggml_backend_reg_dev_count(self.ptr))
@@ -96,7 +96,7 @@ def ggml_backend_reg_name(reg: Registry) -> str:
         >>> ggml_backend_reg_name(ggml_backend_reg_by_name("cpu"))
         'CPU'
     """
-    return _str(lib.ggml_backend_reg_name(_reg(reg, "ggml_backend_reg_name")))
+    return decode_str(lib.ggml_backend_reg_name(_reg(reg, "ggml_backend_reg_name")))
 
 
 def ggml_backend_reg_dev_count(reg: Registry) -> int:
@@ -196,7 +196,7 @@ def ggml_backend_unload(reg: Registry) -> None:
         >>> ggml_backend_unload(ggml_backend_reg_by_name("CPU"))     # raises GgmlStateError
     """
     ptr = _reg(reg, "ggml_backend_unload")
-    raise GgmlStateError(f"ggml_backend_unload: unloading the {_str(lib.ggml_backend_reg_name(ptr))} registry is "
+    raise GgmlStateError(f"ggml_backend_unload: unloading the {decode_str(lib.ggml_backend_reg_name(ptr))} registry is "
                          "refused: devices, backends and buffers made from it (which ggmlpy cannot all track) would "
                          "point into unloaded code and crash the interpreter on their next use. Free the backends "
                          "you no longer need with ggml_backend_free instead")
@@ -245,4 +245,4 @@ def ggml_backend_reg_names() -> list[str]:
     Example:
         >>> "Vulkan" in ggml_backend_reg_names()
     """
-    return [_str(lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i))) for i in range(ggml_backend_reg_count())]
+    return [decode_str(lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i))) for i in range(ggml_backend_reg_count())]

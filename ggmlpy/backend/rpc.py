@@ -18,7 +18,7 @@ from .._ffi import ffi, lib
 from ..core.args import c_string, n_threads_arg
 from ..errors import BackendUnavailableError, GgmlTypeError, GgmlValueError
 from .backend import ggml_get_n_threads
-from .device import _as_device, Device, ggml_backend_devices, ggml_backends_built
+from .device import as_device, Device, ggml_backend_devices, ggml_backends_built
 
 
 _servers: dict[str, list[Device]] = {}
@@ -174,7 +174,7 @@ def ggml_backend_rpc_start_server(endpoint: str, cache_dir: str | None = None, n
         # not ggml's BLAS device: an accelerator of the host's CPU with no memory of its own
         devices = [d for d in ggml_backend_devices() if d.backend_name != "RPC" and d.type != "accel"]
         devices.sort(key=lambda d: d.type == "cpu")
-    devs = [_as_device(d) for d in devices]
+    devs = [as_device(d) for d in devices]
     if not devs:
         raise GgmlValueError(f"{fn}: no device to serve (devices is empty)")
     arr = ffi.new("ggml_backend_dev_t[]", [d.ptr for d in devs])

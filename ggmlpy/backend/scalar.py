@@ -10,10 +10,10 @@ from ..core.args import is_int
 from ..core.handle import unwrap
 from ..core.types import type_name
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
-from ..graph.nodes import _tensor_label
+from ..graph.nodes import tensor_label
 from ..graph.objects import as_tensor, Context, Tensor
-from ..graph.tensor import _new_tensor
-from .transfer import (_storage, as_numeric, checked_values, ggml_backend_tensor_get_data, NUMPY_DTYPES,
+from ..graph.tensor import new_tensor
+from .transfer import (storage_of, as_numeric, checked_values, ggml_backend_tensor_get_data, NUMPY_DTYPES,
                        refuse_complex, shape_problem)
 
 
@@ -42,10 +42,10 @@ def _scalar_tensor(tensor: Any, fn: str) -> tuple[Any, int, np.dtype]:
     typ = int(t.type)
     dtype = _SCALAR_TYPES.get(typ)
     if dtype is None:
-        raise GgmlTypeError(f"{fn}: {_tensor_label(t)} has type {type_name(typ).upper()}, whose elements cannot be "
+        raise GgmlTypeError(f"{fn}: {tensor_label(t)} has type {type_name(typ).upper()}, whose elements cannot be "
                             "read or written one by one (expected F32, F16, BF16, F64, I8, I16, I32 or I64); "
                             "quantized tensors are read whole, dequantized (e.g. gguf_tensor_data)")
-    _storage(t)  # raises GgmlStateError for a tensor without memory
+    storage_of(t)  # raises GgmlStateError for a tensor without memory
     return t, typ, dtype
 
 
@@ -79,7 +79,7 @@ def _offset_1d(t: Any, fn: str, i: Any) -> int:
 
 def _read_bytes(t: Any, offset: int, nbytes: int) -> np.ndarray:
     raw = np.empty(nbytes, dtype=np.uint8)
-    if _storage(t) == "backend":
+    if storage_of(t) == "backend":
         lib.ggml_backend_tensor_get(t, ffi.from_buffer(raw), offset, nbytes)
     else:
         ffi.memmove(ffi.from_buffer(raw), ffi.cast("char *", t.data) + offset, nbytes)
@@ -87,7 +87,7 @@ def _read_bytes(t: Any, offset: int, nbytes: int) -> np.ndarray:
 
 
 def _write_bytes(t: Any, offset: int, raw: np.ndarray) -> None:
-    if _storage(t) == "backend":
+    if storage_of(t) == "backend":
         lib.ggml_backend_tensor_set(t, ffi.from_buffer(raw), offset, raw.nbytes)
     else:
         ffi.memmove(ffi.cast("char *", t.data) + offset, ffi.from_buffer(raw), raw.nbytes)
@@ -100,7 +100,7 @@ def _read_one(t: Any, typ: int, dtype: np.dtype, offset: int) -> Any:
 
 def _encode(fn: str, t: Any, typ: int, dtype: np.dtype, values: np.ndarray) -> np.ndarray:
     """``values`` in the tensor's storage format, refusing what would change them (see ``checked_values``)."""
-    what = f"{fn}: {_tensor_label(t)}"
+    what = f"{fn}: {tensor_label(t)}"
     if typ == _BF16:
         refuse_complex(values, dtype, what)
         return _bf16_bits(checked_values(values, np.dtype(np.float32), what))
@@ -315,7 +315,7 @@ def _fill(fn: str, tensor: Any, value: Any, integer: bool) -> None:
         value = value.item()
     value = _number(fn, value, integer)
     if not lib.ggml_is_contiguous(t):
-        raise GgmlValueError(f"{fn}: {_tensor_label(t)} is a strided view; fill the tensor it views, or set its "
+        raise GgmlValueError(f"{fn}: {tensor_label(t)} is a strided view; fill the tensor it views, or set its "
                              "elements one by one (ggml_set_f32_nd)")
     n = int(lib.ggml_nelements(t))
     one = _encode(fn, t, typ, dtype, np.asarray([value]))
@@ -334,12 +334,12 @@ def _set_all(fn: str, tensor: Any, data: Any, integer: bool) -> None:
     n = int(lib.ggml_nelements(t))
     if arr.size != n:  # neither form: not one number (a fill), not one value per element (ggmlR's data form)
         raise GgmlTypeError(f"{fn}: value must be a number (to fill the tensor) or an array-like of exactly {n} "
-                            f"values, one per element of {_tensor_label(t)} (ggmlR's data form); got {arr.size} values")
+                            f"values, one per element of {tensor_label(t)} (ggmlR's data form); got {arr.size} values")
     problem = shape_problem(arr.shape, tensor, None)
     if problem is not None:
-        raise GgmlValueError(f"{fn}: {_tensor_label(t)} {problem}")
+        raise GgmlValueError(f"{fn}: {tensor_label(t)} {problem}")
     if not lib.ggml_is_contiguous(t):
-        raise GgmlValueError(f"{fn}: {_tensor_label(t)} is a strided view; write the tensor it views")
+        raise GgmlValueError(f"{fn}: {tensor_label(t)} is a strided view; write the tensor it views")
     _write_bytes(t, 0, np.ascontiguousarray(_encode(fn, t, typ, dtype, arr.reshape(-1))).view(np.uint8))
 
 
@@ -406,11 +406,11 @@ def ggml_get_f32(tensor: Tensor) -> np.ndarray:
     fn = "ggml_get_f32"
     t, typ, dtype = _scalar_tensor(tensor, fn)
     if typ not in _FLOAT_READ:
-        raise GgmlTypeError(f"{fn}: expected a F32, F16 or BF16 tensor, got {_tensor_label(t)}; use ggml_get_i32 for "
+        raise GgmlTypeError(f"{fn}: expected a F32, F16 or BF16 tensor, got {tensor_label(t)}; use ggml_get_i32 for "
                             "integer tensors or ggml_backend_tensor_get_data for any type")
     if typ == _BF16:
         if not lib.ggml_is_contiguous(t):
-            raise GgmlValueError(f"{fn}: {_tensor_label(t)} is a strided BF16 view; read the tensor it views")
+            raise GgmlValueError(f"{fn}: {tensor_label(t)} is a strided BF16 view; read the tensor it views")
         return _bf16_values(_read_bytes(t, 0, int(lib.ggml_nbytes(t))).view(np.uint16)).copy()
     return ggml_backend_tensor_get_data(tensor).astype(np.float32, copy=False)
 
@@ -430,7 +430,7 @@ def ggml_get_i32(tensor: Tensor) -> np.ndarray:
     fn = "ggml_get_i32"
     t, typ, dtype = _scalar_tensor(tensor, fn)
     if typ not in (int(lib.GGML_TYPE_I32), int(lib.GGML_TYPE_I16), int(lib.GGML_TYPE_I8)):
-        raise GgmlTypeError(f"{fn}: expected an I32, I16 or I8 tensor, got {_tensor_label(t)}; use ggml_get_f32 for "
+        raise GgmlTypeError(f"{fn}: expected an I32, I16 or I8 tensor, got {tensor_label(t)}; use ggml_get_f32 for "
                             "float tensors or ggml_backend_tensor_get_data for any type")
     return ggml_backend_tensor_get_data(tensor).astype(np.int32, copy=False)
 
@@ -444,7 +444,7 @@ def _new_scalar(fn: str, ctx: Any, value: Any, integer: bool) -> Tensor:
                              "1-element tensor with ggml_new_tensor_1d, allocate it and set it with ggml_set_f32")
     typ = int(lib.GGML_TYPE_I32 if integer else lib.GGML_TYPE_F32)
     encoded = checked_values(np.asarray([value]), NUMPY_DTYPES[typ], fn)  # before the tensor is created
-    tensor = _new_tensor(ctx, typ, (1,))
+    tensor = new_tensor(ctx, typ, (1,))
     _write_bytes(tensor.ptr, 0, encoded.view(np.uint8))
     return tensor
 

@@ -11,7 +11,7 @@ from .._ffi import ffi, lib
 from ..core.args import is_int
 from ..core.types import type_name
 from ..errors import GgmlTypeError, GgmlValueError
-from ..graph.nodes import _tensor_label, tensor_memory
+from ..graph.nodes import tensor_label, tensor_memory
 from ..graph.objects import as_tensor, Tensor
 
 
@@ -34,7 +34,7 @@ def numpy_dtype(tensor: Tensor) -> np.dtype:
     return dtype
 
 
-def _storage(t: Any) -> str:
+def storage_of(t: Any) -> str:
     """'backend' if the tensor lives in a backend buffer, 'host' if in context memory; raise if neither
     (see ``graph.nodes.tensor_memory``: a view follows the tensor it views)."""
     return tensor_memory(t)
@@ -205,10 +205,10 @@ def ggml_backend_tensor_set_data(tensor: Tensor, data: Any, offset: int | None =
     """
     t = as_tensor(tensor, "ggml_backend_tensor_set_data(tensor)").ptr
     dtype = numpy_dtype(tensor)
-    if offset is not None and (isinstance(offset, bool) or not isinstance(offset, (int, np.integer)) or offset < 0):
+    if offset is not None and (not is_int(offset) or offset < 0):
         raise GgmlValueError(f"ggml_backend_tensor_set_data: offset must be an int >= 0 (or not given for a "
                              f"whole-tensor write), got {offset!r}")
-    what = "ggml_backend_tensor_set_data: " + _tensor_label(t)
+    what = "ggml_backend_tensor_set_data: " + tensor_label(t)
     arr = as_numeric(data, f"{what} (data)")
     problem = shape_problem(arr.shape, tensor, None if offset is None else int(offset))
     if problem is not None:
@@ -223,7 +223,7 @@ def write_array(t: Any, arr: np.ndarray, byte_offset: int = 0) -> None:
     """Copy a contiguous array of the right dtype into a checked tensor (no further checks)."""
     if not lib.ggml_is_contiguous(t):
         raise GgmlValueError("cannot write into a strided view; write into the tensor it views")
-    if _storage(t) == "backend":
+    if storage_of(t) == "backend":
         lib.ggml_backend_tensor_set(t, ffi.from_buffer(arr), byte_offset, arr.nbytes)
     else:
         ffi.memmove(ffi.cast("char *", t.data) + byte_offset, ffi.from_buffer(arr), arr.nbytes)
@@ -259,14 +259,14 @@ def ggml_backend_tensor_get_data(tensor: Tensor, offset: int = 0, n_elements: in
     offset = int(offset)
     count = n - offset if n_elements is None else int(n_elements)
     if offset < 0 or count < 0 or offset + count > n:
-        raise GgmlValueError(f"ggml_backend_tensor_get_data: {_tensor_label(t)} holds {n} elements; cannot read "
+        raise GgmlValueError(f"ggml_backend_tensor_get_data: {tensor_label(t)} holds {n} elements; cannot read "
                              f"{count!r} from offset {offset!r} (offset >= 0, offset + n_elements <= {n})")
     if not lib.ggml_is_contiguous(t):
         # a strided view (e.g. the gradient of a transposed parameter): read its span of the viewed tensor
         return _read_strided(t, dtype)[offset:offset + count].copy()
     out = np.empty(count, dtype=dtype)
     if count:
-        if _storage(t) == "backend":
+        if storage_of(t) == "backend":
             lib.ggml_backend_tensor_get(t, ffi.from_buffer(out), offset * dtype.itemsize, out.nbytes)
         else:
             ffi.memmove(ffi.from_buffer(out), ffi.cast("char *", t.data) + offset * dtype.itemsize, out.nbytes)
@@ -278,7 +278,7 @@ def _read_strided(t: Any, dtype: np.dtype) -> np.ndarray:
     src = t.view_src
     if src == ffi.NULL:
         raise GgmlValueError("cannot read a strided tensor that is not a view; apply ggml_cont in the graph")
-    _storage(t)  # raises if unallocated
+    storage_of(t)  # raises if unallocated
     ne = [int(t.ne[i]) for i in range(4)]
     nb = [int(t.nb[i]) for i in range(4)]
     span = sum((n - 1) * b for n, b in zip(ne, nb)) + dtype.itemsize
@@ -286,7 +286,7 @@ def _read_strided(t: Any, dtype: np.dtype) -> np.ndarray:
     if start + span > int(lib.ggml_nbytes(src)):
         raise GgmlValueError("the view reaches beyond the tensor it views")
     raw = np.empty(span, dtype=np.uint8)
-    if _storage(src) == "backend":
+    if storage_of(src) == "backend":
         lib.ggml_backend_tensor_get(src, ffi.from_buffer(raw), start, span)
     else:
         ffi.memmove(ffi.from_buffer(raw), ffi.cast("char *", src.data) + start, span)

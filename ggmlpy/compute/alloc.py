@@ -116,7 +116,7 @@ def ggml_gallocr_alloc_graph(galloc: Gallocr, graph: Graph) -> None:
     Example:
         >>> ggml_gallocr_alloc_graph(galloc, gf)
     """
-    from .sched import _record, _unallocated
+    from .sched import record_allocation, unallocated
     fn = "ggml_gallocr_alloc_graph"
     g = _graph(graph, fn)
     ptr = unwrap(galloc, Gallocr, f"{fn}(galloc)")
@@ -125,13 +125,13 @@ def ggml_gallocr_alloc_graph(galloc: Gallocr, graph: Graph) -> None:
         # the previous allocation goes: its tensors lose their memory (the buffer may be replaced)
         galloc._allocs.release()
         check_graph_ready(graph, [galloc.backend], fn, "alloc")
-        placed = _unallocated(g)
+        placed = unallocated(g)
         # after a failed reservation ggml must reserve again before it allocates (else it writes through a
         # missing buffer); a failed allocation here returns False and leaves it in that state
         ok = not galloc._alloc_failed or bool(lib.ggml_gallocr_reserve(ptr, g))
         ok = ok and bool(lib.ggml_gallocr_alloc_graph(ptr, g))
         galloc._alloc_failed = not ok
-        _record(galloc, graph, placed)
+        record_allocation(galloc, graph, placed)
     expect(ok, f"{fn}: {galloc.backend.name} could not allocate the buffer for the graph (up to "
                f"{unallocated_bytes(placed)} bytes; out of memory); free other buffers or models, or split the work "
                "into smaller graphs (smaller batches)", GgmlStateError)

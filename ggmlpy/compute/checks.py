@@ -10,7 +10,7 @@ from .._ffi import ffi, lib
 from ..backend.probe import backend_runs, buffer_usable
 from ..core.types import GGML_TYPE_F32
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
-from ..graph.nodes import (_op_label, _tensor_label, describe_node, graph_tensor_ptrs, NO_MEMORY_FIX, ptr_key,
+from ..graph.nodes import (op_label, tensor_label, describe_node, graph_tensor_ptrs, NO_MEMORY_FIX, ptr_key,
                            tensor_memory, value_read)
 from ..graph.objects import Graph
 
@@ -110,8 +110,8 @@ def check_graph_memory(nodes: list, tensors: list, backends: list, fn: str) -> N
         size = int(lib.ggml_nbytes(root))
         if size > one:
             what = "; ".join(f"{name}: {_size_text(tot)}" for name, tot in pools.values())
-            op = f", the result of {_op_label(root)}," if root.op != lib.GGML_OP_NONE else ""
-            raise GgmlValueError(f"{fn}: {_tensor_label(root)}{op} needs {_size_text(size)}, more than the memory "
+            op = f", the result of {op_label(root)}," if root.op != lib.GGML_OP_NONE else ""
+            raise GgmlValueError(f"{fn}: {tensor_label(root)}{op} needs {_size_text(size)}, more than the memory "
                                  f"of {names} ({what}); ggml would fail to allocate it and crash. {_MEMORY_FIX}")
     # one node: its operands (and its result, unless it reuses an operand's memory) are in memory together
     memory = sum(totals)
@@ -126,7 +126,7 @@ def check_graph_memory(nodes: list, tensors: list, backends: list, fn: str) -> N
         need = max(sum(int(lib.ggml_nbytes(r)) for r in roots.values()),
                    int(lib.ggml_nbytes(own)) if own is not None else 0)
         if need > memory:
-            raise GgmlValueError(f"{fn}: computing {_tensor_label(p)} ({_op_label(p)}) needs its operands and result "
+            raise GgmlValueError(f"{fn}: computing {tensor_label(p)} ({op_label(p)}) needs its operands and result "
                                  f"in memory together: at least {_size_text(need)}, more than {names} have "
                                  f"({_size_text(memory)}); ggml would fail to allocate the graph and crash. "
                                  f"{_MEMORY_FIX}")
@@ -171,7 +171,7 @@ def check_graph_ready(graph: Graph, backends: list, fn: str, mode: str, schedule
     from ..core.handle import memory_epoch
     g = graph.ptr
     key = (memory_epoch(), int(lib.ggml_graph_n_nodes(g)), mode, scheduler, tuple(id(b) for b in backends))
-    if graph._checked == key:
+    if graph.checked_key == key:
         return
     nodes, tensors = graph_tensor_ptrs(g)
     keys = {ptr_key(t) for t in tensors}
@@ -186,12 +186,12 @@ def check_graph_ready(graph: Graph, backends: list, fn: str, mode: str, schedule
         leaf = t.op == lib.GGML_OP_NONE and t.view_src == ffi.NULL
         if mode in ("sched", "alloc") and root.data == ffi.NULL:
             if leaf and mode == "sched" and ptr_key(t) in read:
-                raise GgmlStateError(f"{fn}: {_tensor_label(t)} is an input of the graph without memory, so it holds no "
+                raise GgmlStateError(f"{fn}: {tensor_label(t)} is an input of the graph without memory, so it holds no "
                                      "values: allocate the graph with ggml_backend_sched_alloc_graph and write the "
                                      "tensor with ggml_backend_tensor_set_data before computing (or allocate its "
                                      "context with ggml_backend_alloc_ctx_tensors)")
             if root is not t and ptr_key(root) not in keys:
-                raise GgmlStateError(f"{fn}: {_tensor_label(t)} views {_tensor_label(root)}, which has no memory and "
+                raise GgmlStateError(f"{fn}: {tensor_label(t)} views {tensor_label(root)}, which has no memory and "
                                      f"is not computed by this graph: {NO_MEMORY_FIX}")
             if (scheduler or mode == "sched") and root is not t and root.op == lib.GGML_OP_NONE \
                     and ffi.string(lib.ggml_op_name(t.op)).decode() in _PURE_VIEWS \
@@ -199,21 +199,21 @@ def check_graph_ready(graph: Graph, backends: list, fn: str, mode: str, schedule
                     and unplaced_view is None:
                 unplaced_view = (t, root)  # refused below, after the ops (a missing kernel says more)
             continue
-        where = tensor_memory(t, f"{fn}: {_tensor_label(t)}")
+        where = tensor_memory(t, f"{fn}: {tensor_label(t)}")
         if where == "host" and mode == "backend" and not backends[0].is_cpu:
-            raise GgmlStateError(f"{fn}: {_tensor_label(root)} lives in context memory (the CPU's), which "
+            raise GgmlStateError(f"{fn}: {tensor_label(root)} lives in context memory (the CPU's), which "
                                  f"{names} cannot compute on; allocate its context on that backend with "
                                  "ggml_backend_alloc_ctx_tensors, or use a scheduler")
         if where == "host" and mode != "backend" and any(b.device.type not in ("cpu", "accel") for b in backends):
             # ggml's scheduler copies a tensor to another device through its buffer: one in context memory
             # has none, and the copy dereferenced it (segfault)
-            raise GgmlStateError(f"{fn}: {_tensor_label(root)} lives in context memory (ggml_init without "
+            raise GgmlStateError(f"{fn}: {tensor_label(root)} lives in context memory (ggml_init without "
                                  f"no_alloc), which a scheduler with {names} cannot move between devices; create "
                                  "it in a no_alloc context and allocate that with ggml_backend_alloc_ctx_tensors "
                                  "(on the CPU backend or the device), or compute on a CPU-only scheduler")
         if where == "backend" and not any(buffer_usable(b, root.buffer) for b in backends):
             buf = ffi.string(lib.ggml_backend_buffer_name(root.buffer)).decode()
-            raise GgmlStateError(f"{fn}: {_tensor_label(root)} lives in a {buf} buffer, which {names} cannot compute "
+            raise GgmlStateError(f"{fn}: {tensor_label(root)} lives in a {buf} buffer, which {names} cannot compute "
                                  f"on; compute with a scheduler that has the {buf} backend (or allocate the tensor on "
                                  "one of these backends)")
     check_nodes_supported(nodes, backends, fn, pinned=mode != "backend")
@@ -221,13 +221,13 @@ def check_graph_ready(graph: Graph, backends: list, fn: str, mode: str, schedule
         # ggml's scheduler gives memory to leafs that nodes read, not to one only seen through a view (it
         # aborted: "buffer_id >= 0"); a graph allocator places it
         t, root = unplaced_view
-        raise GgmlStateError(f"{fn}: {_tensor_label(t)} views {_tensor_label(root)}, a leaf without memory that is "
+        raise GgmlStateError(f"{fn}: {tensor_label(t)} views {tensor_label(root)}, a leaf without memory that is "
                              "not marked as an input: ggml's scheduler would not place it. Mark it with ggml_set_input "
                              "(then write it after allocating the graph), or allocate its context with "
                              "ggml_backend_alloc_ctx_tensors")
     if mode in ("sched", "alloc"):
         check_graph_memory(nodes, tensors, backends, fn)
-    graph._checked = key
+    graph.checked_key = key
 
 
 def check_nodes_supported(nodes: list, backends: list, fn: str, pinned: bool = True) -> None:
@@ -268,7 +268,7 @@ def check_static_memory(roots: list, fn: str) -> list:
     for t in everything:
         if t.op == lib.GGML_OP_NONE and t.view_src == ffi.NULL:
             if t.data == ffi.NULL and ptr_key(t) in read:
-                raise GgmlStateError(f"{fn}: {_tensor_label(t)} has no memory. ggml-opt runs a copy of the graph "
+                raise GgmlStateError(f"{fn}: {tensor_label(t)} has no memory. ggml-opt runs a copy of the graph "
                                      "that keeps the memory of its inputs and weights: allocate the tensor's context "
                                      "with ggml_backend_alloc_ctx_tensors (and write its values) before building the "
                                      "opt context")
@@ -284,7 +284,7 @@ def check_opt_heads(heads: list, fn: str, ggml_loss: bool) -> None:
     for i, h in enumerate(heads):
         t = h.outputs.ptr
         which = "outputs" if len(heads) == 1 else f"outputs[{i}]"
-        label = _tensor_label(t)
+        label = tensor_label(t)
         if t.type != GGML_TYPE_F32:
             raise GgmlTypeError(f"{fn}: {which} must be F32 (ggml-opt's losses and optimizer compute in F32), got "
                                 f"{label}; convert it: ggml_cpy(ctx, out, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, "

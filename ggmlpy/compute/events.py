@@ -8,14 +8,14 @@ from typing import Any
 
 from .._ffi import ffi, lib
 from ..backend.backend import Backend, finish_backend
-from ..backend.device import _as_device, Device, device_caps
+from ..backend.device import as_device, Device, device_caps
 from ..core.handle import computing, free_handle, Handle, raise_type, unwrap, using
 from ..errors import GgmlStateError, GgmlValueError
 from ..graph.objects import Graph
 from .checks import check_graph_ready
 from .run import check_status
-from .sched import _check_indices, _graph_ptr
-from .transfer import _backend
+from .sched import check_sched_indices, graph_ptr
+from .transfer import backend_arg
 
 
 def _free_event(state: dict, ptr: Any) -> None:
@@ -33,6 +33,15 @@ class Event(Handle):
         self._state = state  # recorded_on: the Backend it was last recorded on, until synchronized
         self.device = device
         self._waiters: weakref.WeakSet = weakref.WeakSet()  # backends told to wait for it
+
+    @property
+    def recorded_on(self) -> Any:
+        """The Backend this event was last recorded on, until that backend is synchronized (else None)."""
+        return self._state["recorded_on"]
+
+    @recorded_on.setter
+    def recorded_on(self, backend: Any) -> None:
+        self._state["recorded_on"] = backend
 
     def _before_free(self) -> None:
         for b in list(self._waiters):  # their queued wait points at it: finish it first
@@ -66,7 +75,7 @@ def ggml_backend_event_new(device: Device) -> Event:
     if isinstance(device, Backend):
         unwrap(device, Backend, f"{fn}(device)")
         device = device.device
-    dev = _as_device(device)
+    dev = as_device(device)
     if not device_caps(dev).get("events"):
         raise GgmlStateError(f"{fn}: device {dev.name} does not support events (its caps say events=False; "
                              f"ggml_backend_dev_get_props('{dev.name}')['caps']); use a device that does (Vulkan, "
@@ -117,7 +126,7 @@ def ggml_backend_event_record(event: Event, backend: Backend) -> None:
     """
     fn = "ggml_backend_event_record"
     e = _event(event, fn)
-    b = _backend(backend, fn)
+    b = backend_arg(backend, fn)
     _same_device(fn, event, backend)
     with using([event, backend], fn):
         with computing([backend]):
@@ -161,7 +170,7 @@ def ggml_backend_event_wait(backend: Backend, event: Event) -> None:
         >>> ggml_backend_event_wait(gpu, ev)
     """
     fn = "ggml_backend_event_wait"
-    b = _backend(backend, fn)
+    b = backend_arg(backend, fn)
     e = _event(event, fn)
     _same_device(fn, event, backend)
     with using([event, backend], fn):
@@ -214,8 +223,8 @@ def ggml_backend_graph_plan_create(backend: Backend, graph: Graph) -> GraphPlan:
         >>> ggml_backend_graph_plan_compute(cpu, plan)
     """
     fn = "ggml_backend_graph_plan_create"
-    b = _backend(backend, fn)
-    g = _graph_ptr(graph, fn)
+    b = backend_arg(backend, fn)
+    g = graph_ptr(graph, fn)
     if not _plans_supported(backend):
         raise GgmlStateError(f"{fn}: backend {backend.name} does not implement graph plans (only ggml's CPU backend "
                              "does; ggml would abort); use ggml_backend_graph_compute on it")
@@ -228,7 +237,7 @@ def ggml_backend_graph_plan_create(backend: Backend, graph: Graph) -> GraphPlan:
 
 
 def _plan(backend: Any, plan: Any, fn: str) -> tuple[Any, Any]:
-    b = _backend(backend, fn)
+    b = backend_arg(backend, fn)
     if not isinstance(plan, GraphPlan):
         raise_type(f"{fn}(plan)", "GraphPlan (ggml_backend_graph_plan_create)", plan)
     if plan.backend is not backend and plan.backend.ptr != b:
@@ -255,7 +264,7 @@ def ggml_backend_graph_plan_free(backend: Backend, plan: GraphPlan) -> None:
         raise_type(f"{fn}(plan)", "GraphPlan (ggml_backend_graph_plan_create)", plan)
     if not isinstance(backend, Backend):
         raise_type(f"{fn}(backend)", "Backend", backend)
-    if plan._ptr is None:
+    if not plan.alive:
         return
     _plan(backend, plan, fn)
     free_handle(plan, GraphPlan, f"{fn}(plan)")
@@ -282,14 +291,14 @@ def ggml_backend_graph_plan_compute(backend: Backend, plan: GraphPlan) -> int:
     b, plan = _plan(backend, plan, fn)
     p = plan.ptr
     graph = plan.graph
-    g = _graph_ptr(graph, fn)
+    g = graph_ptr(graph, fn)
     if graph.n_nodes() != plan.n_nodes:  # ggml's plan holds the node list and work size of its creation
         raise GgmlStateError(f"{fn}: the graph has {graph.n_nodes()} nodes now, {plan.n_nodes} when the plan was "
                              "made: the plan would compute the old graph (and size its work buffer for it); free it "
                              "and create a new one with ggml_backend_graph_plan_create")
     check_graph_ready(graph, [backend], fn, "backend")
     with using([backend, plan, *graph.keepers], fn):
-        _check_indices(g)
+        check_sched_indices(g)
         with computing([backend]):
             status = lib.ggml_backend_graph_plan_compute(b, p)
     check_status(status, fn)

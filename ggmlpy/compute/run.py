@@ -7,17 +7,17 @@ from typing import Any
 
 
 from .._ffi import ffi, lib
-from ..backend.backend import _hold, _is_async, _release, Backend, ggml_backend_cpu_init
-from ..backend.device import _str
+from ..backend.backend import hold_until_sync, is_async, release_held, Backend, ggml_backend_cpu_init
+from ..backend.device import decode_str
 from ..backend.probe import backend_runs, buffer_usable
 from ..core.handle import computing, raise_type, unwrap, using
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
-from ..graph.nodes import _tensor_label
+from ..graph.nodes import tensor_label
 from ..graph.objects import as_tensor, Graph, Tensor
 from .checks import check_graph_ready
-from .sched import (_check_indices, _exclusive, _graph_ptr, _record, _reserve_first, _sched, _unallocated,
+from .sched import (check_sched_indices, exclusive_sched, graph_ptr, record_allocation, reserve_first, sched_ptr, unallocated,
                     reapply_tensor_backends, Scheduler)
-from .transfer import _backend, _pending
+from .transfer import backend_arg, pending_message
 
 
 def ggml_backend_sched_graph_compute(sched: Scheduler, graph: Graph) -> None:
@@ -38,12 +38,12 @@ def ggml_backend_sched_graph_compute(sched: Scheduler, graph: Graph) -> None:
         >>> y = ggml_backend_tensor_get_data(out)
     """
     fn = "ggml_backend_sched_graph_compute"
-    s = _sched(sched, fn)
-    g = _graph_ptr(graph, fn, sched)
+    s = sched_ptr(sched, fn)
+    g = graph_ptr(graph, fn, sched)
     addr = int(ffi.cast("uintptr_t", g))
-    allocated = sched._allocated == addr
+    allocated = sched.allocated_graph == addr
     check_graph_ready(graph, sched.backends, fn, "allocated" if allocated else "sched")
-    with _exclusive(sched, graph.keepers, fn):
+    with exclusive_sched(sched, graph.keepers, fn):
         placed = None
         if not allocated:
             # an allocated scheduler runs the graph it allocated, whatever graph it is given: let it allocate
@@ -52,14 +52,14 @@ def ggml_backend_sched_graph_compute(sched: Scheduler, graph: Graph) -> None:
             lib.ggml_backend_sched_reset(s)
             reapply_tensor_backends(sched)
             check_graph_ready(graph, sched.backends, fn, "sched")
-            placed = _unallocated(g)
-            _reserve_first(sched, s, g, fn)
-        _check_indices(g)
+            placed = unallocated(g)
+            reserve_first(sched, s, g, fn)
+        check_sched_indices(g)
         with computing(sched.backends):
             status = lib.ggml_backend_sched_graph_compute(s, g)
         if placed is not None:
-            _record(sched, graph, placed)
-    sched._allocated = addr if status == lib.GGML_STATUS_SUCCESS else None
+            record_allocation(sched, graph, placed)
+    sched.allocated_graph = addr if status == lib.GGML_STATUS_SUCCESS else None
     check_status(status, fn)
 
 
@@ -82,10 +82,10 @@ def ggml_backend_graph_compute(backend: Backend, graph: Graph) -> None:
     """
     fn = "ggml_backend_graph_compute"
     b = unwrap(backend, Backend, f"{fn}(backend)")
-    g = _graph_ptr(graph, fn)
+    g = graph_ptr(graph, fn)
     check_graph_ready(graph, [backend], fn, "backend")
     with using([backend, *graph.keepers], fn):
-        _check_indices(g)
+        check_sched_indices(g)
         with computing([backend]):
             status = lib.ggml_backend_graph_compute(b, g)
         check_status(status, fn)
@@ -200,15 +200,15 @@ def ggml_backend_graph_compute_async(backend: Backend, graph: Graph) -> int:
         >>> ggml_backend_synchronize(cpu)
     """
     fn = "ggml_backend_graph_compute_async"
-    b = _backend(backend, fn)
-    g = _graph_ptr(graph, fn)
+    b = backend_arg(backend, fn)
+    g = graph_ptr(graph, fn)
     check_graph_ready(graph, [backend], fn, "backend")
     with using([backend, *graph.keepers], fn):
-        _check_indices(g)
+        check_sched_indices(g)
         with computing([backend]):
             status = lib.ggml_backend_graph_compute_async(b, g)
-        if _is_async(backend):
-            _hold(backend, _pending(fn, backend), graph.keepers, (graph,))
+        if is_async(backend):
+            hold_until_sync(backend, pending_message(fn, backend), graph.keepers, (graph,))
     check_status(status, fn)
     return int(status)
 
@@ -236,14 +236,14 @@ def ggml_backend_sched_graph_compute_async(sched: Scheduler, graph: Graph) -> in
         >>> y = ggml_backend_tensor_get_data(out)
     """
     fn = "ggml_backend_sched_graph_compute_async"
-    s = _sched(sched, fn)
-    g = _graph_ptr(graph, fn, sched)
+    s = sched_ptr(sched, fn)
+    g = graph_ptr(graph, fn, sched)
     if sched.__dict__.get("_async_pending"):
         ggml_backend_sched_synchronize(sched)
     addr = int(ffi.cast("uintptr_t", g))
-    allocated = sched._allocated == addr
+    allocated = sched.allocated_graph == addr
     check_graph_ready(graph, sched.backends, fn, "allocated" if allocated else "sched")
-    with _exclusive(sched, graph.keepers, fn):
+    with exclusive_sched(sched, graph.keepers, fn):
         if not allocated:
             # allocate here (as ggml_backend_sched_alloc_graph does), after the backends chosen with
             # ggml_backend_sched_set_tensor_backend are given back to ggml: its compute would reset them away
@@ -251,19 +251,19 @@ def ggml_backend_sched_graph_compute_async(sched: Scheduler, graph: Graph) -> in
             lib.ggml_backend_sched_reset(s)
             check_graph_ready(graph, sched.backends, fn, "sched")
             reapply_tensor_backends(sched)
-            _reserve_first(sched, s, g, fn)  # a failed allocation inside ggml would crash: reserve first
-            placed = _unallocated(g)
+            reserve_first(sched, s, g, fn)  # a failed allocation inside ggml would crash: reserve first
+            placed = unallocated(g)
             ok = bool(lib.ggml_backend_sched_alloc_graph(s, g))
-            _record(sched, graph, placed)
+            record_allocation(sched, graph, placed)
             if not ok:
                 raise GgmlStateError(f"{fn}: the scheduler could not allocate the graph (out of memory on a backend?)")
-            sched._allocated = addr
-        _check_indices(g)
+            sched.allocated_graph = addr
+        check_sched_indices(g)
         with computing(sched.backends):
             status = lib.ggml_backend_sched_graph_compute_async(s, g)
-        if any(_is_async(b) for b in sched.backends):
-            _hold(sched, _pending(fn, sched), [sched, *graph.keepers], (graph,))
-    sched._allocated = addr if status == lib.GGML_STATUS_SUCCESS else None
+        if any(is_async(b) for b in sched.backends):
+            hold_until_sync(sched, pending_message(fn, sched), [sched, *graph.keepers], (graph,))
+    sched.allocated_graph = addr if status == lib.GGML_STATUS_SUCCESS else None
     check_status(status, fn)
     return int(status)
 
@@ -282,13 +282,13 @@ def ggml_backend_sched_synchronize(sched: Scheduler) -> None:
     Example:
         >>> ggml_backend_sched_synchronize(sched)
     """
-    s = _sched(sched, "ggml_backend_sched_synchronize")
+    s = sched_ptr(sched, "ggml_backend_sched_synchronize")
     with computing(sched.backends):
         lib.ggml_backend_sched_synchronize(s)
-    _release(sched)
+    release_held(sched)
     for b in sched.backends:  # they are synchronized too: what their own async calls held can go
         if b.alive:
-            _release(b)
+            release_held(b)
 
 
 def ggml_backend_sched_get_n_copies(sched: Scheduler) -> int:
@@ -304,7 +304,7 @@ def ggml_backend_sched_get_n_copies(sched: Scheduler) -> int:
         >>> ggml_backend_sched_get_n_copies(ggml_backend_sched_new("cpu", parallel=False))
         1
     """
-    return int(lib.ggml_backend_sched_get_n_copies(_sched(sched, "ggml_backend_sched_get_n_copies")))
+    return int(lib.ggml_backend_sched_get_n_copies(sched_ptr(sched, "ggml_backend_sched_get_n_copies")))
 
 
 def _sched_backend(sched: Scheduler, backend: Any, fn: str) -> int:
@@ -338,7 +338,7 @@ def ggml_backend_sched_set_tensor_backend(sched: Scheduler, tensor: Tensor, back
         >>> ggml_backend_sched_set_tensor_backend(sched, h, ggml_backend_sched_get_backend(sched, 1))
     """
     fn = "ggml_backend_sched_set_tensor_backend"
-    s = _sched(sched, fn)
+    s = sched_ptr(sched, fn)
     if not isinstance(tensor, Tensor):
         raise_type(f"{fn}(tensor)", "Tensor", tensor)
     t = as_tensor(tensor, f"{fn}(tensor)")
@@ -348,9 +348,9 @@ def ggml_backend_sched_set_tensor_backend(sched: Scheduler, tensor: Tensor, back
     if p.op != lib.GGML_OP_NONE:
         ok, why = backend_runs(b, p)
         if not ok:
-            raise GgmlTypeError(f"{fn}: {b.name} cannot compute {_tensor_label(p)}: {why}; ggml would abort while "
+            raise GgmlTypeError(f"{fn}: {b.name} cannot compute {tensor_label(p)}: {why}; ggml would abort while "
                                 "computing. Pick another of the scheduler's backends")
-    with _exclusive(sched, t.keepers, fn):
+    with exclusive_sched(sched, t.keepers, fn):
         # ggml takes a choice between a reset and the next allocation: forget the current allocation (its
         # tensors lose their memory, the next compute allocates again) and reset, as ggml_backend_sched_reset
         sched.release()
@@ -358,8 +358,8 @@ def ggml_backend_sched_set_tensor_backend(sched: Scheduler, tensor: Tensor, back
         reapply_tensor_backends(sched)
         root = p.view_src if p.view_src != ffi.NULL else p
         if root.buffer != ffi.NULL and root.data != ffi.NULL and not buffer_usable(b, root.buffer):
-            buf = _str(lib.ggml_backend_buffer_name(root.buffer))
-            raise GgmlStateError(f"{fn}: {_tensor_label(p)} lives in a {buf} buffer, which {b.name} cannot compute "
+            buf = decode_str(lib.ggml_backend_buffer_name(root.buffer))
+            raise GgmlStateError(f"{fn}: {tensor_label(p)} lives in a {buf} buffer, which {b.name} cannot compute "
                                  "on; pick the backend that owns its memory")
         lib.ggml_backend_sched_set_tensor_backend(s, p, b.ptr)
         kept = [(x, y) for x, y in sched.__dict__.get("_tensor_backends", []) if x.alive and x != t]
@@ -383,7 +383,7 @@ def ggml_backend_sched_get_tensor_backend(sched: Scheduler, tensor: Tensor) -> B
         >>> ggml_backend_name(ggml_backend_sched_get_tensor_backend(sched, out))
     """
     fn = "ggml_backend_sched_get_tensor_backend"
-    s = _sched(sched, fn)
+    s = sched_ptr(sched, fn)
     if not isinstance(tensor, Tensor):
         raise_type(f"{fn}(tensor)", "Tensor", tensor)
     t = as_tensor(tensor, f"{fn}(tensor)")

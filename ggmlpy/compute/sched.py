@@ -7,6 +7,7 @@ import threading
 import weakref
 from typing import Any, Sequence
 
+from ..core.args import is_int
 from .._ffi import ffi, lib
 from ..backend.backend import Backend, blas_backend_init, ggml_backend_cpu_init
 from ..core.handle import Allocations, free_handle, Handle, raise_type, unwrap, using
@@ -35,9 +36,9 @@ class Scheduler(Handle):
         self.parallel = parallel
         self.op_offload = op_offload
         self._owned = owned  # backends created for this scheduler, freed after it
-        self._allocated: int | None = None  # address of the graph allocated by ggml_backend_sched_alloc_graph
-        self._opt_users: weakref.WeakSet = weakref.WeakSet()  # static opt contexts built on it (at most one)
-        self._opt_any: weakref.WeakSet = weakref.WeakSet()  # every opt context built on it (static or dynamic)
+        self.allocated_graph: int | None = None  # address of the graph allocated by ggml_backend_sched_alloc_graph
+        self.opt_users: weakref.WeakSet = weakref.WeakSet()  # static opt contexts built on it (at most one)
+        self.opt_contexts: weakref.WeakSet = weakref.WeakSet()  # every opt context built on it (static or dynamic)
         self.opt_lock = threading.Lock()  # makes "serves no opt context yet" + building one atomic
         self._allocs = Allocations()  # the tensors its buffers hold (taken back on reset, re-allocation, free)
 
@@ -47,7 +48,7 @@ class Scheduler(Handle):
     def release(self) -> None:
         """Forget the current allocation: the tensors it placed lose their memory (ggml re-places them)."""
         self._allocs.release()
-        self._allocated = None
+        self.allocated_graph = None
 
     def free(self) -> None:
         if self._ptr is None:
@@ -132,11 +133,11 @@ def ggml_backend_sched_new(backends: Sequence[Backend] | Backend | str, parallel
     return Scheduler(backends, graph_size, bool(parallel), bool(op_offload), owned)
 
 
-def _sched(sched: Scheduler, fn: str):
+def sched_ptr(sched: Scheduler, fn: str):
     return unwrap(sched, Scheduler, f"{fn}(sched)")
 
 
-def _exclusive(sched: Scheduler, handles: Any, fn: str) -> Any:
+def exclusive_sched(sched: Scheduler, handles: Any, fn: str) -> Any:
     """``using`` for a call that resets the scheduler or gives it another graph: refused while another call runs
     it (a fit, an epoch, a compute in another thread): ggml would run that call on memory it no longer owns."""
     def busy(other: str) -> str:
@@ -145,7 +146,7 @@ def _exclusive(sched: Scheduler, handles: Any, fn: str) -> Any:
                 "the memory out from under that call. Use another scheduler (ggml_backend_sched_new over the same "
                 "backends), or call it afterwards")
     def serves_no_opt_context() -> None:
-        if any(o.alive for o in list(sched._opt_any)):
+        if any(o.alive for o in list(sched.opt_contexts)):
             # ggml-opt keeps its graph allocated on the scheduler between evals and does not notice a reset: its
             # next eval would run whatever graph was allocated last (silently wrong, or on memory that moved)
             raise GgmlStateError(f"{fn}: this scheduler serves a live opt context, which keeps its graphs allocated "
@@ -195,8 +196,8 @@ def ggml_backend_sched_reset(sched: Scheduler) -> None:
     Example:
         >>> ggml_backend_sched_reset(sched)
     """
-    s = _sched(sched, "ggml_backend_sched_reset")
-    with _exclusive(sched, [], "ggml_backend_sched_reset"):
+    s = sched_ptr(sched, "ggml_backend_sched_reset")
+    with exclusive_sched(sched, [], "ggml_backend_sched_reset"):
         sched.release()  # the graph's tensors no longer have memory: using them raises instead of reading stale data
         lib.ggml_backend_sched_reset(s)
 
@@ -213,7 +214,7 @@ def ggml_backend_sched_get_n_backends(sched: Scheduler) -> int:
         >>> ggml_backend_sched_get_n_backends(ggml_backend_sched_new([ggml_vulkan_init()]))
         2
     """
-    _sched(sched, "ggml_backend_sched_get_n_backends")
+    sched_ptr(sched, "ggml_backend_sched_get_n_backends")
     return len(sched.backends)
 
 
@@ -229,9 +230,9 @@ def ggml_backend_sched_get_backend(sched: Scheduler, index: int = 0) -> Backend:
     Example:
         >>> ggml_backend_name(ggml_backend_sched_get_backend(sched, 0))
     """
-    _sched(sched, "ggml_backend_sched_get_backend")
+    sched_ptr(sched, "ggml_backend_sched_get_backend")
     n = len(sched.backends)
-    expect(isinstance(index, int) and 0 <= index < n, f"index must be an int in [0, {n}), got {index!r}")
+    expect(is_int(index) and 0 <= index < n, f"index must be an int in [0, {n}), got {index!r}")
     return sched.backends[index]
 
 
@@ -249,7 +250,7 @@ def ggml_backend_sched_get_n_splits(sched: Scheduler) -> int:
     Example:
         >>> ggml_backend_sched_graph_compute(sched, gf); ggml_backend_sched_get_n_splits(sched)
     """
-    return int(lib.ggml_backend_sched_get_n_splits(_sched(sched, "ggml_backend_sched_get_n_splits")))
+    return int(lib.ggml_backend_sched_get_n_splits(sched_ptr(sched, "ggml_backend_sched_get_n_splits")))
 
 
 # ggml_hash_size: the scheduler's hash set holds the smallest of these primes >= graph_size entries
@@ -262,7 +263,7 @@ def sched_hash_size(n: int) -> int:
     return next((p for p in _HASH_PRIMES if p >= n), n | 1)
 
 
-def _graph_ptr(graph: Graph, fn: str, sched: Scheduler | None = None):
+def graph_ptr(graph: Graph, fn: str, sched: Scheduler | None = None):
     if not isinstance(graph, Graph):
         raise_type(f"{fn}(graph)", "Graph", graph)
     g = graph.ptr
@@ -289,7 +290,7 @@ def _count_leafs(g, n_nodes: int) -> int:
     return len(leafs)
 
 
-def _check_indices(g) -> None:
+def check_sched_indices(g) -> None:
     """ggml's get_rows aborts on an out-of-range index: check the index inputs before computing."""
     nodes = [lib.ggml_graph_node(g, i) for i in range(lib.ggml_graph_n_nodes(g))]
     check_index_inputs(index_inputs(nodes))
@@ -311,7 +312,7 @@ def _sched_reserve(s: Any, g: Any) -> bool:
                     n.src[j] = src
 
 
-def _reserve_first(sched: Scheduler, s: Any, g: Any, fn: str) -> None:
+def reserve_first(sched: Scheduler, s: Any, g: Any, fn: str) -> None:
     """Before ggml allocates graph pointer ``g`` on reset scheduler ``sched`` (pointer ``s``): reserve its memory
     first when that might fail (more than the backends have free) or failed before. A scheduler whose
     allocation fails inside ggml_backend_sched_alloc_graph dereferences the missing buffer (segfault), and
@@ -345,10 +346,10 @@ def ggml_backend_sched_reserve(sched: Scheduler, graph: Graph) -> bool:
     Example:
         >>> ggml_backend_sched_reserve(sched, gf)
     """
-    s = _sched(sched, "ggml_backend_sched_reserve")
-    g = _graph_ptr(graph, "ggml_backend_sched_reserve", sched)
+    s = sched_ptr(sched, "ggml_backend_sched_reserve")
+    g = graph_ptr(graph, "ggml_backend_sched_reserve", sched)
     check_graph_ready(graph, sched.backends, "ggml_backend_sched_reserve", "alloc", scheduler=True)
-    with _exclusive(sched, graph.keepers, "ggml_backend_sched_reserve"):
+    with exclusive_sched(sched, graph.keepers, "ggml_backend_sched_reserve"):
         sched.release()  # reserving may move the scheduler's buffers
         ok = _sched_reserve(s, g)
         sched.__dict__["_alloc_failed"] = not ok  # ggml keeps no buffer after a failure: reserve before the next
@@ -374,43 +375,43 @@ def ggml_backend_sched_alloc_graph(sched: Scheduler, graph: Graph) -> bool:
         >>> ggml_backend_sched_graph_compute(sched, gf)
     """
     fn = "ggml_backend_sched_alloc_graph"
-    s = _sched(sched, fn)
-    g = _graph_ptr(graph, fn, sched)
+    s = sched_ptr(sched, fn)
+    g = graph_ptr(graph, fn, sched)
     check_graph_ready(graph, sched.backends, fn, "alloc", scheduler=True)
-    with _exclusive(sched, graph.keepers, fn):
+    with exclusive_sched(sched, graph.keepers, fn):
         # ggml aborts when a scheduler is allocated twice without a reset (e.g. after a compute): reset first.
         # The previous allocation's tensors lose their memory (its buffers may move).
         sched.release()
         lib.ggml_backend_sched_reset(s)
         reapply_tensor_backends(sched)
         check_graph_ready(graph, sched.backends, fn, "alloc", scheduler=True)  # again if the release took memory from it
-        placed = _unallocated(g)
-        _reserve_first(sched, s, g, fn)
+        placed = unallocated(g)
+        reserve_first(sched, s, g, fn)
         ok = bool(lib.ggml_backend_sched_alloc_graph(s, g))
-        _record(sched, graph, placed)
+        record_allocation(sched, graph, placed)
     if not ok:
         raise GgmlStateError("the scheduler could not allocate the graph (out of memory on a backend?)")
-    sched._allocated = int(ffi.cast("uintptr_t", g))
+    sched.allocated_graph = int(ffi.cast("uintptr_t", g))
     return ok
 
 
-def _unallocated(g: Any) -> list:
+def unallocated(g: Any) -> list:
     """The tensors of graph pointer ``g`` without memory (an allocation is about to place them)."""
     return [t for t in graph_tensor_ptrs(g)[1] if t.data == ffi.NULL]
 
 
-def _record(allocator: Any, graph: Graph, candidates: list) -> None:
+def record_allocation(allocator: Any, graph: Graph, candidates: list) -> None:
     """Record in ``allocator._allocs`` the tensors of ``candidates`` that got memory, each with the context
     holding its header (found among the graph's contexts), so they lose it when the allocator's goes."""
     placed = [t for t in candidates if t.data != ffi.NULL]
     if not placed:
         return
-    graph._allocators.setdefault(id(allocator), allocator)
-    contexts = [h for h in (graph.ctx, *graph._deps.values()) if isinstance(h, Context) and h.alive]
+    graph.allocators.setdefault(id(allocator), allocator)
+    contexts = [h for h in (graph.ctx, *graph.deps.values()) if isinstance(h, Context) and h.alive]
     where: dict[int, Any] = {}
     wanted = {ptr_key(t) for t in placed}
     for ctx in contexts:
-        for t in ctx._iter_tensor_ptrs():
+        for t in ctx.tensor_ptrs():
             k = ptr_key(t)
             if k in wanted:
                 where.setdefault(k, ctx)
@@ -418,7 +419,7 @@ def _record(allocator: Any, graph: Graph, candidates: list) -> None:
     for t in placed:
         owner = where.get(ptr_key(t))
         # the context's current generation too: after a ggml_reset the header is gone although the context lives
-        keepers = (owner, owner.generation) if owner is not None else (graph.ctx, *graph._deps.values())
+        keepers = (owner, owner.generation) if owner is not None else (graph.ctx, *graph.deps.values())
         groups.setdefault(id(keepers[0]) if owner is not None else 0, (keepers, []))[1].append((t, t.buffer))
     for keepers, tensors in groups.values():
         allocator._allocs.record(keepers, tensors)

@@ -8,19 +8,19 @@ from typing import Any
 import numpy as np
 
 from .._ffi import ffi, lib
-from ..backend.backend import _hold, _is_async, Backend, finish_backend
-from ..backend.device import _str
+from ..backend.backend import hold_until_sync, is_async, Backend, finish_backend
+from ..backend.device import decode_str
 from ..backend.probe import buffer_usable
 from ..backend.transfer import as_numeric, checked_values, numpy_dtype, shape_problem
 from ..core.args import int_arg
 from ..core.handle import computing, Handle, raise_type, unwrap, using
 from ..errors import GgmlStateError, GgmlValueError
-from ..graph.nodes import _tensor_label, tensor_memory
+from ..graph.nodes import tensor_label, tensor_memory
 from ..graph.objects import as_tensor, Tensor
 from .sched import Scheduler
 
 
-def _pending(fn: str, owner: Handle) -> str:
+def pending_message(fn: str, owner: Handle) -> str:
     if isinstance(owner, Scheduler):
         return f"{fn} (work still queued on the scheduler: call ggml_backend_sched_synchronize(sched) first)"
     return f"{fn} (work still queued on {owner.device.name}: call ggml_backend_synchronize(backend) first)"
@@ -28,7 +28,7 @@ def _pending(fn: str, owner: Handle) -> str:
 
 # ---------------------------------------------------------------- argument checks
 
-def _backend(backend: Any, fn: str, name: str = "backend") -> Any:
+def backend_arg(backend: Any, fn: str, name: str = "backend") -> Any:
     return unwrap(backend, Backend, f"{fn}({name})")
 
 
@@ -38,7 +38,7 @@ def _tensor_on(backend: Backend, tensor: Any, fn: str, name: str = "tensor") -> 
         raise_type(f"{fn}({name})", "Tensor", tensor)
     t = as_tensor(tensor, f"{fn}({name})")
     p = t.ptr
-    label = _tensor_label(p)
+    label = tensor_label(p)
     where = tensor_memory(p, f"{fn}: {label}")
     root = p.view_src if p.view_src != ffi.NULL else p
     if where != "backend":
@@ -48,9 +48,9 @@ def _tensor_on(backend: Backend, tensor: Any, fn: str, name: str = "tensor") -> 
                              "ggml_backend_tensor_set_data / ggml_backend_tensor_get_data for this one")
     if p.buffer == ffi.NULL:
         raise GgmlStateError(f"{fn}: {label} is a view that ggml has not placed in its buffer yet; pass the tensor it "
-                             f"views ({_tensor_label(root)}) with a byte offset instead")
+                             f"views ({tensor_label(root)}) with a byte offset instead")
     if backend is not None and not buffer_usable(backend, root.buffer):
-        buf = _str(lib.ggml_backend_buffer_name(root.buffer))
+        buf = decode_str(lib.ggml_backend_buffer_name(root.buffer))
         raise GgmlStateError(f"{fn}: {label} lives in a {buf} buffer, which backend {backend.name} does not own; pass "
                              f"the backend the tensor was allocated on (a {buf} backend), or allocate the tensor on "
                              f"{backend.name} with ggml_backend_alloc_ctx_tensors")
@@ -62,8 +62,8 @@ def _held_handles(t: Tensor, p: Any) -> list:
     root = p.view_src if p.view_src != ffi.NULL else p
     hs = list(t.keepers)
     for h in list(hs):
-        for b in getattr(h, "_buffers", ()):
-            if b._ptr is not None and b._ptr == root.buffer:
+        for b in getattr(h, "buffers", ()):
+            if b.alive and b.ptr == root.buffer:
                 hs.append(b)
     return hs
 
@@ -78,7 +78,7 @@ def _byte_arg(fn: str, name: str, value: Any, itemsize: int, dtype: Any) -> int:
 
 def _contiguous(p: Any, fn: str) -> None:
     if not lib.ggml_is_contiguous(p):
-        raise GgmlValueError(f"{fn}: {_tensor_label(p)} is a strided view; byte ranges of it are not its elements. "
+        raise GgmlValueError(f"{fn}: {tensor_label(p)} is a strided view; byte ranges of it are not its elements. "
                              "Transfer the tensor it views, or make it contiguous with ggml_cont in a graph")
 
 
@@ -87,7 +87,7 @@ def _byte_range(fn: str, p: Any, dtype: Any, offset: Any, size: Any) -> tuple[in
     off = _byte_arg(fn, "offset", offset, dtype.itemsize, dtype)
     n = nbytes - off if size is None else _byte_arg(fn, "size", size, dtype.itemsize, dtype)
     if off + n > nbytes or n < 0:
-        raise GgmlValueError(f"{fn}: {_tensor_label(p)} holds {nbytes} bytes; cannot read {n if size is not None else '-'} "
+        raise GgmlValueError(f"{fn}: {tensor_label(p)} holds {nbytes} bytes; cannot read {n if size is not None else '-'} "
                              f"bytes from byte offset {off} (offset + size <= {nbytes})")
     return off, n
 
@@ -123,14 +123,14 @@ def ggml_backend_tensor_set_async(backend: Backend, tensor: Tensor, data: Any, o
         >>> ggml_backend_synchronize(gpu)
     """
     fn = "ggml_backend_tensor_set_async"
-    b = _backend(backend, fn)
+    b = backend_arg(backend, fn)
     t, p = _tensor_on(backend, tensor, fn)
     dtype = numpy_dtype(t)
     _contiguous(p, fn)
     elem_offset = None
     if offset is not None:
         elem_offset = _byte_arg(fn, "offset", offset, dtype.itemsize, dtype) // dtype.itemsize
-    what = f"{fn}: {_tensor_label(p)}"
+    what = f"{fn}: {tensor_label(p)}"
     arr = as_numeric(data, f"{what} (data)")
     problem = shape_problem(arr.shape, t, elem_offset)
     if problem is not None:
@@ -144,7 +144,7 @@ def ggml_backend_tensor_set_async(backend: Backend, tensor: Tensor, data: Any, o
             raise GgmlValueError(f"{fn}: size must be the byte count of the data in the tensor's type: {flat.nbytes} "
                                  f"({flat.size} values of {dtype.itemsize} bytes, {dtype}), got {n}; leave size out "
                                  "(None) to take it from the data")
-    queued = _is_async(backend)
+    queued = is_async(backend)
     if queued and np.shares_memory(flat, arr):
         flat = flat.copy()  # the device reads it later: a change the caller makes meanwhile must not reach it
     start = (elem_offset or 0) * dtype.itemsize
@@ -152,7 +152,7 @@ def ggml_backend_tensor_set_async(backend: Backend, tensor: Tensor, data: Any, o
         with computing([backend]):  # a backend's queue is not safe for two threads at once
             lib.ggml_backend_tensor_set_async(b, p, ffi.from_buffer(flat), start, flat.nbytes)
         if queued:
-            _hold(backend, _pending(fn, backend), _held_handles(t, p), (flat,))
+            hold_until_sync(backend, pending_message(fn, backend), _held_handles(t, p), (flat,))
 
 
 def ggml_backend_tensor_get_async(backend: Backend, tensor: Tensor, offset: int = 0, size: int | None = None) -> np.ndarray:
@@ -183,7 +183,7 @@ def ggml_backend_tensor_get_async(backend: Backend, tensor: Tensor, offset: int 
 
 
 def _get_async(fn: str, backend: Backend, tensor: Tensor, offset: Any, size: Any) -> np.ndarray:
-    b = _backend(backend, fn)
+    b = backend_arg(backend, fn)
     t, p = _tensor_on(backend, tensor, fn)
     dtype = numpy_dtype(t)
     _contiguous(p, fn)
@@ -192,8 +192,8 @@ def _get_async(fn: str, backend: Backend, tensor: Tensor, offset: Any, size: Any
     with using([backend, *t.keepers], fn):
         with computing([backend]):
             lib.ggml_backend_tensor_get_async(b, p, ffi.from_buffer(out), off, n)
-        if _is_async(backend):
-            _hold(backend, _pending(fn, backend), _held_handles(t, p), (out,))
+        if is_async(backend):
+            hold_until_sync(backend, pending_message(fn, backend), _held_handles(t, p), (out,))
     return out
 
 
@@ -224,7 +224,7 @@ def ggml_backend_tensor_get_and_sync(backend: Backend | None, tensor: Tensor, of
     t = as_tensor(tensor, f"{fn}(tensor)")
     p = t.ptr
     dtype = numpy_dtype(t)
-    where = tensor_memory(p, f"{fn}: {_tensor_label(p)}")
+    where = tensor_memory(p, f"{fn}: {tensor_label(p)}")
     _contiguous(p, fn)
     off, n = _byte_range(fn, p, dtype, offset, size)
     out = np.empty(n, dtype=np.uint8)
@@ -240,7 +240,7 @@ def _same_layout(fn: str, src: Any, dst: Any) -> None:
     same = src.type == dst.type and all(src.ne[i] == dst.ne[i] and src.nb[i] == dst.nb[i] for i in range(4))
     if not same:
         def desc(p: Any) -> str:
-            return f"{_tensor_label(p)} ne {[int(p.ne[i]) for i in range(4)]} nb {[int(p.nb[i]) for i in range(4)]}"
+            return f"{tensor_label(p)} ne {[int(p.ne[i]) for i in range(4)]} nb {[int(p.nb[i]) for i in range(4)]}"
         raise GgmlValueError(f"{fn}: src and dst must have the same type, shape and strides; got src {desc(src)}, "
                              f"dst {desc(dst)}. Copy through numpy (ggml_backend_tensor_get_data, then "
                              "ggml_backend_tensor_set_data) or with ggml_cpy in a graph to convert")
@@ -267,16 +267,16 @@ def ggml_backend_tensor_copy_async(backend_src: Backend, backend_dst: Backend, s
         >>> ggml_backend_synchronize(gpu)
     """
     fn = "ggml_backend_tensor_copy_async"
-    bs = _backend(backend_src, fn, "backend_src")
-    bd = _backend(backend_dst, fn, "backend_dst")
+    bs = backend_arg(backend_src, fn, "backend_src")
+    bd = backend_arg(backend_dst, fn, "backend_dst")
     ts, ps = _tensor_on(backend_src, src, fn, "src")
     td, pd = _tensor_on(backend_dst, dst, fn, "dst")
     _same_layout(fn, ps, pd)
     with using([backend_src, backend_dst, *ts.keepers, *td.keepers], fn):
         with computing([backend_src, backend_dst]):
             lib.ggml_backend_tensor_copy_async(bs, bd, ps, pd)
-        if _is_async(backend_dst) or _is_async(backend_src):
-            _hold(backend_dst, _pending(fn, backend_dst), [*_held_handles(ts, ps), *_held_handles(td, pd)])
+        if is_async(backend_dst) or is_async(backend_src):
+            hold_until_sync(backend_dst, pending_message(fn, backend_dst), [*_held_handles(ts, ps), *_held_handles(td, pd)])
 
 
 def ggml_backend_tensor_copy(src: Tensor, dst: Tensor) -> None:

@@ -12,7 +12,7 @@ from ..graph.graph import walk_graph
 from ..graph.objects import Tensor
 
 
-def _count_forward(outputs: Sequence[Tensor], with_leafs: bool = False) -> Any:
+def count_forward(outputs: Sequence[Tensor], with_leafs: bool = False) -> Any:
     """Forward nodes reachable from the outputs, and the trainable leafs among them (and the other leafs)."""
     params, n_nodes, n_leafs = [], 0, 0
     flag = int(lib.GGML_TENSOR_FLAG_PARAM)
@@ -80,7 +80,7 @@ def training_step_work(outputs: Sequence[Tensor], opt_period: int = 1) -> StepWo
     """The work of one training step (forward and backward: 3x the forward pass) of ``outputs``, with the
     optimizer stepping every ``opt_period`` steps."""
     forward = forward_work(outputs)
-    n_params = sum(float(lib.ggml_nelements(p)) for p in _count_forward(outputs)[1])
+    n_params = sum(float(lib.ggml_nelements(p)) for p in count_forward(outputs)[1])
     per_param = OPTIMIZER_ELEMENTS_PER_PARAM / max(1, opt_period) + (1.0 if opt_period > 1 else 0.0)
     return StepWork(3.0 * forward.flops, 3.0 * forward.blas_flops,
                     3.0 * forward.pool_elements + n_params * per_param)

@@ -35,8 +35,8 @@ def c_string(fn: str, what: str, value: Any) -> bytes:
 Shape = tuple[int, int, int, int]
 
 
-def fail(fn: str, message: str, kind: type[Exception] = GgmlValueError) -> None:
-    raise kind(f"{fn}: {message}")
+def fail(fn: str | None, message: str, kind: type[Exception] = GgmlValueError) -> None:
+    raise kind(f"{fn}: {message}" if fn else message)
 
 
 INT32_MAX = (1 << 31) - 1
@@ -54,9 +54,22 @@ def is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
 
 
-def learning_rate_arg(what: str, value: Any) -> float:
-    """A learning rate as ggml keeps it, a float32: a finite number in [FLOAT32_TINY, FLOAT32_MAX] (1e-300
-    would become 0 and change nothing, 1e300 inf and make every weight NaN)."""
+LR_FLOOR = 1e-12  # the smallest rate a schedule sets: ggml aborts on a learning rate <= 0
+
+
+def learning_rate_arg(what: str, value: Any, schedule: bool = False) -> float:
+    """The one rule for learning rates, which ggml keeps as float32.
+
+    A rate the user gives (``ggml_compile``, ``ggml_fit_opt*``, ``trainer.set_lr``) must be a finite number
+    in [FLOAT32_TINY, FLOAT32_MAX]: 1e-300 would become 0 and change nothing, 1e300 inf and make every
+    weight NaN, so both raise. A rate set while training (``schedule``: ``ggml_opt_set_lr`` and the
+    learning-rate callbacks) may decay to 0, meaning "stop learning": values in [0, LR_FLOOR) become
+    LR_FLOOR, since ggml aborts on 0."""
+    if schedule:
+        if not is_real(value) or not 0 <= value <= FLOAT32_MAX:
+            raise GgmlValueError(f"{what} must be a finite number >= 0 (ggml keeps it as a float32: at most "
+                                 f"{FLOAT32_MAX:.4g}), got {value!r}")
+        return max(float(value), LR_FLOOR)
     if not is_real(value) or not FLOAT32_TINY <= value <= FLOAT32_MAX:
         raise GgmlValueError(f"{what} must be a finite number > 0 that float32 holds (ggml keeps it as one: "
                              f"{FLOAT32_TINY:.3g} to {FLOAT32_MAX:.4g}), got {value!r}")

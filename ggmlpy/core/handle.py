@@ -31,7 +31,7 @@ from ..errors import GgmlInUseError, GgmlStateError
 
 # One lock for every in-use mark and every free: a free sees every mark set before it, and a call that
 # marks a handle sees every free done before it (re-entrant: a free frees its children under it).
-_LOCK = threading.RLock()
+HANDLE_LOCK = threading.RLock()
 _epoch = [0]
 
 
@@ -54,10 +54,10 @@ class Handle:
             raise GgmlStateError(f"ggml returned NULL while creating a {self.kind}")
         self._ptr = ptr
         self._addr = int(ffi.cast("uintptr_t", ptr))
-        self._parents = tuple(p for p in parents if p is not None)
+        self.parents = tuple(p for p in parents if p is not None)
         self._children: weakref.WeakSet[Handle] = weakref.WeakSet()
-        self._users: list[str] = []  # the running calls that use this handle (see ``using``)
-        for parent in self._parents:
+        self.users: list[str] = []  # the running calls that use this handle (see ``using``)
+        for parent in self.parents:
             parent._children.add(self)
         self._finalizer = weakref.finalize(self, free_fn, ptr) if free_fn else None
 
@@ -67,7 +67,7 @@ class Handle:
         ptr = self._ptr
         if ptr is None:
             raise GgmlStateError(f"this {self.kind} has been freed")
-        for parent in self._parents:
+        for parent in self.parents:
             if parent._ptr is None:
                 raise GgmlStateError(f"this {self.kind} depends on a {parent.kind} that has been freed")
         return ptr
@@ -83,10 +83,10 @@ class Handle:
 
         Raises GgmlInUseError, freeing nothing, while a running call uses this handle or one of its
         children (see ``using``)."""
-        with _LOCK:
+        with HANDLE_LOCK:
             if self._ptr is None:
                 return
-            busy = self._busy_in_tree()
+            busy = self.busy_in_tree()
             if busy is not None:
                 handle, what = busy
                 which = "it" if handle is self else f"a {handle.kind} that depends on it"
@@ -102,12 +102,12 @@ class Handle:
                 self._finalizer()
             self._ptr = None
 
-    def _busy_in_tree(self) -> tuple["Handle", str] | None:
+    def busy_in_tree(self) -> tuple["Handle", str] | None:
         """(handle, call) of a running call that uses this handle or one of its descendants, or None."""
-        if self._users:
-            return self, self._users[-1]
+        if self.users:
+            return self, self.users[-1]
         for child in list(self._children):
-            found = child._busy_in_tree()
+            found = child.busy_in_tree()
             if found is not None:
                 return found
         return None
@@ -115,7 +115,7 @@ class Handle:
     @property
     def in_use(self) -> bool:
         """Whether a running call uses this handle (it cannot be freed now)."""
-        return bool(self._users)
+        return bool(self.users)
 
     def _before_free(self) -> None:
         """Hook for subclasses that must tidy C state before the free call."""
@@ -142,7 +142,7 @@ class Handle:
         return hash((type(self).__name__, self._addr))
 
 
-def _unique(handles: Iterable[Any]) -> list["Handle"]:
+def unique_handles(handles: Iterable[Any]) -> list["Handle"]:
     """The distinct handles (by identity: two handles may compare equal by address) among ``handles``."""
     seen: dict[int, Handle] = {}
     for h in handles:
@@ -160,34 +160,34 @@ def using(handles: Iterable[Any], what: str, exclusive: Iterable[Any] = (),
     handles must not be in use by another call already (checked and marked in one step, so two threads
     cannot both pass): else GgmlInUseError with ``busy(the other call)`` as its message. ``check`` runs
     under the same lock, before anything is marked (a condition no other thread can change meanwhile)."""
-    hs = _unique([*handles, *exclusive])
-    with _LOCK:
+    hs = unique_handles([*handles, *exclusive])
+    with HANDLE_LOCK:
         for h in hs:
             if h._ptr is None:
                 h.ptr  # noqa: B018 - raises, saying what was freed
         if check is not None:
             check()
-        for h in _unique(exclusive):
-            if h._users:
-                raise GgmlInUseError(busy(h._users[-1]) if busy else
-                                     f"{what}: this {h.kind} is in use by {h._users[-1]}; call it afterwards")
+        for h in unique_handles(exclusive):
+            if h.users:
+                raise GgmlInUseError(busy(h.users[-1]) if busy else
+                                     f"{what}: this {h.kind} is in use by {h.users[-1]}; call it afterwards")
         for h in hs:
-            h._users.append(what)
+            h.users.append(what)
     try:
         yield
     finally:
-        with _LOCK:
+        with HANDLE_LOCK:
             for h in hs:
-                h._users.remove(what)
+                h.users.remove(what)
 
 
 def compute_locks(backends: Iterable[Any]) -> tuple:
     """The compute locks of ``backends``, in the one order every caller takes them (no deadlock)."""
     locks = []
-    for b in sorted(_unique(backends), key=id):
+    for b in sorted(unique_handles(backends), key=id):
         lock = b.__dict__.get("_compute_lock")
         if lock is None:
-            with _LOCK:
+            with HANDLE_LOCK:
                 lock = b.__dict__.setdefault("_compute_lock", threading.RLock())
         locks.append(lock)
     return tuple(locks)
@@ -293,7 +293,7 @@ class Allocations:
     def release(self) -> None:
         if not self._records:
             return
-        with _LOCK:
+        with HANDLE_LOCK:
             for keepers, tensors in self._records:
                 if all(k.alive for k in keepers):
                     for t, buf in tensors:

@@ -11,7 +11,7 @@ from typing import Any
 from ..errors import expect, GgmlTypeError, GgmlValueError, GgufFileError, GgufFileNotFoundError
 
 
-def _fs_path(path: Any, fn: str) -> str:
+def fs_path(path: Any, fn: str) -> str:
     try:
         p = os.fspath(path)
     except TypeError:
@@ -27,7 +27,7 @@ def _fs_path(path: Any, fn: str) -> str:
     return p
 
 
-def _reason(lines: list[str]) -> str:
+def os_reason(lines: list[str]) -> str:
     return f" (ggml: {'; '.join(s.strip() for s in lines)})" if lines else ""
 
 
@@ -40,7 +40,7 @@ def _file_kind(mode: int) -> str:
     return "not a regular file"
 
 
-def _check_readable_file(p: str, fn: str) -> int:
+def check_readable_file(p: str, fn: str) -> int:
     """Refuse what ggml cannot read as a GGUF file; returns the file's size. Only regular files: ggml seeks
     and asks for the size, and opening a FIFO (or a device) blocks until a writer comes, in C, where
     Ctrl-C cannot reach it."""
@@ -59,7 +59,7 @@ def _check_readable_file(p: str, fn: str) -> int:
     return int(st.st_size)
 
 
-def _check_writable_path(p: str, fn: str) -> None:
+def check_writable_path(p: str, fn: str) -> None:
     """Writing to an existing FIFO or socket would block in C (waiting for a reader); a directory fails."""
     try:
         st = os.stat(p)
@@ -69,7 +69,7 @@ def _check_writable_path(p: str, fn: str) -> None:
         raise GgufFileError(f"{fn}: {p!r} is {_file_kind(st.st_mode)}; write GGUF to a regular file")
 
 
-def _path_bytes(p: Any) -> bytes:
+def path_bytes(p: Any) -> bytes:
     raw = os.fsencode(p)
     if b"\0" in raw:
         raise GgmlValueError(f"a file path must not contain NUL characters, got {p!r}")

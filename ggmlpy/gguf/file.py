@@ -8,11 +8,11 @@ from typing import Any, Iterator
 
 from .._ffi import ffi, ggml_logger, lib
 from ..core.handle import free_handle, Handle, unwrap
-from ..core.paths import _check_readable_file, _fs_path, _path_bytes, _reason
+from ..core.paths import check_readable_file, fs_path, path_bytes, os_reason
 from ..core.sysmem import check_fits_memory
 from ..errors import expect, GgmlTypeError, GgufFileError
 from ..graph.objects import Context, Tensor
-from .header import _check_data_in_file, _check_header, _data_extent
+from .header import check_data_in_file, check_header, data_extent
 
 
 class GgufContext(Handle):
@@ -22,10 +22,10 @@ class GgufContext(Handle):
         super().__init__(ptr, lib.gguf_free)
         self.path = path
         self.ggml_ctx = ggml_ctx  # tensors with the file's data (gguf_init_from_file(no_alloc=False))
-        self._nul_values: set[str] = set()  # keys read from the file whose strings hold NUL bytes (C cuts them)
+        self.nul_values: set[str] = set()  # keys read from the file whose strings hold NUL bytes (C cuts them)
         # One entry per tensor info: (Tensor, data address, buffer address) for tensors added here,
         # None for tensors read from a file (their headers carry no data to write).
-        self._sources: list[tuple[Tensor, int, int] | None] = [None] * int(lib.gguf_get_n_tensors(ptr))
+        self.sources: list[tuple[Tensor, int, int] | None] = [None] * int(lib.gguf_get_n_tensors(ptr))
 
     def _describe(self) -> str:
         if self._ptr is None:
@@ -43,12 +43,12 @@ class _FileDataContext(Context):
         self.no_alloc = False
 
 
-def _addr(p: Any) -> int:
+def tensor_addr(p: Any) -> int:
     return int(ffi.cast("uintptr_t", p))
 
 
 @contextmanager
-def _ggml_errors() -> Iterator[list[str]]:
+def captured_ggml_errors() -> Iterator[list[str]]:
     """Collect ggml's error log lines during a call, to put ggml's reason into the exception."""
     lines: list[str] = []
 
@@ -104,46 +104,46 @@ def gguf_init_from_file(path: Any, no_alloc: bool = True) -> GgufContext:
         ...     names = [gguf_get_tensor_name(g, i) for i in range(gguf_get_n_tensors(g))]
     """
     fn = "gguf_init_from_file"
-    p = _fs_path(path, fn)
+    p = fs_path(path, fn)
     expect(isinstance(no_alloc, bool), f"{fn}: no_alloc must be a bool, got {no_alloc!r}", GgmlTypeError)
-    size = _check_readable_file(p, fn)
+    size = check_readable_file(p, fn)
     # The header first, without data: ggml checks its structure and allocates nothing beyond the file's size.
-    header = _open_header(p, fn)
+    header = open_header(p, fn)
     try:
-        exact = _check_header(header.ptr, p, fn)
+        exact = check_header(header.ptr, p, fn)
         if not no_alloc:
             # ggml would allocate the declared data size at once and abort when that fails: a size field
             # flipped to a huge value must be caught here, before the C call.
-            _check_data_in_file(header.ptr, size, p, fn)
-            need = _data_extent(header.ptr) - int(lib.gguf_get_data_offset(header.ptr)) + \
+            check_data_in_file(header.ptr, size, p, fn)
+            need = data_extent(header.ptr) - int(lib.gguf_get_data_offset(header.ptr)) + \
                 (int(lib.gguf_get_n_tensors(header.ptr)) + 1) * int(lib.ggml_tensor_overhead())
     except BaseException:
         header.free()
         raise
     if no_alloc:
-        header._nul_values = exact.nul_values
+        header.nul_values = exact.nul_values
         return header
     header.free()
     check_fits_memory(fn, f"the data of {p!r}", need, "open it with no_alloc=True and load the tensors you need "
                       "into backend tensors with ggml_load_weights_gguf")
     ctx_out = ffi.new("struct ggml_context **")
     params = ffi.new("struct gguf_init_params *", {"no_alloc": False, "ctx": ctx_out})
-    with _ggml_errors() as lines:
-        ptr = lib.gguf_init_from_file(_path_bytes(p), params[0])
+    with captured_ggml_errors() as lines:
+        ptr = lib.gguf_init_from_file(path_bytes(p), params[0])
     if ptr == ffi.NULL:
-        raise GgufFileError(f"{fn}: {p!r} could not be loaded{_reason(lines)}")
+        raise GgufFileError(f"{fn}: {p!r} could not be loaded{os_reason(lines)}")
     ggml_ctx = _FileDataContext(ctx_out[0]) if ctx_out[0] != ffi.NULL else None
     g = GgufContext(ptr, path=p, ggml_ctx=ggml_ctx)
-    g._nul_values = exact.nul_values
+    g.nul_values = exact.nul_values
     return g
 
 
-def _open_header(p: str, fn: str) -> GgufContext:
+def open_header(p: str, fn: str) -> GgufContext:
     params = ffi.new("struct gguf_init_params *", {"no_alloc": True, "ctx": ffi.NULL})
-    with _ggml_errors() as lines:
-        ptr = lib.gguf_init_from_file(_path_bytes(p), params[0])
+    with captured_ggml_errors() as lines:
+        ptr = lib.gguf_init_from_file(path_bytes(p), params[0])
     if ptr == ffi.NULL:
-        raise GgufFileError(f"{fn}: {p!r} is not a valid GGUF file{_reason(lines)}")
+        raise GgufFileError(f"{fn}: {p!r} is not a valid GGUF file{os_reason(lines)}")
     return GgufContext(ptr, path=p)
 
 
@@ -165,5 +165,5 @@ def gguf_free(ctx: GgufContext) -> None:
     free_handle(ctx, GgufContext, "gguf_free(ctx)")
 
 
-def _gctx(ctx: Any, fn: str) -> Any:
+def unwrap_gguf(ctx: Any, fn: str) -> Any:
     return unwrap(ctx, GgufContext, f"{fn}(ctx)")

@@ -3,12 +3,12 @@ extent) so that a malformed file raises instead of aborting.
 """
 from __future__ import annotations
 
-import numbers
 import struct
 from typing import Any
 
 import numpy as np
 
+from ..core.args import is_int
 from .._ffi import ffi, lib
 from ..errors import GgmlTypeError, GgmlValueError, GgufFileError
 
@@ -31,13 +31,13 @@ _NUMERIC = {
     GGUF_TYPE_UINT64: ("u64", np.uint64), GGUF_TYPE_INT64: ("i64", np.int64), GGUF_TYPE_FLOAT32: ("f32", np.float32),
     GGUF_TYPE_FLOAT64: ("f64", np.float64), GGUF_TYPE_BOOL: ("bool", np.bool_),
 }
-_GGUF_DTYPES = {t: np.dtype(dt) for t, (_, dt) in _NUMERIC.items()}
-_DTYPE_GGUF = {dt: t for t, dt in _GGUF_DTYPES.items()}
-_DTYPE_GGUF[np.dtype(np.float16)] = GGUF_TYPE_FLOAT32  # no F16 value type: widen
-_GETTERS = {t: getattr(lib, f"gguf_get_val_{sfx}") for t, (sfx, _) in _NUMERIC.items()}
-_SETTERS = {t: getattr(lib, f"gguf_set_val_{sfx}") for t, (sfx, _) in _NUMERIC.items()}
-_INT_RANGES = {t: (int(np.iinfo(dt).min), int(np.iinfo(dt).max) + 1)
-               for t, dt in _GGUF_DTYPES.items() if np.issubdtype(dt, np.integer)}
+GGUF_DTYPES = {t: np.dtype(dt) for t, (_, dt) in _NUMERIC.items()}
+DTYPE_GGUF = {dt: t for t, dt in GGUF_DTYPES.items()}
+DTYPE_GGUF[np.dtype(np.float16)] = GGUF_TYPE_FLOAT32  # no F16 value type: widen
+GETTERS = {t: getattr(lib, f"gguf_get_val_{sfx}") for t, (sfx, _) in _NUMERIC.items()}
+SETTERS = {t: getattr(lib, f"gguf_set_val_{sfx}") for t, (sfx, _) in _NUMERIC.items()}
+INT_RANGES = {t: (int(np.iinfo(dt).min), int(np.iinfo(dt).max) + 1)
+               for t, dt in GGUF_DTYPES.items() if np.issubdtype(dt, np.integer)}
 
 
 def gguf_type_name(t: int) -> str:
@@ -52,7 +52,7 @@ def gguf_type_name(t: int) -> str:
         >>> gguf_type_name(gguf_get_kv_type(g, "general.name"))
         'str'
     """
-    if not isinstance(t, numbers.Integral) or isinstance(t, (bool, np.bool_)):
+    if not is_int(t):
         raise GgmlTypeError(f"gguf_type_name: t must be an int GGUF type (gguf_get_kv_type), got {t!r}")
     name = lib.gguf_type_name(int(t)) if 0 <= t < GGUF_TYPE_COUNT else ffi.NULL
     if name == ffi.NULL:
@@ -129,7 +129,7 @@ def _scan_header(raw: bytes) -> _Header:
     return h
 
 
-def _check_header(g: Any, p: str, fn: str) -> _Header:
+def check_header(g: Any, p: str, fn: str) -> _Header:
     """Refuse keys and tensor names that ggml would cut at a NUL byte (two keys could merge into one, a
     tensor be found under another name) or that are not UTF-8 (they would be shown and matched wrongly)."""
     end = int(lib.gguf_get_data_offset(g))
@@ -156,7 +156,7 @@ def _check_header(g: Any, p: str, fn: str) -> _Header:
     return h
 
 
-def _data_extent(g: Any) -> int:
+def data_extent(g: Any) -> int:
     """End of the data section that the tensor infos of GGUF context pointer ``g`` declare (in bytes)."""
     base = int(lib.gguf_get_data_offset(g))
     end = base
@@ -165,7 +165,7 @@ def _data_extent(g: Any) -> int:
     return end
 
 
-def _check_data_in_file(g: Any, size: int, p: str, fn: str) -> None:
+def check_data_in_file(g: Any, size: int, p: str, fn: str) -> None:
     """Every tensor's data must lie inside the file (a truncated file, or a size field flipped to a huge
     value, would make ggml allocate and read beyond it)."""
     base = int(lib.gguf_get_data_offset(g))

@@ -8,14 +8,14 @@ from typing import Any
 import numpy as np
 
 from .._ffi import ffi, lib
-from ..core.args import c_string
+from ..core.args import c_string, is_int
 from ..errors import expect, GgmlTypeError, GgmlValueError, GgufKeyError
-from .file import _gctx, GgufContext
-from .header import (_DTYPE_GGUF, _GETTERS, _GGUF_DTYPES, _INT_RANGES, _SETTERS, FLOAT32_MAX,
+from .file import unwrap_gguf, GgufContext
+from .header import (DTYPE_GGUF, GETTERS, GGUF_DTYPES, INT_RANGES, SETTERS, FLOAT32_MAX,
                      GGUF_KEY_GENERAL_ALIGNMENT, GGUF_TYPE_ARRAY, GGUF_TYPE_BOOL, GGUF_TYPE_FLOAT32,
                      GGUF_TYPE_FLOAT64, GGUF_TYPE_INT32, GGUF_TYPE_INT64, gguf_type_name, GGUF_TYPE_STRING,
                      GGUF_TYPE_UINT32, GGUF_TYPE_UINT64)
-from .tensors import _index_in
+from .tensors import index_in
 
 
 def gguf_get_n_kv(ctx: GgufContext) -> int:
@@ -29,7 +29,7 @@ def gguf_get_n_kv(ctx: GgufContext) -> int:
     Example:
         >>> {gguf_get_key(g, i): gguf_get_val(g, i) for i in range(gguf_get_n_kv(g))}
     """
-    return int(lib.gguf_get_n_kv(_gctx(ctx, "gguf_get_n_kv")))
+    return int(lib.gguf_get_n_kv(unwrap_gguf(ctx, "gguf_get_n_kv")))
 
 
 def _key_bytes(key: Any, fn: str) -> bytes:
@@ -51,17 +51,17 @@ def gguf_find_key(ctx: GgufContext, key: str) -> int:
         >>> gguf_find_key(g, "general.name") >= 0
         True
     """
-    return int(lib.gguf_find_key(_gctx(ctx, "gguf_find_key"), _key_bytes(key, "gguf_find_key")))
+    return int(lib.gguf_find_key(unwrap_gguf(ctx, "gguf_find_key"), _key_bytes(key, "gguf_find_key")))
 
 
 def _key_id(ctx: GgufContext, key_id: Any, fn: str) -> tuple[Any, int]:
-    g = _gctx(ctx, fn)
+    g = unwrap_gguf(ctx, fn)
     if isinstance(key_id, str):
         kid = int(lib.gguf_find_key(g, _key_bytes(key_id, fn)))
         if kid < 0:
             raise GgufKeyError(f"{fn}: no key {key_id!r} in this GGUF context")
         return g, kid
-    return g, _index_in(fn, "key_id", key_id, int(lib.gguf_get_n_kv(g)), "keys", " or a key name")
+    return g, index_in(fn, "key_id", key_id, int(lib.gguf_get_n_kv(g)), "keys", " or a key name")
 
 
 def gguf_get_key(ctx: GgufContext, key_id: int) -> str:
@@ -117,22 +117,22 @@ def gguf_get_val(ctx: GgufContext, key_id: int | str) -> Any:
     fn = "gguf_get_val"
     g, kid = _key_id(ctx, key_id, fn)
     t = int(lib.gguf_get_kv_type(g, kid))
-    if ctx._nul_values:
+    if ctx.nul_values:
         key = ffi.string(lib.gguf_get_key(g, kid)).decode("utf-8", "replace")
-        if key in ctx._nul_values:
+        if key in ctx.nul_values:
             raise GgmlValueError(f"{fn}: the string value of key {key!r} holds a NUL byte, where C (and so ggml) cuts "
                                  "strings: it cannot be returned whole. Read the file with the gguf package, or set "
                                  "the key to a new value")
     if t == GGUF_TYPE_STRING:
         return ffi.string(lib.gguf_get_val_str(g, kid)).decode("utf-8", "replace")
-    if t in _GETTERS:
-        return _GETTERS[t](g, kid)
+    if t in GETTERS:
+        return GETTERS[t](g, kid)
     if t == GGUF_TYPE_ARRAY:
         at, n = int(lib.gguf_get_arr_type(g, kid)), int(lib.gguf_get_arr_n(g, kid))
         if at == GGUF_TYPE_STRING:
             return [ffi.string(lib.gguf_get_arr_str(g, kid, i)).decode("utf-8", "replace") for i in range(n)]
-        if at in _GGUF_DTYPES:
-            dt = _GGUF_DTYPES[at]
+        if at in GGUF_DTYPES:
+            dt = GGUF_DTYPES[at]
             if n == 0:
                 return []
             raw = ffi.buffer(lib.gguf_get_arr_data(g, kid), n * dt.itemsize)
@@ -154,8 +154,8 @@ def gguf_remove_key(ctx: GgufContext, key: str) -> int:
     Example:
         >>> gguf_remove_key(g, "training.epochs")
     """
-    g, kb = _gctx(ctx, "gguf_remove_key"), _key_bytes(key, "gguf_remove_key")
-    ctx._nul_values.discard(key)
+    g, kb = unwrap_gguf(ctx, "gguf_remove_key"), _key_bytes(key, "gguf_remove_key")
+    ctx.nul_values.discard(key)
     return int(lib.gguf_remove_key(g, kb))
 
 
@@ -171,13 +171,13 @@ def _check_alignment_key(g: Any, key: str, gtype: int, value: Any, fn: str) -> N
 
 
 def _set_scalar(ctx: GgufContext, key: str, value: Any, gtype: int, fn: str) -> None:
-    g = _gctx(ctx, fn)
+    g = unwrap_gguf(ctx, fn)
     kb = _key_bytes(key, fn)
-    ctx._nul_values.discard(key)
-    if gtype in _INT_RANGES:
-        expect(isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)),
+    ctx.nul_values.discard(key)
+    if gtype in INT_RANGES:
+        expect(is_int(value),
                f"{fn}: value must be an int, got {value!r}", GgmlTypeError)
-        lo, hi = _INT_RANGES[gtype]
+        lo, hi = INT_RANGES[gtype]
         expect(lo <= int(value) < hi, f"{fn}: {value} is out of range for {gguf_type_name(gtype)} [{lo}, {hi - 1}]")
         value = int(value)
     elif gtype == GGUF_TYPE_BOOL:
@@ -192,7 +192,7 @@ def _set_scalar(ctx: GgufContext, key: str, value: Any, gtype: int, fn: str) -> 
                f"{fn}: {value} is beyond f32's range (+-{FLOAT32_MAX:.4g}) and would be stored as inf; use "
                "gguf_set_val_f64")
     _check_alignment_key(g, key, gtype, value, fn)
-    _SETTERS[gtype](g, kb, value)
+    SETTERS[gtype](g, kb, value)
 
 
 def gguf_set_val_str(ctx: GgufContext, key: str, value: str) -> None:
@@ -210,9 +210,9 @@ def gguf_set_val_str(ctx: GgufContext, key: str, value: str) -> None:
         >>> gguf_set_val_str(g, "general.name", "mnist-mlp")
     """
     fn = "gguf_set_val_str"
-    g = _gctx(ctx, fn)
+    g = unwrap_gguf(ctx, fn)
     kb = _key_bytes(key, fn)
-    ctx._nul_values.discard(key)
+    ctx.nul_values.discard(key)
     raw = c_string(fn, "value", value)
     _check_alignment_key(g, key, GGUF_TYPE_STRING, value, fn)
     lib.gguf_set_val_str(g, kb, raw)
@@ -322,7 +322,7 @@ def gguf_set_val_bool(ctx: GgufContext, key: str, value: bool) -> None:
 
 def _int_type(values: list[int]) -> int:
     for t in (GGUF_TYPE_INT32, GGUF_TYPE_INT64, GGUF_TYPE_UINT64):
-        lo, hi = _INT_RANGES[t]
+        lo, hi = INT_RANGES[t]
         if all(lo <= v < hi for v in values):
             return t
     raise GgmlValueError(f"integers out of the 64-bit range: {values[:4]!r}")
@@ -340,18 +340,18 @@ def _set_array(g: Any, key: str, kb: bytes, value: Any, fn: str) -> None:
     if items is not None:
         if all(isinstance(v, (bool, np.bool_)) for v in items) and items:
             arr = np.asarray(items, dtype=np.bool_)
-        elif all(isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)) for v in items):
+        elif all(is_int(v) for v in items):
             ints = [int(v) for v in items]
-            arr = np.asarray(ints, dtype=_GGUF_DTYPES[_int_type(ints)])
+            arr = np.asarray(ints, dtype=GGUF_DTYPES[_int_type(ints)])
         elif all(isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) for v in items):
             arr = np.asarray(items, dtype=np.float64)
         else:
             raise GgmlTypeError(f"{fn}: a list value must hold only str, only bool or only numbers; key {key!r}")
     expect(arr.ndim == 1, f"{fn}: array values must be 1-D, key {key!r} has shape {arr.shape}")
-    gtype = _DTYPE_GGUF.get(arr.dtype)
+    gtype = DTYPE_GGUF.get(arr.dtype)
     if gtype is None:
         raise GgmlTypeError(f"{fn}: arrays of dtype {arr.dtype} cannot be stored (key {key!r})")
-    arr = np.ascontiguousarray(arr, dtype=_GGUF_DTYPES[gtype])
+    arr = np.ascontiguousarray(arr, dtype=GGUF_DTYPES[gtype])
     _check_alignment_key(g, key, GGUF_TYPE_ARRAY, value, fn)
     lib.gguf_set_arr_data(g, kb, gtype, ffi.from_buffer(arr) if arr.size else ffi.NULL, arr.size)
 
@@ -375,15 +375,15 @@ def gguf_set_val(ctx: GgufContext, key: str, value: Any) -> None:
         >>> gguf_set_val(g, "labels", ["cat", "dog"])
     """
     fn = "gguf_set_val"
-    g = _gctx(ctx, fn)
+    g = unwrap_gguf(ctx, fn)
     kb = _key_bytes(key, fn)
-    ctx._nul_values.discard(key)
+    ctx.nul_values.discard(key)
     if isinstance(value, (bool, np.bool_)):
         return gguf_set_val_bool(ctx, key, value)
     if isinstance(value, str):
         return gguf_set_val_str(ctx, key, value)
-    if isinstance(value, np.generic) and value.dtype in _DTYPE_GGUF:
-        return _set_scalar(ctx, key, value.item(), _DTYPE_GGUF[value.dtype], fn)
+    if isinstance(value, np.generic) and value.dtype in DTYPE_GGUF:
+        return _set_scalar(ctx, key, value.item(), DTYPE_GGUF[value.dtype], fn)
     if isinstance(value, numbers.Integral):
         t = GGUF_TYPE_UINT32 if key == GGUF_KEY_GENERAL_ALIGNMENT else _int_type([int(value)])
         return _set_scalar(ctx, key, value, t, fn)

@@ -1,7 +1,6 @@
 """GGUF tensors: their names, types, shapes and sizes, adding them, and writing a file atomically."""
 from __future__ import annotations
 
-import numbers
 import os
 import stat
 import tempfile
@@ -9,13 +8,13 @@ from typing import Any
 
 
 from .._ffi import ffi, lib
-from ..backend.transfer import _storage
-from ..core.args import c_string
-from ..core.paths import _check_writable_path, _fs_path, _path_bytes, _reason
+from ..backend.transfer import storage_of
+from ..core.args import c_string, is_int
+from ..core.paths import check_writable_path, fs_path, path_bytes, os_reason
 from ..errors import expect, GgmlStateError, GgmlTypeError, GgmlValueError, GgufFileError
 from ..graph.objects import as_tensor, Tensor
-from .file import _addr, _gctx, _ggml_errors, _open_header, GgufContext
-from .header import _data_extent
+from .file import tensor_addr, unwrap_gguf, captured_ggml_errors, open_header, GgufContext
+from .header import data_extent
 
 
 def gguf_get_n_tensors(ctx: GgufContext) -> int:
@@ -29,7 +28,7 @@ def gguf_get_n_tensors(ctx: GgufContext) -> int:
     Example:
         >>> [gguf_get_tensor_name(g, i) for i in range(gguf_get_n_tensors(g))]
     """
-    return int(lib.gguf_get_n_tensors(_gctx(ctx, "gguf_get_n_tensors")))
+    return int(lib.gguf_get_n_tensors(unwrap_gguf(ctx, "gguf_get_n_tensors")))
 
 
 def gguf_find_tensor(ctx: GgufContext, name: str) -> int:
@@ -45,18 +44,18 @@ def gguf_find_tensor(ctx: GgufContext, name: str) -> int:
         >>> i = gguf_find_tensor(g, "dense.weight")
         >>> gguf_get_tensor_shape(g, i)
     """
-    g = _gctx(ctx, "gguf_find_tensor")
+    g = unwrap_gguf(ctx, "gguf_find_tensor")
     return int(lib.gguf_find_tensor(g, c_string("gguf_find_tensor", "name", name)))
 
 
 def _tensor_id(ctx: GgufContext, tensor_id: Any, fn: str) -> tuple[Any, int]:
-    g = _gctx(ctx, fn)
-    return g, _index_in(fn, "tensor_id", tensor_id, int(lib.gguf_get_n_tensors(g)), "tensors")
+    g = unwrap_gguf(ctx, fn)
+    return g, index_in(fn, "tensor_id", tensor_id, int(lib.gguf_get_n_tensors(g)), "tensors")
 
 
-def _index_in(fn: str, name: str, value: Any, n: int, items: str, alternative: str = "") -> int:
+def index_in(fn: str, name: str, value: Any, n: int, items: str, alternative: str = "") -> int:
     """``value`` as an index into ``n`` keys or tensors (ggml aborts on one out of range)."""
-    expect(isinstance(value, numbers.Integral) and not isinstance(value, bool) and 0 <= value < n,
+    expect(is_int(value) and 0 <= value < n,
            f"{fn}: {name} must be an int in [0, {n}){alternative}, got {value!r}" if n else
            f"{fn}: the GGUF context has no {items} (asked for {value!r})")
     return int(value)
@@ -134,7 +133,7 @@ def gguf_get_tensor_size(ctx: GgufContext, tensor_id: int) -> int:
     return int(lib.gguf_get_tensor_size(g, i))
 
 
-def _check_has_data(tensor: Tensor, fn: str) -> Any:
+def check_has_data(tensor: Tensor, fn: str) -> Any:
     """The tensor's pointer, if it is contiguous and has memory its bytes can be read from or written to."""
     t = tensor.ptr
     label = f"tensor '{tensor.name}'" if tensor.name else "an unnamed tensor"
@@ -142,7 +141,7 @@ def _check_has_data(tensor: Tensor, fn: str) -> Any:
         raise GgmlValueError(f"{fn}: {label} is a strided view; GGUF stores contiguous tensors only "
                              "(apply ggml_cont, or use the tensor it views)")
     try:
-        storage = _storage(t)
+        storage = storage_of(t)
     except GgmlStateError as exc:
         raise GgmlStateError(f"{fn}: {label}: {exc}") from None
     if storage == "backend" and t.buffer == ffi.NULL:
@@ -168,16 +167,16 @@ def gguf_add_tensor(ctx: GgufContext, tensor: Tensor) -> None:
         >>> gguf_add_tensor(g, ggml_set_name(w, "dense.weight"))
     """
     fn = "gguf_add_tensor"
-    g = _gctx(ctx, fn)
+    g = unwrap_gguf(ctx, fn)
     tensor = as_tensor(tensor, f"{fn}(tensor)")
     name = tensor.name
     expect(name != "", f"{fn}: the tensor has no name; GGUF finds tensors by name (use ggml_set_name first)")
     if lib.gguf_find_tensor(g, name.encode()) != -1:
         raise GgmlValueError(f"{fn}: duplicate tensor name '{name}': the GGUF context already has a tensor "
                              "of that name")
-    t = _check_has_data(tensor, fn)
+    t = check_has_data(tensor, fn)
     lib.gguf_add_tensor(g, t)
-    ctx._sources.append((tensor, _addr(t.data), _addr(t.buffer)))
+    ctx.sources.append((tensor, tensor_addr(t.data), tensor_addr(t.buffer)))
 
 
 def gguf_write_to_file(ctx: GgufContext, path: Any, only_meta: bool = False) -> None:
@@ -197,12 +196,12 @@ def gguf_write_to_file(ctx: GgufContext, path: Any, only_meta: bool = False) -> 
         >>> gguf_write_to_file(g, "model.gguf")
     """
     fn = "gguf_write_to_file"
-    g = _gctx(ctx, fn)
-    p = _fs_path(path, fn)
-    _check_writable_path(p, fn)
+    g = unwrap_gguf(ctx, fn)
+    p = fs_path(path, fn)
+    check_writable_path(p, fn)
     expect(isinstance(only_meta, bool), f"{fn}: only_meta must be a bool, got {only_meta!r}", GgmlTypeError)
     if not only_meta:
-        for i, src in enumerate(ctx._sources):
+        for i, src in enumerate(ctx.sources):
             name = ffi.string(lib.gguf_get_tensor_name(g, i)).decode("utf-8", "replace")
             if src is None:
                 raise GgmlStateError(f"{fn}: tensor '{name}' was read from a file without its data; write with "
@@ -211,7 +210,7 @@ def gguf_write_to_file(ctx: GgufContext, path: Any, only_meta: bool = False) -> 
             if not tensor.owner.alive:
                 raise GgmlStateError(f"{fn}: tensor '{name}' belongs to a {tensor.owner.kind} that has been freed")
             t = tensor.ptr
-            if t.data == ffi.NULL or _addr(t.data) != data or _addr(t.buffer) != buffer:
+            if t.data == ffi.NULL or tensor_addr(t.data) != data or tensor_addr(t.buffer) != buffer:
                 raise GgmlStateError(f"{fn}: the memory of tensor '{name}' was freed or moved after gguf_add_tensor; "
                                      "add it to a new GGUF context")
     if _is_device(p):  # /dev/null, a tape: cannot be replaced; the checked file is copied onto it by Python
@@ -224,19 +223,19 @@ def _complete(path: str, only_meta: bool) -> tuple[bool, int]:
     """(whether the GGUF file at ``path`` reads back whole, its size)."""
     size = os.path.getsize(path)
     try:
-        with _open_header(path, "gguf_write_to_file") as back:
-            return only_meta or size >= _data_extent(back.ptr), size
+        with open_header(path, "gguf_write_to_file") as back:
+            return only_meta or size >= data_extent(back.ptr), size
     except GgufFileError:
         return False, size
 
 
 def _write_in_place(g: Any, target: str, p: str, only_meta: bool, fn: str) -> None:
     """The fallback when no new file can be made beside ``target``: ggml overwrites it, then it is checked."""
-    with _ggml_errors() as lines:
-        ok = lib.gguf_write_to_file(g, _path_bytes(target), only_meta)
+    with captured_ggml_errors() as lines:
+        ok = lib.gguf_write_to_file(g, path_bytes(target), only_meta)
     complete, size = _complete(target, only_meta)
     if not ok or not complete:
-        raise GgufFileError(f"{fn}: could not write {p!r}{_reason(lines) if not ok else ''}: only {size} bytes reached "
+        raise GgufFileError(f"{fn}: could not write {p!r}{os_reason(lines) if not ok else ''}: only {size} bytes reached "
                             "the disk (is it full?); the file is incomplete")
 
 
@@ -278,10 +277,10 @@ def _write_replacing(g: Any, p: str, only_meta: bool, fn: str) -> None:
         raise GgufFileError(f"{fn}: could not write {p!r}: {exc.strerror or exc}") from None
     os.close(fd)
     try:
-        with _ggml_errors() as lines:
-            ok = lib.gguf_write_to_file(g, _path_bytes(tmp), only_meta)
+        with captured_ggml_errors() as lines:
+            ok = lib.gguf_write_to_file(g, path_bytes(tmp), only_meta)
         if not ok:
-            raise GgufFileError(f"{fn}: could not write {p!r}{_reason(lines)}")
+            raise GgufFileError(f"{fn}: could not write {p!r}{os_reason(lines)}")
         complete, size = _complete(tmp, only_meta)
         if not complete:
             raise GgufFileError(f"{fn}: could not write {p!r}: only {size} bytes reached the disk (is it full, or "

@@ -10,16 +10,16 @@ import numpy as np
 
 from .._ffi import lib
 from ..backend.transfer import NUMPY_DTYPES, write_array
-from ..core.paths import _fs_path
+from ..core.paths import fs_path
 from ..core.sysmem import check_fits_memory
 from ..core.types import type_name
 from ..errors import expect, GgmlTypeError, GgmlValueError, GgufFileError, GgufKeyError
 from ..graph.objects import as_tensor, Tensor
 from ..graph.tensor import ggml_set_name
 from .file import gguf_init_empty, gguf_init_from_file, GgufContext
-from .header import _check_data_in_file
+from .header import check_data_in_file
 from .kv import gguf_get_key, gguf_get_n_kv, gguf_get_val, gguf_set_val
-from .tensors import (_check_has_data, gguf_add_tensor, gguf_find_tensor, gguf_get_n_tensors, gguf_get_tensor_name,
+from .tensors import (check_has_data, gguf_add_tensor, gguf_find_tensor, gguf_get_n_tensors, gguf_get_tensor_name,
                       gguf_get_tensor_shape, gguf_get_tensor_size, gguf_get_tensor_type, gguf_write_to_file)
 
 
@@ -74,7 +74,7 @@ def ggml_save_weights_gguf(path: Any, tensors: Any, metadata: dict | None = None
         >>> ggml_save_weights_gguf("mlp.gguf", {"w1": w1, "b1": b1}, {"epochs": 10})
     """
     fn = "ggml_save_weights_gguf"
-    p = _fs_path(path, fn)
+    p = fs_path(path, fn)
     pairs = _named_tensors(tensors, fn)
     expect(metadata is None or isinstance(metadata, dict),
            f"{fn}: metadata must be a dict or None, got {type(metadata).__name__}", GgmlTypeError)
@@ -119,10 +119,10 @@ def ggml_load_weights_gguf(path: Any, tensors: Any) -> dict:
         >>> meta = ggml_load_weights_gguf("mlp.gguf", {"w1": w1, "b1": b1})
     """
     fn = "ggml_load_weights_gguf"
-    p = _fs_path(path, fn)
+    p = fs_path(path, fn)
     pairs = _named_tensors(tensors, fn)
     for _, tensor in pairs:
-        _check_has_data(tensor, fn)
+        check_has_data(tensor, fn)
     with gguf_init_from_file(p, no_alloc=True) as g:
         base = int(lib.gguf_get_data_offset(g.ptr))
         plan = []
@@ -176,11 +176,11 @@ def gguf_read(path: Any, raw: bool = False) -> tuple[dict, dict]:
         (128, 784)
     """
     fn = "gguf_read"
-    p = _fs_path(path, fn)
+    p = fs_path(path, fn)
     expect(isinstance(raw, bool), f"{fn}: raw must be a bool, got {raw!r}", GgmlTypeError)
     with gguf_init_from_file(p, no_alloc=True) as g:
         # the declared sizes must lie inside the file before anything is allocated for them
-        _check_data_in_file(g.ptr, os.path.getsize(p), p, fn)
+        check_data_in_file(g.ptr, os.path.getsize(p), p, fn)
         total = sum(gguf_get_tensor_size(g, i) for i in range(gguf_get_n_tensors(g)))
         check_fits_memory(fn, f"the tensors of {p!r}", 2 * total if not raw else total,
                           "read the tensors you need with ggml_load_weights_gguf instead")

@@ -10,8 +10,8 @@ from .._ffi import ffi, lib
 from ..core.handle import unwrap
 from ..core.types import GGML_TYPE_F32, type_name
 from ..errors import expect, GgmlTypeError, GgmlValueError
-from .introspect import _is_padded_1d
-from .nodes import _op_label, _tensor_label, op_param_f32, ptr_key
+from .introspect import is_padded_1d
+from .nodes import op_label, tensor_label, op_param_f32, ptr_key
 from .objects import as_tensor, Context, Graph, Tensor
 
 
@@ -61,7 +61,7 @@ def check_backward_nodes(nodes: list, losses: list, accumulating: bool = False) 
         for s in srcs[:1]:
             if s.type not in (lib.GGML_TYPE_F32, lib.GGML_TYPE_F16):
                 raise GgmlTypeError(f"ggml's backward pass needs F32 or F16 tensors on the path to a trainable "
-                                    f"parameter; {_op_label(n)} reads a {type_name(s.type)} one (cast it with "
+                                    f"parameter; {op_label(n)} reads a {type_name(s.type)} one (cast it with "
                                     "ggml_cpy into an F32 tensor first)")
         if not (n.flags & (flags_param | flags_loss) or srcs):
             continue
@@ -82,8 +82,8 @@ def check_backward_nodes(nodes: list, losses: list, accumulating: bool = False) 
             continue
         check_node_backward(n, needs_grad)
         src = n.src[0]
-        if _op_label(n) == "VIEW" and ptr_key(src) in needs_grad and not src.flags & flags_loss and \
-                not (accumulating and src.flags & flags_param) and (src.type != GGML_TYPE_F32 or not _is_padded_1d(src)):
+        if op_label(n) == "VIEW" and ptr_key(src) in needs_grad and not src.flags & flags_loss and \
+                not (accumulating and src.flags & flags_param) and (src.type != GGML_TYPE_F32 or not is_padded_1d(src)):
             # ggml adds a view's gradient into the gradient its source already has, else into a zero copy of the
             # source (ggml_scale by 0, then ggml_acc), which asserts a contiguous (padded-1d) F32 source: the
             # first to pass a gradient to the source is the last of its users in the graph
@@ -94,18 +94,18 @@ def check_backward_nodes(nodes: list, losses: list, accumulating: bool = False) 
                        f"a strided one (strides {[int(src.nb[k]) for k in range(4)]})")
                 fix = ("ggml_cont(ctx, x) before taking the view" if src.type == GGML_TYPE_F32 else
                        "convert it first (ggml_cpy into an F32 tensor) and view that")
-                raise GgmlValueError(f"ggml cannot build the backward pass of a view ({_tensor_label(n)}) of "
-                                     f"{_tensor_label(src)}: it expects the viewed tensor to be F32 and laid out "
+                raise GgmlValueError(f"ggml cannot build the backward pass of a view ({tensor_label(n)}) of "
+                                     f"{tensor_label(src)}: it expects the viewed tensor to be F32 and laid out "
                                      f"contiguously, got {got}, and would abort. Apply {fix}")
-        if _op_label(n) == "MEAN" and lib.ggml_nelements(n) > 1 and ptr_key(src) in gets_grad:
+        if op_label(n) == "MEAN" and lib.ggml_nelements(n) > 1 and ptr_key(src) in gets_grad:
             # ggml adds MEAN's gradient with ADD1 (scalar only) when the input already has one,
             # i.e. when a later node also passes a gradient to it: that build aborts.
             later = [m for m in nodes[i + 1:] if ptr_key(m) in gets_grad
                      and any(s != ffi.NULL and ptr_key(s) == ptr_key(src) for s in m.src)]
             if later or (accumulating and src.flags & flags_param):
-                why = (f"is also used by {_op_label(later[0])}" if later else
+                why = (f"is also used by {op_label(later[0])}" if later else
                        "is a parameter whose gradient is accumulated")
-                raise GgmlValueError(f"ggml cannot build the backward pass of MEAN ({_tensor_label(n)}) when its input "
+                raise GgmlValueError(f"ggml cannot build the backward pass of MEAN ({tensor_label(n)}) when its input "
                                      f"{why}; use ggml_scale(ggml_sum_rows(x), 1/n) instead of ggml_mean")
 
 
@@ -121,36 +121,36 @@ def _check_not_inplace(n: Any, srcs: list) -> None:
     op = ffi.string(lib.ggml_op_name(n.op)).decode()
     if op in _VIEW_OPS:
         return
-    label = _op_label(n)
+    label = op_label(n)
     if n.flags & int(lib.GGML_TENSOR_FLAG_PARAM):
         why = "it is a trainable parameter"
     elif srcs:
-        why = (f"its operand {_tensor_label(srcs[0])} is (or is computed from) a trainable parameter (side outputs "
+        why = (f"its operand {tensor_label(srcs[0])} is (or is computed from) a trainable parameter (side outputs "
                "too: ggml gives a gradient to every tensor computed from one)")
     else:
         why = "it is the loss"
     base = label.split(" ")[0].lower()
     fix = f"Use the out-of-place op (ggml_{base}, not ggml_{base}_inplace or inplace=True)"
-    raise GgmlValueError(f"ggml cannot build the backward pass through the in-place op {label} ({_tensor_label(n)}): "
+    raise GgmlValueError(f"ggml cannot build the backward pass through the in-place op {label} ({tensor_label(n)}): "
                          f"it writes into its operand's memory, and it needs a gradient because {why}. {fix}, or "
                          "compute it in a graph without trainable parameters")
 
 
 # sources ggml_build_backward_expand never differentiates (shape-only, indices, piecewise-constant ops)
-_IGNORED_SRCS = {"IM2COL": (0,), "IM2COL_BACK": (0,), "CPY": (1,), "GET_ROWS": (1,), "GET_ROWS_BACK": (1,),
+IGNORED_SRCS = {"IM2COL": (0,), "IM2COL_BACK": (0,), "CPY": (1,), "GET_ROWS": (1,), "GET_ROWS_BACK": (1,),
                  "ROPE": (1,), "SGN": (0,), "STEP": (0,), "DROPOUT": (1,)}
 
 
 def _grad_srcs(n: Any, needs_grad: set[int]) -> list:
     """The sources of ``n`` that a gradient flows to, as ggml decides it."""
-    ignored = _IGNORED_SRCS.get(_op_label(n), ())
+    ignored = IGNORED_SRCS.get(op_label(n), ())
     return [s for j, s in enumerate(n.src) if s != ffi.NULL and j not in ignored and ptr_key(s) in needs_grad]
 
 
 def check_node_backward(n: Any, needs_grad: set[int] | None = None) -> None:
     """Raise if ggml has no backward pass for node ``n``. ``needs_grad`` (keys of the tensors that
     need a gradient) refines the SUB/DIV rule; without it every broadcast SUB/DIV is refused."""
-    label = _op_label(n)
+    label = op_label(n)
     op = ffi.string(lib.ggml_op_name(n.op)).decode()
     supported = label in _BACKWARD_UNARY if op == "UNARY" else op in _BACKWARD_OPS
     if op == "GLU":
@@ -158,13 +158,13 @@ def check_node_backward(n: Any, needs_grad: set[int] | None = None) -> None:
         split = n.src[1] != ffi.NULL
         if int(lib.ggml_get_glu_op(n)) == int(lib.GGML_GLU_OP_SWIGLU) and split:
             return
-        raise GgmlValueError(f"ggml has no backward pass for {label} ({_tensor_label(n)}"
+        raise GgmlValueError(f"ggml has no backward pass for {label} ({tensor_label(n)}"
                              f"{', fused: one operand holding both halves' if not split else ''}) on the path to a "
                              "trainable parameter; expected the split SwiGLU: ggml_swiglu_split(ctx, a, b) with the "
                              "two halves as separate tensors (views of the fused input work: ggml_view_2d/ggml_cont)")
     if not supported:
         hint = _COMPOSITE_HINT.get(label, "rebuild it from ops that have one")
-        raise GgmlValueError(f"ggml has no backward pass for {label} ({_tensor_label(n)}) on the path to a "
+        raise GgmlValueError(f"ggml has no backward pass for {label} ({tensor_label(n)}) on the path to a "
                              f"trainable parameter; {hint}")
     if op in ("SUB", "DIV"):
         a, b = n.src[0], n.src[1]
@@ -176,25 +176,25 @@ def check_node_backward(n: Any, needs_grad: set[int] | None = None) -> None:
         return src != ffi.NULL and (needs_grad is None or ptr_key(src) in needs_grad)
     if op == "SOFT_MAX" and (needs(1) or needs(2)):
         what = "mask" if needs(1) else "sinks"
-        raise GgmlValueError(f"ggml has no backward pass for the {what} of ggml_soft_max_ext ({_tensor_label(n)}): "
-                             f"its {what} {_tensor_label(n.src[1 if needs(1) else 2])} is (or is computed from) a "
+        raise GgmlValueError(f"ggml has no backward pass for the {what} of ggml_soft_max_ext ({tensor_label(n)}): "
+                             f"its {what} {tensor_label(n.src[1 if needs(1) else 2])} is (or is computed from) a "
                              f"trainable parameter, and ggml would abort. Expected a {what} that is data, not "
                              "trained: build it from tensors without ggml_set_param")
     if op == "ROPE" and needs(2):
         raise GgmlValueError(f"ggml has no backward pass for the frequency factors of ggml_rope_ext "
-                             f"({_tensor_label(n)}): {_tensor_label(n.src[2])} is (or is computed from) a trainable "
+                             f"({tensor_label(n)}): {tensor_label(n.src[2])} is (or is computed from) a trainable "
                              "parameter, and ggml would abort. Expected constant frequency factors: pass data (or "
                              "None), not a tensor marked with ggml_set_param or computed from one")
     if op == "CROSS_ENTROPY_LOSS" and needs(1):
         raise GgmlValueError(f"ggml has no backward pass for the labels of ggml_cross_entropy_loss "
-                             f"({_tensor_label(n)}): {_tensor_label(n.src[1])} is (or is computed from) a trainable "
+                             f"({tensor_label(n)}): {tensor_label(n.src[1])} is (or is computed from) a trainable "
                              "parameter, and ggml would abort. Expected labels that are data: only the logits (a) "
                              "can be trained")
     if op == "SOFT_MAX":
         max_bias = op_param_f32(n, 1)
         if max_bias != 0.0:
             raise GgmlValueError(f"ggml has no backward pass for ggml_soft_max_ext with max_bias != 0 (ALiBi; "
-                                 f"{_tensor_label(n)} has max_bias={max_bias}) on the path to a trainable parameter; use "
+                                 f"{tensor_label(n)} has max_bias={max_bias}) on the path to a trainable parameter; use "
                                  "max_bias=0 and add the ALiBi biases to the mask yourself")
     if op == "MUL_MAT" and n.src[0].type != GGML_TYPE_F32 and n.src[0].flags & int(lib.GGML_TENSOR_FLAG_PARAM):
         raise GgmlValueError("trainable mul_mat weights must be F32")
@@ -232,7 +232,7 @@ def ggml_build_backward_expand(ctx: Context, graph: Graph) -> Graph:
            "ggml_build_backward_expand: the graph must be created with ggml_new_graph_custom(ctx, size, grads=True)")
     check_backward_graph(graph)
     if ctx is not graph.ctx:
-        graph._deps.setdefault(id(ctx), ctx)  # the gradients live in ctx
+        graph.deps.setdefault(id(ctx), ctx)  # the gradients live in ctx
     lib.ggml_build_backward_expand(ctx_ptr, graph.ptr, ffi.NULL)
     return graph
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
+from ..core.args import is_int
 from .._ffi import ffi, lib
-from ..core.handle import _LOCK, bump_memory_epoch, free_handle, unwrap
+from ..core.handle import HANDLE_LOCK, bump_memory_epoch, free_handle, unwrap
 from ..core.sysmem import check_fits_memory
 from ..core.types import GGML_TYPE_F32
 from ..errors import expect, GgmlInUseError, GgmlTypeError, GgmlValueError
@@ -22,7 +23,7 @@ MAX_GRAPH_SIZE = 1 << 30
 
 
 def check_graph_size(fn: str, size: Any, what: str = "graph size") -> int:
-    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+    if not is_int(size) or size < 1:
         raise GgmlValueError(f"{fn}: {what} must be an int >= 1, got {size!r}")
     if size > MAX_GRAPH_SIZE:
         raise GgmlValueError(f"{fn}: {what} must be at most {MAX_GRAPH_SIZE} (2**30) nodes, got {size}; "
@@ -52,7 +53,7 @@ def ggml_init(mem_size: int = 16 * 1024 * 1024, no_alloc: bool = False) -> Conte
         >>> with ggml_init(1 << 20) as ctx:
         ...     x = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
     """
-    expect(isinstance(mem_size, int) and not isinstance(mem_size, bool) and mem_size > 0,
+    expect(is_int(mem_size) and mem_size > 0,
            f"ggml_init: mem_size must be a positive int (bytes), got {mem_size!r}")
     expect(isinstance(no_alloc, bool), f"ggml_init: no_alloc must be a bool, got {no_alloc!r}", GgmlTypeError)
     check_fits_memory("ggml_init", f"a context of mem_size={mem_size}", mem_size,
@@ -87,7 +88,7 @@ def ggml_init_auto(*shapes: Any, extra_mb: float = 10, type: int = GGML_TYPE_F32
     if not is_real(extra_mb) or not extra_mb >= 0 \
             or extra_mb == float("inf"):
         raise GgmlValueError(f"{fn}: extra_mb must be a finite number >= 0, got {extra_mb!r}")
-    if not isinstance(type, int) or isinstance(type, bool) or not 0 <= type < int(lib.GGML_TYPE_COUNT) \
+    if not is_int(type) or not 0 <= type < int(lib.GGML_TYPE_COUNT) \
             or int(lib.ggml_blck_size(type)) == 0:
         raise GgmlTypeError(f"{fn}: type must be a GGML_TYPE_* int, got {type!r}")
     expect(isinstance(no_alloc, bool), f"{fn}: no_alloc must be a bool, got {no_alloc!r}", GgmlTypeError)
@@ -95,7 +96,7 @@ def ggml_init_auto(*shapes: Any, extra_mb: float = 10, type: int = GGML_TYPE_F32
     for label, shape in [*((f"shapes[{i}]", s) for i, s in enumerate(shapes)), *named_shapes.items()]:
         dims = [shape] if isinstance(shape, numbers.Integral) else shape
         if isinstance(dims, (str, bytes)) or not hasattr(dims, "__len__") or not 1 <= len(dims) <= 4 or \
-                any(not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 1 for n in dims):
+                any(not is_int(n) or n < 1 for n in dims):
             raise GgmlValueError(f"{fn}: {label} must be a tensor shape: an int or 1 to 4 ints >= 1, got {shape!r}")
         count = 1
         for n in dims:
@@ -147,8 +148,8 @@ def ggml_reset(ctx: Context) -> None:
         >>> b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 200)
     """
     ptr = unwrap(ctx, Context, "ggml_reset(ctx)")
-    with _LOCK:
-        busy = ctx._busy_in_tree()
+    with HANDLE_LOCK:
+        busy = ctx.busy_in_tree()
         if busy is not None:
             handle, what = busy
             which = "it" if handle is ctx else f"a {handle.kind} that depends on it"
@@ -294,7 +295,7 @@ def ggml_get_first_tensor(ctx: Context) -> Tensor | None:
         ...     print(ggml_get_name(t)); t = ggml_get_next_tensor(ctx, t)
     """
     ptr = lib.ggml_get_first_tensor(_ctx(ctx, "ggml_get_first_tensor"))
-    return ctx._tensor(ptr) if ptr != ffi.NULL else None
+    return ctx.wrap_tensor(ptr) if ptr != ffi.NULL else None
 
 
 def ggml_get_next_tensor(ctx: Context, tensor: Tensor) -> Tensor | None:
@@ -313,11 +314,11 @@ def ggml_get_next_tensor(ctx: Context, tensor: Tensor) -> Tensor | None:
     fn = "ggml_get_next_tensor"
     p = _ctx(ctx, fn)
     t = as_tensor(tensor, f"{fn}(tensor)").ptr
-    if tensor.owner is not ctx and not any(x == t for x in ctx._iter_tensor_ptrs()):
+    if tensor.owner is not ctx and not any(x == t for x in ctx.tensor_ptrs()):
         raise GgmlValueError(f"{fn}: the tensor does not belong to this context (it was created in another one); "
                              "pass the context it was created in")
     ptr = lib.ggml_get_next_tensor(p, t)
-    return ctx._tensor(ptr) if ptr != ffi.NULL else None
+    return ctx.wrap_tensor(ptr) if ptr != ffi.NULL else None
 
 
 def ggml_tensor_num(ctx: Context) -> int:
@@ -332,4 +333,4 @@ def ggml_tensor_num(ctx: Context) -> int:
         >>> ggml_tensor_num(ctx)
     """
     _ctx(ctx, "ggml_tensor_num")
-    return sum(1 for _ in ctx._iter_tensor_ptrs())
+    return sum(1 for _ in ctx.tensor_ptrs())

@@ -10,7 +10,7 @@ import threading
 from typing import Any, Iterable, Iterator
 
 from .._ffi import ffi, ggml_logger, lib
-from ..core.args import c_string
+from ..core.args import c_string, is_int
 from ..core.handle import raise_type, unwrap
 from ..errors import expect, GgmlStateError, GgmlTypeError, GgmlValueError
 from .context import check_graph_size, GGML_DEFAULT_GRAPH_SIZE
@@ -166,7 +166,7 @@ def ggml_graph_node(graph: Graph, i: int) -> Tensor:
     """
     graph = as_graph(graph, "ggml_graph_node(graph)")
     n = graph.n_nodes()
-    expect(isinstance(i, int) and -n <= i < n, f"ggml_graph_node: index must be in [-{n}, {n}), got {i!r}")
+    expect(is_int(i) and -n <= i < n, f"ggml_graph_node: index must be in [-{n}, {n}), got {i!r}")
     return graph.node_tensor(lib.ggml_graph_node(graph.ptr, i))
 
 
@@ -276,8 +276,8 @@ def ggml_graph_dump_dot(graph: Graph, leafs: Graph | None = None, filename: Any 
     raw = os.fsencode(path)
     if not raw or b"\0" in raw:
         raise GgmlValueError(f"{fn}: filename must be a non-empty path without NUL characters, got {filename!r}")
-    from ..core.paths import _check_writable_path
-    _check_writable_path(os.fsdecode(raw), fn)  # a FIFO would block ggml's fopen
+    from ..core.paths import check_writable_path
+    check_writable_path(os.fsdecode(raw), fn)  # a FIFO would block ggml's fopen
     try:
         with open(raw, "w"):
             pass

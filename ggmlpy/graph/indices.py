@@ -10,7 +10,7 @@ import numpy as np
 from .._ffi import ffi, lib
 from ..core.args import fail
 from ..errors import GgmlValueError
-from .nodes import _tensor_label, ptr_key
+from .nodes import tensor_label, ptr_key
 from .objects import Tensor
 
 
@@ -93,7 +93,7 @@ def check_index_inputs(leaves: list[tuple[Any, int]]) -> None:
             lib.ggml_backend_tensor_get(src, ffi.from_buffer(values), offset, values.nbytes)
         else:
             ffi.memmove(ffi.from_buffer(values), ffi.cast("char *", src.data) + offset, values.nbytes)
-        check_indices(values, bound, _tensor_label(t))
+        check_indices(values, bound, tensor_label(t))
 
 
 # ops whose I32 result holds values of their first source (a bound on those is a bound on the result)

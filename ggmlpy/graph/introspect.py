@@ -12,7 +12,7 @@ from ..errors import GgmlTypeError, GgmlValueError
 from .objects import as_tensor, Tensor
 
 
-def _is_padded_1d(p: Any) -> bool:
+def is_padded_1d(p: Any) -> bool:
     """ggml_is_padded_1d of tensor pointer ``p``."""
     return int(p.nb[0]) == int(lib.ggml_type_size(p.type)) and int(p.nb[2]) == int(p.nb[1]) * int(p.ne[1]) \
         and int(p.nb[3]) == int(p.nb[2]) * int(p.ne[2])
@@ -187,7 +187,7 @@ ggml_is_transposed = _predicate(
 
 # ---------------------------------------------------------------- ops
 
-def _op(fn: str, op: Any, count: int, what: str) -> int:
+def make_op(fn: str, op: Any, count: int, what: str) -> int:
     if not is_int(op):
         raise GgmlTypeError(f"{fn}: op must be an int ({what}), got {op!r}")
     if not 0 <= int(op) < count:
@@ -207,7 +207,7 @@ def ggml_op_name(op: int) -> str:
         >>> ggml_op_name(0)
         'NONE'
     """
-    return ffi.string(lib.ggml_op_name(_op("ggml_op_name", op, _OP_COUNT, "a ggml_op"))).decode()
+    return ffi.string(lib.ggml_op_name(make_op("ggml_op_name", op, _OP_COUNT, "a ggml_op"))).decode()
 
 
 def ggml_op_symbol(op: int) -> str:
@@ -222,7 +222,7 @@ def ggml_op_symbol(op: int) -> str:
         >>> ggml_op_symbol(0)
         'none'
     """
-    return ffi.string(lib.ggml_op_symbol(_op("ggml_op_symbol", op, _OP_COUNT, "a ggml_op"))).decode()
+    return ffi.string(lib.ggml_op_symbol(make_op("ggml_op_symbol", op, _OP_COUNT, "a ggml_op"))).decode()
 
 
 def ggml_unary_op_name(op: int) -> str:
@@ -237,7 +237,7 @@ def ggml_unary_op_name(op: int) -> str:
         >>> ggml_unary_op_name(ggml_get_unary_op(ggml_relu(ctx, x)))
         'RELU'
     """
-    return ffi.string(lib.ggml_unary_op_name(_op("ggml_unary_op_name", op, _UNARY_OP_COUNT,
+    return ffi.string(lib.ggml_unary_op_name(make_op("ggml_unary_op_name", op, _UNARY_OP_COUNT,
                                                   "a ggml_unary_op"))).decode()
 
 

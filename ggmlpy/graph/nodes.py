@@ -26,7 +26,7 @@ def op_param_f32(p: Any, i: int) -> float:
     return float(ffi.cast("float *", ffi.cast("char *", p) + _OP_PARAMS_AT)[i])
 
 
-def _op_label(p: Any) -> str:
+def op_label(p: Any) -> str:
     name = ffi.string(lib.ggml_op_name(p.op)).decode()
     if name == "UNARY":
         return ffi.string(lib.ggml_op_desc(p)).decode()
@@ -38,7 +38,7 @@ def _op_label(p: Any) -> str:
 _GGML_NAMES = re.compile(r"^(leaf|node)_\d+$")
 
 
-def _tensor_label(t: Any) -> str:
+def tensor_label(t: Any) -> str:
     """How an error names tensor pointer ``t``: its user-given name, type and shape ('leaf_3' and the like
     are names ggml gives unnamed tensors while building a graph: said so)."""
     name = ffi.string(t.name).decode("utf-8", "replace")
@@ -70,10 +70,10 @@ def tensor_memory(t: Any, what: str | None = None) -> str:
     root = t.view_src if t.view_src != ffi.NULL else None
     if root is None:
         if t.data == ffi.NULL:
-            raise GgmlStateError(f"{what or _tensor_label(t)} has no memory: {NO_MEMORY_FIX}")
+            raise GgmlStateError(f"{what or tensor_label(t)} has no memory: {NO_MEMORY_FIX}")
         return "backend" if t.buffer != ffi.NULL else "host"
     if root.data == ffi.NULL:
-        raise GgmlStateError(f"{what or _tensor_label(t)} is a view of {_tensor_label(root)}, which has no memory: "
+        raise GgmlStateError(f"{what or tensor_label(t)} is a view of {tensor_label(root)}, which has no memory: "
                              f"{NO_MEMORY_FIX}")
     want = ffi.cast("char *", root.data) + int(t.view_offs)
     if t.data != want:
@@ -120,5 +120,5 @@ def graph_tensor_ptrs(g: Any) -> tuple[list, list]:
 def describe_node(p: Any) -> str:
     """'CPY of tensor 'y' (result I8; operands F32, I8)': what a node computes, from which types."""
     srcs = ", ".join(type_name(s.type).upper() for s in p.src if s != ffi.NULL)
-    return (f"{_op_label(p)} of {_tensor_label(p)} (result {type_name(p.type).upper()}"
+    return (f"{op_label(p)} of {tensor_label(p)} (result {type_name(p.type).upper()}"
             + (f"; operands {srcs})" if srcs else ")"))

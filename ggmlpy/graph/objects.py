@@ -23,7 +23,7 @@ class Context(Handle):
         super().__init__(lib.ggml_init(params[0]), lib.ggml_free)
         self.mem_size = mem_size
         self.no_alloc = no_alloc
-        self._buffers: list = []  # buffers holding this context's tensors (ggml_backend_alloc_ctx_tensors)
+        self.buffers: list = []  # buffers holding this context's tensors (ggml_backend_alloc_ctx_tensors)
 
     def _describe(self) -> str:
         return f" {self.mem_size} bytes{' no_alloc' if self.no_alloc else ''}"
@@ -43,14 +43,14 @@ class Context(Handle):
                 f"the ggml context is full: creating this {what} needs {need} bytes, {free} of "
                 f"{self.mem_size} are left; create the context with a larger mem_size")
 
-    def _iter_tensor_ptrs(self) -> Iterator[Any]:
+    def tensor_ptrs(self) -> Iterator[Any]:
         t = lib.ggml_get_first_tensor(self.ptr)
         while t != ffi.NULL:
             yield t
             t = lib.ggml_get_next_tensor(self.ptr, t)
 
-    def _detach_buffer(self, buffer_ptr: Any) -> None:
-        for t in self._iter_tensor_ptrs():
+    def detach_buffer(self, buffer_ptr: Any) -> None:
+        for t in self.tensor_ptrs():
             if t.buffer == buffer_ptr:
                 t.buffer = ffi.NULL
                 t.data = ffi.NULL
@@ -65,7 +65,7 @@ class Context(Handle):
             d = self.__dict__["_deps_of"] = {}
         return d
 
-    def _tensor(self, ptr: Any) -> "Tensor":
+    def wrap_tensor(self, ptr: Any) -> "Tensor":
         """A wrapper of a tensor of this context, knowing what its sources depend on."""
         return Tensor(ptr, self, deps=self.deps_of.get(int(ffi.cast("uintptr_t", ptr)), ()))
 
@@ -106,7 +106,7 @@ def merge_deps(owner: Any, sources: Iterable[Any] = (), deps: Iterable[Any] = ()
         if s is None:
             continue
         out.setdefault(id(s.owner), s.owner)
-        for d in s._deps:
+        for d in s.deps:
             out.setdefault(id(d), d)
     for d in deps:
         out.setdefault(id(d), d)
@@ -120,29 +120,29 @@ class Tensor:
     ``owner`` is the handle whose memory holds the tensor's header; ``_deps`` the other handles its
     sources or viewed tensor live in (a view or an op whose operands are in another context). Using the
     tensor after any of them was freed raises GgmlStateError (ggml would follow dangling pointers)."""
-    __slots__ = ("_ptr", "owner", "_deps", "__weakref__")
+    __slots__ = ("_ptr", "owner", "deps", "__weakref__")
 
     def __init__(self, ptr: Any, owner: Handle, sources: Iterable["Tensor | None"] = (), deps: Iterable[Any] = ()) -> None:
         if ptr == ffi.NULL:
             raise GgmlStateError("ggml returned a NULL tensor")
         self._ptr = ptr
         self.owner = owner
-        self._deps = merge_deps(owner, sources, deps)
+        self.deps = merge_deps(owner, sources, deps)
         if isinstance(owner, Context):
-            if self._deps:
-                owner.deps_of[int(ffi.cast("uintptr_t", ptr))] = self._deps
+            if self.deps:
+                owner.deps_of[int(ffi.cast("uintptr_t", ptr))] = self.deps
             gen = owner.generation  # the tensor's header lives until the context's next ggml_reset
-            if not any(d is gen for d in self._deps):
-                self._deps = self._deps + (gen,)
+            if not any(d is gen for d in self.deps):
+                self.deps = self.deps + (gen,)
 
     @property
     def ptr(self) -> Any:
         if not self.owner.alive:
             raise GgmlStateError(f"this tensor belongs to a {self.owner.kind} that has been freed")
-        for d in self._deps:
+        for d in self.deps:
             if not d.alive:
                 if isinstance(d, Generation):
-                    what = "this tensor" if d._parents[0] is self.owner else "a tensor this one reads from (or views)"
+                    what = "this tensor" if d.parents[0] is self.owner else "a tensor this one reads from (or views)"
                     raise GgmlStateError(RESET_MESSAGE.format(what=what[0].upper() + what[1:]))
                 raise GgmlStateError(f"this tensor reads from (or views) a tensor of a {d.kind} that has been freed: "
                                      f"its inputs are gone; rebuild it from live tensors")
@@ -151,12 +151,12 @@ class Tensor:
     @property
     def alive(self) -> bool:
         """Whether the tensor's header and everything it reads from are still alive."""
-        return self.owner.alive and all(d.alive for d in self._deps)
+        return self.owner.alive and all(d.alive for d in self.deps)
 
     @property
     def keepers(self) -> tuple:
         """Every handle this tensor needs: its owner and what it depends on."""
-        return (self.owner,) + self._deps
+        return (self.owner,) + self.deps
 
     @property
     def ctx(self) -> Context | None:
@@ -218,23 +218,23 @@ class Graph:
     ``ggml_build_forward_expand`` may belong to other contexts); the graph is unusable once one is freed.
     ``_checked`` caches the last successful pre-compute check (see ``compute.checks.check_graph_ready``);
     ``_allocators`` the graph allocators / schedulers whose memory its tensors got."""
-    __slots__ = ("_ptr", "ctx", "size", "grads", "_deps", "_checked", "_allocators", "__weakref__")
+    __slots__ = ("_ptr", "ctx", "size", "grads", "deps", "checked_key", "allocators", "__weakref__")
 
     def __init__(self, ptr: Any, ctx: Context, size: int, grads: bool) -> None:
         self._ptr, self.ctx, self.size, self.grads = ptr, ctx, size, grads
         gen = ctx.generation  # the graph lives in the context's memory until its next ggml_reset
-        self._deps: dict[int, Any] = {id(gen): gen}
-        self._checked: Any = None
-        self._allocators: dict[int, Any] = {}
+        self.deps: dict[int, Any] = {id(gen): gen}
+        self.checked_key: Any = None
+        self.allocators: dict[int, Any] = {}
 
     @property
     def ptr(self) -> Any:
         if not self.ctx.alive:
             raise GgmlStateError("this graph belongs to a ggml context that has been freed")
-        for d in self._deps.values():
+        for d in self.deps.values():
             if not d.alive:
                 if isinstance(d, Generation):
-                    what = "This graph" if d._parents[0] is self.ctx else "A tensor of this graph"
+                    what = "This graph" if d.parents[0] is self.ctx else "A tensor of this graph"
                     raise GgmlStateError(RESET_MESSAGE.format(what=what))
                 raise GgmlStateError(f"this graph holds tensors of a {d.kind} that has been freed; build the graph "
                                      "again from live tensors")
@@ -243,23 +243,23 @@ class Graph:
     @property
     def keepers(self) -> tuple:
         """Every handle the graph's tensors need: its context, the contexts of its tensors, their buffers."""
-        hs = [self.ctx, *self._deps.values()]
+        hs = [self.ctx, *self.deps.values()]
         for h in list(hs):
-            hs.extend(b for b in getattr(h, "_buffers", ()) if b.alive)  # a freed one was replaced or is unused
-        hs.extend(a for a in self._allocators.values() if a.alive)
+            hs.extend(b for b in getattr(h, "buffers", ()) if b.alive)  # a freed one was replaced or is unused
+        hs.extend(a for a in self.allocators.values() if a.alive)
         return tuple(hs)
 
     def add_deps(self, tensor: Tensor) -> None:
         for h in tensor.keepers:
             if h is not self.ctx:
-                self._deps.setdefault(id(h), h)
+                self.deps.setdefault(id(h), h)
 
     def n_nodes(self) -> int:
         return int(lib.ggml_graph_n_nodes(self.ptr))
 
     def node_tensor(self, ptr: Any) -> Tensor:
         """A wrapper of a node or leaf of this graph."""
-        return Tensor(ptr, self.ctx, deps=self._deps.values())
+        return Tensor(ptr, self.ctx, deps=self.deps.values())
 
     def nodes(self) -> list[Tensor]:
         return [self.node_tensor(lib.ggml_graph_node(self.ptr, i)) for i in range(self.n_nodes())]

@@ -3,11 +3,10 @@ shape and size queries.
 """
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 from .._ffi import ffi, lib
-from ..core.args import c_string, INT64_MAX
+from ..core.args import c_string, INT64_MAX, is_int
 from ..core.handle import unwrap
 from ..core.types import GGML_TYPE_F16, GGML_TYPE_F32, PLAIN_TYPES, type_name
 from ..errors import expect, GgmlTypeError, GgmlValueError
@@ -15,17 +14,17 @@ from .objects import as_tensor, Context, Tensor
 
 
 def _check_type(t: Any, what: str) -> int:
-    if not isinstance(t, int) or t not in PLAIN_TYPES:
+    if not is_int(t) or t not in PLAIN_TYPES:
         names = ", ".join(sorted(f"GGML_TYPE_{type_name(x).upper()}" for x in PLAIN_TYPES))
         raise GgmlTypeError(f"{what}: expected one of {names}, got {t!r}")
     return t
 
 
-def _new_tensor(ctx: Context, type: int, ne: tuple[int, ...]) -> Tensor:
+def new_tensor(ctx: Context, type: int, ne: tuple[int, ...]) -> Tensor:
     ctx_ptr = unwrap(ctx, Context, f"ggml_new_tensor_{len(ne)}d(ctx)")
     _check_type(type, f"ggml_new_tensor_{len(ne)}d(type)")
     for i, n in enumerate(ne):
-        if not isinstance(n, numbers.Integral) or isinstance(n, bool):
+        if not is_int(n):
             raise GgmlTypeError(f"ggml_new_tensor_{len(ne)}d: ne{i} must be an int >= 1, got {n!r}")
         expect(n >= 1, f"ggml_new_tensor_{len(ne)}d: ne{i} must be an int >= 1, got {n!r}")
     ne = tuple(int(n) for n in ne)  # numpy ints too
@@ -59,7 +58,7 @@ def ggml_new_tensor_1d(ctx: Context, type: int, ne0: int) -> Tensor:
     Example:
         >>> b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 128)
     """
-    return _new_tensor(ctx, type, (ne0,))
+    return new_tensor(ctx, type, (ne0,))
 
 
 def ggml_new_tensor_2d(ctx: Context, type: int, ne0: int, ne1: int) -> Tensor:
@@ -83,7 +82,7 @@ def ggml_new_tensor_2d(ctx: Context, type: int, ne0: int, ne1: int) -> Tensor:
     Example:
         >>> x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 784, 32)     # 32 samples of 784 features
     """
-    return _new_tensor(ctx, type, (ne0, ne1))
+    return new_tensor(ctx, type, (ne0, ne1))
 
 
 def ggml_new_tensor_3d(ctx: Context, type: int, ne0: int, ne1: int, ne2: int) -> Tensor:
@@ -104,7 +103,7 @@ def ggml_new_tensor_3d(ctx: Context, type: int, ne0: int, ne1: int, ne2: int) ->
     Example:
         >>> seq = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 64, 100, 8)  # 8 sequences of 100 steps x 64
     """
-    return _new_tensor(ctx, type, (ne0, ne1, ne2))
+    return new_tensor(ctx, type, (ne0, ne1, ne2))
 
 
 def ggml_new_tensor_4d(ctx: Context, type: int, ne0: int, ne1: int, ne2: int, ne3: int) -> Tensor:
@@ -127,7 +126,7 @@ def ggml_new_tensor_4d(ctx: Context, type: int, ne0: int, ne1: int, ne2: int, ne
     Example:
         >>> images = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, 28, 28, 1, 32)
     """
-    return _new_tensor(ctx, type, (ne0, ne1, ne2, ne3))
+    return new_tensor(ctx, type, (ne0, ne1, ne2, ne3))
 
 
 def ggml_new_tensor(ctx: Context, type: int, n_dims: int, ne) -> Tensor:
@@ -154,9 +153,9 @@ def ggml_new_tensor(ctx: Context, type: int, n_dims: int, ne) -> Tensor:
     if isinstance(ne, (str, bytes, dict)) or not hasattr(ne, "__iter__"):
         raise GgmlTypeError(f"ggml_new_tensor: ne must be a list of 1 to 4 ints, got {ne!r}")
     ne = tuple(ne)
-    expect(isinstance(n_dims, int) and not isinstance(n_dims, bool) and n_dims in (1, 2, 3, 4) and len(ne) >= n_dims,
+    expect(is_int(n_dims) and n_dims in (1, 2, 3, 4) and len(ne) >= n_dims,
            f"ggml_new_tensor: n_dims must be 1-4 with that many ne values, got {n_dims!r}, {ne!r}")
-    return _new_tensor(ctx, type, ne[:n_dims])
+    return new_tensor(ctx, type, ne[:n_dims])
 
 
 def ggml_dup_tensor(ctx: Context, tensor: Tensor) -> Tensor:
@@ -171,7 +170,7 @@ def ggml_dup_tensor(ctx: Context, tensor: Tensor) -> Tensor:
     Example:
         >>> grad_buf = ggml_dup_tensor(ctx, w)
     """
-    return _new_tensor(ctx, as_tensor(tensor, "ggml_dup_tensor(tensor)").type,
+    return new_tensor(ctx, as_tensor(tensor, "ggml_dup_tensor(tensor)").type,
                        tuple(n for n in tensor.shape))
 
 
@@ -403,4 +402,4 @@ def ggml_get_tensor(ctx: Context, name: str) -> Tensor | None:
         >>> w = ggml_get_tensor(g.ggml_ctx, "dense.weight")
     """
     ptr = lib.ggml_get_tensor(unwrap(ctx, Context, "ggml_get_tensor(ctx)"), c_string("ggml_get_tensor", "name", name))
-    return ctx._tensor(ptr) if ptr != ffi.NULL else None
+    return ctx.wrap_tensor(ptr) if ptr != ffi.NULL else None

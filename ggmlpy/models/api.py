@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..core.args import is_int
 from ..errors import GgmlInUseError, GgmlTypeError, GgmlValueError
 from ..ops import conv as _conv, elementwise as _elementwise
 from . import attention, conv, layers as Lyr, norm, sequence
@@ -280,7 +281,7 @@ def ggml_get_layer(model: Model, index: int | None = None, name: str | None = No
                 return layer
         raise GgmlValueError(f"ggml_get_layer: no layer named {name!r}; the layers are "
                              f"{[l.name for l in layers]}")
-    if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not -len(layers) <= index < len(layers):
+    if not is_int(index) or not -len(layers) <= index < len(layers):
         raise GgmlValueError(f"ggml_get_layer: index must be an int in [{-len(layers)}, {len(layers)}), got {index!r}")
     return layers[int(index)]
 
@@ -296,7 +297,7 @@ def ggml_pop_layer(model: Sequential) -> Sequential:
 def _freeze(model: Model, from_: Any, to: Any, trainable: bool, fn: str) -> Model:
     layers = _model(model, fn).layers
     for name, v in (("from_", from_), ("to", to)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
+        if v is not None and (not is_int(v)):
             raise GgmlValueError(f"{fn}: {name} must be an int (a 0-based layer index) or None, got {v!r}")
     runtime = getattr(model, "runtime", None)
     if runtime is not None and runtime.training:

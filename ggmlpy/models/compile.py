@@ -5,9 +5,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 
-from ..core.args import FLOAT32_MAX, is_real, learning_rate_arg
+from ..core.args import FLOAT32_MAX, is_int, is_real, learning_rate_arg
 from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
 from ..opt import losses as L
 from ..opt.constants import OPTIMIZER_ADAMW, OPTIMIZER_SGD
@@ -83,7 +82,7 @@ class CompileConfig:
 
 
 def _loss_name(loss: Any, i: int) -> str:
-    if isinstance(loss, (int, np.integer)) and not isinstance(loss, bool) and int(loss) in _LOSS_BY_TYPE:
+    if is_int(loss) and int(loss) in _LOSS_BY_TYPE:
         return _LOSS_BY_TYPE[int(loss)]
     if not isinstance(loss, str) or loss.lower() not in LOSSES:
         raise GgmlValueError(f"unknown loss {loss!r} (output {i}); expected one of "
@@ -143,7 +142,7 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
     if not isinstance(model, Model):
         raise GgmlTypeError(f"ggml_compile: expected a model (ggml_model_sequential / ggml_model), got "
                             f"{type(model).__name__}")
-    if isinstance(optimizer, (int, np.integer)) and not isinstance(optimizer, bool):
+    if is_int(optimizer):
         opt_name = {OPTIMIZER_ADAMW: "adamw", OPTIMIZER_SGD: "sgd"}.get(int(optimizer))
     else:
         opt_name = optimizer.lower() if isinstance(optimizer, str) else None

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..backend.transfer import as_numeric
-from ..core.args import is_real
+from ..core.args import is_int, is_real
 from ..errors import GgmlTypeError, GgmlValueError
 from .compile import CompileConfig, HeadSpec
 from .graph import Model
@@ -202,7 +202,7 @@ def sample_weights(cfg: CompileConfig, targets: list[np.ndarray], n: int, sample
         classes = y.argmax(axis=1) if y.shape[1] > 1 else (y[:, 0] > 0.5).astype(int)
         table = np.ones(max(y.shape[1], 2))
         for k, v in class_weight.items():
-            if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k < len(table):
+            if not is_int(k) or not 0 <= k < len(table):
                 raise GgmlValueError(f"class_weight keys must be class ids in [0, {len(table)}), got {k!r}")
             if not is_real(v) or not np.isfinite(v) or v < 0:
                 raise GgmlValueError(f"class_weight[{k}] must be a finite number >= 0, got {v!r}")

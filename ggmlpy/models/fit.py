@@ -16,7 +16,7 @@ from typing import Any, Sequence, TYPE_CHECKING
 import numpy as np
 
 from ..compute.sched import Scheduler
-from ..core.args import is_real
+from ..core.args import c_int_arg, is_real
 from ..errors import GgmlpyWarning, GgmlValueError
 from ..training.adapters import check_ends, Source
 from ..training.fit import fit_streamed, ggml_fit_opt
@@ -34,9 +34,7 @@ if TYPE_CHECKING:
 
 
 def _int_arg(value: Any, name: str, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-        raise GgmlValueError(f"{name} must be an int >= {lo}, got {value!r}")
-    return int(value)
+    return c_int_arg(None, name, value, lo)
 
 
 def _verbose(verbose: Any) -> bool:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..core.args import is_real
+from ..core.args import is_int, is_real
 from ..errors import GgmlTypeError, GgmlValueError
 from ..graph.objects import Tensor
 from ..ops.elementwise import ggml_add, ggml_gelu, ggml_relu, ggml_sigmoid, ggml_silu, ggml_soft_max, ggml_tanh
@@ -51,14 +51,14 @@ def check_activation(activation: Any) -> str | None:
 
 
 def positive_int(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    if not is_int(value) or value < 1:
         raise GgmlValueError(f"{what} must be a positive int, got {value!r}")
     return int(value)
 
 
 def int_pair(value: Any, what: str) -> tuple[int, int]:
     """(rows, cols) from an int or a pair of ints."""
-    pair = (value, value) if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else value
+    pair = (value, value) if is_int(value) else value
     if not isinstance(pair, (tuple, list)) or len(pair) != 2:
         raise GgmlValueError(f"{what} must be an int or a pair (rows, cols), got {value!r}")
     return positive_int(pair[0], what), positive_int(pair[1], what)
@@ -66,7 +66,7 @@ def int_pair(value: Any, what: str) -> tuple[int, int]:
 
 def sample_shape(shape: Any, what: str = "input_shape") -> tuple[int, ...]:
     """A per-sample shape: a tuple of 1 to 3 positive ints (an int means (int,))."""
-    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+    if is_int(shape):
         shape = (shape,)
     if not isinstance(shape, (tuple, list)) or not 1 <= len(shape) <= 3:
         raise GgmlValueError(f"{what} must be a tuple of 1 to 3 positive ints (one sample, no batch axis), "
@@ -352,7 +352,7 @@ class Concatenate(Layer):
 
     def __init__(self, axis: int = -1, **kw: Any) -> None:
         super().__init__(**kw)
-        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        if not is_int(axis):
             raise GgmlValueError(f"axis must be an int, got {axis!r}")
         self.axis = int(axis)
 

@@ -5,6 +5,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.args import is_int
 from ..compute.placement import Placement, PlacementRecorder
 from ..errors import GgmlInUseError, GgmlValueError
 from .compile import CompileConfig, compiled
@@ -43,7 +44,7 @@ def ggml_model_placement(model: Model, batch_size: int | None = None, training: 
     fn = "ggml_model_placement"
     cfg = compiled(model, fn)
     batch = 32 if batch_size is None else batch_size
-    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
+    if not is_int(batch) or batch < 1:
         raise GgmlValueError(f"{fn}: batch_size must be an int >= 1 or None, got {batch_size!r}")
     if not isinstance(training, (bool, np.bool_)):
         raise GgmlValueError(f"{fn}: training must be True or False, got {training!r}")

@@ -457,8 +457,8 @@ class OptimizerState:
     def keep(self, opt_ctx: Any, warn_partial: bool = True) -> None:
         """Read the state back from an opt context after training (also after an exception). Moments of
         weights that were frozen in this run are kept from before."""
-        if opt_ctx._opt_i and warn_partial:
-            warnings.warn(f"training ended {opt_ctx._opt_i} batches into a logical batch of {opt_ctx.opt_period} "
+        if opt_ctx.pending_batches and warn_partial:
+            warnings.warn(f"training ended {opt_ctx.pending_batches} batches into a logical batch of {opt_ctx.opt_period} "
                           "(nbatch_logical): their gradients were not applied, and the optimizer state kept for "
                           "the next fit is that of the last optimizer step; make the number of steps a multiple "
                           f"of {opt_ctx.opt_period} to continue exactly", GgmlpyWarning, stacklevel=2)

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.args import is_int
 from ..backend.transfer import ggml_backend_tensor_set_data, numpy_shape
 from ..core.types import GGML_TYPE_F32
 from ..errors import GgmlInUseError, GgmlpyError, GgmlTypeError, GgmlValueError, GgufFileError, GgufFileNotFoundError
@@ -124,7 +125,7 @@ def _read(path: Any, fn: str) -> tuple[dict, dict]:
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    return is_int(value)
 
 
 OPT_PREFIX = "optimizer."

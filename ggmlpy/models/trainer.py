@@ -12,7 +12,7 @@ import numpy as np
 from ..compute.placement import Placement, PlacementRecorder
 from ..compute.threads import restore_threads, split_threads
 from ..compute.work import training_step_work
-from ..core.args import learning_rate_arg
+from ..core.args import is_int, learning_rate_arg
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
 from ..opt.result import ggml_opt_result_loss, OptResult
 from ..opt.state import ggml_opt_get_state, optimized_params
@@ -43,12 +43,12 @@ class ModelTrainer:
         self._lock = threading.RLock()
         self._freed = True  # until everything is made
         cfg = compiled(model, "ggml_trainer")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        if not is_int(batch_size) or batch_size < 1:
             raise GgmlValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         self.batch_size = int(batch_size)
         period = 1
         if nbatch_logical is not None:
-            if isinstance(nbatch_logical, bool) or not isinstance(nbatch_logical, (int, np.integer)) or \
+            if not is_int(nbatch_logical) or \
                     nbatch_logical < batch_size or nbatch_logical % batch_size:
                 raise GgmlValueError(f"nbatch_logical must be a multiple of batch_size ({batch_size}), got "
                                      f"{nbatch_logical!r}")
@@ -202,8 +202,8 @@ class ModelTrainer:
         state = None
         if include_optimizer:
             ctx = self._session.train_ctx
-            if ctx._opt_i:
-                raise GgmlStateError(f"trainer.save: {ctx._opt_i} of the {ctx.opt_period} batches of a logical batch "
+            if ctx.pending_batches:
+                raise GgmlStateError(f"trainer.save: {ctx.pending_batches} of the {ctx.opt_period} batches of a logical batch "
                                      "(nbatch_logical) are accumulated but not applied; save after the step that "
                                      "completes it, or with include_optimizer=False")
             state = self.optimizer_state()

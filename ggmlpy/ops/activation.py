@@ -11,8 +11,8 @@ from ..core.types import FLOAT_TYPES, type_name
 from ..errors import GgmlTypeError
 from ..graph.objects import Context, Tensor
 from . import base as _base
-from .base import _op, _t, F32_F16, same_shape
-from .elementwise import _check_binary, _unary_check
+from .base import make_op, operand, F32_F16, same_shape
+from .elementwise import check_binary, unary_check
 
 
 GGML_GLU_OP_REGLU = int(lib.GGML_GLU_OP_REGLU)
@@ -52,18 +52,18 @@ def ggml_add1(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         >>> y = ggml_add1(ctx, x, offset)       # x [n, batch], offset [1]
     """
     fn = "ggml_add1"
-    a, b = _t(fn, a), _t(fn, b, "b")
+    a, b = operand(fn, a), operand(fn, b, "b")
     if b.shape != (1, 1, 1, 1):
         fail(fn, f"b must be a scalar (one element, shape [1, 1, 1, 1]), got shape {list(b.shape)}; to add a "
                      "tensor that is repeated into a's shape use ggml_add")
-    a, b, shape = _check_binary(fn, a, b)  # ggml_add's checks
-    return _op(fn, ctx, lib.ggml_add, (a, b), shape, out_type=a.type)
+    a, b, shape = check_binary(fn, a, b)  # ggml_add's checks
+    return make_op(fn, ctx, lib.ggml_add, (a, b), shape, out_type=a.type)
 
 
 # ---------------------------------------------------------------- element-wise activations and rounding
 
 # name -> check(fn, a) -> a, shared with the in-place forms (ops.inplace)
-_UNARY_CHECKS: dict[str, Callable[[str, Any], Tensor]] = {}
+UNARY_CHECKS: dict[str, Callable[[str, Any], Tensor]] = {}
 
 _NO_BACKWARD = ("Not differentiable: ggml has no backward pass for it, so in a trainable graph it may not lie\n"
                 "    between a parameter and the loss (training raises an error naming {label}){hint}.")
@@ -71,11 +71,11 @@ _NO_BACKWARD = ("Not differentiable: ggml has no backward pass for it, so in a t
 
 def _unary(name: str, c_fn: Callable, types: set, label: str, summary: str, notes: str, hint: str,
            example: str) -> Callable:
-    check = _UNARY_CHECKS[name] = _unary_check(True, types)
+    check = UNARY_CHECKS[name] = unary_check(True, types)
 
     def op(ctx: Context, a: Tensor) -> Tensor:
         a = check(name, a)
-        return _op(name, ctx, c_fn, (a,), a.shape, out_type=a.type)
+        return make_op(name, ctx, c_fn, (a,), a.shape, out_type=a.type)
     kinds = "F32 or F16" if set(types) == F32_F16 else "F32, F16 or BF16"
     body = "\n    ".join(x for x in (notes, _NO_BACKWARD.format(label=label, hint=hint)) if x)
     op.__name__ = op.__qualname__ = name
@@ -144,7 +144,7 @@ def _glu_op(fn: str, op: Any) -> int:
 
 
 def _glu_operand(fn: str, t: Any, what: str) -> Tensor:
-    t = _t(fn, t, what)
+    t = operand(fn, t, what)
     _base.types(fn, t, F32_F16, what)  # the CPU kernels implement F32 and F16 only
     if not lib.ggml_is_contiguous_1(t.ptr):  # ggml asserts it: contiguous rows, stacked without gaps
         fail(fn, f"{what} must have contiguous rows stacked one after the other (apply ggml_cont first), got a "
@@ -158,13 +158,13 @@ def _glu(fn: str, ctx: Context, a: Any, b: Any, op: int, swapped: bool = False) 
         if a.shape[0] % 2:
             fail(fn, f"a.ne[0] must be even (its first half is the value, its second half the gate), got "
                          f"{a.shape[0]}; pass the two halves separately to the _split form (ggml_glu_split)")
-        return _op(fn, ctx, lib.ggml_glu, (a,), (a.shape[0] // 2,) + a.shape[1:], (op, bool(swapped)), a.type)
+        return make_op(fn, ctx, lib.ggml_glu, (a,), (a.shape[0] // 2,) + a.shape[1:], (op, bool(swapped)), a.type)
     b = _glu_operand(fn, b, "b")
     if a.type != b.type:
         fail(fn, f"a and b must have the same type, got {type_name(a.type)} and {type_name(b.type)}",
                  GgmlTypeError)
     same_shape(fn, a, b)
-    return _op(fn, ctx, lib.ggml_glu_split, (a, b), a.shape, (op,), a.type)
+    return make_op(fn, ctx, lib.ggml_glu_split, (a, b), a.shape, (op,), a.type)
 
 
 def _swapped_arg(fn: str, swapped: Any) -> bool:
@@ -346,7 +346,7 @@ def ggml_swiglu_clamp(ctx: Context, a: Tensor, b: Tensor, limit: float) -> Tenso
         fail(fn, f"a and b must have the same type, got {type_name(a.type)} and {type_name(b.type)}",
                  GgmlTypeError)
     same_shape(fn, a, b)
-    return _op(fn, ctx, lib.ggml_swiglu_clamp, (a, b), a.shape, (lim,), a.type)
+    return make_op(fn, ctx, lib.ggml_swiglu_clamp, (a, b), a.shape, (lim,), a.type)
 
 
 ggml_swiglu_clamp.__doc__ = ggml_swiglu_clamp.__doc__.format(no_backward=_GLU_NO_BACKWARD)

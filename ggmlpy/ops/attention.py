@@ -12,7 +12,7 @@ from ..errors import GgmlTypeError
 from ..graph.graph import walk_graph
 from ..graph.indices import computed_index_bound
 from ..graph.objects import Context, Tensor
-from .base import _op, _t, contiguous, F32_F16, rows_contiguous, types
+from .base import make_op, operand, contiguous, F32_F16, rows_contiguous, types
 
 
 # rope modes (ggmlR's names; GGML_ROPE_TYPE_NORM is C's GGML_ROPE_TYPE_NORMAL)
@@ -31,11 +31,11 @@ def _required(fn: str, name: str, value: Any, usual: str) -> None:
         fail(fn, f"{name} is required (ggmlR gives it no default); {usual}", GgmlTypeError)
 
 
-def _shape_text(t: Tensor) -> str:
+def shape_text(t: Tensor) -> str:
     return str(list(t.shape))
 
 
-def _check_index_bound(fn: str, what: str, idx: Tensor, bound: int, table: str) -> None:
+def check_index_bound(fn: str, what: str, idx: Tensor, bound: int, table: str) -> None:
     """Indices computed in the graph whose range is known (an argmax over k values) must fit ``bound``."""
     k = computed_index_bound(idx.ptr)
     if k is not None and k > bound:
@@ -52,7 +52,7 @@ def _rope(fn: str, ctx: Context, a: Any, b: Any, c: Any, n_dims: Any, mode: Any,
     """The checks shared by every rope variant (ggml_rope_impl's asserts and the CPU kernel's), then the call.
     ``sections`` is None for the 1-D variants (rope, rope_ext), else rope_multi's four section sizes."""
     multi = sections is not None
-    a, b = _t(fn, a), _t(fn, b, "b")
+    a, b = operand(fn, a), operand(fn, b, "b")
     types(fn, a, F32_F16)
     rows_contiguous(fn, a)  # the kernel reads and writes each row as contiguous elements
     _required(fn, "n_dims", n_dims, "the usual value is the head size a.ne[0] (ggml rotates the first n_dims "
@@ -91,13 +91,13 @@ def _rope(fn: str, ctx: Context, a: Any, b: Any, c: Any, n_dims: Any, mode: Any,
     types(fn, b, {GGML_TYPE_I32}, "b (the positions)")
     if b.shape != (n_pos, 1, 1, 1) or not lib.ggml_is_contiguous(b.ptr):
         per = "4 positions (t, h, w, e) per token: 4 * a.ne[2]" if mrope else "one position per a.ne[2] (token)"
-        fail(fn, f"b must be a contiguous I32 vector of {n_pos} positions ({per}), got shape {_shape_text(b)}")
+        fail(fn, f"b must be a contiguous I32 vector of {n_pos} positions ({per}), got shape {shape_text(b)}")
     if c is not None:
-        c = _t(fn, c, "c")
+        c = operand(fn, c, "c")
         types(fn, c, {GGML_TYPE_F32}, "c (the frequency factors)")
         if c.shape[1:] != (1, 1, 1) or c.shape[0] < n_dims // 2 or not lib.ggml_is_contiguous(c.ptr):
             fail(fn, f"c must be a contiguous F32 vector of at least n_dims / 2 = {n_dims // 2} frequency "
-                         f"factors, got shape {_shape_text(c)}")
+                         f"factors, got shape {shape_text(c)}")
         param = int(lib.GGML_TENSOR_FLAG_PARAM)
         if any(t.flags & param for t in walk_graph([c.ptr])):
             # ggml_build_backward_expand aborts on a frequency factor that needs a gradient
@@ -117,7 +117,7 @@ def _rope(fn: str, ctx: Context, a: Any, b: Any, c: Any, n_dims: Any, mode: Any,
         tensors, args = (a, b, c), (n_dims, ffi.new("int[4]", sect), mode, n_ctx_orig, freq_base, freq_scale, *floats)
     else:
         tensors, args = (a, b, c), (n_dims, mode, n_ctx_orig, freq_base, freq_scale, *floats)
-    return _op(fn, ctx, getattr(lib, fn), tensors, None if inplace else a.shape, args, a.type)
+    return make_op(fn, ctx, getattr(lib, fn), tensors, None if inplace else a.shape, args, a.type)
 
 
 _ROPE_ARGS = """a: F32 or F16 tensor ``[head_dim, n_head, n_tokens, batch]`` with contiguous rows.
@@ -335,13 +335,13 @@ def ggml_timestep_embedding(ctx: Context, timesteps: Tensor, dim: int, max_perio
         >>> emb = ggml_timestep_embedding(ctx, t, 320)        # t F32 [batch] -> [320, batch]
     """
     fn = "ggml_timestep_embedding"
-    timesteps = _t(fn, timesteps, "timesteps")
+    timesteps = operand(fn, timesteps, "timesteps")
     types(fn, timesteps, {GGML_TYPE_F32}, "timesteps")
     if timesteps.shape[1:] != (1, 1, 1) or not lib.ggml_is_contiguous(timesteps.ptr):
-        fail(fn, f"timesteps must be a contiguous F32 vector [N], got shape {_shape_text(timesteps)}")
+        fail(fn, f"timesteps must be a contiguous F32 vector [N], got shape {shape_text(timesteps)}")
     dim = c_int_arg(fn, "dim", dim, 1)
     max_period = c_int_arg(fn, "max_period", max_period, 1)
-    return _op(fn, ctx, lib.ggml_timestep_embedding, (timesteps,), (dim, timesteps.shape[0], 1, 1),
+    return make_op(fn, ctx, lib.ggml_timestep_embedding, (timesteps,), (dim, timesteps.shape[0], 1, 1),
                (dim, max_period))
 
 
@@ -388,7 +388,7 @@ def ggml_flash_attn_ext(ctx: Context, q: Tensor, k: Tensor, v: Tensor, mask: Ten
         >>> out = ggml_flash_attn_ext(ctx, q, k16, v16, mask16, 1 / 64 ** 0.5)   # -> [64, n_head, n_q, 1]
     """
     fn = "ggml_flash_attn_ext"
-    q, k, v = _t(fn, q, "q"), _t(fn, k, "k"), _t(fn, v, "v")
+    q, k, v = operand(fn, q, "q"), operand(fn, k, "k"), operand(fn, v, "v")
     types(fn, q, {GGML_TYPE_F32}, "q")
     types(fn, k, F32_F16, "k")
     types(fn, v, {k.type}, f"v (k is {type_name(k.type)})")
@@ -396,10 +396,10 @@ def ggml_flash_attn_ext(ctx: Context, q: Tensor, k: Tensor, v: Tensor, mask: Ten
         rows_contiguous(fn, t, what)
     (dk, n_q, n_head, nb), (kd, n_kv, n_head_kv, kb), (dv, v1, v2, vb) = q.shape, k.shape, v.shape
     if kd != dk:
-        fail(fn, f"q and k must share ne[0] (the key size), got q {_shape_text(q)} and k {_shape_text(k)}")
+        fail(fn, f"q and k must share ne[0] (the key size), got q {shape_text(q)} and k {shape_text(k)}")
     if (v1, v2) != (n_kv, n_head_kv):
-        fail(fn, f"v must have k's ne[1] (n_kv) and ne[2] (kv heads), got k {_shape_text(k)} and v "
-                     f"{_shape_text(v)}")
+        fail(fn, f"v must have k's ne[1] (n_kv) and ne[2] (kv heads), got k {shape_text(k)} and v "
+                     f"{shape_text(v)}")
     if n_head % n_head_kv:
         fail(fn, f"the query heads q.ne[2]={n_head} must be a multiple of the key/value heads k.ne[2]={n_head_kv}")
     if not kb == vb == nb:
@@ -411,17 +411,17 @@ def ggml_flash_attn_ext(ctx: Context, q: Tensor, k: Tensor, v: Tensor, mask: Ten
     if max_bias < 0:
         fail(fn, f"max_bias must be >= 0 (0 for no ALiBi), got {max_bias}")
     if mask is not None:
-        mask = _t(fn, mask, "mask")
+        mask = operand(fn, mask, "mask")
         types(fn, mask, {GGML_TYPE_F16}, "mask (ggml's flash attention reads an F16 mask; convert it with "
                                              "ggml_cpy into an F16 tensor)")
         contiguous(fn, mask, "mask")
         m0, m1, m2, m3 = mask.shape
         if m0 < n_kv or m1 < n_q or n_head % m2 or nb % m3:
-            fail(fn, f"mask {_shape_text(mask)} must have ne[0] >= n_kv={n_kv}, ne[1] >= n_q={n_q}, and ne[2], "
+            fail(fn, f"mask {shape_text(mask)} must have ne[0] >= n_kv={n_kv}, ne[1] >= n_q={n_q}, and ne[2], "
                          f"ne[3] dividing n_head={n_head}, batch={nb}")
     elif max_bias > 0:
         fail(fn, f"max_bias > 0 (ALiBi) needs a mask, got max_bias={max_bias} and no mask")
-    return _op(fn, ctx, lib.ggml_flash_attn_ext, (q, k, v, mask), (dv, n_head, n_q, nb),
+    return make_op(fn, ctx, lib.ggml_flash_attn_ext, (q, k, v, mask), (dv, n_head, n_q, nb),
                (scale, max_bias, logit_softcap))
 
 
@@ -443,15 +443,15 @@ def ggml_get_rel_pos(ctx: Context, a: Tensor, qh: int, kh: int) -> Tensor:
         >>> rel_h = ggml_get_rel_pos(ctx, rel_pos_h16, 14, 14)   # rel_pos_h16 F16 [C, 27]
     """
     fn = "ggml_get_rel_pos"
-    a = _t(fn, a)
+    a = operand(fn, a)
     types(fn, a, {GGML_TYPE_F16})  # the kernel copies 16-bit values into an F16 result (BF16 would be garbage)
     contiguous(fn, a)
     qh, kh = c_int_arg(fn, "qh", qh, 1), c_int_arg(fn, "kh", kh, 1)
     if qh != kh:
         fail(fn, f"ggml supports qh == kh only, got qh={qh}, kh={kh}")
     if a.shape[1] != 2 * kh - 1 or a.shape[2:] != (1, 1):
-        fail(fn, f"a must be a matrix [C, 2 * kh - 1] = [C, {2 * kh - 1}], got {_shape_text(a)}")
-    return _op(fn, ctx, lib.ggml_get_rel_pos, (a,), (a.shape[0], kh, qh, 1), (qh, kh), GGML_TYPE_F16)
+        fail(fn, f"a must be a matrix [C, 2 * kh - 1] = [C, {2 * kh - 1}], got {shape_text(a)}")
+    return make_op(fn, ctx, lib.ggml_get_rel_pos, (a,), (a.shape[0], kh, qh, 1), (qh, kh), GGML_TYPE_F16)
 
 
 def ggml_add_rel_pos(ctx: Context, a: Tensor, pw: Tensor, ph: Tensor) -> Tensor:
@@ -474,14 +474,14 @@ def ggml_add_rel_pos(ctx: Context, a: Tensor, pw: Tensor, ph: Tensor) -> Tensor:
         >>> attn = ggml_add_rel_pos(ctx, attn, rel_w, rel_h)   # attn [196, 196, n_head], rel_* [14, 14, 14, n_head]
     """
     fn = "ggml_add_rel_pos"
-    a, pw, ph = _t(fn, a), _t(fn, pw, "pw"), _t(fn, ph, "ph")
+    a, pw, ph = operand(fn, a), operand(fn, pw, "pw"), operand(fn, ph, "ph")
     for what, t in (("a", a), ("pw", pw), ("ph", ph)):
         types(fn, t, {GGML_TYPE_F32}, what)
         contiguous(fn, t, what)
     if pw.shape != ph.shape:
-        fail(fn, f"pw and ph must have the same shape, got {_shape_text(pw)} and {_shape_text(ph)}")
+        fail(fn, f"pw and ph must have the same shape, got {shape_text(pw)} and {shape_text(ph)}")
     k, q1, q2, b = pw.shape
     if a.shape != (k * k, q1 * q2, b, 1):
-        fail(fn, f"a must be [K*K, Q1*Q2, B, 1] = {[k * k, q1 * q2, b, 1]} for pw/ph {_shape_text(pw)}, "
-                     f"got {_shape_text(a)}")
-    return _op(fn, ctx, lib.ggml_add_rel_pos, (a, pw, ph), a.shape)
+        fail(fn, f"a must be [K*K, Q1*Q2, B, 1] = {[k * k, q1 * q2, b, 1]} for pw/ph {shape_text(pw)}, "
+                     f"got {shape_text(a)}")
+    return make_op(fn, ctx, lib.ggml_add_rel_pos, (a, pw, ph), a.shape)

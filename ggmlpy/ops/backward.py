@@ -7,8 +7,8 @@ from .._ffi import lib
 from ..core.args import eps_arg, fail, float_arg
 from ..core.types import GGML_TYPE_F32, GGML_TYPE_I32, type_name
 from ..graph.objects import Context, Tensor
-from .attention import _check_index_bound, _shape_text
-from .base import _op, _t, contiguous, F32_F16, rows_contiguous, same_shape, types
+from .attention import check_index_bound, shape_text
+from .base import make_op, operand, contiguous, F32_F16, rows_contiguous, same_shape, types
 
 
 def ggml_silu_back(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
@@ -29,13 +29,13 @@ def ggml_silu_back(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         >>> dx = ggml_silu_back(ctx, dy, x)
     """
     fn = "ggml_silu_back"
-    a, b = _t(fn, a), _t(fn, b, "b")
+    a, b = operand(fn, a), operand(fn, b, "b")
     types(fn, a, F32_F16, "a (dy)")
     types(fn, b, {a.type}, f"b (x, like a: {type_name(a.type)})")
     same_shape(fn, a, b)
     contiguous(fn, a, "a (dy)")
     contiguous(fn, b, "b (x)")
-    return _op(fn, ctx, lib.ggml_silu_back, (a, b), a.shape, out_type=a.type)
+    return make_op(fn, ctx, lib.ggml_silu_back, (a, b), a.shape, out_type=a.type)
 
 
 def ggml_rms_norm_back(ctx: Context, a: Tensor, b: Tensor, eps: float = 1e-5) -> Tensor:
@@ -58,17 +58,17 @@ def ggml_rms_norm_back(ctx: Context, a: Tensor, b: Tensor, eps: float = 1e-5) ->
         >>> dx = ggml_rms_norm_back(ctx, dy, x, 1e-6)
     """
     fn = "ggml_rms_norm_back"
-    a, b = _t(fn, a), _t(fn, b, "b")
+    a, b = operand(fn, a), operand(fn, b, "b")
     types(fn, a, {GGML_TYPE_F32}, "a (dy)")
     types(fn, b, {GGML_TYPE_F32}, "b (x)")
     same_shape(fn, a, b)
     rows_contiguous(fn, a, "a (dy)")
     rows_contiguous(fn, b, "b (x)")
-    return _op(fn, ctx, lib.ggml_rms_norm_back, (a, b), a.shape, (eps_arg(fn, "eps", eps),))
+    return make_op(fn, ctx, lib.ggml_rms_norm_back, (a, b), a.shape, (eps_arg(fn, "eps", eps),))
 
 
 def _soft_max_back(fn: str, ctx: Context, a: Any, b: Any, scale: Any, max_bias: Any, inplace: bool) -> Tensor:
-    a, b = _t(fn, a), _t(fn, b, "b")
+    a, b = operand(fn, a), operand(fn, b, "b")
     types(fn, a, {GGML_TYPE_F32}, "a (dy)")
     types(fn, b, {GGML_TYPE_F32}, "b (y)")
     same_shape(fn, a, b)
@@ -79,7 +79,7 @@ def _soft_max_back(fn: str, ctx: Context, a: Any, b: Any, scale: Any, max_bias: 
     if max_bias != 0.0:
         fail(fn, f"ggml implements the softmax gradient without ALiBi only: max_bias must be 0, got {max_bias}")
     c_fn = lib.ggml_soft_max_ext_back_inplace if inplace else lib.ggml_soft_max_ext_back
-    return _op(fn, ctx, c_fn, (a, b), None if inplace else a.shape, (scale, max_bias))
+    return make_op(fn, ctx, c_fn, (a, b), None if inplace else a.shape, (scale, max_bias))
 
 
 _SOFT_MAX_BACK_ARGS = """a: ``dy``, the gradient with respect to the softmax output: contiguous F32.
@@ -152,16 +152,16 @@ def ggml_get_rows_back(ctx: Context, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
         >>> d_table = ggml_get_rows_back(ctx, d_emb, ids, table)   # d_emb [64, seq], ids [seq], table [64, vocab]
     """
     fn = "ggml_get_rows_back"
-    a, b, c = _t(fn, a), _t(fn, b, "b"), _t(fn, c, "c")
+    a, b, c = operand(fn, a), operand(fn, b, "b"), operand(fn, c, "c")
     types(fn, a, F32_F16)
     rows_contiguous(fn, a)
     types(fn, b, {GGML_TYPE_I32}, "b (the indices)")
     if a.shape[2:] != (1, 1) or c.shape[2:] != (1, 1):
-        fail(fn, f"a and c must be matrices, got a {_shape_text(a)} and c {_shape_text(c)}")
+        fail(fn, f"a and c must be matrices, got a {shape_text(a)} and c {shape_text(c)}")
     if b.shape != (a.shape[1], 1, 1, 1) or not lib.ggml_is_contiguous(b.ptr):
         fail(fn, f"b must be a contiguous I32 vector with one index per column of a ({a.shape[1]}), got shape "
-                     f"{_shape_text(b)}")
+                     f"{shape_text(b)}")
     if c.shape[0] != a.shape[0]:
-        fail(fn, f"a and c must share ne[0] (the row size), got a {_shape_text(a)} and c {_shape_text(c)}")
-    _check_index_bound(fn, "the indices b", b, c.shape[1], "the table c (its ne[1]: the rows)")
-    return _op(fn, ctx, lib.ggml_get_rows_back, (a, b, c), (c.shape[0], c.shape[1], 1, 1))
+        fail(fn, f"a and c must share ne[0] (the row size), got a {shape_text(a)} and c {shape_text(c)}")
+    check_index_bound(fn, "the indices b", b, c.shape[1], "the table c (its ne[1]: the rows)")
+    return make_op(fn, ctx, lib.ggml_get_rows_back, (a, b, c), (c.shape[0], c.shape[1], 1, 1))

@@ -146,7 +146,7 @@ def out_size(fn: str, what: str, n: int, k: int, s: int, p: int, d: int = 1) -> 
 F32_F16 = {GGML_TYPE_F32, GGML_TYPE_F16}
 
 
-def _op(fn: str, ctx: Context, c_fn: Callable, tensors: tuple, shape: tuple | None, args: tuple = (),
+def make_op(fn: str, ctx: Context, c_fn: Callable, tensors: tuple, shape: tuple | None, args: tuple = (),
         out_type: int = GGML_TYPE_F32) -> Tensor:
     """Check the context, reserve room for the result, call ggml and wrap the result."""
     ctx_ptr = unwrap(ctx, Context, f"{fn}(ctx)")
@@ -161,5 +161,5 @@ def _op(fn: str, ctx: Context, c_fn: Callable, tensors: tuple, shape: tuple | No
     return Tensor(c_fn(ctx_ptr, *ptrs, *args), ctx, sources=tensors)  # it depends on its operands' contexts
 
 
-def _t(fn: str, x: Any, what: str = "a") -> Tensor:
+def operand(fn: str, x: Any, what: str = "a") -> Tensor:
     return as_tensor(x, f"{fn}({what})")

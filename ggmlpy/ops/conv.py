@@ -10,7 +10,7 @@ from ..core.args import c_int_arg, fail, float_arg
 from ..core.types import GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_F32, type_name
 from ..errors import GgmlTypeError
 from ..graph.objects import Context, Tensor
-from .base import _op, _t, contiguous, F32_F16, floating, out_size, rows_contiguous, types
+from .base import make_op, operand, contiguous, F32_F16, floating, out_size, rows_contiguous, types
 
 
 GGML_OP_POOL_MAX = int(lib.GGML_OP_POOL_MAX)
@@ -43,7 +43,7 @@ def ggml_im2col(ctx: Context, a: Tensor, b: Tensor, s0: int, s1: int, p0: int, p
         >>> cols = ggml_im2col(ctx, kernel, images, 1, 1, 1, 1, 1, 1)   # 3x3, padding 1: same size
     """
     fn = "ggml_im2col"
-    a, b = _t(fn, a), _t(fn, b, "b")
+    a, b = operand(fn, a), operand(fn, b, "b")
     if dst_type not in (GGML_TYPE_F32, GGML_TYPE_F16):
         fail(fn, "dst_type must be GGML_TYPE_F32 or GGML_TYPE_F16", GgmlTypeError)
     # the CPU kernel asserts an F32 source for an F32 result (F16 sources only give F16 results)
@@ -69,13 +69,13 @@ def ggml_im2col(ctx: Context, a: Tensor, b: Tensor, s0: int, s1: int, p0: int, p
             fail(fn, f"1-D data b must have ne[3] == 1, got {list(b.shape)}")
         ol = out_size(fn, "length", b.shape[0], a.shape[0], s0, p0, d0)
         shape = (a.shape[1] * a.shape[0], ol, b.shape[2], 1)
-    return _op(fn, ctx, lib.ggml_im2col, (a, b), shape, (s0, s1, p0, p1, d0, d1, bool(is_2D), dst_type), dst_type)
+    return make_op(fn, ctx, lib.ggml_im2col, (a, b), shape, (s0, s1, p0, p1, d0, d1, bool(is_2D), dst_type), dst_type)
 
 
 def ggml_conv_1d(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, p0: int = 0, d0: int = 1) -> Tensor:
     """Kernel ``a [K, Cin, Cout]``, data ``b [L, Cin, N]`` -> ``[OL, Cout, N]`` (im2col + mul_mat)."""
     fn = "ggml_conv_1d"
-    a, b = _t(fn, a), _t(fn, b, "b")
+    a, b = operand(fn, a), operand(fn, b, "b")
     floating(fn, ("a", a), ("b", b))
     rows_contiguous(fn, b, "b")
     if a.type == GGML_TYPE_BF16 and b.type != GGML_TYPE_F32:  # a BF16 kernel makes an F32 im2col: F32 data only
@@ -86,7 +86,7 @@ def ggml_conv_1d(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, p0: int = 0, d
         fail(fn, f"kernel a {list(a.shape)} and data b {list(b.shape)} must share ne[1] (channels)")
     ol = out_size(fn, "length", b.shape[0], a.shape[0], s0, p0, d0)
     ctx.reserve(4 * (a.shape[0] * a.shape[1] * ol * b.shape[2]) * 3, n_objects=4, what="ggml_conv_1d intermediates")
-    out = _op(fn, ctx, lib.ggml_conv_1d, (a, b), (ol, a.shape[2], b.shape[2], 1), (s0, p0, d0))
+    out = make_op(fn, ctx, lib.ggml_conv_1d, (a, b), (ol, a.shape[2], b.shape[2], 1), (s0, p0, d0))
     n, oc = b.shape[2], a.shape[2]
     if n > 1:
         # ggml_conv_1d's data is laid out [OL, N, OC] although its shape says [OL, OC, N] (the upstream
@@ -106,7 +106,7 @@ def ggml_conv_2d(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int = 1, p
     rounded to half precision (errors of about 1e-3 relative). ``ggml_conv_2d_direct`` computes in F32 (forward only);
     the model layer's ``ggml_layer_conv_2d`` uses an F32 im2col and trains in F32."""
     fn = "ggml_conv_2d"
-    a, b = _t(fn, a), _t(fn, b, "b")
+    a, b = operand(fn, a), operand(fn, b, "b")
     floating(fn, ("a", a), ("b", b))
     rows_contiguous(fn, b, "b")
     if a.type == GGML_TYPE_BF16 and b.type != GGML_TYPE_F32:  # a BF16 kernel makes an F32 im2col: F32 data only
@@ -119,7 +119,7 @@ def ggml_conv_2d(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int = 1, p
     oh = out_size(fn, "height", b.shape[1], a.shape[1], s1, p1, d1)
     cols = a.shape[0] * a.shape[1] * a.shape[2] * ow * oh * b.shape[3]
     ctx.reserve(4 * cols * 3, n_objects=6, what="ggml_conv_2d intermediates")
-    return _op(fn, ctx, lib.ggml_conv_2d, (a, b), (ow, oh, a.shape[3], b.shape[3]), (s0, s1, p0, p1, d0, d1))
+    return make_op(fn, ctx, lib.ggml_conv_2d, (a, b), (ow, oh, a.shape[3], b.shape[3]), (s0, s1, p0, p1, d0, d1))
 
 
 def _pool_op(fn: str, op: Any) -> int:
@@ -150,13 +150,13 @@ def ggml_pool_1d(ctx: Context, a: Tensor, op: int, k0: int, s0: int | None = Non
     """
     fn = "ggml_pool_1d"
     s0 = k0 if s0 is None else s0
-    a = _t(fn, a)
+    a = operand(fn, a)
     types(fn, a, F32_F16)
     contiguous(fn, a)  # the CPU kernel reads a as contiguous: a strided view gives garbage
     _pool_op(fn, op)
     c_int_arg(fn, "k0", k0, 1), c_int_arg(fn, "s0", s0, 1), c_int_arg(fn, "p0", p0, 0)
     ol = out_size(fn, "length", a.shape[0], k0, s0, p0)
-    return _op(fn, ctx, lib.ggml_pool_1d, (a,), (ol,) + a.shape[1:], (op, k0, s0, p0))
+    return make_op(fn, ctx, lib.ggml_pool_1d, (a,), (ol,) + a.shape[1:], (op, k0, s0, p0))
 
 
 def _pool_out(n: int, k: int, s: int, p: float) -> int:
@@ -190,7 +190,7 @@ def ggml_pool_2d(ctx: Context, a: Tensor, op: int, k0: int, k1: int, s0: int | N
     fn = "ggml_pool_2d"
     s0 = k0 if s0 is None else s0
     s1 = k1 if s1 is None else s1
-    a = _t(fn, a)
+    a = operand(fn, a)
     types(fn, a, F32_F16)
     _pool_op(fn, op)
     contiguous(fn, a)  # the CPU kernel reads a as contiguous: a strided view gives garbage
@@ -204,25 +204,25 @@ def ggml_pool_2d(ctx: Context, a: Tensor, op: int, k0: int, k1: int, s0: int | N
     ow, oh = _pool_out(a.shape[0], k0, s0, p0f), _pool_out(a.shape[1], k1, s1, p1f)
     if ow < 1 or oh < 1:
         fail(fn, f"the pooled size would be {ow}x{oh} for input {a.shape[0]}x{a.shape[1]} and kernel {k0}x{k1}")
-    return _op(fn, ctx, lib.ggml_pool_2d, (a,), (ow, oh) + a.shape[2:], (op, k0, k1, s0, s1, p0f, p1f))
+    return make_op(fn, ctx, lib.ggml_pool_2d, (a,), (ow, oh) + a.shape[2:], (op, k0, k1, s0, s1, p0f, p1f))
 
 
 GGML_SCALE_MODE_NEAREST = int(lib.GGML_SCALE_MODE_NEAREST)
 GGML_SCALE_MODE_BILINEAR = int(lib.GGML_SCALE_MODE_BILINEAR)
 GGML_SCALE_MODE_BICUBIC = int(lib.GGML_SCALE_MODE_BICUBIC)
-_SCALE_MODES = (GGML_SCALE_MODE_NEAREST, GGML_SCALE_MODE_BILINEAR, GGML_SCALE_MODE_BICUBIC)
+SCALE_MODES = (GGML_SCALE_MODE_NEAREST, GGML_SCALE_MODE_BILINEAR, GGML_SCALE_MODE_BICUBIC)
 
 # ggml's CPU kernel of the direct 2-D convolution works through patches in a 16 MiB scratch area
 # (GGML_IM2COL_WORK_SIZE): one patch (the kernel's KW*KH*Cin values and Cout results) must fit
 _CONV_2D_WORK_SIZE = 16 * 1024 * 1024
-_INT32_MAX = (1 << 31) - 1
+INT32_LIMIT = (1 << 31) - 1
 
 
-def _esize(t: Tensor) -> int:
+def element_size(t: Tensor) -> int:
     return int(lib.ggml_type_size(t.type))
 
 
-def _strides(t: Tensor) -> tuple[int, int, int, int]:
+def strides_of(t: Tensor) -> tuple[int, int, int, int]:
     p = t.ptr
     return (int(p.nb[0]), int(p.nb[1]), int(p.nb[2]), int(p.nb[3]))
 
@@ -264,7 +264,7 @@ def ggml_conv_transpose_1d(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, p0: 
         >>> up = ggml_conv_transpose_1d(ctx, kernel, signal, 2)   # kernel [4, 8, 16], signal [50, 16] -> [102, 8]
     """
     fn = "ggml_conv_transpose_1d"
-    a, b = _t(fn, a), _t(fn, b, "b")
+    a, b = operand(fn, a), operand(fn, b, "b")
     types(fn, a, F32_F16, "a (the kernel)")
     types(fn, b, {GGML_TYPE_F32}, "b (the data)")
     rows_contiguous(fn, a, "a (the kernel)")
@@ -283,7 +283,7 @@ def ggml_conv_transpose_1d(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, p0: 
     if b1 != cin:
         fail(fn, f"the kernel's input channels a.ne[2]={cin} must equal the data's channels b.ne[1]={b1} "
                      f"(kernel [K, Cout, Cin], data [L, Cin])")
-    return _op(fn, ctx, lib.ggml_conv_transpose_1d, (a, b), ((length - 1) * s0 + k, cout, 1, 1), (s0, p0, d0))
+    return make_op(fn, ctx, lib.ggml_conv_transpose_1d, (a, b), ((length - 1) * s0 + k, cout, 1, 1), (s0, p0, d0))
 
 
 def ggml_conv_transpose_2d_p0(ctx: Context, a: Tensor, b: Tensor, stride: int = 1) -> Tensor:
@@ -313,7 +313,7 @@ def ggml_conv_transpose_2d_p0(ctx: Context, a: Tensor, b: Tensor, stride: int = 
         >>> # kernel [2, 2, 8, 16], img [7, 7, 16, 1] -> up [14, 14, 8, 1]
     """
     fn = "ggml_conv_transpose_2d_p0"
-    a, b = _t(fn, a), _t(fn, b, "b")
+    a, b = operand(fn, a), operand(fn, b, "b")
     types(fn, a, F32_F16, "a (the kernel)")
     types(fn, b, {GGML_TYPE_F32}, "b (the data)")
     contiguous(fn, a, "a (the kernel)")  # the CPU kernel reads each KW x KH plane as contiguous
@@ -328,7 +328,7 @@ def ggml_conv_transpose_2d_p0(ctx: Context, a: Tensor, b: Tensor, stride: int = 
                      f"of a batch and leave the others 0), got {list(b.shape)}; transpose-convolve each sample (a "
                      "ggml_view_4d of b) and join the results with ggml_concat")
     shape = ((w - 1) * stride + kw, (h - 1) * stride + kh, cout, 1)
-    return _op(fn, ctx, lib.ggml_conv_transpose_2d_p0, (a, b), shape, (stride,))
+    return make_op(fn, ctx, lib.ggml_conv_transpose_2d_p0, (a, b), shape, (stride,))
 
 
 # ---------------------------------------------------------------- depthwise and direct convolutions
@@ -357,7 +357,7 @@ def ggml_conv_1d_dw(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, p0: int = 0
         >>> y = ggml_conv_1d_dw(ctx, kernels, x, 1, 1)   # kernels [3, 1, 16], x [100, 16] -> [100, 16]
     """
     fn = "ggml_conv_1d_dw"
-    a, b = _t(fn, a), _t(fn, b, "b")
+    a, b = operand(fn, a), operand(fn, b, "b")
     # ggml multiplies the F16 patches (src0) by the kernel (src1): the CPU takes an F32 or F16 src1 there
     types(fn, a, F32_F16, "a (the kernels)")
     types(fn, b, {GGML_TYPE_F32}, "b (the data)")
@@ -373,7 +373,7 @@ def ggml_conv_1d_dw(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, p0: int = 0
         fail(fn, f"the number of kernels a.ne[2]={c} must equal the data's channels b.ne[1]={b1}")
     ol = out_size(fn, "length", length, k, s0, p0, d0)
     ctx.reserve(4 * (k * ol * c) + 4 * ol * c, n_objects=4, what=f"{fn} intermediates")
-    return _op(fn, ctx, lib.ggml_conv_1d_dw, (a, b), (ol, c, 1, 1), (s0, p0, d0))
+    return make_op(fn, ctx, lib.ggml_conv_1d_dw, (a, b), (ol, c, 1, 1), (s0, p0, d0))
 
 
 def ggml_conv_2d_dw(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int = 1, p0: int = 0, p1: int = 0,
@@ -404,7 +404,7 @@ def ggml_conv_2d_dw(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int = 1
         >>> # k16 F16 [3, 3, 1, 8], img [28, 28, 8, n] -> y [28, 28, 8, n]
     """
     fn = "ggml_conv_2d_dw"
-    a, b = _t(fn, a), _t(fn, b, "b")
+    a, b = operand(fn, a), operand(fn, b, "b")
     if a.type not in (GGML_TYPE_F16, GGML_TYPE_BF16):
         fail(fn, f"the kernels a must be F16 or BF16 (ggml multiplies them with F16 patches), got "
                      f"{type_name(a.type)}; convert them with ggml_cpy into an F16 tensor, or use "
@@ -420,7 +420,7 @@ def ggml_conv_2d_dw(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int = 1
     ow = out_size(fn, "width", w, kw, s0, p0, d0)
     oh = out_size(fn, "height", h, kh, s1, p1, d1)
     ctx.reserve(4 * (kw * kh * ow * oh * c * n) + 4 * ow * oh * c * n, n_objects=8, what=f"{fn} intermediates")
-    return _op(fn, ctx, lib.ggml_conv_2d_dw, (a, b), (ow, oh, c, n), (s0, s1, p0, p1, d0, d1))
+    return make_op(fn, ctx, lib.ggml_conv_2d_dw, (a, b), (ow, oh, c, n), (s0, s1, p0, p1, d0, d1))
 
 
 def ggml_conv_2d_dw_direct(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int = 1, p0: int = 0, p1: int = 0,
@@ -448,7 +448,7 @@ def ggml_conv_2d_dw_direct(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: 
         >>> y = ggml_conv_2d_dw_direct(ctx, k, img, 2, 2, 1, 1)   # k [3, 3, 1, 8], img [28, 28, 8, n] -> [14, 14, 8, n]
     """
     fn = "ggml_conv_2d_dw_direct"
-    a, b = _t(fn, a), _t(fn, b, "b")
+    a, b = operand(fn, a), operand(fn, b, "b")
     types(fn, a, F32_F16, "a (the kernels)")
     types(fn, b, {GGML_TYPE_F32}, "b (the images)")  # the CPU kernel reads the images as F32
     contiguous(fn, a, "a (the kernels)")
@@ -460,7 +460,7 @@ def ggml_conv_2d_dw_direct(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: 
                      f"{list(a.shape)}")
     ow = out_size(fn, "width", w, kw, s0, p0, d0)
     oh = out_size(fn, "height", h, kh, s1, p1, d1)
-    return _op(fn, ctx, lib.ggml_conv_2d_dw_direct, (a, b), (ow, oh, c, n), (s0, s1, p0, p1, d0, d1))
+    return make_op(fn, ctx, lib.ggml_conv_2d_dw_direct, (a, b), (ow, oh, c, n), (s0, s1, p0, p1, d0, d1))
 
 
 def ggml_conv_2d_direct(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int = 1, p0: int = 0, p1: int = 0,
@@ -490,7 +490,7 @@ def ggml_conv_2d_direct(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int
         >>> y = ggml_conv_2d_direct(ctx, k, img, 1, 1, 1, 1)   # k [3, 3, 1, 8], img [28, 28, 1, n] -> [28, 28, 8, n]
     """
     fn = "ggml_conv_2d_direct"
-    a, b = _t(fn, a), _t(fn, b, "b")
+    a, b = operand(fn, a), operand(fn, b, "b")
     types(fn, a, F32_F16, "a (the kernel)")
     types(fn, b, {GGML_TYPE_F32}, "b (the images)")  # the result takes b's type; the CPU reads b as F32
     contiguous(fn, a, "a (the kernel)")
@@ -499,10 +499,10 @@ def ggml_conv_2d_direct(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int
     if cin != b2:
         fail(fn, f"the kernel's input channels a.ne[2]={cin} must equal the images' channels b.ne[2]={b2} "
                      "(kernel [KW, KH, Cin, Cout], images [W, H, Cin, N])")
-    patch = kw * kh * cin * _esize(a) + cout * 4
+    patch = kw * kh * cin * element_size(a) + cout * 4
     if patch > _CONV_2D_WORK_SIZE:
         fail(fn, f"one patch of this kernel needs {patch} bytes, beyond the {_CONV_2D_WORK_SIZE} bytes of ggml's "
                      "scratch area for the direct convolution; use ggml_conv_2d (im2col) for kernels this large")
     ow = out_size(fn, "width", w, kw, s0, p0, d0)
     oh = out_size(fn, "height", h, kh, s1, p1, d1)
-    return _op(fn, ctx, lib.ggml_conv_2d_direct, (a, b), (ow, oh, cout, n), (s0, s1, p0, p1, d0, d1))
+    return make_op(fn, ctx, lib.ggml_conv_2d_direct, (a, b), (ow, oh, cout, n), (s0, s1, p0, p1, d0, d1))

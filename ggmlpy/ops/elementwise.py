@@ -14,7 +14,7 @@ from ..core.types import FLOAT_TYPES, GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I3
 from ..errors import GgmlTypeError
 from ..graph.objects import Context, Tensor
 from . import base as _base
-from .base import _op, _t, broadcast_into, contiguous, F32_F16, floating, padded_1d, rows_contiguous
+from .base import make_op, operand, broadcast_into, contiguous, F32_F16, floating, padded_1d, rows_contiguous
 
 
 # (operator, verb) of each element-wise binary op, for its docstring
@@ -46,9 +46,9 @@ def _binary_doc(name: str) -> str:
     """
 
 
-def _check_binary(fn: str, a: Any, b: Any) -> tuple[Tensor, Tensor, tuple]:
+def check_binary(fn: str, a: Any, b: Any) -> tuple[Tensor, Tensor, tuple]:
     """The operands of an element-wise binary op (also its in-place form, ops.inplace): (a, b, result shape)."""
-    a, b = _t(fn, a), _t(fn, b, "b")
+    a, b = operand(fn, a), operand(fn, b, "b")
     floating(fn, ("a", a), ("b", b))
     if b.type not in (a.type, GGML_TYPE_F32):  # the CPU kernels: same types, or an F32 b
         fail(fn, f"b must be {type_name(a.type)} or F32 when a is {type_name(a.type)}, got "
@@ -59,8 +59,8 @@ def _check_binary(fn: str, a: Any, b: Any) -> tuple[Tensor, Tensor, tuple]:
 
 def _binary(name: str, c_fn: Callable) -> Callable:
     def op(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
-        a, b, shape = _check_binary(name, a, b)
-        return _op(name, ctx, c_fn, (a, b), shape, out_type=a.type)
+        a, b, shape = check_binary(name, a, b)
+        return make_op(name, ctx, c_fn, (a, b), shape, out_type=a.type)
     op.__name__ = op.__qualname__ = name
     op.__doc__ = _binary_doc(name)
     return op
@@ -135,12 +135,12 @@ def _unary_doc(name: str, needs_contiguous_rows: bool, types: set) -> str:
 
 
 # name -> check(fn, a) -> a: what each element-wise unary op accepts (shared with its in-place form, ops.inplace)
-_UNARY_CHECKS: dict[str, Callable[[str, Any], Tensor]] = {}
+UNARY_CHECKS: dict[str, Callable[[str, Any], Tensor]] = {}
 
 
-def _unary_check(needs_contiguous_rows: bool, types) -> Callable[[str, Any], Tensor]:
+def unary_check(needs_contiguous_rows: bool, types) -> Callable[[str, Any], Tensor]:
     def check(fn: str, a: Any) -> Tensor:
-        a = _t(fn, a)
+        a = operand(fn, a)
         _base.types(fn, a, types)
         if needs_contiguous_rows:
             rows_contiguous(fn, a)
@@ -149,11 +149,11 @@ def _unary_check(needs_contiguous_rows: bool, types) -> Callable[[str, Any], Ten
 
 
 def _unary(name: str, c_fn: Callable, needs_contiguous_rows: bool = True, types=FLOAT_TYPES) -> Callable:
-    check = _UNARY_CHECKS[name] = _unary_check(needs_contiguous_rows, types)
+    check = UNARY_CHECKS[name] = unary_check(needs_contiguous_rows, types)
 
     def op(ctx: Context, a: Tensor) -> Tensor:
         a = check(name, a)
-        return _op(name, ctx, c_fn, (a,), a.shape, out_type=a.type)
+        return make_op(name, ctx, c_fn, (a,), a.shape, out_type=a.type)
     op.__name__ = op.__qualname__ = name
     op.__doc__ = _unary_doc(name, needs_contiguous_rows, types)
     return op
@@ -198,12 +198,12 @@ def ggml_soft_max(ctx: Context, a: Tensor) -> Tensor:
     Example:
         >>> probs = ggml_soft_max(ctx, logits)      # logits [n_classes, batch]
     """
-    a = _check_soft_max("ggml_soft_max", a)
-    return _op("ggml_soft_max", ctx, lib.ggml_soft_max, (a,), a.shape)
+    a = check_soft_max("ggml_soft_max", a)
+    return make_op("ggml_soft_max", ctx, lib.ggml_soft_max, (a,), a.shape)
 
 
-def _check_soft_max(fn: str, a: Any) -> Tensor:
-    a = _t(fn, a)
+def check_soft_max(fn: str, a: Any) -> Tensor:
+    a = operand(fn, a)
     _base.types(fn, a, {GGML_TYPE_F32})
     contiguous(fn, a)
     return a
@@ -229,11 +229,11 @@ def ggml_leaky_relu(ctx: Context, a: Tensor, negative_slope: float = 0.01, inpla
     Example:
         >>> h = ggml_leaky_relu(ctx, ggml_mul_mat(ctx, w, x), 0.2)
     """
-    a = _t("ggml_leaky_relu", a)
+    a = operand("ggml_leaky_relu", a)
     _base.types("ggml_leaky_relu", a, F32_F16)
     contiguous("ggml_leaky_relu", a)  # the CPU kernel reads a as contiguous: a strided view gives garbage
     slope = float_arg("ggml_leaky_relu", "negative_slope", negative_slope, finite=True)
-    return _op("ggml_leaky_relu", ctx, lib.ggml_leaky_relu, (a,), a.shape, (slope, bool(inplace)), a.type)
+    return make_op("ggml_leaky_relu", ctx, lib.ggml_leaky_relu, (a,), a.shape, (slope, bool(inplace)), a.type)
 
 
 def ggml_scale(ctx: Context, a: Tensor, s: float) -> Tensor:
@@ -251,8 +251,8 @@ def ggml_scale(ctx: Context, a: Tensor, s: float) -> Tensor:
     Example:
         >>> half = ggml_scale(ctx, x, 0.5)
     """
-    a, s = _check_scale("ggml_scale", a, s)
-    return _op("ggml_scale", ctx, lib.ggml_scale, (a,), a.shape, (s,), a.type)
+    a, s = check_scale("ggml_scale", a, s)
+    return make_op("ggml_scale", ctx, lib.ggml_scale, (a,), a.shape, (s,), a.type)
 
 
 def ggml_dropout(ctx: Context, a: Tensor, seed: Tensor, p: float, scale: float | None = None) -> Tensor:
@@ -281,7 +281,7 @@ def ggml_dropout(ctx: Context, a: Tensor, seed: Tensor, p: float, scale: float |
         >>> h = ggml_dropout(ctx, ggml_relu(ctx, ggml_mul_mat(ctx, w, x)), seed, 0.3)
     """
     fn = "ggml_dropout"
-    a, seed = _t(fn, a), _t(fn, seed, "seed")
+    a, seed = operand(fn, a), operand(fn, seed, "seed")
     _base.types(fn, a, {GGML_TYPE_F32})
     _base.types(fn, seed, {GGML_TYPE_I32}, "seed")
     if seed.nelements() != 1:
@@ -291,11 +291,11 @@ def ggml_dropout(ctx: Context, a: Tensor, seed: Tensor, p: float, scale: float |
         fail(fn, f"p must be in [0, 1) as a float32, got {p!r}")
     factor = float_arg(fn, "scale", 1.0 / (1.0 - float(np.float32(rate))) if scale is None else scale,
                            finite=True)
-    return _op(fn, ctx, lib.ggml_dropout, (a, seed), a.shape, (float(np.float32(rate)), factor), GGML_TYPE_F32)
+    return make_op(fn, ctx, lib.ggml_dropout, (a, seed), a.shape, (float(np.float32(rate)), factor), GGML_TYPE_F32)
 
 
-def _check_scale(fn: str, a: Any, s: Any) -> tuple[Tensor, float]:
-    a = _t(fn, a)
+def check_scale(fn: str, a: Any, s: Any) -> tuple[Tensor, float]:
+    a = operand(fn, a)
     _base.types(fn, a, {GGML_TYPE_F32})  # the CPU kernel is F32-only and needs contiguous data
     contiguous(fn, a)
     padded_1d(fn, a)  # ggml asserts it (a transposed [1, n] tensor is contiguous but not padded)
@@ -320,12 +320,12 @@ def ggml_clamp(ctx: Context, a: Tensor, min: float, max: float) -> Tensor:  # no
     Example:
         >>> p = ggml_clamp(ctx, ggml_sigmoid(ctx, z), 1e-6, 1 - 1e-6)
     """
-    a, lo, hi = _check_clamp("ggml_clamp", a, min, max)
-    return _op("ggml_clamp", ctx, lib.ggml_clamp, (a,), a.shape, (lo, hi), a.type)
+    a, lo, hi = check_clamp("ggml_clamp", a, min, max)
+    return make_op("ggml_clamp", ctx, lib.ggml_clamp, (a,), a.shape, (lo, hi), a.type)
 
 
-def _check_clamp(fn: str, a: Any, lo: Any, hi: Any) -> tuple[Tensor, float, float]:
-    a = _t(fn, a)
+def check_clamp(fn: str, a: Any, lo: Any, hi: Any) -> tuple[Tensor, float, float]:
+    a = operand(fn, a)
     _base.types(fn, a, F32_F16)
     rows_contiguous(fn, a)
     lo, hi = float_arg(fn, "min", lo), float_arg(fn, "max", hi)
@@ -350,12 +350,12 @@ def ggml_norm(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
     Example:
         >>> y = ggml_add(ctx, ggml_mul(ctx, ggml_norm(ctx, x, 1e-5), gamma), beta)   # layer norm
     """
-    a, eps = _check_norm("ggml_norm", a, eps)
-    return _op("ggml_norm", ctx, lib.ggml_norm, (a,), a.shape, (eps,))
+    a, eps = check_norm("ggml_norm", a, eps)
+    return make_op("ggml_norm", ctx, lib.ggml_norm, (a,), a.shape, (eps,))
 
 
-def _check_norm(fn: str, a: Any, eps: Any) -> tuple[Tensor, float]:
-    a = _t(fn, a)
+def check_norm(fn: str, a: Any, eps: Any) -> tuple[Tensor, float]:
+    a = operand(fn, a)
     _base.types(fn, a, {GGML_TYPE_F32})
     return a, eps_arg(fn, "eps", eps)
 
@@ -375,12 +375,12 @@ def ggml_rms_norm(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
     Example:
         >>> y = ggml_mul(ctx, ggml_rms_norm(ctx, x), weight)
     """
-    a, eps = _check_rms_norm("ggml_rms_norm", a, eps)
-    return _op("ggml_rms_norm", ctx, lib.ggml_rms_norm, (a,), a.shape, (eps,))
+    a, eps = check_rms_norm("ggml_rms_norm", a, eps)
+    return make_op("ggml_rms_norm", ctx, lib.ggml_rms_norm, (a,), a.shape, (eps,))
 
 
-def _check_rms_norm(fn: str, a: Any, eps: Any) -> tuple[Tensor, float]:
-    a = _t(fn, a)
+def check_rms_norm(fn: str, a: Any, eps: Any) -> tuple[Tensor, float]:
+    a = operand(fn, a)
     _base.types(fn, a, {GGML_TYPE_F32})
     rows_contiguous(fn, a)
     return a, eps_arg(fn, "eps", eps)
@@ -407,12 +407,12 @@ def ggml_soft_max_ext(ctx: Context, a: Tensor, mask: Tensor | None = None, scale
     Example:
         >>> attn = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, k, q), kq_mask, 1 / d_head ** 0.5)
     """
-    a, mask, scale, max_bias = _check_soft_max_ext("ggml_soft_max_ext", a, mask, scale, max_bias)
-    return _op("ggml_soft_max_ext", ctx, lib.ggml_soft_max_ext, (a, mask), a.shape, (scale, max_bias))
+    a, mask, scale, max_bias = check_soft_max_ext("ggml_soft_max_ext", a, mask, scale, max_bias)
+    return make_op("ggml_soft_max_ext", ctx, lib.ggml_soft_max_ext, (a, mask), a.shape, (scale, max_bias))
 
 
-def _check_soft_max_ext(fn: str, a: Any, mask: Any, scale: Any, max_bias: Any) -> tuple:
-    a = _t(fn, a)
+def check_soft_max_ext(fn: str, a: Any, mask: Any, scale: Any, max_bias: Any) -> tuple:
+    a = operand(fn, a)
     _base.types(fn, a, {GGML_TYPE_F32})
     contiguous(fn, a)
     scale, max_bias = float_arg(fn, "scale", scale), float_arg(fn, "max_bias", max_bias)
@@ -420,7 +420,7 @@ def _check_soft_max_ext(fn: str, a: Any, mask: Any, scale: Any, max_bias: Any) -
         fail(fn, f"scale must be finite and max_bias a finite number >= 0 (0 for no ALiBi), got scale={scale}, "
                      f"max_bias={max_bias}")
     if mask is not None:
-        mask = _t(fn, mask, "mask")
+        mask = operand(fn, mask, "mask")
         _base.types(fn, mask, {GGML_TYPE_F32, GGML_TYPE_F16}, "mask")
         contiguous(fn, mask, "mask")
         if mask.shape[0] != a.shape[0] or mask.shape[1] < a.shape[1] or a.shape[2] % mask.shape[2] \
@@ -450,12 +450,12 @@ def ggml_diag_mask_inf(ctx: Context, a: Tensor, n_past: int) -> Tensor:
     Example:
         >>> w = ggml_soft_max(ctx, ggml_diag_mask_inf(ctx, scores, 0))
     """
-    a, n_past = _check_diag_mask_inf("ggml_diag_mask_inf", a, n_past)
-    return _op("ggml_diag_mask_inf", ctx, lib.ggml_diag_mask_inf, (a,), a.shape, (n_past,), a.type)
+    a, n_past = check_diag_mask_inf("ggml_diag_mask_inf", a, n_past)
+    return make_op("ggml_diag_mask_inf", ctx, lib.ggml_diag_mask_inf, (a,), a.shape, (n_past,), a.type)
 
 
-def _check_diag_mask_inf(fn: str, a: Any, n_past: Any) -> tuple[Tensor, int]:
-    a = _t(fn, a)
+def check_diag_mask_inf(fn: str, a: Any, n_past: Any) -> tuple[Tensor, int]:
+    a = operand(fn, a)
     _base.types(fn, a, {GGML_TYPE_F32})
     contiguous(fn, a)
     return a, c_int_arg(fn, "n_past", n_past, 0)
@@ -474,9 +474,9 @@ def ggml_scale_bias(ctx: Context, a: Tensor, s: float, b: float) -> Tensor:
     Example:
         >>> y = ggml_scale_bias(ctx, x, 2.0, -1.0)   # maps [0, 1] to [-1, 1]
     """
-    a = _t("ggml_scale_bias", a)
+    a = operand("ggml_scale_bias", a)
     _base.types("ggml_scale_bias", a, {GGML_TYPE_F32})
     contiguous("ggml_scale_bias", a)
     padded_1d("ggml_scale_bias", a)  # ggml asserts it (a transposed [1, n] tensor is contiguous but not padded)
-    return _op("ggml_scale_bias", ctx, lib.ggml_scale_bias, (a,), a.shape,
+    return make_op("ggml_scale_bias", ctx, lib.ggml_scale_bias, (a,), a.shape,
                (float_arg("ggml_scale_bias", "s", s, finite=True), float_arg("ggml_scale_bias", "b", b, finite=True)), a.type)

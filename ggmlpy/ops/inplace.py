@@ -11,13 +11,13 @@ from typing import Any, Callable
 
 from .._ffi import ffi, lib
 from ..core.args import fail
-from ..graph.backward import _IGNORED_SRCS
-from ..graph.nodes import _op_label, _tensor_label, ptr_key
+from ..graph.backward import IGNORED_SRCS
+from ..graph.nodes import op_label, tensor_label, ptr_key
 from ..graph.objects import Context, Tensor
 from . import activation as ops_activation
-from .base import _op
-from .elementwise import (_check_binary, _check_clamp, _check_diag_mask_inf, _check_norm, _check_rms_norm,
-                          _check_scale, _check_soft_max, _check_soft_max_ext, _UNARY_CHECKS)
+from .base import make_op
+from .elementwise import (check_binary, check_clamp, check_diag_mask_inf, check_norm, check_rms_norm,
+                          check_scale, check_soft_max, check_soft_max_ext, UNARY_CHECKS)
 
 
 def _trainable_source(t: Any) -> Any | None:
@@ -35,7 +35,7 @@ def _trainable_source(t: Any) -> Any | None:
             return p
         if p.type == lib.GGML_TYPE_I32:
             continue
-        ignored = _IGNORED_SRCS.get(_op_label(p), ())
+        ignored = IGNORED_SRCS.get(op_label(p), ())
         stack.extend(s for j, s in enumerate(p.src) if s != ffi.NULL and j not in ignored)
     return None
 
@@ -50,7 +50,7 @@ def _refuse_trainable(fn: str, plain: str, *operands: tuple[str, Tensor | None])
         param = _trainable_source(t.ptr)
         if param is not None:
             whose = "is" if ptr_key(param) == ptr_key(t.ptr) else "is computed from"
-            fail(fn, f"{what} {whose} a trainable parameter ({_tensor_label(param)}, marked with "
+            fail(fn, f"{what} {whose} a trainable parameter ({tensor_label(param)}, marked with "
                          "ggml_set_param): ggml has no backward pass through in-place ops (building one aborts), so "
                          f"an in-place op may not follow a parameter; use {plain}, which computes the same values "
                          "into a new tensor")
@@ -61,7 +61,7 @@ def _inplace(fn: str, ctx: Context, c_fn: Callable, a: Tensor, others: tuple = (
     pairs. The view follows a's (and the operands') lifetimes like any op result (and like ``ggml_view_*``),
     and takes no data of its own in ``ctx``."""
     _refuse_trainable(fn, fn[:-len("_inplace")], ("a", a), *others)
-    return _op(fn, ctx, c_fn, (a, *(t for _, t in others)), None, args, a.type)
+    return make_op(fn, ctx, c_fn, (a, *(t for _, t in others)), None, args, a.type)
 
 
 # ---------------------------------------------------------------- docstrings
@@ -115,14 +115,14 @@ _UNARY = {  # name: (summary, the C function, what ``a`` may be)
 }
 
 
-def _unary_check(plain: str) -> Callable[[str, Any], Tensor]:
-    return _UNARY_CHECKS.get(plain) or ops_activation._UNARY_CHECKS[plain]
+def unary_check(plain: str) -> Callable[[str, Any], Tensor]:
+    return UNARY_CHECKS.get(plain) or ops_activation.UNARY_CHECKS[plain]
 
 
 def _unary(kind: str) -> Callable:
     name, plain = f"ggml_{kind}_inplace", f"ggml_{kind}"
     summary, c_fn, *kinds = _UNARY[kind]
-    check = _unary_check(plain)
+    check = unary_check(plain)
 
     def op(ctx: Context, a: Tensor) -> Tensor:
         a = check(name, a)
@@ -163,7 +163,7 @@ def _binary(kind: str) -> Callable:
     formula, verb, c_fn = _BINARY[kind]
 
     def op(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
-        a, b, _ = _check_binary(name, a, b)
+        a, b, _ = check_binary(name, a, b)
         return _inplace(name, ctx, c_fn, a, (("b", b),))
     op.__name__ = op.__qualname__ = name
     op.__doc__ = _doc(name, f"{verb} element-wise, ``{formula}`` with ``b`` broadcast into a's shape, into ``a``",
@@ -204,7 +204,7 @@ def ggml_scale_inplace(ctx: Context, a: Tensor, s: float) -> Tensor:
         >>> scores = ggml_scale_inplace(ctx, ggml_mul_mat(ctx, k, q), 1 / d_head ** 0.5)
     """
     fn = "ggml_scale_inplace"
-    a, s = _check_scale(fn, a, s)
+    a, s = check_scale(fn, a, s)
     return _inplace(fn, ctx, lib.ggml_scale_inplace, a, (), (s,))
 
 
@@ -227,7 +227,7 @@ def ggml_clamp_inplace(ctx: Context, a: Tensor, min: float, max: float) -> Tenso
         >>> x = ggml_clamp_inplace(ctx, x, -1.0, 1.0)
     """
     fn = "ggml_clamp_inplace"
-    a, lo, hi = _check_clamp(fn, a, min, max)
+    a, lo, hi = check_clamp(fn, a, min, max)
     return _inplace(fn, ctx, lib.ggml_clamp_inplace, a, (), (lo, hi))
 
 
@@ -251,7 +251,7 @@ def ggml_norm_inplace(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
         >>> h = ggml_norm_inplace(ctx, h, 1e-5)
     """
     fn = "ggml_norm_inplace"
-    a, eps = _check_norm(fn, a, eps)
+    a, eps = check_norm(fn, a, eps)
     return _inplace(fn, ctx, lib.ggml_norm_inplace, a, (), (eps,))
 
 
@@ -274,7 +274,7 @@ def ggml_rms_norm_inplace(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
         >>> h = ggml_rms_norm_inplace(ctx, h, 1e-6)
     """
     fn = "ggml_rms_norm_inplace"
-    a, eps = _check_rms_norm(fn, a, eps)
+    a, eps = check_rms_norm(fn, a, eps)
     return _inplace(fn, ctx, lib.ggml_rms_norm_inplace, a, (), (eps,))
 
 
@@ -296,7 +296,7 @@ def ggml_soft_max_inplace(ctx: Context, a: Tensor) -> Tensor:
         >>> probs = ggml_soft_max_inplace(ctx, logits)
     """
     fn = "ggml_soft_max_inplace"
-    a = _check_soft_max(fn, a)
+    a = check_soft_max(fn, a)
     return _inplace(fn, ctx, lib.ggml_soft_max_inplace, a)
 
 
@@ -323,7 +323,7 @@ def ggml_soft_max_ext_inplace(ctx: Context, a: Tensor, mask: Tensor | None = Non
         >>> attn = ggml_soft_max_ext_inplace(ctx, kq, kq_mask, 1 / d_head ** 0.5)
     """
     fn = "ggml_soft_max_ext_inplace"
-    a, mask, scale, max_bias = _check_soft_max_ext(fn, a, mask, scale, max_bias)
+    a, mask, scale, max_bias = check_soft_max_ext(fn, a, mask, scale, max_bias)
     return _inplace(fn, ctx, lib.ggml_soft_max_ext_inplace, a, (("mask", mask),), (scale, max_bias))
 
 
@@ -347,5 +347,5 @@ def ggml_diag_mask_inf_inplace(ctx: Context, a: Tensor, n_past: int) -> Tensor:
         >>> w = ggml_soft_max_inplace(ctx, ggml_diag_mask_inf_inplace(ctx, scores, 0))
     """
     fn = "ggml_diag_mask_inf_inplace"
-    a, n_past = _check_diag_mask_inf(fn, a, n_past)
+    a, n_past = check_diag_mask_inf(fn, a, n_past)
     return _inplace(fn, ctx, lib.ggml_diag_mask_inf_inplace, a, (), (n_past,))

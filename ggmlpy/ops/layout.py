@@ -11,10 +11,10 @@ from ..core.args import c_int_arg, fail, int_arg
 from ..core.types import GGML_TYPE_F32, GGML_TYPE_I32, type_name
 from ..errors import GgmlTypeError
 from ..graph.indices import check_computed_indices
-from ..graph.nodes import _tensor_label, tensor_memory
+from ..graph.nodes import tensor_label, tensor_memory
 from ..graph.objects import Context, Tensor
-from .base import _op, _t, contiguous, permutation, reshape, rows_contiguous, types, view
-from .conv import _esize, _INT32_MAX, _strides
+from .base import make_op, operand, contiguous, permutation, reshape, rows_contiguous, types, view
+from .conv import element_size, INT32_LIMIT, strides_of
 
 
 def ggml_reshape(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
@@ -30,9 +30,9 @@ def ggml_reshape(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     Example:
         >>> flat = ggml_reshape(ctx, images, template)   # template: any tensor of the wanted shape
     """
-    a, b = _t("ggml_reshape", a), _t("ggml_reshape", b, "b")
+    a, b = operand("ggml_reshape", a), operand("ggml_reshape", b, "b")
     reshape("ggml_reshape", a, b.shape)
-    return _op("ggml_reshape", ctx, lib.ggml_reshape, (a, b), None, out_type=a.type)
+    return make_op("ggml_reshape", ctx, lib.ggml_reshape, (a, b), None, out_type=a.type)
 
 
 def _reshape(n: int) -> Callable:
@@ -40,11 +40,11 @@ def _reshape(n: int) -> Callable:
     c_fn = getattr(lib, name)
 
     def op(ctx: Context, a: Tensor, *ne: int) -> Tensor:
-        a = _t(name, a)
+        a = operand(name, a)
         if len(ne) != n:
             fail(name, f"expected {n} sizes, got {len(ne)}", GgmlTypeError)
         reshape(name, a, ne)
-        return _op(name, ctx, c_fn, (a,), None, tuple(ne), a.type)  # a view: no data of its own
+        return make_op(name, ctx, c_fn, (a,), None, tuple(ne), a.type)  # a view: no data of its own
     op.__name__ = op.__qualname__ = name
     sizes = ", ".join(f"ne{i}" for i in range(n))
     op.__doc__ = f"""A {n}-D view of ``a`` with shape ``[{sizes}]`` (no copy): ``{name}(ctx, a, {sizes})``.
@@ -86,9 +86,9 @@ def ggml_view_1d(ctx: Context, a: Tensor, ne0: int, offset: int = 0) -> Tensor:
     Example:
         >>> first_row = ggml_view_1d(ctx, m, m_ne0, 0)
     """
-    a = _t("ggml_view_1d", a)
+    a = operand("ggml_view_1d", a)
     view("ggml_view_1d", a, (ne0,), (), offset)
-    return _op("ggml_view_1d", ctx, lib.ggml_view_1d, (a,), None, (ne0, offset), a.type)
+    return make_op("ggml_view_1d", ctx, lib.ggml_view_1d, (a,), None, (ne0, offset), a.type)
 
 
 def ggml_view_2d(ctx: Context, a: Tensor, ne0: int, ne1: int, nb1: int, offset: int = 0) -> Tensor:
@@ -109,9 +109,9 @@ def ggml_view_2d(ctx: Context, a: Tensor, ne0: int, ne1: int, nb1: int, offset: 
     Example:
         >>> left = ggml_view_2d(ctx, x, 3, n, 6 * 4, 0)   # the first 3 of the 6 F32 features of x [6, n]
     """
-    a = _t("ggml_view_2d", a)
+    a = operand("ggml_view_2d", a)
     view("ggml_view_2d", a, (ne0, ne1), (nb1,), offset)
-    return _op("ggml_view_2d", ctx, lib.ggml_view_2d, (a,), None, (ne0, ne1, nb1, offset), a.type)
+    return make_op("ggml_view_2d", ctx, lib.ggml_view_2d, (a,), None, (ne0, ne1, nb1, offset), a.type)
 
 
 def ggml_view_3d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, nb1: int, nb2: int, offset: int = 0) -> Tensor:
@@ -131,9 +131,9 @@ def ggml_view_3d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, nb1: int
     Example:
         >>> v = ggml_view_3d(ctx, x, 4, 5, 2, 4 * 4, 4 * 4 * 5, 0)   # F32, contiguous [4, 5, 2]
     """
-    a = _t("ggml_view_3d", a)
+    a = operand("ggml_view_3d", a)
     view("ggml_view_3d", a, (ne0, ne1, ne2), (nb1, nb2), offset)
-    return _op("ggml_view_3d", ctx, lib.ggml_view_3d, (a,), None, (ne0, ne1, ne2, nb1, nb2, offset), a.type)
+    return make_op("ggml_view_3d", ctx, lib.ggml_view_3d, (a,), None, (ne0, ne1, ne2, nb1, nb2, offset), a.type)
 
 
 def ggml_view_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int, nb1: int, nb2: int, nb3: int,
@@ -154,9 +154,9 @@ def ggml_view_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int
     Example:
         >>> v = ggml_view_4d(ctx, x, 4, 5, 2, 1, 16, 80, 160, 0)      # F32 [4, 5, 2, 1]
     """
-    a = _t("ggml_view_4d", a)
+    a = operand("ggml_view_4d", a)
     view("ggml_view_4d", a, (ne0, ne1, ne2, ne3), (nb1, nb2, nb3), offset)
-    return _op("ggml_view_4d", ctx, lib.ggml_view_4d, (a,), None,
+    return make_op("ggml_view_4d", ctx, lib.ggml_view_4d, (a,), None,
                (ne0, ne1, ne2, ne3, nb1, nb2, nb3, offset), a.type)
 
 
@@ -177,9 +177,9 @@ def ggml_permute(ctx: Context, a: Tensor, axis0: int, axis1: int, axis2: int, ax
     Example:
         >>> y = ggml_cont(ctx, ggml_permute(ctx, x, 0, 2, 1, 3))     # swap ne[1] and ne[2]
     """
-    a = _t("ggml_permute", a)
+    a = operand("ggml_permute", a)
     permutation("ggml_permute", (axis0, axis1, axis2, axis3))
-    return _op("ggml_permute", ctx, lib.ggml_permute, (a,), None, (axis0, axis1, axis2, axis3), a.type)
+    return make_op("ggml_permute", ctx, lib.ggml_permute, (a,), None, (axis0, axis1, axis2, axis3), a.type)
 
 
 def ggml_transpose(ctx: Context, a: Tensor) -> Tensor:
@@ -197,8 +197,8 @@ def ggml_transpose(ctx: Context, a: Tensor) -> Tensor:
     Example:
         >>> wt = ggml_cont(ctx, ggml_transpose(ctx, w))
     """
-    a = _t("ggml_transpose", a)
-    return _op("ggml_transpose", ctx, lib.ggml_transpose, (a,), None, out_type=a.type)
+    a = operand("ggml_transpose", a)
+    return make_op("ggml_transpose", ctx, lib.ggml_transpose, (a,), None, out_type=a.type)
 
 
 def ggml_cpy(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
@@ -218,10 +218,10 @@ def ggml_cpy(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     Example:
         >>> x_f32 = ggml_cpy(ctx, x_f16, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 4))
     """
-    a, b = _t("ggml_cpy", a), _t("ggml_cpy", b, "b")
+    a, b = operand("ggml_cpy", a), operand("ggml_cpy", b, "b")
     if a.nelements() != b.nelements():
         fail("ggml_cpy", f"a and b must have the same number of elements, got {a.nelements()} and {b.nelements()}")
-    return _op("ggml_cpy", ctx, lib.ggml_cpy, (a, b), None, out_type=b.type)
+    return make_op("ggml_cpy", ctx, lib.ggml_cpy, (a, b), None, out_type=b.type)
 
 
 def ggml_get_rows(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
@@ -251,7 +251,7 @@ def ggml_get_rows(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         >>> emb = ggml_get_rows(ctx, table, token_ids)   # table [64, vocab], ids [seq] -> [64, seq]
     """
     fn = "ggml_get_rows"
-    a, b = _t(fn, a), _t(fn, b, "b")
+    a, b = operand(fn, a), operand(fn, b, "b")
     types(fn, b, {GGML_TYPE_I32}, "b (the indices)")
     (a0, _a1, a2, a3), (b0, b1, b2, b3) = a.shape, b.shape
     if a2 != b1 or a3 != b2 or b3 != 1:
@@ -259,7 +259,7 @@ def ggml_get_rows(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
                      "a.ne[3] == b.ne[2], b.ne[3] == 1)")
     check_computed_indices(fn, a, b)
     out_type = GGML_TYPE_I32 if a.type == GGML_TYPE_I32 else GGML_TYPE_F32
-    return _op(fn, ctx, lib.ggml_get_rows, (a, b), (a0, b0, b1, b2), out_type=out_type)
+    return make_op(fn, ctx, lib.ggml_get_rows, (a, b), (a0, b0, b1, b2), out_type=out_type)
 
 
 def ggml_pad(ctx: Context, a: Tensor, p0: int = 0, p1: int = 0, p2: int = 0, p3: int = 0) -> Tensor:
@@ -275,10 +275,10 @@ def ggml_pad(ctx: Context, a: Tensor, p0: int = 0, p1: int = 0, p2: int = 0, p3:
     Example:
         >>> y = ggml_pad(ctx, x, 2)                 # [5, n] -> [7, n], two zeros per column
     """
-    a = _t("ggml_pad", a)
+    a = operand("ggml_pad", a)
     types("ggml_pad", a, {GGML_TYPE_F32})
     pads = tuple(c_int_arg("ggml_pad", f"p{i}", p, 0) for i, p in enumerate((p0, p1, p2, p3)))
-    return _op("ggml_pad", ctx, lib.ggml_pad, (a,), tuple(n + p for n, p in zip(a.shape, pads)), pads, a.type)
+    return make_op("ggml_pad", ctx, lib.ggml_pad, (a,), tuple(n + p for n, p in zip(a.shape, pads)), pads, a.type)
 
 
 def _set_checks(fn: str, a: Tensor, b: Tensor, nb1: Any, nb2: Any, nb3: Any, offset: Any) -> tuple[int, ...]:
@@ -289,7 +289,7 @@ def _set_checks(fn: str, a: Tensor, b: Tensor, nb1: Any, nb2: Any, nb3: Any, off
                      "ggml_cpy first", GgmlTypeError)
     contiguous(fn, a)
     rows_contiguous(fn, b, "b")
-    esize = _esize(a)
+    esize = element_size(a)
     vals = []
     for k, (name, v) in enumerate((("nb1", nb1), ("nb2", nb2), ("nb3", nb3), ("offset", offset))):
         v = int_arg(fn, name, v, 0)
@@ -297,7 +297,7 @@ def _set_checks(fn: str, a: Tensor, b: Tensor, nb1: Any, nb2: Any, nb3: Any, off
             vals.append(v)
             continue
         # ggml stores them as 32-bit ints (and asserts offset < 2**30)
-        limit = (1 << 30) - 1 if name == "offset" else _INT32_MAX
+        limit = (1 << 30) - 1 if name == "offset" else INT32_LIMIT
         if v > limit:
             fail(fn, f"{name} must be <= {limit} bytes (ggml keeps it in 32 bits), got {v}")
         if v % esize:
@@ -339,9 +339,9 @@ def ggml_set(ctx: Context, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, o
         >>> y = ggml_set(ctx, m, block, 6 * 4, 6 * 4 * 5, 6 * 4 * 5, (1 * 6 + 2) * 4)
     """
     fn = "ggml_set"
-    a, b = _t(fn, a), _t(fn, b, "b")
+    a, b = operand(fn, a), operand(fn, b, "b")
     nb1, nb2, nb3, offset = _set_checks(fn, a, b, nb1, nb2, nb3, offset)
-    return _op(fn, ctx, lib.ggml_set, (a, b), a.shape, (nb1, nb2, nb3, offset), a.type)
+    return make_op(fn, ctx, lib.ggml_set, (a, b), a.shape, (nb1, nb2, nb3, offset), a.type)
 
 
 def ggml_set_1d(ctx: Context, a: Tensor, b: Tensor, offset: int) -> Tensor:
@@ -365,10 +365,10 @@ def ggml_set_1d(ctx: Context, a: Tensor, b: Tensor, offset: int) -> Tensor:
         >>> y = ggml_set_1d(ctx, v, part, 3 * 4)        # v F32 [10], part [4]: elements 3..6 replaced
     """
     fn = "ggml_set_1d"
-    a, b = _t(fn, a), _t(fn, b, "b")
-    _, nb1, nb2, nb3 = _strides(a)
+    a, b = operand(fn, a), operand(fn, b, "b")
+    _, nb1, nb2, nb3 = strides_of(a)
     nb1, nb2, nb3, offset = _set_checks(fn, a, b, nb1, nb2, nb3, offset)
-    return _op(fn, ctx, lib.ggml_set_1d, (a, b), a.shape, (offset,), a.type)
+    return make_op(fn, ctx, lib.ggml_set_1d, (a, b), a.shape, (offset,), a.type)
 
 
 def ggml_set_2d(ctx: Context, a: Tensor, b: Tensor, nb1: int, offset: int) -> Tensor:
@@ -393,10 +393,10 @@ def ggml_set_2d(ctx: Context, a: Tensor, b: Tensor, nb1: int, offset: int) -> Te
         >>> y = ggml_set_2d(ctx, m, block, 6 * 4, (1 * 6 + 2) * 4)   # m F32 [6, 5], block [3, 2] at row 1, column 2
     """
     fn = "ggml_set_2d"
-    a, b = _t(fn, a), _t(fn, b, "b")
-    _, _, nb2, nb3 = _strides(a)
+    a, b = operand(fn, a), operand(fn, b, "b")
+    _, _, nb2, nb3 = strides_of(a)
     nb1, nb2, nb3, offset = _set_checks(fn, a, b, nb1, nb2, nb3, offset)
-    return _op(fn, ctx, lib.ggml_set_2d, (a, b), a.shape, (nb1, offset), a.type)
+    return make_op(fn, ctx, lib.ggml_set_2d, (a, b), a.shape, (nb1, offset), a.type)
 
 
 def ggml_set_zero(tensor: Tensor) -> None:
@@ -416,11 +416,11 @@ def ggml_set_zero(tensor: Tensor) -> None:
         >>> ggml_set_zero(acc)
     """
     fn = "ggml_set_zero"
-    t = _t(fn, tensor, "tensor")
+    t = operand(fn, tensor, "tensor")
     p = t.ptr
     if t.nelements() == 0:
         return None
-    where = tensor_memory(p, f"{fn}: {_tensor_label(p)}")
+    where = tensor_memory(p, f"{fn}: {tensor_label(p)}")
     contiguous(fn, t, "tensor")
     nbytes = int(lib.ggml_nbytes(p))
     if where == "host":
@@ -453,8 +453,8 @@ def ggml_view_tensor(ctx: Context, src: Tensor) -> Tensor:
         >>> v = ggml_view_tensor(ctx, weights)
     """
     fn = "ggml_view_tensor"
-    src = _t(fn, src, "src")
-    return _op(fn, ctx, lib.ggml_view_tensor, (src,), None, out_type=src.type)
+    src = operand(fn, src, "src")
+    return make_op(fn, ctx, lib.ggml_view_tensor, (src,), None, out_type=src.type)
 
 
 def ggml_diag(ctx: Context, a: Tensor) -> Tensor:
@@ -474,14 +474,14 @@ def ggml_diag(ctx: Context, a: Tensor) -> Tensor:
         >>> d = ggml_diag(ctx, v)                   # v [3] -> [3, 3]
     """
     fn = "ggml_diag"
-    a = _t(fn, a)
+    a = operand(fn, a)
     types(fn, a, {GGML_TYPE_F32})
     rows_contiguous(fn, a)
     if a.shape[1] != 1:
         fail(fn, f"a must hold row vectors (ne[1] == 1), got {list(a.shape)}; reshape it with ggml_reshape_4d(ctx, "
                      f"a, n, 1, ...)")
     n = a.shape[0]
-    return _op(fn, ctx, lib.ggml_diag, (a,), (n, n, a.shape[2], a.shape[3]), out_type=a.type)
+    return make_op(fn, ctx, lib.ggml_diag, (a,), (n, n, a.shape[2], a.shape[3]), out_type=a.type)
 
 
 def ggml_diag_mask_zero(ctx: Context, a: Tensor, n_past: int) -> Tensor:
@@ -503,7 +503,7 @@ def ggml_diag_mask_zero(ctx: Context, a: Tensor, n_past: int) -> Tensor:
         >>> lower = ggml_diag_mask_zero(ctx, scores, 0)
     """
     fn = "ggml_diag_mask_zero"
-    a = _t(fn, a)
+    a = operand(fn, a)
     types(fn, a, {GGML_TYPE_F32})
     contiguous(fn, a)
-    return _op(fn, ctx, lib.ggml_diag_mask_zero, (a,), a.shape, (c_int_arg(fn, "n_past", n_past, 0),), a.type)
+    return make_op(fn, ctx, lib.ggml_diag_mask_zero, (a,), a.shape, (c_int_arg(fn, "n_past", n_past, 0),), a.type)

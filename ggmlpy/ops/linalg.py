@@ -11,8 +11,8 @@ from ..core.args import fail, is_int
 from ..core.types import GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I32, type_name
 from ..errors import GgmlTypeError, GgmlValueError
 from ..graph.objects import Context, Tensor
-from .attention import _check_index_bound, _shape_text
-from .base import _op, _t, F32_F16, floating, mul_mat, not_transposed, out_prod, rows_contiguous, same_shape, types
+from .attention import check_index_bound, shape_text
+from .base import make_op, operand, F32_F16, floating, mul_mat, not_transposed, out_prod, rows_contiguous, same_shape, types
 
 
 # the precisions ggml_prec_set_acc / ggml_prec_set_src take, widest first
@@ -48,14 +48,14 @@ def ggml_mul_mat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     Example:
         >>> h = ggml_mul_mat(ctx, w, x)             # w [784, 128], x [784, 32] -> [128, 32]
     """
-    a, b = _t("ggml_mul_mat", a), _t("ggml_mul_mat", b, "b")
+    a, b = operand("ggml_mul_mat", a), operand("ggml_mul_mat", b, "b")
     floating("ggml_mul_mat", ("a", a), ("b", b))
     if b.type not in (a.type, GGML_TYPE_F32):  # the CPU backend: b is F32 or a's dot-product type
         fail("ggml_mul_mat", f"b must be F32 or {type_name(a.type)} when a is {type_name(a.type)}, got "
                                  f"{type_name(b.type)}", GgmlTypeError)
     rows_contiguous("ggml_mul_mat", a)
     rows_contiguous("ggml_mul_mat", b, "b")
-    return _op("ggml_mul_mat", ctx, lib.ggml_mul_mat, (a, b), mul_mat("ggml_mul_mat", a, b))
+    return make_op("ggml_mul_mat", ctx, lib.ggml_mul_mat, (a, b), mul_mat("ggml_mul_mat", a, b))
 
 
 def _prec_arg(fn: str, prec: Any) -> int:
@@ -86,7 +86,7 @@ def ggml_prec_set_acc(a: Tensor, prec: int) -> bool:
         >>> h = ggml_mul_mat(ctx, w_f16, x); ggml_prec_set_acc(h, GGML_PREC_F32)
     """
     fn = "ggml_prec_set_acc"
-    a = _t(fn, a)
+    a = operand(fn, a)
     prec = _prec_arg(fn, prec)
     if prec in (GGML_PREC_Q8, GGML_PREC_Q4):
         fail(fn, f"{_PRECS[prec]} is not an accumulation type (ggml allows it only for operands: "
@@ -114,7 +114,7 @@ def ggml_prec_set_src(a: Tensor, prec: int, idx: int) -> bool:
         >>> h = ggml_mul_mat(ctx, w_q4, x); ggml_prec_set_src(h, GGML_PREC_F32, 1)
     """
     fn = "ggml_prec_set_src"
-    a = _t(fn, a)
+    a = operand(fn, a)
     prec = _prec_arg(fn, prec)
     if not is_int(idx):
         fail(fn, f"idx must be an int, got {idx!r}", GgmlTypeError)
@@ -140,13 +140,13 @@ def ggml_out_prod(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     Example:
         >>> g_w = ggml_out_prod(ctx, x, g_h)        # x [n_in, batch], g_h [n_out, batch] -> [n_in, n_out]
     """
-    a, b = _t("ggml_out_prod", a), _t("ggml_out_prod", b, "b")
+    a, b = operand("ggml_out_prod", a), operand("ggml_out_prod", b, "b")
     types("ggml_out_prod", a, F32_F16)
     types("ggml_out_prod", b, {GGML_TYPE_F32}, "b")
     if a.type == GGML_TYPE_F16 and a.shape[2:] != b.shape[2:]:
         fail("ggml_out_prod", f"an F16 a cannot be broadcast: a {list(a.shape)}, b {list(b.shape)}")
     not_transposed("ggml_out_prod", a)
-    return _op("ggml_out_prod", ctx, lib.ggml_out_prod, (a, b), out_prod("ggml_out_prod", a, b))
+    return make_op("ggml_out_prod", ctx, lib.ggml_out_prod, (a, b), out_prod("ggml_out_prod", a, b))
 
 
 def ggml_cross_entropy_loss(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
@@ -166,13 +166,13 @@ def ggml_cross_entropy_loss(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     Example:
         >>> loss = ggml_set_loss(ggml_cross_entropy_loss(ctx, logits, labels))
     """
-    a, b = _t("ggml_cross_entropy_loss", a), _t("ggml_cross_entropy_loss", b, "b")
+    a, b = operand("ggml_cross_entropy_loss", a), operand("ggml_cross_entropy_loss", b, "b")
     types("ggml_cross_entropy_loss", a, {GGML_TYPE_F32})
     types("ggml_cross_entropy_loss", b, {GGML_TYPE_F32}, "b")
     same_shape("ggml_cross_entropy_loss", a, b)
     rows_contiguous("ggml_cross_entropy_loss", a)
     rows_contiguous("ggml_cross_entropy_loss", b, "b")
-    return _op("ggml_cross_entropy_loss", ctx, lib.ggml_cross_entropy_loss, (a, b), (1, 1, 1, 1))
+    return make_op("ggml_cross_entropy_loss", ctx, lib.ggml_cross_entropy_loss, (a, b), (1, 1, 1, 1))
 
 
 def ggml_mul_mat_id(ctx: Context, as_: Tensor, b: Tensor, ids: Tensor) -> Tensor:
@@ -198,7 +198,7 @@ def ggml_mul_mat_id(ctx: Context, as_: Tensor, b: Tensor, ids: Tensor) -> Tensor
         >>> y = ggml_mul_mat_id(ctx, experts, x, ids)    # experts [8, 16, 4], x [8, 1, 2], ids [1, 2] -> [16, 1, 2]
     """
     fn = "ggml_mul_mat_id"
-    as_, b, ids = _t(fn, as_, "as_"), _t(fn, b, "b"), _t(fn, ids, "ids")
+    as_, b, ids = operand(fn, as_, "as_"), operand(fn, b, "b"), operand(fn, ids, "ids")
     floating(fn, ("as_", as_))
     types(fn, b, {GGML_TYPE_F32}, "b")
     types(fn, ids, {GGML_TYPE_I32}, "ids")
@@ -207,14 +207,14 @@ def ggml_mul_mat_id(ctx: Context, as_: Tensor, b: Tensor, ids: Tensor) -> Tensor
     rows_contiguous(fn, b, "b")
     (k, m, n_expert, a3), (bk, b1, n_tok, b3), (n_used, i1, i2, i3) = as_.shape, b.shape, ids.shape
     if a3 != 1 or b3 != 1 or i2 != 1 or i3 != 1:
-        fail(fn, f"as_ and b must be 3-D and ids 2-D, got as_ {_shape_text(as_)}, b {_shape_text(b)}, ids "
-                     f"{_shape_text(ids)}")
+        fail(fn, f"as_ and b must be 3-D and ids 2-D, got as_ {shape_text(as_)}, b {shape_text(b)}, ids "
+                     f"{shape_text(ids)}")
     if bk != k:
-        fail(fn, f"as_ and b must share ne[0] (the reduced dimension), got as_ {_shape_text(as_)} and b "
-                     f"{_shape_text(b)}")
+        fail(fn, f"as_ and b must share ne[0] (the reduced dimension), got as_ {shape_text(as_)} and b "
+                     f"{shape_text(b)}")
     if i1 != n_tok:
-        fail(fn, f"ids needs one column per token: ids.ne[1] must be b.ne[2]={n_tok}, got {_shape_text(ids)}")
+        fail(fn, f"ids needs one column per token: ids.ne[1] must be b.ne[2]={n_tok}, got {shape_text(ids)}")
     if n_used % b1:
         fail(fn, f"ids.ne[0]={n_used} (experts per token) must be a multiple of b.ne[1]={b1}")
-    _check_index_bound(fn, "the expert indices ids", ids, n_expert, "as_ (its ne[2]: the experts)")
-    return _op(fn, ctx, lib.ggml_mul_mat_id, (as_, b, ids), (m, n_used, n_tok, 1))
+    check_index_bound(fn, "the expert indices ids", ids, n_expert, "as_ (its ne[2]: the experts)")
+    return make_op(fn, ctx, lib.ggml_mul_mat_id, (as_, b, ids), (m, n_used, n_tok, 1))

@@ -9,7 +9,7 @@ from ..core.args import c_int_arg, eps_arg, fail
 from ..core.types import GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I16, GGML_TYPE_I32
 from ..errors import GgmlTypeError
 from ..graph.objects import Context, Tensor
-from .base import _op, _t, can_repeat, contiguous, floating, rows_contiguous, same_shape, types
+from .base import make_op, operand, can_repeat, contiguous, floating, rows_contiguous, same_shape, types
 
 
 def ggml_sum(ctx: Context, a: Tensor) -> Tensor:
@@ -27,10 +27,10 @@ def ggml_sum(ctx: Context, a: Tensor) -> Tensor:
     Example:
         >>> loss = ggml_set_loss(ggml_scale(ctx, ggml_sum(ctx, ggml_sqr(ctx, err)), 1 / n))
     """
-    a = _t("ggml_sum", a)
+    a = operand("ggml_sum", a)
     floating("ggml_sum", ("a", a))
     contiguous("ggml_sum", a)  # the CPU kernel reads a as contiguous: a strided view gives garbage
-    return _op("ggml_sum", ctx, lib.ggml_sum, (a,), (1, 1, 1, 1), out_type=a.type)
+    return make_op("ggml_sum", ctx, lib.ggml_sum, (a,), (1, 1, 1, 1), out_type=a.type)
 
 
 def ggml_sum_rows(ctx: Context, a: Tensor) -> Tensor:
@@ -47,10 +47,10 @@ def ggml_sum_rows(ctx: Context, a: Tensor) -> Tensor:
     Example:
         >>> totals = ggml_sum_rows(ctx, x)          # x [features, batch] -> [1, batch]
     """
-    a = _t("ggml_sum_rows", a)
+    a = operand("ggml_sum_rows", a)
     types("ggml_sum_rows", a, {GGML_TYPE_F32})
     rows_contiguous("ggml_sum_rows", a)
-    return _op("ggml_sum_rows", ctx, lib.ggml_sum_rows, (a,), (1,) + a.shape[1:], out_type=a.type)
+    return make_op("ggml_sum_rows", ctx, lib.ggml_sum_rows, (a,), (1,) + a.shape[1:], out_type=a.type)
 
 
 def ggml_mean(ctx: Context, a: Tensor) -> Tensor:
@@ -69,10 +69,10 @@ def ggml_mean(ctx: Context, a: Tensor) -> Tensor:
     Example:
         >>> m = ggml_mean(ctx, x)                   # x [features, batch] -> [1, batch]
     """
-    a = _t("ggml_mean", a)
+    a = operand("ggml_mean", a)
     types("ggml_mean", a, {GGML_TYPE_F32})
     contiguous("ggml_mean", a)  # the CPU kernel reads a as contiguous: a strided view gives garbage
-    return _op("ggml_mean", ctx, lib.ggml_mean, (a,), (1,) + a.shape[1:])
+    return make_op("ggml_mean", ctx, lib.ggml_mean, (a,), (1,) + a.shape[1:])
 
 
 def ggml_argmax(ctx: Context, a: Tensor) -> Tensor:
@@ -90,12 +90,12 @@ def ggml_argmax(ctx: Context, a: Tensor) -> Tensor:
     Example:
         >>> pred = ggml_argmax(ctx, logits)         # logits [n_classes, batch] -> [batch]
     """
-    a = _t("ggml_argmax", a)
+    a = operand("ggml_argmax", a)
     types("ggml_argmax", a, {GGML_TYPE_F32})
     rows_contiguous("ggml_argmax", a)  # the CPU kernel reads each row as contiguous
     if a.shape[2] != 1 or a.shape[3] != 1:
         fail("ggml_argmax", f"a must be a matrix (ne[2] == ne[3] == 1), got {list(a.shape)}")
-    return _op("ggml_argmax", ctx, lib.ggml_argmax, (a,), (a.shape[1], 1, 1, 1), out_type=GGML_TYPE_I32)
+    return make_op("ggml_argmax", ctx, lib.ggml_argmax, (a,), (a.shape[1], 1, 1, 1), out_type=GGML_TYPE_I32)
 
 
 def ggml_count_equal(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
@@ -112,11 +112,11 @@ def ggml_count_equal(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     Example:
         >>> n_ok = ggml_count_equal(ctx, ggml_argmax(ctx, logits), ggml_argmax(ctx, labels))
     """
-    a, b = _t("ggml_count_equal", a), _t("ggml_count_equal", b, "b")
+    a, b = operand("ggml_count_equal", a), operand("ggml_count_equal", b, "b")
     types("ggml_count_equal", a, {GGML_TYPE_I32})
     types("ggml_count_equal", b, {GGML_TYPE_I32}, "b")
     same_shape("ggml_count_equal", a, b)
-    return _op("ggml_count_equal", ctx, lib.ggml_count_equal, (a, b), (1, 1, 1, 1), out_type=lib.GGML_TYPE_I64)
+    return make_op("ggml_count_equal", ctx, lib.ggml_count_equal, (a, b), (1, 1, 1, 1), out_type=lib.GGML_TYPE_I64)
 
 
 def ggml_repeat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
@@ -136,12 +136,12 @@ def ggml_repeat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     Example:
         >>> bias_full = ggml_repeat(ctx, bias, h)   # bias [n, 1] -> h's [n, batch]
     """
-    a, b = _t("ggml_repeat", a), _t("ggml_repeat", b, "b")
+    a, b = operand("ggml_repeat", a), operand("ggml_repeat", b, "b")
     types("ggml_repeat", a, {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_I16, GGML_TYPE_I32})
     rows_contiguous("ggml_repeat", a)
     if not can_repeat(a.shape, b.shape):
         fail("ggml_repeat", f"a {list(a.shape)} cannot be repeated to b's shape {list(b.shape)}")
-    return _op("ggml_repeat", ctx, lib.ggml_repeat, (a, b), b.shape, out_type=a.type)
+    return make_op("ggml_repeat", ctx, lib.ggml_repeat, (a, b), b.shape, out_type=a.type)
 
 
 def ggml_repeat_back(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
@@ -161,12 +161,12 @@ def ggml_repeat_back(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     Example:
         >>> per_feature = ggml_repeat_back(ctx, grads, bias)   # [n, batch] -> [n, 1]
     """
-    a, b = _t("ggml_repeat_back", a), _t("ggml_repeat_back", b, "b")
+    a, b = operand("ggml_repeat_back", a), operand("ggml_repeat_back", b, "b")
     types("ggml_repeat_back", a, {GGML_TYPE_F32})
     rows_contiguous("ggml_repeat_back", a)
     if not can_repeat(b.shape, a.shape):
         fail("ggml_repeat_back", f"b {list(b.shape)} must repeat into a {list(a.shape)}")
-    return _op("ggml_repeat_back", ctx, lib.ggml_repeat_back, (a, b), b.shape, out_type=a.type)
+    return make_op("ggml_repeat_back", ctx, lib.ggml_repeat_back, (a, b), b.shape, out_type=a.type)
 
 
 def ggml_concat(ctx: Context, a: Tensor, b: Tensor, dim: int = 0) -> Tensor:
@@ -185,7 +185,7 @@ def ggml_concat(ctx: Context, a: Tensor, b: Tensor, dim: int = 0) -> Tensor:
         >>> h = ggml_concat(ctx, h1, h2, 0)         # [n1, batch] + [n2, batch] -> [n1 + n2, batch]
     """
     fn = "ggml_concat"
-    a, b = _t(fn, a), _t(fn, b, "b")
+    a, b = operand(fn, a), operand(fn, b, "b")
     c_int_arg(fn, "dim", dim, 0)
     if dim > 3:
         fail(fn, f"dim must be in [0, 3], got {dim}")
@@ -195,11 +195,11 @@ def ggml_concat(ctx: Context, a: Tensor, b: Tensor, dim: int = 0) -> Tensor:
         fail(fn, f"a {list(a.shape)} and b {list(b.shape)} must match outside dimension {dim}")
     shape = list(a.shape)
     shape[dim] += b.shape[dim]
-    return _op(fn, ctx, lib.ggml_concat, (a, b), tuple(shape), (dim,), a.type)
+    return make_op(fn, ctx, lib.ggml_concat, (a, b), tuple(shape), (dim,), a.type)
 
 
 def _group_norm(fn: str, ctx: Context, a: Any, n_groups: Any, eps: Any, inplace: bool) -> Tensor:
-    a = _t(fn, a)
+    a = operand(fn, a)
     types(fn, a, {GGML_TYPE_F32})
     rows_contiguous(fn, a)
     channels = a.shape[2]
@@ -208,7 +208,7 @@ def _group_norm(fn: str, ctx: Context, a: Any, n_groups: Any, eps: Any, inplace:
         fail(fn, f"n_groups must be between 1 and the number of channels a.ne[2]={channels}, got {n_groups}")
     eps = eps_arg(fn, "eps", eps)
     c_fn = lib.ggml_group_norm_inplace if inplace else lib.ggml_group_norm
-    return _op(fn, ctx, c_fn, (a,), None if inplace else a.shape, (n_groups, eps))
+    return make_op(fn, ctx, c_fn, (a,), None if inplace else a.shape, (n_groups, eps))
 
 
 _GROUP_NORM_BODY = """The channels (ne[2]) are split into ``n_groups`` consecutive groups of ``ceil(C / n_groups)``
@@ -257,11 +257,11 @@ def ggml_group_norm_inplace(ctx: Context, a: Tensor, n_groups: int, eps: float =
 
 
 def _l2_norm(fn: str, ctx: Context, a: Any, eps: Any, inplace: bool) -> Tensor:
-    a = _t(fn, a)
+    a = operand(fn, a)
     types(fn, a, {GGML_TYPE_F32})
     eps = eps_arg(fn, "eps", eps)
     c_fn = lib.ggml_l2_norm_inplace if inplace else lib.ggml_l2_norm
-    return _op(fn, ctx, c_fn, (a,), None if inplace else a.shape, (eps,))
+    return make_op(fn, ctx, c_fn, (a,), None if inplace else a.shape, (eps,))
 
 
 _L2_BODY = """Each row (the ne[0] values at fixed ne[1], ne[2], ne[3]) is divided by its Euclidean norm:

@@ -6,9 +6,9 @@ from .._ffi import lib
 from ..core.args import c_int_arg, fail, INT32_MAX, is_int
 from ..core.types import GGML_TYPE_F32
 from ..graph.objects import Context, Tensor
-from .attention import _shape_text
-from .base import _op, _t, contiguous, rows_contiguous, types
-from .conv import _SCALE_MODES, GGML_SCALE_MODE_NEAREST
+from .attention import shape_text
+from .base import make_op, operand, contiguous, rows_contiguous, types
+from .conv import SCALE_MODES, GGML_SCALE_MODE_NEAREST
 
 
 def ggml_pad_reflect_1d(ctx: Context, a: Tensor, p0: int, p1: int) -> Tensor:
@@ -31,7 +31,7 @@ def ggml_pad_reflect_1d(ctx: Context, a: Tensor, p0: int, p1: int) -> Tensor:
         >>> y = ggml_pad_reflect_1d(ctx, audio, 256, 256)   # [4096, batch] -> [4608, batch]
     """
     fn = "ggml_pad_reflect_1d"
-    a = _t(fn, a)
+    a = operand(fn, a)
     types(fn, a, {GGML_TYPE_F32})
     contiguous(fn, a)
     p0, p1 = c_int_arg(fn, "p0", p0, 0), c_int_arg(fn, "p1", p1, 0)
@@ -39,7 +39,7 @@ def ggml_pad_reflect_1d(ctx: Context, a: Tensor, p0: int, p1: int) -> Tensor:
     if p0 >= n0 or p1 >= n0:
         fail(fn, f"each padding must be shorter than the row (a.ne[0] = {n0}), got p0={p0}, p1={p1}: a reflection "
                      "repeats the row's inner values only; pad in several steps or use ggml_pad_ext for zeros")
-    return _op(fn, ctx, lib.ggml_pad_reflect_1d, (a,), (n0 + p0 + p1,) + a.shape[1:], (p0, p1))
+    return make_op(fn, ctx, lib.ggml_pad_reflect_1d, (a,), (n0 + p0 + p1,) + a.shape[1:], (p0, p1))
 
 
 def ggml_pad_ext(ctx: Context, a: Tensor, lp0: int = 0, rp0: int = 0, lp1: int = 0, rp1: int = 0, lp2: int = 0,
@@ -63,12 +63,12 @@ def ggml_pad_ext(ctx: Context, a: Tensor, lp0: int = 0, rp0: int = 0, lp1: int =
         >>> y = ggml_pad_ext(ctx, img, 1, 1, 1, 1)          # [W, H, C, N] -> [W + 2, H + 2, C, N]
     """
     fn = "ggml_pad_ext"
-    a = _t(fn, a)
+    a = operand(fn, a)
     types(fn, a, {GGML_TYPE_F32})
     names = ("lp0", "rp0", "lp1", "rp1", "lp2", "rp2", "lp3", "rp3")
     pads = tuple(c_int_arg(fn, name, v, 0) for name, v in zip(names, (lp0, rp0, lp1, rp1, lp2, rp2, lp3, rp3)))
     shape = tuple(n + pads[2 * i] + pads[2 * i + 1] for i, n in enumerate(a.shape))
-    return _op(fn, ctx, lib.ggml_pad_ext, (a,), shape, pads)
+    return make_op(fn, ctx, lib.ggml_pad_ext, (a,), shape, pads)
 
 
 def ggml_upscale(ctx: Context, a: Tensor, scale_factor: int, mode: int = GGML_SCALE_MODE_NEAREST) -> Tensor:
@@ -96,16 +96,16 @@ def ggml_upscale(ctx: Context, a: Tensor, scale_factor: int, mode: int = GGML_SC
         >>> up = ggml_upscale(ctx, img, 2, GGML_SCALE_MODE_BILINEAR)   # [8, 8, 3, n] -> [16, 16, 3, n]
     """
     fn = "ggml_upscale"
-    a = _t(fn, a)
+    a = operand(fn, a)
     types(fn, a, {GGML_TYPE_F32})
     sf = c_int_arg(fn, "scale_factor", scale_factor)
     if sf < 2:
         fail(fn, f"scale_factor must be an int >= 2, got {sf} (a factor of 1 changes nothing: leave the op out)")
-    if not is_int(mode) or int(mode) not in _SCALE_MODES:
+    if not is_int(mode) or int(mode) not in SCALE_MODES:
         fail(fn, f"mode must be GGML_SCALE_MODE_NEAREST (0), GGML_SCALE_MODE_BILINEAR (1) or "
                      f"GGML_SCALE_MODE_BICUBIC (2), got {mode!r}")
     w, h, c, n = a.shape
-    return _op(fn, ctx, lib.ggml_upscale, (a,), (w * sf, h * sf, c, n), (sf, int(mode)))
+    return make_op(fn, ctx, lib.ggml_upscale, (a,), (w * sf, h * sf, c, n), (sf, int(mode)))
 
 
 def ggml_roll(ctx: Context, a: Tensor, shift0: int = 0, shift1: int = 0, shift2: int = 0, shift3: int = 0) -> Tensor:
@@ -129,14 +129,14 @@ def ggml_roll(ctx: Context, a: Tensor, shift0: int = 0, shift1: int = 0, shift2:
         >>> y = ggml_roll(ctx, x, 1)               # [x3, x0, x1, x2] from [x0, x1, x2, x3]
     """
     fn = "ggml_roll"
-    a = _t(fn, a)
+    a = operand(fn, a)
     types(fn, a, {GGML_TYPE_F32})
     rows_contiguous(fn, a)
     shifts = tuple(c_int_arg(fn, f"shift{i}", s) for i, s in enumerate((shift0, shift1, shift2, shift3)))
     for i, (s, n) in enumerate(zip(shifts, a.shape)):
         if abs(s) >= n:
             fail(fn, f"|shift{i}| must be smaller than a.ne[{i}] = {n}, got {s}; use {s} % {n} = {s % n}")
-    return _op(fn, ctx, lib.ggml_roll, (a,), a.shape, shifts, a.type)
+    return make_op(fn, ctx, lib.ggml_roll, (a,), a.shape, shifts, a.type)
 
 
 def ggml_win_part(ctx: Context, a: Tensor, w: int) -> Tensor:
@@ -157,16 +157,16 @@ def ggml_win_part(ctx: Context, a: Tensor, w: int) -> Tensor:
         >>> win = ggml_win_part(ctx, x, 14)                   # x [768, 64, 64] -> [768, 14, 14, 25]
     """
     fn = "ggml_win_part"
-    a = _t(fn, a)
+    a = operand(fn, a)
     types(fn, a, {GGML_TYPE_F32})
     contiguous(fn, a)
     if a.shape[3] != 1:
-        fail(fn, f"a must be 3-D [C, W, H] (ne[3] == 1), got {_shape_text(a)}")
+        fail(fn, f"a must be 3-D [C, W, H] (ne[3] == 1), got {shape_text(a)}")
     w = c_int_arg(fn, "w", w, 1)
     npx, npy = -(-a.shape[1] // w), -(-a.shape[2] // w)
     if npx * npy > INT32_MAX:
         fail(fn, f"too many windows: {npx} x {npy}; use a larger w")
-    return _op(fn, ctx, lib.ggml_win_part, (a,), (a.shape[0], w, w, npx * npy), (w,))
+    return make_op(fn, ctx, lib.ggml_win_part, (a,), (a.shape[0], w, w, npx * npy), (w,))
 
 
 def ggml_win_unpart(ctx: Context, a: Tensor, w0: int, h0: int, w: int) -> Tensor:
@@ -187,12 +187,12 @@ def ggml_win_unpart(ctx: Context, a: Tensor, w0: int, h0: int, w: int) -> Tensor
         >>> x = ggml_win_unpart(ctx, win, 64, 64, 14)         # [768, 14, 14, 25] -> [768, 64, 64]
     """
     fn = "ggml_win_unpart"
-    a = _t(fn, a)
+    a = operand(fn, a)
     types(fn, a, {GGML_TYPE_F32})
     contiguous(fn, a)
     w0, h0, w = c_int_arg(fn, "w0", w0, 1), c_int_arg(fn, "h0", h0, 1), c_int_arg(fn, "w", w, 1)
     n_win = -(-w0 // w) * -(-h0 // w)
     if a.shape[1:] != (w, w, n_win):
         fail(fn, f"a must be [C, w, w, ceil(w0 / w) * ceil(h0 / w)] = [C, {w}, {w}, {n_win}] for w0={w0}, "
-                     f"h0={h0}, w={w}, got {_shape_text(a)}")
-    return _op(fn, ctx, lib.ggml_win_unpart, (a,), (a.shape[0], w0, h0, 1), (w0, h0, w))
+                     f"h0={h0}, w={w}, got {shape_text(a)}")
+    return make_op(fn, ctx, lib.ggml_win_unpart, (a,), (a.shape[0], w0, h0, 1), (w0, h0, w))

@@ -10,7 +10,7 @@ from ..core.args import c_int_arg, fail, float_arg, INT32_MAX, is_int
 from ..core.types import GGML_TYPE_F32, GGML_TYPE_I32
 from ..errors import GgmlTypeError
 from ..graph.objects import Context, Tensor
-from .base import _op, _t, contiguous, types
+from .base import make_op, operand, contiguous, types
 
 
 GGML_SORT_ORDER_ASC = int(lib.GGML_SORT_ORDER_ASC)
@@ -18,7 +18,7 @@ GGML_SORT_ORDER_DESC = int(lib.GGML_SORT_ORDER_DESC)
 
 
 def _sortable(fn: str, a: Tensor) -> Tensor:
-    a = _t(fn, a)
+    a = operand(fn, a)
     types(fn, a, {GGML_TYPE_F32})  # the CPU kernels sort F32 rows only (they abort otherwise)
     contiguous(fn, a)  # they read each row as consecutive floats, rows one after the other
     if a.shape[0] > INT32_MAX:  # ggml asserts it: the indices are int32
@@ -54,7 +54,7 @@ def ggml_argsort(ctx: Context, a: Tensor, order: int = GGML_SORT_ORDER_ASC) -> T
     if int(order) not in (GGML_SORT_ORDER_ASC, GGML_SORT_ORDER_DESC):  # the CPU kernel aborts on others
         fail(fn, f"order must be GGML_SORT_ORDER_ASC ({GGML_SORT_ORDER_ASC}) or GGML_SORT_ORDER_DESC "
                      f"({GGML_SORT_ORDER_DESC}), got {order}")
-    return _op(fn, ctx, lib.ggml_argsort, (a,), a.shape, (int(order),), GGML_TYPE_I32)
+    return make_op(fn, ctx, lib.ggml_argsort, (a,), a.shape, (int(order),), GGML_TYPE_I32)
 
 
 def ggml_top_k(ctx: Context, a: Tensor, k: int) -> Tensor:
@@ -81,7 +81,7 @@ def ggml_top_k(ctx: Context, a: Tensor, k: int) -> Tensor:
     k = c_int_arg(fn, "k", k, 1)
     if k > a.shape[0]:  # ggml asserts k <= ne[0]
         fail(fn, f"k must be at most the row length a.ne[0] = {a.shape[0]}, got k = {k}")
-    return _op(fn, ctx, lib.ggml_top_k, (a,), (k,) + a.shape[1:], (k,), GGML_TYPE_I32)
+    return make_op(fn, ctx, lib.ggml_top_k, (a,), (k,) + a.shape[1:], (k,), GGML_TYPE_I32)
 
 
 def ggml_arange(ctx: Context, start: float, stop: float, step: float = 1) -> Tensor:
@@ -124,4 +124,4 @@ def ggml_arange(ctx: Context, start: float, stop: float, step: float = 1) -> Ten
     n = int(math.ceil(float(q)))
     if n < 1:
         fail(fn, f"the range [{start!r}, {stop!r}) with step {step!r} is empty in float32")
-    return _op(fn, ctx, lib.ggml_arange, (), (n, 1, 1, 1), (float(s0), float(s1), float(st)), GGML_TYPE_F32)
+    return make_op(fn, ctx, lib.ggml_arange, (), (n, 1, 1, 1), (float(s0), float(s1), float(st)), GGML_TYPE_F32)

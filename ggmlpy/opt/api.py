@@ -18,7 +18,7 @@ from .context import check_trainable, OptContext
 from .result import OptResult
 
 
-def _opt(opt_ctx: Any, fn: str) -> Any:
+def opt_ptr(opt_ctx: Any, fn: str) -> Any:
     return unwrap(opt_ctx, OptContext, f"{fn}(opt_ctx)")
 
 
@@ -52,7 +52,7 @@ def ggml_opt_reset(opt_ctx: OptContext, optimizer: bool = False) -> None:
     Example:
         >>> ggml_opt_reset(opt_ctx, True)
     """
-    ptr = _opt(opt_ctx, "ggml_opt_reset")
+    ptr = opt_ptr(opt_ctx, "ggml_opt_reset")
     opt_ctx.refuse_if_running("ggml_opt_reset")
     with using(opt_ctx.keepers, "ggml_opt_reset"):
         lib.ggml_opt_reset(ptr, bool(optimizer))
@@ -70,7 +70,7 @@ def ggml_opt_static_graphs(opt_ctx: OptContext) -> bool:
         >>> ggml_opt_static_graphs(opt_ctx)
         True
     """
-    return bool(lib.ggml_opt_static_graphs(_opt(opt_ctx, "ggml_opt_static_graphs")))
+    return bool(lib.ggml_opt_static_graphs(opt_ptr(opt_ctx, "ggml_opt_static_graphs")))
 
 
 def ggml_opt_context_optimizer_type(opt_ctx: OptContext) -> int:
@@ -84,7 +84,7 @@ def ggml_opt_context_optimizer_type(opt_ctx: OptContext) -> int:
     Example:
         >>> ggml_opt_optimizer_name(ggml_opt_context_optimizer_type(opt_ctx))
     """
-    return int(lib.ggml_opt_context_optimizer_type(_opt(opt_ctx, "ggml_opt_context_optimizer_type")))
+    return int(lib.ggml_opt_context_optimizer_type(opt_ptr(opt_ctx, "ggml_opt_context_optimizer_type")))
 
 
 def ggml_opt_inputs(opt_ctx: OptContext) -> Tensor | None:
@@ -98,7 +98,7 @@ def ggml_opt_inputs(opt_ctx: OptContext) -> Tensor | None:
     Example:
         >>> ggml_backend_tensor_set_data(ggml_opt_inputs(opt_ctx), xb)
     """
-    ptr = lib.ggml_opt_inputs(_opt(opt_ctx, "ggml_opt_inputs"))  # checked before opt_ctx.tensor is looked up
+    ptr = lib.ggml_opt_inputs(opt_ptr(opt_ctx, "ggml_opt_inputs"))  # checked before opt_ctx.tensor is looked up
     return opt_ctx.step_tensor(ptr)
 
 
@@ -118,7 +118,7 @@ def ggml_opt_outputs(opt_ctx: OptContext) -> Tensor | None:
     Example:
         >>> ggml_opt_outputs(opt_ctx).shape
     """
-    _opt(opt_ctx, "ggml_opt_outputs")
+    opt_ptr(opt_ctx, "ggml_opt_outputs")
     if opt_ctx.static:
         return opt_ctx.heads[0].outputs
     return opt_ctx.step_tensor(lib.ggml_opt_outputs(opt_ctx.ptr))
@@ -137,7 +137,7 @@ def ggml_opt_labels(opt_ctx: OptContext) -> Tensor | None:
     Example:
         >>> ggml_backend_tensor_set_data(ggml_opt_labels(opt_ctx), yb)
     """
-    _opt(opt_ctx, "ggml_opt_labels")
+    opt_ptr(opt_ctx, "ggml_opt_labels")
     return opt_ctx.labels(0)
 
 
@@ -155,7 +155,7 @@ def ggml_opt_loss(opt_ctx: OptContext) -> Tensor | None:
     Example:
         >>> float(ggml_backend_tensor_get_data(ggml_opt_loss(opt_ctx))[0])
     """
-    ptr = lib.ggml_opt_loss(_opt(opt_ctx, "ggml_opt_loss"))  # checked before opt_ctx.tensor is looked up
+    ptr = lib.ggml_opt_loss(opt_ptr(opt_ctx, "ggml_opt_loss"))  # checked before opt_ctx.tensor is looked up
     return opt_ctx.step_tensor(ptr)
 
 
@@ -170,7 +170,7 @@ def ggml_opt_pred(opt_ctx: OptContext) -> Tensor | None:
     Example:
         >>> ggml_backend_tensor_get_data(ggml_opt_pred(opt_ctx))
     """
-    ptr = lib.ggml_opt_pred(_opt(opt_ctx, "ggml_opt_pred"))  # checked before opt_ctx.tensor is looked up
+    ptr = lib.ggml_opt_pred(opt_ptr(opt_ctx, "ggml_opt_pred"))  # checked before opt_ctx.tensor is looked up
     return opt_ctx.step_tensor(ptr)
 
 
@@ -186,7 +186,7 @@ def ggml_opt_ncorrect(opt_ctx: OptContext) -> Tensor | None:
     Example:
         >>> int(ggml_backend_tensor_get_data(ggml_opt_ncorrect(opt_ctx))[0])
     """
-    ptr = lib.ggml_opt_ncorrect(_opt(opt_ctx, "ggml_opt_ncorrect"))  # checked before opt_ctx.tensor is looked up
+    ptr = lib.ggml_opt_ncorrect(opt_ptr(opt_ctx, "ggml_opt_ncorrect"))  # checked before opt_ctx.tensor is looked up
     return opt_ctx.step_tensor(ptr)
 
 
@@ -206,14 +206,14 @@ def ggml_opt_grad_acc(opt_ctx: OptContext, node: Tensor) -> Tensor | None:
     Example:
         >>> g = ggml_backend_tensor_get_data(ggml_opt_grad_acc(opt_ctx, w))
     """
-    ptr = _opt(opt_ctx, "ggml_opt_grad_acc")
-    if not opt_ctx.static and opt_ctx._pending is None:
+    ptr = opt_ptr(opt_ctx, "ggml_opt_grad_acc")
+    if not opt_ctx.static and opt_ctx.pending_alloc is None:
         raise GgmlStateError("dynamic graphs: ggml_opt_grad_acc is only valid between ggml_opt_alloc and ggml_opt_eval")
     return opt_ctx.tensor(lib.ggml_opt_grad_acc(ptr, as_tensor(node, "ggml_opt_grad_acc(node)").ptr))
 
 
 def _head(opt_ctx: OptContext, ihead: int, fn: str) -> L.Head:
-    _opt(opt_ctx, fn)
+    opt_ptr(opt_ctx, fn)
     n = opt_ctx.n_heads
     if isinstance(ihead, bool) or not isinstance(ihead, int) or not 1 <= ihead <= n:
         raise GgmlValueError(f"{fn}: ihead must be an int in [1, {n}] (1-based), got {ihead!r}")
@@ -231,7 +231,7 @@ def ggml_opt_n_loss(opt_ctx: OptContext) -> int:
     Example:
         >>> [ggml_opt_loss_i(opt_ctx, i) for i in range(1, ggml_opt_n_loss(opt_ctx) + 1)]
     """
-    _opt(opt_ctx, "ggml_opt_n_loss")
+    opt_ptr(opt_ctx, "ggml_opt_n_loss")
     return opt_ctx.n_heads
 
 
@@ -339,11 +339,11 @@ def ggml_opt_prepare_alloc(opt_ctx: OptContext, ctx_compute: Context, graph: Gra
         >>> ggml_opt_prepare_alloc(opt_ctx, ctx, gf, x, out)
         >>> ggml_opt_alloc(opt_ctx, True); ggml_opt_eval(opt_ctx, res)
     """
-    ptr = _opt(opt_ctx, "ggml_opt_prepare_alloc")
+    ptr = opt_ptr(opt_ctx, "ggml_opt_prepare_alloc")
     opt_ctx.refuse_if_running("ggml_opt_prepare_alloc")
     if opt_ctx.static:
         raise GgmlStateError("ggml_opt_prepare_alloc is for dynamic graphs; this context has static graphs")
-    if opt_ctx._pending is not None:
+    if opt_ctx.pending_alloc is not None:
         raise GgmlStateError("an allocation is pending: call ggml_opt_eval first")
     c = unwrap(ctx_compute, Context, "ggml_opt_prepare_alloc(ctx_compute)")
     if not isinstance(graph, Graph):
@@ -360,8 +360,8 @@ def ggml_opt_prepare_alloc(opt_ctx: OptContext, ctx_compute: Context, graph: Gra
     _check_param_layout(opt_ctx, graph)
     lib.ggml_opt_prepare_alloc(ptr, c, graph.ptr, i.ptr, o.ptr)
     opt_ctx.heads[0].outputs = o
-    opt_ctx._step_ctx = ctx_compute
-    opt_ctx._prepared = True
+    opt_ctx.step_ctx = ctx_compute
+    opt_ctx.prepared = True
 
 
 def _check_param_layout(opt_ctx: OptContext, graph: Graph) -> None:
@@ -371,9 +371,9 @@ def _check_param_layout(opt_ctx: OptContext, graph: Graph) -> None:
     flag = int(lib.GGML_TENSOR_FLAG_PARAM)
     nodes = [lib.ggml_graph_node(graph.ptr, k) for k in range(graph.n_nodes())]
     layout = [(k, tuple(int(n) for n in t.ne)) for k, t in enumerate(nodes) if t.flags & flag]
-    first = opt_ctx._param_layout
+    first = opt_ctx.param_layout
     if first is None:
-        opt_ctx._param_layout = layout
+        opt_ctx.param_layout = layout
         return
     if layout != first:
         k = next((j for j, (was, now) in enumerate(zip(first, layout)) if was != now), min(len(first), len(layout)))
@@ -405,7 +405,7 @@ def ggml_opt_alloc(opt_ctx: OptContext, backward: bool = True) -> None:
         >>> ggml_backend_tensor_set_data(ggml_opt_inputs(opt_ctx), xb)
         >>> ggml_opt_eval(opt_ctx, res)
     """
-    _opt(opt_ctx, "ggml_opt_alloc")
+    opt_ptr(opt_ctx, "ggml_opt_alloc")
     opt_ctx.refuse_if_running("ggml_opt_alloc")
     opt_ctx.alloc(bool(backward))
 
@@ -427,6 +427,6 @@ def ggml_opt_eval(opt_ctx: OptContext, result: OptResult | None = None) -> None:
     Example:
         >>> ggml_opt_alloc(opt_ctx, False); ggml_opt_eval(opt_ctx, val_res)
     """
-    _opt(opt_ctx, "ggml_opt_eval")
+    opt_ptr(opt_ctx, "ggml_opt_eval")
     opt_ctx.refuse_if_running("ggml_opt_eval")
     opt_ctx.eval(result)

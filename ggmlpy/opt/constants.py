@@ -14,7 +14,6 @@ BUILD_FORWARD = int(lib.GGML_OPT_BUILD_TYPE_FORWARD)
 BUILD_GRAD = int(lib.GGML_OPT_BUILD_TYPE_GRAD)
 BUILD_OPT = int(lib.GGML_OPT_BUILD_TYPE_OPT)
 STATIC_GRAPH_NODES = int(lib.GGML_DEFAULT_GRAPH_SIZE)
-LR_FLOOR = 1e-12  # ggml aborts on lr <= 0, so schedules are clamped here
 
 
 def ggml_opt_optimizer_type_adamw() -> int:

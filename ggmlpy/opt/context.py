@@ -12,9 +12,9 @@ import numpy as np
 from .._ffi import ffi, lib
 from ..compute.checks import check_graph_memory, check_nodes_supported, check_static_memory
 from ..compute.sched import sched_hash_size, Scheduler
-from ..compute.work import _count_forward
+from ..compute.work import count_forward
 from ..core.args import is_real
-from ..core.handle import _unique, compute_locks, computing, Handle, memory_epoch, unwrap, using
+from ..core.handle import unique_handles, compute_locks, computing, Handle, memory_epoch, unwrap, using
 from ..errors import GgmlInUseError, GgmlStateError, GgmlTypeError, GgmlValueError
 from ..graph.backward import check_backward_nodes
 from ..graph.context import ggml_graph_overhead, ggml_init, ggml_tensor_overhead
@@ -33,7 +33,7 @@ def training_graph_nodes(outputs: Tensor | Sequence[Tensor], build_type: int = B
     gradient accumulator, two moments and an optimizer step (measured: ~2.6 per op, ~5.5 per parameter),
     ggml-opt's loss a few more."""
     roots = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
-    n_nodes, params, n_leafs = _count_forward(roots, with_leafs=True)
+    n_nodes, params, n_leafs = count_forward(roots, with_leafs=True)
     if build_type == BUILD_FORWARD:
         return n_nodes + n_leafs + 32
     return 4 * (n_nodes - len(params)) + 6 * len(params) + n_leafs + 64
@@ -61,14 +61,14 @@ def check_trainable(outputs: Sequence[Tensor], what: str = "outputs", accumulati
     """ggml could build and run the backward pass of these outputs (it would abort otherwise), with
     ``side_outputs`` in the same graph (computed, no gradient: ggml-opt's extra outputs); returns the number of
     forward nodes."""
-    n_nodes, params = _count_forward([*outputs, *side_outputs])
+    n_nodes, params = count_forward([*outputs, *side_outputs])
     if not params:
         raise GgmlValueError(f"nothing to train: no tensor reachable from {what} is marked with ggml_set_param")
     for p in params:
         if p.type != lib.GGML_TYPE_F32:
-            from ..graph.nodes import _tensor_label
+            from ..graph.nodes import tensor_label
             raise GgmlTypeError(f"trainable tensors must be F32 (ggml's optimizer steps are F32-only); "
-                                f"{_tensor_label(p)} is not; create it as GGML_TYPE_F32")
+                                f"{tensor_label(p)} is not; create it as GGML_TYPE_F32")
     # The graph ggml-opt will build, in a scratch context: its node order is ggml's own.
     scratch = ggml_init(ggml_graph_overhead(2 * n_nodes + 16) + 1024, no_alloc=True)
     try:
@@ -84,6 +84,12 @@ def check_trainable(outputs: Sequence[Tensor], what: str = "outputs", accumulati
 
 class OptContext(Handle):
     kind = "opt context"
+
+    @property
+    def pending_batches(self) -> int:
+        """How many batches of the current logical batch (``opt_period``) were evaluated since the last
+        optimizer step: 0 at a step boundary."""
+        return self._opt_i
 
     def __init__(self, sched: Scheduler, heads: list[L.Head], optimizer: int, opt_period: int,
                  ctx_compute: Context | None, inputs: Tensor | None, build_type: int = BUILD_OPT,
@@ -104,11 +110,11 @@ class OptContext(Handle):
         self._extra_array: Any = None
         self._graph_ctx = None
         self._opt_i = 0          # mirrors ggml-opt's accumulation phase
-        self._pending = None     # None, "forward" or "backward": an alloc waiting for its eval
-        self._prepared = False   # dynamic mode: prepare_alloc called since the last eval
-        self._step_ctx: Any = None   # dynamic mode: the ctx_compute of the last prepare_alloc
+        self.pending_alloc = None     # None, "forward" or "backward": an alloc waiting for its eval
+        self.prepared = False   # dynamic mode: prepare_alloc called since the last eval
+        self.step_ctx: Any = None   # dynamic mode: the ctx_compute of the last prepare_alloc
         self._step = _DynamicStep()  # dynamic mode: what this step's graph tensors are valid for
-        self._param_layout: list | None = None  # dynamic mode: (node index, shape) of the first graph's params
+        self.param_layout: list | None = None  # dynamic mode: (node index, shape) of the first graph's params
         self._running: str | None = None  # the loop driving this context now (ggml_opt_epoch, a fit)
         self._leaf_data: list = []  # static graphs: (leaf, its data) as ggml-opt's graph copy holds them
         self._memory_epoch = -1
@@ -125,22 +131,22 @@ class OptContext(Handle):
         self._index_inputs = index_inputs([self.loss.opt_outputs, *self.extra_outputs]) if self.static else []
         super().__init__(lib.ggml_opt_init(params), lib.ggml_opt_free, parents=parents)
         if self.static:
-            sched._opt_users.add(self)
-        sched._opt_any.add(self)
+            sched.opt_users.add(self)
+        sched.opt_contexts.add(self)
 
     @property
     def keepers(self) -> tuple:
         """Every handle an evaluation needs: this context, what it depends on, the buffers of those contexts
         (each once; recomputed when a context got another buffer)."""
-        stamp = tuple(id(b) for h in self._parents for b in getattr(h, "_buffers", ()) if b.alive)
+        stamp = tuple(id(b) for h in self.parents for b in getattr(h, "buffers", ()) if b.alive)
         cached = self.__dict__.get("_keepers")
         if cached is None or cached[0] != stamp:
-            hs = [self, *self._parents]
-            for h in self._parents:
-                hs.extend(b for b in getattr(h, "_buffers", ()) if b.alive)
+            hs = [self, *self.parents]
+            for h in self.parents:
+                hs.extend(b for b in getattr(h, "buffers", ()) if b.alive)
             if self.loss is not None:
                 hs.extend(self.loss.owned)
-            cached = self.__dict__["_keepers"] = (stamp, tuple(_unique(hs)))
+            cached = self.__dict__["_keepers"] = (stamp, tuple(unique_handles(hs)))
         return cached[1]
 
     @property
@@ -153,7 +159,7 @@ class OptContext(Handle):
     def _in_use(self, what: str, result: Any = None) -> Any:
         """Mark what one C call needs in use; nothing to do when a running loop (an epoch, a fit) has marked
         it all already (the per-batch calls stay cheap)."""
-        if self._users and (result is None or result._users):
+        if self.users and (result is None or result.users):
             return contextlib.nullcontext()
         return using((*self.keepers, result), what)
 
@@ -176,9 +182,9 @@ class OptContext(Handle):
             return
         for t, data in self._leaf_data:
             if t.data != data:
-                from ..graph.nodes import _tensor_label
+                from ..graph.nodes import tensor_label
                 how = "has no memory any more" if t.data == ffi.NULL else "was given new memory"
-                raise GgmlStateError(f"{_tensor_label(t)} {how} since this opt context was built (its buffer, "
+                raise GgmlStateError(f"{tensor_label(t)} {how} since this opt context was built (its buffer, "
                                      "context or allocator was freed); ggml-opt's graphs still point at the old memory. "
                                      "Free this opt context and build a new one after allocating the tensor again")
         self._memory_epoch = memory_epoch()
@@ -199,7 +205,7 @@ class OptContext(Handle):
             if build_type != BUILD_FORWARD:
                 check_trainable([self.loss.opt_outputs], accumulating=opt_period > 1, side_outputs=extra)
             # every op must run on the scheduler's backends, every leaf have memory ggml-opt's copy can keep
-            n_nodes = 2 * _count_forward(roots)[0] + 16
+            n_nodes = 2 * count_forward(roots)[0] + 16
             with _graph_nodes(self.loss.opt_outputs, n_nodes, backward=build_type != BUILD_FORWARD,
                               side_outputs=extra) as nodes:
                 check_nodes_supported(nodes, sched.backends, "ggml_opt_init")
@@ -247,14 +253,14 @@ class OptContext(Handle):
         """A tensor of the graph of this step: with dynamic graphs it lives in the ctx_compute given to
         ggml_opt_prepare_alloc and is valid until the next ggml_opt_alloc (ggml-opt rebuilds labels, loss and
         predictions then), so it refuses use once that context is freed or the next step is allocated."""
-        if self.static or self._step_ctx is None or ptr == ffi.NULL:
+        if self.static or self.step_ctx is None or ptr == ffi.NULL:
             return self.tensor(ptr)
-        return Tensor(ptr, self._step_ctx, deps=(self, self._step))
+        return Tensor(ptr, self.step_ctx, deps=(self, self._step))
 
     def _check_step_ctx(self, fn: str) -> None:
         """Dynamic graphs: ggml-opt reads the graph in the ctx_compute of ggml_opt_prepare_alloc (freed memory
         would crash it)."""
-        if not self.static and self._step_ctx is not None and not self._step_ctx.alive:
+        if not self.static and self.step_ctx is not None and not self.step_ctx.alive:
             raise GgmlStateError(f"{fn}: the ctx_compute given to ggml_opt_prepare_alloc has been freed, and the "
                                  "graph ggml-opt would run lives in it; build the step's graph again and call "
                                  "ggml_opt_prepare_alloc before ggml_opt_alloc")
@@ -272,12 +278,12 @@ class OptContext(Handle):
     def alloc(self, backward: bool) -> None:
         ptr = self.ptr
         self._check_memory()
-        if self._pending is not None:
+        if self.pending_alloc is not None:
             raise GgmlStateError("ggml_opt_alloc was already called for the next eval; call ggml_opt_eval first")
         if backward and self.build_type == BUILD_FORWARD:
             raise GgmlStateError("this opt context was built forward-only (build type FORWARD): it cannot "
                                  "allocate a backward pass")
-        if not self.static and not self._prepared:
+        if not self.static and not self.prepared:
             raise GgmlStateError("dynamic graphs: call ggml_opt_prepare_alloc before every ggml_opt_alloc")
         self._check_step_ctx("ggml_opt_alloc")
         if not self.static:
@@ -289,13 +295,13 @@ class OptContext(Handle):
         if backward and not self.static and self._opt_i == 0:
             # ggml-opt never zeroes the accumulators of dynamic graphs (ggml-internals 1.2): do it here.
             lib.ggml_opt_reset(ptr, False)
-        self._pending = "backward" if backward else "forward"
+        self.pending_alloc = "backward" if backward else "forward"
 
     def eval(self, result: OptResult | None = None) -> None:
         ptr = self.ptr
-        if self._pending is None:
+        if self.pending_alloc is None:
             raise GgmlStateError("ggml_opt_eval needs a preceding ggml_opt_alloc")
-        if self._pending == "backward":
+        if self.pending_alloc == "backward":
             if (self._opt_i + 1) % self.opt_period == 0:  # this eval runs the optimizer step
                 self.lr_ud.refresh()
             self.lr_ud.validate()
@@ -312,8 +318,8 @@ class OptContext(Handle):
         if self.static and self.loss.composite and result is not None:
             result.record_heads(self.loss.heads)
         self._opt_i = (self._opt_i + 1) % self.opt_period
-        self._pending = None
-        self._prepared = False
+        self.pending_alloc = None
+        self.prepared = False
 
     def _describe(self) -> str:
         names = "+".join(L.LOSS_NAMES[h.loss_type] for h in self.heads)
@@ -373,7 +379,7 @@ def _graph_nodes(outputs: Tensor, size: int, backward: bool, side_outputs: Seque
         scratch.free()
 
 
-def _heads_from(outputs: Any, loss_types: Any, loss_weights: Any = None, sample_weighted: bool = False) \
+def heads_from(outputs: Any, loss_types: Any, loss_weights: Any = None, sample_weighted: bool = False) \
         -> list[L.Head]:
     outs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
     types = list(loss_types) if isinstance(loss_types, (list, tuple)) else [loss_types] * len(outs)
@@ -394,7 +400,7 @@ def _heads_from(outputs: Any, loss_types: Any, loss_weights: Any = None, sample_
     return heads
 
 
-def _check_static(sched: Scheduler, ctx_compute: Any, inputs: Any, outputs: Any) -> None:
+def check_static(sched: Scheduler, ctx_compute: Any, inputs: Any, outputs: Any) -> None:
     if ctx_compute is None:
         if inputs is not None or outputs is not None:
             raise GgmlValueError("ctx_compute, inputs and outputs go together: pass all three (static graphs) or "
@@ -405,7 +411,7 @@ def _check_static(sched: Scheduler, ctx_compute: Any, inputs: Any, outputs: Any)
     if t.ptr.data == ffi.NULL:
         raise GgmlStateError("inputs must be allocated before the opt context is built: allocate its context "
                              "with ggml_backend_alloc_ctx_tensors")
-    for other in list(sched._opt_users):
+    for other in list(sched.opt_users):
         if other.alive:
             raise GgmlStateError("this scheduler already serves a live opt context with static graphs; ggml-opt "
                                  "contexts must not share a scheduler (one would silently stop training). "

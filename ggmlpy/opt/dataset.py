@@ -7,14 +7,13 @@ private permutation that weights and multi-head label slices could not follow.
 """
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import numpy as np
 
 from .._ffi import ffi, lib
 from ..backend.transfer import numpy_dtype, NUMPY_DTYPES, write_array
-from ..core.args import INT64_MAX
+from ..core.args import INT64_MAX, is_int
 from ..core.handle import free_handle, Handle, unwrap
 from ..core.sysmem import check_fits_memory
 from ..core.types import GGML_TYPE_F32
@@ -42,6 +41,11 @@ class Dataset(Handle):
         super().free()
         for h in self._weights_owned:
             h.free()
+
+    @property
+    def sample_weights(self) -> Tensor | None:
+        """The per-sample loss weights tensor ``[ndata]`` set with the data, or None (every weight 1)."""
+        return self._weights
 
     @property
     def data(self) -> Tensor:
@@ -117,11 +121,11 @@ def ggml_opt_dataset_init(type_data: int, type_label: int, ne_datapoint: int, ne
         >>> ggml_backend_tensor_set_data(ggml_opt_dataset_labels(ds), y_onehot)   # (60000, 10)
     """
     for name, t in (("type_data", type_data), ("type_label", type_label)):
-        if not isinstance(t, numbers.Integral) or isinstance(t, bool) or t not in NUMPY_DTYPES:
+        if not is_int(t) or t not in NUMPY_DTYPES:
             raise GgmlTypeError(f"ggml_opt_dataset_init: {name} must be a plain ggml type (F32, F16, I32, ...), got {t!r}")
     for name, v, lo in (("ne_datapoint", ne_datapoint, 1), ("ne_label", ne_label, 0), ("ndata", ndata, 1),
                         ("ndata_shard", ndata_shard, 1)):
-        expect(isinstance(v, int) and not isinstance(v, bool) and v >= lo,
+        expect(is_int(v) and v >= lo,
                f"ggml_opt_dataset_init: {name} must be an int >= {lo}, got {v!r}")
     expect(ndata_shard <= ndata, f"ggml_opt_dataset_init: ndata_shard ({ndata_shard}) must be <= ndata ({ndata})")
     # data, labels and the shard permutation (int64 each): C++ would throw std::bad_alloc past the process
@@ -218,7 +222,7 @@ def ggml_opt_dataset_weights(dataset: Dataset, ne0: int = 1) -> Tensor:
         >>> ggml_backend_tensor_set_data(ggml_opt_dataset_weights(ds), sample_weights)   # (ndata,)
     """
     ds = _ds(dataset, "ggml_opt_dataset_weights")
-    expect(isinstance(ne0, int) and ne0 in (1, ds.ne_label),
+    expect(is_int(ne0) and ne0 in (1, ds.ne_label),
            f"ggml_opt_dataset_weights: ne0 must be 1 or ne_label ({ds.ne_label}), got {ne0!r}")
     return ds.weights(ne0)
 
@@ -243,7 +247,7 @@ def ggml_opt_dataset_shuffle(opt_ctx: Any, dataset: Dataset, idata: int = -1) ->
     from .context import OptContext
     unwrap(opt_ctx, OptContext, "ggml_opt_dataset_shuffle(opt_ctx)")
     ds = _ds(dataset, "ggml_opt_dataset_shuffle")
-    expect(isinstance(idata, int) and not isinstance(idata, bool), f"idata must be an int, got {idata!r}")
+    expect(is_int(idata), f"idata must be an int, got {idata!r}")
     if idata >= 0 and (idata > ds.ndata or idata % ds.ndata_shard):
         raise GgmlValueError(f"ggml_opt_dataset_shuffle: idata must be <= ndata ({ds.ndata}) and a multiple of "
                              f"ndata_shard ({ds.ndata_shard}), got {idata}")
@@ -276,7 +280,7 @@ def _check_batch_tensor(fn: str, ds: Dataset, host: np.ndarray, t: Tensor, ibatc
     if batch % ds.ndata_shard:
         raise GgmlValueError(f"{fn}: the batch size {batch} must be a multiple of ndata_shard ({ds.ndata_shard})")
     nbatches = ds.ndata // batch
-    if not isinstance(ibatch, int) or not 0 <= ibatch < nbatches:
+    if not is_int(ibatch) or not 0 <= ibatch < nbatches:
         raise GgmlValueError(f"{fn}: ibatch must be in [0, {nbatches}) for batches of {batch}, got {ibatch!r}")
     if t.ptr.data == ffi.NULL:
         raise GgmlStateError(f"{fn}: {what} is not allocated")
@@ -353,7 +357,7 @@ def ggml_opt_dataset_get_batch_head(dataset: Dataset, data_batch: Tensor | None,
     lt = as_tensor(labels_batch, f"{fn}(labels_batch)")
     host = ds.rows(ds.labels)
     width = lt.shape[0]
-    expect(isinstance(labels_off, int) and 0 <= labels_off and labels_off + width <= ds.ne_label,
+    expect(is_int(labels_off) and 0 <= labels_off and labels_off + width <= ds.ne_label,
            f"{fn}: labels [{labels_off!r}, {labels_off!r}+{width}) fall outside the dataset's {ds.ne_label} label columns")
     batch = _check_batch_tensor(fn, ds, host, lt, ibatch, "labels_batch", width)
     rows = slice(ibatch * batch, (ibatch + 1) * batch)
@@ -386,7 +390,7 @@ def ggml_opt_dataset_get_batch_rows(ds: Dataset, data_batch: Tensor, rows: slice
     fn = "ggml_opt_dataset_get_batch_rows"
     _ds(ds, fn)
     data = as_tensor(data_batch, f"{fn}(data_batch)")
-    if not isinstance(rows, slice) or not all(v is None or (isinstance(v, numbers.Integral) and not isinstance(v, bool))
+    if not isinstance(rows, slice) or not all(v is None or (is_int(v))
                                               for v in (rows.start, rows.stop, rows.step)):
         raise GgmlTypeError(f"{fn}: rows must be a slice of ints (e.g. slice(0, 32)), got {rows!r}")
     if rows.step not in (None, 1):

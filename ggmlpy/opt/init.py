@@ -7,14 +7,14 @@ import numpy as np
 
 from ..compute.checks import check_opt_heads
 from ..compute.sched import Scheduler
-from ..core.args import list_arg
+from ..core.args import is_int, list_arg
 from ..core.handle import unwrap, using
 from ..errors import expect, GgmlTypeError, GgmlValueError
 from ..graph.objects import Context, Tensor
 from . import losses as L
 from .constants import BUILD_FORWARD, BUILD_OPT, check_optimizer, OPTIMIZER_ADAMW
-from .context import _check_static, _heads_from, OptContext
-from .params import _AdamW, _SGD, check_weight_decay, LrUserdata, OptimizerParams
+from .context import check_static, heads_from, OptContext
+from .params import ADAMW_FIELDS, SGD_FIELDS, check_weight_decay, LrUserdata, OptimizerParams
 
 
 class OptParams:
@@ -42,11 +42,11 @@ class OptParams:
         self.get_opt_pars_ud: Any = None
 
     @property
-    def adamw(self) -> _AdamW:
+    def adamw(self) -> ADAMW_FIELDS:
         return self.opt_pars.adamw
 
     @property
-    def sgd(self) -> _SGD:
+    def sgd(self) -> SGD_FIELDS:
         return self.opt_pars.sgd
 
     def __getitem__(self, key: str) -> Any:
@@ -154,26 +154,26 @@ def ggml_opt_init(sched: Scheduler | OptParams, loss_type: int | None = None, op
         if not isinstance(p.opt_pars, OptimizerParams):
             raise GgmlTypeError("ggml_opt_init: params.opt_pars must be an OptimizerParams "
                                 f"(ggml_opt_get_default_optimizer_params()), got {p.opt_pars!r}")
-        lr_ud = LrUserdata(params=p.opt_pars._c)
+        lr_ud = LrUserdata(params=p.opt_pars.c_struct)
         if p.get_opt_pars is not None:
             fn, ud = p.get_opt_pars, p.get_opt_pars_ud
             lr_ud.provider = lambda: fn(ud)
-        opt = _opt_init(p.sched, p.loss_type, p.optimizer, p.opt_period, p.ctx_compute, p.inputs, p.outputs,
+        opt = opt_init(p.sched, p.loss_type, p.optimizer, p.opt_period, p.ctx_compute, p.inputs, p.outputs,
                         p.build_type, lr_ud)
-        opt._opt_pars_owner = p.opt_pars  # the struct ggml reads lives as long as the context
+        opt.opt_pars_owner = p.opt_pars  # the struct ggml reads lives as long as the context
         return opt
     if loss_type is None:
         raise GgmlTypeError("ggml_opt_init: loss_type is required (or pass an OptParams from "
                             "ggml_opt_default_params as the only argument)")
-    return _opt_init(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outputs, build_type)
+    return opt_init(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outputs, build_type)
 
 
-def _opt_init(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outputs, build_type=BUILD_OPT,
+def opt_init(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outputs, build_type=BUILD_OPT,
               lr_ud=None, loss_mask_ne0=None, loss_weights=None, sample_weighted=False,
               extra_outputs=()) -> OptContext:
     unwrap(sched, Scheduler, "sched")
     check_optimizer(optimizer)
-    expect(isinstance(opt_period, int) and not isinstance(opt_period, bool) and 1 <= opt_period < 1 << 31,
+    expect(is_int(opt_period) and 1 <= opt_period < 1 << 31,
            f"opt_period must be an int in [1, 2**31 - 1], got {opt_period!r}")
     if build_type not in (BUILD_FORWARD, BUILD_OPT):
         raise GgmlValueError("build_type must be ggml_opt_build_type_forward() or ggml_opt_build_type_opt(); "
@@ -190,7 +190,7 @@ def _opt_init(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outp
 
 def _opt_init_locked(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outputs, build_type, lr_ud,
                      loss_mask_ne0, loss_weights, sample_weighted, extra_outputs) -> OptContext:
-    _check_static(sched, ctx_compute, inputs, outputs)
+    check_static(sched, ctx_compute, inputs, outputs)
     if ctx_compute is None:
         types = loss_type if isinstance(loss_type, (list, tuple)) else [loss_type]
         for t in types:
@@ -200,12 +200,12 @@ def _opt_init_locked(sched, loss_type, optimizer, opt_period, ctx_compute, input
                                      "with one head; pass ctx_compute/inputs/outputs for the others")
         heads = [L.Head(int(types[0]), None)]  # type: ignore[arg-type]
     else:
-        heads = _heads_from(outputs, loss_type, loss_weights, sample_weighted)
+        heads = heads_from(outputs, loss_type, loss_weights, sample_weighted)
         to_ggml = len(heads) == 1 and heads[0].loss_type in L.BUILTIN_LOSSES and heads[0].weight == 1.0 \
             and not sample_weighted
         check_opt_heads(heads, "ggml_opt_init", to_ggml)
     if loss_mask_ne0 is not None:
-        expect(isinstance(loss_mask_ne0, int) and loss_mask_ne0 >= 0,
+        expect(is_int(loss_mask_ne0) and loss_mask_ne0 >= 0,
                f"loss_mask_ne0 must be None or an int >= 0, got {loss_mask_ne0!r}")
     return OptContext(sched, heads, optimizer, opt_period, ctx_compute, inputs, build_type, lr_ud,
                       loss_mask_ne0 or None, extra_outputs)
@@ -241,7 +241,7 @@ def ggml_opt_init_for_fit(sched: Scheduler, loss_type: int, optimizer: int = OPT
         >>> ggml_opt_set_lr(fit["lr_ud"], adamw_lr=3e-4)
     """
     lr_ud = LrUserdata(check_weight_decay(weight_decay))
-    opt = _opt_init(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outputs, BUILD_OPT, lr_ud,
+    opt = opt_init(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outputs, BUILD_OPT, lr_ud,
                     loss_mask_ne0)
     return {"opt_ctx": opt, "lr_ud": lr_ud}
 
@@ -283,7 +283,7 @@ def ggml_opt_init_for_fit_multi(sched: Scheduler, loss_types: Sequence[int], los
     weights = [1.0] * len(outs) if loss_weights is None else loss_weights
     lr_ud = LrUserdata(check_weight_decay(weight_decay))
     types = list_arg("ggml_opt_init_for_fit_multi", "loss_types", loss_types, "loss types, one per head")
-    opt = _opt_init(sched, types, optimizer, opt_period, ctx_compute, inputs, outs, BUILD_OPT, lr_ud,
+    opt = opt_init(sched, types, optimizer, opt_period, ctx_compute, inputs, outs, BUILD_OPT, lr_ud,
                     None, weights)
     opt.labels_offs = resolve_labels_offs(opt.heads, labels_offs)
     return {"opt_ctx": opt, "lr_ud": lr_ud}
@@ -294,7 +294,7 @@ def resolve_labels_offs(heads: list[L.Head], labels_offs: Sequence[int] | None) 
     if labels_offs is None:
         return [int(x) for x in np.concatenate([[0], np.cumsum(widths)[:-1]])]
     offs = list_arg("ggml_opt_init_for_fit_multi", "labels_offs", labels_offs, "ints, one per head")
-    if len(offs) != len(heads) or any(isinstance(o, bool) or not isinstance(o, (int, np.integer)) or o < 0
+    if len(offs) != len(heads) or any(not is_int(o) or o < 0
                                       for o in offs):
         raise GgmlValueError(f"labels_offs must hold one int >= 0 per head ({len(heads)}), got {labels_offs!r}")
     return [int(o) for o in offs]

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.args import is_int
 from .._ffi import ffi, lib
 from ..compute.checks import check_opt_heads
 from ..compute.sched import Scheduler
@@ -29,7 +30,7 @@ from . import losses as L
 from .constants import BUILD_OPT, check_optimizer, OPTIMIZER_ADAMW
 from .context import check_trainable, OptContext
 from .dataset import Dataset
-from .init import _opt_init
+from .init import opt_init
 from .params import LrUserdata, OptimizerParams
 from .result import OptResult
 
@@ -166,7 +167,7 @@ def ggml_opt_epoch(opt_ctx: OptContext, dataset: Dataset, result_train: OptResul
     expect(per_point == dataset.ne_datapoint, f"{fn}: the inputs hold {per_point} values per datapoint, the dataset "
                                               f"{dataset.ne_datapoint}")
     expect(dataset.ndata % batch == 0, f"{fn}: ndata ({dataset.ndata}) must be a multiple of the batch size ({batch})")
-    expect(isinstance(idata_split, int), f"{fn}: idata_split must be an int, got {idata_split!r}")
+    expect(is_int(idata_split), f"{fn}: idata_split must be an int, got {idata_split!r}")
     if idata_split >= 0:
         expect(idata_split % batch == 0 and idata_split <= dataset.ndata,
                f"{fn}: idata_split must be a multiple of the batch size ({batch}) and <= ndata, got {idata_split}")
@@ -190,7 +191,7 @@ def ggml_opt_epoch(opt_ctx: OptContext, dataset: Dataset, result_train: OptResul
     _check_epoch_data(fn, opt_ctx, dataset, batch)
     cb_t, cb_e = _callback(callback_train), _callback(callback_eval)
     opt_ctx.refuse_if_running(fn)
-    if opt_ctx._pending is not None:
+    if opt_ctx.pending_alloc is not None:
         raise GgmlStateError(f"{fn}: a ggml_opt_alloc is pending on this opt context; call ggml_opt_eval first")
     with opt_ctx.running(fn), using([dataset, result_train, result_eval], fn):
         _run_epoch(opt_ctx, dataset, result_train, result_eval, idata_split, cb_t, cb_e, batch)
@@ -251,9 +252,9 @@ def ggml_opt_fit(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs
         raise GgmlValueError(f"{fn} is ggml's C loop and knows only mean, sum, cross_entropy and mse; use "
                              "ggml_fit_opt for the other losses")
     check_optimizer(optimizer)
-    expect(isinstance(nepoch, int) and nepoch >= 1, f"{fn}: nepoch must be an int >= 1, got {nepoch!r}")
+    expect(is_int(nepoch) and nepoch >= 1, f"{fn}: nepoch must be an int >= 1, got {nepoch!r}")
     batch = int(x.ptr.ne[1])
-    expect(isinstance(nbatch_logical, int) and nbatch_logical >= 1 and nbatch_logical % batch == 0,
+    expect(is_int(nbatch_logical) and nbatch_logical >= 1 and nbatch_logical % batch == 0,
            f"{fn}: nbatch_logical must be a positive multiple of the physical batch ({batch}), got {nbatch_logical!r}")
     expect(dataset.ndata % nbatch_logical == 0,
            f"{fn}: ndata ({dataset.ndata}) must be a multiple of nbatch_logical ({nbatch_logical})")
@@ -286,11 +287,11 @@ def ggml_opt_fit(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs
     epoch_now = [1]  # what ggml's callback receives (a pointer to the epoch, 1-based)
     lr_ud = LrUserdata()
     if isinstance(get_opt_pars, OptimizerParams):
-        lr_ud.params[0] = get_opt_pars._c[0]
+        lr_ud.params[0] = get_opt_pars.c_struct[0]
         lr_ud.validate()
     elif get_opt_pars is not None:
         lr_ud.provider = lambda: get_opt_pars(epoch_now[0])
-    opt = _opt_init(sched, int(loss_type), optimizer, opt_period, ctx_compute, x, out, BUILD_OPT, lr_ud)
+    opt = opt_init(sched, int(loss_type), optimizer, opt_period, ctx_compute, x, out, BUILD_OPT, lr_ud)
     results = [OptResult(), OptResult()]
     try:
         _check_epoch_data(fn, opt, dataset, batch)

@@ -9,10 +9,9 @@ from typing import Any
 import numpy as np
 
 from .._ffi import ffi, lib
-from ..core.args import FLOAT32_MAX, is_real
+from ..core.args import FLOAT32_MAX, is_real, learning_rate_arg
 from ..core.handle import raise_type
 from ..errors import GgmlTypeError, GgmlValueError
-from .constants import LR_FLOOR
 
 
 class _Fields:
@@ -57,7 +56,7 @@ class _Fields:
 _INF = float("inf")
 
 
-class _AdamW(_Fields):
+class ADAMW_FIELDS(_Fields):
     __slots__ = ()
     # (low, high, low open, high open, the rule in words)
     _RULES = {"alpha": (0.0, _INF, True, False, "> 0 (the learning rate)"),
@@ -67,7 +66,7 @@ class _AdamW(_Fields):
               "wd": (0.0, 1.0, False, False, "in [0, 1] (decoupled weight decay)")}
 
 
-class _SGD(_Fields):
+class SGD_FIELDS(_Fields):
     __slots__ = ()
     _RULES = {"alpha": (0.0, _INF, True, False, "> 0 (the learning rate)"),
               "wd": (0.0, 1.0, False, False, "in [0, 1] (decoupled weight decay)")}
@@ -88,8 +87,13 @@ class OptimizerParams:
             c = ffi.new("struct ggml_opt_optimizer_params *")
             c[0] = lib.ggml_opt_get_default_optimizer_params(ffi.NULL)
         self._c = c
-        self.adamw = _AdamW(self, c.adamw, "adamw")
-        self.sgd = _SGD(self, c.sgd, "sgd")
+        self.adamw = ADAMW_FIELDS(self, c.adamw, "adamw")
+        self.sgd = SGD_FIELDS(self, c.sgd, "sgd")
+
+    @property
+    def c_struct(self) -> Any:
+        """The ``struct ggml_opt_optimizer_params *`` these fields live in (what ggml reads at each step)."""
+        return self._c
 
     def as_dict(self) -> dict:
         """``{"adamw": {...}, "sgd": {...}}`` with the current values."""
@@ -166,14 +170,12 @@ class LrUserdata:
         return {"adamw": float(self.params.adamw.alpha), "sgd": float(self.params.sgd.alpha)}
 
     def set(self, adamw_lr: float | None = None, sgd_lr: float | None = None) -> None:
-        for name, value in (("adamw_lr", adamw_lr), ("sgd_lr", sgd_lr)):
-            if value is not None and (not is_real(value) or not 0 <= value <= FLOAT32_MAX):
-                raise GgmlValueError(f"ggml_opt_set_lr: {name} must be a finite number >= 0 (ggml keeps it as a "
-                                     f"float32: at most {FLOAT32_MAX:.4g}), got {value!r}")
-        if adamw_lr is not None:
-            self.params.adamw.alpha = max(float(adamw_lr), LR_FLOOR)
-        if sgd_lr is not None:
-            self.params.sgd.alpha = max(float(sgd_lr), LR_FLOOR)
+        adamw = None if adamw_lr is None else learning_rate_arg("ggml_opt_set_lr: adamw_lr", adamw_lr, schedule=True)
+        sgd = None if sgd_lr is None else learning_rate_arg("ggml_opt_set_lr: sgd_lr", sgd_lr, schedule=True)
+        if adamw is not None:
+            self.params.adamw.alpha = adamw
+        if sgd is not None:
+            self.params.sgd.alpha = sgd
 
     def validate(self) -> None:
         """The conditions ggml_opt_eval asserts, checked before the step."""

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.args import is_int
 from .._ffi import ffi, lib
 from ..core.handle import free_handle, Handle, unwrap
 from ..errors import GgmlValueError
@@ -208,7 +209,7 @@ def ggml_opt_result_pred(result: OptResult) -> np.ndarray:
 
 def _ihead(result: OptResult, ihead: Any, fn: str) -> int:
     n = ggml_opt_result_n_loss(result)
-    if isinstance(ihead, bool) or not isinstance(ihead, (int, np.integer)) or not 1 <= ihead <= max(n, 1):
+    if not is_int(ihead) or not 1 <= ihead <= max(n, 1):
         raise GgmlValueError(f"{fn}: ihead must be an int in [1, {max(n, 1)}] (1-based: the result holds {n} "
                              f"head(s)), got {ihead!r}")
     return int(ihead) - 1

@@ -19,12 +19,13 @@ from typing import Any
 
 import numpy as np
 
+from ..core.args import is_int
 from .._ffi import lib
 from ..backend.transfer import (as_numeric, ggml_backend_tensor_get_data, ggml_backend_tensor_set_data, numpy_shape,
                                 refuse_complex)
 from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
 from ..graph.objects import as_tensor, Tensor
-from .api import _opt
+from .api import opt_ptr
 from .constants import BUILD_FORWARD, ggml_opt_optimizer_name, OPTIMIZER_ADAMW
 from .context import OptContext
 
@@ -47,7 +48,7 @@ def ggml_opt_grad_m(opt_ctx: OptContext, node: Tensor) -> Tensor | None:
     Example:
         >>> m = ggml_backend_tensor_get_data(ggml_opt_grad_m(opt_ctx, w))
     """
-    ptr = _opt(opt_ctx, "ggml_opt_grad_m")
+    ptr = opt_ptr(opt_ctx, "ggml_opt_grad_m")
     return opt_ctx.tensor(lib.ggml_opt_grad_m(ptr, as_tensor(node, "ggml_opt_grad_m(node)").ptr))
 
 
@@ -67,7 +68,7 @@ def ggml_opt_grad_v(opt_ctx: OptContext, node: Tensor) -> Tensor | None:
     Example:
         >>> v = ggml_backend_tensor_get_data(ggml_opt_grad_v(opt_ctx, w))
     """
-    ptr = _opt(opt_ctx, "ggml_opt_grad_v")
+    ptr = opt_ptr(opt_ctx, "ggml_opt_grad_v")
     return opt_ctx.tensor(lib.ggml_opt_grad_v(ptr, as_tensor(node, "ggml_opt_grad_v(node)").ptr))
 
 
@@ -87,7 +88,7 @@ def ggml_opt_get_iter(opt_ctx: OptContext) -> int:
         >>> ggml_opt_get_iter(opt_ctx) - 1          # optimizer steps taken so far
         20
     """
-    return int(lib.ggml_opt_get_iter(_opt(opt_ctx, "ggml_opt_get_iter")))
+    return int(lib.ggml_opt_get_iter(opt_ptr(opt_ctx, "ggml_opt_get_iter")))
 
 
 def ggml_opt_set_iter(opt_ctx: OptContext, iter: int) -> None:
@@ -105,12 +106,12 @@ def ggml_opt_set_iter(opt_ctx: OptContext, iter: int) -> None:
     Example:
         >>> ggml_opt_set_iter(opt_ctx, 21)          # the next step is the 21st
     """
-    ptr = _opt(opt_ctx, "ggml_opt_set_iter")
+    ptr = opt_ptr(opt_ctx, "ggml_opt_set_iter")
     lib.ggml_opt_set_iter(ptr, _check_iter(iter, "ggml_opt_set_iter(iter)"))
 
 
 def _check_iter(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value < 2 ** 62:
+    if not is_int(value) or not 1 <= value < 2 ** 62:
         raise GgmlValueError(f"{what} must be an int >= 1 (1 + the optimizer steps taken), got {value!r}")
     return int(value)
 
@@ -149,7 +150,7 @@ def optimized_params(opt_ctx: OptContext, params: dict) -> dict:
 
 
 def _check_training_ctx(opt_ctx: OptContext, fn: str) -> None:
-    _opt(opt_ctx, fn)
+    opt_ptr(opt_ctx, fn)
     if opt_ctx.build_type == BUILD_FORWARD:
         raise GgmlStateError(f"{fn}: this opt context was built forward-only (build type FORWARD): it has no "
                              "optimizer state")
@@ -175,8 +176,8 @@ def _hparams(opt_ctx: OptContext) -> dict:
 
 
 def _check_boundary(opt_ctx: OptContext, fn: str) -> None:
-    if opt_ctx._opt_i != 0:
-        raise GgmlStateError(f"{fn}: {opt_ctx._opt_i} of {opt_ctx.opt_period} batches of a logical batch are "
+    if opt_ctx.pending_batches != 0:
+        raise GgmlStateError(f"{fn}: {opt_ctx.pending_batches} of {opt_ctx.opt_period} batches of a logical batch are "
                              "accumulated and not yet applied; the optimizer state is consistent only at an optimizer "
                              "step: finish the logical batch first" + (" (or pass allow_partial=True to get the "
                                                                         "state of the last step)"

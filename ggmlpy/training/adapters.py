@@ -23,7 +23,7 @@ import numpy as np
 from ..backend.transfer import checked_values, NUMPY_DTYPES, refuse_complex, shape_problem, write_array
 from ..errors import GgmlTypeError, GgmlValueError
 from ..graph.indices import check_indices
-from ..graph.nodes import _tensor_label, ptr_key
+from ..graph.nodes import tensor_label, ptr_key
 from ..graph.objects import Tensor
 
 
@@ -187,7 +187,7 @@ class BatchWriter:
         self.name = name
         bounds = bounds or {}
         # tensors are called by their user-given names ('leaf_0' is ggml's name for an unnamed one)
-        self.inputs = [_target(t, f"inputs[{i}] ({_tensor_label(t.ptr)})", bounds.get(ptr_key(t.ptr)))
+        self.inputs = [_target(t, f"inputs[{i}] ({tensor_label(t.ptr)})", bounds.get(ptr_key(t.ptr)))
                        for i, t in enumerate(inputs)]
         self.labels = [_target(t, f"labels[{i}]") for i, t in enumerate(labels)]
         self.weights = [_target(t, f"weights[{i}]") for i, t in enumerate(weights)]

@@ -14,9 +14,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from ..core.args import FLOAT32_MAX, float_arg, int_arg, is_real
+from ..core.args import FLOAT32_MAX, float_arg, int_arg, is_real, learning_rate_arg, LR_FLOOR
 from ..errors import GgmlpyWarning, GgmlTypeError, GgmlValueError
-from ..opt.constants import LR_FLOOR
 from ..opt.params import LrUserdata
 
 
@@ -211,7 +210,8 @@ def ggml_callback_early_stopping(monitor: str = "val_loss", patience: int = 5, m
 
 def _set_lr(state: FitState, adamw: float, sgd: float) -> float:
     """Set both optimizers' learning rates (kept above 0); returns the one of the fit's optimizer."""
-    adamw, sgd = max(float(adamw), LR_FLOOR), max(float(sgd), LR_FLOOR)
+    adamw = learning_rate_arg("the scheduled learning rate", adamw, schedule=True)
+    sgd = learning_rate_arg("the scheduled learning rate", sgd, schedule=True)
     state.lr_ud.set(adamw_lr=adamw, sgd_lr=sgd)
     return sgd if state.optimizer == "sgd" else adamw
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from .._ffi import ffi
 from ..compute.sched import Scheduler
-from ..core.args import INT32_MAX, is_real, list_arg
+from ..core.args import c_int_arg, is_real, learning_rate_arg, list_arg
 from ..core.handle import unwrap
 from ..core.types import type_name
 from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
@@ -35,18 +35,12 @@ if TYPE_CHECKING:
 
 
 def _positive_int_or_none(value: Any, name: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise GgmlValueError(f"{name} must be a positive integer or None, got {value!r}")
-    return int(value)
+    return None if value is None else c_int_arg(None, name, value, 1)
 
 
 def _int_at_least(value: Any, name: str, lo: int) -> int:
     """An int argument in [lo, 2**31 - 1] (epoch numbers and batch counts reach ggml as C ints)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= INT32_MAX:
-        raise GgmlValueError(f"{name} must be an integer in [{lo}, {INT32_MAX}], got {value!r}")
-    return int(value)
+    return c_int_arg(None, name, value, lo)
 
 
 def _tensors(value: Any, name: str) -> list[Tensor]:
@@ -58,12 +52,7 @@ def _tensors(value: Any, name: str) -> list[Tensor]:
 
 def _learning_rate(value: Any) -> float | None:
     """The starting learning rate of both optimizers (ggml's default, 1e-3, when None)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not math.isfinite(value) \
-            or value <= 0:
-        raise GgmlValueError(f"learning_rate must be a finite number > 0 or None, got {value!r}")
-    return float(value)
+    return None if value is None else learning_rate_arg("learning_rate", value)
 
 
 def _opt_period(nbatch_logical: int | None, physical: int) -> int:
@@ -272,7 +261,7 @@ class DatasetFeed:
 
     def epoch(self, limit: int | None):
         data, labels = self.ds.rows(self.ds.data), self.ds.rows(self.ds.labels)
-        weights = self.ds.rows(self.ds._weights)
+        weights = self.ds.rows(self.ds.sample_weights)
         w = self.writer
         for i in range(self.n_batches if limit is None else min(limit, self.n_batches)):
             rows = slice(self.start + i * self.batch, self.start + (i + 1) * self.batch)
@@ -358,7 +347,7 @@ def _dataset_fit(sched, ctx_compute, inputs, outputs: list[Tensor], dataset, los
 def _weight_width(ds: Dataset, loss_types: list[int]) -> int | None:
     if L.LOSS_WEIGHTED_MSE not in loss_types:
         return None
-    return ds.weights(ds._weights.shape[0] if ds._weights is not None else 1).shape[0]
+    return ds.weights(ds.sample_weights.shape[0] if ds.sample_weights is not None else 1).shape[0]
 
 
 def ggml_fit_opt(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Tensor, dataset: Dataset,

@@ -24,11 +24,11 @@ from ..core.handle import InterruptGuard, using
 from ..errors import GgmlpyWarning, GgmlValueError
 from ..graph.graph import walk_graph
 from ..graph.indices import index_bounds
-from ..graph.nodes import _tensor_label, ptr_key
+from ..graph.nodes import tensor_label, ptr_key
 from ..graph.objects import Tensor
 from ..opt import losses as L, result as R
 from ..opt.constants import BUILD_FORWARD, BUILD_OPT, OPTIMIZER_SGD
-from ..opt.init import _opt_init
+from ..opt.init import opt_init
 from ..opt.params import check_weight_decay, LrUserdata
 from .adapters import BatchWriter
 from .callbacks import CallbackList, FitState
@@ -69,7 +69,7 @@ def _check_connected(inputs: list[Tensor], outputs: list[Tensor]) -> None:
     reached = {ptr_key(t) for t in walk_graph(o.ptr for o in outputs)}
     for i, t in enumerate(inputs):
         if ptr_key(t.ptr) not in reached:
-            raise GgmlValueError(f"the outputs do not depend on inputs[{i}] ({_tensor_label(t.ptr)}): training "
+            raise GgmlValueError(f"the outputs do not depend on inputs[{i}] ({tensor_label(t.ptr)}): training "
                                  "would ignore its data; build the outputs from it (or pass the tensor they read)")
 
 
@@ -94,7 +94,7 @@ class Trainer:
         heads_arg = loss_types if self.multi else loss_types[0]
         outputs_arg = outputs if self.multi else outputs[0]
         # side outputs (a model's state updated in the graph) are computed by training steps only
-        self.train_ctx = _opt_init(sched, heads_arg, optimizer, opt_period, ctx_compute, inputs[0], outputs_arg,
+        self.train_ctx = opt_init(sched, heads_arg, optimizer, opt_period, ctx_compute, inputs[0], outputs_arg,
                                      BUILD_OPT, self.lr_ud, loss_mask_ne0, loss_weights, sample_weighted,
                                      list(side_outputs))
         self._owned.append(self.train_ctx)
@@ -103,7 +103,7 @@ class Trainer:
             if with_validation:
                 eval_sched = sched.sibling()  # ggml-opt contexts must not share a scheduler
                 self._owned.append(eval_sched)
-                self.eval_ctx = _opt_init(eval_sched, heads_arg, optimizer, opt_period, ctx_compute, inputs[0],
+                self.eval_ctx = opt_init(eval_sched, heads_arg, optimizer, opt_period, ctx_compute, inputs[0],
                                             outputs_arg, BUILD_FORWARD, None, loss_mask_ne0, loss_weights,
                                             sample_weighted)
                 self._owned.append(self.eval_ctx)

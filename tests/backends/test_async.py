@@ -101,7 +101,7 @@ def test_async_read_array_is_kept_until_synchronize(gpu):
 
 def test_pending_work_blocks_freeing_its_memory(gpu):
     ctx, a, *_ = _add_graph(gpu)
-    buf = ctx._buffers[0]
+    buf = ctx.buffers[0]
     g.ggml_backend_tensor_set_async(gpu, a, A)
     with pytest.raises(g.GgmlInUseError, match="ggml_backend_synchronize"):
         g.ggml_free(ctx)
@@ -240,7 +240,7 @@ def test_graph_plan_gives_the_same_result_as_graph_compute(cpu):
     g.ggml_backend_tensor_set_data(b, B)
     g.ggml_backend_graph_compute(cpu, gf)
     direct = g.ggml_backend_tensor_get_data(s).copy()
-    g.ggml_backend_buffer_clear(ctx._buffers[0], 0)
+    g.ggml_backend_buffer_clear(ctx.buffers[0], 0)
     g.ggml_backend_tensor_set_data(a, A)
     g.ggml_backend_tensor_set_data(b, B)
     plan = g.ggml_backend_graph_plan_create(cpu, gf)

@@ -416,8 +416,8 @@ def test_token_ids_out_of_range_are_refused_not_aborted(bad, cpu, tsched, trng):
 
 @pytest.mark.parametrize("kw, error, pattern", [
     ({"steps_per_epoch": 0}, ValueError, "steps_per_epoch"),
-    ({"steps_per_epoch": 1.5}, ValueError, "steps_per_epoch"),
-    ({"steps_per_epoch": True}, ValueError, "steps_per_epoch"),
+    ({"steps_per_epoch": 1.5}, TypeError, "steps_per_epoch"),  # a non-int is a TypeError, as for every int argument
+    ({"steps_per_epoch": True}, TypeError, "steps_per_epoch"),
     ({"validation_steps": 0}, ValueError, "validation_steps"),
     ({"initial_epoch": -1}, ValueError, "initial_epoch"),
     ({"epochs": -1}, ValueError, "epochs"),
@@ -429,6 +429,9 @@ def test_token_ids_out_of_range_are_refused_not_aborted(bad, cpu, tsched, trng):
     ({"silent": "yes"}, ValueError, "silent"),
     ({"callbacks": [5]}, TypeError, r"callbacks\[0\]"),
     ({"prefetch": -1}, ValueError, "prefetch"),
+    ({"learning_rate": 1e-300}, ValueError, "learning_rate"),  # float32 makes it 0: the rule of ggml_compile
+    ({"learning_rate": 1e300}, ValueError, "learning_rate"),
+    ({"prefetch": 2.0}, TypeError, "prefetch"),
     ({"validation_generator": 5}, TypeError, "validation_generator"),
     ({"generator": 5}, TypeError, "generator"),
     ({"generator": "abc"}, TypeError, "generator"),

@@ -156,7 +156,7 @@ def test_half_built_trainer_is_released(model, tsched, batches, monkeypatch):
     from ggmlpy.opt.constants import BUILD_FORWARD
     from ggmlpy.training import loop
 
-    real = loop._opt_init
+    real = loop.opt_init
 
     def failing(sched, *args, **kw):
         if args[6] == BUILD_FORWARD:
@@ -164,7 +164,7 @@ def test_half_built_trainer_is_released(model, tsched, batches, monkeypatch):
         return real(sched, *args, **kw)
 
     before = _live()
-    monkeypatch.setattr(loop, "_opt_init", failing)
+    monkeypatch.setattr(loop, "opt_init", failing)
     with pytest.raises(Boom) as info:
         _fit(model, tsched, batches, validation_generator=batches)
     monkeypatch.undo()
