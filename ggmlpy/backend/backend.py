@@ -8,7 +8,7 @@ import weakref
 from typing import Any
 
 
-from ..core.args import is_int
+from ..core.args import c_string, is_int, n_threads_arg
 from .._ffi import ffi, lib
 from ..core.handle import HANDLE_LOCK, unique_handles, computing, free_handle, Handle, unwrap
 from ..errors import BackendUnavailableError, expect, GgmlStateError
@@ -73,7 +73,6 @@ _DEVICE_HINTS = {  # built, but no such device
 
 
 def _init_device(device_name: str, family: str, params: str | None = None) -> Backend:
-    from ..core.args import c_string
     dev = lib.ggml_backend_dev_by_name(c_string(f"ggml_{family.lower()}_init", "device name", device_name))
     if dev == ffi.NULL:
         built = family.lower() in ggml_backends_built()
@@ -319,7 +318,6 @@ def ggml_backend_cpu_set_n_threads(backend: Backend, n_threads: int) -> None:
         >>> ggml_backend_cpu_set_n_threads(cpu, 4)
     """
     ptr = unwrap(backend, Backend, "ggml_backend_cpu_set_n_threads(backend)")
-    from ..core.args import n_threads_arg
     n_threads = n_threads_arg("ggml_backend_cpu_set_n_threads", n_threads)
     expect(backend.is_cpu, f"ggml_backend_cpu_set_n_threads: {backend.name} is not a CPU backend", GgmlStateError)
     lib.ggmlpy_cpu_set_n_threads(ptr, n_threads)
@@ -341,7 +339,6 @@ def ggml_set_n_threads(n_threads: int) -> int:
         >>> ggml_set_n_threads(8)
         8
     """
-    from ..core.args import n_threads_arg
     n_threads = n_threads_arg("ggml_set_n_threads", n_threads)
     _n_threads[0] = n_threads
     _threads_set_by_user[0] = True

@@ -10,6 +10,7 @@ from ..core.handle import free_handle, Handle, raise_type, unwrap, using
 from ..errors import expect, GgmlStateError, GgmlTypeError, GgmlValueError
 from .backend import Backend
 from .device import as_device, decode_str, Device
+from ..graph.objects import Context
 
 
 GGML_BACKEND_BUFFER_USAGE_ANY = int(lib.GGML_BACKEND_BUFFER_USAGE_ANY)
@@ -280,7 +281,6 @@ def ggml_backend_alloc_ctx_tensors(ctx, backend: Backend) -> Buffer | None:
         >>> w = ggml_set_param(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 8))
         >>> buf = ggml_backend_alloc_ctx_tensors(ctx, backend)
     """
-    from ..graph.objects import Context
     ctx_ptr = unwrap(ctx, Context, "ggml_backend_alloc_ctx_tensors(ctx)")
     b_ptr = unwrap(backend, Backend, "ggml_backend_alloc_ctx_tensors(backend)")
     expect(ctx.no_alloc, "ggml_backend_alloc_ctx_tensors: the context must be created with no_alloc=True "

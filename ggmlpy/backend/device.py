@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._ffi import BUILD_INFO, ffi, lib
-from ..core.args import is_int
+from ..core.args import c_string, is_int
 from ..core.handle import raise_type, using
 from ..errors import BackendUnavailableError, expect, GgmlTypeError, GgmlValueError
+from ..graph.objects import Tensor, as_tensor
 
 
 DEVICE_TYPES = {
@@ -95,7 +96,6 @@ def ggml_backend_dev_by_name(name: str) -> Device | None:
     Example:
         >>> ggml_backend_dev_by_name("Vulkan0") is not None
     """
-    from ..core.args import c_string
     ptr = lib.ggml_backend_dev_by_name(c_string("ggml_backend_dev_by_name", "name", name))
     return Device(ptr) if ptr != ffi.NULL else None
 
@@ -222,7 +222,6 @@ def as_device(device: Any) -> Device:
         if found is None:
             raise BackendUnavailableError(f"no device named {device!r}; devices: {[d.name for d in ggml_backend_devices()]}")
         return found
-    from ..core.handle import raise_type
     raise_type("device", "Device or device name", device)
 
 
@@ -356,7 +355,6 @@ def device_caps(dev: Device) -> dict:
 
 
 def make_op(op: Any, fn: str) -> Any:
-    from ..graph.objects import Tensor, as_tensor
     if not isinstance(op, Tensor):
         raise_type(f"{fn}(op)", "Tensor (an op's result, e.g. ggml_add(ctx, a, b))", op)
     return as_tensor(op, f"{fn}(op)")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._ffi import ffi, lib
-from ..core.args import is_int
+from ..core.args import c_string, is_int
 from ..core.handle import raise_type
 from ..errors import BackendUnavailableError, GgmlStateError, GgmlTypeError, GgmlValueError
 from .device import decode_str, Device
@@ -79,7 +79,6 @@ def ggml_backend_reg_by_name(name: str) -> Registry | None:
     Example:
         >>> ggml_backend_reg_by_name("Vulkan") is not None
     """
-    from ..core.args import c_string
     ptr = lib.ggml_backend_reg_by_name(c_string("ggml_backend_reg_by_name", "name", name))
     return Registry(ptr) if ptr != ffi.NULL else None
 

@@ -14,6 +14,7 @@ from ..errors import expect, GgmlStateError
 from ..graph.nodes import graph_tensor_ptrs
 from ..graph.objects import Graph
 from .checks import check_graph_ready, unallocated_bytes
+from .sched import record_allocation, unallocated
 
 
 class Gallocr(Handle):
@@ -116,7 +117,6 @@ def ggml_gallocr_alloc_graph(galloc: Gallocr, graph: Graph) -> None:
     Example:
         >>> ggml_gallocr_alloc_graph(galloc, gf)
     """
-    from .sched import record_allocation, unallocated
     fn = "ggml_gallocr_alloc_graph"
     g = _graph(graph, fn)
     ptr = unwrap(galloc, Gallocr, f"{fn}(galloc)")

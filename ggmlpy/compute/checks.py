@@ -13,6 +13,9 @@ from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
 from ..graph.nodes import (op_label, tensor_label, describe_node, graph_tensor_ptrs, NO_MEMORY_FIX, ptr_key,
                            tensor_memory, value_read)
 from ..graph.objects import Graph
+from ..core.sysmem import available_memory, physical_memory
+from ..core.handle import memory_epoch
+from ..graph.graph import walk_graph
 
 
 _POOLS: dict[int, tuple[str, int, int, bool]] = {}
@@ -23,7 +26,6 @@ def memory_pool(backend: Any) -> tuple[int, str, int, int, bool]:
     tensors in: its default buffer type (what schedulers and graph allocators use). The largest buffer is
     ggml_backend_buft_get_max_size (read through an empty buffer: the cffi declarations have no buft form);
     the total is the device's memory (the machine's for host memory), 0 when the device does not say."""
-    from ..core.sysmem import physical_memory
     buft = lib.ggml_backend_get_default_buffer_type(backend.ptr)
     key = ptr_key(buft)
     if key not in _POOLS:
@@ -46,7 +48,6 @@ def memory_pool(backend: Any) -> tuple[int, str, int, int, bool]:
 
 def pool_free(backend: Any) -> int:
     """Bytes free now in the memory ``backend`` allocates from (0 when the device does not say)."""
-    from ..core.sysmem import available_memory
     if lib.ggml_backend_buft_is_host(lib.ggml_backend_get_default_buffer_type(backend.ptr)):
         return available_memory()
     free_p, total_p = ffi.new("size_t *"), ffi.new("size_t *")
@@ -168,7 +169,6 @@ def check_graph_ready(graph: Graph, backends: list, fn: str, mode: str, schedule
 
     A graph that passed is not checked again until its node count, the backends or the memory epoch
     (``core.handle.memory_epoch``: some memory was given back) change."""
-    from ..core.handle import memory_epoch
     g = graph.ptr
     key = (memory_epoch(), int(lib.ggml_graph_n_nodes(g)), mode, scheduler, tuple(id(b) for b in backends))
     if graph.checked_key == key:
@@ -261,7 +261,6 @@ def check_static_memory(roots: list, fn: str) -> list:
     the outputs and extra outputs) needs memory, which ggml-opt's copy of the graph keeps; a leaf without would
     get fresh, uninitialised memory at every step (weights reset to garbage). Returns (leaf, data pointer)
     pairs to check later."""
-    from ..graph.graph import walk_graph
     found = []
     everything = list(walk_graph(roots))
     read = value_read(everything)

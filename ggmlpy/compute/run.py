@@ -7,17 +7,19 @@ from typing import Any
 
 
 from .._ffi import ffi, lib
-from ..backend.backend import hold_until_sync, is_async, release_held, Backend, ggml_backend_cpu_init
+from ..backend.backend import (Backend, ggml_backend_cpu_init, ggml_backend_cpu_set_n_threads, hold_until_sync, is_async,
+                               release_held)
 from ..backend.device import decode_str
 from ..backend.probe import backend_runs, buffer_usable
 from ..core.handle import computing, raise_type, unwrap, using
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
 from ..graph.nodes import tensor_label
-from ..graph.objects import as_tensor, Graph, Tensor
+from ..graph.objects import as_tensor, Context, Graph, Tensor
 from .checks import check_graph_ready
 from .sched import (check_sched_indices, exclusive_sched, graph_ptr, record_allocation, reserve_first, sched_ptr, unallocated,
                     reapply_tensor_backends, Scheduler)
 from .transfer import backend_arg, pending_message
+from ..core.args import n_threads_arg
 
 
 def ggml_backend_sched_graph_compute(sched: Scheduler, graph: Graph) -> None:
@@ -95,8 +97,6 @@ _cpu_for_ctx: list[Backend] = []
 
 
 def _compute_in_ctx(ctx: Any, graph: Graph, fn: str, n_threads: int = 0) -> None:
-    from ..graph.objects import Context
-    from ..core.args import n_threads_arg
     unwrap(ctx, Context, f"{fn}(ctx)")
     if not isinstance(graph, Graph):
         raise_type(f"{fn}(graph)", "Graph (ggml_build_forward_expand(ctx, tensor))", graph)
@@ -120,7 +120,6 @@ def _compute_in_ctx(ctx: Any, graph: Graph, fn: str, n_threads: int = 0) -> None
     if n_threads == 0:
         ggml_backend_graph_compute(_cpu_for_ctx[0], graph)
         return
-    from ..backend.backend import ggml_backend_cpu_set_n_threads
     cpu = ggml_backend_cpu_init()  # a backend of its own: the shared one keeps its thread count
     try:
         ggml_backend_cpu_set_n_threads(cpu, n_threads)

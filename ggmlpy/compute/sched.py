@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 from ..core.args import is_int
 from .._ffi import ffi, lib
-from ..backend.backend import Backend, blas_backend_init, ggml_backend_cpu_init
+from ..backend.backend import Backend, blas_backend_init, ggml_backend_cpu_init, ggml_backend_init_auto
 from ..core.handle import Allocations, free_handle, Handle, raise_type, unwrap, using
 from ..core.sysmem import check_fits_memory
 from ..errors import expect, GgmlStateError, GgmlValueError
@@ -101,7 +101,6 @@ def ggml_backend_sched_new(backends: Sequence[Backend] | Backend | str, parallel
     """
     owned: list[Backend] = []
     if isinstance(backends, str):
-        from ..backend.backend import ggml_backend_init_auto
         backends = [ggml_backend_init_auto(backends)]
         owned.append(backends[0])
         if backends[0].is_cpu:  # the CPU: ggml's BLAS backend takes the large matrix products

@@ -3,14 +3,13 @@ the graph's work (measured thresholds in docs/guide/threads.md).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 from .._ffi import lib
+from .work import StepWork
 from ..backend.backend import Backend, ggml_get_n_threads, is_blas, set_backend_threads, threads_set_by_user
+from ..core import openblas
+from ..core.library import uses_openmp
 
-
-if TYPE_CHECKING:
-    from .work import StepWork
 
 
 # The thresholds come from alternated runs on this project's 2 shared cores; the measurements behind each
@@ -39,8 +38,6 @@ def threads_for(backend: "Backend", flops: float) -> int:
 def blas_shares_cpu_pool() -> bool:
     """Whether ggml's BLAS backend runs its products on the CPU backend's own threads: OpenBLAS built on
     OpenMP, as ggml's CPU backend is. Then both may take every thread, as neither pool waits beside the other."""
-    from ..core import openblas
-    from ..core.library import uses_openmp
     return openblas.threading_model() == "openmp" and uses_openmp()
 
 

@@ -26,7 +26,7 @@ import weakref
 from typing import Any, Callable, Iterable, Iterator
 
 from .._ffi import ffi
-from ..errors import GgmlInUseError, GgmlStateError
+from ..errors import GgmlInUseError, GgmlStateError, GgmlTypeError
 
 
 # One lock for every in-use mark and every free: a free sees every mark set before it, and a call that
@@ -312,7 +312,6 @@ def unwrap(obj: Any, cls: type, what: str) -> Any:
 
 
 def raise_type(what: str, expected: str, given: Any) -> None:
-    from ..errors import GgmlTypeError
     raise GgmlTypeError(f"{what}: expected a {expected}, got {type(given).__name__} ({given!r:.80})")
 
 

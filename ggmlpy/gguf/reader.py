@@ -17,13 +17,14 @@ import numpy as np
 from .._ffi import ffi, lib
 from ..backend.transfer import numpy_shape
 from ..core.args import c_string
-from ..core.handle import raise_type, using
+from ..core.handle import computing, raise_type, using
 from ..core.sysmem import check_fits_memory
 from ..core.types import type_name
 from ..errors import GgmlStateError, GgmlTypeError, GgufKeyError
 from ..graph.context import ggml_init
 from .file import gguf_init_from_file, GgufContext
 from .kv import gguf_get_key, gguf_get_n_kv, gguf_get_val
+from ..backend.backend import ggml_backend_cpu_init
 
 
 _PLAIN = {int(lib.GGML_TYPE_F32): np.float32, int(lib.GGML_TYPE_F16): np.float16, int(lib.GGML_TYPE_F64): np.float64,
@@ -233,8 +234,6 @@ def gguf_tensor_data(x: GgufFile, name: str) -> np.ndarray:
 def _dequantize(t: Any, n: int, fn: str, name: str) -> np.ndarray:
     """All values of quantized tensor pointer ``t`` (host memory) as float32, converted by ggml: ``get_rows`` of
     every row on the CPU backend."""
-    from ..backend.backend import ggml_backend_cpu_init
-    from ..core.handle import computing
     ne0 = int(t.ne[0])
     nrows = n // ne0
     data = 4 * n + 4 * nrows

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-from ..core.args import is_int
+from ..core.args import is_int, is_real
 from .._ffi import ffi, lib
 from ..core.handle import HANDLE_LOCK, bump_memory_epoch, free_handle, unwrap
 from ..core.sysmem import check_fits_memory
@@ -84,7 +84,6 @@ def ggml_init_auto(*shapes: Any, extra_mb: float = 10, type: int = GGML_TYPE_F32
         True
     """
     fn = "ggml_init_auto"
-    from ..core.args import is_real
     if not is_real(extra_mb) or not extra_mb >= 0 \
             or extra_mb == float("inf"):
         raise GgmlValueError(f"{fn}: extra_mb must be a finite number >= 0, got {extra_mb!r}")

@@ -15,6 +15,7 @@ from ..core.handle import raise_type, unwrap
 from ..errors import expect, GgmlStateError, GgmlTypeError, GgmlValueError
 from .context import check_graph_size, GGML_DEFAULT_GRAPH_SIZE
 from .objects import as_graph, as_tensor, Context, Graph, Tensor
+from ..core.paths import check_writable_path
 
 
 def ggml_new_graph(ctx: Context) -> Graph:
@@ -276,7 +277,6 @@ def ggml_graph_dump_dot(graph: Graph, leafs: Graph | None = None, filename: Any 
     raw = os.fsencode(path)
     if not raw or b"\0" in raw:
         raise GgmlValueError(f"{fn}: filename must be a non-empty path without NUL characters, got {filename!r}")
-    from ..core.paths import check_writable_path
     check_writable_path(os.fsdecode(raw), fn)  # a FIFO would block ggml's fopen
     try:
         with open(raw, "w"):

@@ -16,6 +16,7 @@ from ..ops import conv as _conv, elementwise as _elementwise
 from . import attention, conv, layers as Lyr, norm, sequence
 from .compile import compiled
 from .graph import apply_layer, default_name, InputLayer, Model, Node, Sequential
+from ..graph.objects import Context
 
 
 def ggml_model_sequential(name: str | None = None) -> Sequential:
@@ -211,7 +212,6 @@ ggml_layer_multi_head_attention, ggml_multi_head_attention = _pair(
 def _op_or_layer(op: Callable, layer_object: Callable, layer_args: str) -> Callable:
     """``ggml_conv_2d``/``ggml_conv_1d``/``ggml_dropout`` are ggml ops (context first) and, without a context,
     layer objects."""
-    from ..graph.objects import Context
 
     def fn(*args: Any, **kwargs: Any) -> Any:
         if (args and isinstance(args[0], Context)) or "ctx" in kwargs:

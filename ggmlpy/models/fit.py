@@ -19,14 +19,16 @@ from ..compute.sched import Scheduler
 from ..core.args import c_int_arg, is_real
 from ..errors import GgmlpyWarning, GgmlValueError
 from ..training.adapters import check_ends, Source
+from ..training.config import EpochPlan, StepOptions, TrainingGraph
 from ..training.fit import fit_streamed, ggml_fit_opt
-from ..training.loop import check_nonfinite, EpochStats
+from ..training.loop import check_nonfinite, EpochStats, HISTORY_COLUMNS
 from . import data as D
 from .compile import build_training_graph, CompileConfig, compiled
 from .graph import Model
 from .metrics import Tally
 from .predict import predict_arrays
 from .runtime import make_scheduler
+from .snapshot import Snapshot
 
 
 if TYPE_CHECKING:
@@ -47,7 +49,6 @@ def _verbose(verbose: Any) -> bool:
 
 def _predictor(model: Any, fn: str):
     """(model, predictor) of a compiled model or of a trainer's snapshot."""
-    from .snapshot import Snapshot
     if isinstance(model, Snapshot):
         return model.model, model.predictor()
     compiled(model, fn)
@@ -141,11 +142,10 @@ def _stats(tally: Tally) -> EpochStats:
 
 # ---------------------------------------------------------------- training
 
-def run_training(model: Model, cfg: CompileConfig, source: Source, batch: int, *, epochs: int, initial_epoch: int,
-                 callbacks: Any, silent: bool, validate: Any, sample_weighted: bool, stream: bool,
-                 steps_per_epoch: int | None = None, nbatch_logical: int | None = None, prefetch: int = 0,
-                 on_nonfinite: str = "raise") -> pd.DataFrame:
-    """Build the training graph for ``batch`` samples and run the one training loop on it."""
+def run_training(model: Model, cfg: CompileConfig, source: Source, batch: int, plan: EpochPlan, *, validate: Any,
+                 sample_weighted: bool, nbatch_logical: int | None = None) -> pd.DataFrame:
+    """Build the training graph for ``batch`` samples and run the one training loop on it, as ``plan`` says;
+    ``validate`` computes the validation statistics on the inference graph."""
     params = model.runtime.params
     if not params.mark_trainable():
         raise GgmlValueError(nothing_to_train(model))
@@ -159,17 +159,12 @@ def run_training(model: Model, cfg: CompileConfig, source: Source, batch: int, *
             if logical % batch:
                 raise GgmlValueError(f"nbatch_logical ({logical}) must be a multiple of the batch size ({batch})")
             period = max(1, logical // batch)
-        multi = len(cfg.heads) > 1
-        return fit_streamed(sched, inst.ctx, inst.inputs, inst.outputs, [h.loss_type for h in cfg.heads], source,
-                            optimizer=cfg.optimizer_type, period=period, weight_decay=cfg.weight_decay,
-                            epochs=epochs, initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
-                            callbacks=callbacks, silent=silent, prefetch=prefetch,
-                            loss_weights=cfg.loss_weights(),
-                            learning_rate=cfg.learning_rate, sample_weighted=sample_weighted, hooks=inst.hooks,
-                            side_outputs=inst.side_outputs,
-                            validate=validate, head_names=[h.name for h in cfg.heads] if multi else None,
-                            stream=stream, on_nonfinite=on_nonfinite, batch_size=batch,
-                            opt_state=model.runtime.opt_state)  # the optimizer continues across fits
+        graph = TrainingGraph(sched, inst.ctx, inst.inputs, inst.outputs, [h.loss_type for h in cfg.heads],
+                              cfg.loss_weights(), sample_weighted=sample_weighted, side_outputs=inst.side_outputs,
+                              head_names=[h.name for h in cfg.heads] if len(cfg.heads) > 1 else None)
+        step = StepOptions(cfg.optimizer_type, period, cfg.weight_decay, cfg.learning_rate, inst.hooks, batch)
+        # the optimizer state continues across fits
+        return fit_streamed(graph, step, plan, source, validate=validate, opt_state=model.runtime.opt_state)
     finally:
         if sched is not None:
             sched.free()
@@ -260,9 +255,10 @@ def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch
     def validate_arrays() -> EpochStats:  # the inference graph over every validation sample
         return _stats(_evaluate_arrays(model, cfg, model.runtime.predictor, val[0], val[1], val[2], batch))
     validate = validate_arrays if val is not None else None
-    return run_training(model, cfg, source, batch, epochs=epochs, initial_epoch=initial_epoch, callbacks=callbacks,
-                        silent=_verbose(verbose), validate=validate, sample_weighted=w is not None, stream=False,
-                        nbatch_logical=nbatch_logical, on_nonfinite=check_nonfinite(on_nonfinite))
+    plan = EpochPlan(epochs, initial_epoch, callbacks=callbacks, silent=_verbose(verbose), stream=False,
+                     on_nonfinite=check_nonfinite(on_nonfinite))
+    return run_training(model, cfg, source, batch, plan, validate=validate, sample_weighted=w is not None,
+                        nbatch_logical=nbatch_logical)
 
 
 @functools.wraps(fit_model)
@@ -364,17 +360,16 @@ def _fit_generator(model, generator, steps_per_epoch, epochs, initial_epoch, val
     if first is None:
         if epochs > 0:
             warnings.warn("the generator gave no batch: nothing was trained", GgmlpyWarning, stacklevel=2)
-        from ..training.loop import HISTORY_COLUMNS
         return pd.DataFrame({c: pd.Series(dtype=float) for c in HISTORY_COLUMNS + ["steps"]})
     probe = _BatchConverter(model, cfg, "generator", None, None)
     xs, _, w = probe.arrays(first)
     batch = xs[0].shape[0]
     source.transform = _BatchConverter(model, cfg, "generator", batch, w is not None)
     validate = _validation(model, cfg, validation_data, validation_steps, batch)
-    return run_training(model, cfg, source, batch, epochs=epochs, initial_epoch=initial_epoch, callbacks=callbacks,
-                        silent=_verbose(verbose), validate=validate, sample_weighted=w is not None, stream=True,
-                        steps_per_epoch=steps_per_epoch, nbatch_logical=nbatch_logical, prefetch=prefetch,
-                        on_nonfinite=check_nonfinite(on_nonfinite))
+    plan = EpochPlan(epochs, initial_epoch, steps_per_epoch, callbacks=callbacks, silent=_verbose(verbose),
+                     prefetch=prefetch, stream=True, on_nonfinite=check_nonfinite(on_nonfinite))
+    return run_training(model, cfg, source, batch, plan, validate=validate, sample_weighted=w is not None,
+                        nbatch_logical=nbatch_logical)
 
 
 def _validation(model: Model, cfg: CompileConfig, validation_data: Any, steps: int | None, batch: int):

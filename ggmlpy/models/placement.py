@@ -11,6 +11,8 @@ from ..errors import GgmlInUseError, GgmlValueError
 from .compile import CompileConfig, compiled
 from .graph import Model
 from .trainer import step_placement
+from .predict import predict_arrays
+from .data import model_inputs
 
 
 def ggml_model_placement(model: Model, batch_size: int | None = None, training: bool = True) -> Placement:
@@ -56,8 +58,6 @@ def ggml_model_placement(model: Model, batch_size: int | None = None, training: 
     xs = _zero_inputs(model, batch)
     if training:
         return step_placement(model, batch, xs, _zero_targets(cfg, batch))
-    from .predict import predict_arrays
-    from .data import model_inputs
     recorders: list[PlacementRecorder] = []
 
     def watch(sched: Any) -> PlacementRecorder:

@@ -32,13 +32,15 @@ from .compile import compiled, ggml_compile
 from .graph import apply_layer, InputLayer, Model, Node, Sequential
 from .layers import Layer
 from .runtime import strip_leading_ones
+from . import attention, conv, layers, norm, sequence
+from ..opt.constants import OPTIMIZER_ADAMW
+from ..opt.params import LrUserdata
 
 
 FORMAT_VERSION = 1
 
 
 def _layer_types() -> dict[str, type]:
-    from . import attention, conv, layers, norm, sequence
     classes = [layers.Dense, layers.Flatten, layers.Dropout, layers.Embedding, layers.PositionEmbedding, layers.Add,
                layers.Concatenate, conv.Conv1D, conv.Conv2D, conv.MaxPooling2D, conv.GlobalAveragePooling2D,
                conv.GlobalMaxPooling2D, norm.BatchNorm, norm.LayerNorm, sequence.LSTM, sequence.GRU,
@@ -286,8 +288,6 @@ def save_model(model: Model, path: Any, include_optimizer: Any, state: dict | No
 
 
 def _fresh_state(model: Model) -> dict:
-    from ..opt.constants import OPTIMIZER_ADAMW
-    from ..opt.params import LrUserdata
     cfg = model.compiled
     lr = LrUserdata(cfg.weight_decay)
     if cfg.learning_rate is not None:

@@ -17,13 +17,16 @@ from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
 from ..opt.result import ggml_opt_result_loss, OptResult
 from ..opt.state import ggml_opt_get_state, optimized_params
 from ..training.adapters import BatchWriter
-from ..training.loop import NONFINITE_CAUSES, Trainer as _OptSession
+from ..training.config import StepOptions, TrainingGraph
+from ..training.loop import NONFINITE_CAUSES, TrainingSession
 from . import data as D
 from .compile import build_training_graph, compiled
 from .graph import Model
 from .metrics import Tally
 from .runtime import make_scheduler
 from .snapshot import Snapshot
+from .predict import predict_arrays
+from .saving import save_model
 
 
 def _one_at_a_time(method: Callable) -> Callable:
@@ -63,12 +66,12 @@ class ModelTrainer:
         try:
             self._sched = make_scheduler(params.backend, self._inst.train_nodes)
             self._owned.insert(0, self._sched)
-            self._session = _OptSession(self._sched, self._inst.ctx, self._inst.inputs, self._inst.outputs,
-                                        [h.loss_type for h in cfg.heads],
-                                        cfg.loss_weights(), cfg.optimizer_type, period,
-                                        cfg.weight_decay, learning_rate=cfg.learning_rate, hooks=self._inst.hooks,
-                                        side_outputs=self._inst.side_outputs,
-                                        batch_size=self.batch_size)
+            graph = TrainingGraph(self._sched, self._inst.ctx, self._inst.inputs, self._inst.outputs,
+                                  [h.loss_type for h in cfg.heads], cfg.loss_weights(),
+                                  side_outputs=self._inst.side_outputs)
+            step = StepOptions(cfg.optimizer_type, period, cfg.weight_decay, cfg.learning_rate, self._inst.hooks,
+                               self.batch_size)
+            self._session = TrainingSession(graph, step)
             self._owned.insert(0, self._session)
             self._writer: BatchWriter = self._session.writer("step", True)
             self._result = OptResult()
@@ -133,7 +136,6 @@ class ModelTrainer:
         nothing (not the weights, not the accumulation of ``step``)."""
         self._live("eval")
         xs, ys = self._batch(x, y, "eval")
-        from .predict import predict_arrays
         tally = Tally(self._cfg.heads)
         with self._model.runtime.use():
             tally.add(predict_arrays(self._model, self._model.runtime.predictor, xs, self.batch_size), ys)
@@ -198,7 +200,6 @@ class ModelTrainer:
         from ``ggml_load_model(path)`` continues exactly where this one is. Refused (RuntimeError) inside a
         logical batch when the optimizer state is included: its accumulated gradients cannot be saved."""
         self._live("save")
-        from .saving import save_model
         state = None
         if include_optimizer:
             ctx = self._session.train_ctx

@@ -25,6 +25,7 @@ from . import losses as L
 from .constants import BUILD_FORWARD, BUILD_OPT, ggml_opt_optimizer_name, STATIC_GRAPH_NODES
 from .params import LrUserdata
 from .result import OptResult
+from ..graph.nodes import tensor_label
 
 
 def training_graph_nodes(outputs: Tensor | Sequence[Tensor], build_type: int = BUILD_OPT) -> int:
@@ -66,7 +67,6 @@ def check_trainable(outputs: Sequence[Tensor], what: str = "outputs", accumulati
         raise GgmlValueError(f"nothing to train: no tensor reachable from {what} is marked with ggml_set_param")
     for p in params:
         if p.type != lib.GGML_TYPE_F32:
-            from ..graph.nodes import tensor_label
             raise GgmlTypeError(f"trainable tensors must be F32 (ggml's optimizer steps are F32-only); "
                                 f"{tensor_label(p)} is not; create it as GGML_TYPE_F32")
     # The graph ggml-opt will build, in a scratch context: its node order is ggml's own.
@@ -182,7 +182,6 @@ class OptContext(Handle):
             return
         for t, data in self._leaf_data:
             if t.data != data:
-                from ..graph.nodes import tensor_label
                 how = "has no memory any more" if t.data == ffi.NULL else "was given new memory"
                 raise GgmlStateError(f"{tensor_label(t)} {how} since this opt context was built (its buffer, "
                                      "context or allocator was freed); ggml-opt's graphs still point at the old memory. "

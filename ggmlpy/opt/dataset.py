@@ -21,6 +21,8 @@ from ..errors import expect, GgmlStateError, GgmlTypeError, GgmlValueError
 from ..graph.context import ggml_init, ggml_tensor_overhead
 from ..graph.objects import as_tensor, Tensor
 from ..graph.tensor import ggml_new_tensor_2d
+from .context import OptContext
+from ..backend.buffer import Buffer
 
 
 class Dataset(Handle):
@@ -67,7 +69,6 @@ class Dataset(Handle):
 
     def weights(self, ne0: int = 1) -> Tensor:
         if self._weights is None:
-            from ..backend.buffer import Buffer
             ctx = ggml_init(2 * ggml_tensor_overhead() + 64, no_alloc=True)
             w = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, ne0, self.ndata)
             buf = lib.ggml_backend_alloc_ctx_tensors_from_buft(ctx.ptr, lib.ggml_backend_dev_buffer_type(
@@ -244,7 +245,6 @@ def ggml_opt_dataset_shuffle(opt_ctx: Any, dataset: Dataset, idata: int = -1) ->
     Example:
         >>> ggml_opt_dataset_shuffle(opt_ctx, ds)
     """
-    from .context import OptContext
     unwrap(opt_ctx, OptContext, "ggml_opt_dataset_shuffle(opt_ctx)")
     ds = _ds(dataset, "ggml_opt_dataset_shuffle")
     expect(is_int(idata), f"idata must be an int, got {idata!r}")

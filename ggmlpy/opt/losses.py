@@ -27,6 +27,8 @@ from ..ops.elementwise import (ggml_abs, ggml_add, ggml_cont, ggml_log, ggml_mul
 from ..ops.layout import ggml_reshape, ggml_reshape_4d
 from ..ops.linalg import ggml_cross_entropy_loss
 from ..ops.reduce import ggml_argmax, ggml_count_equal, ggml_repeat, ggml_sum
+from ..backend.buffer import ggml_backend_alloc_ctx_tensors
+from ..backend.probe import backend_runs
 
 
 LOSS_MEAN = int(lib.GGML_OPT_LOSS_TYPE_MEAN)
@@ -322,7 +324,6 @@ def _per_sample_shape(outputs: Tensor) -> list[int]:
 def build_loss_graph(heads: Sequence[Head], sched, loss_mask_ne0: int | None = None,
                      force_composite: bool = False) -> LossGraph:
     """Build what ggml-opt trains. One head with a ggml loss goes to ggml-opt unchanged."""
-    from ..backend.buffer import ggml_backend_alloc_ctx_tensors
     heads = list(heads)
     force_composite = force_composite or any(h.sample_weighted for h in heads)
     if len(heads) == 1 and heads[0].loss_type in BUILTIN_LOSSES and heads[0].weight == 1.0 and not force_composite:
@@ -387,7 +388,6 @@ def loss_backend(ctx: Context, sched) -> Any:
     """Where a loss context is allocated: the first of the scheduler's backends that runs every op in it (the
     device with the outputs, so the loss stays there), else the last (the CPU). Its tensors, labels included,
     pin their ops to that backend, as ggml-opt's own results do (patches/0002)."""
-    from ..backend.probe import backend_runs
     ops_in_ctx, p = [], lib.ggml_get_first_tensor(ctx.ptr)
     while p != ffi.NULL:
         if p.op != lib.GGML_OP_NONE:

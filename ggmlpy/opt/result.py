@@ -12,6 +12,8 @@ from ..core.args import is_int
 from .._ffi import ffi, lib
 from ..core.handle import free_handle, Handle, unwrap
 from ..errors import GgmlValueError
+from ..backend.transfer import ggml_backend_tensor_get_data
+from .losses import LOSS_SUM
 
 
 class OptResult(Handle):
@@ -29,8 +31,6 @@ class OptResult(Handle):
 
     def record_heads(self, heads: list) -> None:
         """After an eval of a loss graph built from ggml ops: each head's loss and correct predictions."""
-        from ..backend.transfer import ggml_backend_tensor_get_data
-        from .losses import LOSS_SUM
         if not self._head_losses:
             self._head_losses = [[] for _ in heads]
             self._head_correct = [0 if h.ncorrect is not None else None for h in heads]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass, replace
 from typing import Any, Sequence, TYPE_CHECKING
 
 import numpy as np
@@ -26,7 +27,8 @@ from ..opt.dataset import datapoints_of, Dataset
 from ..opt.init import resolve_labels_offs
 from ..opt.params import check_weight_decay
 from .adapters import BatchWriter, check_ends, Source, Target
-from .loop import check_nonfinite, fit_loop, Trainer
+from .config import EpochPlan, StepOptions, TrainingGraph
+from .loop import check_nonfinite, fit_loop, TrainingSession
 from .prefetch import BatchFeed
 
 
@@ -190,52 +192,38 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
     period = _opt_period(nbatch_logical, L.physical_batch(ins[0]))
     if loss_type == L.LOSS_WEIGHTED_MSE and loss_mask_ne0 is None:
         loss_mask_ne0 = 1
-    return fit_streamed(sched, ctx_compute, ins, [out], [loss_type], train_source, val_source, optimizer=optimizer,
-                        period=period, weight_decay=weight_decay, loss_mask_ne0=loss_mask_ne0,
-                        learning_rate=_learning_rate(learning_rate), epochs=epochs, initial_epoch=initial_epoch,
-                        steps_per_epoch=steps_per_epoch, validation_steps=validation_steps, callbacks=callbacks,
-                        silent=silent, prefetch=prefetch, on_nonfinite=on_nonfinite)
+    graph = TrainingGraph(sched, ctx_compute, ins, [out], [loss_type], loss_mask_ne0=loss_mask_ne0)
+    step = StepOptions(optimizer, period, weight_decay, _learning_rate(learning_rate))
+    plan = EpochPlan(epochs, initial_epoch, steps_per_epoch, validation_steps, callbacks, silent, prefetch,
+                     on_nonfinite=on_nonfinite)
+    return fit_streamed(graph, step, plan, train_source, val_source)
 
 
-def fit_streamed(sched: Scheduler, ctx_compute: Context, inputs: list[Tensor], outputs: list[Tensor],
-                 loss_types: list[int], train_source: Source, val_source: Source | None = None, *,
-                 optimizer: int, period: int, weight_decay: float, epochs: int, initial_epoch: int = 0,
-                 steps_per_epoch: int | None = None, validation_steps: int | None = None, callbacks: Any = None,
-                 silent: bool = False, prefetch: int = 0, loss_weights: list[float] | None = None,
-                 loss_mask_ne0: int | None = None, learning_rate: float | None = None, sample_weighted: bool = False,
-                 hooks: Sequence[Any] = (), validate: Any = None, head_names: list[str] | None = None,
-                 stream: bool = True, on_nonfinite: str = "raise", batch_size: int | None = None,
-                 opt_state: Any = None, side_outputs: Sequence[Any] = ()) -> pd.DataFrame:
+def fit_streamed(graph: TrainingGraph, step: StepOptions, plan: EpochPlan, train_source: Source,
+                 val_source: Source | None = None, *, validate: Any = None, opt_state: Any = None) -> pd.DataFrame:
     """The streaming fit behind ``ggml_fit_opt_gen`` and the model layer's ``ggml_fit``/``ggml_fit_generator``:
     arguments already checked; builds the opt context(s), feeds the sources through the one loop and
     releases every C resource on the way out. ``validate`` replaces ``val_source`` (the model layer
-    validates on its inference graph); ``hooks`` run around each eval (dropout masks); ``side_outputs`` are
-    computed by every training step besides the loss (batch-norm statistics updated on the device).
+    validates on its inference graph; see ``training.config`` for the graph, step and epoch options).
     ``opt_state`` (the model layer's optimizer state) has ``restore(opt_ctx)``, called before the first
     step, and ``keep(opt_ctx)``, called after the last one, also when training ends in an exception."""
-    check_ends(train_source, steps_per_epoch, "steps_per_epoch")
+    check_ends(train_source, plan.steps_per_epoch, "steps_per_epoch")
     if val_source is not None:
-        check_ends(val_source, validation_steps, "validation_steps")
-    trainer = Trainer(sched, ctx_compute, inputs, outputs, loss_types, loss_weights, optimizer, period, weight_decay,
-                      loss_mask_ne0, with_validation=val_source is not None, learning_rate=learning_rate,
-                      per_head=head_names is not None, sample_weighted=sample_weighted, hooks=hooks,
-                      batch_size=batch_size, side_outputs=side_outputs)
+        check_ends(val_source, plan.validation_steps, "validation_steps")
+    trainer = TrainingSession(graph, step, with_validation=val_source is not None)
     feeds: list[BatchFeed] = []
     restored = False
     try:
         if opt_state is not None:
             opt_state.restore(trainer.train_ctx)
             restored = True
-        train_feed = BatchFeed(train_source, trainer.writer(train_source.name, True), prefetch)
+        train_feed = BatchFeed(train_source, trainer.writer(train_source.name, True), plan.prefetch)
         feeds.append(train_feed)
         val_feed = None
         if val_source is not None:
-            val_feed = BatchFeed(val_source, trainer.writer(val_source.name, False), prefetch)
+            val_feed = BatchFeed(val_source, trainer.writer(val_source.name, False), plan.prefetch)
             feeds.append(val_feed)
-        return fit_loop(trainer, train_feed, val_feed, epochs=epochs, initial_epoch=initial_epoch,
-                        steps_per_epoch=steps_per_epoch, validation_steps=validation_steps, callbacks=callbacks,
-                        silent=silent, source_name=train_source.name, stream=stream, head_names=head_names,
-                        validate=validate, on_nonfinite=on_nonfinite)
+        return fit_loop(trainer, train_feed, val_feed, plan, source_name=train_source.name, validate=validate)
     finally:
         try:
             try:
@@ -282,12 +270,26 @@ def _columns(host: np.ndarray, rows: slice, off: int, width: int, target: Target
     return np.ascontiguousarray(block, dtype=target.dtype).reshape(-1)
 
 
-def _dataset_fit(sched, ctx_compute, inputs, outputs: list[Tensor], dataset, loss_types: list[int],
-                 loss_weights, labels_offs, optimizer, nepoch, nbatch_logical, val_split, shuffle, shuffle_all,
-                 callbacks, silent, weight_decay, head_names, learning_rate=None, on_nonfinite="raise") -> pd.DataFrame:
+@dataclass(frozen=True)
+class DatasetUse:
+    """How a dataset fit reads its dataset: the logical batch, the validation split, shuffling, and where
+    each head's labels start."""
+    nbatch_logical: int
+    val_split: float
+    shuffle: bool
+    shuffle_all: bool
+    labels_offs: Sequence[int] | None = None
+
+
+def _dataset_fit(graph: TrainingGraph, step: StepOptions, plan: EpochPlan, dataset: Dataset,
+                 use: DatasetUse) -> pd.DataFrame:
+    """The in-memory dataset path of ``ggml_fit_opt``/``ggml_fit_opt_multi``: ``graph.inputs`` is the one
+    inputs tensor; ``step.period`` is worked out here from the dataset and ``use.nbatch_logical``."""
+    inputs, loss_types, head_names = graph.inputs, graph.loss_types, graph.head_names
+    val_split, shuffle, shuffle_all, labels_offs = use.val_split, use.shuffle, use.shuffle_all, use.labels_offs
     unwrap(dataset, Dataset, "dataset")
     ds = dataset
-    x = as_tensor(inputs, "inputs")
+    x = as_tensor(inputs[0], "inputs")
     if not is_real(val_split) or not 0 <= val_split < 1:
         raise GgmlValueError(f"val_split must be a number in [0, 1), got {val_split!r}")
     if x.type != ds.data.type:
@@ -297,7 +299,7 @@ def _dataset_fit(sched, ctx_compute, inputs, outputs: list[Tensor], dataset, los
     ndata = ds.ndata
     if ndata % physical:
         raise GgmlValueError(f"the dataset's {ndata} datapoints are not a multiple of the physical batch {physical}")
-    logical = max(_int_at_least(nbatch_logical, "nbatch_logical", 1), physical)
+    logical = max(_int_at_least(use.nbatch_logical, "nbatch_logical", 1), physical)
     period = max(1, logical // physical)
     n_logical = ndata // logical
     idata_split = min(math.floor((1 - val_split) * n_logical) * period * physical, ndata)
@@ -308,9 +310,8 @@ def _dataset_fit(sched, ctx_compute, inputs, outputs: list[Tensor], dataset, los
     needs_labels = any(t in L.LABELLED_LOSSES for t in loss_types)
     if needs_labels and ds.labels is None:
         raise GgmlValueError("the loss needs labels but the dataset has none (ne_label = 0)")
-    trainer = Trainer(sched, ctx_compute, [x], outputs, loss_types, loss_weights, optimizer, period, weight_decay,
-                      _weight_width(ds, loss_types), with_validation=val_split > 0, per_head=head_names is not None,
-                      learning_rate=learning_rate)
+    graph = replace(graph, inputs=[x], loss_mask_ne0=_weight_width(ds, loss_types))
+    trainer = TrainingSession(graph, replace(step, period=period), with_validation=val_split > 0)
     try:
         bound = trainer.index_bounds.get(ptr_key(x.ptr))
         if bound is not None:  # row indices for ggml_get_rows: check the whole dataset once
@@ -337,9 +338,8 @@ def _dataset_fit(sched, ctx_compute, inputs, outputs: list[Tensor], dataset, los
             if shuffle and logical < idata_split:
                 ds.shuffle(rng, idata_split - idata_split % ds.ndata_shard)
 
-        return fit_loop(trainer, train_feed, val_feed, epochs=nepoch, callbacks=callbacks, silent=silent,
-                        stream=False, before_epoch=before_epoch, head_names=head_names,
-                        on_nonfinite=check_nonfinite(on_nonfinite))
+        return fit_loop(trainer, train_feed, val_feed, replace(plan, stream=False), source_name="dataset",
+                        before_epoch=before_epoch)
     finally:
         trainer.close()
 
@@ -403,10 +403,12 @@ def ggml_fit_opt(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs
     """
     _check_common(sched, ctx_compute, optimizer, "nepoch", nepoch, callbacks, silent)
     L.check_loss_type(loss_type)
-    return _dataset_fit(sched, ctx_compute, inputs, [as_tensor(outputs, "outputs")], dataset, [loss_type], None,
-                        None, optimizer, nepoch, nbatch_logical, val_split, bool(shuffle),
-                        bool(shuffle if shuffle_all is None else shuffle_all), callbacks, silent, weight_decay, None,
-                        _learning_rate(learning_rate), on_nonfinite)
+    check_nonfinite(on_nonfinite)
+    graph = TrainingGraph(sched, ctx_compute, [inputs], [as_tensor(outputs, "outputs")], [loss_type])
+    step = StepOptions(optimizer, weight_decay=weight_decay, learning_rate=_learning_rate(learning_rate))
+    plan = EpochPlan(nepoch, callbacks=callbacks, silent=silent, stream=False, on_nonfinite=on_nonfinite)
+    use = DatasetUse(nbatch_logical, val_split, bool(shuffle), bool(shuffle if shuffle_all is None else shuffle_all))
+    return _dataset_fit(graph, step, plan, dataset, use)
 
 
 def ggml_fit_opt_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Sequence[Tensor],
@@ -480,9 +482,13 @@ def ggml_fit_opt_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, o
         list_arg("ggml_fit_opt_multi", "head_names", head_names, "str, one per head")
     if len(names) != n or any(not isinstance(x, str) or not x for x in names) or len(set(names)) != n:
         raise GgmlValueError(f"head_names must be {n} distinct non-empty strings, got {head_names!r}")
-    return _dataset_fit(sched, ctx_compute, inputs, outs, dataset, types, weights, labels_offs, optimizer, nepoch,
-                        nbatch_logical, val_split, bool(shuffle), bool(shuffle if shuffle_all is None else shuffle_all),
-                        callbacks, silent, weight_decay, names, _learning_rate(learning_rate), on_nonfinite)
+    check_nonfinite(on_nonfinite)
+    graph = TrainingGraph(sched, ctx_compute, [inputs], outs, types, weights, head_names=names)
+    step = StepOptions(optimizer, weight_decay=weight_decay, learning_rate=_learning_rate(learning_rate))
+    plan = EpochPlan(nepoch, callbacks=callbacks, silent=silent, stream=False, on_nonfinite=on_nonfinite)
+    use = DatasetUse(nbatch_logical, val_split, bool(shuffle), bool(shuffle if shuffle_all is None else shuffle_all),
+                     labels_offs)
+    return _dataset_fit(graph, step, plan, dataset, use)
 
 
 def ggml_opt_fit_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Sequence[Tensor],

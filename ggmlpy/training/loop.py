@@ -1,6 +1,6 @@
 """The one training loop behind ggml_fit_opt, ggml_fit_opt_multi and ggml_fit_opt_gen.
 
-A ``Trainer`` owns the C objects of one fit: the training opt context (on the user's
+A ``TrainingSession`` owns the C objects of one fit: the training opt context (on the user's
 scheduler) and, when there is validation, a forward-only opt context on a scheduler of
 its own. Validation therefore never advances the training context's accumulation
 counter, and a run with validation ends with exactly the weights of the same run
@@ -32,6 +32,7 @@ from ..opt.init import opt_init
 from ..opt.params import check_weight_decay, LrUserdata
 from .adapters import BatchWriter
 from .callbacks import CallbackList, FitState
+from .config import EpochPlan, StepOptions, TrainingGraph
 from .progress import EpochProgress, say, summary_line
 
 
@@ -73,30 +74,33 @@ def _check_connected(inputs: list[Tensor], outputs: list[Tensor]) -> None:
                                  "would ignore its data; build the outputs from it (or pass the tensor they read)")
 
 
-class Trainer:
-    def __init__(self, sched, ctx_compute, inputs: list[Tensor], outputs: list[Tensor], loss_types: list[int],
-                 loss_weights: list[float] | None, optimizer: int, opt_period: int, weight_decay: float,
-                 loss_mask_ne0: int | None = None, with_validation: bool = False, per_head: bool = False,
-                 learning_rate: float | None = None, sample_weighted: bool = False,
-                 hooks: Iterable[StepHook] = (), batch_size: int | None = None,
-                 side_outputs: Iterable[Tensor] = ()) -> None:
+class TrainingSession:
+    """The C objects of one fit (or of one ``ggml_trainer``): the training opt context on the graph's
+    scheduler and, ``with_validation``, a forward-only one on a scheduler of its own; its results; the
+    thread split for the graph. ``close()`` releases them all."""
+
+    def __init__(self, graph: TrainingGraph, step: StepOptions, with_validation: bool = False) -> None:
+        sched, ctx_compute, inputs, outputs = graph.sched, graph.ctx_compute, graph.inputs, graph.outputs
+        loss_types, loss_weights, loss_mask_ne0 = graph.loss_types, graph.loss_weights, graph.loss_mask_ne0
+        optimizer, opt_period, sample_weighted = step.optimizer, step.period, graph.sample_weighted
+        self.graph, self.options = graph, step
         _check_connected(inputs, outputs)
         self._owned: list[Any] = []
         self._threads_before: list = []
         self.guard = InterruptGuard()  # installed by fit_loop: holds Ctrl-C back inside a step
-        self.hooks = list(hooks)
+        self.hooks: list[StepHook] = list(step.hooks)
         self.inputs, self.outputs = inputs, outputs
         self.multi = len(outputs) > 1
-        self.per_head = per_head or self.multi  # the multi loop reports each head, also a single one
-        self.lr_ud = LrUserdata(check_weight_decay(weight_decay))
-        if learning_rate is not None:
-            self.lr_ud.set(adamw_lr=learning_rate, sgd_lr=learning_rate)
+        self.per_head = graph.head_names is not None or self.multi  # the multi loop reports each head, also a single one
+        self.lr_ud = LrUserdata(check_weight_decay(step.weight_decay))
+        if step.learning_rate is not None:
+            self.lr_ud.set(adamw_lr=step.learning_rate, sgd_lr=step.learning_rate)
         heads_arg = loss_types if self.multi else loss_types[0]
         outputs_arg = outputs if self.multi else outputs[0]
         # side outputs (a model's state updated in the graph) are computed by training steps only
         self.train_ctx = opt_init(sched, heads_arg, optimizer, opt_period, ctx_compute, inputs[0], outputs_arg,
                                      BUILD_OPT, self.lr_ud, loss_mask_ne0, loss_weights, sample_weighted,
-                                     list(side_outputs))
+                                     list(graph.side_outputs))
         self._owned.append(self.train_ctx)
         try:
             self.eval_ctx = None
@@ -115,7 +119,7 @@ class Trainer:
             raise
         # The CPU/BLAS thread split for this graph
         self._threads_before = split_threads(sched.backends, training_step_work(outputs, opt_period))
-        self.batch_size = batch_size or L.physical_batch(inputs[0])  # samples per step (for samples/s)
+        self.batch_size = step.batch_size or L.physical_batch(inputs[0])  # samples per step (for samples/s)
         # the first training step on a device is watched (fit_loop puts what it saw in the history's attrs)
         self._watch_first_step = not is_host_backend(sched.backends[0])
         self.placement: Any = None
@@ -202,37 +206,49 @@ def _warn(message: str) -> None:
     warnings.warn(message, GgmlpyWarning, stacklevel=4)
 
 
-def fit_loop(trainer: Trainer, train_feed: Feed, val_feed: Feed | None, *, epochs: int, initial_epoch: int = 0,
-             steps_per_epoch: int | None = None, validation_steps: int | None = None, callbacks: Any = None,
-             silent: bool = False, source_name: str = "generator", stream: bool = True,
-             before_epoch: Callable[[int], None] | None = None, head_names: list[str] | None = None,
-             validate: Callable[[], EpochStats] | None = None, on_nonfinite: str = "raise") -> pd.DataFrame:
+@dataclass
+class _FitRun:
+    """One run of the loop: what it reads (the session, feeds, plan) and what it builds (the history)."""
+    session: TrainingSession
+    train_feed: Feed
+    val_feed: Feed | None
+    plan: EpochPlan
+    source_name: str
+    before_epoch: Callable[[int], None] | None
+    validate: Callable[[], EpochStats] | None
+    cbs: CallbackList
+    state: FitState
+    columns: list[str]
+    rows: list[dict] = field(default_factory=list)
+    head_rows: list[dict] = field(default_factory=list)
+
+
+def fit_loop(session: TrainingSession, train_feed: Feed, val_feed: Feed | None, plan: EpochPlan, *,
+             source_name: str = "generator", before_epoch: Callable[[int], None] | None = None,
+             validate: Callable[[], EpochStats] | None = None) -> pd.DataFrame:
     """Run the epochs; returns the history (one row per completed epoch). ``validate`` (instead of
     ``val_feed``) computes the validation statistics itself (the model layer's inference graph).
 
     Nothing is lost on the way out: an exception (a Ctrl-C, a failing generator or callback, a
     non-finite loss) leaves with the history of the completed epochs as its ``history`` attribute."""
-    cbs = CallbackList(callbacks)
-    nepoch = initial_epoch + epochs
-    state = FitState(lr_ud=trainer.lr_ud, nepoch=nepoch,
-                     optimizer="sgd" if trainer.train_ctx.optimizer == OPTIMIZER_SGD else "adamw")
-    columns = HISTORY_COLUMNS + (["steps"] if stream else [])
-    rows: list[dict] = []
-    head_rows: list[dict] = []
+    check_nonfinite(plan.on_nonfinite)
+    state = FitState(lr_ud=session.lr_ud, nepoch=plan.initial_epoch + plan.epochs,
+                     optimizer="sgd" if session.train_ctx.optimizer == OPTIMIZER_SGD else "adamw")
+    run = _FitRun(session, train_feed, val_feed, plan, source_name, before_epoch, validate,
+                  CallbackList(plan.callbacks), state, HISTORY_COLUMNS + (["steps"] if plan.stream else []))
+    head_names = session.graph.head_names
     try:
         # while it runs, nothing it needs can be freed: not from a callback, a generator (also one running in
         # the prefetch thread) or another thread
-        with using(trainer.keepers(), "a fit (ggml_fit_opt*, ggml_fit*)"), trainer.guard:
-            _epochs(trainer, train_feed, val_feed, cbs, state, rows, head_rows, columns, epochs, initial_epoch,
-                    steps_per_epoch, validation_steps, silent, source_name, stream, before_epoch, head_names,
-                    validate, check_nonfinite(on_nonfinite))
+        with using(session.keepers(), "a fit (ggml_fit_opt*, ggml_fit*)"), session.guard:
+            _epochs(run)
     except BaseException as exc:
         try:
-            exc.history = _history(rows, head_rows, columns, head_names, trainer.placement)
+            exc.history = _history(run.rows, run.head_rows, run.columns, head_names, session.placement)
         except Exception:  # noqa: BLE001 - never mask the original error
             pass
         raise
-    return _history(rows, head_rows, columns, head_names, trainer.placement)
+    return _history(run.rows, run.head_rows, run.columns, head_names, session.placement)
 
 
 NONFINITE_CAUSES = ("Usual causes: a learning rate too high, NaN/inf in the data, binary cross-entropy on outputs "
@@ -245,10 +261,14 @@ def check_nonfinite(on_nonfinite: Any) -> str:
     return on_nonfinite
 
 
-def _epochs(trainer, train_feed, val_feed, cbs, state, rows, head_rows, columns, epochs, initial_epoch,
-            steps_per_epoch, validation_steps, silent, source_name, stream, before_epoch, head_names, validate,
-            on_nonfinite) -> None:
+def _epochs(run: _FitRun) -> None:
+    session, plan, state, cbs = run.session, run.plan, run.state, run.cbs
+    steps_per_epoch, validation_steps, silent, stream = plan.steps_per_epoch, plan.validation_steps, plan.silent, \
+        plan.stream
+    source_name, before_epoch, validate, head_names = run.source_name, run.before_epoch, run.validate, \
+        session.graph.head_names
     nepoch = state.nepoch
+    epochs, initial_epoch = plan.epochs, plan.initial_epoch
     for k in range(1, epochs + 1):
         epoch = initial_epoch + k
         state.epoch = epoch
@@ -259,7 +279,7 @@ def _epochs(trainer, train_feed, val_feed, cbs, state, rows, head_rows, columns,
             break
         progress = EpochProgress(epoch, nepoch, steps_per_epoch, silent)
         try:
-            train = trainer.run_epoch(train_feed, steps_per_epoch, True, progress)
+            train = session.run_epoch(run.train_feed, steps_per_epoch, True, progress)
         finally:
             seconds = progress.close()
         if stream and train.steps == 0:
@@ -271,7 +291,7 @@ def _epochs(trainer, train_feed, val_feed, cbs, state, rows, head_rows, columns,
             message = (f"Epoch {epoch}: the training loss is {train.loss} (not finite); the weights are probably "
                        f"NaN/inf now. {NONFINITE_CAUSES} The history of the completed epochs is in this exception's "
                        ".history")
-            if on_nonfinite == "raise":
+            if plan.on_nonfinite == "raise":
                 raise GgmlValueError(message)
             _warn(message.replace("this exception's .history", "the returned history"))
         if stream and steps_per_epoch is not None and train.steps < steps_per_epoch:
@@ -281,8 +301,8 @@ def _epochs(trainer, train_feed, val_feed, cbs, state, rows, head_rows, columns,
                          head_accuracy=[math.nan] * len(train.head_loss))
         if validate is not None:
             val = validate()
-        elif val_feed is not None:
-            val = trainer.run_epoch(val_feed, validation_steps, False)
+        elif run.val_feed is not None:
+            val = session.run_epoch(run.val_feed, validation_steps, False)
             if val.steps == 0 and not state.warned_no_validation:
                 state.warned_no_validation = True
                 _warn(f"Epoch {epoch}: the validation_generator gave no batch, so val_loss and val_accuracy are "
@@ -299,9 +319,9 @@ def _epochs(trainer, train_feed, val_feed, cbs, state, rows, head_rows, columns,
                                             val.head_accuracy):
                 logs.update({f"train_{name}_loss": tl, f"train_{name}_accuracy": ta,
                              f"val_{name}_loss": vl, f"val_{name}_accuracy": va})
-            head_rows.append({"loss": train.head_loss, "accuracy": train.head_accuracy,
+            run.head_rows.append({"loss": train.head_loss, "accuracy": train.head_accuracy,
                               "val_loss": val.head_loss, "val_accuracy": val.head_accuracy})
-        rows.append({"epoch": epoch, **{c: logs[c] for c in columns if c != "epoch"}})
+        run.rows.append({"epoch": epoch, **{c: logs[c] for c in run.columns if c != "epoch"}})
         say(summary_line(epoch, nepoch, logs, seconds, train.samples), silent)
         cbs.run("on_epoch_end", epoch, logs, state)
         if state.stop:

@@ -164,7 +164,7 @@ def test_model_layer_splits_the_threads_for_fit_trainer_steps_and_predict(monkey
     from ggmlpy.backend import backend as gb
     from ggmlpy.compute import threads as policy
     from ggmlpy.models import runtime
-    from ggmlpy.training.loop import Trainer
+    from ggmlpy.training.loop import TrainingSession
     monkeypatch.setattr(gb, "_n_threads", [2])
     monkeypatch.setattr(policy, "blas_shares_cpu_pool", lambda: False)  # the pthreads policy splits the count
     seen = []
@@ -172,8 +172,8 @@ def test_model_layer_splits_the_threads_for_fit_trainer_steps_and_predict(monkey
     def threads(sched):
         return tuple(sorted((b.device.name, b.n_threads) for b in sched.backends))
 
-    step = Trainer.step
-    monkeypatch.setattr(Trainer, "step", lambda self, ctx, *a, **k: (seen.append(("step", threads(ctx.sched))),
+    step = TrainingSession.step
+    monkeypatch.setattr(TrainingSession, "step", lambda self, ctx, *a, **k: (seen.append(("step", threads(ctx.sched))),
                                                                       step(self, ctx, *a, **k))[1])
     compute = runtime.ggml_backend_sched_graph_compute
     monkeypatch.setattr(runtime, "ggml_backend_sched_graph_compute",

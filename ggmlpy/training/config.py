@@ -1,0 +1,58 @@
+"""What a fit is made of, as three small objects instead of long parameter lists.
+
+``TrainingGraph`` is the graph being trained (built and owned by the caller), ``StepOptions`` how each
+optimizer step runs, ``EpochPlan`` how the epochs run and report. The public fit functions check their
+arguments (``core.args``) and build these once; the session and the loop only read them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ..compute.sched import Scheduler
+from ..graph.objects import Context, Tensor
+
+
+@dataclass(frozen=True)
+class TrainingGraph:
+    """The model graph a fit trains: its scheduler and compute context, inputs and outputs (one output per
+    loss head), the heads' loss types and weights, and what the graph computes besides the loss."""
+    sched: Scheduler
+    ctx_compute: Context
+    inputs: list[Tensor]
+    outputs: list[Tensor]
+    loss_types: list[int]
+    loss_weights: list[float] | None = None
+    loss_mask_ne0: int | None = None     # weighted MSE: the leading entries of each label row are the weights
+    sample_weighted: bool = False        # a per-sample weight column comes with each batch
+    side_outputs: Sequence[Tensor] = ()  # updated by training steps only (batch-norm statistics)
+    head_names: list[str] | None = None  # per-head history columns (multi-head fits)
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """How each step runs: the optimizer (``OPTIMIZER_ADAMW``/``_SGD``), its period (physical batches per
+    logical batch), weight decay, the starting learning rate (None: ggml's default), hooks run around each
+    eval (dropout masks), and the samples per step (for samples/s; None: the inputs' batch)."""
+    optimizer: int
+    period: int = 1
+    weight_decay: float = 0.0
+    learning_rate: float | None = None
+    hooks: Sequence[Any] = ()
+    batch_size: int | None = None
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """How the epochs run and report: how many (after ``initial_epoch``), steps per epoch and validation
+    steps (None: until the source ends), callbacks, silence, batches prefetched, whether batches are
+    streamed (the history gets a ``steps`` column), and what a non-finite loss does."""
+    epochs: int
+    initial_epoch: int = 0
+    steps_per_epoch: int | None = None
+    validation_steps: int | None = None
+    callbacks: Any = None
+    silent: bool = False
+    prefetch: int = 0
+    stream: bool = True
+    on_nonfinite: str = "raise"
