@@ -108,3 +108,35 @@ def test_pdoc_renders_the_api_reference(tmp_path):
     page = (tmp_path / "ggmlpy.html").read_text(encoding="utf-8")
     absent = [name for name in G.__all__ if f'id="{name}"' not in page]
     assert not absent, f"names missing from the generated reference: {absent}"
+
+
+# ---------------------------------------------------------------- the glossary (ggmlpy/core/glossary.py)
+
+def test_every_glossary_marker_is_filled():
+    unfilled = sorted(name for name, obj in PUBLIC.items() if "[glossary" in (obj.__doc__ or ""))
+    assert not unfilled, f"docstrings with a glossary marker that names no entry: {unfilled}"
+
+
+def test_every_glossary_entry_is_shared_by_at_least_three_docstrings():
+    from pathlib import Path
+    from ggmlpy.core.glossary import MARKER, TERMS
+    uses = {key: 0 for key in TERMS}
+    for path in Path(G.__file__).parent.rglob("*.py"):
+        for m in MARKER.finditer(path.read_text()):
+            key = m.group(2) + (f": {m.group(3)}" if m.group(3) else "")
+            uses[key] = uses.get(key, 0) + 1
+    assert not [k for k, n in uses.items() if n < 3], uses
+
+
+def test_explain_fills_known_markers_and_leaves_unknown_ones():
+    from ggmlpy.core.glossary import TERMS, explain
+
+    def f(ctx, bogus):
+        """Do a thing.
+
+        Arguments:
+            ctx: [glossary]
+            bogus: [glossary: nothing]
+        """
+    explain(f)
+    assert f"ctx: {TERMS['ctx']}" in f.__doc__ and "bogus: [glossary: nothing]" in f.__doc__

@@ -34,6 +34,7 @@ from inspect import isfunction as _isfunction
 
 from ._ffi import BUILD_INFO
 from ._guard import guard as _guard
+from .core.glossary import explain as _explain
 '''
 
 FOOTER = '''
@@ -41,10 +42,11 @@ __version__ = "0.1.0"
 __docformat__ = "google"  # for pdoc (docs/README.md): "Arguments:" sections render as lists, examples as code
 GGML_VERSION = BUILD_INFO.get("ggml_version", "unknown")
 
-# a Python error from inside ggmlpy leaves a public function as a ggmlpy error (_guard.py)
+# docstrings get their shared argument descriptions (core/glossary.py); a Python error from inside ggmlpy
+# leaves a public function as a ggmlpy error (_guard.py)
 for _name in __all__:
     if _isfunction(globals()[_name]):
-        globals()[_name] = _guard(globals()[_name])
+        globals()[_name] = _guard(_explain(globals()[_name]))
 del _name
 '''
 
@@ -104,7 +106,7 @@ def render() -> str:
     for module, names in by_module.items():
         lines.append(_import(module[len("ggmlpy."):], names))
     exported = ERRORS + ["GGML_VERSION"] + [n for names in by_module.values() for n in names]
-    lines.append(FOOTER.replace("\n# a Python", "\n__all__ = [\n" + _listing(exported) + "]\n\n# a Python", 1))
+    lines.append(FOOTER.replace("\n# docstrings", "\n__all__ = [\n" + _listing(exported) + "]\n\n# docstrings", 1))
     return "".join(lines)
 
 

@@ -167,7 +167,7 @@ def ggml_set_f32_1d(tensor: Tensor, i: int, value: float) -> None:
 
     Arguments:
         tensor: an allocated Tensor of type F32, F16, BF16, F64, I8, I16, I32 or I64 (else GgmlTypeError).
-        i: the element index, an int in ``[0, ggml_nelements(tensor))`` (else GgmlValueError).
+        i: [glossary: element]
         value: a real number; integer tensors take integral values in their range only, and a value that
             would overflow the type (inf in F16) is refused (GgmlValueError / GgmlTypeError).
 
@@ -187,8 +187,8 @@ def ggml_get_i32_1d(tensor: Tensor, i: int) -> int:
     GgmlValueError).
 
     Arguments:
-        tensor: an allocated Tensor of type I8, I16, I32, I64, F32, F16, BF16 or F64.
-        i: the element index, an int in ``[0, ggml_nelements(tensor))`` (else GgmlValueError).
+        tensor: [glossary: data]
+        i: [glossary: element]
 
     Value: a Python int.
 
@@ -206,8 +206,8 @@ def ggml_set_i32_1d(tensor: Tensor, i: int, value: int) -> None:
     """Set element ``i`` of a tensor (in ggml order) to an integer.
 
     Arguments:
-        tensor: an allocated Tensor of type I8, I16, I32, I64, F32, F16, BF16 or F64.
-        i: the element index, an int in ``[0, ggml_nelements(tensor))`` (else GgmlValueError).
+        tensor: [glossary: data]
+        i: [glossary: element]
         value: an int in the 32-bit range (ggml's int32_t) that the tensor's type can hold (an I8 tensor:
             [-128, 127]); else GgmlValueError, and GgmlTypeError for a non-integer.
 
@@ -273,7 +273,7 @@ def ggml_get_i32_nd(tensor: Tensor, i0: int, i1: int = 0, i2: int = 0, i3: int =
     """The element at ``[i0, i1, i2, i3]`` (0-based) of a tensor, as an int (floats truncated toward zero).
 
     Arguments:
-        tensor: an allocated Tensor of type I8, I16, I32, I64, F32, F16, BF16 or F64.
+        tensor: [glossary: data]
         i0, i1, i2, i3: the index along each dimension (``0 <= ik < ne[k]``; i1, i2, i3 default to 0).
 
     Value: a Python int.
@@ -291,7 +291,7 @@ def ggml_set_i32_nd(tensor: Tensor, i0: int, i1: int = 0, i2: int = 0, i3: int =
     """Set the element at ``[i0, i1, i2, i3]`` (0-based) of a tensor to an integer.
 
     Arguments:
-        tensor: an allocated Tensor of type I8, I16, I32, I64, F32, F16, BF16 or F64.
+        tensor: [glossary: data]
         i0, i1, i2, i3: the index along each dimension (``0 <= ik < ne[k]``; i1, i2, i3 default to 0).
         value: an int in the 32-bit range that the tensor's type can hold (required; pass it by name).
 

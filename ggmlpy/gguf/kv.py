@@ -22,7 +22,7 @@ def gguf_get_n_kv(ctx: GgufContext) -> int:
     """The number of metadata keys in a GGUF context.
 
     Arguments:
-        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        ctx: [glossary: gguf]
 
     Value: an int.
 
@@ -42,7 +42,7 @@ def gguf_find_key(ctx: GgufContext, key: str) -> int:
     """The index of the metadata key ``key``, or -1 if the context has no such key.
 
     Arguments:
-        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        ctx: [glossary: gguf]
         key: the key name, a non-empty str.
 
     Value: an int.
@@ -68,7 +68,7 @@ def gguf_get_key(ctx: GgufContext, key_id: int) -> str:
     """The name of a metadata key.
 
     Arguments:
-        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        ctx: [glossary: gguf]
         key_id: the key's index in ``[0, gguf_get_n_kv(ctx))`` or its name (an unknown name raises
             GgufKeyError, an index out of range GgmlValueError).
 
@@ -85,7 +85,7 @@ def gguf_get_kv_type(ctx: GgufContext, key_id: int | str) -> int:
     """The GGUF value type of a metadata key, as an int (``gguf_type_name`` names it).
 
     Arguments:
-        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        ctx: [glossary: gguf]
         key_id: the key's index in ``[0, gguf_get_n_kv(ctx))`` or its name (an unknown name raises
             GgufKeyError, an index out of range GgmlValueError).
 
@@ -103,7 +103,7 @@ def gguf_get_val(ctx: GgufContext, key_id: int | str) -> Any:
     """The value of a metadata key, converted to Python.
 
     Arguments:
-        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        ctx: [glossary: gguf]
         key_id: the key's index in ``[0, gguf_get_n_kv(ctx))`` or its name (an unknown name raises
             GgufKeyError, an index out of range GgmlValueError).
 
@@ -146,7 +146,7 @@ def gguf_remove_key(ctx: GgufContext, key: str) -> int:
     """Remove the metadata key ``key`` from a context (nothing happens if it is absent).
 
     Arguments:
-        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        ctx: [glossary: gguf]
         key: the key name, a non-empty str.
 
     Value: the key's former index, or -1 if it was absent.
@@ -199,8 +199,8 @@ def gguf_set_val_str(ctx: GgufContext, key: str, value: str) -> None:
     """Set ``key`` to a string value (replacing any previous value of that key).
 
     Arguments:
-        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
-        key: a non-empty str without NUL characters, e.g. ``"general.name"``.
+        ctx: [glossary: gguf]
+        key: [glossary]
         value: a str without NUL characters.
 
     Value: None. Raises GgmlTypeError for a value of the wrong kind, GgmlValueError for one out of range.
@@ -222,8 +222,8 @@ def gguf_set_val_i32(ctx: GgufContext, key: str, value: int) -> None:
     """Set ``key`` to a signed 32-bit integer (i32) value (replacing any previous value of that key).
 
     Arguments:
-        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
-        key: a non-empty str without NUL characters, e.g. ``"general.name"``.
+        ctx: [glossary: gguf]
+        key: [glossary]
         value: an int in [-2**31, 2**31 - 1].
 
     Value: None. Raises GgmlTypeError for a value of the wrong kind, GgmlValueError for one out of range.
@@ -239,8 +239,8 @@ def gguf_set_val_u32(ctx: GgufContext, key: str, value: int) -> None:
     """Set ``key`` to a unsigned 32-bit integer (u32) value (replacing any previous value of that key).
 
     Arguments:
-        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
-        key: a non-empty str without NUL characters, e.g. ``"general.name"``.
+        ctx: [glossary: gguf]
+        key: [glossary]
         value: an int in [0, 2**32 - 1].
 
     Value: None. Raises GgmlTypeError for a value of the wrong kind, GgmlValueError for one out of range.
@@ -256,8 +256,8 @@ def gguf_set_val_i64(ctx: GgufContext, key: str, value: int) -> None:
     """Set ``key`` to a signed 64-bit integer (i64) value (replacing any previous value of that key).
 
     Arguments:
-        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
-        key: a non-empty str without NUL characters, e.g. ``"general.name"``.
+        ctx: [glossary: gguf]
+        key: [glossary]
         value: an int in [-2**63, 2**63 - 1].
 
     Value: None. Raises GgmlTypeError for a value of the wrong kind, GgmlValueError for one out of range.
@@ -273,8 +273,8 @@ def gguf_set_val_f32(ctx: GgufContext, key: str, value: float) -> None:
     """Set ``key`` to a 32-bit float (f32) value (replacing any previous value of that key).
 
     Arguments:
-        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
-        key: a non-empty str without NUL characters, e.g. ``"general.name"``.
+        ctx: [glossary: gguf]
+        key: [glossary]
         value: a real number (stored in single precision).
 
     Value: None. Raises GgmlTypeError for a value of the wrong kind, GgmlValueError for one out of range.
@@ -290,8 +290,8 @@ def gguf_set_val_f64(ctx: GgufContext, key: str, value: float) -> None:
     """Set ``key`` to a 64-bit float (f64) value (replacing any previous value of that key).
 
     Arguments:
-        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
-        key: a non-empty str without NUL characters, e.g. ``"general.name"``.
+        ctx: [glossary: gguf]
+        key: [glossary]
         value: a real number.
 
     Value: None. Raises GgmlTypeError for a value of the wrong kind, GgmlValueError for one out of range.
@@ -307,8 +307,8 @@ def gguf_set_val_bool(ctx: GgufContext, key: str, value: bool) -> None:
     """Set ``key`` to a boolean value (replacing any previous value of that key).
 
     Arguments:
-        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
-        key: a non-empty str without NUL characters, e.g. ``"general.name"``.
+        ctx: [glossary: gguf]
+        key: [glossary]
         value: a bool (or numpy bool).
 
     Value: None. Raises GgmlTypeError for a value of the wrong kind, GgmlValueError for one out of range.
@@ -364,7 +364,7 @@ def gguf_set_val(ctx: GgufContext, key: str, value: Any) -> None:
     The typed ``gguf_set_val_i32`` ... ``gguf_set_val_str`` choose the type explicitly.
 
     Arguments:
-        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        ctx: [glossary: gguf]
         key: a non-empty str without NUL characters.
         value: a bool, int, float, str, numpy scalar, or a 1-D list/tuple/array of one kind of those.
 

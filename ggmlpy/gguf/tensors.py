@@ -21,7 +21,7 @@ def gguf_get_n_tensors(ctx: GgufContext) -> int:
     """The number of tensors described in a GGUF context.
 
     Arguments:
-        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        ctx: [glossary: gguf]
 
     Value: an int.
 
@@ -35,7 +35,7 @@ def gguf_find_tensor(ctx: GgufContext, name: str) -> int:
     """The index of the tensor called ``name``, or -1 if the context has none.
 
     Arguments:
-        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        ctx: [glossary: gguf]
         name: the tensor's name (a str).
 
     Value: an int.
@@ -65,7 +65,7 @@ def gguf_get_tensor_name(ctx: GgufContext, tensor_id: int) -> str:
     """The name of tensor number ``tensor_id``.
 
     Arguments:
-        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        ctx: [glossary: gguf]
         tensor_id: the tensor's index in ``[0, gguf_get_n_tensors(ctx))`` (else GgmlValueError); see
             ``gguf_find_tensor``.
 
@@ -83,7 +83,7 @@ def gguf_get_tensor_type(ctx: GgufContext, tensor_id: int) -> int:
     """The ggml type of tensor number ``tensor_id`` (a ``GGML_TYPE_*`` int, quantized types included).
 
     Arguments:
-        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        ctx: [glossary: gguf]
         tensor_id: the tensor's index in ``[0, gguf_get_n_tensors(ctx))`` (else GgmlValueError); see
             ``gguf_find_tensor``.
 
@@ -101,7 +101,7 @@ def gguf_get_tensor_shape(ctx: GgufContext, tensor_id: int) -> tuple[int, int, i
     """The shape ``(ne0, ne1, ne2, ne3)`` of tensor number ``tensor_id``, like ``ggml_tensor_shape``.
 
     Arguments:
-        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        ctx: [glossary: gguf]
         tensor_id: the tensor's index in ``[0, gguf_get_n_tensors(ctx))`` (else GgmlValueError); see
             ``gguf_find_tensor``.
 
@@ -120,7 +120,7 @@ def gguf_get_tensor_size(ctx: GgufContext, tensor_id: int) -> int:
     """The size in bytes of the data of tensor number ``tensor_id``.
 
     Arguments:
-        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        ctx: [glossary: gguf]
         tensor_id: the tensor's index in ``[0, gguf_get_n_tensors(ctx))`` (else GgmlValueError); see
             ``gguf_find_tensor``.
 
@@ -156,7 +156,7 @@ def gguf_add_tensor(ctx: GgufContext, tensor: Tensor) -> None:
     tensor and its memory alive until then (a tensor freed or moved in between is refused then).
 
     Arguments:
-        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        ctx: [glossary: gguf]
         tensor: a named (``ggml_set_name``), contiguous tensor that has memory (in a backend buffer or
             a context); the name must be new to the context.
 
@@ -183,7 +183,7 @@ def gguf_write_to_file(ctx: GgufContext, path: Any, only_meta: bool = False) -> 
     """Write a GGUF context to ``path``: metadata, tensor infos and (unless ``only_meta``) tensor data.
 
     Arguments:
-        ctx: a GGUF context (``gguf_init_from_file`` or ``gguf_init_empty``).
+        ctx: [glossary: gguf]
         path: the file to create or overwrite (a str or os.PathLike).
         only_meta: False (the default) writes the tensors' data too, read now from the tensors added
             with ``gguf_add_tensor``; True writes metadata and tensor infos only (the only choice for a

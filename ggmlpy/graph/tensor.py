@@ -44,7 +44,7 @@ def ggml_new_tensor_1d(ctx: Context, type: int, ne0: int) -> Tensor:
     """A new 1-D tensor ``[ne0]`` in ``ctx``.
 
     Arguments:
-        ctx: the context that owns the tensor (created by ``ggml_init``).
+        ctx: [glossary: owner]
         type: the element type: ``GGML_TYPE_F32``, ``GGML_TYPE_F16``, ``GGML_TYPE_BF16``, ``GGML_TYPE_F64``,
             ``GGML_TYPE_I8``, ``GGML_TYPE_I16``, ``GGML_TYPE_I32`` or ``GGML_TYPE_I64`` (else GgmlTypeError).
         ne0: the number of elements (an int >= 1).
@@ -68,7 +68,7 @@ def ggml_new_tensor_2d(ctx: Context, type: int, ne0: int, ne1: int) -> Tensor:
     array (see ``ggml_backend_tensor_set_data``).
 
     Arguments:
-        ctx: the context that owns the tensor (created by ``ggml_init``).
+        ctx: [glossary: owner]
         type: the element type: ``GGML_TYPE_F32``, ``GGML_TYPE_F16``, ``GGML_TYPE_BF16``, ``GGML_TYPE_F64``,
             ``GGML_TYPE_I8``, ``GGML_TYPE_I16``, ``GGML_TYPE_I32`` or ``GGML_TYPE_I64`` (else GgmlTypeError).
         ne0: the size of dimension 0 (features; an int >= 1). ne1: the size of dimension 1 (>= 1).
@@ -89,7 +89,7 @@ def ggml_new_tensor_3d(ctx: Context, type: int, ne0: int, ne1: int, ne2: int) ->
     """A new 3-D tensor ``[ne0, ne1, ne2]`` in ``ctx`` (ne0 is the fastest dimension).
 
     Arguments:
-        ctx: the context that owns the tensor (created by ``ggml_init``).
+        ctx: [glossary: owner]
         type: the element type: ``GGML_TYPE_F32``, ``GGML_TYPE_F16``, ``GGML_TYPE_BF16``, ``GGML_TYPE_F64``,
             ``GGML_TYPE_I8``, ``GGML_TYPE_I16``, ``GGML_TYPE_I32`` or ``GGML_TYPE_I64`` (else GgmlTypeError).
         ne0, ne1, ne2: the sizes (ints >= 1).
@@ -112,7 +112,7 @@ def ggml_new_tensor_4d(ctx: Context, type: int, ne0: int, ne1: int, ne2: int, ne
     Images in ggml layout are ``[W, H, C, N]`` (a numpy ``(N, C, H, W)`` array).
 
     Arguments:
-        ctx: the context that owns the tensor (created by ``ggml_init``).
+        ctx: [glossary: owner]
         type: the element type: ``GGML_TYPE_F32``, ``GGML_TYPE_F16``, ``GGML_TYPE_BF16``, ``GGML_TYPE_F64``,
             ``GGML_TYPE_I8``, ``GGML_TYPE_I16``, ``GGML_TYPE_I32`` or ``GGML_TYPE_I64`` (else GgmlTypeError).
         ne0, ne1, ne2, ne3: the sizes (ints >= 1).
@@ -135,7 +135,7 @@ def ggml_new_tensor(ctx: Context, type: int, n_dims: int, ne) -> Tensor:
     The generic form of ``ggml_new_tensor_1d`` ... ``_4d``.
 
     Arguments:
-        ctx: the context that owns the tensor (created by ``ggml_init``).
+        ctx: [glossary: owner]
         type: the element type: ``GGML_TYPE_F32``, ``GGML_TYPE_F16``, ``GGML_TYPE_BF16``, ``GGML_TYPE_F64``,
             ``GGML_TYPE_I8``, ``GGML_TYPE_I16``, ``GGML_TYPE_I32`` or ``GGML_TYPE_I64`` (else GgmlTypeError).
         n_dims: 1, 2, 3 or 4.

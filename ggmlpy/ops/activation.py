@@ -41,7 +41,7 @@ def ggml_add1(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     respect to both ``a`` and ``b``.
 
     Arguments:
-        ctx: the context the result tensor is created in (it must have room for it).
+        ctx: [glossary: room]
         a: F32, F16 or BF16 tensor with contiguous rows.
         b: a one-element tensor, of a's type or F32 (anything else is a GgmlValueError/GgmlTypeError;
             use ``ggml_add`` for a bias with more than one value).
@@ -193,7 +193,7 @@ def ggml_glu(ctx: Context, a: Tensor, op: int, swapped: bool = False) -> Tensor:
     ``ggml_mul(ctx, ggml_silu(ctx, x), g)`` for SwiGLU, ``ggml_relu``/``ggml_gelu`` likewise.
 
     Arguments:
-        ctx: the context the result tensor is created in (it must have room for it).
+        ctx: [glossary: room]
         a: F32 or F16 tensor ``[2 n, ...]`` with contiguous rows stacked without gaps (apply ``ggml_cont``
             to a view first).
         op: one of the ``GGML_GLU_OP_*`` constants above.
@@ -222,7 +222,7 @@ def ggml_glu_split(ctx: Context, a: Tensor, b: Tensor, op: int) -> Tensor:
     ``ggml_mul(ctx, ggml_silu(ctx, a), b)`` for SwiGLU, ``ggml_relu``/``ggml_gelu`` likewise.
 
     Arguments:
-        ctx: the context the result tensor is created in (it must have room for it).
+        ctx: [glossary: room]
         a: F32 or F16 tensor (the values), contiguous rows stacked without gaps.
         b: the gate: a tensor of a's type and shape (else GgmlTypeError/GgmlValueError), laid out likewise.
         op: one of the ``GGML_GLU_OP_*`` constants above.
@@ -325,7 +325,7 @@ def ggml_swiglu_clamp(ctx: Context, a: Tensor, b: Tensor, limit: float) -> Tenso
     {no_backward}
 
     Arguments:
-        ctx: the context the result tensor is created in (it must have room for it).
+        ctx: [glossary: room]
         a: F32 or F16 tensor (the values), contiguous rows stacked without gaps.
         b: the gate: a tensor of a's type and shape.
         limit: the bound, a number > 0 (``inf`` for none).

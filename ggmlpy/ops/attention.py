@@ -136,7 +136,7 @@ def ggml_rope(ctx: Context, a: Tensor, b: Tensor, n_dims: int, mode: int = 0) ->
     (YaRN) parameters. Differentiable with respect to ``a`` (ggml's backward rotates back).
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         {args}
         n_dims: the number of values of each row that are rotated: even, ``<= a.ne[0]`` (usually
             ``a.ne[0]``, the head size).
@@ -159,7 +159,7 @@ def ggml_rope_inplace(ctx: Context, a: Tensor, b: Tensor, n_dims: int, mode: int
     ``ggml_rope`` there).
 
     Arguments:
-        ctx: the context the result tensor's header is created in.
+        ctx: [glossary: header]
         {args}
         n_dims: the number of values of each row that are rotated: even, ``<= a.ne[0]``.
         mode: ``GGML_ROPE_TYPE_NORM`` (0, the default) or ``GGML_ROPE_TYPE_NEOX`` (2).
@@ -201,7 +201,7 @@ def ggml_rope_ext(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None = None, n
     ``beta_slow`` and ``n_ctx_orig``). Differentiable with respect to ``a`` (not to ``c``).
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         {args}
         {ext}
 
@@ -224,7 +224,7 @@ def ggml_rope_ext_inplace(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None =
     trainable parameter (use ``ggml_rope_ext`` there).
 
     Arguments:
-        ctx: the context the result tensor's header is created in.
+        ctx: [glossary: header]
         {args}
         {ext}
 
@@ -263,7 +263,7 @@ def ggml_rope_multi(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None = None,
     {multi}
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         {args}
         {ext}
 
@@ -286,7 +286,7 @@ def ggml_rope_multi_inplace(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None
     trainable parameter (use ``ggml_rope_multi`` there).
 
     Arguments:
-        ctx: the context the result tensor's header is created in.
+        ctx: [glossary: header]
         {args}
         {ext}
 
@@ -324,7 +324,7 @@ def ggml_timestep_embedding(ctx: Context, timesteps: Tensor, dim: int, max_perio
     it: the timesteps are data, not parameters.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         timesteps: contiguous F32 vector ``[N]`` of timesteps (any real values).
         dim: the embedding size (an int >= 1).
         max_period: the longest period, an int >= 1 (default 10000).
@@ -366,7 +366,7 @@ def ggml_flash_attn_ext(ctx: Context, q: Tensor, k: Tensor, v: Tensor, mask: Ten
     about three significant digits with F16 k/v.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         q: F32 queries ``[d_k, n_q, n_head, B]`` with contiguous rows.
         k: F16 (or F32) keys ``[d_k, n_kv, n_head_kv, B]`` with contiguous rows; n_head must be a
             multiple of n_head_kv.
@@ -432,7 +432,7 @@ def ggml_get_rel_pos(ctx: Context, a: Tensor, qh: int, kh: int) -> Tensor:
     ``result[:, k, q] = a[:, q - k + kh - 1]``. ggml requires ``qh == kh``. Not differentiable.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: contiguous F16 matrix ``[C, 2 * kh - 1]``.
         qh: the number of query positions (an int >= 1, equal to ``kh``).
         kh: the number of key positions (an int >= 1).
@@ -463,7 +463,7 @@ def ggml_add_rel_pos(ctx: Context, a: Tensor, pw: Tensor, ph: Tensor) -> Tensor:
     from (Q1, Q2)). Not differentiable.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: contiguous F32 scores ``[K*K, Q, B]`` (3-D: ne[3] == 1).
         pw: contiguous F32 width biases ``[K, Q1, Q2, B]``.
         ph: contiguous F32 height biases of pw's shape.

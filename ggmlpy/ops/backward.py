@@ -19,7 +19,7 @@ def ggml_silu_back(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     forward pass. Not differentiable itself.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: ``dy``, the gradient of the loss with respect to ``silu(x)``: contiguous F32 or F16.
         b: ``x``, the input of the forward ``ggml_silu``: contiguous, a's type and shape.
 
@@ -47,7 +47,7 @@ def ggml_rms_norm_back(ctx: Context, a: Tensor, b: Tensor, eps: float = 1e-5) ->
     differentiable itself.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: ``dy``, the gradient with respect to ``rms_norm(x)``: F32 with contiguous rows.
         b: ``x``, the input of the forward pass: F32 of a's shape with contiguous rows.
         eps: the eps of the forward pass, a finite number >= 0 (default 1e-5, as in ggmlR).
@@ -96,7 +96,7 @@ def ggml_soft_max_ext_back(ctx: Context, a: Tensor, b: Tensor, scale: float = 1.
     the forward output (ggmlR's help page has them the other way round). Not differentiable itself.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         {args}
 
     Value: a new F32 Tensor of a's shape: the gradient with respect to ``x``.
@@ -115,7 +115,7 @@ def ggml_soft_max_ext_back_inplace(ctx: Context, a: Tensor, b: Tensor, scale: fl
     itself.
 
     Arguments:
-        ctx: the context the result tensor's header is created in.
+        ctx: [glossary: header]
         {args}
 
     Value: a Tensor of a's shape viewing a's data.
@@ -140,7 +140,7 @@ def ggml_get_rows_back(ctx: Context, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
     outside the result otherwise.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: the gradient of the lookup's result, an F32 or F16 matrix ``[n_embd, n_idx]`` with contiguous
             rows.
         b: the row indices of the lookup: a contiguous I32 vector ``[n_idx]``.

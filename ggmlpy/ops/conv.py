@@ -29,7 +29,7 @@ def ggml_im2col(ctx: Context, a: Tensor, b: Tensor, s0: int, s1: int, p0: int, p
     counts that differ and bad types raise before ggml is called.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: the convolution kernel (any type; its shape sets the patch size).
         b: the data, F32 (F32 or F16 when ``dst_type`` is F16), with contiguous rows.
         s0, s1: strides along width and height (>= 1). p0, p1: zero padding on each side (>= 0).
@@ -137,7 +137,7 @@ def ggml_pool_1d(ctx: Context, a: Tensor, op: int, k0: int, s0: int | None = Non
     ``ggml_pool_2d`` with a height-1 kernel in trainable graphs).
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 or F16 tensor.
         op: ``GGML_OP_POOL_MAX`` or ``GGML_OP_POOL_AVG``.
         k0: window size (>= 1). s0: stride (>= 1; default ``k0``, windows side by side, as in ggmlR).
@@ -175,7 +175,7 @@ def ggml_pool_2d(ctx: Context, a: Tensor, op: int, k0: int, k1: int, s0: int | N
     Differentiable.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 or F16 tensor ``[W, H, C, N]`` (images in ggml layout).
         op: ``GGML_OP_POOL_MAX`` or ``GGML_OP_POOL_AVG``.
         k0, k1: window width and height (>= 1).
@@ -249,7 +249,7 @@ def ggml_conv_transpose_1d(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, p0: 
     graph it may not lie between a parameter and the loss (training raises an error naming it).
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: the kernel, F32 or F16 ``[K, Cout, Cin]`` with contiguous rows.
         b: the data, F32 ``[L, Cin]`` (a matrix: ne[2] == ne[3] == 1) with contiguous rows; Cin must
             equal a's ne[2].
@@ -301,7 +301,7 @@ def ggml_conv_transpose_2d_p0(ctx: Context, a: Tensor, b: Tensor, stride: int = 
     may not lie between a parameter and the loss (training raises an error naming it).
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: the kernel, F32 or F16 ``[KW, KH, Cout, Cin]``, contiguous.
         b: the data, F32 ``[W, H, Cin, 1]`` with contiguous rows; Cin must equal a's ne[3].
         stride: the stride along width and height (>= 1, default 1).
@@ -344,7 +344,7 @@ def ggml_conv_1d_dw(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, p0: int = 0
     sample at a time. Differentiable with respect to the kernel and the data (train an F32 kernel).
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: the kernels, F32 or F16 ``[K, 1, C]``, contiguous.
         b: the data, F32 ``[L, C]`` (one sample), contiguous.
         s0: the stride (>= 1, default 1). p0: zero padding on each side (>= 0, default 0).
@@ -389,7 +389,7 @@ def ggml_conv_2d_dw(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int = 1
     with respect to the data ``b`` (the F16 kernel itself cannot be trained).
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: the kernels, F16 or BF16 ``[KW, KH, 1, C]`` (``[KW, KH, C, 1]`` is accepted too), contiguous.
         b: the images, F32 ``[W, H, C, N]``, contiguous.
         s0, s1: strides along width and height (>= 1, default 1).
@@ -435,7 +435,7 @@ def ggml_conv_2d_dw_direct(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: 
     in 1-D, where the data needs a gradient).
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: the kernels, F32 or F16 ``[KW, KH, 1, C]``, contiguous.
         b: the images, F32 ``[W, H, C, N]``, contiguous (apply ``ggml_cont`` to a permuted view).
         s0, s1: strides along width and height (>= 1, default 1).
@@ -476,7 +476,7 @@ def ggml_conv_2d_direct(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int
     parameter and the loss (use ``ggml_conv_2d`` there).
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: the kernel, F32 or F16 ``[KW, KH, Cin, Cout]``, contiguous; one patch (``KW*KH*Cin`` values
             plus ``Cout`` results) must fit ggml's 16 MiB scratch area.
         b: the images, F32 ``[W, H, Cin, N]`` (any strides); Cin must equal a's ne[2].

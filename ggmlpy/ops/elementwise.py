@@ -190,7 +190,7 @@ def ggml_soft_max(ctx: Context, a: Tensor) -> Tensor:
     graph with it: that loss takes logits and applies the softmax itself.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 tensor, contiguous (apply ``ggml_cont`` to a transposed or permuted view first).
 
     Value: a new F32 Tensor of a's shape.
@@ -217,7 +217,7 @@ def ggml_leaky_relu(ctx: Context, a: Tensor, negative_slope: float = 0.01, inpla
     ``ggml_scale`` and ``ggml_sub`` instead). Fine for inference.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 or F16 tensor.
         negative_slope: the factor applied to negative values, a finite number (default 0.01, as in Keras and
             PyTorch; NaN or inf is a GgmlValueError).
@@ -242,7 +242,7 @@ def ggml_scale(ctx: Context, a: Tensor, s: float) -> Tensor:
     Differentiable (the usual way to turn a sum into a mean: ``ggml_scale(ctx, ggml_sum(ctx, x), 1/n)``).
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 tensor, contiguous (apply ``ggml_cont`` to a view first).
         s: the factor (a Python number).
 
@@ -266,7 +266,7 @@ def ggml_dropout(ctx: Context, a: Tensor, seed: Tensor, p: float, scale: float |
     keep test is ``u >= p`` for a 24-bit uniform ``u``, so ``p`` is used in steps of 2**-24.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 tensor, any layout (views and transposes are read in their logical order).
         seed: an I32 tensor of one element (write it with ``ggml_backend_tensor_set_data`` before each compute
             that should get a new mask).
@@ -310,7 +310,7 @@ def ggml_clamp(ctx: Context, a: Tensor, min: float, max: float) -> Tensor:  # no
     (clamp the data instead, or use relu-based bounds such as ``x - relu(x - c)`` for ``min(x, c)``).
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 or F16 tensor with contiguous rows.
         min: the lower bound (a number); max: the upper bound, ``min <= max`` (else GgmlValueError).
             Infinite bounds are allowed (no bound on that side).
@@ -341,7 +341,7 @@ def ggml_norm(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
     (multiply and add tensors yourself, as layer normalisation does). Differentiable.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 tensor.
         eps: a small positive number added to the variance to avoid dividing by zero (default 1e-5).
 
@@ -366,7 +366,7 @@ def ggml_rms_norm(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
     Like ``ggml_norm`` without subtracting the mean (as in RMSNorm / LLaMA). Differentiable.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 tensor with contiguous rows.
         eps: a small positive number added to the mean square (default 1e-5).
 
@@ -395,7 +395,7 @@ def ggml_soft_max_ext(ctx: Context, a: Tensor, mask: Tensor | None = None, scale
     per-head ALiBi slopes derived from ``max_bias`` (heads along ne[2]).
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 tensor ``[n_kv, n_q, n_head, n_seq]``, contiguous.
         mask: None (the default: no mask) or a contiguous F32/F16 tensor with ``ne[0] == a.ne[0]``,
             ``ne[1] >= a.ne[1]`` and ne[2], ne[3] dividing a's (it is broadcast over them).
@@ -440,7 +440,7 @@ def ggml_diag_mask_inf(ctx: Context, a: Tensor, n_past: int) -> Tensor:
     ``ggml_soft_max`` this gives causal attention weights. Differentiable.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 tensor, contiguous (typically ``[n_kv, n_q, ...]`` attention scores).
         n_past: the number of earlier positions every row may also see (an int >= 0; 0 is a plain
             lower-triangular mask).
@@ -465,7 +465,7 @@ def ggml_scale_bias(ctx: Context, a: Tensor, s: float, b: float) -> Tensor:
     """Scale and shift by two numbers: ``s * a + b``, element-wise.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 tensor, contiguous.
         s: the factor (a number). b: the number added afterwards.
 

@@ -194,7 +194,7 @@ def ggml_scale_inplace(ctx: Context, a: Tensor, s: float) -> Tensor:
     ``ggml_scale`` in trainable graphs.
 
     Arguments:
-        ctx: the context the result tensor (a view, no data of its own) is created in.
+        ctx: [glossary: view]
         a: F32 tensor, contiguous; it is overwritten.
         s: the factor (a finite number).
 
@@ -217,7 +217,7 @@ def ggml_clamp_inplace(ctx: Context, a: Tensor, min: float, max: float) -> Tenso
     parameter or is computed from one.
 
     Arguments:
-        ctx: the context the result tensor (a view, no data of its own) is created in.
+        ctx: [glossary: view]
         a: F32 or F16 tensor with contiguous rows; it is overwritten.
         min: the lower bound; max: the upper bound, ``min <= max`` (else GgmlValueError).
 
@@ -241,7 +241,7 @@ def ggml_norm_inplace(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
     ``ggml_norm`` in trainable graphs.
 
     Arguments:
-        ctx: the context the result tensor (a view, no data of its own) is created in.
+        ctx: [glossary: view]
         a: F32 tensor; it is overwritten.
         eps: a small number >= 0 added to the variance (default 1e-5).
 
@@ -264,7 +264,7 @@ def ggml_rms_norm_inplace(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
     is computed from one; use ``ggml_rms_norm`` in trainable graphs.
 
     Arguments:
-        ctx: the context the result tensor (a view, no data of its own) is created in.
+        ctx: [glossary: view]
         a: F32 tensor with contiguous rows; it is overwritten.
         eps: a small number >= 0 added to the mean square (default 1e-5).
 
@@ -287,7 +287,7 @@ def ggml_soft_max_inplace(ctx: Context, a: Tensor) -> Tensor:
     is computed from one; use ``ggml_soft_max`` in trainable graphs.
 
     Arguments:
-        ctx: the context the result tensor (a view, no data of its own) is created in.
+        ctx: [glossary: view]
         a: F32 tensor, contiguous; it is overwritten.
 
     Value: a Tensor of a's shape viewing a's data.
@@ -310,7 +310,7 @@ def ggml_soft_max_ext_inplace(ctx: Context, a: Tensor, mask: Tensor | None = Non
     parameter or is computed from one; use ``ggml_soft_max_ext`` in trainable graphs.
 
     Arguments:
-        ctx: the context the result tensor (a view, no data of its own) is created in.
+        ctx: [glossary: view]
         a: F32 tensor ``[n_kv, n_q, n_head, n_seq]``, contiguous; it is overwritten.
         mask: None (the default: no mask) or a contiguous F32/F16 tensor with ``ne[0] == a.ne[0]``,
             ``ne[1] >= a.ne[1]`` and ne[2], ne[3] dividing a's.
@@ -337,7 +337,7 @@ def ggml_diag_mask_inf_inplace(ctx: Context, a: Tensor, n_past: int) -> Tensor:
     ``ggml_diag_mask_inf`` in trainable graphs.
 
     Arguments:
-        ctx: the context the result tensor (a view, no data of its own) is created in.
+        ctx: [glossary: view]
         a: F32 tensor, contiguous (``[n_kv, n_q, ...]`` scores); it is overwritten.
         n_past: the number of earlier positions every row may also see (an int >= 0).
 

@@ -21,7 +21,7 @@ def ggml_reshape(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """A view of ``a`` with the shape of ``b`` (no copy; only b's shape is used).
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: a contiguous tensor (apply ``ggml_cont`` to a transposed/permuted view first).
         b: a tensor with as many elements as a (else GgmlValueError).
 
@@ -75,7 +75,7 @@ def ggml_view_1d(ctx: Context, a: Tensor, ne0: int, offset: int = 0) -> Tensor:
     No copy: the view shares a's memory. Differentiable.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: the tensor to view.
         ne0: the number of elements (>= 1).
         offset: the start, in **bytes** from the start of a's data (default 0); the view must end
@@ -97,7 +97,7 @@ def ggml_view_2d(ctx: Context, a: Tensor, ne0: int, ne1: int, nb1: int, offset: 
     No copy: the view shares a's memory; elements within a row are consecutive. Differentiable.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: the tensor to view.
         ne0, ne1: the view's shape (each >= 1).
         nb1: the distance between rows, in **bytes** (a's own row stride is ``ne0(a) * element size``).
@@ -120,7 +120,7 @@ def ggml_view_3d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, nb1: int
     No copy: the view shares a's memory. Differentiable.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: the tensor to view.
         ne0, ne1, ne2: the view's shape (each >= 1).
         nb1, nb2: the strides of dimensions 1 and 2, in **bytes**.
@@ -143,7 +143,7 @@ def ggml_view_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int
     No copy: the view shares a's memory. Differentiable.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: the tensor to view.
         ne0, ne1, ne2, ne3: the view's shape (each >= 1).
         nb1, nb2, nb3: the strides of dimensions 1-3, in **bytes**.
@@ -168,7 +168,7 @@ def ggml_permute(ctx: Context, a: Tensor, axis0: int, axis1: int, axis2: int, ax
     ``ggml_cont`` before ops that need contiguous data. Differentiable.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: the tensor to permute.
         axis0, axis1, axis2, axis3: a permutation of 0, 1, 2, 3 (else GgmlValueError).
 
@@ -189,7 +189,7 @@ def ggml_transpose(ctx: Context, a: Tensor) -> Tensor:
     contiguous rows accept. Differentiable.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: the tensor to transpose.
 
     Value: a Tensor ``[ne1, ne0, ne2, ne3]`` of a's type viewing a's data.
@@ -209,7 +209,7 @@ def ggml_cpy(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     an F32 one. Differentiable with respect to ``a``.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: the source tensor.
         b: the destination tensor, with as many elements as a (else GgmlValueError).
 
@@ -241,7 +241,7 @@ def ggml_get_rows(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     Differentiable with respect to ``a``.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: the table, rows along ne[1].
         b: I32 row indices (0-based).
 
@@ -266,7 +266,7 @@ def ggml_pad(ctx: Context, a: Tensor, p0: int = 0, p1: int = 0, p2: int = 0, p3:
     """Append zeros at the end of each dimension: ``ne[i]`` becomes ``ne[i] + p_i``.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 tensor.
         p0, p1, p2, p3: the number of zeros appended along each dimension (ints >= 0, default 0).
 
@@ -324,7 +324,7 @@ def ggml_set(ctx: Context, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, o
     ``a`` (the gradient is zero where b was written) and ``b``.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: the destination, F32 or I32, contiguous.
         b: the block, of a's type, with contiguous rows and at most as many elements as a.
         nb1, nb2, nb3: the byte distances between b's rows, planes and 3-D blocks inside a (ints >= 0,
@@ -353,7 +353,7 @@ def ggml_set_1d(ctx: Context, a: Tensor, b: Tensor, offset: int) -> Tensor:
     both ``a`` and ``b``.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: the destination, F32 or I32, contiguous.
         b: the values, of a's type, with contiguous rows.
         offset: the byte position of b's first element in a (an int >= 0, a multiple of the element
@@ -380,7 +380,7 @@ def ggml_set_2d(ctx: Context, a: Tensor, b: Tensor, nb1: int, offset: int) -> Te
     Differentiable with respect to both ``a`` and ``b``.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: the destination, F32 or I32, contiguous.
         b: the block, of a's type, with contiguous rows.
         nb1: the byte distance between b's rows inside a (an int >= 0, a multiple of the element size).
@@ -465,7 +465,7 @@ def ggml_diag(ctx: Context, a: Tensor) -> Tensor:
     loss (multiply by an identity matrix built as data instead).
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 tensor with ``ne[1] == 1`` and contiguous rows (``[n]`` or ``[n, 1, ne2, ne3]``).
 
     Value: a new F32 Tensor ``[n, n, ne2, ne3]``.
@@ -492,7 +492,7 @@ def ggml_diag_mask_zero(ctx: Context, a: Tensor, n_past: int) -> Tensor:
     ``np.tril(x, n_past)`` on the last two axes. Differentiable (the gradient is masked alike).
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 tensor, contiguous.
         n_past: how many columns beyond the diagonal each row keeps (an int >= 0; 0 keeps the lower
             triangle).

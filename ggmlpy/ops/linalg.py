@@ -36,7 +36,7 @@ def ggml_mul_mat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     multiples of a's. Differentiable (trainable weights ``a`` must be F32).
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32, F16 or BF16 tensor ``[K, M, A2, A3]``, contiguous rows and not transposed
             (apply ``ggml_cont`` to a transposed view first).
         b: tensor ``[K, N, B2, B3]`` of type F32 or a's type, contiguous rows, with B2 % A2 == 0 and
@@ -131,7 +131,7 @@ def ggml_out_prod(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     are multiples of a's.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 or F16 tensor ``[M, K, A2, A3]``, not transposed; an F16 a cannot be broadcast.
         b: F32 tensor ``[N, K, B2, B3]`` sharing ne[1] with a.
 
@@ -157,7 +157,7 @@ def ggml_cross_entropy_loss(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     Differentiable; mark the result with ``ggml_set_loss`` to train on it.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 logits ``[n_classes, batch, ...]`` with contiguous rows.
         b: F32 labels of a's shape with contiguous rows.
 
@@ -186,7 +186,7 @@ def ggml_mul_mat_id(ctx: Context, as_: Tensor, b: Tensor, ids: Tensor) -> Tensor
     keyword: here it is ``as_``.)
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         as_: the experts, F32, F16 or BF16 ``[K, M, n_expert]`` (3-D), contiguous rows, not transposed.
         b: F32 inputs ``[K, B1, n_tokens]`` (3-D) with contiguous rows; ``n_used`` must be a multiple of B1.
         ids: I32 expert indices ``[n_used, n_tokens]``, each in ``[0, n_expert)`` (ggml does not check

@@ -19,7 +19,7 @@ def ggml_sum(ctx: Context, a: Tensor) -> Tensor:
     build a scalar loss for ``ggml_set_loss``.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32, F16 or BF16 tensor.
 
     Value: a new Tensor of shape ``[1, 1, 1, 1]`` and a's type.
@@ -39,7 +39,7 @@ def ggml_sum_rows(ctx: Context, a: Tensor) -> Tensor:
     Reduces over ne[0] (the fastest axis: the features of a sample in ggml layout). Differentiable.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 tensor with contiguous rows.
 
     Value: a new F32 Tensor of shape ``[1, ne1, ne2, ne3]``.
@@ -61,7 +61,7 @@ def ggml_mean(ctx: Context, a: Tensor) -> Tensor:
     with an error; use ``ggml_scale(ctx, ggml_sum_rows(ctx, x), 1 / ne0)`` there.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 tensor.
 
     Value: a new F32 Tensor of shape ``[1, ne1, ne2, ne3]``.
@@ -82,7 +82,7 @@ def ggml_argmax(ctx: Context, a: Tensor) -> Tensor:
     a trainable graph is fine.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 matrix: ne[2] == ne[3] == 1 (else GgmlValueError).
 
     Value: a new I32 Tensor of shape ``[ne1, 1, 1, 1]``, 0-based indices into ne[0].
@@ -104,7 +104,7 @@ def ggml_count_equal(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     With ``ggml_argmax`` of the outputs and of one-hot labels this counts the correct predictions.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: I32 tensor. b: I32 tensor of the same shape (else GgmlValueError).
 
     Value: a new I64 Tensor of shape ``[1, 1, 1, 1]``.
@@ -127,7 +127,7 @@ def ggml_repeat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     explicit, e.g. before a ``ggml_sub``/``ggml_div`` whose second operand needs a gradient.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32, F16, BF16, I16 or I32 tensor with contiguous rows.
         b: any tensor whose shape is a multiple of a's in every dimension (else GgmlValueError).
 
@@ -152,7 +152,7 @@ def ggml_repeat_back(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     is used.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 tensor with contiguous rows.
         b: a tensor whose shape divides a's in every dimension (else GgmlValueError).
 
@@ -175,7 +175,7 @@ def ggml_concat(ctx: Context, a: Tensor, b: Tensor, dim: int = 0) -> Tensor:
     The shapes must agree in every other dimension and the types must match. Differentiable.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: a tensor. b: a tensor of a's type, with a's shape outside ``dim``.
         dim: the ggml dimension to join along, 0-3 (default 0: ne[0], the features of a sample).
 
@@ -224,7 +224,7 @@ def ggml_group_norm(ctx: Context, a: Tensor, n_groups: int, eps: float = 1e-5) -
     {body}
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 tensor ``[W, H, C, N]`` with contiguous rows.
         n_groups: the number of groups, an int in ``[1, C]``.
         eps: a finite number >= 0 added to the variance (default 1e-5, as in ggmlR).
@@ -243,7 +243,7 @@ def ggml_group_norm_inplace(ctx: Context, a: Tensor, n_groups: int, eps: float =
     {body} The result is a view of ``a`` (inference only).
 
     Arguments:
-        ctx: the context the result tensor's header is created in.
+        ctx: [glossary: header]
         a: F32 tensor ``[W, H, C, N]`` with contiguous rows.
         n_groups: the number of groups, an int in ``[1, C]``.
         eps: a finite number >= 0 added to the variance (default 1e-5).
@@ -275,7 +275,7 @@ def ggml_l2_norm(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
     {body}
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 tensor (strided views are fine).
         eps: a finite number >= 0, the smallest norm divided by (default 1e-5, as in ggmlR).
 
@@ -293,7 +293,7 @@ def ggml_l2_norm_inplace(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
     {body} The result is a view of ``a`` (inference only).
 
     Arguments:
-        ctx: the context the result tensor's header is created in.
+        ctx: [glossary: header]
         a: F32 tensor.
         eps: a finite number >= 0, the smallest norm divided by (default 1e-5).
 

@@ -20,7 +20,7 @@ def ggml_pad_reflect_1d(ctx: Context, a: Tensor, p0: int, p1: int) -> Tensor:
     in a trainable graph it may not lie between a parameter and the loss.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 tensor ``[ne0, ne1, ne2, ne3]``, contiguous (apply ``ggml_cont`` to a view first).
         p0: the number of values added before each row, ``0 <= p0 < ne0``.
         p1: the number added after each row, ``0 <= p1 < ne0``.
@@ -52,7 +52,7 @@ def ggml_pad_ext(ctx: Context, a: Tensor, lp0: int = 0, rp0: int = 0, lp1: int =
     backward pass for it: in a trainable graph it may not lie between a parameter and the loss.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 tensor (any strides).
         lp0, rp0: zeros before / after along ne[0] (ints >= 0, default 0).
         lp1, rp1: the same along ne[1]; lp2, rp2 along ne[2]; lp3, rp3 along ne[3].
@@ -84,7 +84,7 @@ def ggml_upscale(ctx: Context, a: Tensor, scale_factor: int, mode: int = GGML_SC
     trainable graph it may not lie between a parameter and the loss.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 tensor ``[W, H, C, N]`` (any strides).
         scale_factor: the integer factor, >= 2 (ggml refuses 1; skip the op instead).
         mode: ``GGML_SCALE_MODE_NEAREST`` (the default, 0), ``GGML_SCALE_MODE_BILINEAR`` (1) or
@@ -118,7 +118,7 @@ def ggml_roll(ctx: Context, a: Tensor, shift0: int = 0, shift1: int = 0, shift2:
     trainable graph it may not lie between a parameter and the loss.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: F32 tensor with contiguous rows.
         shift0, shift1, shift2, shift3: the shifts along ne[0] .. ne[3] (ints, default 0),
             ``|shift_i| < ne[i]`` (reduce a larger shift modulo ne[i] first).
@@ -147,7 +147,7 @@ def ggml_win_part(ctx: Context, a: Tensor, w: int) -> Tensor:
     pass for it: it may not lie between a trainable parameter and the loss.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: contiguous F32 tensor ``[C, W, H]`` (ne[3] == 1).
         w: the window size (an int >= 1).
 
@@ -175,7 +175,7 @@ def ggml_win_unpart(ctx: Context, a: Tensor, w0: int, h0: int, w: int) -> Tensor
     The padding ``ggml_win_part`` added is dropped. ggml has no backward pass for it.
 
     Arguments:
-        ctx: the context the result tensor is created in.
+        ctx: [glossary]
         a: contiguous F32 windows ``[C, w, w, ceil(w0 / w) * ceil(h0 / w)]``.
         w0: the original width (an int >= 1).
         h0: the original height (an int >= 1).

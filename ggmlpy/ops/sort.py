@@ -36,7 +36,7 @@ def ggml_argsort(ctx: Context, a: Tensor, order: int = GGML_SORT_ORDER_ASC) -> T
     trainable graph is fine). Pass the result to ``ggml_get_rows`` to gather values in sorted order.
 
     Arguments:
-        ctx: the context the result tensor is created in (it must have room for it).
+        ctx: [glossary: room]
         a: F32 tensor, contiguous (apply ``ggml_cont`` to a view first).
         order: ``GGML_SORT_ORDER_ASC`` (the default, 0) or ``GGML_SORT_ORDER_DESC`` (1).
 
@@ -67,7 +67,7 @@ def ggml_top_k(ctx: Context, a: Tensor, k: int) -> Tensor:
     arbitrarily; NaN values give an unspecified selection. Not differentiable (an I32 result).
 
     Arguments:
-        ctx: the context the result tensor is created in (it must have room for it).
+        ctx: [glossary: room]
         a: F32 tensor ``[n, ...]``, contiguous (apply ``ggml_cont`` to a view first).
         k: the number of indices per row, an int with ``1 <= k <= n`` (else GgmlValueError).
 
@@ -94,7 +94,7 @@ def ggml_arange(ctx: Context, start: float, stop: float, step: float = 1) -> Ten
     a graph, e.g. as an operand of another op). Not differentiable (it depends on nothing).
 
     Arguments:
-        ctx: the context the result tensor is created in (it must have room for it).
+        ctx: [glossary: room]
         start: the first value (a finite number).
         stop: the end, excluded (a finite number greater than ``start``).
         step: the spacing, a finite number > 0 (default 1).

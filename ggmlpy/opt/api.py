@@ -29,7 +29,7 @@ def ggml_opt_free(opt_ctx: OptContext) -> None:
     opt context.
 
     Arguments:
-        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        opt_ctx: [glossary]
 
     Value: None.
 
@@ -43,7 +43,7 @@ def ggml_opt_reset(opt_ctx: OptContext, optimizer: bool = False) -> None:
     """Zero the accumulated gradients and the loss; optionally also reset the optimizer.
 
     Arguments:
-        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        opt_ctx: [glossary]
         optimizer: False (the default) keeps the optimizer state; True also zeroes AdamW's moments and
             its step count (a fresh start with the current weights).
 
@@ -62,7 +62,7 @@ def ggml_opt_static_graphs(opt_ctx: OptContext) -> bool:
     """Whether an opt context was built with static graphs (``ctx_compute``/``inputs``/``outputs`` given).
 
     Arguments:
-        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        opt_ctx: [glossary]
 
     Value: a bool; False for dynamic graphs (``ggml_opt_prepare_alloc`` before each alloc).
 
@@ -77,7 +77,7 @@ def ggml_opt_context_optimizer_type(opt_ctx: OptContext) -> int:
     """The optimizer type an opt context was built with.
 
     Arguments:
-        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        opt_ctx: [glossary]
 
     Value: an int, ``ggml_opt_optimizer_type_adamw()`` or ``ggml_opt_optimizer_type_sgd()``.
 
@@ -91,7 +91,7 @@ def ggml_opt_inputs(opt_ctx: OptContext) -> Tensor | None:
     """The input tensor of an opt context: write each batch's data into it.
 
     Arguments:
-        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        opt_ctx: [glossary]
 
     Value: a Tensor (for dynamic graphs the one given to the last ``ggml_opt_prepare_alloc``), or None.
 
@@ -111,7 +111,7 @@ def ggml_opt_outputs(opt_ctx: OptContext) -> Tensor | None:
     (``ggml_opt_result_pred``), or the predicted classes of a cross-entropy context (``ggml_opt_pred``).
 
     Arguments:
-        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        opt_ctx: [glossary]
 
     Value: a Tensor, or None (a dynamic context before its first ``ggml_opt_prepare_alloc``).
 
@@ -130,7 +130,7 @@ def ggml_opt_labels(opt_ctx: OptContext) -> Tensor | None:
     It has the outputs' layout. Loss types without labels (mean, sum) have none.
 
     Arguments:
-        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        opt_ctx: [glossary]
 
     Value: a Tensor, or None.
 
@@ -148,7 +148,7 @@ def ggml_opt_loss(opt_ctx: OptContext) -> Tensor | None:
     weighted total. With ``opt_period > 1`` ggml scales per-datapoint losses by ``1/opt_period``.
 
     Arguments:
-        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        opt_ctx: [glossary]
 
     Value: an F32 Tensor with one element, or None (a dynamic context before its first alloc).
 
@@ -163,7 +163,7 @@ def ggml_opt_pred(opt_ctx: OptContext) -> Tensor | None:
     """The predicted classes of the last batch (argmax of the outputs), for cross-entropy contexts.
 
     Arguments:
-        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        opt_ctx: [glossary]
 
     Value: an I32 Tensor ``[batch]``, or None for other loss types and multi-head contexts.
 
@@ -178,7 +178,7 @@ def ggml_opt_ncorrect(opt_ctx: OptContext) -> Tensor | None:
     """The number of correct predictions in the last batch, for a single cross-entropy head.
 
     Arguments:
-        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        opt_ctx: [glossary]
 
     Value: an I64 Tensor with one element, or None for other loss types (see ``ggml_opt_ncorrect_i``
     for multi-head contexts).
@@ -198,7 +198,7 @@ def ggml_opt_grad_acc(opt_ctx: OptContext, node: Tensor) -> Tensor | None:
     GgmlStateError).
 
     Arguments:
-        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        opt_ctx: [glossary]
         node: a Tensor of the model, e.g. a weight marked with ``ggml_set_param``.
 
     Value: a Tensor of node's shape, or None when the node has no gradient.
@@ -224,7 +224,7 @@ def ggml_opt_n_loss(opt_ctx: OptContext) -> int:
     """The number of output heads (losses) of an opt context: 1 unless built with ``..._multi``.
 
     Arguments:
-        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        opt_ctx: [glossary]
 
     Value: an int >= 1.
 
@@ -239,8 +239,8 @@ def ggml_opt_outputs_i(opt_ctx: OptContext, ihead: int) -> Tensor:
     """The output tensor of head ``ihead`` (1-based).
 
     Arguments:
-        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
-        ihead: the head number, **1-based**, in ``[1, ggml_opt_n_loss(opt_ctx)]`` (else GgmlValueError).
+        opt_ctx: [glossary]
+        ihead: [glossary]
 
     Value: a Tensor.
 
@@ -254,8 +254,8 @@ def ggml_opt_labels_i(opt_ctx: OptContext, ihead: int) -> Tensor | None:
     """The labels tensor of head ``ihead`` (1-based): write that head's labels of each batch into it.
 
     Arguments:
-        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
-        ihead: the head number, **1-based**, in ``[1, ggml_opt_n_loss(opt_ctx)]`` (else GgmlValueError).
+        opt_ctx: [glossary]
+        ihead: [glossary]
 
     Value: a Tensor, or None for heads whose loss has no labels.
 
@@ -272,8 +272,8 @@ def ggml_opt_loss_i(opt_ctx: OptContext, ihead: int) -> Tensor | None:
     For a context with a single ggml loss this is ggml's loss tensor (``ggml_opt_loss``).
 
     Arguments:
-        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
-        ihead: the head number, **1-based**, in ``[1, ggml_opt_n_loss(opt_ctx)]`` (else GgmlValueError).
+        opt_ctx: [glossary]
+        ihead: [glossary]
 
     Value: an F32 Tensor with one element, or None.
 
@@ -290,8 +290,8 @@ def ggml_opt_loss_weights_i(opt_ctx: OptContext, ihead: int) -> Tensor | None:
     Write each batch's weights into it, ``[loss_mask_ne0, batch]`` for weighted MSE.
 
     Arguments:
-        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
-        ihead: the head number, **1-based**, in ``[1, ggml_opt_n_loss(opt_ctx)]`` (else GgmlValueError).
+        opt_ctx: [glossary]
+        ihead: [glossary]
 
     Value: a Tensor, or None when the head takes no weights.
 
@@ -305,8 +305,8 @@ def ggml_opt_ncorrect_i(opt_ctx: OptContext, ihead: int) -> Tensor | None:
     """The number of correct predictions of head ``ihead`` (1-based) in the last batch.
 
     Arguments:
-        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
-        ihead: the head number, **1-based**, in ``[1, ggml_opt_n_loss(opt_ctx)]`` (else GgmlValueError).
+        opt_ctx: [glossary]
+        ihead: [glossary]
 
     Value: an I64 Tensor with one element for cross-entropy heads, or None.
 
@@ -394,7 +394,7 @@ def ggml_opt_alloc(opt_ctx: OptContext, backward: bool = True) -> None:
     runs the context (from a callback of ``ggml_opt_epoch``, or another thread) raises GgmlInUseError.
 
     Arguments:
-        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        opt_ctx: [glossary]
         backward: True (the default) to train on the batch (backward pass and, every ``opt_period``
             evals, an optimizer step); False to only evaluate it.
 
@@ -418,7 +418,7 @@ def ggml_opt_eval(opt_ctx: OptContext, result: OptResult | None = None) -> None:
     context (``ggml_opt_epoch``, ``ggml_opt_fit``), this raises GgmlInUseError: the loop evaluates it.
 
     Arguments:
-        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        opt_ctx: [glossary]
         result: an OptResult to add this batch's loss, predictions and correct count to, or None (the
             default) to record nothing.
 

@@ -121,7 +121,7 @@ def ggml_opt_init(sched: Scheduler | OptParams, loss_type: int | None = None, op
         loss_type: a loss type constant (``ggml_opt_loss_type_mse()``, ``..._cross_entropy()`` (logits),
             ...); with several outputs, a list of them, one per output. Required unless ``sched`` is an
             OptParams.
-        optimizer: ``ggml_opt_optimizer_type_adamw()`` (the default) or ``..._sgd()``.
+        optimizer: [glossary]
         opt_period: gradient accumulation: the optimizer steps once every ``opt_period`` evals
             (default 1: every batch).
         ctx_compute: the Context holding the model graph (default None: dynamic graphs).
@@ -224,14 +224,14 @@ def ggml_opt_init_for_fit(sched: Scheduler, loss_type: int, optimizer: int = OPT
         sched: the Scheduler the graphs run on.
         loss_type: a loss type constant, e.g. ``ggml_opt_loss_type_mse()``; cross-entropy takes logits,
             binary cross-entropy probabilities.
-        optimizer: ``ggml_opt_optimizer_type_adamw()`` (the default) or ``..._sgd()``.
+        optimizer: [glossary]
         opt_period: the optimizer steps once every ``opt_period`` evals (default 1).
         ctx_compute: the Context holding the model graph (default None: dynamic graphs).
         inputs: the allocated input Tensor (default None).
         outputs: the output Tensor (default None).
         loss_mask_ne0: for weighted MSE, the width of each weight row: None or 1 (one weight per
             sample) or the outputs' ne[0] (one per element). Default None.
-        weight_decay: decoupled weight decay in [0, 1] applied at every optimizer step (default 0: off).
+        weight_decay: [glossary]
 
     Value: a dict ``{"opt_ctx": OptContext, "lr_ud": LrUserdata}``.
 
@@ -263,7 +263,7 @@ def ggml_opt_init_for_fit_multi(sched: Scheduler, loss_types: Sequence[int], los
         loss_weights: one weight (a finite number >= 0) per head, or None for all 1.
         labels_offs: the 0-based column where each head's labels start, or None (the default: heads
             back to back in the order of ``outputs``).
-        optimizer: ``ggml_opt_optimizer_type_adamw()`` (the default) or ``..._sgd()``.
+        optimizer: [glossary]
         opt_period: the optimizer steps once every ``opt_period`` evals (default 1).
         ctx_compute: the Context holding the model graph (required).
         inputs: the allocated input Tensor (required).

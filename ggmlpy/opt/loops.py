@@ -214,14 +214,14 @@ def ggml_opt_fit(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs
 
     Arguments:
         sched: the Scheduler to train on; it must not serve a live opt context.
-        ctx_compute: the Context holding the model graph.
+        ctx_compute: [glossary]
         inputs: the allocated input Tensor ``[ne_datapoint, batch]``; its ne[1] is the physical batch.
         outputs: the output Tensor (it must depend on at least one ``ggml_set_param`` tensor).
         dataset: a Dataset matching inputs (and outputs, for labels); ``ndata`` a multiple of
             ``nbatch_logical``.
         loss_type: ggml's own losses only: ``ggml_opt_loss_type_mse()`` (the default), ``..._mean()``,
             ``..._sum()`` or ``..._cross_entropy()`` (on logits).
-        optimizer: ``ggml_opt_optimizer_type_adamw()`` (the default) or ``..._sgd()``.
+        optimizer: [glossary]
         nepoch: the number of epochs (an int >= 1, default 1).
         nbatch_logical: datapoints per optimizer step, a multiple of the physical batch (default 32);
             gradients of ``nbatch_logical / batch`` batches are accumulated.

@@ -39,7 +39,7 @@ def ggml_opt_grad_m(opt_ctx: OptContext, node: Tensor) -> Tensor | None:
     ``ggml_opt_prepare_alloc`` and ``ggml_opt_eval`` (after the first ``ggml_opt_alloc``).
 
     Arguments:
-        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        opt_ctx: [glossary]
         node: a tensor of the model marked with ``ggml_set_param``.
 
     Value: a Tensor, or None for a tensor that is not a trainable parameter of the context, for SGD
@@ -59,7 +59,7 @@ def ggml_opt_grad_v(opt_ctx: OptContext, node: Tensor) -> Tensor | None:
     place by every optimizer step.
 
     Arguments:
-        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        opt_ctx: [glossary]
         node: a tensor of the model marked with ``ggml_set_param``.
 
     Value: a Tensor, or None for a tensor that is not a trainable parameter of the context, for SGD
@@ -80,7 +80,7 @@ def ggml_opt_get_iter(opt_ctx: OptContext) -> int:
     sets it back to 1.
 
     Arguments:
-        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        opt_ctx: [glossary]
 
     Value: an int >= 1.
 
@@ -98,7 +98,7 @@ def ggml_opt_set_iter(opt_ctx: OptContext, iter: int) -> None:
     a new opt context; ``ggml_opt_set_state`` does all of it.
 
     Arguments:
-        opt_ctx: an opt context (from ``ggml_opt_init`` or ``ggml_opt_init_for_fit``).
+        opt_ctx: [glossary]
         iter: an int >= 1 (else GgmlValueError): 1 + the number of optimizer steps already taken.
 
     Value: None.

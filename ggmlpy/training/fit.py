@@ -111,7 +111,7 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
     Arguments:
         sched: the Scheduler to train on (``ggml_backend_sched_new``); it must not serve another live
             opt context.
-        ctx_compute: the Context holding the model graph.
+        ctx_compute: [glossary]
         inputs: the input Tensor of the graph (allocated), or a list of them for several inputs:
             ``inputs[i]`` receives the batch's ``i``-th input.
         outputs: the output Tensor the loss is computed from.
@@ -130,7 +130,7 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
         loss_type: a loss type constant (default ``ggml_opt_loss_type_mse()``). Cross-entropy takes
             logits (no softmax at the end of the graph); binary cross-entropy takes probabilities
             (a sigmoid at the end); MSE, MAE, Huber take any outputs.
-        optimizer: ``ggml_opt_optimizer_type_adamw()`` (the default) or ``..._sgd()``.
+        optimizer: [glossary]
         nbatch_logical: samples per optimizer step, for gradient accumulation: None (the default)
             steps after every batch; a multiple of the physical batch steps every
             ``nbatch_logical // batch`` batches (the count carries across epochs; a non-multiple warns).
@@ -141,8 +141,8 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
             ``f(epoch, logs, state)``; ``state.stop = True`` stops training, ``state.lr_ud`` is the handle
             for ``ggml_opt_set_lr``. Built-ins: ``ggml_callback_early_stopping``,
             ``ggml_schedule_step_decay``, ``ggml_schedule_cosine_decay``, ``ggml_schedule_reduce_on_plateau``.
-        silent: True suppresses the progress bar and the per-epoch line (default False).
-        weight_decay: decoupled weight decay in [0, 1] applied at every optimizer step (default 0: off).
+        silent: [glossary]
+        weight_decay: [glossary]
         learning_rate: the starting learning rate of the optimizer, a number > 0 (default None: ggml's
             1e-3); schedules and ``ggml_opt_set_lr`` change it later.
         on_nonfinite: what a NaN/inf training loss does at the end of an epoch: ``"raise"`` (the default)
@@ -365,18 +365,18 @@ def ggml_fit_opt(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs
 
     Arguments:
         sched: the Scheduler to train on; it must not serve another live opt context.
-        ctx_compute: the Context holding the model graph.
+        ctx_compute: [glossary]
         inputs: the allocated input Tensor; its type must be the dataset's data type.
         outputs: the output Tensor the loss is computed from.
         dataset: a Dataset with the data (and labels, for losses that need them).
         loss_type: a loss type constant (default ``ggml_opt_loss_type_mse()``). Cross-entropy takes
             logits (no softmax at the end of the graph); binary cross-entropy takes probabilities;
             weighted MSE reads ``ggml_opt_dataset_weights``.
-        optimizer: ``ggml_opt_optimizer_type_adamw()`` (the default) or ``..._sgd()``.
+        optimizer: [glossary]
         nepoch: the number of epochs (an int >= 0, default 10).
         nbatch_logical: samples per optimizer step (default 32; raised to the physical batch when
             smaller): gradients of ``nbatch_logical // batch`` batches are accumulated per step.
-        val_split: the fraction in [0, 1) of the logical batches kept for validation (default 0).
+        val_split: [glossary]
         shuffle: reshuffle the training part before every epoch (default True).
         shuffle_all: shuffle the whole dataset once before training, so the validation part is a random
             sample (default None: the value of ``shuffle``).
@@ -385,8 +385,8 @@ def ggml_fit_opt(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs
             ``f(epoch, logs, state)``; ``state.stop = True`` stops training, ``state.lr_ud`` is the handle
             for ``ggml_opt_set_lr``. Built-ins: ``ggml_callback_early_stopping``,
             ``ggml_schedule_step_decay``, ``ggml_schedule_cosine_decay``, ``ggml_schedule_reduce_on_plateau``.
-        silent: True suppresses the progress bar and the per-epoch line (default False).
-        weight_decay: decoupled weight decay in [0, 1] applied at every optimizer step (default 0: off).
+        silent: [glossary]
+        weight_decay: [glossary]
         learning_rate: the starting learning rate of the optimizer, a number > 0 (default None: ggml's
             1e-3); schedules and ``ggml_opt_set_lr`` change it later.
         on_nonfinite: what a NaN/inf training loss does at the end of an epoch: ``"raise"`` (the default)
@@ -428,7 +428,7 @@ def ggml_fit_opt_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, o
 
     Arguments:
         sched: the Scheduler to train on.
-        ctx_compute: the Context holding the model graph.
+        ctx_compute: [glossary]
         inputs: the allocated input Tensor.
         outputs: a list of output Tensors, one per head, all with the same batch size.
         dataset: a Dataset whose label rows hold every head's labels.
@@ -438,10 +438,10 @@ def ggml_fit_opt_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, o
             heads back to back in the order of ``outputs``).
         head_names: distinct non-empty names, one per head, or None (``head_1``, ``head_2``, ...);
             they name the per-head columns and callback log keys.
-        optimizer: ``ggml_opt_optimizer_type_adamw()`` (the default) or ``..._sgd()``.
+        optimizer: [glossary]
         nepoch: the number of epochs (default 10).
         nbatch_logical: samples per optimizer step (default 32).
-        val_split: the fraction in [0, 1) of the logical batches kept for validation (default 0).
+        val_split: [glossary]
         shuffle: reshuffle the training part before every epoch (default True).
         shuffle_all: shuffle the whole dataset once first (default None: the value of ``shuffle``).
         callbacks: a list of callbacks (default None: none): dicts with ``"on_epoch_begin"`` /
@@ -449,8 +449,8 @@ def ggml_fit_opt_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, o
             ``f(epoch, logs, state)``; ``state.stop = True`` stops training, ``state.lr_ud`` is the handle
             for ``ggml_opt_set_lr``. Built-ins: ``ggml_callback_early_stopping``,
             ``ggml_schedule_step_decay``, ``ggml_schedule_cosine_decay``, ``ggml_schedule_reduce_on_plateau``.
-        silent: True suppresses the progress bar and the per-epoch line (default False).
-        weight_decay: decoupled weight decay in [0, 1] applied at every optimizer step (default 0: off).
+        silent: [glossary]
+        weight_decay: [glossary]
         learning_rate: the starting learning rate of the optimizer, a number > 0 (default None: ggml's
             1e-3); schedules and ``ggml_opt_set_lr`` change it later.
         on_nonfinite: what a NaN/inf training loss does at the end of an epoch: ``"raise"`` (the default)
@@ -502,17 +502,17 @@ def ggml_opt_fit_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, o
 
     Arguments:
         sched: the Scheduler to train on.
-        ctx_compute: the Context holding the model graph.
+        ctx_compute: [glossary]
         inputs: the allocated input Tensor.
         outputs: a list of output Tensors, one per head.
         dataset: a Dataset whose label rows hold every head's labels side by side.
         loss_types: one loss type constant per head.
         loss_weights: one weight per head, or None (the default: all 1).
         labels_offs: the 0-based label column where each head's labels start, or None (back to back).
-        optimizer: ``ggml_opt_optimizer_type_adamw()`` (the default) or ``..._sgd()``.
+        optimizer: [glossary]
         nepoch: the number of epochs (default 1).
         nbatch_logical: samples per optimizer step (default 32).
-        val_split: the fraction in [0, 1) of the logical batches kept for validation (default 0).
+        val_split: [glossary]
         silent: True suppresses progress output (default False).
 
     Value: a dict of numpy arrays: ``train_loss``, ``train_accuracy``, ``val_loss``, ``val_accuracy``
