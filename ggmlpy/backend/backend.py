@@ -7,7 +7,6 @@ import os
 import weakref
 from typing import Any
 
-
 from ..core.args import c_string, is_int, n_threads_arg
 from .._ffi import ffi, lib
 from ..core.handle import HANDLE_LOCK, unique_handles, computing, free_handle, Handle, unwrap

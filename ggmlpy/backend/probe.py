@@ -16,7 +16,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-
 from .._ffi import BUILD_INFO, ffi, lib, LIB_DIR
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from .._ffi import ffi, lib
 from ..backend.probe import backend_runs, buffer_usable
 from ..core.types import GGML_TYPE_F32

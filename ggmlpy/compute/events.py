@@ -5,7 +5,6 @@ import functools
 import weakref
 from typing import Any
 
-
 from .._ffi import ffi, lib
 from ..backend.backend import Backend, finish_backend
 from ..backend.device import as_device, Device, device_caps

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from .._ffi import ffi, lib
 from ..backend.backend import (Backend, ggml_backend_cpu_init, ggml_backend_cpu_set_n_threads, hold_until_sync, is_async,
                                release_held)

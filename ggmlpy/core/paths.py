@@ -7,7 +7,6 @@ import os
 import stat
 from typing import Any
 
-
 from ..errors import expect, GgmlTypeError, GgmlValueError, GgufFileError, GgufFileNotFoundError
 
 

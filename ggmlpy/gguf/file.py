@@ -5,7 +5,6 @@ import logging
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-
 from .._ffi import ffi, ggml_logger, lib
 from ..core.handle import free_handle, Handle, unwrap
 from ..core.paths import check_readable_file, fs_path, path_bytes, os_reason

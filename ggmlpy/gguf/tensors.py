@@ -6,7 +6,6 @@ import stat
 import tempfile
 from typing import Any
 
-
 from .._ffi import ffi, lib
 from ..backend.transfer import storage_of
 from ..core.args import c_string, is_int

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from .._ffi import ffi, lib
 from ..core.handle import unwrap
 from ..core.types import GGML_TYPE_F32, type_name

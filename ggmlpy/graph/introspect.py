@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from .._ffi import ffi, lib
 from ..core.args import is_int
 from ..errors import GgmlTypeError, GgmlValueError

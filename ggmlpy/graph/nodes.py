@@ -4,7 +4,6 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable
 
-
 from .._ffi import ffi, lib
 from ..core.types import type_name
 from ..errors import GgmlStateError

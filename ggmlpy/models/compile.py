@@ -5,7 +5,6 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-
 from ..core.args import FLOAT32_MAX, is_int, is_real, learning_rate_arg
 from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
 from ..opt import losses as L

@@ -23,7 +23,7 @@ from ..backend.transfer import ggml_backend_tensor_get_data, ggml_backend_tensor
 from ..compute.run import ggml_backend_sched_graph_compute
 from ..compute.sched import ggml_backend_sched_new, Scheduler
 from ..compute.threads import restore_threads, split_threads
-from ..compute.work import forward_work
+from ..compute.threads import forward_work
 from ..core.types import GGML_TYPE_F32, GGML_TYPE_I32
 from ..errors import GgmlInUseError, GgmlpyWarning, GgmlStateError, GgmlValueError
 from ..graph.context import ggml_graph_overhead, ggml_init, ggml_tensor_overhead

@@ -1,8 +1,6 @@
 """Snapshots of a model's weights (``Snapshot``): a frozen copy that predicts and can be restored."""
 from __future__ import annotations
 
-
-
 from ..errors import GgmlStateError, GgmlTypeError
 from .graph import Model
 from .runtime import ParamStore, Predictor

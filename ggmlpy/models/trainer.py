@@ -10,8 +10,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..compute.placement import Placement, PlacementRecorder
-from ..compute.threads import restore_threads, split_threads
-from ..compute.work import training_step_work
+from ..compute.threads import restore_threads, split_threads, training_step_work
 from ..core.args import is_int, learning_rate_arg
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
 from ..opt.result import ggml_opt_result_loss, OptResult

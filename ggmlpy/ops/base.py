@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
-
 from .._ffi import ffi, lib
 from ..core import args as chk
 from ..core.args import fail, INT32_MAX, int_arg, is_int, Shape

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-
 from .._ffi import ffi, lib
 from ..core.args import c_int_arg, fail, int_arg
 from ..core.types import GGML_TYPE_F32, GGML_TYPE_I32, type_name

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from .._ffi import lib
 from ..core.args import fail, is_int
 from ..core.types import GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I32, type_name

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from .._ffi import lib
 from ..core.args import c_int_arg, eps_arg, fail
 from ..core.types import GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I16, GGML_TYPE_I32

@@ -1,7 +1,6 @@
 """Spatial rearrangement: reflect and extended padding, upscaling, rolling, and SAM's window partitions."""
 from __future__ import annotations
 
-
 from .._ffi import lib
 from ..core.args import c_int_arg, fail, INT32_MAX, is_int
 from ..core.types import GGML_TYPE_F32

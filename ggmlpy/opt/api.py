@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from .._ffi import lib
 from ..compute.checks import check_opt_heads
 from ..core.handle import free_handle, raise_type, unwrap, using

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from .._ffi import ffi, lib
 from ..errors import GgmlValueError
 

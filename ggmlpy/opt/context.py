@@ -12,7 +12,7 @@ import numpy as np
 from .._ffi import ffi, lib
 from ..compute.checks import check_graph_memory, check_nodes_supported, check_static_memory
 from ..compute.sched import sched_hash_size, Scheduler
-from ..compute.work import count_forward
+from ..compute.threads import count_forward
 from ..core.args import is_real
 from ..core.handle import unique_handles, compute_locks, computing, Handle, memory_epoch, unwrap, using
 from ..errors import GgmlInUseError, GgmlStateError, GgmlTypeError, GgmlValueError

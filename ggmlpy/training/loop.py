@@ -18,8 +18,7 @@ from typing import Any, Callable, Iterable, Protocol, TYPE_CHECKING
 import numpy as np
 
 from ..compute.placement import is_host_backend, PlacementRecorder, warn_if_host_ops
-from ..compute.threads import restore_threads, split_threads
-from ..compute.work import training_step_work
+from ..compute.threads import restore_threads, split_threads, training_step_work
 from ..core.handle import InterruptGuard, using
 from ..errors import GgmlpyWarning, GgmlValueError
 from ..graph.graph import walk_graph

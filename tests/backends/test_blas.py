@@ -12,7 +12,7 @@ import pytest
 
 import ggmlpy as g
 from ggmlpy.compute.threads import split_threads, restore_threads
-from ggmlpy.compute.work import StepWork
+from ggmlpy.compute.threads import StepWork
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -198,7 +198,7 @@ def test_model_layer_splits_the_threads_for_fit_trainer_steps_and_predict(monkey
 def test_training_step_work_counts_the_pool_and_the_optimizer():
     """The split's inputs: products 2 flops per multiply-add on BLAS, ggml's pool one per element plus the
     optimizer's pass over the weights (every opt_period steps, and the gradient accumulation between)."""
-    from ggmlpy.compute.work import OPTIMIZER_ELEMENTS_PER_PARAM, training_step_work
+    from ggmlpy.compute.threads import OPTIMIZER_ELEMENTS_PER_PARAM, training_step_work
     ctx = g.ggml_init(16 << 20, no_alloc=True)
     x = g.ggml_set_input(g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, 64, 128))
     w = g.ggml_set_param(g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, 64, 48))
