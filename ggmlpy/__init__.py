@@ -56,7 +56,7 @@ from .compute.run import (ggml_backend_graph_compute, ggml_backend_graph_compute
                           ggml_backend_sched_get_n_copies, ggml_backend_sched_get_tensor_backend,
                           ggml_backend_sched_graph_compute, ggml_backend_sched_graph_compute_async,
                           ggml_backend_sched_set_tensor_backend, ggml_backend_sched_synchronize, ggml_graph_compute,
-                          ggml_graph_compute_with_ctx)
+                          ggml_graph_compute_with_ctx, ggml_test)
 from .compute.sched import (ggml_backend_sched_alloc_graph, ggml_backend_sched_free, ggml_backend_sched_get_backend,
                             ggml_backend_sched_get_n_backends, ggml_backend_sched_get_n_splits,
                             ggml_backend_sched_new, ggml_backend_sched_reserve, ggml_backend_sched_reset,
@@ -221,7 +221,7 @@ __all__ = [
     "ggml_backend_graph_plan_free", "ggml_backend_graph_compute", "ggml_backend_graph_compute_async",
     "ggml_backend_sched_get_n_copies", "ggml_backend_sched_get_tensor_backend", "ggml_backend_sched_graph_compute",
     "ggml_backend_sched_graph_compute_async", "ggml_backend_sched_set_tensor_backend",
-    "ggml_backend_sched_synchronize", "ggml_graph_compute", "ggml_graph_compute_with_ctx",
+    "ggml_backend_sched_synchronize", "ggml_graph_compute", "ggml_graph_compute_with_ctx", "ggml_test",
     "ggml_backend_sched_alloc_graph", "ggml_backend_sched_free", "ggml_backend_sched_get_backend",
     "ggml_backend_sched_get_n_backends", "ggml_backend_sched_get_n_splits", "ggml_backend_sched_new",
     "ggml_backend_sched_reserve", "ggml_backend_sched_reset", "GGML_SCHED_MAX_BACKENDS", "ggml_backend_tensor_copy",

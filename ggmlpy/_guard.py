@@ -108,6 +108,8 @@ def guard(func: Callable) -> Callable:
             new = _converted(name, exc)
             if new is None:
                 raise
+            if hasattr(exc, "history"):  # a fit's completed epochs travel with its error
+                new.history = exc.history
             raise new from exc
 
     return guarded

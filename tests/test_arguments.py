@@ -306,3 +306,11 @@ def test_a_lookup_error_raised_in_ggmlpy_is_internal_one_raised_in_numpy_blames_
                                                "bug in ggmlpy") as info:
         _ggmlpy_function("return np.take(np.zeros(2), i)")(5)
     assert isinstance(info.value.__cause__, IndexError) and "internal" not in str(info.value)
+
+
+def test_a_converted_error_keeps_the_history_of_the_completed_epochs():
+    """The fit loop attaches .history to whatever leaves it; the guard's replacement carries it on."""
+    fit = _ggmlpy_function("e = ValueError('bad value'); e.history = ['epoch 1']; raise e")
+    with pytest.raises(G.GgmlValueError) as info:
+        fit(0)
+    assert info.value.history == ["epoch 1"] and isinstance(info.value.__cause__, ValueError)

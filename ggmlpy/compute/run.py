@@ -5,15 +5,23 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .._ffi import ffi, lib
 from ..backend.backend import (Backend, ggml_backend_cpu_init, ggml_backend_cpu_set_n_threads, hold_until_sync, is_async,
                                release_held)
 from ..backend.device import decode_str
 from ..backend.probe import backend_runs, buffer_usable
+from ..backend.transfer import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
+from ..core.types import GGML_TYPE_F32
 from ..core.handle import computing, raise_type, unwrap, using
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
+from ..graph.context import ggml_init
+from ..graph.graph import ggml_build_forward_expand, ggml_new_graph
 from ..graph.nodes import tensor_label
 from ..graph.objects import as_tensor, Context, Graph, Tensor
+from ..graph.tensor import ggml_new_tensor_1d
+from ..ops.elementwise import ggml_add, ggml_mul
 from .checks import check_graph_ready
 from .sched import (check_sched_indices, exclusive_sched, graph_ptr, record_allocation, reserve_first, sched_ptr, unallocated,
                     reapply_tensor_backends, Scheduler)
@@ -390,3 +398,25 @@ def ggml_backend_sched_get_tensor_backend(sched: Scheduler, tensor: Tensor) -> B
     if ptr == ffi.NULL:
         return None
     return next((b for b in sched.backends if b.alive and b.ptr == ptr), None)
+
+
+def ggml_test() -> bool:
+    """Check that ggml works in this installation: a small graph computed on the CPU gives the right values.
+
+    Builds ``a * b + a`` over four float32 values in a fresh context, computes it with ggml's CPU backend
+    and compares the result with the exact answer (ggmlR's ``ggml_test``).
+
+    Value: True when ggml computed the right values, else False.
+
+    Example:
+        >>> ggml_test()
+        True
+    """
+    x, y = np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32), np.array([0.5, -1.0, 2.0, 0.25], dtype=np.float32)
+    with ggml_init(1 << 20) as ctx:
+        a, b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4), ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
+        ggml_backend_tensor_set_data(a, x)
+        ggml_backend_tensor_set_data(b, y)
+        out = ggml_add(ctx, ggml_mul(ctx, a, b), a)
+        ggml_graph_compute(ctx, ggml_build_forward_expand(ggml_new_graph(ctx), out))
+        return bool(np.array_equal(ggml_backend_tensor_get_data(out), x * y + x))

@@ -254,13 +254,17 @@ def ggml_opt_dataset_shuffle(opt_ctx: Any, dataset: Dataset, idata: int = -1) ->
     ds.shuffle(opt_ctx.rng, idata)
 
 
-def datapoints_of(t: Tensor, width: int, what: str) -> int:
+def datapoints_of(t: Tensor, width: int, what: str, flat_ok: bool = False) -> int:
     """How many datapoints of ``width`` values a batch tensor holds, from its shape: its outermost axis longer
     than 1 is the batch (``[width, batch]``, ``[W, H, C, batch]``), the axes inside it one datapoint. Element
-    counts alone would take a ``[3, 4]`` tensor for 2 datapoints of 6, each made of parts of two rows."""
+    counts alone would take a ``[3, 4]`` tensor for 2 datapoints of 6, each made of parts of two rows.
+    ``flat_ok``: a 1-D tensor of ``batch * width`` values also holds ``batch`` datapoints, one after the
+    other (ggml's own tests read dataset batches into such tensors)."""
     ne = [int(n) for n in t.shape]
     if t.nelements() == width:
         return 1
+    if flat_ok and all(n == 1 for n in ne[1:]) and width > 0 and ne[0] % width == 0:
+        return ne[0] // width
     outer = max((k for k, n in enumerate(ne) if n > 1), default=0)
     per_point = t.nelements() // ne[outer]
     if per_point != width:
@@ -276,7 +280,7 @@ def _check_batch_tensor(fn: str, ds: Dataset, host: np.ndarray, t: Tensor, ibatc
     width = host.shape[1] if width is None else width
     if t.type != _type_of(host) or not lib.ggml_is_contiguous(t.ptr):
         raise GgmlTypeError(f"{fn}: {what} must be a contiguous tensor of the dataset's type")
-    batch = datapoints_of(t, width, f"{fn}: {what}")
+    batch = datapoints_of(t, width, f"{fn}: {what}", flat_ok=True)
     if batch % ds.ndata_shard:
         raise GgmlValueError(f"{fn}: the batch size {batch} must be a multiple of ndata_shard ({ds.ndata_shard})")
     nbatches = ds.ndata // batch
@@ -296,8 +300,8 @@ def ggml_opt_dataset_get_batch(dataset: Dataset, data_batch: Tensor, labels_batc
     """Copy batch ``ibatch`` of the dataset into the batch tensors of a model.
 
     The batch size is read from ``data_batch``'s shape: its outermost axis longer than 1, the axes inside
-    it one datapoint of ``ne_datapoint`` values (a tensor of the right element count but another layout is
-    refused). Batch
+    it one datapoint of ``ne_datapoint`` values, or a 1-D tensor of ``batch * ne_datapoint`` values (as
+    ggml's tests use); a multi-axis tensor of the right element count but another layout is refused. Batch
     ``ibatch`` is the datapoints ``[ibatch * batch, (ibatch + 1) * batch)`` in the dataset's current
     (possibly shuffled) order.
 

@@ -1,7 +1,7 @@
 """Creating opt contexts: ``ggml_opt_default_params``, ``ggml_opt_init`` and the fit variants."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -24,7 +24,8 @@ class OptParams:
     ``ctx_compute``, ``inputs``, ``outputs``, ``get_opt_pars``, ``get_opt_pars_ud``, plus ``opt_pars``: the
     optimizer hyper-parameters used when ``get_opt_pars`` is None (an OptimizerParams; ``params.adamw`` and
     ``params.sgd`` are shortcuts to its fields). ggmlR's list form works too: ``params["loss_type"]``,
-    ``params["build_type"]``, ``params["opt_period"]``, ``params["optimizer"]``.
+    ``params["build_type"]``, ``params["opt_period"]``, ``params["optimizer"]`` (read and set), and
+    ``"loss_type" in params``, ``dict(params)``, ``keys()``/``items()``.
     """
     _KEYS = ("loss_type", "build_type", "opt_period", "optimizer")
 
@@ -54,6 +55,29 @@ class OptParams:
                                                  "get_opt_pars_ud", "sched"):
             raise KeyError(key)
         return getattr(self, key)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key not in self._KEYS:
+            raise KeyError(f"{key!r}: the list form sets {', '.join(self._KEYS)} (other fields are attributes)")
+        setattr(self, key, value)
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._KEYS
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._KEYS)
+
+    def __len__(self) -> int:
+        return len(self._KEYS)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key) if key in self._KEYS else default
+
+    def items(self) -> list:
+        return [(k, getattr(self, k)) for k in self._KEYS]
+
+    def values(self) -> list:
+        return [getattr(self, k) for k in self._KEYS]
 
     def keys(self) -> tuple:
         return self._KEYS

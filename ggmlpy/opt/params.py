@@ -72,6 +72,12 @@ class SGD_FIELDS(_Fields):
               "wd": (0.0, 1.0, False, False, "in [0, 1] (decoupled weight decay)")}
 
 
+# ggmlR's flat parameter names -> (optimizer, field)
+FLAT_NAMES = {"adamw_lr": ("adamw", "alpha"), "adamw_beta1": ("adamw", "beta1"), "adamw_beta2": ("adamw", "beta2"),
+              "adamw_eps": ("adamw", "eps"), "adamw_wd": ("adamw", "wd"), "sgd_lr": ("sgd", "alpha"),
+              "sgd_wd": ("sgd", "wd")}
+
+
 class OptimizerParams:
     """ggml's ``ggml_opt_optimizer_params``: the hyper-parameters of both optimizers, as public fields.
 
@@ -105,15 +111,23 @@ class OptimizerParams:
         return out
 
     def update(self, values: Any, what: str = "optimizer parameters") -> None:
-        """Set fields from another OptimizerParams or a dict ``{"adamw": {...}, "sgd": {...}}`` (all checked
-        before any is written)."""
+        """Set fields from another OptimizerParams, a dict ``{"adamw": {...}, "sgd": {...}}``, or a dict of
+        ggmlR's flat names (``adamw_lr``, ``adamw_beta1``, ``adamw_beta2``, ``adamw_eps``, ``adamw_wd``,
+        ``sgd_lr``, ``sgd_wd``, as ``ggml_opt_set_lr`` takes); all are checked before any is written."""
         if isinstance(values, OptimizerParams):
             self._c[0] = values._c[0]
             return
+        if isinstance(values, dict) and values and set(values) <= set(FLAT_NAMES):
+            nested: dict = {}
+            for key, value in values.items():
+                group, field = FLAT_NAMES[key]
+                nested.setdefault(group, {})[field] = value
+            values = nested
         if not isinstance(values, dict) or not set(values) <= {"adamw", "sgd"} or \
                 not all(isinstance(v, dict) for v in values.values()):
             raise GgmlTypeError(f"{what}: expected an OptimizerParams (ggml_opt_get_default_optimizer_params()) or a "
-                                f"dict {{'adamw': {{'alpha': ...}}, 'sgd': {{...}}}}, got {values!r:.120}")
+                                f"dict {{'adamw': {{'alpha': ...}}, 'sgd': {{...}}}} or of ggmlR's flat names ({', '.join(FLAT_NAMES)}), "
+                                f"got {values!r:.120}")
         trial = self.copy()
         for group, fields in values.items():
             for key, value in fields.items():

@@ -33,6 +33,26 @@ class FitState:
     warned_no_validation: bool = False
 
 
+_MISSING = object()
+
+
+def state_get(state: Any, name: str, default: Any = _MISSING) -> Any:
+    """A field of the state a callback is given: a fit's FitState, or one the caller built (an object with
+    attributes or a dict, as ggmlR's tests build a list), where ``optimizer`` and ``stop`` may be absent."""
+    value = state.get(name, default) if isinstance(state, dict) else getattr(state, name, default)
+    if value is _MISSING:
+        raise GgmlTypeError(f"the callback's state has no {name!r}: give it {name} (a fit passes a FitState with "
+                            "lr_ud, the LrUserdata of ggml_opt_get_lr/ggml_opt_set_lr, and nepoch)")
+    return value
+
+
+def state_set(state: Any, name: str, value: Any) -> None:
+    if isinstance(state, dict):
+        state[name] = value
+    else:
+        setattr(state, name, value)
+
+
 def _hook(cb: Any, phase: str) -> Callable | None:
     fn = cb.get(phase) if isinstance(cb, dict) else getattr(cb, phase, None)
     return fn if callable(fn) else None
@@ -203,7 +223,7 @@ def ggml_callback_early_stopping(monitor: str = "val_loss", patience: int = 5, m
     def stop(epoch: int, state: FitState, tracker: _Improvement) -> None:
         _say(f"Early stopping at epoch {epoch}: {monitor} has not improved for {tracker.wait} epochs "
              f"(best {tracker.best:.6g})")
-        state.stop = True
+        state_set(state, "stop", True)
 
     return _on_stall(monitor, patience, min_delta, mode, stop, "ggml_callback_early_stopping")
 
@@ -212,12 +232,12 @@ def _set_lr(state: FitState, adamw: float, sgd: float) -> float:
     """Set both optimizers' learning rates (kept above 0); returns the one of the fit's optimizer."""
     adamw = learning_rate_arg("the scheduled learning rate", adamw, schedule=True)
     sgd = learning_rate_arg("the scheduled learning rate", sgd, schedule=True)
-    state.lr_ud.set(adamw_lr=adamw, sgd_lr=sgd)
-    return sgd if state.optimizer == "sgd" else adamw
+    state_get(state, "lr_ud").set(adamw_lr=adamw, sgd_lr=sgd)
+    return sgd if state_get(state, "optimizer", "adamw") == "sgd" else adamw
 
 
 def _scale_lr(state: FitState, factor: float, floor: float = LR_FLOOR) -> float:
-    lr = state.lr_ud.get()
+    lr = state_get(state, "lr_ud").get()
     return _set_lr(state, max(lr["adamw"] * factor, floor), max(lr["sgd"] * factor, floor))
 
 
@@ -280,9 +300,9 @@ def ggml_schedule_cosine_decay(eta_min: float = 0, T_max: int | None = None) -> 
 
     def on_epoch_begin(epoch: int, logs: dict, state: FitState) -> None:
         if "eta_max" not in captured:
-            captured.update(state.lr_ud.get())
+            captured.update(state_get(state, "lr_ud").get())
             captured["eta_max"] = True
-        t_max = T_max if T_max is not None else state.nepoch
+        t_max = T_max if T_max is not None else state_get(state, "nepoch")
         c = 0.5 * (1 + math.cos(math.pi * (epoch - 1) / t_max))
         _set_lr(state, eta_min + (captured["adamw"] - eta_min) * c, eta_min + (captured["sgd"] - eta_min) * c)
 
