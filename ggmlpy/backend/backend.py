@@ -28,6 +28,45 @@ _threads_set_by_user = [False]
 
 _blas_disabled = [False]
 _cpu_backends: "weakref.WeakSet[Backend]" = weakref.WeakSet()
+_blas_backends: "weakref.WeakSet[Backend]" = weakref.WeakSet()
+
+# ggml's CPU backend (and OpenBLAS's OpenMP build) run their threads on an OpenMP pool, which does not survive
+# fork(): a forked child's first parallel region waits forever, deaf to Ctrl-C. A child of a process that may
+# have started the pool (a CPU or BLAS backend with more than one thread) therefore computes on one thread,
+# where ggml opens no parallel region; asking for more there is refused with the fix.
+_pool_may_exist = [False]
+_forked_single_thread = [False]
+FORK_FIX = ("start worker processes with multiprocessing's 'spawn' (or 'forkserver') start method, e.g. "
+            "multiprocessing.get_context('spawn').Pool(), or fork before ggmlpy computes anything")
+
+
+def _note_threads(n: int) -> None:
+    if n > 1:
+        _pool_may_exist[0] = True
+
+
+def _one_thread_after_fork() -> None:
+    if not _pool_may_exist[0]:
+        return
+    _forked_single_thread[0] = True
+    _n_threads[0] = 1
+    _threads_set_by_user[0] = True  # the thread policy keeps 1
+    for b in list(_cpu_backends) + list(_blas_backends):
+        if b.alive and b.n_threads != 1:
+            lib.ggmlpy_cpu_set_n_threads(b.ptr, 1)
+            b.n_threads = 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_one_thread_after_fork)
+
+
+def check_threads_after_fork(fn: str, n: int) -> None:
+    """Refuse more than one thread in a process forked after ggml's thread pool may have started."""
+    if n > 1 and _forked_single_thread[0]:
+        raise GgmlStateError(f"{fn}: this process was forked from one that ran ggml's thread pool (OpenMP), which "
+                             f"does not survive fork(): ggml computes on one thread here, {n} were asked for. "
+                             f"For parallel workers, {FORK_FIX}")
 
 
 class Backend(Handle):
@@ -41,7 +80,11 @@ class Backend(Handle):
         if self.is_cpu:
             lib.ggmlpy_cpu_set_n_threads(ptr, _n_threads[0])
             self.n_threads = _n_threads[0]
+            _note_threads(self.n_threads)
             _cpu_backends.add(self)
+        elif self.device.name == "BLAS":
+            _blas_backends.add(self)
+            _pool_may_exist[0] = True  # OpenBLAS starts its own threads as it likes
 
     @property
     def name(self) -> str:
@@ -319,6 +362,8 @@ def ggml_backend_cpu_set_n_threads(backend: Backend, n_threads: int) -> None:
     ptr = unwrap(backend, Backend, "ggml_backend_cpu_set_n_threads(backend)")
     n_threads = n_threads_arg("ggml_backend_cpu_set_n_threads", n_threads)
     expect(backend.is_cpu, f"ggml_backend_cpu_set_n_threads: {backend.name} is not a CPU backend", GgmlStateError)
+    check_threads_after_fork("ggml_backend_cpu_set_n_threads", n_threads)
+    _note_threads(n_threads)
     lib.ggmlpy_cpu_set_n_threads(ptr, n_threads)
     backend.n_threads = n_threads
 
@@ -339,6 +384,8 @@ def ggml_set_n_threads(n_threads: int) -> int:
         8
     """
     n_threads = n_threads_arg("ggml_set_n_threads", n_threads)
+    check_threads_after_fork("ggml_set_n_threads", n_threads)
+    _note_threads(n_threads)
     _n_threads[0] = n_threads
     _threads_set_by_user[0] = True
     for b in list(_cpu_backends):
@@ -350,6 +397,11 @@ def ggml_set_n_threads(n_threads: int) -> int:
 
 def set_backend_threads(backend: "Backend", n: int) -> None:
     if (backend.is_cpu or is_blas(backend)) and n >= 1 and n != backend.n_threads:
+        if _forked_single_thread[0]:
+            n = 1
+            if n == backend.n_threads:
+                return
+        _note_threads(n)
         lib.ggmlpy_cpu_set_n_threads(backend.ptr, n)
         backend.n_threads = n
 
