@@ -439,6 +439,26 @@ class OptimizerState:
     def __init__(self, params: ParamStore) -> None:
         self.params = params
         self.state: dict | None = None
+        self._lock = threading.Lock()
+        self._holder: tuple[object, str] | None = None
+
+    def begin(self, who: str, fn: str | None = None) -> object:
+        """Take the optimizer for one training session (a fit, or a trainer from its first step until it is
+        freed); returns the lease for ``end``. Two sessions on one model would each overwrite the other's
+        optimizer steps, so a second one is refused with GgmlInUseError."""
+        with self._lock:
+            if self._holder is not None:
+                raise GgmlInUseError(f"{fn or who}: this model is already being trained by {self._holder[1]}; two "
+                                     "training sessions on one model would each drop the other's optimizer steps. "
+                                     "Wait for the other to end (a ggml_fit), or free it first (trainer.free())")
+            lease = object()
+            self._holder = (lease, who)
+            return lease
+
+    def end(self, lease: object) -> None:
+        with self._lock:
+            if self._holder is not None and self._holder[0] is lease:
+                self._holder = None
 
     def trainable(self) -> dict[str, Tensor]:
         """The weights the optimizer updates (as ``ParamStore.mark_trainable`` flags them)."""

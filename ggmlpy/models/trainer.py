@@ -77,6 +77,7 @@ class ModelTrainer:
             self._owned.insert(0, self._result)
             self._opt_state = model.runtime.opt_state  # continue the model's optimizer (a fit's, a loaded file's)
             self._opt_state.restore(self._session.train_ctx)
+            self._lease: object | None = None  # the optimizer is taken at the first step (OptimizerState.begin)
         except BaseException:
             self._free_owned()
             raise
@@ -115,6 +116,10 @@ class ModelTrainer:
         self._live("step")
         xs, ys = self._batch(x, y, "step")
         pairs = self._writer.parse(D.feed_dict(self._cfg.heads, xs, ys, None))
+        if self._lease is None:  # the first step: take the optimizer, continuing from where it is now
+            self._lease = self._opt_state.begin("a ggml_trainer (from its first step until trainer.free())",
+                                                "trainer.step")
+            self._opt_state.restore(self._session.train_ctx)
         self._result.reset()
         with self._model.runtime.use():
             before = split_threads(self._sched.backends, self._work)  # as a fit's steps (a predict may reset it)
@@ -217,9 +222,11 @@ class ModelTrainer:
         if self._freed:
             return
         try:
-            if self._model.runtime is not None and self._model.runtime.opt_state is self._opt_state:
-                self._opt_state.keep(self._session.train_ctx, warn_partial=False)
+            if self._lease is not None and self._model.runtime is not None \
+                    and self._model.runtime.opt_state is self._opt_state:
+                self._opt_state.keep(self._session.train_ctx)  # warns inside a logical batch, as a fit does
         finally:
+            self._release()
             self._free_owned()
         self._freed = True
 
@@ -228,8 +235,14 @@ class ModelTrainer:
         made only to look at a step, ``ggml_model_placement``). Idempotent."""
         with self._lock:
             if not self._freed:
+                self._release()
                 self._free_owned()
                 self._freed = True
+
+    def _release(self) -> None:
+        if getattr(self, "_lease", None) is not None:
+            self._opt_state.end(self._lease)
+            self._lease = None
 
     def _free_owned(self) -> None:
         for h in self._owned:  # the opt session first, then what it runs on

@@ -68,7 +68,8 @@ def test_accumulation_first_two_steps_see_identical_weights():
     assert not same(w0, w2)
     tr.step(x, y)
     assert same(w2, weights(m))
-    tr.free()
+    with pytest.warns(g.GgmlpyWarning, match="1 batches into a logical batch of 2"):
+        tr.free()  # the third batch's gradients are dropped: said, as ggml_fit says it
 
 
 def test_accumulated_step_equals_one_double_batch_step():
@@ -265,3 +266,61 @@ def test_save_with_the_optimizer_is_refused_inside_a_logical_batch(tmp_path):
     tr.free()
     with pytest.raises(RuntimeError, match="has been freed"):
         tr.save(tmp_path / "t.gguf")
+
+
+# ---------------------------------------------------------------- one training session per model at a time
+
+def test_an_idle_trainer_freed_after_a_fit_keeps_the_fits_optimizer_state():
+    """A trainer that never stepped holds nothing: freeing it after a fit leaves the fit's AdamW state."""
+    m = regressor()
+    x, y = data(16)
+    idle = g.ggml_trainer(m, batch_size=16)
+    g.ggml_fit(m, x, y, epochs=3, batch_size=16, verbose=0)
+    after_fit = m.runtime.opt_state.state
+    idle.free()
+    assert m.runtime.opt_state.state is after_fit and int(after_fit["iter"]) == 3 + 1
+
+
+def test_a_trainer_that_stepped_holds_the_optimizer_until_freed():
+    m = regressor()
+    x, y = data(16)
+    tr = g.ggml_trainer(m, batch_size=16)
+    tr.step(x, y)
+    with pytest.raises(g.GgmlInUseError, match="already being trained by a ggml_trainer.*trainer.free"):
+        g.ggml_fit(m, x, y, epochs=1, batch_size=16, verbose=0)
+    tr.free()
+    g.ggml_fit(m, x, y, epochs=1, batch_size=16, verbose=0)  # continues the trainer's state
+    assert int(m.runtime.opt_state.state["iter"]) == 1 + 1 + 1
+
+
+def test_a_fit_started_from_the_models_own_callback_is_refused():
+    m = regressor()
+    x, y = data(16)
+    nested = {"on_epoch_end": lambda e, logs, s: g.ggml_fit(m, x, y, epochs=1, batch_size=16, verbose=0)}
+    with pytest.raises(g.GgmlInUseError, match="already being trained by a ggml_fit under way") as info:
+        g.ggml_fit(m, x, y, epochs=2, batch_size=16, verbose=0, callbacks=[nested])
+    assert len(info.value.history) == 1  # the epoch whose callback failed is in the history
+    g.ggml_fit(m, x, y, epochs=1, batch_size=16, verbose=0)  # the lease was given back
+
+
+def test_two_fits_from_two_threads_do_not_both_run():
+    import threading
+    m = regressor()
+    x, y = data(256)
+    errors, started = [], threading.Event()
+
+    def slow_epoch(e, logs, s):
+        started.set()
+        threading.Event().wait(0.5)
+
+    def second():
+        started.wait(30)
+        try:
+            g.ggml_fit(m, x, y, epochs=1, batch_size=16, verbose=0)
+        except g.GgmlInUseError as exc:
+            errors.append(exc)
+    t = threading.Thread(target=second)
+    t.start()
+    g.ggml_fit(m, x, y, epochs=1, batch_size=16, verbose=0, callbacks=[{"on_epoch_begin": slow_epoch}])
+    t.join(60)
+    assert len(errors) == 1 and int(m.runtime.opt_state.state["iter"]) == 256 // 16 + 1
