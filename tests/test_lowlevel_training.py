@@ -303,11 +303,17 @@ def test_ctrl_c_in_an_opt_epoch_callback_is_not_swallowed(backend, sched):
         G.ggml_opt_epoch(opt, ds, None, None, -1, interrupt, False)
     assert calls == [1, 2]
 
-    def failing(*args):
+    failed = []
+
+    def failing(train, ibatch, *args):
+        failed.append(ibatch)
         raise ValueError("oops")
 
-    with pytest.warns(G.GgmlpyWarning, match="callback raised ValueError: oops"):
-        G.ggml_opt_epoch(opt, ds, None, None, -1, failing, False)
+    result = G.ggml_opt_result_init()
+    with pytest.raises(ValueError, match="oops"):  # not a warning: the epoch stops after the batch
+        G.ggml_opt_epoch(opt, ds, result, None, -1, failing, False)
+    assert failed == [1] and G.ggml_opt_result_ndata(result) == 4  # the batch done is recorded
+    result.free()
     for o in owned:
         o.free()
 

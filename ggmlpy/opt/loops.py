@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import sys
 import time
-import warnings
 from typing import Any
 
 import numpy as np
@@ -24,7 +23,7 @@ from ..compute.checks import check_opt_heads
 from ..compute.sched import Scheduler
 from ..core.handle import InterruptGuard, unwrap, using
 from ..core.types import type_name
-from ..errors import expect, GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
+from ..errors import expect, GgmlStateError, GgmlTypeError, GgmlValueError
 from ..graph.objects import as_tensor, Context, Tensor
 from . import losses as L
 from .constants import BUILD_OPT, check_optimizer, OPTIMIZER_ADAMW
@@ -60,10 +59,9 @@ def _call(cb: Any, train: bool, opt: OptContext, dataset: Dataset, result: Any, 
         lib.ggml_opt_epoch_callback_progress_bar(train, opt.ptr, dataset.ptr, result.ptr, ibatch, ibatch_max,
                                                  t_start_us)
         return
-    try:
-        cb(train, ibatch, ibatch_max, t_start_us, result)
-    except Exception as exc:  # noqa: BLE001 - ggmlR turns errors of these callbacks into warnings
-        warnings.warn(f"the ggml_opt_epoch callback raised {type(exc).__name__}: {exc}", GgmlpyWarning, stacklevel=3)
+    # an exception stops the epoch once the batch's compute has returned, as a KeyboardInterrupt does (ggmlR
+    # only warns, and training went on past a broken callback); the batches done stay trained and recorded
+    cb(train, ibatch, ibatch_max, t_start_us, result)
 
 
 def _run_epoch(opt: OptContext, dataset: Dataset, result_train: Any, result_eval: Any, idata_split: int,
@@ -142,8 +140,9 @@ def ggml_opt_epoch(opt_ctx: OptContext, dataset: Dataset, result_train: OptResul
             evaluates (the only choice for a FORWARD context).
         callback_train, callback_eval: called after each training / evaluation batch: True (the
             default) shows ggml's progress bar, False or None nothing, a function is called as
-            ``f(train, ibatch, ibatch_max, t_start_us, result)`` (an exception it raises becomes a
-            warning, as in ggmlR; a KeyboardInterrupt stops the epoch).
+            ``f(train, ibatch, ibatch_max, t_start_us, result)``; an exception it raises (a
+            KeyboardInterrupt too) stops the epoch after that batch and leaves ``ggml_opt_epoch``
+            (ggmlR only warns and goes on).
 
     Value: None; read the results. Raises GgmlValueError / GgmlStateError for the mismatches above
     before ggml is called.
