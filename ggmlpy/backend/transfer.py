@@ -164,7 +164,12 @@ def checked_values(arr: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
 
 
 def as_numeric(data: Any, what: str) -> np.ndarray:
-    """``data`` as a numpy array (of its own dtype, its own shape); refuses non-numeric data."""
+    """``data`` as a numpy array (of its own dtype, its own shape); refuses non-numeric data, times and
+    durations (their raw integer counts are no measurement a model learns from) and masked values."""
+    if isinstance(data, np.ma.MaskedArray) and np.ma.getmaskarray(data).any():
+        raise GgmlTypeError(f"{what}: a masked array with {int(np.ma.getmaskarray(data).sum())} masked values; "
+                            "numpy would drop the mask and write the hidden values. Fill them first "
+                            "(data.filled(0), or the column mean), or drop those samples")
     try:
         arr = np.asarray(data)
     except Exception as exc:  # noqa: BLE001 - anything numpy cannot read
@@ -172,6 +177,10 @@ def as_numeric(data: Any, what: str) -> np.ndarray:
         raise GgmlTypeError(f"{what}: expected an array-like, got {type(data).__name__}"
                             + (" of rows of different lengths (a ragged list): every row needs the same length"
                                if ragged else "")) from exc
+    if arr.dtype.kind in "mM":  # numpy counts timedelta64 as an integer type
+        raise GgmlTypeError(f"{what}: expected numeric data, got {arr.dtype} (dates or durations), which would be "
+                            "written as raw counts of its unit; convert them to a number of a chosen unit first, "
+                            "e.g. arr / np.timedelta64(1, 's') for seconds")
     if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
         hint = ("; integers too large for int64 become Python objects" if arr.dtype == object and arr.size
                 and all(isinstance(v, int) for v in arr.reshape(-1)) else "")

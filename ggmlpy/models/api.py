@@ -11,6 +11,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..core.args import is_int
+from ..backend.transfer import as_numeric, checked_values
 from ..errors import GgmlInUseError, GgmlTypeError, GgmlValueError
 from ..ops import conv as _conv, elementwise as _elementwise
 from . import attention, conv, layers as Lyr, norm, sequence
@@ -342,8 +343,22 @@ def ggml_get_weights(model: Model) -> dict[str, np.ndarray]:
 
 
 def ggml_set_weights(model: Model, weights: dict) -> Model:
-    """Set weights of a compiled model from ``{"<layer>.<weight>": array}`` (as ``ggml_get_weights`` gives);
-    shapes are checked. Returns the model."""
+    """Set weights of a compiled model from ``{"<layer>.<weight>": array}`` (as ``ggml_get_weights`` gives).
+
+    Every array is checked before any weight is written: the shape, and the values as loading checks them
+    (numbers only, no complex data, nothing beyond float32's range, which would become inf). Returns the
+    model.
+
+    Arguments:
+        model: a compiled model.
+        weights: a dict from weight names (``ggml_get_weights(model).keys()``) to arrays of their shapes.
+
+    Value: the model.
+
+    Example:
+        >>> w = ggml_get_weights(model)
+        >>> ggml_set_weights(model, {k: v * 0.5 for k, v in w.items()})
+    """
     compiled(model, "ggml_set_weights")
     if not isinstance(weights, dict):
         raise GgmlTypeError("ggml_set_weights: weights must be a dict name -> array")
@@ -354,10 +369,13 @@ def ggml_set_weights(model: Model, weights: dict) -> Model:
         if key not in specs:
             raise GgmlValueError(f"ggml_set_weights: the model has no weight {key!r}; it has {sorted(specs)}")
         layer, spec = specs[key]
-        arr = np.asarray(value, dtype=np.float32)
+        what = f"ggml_set_weights: {key!r}"
+        given = as_numeric(value, what)  # no strings, dates, masked values
         want = _to_user(np.zeros(tuple(reversed(spec.ne)), np.float32), spec).shape
-        if arr.shape != want:
-            raise GgmlValueError(f"ggml_set_weights: {key!r} must have shape {want}, got {arr.shape}")
+        if given.shape != want:
+            raise GgmlValueError(f"{what} must have shape {want}, got {given.shape}")
+        # the checks loading applies: complex data and values beyond float32 (which would become inf) are refused
+        arr = checked_values(given, np.dtype(np.float32), what).reshape(want)
         staged.append((layer, spec, arr))
     for layer, spec, arr in staged:
         back = arr if spec.user_axes is None else np.transpose(arr, np.argsort(spec.user_axes))

@@ -172,3 +172,40 @@ def test_binary_crossentropy_on_outputs_that_are_not_probabilities():
         assert np.isnan(g.ggml_evaluate(m, x, y)["loss"])
     with pytest.raises(ValueError, match="end the model in a sigmoid"):
         g.ggml_trainer(m, batch_size=32).step(x, y)
+
+
+# ---------------------------------------------------------------- data numpy would convert silently
+
+@pytest.mark.parametrize("make, text", [
+    (lambda x: (x * 1000).astype("timedelta64[ms]"), "dates or durations"),
+    (lambda x: np.datetime64("2026-01-01") + (x * 10).astype("timedelta64[D]"), "dates or durations"),
+    (lambda x: np.ma.masked_array(x, mask=x > 0.9), "masked values"),
+])
+def test_times_and_masked_values_are_refused_not_converted(make, text):
+    m = _classifier()
+    x, y = _data()
+    bad = make(x)
+    for call in (lambda: g.ggml_fit(m, bad, y, epochs=1, batch_size=8, verbose=0), lambda: g.ggml_predict(m, bad)):
+        with pytest.raises(g.GgmlTypeError, match=text):
+            call()
+
+
+def test_a_masked_array_without_masked_values_is_plain_data():
+    m = _classifier()
+    x, _ = _data()
+    np.testing.assert_array_equal(g.ggml_predict(m, np.ma.masked_array(x)), g.ggml_predict(m, x))
+
+
+@pytest.mark.parametrize("value, error, text", [
+    (1e39, g.GgmlValueError, "would become inf"),
+    (1 + 2j, g.GgmlTypeError, "complex"),
+    ("a", g.GgmlTypeError, "numeric"),
+])
+def test_set_weights_checks_values_as_loading_does_and_writes_nothing_on_refusal(value, error, text):
+    m = _classifier()
+    w = g.ggml_get_weights(m)
+    first, second = list(w)[:2]
+    with pytest.raises(error, match=text):
+        g.ggml_set_weights(m, {first: w[first] * 0, second: np.full(w[second].shape, value)})
+    after = g.ggml_get_weights(m)
+    assert all(np.array_equal(after[k], w[k]) for k in w)  # nothing written, the good one neither

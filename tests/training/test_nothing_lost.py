@@ -151,3 +151,30 @@ def test_outputs_that_do_not_read_the_inputs_are_refused(cpu, tsched):
         G.ggml_fit_opt_gen(tsched, lin.net.ctx, other, lin.out, _batches(9), silent=True)
     net.free()
     lin.free()
+
+
+# ---------------------------------------------------------------- a None batch is not an end for every source
+
+@pytest.mark.parametrize("kind", ["generator function", "list", "iterator"])
+def test_a_none_inside_a_source_that_is_not_a_function_is_an_error(kind):
+    """Only a function of no arguments ends an epoch with None (ggmlR's contract); elsewhere a None batch
+    would silently end the epoch early, so it is refused with the fix."""
+    from ggmlpy.training.adapters import Source
+    batches = [1, None, 3]
+
+    def gen():
+        yield from batches
+    obj = {"generator function": gen, "list": batches, "iterator": iter(batches)}[kind]
+    src = Source(obj, "generator")
+    src.start_epoch()
+    assert src.next_batch() == 1
+    with pytest.raises(G.GgmlValueError, match="gave None as batch 2 .* only for a function of no arguments"):
+        src.next_batch()
+
+
+def test_a_function_ends_its_epoch_with_none():
+    from ggmlpy.training.adapters import Source
+    items = iter([1, None, 2])
+    src = Source(lambda: next(items), "generator")
+    src.start_epoch()
+    assert src.next_batch() == 1 and src.next_batch() is None and src.next_batch() == 2
