@@ -19,9 +19,11 @@ Two more rules make "after free" hold for every path to the memory, not only the
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import signal
 import threading
+import time
 import weakref
 from typing import Any, Callable, Iterable, Iterator
 
@@ -45,6 +47,44 @@ def bump_memory_epoch() -> None:
     _epoch[0] += 1
 
 
+# ---------------------------------------------------------------- interpreter exit
+# At exit, weakref.finalize frees every C object still alive, also one a daemon thread is computing with or
+# about to read (a crash). The exit hook runs before those finalizers (it is registered after the first one)
+# and refuses new calls. With no other thread alive the finalizers then free everything as always; with one
+# (a daemon thread: the others were joined before exit), it waits up to EXIT_WAIT_S for the running calls
+# to return and leaves every C object to the operating system, which takes it back with the process.
+EXIT_WAIT_S = 5.0
+_live_handles: "weakref.WeakSet[Handle]" = weakref.WeakSet()
+_exiting = [False]
+_computing_now = [0]
+_exit_hook = [False]
+EXITING_MESSAGE = ("the interpreter is exiting and ggml's objects are being released; a thread (a daemon "
+                   "thread?) started a call after exit began. Join such threads before the program ends")
+
+
+def _check_not_exiting() -> None:
+    if _exiting[0]:
+        raise GgmlStateError(EXITING_MESSAGE)
+
+
+def _at_exit() -> None:
+    with HANDLE_LOCK:
+        _exiting[0] = True
+    main = threading.main_thread()
+    if not any(t is not main and t.is_alive() for t in threading.enumerate()):
+        return
+    deadline = time.monotonic() + EXIT_WAIT_S
+    while time.monotonic() < deadline:
+        with HANDLE_LOCK:
+            if _computing_now[0] == 0 and not any(h.users for h in list(_live_handles)):
+                break
+        time.sleep(0.005)
+    with HANDLE_LOCK:
+        for h in list(_live_handles):
+            if h._finalizer is not None:
+                h._finalizer.atexit = False
+
+
 class Handle:
     kind = "handle"
 
@@ -60,6 +100,10 @@ class Handle:
         for parent in self.parents:
             parent._children.add(self)
         self._finalizer = weakref.finalize(self, free_fn, ptr) if free_fn else None
+        _live_handles.add(self)
+        if not _exit_hook[0]:  # after the first finalize exists, so that this hook runs before finalizers
+            _exit_hook[0] = True
+            atexit.register(_at_exit)
 
     @property
     def ptr(self) -> Any:
@@ -162,6 +206,7 @@ def using(handles: Iterable[Any], what: str, exclusive: Iterable[Any] = (),
     under the same lock, before anything is marked (a condition no other thread can change meanwhile)."""
     hs = unique_handles([*handles, *exclusive])
     with HANDLE_LOCK:
+        _check_not_exiting()
         for h in hs:
             if h._ptr is None:
                 h.ptr  # noqa: B018 - raises, saying what was freed
@@ -206,12 +251,22 @@ class computing:
         self.locks = compute_locks(backends) if locks is None else locks
 
     def __enter__(self) -> None:
-        for lock in self.locks:
-            lock.acquire()
+        with HANDLE_LOCK:
+            _check_not_exiting()
+            _computing_now[0] += 1
+        try:
+            for lock in self.locks:
+                lock.acquire()
+        except BaseException:
+            with HANDLE_LOCK:
+                _computing_now[0] -= 1
+            raise
 
     def __exit__(self, *exc: Any) -> None:
         for lock in reversed(self.locks):
             lock.release()
+        with HANDLE_LOCK:
+            _computing_now[0] -= 1
 
 
 class InterruptGuard:
