@@ -3,7 +3,10 @@ conversions that check an argument is one.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+import functools
+import inspect
+import threading
+from typing import Any, Callable, Iterable, Iterator
 
 from .._ffi import ffi, lib
 from ..core.handle import bump_memory_epoch, Handle, raise_type
@@ -24,6 +27,13 @@ class Context(Handle):
         self.mem_size = mem_size
         self.no_alloc = no_alloc
         self.buffers: list = []  # buffers holding this context's tensors (ggml_backend_alloc_ctx_tensors)
+        # ggml's context is not thread-safe: two threads creating tensors in it at once corrupt it (an abort),
+        # and a free under a thread building ops in it crashes. Public calls on it take turns (``serialized``).
+        self.lock = threading.RLock()
+
+    def free(self) -> None:
+        with self.lock:  # not under a thread building in it (``serialized``)
+            super().free()
 
     def _describe(self) -> str:
         return f" {self.mem_size} bytes{' no_alloc' if self.no_alloc else ''}"
@@ -266,3 +276,22 @@ class Graph:
 
     def __repr__(self) -> str:
         return f"<Graph size={self.size} nodes={self.n_nodes() if self.ctx.alive else '?'}>"
+
+
+def serialized(func: Callable) -> Callable:
+    """``func`` (a public function whose first argument is a context) holding that context's lock for the
+    call: calls on one context from several threads take turns, and ``ggml_free`` waits for the call
+    building in it. Functions of another first argument are returned unchanged."""
+    params = list(inspect.signature(func).parameters)
+    if not params or params[0] != "ctx":
+        return func
+
+    @functools.wraps(func)
+    def one_at_a_time(*args: Any, **kwargs: Any) -> Any:
+        ctx = args[0] if args else kwargs.get("ctx")
+        if not isinstance(ctx, Context):
+            return func(*args, **kwargs)  # the function's own checks say what is wrong
+        with ctx.lock:
+            return func(*args, **kwargs)
+
+    return one_at_a_time
