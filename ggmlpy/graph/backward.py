@@ -230,10 +230,58 @@ def ggml_build_backward_expand(ctx: Context, graph: Graph) -> Graph:
     expect(isinstance(graph, Graph) and graph.grads,
            "ggml_build_backward_expand: the graph must be created with ggml_new_graph_custom(ctx, size, grads=True)")
     check_backward_graph(graph)
+    check_backward_room(ctx, graph, "ggml_build_backward_expand")
     if ctx is not graph.ctx:
         graph.deps.setdefault(id(ctx), ctx)  # the gradients live in ctx
     lib.ggml_build_backward_expand(ctx_ptr, graph.ptr, ffi.NULL)
     return graph
+
+
+def backward_need(graph: Graph, loss_of: Tensor | None = None) -> tuple[int, int, int]:
+    """(nodes, tensors, data bytes) that building ``graph``'s backward pass adds, from a dry run on a copy of
+    the graph in a scratch context (ggml asserts when the graph or the context has no room for them).
+    ``loss_of``: first add a loss on that tensor (its sum), as ggml-opt adds one to a forward graph. The
+    backward of every node must be supported (``check_backward_nodes``) before this is called."""
+    stack = [lib.ggml_graph_node(graph.ptr, i) for i in range(graph.n_nodes())]
+    seen: set[int] = set()
+    while stack:  # the graph's nodes and leafs: what the copy must hold
+        t = stack.pop()
+        if int(ffi.cast("uintptr_t", t)) not in seen:
+            seen.add(int(ffi.cast("uintptr_t", t)))
+            stack.extend(src for src in t.src if src != ffi.NULL)
+    size = max(4096, 16 * len(seen))  # no op's backward adds more than a few nodes per forward node
+    scratch = lib.ggml_init(ffi.new("struct ggml_init_params *", {
+        "mem_size": int(lib.ggml_graph_overhead_custom(size, True)) + size * int(lib.ggml_tensor_overhead()),
+        "mem_buffer": ffi.NULL, "no_alloc": True})[0])
+    expect(scratch != ffi.NULL, "ggml_build_backward_expand: no memory for checking the backward pass")
+    try:
+        copy = lib.ggml_new_graph_custom(scratch, size, True)
+        lib.ggml_graph_cpy(graph.ptr, copy)
+        if loss_of is not None:
+            loss = lib.ggml_sum(scratch, loss_of.ptr)
+            lib.ggml_set_loss(loss)
+            lib.ggml_build_forward_expand(copy, loss)
+        lib.ggml_build_backward_expand(scratch, copy, ffi.NULL)
+        added = int(lib.ggml_graph_n_nodes(copy)) - graph.n_nodes()
+        n_tensors, nbytes = 0, 0
+        t = lib.ggml_get_first_tensor(scratch)
+        while t != ffi.NULL:
+            n_tensors += 1
+            nbytes += int(lib.ggml_nbytes(t))
+            t = lib.ggml_get_next_tensor(scratch, t)
+        return added, n_tensors, nbytes
+    finally:
+        lib.ggml_free(scratch)
+
+
+def check_backward_room(ctx: Context, graph: Graph, fn: str) -> None:
+    """Refuse a backward build that would overflow the graph or the context (ggml asserts on both)."""
+    added, n_tensors, nbytes = backward_need(graph)
+    if graph.n_nodes() + added > graph.size:
+        raise GgmlValueError(f"{fn}: the backward pass adds {added} nodes to the graph's {graph.n_nodes()}, "
+                             f"more than its size {graph.size}; create it with ggml_new_graph_custom(ctx, "
+                             f"{max(2 * (graph.n_nodes() + added), 64)}, True)")
+    ctx.reserve(nbytes, n_objects=max(n_tensors, 1), what="backward pass (its gradient tensors)")
 
 
 def ggml_graph_get_grad(graph: Graph, tensor: Tensor) -> Tensor | None:

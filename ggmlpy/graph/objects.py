@@ -9,7 +9,7 @@ import threading
 from typing import Any, Callable, Iterable, Iterator
 
 from .._ffi import ffi, lib
-from ..core.handle import bump_memory_epoch, Handle, raise_type
+from ..core.handle import bump_memory_epoch, Handle, HANDLE_LOCK, raise_type
 from ..core.types import type_name
 from ..errors import GgmlStateError, GgmlValueError
 
@@ -27,9 +27,16 @@ class Context(Handle):
         self.mem_size = mem_size
         self.no_alloc = no_alloc
         self.buffers: list = []  # buffers holding this context's tensors (ggml_backend_alloc_ctx_tensors)
-        # ggml's context is not thread-safe: two threads creating tensors in it at once corrupt it (an abort),
-        # and a free under a thread building ops in it crashes. Public calls on it take turns (``serialized``).
-        self.lock = threading.RLock()
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The lock public calls on this context hold (``serialized``): ggml's context is not thread-safe (two
+        threads creating tensors in it at once corrupt it, a free under a thread building in it crashes)."""
+        lock = self.__dict__.get("_lock")
+        if lock is None:  # made on first use, also for subclasses that build their context otherwise
+            with HANDLE_LOCK:
+                lock = self.__dict__.setdefault("_lock", threading.RLock())
+        return lock
 
     def free(self) -> None:
         with self.lock:  # not under a thread building in it (``serialized``)

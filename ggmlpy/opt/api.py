@@ -9,6 +9,8 @@ from .._ffi import lib
 from ..compute.checks import check_opt_heads
 from ..core.handle import free_handle, raise_type, unwrap, using
 from ..errors import GgmlStateError, GgmlValueError
+from ..compute.threads import count_forward
+from ..graph.backward import backward_need
 from ..graph.objects import as_tensor, Context, Graph, Tensor
 from ..graph.tensor import input_leaf
 from . import losses as L
@@ -351,6 +353,18 @@ def ggml_opt_prepare_alloc(opt_ctx: OptContext, ctx_compute: Context, graph: Gra
     check_opt_heads([L.Head(opt_ctx.heads[0].loss_type, o)], "ggml_opt_prepare_alloc", True)
     if opt_ctx.build_type != BUILD_FORWARD:
         check_trainable([o], accumulating=True)  # dynamic graphs always accumulate
+    if not any(lib.ggml_graph_node(graph.ptr, k) == o.ptr for k in range(graph.n_nodes())):
+        raise GgmlValueError("ggml_opt_prepare_alloc: the graph does not compute outputs (ggml-opt would abort): "
+                             "build it from them, ggml_build_forward_expand(graph, outputs)")
+    if opt_ctx.build_type != BUILD_FORWARD:
+        # ggml-opt builds the loss, the backward pass and the optimizer steps in copies of this graph, of its
+        # size: a graph without room for them aborted at ggml_opt_alloc
+        added, _, _ = backward_need(graph, loss_of=o)
+        need = graph.n_nodes() + added + 3 * len(count_forward([o])[1]) + 16  # + accumulation, step per weight
+        if need > graph.size:
+            raise GgmlValueError(f"ggml_opt_prepare_alloc: the graph (size {graph.size}, {graph.n_nodes()} nodes) has "
+                                 f"no room for the loss, backward and optimizer nodes ggml-opt adds to it (about "
+                                 f"{need}); create it with ggml_new_graph_custom(ctx, {2 * need}, True)")
     # ggml-opt adds its loss, the backward and optimizer tensors and two copies of the graph (with gradients)
     # to ctx_compute; without room it got NULL back and crashed
     graphs = 2 * int(lib.ggml_graph_overhead_custom(lib.ggml_graph_size(graph.ptr), True))
