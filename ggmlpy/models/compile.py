@@ -11,6 +11,7 @@ from ..opt import losses as L
 from ..opt.constants import OPTIMIZER_ADAMW, OPTIMIZER_SGD
 from ..opt.params import check_weight_decay
 from .graph import Model, Node
+from .layers import Dropout, Flatten
 from .runtime import build_graph, GraphInstance, Runtime
 
 
@@ -90,9 +91,34 @@ def _loss_name(loss: Any, i: int) -> str:
     return {"mean_squared_error": "mse", "mean_absolute_error": "mae", "huber_loss": "huber"}.get(name, name)
 
 
+# layers that pass values through unchanged in inference: an activation before them is the output's
+_PASS_THROUGH = (Dropout, Flatten)
+
+
+def _check_cross_entropy_output(node: Node, loss: str) -> None:
+    """Cross-entropy takes logits (no activation at the end) or a softmax output, whose softmax ggml's fused
+    loss applies; anything else was trained as if it were logits (a softmax of sigmoids, of a softmax)."""
+    activation = getattr(node.layer, "activation", None)
+    name = node.layer.name
+    if activation not in (None, "linear", "softmax"):
+        raise GgmlValueError(f"{loss}: output '{name}' ends in {activation}, but the cross-entropy takes logits (no "
+                             "activation) or a softmax output; for one class per sample use activation='softmax' "
+                             "(or none), for independent yes/no labels use loss='binary_crossentropy' with a "
+                             "sigmoid")
+    inner = node
+    while isinstance(inner.layer, _PASS_THROUGH) and inner.inputs:
+        inner = inner.inputs[0]
+    if inner is not node and getattr(inner.layer, "activation", None) == "softmax":
+        raise GgmlValueError(f"{loss}: output '{name}' is a {node.layer.kind} after the softmax of "
+                             f"'{inner.layer.name}', so the cross-entropy would apply a second softmax to "
+                             f"probabilities; put the {node.layer.kind} before the last layer")
+
+
 def _head(node: Node, loss: str, weight: float) -> HeadSpec:
     loss_type, _ = LOSSES[loss]
     activation = getattr(node.layer, "activation", None)
+    if loss_type == L.LOSS_CROSS_ENTROPY:
+        _check_cross_entropy_output(node, loss)
     if loss == "binary_crossentropy" and activation != "sigmoid":
         warnings.warn(f"binary_crossentropy expects probabilities; output '{node.layer.name}' does not end in a "
                       "sigmoid (add activation='sigmoid')", GgmlpyWarning, stacklevel=4)
@@ -116,7 +142,9 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
             ``"mse"``, ``"mae"``, ``"huber"`` (delta 1), or a ``ggml_opt_loss_type_*()`` constant; a list
             gives one loss per output of a multi-output model. The cross-entropies take **logits**: with a
             softmax last layer the softmax is left to ggml's fused loss in training, and ``ggml_predict``
-            still returns probabilities; without one, the raw outputs are treated as logits.
+            still returns probabilities; without an activation, the raw outputs are treated as logits.
+            Any other last activation (sigmoid, tanh, relu), or a dropout after the softmax, is refused:
+            it would be trained as if it were logits.
         metrics: ``["accuracy"]`` reports accuracy for classification losses (the only metric).
         backend: ``"auto"`` (a hardware GPU if there is one, else the CPU), ``"cpu"``, ``"vulkan"``,
             ``"cuda"`` or a device name such as ``"Vulkan0"``.

@@ -394,3 +394,41 @@ def test_a_single_outputs_loss_weight_scales_training_as_evaluation():
     assert weighted_eval == pytest.approx(2 * plain_eval, rel=1e-6)
     assert weighted_train == pytest.approx(2 * plain_train, rel=1e-5)
     np.testing.assert_allclose(weighted_w, plain_w, rtol=1e-5, atol=1e-7)
+
+
+# ---------------------------------------------------------------- cross-entropy outputs that were trained wrongly
+
+def _ends_in(*layers):
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, 8, activation="relu", input_shape=(4,))
+    for make in layers:
+        m = make(m)
+    return m
+
+
+@pytest.mark.parametrize("activation", ["sigmoid", "tanh", "relu"])
+@pytest.mark.parametrize("loss", ["categorical_crossentropy", "sparse_categorical_crossentropy"])
+def test_cross_entropy_on_a_bounded_output_is_refused(activation, loss):
+    """It was trained as if the sigmoid/tanh/relu outputs were logits (a softmax of them)."""
+    m = _ends_in(lambda m: g.ggml_layer_dense(m, 3, activation=activation))
+    with pytest.raises(g.GgmlValueError, match=f"ends in {activation}.*takes logits .* or a softmax output"):
+        g.ggml_compile(m, loss=loss, backend="cpu")
+
+
+def test_dropout_after_the_softmax_is_refused_under_cross_entropy():
+    """ggml_evaluate reported 0.60 where the true cross-entropy was 0.14: softmax applied twice."""
+    m = _ends_in(lambda m: g.ggml_layer_dense(m, 3, activation="softmax"), lambda m: g.ggml_layer_dropout(m, 0.2))
+    with pytest.raises(g.GgmlValueError, match="dropout after the softmax.*second softmax"):
+        g.ggml_compile(m, loss="categorical_crossentropy", backend="cpu")
+
+
+@pytest.mark.parametrize("activation", ["softmax", None, "linear"])
+def test_softmax_and_logit_outputs_compile_and_match_numpy(activation):
+    m = _ends_in(lambda m: g.ggml_layer_dense(m, 3, activation=activation))
+    m = g.ggml_compile(m, loss="categorical_crossentropy", backend="cpu")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(16, 4)).astype(np.float32)
+    y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 16)]
+    out = g.ggml_predict(m, x).astype(np.float64)
+    logp = np.log(out) if activation == "softmax" else out - np.log(np.exp(out).sum(1, keepdims=True))
+    assert g.ggml_evaluate(m, x, y)["loss"] == pytest.approx(-(y * logp).sum(1).mean(), rel=1e-4)
