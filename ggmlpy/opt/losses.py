@@ -23,7 +23,7 @@ from ..graph.context import ggml_graph_overhead, ggml_init, ggml_tensor_overhead
 from ..graph.objects import Context, Tensor
 from ..graph.tensor import ggml_new_tensor_2d, ggml_set_input, ggml_set_name, ggml_set_output
 from ..ops.elementwise import (ggml_abs, ggml_add, ggml_cont, ggml_log, ggml_mul, ggml_relu, ggml_scale,
-                               ggml_scale_bias, ggml_soft_max, ggml_sqr, ggml_sub)
+                               ggml_scale_bias, ggml_soft_max, ggml_sqr, ggml_step, ggml_sub)
 from ..ops.layout import ggml_reshape, ggml_reshape_4d
 from ..ops.linalg import ggml_cross_entropy_loss
 from ..ops.reduce import ggml_argmax, ggml_count_equal, ggml_repeat, ggml_sum
@@ -367,6 +367,9 @@ def build_loss_graph(heads: Sequence[Head], sched, loss_mask_ne0: int | None = N
                                                               ggml_argmax(ctx, h.labels)))
             ggml_set_name(h.ncorrect, f"ncorrect_{i + 1}")
             graph_extra.append(h.ncorrect)
+        elif h.loss_type == LOSS_BINARY_CROSS_ENTROPY:
+            h.ncorrect = ggml_set_name(ggml_set_output(_binary_correct(ctx, h, batch)), f"ncorrect_{i + 1}")
+            graph_extra.append(h.ncorrect)
         h.value = ggml_set_output(_head_value(ctx, h))
         ggml_set_name(h.value, f"loss_{i + 1}")
     total = heads[0].value if heads[0].weight == 1.0 else ggml_scale(ctx, heads[0].value, heads[0].weight)
@@ -382,6 +385,16 @@ def build_loss_graph(heads: Sequence[Head], sched, loss_mask_ne0: int | None = N
     graph.buffer = ggml_backend_alloc_ctx_tensors(ctx, loss_backend(ctx, sched))
     graph.owned = [b for b in (graph.buffer, ctx) if b is not None]
     return graph
+
+
+def _binary_correct(ctx: Context, h: Head, batch: int) -> Tensor:
+    """Binary accuracy counted in the graph (Keras' binary_accuracy at 0.5): the samples' shares of outputs on
+    the side of 0.5 their label is on, summed over the batch (an F32 scalar)."""
+    per_sample = h.outputs.nelements() // batch
+    pred = ggml_step(ctx, ggml_scale_bias(ctx, h.outputs, 1.0, -0.5))
+    truth = ggml_step(ctx, ggml_scale_bias(ctx, h.labels, 1.0, -0.5))
+    wrong = ggml_sum(ctx, ggml_abs(ctx, ggml_sub(ctx, pred, truth)))
+    return ggml_scale_bias(ctx, wrong, -1.0 / per_sample, float(batch))
 
 
 def loss_backend(ctx: Context, sched) -> Any:

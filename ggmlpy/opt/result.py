@@ -26,7 +26,7 @@ class OptResult(Handle):
         # heads of a loss built from ggml ops (several heads, weights): per head, its loss of every batch and
         # its correct predictions so far (None: not a cross-entropy head); empty for a loss ggml computes
         self._head_losses: list[list[float]] = []
-        self._head_correct: list[int | None] = []
+        self._head_correct: list[float | None] = []
         self._head_sum: list[bool] = []
 
     def record_heads(self, heads: list) -> None:
@@ -38,7 +38,7 @@ class OptResult(Handle):
         for i, h in enumerate(heads):
             self._head_losses[i].append(float(ggml_backend_tensor_get_data(h.value)[0]))
             if h.ncorrect is not None:
-                self._head_correct[i] += int(ggml_backend_tensor_get_data(h.ncorrect)[0])
+                self._head_correct[i] += float(ggml_backend_tensor_get_data(h.ncorrect)[0])
 
     def check_batch(self, opt: Any) -> None:
         """ggml asserts that a result only ever sees one batch size, loss kind and period."""

@@ -432,3 +432,19 @@ def test_softmax_and_logit_outputs_compile_and_match_numpy(activation):
     out = g.ggml_predict(m, x).astype(np.float64)
     logp = np.log(out) if activation == "softmax" else out - np.log(np.exp(out).sum(1, keepdims=True))
     assert g.ggml_evaluate(m, x, y)["loss"] == pytest.approx(-(y * logp).sum(1).mean(), rel=1e-4)
+
+
+def test_binary_crossentropy_logs_the_training_accuracy():
+    """It was NaN every epoch. One step over the whole data: the epoch's training accuracy is that of the
+    weights before the step, checked against numpy on the predictions made with them."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 4)).astype(np.float32)
+    y = (x[:, :3] > 0).astype(np.float32)
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, 8, activation="tanh", input_shape=(4,))
+    m = g.ggml_layer_dense(m, 3, activation="sigmoid")
+    m = g.ggml_compile(m, loss="binary_crossentropy", backend="cpu", metrics=["accuracy"])
+    before = g.ggml_predict(m, x)
+    want = float(((before > 0.5) == (y > 0.5)).mean())
+    hist = g.ggml_fit(m, x, y, epochs=1, batch_size=64, verbose=0)
+    assert hist["train_accuracy"].iloc[0] == pytest.approx(want, abs=1e-6) and 0 < want < 1
