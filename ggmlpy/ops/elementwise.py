@@ -94,8 +94,8 @@ _UNARY_NOTES = {
                 "    the loss (use ``ggml_silu`` or ``ggml_softplus``).",
     "ggml_hardswish": "ggml has no backward pass for it: in a trainable graph it may not lie between a parameter\n"
                       "    and the loss (use ``ggml_silu``).",
-    "ggml_gelu": "Differentiable. On the CPU, F32 inputs in (-10, 10) are looked up in an F16 table (about three\n"
-                 "    significant digits).",
+    "ggml_gelu": "Differentiable. The tanh approximation ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``,\n"
+                 "    computed in float32 on every backend (ggml's CPU used an F16 table; patches/0019).",
 }
 _COPY_DOCS = {
     "ggml_dup": ("A copy of ``a`` in a new contiguous tensor.",

@@ -95,7 +95,7 @@ def _block_ref(w, ids, t):
     return R.dense(x, w["out.weight"], w["out.bias"])
 
 
-# gelu: ggml's CPU gelu reads a float16 table, good to ~1e-3. On Vulkan (lavapipe) every matrix product rounds
+# On Vulkan (lavapipe) every matrix product rounds
 # through float16 (~1e-3); through the block's products, backward included, the gradients differ from the CPU's
 # by up to 0.4% of each weight's largest gradient (all about 1 here), hence an absolute tolerance.
 case("transformer_block", _block, _block_ref, lambda rng: rng.randint(0, 7, (2, 5)).astype(np.int32),
