@@ -468,3 +468,49 @@ def test_ctrl_c_stops_ggmls_loops_promptly(which):
     assert stopped, f"the loop was not interrupted: {out_[-500:]} {err[-1500:]}"
     assert float(stopped[0].split()[1]) < 1.0, stopped
     assert "USABLE" in out_
+
+
+# ---------------------------------------------------------------- cross-entropy targets that trained to nonsense
+
+def _ce_setup(backend, sched, classes):
+    ctx = G.ggml_init(16 * G.ggml_tensor_overhead() + G.ggml_graph_overhead(), no_alloc=True)
+    x = G.ggml_set_input(G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, 4))
+    w = G.ggml_set_param(G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, classes))
+    buf = G.ggml_backend_alloc_ctx_tensors(ctx, backend)
+    G.ggml_backend_tensor_set_data(w, np.full((classes, 3), 0.1, np.float32))
+    return ctx, x, G.ggml_mul_mat(ctx, w, x), [buf, ctx]
+
+
+def test_cross_entropy_over_one_class_is_refused(backend, sched):
+    """A softmax over one value is 1: loss 0 and accuracy 1 whatever the data."""
+    ctx, x, out, owned = _ce_setup(backend, sched, 1)
+    ds = G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 3, 1, 8, 1)
+    G.ggml_backend_tensor_set_data(G.ggml_opt_dataset_labels(ds), np.ones((8, 1), np.float32))  # "one class"
+    with pytest.raises(G.GgmlValueError, match="at least 2 classes"):
+        G.ggml_fit_opt(sched, ctx, x, out, ds, G.ggml_opt_loss_type_cross_entropy(), nepoch=1, nbatch_logical=4, silent=True)
+    with pytest.raises(G.GgmlValueError, match="at least 2 classes"):
+        G.ggml_opt_fit(sched, ctx, x, out, ds, G.ggml_opt_loss_type_cross_entropy(), nepoch=1, nbatch_logical=4, silent=True)
+    for o in [ds, *owned]:
+        o.free()
+
+
+@pytest.mark.parametrize("bad_row", [[0.0, 0.0], [1.5, -0.5]])
+def test_cross_entropy_labels_must_be_distributions(backend, sched, bad_row):
+    """A row of zeros trained to loss 0, a negative entry to a negative loss."""
+    ctx, x, out, owned = _ce_setup(backend, sched, 2)
+    ds = G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 3, 2, 8, 1)
+    G.ggml_backend_tensor_set_data(G.ggml_opt_dataset_data(ds), np.ones((8, 3), np.float32))
+    labels = np.eye(2, dtype=np.float32)[np.arange(8) % 2]
+    labels[5] = bad_row
+    G.ggml_backend_tensor_set_data(G.ggml_opt_dataset_labels(ds), labels)
+    for fit in (G.ggml_fit_opt, G.ggml_opt_fit):
+        with pytest.raises(G.GgmlValueError, match="datapoint 5 has .* must be >= 0 and a row must not be all zeros"):
+            fit(sched, ctx, x, out, ds, G.ggml_opt_loss_type_cross_entropy(), nepoch=1, nbatch_logical=4, silent=True)
+
+    def batches():
+        for _ in range(2):
+            yield np.ones((4, 3), np.float32), np.array([[1, 0], bad_row, [0, 1], [1, 0]], np.float32)
+    with pytest.raises(G.GgmlValueError, match="row 1 is .* must be >= 0"):
+        G.ggml_fit_opt_gen(sched, ctx, x, out, batches, loss_type=G.ggml_opt_loss_type_cross_entropy(), silent=True)
+    for o in [ds, *owned]:
+        o.free()

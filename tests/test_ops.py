@@ -134,6 +134,11 @@ def test_gelu_is_float32_exact(rng):
     x = np.concatenate([r32(rng, 2000, lo=-6, hi=6), np.float32([-12.0, -10.0, 10.0, 15.5, 0.0, 1e-3, -1e-3])])
     (out,) = compute(lambda ctx, t: G.ggml_gelu(ctx, t), x)
     assert_close(out, _gelu_tanh(f64(x)), rtol=2e-6, atol=1e-7)
+    # the negative tail, tiny values: 0.5x(1 + tanh(u)) cancelled there in float32 (relative error 0.4)
+    tail = np.linspace(-9, -3, 61, dtype=np.float32)
+    (out_tail,) = compute(lambda ctx, t: G.ggml_gelu(ctx, t), tail)
+    ref = f64(tail) / (1 + np.exp(-2 * np.sqrt(2 / np.pi) * (f64(tail) + 0.044715 * f64(tail) ** 3)))
+    np.testing.assert_allclose(out_tail.ravel(), ref, rtol=2e-5, atol=0)
     # and it is neither the erf form's cheap cousin x*sigmoid(1.702x) nor relu
     quick = f64(x) / (1 + np.exp(-1.702 * f64(x)))
     assert np.abs(out.ravel() - quick).max() > 5e-3

@@ -289,6 +289,11 @@ def check_opt_heads(heads: list, fn: str, ggml_loss: bool) -> None:
                                 "...)) with the same shape")
         if not lib.ggml_is_contiguous(t):
             raise GgmlValueError(f"{fn}: {which} must be contiguous, got a strided view ({label}); apply ggml_cont")
+        if h.loss_type == int(lib.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY) and t.ne[0] < 2:
+            # a softmax over one value is 1: the loss is 0 and every prediction right, whatever the data
+            raise GgmlValueError(f"{fn}: cross-entropy needs at least 2 classes (ne0 of {which}), got {label} with one "
+                                 "value per prediction, whose softmax is always 1 (loss 0, accuracy 1 whatever the "
+                                 "data); for a yes/no target use one sigmoid output and binary cross-entropy")
         if ggml_loss and h.loss_type == int(lib.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY) and (t.ne[2] != 1 or t.ne[3] != 1):
             ne = [int(t.ne[k]) for k in range(4)]
             raise GgmlValueError(f"{fn}: ggml's cross-entropy loss needs 2-D outputs [classes, batch] (it takes the "

@@ -408,3 +408,17 @@ def ggml_opt_dataset_get_batch_rows(ds: Dataset, data_batch: Tensor, rows: slice
         raise GgmlValueError(f"{fn}: data_batch holds {data.nelements() // ds.ne_datapoint} datapoints, the rows "
                              f"{start}:{stop} are {stop - start}")
     write_array(data.ptr, src)
+
+
+def check_distribution_rows(ds: Dataset, fn: str) -> None:
+    """The labels of a dataset a cross-entropy trains on: each row a distribution over the classes (values
+    >= 0, not all zero). A row of zeros trained to loss 0 and a negative value to a negative loss, silently."""
+    rows = ds.rows(ds.labels)
+    if rows is None or not rows.size:
+        return
+    bad = ~(rows >= 0).all(axis=1) | ~(rows.sum(axis=1) > 0)
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise GgmlValueError(f"{fn}: the dataset's labels are the targets of a cross-entropy, one distribution over "
+                             f"the classes per datapoint; datapoint {k} has {rows[k].tolist()[:8]}: every value must "
+                             f"be >= 0 and a row must not be all zeros ({int(bad.sum())} rows of {len(rows)} are not)")

@@ -28,7 +28,7 @@ from ..graph.objects import as_tensor, Context, Tensor
 from . import losses as L
 from .constants import BUILD_OPT, check_optimizer, OPTIMIZER_ADAMW
 from .context import check_trainable, OptContext
-from .dataset import Dataset
+from .dataset import check_distribution_rows, Dataset
 from .init import opt_init
 from .params import LrUserdata, OptimizerParams
 from .result import OptResult
@@ -267,6 +267,8 @@ def ggml_opt_fit(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs
         expect(dataset.ne_label * batch == out.nelements(),
                f"{fn}: outputs hold {out.nelements() // batch} values per datapoint, the labels {dataset.ne_label}")
     check_opt_heads([L.Head(int(loss_type), out)], fn, True)
+    if int(loss_type) == L.LOSS_CROSS_ENTROPY and dataset.labels is not None:
+        check_distribution_rows(dataset, fn)
     check_trainable([out], accumulating=nbatch_logical > batch)
     expect(batch % dataset.ndata_shard == 0, f"{fn}: the physical batch ({batch}) must be a multiple of the "
                                              f"dataset's shard size ndata_shard ({dataset.ndata_shard})")

@@ -190,8 +190,10 @@ class BatchWriter:
     """Parses batches for one opt context and writes them into its tensors."""
 
     def __init__(self, name: str, inputs: list[Tensor], labels: list[Tensor], weights: list[Tensor],
-                 bounds: dict[int, int] | None = None) -> None:
+                 bounds: dict[int, int] | None = None, distributions: list[bool] | None = None) -> None:
         self.name = name
+        # labels of cross-entropy heads: each row (ne0 values) a distribution over the classes
+        self.distributions = distributions or [False] * len(labels)
         bounds = bounds or {}
         # tensors are called by their user-given names ('leaf_0' is ggml's name for an unnamed one)
         self.inputs = [_target(t, f"inputs[{i}] ({tensor_label(t.ptr)})", bounds.get(ptr_key(t.ptr)))
@@ -212,6 +214,8 @@ class BatchWriter:
                                      f"{len(targets)}")
             for target, value in zip(targets, values):
                 arr = self._convert(target, value)
+                if kind == "labels" and self.distributions[len(pairs) - len(self.inputs)]:
+                    self._check_distribution(target, arr)
                 if kind == "weights" and arr.size and not (arr >= 0).all():  # NaN fails too
                     raise GgmlValueError(f"{self.name}: {target.what} must be >= 0 (a weight per datapoint or "
                                          "element scales its loss; a negative one would train to increase it)")
@@ -219,6 +223,18 @@ class BatchWriter:
                     arr = arr.copy()
                 pairs.append((target, arr))
         return pairs
+
+    def _check_distribution(self, target: Target, arr: np.ndarray) -> None:
+        """Cross-entropy labels: rows of values >= 0 that do not all vanish. A row of zeros trained to loss 0,
+        a negative entry to a negative loss, both silently."""
+        rows = arr.reshape(-1, int(target.tensor.shape[0]))
+        bad = ~(rows >= 0).all(axis=1) | ~(rows.sum(axis=1) > 0)
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise GgmlValueError(f"{self.name}: {target.what} are the targets of a cross-entropy, one distribution "
+                                 f"over the classes per row; row {k} is {rows[k].tolist()[:8]}"
+                                 f"{'...' if rows.shape[1] > 8 else ''}: every value must be >= 0 and the row must "
+                                 "not be all zeros (one-hot rows: a 1 at the class)")
 
     @staticmethod
     def write(pairs: list[tuple[Target, np.ndarray]]) -> None:

@@ -23,7 +23,7 @@ from ..graph.nodes import ptr_key
 from ..graph.objects import as_tensor, Context, Tensor
 from ..opt import losses as L
 from ..opt.constants import check_optimizer, OPTIMIZER_ADAMW
-from ..opt.dataset import datapoints_of, Dataset
+from ..opt.dataset import check_distribution_rows, datapoints_of, Dataset
 from ..opt.init import resolve_labels_offs
 from ..opt.params import check_weight_decay
 from .adapters import BatchWriter, check_ends, Source, Target
@@ -321,6 +321,8 @@ def _dataset_fit(graph: TrainingGraph, step: StepOptions, plan: EpochPlan, datas
     needs_labels = any(t in L.LABELLED_LOSSES for t in loss_types)
     if needs_labels and ds.labels is None:
         raise GgmlValueError("the loss needs labels but the dataset has none (ne_label = 0)")
+    if loss_types == [L.LOSS_CROSS_ENTROPY]:
+        check_distribution_rows(ds, "ggml_fit_opt")
     graph = replace(graph, inputs=[x], loss_mask_ne0=_weight_width(ds, loss_types))
     trainer = TrainingSession(graph, replace(step, period=period), with_validation=val_split > 0)
     try:

@@ -126,9 +126,11 @@ class TrainingSession:
 
     def writer(self, name: str, train: bool) -> BatchWriter:
         ctx = self.train_ctx if train else self.eval_ctx
-        labels = [ctx.labels(i) for i in range(ctx.n_heads) if ctx.labels(i) is not None]
+        labelled = [i for i in range(ctx.n_heads) if ctx.labels(i) is not None]
+        labels = [ctx.labels(i) for i in labelled]
+        cross_entropy = [ctx.heads[i].loss_type == L.LOSS_CROSS_ENTROPY for i in labelled]
         weights = [h.weights for h in (ctx.loss.heads if ctx.loss.composite else []) if h.weights is not None]
-        return BatchWriter(name, self.inputs, labels, weights, self.index_bounds)
+        return BatchWriter(name, self.inputs, labels, weights, self.index_bounds, cross_entropy)
 
     def run_epoch(self, feed: Feed, limit: int | None, train: bool, progress: EpochProgress | None = None) -> EpochStats:
         ctx = self.train_ctx if train else self.eval_ctx
