@@ -440,19 +440,22 @@ class OptimizerState:
         self.params = params
         self.state: dict | None = None
         self._lock = threading.Lock()
-        self._holder: tuple[object, str] | None = None
+        self._holder: tuple[object, str, Any] | None = None
 
-    def begin(self, who: str, fn: str | None = None) -> object:
+    def begin(self, who: str, fn: str | None = None, owner: Any = None) -> object:
         """Take the optimizer for one training session (a fit, or a trainer from its first step until it is
         freed); returns the lease for ``end``. Two sessions on one model would each overwrite the other's
-        optimizer steps, so a second one is refused with GgmlInUseError."""
+        optimizer steps, so a second one is refused with GgmlInUseError. ``owner`` (a trainer) is held
+        weakly: a trainer dropped without ``free()`` gives the lease up when it is collected."""
         with self._lock:
+            if self._holder is not None and self._holder[2] is not None and self._holder[2]() is None:
+                self._holder = None  # its trainer was dropped without free()
             if self._holder is not None:
                 raise GgmlInUseError(f"{fn or who}: this model is already being trained by {self._holder[1]}; two "
                                      "training sessions on one model would each drop the other's optimizer steps. "
                                      "Wait for the other to end (a ggml_fit), or free it first (trainer.free())")
             lease = object()
-            self._holder = (lease, who)
+            self._holder = (lease, who, weakref.ref(owner) if owner is not None else None)
             return lease
 
     def end(self, lease: object) -> None:

@@ -118,7 +118,7 @@ class ModelTrainer:
         pairs = self._writer.parse(D.feed_dict(self._cfg.heads, xs, ys, None))
         if self._lease is None:  # the first step: take the optimizer, continuing from where it is now
             self._lease = self._opt_state.begin("a ggml_trainer (from its first step until trainer.free())",
-                                                "trainer.step")
+                                                "trainer.step", owner=self)
             self._opt_state.restore(self._session.train_ctx)
         self._result.reset()
         with self._model.runtime.use():

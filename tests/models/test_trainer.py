@@ -324,3 +324,18 @@ def test_two_fits_from_two_threads_do_not_both_run():
     g.ggml_fit(m, x, y, epochs=1, batch_size=16, verbose=0, callbacks=[{"on_epoch_begin": slow_epoch}])
     t.join(60)
     assert len(errors) == 1 and int(m.runtime.opt_state.state["iter"]) == 256 // 16 + 1
+
+
+def test_a_trainer_dropped_without_free_releases_the_model_and_its_c_objects():
+    import gc
+    from ggmlpy.core import handle
+    m = regressor()
+    x, y = data(16)
+    g.ggml_fit(m, x, y, epochs=1, batch_size=16, verbose=0)
+    gc.collect()
+    before = len(handle._live_handles)
+    for _ in range(20):
+        g.ggml_trainer(m, batch_size=16).step(x, y)  # dropped at once, never freed
+    gc.collect()
+    assert len(handle._live_handles) == before and m.runtime.live_trainers() == []
+    g.ggml_fit(m, x, y, epochs=1, batch_size=16, verbose=0)  # the optimizer is free for the next session
