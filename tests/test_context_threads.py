@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from .conftest import run_in_subprocess
 
+PRELUDE = """
+import threading, time
+import ggmlpy as G
+ctx = G.ggml_init(256 << 20, no_alloc=True)
+base = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 16)
+"""
+
 
 def test_two_threads_building_in_one_context_take_turns():
-    code = """
-import threading
-import ggmlpy as G
-ctx = G.ggml_init(64 << 20, no_alloc=True)
-base = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 16)
+    code = PRELUDE + """
 errors = []
 def build():
     try:
@@ -32,11 +35,7 @@ assert not errors and n == 1 + 4 * 3000 * 2, (errors, n)
 
 
 def test_a_free_while_another_thread_builds_waits_and_the_builder_gets_an_error():
-    code = """
-import threading, time
-import ggmlpy as G
-ctx = G.ggml_init(256 << 20, no_alloc=True)
-base = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 16)
+    code = PRELUDE + """
 seen = []
 def build():
     try:

@@ -431,7 +431,8 @@ def test_context_memory_on_a_scheduler_with_a_gpu_is_refused():
     assert "REFUSED True" in out, out
 
 
-_DYNAMIC_OPT_IN_A_SMALL_CONTEXT = """
+# a CPU scheduler and a two-weight model y = w x, for the dynamic opt graph cases
+_DYNAMIC_PRELUDE = """
 import ggmlpy as G
 be = G.ggml_backend_cpu_init()
 sched = G.ggml_backend_sched_new([be], parallel=False, graph_size=512)
@@ -439,6 +440,9 @@ cs = G.ggml_init(8 * G.ggml_tensor_overhead(), no_alloc=True)
 x = G.ggml_set_input(G.ggml_new_tensor_2d(cs, G.GGML_TYPE_F32, 3, 4))
 w = G.ggml_set_param(G.ggml_new_tensor_2d(cs, G.GGML_TYPE_F32, 3, 2))
 buf = G.ggml_backend_alloc_ctx_tensors(cs, be)
+"""
+
+_DYNAMIC_OPT_IN_A_SMALL_CONTEXT = _DYNAMIC_PRELUDE + """
 cc = G.ggml_init(64 * G.ggml_tensor_overhead() + 3 * G.ggml_graph_overhead(), no_alloc=True)
 opt = G.ggml_opt_init(sched, G.ggml_opt_loss_type_mse(), G.ggml_opt_optimizer_type_sgd(), 1)
 out = G.ggml_mul_mat(cc, w, x)
@@ -498,14 +502,7 @@ def test_a_backward_pass_that_does_not_fit_the_graph_is_refused_and_a_big_enough
     assert "REFUSED True 32" in out and "GRAD True" in out, out
 
 
-_DYNAMIC_OPT_GRAPHS = """
-import ggmlpy as G
-be = G.ggml_backend_cpu_init()
-sched = G.ggml_backend_sched_new([be], parallel=False, graph_size=512)
-cs = G.ggml_init(8 * G.ggml_tensor_overhead(), no_alloc=True)
-x = G.ggml_set_input(G.ggml_new_tensor_2d(cs, G.GGML_TYPE_F32, 3, 4))
-w = G.ggml_set_param(G.ggml_new_tensor_2d(cs, G.GGML_TYPE_F32, 3, 2))
-buf = G.ggml_backend_alloc_ctx_tensors(cs, be)
+_DYNAMIC_OPT_GRAPHS = _DYNAMIC_PRELUDE + """
 opt = G.ggml_opt_init(sched, G.ggml_opt_loss_type_mse(), G.ggml_opt_optimizer_type_sgd(), 1)
 for size, use_out in ((8, True), (64, False), (64, True)):
     cc = G.ggml_init(256 * G.ggml_tensor_overhead() + 3 * G.ggml_graph_overhead(), no_alloc=True)
