@@ -514,3 +514,30 @@ def test_cross_entropy_labels_must_be_distributions(backend, sched, bad_row):
         G.ggml_fit_opt_gen(sched, ctx, x, out, batches, loss_type=G.ggml_opt_loss_type_cross_entropy(), silent=True)
     for o in [ds, *owned]:
         o.free()
+
+
+def test_a_batch_of_one_sample_accumulates_over_nbatch_logical(backend, sched):
+    """Inputs [features, 1] were taken for a batch of `features` samples: nbatch_logical=4 then stepped the
+    optimizer every batch (accumulation silently off). Now one sample per batch: 3 batches leave the weights
+    as they were (no optimizer step yet), the 4th steps."""
+    import warnings
+
+    def run(steps):
+        ctx = G.ggml_init(16 * G.ggml_tensor_overhead() + G.ggml_graph_overhead(), no_alloc=True)
+        x = G.ggml_set_input(G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, 1))
+        w = G.ggml_set_param(G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, 1))
+        buf = G.ggml_backend_alloc_ctx_tensors(ctx, backend)
+        G.ggml_backend_tensor_set_data(w, np.zeros((1, 3), np.float32))
+        out = G.ggml_mul_mat(ctx, w, x)
+        batches = [(np.full((1, 3), i + 1.0, np.float32), np.ones((1, 1), np.float32)) for i in range(steps)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "training ended inside a logical batch"
+            G.ggml_fit_opt_gen(sched, ctx, x, out, batches, loss_type=G.ggml_opt_loss_type_mse(), nbatch_logical=4,
+                               silent=True)
+        after = G.ggml_backend_tensor_get_data(w).copy()
+        buf.free()
+        ctx.free()
+        return after
+
+    np.testing.assert_array_equal(run(3).reshape(-1), np.zeros(3))
+    assert np.abs(run(4)).sum() > 0

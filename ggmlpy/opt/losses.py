@@ -210,8 +210,15 @@ def check_loss_type(loss_type: Any, what: str = "loss_type") -> int:
 
 
 def physical_batch(t: Tensor) -> int:
-    """ggmlR's rule: the last axis of the shape whose size is not 1 (1 if all are)."""
-    for n in reversed(t.shape):
+    """The samples in a batch tensor. A matrix ``[features, batch]`` (ne2 = ne3 = 1) has ``ne1`` samples, as
+    ggml-opt counts them, so a batch of one sample ``[features, 1]`` is one (the rule below made it
+    ``features``: accumulation went off and per-sample means were divided by the feature count). A tensor
+    of more axes (images ``[W, H, C, batch]``, sequences ``[F, T, batch]``) has ggmlR's rule: its last axis
+    whose size is not 1 (1 if all are)."""
+    ne = t.shape
+    if ne[2] == 1 and ne[3] == 1:
+        return ne[1]
+    for n in reversed(ne):
         if n != 1:
             return n
     return 1
