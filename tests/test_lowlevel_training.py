@@ -541,3 +541,18 @@ def test_a_batch_of_one_sample_accumulates_over_nbatch_logical(backend, sched):
 
     np.testing.assert_array_equal(run(3).reshape(-1), np.zeros(3))
     assert np.abs(run(4)).sum() > 0
+
+
+def test_predictions_of_a_loss_that_records_none_are_refused_not_zeros(backend, sched):
+    """ggml records predictions for its cross-entropy only; for another loss ggml_opt_result_pred returned
+    zeros, a class id for every datapoint."""
+    opt, ds, owned = _epoch_setup(backend, sched)  # an MSE context
+    result = G.ggml_opt_result_init()
+    G.ggml_opt_epoch(opt, ds, result, None, -1, False, False)
+    assert G.ggml_opt_result_ndata(result) == 32
+    with pytest.raises(G.GgmlValueError, match="records no predictions"):
+        G.ggml_opt_result_pred(result)
+    empty = G.ggml_opt_result_init()
+    assert G.ggml_opt_result_pred(empty).shape == (0,)  # nothing evaluated: nothing to predict
+    for o in [result, empty, *owned]:
+        o.free()

@@ -248,6 +248,14 @@ def ggml_backend_init_auto(backend: str = "auto") -> Backend:
     """
     expect(isinstance(backend, str), f"backend must be a string, got {backend!r}")
     choice = backend.lower()
+    names = ["auto", "cpu", "vulkan", "cuda"] + [d.name for d in ggml_backend_devices()]
+    if backend.strip() != backend and backend.strip().lower() in [n.lower() for n in names]:
+        raise BackendUnavailableError(f"backend {backend!r} has spaces around the name; did you mean "
+                                      f"{backend.strip()!r}?")
+    family = "".join(c for c in choice if not c.isdigit())
+    if choice not in [n.lower() for n in names] and family.split("[")[0] not in _BUILD_HINTS:
+        raise BackendUnavailableError(f"no backend or device is named {backend!r}; choose one of {names} ('auto': "
+                                      "a GPU when there is one, else the CPU)")
     if choice == "auto":
         for dev in ggml_backend_devices():
             if dev.type == "gpu" and not is_software_device(dev) and dev.backend_name != "RPC":

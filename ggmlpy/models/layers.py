@@ -71,6 +71,10 @@ def sample_shape(shape: Any, what: str = "input_shape") -> tuple[int, ...]:
     if not isinstance(shape, (tuple, list)) or not 1 <= len(shape) <= 3:
         raise GgmlValueError(f"{what} must be a tuple of 1 to 3 positive ints (one sample, no batch axis), "
                              f"got {shape!r}")
+    if any(n is None for n in shape):
+        raise GgmlValueError(f"{what} {tuple(shape)!r} leaves a size open (None), as Keras allows; ggml builds its "
+                             "graphs for fixed sizes, so give every size of one sample (e.g. the sequence length: "
+                             f"{tuple(64 if n is None else n for n in shape)!r}; pad or crop the data to it)")
     out = tuple(positive_int(n, what) for n in shape)
     if math.prod(out) > MAX_SAMPLE_VALUES:
         raise GgmlValueError(f"{what} {out} holds {math.prod(out):,} values per sample, more than ggml's tensors can "

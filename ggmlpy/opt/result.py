@@ -13,7 +13,7 @@ from .._ffi import ffi, lib
 from ..core.handle import free_handle, Handle, unwrap
 from ..errors import GgmlValueError
 from ..backend.transfer import ggml_backend_tensor_get_data
-from .losses import LOSS_SUM
+from .losses import LOSS_CROSS_ENTROPY, LOSS_SUM
 
 
 class OptResult(Handle):
@@ -189,8 +189,8 @@ def ggml_opt_result_accuracy(result: OptResult) -> dict:
 def ggml_opt_result_pred(result: OptResult) -> np.ndarray:
     """The predicted class (argmax of the outputs) of every datapoint evaluated into a result.
 
-    Recorded by cross-entropy contexts, in evaluation order (datapoint by datapoint, batch after
-    batch); other loss types record none.
+    Recorded by contexts with ggml's cross-entropy loss, in evaluation order (datapoint by datapoint,
+    batch after batch); other losses record none, and asking for them raises GgmlValueError.
 
     Arguments:
         result: an OptResult.
@@ -201,6 +201,12 @@ def ggml_opt_result_pred(result: OptResult) -> np.ndarray:
         >>> classes = ggml_opt_result_pred(res)
     """
     n = ggml_opt_result_ndata(result)
+    kind = result._kind
+    if n and kind is not None and kind[0] != LOSS_CROSS_ENTROPY:
+        # ggml records predictions for its own cross-entropy only; it returned zeros for the others
+        raise GgmlValueError(f"ggml_opt_result_pred: this result holds {n} datapoints evaluated with another loss "
+                             "than ggml's cross-entropy, which records no predictions; compute them from "
+                             "ggml_opt_outputs(opt_ctx) after each eval (the argmax of each column)")
     out = np.zeros(n, dtype=np.int32)
     if n:
         lib.ggml_opt_result_pred(result.ptr, ffi.from_buffer("int32_t[]", out))  # typed: C takes int32_t *

@@ -307,3 +307,18 @@ def test_a_one_step_recurrent_layer_fits_again():
         h = g.ggml_fit(m, x, y, epochs=2, verbose=0)
         assert np.isfinite(h["train_loss"]).all()
     assert "lstm_1.recurrent_kernel" not in m.runtime.opt_state.state["m"]
+
+
+# ---------------------------------------------------------------- messages that say what to do
+
+def test_input_shape_with_an_open_size_says_why_and_what_to_give():
+    with pytest.raises(g.GgmlValueError, match=r"leaves a size open \(None\).*fixed sizes.*\(64, 4\)"):
+        g.ggml_layer_dense(g.ggml_model_sequential(), 2, input_shape=(None, 4))
+
+
+@pytest.mark.parametrize("name, text", [("cpu ", "spaces around the name; did you mean 'cpu'"),
+                                        ("gpu", "no backend or device is named 'gpu'; choose one of")])
+def test_a_mistyped_backend_name_is_named_with_the_choices(name, text):
+    m = g.ggml_layer_dense(g.ggml_model_sequential(), 2, input_shape=(3,))
+    with pytest.raises(g.BackendUnavailableError, match=text):
+        g.ggml_compile(m, loss="mse", backend=name)
