@@ -479,18 +479,19 @@ class OptimizerState:
 
     def keep(self, opt_ctx: Any, warn_partial: bool = True) -> None:
         """Read the state back from an opt context after training (also after an exception). Moments of
-        weights that were frozen in this run are kept from before."""
-        if opt_ctx.pending_batches and warn_partial:
-            warnings.warn(f"training ended {opt_ctx.pending_batches} batches into a logical batch of {opt_ctx.opt_period} "
-                          "(nbatch_logical): their gradients were not applied, and the optimizer state kept for "
-                          "the next fit is that of the last optimizer step; make the number of steps a multiple "
-                          f"of {opt_ctx.opt_period} to continue exactly", GgmlpyWarning, stacklevel=2)
+        weights that were frozen in this run are kept from before. The state is stored before the warning
+        about a partial logical batch, so a warning turned into an error (``-W error``) loses no steps."""
         new = ggml_opt_get_state(opt_ctx, optimized_params(opt_ctx, self.trainable()), allow_partial=True)
         old = self.state
         if old is not None and old["optimizer"] == new["optimizer"]:
             for key in ("m", "v"):
                 new[key] = {**{k: v for k, v in old[key].items() if k not in new[key]}, **new[key]}
         self.state = new
+        if opt_ctx.pending_batches and warn_partial:
+            warnings.warn(f"training ended {opt_ctx.pending_batches} batches into a logical batch of {opt_ctx.opt_period} "
+                          "(nbatch_logical): their gradients were not applied, and the optimizer state kept for "
+                          "the next fit is that of the last optimizer step; make the number of steps a multiple "
+                          f"of {opt_ctx.opt_period} to continue exactly", GgmlpyWarning, stacklevel=2)
 
     def set(self, state: dict | None, optimizer_type: int, what: str) -> None:
         """Adopt a state read from a file: checked against the weights and the compiled optimizer first."""

@@ -224,6 +224,7 @@ def _run_streamed(graph: TrainingGraph, step: StepOptions, plan: EpochPlan, trai
     trainer = TrainingSession(graph, step, with_validation=val_source is not None)
     feeds: list[BatchFeed] = []
     restored = False
+    history = None
     try:
         if opt_state is not None:
             opt_state.restore(trainer.train_ctx)
@@ -234,17 +235,23 @@ def _run_streamed(graph: TrainingGraph, step: StepOptions, plan: EpochPlan, trai
         if val_source is not None:
             val_feed = BatchFeed(val_source, trainer.writer(val_source.name, False), plan.prefetch)
             feeds.append(val_feed)
-        return fit_loop(trainer, train_feed, val_feed, plan, source_name=train_source.name, validate=validate)
+        history = fit_loop(trainer, train_feed, val_feed, plan, source_name=train_source.name, validate=validate)
+        return history
     finally:
         try:
             try:
-                if restored:
-                    opt_state.keep(trainer.train_ctx)  # what the completed steps did, also after an exception
+                try:
+                    if restored:
+                        opt_state.keep(trainer.train_ctx)  # what the completed steps did, also after an exception
+                finally:
+                    for feed in feeds:
+                        feed.close()
             finally:
-                for feed in feeds:
-                    feed.close()
-        finally:
-            trainer.close()  # the C resources go even if closing a source failed
+                trainer.close()  # the C resources go even if closing a source failed
+        except BaseException as exc:  # e.g. a warning turned into an error (-W error): the epochs are not lost
+            if history is not None and getattr(exc, "history", None) is None:
+                exc.history = history
+            raise
 
 
 # ---------------------------------------------------------------- the dataset path

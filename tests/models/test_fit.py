@@ -448,3 +448,20 @@ def test_binary_crossentropy_logs_the_training_accuracy():
     want = float(((before > 0.5) == (y > 0.5)).mean())
     hist = g.ggml_fit(m, x, y, epochs=1, batch_size=64, verbose=0)
     assert hist["train_accuracy"].iloc[0] == pytest.approx(want, abs=1e-6) and 0 < want < 1
+
+
+def test_a_warning_turned_error_in_a_fits_cleanup_keeps_the_history_and_the_steps():
+    """With -W error, the warning about a partial logical batch was raised in the fit's cleanup before the
+    optimizer state was stored and without the history: both were lost."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(48, 4)).astype(np.float32)
+    y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 48)]
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, 3, activation="softmax", input_shape=(4,))
+    m = g.ggml_compile(m, backend="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", g.GgmlpyWarning)
+        with pytest.raises(g.GgmlpyWarning, match="into a logical batch") as info:
+            g.ggml_fit(m, x, y, epochs=3, batch_size=16, nbatch_logical=32, verbose=0)  # 9 batches: 4 steps
+    assert list(info.value.history["epoch"]) == [1, 2, 3]
+    assert int(m.runtime.opt_state.state["iter"]) == 4 + 1
