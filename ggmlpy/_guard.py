@@ -22,6 +22,7 @@ import sysconfig
 from types import TracebackType
 from typing import Any, Callable
 
+from .core.handle import public_call
 from .errors import GgmlpyError, GgmlStateError, GgmlTypeError, GgmlValueError
 
 _PKG = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -103,7 +104,8 @@ def guard(func: Callable) -> Callable:
     @functools.wraps(func)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
+            with public_call():  # counted for the exit hook (core/handle.py)
+                return func(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - converted or re-raised unchanged
             new = _converted(name, exc)
             if new is None:

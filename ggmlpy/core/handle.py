@@ -62,9 +62,26 @@ EXITING_MESSAGE = ("the interpreter is exiting and ggml's objects are being rele
                    "thread?) started a call after exit began. Join such threads before the program ends")
 
 
+_public_calls = [0]  # ggmlpy's public functions under way, in every thread (the guard counts them)
+
+
 def _check_not_exiting() -> None:
     if _exiting[0]:
         raise GgmlStateError(EXITING_MESSAGE)
+
+
+@contextlib.contextmanager
+def public_call() -> Iterator[None]:
+    """Count one public call for the length of the block (refused once the interpreter is exiting), so the
+    exit hook can wait for every call under way, graph building and data writes included."""
+    with HANDLE_LOCK:
+        _check_not_exiting()
+        _public_calls[0] += 1
+    try:
+        yield
+    finally:
+        with HANDLE_LOCK:
+            _public_calls[0] -= 1
 
 
 def _at_exit() -> None:
@@ -76,7 +93,7 @@ def _at_exit() -> None:
     deadline = time.monotonic() + EXIT_WAIT_S
     while time.monotonic() < deadline:
         with HANDLE_LOCK:
-            if _computing_now[0] == 0 and not any(h.users for h in list(_live_handles)):
+            if _public_calls[0] == 0 and _computing_now[0] == 0 and not any(h.users for h in list(_live_handles)):
                 break
         time.sleep(0.005)
     with HANDLE_LOCK:
