@@ -410,13 +410,19 @@ def ggml_opt_dataset_get_batch_rows(ds: Dataset, data_batch: Tensor, rows: slice
     write_array(data.ptr, src)
 
 
+def not_distributions(rows: np.ndarray) -> np.ndarray:
+    """The rule for cross-entropy targets, one row per prediction: a row is a distribution over the classes
+    when its values are >= 0 and not all zero (a row of zeros trained to loss 0, a negative value to a
+    negative loss, silently). Returns the mask of rows that are not."""
+    return ~(rows >= 0).all(axis=1) | ~(rows.sum(axis=1) > 0)
+
+
 def check_distribution_rows(ds: Dataset, fn: str) -> None:
-    """The labels of a dataset a cross-entropy trains on: each row a distribution over the classes (values
-    >= 0, not all zero). A row of zeros trained to loss 0 and a negative value to a negative loss, silently."""
+    """The labels of a dataset a cross-entropy trains on follow ``not_distributions``' rule."""
     rows = ds.rows(ds.labels)
     if rows is None or not rows.size:
         return
-    bad = ~(rows >= 0).all(axis=1) | ~(rows.sum(axis=1) > 0)
+    bad = not_distributions(rows)
     if bad.any():
         k = int(np.argmax(bad))
         raise GgmlValueError(f"{fn}: the dataset's labels are the targets of a cross-entropy, one distribution over "

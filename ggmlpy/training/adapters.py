@@ -25,6 +25,7 @@ from ..errors import GgmlTypeError, GgmlValueError
 from ..graph.indices import check_indices
 from ..graph.nodes import tensor_label, ptr_key
 from ..graph.objects import Tensor
+from ..opt.dataset import not_distributions
 
 
 CALLABLE, GENERATOR_FUNCTION, REITERABLE, ITERATOR = "callable", "generator function", "re-iterable", "iterator"
@@ -225,10 +226,9 @@ class BatchWriter:
         return pairs
 
     def _check_distribution(self, target: Target, arr: np.ndarray) -> None:
-        """Cross-entropy labels: rows of values >= 0 that do not all vanish. A row of zeros trained to loss 0,
-        a negative entry to a negative loss, both silently."""
+        """Cross-entropy labels, per batch: each row a distribution (``opt.dataset.not_distributions``)."""
         rows = arr.reshape(-1, int(target.tensor.shape[0]))
-        bad = ~(rows >= 0).all(axis=1) | ~(rows.sum(axis=1) > 0)
+        bad = not_distributions(rows)
         if bad.any():
             k = int(np.argmax(bad))
             raise GgmlValueError(f"{self.name}: {target.what} are the targets of a cross-entropy, one distribution "
