@@ -31,7 +31,7 @@ from ..graph.tensor import ggml_new_tensor, ggml_set_name
 from .compile import compiled, ggml_compile
 from .graph import apply_layer, InputLayer, Model, Node, Sequential
 from .layers import Layer
-from .runtime import strip_leading_ones
+from .runtime import current_runtime, strip_leading_ones
 from . import attention, conv, layers, norm, sequence
 from ..opt.constants import OPTIMIZER_ADAMW
 from ..opt.params import LrUserdata
@@ -63,7 +63,7 @@ def ggml_save_weights(model: Model, path: Any) -> None:
         >>> g.ggml_save_weights(model, "weights.gguf")
     """
     compiled(model, "ggml_save_weights")
-    with model.runtime.use():  # no compile from another thread while ggml reads the weights
+    with current_runtime(model):  # no compile from another thread while ggml reads the weights
         ggml_save_weights_gguf(path, model.runtime.params.named_tensors(), _metadata(model, "weights"))
 
 
@@ -91,7 +91,7 @@ def ggml_load_weights(model: Model, path: Any, include_optimizer: bool = False) 
     _bool_arg(include_optimizer, "include_optimizer", fn)
     tensors, meta = _read(path, fn)
     weights, state = _split(tensors, meta, fn)
-    with model.runtime.use():  # no compile from another thread while the weights are written
+    with current_runtime(model):  # no compile from another thread while the weights are written
         plan = _plan(_specs(model), weights, fn)
         if include_optimizer:
             if state is None:
@@ -251,7 +251,7 @@ def ggml_save_model(model: Model, path: Any, include_optimizer: bool = False) ->
         >>> g.ggml_save_model(model, "checkpoint.gguf", include_optimizer=True)   # resumable
     """
     compiled(model, "ggml_save_model")
-    with model.runtime.use():
+    with current_runtime(model):
         if include_optimizer is True:
             _no_live_trainer(model, "ggml_save_model", "the model's own copy is from before the trainer's steps")
         save_model(model, path, include_optimizer, model.runtime.opt_state.state, "ggml_save_model")
