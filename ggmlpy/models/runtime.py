@@ -580,24 +580,3 @@ class Runtime:
             self.predictor.free()
             self.params.free()
             self.backend.free()
-
-
-@contextlib.contextmanager
-def current_runtime(model: Any):
-    """``model.runtime.use()`` for the model's runtime at the moment it is marked: a compile in another
-    thread may replace (and free) the runtime between reading ``model.runtime`` and marking it, which is
-    then retried on the new one instead of failing as freed weights."""
-    while True:
-        rt = model.runtime
-        mark = rt.use()
-        try:
-            mark.__enter__()
-        except GgmlStateError:
-            if model.runtime is not None and model.runtime is not rt:
-                continue  # compiled again meanwhile: use the new weights
-            raise
-        break
-    try:
-        yield rt
-    finally:
-        mark.__exit__(None, None, None)

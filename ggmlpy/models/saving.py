@@ -15,6 +15,8 @@ correction), ``ggmlpy.optimizer.params`` (the weights with moments, in order) an
 """
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 from typing import Any
@@ -24,20 +26,41 @@ import numpy as np
 from ..core.args import is_int
 from ..backend.transfer import ggml_backend_tensor_set_data, numpy_shape
 from ..core.types import GGML_TYPE_F32
-from ..errors import GgmlInUseError, GgmlpyError, GgmlTypeError, GgmlValueError, GgufFileError, GgufFileNotFoundError
+from ..errors import GgmlInUseError, GgmlpyError, GgmlStateError, GgmlTypeError, GgmlValueError, GgufFileError, GgufFileNotFoundError
 from ..gguf.weights import ggml_save_weights_gguf, gguf_read
 from ..graph.context import ggml_init, ggml_tensor_overhead
 from ..graph.tensor import ggml_new_tensor, ggml_set_name
 from .compile import compiled, ggml_compile
 from .graph import apply_layer, InputLayer, Model, Node, Sequential
 from .layers import Layer
-from .runtime import current_runtime, strip_leading_ones
+from .runtime import strip_leading_ones
 from . import attention, conv, layers, norm, sequence
 from ..opt.constants import OPTIMIZER_ADAMW
 from ..opt.params import LrUserdata
 
 
 FORMAT_VERSION = 1
+
+
+@contextlib.contextmanager
+def current_runtime(model: Any):
+    """``model.runtime.use()`` for the model's runtime at the moment it is marked: a compile in another
+    thread may replace (and free) the runtime between reading ``model.runtime`` and marking it, which is
+    then retried on the new one instead of failing as freed weights."""
+    while True:
+        rt = model.runtime
+        mark = rt.use()
+        try:
+            mark.__enter__()
+        except GgmlStateError:
+            if model.runtime is not None and model.runtime is not rt:
+                continue  # compiled again meanwhile: use the new weights
+            raise
+        break
+    try:
+        yield rt
+    finally:
+        mark.__exit__(None, None, None)
 
 
 def _layer_types() -> dict[str, type]:
