@@ -288,7 +288,16 @@ def ggml_get_layer(model: Model, index: int | None = None, name: str | None = No
 
 
 def ggml_pop_layer(model: Sequential) -> Sequential:
-    """Remove the last layer of a sequential model (compile again before training). Returns the model."""
+    """Remove the last layer of a sequential model (compile again before training). Returns the model.
+
+    The layer takes its weights along, as a Keras layer does: added back later (after a compile too) or
+    to another model, it starts from the values it had here, not from fresh ones.
+
+    Example:
+        >>> head = g.ggml_get_layer(model, -1)
+        >>> g.ggml_pop_layer(model)              # e.g. to compile the body alone
+        >>> model.add(head); g.ggml_compile(model, backend="cpu")   # the trained head again
+    """
     if not isinstance(model, Sequential):
         raise GgmlTypeError("ggml_pop_layer: expected a sequential model")
     model.pop()

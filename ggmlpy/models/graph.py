@@ -9,7 +9,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
-from .layers import Layer, next_global_name, sample_shape
+from .layers import give_automatic_name, Layer, next_global_name, sample_shape
 
 
 DTYPES = ("float32", "int32")
@@ -35,7 +35,15 @@ class Node:
     __slots__ = ("layer", "inputs", "shape", "dtype")
 
     def __init__(self, layer: Layer, inputs: list["Node"], shape: tuple[int, ...], dtype: str = "float32") -> None:
-        self.layer, self.inputs, self.shape, self.dtype = layer, inputs, shape, dtype
+        for key, value in (("layer", layer), ("inputs", tuple(inputs)), ("shape", tuple(shape)), ("dtype", dtype)):
+            object.__setattr__(self, key, value)
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        # A node is a fact about how it was made; edited inputs could close a cycle or skip a shape check.
+        raise GgmlStateError(f"a node cannot be changed ({key}); apply layers to nodes to make new ones")
+
+    def __delattr__(self, key: str) -> None:
+        self.__setattr__(key, None)
 
     @property
     def is_input(self) -> bool:
@@ -126,7 +134,10 @@ class Model:
         names = [l.name for l in layers]
         dup = next((x for x in names if names.count(x) > 1), None)
         if dup is not None:
-            raise GgmlValueError(f"two layers of the model are named '{dup}'; layer names must be unique")
+            raise GgmlValueError(f"two different layers of the model are named '{dup}', and a layer's name names its "
+                                 f"weights ('{dup}.weight'), so they must be unique; name the layers when making them "
+                                 "(name=...). Automatic names count per sequential model, so layers taken from two "
+                                 "sequential models ('dense_1' in each) need names of their own")
         self._layers = layers
 
     @property
@@ -211,7 +222,7 @@ class Sequential(Model):
             raise GgmlValueError(f"layer '{layer.name}' is already in this model")
         if layer.name is None:
             k = 1 + sum(l.kind == layer.kind for l in self._stack)
-            layer.name = f"{layer.kind}_{k}"
+            give_automatic_name(layer, f"{layer.kind}_{k}")
         if any(l.name == layer.name for l in self._stack):
             raise GgmlValueError(f"the model already has a layer named '{layer.name}'")
         if self._stack and layer.input_shape is not None:
@@ -281,5 +292,5 @@ def _node_list(value: Any, what: str) -> list[Node]:
 def default_name(layer: Layer) -> Layer:
     """Layers made outside a sequential model are named from a session-wide count ("dense_3")."""
     if layer.name is None:
-        layer.name = next_global_name(layer.kind)
+        give_automatic_name(layer, next_global_name(layer.kind))
     return layer

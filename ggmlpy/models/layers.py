@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import itertools
 import math
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ..core.args import is_int, is_real
-from ..errors import GgmlTypeError, GgmlValueError
+from ..errors import GgmlInUseError, GgmlStateError, GgmlTypeError, GgmlValueError
 from ..graph.objects import Tensor
 from ..ops.elementwise import ggml_add, ggml_gelu, ggml_relu, ggml_sigmoid, ggml_silu, ggml_soft_max, ggml_tanh
 from ..ops.layout import (ggml_get_rows, ggml_reshape_1d, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d,
@@ -116,16 +117,50 @@ class ParamSpec:
 
 
 _global_counts: dict[str, itertools.count] = {}
+_automatic_names: "weakref.WeakValueDictionary[str, Layer]" = weakref.WeakValueDictionary()
 
 
 def next_global_name(kind: str) -> str:
+    """A name for a layer made outside a sequential model: the session-wide count of its kind, skipping the
+    names live layers were given automatically (a sequential model's "dense_1" too), so that reusing a
+    model's layers beside new ones (Keras' transfer-learning pattern) never makes two layers of one name."""
     counter = _global_counts.setdefault(kind, itertools.count(1))
-    return f"{kind}_{next(counter)}"
+    while True:
+        name = f"{kind}_{next(counter)}"
+        if name not in _automatic_names:
+            return name
 
 
-class Layer:
+def give_automatic_name(layer: "Layer", name: str) -> None:
+    layer.name = name
+    _automatic_names[name] = layer
+
+
+def layer_name_arg(name: Any) -> str:
+    if (not isinstance(name, str) or not name or len(name.encode()) > MAX_NAME
+            or not name.replace("_", "").replace("-", "").isalnum()):
+        raise GgmlValueError(f"a layer name must be letters, digits, '_' or '-', 1 to {MAX_NAME} bytes in UTF-8 "
+                             f"(ggml's tensor names hold 63 bytes), got {name!r}")
+    return name
+
+
+class _Sealed(type):
+    """Seals each layer once its constructor returns: its arguments were checked there, and the graphs
+    built from them (cached per batch size) must not change under the user."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        layer = super().__call__(*args, **kwargs)
+        object.__setattr__(layer, "_sealed", True)
+        return layer
+
+
+class Layer(metaclass=_Sealed):
     """A layer: ggmlR's arguments (``config``), weights built once for the first input shape, and a
-    forward pass. Applying one layer object to several nodes shares its weights."""
+    forward pass. Applying one layer object to several nodes shares its weights.
+
+    After construction only ``trainable`` can change (True or False, not while a fit of a model holding
+    the layer runs), and ``name`` can be given once if the layer has none; every other argument is fixed:
+    make a new layer instead."""
 
     kind = "layer"        # ggmlR's type name, also the stem of default names ("dense_1")
     layout = NATURAL      # the ggml layout the forward pass reads
@@ -134,14 +169,8 @@ class Layer:
     takes_int = False     # embedding: int32 token ids in
 
     def __init__(self, name: str | None = None, trainable: bool = True, input_shape: Any = None) -> None:
-        if name is not None and (not isinstance(name, str) or not name or len(name.encode()) > MAX_NAME
-                                 or not name.replace("_", "").replace("-", "").isalnum()):
-            raise GgmlValueError(f"a layer name must be letters, digits, '_' or '-', 1 to {MAX_NAME} bytes in UTF-8 "
-                                 f"(ggml's tensor names hold 63 bytes), got {name!r}")
-        if not isinstance(trainable, bool):
-            raise GgmlTypeError(f"trainable must be True or False, got {trainable!r}")
-        self.name = name
-        self.trainable = trainable
+        self.name = None if name is None else layer_name_arg(name)
+        self.trainable = bool_arg(trainable, "trainable")
         self.input_shape = sample_shape(input_shape) if input_shape is not None else None
         self.params: list[ParamSpec] | None = None   # set by build()
         self.built_for: list[tuple[int, ...]] | None = None
@@ -167,6 +196,41 @@ class Layer:
     def predict_forward(self, g: Any, xs: list[Tensor], shapes: list[tuple[int, ...]]) -> Tensor:
         """The inference pass (dropout and batch norm differ from training)."""
         return self.forward(g, xs, shapes)
+
+    # ---- sealing
+    _BOOKKEEPING = frozenset({"params", "built_for"})
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        if self.__dict__.get("_sealed") and not key.startswith("_") and key not in self._BOOKKEEPING:
+            value = self._changed(key, value)
+        object.__setattr__(self, key, value)
+
+    def __delattr__(self, key: str) -> None:
+        if self.__dict__.get("_sealed") and not key.startswith("_"):
+            raise GgmlStateError(f"layer '{self.name}': {key} cannot be deleted")
+        object.__delattr__(self, key)
+
+    def _changed(self, key: str, value: Any) -> Any:
+        if key == "trainable":
+            value = bool_arg(value, "trainable")
+            if value != self.trainable and self.in_running_fit():
+                raise GgmlInUseError(f"layer '{self.name}': trainable cannot change while a fit of a model holding "
+                                     "it runs (this call comes from one of its callbacks or generators, or from "
+                                     "another thread); freeze or unfreeze layers before the fit or after it returns")
+            return value
+        if key == "name" and self.__dict__.get("name") is None:
+            return layer_name_arg(value)
+        if key == "name":
+            raise GgmlStateError(f"layer '{self.name}' is named already, and its name names its weights "
+                                 f"('{self.name}.<weight>' in saved files and ggml_get_weights); give the name when "
+                                 "making the layer (name=...)")
+        raise GgmlStateError(f"layer '{self.name}' ({self.kind}): {key} cannot change after the layer is made (the "
+                             "layer's graphs and weights are built from it); make a new layer with "
+                             f"{key}={value!r}")
+
+    def in_running_fit(self) -> bool:
+        """Whether a fit of some model holding this layer's weights runs now."""
+        return any(getattr(ref(), "fits_running", 0) for ref in self.__dict__.get("_param_stores", []))
 
     # ---- shared machinery
     def build(self, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:

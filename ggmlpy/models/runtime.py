@@ -45,12 +45,16 @@ class ParamStore:
     A weight starts from ``values`` (``values_by_layer()`` of an earlier store: the same layer object, not
     just the same name, so a new layer never inherits a removed one's weights), else from the newest live
     store of another model holding the same layer object (a sub-model of trained layers starts trained),
-    else from its initializer."""
+    else from the values the layer kept when the last store holding it was freed (a layer popped from one
+    model and added to another, or re-added after a compile, takes its weights along, as in Keras), else
+    from its initializer."""
 
     def __init__(self, layers: Sequence[Layer], backend: Backend, values: dict | None = None,
                  share: bool = True) -> None:
         self.layers = list(layers)
         self.backend = backend
+        self.fits_running = 0  # counted by Runtime.use(training=True): layers refuse trainable changes meanwhile
+        self.shared = False  # True once every weight is written: only then does free() hand them to the layers
         specs = [(l, p) for l in self.layers for p in (l.params or [])]
         self.ctx = ggml_init(mem_size=(len(specs) + 2) * ggml_tensor_overhead(), no_alloc=True)
         self.tensors: dict[tuple[int, str], Tensor] = {}
@@ -65,9 +69,12 @@ class ParamStore:
             value = _kept_value(values, layer, spec)
             if value is None:
                 value = _shared_value(layer, spec, self)
+            if value is None:
+                value = layer.__dict__.get("_kept_values", {}).get(spec.name)
             if value is None or np.shape(value) != tuple(reversed(spec.ne)):  # a new or reshaped layer
                 value = _initial(spec)
             self.write(layer, spec.name, value)
+        self.shared = share
         if share:  # snapshots keep their copy to themselves
             for layer in {id(l): l for l, _ in specs}.values():
                 stores = layer.__dict__.setdefault("_param_stores", [])
@@ -123,6 +130,9 @@ class ParamStore:
         return ParamStore(self.layers, self.backend, self.values_by_layer(), share=False)
 
     def free(self) -> None:
+        if self.alive and self.buffer is not None and self.shared:
+            for _, (layer, values) in self.values_by_layer().items():  # the weights go with the layer objects
+                layer.__dict__["_kept_values"] = values
         if self.buffer is not None:
             self.buffer.free()
         self.ctx.free()
@@ -551,12 +561,14 @@ class Runtime:
                 raise GgmlStateError("the model's weights have been freed (compiled again or changed?)")
             self._busy += 1
             self._training += training
+            self.params.fits_running += training
         try:
             yield self
         finally:
             with self._lock:
                 self._busy -= 1
                 self._training -= training
+                self.params.fits_running -= training
 
     def add_trainer(self, trainer: Any) -> None:
         self._trainers.add(trainer)

@@ -322,3 +322,104 @@ def test_a_mistyped_backend_name_is_named_with_the_choices(name, text):
     m = g.ggml_layer_dense(g.ggml_model_sequential(), 2, input_shape=(3,))
     with pytest.raises(g.BackendUnavailableError, match=text):
         g.ggml_compile(m, loss="mse", backend=name)
+
+
+def _trained_mlp():
+    np.random.seed(0)
+    m = g.ggml_compile(mlp(), backend="cpu", learning_rate=0.05)
+    x = np.random.rand(32, 4).astype(np.float32)
+    g.ggml_fit(m, x, np.eye(3)[np.random.randint(0, 3, 32)], epochs=2, batch_size=16, verbose=0)
+    return m
+
+
+def test_a_popped_layer_added_back_after_a_compile_keeps_its_weights():
+    """Keras keeps weights in the layer: pop the head, compile the body, add the head back."""
+    m = _trained_mlp()
+    trained = g.ggml_get_weights(m)
+    head = g.ggml_get_layer(m, -1)
+    g.ggml_pop_layer(m)
+    g.ggml_compile(m, loss="mse", backend="cpu")
+    m.add(head)
+    g.ggml_compile(m, backend="cpu")
+    after = g.ggml_get_weights(m)
+    assert sorted(after) == sorted(trained)
+    for k in trained:
+        np.testing.assert_array_equal(after[k], trained[k])
+
+
+def test_a_popped_layer_moved_to_another_model_keeps_its_weights():
+    m = _trained_mlp()
+    trained = g.ggml_get_weights(m)
+    head = g.ggml_get_layer(m, -1)
+    g.ggml_pop_layer(m)
+    g.ggml_compile(m, loss="mse", backend="cpu")   # the store that held the head is freed here
+    other = g.ggml_model_sequential()
+    g.ggml_layer_dense(other, 8, input_shape=(4,), name="fresh")
+    other.add(head)
+    g.ggml_compile(other, backend="cpu")
+    w = g.ggml_get_weights(other)
+    np.testing.assert_array_equal(w["dense_2.weight"], trained["dense_2.weight"])
+    np.testing.assert_array_equal(w["dense_2.bias"], trained["dense_2.bias"])
+    assert not np.array_equal(w["fresh.weight"], trained["dense_1.weight"])
+
+
+@pytest.mark.parametrize("attr, value", [("activation", None), ("units", 5), ("use_bias", False),
+                                         ("input_shape", (9,))])
+def test_a_layers_arguments_are_fixed_once_it_is_made(attr, value):
+    """Changed after construction they were applied to some cached graphs and not others: predictions then
+    depended on the batch size."""
+    m = g.ggml_compile(mlp(), backend="cpu")
+    x = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    before = g.ggml_predict(m, x, batch_size=5)
+    layer = m.layers[0]
+    old = getattr(layer, attr)
+    with pytest.raises(g.GgmlStateError, match=f"{attr} cannot change after the layer is made.*make a new layer"):
+        setattr(layer, attr, value)
+    assert getattr(layer, attr) == old
+    with pytest.raises(g.GgmlStateError):
+        delattr(layer, attr)
+    np.testing.assert_array_equal(g.ggml_predict(m, x, batch_size=2), before)
+
+
+def test_trainable_takes_booleans_only_and_names_are_given_once():
+    layer = mlp().layers[0]
+    with pytest.raises(g.GgmlTypeError, match="trainable must be True or False, got 'no'"):
+        layer.trainable = "no"
+    layer.trainable = np.bool_(False)
+    assert layer.trainable is False
+    with pytest.raises(g.GgmlStateError, match="named already"):
+        layer.name = "other"
+    with pytest.raises(g.GgmlStateError, match="make a new layer"):
+        layer.made_up = 1
+
+
+def test_nodes_cannot_be_edited_into_a_cycle():
+    x = g.ggml_input((4,))
+    h = g.ggml_layer_dense(x, 3)
+    out = g.ggml_layer_dense(h, 2)
+    with pytest.raises(g.GgmlStateError, match="a node cannot be changed"):
+        h.inputs = (out,)
+    with pytest.raises(AttributeError):
+        h.inputs.append(out)    # a tuple
+    assert g.ggml_model(x, out).layers[0].name == h.layer.name
+
+
+def test_reusing_a_sequential_models_layers_beside_new_ones_needs_no_names():
+    """Keras' transfer-learning pattern: a trained sequential's layers (named per model, 'dense_1') and new
+    layers made outside it (named from a session-wide count) used to collide."""
+    base = g.ggml_compile(mlp(), backend="cpu")
+    x = g.ggml_input((4,))
+    out = g.ggml_layer_dense(g.ggml_apply(x, base.layers[0]), 2)
+    model = g.ggml_model(x, out)
+    names = [l.name for l in model.layers]
+    assert names[0] == base.layers[0].name and len(set(names)) == 2
+    g.ggml_compile(model, loss="mse", backend="cpu")
+    np.testing.assert_array_equal(g.ggml_get_weights(model)[f"{names[0]}.weight"],
+                                  g.ggml_get_weights(base)[f"{names[0]}.weight"])
+
+
+def test_two_sequential_models_layers_together_are_told_to_take_names():
+    a, b = mlp(), mlp()
+    x = g.ggml_input((4,))
+    with pytest.raises(g.GgmlValueError, match="named 'dense_1'.*name the layers when making them"):
+        g.ggml_model(x, g.ggml_layer_concatenate([g.ggml_apply(x, a.layers[0]), g.ggml_apply(x, b.layers[0])]))

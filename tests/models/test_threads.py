@@ -151,6 +151,25 @@ def test_freezing_layers_during_a_fit_is_refused():
     assert not m.layers[0].trainable
 
 
+def test_setting_trainable_on_a_layer_during_a_fit_is_refused():
+    """The same rule through the layer's own attribute (Keras' ``layer.trainable = False``), also for a layer
+    of a second model that shares it."""
+    m = _model()
+    x = np.random.default_rng(0).normal(size=(16, 3)).astype(np.float32)
+    y = np.eye(2, dtype=np.float32)[np.arange(16) % 2]
+    first = m.layers[0]
+
+    def freeze(epoch, logs, state):
+        first.trainable = False
+    with pytest.raises(g.GgmlInUseError, match="trainable cannot change while a fit"):
+        g.ggml_fit(m, x, y, epochs=2, verbose=0, callbacks=[{"on_epoch_end": freeze}])
+    assert first.trainable
+    first.trainable = False            # after the fit: fine, and the next fit leaves the layer as it is
+    before = g.ggml_get_weights(m)["dense_1.weight"]
+    g.ggml_fit(m, x, y, epochs=1, verbose=0)
+    np.testing.assert_array_equal(g.ggml_get_weights(m)["dense_1.weight"], before)
+
+
 def test_compile_during_a_fit_is_refused_as_in_use():
     m = _model()
     x = np.random.default_rng(0).normal(size=(16, 3)).astype(np.float32)

@@ -132,13 +132,20 @@ def run(cmd: list[str]) -> float:
     tail: collections.deque[str] = collections.deque(maxlen=300)
     last_report = time.monotonic()
     cpu_before = os.times()
+    # Ctrl-C is held back while the command starts: arriving inside Popen, it would leave a compile that
+    # nobody stops holding the build's locks. The child unblocks it before exec.
+    interrupts = {signal.SIGINT, signal.SIGTERM}
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, interrupts)
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 errors="replace", bufsize=1, start_new_session=True,
-                                pass_fds=tuple(held_locks))
+                                pass_fds=tuple(held_locks),
+                                preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, held))
     except OSError as exc:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         raise BuildError(f"could not run {cmd[0]}: {exc}") from None
     try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a Ctrl-C that came meanwhile is raised here
         assert proc.stdout is not None
         for line in proc.stdout:
             tail.append(line)
