@@ -17,6 +17,7 @@ own errors, OSError (a file system's answer) or warnings.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sysconfig
 from types import TracebackType
@@ -97,6 +98,22 @@ def _converted(fn: str, exc: Exception) -> GgmlpyError | None:
     return None
 
 
+def _call_mismatch(func: Callable, args: tuple, kwargs: dict) -> str:
+    """What is wrong with the call itself (an argument the function does not have, one missing, too many),
+    said with the function's own arguments; "" when the call matches the signature."""
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return ""
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        names = ", ".join(p for p in signature.parameters if p not in ("args", "kwargs")) or "none"
+        return (f"{exc} (its arguments: {names}; a Keras argument of the same purpose may have another name here "
+                f"or not exist yet, see help(ggmlpy.{func.__name__}))")
+    return ""
+
+
 def guard(func: Callable) -> Callable:
     """``func`` with its non-ggmlpy errors from inside ggmlpy turned into ggmlpy errors (see the module)."""
     name = func.__name__
@@ -107,6 +124,10 @@ def guard(func: Callable) -> Callable:
             with public_call():  # counted for the exit hook (core/handle.py)
                 return func(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - converted or re-raised unchanged
+            mismatch = _call_mismatch(func, args, kwargs) if isinstance(exc, TypeError) \
+                and not isinstance(exc, GgmlpyError) else None
+            if mismatch:
+                raise GgmlTypeError(f"{name}: {mismatch}") from None
             new = _converted(name, exc)
             if new is None:
                 raise

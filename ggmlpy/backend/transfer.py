@@ -3,6 +3,9 @@ first), type conversion, and ``ggml_backend_tensor_set_data``/``get_data``.
 """
 from __future__ import annotations
 
+import sys
+import types
+
 from typing import Any
 
 import numpy as np
@@ -163,6 +166,43 @@ def checked_values(arr: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
     return out
 
 
+def _not_an_array(data: Any) -> str:
+    """What ``data`` is, said the user's way, where numpy would only make a dtype-object array of it."""
+    if isinstance(data, dict):
+        return (f"a dict (keys {list(data)[:4]!r}): pass the arrays themselves (a list of them, in the model's input "
+                "order, for several inputs)")
+    if isinstance(data, (types.GeneratorType, map, filter, zip)) or (hasattr(data, "__next__") and not hasattr(data, "__len__")):
+        return (f"{type(data).__name__}, an iterator: arrays are read whole; stream batches with "
+                "ggml_fit_generator (ggml_fit_opt_gen at the low level), or make an array first (np.stack(list(it)))")
+    if isinstance(data, (list, tuple)) and data and isinstance(data[0], dict):
+        return "a list of dicts (records): make a DataFrame of them (pd.DataFrame(records)) or an array"
+    return ""
+
+
+def _pandas_columns(data: Any) -> str:
+    """Which pandas column (or Categorical) numpy could not read as numbers, and how to fix it."""
+    pd = sys.modules.get("pandas")
+    if pd is None:
+        return ""
+    if isinstance(data, (pd.Categorical, pd.CategoricalIndex)):
+        return ("pandas categories: use their integer codes (.codes) as sparse labels, or one column per category "
+                "(pd.get_dummies(..., dtype=float))")
+    columns = data.items() if isinstance(data, pd.DataFrame) else [(getattr(data, "name", None), data)] \
+        if isinstance(data, pd.Series) else []
+    for name, col in columns:
+        label = f"column {name!r}" if isinstance(data, pd.DataFrame) else "a Series"
+        if isinstance(col.dtype, pd.CategoricalDtype):
+            return (f"{label} of categories: one column per category (pd.get_dummies(df, columns=[{name!r}], "
+                    "dtype=float)) or the integer codes (.cat.codes)")
+        if col.dtype == object or isinstance(col.dtype, pd.StringDtype):
+            first = next((v for v in col if not isinstance(v, (int, float, np.number, bool, np.bool_))), None)
+            return f"{label} of {type(first).__name__} values ({first!r}): convert or encode it to numbers first"
+        if getattr(col.dtype, "na_value", None) is pd.NA and col.isna().any():
+            return (f"{label} with {int(col.isna().sum())} missing values (pd.NA): fill them (.fillna(...)) or "
+                    "drop those rows first")
+    return ""
+
+
 def as_numeric(data: Any, what: str) -> np.ndarray:
     """``data`` as a numpy array (of its own dtype, its own shape); refuses non-numeric data, times and
     durations (their raw integer counts are no measurement a model learns from) and masked values."""
@@ -170,6 +210,10 @@ def as_numeric(data: Any, what: str) -> np.ndarray:
         raise GgmlTypeError(f"{what}: a masked array with {int(np.ma.getmaskarray(data).sum())} masked values; "
                             "numpy would drop the mask and write the hidden values. Fill them first "
                             "(data.filled(0), or the column mean), or drop those samples")
+    kind = _not_an_array(data)
+    if kind:
+        raise GgmlTypeError(f"{what}: expected numeric data (an array, a list of numbers, a numeric DataFrame), got "
+                            f"{kind}")
     try:
         arr = np.asarray(data)
     except Exception as exc:  # noqa: BLE001 - anything numpy cannot read
@@ -182,6 +226,9 @@ def as_numeric(data: Any, what: str) -> np.ndarray:
                             "written as raw counts of its unit; convert them to a number of a chosen unit first, "
                             "e.g. arr / np.timedelta64(1, 's') for seconds")
     if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+        column = _pandas_columns(data)
+        if column:
+            raise GgmlTypeError(f"{what}: expected numeric data, got {column}")
         hint = ("; integers too large for int64 become Python objects" if arr.dtype == object and arr.size
                 and all(isinstance(v, int) for v in arr.reshape(-1)) else "")
         raise GgmlTypeError(f"{what}: expected numeric data, got dtype {arr.dtype}{hint}")

@@ -266,7 +266,8 @@ def _write_replacing(g: Any, p: str, only_meta: bool, fn: str) -> None:
     target = os.path.realpath(p)  # a symlink keeps pointing at the new file
     folder, base = os.path.split(target)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=folder or ".")
+        # the temporary name stays short: a legal file name of up to 255 bytes leaves no room for a suffix
+        fd, tmp = tempfile.mkstemp(prefix=f".{base[:48]}.", suffix=".tmp", dir=folder or ".")
     except PermissionError:
         if not os.path.isfile(target):
             raise GgufFileError(f"{fn}: could not write {p!r}: permission denied in its folder") from None

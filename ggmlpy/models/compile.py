@@ -148,7 +148,8 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
         metrics: ``["accuracy"]`` reports accuracy for classification losses (the only metric).
         backend: ``"auto"`` (a hardware GPU if there is one, else the CPU), ``"cpu"``, ``"vulkan"``,
             ``"cuda"`` or a device name such as ``"Vulkan0"``.
-        loss_weights: multi-output models: the weight of each output's loss (default 1 each).
+        loss_weights: multi-output models: the weight of each output's loss (default 1 each), a list in
+            output order or a dict by output layer name, as ``loss``.
         learning_rate: the optimizer's starting learning rate (default ggml's 1e-3).
         weight_decay: decoupled weight decay in [0, 1].
 
@@ -182,6 +183,8 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
         if n.dtype == "int32":
             raise GgmlValueError(f"the model's output '{n.layer.name}' is its int32 token-id input itself; outputs "
                                  "are float values a loss can train: put a layer (an embedding) between them")
+    loss = _by_output(loss, outputs, "loss")
+    loss_weights = _by_output(loss_weights, outputs, "loss_weights")
     losses = list(loss) if isinstance(loss, (list, tuple)) else [loss] * len(outputs)
     if len(losses) != len(outputs):
         raise GgmlValueError(f"the model has {len(outputs)} outputs, got {len(losses)} losses")
@@ -211,6 +214,20 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
             raise
     model.runtime, model.compiled = runtime, config
     return model
+
+
+def _by_output(value: Any, outputs: list, what: str) -> Any:
+    """Keras' dict form ``{output layer name: value}`` as a list in the model's output order."""
+    if not isinstance(value, dict):
+        return value
+    names = [n.layer.name for n in outputs]
+    unknown = [k for k in value if k not in names]
+    missing = [k for k in names if k not in value]
+    if unknown or missing:
+        raise GgmlValueError(f"{what} as a dict is keyed by the names of the model's output layers {names}; "
+                             + (f"got keys {unknown} that name no output" if unknown else f"{missing} have none")
+                             + " (or give a list in the order of the outputs)")
+    return [value[k] for k in names]
 
 
 def build_training_graph(model: Model, cfg: CompileConfig, batch: int) -> GraphInstance:

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..compute.sched import Scheduler
 from ..core.args import c_int_arg, is_real
-from ..errors import GgmlpyWarning, GgmlValueError
+from ..errors import GgmlpyWarning, GgmlTypeError, GgmlValueError
 from ..training.adapters import check_ends, Source
 from ..training.config import EpochPlan, StepOptions, TrainingGraph
 from ..training.fit import fit_streamed, ggml_fit_opt
@@ -339,9 +339,24 @@ def ggml_fit_generator(model: Model, generator: Any, steps_per_epoch: int | None
         >>> g.ggml_fit_generator(model, batches, epochs=5)
     """
     compiled(model, "ggml_fit_generator")
+    _check_batch_source(generator)
     with model.runtime.use(training=True):  # from the first batch on: no compile/free/freeze meanwhile
         return _fit_generator(model, generator, steps_per_epoch, epochs, initial_epoch, validation_data,
                               validation_steps, callbacks, verbose, prefetch, nbatch_logical, on_nonfinite)
+
+
+def _check_batch_source(source: Any) -> None:
+    """Arrays in memory given where a source of batches is expected: each would be read as one batch (its rows
+    as the (x, y) pair), so say which function takes arrays."""
+    def is_array(v: Any) -> bool:
+        return isinstance(v, np.ndarray) or type(v).__name__ in ("DataFrame", "Series")
+    arrays = is_array(source) or (isinstance(source, (tuple, list)) and 2 <= len(source) <= 3
+                                  and all(is_array(v) for v in source))
+    if arrays:
+        given = type(source).__name__ if is_array(source) else f"a {type(source).__name__} of arrays (x, y)"
+        raise GgmlTypeError(f"ggml_fit_generator: expected a source of batches (a generator function, a function "
+                            f"returning one batch, an iterator or a list of (x, y) batches), got {given}; for "
+                            "arrays in memory use ggml_fit(model, x, y, batch_size=...), which batches them itself")
 
 
 def _fit_generator(model, generator, steps_per_epoch, epochs, initial_epoch, validation_data, validation_steps,

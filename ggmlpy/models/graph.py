@@ -227,10 +227,25 @@ class Sequential(Model):
             raise GgmlValueError(f"the model already has a layer named '{layer.name}'")
         if self._stack and layer.input_shape is not None:
             raise GgmlValueError(f"input_shape is for the first layer only; layer '{layer.name}' is not first")
+        self._check_fits(layer)
         self.invalidate()
         self._stack.append(layer)
         self._built = None
         return self
+
+    def _check_fits(self, layer: Layer) -> None:
+        """Refuse a layer that cannot follow the others (a kernel larger than its input, a flatten missing)
+        when it is added, not at compile: its shapes are checked on a copy, so a refused layer stays unbuilt."""
+        first = self._stack[0] if self._stack else layer
+        if first.input_shape is None:
+            return  # no shapes yet: checked once the first layer's input_shape is known (at compile)
+        shape = first.input_shape
+        for l in self._stack:
+            shape = l.output_shape([shape])
+        if layer.built_for is not None and [shape] != layer.built_for:
+            raise GgmlValueError(f"layer '{layer.name}' was built for input shape(s) {layer.built_for}, and here it "
+                                 f"would take {shape}; a layer added to a second model needs inputs of one shape")
+        layer.output_shape([shape])
 
     def pop(self) -> Layer:
         if not self._stack:

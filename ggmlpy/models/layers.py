@@ -51,9 +51,12 @@ def check_activation(activation: Any) -> str | None:
     return None if activation == "linear" else activation
 
 
+INT32_MAX = 2**31 - 1  # ggml takes sizes, strides and counts of its ops as C ints
+
+
 def positive_int(value: Any, what: str) -> int:
-    if not is_int(value) or value < 1:
-        raise GgmlValueError(f"{what} must be a positive int, got {value!r}")
+    if not is_int(value) or not 1 <= value <= INT32_MAX:
+        raise GgmlValueError(f"{what} must be a positive int (at most 2**31 - 1), got {value!r}")
     return int(value)
 
 

@@ -389,10 +389,11 @@ def model_from_architecture(arch: dict) -> Model:
     """Rebuild a model (fresh, uncompiled) from ``Model.architecture()``."""
     if not isinstance(arch, dict) or arch.get("class") not in ("sequential", "functional"):
         raise GgmlTypeError("not a ggmlpy model architecture")
-    layers = [_layer(c) for c in arch["layers"]]
+    configs = list(arch["layers"])
+    if arch["class"] == "sequential" and configs and arch.get("input_shape"):
+        configs[0] = {**configs[0], "input_shape": tuple(arch["input_shape"])}  # a layer is sealed once made
+    layers = [_layer(c) for c in configs]
     if arch["class"] == "sequential":
-        if layers and arch.get("input_shape"):
-            layers[0].input_shape = tuple(arch["input_shape"])
         return Sequential(layers, name=arch.get("name"))
     nodes: list[Node] = []
     for spec in arch["nodes"]:

@@ -209,3 +209,91 @@ def test_set_weights_checks_values_as_loading_does_and_writes_nothing_on_refusal
         g.ggml_set_weights(m, {first: w[first] * 0, second: np.full(w[second].shape, value)})
     after = g.ggml_get_weights(m)
     assert all(np.array_equal(after[k], w[k]) for k in w)  # nothing written, the good one neither
+
+
+def _frame(**columns):
+    import pandas as pd
+    return pd.DataFrame({"a": 0.5, "b": 1.0, "c": 2.0, "d": 3.0, **columns}, index=range(24))
+
+
+@pytest.mark.parametrize("make_x, text", [
+    (lambda x: {"input": x}, r"got a dict \(keys \['input'\]\): pass the arrays themselves"),
+    (lambda x: (row for row in x), "generator, an iterator: .*ggml_fit_generator"),
+    (lambda x: [{"a": 1.0}] * len(x), "a list of dicts .*pd.DataFrame"),
+    (lambda x: _frame(a=__import__("pandas").Categorical(list("ab") * 12)),
+     r"column 'a' of categories: .*pd.get_dummies"),
+    (lambda x: _frame(a=__import__("pandas").array([1, None] * 12, dtype="Int64")),
+     r"column 'a' with 12 missing values \(pd.NA\)"),
+    (lambda x: _frame(a=["x", "y"] * 12), r"column 'a' of str values \('x'\)"),
+])
+def test_data_numpy_reads_as_objects_is_named_the_users_way(make_x, text):
+    """These were all reported as 'got dtype object', the type numpy made of them."""
+    m = _classifier()
+    x, y = _data()
+    with pytest.raises(g.GgmlTypeError, match=text):
+        g.ggml_fit(m, make_x(x), y, epochs=1, verbose=0)
+
+
+def test_string_categories_as_labels_say_to_use_codes():
+    import pandas as pd
+    m = _classifier()
+    x, _ = _data()
+    with pytest.raises(g.GgmlTypeError, match=r"pandas categories: use their integer codes \(.codes\)"):
+        g.ggml_fit(m, x, pd.Categorical(list("abc") * 8), epochs=1, verbose=0)
+
+
+def test_one_hot_frames_of_bool_columns_train():
+    """pd.get_dummies makes bool columns: they are numbers 0/1, not refused."""
+    import pandas as pd
+    m = _classifier()
+    x, _ = _data()
+    y = pd.get_dummies(pd.Series(list("abc") * 8))
+    assert y.dtypes.iloc[0] == bool
+    hist = g.ggml_fit(m, x, y, epochs=1, verbose=0)
+    assert np.isfinite(hist["train_loss"]).all()
+
+
+@pytest.mark.parametrize("source", ["tuple", "list", "array", "frame"])
+def test_fit_generator_given_arrays_says_to_use_ggml_fit(source):
+    import pandas as pd
+    m = _classifier()
+    x, y = _data()
+    given = {"tuple": (x, y), "list": [x, y], "array": x, "frame": pd.DataFrame(x)}[source]
+    with pytest.raises(g.GgmlTypeError, match=r"expected a source of batches .*use ggml_fit\(model, x, y"):
+        g.ggml_fit_generator(m, given, steps_per_epoch=2, verbose=0)
+    # a list of (x, y) batches is a source of batches and trains
+    hist = g.ggml_fit_generator(m, [(x[:12], y[:12]), (x[12:], y[12:])], epochs=1, verbose=0)
+    assert len(hist) == 1
+
+
+def test_losses_as_a_dict_by_output_name():
+    """Keras' dict form: the same training as the list form in output order."""
+    def two_heads():
+        np.random.seed(0)
+        x = g.ggml_input((4,))
+        h = g.ggml_layer_dense(x, 6, activation="tanh", name="body")
+        return g.ggml_model(x, [g.ggml_layer_dense(h, 3, activation="softmax", name="cls"),
+                                g.ggml_layer_dense(h, 1, name="reg")])
+    x, y = _data()
+    r = np.random.default_rng(1).normal(size=(24, 1)).astype(np.float32)
+    as_list = g.ggml_compile(two_heads(), loss=["categorical_crossentropy", "mse"], loss_weights=[1.0, 0.5],
+                             backend="cpu")
+    as_dict = g.ggml_compile(two_heads(), loss={"reg": "mse", "cls": "categorical_crossentropy"},
+                             loss_weights={"cls": 1.0, "reg": 0.5}, backend="cpu")
+    h1 = g.ggml_fit(as_list, x, [y, r], epochs=2, batch_size=8, verbose=0, shuffle=False)
+    h2 = g.ggml_fit(as_dict, x, [y, r], epochs=2, batch_size=8, verbose=0, shuffle=False)
+    np.testing.assert_allclose(h2["train_loss"], h1["train_loss"], rtol=1e-6)
+    with pytest.raises(g.GgmlValueError, match=r"keyed by the names of the model's output layers \['cls', 'reg'\]"):
+        g.ggml_compile(two_heads(), loss={"cls": "mse", "box": "mse"}, backend="cpu")
+    with pytest.raises(g.GgmlValueError, match=r"\['reg'\] have none"):
+        g.ggml_compile(two_heads(), loss={"cls": "mse"}, backend="cpu")
+
+
+def test_an_argument_the_function_lacks_is_named_with_the_functions_arguments():
+    """It was 'an argument has the wrong kind ... if the arguments match it, this is a bug in ggmlpy'."""
+    with pytest.raises(g.GgmlTypeError, match=r"unexpected keyword argument 'restore_best_weights' \(its arguments: "
+                                              r"monitor, patience, min_delta, mode") as info:
+        g.ggml_callback_early_stopping(restore_best_weights=True)
+    assert "bug in ggmlpy" not in str(info.value)
+    with pytest.raises(g.GgmlTypeError, match="missing a required argument: 'x'"):
+        g.ggml_predict(_classifier())

@@ -439,3 +439,14 @@ except OSError as e:
     assert path.read_bytes() == good
     assert [p.name for p in tmp_path.iterdir()] == ["m.gguf"]       # no temporary file left behind
     assert g.ggml_predict(g.ggml_load_model(path), np.ones((1, 64), np.float32)).shape == (1, 64)
+
+
+def test_a_file_name_of_the_longest_legal_length_saves(tmp_path):
+    """The temporary file beside it used to add '.<name>.XXXX.tmp' and pass 255 bytes."""
+    m = mlp()
+    for stem in ("a" * 240, "é" * 125):
+        path = tmp_path / (stem + ".gguf")
+        assert len(path.name.encode()) <= 255
+        g.ggml_save_model(m, str(path))
+        np.testing.assert_array_equal(g.ggml_get_weights(g.ggml_load_model(str(path)))["dense_1.weight"],
+                                      g.ggml_get_weights(m)["dense_1.weight"])
