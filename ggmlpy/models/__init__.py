@@ -4,11 +4,11 @@ hand with ``ggml_trainer``, and save to GGUF. Every public name is re-exported b
 Modules by concern: ``layers``/``conv``/``norm``/``sequence``/``attention`` (what each layer computes), ``graph`` (models as graphs
 of nodes), ``api`` (ggmlR's building functions), ``runtime`` (weights and graphs in ggml), ``compile``,
 ``data`` (the sample-major data rule), ``fit`` (training and inference), ``metrics``, ``trainer``,
-``saving``, ``placement`` (where a step runs).
+``saving``, ``pickling`` (pickle and deepcopy through GGUF bytes), ``placement`` (where a step runs).
 """
 from __future__ import annotations
 
-from . import api, compile, fit, placement, saving, trainer
+from . import api, compile, fit, pickling, placement, saving, trainer
 
 
 MODULES = [api, compile, fit, trainer, saving, placement]

@@ -45,6 +45,9 @@ class Node:
     def __delattr__(self, key: str) -> None:
         self.__setattr__(key, None)
 
+    def __reduce__(self) -> tuple:
+        return Node, (self.layer, self.inputs, self.shape, self.dtype)
+
     @property
     def is_input(self) -> bool:
         return isinstance(self.layer, InputLayer)

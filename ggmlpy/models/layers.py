@@ -231,6 +231,10 @@ class Layer(metaclass=_Sealed):
                              "layer's graphs and weights are built from it); make a new layer with "
                              f"{key}={value!r}")
 
+    def __getstate__(self) -> dict:
+        # pickled (a model sent to a worker): the weak links to live weight stores stay in this process
+        return {k: v for k, v in self.__dict__.items() if k != "_param_stores"}
+
     def in_running_fit(self) -> bool:
         """Whether a fit of some model holding this layer's weights runs now."""
         return any(getattr(ref(), "fits_running", 0) for ref in self.__dict__.get("_param_stores", []))

@@ -1,0 +1,91 @@
+"""Models through pickle and copy.deepcopy (models/pickling.py): the copy predicts identically, its next fit
+continues the same optimizer trajectory, and a spawn worker of a process pool can take one and send it back."""
+from __future__ import annotations
+
+import concurrent.futures
+import copy
+import multiprocessing
+import pickle
+
+import numpy as np
+import pytest
+
+import ggmlpy as g
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(32, 4)).astype(np.float32)
+    return x, np.eye(3, dtype=np.float32)[rng.integers(0, 3, 32)]
+
+
+def _trained():
+    np.random.seed(3)
+    m = g.ggml_model_sequential()
+    g.ggml_layer_dense(m, 8, activation="tanh", input_shape=(4,))
+    g.ggml_layer_dense(m, 3, activation="softmax")
+    g.ggml_compile(m, backend="cpu", learning_rate=0.01)
+    x, y = _data()
+    g.ggml_fit(m, x, y, epochs=2, batch_size=8, shuffle=False, verbose=0)
+    return m
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_a_compiled_models_copy_predicts_identically_and_trains_on_the_same_trajectory(how):
+    m = _trained()
+    twin = pickle.loads(pickle.dumps(m)) if how == "pickle" else copy.deepcopy(m)
+    assert twin is not m and twin.runtime is not m.runtime
+    x, y = _data()
+    np.testing.assert_array_equal(g.ggml_predict(twin, x), g.ggml_predict(m, x))
+    # AdamW's moments and step count travel too: the next epochs are those of the original
+    h1 = g.ggml_fit(m, x, y, epochs=2, batch_size=8, shuffle=False, verbose=0)
+    h2 = g.ggml_fit(twin, x, y, epochs=2, batch_size=8, shuffle=False, verbose=0)
+    np.testing.assert_array_equal(h2["train_loss"], h1["train_loss"])
+    for k, v in g.ggml_get_weights(m).items():
+        np.testing.assert_array_equal(g.ggml_get_weights(twin)[k], v)
+
+
+def test_the_copy_is_independent_of_the_original():
+    m = _trained()
+    twin = copy.deepcopy(m)
+    before = g.ggml_get_weights(m)
+    x, y = _data()
+    g.ggml_fit(twin, x, y, epochs=1, verbose=0)
+    for k, v in g.ggml_get_weights(m).items():
+        np.testing.assert_array_equal(v, before[k])
+
+
+def test_an_uncompiled_model_pickles_as_its_layers_and_the_weights_they_carry():
+    m = _trained()
+    trained = g.ggml_get_weights(m)
+    g.ggml_pop_layer(m)      # uncompiled now; its layers keep the trained weights
+    twin = pickle.loads(pickle.dumps(m))
+    assert twin.runtime is None and [l.name for l in twin.layers] == ["dense_1"]
+    g.ggml_compile(twin, loss="mse", backend="cpu")
+    np.testing.assert_array_equal(g.ggml_get_weights(twin)["dense_1.weight"], trained["dense_1.weight"])
+
+
+def test_a_model_with_a_live_trainer_is_refused():
+    m = _trained()
+    x, y = _data()
+    tr = g.ggml_trainer(m, batch_size=8)
+    tr.step(x[:8], y[:8])
+    with pytest.raises(g.GgmlInUseError, match="ggml_trainer of this model is live"):
+        pickle.dumps(m)
+    tr.free()
+    assert pickle.loads(pickle.dumps(m)).runtime is not None
+
+
+def _fit_in_worker(model, x, y):
+    g.ggml_fit(model, x, y, epochs=1, batch_size=8, shuffle=False, verbose=0)
+    return model
+
+
+def test_a_spawn_worker_of_a_process_pool_takes_a_model_and_sends_it_back():
+    m = _trained()
+    x, y = _data()
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        back = pool.submit(_fit_in_worker, m, x, y).result(timeout=120)
+    g.ggml_fit(m, x, y, epochs=1, batch_size=8, shuffle=False, verbose=0)   # the same epoch here
+    for k, v in g.ggml_get_weights(m).items():
+        np.testing.assert_allclose(g.ggml_get_weights(back)[k], v, rtol=0, atol=1e-6)
