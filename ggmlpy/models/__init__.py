@@ -12,3 +12,4 @@ from . import api, compile, fit, pickling, placement, saving, trainer
 
 
 MODULES = [api, compile, fit, trainer, saving, placement]
+REGISTRATIONS = [pickling]  # imported for its copyreg entries: models pickle and deep-copy

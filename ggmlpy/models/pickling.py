@@ -12,8 +12,6 @@ from __future__ import annotations
 import copyreg
 import os
 import tempfile
-from typing import Any
-
 from ..errors import GgmlInUseError
 from .graph import Model, Sequential
 from .saving import current_runtime, ggml_load_model, save_model
