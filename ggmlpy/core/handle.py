@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import sys
 import signal
 import threading
 import time
@@ -63,6 +64,12 @@ EXITING_MESSAGE = ("the interpreter is exiting and ggml's objects are being rele
 
 
 _public_calls = [0]  # ggmlpy's public functions under way, in every thread (the guard counts them)
+
+
+def interpreter_exiting() -> bool:
+    """Whether exit has begun (the exit hook ran, or Python is finalizing): finalizers then leave C objects
+    to the operating system."""
+    return _exiting[0] or sys.is_finalizing()
 
 
 def _check_not_exiting() -> None:

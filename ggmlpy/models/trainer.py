@@ -12,6 +12,7 @@ import numpy as np
 from ..compute.placement import Placement, PlacementRecorder
 from ..compute.threads import restore_threads, split_threads, training_step_work
 from ..core.args import is_int, learning_rate_arg
+from ..core.handle import interpreter_exiting
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
 from ..opt.result import ggml_opt_result_loss, OptResult
 from ..opt.state import ggml_opt_get_state, optimized_params
@@ -248,6 +249,16 @@ class ModelTrainer:
         for h in self._owned:  # the opt session first, then what it runs on
             h.close()
         self._owned.clear()
+
+    def __del__(self) -> None:
+        # Dropped without free(): its optimizer steps still belong to the model (free() hands them back), and
+        # its ggml objects go now instead of leaking until their finalizers run in no particular order.
+        if getattr(self, "_freed", True) or interpreter_exiting():
+            return
+        try:
+            self.free()
+        except Exception:  # noqa: BLE001 - nothing may leave a finalizer; the model's state stays as it was
+            pass
 
     def __enter__(self) -> "ModelTrainer":
         return self

@@ -339,3 +339,24 @@ def test_a_trainer_dropped_without_free_releases_the_model_and_its_c_objects():
     gc.collect()
     assert len(handle._live_handles) == before and m.runtime.live_trainers() == []
     g.ggml_fit(m, x, y, epochs=1, batch_size=16, verbose=0)  # the optimizer is free for the next session
+
+
+def test_a_trainer_dropped_without_free_hands_its_optimizer_steps_to_the_model():
+    """Dropped, it lost its AdamW moments and step count: the next fit restarted the optimizer at step 1."""
+    import gc
+    xs = batches(6)
+    freed, dropped = regressor(), regressor()
+    with g.ggml_trainer(freed, batch_size=8) as tr:
+        for xb, yb in xs[:3]:
+            tr.step(xb, yb)
+    tr = g.ggml_trainer(dropped, batch_size=8)
+    for xb, yb in xs[:3]:
+        tr.step(xb, yb)
+    del tr
+    gc.collect()
+    assert dropped.runtime.opt_state.state["iter"] == freed.runtime.opt_state.state["iter"] == 4
+    for m in (freed, dropped):
+        with g.ggml_trainer(m, batch_size=8) as t2:
+            for xb, yb in xs[3:]:
+                t2.step(xb, yb)
+    assert same(weights(freed), weights(dropped))
