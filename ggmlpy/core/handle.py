@@ -330,6 +330,46 @@ class InterruptGuard:
         self.old(signum, frame)
 
 
+class InterruptKeeper:
+    """Ctrl-C that Python swallows is raised again at the next ``check()``. A KeyboardInterrupt raised while
+    the main thread runs a finalizer (a ``__del__`` or weak-reference callback that the garbage collector
+    calls between two batches) is printed as "Exception ignored" and lost; in a long inference loop that
+    happens now and then. The keeper's handler notes every Ctrl-C before raising it as the old handler
+    does; a noted one that never left the block is raised at the next check (each batch, and at the end).
+    Main thread only, over a Python-level handler (elsewhere a no-op)."""
+
+    def __init__(self) -> None:
+        self.old: Any = None
+        self.noted = False
+
+    def __enter__(self) -> "InterruptKeeper":
+        if threading.current_thread() is threading.main_thread():
+            old = signal.getsignal(signal.SIGINT)
+            if callable(old):
+                try:
+                    signal.signal(signal.SIGINT, self._handler)
+                    self.old = old
+                except ValueError:  # not the main interpreter
+                    pass
+        return self
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        self.noted = True
+        self.old(signum, frame)
+
+    def check(self) -> None:
+        if self.noted:
+            self.noted = False
+            raise KeyboardInterrupt
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if self.old is not None:
+            signal.signal(signal.SIGINT, self.old)
+            self.old = None
+        if exc_type is None:
+            self.check()
+
+
 class _GuardStep:
     __slots__ = ("guard",)
 

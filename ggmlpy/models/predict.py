@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.handle import InterruptKeeper
 from .graph import Model
 
 
@@ -19,11 +20,13 @@ def predict_arrays(model: Model, predictor: Any, xs: list[np.ndarray], batch_siz
     if n == 0:
         return [np.zeros((0,) + tuple(node.shape), dtype=np.float32) for node in outputs]
     chunks: list[list[np.ndarray]] = [[] for _ in outputs]
-    for start in range(0, n, batch):
-        part = [x[start:start + batch] for x in xs]
-        m = part[0].shape[0]
-        if m < batch:
-            part = [np.concatenate([p, np.zeros((batch - m,) + p.shape[1:], dtype=p.dtype)]) for p in part]
-        for i, (o, node) in enumerate(zip(predictor.run(part, batch), outputs)):
-            chunks[i].append(o.reshape((batch,) + node.shape)[:m])
+    with InterruptKeeper() as interrupts:  # a Ctrl-C swallowed by a finalizer between batches is not lost
+        for start in range(0, n, batch):
+            interrupts.check()
+            part = [x[start:start + batch] for x in xs]
+            m = part[0].shape[0]
+            if m < batch:
+                part = [np.concatenate([p, np.zeros((batch - m,) + p.shape[1:], dtype=p.dtype)]) for p in part]
+            for i, (o, node) in enumerate(zip(predictor.run(part, batch), outputs)):
+                chunks[i].append(o.reshape((batch,) + node.shape)[:m])
     return [np.concatenate(c) for c in chunks]

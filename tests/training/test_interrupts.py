@@ -263,3 +263,47 @@ def test_an_epoch_that_never_ends_warns_once(monkeypatch, tmp_path):
                 G.ggml_fit_opt_gen(sched, ctx, x, out, call, epochs=1, silent=True, prefetch=prefetch)
         msgs = [str(c.message) for c in caught if issubclass(c.category, G.GgmlpyWarning)]
         assert len(msgs) == 1 and "pass steps_per_epoch=" in msgs[0] and "Ctrl-C" in msgs[0], msgs
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowed one, as meant
+def test_a_ctrl_c_swallowed_by_a_finalizer_during_predict_is_raised_at_the_next_batch():
+    """Python drops a KeyboardInterrupt raised inside a finalizer the garbage collector runs ("Exception
+    ignored"): landing there between two batches of a long ggml_predict, Ctrl-C was lost and the prediction
+    ran on. Here a gc callback takes the signal, once, while the batches run."""
+    import gc
+    import threading
+    import ggmlpy as g
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    np.random.seed(0)
+    m = g.ggml_model_sequential()
+    g.ggml_layer_dense(m, 4, input_shape=(3,))
+    g.ggml_compile(m, loss="mse", backend="cpu")
+    x = np.random.rand(4000, 3).astype(np.float32)
+    fired = []
+
+    def in_batches():
+        frame = sys._getframe(2)
+        while frame is not None and frame.f_code.co_name != "predict_arrays":
+            frame = frame.f_back
+        return frame is not None and frame.f_locals.get("start", 0) > 0   # the loop is under way
+
+    def swallow(phase, info):
+        if fired or not in_batches():
+            return
+        fired.append(True)
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):   # the handler runs here, inside the callback, and its error is dropped
+            pass
+
+    threshold = gc.get_threshold()
+    gc.callbacks.append(swallow)
+    gc.set_threshold(1)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            g.ggml_predict(m, x, batch_size=8)
+    finally:
+        gc.callbacks.remove(swallow)
+        gc.set_threshold(*threshold)
+    assert fired
