@@ -99,3 +99,16 @@ def test_char_transformer_beats_unigram(tmp_path):
     assert (out_dir / "learning_curve.png").stat().st_size > 10_000
     assert (out_dir / "char_transformer.gguf").stat().st_size > 100_000
     assert len((out_dir / "sample.txt").read_text()) > 100
+
+
+def test_hyperparameter_search_runs_trials_in_spawn_workers(tmp_path):
+    """Issue 24's step 7: a compiled model pickled to each worker of a process pool, the best one sent back."""
+    pytest.importorskip("sklearn")
+    out = _run([str(ROOT / "examples" / "hyperparameter_search.py"), "--epochs", "4", "--workers", "2",
+                "--save", str(tmp_path / "best.gguf")], tmp_path)
+    trials = re.findall(r"learning_rate=(\S+)\s+batch_size=(\d+)\s+validation accuracy ([0-9.]+)", out)
+    assert len(trials) == 8 and len(set((lr, b) for lr, b, _ in trials)) == 8, out
+    accuracies = [float(a) for _, _, a in trials]
+    assert max(accuracies) > 0.85 and min(accuracies) < max(accuracies), out   # the settings do differ
+    assert float(re.search(r"test accuracy: ([0-9.]+)", out).group(1)) > 0.85, out
+    assert (tmp_path / "best.gguf").stat().st_size > 10_000

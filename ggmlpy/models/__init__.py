@@ -2,7 +2,8 @@
 hand with ``ggml_trainer``, and save to GGUF. Every public name is re-exported by ``ggmlpy``.
 
 Modules by concern: ``layers``/``conv``/``norm``/``sequence``/``attention`` (what each layer computes), ``graph`` (models as graphs
-of nodes), ``api`` (ggmlR's building functions), ``runtime`` (weights and graphs in ggml), ``compile``,
+of nodes), ``api`` (ggmlR's building functions), ``weights`` (a model's weights in ggml), ``runtime``
+(graphs, predictor, optimizer state), ``compile``,
 ``data`` (the sample-major data rule), ``fit`` (training and inference), ``metrics``, ``trainer``,
 ``saving``, ``pickling`` (pickle and deepcopy through GGUF bytes), ``placement`` (where a step runs).
 """

@@ -1,5 +1,6 @@
-"""What a compiled model owns in ggml: its weights on a backend (``ParamStore``), the graphs built
-from its layers for one batch size (``GraphInstance``), and a forward-only runner (``Predictor``).
+"""What a compiled model owns in ggml: its weights on a backend (``ParamStore``, in ``weights.py``), the
+graphs built from its layers for one batch size (``GraphInstance``), a forward-only runner (``Predictor``),
+the optimizer's state kept across fits (``OptimizerState``) and the ``Runtime`` that holds them.
 
 Ownership: the weights live in one context and one buffer of the model's backend. A training graph
 (built for each fit or trainer, freed after) reads them and is run by ggml-opt, which copies the graph
@@ -12,11 +13,10 @@ import contextlib
 import threading
 import warnings
 import weakref
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from .._ffi import lib
 from ..backend.backend import Backend, blas_backend_init, ggml_backend_init_auto
 from ..backend.buffer import ggml_backend_alloc_ctx_tensors
 from ..backend.transfer import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
@@ -29,7 +29,7 @@ from ..errors import GgmlInUseError, GgmlpyWarning, GgmlStateError, GgmlValueErr
 from ..graph.context import ggml_graph_overhead, ggml_init, ggml_tensor_overhead
 from ..graph.graph import ggml_build_forward_expand, ggml_new_graph_custom
 from ..graph.objects import Tensor
-from ..graph.tensor import ggml_new_tensor, ggml_set_input, ggml_set_name, ggml_set_output, set_trainable
+from ..graph.tensor import ggml_new_tensor, ggml_set_input, ggml_set_name, ggml_set_output
 from ..ops.elementwise import ggml_cont, ggml_dropout
 from ..ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d, ggml_view_1d
 from ..opt.constants import BUILD_FORWARD, ggml_opt_optimizer_name
@@ -37,155 +37,7 @@ from ..opt.context import training_graph_nodes
 from ..opt.state import check_state, ggml_opt_get_state, ggml_opt_set_state, optimized_params
 from .graph import Model, Node
 from .layers import Layer, NATURAL, SPATIAL
-
-
-class ParamStore:
-    """Every weight and state tensor of a model's layers, in one buffer on one backend.
-
-    A weight starts from ``values`` (``values_by_layer()`` of an earlier store: the same layer object, not
-    just the same name, so a new layer never inherits a removed one's weights), else from the newest live
-    store of another model holding the same layer object (a sub-model of trained layers starts trained),
-    else from the values the layer kept when the last store holding it was freed (a layer popped from one
-    model and added to another, or re-added after a compile, takes its weights along, as in Keras), else
-    from its initializer."""
-
-    def __init__(self, layers: Sequence[Layer], backend: Backend, values: dict | None = None,
-                 share: bool = True) -> None:
-        self.layers = list(layers)
-        self.backend = backend
-        self.fits_running = 0  # counted by Runtime.use(training=True): layers refuse trainable changes meanwhile
-        self.shared = False  # True once every weight is written: only then does free() hand them to the layers
-        specs = [(l, p) for l in self.layers for p in (l.params or [])]
-        self.ctx = ggml_init(mem_size=(len(specs) + 2) * ggml_tensor_overhead(), no_alloc=True)
-        self.tensors: dict[tuple[int, str], Tensor] = {}
-        self.specs: list[tuple[Layer, Any]] = specs
-        for layer, spec in specs:
-            t = ggml_new_tensor(self.ctx, GGML_TYPE_F32, len(spec.ne), spec.ne)
-            ggml_set_name(t, f"{layer.name}.{spec.name}")
-            self.tensors[(id(layer), spec.name)] = t
-        check_device_can_use(backend, self.tensors.values(), "make the layer smaller, or compile with backend='cpu'")
-        self.buffer = ggml_backend_alloc_ctx_tensors(self.ctx, backend) if specs else None
-        for layer, spec in specs:
-            value = _kept_value(values, layer, spec)
-            if value is None:
-                value = _shared_value(layer, spec, self)
-            if value is None:
-                value = layer.__dict__.get("_kept_values", {}).get(spec.name)
-            if value is None or np.shape(value) != tuple(reversed(spec.ne)):  # a new or reshaped layer
-                value = _initial(spec)
-            self.write(layer, spec.name, value)
-        self.shared = share
-        if share:  # snapshots keep their copy to themselves
-            for layer in {id(l): l for l, _ in specs}.values():
-                stores = layer.__dict__.setdefault("_param_stores", [])
-                stores[:] = [r for r in stores if r() is not None] + [weakref.ref(self)]
-
-    @property
-    def alive(self) -> bool:
-        return self.ctx.alive
-
-    def tensor(self, layer: Layer, name: str) -> Tensor:
-        try:
-            return self.tensors[(id(layer), name)]
-        except KeyError:
-            raise GgmlStateError(f"layer '{layer.name}' has no weight '{name}' in this model; was it added "
-                                 "after ggml_compile? compile again") from None
-
-    def read(self, layer: Layer, name: str) -> np.ndarray:
-        t = self.tensor(layer, name)
-        return ggml_backend_tensor_get_data(t).reshape(tuple(reversed(_ne(t))))
-
-    def read_tensor(self, t: Tensor) -> np.ndarray:
-        return ggml_backend_tensor_get_data(t).reshape(-1)
-
-    def write(self, layer: Layer, name: str, value: np.ndarray) -> None:
-        t = self.tensor(layer, name)
-        ggml_backend_tensor_set_data(t, np.asarray(value, dtype=np.float32).reshape(tuple(reversed(_ne(t)))))
-
-    def values(self) -> dict[str, np.ndarray]:
-        """Host copies, keyed "<layer>.<weight>"."""
-        return {f"{l.name}.{p.name}": self.read(l, p.name) for l, p in self.specs}
-
-    def values_by_layer(self) -> dict[int, tuple[Layer, dict[str, np.ndarray]]]:
-        """Host copies keyed by layer object: ``{id(layer): (layer, {weight name: array})}`` (the layer is kept
-        with its values, so its id cannot be taken by a new layer meanwhile)."""
-        out: dict[int, tuple[Layer, dict[str, np.ndarray]]] = {}
-        for l, p in self.specs:
-            out.setdefault(id(l), (l, {}))[1][p.name] = self.read(l, p.name)
-        return out
-
-    def named_tensors(self) -> dict[str, Tensor]:
-        return {f"{l.name}.{p.name}": self.tensor(l, p.name) for l, p in self.specs}
-
-    def mark_trainable(self) -> int:
-        """Flag the weights of trainable layers for ggml's optimizer; returns how many are flagged."""
-        n = 0
-        for layer, spec in self.specs:
-            on = layer.trainable and spec.trainable
-            set_trainable(self.tensor(layer, spec.name), on)
-            n += on
-        return n
-
-    def copy(self) -> "ParamStore":
-        return ParamStore(self.layers, self.backend, self.values_by_layer(), share=False)
-
-    def free(self) -> None:
-        if self.alive and self.buffer is not None and self.shared:
-            for _, (layer, values) in self.values_by_layer().items():  # the weights go with the layer objects
-                layer.__dict__["_kept_values"] = values
-        if self.buffer is not None:
-            self.buffer.free()
-        self.ctx.free()
-
-
-def check_device_can_use(backend: Backend, tensors: Any, fix: str) -> None:
-    """Tensors the model layer puts in a GPU's memory itself (weights, a graph's inputs) must be ones the device
-    can compute with: a tensor beyond its largest buffer (Vulkan's storage-buffer range: 128 MiB on lavapipe)
-    cannot be moved to the CPU by the scheduler once allocated there, and ggml aborts at the first compute."""
-    if backend.is_cpu:
-        return
-    for t in tensors:
-        if not lib.ggml_backend_supports_op(backend.ptr, t.ptr):
-            raise GgmlValueError(f"'{t.name}' (ne {list(t.shape)}, {t.nbytes()} bytes) is more than {backend.name} "
-                                 "can use as one tensor (ggml_backend_supports_op: beyond the device's largest "
-                                 f"buffer), and ggml would abort computing with it; {fix}")
-
-
-def strip_leading_ones(shape: Sequence[int]) -> tuple[int, ...]:
-    """A numpy shape without its leading 1-axes (how ggml-layout arrays come back from a file)."""
-    shape = tuple(int(n) for n in shape)
-    while len(shape) > 1 and shape[0] == 1:
-        shape = shape[1:]
-    return shape
-
-
-def _kept_value(values: dict | None, layer: Layer, spec: Any) -> np.ndarray | None:
-    entry = values.get(id(layer)) if values else None
-    return entry[1].get(spec.name) if entry is not None and entry[0] is layer else None
-
-
-def _shared_value(layer: Layer, spec: Any, me: "ParamStore") -> np.ndarray | None:
-    """The weight's current value in the newest live store of another model that holds this layer object."""
-    for ref in reversed(layer.__dict__.get("_param_stores", [])):
-        store = ref()
-        if store is not None and store is not me and store.alive and (id(layer), spec.name) in store.tensors:
-            return store.read(layer, spec.name)
-    return None
-
-
-def _initial(spec: Any) -> np.ndarray:
-    try:
-        return spec.initial(np.random)
-    except MemoryError:
-        raise GgmlValueError(f"the initial values of weight '{spec.name}' ({int(np.prod(spec.ne)):,} values) do not "
-                             "fit in memory; make the layer smaller") from None
-
-
-def _ne(t: Tensor) -> tuple[int, ...]:
-    ne = list(t.shape)
-    while len(ne) > 1 and ne[-1] == 1:
-        ne.pop()
-    return tuple(ne)
+from .weights import check_device_can_use, ParamStore, strip_leading_ones
 
 
 def natural_ne(shape: tuple[int, ...], batch: int) -> tuple[int, ...]:

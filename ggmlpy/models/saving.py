@@ -33,7 +33,7 @@ from ..graph.tensor import ggml_new_tensor, ggml_set_name
 from .compile import compiled, ggml_compile
 from .graph import apply_layer, InputLayer, Model, Node, Sequential
 from .layers import Layer
-from .runtime import strip_leading_ones
+from .weights import strip_leading_ones
 from . import attention, conv, layers, norm, sequence
 from ..opt.constants import OPTIMIZER_ADAMW
 from ..opt.params import LrUserdata

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from ..errors import GgmlStateError, GgmlTypeError
 from .graph import Model
-from .runtime import ParamStore, Predictor
+from .runtime import Predictor
+from .weights import ParamStore
 
 
 class Snapshot:

@@ -425,3 +425,14 @@ def test_two_sequential_models_layers_together_are_told_to_take_names():
     x = g.ggml_input((4,))
     with pytest.raises(g.GgmlValueError, match="named 'dense_1'.*name the layers when making them"):
         g.ggml_model(x, g.ggml_layer_concatenate([g.ggml_apply(x, a.layers[0]), g.ggml_apply(x, b.layers[0])]))
+
+
+def test_recompiling_leaves_no_host_copy_with_layers_a_live_model_holds():
+    """Host copies go with layers no live store holds (a popped layer), not with every layer at each compile."""
+    m = _trained_mlp()
+    g.ggml_compile(m, backend="cpu")
+    assert all("_kept_values" not in layer.__dict__ for layer in m.layers)
+    head = g.ggml_get_layer(m, -1)
+    g.ggml_pop_layer(m)
+    g.ggml_compile(m, loss="mse", backend="cpu")
+    assert "_kept_values" in head.__dict__ and "_kept_values" not in m.layers[0].__dict__

@@ -1,0 +1,188 @@
+"""A model's weights in ggml: ``ParamStore`` holds every weight and state tensor of a model's layers in one
+buffer on one backend, and decides where each weight starts from (the model's earlier values, another live
+model holding the same layer, the values a layer carries, its initializer). When a store is freed, the
+layers that no other live store holds take host copies of their weights along (Keras keeps weights in the
+layer).
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any, Sequence
+
+import numpy as np
+
+from .._ffi import lib
+from ..backend.backend import Backend
+from ..backend.buffer import ggml_backend_alloc_ctx_tensors
+from ..backend.transfer import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
+from ..core.types import GGML_TYPE_F32
+from ..errors import GgmlStateError, GgmlValueError
+from ..graph.context import ggml_init, ggml_tensor_overhead
+from ..graph.objects import Tensor
+from ..graph.tensor import ggml_new_tensor, ggml_set_name, set_trainable
+from .layers import Layer
+
+
+class ParamStore:
+    """Every weight and state tensor of a model's layers, in one buffer on one backend.
+
+    A weight starts from ``values`` (``values_by_layer()`` of an earlier store: the same layer object, not
+    just the same name, so a new layer never inherits a removed one's weights), else from the newest live
+    store of another model holding the same layer object (a sub-model of trained layers starts trained),
+    else from the values the layer kept when the last store holding it was freed (a layer popped from one
+    model and added to another, or re-added after a compile, takes its weights along, as in Keras), else
+    from its initializer."""
+
+    def __init__(self, layers: Sequence[Layer], backend: Backend, values: dict | None = None,
+                 share: bool = True) -> None:
+        self.layers = list(layers)
+        self.backend = backend
+        self.fits_running = 0  # counted by Runtime.use(training=True): layers refuse trainable changes meanwhile
+        self.shared = False  # True once every weight is written: only then does free() hand them to the layers
+        specs = [(l, p) for l in self.layers for p in (l.params or [])]
+        self.ctx = ggml_init(mem_size=(len(specs) + 2) * ggml_tensor_overhead(), no_alloc=True)
+        self.tensors: dict[tuple[int, str], Tensor] = {}
+        self.specs: list[tuple[Layer, Any]] = specs
+        for layer, spec in specs:
+            t = ggml_new_tensor(self.ctx, GGML_TYPE_F32, len(spec.ne), spec.ne)
+            ggml_set_name(t, f"{layer.name}.{spec.name}")
+            self.tensors[(id(layer), spec.name)] = t
+        check_device_can_use(backend, self.tensors.values(), "make the layer smaller, or compile with backend='cpu'")
+        self.buffer = ggml_backend_alloc_ctx_tensors(self.ctx, backend) if specs else None
+        for layer, spec in specs:
+            value = _kept_value(values, layer, spec)
+            if value is None:
+                value = _shared_value(layer, spec, self)
+            if value is None:
+                value = layer.__dict__.get("_kept_values", {}).get(spec.name)
+            if value is None or np.shape(value) != tuple(reversed(spec.ne)):  # a new or reshaped layer
+                value = _initial(spec)
+            self.write(layer, spec.name, value)
+        self.shared = share
+        if share:  # snapshots keep their copy to themselves
+            for layer in {id(l): l for l, _ in specs}.values():
+                stores = layer.__dict__.setdefault("_param_stores", [])
+                stores[:] = [r for r in stores if r() is not None] + [weakref.ref(self)]
+                layer.__dict__.pop("_kept_values", None)  # this store holds the layer's weights now
+
+    @property
+    def alive(self) -> bool:
+        return self.ctx.alive
+
+    def _leave_with_layers(self) -> None:
+        """Host copies of the weights go with the layer objects that no other live store holds (a popped
+        layer, a model dropped by a change), so that the next model holding them starts from them."""
+        for layer in {id(l): l for l, _ in self.specs}.values():
+            if _held_elsewhere(layer, self):
+                continue  # that store has the newest values, and hands them on when it goes
+            try:
+                layer.__dict__["_kept_values"] = {p.name: self.read(layer, p.name) for p in (layer.params or [])}
+            except Exception:  # noqa: BLE001 - a lost device (an RPC server gone) must not keep the store alive
+                layer.__dict__.pop("_kept_values", None)
+
+    def tensor(self, layer: Layer, name: str) -> Tensor:
+        try:
+            return self.tensors[(id(layer), name)]
+        except KeyError:
+            raise GgmlStateError(f"layer '{layer.name}' has no weight '{name}' in this model; was it added "
+                                 "after ggml_compile? compile again") from None
+
+    def read(self, layer: Layer, name: str) -> np.ndarray:
+        t = self.tensor(layer, name)
+        return ggml_backend_tensor_get_data(t).reshape(tuple(reversed(_ne(t))))
+
+    def read_tensor(self, t: Tensor) -> np.ndarray:
+        return ggml_backend_tensor_get_data(t).reshape(-1)
+
+    def write(self, layer: Layer, name: str, value: np.ndarray) -> None:
+        t = self.tensor(layer, name)
+        ggml_backend_tensor_set_data(t, np.asarray(value, dtype=np.float32).reshape(tuple(reversed(_ne(t)))))
+
+    def values(self) -> dict[str, np.ndarray]:
+        """Host copies, keyed "<layer>.<weight>"."""
+        return {f"{l.name}.{p.name}": self.read(l, p.name) for l, p in self.specs}
+
+    def values_by_layer(self) -> dict[int, tuple[Layer, dict[str, np.ndarray]]]:
+        """Host copies keyed by layer object: ``{id(layer): (layer, {weight name: array})}`` (the layer is kept
+        with its values, so its id cannot be taken by a new layer meanwhile)."""
+        out: dict[int, tuple[Layer, dict[str, np.ndarray]]] = {}
+        for l, p in self.specs:
+            out.setdefault(id(l), (l, {}))[1][p.name] = self.read(l, p.name)
+        return out
+
+    def named_tensors(self) -> dict[str, Tensor]:
+        return {f"{l.name}.{p.name}": self.tensor(l, p.name) for l, p in self.specs}
+
+    def mark_trainable(self) -> int:
+        """Flag the weights of trainable layers for ggml's optimizer; returns how many are flagged."""
+        n = 0
+        for layer, spec in self.specs:
+            on = layer.trainable and spec.trainable
+            set_trainable(self.tensor(layer, spec.name), on)
+            n += on
+        return n
+
+    def copy(self) -> "ParamStore":
+        return ParamStore(self.layers, self.backend, self.values_by_layer(), share=False)
+
+    def free(self) -> None:
+        if self.alive and self.buffer is not None and self.shared:
+            self._leave_with_layers()
+        if self.buffer is not None:
+            self.buffer.free()
+        self.ctx.free()
+
+
+def check_device_can_use(backend: Backend, tensors: Any, fix: str) -> None:
+    """Tensors the model layer puts in a GPU's memory itself (weights, a graph's inputs) must be ones the device
+    can compute with: a tensor beyond its largest buffer (Vulkan's storage-buffer range: 128 MiB on lavapipe)
+    cannot be moved to the CPU by the scheduler once allocated there, and ggml aborts at the first compute."""
+    if backend.is_cpu:
+        return
+    for t in tensors:
+        if not lib.ggml_backend_supports_op(backend.ptr, t.ptr):
+            raise GgmlValueError(f"'{t.name}' (ne {list(t.shape)}, {t.nbytes()} bytes) is more than {backend.name} "
+                                 "can use as one tensor (ggml_backend_supports_op: beyond the device's largest "
+                                 f"buffer), and ggml would abort computing with it; {fix}")
+
+
+def strip_leading_ones(shape: Sequence[int]) -> tuple[int, ...]:
+    """A numpy shape without its leading 1-axes (how ggml-layout arrays come back from a file)."""
+    shape = tuple(int(n) for n in shape)
+    while len(shape) > 1 and shape[0] == 1:
+        shape = shape[1:]
+    return shape
+
+
+def _kept_value(values: dict | None, layer: Layer, spec: Any) -> np.ndarray | None:
+    entry = values.get(id(layer)) if values else None
+    return entry[1].get(spec.name) if entry is not None and entry[0] is layer else None
+
+
+def _held_elsewhere(layer: Layer, me: "ParamStore") -> bool:
+    return any(store is not None and store is not me and store.alive and store.shared
+               for store in (ref() for ref in layer.__dict__.get("_param_stores", [])))
+
+
+def _shared_value(layer: Layer, spec: Any, me: "ParamStore") -> np.ndarray | None:
+    """The weight's current value in the newest live store of another model that holds this layer object."""
+    for ref in reversed(layer.__dict__.get("_param_stores", [])):
+        store = ref()
+        if store is not None and store is not me and store.alive and (id(layer), spec.name) in store.tensors:
+            return store.read(layer, spec.name)
+    return None
+
+
+def _initial(spec: Any) -> np.ndarray:
+    try:
+        return spec.initial(np.random)
+    except MemoryError:
+        raise GgmlValueError(f"the initial values of weight '{spec.name}' ({int(np.prod(spec.ne)):,} values) do not "
+                             "fit in memory; make the layer smaller") from None
+
+
+def _ne(t: Tensor) -> tuple[int, ...]:
+    ne = list(t.shape)
+    while len(ne) > 1 and ne[-1] == 1:
+        ne.pop()
+    return tuple(ne)
