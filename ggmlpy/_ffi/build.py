@@ -56,6 +56,13 @@ static ggml_backend_reg_t ggmlpy_rpc_add_server(const char * endpoint) {
     return fn ? fn(endpoint) : NULL;
 }
 
+/* Connections to RPC servers lost so far (patches/0020): 0 without the RPC backend. */
+typedef int (*ggmlpy_rpc_lost_t)(void);
+static int ggmlpy_rpc_lost_connections(void) {
+    ggmlpy_rpc_lost_t fn = (ggmlpy_rpc_lost_t) ggmlpy_proc("RPC", "ggml_backend_rpc_lost_connections");
+    return fn ? fn() : 0;
+}
+
 typedef void (*ggmlpy_rpc_start_server_t)(const char *, const char *, size_t, size_t, ggml_backend_dev_t *);
 static int ggmlpy_rpc_start_server(const char * endpoint, const char * cache_dir, size_t n_threads,
                                    size_t n_devices, ggml_backend_dev_t * devices) {

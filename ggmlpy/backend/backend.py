@@ -76,6 +76,7 @@ class Backend(Handle):
         super().__init__(ptr, lib.ggml_backend_free)
         self.device = Device(lib.ggml_backend_get_device(ptr))
         self.is_cpu = self.device.type == "cpu"
+        self.is_rpc = not self.is_cpu and self.device.backend_name.startswith("RPC")  # checked after computes
         self.n_threads = 0
         if self.is_cpu:
             lib.ggmlpy_cpu_set_n_threads(ptr, _n_threads[0])

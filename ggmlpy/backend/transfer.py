@@ -12,6 +12,7 @@ import numpy as np
 
 from .._ffi import ffi, lib
 from ..core.args import is_int
+from ..core.handle import check_rpc_connections
 from ..core.types import type_name
 from ..errors import GgmlTypeError, GgmlValueError
 from ..graph.nodes import tensor_label, tensor_memory
@@ -166,6 +167,14 @@ def checked_values(arr: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
     return out
 
 
+def check_rpc_transfer(t: Any) -> None:
+    """After a read or write of a tensor: refuse the data of an RPC device whose server stopped answering
+    (patches/0020 makes such transfers no-ops that read zeros)."""
+    if lib.ggmlpy_rpc_lost_connections() and t.buffer != ffi.NULL \
+            and ffi.string(lib.ggml_backend_buffer_name(t.buffer)).startswith(b"RPC"):
+        check_rpc_connections()
+
+
 def _not_an_array(data: Any) -> str:
     """What ``data`` is, said the user's way, where numpy would only make a dtype-object array of it."""
     if isinstance(data, dict):
@@ -281,6 +290,7 @@ def write_array(t: Any, arr: np.ndarray, byte_offset: int = 0) -> None:
         raise GgmlValueError("cannot write into a strided view; write into the tensor it views")
     if storage_of(t) == "backend":
         lib.ggml_backend_tensor_set(t, ffi.from_buffer(arr), byte_offset, arr.nbytes)
+        check_rpc_transfer(t)
     else:
         ffi.memmove(ffi.cast("char *", t.data) + byte_offset, ffi.from_buffer(arr), arr.nbytes)
 
@@ -324,6 +334,7 @@ def ggml_backend_tensor_get_data(tensor: Tensor, offset: int = 0, n_elements: in
     if count:
         if storage_of(t) == "backend":
             lib.ggml_backend_tensor_get(t, ffi.from_buffer(out), offset * dtype.itemsize, out.nbytes)
+            check_rpc_transfer(t)
         else:
             ffi.memmove(ffi.from_buffer(out), ffi.cast("char *", t.data) + offset * dtype.itemsize, out.nbytes)
     return out
@@ -344,6 +355,7 @@ def _read_strided(t: Any, dtype: np.dtype) -> np.ndarray:
     raw = np.empty(span, dtype=np.uint8)
     if storage_of(src) == "backend":
         lib.ggml_backend_tensor_get(src, ffi.from_buffer(raw), start, span)
+        check_rpc_transfer(src)
     else:
         ffi.memmove(ffi.from_buffer(raw), ffi.cast("char *", src.data) + start, span)
     view = np.ndarray(tuple(reversed(ne)), dtype=dtype, buffer=raw, strides=tuple(reversed(nb)))

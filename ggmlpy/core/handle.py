@@ -28,8 +28,8 @@ import time
 import weakref
 from typing import Any, Callable, Iterable, Iterator
 
-from .._ffi import ffi
-from ..errors import GgmlInUseError, GgmlStateError, GgmlTypeError
+from .._ffi import ffi, lib
+from ..errors import BackendUnavailableError, GgmlInUseError, GgmlStateError, GgmlTypeError
 
 
 # One lock for every in-use mark and every free: a free sees every mark set before it, and a call that
@@ -133,18 +133,23 @@ class Handle:
     def ptr(self) -> Any:
         """The live C pointer; raises if this handle or one it depends on was freed."""
         ptr = self._ptr
-        if ptr is None:
+        if ptr is None or self._collected():
             raise GgmlStateError(f"this {self.kind} has been freed")
         for parent in self.parents:
-            if parent._ptr is None:
+            if parent._ptr is None or parent._collected():
                 raise GgmlStateError(f"this {self.kind} depends on a {parent.kind} that has been freed")
         return ptr
+
+    def _collected(self) -> bool:
+        # In a reference cycle the garbage collector runs the finalizers (which free the C objects) before
+        # any __del__ of the cycle's objects, which then still hold this handle with its old pointer.
+        return self._finalizer is not None and not self._finalizer.alive
 
     @property
     def alive(self) -> bool:
         # freeing a handle frees its children first, and a parent cannot be collected before its children:
         # a handle whose parent is gone has been freed itself
-        return self._ptr is not None
+        return self._ptr is not None and not self._collected()
 
     def free(self) -> None:
         """Free the C object (children first). Safe to call more than once.
@@ -269,10 +274,12 @@ class computing:
     several threads (a prediction while a fit runs, two predictions) take turns. Re-entrant. Pass
     ``locks=`` (from ``compute_locks``) to skip looking them up."""
 
-    __slots__ = ("locks",)
+    __slots__ = ("locks", "rpc")
 
-    def __init__(self, backends: Iterable[Any] = (), locks: tuple | None = None) -> None:
+    def __init__(self, backends: Iterable[Any] = (), locks: tuple | None = None, rpc: bool | None = None) -> None:
+        backends = tuple(backends)
         self.locks = compute_locks(backends) if locks is None else locks
+        self.rpc = any(getattr(b, "is_rpc", False) for b in backends) if rpc is None else rpc
 
     def __enter__(self) -> None:
         with HANDLE_LOCK:
@@ -286,11 +293,27 @@ class computing:
                 _computing_now[0] -= 1
             raise
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
         for lock in reversed(self.locks):
             lock.release()
         with HANDLE_LOCK:
             _computing_now[0] -= 1
+        if self.rpc and exc_type is None:
+            check_rpc_connections()
+
+
+def check_rpc_connections() -> None:
+    """Raise once any RPC server has stopped answering in this process (patches/0020: ggml's client then
+    answers every command on that connection with zeros instead of aborting, so no later result of a
+    computation or a transfer on an RPC device can be trusted)."""
+    if lib.ggmlpy_rpc_lost_connections():
+        raise BackendUnavailableError(RPC_LOST_MESSAGE)
+
+
+RPC_LOST_MESSAGE = ("an RPC server stopped answering (the connection was lost: the server process ended, or its "
+                    "machine or the network went away); results computed on its devices since then are not valid. "
+                    "ggml's RPC client cannot reconnect within this process: restart the server and this process "
+                    "(a fit's completed epochs are in this error's .history; save the model from a local copy)")
 
 
 class InterruptGuard:

@@ -156,6 +156,10 @@ class OptContext(Handle):
             locks = self.__dict__["_compute_locks"] = compute_locks(self.sched.backends)
         return locks
 
+    @property
+    def _on_rpc(self) -> bool:
+        return any(getattr(b, "is_rpc", False) for b in self.sched.backends)
+
     def _in_use(self, what: str, result: Any = None) -> Any:
         """Mark what one C call needs in use; nothing to do when a running loop (an epoch, a fit) has marked
         it all already (the per-batch calls stay cheap)."""
@@ -289,7 +293,7 @@ class OptContext(Handle):
             self._step.alive = False  # the last step's labels, loss and predictions go
             self._step = _DynamicStep()
         self.sched.release()  # ggml-opt resets the scheduler: what it allocated for other graphs goes
-        with self._in_use("ggml_opt_alloc"), computing(locks=self._locks):
+        with self._in_use("ggml_opt_alloc"), computing(locks=self._locks, rpc=self._on_rpc):
             lib.ggml_opt_alloc(ptr, bool(backward))
         if backward and not self.static and self._opt_i == 0:
             # ggml-opt never zeroes the accumulators of dynamic graphs (ggml-internals 1.2): do it here.
@@ -312,7 +316,7 @@ class OptContext(Handle):
         if result is not None:
             res_ptr = unwrap(result, OptResult, "ggml_opt_eval(result)")
             result.check_batch(self)
-        with self._in_use("ggml_opt_eval", result), computing(locks=self._locks):
+        with self._in_use("ggml_opt_eval", result), computing(locks=self._locks, rpc=self._on_rpc):
             lib.ggml_opt_eval(ptr, res_ptr)
         if self.static and self.loss.composite and result is not None:
             result.record_heads(self.loss.heads)

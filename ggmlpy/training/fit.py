@@ -225,6 +225,7 @@ def _run_streamed(graph: TrainingGraph, step: StepOptions, plan: EpochPlan, trai
     feeds: list[BatchFeed] = []
     restored = False
     history = None
+    failure: BaseException | None = None
     try:
         if opt_state is not None:
             opt_state.restore(trainer.train_ctx)
@@ -237,6 +238,9 @@ def _run_streamed(graph: TrainingGraph, step: StepOptions, plan: EpochPlan, trai
             feeds.append(val_feed)
         history = fit_loop(trainer, train_feed, val_feed, plan, source_name=train_source.name, validate=validate)
         return history
+    except BaseException as exc:
+        failure = exc
+        raise
     finally:
         try:
             try:
@@ -249,8 +253,9 @@ def _run_streamed(graph: TrainingGraph, step: StepOptions, plan: EpochPlan, trai
             finally:
                 trainer.close()  # the C resources go even if closing a source failed
         except BaseException as exc:  # e.g. a warning turned into an error (-W error): the epochs are not lost
-            if history is not None and getattr(exc, "history", None) is None:
-                exc.history = history
+            carried = history if history is not None else getattr(failure, "history", None)
+            if carried is not None and getattr(exc, "history", None) is None:
+                exc.history = carried  # also when the cleanup fails after the loop did (a lost RPC server)
             raise
 
 

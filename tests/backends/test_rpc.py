@@ -95,3 +95,61 @@ def test_protocol_version_is_the_built_headers():
     assert g.ggml_rpc_protocol_version() == want
     assert g.ggml_version().startswith("0.25") and want.startswith("7.")  # ggml 0.25 speaks protocol 7
 
+
+
+DYING_SERVER = r'''
+import os, signal, subprocess, sys, time
+import numpy as np
+import ggmlpy as g
+
+endpoint = sys.argv[1]
+server = subprocess.Popen([sys.executable, "-c", f"import ggmlpy; ggmlpy.ggml_backend_rpc_start_server({endpoint!r})"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+deadline = time.time() + 30
+while not g.ggml_rpc_probe(endpoint, 0.2):
+    assert server.poll() is None and time.time() < deadline, "the RPC server did not start"
+    time.sleep(0.1)
+devices = g.ggml_backend_rpc_add_server(endpoint)
+
+def mlp(backend):
+    np.random.seed(0)
+    m = g.ggml_model_sequential()
+    g.ggml_layer_dense(m, 16, activation="tanh", input_shape=(4,))
+    g.ggml_layer_dense(m, 1)
+    return g.ggml_compile(m, loss="mse", backend=backend)
+
+x = np.random.default_rng(0).normal(size=(256, 4)).astype(np.float32)
+y = x @ np.array([[1.0], [2.0], [-1.0], [0.5]], dtype=np.float32)
+remote = mlp(devices[0].name)
+
+def kill_server(epoch, logs, state):
+    if epoch == 2:
+        server.kill()
+        server.wait()
+
+try:
+    g.ggml_fit(remote, x, y, epochs=5, batch_size=32, verbose=0, callbacks=[{"on_epoch_end": kill_server}])
+    print("NO ERROR")
+except g.BackendUnavailableError as exc:
+    print("RAISED", len(exc.history), "stopped answering" in str(exc))
+try:
+    g.ggml_get_weights(remote)
+    print("READ ZEROS")
+except g.BackendUnavailableError:
+    print("READ REFUSED")
+local = mlp("cpu")   # the process goes on: local training is untouched
+h = g.ggml_fit(local, x, y, epochs=3, batch_size=32, verbose=0)
+print("LOCAL", bool(h["train_loss"].iloc[-1] < h["train_loss"].iloc[0]))
+'''
+
+
+def test_a_server_that_dies_mid_fit_raises_with_the_history(tmp_path):
+    """ggml's RPC client aborted the training process when its server went away (patches/0020)."""
+    script = tmp_path / "dying_server.py"
+    script.write_text(DYING_SERVER)
+    proc = subprocess.run([sys.executable, str(script), f"127.0.0.1:{_free_port()}"], capture_output=True,
+                          text=True, timeout=240)
+    out = proc.stdout
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "RAISED 2 True" in out, out + proc.stderr[-2000:]    # the two completed epochs travel with the error
+    assert "READ REFUSED" in out and "LOCAL True" in out, out

@@ -360,3 +360,31 @@ def test_a_trainer_dropped_without_free_hands_its_optimizer_steps_to_the_model()
             for xb, yb in xs[3:]:
                 t2.step(xb, yb)
     assert same(weights(freed), weights(dropped))
+
+
+def test_a_trainer_collected_in_a_reference_cycle_does_not_crash():
+    """The garbage collector frees a cycle's C objects (their finalizers) before its __del__ runs: the dropped
+    trainer's hand-back read freed memory (SIGSEGV). Now its handles read as freed and it gives up quietly."""
+    import gc
+    import subprocess
+    import sys
+    import textwrap
+    script = textwrap.dedent('''
+        import gc, numpy as np, ggmlpy as g
+        x = np.random.rand(32, 4).astype(np.float32); y = np.random.rand(32, 2).astype(np.float32)
+        m = g.ggml_model_sequential(); g.ggml_layer_dense(m, 2, input_shape=(4,))
+        g.ggml_compile(m, loss="mse", backend="cpu")
+        class Agent:
+            def __init__(self):
+                self.tr = g.ggml_trainer(m, 16)
+                self.learn = self.step          # a cycle: Agent -> bound method -> Agent
+            def step(self, a, b):
+                return self.tr.step(a, b)
+        for _ in range(3):
+            a = Agent(); a.learn(x[:16], y[:16]); del a; gc.collect()
+        g.ggml_fit(m, x, y, epochs=1, verbose=0)  # the model is free for the next session
+        print("ok")
+    ''')
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
+    gc.collect()

@@ -4,6 +4,7 @@ int ggmlpy_cpu_set_n_threads(ggml_backend_t backend, int n_threads);
 struct ggml_backend_feature { const char * name; const char * value; };
 const struct ggml_backend_feature * ggmlpy_cpu_features(void);
 ggml_backend_reg_t ggmlpy_rpc_add_server(const char * endpoint);
+int ggmlpy_rpc_lost_connections(void);
 /* the wire protocol version of ggml's RPC backend (client and server must agree on the major) */
 #define RPC_PROTO_MAJOR_VERSION ...
 #define RPC_PROTO_MINOR_VERSION ...
