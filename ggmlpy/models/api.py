@@ -6,6 +6,8 @@ makes a layer object that ``ggml_apply`` can apply to several nodes, sharing its
 """
 from __future__ import annotations
 
+import inspect
+
 from typing import Any, Callable
 
 import numpy as np
@@ -84,6 +86,18 @@ def _add_or_apply(target: Any, layer: Lyr.Layer, fn: str) -> Any:
     raise GgmlTypeError(f"{fn}: expected a sequential model or a node, got {type(target).__name__}")
 
 
+def _layer_parameters(cls: type) -> list[inspect.Parameter]:
+    """A layer class's arguments, with the ``**kw`` it passes on spelt out as the base class's."""
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    if not any(p.kind is p.VAR_KEYWORD for p in params):
+        return params
+    params = [p for p in params if p.kind is not p.VAR_KEYWORD]
+    names = {p.name for p in params}
+    base = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+            for p in list(inspect.signature(Lyr.Layer.__init__).parameters.values())[1:] if p.name not in names]
+    return params + base
+
+
 def _pair(cls: type, stem: str, doc: str) -> tuple[Callable, Callable]:
     def layer_fn(model_or_node: Any, *args: Any, **kwargs: Any) -> Any:
         return _add_or_apply(model_or_node, cls(*args, **kwargs), f"ggml_layer_{stem}")
@@ -93,6 +107,11 @@ def _pair(cls: type, stem: str, doc: str) -> tuple[Callable, Callable]:
 
     layer_fn.__name__ = layer_fn.__qualname__ = f"ggml_layer_{stem}"
     object_fn.__name__ = object_fn.__qualname__ = f"ggml_{stem}"
+    # the layer's own arguments, for help() and for the guard's message on a misspelt one ("activaton=")
+    own = _layer_parameters(cls)
+    target = inspect.Parameter("model_or_node", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    layer_fn.__signature__ = inspect.Signature([target] + own)
+    object_fn.__signature__ = inspect.Signature(own)
     description, _, example = doc.partition("\n\nExample:")
     layer_fn.__doc__ = (f"{description}\n\n``ggml_layer_{stem}(model_or_node, ...)``: on a sequential model, "
                         f"appends the layer and returns the model; on a node (functional API), returns the new "

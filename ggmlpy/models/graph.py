@@ -139,8 +139,9 @@ class Model:
         if dup is not None:
             raise GgmlValueError(f"two different layers of the model are named '{dup}', and a layer's name names its "
                                  f"weights ('{dup}.weight'), so they must be unique; name the layers when making them "
-                                 "(name=...). Automatic names count per sequential model, so layers taken from two "
-                                 "sequential models ('dense_1' in each) need names of their own")
+                                 "(name=...). Automatic names count per sequential model (and a loaded model keeps "
+                                 "its names), so layers taken from two such models ('dense_1' in each) need names of "
+                                 "their own")
         self._layers = layers
 
     @property

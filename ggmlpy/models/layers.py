@@ -120,23 +120,29 @@ class ParamSpec:
 
 
 _global_counts: dict[str, itertools.count] = {}
-_automatic_names: "weakref.WeakValueDictionary[str, Layer]" = weakref.WeakValueDictionary()
+_names_in_use: "dict[str, weakref.WeakSet[Layer]]" = {}
 
 
 def next_global_name(kind: str) -> str:
     """A name for a layer made outside a sequential model: the session-wide count of its kind, skipping the
-    names live layers were given automatically (a sequential model's "dense_1" too), so that reusing a
-    model's layers beside new ones (Keras' transfer-learning pattern) never makes two layers of one name."""
+    names live layers have (a sequential model's "dense_1", a loaded or unpickled model's), so that reusing
+    a model's layers beside new ones (Keras' transfer-learning pattern) never makes two layers of one name."""
     counter = _global_counts.setdefault(kind, itertools.count(1))
     while True:
         name = f"{kind}_{next(counter)}"
-        if name not in _automatic_names:
+        if not _names_in_use.get(name):
             return name
+
+
+def _note_name(name: str, layer: "Layer") -> None:
+    holders = _names_in_use.get(name)
+    if holders is None:
+        holders = _names_in_use[name] = weakref.WeakSet()
+    holders.add(layer)
 
 
 def give_automatic_name(layer: "Layer", name: str) -> None:
     layer.name = name
-    _automatic_names[name] = layer
 
 
 def layer_name_arg(name: Any) -> str:
@@ -207,6 +213,13 @@ class Layer(metaclass=_Sealed):
         if self.__dict__.get("_sealed") and not key.startswith("_") and key not in self._BOOKKEEPING:
             value = self._changed(key, value)
         object.__setattr__(self, key, value)
+        if key == "name" and value is not None:
+            _note_name(value, self)
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)  # unpickled: its name is in use too
+        if state.get("name") is not None:
+            _note_name(state["name"], self)
 
     def __delattr__(self, key: str) -> None:
         if self.__dict__.get("_sealed") and not key.startswith("_"):

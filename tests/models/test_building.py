@@ -436,3 +436,17 @@ def test_recompiling_leaves_no_host_copy_with_layers_a_live_model_holds():
     g.ggml_pop_layer(m)
     g.ggml_compile(m, loss="mse", backend="cpu")
     assert "_kept_values" in head.__dict__ and "_kept_values" not in m.layers[0].__dict__
+
+
+def test_layers_of_a_loaded_or_unpickled_model_beside_new_ones_need_no_names(tmp_path):
+    """A loaded model keeps its names ('dense_1'): new layers made outside it skip the names live layers have."""
+    import pickle
+    base = g.ggml_compile(mlp(), backend="cpu")
+    g.ggml_save_model(base, str(tmp_path / "m.gguf"))
+    del base
+    for source in (g.ggml_load_model(str(tmp_path / "m.gguf"), backend="cpu"),
+                   pickle.loads(pickle.dumps(g.ggml_compile(mlp(), backend="cpu")))):
+        x = g.ggml_input((4,))
+        model = g.ggml_model(x, g.ggml_layer_dense(g.ggml_apply(x, source.layers[0]), 2))
+        names = [l.name for l in model.layers]
+        assert names[0] == "dense_1" and len(set(names)) == 2
