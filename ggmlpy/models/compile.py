@@ -204,8 +204,9 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
     check_weight_decay(weight_decay)
     config = CompileConfig(opt_name, OPTIMIZERS[opt_name], heads, ["accuracy"] if metric_list else [], backend, lr,
                            float(weight_decay))
-    values = model.runtime.params.values_by_layer() if model.runtime is not None else model.kept_weights
-    runtime = Runtime(model, backend, values)  # before the old one goes: a failure leaves the model as it was
+    # before the old one goes (a failure leaves the model as it was); the weights come from the newest holder
+    # of each layer: the old runtime, another model sharing the layer, or the copy a layer carries
+    runtime = Runtime(model, backend)
     if model.runtime is not None:
         try:
             model.runtime.free()

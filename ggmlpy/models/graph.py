@@ -110,7 +110,6 @@ class Model:
         self._set_graph(_node_list(inputs, "inputs"), _node_list(outputs, "outputs"))
         self.compiled: Any = None   # CompileConfig, set by ggml_compile
         self.runtime: Any = None    # weights on a backend, set by ggml_compile
-        self.kept_weights: dict | None = None  # weights of a runtime dropped by a layer change
 
     def _set_graph(self, inputs: list[Node], outputs: list[Node]) -> None:
         for n in inputs:
@@ -153,11 +152,9 @@ class Model:
         return self.inputs, self.outputs, self.nodes
 
     def invalidate(self) -> None:
-        """The layer list changed: compiled state must be rebuilt; the weights the layers have are kept
-        for the next ``ggml_compile``."""
+        """The layer list changed: compiled state must be rebuilt; the layers carry their weights to the
+        next ``ggml_compile`` (freeing the runtime leaves them a copy)."""
         if self.runtime is not None:
-            if self.runtime.params.alive:
-                self.kept_weights = self.runtime.params.values_by_layer()
             self.runtime.free()
         self.runtime = None
         self.compiled = None
@@ -213,7 +210,6 @@ class Sequential(Model):
         self._built: tuple | None = None
         self.compiled = None
         self.runtime = None
-        self.kept_weights = None
         for layer in layers:
             self.add(layer)
 

@@ -217,6 +217,8 @@ class Layer(metaclass=_Sealed):
             _note_name(value, self)
 
     def __setstate__(self, state: dict) -> None:
+        if state.get("_kept_values") is not None:  # stamps count in the process that made them: older than any here
+            state = {**state, "_kept_values": (0, state["_kept_values"][1])}
         self.__dict__.update(state)  # unpickled: its name is in use too
         if state.get("name") is not None:
             _note_name(state["name"], self)
@@ -245,8 +247,17 @@ class Layer(metaclass=_Sealed):
                              f"{key}={value!r}")
 
     def __getstate__(self) -> dict:
-        # pickled (a model sent to a worker): the weak links to live weight stores stay in this process
-        return {k: v for k, v in self.__dict__.items() if k != "_param_stores"}
+        # pickled (a model sent to a worker): the weak links to live weight stores stay in this process, and
+        # the newest weights go along (those of the live store that changed them last, if newer than the copy
+        # the layer carries), so an uncompiled sub-model of trained layers arrives trained
+        state = {k: v for k, v in self.__dict__.items() if k != "_param_stores"}
+        stores = [ref() for ref in self.__dict__.get("_param_stores", [])]
+        live = [s for s in stores if s is not None and s.alive and s.shared]
+        newest = max(live, key=lambda s: s.stamp, default=None)
+        kept = state.get("_kept_values")
+        if newest is not None and (kept is None or newest.stamp > kept[0]):
+            state["_kept_values"] = (newest.stamp, {p.name: newest.read(self, p.name) for p in self.params or []})
+        return state
 
     def in_running_fit(self) -> bool:
         """Whether a fit of some model holding this layer's weights runs now."""

@@ -42,9 +42,6 @@ def model_from_bytes(data: bytes, backend: str) -> Model:
 
 def _rebuilt(cls: type, state: dict) -> Model:
     model = cls.__new__(cls)
-    kept = state.get("kept_weights")
-    if kept:  # keyed by layer identity, which is new in this process
-        state = {**state, "kept_weights": {id(layer): (layer, values) for layer, values in kept.values()}}
     model.__dict__.update(state)
     return model
 

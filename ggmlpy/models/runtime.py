@@ -405,6 +405,11 @@ class Runtime:
         self.predictor = Predictor(model, self.params)
         self.opt_state = OptimizerState(self.params)  # a new runtime (ggml_compile) starts the optimizer afresh
         self.device_name = self.backend.device.name
+        # a model dropped without being compiled again still leaves its layers their weights (Keras keeps them
+        # in the layers): when this runtime is collected, the store hands them on and frees itself. Not at
+        # exit, where the process takes the memory back.
+        self._release = weakref.finalize(self, ParamStore.free, self.params)
+        self._release.atexit = False
 
     @contextlib.contextmanager
     def use(self, training: bool = False):
@@ -421,6 +426,8 @@ class Runtime:
                 self._busy -= 1
                 self._training -= training
                 self.params.fits_running -= training
+                if training:
+                    self.params.touch()  # the layers' newest weights are these now
 
     def add_trainer(self, trainer: Any) -> None:
         self._trainers.add(trainer)
@@ -442,5 +449,6 @@ class Runtime:
                                      "the model after that call returns (a callback can stop a fit with "
                                      "state.stop = True)")
             self.predictor.free()
+            self._release.detach()
             self.params.free()
             self.backend.free()

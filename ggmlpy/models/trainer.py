@@ -128,6 +128,7 @@ class ModelTrainer:
                 self._session.step(self._session.train_ctx, pairs, True, self._result, watch)
             finally:
                 restore_threads(before)
+                self._params.touch()
         self._steps += 1
         loss = float(ggml_opt_result_loss(self._result)["loss"])
         if not np.isfinite(loss):

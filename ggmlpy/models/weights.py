@@ -6,6 +6,7 @@ layer).
 """
 from __future__ import annotations
 
+import itertools
 import weakref
 from typing import Any, Sequence
 
@@ -23,15 +24,18 @@ from ..graph.tensor import ggml_new_tensor, ggml_set_name, set_trainable
 from .layers import Layer
 
 
+_stamps = itertools.count(1)  # when a store's weights last changed, in one order for every store
+
+
 class ParamStore:
     """Every weight and state tensor of a model's layers, in one buffer on one backend.
 
-    A weight starts from ``values`` (``values_by_layer()`` of an earlier store: the same layer object, not
-    just the same name, so a new layer never inherits a removed one's weights), else from the newest live
-    store of another model holding the same layer object (a sub-model of trained layers starts trained),
-    else from the values the layer kept when the last store holding it was freed (a layer popped from one
-    model and added to another, or re-added after a compile, takes its weights along, as in Keras), else
-    from its initializer."""
+    A weight starts from ``values`` (``values_by_layer()`` of an earlier store, for copies: matched by layer
+    object, not just by name, so a new layer never inherits a removed one's weights), else from the newest
+    values of the same layer object: those of the live store that changed them last (a sub-model of
+    trained layers starts trained; the model's own store when it is compiled again), or the copy the layer
+    kept when its last store was freed (a layer popped from one model and added to another, or re-added
+    after a compile, takes its weights along, as in Keras), else from its initializer."""
 
     def __init__(self, layers: Sequence[Layer], backend: Backend, values: dict | None = None,
                  share: bool = True) -> None:
@@ -49,15 +53,15 @@ class ParamStore:
             self.tensors[(id(layer), spec.name)] = t
         check_device_can_use(backend, self.tensors.values(), "make the layer smaller, or compile with backend='cpu'")
         self.buffer = ggml_backend_alloc_ctx_tensors(self.ctx, backend) if specs else None
+        self.stamp = 0
         for layer, spec in specs:
             value = _kept_value(values, layer, spec)
             if value is None:
-                value = _shared_value(layer, spec, self)
-            if value is None:
-                value = layer.__dict__.get("_kept_values", {}).get(spec.name)
+                value = _freshest_value(layer, spec, self)
             if value is None or np.shape(value) != tuple(reversed(spec.ne)):  # a new or reshaped layer
                 value = _initial(spec)
             self.write(layer, spec.name, value)
+        self.stamp = next(_stamps)  # as fresh as the values it was given
         self.shared = share
         if share:  # snapshots keep their copy to themselves
             for layer in {id(l): l for l, _ in specs}.values():
@@ -73,12 +77,20 @@ class ParamStore:
         """Host copies of the weights go with the layer objects that no other live store holds (a popped
         layer, a model dropped by a change), so that the next model holding them starts from them."""
         for layer in {id(l): l for l, _ in self.specs}.values():
-            if _held_elsewhere(layer, self):
-                continue  # that store has the newest values, and hands them on when it goes
+            if _fresher_store(layer, self.stamp, self) is not None:
+                continue  # a live store has newer values, and hands them on when it goes
+            kept = layer.__dict__.get("_kept_values")
+            if kept is not None and kept[0] > self.stamp:
+                continue
             try:
-                layer.__dict__["_kept_values"] = {p.name: self.read(layer, p.name) for p in (layer.params or [])}
+                layer.__dict__["_kept_values"] = (self.stamp, {p.name: self.read(layer, p.name)
+                                                               for p in (layer.params or [])})
             except Exception:  # noqa: BLE001 - a lost device (an RPC server gone) must not keep the store alive
                 layer.__dict__.pop("_kept_values", None)
+
+    def touch(self) -> None:
+        """The weights changed (a training step, a write): the newest values of their layers are here now."""
+        self.stamp = next(_stamps)
 
     def tensor(self, layer: Layer, name: str) -> Tensor:
         try:
@@ -97,6 +109,7 @@ class ParamStore:
     def write(self, layer: Layer, name: str, value: np.ndarray) -> None:
         t = self.tensor(layer, name)
         ggml_backend_tensor_set_data(t, np.asarray(value, dtype=np.float32).reshape(tuple(reversed(_ne(t)))))
+        self.stamp = next(_stamps)
 
     def values(self) -> dict[str, np.ndarray]:
         """Host copies, keyed "<layer>.<weight>"."""
@@ -159,18 +172,26 @@ def _kept_value(values: dict | None, layer: Layer, spec: Any) -> np.ndarray | No
     return entry[1].get(spec.name) if entry is not None and entry[0] is layer else None
 
 
-def _held_elsewhere(layer: Layer, me: "ParamStore") -> bool:
-    return any(store is not None and store is not me and store.alive and store.shared
-               for store in (ref() for ref in layer.__dict__.get("_param_stores", [])))
-
-
-def _shared_value(layer: Layer, spec: Any, me: "ParamStore") -> np.ndarray | None:
-    """The weight's current value in the newest live store of another model that holds this layer object."""
-    for ref in reversed(layer.__dict__.get("_param_stores", [])):
+def _fresher_store(layer: Layer, stamp: int, me: "ParamStore | None") -> "ParamStore | None":
+    """The live store (of another model) holding ``layer`` whose weights changed last, if after ``stamp``."""
+    best = None
+    for ref in layer.__dict__.get("_param_stores", []):
         store = ref()
-        if store is not None and store is not me and store.alive and (id(layer), spec.name) in store.tensors:
-            return store.read(layer, spec.name)
-    return None
+        if store is not None and store is not me and store.alive and store.shared and store.stamp > stamp \
+                and (best is None or store.stamp > best.stamp):
+            best = store
+    return best
+
+
+def _freshest_value(layer: Layer, spec: Any, me: "ParamStore") -> np.ndarray | None:
+    """The weight's newest value: in the live store that changed it last, or the copy the layer kept when
+    its last store went (a popped layer, a model changed or compiled again), whichever is newer. A layer
+    shared by several models is one set of weights, as in Keras: the last one trained is what counts."""
+    kept = layer.__dict__.get("_kept_values")
+    store = _fresher_store(layer, kept[0] if kept is not None else 0, me)
+    if store is not None and (id(layer), spec.name) in store.tensors:
+        return store.read(layer, spec.name)
+    return kept[1].get(spec.name) if kept is not None else None
 
 
 def _initial(spec: Any) -> np.ndarray:

@@ -450,3 +450,47 @@ def test_layers_of_a_loaded_or_unpickled_model_beside_new_ones_need_no_names(tmp
         model = g.ggml_model(x, g.ggml_layer_dense(g.ggml_apply(x, source.layers[0]), 2))
         names = [l.name for l in model.layers]
         assert names[0] == "dense_1" and len(set(names)) == 2
+
+
+def _two_layers():
+    return g.ggml_dense(8, activation="relu", name="shared_a"), g.ggml_dense(2, name="shared_b")
+
+
+def _on(layers):
+    x = g.ggml_input((4,))
+    return g.ggml_model(x, g.ggml_apply(g.ggml_apply(x, layers[0]), layers[1]))
+
+
+def test_a_layer_shared_by_models_is_one_set_of_weights_the_last_trained_counts():
+    """As in Keras: a model compiled, another sharing its layers trained, dropped: a third starts from the
+    trained values, and the first one compiled again too (it used to take the untrained ones)."""
+    import gc
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 4)).astype(np.float32)
+    y = rng.normal(size=(64, 2)).astype(np.float32)
+    layers = _two_layers()
+    first = g.ggml_compile(_on(layers), loss="mse", backend="cpu")
+    trained = g.ggml_compile(_on(layers), loss="mse", backend="cpu")
+    g.ggml_fit(trained, x, y, epochs=3, batch_size=16, verbose=0)
+    values = g.ggml_get_weights(trained)
+    del trained
+    gc.collect()                                   # dropped, not compiled again: its layers keep the values
+    third = g.ggml_compile(_on(layers), loss="mse", backend="cpu")
+    g.ggml_compile(first, loss="mse", backend="cpu")
+    for model in (third, first):
+        for k, v in values.items():
+            np.testing.assert_array_equal(g.ggml_get_weights(model)[k], v)
+
+
+def test_an_uncompiled_sub_model_of_trained_layers_pickles_trained():
+    import pickle
+    rng = np.random.default_rng(0)
+    x = g.ggml_input((4,))
+    h = g.ggml_layer_dense(x, 8, name="features")
+    full = g.ggml_compile(g.ggml_model(x, g.ggml_layer_dense(h, 2, name="head")), loss="mse", backend="cpu")
+    g.ggml_fit(full, rng.normal(size=(32, 4)).astype(np.float32), rng.normal(size=(32, 2)).astype(np.float32),
+               epochs=2, batch_size=8, verbose=0)
+    copy = pickle.loads(pickle.dumps(g.ggml_model(x, h)))
+    g.ggml_compile(copy, loss="mse", backend="cpu")
+    np.testing.assert_array_equal(g.ggml_get_weights(copy)["features.weight"],
+                                  g.ggml_get_weights(full)["features.weight"])

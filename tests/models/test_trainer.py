@@ -337,7 +337,7 @@ def test_a_trainer_dropped_without_free_releases_the_model_and_its_c_objects():
     for _ in range(20):
         g.ggml_trainer(m, batch_size=16).step(x, y)  # dropped at once, never freed
     gc.collect()
-    assert len(handle._live_handles) == before and m.runtime.live_trainers() == []
+    assert len(handle._live_handles) <= before and m.runtime.live_trainers() == []  # (other tests' models may go too)
     g.ggml_fit(m, x, y, epochs=1, batch_size=16, verbose=0)  # the optimizer is free for the next session
 
 
