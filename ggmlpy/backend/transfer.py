@@ -198,17 +198,29 @@ def _pandas_columns(data: Any) -> str:
                 "(pd.get_dummies(..., dtype=float))")
     columns = data.items() if isinstance(data, pd.DataFrame) else [(getattr(data, "name", None), data)] \
         if isinstance(data, pd.Series) else []
+    nullable = []
     for name, col in columns:
         label = f"column {name!r}" if isinstance(data, pd.DataFrame) else "a Series"
         if isinstance(col.dtype, pd.CategoricalDtype):
             return (f"{label} of categories: one column per category (pd.get_dummies(df, columns=[{name!r}], "
                     "dtype=float)) or the integer codes (.cat.codes)")
+        if col.dtype.kind in "mM":
+            return (f"{label} of dates or durations ({col.dtype}): convert it to a number of a chosen unit first, "
+                    "e.g. (col - col.min()).dt.total_seconds()")
         if col.dtype == object or isinstance(col.dtype, pd.StringDtype):
             first = next((v for v in col if not isinstance(v, (int, float, np.number, bool, np.bool_))), None)
+            if first is None and col.dtype == object:
+                continue  # numbers held as Python objects: numpy reads these
             return f"{label} of {type(first).__name__} values ({first!r}): convert or encode it to numbers first"
-        if getattr(col.dtype, "na_value", None) is pd.NA and col.isna().any():
-            return (f"{label} with {int(col.isna().sum())} missing values (pd.NA): fill them (.fillna(...)) or "
-                    "drop those rows first")
+        if getattr(col.dtype, "na_value", None) is pd.NA:
+            if col.isna().any():
+                return (f"{label} with {int(col.isna().sum())} missing values (pd.NA): fill them (.fillna(...)) or "
+                        "drop those rows first")
+            nullable.append((label, col.dtype))
+    if nullable:
+        label, dtype = nullable[0]
+        return (f"{label} of pandas' nullable type {dtype}, which numpy reads as Python objects; without missing "
+                "values, convert it to a numpy type first (df.astype('float32'), or .to_numpy(dtype='float32'))")
     return ""
 
 

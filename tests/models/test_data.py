@@ -225,6 +225,11 @@ def _frame(**columns):
     (lambda x: _frame(a=__import__("pandas").array([1, None] * 12, dtype="Int64")),
      r"column 'a' with 12 missing values \(pd.NA\)"),
     (lambda x: _frame(a=["x", "y"] * 12), r"column 'a' of str values \('x'\)"),
+    (lambda x: _frame(a=__import__("pandas").Series([1.0] * 24, dtype=object), b=["x"] * 24),
+     r"column 'b' of str values"),                     # not the object column of numbers before it
+    (lambda x: _frame(a=__import__("pandas").array(list(range(24)), dtype="Int64")),
+     r"column 'a' of pandas' nullable type Int64.*astype\('float32'\)"),
+    (lambda x: _frame(a=__import__("pandas").to_datetime(["2020-01-01"] * 24)), r"column 'a' of dates or durations"),
 ])
 def test_data_numpy_reads_as_objects_is_named_the_users_way(make_x, text):
     """These were all reported as 'got dtype object', the type numpy made of them."""
