@@ -6,7 +6,7 @@ from typing import Any
 
 from .._ffi import ffi, lib
 from ..core.args import is_int
-from ..core.handle import free_handle, Handle, raise_type, unwrap, using
+from ..core.handle import check_rpc_connections, free_handle, Handle, raise_type, unwrap, using
 from ..errors import expect, GgmlStateError, GgmlTypeError, GgmlValueError
 from .backend import Backend
 from .device import as_device, decode_str, Device
@@ -288,6 +288,8 @@ def ggml_backend_alloc_ctx_tensors(ctx, backend: Backend) -> Buffer | None:
     ptr = lib.ggml_backend_alloc_ctx_tensors(ctx_ptr, b_ptr)
     if ptr == ffi.NULL:
         if any(t.data == ffi.NULL and t.view_src == ffi.NULL for t in ctx.tensor_ptrs()):
+            if backend.is_rpc:
+                check_rpc_connections()  # its server is gone: say so, not "out of memory"
             raise GgmlStateError(f"could not allocate the context's tensors on {backend.name} (out of memory?)")
         return None
     buffer = Buffer(ptr, ctx=ctx, backend=backend)

@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 
 from .._ffi import lib
-from ..backend.transfer import NUMPY_DTYPES, write_array
+from ..backend.transfer import check_rpc_transfer, NUMPY_DTYPES, write_array
 from ..core.paths import fs_path
 from ..core.sysmem import check_fits_memory
 from ..core.types import type_name
-from ..errors import expect, GgmlTypeError, GgmlValueError, GgufFileError, GgufKeyError
+from ..errors import BackendUnavailableError, expect, GgmlTypeError, GgmlValueError, GgufFileError, GgufKeyError
 from ..graph.objects import as_tensor, Tensor
 from ..graph.tensor import ggml_set_name
 from .file import gguf_init_empty, gguf_init_from_file, GgufContext
@@ -78,12 +78,20 @@ def ggml_save_weights_gguf(path: Any, tensors: Any, metadata: dict | None = None
     pairs = _named_tensors(tensors, fn)
     expect(metadata is None or isinstance(metadata, dict),
            f"{fn}: metadata must be a dict or None, got {type(metadata).__name__}", GgmlTypeError)
+    for _, tensor in pairs:  # ggml reads the data itself: a lost RPC server's tensors would be written as zeros
+        check_rpc_transfer(tensor.ptr)
     with gguf_init_empty() as g:
         for key, value in (metadata or {}).items():
             gguf_set_val(g, key, value)
         for _, tensor in pairs:
             gguf_add_tensor(g, tensor)
         gguf_write_to_file(g, p)
+    for _, tensor in pairs:  # lost while writing: say that this file is not to be trusted
+        try:
+            check_rpc_transfer(tensor.ptr)
+        except BackendUnavailableError as exc:
+            raise BackendUnavailableError(f"{fn}: {exc}; {os.fspath(path)!r} was written with zeros for the "
+                                          "tensors of that server: do not use it") from None
 
 
 def _metadata(g: GgufContext) -> dict:

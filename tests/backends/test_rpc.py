@@ -137,6 +137,14 @@ try:
     print("READ ZEROS")
 except g.BackendUnavailableError:
     print("READ REFUSED")
+for what, call in (("PREDICT", lambda: g.ggml_predict(remote, x)),
+                   ("SAVE", lambda: g.ggml_save_model(remote, os.path.join(os.path.dirname(__file__), "m.gguf"))),
+                   ("COMPILE", lambda: mlp(devices[0].name))):
+    try:
+        call()
+        print(what, "DONE")
+    except g.BackendUnavailableError as exc:
+        print(what, "REFUSED", "stopped answering" in str(exc))
 local = mlp("cpu")   # the process goes on: local training is untouched
 h = g.ggml_fit(local, x, y, epochs=3, batch_size=32, verbose=0)
 print("LOCAL", bool(h["train_loss"].iloc[-1] < h["train_loss"].iloc[0]))
@@ -153,3 +161,7 @@ def test_a_server_that_dies_mid_fit_raises_with_the_history(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "RAISED 2 True" in out, out + proc.stderr[-2000:]    # the two completed epochs travel with the error
     assert "READ REFUSED" in out and "LOCAL True" in out, out
+    # nothing answers with the zeros a lost server's commands now return: no prediction, no file of zeros, and
+    # a new model on its device says why instead of "out of memory"
+    assert "PREDICT REFUSED True" in out and "SAVE REFUSED True" in out and "COMPILE REFUSED True" in out, out
+    assert not (tmp_path / "m.gguf").exists()
