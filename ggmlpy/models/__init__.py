@@ -5,7 +5,8 @@ Modules by concern: ``layers``/``conv``/``norm``/``sequence``/``attention`` (wha
 of nodes), ``api`` (ggmlR's building functions), ``weights`` (a model's weights in ggml), ``runtime``
 (graphs, predictor, optimizer state), ``compile``,
 ``data`` (the sample-major data rule), ``fit`` (training and inference), ``metrics``, ``trainer``,
-``saving``, ``pickling`` (pickle and deepcopy through GGUF bytes), ``placement`` (where a step runs).
+``saving``, ``pickling`` (pickle and deepcopy through GGUF bytes), ``placement`` (where a step runs),
+``preprocessing`` (Keras' to_categorical and pad_sequences).
 """
 from __future__ import annotations
 
