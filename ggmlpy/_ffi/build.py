@@ -59,7 +59,9 @@ static ggml_backend_reg_t ggmlpy_rpc_add_server(const char * endpoint) {
 /* Connections to RPC servers lost so far (patches/0020): 0 without the RPC backend. */
 typedef int (*ggmlpy_rpc_lost_t)(void);
 static int ggmlpy_rpc_lost_connections(void) {
-    ggmlpy_rpc_lost_t fn = (ggmlpy_rpc_lost_t) ggmlpy_proc("RPC", "ggml_backend_rpc_lost_connections");
+    /* looked up once it is there: this runs after every tensor transfer */
+    static ggmlpy_rpc_lost_t fn = NULL;
+    if (!fn) fn = (ggmlpy_rpc_lost_t) ggmlpy_proc("RPC", "ggml_backend_rpc_lost_connections");
     return fn ? fn() : 0;
 }
 

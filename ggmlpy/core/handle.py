@@ -316,6 +316,22 @@ RPC_LOST_MESSAGE = ("an RPC server stopped answering (the connection was lost: t
                     "(a fit's completed epochs are in this error's .history; save the model from a local copy)")
 
 
+def install_sigint(handler: Callable) -> Any:
+    """Put ``handler`` in place for SIGINT and return the handler it replaces, or None where nothing was
+    installed: off the main thread (Python delivers signals there only), over a C-level handler, or in a
+    sub-interpreter."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    old = signal.getsignal(signal.SIGINT)
+    if not callable(old):
+        return None
+    try:
+        signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main interpreter
+        return None
+    return old
+
+
 class InterruptGuard:
     """Ctrl-C (SIGINT) that lands inside one protocol step which must not be cut in two (an
     ``ggml_opt_alloc`` whose ``ggml_opt_eval`` has not run leaves the opt context unusable) is held back
@@ -331,14 +347,7 @@ class InterruptGuard:
         self.step = _GuardStep(self)
 
     def __enter__(self) -> "InterruptGuard":
-        if threading.current_thread() is threading.main_thread():
-            old = signal.getsignal(signal.SIGINT)
-            if callable(old):
-                try:
-                    signal.signal(signal.SIGINT, self._handler)
-                    self.old = old
-                except ValueError:  # not the main interpreter
-                    pass
+        self.old = install_sigint(self._handler)
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -366,14 +375,7 @@ class InterruptKeeper:
         self.noted = False
 
     def __enter__(self) -> "InterruptKeeper":
-        if threading.current_thread() is threading.main_thread():
-            old = signal.getsignal(signal.SIGINT)
-            if callable(old):
-                try:
-                    signal.signal(signal.SIGINT, self._handler)
-                    self.old = old
-                except ValueError:  # not the main interpreter
-                    pass
+        self.old = install_sigint(self._handler)
         return self
 
     def _handler(self, signum: int, frame: Any) -> None:
