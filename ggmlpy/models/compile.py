@@ -5,6 +5,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..backend.device import Device
 from ..core.args import FLOAT32_MAX, is_int, is_real, learning_rate_arg
 from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
 from ..opt import losses as L
@@ -63,7 +64,7 @@ class CompileConfig:
     optimizer_type: int
     heads: list[HeadSpec]
     metrics: list[str]
-    backend: str
+    backend: Any  # a name, or a list of names (data parallel)
     learning_rate: float | None = None
     weight_decay: float = 0.0
     extra: dict = field(default_factory=dict)
@@ -129,8 +130,8 @@ def _head(node: Node, loss: str, weight: float) -> HeadSpec:
 
 
 def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical_crossentropy",
-                 metrics: Any = ("accuracy",), backend: str = "auto", loss_weights: Any = None,
-                 learning_rate: float | None = None, weight_decay: float = 0.0) -> Model:
+                 metrics: Any = ("accuracy",), backend: Any = "auto", loss_weights: Any = None,
+                 learning_rate: float | None = None, weight_decay: float = 0.0, shares: Any = None) -> Model:
     """Choose the optimizer, the loss and the backend of a model, and put its weights on that backend.
 
     Arguments:
@@ -147,7 +148,16 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
             it would be trained as if it were logits.
         metrics: ``["accuracy"]`` reports accuracy for classification losses (the only metric).
         backend: ``"auto"`` (a hardware GPU if there is one, else the CPU), ``"cpu"``, ``"vulkan"``,
-            ``"cuda"`` or a device name such as ``"Vulkan0"``.
+            ``"cuda"`` or a device name such as ``"Vulkan0"`` (or a device from ``ggml_backend_devices()``).
+            A list of them trains **data-parallel**: one replica of the model per device (local GPUs, the
+            CPU, ggml RPC servers' devices ``"RPC0"``, ...), each batch split between them, the replicas'
+            gradients summed on the first device before every optimizer step (weights stay identical:
+            the same trajectory as one device with the whole batch). ``ggml_predict``/``ggml_evaluate``
+            split their batches too. Batch norm uses each replica's own batch statistics and keeps the
+            first replica's running statistics (as PyTorch's DDP); dropout masks differ per replica.
+        shares: with several backends, how the batch is split: one positive number per backend
+            (``[3, 1]`` gives the first device three quarters of each batch: a GPU beside the CPU, or
+            machines of different speed); default equal. The split is exact for any shares.
         loss_weights: multi-output models: the weight of each output's loss (default 1 each), a list in
             output order or a dict by output layer name, as ``loss``.
         learning_rate: the optimizer's starting learning rate (default ggml's 1e-3).
@@ -176,8 +186,7 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
         opt_name = optimizer.lower() if isinstance(optimizer, str) else None
     if opt_name not in OPTIMIZERS:
         raise GgmlValueError(f"unknown optimizer {optimizer!r}; expected 'adam', 'adamw' or 'sgd'")
-    if not isinstance(backend, str):
-        raise GgmlTypeError(f"backend must be 'auto', 'cpu', 'vulkan', 'cuda' or a device name, got {backend!r}")
+    backend, shares = _backends(backend, shares)
     inputs, outputs, _ = model.graph()
     for n in outputs:
         if n.dtype == "int32":
@@ -206,7 +215,7 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
                            float(weight_decay))
     # before the old one goes (a failure leaves the model as it was); the weights come from the newest holder
     # of each layer: the old runtime, another model sharing the layer, or the copy a layer carries
-    runtime = Runtime(model, backend)
+    runtime = Runtime(model, backend, shares=shares)
     if model.runtime is not None:
         try:
             model.runtime.free()
@@ -215,6 +224,36 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
             raise
     model.runtime, model.compiled = runtime, config
     return model
+
+
+def _backends(backend: Any, shares: Any) -> tuple[Any, list[float] | None]:
+    """``backend`` as a name, or as a list of two or more distinct device names (data parallel), and the
+    shares of the batch each device takes."""
+    single = not isinstance(backend, (list, tuple))
+    items = [backend] if single else list(backend)
+    names = []
+    for b in items:
+        if isinstance(b, Device):
+            b = b.name
+        if not isinstance(b, str):
+            raise GgmlTypeError(f"backend must be 'auto', 'cpu', 'vulkan', 'cuda', a device name or a device, or a "
+                                f"list of them (data parallel), got {b!r}")
+        names.append(b)
+    if single:
+        if shares is not None:
+            raise GgmlValueError("shares= splits each batch between several backends; give backend a list of "
+                                 "devices (or drop shares)")
+        return names[0], None
+    if len(names) < 2:
+        raise GgmlValueError(f"backend as a list trains data-parallel on two or more devices, got {names!r}; give "
+                             "one device as a string")
+    if shares is None:
+        return names, None
+    values = list(shares) if isinstance(shares, (list, tuple)) else None
+    if values is None or len(values) != len(names) or \
+            any(not is_real(v) or not 0 < v <= FLOAT32_MAX for v in values):
+        raise GgmlValueError(f"shares must be {len(names)} positive numbers, one per backend, got {shares!r}")
+    return names, [float(v) for v in values]
 
 
 def _by_output(value: Any, outputs: list, what: str) -> Any:
@@ -231,11 +270,12 @@ def _by_output(value: Any, outputs: list, what: str) -> Any:
     return [value[k] for k in names]
 
 
-def build_training_graph(model: Model, cfg: CompileConfig, batch: int) -> GraphInstance:
-    """The training graph of a compiled model for ``batch`` samples: a final softmax left to ggml's fused
-    cross-entropy, sequence outputs of a cross-entropy made ``[classes, positions * batch]`` rows."""
+def build_training_graph(model: Model, cfg: CompileConfig, batch: int, store: Any = None) -> GraphInstance:
+    """The training graph of a compiled model for ``batch`` samples (on the weights of ``store``: a replica's;
+    default the model's): a final softmax left to ggml's fused cross-entropy, sequence outputs of a
+    cross-entropy made ``[classes, positions * batch]`` rows."""
     outputs = model.graph()[1]
-    return build_graph(model, model.runtime.params, batch, training=True,
+    return build_graph(model, store or model.runtime.params, batch, training=True,
                        logits_for={id(n) for n, h in zip(outputs, cfg.heads) if h.fused},
                        rows_for={id(n) for n, h in zip(outputs, cfg.heads) if h.token_level})
 

@@ -19,15 +19,15 @@ from ..compute.sched import Scheduler
 from ..core.args import c_int_arg, is_real
 from ..errors import GgmlpyWarning, GgmlTypeError, GgmlValueError
 from ..training.adapters import check_ends, Source
-from ..training.config import EpochPlan, StepOptions, TrainingGraph
+from ..training.config import EpochPlan
 from ..training.fit import fit_streamed, ggml_fit_opt
 from ..training.loop import check_nonfinite, EpochStats, HISTORY_COLUMNS
 from . import data as D
-from .compile import build_training_graph, CompileConfig, compiled
+from .compile import CompileConfig, compiled
 from .graph import Model
 from .metrics import Tally
 from .predict import predict_arrays
-from .runtime import make_scheduler
+from .session import TrainingSetup
 from .snapshot import Snapshot
 
 
@@ -146,29 +146,21 @@ def run_training(model: Model, cfg: CompileConfig, source: Source, batch: int, p
                  sample_weighted: bool, nbatch_logical: int | None = None) -> pd.DataFrame:
     """Build the training graph for ``batch`` samples and run the one training loop on it, as ``plan`` says;
     ``validate`` computes the validation statistics on the inference graph."""
-    params = model.runtime.params
-    if not params.mark_trainable():
+    if not model.runtime.params.mark_trainable():
         raise GgmlValueError(nothing_to_train(model))
-    inst = build_training_graph(model, cfg, batch)
-    sched = None  # the fit loop splits the CPU threads for this graph (and restores them)
+    period = 1
+    if nbatch_logical is not None:
+        logical = _int_arg(nbatch_logical, "nbatch_logical", 1)
+        if logical % batch:
+            raise GgmlValueError(f"nbatch_logical ({logical}) must be a multiple of the batch size ({batch})")
+        period = max(1, logical // batch)
+    setup = TrainingSetup(model, cfg, batch, period, sample_weighted)
     try:
-        sched = make_scheduler(params.backend, inst.train_nodes)
-        period = 1
-        if nbatch_logical is not None:
-            logical = _int_arg(nbatch_logical, "nbatch_logical", 1)
-            if logical % batch:
-                raise GgmlValueError(f"nbatch_logical ({logical}) must be a multiple of the batch size ({batch})")
-            period = max(1, logical // batch)
-        graph = TrainingGraph(sched, inst.ctx, inst.inputs, inst.outputs, [h.loss_type for h in cfg.heads],
-                              cfg.loss_weights(), sample_weighted=sample_weighted, side_outputs=inst.side_outputs,
-                              head_names=[h.name for h in cfg.heads] if len(cfg.heads) > 1 else None)
-        step = StepOptions(cfg.optimizer_type, period, cfg.weight_decay, cfg.learning_rate, inst.hooks, batch)
         # the optimizer state continues across fits
-        return fit_streamed(graph, step, plan, source, validate=validate, opt_state=model.runtime.opt_state)
+        return fit_streamed(None, None, plan, source, validate=validate, opt_state=model.runtime.opt_state,
+                            make_session=lambda: setup.session)
     finally:
-        if sched is not None:
-            sched.free()
-        inst.free()
+        setup.free()
 
 
 def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch_size: int = 32,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from concurrent.futures import ThreadPoolExecutor
 import warnings
 import weakref
 from typing import Any
@@ -34,7 +35,9 @@ from ..ops.elementwise import ggml_cont, ggml_dropout
 from ..ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d, ggml_view_1d
 from ..opt.constants import BUILD_FORWARD, ggml_opt_optimizer_name
 from ..opt.context import training_graph_nodes
+from ..opt.replicas import ReplicaOptimizer
 from ..opt.state import check_state, ggml_opt_get_state, ggml_opt_set_state, optimized_params
+from ..training.replicas import split_counts
 from .graph import Model, Node
 from .layers import Layer, NATURAL, SPATIAL
 from .weights import check_device_can_use, ParamStore, strip_leading_ones
@@ -291,6 +294,37 @@ class Predictor:
                 self._drop(batch)
 
 
+class ReplicaPredictor:
+    """Forward passes of a model compiled on several devices: each batch is cut as training cuts it (by the
+    replicas' shares), the replicas run at the same time and their outputs are put back in order."""
+
+    def __init__(self, predictors: list[Predictor], shares: list[float]) -> None:
+        self.predictors, self.shares = predictors, shares
+        self._pool = ThreadPoolExecutor(len(predictors) - 1, thread_name_prefix="ggmlpy-replica")
+
+    def run(self, arrays: list[np.ndarray], batch: int, watch: Any = None) -> list[np.ndarray]:
+        counts = split_counts(batch, self.shares)
+        starts = np.concatenate([[0], np.cumsum(counts)]).astype(int)
+        jobs = [(p, [a[s:s + n] for a in arrays], n) for p, s, n in zip(self.predictors, starts, counts) if n]
+        futures = [self._pool.submit(p.run, part, n) for p, part, n in jobs[1:]]
+        failure: BaseException | None = None
+        try:
+            outs = [jobs[0][0].run(jobs[0][1], jobs[0][2], watch)]
+        finally:
+            for f in futures:  # every replica finishes before this returns or raises
+                failure = failure or f.exception()
+        if failure is not None:
+            raise failure
+        outs += [f.result() for f in futures]
+        return [np.concatenate([o[i].reshape(n, -1) for o, (_, _, n) in zip(outs, jobs)])
+                for i in range(len(outs[0]))]
+
+    def free(self) -> None:
+        self._pool.shutdown(wait=True)
+        for p in self.predictors:
+            p.free()
+
+
 class OptimizerState:
     """The optimizer's state of a compiled model, kept across ``ggml_fit`` calls and trainers (as Keras keeps
     it in ``model.optimizer``): AdamW's moments per trainable weight, keyed "<layer>.<weight>", and the
@@ -325,25 +359,38 @@ class OptimizerState:
             if self._holder is not None and self._holder[0] is lease:
                 self._holder = None
 
-    def trainable(self) -> dict[str, Tensor]:
-        """The weights the optimizer updates (as ``ParamStore.mark_trainable`` flags them)."""
-        return {f"{l.name}.{p.name}": self.params.tensor(l, p.name) for l, p in self.params.specs
+    def trainable(self, store: ParamStore | None = None) -> dict[str, Tensor]:
+        """The weights the optimizer updates (as ``ParamStore.mark_trainable`` flags them), in the model's
+        store or in a replica's ``store``."""
+        store = store or self.params
+        return {f"{l.name}.{p.name}": store.tensor(l, p.name) for l, p in store.specs
                 if l.trainable and p.trainable}
 
     def restore(self, opt_ctx: Any) -> None:
-        """Write the kept state into a new opt context (a weight without kept moments starts from zero)."""
+        """Write the kept state into a new opt context, or a replicas' optimizer (a weight without kept
+        moments starts from zero)."""
         if self.state is None:
+            return
+        if isinstance(opt_ctx, ReplicaOptimizer):
+            opt_ctx.set_state(self.state)
             return
         params = optimized_params(opt_ctx, self.trainable())
         if self.state["optimizer"] == "adamw":
             params = {k: t for k, t in params.items() if k in self.state["m"]}
         ggml_opt_set_state(opt_ctx, self.state, params)
 
+    def read(self, opt_ctx: Any) -> dict:
+        """The state of an opt context (or a replicas' optimizer) now; inside a logical batch, that of its last
+        optimizer step."""
+        if isinstance(opt_ctx, ReplicaOptimizer):
+            return opt_ctx.get_state()
+        return ggml_opt_get_state(opt_ctx, optimized_params(opt_ctx, self.trainable()), allow_partial=True)
+
     def keep(self, opt_ctx: Any, warn_partial: bool = True) -> None:
         """Read the state back from an opt context after training (also after an exception). Moments of
         weights that were frozen in this run are kept from before. The state is stored before the warning
         about a partial logical batch, so a warning turned into an error (``-W error``) loses no steps."""
-        new = ggml_opt_get_state(opt_ctx, optimized_params(opt_ctx, self.trainable()), allow_partial=True)
+        new = self.read(opt_ctx)
         old = self.state
         if old is not None and old["optimizer"] == new["optimizer"]:
             for key in ("m", "v"):
@@ -391,20 +438,45 @@ class Runtime:
     callback, a generator or another thread) is refused instead of pulling the weights out from under
     ggml, and so is changing which layers train while a fit runs."""
 
-    def __init__(self, model: Model, backend: str, values: dict | None = None) -> None:
+    def __init__(self, model: Model, backend: str | list[str], values: dict | None = None,
+                 shares: list[float] | None = None) -> None:
         self._lock = threading.Lock()
         self._busy = 0
         self._training = 0
         self._trainers: "weakref.WeakSet" = weakref.WeakSet()  # ggml_trainers made on these weights
-        self.backend = ggml_backend_init_auto(backend)
+        names = list(backend) if isinstance(backend, (list, tuple)) else [backend]
+        self.backend = ggml_backend_init_auto(names[0])
+        # data parallel: replicas 1..K-1, each a backend and a private copy of the weights, which follow the
+        # model's own store (replica 0): copied from it before each use, back from the optimizer after each step
+        self.replicas: list[tuple[Backend, ParamStore]] = []
+        self.shares = list(shares) if shares is not None else [1.0] * len(names)
         try:
             self.params = ParamStore(model.layers, self.backend, values)
+            for name in names[1:]:
+                b = ggml_backend_init_auto(name)
+                try:
+                    used = [self.backend.device.name] + [r.device.name for r, _ in self.replicas]
+                    if b.device.name in used:
+                        raise GgmlValueError(f"backend={names!r} names device {b.device.name} twice; each replica "
+                                             "needs a device of its own (ggml_backend_devices() lists them)")
+                    self.replicas.append((b, ParamStore(model.layers, b, self.params.values_by_layer(), share=False)))
+                except BaseException:
+                    b.free()
+                    raise
         except BaseException:
+            self._free_replicas()
+            if getattr(self, "params", None) is not None:
+                self.params.free()
             self.backend.free()
             raise
-        self.predictor = Predictor(model, self.params)
+        self._synced = self.params.stamp
+        self.predictor: Any = Predictor(model, self.params)
+        if self.replicas:
+            self.predictor = ReplicaPredictor([self.predictor] + [Predictor(model, p) for _, p in self.replicas],
+                                              self.shares)
         self.opt_state = OptimizerState(self.params)  # a new runtime (ggml_compile) starts the optimizer afresh
         self.device_name = self.backend.device.name
+        self.device_names = [self.device_name] + [b.device.name for b, _ in self.replicas]
         # a model dropped without being compiled again still leaves its layers their weights (Keras keeps them
         # in the layers): when this runtime is collected, the store hands them on and frees itself. Not at
         # exit, where the process takes the memory back.
@@ -420,14 +492,42 @@ class Runtime:
             self._training += training
             self.params.fits_running += training
         try:
+            self.sync_replicas()
             yield self
         finally:
             with self._lock:
                 self._busy -= 1
                 self._training -= training
                 self.params.fits_running -= training
-                if training:
-                    self.params.touch()  # the layers' newest weights are these now
+                if training:  # the layers' newest weights are these now (and every replica's)
+                    self.replicas_in_step()
+
+    def stores(self) -> list[ParamStore]:
+        """The weights of each replica, the model's own first (one store without data parallelism)."""
+        return [self.params] + [p for _, p in self.replicas]
+
+    def sync_replicas(self) -> None:
+        """Copy the model's weights to the other replicas when they changed since the last copy (a fit, a
+        ``ggml_set_weights``, a load)."""
+        if not self.replicas or self._synced == self.params.stamp:
+            return
+        targets = [store.synced_tensors(every=True) for _, store in self.replicas]
+        for j, src in enumerate(self.params.synced_tensors(every=True)):
+            data = ggml_backend_tensor_get_data(src)
+            for tensors in targets:
+                ggml_backend_tensor_set_data(tensors[j], data)
+        self._synced = self.params.stamp
+
+    def replicas_in_step(self) -> None:
+        """The model's weights changed by a data-parallel step, which sent them to every replica too."""
+        self.params.touch()
+        self._synced = self.params.stamp
+
+    def _free_replicas(self) -> None:
+        for b, store in self.replicas:
+            store.free()
+            b.free()
+        self.replicas.clear()
 
     def add_trainer(self, trainer: Any) -> None:
         self._trainers.add(trainer)
@@ -450,5 +550,6 @@ class Runtime:
                                      "state.stop = True)")
             self.predictor.free()
             self._release.detach()
+            self._free_replicas()
             self.params.free()
             self.backend.free()

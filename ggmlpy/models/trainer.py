@@ -10,20 +10,15 @@ from typing import Any, Callable
 import numpy as np
 
 from ..compute.placement import Placement, PlacementRecorder
-from ..compute.threads import restore_threads, split_threads, training_step_work
 from ..core.args import is_int, learning_rate_arg
 from ..core.handle import interpreter_exiting
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
-from ..opt.result import ggml_opt_result_loss, OptResult
-from ..opt.state import ggml_opt_get_state, optimized_params
-from ..training.adapters import BatchWriter
-from ..training.config import StepOptions, TrainingGraph
-from ..training.loop import NONFINITE_CAUSES, TrainingSession
+from ..training.loop import NONFINITE_CAUSES
 from . import data as D
-from .compile import build_training_graph, compiled
+from .compile import compiled
 from .graph import Model
 from .metrics import Tally
-from .runtime import make_scheduler
+from .session import TrainingSetup
 from .snapshot import Snapshot
 from .predict import predict_arrays
 from .saving import save_model
@@ -60,21 +55,13 @@ class ModelTrainer:
         params = self._params = model.runtime.params
         if not params.mark_trainable():
             raise GgmlValueError("nothing to train: every layer with weights is frozen")
-        self._inst = build_training_graph(model, cfg, self.batch_size)
-        self._owned: list[Any] = [self._inst]
-        self._work = training_step_work(self._inst.outputs, period)  # the thread split of each step
+        self._owned: list[Any] = []
         try:
-            self._sched = make_scheduler(params.backend, self._inst.train_nodes)
-            self._owned.insert(0, self._sched)
-            graph = TrainingGraph(self._sched, self._inst.ctx, self._inst.inputs, self._inst.outputs,
-                                  [h.loss_type for h in cfg.heads], cfg.loss_weights(),
-                                  side_outputs=self._inst.side_outputs)
-            step = StepOptions(cfg.optimizer_type, period, cfg.weight_decay, cfg.learning_rate, self._inst.hooks,
-                               self.batch_size)
-            self._session = TrainingSession(graph, step)
-            self._owned.insert(0, self._session)
-            self._writer: BatchWriter = self._session.writer("step", True)
-            self._result = OptResult()
+            self._setup = TrainingSetup(model, cfg, self.batch_size, period)
+            self._owned.insert(0, self._setup)
+            self._session = self._setup.session
+            self._writer: Any = self._session.writer("step", True)
+            self._result = self._session.new_result()
             self._owned.insert(0, self._result)
             self._opt_state = model.runtime.opt_state  # continue the model's optimizer (a fit's, a loaded file's)
             self._opt_state.restore(self._session.train_ctx)
@@ -123,14 +110,14 @@ class ModelTrainer:
             self._opt_state.restore(self._session.train_ctx)
         self._result.reset()
         with self._model.runtime.use():
-            before = split_threads(self._sched.backends, self._work)  # as a fit's steps (a predict may reset it)
+            before = self._setup.split_threads()  # as a fit's steps (a predict may have reset them)
             try:
                 self._session.step(self._session.train_ctx, pairs, True, self._result, watch)
             finally:
-                restore_threads(before)
-                self._params.touch()
+                self._setup.restore_threads(before)
+                self._model.runtime.replicas_in_step()
         self._steps += 1
-        loss = float(ggml_opt_result_loss(self._result)["loss"])
+        loss = float(self._session.result_loss(self._result))
         if not np.isfinite(loss):
             raise GgmlValueError(f"trainer.step: the loss of this batch is {loss} (not finite); the weights are "
                                  f"probably NaN/inf now. {NONFINITE_CAUSES}")
@@ -197,8 +184,7 @@ class ModelTrainer:
         the step count). Inside a logical batch (``nbatch_logical``) it is the state of the last optimizer
         step."""
         self._live("optimizer_state")
-        ctx = self._session.train_ctx
-        return ggml_opt_get_state(ctx, optimized_params(ctx, self._opt_state.trainable()), allow_partial=True)
+        return self._opt_state.read(self._session.train_ctx)
 
     @_one_at_a_time
     def save(self, path: Any, include_optimizer: bool = True) -> None:

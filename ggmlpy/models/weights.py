@@ -126,6 +126,11 @@ class ParamStore:
     def named_tensors(self) -> dict[str, Tensor]:
         return {f"{l.name}.{p.name}": self.tensor(l, p.name) for l, p in self.specs}
 
+    def synced_tensors(self, every: bool = False) -> list[Tensor]:
+        """The tensors a data-parallel step changes, in one order for every replica: the trainable weights and
+        the state a forward pass updates (batch-norm running statistics); ``every``: all of them."""
+        return [self.tensor(l, p.name) for l, p in self.specs if every or not p.trainable or l.trainable]
+
     def mark_trainable(self) -> int:
         """Flag the weights of trainable layers for ggml's optimizer; returns how many are flagged."""
         n = 0

@@ -56,8 +56,10 @@ def ggml_opt_build_type_forward() -> int:
 def ggml_opt_build_type_grad() -> int:
     """Build type GRAD: forward and backward pass without the optimizer step (ggml's constant).
 
-    Offered for completeness: ggml aborts when an opt context is built with it, so ``ggml_opt_init``
-    refuses it with a GgmlValueError. Use ``ggml_opt_build_type_opt()`` or ``..._forward()``.
+    A context built with it (static graphs only) accumulates the gradients of every backward eval in its
+    accumulators (``ggml_opt_grad_acc``) and never steps: the caller applies an optimizer and zeroes them
+    with ``ggml_opt_reset(opt_ctx, False)``. ggmlpy's data-parallel training sums such accumulators over
+    replicas (upstream ggml aborts building one; patches/0021 makes it work).
 
     Value: the int constant (ggml's ``GGML_OPT_BUILD_TYPE_GRAD``, 20).
 

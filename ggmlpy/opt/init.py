@@ -12,7 +12,7 @@ from ..core.handle import unwrap, using
 from ..errors import expect, GgmlTypeError, GgmlValueError
 from ..graph.objects import Context, Tensor
 from . import losses as L
-from .constants import BUILD_FORWARD, BUILD_OPT, check_optimizer, OPTIMIZER_ADAMW
+from .constants import BUILD_FORWARD, BUILD_GRAD, BUILD_OPT, check_optimizer, OPTIMIZER_ADAMW
 from .context import check_static, heads_from, OptContext
 from .params import ADAMW_FIELDS, SGD_FIELDS, check_weight_decay, LrUserdata, OptimizerParams
 
@@ -199,9 +199,12 @@ def opt_init(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outpu
     check_optimizer(optimizer)
     expect(is_int(opt_period) and 1 <= opt_period < 1 << 31,
            f"opt_period must be an int in [1, 2**31 - 1], got {opt_period!r}")
-    if build_type not in (BUILD_FORWARD, BUILD_OPT):
-        raise GgmlValueError("build_type must be ggml_opt_build_type_forward() or ggml_opt_build_type_opt(); "
-                             "ggml's GRAD build type aborts in ggml_opt_init")
+    if build_type not in (BUILD_FORWARD, BUILD_GRAD, BUILD_OPT):
+        raise GgmlValueError("build_type must be ggml_opt_build_type_forward(), ggml_opt_build_type_grad() or "
+                             f"ggml_opt_build_type_opt(), got {build_type!r}")
+    if build_type == BUILD_GRAD and ctx_compute is None:
+        raise GgmlValueError("build type GRAD (gradients only) needs static graphs: pass ctx_compute, inputs and "
+                             "outputs")
     def busy(other: str) -> str:
         return (f"this scheduler is in use by {other} (in this thread or another); build the opt context after "
                 "that call has returned, or on another scheduler")

@@ -206,7 +206,7 @@ class BatchWriter:
         """Check one batch and convert it; returns (target, array) pairs ready to write. ``own``: the arrays
         never share memory with the batch (a prefetched batch waits in a queue while the source may refill
         the buffer it yielded)."""
-        xs, ys, ws = self._split(batch)
+        xs, ys, ws = self.split(batch)
         pairs = []
         for targets, values, kind in ((self.inputs, xs, "inputs"), (self.labels, ys, "labels"),
                                       (self.weights, ws, "weights")):
@@ -241,7 +241,8 @@ class BatchWriter:
         for target, arr in pairs:
             write_array(target.tensor.ptr, arr)
 
-    def _split(self, batch: Any) -> tuple[list, list, list]:
+    def split(self, batch: Any) -> tuple[list, list, list]:
+        """A batch's (inputs, labels, weights) lists, its structure checked."""
         needs_labels = bool(self.labels)
         if isinstance(batch, dict):
             unknown = set(batch) - {"inputs", "labels", "weights"}

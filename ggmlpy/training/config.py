@@ -33,13 +33,15 @@ class TrainingGraph:
 class StepOptions:
     """How each step runs: the optimizer (``OPTIMIZER_ADAMW``/``_SGD``), its period (physical batches per
     logical batch), weight decay, the starting learning rate (None: ggml's default), hooks run around each
-    eval (dropout masks), and the samples per step (for samples/s; None: the inputs' batch)."""
+    eval (dropout masks), the samples per step (for samples/s; None: the inputs' batch), and whether the context
+only accumulates gradients (a data-parallel replica, whose optimizer steps outside ggml-opt)."""
     optimizer: int
     period: int = 1
     weight_decay: float = 0.0
     learning_rate: float | None = None
     hooks: Sequence[Any] = ()
     batch_size: int | None = None
+    gradients_only: bool = False  # a data-parallel replica: accumulate gradients, the caller steps
 
 
 @dataclass(frozen=True)

@@ -199,29 +199,34 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
     return fit_streamed(graph, step, plan, train_source, val_source)
 
 
-def fit_streamed(graph: TrainingGraph, step: StepOptions, plan: EpochPlan, train_source: Source,
-                 val_source: Source | None = None, *, validate: Any = None, opt_state: Any = None) -> pd.DataFrame:
+def fit_streamed(graph: TrainingGraph | None, step: StepOptions | None, plan: EpochPlan, train_source: Source,
+                 val_source: Source | None = None, *, validate: Any = None, opt_state: Any = None,
+                 make_session: Any = None) -> pd.DataFrame:
     """The streaming fit behind ``ggml_fit_opt_gen`` and the model layer's ``ggml_fit``/``ggml_fit_generator``:
     arguments already checked; builds the opt context(s), feeds the sources through the one loop and
     releases every C resource on the way out. ``validate`` replaces ``val_source`` (the model layer
     validates on its inference graph; see ``training.config`` for the graph, step and epoch options).
     ``opt_state`` (the model layer's optimizer state) is held for the whole fit (``begin``/``end``: a second
     training session on the same model is refused), gets ``restore(opt_ctx)`` before the first step and
-    ``keep(opt_ctx)`` after the last one, also when training ends in an exception."""
+    ``keep(opt_ctx)`` after the last one, also when training ends in an exception. ``make_session`` (a function of
+    no arguments) builds the session instead of ``TrainingSession(graph, step)``: data-parallel replicas."""
     check_ends(train_source, plan.steps_per_epoch, "steps_per_epoch")
     if val_source is not None:
         check_ends(val_source, plan.validation_steps, "validation_steps")
     lease = opt_state.begin("a ggml_fit under way", "ggml_fit") if opt_state is not None else None  # one at a time
     try:
-        return _run_streamed(graph, step, plan, train_source, val_source, validate, opt_state)
+        if make_session is None:
+            def make_session() -> TrainingSession:
+                return TrainingSession(graph, step, with_validation=val_source is not None)
+        return _run_streamed(make_session, plan, train_source, val_source, validate, opt_state)
     finally:
         if lease is not None:
             opt_state.end(lease)
 
 
-def _run_streamed(graph: TrainingGraph, step: StepOptions, plan: EpochPlan, train_source: Source,
-                  val_source: Source | None, validate: Any, opt_state: Any) -> pd.DataFrame:
-    trainer = TrainingSession(graph, step, with_validation=val_source is not None)
+def _run_streamed(make_session: Any, plan: EpochPlan, train_source: Source, val_source: Source | None,
+                  validate: Any, opt_state: Any) -> pd.DataFrame:
+    trainer = make_session()
     feeds: list[BatchFeed] = []
     restored = False
     history = None

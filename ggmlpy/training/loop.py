@@ -26,7 +26,7 @@ from ..graph.indices import index_bounds
 from ..graph.nodes import tensor_label, ptr_key
 from ..graph.objects import Tensor
 from ..opt import losses as L, result as R
-from ..opt.constants import BUILD_FORWARD, BUILD_OPT, OPTIMIZER_SGD
+from ..opt.constants import BUILD_FORWARD, BUILD_GRAD, BUILD_OPT, OPTIMIZER_SGD
 from ..opt.init import opt_init
 from ..opt.params import check_weight_decay, LrUserdata
 from .adapters import BatchWriter
@@ -98,8 +98,8 @@ class TrainingSession:
         outputs_arg = outputs if self.multi else outputs[0]
         # side outputs (a model's state updated in the graph) are computed by training steps only
         self.train_ctx = opt_init(sched, heads_arg, optimizer, opt_period, ctx_compute, inputs[0], outputs_arg,
-                                     BUILD_OPT, self.lr_ud, loss_mask_ne0, loss_weights, sample_weighted,
-                                     list(graph.side_outputs))
+                                  BUILD_GRAD if step.gradients_only else BUILD_OPT, self.lr_ud, loss_mask_ne0,
+                                  loss_weights, sample_weighted, list(graph.side_outputs))
         self._owned.append(self.train_ctx)
         try:
             self.eval_ctx = None
@@ -120,7 +120,7 @@ class TrainingSession:
         self._threads_before = split_threads(sched.backends, training_step_work(outputs, opt_period))
         self.batch_size = step.batch_size or L.physical_batch(inputs[0])  # samples per step (for samples/s)
         # the first training step on a device is watched (fit_loop puts what it saw in the history's attrs)
-        self._watch_first_step = not is_host_backend(sched.backends[0])
+        self.watch_first_step = not is_host_backend(sched.backends[0])
         self.placement: Any = None
         self.index_bounds = index_bounds(inputs, outputs)
 
@@ -136,16 +136,28 @@ class TrainingSession:
         ctx = self.train_ctx if train else self.eval_ctx
         result = self.train_result if train else self.eval_result
         result.reset()
-        stats = EpochStats()
-        heads = ctx.loss.heads if ctx.loss.composite else []  # built from ggml ops: the result counts each head
-        loss_now = (lambda: R.ggml_opt_result_loss(result)["loss"])
+        steps = 0
         for pairs in feed.epoch(limit):
             self.step(ctx, pairs, train, result)
-            stats.steps += 1
+            steps += 1
             if progress is not None:
-                progress.update(stats.steps * self.batch_size, loss_now)
-        stats.samples = stats.steps * self.batch_size
-        if stats.steps:
+                progress.update(steps * self.batch_size, lambda: self.result_loss(result))
+        return self.epoch_stats(ctx, result, steps)
+
+    def new_result(self) -> R.OptResult:
+        """A result to evaluate steps into (the caller frees it)."""
+        return R.OptResult()
+
+    @staticmethod
+    def result_loss(result: R.OptResult) -> float:
+        """The mean loss of the batches evaluated into ``result``."""
+        return R.ggml_opt_result_loss(result)["loss"]
+
+    def epoch_stats(self, ctx: Any, result: R.OptResult, steps: int) -> EpochStats:
+        """The statistics of ``steps`` batches evaluated into ``result`` by ``ctx``."""
+        stats = EpochStats(steps=steps, samples=steps * self.batch_size)
+        heads = ctx.loss.heads if ctx.loss.composite else []  # built from ggml ops: the result counts each head
+        if steps:
             stats.loss = R.ggml_opt_result_loss(result)["loss"]
             stats.accuracy = R.ggml_opt_result_accuracy(result)["accuracy"]
             stats.head_loss = [result.head_loss(i)[0] for i in range(len(heads))]   # mean per batch
@@ -172,10 +184,10 @@ class TrainingSession:
             for hook in self.hooks:
                 hook.before_eval(train)
             recorder = None
-            if watch is None and train and self._watch_first_step:
+            if watch is None and train and self.watch_first_step:
                 recorder = watch = PlacementRecorder
             if train:
-                self._watch_first_step = False
+                self.watch_first_step = False
             with watch(ctx.sched) if watch is not None else contextlib.nullcontext() as seen:
                 ctx.eval(result)
             for hook in self.hooks:
@@ -183,6 +195,10 @@ class TrainingSession:
         if recorder is not None:
             self.placement = seen.placement("a training step")
             warn_if_host_ops(self.placement)
+
+    def history_attrs(self) -> dict:
+        """What the history's ``attrs`` get from this session (nothing; replicas report their traffic)."""
+        return {}
 
     def keepers(self) -> list:
         """Every handle the fit needs: the opt contexts and what they depend on (scheduler, contexts of the
@@ -245,11 +261,12 @@ def fit_loop(session: TrainingSession, train_feed: Feed, val_feed: Feed | None, 
             _epochs(run)
     except BaseException as exc:
         try:
-            exc.history = _history(run.rows, run.head_rows, run.columns, head_names, session.placement)
+            exc.history = _history(run.rows, run.head_rows, run.columns, head_names, session.placement,
+                                   session.history_attrs())
         except Exception:  # noqa: BLE001 - never mask the original error
             pass
         raise
-    return _history(run.rows, run.head_rows, run.columns, head_names, session.placement)
+    return _history(run.rows, run.head_rows, run.columns, head_names, session.placement, session.history_attrs())
 
 
 NONFINITE_CAUSES = ("Usual causes: a learning rate too high, NaN/inf in the data, binary cross-entropy on outputs "
@@ -330,7 +347,7 @@ def _epochs(run: _FitRun) -> None:
 
 
 def _history(rows: list[dict], head_rows: list[dict], columns: list[str], head_names: list[str] | None,
-             placement: Any = None) -> pd.DataFrame:
+             placement: Any = None, attrs: dict | None = None) -> pd.DataFrame:
     import pandas as pd  # imported here: pandas makes `import ggmlpy` twice as slow
     history = pd.DataFrame(rows, columns=columns)
     for c in columns:  # explicit dtypes, also for a zero-row history (pandas would make them object)
@@ -342,4 +359,5 @@ def _history(rows: list[dict], head_rows: list[dict], columns: list[str], head_n
         history.attrs["head_names"] = list(head_names)
     if placement is not None:  # where the first training step on a device ran (ggmlpy.placement.Placement)
         history.attrs["placement"] = placement
+    history.attrs.update(attrs or {})  # what the session reports (data-parallel replicas: their traffic)
     return history

@@ -165,3 +165,101 @@ def test_a_server_that_dies_mid_fit_raises_with_the_history(tmp_path):
     # a new model on its device says why instead of "out of memory"
     assert "PREDICT REFUSED True" in out and "SAVE REFUSED True" in out and "COMPILE REFUSED True" in out, out
     assert not (tmp_path / "m.gguf").exists()
+
+
+# ---------------------------------------------------------------- data parallel over two servers
+
+def _start_server(endpoint: str) -> subprocess.Popen:
+    server = subprocess.Popen([sys.executable, "-c", f"import ggmlpy; ggmlpy.ggml_backend_rpc_start_server({endpoint!r})"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 30
+    while not g.ggml_rpc_probe(endpoint, 0.2):
+        assert server.poll() is None, "the RPC server process exited"
+        assert time.time() < deadline, "the RPC server did not start listening"
+        time.sleep(0.1)
+    return server
+
+
+@pytest.fixture(scope="module")
+def two_rpc_devices():
+    endpoints = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
+    servers = [_start_server(e) for e in endpoints]
+    try:
+        yield [g.ggml_backend_rpc_add_server(e)[0].name for e in endpoints]
+    finally:
+        for s in servers:
+            s.kill()
+            s.wait()
+
+
+def _classifier(backend):
+    np.random.seed(0)
+    m = g.ggml_model_sequential()
+    g.ggml_layer_dense(m, 16, activation="relu", input_shape=(8,))
+    g.ggml_layer_dense(m, 3, activation="softmax")
+    return g.ggml_compile(m, backend=backend, learning_rate=0.01)
+
+
+def test_two_rpc_replicas_follow_the_single_device_trajectory(two_rpc_devices):
+    """Two servers in their own processes, each training half of every batch: the same losses and weights as
+    one CPU training the whole batch (ggml-opt's own step), with the replicas' weights identical."""
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(128, 8)).astype(np.float32)
+    y = np.eye(3, dtype=np.float32)[(x[:, 0] > 0).astype(int) + (x[:, 1] > 0.5)]
+    histories, models = [], []
+    for backend in ("cpu", two_rpc_devices):
+        model = _classifier(backend)
+        np.random.seed(3)
+        histories.append(g.ggml_fit(model, x, y, epochs=3, batch_size=32, validation_split=0.25, verbose=0))
+        models.append(model)
+    np.testing.assert_allclose(histories[1]["train_loss"], histories[0]["train_loss"], rtol=2e-5)
+    np.testing.assert_allclose(histories[1]["val_loss"], histories[0]["val_loss"], rtol=2e-5)
+    single, multi = (g.ggml_get_weights(m) for m in models)
+    for k in single:
+        np.testing.assert_allclose(multi[k], single[k], rtol=1e-4, atol=2e-6, err_msg=k)
+    assert models[1].runtime.device_names == two_rpc_devices
+
+
+DYING_REPLICA = r'''
+import subprocess, sys, time
+import numpy as np
+import ggmlpy as g
+
+servers, names = [], []
+for endpoint in sys.argv[1:3]:
+    servers.append(subprocess.Popen([sys.executable, "-c",
+                                     f"import ggmlpy; ggmlpy.ggml_backend_rpc_start_server({endpoint!r})"],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    deadline = time.time() + 30
+    while not g.ggml_rpc_probe(endpoint, 0.2):
+        assert time.time() < deadline, "the RPC server did not start"
+        time.sleep(0.1)
+    names.append(g.ggml_backend_rpc_add_server(endpoint)[0].name)
+np.random.seed(0)
+m = g.ggml_model_sequential()
+g.ggml_layer_dense(m, 16, activation="tanh", input_shape=(4,))
+g.ggml_layer_dense(m, 1)
+m = g.ggml_compile(m, loss="mse", backend=names)
+x = np.random.default_rng(0).normal(size=(256, 4)).astype(np.float32)
+y = x @ np.array([[1.0], [2.0], [-1.0], [0.5]], dtype=np.float32)
+
+def kill_second(epoch, logs, state):
+    if epoch == 2:
+        servers[1].kill()
+        servers[1].wait()
+try:
+    g.ggml_fit(m, x, y, epochs=5, batch_size=32, verbose=0, callbacks=[{"on_epoch_end": kill_second}])
+    print("NO ERROR")
+except g.BackendUnavailableError as exc:
+    print("RAISED", len(exc.history), "stopped answering" in str(exc))
+servers[0].kill()
+'''
+
+
+def test_a_replica_server_that_dies_mid_fit_raises_with_the_history(tmp_path):
+    script = tmp_path / "dying_replica.py"
+    script.write_text(DYING_REPLICA)
+    proc = subprocess.run([sys.executable, str(script), f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "RAISED 2 True" in proc.stdout, proc.stdout + proc.stderr[-2000:]

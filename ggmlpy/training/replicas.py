@@ -1,0 +1,208 @@
+"""Data-parallel training: one training session over K replicas of a model, each on its own device.
+
+Every physical batch is cut into K shards (``split_counts``: in proportion to the replicas' shares); each
+replica evaluates its shard on its own gradient-only opt context, the K evaluations run at the same time (one
+thread per extra replica: ggml's computes release the GIL), and at the end of each logical batch the
+``ReplicaOptimizer`` sums the gradients on replica 0's device, steps there and sends the weights back. The
+``ReplicaSession`` is what ``loop.fit_loop`` drives in place of a ``TrainingSession``: the same epochs,
+callbacks, history and Ctrl-C rules, written once.
+"""
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..core.handle import InterruptGuard
+from ..errors import GgmlValueError
+from ..graph.objects import Tensor
+from ..opt import result as R
+from ..opt.replicas import ReplicaOptimizer
+from .adapters import BatchWriter
+from .config import StepOptions, TrainingGraph
+from .loop import EpochStats, TrainingSession
+
+
+def split_counts(total: int, shares: Sequence[float]) -> list[int]:
+    """``total`` samples cut in proportion to ``shares`` (largest remainders get the rest), in order; a replica
+    whose share rounds to nothing gets 0."""
+    weights = np.asarray(shares, dtype=np.float64)
+    exact = total * weights / weights.sum()
+    counts = np.floor(exact).astype(int)
+    for k in np.argsort(-(exact - counts), kind="stable")[:total - int(counts.sum())]:
+        counts[k] += 1
+    return [int(c) for c in counts]
+
+
+class ReplicaWriter:
+    """Checks a whole batch and cuts it into the replicas' shards: every array's values in C order are the
+    shards one after the other (the batch is the slowest axis of a ggml-layout array), each shard checked
+    and converted by its replica's own writer."""
+
+    def __init__(self, name: str, writers: Sequence[BatchWriter], batch: int) -> None:
+        self.name, self.writers, self.batch = name, list(writers), batch
+
+    def parse(self, batch: Any, own: bool = False) -> list[list]:
+        xs, ys, ws = self.writers[0].split(batch)
+        shards: list[dict] = [{"inputs": [], "labels": [], "weights": []} for _ in self.writers]
+        for kind, values in (("inputs", xs), ("labels", ys), ("weights", ws)):
+            for i, value in enumerate(values):
+                targets = [getattr(w, kind)[i] if i < len(getattr(w, kind)) else None for w in self.writers]
+                if any(t is None for t in targets):
+                    break  # a count mismatch: the replica's writer says what was expected
+                arr = np.asarray(value)
+                total = sum(t.count for t in targets)
+                if arr.size != total:
+                    raise GgmlValueError(f"{self.name}: {kind}[{i}] holds {arr.size} values (shape {arr.shape}); a "
+                                         f"batch of {self.batch} samples takes {total} (the trained batch size, "
+                                         f"split over {len(self.writers)} replicas)")
+                flat = arr.reshape(-1)
+                inner = arr.size // arr.shape[0] if arr.ndim > 1 and arr.shape[0] else 0
+                start = 0
+                for shard, t in zip(shards, targets):
+                    part = flat[start:start + t.count]
+                    if inner and t.count % inner == 0:
+                        part = part.reshape((t.count // inner,) + arr.shape[1:])
+                    shard[kind].append(part)
+                    start += t.count
+        return [w.parse(shard, own) for w, shard in zip(self.writers, shards)]
+
+
+class ReplicaResult:
+    """The per-replica results of the steps evaluated since ``reset``."""
+
+    def __init__(self, parts: Sequence[R.OptResult]) -> None:
+        self.parts = list(parts)
+
+    def reset(self) -> None:
+        for r in self.parts:
+            r.reset()
+
+    def free(self) -> None:
+        for r in self.parts:
+            r.free()
+
+    close = free
+
+
+class ReplicaSession:
+    """A training session over K replicas (see the module's docstring). ``graphs[k]``: replica k's training
+    graph (its own scheduler, inputs for its shard); ``steps[k]``: its step options (the shard's size as
+    ``batch_size``, its hooks; the optimizer and period of ``steps[0]`` apply to all);
+    ``backend``: replica 0's device (where the optimizer steps); ``trainable[k]``/``synced[k]``: replica k's
+    weights for the ``ReplicaOptimizer``. Quacks like a ``TrainingSession`` for ``fit_loop`` and the trainer."""
+
+    run_epoch = TrainingSession.run_epoch  # the one epoch loop, over this session's step
+
+    def __init__(self, graphs: Sequence[TrainingGraph], steps: Sequence[StepOptions], backend: Any,
+                 trainable: Sequence[dict[str, Tensor]], synced: Sequence[Sequence[Tensor]],
+                 devices: Sequence[str] = ()) -> None:
+        self.devices = list(devices)  # their names, for the history
+        step = steps[0]
+        self.graph, self.options, self.counts = graphs[0], step, [s.batch_size for s in steps]
+        self.batch_size = sum(self.counts)
+        self.guard = InterruptGuard()
+        self.eval_ctx = None  # validation runs on the model layer's inference graphs
+        self.sessions: list[TrainingSession] = []
+        self._pool: ThreadPoolExecutor | None = None
+        self.optimizer: ReplicaOptimizer | None = None
+        try:
+            for g, step_k in zip(graphs, steps):
+                self.sessions.append(TrainingSession(g, replace(step_k, period=1, gradients_only=True)))
+                if len(self.sessions) > 1:
+                    self.sessions[-1].watch_first_step = False  # replica 0's step says where a step runs
+            self.lr_ud = self.sessions[0].lr_ud  # what callbacks and schedules change: the optimizer reads it
+            weights = [n / self.batch_size / step.period for n in self.counts]
+            self.optimizer = ReplicaOptimizer(backend, [s.train_ctx for s in self.sessions], trainable, synced, weights,
+                                              step.optimizer, step.period, self.lr_ud)
+            self._pool = ThreadPoolExecutor(len(self.sessions) - 1, thread_name_prefix="ggmlpy-replica")
+        except BaseException:
+            self.close()
+            raise
+        self.train_ctx = self.optimizer  # what the model's optimizer state is read from and written to
+        self.train_result = self.new_result()
+        self.batch_bytes = 0  # batch shards written to the replicas since the session began
+        self.batches = 0
+        self.per_head = self.sessions[0].per_head
+
+    @property
+    def placement(self) -> Any:
+        return self.sessions[0].placement
+
+    def writer(self, name: str, train: bool) -> ReplicaWriter:
+        return ReplicaWriter(name, [s.writer(name, train) for s in self.sessions], self.batch_size)
+
+    def new_result(self) -> ReplicaResult:
+        return ReplicaResult([R.OptResult() for _ in self.sessions])
+
+    def result_loss(self, result: ReplicaResult) -> float:
+        return sum(n / self.batch_size * TrainingSession.result_loss(r) for n, r in zip(self.counts, result.parts))
+
+    def epoch_stats(self, ctx: Any, result: ReplicaResult, steps: int) -> EpochStats:
+        """The replicas' statistics weighted by their shares of the batch: the batch means a single device
+        computes (each replica's loss and accuracy are means over its shard)."""
+        parts = [s.epoch_stats(s.train_ctx, r, steps) for s, r in zip(self.sessions, result.parts)]
+        w = [n / self.batch_size for n in self.counts]
+
+        def mean(values: list[float]) -> float:
+            return math.nan if any(math.isnan(v) for v in values) else float(sum(a * b for a, b in zip(w, values)))
+        stats = EpochStats(steps=steps, samples=steps * self.batch_size, loss=mean([p.loss for p in parts]),
+                           accuracy=mean([p.accuracy for p in parts]))
+        stats.head_loss = [mean(list(v)) for v in zip(*(p.head_loss for p in parts))]
+        stats.head_accuracy = [mean(list(v)) for v in zip(*(p.head_accuracy for p in parts))]
+        return stats
+
+    def step(self, ctx: Any, pairs: list[list], train: bool, result: ReplicaResult, watch: Any = None) -> None:
+        """One physical batch on every replica at once (replica 0 in this thread, where a watch and Ctrl-C
+        apply), then the optimizer step at the end of a logical batch. Ctrl-C waits for the whole step."""
+        if not train:
+            raise GgmlValueError("a data-parallel session trains only; validation runs on the inference graphs")
+        with self.guard.step:
+            self.batch_bytes += sum(a.nbytes for part in pairs for _, a in part)
+            self.batches += 1
+            futures = [self._pool.submit(s.step, s.train_ctx, p, True, r)
+                       for s, p, r in zip(self.sessions[1:], pairs[1:], result.parts[1:])]
+            first: BaseException | None = None
+            try:
+                self.sessions[0].step(self.sessions[0].train_ctx, pairs[0], True, result.parts[0], watch)
+            except BaseException as exc:  # noqa: BLE001 - raised once every replica has finished
+                first = exc
+            for f in futures:
+                exc = f.exception()
+                first = first or exc
+            if first is not None:
+                raise first
+            self.optimizer.accumulated()
+
+    def history_attrs(self) -> dict:
+        """``history.attrs["replicas"]``: the devices, the samples each takes per batch, and the bytes moved
+        through the host per optimizer step (batch shards, gradients, weights), measured over the fit."""
+        opt = self.optimizer
+        steps = max(1, opt.steps)
+        return {"replicas": {"devices": self.devices,
+                             "samples": list(self.counts),
+                             "bytes_per_step": {"batch": self.batch_bytes * opt.opt_period // max(1, self.batches),
+                                                "gradients": opt.bytes_moved["gradients"] // steps,
+                                                "weights": opt.bytes_moved["weights"] // steps}}}
+
+    def keepers(self) -> list:
+        hs: list = []
+        for s in self.sessions:
+            hs.extend(s.keepers())
+        return hs + (self.optimizer.keepers if self.optimizer is not None else [])
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        result = self.__dict__.pop("train_result", None)
+        if result is not None:
+            result.free()
+        if self.optimizer is not None:
+            self.optimizer.free()
+        for s in reversed(self.sessions):
+            s.close()
+        self.sessions.clear()

@@ -1,0 +1,195 @@
+"""Data-parallel training: gradient-only opt contexts (patches/0021) and replicas of a model on several devices.
+
+The references are independent of the replica code: numpy float64 for the accumulated gradients, and for the
+replicas the single-device training of the same model (ggml-opt's own fused step on the whole batch), which the
+K-replica run must follow to float32 tolerance. Two local devices here are the CPU and Vulkan (lavapipe in CI);
+loopback RPC servers are tested in tests/backends/test_rpc.py.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ggmlpy as G
+
+
+def _vulkan_or_skip() -> str:
+    if "vulkan" not in G.ggml_backends_built():
+        pytest.skip("the Vulkan backend is not built in this installation (GGMLPY_BACKENDS): no second local device")
+    if G.ggml_backend_dev_by_name("Vulkan0") is None:
+        pytest.skip("this machine has no Vulkan0 device (CI uses Mesa's lavapipe): no second local device")
+    return "Vulkan0"
+
+
+# ---------------------------------------------------------------- gradient-only opt contexts
+
+def test_a_gradient_only_context_accumulates_numpys_gradient_and_never_steps(backend):
+    rng = np.random.default_rng(3)
+    ctx = G.ggml_init(16 * G.ggml_tensor_overhead() + G.ggml_graph_overhead(), no_alloc=True)
+    x = G.ggml_set_input(G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, 8))
+    w = G.ggml_set_param(G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, 2))
+    out = G.ggml_mul_mat(ctx, w, x)
+    buf = G.ggml_backend_alloc_ctx_tensors(ctx, backend)
+    sched = G.ggml_backend_sched_new([backend], parallel=False)
+    W = rng.normal(size=(2, 3)).astype(np.float32)
+    G.ggml_backend_tensor_set_data(w, W)
+    opt = G.ggml_opt_init(sched, G.ggml_opt_loss_type_mse(), ctx_compute=ctx, inputs=x, outputs=out,
+                          build_type=G.ggml_opt_build_type_grad())
+    try:
+        batches = [(rng.normal(size=(8, 3)), rng.normal(size=(8, 2))) for _ in range(2)]
+        expected = np.zeros((2, 3))
+        for X, Y in batches:
+            G.ggml_opt_alloc(opt, True)
+            G.ggml_backend_tensor_set_data(x, X.astype(np.float32))
+            G.ggml_backend_tensor_set_data(G.ggml_opt_labels(opt), Y.astype(np.float32))
+            G.ggml_opt_eval(opt, None)
+            # MSE over all 16 outputs: d/dW mean((W X^T - Y^T)^2) = 2/16 (W X^T - Y^T) X
+            expected += 2.0 / 16 * ((W.astype(np.float64) @ X.T - Y.T) @ X)
+            acc = G.ggml_backend_tensor_get_data(G.ggml_opt_grad_acc(opt, w)).reshape(2, 3)
+            np.testing.assert_allclose(acc, expected, rtol=2e-5, atol=1e-6)
+        np.testing.assert_array_equal(G.ggml_backend_tensor_get_data(w).reshape(2, 3), W)  # no step
+        G.ggml_opt_reset(opt, False)
+        assert not G.ggml_backend_tensor_get_data(G.ggml_opt_grad_acc(opt, w)).any()
+    finally:
+        opt.free()
+        sched.free()
+        buf.free()
+        ctx.free()
+
+
+def test_split_counts_follow_the_shares():
+    from ggmlpy.training.replicas import split_counts
+    assert split_counts(32, [1, 1]) == [16, 16]
+    assert split_counts(33, [1, 1]) == [17, 16]
+    assert split_counts(100, [3, 1]) == [75, 25]
+    assert split_counts(10, [1, 1, 1]) == [4, 3, 3]
+    assert sum(split_counts(7, [0.1, 5, 2.5])) == 7
+
+
+# ---------------------------------------------------------------- replicas of a model
+
+def _data(n=96, f=6, classes=3, seed=1):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, f)).astype(np.float32)
+    y = np.eye(classes, dtype=np.float32)[(x[:, 0] + x[:, 1] > 0).astype(int) + (x[:, 2] > 1)]
+    return x, y
+
+
+def _mlp(backend, optimizer="adam", shares=None, batch_norm=False, dropout=0.0, seed=0):
+    np.random.seed(seed)
+    m = G.ggml_model_sequential()
+    m = G.ggml_layer_dense(m, 12, activation="relu", input_shape=(6,))
+    if batch_norm:
+        m = G.ggml_layer_batch_norm(m)
+    if dropout:
+        m = G.ggml_layer_dropout(m, dropout)
+    m = G.ggml_layer_dense(m, 3, activation="softmax")
+    return G.ggml_compile(m, optimizer=optimizer, loss="categorical_crossentropy", backend=backend, shares=shares,
+                          learning_rate=0.01)
+
+
+def _fit(model, x, y, **kw):
+    np.random.seed(7)  # the shuffles
+    return G.ggml_fit(model, x, y, verbose=0, **kw)
+
+
+def _same_trajectory(single, multi, h1, h2, rtol=2e-5):
+    np.testing.assert_allclose(h2["train_loss"], h1["train_loss"], rtol=rtol, atol=1e-6)
+    np.testing.assert_allclose(h2["train_accuracy"], h1["train_accuracy"], atol=1e-6)
+    w1, w2 = G.ggml_get_weights(single), G.ggml_get_weights(multi)
+    assert w1.keys() == w2.keys()
+    for k in w1:
+        np.testing.assert_allclose(w2[k], w1[k], rtol=1e-4, atol=2e-6, err_msg=k)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_two_replicas_follow_the_single_device_trajectory(optimizer):
+    dev = _vulkan_or_skip()
+    x, y = _data()
+    single, multi = _mlp("cpu", optimizer), _mlp(["cpu", dev], optimizer)
+    h1 = _fit(single, x, y, epochs=4, batch_size=16, validation_split=0.25)
+    h2 = _fit(multi, x, y, epochs=4, batch_size=16, validation_split=0.25)
+    _same_trajectory(single, multi, h1, h2)
+    np.testing.assert_allclose(h2["val_loss"], h1["val_loss"], rtol=2e-5)
+    assert h2["train_loss"].iloc[-1] < h2["train_loss"].iloc[0]  # it trains
+
+
+def test_uneven_shares_and_gradient_accumulation_stay_exact():
+    dev = _vulkan_or_skip()
+    x, y = _data()
+    single, multi = _mlp("cpu"), _mlp([dev, "cpu"], shares=[3, 1])
+    h1 = _fit(single, x, y, epochs=3, batch_size=12, nbatch_logical=24)
+    h2 = _fit(multi, x, y, epochs=3, batch_size=12, nbatch_logical=24)
+    _same_trajectory(single, multi, h1, h2)
+
+
+def test_the_optimizer_state_carries_across_fits_and_to_one_device():
+    """Two data-parallel fits of one epoch continue one AdamW trajectory (moments and step count kept by the
+    model), equal to one fit of two epochs on one device."""
+    dev = _vulkan_or_skip()
+    x, y = _data()
+    single, multi = _mlp("cpu"), _mlp(["cpu", dev])
+    h1 = _fit(single, x, y, epochs=2, batch_size=16, shuffle=False)
+    a = _fit(multi, x, y, epochs=1, batch_size=16, shuffle=False)
+    b = _fit(multi, x, y, epochs=1, batch_size=16, shuffle=False)
+    np.testing.assert_allclose([a["train_loss"].iloc[0], b["train_loss"].iloc[0]], h1["train_loss"], rtol=2e-5)
+    for k, v in G.ggml_get_weights(single).items():
+        np.testing.assert_allclose(G.ggml_get_weights(multi)[k], v, rtol=1e-4, atol=2e-6)
+
+
+def test_predict_evaluate_and_trainer_split_their_batches():
+    dev = _vulkan_or_skip()
+    x, y = _data(n=50)
+    single, multi = _mlp("cpu"), _mlp(["cpu", dev])
+    np.testing.assert_allclose(G.ggml_predict(multi, x, batch_size=7), G.ggml_predict(single, x, batch_size=7),
+                               rtol=1e-5, atol=1e-6)
+    assert G.ggml_evaluate(multi, x, y)["loss"] == pytest.approx(G.ggml_evaluate(single, x, y)["loss"], rel=1e-5)
+    with G.ggml_trainer(single, batch_size=10) as t1, G.ggml_trainer(multi, batch_size=10) as t2:
+        for i in range(0, 50, 10):
+            assert t2.step(x[i:i + 10], y[i:i + 10]) == pytest.approx(t1.step(x[i:i + 10], y[i:i + 10]), rel=1e-5)
+    for k, v in G.ggml_get_weights(single).items():
+        np.testing.assert_allclose(G.ggml_get_weights(multi)[k], v, rtol=1e-4, atol=2e-6)
+
+
+def test_weights_set_by_the_user_reach_every_replica():
+    dev = _vulkan_or_skip()
+    x, _ = _data(n=20)
+    single, multi = _mlp("cpu", seed=1), _mlp(["cpu", dev], seed=2)
+    G.ggml_set_weights(multi, G.ggml_get_weights(single))
+    np.testing.assert_allclose(G.ggml_predict(multi, x, batch_size=20), G.ggml_predict(single, x, batch_size=20),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_batch_norm_and_dropout_train_with_per_replica_batches():
+    """Batch statistics are each replica's (as DDP): not the single-device trajectory, but one set of weights,
+    the first replica's running statistics, and a model that learns."""
+    dev = _vulkan_or_skip()
+    x, y = _data(n=128)
+    multi = _mlp(["cpu", dev], batch_norm=True, dropout=0.2)
+    h = _fit(multi, x, y, epochs=6, batch_size=32)
+    assert h["train_loss"].iloc[-1] < 0.8 * h["train_loss"].iloc[0]
+    runtime = multi.runtime
+    for a, b in zip(runtime.params.synced_tensors(every=True), runtime.stores()[1].synced_tensors(every=True)):
+        np.testing.assert_array_equal(G.ggml_backend_tensor_get_data(a), G.ggml_backend_tensor_get_data(b))
+
+
+def test_misuse_of_replicas_is_refused_with_the_fix():
+    dev = _vulkan_or_skip()
+    m = G.ggml_model_sequential()
+    m = G.ggml_layer_dense(m, 3, activation="softmax", input_shape=(6,))
+    with pytest.raises(G.GgmlValueError, match="twice"):
+        G.ggml_compile(m, backend=["cpu", "CPU"])
+    with pytest.raises(G.GgmlValueError, match="one per backend"):
+        G.ggml_compile(m, backend=["cpu", dev], shares=[1])
+    with pytest.raises(G.GgmlValueError, match="positive"):
+        G.ggml_compile(m, backend=["cpu", dev], shares=[1, 0])
+    with pytest.raises(G.GgmlValueError, match="several backends"):
+        G.ggml_compile(m, backend="cpu", shares=[1])
+    with pytest.raises(G.GgmlValueError, match="two or more"):
+        G.ggml_compile(m, backend=["cpu"])
+    with pytest.raises(G.GgmlTypeError, match="device name"):
+        G.ggml_compile(m, backend=["cpu", 3])
+    G.ggml_compile(m, backend=["cpu", dev])
+    x, y = _data(n=8)
+    with pytest.raises(G.GgmlValueError, match="at least one sample"):
+        G.ggml_fit(m, x, y, batch_size=1, verbose=0)
