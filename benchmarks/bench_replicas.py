@@ -1,6 +1,6 @@
 """Data-parallel training over ggml RPC servers on loopback: step time and bytes moved per step, 1 vs 2 replicas.
 
-Model: an MLP 784-256-256-10 (ReLU, softmax cross-entropy, AdamW), batch 256, built with the model layer and
+Model: an MLP 784-1024-1024-10 (ReLU, softmax cross-entropy, AdamW; ``--hidden``), batch 512 (``--batch``), built with the model layer and
 trained with ``ggml_fit``; each RPC server runs in a process of its own with ``--threads`` CPU threads (default
 1, so two servers use this 2-core machine's two cores). Runs, alternated ``--reps`` times:
 
@@ -19,7 +19,7 @@ of replica 0 and into K-1 replicas) plus the batch, sequentially after the repli
 ``t(K) ~ t_compute(B / K) + 4 P (3K - 2) / bandwidth + per-tensor latency``.
 
 The machine is shared and noisy: only ratios measured in the same run mean anything.
-Usage: python benchmarks/bench_replicas.py [--reps N] [--steps N] [--threads N] [--json PATH]
+Usage: python benchmarks/bench_replicas.py [--reps N] [--steps N] [--threads N] [--hidden N] [--batch N] [--json PATH]
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ import numpy as np
 
 import ggmlpy as G
 
-N_IN, N_HIDDEN, N_CLASSES, BATCH = 784, 256, 10, 256
+N_IN, N_CLASSES = 784, 10
 
 
 def _free_port() -> int:
@@ -56,11 +56,11 @@ def _server(threads: int) -> tuple[subprocess.Popen, str]:
     return proc, G.ggml_backend_rpc_add_server(endpoint)[0].name
 
 
-def _model(backend):
+def _model(backend, hidden):
     np.random.seed(0)
     m = G.ggml_model_sequential()
-    m = G.ggml_layer_dense(m, N_HIDDEN, activation="relu", input_shape=(N_IN,))
-    m = G.ggml_layer_dense(m, N_HIDDEN, activation="relu")
+    m = G.ggml_layer_dense(m, hidden, activation="relu", input_shape=(N_IN,))
+    m = G.ggml_layer_dense(m, hidden, activation="relu")
     m = G.ggml_layer_dense(m, N_CLASSES, activation="softmax")
     return G.ggml_compile(m, backend=backend)
 
@@ -77,28 +77,35 @@ def _run(model, x, y, batch, steps) -> tuple[float, dict]:
     h = G.ggml_fit(model, x[:n], y[:n], epochs=1, batch_size=batch, verbose=0, shuffle=False)
     seconds = (time.perf_counter() - t0) / steps
     # measured by the fit (a one-device fit moves only its batch: its size here)
-    moved = h.attrs["replicas"]["bytes_per_step"] if "replicas" in h.attrs else \
-        {"batch": batch * (N_IN + N_CLASSES) * 4, "gradients": 0, "weights": 0}
+    if "replicas" in h.attrs:
+        moved = dict(h.attrs["replicas"]["bytes_per_step"], seconds=h.attrs["replicas"]["seconds_per_step"])
+    else:
+        moved = {"batch": batch * (N_IN + N_CLASSES) * 4, "gradients": 0, "weights": 0}
     return seconds, moved
 
 
-def _bandwidth(device: str) -> float:
-    """Bytes per second of a 16 MB write plus read through one RPC server (the client's side of a transfer)."""
+def _link(device: str) -> tuple[float, float]:
+    """(bytes per second of a 16 MB write plus read, seconds of one small write) through one RPC server."""
     backend = G.ggml_backend_init_by_name(device)
     ctx = G.ggml_init(4 * G.ggml_tensor_overhead(), no_alloc=True)
-    t = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 4 << 20)
+    big = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 4 << 20)
+    small = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 16)
     buf = G.ggml_backend_alloc_ctx_tensors(ctx, backend)
     data = np.ones(4 << 20, np.float32)
-    best = float("inf")
+    best, rtt = float("inf"), float("inf")
     for _ in range(5):
         t0 = time.perf_counter()
-        G.ggml_backend_tensor_set_data(t, data)
-        G.ggml_backend_tensor_get_data(t)
+        G.ggml_backend_tensor_set_data(big, data)
+        G.ggml_backend_tensor_get_data(big)
         best = min(best, time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        for _ in range(20):
+            G.ggml_backend_tensor_set_data(small, data[:16])
+        rtt = min(rtt, (time.perf_counter() - t0) / 20)
     buf.free()
     ctx.free()
     backend.free()
-    return 2 * data.nbytes / best
+    return 2 * data.nbytes / best, rtt
 
 
 def main() -> None:
@@ -106,28 +113,31 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     servers = [_server(args.threads) for _ in range(2)]
     try:
         names = [name for _, name in servers]
         rng = np.random.default_rng(0)
+        BATCH, hidden = args.batch, args.hidden
         n = BATCH * args.steps
         x = rng.random((n, N_IN), dtype=np.float32)
         y = np.eye(N_CLASSES, dtype=np.float32)[rng.integers(0, N_CLASSES, n)]
         kinds = {"A": (names[0], BATCH), "B": (names, BATCH), "H": (names[0], BATCH // 2)}
-        models = {k: _model(b) for k, (b, _) in kinds.items()}
+        models = {k: _model(b, hidden) for k, (b, _) in kinds.items()}
         times: dict = {k: [] for k in kinds}
         moved: dict = {}
         for _ in range(args.reps):
             for k, (_, batch) in kinds.items():
                 seconds, moved[k] = _run(models[k], x, y, batch, args.steps)
                 times[k].append(seconds)
-        bw = _bandwidth(names[0])
+        bw, rtt = _link(names[0])
         p = _n_params(models["A"])
-        print(f"data-parallel over loopback RPC: MLP {N_IN}-{N_HIDDEN}-{N_HIDDEN}-{N_CLASSES} ({p:,} weights), "
+        print(f"data-parallel over loopback RPC: MLP {N_IN}-{hidden}-{hidden}-{N_CLASSES} ({p:,} weights), "
               f"batch {BATCH}, {args.threads} thread(s) per server, best/median of {args.reps}")
-        for k, label in (("A", "1 replica "), ("B", "2 replicas"), ("H", "1 replica, half batch")):
+        for k, label in (("A", "1 replica"), ("B", "2 replicas"), ("H", "1 replica, half batch")):
             best, med = min(times[k]), statistics.median(times[k])
             batch = kinds[k][1]
             b = moved[k]
@@ -135,16 +145,27 @@ def main() -> None:
                   f"bytes/step: batch {b['batch'] / 1e6:.2f} MB, gradients {b['gradients'] / 1e6:.2f} MB, "
                   f"weights {b['weights'] / 1e6:.2f} MB")
         ratio = min(times["A"]) / min(times["B"])
-        comm = (moved["B"]["gradients"] + moved["B"]["weights"]) / bw
-        predicted = min(times["H"]) + comm
-        print(f"  2 replicas / 1 replica throughput: {ratio:.2f}x")
-        print(f"  loopback bandwidth {bw / 1e9:.2f} GB/s; scaling model for B: compute {min(times['H']) * 1e3:.1f} ms + "
-              f"transfers {comm * 1e3:.1f} ms = {predicted * 1e3:.1f} ms predicted, {min(times['B']) * 1e3:.1f} ms "
-              "measured")
+        # the scaling model: K = 2, 6 weight tensors; per step 2 (K-1) 6 gradient copies, K 6 weight copies, K 7
+        # accumulator resets, the step's parameters and its compute: one round trip each
+        calls = 2 * 6 + 2 * 6 + 2 * 7 + 2
+        comm = (moved["B"]["gradients"] + moved["B"]["weights"]) / bw + calls * rtt
+        split = moved["B"]["seconds"]
+        print(f"  2 replicas / 1 replica throughput: {ratio:.2f}x "
+              f"(2 replicas / 1 replica with half the batch, per sample: {2 * min(times['H']) / min(times['B']):.2f}x)")
+        print(f"  2 replicas, per step: evaluations {split['replicas'] * 1e3:.1f} ms, optimizer (sum, step, copies) "
+              f"{split['optimizer'] * 1e3:.1f} ms")
+        print(f"  loopback: {bw / 1e9:.2f} GB/s, {rtt * 1e6:.0f} us per round trip; the scaling model's transfers: "
+              f"{comm * 1e3:.1f} ms predicted against the optimizer's {split['optimizer'] * 1e3:.1f} ms measured "
+              f"(which also holds the step's compute); step {(split['replicas'] + comm) * 1e3:.1f} ms predicted, "
+              f"{min(times['B']) * 1e3:.1f} ms measured")
+        predicted = split["replicas"] + comm
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"times": times, "moved": moved, "bandwidth": bw, "ratio": ratio, "predicted_B": predicted,
                            "params": p}, f, indent=1)
+        models.clear()  # their buffers live on the servers: freed before the servers go
+        import gc
+        gc.collect()
     finally:
         for proc, _ in servers:
             proc.kill()

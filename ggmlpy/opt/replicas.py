@@ -23,8 +23,9 @@ from ..backend.buffer import ggml_backend_alloc_ctx_tensors
 from ..backend.transfer import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
 from ..compute.alloc import ggml_gallocr_alloc_graph, ggml_gallocr_new
 from ..compute.run import ggml_backend_graph_compute
+from ..core.handle import check_rpc_connections
 from ..core.types import GGML_TYPE_F32
-from ..errors import GgmlValueError
+from ..errors import GgmlStateError, GgmlValueError
 from ..graph.context import ggml_graph_overhead, ggml_init, ggml_tensor_overhead
 from ..graph.graph import ggml_build_forward_expand, ggml_new_graph_custom
 from ..graph.objects import Tensor
@@ -104,6 +105,16 @@ class ReplicaOptimizer:
             ggml_build_forward_expand(self.graph, Tensor(ptr, gctx, sources=(param, g, self.hparams)))
         self._galloc = ggml_gallocr_new(self.backend)
         self._owned.insert(0, self._galloc)
+        self._allocated = False
+        self._grad_host = [np.empty(t.nelements(), np.float32) for t in self.params]
+        self._weight_host = [np.empty(t.nelements(), np.float32) for t in self.synced[0]]
+        for k in range(1, K):  # the copies in step() are raw: the pairs must match exactly
+            pairs = list(zip(self.accs[k], self.received[k - 1])) + list(zip(self.synced[0], self.synced[k]))
+            for a, b in pairs:
+                if a is None or a.shape != b.shape or not a.type == b.type == GGML_TYPE_F32 or \
+                        not lib.ggml_is_contiguous(a.ptr):
+                    raise GgmlStateError(f"internal: replica {k}'s tensors do not match replica 0's "
+                                         f"({a and a.name} / {b.name}); this is a bug in ggmlpy, please report it")
         self.reset_gradients()
 
     # ---- per logical batch
@@ -117,26 +128,28 @@ class ReplicaOptimizer:
         """Sum the replicas' gradients on replica 0's device, step its weights, send them to the others, zero
         the accumulators. Ctrl-C is held back around it by the caller (a step cut in two would leave replicas
         with different weights)."""
-        for k in range(1, len(self.contexts)):
-            for acc, dst in zip(self.accs[k], self.received[k - 1]):
-                data = ggml_backend_tensor_get_data(acc)
-                ggml_backend_tensor_set_data(dst, data)
-                self.bytes_moved["gradients"] += 2 * data.nbytes
         self.lr_ud.refresh()
         self.lr_ud.validate()
-        ggml_backend_tensor_set_data(self.hparams, self._hparams())
-        ggml_gallocr_alloc_graph(self._galloc, self.graph)
+        hparams = self._hparams()
+        # Tensors this object made or checked at construction (F32, contiguous, equal shapes): copied through
+        # host buffers with ggml's own calls, one lost-server check for all (each call is a round trip on RPC)
+        for k in range(1, len(self.contexts)):
+            for acc, dst, host in zip(self.accs[k], self.received[k - 1], self._grad_host):
+                _copy(acc, dst, host)
+                self.bytes_moved["gradients"] += 2 * host.nbytes
+        ggml_backend_tensor_set_data(self.hparams, hparams)
+        if not self._allocated:  # the graph and its memory never change: placed once
+            ggml_gallocr_alloc_graph(self._galloc, self.graph)
+            self._allocated = True
         ggml_backend_graph_compute(self.backend, self.graph)
         self.iter += 1
         self.steps += 1
-        for j, src in enumerate(self.synced[0]):
-            data = None
+        for j, (src, host) in enumerate(zip(self.synced[0], self._weight_host)):
+            _read(src, host)
             for k in range(1, len(self.contexts)):
-                data = ggml_backend_tensor_get_data(src) if data is None else data
-                ggml_backend_tensor_set_data(self.synced[k][j], data)
-                self.bytes_moved["weights"] += data.nbytes
-            if data is not None:
-                self.bytes_moved["weights"] += data.nbytes
+                _write(self.synced[k][j], host)
+            self.bytes_moved["weights"] += host.nbytes * len(self.contexts)
+        check_rpc_connections()
         self.reset_gradients()
 
     def reset_gradients(self) -> None:
@@ -195,6 +208,19 @@ class ReplicaOptimizer:
     @property
     def keepers(self) -> list:
         return list(self._owned)
+
+
+def _read(t: Tensor, host: np.ndarray) -> None:
+    lib.ggml_backend_tensor_get(t.ptr, ffi.from_buffer(host), 0, host.nbytes)
+
+
+def _write(t: Tensor, host: np.ndarray) -> None:
+    lib.ggml_backend_tensor_set(t.ptr, ffi.from_buffer(host), 0, host.nbytes)
+
+
+def _copy(src: Tensor, dst: Tensor, host: np.ndarray) -> None:
+    _read(src, host)
+    _write(dst, host)
 
 
 def _stripped_ne(t: Tensor) -> tuple[int, ...]:

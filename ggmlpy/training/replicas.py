@@ -10,6 +10,7 @@ callbacks, history and Ctrl-C rules, written once.
 from __future__ import annotations
 
 import math
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, Sequence
@@ -126,6 +127,7 @@ class ReplicaSession:
         self.train_result = self.new_result()
         self.batch_bytes = 0  # batch shards written to the replicas since the session began
         self.batches = 0
+        self.seconds = {"replicas": 0.0, "optimizer": 0.0}  # the replicas' evaluations; the sums, steps, copies
         self.per_head = self.sessions[0].per_head
 
     @property
@@ -163,6 +165,7 @@ class ReplicaSession:
         with self.guard.step:
             self.batch_bytes += sum(a.nbytes for part in pairs for _, a in part)
             self.batches += 1
+            started = time.perf_counter()
             futures = [self._pool.submit(s.step, s.train_ctx, p, True, r)
                        for s, p, r in zip(self.sessions[1:], pairs[1:], result.parts[1:])]
             first: BaseException | None = None
@@ -175,18 +178,24 @@ class ReplicaSession:
                 first = first or exc
             if first is not None:
                 raise first
+            computed = time.perf_counter()
             self.optimizer.accumulated()
+            self.seconds["replicas"] += computed - started
+            self.seconds["optimizer"] += time.perf_counter() - computed
 
     def history_attrs(self) -> dict:
-        """``history.attrs["replicas"]``: the devices, the samples each takes per batch, and the bytes moved
-        through the host per optimizer step (batch shards, gradients, weights), measured over the fit."""
+        """``history.attrs["replicas"]``: the devices, the samples each takes per batch, the bytes moved
+        through the host per optimizer step (batch shards, gradients, weights) and the seconds per step spent
+        in the replicas' evaluations and in the optimizer (sums, step, copies), measured over the fit."""
         opt = self.optimizer
         steps = max(1, opt.steps)
         return {"replicas": {"devices": self.devices,
                              "samples": list(self.counts),
                              "bytes_per_step": {"batch": self.batch_bytes * opt.opt_period // max(1, self.batches),
                                                 "gradients": opt.bytes_moved["gradients"] // steps,
-                                                "weights": opt.bytes_moved["weights"] // steps}}}
+                                                "weights": opt.bytes_moved["weights"] // steps},
+                             "seconds_per_step": {k: v * opt.opt_period / max(1, self.batches)
+                                                  for k, v in self.seconds.items()}}}
 
     def keepers(self) -> list:
         hs: list = []
