@@ -4,6 +4,7 @@ with its optimizer), and how the user's threads are split between ggml's CPU bac
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -152,3 +153,129 @@ def restore_threads(before: list) -> None:
     for b, n in before:
         if b.alive:
             set_backend_threads(b, n)
+
+
+# ---------------------------------------------------------------- shared cores: timing the steps
+
+class ThreadTuner:
+    """The thread counts of a training loop's steps, chosen by timing them.
+
+    On cores that another process keeps busy, ggml's pool and OpenBLAS wait at every barrier for a thread
+    the OS has given away, and a step with two threads takes several times one thread's time. So the counts
+    ``split_threads`` set (the *wide* choice) are checked now and then against one thread everywhere (the
+    *narrow* one): a few steps are run with the other choice, and the faster one is kept. A probe that
+    loses doubles the wait before the next one (``PROBE_EVERY`` steps up to ``PROBE_EVERY_MAX``), so a
+    quiet machine pays a few steps in a thousand; a step much slower than the recent ones (a competitor
+    started) probes at once. Off when the user set a count (``ggml_set_n_threads``) or the wide choice is
+    one thread already."""
+
+    WARMUP = 1           # steps not timed (graph allocation, caches)
+    FIRST_PROBE = 2      # timed steps before the first probe
+    PROBE_STEPS = 3      # steps run with the other choice per probe ...
+    LOSING = 1.5         # ... ended at the first one this many times slower than the recent median
+    PROBE_EVERY = 16     # steps between probes, at least ...
+    PROBE_COST = 0.05    # ... and long enough that a losing probe's extra time is this share of the training
+    GAIN = 0.9           # the other choice must be this much faster (median step time) to be kept
+    JUMP = 2.5           # a step this many times the recent median probes at once
+    BUSY = 0.5           # other processes keeping this many cores busy at the start: begin with one thread
+
+    def __init__(self, backends: Sequence[Backend]) -> None:
+        targets = [b for b in backends if b.alive and (b.is_cpu or is_blas(b))]
+        self.wide = {id(b): (b, b.n_threads) for b in targets}
+        self.enabled = not threads_set_by_user() and any(n > 1 for _, n in self.wide.values())
+        self.current = "wide"
+        if self.enabled and (cores_busy_elsewhere() or 0.0) >= self.BUSY:
+            self.current = "narrow"  # the wide choice would wait for cores that are taken
+        self.times: dict[str, list[float]] = {"wide": [], "narrow": []}
+        self.steps = 0
+        self.every = self.PROBE_EVERY
+        self.since_probe = self.every - self.FIRST_PROBE
+        self.probe: list[float] | None = None  # step times of the running probe
+
+    def _apply(self, choice: str) -> None:
+        for b, n in self.wide.values():
+            want = n if choice == "wide" else 1
+            if b.alive and b.n_threads != want:
+                set_backend_threads(b, want)
+
+    @property
+    def running(self) -> str:
+        """The choice the next step runs with."""
+        if self.probe is not None:
+            return "narrow" if self.current == "wide" else "wide"
+        return self.current
+
+    def before_step(self) -> float:
+        if self.enabled:
+            self._apply(self.running)
+        return time.perf_counter()
+
+    def after_step(self, started: float) -> None:
+        if not self.enabled:
+            return
+        seconds = time.perf_counter() - started
+        self.steps += 1
+        if self.steps <= self.WARMUP:
+            return
+        if self.probe is not None:
+            self.probe.append(seconds)
+            mine = self.times[self.current]
+            if len(self.probe) >= self.PROBE_STEPS or (mine and seconds > self.LOSING * _median(mine)):
+                self._end_probe()
+            return
+        recent = self.times[self.current]
+        jump = len(recent) >= 4 and seconds > self.JUMP * _median(recent)
+        if jump:
+            recent.clear()  # the probe is compared with the steps as they are now
+        recent.append(seconds)
+        del recent[:-8]
+        self.since_probe += 1
+        if jump or self.since_probe >= self.every:
+            self.probe = []
+
+    def _end_probe(self) -> None:
+        other = self.running
+        probe, self.probe = self.probe, None
+        self.since_probe = 0
+        mine = self.times[self.current]
+        if mine and _median(probe) < self.GAIN * _median(mine):
+            self.current = other  # the other choice is faster now
+            self.times[other] = list(probe)
+            self.every = self.PROBE_EVERY
+        elif mine:  # lost: wait until its extra time is PROBE_COST of the steps in between
+            extra = sum(probe) - len(probe) * _median(mine)
+            self.every = max(self.PROBE_EVERY, int(extra / self.PROBE_COST / _median(mine)))
+
+
+def _median(values: Sequence[float]) -> float:
+    s = sorted(values)
+    return s[len(s) // 2]
+
+
+def cores_busy_elsewhere(window: float = 0.02) -> float | None:
+    """How many cores other processes keep busy now: the machine's busy time over ``window`` seconds
+    (``/proc/stat``) minus this process's (``/proc/self/stat``), in cores. None where those files are not
+    readable (not Linux)."""
+    def machine() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        return sum(fields) - idle, sum(fields)
+
+    def mine() -> int:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime, in clock ticks as /proc/stat counts
+    try:
+        busy0, total0 = machine()
+        own0 = mine()
+        time.sleep(window)
+        busy1, total1 = machine()
+        own1 = mine()
+    except (OSError, ValueError, IndexError):
+        return None
+    import os
+    cores = os.cpu_count() or 1
+    if total1 <= total0:
+        return 0.0
+    return max(0.0, (busy1 - busy0 - (own1 - own0)) / (total1 - total0) * cores)

@@ -53,6 +53,7 @@ class ReplicaOptimizer:
         self.bytes_moved = {"gradients": 0, "weights": 0}  # through the host, since the session began
         self.steps = 0
         self.backend = backend  # replica 0's device, where its weights are
+        self._on_rpc = any(getattr(b, "is_rpc", False) for c in contexts for b in c.sched.backends)
         # the weights that get a gradient (a weight no loss depends on has no accumulator, as in ggml-opt)
         names = [n for n, t in trainable[0].items() if self._acc(0, t) is not None]
         if not names:
@@ -137,6 +138,8 @@ class ReplicaOptimizer:
             for acc, dst, host in zip(self.accs[k], self.received[k - 1], self._grad_host):
                 _copy(acc, dst, host)
                 self.bytes_moved["gradients"] += 2 * host.nbytes
+        if self._on_rpc:  # a lost server's reads are zeros (patches/0020): no step on them
+            check_rpc_connections()
         ggml_backend_tensor_set_data(self.hparams, hparams)
         if not self._allocated:  # the graph and its memory never change: placed once
             ggml_gallocr_alloc_graph(self._galloc, self.graph)
@@ -149,7 +152,8 @@ class ReplicaOptimizer:
             for k in range(1, len(self.contexts)):
                 _write(self.synced[k][j], host)
             self.bytes_moved["weights"] += host.nbytes * len(self.contexts)
-        check_rpc_connections()
+        if self._on_rpc:
+            check_rpc_connections()
         self.reset_gradients()
 
     def reset_gradients(self) -> None:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Protocol, TYPE_CHECKING
 import numpy as np
 
 from ..compute.placement import is_host_backend, PlacementRecorder, warn_if_host_ops
-from ..compute.threads import restore_threads, split_threads, training_step_work
+from ..compute.threads import restore_threads, split_threads, ThreadTuner, training_step_work
 from ..core.handle import InterruptGuard, using
 from ..errors import GgmlpyWarning, GgmlValueError
 from ..graph.graph import walk_graph
@@ -118,6 +118,7 @@ class TrainingSession:
             raise
         # The CPU/BLAS thread split for this graph
         self._threads_before = split_threads(sched.backends, training_step_work(outputs, opt_period))
+        self.threads = ThreadTuner(sched.backends)  # on shared cores, one thread may be faster: timed
         self.batch_size = step.batch_size or L.physical_batch(inputs[0])  # samples per step (for samples/s)
         # the first training step on a device is watched (fit_loop puts what it saw in the history's attrs)
         self.watch_first_step = not is_host_backend(sched.backends[0])
@@ -179,6 +180,7 @@ class TrainingSession:
         manager factory given the scheduler, entered around the eval (a ``PlacementRecorder``); without one,
         the first training step on a GPU is watched and ops it leaves on the CPU are named in a warning."""
         with self.guard.step:
+            started = self.threads.before_step() if train else None
             ctx.alloc(train)
             BatchWriter.write(pairs)
             for hook in self.hooks:
@@ -192,6 +194,8 @@ class TrainingSession:
                 ctx.eval(result)
             for hook in self.hooks:
                 hook.after_eval(train)
+            if started is not None:
+                self.threads.after_step(started)
         if recorder is not None:
             self.placement = seen.placement("a training step")
             warn_if_host_ops(self.placement)
