@@ -5,6 +5,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..backend.device import Device
 from ..core.args import FLOAT32_MAX, is_int, is_real, learning_rate_arg
 from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
@@ -249,7 +251,7 @@ def _backends(backend: Any, shares: Any) -> tuple[Any, list[float] | None]:
                              "one device as a string")
     if shares is None:
         return names, None
-    values = list(shares) if isinstance(shares, (list, tuple)) else None
+    values = list(np.ravel(shares)) if isinstance(shares, (list, tuple, np.ndarray)) else None
     if values is None or len(values) != len(names) or \
             any(not is_real(v) or not 0 < v <= FLOAT32_MAX for v in values):
         raise GgmlValueError(f"shares must be {len(names)} positive numbers, one per backend, got {shares!r}")

@@ -187,7 +187,8 @@ class Model:
         trainable = sum(l.n_params(trainable_only=True) for l in self.layers)
         lines += [rule, f"Total params: {total:,}", f"Trainable params: {trainable:,}",
                   f"Non-trainable params: {total - trainable:,}",
-                  f"Compiled: {'yes, on ' + self.runtime.device_name if self.runtime is not None else 'no'}"]
+                  f"Compiled: {'yes, on ' + ' + '.join(self.runtime.device_names) if self.runtime is not None else 'no'}"
+                  + (" (data parallel)" if self.runtime is not None and len(self.runtime.device_names) > 1 else "")]
         return "\n".join(lines)
 
     def __str__(self) -> str:

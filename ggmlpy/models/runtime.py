@@ -479,8 +479,8 @@ class Runtime:
         self.device_names = [self.device_name] + [b.device.name for b, _ in self.replicas]
         # a model dropped without being compiled again still leaves its layers their weights (Keras keeps them
         # in the layers): when this runtime is collected, the store hands them on and frees itself. Not at
-        # exit, where the process takes the memory back.
-        self._release = weakref.finalize(self, ParamStore.free, self.params)
+        # exit, where the process takes the memory back. The replicas' copies go with it.
+        self._release = weakref.finalize(self, _dropped, self.params, self.replicas)
         self._release.atexit = False
 
     @contextlib.contextmanager
@@ -553,3 +553,13 @@ class Runtime:
             self._free_replicas()
             self.params.free()
             self.backend.free()
+
+
+def _dropped(params: ParamStore, replicas: list) -> None:
+    """What a runtime collected without ``free()`` releases: its weights (handed to the layers first) and the
+    replicas' copies and backends."""
+    params.free()
+    for backend, store in replicas:
+        store.free()
+        backend.free()
+    replicas.clear()

@@ -4,6 +4,7 @@ the replicas' weights are copied from the first replica's first.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..compute.threads import restore_threads, split_threads, training_step_work
@@ -29,9 +30,11 @@ class TrainingSetup:
         self.train_nodes = 0
         counts = [batch] if len(stores) == 1 else split_counts(batch, runtime.shares)
         if len(stores) > 1 and min(counts) < 1:
-            raise GgmlValueError(f"a batch of {batch} samples cannot be split over {len(stores)} replicas "
-                                 f"(shares {runtime.shares}): each needs at least one sample; use batch_size >= "
-                                 f"{len(stores)} (or more, for uneven shares)")
+            shares = runtime.shares
+            need = math.ceil(sum(shares) / min(shares) - 1e-9)  # the smallest share gets a sample from here
+            raise GgmlValueError(f"a batch of {batch} samples split over {len(stores)} replicas by shares {shares} "
+                                 f"gives {counts} samples: each replica needs at least one; use batch_size >= {need} "
+                                 "(or shares closer to each other)")
         try:
             graphs, steps = [], []
             runtime.sync_replicas()

@@ -58,7 +58,9 @@ class ParamStore:
             value = _kept_value(values, layer, spec)
             if value is None:
                 value = _freshest_value(layer, spec, self)
-            if value is None or np.shape(value) != tuple(reversed(spec.ne)):  # a new or reshaped layer
+            # a new or reshaped layer starts afresh (``read`` drops the size-1 axes a weight of one output unit
+            # has, so shapes are compared without them)
+            if value is None or strip_leading_ones(np.shape(value)) != strip_leading_ones(tuple(reversed(spec.ne))):
                 value = _initial(spec)
             self.write(layer, spec.name, value)
         self.stamp = next(_stamps)  # as fresh as the values it was given

@@ -97,6 +97,39 @@ def test_protocol_version_is_the_built_headers():
 
 
 
+def test_buffers_freed_on_the_server_between_steps_keep_the_fit_going(rpc_endpoint):
+    """ggml's server drops its stored graphs when a buffer is freed while the client still asked it to
+    recompute the last one: the server closed the connection (patches/0022). Here every batch frees a
+    buffer on the training device, as a dropped model, snapshot or evicted prediction graph does; the fit
+    must follow the CPU's trajectory."""
+    name = g.ggml_backend_rpc_add_server(rpc_endpoint)[0].name
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(64, 4)).astype(np.float32)
+    y = x @ np.array([[1.0], [-2.0], [0.5], [1.5]], dtype=np.float32)
+    side = g.ggml_backend_init_by_name(name)
+
+    def batches():
+        for i in range(0, 64, 16):
+            ctx = g.ggml_init(4 * g.ggml_tensor_overhead(), no_alloc=True)
+            g.ggml_new_tensor_1d(ctx, g.GGML_TYPE_F32, 256)
+            g.ggml_backend_alloc_ctx_tensors(ctx, side).free()  # a buffer freed on the server mid-fit
+            ctx.free()
+            yield x[i:i + 16], y[i:i + 16]
+    histories = []
+    try:
+        for backend in ("cpu", name):
+            np.random.seed(0)
+            m = g.ggml_model_sequential()
+            g.ggml_layer_dense(m, 8, activation="tanh", input_shape=(4,))
+            g.ggml_layer_dense(m, 1)
+            m = g.ggml_compile(m, loss="mse", backend=backend, learning_rate=0.01)
+            histories.append(g.ggml_fit_generator(m, batches, epochs=3, verbose=0))
+            del m
+    finally:
+        side.free()
+    np.testing.assert_allclose(histories[1]["train_loss"], histories[0]["train_loss"], rtol=1e-5)
+
+
 DYING_SERVER = r'''
 import os, signal, subprocess, sys, time
 import numpy as np

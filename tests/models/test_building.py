@@ -118,6 +118,24 @@ def test_recompiling_keeps_the_weights():
         np.testing.assert_array_equal(v, w[k])
 
 
+def test_recompiling_and_snapshots_keep_a_one_unit_layers_weights():
+    """A one-unit dense layer's kernel (n, 1) comes back from ggml as (n,); compiling again took that for a
+    reshaped layer and drew the kernel afresh, and so did a trainer's snapshot (found by review)."""
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, 4, activation="relu", input_shape=(3,))
+    m = g.ggml_layer_dense(m, 1)
+    m = g.ggml_compile(m, loss="mse", backend="cpu")
+    w = g.ggml_get_weights(m)
+    g.ggml_compile(m, optimizer="sgd", loss="mse", backend="cpu")
+    for k, v in g.ggml_get_weights(m).items():
+        np.testing.assert_array_equal(v, w[k])
+    with g.ggml_trainer(m, batch_size=2) as t:
+        snap = t.snapshot()
+        x = np.ones((2, 3), np.float32)
+        np.testing.assert_array_equal(g.ggml_predict(snap, x), g.ggml_predict(m, x))
+        g.ggml_snapshot_free(snap)
+
+
 @pytest.mark.parametrize("call, kind, text", [
     (lambda: g.ggml_layer_dense(g.ggml_model_sequential(), 3, activation="swish", input_shape=(2,)),
      ValueError, "unknown activation"),

@@ -191,5 +191,62 @@ def test_misuse_of_replicas_is_refused_with_the_fix():
         G.ggml_compile(m, backend=["cpu", 3])
     G.ggml_compile(m, backend=["cpu", dev])
     x, y = _data(n=8)
-    with pytest.raises(G.GgmlValueError, match="at least one sample"):
+    with pytest.raises(G.GgmlValueError, match="needs at least one; use batch_size >= 2"):
         G.ggml_fit(m, x, y, batch_size=1, verbose=0)
+
+
+def test_a_one_unit_output_starts_from_the_same_weights_on_every_replica():
+    """A dense layer of one unit has a kernel of shape (n, 1), which ggml reads back as (n,): the replicas
+    (and a model compiled again) once took it for another shape and drew it afresh (found by review)."""
+    dev = _vulkan_or_skip()
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(64, 6)).astype(np.float32)
+    y = (x[:, :1] > 0).astype(np.float32)
+    models = []
+    for backend in ("cpu", ["cpu", dev]):
+        np.random.seed(0)
+        m = G.ggml_model_sequential()
+        m = G.ggml_layer_dense(m, 8, activation="relu", input_shape=(6,))
+        m = G.ggml_layer_dense(m, 1, activation="sigmoid")
+        models.append(G.ggml_compile(m, loss="binary_crossentropy", backend=backend, learning_rate=0.01))
+    single, multi = models
+    np.testing.assert_allclose(G.ggml_predict(multi, x), G.ggml_predict(single, x), rtol=1e-5, atol=1e-6)
+    h1, h2 = _fit(single, x, y, epochs=3, batch_size=16), _fit(multi, x, y, epochs=3, batch_size=16)
+    _same_trajectory(single, multi, h1, h2)
+
+
+def test_shares_as_an_array_and_a_tiny_share_say_what_batch_it_needs():
+    dev = _vulkan_or_skip()
+    m = G.ggml_model_sequential()
+    m = G.ggml_layer_dense(m, 3, activation="softmax", input_shape=(6,))
+    G.ggml_compile(m, backend=["cpu", dev], shares=np.array([3, 1]))
+    assert m.runtime.shares == [3.0, 1.0] and "data parallel" in str(m)
+    G.ggml_compile(m, backend=["cpu", dev], shares=[1e-3, 1])
+    x, y = _data(n=20)
+    with pytest.raises(G.GgmlValueError, match="batch_size >= 1001"):
+        G.ggml_fit(m, x, y, batch_size=16, verbose=0)
+
+
+def test_fit_generator_splits_its_batches_too():
+    dev = _vulkan_or_skip()
+    x, y = _data()
+    single, multi = _mlp("cpu"), _mlp(["cpu", dev])
+
+    def batches():
+        for i in range(0, 96, 16):
+            yield x[i:i + 16], y[i:i + 16]
+    h1 = G.ggml_fit_generator(single, batches, epochs=3, verbose=0, validation_data=(x[:32], y[:32]))
+    h2 = G.ggml_fit_generator(multi, batches, epochs=3, verbose=0, validation_data=(x[:32], y[:32]))
+    _same_trajectory(single, multi, h1, h2)
+    assert h2.attrs["replicas"]["samples"] == [8, 8]
+
+
+def test_each_replica_draws_its_own_dropout_masks():
+    dev = _vulkan_or_skip()
+    x, y = _data(n=16)
+    multi = _mlp(["cpu", dev], dropout=0.5)
+    with G.ggml_trainer(multi, batch_size=16) as t:
+        t.step(x, y)
+        seeds = [s.hooks[0].tensor for s in t._session.sessions]  # each replica graph's dropout seeds
+        a, b = (G.ggml_backend_tensor_get_data(s) for s in seeds)
+    assert a.shape == b.shape and not np.array_equal(a, b)
