@@ -536,3 +536,21 @@ def test_0014_graphs_that_fragment_the_allocators_free_list_train_correctly():
     rc, out, err = run_in_subprocess(PATCH_0014_SCRIPT, timeout=600)
     assert rc == 0, (rc, out, err[-2000:])
     assert "lstm True" in out and "mlp True" in out, out
+
+
+@pytest.mark.parametrize("name, ref", [("ggml_tanh", np.tanh), ("ggml_sigmoid", lambda v: 1.0 / (1.0 + np.exp(-v)))])
+def test_0023_vectorised_tanh_and_sigmoid_match_numpy(name, ref):
+    """patches/0023: F32 tanh and sigmoid run over SIMD lanes; against numpy float64 over the whole range, the
+    small-|x| series of tanh included, odd row lengths (the scalar tail) and the special values."""
+    from tests.conftest import compute
+    rng = np.random.default_rng(23)
+    x = np.concatenate([np.linspace(-30, 30, 4001), rng.normal(0, 0.1, 1000), np.logspace(-8, 0, 200),
+                        -np.logspace(-8, 0, 200), [0.0, -0.0, 0.19999, 0.2, 0.20001, 88.0, -88.0, 200.0, -200.0]])
+    x = x.astype(np.float32)[:-1]  # an odd length: the scalar tail runs too
+    (out,) = compute(lambda ctx, t: getattr(G, name)(ctx, t), x.reshape(1, -1))
+    out, want = out.ravel().astype(np.float64), ref(x.astype(np.float64))
+    np.testing.assert_allclose(out, want, rtol=2e-6, atol=1e-30)
+    assert np.all(np.abs(out) <= 1.0) and np.all(np.sign(out[x != 0]) == np.sign(want[x != 0])) or name == "ggml_sigmoid"
+    (special,) = compute(lambda ctx, t: getattr(G, name)(ctx, t), np.float32([[np.inf, -np.inf, np.nan, 0.0]]))
+    special = special.ravel()
+    assert special[0] == 1.0 and special[1] == (-1.0 if name == "ggml_tanh" else 0.0) and np.isnan(special[2])
