@@ -163,18 +163,21 @@ class ThreadTuner:
     On cores that another process keeps busy, ggml's pool and OpenBLAS wait at every barrier for a thread
     the OS has given away, and a step with two threads takes several times one thread's time. So the counts
     ``split_threads`` set (the *wide* choice) are checked now and then against one thread everywhere (the
-    *narrow* one): a few steps are run with the other choice, and the faster one is kept. A probe that
-    loses doubles the wait before the next one (``PROBE_EVERY`` steps up to ``PROBE_EVERY_MAX``), so a
-    quiet machine pays a few steps in a thousand; a step much slower than the recent ones (a competitor
-    started) probes at once. Off when the user set a count (``ggml_set_n_threads``) or the wide choice is
-    one thread already."""
+    *narrow* one): a few steps are run with the other choice (the first probe after the first steps; one
+    step when it is clearly slower), and the faster one is kept. After a probe that lost, the next one waits
+    until the time it lost is ``PROBE_COST`` of the training in between, and at least twice the last wait
+    (up to ``PROBE_EVERY_MAX`` steps), so probing costs under 5%, next to nothing on a quiet machine. A step
+    much slower than the recent ones (a competitor started) probes at once; a fit that starts while other
+    processes keep a core busy starts with one thread. Off when the user set a count
+    (``ggml_set_n_threads``) or the wide choice is one thread already."""
 
     WARMUP = 1           # steps not timed (graph allocation, caches)
     FIRST_PROBE = 2      # timed steps before the first probe
     PROBE_STEPS = 3      # steps run with the other choice per probe ...
     LOSING = 1.5         # ... ended at the first one this many times slower than the recent median
     PROBE_EVERY = 16     # steps between probes, at least ...
-    PROBE_COST = 0.05    # ... and long enough that a losing probe's extra time is this share of the training
+    PROBE_COST = 0.05    # ... long enough that a losing probe's extra time is this share of the training ...
+    PROBE_EVERY_MAX = 256  # ... and doubling after each loss in a row, up to this (a quiet machine's cost)
     GAIN = 0.9           # the other choice must be this much faster (median step time) to be kept
     JUMP = 2.5           # a step this many times the recent median probes at once
     BUSY = 0.5           # other processes keeping this many cores busy at the start: begin with one thread
@@ -190,6 +193,8 @@ class ThreadTuner:
         self.steps = 0
         self.every = self.PROBE_EVERY
         self.since_probe = self.every - self.FIRST_PROBE
+        if self.current == "narrow":  # a wide step beside a busy core can cost dozens of narrow ones: wait long
+            self.every, self.since_probe = self.PROBE_EVERY_MAX, 0
         self.probe: list[float] | None = None  # step times of the running probe
 
     def _apply(self, choice: str) -> None:
@@ -239,12 +244,14 @@ class ThreadTuner:
         self.since_probe = 0
         mine = self.times[self.current]
         if mine and _median(probe) < self.GAIN * _median(mine):
-            self.current = other  # the other choice is faster now
+            # the other choice is faster now; probing back will cost what the old one loses per step
+            lost = _median(mine) - _median(probe)
+            self.current = other
             self.times[other] = list(probe)
-            self.every = self.PROBE_EVERY
-        elif mine:  # lost: wait until its extra time is PROBE_COST of the steps in between
+            self.every = max(self.PROBE_EVERY, int(lost / self.PROBE_COST / _median(probe)))
+        elif mine:  # lost: wait until its extra time is PROBE_COST of the steps in between, and longer each time
             extra = sum(probe) - len(probe) * _median(mine)
-            self.every = max(self.PROBE_EVERY, int(extra / self.PROBE_COST / _median(mine)))
+            self.every = max(min(2 * self.every, self.PROBE_EVERY_MAX), int(extra / self.PROBE_COST / _median(mine)))
 
 
 def _median(values: Sequence[float]) -> float:
