@@ -48,7 +48,8 @@ def test_a_quiet_machine_keeps_two_threads_and_rarely_probes(cpu):
     tuner = policy.ThreadTuner([backend])
     used = _run(tuner, backend, clock, lambda i, n: 0.010 if n == 2 else 0.018, 2000)
     assert used[-1] == 2 and tuner.current == "wide"
-    assert used.count(1) / len(used) < 0.01  # probes cost next to nothing
+    extra = used.count(1) * (0.018 - 0.010)
+    assert extra < 0.02 * 0.010 * len(used)  # the probes cost about 1% of the training
 
 
 def test_shared_cores_switch_to_one_thread_within_a_few_steps(cpu):

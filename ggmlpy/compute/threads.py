@@ -171,10 +171,10 @@ class ThreadTuner:
     processes keep a core busy starts with one thread. Off when the user set a count
     (``ggml_set_n_threads``) or the wide choice is one thread already."""
 
-    WARMUP = 1           # steps not timed (graph allocation, caches)
-    FIRST_PROBE = 2      # timed steps before the first probe
-    PROBE_STEPS = 3      # steps run with the other choice per probe ...
-    LOSING = 1.5         # ... ended at the first one this many times slower than the recent median
+    WARMUP = 2           # steps not timed (graph allocation, caches, the pool's threads starting)
+    FIRST_PROBE = 3      # timed steps before the first probe
+    PROBE_STEPS = 3      # steps run with the other choice per probe (the first, a switch, is not compared) ...
+    LOSING = 4.0         # ... ended at the first one this many times slower than the recent median
     PROBE_EVERY = 16     # steps between probes, at least ...
     PROBE_COST = 0.05    # ... long enough that a losing probe's extra time is this share of the training ...
     PROBE_EVERY_MAX = 256  # ... and doubling after each loss in a row, up to this (a quiet machine's cost)
@@ -241,6 +241,8 @@ class ThreadTuner:
     def _end_probe(self) -> None:
         other = self.running
         probe, self.probe = self.probe, None
+        if len(probe) > 1:
+            probe = probe[1:]  # the first step after a switch wakes the pool's threads or lets them go
         self.since_probe = 0
         mine = self.times[self.current]
         if mine and _median(probe) < self.GAIN * _median(mine):
