@@ -554,3 +554,58 @@ def test_0023_vectorised_tanh_and_sigmoid_match_numpy(name, ref):
     (special,) = compute(lambda ctx, t: getattr(G, name)(ctx, t), np.float32([[np.inf, -np.inf, np.nan, 0.0]]))
     special = special.ravel()
     assert special[0] == 1.0 and special[1] == (-1.0 if name == "ggml_tanh" else 0.0) and np.isnan(special[2])
+
+
+def _out_prod_ref(a, b, dst_planes):
+    """ggml_out_prod(a, b) in float64: dst[i3, i2, i1, i0] = sum_k a[i3 / r3, i2 / r2, k, i0] * b[i3, i2, k, i1]
+    (numpy order of ggml's [i0, k, i2, i3] and [i1, k, i2, i3]; a is broadcast over the planes)."""
+    n3, n2 = dst_planes
+    r3, r2 = n3 // a.shape[0], n2 // a.shape[1]
+    out = np.zeros((n3, n2, b.shape[3], a.shape[3]))
+    for i3 in range(n3):
+        for i2 in range(n2):
+            out[i3, i2] = b[i3, i2].astype(np.float64).T @ a[i3 // r3, i2 // r2].astype(np.float64)
+    return out
+
+
+@pytest.mark.parametrize("a_planes, b_planes, transposed_b", [
+    ((1, 1), (1, 1), False),   # a matrix (the case BLAS took before)
+    ((2, 3), (2, 3), False),   # attention's per-head, per-sample products
+    ((1, 2), (2, 4), False),   # a broadcast over the planes (grouped heads)
+    ((2, 3), (2, 3), True),    # b a transposed view in each plane
+    ((1, 1), (1, 1), "k1"),    # k = 1, b transposed: both strides of b are 4 (sgemm refused the wrong reading)
+])
+def test_0024_blas_takes_batched_out_prod_and_matches_numpy(a_planes, b_planes, transposed_b):
+    """patches/0024: 3-D/4-D OUT_PROD on the BLAS backend (one sgemm per plane, a broadcast)."""
+    from ggmlpy._ffi import lib
+    dev = next((d for d in G.ggml_backend_devices() if d.name == "BLAS"), None)
+    if dev is None:
+        pytest.skip("this build has no BLAS backend (GGMLPY_BACKENDS without blas, or OpenBLAS missing)")
+    k, n0, n1 = (1 if transposed_b == "k1" else 37), 48, 40
+    rng = np.random.default_rng(24)
+    av = rng.normal(size=(*a_planes, k, n0)).astype(np.float32)
+    bv = rng.normal(size=(*b_planes, k, n1)).astype(np.float32)
+    blas, cpu = G.ggml_backend_dev_init(dev), G.ggml_backend_cpu_init()
+    ctx = G.ggml_init(16 * G.ggml_tensor_overhead() + G.ggml_graph_overhead(), no_alloc=True)
+    a = G.ggml_set_input(G.ggml_new_tensor_4d(ctx, G.GGML_TYPE_F32, n0, k, a_planes[1], a_planes[0]))
+    if transposed_b:  # stored [k, n1] per plane, used as its transpose's transpose: nb[1] == 4
+        b_store = G.ggml_set_input(G.ggml_new_tensor_4d(ctx, G.GGML_TYPE_F32, k, n1, b_planes[1], b_planes[0]))
+        b = G.ggml_transpose(ctx, b_store)
+    else:
+        b_store = b = G.ggml_set_input(G.ggml_new_tensor_4d(ctx, G.GGML_TYPE_F32, n1, k, b_planes[1], b_planes[0]))
+    out = G.ggml_out_prod(ctx, a, b)
+    assert bool(lib.ggml_backend_dev_supports_op(dev.ptr, out.ptr))  # the BLAS device takes it
+    graph = G.ggml_new_graph(ctx)
+    G.ggml_build_forward_expand(graph, out)
+    sched = G.ggml_backend_sched_new([blas, cpu], parallel=False)
+    try:
+        G.ggml_backend_sched_alloc_graph(sched, graph)
+        G.ggml_backend_tensor_set_data(a, av)
+        G.ggml_backend_tensor_set_data(b_store, np.ascontiguousarray(np.swapaxes(bv, -1, -2)) if transposed_b else bv)
+        G.ggml_backend_sched_graph_compute(sched, graph)
+        assert G.ggml_backend_sched_get_tensor_backend(sched, out).name == "BLAS"
+        got = G.ggml_backend_tensor_get_data(out).reshape(*b_planes, n1, n0)
+        np.testing.assert_allclose(got, _out_prod_ref(av, bv, b_planes), rtol=1e-4, atol=1e-4)
+    finally:
+        for obj in (sched, ctx, cpu, blas):
+            obj.free()

@@ -26,6 +26,7 @@ def cpu(monkeypatch):
     clock = _Clock()
     monkeypatch.setattr(policy, "time", types.SimpleNamespace(perf_counter=clock.perf_counter, sleep=time.sleep))
     monkeypatch.setattr(policy, "cores_busy_elsewhere", lambda: 0.0)
+    monkeypatch.setattr(policy, "threads_set_by_user", lambda: False)  # whatever other tests set
     b = G.ggml_backend_cpu_init()
     policy.set_backend_threads(b, 2)
     yield b, clock
