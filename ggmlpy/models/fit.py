@@ -40,9 +40,18 @@ def _int_arg(value: Any, name: str, lo: int) -> int:
 
 
 def _verbose(verbose: Any) -> bool:
-    if verbose not in (0, 1, 2, True, False):
-        raise GgmlValueError(f"verbose must be 0, 1 or 2, got {verbose!r}")
+    """Whether to stay silent: verbose 0 (or False); 1, 2, True and Keras' "auto" show progress."""
+    if isinstance(verbose, str) and verbose == "auto":
+        return False
+    if verbose not in (0, 1, 2, True, False) or isinstance(verbose, float):
+        raise GgmlValueError(f"verbose must be 0, 1, 2 or 'auto', got {verbose!r}")
     return not verbose
+
+
+def _bar(verbose: Any, what: str) -> str | None:
+    """The progress bar's name for ``ggml_predict``/``ggml_evaluate`` (Keras' verbose=1 or "auto"), or None."""
+    silent = _verbose(verbose)
+    return None if silent or verbose == 2 else what
 
 
 # ---------------------------------------------------------------- prediction
@@ -61,13 +70,15 @@ def _in_use(model: Any):
     return model.runtime.use() if isinstance(model, Model) else contextlib.nullcontext()
 
 
-def ggml_predict(model: Model, x: Any, batch_size: int = 32) -> np.ndarray | list[np.ndarray]:
+def ggml_predict(model: Model, x: Any, batch_size: int = 32, verbose: Any = 0) -> np.ndarray | list[np.ndarray]:
     """Run the model forward on every sample of ``x``.
 
     Arguments:
         model: a compiled model, or a snapshot from ``ggml_trainer(...).snapshot()``.
         x: ``(N, *input_shape)`` (a list of arrays for several inputs), any N.
         batch_size: samples per forward pass; the last partial batch is padded internally.
+        verbose: 0 (the default) is silent; 1 or ``"auto"`` (Keras' default) show a progress bar over the
+            batches on a terminal; 2 is silent too (Keras prints no bar then).
 
     Value: ``(N, *output_shape)`` float32 (a list for several outputs): probabilities for a softmax
     or sigmoid last layer. Dropout is off and batch norm uses its running statistics.
@@ -77,8 +88,9 @@ def ggml_predict(model: Model, x: Any, batch_size: int = 32) -> np.ndarray | lis
     """
     model_, predictor = _predictor(model, "ggml_predict")
     batch_size = _int_arg(batch_size, "batch_size", 1)
+    bar = _bar(verbose, "predict")
     with _in_use(model):
-        outs = predict_arrays(model_, predictor, D.model_inputs(model_, x, allow_empty=True), batch_size)
+        outs = predict_arrays(model_, predictor, D.model_inputs(model_, x, allow_empty=True), batch_size, bar)
     return outs[0] if len(outs) == 1 else outs
 
 
@@ -100,19 +112,27 @@ def ggml_predict_classes(model: Model, x: Any, batch_size: int = 32) -> np.ndarr
 
 
 def _evaluate_arrays(model: Model, cfg: CompileConfig, predictor: Any, xs: list[np.ndarray], ys: list[np.ndarray],
-                     w: np.ndarray | None, batch_size: int, tally: Tally | None = None) -> Tally:
+                     w: np.ndarray | None, batch_size: int, tally: Tally | None = None,
+                     progress: str | None = None) -> Tally:
     tally = tally or Tally(cfg.heads)
-    outs = predict_arrays(model, predictor, xs, batch_size)
+    outs = predict_arrays(model, predictor, xs, batch_size, progress)
     tally.add(outs, ys, w)
     return tally
 
 
-def ggml_evaluate(model: Model, x: Any, y: Any, batch_size: int = 32, sample_weight: Any = None) -> dict:
+def ggml_evaluate(model: Model, x: Any, y: Any, batch_size: int = 32, sample_weight: Any = None, verbose: Any = 0,
+                  return_dict: bool = True) -> dict | list | float:
     """Loss and accuracy of the model on every sample of ``(x, y)`` (inference mode).
 
     Arguments:
         model: a compiled model. x, y: as for ``ggml_fit``. batch_size: samples per forward pass (the
         last partial batch counts fully). sample_weight: optional per-sample loss weights.
+        verbose: 0 (the default) is silent; 1 or ``"auto"`` show a progress bar over the batches on a
+            terminal; 2 is silent too.
+        return_dict: True (the default, ggmlR's form) returns the dict below; False returns Keras' form:
+            the loss alone for a model compiled without metrics, else ``[loss, accuracy]``, and for a
+            multi-output model ``[loss, <output>_loss..., <output>_accuracy...]`` (the accuracies only with
+            metrics), in the order of the outputs.
 
     Value: ``{"loss": ..., "accuracy": ..., "n_samples": N}``; accuracy is NaN for regression losses;
     a multi-output model adds ``"<output>_loss"`` / ``"<output>_accuracy"`` per output. The loss is the
@@ -120,19 +140,29 @@ def ggml_evaluate(model: Model, x: Any, y: Any, batch_size: int = 32, sample_wei
 
     Example:
         >>> g.ggml_evaluate(model, x_test, y_test)["accuracy"]
+        >>> loss, acc = g.ggml_evaluate(model, x_test, y_test, return_dict=False)   # as Keras
     """
     cfg = compiled(model, "ggml_evaluate")
+    if not isinstance(return_dict, bool):
+        raise GgmlValueError(f"return_dict must be True or False, got {return_dict!r}")
+    bar = _bar(verbose, "evaluate")
     xs = D.model_inputs(model, x)
     n = xs[0].shape[0]
     ys = D.model_targets(model, cfg, y, n)
     w = D.sample_weights(cfg, ys, n, sample_weight, None)
     with model.runtime.use():
-        tally = _evaluate_arrays(model, cfg, model.runtime.predictor, xs, ys, w, _int_arg(batch_size, "batch_size", 1))
+        tally = _evaluate_arrays(model, cfg, model.runtime.predictor, xs, ys, w, _int_arg(batch_size, "batch_size", 1),
+                                 progress=bar)
     result = {"loss": tally.total_loss(), "accuracy": tally.accuracy(), "n_samples": n}
     if len(cfg.heads) > 1:
         for h, l, a in zip(cfg.heads, tally.head_losses(), tally.head_accuracies()):
             result[f"{h.name}_loss"], result[f"{h.name}_accuracy"] = l, a
-    return result
+    if return_dict:
+        return result
+    if len(cfg.heads) == 1:
+        return [result["loss"], result["accuracy"]] if cfg.metrics else result["loss"]
+    values = [result["loss"]] + [result[f"{h.name}_loss"] for h in cfg.heads]
+    return values + ([result[f"{h.name}_accuracy"] for h in cfg.heads] if cfg.metrics else [])
 
 
 def _stats(tally: Tally) -> EpochStats:
@@ -180,7 +210,7 @@ def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch
             training. validation_data: ``(x_val, y_val)`` or ``(x_val, y_val, sample_weight_val)``.
         class_weight: ``{class id: weight}`` scales each sample's loss by its class's weight.
         sample_weight: ``(N,)`` per-sample loss weights.
-        verbose: 1 shows a progress bar and a line per epoch; 0 is silent.
+        verbose: 1 (or Keras' "auto") shows a progress bar and a line per epoch; 0 is silent.
         callbacks: ggmlR callbacks (``ggml_callback_early_stopping``, the LR schedules, dicts or objects
             with ``on_epoch_begin``/``on_epoch_end``).
         shuffle: reshuffle the training samples every epoch (numpy's global random state seeds it).

@@ -8,20 +8,23 @@ from typing import Any
 import numpy as np
 
 from ..core.handle import InterruptKeeper
+from ..training.progress import EpochProgress
 from .graph import Model
 
 
-def predict_arrays(model: Model, predictor: Any, xs: list[np.ndarray], batch_size: int) -> list[np.ndarray]:
+def predict_arrays(model: Model, predictor: Any, xs: list[np.ndarray], batch_size: int,
+                   progress: str | None = None) -> list[np.ndarray]:
     """Outputs (N, *output_shape) for inputs in ggml layout; the last partial batch is zero-padded and
-    its padding dropped from the result."""
+    its padding dropped from the result. ``progress``: a bar of that name over the batches (on a terminal)."""
     n = xs[0].shape[0]
     batch = min(batch_size, n)
     outputs = model.graph()[1]
     if n == 0:
         return [np.zeros((0,) + tuple(node.shape), dtype=np.float32) for node in outputs]
     chunks: list[list[np.ndarray]] = [[] for _ in outputs]
+    bar = EpochProgress(0, 0, -(-n // batch), progress is None, desc=progress)
     with InterruptKeeper() as interrupts:  # a Ctrl-C swallowed by a finalizer between batches is not lost
-        for start in range(0, n, batch):
+        for done, start in enumerate(range(0, n, batch), 1):
             interrupts.check()
             part = [x[start:start + batch] for x in xs]
             m = part[0].shape[0]
@@ -29,4 +32,6 @@ def predict_arrays(model: Model, predictor: Any, xs: list[np.ndarray], batch_siz
                 part = [np.concatenate([p, np.zeros((batch - m,) + p.shape[1:], dtype=p.dtype)]) for p in part]
             for i, (o, node) in enumerate(zip(predictor.run(part, batch), outputs)):
                 chunks[i].append(o.reshape((batch,) + node.shape)[:m])
+            bar.update(done * batch, None)
+    bar.close()
     return [np.concatenate(c) for c in chunks]

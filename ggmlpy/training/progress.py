@@ -18,14 +18,14 @@ def _stderr_writable() -> bool:
 class EpochProgress:
     REFRESH_S = 0.5
 
-    def __init__(self, epoch: int, nepoch: int, total: int | None, silent: bool) -> None:
+    def __init__(self, epoch: int, nepoch: int, total: int | None, silent: bool, desc: str | None = None) -> None:
         self.silent = silent or not _stderr_writable()
         self.start = time.perf_counter()
         self._last = self.start
         self.bar = None
         if not self.silent:
             try:
-                self.bar = tqdm(total=total, desc=f"Epoch {epoch}/{nepoch}", unit="batch", file=sys.stderr,
+                self.bar = tqdm(total=total, desc=desc or f"Epoch {epoch}/{nepoch}", unit="batch", file=sys.stderr,
                                 leave=False, dynamic_ncols=True, disable=None)  # None: no bar unless a terminal
             except (OSError, ValueError, AttributeError):  # a stderr that cannot be written or asked
                 self.bar = None
@@ -36,7 +36,7 @@ class EpochProgress:
         try:
             self.bar.update(1)
             now = time.perf_counter()
-            if now - self._last >= self.REFRESH_S:
+            if loss_fn is not None and now - self._last >= self.REFRESH_S:
                 self._last = now
                 self.bar.set_postfix(loss=f"{loss_fn():.4g}", samples_per_s=f"{samples / (now - self.start):.0f}",
                                      refresh=False)

@@ -465,3 +465,42 @@ def test_a_warning_turned_error_in_a_fits_cleanup_keeps_the_history_and_the_step
             g.ggml_fit(m, x, y, epochs=3, batch_size=16, nbatch_logical=32, verbose=0)  # 9 batches: 4 steps
     assert list(info.value.history["epoch"]) == [1, 2, 3]
     assert int(m.runtime.opt_state.state["iter"]) == 4 + 1
+
+
+# ---------------------------------------------------------------- Keras' call forms (issue 26, item 1)
+
+def test_evaluate_return_dict_false_gives_keras_list_forms():
+    x, labels = blobs()
+    y = np.eye(3, dtype=np.float32)[labels]
+    m = classifier()
+    d = g.ggml_evaluate(m, x, y)
+    assert g.ggml_evaluate(m, x, y, return_dict=False) == [d["loss"], d["accuracy"]]
+    plain = g.ggml_compile(classifier(), loss="categorical_crossentropy", metrics=[], backend="cpu")
+    loss = g.ggml_evaluate(plain, x, y, return_dict=False)
+    assert isinstance(loss, float) and loss == g.ggml_evaluate(plain, x, y)["loss"]
+    inp = g.ggml_input((4,))
+    h = g.ggml_layer_dense(inp, 6, activation="tanh")
+    two = g.ggml_compile(g.ggml_model(inp, [g.ggml_layer_dense(h, 3, activation="softmax", name="cls"),
+                                           g.ggml_layer_dense(h, 1, name="reg")]),
+                         loss=["categorical_crossentropy", "mse"], backend="cpu")
+    r = x[:, :1]
+    d2 = g.ggml_evaluate(two, x, [y, r])
+    np.testing.assert_array_equal(g.ggml_evaluate(two, x, [y, r], return_dict=False),  # NaN: no accuracy of mse
+                                  [d2["loss"], d2["cls_loss"], d2["reg_loss"], d2["cls_accuracy"], d2["reg_accuracy"]])
+    with pytest.raises(g.GgmlValueError, match="return_dict"):
+        g.ggml_evaluate(m, x, y, return_dict="no")
+
+
+def test_predict_and_evaluate_take_keras_verbose_values():
+    x, labels = blobs()
+    y = np.eye(3, dtype=np.float32)[labels]
+    m = classifier()
+    want = g.ggml_predict(m, x)
+    for v in (0, 1, 2, "auto", True, False):
+        np.testing.assert_array_equal(g.ggml_predict(m, x, verbose=v), want)
+        assert g.ggml_evaluate(m, x, y, verbose=v)["loss"] == pytest.approx(g.ggml_evaluate(m, x, y)["loss"])
+    for bad in (3, "yes", 1.0, None):
+        with pytest.raises(g.GgmlValueError, match="verbose"):
+            g.ggml_predict(m, x, verbose=bad)
+    h = g.ggml_fit(m, x, y, epochs=1, verbose="auto")  # Keras' default of fit too
+    assert len(h) == 1
