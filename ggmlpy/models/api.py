@@ -127,7 +127,8 @@ def _pair(cls: type, stem: str, doc: str) -> tuple[Callable, Callable]:
 ARG_DOCS = {
     "model_or_node": "a sequential model (the layer is appended) or a node (from ggml_input or another layer).",
     "units": "the number of outputs (an int >= 1).",
-    "activation": "relu, sigmoid, tanh, gelu (tanh form), silu, softmax, or None / 'linear' for none.",
+    "activation": "relu, sigmoid, tanh, gelu (tanh form), silu (Keras' swish), softmax, or None / 'linear' for "
+                  "none.",
     "use_bias": "add a learned bias (one per output).",
     "filters": "the number of output channels.",
     "kernel_size": "the kernel's size: (rows, cols) for 2-D, an int for 1-D (an int n means (n, n) in 2-D).",
@@ -167,7 +168,7 @@ def _arguments(cls: type) -> str:
 
 ggml_layer_dense, ggml_dense = _pair(
     Lyr.Dense, "dense", "Fully connected layer: ``activation(x W + b)`` over the last axis of a sample, "
-    "``units`` outputs. Activations: relu, sigmoid, tanh, gelu, silu, softmax, None/'linear'.\n\n"
+    "``units`` outputs. Activations: relu, sigmoid, tanh, gelu, silu (swish), softmax, None/'linear'.\n\n"
     "Example:\n    >>> model = g.ggml_layer_dense(model, 64, activation='relu', input_shape=(20,))")
 ggml_layer_conv_2d, _conv_2d_object = _pair(
     conv.Conv2D, "conv_2d", "2-D convolution of channels-last images (H, W, C): ``filters`` output channels, "

@@ -34,6 +34,7 @@ ACTIVATIONS: dict[str | None, Callable | None] = {
     None: None, "linear": None, "relu": ggml_relu, "sigmoid": ggml_sigmoid, "tanh": ggml_tanh,
     "gelu": ggml_gelu, "silu": ggml_silu, "softmax": ggml_soft_max,
 }
+ALIASES = {"swish": "silu"}  # Keras' names of the same functions
 
 
 def bool_arg(value: Any, name: str) -> bool:
@@ -45,8 +46,9 @@ def bool_arg(value: Any, name: str) -> bool:
 def check_activation(activation: Any) -> str | None:
     if activation is not None and not isinstance(activation, str):
         raise GgmlTypeError(f"activation must be a name (str) or None, got {type(activation).__name__}")
+    activation = ALIASES.get(activation, activation)
     if activation not in ACTIVATIONS:
-        names = ", ".join(repr(a) for a in ACTIVATIONS if a is not None)
+        names = ", ".join(repr(a) for a in [*ACTIVATIONS, *ALIASES] if a is not None)
         raise GgmlValueError(f"unknown activation {activation!r}; expected one of {names} or None")
     return None if activation == "linear" else activation
 

@@ -137,7 +137,7 @@ def test_recompiling_and_snapshots_keep_a_one_unit_layers_weights():
 
 
 @pytest.mark.parametrize("call, kind, text", [
-    (lambda: g.ggml_layer_dense(g.ggml_model_sequential(), 3, activation="swish", input_shape=(2,)),
+    (lambda: g.ggml_layer_dense(g.ggml_model_sequential(), 3, activation="mish", input_shape=(2,)),
      ValueError, "unknown activation"),
     (lambda: g.ggml_layer_dense(g.ggml_model_sequential(), 0, input_shape=(2,)), ValueError, "units"),
     (lambda: g.ggml_apply(g.ggml_input(shape=(2,)), "dense"), TypeError, "layer object"),
@@ -512,3 +512,19 @@ def test_an_uncompiled_sub_model_of_trained_layers_pickles_trained():
     g.ggml_compile(copy, loss="mse", backend="cpu")
     np.testing.assert_array_equal(g.ggml_get_weights(copy)["features.weight"],
                                   g.ggml_get_weights(full)["features.weight"])
+
+
+def test_swish_is_keras_name_for_silu():
+    def model(activation):
+        np.random.seed(0)
+        m = g.ggml_model_sequential()
+        m = g.ggml_layer_dense(m, 4, activation=activation, input_shape=(3,), name="d")
+        return g.ggml_compile(m, loss="mse", backend="cpu")
+    x = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
+    np.testing.assert_array_equal(g.ggml_predict(model("swish"), x), g.ggml_predict(model("silu"), x))
+    m = model("swish")
+    w = g.ggml_get_weights(m)
+    kernel, bias = w["d.weight"], w["d.bias"]  # (inputs, units), as Keras' kernel
+    z = x.astype(np.float64) @ kernel + bias
+    np.testing.assert_allclose(g.ggml_predict(m, x), z / (1 + np.exp(-z)), rtol=1e-5, atol=1e-6)
+
