@@ -609,3 +609,18 @@ def test_0024_blas_takes_batched_out_prod_and_matches_numpy(a_planes, b_planes, 
     finally:
         for obj in (sched, ctx, cpu, blas):
             obj.free()
+
+
+def test_0025_vectorised_gelu_matches_numpy():
+    """patches/0025: F32 GELU (the tanh form) over SIMD lanes, against numpy float64, odd length included."""
+    from tests.conftest import compute
+    x = np.concatenate([np.linspace(-10, 10, 2001), np.logspace(-6, 1, 300), -np.logspace(-6, 1, 300),
+                        [0.0, -12.0, 12.0, -40.0, 40.0]]).astype(np.float32)[:-1]
+    (out,) = compute(lambda ctx, t: G.ggml_gelu(ctx, t), x.reshape(1, -1))
+    v = x.astype(np.float64)
+    with np.errstate(over="ignore"):  # 0.5 v (1 + tanh u) without its cancellation for negative v
+        want = v / (1 + np.exp(-2 * np.sqrt(2 / np.pi) * (v + 0.044715 * v ** 3)))
+    # the exp of a float32 argument up to ~90 in magnitude (x near -10) is off by |u| 2^-24 relative: 6e-6
+    np.testing.assert_allclose(out.ravel(), want, rtol=1e-5, atol=1e-30)
+    near = np.abs(v) < 4  # where GELU's values are of the order of x: as close as the scalar form
+    np.testing.assert_allclose(out.ravel()[near], want[near], rtol=2e-6, atol=1e-12)
