@@ -20,7 +20,7 @@ import numpy as np
 from .._ffi import ffi, lib
 from ..backend.backend import Backend
 from ..backend.buffer import ggml_backend_alloc_ctx_tensors
-from ..backend.transfer import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
+from ..backend.transfer import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data, numpy_shape
 from ..compute.alloc import ggml_gallocr_alloc_graph, ggml_gallocr_new
 from ..compute.run import ggml_backend_graph_compute
 from ..core.handle import check_rpc_connections
@@ -183,7 +183,7 @@ class ReplicaOptimizer:
         state = {"optimizer": ggml_opt_optimizer_name(self.optimizer), "iter": self.iter, "m": {}, "v": {},
                  "hparams": hparams}
         for name, param, m, v in zip(self.names, self.params, self.m, self.v):
-            shape = tuple(reversed(_stripped_ne(param)))
+            shape = numpy_shape(param)
             state["m"][name] = ggml_backend_tensor_get_data(m).reshape(shape)
             state["v"][name] = ggml_backend_tensor_get_data(v).reshape(shape)
         return state
@@ -225,10 +225,3 @@ def _write(t: Tensor, host: np.ndarray) -> None:
 def _copy(src: Tensor, dst: Tensor, host: np.ndarray) -> None:
     _read(src, host)
     _write(dst, host)
-
-
-def _stripped_ne(t: Tensor) -> tuple[int, ...]:
-    ne = list(t.shape)
-    while len(ne) > 1 and ne[-1] == 1:
-        ne.pop()
-    return tuple(ne)

@@ -21,17 +21,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _start_server(endpoint: str) -> subprocess.Popen:
+    """An RPC server at ``endpoint`` in a process of its own, listening when this returns."""
+    server = subprocess.Popen([sys.executable, "-c", f"import ggmlpy; ggmlpy.ggml_backend_rpc_start_server({endpoint!r})"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 30
+    while not g.ggml_rpc_probe(endpoint, 0.2):
+        assert server.poll() is None, "the RPC server process exited"
+        assert time.time() < deadline, "the RPC server did not start listening"
+        time.sleep(0.1)
+    return server
+
+
 @pytest.fixture(scope="module")
 def rpc_endpoint():
     endpoint = f"127.0.0.1:{_free_port()}"
-    server = subprocess.Popen([sys.executable, "-c", f"import ggmlpy; ggmlpy.ggml_backend_rpc_start_server({endpoint!r})"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = _start_server(endpoint)
     try:
-        deadline = time.time() + 30
-        while not g.ggml_rpc_probe(endpoint, 0.2):
-            assert server.poll() is None, "the RPC server process exited"
-            assert time.time() < deadline, "the RPC server did not start listening"
-            time.sleep(0.1)
         yield endpoint
     finally:
         server.kill()
@@ -201,17 +207,6 @@ def test_a_server_that_dies_mid_fit_raises_with_the_history(tmp_path):
 
 
 # ---------------------------------------------------------------- data parallel over two servers
-
-def _start_server(endpoint: str) -> subprocess.Popen:
-    server = subprocess.Popen([sys.executable, "-c", f"import ggmlpy; ggmlpy.ggml_backend_rpc_start_server({endpoint!r})"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 30
-    while not g.ggml_rpc_probe(endpoint, 0.2):
-        assert server.poll() is None, "the RPC server process exited"
-        assert time.time() < deadline, "the RPC server did not start listening"
-        time.sleep(0.1)
-    return server
-
 
 @pytest.fixture(scope="module")
 def two_rpc_devices():
