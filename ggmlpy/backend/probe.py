@@ -74,7 +74,9 @@ def _describe(p: Any) -> dict:
 def _span(d: dict) -> int:
     size = int(lib.ggml_type_size(d["type"]))
     blck = int(lib.ggml_blck_size(d["type"]))
-    return (d["ne"][0] // max(blck, 1)) * size + sum((d["ne"][i] - 1) * d["nb"][i] for i in range(1, 4)) + 64
+    # the last byte any element can be at, dim 0 included: a transposed source has its large stride there
+    rows = [d["ne"][0] // max(blck, 1)] + list(d["ne"][1:4])
+    return size + sum((rows[i] - 1) * d["nb"][i] for i in range(4)) + 64
 
 
 def cpu_kernel_runs(p: Any) -> tuple[bool, str]:

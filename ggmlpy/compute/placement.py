@@ -123,6 +123,12 @@ class PlacementRecorder:
             lib.ggml_backend_sched_set_eval_callback(self._ptr, ffi.NULL, ffi.NULL)
         self._handle = None
 
+    def _on_eval(self, t: Any, ask: bool) -> bool:
+        """ggml's eval callback: record each node before it runs, and ask for none (no split changes)."""
+        if ask:
+            self._see(t)
+        return False
+
     def _see(self, t: Any) -> None:
         op = ffi.string(lib.ggml_op_desc(t)).decode()
         if op in _NO_WORK:
@@ -170,9 +176,8 @@ def _key(p: Any) -> int:
 
 @ffi.def_extern()
 def _ggmlpy_sched_eval_cb(t, ask, user_data):  # noqa: ANN001 - C signature
+    # the watcher (a PlacementRecorder, a profile's NodeTimer) says whether ggml stops after this node
     try:
-        if ask:
-            ffi.from_handle(user_data)._see(t)
+        return bool(ffi.from_handle(user_data)._on_eval(t, bool(ask)))
     except Exception:  # never raise into C: a missed node only makes the report incomplete
-        pass
-    return False  # no node's data is needed: every split runs as one graph
+        return False

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from typing import Any, Callable
 
 import numpy as np
@@ -258,27 +259,42 @@ class ModelTrainer:
         return f"<ggml_trainer of '{self._model.name}' batch_size={self.batch_size} ({state})>"
 
 
-def step_placement(model: Model, batch_size: int, x: list, y: list) -> Placement:
-    """Where one training step of ``model`` on ``(x, y)`` runs: a trainer's step watched by a
-    ``PlacementRecorder``. The weights (batch-norm statistics included) are put back afterwards and the model's
-    optimizer state is left as it was."""
+def watched_steps(model: Model, batch_size: int, x: list, y: list, watcher: Any, steps: int = 1,
+                  timed: int = 0) -> tuple[list, float | None]:
+    """``steps`` training steps of ``model`` on ``(x, y)``, each inside ``watcher(sched)`` (a
+    ``PlacementRecorder``, a ``NodeTimer``), then ``timed`` plain steps. Returns the watchers and the best plain
+    step's seconds (None when ``timed`` is 0). The weights (batch-norm statistics included) are put back
+    afterwards and the model's optimizer state is left as it was."""
     params = model.runtime.params
     kept = params.values_by_layer()
     trainer = ModelTrainer(model, batch_size)
     try:
-        recorders: list[PlacementRecorder] = []
+        watchers: list = []
 
-        def watch(sched: Any) -> PlacementRecorder:
-            recorders.append(PlacementRecorder(sched))
-            return recorders[-1]
+        def watch(sched: Any) -> Any:
+            watchers.append(watcher(sched))
+            return watchers[-1]
+        best = None
         with trainer._lock:
-            trainer._step(x, y, watch)
-        return recorders[0].placement(f"training step of '{model.name}', batch {batch_size}")
+            for _ in range(steps):
+                trainer._step(x, y, watch)
+            for _ in range(timed):
+                t = time.perf_counter()
+                trainer._step(x, y)
+                best = min(best or float("inf"), time.perf_counter() - t)
+        return watchers, best
     finally:
         trainer.discard()
         for layer, values in kept.values():
             for name, value in values.items():
                 params.write(layer, name, value)
+
+
+def step_placement(model: Model, batch_size: int, x: list, y: list) -> Placement:
+    """Where one training step of ``model`` on ``(x, y)`` runs: a trainer's step watched by a
+    ``PlacementRecorder`` (``watched_steps``)."""
+    recorders, _ = watched_steps(model, batch_size, x, y, PlacementRecorder)
+    return recorders[0].placement(f"training step of '{model.name}', batch {batch_size}")
 
 
 def ggml_trainer(model: Model, batch_size: int = 32, nbatch_logical: int | None = None) -> ModelTrainer:

@@ -1,0 +1,141 @@
+"""Where the time of a graph's compute goes, node by node.
+
+``NodeTimer`` watches the computes of one scheduler through ggml's eval callback, as ``PlacementRecorder``
+does, but asks for every node that does work: the scheduler then computes each such node as a graph of its
+own and reports back after it, so the time between the two calls is that node's compute. That changes the
+compute being measured: every node pays a graph launch (the thread pool's start and end, a few to some tens of
+microseconds) instead of one barrier, so the sum of the nodes is larger than the plain step; the profile
+reports both. ``Profile`` is what it saw, aggregated by op and backend.
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._ffi import ffi, lib
+from ..core.handle import unwrap
+from .placement import _NO_WORK, _key  # the module that defines the eval callback both watchers use
+from .sched import Scheduler
+
+
+@dataclass
+class NodeTime:
+    """One node of one compute: its op, the backend that ran it, its shape (ggml's ``ne``), its sources' shapes
+    and the seconds its compute took."""
+    op: str
+    backend: str
+    shape: tuple
+    sources: tuple
+    seconds: float
+
+
+@dataclass
+class Profile:
+    """Node timings of one or more computes of the same graph (``ggml_model_profile``'s result).
+
+    Attributes:
+        what: what was computed, e.g. ``"training step of 'cnn', batch 100"``.
+        steps: how many computes the node times add up over.
+        nodes: every ``NodeTime`` of every compute, in the order they ran.
+        step_seconds: the best time of one plain compute (not split per node), when it was measured.
+    """
+    what: str
+    steps: int
+    nodes: list[NodeTime] = field(default_factory=list)
+    step_seconds: float | None = None
+
+    @property
+    def nodes_per_step(self) -> int:
+        """Nodes that do work in one compute (views, reshapes and permutes not counted)."""
+        return len(self.nodes) // max(self.steps, 1)
+
+    @property
+    def node_seconds(self) -> float:
+        """The nodes' compute times added up, per step."""
+        return sum(n.seconds for n in self.nodes) / max(self.steps, 1)
+
+    def by_op(self) -> list[tuple[str, str, int, float]]:
+        """``(op, backend, nodes per step, seconds per step)`` for each op and backend, slowest first."""
+        count: dict = defaultdict(int)
+        seconds: dict = defaultdict(float)
+        for n in self.nodes:
+            count[(n.op, n.backend)] += 1
+            seconds[(n.op, n.backend)] += n.seconds
+        s = max(self.steps, 1)
+        rows = [(op, be, count[(op, be)] // s, seconds[(op, be)] / s) for (op, be) in count]
+        return sorted(rows, key=lambda r: -r[3])
+
+    def slowest(self, k: int = 10) -> list[NodeTime]:
+        """The ``k`` slowest nodes of one step (the node times averaged over the steps)."""
+        per = self.nodes_per_step
+        if per == 0:
+            return []
+        avg = []
+        for i in range(per):
+            same = self.nodes[i::per]
+            avg.append(NodeTime(same[0].op, same[0].backend, same[0].shape, same[0].sources,
+                                sum(n.seconds for n in same) / len(same)))
+        return sorted(avg, key=lambda n: -n.seconds)[:k]
+
+    def __str__(self) -> str:
+        total = self.node_seconds
+        head = f"{self.what}: {self.nodes_per_step} nodes per step, {total * 1e3:.2f} ms per step node by node"
+        if self.step_seconds is not None:
+            head += f" ({self.step_seconds * 1e3:.2f} ms as one graph)"
+        lines = [head, f"  {'op':24} {'backend':8} {'nodes':>5} {'ms/step':>8} {'share':>6}"]
+        for op, be, n, sec in self.by_op():
+            lines.append(f"  {op:24} {be:8} {n:5} {sec * 1e3:8.3f} {sec / total if total else 0:6.1%}")
+        lines.append("  slowest nodes:")
+        for n in self.slowest(8):
+            srcs = ", ".join("x".join(map(str, s)) for s in n.sources)
+            lines.append(f"    {n.op:22} {n.backend:6} {n.seconds * 1e3:7.3f} ms  {'x'.join(map(str, n.shape))}"
+                         f" <- {srcs}")
+        return "\n".join(lines)
+
+
+def _shape(t: Any) -> tuple:
+    ne = [int(t.ne[i]) for i in range(4)]
+    while len(ne) > 1 and ne[-1] == 1:
+        ne.pop()
+    return tuple(ne)
+
+
+class NodeTimer:
+    """Times every node a scheduler computes while it is entered (``with NodeTimer(sched):``).
+
+    Only one watcher (this or a ``PlacementRecorder``) is on a scheduler at a time; leaving the block removes
+    the callback. The computes inside run node by node, so they are slower than without it."""
+
+    def __init__(self, sched: Scheduler) -> None:
+        self.sched = sched
+        self._ptr = unwrap(sched, Scheduler, "NodeTimer(sched)")
+        self._names = {_key(b.ptr): ffi.string(lib.ggml_backend_name(b.ptr)).decode() for b in sched.backends}
+        self.nodes: list[NodeTime] = []
+        self._started = 0.0
+        self._handle: Any = None
+
+    def __enter__(self) -> "NodeTimer":
+        self._handle = ffi.new_handle(self)
+        lib.ggml_backend_sched_set_eval_callback(self._ptr, lib._ggmlpy_sched_eval_cb, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.sched.alive:
+            lib.ggml_backend_sched_set_eval_callback(self._ptr, ffi.NULL, ffi.NULL)
+        self._handle = None
+
+    def _on_eval(self, t: Any, ask: bool) -> bool:
+        if not ask:  # the node asked for last has been computed
+            elapsed = time.perf_counter() - self._started
+            op = ffi.string(lib.ggml_op_desc(t)).decode()
+            b = lib.ggml_backend_sched_get_tensor_backend(self._ptr, t)
+            sources = tuple(_shape(s) for s in t.src[0:int(lib.GGML_MAX_SRC)] if s != ffi.NULL)
+            self.nodes.append(NodeTime(op, self._names.get(_key(b), "?") if b != ffi.NULL else "?", _shape(t),
+                                       sources, elapsed))
+            return True  # go on with the graph
+        if ffi.string(lib.ggml_op_desc(t)).decode() in _NO_WORK:
+            return False  # computed with the next node that does work
+        self._started = time.perf_counter()
+        return True

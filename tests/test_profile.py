@@ -1,0 +1,36 @@
+"""ggml_model_profile: node timings of a training step, checked against the placement of the same step."""
+import numpy as np
+import pytest
+
+import ggmlpy as g
+from ggmlpy.models.placement import ggml_model_profile
+
+
+def _cnn():
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_conv_2d(m, 4, (3, 3), activation="relu", input_shape=(8, 8, 1))
+    m = g.ggml_layer_max_pooling_2d(m, (2, 2))
+    m = g.ggml_layer_flatten(m)
+    m = g.ggml_layer_dense(m, 3, activation="softmax")
+    return g.ggml_compile(m, loss="sparse_categorical_crossentropy")
+
+
+def test_profile_times_every_node_of_the_step_and_leaves_the_weights():
+    model = _cnn()
+    before = {k: v.copy() for k, v in g.ggml_get_weights(model).items()}
+    p = ggml_model_profile(model, batch_size=8, steps=2)
+    placement = g.ggml_model_placement(model, batch_size=8)
+    assert p.nodes_per_step == sum(placement.op_counts().values())
+    ops = {op for op, _, _, _ in p.by_op()}
+    assert {"IM2COL", "POOL_2D", "POOL_2D_BACK", "OPT_STEP_ADAMW"} <= ops
+    assert all(n.seconds >= 0 for n in p.nodes) and p.node_seconds > 0 and p.step_seconds > 0
+    assert "nodes per step" in str(p)
+    after = g.ggml_get_weights(model)
+    for k in before:
+        np.testing.assert_array_equal(before[k], after[k])
+
+
+@pytest.mark.parametrize("kw", [{"batch_size": 0}, {"steps": 0}, {"steps": 1.5}])
+def test_profile_rejects_bad_arguments(kw):
+    with pytest.raises(g.GgmlValueError):
+        ggml_model_profile(_cnn(), **kw)
