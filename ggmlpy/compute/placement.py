@@ -21,7 +21,7 @@ from .sched import Scheduler
 
 
 # ops that compute nothing (their result views another tensor's memory): not counted as work anywhere
-_NO_WORK = {"NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"}
+NO_WORK_OPS = {"NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"}
 # device types whose backends compute in host memory: the CPU itself and ggml's BLAS backend
 _HOST_TYPES = (int(lib.GGML_BACKEND_DEVICE_TYPE_CPU), int(lib.GGML_BACKEND_DEVICE_TYPE_ACCEL))
 
@@ -106,7 +106,7 @@ class PlacementRecorder:
         self._host: set[str] = set()
         for b in sched.backends:
             name = ffi.string(lib.ggml_backend_name(b.ptr)).decode()
-            self._names[_key(b.ptr)] = name
+            self._names[pointer_key(b.ptr)] = name
             if is_host_backend(b):
                 self._host.add(name)
         self._nodes: list[tuple[str, str]] = []
@@ -131,17 +131,17 @@ class PlacementRecorder:
 
     def _see(self, t: Any) -> None:
         op = ffi.string(lib.ggml_op_desc(t)).decode()
-        if op in _NO_WORK:
+        if op in NO_WORK_OPS:
             return
         b = lib.ggml_backend_sched_get_tensor_backend(self._ptr, t)
-        backend = self._names.get(_key(b), "?") if b != ffi.NULL else "?"
+        backend = self._names.get(pointer_key(b), "?") if b != ffi.NULL else "?"
         self._nodes.append((backend, op))
         for s in t.src:
-            if s == ffi.NULL or _key(s) in self._copies:
+            if s == ffi.NULL or pointer_key(s) in self._copies:
                 continue
             name = ffi.string(s.name).decode("utf-8", "replace")
             if name.split("#", 1)[0] in self._names.values() and name.count("#") >= 2:
-                self._copies[_key(s)] = (name, int(lib.ggml_nbytes(s)))
+                self._copies[pointer_key(s)] = (name, int(lib.ggml_nbytes(s)))
 
     def placement(self, what: str) -> Placement:
         """What the computes inside the block did (the last compute's split count)."""
@@ -170,7 +170,7 @@ def warn_if_host_ops(placement: Placement) -> None:
                   "runs; an op the device lacks stays on the CPU", GgmlpyWarning, stacklevel=5)
 
 
-def _key(p: Any) -> int:
+def pointer_key(p: Any) -> int:
     return int(ffi.cast("uintptr_t", p))
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from .._ffi import ffi, lib
 from ..core.handle import unwrap
-from .placement import _NO_WORK, _key  # the module that defines the eval callback both watchers use
+from .placement import NO_WORK_OPS, pointer_key  # the module that defines the eval callback both watchers use
 from .sched import Scheduler
 
 
@@ -111,7 +111,7 @@ class NodeTimer:
     def __init__(self, sched: Scheduler) -> None:
         self.sched = sched
         self._ptr = unwrap(sched, Scheduler, "NodeTimer(sched)")
-        self._names = {_key(b.ptr): ffi.string(lib.ggml_backend_name(b.ptr)).decode() for b in sched.backends}
+        self._names = {pointer_key(b.ptr): ffi.string(lib.ggml_backend_name(b.ptr)).decode() for b in sched.backends}
         self.nodes: list[NodeTime] = []
         self._started = 0.0
         self._handle: Any = None
@@ -132,10 +132,10 @@ class NodeTimer:
             op = ffi.string(lib.ggml_op_desc(t)).decode()
             b = lib.ggml_backend_sched_get_tensor_backend(self._ptr, t)
             sources = tuple(_shape(s) for s in t.src[0:int(lib.GGML_MAX_SRC)] if s != ffi.NULL)
-            self.nodes.append(NodeTime(op, self._names.get(_key(b), "?") if b != ffi.NULL else "?", _shape(t),
+            self.nodes.append(NodeTime(op, self._names.get(pointer_key(b), "?") if b != ffi.NULL else "?", _shape(t),
                                        sources, elapsed))
             return True  # go on with the graph
-        if ffi.string(lib.ggml_op_desc(t)).decode() in _NO_WORK:
+        if ffi.string(lib.ggml_op_desc(t)).decode() in NO_WORK_OPS:
             return False  # computed with the next node that does work
         self._started = time.perf_counter()
         return True
