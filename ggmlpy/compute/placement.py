@@ -94,26 +94,23 @@ def _bytes(n: int) -> str:
     return f"{n} B"
 
 
-class PlacementRecorder:
-    """Records where a scheduler computes each node while it is entered (``with PlacementRecorder(sched):``).
-
-    Only one recorder watches a scheduler at a time; leaving the block removes the callback."""
+class SchedWatcher:
+    """What every watcher of a scheduler's computes shares (``with watcher(sched):``): entering installs ggml's
+    eval callback, which calls the watcher's ``_on_eval(tensor, ask)`` (its answer says whether ggml stops after
+    that node); leaving removes it. Only one watcher is on a scheduler at a time."""
 
     def __init__(self, sched: Scheduler) -> None:
         self.sched = sched
-        self._ptr = unwrap(sched, Scheduler, "PlacementRecorder(sched)")
-        self._names: dict[int, str] = {}
-        self._host: set[str] = set()
-        for b in sched.backends:
-            name = ffi.string(lib.ggml_backend_name(b.ptr)).decode()
-            self._names[pointer_key(b.ptr)] = name
-            if is_host_backend(b):
-                self._host.add(name)
-        self._nodes: list[tuple[str, str]] = []
-        self._copies: dict[int, tuple[str, int]] = {}
+        self._ptr = unwrap(sched, Scheduler, f"{type(self).__name__}(sched)")
+        self._names = {pointer_key(b.ptr): ffi.string(lib.ggml_backend_name(b.ptr)).decode() for b in sched.backends}
         self._handle: Any = None
 
-    def __enter__(self) -> "PlacementRecorder":
+    def backend_of(self, t: Any) -> str:
+        """The name of the backend the scheduler gave node ``t`` ("?" when it gave none)."""
+        b = lib.ggml_backend_sched_get_tensor_backend(self._ptr, t)
+        return self._names.get(pointer_key(b), "?") if b != ffi.NULL else "?"
+
+    def __enter__(self) -> "SchedWatcher":
         self._handle = ffi.new_handle(self)
         lib.ggml_backend_sched_set_eval_callback(self._ptr, lib._ggmlpy_sched_eval_cb, self._handle)
         return self
@@ -122,6 +119,21 @@ class PlacementRecorder:
         if self.sched.alive:
             lib.ggml_backend_sched_set_eval_callback(self._ptr, ffi.NULL, ffi.NULL)
         self._handle = None
+
+    def _on_eval(self, t: Any, ask: bool) -> bool:
+        raise NotImplementedError
+
+
+class PlacementRecorder(SchedWatcher):
+    """Records where a scheduler computes each node while it is entered (``with PlacementRecorder(sched):``).
+
+    Only one recorder watches a scheduler at a time; leaving the block removes the callback."""
+
+    def __init__(self, sched: Scheduler) -> None:
+        super().__init__(sched)
+        self._host = {self._names[pointer_key(b.ptr)] for b in sched.backends if is_host_backend(b)}
+        self._nodes: list[tuple[str, str]] = []
+        self._copies: dict[int, tuple[str, int]] = {}
 
     def _on_eval(self, t: Any, ask: bool) -> bool:
         """ggml's eval callback: record each node before it runs, and ask for none (no split changes)."""
@@ -133,9 +145,7 @@ class PlacementRecorder:
         op = ffi.string(lib.ggml_op_desc(t)).decode()
         if op in NO_WORK_OPS:
             return
-        b = lib.ggml_backend_sched_get_tensor_backend(self._ptr, t)
-        backend = self._names.get(pointer_key(b), "?") if b != ffi.NULL else "?"
-        self._nodes.append((backend, op))
+        self._nodes.append((self.backend_of(t), op))
         for s in t.src:
             if s == ffi.NULL or pointer_key(s) in self._copies:
                 continue

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._ffi import ffi, lib
-from ..core.handle import unwrap
-from .placement import NO_WORK_OPS, pointer_key  # the module that defines the eval callback both watchers use
+from .placement import NO_WORK_OPS, SchedWatcher
 from .sched import Scheduler
 
 
@@ -102,37 +101,22 @@ def _shape(t: Any) -> tuple:
     return tuple(ne)
 
 
-class NodeTimer:
+class NodeTimer(SchedWatcher):
     """Times every node a scheduler computes while it is entered (``with NodeTimer(sched):``).
 
     Only one watcher (this or a ``PlacementRecorder``) is on a scheduler at a time; leaving the block removes
     the callback. The computes inside run node by node, so they are slower than without it."""
 
     def __init__(self, sched: Scheduler) -> None:
-        self.sched = sched
-        self._ptr = unwrap(sched, Scheduler, "NodeTimer(sched)")
-        self._names = {pointer_key(b.ptr): ffi.string(lib.ggml_backend_name(b.ptr)).decode() for b in sched.backends}
+        super().__init__(sched)
         self.nodes: list[NodeTime] = []
         self._started = 0.0
-        self._handle: Any = None
-
-    def __enter__(self) -> "NodeTimer":
-        self._handle = ffi.new_handle(self)
-        lib.ggml_backend_sched_set_eval_callback(self._ptr, lib._ggmlpy_sched_eval_cb, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.sched.alive:
-            lib.ggml_backend_sched_set_eval_callback(self._ptr, ffi.NULL, ffi.NULL)
-        self._handle = None
 
     def _on_eval(self, t: Any, ask: bool) -> bool:
         if not ask:  # the node asked for last has been computed
             elapsed = time.perf_counter() - self._started
-            op = ffi.string(lib.ggml_op_desc(t)).decode()
-            b = lib.ggml_backend_sched_get_tensor_backend(self._ptr, t)
             sources = tuple(_shape(s) for s in t.src[0:int(lib.GGML_MAX_SRC)] if s != ffi.NULL)
-            self.nodes.append(NodeTime(op, self._names.get(pointer_key(b), "?") if b != ffi.NULL else "?", _shape(t),
+            self.nodes.append(NodeTime(ffi.string(lib.ggml_op_desc(t)).decode(), self.backend_of(t), _shape(t),
                                        sources, elapsed))
             return True  # go on with the graph
         if ffi.string(lib.ggml_op_desc(t)).decode() in NO_WORK_OPS:
