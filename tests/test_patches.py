@@ -426,6 +426,91 @@ def test_0011_repeat_back_into_one_element_per_row_sums_the_rows():
     np.testing.assert_allclose(loss, np.sum((target + bias) * r), rtol=1e-5)
 
 
+# ---------------------------------------------------------------- 0026: bias gradients on every thread
+
+REPEAT_BACK_CASES = {  # source in numpy order (ne3, ne2, ne1, ne0), dst's (ne3, ne2, ne1), how the source is viewed
+    "conv_bias": ((3, 4, 5, 7), (1, 4, 1), "plain"),            # rows join: one long row per channel and sample
+    "long_rows": ((2, 3, 29, 37), (1, 3, 1), "plain"),          # joined rows past the 256-float blocks
+    "rows_kept": ((2, 3, 4, 6), (2, 3, 4), "plain"),            # ne1 > 1: no repeat along dim 1
+    "repeat_every_dim": ((4, 6, 4, 5), (2, 3, 2), "plain"),     # repeats along dims 1, 2 and 3 at once
+    "strided_rows": ((2, 4, 5, 7), (1, 4, 1), "padded"),        # a view whose rows do not lie back to back
+    "permuted": ((2, 5, 4, 6), (1, 5, 1), "permuted"),          # dims 1 and 2 swapped: rows out of order
+    "more_threads_than_sums": ((1, 2, 3, 300), (1, 2, 1), "plain"),
+}
+
+
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+@pytest.mark.parametrize("case", sorted(REPEAT_BACK_CASES))
+def test_0026_repeat_back_into_one_element_per_row_matches_numpy(case, n_threads):
+    """patches/0026: REPEAT_BACK into ne0 = 1 split between threads, against numpy float64 sums."""
+    from tests.conftest import compute
+    src_shape, dst_shape, view = REPEAT_BACK_CASES[case]
+    rng = np.random.default_rng(26)
+    s3, s2, s1, s0 = src_shape
+    if view == "padded":
+        stored = rng.uniform(-1, 1, (s3, s2, s1, s0 + 3)).astype(np.float32)
+        src = stored[..., :s0]
+    elif view == "permuted":
+        stored = rng.uniform(-1, 1, (s3, s1, s2, s0)).astype(np.float32)
+        src = np.swapaxes(stored, 1, 2)
+    else:
+        stored = src = rng.uniform(-1, 1, src_shape).astype(np.float32)
+    d3, d2, d1 = dst_shape
+    like = np.zeros((d3, d2, d1, 1), np.float32)
+
+    def build(ctx, x, b):
+        if view == "padded":
+            x = G.ggml_view_4d(ctx, x, s0, s1, s2, s3, x.ptr.nb[1], x.ptr.nb[2], x.ptr.nb[3])
+        elif view == "permuted":
+            x = G.ggml_permute(ctx, x, 0, 2, 1, 3)
+        return G.ggml_repeat_back(ctx, x, b)
+
+    backend = _cpu(n_threads)
+    try:
+        (got,) = compute(build, stored, like, backend=backend)
+    finally:
+        backend.free()
+    tiles = np.asarray(src, np.float64).reshape(s3 // d3, d3, s2 // d2, d2, s1 // d1, d1, s0)
+    np.testing.assert_allclose(got, tiles.sum(axis=(0, 2, 4, 6))[..., None], rtol=1e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------- 0027: the 2x2 pool's own path
+
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+@pytest.mark.parametrize("hw", [(8, 6), (7, 9)])  # (7, 9): the last row and column are in no window
+def test_0027_max_pool_2x2_and_its_backward_match_numpy(hw, n_threads):
+    """patches/0027: 2x2 windows, stride 2, no padding; few distinct values, so most windows hold ties."""
+    rng = np.random.default_rng(hw[0] * 10 + n_threads)
+    x = rng.integers(-2, 2, (3, 5, *hw)).astype(np.float32)  # 15 planes: not a multiple of the thread count
+    ref, backward = _max_pool_ref(np.asarray(x, np.float64), 2, 2, 0)
+    r = rng.uniform(-1, 1, ref.shape).astype(np.float32)
+    backend = _cpu(n_threads)
+    try:
+        loss, grad = compute_grad_on(backend, lambda c, xt: G.ggml_pool_2d(c, xt, G.GGML_OP_POOL_MAX, 2, 2, 2, 2, 0, 0),
+                                     x, r)
+    finally:
+        backend.free()
+    np.testing.assert_allclose(loss, np.sum(ref * r), rtol=1e-5)
+    np.testing.assert_array_equal(grad, backward(r.astype(np.float64)).astype(np.float32))
+
+
+@pytest.mark.parametrize("n_threads", [1, 2])
+@pytest.mark.parametrize("op", ["max", "avg"])
+def test_0027_pool_2x2_forward_matches_numpy(op, n_threads):
+    from tests.conftest import compute
+    rng = np.random.default_rng(27)
+    x = rng.normal(size=(2, 3, 9, 12)).astype(np.float32)
+    pool = G.GGML_OP_POOL_MAX if op == "max" else G.GGML_OP_POOL_AVG
+    backend = _cpu(n_threads)
+    try:
+        (got,) = compute(lambda c, t: G.ggml_pool_2d(c, t, pool, 2, 2, 2, 2, 0, 0), x, backend=backend)
+    finally:
+        backend.free()
+    windows = np.asarray(x, np.float64)[:, :, :8, :].reshape(2, 3, 4, 2, 6, 2)
+    want = windows.max(axis=(3, 5)) if op == "max" else windows.mean(axis=(3, 5))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
 # ---------------------------------------------------------------- 0013: one BLAS compute at a time
 
 def test_0013_blas_products_from_four_threads_at_once_match_numpy():

@@ -21,7 +21,7 @@ from typing import Any
 from ..core.types import GGML_TYPE_F32
 from ..errors import GgmlValueError
 from ..ops.conv import ggml_im2col, GGML_OP_POOL_MAX, ggml_pool_2d
-from ..ops.elementwise import ggml_add, ggml_cont, ggml_scale
+from ..ops.elementwise import ggml_add, ggml_cont, ggml_relu, ggml_scale
 from ..ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d
 from ..ops.linalg import ggml_mul_mat
 from ..ops.reduce import ggml_concat, ggml_sum_rows
@@ -52,7 +52,8 @@ def _out_and_pad(size: int, k: int, s: int, padding: str, layer: Layer) -> tuple
 
 def _conv_2d_f32(g: Any, kernel, x, s0: int, s1: int, p0: int, p1: int):
     """``ggml_conv_2d`` with a float32 im2col: kernel ``[KW, KH, Cin, Cout]``, data ``[W, H, Cin, N]``
-    -> ``[OW, OH, Cout, N]``."""
+    -> ``[OW, OH, Cout, N]``, a permuted view: the caller's next op (the bias ADD, or ``_contiguous``) writes it
+    out in that order, so no extra pass copies it."""
     ctx = g.ctx
     kw, kh, cin, cout = kernel.shape[:4]
     cols = ggml_im2col(ctx, kernel, x, s0, s1, p0, p1, 1, 1, True, GGML_TYPE_F32)  # [Cin*KH*KW, OW, OH, N]
@@ -60,11 +61,12 @@ def _conv_2d_f32(g: Any, kernel, x, s0: int, s1: int, p0: int, p1: int):
     y = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, cols, k, ow * oh * n),
                          ggml_reshape_2d(ctx, kernel, kw * kh * cin, cout))      # [OW*OH*N, Cout]
     y = ggml_reshape_4d(ctx, y, ow, oh, n, cout)
-    return ggml_cont(ctx, ggml_permute(ctx, y, 0, 1, 3, 2))                  # [OW, OH, Cout, N]
+    return ggml_permute(ctx, y, 0, 1, 3, 2)                                 # [OW, OH, Cout, N]
 
 
 def _conv_1d_f32(g: Any, kernel, x, s0: int, p0: int):
-    """``ggml_conv_1d`` with a float32 im2col: kernel ``[K, Cin, Cout]``, data ``[L, Cin, N]`` -> ``[OL, Cout, N]``."""
+    """``ggml_conv_1d`` with a float32 im2col: kernel ``[K, Cin, Cout]``, data ``[L, Cin, N]`` -> ``[OL, Cout, N]``,
+    a permuted view as for ``_conv_2d_f32``."""
     ctx = g.ctx
     kk, cin, cout = kernel.shape[:3]
     cols = ggml_im2col(ctx, kernel, x, s0, 0, p0, 0, 1, 0, False, GGML_TYPE_F32)  # [Cin*K, OL, N]
@@ -72,7 +74,7 @@ def _conv_1d_f32(g: Any, kernel, x, s0: int, p0: int):
     y = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, cols, k, ol * n),
                          ggml_reshape_2d(ctx, kernel, kk * cin, cout))           # [OL*N, Cout]
     y = ggml_reshape_3d(ctx, y, ol, n, cout)
-    return ggml_cont(ctx, ggml_permute(ctx, y, 0, 2, 1, 3))                   # [OL, Cout, N]
+    return ggml_permute(ctx, y, 0, 2, 1, 3)                                  # [OL, Cout, N]
 
 
 def _pad_end(g: Any, x, dim: int, extra: int):
@@ -93,6 +95,12 @@ class _Conv(Layer):
         # softmax normalises over the channels, which ggml's image/sequence layout does not keep on its fastest
         # axis: that activation runs in the user's layout (channels last), and the layer returns that layout
         return NATURAL if self.activation == "softmax" else None
+
+    @staticmethod
+    def _add_bias(g: Any, y: Any, bias: Any) -> Any:
+        """The convolution's permuted product made contiguous: by the per-channel bias ADD (broadcast over the
+        other axes), which reads the view as it is, or by a copy when there is no bias."""
+        return ggml_add(g.ctx, y, bias) if bias is not None else ggml_cont(g.ctx, y)
 
     def _activate(self, g: Any, y: Any, shapes: list) -> Any:
         if self.activation == "softmax":
@@ -145,9 +153,8 @@ class Conv2D(_Conv):
         x = _pad_end(g, _pad_end(g, xs[0], 0, ew), 1, eh)
         (sh, sw) = self.strides
         y = _conv_2d_f32(g, g.param(self, "kernel"), x, sw, sh, pw, ph)
-        if self.use_bias:  # one bias per channel, broadcast over [W, H, ., N]
-            y = ggml_add(g.ctx, y, ggml_reshape_4d(g.ctx, g.param(self, "bias"), 1, 1, self.filters, 1))
-        return self._activate(g, y, shapes)
+        bias = ggml_reshape_4d(g.ctx, g.param(self, "bias"), 1, 1, self.filters, 1) if self.use_bias else None
+        return self._activate(g, self._add_bias(g, y, bias), shapes)
 
 
 class Conv1D(_Conv):
@@ -189,9 +196,8 @@ class Conv1D(_Conv):
         _, pad, extra = self._geometry(shapes[0])
         x = _pad_end(g, xs[0], 0, extra)
         y = _conv_1d_f32(g, g.param(self, "kernel"), x, self.strides, pad)
-        if self.use_bias:  # one bias per channel, broadcast over [L, ., N]
-            y = ggml_add(g.ctx, y, ggml_reshape_3d(g.ctx, g.param(self, "bias"), 1, self.filters, 1))
-        return self._activate(g, y, shapes)
+        bias = ggml_reshape_3d(g.ctx, g.param(self, "bias"), 1, self.filters, 1) if self.use_bias else None
+        return self._activate(g, self._add_bias(g, y, bias), shapes)
 
 
 class MaxPooling2D(Layer):
@@ -219,6 +225,11 @@ class MaxPooling2D(Layer):
 
     def forward(self, g, xs, shapes):
         (kh, kw), (sh, sw) = self.pool_size, self.strides
+        pre = g.relu_input(xs[0])
+        if pre is not None:
+            # max(relu(x)) == relu(max(x)), gradients included (relu is non-decreasing and its step is 0 where
+            # a window's maximum is <= 0): the relu and its backward then run on the pooled, smaller tensor
+            return ggml_relu(g.ctx, ggml_pool_2d(g.ctx, pre, GGML_OP_POOL_MAX, kw, kh, sw, sh, 0, 0))
         return ggml_pool_2d(g.ctx, xs[0], GGML_OP_POOL_MAX, kw, kh, sw, sh, 0, 0)
 
 

@@ -294,7 +294,10 @@ def activate(g: Any, t: Tensor, activation: str | None) -> Tensor:
     fn = ACTIVATIONS[activation]
     if fn is None or (activation == "softmax" and g.strip_softmax):
         return t
-    return fn(g.ctx, t)
+    out = fn(g.ctx, t)
+    if activation == "relu":
+        g.note_relu(out, t)
+    return out
 
 
 class Dense(Layer):

@@ -94,6 +94,7 @@ class GraphBuilder:
             ggml_set_name(self.seeds.tensor, "dropout_seeds")
         self.hooks: list[Any] = []
         self.side_outputs: list[Tensor] = []  # computed by every training step besides the loss
+        self._relu_inputs: dict[int, tuple[Tensor, Tensor]] = {}  # id(relu output) -> (output, input)
 
     # ---- for layers
     def param(self, layer: Layer, name: str) -> Tensor:
@@ -128,6 +129,15 @@ class GraphBuilder:
         """Compute ``t`` in every training step although the loss does not depend on it (a ``ggml_cpy`` that
         updates a layer's state on the device: ggml-opt's extra outputs)."""
         self.side_outputs.append(ggml_set_output(t))
+
+    def note_relu(self, out: Tensor, x: Tensor) -> None:
+        """``out`` is ``relu(x)``: a layer after it may compute on ``x`` first (a max-pool: relu commutes with it)."""
+        self._relu_inputs[id(out)] = (out, x)  # the output kept alive, so its id is not reused
+
+    def relu_input(self, t: Tensor) -> Tensor | None:
+        """``x`` when ``t`` is a ``relu(x)`` that a layer built through ``activate``, else None."""
+        entry = self._relu_inputs.get(id(t))
+        return entry[1] if entry is not None and entry[0] is t else None
 
     def on_train_step(self, hook: Any) -> None:
         self.hooks.append(hook)

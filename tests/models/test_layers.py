@@ -214,6 +214,32 @@ case("max_pooling_2d_then_dense",
                         (g.ggml_layer_flatten, (), {}), (g.ggml_layer_dense, (3,), dict(name="d"))),
      lambda w, x, t: R.dense(R.flatten(R.max_pooling_2d(_conv_ref(w, x), (2, 2))), w["d.weight"], w["d.bias"]),
      normal(3, 5, 5, 1))
+# a relu before a max-pool runs after it (they commute, gradients included): the pool reads the conv's output
+def _relu_shared_model():
+    x = g.ggml_input((6, 7, 2), name="x")
+    c = g.ggml_layer_conv_2d(x, 3, (2, 2), activation="relu", name="c")
+    pooled = g.ggml_layer_max_pooling_2d(c, (2, 2))
+    return g.ggml_model(x, g.ggml_layer_add([pooled, g.ggml_layer_conv_2d(c, 3, (4, 4), name="c2")]))
+
+
+case("conv_relu_then_max_pooling_2d",
+     lambda: sequential(_conv((6, 7, 2), activation="relu"), (g.ggml_layer_max_pooling_2d, ((2, 2),), {})),
+     lambda w, x, t: R.max_pooling_2d(_conv_ref(w, x, act="relu"), (2, 2)),
+     normal(3, 6, 7, 2))
+case("conv_relu_then_overlapping_max_pooling_2d",
+     lambda: sequential(_conv((6, 7, 2), activation="relu"),
+                        (g.ggml_layer_max_pooling_2d, ((3, 2),), dict(strides=(1, 2)))),
+     lambda w, x, t: R.max_pooling_2d(_conv_ref(w, x, act="relu"), (3, 2), (1, 2)),
+     normal(3, 6, 7, 2))
+case("conv_without_bias_relu_then_max_pooling_2d",
+     lambda: sequential(_conv((6, 7, 2), activation="relu", use_bias=False),
+                        (g.ggml_layer_max_pooling_2d, ((2, 2),), {})),
+     lambda w, x, t: R.max_pooling_2d(R.conv2d(x, w["c.kernel"], None, (1, 1), "valid", "relu"), (2, 2)),
+     normal(3, 6, 7, 2))
+case("conv_relu_feeding_a_max_pool_and_a_conv", _relu_shared_model,
+     lambda w, x, t: R.add([R.max_pooling_2d(_conv_ref(w, x, act="relu"), (2, 2)),
+                            _conv_ref(w, _conv_ref(w, x, act="relu"), "c2")]),
+     normal(3, 6, 7, 2))
 case("global_average_pooling_2d",
      lambda: sequential(_conv((5, 4, 2)), (g.ggml_layer_global_average_pooling_2d, (), {})),
      lambda w, x, t: R.global_average_pooling_2d(_conv_ref(w, x)),

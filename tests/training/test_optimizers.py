@@ -167,8 +167,11 @@ def test_accumulation_equals_a_larger_batch(kind, optimizer, cpu, backend_sched_
         pa, pb = a.params(), b.params()
         assert not np.allclose(pa["W"], a.W0, atol=1e-4)  # it trained
         # Exact on the CPU. GPU kernels sum in another order, and MAE's sign(err) gradient and AdamW's
-        # normalised steps amplify the last-bit differences, so only closeness is checked there.
-        tol = 1e-5 if cpu.is_cpu else 1e-2
+        # normalised steps amplify the last-bit differences, so only closeness is checked there. The same holds
+        # for MAE under AdamW on the CPU: a bias gradient whose exact value is 0 (as many +1 as -1 signs) is 0 or
+        # a last-bit residue depending on how its sums are grouped (one batch's rows summed in double, against
+        # three batches' float sums added by the accumulation), and AdamW turns a residue into a full step.
+        tol = 1e-5 if cpu.is_cpu and not (kind == "mae" and optimizer == ADAMW) else 1e-2
         for key in pa:
             np.testing.assert_allclose(pa[key], pb[key], rtol=tol, atol=tol, err_msg=key)
         assert list(ha["steps"]) == [len(small)] * 2 and list(hb["steps"]) == [len(big)] * 2
