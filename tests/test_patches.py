@@ -273,6 +273,43 @@ def test_0010_blas_out_prod_runs_with_the_backends_thread_count():
         obj.free()
 
 
+@pytest.mark.parametrize("n0, n1, threads_during", [(9, 8, 1), (16, 16, 1), (64, 40, 2)])
+def test_0028_blas_out_prod_with_a_tiny_output_runs_on_one_openblas_thread(n0, n1, threads_during):
+    """patches/0028: an output plane of <= 256 elements on one OpenBLAS thread (two were 1.7x slower at 9 x 8 over
+    78,400 positions), larger ones on the backend's count; the product matches numpy either way."""
+    if not any(d.name == "BLAS" for d in G.ggml_backend_devices()):
+        pytest.skip("this build has no BLAS backend (GGMLPY_BACKENDS without blas, or OpenBLAS missing)")
+    from ggmlpy.backend.backend import set_backend_threads
+    openblas = _openblas()
+    if openblas is None:
+        pytest.skip("libopenblas.so.0 cannot be loaded by name here, so its thread count cannot be read")
+    k = 3000
+    blas = G.ggml_backend_dev_init(next(d for d in G.ggml_backend_devices() if d.name == "BLAS"))
+    cpu = G.ggml_backend_cpu_init()
+    set_backend_threads(blas, 2)
+    ctx = G.ggml_init(16 * G.ggml_tensor_overhead() + G.ggml_graph_overhead(), no_alloc=True)
+    a = G.ggml_set_input(G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, n0, k))
+    b_store = G.ggml_set_input(G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, k, n1))  # positions first, as a gradient
+    out = G.ggml_out_prod(ctx, a, G.ggml_transpose(ctx, b_store))
+    graph = G.ggml_new_graph(ctx)
+    G.ggml_build_forward_expand(graph, out)
+    sched = G.ggml_backend_sched_new([blas, cpu], parallel=False)
+    try:
+        G.ggml_backend_sched_alloc_graph(sched, graph)
+        rng = np.random.default_rng(28)
+        av, bv = rng.normal(size=(k, n0)).astype(np.float32), rng.normal(size=(n1, k)).astype(np.float32)
+        G.ggml_backend_tensor_set_data(a, av)
+        G.ggml_backend_tensor_set_data(b_store, bv)
+        G.ggml_backend_sched_graph_compute(sched, graph)
+        assert G.ggml_backend_sched_get_tensor_backend(sched, out).name == "BLAS"
+        assert openblas.openblas_get_num_threads() == threads_during
+        want = bv.astype(np.float64) @ av.astype(np.float64)
+        np.testing.assert_allclose(G.ggml_backend_tensor_get_data(out).reshape(n1, n0), want, rtol=1e-4, atol=1e-3)
+    finally:
+        for obj in (sched, ctx, cpu, blas):
+            obj.free()
+
+
 @pytest.mark.parametrize("shape, taken", [
     ((9, 7840, 8), True),     # a 3x3 single-channel convolution's product: thin, but 0.56 M multiply-adds
     ((500, 10, 500), True),   # a classifier's last layer (10 outputs)
@@ -492,6 +529,28 @@ def test_0027_max_pool_2x2_and_its_backward_match_numpy(hw, n_threads):
         backend.free()
     np.testing.assert_allclose(loss, np.sum(ref * r), rtol=1e-5)
     np.testing.assert_array_equal(grad, backward(r.astype(np.float64)).astype(np.float32))
+
+
+def test_0027_max_pool_2x2_backward_windows_without_a_maximum_above_minus_flt_max_get_nothing():
+    """ggml's rule: an element takes the gradient when it is above the running max, which starts at -FLT_MAX; so
+    a window of -inf and -FLT_MAX passes nothing back, and of -0 and +0 the first takes it."""
+    big = np.finfo(np.float32).max
+    x = np.array([[[[-np.inf, -big, 1.0, 1.0],
+                    [-big, -np.inf, 1.0, 1.0],
+                    [-0.0, 0.0, 2.0, -1.0],
+                    [0.0, -0.0, 3.0, -np.inf]]]], np.float32)
+    r = np.array([[[[0.5, -0.25], [-2.0, 4.0]]]], np.float32)
+    backend = _cpu(1)
+    try:
+        _, grad = compute_grad_on(backend, lambda c, xt: G.ggml_pool_2d(c, xt, G.GGML_OP_POOL_MAX, 2, 2, 2, 2, 0, 0),
+                                  x, r)
+    finally:
+        backend.free()
+    want = np.zeros_like(x)
+    want[0, 0, 0, 2] = -0.25  # the first of four equal maxima
+    want[0, 0, 2, 0] = -2.0   # -0 before +0: equal, the first takes it
+    want[0, 0, 3, 2] = 4.0
+    np.testing.assert_array_equal(grad, want)
 
 
 @pytest.mark.parametrize("n_threads", [1, 2])
