@@ -9,8 +9,10 @@ from __future__ import annotations
 import difflib
 import inspect
 import math
+import os
 import sys
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -347,3 +349,126 @@ def ggml_schedule_reduce_on_plateau(monitor: str = "val_loss", factor: float = 0
         tracker.wait = 0  # best is kept; no cooldown (ggmlR's rule)
 
     return _on_stall(monitor, patience, min_delta, mode, reduce, fn)
+
+
+def ggml_schedule_learning_rate(schedule: Callable[[int, float], float], verbose: int = 0) -> dict:
+    """A learning rate from a function of the epoch and the current rate (Keras' ``LearningRateScheduler``).
+
+    At the start of every epoch ``schedule(epoch_index, lr)`` is called with the epoch's index counted from 0
+    (Keras' convention: the fit's first epoch is 0, or ``initial_epoch`` when it continues one) and the learning
+    rate in effect (of the fit's optimizer); the rate it returns is set for both optimizers from that epoch on.
+
+    Arguments:
+        schedule: a function ``f(epoch_index, lr) -> new_lr``; the new rate must be a finite number > 0 that
+            float32 holds (ggml cannot step with 0; return a tiny rate to pause).
+        verbose: 1 prints the new rate at each epoch (to stderr), 0 (the default) is silent.
+
+    Value: a callback dict ``{"on_epoch_begin": f}`` for the ``callbacks`` list of the fit functions.
+
+    Example:
+        >>> def halve_after_ten(epoch, lr):
+        ...     return lr if epoch < 10 else lr * 0.5
+        >>> hist = g.ggml_fit(model, x, y, epochs=20, callbacks=[g.ggml_schedule_learning_rate(halve_after_ten)])
+    """
+    fn = "ggml_schedule_learning_rate"
+    if not callable(schedule):
+        raise GgmlTypeError(f"{fn}: schedule must be a function f(epoch_index, lr) -> new_lr, got "
+                            f"{type(schedule).__name__}")
+    try:
+        inspect.signature(schedule).bind(0, 1e-3)
+    except TypeError:
+        raise GgmlTypeError(f"{fn}: schedule is called as f(epoch_index, lr), but its signature is "
+                            f"{inspect.signature(schedule)}; give it both parameters (Keras' form)") from None
+    except ValueError:  # a builtin whose signature cannot be read: its call will tell
+        pass
+    verbose = int_arg(fn, "verbose", verbose, 0)
+
+    def on_epoch_begin(epoch: int, logs: dict, state: FitState) -> None:
+        rates = state_get(state, "lr_ud").get()
+        current = rates["sgd"] if state_get(state, "optimizer", "adamw") == "sgd" else rates["adamw"]
+        new = schedule(epoch - 1, current)
+        if not is_real(new) or not 0 < float(new) <= FLOAT32_MAX:
+            raise GgmlValueError(f"{fn}: schedule({epoch - 1}, {current:.6g}) returned {new!r}; it must return the "
+                                 "new learning rate, a finite number > 0 (return a tiny rate to pause training)")
+        lr = _set_lr(state, float(new), float(new))
+        if verbose:
+            _say(f"Epoch {epoch}: learning rate set to {lr:.6g}")
+
+    return {"on_epoch_begin": on_epoch_begin}
+
+
+def ggml_callback_csv_logger(path: Any, separator: str = ",", append: bool = False) -> dict:
+    """Write each epoch's logged values to a CSV file as training goes (Keras' ``CSVLogger``).
+
+    The file gets a header row ``epoch`` plus the keys logged after the first epoch (``train_loss``,
+    ``train_accuracy``, ``val_loss``, ``val_accuracy``, per-output keys, ...), then one row per epoch with the
+    epoch number as the history counts it (from 1, ggmlR's convention). Each row is flushed when its epoch
+    ends, so a fit that is interrupted or crashes keeps the epochs it finished. A value missing in a later
+    epoch is written as an empty field; keys that first appear later are not added (as Keras does).
+
+    Arguments:
+        path: the file to write (a str or ``os.PathLike``); its folder must exist.
+        separator: the field separator (one character, default ``","``).
+        append: False (the default) starts the file anew at the first epoch of the fit; True adds the rows of
+            this fit after the existing ones (the header only when the file is empty or missing).
+
+    Value: a callback object with ``on_epoch_begin``/``on_epoch_end`` for the ``callbacks`` list.
+
+    Example:
+        >>> hist = g.ggml_fit(model, x, y, epochs=10, callbacks=[g.ggml_callback_csv_logger("training.csv")])
+        >>> import pandas as pd; pd.read_csv("training.csv").tail(1)
+    """
+    return _CsvLogger(path, separator, append)
+
+
+class _CsvLogger:
+    def __init__(self, path: Any, separator: str, append: bool) -> None:
+        fn = "ggml_callback_csv_logger"
+        if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+            raise GgmlTypeError(f"{fn}: path must be a file name (str or os.PathLike), got {path!r}")
+        if not isinstance(separator, str) or len(separator) != 1 or separator in "\r\n\"":
+            raise GgmlValueError(f"{fn}: separator must be one character other than a quote or a newline, got "
+                                 f"{separator!r}")
+        if not isinstance(append, bool):
+            raise GgmlTypeError(f"{fn}: append must be True or False, got {append!r}")
+        folder = os.path.dirname(os.path.abspath(os.fspath(path)))
+        if not os.path.isdir(folder):
+            raise GgmlValueError(f"{fn}: the folder {folder!r} does not exist; create it first")
+        self.path, self.separator, self.append = os.fspath(path), separator, append
+        self.keys: list[str] | None = None
+        self._fit: Any = None  # which fit the file belongs to: each fit passes its own state
+
+    def _same_fit(self, state: Any) -> bool:
+        current = self._fit() if isinstance(self._fit, weakref.ref) else self._fit
+        return current is not None and (current is state if isinstance(self._fit, weakref.ref) else current == id(state))
+
+    def on_epoch_begin(self, epoch: int, logs: dict, state: Any) -> None:
+        if self._same_fit(state):
+            return
+        try:  # a new fit (an early stop or an interrupt ended the last one, or it ran to its end)
+            self._fit = weakref.ref(state)
+        except TypeError:  # a state without weak references (a dict): told apart by id
+            self._fit = id(state)
+        self.keys = None
+        if not self.append:
+            open(self.path, "w", encoding="utf-8").close()
+
+    def on_epoch_end(self, epoch: int, logs: dict, state: Any) -> None:
+        import csv
+        self.on_epoch_begin(epoch, logs, state)  # a no-op unless the fit's first call is this one
+        with open(self.path, "a", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f, delimiter=self.separator)
+            if self.keys is None:
+                self.keys = [k for k in logs if k != "epoch"]
+                if f.tell() == 0:
+                    writer.writerow(["epoch"] + self.keys)
+            writer.writerow([epoch] + [_csv_value(logs.get(k)) for k in self.keys])
+            f.flush()
+
+
+def _csv_value(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, float) and math.isnan(v):
+        return "nan"
+    return v

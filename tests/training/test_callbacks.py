@@ -275,3 +275,97 @@ def test_builtin_argument_errors():
         G.ggml_callback_early_stopping(mode="up")
     with pytest.raises(ValueError, match="step_size"):
         G.ggml_schedule_step_decay(step_size=0)
+
+
+# ---------------------------------------------------------------- Keras' LearningRateScheduler and CSVLogger
+
+@pytest.mark.parametrize("initial_epoch", [0, 4])
+def test_schedule_learning_rate_follows_keras_epoch_indices(initial_epoch, model, tsched, batches):
+    """schedule(epoch_index, lr) at each epoch's start, the index from 0 (Keras), lr the rate in effect; the
+    rate it returns is the one the epoch trains with."""
+    calls: list = []
+
+    def schedule(epoch, lr):
+        calls.append((epoch, lr))
+        return lr * 0.5 if epoch % 2 else lr + 1e-3
+
+    log: list = []
+    fit(model, tsched, batches, [G.ggml_schedule_learning_rate(schedule), lr_log(log)], epochs=4,
+        initial_epoch=initial_epoch, learning_rate=2e-3)
+    lr, want_calls, want_log = 2e-3, [], []
+    for i in range(initial_epoch, initial_epoch + 4):   # plain Python: Keras' rule
+        want_calls.append((i, pytest.approx(lr, rel=1e-6)))
+        lr = lr * 0.5 if i % 2 else lr + 1e-3
+        want_log.append((i + 1, pytest.approx(lr, rel=1e-6)))
+    assert calls == want_calls
+    assert log == want_log
+
+
+def test_schedule_learning_rate_reads_and_sets_the_sgd_rate(model, tsched, batches):
+    seen: list = []
+    log: list = []
+    fit(model, tsched, batches, [G.ggml_schedule_learning_rate(lambda e, lr: seen.append(lr) or 0.02),
+                                 lr_log(log, key="sgd")], epochs=2, optimizer=SGD, learning_rate=0.05)
+    assert seen == [pytest.approx(0.05), pytest.approx(0.02)]
+    assert [lr for _, lr in log] == [pytest.approx(0.02)] * 2
+
+
+@pytest.mark.parametrize("bad", [0.0, -1e-3, float("nan"), float("inf"), None, "0.1"])
+def test_schedule_learning_rate_rejects_a_rate_ggml_cannot_step_with(bad, model, tsched, batches):
+    with pytest.raises(G.GgmlValueError, match=r"schedule\(0, 0\.001\) returned"):
+        fit(model, tsched, batches, [G.ggml_schedule_learning_rate(lambda e, lr: bad)], epochs=1)
+
+
+def test_schedule_learning_rate_checks_its_function():
+    with pytest.raises(G.GgmlTypeError, match="must be a function"):
+        G.ggml_schedule_learning_rate(0.1)
+    with pytest.raises(G.GgmlTypeError, match=r"called as f\(epoch_index, lr\)"):
+        G.ggml_schedule_learning_rate(lambda epoch: 0.1)
+
+
+def _read_csv(path, sep=","):
+    import csv
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.reader(f, delimiter=sep))
+
+
+def test_csv_logger_writes_the_history_one_row_per_epoch(tmp_path, model, tsched, batches):
+    path = tmp_path / "log.csv"
+    h = fit(model, tsched, batches, [G.ggml_callback_csv_logger(path)], epochs=3, validation_generator=batches)
+    rows = _read_csv(path)
+    header, body = rows[0], rows[1:]
+    assert header[0] == "epoch" and set(header[1:]) >= {"train_loss", "val_loss"}
+    assert [int(r[0]) for r in body] == list(h["epoch"]) == [1, 2, 3]
+    for key in ("train_loss", "val_loss"):
+        col = header.index(key)
+        np.testing.assert_allclose([float(r[col]) for r in body], h[key].to_numpy(), rtol=1e-12)
+
+
+def test_csv_logger_starts_over_or_appends_and_keeps_the_rows_of_a_failed_fit(tmp_path, model, tsched, batches):
+    path = tmp_path / "log.csv"
+    logger = G.ggml_callback_csv_logger(path, separator=";")
+
+    def boom(epoch, logs, state):
+        if epoch == 2:
+            raise RuntimeError("the machine went away")
+
+    with pytest.raises(RuntimeError):
+        fit(model, tsched, batches, [logger, {"on_epoch_end": boom}], epochs=5)
+    assert [r[0] for r in _read_csv(path, ";")] == ["epoch", "1", "2"]  # what finished is on disk
+    fit(model, tsched, batches, [logger], epochs=2)  # a new fit: the file starts over
+    assert [r[0] for r in _read_csv(path, ";")] == ["epoch", "1", "2"]
+    fit(model, tsched, batches, [G.ggml_callback_csv_logger(path, separator=";", append=True)], epochs=2,
+        initial_epoch=2)
+    rows = _read_csv(path, ";")
+    assert [r[0] for r in rows] == ["epoch", "1", "2", "3", "4"] and rows.count(rows[0]) == 1
+
+
+def test_csv_logger_checks_its_arguments(tmp_path):
+    with pytest.raises(G.GgmlValueError, match="does not exist"):
+        G.ggml_callback_csv_logger(tmp_path / "missing" / "log.csv")
+    with pytest.raises(G.GgmlValueError, match="one character"):
+        G.ggml_callback_csv_logger(tmp_path / "log.csv", separator=", ")
+    with pytest.raises(G.GgmlTypeError, match="file name"):
+        G.ggml_callback_csv_logger(3)
+    with pytest.raises(G.GgmlTypeError, match="True or False"):
+        G.ggml_callback_csv_logger(tmp_path / "log.csv", append="yes")
