@@ -29,6 +29,7 @@ from .metrics import Tally
 from .predict import predict_arrays
 from .session import TrainingSetup
 from .snapshot import Snapshot
+from .weights import ModelWeights
 
 
 if TYPE_CHECKING:
@@ -278,7 +279,7 @@ def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch
         return _stats(_evaluate_arrays(model, cfg, model.runtime.predictor, val[0], val[1], val[2], batch))
     validate = validate_arrays if val is not None else None
     plan = EpochPlan(epochs, initial_epoch, callbacks=callbacks, silent=_verbose(verbose), stream=False,
-                     on_nonfinite=check_nonfinite(on_nonfinite))
+                     on_nonfinite=check_nonfinite(on_nonfinite), model=model, weights=ModelWeights(model))
     return run_training(model, cfg, source, batch, plan, validate=validate, sample_weighted=w is not None,
                         nbatch_logical=nbatch_logical)
 
@@ -404,7 +405,8 @@ def _fit_generator(model, generator, steps_per_epoch, epochs, initial_epoch, val
     source.transform = _BatchConverter(model, cfg, "generator", batch, w is not None)
     validate = _validation(model, cfg, validation_data, validation_steps, batch)
     plan = EpochPlan(epochs, initial_epoch, steps_per_epoch, callbacks=callbacks, silent=_verbose(verbose),
-                     prefetch=prefetch, stream=True, on_nonfinite=check_nonfinite(on_nonfinite))
+                     prefetch=prefetch, stream=True, on_nonfinite=check_nonfinite(on_nonfinite), model=model,
+                     weights=ModelWeights(model))
     return run_training(model, cfg, source, batch, plan, validate=validate, sample_weighted=w is not None,
                         nbatch_logical=nbatch_logical)
 

@@ -214,3 +214,24 @@ def _ne(t: Tensor) -> tuple[int, ...]:
     while len(ne) > 1 and ne[-1] == 1:
         ne.pop()
     return tuple(ne)
+
+
+class ModelWeights:
+    """A compiled model's weights as a fit's callbacks snapshot and restore them (early stopping's
+    ``restore_best_weights``): ``get()`` copies every weight to the host (batch norm's running statistics
+    included, the optimizer's moments not, as Keras), ``set(snapshot)`` writes such a copy back."""
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+
+    def get(self) -> tuple[ParamStore, list[tuple[Layer, str, np.ndarray]]]:
+        params = self._model.runtime.params
+        return params, [(layer, spec.name, params.read(layer, spec.name)) for layer, spec in params.specs]
+
+    def set(self, snapshot: tuple[ParamStore, list[tuple[Layer, str, np.ndarray]]]) -> None:
+        params, values = snapshot
+        if params is not self._model.runtime.params:
+            raise GgmlStateError("these weights were copied before the model was compiled again; they no longer "
+                                 "fit its weights")
+        for layer, name, value in values:
+            params.write(layer, name, value)

@@ -33,6 +33,8 @@ class FitState:
     epoch: int = 0
     optimizer: str = "adamw"   # which rate the schedules report
     warned_no_validation: bool = False
+    model: Any = None          # the model of a model-layer fit (ggml_fit, ggml_fit_generator), else None
+    weights: Any = None        # that model's weights for callbacks: get() -> snapshot, set(snapshot)
 
 
 _MISSING = object()
@@ -125,13 +127,13 @@ MONITOR_ALIASES = {"loss": "train_loss", "accuracy": "train_accuracy", "acc": "t
                    "val_acc": "val_accuracy"}
 
 
-def _monitor_key(monitor: Any) -> str:
+def monitor_key(monitor: Any) -> str:
     if not isinstance(monitor, str) or not monitor:
         raise GgmlValueError(f"monitor must be the name of a logged value such as 'val_loss', got {monitor!r}")
     return MONITOR_ALIASES.get(monitor, monitor)
 
 
-def _mode(monitor: str, mode: str) -> str:
+def monitor_mode(monitor: str, mode: str) -> str:
     if mode not in ("auto", "min", "max"):
         raise GgmlValueError(f"mode must be 'auto', 'min' or 'max', got {mode!r}")
     if mode == "auto":
@@ -139,7 +141,7 @@ def _mode(monitor: str, mode: str) -> str:
     return mode
 
 
-def _monitored(logs: dict, monitor: str) -> float | None:
+def monitored_value(logs: dict, monitor: str) -> float | None:
     value = logs.get(monitor)
     if value is None:
         return None
@@ -147,9 +149,9 @@ def _monitored(logs: dict, monitor: str) -> float | None:
     return None if math.isnan(value) else value
 
 
-class _Improvement:
+class Improvement:
     def __init__(self, monitor: str, min_delta: float, mode: str) -> None:
-        self.monitor, self.min_delta, self.mode = monitor, float(min_delta), _mode(monitor, mode)
+        self.monitor, self.min_delta, self.mode = monitor, float(min_delta), monitor_mode(monitor, mode)
         self.best = math.inf if self.mode == "min" else -math.inf
         self.wait = 0
 
@@ -170,20 +172,23 @@ def _say(message: str) -> None:
             pass
 
 
-def _on_stall(monitor: str, patience: int, min_delta: float, mode: str, act: Callable, fn: str) -> dict:
+def _on_stall(monitor: str, patience: int, min_delta: float, mode: str, act: Callable, fn: str,
+              watch: Callable | None = None) -> dict:
     """An on_epoch_end callback that calls ``act(epoch, state, tracker)`` once ``monitor`` has not improved
-    by more than ``min_delta`` for ``patience`` epochs (epochs where it is missing or NaN do not count)."""
-    monitor = _monitor_key(monitor)
+    by more than ``min_delta`` for ``patience`` epochs (epochs where it is missing or NaN do not count), then
+    ``watch(epoch, state, improved)`` after every epoch."""
+    monitor = monitor_key(monitor)
     patience = int_arg(fn, "patience", patience, 0)
     min_delta = float_arg(fn, "min_delta", min_delta, finite=True)
     if min_delta < 0:
         raise GgmlValueError(f"{fn}: min_delta must be >= 0 (the smallest change that counts as an improvement), "
                              f"got {min_delta}")
-    tracker = _Improvement(monitor, min_delta, mode)
+    tracker = Improvement(monitor, min_delta, mode)
     warned: list = []
 
     def on_epoch_end(epoch: int, logs: dict, state: FitState) -> None:
-        value = _monitored(logs, monitor)
+        value = monitored_value(logs, monitor)
+        improved = False
         if value is None:
             if not warned:
                 warned.append(True)
@@ -191,21 +196,23 @@ def _on_stall(monitor: str, patience: int, min_delta: float, mode: str, act: Cal
                 warnings.warn(f"Epoch {epoch}: the callback monitors '{monitor}', which this fit does not log "
                               f"(logged: {have}); it cannot act until it is (no validation data?)",
                               GgmlpyWarning, stacklevel=4)
-            return
-        tracker.update(value)
-        if tracker.wait >= patience:  # ggmlR's rule: with patience 0 it acts every epoch, improving or not
-            act(epoch, state, tracker)
+        else:
+            improved = tracker.update(value)
+            if tracker.wait >= patience:  # ggmlR's rule: with patience 0 it acts every epoch, improving or not
+                act(epoch, state, tracker)
+        if watch is not None:
+            watch(epoch, state, improved)
 
     return {"on_epoch_end": on_epoch_end}
 
 
 def ggml_callback_early_stopping(monitor: str = "val_loss", patience: int = 5, min_delta: float = 0,
-                                 mode: str = "auto") -> dict:
+                                 mode: str = "auto", restore_best_weights: bool = False) -> dict:
     """Early stopping: end training when a monitored value stops improving.
 
     After every epoch the value of ``monitor`` is compared with the best seen so far; once it has not
     improved by more than ``min_delta`` for ``patience`` epochs in a row, training stops (with a
-    message) after that epoch. The weights are those of the last epoch (no restore of the best).
+    message) after that epoch. The weights are those of the last epoch unless ``restore_best_weights``.
 
     Arguments:
         monitor: the log key to watch: ``"val_loss"`` (the default), ``"val_accuracy"``, ``"train_loss"``,
@@ -215,19 +222,43 @@ def ggml_callback_early_stopping(monitor: str = "val_loss", patience: int = 5, m
         min_delta: the smallest change that counts as an improvement (default 0).
         mode: ``"min"`` (lower is better), ``"max"``, or ``"auto"`` (the default: ``"min"`` when the key
             contains "loss", else ``"max"``).
+        restore_best_weights: True (Keras' option) keeps a copy of the weights of the best epoch so far and
+            writes it back when this callback stops training or the fit ends its last epoch, so the model
+            leaves the fit with the weights of its best epoch (the optimizer's moments stay those of the last
+            step, as in Keras). Only for the model layer's fits (``ggml_fit``, ``ggml_fit_generator``); a copy
+            costs one read of the weights per improving epoch. False (the default): the last epoch's weights.
 
     Value: a callback dict ``{"on_epoch_end": f}`` for the ``callbacks`` list of the fit functions.
 
     Example:
         >>> hist = ggml_fit_opt(sched, ctx, x, out, ds, nepoch=100, val_split=0.2,
         ...                     callbacks=[ggml_callback_early_stopping("val_loss", patience=3)])
+        >>> hist = g.ggml_fit(model, x, y, epochs=50, validation_split=0.2,
+        ...                   callbacks=[g.ggml_callback_early_stopping(patience=3, restore_best_weights=True)])
     """
-    def stop(epoch: int, state: FitState, tracker: _Improvement) -> None:
+    fn = "ggml_callback_early_stopping"
+    if not isinstance(restore_best_weights, bool):
+        raise GgmlTypeError(f"{fn}: restore_best_weights must be True or False, got {restore_best_weights!r}")
+
+    def stop(epoch: int, state: FitState, tracker: Improvement) -> None:
         _say(f"Early stopping at epoch {epoch}: {monitor} has not improved for {tracker.wait} epochs "
              f"(best {tracker.best:.6g})")
         state_set(state, "stop", True)
 
-    return _on_stall(monitor, patience, min_delta, mode, stop, "ggml_callback_early_stopping")
+    best: dict = {}
+
+    def keep_best(epoch: int, state: FitState, improved: bool) -> None:
+        weights = state_get(state, "weights", None)
+        if weights is None:
+            raise GgmlValueError(f"{fn}: restore_best_weights=True needs a fit of the model layer (ggml_fit, "
+                                 "ggml_fit_generator); a low-level fit has no model whose weights it could restore")
+        if improved:
+            best["weights"], best["epoch"] = weights.get(), epoch
+        if "weights" in best and (state_get(state, "stop", False) or epoch >= state_get(state, "nepoch")):
+            weights.set(best["weights"])
+            _say(f"Restored the weights of epoch {best['epoch']}, the best {monitor}")
+
+    return _on_stall(monitor, patience, min_delta, mode, stop, fn, keep_best if restore_best_weights else None)
 
 
 def _set_lr(state: FitState, adamw: float, sgd: float) -> float:
@@ -343,7 +374,7 @@ def ggml_schedule_reduce_on_plateau(monitor: str = "val_loss", factor: float = 0
     if min_lr < 0:
         raise GgmlValueError(f"{fn}: min_lr must be >= 0, got {min_lr}")
 
-    def reduce(epoch: int, state: FitState, tracker: _Improvement) -> None:
+    def reduce(epoch: int, state: FitState, tracker: Improvement) -> None:
         lr = _scale_lr(state, factor, min_lr)
         _say(f"Epoch {epoch}: {monitor} plateaued, LR reduced to {lr:.6g}")
         tracker.wait = 0  # best is kept; no cooldown (ggmlR's rule)

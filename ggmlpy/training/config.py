@@ -48,7 +48,8 @@ only accumulates gradients (a data-parallel replica, whose optimizer steps outsi
 class EpochPlan:
     """How the epochs run and report: how many (after ``initial_epoch``), steps per epoch and validation
     steps (None: until the source ends), callbacks, silence, batches prefetched, whether batches are
-    streamed (the history gets a ``steps`` column), and what a non-finite loss does."""
+    streamed (the history gets a ``steps`` column), what a non-finite loss does, and in a model-layer fit the
+    model and its weights for the callbacks."""
     epochs: int
     initial_epoch: int = 0
     steps_per_epoch: int | None = None
@@ -58,3 +59,5 @@ class EpochPlan:
     prefetch: int = 0
     stream: bool = True
     on_nonfinite: str = "raise"
+    model: Any = None    # the model-layer fit's model, for callbacks that save it (None in the low-level fits)
+    weights: Any = None  # its weights as callbacks snapshot and restore them: get() and set(snapshot)

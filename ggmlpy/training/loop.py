@@ -254,7 +254,8 @@ def fit_loop(session: TrainingSession, train_feed: Feed, val_feed: Feed | None, 
     non-finite loss) leaves with the history of the completed epochs as its ``history`` attribute."""
     check_nonfinite(plan.on_nonfinite)
     state = FitState(lr_ud=session.lr_ud, nepoch=plan.initial_epoch + plan.epochs,
-                     optimizer="sgd" if session.train_ctx.optimizer == OPTIMIZER_SGD else "adamw")
+                     optimizer="sgd" if session.train_ctx.optimizer == OPTIMIZER_SGD else "adamw",
+                     model=plan.model, weights=plan.weights)
     run = _FitRun(session, train_feed, val_feed, plan, source_name, before_epoch, validate,
                   CallbackList(plan.callbacks), state, HISTORY_COLUMNS + (["steps"] if plan.stream else []))
     head_names = session.graph.head_names

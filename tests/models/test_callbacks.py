@@ -1,0 +1,137 @@
+"""Callbacks that use the model: early stopping's restore_best_weights and the model checkpoint (Keras'
+EarlyStopping(restore_best_weights=True) and ModelCheckpoint semantics)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import ggmlpy as g
+
+from .test_fit import blobs, classifier
+
+
+def _weights_per_epoch(store):
+    """A callback that keeps the model's weights at the end of each epoch (it runs before the one under test)."""
+    return {"on_epoch_end": lambda epoch, logs, state: store.__setitem__(epoch, g.ggml_get_weights(state.model))}
+
+
+def _same(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def _different(a, b):
+    assert any(not np.array_equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture
+def data():
+    np.random.seed(3)
+    x, ids = blobs(n=96)
+    return x, np.eye(3)[ids]
+
+
+# the training loss falls epoch after epoch, so with mode="max" the first epoch is the best one
+@pytest.mark.parametrize("patience, epochs, stopped_after", [(2, 10, 3), (50, 4, 4)])
+def test_restore_best_weights_leaves_the_weights_of_the_best_epoch(patience, epochs, stopped_after, data):
+    x, y = data
+    m = classifier()
+    seen: dict = {}
+    stop = g.ggml_callback_early_stopping("loss", patience=patience, mode="max", restore_best_weights=True)
+    h = g.ggml_fit(m, x, y, epochs=epochs, batch_size=32, verbose=0, callbacks=[_weights_per_epoch(seen), stop])
+    assert len(h) == stopped_after and h["train_loss"].iloc[0] == h["train_loss"].max()
+    _different(seen[1], seen[stopped_after])   # it trained after the best epoch
+    _same(g.ggml_get_weights(m), seen[1])      # and left with the best epoch's weights
+
+
+def test_without_restore_best_weights_the_last_epochs_weights_stay(data):
+    x, y = data
+    m = classifier()
+    seen: dict = {}
+    stop = g.ggml_callback_early_stopping("loss", patience=2, mode="max")
+    g.ggml_fit(m, x, y, epochs=10, batch_size=32, verbose=0, callbacks=[_weights_per_epoch(seen), stop])
+    _same(g.ggml_get_weights(m), seen[3])
+
+
+def test_restore_best_weights_refuses_a_low_level_fit():
+    from tests.training.helpers import Linear
+    cpu = g.ggml_backend_cpu_init()
+    net = Linear(cpu, 3, 2, 4, seed=1)
+    sched = g.ggml_backend_sched_new([cpu], parallel=False)
+    rng = np.random.default_rng(0)
+    batches = [(rng.normal(size=(4, 3)).astype(np.float32), rng.normal(size=(4, 2)).astype(np.float32))]
+    try:
+        with pytest.raises(g.GgmlValueError, match="needs a fit of the model layer"):
+            g.ggml_fit_opt_gen(sched, net.net.ctx, net.x, net.out, batches, epochs=2, silent=True,
+                               callbacks=[g.ggml_callback_early_stopping("train_loss", restore_best_weights=True)])
+    finally:
+        net.free()
+        sched.free()
+        cpu.free()
+    with pytest.raises(g.GgmlTypeError, match="True or False"):
+        g.ggml_callback_early_stopping(restore_best_weights=1)
+
+
+def test_checkpoint_pattern_saves_every_epoch_as_a_loadable_model(tmp_path, data):
+    x, y = data
+    m = classifier()
+    seen: dict = {}
+    ckpt = g.ggml_callback_model_checkpoint(str(tmp_path / "m-{epoch:02d}-{loss:.4f}.gguf"))
+    h = g.ggml_fit(m, x, y, epochs=3, batch_size=32, verbose=0, callbacks=[_weights_per_epoch(seen), ckpt])
+    names = sorted(os.listdir(tmp_path))
+    assert names == [f"m-{e:02d}-{loss:.4f}.gguf" for e, loss in zip(h["epoch"], h["train_loss"])]
+    loaded = g.ggml_load_model(str(tmp_path / names[1]), backend="cpu")
+    _same(g.ggml_get_weights(loaded), seen[2])
+    np.testing.assert_allclose(g.ggml_predict(loaded, x[:8]), g.ggml_predict(_model_with(seen[2]), x[:8]),
+                               rtol=1e-6, atol=1e-7)
+
+
+def _model_with(weights):
+    m = classifier()
+    g.ggml_set_weights(m, weights)
+    return m
+
+
+def test_checkpoint_save_best_only_keeps_the_best_epoch(tmp_path, data):
+    x, y = data
+    m = classifier()
+    seen: dict = {}
+    path = tmp_path / "best.gguf"
+    ckpt = g.ggml_callback_model_checkpoint(path, monitor="train_loss", save_best_only=True, mode="max")
+    g.ggml_fit(m, x, y, epochs=3, batch_size=32, verbose=0, callbacks=[_weights_per_epoch(seen), ckpt])
+    _same(g.ggml_get_weights(g.ggml_load_model(path, backend="cpu")), seen[1])  # the loss only fell after it
+
+
+def test_checkpoint_of_weights_only_loads_into_a_model_of_the_same_architecture(tmp_path, data):
+    x, y = data
+    m = classifier()
+    path = tmp_path / "w.gguf"
+    g.ggml_fit(m, x, y, epochs=2, batch_size=32, verbose=0,
+               callbacks=[g.ggml_callback_model_checkpoint(path, save_weights_only=True)])
+    other = g.ggml_load_weights(classifier(), path)
+    _same(g.ggml_get_weights(other), g.ggml_get_weights(m))
+
+
+def test_checkpoint_save_best_only_without_the_monitored_value_warns_and_saves_nothing(tmp_path, data):
+    x, y = data
+    path = tmp_path / "best.gguf"
+    with pytest.warns(g.GgmlpyWarning, match="does not log"):
+        g.ggml_fit(classifier(), x, y, epochs=2, batch_size=32, verbose=0,
+                   callbacks=[g.ggml_callback_model_checkpoint(path, save_best_only=True)])  # no validation data
+    assert not path.exists()
+
+
+def test_checkpoint_checks_its_arguments(tmp_path, data):
+    with pytest.raises(g.GgmlValueError, match="does not exist"):
+        g.ggml_callback_model_checkpoint(tmp_path / "missing" / "m.gguf")
+    with pytest.raises(g.GgmlTypeError, match="True or False"):
+        g.ggml_callback_model_checkpoint(tmp_path / "m.gguf", save_best_only="yes")
+    with pytest.raises(g.GgmlValueError, match="mode"):
+        g.ggml_callback_model_checkpoint(tmp_path / "m.gguf", mode="best")
+    x, y = data
+    with pytest.raises(g.GgmlValueError, match="cannot be filled"):
+        g.ggml_fit(classifier(), x, y, epochs=1, batch_size=32, verbose=0,
+                   callbacks=[g.ggml_callback_model_checkpoint(str(tmp_path / "m-{val_auc}.gguf"))])
