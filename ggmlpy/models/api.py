@@ -16,7 +16,7 @@ from ..core.args import is_int
 from ..backend.transfer import as_numeric, checked_values
 from ..errors import GgmlInUseError, GgmlTypeError, GgmlValueError
 from ..ops import conv as _conv, elementwise as _elementwise
-from . import attention, conv, layers as Lyr, norm, sequence
+from . import attention, conv, layers as Lyr, norm, pooling, sequence, shaping
 from .compile import compiled
 from .graph import apply_layer, default_name, InputLayer, Model, Node, Sequential
 from ..graph.objects import Context
@@ -134,7 +134,10 @@ ARG_DOCS = {
     "kernel_size": "the kernel's size: (rows, cols) for 2-D, an int for 1-D (an int n means (n, n) in 2-D).",
     "strides": "the step between windows, like kernel_size.",
     "padding": "'valid' (no padding: the output shrinks) or 'same' (as Keras: ceil(size / stride) positions).",
-    "pool_size": "the window, (rows, cols) or an int for a square one.",
+    "pool_size": "the window: (rows, cols) or an int for a square one in 2-D; a number of steps in 1-D.",
+    "size": "how many times each pixel is repeated, (rows, cols) or an int for both.",
+    "target_shape": "the new shape of a sample, a tuple of 1 to 3 ints, one of which may be -1 (inferred).",
+    "n": "how many times the vector is repeated (the new steps axis).",
     "rate": "the fraction of values dropped in training, in [0, 1).",
     "vocab_size": "the number of token ids: ids must be in [0, vocab_size).",
     "dim": "the length of each token's vector.",
@@ -189,6 +192,39 @@ ggml_layer_global_average_pooling_2d, ggml_global_average_pooling_2d = _pair(
 ggml_layer_global_max_pooling_2d, ggml_global_max_pooling_2d = _pair(
     conv.GlobalMaxPooling2D, "global_max_pooling_2d", "The maximum of each channel over the image: (H, W, C) "
     "becomes (C,).\n\nExample:\n    >>> model = g.ggml_layer_global_max_pooling_2d(model)")
+ggml_layer_average_pooling_2d, ggml_average_pooling_2d = _pair(
+    pooling.AveragePooling2D, "average_pooling_2d", "2-D average pooling: the mean over ``pool_size=(rows, cols)`` "
+    "windows with ``strides`` (default: the pool size), no padding (Keras' ``padding='valid'``).\n\nExample:\n"
+    "    >>> model = g.ggml_layer_average_pooling_2d(model, (2, 2))")
+ggml_layer_max_pooling_1d, ggml_max_pooling_1d = _pair(
+    pooling.MaxPooling1D, "max_pooling_1d", "1-D max pooling of sequences (steps, channels) over windows of "
+    "``pool_size`` steps with ``strides`` (default: the pool size), no padding.\n\nExample:\n"
+    "    >>> model = g.ggml_layer_max_pooling_1d(model, 2)")
+ggml_layer_average_pooling_1d, ggml_average_pooling_1d = _pair(
+    pooling.AveragePooling1D, "average_pooling_1d", "1-D average pooling of sequences (steps, channels): the mean "
+    "over windows of ``pool_size`` steps with ``strides`` (default: the pool size), no padding.\n\nExample:\n"
+    "    >>> model = g.ggml_layer_average_pooling_1d(model, 4)")
+ggml_layer_global_average_pooling_1d, ggml_global_average_pooling_1d = _pair(
+    pooling.GlobalAveragePooling1D, "global_average_pooling_1d", "The mean of each channel over the steps of a "
+    "sequence: (steps, C) becomes (C,).\n\nExample:\n    >>> model = g.ggml_layer_global_average_pooling_1d(model)")
+ggml_layer_global_max_pooling_1d, ggml_global_max_pooling_1d = _pair(
+    pooling.GlobalMaxPooling1D, "global_max_pooling_1d", "The maximum of each channel over the steps of a sequence: "
+    "(steps, C) becomes (C,).\n\nExample:\n    >>> model = g.ggml_layer_global_max_pooling_1d(model)")
+ggml_layer_upsampling_2d, ggml_upsampling_2d = _pair(
+    pooling.UpSampling2D, "upsampling_2d", "Nearest-neighbour up-sampling of images: every pixel repeated "
+    "``size=(rows, cols)`` times, (H, W, C) becomes (H * rows, W * cols, C).\n\nExample:\n"
+    "    >>> model = g.ggml_layer_upsampling_2d(model, (2, 2))")
+ggml_layer_activation, ggml_activation = _pair(
+    shaping.Activation, "activation", "An activation as a layer of its own (Keras' ``Activation``): relu, sigmoid, "
+    "tanh, gelu, silu/swish, softmax (over the last axis) or linear.\n\nExample:\n"
+    "    >>> model = g.ggml_layer_activation(model, 'relu')")
+ggml_layer_reshape, _reshape_object = _pair(  # the object form would shadow the op ggml_reshape
+    shaping.Reshape, "reshape", "A sample as ``target_shape`` (the same number of values, in C order as numpy's "
+    "``reshape``; one axis may be -1).\n\nExample:\n    >>> model = g.ggml_layer_reshape(model, (28, 28, 1))")
+ggml_layer_repeat_vector, ggml_repeat_vector = _pair(
+    shaping.RepeatVector, "repeat_vector", "A vector sample (features,) repeated ``n`` times along a new steps axis: "
+    "(n, features), e.g. to feed an encoder's state to every step of a decoder.\n\nExample:\n"
+    "    >>> model = g.ggml_layer_repeat_vector(model, 10)")
 ggml_layer_flatten, ggml_flatten = _pair(
     Lyr.Flatten, "flatten", "All axes of a sample into one, channels fastest (as Keras).\n\nExample:\n"
     "    >>> model = g.ggml_layer_flatten(model)")

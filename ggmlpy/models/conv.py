@@ -50,6 +50,11 @@ def _out_and_pad(size: int, k: int, s: int, padding: str, layer: Layer) -> tuple
     return out, left, total - 2 * left
 
 
+def pooled_size(size: int, k: int, s: int, layer: Any) -> int:
+    """Positions of a window of ``k`` with stride ``s`` over ``size`` without padding (an error when none)."""
+    return _out_and_pad(size, k, s, "valid", layer)[0]
+
+
 def _conv_2d_f32(g: Any, kernel, x, s0: int, s1: int, p0: int, p1: int):
     """``ggml_conv_2d`` with a float32 im2col: kernel ``[KW, KH, Cin, Cout]``, data ``[W, H, Cin, N]``
     -> ``[OW, OH, Cout, N]``, a permuted view: the caller's next op (the bias ADD, or ``_contiguous``) writes it
@@ -216,12 +221,10 @@ class MaxPooling2D(Layer):
     def output_shape(self, shapes):
         shape = shapes[0]
         if len(shape) != 3:
-            raise GgmlValueError(f"max_pooling_2d '{self.name}' takes image samples (height, width, channels), "
+            raise GgmlValueError(f"{self.kind} '{self.name}' takes image samples (height, width, channels), "
                                  f"got shape {shape}")
         (kh, kw), (sh, sw) = self.pool_size, self.strides
-        oh = _out_and_pad(shape[0], kh, sh, "valid", self)[0]
-        ow = _out_and_pad(shape[1], kw, sw, "valid", self)[0]
-        return (oh, ow, shape[2])
+        return (pooled_size(shape[0], kh, sh, self), pooled_size(shape[1], kw, sw, self), shape[2])
 
     def forward(self, g, xs, shapes):
         (kh, kw), (sh, sw) = self.pool_size, self.strides

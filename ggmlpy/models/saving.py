@@ -34,7 +34,7 @@ from .compile import compiled, ggml_compile
 from .graph import apply_layer, InputLayer, Model, Node, Sequential
 from .layers import Layer
 from .weights import strip_leading_ones
-from . import attention, conv, layers, norm, sequence
+from . import attention, conv, layers, norm, pooling, sequence, shaping
 from ..opt.constants import OPTIMIZER_ADAMW
 from ..opt.params import LrUserdata
 
@@ -67,7 +67,9 @@ def _layer_types() -> dict[str, type]:
     classes = [layers.Dense, layers.Flatten, layers.Dropout, layers.Embedding, layers.PositionEmbedding, layers.Add,
                layers.Concatenate, conv.Conv1D, conv.Conv2D, conv.MaxPooling2D, conv.GlobalAveragePooling2D,
                conv.GlobalMaxPooling2D, norm.BatchNorm, norm.LayerNorm, sequence.LSTM, sequence.GRU,
-               attention.MultiHeadAttention, InputLayer]
+               attention.MultiHeadAttention, pooling.AveragePooling2D, pooling.MaxPooling1D, pooling.AveragePooling1D,
+               pooling.GlobalAveragePooling1D, pooling.GlobalMaxPooling1D, pooling.UpSampling2D, shaping.Activation,
+               shaping.Reshape, shaping.RepeatVector, InputLayer]
     return {c.kind: c for c in classes}
 
 

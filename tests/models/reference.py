@@ -136,6 +136,40 @@ def max_pooling_2d(x: np.ndarray, pool_size: Sequence[int] = (2, 2), strides: Se
     return out
 
 
+def average_pooling_2d(x: np.ndarray, pool_size: Sequence[int] = (2, 2), strides: Sequence[int] | None = None
+                       ) -> np.ndarray:
+    """Keras AveragePooling2D with padding 'valid': the mean of each window."""
+    x = np.asarray(x, np.float64)
+    ph, pw = pool_size
+    sh, sw = strides if strides is not None else pool_size
+    n, h, w, c = x.shape
+    oh, ow = (h - ph) // sh + 1, (w - pw) // sw + 1
+    out = np.empty((n, oh, ow, c))
+    for i in range(oh):
+        for j in range(ow):
+            out[:, i, j, :] = x[:, i * sh:i * sh + ph, j * sw:j * sw + pw, :].mean(axis=(1, 2))
+    return out
+
+
+def pooling_1d(x: np.ndarray, pool_size: int, strides: int | None, op: str) -> np.ndarray:
+    """Keras MaxPooling1D / AveragePooling1D with padding 'valid': (N, steps, C) -> (N, out_steps, C)."""
+    x = np.asarray(x, np.float64)
+    s = strides or pool_size
+    out_steps = (x.shape[1] - pool_size) // s + 1
+    windows = [x[:, i * s:i * s + pool_size, :] for i in range(out_steps)]
+    return np.stack([w.max(axis=1) if op == "max" else w.mean(axis=1) for w in windows], axis=1)
+
+
+def upsampling_2d(x: np.ndarray, size: Sequence[int] = (2, 2)) -> np.ndarray:
+    """Keras UpSampling2D(interpolation='nearest'): each pixel repeated size[0] x size[1] times."""
+    return np.repeat(np.repeat(np.asarray(x, np.float64), size[0], axis=1), size[1], axis=2)
+
+
+def repeat_vector(x: np.ndarray, n: int) -> np.ndarray:
+    """Keras RepeatVector: (N, F) -> (N, n, F)."""
+    return np.repeat(np.asarray(x, np.float64)[:, None, :], n, axis=1)
+
+
 def global_average_pooling_2d(x: np.ndarray) -> np.ndarray:
     return np.asarray(x, np.float64).mean(axis=(1, 2))
 

@@ -240,6 +240,58 @@ case("conv_relu_feeding_a_max_pool_and_a_conv", _relu_shared_model,
      lambda w, x, t: R.add([R.max_pooling_2d(_conv_ref(w, x, act="relu"), (2, 2)),
                             _conv_ref(w, _conv_ref(w, x, act="relu"), "c2")]),
      normal(3, 6, 7, 2))
+# pooling, resampling and shaping layers without weights (issue 26), after a weighted layer whose gradient
+# checks them
+case("average_pooling_2d",
+     lambda: sequential(_conv((6, 7, 2)), (g.ggml_layer_average_pooling_2d, ((2, 3),), {})),
+     lambda w, x, t: R.average_pooling_2d(_conv_ref(w, x), (2, 3)),
+     normal(3, 6, 7, 2))
+case("average_pooling_2d_overlapping",
+     lambda: sequential(_conv((6, 7, 2)), (g.ggml_layer_average_pooling_2d, ((3, 2),), dict(strides=(1, 2)))),
+     lambda w, x, t: R.average_pooling_2d(_conv_ref(w, x), (3, 2), (1, 2)),
+     normal(3, 6, 7, 2))
+case("upsampling_2d",
+     lambda: sequential(_conv((4, 5, 2)), (g.ggml_layer_upsampling_2d, ((2, 3),), {})),
+     lambda w, x, t: R.upsampling_2d(_conv_ref(w, x), (2, 3)),
+     normal(3, 4, 5, 2))
+_SEQ = (g.ggml_layer_conv_1d, (3, 2), dict(input_shape=(9, 2), name="c"))
+
+
+def _seq_ref(w, x):
+    return R.conv1d(x, w["c.kernel"], w["c.bias"])
+
+
+case("max_pooling_1d",
+     lambda: sequential(_SEQ, (g.ggml_layer_max_pooling_1d, (3,), {})),
+     lambda w, x, t: R.pooling_1d(_seq_ref(w, x), 3, None, "max"),
+     normal(3, 9, 2))
+case("average_pooling_1d_strides",
+     lambda: sequential(_SEQ, (g.ggml_layer_average_pooling_1d, (3,), dict(strides=2))),
+     lambda w, x, t: R.pooling_1d(_seq_ref(w, x), 3, 2, "avg"),
+     normal(3, 9, 2))
+case("global_average_pooling_1d",
+     lambda: sequential(_SEQ, (g.ggml_layer_global_average_pooling_1d, (), {})),
+     lambda w, x, t: _seq_ref(w, x).mean(axis=1),
+     normal(3, 9, 2))
+case("global_max_pooling_1d",
+     lambda: sequential(_SEQ, (g.ggml_layer_global_max_pooling_1d, (), {})),
+     lambda w, x, t: _seq_ref(w, x).max(axis=1),
+     normal(3, 9, 2))
+case("activation_softmax",
+     lambda: sequential((g.ggml_layer_dense, (5,), dict(input_shape=(4,), name="d")),
+                        (g.ggml_layer_activation, ("softmax",), {})),
+     lambda w, x, t: R.softmax(R.dense(x, w["d.weight"], w["d.bias"])),
+     normal(3, 4))
+case("reshape_then_conv1d",
+     lambda: sequential((g.ggml_layer_dense, (12,), dict(input_shape=(4,), name="d")),
+                        (g.ggml_layer_reshape, ((6, -1),), {}), (g.ggml_layer_conv_1d, (2, 3), dict(name="c"))),
+     lambda w, x, t: R.conv1d(R.dense(x, w["d.weight"], w["d.bias"]).reshape(-1, 6, 2), w["c.kernel"], w["c.bias"]),
+     normal(3, 4))
+case("repeat_vector_then_dense",
+     lambda: sequential((g.ggml_layer_dense, (3,), dict(input_shape=(4,), name="d")),
+                        (g.ggml_layer_repeat_vector, (4,), {}), (g.ggml_layer_dense, (2,), dict(name="e"))),
+     lambda w, x, t: R.dense(R.repeat_vector(R.dense(x, w["d.weight"], w["d.bias"]), 4), w["e.weight"], w["e.bias"]),
+     normal(3, 4))
 case("global_average_pooling_2d",
      lambda: sequential(_conv((5, 4, 2)), (g.ggml_layer_global_average_pooling_2d, (), {})),
      lambda w, x, t: R.global_average_pooling_2d(_conv_ref(w, x)),
@@ -695,7 +747,10 @@ VULKAN_CASES = [c for c in CASES if c.name in {
     "max_pooling_2d_strides", "global_average_pooling_2d", "global_max_pooling_2d", "flatten_after_conv_then_dense",
     "batch_norm_after_conv", "batch_norm_then_dense_eps", "dropout_rate0", "embedding_then_dense", "add",
     "concatenate_features", "concatenate_steps_axis0", "concatenate_images_axis1", "conv2d_then_conv2d",
-    "max_pooling_2d_then_conv2d", "embedding_then_conv1d"}]
+    "max_pooling_2d_then_conv2d", "embedding_then_conv1d", "conv_relu_then_max_pooling_2d", "average_pooling_2d",
+    "average_pooling_2d_overlapping", "upsampling_2d", "max_pooling_1d", "average_pooling_1d_strides",
+    "global_average_pooling_1d", "global_max_pooling_1d", "activation_softmax", "reshape_then_conv1d",
+    "repeat_vector_then_dense"}]
 
 
 def check_backend(c: Case, backend: str) -> None:

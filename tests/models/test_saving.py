@@ -49,6 +49,31 @@ def test_model_roundtrip_predicts_identically_and_trains_on(tmp_path):
     assert not np.array_equal(g.ggml_predict(loaded, x), g.ggml_predict(m, x))
 
 
+def test_pooling_resampling_and_shaping_layers_roundtrip(tmp_path):
+    """Every weightless layer of issue 26 keeps its arguments through a save and a load."""
+    x_img = g.ggml_input((6, 8, 2), name="img")
+    a = g.ggml_layer_conv_2d(x_img, 3, (3, 3), padding="same", name="c")
+    a = g.ggml_layer_average_pooling_2d(a, (2, 2), strides=(2, 1))
+    a = g.ggml_layer_upsampling_2d(a, (1, 2))
+    a = g.ggml_layer_global_max_pooling_2d(a)
+    x_seq = g.ggml_input((12, 3), name="seq")
+    b = g.ggml_layer_conv_1d(x_seq, 4, 3, name="c1")
+    b = g.ggml_layer_max_pooling_1d(b, 3, strides=2)
+    b = g.ggml_layer_average_pooling_1d(b, 2)
+    b = g.ggml_layer_activation(b, "tanh")
+    b = g.ggml_layer_reshape(b, (-1,))
+    b = g.ggml_layer_dense(b, 3, name="d")
+    c = g.ggml_layer_repeat_vector(g.ggml_layer_add([a, b]), 4)
+    c = g.ggml_layer_concatenate([g.ggml_layer_global_average_pooling_1d(c), g.ggml_layer_global_max_pooling_1d(c)])
+    m = g.ggml_compile(g.ggml_model([x_img, x_seq], c), loss="mse", backend="cpu")
+    rng = np.random.default_rng(2)
+    x = [rng.normal(size=(5, 6, 8, 2)).astype(np.float32), rng.normal(size=(5, 12, 3)).astype(np.float32)]
+    g.ggml_save_model(m, tmp_path / "layers.gguf")
+    loaded = g.ggml_load_model(tmp_path / "layers.gguf", backend="cpu")
+    assert [l.kind for l in loaded.layers] == [l.kind for l in m.layers]
+    np.testing.assert_array_equal(g.ggml_predict(loaded, x), g.ggml_predict(m, x))
+
+
 def test_functional_roundtrip(tmp_path):
     m = functional()
     rng = np.random.default_rng(1)
