@@ -195,6 +195,16 @@ from .training.callbacks import (ggml_callback_csv_logger, ggml_callback_early_s
 from .training.fit import (ggml_fit_opt, ggml_fit_opt_gen, ggml_fit_opt_multi, ggml_opt_fit_multi)
 from .training.plot import (ggml_plot_history)
 
+_LAZY = {'GgmlClassifier': 'models.estimators', 'GgmlRegressor': 'models.estimators'}
+
+
+def __getattr__(name: str):  # the scikit-learn estimators load (and import scikit-learn) when first used
+    if name in _LAZY:
+        import importlib
+        return getattr(importlib.import_module("." + _LAZY[name], __name__), name)
+    raise AttributeError(f"module 'ggmlpy' has no attribute {name!r}")
+
+
 __version__ = "0.1.0"
 __docformat__ = "google"  # for pdoc (docs/README.md): "Arguments:" sections render as lists, examples as code
 GGML_VERSION = BUILD_INFO.get("ggml_version", "unknown")

@@ -38,7 +38,21 @@ from .core.glossary import explain as _explain
 from .graph.objects import serialized as _serialized
 '''
 
+# names loaded on first use from modules that import an optional dependency (scikit-learn); not in __all__, so
+# that `from ggmlpy import *` never needs it
+LAZY = {"GgmlClassifier": "models.estimators", "GgmlRegressor": "models.estimators"}
+
 FOOTER = '''
+_LAZY = ''' + repr(LAZY) + '''
+
+
+def __getattr__(name: str):  # the scikit-learn estimators load (and import scikit-learn) when first used
+    if name in _LAZY:
+        import importlib
+        return getattr(importlib.import_module("." + _LAZY[name], __name__), name)
+    raise AttributeError(f"module 'ggmlpy' has no attribute {name!r}")
+
+
 __version__ = "0.1.0"
 __docformat__ = "google"  # for pdoc (docs/README.md): "Arguments:" sections render as lists, examples as code
 GGML_VERSION = BUILD_INFO.get("ggml_version", "unknown")

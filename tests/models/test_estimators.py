@@ -1,0 +1,134 @@
+"""GgmlClassifier and GgmlRegressor against scikit-learn's own checks, metrics and model-selection tools."""
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+
+import ggmlpy as g
+
+sklearn = pytest.importorskip("sklearn", reason="scikit-learn is not installed (pip install '.[test]')")
+from sklearn.base import clone  # noqa: E402
+from sklearn.exceptions import NotFittedError  # noqa: E402
+from sklearn.metrics import accuracy_score, r2_score  # noqa: E402
+from sklearn.model_selection import cross_val_score, GridSearchCV  # noqa: E402
+from sklearn.pipeline import make_pipeline  # noqa: E402
+from sklearn.preprocessing import StandardScaler  # noqa: E402
+
+
+def classifier_fn(units=16, n_classes=2, input_shape=(4,)):
+    m = g.ggml_model_sequential()
+    if len(input_shape) > 1:
+        m = g.ggml_layer_flatten(m, input_shape=input_shape)
+    m = g.ggml_layer_dense(m, units, activation="relu", input_shape=input_shape)
+    return g.ggml_layer_dense(m, n_classes, activation="softmax")
+
+
+def regressor_fn(n_outputs=1, input_shape=(3,)):
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, 16, activation="tanh", input_shape=input_shape)
+    return g.ggml_layer_dense(m, n_outputs)
+
+
+def labelled(n=240, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 4)).astype(np.float32)
+    return x, np.where(x[:, 0] + x[:, 1] > 0, "up", "down")
+
+
+def test_classifier_learns_string_labels_and_scores_as_scikit_learn(tmp_path):
+    x, y = labelled()
+    clf = g.GgmlClassifier(classifier_fn, epochs=30, learning_rate=0.02, random_state=0).fit(x, y)
+    assert list(clf.classes_) == ["down", "up"] and clf.n_features_in_ == 4
+    pred = clf.predict(x)
+    assert set(pred) <= {"down", "up"}
+    assert clf.score(x, y) == pytest.approx(accuracy_score(y, pred)) and clf.score(x, y) > 0.9
+    p = clf.predict_proba(x[:10])
+    np.testing.assert_allclose(p.sum(axis=1), 1, rtol=1e-5)
+    np.testing.assert_array_equal(clf.classes_[p.argmax(axis=1)], pred[:10])
+    assert len(clf.history_) == 30
+
+
+def test_regressor_fits_1d_and_2d_targets_and_reports_r2():
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, (300, 3)).astype(np.float32)
+    y = np.sin(2 * x[:, 0]) + x[:, 1] * x[:, 2]
+    reg = g.GgmlRegressor(regressor_fn, epochs=80, learning_rate=0.02, random_state=0).fit(x, y)
+    pred = reg.predict(x)
+    assert pred.shape == (300,) and pred.dtype == np.float64
+    assert reg.score(x, y) == pytest.approx(r2_score(y, pred)) and reg.score(x, y) > 0.8
+    two = np.stack([y, -y], axis=1)
+    reg2 = g.GgmlRegressor(regressor_fn, epochs=5, random_state=0).fit(x, two)
+    assert reg2.predict(x).shape == (300, 2)
+    assert reg2.model_.layers[-1].units == 2  # the function got n_outputs=2
+
+
+def test_a_function_that_compiles_its_model_keeps_its_settings():
+    def compiled_fn(n_classes=2, input_shape=(4,)):
+        return g.ggml_compile(classifier_fn(8, n_classes, input_shape), optimizer="sgd",
+                              loss="sparse_categorical_crossentropy", backend="cpu", learning_rate=0.1)
+    x, y = labelled(80)
+    clf = g.GgmlClassifier(compiled_fn, epochs=2).fit(x, y)
+    assert clf.model_.compiled.optimizer == "sgd"
+
+
+def test_model_arguments_are_parameters_that_clone_and_grid_search_tune():
+    x, y = labelled(120)
+    clf = g.GgmlClassifier(classifier_fn, epochs=10, learning_rate=0.02, model__units=4, random_state=0)
+    assert clf.get_params()["model__units"] == 4
+    assert clone(clf).get_params() == clf.get_params()
+    gs = GridSearchCV(clf, {"model__units": [2, 16], "epochs": [3, 10]}, cv=2).fit(x, y)
+    assert set(gs.best_params_) == {"model__units", "epochs"}
+    assert gs.best_estimator_.model_.layers[0].units == gs.best_params_["model__units"]
+
+
+def test_in_a_pipeline_and_cross_validation():
+    x, y = labelled(150)
+    pipe = make_pipeline(StandardScaler(), g.GgmlClassifier(classifier_fn, epochs=15, learning_rate=0.02,
+                                                           random_state=0))
+    scores = cross_val_score(pipe, x * 10 + 3, y, cv=3)
+    assert scores.shape == (3,) and scores.mean() > 0.8
+
+
+def test_random_state_makes_fits_repeatable_and_a_fitted_estimator_pickles():
+    x, y = labelled(100)
+    a = g.GgmlClassifier(classifier_fn, epochs=3, random_state=5).fit(x, y)
+    b = g.GgmlClassifier(classifier_fn, epochs=3, random_state=5).fit(x, y)
+    np.testing.assert_array_equal(a.predict_proba(x), b.predict_proba(x))
+    c = pickle.loads(pickle.dumps(a))
+    np.testing.assert_array_equal(c.predict_proba(x), a.predict_proba(x))
+
+
+def test_misuse_says_what_is_wrong():
+    x, y = labelled(40)
+    with pytest.raises(NotFittedError):
+        g.GgmlClassifier(classifier_fn).predict(x)
+    with pytest.raises(g.GgmlTypeError, match="unknown argument"):
+        g.GgmlClassifier(classifier_fn, units=3).fit(x, y)      # a model argument without model__
+    with pytest.raises(g.GgmlTypeError, match="must be a function"):
+        g.GgmlClassifier(None).fit(x, y)
+    with pytest.raises(g.GgmlTypeError, match="not a ggmlpy model"):
+        g.GgmlClassifier(lambda n_classes=2, input_shape=(4,): "a model").fit(x, y)
+    with pytest.raises(ValueError, match="one class"):
+        g.GgmlClassifier(classifier_fn).fit(x, np.zeros(40))
+    with pytest.raises(ValueError, match="Unknown label type"):
+        g.GgmlClassifier(classifier_fn).fit(x, np.linspace(0, 1, 40))
+    clf = g.GgmlClassifier(classifier_fn, epochs=1).fit(x, y)
+    with pytest.raises(ValueError, match="X has 3 features, but GgmlClassifier is expecting 4"):
+        clf.predict(x[:, :3])
+
+
+@pytest.mark.parametrize("make", [
+    lambda: g.GgmlClassifier(classifier_fn, epochs=60, learning_rate=0.05, random_state=0),
+    lambda: g.GgmlRegressor(regressor_fn, epochs=60, learning_rate=0.05, random_state=0),
+], ids=["classifier", "regressor"])
+def test_scikit_learns_estimator_checks_pass(make):
+    from sklearn.utils.estimator_checks import check_estimator
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results = check_estimator(make(), on_fail=None)
+    failed = [(r["check_name"], str(r["exception"])[:200]) for r in results if r["status"] == "failed"]
+    assert not failed, failed
+    assert len(results) > 40
