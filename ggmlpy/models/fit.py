@@ -206,7 +206,8 @@ def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch
         x: ``(N, *input_shape)`` sample-major, channels last (a list for several inputs).
         y: ``(N, units)`` (one-hot for categorical cross-entropy), ``(N,)`` 0-based class ids for
             ``sparse_categorical_crossentropy`` (a list for several outputs).
-        epochs: passes over the data. batch_size: samples per step (at most N).
+        epochs: passes over the data. batch_size: samples per step; a batch_size larger than the training
+            samples trains on batches of all of them (as Keras does).
         validation_split: the last fraction of the samples (taken before shuffling) validates instead of
             training. validation_data: ``(x_val, y_val)`` or ``(x_val, y_val, sample_weight_val)``.
         class_weight: ``{class id: weight}`` scales each sample's loss by its class's weight.
