@@ -14,6 +14,7 @@ from ..opt import losses as L
 from ..opt.constants import OPTIMIZER_ADAMW, OPTIMIZER_SGD
 from ..opt.params import check_weight_decay
 from .graph import Model, Node
+from . import conv, pooling, shaping
 from .layers import Dropout, Flatten
 from .runtime import build_graph, GraphInstance, Runtime
 
@@ -94,8 +95,11 @@ def _loss_name(loss: Any, i: int) -> str:
     return {"mean_squared_error": "mse", "mean_absolute_error": "mae", "huber_loss": "huber"}.get(name, name)
 
 
-# layers that pass values through unchanged in inference: an activation before them is the output's
-_PASS_THROUGH = (Dropout, Flatten)
+# layers that pass values through (reshaped, repeated, pooled or dropped in training) without a function of their
+# own: a softmax before them makes the output probabilities, which the fused cross-entropy would treat as logits
+_PASS_THROUGH = (Dropout, Flatten, shaping.Reshape, shaping.RepeatVector, conv.MaxPooling2D, pooling.MaxPooling1D,
+                 pooling.AveragePooling1D, pooling.UpSampling2D, conv.GlobalAveragePooling2D, conv.GlobalMaxPooling2D,
+                 pooling.GlobalAveragePooling1D, pooling.GlobalMaxPooling1D)
 
 
 def _check_cross_entropy_output(node: Node, loss: str) -> None:

@@ -183,6 +183,16 @@ class LrUserdata:
     def get(self) -> dict:
         return {"adamw": float(self.params.adamw.alpha), "sgd": float(self.params.sgd.alpha)}
 
+    @property
+    def adamw(self) -> float:
+        """AdamW's learning rate for the coming steps (set it with ``set(adamw_lr=...)``)."""
+        return float(self.params.adamw.alpha)
+
+    @property
+    def sgd(self) -> float:
+        """SGD's learning rate for the coming steps (set it with ``set(sgd_lr=...)``)."""
+        return float(self.params.sgd.alpha)
+
     def set(self, adamw_lr: float | None = None, sgd_lr: float | None = None) -> None:
         adamw = None if adamw_lr is None else learning_rate_arg("ggml_opt_set_lr: adamw_lr", adamw_lr, schedule=True)
         sgd = None if sgd_lr is None else learning_rate_arg("ggml_opt_set_lr: sgd_lr", sgd_lr, schedule=True)

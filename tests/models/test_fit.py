@@ -426,6 +426,42 @@ def test_dropout_after_the_softmax_is_refused_under_cross_entropy():
         g.ggml_compile(m, loss="categorical_crossentropy", backend="cpu")
 
 
+@pytest.mark.parametrize("after", [
+    lambda m: g.ggml_layer_reshape(m, (3, 1)),
+    lambda m: g.ggml_layer_repeat_vector(m, 2),
+], ids=["reshape", "repeat_vector"])
+def test_a_shaping_layer_after_the_softmax_is_refused_under_cross_entropy(after):
+    m = _ends_in(lambda m: g.ggml_layer_dense(m, 3, activation="softmax"), after)
+    with pytest.raises(g.GgmlValueError, match="after the softmax.*second softmax"):
+        g.ggml_compile(m, loss="categorical_crossentropy", backend="cpu")
+
+
+def test_a_pooling_layer_after_a_per_step_softmax_is_refused_under_cross_entropy():
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_conv_1d(m, 3, 2, activation="softmax", input_shape=(6, 2))
+    m = g.ggml_layer_global_average_pooling_1d(m)
+    with pytest.raises(g.GgmlValueError, match="global_average_pooling_1d after the softmax"):
+        g.ggml_compile(m, loss="categorical_crossentropy", backend="cpu")
+
+
+def test_an_activation_layer_softmax_is_the_fused_loss_s_softmax():
+    """Dense + Activation('softmax') trains and predicts as Dense(activation='softmax')."""
+    x, ids = blobs(n=64)
+    np.random.seed(4)
+    a = g.ggml_model_sequential()
+    a = g.ggml_layer_dense(a, 3, input_shape=(4,), name="d")
+    a = g.ggml_compile(g.ggml_layer_activation(a, "softmax"), loss="sparse_categorical_crossentropy", backend="cpu")
+    b = g.ggml_model_sequential()
+    b = g.ggml_compile(g.ggml_layer_dense(b, 3, activation="softmax", input_shape=(4,), name="d"),
+                       loss="sparse_categorical_crossentropy", backend="cpu")
+    g.ggml_set_weights(b, g.ggml_get_weights(a))
+    ha = g.ggml_fit(a, x, ids, epochs=2, batch_size=16, shuffle=False, verbose=0)
+    hb = g.ggml_fit(b, x, ids, epochs=2, batch_size=16, shuffle=False, verbose=0)
+    np.testing.assert_allclose(ha["train_loss"], hb["train_loss"], rtol=1e-6)
+    np.testing.assert_allclose(g.ggml_predict(a, x), g.ggml_predict(b, x), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(g.ggml_predict(a, x).sum(axis=1), 1, rtol=1e-5)
+
+
 @pytest.mark.parametrize("activation", ["softmax", None, "linear"])
 def test_softmax_and_logit_outputs_compile_and_match_numpy(activation):
     m = _ends_in(lambda m: g.ggml_layer_dense(m, 3, activation=activation))

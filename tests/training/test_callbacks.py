@@ -369,3 +369,18 @@ def test_csv_logger_checks_its_arguments(tmp_path):
         G.ggml_callback_csv_logger(3)
     with pytest.raises(G.GgmlTypeError, match="True or False"):
         G.ggml_callback_csv_logger(tmp_path / "log.csv", append="yes")
+
+
+def test_the_state_a_callback_gets_reads_as_documented(model, tsched, batches):
+    """lr_ud.adamw / lr_ud.sgd are the rates its repr shows; epoch, nepoch and optimizer are the fit's."""
+    seen: list = []
+
+    def look(epoch, logs, state):
+        seen.append((epoch, state.epoch, state.nepoch, state.optimizer, state.lr_ud.adamw, state.lr_ud.sgd,
+                     repr(state.lr_ud), state.model, state.weights))
+
+    fit(model, tsched, batches, [{"on_epoch_begin": look}], epochs=2, initial_epoch=1, learning_rate=2e-3)
+    assert [s[:4] for s in seen] == [(2, 2, 3, "adamw"), (3, 3, 3, "adamw")]
+    epoch, _, _, _, adamw, sgd, text, m, w = seen[0]
+    assert adamw == pytest.approx(2e-3) and f"adamw={adamw:g}" in text and f"sgd={sgd:g}" in text
+    assert m is None and w is None  # a low-level fit has no model
