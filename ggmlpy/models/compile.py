@@ -71,6 +71,7 @@ class CompileConfig:
     learning_rate: float | None = None
     weight_decay: float = 0.0
     extra: dict = field(default_factory=dict)
+    adam: tuple[float, float, float] | None = None  # (beta_1, beta_2, epsilon); None: ggml's 0.9, 0.999, 1e-8
 
     def loss_weights(self) -> list[float] | None:
         """The heads' loss weights for the training graph (None: one head of weight 1, ggml's own loss). A single
@@ -82,7 +83,8 @@ class CompileConfig:
     def to_dict(self) -> dict:
         return {"optimizer": self.optimizer, "loss": [h.loss for h in self.heads],
                 "loss_weights": [h.weight for h in self.heads], "metrics": self.metrics, "backend": self.backend,
-                "learning_rate": self.learning_rate, "weight_decay": self.weight_decay}
+                "learning_rate": self.learning_rate, "weight_decay": self.weight_decay,
+                **({} if self.adam is None else dict(zip(("beta_1", "beta_2", "epsilon"), self.adam)))}
 
 
 def _loss_name(loss: Any, i: int) -> str:
@@ -137,7 +139,8 @@ def _head(node: Node, loss: str, weight: float) -> HeadSpec:
 
 def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical_crossentropy",
                  metrics: Any = ("accuracy",), backend: Any = "auto", loss_weights: Any = None,
-                 learning_rate: float | None = None, weight_decay: float = 0.0, shares: Any = None) -> Model:
+                 learning_rate: float | None = None, weight_decay: float = 0.0, shares: Any = None,
+                 beta_1: float | None = None, beta_2: float | None = None, epsilon: float | None = None) -> Model:
     """Choose the optimizer, the loss and the backend of a model, and put its weights on that backend.
 
     Arguments:
@@ -168,6 +171,9 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
             output order or a dict by output layer name, as ``loss``.
         learning_rate: the optimizer's starting learning rate (default ggml's 1e-3).
         weight_decay: decoupled weight decay in [0, 1].
+        beta_1, beta_2, epsilon: Adam's moment decays (in [0, 1)) and the constant added to the root of the second
+            moment (>= 0), Keras' names; None keeps ggml's 0.9, 0.999 and 1e-8 (Keras' epsilon is 1e-7). Only
+            with ``optimizer="adam"``. They are saved with the model and its optimizer state.
 
     Value: the model, compiled in place (``model = ggml_compile(model, ...)`` and
     ``ggml_compile(model, ...)`` both work). Weights are drawn here (Glorot-uniform kernels, zero biases)
@@ -217,8 +223,9 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
     if learning_rate is not None:
         lr = learning_rate_arg("learning_rate", learning_rate)
     check_weight_decay(weight_decay)
+    adam = _adam_settings(opt_name, beta_1, beta_2, epsilon)
     config = CompileConfig(opt_name, OPTIMIZERS[opt_name], heads, ["accuracy"] if metric_list else [], backend, lr,
-                           float(weight_decay))
+                           float(weight_decay), adam=adam)
     # before the old one goes (a failure leaves the model as it was); the weights come from the newest holder
     # of each layer: the old runtime, another model sharing the layer, or the copy a layer carries
     runtime = Runtime(model, backend, shares=shares)
@@ -230,6 +237,26 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
             raise
     model.runtime, model.compiled = runtime, config
     return model
+
+
+def _adam_settings(optimizer: str, beta_1: Any, beta_2: Any, epsilon: Any) -> tuple[float, float, float] | None:
+    """Adam's (beta_1, beta_2, epsilon), ggml's defaults where None; None when all are."""
+    given = {"beta_1": beta_1, "beta_2": beta_2, "epsilon": epsilon}
+    if all(v is None for v in given.values()):
+        return None
+    if OPTIMIZERS[optimizer] != OPTIMIZER_ADAMW:
+        named = ", ".join(k for k, v in given.items() if v is not None)
+        raise GgmlValueError(f"ggml_compile: {named} set Adam's moments, but the optimizer is {optimizer!r}; use "
+                             "optimizer='adam' or leave them out")
+    for name in ("beta_1", "beta_2"):
+        v = given[name]
+        if v is not None and (not is_real(v) or not 0 <= v < 1):
+            raise GgmlValueError(f"ggml_compile: {name} must be a number in [0, 1) (1 divides by zero in Adam's bias "
+                                 f"correction), got {v!r}")
+    if epsilon is not None and (not is_real(epsilon) or not 0 <= epsilon <= FLOAT32_MAX):
+        raise GgmlValueError(f"ggml_compile: epsilon must be a finite number >= 0, got {epsilon!r}")
+    return (0.9 if beta_1 is None else float(beta_1), 0.999 if beta_2 is None else float(beta_2),
+            1e-8 if epsilon is None else float(epsilon))
 
 
 def _backends(backend: Any, shares: Any) -> tuple[Any, list[float] | None]:

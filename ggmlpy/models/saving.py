@@ -317,6 +317,8 @@ def _fresh_state(model: Model) -> dict:
     lr = LrUserdata(cfg.weight_decay)
     if cfg.learning_rate is not None:
         lr.set(adamw_lr=cfg.learning_rate, sgd_lr=cfg.learning_rate)
+    if cfg.adam is not None:
+        lr.params.adamw.beta1, lr.params.adamw.beta2, lr.params.adamw.eps = cfg.adam
     p = lr.params
     trainable = model.runtime.opt_state.trainable()
     if cfg.optimizer_type == OPTIMIZER_ADAMW:
@@ -359,6 +361,7 @@ def ggml_load_model(path: Any, backend: str = "auto", include_optimizer: bool = 
         cfg = json.loads(meta["ggmlpy.compile"])
         settings = {k: cfg[k] for k in ("optimizer", "loss", "metrics", "loss_weights", "learning_rate",
                                         "weight_decay")}
+        settings.update({k: cfg[k] for k in ("beta_1", "beta_2", "epsilon") if k in cfg})  # files since Dec 2026
     except GgmlpyError:
         raise
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:

@@ -51,7 +51,7 @@ class TrainingSetup:
                                             sample_weighted=sample_weighted, side_outputs=inst.side_outputs,
                                             head_names=[h.name for h in cfg.heads] if len(cfg.heads) > 1 else None))
                 steps.append(StepOptions(cfg.optimizer_type, period, cfg.weight_decay, cfg.learning_rate, inst.hooks,
-                                         n))
+                                         n, adam=cfg.adam))
                 # replicas accumulate gradients only: their optimizer step runs on replica 0's device
                 self.work.append((sched, training_step_work(inst.outputs, period if len(stores) == 1 else 2)))
             if len(stores) == 1:

@@ -42,6 +42,7 @@ only accumulates gradients (a data-parallel replica, whose optimizer steps outsi
     hooks: Sequence[Any] = ()
     batch_size: int | None = None
     gradients_only: bool = False  # a data-parallel replica: accumulate gradients, the caller steps
+    adam: tuple[float, float, float] | None = None  # AdamW's (beta1, beta2, eps); None: ggml's defaults
 
 
 @dataclass(frozen=True)

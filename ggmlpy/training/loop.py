@@ -94,6 +94,8 @@ class TrainingSession:
         self.lr_ud = LrUserdata(check_weight_decay(step.weight_decay))
         if step.learning_rate is not None:
             self.lr_ud.set(adamw_lr=step.learning_rate, sgd_lr=step.learning_rate)
+        if step.adam is not None:
+            self.lr_ud.params.adamw.beta1, self.lr_ud.params.adamw.beta2, self.lr_ud.params.adamw.eps = step.adam
         heads_arg = loss_types if self.multi else loss_types[0]
         outputs_arg = outputs if self.multi else outputs[0]
         # side outputs (a model's state updated in the graph) are computed by training steps only

@@ -544,3 +544,42 @@ def test_predict_and_evaluate_take_keras_verbose_values():
             g.ggml_predict(m, x, verbose=bad)
     h = g.ggml_fit(m, x, y, epochs=1, verbose="auto")  # Keras' default of fit too
     assert len(h) == 1
+
+
+@pytest.mark.parametrize("betas_eps", [(0.5, 0.9, 1e-3), (None, None, None), (0.0, 0.0, 0.5)])
+def test_adam_betas_and_epsilon_follow_the_numpy_reference(betas_eps, tmp_path):
+    """Three full-batch Adam steps on a linear model under MSE against numpy float64 (ggml's AdamW formula)."""
+    from tests.training.helpers import adamw_step
+    b1, b2, eps = betas_eps
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(8, 4)).astype(np.float32)
+    y = rng.normal(size=(8, 3)).astype(np.float32)
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, 3, input_shape=(4,), name="d")
+    m = g.ggml_compile(m, optimizer="adam", loss="mse", metrics=[], backend="cpu", learning_rate=0.01,
+                       beta_1=b1, beta_2=b2, epsilon=eps)
+    w0 = g.ggml_get_weights(m)
+    p = {k: v.astype(np.float64) for k, v in w0.items()}
+    state: dict = {}
+    for _ in range(3):
+        err = x.astype(np.float64) @ p["d.weight"] + p["d.bias"] - y
+        grads = {"d.weight": 2 * x.T.astype(np.float64) @ err / err.size, "d.bias": 2 * err.sum(axis=0) / err.size}
+        adamw_step(p, grads, state, 0.01, beta1=0.9 if b1 is None else b1, beta2=0.999 if b2 is None else b2,
+                   eps=1e-8 if eps is None else eps)
+    g.ggml_fit(m, x, y, epochs=3, batch_size=8, shuffle=False, verbose=0)
+    got = g.ggml_get_weights(m)
+    for k in p:
+        np.testing.assert_allclose(got[k], p[k], rtol=2e-5, atol=2e-6, err_msg=k)
+    if b1 is not None:  # the settings travel with the model
+        g.ggml_save_model(m, tmp_path / "m.gguf")
+        assert g.ggml_load_model(tmp_path / "m.gguf", backend="cpu").compiled.adam == (b1, b2, eps)
+
+
+def test_adam_settings_are_checked():
+    m = g.ggml_layer_dense(g.ggml_model_sequential(), 3, input_shape=(4,))
+    with pytest.raises(g.GgmlValueError, match="beta_1 set Adam's moments, but the optimizer is 'sgd'"):
+        g.ggml_compile(m, optimizer="sgd", loss="mse", backend="cpu", beta_1=0.8)
+    with pytest.raises(g.GgmlValueError, match=r"beta_2 must be a number in \[0, 1\)"):
+        g.ggml_compile(m, loss="mse", backend="cpu", beta_2=1.0)
+    with pytest.raises(g.GgmlValueError, match="epsilon must be a finite number >= 0"):
+        g.ggml_compile(m, loss="mse", backend="cpu", epsilon=-1e-7)
