@@ -341,9 +341,10 @@ def ggml_fit_generator(model: Model, generator: Any, steps_per_epoch: int | None
 
     Arguments:
         model: a compiled model.
-        generator: ``ggml_fit_opt_gen``'s four source kinds: a function returning one batch or None (ends
+        generator: ``ggml_fit_opt_gen``'s source kinds: a function returning one batch or None (ends
             the epoch), a generator function (called once per epoch), a re-iterable such as a list or a
-            DataLoader (iterated once per epoch) or an iterator (consumed across epochs). A batch is
+            DataLoader (iterated once per epoch), an iterator (consumed across epochs), or an object with
+            Keras' ``PyDataset`` protocol (``__len__``, ``__getitem__``, ``on_epoch_end``). A batch is
             ``(x, y)`` or ``(x, y, sample_weight)`` in the user's orientation (as for ``ggml_fit``). The
             batch size is the first batch's; a later batch of another size is a ValueError.
         steps_per_epoch: batches per epoch (default: until the source ends the epoch).

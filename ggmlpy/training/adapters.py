@@ -3,7 +3,9 @@
 ``Source`` gives every kind of Python data source ggmlR's epoch semantics:
 a zero-argument callable (``None`` ends the epoch), a generator function (called once per
 epoch), a re-iterable such as a list or a DataLoader (``iter()`` per epoch, continued
-while not exhausted), or a one-shot iterator (consumed across epochs).
+while not exhausted), a one-shot iterator (consumed across epochs), or an object with Keras'
+``PyDataset`` protocol (``len()`` batches ``obj[0]``... per epoch, each epoch from batch 0, its
+``on_epoch_begin``/``on_epoch_end`` called around every epoch, also one that steps_per_epoch cuts short).
 
 ``BatchWriter`` turns one batch into arrays of the right dtype and size for the input,
 label and weight tensors of one opt context, with errors that name the tensor.
@@ -29,6 +31,31 @@ from ..opt.dataset import not_distributions
 
 
 CALLABLE, GENERATOR_FUNCTION, REITERABLE, ITERATOR = "callable", "generator function", "re-iterable", "iterator"
+SEQUENCE = "sequence of batches"  # Keras' PyDataset / keras.utils.Sequence: __len__ and __getitem__(i)
+
+
+def is_batch_sequence(obj: Any) -> bool:
+    """Keras' ``PyDataset`` protocol: ``len(obj)`` batches, ``obj[i]`` the i-th, ``on_epoch_end()`` after each epoch
+    (a plain list or tuple of batches is a re-iterable instead)."""
+    if isinstance(obj, (list, tuple, str, bytes, dict, np.ndarray)):
+        return False
+    return hasattr(obj, "__getitem__") and hasattr(obj, "__len__") and \
+        (not hasattr(obj, "__iter__") or hasattr(obj, "on_epoch_end"))
+
+
+def _sequence_epoch(obj: Any) -> Iterator:
+    """One epoch of a PyDataset: ``on_epoch_begin()``, ``obj[0] .. obj[len - 1]``, then ``on_epoch_end()`` also
+    when the epoch stops early (steps_per_epoch, an error), as Keras calls it after every epoch."""
+    begin = getattr(obj, "on_epoch_begin", None)
+    if callable(begin):
+        begin()
+    try:
+        for i in range(len(obj)):
+            yield obj[i]
+    finally:
+        end = getattr(obj, "on_epoch_end", None)
+        if callable(end):
+            end()
 
 
 class Source:
@@ -41,6 +68,8 @@ class Source:
         self._keep_epoch = False  # peek() started the next epoch already
         if inspect.isgeneratorfunction(obj):
             self.kind = GENERATOR_FUNCTION
+        elif is_batch_sequence(obj):
+            self.kind = SEQUENCE
         elif isinstance(obj, Iterator):
             self.kind = ITERATOR
         elif hasattr(obj, "__iter__") and not isinstance(obj, (str, bytes, dict, np.ndarray)):
@@ -49,7 +78,8 @@ class Source:
             self.kind = CALLABLE
         else:
             raise GgmlTypeError(f"{name} must be a function returning one batch (or None), a generator function, "
-                                f"an iterable of batches or an iterator, got {type(obj).__name__}")
+                                f"an iterable of batches, an iterator or a PyDataset-like object (__len__ and "
+                                f"__getitem__), got {type(obj).__name__}")
         self._iter: Iterator | None = obj if self.kind == ITERATOR else None
         self._exhausted = False
         self._fresh = False   # the current iterator was taken for this epoch
@@ -68,9 +98,10 @@ class Source:
             self._keep_epoch = False
             return
         self._served, self._fresh = 0, False
-        if self.kind == GENERATOR_FUNCTION:
+        if self.kind in (GENERATOR_FUNCTION, SEQUENCE):
             self._close()
-            self._iter, self._exhausted, self._fresh = iter(self.obj()), False, True
+            epoch = self.obj() if self.kind == GENERATOR_FUNCTION else _sequence_epoch(self.obj)
+            self._iter, self._exhausted, self._fresh = iter(epoch), False, True
         elif self.kind == REITERABLE and (self._iter is None or self._exhausted):
             self._iter, self._exhausted, self._fresh = iter(self.obj), False, True
 
@@ -114,7 +145,7 @@ class Source:
 
     def _close(self) -> None:
         close = getattr(self._iter, "close", None)
-        if close is not None and self.kind == GENERATOR_FUNCTION:
+        if close is not None and self.kind in (GENERATOR_FUNCTION, SEQUENCE):
             close()
 
     def close(self) -> None:

@@ -98,8 +98,10 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
     (1) a callable of no arguments returning one batch per call and None to end the epoch (ggmlR's
     contract: a finite one must reset itself before returning None, so the next call starts over);
     (2) a generator function, called once per epoch; (3) a re-iterable such as a list of batches or a
-    ``torch.utils.data.DataLoader``, iterated once per epoch; or (4) a one-shot iterator, consumed
-    across epochs. A batch is ``(x, y)``, or ``{"inputs": [x1, ...], "labels": [y1, ...], "weights": w}``
+    ``torch.utils.data.DataLoader``, iterated once per epoch; (4) a one-shot iterator, consumed
+    across epochs; or (5) an object with Keras' ``PyDataset`` protocol: ``len(obj)`` batches ``obj[0]``,
+    ``obj[1]``, ... per epoch, each epoch from batch 0, and ``on_epoch_end()`` (``on_epoch_begin()``) after
+    (before) every epoch. A batch is ``(x, y)``, or ``{"inputs": [x1, ...], "labels": [y1, ...], "weights": w}``
     (a bare array stands for a one-element list; ``"weights"`` for weighted MSE); for loss types
     without labels (mean, sum) ``x`` or ``(x,)``. Each element is an array already in ggml layout holding
     exactly one physical batch: for a tensor ``[F, N]`` an ``(N, F)`` array (or 1-D of ``F * N``

@@ -583,3 +583,47 @@ def test_adam_settings_are_checked():
         g.ggml_compile(m, loss="mse", backend="cpu", beta_2=1.0)
     with pytest.raises(g.GgmlValueError, match="epsilon must be a finite number >= 0"):
         g.ggml_compile(m, loss="mse", backend="cpu", epsilon=-1e-7)
+
+
+class _Batches:
+    """Keras' PyDataset protocol: __len__, __getitem__(i), on_epoch_end (and no __iter__)."""
+
+    def __init__(self, x, y, batch):
+        self.x, self.y, self.batch = x, y, batch
+        self.order = np.arange(len(x))
+        self.asked: list = []
+        self.epochs_ended = 0
+
+    def __len__(self):
+        return len(self.x) // self.batch
+
+    def __getitem__(self, i):
+        if not 0 <= i < len(self):
+            raise IndexError(i)  # a fit must never ask beyond len
+        self.asked.append(i)
+        rows = self.order[i * self.batch:(i + 1) * self.batch]
+        return self.x[rows], self.y[rows]
+
+    def on_epoch_end(self):
+        self.epochs_ended += 1
+        self.order = np.random.default_rng(self.epochs_ended).permutation(len(self.x))
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_a_pydataset_like_source_serves_len_batches_per_epoch_and_hears_each_epoch_end(prefetch):
+    x, ids = blobs(n=96)
+    data = _Batches(x, np.eye(3, dtype=np.float32)[ids], 16)
+    m = classifier()
+    h = g.ggml_fit_generator(m, data, epochs=3, verbose=0, prefetch=prefetch)
+    assert list(h["steps"]) == [6, 6, 6]
+    assert data.asked == list(range(6)) * 3 and data.epochs_ended == 3
+    assert h["train_loss"].iloc[-1] < h["train_loss"].iloc[0]
+
+
+def test_a_pydataset_epoch_cut_short_by_steps_per_epoch_still_ends():
+    x, ids = blobs(n=96)
+    data = _Batches(x, np.eye(3, dtype=np.float32)[ids], 16)
+    h = g.ggml_fit_generator(classifier(), data, epochs=2, steps_per_epoch=4, verbose=0)
+    assert list(h["steps"]) == [4, 4]
+    assert data.asked == [0, 1, 2, 3, 0, 1, 2, 3]  # each epoch starts again at batch 0
+    assert data.epochs_ended == 2  # after each epoch, also one cut short
