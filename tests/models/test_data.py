@@ -296,9 +296,9 @@ def test_losses_as_a_dict_by_output_name():
 
 def test_an_argument_the_function_lacks_is_named_with_the_functions_arguments():
     """It was 'an argument has the wrong kind ... if the arguments match it, this is a bug in ggmlpy'."""
-    with pytest.raises(g.GgmlTypeError, match=r"unexpected keyword argument 'restore_best_weights' \(its arguments: "
-                                              r"monitor, patience, min_delta, mode") as info:
-        g.ggml_callback_early_stopping(restore_best_weights=True)
+    with pytest.raises(g.GgmlTypeError, match=r"unexpected keyword argument 'start_from_epoch' \(its arguments: "
+                                              r"monitor, patience, min_delta, mode, restore_best_weights") as info:
+        g.ggml_callback_early_stopping(start_from_epoch=3)
     assert "bug in ggmlpy" not in str(info.value)
     with pytest.raises(g.GgmlTypeError, match="missing a required argument: 'x'"):
         g.ggml_predict(_classifier())
