@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..core.args import is_int
 from ..core.types import GGML_TYPE_F32
 from ..errors import GgmlValueError
 from ..graph.introspect import ggml_is_contiguous
@@ -38,11 +39,9 @@ class Reshape(Layer):
 
     def __init__(self, target_shape: Any, **kw: Any) -> None:
         super().__init__(**kw)
-        shape = (target_shape,) if isinstance(target_shape, int) and not isinstance(target_shape, bool) \
-            else target_shape
+        shape = (target_shape,) if is_int(target_shape) else target_shape
         if not isinstance(shape, (tuple, list)) or not 1 <= len(shape) <= 3 or \
-                not all(isinstance(d, int) and not isinstance(d, bool) and (d >= 1 or d == -1) for d in shape) \
-                or list(shape).count(-1) > 1:
+                not all(is_int(d) and (d >= 1 or d == -1) for d in shape) or list(shape).count(-1) > 1:
             raise GgmlValueError(f"target_shape must be a tuple of 1 to 3 ints >= 1 (one of them may be -1), "
                                  f"got {target_shape!r}")
         self.target_shape = tuple(int(d) for d in shape)
