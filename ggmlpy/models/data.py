@@ -161,6 +161,8 @@ def _target(h: HeadSpec, arr: np.ndarray, n: int, what: str) -> np.ndarray:
     out = np.ascontiguousarray(arr, dtype=np.float32)
     if not np.all(np.isfinite(out)):
         raise GgmlValueError(f"{what} contains NaN or infinite values")
+    if h.loss in ("hinge", "squared_hinge") and np.all((out == 0) | (out == 1)):
+        out = 2 * out - 1  # Keras' rule: 0/1 labels of a hinge loss are -1/1
     if h.loss == "categorical_crossentropy":
         rows = out.reshape(-1, units)      # one distribution per sample (or per position of a sequence)
         sums = rows.sum(axis=1)

@@ -33,6 +33,15 @@ def per_sample_loss(h: HeadSpec, out: np.ndarray, y: np.ndarray) -> np.ndarray:
         q = (1 - o) * (1 - 2 * EPS) + EPS
         with np.errstate(invalid="ignore", divide="ignore"):  # outputs outside [0, 1] (no sigmoid): NaN, as trained
             return -(t * np.log(p) + (1 - t) * np.log(q)).mean(axis=1)
+    if h.loss_type_name == "kl_divergence":  # per row (last axis), then the mean over a sample's rows
+        units = h.shape[-1]
+        o, t = o.reshape(n, -1, units), t.reshape(n, -1, units)
+        p, yq = o * (1 - 2 * EPS) + EPS, t * (1 - 2 * EPS) + EPS
+        with np.errstate(invalid="ignore", divide="ignore"):  # outputs outside [0, 1]: NaN, as trained
+            return (t * (np.log(yq) - np.log(p))).sum(axis=2).mean(axis=1)
+    if h.loss_type_name in ("hinge", "squared_hinge"):
+        margin = np.maximum(1 - t * o, 0)
+        return (margin if h.loss_type_name == "hinge" else margin * margin).mean(axis=1)
     err = o - t
     if h.loss_type_name == "mae":
         return np.abs(err).mean(axis=1)

@@ -35,12 +35,14 @@ LOSS_MEAN = int(lib.GGML_OPT_LOSS_TYPE_MEAN)
 LOSS_SUM = int(lib.GGML_OPT_LOSS_TYPE_SUM)
 LOSS_CROSS_ENTROPY = int(lib.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY)
 LOSS_MSE = int(lib.GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR)
-# ggmlR's extensions, numbered after ggml's own as in ggmlR's ggml-opt.
+# ggmlR's extensions, numbered after ggml's own as in ggmlR's ggml-opt; then Keras' losses ggmlR lacks.
 LOSS_WEIGHTED_MSE, LOSS_MAE, LOSS_HUBER, LOSS_BINARY_CROSS_ENTROPY = 4, 5, 6, 7
+LOSS_KL_DIVERGENCE, LOSS_HINGE, LOSS_SQUARED_HINGE = 8, 9, 10
 
 LOSS_NAMES = {LOSS_MEAN: "mean", LOSS_SUM: "sum", LOSS_CROSS_ENTROPY: "cross_entropy", LOSS_MSE: "mse",
               LOSS_WEIGHTED_MSE: "weighted_mse", LOSS_MAE: "mae", LOSS_HUBER: "huber",
-              LOSS_BINARY_CROSS_ENTROPY: "binary_cross_entropy"}
+              LOSS_BINARY_CROSS_ENTROPY: "binary_cross_entropy", LOSS_KL_DIVERGENCE: "kl_divergence",
+              LOSS_HINGE: "hinge", LOSS_SQUARED_HINGE: "squared_hinge"}
 BUILTIN_LOSSES = {LOSS_MEAN, LOSS_SUM, LOSS_CROSS_ENTROPY, LOSS_MSE}
 LABELLED_LOSSES = set(LOSS_NAMES) - {LOSS_MEAN, LOSS_SUM}
 BCE_EPS = 1e-7
@@ -202,6 +204,48 @@ def ggml_opt_loss_type_binary_cross_entropy() -> int:
     return LOSS_BINARY_CROSS_ENTROPY
 
 
+def ggml_opt_loss_type_kl_divergence() -> int:
+    """Loss type KL_DIVERGENCE: Kullback-Leibler divergence of the outputs from the labels, as Keras' ``KLDivergence``.
+
+    Both are distributions over the last axis (the outputs probabilities, e.g. a softmax); per row
+    ``sum_k y_k * log(y_k / p_k)``, with ``y`` and ``p`` kept above 1e-7 inside the logs as ``p (1 - 2e-7) + 1e-7``
+    (a label 0 adds nothing); the loss is the mean over rows (samples, or positions of a sequence). Built by
+    ggmlpy from differentiable ops, so ``ggml_opt_fit``/``ggml_opt_epoch`` (ggml's C loops) cannot use it.
+
+    Value: the int constant 8.
+
+    Example:
+        >>> ggml_fit_opt_gen(sched, ctx, x, ggml_soft_max(ctx, z), gen, loss_type=ggml_opt_loss_type_kl_divergence())
+    """
+    return LOSS_KL_DIVERGENCE
+
+
+def ggml_opt_loss_type_hinge() -> int:
+    """Loss type HINGE: ``max(1 - y * p, 0)`` per element, labels -1 or 1 (Keras' ``Hinge``; the model layer turns
+    0/1 labels into -1/1 as Keras does); the loss is the mean over all output elements. Built by ggmlpy from
+    differentiable ops, so ``ggml_opt_fit``/``ggml_opt_epoch`` (ggml's C loops) cannot use it.
+
+    Value: the int constant 9.
+
+    Example:
+        >>> ggml_fit_opt_gen(sched, ctx, x, scores, gen, loss_type=ggml_opt_loss_type_hinge())
+    """
+    return LOSS_HINGE
+
+
+def ggml_opt_loss_type_squared_hinge() -> int:
+    """Loss type SQUARED_HINGE: ``max(1 - y * p, 0) ** 2`` per element, labels -1 or 1 (Keras' ``SquaredHinge``);
+    the loss is the mean over all output elements. Built by ggmlpy from differentiable ops, so
+    ``ggml_opt_fit``/``ggml_opt_epoch`` (ggml's C loops) cannot use it.
+
+    Value: the int constant 10.
+
+    Example:
+        >>> ggml_fit_opt_gen(sched, ctx, x, scores, gen, loss_type=ggml_opt_loss_type_squared_hinge())
+    """
+    return LOSS_SQUARED_HINGE
+
+
 def check_loss_type(loss_type: Any, what: str = "loss_type") -> int:
     if isinstance(loss_type, bool) or not isinstance(loss_type, int) or loss_type not in LOSS_NAMES:
         options = ", ".join(f"ggml_opt_loss_type_{n}()" for n in LOSS_NAMES.values())
@@ -306,6 +350,15 @@ def _elementwise_unweighted(ctx: Context, t: int, out: Tensor, y: Tensor | None)
         ll = ggml_add(ctx, ggml_mul(ctx, ggml_log(ctx, p), y),
                           ggml_mul(ctx, ggml_log(ctx, q), not_y))
         return ggml_scale(ctx, ll, -1.0)
+    if t == LOSS_KL_DIVERGENCE:
+        # y (log y' - log p') per element, times the row length so that the mean over elements is Keras' mean
+        # over rows of the sum over the last axis; y' and p' squeezed into [eps, 1 - eps] as for BCE
+        p = ggml_scale_bias(ctx, out, 1.0 - 2.0 * BCE_EPS, BCE_EPS)
+        yq = ggml_scale_bias(ctx, y, 1.0 - 2.0 * BCE_EPS, BCE_EPS)
+        return ggml_scale(ctx, ggml_mul(ctx, y, ggml_sub(ctx, ggml_log(ctx, yq), ggml_log(ctx, p))), out.shape[0])
+    if t in (LOSS_HINGE, LOSS_SQUARED_HINGE):
+        margin = ggml_relu(ctx, ggml_scale_bias(ctx, ggml_mul(ctx, y, out), -1.0, 1.0))  # max(1 - y p, 0)
+        return margin if t == LOSS_HINGE else ggml_sqr(ctx, margin)
     err = ggml_sub(ctx, out, y)
     if t in (LOSS_MSE, LOSS_WEIGHTED_MSE):
         return ggml_sqr(ctx, err)

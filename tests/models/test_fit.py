@@ -627,3 +627,31 @@ def test_a_pydataset_epoch_cut_short_by_steps_per_epoch_still_ends():
     assert list(h["steps"]) == [4, 4]
     assert data.asked == [0, 1, 2, 3, 0, 1, 2, 3]  # each epoch starts again at batch 0
     assert data.epochs_ended == 2  # after each epoch, also one cut short
+
+
+@pytest.mark.parametrize("loss", ["kl_divergence", "kld", "hinge", "squared_hinge"])
+def test_keras_losses_train_and_evaluate_as_keras_defines_them(loss):
+    """KLDivergence on softmax outputs, Hinge / SquaredHinge on one linear output with 0/1 labels (Keras turns
+    them into -1/1): ggml_evaluate's loss is Keras' formula on the predictions."""
+    np.random.seed(6)
+    x, ids = blobs(n=120)
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, 8, activation="tanh", input_shape=(4,))
+    if loss in ("kl_divergence", "kld"):
+        y = (np.eye(3)[ids] * 0.8 + 0.2 / 3).astype(np.float32)   # soft label distributions
+        m = g.ggml_layer_dense(m, 3, activation="softmax")
+    else:
+        y = (ids == 0).astype(np.float32)
+        m = g.ggml_layer_dense(m, 1)
+    m = g.ggml_compile(m, loss=loss, metrics=[], backend="cpu", learning_rate=0.02)
+    h = g.ggml_fit(m, x, y, epochs=15, batch_size=30, verbose=0)
+    assert h["train_loss"].iloc[-1] < 0.8 * h["train_loss"].iloc[0]
+    p = g.ggml_predict(m, x).astype(np.float64)
+    if loss in ("kl_divergence", "kld"):
+        yc, pc = np.clip(y, 1e-7, 1), np.clip(p, 1e-7, 1)
+        keras = np.mean(np.sum(yc * np.log(yc / pc), axis=-1))
+    else:
+        signed = 2 * y.reshape(-1, 1) - 1
+        margin = np.maximum(1 - signed * p, 0)
+        keras = np.mean(margin if loss == "hinge" else margin ** 2)
+    assert g.ggml_evaluate(m, x, y)["loss"] == pytest.approx(keras, rel=1e-5)

@@ -125,6 +125,16 @@ def loss_and_dout(kind: str, out: np.ndarray, y: np.ndarray | None = None, w: np
         p = out * (1 - 2 * eps) + eps
         loss = -(y * np.log(p) + (1 - y) * np.log(1 - p)).sum() / n
         return loss, -(1 - 2 * eps) * (y / p - (1 - y) / (1 - p)) / n
+    if kind == "kl_divergence":  # Keras: the mean over rows of sum_k y log(y / p), both kept above eps in the logs
+        rows = out.shape[0]
+        p, yq = out * (1 - 2 * eps) + eps, y * (1 - 2 * eps) + eps
+        return (y * (np.log(yq) - np.log(p))).sum() / rows, -(1 - 2 * eps) * y / p / rows
+    if kind in ("hinge", "squared_hinge"):  # Keras: max(1 - y out, 0), squared for squared_hinge; labels -1 / 1
+        margin = np.maximum(1 - y * out, 0)
+        active = (1 - y * out) > 0
+        if kind == "hinge":
+            return margin.sum() / n, np.where(active, -y, 0.0) / n
+        return (margin ** 2).sum() / n, -2 * margin * y / n
     raise ValueError(kind)
 
 

@@ -21,6 +21,8 @@ LOSS = {
     "mae": G.ggml_opt_loss_type_mae(), "huber": G.ggml_opt_loss_type_huber(),
     "binary_cross_entropy": G.ggml_opt_loss_type_binary_cross_entropy(),
     "weighted_mse": G.ggml_opt_loss_type_weighted_mse(),
+    "kl_divergence": G.ggml_opt_loss_type_kl_divergence(), "hinge": G.ggml_opt_loss_type_hinge(),
+    "squared_hinge": G.ggml_opt_loss_type_squared_hinge(),
 }
 LABELLED = set(LOSS) - {"mean", "sum"}
 SGD = G.ggml_opt_optimizer_type_sgd()
@@ -29,9 +31,13 @@ SGD = G.ggml_opt_optimizer_type_sgd()
 def _data(kind: str, rng: np.random.Generator):
     x = rng.uniform(0.2, 0.9, (N, F))
     W = rng.uniform(0.6, 1.1, (N, F))
-    if kind == "cross_entropy":
+    if kind in ("cross_entropy", "kl_divergence"):
         y = rng.uniform(0, 1, (N, F))
         y /= y.sum(axis=1, keepdims=True)  # label distributions: ggml's CE gradient assumes rows summing to 1
+        if kind == "kl_divergence":
+            y[0, 0] = 0.0  # a zero label adds nothing (Keras clips it to 1e-7)
+    elif kind in ("hinge", "squared_hinge"):
+        y = rng.choice([-1.0, 1.0], (N, F))  # out = x * W in (0.12, 1): every margin 1 - y out is > 0
     elif kind == "binary_cross_entropy":
         y = rng.uniform(0, 1, (N, F))  # soft labels; out = x * W stays inside (0, 1)
     elif kind == "huber":
@@ -93,7 +99,8 @@ def _check(kind, backend, sched, rng, w=None, loss_mask_ne0=None):
         m.free()
 
 
-@pytest.mark.parametrize("kind", ["mean", "sum", "cross_entropy", "mse", "mae", "huber", "binary_cross_entropy"])
+@pytest.mark.parametrize("kind", ["mean", "sum", "cross_entropy", "mse", "mae", "huber", "binary_cross_entropy",
+                                  "kl_divergence", "hinge", "squared_hinge"])
 def test_loss_value_and_gradient(kind, cpu, tsched, trng):
     _check(kind, cpu, tsched, trng)
 
