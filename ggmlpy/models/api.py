@@ -133,6 +133,7 @@ ARG_DOCS = {
     "filters": "the number of output channels.",
     "kernel_size": "the kernel's size: (rows, cols) for 2-D, an int for 1-D (an int n means (n, n) in 2-D).",
     "strides": "the step between windows, like kernel_size.",
+    "dilation_rate": "the spacing between a kernel's taps, like kernel_size (1: none; above 1 needs strides of 1).",
     "padding": "'valid' (no padding: the output shrinks) or 'same' (as Keras: ceil(size / stride) positions).",
     "pool_size": "the window: (rows, cols) or an int for a square one in 2-D; a number of steps in 1-D.",
     "size": "how many times each pixel is repeated, (rows, cols) or an int for both.",

@@ -28,6 +28,15 @@ from ..ops.reduce import ggml_concat, ggml_sum_rows
 from .layers import activate, bool_arg, check_activation, int_pair, Layer, NATURAL, ParamSpec, positive_int, SPATIAL
 
 
+def _dilation(rates: tuple, strides: tuple) -> tuple:
+    """Keras' rule: a dilation above 1 and a stride above 1 do not go together."""
+    if any(r > 1 for r in rates) and any(s > 1 for s in strides):
+        raise GgmlValueError(f"dilation_rate {rates if len(rates) > 1 else rates[0]} and strides "
+                             f"{strides if len(strides) > 1 else strides[0]}: a dilation above 1 needs strides of 1 "
+                             "(as in Keras)")
+    return rates
+
+
 def _padding(padding: Any) -> str:
     if padding not in ("valid", "same"):
         raise GgmlValueError(f"padding must be 'valid' or 'same', got {padding!r}")
@@ -55,13 +64,13 @@ def pooled_size(size: int, k: int, s: int, layer: Any) -> int:
     return _out_and_pad(size, k, s, "valid", layer)[0]
 
 
-def _conv_2d_f32(g: Any, kernel, x, s0: int, s1: int, p0: int, p1: int):
+def _conv_2d_f32(g: Any, kernel, x, s0: int, s1: int, p0: int, p1: int, d0: int = 1, d1: int = 1):
     """``ggml_conv_2d`` with a float32 im2col: kernel ``[KW, KH, Cin, Cout]``, data ``[W, H, Cin, N]``
     -> ``[OW, OH, Cout, N]``, a permuted view: the caller's next op (the bias ADD, or ``_contiguous``) writes it
     out in that order, so no extra pass copies it."""
     ctx = g.ctx
     kw, kh, cin, cout = kernel.shape[:4]
-    cols = ggml_im2col(ctx, kernel, x, s0, s1, p0, p1, 1, 1, True, GGML_TYPE_F32)  # [Cin*KH*KW, OW, OH, N]
+    cols = ggml_im2col(ctx, kernel, x, s0, s1, p0, p1, d0, d1, True, GGML_TYPE_F32)  # [Cin*KH*KW, OW, OH, N]
     k, ow, oh, n = cols.shape[:4]
     y = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, cols, k, ow * oh * n),
                          ggml_reshape_2d(ctx, kernel, kw * kh * cin, cout))      # [OW*OH*N, Cout]
@@ -69,12 +78,12 @@ def _conv_2d_f32(g: Any, kernel, x, s0: int, s1: int, p0: int, p1: int):
     return ggml_permute(ctx, y, 0, 1, 3, 2)                                 # [OW, OH, Cout, N]
 
 
-def _conv_1d_f32(g: Any, kernel, x, s0: int, p0: int):
+def _conv_1d_f32(g: Any, kernel, x, s0: int, p0: int, d0: int = 1):
     """``ggml_conv_1d`` with a float32 im2col: kernel ``[K, Cin, Cout]``, data ``[L, Cin, N]`` -> ``[OL, Cout, N]``,
     a permuted view as for ``_conv_2d_f32``."""
     ctx = g.ctx
     kk, cin, cout = kernel.shape[:3]
-    cols = ggml_im2col(ctx, kernel, x, s0, 0, p0, 0, 1, 0, False, GGML_TYPE_F32)  # [Cin*K, OL, N]
+    cols = ggml_im2col(ctx, kernel, x, s0, 0, p0, 0, d0, 0, False, GGML_TYPE_F32)  # [Cin*K, OL, N]
     k, ol, n = cols.shape[:3]
     y = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, cols, k, ol * n),
                          ggml_reshape_2d(ctx, kernel, kk * cin, cout))           # [OL*N, Cout]
@@ -119,7 +128,7 @@ class Conv2D(_Conv):
     kind = "conv_2d"
 
     def __init__(self, filters: int, kernel_size: Any, activation: str | None = None, strides: Any = (1, 1),
-                 padding: str = "valid", use_bias: bool = True, **kw: Any) -> None:
+                 padding: str = "valid", use_bias: bool = True, dilation_rate: Any = (1, 1), **kw: Any) -> None:
         super().__init__(**kw)
         self.filters = positive_int(filters, "filters")
         self.kernel_size = int_pair(kernel_size, "kernel_size")
@@ -127,18 +136,20 @@ class Conv2D(_Conv):
         self.padding = _padding(padding)
         self.activation = check_activation(activation)
         self.use_bias = bool_arg(use_bias, "use_bias")
+        self.dilation_rate = _dilation(int_pair(dilation_rate, "dilation_rate"), self.strides)
 
     def config(self) -> dict:
         return {"filters": self.filters, "kernel_size": list(self.kernel_size), "activation": self.activation,
-                "strides": list(self.strides), "padding": self.padding, "use_bias": self.use_bias}
+                "strides": list(self.strides), "padding": self.padding, "use_bias": self.use_bias,
+                "dilation_rate": list(self.dilation_rate)}
 
     def _geometry(self, shape):
         if len(shape) != 3:
             raise GgmlValueError(f"conv_2d '{self.name}' takes image samples (height, width, channels), got shape "
                                  f"{shape}")
-        (kh, kw), (sh, sw) = self.kernel_size, self.strides
-        oh, ph, eh = _out_and_pad(shape[0], kh, sh, self.padding, self)
-        ow, pw, ew = _out_and_pad(shape[1], kw, sw, self.padding, self)
+        (kh, kw), (sh, sw), (dh, dw) = self.kernel_size, self.strides, self.dilation_rate
+        oh, ph, eh = _out_and_pad(shape[0], dh * (kh - 1) + 1, sh, self.padding, self)   # the dilated extent
+        ow, pw, ew = _out_and_pad(shape[1], dw * (kw - 1) + 1, sw, self.padding, self)
         return (oh, ow), (ph, pw), (eh, ew)
 
     def output_shape(self, shapes):
@@ -157,7 +168,8 @@ class Conv2D(_Conv):
         _, (ph, pw), (eh, ew) = self._geometry(shapes[0])
         x = _pad_end(g, _pad_end(g, xs[0], 0, ew), 1, eh)
         (sh, sw) = self.strides
-        y = _conv_2d_f32(g, g.param(self, "kernel"), x, sw, sh, pw, ph)
+        (dh, dw) = self.dilation_rate
+        y = _conv_2d_f32(g, g.param(self, "kernel"), x, sw, sh, pw, ph, dw, dh)
         bias = ggml_reshape_4d(g.ctx, g.param(self, "bias"), 1, 1, self.filters, 1) if self.use_bias else None
         return self._activate(g, self._add_bias(g, y, bias), shapes)
 
@@ -168,7 +180,7 @@ class Conv1D(_Conv):
     kind = "conv_1d"
 
     def __init__(self, filters: int, kernel_size: int, activation: str | None = None, strides: int = 1,
-                 padding: str = "valid", use_bias: bool = True, **kw: Any) -> None:
+                 padding: str = "valid", use_bias: bool = True, dilation_rate: int = 1, **kw: Any) -> None:
         super().__init__(**kw)
         self.filters = positive_int(filters, "filters")
         self.kernel_size = positive_int(kernel_size, "kernel_size")
@@ -176,15 +188,18 @@ class Conv1D(_Conv):
         self.padding = _padding(padding)
         self.activation = check_activation(activation)
         self.use_bias = bool_arg(use_bias, "use_bias")
+        self.dilation_rate = _dilation((positive_int(dilation_rate, "dilation_rate"),), (self.strides,))[0]
 
     def config(self) -> dict:
         return {"filters": self.filters, "kernel_size": self.kernel_size, "activation": self.activation,
-                "strides": self.strides, "padding": self.padding, "use_bias": self.use_bias}
+                "strides": self.strides, "padding": self.padding, "use_bias": self.use_bias,
+                "dilation_rate": self.dilation_rate}
 
     def _geometry(self, shape):
         if len(shape) != 2:
             raise GgmlValueError(f"conv_1d '{self.name}' takes sequence samples (steps, channels), got shape {shape}")
-        return _out_and_pad(shape[0], self.kernel_size, self.strides, self.padding, self)
+        return _out_and_pad(shape[0], self.dilation_rate * (self.kernel_size - 1) + 1, self.strides, self.padding,
+                            self)
 
     def output_shape(self, shapes):
         return (self._geometry(shapes[0])[0], self.filters)
@@ -200,7 +215,7 @@ class Conv1D(_Conv):
     def forward(self, g, xs, shapes):
         _, pad, extra = self._geometry(shapes[0])
         x = _pad_end(g, xs[0], 0, extra)
-        y = _conv_1d_f32(g, g.param(self, "kernel"), x, self.strides, pad)
+        y = _conv_1d_f32(g, g.param(self, "kernel"), x, self.strides, pad, self.dilation_rate)
         bias = ggml_reshape_3d(g.ctx, g.param(self, "bias"), 1, self.filters, 1) if self.use_bias else None
         return self._activate(g, self._add_bias(g, y, bias), shapes)
 

@@ -81,11 +81,20 @@ def _pad_and_size(n: int, k: int, s: int, padding: str) -> tuple[int, int, int]:
     raise ValueError(padding)
 
 
+def _dilated(kernel: np.ndarray, rates: Sequence[int]) -> np.ndarray:
+    """The kernel with rate - 1 zeros between its taps along each spatial axis (the leading axes)."""
+    kernel = np.asarray(kernel, np.float64)
+    spatial = kernel.shape[:len(rates)]
+    out = np.zeros(tuple(r * (k - 1) + 1 for k, r in zip(spatial, rates)) + kernel.shape[len(rates):])
+    out[tuple(slice(None, None, r) for r in rates)] = kernel
+    return out
+
+
 def conv2d(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None = None, strides: Sequence[int] = (1, 1),
-           padding: str = "valid", act: str | None = None) -> np.ndarray:
+           padding: str = "valid", act: str | None = None, dilation: Sequence[int] = (1, 1)) -> np.ndarray:
     """Keras Conv2D (cross-correlation): ``x`` (N, H, W, Cin), ``kernel`` (kh, kw, Cin, F) -> (N, OH, OW, F)."""
     x = np.asarray(x, np.float64)
-    kernel = np.asarray(kernel, np.float64)
+    kernel = _dilated(kernel, dilation)
     n, h, w, cin = x.shape
     kh, kw, kcin, f = kernel.shape
     assert kcin == cin
@@ -104,10 +113,10 @@ def conv2d(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None = None, st
 
 
 def conv1d(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None = None, stride: int = 1,
-           padding: str = "valid", act: str | None = None) -> np.ndarray:
+           padding: str = "valid", act: str | None = None, dilation: int = 1) -> np.ndarray:
     """Keras Conv1D: ``x`` (N, L, Cin), ``kernel`` (k, Cin, F) -> (N, OL, F)."""
     x = np.asarray(x, np.float64)
-    kernel = np.asarray(kernel, np.float64)
+    kernel = _dilated(kernel, (dilation,))
     n, length, cin = x.shape
     k, kcin, f = kernel.shape
     assert kcin == cin

@@ -306,5 +306,5 @@ def test_an_argument_the_function_lacks_is_named_with_the_functions_arguments():
     with pytest.raises(g.GgmlTypeError, match=r"'activaton' \(its arguments: model_or_node, units, activation, "
                                               r"use_bias, name, trainable, input_shape"):
         g.ggml_layer_dense(g.ggml_model_sequential(), 3, activaton="relu")
-    with pytest.raises(g.GgmlTypeError, match=r"'dilation_rate' \(its arguments: model_or_node, filters, kernel_size"):
-        g.ggml_layer_conv_2d(g.ggml_input((8, 8, 1)), 4, 3, dilation_rate=2)
+    with pytest.raises(g.GgmlTypeError, match=r"'groups' \(its arguments: model_or_node, filters, kernel_size"):
+        g.ggml_layer_conv_2d(g.ggml_input((8, 8, 1)), 4, 3, groups=2)

@@ -214,6 +214,22 @@ case("max_pooling_2d_then_dense",
                         (g.ggml_layer_flatten, (), {}), (g.ggml_layer_dense, (3,), dict(name="d"))),
      lambda w, x, t: R.dense(R.flatten(R.max_pooling_2d(_conv_ref(w, x), (2, 2))), w["d.weight"], w["d.bias"]),
      normal(3, 5, 5, 1))
+# dilated convolutions (Keras' dilation_rate): the reference inserts zeros between the kernel's taps
+case("conv2d_dilated_valid",
+     lambda: sequential(_conv((7, 8, 2), k=(2, 3), dilation_rate=(2, 1))),
+     lambda w, x, t: R.conv2d(x, w["c.kernel"], w["c.bias"], dilation=(2, 1)),
+     normal(3, 7, 8, 2))
+case("conv2d_dilated_same",
+     lambda: sequential(_conv((6, 7, 2), k=(3, 3), dilation_rate=2, padding="same")),
+     lambda w, x, t: R.conv2d(x, w["c.kernel"], w["c.bias"], padding="same", dilation=(2, 2)),
+     normal(3, 6, 7, 2))
+case("conv1d_dilated_same",
+     lambda: sequential((g.ggml_layer_conv_1d, (3, 3), dict(input_shape=(10, 2), name="c", dilation_rate=3,
+                                                            padding="same"))),
+     lambda w, x, t: R.conv1d(x, w["c.kernel"], w["c.bias"], padding="same", dilation=3),
+     normal(3, 10, 2))
+
+
 # a relu before a max-pool runs after it (they commute, gradients included): the pool reads the conv's output
 def _relu_shared_model():
     x = g.ggml_input((6, 7, 2), name="x")
@@ -750,7 +766,7 @@ VULKAN_CASES = [c for c in CASES if c.name in {
     "max_pooling_2d_then_conv2d", "embedding_then_conv1d", "conv_relu_then_max_pooling_2d", "average_pooling_2d",
     "average_pooling_2d_overlapping", "upsampling_2d", "max_pooling_1d", "average_pooling_1d_strides",
     "global_average_pooling_1d", "global_max_pooling_1d", "activation_softmax", "reshape_then_conv1d",
-    "repeat_vector_then_dense"}]
+    "repeat_vector_then_dense", "conv2d_dilated_same", "conv1d_dilated_same"}]
 
 
 def check_backend(c: Case, backend: str) -> None:
@@ -885,3 +901,18 @@ def test_model_larger_than_default_graph_size():
     assert "OK" in out
     nodes = int(out.split("train_nodes", 1)[1].split()[0])
     assert nodes > 2048, f"the training graph has only {nodes} nodes: not beyond the default size"
+
+
+def test_dilation_with_a_stride_is_refused_and_dilation_survives_saving(tmp_path):
+    with pytest.raises(g.GgmlValueError, match="a dilation above 1 needs strides of 1"):
+        g.ggml_layer_conv_2d(g.ggml_model_sequential(), 2, 3, strides=2, dilation_rate=2, input_shape=(9, 9, 1))
+    with pytest.raises(g.GgmlValueError, match="a dilation above 1 needs strides of 1"):
+        g.ggml_layer_conv_1d(g.ggml_model_sequential(), 2, 3, strides=2, dilation_rate=2, input_shape=(9, 1))
+    m = g.ggml_compile(g.ggml_layer_conv_1d(g.ggml_model_sequential(), 2, 3, dilation_rate=2, input_shape=(9, 1)),
+                       loss="mse", backend="cpu")
+    g.ggml_save_model(m, tmp_path / "d.gguf")
+    loaded = g.ggml_load_model(tmp_path / "d.gguf", backend="cpu")
+    assert loaded.layers[-1].dilation_rate == 2
+    x = np.random.default_rng(0).normal(size=(4, 9, 1)).astype(np.float32)
+    np.testing.assert_array_equal(g.ggml_predict(loaded, x), g.ggml_predict(m, x))
+    assert g.ggml_predict(m, x).shape == (4, 5, 2)  # 9 - 2 * (3 - 1)
