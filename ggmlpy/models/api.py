@@ -161,7 +161,10 @@ def _arguments(cls: type) -> str:
     """The ``Arguments:`` entries of a layer's constructor (and the arguments every layer takes)."""
     import inspect
     lines = []
-    params = [p for p in inspect.signature(cls.__init__).parameters.values() if p.name not in ("self", "kw")]
+    common = ("name", "trainable", "input_shape")  # every layer's, listed once below (a layer without an
+    # __init__ of its own has Layer's signature, which holds them)
+    params = [p for p in inspect.signature(cls.__init__).parameters.values()
+              if p.name not in ("self", "kw") + common]
     for p in params + [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d)
                        for n, d in (("name", None), ("trainable", True), ("input_shape", None))]:
         default = "" if p.default is inspect.Parameter.empty else f" (default {p.default!r})"

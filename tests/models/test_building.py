@@ -528,3 +528,15 @@ def test_swish_is_keras_name_for_silu():
     z = x.astype(np.float64) @ kernel + bias
     np.testing.assert_allclose(g.ggml_predict(m, x), z / (1 + np.exp(-z)), rtol=1e-5, atol=1e-6)
 
+
+
+def test_every_layer_docstring_lists_each_argument_once():
+    """issue 26: layers without an __init__ of their own listed name, trainable and input_shape twice."""
+    import re
+    for fn_name in [n for n in dir(g) if n.startswith("ggml_layer_")]:
+        doc = getattr(g, fn_name).__doc__ or ""
+        if "Arguments:" not in doc:
+            continue
+        listed = re.findall(r"^    (\w+): ", doc.split("Arguments:")[1].split("Value:")[0], re.M)
+        assert len(listed) == len(set(listed)), (fn_name, listed)
+        assert {"name", "trainable", "input_shape"} <= set(listed), fn_name
