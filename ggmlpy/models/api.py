@@ -16,7 +16,7 @@ from ..core.args import is_int
 from ..backend.transfer import as_numeric, checked_values
 from ..errors import GgmlInUseError, GgmlTypeError, GgmlValueError
 from ..ops import conv as _conv, elementwise as _elementwise
-from . import attention, conv, layers as Lyr, norm, pooling, sequence, shaping
+from . import attention, conv, custom, layers as Lyr, norm, pooling, sequence, shaping
 from .compile import compiled
 from .graph import apply_layer, default_name, InputLayer, Model, Node, Sequential
 from ..graph.objects import Context
@@ -455,3 +455,38 @@ def ggml_set_weights(model: Model, weights: dict) -> Model:
 def _to_user(arr: np.ndarray, spec: Lyr.ParamSpec) -> np.ndarray:
     arr = arr.reshape(tuple(reversed(spec.ne)))   # ggml drops trailing 1s: a one-head attention's (1, K, D)
     return arr if spec.user_axes is None else np.ascontiguousarray(np.transpose(arr, spec.user_axes))
+
+
+def ggml_custom_layer(model_or_node: Any, forward: Callable[..., Any], weights: dict | None = None,
+                      output_shape: Any = None, name: str | None = None, trainable: bool = True,
+                      input_shape: Any = None) -> Any:
+    """A layer written with ggmlpy ops, as subclassing ``keras.layers.Layer`` in Keras.
+
+    ``forward(ctx, x, weights)`` builds the layer's output from ``x``, a batch of its input in ggml's order
+    (a sample of shape ``(d1, ..., dk)`` is the tensor ``[dk, ..., d1, N]``, channels first as ggml reads
+    them), with ggmlpy's ops on the context ``ctx``; ``weights`` maps each weight's name to its tensor. ggml's
+    autodiff differentiates it (an op without a backward pass between a weight and the loss is an error at
+    compile, not an abort). The weights are created for the layer, trained, frozen, read by
+    ``ggml_get_weights`` and saved by ``ggml_save_weights`` as any layer's, under ``<layer>.<name>``.
+
+    Arguments:
+        model_or_node: a sequential model (the layer is appended) or a node (functional API).
+        forward: the function ``forward(ctx, x, weights) -> tensor``.
+        weights: ``{name: ne}``, each weight's shape in ggml's order (ne0 first, as ``ggml_new_tensor``), or
+            ``{name: (ne, initializer)}`` with ``"glorot"`` (Glorot uniform, the default for 2-D and more),
+            ``"zeros"`` (the default for 1-D: biases) or ``"ones"``.
+        output_shape: one output sample's shape (a tuple), or a function of the input sample's shape, when the
+            layer changes it (default: the input's).
+        name, trainable, input_shape: as for every layer.
+
+    Value: the model (sequential) or the new node (functional). A model with a custom layer cannot be saved
+    whole (``ggml_save_model``) or pickled: its function is code, not data; save its weights instead.
+
+    Example:
+        >>> def scaled_dense(ctx, x, w):        # x: [features, N]; w["kernel"]: [features, 8]
+        ...     return g.ggml_mul(ctx, g.ggml_mul_mat(ctx, w["kernel"], x), w["scale"])
+        >>> m = g.ggml_custom_layer(m, scaled_dense, weights={"kernel": (4, 8), "scale": ((8, 1), "ones")},
+        ...                         output_shape=(8,))
+    """
+    return _add_or_apply(model_or_node, custom.CustomLayer(forward, weights, output_shape, name=name, trainable=trainable,
+                                                    input_shape=input_shape), "ggml_custom_layer")

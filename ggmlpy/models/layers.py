@@ -178,6 +178,7 @@ class Layer(metaclass=_Sealed):
     out_layout = None     # the layout it returns (None: the same)
     many_inputs = False   # add / concatenate take a list of nodes
     takes_int = False     # embedding: int32 token ids in
+    savable = True        # its config rebuilds it (a custom layer's forward function does not)
 
     def __init__(self, name: str | None = None, trainable: bool = True, input_shape: Any = None) -> None:
         self.name = None if name is None else layer_name_arg(name)

@@ -287,6 +287,11 @@ def save_model(model: Model, path: Any, include_optimizer: Any, state: dict | No
     cfg = compiled(model, fn)
     if not isinstance(include_optimizer, bool):
         raise GgmlValueError(f"{fn}: include_optimizer must be True or False, got {include_optimizer!r}")
+    unsavable = [l.name for l in model.layers if not l.savable]
+    if unsavable:
+        raise GgmlValueError(f"{fn}: layer(s) {unsavable} are custom layers, whose forward functions are code that "
+                             "a file or a pickle cannot hold. Save the weights with ggml_save_weights, build the "
+                             "model again in code (the same layer names) and load them with ggml_load_weights")
     meta = _metadata(model, "model")
     meta["ggmlpy.model"] = json.dumps(model.architecture())
     meta["ggmlpy.compile"] = json.dumps(cfg.to_dict())

@@ -230,6 +230,24 @@ case("conv1d_dilated_same",
      normal(3, 10, 2))
 
 
+# a custom layer written with ggmlpy ops (issue 26, item 9): weights by name in ggml's order, autodiff's gradients
+def _affine(ctx, x, w):
+    return g.ggml_tanh(ctx, g.ggml_add(ctx, g.ggml_mul_mat(ctx, w["kernel"], x), w["bias"]))
+
+
+case("custom_layer_affine_tanh",
+     lambda: sequential((g.ggml_custom_layer, (_affine,), dict(weights={"kernel": (4, 3), "bias": (3,)},
+                                                               output_shape=(3,), input_shape=(4,), name="c"))),
+     lambda w, x, t: np.tanh(np.asarray(x, np.float64) @ w["c.kernel"].T + w["c.bias"]),
+     normal(3, 4))
+case("custom_layer_on_sequences_keeps_the_shape",
+     lambda: sequential((g.ggml_layer_dense, (3,), dict(input_shape=(5, 2), name="d")),
+                        (g.ggml_custom_layer, (lambda ctx, x, w: g.ggml_mul(ctx, x, w["gain"]),),
+                         dict(weights={"gain": ((3, 1), "ones")}, name="c"))),
+     lambda w, x, t: R.dense(x, w["d.weight"], w["d.bias"]) * w["c.gain"].reshape(1, 1, 3),
+     normal(3, 5, 2))
+
+
 # a relu before a max-pool runs after it (they commute, gradients included): the pool reads the conv's output
 def _relu_shared_model():
     x = g.ggml_input((6, 7, 2), name="x")
@@ -766,7 +784,7 @@ VULKAN_CASES = [c for c in CASES if c.name in {
     "max_pooling_2d_then_conv2d", "embedding_then_conv1d", "conv_relu_then_max_pooling_2d", "average_pooling_2d",
     "average_pooling_2d_overlapping", "upsampling_2d", "max_pooling_1d", "average_pooling_1d_strides",
     "global_average_pooling_1d", "global_max_pooling_1d", "activation_softmax", "reshape_then_conv1d",
-    "repeat_vector_then_dense", "conv2d_dilated_same", "conv1d_dilated_same"}]
+    "repeat_vector_then_dense", "conv2d_dilated_same", "conv1d_dilated_same", "custom_layer_affine_tanh"}]
 
 
 def check_backend(c: Case, backend: str) -> None:
@@ -916,3 +934,57 @@ def test_dilation_with_a_stride_is_refused_and_dilation_survives_saving(tmp_path
     x = np.random.default_rng(0).normal(size=(4, 9, 1)).astype(np.float32)
     np.testing.assert_array_equal(g.ggml_predict(loaded, x), g.ggml_predict(m, x))
     assert g.ggml_predict(m, x).shape == (4, 5, 2)  # 9 - 2 * (3 - 1)
+
+
+def test_a_custom_layer_says_what_it_expected():
+    m = lambda: g.ggml_model_sequential()  # noqa: E731
+    with pytest.raises(g.GgmlTypeError, match=r"called as forward\(ctx, x, weights\)"):
+        g.ggml_custom_layer(m(), lambda ctx, x: x, input_shape=(4,))
+    with pytest.raises(g.GgmlValueError, match="needs a shape of 1 to 4 ints"):
+        g.ggml_custom_layer(m(), _affine, weights={"kernel": (4, 0)}, input_shape=(4,))
+    with pytest.raises(g.GgmlValueError, match="unknown initializer 'he'"):
+        g.ggml_custom_layer(m(), _affine, weights={"kernel": ((4, 3), "he")}, input_shape=(4,))
+    wrong = g.ggml_custom_layer(m(), _affine, weights={"kernel": (4, 3), "bias": (3,)}, input_shape=(4,))
+    wrong = g.ggml_compile(wrong, loss="mse", backend="cpu")
+    with pytest.raises(g.GgmlValueError, match=r"shape \(3, 2, 1, 1\).*must be \(4, 2\).*give output_shape="):
+        g.ggml_predict(wrong, np.ones((2, 4), np.float32), batch_size=2)  # (3,) samples, declared as the input's
+
+
+def test_a_custom_layer_trains_freezes_and_saves_its_weights_but_not_itself(tmp_path):
+    def build():
+        return g.ggml_compile(g.ggml_custom_layer(g.ggml_model_sequential(), _affine,
+                                                  weights={"kernel": (4, 3), "bias": (3,)}, output_shape=(3,),
+                                                  input_shape=(4,), name="c"), loss="mse", backend="cpu",
+                              learning_rate=0.05)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 4)).astype(np.float32)
+    y = np.tanh(x[:, :3]).astype(np.float32)
+    m = build()
+    assert set(g.ggml_get_weights(m)) == {"c.kernel", "c.bias"}
+    h = g.ggml_fit(m, x, y, epochs=20, batch_size=16, verbose=0)
+    assert h["train_loss"].iloc[-1] < 0.5 * h["train_loss"].iloc[0]
+    with pytest.raises(g.GgmlValueError, match="custom layers.*ggml_save_weights"):
+        g.ggml_save_model(m, tmp_path / "m.gguf")
+    g.ggml_save_weights(m, tmp_path / "w.gguf")
+    again = g.ggml_load_weights(build(), tmp_path / "w.gguf")
+    np.testing.assert_array_equal(g.ggml_predict(again, x), g.ggml_predict(m, x))
+    g.ggml_freeze_weights(again)
+    before = g.ggml_get_weights(again)
+    with pytest.raises(g.GgmlValueError, match="nothing to train"):
+        g.ggml_fit(again, x, y, epochs=1, batch_size=16, verbose=0)
+    assert all(np.array_equal(before[k], v) for k, v in g.ggml_get_weights(again).items())
+
+
+def test_a_custom_layer_with_an_op_ggml_cannot_differentiate_is_an_error_not_an_abort():
+    rc, out, err = run_isolated(
+        "import numpy as np, ggmlpy as g\n"
+        "def padded(ctx, x, w):\n"
+        "    return g.ggml_pad_reflect_1d(ctx, g.ggml_mul(ctx, x, w['gain']), 1, 1)\n"
+        "m = g.ggml_custom_layer(g.ggml_model_sequential(), padded, weights={'gain': ((4, 1), 'ones')},\n"
+        "                        output_shape=(6,), input_shape=(4,))\n"
+        "m = g.ggml_compile(m, loss='mse', backend='cpu')\n"
+        "try:\n"
+        "    g.ggml_fit(m, np.ones((8, 4), np.float32), np.ones((8, 6), np.float32), epochs=1, verbose=0)\n"
+        "except g.GgmlpyError as e:\n"
+        "    print('RAISED', type(e).__name__, e)\n")
+    assert rc == 0 and "RAISED" in out, (rc, out[-2000:], err[-2000:])
