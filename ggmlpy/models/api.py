@@ -133,6 +133,10 @@ ARG_DOCS = {
     "filters": "the number of output channels.",
     "kernel_size": "the kernel's size: (rows, cols) for 2-D, an int for 1-D (an int n means (n, n) in 2-D).",
     "strides": "the step between windows, like kernel_size.",
+    "kernel_initializer": "how the kernel starts, by Keras' name: glorot_uniform, glorot_normal, he_uniform, "
+                          "he_normal, lecun_uniform, lecun_normal, random_normal, random_uniform, zeros or ones.",
+    "bias_initializer": "how the bias starts, one of kernel_initializer's names.",
+    "input_dim": "Keras 2's input_dim=n for a first layer: the same as input_shape=(n,).",
     "dilation_rate": "the spacing between a kernel's taps, like kernel_size (1: none; above 1 needs strides of 1).",
     "padding": "'valid' (no padding: the output shrinks) or 'same' (as Keras: ceil(size / stride) positions).",
     "pool_size": "the window: (rows, cols) or an int for a square one in 2-D; a number of steps in 1-D.",

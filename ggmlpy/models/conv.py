@@ -25,7 +25,8 @@ from ..ops.elementwise import ggml_add, ggml_cont, ggml_relu, ggml_scale
 from ..ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d
 from ..ops.linalg import ggml_mul_mat
 from ..ops.reduce import ggml_concat, ggml_sum_rows
-from .layers import activate, bool_arg, check_activation, int_pair, Layer, NATURAL, ParamSpec, positive_int, SPATIAL
+from .layers import (activate, bool_arg, check_activation, check_initializer, int_pair, Layer, NATURAL, ParamSpec,
+                     positive_int, SPATIAL)
 
 
 def _dilation(rates: tuple, strides: tuple) -> tuple:
@@ -128,7 +129,8 @@ class Conv2D(_Conv):
     kind = "conv_2d"
 
     def __init__(self, filters: int, kernel_size: Any, activation: str | None = None, strides: Any = (1, 1),
-                 padding: str = "valid", use_bias: bool = True, dilation_rate: Any = (1, 1), **kw: Any) -> None:
+                 padding: str = "valid", use_bias: bool = True, dilation_rate: Any = (1, 1),
+                 kernel_initializer: str = "glorot_uniform", bias_initializer: str = "zeros", **kw: Any) -> None:
         super().__init__(**kw)
         self.filters = positive_int(filters, "filters")
         self.kernel_size = int_pair(kernel_size, "kernel_size")
@@ -137,11 +139,14 @@ class Conv2D(_Conv):
         self.activation = check_activation(activation)
         self.use_bias = bool_arg(use_bias, "use_bias")
         self.dilation_rate = _dilation(int_pair(dilation_rate, "dilation_rate"), self.strides)
+        self.kernel_initializer = check_initializer(kernel_initializer, "kernel_initializer")
+        self.bias_initializer = check_initializer(bias_initializer, "bias_initializer")
 
     def config(self) -> dict:
         return {"filters": self.filters, "kernel_size": list(self.kernel_size), "activation": self.activation,
                 "strides": list(self.strides), "padding": self.padding, "use_bias": self.use_bias,
-                "dilation_rate": list(self.dilation_rate)}
+                "dilation_rate": list(self.dilation_rate), "kernel_initializer": self.kernel_initializer,
+                "bias_initializer": self.bias_initializer}
 
     def _geometry(self, shape):
         if len(shape) != 3:
@@ -159,9 +164,10 @@ class Conv2D(_Conv):
     def make_params(self, shapes):
         (kh, kw), cin = self.kernel_size, shapes[0][2]
         fans = (kh * kw * cin, kh * kw * self.filters)
-        specs = [ParamSpec("kernel", (kw, kh, cin, self.filters), "glorot", fans, user_axes=(2, 3, 1, 0))]
+        specs = [ParamSpec("kernel", (kw, kh, cin, self.filters), self.kernel_initializer, fans,
+                           user_axes=(2, 3, 1, 0))]
         if self.use_bias:
-            specs.append(ParamSpec("bias", (self.filters,), "zeros"))
+            specs.append(ParamSpec("bias", (self.filters,), self.bias_initializer, (self.filters, self.filters)))
         return specs
 
     def forward(self, g, xs, shapes):
@@ -180,7 +186,8 @@ class Conv1D(_Conv):
     kind = "conv_1d"
 
     def __init__(self, filters: int, kernel_size: int, activation: str | None = None, strides: int = 1,
-                 padding: str = "valid", use_bias: bool = True, dilation_rate: int = 1, **kw: Any) -> None:
+                 padding: str = "valid", use_bias: bool = True, dilation_rate: int = 1,
+                 kernel_initializer: str = "glorot_uniform", bias_initializer: str = "zeros", **kw: Any) -> None:
         super().__init__(**kw)
         self.filters = positive_int(filters, "filters")
         self.kernel_size = positive_int(kernel_size, "kernel_size")
@@ -189,11 +196,14 @@ class Conv1D(_Conv):
         self.activation = check_activation(activation)
         self.use_bias = bool_arg(use_bias, "use_bias")
         self.dilation_rate = _dilation((positive_int(dilation_rate, "dilation_rate"),), (self.strides,))[0]
+        self.kernel_initializer = check_initializer(kernel_initializer, "kernel_initializer")
+        self.bias_initializer = check_initializer(bias_initializer, "bias_initializer")
 
     def config(self) -> dict:
         return {"filters": self.filters, "kernel_size": self.kernel_size, "activation": self.activation,
                 "strides": self.strides, "padding": self.padding, "use_bias": self.use_bias,
-                "dilation_rate": self.dilation_rate}
+                "dilation_rate": self.dilation_rate, "kernel_initializer": self.kernel_initializer,
+                "bias_initializer": self.bias_initializer}
 
     def _geometry(self, shape):
         if len(shape) != 2:
@@ -206,10 +216,10 @@ class Conv1D(_Conv):
 
     def make_params(self, shapes):
         k, cin = self.kernel_size, shapes[0][1]
-        specs = [ParamSpec("kernel", (k, cin, self.filters), "glorot", (k * cin, k * self.filters),
+        specs = [ParamSpec("kernel", (k, cin, self.filters), self.kernel_initializer, (k * cin, k * self.filters),
                            user_axes=(2, 1, 0))]
         if self.use_bias:
-            specs.append(ParamSpec("bias", (self.filters,), "zeros"))
+            specs.append(ParamSpec("bias", (self.filters,), self.bias_initializer, (self.filters, self.filters)))
         return specs
 
     def forward(self, g, xs, shapes):

@@ -103,9 +103,15 @@ class ParamSpec:
 
     def initial(self, rng: np.random.RandomState) -> np.ndarray:
         shape = tuple(reversed(self.ne))
-        if self.init == "glorot":  # Glorot (Xavier) uniform, as Keras
+        if self.init in ("glorot", "glorot_uniform"):  # Glorot (Xavier) uniform, as Keras
             limit = math.sqrt(6.0 / (self.fans[0] + self.fans[1]))
             return rng.uniform(-limit, limit, size=shape).astype(np.float32)
+        if self.init in VARIANCE_SCALING:
+            return _variance_scaling(shape, self.fans, *VARIANCE_SCALING[self.init], rng)
+        if self.init == "random_normal":
+            return rng.normal(0.0, 0.05, size=shape).astype(np.float32)
+        if self.init == "random_uniform":
+            return rng.uniform(-0.05, 0.05, size=shape).astype(np.float32)
         if self.init == "embedding":
             return rng.uniform(-0.05, 0.05, size=shape).astype(np.float32)
         if self.init == "orthogonal":  # Keras' recurrent kernels: orthonormal rows (or columns), gain 1
@@ -119,6 +125,36 @@ class ParamSpec:
             bias[..., units:2 * units] = 1.0
             return bias
         return np.full(shape, 1.0 if self.init == "ones" else 0.0, dtype=np.float32)
+
+
+# Keras' initializers by name: VarianceScaling's (scale, fans used, distribution) for the scaled ones
+VARIANCE_SCALING = {"glorot_normal": (1.0, "avg", "truncated"), "he_uniform": (2.0, "in", "uniform"),
+                    "he_normal": (2.0, "in", "truncated"), "lecun_uniform": (1.0, "in", "uniform"),
+                    "lecun_normal": (1.0, "in", "truncated")}
+INITIALIZERS = ("glorot_uniform", *VARIANCE_SCALING, "random_normal", "random_uniform", "zeros", "ones")
+
+
+def check_initializer(name: Any, what: str) -> str:
+    if not isinstance(name, str) or name.lower() not in INITIALIZERS:
+        raise GgmlValueError(f"{what} must be one of {', '.join(INITIALIZERS)} (Keras' names), got {name!r}")
+    return name.lower()
+
+
+def _variance_scaling(shape: tuple[int, ...], fans: tuple[int, int], scale: float, mode: str, distribution: str,
+                      rng: np.random.RandomState) -> np.ndarray:
+    """Keras' VarianceScaling: variance scale / n (n the fan-in, or the mean of fan-in and fan-out); uniform in
+    +-sqrt(3 scale / n), or a normal truncated at two standard deviations whose spread makes up for the cut."""
+    n = fans[0] if mode == "in" else (fans[0] + fans[1]) / 2.0
+    if distribution == "uniform":
+        limit = math.sqrt(3.0 * scale / n)
+        return rng.uniform(-limit, limit, size=shape).astype(np.float32)
+    std = math.sqrt(scale / n) / 0.87962566103423978  # the standard deviation of N(0, 1) cut at +-2
+    values = rng.normal(0.0, std, size=shape)
+    outside = np.abs(values) > 2 * std
+    while outside.any():  # draw again where the value fell beyond two standard deviations
+        values[outside] = rng.normal(0.0, std, size=int(outside.sum()))
+        outside = np.abs(values) > 2 * std
+    return values.astype(np.float32)
 
 
 _global_counts: dict[str, itertools.count] = {}
@@ -305,23 +341,33 @@ class Dense(Layer):
     """``units`` outputs from the last axis: ``activation(x W + b)``."""
     kind = "dense"
 
-    def __init__(self, units: int, activation: str | None = None, use_bias: bool = True, **kw: Any) -> None:
+    def __init__(self, units: int, activation: str | None = None, use_bias: bool = True,
+                 kernel_initializer: str = "glorot_uniform", bias_initializer: str = "zeros",
+                 input_dim: int | None = None, **kw: Any) -> None:
+        if input_dim is not None:  # Keras 2's Dense(units, input_dim=n): input_shape=(n,)
+            if kw.get("input_shape") is not None:
+                raise GgmlValueError("give input_dim or input_shape, not both")
+            kw["input_shape"] = (positive_int(input_dim, "input_dim"),)
         super().__init__(**kw)
         self.units = positive_int(units, "units")
         self.activation = check_activation(activation)
         self.use_bias = bool_arg(use_bias, "use_bias")
+        self.kernel_initializer = check_initializer(kernel_initializer, "kernel_initializer")
+        self.bias_initializer = check_initializer(bias_initializer, "bias_initializer")
 
     def config(self) -> dict:
-        return {"units": self.units, "activation": self.activation, "use_bias": self.use_bias}
+        return {"units": self.units, "activation": self.activation, "use_bias": self.use_bias,
+                "kernel_initializer": self.kernel_initializer, "bias_initializer": self.bias_initializer}
 
     def output_shape(self, shapes):
         return shapes[0][:-1] + (self.units,)
 
     def make_params(self, shapes):
         fan_in = shapes[0][-1]
-        specs = [ParamSpec("weight", (fan_in, self.units), "glorot", (fan_in, self.units), user_axes=(1, 0))]
+        specs = [ParamSpec("weight", (fan_in, self.units), self.kernel_initializer, (fan_in, self.units),
+                           user_axes=(1, 0))]
         if self.use_bias:
-            specs.append(ParamSpec("bias", (self.units,), "zeros"))
+            specs.append(ParamSpec("bias", (self.units,), self.bias_initializer, (self.units, self.units)))
         return specs
 
     def forward(self, g, xs, shapes):

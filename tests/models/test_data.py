@@ -304,7 +304,8 @@ def test_an_argument_the_function_lacks_is_named_with_the_functions_arguments():
         g.ggml_predict(_classifier())
     # layer functions list the layer's own arguments (they pass **kwargs on to the layer class)
     with pytest.raises(g.GgmlTypeError, match=r"'activaton' \(its arguments: model_or_node, units, activation, "
-                                              r"use_bias, name, trainable, input_shape"):
+                                              r"use_bias, kernel_initializer, bias_initializer, input_dim, name, "
+                                              r"trainable, input_shape"):
         g.ggml_layer_dense(g.ggml_model_sequential(), 3, activaton="relu")
     with pytest.raises(g.GgmlTypeError, match=r"'groups' \(its arguments: model_or_node, filters, kernel_size"):
         g.ggml_layer_conv_2d(g.ggml_input((8, 8, 1)), 4, 3, groups=2)
