@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.types import GGML_TYPE_F32
 from ..errors import GgmlValueError
-from ..graph.tensor import ggml_new_tensor
 from ..ops.conv import GGML_OP_POOL_AVG, GGML_OP_POOL_MAX, ggml_pool_2d
 from ..ops.elementwise import ggml_scale
 from ..ops.layout import ggml_reshape_2d, ggml_reshape_4d
@@ -122,6 +120,6 @@ class UpSampling2D(Layer):
         # [W, H, C, N] seen as [1, W, 1, H*C*N], broadcast to [cols, W, rows, H*C*N]: in memory that is the
         # image [cols*W, rows*H, C, N] with every pixel copied into a cols x rows block
         x = ggml_reshape_4d(g.ctx, xs[0], 1, w, 1, h * c * g.batch)
-        like = ggml_new_tensor(g.ctx, GGML_TYPE_F32, 4, (cols, w, rows, h * c * g.batch))
+        like = g.shape_target((cols, w, rows, h * c * g.batch))
         return ggml_reshape_4d(g.ctx, ggml_repeat(g.ctx, x, like), cols * w, rows * h, c, g.batch)
 

@@ -112,6 +112,11 @@ class GraphBuilder:
         self.constants.append((t, values))
         return t
 
+    def shape_target(self, ne: tuple[int, ...]) -> Tensor:
+        """A tensor of shape ``ne`` that only tells ggml_reshape / ggml_repeat the shape to make (never computed,
+        never allocated)."""
+        return ggml_new_tensor(self.ctx, GGML_TYPE_F32, len(ne), ne)
+
     def dropout(self, x: Tensor, rate: float) -> Tensor:
         """``x`` with inverted dropout at ``rate``: its mask is made on the device from this layer's seed, which
         changes before every training step."""

@@ -6,10 +6,8 @@ import math
 from typing import Any
 
 from ..core.args import is_int
-from ..core.types import GGML_TYPE_F32
 from ..errors import GgmlValueError
 from ..graph.introspect import ggml_is_contiguous
-from ..graph.tensor import ggml_new_tensor
 from ..ops.elementwise import ggml_cont
 from ..ops.layout import ggml_reshape_3d, ggml_reshape
 from ..ops.reduce import ggml_repeat
@@ -64,12 +62,7 @@ class Reshape(Layer):
 
     def forward(self, g, xs, shapes):
         x = xs[0] if ggml_is_contiguous(xs[0]) else ggml_cont(g.ctx, xs[0])
-        return ggml_reshape(g.ctx, x, _shaped_like(g, natural_ne(self.output_shape(shapes), g.batch)))
-
-
-def _shaped_like(g: Any, ne: tuple[int, ...]) -> Any:
-    """A tensor of shape ``ne`` that only gives ggml_reshape/ggml_repeat their target (never computed)."""
-    return ggml_new_tensor(g.ctx, GGML_TYPE_F32, len(ne), ne)
+        return ggml_reshape(g.ctx, x, g.shape_target(natural_ne(self.output_shape(shapes), g.batch)))
 
 
 class RepeatVector(Layer):
@@ -92,4 +85,4 @@ class RepeatVector(Layer):
     def forward(self, g, xs, shapes):
         features = shapes[0][0]
         column = ggml_reshape_3d(g.ctx, xs[0], features, 1, g.batch)
-        return ggml_repeat(g.ctx, column, _shaped_like(g, (features, self.n, g.batch)))
+        return ggml_repeat(g.ctx, column, g.shape_target((features, self.n, g.batch)))

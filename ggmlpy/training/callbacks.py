@@ -6,6 +6,7 @@ run in list order; as soon as one sets ``state.stop`` the rest of that phase is 
 """
 from __future__ import annotations
 
+import csv
 import difflib
 import inspect
 import math
@@ -492,7 +493,6 @@ class _CsvLogger:
             open(self.path, "w", encoding="utf-8").close()
 
     def on_epoch_end(self, epoch: int, logs: dict, state: Any) -> None:
-        import csv
         self.on_epoch_begin(epoch, logs, state)  # a no-op unless the fit's first call is this one
         with open(self.path, "a", newline="", encoding="utf-8") as f:
             writer = csv.writer(f, delimiter=self.separator)

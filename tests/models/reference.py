@@ -130,9 +130,8 @@ def conv1d(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None = None, st
     return activation(out, act)
 
 
-def max_pooling_2d(x: np.ndarray, pool_size: Sequence[int] = (2, 2), strides: Sequence[int] | None = None
-                   ) -> np.ndarray:
-    """Keras MaxPooling2D with padding 'valid': (N, H, W, C) -> (N, OH, OW, C)."""
+def _pooling_2d(x: np.ndarray, pool_size: Sequence[int], strides: Sequence[int] | None, reduce) -> np.ndarray:
+    """Keras' 2-D pooling with padding 'valid': ``reduce`` over each window, (N, H, W, C) -> (N, OH, OW, C)."""
     x = np.asarray(x, np.float64)
     ph, pw = pool_size
     sh, sw = strides if strides is not None else pool_size
@@ -141,23 +140,20 @@ def max_pooling_2d(x: np.ndarray, pool_size: Sequence[int] = (2, 2), strides: Se
     out = np.empty((n, oh, ow, c))
     for i in range(oh):
         for j in range(ow):
-            out[:, i, j, :] = x[:, i * sh:i * sh + ph, j * sw:j * sw + pw, :].max(axis=(1, 2))
+            out[:, i, j, :] = reduce(x[:, i * sh:i * sh + ph, j * sw:j * sw + pw, :], axis=(1, 2))
     return out
+
+
+def max_pooling_2d(x: np.ndarray, pool_size: Sequence[int] = (2, 2), strides: Sequence[int] | None = None
+                   ) -> np.ndarray:
+    """Keras MaxPooling2D with padding 'valid'."""
+    return _pooling_2d(x, pool_size, strides, np.max)
 
 
 def average_pooling_2d(x: np.ndarray, pool_size: Sequence[int] = (2, 2), strides: Sequence[int] | None = None
                        ) -> np.ndarray:
     """Keras AveragePooling2D with padding 'valid': the mean of each window."""
-    x = np.asarray(x, np.float64)
-    ph, pw = pool_size
-    sh, sw = strides if strides is not None else pool_size
-    n, h, w, c = x.shape
-    oh, ow = (h - ph) // sh + 1, (w - pw) // sw + 1
-    out = np.empty((n, oh, ow, c))
-    for i in range(oh):
-        for j in range(ow):
-            out[:, i, j, :] = x[:, i * sh:i * sh + ph, j * sw:j * sw + pw, :].mean(axis=(1, 2))
-    return out
+    return _pooling_2d(x, pool_size, strides, np.mean)
 
 
 def pooling_1d(x: np.ndarray, pool_size: int, strides: int | None, op: str) -> np.ndarray:
