@@ -16,7 +16,7 @@ from ..opt.params import check_weight_decay
 from .graph import Model, Node
 from . import conv, pooling, shaping
 from .layers import Dropout, Flatten
-from .runtime import build_graph, GraphInstance, Runtime
+from .runtime import build_graph, GraphInstance, replace_runtime, Runtime
 
 
 OPTIMIZERS = {"adam": OPTIMIZER_ADAMW, "adamw": OPTIMIZER_ADAMW, "sgd": OPTIMIZER_SGD}
@@ -236,13 +236,11 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
     # before the old one goes (a failure leaves the model as it was); the weights come from the newest holder
     # of each layer: the old runtime, another model sharing the layer, or the copy a layer carries
     runtime = Runtime(model, backend, shares=shares)
-    if model.runtime is not None:
-        try:
-            model.runtime.free()
-        except BaseException:
-            runtime.free()  # the old one is in use: keep it, drop the new one
-            raise
-    model.runtime, model.compiled = runtime, config
+    try:
+        replace_runtime(model, runtime, config)
+    except BaseException:
+        runtime.free()  # the old one is in use: keep it, drop the new one
+        raise
     return model
 
 

@@ -8,6 +8,7 @@ running statistics) over every sample, a last partial batch included.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import warnings
@@ -27,6 +28,7 @@ from .compile import CompileConfig, compiled
 from .graph import Model
 from .metrics import Tally
 from .predict import predict_arrays
+from .runtime import model_in_use
 from .session import TrainingSetup
 from .snapshot import Snapshot
 from .weights import ModelWeights
@@ -57,18 +59,16 @@ def _bar(verbose: Any, what: str) -> str | None:
 
 # ---------------------------------------------------------------- prediction
 
-def _predictor(model: Any, fn: str):
-    """(model, predictor) of a compiled model or of a trainer's snapshot."""
+@contextlib.contextmanager
+def _predicting(model: Any, fn: str):
+    """(model, predictor) of a trainer's snapshot (it has its own weights), or of a compiled model with its
+    runtime marked in use for the block."""
     if isinstance(model, Snapshot):
-        return model.model, model.predictor()
+        yield model.model, model.predictor()
+        return
     compiled(model, fn)
-    return model, model.runtime.predictor
-
-
-def _in_use(model: Any):
-    """The model's runtime marked busy (a snapshot has its own weights and needs no mark)."""
-    import contextlib
-    return model.runtime.use() if isinstance(model, Model) else contextlib.nullcontext()
+    with model_in_use(model) as runtime:
+        yield model, runtime.predictor
 
 
 def ggml_predict(model: Model, x: Any, batch_size: int = 32, verbose: Any = 0) -> np.ndarray | list[np.ndarray]:
@@ -87,10 +87,9 @@ def ggml_predict(model: Model, x: Any, batch_size: int = 32, verbose: Any = 0) -
     Example:
         >>> probs = g.ggml_predict(model, x_test)          # (N, classes)
     """
-    model_, predictor = _predictor(model, "ggml_predict")
     batch_size = _int_arg(batch_size, "batch_size", 1)
     bar = _bar(verbose, "predict")
-    with _in_use(model):
+    with _predicting(model, "ggml_predict") as (model_, predictor):
         outs = predict_arrays(model_, predictor, D.model_inputs(model_, x, allow_empty=True), batch_size, bar)
     return outs[0] if len(outs) == 1 else outs
 
@@ -103,7 +102,9 @@ def ggml_predict_classes(model: Model, x: Any, batch_size: int = 32) -> np.ndarr
     Example:
         >>> ids = g.ggml_predict_classes(model, x_test)
     """
-    model_, _ = _predictor(model, "ggml_predict_classes")
+    if not isinstance(model, Snapshot):
+        compiled(model, "ggml_predict_classes")
+    model_ = model.model if isinstance(model, Snapshot) else model
     if len(model_.graph()[1]) != 1:
         raise GgmlValueError("ggml_predict_classes needs a model with one output; use ggml_predict")
     p = ggml_predict(model, x, batch_size)
@@ -151,8 +152,8 @@ def ggml_evaluate(model: Model, x: Any, y: Any, batch_size: int = 32, sample_wei
     n = xs[0].shape[0]
     ys = D.model_targets(model, cfg, y, n)
     w = D.sample_weights(cfg, ys, n, sample_weight, None)
-    with model.runtime.use():
-        tally = _evaluate_arrays(model, cfg, model.runtime.predictor, xs, ys, w, _int_arg(batch_size, "batch_size", 1),
+    with model_in_use(model) as runtime:
+        tally = _evaluate_arrays(model, cfg, runtime.predictor, xs, ys, w, _int_arg(batch_size, "batch_size", 1),
                                  progress=bar)
     result = {"loss": tally.total_loss(), "accuracy": tally.accuracy(), "n_samples": n}
     if len(cfg.heads) > 1:
@@ -290,7 +291,7 @@ def ggml_fit(model: Any, *args: Any, **kwargs: Any) -> pd.DataFrame:
     if isinstance(model, Scheduler):  # ggmlR's dispatch: ggml_fit(sched, ctx_compute, inputs, outputs, dataset, ...)
         return ggml_fit_opt(model, *args, **kwargs)
     compiled(model, "ggml_fit")
-    with model.runtime.use(training=True):
+    with model_in_use(model, training=True):
         return fit_model(model, *args, **kwargs)
 
 
@@ -365,7 +366,7 @@ def ggml_fit_generator(model: Model, generator: Any, steps_per_epoch: int | None
     """
     compiled(model, "ggml_fit_generator")
     _check_batch_source(generator)
-    with model.runtime.use(training=True):  # from the first batch on: no compile/free/freeze meanwhile
+    with model_in_use(model, training=True):  # from the first batch on: no compile/free/freeze meanwhile
         return _fit_generator(model, generator, steps_per_epoch, epochs, initial_epoch, validation_data,
                               validation_steps, callbacks, verbose, prefetch, nbatch_logical, on_nonfinite)
 

@@ -14,12 +14,13 @@ import os
 import tempfile
 from ..errors import GgmlInUseError
 from .graph import Model, Sequential
-from .saving import current_runtime, ggml_load_model, save_model
+from .runtime import model_in_use
+from .saving import ggml_load_model, save_model
 
 
 def model_to_bytes(model: Model) -> bytes:
     """The GGUF file of a compiled model, with its optimizer state, as bytes."""
-    with current_runtime(model) as runtime:
+    with model_in_use(model) as runtime:
         if runtime.live_trainers():
             raise GgmlInUseError("pickling a model: a ggml_trainer of this model is live and holds its optimizer "
                                  "state (the copy would miss the trainer's steps); free the trainer first "

@@ -1,6 +1,6 @@
 """What a compiled model owns in ggml: its weights on a backend (``ParamStore``, in ``weights.py``), the
 graphs built from its layers for one batch size (``GraphInstance``), a forward-only runner (``Predictor``),
-the optimizer's state kept across fits (``OptimizerState``) and the ``Runtime`` that holds them.
+and the ``Runtime`` that holds them with the optimizer's state (``OptimizerState``, in ``optimizer_state.py``).
 
 Ownership: the weights live in one context and one buffer of the model's backend. A training graph
 (built for each fit or trainer, freed after) reads them and is run by ggml-opt, which copies the graph
@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import threading
 from concurrent.futures import ThreadPoolExecutor
-import warnings
 import weakref
 from typing import Any
 
@@ -26,21 +25,20 @@ from ..compute.sched import ggml_backend_sched_new, Scheduler
 from ..compute.threads import restore_threads, split_threads
 from ..compute.threads import forward_work
 from ..core.types import GGML_TYPE_F32, GGML_TYPE_I32
-from ..errors import GgmlInUseError, GgmlpyWarning, GgmlStateError, GgmlValueError
+from ..errors import GgmlInUseError, GgmlStateError, GgmlValueError
 from ..graph.context import ggml_graph_overhead, ggml_init, ggml_tensor_overhead
 from ..graph.graph import ggml_build_forward_expand, ggml_new_graph_custom
 from ..graph.objects import Tensor
 from ..graph.tensor import ggml_new_tensor, ggml_set_input, ggml_set_name, ggml_set_output
 from ..ops.elementwise import ggml_cont, ggml_dropout
 from ..ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d, ggml_view_1d
-from ..opt.constants import BUILD_FORWARD, ggml_opt_optimizer_name
+from ..opt.constants import BUILD_FORWARD
 from ..opt.context import training_graph_nodes
-from ..opt.replicas import ReplicaOptimizer
-from ..opt.state import check_state, ggml_opt_get_state, ggml_opt_set_state, optimized_params
 from ..training.replicas import split_counts
 from .graph import Model, Node
 from .layers import Layer, NATURAL, SPATIAL
-from .weights import check_device_can_use, ParamStore, strip_leading_ones
+from .optimizer_state import OptimizerState
+from .weights import check_device_can_use, ParamStore
 
 
 def natural_ne(shape: tuple[int, ...], batch: int) -> tuple[int, ...]:
@@ -340,113 +338,6 @@ class ReplicaPredictor:
             p.free()
 
 
-class OptimizerState:
-    """The optimizer's state of a compiled model, kept across ``ggml_fit`` calls and trainers (as Keras keeps
-    it in ``model.optimizer``): AdamW's moments per trainable weight, keyed "<layer>.<weight>", and the
-    step count, as numpy arrays (``ggml_opt_get_state``'s dict). None after ``ggml_compile``: the first fit
-    starts the optimizer afresh. Each new opt context gets it before its first step (``restore``) and gives
-    it back after its last (``keep``), so consecutive fits continue one trajectory."""
-
-    def __init__(self, params: ParamStore) -> None:
-        self.params = params
-        self.state: dict | None = None
-        self._lock = threading.Lock()
-        self._holder: tuple[object, str, Any] | None = None
-
-    def begin(self, who: str, fn: str | None = None, owner: Any = None) -> object:
-        """Take the optimizer for one training session (a fit, or a trainer from its first step until it is
-        freed); returns the lease for ``end``. Two sessions on one model would each overwrite the other's
-        optimizer steps, so a second one is refused with GgmlInUseError. ``owner`` (a trainer) is held
-        weakly: a trainer dropped without ``free()`` gives the lease up when it is collected."""
-        with self._lock:
-            if self._holder is not None and self._holder[2] is not None and self._holder[2]() is None:
-                self._holder = None  # its trainer was dropped without free()
-            if self._holder is not None:
-                raise GgmlInUseError(f"{fn or who}: this model is already being trained by {self._holder[1]}; two "
-                                     "training sessions on one model would each drop the other's optimizer steps. "
-                                     "Wait for the other to end (a ggml_fit), or free it first (trainer.free())")
-            lease = object()
-            self._holder = (lease, who, weakref.ref(owner) if owner is not None else None)
-            return lease
-
-    def end(self, lease: object) -> None:
-        with self._lock:
-            if self._holder is not None and self._holder[0] is lease:
-                self._holder = None
-
-    def trainable(self, store: ParamStore | None = None) -> dict[str, Tensor]:
-        """The weights the optimizer updates (as ``ParamStore.mark_trainable`` flags them), in the model's
-        store or in a replica's ``store``."""
-        store = store or self.params
-        return {f"{l.name}.{p.name}": store.tensor(l, p.name) for l, p in store.specs
-                if l.trainable and p.trainable}
-
-    def restore(self, opt_ctx: Any) -> None:
-        """Write the kept state into a new opt context, or a replicas' optimizer (a weight without kept
-        moments starts from zero)."""
-        if self.state is None:
-            return
-        if isinstance(opt_ctx, ReplicaOptimizer):
-            opt_ctx.set_state(self.state)
-            return
-        params = optimized_params(opt_ctx, self.trainable())
-        if self.state["optimizer"] == "adamw":
-            params = {k: t for k, t in params.items() if k in self.state["m"]}
-        ggml_opt_set_state(opt_ctx, self.state, params)
-
-    def read(self, opt_ctx: Any) -> dict:
-        """The state of an opt context (or a replicas' optimizer) now; inside a logical batch, that of its last
-        optimizer step."""
-        if isinstance(opt_ctx, ReplicaOptimizer):
-            return opt_ctx.get_state()
-        return ggml_opt_get_state(opt_ctx, optimized_params(opt_ctx, self.trainable()), allow_partial=True)
-
-    def keep(self, opt_ctx: Any, warn_partial: bool = True) -> None:
-        """Read the state back from an opt context after training (also after an exception). Moments of
-        weights that were frozen in this run are kept from before. The state is stored before the warning
-        about a partial logical batch, so a warning turned into an error (``-W error``) loses no steps."""
-        new = self.read(opt_ctx)
-        old = self.state
-        if old is not None and old["optimizer"] == new["optimizer"]:
-            for key in ("m", "v"):
-                new[key] = {**{k: v for k, v in old[key].items() if k not in new[key]}, **new[key]}
-        self.state = new
-        if opt_ctx.pending_batches and warn_partial:
-            warnings.warn(f"training ended {opt_ctx.pending_batches} batches into a logical batch of {opt_ctx.opt_period} "
-                          "(nbatch_logical): their gradients were not applied, and the optimizer state kept for "
-                          "the next fit is that of the last optimizer step; make the number of steps a multiple "
-                          f"of {opt_ctx.opt_period} to continue exactly", GgmlpyWarning, stacklevel=2)
-
-    def set(self, state: dict | None, optimizer_type: int, what: str) -> None:
-        """Adopt a state read from a file: checked against the weights and the compiled optimizer first."""
-        if state is None:
-            self.state = None
-            return
-        state = check_state(state, what)
-        mine = ggml_opt_optimizer_name(optimizer_type)
-        if state["optimizer"] != mine:
-            raise GgmlValueError(f"{what}: the file holds {state['optimizer']}'s optimizer state but the model is "
-                                 f"compiled with {mine}; compile it with optimizer='{state['optimizer']}' or load "
-                                 "without include_optimizer (a warm restart)")
-        shapes = {f"{l.name}.{p.name}": tuple(reversed(p.ne)) for l, p in self.params.specs}
-        for key in ("m", "v"):
-            for name, value in state[key].items():
-                if name not in shapes:
-                    raise GgmlValueError(f"{what}: the optimizer state has moments for '{name}', which this model "
-                                         "does not have (another architecture?)")
-                if strip_leading_ones(np.shape(value)) != strip_leading_ones(shapes[name]):
-                    raise GgmlValueError(f"{what}: the optimizer state's moments for '{name}' have shape "
-                                         f"{np.shape(value)}, the weight {shapes[name]} (another architecture?)")
-                value = np.asarray(value)
-                if not np.issubdtype(value.dtype, np.floating) or not np.isfinite(value).all() or \
-                        key == "v" and (value < 0).any():
-                    raise GgmlValueError(f"{what}: the optimizer state's {key} for '{name}' is damaged (it must hold "
-                                         "finite floats" + (", >= 0" if key == "v" else "") + f", got {value.dtype} "
-                                         "values out of that range); load without include_optimizer (a warm restart)")
-        self.state = {**state, "m": {k: np.asarray(v, np.float32).reshape(shapes[k]) for k, v in state["m"].items()},
-                      "v": {k: np.asarray(v, np.float32).reshape(shapes[k]) for k, v in state["v"].items()}}
-
-
 class Runtime:
     """A compiled model's backend, weights and predictor. ``use()`` marks it busy for the length of a
     call (a fit, a prediction), ``use(training=True)`` also marks it training: freeing it then (from a
@@ -500,12 +391,20 @@ class Runtime:
 
     @contextlib.contextmanager
     def use(self, training: bool = False):
+        """This runtime marked in use (``training``: by a fit) for the block: ``free()`` is refused meanwhile.
+        Code that starts from a model uses ``model_in_use(model)``, which cannot mark a runtime being replaced."""
+        self.mark(training)
+        yield from self._held(training)
+
+    def mark(self, training: bool) -> None:
         with self._lock:
             if not self.params.alive:
                 raise GgmlStateError("the model's weights have been freed (compiled again or changed?)")
             self._busy += 1
             self._training += training
             self.params.fits_running += training
+
+    def _held(self, training: bool):
         try:
             self.sync_replicas()
             yield self
@@ -568,6 +467,31 @@ class Runtime:
             self._free_replicas()
             self.params.free()
             self.backend.free()
+
+
+# held while a compile replaces a model's runtime and while a caller reads one and marks it in use: without it a
+# thread could read the old runtime just as a compile in another thread freed it, and fail as freed weights
+_SWAPS = threading.Lock()
+
+
+def replace_runtime(model: Model, runtime: Runtime, config: Any) -> None:
+    """Free the model's runtime (GgmlInUseError, and nothing changes, while it is in use) and set ``runtime``
+    and its compile settings ``config``."""
+    with _SWAPS:
+        if model.runtime is not None:
+            model.runtime.free()
+        model.runtime, model.compiled = runtime, config
+
+
+@contextlib.contextmanager
+def model_in_use(model: Model, training: bool = False):
+    """The model's current runtime, marked in use for the block (``training``: by a fit)."""
+    with _SWAPS:
+        runtime = model.runtime
+        if runtime is None:
+            raise GgmlStateError(f"model '{model.name}' is not compiled; call ggml_compile(model) first")
+        runtime.mark(training)
+    yield from runtime._held(training)
 
 
 def _dropped(params: ParamStore, replicas: list) -> None:

@@ -15,7 +15,6 @@ correction), ``ggmlpy.optimizer.params`` (the weights with moments, in order) an
 """
 from __future__ import annotations
 
-import contextlib
 
 import json
 import os
@@ -26,13 +25,14 @@ import numpy as np
 from ..core.args import is_int
 from ..backend.transfer import ggml_backend_tensor_set_data, numpy_shape
 from ..core.types import GGML_TYPE_F32
-from ..errors import GgmlInUseError, GgmlpyError, GgmlStateError, GgmlTypeError, GgmlValueError, GgufFileError, GgufFileNotFoundError
+from ..errors import GgmlInUseError, GgmlpyError, GgmlTypeError, GgmlValueError, GgufFileError, GgufFileNotFoundError
 from ..gguf.weights import ggml_save_weights_gguf, gguf_read
 from ..graph.context import ggml_init, ggml_tensor_overhead
 from ..graph.tensor import ggml_new_tensor, ggml_set_name
 from .compile import compiled, ggml_compile
 from .graph import apply_layer, InputLayer, Model, Node, Sequential
 from .layers import Layer
+from .runtime import model_in_use
 from .weights import strip_leading_ones
 from . import attention, conv, layers, norm, pooling, sequence, shaping
 from ..opt.constants import OPTIMIZER_ADAMW
@@ -40,27 +40,6 @@ from ..opt.params import LrUserdata
 
 
 FORMAT_VERSION = 1
-
-
-@contextlib.contextmanager
-def current_runtime(model: Any):
-    """``model.runtime.use()`` for the model's runtime at the moment it is marked: a compile in another
-    thread may replace (and free) the runtime between reading ``model.runtime`` and marking it, which is
-    then retried on the new one instead of failing as freed weights."""
-    while True:
-        rt = model.runtime
-        mark = rt.use()
-        try:
-            mark.__enter__()
-        except GgmlStateError:
-            if model.runtime is not None and model.runtime is not rt:
-                continue  # compiled again meanwhile: use the new weights
-            raise
-        break
-    try:
-        yield rt
-    finally:
-        mark.__exit__(None, None, None)
 
 
 def _layer_types() -> dict[str, type]:
@@ -88,7 +67,7 @@ def ggml_save_weights(model: Model, path: Any) -> None:
         >>> g.ggml_save_weights(model, "weights.gguf")
     """
     compiled(model, "ggml_save_weights")
-    with current_runtime(model):  # no compile from another thread while ggml reads the weights
+    with model_in_use(model):  # no compile from another thread while ggml reads the weights
         ggml_save_weights_gguf(path, model.runtime.params.named_tensors(), _metadata(model, "weights"))
 
 
@@ -116,7 +95,7 @@ def ggml_load_weights(model: Model, path: Any, include_optimizer: bool = False) 
     _bool_arg(include_optimizer, "include_optimizer", fn)
     tensors, meta = _read(path, fn)
     weights, state = _split(tensors, meta, fn)
-    with current_runtime(model):  # no compile from another thread while the weights are written
+    with model_in_use(model):  # no compile from another thread while the weights are written
         plan = _plan(_specs(model), weights, fn)
         if include_optimizer:
             if state is None:
@@ -276,7 +255,7 @@ def ggml_save_model(model: Model, path: Any, include_optimizer: bool = False) ->
         >>> g.ggml_save_model(model, "checkpoint.gguf", include_optimizer=True)   # resumable
     """
     compiled(model, "ggml_save_model")
-    with current_runtime(model):
+    with model_in_use(model):
         if include_optimizer is True:
             _no_live_trainer(model, "ggml_save_model", "the model's own copy is from before the trainer's steps")
         save_model(model, path, include_optimizer, model.runtime.opt_state.state, "ggml_save_model")

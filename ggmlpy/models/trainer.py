@@ -22,6 +22,7 @@ from .metrics import Tally
 from .session import TrainingSetup
 from .snapshot import Snapshot
 from .predict import predict_arrays
+from .runtime import model_in_use
 from .saving import save_model
 
 
@@ -110,7 +111,7 @@ class ModelTrainer:
                                                 "trainer.step", owner=self)
             self._opt_state.restore(self._session.train_ctx)
         self._result.reset()
-        with self._model.runtime.use():
+        with model_in_use(self._model):
             before = self._setup.split_threads()  # as a fit's steps (a predict may have reset them)
             try:
                 self._session.step(self._session.train_ctx, pairs, True, self._result, watch)
@@ -131,7 +132,7 @@ class ModelTrainer:
         self._live("eval")
         xs, ys = self._batch(x, y, "eval")
         tally = Tally(self._cfg.heads)
-        with self._model.runtime.use():
+        with model_in_use(self._model):
             tally.add(predict_arrays(self._model, self._model.runtime.predictor, xs, self.batch_size), ys)
         return tally.total_loss()
 
@@ -163,7 +164,7 @@ class ModelTrainer:
     def snapshot(self) -> Snapshot:
         """A frozen copy of the current weights (free it with ``ggml_snapshot_free``)."""
         self._live("snapshot")
-        with self._model.runtime.use():
+        with model_in_use(self._model):
             return Snapshot(self._model, self._model.runtime.params.copy())
 
     @_one_at_a_time
@@ -175,7 +176,7 @@ class ModelTrainer:
         if snapshot.model is not self._model:
             raise GgmlValueError("trainer.restore: the snapshot was taken of another model")
         params = self._model.runtime.params
-        with self._model.runtime.use():
+        with model_in_use(self._model):
             for layer, spec in params.specs:  # a snapshot holds the same layers' weights
                 params.write(layer, spec.name, snapshot.params.read(layer, spec.name))
 
@@ -201,7 +202,7 @@ class ModelTrainer:
                                      "(nbatch_logical) are accumulated but not applied; save after the step that "
                                      "completes it, or with include_optimizer=False")
             state = self.optimizer_state()
-        with self._model.runtime.use():
+        with model_in_use(self._model):
             save_model(self._model, path, include_optimizer, state, "trainer.save")
 
     @_one_at_a_time

@@ -1,0 +1,124 @@
+"""The optimizer's state of a compiled model, kept across fits and trainers (``OptimizerState``), and the lease
+that lets one training session at a time step the optimizer."""
+from __future__ import annotations
+
+import threading
+import warnings
+import weakref
+from typing import Any
+
+import numpy as np
+
+from ..errors import GgmlInUseError, GgmlpyWarning, GgmlValueError
+from ..graph.objects import Tensor
+from ..opt.constants import ggml_opt_optimizer_name
+from ..opt.replicas import ReplicaOptimizer
+from ..opt.state import check_state, ggml_opt_get_state, ggml_opt_set_state, optimized_params
+from .weights import ParamStore, strip_leading_ones
+
+
+class OptimizerState:
+    """The optimizer's state of a compiled model, kept across ``ggml_fit`` calls and trainers (as Keras keeps
+    it in ``model.optimizer``): AdamW's moments per trainable weight, keyed "<layer>.<weight>", and the
+    step count, as numpy arrays (``ggml_opt_get_state``'s dict). None after ``ggml_compile``: the first fit
+    starts the optimizer afresh. Each new opt context gets it before its first step (``restore``) and gives
+    it back after its last (``keep``), so consecutive fits continue one trajectory."""
+
+    def __init__(self, params: ParamStore) -> None:
+        self.params = params
+        self.state: dict | None = None
+        self._lock = threading.Lock()
+        self._holder: tuple[object, str, Any] | None = None
+
+    def begin(self, who: str, fn: str | None = None, owner: Any = None) -> object:
+        """Take the optimizer for one training session (a fit, or a trainer from its first step until it is
+        freed); returns the lease for ``end``. Two sessions on one model would each overwrite the other's
+        optimizer steps, so a second one is refused with GgmlInUseError. ``owner`` (a trainer) is held
+        weakly: a trainer dropped without ``free()`` gives the lease up when it is collected."""
+        with self._lock:
+            if self._holder is not None and self._holder[2] is not None and self._holder[2]() is None:
+                self._holder = None  # its trainer was dropped without free()
+            if self._holder is not None:
+                raise GgmlInUseError(f"{fn or who}: this model is already being trained by {self._holder[1]}; two "
+                                     "training sessions on one model would each drop the other's optimizer steps. "
+                                     "Wait for the other to end (a ggml_fit), or free it first (trainer.free())")
+            lease = object()
+            self._holder = (lease, who, weakref.ref(owner) if owner is not None else None)
+            return lease
+
+    def end(self, lease: object) -> None:
+        with self._lock:
+            if self._holder is not None and self._holder[0] is lease:
+                self._holder = None
+
+    def trainable(self, store: ParamStore | None = None) -> dict[str, Tensor]:
+        """The weights the optimizer updates (as ``ParamStore.mark_trainable`` flags them), in the model's
+        store or in a replica's ``store``."""
+        store = store or self.params
+        return {f"{l.name}.{p.name}": store.tensor(l, p.name) for l, p in store.specs
+                if l.trainable and p.trainable}
+
+    def restore(self, opt_ctx: Any) -> None:
+        """Write the kept state into a new opt context, or a replicas' optimizer (a weight without kept
+        moments starts from zero)."""
+        if self.state is None:
+            return
+        if isinstance(opt_ctx, ReplicaOptimizer):
+            opt_ctx.set_state(self.state)
+            return
+        params = optimized_params(opt_ctx, self.trainable())
+        if self.state["optimizer"] == "adamw":
+            params = {k: t for k, t in params.items() if k in self.state["m"]}
+        ggml_opt_set_state(opt_ctx, self.state, params)
+
+    def read(self, opt_ctx: Any) -> dict:
+        """The state of an opt context (or a replicas' optimizer) now; inside a logical batch, that of its last
+        optimizer step."""
+        if isinstance(opt_ctx, ReplicaOptimizer):
+            return opt_ctx.get_state()
+        return ggml_opt_get_state(opt_ctx, optimized_params(opt_ctx, self.trainable()), allow_partial=True)
+
+    def keep(self, opt_ctx: Any, warn_partial: bool = True) -> None:
+        """Read the state back from an opt context after training (also after an exception). Moments of
+        weights that were frozen in this run are kept from before. The state is stored before the warning
+        about a partial logical batch, so a warning turned into an error (``-W error``) loses no steps."""
+        new = self.read(opt_ctx)
+        old = self.state
+        if old is not None and old["optimizer"] == new["optimizer"]:
+            for key in ("m", "v"):
+                new[key] = {**{k: v for k, v in old[key].items() if k not in new[key]}, **new[key]}
+        self.state = new
+        if opt_ctx.pending_batches and warn_partial:
+            warnings.warn(f"training ended {opt_ctx.pending_batches} batches into a logical batch of {opt_ctx.opt_period} "
+                          "(nbatch_logical): their gradients were not applied, and the optimizer state kept for "
+                          "the next fit is that of the last optimizer step; make the number of steps a multiple "
+                          f"of {opt_ctx.opt_period} to continue exactly", GgmlpyWarning, stacklevel=2)
+
+    def set(self, state: dict | None, optimizer_type: int, what: str) -> None:
+        """Adopt a state read from a file: checked against the weights and the compiled optimizer first."""
+        if state is None:
+            self.state = None
+            return
+        state = check_state(state, what)
+        mine = ggml_opt_optimizer_name(optimizer_type)
+        if state["optimizer"] != mine:
+            raise GgmlValueError(f"{what}: the file holds {state['optimizer']}'s optimizer state but the model is "
+                                 f"compiled with {mine}; compile it with optimizer='{state['optimizer']}' or load "
+                                 "without include_optimizer (a warm restart)")
+        shapes = {f"{l.name}.{p.name}": tuple(reversed(p.ne)) for l, p in self.params.specs}
+        for key in ("m", "v"):
+            for name, value in state[key].items():
+                if name not in shapes:
+                    raise GgmlValueError(f"{what}: the optimizer state has moments for '{name}', which this model "
+                                         "does not have (another architecture?)")
+                if strip_leading_ones(np.shape(value)) != strip_leading_ones(shapes[name]):
+                    raise GgmlValueError(f"{what}: the optimizer state's moments for '{name}' have shape "
+                                         f"{np.shape(value)}, the weight {shapes[name]} (another architecture?)")
+                value = np.asarray(value)
+                if not np.issubdtype(value.dtype, np.floating) or not np.isfinite(value).all() or \
+                        key == "v" and (value < 0).any():
+                    raise GgmlValueError(f"{what}: the optimizer state's {key} for '{name}' is damaged (it must hold "
+                                         "finite floats" + (", >= 0" if key == "v" else "") + f", got {value.dtype} "
+                                         "values out of that range); load without include_optimizer (a warm restart)")
+        self.state = {**state, "m": {k: np.asarray(v, np.float32).reshape(shapes[k]) for k, v in state["m"].items()},
+                      "v": {k: np.asarray(v, np.float32).reshape(shapes[k]) for k, v in state["v"].items()}}
