@@ -123,6 +123,8 @@ from .models.api import (ggml_activation, ggml_add_layer, ggml_apply, ggml_avera
 from .models.callbacks import (ggml_callback_model_checkpoint)
 from .models.compile import (ggml_compile)
 from .models.fit import (ggml_evaluate, ggml_fit, ggml_fit_generator, ggml_predict, ggml_predict_classes)
+from .models.keras_metrics import (ggml_metric_auc, ggml_metric_precision, ggml_metric_recall,
+                                   ggml_metric_top_k_accuracy)
 from .models.placement import (ggml_model_placement, ggml_model_profile)
 from .models.preprocessing import (ggml_pad_sequences, ggml_to_categorical)
 from .models.saving import (ggml_load_model, ggml_load_weights, ggml_save_model, ggml_save_weights)
@@ -293,7 +295,8 @@ __all__ = [
     "ggml_model_summary", "ggml_multi_head_attention", "ggml_pop_layer", "ggml_position_embedding",
     "ggml_repeat_vector", "ggml_set_weights", "ggml_unfreeze_weights", "ggml_upsampling_2d",
     "ggml_callback_model_checkpoint", "ggml_compile", "ggml_evaluate", "ggml_fit", "ggml_fit_generator",
-    "ggml_predict", "ggml_predict_classes", "ggml_model_placement", "ggml_model_profile", "ggml_pad_sequences",
+    "ggml_predict", "ggml_predict_classes", "ggml_metric_auc", "ggml_metric_precision", "ggml_metric_recall",
+    "ggml_metric_top_k_accuracy", "ggml_model_placement", "ggml_model_profile", "ggml_pad_sequences",
     "ggml_to_categorical", "ggml_load_model", "ggml_load_weights", "ggml_save_model", "ggml_save_weights",
     "ggml_snapshot_free", "ggml_trainer", "ggml_add1", "ggml_ceil", "ggml_floor", "ggml_geglu", "ggml_geglu_erf",
     "ggml_geglu_quick", "ggml_geglu_split", "ggml_gelu_erf", "ggml_gelu_quick", "ggml_glu", "GGML_GLU_OP_GEGLU",

@@ -15,10 +15,6 @@ from ..errors import GgmlpyWarning, GgmlTypeError, GgmlValueError
 from ..training.callbacks import Improvement, monitor_key, monitored_value, state_get
 from .saving import ggml_save_model, ggml_save_weights
 
-# the names Keras' file-name patterns use for the logged values ("{epoch:02d}-{val_loss:.2f}.gguf")
-KERAS_LOG_NAMES = {"loss": "train_loss", "accuracy": "train_accuracy"}
-
-
 def ggml_callback_model_checkpoint(path: Any, monitor: str = "val_loss", save_best_only: bool = False,
                                    save_weights_only: bool = False, mode: str = "auto", verbose: int = 0) -> Any:
     """Save the model at the end of every epoch, or of every epoch that improves ``monitor`` (Keras'
@@ -40,7 +36,7 @@ def ggml_callback_model_checkpoint(path: Any, monitor: str = "val_loss", save_be
         save_weights_only: False (the default) saves the whole model as ``ggml_save_model`` does (architecture,
             compile settings, weights: ``ggml_load_model`` gives it back, a warm restart without the
             optimizer's moments); True saves the weights as ``ggml_save_weights`` (``ggml_load_weights``).
-        mode: ``"min"``, ``"max"`` or ``"auto"`` (the default: ``"min"`` when ``monitor`` contains "loss").
+        mode: ``"min"``, ``"max"`` or ``"auto"`` (the default: ``"min"`` for a loss or an error such as MAE).
         verbose: 1 prints a line per save (to stderr), 0 (the default) is silent.
 
     Value: a callback object for the ``callbacks`` list of ``ggml_fit`` and ``ggml_fit_generator``.
@@ -102,7 +98,8 @@ class _ModelCheckpoint:
         if "{" not in self.path:
             return self.path
         values = {k: (math.nan if v is None else v) for k, v in logs.items()}
-        values.update({keras: values[ours] for keras, ours in KERAS_LOG_NAMES.items() if ours in values})
+        # Keras' names of the training values: "loss", "accuracy", "auc" for ggmlpy's "train_loss", ...
+        values.update({k[len("train_"):]: v for k, v in list(values.items()) if k.startswith("train_")})
         try:
             return self.path.format(epoch=epoch, **values)
         except (KeyError, IndexError, ValueError) as exc:

@@ -14,6 +14,7 @@ from ..opt import losses as L
 from ..opt.constants import OPTIMIZER_ADAMW, OPTIMIZER_SGD
 from ..opt.params import check_weight_decay
 from .graph import Model, Node
+from .keras_metrics import resolve_metrics, spec_to_dict
 from . import conv, pooling, shaping
 from .layers import Dropout, Flatten
 from .runtime import build_graph, GraphInstance, replace_runtime, Runtime
@@ -35,7 +36,6 @@ LOSSES = {
 _LOSS_BY_TYPE = {L.LOSS_CROSS_ENTROPY: "categorical_crossentropy", L.LOSS_MSE: "mse", L.LOSS_MAE: "mae",
                  L.LOSS_HUBER: "huber", L.LOSS_BINARY_CROSS_ENTROPY: "binary_crossentropy",
                  L.LOSS_KL_DIVERGENCE: "kl_divergence", L.LOSS_HINGE: "hinge", L.LOSS_SQUARED_HINGE: "squared_hinge"}
-METRICS = ("accuracy", "acc")
 
 
 @dataclass
@@ -76,6 +76,7 @@ class CompileConfig:
     weight_decay: float = 0.0
     extra: dict = field(default_factory=dict)
     adam: tuple[float, float, float] | None = None  # (beta_1, beta_2, epsilon); None: ggml's 0.9, 0.999, 1e-8
+    head_metrics: list = field(default_factory=list)  # each head's metrics beyond accuracy (keras_metrics.MetricSpec)
 
     def loss_weights(self) -> list[float] | None:
         """The heads' loss weights for the training graph (None: one head of weight 1, ggml's own loss). A single
@@ -85,8 +86,10 @@ class CompileConfig:
         return [h.weight for h in self.heads]
 
     def to_dict(self) -> dict:
+        metrics = self.metrics if not any(self.head_metrics) else \
+            [self.metrics + [spec_to_dict(s) for s in specs] for specs in self.head_metrics]
         return {"optimizer": self.optimizer, "loss": [h.loss for h in self.heads],
-                "loss_weights": [h.weight for h in self.heads], "metrics": self.metrics, "backend": self.backend,
+                "loss_weights": [h.weight for h in self.heads], "metrics": metrics, "backend": self.backend,
                 "learning_rate": self.learning_rate, "weight_decay": self.weight_decay,
                 **({} if self.adam is None else dict(zip(("beta_1", "beta_2", "epsilon"), self.adam)))}
 
@@ -162,7 +165,19 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
             still returns probabilities; without an activation, the raw outputs are treated as logits.
             Any other last activation (sigmoid, tanh, relu), or a dropout after the softmax, is refused:
             it would be trained as if it were logits.
-        metrics: ``["accuracy"]`` reports accuracy for classification losses (the only metric).
+        metrics: what ``ggml_fit`` logs per epoch (``train_<name>`` and ``val_<name>`` columns) and
+            ``ggml_evaluate`` returns besides the loss, with Keras' names: ``"accuracy"`` (also ``"acc"``,
+            ``"sparse_categorical_accuracy"``, ``"categorical_accuracy"``, ``"binary_accuracy"``: logged as
+            accuracy, for classification losses), ``"auc"``, ``"precision"``, ``"recall"``,
+            ``"true_positives"`` / ``"false_positives"`` / ``"true_negatives"`` / ``"false_negatives"``
+            (classification losses: each output element a yes/no prediction at threshold 0.5, Keras' rule),
+            ``"mae"``, ``"mse"``, ``"rmse"`` (any loss, on what ``ggml_predict`` returns),
+            ``"top_k_categorical_accuracy"`` / ``"sparse_top_k_categorical_accuracy"`` (k=5, cross-entropy),
+            or ``ggml_metric_auc`` / ``_precision`` / ``_recall`` / ``_top_k_accuracy`` objects with other
+            settings. A list applies to every output it fits (a multi-output model logs
+            ``<output>_<metric>``); a list of lists (in output order) or a dict by output name gives each
+            output its own. The training values are computed from each step's outputs (in training mode,
+            as Keras), which costs a copy of the outputs to the host per step. Unweighted (Keras' ``metrics``).
         backend: ``"auto"`` (a hardware GPU if there is one, else the CPU), ``"cpu"``, ``"vulkan"``,
             ``"cuda"`` or a device name such as ``"Vulkan0"`` (or a device from ``ggml_backend_devices()``).
             A list of them trains **data-parallel**: one replica of the model per device (local GPUs, the
@@ -221,18 +236,15 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
     if len(weights) != len(outputs) or any(not is_real(w) or not 0 <= w <= FLOAT32_MAX for w in weights):
         raise GgmlValueError(f"loss_weights must be {len(outputs)} finite numbers >= 0 (float32: at most "
                              f"{FLOAT32_MAX:.4g}), got {loss_weights!r}")
-    metric_list = [metrics] if isinstance(metrics, str) else list(metrics or [])
-    for m in metric_list:
-        if m not in METRICS:
-            raise GgmlValueError(f"unknown metric {m!r}; the model layer reports 'accuracy'")
     heads = [_head(n, _loss_name(l, i), float(w)) for i, (n, l, w) in enumerate(zip(outputs, losses, weights))]
+    accuracy, head_metrics = resolve_metrics(metrics, heads, [n.layer.name for n in outputs])
     lr = None
     if learning_rate is not None:
         lr = learning_rate_arg("learning_rate", learning_rate)
     check_weight_decay(weight_decay)
     adam = _adam_settings(opt_name, beta_1, beta_2, epsilon)
-    config = CompileConfig(opt_name, OPTIMIZERS[opt_name], heads, ["accuracy"] if metric_list else [], backend, lr,
-                           float(weight_decay), adam=adam)
+    config = CompileConfig(opt_name, OPTIMIZERS[opt_name], heads, ["accuracy"] if accuracy else [], backend, lr,
+                           float(weight_decay), adam=adam, head_metrics=head_metrics)
     # before the old one goes (a failure leaves the model as it was); the weights come from the newest holder
     # of each layer: the old runtime, another model sharing the layer, or the copy a layer carries
     runtime = Runtime(model, backend, shares=shares)
@@ -311,11 +323,13 @@ def _by_output(value: Any, outputs: list, what: str) -> Any:
 def build_training_graph(model: Model, cfg: CompileConfig, batch: int, store: Any = None) -> GraphInstance:
     """The training graph of a compiled model for ``batch`` samples (on the weights of ``store``: a replica's;
     default the model's): a final softmax left to ggml's fused cross-entropy, sequence outputs of a
-    cross-entropy made ``[classes, positions * batch]`` rows."""
+    cross-entropy made ``[classes, positions * batch]`` rows; with compiled metrics, the outputs copied where each
+    step's metrics read them."""
     outputs = model.graph()[1]
     return build_graph(model, store or model.runtime.params, batch, training=True,
                        logits_for={id(n) for n, h in zip(outputs, cfg.heads) if h.fused},
-                       rows_for={id(n) for n, h in zip(outputs, cfg.heads) if h.token_level})
+                       rows_for={id(n) for n, h in zip(outputs, cfg.heads) if h.token_level},
+                       read_outputs=any(cfg.head_metrics))
 
 
 def compiled(model: Any, fn: str) -> CompileConfig:

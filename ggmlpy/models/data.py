@@ -246,6 +246,23 @@ def training_batches(heads: list[HeadSpec], xs: list[np.ndarray], ys: list[np.nd
     return epoch
 
 
+def continuing_passes(epoch_batches, batches_per_pass: int, steps_per_epoch: int):
+    """Keras 3's ``steps_per_epoch`` on arrays, as a generator function: each epoch takes the next
+    ``steps_per_epoch`` batches of the current pass over the data (``epoch_batches()``), and a pass that runs
+    out ends its epoch early; the next epoch starts a new pass (reshuffled)."""
+    state = {"pass": None, "seen": 0}
+
+    def epoch():
+        if state["pass"] is None or state["seen"] >= batches_per_pass:
+            state["pass"], state["seen"] = epoch_batches(), 0
+        for _ in range(steps_per_epoch):
+            if state["seen"] >= batches_per_pass:
+                return
+            state["seen"] += 1
+            yield next(state["pass"])
+    return epoch
+
+
 def feed_dict(heads: list[HeadSpec], xs: list[np.ndarray], ys: list[np.ndarray], w: np.ndarray | None) -> dict:
     """A batch in the form the training loop writes: inputs, labels and (per head) weights. The labels of a
     cross-entropy over sequence outputs are rows ``(N * steps, classes)``, as its training graph's outputs."""

@@ -116,7 +116,7 @@ def ggml_predict_classes(model: Model, x: Any, batch_size: int = 32) -> np.ndarr
 def _evaluate_arrays(model: Model, cfg: CompileConfig, predictor: Any, xs: list[np.ndarray], ys: list[np.ndarray],
                      w: np.ndarray | None, batch_size: int, tally: Tally | None = None,
                      progress: str | None = None) -> Tally:
-    tally = tally or Tally(cfg.heads)
+    tally = tally or Tally(cfg.heads, cfg.head_metrics)
     outs = predict_arrays(model, predictor, xs, batch_size, progress)
     tally.add(outs, ys, w)
     return tally
@@ -134,11 +134,12 @@ def ggml_evaluate(model: Model, x: Any, y: Any, batch_size: int = 32, sample_wei
         return_dict: True (the default, ggmlR's form) returns the dict below; False returns Keras' form:
             the loss alone for a model compiled without metrics, else ``[loss, accuracy]``, and for a
             multi-output model ``[loss, <output>_loss..., <output>_accuracy...]`` (the accuracies only with
-            metrics), in the order of the outputs.
+            metrics), in the order of the outputs; the other compiled metrics follow in their order.
 
     Value: ``{"loss": ..., "accuracy": ..., "n_samples": N}``; accuracy is NaN for regression losses;
-    a multi-output model adds ``"<output>_loss"`` / ``"<output>_accuracy"`` per output. The loss is the
-    one training minimises (computed in float64 from the predictions).
+    a multi-output model adds ``"<output>_loss"`` / ``"<output>_accuracy"`` per output. Each metric of
+    ``ggml_compile(metrics=)`` beyond accuracy adds its key (``"auc"``, ``"mae"``; ``"<output>_auc"`` for a
+    multi-output model). The loss is the one training minimises (computed in float64 from the predictions).
 
     Example:
         >>> g.ggml_evaluate(model, x_test, y_test)["accuracy"]
@@ -159,17 +160,23 @@ def ggml_evaluate(model: Model, x: Any, y: Any, batch_size: int = 32, sample_wei
     if len(cfg.heads) > 1:
         for h, l, a in zip(cfg.heads, tally.head_losses(), tally.head_accuracies()):
             result[f"{h.name}_loss"], result[f"{h.name}_accuracy"] = l, a
+    metrics = tally.metrics.results()
+    result.update(metrics)
     if return_dict:
         return result
     if len(cfg.heads) == 1:
-        return [result["loss"], result["accuracy"]] if cfg.metrics else result["loss"]
-    values = [result["loss"]] + [result[f"{h.name}_loss"] for h in cfg.heads]
-    return values + ([result[f"{h.name}_accuracy"] for h in cfg.heads] if cfg.metrics else [])
+        values = [result["loss"]] + ([result["accuracy"]] if cfg.metrics else [])
+    else:
+        values = [result["loss"]] + [result[f"{h.name}_loss"] for h in cfg.heads] + \
+            ([result[f"{h.name}_accuracy"] for h in cfg.heads] if cfg.metrics else [])
+    values += list(metrics.values())
+    return values[0] if len(values) == 1 else values
 
 
 def _stats(tally: Tally) -> EpochStats:
     return EpochStats(steps=0, samples=tally.n, loss=tally.total_loss(), accuracy=tally.accuracy(),
-                      head_loss=tally.head_losses(), head_accuracy=tally.head_accuracies())
+                      head_loss=tally.head_losses(), head_accuracy=tally.head_accuracies(),
+                      metrics=tally.metrics.results())
 
 
 # ---------------------------------------------------------------- training
@@ -199,7 +206,7 @@ def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch
               validation_split: float = 0.0, validation_data: Any = None, class_weight: dict | None = None,
               sample_weight: Any = None, verbose: int = 1, callbacks: Sequence[Any] | None = None,
               shuffle: bool = True, initial_epoch: int = 0, nbatch_logical: int | None = None,
-              on_nonfinite: str = "raise") -> pd.DataFrame:
+              on_nonfinite: str = "raise", steps_per_epoch: int | None = None) -> pd.DataFrame:
     """Train a compiled model on arrays (``ggml_fit(sched, ...)`` is ggmlR's low-level ``ggml_fit_opt``).
 
     Arguments:
@@ -222,6 +229,10 @@ def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch
             optimizer step.
         on_nonfinite: a NaN/inf training loss stops training with a ValueError ("raise", the default; the
             exception carries the history of the completed epochs as ``.history``) or only warns ("warn").
+        steps_per_epoch: batches per epoch (default None: one pass over the data). As in Keras 3, an epoch
+            then takes the next ``steps_per_epoch`` batches of the current pass, which continues across
+            epochs; when the pass runs out its epoch ends early and the next epoch starts a new
+            (reshuffled) pass. More than one pass's batches is an error.
 
     Every sample trains in every epoch: when N is not a multiple of ``batch_size`` the last batch is
     completed with samples drawn at random from the rest (a few count twice in that step). Validation
@@ -234,7 +245,8 @@ def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch
     inside a logical batch drops that batch's accumulated gradients (with a warning).
 
     Value: the history DataFrame of ``ggml_fit_opt``: ``epoch, train_loss, train_accuracy, val_loss,
-    val_accuracy`` (NaN where not computed); multi-output models add per-output frames in ``attrs``. On a GPU
+    val_accuracy`` (NaN where not computed), then ``train_<metric>, val_<metric>`` for each metric compiled
+    beyond accuracy (``train_auc``, ``val_auc``); multi-output models add per-output frames in ``attrs``. On a GPU
     the first training step is watched: ``history.attrs["placement"]`` says where it ran (as
     ``ggml_model_placement``), and a warning names any op it left on the CPU.
 
@@ -275,13 +287,22 @@ def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch
         n = cut
     batch = min(batch_size, n)
     rng = np.random.default_rng(np.random.randint(0, 2 ** 31))
-    source = Source(D.training_batches(cfg.heads, xs, ys, w, batch, shuffle, rng), "x/y")
+    batches = D.training_batches(cfg.heads, xs, ys, w, batch, shuffle, rng)
+    if steps_per_epoch is not None:
+        steps_per_epoch = _int_arg(steps_per_epoch, "steps_per_epoch", 1)
+        per_pass = -(-n // batch)
+        if steps_per_epoch > per_pass:
+            raise GgmlValueError(f"steps_per_epoch={steps_per_epoch}, but the {n} training samples give "
+                                 f"{per_pass} batches of {batch} per pass; use steps_per_epoch <= {per_pass} (or "
+                                 "None for one pass per epoch), or a smaller batch_size")
+        batches = D.continuing_passes(batches, per_pass, steps_per_epoch)
+    source = Source(batches, "x/y")
 
     def validate_arrays() -> EpochStats:  # the inference graph over every validation sample
         return _stats(_evaluate_arrays(model, cfg, model.runtime.predictor, val[0], val[1], val[2], batch))
     validate = validate_arrays if val is not None else None
-    plan = EpochPlan(epochs, initial_epoch, callbacks=callbacks, silent=_verbose(verbose), stream=False,
-                     on_nonfinite=check_nonfinite(on_nonfinite), model=model, weights=ModelWeights(model))
+    plan = EpochPlan(epochs, initial_epoch, steps_per_epoch, callbacks=callbacks, silent=_verbose(verbose),
+                     stream=False, on_nonfinite=check_nonfinite(on_nonfinite), model=model, weights=ModelWeights(model))
     return run_training(model, cfg, source, batch, plan, validate=validate, sample_weighted=w is not None,
                         nbatch_logical=nbatch_logical)
 
@@ -432,7 +453,7 @@ def _validation(model: Model, cfg: CompileConfig, validation_data: Any, steps: i
     convert = _BatchConverter(model, cfg, "validation_data", None, None)
 
     def validate() -> EpochStats:
-        tally = Tally(cfg.heads)
+        tally = Tally(cfg.heads, cfg.head_metrics)
         source.start_epoch()
         k = 0
         while steps is None or k < steps:

@@ -1,4 +1,5 @@
-"""Losses and accuracy of predictions, in float64 numpy, for ``ggml_evaluate`` and validation.
+"""Losses, accuracy and the compiled metrics of predictions, in float64 numpy, for ``ggml_evaluate``,
+validation and the training steps' metrics.
 
 The definitions are those the training graph optimises (``ggmlpy/losses.py``): each loss is the
 mean over samples of the per-sample loss (times its weight), element-wise losses averaging over
@@ -6,9 +7,12 @@ the output's elements too; probabilities are kept inside [1e-7, 1 - 1e-7] before
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from .compile import HeadSpec
+from .keras_metrics import MetricSpec
 
 
 EPS = 1e-7
@@ -63,14 +67,64 @@ def correct(h: HeadSpec, out: np.ndarray, y: np.ndarray) -> np.ndarray | None:
     return None
 
 
-class Tally:
-    """Sums over batches of the per-head losses and correct counts, and their means."""
+def softmax_rows(rows: np.ndarray) -> np.ndarray:
+    rows = rows.astype(np.float64)
+    z = rows - rows.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
 
-    def __init__(self, heads: list[HeadSpec]) -> None:
+
+def predictions(h: HeadSpec, out: np.ndarray, graph_output: bool) -> tuple[np.ndarray, np.ndarray]:
+    """A head's outputs as ``ggml_predict`` returns them and as probabilities, the two forms metrics read.
+    ``graph_output``: ``out`` comes from a training graph, which leaves a final softmax to the fused loss."""
+    if h.fused and graph_output:
+        probs = softmax_rows(out.reshape(-1, h.shape[-1]))
+        return probs, probs
+    if h.from_logits:
+        return out, softmax_rows(out.reshape(-1, h.shape[-1]))
+    return out, out
+
+
+class HeadMetrics:
+    """The compiled metrics of every head (``CompileConfig.head_metrics``) summed over an epoch: ``update`` adds a
+    batch, ``results`` gives them by log name (``<output>_<metric>`` for a multi-output model). Thread-safe:
+    data-parallel replicas add their shards of a step at once."""
+
+    def __init__(self, heads: list[HeadSpec], specs: list[list[MetricSpec]], graph_outputs: bool = False) -> None:
+        self.heads, self.graph_outputs = heads, graph_outputs
+        self.states = [[spec.state() for spec in head_specs] for head_specs in specs]
+        multi = len(heads) > 1
+        self.names = [f"{h.name}_{st.spec.name}" if multi else st.spec.name
+                      for h, states in zip(heads, self.states) for st in states]
+        self._lock = threading.Lock()
+
+    def reset(self) -> None:
+        for states in self.states:
+            for st in states:
+                st.reset()
+
+    def update(self, outs: list[np.ndarray], labels: list[np.ndarray]) -> None:
+        with self._lock:
+            for h, states, out, y in zip(self.heads, self.states, outs, labels):
+                if states:
+                    values, probs = predictions(h, out, self.graph_outputs)
+                    for st in states:
+                        st.update(probs, values, y, h.shape[-1])
+
+    def results(self) -> dict[str, float]:
+        values = [st.result() for states in self.states for st in states]
+        return dict(zip(self.names, values))
+
+
+class Tally:
+    """Sums over batches of the per-head losses, correct counts and compiled metrics, and their means."""
+
+    def __init__(self, heads: list[HeadSpec], metrics: list[list[MetricSpec]] | None = None) -> None:
         self.heads = heads
         self.loss = np.zeros(len(heads))
         self.correct = np.zeros(len(heads))
         self.n = 0
+        self.metrics = HeadMetrics(heads, metrics or [[] for _ in heads])
 
     def add(self, outs: list[np.ndarray], ys: list[np.ndarray], w: np.ndarray | None = None) -> None:
         for i, (h, o, y) in enumerate(zip(self.heads, outs, ys)):
@@ -79,6 +133,7 @@ class Tally:
             c = correct(h, o, y)
             if c is not None:
                 self.correct[i] += float(c.sum())
+        self.metrics.update(outs, ys)
         self.n += outs[0].shape[0]
 
     def head_losses(self) -> list[float]:

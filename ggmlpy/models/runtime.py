@@ -70,8 +70,9 @@ class GraphBuilder:
     """Builds one model's ggml graph for one batch size; what layers call while building."""
 
     def __init__(self, model: Model, params: ParamStore, batch: int, training: bool, logits_for: set[int],
-                 rows_for: set[int] = frozenset()) -> None:
+                 rows_for: set[int] = frozenset(), read_outputs: bool = False) -> None:
         inputs, outputs, nodes = model.graph()
+        self.read_outputs = read_outputs       # a training graph whose outputs the fit's metrics read after each step
         self.model, self.params, self.batch, self.training = model, params, batch, training
         self.logits_for = logits_for           # ids of output nodes whose final softmax the loss applies
         self.rows_for = rows_for               # ids of output nodes handed to the loss as 2-D [units, rows]
@@ -187,6 +188,9 @@ class GraphBuilder:
         out_tensors = [self._value(values, n, NATURAL) for n in outputs]
         out_tensors = [ggml_reshape_2d(self.ctx, t, n.shape[-1], t.nelements() // n.shape[-1])
                        if id(n) in self.rows_for else t for n, t in zip(outputs, out_tensors)]
+        self.output_copies = [self.readout(t) for t in out_tensors] if self.read_outputs else []
+        for copy in self.output_copies:
+            self.side_output(copy)
         return GraphInstance(self, input_tensors, out_tensors)
 
     def _value(self, values: dict, node: Node, layout: str) -> Tensor:
@@ -216,6 +220,7 @@ class GraphInstance:
             ggml_backend_tensor_set_data(t, values)
         self.hooks = ([b.seeds] if b.seeds.tensor is not None else []) + b.hooks
         self.side_outputs = b.side_outputs
+        self.output_copies = b.output_copies
         # bounds for graph and scheduler sizes
         self.train_nodes = sum(training_graph_nodes(o) for o in outputs) + \
             (training_graph_nodes(self.side_outputs) if self.side_outputs else 0)
@@ -231,8 +236,9 @@ class GraphInstance:
 
 
 def build_graph(model: Model, params: ParamStore, batch: int, training: bool,
-                logits_for: set[int] | None = None, rows_for: set[int] | None = None) -> GraphInstance:
-    return GraphBuilder(model, params, batch, training, logits_for or set(), rows_for or set()).build()
+                logits_for: set[int] | None = None, rows_for: set[int] | None = None,
+                read_outputs: bool = False) -> GraphInstance:
+    return GraphBuilder(model, params, batch, training, logits_for or set(), rows_for or set(), read_outputs).build()
 
 
 def make_scheduler(backend: Backend, graph_nodes: int) -> Scheduler:

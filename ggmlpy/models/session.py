@@ -14,6 +14,7 @@ from ..training.loop import TrainingSession
 from ..training.replicas import ReplicaSession, split_counts
 from .compile import build_training_graph, CompileConfig
 from .graph import Model
+from .metrics import HeadMetrics
 from .runtime import make_scheduler
 
 
@@ -35,6 +36,8 @@ class TrainingSetup:
             raise GgmlValueError(f"a batch of {batch} samples split over {len(stores)} replicas by shares {shares} "
                                  f"gives {counts} samples: each replica needs at least one; use batch_size >= {need} "
                                  "(or shares closer to each other)")
+        # the compiled metrics of the training steps: one sum for all replicas
+        metrics = HeadMetrics(cfg.heads, cfg.head_metrics, graph_outputs=True) if any(cfg.head_metrics) else None
         try:
             graphs, steps = [], []
             runtime.sync_replicas()
@@ -49,9 +52,10 @@ class TrainingSetup:
                 graphs.append(TrainingGraph(sched, inst.ctx, inst.inputs, inst.outputs,
                                             [h.loss_type for h in cfg.heads], cfg.loss_weights(),
                                             sample_weighted=sample_weighted, side_outputs=inst.side_outputs,
-                                            head_names=[h.name for h in cfg.heads] if len(cfg.heads) > 1 else None))
+                                            head_names=[h.name for h in cfg.heads] if len(cfg.heads) > 1 else None,
+                                            output_copies=inst.output_copies))
                 steps.append(StepOptions(cfg.optimizer_type, period, cfg.weight_decay, cfg.learning_rate, inst.hooks,
-                                         n, adam=cfg.adam))
+                                         n, adam=cfg.adam, metrics=metrics))
                 # replicas accumulate gradients only: their optimizer step runs on replica 0's device
                 self.work.append((sched, training_step_work(inst.outputs, period if len(stores) == 1 else 2)))
             if len(stores) == 1:

@@ -212,10 +212,11 @@ class Target:
     dtype: np.dtype
     count: int
     bound: int | None = None  # integer inputs used as ggml_get_rows indices: values must be in [0, bound)
+    label: bool = False       # the labels of a head
 
 
-def _target(tensor: Tensor, what: str, bound: int | None = None) -> Target:
-    return Target(tensor, what, NUMPY_DTYPES[tensor.type], tensor.nelements(), bound)
+def _target(tensor: Tensor, what: str, bound: int | None = None, label: bool = False) -> Target:
+    return Target(tensor, what, NUMPY_DTYPES[tensor.type], tensor.nelements(), bound, label)
 
 
 class BatchWriter:
@@ -230,7 +231,7 @@ class BatchWriter:
         # tensors are called by their user-given names ('leaf_0' is ggml's name for an unnamed one)
         self.inputs = [_target(t, f"inputs[{i}] ({tensor_label(t.ptr)})", bounds.get(ptr_key(t.ptr)))
                        for i, t in enumerate(inputs)]
-        self.labels = [_target(t, f"labels[{i}]") for i, t in enumerate(labels)]
+        self.labels = [_target(t, f"labels[{i}]", label=True) for i, t in enumerate(labels)]
         self.weights = [_target(t, f"weights[{i}]") for i, t in enumerate(weights)]
 
     def parse(self, batch: Any, own: bool = False) -> list[tuple[Target, np.ndarray]]:
@@ -271,6 +272,11 @@ class BatchWriter:
     def write(pairs: list[tuple[Target, np.ndarray]]) -> None:
         for target, arr in pairs:
             write_array(target.tensor.ptr, arr)
+
+    @staticmethod
+    def labels_of(pairs: list[tuple[Target, np.ndarray]]) -> list[np.ndarray]:
+        """The heads' labels of a parsed batch, in head order."""
+        return [arr for target, arr in pairs if target.label]
 
     def split(self, batch: Any) -> tuple[list, list, list]:
         """A batch's (inputs, labels, weights) lists, its structure checked."""

@@ -145,11 +145,18 @@ def monitor_mode(monitor: str, mode: str) -> str:
     if mode not in ("auto", "min", "max"):
         raise GgmlValueError(f"mode must be 'auto', 'min' or 'max', got {mode!r}")
     if mode == "auto":
-        return "min" if "loss" in monitor else "max"
+        return "min" if any(word in monitor for word in LOWER_IS_BETTER) else "max"
     return mode
 
 
+# what mode "auto" minimises: losses, errors and false counts (Keras' metrics' directions); the rest is maximised
+LOWER_IS_BETTER = ("loss", "mae", "mse", "rmse", "error", "false_positives", "false_negatives", "hinge",
+                   "divergence")
+
+
 def monitored_value(logs: dict, monitor: str) -> float | None:
+    if monitor not in logs and not monitor.startswith(("train_", "val_")):
+        monitor = f"train_{monitor}"  # Keras' name of a training metric ("auc"): ggmlpy logs "train_auc"
     value = logs.get(monitor)
     if value is None:
         return None
@@ -224,12 +231,14 @@ def ggml_callback_early_stopping(monitor: str = "val_loss", patience: int = 5, m
 
     Arguments:
         monitor: the log key to watch: ``"val_loss"`` (the default), ``"val_accuracy"``, ``"train_loss"``,
-            ``"train_accuracy"`` or a per-head key such as ``"val_<head>_loss"``. Epochs where it is
+            ``"train_accuracy"``, a compiled metric (``"val_auc"``; Keras' ``"auc"`` is ``"train_auc"``) or a
+            per-head key such as ``"val_<head>_loss"``. Epochs where it is
             missing or NaN (e.g. no validation data for ``val_*``) do not count.
         patience: epochs without improvement before stopping (default 5).
         min_delta: the smallest change that counts as an improvement (default 0).
-        mode: ``"min"`` (lower is better), ``"max"``, or ``"auto"`` (the default: ``"min"`` when the key
-            contains "loss", else ``"max"``).
+        mode: ``"min"`` (lower is better), ``"max"``, or ``"auto"`` (the default: ``"min"`` for losses and
+            errors, keys containing "loss", "mae", "mse", "rmse", "error", "false_positives" or
+            "false_negatives", else ``"max"``).
         restore_best_weights: True (Keras' option) keeps a copy of the weights of the best epoch so far and
             writes it back when this callback stops training or the fit ends its last epoch, so the model
             leaves the fit with the weights of its best epoch (the optimizer's moments stay those of the last
@@ -360,14 +369,16 @@ def ggml_schedule_reduce_on_plateau(monitor: str = "val_loss", factor: float = 0
 
     Arguments:
         monitor: the log key to watch: ``"val_loss"`` (the default), ``"val_accuracy"``, ``"train_loss"``,
-            ``"train_accuracy"`` or a per-head key such as ``"val_<head>_loss"``. Epochs where it is
+            ``"train_accuracy"``, a compiled metric (``"val_auc"``; Keras' ``"auc"`` is ``"train_auc"``) or a
+            per-head key such as ``"val_<head>_loss"``. Epochs where it is
             missing or NaN (e.g. no validation data for ``val_*``) do not count.
         factor: the factor applied at each reduction (default 0.5).
         patience: epochs without improvement before a reduction (default 5).
         min_lr: the learning rate never goes below this (default 1e-7).
         min_delta: the smallest change that counts as an improvement (default 1e-4).
-        mode: ``"min"`` (lower is better), ``"max"``, or ``"auto"`` (the default: ``"min"`` when the key
-            contains "loss", else ``"max"``).
+        mode: ``"min"`` (lower is better), ``"max"``, or ``"auto"`` (the default: ``"min"`` for losses and
+            errors, keys containing "loss", "mae", "mse", "rmse", "error", "false_positives" or
+            "false_negatives", else ``"max"``).
 
     Value: a callback dict ``{"on_epoch_end": f}`` for the ``callbacks`` list of the fit functions.
 

@@ -27,6 +27,7 @@ class TrainingGraph:
     sample_weighted: bool = False        # a per-sample weight column comes with each batch
     side_outputs: Sequence[Tensor] = ()  # updated by training steps only (batch-norm statistics)
     head_names: list[str] | None = None  # per-head history columns (multi-head fits)
+    output_copies: Sequence[Tensor] = ()  # each head's outputs, readable after a step (StepOptions.metrics reads them)
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,9 @@ only accumulates gradients (a data-parallel replica, whose optimizer steps outsi
     batch_size: int | None = None
     gradients_only: bool = False  # a data-parallel replica: accumulate gradients, the caller steps
     adam: tuple[float, float, float] | None = None  # AdamW's (beta1, beta2, eps); None: ggml's defaults
+    # metrics of the training steps: reset() at an epoch's start, update(outputs, labels) after each step with the
+    # graph's output_copies and the batch's labels (numpy), results() -> {log name: value} and names at its end
+    metrics: Any = None
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Protocol, TYPE_CHECKING
 
 import numpy as np
 
+from ..backend.transfer import ggml_backend_tensor_get_data
 from ..compute.placement import is_host_backend, PlacementRecorder, warn_if_host_ops
 from ..compute.threads import restore_threads, split_threads, ThreadTuner, training_step_work
 from ..core.handle import InterruptGuard, using
@@ -55,6 +56,7 @@ class EpochStats:
     accuracy: float = math.nan
     head_loss: list[float] = field(default_factory=list)
     head_accuracy: list[float] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)  # StepOptions.metrics' results, by log name
 
 
 class StepHook(Protocol):
@@ -139,13 +141,19 @@ class TrainingSession:
         ctx = self.train_ctx if train else self.eval_ctx
         result = self.train_result if train else self.eval_result
         result.reset()
+        metrics = self.options.metrics if train else None
+        if metrics is not None:
+            metrics.reset()
         steps = 0
         for pairs in feed.epoch(limit):
             self.step(ctx, pairs, train, result)
             steps += 1
             if progress is not None:
                 progress.update(steps * self.batch_size, lambda: self.result_loss(result))
-        return self.epoch_stats(ctx, result, steps)
+        stats = self.epoch_stats(ctx, result, steps)
+        if metrics is not None and steps:
+            stats.metrics = metrics.results()
+        return stats
 
     def new_result(self) -> R.OptResult:
         """A result to evaluate steps into (the caller frees it)."""
@@ -198,6 +206,9 @@ class TrainingSession:
                 hook.after_eval(train)
             if started is not None:
                 self.threads.after_step(started)
+            if train and self.options.metrics is not None:
+                outputs = [ggml_backend_tensor_get_data(t) for t in self.graph.output_copies]
+                self.options.metrics.update(outputs, BatchWriter.labels_of(pairs))
         if recorder is not None:
             self.placement = seen.placement("a training step")
             warn_if_host_ops(self.placement)
@@ -258,8 +269,11 @@ def fit_loop(session: TrainingSession, train_feed: Feed, val_feed: Feed | None, 
     state = FitState(lr_ud=session.lr_ud, nepoch=plan.initial_epoch + plan.epochs,
                      optimizer="sgd" if session.train_ctx.optimizer == OPTIMIZER_SGD else "adamw",
                      model=plan.model, weights=plan.weights)
+    names = metric_names(session)
     run = _FitRun(session, train_feed, val_feed, plan, source_name, before_epoch, validate,
-                  CallbackList(plan.callbacks), state, HISTORY_COLUMNS + (["steps"] if plan.stream else []))
+                  CallbackList(plan.callbacks), state, HISTORY_COLUMNS + [f"{split}_{name}" for name in names
+                                                                          for split in ("train", "val")]
+                  + (["steps"] if plan.stream else []))
     head_names = session.graph.head_names
     try:
         # while it runs, nothing it needs can be freed: not from a callback, a generator (also one running in
@@ -337,6 +351,9 @@ def _epochs(run: _FitRun) -> None:
                       "requested batches")
         logs = {"train_loss": train.loss, "train_accuracy": train.accuracy,
                 "val_loss": val.loss, "val_accuracy": val.accuracy}
+        for name in metric_names(session):
+            logs[f"train_{name}"] = train.metrics.get(name, math.nan)
+            logs[f"val_{name}"] = val.metrics.get(name, math.nan)
         if stream:
             logs["steps"] = train.steps
         if head_names:
@@ -351,6 +368,11 @@ def _epochs(run: _FitRun) -> None:
         cbs.run("on_epoch_end", epoch, logs, state)
         if state.stop:
             break
+
+
+def metric_names(session: Any) -> list[str]:
+    """The log names of the training steps' metrics (``StepOptions.metrics``), in order."""
+    return session.options.metrics.names if session.options.metrics is not None else []
 
 
 def _history(rows: list[dict], head_rows: list[dict], columns: list[str], head_names: list[str] | None,

@@ -149,6 +149,26 @@ def test_a_last_partial_batch_trains_every_sample():
     assert len(set(seen[-1])) == 4  # completed with two other samples, no duplicates within the step
 
 
+def test_steps_per_epoch_continues_the_pass_across_epochs_as_keras_3():
+    """10 samples, batch 4: 3 batches per pass. steps_per_epoch=2 gives epochs of 2, 1, 2, 1 steps, each pass
+    every sample once, the second pass shuffled anew."""
+    ids = np.arange(10).reshape(-1, 1)
+    epoch = g.models.data.continuing_passes(
+        g.models.data.training_batches([], [ids], [np.zeros((10, 1))], None, 4, True, np.random.default_rng(1)), 3, 2)
+    epochs = [[b["inputs"][0].ravel() for b in epoch()] for _ in range(4)]
+    assert [len(e) for e in epochs] == [2, 1, 2, 1]
+    first, second = np.concatenate(epochs[0] + epochs[1]), np.concatenate(epochs[2] + epochs[3])
+    assert set(first) == set(second) == set(range(10)) and not np.array_equal(first, second)
+    x, y = blobs(10)
+    m = classifier()
+    g.ggml_fit(m, x, np.eye(3)[y], epochs=4, batch_size=4, steps_per_epoch=2, verbose=0)
+    assert m.runtime.opt_state.state["iter"] - 1 == 6   # optimizer steps: 2 + 1 + 2 + 1
+    with pytest.raises(ValueError, match="steps_per_epoch=4, but the 10 training samples give 3 batches"):
+        g.ggml_fit(m, x, np.eye(3)[y], batch_size=4, steps_per_epoch=4, verbose=0)
+    with pytest.raises(ValueError, match="steps_per_epoch"):
+        g.ggml_fit(m, x, np.eye(3)[y], batch_size=4, steps_per_epoch=0, verbose=0)
+
+
 def test_class_weight_scales_each_samples_loss():
     """With class 0 weighted 0 and SGD, one step equals the unweighted step on the other samples only
     (times their share of the batch)."""
