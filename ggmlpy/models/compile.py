@@ -177,7 +177,9 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
             settings. A list applies to every output it fits (a multi-output model logs
             ``<output>_<metric>``); a list of lists (in output order) or a dict by output name gives each
             output its own. The training values are computed from each step's outputs (in training mode,
-            as Keras), which costs a copy of the outputs to the host per step. Unweighted (Keras' ``metrics``).
+            as Keras), which costs a copy of the outputs to the host and some numpy per step (an MNIST-sized
+            fit with four metrics keeps ~0.8 of its speed: benchmarks/bench_metrics.py). Unweighted (Keras'
+            ``metrics``).
         backend: ``"auto"`` (a hardware GPU if there is one, else the CPU), ``"cpu"``, ``"vulkan"``,
             ``"cuda"`` or a device name such as ``"Vulkan0"`` (or a device from ``ggml_backend_devices()``).
             A list of them trains **data-parallel**: one replica of the model per device (local GPUs, the

@@ -153,15 +153,13 @@ class MetricState:
 
     def __post_init__(self) -> None:
         self.reset()
+        n = self.spec.num_thresholds
+        self.thresholds = np.array([-AUC_EPSILON, *[(i + 1) / (n - 1) for i in range(n - 2)], 1 + AUC_EPSILON]) \
+            if self.spec.kind == "auc" else None
 
     def reset(self) -> None:
         # auc: positives and negatives per bucket (bucket i: above thresholds[:i]); otherwise two running sums
         self.sums = np.zeros((2, self.spec.num_thresholds + 1) if self.spec.kind == "auc" else 2)
-
-    def _thresholds(self) -> np.ndarray:
-        n = self.spec.num_thresholds
-        inner = [(i + 1) / (n - 1) for i in range(n - 2)]
-        return np.array([-AUC_EPSILON, *inner, 1 + AUC_EPSILON])
 
     def update(self, probs: np.ndarray, values: np.ndarray, labels: np.ndarray, classes: int) -> None:
         """Add a batch: ``probs`` the predictions as probabilities, ``values`` as the model returns them,
@@ -182,17 +180,18 @@ class MetricState:
         positive = labels.ravel() != 0
         p = probs.astype(np.float64).ravel()
         if kind == "auc":
-            bucket = np.searchsorted(self._thresholds(), p, side="left")  # thresholds strictly below p
+            bucket = np.searchsorted(self.thresholds, p, side="left")  # thresholds strictly below p
             size = self.spec.num_thresholds + 1
             self.sums[0] += np.bincount(bucket[positive], minlength=size)
             self.sums[1] += np.bincount(bucket[~positive], minlength=size)
             return
         predicted = p > self.spec.threshold
-        tp = (predicted & positive).sum()
-        counts = {"tp": (tp, 0), "fp": ((predicted & ~positive).sum(), 0), "tn": ((~predicted & ~positive).sum(), 0),
-                  "fn": ((~predicted & positive).sum(), 0), "precision": (tp, predicted.sum()),
-                  "recall": (tp, positive.sum())}
-        self.sums += counts[kind]
+        if kind in ("tp", "precision", "recall"):
+            tp = np.count_nonzero(predicted & positive)
+            self.sums += (tp, 0 if kind == "tp" else np.count_nonzero(predicted if kind == "precision" else positive))
+        else:
+            hit = {"fp": predicted & ~positive, "tn": ~predicted & ~positive, "fn": ~predicted & positive}[kind]
+            self.sums[0] += np.count_nonzero(hit)
 
     def result(self) -> float:
         kind = self.spec.kind
