@@ -160,11 +160,15 @@ class MetricState:
     def reset(self) -> None:
         # auc: positives and negatives per bucket (bucket i: above thresholds[:i]); otherwise two running sums
         self.sums = np.zeros((2, self.spec.num_thresholds + 1) if self.spec.kind == "auc" else 2)
+        self.nonfinite = False  # a NaN/inf prediction makes the epoch's value NaN (a diverged model is not "best")
 
     def update(self, probs: np.ndarray, values: np.ndarray, labels: np.ndarray, classes: int) -> None:
         """Add a batch: ``probs`` the predictions as probabilities, ``values`` as the model returns them,
         ``labels`` in the same layout (one-hot rows for a cross-entropy head), ``classes`` the last axis."""
         kind = self.spec.kind
+        if not np.isfinite(probs).all() or not np.isfinite(values).all():
+            self.nonfinite = True
+            return
         if kind in ("mae", "mse", "rmse"):
             err = values.astype(np.float64).ravel() - labels.astype(np.float64).ravel()
             self.sums += (np.abs(err).sum() if kind == "mae" else (err * err).sum(), err.size)
@@ -195,6 +199,8 @@ class MetricState:
 
     def result(self) -> float:
         kind = self.spec.kind
+        if self.nonfinite:
+            return float("nan")
         if kind == "auc":
             return self._auc()
         a, b = self.sums
@@ -303,7 +309,24 @@ def resolve_metrics(metrics: Any, heads: list, output_names: list[str]) -> tuple
             spec = metric_spec(entry)
             if spec is not None and not any(_applies(spec, h) for h in heads):
                 raise GgmlValueError(_misfit(spec, heads))
+    _check_log_names(heads, result)
     return accuracy, result
+
+
+def _check_log_names(heads: list, specs: list[list[MetricSpec]]) -> None:
+    """Each metric's log key is its own: not the loss's, the accuracy's or another output's metric's."""
+    multi = len(heads) > 1
+    taken = {"loss", "accuracy", "steps", "epoch", "lr", "learning_rate"} | \
+        ({f"{h.name}_{k}" for h in heads for k in ("loss", "accuracy")} if multi else set())
+    for head, head_specs in zip(heads, specs):
+        for spec in head_specs:
+            key = f"{head.name}_{spec.name}" if multi else spec.name
+            if key in taken or spec.name.startswith(("train_", "val_")):
+                raise GgmlValueError(f"metric '{spec.name}' of output '{head.name}' would be logged as '{key}', "
+                                     "which another value of the fit already uses (or looks like: train_/val_ "
+                                     "prefix the logged values); give it another name "
+                                     "(ggml_metric_*(..., name=))")
+            taken.add(key)
 
 
 def _misfit(spec: MetricSpec, heads: list) -> str:

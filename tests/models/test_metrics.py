@@ -211,6 +211,7 @@ def test_multi_output_metrics_are_named_by_output_and_fit_the_outputs_they_can(d
     ([["auc"]], "one list per output"),
     ([["mse"], ["auc"]], "needs an output trained with a classification loss"),
     (["auc", g.ggml_metric_auc(curve="PR")], "logged as 'auc'"),
+    ([g.ggml_metric_recall(name="loss")], "logged as 'cls_loss', which another value"),
 ])
 def test_metrics_that_cannot_be_computed_are_refused(metrics, message):
     with pytest.raises((ValueError, TypeError), match=message):
@@ -225,6 +226,21 @@ def test_a_metric_that_fits_no_output_is_refused():
         g.ggml_compile(m, loss="mse", metrics=["auc"], backend="cpu")
     with pytest.raises(ValueError, match="categorical cross-entropy"), pytest.warns(g.GgmlpyWarning, match="sigmoid"):
         g.ggml_compile(m, loss="binary_crossentropy", metrics=["top_k_categorical_accuracy"], backend="cpu")
+
+
+@pytest.mark.parametrize("name", ["loss", "accuracy", "steps", "val_loss", "train_auc", "lr"])
+def test_a_metric_named_like_another_logged_value_is_refused(name):
+    with pytest.raises(ValueError, match=f"logged as '{name}', which another value"):
+        binary_model([g.ggml_metric_auc(name=name)])
+
+
+@pytest.mark.parametrize("name", ["auc", "precision", "recall", "false_negatives", "mae"])
+def test_a_nonfinite_prediction_makes_the_metric_nan(name):
+    # a diverged model must not look best to a callback (NaN in Keras' top AUC bucket would read as 1.0)
+    p = np.array([np.nan, np.inf, 0.1, 0.2], np.float32)
+    y = np.array([1, 1, 0, 0], np.float32)
+    assert math.isnan(streamed(name, p, y, batch=2))
+    assert not math.isnan(streamed(name, p[2:], y[2:]))
 
 
 @pytest.mark.parametrize("call, message", [
