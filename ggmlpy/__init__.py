@@ -182,10 +182,11 @@ from .opt.dataset import (ggml_opt_dataset_data, ggml_opt_dataset_free, ggml_opt
                           ggml_opt_dataset_weights)
 from .opt.init import (ggml_opt_default_params, ggml_opt_init, ggml_opt_init_for_fit, ggml_opt_init_for_fit_multi)
 from .opt.loops import (ggml_opt_epoch, ggml_opt_fit)
-from .opt.losses import (ggml_opt_loss_type_binary_cross_entropy, ggml_opt_loss_type_cross_entropy,
-                         ggml_opt_loss_type_hinge, ggml_opt_loss_type_huber, ggml_opt_loss_type_kl_divergence,
-                         ggml_opt_loss_type_mae, ggml_opt_loss_type_mean, ggml_opt_loss_type_mse,
-                         ggml_opt_loss_type_squared_hinge, ggml_opt_loss_type_sum, ggml_opt_loss_type_weighted_mse)
+from .opt.losses import (ggml_opt_loss_type_binary_cross_entropy, ggml_opt_loss_type_cosine_similarity,
+                         ggml_opt_loss_type_cross_entropy, ggml_opt_loss_type_hinge, ggml_opt_loss_type_huber,
+                         ggml_opt_loss_type_kl_divergence, ggml_opt_loss_type_mae, ggml_opt_loss_type_mean,
+                         ggml_opt_loss_type_mse, ggml_opt_loss_type_squared_hinge, ggml_opt_loss_type_sum,
+                         ggml_opt_loss_type_weighted_mse)
 from .opt.params import (ggml_opt_get_default_optimizer_params, ggml_opt_get_lr, ggml_opt_set_lr)
 from .opt.result import (ggml_opt_result_accuracy, ggml_opt_result_accuracy_i, ggml_opt_result_free,
                          ggml_opt_result_init, ggml_opt_result_loss, ggml_opt_result_loss_i, ggml_opt_result_n_loss,
@@ -339,17 +340,17 @@ __all__ = [
     "ggml_opt_dataset_init", "ggml_opt_dataset_labels", "ggml_opt_dataset_ndata", "ggml_opt_dataset_shuffle",
     "ggml_opt_dataset_weights", "ggml_opt_default_params", "ggml_opt_init", "ggml_opt_init_for_fit",
     "ggml_opt_init_for_fit_multi", "ggml_opt_epoch", "ggml_opt_fit", "ggml_opt_loss_type_binary_cross_entropy",
-    "ggml_opt_loss_type_cross_entropy", "ggml_opt_loss_type_hinge", "ggml_opt_loss_type_huber",
-    "ggml_opt_loss_type_kl_divergence", "ggml_opt_loss_type_mae", "ggml_opt_loss_type_mean", "ggml_opt_loss_type_mse",
-    "ggml_opt_loss_type_squared_hinge", "ggml_opt_loss_type_sum", "ggml_opt_loss_type_weighted_mse",
-    "ggml_opt_get_default_optimizer_params", "ggml_opt_get_lr", "ggml_opt_set_lr", "ggml_opt_result_accuracy",
-    "ggml_opt_result_accuracy_i", "ggml_opt_result_free", "ggml_opt_result_init", "ggml_opt_result_loss",
-    "ggml_opt_result_loss_i", "ggml_opt_result_n_loss", "ggml_opt_result_ndata", "ggml_opt_result_pred",
-    "ggml_opt_result_reset", "ggml_opt_get_iter", "ggml_opt_get_state", "ggml_opt_grad_m", "ggml_opt_grad_v",
-    "ggml_opt_set_iter", "ggml_opt_set_state", "ggml_callback_csv_logger", "ggml_callback_early_stopping",
-    "ggml_schedule_cosine_decay", "ggml_schedule_learning_rate", "ggml_schedule_reduce_on_plateau",
-    "ggml_schedule_step_decay", "ggml_fit_opt", "ggml_fit_opt_gen", "ggml_fit_opt_multi", "ggml_opt_fit_multi",
-    "ggml_plot_history",
+    "ggml_opt_loss_type_cosine_similarity", "ggml_opt_loss_type_cross_entropy", "ggml_opt_loss_type_hinge",
+    "ggml_opt_loss_type_huber", "ggml_opt_loss_type_kl_divergence", "ggml_opt_loss_type_mae",
+    "ggml_opt_loss_type_mean", "ggml_opt_loss_type_mse", "ggml_opt_loss_type_squared_hinge", "ggml_opt_loss_type_sum",
+    "ggml_opt_loss_type_weighted_mse", "ggml_opt_get_default_optimizer_params", "ggml_opt_get_lr", "ggml_opt_set_lr",
+    "ggml_opt_result_accuracy", "ggml_opt_result_accuracy_i", "ggml_opt_result_free", "ggml_opt_result_init",
+    "ggml_opt_result_loss", "ggml_opt_result_loss_i", "ggml_opt_result_n_loss", "ggml_opt_result_ndata",
+    "ggml_opt_result_pred", "ggml_opt_result_reset", "ggml_opt_get_iter", "ggml_opt_get_state", "ggml_opt_grad_m",
+    "ggml_opt_grad_v", "ggml_opt_set_iter", "ggml_opt_set_state", "ggml_callback_csv_logger",
+    "ggml_callback_early_stopping", "ggml_schedule_cosine_decay", "ggml_schedule_learning_rate",
+    "ggml_schedule_reduce_on_plateau", "ggml_schedule_step_decay", "ggml_fit_opt", "ggml_fit_opt_gen",
+    "ggml_fit_opt_multi", "ggml_opt_fit_multi", "ggml_plot_history",
 ]
 
 # docstrings get their shared argument descriptions (core/glossary.py), calls on one context take turns

@@ -32,10 +32,12 @@ LOSSES = {
     "kl_divergence": (L.LOSS_KL_DIVERGENCE, "distributions"), "kld": (L.LOSS_KL_DIVERGENCE, "distributions"),
     "kullback_leibler_divergence": (L.LOSS_KL_DIVERGENCE, "distributions"),
     "hinge": (L.LOSS_HINGE, "-1/1 labels"), "squared_hinge": (L.LOSS_SQUARED_HINGE, "-1/1 labels"),
+    "cosine_similarity": (L.LOSS_COSINE_SIMILARITY, "values"), "cosine": (L.LOSS_COSINE_SIMILARITY, "values"),
 }
 _LOSS_BY_TYPE = {L.LOSS_CROSS_ENTROPY: "categorical_crossentropy", L.LOSS_MSE: "mse", L.LOSS_MAE: "mae",
                  L.LOSS_HUBER: "huber", L.LOSS_BINARY_CROSS_ENTROPY: "binary_crossentropy",
-                 L.LOSS_KL_DIVERGENCE: "kl_divergence", L.LOSS_HINGE: "hinge", L.LOSS_SQUARED_HINGE: "squared_hinge"}
+                 L.LOSS_KL_DIVERGENCE: "kl_divergence", L.LOSS_HINGE: "hinge", L.LOSS_SQUARED_HINGE: "squared_hinge",
+                 L.LOSS_COSINE_SIMILARITY: "cosine_similarity"}
 
 
 @dataclass
@@ -102,7 +104,7 @@ def _loss_name(loss: Any, i: int) -> str:
                              f"{', '.join(sorted(LOSSES))} or a ggml_opt_loss_type_*() constant")
     name = loss.lower()
     return {"mean_squared_error": "mse", "mean_absolute_error": "mae", "huber_loss": "huber", "kld": "kl_divergence",
-            "kullback_leibler_divergence": "kl_divergence"}.get(name, name)
+            "kullback_leibler_divergence": "kl_divergence", "cosine": "cosine_similarity"}.get(name, name)
 
 
 # layers that pass values through (reshaped, repeated, pooled or dropped in training) without a function of their
@@ -159,7 +161,8 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
             (0-based class ids), ``"binary_crossentropy"`` (probabilities: end the model in a sigmoid),
             ``"mse"``, ``"mae"``, ``"huber"`` (delta 1), Keras' ``"kl_divergence"`` (``"kld"``: label and output
             distributions over the last axis), ``"hinge"`` and ``"squared_hinge"`` (labels -1/1; 0/1 labels
-            become -1/1 as in Keras), or a ``ggml_opt_loss_type_*()`` constant; a list
+            become -1/1 as in Keras), ``"cosine_similarity"`` (Keras' ``CosineSimilarity``: minus the cosine of each
+            output row with its label row, -1 at best), or a ``ggml_opt_loss_type_*()`` constant; a list
             gives one loss per output of a multi-output model. The cross-entropies take **logits**: with a
             softmax last layer the softmax is left to ggml's fused loss in training, and ``ggml_predict``
             still returns probabilities; without an activation, the raw outputs are treated as logits.

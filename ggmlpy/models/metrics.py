@@ -43,6 +43,12 @@ def per_sample_loss(h: HeadSpec, out: np.ndarray, y: np.ndarray) -> np.ndarray:
         p, yq = o * (1 - 2 * EPS) + EPS, t * (1 - 2 * EPS) + EPS
         with np.errstate(invalid="ignore", divide="ignore"):  # outputs outside [0, 1]: NaN, as trained
             return (t * (np.log(yq) - np.log(p))).sum(axis=2).mean(axis=1)
+    if h.loss_type_name == "cosine_similarity":   # per row (last axis), then the mean over a sample's rows
+        units = h.shape[-1]
+        o, t = o.reshape(n, -1, units), t.reshape(n, -1, units)
+        on = o / np.sqrt((o * o).sum(axis=2, keepdims=True) + 1e-12)
+        tn = t / np.sqrt((t * t).sum(axis=2, keepdims=True) + 1e-12)
+        return -(on * tn).sum(axis=2).mean(axis=1)
     if h.loss_type_name in ("hinge", "squared_hinge"):
         margin = np.maximum(1 - t * o, 0)
         return (margin if h.loss_type_name == "hinge" else margin * margin).mean(axis=1)

@@ -22,11 +22,11 @@ from ..errors import GgmlValueError
 from ..graph.context import ggml_graph_overhead, ggml_init, ggml_tensor_overhead
 from ..graph.objects import Context, Tensor
 from ..graph.tensor import ggml_new_tensor_2d, ggml_set_input, ggml_set_name, ggml_set_output
-from ..ops.elementwise import (ggml_abs, ggml_add, ggml_cont, ggml_log, ggml_mul, ggml_relu, ggml_scale,
-                               ggml_scale_bias, ggml_soft_max, ggml_sqr, ggml_step, ggml_sub)
+from ..ops.elementwise import (ggml_abs, ggml_add, ggml_cont, ggml_div, ggml_log, ggml_mul, ggml_relu, ggml_scale,
+                               ggml_scale_bias, ggml_soft_max, ggml_sqr, ggml_sqrt, ggml_step, ggml_sub)
 from ..ops.layout import ggml_reshape, ggml_reshape_4d
 from ..ops.linalg import ggml_cross_entropy_loss
-from ..ops.reduce import ggml_argmax, ggml_count_equal, ggml_repeat, ggml_sum
+from ..ops.reduce import ggml_argmax, ggml_count_equal, ggml_repeat, ggml_sum, ggml_sum_rows
 from ..backend.buffer import ggml_backend_alloc_ctx_tensors
 from ..backend.probe import backend_runs
 
@@ -37,12 +37,12 @@ LOSS_CROSS_ENTROPY = int(lib.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY)
 LOSS_MSE = int(lib.GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR)
 # ggmlR's extensions, numbered after ggml's own as in ggmlR's ggml-opt; then Keras' losses ggmlR lacks.
 LOSS_WEIGHTED_MSE, LOSS_MAE, LOSS_HUBER, LOSS_BINARY_CROSS_ENTROPY = 4, 5, 6, 7
-LOSS_KL_DIVERGENCE, LOSS_HINGE, LOSS_SQUARED_HINGE = 8, 9, 10
+LOSS_KL_DIVERGENCE, LOSS_HINGE, LOSS_SQUARED_HINGE, LOSS_COSINE_SIMILARITY = 8, 9, 10, 11
 
 LOSS_NAMES = {LOSS_MEAN: "mean", LOSS_SUM: "sum", LOSS_CROSS_ENTROPY: "cross_entropy", LOSS_MSE: "mse",
               LOSS_WEIGHTED_MSE: "weighted_mse", LOSS_MAE: "mae", LOSS_HUBER: "huber",
               LOSS_BINARY_CROSS_ENTROPY: "binary_cross_entropy", LOSS_KL_DIVERGENCE: "kl_divergence",
-              LOSS_HINGE: "hinge", LOSS_SQUARED_HINGE: "squared_hinge"}
+              LOSS_HINGE: "hinge", LOSS_SQUARED_HINGE: "squared_hinge", LOSS_COSINE_SIMILARITY: "cosine_similarity"}
 BUILTIN_LOSSES = {LOSS_MEAN, LOSS_SUM, LOSS_CROSS_ENTROPY, LOSS_MSE}
 LABELLED_LOSSES = set(LOSS_NAMES) - {LOSS_MEAN, LOSS_SUM}
 BCE_EPS = 1e-7
@@ -246,6 +246,30 @@ def ggml_opt_loss_type_squared_hinge() -> int:
     return LOSS_SQUARED_HINGE
 
 
+def ggml_opt_loss_type_cosine_similarity() -> int:
+    """Loss type COSINE_SIMILARITY: minus the cosine similarity of each output row (ne0 values) with its label row,
+    ``-sum(y / |y| * p / |p|)``, averaged over the rows (Keras' ``CosineSimilarity``: -1 when every row points
+    the label's way, 0 when orthogonal). Each norm is ``sqrt(sum(x**2) + 1e-12)``, Keras' l2_normalize floor.
+    Built by ggmlpy from differentiable ops, so ``ggml_opt_fit``/``ggml_opt_epoch`` (ggml's C loops) cannot use it.
+
+    Value: the int constant 11.
+
+    Example:
+        >>> ggml_fit_opt_gen(sched, ctx, x, embeddings, gen, loss_type=ggml_opt_loss_type_cosine_similarity())
+    """
+    return LOSS_COSINE_SIMILARITY
+
+
+COSINE_EPS = 1e-12
+
+
+def _unit_rows(ctx: Context, x: Tensor) -> Tensor:
+    """``x`` with each row (ne0) divided by its L2 norm; the norm repeated to x's shape so that the division's
+    backward sees equal shapes."""
+    norm = ggml_sqrt(ctx, ggml_scale_bias(ctx, ggml_sum_rows(ctx, ggml_sqr(ctx, x)), 1.0, COSINE_EPS))
+    return ggml_div(ctx, x, ggml_repeat(ctx, norm, x))
+
+
 def check_loss_type(loss_type: Any, what: str = "loss_type") -> int:
     if isinstance(loss_type, bool) or not isinstance(loss_type, int) or loss_type not in LOSS_NAMES:
         options = ", ".join(f"ggml_opt_loss_type_{n}()" for n in LOSS_NAMES.values())
@@ -356,6 +380,10 @@ def _elementwise_unweighted(ctx: Context, t: int, out: Tensor, y: Tensor | None)
         p = ggml_scale_bias(ctx, out, 1.0 - 2.0 * BCE_EPS, BCE_EPS)
         yq = ggml_scale_bias(ctx, y, 1.0 - 2.0 * BCE_EPS, BCE_EPS)
         return ggml_scale(ctx, ggml_mul(ctx, y, ggml_sub(ctx, ggml_log(ctx, yq), ggml_log(ctx, p))), out.shape[0])
+    if t == LOSS_COSINE_SIMILARITY:
+        # -(y/|y|)(p/|p|) per element, times the row length: the mean over elements is the mean over rows of
+        # minus each row's cosine similarity
+        return ggml_scale(ctx, ggml_mul(ctx, _unit_rows(ctx, y), _unit_rows(ctx, out)), -float(out.shape[0]))
     if t in (LOSS_HINGE, LOSS_SQUARED_HINGE):
         margin = ggml_relu(ctx, ggml_scale_bias(ctx, ggml_mul(ctx, y, out), -1.0, 1.0))  # max(1 - y p, 0)
         return margin if t == LOSS_HINGE else ggml_sqr(ctx, margin)

@@ -649,6 +649,24 @@ def test_a_pydataset_epoch_cut_short_by_steps_per_epoch_still_ends():
     assert data.epochs_ended == 2  # after each epoch, also one cut short
 
 
+def test_cosine_similarity_trains_rows_towards_their_labels_direction():
+    """Keras' CosineSimilarity: -mean over samples of cos(p, y); the scale of the outputs is free."""
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=(160, 4)).astype(np.float32)
+    y = (x @ rng.normal(size=(4, 3)) * rng.uniform(0.5, 3, size=(160, 1))).astype(np.float32)
+    np.random.seed(8)
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, 3, input_shape=(4,))
+    m = g.ggml_compile(m, loss="cosine", metrics=[], backend="cpu", learning_rate=0.05)
+    h = g.ggml_fit(m, x, y, epochs=30, batch_size=32, verbose=0)
+    p = g.ggml_predict(m, x).astype(np.float64)
+    keras = -np.mean(np.sum(p / np.linalg.norm(p, axis=1, keepdims=True) * y / np.linalg.norm(y, axis=1, keepdims=True),
+                            axis=1))
+    assert g.ggml_evaluate(m, x, y)["loss"] == pytest.approx(keras, rel=1e-5)
+    assert keras < -0.95 and h["train_loss"].iloc[-1] < h["train_loss"].iloc[0]
+    assert m.compiled.heads[0].loss == "cosine_similarity"
+
+
 @pytest.mark.parametrize("loss", ["kl_divergence", "kld", "hinge", "squared_hinge"])
 def test_keras_losses_train_and_evaluate_as_keras_defines_them(loss):
     """KLDivergence on softmax outputs, Hinge / SquaredHinge on one linear output with 0/1 labels (Keras turns

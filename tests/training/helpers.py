@@ -129,6 +129,13 @@ def loss_and_dout(kind: str, out: np.ndarray, y: np.ndarray | None = None, w: np
         rows = out.shape[0]
         p, yq = out * (1 - 2 * eps) + eps, y * (1 - 2 * eps) + eps
         return (y * (np.log(yq) - np.log(p))).sum() / rows, -(1 - 2 * eps) * y / p / rows
+    if kind == "cosine_similarity":  # Keras: -mean over rows of (y/|y|).(p/|p|)
+        rows = out.shape[0]
+        r = np.sqrt((out ** 2).sum(axis=1, keepdims=True) + 1e-12)
+        yn = y / np.sqrt((y ** 2).sum(axis=1, keepdims=True) + 1e-12)
+        pn = out / r
+        cos = (yn * pn).sum(axis=1, keepdims=True)
+        return -cos.sum() / rows, -(yn - cos * pn) / r / rows
     if kind in ("hinge", "squared_hinge"):  # Keras: max(1 - y out, 0), squared for squared_hinge; labels -1 / 1
         margin = np.maximum(1 - y * out, 0)
         active = (1 - y * out) > 0

@@ -23,6 +23,7 @@ LOSS = {
     "weighted_mse": G.ggml_opt_loss_type_weighted_mse(),
     "kl_divergence": G.ggml_opt_loss_type_kl_divergence(), "hinge": G.ggml_opt_loss_type_hinge(),
     "squared_hinge": G.ggml_opt_loss_type_squared_hinge(),
+    "cosine_similarity": G.ggml_opt_loss_type_cosine_similarity(),
 }
 LABELLED = set(LOSS) - {"mean", "sum"}
 SGD = G.ggml_opt_optimizer_type_sgd()
@@ -100,7 +101,7 @@ def _check(kind, backend, sched, rng, w=None, loss_mask_ne0=None):
 
 
 @pytest.mark.parametrize("kind", ["mean", "sum", "cross_entropy", "mse", "mae", "huber", "binary_cross_entropy",
-                                  "kl_divergence", "hinge", "squared_hinge"])
+                                  "kl_divergence", "hinge", "squared_hinge", "cosine_similarity"])
 def test_loss_value_and_gradient(kind, cpu, tsched, trng):
     _check(kind, cpu, tsched, trng)
 
