@@ -145,6 +145,36 @@ def ggml_metric_top_k_accuracy(k: int = 5, name: str | None = None) -> MetricSpe
     return MetricSpec(_name(name, "top_k_categorical_accuracy"), "top_k", "categorical", k=int(k))
 
 
+class HeadBatch:
+    """One head's batch in the forms its metrics read, each made once whatever the number of metrics: the
+    predictions as probabilities and as the model returns them, the labels, and (on first use) the flat float64
+    probabilities, the positive labels and the errors."""
+
+    def __init__(self, probs: np.ndarray, values: np.ndarray, labels: np.ndarray, classes: int) -> None:
+        self.probs, self.values, self.labels, self.classes = probs, values, labels, classes
+        self.finite = bool(np.isfinite(probs).all()) and (values is probs or bool(np.isfinite(values).all()))
+        self._flat: np.ndarray | None = None
+        self._positive: np.ndarray | None = None
+        self._errors: np.ndarray | None = None
+
+    @property
+    def flat_probs(self) -> np.ndarray:
+        if self._flat is None:
+            self._flat = self.probs.astype(np.float64).ravel()
+        return self._flat
+
+    @property
+    def positive(self) -> np.ndarray:
+        if self._positive is None:
+            self._positive = self.labels.ravel() != 0
+        return self._positive
+
+    def errors(self) -> np.ndarray:
+        if self._errors is None:
+            self._errors = self.values.astype(np.float64).ravel() - self.labels.astype(np.float64).ravel()
+        return self._errors
+
+
 @dataclass
 class MetricState:
     """One metric's sums over the batches of an epoch."""
@@ -165,24 +195,26 @@ class MetricState:
     def update(self, probs: np.ndarray, values: np.ndarray, labels: np.ndarray, classes: int) -> None:
         """Add a batch: ``probs`` the predictions as probabilities, ``values`` as the model returns them,
         ``labels`` in the same layout (one-hot rows for a cross-entropy head), ``classes`` the last axis."""
+        self.add(HeadBatch(probs, values, labels, classes))
+
+    def add(self, b: "HeadBatch") -> None:
+        """Add a prepared batch (``HeadBatch``: shared by the metrics of one head)."""
         kind = self.spec.kind
-        if not np.isfinite(probs).all() or not np.isfinite(values).all():
+        if not b.finite:
             self.nonfinite = True
             return
         if kind in ("mae", "mse", "rmse"):
-            err = values.astype(np.float64).ravel() - labels.astype(np.float64).ravel()
+            err = b.errors()
             self.sums += (np.abs(err).sum() if kind == "mae" else (err * err).sum(), err.size)
             return
         if kind == "top_k":
-            p, t = probs.reshape(-1, classes), labels.reshape(-1, classes)
-            k = min(self.spec.k, classes)
+            p, t = b.probs.reshape(-1, b.classes), b.labels.reshape(-1, b.classes)
             target = t.argmax(axis=1)
             # in the top k: fewer than k classes score strictly higher than the target (Keras' in_top_k)
             higher = (p > p[np.arange(len(p)), target][:, None]).sum(axis=1)
-            self.sums += ((higher < k).sum(), len(p))
+            self.sums += ((higher < min(self.spec.k, b.classes)).sum(), len(p))
             return
-        positive = labels.ravel() != 0
-        p = probs.astype(np.float64).ravel()
+        positive, p = b.positive, b.flat_probs
         if kind == "auc":
             bucket = np.searchsorted(self.thresholds, p, side="left")  # thresholds strictly below p
             size = self.spec.num_thresholds + 1

@@ -12,7 +12,7 @@ import threading
 import numpy as np
 
 from .compile import HeadSpec
-from .keras_metrics import MetricSpec
+from .keras_metrics import HeadBatch, MetricSpec
 
 
 EPS = 1e-7
@@ -114,8 +114,9 @@ class HeadMetrics:
             for h, states, out, y in zip(self.heads, self.states, outs, labels):
                 if states:
                     values, probs = predictions(h, out, self.graph_outputs)
+                    batch = HeadBatch(probs, values, y, h.shape[-1])
                     for st in states:
-                        st.update(probs, values, y, h.shape[-1])
+                        st.add(batch)
 
     def results(self) -> dict[str, float]:
         values = [st.result() for states in self.states for st in states]
