@@ -13,6 +13,7 @@ from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueErro
 from ..opt import losses as L
 from ..opt.constants import OPTIMIZER_ADAMW, OPTIMIZER_SGD
 from ..opt.params import check_weight_decay
+from ..opt.rules import optimizer_spec, OptimizerSpec
 from .graph import Model, Node
 from .keras_metrics import resolve_metrics, spec_to_dict
 from . import conv, pooling, shaping
@@ -20,7 +21,8 @@ from .layers import Dropout, Flatten
 from .runtime import build_graph, GraphInstance, replace_runtime, Runtime
 
 
-OPTIMIZERS = {"adam": OPTIMIZER_ADAMW, "adamw": OPTIMIZER_ADAMW, "sgd": OPTIMIZER_SGD}
+# the names ggml_compile takes -> the optimizer (opt.rules)
+OPTIMIZERS = {"adam": "adamw", "adamw": "adamw", "sgd": "sgd", "rmsprop": "rmsprop", "adagrad": "adagrad"}
 # name -> (ggml loss type, what the labels are)
 LOSSES = {
     "categorical_crossentropy": (L.LOSS_CROSS_ENTROPY, "one-hot"),
@@ -79,6 +81,7 @@ class CompileConfig:
     extra: dict = field(default_factory=dict)
     adam: tuple[float, float, float] | None = None  # (beta_1, beta_2, epsilon); None: ggml's 0.9, 0.999, 1e-8
     head_metrics: list = field(default_factory=list)  # each head's metrics beyond accuracy (keras_metrics.MetricSpec)
+    optimizer_spec: OptimizerSpec = field(default_factory=OptimizerSpec)  # the rule, its settings and clipping
 
     def loss_weights(self) -> list[float] | None:
         """The heads' loss weights for the training graph (None: one head of weight 1, ggml's own loss). A single
@@ -93,7 +96,8 @@ class CompileConfig:
         return {"optimizer": self.optimizer, "loss": [h.loss for h in self.heads],
                 "loss_weights": [h.weight for h in self.heads], "metrics": metrics, "backend": self.backend,
                 "learning_rate": self.learning_rate, "weight_decay": self.weight_decay,
-                **({} if self.adam is None else dict(zip(("beta_1", "beta_2", "epsilon"), self.adam)))}
+                **({} if self.adam is None else dict(zip(("beta_1", "beta_2", "epsilon"), self.adam))),
+                **self.optimizer_spec.settings()}
 
 
 def _loss_name(loss: Any, i: int) -> str:
@@ -150,13 +154,22 @@ def _head(node: Node, loss: str, weight: float) -> HeadSpec:
 def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical_crossentropy",
                  metrics: Any = ("accuracy",), backend: Any = "auto", loss_weights: Any = None,
                  learning_rate: float | None = None, weight_decay: float = 0.0, shares: Any = None,
-                 beta_1: float | None = None, beta_2: float | None = None, epsilon: float | None = None) -> Model:
+                 beta_1: float | None = None, beta_2: float | None = None, epsilon: float | None = None,
+                 momentum: float | None = None, nesterov: bool | None = None, rho: float | None = None,
+                 centered: bool | None = None, initial_accumulator_value: float | None = None,
+                 clipnorm: float | None = None, global_clipnorm: float | None = None,
+                 clipvalue: float | None = None) -> Model:
     """Choose the optimizer, the loss and the backend of a model, and put its weights on that backend.
 
     Arguments:
         model: a model from ``ggml_model_sequential`` or ``ggml_model``.
-        optimizer: ``"adam"`` (ggml's AdamW; ``"adamw"`` is the same), ``"sgd"``, or
-            ``ggml_opt_optimizer_type_adamw()`` / ``ggml_opt_optimizer_type_sgd()``.
+        optimizer: ``"adam"`` (ggml's AdamW; ``"adamw"`` is the same), ``"sgd"`` (with ``momentum=`` and
+            ``nesterov=``), ``"rmsprop"`` (``rho=``, ``momentum=``, ``centered=``, ``epsilon=``), ``"adagrad"``
+            (``initial_accumulator_value=``, ``epsilon=``), or ``ggml_opt_optimizer_type_adamw()`` /
+            ``ggml_opt_optimizer_type_sgd()``. Keras 3's update rules and defaults (rho 0.9, epsilon 1e-7,
+            initial accumulator 0.1); a setting the optimizer does not read is refused. AdamW and plain SGD run
+            ggml's fused step ops inside ggml-opt; the others (and any clipping) run as a graph of ggml
+            element-wise ops on the model's device after each backward pass, so they train on every backend.
         loss: ``"categorical_crossentropy"`` (one-hot labels), ``"sparse_categorical_crossentropy"``
             (0-based class ids), ``"binary_crossentropy"`` (probabilities: end the model in a sigmoid),
             ``"mse"``, ``"mae"``, ``"huber"`` (delta 1), Keras' ``"kl_divergence"`` (``"kld"``: label and output
@@ -201,6 +214,12 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
         beta_1, beta_2, epsilon: Adam's moment decays (in [0, 1)) and the constant added to the root of the second
             moment (>= 0), Keras' names; None keeps ggml's 0.9, 0.999 and 1e-8 (Keras' epsilon is 1e-7). Only
             with ``optimizer="adam"``. They are saved with the model and its optimizer state.
+        momentum, nesterov, rho, centered, initial_accumulator_value: the settings of SGD, RMSprop and Adagrad
+            above (Keras' names; None keeps Keras' defaults).
+        clipnorm, global_clipnorm, clipvalue: Keras' gradient clipping before every optimizer step, one kind at
+            a time: each weight's gradient scaled to an L2 norm of at most ``clipnorm``, all of them together to a
+            joint norm of at most ``global_clipnorm``, or every element clamped to ``[-clipvalue, clipvalue]``.
+            Works with every optimizer (with gradient accumulation, on the summed gradient of the logical batch).
 
     Value: the model, compiled in place (``model = ggml_compile(model, ...)`` and
     ``ggml_compile(model, ...)`` both work). Weights are drawn here (Glorot-uniform kernels, zero biases)
@@ -224,7 +243,12 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
     else:
         opt_name = optimizer.lower() if isinstance(optimizer, str) else None
     if opt_name not in OPTIMIZERS:
-        raise GgmlValueError(f"unknown optimizer {optimizer!r}; expected 'adam', 'adamw' or 'sgd'")
+        raise GgmlValueError(f"unknown optimizer {optimizer!r}; expected one of {', '.join(map(repr, OPTIMIZERS))} "
+                             "or a ggml_opt_optimizer_type_*() constant")
+    spec = optimizer_spec(OPTIMIZERS[opt_name], dict(
+        momentum=momentum, nesterov=nesterov, rho=rho, centered=centered, epsilon=epsilon,
+        initial_accumulator_value=initial_accumulator_value, clipnorm=clipnorm, global_clipnorm=global_clipnorm,
+        clipvalue=clipvalue), "ggml_compile")
     backend, shares = _backends(backend, shares)
     inputs, outputs, _ = model.graph()
     for n in outputs:
@@ -247,9 +271,9 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
     if learning_rate is not None:
         lr = learning_rate_arg("learning_rate", learning_rate)
     check_weight_decay(weight_decay)
-    adam = _adam_settings(opt_name, beta_1, beta_2, epsilon)
-    config = CompileConfig(opt_name, OPTIMIZERS[opt_name], heads, ["accuracy"] if accuracy else [], backend, lr,
-                           float(weight_decay), adam=adam, head_metrics=head_metrics)
+    adam = _adam_settings(spec.name, beta_1, beta_2, epsilon)
+    config = CompileConfig(opt_name, spec.ggml_type, heads, ["accuracy"] if accuracy else [], backend, lr,
+                           float(weight_decay), adam=adam, head_metrics=head_metrics, optimizer_spec=spec)
     # before the old one goes (a failure leaves the model as it was); the weights come from the newest holder
     # of each layer: the old runtime, another model sharing the layer, or the copy a layer carries
     runtime = Runtime(model, backend, shares=shares)
@@ -263,10 +287,10 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
 
 def _adam_settings(optimizer: str, beta_1: Any, beta_2: Any, epsilon: Any) -> tuple[float, float, float] | None:
     """Adam's (beta_1, beta_2, epsilon), ggml's defaults where None; None when all are."""
-    given = {"beta_1": beta_1, "beta_2": beta_2, "epsilon": epsilon}
+    given = {"beta_1": beta_1, "beta_2": beta_2, "epsilon": epsilon if optimizer in ("adamw", "sgd") else None}
     if all(v is None for v in given.values()):
         return None
-    if OPTIMIZERS[optimizer] != OPTIMIZER_ADAMW:
+    if optimizer != "adamw":
         named = ", ".join(k for k, v in given.items() if v is not None)
         raise GgmlValueError(f"ggml_compile: {named} set Adam's moments, but the optimizer is {optimizer!r}; use "
                              "optimizer='adam' or leave them out")

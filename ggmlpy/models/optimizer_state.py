@@ -11,16 +11,17 @@ import numpy as np
 
 from ..errors import GgmlInUseError, GgmlpyWarning, GgmlValueError
 from ..graph.objects import Tensor
-from ..opt.constants import ggml_opt_optimizer_name
-from ..opt.replicas import ReplicaOptimizer
+from ..opt.graph_optimizer import GraphOptimizer
+from ..opt.rules import OptimizerSpec
 from ..opt.state import check_state, ggml_opt_get_state, ggml_opt_set_state, optimized_params
 from .weights import ParamStore, strip_leading_ones
 
 
 class OptimizerState:
     """The optimizer's state of a compiled model, kept across ``ggml_fit`` calls and trainers (as Keras keeps
-    it in ``model.optimizer``): AdamW's moments per trainable weight, keyed "<layer>.<weight>", and the
-    step count, as numpy arrays (``ggml_opt_get_state``'s dict). None after ``ggml_compile``: the first fit
+    it in ``model.optimizer``): AdamW's moments per trainable weight, keyed "<layer>.<weight>" (another
+    optimizer's slots under ``"slots"``: a momentum, RMSprop's velocity, ...), and the step count, as numpy
+    arrays (``ggml_opt_get_state``'s dict). None after ``ggml_compile``: the first fit
     starts the optimizer afresh. Each new opt context gets it before its first step (``restore``) and gives
     it back after its last (``keep``), so consecutive fits continue one trajectory."""
 
@@ -63,7 +64,7 @@ class OptimizerState:
         moments starts from zero)."""
         if self.state is None:
             return
-        if isinstance(opt_ctx, ReplicaOptimizer):
+        if isinstance(opt_ctx, GraphOptimizer):
             opt_ctx.set_state(self.state)
             return
         params = optimized_params(opt_ctx, self.trainable())
@@ -74,7 +75,7 @@ class OptimizerState:
     def read(self, opt_ctx: Any) -> dict:
         """The state of an opt context (or a replicas' optimizer) now; inside a logical batch, that of its last
         optimizer step."""
-        if isinstance(opt_ctx, ReplicaOptimizer):
+        if isinstance(opt_ctx, GraphOptimizer):
             return opt_ctx.get_state()
         return ggml_opt_get_state(opt_ctx, optimized_params(opt_ctx, self.trainable()), allow_partial=True)
 
@@ -87,6 +88,10 @@ class OptimizerState:
         if old is not None and old["optimizer"] == new["optimizer"]:
             for key in ("m", "v"):
                 new[key] = {**{k: v for k, v in old[key].items() if k not in new[key]}, **new[key]}
+            old_slots, new_slots = old.get("slots") or {}, new.get("slots") or {}
+            for slot in set(old_slots) & set(new_slots):
+                new_slots[slot] = {**{k: v for k, v in old_slots[slot].items() if k not in new_slots[slot]},
+                                   **new_slots[slot]}
         self.state = new
         if opt_ctx.pending_batches and warn_partial:
             warnings.warn(f"training ended {opt_ctx.pending_batches} batches into a logical batch of {opt_ctx.opt_period} "
@@ -94,31 +99,41 @@ class OptimizerState:
                           "the next fit is that of the last optimizer step; make the number of steps a multiple "
                           f"of {opt_ctx.opt_period} to continue exactly", GgmlpyWarning, stacklevel=2)
 
-    def set(self, state: dict | None, optimizer_type: int, what: str) -> None:
+    def set(self, state: dict | None, spec: OptimizerSpec, what: str) -> None:
         """Adopt a state read from a file: checked against the weights and the compiled optimizer first."""
         if state is None:
             self.state = None
             return
         state = check_state(state, what)
-        mine = ggml_opt_optimizer_name(optimizer_type)
-        if state["optimizer"] != mine:
+        if state["optimizer"] != spec.name:
             raise GgmlValueError(f"{what}: the file holds {state['optimizer']}'s optimizer state but the model is "
-                                 f"compiled with {mine}; compile it with optimizer='{state['optimizer']}' or load "
+                                 f"compiled with {spec.name}; compile it with optimizer='{state['optimizer']}' or load "
                                  "without include_optimizer (a warm restart)")
+        slots = state.get("slots") or {}
+        extra = sorted(set(slots) - set(spec.slots))
+        if extra:
+            raise GgmlValueError(f"{what}: the optimizer state keeps {extra} per weight, which {spec.name} as compiled "
+                                 f"does not (its state: {list(spec.slots) or 'none'}); compile with the settings it was "
+                                 "saved with (momentum=, centered=) or load without include_optimizer")
         shapes = {f"{l.name}.{p.name}": tuple(reversed(p.ne)) for l, p in self.params.specs}
-        for key in ("m", "v"):
-            for name, value in state[key].items():
+        kinds = {"m": state["m"], "v": state["v"], **slots}
+        for key, values in kinds.items():
+            for name, value in values.items():
                 if name not in shapes:
-                    raise GgmlValueError(f"{what}: the optimizer state has moments for '{name}', which this model "
+                    raise GgmlValueError(f"{what}: the optimizer state has {key} for '{name}', which this model "
                                          "does not have (another architecture?)")
                 if strip_leading_ones(np.shape(value)) != strip_leading_ones(shapes[name]):
-                    raise GgmlValueError(f"{what}: the optimizer state's moments for '{name}' have shape "
+                    raise GgmlValueError(f"{what}: the optimizer state's {key} for '{name}' has shape "
                                          f"{np.shape(value)}, the weight {shapes[name]} (another architecture?)")
                 value = np.asarray(value)
+                positive = key in ("v", "velocity", "accumulator")  # sums of squares
                 if not np.issubdtype(value.dtype, np.floating) or not np.isfinite(value).all() or \
-                        key == "v" and (value < 0).any():
+                        positive and (value < 0).any():
                     raise GgmlValueError(f"{what}: the optimizer state's {key} for '{name}' is damaged (it must hold "
-                                         "finite floats" + (", >= 0" if key == "v" else "") + f", got {value.dtype} "
+                                         "finite floats" + (", >= 0" if positive else "") + f", got {value.dtype} "
                                          "values out of that range); load without include_optimizer (a warm restart)")
-        self.state = {**state, "m": {k: np.asarray(v, np.float32).reshape(shapes[k]) for k, v in state["m"].items()},
-                      "v": {k: np.asarray(v, np.float32).reshape(shapes[k]) for k, v in state["v"].items()}}
+        as_f32 = {key: {k: np.asarray(v, np.float32).reshape(shapes[k]) for k, v in values.items()}
+                  for key, values in kinds.items()}
+        self.state = {**state, "m": as_f32.pop("m"), "v": as_f32.pop("v")}
+        if as_f32:
+            self.state["slots"] = as_f32

@@ -11,7 +11,10 @@ tensors ``optimizer.m.<layer>.<weight>`` and ``optimizer.v.<layer>.<weight>`` (w
 longer than ggml's 63 bytes becomes ``optimizer.m.#<i>``), and the metadata ``ggmlpy.optimizer.type``
 ("adamw"/"sgd"), ``ggmlpy.optimizer.iter`` (the number of the next optimizer step, for the bias
 correction), ``ggmlpy.optimizer.params`` (the weights with moments, in order) and the hyper-parameters
-``ggmlpy.optimizer.learning_rate``, ``.beta1``, ``.beta2``, ``.eps``, ``.weight_decay``.
+``ggmlpy.optimizer.learning_rate``, ``.beta1``, ``.beta2``, ``.eps``, ``.weight_decay``. Another optimizer's
+slots (``"momentum"``, RMSprop's ``"velocity"``, Adagrad's ``"accumulator"``, ...) are tensors
+``optimizer.<slot>.<layer>.<weight>`` (``optimizer.<slot>.#<i>`` when longer), listed in
+``ggmlpy.optimizer.slots``; its settings (momentum, rho, clipping, ...) are in the compile settings.
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ from .weights import strip_leading_ones
 from . import attention, conv, layers, norm, pooling, sequence, shaping
 from ..opt.constants import OPTIMIZER_ADAMW
 from ..opt.params import LrUserdata
+from ..opt.rules import OPTIMIZER_NAMES, OPTIMIZER_SETTINGS
 
 
 FORMAT_VERSION = 1
@@ -102,7 +106,7 @@ def ggml_load_weights(model: Model, path: Any, include_optimizer: bool = False) 
                 raise GgmlValueError(f"{fn}: {os.fspath(path)!r} holds no optimizer state (saved without "
                                      "include_optimizer=True); load it with include_optimizer=False")
             _no_live_trainer(model, fn, "its optimizer state would be overwritten when the trainer is freed")
-            model.runtime.opt_state.set(state, model.compiled.optimizer_type, fn)
+            model.runtime.opt_state.set(state, model.compiled.optimizer_spec, fn)
         _write(model, plan)
     return model
 
@@ -137,12 +141,12 @@ def _is_int(value: Any) -> bool:
 OPT_PREFIX = "optimizer."
 
 
-def _opt_names(key: str, i: int) -> tuple[str, str]:
-    """The GGUF names of one weight's moments (ggml names hold at most 63 bytes)."""
-    names = tuple(f"{OPT_PREFIX}{k}.{key}" for k in ("m", "v"))
+def _opt_names(key: str, i: int, slots: tuple = ("m", "v")) -> tuple[str, ...]:
+    """The GGUF names of one weight's slots (ggml names hold at most 63 bytes)."""
+    names = tuple(f"{OPT_PREFIX}{k}.{key}" for k in slots)
     if max(len(n.encode()) for n in names) < 64:
-        return names  # type: ignore[return-value]
-    return f"{OPT_PREFIX}m.#{i}", f"{OPT_PREFIX}v.#{i}"
+        return names
+    return tuple(f"{OPT_PREFIX}{k}.#{i}" for k in slots)
 
 
 def _split(tensors: dict, meta: dict, fn: str) -> tuple[dict, dict | None]:
@@ -153,17 +157,26 @@ def _split(tensors: dict, meta: dict, fn: str) -> tuple[dict, dict | None]:
     keys = meta.get("ggmlpy.optimizer.params") or []
     if isinstance(keys, str):
         keys = [keys]
-    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys) or kind not in ("adamw", "sgd"):
+    slot_names = meta.get("ggmlpy.optimizer.slots") or (["m", "v"] if kind == "adamw" else [])
+    if isinstance(slot_names, str):
+        slot_names = [slot_names]
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys) or kind not in OPTIMIZER_NAMES or \
+            not isinstance(slot_names, list) or not all(isinstance(k, str) and k for k in slot_names) or \
+            len(set(slot_names)) != len(slot_names):
         raise GgmlValueError(f"{fn}: the file's optimizer metadata is damaged (ggmlpy.optimizer.type {kind!r}, "
-                             f"ggmlpy.optimizer.params {keys!r:.80})")
-    m, v, taken = {}, {}, set()
+                             f"ggmlpy.optimizer.params {keys!r:.80}, ggmlpy.optimizer.slots {slot_names!r:.80})")
+    values: dict = {slot: {} for slot in slot_names}
+    taken = set()
     for i, key in enumerate(keys):
-        mn, vn = _opt_names(key, i)
-        if mn not in tensors or vn not in tensors:
-            raise GgmlValueError(f"{fn}: the file's optimizer state lacks the moments of '{key}' ('{mn}', '{vn}'); "
-                                 "the file is damaged")
-        m[key], v[key] = tensors[mn], tensors[vn]
-        taken.update((mn, vn))
+        names = _opt_names(key, i, tuple(slot_names))
+        missing = [n for n in names if n not in tensors]
+        if missing:
+            raise GgmlValueError(f"{fn}: the file's optimizer state lacks the {'/'.join(slot_names)} of '{key}' "
+                                 f"({', '.join(repr(n) for n in missing)}); the file is damaged")
+        for slot, n in zip(slot_names, names):
+            values[slot][key] = tensors[n]
+        taken.update(names)
+    m, v = values.pop("m", {}), values.pop("v", {})
     hparams = {k: meta[f"ggmlpy.optimizer.{k}"] for k in ("learning_rate", "beta1", "beta2", "eps", "weight_decay")
                if f"ggmlpy.optimizer.{k}" in meta}
     step = meta.get("ggmlpy.optimizer.iter", 1)
@@ -171,20 +184,24 @@ def _split(tensors: dict, meta: dict, fn: str) -> tuple[dict, dict | None]:
         raise GgufFileError(f"{fn}: the file's optimizer metadata is damaged: ggmlpy.optimizer.iter must be an "
                             f"int >= 1 (the next step's number), got {step!r:.40}")
     state = {"optimizer": kind, "iter": int(step), "m": m, "v": v, "hparams": hparams}
+    if values:
+        state["slots"] = values
     return {k: t for k, t in tensors.items() if k not in taken}, state
 
 
 def _opt_metadata_and_tensors(state: dict) -> tuple[dict, list[tuple[str, np.ndarray]]]:
     meta: dict = {"ggmlpy.optimizer.type": state["optimizer"], "ggmlpy.optimizer.iter": np.int64(state["iter"])}
-    keys = sorted(state["m"]) if state["optimizer"] == "adamw" else []
+    kinds = {"m": state["m"], "v": state["v"]} if state["optimizer"] == "adamw" else dict(state.get("slots") or {})
+    keys = sorted(next(iter(kinds.values()))) if kinds else []
     if keys:
         meta["ggmlpy.optimizer.params"] = keys
+        if state["optimizer"] != "adamw":
+            meta["ggmlpy.optimizer.slots"] = list(kinds)
     for k, value in (state.get("hparams") or {}).items():
         meta[f"ggmlpy.optimizer.{k}"] = float(value)
     arrays = []
     for i, key in enumerate(keys):
-        mn, vn = _opt_names(key, i)
-        arrays += [(mn, state["m"][key]), (vn, state["v"][key])]
+        arrays += [(n, kinds[slot][key]) for slot, n in zip(kinds, _opt_names(key, i, tuple(kinds)))]
     return meta, arrays
 
 
@@ -311,8 +328,13 @@ def _fresh_state(model: Model) -> dict:
                 "hparams": {"learning_rate": float(p.adamw.alpha), "beta1": float(p.adamw.beta1),
                             "beta2": float(p.adamw.beta2), "eps": float(p.adamw.eps),
                             "weight_decay": float(p.adamw.wd)}}
-    return {"optimizer": "sgd", "iter": 1, "m": {}, "v": {},
-            "hparams": {"learning_rate": float(p.sgd.alpha), "weight_decay": float(p.sgd.wd)}}
+    spec = cfg.optimizer_spec
+    state = {"optimizer": spec.name, "iter": 1, "m": {}, "v": {},
+             "hparams": {"learning_rate": float(p.sgd.alpha), "weight_decay": float(p.sgd.wd)}}
+    if spec.slots:
+        state["slots"] = {slot: {k: np.full(numpy_shape(t), spec.initial(slot), np.float32)
+                                 for k, t in trainable.items()} for slot in spec.slots}
+    return state
 
 
 def ggml_load_model(path: Any, backend: str = "auto", include_optimizer: bool = True) -> Model:
@@ -346,6 +368,7 @@ def ggml_load_model(path: Any, backend: str = "auto", include_optimizer: bool = 
         settings = {k: cfg[k] for k in ("optimizer", "loss", "metrics", "loss_weights", "learning_rate",
                                         "weight_decay")}
         settings.update({k: cfg[k] for k in ("beta_1", "beta_2", "epsilon") if k in cfg})  # files since Dec 2026
+        settings.update({k: cfg[k] for k in OPTIMIZER_SETTINGS if k in cfg})
     except GgmlpyError:
         raise
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
@@ -358,7 +381,7 @@ def ggml_load_model(path: Any, backend: str = "auto", include_optimizer: bool = 
     ggml_compile(model, backend=backend, **settings)
     _write(model, plan)
     if include_optimizer and state is not None:
-        model.runtime.opt_state.set(state, model.compiled.optimizer_type, "ggml_load_model")
+        model.runtime.opt_state.set(state, model.compiled.optimizer_spec, "ggml_load_model")
     return model
 
 

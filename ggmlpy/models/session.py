@@ -1,6 +1,7 @@
 """What one fit or trainer of a compiled model runs on: its training graph(s), scheduler(s) and session, built
 for one device or, for a model compiled with several backends, one replica per device (``ReplicaSession``);
-the replicas' weights are copied from the first replica's first.
+the replicas' weights are copied from the first replica's first. An optimizer ggml-opt does not step itself
+(RMSprop, momentum, clipping: ``OptimizerSpec.fused``) runs in a ``ReplicaSession`` of one replica.
 """
 from __future__ import annotations
 
@@ -55,10 +56,10 @@ class TrainingSetup:
                                             head_names=[h.name for h in cfg.heads] if len(cfg.heads) > 1 else None,
                                             output_copies=inst.output_copies))
                 steps.append(StepOptions(cfg.optimizer_type, period, cfg.weight_decay, cfg.learning_rate, inst.hooks,
-                                         n, adam=cfg.adam, metrics=metrics))
+                                         n, adam=cfg.adam, metrics=metrics, rule=cfg.optimizer_spec))
                 # replicas accumulate gradients only: their optimizer step runs on replica 0's device
                 self.work.append((sched, training_step_work(inst.outputs, period if len(stores) == 1 else 2)))
-            if len(stores) == 1:
+            if len(stores) == 1 and cfg.optimizer_spec.fused:
                 self.session: Any = TrainingSession(graphs[0], steps[0])
             else:
                 self.session = ReplicaSession(graphs, steps, stores[0].backend, [runtime.opt_state.trainable(s) for s in stores],

@@ -152,7 +152,7 @@ class ModelTrainer:
     @_one_at_a_time
     def get_lr(self) -> float:
         self._live("get_lr")
-        return self._session.lr_ud.get()["adamw" if self._cfg.optimizer_type == 0 else "sgd"]
+        return self._session.lr_ud.get()["adamw" if self._cfg.optimizer_spec.name == "adamw" else "sgd"]
 
     @_one_at_a_time
     def n_steps(self) -> int:

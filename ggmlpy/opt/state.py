@@ -28,6 +28,7 @@ from ..graph.objects import as_tensor, Tensor
 from .api import opt_ptr
 from .constants import BUILD_FORWARD, ggml_opt_optimizer_name, OPTIMIZER_ADAMW
 from .context import OptContext
+from .rules import OPTIMIZER_NAMES
 
 
 def ggml_opt_grad_m(opt_ctx: OptContext, node: Tensor) -> Tensor | None:
@@ -229,12 +230,17 @@ def check_state(state: Any, fn: str) -> dict:
     if not isinstance(state, dict) or not all(k in state for k in ("optimizer", "iter", "m", "v")):
         raise GgmlTypeError(f"{fn}: state must be a dict from ggml_opt_get_state (keys optimizer, iter, m, v), "
                             f"got {type(state).__name__}")
-    if state["optimizer"] not in ("adamw", "sgd"):
-        raise GgmlValueError(f"{fn}: state['optimizer'] must be 'adamw' or 'sgd', got {state['optimizer']!r}")
+    if state["optimizer"] not in OPTIMIZER_NAMES:
+        raise GgmlValueError(f"{fn}: state['optimizer'] must be one of {', '.join(map(repr, OPTIMIZER_NAMES))}, got "
+                             f"{state['optimizer']!r}")
     _check_iter(state["iter"], f"{fn}: state['iter']")
     for key in ("m", "v"):
         if not isinstance(state[key], dict):
             raise GgmlTypeError(f"{fn}: state[{key!r}] must be a dict name -> array")
+    slots = state.get("slots", {})
+    if not isinstance(slots, dict) or not all(isinstance(k, str) and isinstance(v, dict) for k, v in slots.items()):
+        raise GgmlTypeError(f"{fn}: state['slots'] must be a dict slot name -> dict name -> array (an optimizer's "
+                            "state beyond AdamW's m and v)")
     if set(state["m"]) != set(state["v"]):
         raise GgmlValueError(f"{fn}: state['m'] and state['v'] must hold the same names")
     return state

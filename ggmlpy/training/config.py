@@ -47,6 +47,9 @@ only accumulates gradients (a data-parallel replica, whose optimizer steps outsi
     # metrics of the training steps: reset() at an epoch's start, update(outputs, labels) after each step with the
     # graph's output_copies and the batch's labels (numpy), results() -> {log name: value} and names at its end
     metrics: Any = None
+    # the optimizer of a session whose step runs outside ggml-opt (opt.rules.OptimizerSpec: momentum, RMSprop,
+    # Adagrad, clipping; data-parallel replicas); None: ggml-opt's own AdamW/SGD step of ``optimizer``
+    rule: Any = None
 
 
 @dataclass(frozen=True)

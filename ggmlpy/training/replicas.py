@@ -1,9 +1,10 @@
-"""Data-parallel training: one training session over K replicas of a model, each on its own device.
+"""Training whose optimizer steps outside ggml-opt: one training session over K >= 1 replicas of a model, each
+on its own device (data-parallel with K > 1; with K = 1, an optimizer ggml-opt does not have, such as RMSprop).
 
 Every physical batch is cut into K shards (``split_counts``: in proportion to the replicas' shares); each
 replica evaluates its shard on its own gradient-only opt context, the K evaluations run at the same time (one
 thread per extra replica: ggml's computes release the GIL), and at the end of each logical batch the
-``ReplicaOptimizer`` sums the gradients on replica 0's device, steps there and sends the weights back. The
+``GraphOptimizer`` sums the gradients on replica 0's device, steps there and sends the weights back. The
 ``ReplicaSession`` is what ``loop.fit_loop`` drives in place of a ``TrainingSession``: the same epochs,
 callbacks, history and Ctrl-C rules, written once.
 """
@@ -21,7 +22,8 @@ from ..core.handle import InterruptGuard
 from ..errors import GgmlValueError
 from ..graph.objects import Tensor
 from ..opt import result as R
-from ..opt.replicas import ReplicaOptimizer
+from ..opt.graph_optimizer import GraphOptimizer
+from ..opt.rules import OptimizerSpec
 from .adapters import BatchWriter
 from .config import StepOptions, TrainingGraph
 from .loop import EpochStats, TrainingSession
@@ -94,7 +96,7 @@ class ReplicaSession:
     graph (its own scheduler, inputs for its shard); ``steps[k]``: its step options (the shard's size as
     ``batch_size``, its hooks; the optimizer and period of ``steps[0]`` apply to all);
     ``backend``: replica 0's device (where the optimizer steps); ``trainable[k]``/``synced[k]``: replica k's
-    weights for the ``ReplicaOptimizer``. Quacks like a ``TrainingSession`` for ``fit_loop`` and the trainer."""
+    weights for the ``GraphOptimizer`` (``steps[0].rule``: its optimizer; None: ggml's of ``steps[0].optimizer``). Quacks like a ``TrainingSession`` for ``fit_loop`` and the trainer."""
 
     run_epoch = TrainingSession.run_epoch  # the one epoch loop, over this session's step
 
@@ -109,7 +111,7 @@ class ReplicaSession:
         self.eval_ctx = None  # validation runs on the model layer's inference graphs
         self.sessions: list[TrainingSession] = []
         self._pool: ThreadPoolExecutor | None = None
-        self.optimizer: ReplicaOptimizer | None = None
+        self.optimizer: GraphOptimizer | None = None
         try:
             for g, step_k in zip(graphs, steps):
                 self.sessions.append(TrainingSession(g, replace(step_k, period=1, gradients_only=True)))
@@ -117,9 +119,11 @@ class ReplicaSession:
                     self.sessions[-1].watch_first_step = False  # replica 0's step says where a step runs
             self.lr_ud = self.sessions[0].lr_ud  # what callbacks and schedules change: the optimizer reads it
             weights = [n / self.batch_size / step.period for n in self.counts]
-            self.optimizer = ReplicaOptimizer(backend, [s.train_ctx for s in self.sessions], trainable, synced, weights,
-                                              step.optimizer, step.period, self.lr_ud)
-            self._pool = ThreadPoolExecutor(len(self.sessions) - 1, thread_name_prefix="ggmlpy-replica")
+            rule = step.rule or OptimizerSpec("adamw" if step.optimizer == 0 else "sgd")
+            self.optimizer = GraphOptimizer(backend, [s.train_ctx for s in self.sessions], trainable, synced, weights,
+                                            rule, step.period, self.lr_ud)
+            if len(self.sessions) > 1:
+                self._pool = ThreadPoolExecutor(len(self.sessions) - 1, thread_name_prefix="ggmlpy-replica")
         except BaseException:
             self.close()
             raise
@@ -167,7 +171,7 @@ class ReplicaSession:
             self.batches += 1
             started = time.perf_counter()
             futures = [self._pool.submit(s.step, s.train_ctx, p, True, r)
-                       for s, p, r in zip(self.sessions[1:], pairs[1:], result.parts[1:])]
+                       for s, p, r in zip(self.sessions[1:], pairs[1:], result.parts[1:])] if self._pool else []
             first: BaseException | None = None
             try:
                 self.sessions[0].step(self.sessions[0].train_ctx, pairs[0], True, result.parts[0], watch)
@@ -188,6 +192,8 @@ class ReplicaSession:
         through the host per optimizer step (batch shards, gradients, weights) and the seconds per step spent
         in the replicas' evaluations and in the optimizer (sums, step, copies), measured over the fit."""
         opt = self.optimizer
+        if len(self.sessions) == 1:  # one device, an optimizer outside ggml-opt: nothing moves between devices
+            return TrainingSession.history_attrs(self.sessions[0])
         steps = max(1, opt.steps)
         return {"replicas": {"devices": self.devices,
                              "samples": list(self.counts),

@@ -75,7 +75,7 @@ def _data(n=96, f=6, classes=3, seed=1):
     return x, y
 
 
-def _mlp(backend, optimizer="adam", shares=None, batch_norm=False, dropout=0.0, seed=0):
+def _mlp(backend, optimizer="adam", shares=None, batch_norm=False, dropout=0.0, seed=0, **settings):
     np.random.seed(seed)
     m = G.ggml_model_sequential()
     m = G.ggml_layer_dense(m, 12, activation="relu", input_shape=(6,))
@@ -85,7 +85,7 @@ def _mlp(backend, optimizer="adam", shares=None, batch_norm=False, dropout=0.0, 
         m = G.ggml_layer_dropout(m, dropout)
     m = G.ggml_layer_dense(m, 3, activation="softmax")
     return G.ggml_compile(m, optimizer=optimizer, loss="categorical_crossentropy", backend=backend, shares=shares,
-                          learning_rate=0.01)
+                          learning_rate=0.01, **settings)
 
 
 def _fit(model, x, y, **kw):
@@ -102,11 +102,13 @@ def _same_trajectory(single, multi, h1, h2, rtol=2e-5):
         np.testing.assert_allclose(w2[k], w1[k], rtol=1e-4, atol=2e-6, err_msg=k)
 
 
-@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
-def test_two_replicas_follow_the_single_device_trajectory(optimizer):
+@pytest.mark.parametrize("optimizer, settings", [("adam", {}), ("sgd", {}), ("rmsprop", {"momentum": 0.5}),
+                                                 ("sgd", {"momentum": 0.9, "clipnorm": 0.5}),
+                                                 ("adam", {"global_clipnorm": 0.1})])
+def test_two_replicas_follow_the_single_device_trajectory(optimizer, settings):
     dev = _vulkan_or_skip()
     x, y = _data()
-    single, multi = _mlp("cpu", optimizer), _mlp(["cpu", dev], optimizer)
+    single, multi = _mlp("cpu", optimizer, **settings), _mlp(["cpu", dev], optimizer, **settings)
     h1 = _fit(single, x, y, epochs=4, batch_size=16, validation_split=0.25)
     h2 = _fit(multi, x, y, epochs=4, batch_size=16, validation_split=0.25)
     _same_trajectory(single, multi, h1, h2)

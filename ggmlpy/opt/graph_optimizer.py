@@ -1,15 +1,17 @@
-"""The optimizer of data-parallel training (``ReplicaOptimizer``): the gradients that K gradient-only opt
-contexts accumulated on K devices are summed on the first replica's device with ggml ops, ggml's own AdamW or
-SGD step op updates that replica's weights, and the new weights are copied to the other replicas.
+"""The optimizer step as a ggml graph (``GraphOptimizer``), for what ggml-opt's own step cannot do: the rules
+of ``rules.py`` (SGD with momentum, RMSprop, Adagrad, clipped gradients) on one device, and data-parallel
+training, where K gradient-only opt contexts accumulate gradients on K devices and the sum is stepped on the
+first replica's device.
 
 Why not one ggml-opt step per replica: AdamW is not linear in the gradient, so replicas stepping on their own
 gradients would drift apart. The sum is weighted, ``g = sum_k w_k * acc_k`` with ``w_k = share_k / period``:
 each replica's loss is the mean over its shard, so the shard means weighted by their share of the batch are the
 batch mean, exactly what a single device computes (ggml-opt scales each physical batch by ``1 / opt_period``
-in gradient accumulation; here that factor goes into ``w_k``).
+in gradient accumulation; here that factor goes into ``w_k``). The new weights are copied to the other replicas.
 
-The moments and the step count live here, in the same dict form as ``ggml_opt_get_state``'s, so a model's
-optimizer state moves freely between one-device and multi-device fits.
+The slots (AdamW's moments ``m``/``v``, a momentum, RMSprop's velocity, ...) and the step count live here, in
+``ggml_opt_get_state``'s dict form (other slots than AdamW's under ``"slots"``), so a model's optimizer state
+moves freely between one-device and multi-device fits.
 """
 from __future__ import annotations
 
@@ -31,23 +33,26 @@ from ..graph.graph import ggml_build_forward_expand, ggml_new_graph_custom
 from ..graph.objects import Tensor
 from ..graph.tensor import ggml_new_tensor, ggml_set_name
 from ..ops.elementwise import ggml_add, ggml_scale
-from .constants import ggml_opt_optimizer_name, OPTIMIZER_ADAMW
 from .context import OptContext
 from .params import LrUserdata
+from .rules import clip_gradients, hparams_size, OptimizerSpec, step_hparams, step_ops
 
 
-class ReplicaOptimizer:
-    """One optimizer for K replicas of a model, stepping on ``backend`` (replica 0's). ``contexts[k]``: replica k's gradient-only opt context;
+class GraphOptimizer:
+    """One optimizer for K >= 1 gradient-only opt contexts (replicas of a model), stepping on ``backend``
+    (replica 0's). ``contexts[k]``: replica k's gradient-only opt context;
     ``trainable[k]``: its trainable weights, ``{name: Tensor}`` in one order for every replica; ``synced[k]``:
     every tensor copied from replica 0 after a step (the trainable weights and the state a forward pass
     changes, such as batch-norm running statistics); ``weights``: ``w_k`` of each replica's accumulated
-    gradients. Counts the bytes it moves between devices (``bytes_moved``)."""
+    gradients; ``spec``: the optimizer and its clipping. Counts the bytes it moves between devices
+    (``bytes_moved``)."""
 
     def __init__(self, backend: Backend, contexts: Sequence[OptContext], trainable: Sequence[dict[str, Tensor]],
-                 synced: Sequence[Sequence[Tensor]], weights: Sequence[float], optimizer: int, period: int,
+                 synced: Sequence[Sequence[Tensor]], weights: Sequence[float], spec: OptimizerSpec, period: int,
                  lr_ud: LrUserdata) -> None:
         self.contexts, self.synced = list(contexts), [list(s) for s in synced]
-        self.optimizer, self.opt_period, self.lr_ud = optimizer, period, lr_ud
+        self.spec, self.opt_period, self.lr_ud = spec, period, lr_ud
+        self.optimizer = spec.ggml_type
         self.iter = 1  # the number of the next step, as ggml-opt counts (its bias correction starts at 1)
         self.pending_batches = 0
         self.bytes_moved = {"gradients": 0, "weights": 0}  # through the host, since the session began
@@ -61,12 +66,11 @@ class ReplicaOptimizer:
         self.names = names
         self.params = [trainable[0][n] for n in names]
         self.accs = [[self._acc(k, trainable[k][n]) for n in names] for k in range(len(contexts))]
-        adamw = optimizer == OPTIMIZER_ADAMW
-        n_static = len(names) * (len(contexts) - 1 + (2 if adamw else 0)) + 1
+        n_static = len(names) * (len(contexts) - 1 + len(spec.slots)) + 1
         self._ctx = ggml_init(mem_size=(n_static + 2) * ggml_tensor_overhead(), no_alloc=True)
         self._owned: list[Any] = [self._ctx]
         try:
-            self._build(names, weights, adamw)
+            self._build(names, weights)
         except BaseException:
             self.free()
             raise
@@ -75,40 +79,39 @@ class ReplicaOptimizer:
         ptr = lib.ggml_opt_grad_acc(self.contexts[k].ptr, t.ptr)
         return None if ptr == ffi.NULL else Tensor(ptr, self.contexts[k])
 
-    def _build(self, names: list[str], weights: Sequence[float], adamw: bool) -> None:
-        ctx, K = self._ctx, len(self.contexts)
+    def _build(self, names: list[str], weights: Sequence[float]) -> None:
+        ctx, K, spec = self._ctx, len(self.contexts), self.spec
         new = (lambda t, name: ggml_set_name(ggml_new_tensor(ctx, GGML_TYPE_F32, 4, t.shape), name))
         # replicas 1..K-1 send their accumulated gradients into these, on replica 0's device
         self.received = [[new(t, f"replica {k} grad {n}") for n, t in zip(names, self.params)]
                          for k in range(1, K)]
-        self.m = [new(t, f"m {n}") for n, t in zip(names, self.params)] if adamw else []
-        self.v = [new(t, f"v {n}") for n, t in zip(names, self.params)] if adamw else []
-        self.hparams = ggml_new_tensor(ctx, GGML_TYPE_F32, 1, (7 if adamw else 2,))
+        self.slots = {s: [new(t, f"{s} {n}") for n, t in zip(names, self.params)] for s in spec.slots}
+        self.hparams = ggml_new_tensor(ctx, GGML_TYPE_F32, 1, (hparams_size(spec),))
         buf = ggml_backend_alloc_ctx_tensors(ctx, self.backend)
         self._owned.insert(0, buf)
-        for t in self.m + self.v:
-            ggml_backend_tensor_set_data(t, np.zeros(t.nelements(), np.float32))
-        n_nodes = len(names) * (2 * K + 2) + 16
+        for slot, tensors in self.slots.items():
+            for t in tensors:
+                ggml_backend_tensor_set_data(t, np.full(t.nelements(), spec.initial(slot), np.float32))
+        n_nodes = len(names) * (2 * K + 24) + 16
         self._graph_ctx = ggml_init(mem_size=ggml_graph_overhead(n_nodes) + n_nodes * ggml_tensor_overhead(),
                                     no_alloc=True)
         self._owned.append(self._graph_ctx)
         gctx = self._graph_ctx
         self.graph = ggml_new_graph_custom(gctx, n_nodes, False)
-        for j, param in enumerate(self.params):
-            g = ggml_scale(gctx, self.accs[0][j], float(weights[0]))
+        grads = []
+        for j in range(len(self.params)):
+            g = self.accs[0][j] if K == 1 and weights[0] == 1 else ggml_scale(gctx, self.accs[0][j], float(weights[0]))
             for k in range(1, K):
                 g = ggml_add(gctx, g, ggml_scale(gctx, self.received[k - 1][j], float(weights[k])))
-            if adamw:
-                ptr = lib.ggml_opt_step_adamw(gctx.ptr, param.ptr, g.ptr, self.m[j].ptr, self.v[j].ptr,
-                                              self.hparams.ptr)
-            else:
-                ptr = lib.ggml_opt_step_sgd(gctx.ptr, param.ptr, g.ptr, self.hparams.ptr)
-            ggml_build_forward_expand(self.graph, Tensor(ptr, gctx, sources=(param, g, self.hparams)))
+            grads.append(g)
+        for j, (param, g) in enumerate(zip(self.params, clip_gradients(gctx, spec, grads))):
+            for op in step_ops(gctx, spec, param, g, {s: t[j] for s, t in self.slots.items()}, self.hparams):
+                ggml_build_forward_expand(self.graph, op)
         self._galloc = ggml_gallocr_new(self.backend)
         self._owned.insert(0, self._galloc)
         self._allocated = False
         self._grad_host = [np.empty(t.nelements(), np.float32) for t in self.params]
-        self._weight_host = [np.empty(t.nelements(), np.float32) for t in self.synced[0]]
+        self._weight_host = [np.empty(t.nelements(), np.float32) for t in self.synced[0]] if K > 1 else []
         for k in range(1, K):  # the copies in step() are raw: the pairs must match exactly
             pairs = list(zip(self.accs[k], self.received[k - 1])) + list(zip(self.synced[0], self.synced[k]))
             for a, b in pairs:
@@ -147,7 +150,7 @@ class ReplicaOptimizer:
         ggml_backend_graph_compute(self.backend, self.graph)
         self.iter += 1
         self.steps += 1
-        for j, (src, host) in enumerate(zip(self.synced[0], self._weight_host)):
+        for j, (src, host) in enumerate(zip(self.synced[0], self._weight_host)):  # none with one replica
             _read(src, host)
             for k in range(1, len(self.contexts)):
                 _write(self.synced[k][j], host)
@@ -162,42 +165,36 @@ class ReplicaOptimizer:
         self.pending_batches = 0
 
     def _hparams(self) -> np.ndarray:
-        """The step op's parameters as ggml_opt_eval fills them (float32 bias corrections included)."""
-        p = self.lr_ud.params
-        if self.optimizer != OPTIMIZER_ADAMW:
-            return np.array([p.sgd.alpha, p.sgd.wd], np.float32)
-        one = np.float32(1.0)
-        beta1h = one / (one - np.power(np.float32(p.adamw.beta1), np.float32(self.iter)))
-        beta2h = one / (one - np.power(np.float32(p.adamw.beta2), np.float32(self.iter)))
-        return np.array([p.adamw.alpha, p.adamw.beta1, p.adamw.beta2, p.adamw.eps, p.adamw.wd, beta1h, beta2h],
-                        np.float32)
+        return step_hparams(self.spec, self.lr_ud.params, self.iter)
 
     # ---- state, in ggml_opt_get_state's form
     def get_state(self) -> dict:
         p = self.lr_ud.params
-        if self.optimizer == OPTIMIZER_ADAMW:
+        if self.spec.name == "adamw":
             hparams = {"learning_rate": float(p.adamw.alpha), "beta1": float(p.adamw.beta1),
                        "beta2": float(p.adamw.beta2), "eps": float(p.adamw.eps), "weight_decay": float(p.adamw.wd)}
         else:
             hparams = {"learning_rate": float(p.sgd.alpha), "weight_decay": float(p.sgd.wd)}
-        state = {"optimizer": ggml_opt_optimizer_name(self.optimizer), "iter": self.iter, "m": {}, "v": {},
+        values = {slot: {name: ggml_backend_tensor_get_data(t).reshape(numpy_shape(param))
+                         for name, param, t in zip(self.names, self.params, tensors)}
+                  for slot, tensors in self.slots.items()}
+        state = {"optimizer": self.spec.name, "iter": self.iter, "m": values.pop("m", {}), "v": values.pop("v", {}),
                  "hparams": hparams}
-        for name, param, m, v in zip(self.names, self.params, self.m, self.v):
-            shape = numpy_shape(param)
-            state["m"][name] = ggml_backend_tensor_get_data(m).reshape(shape)
-            state["v"][name] = ggml_backend_tensor_get_data(v).reshape(shape)
+        if values:
+            state["slots"] = values
         return state
 
     def set_state(self, state: dict) -> None:
-        """Adopt a state (checked by the caller against the model, as ``OptimizerState.set`` does): moments
-        of weights it lacks start from zero."""
-        if state["optimizer"] != ggml_opt_optimizer_name(self.optimizer):
+        """Adopt a state (checked by the caller against the model, as ``OptimizerState.set`` does): slots
+        of weights it lacks start from their initial value."""
+        if state["optimizer"] != self.spec.name:
             raise GgmlValueError(f"the optimizer state is {state['optimizer']}'s but the model trains with "
-                                 f"{ggml_opt_optimizer_name(self.optimizer)}")
-        for name, m, v in zip(self.names, self.m, self.v):
-            for t, key in ((m, "m"), (v, "v")):
-                value = state[key].get(name)
-                value = np.zeros(t.nelements(), np.float32) if value is None else \
+                                 f"{self.spec.name}")
+        kept = {"m": state["m"], "v": state["v"], **(state.get("slots") or {})}
+        for slot, tensors in self.slots.items():
+            for name, t in zip(self.names, tensors):
+                value = (kept.get(slot) or {}).get(name)
+                value = np.full(t.nelements(), self.spec.initial(slot), np.float32) if value is None else \
                     np.ascontiguousarray(value, np.float32).reshape(-1)
                 ggml_backend_tensor_set_data(t, value)
         self.iter = int(state["iter"])
