@@ -176,17 +176,18 @@ from .opt.api import (ggml_opt_alloc, ggml_opt_context_optimizer_type, ggml_opt_
                       ggml_opt_prepare_alloc, ggml_opt_reset, ggml_opt_static_graphs)
 from .opt.constants import (ggml_opt_build_type_forward, ggml_opt_build_type_grad, ggml_opt_build_type_opt,
                             ggml_opt_optimizer_name, ggml_opt_optimizer_type_adamw, ggml_opt_optimizer_type_sgd)
+from .opt.custom_loss import (ggml_opt_loss_custom)
 from .opt.dataset import (ggml_opt_dataset_data, ggml_opt_dataset_free, ggml_opt_dataset_get_batch,
                           ggml_opt_dataset_get_batch_head, ggml_opt_dataset_get_batch_rows, ggml_opt_dataset_init,
                           ggml_opt_dataset_labels, ggml_opt_dataset_ndata, ggml_opt_dataset_shuffle,
                           ggml_opt_dataset_weights)
 from .opt.init import (ggml_opt_default_params, ggml_opt_init, ggml_opt_init_for_fit, ggml_opt_init_for_fit_multi)
 from .opt.loops import (ggml_opt_epoch, ggml_opt_fit)
-from .opt.losses import (ggml_opt_loss_type_binary_cross_entropy, ggml_opt_loss_type_cosine_similarity,
-                         ggml_opt_loss_type_cross_entropy, ggml_opt_loss_type_hinge, ggml_opt_loss_type_huber,
-                         ggml_opt_loss_type_kl_divergence, ggml_opt_loss_type_mae, ggml_opt_loss_type_mean,
-                         ggml_opt_loss_type_mse, ggml_opt_loss_type_squared_hinge, ggml_opt_loss_type_sum,
-                         ggml_opt_loss_type_weighted_mse)
+from .opt.losses import (ggml_opt_loss_type_binary_cross_entropy, ggml_opt_loss_type_binary_cross_entropy_logits,
+                         ggml_opt_loss_type_cosine_similarity, ggml_opt_loss_type_cross_entropy,
+                         ggml_opt_loss_type_hinge, ggml_opt_loss_type_huber, ggml_opt_loss_type_kl_divergence,
+                         ggml_opt_loss_type_mae, ggml_opt_loss_type_mean, ggml_opt_loss_type_mse,
+                         ggml_opt_loss_type_squared_hinge, ggml_opt_loss_type_sum, ggml_opt_loss_type_weighted_mse)
 from .opt.params import (ggml_opt_get_default_optimizer_params, ggml_opt_get_lr, ggml_opt_set_lr)
 from .opt.result import (ggml_opt_result_accuracy, ggml_opt_result_accuracy_i, ggml_opt_result_free,
                          ggml_opt_result_init, ggml_opt_result_loss, ggml_opt_result_loss_i, ggml_opt_result_n_loss,
@@ -335,11 +336,12 @@ __all__ = [
     "ggml_opt_n_loss", "ggml_opt_ncorrect", "ggml_opt_ncorrect_i", "ggml_opt_outputs", "ggml_opt_outputs_i",
     "ggml_opt_pred", "ggml_opt_prepare_alloc", "ggml_opt_reset", "ggml_opt_static_graphs",
     "ggml_opt_build_type_forward", "ggml_opt_build_type_grad", "ggml_opt_build_type_opt", "ggml_opt_optimizer_name",
-    "ggml_opt_optimizer_type_adamw", "ggml_opt_optimizer_type_sgd", "ggml_opt_dataset_data", "ggml_opt_dataset_free",
-    "ggml_opt_dataset_get_batch", "ggml_opt_dataset_get_batch_head", "ggml_opt_dataset_get_batch_rows",
-    "ggml_opt_dataset_init", "ggml_opt_dataset_labels", "ggml_opt_dataset_ndata", "ggml_opt_dataset_shuffle",
-    "ggml_opt_dataset_weights", "ggml_opt_default_params", "ggml_opt_init", "ggml_opt_init_for_fit",
-    "ggml_opt_init_for_fit_multi", "ggml_opt_epoch", "ggml_opt_fit", "ggml_opt_loss_type_binary_cross_entropy",
+    "ggml_opt_optimizer_type_adamw", "ggml_opt_optimizer_type_sgd", "ggml_opt_loss_custom", "ggml_opt_dataset_data",
+    "ggml_opt_dataset_free", "ggml_opt_dataset_get_batch", "ggml_opt_dataset_get_batch_head",
+    "ggml_opt_dataset_get_batch_rows", "ggml_opt_dataset_init", "ggml_opt_dataset_labels", "ggml_opt_dataset_ndata",
+    "ggml_opt_dataset_shuffle", "ggml_opt_dataset_weights", "ggml_opt_default_params", "ggml_opt_init",
+    "ggml_opt_init_for_fit", "ggml_opt_init_for_fit_multi", "ggml_opt_epoch", "ggml_opt_fit",
+    "ggml_opt_loss_type_binary_cross_entropy", "ggml_opt_loss_type_binary_cross_entropy_logits",
     "ggml_opt_loss_type_cosine_similarity", "ggml_opt_loss_type_cross_entropy", "ggml_opt_loss_type_hinge",
     "ggml_opt_loss_type_huber", "ggml_opt_loss_type_kl_divergence", "ggml_opt_loss_type_mae",
     "ggml_opt_loss_type_mean", "ggml_opt_loss_type_mse", "ggml_opt_loss_type_squared_hinge", "ggml_opt_loss_type_sum",

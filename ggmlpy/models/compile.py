@@ -11,6 +11,7 @@ from ..backend.device import Device
 from ..core.args import FLOAT32_MAX, is_int, is_real, learning_rate_arg
 from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
 from ..opt import losses as L
+from ..opt.custom_loss import CustomLoss, ggml_opt_loss_custom
 from ..opt.constants import OPTIMIZER_ADAMW, OPTIMIZER_SGD
 from ..opt.params import check_weight_decay
 from ..opt.rules import optimizer_spec, OptimizerSpec
@@ -39,7 +40,7 @@ LOSSES = {
 _LOSS_BY_TYPE = {L.LOSS_CROSS_ENTROPY: "categorical_crossentropy", L.LOSS_MSE: "mse", L.LOSS_MAE: "mae",
                  L.LOSS_HUBER: "huber", L.LOSS_BINARY_CROSS_ENTROPY: "binary_crossentropy",
                  L.LOSS_KL_DIVERGENCE: "kl_divergence", L.LOSS_HINGE: "hinge", L.LOSS_SQUARED_HINGE: "squared_hinge",
-                 L.LOSS_COSINE_SIMILARITY: "cosine_similarity"}
+                 L.LOSS_COSINE_SIMILARITY: "cosine_similarity", L.LOSS_BINARY_CROSS_ENTROPY_LOGITS: "binary_crossentropy"}
 
 
 @dataclass
@@ -47,12 +48,17 @@ class HeadSpec:
     """One model output and its loss."""
     name: str            # the output layer's name
     loss: str            # canonical loss name
-    loss_type: int       # ggml-opt / ggmlpy loss type used in training
+    loss_type: int       # ggml-opt / ggmlpy loss type used in training (a custom loss: CustomLoss, with its fn)
     sparse: bool         # labels are class ids (made one-hot before they reach ggml)
-    from_logits: bool    # cross-entropy on the raw outputs (no softmax at the end of the model)
+    from_logits: bool    # cross-entropy on the raw outputs (no softmax/sigmoid at the end of the model)
     fused: bool          # the final softmax is left out of the training graph: ggml's loss applies it
     shape: tuple         # one sample's output shape
     weight: float = 1.0
+
+    @property
+    def custom(self) -> Any:
+        """The custom loss (``CustomLoss``: its function and name), or None."""
+        return self.loss_type if isinstance(self.loss_type, CustomLoss) else None
 
     @property
     def loss_type_name(self) -> str:
@@ -66,7 +72,7 @@ class HeadSpec:
 
     @property
     def classification(self) -> bool:
-        return self.loss_type in (L.LOSS_CROSS_ENTROPY, L.LOSS_BINARY_CROSS_ENTROPY)
+        return self.loss_type == L.LOSS_CROSS_ENTROPY or self.loss_type in L.BINARY_LOSSES
 
 
 @dataclass
@@ -82,6 +88,7 @@ class CompileConfig:
     adam: tuple[float, float, float] | None = None  # (beta_1, beta_2, epsilon); None: ggml's 0.9, 0.999, 1e-8
     head_metrics: list = field(default_factory=list)  # each head's metrics beyond accuracy (keras_metrics.MetricSpec)
     optimizer_spec: OptimizerSpec = field(default_factory=OptimizerSpec)  # the rule, its settings and clipping
+    from_logits: list | None = None  # what ggml_compile was told per output (None: nothing)
 
     def loss_weights(self) -> list[float] | None:
         """The heads' loss weights for the training graph (None: one head of weight 1, ggml's own loss). A single
@@ -97,15 +104,19 @@ class CompileConfig:
                 "loss_weights": [h.weight for h in self.heads], "metrics": metrics, "backend": self.backend,
                 "learning_rate": self.learning_rate, "weight_decay": self.weight_decay,
                 **({} if self.adam is None else dict(zip(("beta_1", "beta_2", "epsilon"), self.adam))),
-                **self.optimizer_spec.settings()}
+                **self.optimizer_spec.settings(),
+                **({} if self.from_logits is None else {"from_logits": self.from_logits})}
 
 
 def _loss_name(loss: Any, i: int) -> str:
+    if isinstance(loss, CustomLoss):
+        return loss.name
     if is_int(loss) and int(loss) in _LOSS_BY_TYPE:
         return _LOSS_BY_TYPE[int(loss)]
     if not isinstance(loss, str) or loss.lower() not in LOSSES:
         raise GgmlValueError(f"unknown loss {loss!r} (output {i}); expected one of "
-                             f"{', '.join(sorted(LOSSES))} or a ggml_opt_loss_type_*() constant")
+                             f"{', '.join(sorted(LOSSES))}, a ggml_opt_loss_type_*() constant or a function "
+                             "fn(ctx, y_true, y_pred) built from ggmlpy ops")
     name = loss.lower()
     return {"mean_squared_error": "mse", "mean_absolute_error": "mae", "huber_loss": "huber", "kld": "kl_divergence",
             "kullback_leibler_divergence": "kl_divergence", "cosine": "cosine_similarity"}.get(name, name)
@@ -137,18 +148,39 @@ def _check_cross_entropy_output(node: Node, loss: str) -> None:
                              f"probabilities; put the {node.layer.kind} before the last layer")
 
 
-def _head(node: Node, loss: str, weight: float) -> HeadSpec:
-    loss_type, _ = LOSSES[loss]
+def _head(node: Node, loss: str, weight: float, from_logits: bool | None, custom: Any = None) -> HeadSpec:
     activation = getattr(node.layer, "activation", None)
+    name = node.layer.name
+    if custom is not None:
+        if from_logits is not None:
+            raise GgmlValueError(f"from_logits= says whether a cross-entropy takes logits, but output '{name}' is "
+                                 f"trained with the custom loss '{loss}', which sees the outputs as they are")
+        return HeadSpec(name, loss, custom, False, from_logits=False, fused=False, shape=node.shape, weight=weight)
+    loss_type, _ = LOSSES[loss]
+    if from_logits is not None and loss_type not in (L.LOSS_CROSS_ENTROPY, L.LOSS_BINARY_CROSS_ENTROPY):
+        raise GgmlValueError(f"from_logits= says whether a cross-entropy takes logits, but output '{name}' is trained "
+                             f"with {loss}; leave it None for that output (a list or dict gives one per output)")
     if loss_type == L.LOSS_CROSS_ENTROPY:
+        if from_logits is True and activation == "softmax":
+            raise GgmlValueError(f"{loss}: from_logits=True takes the raw outputs, but output '{name}' ends in a "
+                                 "softmax; drop the activation (ggml_predict then returns logits) or from_logits")
+        if from_logits is False and activation != "softmax":
+            raise GgmlValueError(f"{loss}: from_logits=False takes probabilities, but output '{name}' does not end in a "
+                                 "softmax; add activation='softmax', or set from_logits=True (or leave it None)")
         _check_cross_entropy_output(node, loss)
-    if loss == "binary_crossentropy" and activation != "sigmoid":
-        warnings.warn(f"binary_crossentropy expects probabilities; output '{node.layer.name}' does not end in a "
-                      "sigmoid (add activation='sigmoid')", GgmlpyWarning, stacklevel=4)
+    if loss_type == L.LOSS_BINARY_CROSS_ENTROPY and from_logits:
+        if activation == "sigmoid":
+            raise GgmlValueError(f"{loss}: from_logits=True takes the raw outputs, but output '{name}' ends in a "
+                                 "sigmoid; drop the activation (ggml_predict then returns logits) or from_logits")
+        loss_type = L.LOSS_BINARY_CROSS_ENTROPY_LOGITS
+    elif loss_type == L.LOSS_BINARY_CROSS_ENTROPY and activation != "sigmoid":
+        warnings.warn(f"binary_crossentropy expects probabilities; output '{name}' does not end in a sigmoid (add "
+                      "activation='sigmoid', or compile with from_logits=True for raw outputs)", GgmlpyWarning,
+                      stacklevel=4)
     fused = loss_type == L.LOSS_CROSS_ENTROPY and activation == "softmax"
-    return HeadSpec(node.layer.name, loss, loss_type, loss == "sparse_categorical_crossentropy",
-                    from_logits=loss_type == L.LOSS_CROSS_ENTROPY and not fused, fused=fused, shape=node.shape,
-                    weight=weight)
+    return HeadSpec(name, loss, loss_type, loss == "sparse_categorical_crossentropy",
+                    from_logits=loss_type in (L.LOSS_CROSS_ENTROPY, L.LOSS_BINARY_CROSS_ENTROPY_LOGITS) and not fused,
+                    fused=fused, shape=node.shape, weight=weight)
 
 
 def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical_crossentropy",
@@ -158,7 +190,7 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
                  momentum: float | None = None, nesterov: bool | None = None, rho: float | None = None,
                  centered: bool | None = None, initial_accumulator_value: float | None = None,
                  clipnorm: float | None = None, global_clipnorm: float | None = None,
-                 clipvalue: float | None = None) -> Model:
+                 clipvalue: float | None = None, from_logits: Any = None) -> Model:
     """Choose the optimizer, the loss and the backend of a model, and put its weights on that backend.
 
     Arguments:
@@ -179,8 +211,21 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
             gives one loss per output of a multi-output model. The cross-entropies take **logits**: with a
             softmax last layer the softmax is left to ggml's fused loss in training, and ``ggml_predict``
             still returns probabilities; without an activation, the raw outputs are treated as logits.
+            A **function** ``fn(ctx, y_true, y_pred)`` built from ggmlpy ops (or ``ggml_opt_loss_custom(fn, name)``)
+            is a custom loss: it gets the labels and the outputs as ggml tensors (``[features, batch]``) and
+            returns per-sample or per-element values (the batch as the last axis) or a scalar, whose mean is
+            the loss; ggml's autodiff trains it, on the model's device. ``ggml_evaluate`` computes it with the
+            same function on the CPU. A model with a custom loss is saved with ``ggml_save_weights`` (its loss
+            is code: ``ggml_save_model`` and pickling refuse it).
             Any other last activation (sigmoid, tanh, relu), or a dropout after the softmax, is refused:
             it would be trained as if it were logits.
+        from_logits: Keras' switch of the cross-entropies: True (the outputs are logits: the model ends without
+            an activation, ``ggml_predict`` returns logits), False (probabilities: a softmax or sigmoid last), or
+            None (the default: a categorical cross-entropy follows the last activation, as above; binary
+            cross-entropy takes probabilities, as in Keras). ``binary_crossentropy`` with ``from_logits=True``
+            trains ``max(z, 0) - z*y + log(1 + exp(-|z|))``, stable for any logit, and its accuracy and
+            metrics read ``sigmoid(z)``. A list (or dict by output name) gives one per output; a setting that
+            contradicts the output's activation is refused.
         metrics: what ``ggml_fit`` logs per epoch (``train_<name>`` and ``val_<name>`` columns) and
             ``ggml_evaluate`` returns besides the loss, with Keras' names: ``"accuracy"`` (also ``"acc"``,
             ``"sparse_categorical_accuracy"``, ``"categorical_accuracy"``, ``"binary_accuracy"``: logged as
@@ -212,14 +257,16 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
         learning_rate: the optimizer's starting learning rate (default ggml's 1e-3).
         weight_decay: decoupled weight decay in [0, 1].
         beta_1, beta_2, epsilon: Adam's moment decays (in [0, 1)) and the constant added to the root of the second
-            moment (>= 0), Keras' names; None keeps ggml's 0.9, 0.999 and 1e-8 (Keras' epsilon is 1e-7). Only
-            with ``optimizer="adam"``. They are saved with the model and its optimizer state.
+            moment (>= 0), Keras' names; None keeps ggml's 0.9, 0.999 and 1e-8 (Keras' epsilon is 1e-7). The
+            betas only with ``optimizer="adam"``; ``epsilon`` also for RMSprop and Adagrad (> 0 there, default
+            1e-7, Keras'). They are saved with the model and its optimizer state.
         momentum, nesterov, rho, centered, initial_accumulator_value: the settings of SGD, RMSprop and Adagrad
             above (Keras' names; None keeps Keras' defaults).
         clipnorm, global_clipnorm, clipvalue: Keras' gradient clipping before every optimizer step, one kind at
             a time: each weight's gradient scaled to an L2 norm of at most ``clipnorm``, all of them together to a
             joint norm of at most ``global_clipnorm``, or every element clamped to ``[-clipvalue, clipvalue]``.
-            Works with every optimizer (with gradient accumulation, on the summed gradient of the logical batch).
+            Works with every optimizer (with gradient accumulation, on the logical batch's mean gradient, as
+            Keras' ``gradient_accumulation_steps``).
 
     Value: the model, compiled in place (``model = ggml_compile(model, ...)`` and
     ``ggml_compile(model, ...)`` both work). Weights are drawn here (Glorot-uniform kernels, zero biases)
@@ -265,7 +312,10 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
     if len(weights) != len(outputs) or any(not is_real(w) or not 0 <= w <= FLOAT32_MAX for w in weights):
         raise GgmlValueError(f"loss_weights must be {len(outputs)} finite numbers >= 0 (float32: at most "
                              f"{FLOAT32_MAX:.4g}), got {loss_weights!r}")
-    heads = [_head(n, _loss_name(l, i), float(w)) for i, (n, l, w) in enumerate(zip(outputs, losses, weights))]
+    logits = _from_logits(_by_output(from_logits, outputs, "from_logits"), losses, len(outputs))
+    losses = [ggml_opt_loss_custom(l) if callable(l) and not isinstance(l, CustomLoss) else l for l in losses]
+    heads = [_head(n, _loss_name(l, i), float(w), f, l if isinstance(l, CustomLoss) else None)
+             for i, (n, l, w, f) in enumerate(zip(outputs, losses, weights, logits))]
     accuracy, head_metrics = resolve_metrics(metrics, heads, [n.layer.name for n in outputs])
     lr = None
     if learning_rate is not None:
@@ -273,7 +323,8 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
     check_weight_decay(weight_decay)
     adam = _adam_settings(spec.name, beta_1, beta_2, epsilon)
     config = CompileConfig(opt_name, spec.ggml_type, heads, ["accuracy"] if accuracy else [], backend, lr,
-                           float(weight_decay), adam=adam, head_metrics=head_metrics, optimizer_spec=spec)
+                           float(weight_decay), adam=adam, head_metrics=head_metrics, optimizer_spec=spec,
+                           from_logits=logits if any(f is not None for f in logits) else None)
     # before the old one goes (a failure leaves the model as it was); the weights come from the newest holder
     # of each layer: the old runtime, another model sharing the layer, or the copy a layer carries
     runtime = Runtime(model, backend, shares=shares)
@@ -283,6 +334,17 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
         runtime.free()  # the old one is in use: keep it, drop the new one
         raise
     return model
+
+
+def _from_logits(value: Any, losses: list, n: int) -> list:
+    """``from_logits`` per output: None (the output's activation decides), True or False; a loss given as
+    ``ggml_opt_loss_type_binary_cross_entropy_logits()`` takes logits."""
+    values = list(value) if isinstance(value, (list, tuple)) else [value] * n
+    if len(values) != n or any(v is not None and not isinstance(v, (bool, np.bool_)) for v in values):
+        raise GgmlValueError(f"from_logits must be True, False or None, or {n} of them (a list in output order or a "
+                             f"dict by output name), got {value!r}")
+    return [True if v is None and is_int(l) and int(l) == L.LOSS_BINARY_CROSS_ENTROPY_LOGITS else
+            (None if v is None else bool(v)) for v, l in zip(values, losses)]
 
 
 def _adam_settings(optimizer: str, beta_1: Any, beta_2: Any, epsilon: Any) -> tuple[float, float, float] | None:

@@ -11,6 +11,7 @@ import threading
 
 import numpy as np
 
+from ..opt.custom_loss import evaluate_custom_loss
 from .compile import HeadSpec
 from .keras_metrics import HeadBatch, MetricSpec
 
@@ -21,6 +22,8 @@ HUBER_DELTA = 1.0
 
 def per_sample_loss(h: HeadSpec, out: np.ndarray, y: np.ndarray) -> np.ndarray:
     """The loss of each sample, shape (N,). ``out`` is what ``ggml_predict`` returns."""
+    if h.custom is not None:  # its own function, on the CPU
+        return evaluate_custom_loss(h.custom, out, y)
     n = out.shape[0]
     o = out.reshape(n, -1).astype(np.float64)
     t = y.reshape(n, -1).astype(np.float64)
@@ -32,6 +35,8 @@ def per_sample_loss(h: HeadSpec, out: np.ndarray, y: np.ndarray) -> np.ndarray:
         else:
             logp = np.log(np.clip(o, EPS, 1.0))
         return -(t * logp).sum(axis=2).mean(axis=1)
+    if h.loss_type_name == "binary_cross_entropy_logits":  # Keras' stable form on logits
+        return (np.maximum(o, 0) - o * t + np.log1p(np.exp(-np.abs(o)))).mean(axis=1)
     if h.loss_type_name == "binary_cross_entropy":
         p = o * (1 - 2 * EPS) + EPS
         q = (1 - o) * (1 - 2 * EPS) + EPS
@@ -68,8 +73,9 @@ def correct(h: HeadSpec, out: np.ndarray, y: np.ndarray) -> np.ndarray | None:
     if h.loss_type_name == "cross_entropy":   # the share of a sample's positions classified right
         o, t = out.reshape(n, -1, h.shape[-1]), y.reshape(n, -1, h.shape[-1])
         return (o.argmax(axis=2) == t.argmax(axis=2)).mean(axis=1)
-    if h.loss_type_name == "binary_cross_entropy":
-        return ((out.reshape(n, -1) > 0.5) == (y.reshape(n, -1) > 0.5)).mean(axis=1)
+    if h.loss_type_name in ("binary_cross_entropy", "binary_cross_entropy_logits"):
+        threshold = 0.0 if h.loss_type_name == "binary_cross_entropy_logits" else 0.5  # a logit of 0 is p = 0.5
+        return ((out.reshape(n, -1) > threshold) == (y.reshape(n, -1) > 0.5)).mean(axis=1)
     return None
 
 
@@ -86,6 +92,8 @@ def predictions(h: HeadSpec, out: np.ndarray, graph_output: bool) -> tuple[np.nd
     if h.fused and graph_output:
         probs = softmax_rows(out.reshape(-1, h.shape[-1]))
         return probs, probs
+    if h.loss_type_name == "binary_cross_entropy_logits":
+        return out, 1.0 / (1.0 + np.exp(-out.astype(np.float64)))
     if h.from_logits:
         return out, softmax_rows(out.reshape(-1, h.shape[-1]))
     return out, out

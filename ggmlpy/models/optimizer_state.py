@@ -83,7 +83,7 @@ class OptimizerState:
         """Read the state back from an opt context after training (also after an exception). Moments of
         weights that were frozen in this run are kept from before. The state is stored before the warning
         about a partial logical batch, so a warning turned into an error (``-W error``) loses no steps."""
-        new = self.read(opt_ctx)
+        new = _complete(self.read(opt_ctx), getattr(opt_ctx, "spec", None))
         old = self.state
         if old is not None and old["optimizer"] == new["optimizer"]:
             for key in ("m", "v"):
@@ -137,3 +137,20 @@ class OptimizerState:
         self.state = {**state, "m": as_f32.pop("m"), "v": as_f32.pop("v")}
         if as_f32:
             self.state["slots"] = as_f32
+        self.state = _complete(self.state, spec)
+
+
+def _complete(state: dict, spec: OptimizerSpec | None) -> dict:
+    """``state`` with every slot of ``spec`` (beyond AdamW's m/v) held for every weight any slot holds, at the
+    slot's initial value where it had none: a file saved with fewer settings (RMSprop without momentum loaded
+    into one with) gains the new slot for every weight, not only for those the next fit trains."""
+    if spec is None or spec.name == "adamw" or not spec.slots:
+        return state
+    slots = {k: dict(v) for k, v in (state.get("slots") or {}).items()}
+    shapes = {name: np.shape(a) for values in slots.values() for name, a in values.items()}
+    for slot in spec.slots:
+        values = slots.setdefault(slot, {})
+        for name, shape in shapes.items():
+            if name not in values:
+                values[name] = np.full(shape, spec.initial(slot), np.float32)
+    return {**state, "slots": slots}

@@ -288,6 +288,11 @@ def save_model(model: Model, path: Any, include_optimizer: Any, state: dict | No
         raise GgmlValueError(f"{fn}: layer(s) {unsavable} are custom layers, whose forward functions are code that "
                              "a file or a pickle cannot hold. Save the weights with ggml_save_weights, build the "
                              "model again in code (the same layer names) and load them with ggml_load_weights")
+    custom = [h.name for h in cfg.heads if h.custom is not None]
+    if custom:
+        raise GgmlValueError(f"{fn}: output(s) {custom} are trained with custom losses, whose functions are code that "
+                             "a file or a pickle cannot hold. Save the weights with ggml_save_weights, compile the "
+                             "model again in code with the same loss and load them with ggml_load_weights")
     meta = _metadata(model, "model")
     meta["ggmlpy.model"] = json.dumps(model.architecture())
     meta["ggmlpy.compile"] = json.dumps(cfg.to_dict())
@@ -368,7 +373,7 @@ def ggml_load_model(path: Any, backend: str = "auto", include_optimizer: bool = 
         settings = {k: cfg[k] for k in ("optimizer", "loss", "metrics", "loss_weights", "learning_rate",
                                         "weight_decay")}
         settings.update({k: cfg[k] for k in ("beta_1", "beta_2", "epsilon") if k in cfg})  # files since Dec 2026
-        settings.update({k: cfg[k] for k in OPTIMIZER_SETTINGS if k in cfg})
+        settings.update({k: cfg[k] for k in OPTIMIZER_SETTINGS + ("from_logits",) if k in cfg})
     except GgmlpyError:
         raise
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:

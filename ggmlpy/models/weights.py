@@ -235,3 +235,5 @@ class ModelWeights:
                                  "fit its weights")
         for layer, name, value in values:
             params.write(layer, name, value)
+        # data-parallel replicas get them now: the fit's steps (and its end) take every replica to be in step
+        self._model.runtime.sync_replicas()

@@ -399,7 +399,8 @@ def heads_from(outputs: Any, loss_types: Any, loss_weights: Any = None, sample_w
         L.check_loss_type(t, f"loss_types[{i}]")
         if not is_real(w) or not math.isfinite(w) or w < 0:
             raise GgmlValueError(f"loss_weights[{i}] must be a finite number >= 0, got {w!r}")
-        heads.append(L.Head(int(t), o, float(w), sample_weighted=sample_weighted))
+        heads.append(L.Head(int(t), o, float(w), sample_weighted=sample_weighted,
+                            custom=t if isinstance(t, L.CustomLoss) else None))
     return heads
 
 

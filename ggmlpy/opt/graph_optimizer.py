@@ -38,6 +38,11 @@ from .params import LrUserdata
 from .rules import clip_gradients, hparams_size, OptimizerSpec, step_hparams, step_ops
 
 
+# a bound on the step's nodes per weight beyond the replicas' sums: the widest rule (centered RMSprop with momentum,
+# ~23 with its views and copies), clipping (~7) and the scale of the accumulated gradient, with room to spare
+NODES_PER_WEIGHT = 48
+
+
 class GraphOptimizer:
     """One optimizer for K >= 1 gradient-only opt contexts (replicas of a model), stepping on ``backend``
     (replica 0's). ``contexts[k]``: replica k's gradient-only opt context;
@@ -83,16 +88,16 @@ class GraphOptimizer:
         ctx, K, spec = self._ctx, len(self.contexts), self.spec
         new = (lambda t, name: ggml_set_name(ggml_new_tensor(ctx, GGML_TYPE_F32, 4, t.shape), name))
         # replicas 1..K-1 send their accumulated gradients into these, on replica 0's device
-        self.received = [[new(t, f"replica {k} grad {n}") for n, t in zip(names, self.params)]
-                         for k in range(1, K)]
-        self.slots = {s: [new(t, f"{s} {n}") for n, t in zip(names, self.params)] for s in spec.slots}
+        # named by index: a weight's name may be as long as ggml allows a tensor's
+        self.received = [[new(t, f"replica {k} grad #{j}") for j, t in enumerate(self.params)] for k in range(1, K)]
+        self.slots = {s: [new(t, f"{s} #{j}") for j, t in enumerate(self.params)] for s in spec.slots}
         self.hparams = ggml_new_tensor(ctx, GGML_TYPE_F32, 1, (hparams_size(spec),))
         buf = ggml_backend_alloc_ctx_tensors(ctx, self.backend)
         self._owned.insert(0, buf)
         for slot, tensors in self.slots.items():
             for t in tensors:
                 ggml_backend_tensor_set_data(t, np.full(t.nelements(), spec.initial(slot), np.float32))
-        n_nodes = len(names) * (2 * K + 24) + 16
+        n_nodes = len(names) * (2 * K + NODES_PER_WEIGHT) + 64
         self._graph_ctx = ggml_init(mem_size=ggml_graph_overhead(n_nodes) + n_nodes * ggml_tensor_overhead(),
                                     no_alloc=True)
         self._owned.append(self._graph_ctx)

@@ -22,13 +22,14 @@ from ..errors import GgmlValueError
 from ..graph.context import ggml_graph_overhead, ggml_init, ggml_tensor_overhead
 from ..graph.objects import Context, Tensor
 from ..graph.tensor import ggml_new_tensor_2d, ggml_set_input, ggml_set_name, ggml_set_output
-from ..ops.elementwise import (ggml_abs, ggml_add, ggml_cont, ggml_div, ggml_log, ggml_mul, ggml_relu, ggml_scale,
-                               ggml_scale_bias, ggml_soft_max, ggml_sqr, ggml_sqrt, ggml_step, ggml_sub)
+from ..ops.elementwise import (ggml_abs, ggml_add, ggml_cont, ggml_div, ggml_exp, ggml_log, ggml_mul, ggml_relu,
+                               ggml_scale, ggml_scale_bias, ggml_soft_max, ggml_sqr, ggml_sqrt, ggml_step, ggml_sub)
 from ..ops.layout import ggml_reshape, ggml_reshape_4d
 from ..ops.linalg import ggml_cross_entropy_loss
 from ..ops.reduce import ggml_argmax, ggml_count_equal, ggml_repeat, ggml_sum, ggml_sum_rows
 from ..backend.buffer import ggml_backend_alloc_ctx_tensors
 from ..backend.probe import backend_runs
+from .custom_loss import CustomLoss, custom_loss_tensor, LOSS_CUSTOM
 
 
 LOSS_MEAN = int(lib.GGML_OPT_LOSS_TYPE_MEAN)
@@ -38,11 +39,14 @@ LOSS_MSE = int(lib.GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR)
 # ggmlR's extensions, numbered after ggml's own as in ggmlR's ggml-opt; then Keras' losses ggmlR lacks.
 LOSS_WEIGHTED_MSE, LOSS_MAE, LOSS_HUBER, LOSS_BINARY_CROSS_ENTROPY = 4, 5, 6, 7
 LOSS_KL_DIVERGENCE, LOSS_HINGE, LOSS_SQUARED_HINGE, LOSS_COSINE_SIMILARITY = 8, 9, 10, 11
+LOSS_BINARY_CROSS_ENTROPY_LOGITS = 12
 
 LOSS_NAMES = {LOSS_MEAN: "mean", LOSS_SUM: "sum", LOSS_CROSS_ENTROPY: "cross_entropy", LOSS_MSE: "mse",
               LOSS_WEIGHTED_MSE: "weighted_mse", LOSS_MAE: "mae", LOSS_HUBER: "huber",
               LOSS_BINARY_CROSS_ENTROPY: "binary_cross_entropy", LOSS_KL_DIVERGENCE: "kl_divergence",
-              LOSS_HINGE: "hinge", LOSS_SQUARED_HINGE: "squared_hinge", LOSS_COSINE_SIMILARITY: "cosine_similarity"}
+              LOSS_HINGE: "hinge", LOSS_SQUARED_HINGE: "squared_hinge", LOSS_COSINE_SIMILARITY: "cosine_similarity",
+              LOSS_BINARY_CROSS_ENTROPY_LOGITS: "binary_cross_entropy_logits", LOSS_CUSTOM: "custom"}
+BINARY_LOSSES = {LOSS_BINARY_CROSS_ENTROPY, LOSS_BINARY_CROSS_ENTROPY_LOGITS}
 BUILTIN_LOSSES = {LOSS_MEAN, LOSS_SUM, LOSS_CROSS_ENTROPY, LOSS_MSE}
 LABELLED_LOSSES = set(LOSS_NAMES) - {LOSS_MEAN, LOSS_SUM}
 BCE_EPS = 1e-7
@@ -263,6 +267,24 @@ def ggml_opt_loss_type_cosine_similarity() -> int:
 COSINE_EPS = 1e-12
 
 
+def ggml_opt_loss_type_binary_cross_entropy_logits() -> int:
+    """Loss type BINARY_CROSS_ENTROPY_LOGITS: binary cross-entropy on **logits** (Keras'
+    ``BinaryCrossentropy(from_logits=True)``): per element ``max(z, 0) - z * y + log(1 + exp(-|z|))``, which is
+    ``-(y log s + (1 - y) log(1 - s))`` with ``s = sigmoid(z)`` computed without overflow and without the
+    probabilities' clipping, so large logits still get a gradient. The loss is the mean over all output
+    elements; labels are 0/1 (or soft targets in [0, 1]) in the outputs' layout. Leave the sigmoid out of the
+    model. Binary accuracy counts a logit above 0 as a yes. Built by ggmlpy from differentiable ops, so
+    ``ggml_opt_fit``/``ggml_opt_epoch`` (ggml's C loops) cannot use it.
+
+    Value: the int constant 12.
+
+    Example:
+        >>> z = ggml_add(ctx, ggml_mul_mat(ctx, w, x), b)   # logits, no sigmoid
+        >>> ggml_fit_opt_gen(sched, ctx, x, z, gen, loss_type=ggml_opt_loss_type_binary_cross_entropy_logits())
+    """
+    return LOSS_BINARY_CROSS_ENTROPY_LOGITS
+
+
 def _unit_rows(ctx: Context, x: Tensor) -> Tensor:
     """``x`` with each row (ne0) divided by its L2 norm; the norm repeated to x's shape so that the division's
     backward sees equal shapes."""
@@ -271,9 +293,10 @@ def _unit_rows(ctx: Context, x: Tensor) -> Tensor:
 
 
 def check_loss_type(loss_type: Any, what: str = "loss_type") -> int:
-    if isinstance(loss_type, bool) or not isinstance(loss_type, int) or loss_type not in LOSS_NAMES:
-        options = ", ".join(f"ggml_opt_loss_type_{n}()" for n in LOSS_NAMES.values())
-        raise GgmlValueError(f"{what}: expected one of {options}, got {loss_type!r}")
+    if isinstance(loss_type, bool) or not isinstance(loss_type, int) or loss_type not in LOSS_NAMES or \
+            loss_type == LOSS_CUSTOM and not isinstance(loss_type, CustomLoss):
+        options = ", ".join(f"ggml_opt_loss_type_{n}()" for n in LOSS_NAMES.values() if n != "custom")
+        raise GgmlValueError(f"{what}: expected one of {options} or ggml_opt_loss_custom(fn), got {loss_type!r}")
     return loss_type
 
 
@@ -303,6 +326,7 @@ class Head:
     ncorrect: Tensor | None = None  # cross-entropy heads: I64 count of argmax matches, set after each eval
     scores: Tensor | None = None   # cross-entropy heads: a readable copy of the outputs (the logits)
     sample_weighted: bool = False  # every loss: a [1, batch] weight per sample (``weights``) scales its loss
+    custom: "CustomLoss | None" = None  # LOSS_CUSTOM: the loss type with its function
 
 
 @dataclass
@@ -350,6 +374,15 @@ def _head_value(ctx: Context, head: Head) -> Tensor:
         return ggml_cross_entropy_loss(ctx, out, y)
     if t == LOSS_SUM:
         return ggml_sum(ctx, _elementwise(ctx, head, out, y))
+    if t == LOSS_CUSTOM:
+        per = custom_loss_tensor(ctx, head.custom, y, out, physical_batch(out))
+        if head.weights is not None:
+            if per.nelements() == 1:
+                raise GgmlValueError(f"the custom loss '{head.custom.name}' returns one value per batch, so sample "
+                                     "weights cannot weigh its samples; return per-sample values (the batch as the "
+                                     "last axis)")
+            per = ggml_mul(ctx, per, ggml_reshape_4d(ctx, head.weights, *_per_sample_shape(per)))
+        return _elementwise_mean(ctx, per)
     return _elementwise_mean(ctx, _elementwise(ctx, head, out, y))
 
 
@@ -374,6 +407,10 @@ def _elementwise_unweighted(ctx: Context, t: int, out: Tensor, y: Tensor | None)
         ll = ggml_add(ctx, ggml_mul(ctx, ggml_log(ctx, p), y),
                           ggml_mul(ctx, ggml_log(ctx, q), not_y))
         return ggml_scale(ctx, ll, -1.0)
+    if t == LOSS_BINARY_CROSS_ENTROPY_LOGITS:
+        # relu(z) - z y + log(1 + exp(-|z|)): exp never sees a positive argument (Keras' stable form)
+        tail = ggml_log(ctx, ggml_scale_bias(ctx, ggml_exp(ctx, ggml_scale(ctx, ggml_abs(ctx, out), -1.0)), 1.0, 1.0))
+        return ggml_add(ctx, ggml_sub(ctx, ggml_relu(ctx, out), ggml_mul(ctx, out, y)), tail)
     if t == LOSS_KL_DIVERGENCE:
         # y (log y' - log p') per element, times the row length so that the mean over elements is Keras' mean
         # over rows of the sum over the last axis; y' and p' squeezed into [eps, 1 - eps] as for BCE
@@ -419,7 +456,7 @@ def build_loss_graph(heads: Sequence[Head], sched, loss_mask_ne0: int | None = N
     kinds = {h.loss_type == LOSS_SUM for h in heads}
     if len(kinds) > 1:
         raise GgmlValueError("heads cannot mix the SUM loss with per-datapoint losses (ggmlR refuses it too)")
-    n_tensors = 40 * len(heads) + 8
+    n_tensors = 40 * len(heads) + 8 + 512 * sum(h.loss_type == LOSS_CUSTOM for h in heads)  # room for fn's ops
     ctx = ggml_init(mem_size=n_tensors * ggml_tensor_overhead() + ggml_graph_overhead(64) + 4096, no_alloc=True)
     batch = physical_batch(heads[0].outputs)
     graph_extra: list[Tensor] = []
@@ -435,7 +472,7 @@ def build_loss_graph(heads: Sequence[Head], sched, loss_mask_ne0: int | None = N
         if h.sample_weighted:
             h.weights = ggml_set_input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, batch))
             ggml_set_name(h.weights, f"sample_weights_{i + 1}")
-            if h.outputs.shape[2:] != (1, 1) and h.loss_type != LOSS_CROSS_ENTROPY:
+            if h.outputs.shape[2:] != (1, 1) and h.loss_type not in (LOSS_CROSS_ENTROPY, LOSS_CUSTOM):
                 h.weights = ggml_reshape_4d(ctx, h.weights, *_per_sample_shape(h.outputs))
         elif h.loss_type == LOSS_WEIGHTED_MSE:
             width = loss_mask_ne0 or 1
@@ -455,7 +492,7 @@ def build_loss_graph(heads: Sequence[Head], sched, loss_mask_ne0: int | None = N
                                                               ggml_argmax(ctx, h.labels)))
             ggml_set_name(h.ncorrect, f"ncorrect_{i + 1}")
             graph_extra.append(h.ncorrect)
-        elif h.loss_type == LOSS_BINARY_CROSS_ENTROPY:
+        elif h.loss_type in BINARY_LOSSES:
             h.ncorrect = ggml_set_name(ggml_set_output(_binary_correct(ctx, h, batch)), f"ncorrect_{i + 1}")
             graph_extra.append(h.ncorrect)
         h.value = ggml_set_output(_head_value(ctx, h))
@@ -477,9 +514,10 @@ def build_loss_graph(heads: Sequence[Head], sched, loss_mask_ne0: int | None = N
 
 def _binary_correct(ctx: Context, h: Head, batch: int) -> Tensor:
     """Binary accuracy counted in the graph (Keras' binary_accuracy at 0.5): the samples' shares of outputs on
-    the side of 0.5 their label is on, summed over the batch (an F32 scalar)."""
+    the side of 0.5 their label is on (of 0 for logits), summed over the batch (an F32 scalar)."""
     per_sample = h.outputs.nelements() // batch
-    pred = ggml_step(ctx, ggml_scale_bias(ctx, h.outputs, 1.0, -0.5))
+    threshold = 0.0 if h.loss_type == LOSS_BINARY_CROSS_ENTROPY_LOGITS else 0.5
+    pred = ggml_step(ctx, ggml_scale_bias(ctx, h.outputs, 1.0, -threshold))
     truth = ggml_step(ctx, ggml_scale_bias(ctx, h.labels, 1.0, -0.5))
     wrong = ggml_sum(ctx, ggml_abs(ctx, ggml_sub(ctx, pred, truth)))
     return ggml_scale_bias(ctx, wrong, -1.0 / per_sample, float(batch))
@@ -498,3 +536,4 @@ def loss_backend(ctx: Context, sched) -> Any:
         if all(backend_runs(backend, t)[0] for t in ops_in_ctx):
             return backend
     return sched.backends[-1]
+

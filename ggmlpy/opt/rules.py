@@ -121,8 +121,8 @@ def optimizer_spec(name: str, settings: dict, fn: str) -> OptimizerSpec:
     number("momentum", 0.0, 1.0, False, True, "a number in [0, 1)")
     number("rho", 0.0, 1.0, False, True, "a number in [0, 1) (the decay of the squared gradients' average)")
     number("initial_accumulator_value", 0.0, FLOAT32_MAX, False, False, "a finite number >= 0")
-    for key in _CLIPS:
-        number(key, 0.0, FLOAT32_MAX, True, False, "a finite number > 0")
+    for key in _CLIPS:  # from 1e-30: a clip's reciprocal (the norms' scale) must be a finite float32
+        number(key, 1e-30, FLOAT32_MAX, False, False, "a finite number >= 1e-30")
     if "epsilon" in given and name in ("rmsprop", "adagrad"):
         number("epsilon", 0.0, FLOAT32_MAX, False, False, "a finite number >= 0")
     elif "epsilon" in given:
@@ -136,7 +136,11 @@ def optimizer_spec(name: str, settings: dict, fn: str) -> OptimizerSpec:
         raise GgmlValueError(f"{fn}: nesterov=True needs a momentum > 0 (Nesterov's momentum of 0 is plain SGD)")
     if name == "adagrad" and given.get("initial_accumulator_value", 0.1) == 0 and given.get("epsilon", 1e-7) == 0:
         raise GgmlValueError(f"{fn}: Adagrad with initial_accumulator_value=0 and epsilon=0 divides 0 by 0 at the "
-                             "first step of any weight whose gradient is 0; keep one of them > 0")
+                             "first step of any weight whose gradient is 0 (NaN weights while the loss stays "
+                             "finite); keep one of them > 0")
+    if name == "rmsprop" and given.get("epsilon", 1e-7) == 0:
+        raise GgmlValueError(f"{fn}: RMSprop with epsilon=0 divides 0 by 0 for any weight whose gradient is 0 (an "
+                             "unused embedding row): NaN weights while the loss stays finite; keep epsilon > 0")
     return OptimizerSpec(name, **given)
 
 

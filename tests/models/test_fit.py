@@ -693,3 +693,89 @@ def test_keras_losses_train_and_evaluate_as_keras_defines_them(loss):
         margin = np.maximum(1 - signed * p, 0)
         keras = np.mean(margin if loss == "hinge" else margin ** 2)
     assert g.ggml_evaluate(m, x, y)["loss"] == pytest.approx(keras, rel=1e-5)
+
+
+def _bce_data(n=48, seed=21):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 4)).astype(np.float32)
+    y = ((x[:, :2] + 0.3 * rng.normal(size=(n, 2))) > 0).astype(np.float32)
+    return x, y
+
+
+def test_binary_crossentropy_from_logits_follows_keras_formula_and_reads_sigmoid_for_metrics(tmp_path):
+    """from_logits=True: the loss is Keras' stable form on the raw outputs, accuracy counts a logit > 0, the
+    metrics read sigmoid(z); all checked in float64 numpy (and scikit-learn's AUC) on ggml_predict's logits."""
+    x, y = _bce_data()
+    np.random.seed(2)
+    m = g.ggml_layer_dense(g.ggml_model_sequential(), 2, input_shape=(4,))
+    m = g.ggml_compile(m, optimizer="sgd", loss="binary_crossentropy", from_logits=True, backend="cpu",
+                       learning_rate=0.5, metrics=["accuracy", "auc", "precision"])
+    h = g.ggml_fit(m, x, y, epochs=4, batch_size=16, verbose=0)
+    assert h["train_loss"].iloc[-1] < h["train_loss"].iloc[0]
+    z = g.ggml_predict(m, x).astype(np.float64)
+    assert (z < 0).any() and (z > 1).any()  # logits, not probabilities
+    s = 1 / (1 + np.exp(-z))
+    want = np.mean(-(y * np.log(s) + (1 - y) * np.log(1 - s)))
+    got = g.ggml_evaluate(m, x, y)
+    assert got["loss"] == pytest.approx(want, rel=1e-5)
+    assert got["accuracy"] == pytest.approx(np.mean((z > 0) == (y > 0.5)))
+    tp, fp = ((s > 0.5) & (y > 0.5)).sum(), ((s > 0.5) & (y < 0.5)).sum()
+    assert got["precision"] == pytest.approx(tp / (tp + fp))
+    sklearn_metrics = pytest.importorskip("sklearn.metrics", reason="scikit-learn is not installed")
+    assert got["auc"] == pytest.approx(sklearn_metrics.roc_auc_score(y.ravel(), s.ravel()), abs=2e-3)  # 200 buckets
+    g.ggml_save_model(m, tmp_path / "m.gguf")
+    loaded = g.ggml_load_model(tmp_path / "m.gguf", backend="cpu")
+    assert loaded.compiled.heads[0].loss_type == g.ggml_opt_loss_type_binary_cross_entropy_logits()
+    assert g.ggml_evaluate(loaded, x, y)["loss"] == pytest.approx(got["loss"], rel=1e-6)
+
+
+def test_binary_crossentropy_from_logits_trains_as_keras():
+    import os
+    os.environ.setdefault("KERAS_BACKEND", "torch")
+    keras = pytest.importorskip("keras", reason="Keras 3 (with a backend) is not installed: the numpy check above "
+                                               "still runs")
+    x, y = _bce_data()
+    np.random.seed(3)
+    m = g.ggml_layer_dense(g.ggml_model_sequential(), 2, input_shape=(4,), name="d")
+    m = g.ggml_compile(m, optimizer="sgd", loss="binary_crossentropy", from_logits=True, backend="cpu",
+                       learning_rate=0.5)
+    w0 = g.ggml_get_weights(m)
+    km = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    km.set_weights([w0["d.weight"], w0["d.bias"]])
+    km.compile(optimizer=keras.optimizers.SGD(0.5), loss=keras.losses.BinaryCrossentropy(from_logits=True),
+               metrics=[keras.metrics.BinaryAccuracy(threshold=0.0)])
+    kh = km.fit(x, y, batch_size=16, epochs=3, shuffle=False, verbose=0).history
+    h = g.ggml_fit(m, x, y, epochs=3, batch_size=16, shuffle=False, verbose=0)
+    np.testing.assert_allclose(h["train_loss"], kh["loss"], rtol=1e-5)
+    np.testing.assert_allclose(h["train_accuracy"], kh["binary_accuracy"], atol=1e-6)
+    np.testing.assert_allclose(g.ggml_get_weights(m)["d.weight"], km.get_weights()[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("loss, activation, from_logits, match", [
+    ("binary_crossentropy", "sigmoid", True, "from_logits=True takes the raw outputs, but output 'd' ends in a sigmoid"),
+    ("categorical_crossentropy", "softmax", True, "ends in a softmax; drop the activation"),
+    ("categorical_crossentropy", None, False, "from_logits=False takes probabilities, but output 'd' does not end"),
+    ("mse", None, True, "output 'd' is trained with mse"),
+    ("binary_crossentropy", None, "yes", "from_logits must be True, False or None"),
+    ("binary_crossentropy", None, [True, False], "from_logits must be True, False or None, or 1 of them"),
+])
+def test_from_logits_that_contradicts_the_output_is_refused(loss, activation, from_logits, match):
+    m = g.ggml_layer_dense(g.ggml_model_sequential(), 3, activation=activation, input_shape=(4,), name="d")
+    with pytest.raises(g.GgmlValueError, match=match):
+        g.ggml_compile(m, loss=loss, from_logits=from_logits, backend="cpu")
+
+
+def test_from_logits_per_output_and_the_loss_constant():
+    a = g.ggml_input(shape=(4,))
+    h = g.ggml_layer_dense(a, 6, activation="relu")
+    logits = g.ggml_layer_dense(h, 2, name="logits")
+    probs = g.ggml_layer_dense(h, 2, activation="sigmoid", name="probs")
+    m = g.ggml_compile(g.ggml_model(a, [logits, probs]), loss="binary_crossentropy",
+                       from_logits={"logits": True, "probs": None}, backend="cpu")
+    assert [hd.loss_type_name for hd in m.compiled.heads] == ["binary_cross_entropy_logits", "binary_cross_entropy"]
+    x, y = _bce_data()
+    hist = g.ggml_fit(m, x, [y, y], epochs=2, batch_size=16, verbose=0)
+    assert np.isfinite(hist["train_loss"]).all()
+    one = g.ggml_layer_dense(g.ggml_model_sequential(), 2, input_shape=(4,))
+    one = g.ggml_compile(one, loss=g.ggml_opt_loss_type_binary_cross_entropy_logits(), backend="cpu")
+    assert one.compiled.heads[0].from_logits and one.compiled.heads[0].loss == "binary_crossentropy"

@@ -247,8 +247,10 @@ def test_a_pickled_model_keeps_its_optimizer_and_state():
     ("sgd", {"momentum": -0.1}, r"momentum must be a number in \[0, 1\)"),
     ("rmsprop", {"rho": 1.0}, r"rho must be a number in \[0, 1\)"),
     ("rmsprop", {"centered": "yes"}, "centered must be True or False"),
-    ("adam", {"clipnorm": 0.0}, "clipnorm must be a finite number > 0"),
-    ("adam", {"clipvalue": float("inf")}, "clipvalue must be a finite number > 0"),
+    ("adam", {"clipnorm": 0.0}, "clipnorm must be a finite number >= 1e-30"),
+    ("adam", {"global_clipnorm": 1e-40}, "global_clipnorm must be a finite number >= 1e-30"),
+    ("adam", {"clipvalue": float("inf")}, "clipvalue must be a finite number >= 1e-30"),
+    ("rmsprop", {"epsilon": 0.0}, "RMSprop with epsilon=0 divides 0 by 0"),
     ("adam", {"clipnorm": 1.0, "clipvalue": 1.0}, "set one of clipnorm, global_clipnorm and clipvalue"),
     ("adagrad", {"initial_accumulator_value": -1.0}, "initial_accumulator_value must be a finite number >= 0"),
     ("adagrad", {"initial_accumulator_value": 0.0, "epsilon": 0.0}, "divides 0 by 0"),
@@ -296,3 +298,50 @@ def test_a_learning_rate_schedule_reaches_the_graph_optimizer():
         np.testing.assert_allclose(got[k], p[k], rtol=3e-5, atol=3e-6, err_msg=k)
     assert not np.allclose(got["d.weight"], g.ggml_get_weights(fixed)["d.weight"])
     assert len(h) == 2
+
+
+def test_deep_models_and_long_layer_names_fit_the_step_graph():
+    """The widest rule with clipping and accumulation on six weight pairs, and slot tensors of weights whose
+    names are as long as a layer name may be."""
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(32, 4)).astype(np.float32), rng.normal(size=(32, 3)).astype(np.float32)
+    m = g.ggml_model_sequential()
+    for i in range(5):
+        m = g.ggml_layer_dense(m, 6, activation="tanh", input_shape=(4,) if i == 0 else None)
+    m = g.ggml_layer_dense(m, 3)
+    m = g.ggml_compile(m, optimizer="rmsprop", momentum=0.5, centered=True, clipnorm=0.1, loss="mse", metrics=[],
+                       backend="cpu")
+    h = g.ggml_fit(m, x, y, epochs=2, batch_size=8, nbatch_logical=16, verbose=0)
+    assert np.isfinite(h["train_loss"]).all()
+    seq = rng.normal(size=(8, 5, 3)).astype(np.float32)
+    for name, settings in (("rmsprop", {"centered": True, "momentum": 0.5}), ("adagrad", {})):
+        m = g.ggml_layer_lstm(g.ggml_model_sequential(), 4, input_shape=(5, 3), name="L" * 40)
+        m = g.ggml_compile(g.ggml_layer_dense(m, 2), optimizer=name, loss="mse", metrics=[], backend="cpu", **settings)
+        h = g.ggml_fit(m, seq, y[:8, :2], epochs=1, batch_size=4, verbose=0)
+        assert np.isfinite(h["train_loss"]).all()
+
+
+def test_a_slot_gained_on_load_covers_frozen_weights_and_saves(tmp_path):
+    """A state saved without momentum, loaded into a model with momentum, one layer frozen: the new slot starts
+    at zero for every weight, so the state saves and pickles whole."""
+    import pickle
+    x, y = _data()
+
+    def mlp(settings):
+        np.random.seed(1)
+        m = g.ggml_layer_dense(g.ggml_model_sequential(), 5, activation="tanh", input_shape=(4,), name="h")
+        return g.ggml_compile(g.ggml_layer_dense(m, 3, name="o"), optimizer="rmsprop", loss="mse", metrics=[],
+                              backend="cpu", **settings)
+    a = mlp({})
+    g.ggml_fit(a, x, y, epochs=1, batch_size=8, verbose=0)
+    g.ggml_save_model(a, tmp_path / "a.gguf", include_optimizer=True)
+    b = g.ggml_load_weights(mlp({"momentum": 0.5}), tmp_path / "a.gguf", include_optimizer=True)
+    g.ggml_freeze_weights(b, 0, 1)
+    g.ggml_fit(b, x, y, epochs=1, batch_size=8, verbose=0)
+    state = b.runtime.opt_state.state
+    assert set(state["slots"]["momentum"]) == set(state["slots"]["velocity"]) == {"h.weight", "h.bias", "o.weight",
+                                                                                  "o.bias"}
+    assert not state["slots"]["momentum"]["h.weight"].any() and state["slots"]["momentum"]["o.weight"].any()
+    g.ggml_save_model(b, tmp_path / "b.gguf", include_optimizer=True)
+    copy = pickle.loads(pickle.dumps(b))
+    assert set(copy.runtime.opt_state.state["slots"]["momentum"]) == set(state["slots"]["momentum"])

@@ -125,6 +125,12 @@ def loss_and_dout(kind: str, out: np.ndarray, y: np.ndarray | None = None, w: np
         p = out * (1 - 2 * eps) + eps
         loss = -(y * np.log(p) + (1 - y) * np.log(1 - p)).sum() / n
         return loss, -(1 - 2 * eps) * (y / p - (1 - y) / (1 - p)) / n
+    if kind == "custom_log_cosh":  # Keras' LogCosh, the custom loss of test_losses: mean log(cosh(out - y))
+        e = out - y
+        return np.log(np.cosh(e)).sum() / n, np.tanh(e) / n
+    if kind == "binary_cross_entropy_logits":  # Keras' from_logits=True: -(y log s + (1 - y) log(1 - s)), s = sigmoid
+        log_s, log_not_s = -np.logaddexp(0, -out), -np.logaddexp(0, out)
+        return -(y * log_s + (1 - y) * log_not_s).sum() / n, (1 / (1 + np.exp(-out)) - y) / n
     if kind == "kl_divergence":  # Keras: the mean over rows of sum_k y log(y / p), both kept above eps in the logs
         rows = out.shape[0]
         p, yq = out * (1 - 2 * eps) + eps, y * (1 - 2 * eps) + eps

@@ -24,7 +24,18 @@ LOSS = {
     "kl_divergence": G.ggml_opt_loss_type_kl_divergence(), "hinge": G.ggml_opt_loss_type_hinge(),
     "squared_hinge": G.ggml_opt_loss_type_squared_hinge(),
     "cosine_similarity": G.ggml_opt_loss_type_cosine_similarity(),
+    "binary_cross_entropy_logits": G.ggml_opt_loss_type_binary_cross_entropy_logits(),
 }
+
+
+def log_cosh(ctx, y, p):
+    """Keras' LogCosh written with ggmlpy ops: log((exp(e) + exp(-e)) / 2), e = p - y."""
+    e = G.ggml_sub(ctx, p, y)
+    return G.ggml_log(ctx, G.ggml_scale(ctx, G.ggml_add(ctx, G.ggml_exp(ctx, e), G.ggml_exp(ctx, G.ggml_neg(ctx, e))),
+                                        0.5))
+
+
+LOSS["custom_log_cosh"] = G.ggml_opt_loss_custom(log_cosh)
 LABELLED = set(LOSS) - {"mean", "sum"}
 SGD = G.ggml_opt_optimizer_type_sgd()
 
@@ -41,6 +52,10 @@ def _data(kind: str, rng: np.random.Generator):
         y = rng.choice([-1.0, 1.0], (N, F))  # out = x * W in (0.12, 1): every margin 1 - y out is > 0
     elif kind == "binary_cross_entropy":
         y = rng.uniform(0, 1, (N, F))  # soft labels; out = x * W stays inside (0, 1)
+    elif kind == "binary_cross_entropy_logits":
+        x = rng.uniform(-3.0, 3.0, (N, F))  # logits of both signs
+        x[0, :2] = (40.0, -40.0)  # where probabilities would be clipped: the logits' gradient stays exact
+        y = rng.uniform(0, 1, (N, F))
     elif kind == "huber":
         y = rng.uniform(-2.5, 3.0, (N, F))  # errors on both sides of delta = 1
     else:
@@ -101,7 +116,8 @@ def _check(kind, backend, sched, rng, w=None, loss_mask_ne0=None):
 
 
 @pytest.mark.parametrize("kind", ["mean", "sum", "cross_entropy", "mse", "mae", "huber", "binary_cross_entropy",
-                                  "kl_divergence", "hinge", "squared_hinge", "cosine_similarity"])
+                                  "kl_divergence", "hinge", "squared_hinge", "cosine_similarity",
+                                  "binary_cross_entropy_logits", "custom_log_cosh"])
 def test_loss_value_and_gradient(kind, cpu, tsched, trng):
     _check(kind, cpu, tsched, trng)
 

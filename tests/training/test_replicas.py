@@ -162,6 +162,19 @@ def test_weights_set_by_the_user_reach_every_replica():
                                rtol=1e-5, atol=1e-6)
 
 
+def test_restored_best_weights_reach_every_replica():
+    """restore_best_weights writes the best epoch's weights into the first replica at the end of a fit: the
+    others get them too, so every row of a split prediction comes from the restored weights."""
+    dev = _vulkan_or_skip()
+    x, y = _data(n=40)
+    multi, single = _mlp(["cpu", dev], seed=3), _mlp("cpu", seed=3)
+    stop = G.ggml_callback_early_stopping("train_loss", patience=1, restore_best_weights=True, min_delta=10.0)
+    _fit(multi, x, y, epochs=4, batch_size=8, callbacks=[stop])  # no epoch improves by 10: epoch 1's weights
+    G.ggml_set_weights(single, G.ggml_get_weights(multi))
+    np.testing.assert_allclose(G.ggml_predict(multi, x, batch_size=40), G.ggml_predict(single, x, batch_size=40),
+                               rtol=1e-5, atol=1e-6)
+
+
 def test_batch_norm_and_dropout_train_with_per_replica_batches():
     """Batch statistics are each replica's (as DDP): not the single-device trajectory, but one set of weights,
     the first replica's running statistics, and a model that learns."""
