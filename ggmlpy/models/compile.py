@@ -397,18 +397,23 @@ def _backends(backend: Any, shares: Any) -> tuple[Any, list[float] | None]:
     return names, [float(v) for v in values]
 
 
+def by_name(values: dict, names: list[str], what: str, kind: str) -> list:
+    """Keras' dict form ``{layer name: value}`` as a list in the model's order of its inputs or outputs
+    (``kind``); every name exactly once."""
+    unknown = [k for k in values if k not in names]
+    missing = [k for k in names if k not in values]
+    if unknown or missing:
+        problem = f"{unknown} name no {kind} of the model" if unknown else f"the {kind}(s) {missing} have none"
+        raise GgmlValueError(f"{what}: a dict is keyed by the names of the model's {kind} layers {names}; {problem} "
+                             f"(or pass a list in the order of the {kind}s)")
+    return [values[k] for k in names]
+
+
 def _by_output(value: Any, outputs: list, what: str) -> Any:
-    """Keras' dict form ``{output layer name: value}`` as a list in the model's output order."""
+    """``{output layer name: value}`` as a list in the model's output order; anything else as it is."""
     if not isinstance(value, dict):
         return value
-    names = [n.layer.name for n in outputs]
-    unknown = [k for k in value if k not in names]
-    missing = [k for k in names if k not in value]
-    if unknown or missing:
-        raise GgmlValueError(f"{what} as a dict is keyed by the names of the model's output layers {names}; "
-                             + (f"got keys {unknown} that name no output" if unknown else f"{missing} have none")
-                             + " (or give a list in the order of the outputs)")
-    return [value[k] for k in names]
+    return by_name(value, [n.layer.name for n in outputs], what, "output")
 
 
 def build_training_graph(model: Model, cfg: CompileConfig, batch: int, store: Any = None) -> GraphInstance:

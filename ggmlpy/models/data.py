@@ -14,7 +14,7 @@ import numpy as np
 from ..backend.transfer import as_numeric
 from ..core.args import is_int, is_real
 from ..errors import GgmlTypeError, GgmlValueError
-from .compile import CompileConfig, HeadSpec
+from .compile import by_name, CompileConfig, HeadSpec
 from .graph import Model
 
 
@@ -78,9 +78,12 @@ def model_inputs(model: Model, x: Any, what: str = "x", n: int | None = None, fi
     """One C-ordered array per model input, float32 (int32 for token ids), shapes checked. ``finite``: NaN and
     inf are refused (data that trains or validates). ``allow_empty``: zero samples are fine (a prediction)."""
     inputs = model.graph()[0]
-    if len(inputs) == 1 and _one_array_list(x, len(inputs[0].shape) + 1):
-        x = x[0]
-    values = list(x) if isinstance(x, (list, tuple)) and len(inputs) > 1 else [x]
+    if isinstance(x, dict):
+        values = by_name(x, [n.layer.name for n in inputs], what, "input")
+    else:
+        if len(inputs) == 1 and _one_array_list(x, len(inputs[0].shape) + 1):
+            x = x[0]
+        values = list(x) if isinstance(x, (list, tuple)) and len(inputs) > 1 else [x]
     if len(values) != len(inputs):
         raise GgmlValueError(f"{what}: the model has {len(inputs)} inputs, got {len(values)} arrays (pass a list in "
                              "the order of the model's inputs)")
@@ -119,10 +122,13 @@ def model_targets(model: Model, cfg: CompileConfig, y: Any, n: int, what: str = 
     heads = cfg.heads
     if y is None:
         raise GgmlValueError(f"{what} is missing: this model's loss needs labels ({what} of shape (N, ...))")
-    if len(heads) == 1 and _one_array_list(y, len(heads[0].shape) + 1) or len(heads) == 1 and \
-            heads[0].sparse and _one_array_list(y, len(heads[0].shape)):
-        y = y[0]
-    values = list(y) if isinstance(y, (list, tuple)) and len(heads) > 1 else [y]
+    if isinstance(y, dict):
+        values = by_name(y, [h.name for h in heads], what, "output")
+    else:
+        if len(heads) == 1 and _one_array_list(y, len(heads[0].shape) + 1) or len(heads) == 1 and \
+                heads[0].sparse and _one_array_list(y, len(heads[0].shape)):
+            y = y[0]
+        values = list(y) if isinstance(y, (list, tuple)) and len(heads) > 1 else [y]
     if len(values) != len(heads):
         raise GgmlValueError(f"{what}: the model has {len(heads)} outputs, got {len(values)} label arrays")
     return [_target(h, _as_numeric(v, what if len(heads) == 1 else f"{what}[{i}] ('{h.name}')"), n,

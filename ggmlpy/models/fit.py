@@ -76,7 +76,7 @@ def ggml_predict(model: Model, x: Any, batch_size: int = 32, verbose: Any = 0) -
 
     Arguments:
         model: a compiled model, or a snapshot from ``ggml_trainer(...).snapshot()``.
-        x: ``(N, *input_shape)`` (a list of arrays for several inputs), any N.
+        x: ``(N, *input_shape)`` (a list of arrays for several inputs, or a dict by input layer name), any N.
         batch_size: samples per forward pass; the last partial batch is padded internally.
         verbose: 0 (the default) is silent; 1 or ``"auto"`` (Keras' default) show a progress bar over the
             batches on a terminal; 2 is silent too (Keras prints no bar then).
@@ -211,9 +211,10 @@ def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch
 
     Arguments:
         model: a compiled model.
-        x: ``(N, *input_shape)`` sample-major, channels last (a list for several inputs).
+        x: ``(N, *input_shape)`` sample-major, channels last (for several inputs a list in the model's input
+            order, or Keras' dict ``{input layer name: array}``).
         y: ``(N, units)`` (one-hot for categorical cross-entropy), ``(N,)`` 0-based class ids for
-            ``sparse_categorical_crossentropy`` (a list for several outputs).
+            ``sparse_categorical_crossentropy`` (for several outputs a list, or a dict by output layer name).
         epochs: passes over the data. batch_size: samples per step; a batch_size larger than the training
             samples trains on batches of all of them (as Keras does).
         validation_split: the last fraction of the samples (taken before shuffling) validates instead of

@@ -32,7 +32,8 @@ class FitState:
     Fields: ``lr_ud``, the optimizer's parameters for the coming steps (``lr_ud.adamw`` and ``lr_ud.sgd`` are
     the learning rates, ``lr_ud.set(adamw_lr=, sgd_lr=)`` or ``ggml_opt_set_lr(state.lr_ud, ...)`` changes
     them); ``nepoch``, the number of the fit's last epoch; ``epoch``, the current one (from 1); ``stop``, set
-    it True to end training after this phase; ``optimizer``, ``"adamw"`` or ``"sgd"``; in a model-layer fit
+    it True to end training after this phase; ``optimizer``, ``"adamw"`` or ``"sgd"`` (which of ``lr_ud``'s rates the
+    optimizer reads: ``"sgd"`` also for SGD with momentum, RMSprop and Adagrad); in a model-layer fit
     (``ggml_fit``, ``ggml_fit_generator``) ``model``, the model being trained, and ``weights``, its weights as
     ``weights.get()`` copies and ``weights.set(copy)`` restores them (None in the low-level fits)."""
     lr_ud: LrUserdata

@@ -217,7 +217,6 @@ def _frame(**columns):
 
 
 @pytest.mark.parametrize("make_x, text", [
-    (lambda x: {"input": x}, r"got a dict \(keys \['input'\]\): pass the arrays themselves"),
     (lambda x: (row for row in x), "generator, an iterator: .*ggml_fit_generator"),
     (lambda x: [{"a": 1.0}] * len(x), "a list of dicts .*pd.DataFrame"),
     (lambda x: _frame(a=__import__("pandas").Categorical(list("ab") * 12)),
@@ -288,9 +287,9 @@ def test_losses_as_a_dict_by_output_name():
     h1 = g.ggml_fit(as_list, x, [y, r], epochs=2, batch_size=8, verbose=0, shuffle=False)
     h2 = g.ggml_fit(as_dict, x, [y, r], epochs=2, batch_size=8, verbose=0, shuffle=False)
     np.testing.assert_allclose(h2["train_loss"], h1["train_loss"], rtol=1e-6)
-    with pytest.raises(g.GgmlValueError, match=r"keyed by the names of the model's output layers \['cls', 'reg'\]"):
+    with pytest.raises(g.GgmlValueError, match=r"a dict is keyed by the names of the model's output layers \['cls', 'reg'\]"):
         g.ggml_compile(two_heads(), loss={"cls": "mse", "box": "mse"}, backend="cpu")
-    with pytest.raises(g.GgmlValueError, match=r"\['reg'\] have none"):
+    with pytest.raises(g.GgmlValueError, match=r"the output\(s\) \['reg'\] have none"):
         g.ggml_compile(two_heads(), loss={"cls": "mse"}, backend="cpu")
 
 
@@ -309,3 +308,49 @@ def test_an_argument_the_function_lacks_is_named_with_the_functions_arguments():
         g.ggml_layer_dense(g.ggml_model_sequential(), 3, activaton="relu")
     with pytest.raises(g.GgmlTypeError, match=r"'groups' \(its arguments: model_or_node, filters, kernel_size"):
         g.ggml_layer_conv_2d(g.ggml_input((8, 8, 1)), 4, 3, groups=2)
+
+
+def test_inputs_and_labels_as_dicts_by_layer_name():
+    """Keras' dict forms: fit, evaluate, predict, a generator's batches and validation_data keyed by the names of
+    the input and output layers train and evaluate exactly as the lists in the model's order."""
+    def two_by_two():
+        np.random.seed(12)
+        a, b = g.ggml_input(shape=(3,), name="a"), g.ggml_input(shape=(2,), name="b")
+        h = g.ggml_layer_concatenate([g.ggml_layer_dense(a, 4, activation="tanh"), b])
+        m = g.ggml_model([a, b], [g.ggml_layer_dense(h, 3, activation="softmax", name="cls"),
+                                  g.ggml_layer_dense(h, 1, name="reg")])
+        return g.ggml_compile(m, loss=["sparse_categorical_crossentropy", "mse"], backend="cpu", metrics=["mae"])
+    rng = np.random.default_rng(5)
+    xa, xb = rng.normal(size=(24, 3)).astype(np.float32), rng.normal(size=(24, 2)).astype(np.float32)
+    ids, r = rng.integers(0, 3, 24), rng.normal(size=(24, 1)).astype(np.float32)
+    x_dict, y_dict = {"b": xb, "a": xa}, {"reg": r, "cls": ids}
+    as_list, as_dict = two_by_two(), two_by_two()
+    h1 = g.ggml_fit(as_list, [xa, xb], [ids, r], epochs=2, batch_size=8, shuffle=False, verbose=0,
+                    validation_data=([xa, xb], [ids, r]))
+    h2 = g.ggml_fit(as_dict, x_dict, y_dict, epochs=2, batch_size=8, shuffle=False, verbose=0,
+                    validation_data=(x_dict, y_dict))
+    np.testing.assert_allclose(h2["train_loss"], h1["train_loss"], rtol=1e-6)
+    np.testing.assert_allclose(h2["val_loss"], h1["val_loss"], rtol=1e-6)
+    got, want = g.ggml_evaluate(as_dict, x_dict, y_dict), g.ggml_evaluate(as_list, [xa, xb], [ids, r])
+    assert got.keys() == want.keys()
+    np.testing.assert_allclose([got[k] for k in got], [want[k] for k in got], rtol=1e-6)  # NaN where both are
+    for got, want in zip(g.ggml_predict(as_dict, x_dict), g.ggml_predict(as_list, [xa, xb])):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    batches = [({"a": xa[i:i + 8], "b": xb[i:i + 8]}, {"cls": ids[i:i + 8], "reg": r[i:i + 8]}) for i in (0, 8, 16)]
+    h3 = g.ggml_fit_generator(two_by_two(), batches, epochs=2, verbose=0)
+    np.testing.assert_allclose(h3["train_loss"], h1["train_loss"], rtol=1e-6)
+    with pytest.raises(g.GgmlValueError, match=r"x: a dict is keyed by the names of the model's input layers "
+                                               r"\['a', 'b'\]; \['c'\] name no input"):
+        g.ggml_predict(as_dict, {"a": xa, "c": xb})
+    with pytest.raises(g.GgmlValueError, match=r"the output\(s\) \['reg'\] have none"):
+        g.ggml_evaluate(as_dict, x_dict, {"cls": ids})
+
+
+def test_a_one_input_model_takes_its_input_by_name_too():
+    m = _classifier()
+    x, y = _data()
+    name = m.graph()[0][0].layer.name
+    np.testing.assert_allclose(g.ggml_predict(m, {name: x}), g.ggml_predict(m, x), rtol=1e-6)
+    with pytest.raises(g.GgmlValueError, match=rf"\['pixels'\] name no input of the model.*\['{name}'\]|"
+                                               rf"\['{name}'\]; \['pixels'\] name no input"):
+        g.ggml_fit(m, {"pixels": x}, y, epochs=1, verbose=0)
