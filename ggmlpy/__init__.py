@@ -127,6 +127,7 @@ from .models.keras_metrics import (ggml_metric_auc, ggml_metric_precision, ggml_
                                    ggml_metric_top_k_accuracy)
 from .models.placement import (ggml_model_placement, ggml_model_profile)
 from .models.preprocessing import (ggml_pad_sequences, ggml_to_categorical)
+from .models.regularizers import (ggml_regularizer_l1, ggml_regularizer_l1_l2, ggml_regularizer_l2)
 from .models.saving import (ggml_load_model, ggml_load_weights, ggml_save_model, ggml_save_weights)
 from .models.snapshot import (ggml_snapshot_free)
 from .models.trainer import (ggml_trainer)
@@ -299,17 +300,18 @@ __all__ = [
     "ggml_callback_model_checkpoint", "ggml_compile", "ggml_evaluate", "ggml_fit", "ggml_fit_generator",
     "ggml_predict", "ggml_predict_classes", "ggml_metric_auc", "ggml_metric_precision", "ggml_metric_recall",
     "ggml_metric_top_k_accuracy", "ggml_model_placement", "ggml_model_profile", "ggml_pad_sequences",
-    "ggml_to_categorical", "ggml_load_model", "ggml_load_weights", "ggml_save_model", "ggml_save_weights",
-    "ggml_snapshot_free", "ggml_trainer", "ggml_add1", "ggml_ceil", "ggml_floor", "ggml_geglu", "ggml_geglu_erf",
-    "ggml_geglu_quick", "ggml_geglu_split", "ggml_gelu_erf", "ggml_gelu_quick", "ggml_glu", "GGML_GLU_OP_GEGLU",
-    "GGML_GLU_OP_GEGLU_ERF", "GGML_GLU_OP_GEGLU_QUICK", "GGML_GLU_OP_REGLU", "GGML_GLU_OP_SWIGLU",
-    "GGML_GLU_OP_SWIGLU_OAI", "ggml_glu_split", "ggml_hardsigmoid", "ggml_reglu", "ggml_reglu_split", "ggml_round",
-    "ggml_swiglu", "ggml_swiglu_clamp", "ggml_swiglu_split", "ggml_add_rel_pos", "ggml_flash_attn_ext",
-    "ggml_get_rel_pos", "ggml_rope", "ggml_rope_ext", "ggml_rope_ext_inplace", "ggml_rope_inplace", "ggml_rope_multi",
-    "ggml_rope_multi_inplace", "GGML_ROPE_TYPE_MROPE", "GGML_ROPE_TYPE_NEOX", "GGML_ROPE_TYPE_NORM",
-    "GGML_ROPE_TYPE_VISION", "ggml_timestep_embedding", "ggml_get_rows_back", "ggml_rms_norm_back", "ggml_silu_back",
-    "ggml_soft_max_ext_back", "ggml_soft_max_ext_back_inplace", "ggml_conv_1d_dw", "ggml_conv_2d_direct",
-    "ggml_conv_2d_dw", "ggml_conv_2d_dw_direct", "ggml_conv_transpose_1d", "ggml_conv_transpose_2d_p0", "ggml_im2col",
+    "ggml_to_categorical", "ggml_regularizer_l1", "ggml_regularizer_l1_l2", "ggml_regularizer_l2", "ggml_load_model",
+    "ggml_load_weights", "ggml_save_model", "ggml_save_weights", "ggml_snapshot_free", "ggml_trainer", "ggml_add1",
+    "ggml_ceil", "ggml_floor", "ggml_geglu", "ggml_geglu_erf", "ggml_geglu_quick", "ggml_geglu_split",
+    "ggml_gelu_erf", "ggml_gelu_quick", "ggml_glu", "GGML_GLU_OP_GEGLU", "GGML_GLU_OP_GEGLU_ERF",
+    "GGML_GLU_OP_GEGLU_QUICK", "GGML_GLU_OP_REGLU", "GGML_GLU_OP_SWIGLU", "GGML_GLU_OP_SWIGLU_OAI", "ggml_glu_split",
+    "ggml_hardsigmoid", "ggml_reglu", "ggml_reglu_split", "ggml_round", "ggml_swiglu", "ggml_swiglu_clamp",
+    "ggml_swiglu_split", "ggml_add_rel_pos", "ggml_flash_attn_ext", "ggml_get_rel_pos", "ggml_rope", "ggml_rope_ext",
+    "ggml_rope_ext_inplace", "ggml_rope_inplace", "ggml_rope_multi", "ggml_rope_multi_inplace",
+    "GGML_ROPE_TYPE_MROPE", "GGML_ROPE_TYPE_NEOX", "GGML_ROPE_TYPE_NORM", "GGML_ROPE_TYPE_VISION",
+    "ggml_timestep_embedding", "ggml_get_rows_back", "ggml_rms_norm_back", "ggml_silu_back", "ggml_soft_max_ext_back",
+    "ggml_soft_max_ext_back_inplace", "ggml_conv_1d_dw", "ggml_conv_2d_direct", "ggml_conv_2d_dw",
+    "ggml_conv_2d_dw_direct", "ggml_conv_transpose_1d", "ggml_conv_transpose_2d_p0", "ggml_im2col",
     "GGML_OP_POOL_AVG", "GGML_OP_POOL_MAX", "ggml_pool_1d", "ggml_pool_2d", "GGML_SCALE_MODE_BICUBIC",
     "GGML_SCALE_MODE_BILINEAR", "GGML_SCALE_MODE_NEAREST", "ggml_abs", "ggml_add", "ggml_clamp", "ggml_cont",
     "ggml_cos", "ggml_diag_mask_inf", "ggml_div", "ggml_dup", "ggml_elu", "ggml_exp", "ggml_gelu", "ggml_hardswish",

@@ -94,8 +94,10 @@ def _layer_parameters(cls: type) -> list[inspect.Parameter]:
     params = [p for p in params if p.kind is not p.VAR_KEYWORD]
     names = {p.name for p in params}
     base = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
-            for p in list(inspect.signature(Lyr.Layer.__init__).parameters.values())[1:] if p.name not in names]
-    return params + base
+            for p in list(inspect.signature(Lyr.Layer.__init__).parameters.values())[1:]
+            if p.name not in names and p.kind is not p.VAR_KEYWORD]
+    regs = [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=None) for k in cls.REGULARIZED]
+    return params + base + regs
 
 
 def _pair(cls: type, stem: str, doc: str) -> tuple[Callable, Callable]:
@@ -155,6 +157,11 @@ ARG_DOCS = {
     "causal": "True: each step attends only to itself and earlier steps (language models).",
     "sequence_length": "the longest sequence the table covers (steps <= sequence_length).",
     "axis": "the axis of a sample to join along (default -1, the last: features or channels).",
+    "kernel_regularizer": "a penalty on the kernel added to the loss: 'l1', 'l2', 'l1_l2' (factor 0.01, Keras') or "
+                          "ggml_regularizer_l1/_l2/_l1_l2(...); None for none.",
+    "bias_regularizer": "a penalty on the bias, as kernel_regularizer.",
+    "recurrent_regularizer": "a penalty on the recurrent kernel, as kernel_regularizer.",
+    "embeddings_regularizer": "a penalty on the embedding table, as kernel_regularizer.",
     "name": "the layer's name (default: '<type>_<k>'); weights are saved as '<name>.<weight>'.",
     "trainable": "False freezes the layer's weights (see ggml_freeze_weights).",
     "input_shape": "the first layer of a sequential model: one sample's shape, no batch axis.",
@@ -169,8 +176,10 @@ def _arguments(cls: type) -> str:
     # __init__ of its own has Layer's signature, which holds them)
     params = [p for p in inspect.signature(cls.__init__).parameters.values()
               if p.name not in ("self", "kw") + common]
-    for p in params + [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d)
-                       for n, d in (("name", None), ("trainable", True), ("input_shape", None))]:
+    params = [p for p in params if p.kind is not p.VAR_KEYWORD]
+    regs = [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=None) for k in cls.REGULARIZED]
+    for p in params + regs + [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d)
+                              for n, d in (("name", None), ("trainable", True), ("input_shape", None))]:
         default = "" if p.default is inspect.Parameter.empty else f" (default {p.default!r})"
         meaning = ARG_DOCS.get(p.name, "").rstrip(".")
         lines.append(f"    {p.name}: {meaning}{default}.")

@@ -104,6 +104,7 @@ def _pad_end(g: Any, x, dim: int, extra: int):
 class _Conv(Layer):
     """What the convolutions share: the activation runs per output channel."""
     layout = SPATIAL
+    REGULARIZED = {"kernel_regularizer": "kernel", "bias_regularizer": "bias"}
 
     @property
     def out_layout(self) -> str | None:  # type: ignore[override]

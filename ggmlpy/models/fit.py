@@ -27,6 +27,7 @@ from . import data as D
 from .compile import CompileConfig, compiled
 from .graph import Model
 from .metrics import Tally
+from .regularizers import weight_penalty
 from .predict import predict_arrays
 from .runtime import model_in_use
 from .session import TrainingSetup
@@ -116,7 +117,7 @@ def ggml_predict_classes(model: Model, x: Any, batch_size: int = 32) -> np.ndarr
 def _evaluate_arrays(model: Model, cfg: CompileConfig, predictor: Any, xs: list[np.ndarray], ys: list[np.ndarray],
                      w: np.ndarray | None, batch_size: int, tally: Tally | None = None,
                      progress: str | None = None) -> Tally:
-    tally = tally or Tally(cfg.heads, cfg.head_metrics)
+    tally = tally or Tally(cfg.heads, cfg.head_metrics, weight_penalty(model.runtime.params))
     outs = predict_arrays(model, predictor, xs, batch_size, progress)
     tally.add(outs, ys, w)
     return tally
@@ -454,7 +455,7 @@ def _validation(model: Model, cfg: CompileConfig, validation_data: Any, steps: i
     convert = _BatchConverter(model, cfg, "validation_data", None, None)
 
     def validate() -> EpochStats:
-        tally = Tally(cfg.heads, cfg.head_metrics)
+        tally = Tally(cfg.heads, cfg.head_metrics, weight_penalty(model.runtime.params))
         source.start_epoch()
         k = 0
         while steps is None or k < steps:

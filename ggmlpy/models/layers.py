@@ -25,6 +25,7 @@ from ..ops.layout import (ggml_get_rows, ggml_reshape_1d, ggml_reshape_2d, ggml_
                           ggml_view_2d)
 from ..ops.linalg import ggml_mul_mat
 from ..ops.reduce import ggml_concat
+from .regularizers import regularizer_arg
 
 
 NATURAL, SPATIAL = "natural", "spatial"
@@ -215,8 +216,16 @@ class Layer(metaclass=_Sealed):
     many_inputs = False   # add / concatenate take a list of nodes
     takes_int = False     # embedding: int32 token ids in
     savable = True        # its config rebuilds it (a custom layer's forward function does not)
+    REGULARIZED: dict[str, str] = {}  # Keras' regularizer arguments the layer takes -> the weight each penalises
 
-    def __init__(self, name: str | None = None, trainable: bool = True, input_shape: Any = None) -> None:
+    def __init__(self, name: str | None = None, trainable: bool = True, input_shape: Any = None,
+                 **regularizers: Any) -> None:
+        unknown = sorted(set(regularizers) - set(self.REGULARIZED))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}.__init__() got an unexpected keyword argument '{unknown[0]}'")
+        # weight name -> Regularizer, for the ones given (a penalty of 0 is none)
+        self.regularizers = {self.REGULARIZED[k]: r for k, v in regularizers.items()
+                             if (r := regularizer_arg(v, f"{self.kind} {k}")) is not None}
         self.name = None if name is None else layer_name_arg(name)
         self.trainable = bool_arg(trainable, "trainable")
         self.input_shape = sample_shape(input_shape) if input_shape is not None else None
@@ -319,7 +328,8 @@ class Layer(metaclass=_Sealed):
                    if p.trainable and (self.trainable or not trainable_only))
 
     def full_config(self) -> dict:
-        return {"type": self.kind, "name": self.name, "trainable": self.trainable, **self.config()}
+        regs = {arg: self.regularizers[w].config() for arg, w in self.REGULARIZED.items() if w in self.regularizers}
+        return {"type": self.kind, "name": self.name, "trainable": self.trainable, **self.config(), **regs}
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
@@ -340,6 +350,7 @@ def activate(g: Any, t: Tensor, activation: str | None) -> Tensor:
 class Dense(Layer):
     """``units`` outputs from the last axis: ``activation(x W + b)``."""
     kind = "dense"
+    REGULARIZED = {"kernel_regularizer": "weight", "bias_regularizer": "bias"}
 
     def __init__(self, units: int, activation: str | None = None, use_bias: bool = True,
                  kernel_initializer: str = "glorot_uniform", bias_initializer: str = "zeros",
@@ -423,6 +434,7 @@ class Embedding(Layer):
     """Rows of a ``vocab_size x dim`` table picked by int32 token ids in ``[0, vocab_size)``:
     a sample of shape ``(steps,)`` becomes ``(steps, dim)``."""
     kind = "embedding"
+    REGULARIZED = {"embeddings_regularizer": "weight"}
     takes_int = True
 
     def __init__(self, vocab_size: int, dim: int, **kw: Any) -> None:

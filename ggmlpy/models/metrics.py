@@ -134,8 +134,10 @@ class HeadMetrics:
 class Tally:
     """Sums over batches of the per-head losses, correct counts and compiled metrics, and their means."""
 
-    def __init__(self, heads: list[HeadSpec], metrics: list[list[MetricSpec]] | None = None) -> None:
+    def __init__(self, heads: list[HeadSpec], metrics: list[list[MetricSpec]] | None = None,
+                 penalty: float = 0.0) -> None:
         self.heads = heads
+        self.penalty = penalty  # the regularizers' penalty of the weights evaluated (added to the total, as Keras)
         self.loss = np.zeros(len(heads))
         self.correct = np.zeros(len(heads))
         self.n = 0
@@ -159,7 +161,7 @@ class Tally:
                 for i, h in enumerate(self.heads)]
 
     def total_loss(self) -> float:
-        return float(sum(h.weight * l for h, l in zip(self.heads, self.head_losses())))
+        return float(sum(h.weight * l for h, l in zip(self.heads, self.head_losses())) + self.penalty)
 
     def accuracy(self) -> float:
         acc = [a for a in self.head_accuracies() if not np.isnan(a)]

@@ -47,6 +47,8 @@ def _stack_steps(g: Any, hs: list[Tensor]) -> Tensor:
 
 class _Recurrent(Layer):
     gates = 1
+    REGULARIZED = {"kernel_regularizer": "kernel", "recurrent_regularizer": "recurrent_kernel",
+                   "bias_regularizer": "bias"}
 
     def __init__(self, units: int, return_sequences: bool = False, **kw: Any) -> None:
         super().__init__(**kw)

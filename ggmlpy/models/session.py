@@ -16,6 +16,7 @@ from ..training.replicas import ReplicaSession, split_counts
 from .compile import build_training_graph, CompileConfig
 from .graph import Model
 from .metrics import HeadMetrics
+from .regularizers import regularized_weights
 from .runtime import make_scheduler
 
 
@@ -54,7 +55,9 @@ class TrainingSetup:
                                             [h.loss_type for h in cfg.heads], cfg.loss_weights(),
                                             sample_weighted=sample_weighted, side_outputs=inst.side_outputs,
                                             head_names=[h.name for h in cfg.heads] if len(cfg.heads) > 1 else None,
-                                            output_copies=inst.output_copies))
+                                            output_copies=inst.output_copies,
+                                            penalties=[(store.tensor(layer, spec.name), reg.l1, reg.l2)
+                                                       for layer, spec, reg in regularized_weights(store)]))
                 steps.append(StepOptions(cfg.optimizer_type, period, cfg.weight_decay, cfg.learning_rate, inst.hooks,
                                          n, adam=cfg.adam, metrics=metrics, rule=cfg.optimizer_spec))
                 # replicas accumulate gradients only: their optimizer step runs on replica 0's device

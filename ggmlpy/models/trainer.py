@@ -19,6 +19,7 @@ from . import data as D
 from .compile import compiled
 from .graph import Model
 from .metrics import Tally
+from .regularizers import weight_penalty
 from .session import TrainingSetup
 from .snapshot import Snapshot
 from .predict import predict_arrays
@@ -131,7 +132,7 @@ class ModelTrainer:
         nothing (not the weights, not the accumulation of ``step``)."""
         self._live("eval")
         xs, ys = self._batch(x, y, "eval")
-        tally = Tally(self._cfg.heads)
+        tally = Tally(self._cfg.heads, penalty=weight_penalty(self._model.runtime.params))
         with model_in_use(self._model):
             tally.add(predict_arrays(self._model, self._model.runtime.predictor, xs, self.batch_size), ys)
         return tally.total_loss()

@@ -94,7 +94,7 @@ class OptContext(Handle):
     def __init__(self, sched: Scheduler, heads: list[L.Head], optimizer: int, opt_period: int,
                  ctx_compute: Context | None, inputs: Tensor | None, build_type: int = BUILD_OPT,
                  lr_ud: LrUserdata | None = None, loss_mask_ne0: int | None = None,
-                 extra_outputs: Sequence[Tensor] = ()) -> None:
+                 extra_outputs: Sequence[Tensor] = (), penalties: Sequence[Any] = ()) -> None:
         self.sched = sched
         self.optimizer = optimizer
         self.opt_period = opt_period
@@ -103,7 +103,7 @@ class OptContext(Handle):
         self.lr_ud = lr_ud or LrUserdata()
         self.inputs = inputs
         self.user_ctx = ctx_compute
-        self.loss = L.build_loss_graph(heads, sched, loss_mask_ne0) if self.static else None
+        self.loss = L.build_loss_graph(heads, sched, loss_mask_ne0, penalties=penalties) if self.static else None
         # static graphs: what every eval computes besides the loss (ggml-opt's extra outputs, patches/0017): the
         # caller's side outputs (batch-norm statistics) and the loss graph's own (argmax counts)
         self.extra_outputs = [*extra_outputs, *self.loss.extra_outputs] if self.static else []

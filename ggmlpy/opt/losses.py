@@ -447,16 +447,17 @@ def _per_sample_shape(outputs: Tensor) -> list[int]:
 
 
 def build_loss_graph(heads: Sequence[Head], sched, loss_mask_ne0: int | None = None,
-                     force_composite: bool = False) -> LossGraph:
-    """Build what ggml-opt trains. One head with a ggml loss goes to ggml-opt unchanged."""
+                     force_composite: bool = False, penalties: Sequence[Any] = ()) -> LossGraph:
+    """Build what ggml-opt trains. One head with a ggml loss goes to ggml-opt unchanged. ``penalties``:
+    ``(weight tensor, l1, l2)`` each, ``l1 * sum|w| + l2 * sum w^2`` added to the total (Keras' regularizers)."""
     heads = list(heads)
-    force_composite = force_composite or any(h.sample_weighted for h in heads)
+    force_composite = force_composite or any(h.sample_weighted for h in heads) or bool(penalties)
     if len(heads) == 1 and heads[0].loss_type in BUILTIN_LOSSES and heads[0].weight == 1.0 and not force_composite:
         return LossGraph(heads, heads[0].outputs, heads[0].loss_type)
     kinds = {h.loss_type == LOSS_SUM for h in heads}
     if len(kinds) > 1:
         raise GgmlValueError("heads cannot mix the SUM loss with per-datapoint losses (ggmlR refuses it too)")
-    n_tensors = 40 * len(heads) + 8 + 512 * sum(h.loss_type == LOSS_CUSTOM for h in heads)  # room for fn's ops
+    n_tensors = 40 * len(heads) + 8 + 512 * sum(h.loss_type == LOSS_CUSTOM for h in heads) + 8 * len(penalties)
     ctx = ggml_init(mem_size=n_tensors * ggml_tensor_overhead() + ggml_graph_overhead(64) + 4096, no_alloc=True)
     batch = physical_batch(heads[0].outputs)
     graph_extra: list[Tensor] = []
@@ -500,6 +501,11 @@ def build_loss_graph(heads: Sequence[Head], sched, loss_mask_ne0: int | None = N
     total = heads[0].value if heads[0].weight == 1.0 else ggml_scale(ctx, heads[0].value, heads[0].weight)
     for h in heads[1:]:
         total = ggml_add(ctx, total, ggml_scale(ctx, h.value, h.weight))
+    for w, l1, l2 in penalties:
+        if l1:
+            total = ggml_add(ctx, total, ggml_scale(ctx, ggml_sum(ctx, ggml_abs(ctx, w)), l1))
+        if l2:
+            total = ggml_add(ctx, total, ggml_scale(ctx, ggml_sum(ctx, ggml_sqr(ctx, w)), l2))
     template = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, batch)  # only its shape is used
     per_datapoint = ggml_set_name(ggml_repeat(ctx, total, template), "loss_per_datapoint")
     graph = LossGraph(heads, per_datapoint, LOSS_SUM if LOSS_SUM in {h.loss_type for h in heads} else LOSS_MEAN,

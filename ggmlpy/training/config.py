@@ -28,6 +28,7 @@ class TrainingGraph:
     side_outputs: Sequence[Tensor] = ()  # updated by training steps only (batch-norm statistics)
     head_names: list[str] | None = None  # per-head history columns (multi-head fits)
     output_copies: Sequence[Tensor] = ()  # each head's outputs, readable after a step (StepOptions.metrics reads them)
+    penalties: Sequence[Any] = ()  # (weight, l1, l2): l1 * sum|w| + l2 * sum w^2 added to the loss (regularizers)
 
 
 @dataclass(frozen=True)

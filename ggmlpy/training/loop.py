@@ -103,7 +103,7 @@ class TrainingSession:
         # side outputs (a model's state updated in the graph) are computed by training steps only
         self.train_ctx = opt_init(sched, heads_arg, optimizer, opt_period, ctx_compute, inputs[0], outputs_arg,
                                   BUILD_GRAD if step.gradients_only else BUILD_OPT, self.lr_ud, loss_mask_ne0,
-                                  loss_weights, sample_weighted, list(graph.side_outputs))
+                                  loss_weights, sample_weighted, list(graph.side_outputs), graph.penalties)
         self._owned.append(self.train_ctx)
         try:
             self.eval_ctx = None
@@ -112,7 +112,7 @@ class TrainingSession:
                 self._owned.append(eval_sched)
                 self.eval_ctx = opt_init(eval_sched, heads_arg, optimizer, opt_period, ctx_compute, inputs[0],
                                             outputs_arg, BUILD_FORWARD, None, loss_mask_ne0, loss_weights,
-                                            sample_weighted)
+                                            sample_weighted, (), graph.penalties)
                 self._owned.append(self.eval_ctx)
             self.train_result = R.OptResult()
             self.eval_result = R.OptResult()
