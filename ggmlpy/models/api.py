@@ -17,6 +17,7 @@ from ..backend.transfer import as_numeric, checked_values
 from ..errors import GgmlInUseError, GgmlTypeError, GgmlValueError
 from ..ops import conv as _conv, elementwise as _elementwise
 from . import attention, conv, custom, layers as Lyr, norm, pooling, sequence, shaping
+from .normalization import Normalization
 from .compile import compiled
 from .graph import apply_layer, default_name, InputLayer, Model, Node, Sequential
 from ..graph.objects import Context
@@ -162,6 +163,8 @@ ARG_DOCS = {
     "bias_regularizer": "a penalty on the bias, as kernel_regularizer.",
     "recurrent_regularizer": "a penalty on the recurrent kernel, as kernel_regularizer.",
     "embeddings_regularizer": "a penalty on the embedding table, as kernel_regularizer.",
+    "mean": "the features' means (one per feature, or one for all); None: set by ggml_layer_adapt.",
+    "variance": "the features' variances, as mean (>= 0).",
     "name": "the layer's name (default: '<type>_<k>'); weights are saved as '<name>.<weight>'.",
     "trainable": "False freezes the layer's weights (see ggml_freeze_weights).",
     "input_shape": "the first layer of a sequential model: one sample's shape, no batch axis.",
@@ -181,7 +184,7 @@ def _arguments(cls: type) -> str:
     for p in params + regs + [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d)
                               for n, d in (("name", None), ("trainable", True), ("input_shape", None))]:
         default = "" if p.default is inspect.Parameter.empty else f" (default {p.default!r})"
-        meaning = ARG_DOCS.get(p.name, "").rstrip(".")
+        meaning = (getattr(cls, "ARG_DOCS", {}).get(p.name) or ARG_DOCS.get(p.name, "")).rstrip(".")
         lines.append(f"    {p.name}: {meaning}{default}.")
     return "\n".join(lines)
 
@@ -272,6 +275,12 @@ ggml_layer_gru, ggml_gru = _pair(
     "zero initial state): the last step's hidden state (units,), or every step's (steps, units) with "
     "``return_sequences=True``.\n\nExample:\n    >>> model = g.ggml_layer_gru(model, 32, return_sequences=True, "
     "input_shape=(50, 8))")
+ggml_layer_normalization, ggml_normalization = _pair(
+    Normalization, "normalization", "Keras' Normalization: each feature standardised, ``(x - mean) / "
+    "max(sqrt(variance), 1e-7)``, with the mean and variance of data set by ``ggml_layer_adapt(layer, data)`` "
+    "(or given as ``mean=``/``variance=``); they are saved with the model and not trained.\n\nExample:\n"
+    "    >>> norm = g.ggml_normalization()\n    >>> g.ggml_layer_adapt(norm, x_train)\n"
+    "    >>> h = g.ggml_apply(g.ggml_input(shape=(4,)), norm)")
 ggml_layer_layer_norm, ggml_layer_norm = _pair(
     norm.LayerNorm, "layer_norm", "Layer normalisation: each position normalised over its last axis (mean 0, "
     "variance 1), then scaled by a learned ``gamma`` and shifted by ``beta``; the same in training and "

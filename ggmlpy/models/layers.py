@@ -101,9 +101,12 @@ class ParamSpec:
     fans: tuple[int, int] = (1, 1)
     trainable: bool = True     # False: state the layer updates itself (batch-norm running statistics)
     user_axes: tuple[int, ...] | None = None  # transpose from ggml's numpy order to the user's (Keras') order
+    value: np.ndarray | None = None  # init "given": the starting values (numpy order), e.g. adapted statistics
 
     def initial(self, rng: np.random.RandomState) -> np.ndarray:
         shape = tuple(reversed(self.ne))
+        if self.init == "given":
+            return np.asarray(self.value, dtype=np.float32).reshape(shape)
         if self.init in ("glorot", "glorot_uniform"):  # Glorot (Xavier) uniform, as Keras
             limit = math.sqrt(6.0 / (self.fans[0] + self.fans[1]))
             return rng.uniform(-limit, limit, size=shape).astype(np.float32)

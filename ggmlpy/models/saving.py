@@ -41,6 +41,7 @@ from . import attention, conv, layers, norm, pooling, sequence, shaping
 from ..opt.constants import OPTIMIZER_ADAMW
 from ..opt.params import LrUserdata
 from ..opt.rules import OPTIMIZER_NAMES, OPTIMIZER_SETTINGS
+from .normalization import Normalization
 
 
 FORMAT_VERSION = 1
@@ -52,7 +53,7 @@ def _layer_types() -> dict[str, type]:
                conv.GlobalMaxPooling2D, norm.BatchNorm, norm.LayerNorm, sequence.LSTM, sequence.GRU,
                attention.MultiHeadAttention, pooling.AveragePooling2D, pooling.MaxPooling1D, pooling.AveragePooling1D,
                pooling.GlobalAveragePooling1D, pooling.GlobalMaxPooling1D, pooling.UpSampling2D, shaping.Activation,
-               shaping.Reshape, shaping.RepeatVector, InputLayer]
+               shaping.Reshape, shaping.RepeatVector, Normalization, InputLayer]
     return {c.kind: c for c in classes}
 
 
