@@ -18,6 +18,7 @@ from ..errors import GgmlInUseError, GgmlTypeError, GgmlValueError
 from ..ops import conv as _conv, elementwise as _elementwise
 from . import attention, conv, custom, layers as Lyr, norm, pooling, sequence, shaping
 from .normalization import Normalization
+from .wrappers import Bidirectional, TimeDistributed
 from .compile import compiled
 from .graph import apply_layer, default_name, InputLayer, Model, Node, Sequential
 from ..graph.objects import Context
@@ -153,6 +154,7 @@ ARG_DOCS = {
     "momentum": "the running statistics keep this share of their value at each training step, in [0, 1] "
                 "(Keras' 0.99 default settles after a few hundred steps; 0.9 after a few dozen).",
     "return_sequences": "True: the output at every step (steps, units); False: the last step's (units,).",
+    "go_backwards": "True: the steps are read last to first (a sequence output lists them in that order).",
     "num_heads": "the number of attention heads.",
     "key_dim": "the size of each head's query, key and value vectors.",
     "causal": "True: each step attends only to itself and earlier steps (language models).",
@@ -275,6 +277,14 @@ ggml_layer_gru, ggml_gru = _pair(
     "zero initial state): the last step's hidden state (units,), or every step's (steps, units) with "
     "``return_sequences=True``.\n\nExample:\n    >>> model = g.ggml_layer_gru(model, 32, return_sequences=True, "
     "input_shape=(50, 8))")
+ggml_layer_time_distributed, ggml_time_distributed = _pair(
+    TimeDistributed, "time_distributed", "Keras' TimeDistributed: one layer (one set of weights) applied to every "
+    "step of a sequence, ``(steps, ...)`` to ``(steps, *the layer's output)``.\n\nExample:\n"
+    "    >>> model = g.ggml_layer_time_distributed(model, g.ggml_dense(8, activation='relu'))")
+ggml_layer_bidirectional, ggml_bidirectional = _pair(
+    Bidirectional, "bidirectional", "Keras' Bidirectional: an LSTM or GRU run forwards and, with weights of its "
+    "own, backwards over the sequence; the two outputs concatenated (or summed, multiplied, averaged).\n\n"
+    "Example:\n    >>> model = g.ggml_layer_bidirectional(model, g.ggml_lstm(16, return_sequences=True))")
 ggml_layer_normalization, ggml_normalization = _pair(
     Normalization, "normalization", "Keras' Normalization: each feature standardised, ``(x - mean) / "
     "max(sqrt(variance), 1e-7)``, with the mean and variance of data set by ``ggml_layer_adapt(layer, data)`` "

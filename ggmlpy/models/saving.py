@@ -42,6 +42,7 @@ from ..opt.constants import OPTIMIZER_ADAMW
 from ..opt.params import LrUserdata
 from ..opt.rules import OPTIMIZER_NAMES, OPTIMIZER_SETTINGS
 from .normalization import Normalization
+from .wrappers import Bidirectional, TimeDistributed
 
 
 FORMAT_VERSION = 1
@@ -53,7 +54,7 @@ def _layer_types() -> dict[str, type]:
                conv.GlobalMaxPooling2D, norm.BatchNorm, norm.LayerNorm, sequence.LSTM, sequence.GRU,
                attention.MultiHeadAttention, pooling.AveragePooling2D, pooling.MaxPooling1D, pooling.AveragePooling1D,
                pooling.GlobalAveragePooling1D, pooling.GlobalMaxPooling1D, pooling.UpSampling2D, shaping.Activation,
-               shaping.Reshape, shaping.RepeatVector, Normalization, InputLayer]
+               shaping.Reshape, shaping.RepeatVector, Normalization, TimeDistributed, Bidirectional, InputLayer]
     return {c.kind: c for c in classes}
 
 
@@ -400,6 +401,8 @@ def _layer(config: dict) -> Layer:
     for key in ("kernel_size", "strides", "pool_size", "shape"):
         if isinstance(config.get(key), list):
             config[key] = tuple(config[key])
+    if isinstance(config.get("layer"), dict):  # a wrapper's inner layer
+        config["layer"] = _layer(config["layer"])
     return types[kind](**config)
 
 

@@ -45,20 +45,22 @@ def _stack_steps(g: Any, hs: list[Tensor]) -> Tensor:
     return ggml_cont(g.ctx, ggml_permute(g.ctx, parts[0], 0, 2, 1, 3))   # [H, N, T] -> [H, T, N]
 
 
-class _Recurrent(Layer):
+class Recurrent(Layer):
+    """What LSTM and GRU share: the unrolled recurrence, its options and weights; a subclass gives the step."""
     gates = 1
     REGULARIZED = {"kernel_regularizer": "kernel", "recurrent_regularizer": "recurrent_kernel",
                    "bias_regularizer": "bias"}
 
-    def __init__(self, units: int, return_sequences: bool = False, **kw: Any) -> None:
+    def __init__(self, units: int, return_sequences: bool = False, go_backwards: bool = False, **kw: Any) -> None:
         super().__init__(**kw)
         self.units = positive_int(units, "units")
-        if not isinstance(return_sequences, bool):
-            raise GgmlValueError(f"return_sequences must be True or False, got {return_sequences!r}")
-        self.return_sequences = return_sequences
+        for name, value in (("return_sequences", return_sequences), ("go_backwards", go_backwards)):
+            if not isinstance(value, bool):
+                raise GgmlValueError(f"{name} must be True or False, got {value!r}")
+        self.return_sequences, self.go_backwards = return_sequences, go_backwards
 
     def config(self) -> dict:
-        return {"units": self.units, "return_sequences": self.return_sequences}
+        return {"units": self.units, "return_sequences": self.return_sequences, "go_backwards": self.go_backwards}
 
     def output_shape(self, shapes):
         if len(shapes[0]) != 2:
@@ -77,6 +79,11 @@ class _Recurrent(Layer):
         return 64 + 24 * shapes[0][0]
 
     def forward(self, g, xs, shapes):
+        return self.run(g, xs, shapes, self.go_backwards, in_time_order=False)
+
+    def run(self, g: Any, xs: list, shapes: list, backwards: bool, in_time_order: bool) -> Tensor:
+        """The recurrence over the steps, last to first when ``backwards`` (Keras' go_backwards); a sequence
+        output lists the steps as processed, or in the input's order with ``in_time_order`` (Bidirectional)."""
         steps, features = shapes[0]
         ctx, n, width = g.ctx, g.batch, self.gates * self.units
         time_major = ggml_cont(ctx, ggml_permute(ctx, xs[0], 0, 2, 1, 3))     # [F, T, N] -> [F, N, T]
@@ -84,10 +91,12 @@ class _Recurrent(Layer):
                                                                                    n * steps))
         proj = ggml_add(ctx, proj, self.input_bias(g))                             # [G, N * T]
         state, outputs = None, []
-        for t in range(steps):
+        for t in (reversed(range(steps)) if backwards else range(steps)):
             x_t = ggml_view_2d(ctx, proj, width, n, width * F32, t * width * n * F32)   # contiguous [G, N]
             state = self.step(g, x_t, state)
             outputs.append(state[0])
+        if backwards and in_time_order:
+            outputs.reverse()
         return _stack_steps(g, outputs) if self.return_sequences else state[0]
 
     # ---- what LSTM and GRU define
@@ -102,7 +111,7 @@ class _Recurrent(Layer):
         raise NotImplementedError
 
 
-class LSTM(_Recurrent):
+class LSTM(Recurrent):
     """Long short-term memory (Keras' LSTM: tanh, sigmoid gates, zero initial state)."""
     kind = "lstm"
     gates = 4
@@ -125,7 +134,7 @@ class LSTM(_Recurrent):
         return ggml_mul(ctx, o, ggml_tanh(ctx, c)), c
 
 
-class GRU(_Recurrent):
+class GRU(Recurrent):
     """Gated recurrent unit (Keras' GRU with ``reset_after=True``, zero initial state)."""
     kind = "gru"
     gates = 3
