@@ -112,3 +112,16 @@ def test_hyperparameter_search_runs_trials_in_spawn_workers(tmp_path):
     assert max(accuracies) > 0.85 and min(accuracies) < max(accuracies), out   # the settings do differ
     assert float(re.search(r"test accuracy: ([0-9.]+)", out).group(1)) > 0.85, out
     assert (tmp_path / "best.gguf").stat().st_size > 10_000
+
+
+def test_the_keras_imbalanced_classification_port_finds_the_minority(tmp_path):
+    """The port of Keras' imbalanced-classification example: adapted normalization, class weights, confusion
+    counts, precision and recall, a best-only checkpoint loaded back."""
+    pytest.importorskip("sklearn")
+    ckpt = tmp_path / "best.gguf"
+    out = _run([str(ROOT / "examples" / "keras_imbalanced_classification.py"), "--epochs", "8", "--backend", "cpu",
+                "--checkpoint", str(ckpt)], tmp_path)
+    found, total = (int(v) for v in re.search(r"validation: (\d+) of (\d+) malignant", out).groups())
+    assert total == 42 and found / total > 0.8, out[-1500:]
+    recall = float(re.search(r"best checkpoint \(val_recall\): recall ([0-9.]+)", out).group(1))
+    assert recall > 0.8 and ckpt.stat().st_size > 100_000
