@@ -18,6 +18,7 @@ from ..errors import GgmlInUseError, GgmlTypeError, GgmlValueError
 from ..ops import conv as _conv, elementwise as _elementwise
 from . import attention, conv, custom, layers as Lyr, norm, pooling, sequence, shaping
 from .normalization import Normalization
+from .masking import Masking
 from .wrappers import Bidirectional, TimeDistributed
 from .compile import compiled
 from .graph import apply_layer, default_name, InputLayer, Model, Node, Sequential
@@ -277,6 +278,11 @@ ggml_layer_gru, ggml_gru = _pair(
     "zero initial state): the last step's hidden state (units,), or every step's (steps, units) with "
     "``return_sequences=True``.\n\nExample:\n    >>> model = g.ggml_layer_gru(model, 32, return_sequences=True, "
     "input_shape=(50, 8))")
+ggml_layer_masking, ggml_masking = _pair(
+    Masking, "masking", "Keras' Masking: steps of a sequence whose features all equal ``mask_value`` are padding, "
+    "which the layers after it skip (an LSTM/GRU keeps its state over them, global average pooling leaves them "
+    "out); a layer that cannot honour the mask is refused.\n\nExample:\n    >>> model = "
+    "g.ggml_layer_masking(model, mask_value=0.0, input_shape=(20, 3))")
 ggml_layer_time_distributed, ggml_time_distributed = _pair(
     TimeDistributed, "time_distributed", "Keras' TimeDistributed: one layer (one set of weights) applied to every "
     "step of a sequence, ``(steps, ...)`` to ``(steps, *the layer's output)``.\n\nExample:\n"

@@ -17,6 +17,7 @@ from ..opt.params import check_weight_decay
 from ..opt.rules import optimizer_spec, OptimizerSpec
 from .graph import Model, Node
 from .keras_metrics import resolve_metrics, spec_to_dict
+from .masking import mask_flow
 from . import conv, pooling, shaping
 from .layers import Dropout, Flatten
 from .runtime import build_graph, GraphInstance, replace_runtime, Runtime
@@ -298,6 +299,7 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
         clipvalue=clipvalue), "ggml_compile")
     backend, shares = _backends(backend, shares)
     inputs, outputs, _ = model.graph()
+    mask_flow(model)  # a padding mask only where layers honour it
     for n in outputs:
         if n.dtype == "int32":
             raise GgmlValueError(f"the model's output '{n.layer.name}' is its int32 token-id input itself; outputs "

@@ -220,6 +220,9 @@ class Layer(metaclass=_Sealed):
     takes_int = False     # embedding: int32 token ids in
     savable = True        # its config rebuilds it (a custom layer's forward function does not)
     REGULARIZED: dict[str, str] = {}  # Keras' regularizer arguments the layer takes -> the weight each penalises
+    # what the layer does with a padding mask on its input (masking.py): "propagate" it, "consume" it, or
+    # "none": a mask reaching it is refused, as in Keras
+    mask_support = "none"
 
     def __init__(self, name: str | None = None, trainable: bool = True, input_shape: Any = None,
                  **regularizers: Any) -> None:
@@ -256,6 +259,15 @@ class Layer(metaclass=_Sealed):
     def predict_forward(self, g: Any, xs: list[Tensor], shapes: list[tuple[int, ...]]) -> Tensor:
         """The inference pass (dropout and batch norm differ from training)."""
         return self.forward(g, xs, shapes)
+
+    @property
+    def passes_mask(self) -> bool:
+        """Whether a padding mask on the input is one on the output too (its steps kept)."""
+        return self.mask_support == "propagate"
+
+    def output_mask(self, g: Any, in_mask: Tensor | None, xs: list[Tensor], out: Tensor) -> Tensor | None:
+        """The padding mask of the output (``[1, steps, N]``) when ``passes_mask``: the input's by default."""
+        return in_mask
 
     # ---- sealing
     _BOOKKEEPING = frozenset({"params", "built_for"})
@@ -353,6 +365,7 @@ def activate(g: Any, t: Tensor, activation: str | None) -> Tensor:
 class Dense(Layer):
     """``units`` outputs from the last axis: ``activation(x W + b)``."""
     kind = "dense"
+    mask_support = "propagate"  # on sequences: each step on its own
     REGULARIZED = {"kernel_regularizer": "weight", "bias_regularizer": "bias"}
 
     def __init__(self, units: int, activation: str | None = None, use_bias: bool = True,
@@ -414,6 +427,7 @@ class Dropout(Layer):
     by 1/(1 - rate), with a new mask every step (made on the model's device by ``ggml_dropout``);
     ``ggml_predict``/``ggml_evaluate`` pass values through."""
     kind = "dropout"
+    mask_support = "propagate"
 
     def __init__(self, rate: float, **kw: Any) -> None:
         super().__init__(**kw)

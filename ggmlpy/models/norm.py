@@ -90,6 +90,7 @@ class LayerNorm(Layer):
     """Layer normalisation: each position normalised over its last axis (mean 0, biased variance 1,
     as Keras), then scaled by ``gamma`` and shifted by ``beta``; the same in training and inference."""
     kind = "layer_norm"
+    mask_support = "propagate"  # each position on its own
 
     def __init__(self, eps: float = 1e-5, **kw: Any) -> None:
         super().__init__(**kw)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.args import FLOAT32_MAX
 from ..errors import GgmlValueError
 from ..ops.conv import GGML_OP_POOL_AVG, GGML_OP_POOL_MAX, ggml_pool_2d
-from ..ops.elementwise import ggml_scale
-from ..ops.layout import ggml_reshape_2d, ggml_reshape_4d
+from ..ops.elementwise import ggml_clamp, ggml_div, ggml_mul, ggml_scale
+from ..ops.layout import ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d
 from ..ops.reduce import ggml_repeat, ggml_sum_rows
 from .conv import MaxPooling2D, pooled_size
 from .layers import int_pair, Layer, NATURAL, positive_int, SPATIAL
@@ -77,11 +78,18 @@ class _GlobalPooling1D(Layer):
 class GlobalAveragePooling1D(_GlobalPooling1D):
     """The mean of each channel over the steps: ``(steps, C)`` becomes ``(C,)``."""
     kind = "global_average_pooling_1d"
+    mask_support = "consume"  # the mean of the real steps only
 
     def forward(self, g, xs, shapes):
         steps, channels = shapes[0]
-        mean = ggml_scale(g.ctx, ggml_sum_rows(g.ctx, xs[0]), 1.0 / steps)  # [1, C, N]
-        return ggml_reshape_2d(g.ctx, mean, channels, g.batch)
+        ctx, mask = g.ctx, g.input_mask
+        if mask is None:
+            mean = ggml_scale(ctx, ggml_sum_rows(ctx, xs[0]), 1.0 / steps)  # [1, C, N]
+        else:  # spatial [T, C, N] times the mask as [T, 1, N]; a sample of padding only averages to 0
+            m = ggml_reshape_3d(ctx, mask, steps, 1, g.batch)
+            count = ggml_clamp(ctx, ggml_sum_rows(ctx, m), 1.0, FLOAT32_MAX)   # [1, 1, N]
+            mean = ggml_div(ctx, ggml_sum_rows(ctx, ggml_mul(ctx, xs[0], m)), count)
+        return ggml_reshape_2d(ctx, mean, channels, g.batch)
 
 
 class GlobalMaxPooling1D(_GlobalPooling1D):

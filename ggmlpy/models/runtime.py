@@ -36,6 +36,7 @@ from ..opt.constants import BUILD_FORWARD
 from ..opt.context import training_graph_nodes
 from ..training.replicas import split_counts
 from .graph import Model, Node
+from .masking import mask_flow
 from .layers import Layer, NATURAL, SPATIAL
 from .optimizer_state import OptimizerState
 from .weights import check_device_can_use, ParamStore
@@ -77,6 +78,7 @@ class GraphBuilder:
         self.logits_for = logits_for           # ids of output nodes whose final softmax the loss applies
         self.rows_for = rows_for               # ids of output nodes handed to the loss as 2-D [units, rows]
         self.strip_softmax = False
+        self.input_mask: Tensor | None = None  # the padding mask of the input of the layer being built (masking.py)
         n = len(nodes)
         self.graph_size = 0
         # tensors the layers create: most make a few dozen, a recurrent layer a few per time step
@@ -169,6 +171,8 @@ class GraphBuilder:
     def build(self) -> "GraphInstance":
         inputs, outputs, nodes = self.model.graph()
         values: dict[int, dict[str, Tensor]] = {}   # node -> its tensor in each layout made so far
+        masks: dict[int, Tensor] = {}   # node -> the padding mask of its steps ([1, T, N]), where it has one
+        masked = mask_flow(self.model)
         for node in nodes:
             if node.is_input:
                 gtype = GGML_TYPE_I32 if node.dtype == "int32" else GGML_TYPE_F32
@@ -181,9 +185,13 @@ class GraphBuilder:
             xs = [self._value(values, n, layer.layout) for n in node.inputs]
             shapes = [n.shape for n in node.inputs]
             self.strip_softmax = id(node) in self.logits_for
+            self.input_mask = next((masks[id(n)] for n in node.inputs if id(n) in masks), None)
             fwd = layer.forward if self.training else layer.predict_forward
-            values[id(node)] = {layer.out_layout or layer.layout: fwd(self, xs, shapes)}
-            self.strip_softmax = False
+            out = fwd(self, xs, shapes)
+            values[id(node)] = {layer.out_layout or layer.layout: out}
+            if id(node) in masked:
+                masks[id(node)] = layer.output_mask(self, self.input_mask, xs, out)
+            self.strip_softmax, self.input_mask = False, None
         input_tensors = [values[id(n)][NATURAL] for n in inputs]
         out_tensors = [self._value(values, n, NATURAL) for n in outputs]
         out_tensors = [ggml_reshape_2d(self.ctx, t, n.shape[-1], t.nelements() // n.shape[-1])

@@ -42,6 +42,7 @@ from ..opt.constants import OPTIMIZER_ADAMW
 from ..opt.params import LrUserdata
 from ..opt.rules import OPTIMIZER_NAMES, OPTIMIZER_SETTINGS
 from .normalization import Normalization
+from .masking import Masking
 from .wrappers import Bidirectional, TimeDistributed
 
 
@@ -54,7 +55,8 @@ def _layer_types() -> dict[str, type]:
                conv.GlobalMaxPooling2D, norm.BatchNorm, norm.LayerNorm, sequence.LSTM, sequence.GRU,
                attention.MultiHeadAttention, pooling.AveragePooling2D, pooling.MaxPooling1D, pooling.AveragePooling1D,
                pooling.GlobalAveragePooling1D, pooling.GlobalMaxPooling1D, pooling.UpSampling2D, shaping.Activation,
-               shaping.Reshape, shaping.RepeatVector, Normalization, TimeDistributed, Bidirectional, InputLayer]
+               shaping.Reshape, shaping.RepeatVector, Normalization, TimeDistributed, Bidirectional, Masking,
+               InputLayer]
     return {c.kind: c for c in classes}
 
 

@@ -26,6 +26,7 @@ from ..ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_vi
 from ..ops.linalg import ggml_mul_mat
 from ..ops.reduce import ggml_concat
 from .layers import Layer, ParamSpec, positive_int
+from .masking import carry_over, step_of, time_major_mask
 
 
 F32 = 4  # bytes per value: the model layer computes in float32
@@ -48,6 +49,7 @@ def _stack_steps(g: Any, hs: list[Tensor]) -> Tensor:
 class Recurrent(Layer):
     """What LSTM and GRU share: the unrolled recurrence, its options and weights; a subclass gives the step."""
     gates = 1
+    mask_support = "consume"  # padding steps keep the state (masking.py)
     REGULARIZED = {"kernel_regularizer": "kernel", "recurrent_regularizer": "recurrent_kernel",
                    "bias_regularizer": "bias"}
 
@@ -79,11 +81,17 @@ class Recurrent(Layer):
         return 64 + 24 * shapes[0][0]
 
     def forward(self, g, xs, shapes):
-        return self.run(g, xs, shapes, self.go_backwards, in_time_order=False)
+        return self.run(g, xs, shapes, self.go_backwards, False, g.input_mask)
 
-    def run(self, g: Any, xs: list, shapes: list, backwards: bool, in_time_order: bool) -> Tensor:
+    @property
+    def passes_mask(self) -> bool:
+        return self.return_sequences  # Keras' rule (also with go_backwards)
+
+    def run(self, g: Any, xs: list, shapes: list, backwards: bool, in_time_order: bool,
+            mask: Tensor | None = None) -> Tensor:
         """The recurrence over the steps, last to first when ``backwards`` (Keras' go_backwards); a sequence
-        output lists the steps as processed, or in the input's order with ``in_time_order`` (Bidirectional)."""
+        output lists the steps as processed, or in the input's order with ``in_time_order`` (Bidirectional).
+        ``mask`` (``[1, T, N]``): over a padding step the state is carried over, as Keras does."""
         steps, features = shapes[0]
         ctx, n, width = g.ctx, g.batch, self.gates * self.units
         time_major = ggml_cont(ctx, ggml_permute(ctx, xs[0], 0, 2, 1, 3))     # [F, T, N] -> [F, N, T]
@@ -91,9 +99,15 @@ class Recurrent(Layer):
                                                                                    n * steps))
         proj = ggml_add(ctx, proj, self.input_bias(g))                             # [G, N * T]
         state, outputs = None, []
+        mask_tn = time_major_mask(g, mask) if mask is not None else None
         for t in (reversed(range(steps)) if backwards else range(steps)):
             x_t = ggml_view_2d(ctx, proj, width, n, width * F32, t * width * n * F32)   # contiguous [G, N]
-            state = self.step(g, x_t, state)
+            new = self.step(g, x_t, state)
+            if mask_tn is not None:
+                m = step_of(g, mask_tn, t)
+                new = tuple(carry_over(g, a, None if state is None else b, m)
+                            for a, b in zip(new, state or (None,) * len(new)))
+            state = new
             outputs.append(state[0])
         if backwards and in_time_order:
             outputs.reverse()

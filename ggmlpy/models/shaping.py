@@ -18,6 +18,7 @@ from .runtime import natural_ne
 class Activation(Layer):
     """An activation applied to every value (softmax over the last axis), as a layer of its own."""
     kind = "activation"
+    mask_support = "propagate"
 
     def __init__(self, activation: str | None, **kw: Any) -> None:
         super().__init__(**kw)

@@ -25,6 +25,7 @@ class _InnerView:
     def __init__(self, g: Any, wrapper: Layer, inner: Layer, prefix: str, batch: int) -> None:
         self._g, self._wrapper, self._inner, self._prefix = g, wrapper, inner, prefix
         self.batch = batch
+        self.input_mask = None  # the wrapper's mask is over its steps, not the inner layer's samples
 
     def param(self, layer: Layer, name: str) -> Any:
         if layer is not self._inner:
@@ -63,6 +64,7 @@ class TimeDistributed(Layer):
     each step as a sample of its own (a dense layer on ``(steps, features)``, a 1-D convolution on
     ``(steps, length, channels)``)."""
     kind = "time_distributed"
+    mask_support = "propagate"
     ARG_DOCS = {"layer": "a new layer object (ggml_dense(8), ggml_conv_1d(4, 3), ...) applied to every step; its "
                          "weights become the wrapper's."}
 
@@ -128,6 +130,7 @@ class Bidirectional(Layer):
     ``"sum"``, ``"mul"``, ``"ave"``). With ``return_sequences`` the backward outputs are put back in the
     input's order first, as Keras does. Weights: ``forward_kernel``, ..., ``backward_kernel``, ..."""
     kind = "bidirectional"
+    mask_support = "consume"
     ARG_DOCS = {"layer": "a new LSTM or GRU layer object (ggml_lstm(16), ggml_gru(8)); its weights become the "
                          "wrapper's, a copy of it runs backwards.",
                 "merge_mode": "how the two directions join: 'concat' (features side by side), 'sum', 'mul', 'ave'."}
@@ -160,10 +163,14 @@ class Bidirectional(Layer):
     def graph_tensors(self, shapes):
         return 16 + 2 * self.layer.graph_tensors(shapes)
 
+    @property
+    def passes_mask(self) -> bool:
+        return self.layer.return_sequences
+
     def forward(self, g, xs, shapes):
-        ctx = g.ctx
-        fwd = self.layer.run(_InnerView(g, self, self.layer, "forward_", g.batch), xs, shapes, False, True)
-        bwd = self.layer.run(_InnerView(g, self, self.layer, "backward_", g.batch), xs, shapes, True, True)
+        ctx, mask = g.ctx, g.input_mask
+        fwd = self.layer.run(_InnerView(g, self, self.layer, "forward_", g.batch), xs, shapes, False, True, mask)
+        bwd = self.layer.run(_InnerView(g, self, self.layer, "backward_", g.batch), xs, shapes, True, True, mask)
         if self.merge_mode == "concat":
             return ggml_concat(ctx, fwd, bwd, 0)
         if self.merge_mode == "sum":
