@@ -19,6 +19,7 @@ from ..ops import conv as _conv, elementwise as _elementwise
 from . import attention, conv, custom, layers as Lyr, norm, pooling, sequence, shaping
 from .normalization import Normalization
 from .masking import Masking
+from .transpose import Conv2DTranspose
 from .wrappers import Bidirectional, TimeDistributed
 from .compile import compiled
 from .graph import apply_layer, default_name, InputLayer, Model, Node, Sequential
@@ -201,6 +202,13 @@ ggml_layer_conv_2d, _conv_2d_object = _pair(
     "``kernel_size=(rows, cols)``, ``strides``, ``padding`` 'valid' or 'same' (as Keras), a bias, then "
     "``activation``.\n\nExample:\n    >>> model = g.ggml_layer_conv_2d(model, 16, (3, 3), activation='relu', "
     "input_shape=(28, 28, 1))")
+ggml_layer_conv_2d_transpose, ggml_conv_2d_transpose = _pair(
+    Conv2DTranspose, "conv_2d_transpose", "Transposed 2-D convolution (Keras' ``Conv2DTranspose``) of "
+    "channels-last images (H, W, C): each pixel adds ``pixel x kernel`` into the output at ``strides`` steps, so "
+    "the image grows by the stride ('same': H * stride rows; 'valid': (H - 1) * stride + kernel, at least "
+    "H * stride); ``filters`` output channels, a bias, then ``activation``. The kernel is (rows, cols, filters, "
+    "in channels), Keras' orientation.\n\nExample:\n    >>> x = g.ggml_layer_conv_2d_transpose(x, 16, (3, 3), "
+    "strides=2, padding='same', activation='relu')")
 ggml_layer_conv_1d, _conv_1d_object = _pair(
     conv.Conv1D, "conv_1d", "1-D convolution of sequences (steps, channels): ``filters`` output channels, "
     "``kernel_size``, ``strides``, ``padding`` 'valid' or 'same', a bias, then ``activation``.\n\nExample:\n"

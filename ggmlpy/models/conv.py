@@ -38,7 +38,7 @@ def _dilation(rates: tuple, strides: tuple) -> tuple:
     return rates
 
 
-def _padding(padding: Any) -> str:
+def padding_arg(padding: Any) -> str:
     if padding not in ("valid", "same"):
         raise GgmlValueError(f"padding must be 'valid' or 'same', got {padding!r}")
     return padding
@@ -101,7 +101,7 @@ def _pad_end(g: Any, x, dim: int, extra: int):
     return ggml_concat(g.ctx, x, g.zeros(tuple(ne)), dim)
 
 
-class _Conv(Layer):
+class Convolution(Layer):
     """What the convolutions share: the activation runs per output channel."""
     layout = SPATIAL
     REGULARIZED = {"kernel_regularizer": "kernel", "bias_regularizer": "bias"}
@@ -124,7 +124,7 @@ class _Conv(Layer):
         return activate(g, y, self.activation)
 
 
-class Conv2D(_Conv):
+class Conv2D(Convolution):
     """2-D convolution of channels-last images ``(H, W, C)``: ``filters`` output channels,
     ``kernel_size=(rows, cols)``, a bias, then ``activation``."""
     kind = "conv_2d"
@@ -136,7 +136,7 @@ class Conv2D(_Conv):
         self.filters = positive_int(filters, "filters")
         self.kernel_size = int_pair(kernel_size, "kernel_size")
         self.strides = int_pair(strides, "strides")
-        self.padding = _padding(padding)
+        self.padding = padding_arg(padding)
         self.activation = check_activation(activation)
         self.use_bias = bool_arg(use_bias, "use_bias")
         self.dilation_rate = _dilation(int_pair(dilation_rate, "dilation_rate"), self.strides)
@@ -181,7 +181,7 @@ class Conv2D(_Conv):
         return self._activate(g, self._add_bias(g, y, bias), shapes)
 
 
-class Conv1D(_Conv):
+class Conv1D(Convolution):
     """1-D convolution of sequences ``(steps, channels)``: ``filters`` output channels, a bias, then
     ``activation``."""
     kind = "conv_1d"
@@ -193,7 +193,7 @@ class Conv1D(_Conv):
         self.filters = positive_int(filters, "filters")
         self.kernel_size = positive_int(kernel_size, "kernel_size")
         self.strides = positive_int(strides, "strides")
-        self.padding = _padding(padding)
+        self.padding = padding_arg(padding)
         self.activation = check_activation(activation)
         self.use_bias = bool_arg(use_bias, "use_bias")
         self.dilation_rate = _dilation((positive_int(dilation_rate, "dilation_rate"),), (self.strides,))[0]

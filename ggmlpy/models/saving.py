@@ -43,6 +43,7 @@ from ..opt.params import LrUserdata
 from ..opt.rules import OPTIMIZER_NAMES, OPTIMIZER_SETTINGS
 from .normalization import Normalization
 from .masking import Masking
+from .transpose import Conv2DTranspose
 from .wrappers import Bidirectional, TimeDistributed
 
 
@@ -56,7 +57,7 @@ def _layer_types() -> dict[str, type]:
                attention.MultiHeadAttention, pooling.AveragePooling2D, pooling.MaxPooling1D, pooling.AveragePooling1D,
                pooling.GlobalAveragePooling1D, pooling.GlobalMaxPooling1D, pooling.UpSampling2D, shaping.Activation,
                shaping.Reshape, shaping.RepeatVector, Normalization, TimeDistributed, Bidirectional, Masking,
-               InputLayer]
+               Conv2DTranspose, InputLayer]
     return {c.kind: c for c in classes}
 
 
