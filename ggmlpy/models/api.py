@@ -156,6 +156,8 @@ ARG_DOCS = {
     "momentum": "the running statistics keep this share of their value at each training step, in [0, 1] "
                 "(Keras' 0.99 default settles after a few hundred steps; 0.9 after a few dozen).",
     "return_sequences": "True: the output at every step (steps, units); False: the last step's (units,).",
+    "recurrent_dropout": "the fraction of the recurrent state dropped in training, in [0, 1) (one mask per gate, "
+                         "the same at every step, as Keras).",
     "go_backwards": "True: the steps are read last to first (a sequence output lists them in that order).",
     "num_heads": "the number of attention heads.",
     "key_dim": "the size of each head's query, key and value vectors.",

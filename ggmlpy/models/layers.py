@@ -265,6 +265,10 @@ class Layer(metaclass=_Sealed):
         """Whether a padding mask on the input is one on the output too (its steps kept)."""
         return self.mask_support == "propagate"
 
+    def dropout_seeds(self) -> int:
+        """How many dropout masks the layer draws per training step (each needs a seed of the graph's)."""
+        return 0
+
     def output_mask(self, g: Any, in_mask: Tensor | None, xs: list[Tensor], out: Tensor) -> Tensor | None:
         """The padding mask of the output (``[1, steps, N]``) when ``passes_mask``: the input's by default."""
         return in_mask
@@ -445,6 +449,9 @@ class Dropout(Layer):
 
     def predict_forward(self, g, xs, shapes):
         return xs[0]
+
+    def dropout_seeds(self) -> int:
+        return 1 if self.rate > 0 else 0
 
 
 class Embedding(Layer):

@@ -89,7 +89,7 @@ class GraphBuilder:
         self.ctx_pinned = ggml_init(mem_size=(4 + 4 * n) * ggml_tensor_overhead(), no_alloc=True)
         self.constants: list[tuple[Tensor, np.ndarray]] = []
         self.seeds = _DropoutSeeds(np.random.default_rng(np.random.randint(0, 2 ** 31)))
-        n_dropout = sum(node.layer.kind == "dropout" and node.layer.rate > 0 for node in nodes if not node.is_input)
+        n_dropout = sum(node.layer.dropout_seeds() for node in nodes if not node.is_input)
         if training and n_dropout:
             self.seeds.tensor = ggml_set_input(ggml_new_tensor(self.ctx_io, GGML_TYPE_I32, 1, (n_dropout,)))
             ggml_set_name(self.seeds.tensor, "dropout_seeds")

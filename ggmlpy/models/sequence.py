@@ -19,6 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from ..core.args import is_real
 from ..errors import GgmlValueError
 from ..graph.objects import Tensor
 from ..ops.elementwise import ggml_add, ggml_cont, ggml_mul, ggml_sigmoid, ggml_sub, ggml_tanh
@@ -48,21 +51,64 @@ def _stack_steps(g: Any, hs: list[Tensor]) -> Tensor:
 
 class Recurrent(Layer):
     """What LSTM and GRU share: the unrolled recurrence, its options and weights; a subclass gives the step."""
+    ARG_DOCS = {"dropout": "the fraction of the inputs dropped in training, in [0, 1) (one mask for the whole "
+                           "sequence, as Keras; one per gate with recurrent_dropout)."}
     gates = 1
     mask_support = "consume"  # padding steps keep the state (masking.py)
     REGULARIZED = {"kernel_regularizer": "kernel", "recurrent_regularizer": "recurrent_kernel",
                    "bias_regularizer": "bias"}
 
-    def __init__(self, units: int, return_sequences: bool = False, go_backwards: bool = False, **kw: Any) -> None:
+    def __init__(self, units: int, return_sequences: bool = False, go_backwards: bool = False, dropout: float = 0.0,
+                 recurrent_dropout: float = 0.0, **kw: Any) -> None:
         super().__init__(**kw)
         self.units = positive_int(units, "units")
         for name, value in (("return_sequences", return_sequences), ("go_backwards", go_backwards)):
             if not isinstance(value, bool):
                 raise GgmlValueError(f"{name} must be True or False, got {value!r}")
         self.return_sequences, self.go_backwards = return_sequences, go_backwards
+        for name, value in (("dropout", dropout), ("recurrent_dropout", recurrent_dropout)):
+            if not is_real(value) or not 0 <= value < 1:
+                raise GgmlValueError(f"{self.kind} {name} must be a rate in [0, 1), got {value!r}")
+        self.dropout, self.recurrent_dropout = float(dropout), float(recurrent_dropout)
 
     def config(self) -> dict:
-        return {"units": self.units, "return_sequences": self.return_sequences, "go_backwards": self.go_backwards}
+        return {"units": self.units, "return_sequences": self.return_sequences, "go_backwards": self.go_backwards,
+                "dropout": self.dropout, "recurrent_dropout": self.recurrent_dropout}
+
+    def dropout_seeds(self) -> int:
+        """Masks drawn per training step, as Keras draws them: one for the inputs, or one per gate for the inputs
+        and one per gate for the recurrent state when there is recurrent dropout (Keras' implementation 1)."""
+        per_gate = self.gates if self.recurrent_dropout else 1
+        return (per_gate if self.dropout else 0) + (self.gates if self.recurrent_dropout else 0)
+
+    def _masks(self, g: Any, rate: float, rows: int, count: int) -> list:
+        """``count`` inverted-dropout masks ``[rows, N]`` for a training step (none in inference): the same at
+        every step of the sequence, as Keras' recurrent dropout."""
+        if not rate or not g.training:
+            return []
+        ones = g.constant(np.ones((g.batch, rows), np.float32))
+        return [g.dropout(ones, rate) for _ in range(count)]
+
+    def _by_gate(self, g: Any, weight: Tensor, rows: int, x: Tensor, masks: list) -> Tensor:
+        """``weight^T x``, each gate's block with its own mask on ``x`` (one mask: all gates)."""
+        ctx, u = g.ctx, self.units
+
+        def flat(t: Tensor) -> Tensor:  # [rows, ...] as a matrix: the weight's gradient needs no broadcast
+            return t if t.shape[2] == 1 else ggml_reshape_2d(ctx, t, rows, t.nelements() // rows)
+        if not masks:
+            return ggml_mul_mat(ctx, weight, flat(x))
+        if len(masks) == 1:
+            return ggml_mul_mat(ctx, weight, flat(ggml_mul(ctx, x, masks[0])))
+        parts = [ggml_mul_mat(ctx, ggml_view_2d(ctx, weight, rows, u, rows * F32, k * u * rows * F32),
+                              flat(ggml_mul(ctx, x, m))) for k, m in enumerate(masks)]
+        out = parts[0]
+        for p in parts[1:]:
+            out = ggml_concat(ctx, out, p, 0)
+        return out
+
+    def recurrent(self, g: Any, h: Tensor, masks: list) -> Tensor:
+        """The recurrent product ``U^T h`` of a step, through the recurrent dropout masks."""
+        return self._by_gate(g, g.param(self, "recurrent_kernel"), self.units, h, masks)
 
     def output_shape(self, shapes):
         if len(shapes[0]) != 2:
@@ -95,14 +141,16 @@ class Recurrent(Layer):
         steps, features = shapes[0]
         ctx, n, width = g.ctx, g.batch, self.gates * self.units
         time_major = ggml_cont(ctx, ggml_permute(ctx, xs[0], 0, 2, 1, 3))     # [F, T, N] -> [F, N, T]
-        proj = ggml_mul_mat(ctx, g.param(self, "kernel"), ggml_reshape_2d(ctx, time_major, features,
-                                                                                   n * steps))
+        masks = self._masks(g, self.dropout, features, self.gates if self.recurrent_dropout else 1)
+        masks = [ggml_reshape_3d(ctx, m, features, n, 1) for m in masks]      # the same mask at every step
+        proj = self._by_gate(g, g.param(self, "kernel"), features, time_major, masks)
         proj = ggml_add(ctx, proj, self.input_bias(g))                             # [G, N * T]
+        rec_masks = self._masks(g, self.recurrent_dropout, self.units, self.gates)
         state, outputs = None, []
         mask_tn = time_major_mask(g, mask) if mask is not None else None
         for t in (reversed(range(steps)) if backwards else range(steps)):
             x_t = ggml_view_2d(ctx, proj, width, n, width * F32, t * width * n * F32)   # contiguous [G, N]
-            new = self.step(g, x_t, state)
+            new = self.step(g, x_t, state, rec_masks)
             if mask_tn is not None:
                 m = step_of(g, mask_tn, t)
                 new = tuple(carry_over(g, a, None if state is None else b, m)
@@ -120,8 +168,9 @@ class Recurrent(Layer):
     def input_bias(self, g: Any) -> Tensor:
         raise NotImplementedError
 
-    def step(self, g: Any, x_t: Tensor, state: tuple | None) -> tuple:
-        """One time step from the projected input ``x_t`` ``[G, N]``: the new state, hidden output first."""
+    def step(self, g: Any, x_t: Tensor, state: tuple | None, rec_masks: Any = ()) -> tuple:
+        """One time step from the projected input ``x_t`` ``[G, N]``: the new state, hidden output first; the
+        recurrent product goes through ``recurrent`` (and its dropout masks)."""
         raise NotImplementedError
 
 
@@ -136,10 +185,9 @@ class LSTM(Recurrent):
     def input_bias(self, g):
         return g.param(self, "bias")
 
-    def step(self, g, x_t, state):
+    def step(self, g, x_t, state, rec_masks=()):
         ctx, u = g.ctx, self.units
-        z = x_t if state is None else ggml_add(ctx, x_t, ggml_mul_mat(ctx, g.param(self, "recurrent_kernel"),
-                                                                              state[0]))
+        z = x_t if state is None else ggml_add(ctx, x_t, self.recurrent(g, state[0], rec_masks))
         sig, tanh = ggml_sigmoid(ctx, z), ggml_tanh(ctx, z)   # whole [4U, N]: two ops, not four
         i, f, o = _rows(g, sig, 0, u), _rows(g, sig, u, u), _rows(g, sig, 3 * u, u)
         c = ggml_mul(ctx, i, _rows(g, tanh, 2 * u, u))
@@ -159,13 +207,13 @@ class GRU(Recurrent):
     def input_bias(self, g):
         return ggml_view_1d(g.ctx, g.param(self, "bias"), 3 * self.units, 0)
 
-    def step(self, g, x_t, state):
+    def step(self, g, x_t, state, rec_masks=()):
         ctx, u = g.ctx, self.units
         rec_bias = ggml_view_2d(ctx, g.param(self, "bias"), 3 * u, 1, 3 * u * F32, 3 * u * F32)   # [3U, 1]
         if state is None:   # h = 0: the recurrent term is its bias alone (broadcast over the batch)
             h_proj = rec_bias
         else:
-            h_proj = ggml_add(ctx, ggml_mul_mat(ctx, g.param(self, "recurrent_kernel"), state[0]), rec_bias)
+            h_proj = ggml_add(ctx, self.recurrent(g, state[0], rec_masks), rec_bias)
         zr = ggml_sigmoid(ctx, ggml_add(ctx, _rows(g, x_t, 0, 2 * u), _rows(g, h_proj, 0, 2 * u)))
         z, r = _rows(g, zr, 0, u), _rows(g, zr, u, u)
         cand = ggml_tanh(ctx, ggml_add(ctx, _rows(g, x_t, 2 * u, u),

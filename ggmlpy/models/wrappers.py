@@ -102,6 +102,9 @@ class TimeDistributed(Layer):
     def graph_tensors(self, shapes):
         return 32 + self.layer.graph_tensors([self._step_shape(shapes[0])])
 
+    def dropout_seeds(self) -> int:
+        return self.layer.dropout_seeds()
+
     def _apply(self, g, xs, shapes, training: bool):
         steps, inner_in = shapes[0][0], self._step_shape(shapes[0])
         inner_out = self.layer.output_shape([inner_in])
@@ -162,6 +165,9 @@ class Bidirectional(Layer):
 
     def graph_tensors(self, shapes):
         return 16 + 2 * self.layer.graph_tensors(shapes)
+
+    def dropout_seeds(self) -> int:
+        return 2 * self.layer.dropout_seeds()
 
     @property
     def passes_mask(self) -> bool:

@@ -308,3 +308,73 @@ def test_functional_api_and_shared_layer_objects():
     ref_seq = R.layer_norm(R.lstm(xa, w["l.kernel"], w["l.recurrent_kernel"], w["l.bias"], True), w["n.gamma"],
                            w["n.beta"])
     assert_close(got_att, R.multi_head_attention(ref_seq, w, "att", True), 1e-5, 1e-5, "lstm -> norm -> attention")
+
+
+# ---------------------------------------------------------------- Keras' dropout= and recurrent_dropout=
+
+def _sgd_rnn(kind, units, features, steps, **kw):
+    np.random.seed(0)
+    layer = g.ggml_layer_lstm if kind == "lstm" else g.ggml_layer_gru
+    m = layer(g.ggml_model_sequential(), units, input_shape=(steps, features), name="r", **kw)
+    return g.ggml_compile(m, optimizer="sgd", loss="mse", metrics=[], backend="cpu", learning_rate=0.1)
+
+
+def _step_gradients(m, x, y):
+    w0 = g.ggml_get_weights(m)
+    with g.ggml_trainer(m, batch_size=len(x)) as tr:
+        tr.step(x, y)
+    w1 = g.ggml_get_weights(m)
+    g.ggml_set_weights(m, w0)
+    return {k: (w0[k].astype(np.float64) - w1[k]) / 0.1 for k in w0}
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_input_dropout_keeps_one_mask_for_the_whole_sequence(kind):
+    """A dropped input feature gives its kernel row no gradient at any step (one mask per sequence, Keras'
+    rule); about ``rate`` of the rows are dropped, a new mask every step; inference is the plain layer."""
+    rate, features, units, steps = 0.5, 64, 3, 4
+    m = _sgd_rnn(kind, units, features, steps, dropout=rate)
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(1, steps, features)).astype(np.float32), rng.normal(size=(1, units)).astype(np.float32)
+    w = g.ggml_get_weights(m)
+    ref = R.lstm if kind == "lstm" else R.gru
+    np.testing.assert_allclose(g.ggml_predict(m, x), ref(x, w["r.kernel"], w["r.recurrent_kernel"], w["r.bias"]),
+                               rtol=1e-5, atol=1e-6)
+    masks = []
+    for _ in range(3):
+        grad = _step_gradients(m, x, y)["r.kernel"]            # (features, gates * units)
+        dropped = np.all(grad == 0, axis=1)
+        assert np.all(np.abs(grad[~dropped]).sum(axis=1) > 0)
+        assert 0.25 < dropped.mean() < 0.75, dropped.mean()
+        masks.append(dropped)
+    assert not np.array_equal(masks[0], masks[1]) or not np.array_equal(masks[1], masks[2])
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_recurrent_dropout_draws_one_mask_per_gate(kind):
+    """With recurrent_dropout (Keras' implementation 1) each gate reads the inputs and the state through its own
+    mask: a kernel row is zero in some gates' blocks and not in others'."""
+    features, units, steps = 32, 8, 5
+    m = _sgd_rnn(kind, units, features, steps, dropout=0.5, recurrent_dropout=0.5)
+    gates = 4 if kind == "lstm" else 3
+    rng = np.random.default_rng(2)
+    x, y = rng.normal(size=(1, steps, features)).astype(np.float32), rng.normal(size=(1, units)).astype(np.float32)
+    grads = _step_gradients(m, x, y)
+    blocks = grads["r.kernel"].reshape(features, gates, units)
+    zero = np.all(blocks == 0, axis=2)                          # (features, gates): dropped for that gate
+    assert zero.any() and (~zero).any() and (zero.any(axis=1) & ~zero.all(axis=1)).any()
+    rec = grads["r.recurrent_kernel"].reshape(units, gates, units)
+    assert np.all(rec == 0, axis=2).any()                       # state units dropped for some gate
+    h = g.ggml_fit(m, np.repeat(x, 8, axis=0), np.repeat(y, 8, axis=0), epochs=3, batch_size=4, verbose=0)
+    assert np.isfinite(h["train_loss"]).all()
+
+
+def test_dropout_arguments_are_checked_and_saved(tmp_path):
+    with pytest.raises(g.GgmlValueError, match=r"lstm dropout must be a rate in \[0, 1\)"):
+        g.ggml_lstm(3, dropout=1.0)
+    with pytest.raises(g.GgmlValueError, match=r"gru recurrent_dropout must be a rate in \[0, 1\)"):
+        g.ggml_gru(3, recurrent_dropout=-0.1)
+    m = _sgd_rnn("gru", 3, 2, 4, dropout=0.2, recurrent_dropout=0.3)
+    g.ggml_save_model(m, tmp_path / "m.gguf")
+    layer = g.ggml_load_model(tmp_path / "m.gguf", backend="cpu").layers[0]
+    assert (layer.dropout, layer.recurrent_dropout) == (0.2, 0.3)
