@@ -312,10 +312,14 @@ ggml_layer_layer_norm, ggml_layer_norm = _pair(
     "variance 1), then scaled by a learned ``gamma`` and shifted by ``beta``; the same in training and "
     "inference.\n\nExample:\n    >>> x = g.ggml_layer_layer_norm(x)")
 ggml_layer_multi_head_attention, ggml_multi_head_attention = _pair(
-    attention.MultiHeadAttention, "multi_head_attention", "Multi-head self-attention over a sequence (steps, dim), "
-    "as Keras' MultiHeadAttention with query = key = value = the input: ``num_heads`` heads of ``key_dim`` "
-    "values each, scaled dot-product softmax, an output projection back to ``dim``; ``causal=True`` hides later "
-    "steps.\n\nExample:\n    >>> x = g.ggml_layer_multi_head_attention(x, num_heads=4, key_dim=16, causal=True)")
+    attention.MultiHeadAttention, "multi_head_attention", "Keras' MultiHeadAttention: ``num_heads`` heads of "
+    "``key_dim`` values each, scaled dot-product softmax, an output projection back to the query's dim. On one "
+    "node: self-attention over a sequence (steps, dim). On a list: cross-attention, ``[query, value]`` (key = "
+    "value) or ``[query, value, key]`` (the value and key sequences of their own length and dim), with "
+    "``attention_mask=True`` a last node (query steps, value steps) of 1 (attend) and 0 (hide); ``causal=True`` "
+    "hides later steps.\n\nExample:\n    >>> x = g.ggml_layer_multi_head_attention(x, num_heads=4, key_dim=16, "
+    "causal=True)\n    >>> y = g.ggml_layer_multi_head_attention([decoder, encoder, pad_mask], num_heads=2, "
+    "key_dim=8, attention_mask=True)")
 
 
 def _op_or_layer(op: Callable, layer_object: Callable, layer_args: str) -> Callable:

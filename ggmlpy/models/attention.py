@@ -1,10 +1,11 @@
-"""Multi-head self-attention (Keras' ``MultiHeadAttention`` with query = key = value = the input).
+"""Multi-head attention (Keras' ``MultiHeadAttention``): self-attention over one input, or cross-attention of a
+query sequence over a value (and key) sequence, with an optional attention mask input.
 
 A sample is ``(steps, dim)``: the ggml tensor ``[D, T, N]``. Per head ``h`` the layer computes
-``softmax(q_h k_h^T / sqrt(key_dim) + mask) v_h`` and projects the heads' outputs back to ``dim``
-values per step. The softmax is ggml's fused ``soft_max_ext`` (scale and mask in one op), and the
-mask is a constant tensor (0, or -inf above the diagonal when ``causal``), so nothing here needs a
-backward pass ggml lacks. Cost per sample: ``O(steps^2 * heads * key_dim)`` for the scores on top of
+``softmax(q_h k_h^T / sqrt(key_dim) + mask) v_h`` and projects the heads' outputs back to the query's ``dim``
+values per step. The softmax is ggml's fused ``soft_max_ext`` (scale and mask in one op); the mask is a
+constant (-inf above the diagonal when ``causal``) or made from the mask input (Keras' rule: ``-1e9`` where
+it is 0), so nothing here needs a backward pass ggml lacks. Cost per sample: ``O(steps^2 * heads * key_dim)`` for the scores on top of
 the ``O(steps * dim * heads * key_dim)`` projections.
 
 Weights in the user's (Keras') orientation: ``query_kernel``/``key_kernel``/``value_kernel``
@@ -19,41 +20,78 @@ from typing import Any
 import numpy as np
 
 from ..errors import GgmlValueError
-from ..ops.elementwise import ggml_add, ggml_cont, ggml_soft_max_ext
+from ..ops.elementwise import ggml_add, ggml_cont, ggml_scale_bias, ggml_soft_max_ext
 from ..ops.layout import ggml_permute, ggml_reshape_1d, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d
 from ..ops.linalg import ggml_mul_mat
 from .layers import Layer, ParamSpec, positive_int
 
 
-class MultiHeadAttention(Layer):
-    kind = "multi_head_attention"
+MASK_NEGATIVE = -1e9  # Keras' softmax mask: added to the scores a mask of 0 hides
 
-    def __init__(self, num_heads: int, key_dim: int, causal: bool = False, **kw: Any) -> None:
+
+class MultiHeadAttention(Layer):
+    """Keras' MultiHeadAttention. Applied to one node: self-attention (query = key = value). Applied to a
+    list: ``[query, value]`` (key = value), ``[query, value, key]``, and with ``attention_mask=True`` a last
+    node ``(query steps, value steps)`` of 1 (attend) and 0 (hide), Keras' ``attention_mask``. The output has
+    the query's steps and dimension."""
+    kind = "multi_head_attention"
+    many_inputs = "either"
+    ARG_DOCS = {"attention_mask": "True: the last input node is a mask (query steps, value steps): 1 where a query "
+                                  "may attend to a value step, 0 where not (Keras' attention_mask)."}
+
+    def __init__(self, num_heads: int, key_dim: int, causal: bool = False, attention_mask: bool = False,
+                 **kw: Any) -> None:
         super().__init__(**kw)
         self.num_heads = positive_int(num_heads, "num_heads")
         self.key_dim = positive_int(key_dim, "key_dim")
-        if not isinstance(causal, bool):
-            raise GgmlValueError(f"causal must be True or False, got {causal!r}")
-        self.causal = causal
+        for name, value in (("causal", causal), ("attention_mask", attention_mask)):
+            if not isinstance(value, bool):
+                raise GgmlValueError(f"{name} must be True or False, got {value!r}")
+        self.causal, self.attention_mask = causal, attention_mask
 
     def config(self) -> dict:
-        return {"num_heads": self.num_heads, "key_dim": self.key_dim, "causal": self.causal}
+        return {"num_heads": self.num_heads, "key_dim": self.key_dim, "causal": self.causal,
+                "attention_mask": self.attention_mask}
+
+    def _roles(self, shapes: list) -> tuple:
+        """(query, value, key, mask) shapes of the inputs (key = value when not given; mask None)."""
+        n = len(shapes) - self.attention_mask
+        if not 1 <= n <= 3:
+            raise GgmlValueError(f"multi_head_attention '{self.name}' takes a node (self-attention) or [query, value] "
+                                 f"or [query, value, key]{' and a mask node last' if self.attention_mask else ''}, "
+                                 f"got {len(shapes)} nodes")
+        q = shapes[0]
+        v = shapes[1] if n > 1 else q
+        k = shapes[2] if n > 2 else v
+        mask = shapes[-1] if self.attention_mask else None
+        for role, s in (("query", q), ("value", v), ("key", k)):
+            if len(s) != 2:
+                raise GgmlValueError(f"multi_head_attention '{self.name}': the {role} must be a sequence (steps, dim), "
+                                     f"got samples of shape {s}")
+        if k[0] != v[0]:
+            raise GgmlValueError(f"multi_head_attention '{self.name}': key and value need the same steps, got {k[0]} "
+                                 f"and {v[0]}")
+        if mask is not None and tuple(mask) != (q[0], v[0]):
+            raise GgmlValueError(f"multi_head_attention '{self.name}': the attention mask must have shape (query "
+                                 f"steps, value steps) = {(q[0], v[0])}, got {tuple(mask)}")
+        if self.causal and q[0] != v[0]:
+            raise GgmlValueError(f"multi_head_attention '{self.name}': causal=True needs as many query as value steps "
+                                 f"(got {q[0]} and {v[0]}); give an attention mask instead")
+        return q, v, k, mask
 
     def output_shape(self, shapes):
-        if len(shapes[0]) != 2:
-            raise GgmlValueError(f"multi_head_attention '{self.name}' takes sequences of shape (steps, dim), got "
-                                 f"samples of shape {shapes[0]}")
-        return shapes[0]
+        return self._roles(shapes)[0]
 
     def make_params(self, shapes):
-        dim, h, k = shapes[0][1], self.num_heads, self.key_dim
+        q, v, key, _ = self._roles(shapes)
+        h, k = self.num_heads, self.key_dim
         # ggml [D, K, H] is numpy (H, K, D); Keras' (D, H, K) is that with axes (2, 0, 1)
         specs = []
-        for name in ("query", "key", "value"):
+        for name, dim in (("query", q[1]), ("key", key[1]), ("value", v[1])):
             specs += [ParamSpec(f"{name}_kernel", (dim, k, h), "glorot", (dim, h * k), user_axes=(2, 0, 1)),
                       ParamSpec(f"{name}_bias", (k, h), "zeros")]
-        return specs + [ParamSpec("output_kernel", (k, h, dim), "glorot", (h * k, dim), user_axes=(1, 2, 0)),
-                        ParamSpec("output_bias", (dim,), "zeros")]
+        return specs + [ParamSpec("output_kernel", (k, h, q[1]), "glorot", (h * k, q[1]), user_axes=(1, 2, 0)),
+                        ParamSpec("output_bias", (q[1],), "zeros")]
 
     def graph_tensors(self, shapes):
         return 64
@@ -68,22 +106,29 @@ class MultiHeadAttention(Layer):
         return y
 
     def forward(self, g, xs, shapes):
-        steps, dim = shapes[0]
+        (tq, dim), (tv, _), _, mask_shape = self._roles(shapes)
+        n_seq = len(xs) - self.attention_mask
         ctx, h, k, n = g.ctx, self.num_heads, self.key_dim, g.batch
-        x2 = ggml_reshape_2d(ctx, xs[0], dim, steps * n)
+        flat = lambda t, shape: ggml_reshape_2d(ctx, t, shape[1], shape[0] * n)
+        xq = flat(xs[0], shapes[0])
+        xv = flat(xs[1], shapes[1]) if n_seq > 1 else xq
+        xk = flat(xs[2], shapes[2]) if n_seq > 2 else xv
         per_head = lambda t: ggml_cont(ctx, ggml_permute(ctx, t, 0, 2, 1, 3))   # [K, H, T, N] -> [K, T, H, N]
-        q = per_head(self._project(g, x2, "query", steps))
-        key = per_head(self._project(g, x2, "key", steps))
+        q = per_head(self._project(g, xq, "query", tq))
+        key = per_head(self._project(g, xk, "key", tv))
         # values with the steps fastest, [T, K, H, N], so that the product below sums over the steps
-        v = ggml_cont(ctx, ggml_permute(ctx, self._project(g, x2, "value", steps), 1, 2, 0, 3))
-        scores = ggml_mul_mat(ctx, key, q)                                   # [T keys, T queries, H, N]
+        v = ggml_cont(ctx, ggml_permute(ctx, self._project(g, xv, "value", tv), 1, 2, 0, 3))
+        scores = ggml_mul_mat(ctx, key, q)                                   # [Tv keys, Tq queries, H, N]
         mask = None
         if self.causal:   # numpy (queries, keys): a query sees its own step and the ones before
-            mask = g.constant(np.triu(np.full((steps, steps), -np.inf, dtype=np.float32), 1))
+            mask = g.constant(np.triu(np.full((tq, tv), -np.inf, dtype=np.float32), 1))
+        if self.attention_mask:  # [Tv, Tq, N] of 1/0 -> 0 / -1e9, one per sample, the same for every head
+            given = ggml_reshape_4d(ctx, ggml_scale_bias(ctx, xs[-1], -MASK_NEGATIVE, MASK_NEGATIVE), tv, tq, 1, n)
+            mask = given if mask is None else ggml_add(ctx, given, mask)
         att = ggml_soft_max_ext(ctx, scores, mask, 1.0 / math.sqrt(k), 0.0)
-        out = ggml_mul_mat(ctx, v, att)                                      # [K, T queries, H, N]
-        out = ggml_cont(ctx, ggml_permute(ctx, out, 0, 2, 1, 3))        # [K, H, T, N]
+        out = ggml_mul_mat(ctx, v, att)                                      # [K, Tq queries, H, N]
+        out = ggml_cont(ctx, ggml_permute(ctx, out, 0, 2, 1, 3))        # [K, H, Tq, N]
         wo = ggml_reshape_2d(ctx, g.param(self, "output_kernel"), h * k, dim)
-        y = ggml_mul_mat(ctx, wo, ggml_reshape_2d(ctx, out, h * k, steps * n))
+        y = ggml_mul_mat(ctx, wo, ggml_reshape_2d(ctx, out, h * k, tq * n))
         y = ggml_add(ctx, y, g.param(self, "output_bias"))
-        return ggml_reshape_3d(ctx, y, dim, steps, n)
+        return ggml_reshape_3d(ctx, y, dim, tq, n)

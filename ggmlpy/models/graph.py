@@ -63,7 +63,7 @@ def apply_layer(layer: Layer, inputs: Node | list[Node]) -> Node:
         if not isinstance(n, Node):
             raise GgmlTypeError(f"layer '{layer.name}' must be applied to a node (from ggml_input or a layer), "
                                 f"got {type(n).__name__}")
-    if layer.many_inputs != (isinstance(inputs, (list, tuple))):
+    if layer.many_inputs != "either" and layer.many_inputs != (isinstance(inputs, (list, tuple))):
         raise GgmlTypeError(f"{layer.kind} takes {'a list of nodes' if layer.many_inputs else 'one node'}")
     int_in = [n for n in nodes if n.dtype == "int32"]
     if int_in and not layer.takes_int:
@@ -217,7 +217,7 @@ class Sequential(Model):
     def add(self, layer: Layer) -> "Sequential":
         if not isinstance(layer, Layer) or isinstance(layer, InputLayer):
             raise GgmlTypeError(f"a sequential model takes layers, got {type(layer).__name__}")
-        if layer.many_inputs:
+        if layer.many_inputs is True:
             raise GgmlTypeError(f"{layer.kind} joins several nodes: use it in a functional model (ggml_model)")
         if any(layer is l for l in self._stack):
             raise GgmlValueError(f"layer '{layer.name}' is already in this model")

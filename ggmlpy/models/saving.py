@@ -427,5 +427,5 @@ def model_from_architecture(arch: dict) -> Model:
         else:
             layer = layers[spec["layer"]]
             ins = [nodes[i] for i in spec["inputs"]]
-            nodes.append(apply_layer(layer, ins if layer.many_inputs else ins[0]))
+            nodes.append(apply_layer(layer, ins if layer.many_inputs is True or len(ins) > 1 else ins[0]))
     return Model([nodes[i] for i in arch["inputs"]], [nodes[i] for i in arch["outputs"]], name=arch.get("name"))
