@@ -80,13 +80,19 @@ def ggml_apply(node: Any, layer: Lyr.Layer) -> Node:
 
 def _add_or_apply(target: Any, layer: Lyr.Layer, fn: str) -> Any:
     if isinstance(target, Sequential):
+        if getattr(layer, "return_state", False):
+            raise GgmlTypeError(f"{fn}: return_state=True gives several outputs ([output, state_h, ...]): use it in a "
+                                "functional model (ggml_input, then layers on nodes, then ggml_model)")
         return target.add(layer)
     if isinstance(target, Model):
         raise GgmlTypeError(f"{fn}: layers are added to sequential models; a functional model is built from nodes "
                             "(ggml_input, then ggml_layer_* on nodes, then ggml_model)")
     if isinstance(target, (Node, list, tuple)):
         default_name(layer)
-        return apply_layer(layer, target)
+        node = apply_layer(layer, target)
+        if getattr(layer, "return_state", False):  # Keras' [output, state_h(, state_c)]
+            return sequence.state_outputs(layer, node, apply_layer)
+        return node
     raise GgmlTypeError(f"{fn}: expected a sequential model or a node, got {type(target).__name__}")
 
 
@@ -158,6 +164,9 @@ ARG_DOCS = {
     "return_sequences": "True: the output at every step (steps, units); False: the last step's (units,).",
     "recurrent_dropout": "the fraction of the recurrent state dropped in training, in [0, 1) (one mask per gate, "
                          "the same at every step, as Keras).",
+    "return_state": "True (functional models): the layer gives [output, state_h, state_c] (an LSTM) or "
+                    "[output, state_h] (a GRU), Keras' return_state; a list [sequence, *states] as input starts from "
+                    "those states (Keras' initial_state).",
     "go_backwards": "True: the steps are read last to first (a sequence output lists them in that order).",
     "num_heads": "the number of attention heads.",
     "key_dim": "the size of each head's query, key and value vectors.",

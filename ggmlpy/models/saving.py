@@ -57,7 +57,7 @@ def _layer_types() -> dict[str, type]:
                attention.MultiHeadAttention, pooling.AveragePooling2D, pooling.MaxPooling1D, pooling.AveragePooling1D,
                pooling.GlobalAveragePooling1D, pooling.GlobalMaxPooling1D, pooling.UpSampling2D, shaping.Activation,
                shaping.Reshape, shaping.RepeatVector, Normalization, TimeDistributed, Bidirectional, Masking,
-               Conv2DTranspose, InputLayer]
+               Conv2DTranspose, sequence.RecurrentPart, InputLayer]
     return {c.kind: c for c in classes}
 
 

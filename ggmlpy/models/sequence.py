@@ -25,7 +25,7 @@ from ..core.args import is_real
 from ..errors import GgmlValueError
 from ..graph.objects import Tensor
 from ..ops.elementwise import ggml_add, ggml_cont, ggml_mul, ggml_sigmoid, ggml_sub, ggml_tanh
-from ..ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_view_1d, ggml_view_2d
+from ..ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_view_1d, ggml_view_2d, ggml_view_3d
 from ..ops.linalg import ggml_mul_mat
 from ..ops.reduce import ggml_concat
 from .layers import Layer, ParamSpec, positive_int
@@ -54,18 +54,21 @@ class Recurrent(Layer):
     ARG_DOCS = {"dropout": "the fraction of the inputs dropped in training, in [0, 1) (one mask for the whole "
                            "sequence, as Keras; one per gate with recurrent_dropout)."}
     gates = 1
+    n_states = 1               # the state a step carries: (h,) for a GRU, (h, c) for an LSTM
+    many_inputs = "either"     # a sequence, or [sequence, *initial states] (Keras' initial_state)
     mask_support = "consume"  # padding steps keep the state (masking.py)
     REGULARIZED = {"kernel_regularizer": "kernel", "recurrent_regularizer": "recurrent_kernel",
                    "bias_regularizer": "bias"}
 
     def __init__(self, units: int, return_sequences: bool = False, go_backwards: bool = False, dropout: float = 0.0,
-                 recurrent_dropout: float = 0.0, **kw: Any) -> None:
+                 recurrent_dropout: float = 0.0, return_state: bool = False, **kw: Any) -> None:
         super().__init__(**kw)
         self.units = positive_int(units, "units")
-        for name, value in (("return_sequences", return_sequences), ("go_backwards", go_backwards)):
+        for name, value in (("return_sequences", return_sequences), ("go_backwards", go_backwards),
+                            ("return_state", return_state)):
             if not isinstance(value, bool):
                 raise GgmlValueError(f"{name} must be True or False, got {value!r}")
-        self.return_sequences, self.go_backwards = return_sequences, go_backwards
+        self.return_sequences, self.go_backwards, self.return_state = return_sequences, go_backwards, return_state
         for name, value in (("dropout", dropout), ("recurrent_dropout", recurrent_dropout)):
             if not is_real(value) or not 0 <= value < 1:
                 raise GgmlValueError(f"{self.kind} {name} must be a rate in [0, 1), got {value!r}")
@@ -73,7 +76,7 @@ class Recurrent(Layer):
 
     def config(self) -> dict:
         return {"units": self.units, "return_sequences": self.return_sequences, "go_backwards": self.go_backwards,
-                "dropout": self.dropout, "recurrent_dropout": self.recurrent_dropout}
+                "dropout": self.dropout, "recurrent_dropout": self.recurrent_dropout, "return_state": self.return_state}
 
     def dropout_seeds(self) -> int:
         """Masks drawn per training step, as Keras draws them: one for the inputs, or one per gate for the inputs
@@ -115,7 +118,16 @@ class Recurrent(Layer):
             raise GgmlValueError(f"{self.kind} '{self.name}' takes sequences of shape (steps, features), got "
                                  f"samples of shape {shapes[0]} (use return_sequences=True on a recurrent layer "
                                  "before it, or reshape the data)")
-        return (shapes[0][0], self.units) if self.return_sequences else (self.units,)
+        states = ("h", "c")[:self.n_states]
+        if len(shapes) > 1 and (len(shapes) != 1 + self.n_states or
+                                any(tuple(s) != (self.units,) for s in shapes[1:])):
+            raise GgmlValueError(f"{self.kind} '{self.name}' takes a sequence, or [sequence, "
+                                 f"{', '.join('initial ' + s for s in states)}] with each state of shape "
+                                 f"({self.units},) (Keras' initial_state), got inputs of shapes {list(shapes)}")
+        steps = shapes[0][0] if self.return_sequences else 1
+        if self.return_state:  # the output and the final states, packed along the steps (state_outputs splits)
+            return (steps + self.n_states, self.units)
+        return (steps, self.units) if self.return_sequences else (self.units,)
 
     def make_params(self, shapes):
         features, width = shapes[0][1], self.gates * self.units
@@ -127,15 +139,23 @@ class Recurrent(Layer):
         return 64 + 24 * shapes[0][0]
 
     def forward(self, g, xs, shapes):
-        return self.run(g, xs, shapes, self.go_backwards, False, g.input_mask)
+        out, state = self.run(g, xs, shapes, self.go_backwards, False, g.input_mask)
+        if not self.return_state:
+            return out
+        ctx, u, n = g.ctx, self.units, g.batch
+        packed = out if self.return_sequences else ggml_reshape_3d(ctx, out, u, 1, n)
+        for s in state:
+            packed = ggml_concat(ctx, packed, ggml_reshape_3d(ctx, s, u, 1, n), 1)
+        return packed
 
     @property
     def passes_mask(self) -> bool:
-        return self.return_sequences  # Keras' rule (also with go_backwards)
+        return self.return_sequences and not self.return_state  # Keras' rule (also with go_backwards)
 
     def run(self, g: Any, xs: list, shapes: list, backwards: bool, in_time_order: bool,
-            mask: Tensor | None = None) -> Tensor:
-        """The recurrence over the steps, last to first when ``backwards`` (Keras' go_backwards); a sequence
+            mask: Tensor | None = None) -> tuple:
+        """(the output, the final state): the recurrence over the steps of ``xs[0]`` from the initial state
+        ``xs[1:]`` (zeros when not given), last to first when ``backwards`` (Keras' go_backwards); a sequence
         output lists the steps as processed, or in the input's order with ``in_time_order`` (Bidirectional).
         ``mask`` (``[1, T, N]``): over a padding step the state is carried over, as Keras does."""
         steps, features = shapes[0]
@@ -146,7 +166,7 @@ class Recurrent(Layer):
         proj = self._by_gate(g, g.param(self, "kernel"), features, time_major, masks)
         proj = ggml_add(ctx, proj, self.input_bias(g))                             # [G, N * T]
         rec_masks = self._masks(g, self.recurrent_dropout, self.units, self.gates)
-        state, outputs = None, []
+        state, outputs = (tuple(xs[1:]) if len(xs) > 1 else None), []
         mask_tn = time_major_mask(g, mask) if mask is not None else None
         for t in (reversed(range(steps)) if backwards else range(steps)):
             x_t = ggml_view_2d(ctx, proj, width, n, width * F32, t * width * n * F32)   # contiguous [G, N]
@@ -159,7 +179,7 @@ class Recurrent(Layer):
             outputs.append(state[0])
         if backwards and in_time_order:
             outputs.reverse()
-        return _stack_steps(g, outputs) if self.return_sequences else state[0]
+        return (_stack_steps(g, outputs) if self.return_sequences else state[0]), state
 
     # ---- what LSTM and GRU define
     def bias_spec(self) -> ParamSpec:
@@ -178,6 +198,7 @@ class LSTM(Recurrent):
     """Long short-term memory (Keras' LSTM: tanh, sigmoid gates, zero initial state)."""
     kind = "lstm"
     gates = 4
+    n_states = 2
 
     def bias_spec(self):
         return ParamSpec("bias", (4 * self.units,), "unit_forget_bias")
@@ -221,3 +242,36 @@ class GRU(Recurrent):
         if state is None:
             return (ggml_sub(ctx, cand, ggml_mul(ctx, z, cand)),)        # (1 - z) * cand
         return (ggml_add(ctx, cand, ggml_mul(ctx, z, ggml_sub(ctx, state[0], cand))),)
+
+
+class RecurrentPart(Layer):
+    """One part of a recurrent layer's output with ``return_state``: the output (the sequence, or the last
+    step), or one final state. The recurrent layer packs them along the steps; ``state_outputs`` makes the
+    nodes of the parts (Keras' ``[output, state_h, state_c]``)."""
+    kind = "recurrent_part"
+
+    def __init__(self, first: int, count: int, sequence: bool, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.first, self.count, self.sequence = int(first), positive_int(count, "count"), bool(sequence)
+
+    def config(self) -> dict:
+        return {"first": self.first, "count": self.count, "sequence": self.sequence}
+
+    def output_shape(self, shapes):
+        return (self.count, shapes[0][1]) if self.sequence else (shapes[0][1],)
+
+    def forward(self, g, xs, shapes):
+        ctx, (rows, u), n = g.ctx, shapes[0], g.batch
+        part = ggml_cont(ctx, ggml_view_3d(ctx, xs[0], u, self.count, n, u * F32, u * rows * F32, self.first * u * F32))
+        return part if self.sequence else ggml_reshape_2d(ctx, part, u, n)
+
+
+def state_outputs(layer: Recurrent, packed: Any, apply: Any) -> list:
+    """The nodes ``[output, state_h(, state_c)]`` of a recurrent layer applied with ``return_state`` (its node
+    ``packed``), each a ``RecurrentPart`` applied by ``apply(part, node)``."""
+    steps = packed.shape[0] - layer.n_states
+    stem = layer.name[:31]  # the parts' names stay within a layer name's 40 characters
+    parts = [RecurrentPart(0, steps, layer.return_sequences, name=f"{stem}_output")]
+    parts += [RecurrentPart(steps + k, 1, False, name=f"{stem}_state_{s}")
+              for k, s in enumerate(("h", "c")[:layer.n_states])]
+    return [apply(part, packed) for part in parts]

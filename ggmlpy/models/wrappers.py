@@ -143,6 +143,9 @@ class Bidirectional(Layer):
         layer = _fresh_inner(layer, "bidirectional")
         if not isinstance(layer, Recurrent):
             raise GgmlValueError(f"bidirectional wraps a recurrent layer (ggml_lstm, ggml_gru), got {layer.kind}")
+        if layer.return_state:
+            raise GgmlValueError("bidirectional: return_state is not supported yet; use the sequence or last output "
+                                 "(return_sequences)")
         if layer.go_backwards:
             raise GgmlValueError("bidirectional: give the forward layer (go_backwards=False); the wrapper makes the "
                                  "backward one")
@@ -175,8 +178,8 @@ class Bidirectional(Layer):
 
     def forward(self, g, xs, shapes):
         ctx, mask = g.ctx, g.input_mask
-        fwd = self.layer.run(_InnerView(g, self, self.layer, "forward_", g.batch), xs, shapes, False, True, mask)
-        bwd = self.layer.run(_InnerView(g, self, self.layer, "backward_", g.batch), xs, shapes, True, True, mask)
+        fwd, _ = self.layer.run(_InnerView(g, self, self.layer, "forward_", g.batch), xs, shapes, False, True, mask)
+        bwd, _ = self.layer.run(_InnerView(g, self, self.layer, "backward_", g.batch), xs, shapes, True, True, mask)
         if self.merge_mode == "concat":
             return ggml_concat(ctx, fwd, bwd, 0)
         if self.merge_mode == "sum":
