@@ -14,6 +14,7 @@ from ..core.args import c_string, is_int
 from ..core.handle import raise_type, unwrap
 from ..errors import expect, GgmlStateError, GgmlTypeError, GgmlValueError
 from .context import check_graph_size, GGML_DEFAULT_GRAPH_SIZE
+from .nodes import ptr_key, tensor_label
 from .objects import as_graph, as_tensor, Context, Graph, Tensor
 from ..core.paths import check_writable_path
 
@@ -202,9 +203,17 @@ def ggml_graph_reset(graph: Graph) -> None:
         >>> ggml_backend_sched_graph_compute(sched, gf)
     """
     expect(isinstance(graph, Graph) and graph.grads, "ggml_graph_reset: the graph has no gradients")
-    for node in graph.nodes():
+    nodes = graph.nodes()
+    for node in nodes:
         grad = lib.ggml_graph_get_grad(graph.ptr, node.ptr)
         if grad != ffi.NULL and grad.data == ffi.NULL:
+            if node.ptr.flags & int(lib.GGML_TENSOR_FLAG_LOSS) and \
+                    ptr_key(grad) not in {ptr_key(src) for m in nodes for src in m.ptr.src if src != ffi.NULL}:
+                # a loss whose gradient no op reads: allocators leave it out, and ggml would write through NULL
+                raise GgmlStateError("ggml_graph_reset: no trainable parameter gets a gradient from the loss "
+                                     f"{tensor_label(node.ptr)}: it depends on them only through ops whose gradient is "
+                                     "zero (sgn, step, im2col's kernel, a ggml_cpy destination), so the backward pass "
+                                     "is empty; build the loss from differentiable ops of the parameters")
             raise GgmlStateError("ggml_graph_reset: the graph's gradients are not allocated yet "
                                  "(allocate the graph with a scheduler or gallocr first)")
     lib.ggml_graph_reset(graph.ptr)
