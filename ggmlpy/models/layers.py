@@ -269,8 +269,11 @@ class Layer(metaclass=_Sealed):
         """How many dropout masks the layer draws per training step (each needs a seed of the graph's)."""
         return 0
 
+    makes_mask = False  # a masking layer, an embedding with mask_zero: its output_mask starts a padding mask
+
     def output_mask(self, g: Any, in_mask: Tensor | None, xs: list[Tensor], out: Tensor) -> Tensor | None:
-        """The padding mask of the output (``[1, steps, N]``) when ``passes_mask``: the input's by default."""
+        """The padding mask of the output (``[1, steps, N]``) when ``passes_mask`` or ``makes_mask``: the
+        input's by default."""
         return in_mask
 
     # ---- sealing
@@ -460,14 +463,28 @@ class Embedding(Layer):
     kind = "embedding"
     REGULARIZED = {"embeddings_regularizer": "weight"}
     takes_int = True
+    ARG_DOCS = {"mask_zero": "True: id 0 is padding, and the layers after it skip those steps as after a masking "
+                             "layer (Keras' mask_zero); id 0 still has its row."}
 
-    def __init__(self, vocab_size: int, dim: int, **kw: Any) -> None:
+    def __init__(self, vocab_size: int, dim: int, mask_zero: bool = False, **kw: Any) -> None:
         super().__init__(**kw)
         self.vocab_size = positive_int(vocab_size, "vocab_size")
         self.dim = positive_int(dim, "dim")
+        self.mask_zero = bool_arg(mask_zero, "mask_zero")
+
+    @property
+    def makes_mask(self) -> bool:
+        return self.mask_zero
 
     def config(self) -> dict:
-        return {"vocab_size": self.vocab_size, "dim": self.dim}
+        return {"vocab_size": self.vocab_size, "dim": self.dim, "mask_zero": self.mask_zero}
+
+    def output_mask(self, g, in_mask, xs, out):
+        """Keras' mask_zero: 1 for a real token, 0 for id 0, ``[1, T, N]``, read from a 0/1 table by the ids."""
+        steps = xs[0].shape[0]
+        table = g.constant(np.concatenate([[0.0], np.ones(self.vocab_size - 1)]).reshape(self.vocab_size, 1))
+        mask = ggml_get_rows(g.ctx, table, ggml_reshape_1d(g.ctx, xs[0], steps * g.batch))
+        return ggml_reshape_3d(g.ctx, mask, 1, steps, g.batch)
 
     def output_shape(self, shapes):
         if len(shapes[0]) != 1:

@@ -29,6 +29,7 @@ class Masking(Layer):
     in Keras. A sample of shape ``(steps, features)``."""
     kind = "masking"
     mask_support = "propagate"
+    makes_mask = True
     ARG_DOCS = {"mask_value": "the value every feature of a padding step holds (0.0, Keras' default)."}
 
     def __init__(self, mask_value: float = 0.0, **kw: Any) -> None:
@@ -98,7 +99,7 @@ def mask_flow(model: Any) -> set[int]:
                                      "right before the layer that reads the sequence")
             if layer.passes_mask:
                 masked.add(id(node))
-        elif isinstance(layer, Masking):
+        elif layer.makes_mask:
             masked.add(id(node))
     for n in outputs:
         if id(n) in masked:

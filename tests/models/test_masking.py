@@ -136,3 +136,23 @@ def test_masking_saves_and_checks_its_arguments(tmp_path):
         g.ggml_masking(mask_value=float("nan"))
     with pytest.raises(g.GgmlValueError, match=r"takes sequences \(steps, features\)"):
         g.ggml_layer_masking(g.ggml_model_sequential(), input_shape=(4,))
+
+
+def test_an_embedding_with_mask_zero_masks_its_padding_ids(backend):
+    """Keras' Embedding(mask_zero=True): id 0 is padding, the LSTM after it carries its state over those steps."""
+    rng = np.random.default_rng(7)
+    ids = rng.integers(1, 10, (N, T))
+    for i, n in enumerate(rng.integers(1, T + 1, N)):
+        ids[i, n:] = 0
+    np.random.seed(8)
+    t = g.ggml_input(shape=(T,), dtype="int32")
+    r = g.ggml_layer_lstm(g.ggml_layer_embedding(t, 10, F, mask_zero=True, name="emb"), 4, name="r")
+    m = g.ggml_compile(g.ggml_model(t, r), loss="mse", metrics=[], backend=backend)
+    w = g.ggml_get_weights(m)
+    x = w["emb.weight"][ids]
+    want = _masked_lstm(x, ids != 0, w["r.kernel"], w["r.recurrent_kernel"], w["r.bias"])
+    np.testing.assert_allclose(g.ggml_predict(m, ids), want, rtol=1e-5, atol=1e-6)
+    tokens = g.ggml_input(shape=(T,), dtype="int32")
+    plain = g.ggml_model(tokens, g.ggml_layer_flatten(g.ggml_layer_embedding(tokens, 10, F, mask_zero=True)))
+    with pytest.raises(g.GgmlValueError, match=r"\(flatten\) gets the padding mask"):
+        g.ggml_compile(plain, loss="mse", backend="cpu")
