@@ -14,14 +14,9 @@ from tests.models import reference as R
 N, TQ, TV, DQ, DV, DK = 6, 4, 5, 3, 2, 4
 
 
-@pytest.fixture(params=["cpu", "Vulkan0"])
-def backend(request):
-    if request.param != "cpu":
-        if "vulkan" not in g.ggml_backends_built():
-            pytest.skip("the Vulkan backend is not built in this installation (GGMLPY_BACKENDS)")
-        if g.ggml_backend_dev_by_name(request.param) is None:
-            pytest.skip("this machine has no Vulkan0 device (CI uses Mesa's lavapipe)")
-    return request.param
+@pytest.fixture
+def backend(each_device):
+    return each_device
 
 
 def _reference(q, v, k, w, mask=None, causal=False):

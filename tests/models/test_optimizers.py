@@ -111,14 +111,9 @@ def _reference_linear(w0, x, y, name, settings, steps, batch, wd=0.0, period=1):
     return p
 
 
-@pytest.fixture(params=["cpu", "Vulkan0"])
-def backend(request):
-    if request.param != "cpu":
-        if "vulkan" not in g.ggml_backends_built():
-            pytest.skip("the Vulkan backend is not built in this installation (GGMLPY_BACKENDS)")
-        if g.ggml_backend_dev_by_name(request.param) is None:
-            pytest.skip("this machine has no Vulkan0 device (CI uses Mesa's lavapipe)")
-    return request.param
+@pytest.fixture
+def backend(each_device):
+    return each_device
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

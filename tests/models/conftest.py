@@ -1,0 +1,22 @@
+"""Fixtures shared by the model-layer tests."""
+from __future__ import annotations
+
+import pytest
+
+import ggmlpy as g
+
+DEVICES = {"cpu": "cpu", "vulkan": "Vulkan0", "cuda": "CUDA0"}
+
+
+@pytest.fixture(params=sorted(DEVICES))
+def each_device(request):
+    """"cpu", "Vulkan0" or "CUDA0" for ggml_compile(backend=): a GPU skipped, saying why, when its backend is not
+    built in this installation or the machine has no such device (CI runs Vulkan on Mesa's lavapipe)."""
+    family = request.param
+    if family == "cpu":
+        return "cpu"
+    if family not in g.ggml_backends_built():
+        pytest.skip(f"the {family} backend is not built in this installation (GGMLPY_BACKENDS)")
+    if g.ggml_backend_dev_by_name(DEVICES[family]) is None:
+        pytest.skip(f"the {family} backend is built but this machine has no {DEVICES[family]} device")
+    return DEVICES[family]
