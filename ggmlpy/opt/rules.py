@@ -146,7 +146,10 @@ def optimizer_spec(name: str, settings: dict, fn: str) -> OptimizerSpec:
 
 # ---------------------------------------------------------------- the step's ops
 
-HPARAMS = 2  # the element-wise rules' parameters tensor: [learning rate, 1 - learning rate * weight decay]
+# the element-wise rules' parameters tensor: [1, learning rate * weight decay, learning rate]; its first two are
+# ggml's SGD step op's (alpha 1, decay lr * wd), which applies each rule's step and the decoupled weight decay in
+# one pass: w = w * (1 - lr * wd) - step
+HPARAMS = 3
 
 
 def step_hparams(spec: OptimizerSpec, params: Any, step: int) -> np.ndarray:
@@ -161,11 +164,11 @@ def step_hparams(spec: OptimizerSpec, params: Any, step: int) -> np.ndarray:
     p = params.sgd
     if spec.name == "sgd" and not spec.momentum:
         return np.array([p.alpha, p.wd], np.float32)
-    return np.array([p.alpha, 1.0 - np.float32(p.alpha) * np.float32(p.wd)], np.float32)
+    return np.array([1.0, np.float32(p.alpha) * np.float32(p.wd), p.alpha], np.float32)
 
 
 def hparams_size(spec: OptimizerSpec) -> int:
-    return 7 if spec.name == "adamw" else 2
+    return 7 if spec.name == "adamw" else 2 if spec.name == "sgd" and not spec.momentum else HPARAMS
 
 
 def clip_gradients(ctx: Any, spec: OptimizerSpec, grads: Sequence[Tensor]) -> list[Tensor]:
@@ -199,20 +202,22 @@ def step_ops(ctx: Any, spec: OptimizerSpec, param: Tensor, grad: Tensor, slots: 
     if spec.name == "sgd" and not spec.momentum:
         ptr = lib.ggml_opt_step_sgd(ctx.ptr, param.ptr, grad.ptr, hparams.ptr)
         return [Tensor(ptr, ctx, sources=(param, grad, hparams))]
-    lr = ggml_view_1d(ctx, hparams, 1, 0)
-    keep = ggml_view_1d(ctx, hparams, 1, 4)  # 1 - lr * wd: the decoupled weight decay
+    sgd_params = ggml_view_1d(ctx, hparams, 2, 0)   # [1, lr * wd]
+    lr = ggml_view_1d(ctx, hparams, 1, 8)
     ops: list[Tensor] = []
 
     def update(slot: str, value: Tensor) -> Tensor:
         ops.append(ggml_cpy(ctx, value, slots[slot]))
         return value
+
+    def apply(step: Tensor) -> list[Tensor]:  # w = w * (1 - lr * wd) - step, in place, in one pass
+        ptr = lib.ggml_opt_step_sgd(ctx.ptr, param.ptr, step.ptr, sgd_params.ptr)
+        return ops + [Tensor(ptr, ctx, sources=(param, step, sgd_params))]
     lr_g = ggml_mul(ctx, grad, lr)
-    decayed = ggml_mul(ctx, param, keep)
-    if spec.name == "sgd":  # with momentum
+    if spec.name == "sgd":  # with momentum: w += m (Nesterov: w += mu * m - lr * g)
         m = update("momentum", ggml_sub(ctx, ggml_scale(ctx, slots["momentum"], spec.momentum), lr_g))
-        delta = ggml_sub(ctx, ggml_scale(ctx, m, spec.momentum), lr_g) if spec.nesterov else m
-        ops.append(ggml_cpy(ctx, ggml_add(ctx, decayed, delta), param))
-        return ops
+        return apply(ggml_sub(ctx, lr_g, ggml_scale(ctx, m, spec.momentum)) if spec.nesterov else
+                     ggml_scale(ctx, m, -1.0))
     if spec.name == "rmsprop":
         rho = spec.rho
         v = update("velocity", ggml_add(ctx, ggml_scale(ctx, slots["velocity"], rho),
@@ -227,5 +232,4 @@ def step_ops(ctx: Any, spec: OptimizerSpec, param: Tensor, grad: Tensor, slots: 
     else:  # adagrad
         acc = update("accumulator", ggml_add(ctx, slots["accumulator"], ggml_sqr(ctx, grad)))
         step = ggml_div(ctx, lr_g, ggml_sqrt(ctx, ggml_scale_bias(ctx, acc, 1.0, spec.eps)))
-    ops.append(ggml_cpy(ctx, ggml_sub(ctx, decayed, step), param))
-    return ops
+    return apply(step)
