@@ -173,7 +173,7 @@ ARG_DOCS = {
     "causal": "True: each step attends only to itself and earlier steps (language models).",
     "sequence_length": "the longest sequence the table covers (steps <= sequence_length).",
     "axis": "the axis of a sample to join along (default -1, the last: features or channels).",
-    "kernel_regularizer": "a penalty on the kernel added to the loss: 'l1', 'l2', 'l1_l2' (factor 0.01, Keras') or "
+    "kernel_regularizer": "a penalty on the kernel added to the loss: 'l1', 'l2' (factor 0.01, Keras') or "
                           "ggml_regularizer_l1/_l2/_l1_l2(...); None for none.",
     "bias_regularizer": "a penalty on the bias, as kernel_regularizer.",
     "recurrent_regularizer": "a penalty on the recurrent kernel, as kernel_regularizer.",

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import GgmlValueError
-from ..ops.elementwise import ggml_add, ggml_cont, ggml_scale_bias, ggml_soft_max_ext
+from ..ops.elementwise import ggml_add, ggml_cont, ggml_mul, ggml_scale_bias, ggml_soft_max_ext
 from ..ops.layout import ggml_permute, ggml_reshape_1d, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d
 from ..ops.linalg import ggml_mul_mat
 from .layers import Layer, ParamSpec, positive_int
@@ -120,11 +120,13 @@ class MultiHeadAttention(Layer):
         v = ggml_cont(ctx, ggml_permute(ctx, self._project(g, xv, "value", tv), 1, 2, 0, 3))
         scores = ggml_mul_mat(ctx, key, q)                                   # [Tv keys, Tq queries, H, N]
         mask = None
-        if self.causal:   # numpy (queries, keys): a query sees its own step and the ones before
-            mask = g.constant(np.triu(np.full((tq, tv), -np.inf, dtype=np.float32), 1))
         if self.attention_mask:  # [Tv, Tq, N] of 1/0 -> 0 / -1e9, one per sample, the same for every head
-            given = ggml_reshape_4d(ctx, ggml_scale_bias(ctx, xs[-1], -MASK_NEGATIVE, MASK_NEGATIVE), tv, tq, 1, n)
-            mask = given if mask is None else ggml_add(ctx, given, mask)
+            keep = xs[-1]
+            if self.causal:  # Keras joins both masks into one (a query whose keys are all hidden sees them evenly)
+                keep = ggml_mul(ctx, keep, g.constant(np.tril(np.ones((tq, tv), np.float32))))
+            mask = ggml_reshape_4d(ctx, ggml_scale_bias(ctx, keep, -MASK_NEGATIVE, MASK_NEGATIVE), tv, tq, 1, n)
+        elif self.causal:   # numpy (queries, keys): a query sees its own step and the ones before
+            mask = g.constant(np.triu(np.full((tq, tv), -np.inf, dtype=np.float32), 1))
         att = ggml_soft_max_ext(ctx, scores, mask, 1.0 / math.sqrt(k), 0.0)
         out = ggml_mul_mat(ctx, v, att)                                      # [K, Tq queries, H, N]
         out = ggml_cont(ctx, ggml_permute(ctx, out, 0, 2, 1, 3))        # [K, H, Tq, N]

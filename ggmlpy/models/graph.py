@@ -58,6 +58,9 @@ class Node:
 
 def apply_layer(layer: Layer, inputs: Node | list[Node]) -> Node:
     """``layer`` applied to ``inputs`` (a node, or a list for add/concatenate): a new node."""
+    if layer.__dict__.get("_wrapped"):
+        raise GgmlValueError(f"layer '{layer.name}' is wrapped (time_distributed, bidirectional): its weights are the "
+                             "wrapper's; apply the wrapper, or a new layer object")
     nodes = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
     for n in nodes:
         if not isinstance(n, Node):

@@ -92,11 +92,16 @@ def mask_flow(model: Any) -> set[int]:
         if node.is_input:
             continue
         layer = node.layer
-        if any(id(n) in masked for n in node.inputs):
-            if layer.mask_support == "none" or len(node.inputs) > 1:
+        carrying = [i for i, n in enumerate(node.inputs) if id(n) in masked]
+        if carrying:
+            if layer.mask_support == "none":
                 raise GgmlValueError(f"layer '{layer.name}' ({layer.kind}) gets the padding mask of a masking layer, "
                                      f"which it cannot honour (Keras refuses it too): {MASK_AWARE}. Put the masking "
                                      "right before the layer that reads the sequence")
+            if carrying != [0]:
+                raise GgmlValueError(f"layer '{layer.name}' ({layer.kind}) gets a padding mask on an input other than "
+                                     "its sequence (an initial state, a key or value): not supported; mask the "
+                                     "sequence it reads first")
             if layer.passes_mask:
                 masked.add(id(node))
         elif layer.makes_mask:

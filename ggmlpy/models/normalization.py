@@ -163,15 +163,18 @@ def ggml_layer_adapt(layer: Any, data: Any, batch_size: int | None = None) -> An
 
 def _write_statistics(layer: Normalization, mean: np.ndarray, var: np.ndarray, fn: str) -> None:
     """Into every live store holding the layer (the models compiled with it), and into the layer for the next."""
-    stores = [r() for r in layer.__dict__.get("_param_stores", [])]
+    wrapper = layer.__dict__.get("_wrapper")
+    owner = (wrapper() if wrapper is not None else None) or layer   # a wrapper holds its inner layer's weights
+    stores = [r() for r in owner.__dict__.get("_param_stores", [])]
     stores = [s for s in stores if s is not None and s.alive]
     if any(s.fits_running for s in stores):
         raise GgmlInUseError(f"{fn}: a model holding layer '{layer.name}' is training; adapt it before or after "
                              "the fit")
     for store in stores:
-        store.write(layer, "mean", mean)
-        store.write(layer, "variance", var)
-    for spec in layer.params or []:  # a store made later (a compile) starts from them
+        store.write(owner, "mean", mean)
+        store.write(owner, "variance", var)
+    for spec in list(layer.params or []) + (list(owner.params or []) if owner is not layer else []):
+        # a store made later (a compile) starts from them
         spec.value = np.asarray(mean if spec.name == "mean" else var, np.float32)
     layer.__dict__["_adapted"] = (mean, var)
     layer.__dict__.pop("_kept_values", None)  # older values the layer carried: the adapted ones replace them

@@ -80,20 +80,22 @@ def ggml_regularizer_l1_l2(l1: float = KERAS_DEFAULT, l2: float = KERAS_DEFAULT)
     return Regularizer(l1=_factor(l1, "ggml_regularizer_l1_l2: l1"), l2=_factor(l2, "ggml_regularizer_l1_l2: l2"))
 
 
-_BY_NAME = {"l1": Regularizer(l1=KERAS_DEFAULT), "l2": Regularizer(l2=KERAS_DEFAULT),
-            "l1_l2": Regularizer(l1=KERAS_DEFAULT, l2=KERAS_DEFAULT), "l1l2": Regularizer(l1=KERAS_DEFAULT, l2=KERAS_DEFAULT)}
+# Keras 3's names (factor 0.01); its "l1l2" means L1L2() with both factors 0, which penalises nothing: refused
+_BY_NAME = {"l1": Regularizer(l1=KERAS_DEFAULT), "l2": Regularizer(l2=KERAS_DEFAULT)}
 
 
 def regularizer_arg(value: Any, what: str) -> Regularizer | None:
-    """A layer's regularizer argument: None, a ``ggml_regularizer_*`` object, Keras' names ``"l1"``, ``"l2"``,
-    ``"l1_l2"`` (factor 0.01), or the ``{"l1": ..., "l2": ...}`` form a saved model holds. A zero penalty is
-    None (nothing to add)."""
+    """A layer's regularizer argument: None, a ``ggml_regularizer_*`` object, Keras' names ``"l1"``, ``"l2"``
+    (factor 0.01), or the ``{"l1": ..., "l2": ...}`` form a saved model holds. A zero penalty is None (nothing to
+    add)."""
     if value is None:
         return None
     if isinstance(value, str):
         reg = _BY_NAME.get(value.lower())
         if reg is None:
-            raise GgmlValueError(f"{what}: unknown regularizer {value!r}; expected 'l1', 'l2', 'l1_l2' or "
+            hint = " (Keras' 'l1l2' is L1L2() with both factors 0: no penalty)" if value.lower() in ("l1l2", "l1_l2") \
+                else ""
+            raise GgmlValueError(f"{what}: unknown regularizer {value!r}{hint}; expected 'l1', 'l2' or "
                                  "ggml_regularizer_l1/_l2/_l1_l2(...)")
     elif isinstance(value, Regularizer):
         reg = value
@@ -101,7 +103,7 @@ def regularizer_arg(value: Any, what: str) -> Regularizer | None:
         reg = Regularizer(l1=_factor(value.get("l1", 0.0), f"{what}['l1']"),
                           l2=_factor(value.get("l2", 0.0), f"{what}['l2']"))
     else:
-        raise GgmlTypeError(f"{what}: expected None, 'l1', 'l2', 'l1_l2' or a ggml_regularizer_*() object, got "
+        raise GgmlTypeError(f"{what}: expected None, 'l1', 'l2' or a ggml_regularizer_*() object, got "
                             f"{type(value).__name__}")
     return reg if reg.l1 or reg.l2 else None
 

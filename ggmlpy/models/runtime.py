@@ -185,7 +185,7 @@ class GraphBuilder:
             xs = [self._value(values, n, layer.layout) for n in node.inputs]
             shapes = [n.shape for n in node.inputs]
             self.strip_softmax = id(node) in self.logits_for
-            self.input_mask = next((masks[id(n)] for n in node.inputs if id(n) in masks), None)
+            self.input_mask = masks.get(id(node.inputs[0])) if node.inputs else None  # only the sequence's (mask_flow)
             fwd = layer.forward if self.training else layer.predict_forward
             out = fwd(self, xs, shapes)
             values[id(node)] = {layer.out_layout or layer.layout: out}

@@ -90,11 +90,21 @@ class Recurrent(Layer):
         if not rate or not g.training:
             return []
         ones = g.constant(np.ones((g.batch, rows), np.float32))
-        return [g.dropout(ones, rate) for _ in range(count)]
+        masks = [g.dropout(ones, rate) for _ in range(count)]
+        if count == 1:
+            return masks
+        # with a mask per gate, each gate's rows of a product are picked by a 0/1 column (made once per call)
+        picks = []
+        for k in range(count):
+            pick = np.zeros((1, self.gates * self.units), np.float32)
+            pick[0, k * self.units:(k + 1) * self.units] = 1.0
+            picks.append(g.constant(pick))
+        return list(zip(masks, picks))
 
     def _by_gate(self, g: Any, weight: Tensor, rows: int, x: Tensor, masks: list) -> Tensor:
-        """``weight^T x``, each gate's block with its own mask on ``x`` (one mask: all gates)."""
-        ctx, u = g.ctx, self.units
+        """``weight^T x``, each gate's block with its own mask on ``x`` (one mask: all gates; several: pairs of a
+        mask and its gate's 0/1 row picker, from ``_masks``)."""
+        ctx = g.ctx
 
         def flat(t: Tensor) -> Tensor:  # [rows, ...] as a matrix: the weight's gradient needs no broadcast
             return t if t.shape[2] == 1 else ggml_reshape_2d(ctx, t, rows, t.nelements() // rows)
@@ -102,11 +112,12 @@ class Recurrent(Layer):
             return ggml_mul_mat(ctx, weight, flat(x))
         if len(masks) == 1:
             return ggml_mul_mat(ctx, weight, flat(ggml_mul(ctx, x, masks[0])))
-        parts = [ggml_mul_mat(ctx, ggml_view_2d(ctx, weight, rows, u, rows * F32, k * u * rows * F32),
-                              flat(ggml_mul(ctx, x, m))) for k, m in enumerate(masks)]
-        out = parts[0]
-        for p in parts[1:]:
-            out = ggml_concat(ctx, out, p, 0)
+        # gate k's rows of the whole product with its own mask, picked by a 0/1 column: no view of the weight
+        # (a view at k * units rows can start off the 16-byte alignment GPU matrix products need)
+        out = None
+        for m, pick in masks:
+            part = ggml_mul(ctx, ggml_mul_mat(ctx, weight, flat(ggml_mul(ctx, x, m))), pick)
+            out = part if out is None else ggml_add(ctx, out, part)
         return out
 
     def recurrent(self, g: Any, h: Tensor, masks: list) -> Tensor:
@@ -150,7 +161,9 @@ class Recurrent(Layer):
 
     @property
     def passes_mask(self) -> bool:
-        return self.return_sequences and not self.return_state  # Keras' rule (also with go_backwards)
+        # Keras' rule (also with go_backwards): the sequence output keeps the mask; with return_state the packed
+        # output carries it to its sequence part (RecurrentPart), the states none
+        return self.return_sequences
 
     def run(self, g: Any, xs: list, shapes: list, backwards: bool, in_time_order: bool,
             mask: Tensor | None = None) -> tuple:
@@ -162,7 +175,8 @@ class Recurrent(Layer):
         ctx, n, width = g.ctx, g.batch, self.gates * self.units
         time_major = ggml_cont(ctx, ggml_permute(ctx, xs[0], 0, 2, 1, 3))     # [F, T, N] -> [F, N, T]
         masks = self._masks(g, self.dropout, features, self.gates if self.recurrent_dropout else 1)
-        masks = [ggml_reshape_3d(ctx, m, features, n, 1) for m in masks]      # the same mask at every step
+        masks = [(ggml_reshape_3d(ctx, m[0], features, n, 1), m[1]) if isinstance(m, tuple) else
+                 ggml_reshape_3d(ctx, m, features, n, 1) for m in masks]      # the same mask at every step
         proj = self._by_gate(g, g.param(self, "kernel"), features, time_major, masks)
         proj = ggml_add(ctx, proj, self.input_bias(g))                             # [G, N * T]
         rec_masks = self._masks(g, self.recurrent_dropout, self.units, self.gates)
@@ -249,6 +263,7 @@ class RecurrentPart(Layer):
     step), or one final state. The recurrent layer packs them along the steps; ``state_outputs`` makes the
     nodes of the parts (Keras' ``[output, state_h, state_c]``)."""
     kind = "recurrent_part"
+    mask_support = "consume"  # the sequence part passes the mask on (passes_mask), a state takes none
 
     def __init__(self, first: int, count: int, sequence: bool, **kw: Any) -> None:
         super().__init__(**kw)
@@ -259,6 +274,10 @@ class RecurrentPart(Layer):
 
     def output_shape(self, shapes):
         return (self.count, shapes[0][1]) if self.sequence else (shapes[0][1],)
+
+    @property
+    def passes_mask(self) -> bool:
+        return self.sequence
 
     def forward(self, g, xs, shapes):
         ctx, (rows, u), n = g.ctx, shapes[0], g.batch

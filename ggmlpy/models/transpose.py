@@ -103,6 +103,7 @@ class Conv2DTranspose(Convolution):
     """
     kind = "conv_2d_transpose"
     ARG_DOCS = {  # where the meaning differs from conv_2d's (read by ggmlpy's generated help)
+        "kernel_size": "the kernel's size, (rows, cols) or an int n for (n, n).",
         "strides": "the upsampling factor: the step between the kernel's copies in the output, (rows, cols) or "
                    "an int for both.",
         "padding": "'same' (the output is input * strides) or 'valid' (the whole scatter: (input - 1) * strides "

@@ -7,6 +7,7 @@ to its own (and, for TimeDistributed, counts every step of every sample as a sam
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import replace
 from typing import Any
 
@@ -50,6 +51,10 @@ def _fresh_inner(layer: Any, kind: str) -> Layer:
     if layer.many_inputs is True or layer.takes_int:
         raise GgmlValueError(f"{kind} cannot wrap a {layer.kind} layer (it takes "
                              f"{'several inputs' if layer.many_inputs else 'token ids'})")
+    if not layer.trainable:
+        raise GgmlValueError(f"{kind}: the wrapped layer has trainable=False, which the wrapper's weights would not "
+                             f"follow; freeze the wrapper itself ({kind}(..., trainable=False) or "
+                             "ggml_freeze_weights)")
     if layer.kind in ("dropout", "custom"):
         raise GgmlValueError(f"{kind} cannot wrap a {layer.kind} layer" + (
             ": a dropout drops each value on its own anyway, so put it before or after the wrapper"
@@ -72,6 +77,7 @@ class TimeDistributed(Layer):
         super().__init__(**kw)
         self.layer = _fresh_inner(layer, "time_distributed")
         self.regularizers = dict(layer.regularizers)
+        layer.__dict__["_wrapper"] = weakref.ref(self)  # what adapting the inner layer writes into
 
     @property
     def activation(self) -> Any:  # the loss reads it (a softmax left to the fused cross-entropy)

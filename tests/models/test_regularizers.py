@@ -120,7 +120,9 @@ def test_recurrent_and_embedding_weights_take_their_regularizers():
     (lambda: g.ggml_layer_dense(g.ggml_model_sequential(), 3, kernel_regularizer="l3"), g.GgmlValueError,
      "unknown regularizer 'l3'"),
     (lambda: g.ggml_layer_dense(g.ggml_model_sequential(), 3, kernel_regularizer=0.01), g.GgmlTypeError,
-     "expected None, 'l1', 'l2', 'l1_l2' or a ggml_regularizer"),
+     "expected None, 'l1', 'l2' or a ggml_regularizer"),
+    (lambda: g.ggml_layer_dense(g.ggml_model_sequential(), 3, kernel_regularizer="l1l2"), g.GgmlValueError,
+     "Keras' 'l1l2' is L1L2\\(\\) with both factors 0"),
     (lambda: g.ggml_layer_dense(g.ggml_model_sequential(), 3, recurrent_regularizer="l2"), TypeError,
      "recurrent_regularizer"),
 ])
