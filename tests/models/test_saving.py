@@ -129,20 +129,12 @@ def test_files_are_plain_gguf_readable_by_the_gguf_package(tmp_path):
 
 # ---------------------------------------------------------------- full resume (include_optimizer=True)
 
-DEVICES = {"cpu": None, "vulkan": "Vulkan0"}
 
 
-@pytest.fixture(params=sorted(DEVICES))
-def backend(request):
-    """"cpu", or the Vulkan device (skipped, saying why, when it is not built or there is no device)."""
-    family = request.param
-    if family == "cpu":
-        return "cpu"
-    if family not in g.ggml_backends_built():
-        pytest.skip(f"the {family} backend is not built in this installation (GGMLPY_BACKENDS)")
-    if g.ggml_backend_dev_by_name(DEVICES[family]) is None:
-        pytest.skip(f"the {family} backend is built but this machine has no {DEVICES[family]} device")
-    return DEVICES[family]
+@pytest.fixture
+def backend(each_device):
+    """"cpu", or a GPU device (skipped, saying why, when it is not built or there is no device)."""
+    return each_device
 
 
 def mlp(backend="cpu", optimizer="adam"):
