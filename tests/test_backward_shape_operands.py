@@ -15,22 +15,12 @@ import pytest
 
 import ggmlpy as G
 from tests.conftest import _ctx_size, _default_backend, _graph_inputs
-
-
-def f64(a):
-    return np.asarray(a, dtype=np.float64)
+from tests.test_gradients import f64, fd_grad as weighted_fd_grad
 
 
 def fd_grad(f, x, h=1e-5):
-    """Central differences of the scalar f at x, in float64."""
-    x = f64(x)
-    g = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        xp, xm = x.copy(), x.copy()
-        xp[i] += h
-        xm[i] -= h
-        g[i] = (f(xp) - f(xm)) / (2 * h)
-    return g
+    """Central differences of the scalar f at x, in float64 (test_gradients' differences with weight 1)."""
+    return weighted_fd_grad(f, x, 1.0, h)
 
 
 def grads(build, arrays, params, r, graph_size=512):

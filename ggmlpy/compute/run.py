@@ -100,6 +100,15 @@ def ggml_backend_graph_compute(backend: Backend, graph: Graph) -> None:
         check_status(status, fn)
 
 
+def recompute(backend: Backend, graph: Graph, fn: str) -> None:
+    """Run again a graph that ``ggml_backend_graph_compute`` has accepted and that has not changed since (the
+    same nodes and memory: an optimizer step of every batch), without walking it for the checks again."""
+    with using([backend, *graph.keepers], fn):
+        with computing([backend]):
+            status = lib.ggml_backend_graph_compute(backend.ptr, graph.ptr)
+        check_status(status, fn)
+
+
 _cpu_for_ctx: list[Backend] = []
 
 

@@ -106,6 +106,16 @@ class Convolution(Layer):
     layout = SPATIAL
     REGULARIZED = {"kernel_regularizer": "kernel", "bias_regularizer": "bias"}
 
+    def _set_common(self, filters: Any, padding: Any, activation: Any, use_bias: Any, kernel_initializer: Any,
+                    bias_initializer: Any) -> None:
+        """The arguments every convolution takes, checked."""
+        self.filters = positive_int(filters, "filters")
+        self.padding = padding_arg(padding)
+        self.activation = check_activation(activation)
+        self.use_bias = bool_arg(use_bias, "use_bias")
+        self.kernel_initializer = check_initializer(kernel_initializer, "kernel_initializer")
+        self.bias_initializer = check_initializer(bias_initializer, "bias_initializer")
+
     @property
     def out_layout(self) -> str | None:  # type: ignore[override]
         # softmax normalises over the channels, which ggml's image/sequence layout does not keep on its fastest
@@ -133,15 +143,10 @@ class Conv2D(Convolution):
                  padding: str = "valid", use_bias: bool = True, dilation_rate: Any = (1, 1),
                  kernel_initializer: str = "glorot_uniform", bias_initializer: str = "zeros", **kw: Any) -> None:
         super().__init__(**kw)
-        self.filters = positive_int(filters, "filters")
+        self._set_common(filters, padding, activation, use_bias, kernel_initializer, bias_initializer)
         self.kernel_size = int_pair(kernel_size, "kernel_size")
         self.strides = int_pair(strides, "strides")
-        self.padding = padding_arg(padding)
-        self.activation = check_activation(activation)
-        self.use_bias = bool_arg(use_bias, "use_bias")
         self.dilation_rate = _dilation(int_pair(dilation_rate, "dilation_rate"), self.strides)
-        self.kernel_initializer = check_initializer(kernel_initializer, "kernel_initializer")
-        self.bias_initializer = check_initializer(bias_initializer, "bias_initializer")
 
     def config(self) -> dict:
         return {"filters": self.filters, "kernel_size": list(self.kernel_size), "activation": self.activation,
@@ -190,15 +195,10 @@ class Conv1D(Convolution):
                  padding: str = "valid", use_bias: bool = True, dilation_rate: int = 1,
                  kernel_initializer: str = "glorot_uniform", bias_initializer: str = "zeros", **kw: Any) -> None:
         super().__init__(**kw)
-        self.filters = positive_int(filters, "filters")
+        self._set_common(filters, padding, activation, use_bias, kernel_initializer, bias_initializer)
         self.kernel_size = positive_int(kernel_size, "kernel_size")
         self.strides = positive_int(strides, "strides")
-        self.padding = padding_arg(padding)
-        self.activation = check_activation(activation)
-        self.use_bias = bool_arg(use_bias, "use_bias")
         self.dilation_rate = _dilation((positive_int(dilation_rate, "dilation_rate"),), (self.strides,))[0]
-        self.kernel_initializer = check_initializer(kernel_initializer, "kernel_initializer")
-        self.bias_initializer = check_initializer(bias_initializer, "bias_initializer")
 
     def config(self) -> dict:
         return {"filters": self.filters, "kernel_size": self.kernel_size, "activation": self.activation,

@@ -32,8 +32,8 @@ from ..ops.conv import ggml_im2col
 from ..ops.elementwise import ggml_cont
 from ..ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_4d, ggml_view_3d, ggml_view_4d
 from ..ops.linalg import ggml_mul_mat
-from .conv import Convolution, padding_arg
-from .layers import bool_arg, check_activation, check_initializer, int_pair, ParamSpec, positive_int
+from .conv import Convolution
+from .layers import int_pair, ParamSpec
 
 F32 = 4  # bytes per value: the views below count strides in bytes
 
@@ -114,14 +114,9 @@ class Conv2DTranspose(Convolution):
                  activation: str | None = None, use_bias: bool = True, kernel_initializer: str = "glorot_uniform",
                  bias_initializer: str = "zeros", **kw: Any) -> None:
         super().__init__(**kw)
-        self.filters = positive_int(filters, "filters")
+        self._set_common(filters, padding, activation, use_bias, kernel_initializer, bias_initializer)
         self.kernel_size = int_pair(kernel_size, "kernel_size")
         self.strides = int_pair(strides, "strides")
-        self.padding = padding_arg(padding)
-        self.activation = check_activation(activation)
-        self.use_bias = bool_arg(use_bias, "use_bias")
-        self.kernel_initializer = check_initializer(kernel_initializer, "kernel_initializer")
-        self.bias_initializer = check_initializer(bias_initializer, "bias_initializer")
 
     def config(self) -> dict:
         return {"filters": self.filters, "kernel_size": list(self.kernel_size), "strides": list(self.strides),

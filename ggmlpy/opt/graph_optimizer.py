@@ -24,7 +24,7 @@ from ..backend.backend import Backend
 from ..backend.buffer import ggml_backend_alloc_ctx_tensors
 from ..backend.transfer import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data, numpy_shape
 from ..compute.alloc import ggml_gallocr_alloc_graph, ggml_gallocr_new
-from ..compute.run import ggml_backend_graph_compute
+from ..compute.run import ggml_backend_graph_compute, recompute
 from ..core.handle import check_rpc_connections
 from ..core.types import GGML_TYPE_F32
 from ..errors import GgmlStateError, GgmlValueError
@@ -148,11 +148,13 @@ class GraphOptimizer:
                 self.bytes_moved["gradients"] += 2 * host.nbytes
         if self._on_rpc:  # a lost server's reads are zeros (patches/0020): no step on them
             check_rpc_connections()
-        ggml_backend_tensor_set_data(self.hparams, hparams)
-        if not self._allocated:  # the graph and its memory never change: placed once
+        _write(self.hparams, hparams)  # F32, contiguous, of its size (step_hparams): the raw copy per batch
+        if not self._allocated:  # the graph and its memory never change: placed and checked once
             ggml_gallocr_alloc_graph(self._galloc, self.graph)
+            ggml_backend_graph_compute(self.backend, self.graph)
             self._allocated = True
-        ggml_backend_graph_compute(self.backend, self.graph)
+        else:
+            recompute(self.backend, self.graph, "the optimizer step")
         self.iter += 1
         self.steps += 1
         for j, (src, host) in enumerate(zip(self.synced[0], self._weight_host)):  # none with one replica

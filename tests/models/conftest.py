@@ -20,3 +20,14 @@ def each_device(request):
     if g.ggml_backend_dev_by_name(DEVICES[family]) is None:
         pytest.skip(f"the {family} backend is built but this machine has no {DEVICES[family]} device")
     return DEVICES[family]
+
+
+@pytest.fixture(scope="module")
+def one_cpu_thread():
+    """Tiny models on a shared 2-core machine: one CPU thread for the module (ggml's per-node thread barriers made
+    one step of a 150-layer test model take ~1 s instead of ~0.05 s under load). Modules opt in with
+    ``pytestmark = pytest.mark.usefixtures("one_cpu_thread")``."""
+    before = g.ggml_get_n_threads()
+    g.ggml_set_n_threads(1)
+    yield
+    g.ggml_set_n_threads(before)

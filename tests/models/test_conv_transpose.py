@@ -27,13 +27,7 @@ from . import reference as R
 LR = 0.05
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_cpu_thread():
-    """Tiny models on a shared 2-core machine: one CPU thread."""
-    before = g.ggml_get_n_threads()
-    g.ggml_set_n_threads(1)
-    yield
-    g.ggml_set_n_threads(before)
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 
 
 def _vulkan_missing() -> str | None:

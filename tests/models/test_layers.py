@@ -36,14 +36,7 @@ NON_TRAINABLE = ("running_mean", "running_var")
 
 # ---------------------------------------------------------------- helpers
 
-@pytest.fixture(autouse=True, scope="module")
-def one_cpu_thread():
-    """The models here are tiny: one CPU thread (on a loaded 2-core machine, ggml's per-node thread barriers
-    made one step of the 150-layer model below take ~1 s instead of ~0.05 s)."""
-    before = g.ggml_get_n_threads()
-    g.ggml_set_n_threads(1)
-    yield
-    g.ggml_set_n_threads(before)
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 
 
 def sequential(*layers: tuple[Callable, tuple, dict]) -> Any:

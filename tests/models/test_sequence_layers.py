@@ -105,12 +105,7 @@ CASE_IDS = [c.name for c in CASES]
 BY_NAME = {c.name: c for c in CASES}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_cpu_thread():
-    before = g.ggml_get_n_threads()
-    g.ggml_set_n_threads(1)
-    yield
-    g.ggml_set_n_threads(before)
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 
 
 @pytest.mark.parametrize("c", CASES, ids=CASE_IDS)
