@@ -53,10 +53,14 @@ class Masking(Layer):
         return ggml_step(ctx, ggml_sum_rows(ctx, ggml_abs(ctx, ggml_scale_bias(ctx, x, 1.0, -self.mask_value))))
 
     def forward(self, g, xs, shapes):
-        return ggml_mul(g.ctx, xs[0], self.step_mask(g, xs[0]))
+        mask = self.step_mask(g, xs[0])
+        out = ggml_mul(g.ctx, xs[0], mask)
+        self.__dict__["_made"] = (out, mask)  # output_mask follows at once (GraphBuilder.build): no second mask
+        return out
 
     def output_mask(self, g: Any, in_mask: Tensor | None, xs: list, out: Tensor) -> Tensor | None:
-        mask = self.step_mask(g, xs[0])
+        made = self.__dict__.pop("_made", None)
+        mask = made[1] if made is not None and made[0] is out else self.step_mask(g, xs[0])
         return mask if in_mask is None else ggml_mul(g.ctx, mask, in_mask)  # masking after masking: both apply
 
 
