@@ -226,7 +226,9 @@ def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch
         callbacks: ggmlR callbacks (``ggml_callback_early_stopping``, the LR schedules, dicts or objects
             with ``on_epoch_begin``/``on_epoch_end``).
         shuffle: reshuffle the training samples every epoch (numpy's global random state seeds it).
-        initial_epoch: the number of the first epoch minus one (continuing a fit).
+        initial_epoch: the number of the first epoch minus one (continuing a fit): epochs
+            ``initial_epoch + 1 .. initial_epoch + epochs`` run (ggmlR's contract: ``epochs`` more). Keras'
+            ``fit(epochs=E, initial_epoch=I)`` runs up to epoch E: write ``epochs=E - I, initial_epoch=I``.
         nbatch_logical: accumulate gradients over this many samples (a multiple of ``batch_size``) per
             optimizer step.
         on_nonfinite: a NaN/inf training loss stops training with a ValueError ("raise", the default; the

@@ -46,7 +46,12 @@ def bool_arg(value: Any, name: str) -> bool:
 
 def check_activation(activation: Any) -> str | None:
     if activation is not None and not isinstance(activation, str):
-        raise GgmlTypeError(f"activation must be a name (str) or None, got {type(activation).__name__}")
+        hint = ""
+        if isinstance(activation, (int, tuple, list)):  # Keras' positional strides in ggmlR's activation slot
+            hint = ("; in ggmlR's order the conv layers take activation third, where Keras takes strides: "
+                    f"pass strides={activation!r} by keyword")
+        raise GgmlTypeError(f"activation must be a name (str) or None, got {type(activation).__name__} "
+                            f"{activation!r}{hint}")
     activation = ALIASES.get(activation, activation)
     if activation not in ACTIVATIONS:
         names = ", ".join(repr(a) for a in [*ACTIVATIONS, *ALIASES] if a is not None)

@@ -169,6 +169,28 @@ def test_steps_per_epoch_continues_the_pass_across_epochs_as_keras_3():
         g.ggml_fit(m, x, np.eye(3)[y], batch_size=4, steps_per_epoch=0, verbose=0)
 
 
+def test_initial_epoch_runs_epochs_more_as_ggmlrs_contract():
+    """ggmlR's convention (spec: epochs initial_epoch+1 .. initial_epoch+epochs), not Keras' "up to": a port of
+    Keras' fit(epochs=5, initial_epoch=3) writes epochs=2."""
+    x, ids = blobs(64)
+    m = classifier()
+    h = g.ggml_fit(m, x, np.eye(3)[ids], epochs=2, initial_epoch=3, batch_size=32, verbose=0)
+    assert list(h["epoch"]) == [4, 5]
+    assert m.runtime.opt_state.state["iter"] - 1 == 4   # 2 epochs of 2 batches
+    seen = []
+    cb = {"on_epoch_begin": lambda epoch, logs, state: seen.append((epoch, state.nepoch))}
+    g.ggml_fit_generator(m, [(x[:32], np.eye(3)[ids[:32]])], epochs=2, initial_epoch=5, callbacks=[cb], verbose=0)
+    assert seen == [(6, 7), (7, 7)]
+
+
+def test_keras_positional_strides_are_refused_with_the_keyword_to_use():
+    """ggmlR's conv order puts activation third; Keras' strides there would train another model, so it raises."""
+    for layer, args in [(g.ggml_layer_conv_2d, (8, (3, 3), (2, 2))), (g.ggml_layer_conv_1d, (8, 3, 2))]:
+        with pytest.raises(TypeError, match=r"takes strides: pass strides=.* by keyword"):
+            layer(g.ggml_model_sequential(), *args, input_shape=(28, 28, 1) if layer is g.ggml_layer_conv_2d
+                  else (28, 1))
+
+
 def test_class_weight_scales_each_samples_loss():
     """With class 0 weighted 0 and SGD, one step equals the unweighted step on the other samples only
     (times their share of the batch)."""
