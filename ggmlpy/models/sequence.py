@@ -4,7 +4,9 @@ A sample is ``(steps, features)``: the ggml tensor ``[F, T, N]``. The layer firs
 out time-major (``[F, N, T]``) and projects every step at once with one matrix product, so each
 step reads a contiguous block of that projection; the recurrence then adds ``h U`` per step. ggml
 differentiates the unrolled graph (views, matrix products, sigmoid/tanh), so training needs no
-backward pass of its own. Graph size grows linearly with the number of steps; ggmlpy sizes the
+backward pass of its own. On a device that computes ``ggml_lstm_cell`` (the CPU, patches/0031) an LSTM
+step's gates are that one fused op instead of a dozen element-wise ones; elsewhere (Vulkan, CUDA) they stay
+element-wise, ops the device runs itself. Graph size grows linearly with the number of steps; ggmlpy sizes the
 graphs from the model (patches/0005), so a 100-step LSTM trains.
 
 Weights in the user's (Keras') orientation (``ggml_get_weights``):
@@ -26,13 +28,36 @@ from ..errors import GgmlValueError
 from ..graph.objects import Tensor
 from ..ops.elementwise import ggml_add, ggml_cont, ggml_mul, ggml_sigmoid, ggml_sub, ggml_tanh
 from ..ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_view_1d, ggml_view_2d, ggml_view_3d
+from ..backend.device import ggml_backend_dev_supports_op
+from ..graph.context import ggml_init
+from ..graph.introspect import ggml_is_contiguous
+from ..graph.tensor import ggml_new_tensor_2d
+from ..core.types import GGML_TYPE_F32
 from ..ops.linalg import ggml_mul_mat
+from ..ops.recurrent import ggml_lstm_cell
 from ..ops.reduce import ggml_concat
 from .layers import Layer, ParamSpec, positive_int
 from .masking import carry_over, step_of, time_major_mask
 
 
 F32 = 4  # bytes per value: the model layer computes in float32
+_FUSED_CELL: dict[str, bool] = {}  # device name -> whether it computes ggml_lstm_cell
+
+
+def fused_cell_supported(device: Any) -> bool:
+    """Whether ``device`` computes the fused LSTM step (asked of ggml once per device name)."""
+    if device.name not in _FUSED_CELL:
+        ctx = ggml_init(mem_size=4096, no_alloc=True)
+        try:
+            _FUSED_CELL[device.name] = ggml_backend_dev_supports_op(
+                device, ggml_lstm_cell(ctx, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 2)))
+        finally:
+            ctx.free()
+    return _FUSED_CELL[device.name]
+
+
+def _dense(ctx: Any, t: Tensor) -> Tensor:
+    return t if ggml_is_contiguous(t) else ggml_cont(ctx, t)
 
 
 def _rows(g: Any, t: Tensor, first: int, count: int) -> Tensor:
@@ -223,6 +248,10 @@ class LSTM(Recurrent):
     def step(self, g, x_t, state, rec_masks=()):
         ctx, u = g.ctx, self.units
         z = x_t if state is None else ggml_add(ctx, x_t, self.recurrent(g, state[0], rec_masks))
+        if fused_cell_supported(g.params.backend.device):
+            cell = ggml_lstm_cell(ctx, _dense(ctx, z), None if state is None else _dense(ctx, state[1]))
+            n = z.shape[1]
+            return (ggml_view_2d(ctx, cell, u, n, u * F32, 0), ggml_view_2d(ctx, cell, u, n, u * F32, u * n * F32))
         sig, tanh = ggml_sigmoid(ctx, z), ggml_tanh(ctx, z)   # whole [4U, N]: two ops, not four
         i, f, o = _rows(g, sig, 0, u), _rows(g, sig, u, u), _rows(g, sig, 3 * u, u)
         c = ggml_mul(ctx, i, _rows(g, tanh, 2 * u, u))

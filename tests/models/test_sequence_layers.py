@@ -167,7 +167,7 @@ def test_lstm_over_100_steps_trains():
     m = g.ggml_compile(m, optimizer="adam", loss="sparse_categorical_crossentropy", backend="cpu",
                        learning_rate=0.02)
     inst = build_training_graph(m, m.compiled, 32)
-    assert inst.train_nodes > 2 * g.GGML_DEFAULT_GRAPH_SIZE   # forward + backward + optimizer nodes
+    assert inst.train_nodes > g.GGML_DEFAULT_GRAPH_SIZE   # forward + backward + optimizer nodes
     inst.free()
     hist = g.ggml_fit(m, x, sign, epochs=6, batch_size=32, verbose=0)
     assert hist["train_loss"].iloc[-1] < 0.5 * hist["train_loss"].iloc[0], hist
@@ -373,3 +373,41 @@ def test_dropout_arguments_are_checked_and_saved(tmp_path):
     g.ggml_save_model(m, tmp_path / "m.gguf")
     layer = g.ggml_load_model(tmp_path / "m.gguf", backend="cpu").layers[0]
     assert (layer.dropout, layer.recurrent_dropout) == (0.2, 0.3)
+
+
+def _trained_lstm(backend, seed=3):
+    np.random.seed(seed)
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(48, 7, 3)).astype(np.float32)
+    y = (x[:, :, 0].sum(axis=1) > 0).astype(np.int32)
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_lstm(m, 5, return_sequences=True, input_shape=(7, 3))
+    m = g.ggml_layer_lstm(m, 4)
+    m = g.ggml_layer_dense(m, 2, activation="softmax")
+    m = g.ggml_compile(m, optimizer="adam", loss="sparse_categorical_crossentropy", backend=backend,
+                       learning_rate=0.05)
+    h = g.ggml_fit(m, x, y, epochs=3, batch_size=16, shuffle=False, verbose=0)
+    return m, h, x
+
+
+def test_the_fused_lstm_step_trains_as_the_element_wise_one(monkeypatch):
+    """patches/0031's one-op LSTM step (the CPU's) against the element-wise graph it replaces: the same losses and
+    weights after three epochs (float32 rounding apart), and the fused op is in the CPU's graph."""
+    from ggmlpy.models import sequence
+    fused, h_fused, x = _trained_lstm("cpu")
+    assert "LSTM_CELL" in g.ggml_model_placement(fused).op_counts()
+    monkeypatch.setattr(sequence, "fused_cell_supported", lambda device: False)
+    plain, h_plain, _ = _trained_lstm("cpu")
+    assert "LSTM_CELL" not in g.ggml_model_placement(plain).op_counts()
+    np.testing.assert_allclose(h_fused["train_loss"], h_plain["train_loss"], rtol=2e-5)
+    for name, w in g.ggml_get_weights(fused).items():
+        np.testing.assert_allclose(w, g.ggml_get_weights(plain)[name], rtol=1e-4, atol=1e-5, err_msg=name)
+    np.testing.assert_allclose(g.ggml_predict(fused, x), g.ggml_predict(plain, x), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("each_device", ["vulkan", "cuda"], indirect=True)
+def test_a_gpu_lstm_keeps_its_steps_on_the_device(each_device):
+    """The fused step is CPU-only: a GPU model builds the element-wise step, every op of it on the device."""
+    m, _, _ = _trained_lstm(each_device)
+    p = g.ggml_model_placement(m)
+    assert "LSTM_CELL" not in p.op_counts() and p.cpu_ops == [] and p.n_splits == 1, str(p)

@@ -1,0 +1,121 @@
+"""ggml_lstm_cell (patches/0031): the fused LSTM step and its backward against numpy float64 and finite
+differences, on one and two CPU threads, units across the kernel's 64-unit chunks."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ggmlpy as G
+from tests.conftest import compute, compute_grad
+from tests.test_gradients import f64, fd_grad
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def lstm_step(z, c_prev=None):
+    """numpy float64 reference: z (batch, 4 units) in Keras' gate order i, f, g, o -> (h, c), (batch, units)."""
+    units = z.shape[-1] // 4
+    i, f, g, o = (z[..., k * units:(k + 1) * units] for k in range(4))
+    c = sigmoid(i) * np.tanh(g) + (0.0 if c_prev is None else sigmoid(f) * c_prev)
+    return sigmoid(o) * np.tanh(c), c
+
+
+def cell(ctx, z, c_prev=None):
+    return G.ggml_lstm_cell(ctx, z, c_prev)
+
+
+def cpu(threads):
+    b = G.ggml_backend_cpu_init()
+    G.ggml_backend_cpu_set_n_threads(b, threads)
+    return b
+
+
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def backend(request):
+    b = cpu(request.param)
+    yield b
+    b.free()
+
+
+@pytest.mark.parametrize("units, batch", [(1, 1), (5, 3), (67, 4), (130, 9)])
+@pytest.mark.parametrize("with_state", [True, False])
+def test_forward_matches_numpy_float64(units, batch, with_state, backend):
+    rng = np.random.default_rng(units * 10 + batch)
+    z = rng.normal(scale=2.0, size=(batch, 4 * units)).astype(np.float32)
+    c_prev = rng.normal(size=(batch, units)).astype(np.float32)
+    arrays = (z, c_prev) if with_state else (z,)
+    (out,) = compute(cell, *arrays, backend=backend)
+    h, c = lstm_step(f64(z), f64(c_prev) if with_state else None)
+    assert out.shape == (1, 2, batch, units)
+    np.testing.assert_allclose(out[0, 0], h, rtol=1e-5, atol=2e-6)
+    np.testing.assert_allclose(out[0, 1], c, rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("units, batch", [(3, 2), (66, 2)])
+@pytest.mark.parametrize("with_state", [True, False])
+def test_gradient_of_z_matches_finite_differences(units, batch, with_state, backend):
+    rng = np.random.default_rng(units + batch)
+    z = rng.normal(scale=1.5, size=(batch, 4 * units)).astype(np.float32)
+    c_prev = rng.normal(size=(batch, units)).astype(np.float32)
+    r = rng.uniform(-1, 1, size=(2, batch, units)).astype(np.float32)   # weights h and c differently
+    others = (c_prev,) if with_state else ()
+    _, grad = compute_grad(cell, z, r, *others, backend=backend)
+
+    def f(zz):
+        return np.stack(lstm_step(zz, f64(c_prev) if with_state else None))
+    np.testing.assert_allclose(grad, fd_grad(f, z, f64(r)), rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("units", [4, 65])
+def test_gradient_of_the_previous_state_matches_finite_differences(units, backend):
+    rng = np.random.default_rng(units)
+    z = rng.normal(size=(3, 4 * units)).astype(np.float32)
+    c_prev = rng.normal(size=(3, units)).astype(np.float32)
+    r = rng.uniform(-1, 1, size=(2, 3, units)).astype(np.float32)
+    _, grad = compute_grad(lambda ctx, c, zt: G.ggml_lstm_cell(ctx, zt, c), c_prev, r, z, backend=backend)
+    fd = fd_grad(lambda cc: np.stack(lstm_step(f64(z), cc)), c_prev, f64(r))
+    np.testing.assert_allclose(grad, fd, rtol=1e-4, atol=2e-5)
+    assert np.abs(fd).max() > 0.1
+
+
+def test_two_chained_steps_train_a_shared_recurrent_weight(backend):
+    """Gradients through h and c of a step into the next one and into a weight used by both (the layer's use)."""
+    rng = np.random.default_rng(7)
+    units, batch = 6, 4
+    w = rng.normal(scale=0.5, size=(4 * units, units)).astype(np.float32)     # ggml [U, 4U]: mul_mat gives w^T h
+    x = rng.normal(size=(2, batch, 4 * units)).astype(np.float32)
+    r = rng.uniform(-1, 1, size=(batch, units)).astype(np.float32)
+    nbytes = units * batch * 4
+
+    def build(ctx, wt, xt):
+        x0 = G.ggml_view_2d(ctx, xt, 4 * units, batch, 4 * units * 4, 0)
+        x1 = G.ggml_view_2d(ctx, xt, 4 * units, batch, 4 * units * 4, 4 * units * batch * 4)
+        first = G.ggml_lstm_cell(ctx, G.ggml_cont(ctx, x0))
+        h0 = G.ggml_view_2d(ctx, first, units, batch, units * 4, 0)
+        c0 = G.ggml_view_2d(ctx, first, units, batch, units * 4, nbytes)
+        second = G.ggml_lstm_cell(ctx, G.ggml_add(ctx, x1, G.ggml_mul_mat(ctx, wt, h0)), G.ggml_cont(ctx, c0))
+        return G.ggml_view_2d(ctx, second, units, batch, units * 4, 0)
+
+    def f(ww):
+        h0, c0 = lstm_step(f64(x[0]))
+        return lstm_step(f64(x[1]) + h0 @ ww.T, c0)[0]
+    _, grad = compute_grad(build, w, r, x, backend=backend)
+    np.testing.assert_allclose(grad, fd_grad(f, w, f64(r)), rtol=1e-4, atol=2e-5)
+
+
+def test_operands_are_checked_before_ggml():
+    ctx = G.ggml_init(1 << 20, no_alloc=True)
+    try:
+        z = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 8, 3)
+        with pytest.raises(ValueError, match=r"z must be a matrix \[4 \* units, batch\], got shape \[6, 3, 1, 1\]"):
+            G.ggml_lstm_cell(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 6, 3))
+        with pytest.raises(ValueError, match=r"c_prev must have shape \[2, 3\]"):
+            G.ggml_lstm_cell(ctx, z, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, 2))
+        with pytest.raises(ValueError, match="contiguous"):
+            G.ggml_lstm_cell(ctx, G.ggml_transpose(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, 8)))
+        with pytest.raises(TypeError, match="z must be f32, got f16"):
+            G.ggml_lstm_cell(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F16, 8, 3))
+    finally:
+        ctx.free()
