@@ -258,6 +258,21 @@ def test_sum_sum_rows_mean(rng):
     assert_close(m, xd.mean(axis=-1, keepdims=True))
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_sum_rows_of_long_and_odd_rows_in_float64_lanes(threads):
+    """patches/0032: rows split between the threads, each summed in 8 double lanes and a tail."""
+    rng = np.random.default_rng(threads)
+    b = G.ggml_backend_cpu_init()
+    G.ggml_backend_cpu_set_n_threads(b, threads)
+    try:
+        for shape in [(3, 1), (5, 7), (2, 3, 8), (7, 17), (3, 100003)]:
+            x = (rng.normal(size=shape) + 1e3).astype(np.float32)    # a large mean: float32 sums would drift
+            (out,) = compute(lambda ctx, t: G.ggml_sum_rows(ctx, t), x, backend=b)
+            np.testing.assert_allclose(out.reshape(shape[:-1]), f64(x).sum(axis=-1), rtol=2e-7)
+    finally:
+        b.free()
+
+
 @covers("ggml_argmax")
 def test_argmax(rng):
     x = rng.permutation(5 * 11).astype(np.float32).reshape(5, 11)  # distinct values: no ties
@@ -509,6 +524,19 @@ def test_cross_entropy_loss(rng):
     assert_close(out, np.array(ref).reshape(1, 1, 1, 1), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("classes", [1, 3, 7, 8, 9, 16, 17, 98, 1000])
+def test_cross_entropy_loss_over_every_tail_length(classes):
+    """patches/0033: the log-softmax's exponentials over SIMD lanes, then a scalar tail of 0 to 15 elements."""
+    rng = np.random.default_rng(classes)
+    logits = rng.uniform(-8, 8, size=(5, classes)).astype(np.float32)
+    labels = rng.dirichlet(np.ones(classes), size=5).astype(np.float32)
+    (out,) = compute(lambda ctx, a, b: G.ggml_cross_entropy_loss(ctx, a, b), logits, labels)
+    z = f64(logits)
+    log_sm = z - z.max(-1, keepdims=True)
+    log_sm = log_sm - np.log(np.exp(log_sm).sum(-1, keepdims=True))
+    np.testing.assert_allclose(out.ravel()[0], -(f64(labels) * log_sm).sum(-1).mean(), rtol=2e-6, atol=1e-6)
+
+
 # ---------------------------------------------------------------- im2col, convolution, pooling
 
 def _out(n, k, s, p, d):
@@ -725,9 +753,9 @@ def _op_modules():
 
 
 def test_every_exported_op_is_covered():
-    """Every op builder of ggmlpy.ops has a forward test: registered in this file or test_ops_conv.py, or
-    called in test_ops_transformer.py (compared there with a numpy reference)."""
-    from . import test_ops_conv
+    """Every op builder of ggmlpy.ops has a forward test: registered in this file, test_ops_conv.py or
+    test_ops_recurrent.py, or called in test_ops_transformer.py (compared there with a numpy reference)."""
+    from . import test_ops_conv, test_ops_recurrent
     transformer_tests = open(__file__.replace("test_ops.py", "test_ops_transformer.py")).read()
     exported = {name for module in _op_modules() if module.__name__ not in _SELF_CHECKED
                 for name, obj in vars(module).items()
@@ -735,7 +763,7 @@ def test_every_exported_op_is_covered():
                 or name.startswith(("GGML_OP_", "GGML_SCALE_MODE_"))}
     assert len(exported) > 100
     called = {name for name in exported if f"G.{name}(" in transformer_tests}
-    missing = sorted(exported - COVERED - test_ops_conv.COVERED - called)
+    missing = sorted(exported - COVERED - test_ops_conv.COVERED - test_ops_recurrent.COVERED - called)
     assert not missing, f"ops without a forward test: {missing}"
     # and each is re-exported at the top level under its ggmlR name
     assert all(hasattr(G, name) for name in exported)
