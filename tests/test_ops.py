@@ -409,6 +409,30 @@ def test_permute(rng, axes):
     assert_close(out, np.transpose(f64(x), perm))
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape, axes", [((33, 17), (1, 0, 2, 3)), ((64, 32, 2, 3), (1, 2, 0, 3)),
+                                         ((5, 40, 3), (1, 0, 2, 3)), ((16, 16, 2), (1, 0, 2, 3)),
+                                         ((1, 7, 3), (1, 0, 2, 3)), ((20, 3, 19, 2), (1, 3, 0, 2)),
+                                         ((40, 3, 20), (2, 0, 1, 3)), ((18, 5, 2, 17), (3, 0, 1, 2)),
+                                         ((32, 64, 2, 3), (2, 0, 1, 3))])
+def test_transposing_copies_in_tiles(threads, shape, axes):
+    """patches/0034: a copy whose source is strided along dim 0 and contiguous along dim 1, 2 or 3 goes tile by
+    tile (the threads splitting dim 1)."""
+    rng = np.random.default_rng(len(shape))
+    b = G.ggml_backend_cpu_init()
+    G.ggml_backend_cpu_set_n_threads(b, threads)
+    try:
+        ne = shape + (1,) * (4 - len(shape))
+        x = rng.normal(size=tuple(reversed(ne))).astype(np.float32)
+        perm = [0] * 4
+        for i, ax in enumerate(axes):
+            perm[3 - ax] = 3 - i
+        (out,) = compute(lambda ctx, t: G.ggml_cont(ctx, G.ggml_permute(ctx, t, *axes)), x, backend=b)
+        np.testing.assert_array_equal(out, np.transpose(x, perm))
+    finally:
+        b.free()
+
+
 def test_transpose(rng):
     x = r32(rng, 3, 4, 5)
     (out,) = compute(lambda ctx, t: G.ggml_cont(ctx, G.ggml_transpose(ctx, t)), x)
