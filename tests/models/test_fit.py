@@ -193,7 +193,9 @@ def test_keras_positional_strides_are_refused_with_the_keyword_to_use():
 
 def test_class_weight_scales_each_samples_loss():
     """With class 0 weighted 0 and SGD, one step equals the unweighted step on the other samples only
-    (times their share of the batch)."""
+    (times their share of the batch). The weighted loss keeps p in [eps, 1 - eps] (p' = p (1 - 2 eps) + eps, as
+    its docstring says), which scales a sample's gradient by (1 - 2 eps) p / p': the reference does too, or a
+    random start whose true class has p ~ 1e-4 would differ by 1e-3."""
     x, ids = blobs(8, seed=5)
     y = np.eye(3)[ids]
     m = g.ggml_model_sequential()
@@ -205,7 +207,9 @@ def test_class_weight_scales_each_samples_loss():
     p = np.exp(z - z.max(1, keepdims=True))
     p /= p.sum(1, keepdims=True)
     sw = np.array([0.0, 1.0, 2.0])[ids]
-    grad = x.T.astype(np.float64) @ ((p - y) * sw[:, None]) / 8
+    p_true = p[np.arange(8), ids]
+    squeeze = (1 - 2e-7) * p_true / ((1 - 2e-7) * p_true + 1e-7)
+    grad = x.T.astype(np.float64) @ ((p - y) * (sw * squeeze)[:, None]) / 8
     np.testing.assert_allclose(g.ggml_get_weights(m)["dense_1.weight"], w0["dense_1.weight"] - 0.1 * grad,
                                rtol=1e-3, atol=1e-5)
 
