@@ -25,7 +25,12 @@ def lstm_step(z, c_prev=None):
 
 
 def cell(ctx, z, c_prev=None):
-    return G.ggml_lstm_cell(ctx, z, c_prev)
+    return G.ggml_lstm_cell(ctx, z, c_prev=c_prev)
+
+
+def split_cell(ctx, x, r, c_prev=None):
+    """z handed over as x + r, the layer's form: the op adds them."""
+    return G.ggml_lstm_cell(ctx, x, r, c_prev)
 
 
 def cpu(threads):
@@ -70,13 +75,31 @@ def test_gradient_of_z_matches_finite_differences(units, batch, with_state, back
     np.testing.assert_allclose(grad, fd_grad(f, z, f64(r)), rtol=1e-4, atol=2e-5)
 
 
+@pytest.mark.parametrize("units, batch", [(3, 2), (65, 3)])
+def test_the_split_pre_activations_add_inside_and_both_get_the_gradient(units, batch, backend):
+    """x + r formed by the op: the forward of z = x + r, and the gradients of x and of r each that of z."""
+    rng = np.random.default_rng(units * 7 + batch)
+    x = rng.normal(size=(batch, 4 * units)).astype(np.float32)
+    rr = rng.normal(size=(batch, 4 * units)).astype(np.float32)
+    c_prev = rng.normal(size=(batch, units)).astype(np.float32)
+    (out,) = compute(split_cell, x, rr, c_prev, backend=backend)
+    h, c = lstm_step(f64(x) + f64(rr), f64(c_prev))
+    np.testing.assert_allclose(out[0], np.stack([h, c]), rtol=1e-5, atol=2e-6)
+    w = rng.uniform(-1, 1, size=(2, batch, units)).astype(np.float32)
+    fd = fd_grad(lambda xx: np.stack(lstm_step(xx + f64(rr), f64(c_prev))), x, f64(w))
+    _, gx = compute_grad(split_cell, x, w, rr, c_prev, backend=backend)
+    _, gr = compute_grad(lambda ctx, rt, xt, ct: G.ggml_lstm_cell(ctx, xt, rt, ct), rr, w, x, c_prev, backend=backend)
+    np.testing.assert_allclose(gx, fd, rtol=1e-4, atol=2e-5)
+    np.testing.assert_allclose(gr, fd, rtol=1e-4, atol=2e-5)
+
+
 @pytest.mark.parametrize("units", [4, 65])
 def test_gradient_of_the_previous_state_matches_finite_differences(units, backend):
     rng = np.random.default_rng(units)
     z = rng.normal(size=(3, 4 * units)).astype(np.float32)
     c_prev = rng.normal(size=(3, units)).astype(np.float32)
     r = rng.uniform(-1, 1, size=(2, 3, units)).astype(np.float32)
-    _, grad = compute_grad(lambda ctx, c, zt: G.ggml_lstm_cell(ctx, zt, c), c_prev, r, z, backend=backend)
+    _, grad = compute_grad(lambda ctx, c, zt: G.ggml_lstm_cell(ctx, zt, c_prev=c), c_prev, r, z, backend=backend)
     fd = fd_grad(lambda cc: np.stack(lstm_step(f64(z), cc)), c_prev, f64(r))
     np.testing.assert_allclose(grad, fd, rtol=1e-4, atol=2e-5)
     assert np.abs(fd).max() > 0.1
@@ -97,7 +120,7 @@ def test_two_chained_steps_train_a_shared_recurrent_weight(backend):
         first = G.ggml_lstm_cell(ctx, G.ggml_cont(ctx, x0))
         h0 = G.ggml_view_2d(ctx, first, units, batch, units * 4, 0)
         c0 = G.ggml_view_2d(ctx, first, units, batch, units * 4, nbytes)
-        second = G.ggml_lstm_cell(ctx, G.ggml_add(ctx, x1, G.ggml_mul_mat(ctx, wt, h0)), G.ggml_cont(ctx, c0))
+        second = G.ggml_lstm_cell(ctx, G.ggml_cont(ctx, x1), G.ggml_mul_mat(ctx, wt, h0), G.ggml_cont(ctx, c0))
         return G.ggml_view_2d(ctx, second, units, batch, units * 4, 0)
 
     def f(ww):
@@ -111,13 +134,15 @@ def test_operands_are_checked_before_ggml():
     ctx = G.ggml_init(1 << 20, no_alloc=True)
     try:
         z = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 8, 3)
-        with pytest.raises(ValueError, match=r"z must be a matrix \[4 \* units, batch\], got shape \[6, 3, 1, 1\]"):
+        with pytest.raises(ValueError, match=r"x must be a matrix \[4 \* units, batch\], got shape \[6, 3, 1, 1\]"):
             G.ggml_lstm_cell(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 6, 3))
         with pytest.raises(ValueError, match=r"c_prev must have shape \[2, 3\]"):
-            G.ggml_lstm_cell(ctx, z, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, 2))
+            G.ggml_lstm_cell(ctx, z, c_prev=G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, 2))
+        with pytest.raises(ValueError, match=r"r must have x's shape \[8, 3\], got \[8, 2, 1, 1\]"):
+            G.ggml_lstm_cell(ctx, z, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 8, 2))
         with pytest.raises(ValueError, match="contiguous"):
             G.ggml_lstm_cell(ctx, G.ggml_transpose(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, 8)))
-        with pytest.raises(TypeError, match="z must be f32, got f16"):
+        with pytest.raises(TypeError, match="x must be f32, got f16"):
             G.ggml_lstm_cell(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F16, 8, 3))
     finally:
         ctx.free()

@@ -247,11 +247,12 @@ class LSTM(Recurrent):
 
     def step(self, g, x_t, state, rec_masks=()):
         ctx, u = g.ctx, self.units
-        z = x_t if state is None else ggml_add(ctx, x_t, self.recurrent(g, state[0], rec_masks))
         if fused_cell_supported(g.params.backend.device):
-            cell = ggml_lstm_cell(ctx, _dense(ctx, z), None if state is None else _dense(ctx, state[1]))
-            n = z.shape[1]
+            rec = None if state is None else _dense(ctx, self.recurrent(g, state[0], rec_masks))
+            cell = ggml_lstm_cell(ctx, _dense(ctx, x_t), rec, None if state is None else _dense(ctx, state[1]))
+            n = x_t.shape[1]
             return (ggml_view_2d(ctx, cell, u, n, u * F32, 0), ggml_view_2d(ctx, cell, u, n, u * F32, u * n * F32))
+        z = x_t if state is None else ggml_add(ctx, x_t, self.recurrent(g, state[0], rec_masks))
         sig, tanh = ggml_sigmoid(ctx, z), ggml_tanh(ctx, z)   # whole [4U, N]: two ops, not four
         i, f, o = _rows(g, sig, 0, u), _rows(g, sig, u, u), _rows(g, sig, 3 * u, u)
         c = ggml_mul(ctx, i, _rows(g, tanh, 2 * u, u))

@@ -74,8 +74,8 @@ struct ggml_tensor * ggml_hardswish(struct ggml_context * ctx, struct ggml_tenso
 struct ggml_tensor * ggml_scale(struct ggml_context * ctx, struct ggml_tensor * a, float s);
 struct ggml_tensor * ggml_scale_bias(struct ggml_context * ctx, struct ggml_tensor * a, float s, float b);
 struct ggml_tensor * ggml_dropout(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * seed, float p, float scale);  /* patches/0018 */
-struct ggml_tensor * ggml_lstm_cell(struct ggml_context * ctx, struct ggml_tensor * z, struct ggml_tensor * c_prev);  /* patches/0031 */
-struct ggml_tensor * ggml_lstm_cell_back(struct ggml_context * ctx, struct ggml_tensor * z, struct ggml_tensor * c_prev, struct ggml_tensor * cell, struct ggml_tensor * grad);  /* patches/0031 */
+struct ggml_tensor * ggml_lstm_cell(struct ggml_context * ctx, struct ggml_tensor * x, struct ggml_tensor * r, struct ggml_tensor * c_prev);  /* patches/0031 */
+struct ggml_tensor * ggml_lstm_cell_back(struct ggml_context * ctx, struct ggml_tensor * cell, struct ggml_tensor * grad);  /* patches/0031 */
 struct ggml_tensor * ggml_clamp(struct ggml_context * ctx, struct ggml_tensor * a, float min, float max);
 struct ggml_tensor * ggml_clamp_inplace(struct ggml_context * ctx, struct ggml_tensor * a, float min, float max);
 
