@@ -131,9 +131,12 @@ def _check_hooks(cb: Any, i: int) -> None:
         warnings.warn(message, GgmlpyWarning, stacklevel=5)
 
 
-# Keras' short names for the logged values
-MONITOR_ALIASES = {"loss": "train_loss", "accuracy": "train_accuracy", "acc": "train_accuracy",
-                   "val_acc": "val_accuracy"}
+# Keras' names for the logged values: its short names, and its accuracy metrics' names (ggmlpy logs every one of
+# them as train_accuracy / val_accuracy)
+_KERAS_ACCURACIES = ("acc", "categorical_accuracy", "sparse_categorical_accuracy", "binary_accuracy")
+MONITOR_ALIASES = {"loss": "train_loss", "accuracy": "train_accuracy",
+                   **{name: "train_accuracy" for name in _KERAS_ACCURACIES},
+                   **{f"val_{name}": "val_accuracy" for name in _KERAS_ACCURACIES}}
 
 
 def monitor_key(monitor: Any) -> str:

@@ -135,3 +135,17 @@ def test_checkpoint_checks_its_arguments(tmp_path, data):
     with pytest.raises(g.GgmlValueError, match="cannot be filled"):
         g.ggml_fit(classifier(), x, y, epochs=1, batch_size=32, verbose=0,
                    callbacks=[g.ggml_callback_model_checkpoint(str(tmp_path / "m-{val_auc}.gguf"))])
+
+
+@pytest.mark.parametrize("metric", ["sparse_categorical_accuracy", "categorical_accuracy", "acc"])
+def test_keras_accuracy_names_are_monitored_as_the_accuracy_they_log(metric, data):
+    """A Keras port monitors its metric's own name (val_sparse_categorical_accuracy ...): ggmlpy logs that metric as
+    val_accuracy, and the monitor reads it there (no 'never logged' warning, and the stop happens)."""
+    import warnings
+    x, y = data
+    m = classifier()
+    stop = g.ggml_callback_early_stopping(monitor=f"val_{metric}", patience=0, min_delta=1e9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", g.GgmlpyWarning)
+        h = g.ggml_fit(m, x, y, epochs=4, validation_split=0.25, verbose=0, callbacks=[stop])
+    assert len(h) == 1   # no epoch can improve by 1e9: the first epoch's end stops the fit
