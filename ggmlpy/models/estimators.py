@@ -91,10 +91,15 @@ class _GgmlEstimator(BaseEstimator):
         self.n_features_in_ = X.shape[1]
         self.sample_shape_ = tuple(X.shape[1:])
         self.model_ = self._build(tuple(X.shape[1:]), n_outputs)
+        y = self._labels_for(self.model_, y, n_outputs)
         batch = max(1, min(int(self.batch_size), X.shape[0]))
         self.history_ = ggml_fit(self.model_, X, y, epochs=self.epochs, batch_size=batch, verbose=self.verbose,
                                  validation_split=self.validation_split, callbacks=self.callbacks)
         return self
+
+    def _labels_for(self, model: Model, y: np.ndarray, n_outputs: int) -> np.ndarray:
+        """``y`` as the compiled model's loss takes it (a regressor's as given)."""
+        return y
 
     def _predict_raw(self, X: Any) -> np.ndarray:
         """The model's outputs for ``X``, one row per sample."""
@@ -122,7 +127,8 @@ class GgmlClassifier(ClassifierMixin, _GgmlEstimator):
     ``classes_`` keeps them. The function gets ``n_classes`` and ``input_shape`` (one sample's shape) when it
     has parameters of those names, and ``model__<name>=value`` arguments of the estimator as ``name=value``,
     so ``GridSearchCV`` can tune them. The model must end in a softmax over ``n_classes`` units (or one
-    sigmoid unit for two classes, compiled by the function with binary cross-entropy).
+    sigmoid unit for two classes, compiled by the function with binary cross-entropy). A function that compiles
+    its model with categorical cross-entropy (``ggml_compile``'s default) gets the labels one-hot.
 
     Arguments:
         model: the function that builds the model.
@@ -159,6 +165,14 @@ class GgmlClassifier(ClassifierMixin, _GgmlEstimator):
             raise GgmlValueError(f"GgmlClassifier.fit: y has one class ({self.classes_[0]!r}); a classifier needs "
                                  "at least two")
         return self._fit(X, self._encoder.transform(y).astype(np.int64), len(self.classes_))
+
+    def _labels_for(self, model: Model, y: np.ndarray, n_outputs: int) -> np.ndarray:
+        # a function that compiled its model with categorical cross-entropy (ggml_compile's default loss) gets
+        # one-hot rows, as SciKeras gives; class ids otherwise (sparse cross-entropy, binary cross-entropy)
+        head = model.compiled.heads[0]
+        if len(model.compiled.heads) == 1 and head.loss == "categorical_crossentropy" and not head.sparse:
+            return np.eye(n_outputs, dtype=np.float32)[y]
+        return y
 
     def predict_proba(self, X: Any) -> np.ndarray:
         """The probability of each class, ``(N, n_classes)`` in the order of ``classes_``."""

@@ -74,6 +74,27 @@ def test_a_function_that_compiles_its_model_keeps_its_settings():
     assert clf.model_.compiled.optimizer == "sgd"
 
 
+@pytest.mark.parametrize("compile_kw", [{}, {"loss": "categorical_crossentropy"}])
+def test_a_function_compiled_with_categorical_crossentropy_gets_one_hot_labels(compile_kw):
+    """ggml_compile's default loss takes one-hot rows: the estimator encodes its class ids so (SciKeras' rule), and
+    training with them equals a ggml_fit on the one-hot labels from the same start."""
+    def compiled_fn(n_classes=3, input_shape=(4,)):
+        return g.ggml_compile(classifier_fn(8, n_classes, input_shape), backend="cpu", learning_rate=0.05,
+                              **compile_kw)
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(90, 4)).astype(np.float32)
+    y = np.array(["a", "b", "c"])[np.argmax(x[:, :3], axis=1)]
+    clf = g.GgmlClassifier(compiled_fn, epochs=3, batch_size=30, random_state=5).fit(x, y)
+    np.random.seed(5)
+    ref = compiled_fn()
+    h = g.ggml_fit(ref, x, np.eye(3, dtype=np.float32)[np.searchsorted(clf.classes_, y)], epochs=3, batch_size=30,
+                   verbose=0)
+    np.testing.assert_allclose(clf.history_["train_loss"], h["train_loss"], rtol=1e-5)
+    for name, w in g.ggml_get_weights(ref).items():
+        np.testing.assert_allclose(g.ggml_get_weights(clf.model_)[name], w, rtol=1e-5, atol=1e-6, err_msg=name)
+    assert clf.predict_proba(x).shape == (90, 3)
+
+
 def test_model_arguments_are_parameters_that_clone_and_grid_search_tune():
     x, y = labelled(120)
     clf = g.GgmlClassifier(classifier_fn, epochs=10, learning_rate=0.02, model__units=4, random_state=0)
