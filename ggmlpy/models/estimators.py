@@ -6,6 +6,7 @@ loads the module the first time one of the two names is used.
 """
 from __future__ import annotations
 
+import copy
 import inspect
 from typing import Any, Callable
 
@@ -16,6 +17,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_X_y, check_array
 
 from ..errors import GgmlTypeError, GgmlValueError
+from ..training.callbacks import BuiltinCallback
 from .compile import ggml_compile
 from .fit import ggml_fit, ggml_predict
 from .graph import Model
@@ -93,8 +95,13 @@ class _GgmlEstimator(BaseEstimator):
         self.model_ = self._build(tuple(X.shape[1:]), n_outputs)
         y = self._labels_for(self.model_, y, n_outputs)
         batch = max(1, min(int(self.batch_size), X.shape[0]))
+        # each fit starts ggmlpy's built-in callbacks afresh (a fit must not depend on the one before, nor mutate
+        # the estimator's parameters); the user's own callbacks are passed as they are
+        callbacks = self.callbacks
+        if isinstance(callbacks, (list, tuple)):  # anything else: ggml_fit says what it takes
+            callbacks = [copy.deepcopy(c) if isinstance(c, BuiltinCallback) else c for c in callbacks]
         self.history_ = ggml_fit(self.model_, X, y, epochs=self.epochs, batch_size=batch, verbose=self.verbose,
-                                 validation_split=self.validation_split, callbacks=self.callbacks)
+                                 validation_split=self.validation_split, callbacks=callbacks)
         return self
 
     def _labels_for(self, model: Model, y: np.ndarray, n_outputs: int) -> np.ndarray:
@@ -133,7 +140,8 @@ class GgmlClassifier(ClassifierMixin, _GgmlEstimator):
     Arguments:
         model: the function that builds the model.
         epochs, batch_size, validation_split, callbacks, verbose: as for ``ggml_fit`` (``batch_size`` is capped
-            at the number of samples).
+            at the number of samples). ggmlpy's built-in callbacks start afresh at every fit (and in every clone,
+            so ``GridSearchCV`` can share them); your own are passed as they are.
         optimizer, learning_rate, backend: as for ``ggml_compile``, for a model the function left uncompiled.
         random_state: an int seeds numpy's generator before building (ggmlpy's initialisers and shuffles draw
             from it), so two fits give the same model on the CPU; None (the default) does not.

@@ -6,8 +6,10 @@ run in list order; as soon as one sets ``state.stop`` the rest of that phase is 
 """
 from __future__ import annotations
 
+import copy
 import csv
 import difflib
+import functools
 import inspect
 import math
 import os
@@ -23,6 +25,35 @@ from ..opt.params import LrUserdata
 
 
 PHASES = ("on_epoch_begin", "on_epoch_end")
+
+
+class BuiltinCallback(dict):
+    """A built-in callback: the dict of hooks ggmlR's protocol takes, whose closures hold its state (best value,
+    wait, captured rate). The same object reused for another fit keeps that state (ggmlR's rule); a deep copy or a
+    pickle (scikit-learn's ``clone``, a process pool) makes it again from its arguments, so the copy starts fresh."""
+
+    def __init__(self, hooks: dict, factory: Callable, args: tuple, kwargs: dict) -> None:
+        super().__init__(hooks)
+        self._remake = (factory, args, kwargs)
+
+    def __deepcopy__(self, memo: dict) -> "BuiltinCallback":
+        factory, args, kwargs = self._remake
+        return factory(*copy.deepcopy(args, memo), **copy.deepcopy(kwargs, memo))
+
+    def __reduce__(self) -> tuple:
+        return (_remake, self._remake)
+
+
+def _remake(factory: Callable, args: tuple, kwargs: dict) -> BuiltinCallback:
+    return factory(*args, **kwargs)
+
+
+def remakeable(factory: Callable) -> Callable:
+    """Make a built-in's dict a ``BuiltinCallback`` that remembers how it was made."""
+    @functools.wraps(factory)
+    def make(*args: Any, **kwargs: Any) -> BuiltinCallback:
+        return BuiltinCallback(factory(*args, **kwargs), make, args, kwargs)
+    return make
 
 
 @dataclass
@@ -225,6 +256,7 @@ def _on_stall(monitor: str, patience: int, min_delta: float, mode: str, act: Cal
     return {"on_epoch_end": on_epoch_end}
 
 
+@remakeable
 def ggml_callback_early_stopping(monitor: str = "val_loss", patience: int = 5, min_delta: float = 0,
                                  mode: str = "auto", restore_best_weights: bool = False) -> dict:
     """Early stopping: end training when a monitored value stops improving.
@@ -295,6 +327,7 @@ def _scale_lr(state: FitState, factor: float, floor: float = LR_FLOOR) -> float:
     return _set_lr(state, max(lr["adamw"] * factor, floor), max(lr["sgd"] * factor, floor))
 
 
+@remakeable
 def ggml_schedule_step_decay(step_size: int = 10, gamma: float = 0.1) -> dict:
     """Step decay of the learning rate: multiply it by ``gamma`` every ``step_size`` epochs.
 
@@ -325,6 +358,7 @@ def ggml_schedule_step_decay(step_size: int = 10, gamma: float = 0.1) -> dict:
     return {"on_epoch_begin": on_epoch_begin}
 
 
+@remakeable
 def ggml_schedule_cosine_decay(eta_min: float = 0, T_max: int | None = None) -> dict:  # noqa: N803 - ggmlR's name
     """Cosine annealing of the learning rate from its starting value down to ``eta_min``.
 
@@ -363,6 +397,7 @@ def ggml_schedule_cosine_decay(eta_min: float = 0, T_max: int | None = None) -> 
     return {"on_epoch_begin": on_epoch_begin}
 
 
+@remakeable
 def ggml_schedule_reduce_on_plateau(monitor: str = "val_loss", factor: float = 0.5, patience: int = 5,
                                     min_lr: float = 1e-7, min_delta: float = 1e-4, mode: str = "auto") -> dict:
     """Reduce the learning rate when a monitored value stops improving.
@@ -405,6 +440,7 @@ def ggml_schedule_reduce_on_plateau(monitor: str = "val_loss", factor: float = 0
     return _on_stall(monitor, patience, min_delta, mode, reduce, fn)
 
 
+@remakeable
 def ggml_schedule_learning_rate(schedule: Callable[[int, float], float], verbose: int = 0) -> dict:
     """A learning rate from a function of the epoch and the current rate (Keras' ``LearningRateScheduler``).
 

@@ -153,3 +153,23 @@ def test_scikit_learns_estimator_checks_pass(make):
     failed = [(r["check_name"], str(r["exception"])[:200]) for r in results if r["status"] == "failed"]
     assert not failed, failed
     assert len(results) > 40
+
+
+def test_builtin_callbacks_start_afresh_in_every_fit_and_clone():
+    """A reused early stopping kept the best loss of the fit before (ggmlR's closures), so a second fit, or the next
+    GridSearchCV candidate, stopped at once; the estimator remakes ggmlpy's built-ins for each fit, and a clone
+    (a deep copy) or a pickle makes them again from their arguments."""
+    import copy
+    x, y = labelled(120)
+    stop = g.ggml_callback_early_stopping(monitor="loss", patience=1)
+    clf = g.GgmlClassifier(classifier_fn, epochs=6, learning_rate=0.02, callbacks=[stop], random_state=0)
+    first = len(clf.fit(x, y).history_)
+    assert first == 6   # the training loss falls every epoch: no stop
+    assert len(clf.fit(x, y).history_) == first
+    assert len(clone(clf).fit(x, y).history_) == first
+    # the shared object itself keeps ggmlR's rule: reused directly, its state carries over
+    m = g.ggml_compile(classifier_fn(), loss="sparse_categorical_crossentropy", backend="cpu", learning_rate=0.02)
+    g.ggml_fit(m, x, (y == "up").astype(int), epochs=3, verbose=0, callbacks=[stop])
+    fresh = copy.deepcopy(stop)
+    assert fresh is not stop and fresh["on_epoch_end"] is not stop["on_epoch_end"]
+    assert type(pickle.loads(pickle.dumps(stop))) is type(stop)
