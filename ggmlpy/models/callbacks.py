@@ -51,6 +51,7 @@ def ggml_callback_model_checkpoint(path: Any, monitor: str = "val_loss", save_be
 
 class _ModelCheckpoint:
     fn = "ggml_callback_model_checkpoint"
+    records_every_epoch = True  # saves the epoch a callback before it stopped the fit at (CallbackList.run)
 
     def __init__(self, path: Any, monitor: str, save_best_only: bool, save_weights_only: bool, mode: str,
                  verbose: int) -> None:

@@ -2,7 +2,8 @@
 
 A callback is a dict with optional ``"on_epoch_begin"`` / ``"on_epoch_end"`` entries, or
 any object with methods of those names, called as ``f(epoch, logs, state)``. Callbacks
-run in list order; as soon as one sets ``state.stop`` the rest of that phase is skipped.
+run in list order; as soon as one sets ``state.stop`` the rest of that phase is skipped (but for the
+recorders, the CSV logger and the model checkpoint, which still record that epoch).
 """
 from __future__ import annotations
 
@@ -118,12 +119,16 @@ class CallbackList:
         self.callbacks = list(callbacks)
 
     def run(self, phase: str, epoch: int, logs: dict, state: FitState) -> None:
+        stopped = False
         for cb in self.callbacks:
+            # ggmlR's rule: once one sets state.stop, the rest of the phase is skipped; ggmlpy's recorders (the CSV
+            # logger, the checkpoint) still record the epoch, or the epoch the fit stopped at would be lost
+            if stopped and not getattr(cb, "records_every_epoch", False):
+                continue
             fn = _hook(cb, phase)
             if fn is not None:
                 fn(epoch, dict(logs), state)  # a fresh dict: mutating it never reaches the history
-            if state.stop:
-                return
+            stopped = stopped or bool(state.stop)
 
 
 def _takes_three(hook: Callable) -> bool:
@@ -512,6 +517,8 @@ def ggml_callback_csv_logger(path: Any, separator: str = ",", append: bool = Fal
 
 
 class _CsvLogger:
+    records_every_epoch = True  # runs after a callback before it stopped the fit (CallbackList.run)
+
     def __init__(self, path: Any, separator: str, append: bool) -> None:
         fn = "ggml_callback_csv_logger"
         if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):

@@ -149,3 +149,22 @@ def test_keras_accuracy_names_are_monitored_as_the_accuracy_they_log(metric, dat
         warnings.simplefilter("error", g.GgmlpyWarning)
         h = g.ggml_fit(m, x, y, epochs=4, validation_split=0.25, verbose=0, callbacks=[stop])
     assert len(h) == 1   # no epoch can improve by 1e9: the first epoch's end stops the fit
+
+
+def test_the_recorders_still_record_the_epoch_a_callback_before_them_stopped_at(tmp_path, data):
+    """ggmlR skips the callbacks after one that stops the fit; the CSV logger and the checkpoint record that epoch
+    anyway (Keras runs every callback), while a plain callback after the stop is still skipped."""
+    x, y = data
+    m = classifier()
+    seen: list = []
+    stop = g.ggml_callback_early_stopping(monitor="loss", mode="max", patience=1)   # the loss falls: stops at 2
+    csv_path = tmp_path / "log.csv"
+    h = g.ggml_fit(m, x, y, epochs=6, verbose=0, callbacks=[
+        stop, g.ggml_callback_csv_logger(str(csv_path)),
+        g.ggml_callback_model_checkpoint(str(tmp_path / "m-{epoch}.gguf"), monitor="loss"),
+        {"on_epoch_end": lambda epoch, logs, state: seen.append(epoch)}])
+    assert list(h["epoch"]) == [1, 2]
+    rows = csv_path.read_text().splitlines()
+    assert len(rows) == 1 + 2 and rows[-1].startswith("2,")
+    assert sorted(p.name for p in tmp_path.glob("m-*.gguf")) == ["m-1.gguf", "m-2.gguf"]
+    assert seen == [1]
