@@ -146,7 +146,10 @@ ARG_DOCS = {
     "kernel_size": "the kernel's size: (rows, cols) for 2-D, an int for 1-D (an int n means (n, n) in 2-D).",
     "strides": "the step between windows, like kernel_size.",
     "kernel_initializer": "how the kernel starts, by Keras' name: glorot_uniform, glorot_normal, he_uniform, "
-                          "he_normal, lecun_uniform, lecun_normal, random_normal, random_uniform, zeros or ones.",
+                          "he_normal, lecun_uniform, lecun_normal, random_normal, random_uniform, uniform (+-0.05), "
+                          "orthogonal, zeros or ones.",
+    "recurrent_initializer": "how the recurrent kernel starts, one of kernel_initializer's names (Keras' default "
+                             "orthogonal).",
     "bias_initializer": "how the bias starts, one of kernel_initializer's names.",
     "input_dim": "Keras 2's input_dim=n for a first layer: the same as input_shape=(n,).",
     "dilation_rate": "the spacing between a kernel's taps, like kernel_size (1: none; above 1 needs strides of 1).",

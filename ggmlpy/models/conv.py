@@ -25,8 +25,9 @@ from ..ops.elementwise import ggml_add, ggml_cont, ggml_relu, ggml_scale
 from ..ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d
 from ..ops.linalg import ggml_mul_mat
 from ..ops.reduce import ggml_concat, ggml_sum_rows
-from .layers import (activate, bool_arg, check_activation, check_initializer, int_pair, Layer, NATURAL, ParamSpec,
-                     positive_int, SPATIAL)
+from .initializers import check_initializer
+from .layers import (activate, bool_arg, check_activation, int_pair, Layer, NATURAL, ParamSpec, positive_int,
+                     SPATIAL)
 
 
 def _dilation(rates: tuple, strides: tuple) -> tuple:

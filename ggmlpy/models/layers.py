@@ -25,6 +25,7 @@ from ..ops.layout import (ggml_get_rows, ggml_reshape_1d, ggml_reshape_2d, ggml_
                           ggml_view_2d)
 from ..ops.linalg import ggml_mul_mat
 from ..ops.reduce import ggml_concat
+from .initializers import check_initializer, initial_values
 from .regularizers import regularizer_arg
 
 
@@ -112,58 +113,7 @@ class ParamSpec:
         shape = tuple(reversed(self.ne))
         if self.init == "given":
             return np.asarray(self.value, dtype=np.float32).reshape(shape)
-        if self.init in ("glorot", "glorot_uniform"):  # Glorot (Xavier) uniform, as Keras
-            limit = math.sqrt(6.0 / (self.fans[0] + self.fans[1]))
-            return rng.uniform(-limit, limit, size=shape).astype(np.float32)
-        if self.init in VARIANCE_SCALING:
-            return _variance_scaling(shape, self.fans, *VARIANCE_SCALING[self.init], rng)
-        if self.init == "random_normal":
-            return rng.normal(0.0, 0.05, size=shape).astype(np.float32)
-        if self.init == "random_uniform":
-            return rng.uniform(-0.05, 0.05, size=shape).astype(np.float32)
-        if self.init == "embedding":
-            return rng.uniform(-0.05, 0.05, size=shape).astype(np.float32)
-        if self.init == "orthogonal":  # Keras' recurrent kernels: orthonormal rows (or columns), gain 1
-            tall = (max(shape), min(shape))
-            q, r = np.linalg.qr(rng.normal(0.0, 1.0, size=tall))
-            q = q * np.sign(np.diag(r))
-            return (q if shape == tall else q.T).astype(np.float32)
-        if self.init == "unit_forget_bias":  # Keras' LSTM bias: zeros, the forget gate's (2nd quarter) ones
-            bias = np.zeros(shape, dtype=np.float32)
-            units = shape[-1] // 4
-            bias[..., units:2 * units] = 1.0
-            return bias
-        return np.full(shape, 1.0 if self.init == "ones" else 0.0, dtype=np.float32)
-
-
-# Keras' initializers by name: VarianceScaling's (scale, fans used, distribution) for the scaled ones
-VARIANCE_SCALING = {"glorot_normal": (1.0, "avg", "truncated"), "he_uniform": (2.0, "in", "uniform"),
-                    "he_normal": (2.0, "in", "truncated"), "lecun_uniform": (1.0, "in", "uniform"),
-                    "lecun_normal": (1.0, "in", "truncated")}
-INITIALIZERS = ("glorot_uniform", *VARIANCE_SCALING, "random_normal", "random_uniform", "zeros", "ones")
-
-
-def check_initializer(name: Any, what: str) -> str:
-    if not isinstance(name, str) or name.lower() not in INITIALIZERS:
-        raise GgmlValueError(f"{what} must be one of {', '.join(INITIALIZERS)} (Keras' names), got {name!r}")
-    return name.lower()
-
-
-def _variance_scaling(shape: tuple[int, ...], fans: tuple[int, int], scale: float, mode: str, distribution: str,
-                      rng: np.random.RandomState) -> np.ndarray:
-    """Keras' VarianceScaling: variance scale / n (n the fan-in, or the mean of fan-in and fan-out); uniform in
-    +-sqrt(3 scale / n), or a normal truncated at two standard deviations whose spread makes up for the cut."""
-    n = fans[0] if mode == "in" else (fans[0] + fans[1]) / 2.0
-    if distribution == "uniform":
-        limit = math.sqrt(3.0 * scale / n)
-        return rng.uniform(-limit, limit, size=shape).astype(np.float32)
-    std = math.sqrt(scale / n) / 0.87962566103423978  # the standard deviation of N(0, 1) cut at +-2
-    values = rng.normal(0.0, std, size=shape)
-    outside = np.abs(values) > 2 * std
-    while outside.any():  # draw again where the value fell beyond two standard deviations
-        values[outside] = rng.normal(0.0, std, size=int(outside.sum()))
-        outside = np.abs(values) > 2 * std
-    return values.astype(np.float32)
+        return initial_values(self.init, shape, self.fans, rng)
 
 
 _global_counts: dict[str, itertools.count] = {}
@@ -462,6 +412,15 @@ class Dropout(Layer):
         return 1 if self.rate > 0 else 0
 
 
+def _one_of(ours: Any, keras: Any, our_name: str, keras_name: str) -> Any:
+    """An argument given under ggmlR's name or Keras' (one of the two)."""
+    if ours is not None and keras is not None:
+        raise GgmlValueError(f"give {our_name} or {keras_name} (Keras' name for it), not both")
+    if ours is None and keras is None:
+        raise GgmlTypeError(f"missing a required argument: '{our_name}' (or Keras' '{keras_name}')")
+    return ours if ours is not None else keras
+
+
 class Embedding(Layer):
     """Rows of a ``vocab_size x dim`` table picked by int32 token ids in ``[0, vocab_size)``:
     a sample of shape ``(steps,)`` becomes ``(steps, dim)``."""
@@ -469,20 +428,28 @@ class Embedding(Layer):
     REGULARIZED = {"embeddings_regularizer": "weight"}
     takes_int = True
     ARG_DOCS = {"mask_zero": "True: id 0 is padding, and the layers after it skip those steps as after a masking "
-                             "layer (Keras' mask_zero); id 0 still has its row."}
+                             "layer (Keras' mask_zero); id 0 still has its row.",
+                "input_dim": "Keras' name of vocab_size (give one of the two).",
+                "output_dim": "Keras' name of dim (give one of the two).",
+                "embeddings_initializer": "how the table starts, by Keras' name ('uniform': uniform in +-0.05, as "
+                                          "Keras)."}
 
-    def __init__(self, vocab_size: int, dim: int, mask_zero: bool = False, **kw: Any) -> None:
+    def __init__(self, vocab_size: int | None = None, dim: int | None = None, mask_zero: bool = False,
+                 embeddings_initializer: str = "uniform", input_dim: int | None = None,
+                 output_dim: int | None = None, **kw: Any) -> None:
         super().__init__(**kw)
-        self.vocab_size = positive_int(vocab_size, "vocab_size")
-        self.dim = positive_int(dim, "dim")
+        self.vocab_size = positive_int(_one_of(vocab_size, input_dim, "vocab_size", "input_dim"), "vocab_size")
+        self.dim = positive_int(_one_of(dim, output_dim, "dim", "output_dim"), "dim")
         self.mask_zero = bool_arg(mask_zero, "mask_zero")
+        self.embeddings_initializer = check_initializer(embeddings_initializer, "embeddings_initializer")
 
     @property
     def makes_mask(self) -> bool:
         return self.mask_zero
 
     def config(self) -> dict:
-        return {"vocab_size": self.vocab_size, "dim": self.dim, "mask_zero": self.mask_zero}
+        return {"vocab_size": self.vocab_size, "dim": self.dim, "mask_zero": self.mask_zero,
+                "embeddings_initializer": self.embeddings_initializer}
 
     def output_mask(self, g, in_mask, xs, out):
         """Keras' mask_zero: 1 for a real token, 0 for id 0, ``[1, T, N]``, read from a 0/1 table by the ids."""
@@ -498,7 +465,8 @@ class Embedding(Layer):
         return shapes[0] + (self.dim,)
 
     def make_params(self, shapes):
-        return [ParamSpec("weight", (self.dim, self.vocab_size), "embedding")]
+        return [ParamSpec("weight", (self.dim, self.vocab_size), self.embeddings_initializer,
+                          (self.vocab_size, self.dim))]
 
     def forward(self, g, xs, shapes):
         steps = shapes[0][0]

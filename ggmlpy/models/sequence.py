@@ -36,7 +36,8 @@ from ..core.types import GGML_TYPE_F32
 from ..ops.linalg import ggml_mul_mat
 from ..ops.recurrent import ggml_lstm_cell
 from ..ops.reduce import ggml_concat
-from .layers import Layer, ParamSpec, positive_int
+from .initializers import check_initializer
+from .layers import bool_arg, Layer, ParamSpec, positive_int
 from .masking import carry_over, step_of, time_major_mask
 
 
@@ -86,9 +87,14 @@ class Recurrent(Layer):
                    "bias_regularizer": "bias"}
 
     def __init__(self, units: int, return_sequences: bool = False, go_backwards: bool = False, dropout: float = 0.0,
-                 recurrent_dropout: float = 0.0, return_state: bool = False, **kw: Any) -> None:
+                 recurrent_dropout: float = 0.0, return_state: bool = False,
+                 kernel_initializer: str = "glorot_uniform", recurrent_initializer: str = "orthogonal",
+                 bias_initializer: str = "zeros", **kw: Any) -> None:
         super().__init__(**kw)
         self.units = positive_int(units, "units")
+        self.kernel_initializer = check_initializer(kernel_initializer, "kernel_initializer")
+        self.recurrent_initializer = check_initializer(recurrent_initializer, "recurrent_initializer")
+        self.bias_initializer = check_initializer(bias_initializer, "bias_initializer")
         for name, value in (("return_sequences", return_sequences), ("go_backwards", go_backwards),
                             ("return_state", return_state)):
             if not isinstance(value, bool):
@@ -101,7 +107,9 @@ class Recurrent(Layer):
 
     def config(self) -> dict:
         return {"units": self.units, "return_sequences": self.return_sequences, "go_backwards": self.go_backwards,
-                "dropout": self.dropout, "recurrent_dropout": self.recurrent_dropout, "return_state": self.return_state}
+                "dropout": self.dropout, "recurrent_dropout": self.recurrent_dropout, "return_state": self.return_state,
+                "kernel_initializer": self.kernel_initializer, "recurrent_initializer": self.recurrent_initializer,
+                "bias_initializer": self.bias_initializer}
 
     def dropout_seeds(self) -> int:
         """Masks drawn per training step, as Keras draws them: one for the inputs, or one per gate for the inputs
@@ -167,8 +175,9 @@ class Recurrent(Layer):
 
     def make_params(self, shapes):
         features, width = shapes[0][1], self.gates * self.units
-        return [ParamSpec("kernel", (features, width), "glorot", (features, width), user_axes=(1, 0)),
-                ParamSpec("recurrent_kernel", (self.units, width), "orthogonal", user_axes=(1, 0)),
+        return [ParamSpec("kernel", (features, width), self.kernel_initializer, (features, width), user_axes=(1, 0)),
+                ParamSpec("recurrent_kernel", (self.units, width), self.recurrent_initializer, (self.units, width),
+                          user_axes=(1, 0)),
                 self.bias_spec()]
 
     def graph_tensors(self, shapes):
@@ -239,8 +248,25 @@ class LSTM(Recurrent):
     gates = 4
     n_states = 2
 
+    ARG_DOCS = {**Recurrent.ARG_DOCS,
+                "unit_forget_bias": "True (Keras' default): the forget gate's bias starts at 1, the others' from "
+                                    "bias_initializer."}
+
+    def __init__(self, units: int, return_sequences: bool = False, go_backwards: bool = False, dropout: float = 0.0,
+                 recurrent_dropout: float = 0.0, return_state: bool = False,
+                 kernel_initializer: str = "glorot_uniform", recurrent_initializer: str = "orthogonal",
+                 bias_initializer: str = "zeros", unit_forget_bias: bool = True, **kw: Any) -> None:
+        super().__init__(units, return_sequences, go_backwards, dropout, recurrent_dropout, return_state,
+                         kernel_initializer, recurrent_initializer, bias_initializer, **kw)
+        self.unit_forget_bias = bool_arg(unit_forget_bias, "unit_forget_bias")
+
+    def config(self) -> dict:
+        return {**super().config(), "unit_forget_bias": self.unit_forget_bias}
+
     def bias_spec(self):
-        return ParamSpec("bias", (4 * self.units,), "unit_forget_bias")
+        if self.unit_forget_bias:
+            return ParamSpec("bias", (4 * self.units,), f"unit_forget_bias:{self.bias_initializer}")
+        return ParamSpec("bias", (4 * self.units,), self.bias_initializer)
 
     def input_bias(self, g):
         return g.param(self, "bias")
@@ -267,7 +293,7 @@ class GRU(Recurrent):
     gates = 3
 
     def bias_spec(self):
-        return ParamSpec("bias", (3 * self.units, 2), "zeros")   # numpy (2, 3U): Keras' orientation
+        return ParamSpec("bias", (3 * self.units, 2), self.bias_initializer)   # numpy (2, 3U): Keras' orientation
 
     def input_bias(self, g):
         return ggml_view_1d(g.ctx, g.param(self, "bias"), 3 * self.units, 0)

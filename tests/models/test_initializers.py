@@ -68,3 +68,51 @@ def test_the_default_initializer_draws_as_before():
     np.random.seed(3)
     m = g.ggml_layer_dense(g.ggml_model_sequential(), UNITS, bias_initializer="ones", input_shape=(FAN_IN,), name="d")
     np.testing.assert_array_equal(g.ggml_get_weights(g.ggml_compile(m, loss="mse", backend="cpu"))["d.weight"], w)
+
+
+def _weights(layer_fn, *args, **kw):
+    np.random.seed(2)
+    m = layer_fn(g.ggml_model_sequential(), *args, name="r", **kw)
+    return g.ggml_get_weights(g.ggml_compile(m, loss="mse", backend="cpu"))
+
+
+@pytest.mark.parametrize("layer_fn, gates", [(g.ggml_layer_lstm, 4), (g.ggml_layer_gru, 3)])
+def test_recurrent_layers_take_keras_initializers_with_keras_fans(layer_fn, gates):
+    """Keras' LSTM/GRU: kernel fans (features, gates * units), the recurrent kernel's (units, gates * units)."""
+    units, features = 64, 200
+    w = _weights(layer_fn, units, kernel_initializer="he_uniform", recurrent_initializer="glorot_normal",
+                 bias_initializer="ones", input_shape=(3, features))
+    kernel, rec = w["r.kernel"].astype(np.float64), w["r.recurrent_kernel"].astype(np.float64)
+    assert kernel.shape == (features, gates * units) and rec.shape == (units, gates * units)
+    assert np.abs(kernel).max() <= math.sqrt(6 / features) and kernel.std() == pytest.approx(
+        math.sqrt(2 / features), rel=0.03)
+    assert rec.std() == pytest.approx(math.sqrt(2 / (units + gates * units)), rel=0.03)
+    np.testing.assert_array_equal(w["r.bias"], 1.0)   # LSTM: the forget gate's ones anyway
+    default = _weights(layer_fn, units, input_shape=(3, features))["r.recurrent_kernel"].astype(np.float64)
+    gram = default @ default.T   # orthonormal rows: Keras' default recurrent initializer (the wide matrix)
+    np.testing.assert_allclose(gram, np.eye(units), atol=1e-5)
+
+
+def test_lstm_unit_forget_bias_and_its_bias_initializer():
+    units = 5
+    on = _weights(g.ggml_layer_lstm, units, bias_initializer="random_uniform", input_shape=(2, 3))["r.bias"]
+    np.testing.assert_array_equal(on[units:2 * units], 1.0)
+    assert np.abs(np.delete(on, range(units, 2 * units))).max() <= 0.05 and on[:units].std() > 0
+    off = _weights(g.ggml_layer_lstm, units, unit_forget_bias=False, input_shape=(2, 3))["r.bias"]
+    np.testing.assert_array_equal(off, 0.0)
+    with pytest.raises(ValueError, match="recurrent_initializer must be one of"):
+        g.ggml_layer_gru(g.ggml_model_sequential(), 3, recurrent_initializer="identity", input_shape=(2, 3))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'unit_forget_bias'"):
+        g.ggml_layer_gru(g.ggml_model_sequential(), 3, unit_forget_bias=False, input_shape=(2, 3))
+
+
+def test_embedding_takes_keras_names_and_initializer():
+    w = _weights(g.ggml_layer_embedding, input_dim=50, output_dim=8, embeddings_initializer="random_normal",
+                 input_shape=(4,))["r.weight"]
+    assert w.shape == (50, 8) and w.std() == pytest.approx(0.05, rel=0.1)
+    default = _weights(g.ggml_layer_embedding, 50, 8, input_shape=(4,))["r.weight"]
+    assert np.abs(default).max() <= 0.05 and default.std() == pytest.approx(0.1 / math.sqrt(12), rel=0.1)
+    with pytest.raises(ValueError, match="give vocab_size or input_dim"):
+        g.ggml_layer_embedding(g.ggml_model_sequential(), 50, 8, input_dim=50)
+    with pytest.raises(TypeError, match="missing a required argument: 'dim'"):
+        g.ggml_layer_embedding(g.ggml_model_sequential(), 50, input_shape=(4,))
