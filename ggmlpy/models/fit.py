@@ -19,7 +19,7 @@ import numpy as np
 from ..compute.sched import Scheduler
 from ..core.args import c_int_arg, is_real
 from ..errors import GgmlpyWarning, GgmlTypeError, GgmlValueError
-from ..training.adapters import check_ends, Source
+from ..training.adapters import check_ends, is_batch_sequence, Source
 from ..training.config import EpochPlan
 from ..training.fit import fit_streamed, ggml_fit_opt
 from ..training.loop import check_nonfinite, EpochStats, HISTORY_COLUMNS
@@ -77,7 +77,9 @@ def ggml_predict(model: Model, x: Any, batch_size: int = 32, verbose: Any = 0) -
 
     Arguments:
         model: a compiled model, or a snapshot from ``ggml_trainer(...).snapshot()``.
-        x: ``(N, *input_shape)`` (a list of arrays for several inputs, or a dict by input layer name), any N.
+        x: ``(N, *input_shape)`` (a list of arrays for several inputs, or a dict by input layer name), any N; or
+            a Keras ``PyDataset``-like object (``__len__``, ``__getitem__``) whose items are ``x`` or
+            ``(x, y[, sample_weight])``: the outputs of its batches in order.
         batch_size: samples per forward pass; the last partial batch is padded internally.
         verbose: 0 (the default) is silent; 1 or ``"auto"`` (Keras' default) show a progress bar over the
             batches on a terminal; 2 is silent too (Keras prints no bar then).
@@ -91,8 +93,24 @@ def ggml_predict(model: Model, x: Any, batch_size: int = 32, verbose: Any = 0) -
     batch_size = _int_arg(batch_size, "batch_size", 1)
     bar = _bar(verbose, "predict")
     with _predicting(model, "ggml_predict") as (model_, predictor):
-        outs = predict_arrays(model_, predictor, D.model_inputs(model_, x, allow_empty=True), batch_size, bar)
+        if is_batch_sequence(x):  # Keras' predict(PyDataset): each batch's x (an item is x, (x,) or (x, y[, w]))
+            if len(x) == 0:
+                raise GgmlValueError("ggml_predict: the PyDataset-like x has no batches (len(x) == 0)")
+            parts = [predict_arrays(model_, predictor, D.model_inputs(model_, _batch_x(x[i]), f"x[{i}]",
+                                                                      allow_empty=True), batch_size, None)
+                     for i in range(len(x))]
+            outs = [np.concatenate([p[k] for p in parts]) for k in range(len(parts[0]))]
+        else:
+            outs = predict_arrays(model_, predictor, D.model_inputs(model_, x, allow_empty=True), batch_size, bar)
     return outs[0] if len(outs) == 1 else outs
+
+
+def _batch_x(item: Any) -> Any:
+    if isinstance(item, tuple) and 1 <= len(item) <= 3:
+        return item[0]
+    if isinstance(item, dict) and "x" in item and set(item) <= {"x", "y", "sample_weight"}:
+        return item["x"]
+    return item
 
 
 def ggml_predict_classes(model: Model, x: Any, batch_size: int = 32) -> np.ndarray:
@@ -128,8 +146,9 @@ def ggml_evaluate(model: Model, x: Any, y: Any, batch_size: int = 32, sample_wei
     """Loss and accuracy of the model on every sample of ``(x, y)`` (inference mode).
 
     Arguments:
-        model: a compiled model. x, y: as for ``ggml_fit``. batch_size: samples per forward pass (the
-        last partial batch counts fully). sample_weight: optional per-sample loss weights.
+        model: a compiled model. x, y: as for ``ggml_fit`` (a PyDataset-like x with y None: its ``(x, y[, w])``
+        batches, of any sizes, one at a time). batch_size: samples per forward pass (the last partial batch
+        counts fully). sample_weight: optional per-sample loss weights.
         verbose: 0 (the default) is silent; 1 or ``"auto"`` show a progress bar over the batches on a
             terminal; 2 is silent too.
         return_dict: True (the default, ggmlR's form) returns the dict below; False returns Keras' form:
@@ -150,14 +169,20 @@ def ggml_evaluate(model: Model, x: Any, y: Any, batch_size: int = 32, sample_wei
     if not isinstance(return_dict, bool):
         raise GgmlValueError(f"return_dict must be True or False, got {return_dict!r}")
     bar = _bar(verbose, "evaluate")
-    xs = D.model_inputs(model, x)
-    n = xs[0].shape[0]
-    ys = D.model_targets(model, cfg, y, n)
-    w = D.sample_weights(cfg, ys, n, sample_weight, None)
-    with model_in_use(model) as runtime:
-        tally = _evaluate_arrays(model, cfg, runtime.predictor, xs, ys, w, _int_arg(batch_size, "batch_size", 1),
-                                 progress=bar)
-    result = {"loss": tally.total_loss(), "accuracy": tally.accuracy(), "n_samples": n}
+    batch_size = _int_arg(batch_size, "batch_size", 1)
+    if y is None and is_batch_sequence(x):  # Keras' evaluate(PyDataset): batch by batch, any sizes
+        if sample_weight is not None:
+            raise GgmlValueError("ggml_evaluate: sample_weight cannot be used with a PyDataset-like x (its batches "
+                                 "bring their own)")
+        with model_in_use(model):
+            tally = _evaluate_source(model, cfg, Source(x, "x"), None, batch_size, "x")
+    else:
+        xs = D.model_inputs(model, x)
+        ys = D.model_targets(model, cfg, y, xs[0].shape[0])
+        w = D.sample_weights(cfg, ys, xs[0].shape[0], sample_weight, None)
+        with model_in_use(model) as runtime:
+            tally = _evaluate_arrays(model, cfg, runtime.predictor, xs, ys, w, batch_size, progress=bar)
+    result = {"loss": tally.total_loss(), "accuracy": tally.accuracy(), "n_samples": tally.n}
     if len(cfg.heads) > 1:
         for h, l, a in zip(cfg.heads, tally.head_losses(), tally.head_accuracies()):
             result[f"{h.name}_loss"], result[f"{h.name}_accuracy"] = l, a
@@ -213,7 +238,9 @@ def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch
     Arguments:
         model: a compiled model.
         x: ``(N, *input_shape)`` sample-major, channels last (for several inputs a list in the model's input
-            order, or Keras' dict ``{input layer name: array}``).
+            order, or Keras' dict ``{input layer name: array}``); or, with y None, a Keras ``PyDataset``-like
+            object (``__len__``, ``__getitem__`` giving ``(x, y[, sample_weight])`` batches): it trains as
+            ``ggml_fit_generator``'s source, a shorter last batch completed with rows of itself drawn at random.
         y: ``(N, units)`` (one-hot for categorical cross-entropy), ``(N,)`` 0-based class ids for
             ``sparse_categorical_crossentropy`` (for several outputs a list, or a dict by output layer name).
         epochs: passes over the data. batch_size: samples per step; a batch_size larger than the training
@@ -263,8 +290,17 @@ def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch
     batch_size = _int_arg(batch_size, "batch_size", 1)
     if not isinstance(shuffle, bool):
         raise GgmlValueError(f"shuffle must be True or False, got {shuffle!r}")
+    if y is None and is_batch_sequence(x):  # Keras' fit(PyDataset): its batches, as ggml_fit_generator takes them
+        given = [k for k, v in (("validation_split", validation_split), ("class_weight", class_weight),
+                                ("sample_weight", sample_weight)) if v not in (None, 0, 0.0)]
+        if given:
+            raise GgmlValueError(f"ggml_fit: {', '.join(given)} cannot be used with a PyDataset-like x (its batches "
+                                 "bring their own sample weights; give validation_data for validation)")
+        return _fit_generator(model, x, steps_per_epoch, epochs, initial_epoch, validation_data, None, callbacks,
+                              verbose, 0, nbatch_logical, on_nonfinite)
     if x is None or y is None:
-        raise GgmlValueError("ggml_fit needs x and y arrays (use ggml_fit_generator for a generator)")
+        raise GgmlValueError("ggml_fit needs x and y arrays, or a PyDataset-like x (use ggml_fit_generator for "
+                             "other sources of batches)")
     xs = D.model_inputs(model, x, finite=True)
     n = xs[0].shape[0]
     ys = D.model_targets(model, cfg, y, n)
@@ -332,19 +368,28 @@ def nothing_to_train(model: Model) -> str:
 class _BatchConverter:
     """Checks and converts each sample-major batch of a generator into ggml layout."""
 
-    def __init__(self, model: Model, cfg: CompileConfig, what: str, batch: int | None, weighted: bool | None) -> None:
+    def __init__(self, model: Model, cfg: CompileConfig, what: str, batch: int | None, weighted: bool | None,
+                 complete_short: bool = False) -> None:
         self.model, self.cfg, self.what, self.batch, self.weighted = model, cfg, what, batch, weighted
+        self.complete_short = complete_short   # a shorter batch is completed (a PyDataset's last), not refused
+        self.rng = np.random.default_rng(np.random.randint(0, 2 ** 31))
 
     def arrays(self, batch: Any):
         x, y, sw = D.split_batch(batch, self.what)
         xs = D.model_inputs(self.model, x, f"{self.what} x", finite=True)
         n = xs[0].shape[0]
-        if self.batch is not None and n != self.batch:
+        short = self.batch is not None and n < self.batch and self.complete_short
+        if self.batch is not None and n != self.batch and not short:
             raise GgmlValueError(f"{self.what}: a batch of {n} samples; the first batch had {self.batch} and "
                                  "every training batch must have that many (drop or pad the last one, or use "
                                  "ggml_fit, which handles a last partial batch)")
         ys = D.model_targets(self.model, self.cfg, y, n, f"{self.what} y")
         w = D.sample_weights(self.cfg, ys, n, sw, None, f"{self.what} sample_weight")
+        if short:  # a PyDataset's last batch (Keras' ceil(N / batch)): completed as ggml_fit completes its last
+            # partial batch, here with rows of this batch drawn at random (they count twice in this one step)
+            rows = np.concatenate([np.arange(n), self.rng.integers(0, n, self.batch - n)])
+            xs, ys = [a[rows] for a in xs], [a[rows] for a in ys]
+            w = None if w is None else w[rows]
         if self.weighted is None:  # validation: weights or not, batch by batch
             return xs, ys, w
         if self.weighted and w is None:
@@ -372,7 +417,9 @@ def ggml_fit_generator(model: Model, generator: Any, steps_per_epoch: int | None
             DataLoader (iterated once per epoch), an iterator (consumed across epochs), or an object with
             Keras' ``PyDataset`` protocol (``__len__``, ``__getitem__``, ``on_epoch_end``). A batch is
             ``(x, y)`` or ``(x, y, sample_weight)`` in the user's orientation (as for ``ggml_fit``). The
-            batch size is the first batch's; a later batch of another size is a ValueError.
+            batch size is the first batch's; a later batch of another size is a ValueError, except a shorter
+            one from a PyDataset (Keras' ``ceil(N / batch)`` batches), completed to the batch size with rows of
+            itself drawn at random.
         steps_per_epoch: batches per epoch (default: until the source ends the epoch).
         epochs, initial_epoch, callbacks, verbose: as for ``ggml_fit``.
         validation_data: ``(x_val, y_val)`` arrays, or a source of batches of the same kinds (any batch
@@ -430,7 +477,8 @@ def _fit_generator(model, generator, steps_per_epoch, epochs, initial_epoch, val
     probe = _BatchConverter(model, cfg, "generator", None, None)
     xs, _, w = probe.arrays(first)
     batch = xs[0].shape[0]
-    source.transform = _BatchConverter(model, cfg, "generator", batch, w is not None)
+    source.transform = _BatchConverter(model, cfg, "generator", batch, w is not None,
+                                       complete_short=is_batch_sequence(generator))
     validate = _validation(model, cfg, validation_data, validation_steps, batch)
     plan = EpochPlan(epochs, initial_epoch, steps_per_epoch, callbacks=callbacks, silent=_verbose(verbose),
                      prefetch=prefetch, stream=True, on_nonfinite=check_nonfinite(on_nonfinite), model=model,
@@ -454,20 +502,23 @@ def _validation(model: Model, cfg: CompileConfig, validation_data: Any, steps: i
         return lambda: _stats(_evaluate_arrays(model, cfg, model.runtime.predictor, vx, vy, vw, batch))
     source = Source(validation_data, "validation_data")
     check_ends(source, steps, "validation_steps")
-    convert = _BatchConverter(model, cfg, "validation_data", None, None)
+    return lambda: _stats(_evaluate_source(model, cfg, source, steps, batch, "validation_data"))
 
-    def validate() -> EpochStats:
-        tally = Tally(cfg.heads, cfg.head_metrics, weight_penalty(model.runtime.params))
-        source.start_epoch()
-        k = 0
-        while steps is None or k < steps:
-            b = source.next_batch()
-            if b is None:
-                break
-            xs, ys, w = convert.arrays(b)
-            _evaluate_arrays(model, cfg, model.runtime.predictor, xs, ys, w, batch, tally)
-            k += 1
-        if k == 0:
-            warnings.warn("validation_data gave no batch: val_loss is NaN", GgmlpyWarning, stacklevel=2)
-        return _stats(tally)
-    return validate
+
+def _evaluate_source(model: Model, cfg: CompileConfig, source: Source, steps: int | None, batch: int,
+                     what: str) -> Tally:
+    """The inference graph over one epoch of a source of ``(x, y[, w])`` batches of any sizes."""
+    convert = _BatchConverter(model, cfg, what, None, None)
+    tally = Tally(cfg.heads, cfg.head_metrics, weight_penalty(model.runtime.params))
+    source.start_epoch()
+    k = 0
+    while steps is None or k < steps:
+        b = source.next_batch()
+        if b is None:
+            break
+        xs, ys, w = convert.arrays(b)
+        _evaluate_arrays(model, cfg, model.runtime.predictor, xs, ys, w, batch, tally)
+        k += 1
+    if k == 0:
+        warnings.warn(f"{what} gave no batch: the loss is NaN", GgmlpyWarning, stacklevel=3)
+    return tally

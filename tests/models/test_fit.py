@@ -632,16 +632,17 @@ def test_adam_settings_are_checked():
 
 
 class _Batches:
-    """Keras' PyDataset protocol: __len__, __getitem__(i), on_epoch_end (and no __iter__)."""
+    """Keras' PyDataset protocol: __len__, __getitem__(i), on_epoch_end (and no __iter__); ``partial``: Keras'
+    ceil(N / batch) batches, the last one short."""
 
-    def __init__(self, x, y, batch):
-        self.x, self.y, self.batch = x, y, batch
+    def __init__(self, x, y, batch, partial=False):
+        self.x, self.y, self.batch, self.partial = x, y, batch, partial
         self.order = np.arange(len(x))
         self.asked: list = []
         self.epochs_ended = 0
 
     def __len__(self):
-        return len(self.x) // self.batch
+        return -(-len(self.x) // self.batch) if self.partial else len(self.x) // self.batch
 
     def __getitem__(self, i):
         if not 0 <= i < len(self):
@@ -673,6 +674,29 @@ def test_a_pydataset_epoch_cut_short_by_steps_per_epoch_still_ends():
     assert list(h["steps"]) == [4, 4]
     assert data.asked == [0, 1, 2, 3, 0, 1, 2, 3]  # each epoch starts again at batch 0
     assert data.epochs_ended == 2  # after each epoch, also one cut short
+
+
+def test_fit_evaluate_and_predict_take_a_pydataset_with_a_short_last_batch_as_keras():
+    """Keras' fit/evaluate/predict(PyDataset): ggml_fit trains it as a source (a short last batch completed with rows
+    of itself), ggml_evaluate and ggml_predict go batch by batch and equal the same calls on the arrays."""
+    x, ids = blobs(n=100)
+    y = np.eye(3, dtype=np.float32)[ids]
+    data = _Batches(x, y, 16, partial=True)     # 6 batches of 16 and one of 4
+    m = classifier()
+    h = g.ggml_fit(m, data, epochs=3, verbose=0)
+    assert list(h["steps"]) == [7, 7, 7] and data.epochs_ended == 3
+    assert h["train_loss"].iloc[-1] < h["train_loss"].iloc[0]
+    data.order = np.arange(100)
+    got = g.ggml_evaluate(m, data, None)
+    want = g.ggml_evaluate(m, x, y)
+    assert got["n_samples"] == 100
+    for key in ("loss", "accuracy"):
+        assert got[key] == pytest.approx(want[key], rel=1e-5)
+    assert data.epochs_ended == 4   # evaluate's one epoch ended too (it reshuffled the order)
+    data.order = np.arange(100)
+    np.testing.assert_allclose(g.ggml_predict(m, data), g.ggml_predict(m, x), rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="validation_split cannot be used with a PyDataset-like x"):
+        g.ggml_fit(m, data, validation_split=0.2, verbose=0)
 
 
 def test_cosine_similarity_trains_rows_towards_their_labels_direction():
