@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
 from .layers import give_automatic_name, Layer, next_global_name, sample_shape
+from .masking import masks_output
 
 
 DTYPES = ("float32", "int32")
@@ -56,6 +57,17 @@ class Node:
         return f"<Node {self.layer.name} shape=(None, {', '.join(map(str, self.shape))})>"
 
 
+def check_input_dtypes(layer: Layer, dtypes: list[str]) -> None:
+    """Token ids (int32) go to an embedding and nowhere else."""
+    int_in = "int32" in dtypes
+    if int_in and not layer.takes_int:
+        raise GgmlTypeError(f"layer '{layer.name}' ({layer.kind}) cannot read int32 token ids; put an embedding "
+                            "layer first")
+    if layer.takes_int and not int_in:
+        raise GgmlTypeError(f"layer '{layer.name}' ({layer.kind}) reads int32 token ids: give it "
+                            "ggml_input(shape, dtype='int32') (in a sequential model: make it the first layer)")
+
+
 def apply_layer(layer: Layer, inputs: Node | list[Node]) -> Node:
     """``layer`` applied to ``inputs`` (a node, or a list for add/concatenate): a new node."""
     if layer.__dict__.get("_wrapped"):
@@ -68,13 +80,7 @@ def apply_layer(layer: Layer, inputs: Node | list[Node]) -> Node:
                                 f"got {type(n).__name__}")
     if layer.many_inputs != "either" and layer.many_inputs != (isinstance(inputs, (list, tuple))):
         raise GgmlTypeError(f"{layer.kind} takes {'a list of nodes' if layer.many_inputs else 'one node'}")
-    int_in = [n for n in nodes if n.dtype == "int32"]
-    if int_in and not layer.takes_int:
-        raise GgmlTypeError(f"layer '{layer.name}' ({layer.kind}) cannot read int32 token ids; put an embedding "
-                            "layer first")
-    if layer.takes_int and not int_in:
-        raise GgmlTypeError(f"layer '{layer.name}' ({layer.kind}) reads int32 token ids: give it "
-                            "ggml_input(shape, dtype='int32') (in a sequential model: make it the first layer)")
+    check_input_dtypes(layer, [n.dtype for n in nodes])
     if layer.input_shape is not None and tuple(layer.input_shape) != tuple(nodes[0].shape):
         raise GgmlValueError(f"layer '{layer.name}' has input_shape={tuple(layer.input_shape)} but is applied to a "
                              f"node of shape {tuple(nodes[0].shape)}; input_shape is for the first layer of a "
@@ -238,8 +244,15 @@ class Sequential(Model):
         return self
 
     def _check_fits(self, layer: Layer) -> None:
-        """Refuse a layer that cannot follow the others (a kernel larger than its input, a flatten missing)
-        when it is added, not at compile: its shapes are checked on a copy, so a refused layer stays unbuilt."""
+        """Refuse a layer that cannot follow the others (a kernel larger than its input, a flatten missing, token
+        ids for a layer after the first, a padding mask it cannot honour) when it is added, not at compile: its
+        shapes are checked on a copy, so a refused layer stays unbuilt."""
+        if self._stack:
+            check_input_dtypes(layer, ["float32"])   # every layer outputs float32: ids only reach the first
+            masked = False
+            for l in self._stack:
+                masked = masks_output(l, [0] if masked else [])
+            masks_output(layer, [0] if masked else [])
         first = self._stack[0] if self._stack else layer
         if first.input_shape is None:
             return  # no shapes yet: checked once the first layer's input_shape is known (at compile)
@@ -250,6 +263,8 @@ class Sequential(Model):
             raise GgmlValueError(f"layer '{layer.name}' was built for input shape(s) {layer.built_for}, and here it "
                                  f"would take {shape}; a layer added to a second model needs inputs of one shape")
         layer.output_shape([shape])
+        if layer.built_for is None:
+            layer.make_params([shape])   # its weights for this input (a normalization's statistics), then dropped
 
     def pop(self) -> Layer:
         if not self._stack:

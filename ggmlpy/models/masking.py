@@ -86,6 +86,23 @@ MASK_AWARE = "lstm, gru, bidirectional and global_average_pooling_1d use it; dro
     "time_distributed and recurrent layers with return_sequences pass it on"
 
 
+def masks_output(layer: Layer, carrying: list[int]) -> bool:
+    """Whether ``layer``'s output carries a padding mask when its inputs ``carrying`` (their positions) carry one;
+    refuses a mask the layer cannot honour (mask_flow's rule per layer; a sequential model checks it as each layer
+    is added)."""
+    if not carrying:
+        return bool(layer.makes_mask)
+    if layer.mask_support == "none":
+        raise GgmlValueError(f"layer '{layer.name}' ({layer.kind}) gets the padding mask of a masking layer, "
+                             f"which it cannot honour (Keras refuses it too): {MASK_AWARE}. Put the masking "
+                             "right before the layer that reads the sequence")
+    if carrying != [0]:
+        raise GgmlValueError(f"layer '{layer.name}' ({layer.kind}) gets a padding mask on an input other than "
+                             "its sequence (an initial state, a key or value): not supported; mask the "
+                             "sequence it reads first")
+    return bool(layer.passes_mask)
+
+
 def mask_flow(model: Any) -> set[int]:
     """The ids of the nodes whose output carries a padding mask, checked from the layers alone (at compile and
     when a graph is built): a mask reaching a layer that cannot honour it (or a layer of several inputs), or the
@@ -96,19 +113,7 @@ def mask_flow(model: Any) -> set[int]:
         if node.is_input:
             continue
         layer = node.layer
-        carrying = [i for i, n in enumerate(node.inputs) if id(n) in masked]
-        if carrying:
-            if layer.mask_support == "none":
-                raise GgmlValueError(f"layer '{layer.name}' ({layer.kind}) gets the padding mask of a masking layer, "
-                                     f"which it cannot honour (Keras refuses it too): {MASK_AWARE}. Put the masking "
-                                     "right before the layer that reads the sequence")
-            if carrying != [0]:
-                raise GgmlValueError(f"layer '{layer.name}' ({layer.kind}) gets a padding mask on an input other than "
-                                     "its sequence (an initial state, a key or value): not supported; mask the "
-                                     "sequence it reads first")
-            if layer.passes_mask:
-                masked.add(id(node))
-        elif layer.makes_mask:
+        if masks_output(layer, [i for i, n in enumerate(node.inputs) if id(n) in masked]):
             masked.add(id(node))
     for n in outputs:
         if id(n) in masked:

@@ -540,3 +540,15 @@ def test_every_layer_docstring_lists_each_argument_once():
         listed = re.findall(r"^    (\w+): ", doc.split("Arguments:")[1].split("Value:")[0], re.M)
         assert len(listed) == len(set(listed)), (fn_name, listed)
         assert {"name", "trainable", "input_shape"} <= set(listed), fn_name
+
+
+def test_a_sequential_model_refuses_an_impossible_layer_when_it_is_added():
+    """Not at compile: token ids after the first layer, normalization statistics of another size."""
+    m = g.ggml_layer_dense(g.ggml_model_sequential(), 4, input_shape=(4,))
+    with pytest.raises(TypeError, match=r"reads int32 token ids"):
+        g.ggml_layer_embedding(m, 10, 3)
+    with pytest.raises(ValueError, match=r"mean and variance have 3 values but its input has 4 features"):
+        g.ggml_layer_normalization(m, mean=[0, 0, 0], variance=[1, 1, 1])
+    assert [l.kind for l in m.layers] == ["dense"]   # neither was added
+    g.ggml_layer_normalization(m, mean=[0, 0, 0, 0], variance=[1, 1, 1, 1])
+    assert [l.kind for l in m.layers] == ["dense", "normalization"]

@@ -829,3 +829,10 @@ def test_from_logits_per_output_and_the_loss_constant():
     one = g.ggml_layer_dense(g.ggml_model_sequential(), 2, input_shape=(4,))
     one = g.ggml_compile(one, loss=g.ggml_opt_loss_type_binary_cross_entropy_logits(), backend="cpu")
     assert one.compiled.heads[0].from_logits and one.compiled.heads[0].loss == "binary_crossentropy"
+
+
+def test_a_batch_size_beyond_the_samples_trains_one_batch_of_all_of_them_as_keras():
+    x, ids = blobs(7)
+    m = classifier()
+    h = g.ggml_fit(m, x, np.eye(3)[ids], epochs=3, batch_size=100, verbose=0)
+    assert len(h) == 3 and m.runtime.opt_state.state["iter"] - 1 == 3   # one step of the 7 samples per epoch

@@ -112,12 +112,22 @@ def test_masked_models_train_as_keras(kind):
 @pytest.mark.parametrize("build, match", [
     (lambda m: g.ggml_layer_conv_1d(m, 4, 3), r"layer 'conv_1d_\d+' \(conv_1d\) gets the padding mask"),
     (lambda m: g.ggml_layer_flatten(m), r"\(flatten\) gets the padding mask"),
-    (lambda m: g.ggml_layer_lstm(m, 3, return_sequences=True), "still carries the padding mask"),
+    (lambda m: g.ggml_layer_flatten(g.ggml_layer_dense(g.ggml_layer_dropout(m, 0.1), 3)),
+     r"\(flatten\) gets the padding mask"),
 ])
-def test_a_mask_a_layer_cannot_honour_is_refused(build, match):
-    m = build(g.ggml_layer_masking(g.ggml_model_sequential(), input_shape=(T, F)))
+def test_a_mask_a_layer_cannot_honour_is_refused_when_the_layer_is_added(build, match):
+    """Keras refuses it when the layer is added to a Sequential; so does ggmlpy (the mask passes dense, dropout)."""
+    m = g.ggml_layer_masking(g.ggml_model_sequential(), input_shape=(T, F))
     with pytest.raises(g.GgmlValueError, match=match):
-        g.ggml_compile(g.ggml_layer_dense(m, 2) if "carries" not in match else m, loss="mse", backend="cpu")
+        build(m)
+    assert [l.kind for l in m.layers][-1] != "flatten"   # the refused layer is not in the model
+
+
+def test_a_mask_reaching_the_output_is_refused_at_compile():
+    m = g.ggml_layer_lstm(g.ggml_layer_masking(g.ggml_model_sequential(), input_shape=(T, F)), 3,
+                          return_sequences=True)   # a later layer could still end the mask: not refused yet
+    with pytest.raises(g.GgmlValueError, match="still carries the padding mask"):
+        g.ggml_compile(m, loss="mse", backend="cpu")
 
 
 def test_masking_saves_and_checks_its_arguments(tmp_path):
