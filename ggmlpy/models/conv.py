@@ -191,12 +191,18 @@ class Conv1D(Convolution):
     """1-D convolution of sequences ``(steps, channels)``: ``filters`` output channels, a bias, then
     ``activation``."""
     kind = "conv_1d"
+    ARG_DOCS = {"padding": "'valid' (no padding: the output shrinks), 'same' (as Keras: ceil(steps / stride) "
+                           "positions) or 'causal' (Keras': zeros before the first step only, so step t sees steps "
+                           "<= t; dilated convolutions over time)."}
 
     def __init__(self, filters: int, kernel_size: int, activation: str | None = None, strides: int = 1,
                  padding: str = "valid", use_bias: bool = True, dilation_rate: int = 1,
                  kernel_initializer: str = "glorot_uniform", bias_initializer: str = "zeros", **kw: Any) -> None:
         super().__init__(**kw)
-        self._set_common(filters, padding, activation, use_bias, kernel_initializer, bias_initializer)
+        causal = padding == "causal"   # Keras' Conv1D: zeros before the first step only, an output per input step
+        self._set_common(filters, "valid" if causal else padding, activation, use_bias, kernel_initializer,
+                         bias_initializer)
+        self.padding = "causal" if causal else self.padding
         self.kernel_size = positive_int(kernel_size, "kernel_size")
         self.strides = positive_int(strides, "strides")
         self.dilation_rate = _dilation((positive_int(dilation_rate, "dilation_rate"),), (self.strides,))[0]
@@ -208,10 +214,13 @@ class Conv1D(Convolution):
                 "bias_initializer": self.bias_initializer}
 
     def _geometry(self, shape):
+        """(output steps, symmetric padding, zeros after the last step, zeros before the first)."""
         if len(shape) != 2:
             raise GgmlValueError(f"conv_1d '{self.name}' takes sequence samples (steps, channels), got shape {shape}")
-        return _out_and_pad(shape[0], self.dilation_rate * (self.kernel_size - 1) + 1, self.strides, self.padding,
-                            self)
+        span = self.dilation_rate * (self.kernel_size - 1) + 1
+        if self.padding == "causal":
+            return (shape[0] - 1) // self.strides + 1, 0, 0, span - 1
+        return (*_out_and_pad(shape[0], span, self.strides, self.padding, self), 0)
 
     def output_shape(self, shapes):
         return (self._geometry(shapes[0])[0], self.filters)
@@ -225,8 +234,12 @@ class Conv1D(Convolution):
         return specs
 
     def forward(self, g, xs, shapes):
-        _, pad, extra = self._geometry(shapes[0])
+        _, pad, extra, before = self._geometry(shapes[0])
         x = _pad_end(g, xs[0], 0, extra)
+        if before:
+            ne = list(x.shape)
+            ne[0] = before
+            x = ggml_concat(g.ctx, g.zeros(tuple(ne)), x, 0)
         y = _conv_1d_f32(g, g.param(self, "kernel"), x, self.strides, pad, self.dilation_rate)
         bias = ggml_reshape_3d(g.ctx, g.param(self, "bias"), 1, self.filters, 1) if self.use_bias else None
         return self._activate(g, self._add_bias(g, y, bias), shapes)

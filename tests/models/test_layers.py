@@ -981,3 +981,36 @@ def test_a_custom_layer_with_an_op_ggml_cannot_differentiate_is_an_error_not_an_
         "except g.GgmlpyError as e:\n"
         "    print('RAISED', type(e).__name__, e)\n")
     assert rc == 0 and "RAISED" in out, (rc, out[-2000:], err[-2000:])
+
+
+@pytest.mark.parametrize("kernel, dilation, strides", [(3, 1, 1), (3, 2, 1), (2, 4, 1), (3, 1, 2)])
+def test_causal_conv_1d_sees_only_the_past_as_keras_and_trains(kernel, dilation, strides, tmp_path):
+    """Keras' padding='causal': y[t] = b + sum_j x[t*s - d*(k-1) + d*j] W[j] (zeros before step 0), one output per
+    stride; against numpy float64, its gradient through training, and saved and loaded."""
+    rng = np.random.default_rng(kernel * 10 + dilation + strides)
+    steps, cin, filters = 11, 3, 2
+    x = rng.normal(size=(5, steps, cin)).astype(np.float32)
+    m = g.ggml_layer_conv_1d(g.ggml_model_sequential(), filters, kernel, strides=strides, padding="causal",
+                             dilation_rate=dilation, input_shape=(steps, cin), name="c")
+    m = g.ggml_compile(m, optimizer="sgd", loss="mse", metrics=[], backend="cpu", learning_rate=0.1)
+    w = {k: v.astype(np.float64) for k, v in g.ggml_get_weights(m).items()}
+
+    def ref(weights):
+        left = dilation * (kernel - 1)
+        xp = np.concatenate([np.zeros((5, left, cin)), x.astype(np.float64)], axis=1)
+        out = [sum(xp[:, t * strides + dilation * j] @ weights["c.kernel"][j] for j in range(kernel))
+               + weights["c.bias"] for t in range((steps - 1) // strides + 1)]
+        return np.stack(out, axis=1)
+    np.testing.assert_allclose(g.ggml_predict(m, x), ref(w), rtol=1e-5, atol=1e-6)
+    y = rng.normal(size=ref(w).shape).astype(np.float32)
+    g.ggml_fit(m, x, y, epochs=1, batch_size=5, shuffle=False, verbose=0)
+    grad = np.zeros_like(w["c.kernel"])   # the SGD step against finite differences of the mean squared error
+    for idx in np.ndindex(grad.shape):
+        wp, wm = {k: v.copy() for k, v in w.items()}, {k: v.copy() for k, v in w.items()}
+        wp["c.kernel"][idx] += 1e-6
+        wm["c.kernel"][idx] -= 1e-6
+        grad[idx] = (np.mean((ref(wp) - y) ** 2) - np.mean((ref(wm) - y) ** 2)) / 2e-6
+    np.testing.assert_allclose(g.ggml_get_weights(m)["c.kernel"], w["c.kernel"] - 0.1 * grad, rtol=1e-4, atol=1e-5)
+    g.ggml_save_model(m, tmp_path / "c.gguf")
+    np.testing.assert_array_equal(g.ggml_predict(g.ggml_load_model(tmp_path / "c.gguf", backend="cpu"), x),
+                                  g.ggml_predict(m, x))
