@@ -1,5 +1,5 @@
-"""ggml_lstm_cell (patches/0031): the fused LSTM step and its backward against numpy float64 and finite
-differences, on one and two CPU threads, units across the kernel's 64-unit chunks."""
+"""ggml_lstm_cell and ggml_gru_cell (patches/0031): the fused LSTM and GRU steps and their backward passes against
+numpy float64 and finite differences, on one and two CPU threads, units across the kernels' 64-unit chunks."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +9,7 @@ import ggmlpy as G
 from tests.conftest import compute, compute_grad
 from tests.test_gradients import f64, fd_grad
 
-COVERED = {"ggml_lstm_cell"}   # the op builders this file tests (test_ops.py's coverage check reads it)
+COVERED = {"ggml_lstm_cell", "ggml_gru_cell"}   # the op builders this file tests (test_ops.py's coverage check reads it)
 
 
 def sigmoid(x):
@@ -144,5 +144,54 @@ def test_operands_are_checked_before_ggml():
             G.ggml_lstm_cell(ctx, G.ggml_transpose(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, 8)))
         with pytest.raises(TypeError, match="x must be f32, got f16"):
             G.ggml_lstm_cell(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F16, 8, 3))
+    finally:
+        ctx.free()
+
+
+def gru_step(x, hp, h_prev=None):
+    """numpy float64 reference of Keras' GRU step (reset_after=True): x, hp (batch, 3 units), gates z, r, c."""
+    units = x.shape[-1] // 3
+    part = lambda a, k: a[..., k * units:(k + 1) * units]   # noqa: E731
+    z, r = sigmoid(part(x, 0) + part(hp, 0)), sigmoid(part(x, 1) + part(hp, 1))
+    c = np.tanh(part(x, 2) + r * part(hp, 2))
+    return z * (0.0 if h_prev is None else h_prev) + (1 - z) * c
+
+
+@pytest.mark.parametrize("units, batch", [(1, 1), (5, 3), (67, 4)])
+@pytest.mark.parametrize("with_state", [True, False])
+def test_gru_forward_and_every_gradient_match_numpy(units, batch, with_state, backend):
+    rng = np.random.default_rng(units * 3 + batch)
+    x = rng.normal(scale=1.5, size=(batch, 3 * units)).astype(np.float32)
+    hp = rng.normal(scale=1.5, size=(batch, 3 * units)).astype(np.float32)
+    h_prev = rng.normal(size=(batch, units)).astype(np.float32)
+    state = (h_prev,) if with_state else ()
+    ref_state = f64(h_prev) if with_state else None
+    (out,) = compute(lambda ctx, a, b, *h: G.ggml_gru_cell(ctx, a, b, *h), x, hp, *state, backend=backend)
+    np.testing.assert_allclose(out[0, 0], gru_step(f64(x), f64(hp), ref_state), rtol=1e-5, atol=2e-6)
+    if units > 5:
+        return   # the finite differences below are one forward pass per element
+    w = rng.uniform(-1, 1, size=(batch, units)).astype(np.float32)
+    _, gx = compute_grad(lambda ctx, a, b, *h: G.ggml_gru_cell(ctx, a, b, *h), x, w, hp, *state, backend=backend)
+    np.testing.assert_allclose(gx, fd_grad(lambda a: gru_step(a, f64(hp), ref_state), x, f64(w)),
+                               rtol=1e-4, atol=2e-5)
+    _, gh = compute_grad(lambda ctx, b, a, *h: G.ggml_gru_cell(ctx, a, b, *h), hp, w, x, *state, backend=backend)
+    np.testing.assert_allclose(gh, fd_grad(lambda b: gru_step(f64(x), b, ref_state), hp, f64(w)),
+                               rtol=1e-4, atol=2e-5)
+    if with_state:
+        _, gs = compute_grad(lambda ctx, h, a, b: G.ggml_gru_cell(ctx, a, b, h), h_prev, w, x, hp, backend=backend)
+        np.testing.assert_allclose(gs, fd_grad(lambda h: gru_step(f64(x), f64(hp), h), h_prev, f64(w)),
+                                   rtol=1e-4, atol=2e-5)
+
+
+def test_gru_operands_are_checked_before_ggml():
+    ctx = G.ggml_init(1 << 20, no_alloc=True)
+    try:
+        x = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 6, 3)
+        with pytest.raises(ValueError, match=r"x must be a matrix \[3 \* units, batch\], got shape \[8, 3, 1, 1\]"):
+            G.ggml_gru_cell(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 8, 3), x)
+        with pytest.raises(ValueError, match=r"hp must have x's shape \[6, 3\]"):
+            G.ggml_gru_cell(ctx, x, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 6, 1))
+        with pytest.raises(ValueError, match=r"h_prev must have shape \[2, 3\]"):
+            G.ggml_gru_cell(ctx, x, x, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, 2))
     finally:
         ctx.free()

@@ -4,9 +4,9 @@ A sample is ``(steps, features)``: the ggml tensor ``[F, T, N]``. The layer firs
 out time-major (``[F, N, T]``) and projects every step at once with one matrix product, so each
 step reads a contiguous block of that projection; the recurrence then adds ``h U`` per step. ggml
 differentiates the unrolled graph (views, matrix products, sigmoid/tanh), so training needs no
-backward pass of its own. On a device that computes ``ggml_lstm_cell`` (the CPU, patches/0031) an LSTM
-step's gates are that one fused op instead of a dozen element-wise ones; elsewhere (Vulkan, CUDA) they stay
-element-wise, ops the device runs itself. Graph size grows linearly with the number of steps; ggmlpy sizes the
+backward pass of its own. On a device that computes ``ggml_lstm_cell`` and ``ggml_gru_cell`` (the CPU,
+patches/0031) a step's gates are that one fused op instead of a dozen element-wise ones; elsewhere (Vulkan,
+CUDA) they stay element-wise, ops the device runs itself. Graph size grows linearly with the number of steps; ggmlpy sizes the
 graphs from the model (patches/0005), so a 100-step LSTM trains.
 
 Weights in the user's (Keras') orientation (``ggml_get_weights``):
@@ -34,8 +34,8 @@ from ..graph.introspect import ggml_is_contiguous
 from ..graph.tensor import ggml_new_tensor_2d
 from ..core.types import GGML_TYPE_F32
 from ..ops.linalg import ggml_mul_mat
-from ..ops.recurrent import ggml_lstm_cell
-from ..ops.reduce import ggml_concat
+from ..ops.recurrent import ggml_gru_cell, ggml_lstm_cell
+from ..ops.reduce import ggml_concat, ggml_repeat
 from .initializers import check_initializer
 from .layers import bool_arg, Layer, ParamSpec, positive_int
 from .masking import carry_over, step_of, time_major_mask
@@ -305,6 +305,11 @@ class GRU(Recurrent):
             h_proj = rec_bias
         else:
             h_proj = ggml_add(ctx, self.recurrent(g, state[0], rec_masks), rec_bias)
+        if fused_cell_supported(g.params.backend.device):
+            if state is None:
+                h_proj = ggml_repeat(ctx, h_proj, x_t)
+            return (ggml_gru_cell(ctx, _dense(ctx, x_t), _dense(ctx, h_proj),
+                                  None if state is None else _dense(ctx, state[0])),)
         zr = ggml_sigmoid(ctx, ggml_add(ctx, _rows(g, x_t, 0, 2 * u), _rows(g, h_proj, 0, 2 * u)))
         z, r = _rows(g, zr, 0, u), _rows(g, zr, u, u)
         cand = ggml_tanh(ctx, ggml_add(ctx, _rows(g, x_t, 2 * u, u),

@@ -375,14 +375,14 @@ def test_dropout_arguments_are_checked_and_saved(tmp_path):
     assert (layer.dropout, layer.recurrent_dropout) == (0.2, 0.3)
 
 
-def _trained_lstm(backend, seed=3):
+def _trained_lstm(backend, seed=3, layer=g.ggml_layer_lstm):
     np.random.seed(seed)
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(48, 7, 3)).astype(np.float32)
     y = (x[:, :, 0].sum(axis=1) > 0).astype(np.int32)
     m = g.ggml_model_sequential()
-    m = g.ggml_layer_lstm(m, 5, return_sequences=True, input_shape=(7, 3))
-    m = g.ggml_layer_lstm(m, 4)
+    m = layer(m, 5, return_sequences=True, input_shape=(7, 3))
+    m = layer(m, 4)
     m = g.ggml_layer_dense(m, 2, activation="softmax")
     m = g.ggml_compile(m, optimizer="adam", loss="sparse_categorical_crossentropy", backend=backend,
                        learning_rate=0.05)
@@ -390,15 +390,16 @@ def _trained_lstm(backend, seed=3):
     return m, h, x
 
 
-def test_the_fused_lstm_step_trains_as_the_element_wise_one(monkeypatch):
-    """patches/0031's one-op LSTM step (the CPU's) against the element-wise graph it replaces: the same losses and
-    weights after three epochs (float32 rounding apart), and the fused op is in the CPU's graph."""
+@pytest.mark.parametrize("layer, op", [(g.ggml_layer_lstm, "LSTM_CELL"), (g.ggml_layer_gru, "GRU_CELL")])
+def test_the_fused_recurrent_step_trains_as_the_element_wise_one(layer, op, monkeypatch):
+    """patches/0031's one-op LSTM and GRU steps (the CPU's) against the element-wise graph they replace: the same
+    losses and weights after three epochs (float32 rounding apart), and the fused op is in the CPU's graph."""
     from ggmlpy.models import sequence
-    fused, h_fused, x = _trained_lstm("cpu")
-    assert "LSTM_CELL" in g.ggml_model_placement(fused).op_counts()
+    fused, h_fused, x = _trained_lstm("cpu", layer=layer)
+    assert op in g.ggml_model_placement(fused).op_counts()
     monkeypatch.setattr(sequence, "fused_cell_supported", lambda device: False)
-    plain, h_plain, _ = _trained_lstm("cpu")
-    assert "LSTM_CELL" not in g.ggml_model_placement(plain).op_counts()
+    plain, h_plain, _ = _trained_lstm("cpu", layer=layer)
+    assert op not in g.ggml_model_placement(plain).op_counts()
     np.testing.assert_allclose(h_fused["train_loss"], h_plain["train_loss"], rtol=2e-5)
     for name, w in g.ggml_get_weights(fused).items():
         np.testing.assert_allclose(w, g.ggml_get_weights(plain)[name], rtol=1e-4, atol=1e-5, err_msg=name)
@@ -406,8 +407,9 @@ def test_the_fused_lstm_step_trains_as_the_element_wise_one(monkeypatch):
 
 
 @pytest.mark.parametrize("each_device", ["vulkan", "cuda"], indirect=True)
-def test_a_gpu_lstm_keeps_its_steps_on_the_device(each_device):
-    """The fused step is CPU-only: a GPU model builds the element-wise step, every op of it on the device."""
-    m, _, _ = _trained_lstm(each_device)
+@pytest.mark.parametrize("layer", [g.ggml_layer_lstm, g.ggml_layer_gru])
+def test_a_gpu_recurrent_layer_keeps_its_steps_on_the_device(each_device, layer):
+    """The fused steps are CPU-only: a GPU model builds the element-wise step, every op of it on the device."""
+    m, _, _ = _trained_lstm(each_device, layer=layer)
     p = g.ggml_model_placement(m)
-    assert "LSTM_CELL" not in p.op_counts() and p.cpu_ops == [] and p.n_splits == 1, str(p)
+    assert not {"LSTM_CELL", "GRU_CELL"} & set(p.op_counts()) and p.cpu_ops == [] and p.n_splits == 1, str(p)

@@ -76,6 +76,7 @@ struct ggml_tensor * ggml_scale_bias(struct ggml_context * ctx, struct ggml_tens
 struct ggml_tensor * ggml_dropout(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * seed, float p, float scale);  /* patches/0018 */
 struct ggml_tensor * ggml_lstm_cell(struct ggml_context * ctx, struct ggml_tensor * x, struct ggml_tensor * r, struct ggml_tensor * c_prev);  /* patches/0031 */
 struct ggml_tensor * ggml_lstm_cell_back(struct ggml_context * ctx, struct ggml_tensor * cell, struct ggml_tensor * grad);  /* patches/0031 */
+struct ggml_tensor * ggml_gru_cell(struct ggml_context * ctx, struct ggml_tensor * x, struct ggml_tensor * hp, struct ggml_tensor * h_prev);  /* patches/0031 */
 struct ggml_tensor * ggml_clamp(struct ggml_context * ctx, struct ggml_tensor * a, float min, float max);
 struct ggml_tensor * ggml_clamp_inplace(struct ggml_context * ctx, struct ggml_tensor * a, float min, float max);
 
