@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.args import is_real
 from ..errors import GgmlValueError
 from ..ops.elementwise import ggml_add, ggml_cont, ggml_mul, ggml_scale_bias, ggml_soft_max_ext
 from ..ops.layout import ggml_permute, ggml_reshape_1d, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d
@@ -37,10 +38,12 @@ class MultiHeadAttention(Layer):
     kind = "multi_head_attention"
     many_inputs = "either"
     ARG_DOCS = {"attention_mask": "True: the last input node is a mask (query steps, value steps): 1 where a query "
-                                  "may attend to a value step, 0 where not (Keras' attention_mask)."}
+                                  "may attend to a value step, 0 where not (Keras' attention_mask).",
+                "dropout": "the fraction of the attention weights (after the softmax) dropped in training, in "
+                           "[0, 1) (Keras' dropout); off in inference."}
 
     def __init__(self, num_heads: int, key_dim: int, causal: bool = False, attention_mask: bool = False,
-                 **kw: Any) -> None:
+                 dropout: float = 0.0, **kw: Any) -> None:
         super().__init__(**kw)
         self.num_heads = positive_int(num_heads, "num_heads")
         self.key_dim = positive_int(key_dim, "key_dim")
@@ -48,10 +51,16 @@ class MultiHeadAttention(Layer):
             if not isinstance(value, bool):
                 raise GgmlValueError(f"{name} must be True or False, got {value!r}")
         self.causal, self.attention_mask = causal, attention_mask
+        if not is_real(dropout) or not 0 <= dropout < 1:
+            raise GgmlValueError(f"multi_head_attention dropout must be a rate in [0, 1), got {dropout!r}")
+        self.dropout = float(dropout)
 
     def config(self) -> dict:
         return {"num_heads": self.num_heads, "key_dim": self.key_dim, "causal": self.causal,
-                "attention_mask": self.attention_mask}
+                "attention_mask": self.attention_mask, "dropout": self.dropout}
+
+    def dropout_seeds(self) -> int:
+        return 1 if self.dropout > 0 else 0
 
     def _roles(self, shapes: list) -> tuple:
         """(query, value, key, mask) shapes of the inputs (key = value when not given; mask None)."""
@@ -128,6 +137,8 @@ class MultiHeadAttention(Layer):
         elif self.causal:   # numpy (queries, keys): a query sees its own step and the ones before
             mask = g.constant(np.triu(np.full((tq, tv), -np.inf, dtype=np.float32), 1))
         att = ggml_soft_max_ext(ctx, scores, mask, 1.0 / math.sqrt(k), 0.0)
+        if self.dropout and g.training:
+            att = g.dropout(att, self.dropout)
         out = ggml_mul_mat(ctx, v, att)                                      # [K, Tq queries, H, N]
         out = ggml_cont(ctx, ggml_permute(ctx, out, 0, 2, 1, 3))        # [K, H, Tq, N]
         wo = ggml_reshape_2d(ctx, g.param(self, "output_kernel"), h * k, dim)

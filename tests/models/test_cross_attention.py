@@ -119,3 +119,29 @@ def test_misuse_is_refused_with_the_fix(make, with_mask, match):
         g.ggml_layer_multi_head_attention(make(q, v, m), num_heads=2, key_dim=3, attention_mask=with_mask)
     with pytest.raises(g.GgmlValueError, match="causal=True needs as many query as value steps"):
         g.ggml_layer_multi_head_attention([q, v], num_heads=2, key_dim=3, causal=True)
+
+
+def test_attention_dropout_drops_weights_in_training_only(backend):
+    """Keras' MultiHeadAttention(dropout=): a DROPOUT of the attention weights in the training graph (on the model's
+    device), none in inference, where the model predicts as the same weights without dropout."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(8, 6, 4)).astype(np.float32)
+    y = rng.normal(size=(8, 6, 4)).astype(np.float32)
+
+    def model(rate):
+        np.random.seed(1)
+        inp = g.ggml_input((6, 4))
+        out = g.ggml_layer_multi_head_attention(inp, 2, 2, dropout=rate, name="mha")
+        return g.ggml_compile(g.ggml_model(inp, out), optimizer="sgd", loss="mse", metrics=[], backend=backend,
+                              learning_rate=0.1)
+    with_dropout, without = model(0.5), model(0.0)
+    assert g.ggml_model_placement(with_dropout, batch_size=8).op_counts().get("DROPOUT") == 2   # and its backward
+    assert "DROPOUT" not in g.ggml_model_placement(without, batch_size=8).op_counts()
+    assert "DROPOUT" not in g.ggml_model_placement(with_dropout, batch_size=8, training=False).op_counts()
+    np.testing.assert_allclose(g.ggml_predict(with_dropout, x), g.ggml_predict(without, x), rtol=1e-6, atol=1e-7)
+    h_drop = g.ggml_fit(with_dropout, x, y, epochs=2, batch_size=8, shuffle=False, verbose=0)
+    h_none = g.ggml_fit(without, x, y, epochs=2, batch_size=8, shuffle=False, verbose=0)
+    assert np.all(np.isfinite(h_drop["train_loss"]))
+    assert not np.allclose(h_drop["train_loss"], h_none["train_loss"], rtol=1e-4)   # the weights were dropped
+    with pytest.raises(ValueError, match=r"dropout must be a rate in \[0, 1\)"):
+        g.ggml_layer_multi_head_attention(g.ggml_input((6, 4)), 2, 2, dropout=1.0)
