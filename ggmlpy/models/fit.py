@@ -251,7 +251,8 @@ def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch
         sample_weight: ``(N,)`` per-sample loss weights.
         verbose: 1 (or Keras' "auto") shows a progress bar and a line per epoch; 0 is silent.
         callbacks: ggmlR callbacks (``ggml_callback_early_stopping``, the LR schedules, dicts or objects
-            with ``on_epoch_begin``/``on_epoch_end``).
+            with ``on_epoch_begin``/``on_epoch_end``); a value a callback puts in ``logs`` under a new key
+            reaches the later callbacks and becomes a history column (Keras' way of adding a metric).
         shuffle: reshuffle the training samples every epoch (numpy's global random state seeds it).
         initial_epoch: the number of the first epoch minus one (continuing a fit): epochs
             ``initial_epoch + 1 .. initial_epoch + epochs`` run (ggmlR's contract: ``epochs`` more). Keras'

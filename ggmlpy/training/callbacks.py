@@ -3,7 +3,9 @@
 A callback is a dict with optional ``"on_epoch_begin"`` / ``"on_epoch_end"`` entries, or
 any object with methods of those names, called as ``f(epoch, logs, state)``. Callbacks
 run in list order; as soon as one sets ``state.stop`` the rest of that phase is skipped (but for the
-recorders, the CSV logger and the model checkpoint, which still record that epoch).
+recorders, the CSV logger and the model checkpoint, which still record that epoch). A value a callback logs
+under a new key reaches the later callbacks and the history (Keras' rule); the measured values cannot be
+changed by a callback.
 """
 from __future__ import annotations
 
@@ -118,7 +120,12 @@ class CallbackList:
             _check_hooks(cb, i)
         self.callbacks = list(callbacks)
 
-    def run(self, phase: str, epoch: int, logs: dict, state: FitState) -> None:
+    def run(self, phase: str, epoch: int, logs: dict, state: FitState, added: dict | None = None) -> dict:
+        """Call every callback's ``phase`` hook in list order; returns ``added``, filled in place with the values
+        the callbacks put under new keys (Keras' rule: a metric a callback adds reaches the later callbacks and
+        the history). Each callback gets its own dict, so overwriting or deleting a measured value reaches
+        neither the later callbacks nor the history."""
+        added = {} if added is None else added
         stopped = False
         for cb in self.callbacks:
             # ggmlR's rule: once one sets state.stop, the rest of the phase is skipped; ggmlpy's recorders (the CSV
@@ -127,8 +134,25 @@ class CallbackList:
                 continue
             fn = _hook(cb, phase)
             if fn is not None:
-                fn(epoch, dict(logs), state)  # a fresh dict: mutating it never reaches the history
+                given = {**logs, **added}
+                try:
+                    fn(epoch, given, state)
+                finally:  # what a callback added before it raised is kept too
+                    _collect_additions(given, logs, added)
             stopped = stopped or bool(state.stop)
+        return added
+
+
+def _collect_additions(given: dict, logs: dict, added: dict) -> None:
+    """The entries of ``given`` under keys the fit did not log (str keys only: they become history columns)."""
+    for key, value in given.items():
+        if key in logs:
+            continue
+        if not isinstance(key, str):
+            warnings.warn(f"a callback added logs[{key!r}]: only str keys reach the history and the later callbacks",
+                          GgmlpyWarning, stacklevel=4)
+            continue
+        added[key] = value
 
 
 def _takes_three(hook: Callable) -> bool:

@@ -140,7 +140,8 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
             default when None) or the outputs' ne[0] (one per element, a mask).
         callbacks: a list of callbacks (default None: none): dicts with ``"on_epoch_begin"`` /
             ``"on_epoch_end"`` functions or objects with those methods, each called as
-            ``f(epoch, logs, state)``; ``state.stop = True`` stops training, ``state.lr_ud`` is the handle
+            ``f(epoch, logs, state)``; a value put in ``logs`` under a new key reaches the later callbacks
+            and the history (Keras' way of adding a metric); ``state.stop = True`` stops training, ``state.lr_ud`` is the handle
             for ``ggml_opt_set_lr``. Built-ins: ``ggml_callback_early_stopping``,
             ``ggml_schedule_step_decay``, ``ggml_schedule_cosine_decay``, ``ggml_schedule_reduce_on_plateau``.
         silent: [glossary]
@@ -414,7 +415,8 @@ def ggml_fit_opt(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs
             sample (default None: the value of ``shuffle``).
         callbacks: a list of callbacks (default None: none): dicts with ``"on_epoch_begin"`` /
             ``"on_epoch_end"`` functions or objects with those methods, each called as
-            ``f(epoch, logs, state)``; ``state.stop = True`` stops training, ``state.lr_ud`` is the handle
+            ``f(epoch, logs, state)``; a value put in ``logs`` under a new key reaches the later callbacks
+            and the history (Keras' way of adding a metric); ``state.stop = True`` stops training, ``state.lr_ud`` is the handle
             for ``ggml_opt_set_lr``. Built-ins: ``ggml_callback_early_stopping``,
             ``ggml_schedule_step_decay``, ``ggml_schedule_cosine_decay``, ``ggml_schedule_reduce_on_plateau``.
         silent: [glossary]
@@ -478,7 +480,8 @@ def ggml_fit_opt_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, o
         shuffle_all: shuffle the whole dataset once first (default None: the value of ``shuffle``).
         callbacks: a list of callbacks (default None: none): dicts with ``"on_epoch_begin"`` /
             ``"on_epoch_end"`` functions or objects with those methods, each called as
-            ``f(epoch, logs, state)``; ``state.stop = True`` stops training, ``state.lr_ud`` is the handle
+            ``f(epoch, logs, state)``; a value put in ``logs`` under a new key reaches the later callbacks
+            and the history (Keras' way of adding a metric); ``state.stop = True`` stops training, ``state.lr_ud`` is the handle
             for ``ggml_opt_set_lr``. Built-ins: ``ggml_callback_early_stopping``,
             ``ggml_schedule_step_decay``, ``ggml_schedule_cosine_decay``, ``ggml_schedule_reduce_on_plateau``.
         silent: [glossary]

@@ -20,6 +20,7 @@ import numpy as np
 from ..backend.transfer import ggml_backend_tensor_get_data
 from ..compute.placement import is_host_backend, PlacementRecorder, warn_if_host_ops
 from ..compute.threads import restore_threads, split_threads, ThreadTuner, training_step_work
+from ..core.args import is_real
 from ..core.handle import InterruptGuard, using
 from ..errors import GgmlpyWarning, GgmlValueError
 from ..graph.graph import walk_graph
@@ -255,6 +256,7 @@ class _FitRun:
     columns: list[str]
     rows: list[dict] = field(default_factory=list)
     head_rows: list[dict] = field(default_factory=list)
+    extra_columns: list[str] = field(default_factory=list)   # what callbacks logged, in order of first appearance
 
 
 def fit_loop(session: TrainingSession, train_feed: Feed, val_feed: Feed | None, plan: EpochPlan, *,
@@ -283,11 +285,12 @@ def fit_loop(session: TrainingSession, train_feed: Feed, val_feed: Feed | None, 
     except BaseException as exc:
         try:
             exc.history = _history(run.rows, run.head_rows, run.columns, head_names, session.placement,
-                                   session.history_attrs())
+                                   session.history_attrs(), run.extra_columns)
         except Exception:  # noqa: BLE001 - never mask the original error
             pass
         raise
-    return _history(run.rows, run.head_rows, run.columns, head_names, session.placement, session.history_attrs())
+    return _history(run.rows, run.head_rows, run.columns, head_names, session.placement, session.history_attrs(),
+                    run.extra_columns)
 
 
 NONFINITE_CAUSES = ("Usual causes: a learning rate too high, NaN/inf in the data, binary cross-entropy on outputs "
@@ -363,9 +366,16 @@ def _epochs(run: _FitRun) -> None:
                              f"val_{name}_loss": vl, f"val_{name}_accuracy": va})
             run.head_rows.append({"loss": train.head_loss, "accuracy": train.head_accuracy,
                               "val_loss": val.head_loss, "val_accuracy": val.head_accuracy})
-        run.rows.append({"epoch": epoch, **{c: logs[c] for c in run.columns if c != "epoch"}})
+        row = {"epoch": epoch, **{c: logs[c] for c in run.columns if c != "epoch"}}
+        run.rows.append(row)   # recorded before the callbacks: one that raises cannot lose the epoch
         say(summary_line(epoch, nepoch, logs, seconds, train.samples), silent)
-        cbs.run("on_epoch_end", epoch, logs, state)
+        added: dict = {}
+        try:
+            cbs.run("on_epoch_end", epoch, logs, state, added)
+        finally:  # values the callbacks logged under new keys join the row, also when one raised
+            new = {k: v for k, v in added.items() if k not in row}
+            row.update(new)
+            run.extra_columns.extend(k for k in new if k not in run.extra_columns)
         if state.stop:
             break
 
@@ -376,11 +386,14 @@ def metric_names(session: Any) -> list[str]:
 
 
 def _history(rows: list[dict], head_rows: list[dict], columns: list[str], head_names: list[str] | None,
-             placement: Any = None, attrs: dict | None = None) -> pd.DataFrame:
+             placement: Any = None, attrs: dict | None = None, extra_columns: list[str] = ()) -> pd.DataFrame:
     import pandas as pd  # imported here: pandas makes `import ggmlpy` twice as slow
-    history = pd.DataFrame(rows, columns=columns)
+    history = pd.DataFrame(rows, columns=list(columns) + list(extra_columns))
     for c in columns:  # explicit dtypes, also for a zero-row history (pandas would make them object)
         history[c] = history[c].astype(int if c in ("epoch", "steps") else float)
+    for c in extra_columns:  # a callback's numbers are floats (NaN in the epochs it did not log them); else as given
+        if all(v is None or is_real(v) for v in history[c]):
+            history[c] = history[c].astype(float)
     if head_names is not None:
         for key, attr in (("loss", "head_loss"), ("accuracy", "head_accuracy"), ("val_loss", "val_head_loss"),
                           ("val_accuracy", "val_head_accuracy")):

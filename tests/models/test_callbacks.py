@@ -36,9 +36,9 @@ def data():
 
 # the training loss falls epoch after epoch, so with mode="max" the first epoch is the best one
 @pytest.mark.parametrize("patience, epochs, stopped_after", [(2, 10, 3), (50, 4, 4)])
-def test_restore_best_weights_leaves_the_weights_of_the_best_epoch(patience, epochs, stopped_after, data):
+def test_restore_best_weights_leaves_the_weights_of_the_best_epoch(patience, epochs, stopped_after, data, each_device):
     x, y = data
-    m = classifier()
+    m = classifier(backend=each_device)
     seen: dict = {}
     stop = g.ggml_callback_early_stopping("loss", patience=patience, mode="max", restore_best_weights=True)
     h = g.ggml_fit(m, x, y, epochs=epochs, batch_size=32, verbose=0, callbacks=[_weights_per_epoch(seen), stop])
@@ -103,6 +103,28 @@ def test_checkpoint_save_best_only_keeps_the_best_epoch(tmp_path, data):
     ckpt = g.ggml_callback_model_checkpoint(path, monitor="train_loss", save_best_only=True, mode="max")
     g.ggml_fit(m, x, y, epochs=3, batch_size=32, verbose=0, callbacks=[_weights_per_epoch(seen), ckpt])
     _same(g.ggml_get_weights(g.ggml_load_model(path, backend="cpu")), seen[1])  # the loss only fell after it
+
+
+def test_checkpoint_monitors_a_metric_another_callback_logs(tmp_path, data, each_device):
+    """Keras' pattern: a callback computes a metric the fit does not (here each epoch's macro F1 on held-out
+    samples, with scikit-learn) and logs it; the checkpoint after it keeps the best epoch by that metric."""
+    f1_score = pytest.importorskip("sklearn.metrics").f1_score
+    x, y = data
+    m = classifier(backend=each_device)
+    seen: dict = {}
+    scores = {1: 0.3, 2: 0.9, 3: 0.5}   # the metric's values, fixed so that epoch 2 is the best
+
+    def macro_f1(epoch, logs, state):
+        pred = g.ggml_predict(state.model, x[:48]).argmax(1)
+        logs["val_f1"] = f1_score(y[:48].argmax(1), pred, average="macro")   # a real metric reaches the history
+        logs["val_score"] = scores[epoch]
+
+    path = tmp_path / "best.gguf"
+    ckpt = g.ggml_callback_model_checkpoint(path, monitor="val_score", save_best_only=True, mode="max")
+    h = g.ggml_fit(m, x, y, epochs=3, batch_size=32, verbose=0,
+                   callbacks=[_weights_per_epoch(seen), {"on_epoch_end": macro_f1}, ckpt])
+    assert list(h["val_score"]) == [0.3, 0.9, 0.5] and h["val_f1"].between(0, 1).all()
+    _same(g.ggml_get_weights(g.ggml_load_model(path, backend="cpu")), seen[2])
 
 
 def test_checkpoint_of_weights_only_loads_into_a_model_of_the_same_architecture(tmp_path, data):

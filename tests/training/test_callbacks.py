@@ -105,17 +105,14 @@ def test_stop_in_on_epoch_end_keeps_the_row(model, tsched, batches):
     assert ev[-3:] == [("a", "begin", 2), ("b", "begin", 2), ("a", "end", 2)]  # b's end is skipped
 
 
-def test_logs_are_fresh_dicts_and_state_is_shared(model, tsched, batches):
+def test_measured_values_are_protected_and_state_is_shared(model, tsched, batches):
     seen: list = []
     states = set()
-
-    def vandal_begin(epoch, logs, state):
-        assert logs == {}
-        logs["junk"] = 1
 
     def vandal_end(epoch, logs, state):
         seen.append(("vandal", dict(logs)))
         logs["train_loss"] = -123.0
+        del logs["val_loss"]
         logs.clear()
 
     def reader(epoch, logs, state):
@@ -124,20 +121,67 @@ def test_logs_are_fresh_dicts_and_state_is_shared(model, tsched, batches):
         assert state.nepoch == 2 and not state.stop
         assert isinstance(state.lr_ud, G.opt.params.LrUserdata)
 
-    cbs = [{"on_epoch_begin": vandal_begin, "on_epoch_end": vandal_end},
+    cbs = [{"on_epoch_end": vandal_end},
            {"on_epoch_begin": lambda e, logs, s: states.add(id(s)) or seen.append(("begin", dict(logs))),
             "on_epoch_end": reader}]
     h = fit(model, tsched, batches, cbs, epochs=2)
     assert len(states) == 1
-    begins = [logs for who, logs in seen if who == "begin"]
-    assert begins == [{}, {}]
+    assert [logs for who, logs in seen if who == "begin"] == [{}, {}]
     ends = [(who, logs) for who, logs in seen if who in ("vandal", "reader")]
     assert len(ends) == 4
     for who, logs in ends:
-        assert set(logs) == END_KEYS, who
+        assert set(logs) == END_KEYS, who   # the vandal's overwrite, deletion and clear reached nobody
     assert ends[0][1]["train_loss"] == ends[1][1]["train_loss"] == h["train_loss"].iloc[0]
     assert ends[1][1]["steps"] == 2
-    assert (h["train_loss"] > 0).all()
+    assert (h["train_loss"] > 0).all() and set(h.columns) == {"epoch"} | END_KEYS
+
+
+def test_values_a_callback_logs_reach_later_callbacks_and_the_history(model, tsched, batches, tmp_path):
+    """Keras' rule: a callback that computes a metric and puts it in logs (say val_f1) is read by the callbacks
+    after it (an early stopping monitoring it, the CSV logger) and recorded by the history."""
+    seen: list = []
+
+    def f1(epoch, logs, state):
+        logs["val_f1"] = 0.5 + epoch / 10            # a new key: shared
+        if epoch == 2:
+            logs["note"] = "two"                      # a value that is not a number: an object column
+        logs["train_loss"] = 99.0                     # a measured value: not shared
+
+    def reader(epoch, logs, state):
+        seen.append((logs["val_f1"], logs["train_loss"]))
+
+    csv_path = tmp_path / "log.csv"
+    h = fit(model, tsched, batches, [{"on_epoch_end": f1}, {"on_epoch_end": reader},
+                                     G.ggml_callback_csv_logger(str(csv_path))], epochs=3)
+    assert [v for v, _ in seen] == [0.6, 0.7, 0.8]
+    assert all(loss < 99 for _, loss in seen)
+    assert list(h["val_f1"]) == [0.6, 0.7, 0.8] and h["val_f1"].dtype == float
+    assert h["note"].isna().tolist() == [True, False, True] and h["note"].iloc[1] == "two"
+    assert (h["train_loss"] < 99).all()
+    header = csv_path.read_text().splitlines()[0].split(",")
+    assert "val_f1" in header                         # the logger after it writes the column
+
+
+def test_an_early_stopping_monitors_a_value_a_callback_logs(model, tsched, batches):
+    scores = iter([0.9, 0.8, 0.8, 0.8, 0.8, 0.8])
+
+    def score(epoch, logs, state):
+        logs["val_score"] = next(scores)
+
+    stop = G.ggml_callback_early_stopping(monitor="val_score", patience=1, mode="max")
+    h = fit(model, tsched, batches, [{"on_epoch_end": score}, stop], epochs=6)
+    assert list(h["epoch"]) == [1, 2] and list(h["val_score"]) == [0.9, 0.8]
+
+
+def test_what_a_callback_logged_before_raising_is_kept(model, tsched, batches):
+    def bad(epoch, logs, state):
+        logs["val_f1"] = 0.25
+        if epoch == 2:
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom") as info:
+        fit(model, tsched, batches, [{"on_epoch_end": bad}], epochs=3)
+    assert list(info.value.history["val_f1"]) == [0.25, 0.25]
 
 
 def test_bad_callbacks_are_refused(model, tsched, batches):
