@@ -122,6 +122,37 @@ def test_loss_value_and_gradient(kind, cpu, tsched, trng):
     _check(kind, cpu, tsched, trng)
 
 
+@pytest.mark.parametrize("kind", ["hinge", "squared_hinge"])
+def test_hinge_margins_of_both_signs(kind, cpu, tsched, trng):
+    """The max(0, .) branch in the graph: Keras' hinge is mean(max(1 - y out, 0)), squared_hinge its square.
+
+    Half the elements have y out > 1 (margin met: no loss, no gradient), the others y out < 1, some of them with
+    y out < 0 (the wrong sign); none within 0.1 of the kink at y out = 1. Reference: numpy float64, inline.
+    """
+    y = np.where(trng.uniform(0, 1, (N, F)) > 0.5, 1.0, -1.0)
+    y_out = np.array([[-1.4, 0.3, 1.5], [2.2, -0.2, 1.2], [0.6, 3.0, -2.1], [1.8, 0.85, 1.1]])  # y * out
+    W0 = trng.uniform(0.6, 1.1, (N, F)).astype(np.float32)
+    x = (y_out * y / W0).astype(np.float32)
+    out = x.astype(np.float64) * W0
+    yo = y * out
+    assert (yo > 1.05).sum() == 6 and (yo < 0.95).sum() == 6 and (yo < 0).sum() == 3
+    n = out.size
+    margin = np.maximum(1.0 - yo, 0.0)
+    if kind == "hinge":
+        ref_loss, dout = margin.sum() / n, np.where(1.0 - yo > 0, -y, 0.0) / n
+    else:
+        ref_loss, dout = (margin ** 2).sum() / n, -2.0 * margin * y / n
+    m = OneStep(cpu, tsched, kind, W0)
+    try:
+        m.step(x, y.astype(np.float32))
+        assert G.ggml_opt_result_loss(m.result)["loss"] == pytest.approx(ref_loss, rel=1e-5, abs=1e-7)
+        grad = (W0.astype(np.float64) - m.weights()) / LR
+        np.testing.assert_allclose(grad, dout * x, rtol=2e-4, atol=1e-7)
+        np.testing.assert_array_equal(grad[yo > 1], 0.0)  # the margin met: the weights did not move
+    finally:
+        m.free()
+
+
 def test_weighted_mse_per_sample(cpu, tsched, trng):
     w = trng.uniform(0, 2, (N, 1)).astype(np.float32)
     w[1] = 0.0  # a masked sample: no gradient, and the mean is still over all N*F elements
