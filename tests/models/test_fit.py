@@ -836,3 +836,43 @@ def test_a_batch_size_beyond_the_samples_trains_one_batch_of_all_of_them_as_kera
     m = classifier()
     h = g.ggml_fit(m, x, np.eye(3)[ids], epochs=3, batch_size=100, verbose=0)
     assert len(h) == 3 and m.runtime.opt_state.state["iter"] - 1 == 3   # one step of the 7 samples per epoch
+
+
+def test_multi_output_accuracies_average_the_same_heads_in_training_and_validation(each_device):
+    """Issue 26: train_accuracy averaged the heads that report one, val_accuracy all of them (the regression
+    head's NaN included). A binary-cross-entropy, a categorical-cross-entropy and an MSE head; one step over the
+    whole training set with a tiny learning rate, so the training accuracies are those of the weights before the
+    step and the validation ones those after it, both computed in numpy from ggml_predict (Keras' binary accuracy:
+    p > 0.5 against the 0/1 label, element-wise; categorical: argmax against argmax)."""
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(96, 4)).astype(np.float32)
+    xv = rng.normal(size=(40, 4)).astype(np.float32)
+
+    def labels(a):
+        return [(a[:, :2] > 0).astype(np.float32), np.eye(3, dtype=np.float32)[np.argmax(a[:, 1:4], axis=1)],
+                (a[:, :1] * 2 - a[:, 3:]).astype(np.float32)]
+
+    inp = g.ggml_input(shape=(4,), name="x")
+    h = g.ggml_layer_dense(inp, 8, activation="tanh")
+    heads = [g.ggml_layer_dense(h, 2, activation="sigmoid", name="bin"),
+             g.ggml_layer_dense(h, 3, activation="softmax", name="cat"), g.ggml_layer_dense(h, 1, name="reg")]
+    m = g.ggml_compile(g.ggml_model(inp, heads), loss=["binary_crossentropy", "categorical_crossentropy", "mse"],
+                       backend=each_device, learning_rate=1e-6, metrics=["accuracy"])
+
+    def accuracies(a):
+        p_bin, p_cat, _ = g.ggml_predict(m, a)
+        y_bin, y_cat, _ = labels(a)
+        assert np.abs(p_bin - 0.5).min() > 1e-4   # no prediction the rounding of another device could flip
+        return [float(((p_bin > 0.5) == (y_bin > 0.5)).mean()), float((p_cat.argmax(1) == y_cat.argmax(1)).mean())]
+
+    train_want = accuracies(x)
+    hist = g.ggml_fit(m, x, labels(x), epochs=1, batch_size=96, validation_data=(xv, labels(xv)), verbose=0)
+    val_want = accuracies(xv)
+    assert not any(a in (0.0, 1.0) for a in train_want + val_want)
+    assert hist["train_accuracy"].iloc[0] == pytest.approx(np.mean(train_want), abs=1e-6)
+    assert hist["val_accuracy"].iloc[0] == pytest.approx(np.mean(val_want), abs=1e-6)
+    for key, want in (("head_accuracy", train_want), ("val_head_accuracy", val_want)):
+        per = hist.attrs[key]
+        assert list(per.columns) == ["bin", "cat", "reg"]
+        np.testing.assert_allclose(per.iloc[0][["bin", "cat"]].to_numpy(float), want, atol=1e-6)
+        assert np.isnan(per.iloc[0]["reg"])
