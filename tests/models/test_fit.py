@@ -520,17 +520,18 @@ def test_softmax_and_logit_outputs_compile_and_match_numpy(activation):
     assert g.ggml_evaluate(m, x, y)["loss"] == pytest.approx(-(y * logp).sum(1).mean(), rel=1e-4)
 
 
-def test_binary_crossentropy_logs_the_training_accuracy():
+def test_binary_crossentropy_logs_the_training_accuracy(each_device):
     """It was NaN every epoch. One step over the whole data: the epoch's training accuracy is that of the
-    weights before the step, checked against numpy on the predictions made with them."""
+    weights before the step, checked against numpy on the predictions made with them, on each device."""
     rng = np.random.default_rng(0)
     x = rng.normal(size=(64, 4)).astype(np.float32)
     y = (x[:, :3] > 0).astype(np.float32)
     m = g.ggml_model_sequential()
     m = g.ggml_layer_dense(m, 8, activation="tanh", input_shape=(4,))
     m = g.ggml_layer_dense(m, 3, activation="sigmoid")
-    m = g.ggml_compile(m, loss="binary_crossentropy", backend="cpu", metrics=["accuracy"])
+    m = g.ggml_compile(m, loss="binary_crossentropy", backend=each_device, metrics=["accuracy"])
     before = g.ggml_predict(m, x)
+    assert np.abs(before - 0.5).min() > 1e-4  # no prediction the rounding of another device could flip
     want = float(((before > 0.5) == (y > 0.5)).mean())
     hist = g.ggml_fit(m, x, y, epochs=1, batch_size=64, verbose=0)
     assert hist["train_accuracy"].iloc[0] == pytest.approx(want, abs=1e-6) and 0 < want < 1
@@ -593,8 +594,9 @@ def test_predict_and_evaluate_take_keras_verbose_values():
 
 
 @pytest.mark.parametrize("betas_eps", [(0.5, 0.9, 1e-3), (None, None, None), (0.0, 0.0, 0.5)])
-def test_adam_betas_and_epsilon_follow_the_numpy_reference(betas_eps, tmp_path):
-    """Three full-batch Adam steps on a linear model under MSE against numpy float64 (ggml's AdamW formula)."""
+def test_adam_betas_and_epsilon_follow_the_numpy_reference(betas_eps, tmp_path, each_device):
+    """Three full-batch Adam steps on a linear model under MSE against numpy float64 (ggml's AdamW formula), on
+    each device (ggml's fused OPT_STEP_ADAMW takes the betas and epsilon on the GPU too)."""
     from tests.training.helpers import adamw_step
     b1, b2, eps = betas_eps
     rng = np.random.default_rng(11)
@@ -602,7 +604,7 @@ def test_adam_betas_and_epsilon_follow_the_numpy_reference(betas_eps, tmp_path):
     y = rng.normal(size=(8, 3)).astype(np.float32)
     m = g.ggml_model_sequential()
     m = g.ggml_layer_dense(m, 3, input_shape=(4,), name="d")
-    m = g.ggml_compile(m, optimizer="adam", loss="mse", metrics=[], backend="cpu", learning_rate=0.01,
+    m = g.ggml_compile(m, optimizer="adam", loss="mse", metrics=[], backend=each_device, learning_rate=0.01,
                        beta_1=b1, beta_2=b2, epsilon=eps)
     w0 = g.ggml_get_weights(m)
     p = {k: v.astype(np.float64) for k, v in w0.items()}
@@ -618,7 +620,7 @@ def test_adam_betas_and_epsilon_follow_the_numpy_reference(betas_eps, tmp_path):
         np.testing.assert_allclose(got[k], p[k], rtol=2e-5, atol=2e-6, err_msg=k)
     if b1 is not None:  # the settings travel with the model
         g.ggml_save_model(m, tmp_path / "m.gguf")
-        assert g.ggml_load_model(tmp_path / "m.gguf", backend="cpu").compiled.adam == (b1, b2, eps)
+        assert g.ggml_load_model(tmp_path / "m.gguf", backend=each_device).compiled.adam == (b1, b2, eps)
 
 
 def test_adam_settings_are_checked():
