@@ -19,22 +19,45 @@ def _data():
     return x, np.eye(3, dtype=np.float32)[rng.integers(0, 3, 32)]
 
 
-def _trained():
+def _trained(backend="cpu"):
     np.random.seed(3)
     m = g.ggml_model_sequential()
     g.ggml_layer_dense(m, 8, activation="tanh", input_shape=(4,))
     g.ggml_layer_dense(m, 3, activation="softmax")
-    g.ggml_compile(m, backend="cpu", learning_rate=0.01)
+    g.ggml_compile(m, backend=backend, learning_rate=0.01)
     x, y = _data()
     g.ggml_fit(m, x, y, epochs=2, batch_size=8, shuffle=False, verbose=0)
     return m
 
 
-@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
-def test_a_compiled_models_copy_predicts_identically_and_trains_on_the_same_trajectory(how):
-    m = _trained()
-    twin = pickle.loads(pickle.dumps(m)) if how == "pickle" else copy.deepcopy(m)
+def _flat(state, prefix=""):
+    """The optimizer state's nested dict of arrays as {"m.dense_1.weight": array, "iter": array, ...}."""
+    out = {}
+    for k, v in state.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: np.asarray(v)})
+    return out
+
+
+def _joblib_round_trip(m, folder):
+    joblib = pytest.importorskip("joblib")
+    path = folder / "model.joblib"
+    joblib.dump(m, path)
+    return joblib.load(path)
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy", "joblib"])
+def test_a_compiled_models_copy_predicts_identically_and_trains_on_the_same_trajectory(how, each_device, tmp_path):
+    m = _trained(each_device)
+    twin = {"pickle": lambda: pickle.loads(pickle.dumps(m)), "deepcopy": lambda: copy.deepcopy(m),
+            "joblib": lambda: _joblib_round_trip(m, tmp_path)}[how]()
     assert twin is not m and twin.runtime is not m.runtime
+    assert twin.compiled.backend == m.compiled.backend == each_device
+    for k, v in g.ggml_get_weights(m).items():
+        np.testing.assert_array_equal(g.ggml_get_weights(twin)[k], v)
+    want, got = _flat(m.runtime.opt_state.state), _flat(twin.runtime.opt_state.state)  # AdamW's moments, step count
+    assert sorted(got) == sorted(want) and int(want["iter"]) == 2 * 4 + 1 and len(want) > 1
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
     x, y = _data()
     np.testing.assert_array_equal(g.ggml_predict(twin, x), g.ggml_predict(m, x))
     # AdamW's moments and step count travel too: the next epochs are those of the original
