@@ -44,7 +44,8 @@ def _int_arg(value: Any, name: str, lo: int) -> int:
 
 
 def _verbose(verbose: Any) -> bool:
-    """Whether to stay silent: verbose 0 (or False); 1, 2, True and Keras' "auto" show progress."""
+    """Whether to stay silent: verbose 0 (or False); 1, 2, True and Keras' "auto" show progress (2: a fit's
+    summary line per epoch without the bar, nothing in ``ggml_predict``/``ggml_evaluate``)."""
     if isinstance(verbose, str) and verbose == "auto":
         return False
     if verbose not in (0, 1, 2, True, False) or isinstance(verbose, float):
@@ -81,8 +82,9 @@ def ggml_predict(model: Model, x: Any, batch_size: int = 32, verbose: Any = 0) -
             a Keras ``PyDataset``-like object (``__len__``, ``__getitem__``) whose items are ``x`` or
             ``(x, y[, sample_weight])``: the outputs of its batches in order.
         batch_size: samples per forward pass; the last partial batch is padded internally.
-        verbose: 0 (the default) is silent; 1 or ``"auto"`` (Keras' default) show a progress bar over the
-            batches on a terminal; 2 is silent too (Keras prints no bar then).
+        verbose: 0 (the default; False) is silent; 1 (True) or ``"auto"`` (Keras' default) show a progress bar
+            over the batches, on stderr when it is a terminal (no bar in a log file or a pipe); 2 is silent too
+            (Keras prints no bar then).
 
     Value: ``(N, *output_shape)`` float32 (a list for several outputs): probabilities for a softmax
     or sigmoid last layer. Dropout is off and batch norm uses its running statistics.
@@ -149,8 +151,8 @@ def ggml_evaluate(model: Model, x: Any, y: Any, batch_size: int = 32, sample_wei
         model: a compiled model. x, y: as for ``ggml_fit`` (a PyDataset-like x with y None: its ``(x, y[, w])``
         batches, of any sizes, one at a time). batch_size: samples per forward pass (the last partial batch
         counts fully). sample_weight: optional per-sample loss weights.
-        verbose: 0 (the default) is silent; 1 or ``"auto"`` show a progress bar over the batches on a
-            terminal; 2 is silent too.
+        verbose: 0 (the default; False) is silent; 1 (True) or ``"auto"`` show a progress bar over the batches,
+            on stderr when it is a terminal (no bar in a log file or a pipe); 2 is silent too.
         return_dict: True (the default, ggmlR's form) returns the dict below; False returns Keras' form:
             the loss alone for a model compiled without metrics, else ``[loss, accuracy]``, and for a
             multi-output model ``[loss, <output>_loss..., <output>_accuracy...]`` (the accuracies only with
@@ -249,7 +251,11 @@ def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch
             training. validation_data: ``(x_val, y_val)`` or ``(x_val, y_val, sample_weight_val)``.
         class_weight: ``{class id: weight}`` scales each sample's loss by its class's weight.
         sample_weight: ``(N,)`` per-sample loss weights.
-        verbose: 1 (or Keras' "auto") shows a progress bar and a line per epoch; 0 is silent.
+        verbose: Keras' values, printed to stderr: 1 (the default; True) or ``"auto"`` show a progress bar over
+            the batches (only when stderr is a terminal: none in a log file or a pipe) and a summary line per
+            epoch (losses, accuracies, seconds, samples/s); 2 prints the summary line per epoch only, never a
+            bar (Keras' one line per epoch, for logs); 0 (False) prints nothing. Callbacks' own messages
+            (early stopping, a checkpoint with its ``verbose=1``) are theirs.
         callbacks: ggmlR callbacks (``ggml_callback_early_stopping``, the LR schedules, dicts or objects
             with ``on_epoch_begin``/``on_epoch_end``); a value a callback puts in ``logs`` under a new key
             reaches the later callbacks and becomes a history column (Keras' way of adding a metric).
@@ -343,7 +349,8 @@ def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch
         return _stats(_evaluate_arrays(model, cfg, model.runtime.predictor, val[0], val[1], val[2], batch))
     validate = validate_arrays if val is not None else None
     plan = EpochPlan(epochs, initial_epoch, steps_per_epoch, callbacks=callbacks, silent=_verbose(verbose),
-                     stream=False, on_nonfinite=check_nonfinite(on_nonfinite), model=model, weights=ModelWeights(model))
+                     bar=verbose != 2, stream=False, on_nonfinite=check_nonfinite(on_nonfinite), model=model,
+                     weights=ModelWeights(model))
     return run_training(model, cfg, source, batch, plan, validate=validate, sample_weighted=w is not None,
                         nbatch_logical=nbatch_logical)
 
@@ -422,7 +429,9 @@ def ggml_fit_generator(model: Model, generator: Any, steps_per_epoch: int | None
             one from a PyDataset (Keras' ``ceil(N / batch)`` batches), completed to the batch size with rows of
             itself drawn at random.
         steps_per_epoch: batches per epoch (default: until the source ends the epoch).
-        epochs, initial_epoch, callbacks, verbose: as for ``ggml_fit``.
+        epochs, initial_epoch, callbacks: as for ``ggml_fit``.
+        verbose: as for ``ggml_fit``: 1 (the default; True) or ``"auto"`` a progress bar (on a terminal) and a
+            summary line per epoch, 2 the summary line only, 0 (False) nothing.
         validation_data: ``(x_val, y_val)`` arrays, or a source of batches of the same kinds (any batch
             size); validation runs the inference graph. validation_steps: batches per validation.
         prefetch: read up to this many batches ahead in a background thread while ggml computes.
@@ -482,8 +491,8 @@ def _fit_generator(model, generator, steps_per_epoch, epochs, initial_epoch, val
                                        complete_short=is_batch_sequence(generator))
     validate = _validation(model, cfg, validation_data, validation_steps, batch)
     plan = EpochPlan(epochs, initial_epoch, steps_per_epoch, callbacks=callbacks, silent=_verbose(verbose),
-                     prefetch=prefetch, stream=True, on_nonfinite=check_nonfinite(on_nonfinite), model=model,
-                     weights=ModelWeights(model))
+                     bar=verbose != 2, prefetch=prefetch, stream=True, on_nonfinite=check_nonfinite(on_nonfinite),
+                     model=model, weights=ModelWeights(model))
     return run_training(model, cfg, source, batch, plan, validate=validate, sample_weighted=w is not None,
                         nbatch_logical=nbatch_logical)
 

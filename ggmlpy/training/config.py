@@ -56,15 +56,16 @@ only accumulates gradients (a data-parallel replica, whose optimizer steps outsi
 @dataclass(frozen=True)
 class EpochPlan:
     """How the epochs run and report: how many (after ``initial_epoch``), steps per epoch and validation
-    steps (None: until the source ends), callbacks, silence, batches prefetched, whether batches are
-    streamed (the history gets a ``steps`` column), what a non-finite loss does, and in a model-layer fit the
-    model and its weights for the callbacks."""
+    steps (None: until the source ends), callbacks, silence, the progress bar, batches prefetched, whether
+    batches are streamed (the history gets a ``steps`` column), what a non-finite loss does, and in a
+    model-layer fit the model and its weights for the callbacks."""
     epochs: int
     initial_epoch: int = 0
     steps_per_epoch: int | None = None
     validation_steps: int | None = None
     callbacks: Any = None
     silent: bool = False
+    bar: bool = True     # the progress bar over an epoch's batches (on a terminal); False: the summary line only
     prefetch: int = 0
     stream: bool = True
     on_nonfinite: str = "raise"

@@ -319,7 +319,7 @@ def _epochs(run: _FitRun) -> None:
         cbs.run("on_epoch_begin", epoch, {}, state)
         if state.stop:
             break
-        progress = EpochProgress(epoch, nepoch, steps_per_epoch, silent)
+        progress = EpochProgress(epoch, nepoch, steps_per_epoch, silent or not plan.bar)
         try:
             train = session.run_epoch(run.train_feed, steps_per_epoch, True, progress)
         finally:

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import inspect
+import io
+import re
+import sys
 import warnings
 
 import numpy as np
@@ -591,6 +594,73 @@ def test_predict_and_evaluate_take_keras_verbose_values():
             g.ggml_predict(m, x, verbose=bad)
     h = g.ggml_fit(m, x, y, epochs=1, verbose="auto")  # Keras' default of fit too
     assert len(h) == 1
+
+
+class _Terminal(io.StringIO):
+    """A stderr that says it is a terminal: tqdm draws its bar only on one (disable=None)."""
+
+    def isatty(self):
+        return True
+
+
+_BAR = re.compile(r"(Epoch \d+/\d+|predict|evaluate): ")   # tqdm's "<desc>: ..." (the summary has no colon)
+_SUMMARY = re.compile(r"Epoch (\d+)/3  train_loss=\S+  train_acc=\S+  val_loss=")
+
+
+def _stderr_of(monkeypatch, call, terminal=True) -> str:
+    err = _Terminal() if terminal else io.StringIO()
+    with monkeypatch.context() as mp:
+        mp.setattr(sys, "stderr", err)
+        call()
+    return err.getvalue()
+
+
+@pytest.mark.parametrize("how", ["fit", "fit_generator"])
+def test_fit_verbose_follows_keras_0_silent_1_bar_and_lines_2_lines_only(how, monkeypatch, capsys):
+    """Keras' verbose: 0 silent, 1 a progress bar and the epoch's line, 2 one line per epoch and no bar (it was
+    as 1); "auto" as 1. On a stderr that is a terminal (where the bar is drawn) and on one that is not."""
+    x, labels = blobs(96)
+    y = np.eye(3, dtype=np.float32)[labels]
+    m = classifier()
+
+    def fit(verbose):
+        if how == "fit":
+            return lambda: g.ggml_fit(m, x[:64], y[:64], epochs=3, batch_size=16, validation_data=(x[64:], y[64:]),
+                                      verbose=verbose)
+        batches = [(x[i:i + 16], y[i:i + 16]) for i in range(0, 64, 16)]
+        return lambda: g.ggml_fit_generator(m, batches, epochs=3, validation_data=(x[64:], y[64:]), verbose=verbose)
+
+    for verbose in (0, False):
+        assert _stderr_of(monkeypatch, fit(verbose)) == ""
+    for verbose in (1, True, "auto"):
+        out = _stderr_of(monkeypatch, fit(verbose))
+        assert _BAR.search(out), out
+        assert [int(e) for e in _SUMMARY.findall(out)] == [1, 2, 3], out
+    out = _stderr_of(monkeypatch, fit(2))
+    assert not _BAR.search(out) and "\r" not in out, out
+    assert [int(e) for e in _SUMMARY.findall(out)] == [1, 2, 3] and len(out.splitlines()) == 3, out
+    # not a terminal (a log file, a pipe): 1 prints the lines without a bar, as 2
+    capsys.readouterr()
+    fit(1)()
+    err = capsys.readouterr().err
+    assert not _BAR.search(err) and [int(e) for e in _SUMMARY.findall(err)] == [1, 2, 3], err
+
+
+def test_predict_and_evaluate_show_a_bar_on_verbose_1_and_nothing_on_0_or_2(monkeypatch, capsys):
+    x, labels = blobs(96)
+    y = np.eye(3, dtype=np.float32)[labels]
+    m = classifier()
+    for fn, call in (("predict", lambda v: lambda: g.ggml_predict(m, x, batch_size=16, verbose=v)),
+                     ("evaluate", lambda v: lambda: g.ggml_evaluate(m, x, y, batch_size=16, verbose=v))):
+        for verbose in (1, True, "auto"):
+            out = _stderr_of(monkeypatch, call(verbose))
+            assert re.search(rf"{fn}: +\d+%\|.*\| \d/6 \[", out), out   # a bar over the 6 batches
+        for verbose in (0, False, 2):
+            assert _stderr_of(monkeypatch, call(verbose)) == ""
+        capsys.readouterr()
+        call(1)()
+        assert capsys.readouterr().err == ""   # not a terminal: no bar
+    assert _stderr_of(monkeypatch, lambda: g.ggml_predict(m, x)) == ""   # the default is silent
 
 
 @pytest.mark.parametrize("betas_eps", [(0.5, 0.9, 1e-3), (None, None, None), (0.0, 0.0, 0.5)])
