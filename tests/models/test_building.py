@@ -552,3 +552,58 @@ def test_a_sequential_model_refuses_an_impossible_layer_when_it_is_added():
     assert [l.kind for l in m.layers] == ["dense"]   # neither was added
     g.ggml_layer_normalization(m, mean=[0, 0, 0, 0], variance=[1, 1, 1, 1])
     assert [l.kind for l in m.layers] == ["dense", "normalization"]
+
+
+def _image_model():
+    m = g.ggml_model_sequential()
+    return g.ggml_layer_conv_2d(m, 4, (3, 3), activation="relu", input_shape=(5, 5, 2))   # out (3, 3, 4)
+
+
+def _flat_model():
+    return g.ggml_layer_flatten(_image_model())   # out (36,)
+
+
+def _dense_model():
+    return g.ggml_layer_dense(g.ggml_model_sequential(), 8, activation="tanh", input_shape=(5, 5, 2))  # (5, 5, 8)
+
+
+def _vector_model():
+    return g.ggml_layer_dense(g.ggml_model_sequential(), 8, activation="tanh", input_shape=(6,))   # out (8,)
+
+
+@pytest.mark.parametrize("base, bad, text", [
+    (_image_model, lambda m: g.ggml_layer_conv_2d(m, 4, (5, 5)),
+     r"a kernel of 5 does not fit an input of 3 \(padding='valid'\)"),
+    (g.ggml_model_sequential, lambda m: g.ggml_layer_conv_2d(m, 4, (7, 7), input_shape=(5, 5, 2)),
+     r"a kernel of 7 does not fit an input of 5"),
+    (_flat_model, lambda m: g.ggml_layer_conv_2d(m, 4, (3, 3)),
+     r"conv_2d 'conv_2d_2' takes image samples \(height, width, channels\), got shape \(36,\)"),
+    (_vector_model, lambda m: g.ggml_layer_conv_2d(m, 4, (3, 3)),
+     r"conv_2d 'conv_2d_1' takes image samples \(height, width, channels\), got shape \(8,\)"),
+    (_flat_model, lambda m: g.ggml_layer_max_pooling_2d(m, (2, 2)),
+     r"max_pooling_2d 'max_pooling_2d_1' takes image samples \(height, width, channels\), got shape \(36,\)"),
+    (_vector_model, lambda m: g.ggml_layer_max_pooling_2d(m, (2, 2)),
+     r"takes image samples \(height, width, channels\), got shape \(8,\)"),
+    (_image_model, lambda m: g.ggml_layer_max_pooling_2d(m, (4, 4)), r"a window of 4 does not fit an input of 3"),
+    (_dense_model, lambda m: g.ggml_layer_conv_2d(m, 4, (3, 3), padding="valid", dilation_rate=3),
+     r"does not fit an input of 5"),
+])
+def test_a_shape_mismatch_is_refused_when_the_layer_is_added_and_leaves_the_model_usable(base, bad, text):
+    """Keras refuses such a layer when it is added (its build fails), saying what it expected and what it got;
+    the model is left as it was: the same layers and output shape, and a valid layer then added compiles."""
+    m = base()
+    before = [(l.name, l.kind) for l in m.layers]
+    shape = m.outputs[0].shape if m.layers else None
+    with pytest.raises(ValueError, match=text):
+        bad(m)
+    assert [(l.name, l.kind) for l in m.layers] == before
+    if m.layers:
+        assert m.outputs[0].shape == shape
+    else:   # the refused first layer: the model is still empty
+        m = g.ggml_layer_conv_2d(m, 4, (3, 3), input_shape=(5, 5, 2))
+    m = g.ggml_layer_dense(g.ggml_layer_flatten(m), 3, activation="softmax") if len(m.outputs[0].shape) > 1 \
+        else g.ggml_layer_dense(m, 3, activation="softmax")
+    g.ggml_compile(m, loss="categorical_crossentropy", backend="cpu")
+    x = np.random.default_rng(0).normal(size=(2,) + tuple(m.layers[0].input_shape)).astype(np.float32)
+    p = g.ggml_predict(m, x)
+    assert p.shape == (2, 3) and np.allclose(p.sum(axis=1), 1, atol=1e-5)
