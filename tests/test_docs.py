@@ -140,3 +140,30 @@ def test_explain_fills_known_markers_and_leaves_unknown_ones():
         """
     explain(f)
     assert f"ctx: {TERMS['ctx']}" in f.__doc__ and "bogus: [glossary: nothing]" in f.__doc__
+
+
+def _arguments_section(doc: str) -> list[str]:
+    """The names an ``Arguments:`` section lists (``name:`` at its first indent; ``**params:`` counts)."""
+    assert "Arguments:" in doc
+    body = doc.split("Arguments:", 1)[1].split("\nValue:", 1)[0].split("\nExample:", 1)[0]
+    return re.findall(r"^    \**(\w+): ", body, re.M)
+
+
+@pytest.mark.parametrize("name, key", [("ggml_metric_precision", "precision"), ("ggml_metric_recall", "recall"),
+                                       ("ggml_metric_top_k_accuracy", "top_k_categorical_accuracy"),
+                                       ("ggml_metric_auc", "auc")])
+def test_metric_factories_list_every_argument_and_the_default_log_key(name, key):
+    fn = getattr(G, name)
+    doc = _doc(fn)
+    assert _arguments_section(doc) == _parameters(fn), name
+    assert f'(default ``"{key}"``' in doc and "Value:" in doc, name
+    assert fn().name == key   # the key the docstring names is the one logged
+
+
+@pytest.mark.parametrize("cls", ["GgmlClassifier", "GgmlRegressor"])
+def test_estimators_document_their_own_get_params_and_set_params(cls):
+    pytest.importorskip("sklearn")
+    est = getattr(G, cls)
+    for method, args in (("get_params", ["deep"]), ("set_params", ["params"])):
+        doc = _doc(getattr(est, method))
+        assert "scikit-learn" in doc and _arguments_section(doc) == args and "Value:" in doc, (cls, method)

@@ -49,12 +49,34 @@ class _GgmlEstimator(BaseEstimator):
                 if p not in ("self", "model_params")]
 
     def get_params(self, deep: bool = True) -> dict:
+        """The estimator's parameters, as scikit-learn's ``get_params`` (what ``clone``, ``GridSearchCV`` and
+        ``repr`` read).
+
+        Arguments:
+            deep: scikit-learn's flag for the parameters of nested estimators; there are none here (the model
+                function is one parameter), so True and False give the same dict.
+
+        Value: a dict of the constructor's arguments (``model``, ``epochs``, ``batch_size``, ``optimizer``,
+        ``learning_rate``, ``validation_split``, ``callbacks``, ``backend``, ``verbose``, ``random_state``),
+        each extra keyword given to the constructor or ``set_params``, and the ``model__<arg>`` arguments that
+        go to the model function (SciKeras' routing).
+        """
         params = {name: getattr(self, name) for name in self._own_params()}
         params.update({k: getattr(self, k) for k in self._extra_params})
         params.update({k: v for k, v in vars(self).items() if k.startswith(MODEL_PARAM)})
         return params
 
     def set_params(self, **params: Any) -> "_GgmlEstimator":
+        """Set parameters, as scikit-learn's ``set_params`` (``GridSearchCV`` sets each candidate's this way).
+
+        Arguments:
+            **params: the constructor's arguments by name, and ``model__<arg>=value`` for the model function's
+                arguments (a new one may be added). Nothing is checked here (scikit-learn's rule): ``fit``
+                checks the values, and names an unknown argument that is not ``model__`` prefixed. The model
+                is rebuilt on the next ``fit``.
+
+        Value: the estimator itself.
+        """
         own = set(self._own_params())
         for key, value in params.items():
             if key not in own:

@@ -113,8 +113,16 @@ def _thresholded(fn: str, kind: str, threshold: Any, name: Any) -> MetricSpec:
 def ggml_metric_precision(threshold: float = 0.5, name: str | None = None) -> MetricSpec:
     """Precision, as Keras' ``Precision``: true positives / predicted positives, where an element is
     predicted positive when its probability is above ``threshold`` and is positive when its label is not 0
-    (every class of a softmax head counts). Logged as ``name`` (default ``"precision"``); 0 when nothing was
-    predicted positive.
+    (every class of a softmax head counts); 0 when nothing was predicted positive.
+
+    Arguments:
+        threshold: a probability in [0, 1] (default 0.5); an element is predicted positive when its
+            probability is strictly above it (Keras' rule). A logits head is compared after its sigmoid/softmax.
+        name: the key it is logged under, an identifier (default ``"precision"``, as the string
+            ``metrics=["precision"]``): ``train_<name>``/``val_<name>`` in the history, ``<name>`` in
+            ``ggml_evaluate``, prefixed by the output's name (``<output>_<name>``) in a multi-output model.
+
+    Value: a metric for ``ggml_compile(metrics=[...])``.
 
     Example:
         >>> g.ggml_compile(model, loss="binary_crossentropy", metrics=[g.ggml_metric_precision(0.8)])
@@ -123,8 +131,17 @@ def ggml_metric_precision(threshold: float = 0.5, name: str | None = None) -> Me
 
 
 def ggml_metric_recall(threshold: float = 0.5, name: str | None = None) -> MetricSpec:
-    """Recall, as Keras' ``Recall``: true positives / positive labels, with ``precision``'s threshold rule.
-    Logged as ``name`` (default ``"recall"``); 0 when no label was positive.
+    """Recall, as Keras' ``Recall``: true positives / positive labels (labels not 0), with
+    ``ggml_metric_precision``'s threshold rule; 0 when no label was positive.
+
+    Arguments:
+        threshold: a probability in [0, 1] (default 0.5); an element is predicted positive when its
+            probability is strictly above it (Keras' rule). A logits head is compared after its sigmoid/softmax.
+        name: the key it is logged under, an identifier (default ``"recall"``, as the string
+            ``metrics=["recall"]``): ``train_<name>``/``val_<name>`` in the history, ``<name>`` in
+            ``ggml_evaluate``, prefixed by the output's name (``<output>_<name>``) in a multi-output model.
+
+    Value: a metric for ``ggml_compile(metrics=[...])``.
 
     Example:
         >>> g.ggml_compile(model, loss="binary_crossentropy", metrics=["precision", g.ggml_metric_recall(0.3)])
@@ -136,6 +153,16 @@ def ggml_metric_top_k_accuracy(k: int = 5, name: str | None = None) -> MetricSpe
     """The share of samples (of positions, for a sequence output) whose class is among the ``k`` highest
     predictions, as Keras' ``TopKCategoricalAccuracy`` (one-hot labels) and
     ``SparseTopKCategoricalAccuracy`` (class ids): both label forms work here. Cross-entropy heads only.
+
+    Arguments:
+        k: how many of the highest predictions count as a hit, an integer >= 1 (default 5, Keras'); a sample
+            is a hit when fewer than ``k`` classes score strictly higher than its class (Keras' ``in_top_k``).
+        name: the key it is logged under, an identifier (default ``"top_k_categorical_accuracy"``; the
+            strings ``"top_k_categorical_accuracy"`` and ``"sparse_top_k_categorical_accuracy"`` give k=5
+            under their own names): ``train_<name>``/``val_<name>`` in the history, ``<name>`` in
+            ``ggml_evaluate``, ``<output>_<name>`` in a multi-output model.
+
+    Value: a metric for ``ggml_compile(metrics=[...])``.
 
     Example:
         >>> g.ggml_compile(model, loss="sparse_categorical_crossentropy", metrics=[g.ggml_metric_top_k_accuracy(3)])
