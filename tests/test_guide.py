@@ -128,6 +128,24 @@ def test_readme_keeps_the_essentials():
     assert 'pip install -e ".[test]" && python -m pytest' in ci
 
 
+def test_readme_loss_names_are_those_ggml_compile_takes():
+    """The Keras table's losses row: each Keras loss class is named, and each quoted string on the ggmlpy side
+    is a loss ggml_compile accepts, trained as the loss Keras' class computes (its snake_case alias in Keras)."""
+    from ggmlpy.models.compile import LOSSES
+    row = next(line for line in README.read_text(encoding="utf-8").splitlines() if line.startswith("| losses:"))
+    keras_side, ours = row.split(" | ")[:2]
+    keras_alias = {"BinaryCrossentropy": "binary_crossentropy", "CategoricalCrossentropy": "categorical_crossentropy",
+                   "SparseCategoricalCrossentropy": "sparse_categorical_crossentropy",
+                   "MeanSquaredError": "mean_squared_error", "MeanAbsoluteError": "mean_absolute_error",
+                   "Huber": "huber", "KLDivergence": "kl_divergence", "Hinge": "hinge",
+                   "SquaredHinge": "squared_hinge", "CosineSimilarity": "cosine_similarity"}
+    for cls, alias in keras_alias.items():
+        assert f"`{cls}" in keras_side and f'"{alias}"' in ours, cls
+    quoted = re.findall(r'"(\w+)"', ours)
+    assert quoted and all(q in LOSSES for q in quoted), [q for q in quoted if q not in LOSSES]
+    assert "fn(ctx, y_true, y_pred)" in ours and "from_logits=True" in ours
+
+
 def test_named_functions_exist():
     """A ggml_* name written in the guide (in code) is a public name of ggmlpy, unless it is one of ggml's
     C functions the text talks about."""
