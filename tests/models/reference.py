@@ -251,40 +251,93 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-z))
 
 
-def lstm(x: np.ndarray, kernel: np.ndarray, recurrent_kernel: np.ndarray, bias: np.ndarray,
-         return_sequences: bool = False) -> np.ndarray:
-    """Keras' LSTM (tanh, sigmoid gates, zero initial state) over ``x`` (N, steps, features)."""
+def recurrence(cell: Callable, x: np.ndarray, units: int, n_states: int, return_sequences: bool = False,
+               mask: np.ndarray | None = None, initial_state: Sequence[np.ndarray] | None = None,
+               return_state: bool = False, zero_output_for_mask: bool = False):
+    """Keras' RNN loop over ``x`` (N, steps, features): ``cell(x_t, states) -> (output, new states)`` from
+    ``initial_state`` (zeros by default). Where ``mask`` (N, steps) is False the step is skipped: the states are
+    carried over and its output is the previous step's output (zeros before the first), or zeros with
+    ``zero_output_for_mask`` (which Keras' Bidirectional sets with return_sequences). Returns the output sequence
+    (``return_sequences``) or the last output, and with ``return_state`` ``[output, *final states]``."""
     x = np.asarray(x, np.float64)
     n, steps, _ = x.shape
-    units = recurrent_kernel.shape[0]
-    h, c = np.zeros((n, units)), np.zeros((n, units))
-    seq = []
+    states = [np.zeros((n, units)) for _ in range(n_states)] if initial_state is None else \
+        [np.asarray(s, np.float64) for s in initial_state]
+    prev, seq = np.zeros((n, units)), []
     for t in range(steps):
-        z = x[:, t] @ kernel + h @ recurrent_kernel + bias
+        out, new = cell(x[:, t], states)
+        if mask is not None:
+            keep = np.asarray(mask, bool)[:, t, None]
+            new = [np.where(keep, a, b) for a, b in zip(new, states)]
+            out = np.where(keep, out, 0.0 if zero_output_for_mask else prev)
+        states, prev = new, out
+        seq.append(out)
+    output = np.stack(seq, axis=1) if return_sequences else seq[-1]
+    return [output, *states] if return_state else output
+
+
+def lstm(x: np.ndarray, kernel: np.ndarray, recurrent_kernel: np.ndarray, bias: np.ndarray,
+         return_sequences: bool = False, **kw):
+    """Keras' LSTM (tanh, sigmoid gates) over ``x`` (N, steps, features), states [h, c]; ``kw``: ``recurrence``'s
+    mask, initial_state, return_state, zero_output_for_mask."""
+    units = recurrent_kernel.shape[0]
+
+    def cell(x_t, states):
+        h, c = states
+        z = x_t @ kernel + h @ recurrent_kernel + bias
         i, f, cc, o = (z[:, k * units:(k + 1) * units] for k in range(4))
         c = sigmoid(f) * c + sigmoid(i) * np.tanh(cc)
         h = sigmoid(o) * np.tanh(c)
-        seq.append(h)
-    return np.stack(seq, axis=1) if return_sequences else h
+        return h, [h, c]
+    return recurrence(cell, x, units, 2, return_sequences, **kw)
 
 
 def gru(x: np.ndarray, kernel: np.ndarray, recurrent_kernel: np.ndarray, bias: np.ndarray,
-        return_sequences: bool = False) -> np.ndarray:
-    """Keras' GRU with ``reset_after=True`` (its default) over ``x`` (N, steps, features)."""
-    x = np.asarray(x, np.float64)
-    n, steps, _ = x.shape
+        return_sequences: bool = False, **kw):
+    """Keras' GRU with ``reset_after=True`` (its default) over ``x`` (N, steps, features), state [h]; ``kw`` as
+    ``lstm``'s."""
     units = recurrent_kernel.shape[0]
-    h = np.zeros((n, units))
-    seq = []
-    for t in range(steps):
-        xz = x[:, t] @ kernel + bias[0]
+
+    def cell(x_t, states):
+        h, = states
+        xz = x_t @ kernel + bias[0]
         hz = h @ recurrent_kernel + bias[1]
         z = sigmoid(xz[:, :units] + hz[:, :units])
         r = sigmoid(xz[:, units:2 * units] + hz[:, units:2 * units])
         hh = np.tanh(xz[:, 2 * units:] + r * hz[:, 2 * units:])
         h = z * h + (1 - z) * hh
-        seq.append(h)
-    return np.stack(seq, axis=1) if return_sequences else h
+        return h, [h]
+    return recurrence(cell, x, units, 1, return_sequences, **kw)
+
+
+def bidirectional(x: np.ndarray, w: dict, prefix: str, rnn: Callable, return_sequences: bool = False,
+                  merge_mode: str = "concat", mask: np.ndarray | None = None) -> np.ndarray:
+    """Keras' Bidirectional around ``rnn`` (``lstm`` or ``gru``), weights ``<prefix>.forward_<name>`` and
+    ``<prefix>.backward_<name>``: the backward copy reads the steps (and the mask) last to first, its sequence is
+    flipped back into the input's order; with return_sequences masked steps output zeros (Keras forces
+    zero_output_for_mask); the two merged by ``merge_mode`` (concat, sum, mul, ave)."""
+    def run(direction, xs, m):
+        return rnn(xs, w[f"{prefix}.{direction}_kernel"], w[f"{prefix}.{direction}_recurrent_kernel"],
+                   w[f"{prefix}.{direction}_bias"], return_sequences, mask=m, zero_output_for_mask=return_sequences)
+    x = np.asarray(x, np.float64)
+    fwd = run("forward", x, mask)
+    bwd = run("backward", x[:, ::-1], None if mask is None else np.asarray(mask)[:, ::-1])
+    if return_sequences:
+        bwd = bwd[:, ::-1]
+    return {"concat": lambda: np.concatenate([fwd, bwd], axis=-1), "sum": lambda: fwd + bwd,
+            "mul": lambda: fwd * bwd, "ave": lambda: (fwd + bwd) / 2}[merge_mode]()
+
+
+def masked_average(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Keras' GlobalAveragePooling1D with a mask (N, steps): the mean over the real steps."""
+    m = np.asarray(mask, np.float64)[..., None]
+    return (np.asarray(x, np.float64) * m).sum(axis=1) / m.sum(axis=1)
+
+
+def time_distributed(fn: Callable, x: np.ndarray) -> np.ndarray:
+    """Keras' TimeDistributed: ``fn`` on each step ``x[:, t]`` (one set of weights), stacked along axis 1."""
+    x = np.asarray(x, np.float64)
+    return np.stack([fn(x[:, t]) for t in range(x.shape[1])], axis=1)
 
 
 def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 1e-5) -> np.ndarray:
@@ -295,17 +348,24 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 
     return (x - mean) / np.sqrt(var + eps) * gamma + beta
 
 
-def multi_head_attention(x: np.ndarray, w: dict, prefix: str, causal: bool = False) -> np.ndarray:
-    """Keras' MultiHeadAttention with query = key = value = ``x`` (N, steps, dim): per head
-    ``softmax(q k^T / sqrt(key_dim)) v``, then the output projection; ``causal`` hides later steps."""
-    x = np.asarray(x, np.float64)
-    q = np.einsum("ntd,dhk->nthk", x, w[prefix + ".query_kernel"]) + w[prefix + ".query_bias"]
-    k = np.einsum("ntd,dhk->nthk", x, w[prefix + ".key_kernel"]) + w[prefix + ".key_bias"]
-    v = np.einsum("ntd,dhk->nthk", x, w[prefix + ".value_kernel"]) + w[prefix + ".value_bias"]
+def multi_head_attention(query: np.ndarray, w: dict, prefix: str, causal: bool = False,
+                         value: np.ndarray | None = None, key: np.ndarray | None = None,
+                         mask: np.ndarray | None = None) -> np.ndarray:
+    """Keras' MultiHeadAttention(query, value, key, attention_mask): ``value`` is ``query`` by default
+    (self-attention), ``key`` is ``value``; per head ``softmax(q k^T / sqrt(key_dim)) v``, where ``mask``
+    (N, query steps, value steps) is 0 Keras' masked softmax adds -1e9 to the score, and ``causal`` hides later
+    steps; then the output projection back to the query's dimension."""
+    q_in = np.asarray(query, np.float64)
+    v_in = q_in if value is None else np.asarray(value, np.float64)
+    k_in = v_in if key is None else np.asarray(key, np.float64)
+    q = np.einsum("ntd,dhk->nthk", q_in, w[prefix + ".query_kernel"]) + w[prefix + ".query_bias"]
+    k = np.einsum("ntd,dhk->nthk", k_in, w[prefix + ".key_kernel"]) + w[prefix + ".key_bias"]
+    v = np.einsum("ntd,dhk->nthk", v_in, w[prefix + ".value_kernel"]) + w[prefix + ".value_bias"]
     scores = np.einsum("nqhk,nshk->nhqs", q / np.sqrt(q.shape[-1]), k)
+    if mask is not None:
+        scores = scores + (1.0 - np.asarray(mask, np.float64)[:, None]) * -1e9
     if causal:
-        steps = x.shape[1]
-        scores = np.where(np.triu(np.ones((steps, steps), bool), 1), -np.inf, scores)
+        scores = np.where(np.triu(np.ones(scores.shape[-2:], bool), 1), -np.inf, scores)
     att = softmax(scores, axis=-1)
     o = np.einsum("nhqs,nshk->nqhk", att, v)
     return np.einsum("nqhk,hkd->nqd", o, w[prefix + ".output_kernel"]) + w[prefix + ".output_bias"]
@@ -317,8 +377,12 @@ def position_embedding(x: np.ndarray, table: np.ndarray) -> np.ndarray:
     return x + np.asarray(table, np.float64)[: x.shape[1]]
 
 
-def mse(pred: np.ndarray, y: np.ndarray) -> float:
-    """Keras/ggml mean squared error over every output element."""
+def mse(pred, y) -> float:
+    """Keras/ggml mean squared error over every output element; for a multi-output model (lists) the sum of the
+    outputs' losses (Keras' total loss, loss weights 1)."""
+    if isinstance(pred, (list, tuple)):
+        assert len(pred) == len(y)
+        return sum(mse(p, t) for p, t in zip(pred, y))
     d = np.asarray(pred, np.float64) - np.asarray(y, np.float64)
     return float(np.mean(d * d))
 

@@ -1,6 +1,7 @@
 """Keras' MultiHeadAttention beyond self-attention: a query sequence attending over a value (and key) sequence
 of other lengths and dimensions, and an attention-mask input; against a float64 numpy reference and Keras 3
-where installed, on the CPU and Vulkan; saved and loaded; misuse refused."""
+where installed, on the CPU and Vulkan; saved and loaded; misuse refused.
+Gradients (finite differences of the references, and Vulkan's against the CPU's): test_sequence_layers.py."""
 from __future__ import annotations
 
 import os
@@ -20,20 +21,8 @@ def backend(each_device):
 
 
 def _reference(q, v, k, w, mask=None, causal=False):
-    """softmax(q_h k_h^T / sqrt(key_dim) + adder) v_h per head, then the output projection; the adder is -1e9
-    where the mask is 0 (Keras' softmax mask) and -inf above the diagonal for causal."""
-    q, v, k = (np.asarray(a, np.float64) for a in (q, v, k))
-    qh = np.einsum("ntd,dhk->nthk", q, w["att.query_kernel"]) + w["att.query_bias"]
-    kh = np.einsum("ntd,dhk->nthk", k, w["att.key_kernel"]) + w["att.key_bias"]
-    vh = np.einsum("ntd,dhk->nthk", v, w["att.value_kernel"]) + w["att.value_bias"]
-    scores = np.einsum("nqhk,nshk->nhqs", qh / np.sqrt(qh.shape[-1]), kh)
-    if mask is not None:
-        scores = scores + (1.0 - mask[:, None]) * -1e9
-    if causal:
-        scores = np.where(np.triu(np.ones(scores.shape[-2:], bool), 1), -np.inf, scores)
-    att = R.softmax(scores, axis=-1)
-    o = np.einsum("nhqs,nshk->nqhk", att, vh)
-    return np.einsum("nqhk,hkd->nqd", o, w["att.output_kernel"]) + w["att.output_bias"]
+    """Keras' MultiHeadAttention(q, v, k, attention_mask=mask) in float64 (tests/models/reference.py)."""
+    return R.multi_head_attention(q, w, "att", causal, value=v, key=k, mask=mask)
 
 
 def _data(seed=0):
@@ -86,7 +75,7 @@ def test_a_mask_and_causal_together():
 def test_cross_attention_trains_as_keras(tmp_path):
     os.environ.setdefault("KERAS_BACKEND", "torch")
     keras = pytest.importorskip("keras", reason="Keras 3 (with a backend) is not installed: the numpy reference "
-                                               "above still runs")
+                                               "above and test_sequence_layers.py's gradient checks still run")
     q, v, k, mask = _data(5)
     y = np.random.default_rng(6).normal(size=(N, TQ, DQ)).astype(np.float32)
     m = _model("cpu", True, True)

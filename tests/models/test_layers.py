@@ -86,7 +86,12 @@ def one_step_gradients(model: Any, x: Any, y: np.ndarray, lr: float = ETA) -> di
     return {k: (w0[k].astype(np.float64) - w1[k].astype(np.float64)) / lr for k in trainable(w0)}
 
 
-def assert_close(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, what: str) -> None:
+def assert_close(got: Any, want: Any, rtol: float, atol: float, what: str) -> None:
+    if isinstance(want, (list, tuple)):   # a multi-output model: output by output
+        assert isinstance(got, (list, tuple)) and len(got) == len(want), f"{what}: {len(want)} outputs expected"
+        for i, (a, b) in enumerate(zip(got, want)):
+            assert_close(a, b, rtol, atol, f"{what} (output {i})")
+        return
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     assert got.shape == want.shape, f"{what}: shape {got.shape}, expected {want.shape}"
     err = np.abs(got - want)
@@ -102,7 +107,9 @@ def assert_close(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, wh
 
 @dataclass
 class Case:
-    """A tiny model, its reference forward ``ref(weights, x, training)``, and its data."""
+    """A tiny model, its reference forward ``ref(weights, x, training)``, and its data. A model of several inputs
+    takes ``x`` as a list; one of several outputs has a ``ref`` that returns a list (the loss: the sum of the
+    outputs' MSEs)."""
     name: str
     build: Callable[[], Any]
     ref: Callable[[dict, Any, bool], np.ndarray]
@@ -517,8 +524,9 @@ def make_case(c: Case, seed: int = 0, backend: str = "cpu"):
     model = compile_sgd(c.build(), backend)
     w = randomize(model, rng)
     x = c.x(rng)
-    out = c.ref(w, x, False)
-    y = rng.normal(0, 1, out.shape).astype(np.float32)
+    out = c.ref(w, x, False)   # a list for a multi-output model (its loss is the sum of the outputs' losses)
+    y = [rng.normal(0, 1, o.shape).astype(np.float32) for o in out] if isinstance(out, list) else \
+        rng.normal(0, 1, out.shape).astype(np.float32)
     return model, w, x, y
 
 

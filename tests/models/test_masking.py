@@ -1,6 +1,7 @@
 """Keras' Masking of padded sequences: recurrent layers carry their state over padding steps, global average
 pooling averages the real steps, layers in between pass the mask on, and a layer that cannot honour it is
-refused; checked against float64 numpy and Keras 3 where installed, on the CPU and Vulkan."""
+refused; checked against float64 numpy and Keras 3 where installed, on the CPU and Vulkan.
+Gradients (finite differences of the references, and Vulkan's against the CPU's): test_sequence_layers.py."""
 from __future__ import annotations
 
 import os
@@ -29,21 +30,6 @@ def _padded(seed=0, value=0.0):
     return x, np.any(x != value, axis=-1)
 
 
-def _masked_lstm(x, mask, kernel, recurrent_kernel, bias):
-    """Keras' LSTM over padded steps: the state is carried over where the mask is False."""
-    n, steps, _ = x.shape
-    units = recurrent_kernel.shape[0]
-    h, c = np.zeros((n, units)), np.zeros((n, units))
-    for t in range(steps):
-        z = x[:, t].astype(np.float64) @ kernel + h @ recurrent_kernel + bias
-        i, f, cc, o = (z[:, k * units:(k + 1) * units] for k in range(4))
-        c_new = R.sigmoid(f) * c + R.sigmoid(i) * np.tanh(cc)
-        h_new = R.sigmoid(o) * np.tanh(c_new)
-        keep = mask[:, t:t + 1]
-        h, c = np.where(keep, h_new, h), np.where(keep, c_new, c)
-    return h
-
-
 def test_an_lstm_carries_its_state_over_padding(backend):
     x, mask = _padded(value=-1.0)
     np.random.seed(2)
@@ -51,7 +37,7 @@ def test_an_lstm_carries_its_state_over_padding(backend):
     m = g.ggml_layer_lstm(m, 4, name="r")
     m = g.ggml_compile(m, loss="mse", metrics=[], backend=backend)
     w = g.ggml_get_weights(m)
-    want = _masked_lstm(x, mask, w["r.kernel"], w["r.recurrent_kernel"], w["r.bias"])
+    want = R.lstm(x, w["r.kernel"], w["r.recurrent_kernel"], w["r.bias"], mask=mask)  # the state carried over
     np.testing.assert_allclose(g.ggml_predict(m, x), want, rtol=1e-5, atol=1e-6)
     # padding at the end changes nothing: the same as the unpadded sequence's last real state
     short = x[3:4, :int(mask[3].sum())]   # sample 3 is padded at its end only
@@ -66,8 +52,7 @@ def test_global_average_pooling_averages_the_real_steps(backend):
     m = g.ggml_layer_global_average_pooling_1d(m)
     m = g.ggml_compile(m, loss="mse", metrics=[], backend=backend)
     w = g.ggml_get_weights(m)
-    h = R.dense(x, w["d.weight"], w["d.bias"], "tanh")
-    want = (h * mask[..., None]).sum(axis=1) / mask.sum(axis=1, keepdims=True)
+    want = R.masked_average(R.dense(x, w["d.weight"], w["d.bias"], "tanh"), mask)
     np.testing.assert_allclose(g.ggml_predict(m, x), want, rtol=1e-5, atol=1e-6)
 
 
@@ -75,7 +60,7 @@ def test_global_average_pooling_averages_the_real_steps(backend):
 def test_masked_models_train_as_keras(kind):
     os.environ.setdefault("KERAS_BACKEND", "torch")
     keras = pytest.importorskip("keras", reason="Keras 3 (with a backend) is not installed: the numpy references "
-                                               "above still run")
+                                               "above and test_sequence_layers.py's gradient checks still run")
     x, _ = _padded(seed=3)
     y = np.random.default_rng(4).normal(size=(N, 2)).astype(np.float32)
     np.random.seed(5)
@@ -155,7 +140,7 @@ def test_an_embedding_with_mask_zero_masks_its_padding_ids(backend):
     m = g.ggml_compile(g.ggml_model(t, r), loss="mse", metrics=[], backend=backend)
     w = g.ggml_get_weights(m)
     x = w["emb.weight"][ids]
-    want = _masked_lstm(x, ids != 0, w["r.kernel"], w["r.recurrent_kernel"], w["r.bias"])
+    want = R.lstm(x, w["r.kernel"], w["r.recurrent_kernel"], w["r.bias"], mask=ids != 0)
     np.testing.assert_allclose(g.ggml_predict(m, ids), want, rtol=1e-5, atol=1e-6)
     tokens = g.ggml_input(shape=(T,), dtype="int32")
     plain = g.ggml_model(tokens, g.ggml_layer_flatten(g.ggml_layer_embedding(tokens, 10, F, mask_zero=True)))

@@ -1,6 +1,7 @@
 """Keras' return_state and initial_state on LSTM/GRU: ``[output, state_h(, state_c)]`` nodes, and an
 encoder's final states starting a decoder (seq2seq); against the float64 references and Keras 3 where
-installed, on the CPU and Vulkan; saved and loaded; misuse refused."""
+installed, on the CPU and Vulkan; saved and loaded; misuse refused.
+Gradients (finite differences of the references, and Vulkan's against the CPU's): test_sequence_layers.py."""
 from __future__ import annotations
 
 import os
@@ -20,19 +21,9 @@ def backend(each_device):
 
 
 def _lstm_states(x, kernel, recurrent_kernel, bias, h=None, c=None):
-    """Keras' LSTM from the state (h, c): (every step's h, final h, final c), float64."""
-    x = np.asarray(x, np.float64)
-    n, steps, _ = x.shape
-    h = np.zeros((n, U)) if h is None else np.asarray(h, np.float64)
-    c = np.zeros((n, U)) if c is None else np.asarray(c, np.float64)
-    seq = []
-    for t in range(steps):
-        z = x[:, t] @ kernel + h @ recurrent_kernel + bias
-        i, f, cc, o = (z[:, k * U:(k + 1) * U] for k in range(4))
-        c = R.sigmoid(f) * c + R.sigmoid(i) * np.tanh(cc)
-        h = R.sigmoid(o) * np.tanh(c)
-        seq.append(h)
-    return np.stack(seq, axis=1), h, c
+    """Keras' LSTM from the state (h, c): [every step's h, final h, final c], float64."""
+    return R.lstm(x, kernel, recurrent_kernel, bias, True, initial_state=None if h is None else [h, c],
+                  return_state=True)
 
 
 def _data(seed=0):
@@ -83,7 +74,7 @@ def test_an_encoders_states_start_a_decoder(backend):
 def test_seq2seq_trains_as_keras_and_saves(kind, tmp_path):
     os.environ.setdefault("KERAS_BACKEND", "torch")
     keras = pytest.importorskip("keras", reason="Keras 3 (with a backend) is not installed: the numpy references "
-                                               "above still run")
+                                               "above and test_sequence_layers.py's gradient checks still run")
     xe, xd = _data(4)
     y = np.random.default_rng(5).normal(size=(N, T + 1, 2)).astype(np.float32)
     np.random.seed(6)

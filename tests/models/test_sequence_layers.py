@@ -1,6 +1,7 @@
-"""The sequence layers (lstm, gru, layer_norm, multi_head_attention, position_embedding) against the
-float64 numpy references of reference.py: forward passes, one-step SGD gradients against central finite
-differences, the same step on Vulkan against the CPU, and a 100-step LSTM that trains.
+"""The sequence layers (lstm, gru, layer_norm, multi_head_attention, position_embedding; masking, bidirectional,
+time_distributed, return_state and initial states, cross-attention with a mask) against the float64 numpy
+references of reference.py: forward passes, one-step SGD gradients against central finite differences, the same
+step on Vulkan against the CPU, and a 100-step LSTM that trains.
 
 The machinery (cases, gradient check, Vulkan subprocess) is test_layers.py's.
 """
@@ -101,6 +102,173 @@ def _block_ref(w, ids, t):
 case("transformer_block", _block, _block_ref, lambda rng: rng.randint(0, 7, (2, 5)).astype(np.int32),
      fwd_tol=(2e-3, 2e-3), grad_tol=(1e-2, 1e-3), zero_grads=KEY_BIAS, vulkan_grad_tol=(1e-2, 6e-3))
 
+
+# ---- issue 26's Keras layers: masking, bidirectional, time_distributed, return_state / initial states, cross-attention
+
+def _rnn(fn, w, x, name="r", rs=False, **kw):
+    return fn(x, w[f"{name}.kernel"], w[f"{name}.recurrent_kernel"], w[f"{name}.bias"], rs, **kw)
+
+
+PAD = -1.0   # the masking cases' mask_value
+
+
+def _padded(n=4, steps=5, features=2):
+    """Sequences with padding steps (every feature PAD): at the end, at the start, in the middle, none."""
+    def make(rng):
+        x = rng.normal(0, 1, (n, steps, features)).astype(np.float32)
+        x[0, 3:], x[1, :2], x[2, 2] = PAD, PAD, PAD
+        return x
+    return make
+
+
+def _mask(x):
+    """Keras' Masking: a step is real where any feature differs from mask_value."""
+    return np.any(np.asarray(x) != PAD, axis=-1)
+
+
+def _masking(*layers):
+    return sequential((g.ggml_layer_masking, (), dict(mask_value=PAD, input_shape=(5, 2))), *layers)
+
+
+case("masking_lstm", lambda: _masking((g.ggml_layer_lstm, (3,), dict(name="r"))),
+     lambda w, x, t: _rnn(R.lstm, w, x, mask=_mask(x)), _padded())
+case("masking_gru_sequences_then_gru",   # the sequence output passes the mask on to the next GRU
+     lambda: _masking((g.ggml_layer_gru, (3,), dict(return_sequences=True, name="r")),
+                      (g.ggml_layer_gru, (2,), dict(name="r2"))),
+     lambda w, x, t: _rnn(R.gru, w, _rnn(R.gru, w, x, rs=True, mask=_mask(x)), "r2", mask=_mask(x)), _padded())
+case("masking_bidirectional_gru",
+     lambda: _masking((g.ggml_layer_bidirectional, (g.ggml_gru(3),), dict(name="bi"))),
+     lambda w, x, t: R.bidirectional(x, w, "bi", R.gru, mask=_mask(x)), _padded())
+case("masking_bidirectional_lstm_sequences_then_pooling",
+     lambda: _masking((g.ggml_layer_bidirectional, (g.ggml_lstm(2, return_sequences=True),),
+                       dict(merge_mode="mul", name="bi")), (g.ggml_layer_global_average_pooling_1d, (), {})),
+     lambda w, x, t: R.masked_average(R.bidirectional(x, w, "bi", R.lstm, True, "mul", _mask(x)), _mask(x)),
+     _padded())
+case("masking_dense_then_global_average_pooling_1d",   # Keras' Masking zeroes the padding steps it passes on
+     lambda: _masking((g.ggml_layer_dense, (3,), dict(activation="tanh", name="d")),
+                      (g.ggml_layer_global_average_pooling_1d, (), {})),
+     lambda w, x, t: R.masked_average(R.dense(x * _mask(x)[..., None], w["d.weight"], w["d.bias"], "tanh"), _mask(x)),
+     _padded())
+case("masking_time_distributed_dense_then_lstm",
+     lambda: _masking((g.ggml_layer_time_distributed, (g.ggml_dense(3, activation="tanh"),), dict(name="td")),
+                      (g.ggml_layer_lstm, (2,), dict(name="r"))),
+     lambda w, x, t: _rnn(R.lstm, w, R.time_distributed(
+         lambda s: R.dense(s, w["td.weight"], w["td.bias"], "tanh"), x * _mask(x)[..., None]), mask=_mask(x)),
+     _padded())
+
+for _rnn_fn, _kind, _rs, _merge in ((R.lstm, "lstm", False, "concat"), (R.gru, "gru", True, "sum"),
+                                    (R.lstm, "lstm", True, "mul"), (R.gru, "gru", False, "ave")):
+    case(f"bidirectional_{_kind}{'_sequences' if _rs else ''}_{_merge}",
+         lambda k=_kind, rs=_rs, mm=_merge: sequential((g.ggml_layer_bidirectional, (
+             (g.ggml_lstm if k == "lstm" else g.ggml_gru)(2, return_sequences=rs),),
+             dict(merge_mode=mm, input_shape=(4, 2), name="bi"))),
+         lambda w, x, t, fn=_rnn_fn, rs=_rs, mm=_merge: R.bidirectional(x, w, "bi", fn, rs, mm), normal(3, 4, 2))
+case("time_distributed_dense",
+     lambda: sequential((g.ggml_layer_time_distributed, (g.ggml_dense(3, activation="tanh"),),
+                         dict(input_shape=(4, 2), name="td"))),
+     lambda w, x, t: R.time_distributed(lambda s: R.dense(s, w["td.weight"], w["td.bias"], "tanh"), x),
+     normal(3, 4, 2))
+case("time_distributed_conv_1d",   # steps of (length, channels)
+     lambda: sequential((g.ggml_layer_time_distributed, (g.ggml_conv_1d(2, 2, activation="tanh"),),
+                         dict(input_shape=(3, 5, 2), name="tc"))),
+     lambda w, x, t: R.time_distributed(lambda s: R.conv1d(s, w["tc.kernel"], w["tc.bias"], act="tanh"), x),
+     normal(3, 3, 5, 2))
+case("bidirectional_gru_sequences_then_time_distributed_dense",
+     lambda: sequential((g.ggml_layer_bidirectional, (g.ggml_gru(2, return_sequences=True),),
+                         dict(input_shape=(4, 2), name="bi")),
+                        (g.ggml_layer_time_distributed, (g.ggml_dense(2),), dict(name="td"))),
+     lambda w, x, t: R.time_distributed(lambda s: R.dense(s, w["td.weight"], w["td.bias"]),
+                                        R.bidirectional(x, w, "bi", R.gru, True)),
+     normal(3, 4, 2))
+
+
+# return_state and initial states (functional models; several outputs: the sum of their losses)
+def _return_state(layer, rs):
+    def build():
+        x = g.ggml_input((4, 2))
+        return g.ggml_model(x, list(layer(x, 3, return_sequences=rs, return_state=True, name="r")))
+    return build
+
+
+def _seq2seq(layer):
+    def build():
+        xe, xd = g.ggml_input((5, 2)), g.ggml_input((4, 2))
+        states = layer(xe, 3, return_state=True, name="enc")[1:]
+        return g.ggml_model([xe, xd], layer([xd] + list(states), 3, return_sequences=True, name="dec"))
+    return build
+
+
+def _states_from_dense():
+    x, z = g.ggml_input((4, 2)), g.ggml_input((3,))
+    h0 = g.ggml_layer_dense(z, 3, activation="tanh", name="h0")
+    c0 = g.ggml_layer_dense(z, 3, name="c0")
+    return g.ggml_model([x, z], g.ggml_layer_lstm([x, h0, c0], 3, name="r"))
+
+
+def _state_input():
+    x, h0 = g.ggml_input((4, 2)), g.ggml_input((3,))
+    return g.ggml_model([x, h0], g.ggml_layer_gru([x, h0], 3, return_sequences=True, name="r"))
+
+
+def _enc_dec_ref(fn):
+    return lambda w, x, t: _rnn(fn, w, x[1], "dec", True, initial_state=_rnn(fn, w, x[0], "enc", return_state=True)[1:])
+
+
+def _inputs(*shapes):
+    return lambda rng: [rng.normal(0, 1, s).astype(np.float32) for s in shapes]
+
+
+case("lstm_return_state_outputs", _return_state(g.ggml_layer_lstm, True),   # [sequence, h, c]
+     lambda w, x, t: _rnn(R.lstm, w, x, rs=True, return_state=True), normal(3, 4, 2))
+case("gru_return_state_outputs", _return_state(g.ggml_layer_gru, False),    # [last output, h]: the same values
+     lambda w, x, t: _rnn(R.gru, w, x, return_state=True), normal(3, 4, 2))
+case("lstm_encoder_states_start_decoder", _seq2seq(g.ggml_layer_lstm), _enc_dec_ref(R.lstm),
+     _inputs((3, 5, 2), (3, 4, 2)))
+case("gru_encoder_state_starts_decoder", _seq2seq(g.ggml_layer_gru), _enc_dec_ref(R.gru),
+     _inputs((3, 5, 2), (3, 4, 2)))
+case("lstm_initial_states_from_dense", _states_from_dense,
+     lambda w, x, t: _rnn(R.lstm, w, x[0], initial_state=[R.dense(x[1], w["h0.weight"], w["h0.bias"], "tanh"),
+                                                          R.dense(x[1], w["c0.weight"], w["c0.bias"])]),
+     _inputs((3, 4, 2), (3, 3)))
+case("gru_initial_state_input", _state_input,
+     lambda w, x, t: _rnn(R.gru, w, x[0], rs=True, initial_state=[x[1]]), _inputs((3, 4, 2), (3, 3)))
+
+
+# cross-attention: a query sequence over a value (and key) sequence of other lengths and dimensions, with a mask
+TQ, TV, DQ, DV, DK = 3, 4, 3, 2, 4
+
+
+def _attention_mask(rng, tq):
+    m = (rng.uniform(size=(3, tq, TV)) > 0.4).astype(np.float32)
+    m[:, :, 0] = 1.0   # every query sees at least one step
+    return m
+
+
+def _cross(with_key, with_mask, causal=False):
+    tq = TV if causal else TQ
+
+    def build():
+        nodes = [g.ggml_input((tq, DQ)), g.ggml_input((TV, DV))] + ([g.ggml_input((TV, DK))] if with_key else []) + \
+            ([g.ggml_input((tq, TV))] if with_mask else [])
+        return g.ggml_model(nodes, g.ggml_layer_multi_head_attention(nodes, 2, 2, causal=causal,
+                                                                     attention_mask=with_mask, name="a"))
+
+    def ref(w, x, t):
+        return R.multi_head_attention(x[0], w, "a", causal, value=x[1], key=x[2] if with_key else None,
+                                      mask=x[-1] if with_mask else None)
+
+    def data(rng):
+        x = [rng.normal(0, 1, (3, tq, DQ)), rng.normal(0, 1, (3, TV, DV))] + \
+            ([rng.normal(0, 1, (3, TV, DK))] if with_key else [])
+        return [a.astype(np.float32) for a in x] + ([_attention_mask(rng, tq)] if with_mask else [])
+    return build, ref, data
+
+
+case("cross_attention", *_cross(False, False), zero_grads=KEY_BIAS)
+case("cross_attention_mask", *_cross(False, True), zero_grads=KEY_BIAS)
+case("cross_attention_key_mask", *_cross(True, True), zero_grads=KEY_BIAS)
+case("cross_attention_mask_causal", *_cross(False, True, causal=True), zero_grads=KEY_BIAS)
+
 CASE_IDS = [c.name for c in CASES]
 BY_NAME = {c.name: c for c in CASES}
 
@@ -193,7 +361,9 @@ def test_saved_sequence_model_predicts_identically(tmp_path):
 # ---------------------------------------------------------------- Vulkan
 
 VULKAN_CASES = [BY_NAME[n] for n in ("lstm_sequences", "gru", "gru_then_gru", "layer_norm", "attention_causal",
-                                     "position_embedding", "transformer_block")]
+                                     "position_embedding", "transformer_block")] + \
+    [c for c in CASES if c.name.startswith(("masking_", "bidirectional_", "time_distributed_", "cross_attention"))
+     or "state" in c.name]
 
 
 def run_vulkan_checks() -> dict:

@@ -1,6 +1,7 @@
 """Keras' wrappers: TimeDistributed (one layer on every step) and Bidirectional (an LSTM/GRU both ways), and the
 recurrent layers' go_backwards: forward passes against the float64 references of tests/models/reference.py,
-training against Keras where installed, on the CPU and Vulkan; saving, and wrapping refused where it cannot work."""
+training against Keras where installed, on the CPU and Vulkan; saving, and wrapping refused where it cannot work.
+Gradients (finite differences of the references, and Vulkan's against the CPU's): test_sequence_layers.py."""
 from __future__ import annotations
 
 import os
@@ -53,16 +54,7 @@ def test_bidirectional_runs_a_forward_and_a_backward_copy(rnn, return_sequences,
                                    name="bi")
     m = g.ggml_compile(m, loss="mse", metrics=[], backend=backend)
     w = g.ggml_get_weights(m)
-    ref = R.lstm if rnn == "lstm" else R.gru
-
-    def run(direction, xs):
-        return ref(xs, w[f"bi.{direction}_kernel"], w[f"bi.{direction}_recurrent_kernel"], w[f"bi.{direction}_bias"],
-                   return_sequences)
-    fwd, bwd = run("forward", x), run("backward", x[:, ::-1])
-    if return_sequences:
-        bwd = bwd[:, ::-1]   # back in the input's order
-    want = {"concat": np.concatenate([fwd, bwd], axis=-1), "sum": fwd + bwd, "mul": fwd * bwd,
-            "ave": (fwd + bwd) / 2}[merge_mode]
+    want = R.bidirectional(x, w, "bi", R.lstm if rnn == "lstm" else R.gru, return_sequences, merge_mode)
     np.testing.assert_allclose(g.ggml_predict(m, x), want, rtol=1e-5, atol=1e-6)
 
 
@@ -80,7 +72,7 @@ def test_go_backwards_reads_the_steps_last_to_first():
 def test_wrapped_layers_train_as_keras_and_save():
     os.environ.setdefault("KERAS_BACKEND", "torch")
     keras = pytest.importorskip("keras", reason="Keras 3 (with a backend) is not installed: the numpy references "
-                                               "above still run")
+                                               "above and test_sequence_layers.py's gradient checks still run")
     x = _seq(n=16)
     y = np.random.default_rng(5).normal(size=(16, 5, 2)).astype(np.float32)
     np.random.seed(6)
