@@ -1,5 +1,6 @@
-"""ggml_lstm_cell and ggml_gru_cell (patches/0031): the fused LSTM and GRU steps and their backward passes against
-numpy float64 and finite differences, on one and two CPU threads, units across the kernels' 64-unit chunks."""
+"""ggml_lstm_cell and ggml_gru_cell (patches/0031), the fused LSTM and GRU steps, and ggml_lstm_seq (patches/0035),
+a whole LSTM recurrence: forward and backward passes against numpy float64 and finite differences, on one and two
+CPU threads, units across the kernels' 64-unit chunks and the SIMD width."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +10,7 @@ import ggmlpy as G
 from tests.conftest import compute, compute_grad
 from tests.test_gradients import f64, fd_grad
 
-COVERED = {"ggml_lstm_cell", "ggml_gru_cell"}   # the op builders this file tests (test_ops.py's coverage check reads it)
+COVERED = {"ggml_lstm_cell", "ggml_gru_cell", "ggml_lstm_seq"}   # the op builders this file tests (test_ops.py's coverage check reads it)
 
 
 def sigmoid(x):
@@ -193,5 +194,119 @@ def test_gru_operands_are_checked_before_ggml():
             G.ggml_gru_cell(ctx, x, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 6, 1))
         with pytest.raises(ValueError, match=r"h_prev must have shape \[2, 3\]"):
             G.ggml_gru_cell(ctx, x, x, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, 2))
+    finally:
+        ctx.free()
+
+
+# ---------------------------------------------------------------- ggml_lstm_seq (patches/0035)
+
+def lstm_sequence(x, u, h0=None, c0=None, reverse=False):
+    """numpy float64 reference of Keras' LSTM recurrence: x (steps, batch, 4 units) the input projections, u
+    (4 units, units) the recurrent kernel as ggml stores it (z = x_t + h u^T) -> h, c (steps, batch, units), in
+    time order; reverse runs the steps last to first (Keras' go_backwards)."""
+    steps, batch, width = x.shape
+    units = width // 4
+    h = np.zeros((batch, units)) if h0 is None else h0
+    c = None if c0 is None else c0
+    hs, cs = np.zeros((steps, batch, units)), np.zeros((steps, batch, units))
+    for t in (reversed(range(steps)) if reverse else range(steps)):
+        h, c = lstm_step(x[t] + h @ u.T, c)
+        hs[t], cs[t] = h, c
+    return hs, cs
+
+
+def seq_op(reverse):
+    return lambda ctx, x, u, *states: G.ggml_lstm_seq(ctx, x, u, *states, reverse=reverse)
+
+
+def seq_case(units, batch, steps, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(steps, batch, 4 * units)).astype(np.float32)
+    u = rng.normal(scale=0.6 / np.sqrt(units), size=(4 * units, units)).astype(np.float32)
+    h0 = rng.normal(size=(batch, units)).astype(np.float32)
+    c0 = rng.normal(size=(batch, units)).astype(np.float32)
+    return x, u, h0, c0
+
+
+@pytest.mark.parametrize("units, batch, steps", [(1, 1, 1), (5, 3, 4), (16, 2, 1), (64, 8, 6), (67, 5, 3),
+                                                 (130, 9, 2), (3, 1, 5)])
+@pytest.mark.parametrize("with_state", [True, False])
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
+def test_sequence_forward_matches_numpy_float64(units, batch, steps, with_state, reverse, backend):
+    x, u, h0, c0 = seq_case(units, batch, steps, units * 100 + batch * 10 + steps)
+    states = (h0, c0) if with_state else ()
+    (out,) = compute(seq_op(reverse), x, u, *states, backend=backend)
+    h, c = lstm_sequence(f64(x), f64(u), *map(f64, states), reverse=reverse)
+    assert out.shape == (6, steps, batch, units)
+    np.testing.assert_allclose(out[0], h, rtol=1e-5, atol=3e-6)
+    np.testing.assert_allclose(out[1], c, rtol=1e-5, atol=3e-6)
+
+
+def seq_weights(rng, steps, batch, units):
+    """Loss weights on h and c of every step; none on the gate planes, which are not a result."""
+    w = rng.uniform(-1, 1, size=(6, steps, batch, units)).astype(np.float32)
+    w[2:] = 0
+    return w
+
+
+def seq_planes(x, u, h0, c0, reverse):
+    h, c = lstm_sequence(x, u, h0, c0, reverse)
+    return np.concatenate([np.stack([h, c]), np.zeros((4,) + h.shape)])
+
+
+@pytest.mark.parametrize("units, batch, steps", [(3, 2, 3), (2, 3, 4), (17, 1, 2)])
+@pytest.mark.parametrize("with_state", [True, False])
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
+def test_sequence_gradients_match_finite_differences(units, batch, steps, with_state, reverse, backend):
+    """The gradients of x, u (one product over all steps), h0 and c0, through h and c of every step."""
+    x, u, h0, c0 = seq_case(units, batch, steps, units + batch + steps)
+    w = seq_weights(np.random.default_rng(units), steps, batch, units)
+    ref = dict(x=f64(x), u=f64(u), h0=f64(h0) if with_state else None, c0=f64(c0) if with_state else None)
+    names = ["x", "u"] + (["h0", "c0"] if with_state else [])
+    arrays = dict(x=x, u=u, h0=h0, c0=c0)
+    for name in names:
+        others = [n for n in names if n != name]
+
+        def build(ctx, target, *rest, name=name, others=others):
+            t = dict(zip(others, rest), **{name: target})
+            return G.ggml_lstm_seq(ctx, t["x"], t["u"], t.get("h0"), t.get("c0"), reverse=reverse)
+        _, grad = compute_grad(build, arrays[name], w, *(arrays[n] for n in others), backend=backend)
+        fd = fd_grad(lambda v, name=name: seq_planes(**{**ref, name: v}, reverse=reverse), arrays[name], f64(w))
+        np.testing.assert_allclose(grad, fd, rtol=1e-4, atol=2e-5, err_msg=name)
+        assert np.abs(fd).max() > 1e-2, name
+
+
+def test_sequence_gradient_of_the_last_state_alone(backend):
+    """A loss on the last processed state only (the layer's return_sequences=False): the gradient flows back
+    through every step."""
+    units, batch, steps = 4, 3, 6
+    x, u, _, _ = seq_case(units, batch, steps, 11)
+    w = np.zeros((6, steps, batch, units), np.float32)
+    w[0, -1] = np.random.default_rng(1).uniform(-1, 1, size=(batch, units))
+    _, gx = compute_grad(seq_op(False), x, w, u, backend=backend)
+    fd = fd_grad(lambda v: seq_planes(v, f64(u), None, None, False), x, f64(w))
+    np.testing.assert_allclose(gx, fd, rtol=1e-4, atol=2e-5)
+    assert np.abs(gx[0]).max() > 1e-3   # the first step's input reaches the last state
+
+
+def test_sequence_operands_are_checked_before_ggml():
+    ctx = G.ggml_init(1 << 20, no_alloc=True)
+    try:
+        x = G.ggml_new_tensor_3d(ctx, G.GGML_TYPE_F32, 8, 3, 5)
+        u = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 2, 8)
+        with pytest.raises(ValueError, match=r"x must be \[4 \* units, batch, steps\], got shape \[6, 3, 5, 1\]"):
+            G.ggml_lstm_seq(ctx, G.ggml_new_tensor_3d(ctx, G.GGML_TYPE_F32, 6, 3, 5), u)
+        with pytest.raises(ValueError, match=r"u must have shape \[2, 8\] \(units, 4 \* units\)"):
+            G.ggml_lstm_seq(ctx, x, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 8, 2))
+        with pytest.raises(ValueError, match=r"h0 must have shape \[2, 3\] \(units, batch\)"):
+            G.ggml_lstm_seq(ctx, x, u, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 2, 4))
+        with pytest.raises(ValueError, match=r"c0 must have shape \[2, 3\]"):
+            G.ggml_lstm_seq(ctx, x, u, None, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, 2))
+        with pytest.raises(ValueError, match="contiguous"):
+            G.ggml_lstm_seq(ctx, G.ggml_permute(ctx, x, 0, 2, 1, 3), u)
+        with pytest.raises(TypeError, match="reverse must be True or False"):
+            G.ggml_lstm_seq(ctx, x, u, reverse=1)
+        with pytest.raises(TypeError, match="u must be f32, got f16"):
+            G.ggml_lstm_seq(ctx, x, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F16, 2, 8))
     finally:
         ctx.free()

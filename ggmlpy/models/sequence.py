@@ -31,10 +31,10 @@ from ..ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_vi
 from ..backend.device import ggml_backend_dev_supports_op
 from ..graph.context import ggml_init
 from ..graph.introspect import ggml_is_contiguous
-from ..graph.tensor import ggml_new_tensor_2d
+from ..graph.tensor import ggml_new_tensor_2d, ggml_new_tensor_3d
 from ..core.types import GGML_TYPE_F32
 from ..ops.linalg import ggml_mul_mat
-from ..ops.recurrent import ggml_gru_cell, ggml_lstm_cell
+from ..ops.recurrent import ggml_gru_cell, ggml_lstm_cell, ggml_lstm_seq
 from ..ops.reduce import ggml_concat, ggml_repeat
 from .initializers import check_initializer
 from .layers import bool_arg, Layer, ParamSpec, positive_int
@@ -42,19 +42,30 @@ from .masking import carry_over, step_of, time_major_mask
 
 
 F32 = 4  # bytes per value: the model layer computes in float32
-_FUSED_CELL: dict[str, bool] = {}  # device name -> whether it computes ggml_lstm_cell
+_FUSED: dict[tuple[str, str], bool] = {}  # (device name, op) -> whether the device computes the op
 
 
-def fused_cell_supported(device: Any) -> bool:
-    """Whether ``device`` computes the fused LSTM step (asked of ggml once per device name)."""
-    if device.name not in _FUSED_CELL:
-        ctx = ggml_init(mem_size=4096, no_alloc=True)
+def _probe(ctx: Any, op: str) -> Tensor:
+    """A small instance of a fused recurrent op, to ask a device whether it computes it."""
+    if op == "lstm_cell":
+        return ggml_lstm_cell(ctx, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 2))
+    if op == "gru_cell":
+        x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 6, 2)
+        return ggml_gru_cell(ctx, x, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 6, 2))
+    return ggml_lstm_seq(ctx, ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 8, 2, 3), ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 2, 8))
+
+
+def fused_supported(device: Any, op: str) -> bool:
+    """Whether ``device`` computes the fused recurrent op ``op`` (``"lstm_cell"``, ``"gru_cell"``: one step, patches/0031;
+    ``"lstm_seq"``: the whole recurrence, patches/0035), asked of ggml once per device name."""
+    key = (device.name, op)
+    if key not in _FUSED:
+        ctx = ggml_init(mem_size=8192, no_alloc=True)
         try:
-            _FUSED_CELL[device.name] = ggml_backend_dev_supports_op(
-                device, ggml_lstm_cell(ctx, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 2)))
+            _FUSED[key] = ggml_backend_dev_supports_op(device, _probe(ctx, op))
         finally:
             ctx.free()
-    return _FUSED_CELL[device.name]
+    return _FUSED[key]
 
 
 def _dense(ctx: Any, t: Tensor) -> Tensor:
@@ -72,7 +83,12 @@ def _stack_steps(g: Any, hs: list[Tensor]) -> Tensor:
     while len(parts) > 1:
         parts = [ggml_concat(g.ctx, parts[i], parts[i + 1], 2) if i + 1 < len(parts) else parts[i]
                  for i in range(0, len(parts), 2)]
-    return ggml_cont(g.ctx, ggml_permute(g.ctx, parts[0], 0, 2, 1, 3))   # [H, N, T] -> [H, T, N]
+    return _time_major_to_samples(g, parts[0])
+
+
+def _time_major_to_samples(g: Any, seq: Tensor) -> Tensor:
+    """``[H, N, T]`` -> ``[H, T, N]`` (the model layer's sample-major sequences)."""
+    return ggml_cont(g.ctx, ggml_permute(g.ctx, seq, 0, 2, 1, 3))
 
 
 class Recurrent(Layer):
@@ -215,6 +231,11 @@ class Recurrent(Layer):
         proj = ggml_add(ctx, proj, self.input_bias(g))                             # [G, N * T]
         rec_masks = self._masks(g, self.recurrent_dropout, self.units, self.gates)
         state, outputs = (tuple(xs[1:]) if len(xs) > 1 else None), []
+        if mask is None and not rec_masks and (in_time_order or not backwards or not self.return_sequences):
+            whole = self.whole_sequence(g, proj, state, steps, backwards)
+            if whole is not None:   # the recurrence as one op: the sequence in time order and the final state
+                seq, state = whole
+                return (_time_major_to_samples(g, seq) if self.return_sequences else state[0]), state
         mask_tn = time_major_mask(g, mask) if mask is not None else None
         for t in (reversed(range(steps)) if backwards else range(steps)):
             x_t = ggml_view_2d(ctx, proj, width, n, width * F32, t * width * n * F32)   # contiguous [G, N]
@@ -235,6 +256,11 @@ class Recurrent(Layer):
 
     def input_bias(self, g: Any) -> Tensor:
         raise NotImplementedError
+
+    def whole_sequence(self, g: Any, proj: Tensor, state: tuple | None, steps: int, backwards: bool) -> tuple | None:
+        """The whole recurrence in one op, where the layer and the device have one: ``(h [U, N, T] in time order,
+        the final state)`` from the projections ``proj`` ``[G, N * T]``; None to unroll it step by step."""
+        return None
 
     def step(self, g: Any, x_t: Tensor, state: tuple | None, rec_masks: Any = ()) -> tuple:
         """One time step from the projected input ``x_t`` ``[G, N]``: the new state, hidden output first; the
@@ -271,9 +297,21 @@ class LSTM(Recurrent):
     def input_bias(self, g):
         return g.param(self, "bias")
 
+    def whole_sequence(self, g, proj, state, steps, backwards):
+        if not fused_supported(g.params.backend.device, "lstm_seq"):
+            return None
+        ctx, u, n = g.ctx, self.units, g.batch
+        x = ggml_reshape_3d(ctx, _dense(ctx, proj), 4 * u, n, steps)
+        h0, c0 = (None, None) if state is None else (_dense(ctx, state[0]), _dense(ctx, state[1]))
+        seq = ggml_lstm_seq(ctx, x, g.param(self, "recurrent_kernel"), h0, c0, reverse=backwards)
+        plane, last = u * n * F32, (0 if backwards else steps - 1)   # the last step processed
+        h = ggml_view_3d(ctx, seq, u, n, steps, u * F32, plane, 0)
+        return h, (ggml_view_2d(ctx, seq, u, n, u * F32, last * plane),
+                   ggml_view_2d(ctx, seq, u, n, u * F32, (steps + last) * plane))
+
     def step(self, g, x_t, state, rec_masks=()):
         ctx, u = g.ctx, self.units
-        if fused_cell_supported(g.params.backend.device):
+        if fused_supported(g.params.backend.device, "lstm_cell"):
             rec = None if state is None else _dense(ctx, self.recurrent(g, state[0], rec_masks))
             cell = ggml_lstm_cell(ctx, _dense(ctx, x_t), rec, None if state is None else _dense(ctx, state[1]))
             n = x_t.shape[1]
@@ -305,7 +343,7 @@ class GRU(Recurrent):
             h_proj = rec_bias
         else:
             h_proj = ggml_add(ctx, self.recurrent(g, state[0], rec_masks), rec_bias)
-        if fused_cell_supported(g.params.backend.device):
+        if fused_supported(g.params.backend.device, "gru_cell"):
             if state is None:
                 h_proj = ggml_repeat(ctx, h_proj, x_t)
             return (ggml_gru_cell(ctx, _dense(ctx, x_t), _dense(ctx, h_proj),

@@ -1,10 +1,12 @@
-"""Recurrent cells fused into one op (patches/0031): an LSTM or GRU time step and its backward on the CPU."""
+"""Recurrent cells fused into one op on the CPU: an LSTM or GRU time step and its backward (patches/0031), and a
+whole LSTM sequence and its backward (patches/0035)."""
 from __future__ import annotations
 
 from typing import Any
 
 from .._ffi import lib
 from ..core.args import fail
+from ..errors import GgmlTypeError
 from ..core.types import GGML_TYPE_F32
 from ..graph.objects import Context, Tensor
 from . import base as _base
@@ -97,3 +99,57 @@ def ggml_gru_cell(ctx: Context, x: Tensor, hp: Tensor, h_prev: Tensor | None = N
         h_prev = _like(fn, h_prev, "h_prev", (units, batch, 1, 1),
                        f"shape [{units}, {batch}] (units, batch) for x of shape {list(x.shape[:2])}")
     return make_op(fn, ctx, lib.ggml_gru_cell, (x, hp, h_prev), (units, batch))
+
+
+def ggml_lstm_seq(ctx: Context, x: Tensor, u: Tensor, h0: Tensor | None = None, c0: Tensor | None = None,
+                  reverse: bool = False) -> Tensor:
+    """A whole LSTM recurrence over ``T`` steps in one node (and one node backward), on the CPU.
+
+    ``x`` holds every step's input projection ``x_t W + b`` (the four gates stacked in Keras' order input,
+    forget, cell, output); each step adds the recurrent product ``h_{t-1} U`` and computes
+    ``c_t = f * c_{t-1} + i * g`` and ``h_t = o * tanh(c_t)`` (``i, f, o`` sigmoids, ``g`` a tanh). The CPU's
+    threads each take a block of the batch and run every step on it, products included, without waiting for
+    each other; the backward pass gives every step's gate gradient in one node, and the gradient of ``u`` is
+    then one matrix product over all steps (``sum_t h_{t-1} dz_t^T``) instead of one per step. An LSTM unrolled
+    into ``ggml_lstm_cell`` steps makes three matrix products, a cell and their joins per step, each ending at
+    a wait of the threads.
+
+    Differentiable in ``x``, ``u``, ``h0`` and ``c0``. Only the CPU backend computes it (patches/0035): for a
+    GPU build the steps from ``ggml_mul_mat`` and the element-wise ops, which every backend has.
+
+    Arguments:
+        ctx: [glossary]
+        x: F32 contiguous ``[4 * units, batch, steps]`` (ggml order), the projections time-major.
+        u: F32 contiguous ``[units, 4 * units]``, the recurrent kernel as ``ggml_mul_mat(ctx, u, h)`` takes it.
+        h0: F32 contiguous ``[units, batch]``, the initial hidden state, or None for zeros.
+        c0: F32 contiguous ``[units, batch]``, the initial cell state, or None for zeros.
+        reverse: True processes the steps last to first (Keras' ``go_backwards``); the results stay in time
+            order (``h_t`` at step ``t``), so the last state processed is step 0's.
+
+    Value: a new F32 Tensor ``[units, batch, steps, 6]``: plane 0 holds ``h_t`` and plane 1 ``c_t`` of every
+    step, in time order; planes 2 to 5 keep the gates for the backward pass and are not a result (their
+    gradient is ignored). Take the hidden states with ``ggml_view_3d(ctx, seq, units, batch, steps,
+    units * 4, units * batch * 4, 0)``.
+
+    Example:
+        >>> seq = ggml_lstm_seq(ctx, proj, u_kernel)           # proj [256, 32, 40]: 64 units, batch 32
+        >>> last_h = ggml_view_2d(ctx, seq, 64, 32, 64 * 4, 39 * 64 * 32 * 4)
+    """
+    fn = "ggml_lstm_seq"
+    x = operand(fn, x, "x")
+    _base.types(fn, x, {GGML_TYPE_F32}, "x")
+    contiguous(fn, x, "x")
+    rows, batch, steps, rest = x.shape
+    if rest != 1 or rows % 4:
+        fail(fn, f"x must be [4 * units, batch, steps], got shape {list(x.shape)}")
+    units = rows // 4
+    u = _like(fn, u, "u", (units, rows, 1, 1), f"shape [{units}, {rows}] (units, 4 * units) for x of shape "
+                                                 f"{list(x.shape[:3])}")
+    states = []
+    for what, s in (("h0", h0), ("c0", c0)):
+        states.append(None if s is None else _like(fn, s, what, (units, batch, 1, 1),
+                                                   f"shape [{units}, {batch}] (units, batch) for x of shape "
+                                                   f"{list(x.shape[:3])}"))
+    if not isinstance(reverse, bool):
+        fail(fn, f"reverse must be True or False, got {reverse!r}", GgmlTypeError)
+    return make_op(fn, ctx, lib.ggml_lstm_seq, (x, u, *states), (units, batch, steps, 6), (reverse,))

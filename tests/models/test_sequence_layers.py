@@ -322,20 +322,25 @@ def test_wrong_arguments_and_shapes(build, message):
         g.ggml_compile(build(), loss="mse", metrics=[], backend="cpu")   # shapes are checked by compile at the latest
 
 
-def test_lstm_over_100_steps_trains():
-    """An LSTM over 100 steps (a training graph far beyond ggml's default 2048 nodes) learns the sign of a
-    small offset hidden in noise, which each step shows only faintly (one step alone: ~62 % right)."""
+@pytest.mark.parametrize("layer", [g.ggml_layer_lstm, g.ggml_layer_gru], ids=["lstm", "gru"])
+def test_a_recurrence_over_100_steps_trains(layer):
+    """A recurrence over 100 steps learns the sign of a small offset hidden in noise, which each step shows only
+    faintly (one step alone: ~62 % right). The GRU, unrolled step by step, makes a training graph beyond ggml's
+    default 2048 nodes (patches/0005); the CPU runs the LSTM's recurrence as one op each way (patches/0035)."""
     np.random.seed(0)
     rng = np.random.RandomState(0)
     sign = rng.randint(0, 2, 256)
     x = (rng.normal(0, 1, (256, 100, 1)) + np.where(sign, 0.3, -0.3)[:, None, None]).astype(np.float32)
     m = g.ggml_model_sequential()
-    m = g.ggml_layer_lstm(m, 8, input_shape=(100, 1))
+    m = layer(m, 8, input_shape=(100, 1))
     m = g.ggml_layer_dense(m, 2, activation="softmax")
     m = g.ggml_compile(m, optimizer="adam", loss="sparse_categorical_crossentropy", backend="cpu",
                        learning_rate=0.02)
     inst = build_training_graph(m, m.compiled, 32)
-    assert inst.train_nodes > g.GGML_DEFAULT_GRAPH_SIZE   # forward + backward + optimizer nodes
+    if layer is g.ggml_layer_gru:
+        assert inst.train_nodes > g.GGML_DEFAULT_GRAPH_SIZE   # forward + backward + optimizer nodes
+    else:
+        assert inst.train_nodes < 200
     inst.free()
     hist = g.ggml_fit(m, x, sign, epochs=6, batch_size=32, verbose=0)
     assert hist["train_loss"].iloc[-1] < 0.5 * hist["train_loss"].iloc[0], hist
@@ -560,16 +565,27 @@ def _trained_lstm(backend, seed=3, layer=g.ggml_layer_lstm):
     return m, h, x
 
 
-@pytest.mark.parametrize("layer, op", [(g.ggml_layer_lstm, "LSTM_CELL"), (g.ggml_layer_gru, "GRU_CELL")])
-def test_the_fused_recurrent_step_trains_as_the_element_wise_one(layer, op, monkeypatch):
-    """patches/0031's one-op LSTM and GRU steps (the CPU's) against the element-wise graph they replace: the same
-    losses and weights after three epochs (float32 rounding apart), and the fused op is in the CPU's graph."""
+FUSED_FORMS = [  # (layer, the fused ops the CPU may use, the op that must be in its graph)
+    (g.ggml_layer_lstm, {"lstm_seq", "lstm_cell"}, "LSTM_SEQ"),   # the whole recurrence (patches/0035)
+    (g.ggml_layer_lstm, {"lstm_cell"}, "LSTM_CELL"),              # one op per step (0031): masks, recurrent dropout
+    (g.ggml_layer_gru, {"gru_cell"}, "GRU_CELL"),
+]
+
+
+@pytest.mark.parametrize("layer, allowed, op", FUSED_FORMS, ids=[f[2] for f in FUSED_FORMS])
+def test_the_fused_recurrence_trains_as_the_element_wise_one(layer, allowed, op, monkeypatch):
+    """The CPU's fused LSTM and GRU forms (the whole sequence, one step) against the element-wise graph they
+    replace: the same losses and weights after three epochs (float32 rounding apart), and the fused op is in the
+    CPU's graph."""
     from ggmlpy.models import sequence
+    real = sequence.fused_supported
+    monkeypatch.setattr(sequence, "fused_supported", lambda device, name: name in allowed and real(device, name))
     fused, h_fused, x = _trained_lstm("cpu", layer=layer)
-    assert op in g.ggml_model_placement(fused).op_counts()
-    monkeypatch.setattr(sequence, "fused_cell_supported", lambda device: False)
+    ops = g.ggml_model_placement(fused).op_counts()
+    assert op in ops and not {"LSTM_SEQ", "LSTM_CELL", "GRU_CELL"} - {op} & set(ops), ops
+    monkeypatch.setattr(sequence, "fused_supported", lambda device, name: False)
     plain, h_plain, _ = _trained_lstm("cpu", layer=layer)
-    assert op not in g.ggml_model_placement(plain).op_counts()
+    assert not {"LSTM_SEQ", "LSTM_CELL", "GRU_CELL"} & set(g.ggml_model_placement(plain).op_counts())
     np.testing.assert_allclose(h_fused["train_loss"], h_plain["train_loss"], rtol=2e-5)
     for name, w in g.ggml_get_weights(fused).items():
         np.testing.assert_allclose(w, g.ggml_get_weights(plain)[name], rtol=1e-4, atol=1e-5, err_msg=name)
@@ -582,4 +598,4 @@ def test_a_gpu_recurrent_layer_keeps_its_steps_on_the_device(each_device, layer)
     """The fused steps are CPU-only: a GPU model builds the element-wise step, every op of it on the device."""
     m, _, _ = _trained_lstm(each_device, layer=layer)
     p = g.ggml_model_placement(m)
-    assert not {"LSTM_CELL", "GRU_CELL"} & set(p.op_counts()) and p.cpu_ops == [] and p.n_splits == 1, str(p)
+    assert not {"LSTM_SEQ", "LSTM_CELL", "GRU_CELL"} & set(p.op_counts()) and p.cpu_ops == [] and p.n_splits == 1, str(p)

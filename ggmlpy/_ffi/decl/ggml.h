@@ -77,6 +77,8 @@ struct ggml_tensor * ggml_dropout(struct ggml_context * ctx, struct ggml_tensor 
 struct ggml_tensor * ggml_lstm_cell(struct ggml_context * ctx, struct ggml_tensor * x, struct ggml_tensor * r, struct ggml_tensor * c_prev);  /* patches/0031 */
 struct ggml_tensor * ggml_lstm_cell_back(struct ggml_context * ctx, struct ggml_tensor * cell, struct ggml_tensor * grad);  /* patches/0031 */
 struct ggml_tensor * ggml_gru_cell(struct ggml_context * ctx, struct ggml_tensor * x, struct ggml_tensor * hp, struct ggml_tensor * h_prev);  /* patches/0031 */
+struct ggml_tensor * ggml_lstm_seq(struct ggml_context * ctx, struct ggml_tensor * x, struct ggml_tensor * u, struct ggml_tensor * h0, struct ggml_tensor * c0, bool reverse);  /* patches/0035 */
+struct ggml_tensor * ggml_lstm_seq_back(struct ggml_context * ctx, struct ggml_tensor * seq, struct ggml_tensor * grad);  /* patches/0035 */
 struct ggml_tensor * ggml_clamp(struct ggml_context * ctx, struct ggml_tensor * a, float min, float max);
 struct ggml_tensor * ggml_clamp_inplace(struct ggml_context * ctx, struct ggml_tensor * a, float min, float max);
 
