@@ -32,7 +32,12 @@ def count_forward(outputs: Sequence[Tensor], with_leafs: bool = False) -> Any:
     return (n_nodes, params, n_leafs) if with_leafs else (n_nodes, params)
 
 
-_MUL_MAT = next(i for i in range(int(lib.GGML_OP_COUNT)) if ffi.string(lib.ggml_op_name(i)) == b"MUL_MAT")
+def _op_code(name: bytes) -> int:
+    return next(i for i in range(int(lib.GGML_OP_COUNT)) if ffi.string(lib.ggml_op_name(i)) == name)
+
+
+_MUL_MAT = _op_code(b"MUL_MAT")
+_LSTM_SEQ = _op_code(b"LSTM_SEQ")   # patches/0035: a whole recurrence, its products inside ggml's CPU pool
 
 
 def forward_flops(outputs: Sequence[Tensor]) -> float:
@@ -77,6 +82,9 @@ def forward_work(outputs: Sequence[Tensor]) -> StepWork:
             product = 2.0 * n * int(t.src[0].ne[0])
             flops += product
             blas += product if _blas_takes(t) else 0.0
+        elif t.op == _LSTM_SEQ:   # every step's recurrent product [units, 4 units] x [units, batch], then its cells
+            units, batch, steps = int(t.ne[0]), int(t.ne[1]), int(t.ne[2])
+            flops += 8.0 * units * units * batch * steps + n
         else:
             flops += n
     return StepWork(flops, blas, flops - blas)

@@ -216,6 +216,22 @@ def test_training_step_work_counts_the_pool_and_the_optimizer():
     ctx.free()
 
 
+
+def test_the_lstm_sequence_ops_products_count_as_the_pools_work():
+    """ggml_lstm_seq (patches/0035) runs every step's recurrent product inside ggml's CPU pool: counted there, or
+    a pool of one thread would be given an LSTM's whole recurrence."""
+    from ggmlpy.compute.threads import training_step_work
+    units, batch, steps = 64, 32, 40
+    ctx = g.ggml_init(16 << 20, no_alloc=True)
+    x = g.ggml_set_input(g.ggml_new_tensor_3d(ctx, g.GGML_TYPE_F32, 4 * units, batch, steps))
+    u = g.ggml_set_param(g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, units, 4 * units))
+    seq = g.ggml_lstm_seq(ctx, x, u)
+    work = training_step_work([seq])
+    recurrent = 2.0 * units * 4 * units * batch * steps
+    assert work.blas_flops == 0
+    assert work.pool_elements >= 3 * recurrent and work.flops >= 3 * recurrent
+    ctx.free()
+
 @needs_blas
 def test_blas_matmul_matches_numpy_and_training_uses_it():
     rng = np.random.default_rng(0)
