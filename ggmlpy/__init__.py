@@ -147,7 +147,7 @@ from .ops.attention import (ggml_add_rel_pos, ggml_flash_attn_ext, ggml_get_rel_
                             ggml_timestep_embedding)
 from .ops.backward import (ggml_get_rows_back, ggml_rms_norm_back, ggml_silu_back, ggml_soft_max_ext_back,
                            ggml_soft_max_ext_back_inplace)
-from .ops.conv import (ggml_conv_1d_dw, ggml_conv_2d_direct, ggml_conv_2d_dw, ggml_conv_2d_dw_direct,
+from .ops.conv import (ggml_conv_1d_dw, ggml_conv_2d_direct, ggml_conv_2d_tiled, ggml_conv_2d_dw, ggml_conv_2d_dw_direct,
                        ggml_conv_transpose_1d, ggml_conv_transpose_2d_p0, ggml_im2col, GGML_OP_POOL_AVG,
                        GGML_OP_POOL_MAX, ggml_pool_1d, ggml_pool_2d, GGML_SCALE_MODE_BICUBIC,
                        GGML_SCALE_MODE_BILINEAR, GGML_SCALE_MODE_NEAREST)
@@ -318,7 +318,7 @@ __all__ = [
     "ggml_rope_inplace", "ggml_rope_multi", "ggml_rope_multi_inplace", "GGML_ROPE_TYPE_MROPE", "GGML_ROPE_TYPE_NEOX",
     "GGML_ROPE_TYPE_NORM", "GGML_ROPE_TYPE_VISION", "ggml_timestep_embedding", "ggml_get_rows_back",
     "ggml_rms_norm_back", "ggml_silu_back", "ggml_soft_max_ext_back", "ggml_soft_max_ext_back_inplace",
-    "ggml_conv_1d_dw", "ggml_conv_2d_direct", "ggml_conv_2d_dw", "ggml_conv_2d_dw_direct", "ggml_conv_transpose_1d",
+    "ggml_conv_1d_dw", "ggml_conv_2d_direct", "ggml_conv_2d_tiled", "ggml_conv_2d_dw", "ggml_conv_2d_dw_direct", "ggml_conv_transpose_1d",
     "ggml_conv_transpose_2d_p0", "ggml_im2col", "GGML_OP_POOL_AVG", "GGML_OP_POOL_MAX", "ggml_pool_1d",
     "ggml_pool_2d", "GGML_SCALE_MODE_BICUBIC", "GGML_SCALE_MODE_BILINEAR", "GGML_SCALE_MODE_NEAREST", "ggml_abs",
     "ggml_add", "ggml_clamp", "ggml_cont", "ggml_cos", "ggml_diag_mask_inf", "ggml_div", "ggml_dup", "ggml_elu",

@@ -15,6 +15,7 @@ import pytest
 
 import ggmlpy as G
 from ggmlpy._ffi import lib
+from tests.test_gradients import fd_grad
 from tests.conftest import (
     assert_refused_naming_op, backward_refusal_script, compute, compute_grad, nd4, run_cases_in_subprocess,
     run_in_subprocess)
@@ -721,8 +722,148 @@ def test_vulkan_matches_cpu(vulkan, name):
     np.testing.assert_allclose(gpu, cpu, rtol=1e-4, atol=1e-4)
 
 
+# ---------------------------------------------------------------- the tiled convolution (patches/0036)
+
+def tiled(s0=1, s1=1, p0=0, p1=0, d0=1, d1=1):
+    return lambda ctx, k, x, *b: G.ggml_conv_2d_tiled(ctx, k, x, b[0] if b else None, s0, s1, p0, p1, d0, d1)
+
+
+def conv_bias_ref(X, K, b, geometry):
+    out = conv2d_ref(X, K, *geometry)
+    return out if b is None else out + b.reshape(1, -1, 1, 1)
+
+
+def cpu_threads(n):
+    b = G.ggml_backend_cpu_init()
+    G.ggml_backend_cpu_set_n_threads(b, n)
+    return b
+
+
+# (N, C, H, W, O, KH, KW), (s0, s1, p0, p1, d0, d1)
+TILED_CASES = [
+    ((2, 3, 8, 9, 4, 3, 3), (1, 1, 1, 1, 1, 1)),
+    ((1, 1, 28, 28, 8, 3, 3), (1, 1, 1, 1, 1, 1)),     # one input channel (a first layer)
+    ((3, 2, 7, 6, 5, 2, 3), (2, 1, 0, 1, 1, 2)),       # strides, asymmetric padding, dilation
+    ((2, 4, 10, 11, 3, 3, 3), (1, 2, 2, 0, 2, 1)),
+    ((1, 2, 9, 1, 3, 3, 1), (1, 1, 0, 2, 1, 1)),       # a sequence: one-column images (Conv1D's use)
+    ((2, 64, 12, 20, 40, 3, 3), (1, 1, 1, 1, 1, 1)),   # K = 576 taps: tiles of a few rows, not whole images
+    ((1, 3, 5, 5, 2, 5, 5), (1, 1, 0, 0, 1, 1)),       # a kernel the size of the image: one output
+]
+
+
+@covers("ggml_conv_2d_tiled")
+@pytest.mark.parametrize("shape, geometry", TILED_CASES, ids=[str(c[0]) for c in TILED_CASES])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no_bias"])
+def test_tiled_convolution_matches_numpy_float64(shape, geometry, threads, with_bias):
+    N, C, H, W, O, KH, KW = shape
+    rng = np.random.default_rng(N * 100 + C + H)
+    x, k, b = r32(rng, N, C, H, W), r32(rng, O, C, KH, KW), r32(rng, O)
+    backend = cpu_threads(threads)
+    try:
+        (out,) = compute(tiled(*geometry), k, x, *((b,) if with_bias else ()), backend=backend)
+    finally:
+        backend.free()
+    ref = conv_bias_ref(x.astype(np.float64), k.astype(np.float64), b.astype(np.float64) if with_bias else None,
+                        geometry)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(ref).max()))
+
+
+def conv_grads_ref(X, K, w, geometry):
+    """The gradients of sum(conv(X, K) + b) * w) by the chain rule, written independently of the op: the kernel's
+    and the images' from the same shifted patches as conv2d_ref, the bias's as the weights' sums."""
+    s0, s1, p0, p1, d0, d1 = geometry
+    N, C, H, W = X.shape
+    O, _, KH, KW = K.shape
+    OH, OW = w.shape[2:]
+    Xp = np.pad(X, ((0, 0), (0, 0), (p1, p1), (p0, p0)))
+    dXp, dK = np.zeros_like(Xp), np.zeros_like(K)
+    for ky in range(KH):
+        for kx in range(KW):
+            rows = slice(ky * d1, ky * d1 + s1 * (OH - 1) + 1, s1)
+            cols = slice(kx * d0, kx * d0 + s0 * (OW - 1) + 1, s0)
+            dK[:, :, ky, kx] = np.einsum("nchw,nohw->oc", Xp[:, :, rows, cols], w)
+            dXp[:, :, rows, cols] += np.einsum("nohw,oc->nchw", w, K[:, :, ky, kx])
+    return dXp[:, :, p1:p1 + H, p0:p0 + W], dK, w.sum(axis=(0, 2, 3))
+
+
+@pytest.mark.parametrize("shape, geometry", TILED_CASES, ids=[str(c[0]) for c in TILED_CASES])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_tiled_convolution_gradients_match_the_chain_rule(shape, geometry, threads):
+    """The images', kernel's and bias's gradients of every case (tiles of a few rows included) against numpy."""
+    N, C, H, W, O, KH, KW = shape
+    rng = np.random.default_rng(N + C * 10 + H)
+    x, k, b = r32(rng, N, C, H, W), r32(rng, O, C, KH, KW), r32(rng, O)
+    ref_out = conv2d_ref(x.astype(np.float64), k.astype(np.float64), *geometry)
+    w = r32(rng, *ref_out.shape)
+    dx, dk, db = conv_grads_ref(x.astype(np.float64), k.astype(np.float64), w.astype(np.float64), geometry)
+    backend = cpu_threads(threads)
+    try:
+        op = tiled(*geometry)
+        _, gx = compute_grad(lambda ctx, xx, kk, bb: op(ctx, kk, xx, bb), x, w, k, b, backend=backend)
+        _, gk = compute_grad(lambda ctx, kk, xx, bb: op(ctx, kk, xx, bb), k, w, x, b, backend=backend)
+        _, gb = compute_grad(lambda ctx, bb, kk, xx: op(ctx, kk, xx, bb), b, w, k, x, backend=backend)
+    finally:
+        backend.free()
+    for got, want, name in ((gx, dx, "images"), (gk, dk, "kernel"), (gb, db, "bias")):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()), err_msg=name)
+
+
+@pytest.mark.parametrize("geometry", [(1, 1, 1, 1, 1, 1), (2, 1, 0, 1, 1, 2)])
+def test_tiled_convolution_gradients_match_finite_differences(geometry):
+    rng = np.random.default_rng(5)
+    x, k, b = r32(rng, 2, 2, 5, 6), r32(rng, 3, 2, 3, 3), r32(rng, 3)
+    w = r32(rng, *conv2d_ref(x.astype(np.float64), k.astype(np.float64), *geometry).shape)
+    f64 = lambda a: a.astype(np.float64)   # noqa: E731
+    op = tiled(*geometry)
+    for name, arr, build, f in (
+            ("images", x, lambda ctx, xx, kk, bb: op(ctx, kk, xx, bb), lambda v: conv_bias_ref(v, f64(k), f64(b), geometry)),
+            ("kernel", k, lambda ctx, kk, xx, bb: op(ctx, kk, xx, bb), lambda v: conv_bias_ref(f64(x), v, f64(b), geometry))):
+        others = (k, b) if name == "images" else (x, b)
+        _, got = compute_grad(build, arr, w, *others)
+        np.testing.assert_allclose(got, fd_grad(f, arr, f64(w)), rtol=1e-4, atol=3e-5, err_msg=name)
+
+
+def test_tiled_convolution_with_more_threads_than_images_and_an_image_alone():
+    """Two threads and one image: the backward pass gives whole images to threads, so one has none."""
+    rng = np.random.default_rng(9)
+    x, k, b = r32(rng, 1, 3, 6, 7), r32(rng, 4, 3, 3, 3), r32(rng, 4)
+    w = r32(rng, 1, 4, 6, 7)
+    dx, dk, db = conv_grads_ref(x.astype(np.float64), k.astype(np.float64), w.astype(np.float64), (1, 1, 1, 1, 1, 1))
+    backend = cpu_threads(4)
+    try:
+        op = tiled(1, 1, 1, 1, 1, 1)
+        _, gk = compute_grad(lambda ctx, kk, xx, bb: op(ctx, kk, xx, bb), k, w, x, b, backend=backend)
+        _, gx = compute_grad(lambda ctx, xx, kk, bb: op(ctx, kk, xx, bb), x, w, k, b, backend=backend)
+    finally:
+        backend.free()
+    np.testing.assert_allclose(gk, dk, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(gx, dx, rtol=1e-5, atol=1e-5)
+
+
+def test_tiled_convolution_operands_are_checked_before_ggml():
+    ctx = G.ggml_init(1 << 20, no_alloc=True)
+    try:
+        k = G.ggml_new_tensor_4d(ctx, G.GGML_TYPE_F32, 3, 3, 2, 4)
+        x = G.ggml_new_tensor_4d(ctx, G.GGML_TYPE_F32, 8, 8, 2, 1)
+        with pytest.raises(ValueError, match=r"input channels a.ne\[2\]=2 must equal the images' channels b.ne\[2\]=3"):
+            G.ggml_conv_2d_tiled(ctx, k, G.ggml_new_tensor_4d(ctx, G.GGML_TYPE_F32, 8, 8, 3, 1))
+        with pytest.raises(ValueError, match=r"bias must hold one value per output channel \(4\)"):
+            G.ggml_conv_2d_tiled(ctx, k, x, G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 3))
+        with pytest.raises(TypeError, match="f32"):
+            G.ggml_conv_2d_tiled(ctx, G.ggml_new_tensor_4d(ctx, G.GGML_TYPE_F16, 3, 3, 2, 4), x)
+        with pytest.raises(ValueError, match="contiguous"):
+            G.ggml_conv_2d_tiled(ctx, k, G.ggml_permute(ctx, x, 1, 0, 2, 3))
+        with pytest.raises(ValueError, match="width"):
+            G.ggml_conv_2d_tiled(ctx, G.ggml_new_tensor_4d(ctx, G.GGML_TYPE_F32, 9, 3, 2, 4), x)
+        with pytest.raises(ValueError, match="s0"):
+            G.ggml_conv_2d_tiled(ctx, k, x, None, 0)
+    finally:
+        ctx.free()
+
+
 # ---------------------------------------------------------------- coverage
 
 def test_this_file_covers_its_ops():
     """tests/test_ops.py checks that every op of ggmlpy.ops has a forward test, here or there."""
-    assert len(COVERED) >= 18 and all(name in G.__all__ for name in COVERED)
+    assert len(COVERED) >= 19 and all(name in G.__all__ for name in COVERED)

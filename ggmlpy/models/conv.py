@@ -20,11 +20,13 @@ from typing import Any
 
 from ..core.types import GGML_TYPE_F32
 from ..errors import GgmlValueError
-from ..ops.conv import ggml_im2col, GGML_OP_POOL_MAX, ggml_pool_2d
+from ..graph.introspect import ggml_is_contiguous
+from ..ops.conv import ggml_conv_2d_tiled, ggml_im2col, GGML_OP_POOL_MAX, ggml_pool_2d
 from ..ops.elementwise import ggml_add, ggml_cont, ggml_relu, ggml_scale
 from ..ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d
 from ..ops.linalg import ggml_mul_mat
 from ..ops.reduce import ggml_concat, ggml_sum_rows
+from . import fused
 from .initializers import check_initializer
 from .layers import (activate, bool_arg, check_activation, int_pair, Layer, NATURAL, ParamSpec, positive_int,
                      SPATIAL)
@@ -129,6 +131,16 @@ class Convolution(Layer):
         other axes), which reads the view as it is, or by a copy when there is no bias."""
         return ggml_add(g.ctx, y, bias) if bias is not None else ggml_cont(g.ctx, y)
 
+    def _tiled(self, g: Any, x: Any, kernel: Any, s0: int, s1: int, p0: int, p1: int, d0: int, d1: int) -> Any | None:
+        """The convolution and its bias as the CPU's tiled op (patches/0036: no im2col matrix of the whole batch,
+        no layout copy) where the model's device computes it, on images ``x`` ``[W, H, Cin, N]`` and a kernel
+        ``[KW, KH, Cin, Cout]``; None elsewhere (a GPU: im2col + mul_mat, all on the device)."""
+        if not fused.device_computes(g.params.backend.device, "conv_2d_tiled"):
+            return None
+        x = x if ggml_is_contiguous(x) else ggml_cont(g.ctx, x)
+        bias = g.param(self, "bias") if self.use_bias else None
+        return ggml_conv_2d_tiled(g.ctx, kernel, x, bias, s0, s1, p0, p1, d0, d1)
+
     def _activate(self, g: Any, y: Any, shapes: list) -> Any:
         if self.activation == "softmax":
             y = g.convert(y, self.output_shape(shapes), SPATIAL, NATURAL)
@@ -182,7 +194,11 @@ class Conv2D(Convolution):
         x = _pad_end(g, _pad_end(g, xs[0], 0, ew), 1, eh)
         (sh, sw) = self.strides
         (dh, dw) = self.dilation_rate
-        y = _conv_2d_f32(g, g.param(self, "kernel"), x, sw, sh, pw, ph, dw, dh)
+        kernel = g.param(self, "kernel")
+        y = self._tiled(g, x, kernel, sw, sh, pw, ph, dw, dh)
+        if y is not None:
+            return self._activate(g, y, shapes)
+        y = _conv_2d_f32(g, kernel, x, sw, sh, pw, ph, dw, dh)
         bias = ggml_reshape_4d(g.ctx, g.param(self, "bias"), 1, 1, self.filters, 1) if self.use_bias else None
         return self._activate(g, self._add_bias(g, y, bias), shapes)
 
@@ -240,7 +256,13 @@ class Conv1D(Convolution):
             ne = list(x.shape)
             ne[0] = before
             x = ggml_concat(g.ctx, g.zeros(tuple(ne)), x, 0)
-        y = _conv_1d_f32(g, g.param(self, "kernel"), x, self.strides, pad, self.dilation_rate)
+        kernel = g.param(self, "kernel")
+        (k, cin, cout), (steps, _, n) = kernel.shape[:3], x.shape[:3]
+        y = self._tiled(g, ggml_reshape_4d(g.ctx, x if ggml_is_contiguous(x) else ggml_cont(g.ctx, x), steps, 1, cin, n),
+                        ggml_reshape_4d(g.ctx, kernel, k, 1, cin, cout), self.strides, 1, pad, 0, self.dilation_rate, 1)
+        if y is not None:   # [OL, 1, Cout, N]: a sequence of one-row images
+            return self._activate(g, ggml_reshape_3d(g.ctx, y, y.shape[0], cout, n), shapes)
+        y = _conv_1d_f32(g, kernel, x, self.strides, pad, self.dilation_rate)
         bias = ggml_reshape_3d(g.ctx, g.param(self, "bias"), 1, self.filters, 1) if self.use_bias else None
         return self._activate(g, self._add_bias(g, y, bias), shapes)
 

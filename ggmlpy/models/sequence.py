@@ -28,46 +28,17 @@ from ..errors import GgmlValueError
 from ..graph.objects import Tensor
 from ..ops.elementwise import ggml_add, ggml_cont, ggml_mul, ggml_sigmoid, ggml_sub, ggml_tanh
 from ..ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_view_1d, ggml_view_2d, ggml_view_3d
-from ..backend.device import ggml_backend_dev_supports_op
-from ..graph.context import ggml_init
 from ..graph.introspect import ggml_is_contiguous
-from ..graph.tensor import ggml_new_tensor_2d, ggml_new_tensor_3d
-from ..core.types import GGML_TYPE_F32
 from ..ops.linalg import ggml_mul_mat
 from ..ops.recurrent import ggml_gru_cell, ggml_lstm_cell, ggml_lstm_seq
 from ..ops.reduce import ggml_concat, ggml_repeat
+from . import fused
 from .initializers import check_initializer
 from .layers import bool_arg, Layer, ParamSpec, positive_int
 from .masking import carry_over, step_of, time_major_mask
 
 
 F32 = 4  # bytes per value: the model layer computes in float32
-_FUSED: dict[tuple[str, str], bool] = {}  # (device name, op) -> whether the device computes the op
-
-
-def _probe(ctx: Any, op: str) -> Tensor:
-    """A small instance of a fused recurrent op, to ask a device whether it computes it."""
-    if op == "lstm_cell":
-        return ggml_lstm_cell(ctx, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 2))
-    if op == "gru_cell":
-        x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 6, 2)
-        return ggml_gru_cell(ctx, x, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 6, 2))
-    return ggml_lstm_seq(ctx, ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 8, 2, 3), ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 2, 8))
-
-
-def fused_supported(device: Any, op: str) -> bool:
-    """Whether ``device`` computes the fused recurrent op ``op`` (``"lstm_cell"``, ``"gru_cell"``: one step, patches/0031;
-    ``"lstm_seq"``: the whole recurrence, patches/0035), asked of ggml once per device name."""
-    key = (device.name, op)
-    if key not in _FUSED:
-        ctx = ggml_init(mem_size=8192, no_alloc=True)
-        try:
-            _FUSED[key] = ggml_backend_dev_supports_op(device, _probe(ctx, op))
-        finally:
-            ctx.free()
-    return _FUSED[key]
-
-
 def _dense(ctx: Any, t: Tensor) -> Tensor:
     return t if ggml_is_contiguous(t) else ggml_cont(ctx, t)
 
@@ -298,7 +269,9 @@ class LSTM(Recurrent):
         return g.param(self, "bias")
 
     def whole_sequence(self, g, proj, state, steps, backwards):
-        if not fused_supported(g.params.backend.device, "lstm_seq"):
+        # one step from a zero state never reads the recurrent kernel: the unrolled step leaves it out of the
+        # graph (no gradient, no optimizer state), where the op would hold it without a gradient
+        if (steps == 1 and state is None) or not fused.device_computes(g.params.backend.device, "lstm_seq"):
             return None
         ctx, u, n = g.ctx, self.units, g.batch
         x = ggml_reshape_3d(ctx, _dense(ctx, proj), 4 * u, n, steps)
@@ -311,7 +284,7 @@ class LSTM(Recurrent):
 
     def step(self, g, x_t, state, rec_masks=()):
         ctx, u = g.ctx, self.units
-        if fused_supported(g.params.backend.device, "lstm_cell"):
+        if fused.device_computes(g.params.backend.device, "lstm_cell"):
             rec = None if state is None else _dense(ctx, self.recurrent(g, state[0], rec_masks))
             cell = ggml_lstm_cell(ctx, _dense(ctx, x_t), rec, None if state is None else _dense(ctx, state[1]))
             n = x_t.shape[1]
@@ -343,7 +316,7 @@ class GRU(Recurrent):
             h_proj = rec_bias
         else:
             h_proj = ggml_add(ctx, self.recurrent(g, state[0], rec_masks), rec_bias)
-        if fused_supported(g.params.backend.device, "gru_cell"):
+        if fused.device_computes(g.params.backend.device, "gru_cell"):
             if state is None:
                 h_proj = ggml_repeat(ctx, h_proj, x_t)
             return (ggml_gru_cell(ctx, _dense(ctx, x_t), _dense(ctx, h_proj),

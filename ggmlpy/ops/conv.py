@@ -506,3 +506,53 @@ def ggml_conv_2d_direct(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int
     ow = out_size(fn, "width", w, kw, s0, p0, d0)
     oh = out_size(fn, "height", h, kh, s1, p1, d1)
     return make_op(fn, ctx, lib.ggml_conv_2d_direct, (a, b), (ow, oh, cout, n), (s0, s1, p0, p1, d0, d1))
+
+
+def ggml_conv_2d_tiled(ctx: Context, a: Tensor, b: Tensor, bias: Tensor | None = None, s0: int = 1, s1: int = 1,
+                       p0: int = 0, p1: int = 0, d0: int = 1, d1: int = 1) -> Tensor:
+    """A float32 2-D convolution plus an optional per-channel bias, trainable, computed tile by tile on the CPU.
+
+    The same result as ``ggml_conv_2d`` with a float32 im2col followed by the bias: kernel ``a [KW, KH, Cin,
+    Cout]`` and images ``b [W, H, Cin, N]`` give ``[OW, OH, Cout, N]`` with ``OW = (W + 2 p0 - d0 (KW - 1) -
+    1) // s0 + 1`` (OH alike) and ``out[n, o, y, x] = bias[o] + sum_{c,ky,kx} a[o, c, ky, kx] *
+    b[n, c, y s1 + ky d1 - p1, x s0 + kx d0 - p0]`` (numpy indices). The CPU makes the im2col columns of one
+    tile of output rows at a time in cache and multiplies them straight into the output planes, so no
+    ``[Cin KH KW, OW OH N]`` matrix of the whole batch is written and read back, nor a layout copy after the
+    product; its backward pass (one node) gives the gradients of the images, the kernel and the bias the same
+    way. Only the CPU backend computes it (patches/0036): for a GPU build the convolution from
+    ``ggml_im2col`` and ``ggml_mul_mat``, which every backend has.
+
+    Arguments:
+        ctx: [glossary]
+        a: the kernel, F32 contiguous ``[KW, KH, Cin, Cout]``.
+        b: the images, F32 contiguous ``[W, H, Cin, N]``; Cin must equal a's ne[2].
+        bias: ``Cout`` F32 contiguous values (any shape, e.g. ``[1, 1, Cout]``), or None for no bias.
+        s0, s1: strides along width and height (>= 1, default 1).
+        p0, p1: zero padding on each side (>= 0, default 0).
+        d0, d1: dilations (>= 1, default 1).
+
+    Value: a new F32 Tensor ``[OW, OH, Cout, N]``.
+
+    Example:
+        >>> y = ggml_conv_2d_tiled(ctx, k, img, b, 1, 1, 1, 1)   # k [3, 3, 1, 8], img [28, 28, 1, n] -> [28, 28, 8, n]
+    """
+    fn = "ggml_conv_2d_tiled"
+    a, b = operand(fn, a), operand(fn, b, "b")
+    types(fn, a, {GGML_TYPE_F32}, "a (the kernel)")
+    types(fn, b, {GGML_TYPE_F32}, "b (the images)")
+    contiguous(fn, a, "a (the kernel)")
+    contiguous(fn, b, "b (the images)")
+    _conv_args(fn, s0=s0, s1=s1, p0=p0, p1=p1, d0=d0, d1=d1)
+    (kw, kh, cin, cout), (w, h, b2, n) = a.shape, b.shape
+    if cin != b2:
+        fail(fn, f"the kernel's input channels a.ne[2]={cin} must equal the images' channels b.ne[2]={b2} "
+                     "(kernel [KW, KH, Cin, Cout], images [W, H, Cin, N])")
+    if bias is not None:
+        bias = operand(fn, bias, "bias")
+        types(fn, bias, {GGML_TYPE_F32}, "bias")
+        contiguous(fn, bias, "bias")
+        if bias.nelements() != cout:
+            fail(fn, f"bias must hold one value per output channel ({cout}), got shape {list(bias.shape)}")
+    ow = out_size(fn, "width", w, kw, s0, p0, d0)
+    oh = out_size(fn, "height", h, kh, s1, p1, d1)
+    return make_op(fn, ctx, lib.ggml_conv_2d_tiled, (a, b, bias), (ow, oh, cout, n), (s0, s1, p0, p1, d0, d1))

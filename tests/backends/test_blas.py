@@ -232,6 +232,20 @@ def test_the_lstm_sequence_ops_products_count_as_the_pools_work():
     assert work.pool_elements >= 3 * recurrent and work.flops >= 3 * recurrent
     ctx.free()
 
+
+def test_the_tiled_convolutions_products_count_as_the_pools_work():
+    """ggml_conv_2d_tiled (patches/0036) multiplies inside ggml's CPU pool, 2 flops per tap of every output."""
+    from ggmlpy.compute.threads import training_step_work
+    ctx = g.ggml_init(16 << 20, no_alloc=True)
+    x = g.ggml_set_input(g.ggml_new_tensor_4d(ctx, g.GGML_TYPE_F32, 14, 14, 8, 100))
+    k = g.ggml_set_param(g.ggml_new_tensor_4d(ctx, g.GGML_TYPE_F32, 3, 3, 8, 16))
+    y = g.ggml_conv_2d_tiled(ctx, k, x, None, 1, 1, 1, 1, 1, 1)
+    work = training_step_work([y])
+    product = 2.0 * 14 * 14 * 16 * 100 * 72
+    assert work.blas_flops == 0 and work.flops == 3 * product
+    assert work.pool_elements >= 3 * product
+    ctx.free()
+
 @needs_blas
 def test_blas_matmul_matches_numpy_and_training_uses_it():
     rng = np.random.default_rng(0)

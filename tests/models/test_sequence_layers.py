@@ -577,13 +577,13 @@ def test_the_fused_recurrence_trains_as_the_element_wise_one(layer, allowed, op,
     """The CPU's fused LSTM and GRU forms (the whole sequence, one step) against the element-wise graph they
     replace: the same losses and weights after three epochs (float32 rounding apart), and the fused op is in the
     CPU's graph."""
-    from ggmlpy.models import sequence
-    real = sequence.fused_supported
-    monkeypatch.setattr(sequence, "fused_supported", lambda device, name: name in allowed and real(device, name))
+    from ggmlpy.models import fused as fused_ops
+    real = fused_ops.device_computes
+    monkeypatch.setattr(fused_ops, "device_computes", lambda device, name: name in allowed and real(device, name))
     fused, h_fused, x = _trained_lstm("cpu", layer=layer)
     ops = g.ggml_model_placement(fused).op_counts()
     assert op in ops and not {"LSTM_SEQ", "LSTM_CELL", "GRU_CELL"} - {op} & set(ops), ops
-    monkeypatch.setattr(sequence, "fused_supported", lambda device, name: False)
+    monkeypatch.setattr(fused_ops, "device_computes", lambda device, name: False)
     plain, h_plain, _ = _trained_lstm("cpu", layer=layer)
     assert not {"LSTM_SEQ", "LSTM_CELL", "GRU_CELL"} & set(g.ggml_model_placement(plain).op_counts())
     np.testing.assert_allclose(h_fused["train_loss"], h_plain["train_loss"], rtol=2e-5)

@@ -1,0 +1,71 @@
+"""ggmlpy/models/fused.py: which device computes the fused CPU ops, and the layers that build them (the tiled
+convolution of patches/0036 here; the recurrent ones in test_sequence_layers.py) training as their portable form."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ggmlpy as g
+from ggmlpy.models import fused
+
+
+def test_the_cpu_computes_every_fused_op():
+    cpu = g.ggml_backend_dev_by_name("CPU")
+    assert all(fused.device_computes(cpu, op) for op in fused.PROBES)
+
+
+@pytest.mark.parametrize("each_device", ["vulkan", "cuda"], indirect=True)
+def test_a_gpu_computes_none_of_them(each_device):
+    """ggmlpy's own ops have CPU kernels only: a GPU model must build the portable forms (all on the device)."""
+    device = g.ggml_backend_dev_by_name(each_device)
+    assert not any(fused.device_computes(device, op) for op in fused.PROBES)
+
+
+def _conv_model(kind, backend, seed=0):
+    np.random.seed(seed)
+    m = g.ggml_model_sequential()
+    if kind == "conv_2d":
+        m = g.ggml_layer_conv_2d(m, 6, (3, 3), activation="relu", padding="same", input_shape=(9, 8, 2))
+        m = g.ggml_layer_max_pooling_2d(m, (2, 2))
+        m = g.ggml_layer_conv_2d(m, 5, (2, 3), strides=(2, 1), dilation_rate=(1, 1), use_bias=False)
+    elif kind == "conv_2d_dilated":
+        m = g.ggml_layer_conv_2d(m, 4, (3, 3), activation="tanh", padding="same", dilation_rate=(2, 2),
+                                 input_shape=(9, 8, 2))
+    else:
+        m = g.ggml_layer_conv_1d(m, 6, 3, activation="relu", padding="causal", dilation_rate=2, input_shape=(12, 3))
+        m = g.ggml_layer_conv_1d(m, 4, 3, strides=2, padding="same")
+    m = g.ggml_layer_flatten(m)
+    m = g.ggml_layer_dense(m, 3, activation="softmax")
+    return g.ggml_compile(m, optimizer="adam", loss="sparse_categorical_crossentropy", backend=backend,
+                          learning_rate=0.01)
+
+
+@pytest.mark.parametrize("kind", ["conv_2d", "conv_2d_dilated", "conv_1d"])
+def test_convolutions_train_the_same_tiled_and_through_im2col(kind, monkeypatch):
+    """The CPU's tiled convolution against im2col + mul_mat (the GPUs' form, whose ops are checked against numpy
+    elsewhere): the same losses, weights and predictions after three epochs, float32 rounding apart."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(48, 9, 8, 2) if kind != "conv_1d" else (48, 12, 3)).astype(np.float32)
+    y = rng.integers(0, 3, 48)
+    tiled = _conv_model(kind, "cpu")
+    h_tiled = g.ggml_fit(tiled, x, y, epochs=3, batch_size=16, shuffle=False, verbose=0)
+    assert "CONV_2D_TILED" in g.ggml_model_placement(tiled).op_counts()
+    real = fused.device_computes
+    monkeypatch.setattr(fused, "device_computes", lambda device, op: op != "conv_2d_tiled" and real(device, op))
+    plain = _conv_model(kind, "cpu")
+    h_plain = g.ggml_fit(plain, x, y, epochs=3, batch_size=16, shuffle=False, verbose=0)
+    ops = g.ggml_model_placement(plain).op_counts()
+    assert "CONV_2D_TILED" not in ops and "IM2COL" in ops
+    np.testing.assert_allclose(h_tiled["train_loss"], h_plain["train_loss"], rtol=1e-5)
+    for name, w in g.ggml_get_weights(tiled).items():
+        np.testing.assert_allclose(w, g.ggml_get_weights(plain)[name], rtol=1e-4, atol=1e-6, err_msg=name)
+    np.testing.assert_allclose(g.ggml_predict(tiled, x), g.ggml_predict(plain, x), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("each_device", ["vulkan", "cuda"], indirect=True)
+def test_a_gpu_convolution_stays_on_the_device(each_device):
+    m = _conv_model("conv_2d", each_device)
+    x = np.random.default_rng(2).normal(size=(16, 9, 8, 2)).astype(np.float32)
+    g.ggml_fit(m, x, np.zeros(16, dtype=int), epochs=1, batch_size=16, verbose=0)
+    p = g.ggml_model_placement(m)
+    assert "CONV_2D_TILED" not in p.op_counts() and p.cpu_ops == [] and p.n_splits == 1, str(p)
