@@ -22,7 +22,7 @@ def test_profile_times_every_node_of_the_step_and_leaves_the_weights():
     placement = g.ggml_model_placement(model, batch_size=8)
     assert p.nodes_per_step == sum(placement.op_counts().values())
     ops = {op for op, _, _, _ in p.by_op()}
-    assert {"IM2COL", "POOL_2D", "POOL_2D_BACK", "OPT_STEP_ADAMW"} <= ops
+    assert {"CONV_2D_TILED", "CONV_2D_TILED_BACK", "POOL_2D", "POOL_2D_BACK", "OPT_STEP_ADAMW"} <= ops
     assert all(n.seconds >= 0 for n in p.nodes) and p.node_seconds > 0 and p.step_seconds > 0
     assert "nodes per step" in str(p)
     after = g.ggml_get_weights(model)
