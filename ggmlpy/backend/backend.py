@@ -11,6 +11,7 @@ from ..core.args import c_string, is_int, n_threads_arg
 from .._ffi import ffi, lib
 from ..core.handle import HANDLE_LOCK, unique_handles, computing, free_handle, Handle, unwrap
 from ..errors import BackendUnavailableError, expect, GgmlStateError
+from .endpoint import answers, parse_endpoint
 from .device import (as_device, device_type_arg, DEVICE_TYPE_NAMES, decode_str, Device, device_caps,
                      ggml_backend_dev_by_type, ggml_backend_devices, ggml_backends_built)
 
@@ -124,6 +125,12 @@ def _init_device(device_name: str, family: str, params: str | None = None) -> Ba
         hint = (_DEVICE_HINTS if built else _BUILD_HINTS).get(family.lower(), "")
         devices = [d.name for d in ggml_backend_devices()]
         raise BackendUnavailableError(f"{reason} (devices: {devices}); {hint}".rstrip("; "))
+    if family.upper() == "RPC":   # ggml's RPC client aborts the process when its server does not answer
+        endpoint = decode_str(lib.ggml_backend_dev_description(dev))
+        if not answers(*parse_endpoint(endpoint, f"ggml_{family.lower()}_init")):
+            raise BackendUnavailableError(f"device {device_name!r} is on the RPC server at {endpoint}, which stopped "
+                                          "answering (or is unreachable); start the server again, or use another "
+                                          "device")
     ptr = lib.ggml_backend_dev_init(dev, c_string(f"ggml_{family.lower()}_init", "params", params) if params else ffi.NULL)
     if ptr == ffi.NULL:
         raise BackendUnavailableError(f"ggml could not initialise device {device_name!r}")
@@ -218,13 +225,21 @@ def ggml_backend_init_best() -> Backend:
 
     ``ggml_backend_init_auto("auto")`` is the variant that skips software-emulated GPUs.
 
-    Value: a Backend handle.
+    Value: a Backend handle. Raises BackendUnavailableError when the device picked cannot be started (a GPU of
+    an RPC server that has stopped: ggml would abort the process).
 
     Example:
         >>> b = ggml_backend_init_best()
         >>> ggml_backend_name(b)
     """
-    return Backend(lib.ggml_backend_init_best())
+    # ggml's rule (ggml_backend_init_best), run here so that starting the device goes through _init_device's checks
+    for kind in (lib.GGML_BACKEND_DEVICE_TYPE_GPU, lib.GGML_BACKEND_DEVICE_TYPE_IGPU, lib.GGML_BACKEND_DEVICE_TYPE_CPU):
+        dev = lib.ggml_backend_dev_by_type(kind)
+        if dev != ffi.NULL:
+            d = Device(dev)
+            return _init_device(d.name, d.backend_name)
+    raise BackendUnavailableError("ggml lists no device at all (not even the CPU): the installation is broken; "
+                                  "reinstall ggmlpy")
 
 
 def is_software_device(dev: Device) -> bool:

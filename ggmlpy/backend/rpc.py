@@ -9,43 +9,17 @@ from the same ggml version (the wire protocol is versioned: ``ggml_rpc_protocol_
 """
 from __future__ import annotations
 
-import math
-import numbers
 import os
-import socket
 
 from .._ffi import ffi, lib
 from ..core.args import c_string, n_threads_arg
 from ..errors import BackendUnavailableError, GgmlTypeError, GgmlValueError
 from .backend import ggml_get_n_threads
 from .device import as_device, Device, ggml_backend_devices, ggml_backends_built
+from .endpoint import answers, parse_endpoint, timeout_arg
 
 
 _servers: dict[str, list[Device]] = {}
-MAX_TIMEOUT_S = 86400.0  # a day: longer ones overflow the socket module's clock
-
-
-def _parse_endpoint(endpoint: str, fn: str = "endpoint") -> tuple[str, int]:
-    """(host, port) of ``"host:port"``; what C receives is checked like every string sent to it (no NUL)."""
-    if not isinstance(endpoint, str):
-        raise GgmlTypeError(f"{fn}: endpoint must be a str 'host:port', got {endpoint!r}")
-    c_string(fn, "endpoint", endpoint)
-    host, _, port = endpoint.rpartition(":")
-    host = host.strip("[]")
-    if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
-        raise GgmlValueError(f"{fn}: endpoint must be 'host:port' with a port in 1..65535, got {endpoint!r}")
-    if not host.isascii() or not host.isprintable() or any(c.isspace() for c in host):
-        raise GgmlValueError(f"{fn}: the host of endpoint {endpoint!r} must be an IP address or an ASCII host name")
-    return host, int(port)
-
-
-def _timeout(fn: str, timeout: object) -> float:
-    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
-        raise GgmlTypeError(f"{fn}: timeout must be a number of seconds, got {timeout!r}")
-    t = float(timeout)
-    if not math.isfinite(t) or not 0 < t <= MAX_TIMEOUT_S:
-        raise GgmlValueError(f"{fn}: timeout must be a number of seconds in (0, {MAX_TIMEOUT_S:g}], got {timeout!r}")
-    return t
 
 
 def _require_rpc() -> None:
@@ -60,13 +34,13 @@ def ggml_rpc_protocol_version() -> str:
 
     A client and a server must have the same major version (and the server a minor version at least the
     client's), or the connection is refused; both sides built from the same ggml version always agree.
-    ggml 0.20.x spoke 5.x, 0.25.x speaks 7.x (7.0.1 with ggmlpy's patches: one more op than ggml's own).
+    ggml 0.20.x spoke 5.x, 0.25.x speaks 7.x (7.0.4 with ggmlpy's patches: their ops besides ggml's own).
 
     Value: a str ``"major.minor.patch"``.
 
     Example:
         >>> ggml_rpc_protocol_version()
-        '7.0.1'
+        '7.0.4'
     """
     return f"{lib.RPC_PROTO_MAJOR_VERSION}.{lib.RPC_PROTO_MINOR_VERSION}.{lib.RPC_PROTO_PATCH_VERSION}"
 
@@ -87,13 +61,8 @@ def ggml_rpc_probe(endpoint: str, timeout: float = 2.0) -> bool:
         >>> ggml_rpc_probe("192.168.1.20:50052")
         True
     """
-    host, port = _parse_endpoint(endpoint, "ggml_rpc_probe")
-    seconds = _timeout("ggml_rpc_probe", timeout)
-    try:
-        with socket.create_connection((host, port), timeout=seconds):
-            return True
-    except (OSError, UnicodeError, ValueError):  # unreachable, unknown or unencodable host name
-        return False
+    host, port = parse_endpoint(endpoint, "ggml_rpc_probe")
+    return answers(host, port, timeout_arg("ggml_rpc_probe", timeout))
 
 
 def ggml_backend_rpc_add_server(endpoint: str, timeout: float = 2.0) -> list[Device]:
@@ -115,8 +84,8 @@ def ggml_backend_rpc_add_server(endpoint: str, timeout: float = 2.0) -> list[Dev
         >>> sched = ggml_backend_sched_new([ggml_backend_init_by_name(devs[0].name)])
     """
     fn = "ggml_backend_rpc_add_server"
-    _parse_endpoint(endpoint, fn)
-    _timeout(fn, timeout)
+    parse_endpoint(endpoint, fn)
+    timeout_arg(fn, timeout)
     _require_rpc()
     if endpoint in _servers:
         return list(_servers[endpoint])
@@ -155,7 +124,7 @@ def ggml_backend_rpc_start_server(endpoint: str, cache_dir: str | None = None, n
         >>> ggml_backend_rpc_start_server("0.0.0.0:50052")     # on the machine with the GPU
     """
     fn = "ggml_backend_rpc_start_server"
-    _parse_endpoint(endpoint, fn)
+    parse_endpoint(endpoint, fn)
     threads = ggml_get_n_threads() if n_threads is None else n_threads_arg(fn, n_threads)
     cache = ffi.NULL
     if cache_dir is not None:

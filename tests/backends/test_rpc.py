@@ -1,6 +1,7 @@
 """Training through ggml's RPC backend against a server in a subprocess on 127.0.0.1."""
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -86,6 +87,55 @@ def test_dead_endpoint_raises_instead_of_aborting():
         g.ggml_backend_rpc_add_server(endpoint)
     with pytest.raises(ValueError, match="host:port"):
         g.ggml_backend_rpc_add_server("no-port")
+
+
+STOPPED_SERVER = r'''
+import os, subprocess, sys, time
+import ggmlpy as g
+endpoint = sys.argv[1]
+server = subprocess.Popen([sys.executable, "-c", f"import ggmlpy; ggmlpy.ggml_backend_rpc_start_server({endpoint!r})"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+deadline = time.time() + 30
+while not g.ggml_rpc_probe(endpoint, 0.2):
+    assert time.time() < deadline and server.poll() is None
+    time.sleep(0.1)
+devices = g.ggml_backend_rpc_add_server(endpoint)
+server.kill()
+server.wait()
+gpu = g.ggml_backend_dev_by_type(g.ggml_backend_device_type_gpu())
+for what, call in (("DEV_INIT", lambda: g.ggml_backend_dev_init(devices[0])),
+                   ("BY_NAME", lambda: g.ggml_backend_init_by_name(devices[0].name)),
+                   ("BEST", g.ggml_backend_init_best),
+                   ("COMPILE", lambda: g.ggml_compile(g.ggml_layer_dense(g.ggml_model_sequential(), 2, input_shape=(3,)),
+                                                      loss="mse", backend=devices[0].name))):
+    try:
+        b = call()
+        print(what, "STARTED", getattr(b, "name", ""))
+    except g.BackendUnavailableError as exc:
+        print(what, "REFUSED", "stopped answering" in str(exc))
+print("FIRST_GPU_IS_RPC", g.ggml_backend_dev_name(gpu).startswith("RPC"))
+print("CPU", g.ggml_backend_name(g.ggml_backend_cpu_init()))
+'''
+
+
+def test_starting_a_device_of_a_stopped_server_raises_instead_of_aborting(tmp_path):
+    """ggml's RPC client aborts the process when it connects to a server that is gone: starting a backend on a device
+    of a server added earlier and stopped since (ggml_backend_init_best picked it as the first GPU) killed the
+    interpreter."""
+    script = tmp_path / "stopped_server.py"
+    script.write_text(STOPPED_SERVER)
+    env = {k: v for k, v in os.environ.items() if k != "GGML_VK_VISIBLE_DEVICES"}   # no Vulkan GPU listed first
+    proc = subprocess.run([sys.executable, str(script), f"127.0.0.1:{_free_port()}"], capture_output=True, text=True,
+                          timeout=120, env=env)
+    out = proc.stdout
+    assert proc.returncode == 0, out[-2000:] + proc.stderr[-3000:]
+    for what in ("DEV_INIT", "BY_NAME", "COMPILE"):
+        assert f"{what} REFUSED True" in out, out
+    if "FIRST_GPU_IS_RPC True" in out:   # no local GPU: ggml's rule picks the stopped server's device
+        assert "BEST REFUSED True" in out, out
+    else:
+        assert "BEST STARTED" in out, out
+    assert "CPU CPU" in out, out
 
 
 def test_protocol_version_is_the_built_headers():
