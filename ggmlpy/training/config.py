@@ -54,7 +54,7 @@ only accumulates gradients (a data-parallel replica, whose optimizer steps outsi
 
 
 @dataclass(frozen=True)
-class EpochPlan:
+class EpochPlan:   # build it with keywords after epochs: its fields grow
     """How the epochs run and report: how many (after ``initial_epoch``), steps per epoch and validation
     steps (None: until the source ends), callbacks, silence, the progress bar, batches prefetched, whether
     batches are streamed (the history gets a ``steps`` column), what a non-finite loss does, and in a
@@ -65,9 +65,9 @@ class EpochPlan:
     validation_steps: int | None = None
     callbacks: Any = None
     silent: bool = False
-    bar: bool = True     # the progress bar over an epoch's batches (on a terminal); False: the summary line only
     prefetch: int = 0
     stream: bool = True
     on_nonfinite: str = "raise"
     model: Any = None    # the model-layer fit's model, for callbacks that save it (None in the low-level fits)
     weights: Any = None  # its weights as callbacks snapshot and restore them: get() and set(snapshot)
+    bar: bool = True     # the progress bar over an epoch's batches (on a terminal); False: the summary line only

@@ -197,7 +197,8 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
         loss_mask_ne0 = 1
     graph = TrainingGraph(sched, ctx_compute, ins, [out], [loss_type], loss_mask_ne0=loss_mask_ne0)
     step = StepOptions(optimizer, period, weight_decay, _learning_rate(learning_rate))
-    plan = EpochPlan(epochs, initial_epoch, steps_per_epoch, validation_steps, callbacks, silent, prefetch,
+    plan = EpochPlan(epochs, initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
+                     validation_steps=validation_steps, callbacks=callbacks, silent=silent, prefetch=prefetch,
                      on_nonfinite=on_nonfinite)
     return fit_streamed(graph, step, plan, train_source, val_source)
 

@@ -357,3 +357,34 @@ def test_batch_writer_keeps_its_integer_checks(cpu):
         np.testing.assert_array_equal(w.parse(np.ones((2, 3), dtype=bool))[0][1], np.ones(6))
     finally:
         net.free()
+
+
+@pytest.mark.parametrize("prefetch", [0, 1, 2])
+def test_prefetch_reads_the_source_in_a_background_thread_exactly_when_asked(model, tsched, batches, prefetch):
+    """prefetch=N makes the batches in a background thread (the main one computes meanwhile); 0 in the main thread.
+    A field added to the epoch plan once shifted ggml_fit_opt_gen's positional prefetch into another field: every
+    prefetch ran as 0, with the same results and no error."""
+    threads = []
+
+    def gen():
+        for b in batches:
+            threads.append(threading.current_thread() is threading.main_thread())
+            yield b
+    _fit(model, tsched, gen, epochs=2, prefetch=prefetch)
+    assert threads and all(threads) == (prefetch == 0) and (prefetch == 0 or not any(threads)), threads
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_the_model_layers_generator_fit_prefetches_when_asked(prefetch):
+    rng = np.random.default_rng(0)
+    m = G.ggml_compile(G.ggml_layer_dense(G.ggml_model_sequential(), 2, input_shape=(3,)), loss="mse", backend="cpu")
+    threads = []
+
+    def gen():
+        for _ in range(3):
+            threads.append(threading.current_thread() is threading.main_thread())
+            yield rng.normal(size=(4, 3)).astype(np.float32), rng.normal(size=(4, 2)).astype(np.float32)
+    G.ggml_fit_generator(m, gen, epochs=2, verbose=0, prefetch=prefetch)
+    # the first batch is read in the main thread: the model layer sizes its graphs from it
+    assert len(threads) == 6 and threads[0] and all(threads) == (prefetch == 0), threads
+    assert prefetch == 0 or not any(threads[1:]), threads
