@@ -39,7 +39,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = ("mnist-fc", "cnn", "lstm", "transformer")
 # samples per epoch (a few seconds of training on 2 cores) and batch size of each model
-SIZES = {"mnist-fc": (10000, 500), "cnn": (5000, 100), "lstm": (5120, 64), "transformer": (640, 32)}
+SIZES = {"mnist-fc": (10000, 500), "cnn": (5000, 100), "lstm": (5120, 64), "transformer": (1600, 32)}
 QUICK_SIZES = {"mnist-fc": (2000, 500), "cnn": (400, 100), "lstm": (256, 64), "transformer": (128, 32)}
 TOKENS = {"transformer": 64}   # tokens per sample (the unit of the transformer's figures)
 LR = 1e-3
