@@ -463,6 +463,16 @@ def ggml_conv_2d_dw_direct(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: 
     return make_op(fn, ctx, lib.ggml_conv_2d_dw_direct, (a, b), (ow, oh, c, n), (s0, s1, p0, p1, d0, d1))
 
 
+def _kernel_and_images(fn: str, a: Tensor, b: Tensor) -> tuple[int, ...]:
+    """(KW, KH, Cin, Cout, W, H, N) of a 2-D kernel ``[KW, KH, Cin, Cout]`` and images ``[W, H, Cin, N]`` whose
+    channels agree."""
+    (kw, kh, cin, cout), (w, h, b2, n) = a.shape, b.shape
+    if cin != b2:
+        fail(fn, f"the kernel's input channels a.ne[2]={cin} must equal the images' channels b.ne[2]={b2} "
+                     "(kernel [KW, KH, Cin, Cout], images [W, H, Cin, N])")
+    return kw, kh, cin, cout, w, h, n
+
+
 def ggml_conv_2d_direct(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int = 1, p0: int = 0, p1: int = 0,
                         d0: int = 1, d1: int = 1) -> Tensor:
     """2-D convolution computed directly (ggml's CONV_2D op) instead of im2col + mul_mat.
@@ -495,10 +505,7 @@ def ggml_conv_2d_direct(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int
     types(fn, b, {GGML_TYPE_F32}, "b (the images)")  # the result takes b's type; the CPU reads b as F32
     contiguous(fn, a, "a (the kernel)")
     _conv_args(fn, s0=s0, s1=s1, p0=p0, p1=p1, d0=d0, d1=d1)
-    (kw, kh, cin, cout), (w, h, b2, n) = a.shape, b.shape
-    if cin != b2:
-        fail(fn, f"the kernel's input channels a.ne[2]={cin} must equal the images' channels b.ne[2]={b2} "
-                     "(kernel [KW, KH, Cin, Cout], images [W, H, Cin, N])")
+    kw, kh, cin, cout, w, h, n = _kernel_and_images(fn, a, b)
     patch = kw * kh * cin * element_size(a) + cout * 4
     if patch > _CONV_2D_WORK_SIZE:
         fail(fn, f"one patch of this kernel needs {patch} bytes, beyond the {_CONV_2D_WORK_SIZE} bytes of ggml's "
@@ -543,10 +550,7 @@ def ggml_conv_2d_tiled(ctx: Context, a: Tensor, b: Tensor, bias: Tensor | None =
     contiguous(fn, a, "a (the kernel)")
     contiguous(fn, b, "b (the images)")
     _conv_args(fn, s0=s0, s1=s1, p0=p0, p1=p1, d0=d0, d1=d1)
-    (kw, kh, cin, cout), (w, h, b2, n) = a.shape, b.shape
-    if cin != b2:
-        fail(fn, f"the kernel's input channels a.ne[2]={cin} must equal the images' channels b.ne[2]={b2} "
-                     "(kernel [KW, KH, Cin, Cout], images [W, H, Cin, N])")
+    kw, kh, cin, cout, w, h, n = _kernel_and_images(fn, a, b)
     if bias is not None:
         bias = operand(fn, bias, "bias")
         types(fn, bias, {GGML_TYPE_F32}, "bias")
