@@ -747,6 +747,8 @@ TILED_CASES = [
     ((2, 4, 10, 11, 3, 3, 3), (1, 2, 2, 0, 2, 1)),
     ((1, 2, 9, 1, 3, 3, 1), (1, 1, 0, 2, 1, 1)),       # a sequence: one-column images (Conv1D's use)
     ((2, 64, 12, 20, 40, 3, 3), (1, 1, 1, 1, 1, 1)),   # K = 576 taps: tiles of a few rows, not whole images
+    ((1, 256, 3, 100, 4, 3, 3), (1, 1, 1, 1, 1, 1)),   # K = 2304: tiles of 64 positions, each across two rows
+    ((2, 8, 1, 3000, 4, 1, 5), (1, 1, 2, 0, 1, 1)),    # a long sequence: tiles of part of its one row
     ((1, 3, 5, 5, 2, 5, 5), (1, 1, 0, 0, 1, 1)),       # a kernel the size of the image: one output
 ]
 

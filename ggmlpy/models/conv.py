@@ -95,6 +95,10 @@ def _conv_1d_f32(g: Any, kernel, x, s0: int, p0: int, d0: int = 1):
     return ggml_permute(ctx, y, 0, 2, 1, 3)                                  # [OL, Cout, N]
 
 
+def _dense(g: Any, x: Any) -> Any:
+    return x if ggml_is_contiguous(x) else ggml_cont(g.ctx, x)
+
+
 def _pad_end(g: Any, x, dim: int, extra: int):
     """``x`` with ``extra`` zero positions appended along ggml axis ``dim``."""
     if extra == 0:
@@ -131,15 +135,17 @@ class Convolution(Layer):
         other axes), which reads the view as it is, or by a copy when there is no bias."""
         return ggml_add(g.ctx, y, bias) if bias is not None else ggml_cont(g.ctx, y)
 
-    def _tiled(self, g: Any, x: Any, kernel: Any, s0: int, s1: int, p0: int, p1: int, d0: int, d1: int) -> Any | None:
-        """The convolution and its bias as the CPU's tiled op (patches/0036: no im2col matrix of the whole batch,
-        no layout copy) where the model's device computes it, on images ``x`` ``[W, H, Cin, N]`` and a kernel
-        ``[KW, KH, Cin, Cout]``; None elsewhere (a GPU: im2col + mul_mat, all on the device)."""
-        if not fused.device_computes(g.params.backend.device, "conv_2d_tiled"):
-            return None
-        x = x if ggml_is_contiguous(x) else ggml_cont(g.ctx, x)
+    @staticmethod
+    def _tiles(g: Any) -> bool:
+        """Whether the model's device computes the CPU's tiled convolution (patches/0036: no im2col matrix of the
+        whole batch, no layout copy); elsewhere (a GPU) im2col + mul_mat, all on the device."""
+        return fused.device_computes(g.params.backend.device, "conv_2d_tiled")
+
+    def _tiled(self, g: Any, x: Any, kernel: Any, s0: int, s1: int, p0: int, p1: int, d0: int, d1: int) -> Any:
+        """The convolution and its bias as the tiled op, on images ``x`` ``[W, H, Cin, N]`` (made contiguous) and a
+        kernel ``[KW, KH, Cin, Cout]``."""
         bias = g.param(self, "bias") if self.use_bias else None
-        return ggml_conv_2d_tiled(g.ctx, kernel, x, bias, s0, s1, p0, p1, d0, d1)
+        return ggml_conv_2d_tiled(g.ctx, kernel, _dense(g, x), bias, s0, s1, p0, p1, d0, d1)
 
     def _activate(self, g: Any, y: Any, shapes: list) -> Any:
         if self.activation == "softmax":
@@ -195,9 +201,8 @@ class Conv2D(Convolution):
         (sh, sw) = self.strides
         (dh, dw) = self.dilation_rate
         kernel = g.param(self, "kernel")
-        y = self._tiled(g, x, kernel, sw, sh, pw, ph, dw, dh)
-        if y is not None:
-            return self._activate(g, y, shapes)
+        if self._tiles(g):
+            return self._activate(g, self._tiled(g, x, kernel, sw, sh, pw, ph, dw, dh), shapes)
         y = _conv_2d_f32(g, kernel, x, sw, sh, pw, ph, dw, dh)
         bias = ggml_reshape_4d(g.ctx, g.param(self, "bias"), 1, 1, self.filters, 1) if self.use_bias else None
         return self._activate(g, self._add_bias(g, y, bias), shapes)
@@ -257,10 +262,11 @@ class Conv1D(Convolution):
             ne[0] = before
             x = ggml_concat(g.ctx, g.zeros(tuple(ne)), x, 0)
         kernel = g.param(self, "kernel")
-        (k, cin, cout), (steps, _, n) = kernel.shape[:3], x.shape[:3]
-        y = self._tiled(g, ggml_reshape_4d(g.ctx, x if ggml_is_contiguous(x) else ggml_cont(g.ctx, x), steps, 1, cin, n),
-                        ggml_reshape_4d(g.ctx, kernel, k, 1, cin, cout), self.strides, 1, pad, 0, self.dilation_rate, 1)
-        if y is not None:   # [OL, 1, Cout, N]: a sequence of one-row images
+        if self._tiles(g):   # a batch of sequences as one-row images [L, 1, Cin, N] -> [OL, 1, Cout, N]
+            (k, cin, cout), (steps, _, n) = kernel.shape[:3], x.shape[:3]
+            y = self._tiled(g, ggml_reshape_4d(g.ctx, _dense(g, x), steps, 1, cin, n),
+                            ggml_reshape_4d(g.ctx, kernel, k, 1, cin, cout), self.strides, 1, pad, 0,
+                            self.dilation_rate, 1)
             return self._activate(g, ggml_reshape_3d(g.ctx, y, y.shape[0], cout, n), shapes)
         y = _conv_1d_f32(g, kernel, x, self.strides, pad, self.dilation_rate)
         bias = ggml_reshape_3d(g.ctx, g.param(self, "bias"), 1, self.filters, 1) if self.use_bias else None
