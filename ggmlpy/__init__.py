@@ -170,7 +170,7 @@ from .ops.layout import (ggml_cpy, ggml_diag, ggml_diag_mask_zero, ggml_get_rows
 from .ops.linalg import (ggml_cross_entropy_loss, ggml_mul_mat, ggml_mul_mat_id, ggml_out_prod, GGML_PREC_BF16,
                          GGML_PREC_DEFAULT, GGML_PREC_F16, GGML_PREC_F32, GGML_PREC_Q4, GGML_PREC_Q8,
                          ggml_prec_set_acc, ggml_prec_set_src)
-from .ops.recurrent import (ggml_gru_cell, ggml_lstm_cell, ggml_lstm_seq)
+from .ops.recurrent import (ggml_gru_cell, ggml_gru_seq, ggml_lstm_cell, ggml_lstm_seq)
 from .ops.reduce import (ggml_argmax, ggml_concat, ggml_count_equal, ggml_group_norm, ggml_group_norm_inplace,
                          ggml_l2_norm, ggml_l2_norm_inplace, ggml_mean, ggml_repeat, ggml_repeat_back, ggml_sum,
                          ggml_sum_rows)
@@ -336,8 +336,8 @@ __all__ = [
     "ggml_set_1d", "ggml_set_2d", "ggml_set_zero", "ggml_transpose", "ggml_view_1d", "ggml_view_2d", "ggml_view_3d",
     "ggml_view_4d", "ggml_view_tensor", "ggml_cross_entropy_loss", "ggml_mul_mat", "ggml_mul_mat_id", "ggml_out_prod",
     "GGML_PREC_BF16", "GGML_PREC_DEFAULT", "GGML_PREC_F16", "GGML_PREC_F32", "GGML_PREC_Q4", "GGML_PREC_Q8",
-    "ggml_prec_set_acc", "ggml_prec_set_src", "ggml_gru_cell", "ggml_lstm_cell", "ggml_lstm_seq", "ggml_argmax",
-    "ggml_concat", "ggml_count_equal", "ggml_group_norm", "ggml_group_norm_inplace", "ggml_l2_norm",
+    "ggml_prec_set_acc", "ggml_prec_set_src", "ggml_gru_cell", "ggml_gru_seq", "ggml_lstm_cell", "ggml_lstm_seq",
+    "ggml_argmax", "ggml_concat", "ggml_count_equal", "ggml_group_norm", "ggml_group_norm_inplace", "ggml_l2_norm",
     "ggml_l2_norm_inplace", "ggml_mean", "ggml_repeat", "ggml_repeat_back", "ggml_sum", "ggml_sum_rows",
     "ggml_pad_ext", "ggml_pad_reflect_1d", "ggml_roll", "ggml_upscale", "ggml_win_part", "ggml_win_unpart",
     "ggml_arange", "ggml_argsort", "GGML_SORT_ORDER_ASC", "GGML_SORT_ORDER_DESC", "ggml_top_k", "ggml_opt_alloc",

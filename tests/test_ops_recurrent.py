@@ -1,5 +1,5 @@
-"""ggml_lstm_cell and ggml_gru_cell (patches/0031), the fused LSTM and GRU steps, and ggml_lstm_seq (patches/0035),
-a whole LSTM recurrence: forward and backward passes against numpy float64 and finite differences, on one and two
+"""ggml_lstm_cell and ggml_gru_cell (patches/0031), the fused LSTM and GRU steps, and ggml_lstm_seq and ggml_gru_seq
+(patches/0035, 0037), whole LSTM and GRU recurrences: forward and backward passes against numpy float64 and finite differences, on one and two
 CPU threads, units across the kernels' 64-unit chunks and the SIMD width."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import ggmlpy as G
 from tests.conftest import compute, compute_grad
 from tests.test_gradients import f64, fd_grad
 
-COVERED = {"ggml_lstm_cell", "ggml_gru_cell", "ggml_lstm_seq"}   # the op builders this file tests (test_ops.py's coverage check reads it)
+COVERED = {"ggml_lstm_cell", "ggml_gru_cell", "ggml_lstm_seq", "ggml_gru_seq"}   # the op builders this file tests (test_ops.py's coverage check reads it)
 
 
 def sigmoid(x):
@@ -308,5 +308,94 @@ def test_sequence_operands_are_checked_before_ggml():
             G.ggml_lstm_seq(ctx, x, u, reverse=1)
         with pytest.raises(TypeError, match="u must be f32, got f16"):
             G.ggml_lstm_seq(ctx, x, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F16, 2, 8))
+    finally:
+        ctx.free()
+
+
+# ---------------------------------------------------------------- ggml_gru_seq (patches/0037)
+
+def gru_sequence(x, u, b=None, h0=None, reverse=False):
+    """numpy float64 reference of Keras' GRU recurrence (reset_after=True): x (steps, batch, 3 units) the input
+    projections, u (3 units, units) the recurrent kernel as ggml stores it, b (3 units,) the recurrent bias ->
+    h (steps, batch, units) in time order."""
+    steps, batch, width = x.shape
+    units = width // 3
+    h = np.zeros((batch, units)) if h0 is None else h0
+    hs = np.zeros((steps, batch, units))
+    for t in (reversed(range(steps)) if reverse else range(steps)):
+        h = gru_step(x[t], h @ u.T + (0.0 if b is None else b), h)
+        hs[t] = h
+    return hs
+
+
+def gru_case(units, batch, steps, seed):
+    rng = np.random.default_rng(seed)
+    return (rng.normal(size=(steps, batch, 3 * units)).astype(np.float32),
+            rng.normal(scale=0.6 / np.sqrt(units), size=(3 * units, units)).astype(np.float32),
+            rng.normal(scale=0.5, size=(3 * units,)).astype(np.float32),
+            rng.normal(size=(batch, units)).astype(np.float32))
+
+
+def gru_op(reverse, with_b, with_h0):
+    def build(ctx, x, u, *rest):
+        rest = list(rest)
+        b = rest.pop(0) if with_b else None
+        h0 = rest.pop(0) if with_h0 else None
+        return G.ggml_gru_seq(ctx, x, u, b, h0, reverse=reverse)
+    return build
+
+
+@pytest.mark.parametrize("units, batch, steps", [(1, 1, 1), (5, 3, 4), (16, 2, 1), (64, 8, 6), (67, 5, 3), (3, 1, 5)])
+@pytest.mark.parametrize("with_b, with_h0", [(True, True), (False, False), (True, False)])
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
+def test_gru_sequence_forward_matches_numpy_float64(units, batch, steps, with_b, with_h0, reverse, backend):
+    x, u, b, h0 = gru_case(units, batch, steps, units * 100 + batch * 10 + steps)
+    extra = ([b] if with_b else []) + ([h0] if with_h0 else [])
+    (out,) = compute(gru_op(reverse, with_b, with_h0), x, u, *extra, backend=backend)
+    want = gru_sequence(f64(x), f64(u), f64(b) if with_b else None, f64(h0) if with_h0 else None, reverse)
+    assert out.shape == (5, steps, batch, units)
+    np.testing.assert_allclose(out[0], want, rtol=1e-5, atol=3e-6)
+
+
+@pytest.mark.parametrize("units, batch, steps", [(3, 2, 3), (2, 3, 4), (17, 1, 2)])
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
+def test_gru_sequence_gradients_match_finite_differences(units, batch, steps, reverse, backend):
+    """The gradients of x, u (one product over all steps), b (one sum) and h0, through every step's h."""
+    x, u, b, h0 = gru_case(units, batch, steps, units + batch + steps)
+    w = np.zeros((5, steps, batch, units), np.float32)
+    w[0] = np.random.default_rng(units).uniform(-1, 1, size=(steps, batch, units))
+    ref = dict(x=f64(x), u=f64(u), b=f64(b), h0=f64(h0))
+    arrays = dict(x=x, u=u, b=b, h0=h0)
+    names = ["x", "u", "b", "h0"]
+
+    def planes(x, u, b, h0):
+        return np.concatenate([gru_sequence(x, u, b, h0, reverse)[None], np.zeros((4, steps, batch, units))])
+    for name in names:
+        others = [k for k in names if k != name]
+
+        def build(ctx, target, *rest, name=name, others=others):
+            t = dict(zip(others, rest), **{name: target})
+            return G.ggml_gru_seq(ctx, t["x"], t["u"], t["b"], t["h0"], reverse=reverse)
+        _, grad = compute_grad(build, arrays[name], w, *(arrays[k] for k in others), backend=backend)
+        fd = fd_grad(lambda v, name=name: planes(**{**ref, name: v}), arrays[name], f64(w))
+        np.testing.assert_allclose(grad, fd, rtol=1e-4, atol=2e-5, err_msg=name)
+        assert np.abs(fd).max() > 1e-2, name
+
+
+def test_gru_sequence_operands_are_checked_before_ggml():
+    ctx = G.ggml_init(1 << 20, no_alloc=True)
+    try:
+        x = G.ggml_new_tensor_3d(ctx, G.GGML_TYPE_F32, 6, 3, 5)
+        u = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 2, 6)
+        with pytest.raises(ValueError, match=r"x must be \[3 \* units, batch, steps\], got shape \[8, 3, 5, 1\]"):
+            G.ggml_gru_seq(ctx, G.ggml_new_tensor_3d(ctx, G.GGML_TYPE_F32, 8, 3, 5), u)
+        with pytest.raises(ValueError, match=r"u must have shape \[2, 6\] \(units, 3 \* units\)"):
+            G.ggml_gru_seq(ctx, x, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 6, 2))
+        with pytest.raises(ValueError, match=r"b must have shape \[6\]"):
+            G.ggml_gru_seq(ctx, x, u, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 1, 6))
+        with pytest.raises(ValueError, match=r"h0 must have shape \[2, 3\]"):
+            G.ggml_gru_seq(ctx, x, u, None, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 2, 4))
+        with pytest.raises(TypeError, match="reverse must be True or False"):
+            G.ggml_gru_seq(ctx, x, u, reverse="yes")
     finally:
         ctx.free()

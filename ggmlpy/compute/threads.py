@@ -39,6 +39,7 @@ def _op_code(name: bytes) -> int:
 _MUL_MAT = _op_code(b"MUL_MAT")
 _LSTM_SEQ = _op_code(b"LSTM_SEQ")   # patches/0035: a whole recurrence, its products inside ggml's CPU pool
 _CONV_2D_TILED = _op_code(b"CONV_2D_TILED")   # patches/0036: a convolution's product inside ggml's CPU pool
+_GRU_SEQ = _op_code(b"GRU_SEQ")     # patches/0037: as LSTM_SEQ, with three gates
 
 
 def forward_flops(outputs: Sequence[Tensor]) -> float:
@@ -83,9 +84,9 @@ def forward_work(outputs: Sequence[Tensor]) -> StepWork:
             product = 2.0 * n * int(t.src[0].ne[0])
             flops += product
             blas += product if _blas_takes(t) else 0.0
-        elif t.op == _LSTM_SEQ:   # every step's recurrent product [units, 4 units] x [units, batch], then its cells
+        elif t.op in (_LSTM_SEQ, _GRU_SEQ):   # every step's recurrent product [units, G units] x [units, batch]
             units, batch, steps = int(t.ne[0]), int(t.ne[1]), int(t.ne[2])
-            flops += 8.0 * units * units * batch * steps + n
+            flops += 2.0 * (4 if t.op == _LSTM_SEQ else 3) * units * units * batch * steps + n
         elif t.op == _CONV_2D_TILED:   # every output element: a product over the kernel's KW KH Cin taps
             kernel = t.src[0]
             flops += 2.0 * n * int(kernel.ne[0]) * int(kernel.ne[1]) * int(kernel.ne[2])

@@ -4,9 +4,10 @@ A sample is ``(steps, features)``: the ggml tensor ``[F, T, N]``. The layer firs
 out time-major (``[F, N, T]``) and projects every step at once with one matrix product, so each
 step reads a contiguous block of that projection; the recurrence then adds ``h U`` per step. ggml
 differentiates the unrolled graph (views, matrix products, sigmoid/tanh), so training needs no
-backward pass of its own. On a device that computes ``ggml_lstm_cell`` and ``ggml_gru_cell`` (the CPU,
-patches/0031) a step's gates are that one fused op instead of a dozen element-wise ones; elsewhere (Vulkan,
-CUDA) they stay element-wise, ops the device runs itself. Graph size grows linearly with the number of steps; ggmlpy sizes the
+backward pass of its own. On a device that computes them (the CPU) the whole recurrence is one op each way
+(``ggml_lstm_seq``, ``ggml_gru_seq``: patches/0035, 0037) or, with a padding mask or recurrent dropout, each
+step's gates are one op (``ggml_lstm_cell``, ``ggml_gru_cell``: 0031) instead of a dozen element-wise ones;
+elsewhere (Vulkan, CUDA) they stay element-wise, ops the device runs itself. Graph size grows linearly with the number of steps; ggmlpy sizes the
 graphs from the model (patches/0005), so a 100-step LSTM trains.
 
 Weights in the user's (Keras') orientation (``ggml_get_weights``):
@@ -30,7 +31,7 @@ from ..ops.elementwise import ggml_add, ggml_cont, ggml_mul, ggml_sigmoid, ggml_
 from ..ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_view_1d, ggml_view_2d, ggml_view_3d
 from ..graph.introspect import ggml_is_contiguous
 from ..ops.linalg import ggml_mul_mat
-from ..ops.recurrent import ggml_gru_cell, ggml_lstm_cell, ggml_lstm_seq
+from ..ops.recurrent import ggml_gru_cell, ggml_gru_seq, ggml_lstm_cell, ggml_lstm_seq
 from ..ops.reduce import ggml_concat, ggml_repeat
 from . import fused
 from .initializers import check_initializer
@@ -309,9 +310,24 @@ class GRU(Recurrent):
     def input_bias(self, g):
         return ggml_view_1d(g.ctx, g.param(self, "bias"), 3 * self.units, 0)
 
+    def _recurrent_bias(self, g):
+        u = self.units
+        return ggml_view_2d(g.ctx, g.param(self, "bias"), 3 * u, 1, 3 * u * F32, 3 * u * F32)   # [3U, 1]
+
+    def whole_sequence(self, g, proj, state, steps, backwards):
+        # as the LSTM's: one step from a zero state never reads the recurrent kernel
+        if (steps == 1 and state is None) or not fused.device_computes(g.params.backend.device, "gru_seq"):
+            return None
+        ctx, u, n = g.ctx, self.units, g.batch
+        x = ggml_reshape_3d(ctx, _dense(ctx, proj), 3 * u, n, steps)
+        seq = ggml_gru_seq(ctx, x, g.param(self, "recurrent_kernel"), self._recurrent_bias(g),
+                           None if state is None else _dense(ctx, state[0]), reverse=backwards)
+        plane, last = u * n * F32, (0 if backwards else steps - 1)   # the last step processed
+        return ggml_view_3d(ctx, seq, u, n, steps, u * F32, plane, 0), (ggml_view_2d(ctx, seq, u, n, u * F32, last * plane),)
+
     def step(self, g, x_t, state, rec_masks=()):
         ctx, u = g.ctx, self.units
-        rec_bias = ggml_view_2d(ctx, g.param(self, "bias"), 3 * u, 1, 3 * u * F32, 3 * u * F32)   # [3U, 1]
+        rec_bias = self._recurrent_bias(g)
         if state is None:   # h = 0: the recurrent term is its bias alone (broadcast over the batch)
             h_proj = rec_bias
         else:

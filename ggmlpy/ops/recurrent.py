@@ -1,5 +1,5 @@
 """Recurrent cells fused into one op on the CPU: an LSTM or GRU time step and its backward (patches/0031), and a
-whole LSTM sequence and its backward (patches/0035)."""
+whole LSTM (patches/0035) or GRU (patches/0037) sequence and its backward."""
 from __future__ import annotations
 
 from typing import Any
@@ -153,3 +153,53 @@ def ggml_lstm_seq(ctx: Context, x: Tensor, u: Tensor, h0: Tensor | None = None, 
     if not isinstance(reverse, bool):
         fail(fn, f"reverse must be True or False, got {reverse!r}", GgmlTypeError)
     return make_op(fn, ctx, lib.ggml_lstm_seq, (x, u, *states), (units, batch, steps, 6), (reverse,))
+
+
+def ggml_gru_seq(ctx: Context, x: Tensor, u: Tensor, b: Tensor | None = None, h0: Tensor | None = None,
+                 reverse: bool = False) -> Tensor:
+    """A whole GRU recurrence over ``T`` steps in one node (and one node backward), on the CPU.
+
+    Keras' GRU with ``reset_after=True`` (its default): ``x`` holds every step's input projection ``x_t W + b_in``
+    (the three gates stacked in Keras' order update ``z``, reset ``r``, candidate); each step computes the recurrent
+    projection ``hp = h_{t-1} U + b`` and ``z = sigmoid(x_z + hp_z)``, ``r = sigmoid(x_r + hp_r)``,
+    ``c = tanh(x_c + r * hp_c)``, ``h_t = z * h_{t-1} + (1 - z) * c``. As ``ggml_lstm_seq``: the CPU's threads each
+    run every step on their own block of the batch, and the backward pass makes the gradient of ``u`` one product
+    over all steps (and ``b``'s one sum).
+
+    Differentiable in ``x``, ``u``, ``b`` and ``h0``. Only the CPU backend computes it (patches/0037): for a GPU build
+    the steps from ``ggml_mul_mat`` and the element-wise ops, which every backend has.
+
+    Arguments:
+        ctx: [glossary]
+        x: F32 contiguous ``[3 * units, batch, steps]`` (ggml order), the projections time-major.
+        u: F32 contiguous ``[units, 3 * units]``, the recurrent kernel as ``ggml_mul_mat(ctx, u, h)`` takes it.
+        b: the recurrent bias, F32 contiguous ``[3 * units]`` (or ``[3 * units, 1]``), or None for none.
+        h0: F32 contiguous ``[units, batch]``, the initial state, or None for zeros.
+        reverse: True processes the steps last to first (Keras' ``go_backwards``); the results stay in time
+            order, so the last state processed is step 0's.
+
+    Value: a new F32 Tensor ``[units, batch, steps, 5]``: plane 0 holds ``h_t`` of every step, in time order;
+    planes 1 to 4 keep the gates for the backward pass and are not a result (their gradient is ignored).
+
+    Example:
+        >>> seq = ggml_gru_seq(ctx, proj, u_kernel, rec_bias)      # proj [192, 32, 40]: 64 units, batch 32
+        >>> last_h = ggml_view_2d(ctx, seq, 64, 32, 64 * 4, 39 * 64 * 32 * 4)
+    """
+    fn = "ggml_gru_seq"
+    x = operand(fn, x, "x")
+    _base.types(fn, x, {GGML_TYPE_F32}, "x")
+    contiguous(fn, x, "x")
+    rows, batch, steps, rest = x.shape
+    if rest != 1 or rows % 3:
+        fail(fn, f"x must be [3 * units, batch, steps], got shape {list(x.shape)}")
+    units = rows // 3
+    u = _like(fn, u, "u", (units, rows, 1, 1), f"shape [{units}, {rows}] (units, 3 * units) for x of shape "
+                                                 f"{list(x.shape[:3])}")
+    if b is not None:
+        b = _like(fn, b, "b", (rows, 1, 1, 1), f"shape [{rows}] (3 * units) for x of shape {list(x.shape[:3])}")
+    if h0 is not None:
+        h0 = _like(fn, h0, "h0", (units, batch, 1, 1), f"shape [{units}, {batch}] (units, batch) for x of shape "
+                                                       f"{list(x.shape[:3])}")
+    if not isinstance(reverse, bool):
+        fail(fn, f"reverse must be True or False, got {reverse!r}", GgmlTypeError)
+    return make_op(fn, ctx, lib.ggml_gru_seq, (x, u, b, h0), (units, batch, steps, 5), (reverse,))

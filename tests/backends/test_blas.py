@@ -233,6 +233,17 @@ def test_the_lstm_sequence_ops_products_count_as_the_pools_work():
     ctx.free()
 
 
+def test_the_gru_sequence_ops_products_count_as_the_pools_work():
+    from ggmlpy.compute.threads import training_step_work
+    units, batch, steps = 64, 32, 40
+    ctx = g.ggml_init(16 << 20, no_alloc=True)
+    x = g.ggml_set_input(g.ggml_new_tensor_3d(ctx, g.GGML_TYPE_F32, 3 * units, batch, steps))
+    u = g.ggml_set_param(g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, units, 3 * units))
+    work = training_step_work([g.ggml_gru_seq(ctx, x, u)])
+    assert work.blas_flops == 0 and work.pool_elements >= 3 * 2.0 * units * 3 * units * batch * steps
+    ctx.free()
+
+
 def test_the_tiled_convolutions_products_count_as_the_pools_work():
     """ggml_conv_2d_tiled (patches/0036) multiplies inside ggml's CPU pool, 2 flops per tap of every output."""
     from ggmlpy.compute.threads import training_step_work

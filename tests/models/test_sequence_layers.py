@@ -322,11 +322,16 @@ def test_wrong_arguments_and_shapes(build, message):
         g.ggml_compile(build(), loss="mse", metrics=[], backend="cpu")   # shapes are checked by compile at the latest
 
 
-@pytest.mark.parametrize("layer", [g.ggml_layer_lstm, g.ggml_layer_gru], ids=["lstm", "gru"])
-def test_a_recurrence_over_100_steps_trains(layer):
+@pytest.mark.parametrize("layer, unrolled", [(g.ggml_layer_lstm, False), (g.ggml_layer_gru, True)],
+                         ids=["lstm", "gru_unrolled"])
+def test_a_recurrence_over_100_steps_trains(layer, unrolled, monkeypatch):
     """A recurrence over 100 steps learns the sign of a small offset hidden in noise, which each step shows only
-    faintly (one step alone: ~62 % right). The GRU, unrolled step by step, makes a training graph beyond ggml's
-    default 2048 nodes (patches/0005); the CPU runs the LSTM's recurrence as one op each way (patches/0035)."""
+    faintly (one step alone: ~62 % right). The GRU unrolled step by step (as a GPU or a masked sequence builds it)
+    makes a training graph beyond ggml's default 2048 nodes (patches/0005); the CPU runs the LSTM's recurrence as
+    one op each way (patches/0035)."""
+    if unrolled:
+        from ggmlpy.models import fused
+        monkeypatch.setattr(fused, "device_computes", lambda device, op: op == "gru_cell")
     np.random.seed(0)
     rng = np.random.RandomState(0)
     sign = rng.randint(0, 2, 256)
@@ -337,7 +342,7 @@ def test_a_recurrence_over_100_steps_trains(layer):
     m = g.ggml_compile(m, optimizer="adam", loss="sparse_categorical_crossentropy", backend="cpu",
                        learning_rate=0.02)
     inst = build_training_graph(m, m.compiled, 32)
-    if layer is g.ggml_layer_gru:
+    if unrolled:
         assert inst.train_nodes > g.GGML_DEFAULT_GRAPH_SIZE   # forward + backward + optimizer nodes
     else:
         assert inst.train_nodes < 200
@@ -568,6 +573,7 @@ def _trained_lstm(backend, seed=3, layer=g.ggml_layer_lstm):
 FUSED_FORMS = [  # (layer, the fused ops the CPU may use, the op that must be in its graph)
     (g.ggml_layer_lstm, {"lstm_seq", "lstm_cell"}, "LSTM_SEQ"),   # the whole recurrence (patches/0035)
     (g.ggml_layer_lstm, {"lstm_cell"}, "LSTM_CELL"),              # one op per step (0031): masks, recurrent dropout
+    (g.ggml_layer_gru, {"gru_seq", "gru_cell"}, "GRU_SEQ"),     # the whole recurrence (patches/0037)
     (g.ggml_layer_gru, {"gru_cell"}, "GRU_CELL"),
 ]
 
@@ -582,10 +588,10 @@ def test_the_fused_recurrence_trains_as_the_element_wise_one(layer, allowed, op,
     monkeypatch.setattr(fused_ops, "device_computes", lambda device, name: name in allowed and real(device, name))
     fused, h_fused, x = _trained_lstm("cpu", layer=layer)
     ops = g.ggml_model_placement(fused).op_counts()
-    assert op in ops and not {"LSTM_SEQ", "LSTM_CELL", "GRU_CELL"} - {op} & set(ops), ops
+    assert op in ops and not {"LSTM_SEQ", "LSTM_CELL", "GRU_SEQ", "GRU_CELL"} - {op} & set(ops), ops
     monkeypatch.setattr(fused_ops, "device_computes", lambda device, name: False)
     plain, h_plain, _ = _trained_lstm("cpu", layer=layer)
-    assert not {"LSTM_SEQ", "LSTM_CELL", "GRU_CELL"} & set(g.ggml_model_placement(plain).op_counts())
+    assert not {"LSTM_SEQ", "LSTM_CELL", "GRU_SEQ", "GRU_CELL"} & set(g.ggml_model_placement(plain).op_counts())
     np.testing.assert_allclose(h_fused["train_loss"], h_plain["train_loss"], rtol=2e-5)
     for name, w in g.ggml_get_weights(fused).items():
         np.testing.assert_allclose(w, g.ggml_get_weights(plain)[name], rtol=1e-4, atol=1e-5, err_msg=name)
@@ -598,4 +604,5 @@ def test_a_gpu_recurrent_layer_keeps_its_steps_on_the_device(each_device, layer)
     """The fused steps are CPU-only: a GPU model builds the element-wise step, every op of it on the device."""
     m, _, _ = _trained_lstm(each_device, layer=layer)
     p = g.ggml_model_placement(m)
-    assert not {"LSTM_SEQ", "LSTM_CELL", "GRU_CELL"} & set(p.op_counts()) and p.cpu_ops == [] and p.n_splits == 1, str(p)
+    assert not {"LSTM_SEQ", "LSTM_CELL", "GRU_SEQ", "GRU_CELL"} & set(p.op_counts()) and p.cpu_ops == [] and \
+        p.n_splits == 1, str(p)

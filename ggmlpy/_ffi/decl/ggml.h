@@ -81,6 +81,8 @@ struct ggml_tensor * ggml_lstm_seq(struct ggml_context * ctx, struct ggml_tensor
 struct ggml_tensor * ggml_lstm_seq_back(struct ggml_context * ctx, struct ggml_tensor * seq, struct ggml_tensor * grad);  /* patches/0035 */
 struct ggml_tensor * ggml_conv_2d_tiled(struct ggml_context * ctx, struct ggml_tensor * kernel, struct ggml_tensor * x, struct ggml_tensor * bias, int s0, int s1, int p0, int p1, int d0, int d1);  /* patches/0036 */
 struct ggml_tensor * ggml_conv_2d_tiled_back(struct ggml_context * ctx, struct ggml_tensor * conv, struct ggml_tensor * grad, bool need_x, bool need_kernel);  /* patches/0036 */
+struct ggml_tensor * ggml_gru_seq(struct ggml_context * ctx, struct ggml_tensor * x, struct ggml_tensor * u, struct ggml_tensor * b, struct ggml_tensor * h0, bool reverse);  /* patches/0037 */
+struct ggml_tensor * ggml_gru_seq_back(struct ggml_context * ctx, struct ggml_tensor * seq, struct ggml_tensor * grad);  /* patches/0037 */
 struct ggml_tensor * ggml_clamp(struct ggml_context * ctx, struct ggml_tensor * a, float min, float max);
 struct ggml_tensor * ggml_clamp_inplace(struct ggml_context * ctx, struct ggml_tensor * a, float min, float max);
 
