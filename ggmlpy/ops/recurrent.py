@@ -101,6 +101,28 @@ def ggml_gru_cell(ctx: Context, x: Tensor, hp: Tensor, h_prev: Tensor | None = N
     return make_op(fn, ctx, lib.ggml_gru_cell, (x, hp, h_prev), (units, batch))
 
 
+def _sequence_operands(fn: str, x: Any, u: Any, gates: int, reverse: Any) -> tuple:
+    """A whole recurrence's projections ``x`` (contiguous F32 ``[gates * units, batch, steps]``), recurrent kernel
+    ``u`` (``[units, gates * units]``) and ``reverse`` checked: (x, u, units, batch, steps)."""
+    x = operand(fn, x, "x")
+    _base.types(fn, x, {GGML_TYPE_F32}, "x")
+    contiguous(fn, x, "x")
+    rows, batch, steps, rest = x.shape
+    if rest != 1 or rows % gates:
+        fail(fn, f"x must be [{gates} * units, batch, steps], got shape {list(x.shape)}")
+    units = rows // gates
+    u = _like(fn, u, "u", (units, rows, 1, 1), f"shape [{units}, {rows}] (units, {gates} * units) for x of shape "
+                                                 f"{list(x.shape[:3])}")
+    if not isinstance(reverse, bool):
+        fail(fn, f"reverse must be True or False, got {reverse!r}", GgmlTypeError)
+    return x, u, units, batch, steps
+
+
+def _initial_state(fn: str, s: Any, what: str, x: Tensor, units: int, batch: int) -> Tensor | None:
+    return None if s is None else _like(fn, s, what, (units, batch, 1, 1), f"shape [{units}, {batch}] (units, batch) "
+                                                                           f"for x of shape {list(x.shape[:3])}")
+
+
 def ggml_lstm_seq(ctx: Context, x: Tensor, u: Tensor, h0: Tensor | None = None, c0: Tensor | None = None,
                   reverse: bool = False) -> Tensor:
     """A whole LSTM recurrence over ``T`` steps in one node (and one node backward), on the CPU.
@@ -136,23 +158,9 @@ def ggml_lstm_seq(ctx: Context, x: Tensor, u: Tensor, h0: Tensor | None = None, 
         >>> last_h = ggml_view_2d(ctx, seq, 64, 32, 64 * 4, 39 * 64 * 32 * 4)
     """
     fn = "ggml_lstm_seq"
-    x = operand(fn, x, "x")
-    _base.types(fn, x, {GGML_TYPE_F32}, "x")
-    contiguous(fn, x, "x")
-    rows, batch, steps, rest = x.shape
-    if rest != 1 or rows % 4:
-        fail(fn, f"x must be [4 * units, batch, steps], got shape {list(x.shape)}")
-    units = rows // 4
-    u = _like(fn, u, "u", (units, rows, 1, 1), f"shape [{units}, {rows}] (units, 4 * units) for x of shape "
-                                                 f"{list(x.shape[:3])}")
-    states = []
-    for what, s in (("h0", h0), ("c0", c0)):
-        states.append(None if s is None else _like(fn, s, what, (units, batch, 1, 1),
-                                                   f"shape [{units}, {batch}] (units, batch) for x of shape "
-                                                   f"{list(x.shape[:3])}"))
-    if not isinstance(reverse, bool):
-        fail(fn, f"reverse must be True or False, got {reverse!r}", GgmlTypeError)
-    return make_op(fn, ctx, lib.ggml_lstm_seq, (x, u, *states), (units, batch, steps, 6), (reverse,))
+    x, u, units, batch, steps = _sequence_operands(fn, x, u, 4, reverse)
+    h0, c0 = (_initial_state(fn, s, what, x, units, batch) for what, s in (("h0", h0), ("c0", c0)))
+    return make_op(fn, ctx, lib.ggml_lstm_seq, (x, u, h0, c0), (units, batch, steps, 6), (reverse,))
 
 
 def ggml_gru_seq(ctx: Context, x: Tensor, u: Tensor, b: Tensor | None = None, h0: Tensor | None = None,
@@ -186,20 +194,9 @@ def ggml_gru_seq(ctx: Context, x: Tensor, u: Tensor, b: Tensor | None = None, h0
         >>> last_h = ggml_view_2d(ctx, seq, 64, 32, 64 * 4, 39 * 64 * 32 * 4)
     """
     fn = "ggml_gru_seq"
-    x = operand(fn, x, "x")
-    _base.types(fn, x, {GGML_TYPE_F32}, "x")
-    contiguous(fn, x, "x")
-    rows, batch, steps, rest = x.shape
-    if rest != 1 or rows % 3:
-        fail(fn, f"x must be [3 * units, batch, steps], got shape {list(x.shape)}")
-    units = rows // 3
-    u = _like(fn, u, "u", (units, rows, 1, 1), f"shape [{units}, {rows}] (units, 3 * units) for x of shape "
-                                                 f"{list(x.shape[:3])}")
+    x, u, units, batch, steps = _sequence_operands(fn, x, u, 3, reverse)
     if b is not None:
-        b = _like(fn, b, "b", (rows, 1, 1, 1), f"shape [{rows}] (3 * units) for x of shape {list(x.shape[:3])}")
-    if h0 is not None:
-        h0 = _like(fn, h0, "h0", (units, batch, 1, 1), f"shape [{units}, {batch}] (units, batch) for x of shape "
-                                                       f"{list(x.shape[:3])}")
-    if not isinstance(reverse, bool):
-        fail(fn, f"reverse must be True or False, got {reverse!r}", GgmlTypeError)
+        b = _like(fn, b, "b", (3 * units, 1, 1, 1), f"shape [{3 * units}] (3 * units) for x of shape "
+                                                     f"{list(x.shape[:3])}")
+    h0 = _initial_state(fn, h0, "h0", x, units, batch)
     return make_op(fn, ctx, lib.ggml_gru_seq, (x, u, b, h0), (units, batch, steps, 5), (reverse,))
