@@ -89,16 +89,23 @@ def test_dead_endpoint_raises_instead_of_aborting():
         g.ggml_backend_rpc_add_server("no-port")
 
 
-STOPPED_SERVER = r'''
-import os, subprocess, sys, time
+# the start of a script run in its own process: an RPC server at sys.argv[1] in a process of its own, listening
+SERVER_PREAMBLE = r'''
+import os, signal, subprocess, sys, time
+import numpy as np
 import ggmlpy as g
+
 endpoint = sys.argv[1]
 server = subprocess.Popen([sys.executable, "-c", f"import ggmlpy; ggmlpy.ggml_backend_rpc_start_server({endpoint!r})"],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 deadline = time.time() + 30
 while not g.ggml_rpc_probe(endpoint, 0.2):
-    assert time.time() < deadline and server.poll() is None
+    assert server.poll() is None and time.time() < deadline, "the RPC server did not start"
     time.sleep(0.1)
+'''
+
+
+STOPPED_SERVER = SERVER_PREAMBLE + r'''
 devices = g.ggml_backend_rpc_add_server(endpoint)
 server.kill()
 server.wait()
@@ -186,18 +193,7 @@ def test_buffers_freed_on_the_server_between_steps_keep_the_fit_going(rpc_endpoi
     np.testing.assert_allclose(histories[1]["train_loss"], histories[0]["train_loss"], rtol=1e-5)
 
 
-DYING_SERVER = r'''
-import os, signal, subprocess, sys, time
-import numpy as np
-import ggmlpy as g
-
-endpoint = sys.argv[1]
-server = subprocess.Popen([sys.executable, "-c", f"import ggmlpy; ggmlpy.ggml_backend_rpc_start_server({endpoint!r})"],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-deadline = time.time() + 30
-while not g.ggml_rpc_probe(endpoint, 0.2):
-    assert server.poll() is None and time.time() < deadline, "the RPC server did not start"
-    time.sleep(0.1)
+DYING_SERVER = SERVER_PREAMBLE + r'''
 devices = g.ggml_backend_rpc_add_server(endpoint)
 
 def mlp(backend):
