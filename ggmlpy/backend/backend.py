@@ -14,6 +14,7 @@ from ..errors import BackendUnavailableError, expect, GgmlStateError
 from .endpoint import answers, parse_endpoint
 from .device import (as_device, device_type_arg, DEVICE_TYPE_NAMES, decode_str, Device, device_caps,
                      ggml_backend_dev_by_type, ggml_backend_devices, ggml_backends_built)
+from .modules import DEVICE_HINTS, family_problem, warn_gpu_fallback
 
 
 def _default_threads() -> int:
@@ -108,22 +109,17 @@ _BUILD_HINTS = {  # the backend was not built
     "cuda": "rebuild with GGMLPY_BACKENDS=cpu,cuda pip install . on a machine with nvcc",
     "rpc": "rebuild with GGMLPY_BACKENDS=cpu,rpc pip install .",
 }
-_DEVICE_HINTS = {  # built, but no such device
-    "vulkan": "check the Vulkan driver (vulkaninfo); a CPU-only Vulkan device (Mesa's lavapipe) is used "
-              "only when selected with GGML_VK_VISIBLE_DEVICES=0",
-    "cuda": "check the NVIDIA driver (nvidia-smi) and CUDA_VISIBLE_DEVICES; ggml logs why CUDA did not start",
-    "rpc": "add a server first with ggml_backend_rpc_add_server('host:port')",
-}
-
-
 def _init_device(device_name: str, family: str, params: str | None = None) -> Backend:
     dev = lib.ggml_backend_dev_by_name(c_string(f"ggml_{family.lower()}_init", "device name", device_name))
     if dev == ffi.NULL:
         built = family.lower() in ggml_backends_built()
+        devices = [d.name for d in ggml_backend_devices()]
+        problem = family_problem(family) if built else None  # a module that did not load, or found no device
+        if problem is not None:
+            raise BackendUnavailableError(f"there is no device {device_name!r}: {problem} (devices: {devices})")
         reason = (f"the {family} backend is built but has no device {device_name!r}" if built else
                   f"this ggmlpy was built without the {family} backend")
-        hint = (_DEVICE_HINTS if built else _BUILD_HINTS).get(family.lower(), "")
-        devices = [d.name for d in ggml_backend_devices()]
+        hint = (DEVICE_HINTS if built else _BUILD_HINTS).get(family.lower(), "")
         raise BackendUnavailableError(f"{reason} (devices: {devices}); {hint}".rstrip("; "))
     if family.upper() == "RPC":   # ggml's RPC client aborts the process when its server does not answer
         endpoint = decode_str(lib.ggml_backend_dev_description(dev))
@@ -159,7 +155,8 @@ def ggml_vulkan_init(device: int = 0) -> Backend:
         device: the Vulkan device index (an int >= 0, default 0: the device named ``"Vulkan0"``).
 
     Value: a Backend handle. Raises BackendUnavailableError, saying why and what to do, when this
-    installation was built without Vulkan or the device does not exist.
+    installation was built without Vulkan, the device does not exist, or the Vulkan module did not load
+    (the message names the module file and the missing library, e.g. the Vulkan loader ``libvulkan.so.1``).
 
     Example:
         >>> gpu = ggml_vulkan_init(0)
@@ -176,7 +173,8 @@ def ggml_backend_cuda_init(device: int = 0) -> Backend:
         device: the CUDA device index (an int >= 0, default 0: the device named ``"CUDA0"``).
 
     Value: a Backend handle. Raises BackendUnavailableError, saying why and what to do, when this
-    installation was built without CUDA or the device does not exist.
+    installation was built without CUDA, the device does not exist, or the CUDA module did not load (the
+    message names the module file and the missing library, e.g. cuBLAS's ``libcublas.so.13``).
 
     Example:
         >>> gpu = ggml_backend_cuda_init()
@@ -194,7 +192,8 @@ def ggml_backend_init_by_name(name: str, params: str | None = None) -> Backend:
         params: an optional, backend-specific parameter string passed to the device's init (default
             None; the built-in backends need none).
 
-    Value: a Backend handle. Raises BackendUnavailableError when there is no such device.
+    Value: a Backend handle. Raises BackendUnavailableError when there is no such device (saying why when
+    its backend module was built but did not load: ``ggml_backend_load_errors``).
 
     Example:
         >>> b = ggml_backend_init_by_name("Vulkan0")
@@ -226,7 +225,8 @@ def ggml_backend_init_best() -> Backend:
     ``ggml_backend_init_auto("auto")`` is the variant that skips software-emulated GPUs.
 
     Value: a Backend handle. Raises BackendUnavailableError when the device picked cannot be started (a GPU of
-    an RPC server that has stopped: ggml would abort the process).
+    an RPC server that has stopped: ggml would abort the process). Falling back to the CPU while a GPU backend
+    module that was built did not load warns once (GgmlpyWarning), naming the module and why.
 
     Example:
         >>> b = ggml_backend_init_best()
@@ -237,6 +237,8 @@ def ggml_backend_init_best() -> Backend:
         dev = lib.ggml_backend_dev_by_type(kind)
         if dev != ffi.NULL:
             d = Device(dev)
+            if kind == lib.GGML_BACKEND_DEVICE_TYPE_CPU:
+                warn_gpu_fallback("ggml_backend_init_best")
             return _init_device(d.name, d.backend_name)
     raise BackendUnavailableError("ggml lists no device at all (not even the CPU): the installation is broken; "
                                   "reinstall ggmlpy")
@@ -257,7 +259,10 @@ def ggml_backend_init_auto(backend: str = "auto") -> Backend:
             only when named: a server that went away aborts the process; else the CPU), ``"cpu"``, ``"vulkan"``
             (device 0), ``"cuda"`` (device 0), or a device name such as ``"Vulkan1"``.
 
-    Value: a Backend handle. Raises BackendUnavailableError for a backend or device that is missing.
+    Value: a Backend handle. Raises BackendUnavailableError for a backend or device that is missing (naming
+    the module file and the missing library when its backend module was built but did not load). When
+    ``"auto"`` falls back to the CPU while a GPU backend module that was built did not load (a CUDA module
+    whose cuBLAS is not on the library path), it warns once (GgmlpyWarning), naming the module and why.
 
     Example:
         >>> b = ggml_backend_init_auto("auto")
@@ -276,6 +281,7 @@ def ggml_backend_init_auto(backend: str = "auto") -> Backend:
         for dev in ggml_backend_devices():
             if dev.type == "gpu" and not is_software_device(dev) and dev.backend_name != "RPC":
                 return ggml_backend_dev_init(dev)
+        warn_gpu_fallback('backend="auto"')  # a GPU module that was built but did not load: say so, once
         return ggml_backend_cpu_init()
     if choice == "cpu":
         return ggml_backend_cpu_init()

@@ -11,6 +11,7 @@ from ..core.args import c_string, is_int
 from ..core.handle import raise_type, using
 from ..errors import BackendUnavailableError, expect, GgmlTypeError, GgmlValueError
 from ..graph.objects import Tensor, as_tensor
+from .modules import family_problem, module_problems, warn_problems
 
 
 DEVICE_TYPES = {
@@ -184,6 +185,11 @@ def ggml_backend_devices() -> list[Device]:
 def ggml_list_devices():
     """A table of every device ggml knows: the quick way to see what this machine offers.
 
+    A backend that was built but offers no device is not left out in silence: for each of its module files
+    a GgmlpyWarning names the file and why (a module that could not be loaded, with the library it misses
+    and the usual fix, e.g. ``libggml-cuda.so ... libcublas.so.13: cannot open shared object file``; or one
+    that loaded but found no device). ``ggml_backend_load_errors()`` returns the same as a list.
+
     Value: a pandas DataFrame with one row per device and columns ``name``, ``description``, ``type``
     (cpu/gpu/igpu/accel), ``backend`` (the family: CPU, Vulkan, CUDA, RPC), ``memory_free`` and
     ``memory_total`` (bytes).
@@ -192,6 +198,7 @@ def ggml_list_devices():
         >>> print(ggml_list_devices())
     """
     import pandas as pd
+    warn_problems(module_problems(), "")
     rows = []
     for d in ggml_backend_devices():
         mem = d.memory()
@@ -204,7 +211,8 @@ def ggml_backends_built() -> list[str]:
     """The backends compiled into this installation, e.g. ``['cpu', 'vulkan']``.
 
     Chosen at build time with ``GGMLPY_BACKENDS=cpu,vulkan pip install .``; a built backend may still
-    find no device on this machine (see ``ggml_list_devices``).
+    find no device on this machine, or its module may not load (see ``ggml_list_devices`` and
+    ``ggml_backend_load_errors``).
 
     Value: a list of lower-case str.
 
@@ -220,7 +228,10 @@ def as_device(device: Any) -> Device:
     if isinstance(device, str):
         found = ggml_backend_dev_by_name(device)
         if found is None:
-            raise BackendUnavailableError(f"no device named {device!r}; devices: {[d.name for d in ggml_backend_devices()]}")
+            family = "".join(c for c in device if not c.isdigit())
+            problem = family_problem(family) if family.lower() in ggml_backends_built() else None
+            raise BackendUnavailableError(f"no device named {device!r}; devices: {[d.name for d in ggml_backend_devices()]}"
+                                          + (f"; {problem}" if problem else ""))
         return found
     raise_type("device", "Device or device name", device)
 

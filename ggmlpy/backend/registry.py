@@ -10,6 +10,7 @@ from ..core.args import c_string, is_int
 from ..core.handle import raise_type
 from ..errors import BackendUnavailableError, GgmlStateError, GgmlTypeError, GgmlValueError
 from .device import decode_str, Device
+from .modules import module_problems
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,34 @@ def ggml_backend_load_all() -> None:
         >>> ggml_backend_load_all()
     """
     lib.ggml_backend_load_all()
+
+
+def ggml_backend_load_errors() -> list[dict]:
+    """The backends that were built but offer no device, and why: a module that did not load names the
+    library it misses.
+
+    Importing ggmlpy loads each backend module of its library folder (``libggml-cuda.so``,
+    ``libggml-vulkan.so``, ...) into ggml's registry; ggml drops one it cannot use without a word. This says
+    what became of every backend of ``ggml_backends_built()`` that has no device: the module could not be
+    loaded (a CUDA module whose cuBLAS is not on the library path, a Vulkan module without the Vulkan
+    loader), does not run on this CPU, did not start (no Vulkan driver), or loaded and found no device (RPC,
+    which has devices only once a server is added, is left out). ``ggml_list_devices()`` warns with the same
+    messages, asking for such a backend by name raises BackendUnavailableError with them, and
+    ``backend="auto"`` warns once when it uses the CPU because a GPU module did not load.
+
+    Value: a list of dicts, one per module file (empty when every built backend has a device), each with
+    ``backend`` (the family as built: ``"cuda"``, ``"vulkan"``), ``module`` (the file name), ``path``,
+    ``stage`` (``"load"``: the system could not load it; ``"unsupported"``: its score is 0 on this
+    machine; ``"init"``: it loads but did not start; ``"no device"``: it started and found none;
+    ``"missing"``: no such file), ``error`` (what the system or ggml said, e.g. ``"libcublas.so.13: cannot
+    open shared object file: No such file or directory"``), ``missing_library`` (``"libcublas.so.13"``, or
+    None) and ``message`` (all of it, with the usual fix).
+
+    Example:
+        >>> for e in ggml_backend_load_errors():
+        ...     print(e["message"])
+    """
+    return [p.as_dict() for p in module_problems()]
 
 
 def ggml_backend_load(path: str) -> Registry | None:
