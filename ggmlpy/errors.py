@@ -52,7 +52,9 @@ class GgmlInUseError(GgmlStateError):
 class BackendUnavailableError(GgmlStateError):
     """A backend or device was asked for that this build or this machine does not have (a
     GgmlStateError). The message says which and how to fix it (rebuild with ``GGMLPY_BACKENDS=...``,
-    check the driver); ``ggml_list_devices()`` shows what is available."""
+    check the driver; for a backend module that was built but did not load, the module file and the library
+    it misses); ``ggml_list_devices()`` shows what is available, ``ggml_backend_load_errors()`` what did
+    not load."""
 
 
 class GgufFileError(GgmlpyError, OSError):

@@ -230,7 +230,8 @@ def as_device(device: Any) -> Device:
         if found is None:
             family = "".join(c for c in device if not c.isdigit())
             problem = family_problem(family) if family.lower() in ggml_backends_built() else None
-            raise BackendUnavailableError(f"no device named {device!r}; devices: {[d.name for d in ggml_backend_devices()]}"
+            devices = [d.name for d in ggml_backend_devices()]
+            raise BackendUnavailableError(f"no device named {device!r}; devices: {devices}"
                                           + (f"; {problem}" if problem else ""))
         return found
     raise_type("device", "Device or device name", device)

@@ -107,7 +107,8 @@ def library_fix(library: str | None) -> str:
         return (f"the Vulkan loader is missing: install it (apt-get install libvulkan1), or put the folder "
                 f"holding {library} {_LIBRARY_PATH}")
     if library.startswith(("libopenblas", "libgomp")):
-        return f"OpenBLAS is missing: apt-get install libopenblas0-openmp, or put the folder holding {library} {_LIBRARY_PATH}"
+        return (f"OpenBLAS is missing: apt-get install libopenblas0-openmp, or put the folder holding {library} "
+                f"{_LIBRARY_PATH}")
     return f"install the package that provides {library}, or put the folder holding it {_LIBRARY_PATH}"
 
 
@@ -159,7 +160,8 @@ def _message(family: str, module: str, path: str, stage: str, error: str, librar
         return f"the {name} backend module {module} ({path}) cannot be loaded: {error}; {library_fix(library)}"
     if stage == "unsupported":
         return (f"the {name} backend module {module} does not run on this machine (its ggml_backend_score is 0: "
-                "it was built for instructions this CPU lacks); reinstall ggmlpy on this machine (pip install .)")
+                "a variant built for what this machine lacks, such as the CPU's instruction sets); reinstall ggmlpy "
+                "on this machine (pip install .)")
     if stage == "init":
         return f"the {name} backend module {module} loads but did not start ({error}): {_init_fix(family)}"
     hint = DEVICE_HINTS.get(family, "")

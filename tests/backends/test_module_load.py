@@ -125,7 +125,7 @@ def test_a_vulkan_module_without_its_loader_is_named_everywhere(hidden_loader):
     for key in ("by_name", "vulkan_init", "vulkan_choice", "device_query"):
         message = out[key]
         assert message is not None, f"{key} did not raise BackendUnavailableError"
-        assert "libggml-vulkan.so" in message and "libvulkan.so.9" in message and "libvulkan1" in message, (key, message)
+        assert all(part in message for part in ("libggml-vulkan.so", "libvulkan.so.9", "libvulkan1")), (key, message)
 
 
 @needs_vulkan_module
