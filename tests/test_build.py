@@ -15,6 +15,7 @@ import io
 import itertools
 import json
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -539,3 +540,23 @@ def test_build_ggml_keeps_what_setup_py_uses_with_the_checkouts_paths(world):
     assert cli.LIB_DIR == a.resolve() / "ggmlpy" / "lib" and cli.VENDOR_DIR == a.resolve() / "vendor" / "ggml"
     assert cli.read_pin()["filename"] == FILENAME
     assert issubclass(cli.ChecksumMismatch, cli.BuildError)
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the instruction-set options are x86's")
+def test_the_cpu_level_names_the_instruction_sets(monkeypatch):
+    """GGMLPY_CPU=avx2 builds the CPU backend for the AVX2 baseline (no AVX-512 whatever this machine has), so a
+    library carried to another x86-64-v3 machine runs there; anything but native/avx2 is refused, saying why."""
+    from tools.ggml_build import options
+    avx2 = options.cpu_flag_options("avx2")
+    for opt in ("GGML_SSE42", "GGML_AVX", "GGML_AVX2", "GGML_BMI2", "GGML_FMA", "GGML_F16C"):
+        assert f"-D{opt}=ON" in avx2
+    for opt in ("GGML_AVX512", "GGML_AVX512_VBMI", "GGML_AVX512_VNNI", "GGML_AVX512_BF16", "GGML_AVX_VNNI"):
+        assert f"-D{opt}=OFF" in avx2
+    monkeypatch.delenv("GGMLPY_CPU", raising=False)
+    assert options.cpu_level() == "native"
+    monkeypatch.setenv("GGMLPY_CPU", "AVX2")
+    assert options.cpu_level() == "avx2"
+    assert options.cpu_flag_options(options.cpu_level()) == avx2
+    monkeypatch.setenv("GGMLPY_CPU", "x86-64-v4")
+    with pytest.raises(options.BuildError, match="native, avx2"):
+        options.cpu_level()

@@ -17,6 +17,7 @@ import pkgutil
 
 import ggmlpy.ops
 from tests.conftest import compute, compute_grad, nd4
+from tests.backends.kernel_refs import dropout_keep
 
 F32_TOL = dict(rtol=2e-5, atol=2e-6)
 
@@ -170,36 +171,19 @@ def test_scale_bias(rng):
     assert_close(out, 0.75 * f64(x) - 1.25)
 
 
-def _dropout_keep(seed: int, n: int, p: float) -> np.ndarray:
-    """numpy reference of ggml_dropout's mask (patches/0018): the lowbias32 hash of (seed, logical index)."""
-    def mix(x):
-        x = x.astype(np.uint32)
-        x ^= x >> np.uint32(16)
-        x *= np.uint32(0x7FEB352D)
-        x ^= x >> np.uint32(15)
-        x *= np.uint32(0x846CA68B)
-        x ^= x >> np.uint32(16)
-        return x
-    i = np.arange(n, dtype=np.uint64)
-    lo, hi = (i & np.uint64(0xFFFFFFFF)).astype(np.uint32), (i >> np.uint64(32)).astype(np.uint32)
-    k = mix(np.uint32(seed & 0xFFFFFFFF) ^ mix(hi + np.uint32(0x9E3779B9)))
-    h = mix(mix(lo ^ k) + k)
-    return (h >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24) >= np.float32(p)
-
-
 @covers("ggml_dropout")
 @pytest.mark.parametrize("p", [0.0, 0.25, 0.7])
 def test_dropout_keeps_the_elements_its_hash_picks(rng, p):
     x = r32(rng, 3, 4, 50)
     for seed in (0, 7, -5):
         (out,) = compute(lambda ctx, t, s: G.ggml_dropout(ctx, t, s, p), x, np.array([seed], np.int32))
-        keep = _dropout_keep(seed, x.size, p).reshape(x.shape)
+        keep = dropout_keep(seed, x.size, p).reshape(x.shape)
         scale = np.float32(1.0 / (1.0 - float(np.float32(p))))   # computed in float64, passed as a C float
         np.testing.assert_array_equal(out.reshape(x.shape), np.where(keep, x * scale, np.float32(0)))
-    assert 0 < _dropout_keep(7, x.size, p).sum() <= x.size
+    assert 0 < dropout_keep(7, x.size, p).sum() <= x.size
     # a view is read in its logical order: the same mask as the transposed copy
     (t_out,) = compute(lambda ctx, t, s: G.ggml_dropout(ctx, G.ggml_transpose(ctx, t), s, p), x[0], np.array([3], np.int32))
-    keep = _dropout_keep(3, x[0].size, p).reshape(x[0].T.shape)
+    keep = dropout_keep(3, x[0].size, p).reshape(x[0].T.shape)
     np.testing.assert_array_equal(t_out.reshape(x[0].T.shape) != 0, keep & (x[0].T != 0))
 
 
@@ -220,7 +204,7 @@ def test_dropout_gradient_goes_through_the_same_mask(rng):
     x, r = r32(rng, 4, 30), r32(rng, 4, 30)
     seed = np.array([99], np.int32)
     _, grad = compute_grad(lambda ctx, t, s: G.ggml_dropout(ctx, t, s, 0.4), x, r, seed)
-    keep = _dropout_keep(99, x.size, 0.4).reshape(x.shape)
+    keep = dropout_keep(99, x.size, 0.4).reshape(x.shape)
     np.testing.assert_allclose(grad, np.where(keep, r / 0.6, 0), rtol=1e-6)
 
 

@@ -25,6 +25,33 @@ if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
 # GGMLPY_VULKAN_F16=1 gives ggml's faster F16 products back. The variable is read when a device starts.
 if "GGML_VK_DISABLE_F16" not in os.environ and os.environ.get("GGMLPY_VULKAN_F16") != "1":
     os.environ["GGML_VK_DISABLE_F16"] = "1"
+# ggml's CUDA backend computes F32 products in full F32 unless GGML_CUDA_TF32 allows TF32 tensor cores
+# (patches/0039: ggml itself turns TF32 on); GGMLPY_CUDA_TF32=1 is ggmlpy's name for that switch.
+if "GGML_CUDA_TF32" not in os.environ and os.environ.get("GGMLPY_CUDA_TF32") not in (None, "", "0"):
+    os.environ["GGML_CUDA_TF32"] = "1"
+
+
+def _vulkan_validation(folder: str) -> None:
+    """GGMLPY_VK_VALIDATION=<folder>: Vulkan runs under the Khronos validation layer (Debian's
+    vulkan-validationlayers), each process writing what the layer reports to <folder>/vvl-<pid>.log (one file a
+    process: the layer truncates its log when it opens it). GGMLPY_VK_VALIDATION_SYNC=1 adds synchronization
+    validation. Read when ggmlpy is imported, before ggml creates its Vulkan instance."""
+    os.makedirs(folder, exist_ok=True)
+    settings = os.path.join(folder, f"vk_layer_settings-{os.getpid()}.txt")
+    lines = ["khronos_validation.debug_action = VK_DBG_LAYER_ACTION_LOG_MSG",
+             f"khronos_validation.log_filename = {os.path.join(folder, f'vvl-{os.getpid()}.log')}",
+             "khronos_validation.report_flags = error,warn"]
+    if os.environ.get("GGMLPY_VK_VALIDATION_SYNC") == "1":
+        lines.append("khronos_validation.enables = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT")
+    with open(settings, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    layers = [x for x in os.environ.get("VK_INSTANCE_LAYERS", "").split(":") if x]
+    os.environ["VK_INSTANCE_LAYERS"] = ":".join(dict.fromkeys(layers + ["VK_LAYER_KHRONOS_validation"]))
+    os.environ["VK_LAYER_SETTINGS_PATH"] = settings
+
+
+if os.environ.get("GGMLPY_VK_VALIDATION"):
+    _vulkan_validation(os.environ["GGMLPY_VK_VALIDATION"])
 
 try:
     from ._ggml import ffi, lib  # noqa: E402

@@ -65,6 +65,15 @@ static int ggmlpy_rpc_lost_connections(void) {
     return fn ? fn() : 0;
 }
 
+/* The most bytes one storage-buffer binding of a Vulkan device covers (patches/0041), 0 for another device. */
+typedef size_t (*ggmlpy_vk_range_t)(ggml_backend_dev_t);
+static size_t ggmlpy_vk_max_storage_buffer_range(ggml_backend_dev_t dev) {
+    ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(dev);
+    if (!reg || reg != ggml_backend_reg_by_name("Vulkan")) return 0;
+    ggmlpy_vk_range_t fn = (ggmlpy_vk_range_t) ggml_backend_reg_get_proc_address(reg, "ggmlpy_vk_max_storage_buffer_range");
+    return fn ? fn(dev) : 0;
+}
+
 typedef void (*ggmlpy_rpc_start_server_t)(const char *, const char *, size_t, size_t, ggml_backend_dev_t *);
 static int ggmlpy_rpc_start_server(const char * endpoint, const char * cache_dir, size_t n_threads,
                                    size_t n_devices, ggml_backend_dev_t * devices) {

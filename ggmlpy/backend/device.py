@@ -48,6 +48,14 @@ class Device:
         """Name of the registry (backend family) this device belongs to: CPU, Vulkan, CUDA, RPC."""
         return decode_str(lib.ggml_backend_reg_name(lib.ggml_backend_dev_backend_reg(self.ptr)))
 
+    @property
+    def max_binding_bytes(self) -> int | None:
+        """The most bytes one shader binding of this device covers, for a Vulkan device (its
+        ``maxStorageBufferRange``: 4 GiB on NVIDIA, 128 MiB on Mesa's lavapipe); None for other devices.
+        An op whose tensors are larger runs on another backend (``ggml_model_placement`` says so)."""
+        n = int(lib.ggmlpy_vk_max_storage_buffer_range(self.ptr))
+        return n or None
+
     def memory(self) -> dict:
         free, total = ffi.new("size_t *"), ffi.new("size_t *")
         lib.ggml_backend_dev_memory(self.ptr, free, total)

@@ -15,11 +15,14 @@ from typing import Any
 
 from .._ffi import ffi, lib
 from ..backend.backend import Backend
+from ..backend.device import Device
 from ..core.handle import unwrap
 from ..errors import GgmlpyWarning
 from .sched import Scheduler
 
 
+# the largest storage-buffer offset alignment a Vulkan device asks for: a view may start that far past its binding
+_MAX_ALIGNMENT = 256
 # ops that compute nothing (their result views another tensor's memory): not counted as work anywhere
 NO_WORK_OPS = {"NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"}
 # device types whose backends compute in host memory: the CPU itself and ggml's BLAS backend
@@ -36,12 +39,15 @@ class Placement:
         splits: ``(backend name, [op names in order])`` of each part, in the order they ran.
         copied: ``(tensor name, bytes)`` of every tensor the scheduler copied between backends.
         host: the names of the backends that compute in host memory (the CPU, ggml's BLAS backend).
+        why: for each op a host backend computed while a device was in the scheduler, why the device did not
+            (``{"IM2COL_BACK": "Vulkan0 refuses IM2COL_BACK: its 151.0 MB operand is past ..."}``).
     """
     what: str
     n_splits: int
     splits: list[tuple[str, list[str]]] = field(default_factory=list)
     copied: list[tuple[str, int]] = field(default_factory=list)
     host: frozenset = frozenset()
+    why: dict = field(default_factory=dict)
 
     @property
     def devices(self) -> list[str]:
@@ -76,6 +82,9 @@ class Placement:
         gpu = [b for b in self.devices if b not in self.host]
         if gpu:
             lines.append("  on the CPU: " + (", ".join(self.cpu_ops) if self.cpu_ops else "nothing"))
+            for op in self.cpu_ops:
+                if op in self.why:
+                    lines.append(f"    {op}: {self.why[op]}")
         for name, n in sorted(self.copied, key=lambda c: -c[1])[:8]:
             lines.append(f"  copied: {name} ({_bytes(n)})")
         if len(self.copied) > 8:
@@ -132,8 +141,10 @@ class PlacementRecorder(SchedWatcher):
     def __init__(self, sched: Scheduler) -> None:
         super().__init__(sched)
         self._host = {self._names[pointer_key(b.ptr)] for b in sched.backends if is_host_backend(b)}
+        self._devices = [b for b in sched.backends if not is_host_backend(b)]
         self._nodes: list[tuple[str, str]] = []
         self._copies: dict[int, tuple[str, int]] = {}
+        self._why: dict[str, str] = {}
 
     def _on_eval(self, t: Any, ask: bool) -> bool:
         """ggml's eval callback: record each node before it runs, and ask for none (no split changes)."""
@@ -145,7 +156,10 @@ class PlacementRecorder(SchedWatcher):
         op = ffi.string(lib.ggml_op_desc(t)).decode()
         if op in NO_WORK_OPS:
             return
-        self._nodes.append((self.backend_of(t), op))
+        backend = self.backend_of(t)
+        self._nodes.append((backend, op))
+        if self._devices and backend in self._host and op not in self._why:
+            self._why[op] = why_not_on_device(self._devices[0], t, op)
         for s in t.src:
             if s == ffi.NULL or pointer_key(s) in self._copies:
                 continue
@@ -161,7 +175,24 @@ class PlacementRecorder(SchedWatcher):
                 splits.append((backend, []))
             splits[-1][1].append(op)
         n_splits = int(lib.ggml_backend_sched_get_n_splits(self._ptr)) if self.sched.alive else len(splits)
-        return Placement(what, n_splits, splits, list(self._copies.values()), frozenset(self._host))
+        return Placement(what, n_splits, splits, list(self._copies.values()), frozenset(self._host), dict(self._why))
+
+
+def why_not_on_device(device: Backend, t: Any, op: str) -> str:
+    """Why a host backend, not ``device`` (the scheduler's first device), computed node ``t``."""
+    name = ffi.string(lib.ggml_backend_name(device.ptr)).decode()
+    if lib.ggml_backend_supports_op(device.ptr, t):
+        return (f"{name} computes {op}, but ggml's scheduler gave this one to the CPU (its inputs were in host "
+                "memory, or the device's buffer type cannot hold one of them)")
+    tensors = [t] + [s for s in t.src if s != ffi.NULL]
+    largest = max(int(lib.ggml_nbytes(x)) for x in tensors)
+    limit = Device(lib.ggml_backend_get_device(device.ptr)).max_binding_bytes
+    if limit is not None and largest + _MAX_ALIGNMENT > limit:
+        return (f"{name} refuses {op}: a {_bytes(largest)} tensor of it is past the {_bytes(limit)} one shader "
+                "binding covers on this device (maxStorageBufferRange)")
+    operands = ", ".join(f"{ffi.string(lib.ggml_type_name(x.type)).decode()} {list(x.ne)[:max(1, int(lib.ggml_n_dims(x)))]}"
+                         f"{'' if lib.ggml_is_contiguous(x) else ' (strided)'}" for x in tensors[1:])
+    return f"{name} does not compute {op} with these operands ({operands or 'none'})"
 
 
 def is_host_backend(backend: Backend) -> bool:
@@ -176,8 +207,13 @@ def warn_if_host_ops(placement: Placement) -> None:
         return
     warnings.warn(f"{placement.what} on {device} computes {', '.join(placement.cpu_ops)} on the CPU: "
                   f"{placement.n_splits} splits and {placement.copies} copies between the device and the host "
-                  f"({_bytes(placement.copy_bytes)}) every step. ggml_model_placement(model) lists where each op "
-                  "runs; an op the device lacks stays on the CPU", GgmlpyWarning, stacklevel=5)
+                  f"({_bytes(placement.copy_bytes)}) every step{_reasons(placement)}. ggml_model_placement(model) "
+                  "lists where each op runs; an op the device lacks stays on the CPU", GgmlpyWarning, stacklevel=5)
+
+
+def _reasons(placement: Placement) -> str:
+    why = [f"{op}: {placement.why[op]}" for op in placement.cpu_ops if op in placement.why]
+    return f" ({'; '.join(why[:3])}{'; ...' if len(why) > 3 else ''})" if why else ""
 
 
 def pointer_key(p: Any) -> int:

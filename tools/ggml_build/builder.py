@@ -21,7 +21,7 @@ from .cache import cache_root, file_lock, held_locks, remove_leftovers, remove_t
 from .checkout import LIB_DIR, VENDOR_DIR, read_pin
 from .index import fetch_archive
 from .messages import BuildError, log
-from .options import cmake_options, require_tool
+from .options import cmake_options, cpu_level, require_tool
 from .source import patch_files, source_key, source_tree, sync_vendor
 
 # Bump when the way we configure or install changes, so old cache entries are not reused.
@@ -192,7 +192,7 @@ def install_libs(build_dir: Path, backends: list[str], pin: dict, key: str) -> N
             if missing:
                 raise BuildError(f"the build produced no module for backend(s) {missing}")
             info = {"ggml_version": pin["ggml_version"], "pin_sha256": pin["sha256"], "backends": backends,
-                    "build_key": key, "patches": [p.name for p in patch_files()]}
+                    "cpu": cpu_level(), "build_key": key, "patches": [p.name for p in patch_files()]}
             (stage / "build_info.json").write_text(json.dumps(info, indent=2) + "\n")
             names = ", ".join(p.name for p in sorted(stage.iterdir()))
             replace_dir(stage, LIB_DIR)

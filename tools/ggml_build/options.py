@@ -20,21 +20,41 @@ BLAS_HINT = ("apt-get install libopenblas-dev libopenblas0-openmp (Debian/Ubuntu
 BLAS_OPENMP_HINT = "apt-get install libopenblas0-openmp (Debian/Ubuntu)"
 
 
-def cpu_flag_options() -> list[str]:
-    """GGML_NATIVE cannot be combined with GGML_BACKEND_DL, so name this CPU's features."""
+# ggml's x86 instruction-set options and the /proc/cpuinfo flag of each
+X86_FEATURES = {
+    "GGML_SSE42": "sse4_2", "GGML_AVX": "avx", "GGML_AVX2": "avx2", "GGML_BMI2": "bmi2",
+    "GGML_FMA": "fma", "GGML_F16C": "f16c", "GGML_AVX512": "avx512f",
+    "GGML_AVX512_VBMI": "avx512vbmi", "GGML_AVX512_VNNI": "avx512_vnni",
+    "GGML_AVX512_BF16": "avx512_bf16", "GGML_AVX_VNNI": "avx_vnni",
+}
+# GGMLPY_CPU=avx2: x86-64-v3 (Haswell, 2013, and every x86 server since), for libraries built to run elsewhere
+AVX2_BASELINE = {"sse4_2", "avx", "avx2", "bmi2", "fma", "f16c"}
+CPU_LEVELS = ("native", "avx2")
+
+
+def cpu_level() -> str:
+    """The instruction sets the CPU backend is built for: $GGMLPY_CPU, "native" (this machine's, the default)
+    or "avx2" (an AVX2 baseline that runs on any x86-64-v3 machine: what a build carried elsewhere needs)."""
+    level = os.environ.get("GGMLPY_CPU", "").strip().lower() or "native"
+    if level not in CPU_LEVELS:
+        raise BuildError(f"GGMLPY_CPU must be one of {', '.join(CPU_LEVELS)}, got {level!r} (native: this "
+                         "machine's instruction sets; avx2: a baseline for libraries carried to other machines)")
+    return level
+
+
+def cpu_flag_options(level: str = "native") -> list[str]:
+    """GGML_NATIVE cannot be combined with GGML_BACKEND_DL, so name the instruction sets: this CPU's
+    ("native"), or the AVX2 baseline ("avx2")."""
     if platform.machine() not in ("x86_64", "AMD64"):
         return []  # ggml's defaults for the architecture
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split("flags", 2)[1].split("\n", 1)[0].split())
-    except (OSError, IndexError):
-        return []
-    wanted = {
-        "GGML_SSE42": "sse4_2", "GGML_AVX": "avx", "GGML_AVX2": "avx2", "GGML_BMI2": "bmi2",
-        "GGML_FMA": "fma", "GGML_F16C": "f16c", "GGML_AVX512": "avx512f",
-        "GGML_AVX512_VBMI": "avx512vbmi", "GGML_AVX512_VNNI": "avx512_vnni",
-        "GGML_AVX512_BF16": "avx512_bf16", "GGML_AVX_VNNI": "avx_vnni",
-    }
-    return [f"-D{opt}={'ON' if feat in flags else 'OFF'}" for opt, feat in wanted.items()]
+    if level == "avx2":
+        flags = AVX2_BASELINE
+    else:
+        try:
+            flags = set(Path("/proc/cpuinfo").read_text().split("flags", 2)[1].split("\n", 1)[0].split())
+        except (OSError, IndexError):
+            return []
+    return [f"-D{opt}={'ON' if feat in flags else 'OFF'}" for opt, feat in X86_FEATURES.items()]
 
 
 def require_tool(tool: str, hint: str) -> str:
@@ -147,7 +167,7 @@ def cmake_options(backends: list[str], cuda_arch: str | None) -> list[str]:
         "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON",
     ]
     rpath = ["$ORIGIN"]  # every library finds its siblings in its own folder (ggmlpy/lib/)
-    opts += cpu_flag_options()
+    opts += cpu_flag_options(cpu_level())
     if "vulkan" in backends:
         opts += vulkan_options()
     if "cuda" in backends:

@@ -1,0 +1,26 @@
+"""The GPU devices the backend tests run on, and how a test that needs one skips when it is missing (saying what
+would provide it). Vulkan runs on Mesa's lavapipe in CI; CUDA where a GPU is lent (``benchmarks/gpu_check.sh``,
+which sets GGMLPY_REQUIRE_DEVICES so that such a skip fails there)."""
+from __future__ import annotations
+
+import pytest
+
+import ggmlpy as g
+
+GPUS = {"Vulkan0": ("vulkan", "GGML_VK_VISIBLE_DEVICES=0 selects Mesa's lavapipe"),
+        "CUDA0": ("cuda", "an NVIDIA GPU and its driver")}
+
+
+def require_gpu(name: str) -> None:
+    """Skip the calling test, saying why, unless ``name`` ("Vulkan0", "CUDA0") is built and present."""
+    family, hint = GPUS[name]
+    if family not in g.ggml_backends_built():
+        pytest.skip(f"the {family} backend is not built in this installation (GGMLPY_BACKENDS=...,{family})")
+    if g.ggml_backend_dev_by_name(name) is None:
+        problem = next((p["message"] for p in g.ggml_backend_load_errors() if p["backend"] == family), None)
+        pytest.skip(f"the {family} backend is built but there is no {name} device ({problem or hint})")
+
+
+def is_lavapipe(name: str) -> bool:
+    dev = g.ggml_backend_dev_by_name(name)
+    return dev is not None and any(s in dev.description.lower() for s in ("llvmpipe", "lavapipe"))
