@@ -9,8 +9,9 @@ What ``.gpu/`` holds:
 
     ggmlpy-gpu.tar.xz   ggmlpy/lib/ (ggml, the CPU backend for the AVX2 baseline, CUDA for --cuda-arch, Vulkan)
                         and the cffi extension ggmlpy/_ffi/_ggml.abi3.so, stripped; unpacked over the checkout there
-    wheels/             cffi (the version the extension was built with), pycparser and gguf for CPython 3.12 on
-                        manylinux x86-64 (the machine's image has numpy, pandas, pytest and PyTorch already)
+    wheels/             cffi (the version the extension was built with), pycparser and gguf for CPython 3.12 (the
+                        GPU machine's) and 3.11 (to rehearse here) on manylinux x86-64 (the machine's image has
+                        numpy, pandas, pytest and PyTorch already)
     debs/               Debian's Vulkan loader (libvulkan1), for an image without one
     MANIFEST.json       each file's size and sha256, the commit and patches it was built from
 
@@ -37,6 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 64 * 2**20            # what one device run carries, the checkout included
 BACKENDS = "cpu,cuda,vulkan"
 WHEEL_PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64"]
+# the GPU machine's Python (3.12), and this project's CI Python (3.11) for the rehearsal here
+PYTHONS = ("3.12", "3.11")
 
 
 def log(message: str) -> None:
@@ -84,11 +87,12 @@ def download_wheels(out: Path) -> None:
     import cffi
     wheels = out / "wheels"
     shutil.rmtree(wheels, ignore_errors=True)
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
-           "3.12", "--implementation", "cp", "-d", str(wheels)]
-    for p in WHEEL_PLATFORMS:
-        cmd += ["--platform", p]
-    run(cmd + [f"cffi=={cffi.__version__}", "pycparser", "gguf"])
+    for version in PYTHONS:
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
+               version, "--implementation", "cp", "-d", str(wheels)]
+        for p in WHEEL_PLATFORMS:
+            cmd += ["--platform", p]
+        run(cmd + [f"cffi=={cffi.__version__}", "pycparser", "gguf"])
 
 
 def download_vulkan_loader(out: Path) -> None:
