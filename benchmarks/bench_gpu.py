@@ -401,7 +401,7 @@ def torch_worker(spec: dict) -> dict:
         loss = loss_of(xb, yb)
         loss.backward()
         opt.step()
-        return float(loss)   # read back every step, as ggmlpy does
+        return loss.detach().item()   # read back every step, as ggmlpy does
 
     with torch.no_grad():
         init_loss = float(loss_of(*batch_at(0)))
