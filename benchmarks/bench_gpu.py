@@ -22,7 +22,9 @@ which; ``--torch-device`` overrides). ``--tf32 off`` (the default) computes floa
 sides; ``--tf32 on`` lets both use TF32: ggmlpy reads ``GGMLPY_CUDA_TF32`` (set to 1 or 0 in its workers'
 environment before ggmlpy is imported), PyTorch gets ``torch.backends.cuda.matmul.allow_tf32`` and
 ``torch.backends.cudnn.allow_tf32`` set the same way (cuDNN's default would be on). Both are recorded in the JSON.
-Everything is float32: ggmlpy's model layer has no mixed precision yet, so there is no AMP side.
+Everything is float32: ggmlpy's model layer has no mixed precision yet, so there is no AMP side. PyTorch keeps its
+defaults otherwise (cuDNN's autotuner off, AdamW's foreach implementation, ``scaled_dot_product_attention`` for the
+transformer, which on CUDA is a fused kernel where ggml materialises the T x T scores).
 
 Method. Every measurement is a fresh subprocess (``--worker``). A first one per model (``init``) builds the ggmlpy
 model with numpy's seed 0 and writes its initial weights for both sides, counts its parameters, evaluates the loss
@@ -56,9 +58,9 @@ transformer's attention scores and values over the full T x T square, as ggml co
 training step (forward, and the backward's input and weight gradients; the first layer has no input gradient);
 element-wise work, the norms, the optimizer and the embedding lookups are not counted. It equals
 ``torch.utils.flop_counter``'s count of the PyTorch model's step, attention aside (tests/test_bench_gpu.py).
-TFLOP/s = FLOPs per step x steps/s. The JSON also has each side's memory: ggmlpy's scheduler buffers (the step's
-activations and gradients; the weights and AdamW's moments are ``4 x 3 x params`` bytes besides) and, on CUDA,
-PyTorch's peak allocated memory.
+TFLOP/s = FLOPs per step x steps/s, the same count for both sides (model FLOPs, not what each executes). The JSON
+also has each side's memory: ggmlpy's scheduler buffers (the step's activations and gradients; the weights and
+AdamW's moments are ``4 x 3 x params`` bytes besides) and, on CUDA, PyTorch's peak allocated memory.
 
     python benchmarks/bench_gpu.py --quick                                  # reduced sizes, CPU, seconds
     python benchmarks/bench_gpu.py --backend CUDA0 --tf32 off --json gpu.json   # full sizes vs torch CUDA
@@ -355,7 +357,8 @@ def torch_busy_s(prof) -> float:
     """The GPU's busy seconds in a ``torch.profiler`` trace: the union of its kernel/memcpy/memset intervals."""
     from torch.autograd import DeviceType
     spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
-                   if e.device_type == DeviceType.CUDA and "annotation" not in str(e.activity_type or "").lower())
+                   if e.device_type == DeviceType.CUDA
+                   and "annotation" not in str(getattr(e, "activity_type", None) or "").lower())
     busy, end = 0.0, -math.inf
     for a, b in spans:
         if b <= end:
