@@ -20,8 +20,9 @@ Devices and precision: ``--backend`` is ggmlpy's device (cpu, CUDA0, Vulkan0, ..
 backend, and for any other GPU backend on CUDA when PyTorch has it, else on the CPU (the output and the JSON say
 which; ``--torch-device`` overrides). ``--tf32 off`` (the default) computes float32 products in full float32 on both
 sides; ``--tf32 on`` lets both use TF32: ggmlpy reads ``GGMLPY_CUDA_TF32`` (set to 1 or 0 in its workers'
-environment before ggmlpy is imported), PyTorch gets ``torch.backends.cuda.matmul.allow_tf32`` and
-``torch.backends.cudnn.allow_tf32`` set the same way (cuDNN's default would be on). Both are recorded in the JSON.
+environment before ggmlpy is imported, and ggml's own ``GGML_CUDA_TF32`` with it, which would win), PyTorch gets
+``torch.backends.cuda.matmul.allow_tf32`` and ``torch.backends.cudnn.allow_tf32`` set the same way (cuDNN's default
+would be on). Both are recorded in the JSON.
 Everything is float32: ggmlpy's model layer has no mixed precision yet, so there is no AMP side. PyTorch keeps its
 defaults otherwise (cuDNN's autotuner off, AdamW's foreach implementation, ``scaled_dot_product_attention`` for the
 transformer, which on CUDA is a fused kernel where ggml materialises the T x T scores).
@@ -104,7 +105,7 @@ SPLIT_STEPS = {"full": 10, "reduced": 4}    # steps timed for the step split (ea
 QUICK_STEPS, QUICK_SPLIT_STEPS = 4, 2
 CLASSES = 10
 LR, WEIGHT_DECAY = 1e-3, 0.01
-TF32_ENV = "GGMLPY_CUDA_TF32"
+TF32_ENV = "GGMLPY_CUDA_TF32"    # ggmlpy's switch (patches/0039); ggml's own, GGML_CUDA_TF32, would override it
 
 
 def vocab() -> int:
@@ -522,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
     sides = ["ggmlpy"] + (["torch"] if missing is None else [])
     torch_device, why = torch_device_for(args.backend, args.torch_device, missing is None)
     tf32 = args.tf32 == "on"
-    env = {TF32_ENV: "1" if tf32 else "0"}
+    env = {TF32_ENV: "1" if tf32 else "0", "GGML_CUDA_TF32": "1" if tf32 else "0"}   # an inherited one must not win
     models = args.models.split(",")
     for m in models:
         if m not in MODELS:

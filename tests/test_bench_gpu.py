@@ -67,7 +67,8 @@ def reduced(tmp_path_factory):
 def test_reduced_run_reports_every_figure(reduced):
     result, out = reduced
     assert result["size"] == "reduced" and result["backend"] == "cpu" and result["torch_device"] == "cpu"
-    assert result["tf32"] == "off" and result["env"] == {"GGMLPY_CUDA_TF32": "0"} and result["precision"] == "float32"
+    assert result["tf32"] == "off" and result["precision"] == "float32"
+    assert result["env"] == {"GGMLPY_CUDA_TF32": "0", "GGML_CUDA_TF32": "0"}
     assert set(result["models"]) == set(MODELS)
     for name in MODELS:
         row = result["models"][name]
