@@ -29,14 +29,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import time
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench_common import best_median, rotated, run_json_worker, torch_missing  # noqa: E402
 MODELS = ("mnist-fc", "cnn", "lstm", "transformer")
 # samples per epoch (a few seconds of training on 2 cores) and batch size of each model
 SIZES = {"mnist-fc": (10000, 500), "cnn": (5000, 100), "lstm": (5120, 64), "transformer": (1600, 32)}
@@ -151,11 +151,7 @@ def torch_epoch_s(model: str, n: int, batch: int, threads: int, device: str) -> 
 
 def run_worker(python: str, side: str, model: str, n: int, batch: int, threads: int, device: str) -> dict:
     cmd = [python, os.path.abspath(__file__), "--worker", side, model, str(n), str(batch), str(threads), device]
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_json_worker(cmd, threads=threads)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,11 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.baseline_python:
         sides["baseline"] = args.baseline_python
     if not args.no_torch:
-        try:
-            import torch  # noqa: F401
+        missing = torch_missing()
+        if missing is None:
             sides["torch"] = sys.executable
-        except ImportError:
-            print("PyTorch is not installed: ggmlpy only (pip install torch)")
+        else:
+            print(f"{missing}: ggmlpy only (pip install torch)")
     results: dict = {"threads": args.threads, "rounds": rounds, "load": os.getloadavg()[0], "backend": args.backend,
                      "torch_device": torch_device, "models": {}}
     for model in args.models.split(","):
@@ -200,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n== {model}: {n} samples per epoch, batch {batch}, {args.threads} threads, {rounds} rounds; ggmlpy on "
               f"{args.backend}, PyTorch on {torch_device}")
         for r in range(rounds):
-            order = list(sides)[r % len(sides):] + list(sides)[:r % len(sides)]
+            order = rotated(list(sides), r)
             cells = []
             for side in order:
                 device = torch_device if side == "torch" else args.backend
@@ -211,8 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                 versions[side] = out["version"]
                 cells.append(f"{side} {rate:9,.0f}/s (loss {out['loss']:.3f})")
             print(f"  round {r + 1}: " + "   ".join(cells))
-        row = {s: {"best": max(v), "median": statistics.median(v), "runs": v, "version": versions[s]}
-               for s, v in per.items()}
+        row = {s: dict(best_median(v), version=versions[s]) for s, v in per.items()}
         for s, v in row.items():
             print(f"  {s:9} ({v['version']}) best {v['best']:9,.0f}  median {v['median']:9,.0f} "
                   f"{'tokens' if unit > 1 else 'samples'}/s")
