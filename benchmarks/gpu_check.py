@@ -4,6 +4,7 @@
     python3 benchmarks/gpu_check.py                  # CUDA, then Vulkan on the NVIDIA driver
     python3 benchmarks/gpu_check.py --part cuda      # or vulkan
     python3 benchmarks/gpu_check.py --budget 480     # seconds for everything (default 470)
+    python3 benchmarks/gpu_check.py --rehearse       # without a GPU: Vulkan on a CPU device, small benchmarks
 
 Made for the lent H100/H200 machines (16 cores, no compiler needed, no network, 64 MiB carried, 10 minutes a
 command): ``python tools/gpu_pack.py`` first, here, packs into ``.gpu/`` the libraries built for the machine
@@ -25,7 +26,8 @@ and gguf, and Debian's Vulkan loader. This script, there:
 
 Each step has a time limit, and the whole run a budget: a step that would start past it is reported as not run
 (and counted as failing). The exit status is the number of failing steps. On a machine without a GPU every
-step after the setup says so and fails, as it must.
+step after the setup says so and fails, as it must. ``--rehearse`` runs the Vulkan part on whatever Vulkan device
+there is (Mesa's lavapipe) with reduced benchmark sizes: the whole script, rehearsed before GPU time is spent.
 """
 from __future__ import annotations
 
@@ -159,19 +161,20 @@ def machine(run: Run) -> None:
 
 GATE = """
 import json, sys, ggmlpy as g
-want = sys.argv[1]
+want, any_vulkan = sys.argv[1], sys.argv[2] == "1"
 devs = {d.name: d.description for d in g.ggml_backend_devices()}
 print("devices:", json.dumps(devs))
 print("load errors:", json.dumps([p["message"] for p in g.ggml_backend_load_errors()]))
-if want not in devs or (want.startswith("Vulkan") and "nvidia" not in devs[want].lower()):
+if want not in devs or (want.startswith("Vulkan") and not any_vulkan and "nvidia" not in devs[want].lower()):
     sys.exit(f"no GPU: {want} is missing (or not on the NVIDIA driver); see the load errors above")
 """
 
 
-def part(run: Run, device: str, family: str, quick: bool) -> None:
-    """The steps for one GPU device (CUDA0, or Vulkan0 on the NVIDIA driver)."""
+def part(run: Run, device: str, family: str, quick: bool, rehearse: bool = False) -> None:
+    """The steps for one GPU device (CUDA0, or Vulkan0 on the NVIDIA driver; any Vulkan0 when rehearsing)."""
     env = dict(os.environ, GGMLPY_REQUIRE_DEVICES=device, PYTHONUNBUFFERED="1")
-    if not run.step(f"{device}: device present", 60, [sys.executable, "-c", GATE, device], env):
+    if not run.step(f"{device}: device present", 60, [sys.executable, "-c", GATE, device, "1" if rehearse else "0"],
+                    env):
         run.failed += 1  # the steps below cannot run: count them as one more failure, do not wait for each
         run.say(f"gpu_check: {device}: no GPU, the remaining {family} steps are not run")
         return
@@ -190,10 +193,12 @@ def part(run: Run, device: str, family: str, quick: bool) -> None:
         run.results[f"placement {device}"] = json.loads(placement.read_text())
     placement.unlink(missing_ok=True)
     bench = OUT / f"bench-{device}.json"
-    sizes = ["--size", "reduced"] if quick else ["--size", "full"]
-    if run.step(f"{device}: GPU-sized models against PyTorch", 150 if not quick else 60,
-                [sys.executable, "benchmarks/bench_gpu.py", "--backend", device, *sizes, "--tf32", "off",
-                 "--json", str(bench)], env) and bench.exists():
+    rounds = ["--rounds", "1"] if quick else ["--rounds", "2"]
+    size = ["--size", "reduced", "--steps", "4", "--split-steps", "2"] if rehearse else ["--size", "full"]
+    if run.step(f"{device}: GPU-sized models against PyTorch", 100 if quick else 170,
+                [sys.executable, "benchmarks/bench_gpu.py", "--backend", device, *size, *rounds,
+                 "--threads", str(min(8, os.cpu_count() or 1)), "--tf32", "off", "--json", str(bench)], env) \
+            and bench.exists():
         run.results[f"bench_gpu {device}"] = json.loads(bench.read_text())
     bench.unlink(missing_ok=True)
     if family == "cuda":
@@ -209,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--part", choices=["all", "cuda", "vulkan"], default="all")
     ap.add_argument("--budget", type=float, default=470, help="seconds for the whole check (default 470)")
+    ap.add_argument("--rehearse", action="store_true",
+                    help="without a GPU: the Vulkan part on any Vulkan device (lavapipe), reduced benchmarks")
     args = ap.parse_args(argv)
     run = Run(args.budget)
     machine(run)
@@ -221,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.part in ("all", "cuda"):
         part(run, "CUDA0", "cuda", quick=False)
     if args.part in ("all", "vulkan"):
-        part(run, "Vulkan0", "vulkan", quick=args.part == "all")
+        part(run, "Vulkan0", "vulkan", quick=args.part == "all", rehearse=args.rehearse)
     return run.finish()
 
 

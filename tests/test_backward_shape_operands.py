@@ -245,3 +245,29 @@ def test_graph_reset_before_allocation_still_says_so():
             G.ggml_graph_reset(graph)
     finally:
         ctx.free()
+
+
+def test_im2col_and_its_backward_read_the_kernels_shape_only():
+    """IM2COL reads its kernel's shape only, and so does IM2COL_BACK (its source 1; source 0 is the gradient it
+    reads, although ggml.h names them the other way round): the checks before a compute must not count the
+    kernel as a tensor whose values are read (a kernel without memory would be refused), and must count the
+    gradient (an unwritten one would go unnoticed)."""
+    from ggmlpy.graph.nodes import graph_tensor_ptrs, ptr_key, value_read
+    ctx = G.ggml_init(_ctx_size(64, 256, True), no_alloc=True)
+    try:
+        x = G.ggml_set_param(G.ggml_new_tensor_4d(ctx, G.GGML_TYPE_F32, 5, 5, 2, 1))
+        kernel = G.ggml_new_tensor_4d(ctx, G.GGML_TYPE_F32, 3, 3, 2, 1)
+        cols = G.ggml_im2col(ctx, kernel, x, 1, 1, 0, 0, 1, 1, True, G.GGML_TYPE_F32)
+        loss = G.ggml_set_loss(G.ggml_sum(ctx, G.ggml_sqr(ctx, cols)))
+        graph = G.ggml_new_graph_custom(ctx, 256, True)
+        G.ggml_build_forward_expand(graph, loss)
+        G.ggml_build_backward_expand(ctx, graph)
+        nodes, _ = graph_tensor_ptrs(graph.ptr)
+        back = [n for n in nodes if G._ffi.ffi.string(G._ffi.lib.ggml_op_desc(n)).decode() == "IM2COL_BACK"]
+        assert len(back) == 1 and back[0].src[1] == kernel.ptr
+        read = value_read(back)
+        assert ptr_key(back[0].src[0]) in read           # the gradient of the columns
+        assert ptr_key(kernel.ptr) not in read            # the kernel: its shape only
+        assert ptr_key(kernel.ptr) not in value_read(nodes)
+    finally:
+        ctx.free()

@@ -83,7 +83,9 @@ def tensor_memory(t: Any, what: str | None = None) -> str:
 
 
 # sources an op reads only for their shape (or writes into): a leaf used only there needs no values
-_SHAPE_ONLY_SRCS = {"CPY": (1,), "IM2COL": (0,), "IM2COL_BACK": (0,)}
+# (IM2COL_BACK reads the gradient, src 0, and takes only the shape of the kernel, src 1: ggml.h names them the
+# other way round)
+_SHAPE_ONLY_SRCS = {"CPY": (1,), "IM2COL": (0,), "IM2COL_BACK": (1,)}
 
 
 def value_read(nodes: Iterable[Any]) -> set[int]:
