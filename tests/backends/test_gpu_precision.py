@@ -74,7 +74,7 @@ TF32_SCRIPT = textwrap.dedent("""
         print("mul_mat", cols, float(np.linalg.norm(out.reshape(want.shape) - want) / np.linalg.norm(want)))
     gy = rng.normal(size=(200, 640)).astype(np.float32)
     (out,) = compute(lambda ctx, ta, tb: G.ggml_out_prod(ctx, ta, tb), a.T.copy(), gy.T.copy(), backend=be)
-    want = gy.astype(np.float64) @ a.astype(np.float64)
+    want = gy.astype(np.float64) @ a.astype(np.float64).T
     print("out_prod", 0, float(np.linalg.norm(out.reshape(want.shape) - want) / np.linalg.norm(want)))
 """)
 
