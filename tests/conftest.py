@@ -21,59 +21,17 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
+# the hooks of GGMLPY_REQUIRE_DEVICES and GGMLPY_VK_VALIDATION, defined in tests/device_runs.py
+from tests.device_runs import pytest_runtest_makereport, pytest_sessionfinish  # noqa: F401
 
 ROOT = Path(__file__).parents[1]
+
 
 _GGML_TYPES = {
     np.dtype(np.float32): G.GGML_TYPE_F32,
     np.dtype(np.float16): G.GGML_TYPE_F16,
     np.dtype(np.int32): G.GGML_TYPE_I32,
 }
-
-
-# ---------------------------------------------------------------- device runs: skips that are failures, validation
-
-def _required_devices() -> list[str]:
-    """GGMLPY_REQUIRE_DEVICES=CUDA0,Vulkan0: this machine has those devices (the GPU check sets it), so a test
-    that skips for one of them (its id or its reason names the device or its backend) fails instead."""
-    return [d.strip() for d in os.environ.get("GGMLPY_REQUIRE_DEVICES", "").split(",") if d.strip()]
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    rep = outcome.get_result()
-    required = _required_devices()
-    if not required or not rep.skipped:
-        return
-    reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
-    text = f"{item.nodeid} {reason}".lower()
-    named = [d for d in required if d.lower() in text or d.rstrip("0123456789").lower() in text]
-    if named:
-        rep.outcome = "failed"
-        rep.longrepr = (f"skipped on a machine that must have {', '.join(named)} (GGMLPY_REQUIRE_DEVICES): "
-                        f"{reason}")
-
-
-def pytest_sessionfinish(session, exitstatus):
-    """GGMLPY_VK_VALIDATION=<folder> (the Khronos validation layer on every Vulkan process, see
-    ggmlpy/_ffi/__init__.py): the run fails when any process's log holds a message, listed here."""
-    folder = os.environ.get("GGMLPY_VK_VALIDATION")
-    if not folder:
-        return
-    messages: dict[str, list[str]] = {}
-    for log in sorted(Path(folder).glob("vvl-*.log")):
-        for line in log.read_text(errors="replace").splitlines():
-            if "VUID" in line or "Validation" in line or "SYNC-" in line:
-                key = line.split("(", 1)[0].split("]", 1)[0].strip()[:120]
-                messages.setdefault(key, []).append(f"{log.name}: {line[:600]}")
-    if messages:
-        tr = session.config.pluginmanager.get_plugin("terminalreporter")
-        write = tr.write_line if tr else print
-        write(f"Vulkan validation layer: {sum(map(len, messages.values()))} message(s) of {len(messages)} kind(s)")
-        for key, lines in messages.items():
-            write(f"  {len(lines)} x {key}\n    {lines[0]}")
-        session.exitstatus = 1
 
 
 # ---------------------------------------------------------------- subprocess helper
