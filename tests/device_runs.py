@@ -1,8 +1,10 @@
 """pytest hooks for runs on devices, loaded by tests/conftest.py:
 
 * ``GGMLPY_REQUIRE_DEVICES=CUDA0,Vulkan0``: this machine has those devices (``benchmarks/gpu_check.py`` sets it),
-  so a test that skips for one of them (its id or its reason names the device or its backend) fails instead:
-  on a machine with the device, a skip is a failure.
+  so a test that skips for lack of one of them (its id or its reason names the device or its backend, and the
+  reason says something is missing: "no ...", "not built", "needs ...", "without ...", "missing") fails instead: on
+  a machine with the device, such a skip is a failure. A skip because the device is there ("Vulkan0 is present")
+  or for what a test cannot reach on it stays a skip.
 * ``GGMLPY_VK_VALIDATION=<folder>`` (every process runs Vulkan under the Khronos validation layer, logging to
   ``<folder>/vvl-<pid>.log``; see ggmlpy/_ffi/__init__.py): the session fails when any log holds a message, and
   lists them.
@@ -10,9 +12,13 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
+
+# what a skip's reason says when something the test needs is absent
+ABSENT = re.compile(r"\b(no|not built|needs|without|missing|is not)\b", re.IGNORECASE)
 
 
 def required_devices() -> list[str]:
@@ -29,7 +35,7 @@ def pytest_runtest_makereport(item, call):
     reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
     text = f"{item.nodeid} {reason}".lower()
     named = [d for d in required if d.lower() in text or d.rstrip("0123456789").lower() in text]
-    if named:
+    if named and ABSENT.search(reason):
         rep.outcome = "failed"
         rep.longrepr = (f"skipped on a machine that must have {', '.join(named)} (GGMLPY_REQUIRE_DEVICES): "
                         f"{reason}")

@@ -66,7 +66,9 @@ def build(work: Path, cuda_arch: str, jobs: int | None) -> None:
     env = dict(os.environ, GGMLPY_CPU="avx2", GGMLPY_CUDA_ARCH=cuda_arch, GGMLPY_BACKENDS=BACKENDS)
     cmd = [sys.executable, "build_ggml.py", "--backends", BACKENDS, "--cuda-arch", cuda_arch]
     run(cmd + (["--jobs", str(jobs)] if jobs else []), cwd=work, env=env)
-    run([sys.executable, "ggmlpy/_ffi/build.py"], cwd=work, env=env, stdout=subprocess.DEVNULL)
+    # the extension as pip builds it: for Python's limited API (_ggml.abi3.so, which the GPU machine's Python 3.12
+    # loads); the ggml build above is reused from the cache
+    run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=work, env=env, stdout=subprocess.DEVNULL)
 
 
 def pack_libraries(work: Path, out: Path) -> Path:
