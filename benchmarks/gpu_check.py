@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACK = ROOT / ".gpu"
 SITE = Path("/tmp/ggmlpy-site")
 OUT = Path(os.environ.get("OUT") or os.environ.get("GPU_OUT") or ROOT / "benchmarks" / "out" / "gpu")
-PYTEST = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider"]
+PYTEST = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider"]
 
 
 class Run:
@@ -193,16 +193,16 @@ def part(run: Run, device: str, family: str, quick: bool, rehearse: bool = False
         run.results[f"placement {device}"] = json.loads(placement.read_text())
     placement.unlink(missing_ok=True)
     bench = OUT / f"bench-{device}.json"
-    rounds = ["--rounds", "1"] if quick else ["--rounds", "2"]
+    # one round (a fresh process per model and side: 7 processes): the budget holds both parts
     size = ["--size", "reduced", "--steps", "4", "--split-steps", "2"] if rehearse else ["--size", "full"]
-    if run.step(f"{device}: GPU-sized models against PyTorch", 100 if quick else 170,
-                [sys.executable, "benchmarks/bench_gpu.py", "--backend", device, *size, *rounds,
+    if run.step(f"{device}: GPU-sized models against PyTorch", 90 if quick else 120,
+                [sys.executable, "benchmarks/bench_gpu.py", "--backend", device, *size, "--rounds", "1",
                  "--threads", str(min(8, os.cpu_count() or 1)), "--tf32", "off", "--json", str(bench)], env) \
             and bench.exists():
         run.results[f"bench_gpu {device}"] = json.loads(bench.read_text())
     bench.unlink(missing_ok=True)
     if family == "cuda":
-        run.step(f"{device}: kernels past 2^31 and 2^32 elements", 150,
+        run.step(f"{device}: kernels past 2^31 and 2^32 elements", 120,
                  PYTEST + ["tests/backends/test_gpu_kernels_large.py", "-k", device], env)
 
 
