@@ -110,9 +110,19 @@ def unpack(run: Run) -> None:
     with tarfile.open(tarball) as tar:
         tar.extractall(ROOT, filter="data")
     manifest = json.loads((PACK / "MANIFEST.json").read_text())
-    run.results["pack"] = {k: manifest[k] for k in ("commit", "uncommitted_changes", "cuda_arch", "cpu")}
+    run.results["pack"] = {k: manifest.get(k) for k in ("commit", "uncommitted_changes", "source_key", "cuda_arch",
+                                                         "cpu")}
     run.say(f"gpu_check: libraries of commit {manifest['commit'][:10]}"
             f"{' (with uncommitted changes)' if manifest['uncommitted_changes'] else ''}, sm_{manifest['cuda_arch']}")
+    sys.path.insert(0, str(ROOT))
+    from tools.ggml_build import read_pin, source_key   # the pin and patches/ of this checkout
+    here = source_key(read_pin())
+    run.results["pack"]["matches_checkout"] = manifest.get("source_key") == here
+    if manifest.get("source_key") != here:
+        run.failed += 1
+        run.say(f"gpu_check: STALE PACK: its libraries were built from other patches than this checkout's (source "
+                f"key {manifest.get('source_key')} vs {here}): run 'python tools/gpu_pack.py' again; the checks below "
+                "test those libraries")
 
 
 def install_wheels(run: Run) -> None:

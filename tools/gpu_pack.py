@@ -111,7 +111,10 @@ def manifest(out: Path, cuda_arch: str, started: float) -> dict:
     files = sorted(p for p in out.rglob("*") if p.is_file() and p.name != "MANIFEST.json")
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     dirty = bool(subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout)
-    info = {"commit": commit, "uncommitted_changes": dirty, "backends": BACKENDS, "cpu": "avx2",
+    sys.path.insert(0, str(ROOT))
+    from tools.ggml_build import read_pin, source_key
+    info = {"commit": commit, "uncommitted_changes": dirty, "source_key": source_key(read_pin()),
+            "backends": BACKENDS, "cpu": "avx2",
             "cuda_arch": cuda_arch, "patches": sorted(p.name for p in (ROOT / "patches").glob("*.patch")),
             "packed_in_s": round(time.monotonic() - started),
             "files": {str(p.relative_to(out)): {"bytes": p.stat().st_size,
