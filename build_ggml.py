@@ -24,12 +24,27 @@ import argparse
 import sys
 from pathlib import Path
 
+
 if str(Path(__file__).resolve().parent) not in sys.path:  # python -P leaves out the script's folder
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tools.ggml_build import (DEFAULT_BACKENDS, LIB_DIR, VENDOR_DIR, BuildError, ChecksumMismatch,  # noqa: E402
-                              backends_from_env, build, fetch_archive, log, parse_backends, read_pin,
-                              source_key, source_tree, sync_vendor)
+from tools.ggml_build import (  # noqa: E402
+    backends_from_env,
+    build,
+    BuildError,
+    ChecksumMismatch,
+    DEFAULT_BACKENDS,
+    fetch_archive,
+    LIB_DIR,
+    log,
+    parse_backends,
+    read_pin,
+    source_key,
+    source_tree,
+    sync_vendor,
+    VENDOR_DIR,
+)
+
 
 # What setup.py uses (build, backends_from_env, BuildError, LIB_DIR, log) and the steps main() runs.
 __all__ = ["DEFAULT_BACKENDS", "LIB_DIR", "VENDOR_DIR", "BuildError", "ChecksumMismatch", "backends_from_env",

@@ -13,6 +13,7 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import build_ggml  # noqa: E402
 

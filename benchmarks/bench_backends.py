@@ -22,6 +22,7 @@ import numpy as np
 
 import ggmlpy as G
 
+
 N_CLASSES = 10
 
 

@@ -12,7 +12,7 @@ import json
 import os
 import statistics
 import subprocess
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def run_json_worker(cmd: Sequence[str], threads: int | None = None, env: dict | None = None,

@@ -36,6 +36,7 @@ import numpy as np
 
 import ggmlpy as G
 
+
 N_IN, N_HIDDEN, N_CLASSES = 784, 500, 10
 PHYSICAL, LOGICAL = 500, 1000
 TARGET_LOOP = 0.95

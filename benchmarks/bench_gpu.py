@@ -82,10 +82,12 @@ import time
 
 import numpy as np
 
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from bench_common import best_median, rotated, run_json_worker, torch_missing  # noqa: E402
+
 
 MODELS = ("cnn-gpu", "transformer-gpu", "mlp-gpu")
 CONFIGS = {
@@ -429,7 +431,7 @@ def torch_worker(spec: dict) -> dict:
     if cuda:
         method = "GPU busy time from torch.profiler (kernels, memcpy, memset)"
         try:
-            from torch.profiler import ProfilerActivity, profile
+            from torch.profiler import profile, ProfilerActivity
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 for _ in range(k):
                     step(0)

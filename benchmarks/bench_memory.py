@@ -20,6 +20,7 @@ import numpy as np
 
 import ggmlpy as G
 
+
 N_IO, N_HIDDEN, BATCH = 1024, 64, 1024
 FLAT_MB = 50.0
 

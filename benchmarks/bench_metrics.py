@@ -19,6 +19,7 @@ import numpy as np
 
 import ggmlpy as g
 
+
 EXTRA = ["accuracy", "auc", "precision", "recall", "mae"]
 TARGET = 0.8
 

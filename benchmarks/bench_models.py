@@ -38,10 +38,13 @@ import time
 
 import numpy as np
 
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import ggmlpy as G  # noqa: E402
-from bench_backends import N_CLASSES, build_cnn_f16, build_mlp, conv_2d_f32, make_data  # noqa: E402  the hand-built models
+from bench_backends import build_cnn_f16, build_mlp, conv_2d_f32, make_data, N_CLASSES  # noqa: E402  the hand-built models
 from bench_fit import loadavg  # noqa: E402
+
+import ggmlpy as G  # noqa: E402
+
 
 TARGET = 0.95
 

@@ -20,6 +20,7 @@ import numpy as np
 
 import ggmlpy as g
 
+
 CASES = {"adam (fused)": ("adam", {}), "sgd (fused)": ("sgd", {}), "sgd momentum": ("sgd", {"momentum": 0.9}),
          "rmsprop": ("rmsprop", {}), "adagrad": ("adagrad", {}), "adam clipnorm": ("adam", {"clipnorm": 1.0})}
 TARGET = 0.85

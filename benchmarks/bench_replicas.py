@@ -35,6 +35,7 @@ import numpy as np
 
 import ggmlpy as G
 
+
 N_IN, N_CLASSES = 784, 10
 
 

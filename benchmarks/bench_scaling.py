@@ -27,9 +27,12 @@ import time
 
 import numpy as np
 
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import ggmlpy as G  # noqa: E402
 from bench_fit import loadavg  # noqa: E402
+
+import ggmlpy as G  # noqa: E402
+
 
 N_CLASSES = 10
 PEAK_TARGET = 0.70

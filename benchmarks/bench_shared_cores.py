@@ -28,9 +28,11 @@ import subprocess
 import sys
 import time
 
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from bench_vs_torch import data, ggml_model, MODELS, SIZES, TOKENS  # noqa: E402
+
 
 CASES = ("alone/default", "alone/1", "busy/default", "busy/1", "busy/static")
 TARGET = 0.85

@@ -43,12 +43,15 @@ import time
 
 import numpy as np
 
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
-import ggmlpy as G  # noqa: E402
 import char_transformer as CT  # noqa: E402  the example's model and text stream
 from bench_fit import loadavg  # noqa: E402
+
+import ggmlpy as G  # noqa: E402
+
 
 try:
     import torch

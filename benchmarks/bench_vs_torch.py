@@ -34,9 +34,12 @@ import time
 
 import numpy as np
 
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from bench_common import best_median, rotated, run_json_worker, torch_missing  # noqa: E402
+
+
 MODELS = ("mnist-fc", "cnn", "lstm", "transformer")
 # samples per epoch (a few seconds of training on 2 cores) and batch size of each model
 SIZES = {"mnist-fc": (10000, 500), "cnn": (5000, 100), "lstm": (5120, 64), "transformer": (1600, 32)}

@@ -43,6 +43,7 @@ import tarfile
 import time
 from pathlib import Path
 
+
 ROOT = Path(__file__).resolve().parents[1]
 PACK = ROOT / ".gpu"
 SITE = Path("/tmp/ggmlpy-site")

@@ -16,10 +16,12 @@ import json
 import os
 import sys
 
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from bench_vs_torch import ggml_model, SIZES  # noqa: E402
+
 import ggmlpy as g  # noqa: E402
-from bench_vs_torch import SIZES, ggml_model  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

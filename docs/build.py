@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "docs" / "site"
 API_DIR = "docs/api"             # where pdoc's pages go, relative to the site (and to the repository)

@@ -16,6 +16,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+
 HERE = Path(__file__).resolve().parent
 TSV = HERE / "parity.tsv"
 MD = HERE / "ggmlr-parity.md"

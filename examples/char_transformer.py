@@ -37,6 +37,7 @@ import numpy as np
 
 import ggmlpy as g
 
+
 # ---------------------------------------------------------------- vocabulary: tab, newline, printable ASCII, other
 CHARS = "\t\n" + "".join(chr(c) for c in range(32, 127))
 UNK = len(CHARS)                       # one id for every other character (non-ASCII, \r, \f, ...)

@@ -22,6 +22,7 @@ import numpy as np
 
 import ggmlpy as G
 
+
 N_IN, N_HIDDEN, N_OUT = 4, 64, 2      # (sin th, cos th, omega, u) -> (d th, d omega) / dt
 BATCH = 128
 DT, GRAVITY, NOISE = 0.05, 9.81, 0.02

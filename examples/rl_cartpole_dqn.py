@@ -24,6 +24,7 @@ import numpy as np
 
 import ggmlpy as g
 
+
 # Hyperparameters. "transitions" are environment steps summed over the parallel cart-poles.
 HP = dict(
     n_envs=8,            # cart-poles stepped together: one predict call acts for all of them

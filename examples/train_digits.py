@@ -22,6 +22,7 @@ from sklearn.datasets import load_digits
 
 import ggmlpy as g
 
+
 BATCH = 64
 
 

@@ -25,6 +25,7 @@ from sklearn.datasets import load_digits
 
 import ggmlpy as G
 
+
 N_IN, N_HIDDEN, N_CLASSES = 64, 128, 10
 BATCH = 64
 

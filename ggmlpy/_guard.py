@@ -26,6 +26,7 @@ from typing import Any, Callable
 from .core.handle import public_call
 from .errors import GgmlpyError, GgmlStateError, GgmlTypeError, GgmlValueError
 
+
 _PKG = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 

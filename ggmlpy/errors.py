@@ -6,6 +6,7 @@ works, while ``except GgmlpyError`` catches everything raised by ggmlpy itself.
 """
 from __future__ import annotations
 
+
 class GgmlpyError(Exception):
     """Base class of every error raised by ggmlpy: ``except GgmlpyError`` catches them all.
 

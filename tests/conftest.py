@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import os
 import subprocess
-from contextlib import contextmanager
 import sys
+from collections.abc import Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 import pytest
 
 import ggmlpy as G
+
 # the hooks of GGMLPY_REQUIRE_DEVICES and GGMLPY_VK_VALIDATION, defined in tests/device_runs.py
 from tests.device_runs import pytest_runtest_makereport, pytest_sessionfinish  # noqa: F401
+
 
 ROOT = Path(__file__).parents[1]
 

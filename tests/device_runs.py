@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+
 # what a skip's reason says when something the test needs is absent
 ABSENT = re.compile(r"\b(no|not built|needs|without|missing|is not)\b", re.IGNORECASE)
 

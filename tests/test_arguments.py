@@ -12,6 +12,7 @@ import pytest
 import ggmlpy as G
 from tests.conftest import run_in_subprocess
 
+
 F32 = G.GGML_TYPE_F32
 
 
@@ -291,6 +292,7 @@ def test_an_internal_error_says_so_and_asks_for_a_report(monkeypatch):
 def _ggmlpy_function(body: str):
     """A function whose code counts as ggmlpy's own (its file name lies in the package), guarded."""
     from pathlib import Path
+
     from ggmlpy._guard import guard
     namespace: dict = {}
     exec(compile(f"import numpy as np\ndef f(i):\n    {body}\n", str(Path(G.__file__).parent / "fake.py"), "exec"),

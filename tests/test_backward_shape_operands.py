@@ -15,7 +15,8 @@ import pytest
 
 import ggmlpy as G
 from tests.conftest import _ctx_size, _default_backend, _graph_inputs
-from tests.test_gradients import f64, fd_grad as weighted_fd_grad
+from tests.test_gradients import f64
+from tests.test_gradients import fd_grad as weighted_fd_grad
 
 
 def fd_grad(f, x, h=1e-5):

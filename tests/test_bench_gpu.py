@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "bench_gpu.py"
 MODELS = ("cnn-gpu", "transformer-gpu", "mlp-gpu")

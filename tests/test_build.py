@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "fake-ggml"
 VERSION = "1.0"

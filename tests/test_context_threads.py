@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .conftest import run_in_subprocess
 
+
 PRELUDE = """
 import threading, time
 import ggmlpy as G

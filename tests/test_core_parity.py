@@ -14,6 +14,7 @@ import pytest
 import ggmlpy as G
 from ggmlpy.core.handle import using
 
+
 F32, F16, I32 = G.GGML_TYPE_F32, G.GGML_TYPE_F16, G.GGML_TYPE_I32
 
 

@@ -9,6 +9,7 @@ import pytest
 
 import ggmlpy as G
 
+
 X86 = platform.machine() in ("x86_64", "AMD64")
 
 

@@ -6,6 +6,7 @@ import pytest
 
 import ggmlpy as G
 
+
 TYPES = [
     (G.GGML_TYPE_F32, np.float32),
     (G.GGML_TYPE_F16, np.float16),

@@ -9,6 +9,7 @@ import textwrap
 
 from tests.conftest import ROOT
 
+
 SKIPPING = textwrap.dedent('''
     import pytest
 

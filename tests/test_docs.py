@@ -14,6 +14,7 @@ import pytest
 
 import ggmlpy as G
 
+
 PUBLIC = {name: getattr(G, name) for name in G.__all__ if callable(getattr(G, name))}
 FUNCTIONS = {name: obj for name, obj in PUBLIC.items() if not inspect.isclass(obj)}
 
@@ -119,6 +120,7 @@ def test_every_glossary_marker_is_filled():
 
 def test_every_glossary_entry_is_shared_by_at_least_three_docstrings():
     from pathlib import Path
+
     from ggmlpy.core.glossary import MARKER, TERMS
     uses = {key: 0 for key in TERMS}
     for path in Path(G.__file__).parent.rglob("*.py"):
@@ -129,7 +131,7 @@ def test_every_glossary_entry_is_shared_by_at_least_three_docstrings():
 
 
 def test_explain_fills_known_markers_and_leaves_unknown_ones():
-    from ggmlpy.core.glossary import TERMS, explain
+    from ggmlpy.core.glossary import explain, TERMS
 
     def f(ctx, bogus):
         """Do a thing.

@@ -11,6 +11,7 @@ import pytest
 
 from .conftest import run_in_subprocess
 
+
 SCRIPT = """
 import threading, time
 import numpy as np

@@ -15,6 +15,7 @@ import pytest
 
 import ggmlpy as G
 
+
 ROOT = Path(__file__).resolve().parents[1]
 INIT = ROOT / "ggmlpy" / "__init__.py"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .conftest import run_in_subprocess
 
+
 SETUP = """
 import multiprocessing, os
 import numpy as np

@@ -11,6 +11,7 @@ import pytest
 
 import ggmlpy as G
 
+
 # owned and tested elsewhere (compute/events.py)
 SKIP = {"ggml_backend_event_free", "ggml_backend_graph_plan_free"}
 

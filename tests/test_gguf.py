@@ -20,6 +20,7 @@ import pytest
 import ggmlpy as G
 from ggmlpy.errors import GgufFileError, GgufKeyError
 
+
 ROOT = Path(__file__).parents[1]
 
 # GGUF value type ids (gguf.h) and the struct codes of the scalar ones.

@@ -15,6 +15,7 @@ import pytest
 
 import ggmlpy as G
 
+
 F32, F16, Q4_0, Q8_0, I32 = 0, 1, 2, 8, 26
 Q8_1, Q8_K = 9, 15   # quantized types with no row conversion (ggml's type traits)
 ALIGN = 32

@@ -12,8 +12,12 @@ import pytest
 
 import ggmlpy as G
 from tests.conftest import (
-    assert_refused_naming_op, backward_refusal_script, compute_grad, run_cases_in_subprocess,
-    run_in_subprocess)
+    assert_refused_naming_op,
+    backward_refusal_script,
+    compute_grad,
+    run_cases_in_subprocess,
+    run_in_subprocess,
+)
 
 
 def f64(a):

@@ -28,6 +28,7 @@ import pytest
 
 import ggmlpy as G
 
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 BLOCK_TIMEOUT = 180  # seconds per chain; each takes a few seconds on 2 cores

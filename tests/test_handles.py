@@ -443,6 +443,7 @@ def test_ctrl_c_inside_a_step_waits_for_its_end():
     without its eval would leave the opt context unusable); outside a step it is raised at once."""
     import os
     import signal
+
     from ggmlpy.core.handle import InterruptGuard
     done = []
     with pytest.raises(KeyboardInterrupt):

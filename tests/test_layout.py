@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = "ggmlpy"
 # lowest first; packages in one entry are independent siblings

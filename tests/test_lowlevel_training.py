@@ -8,6 +8,7 @@ import pytest
 
 import ggmlpy as G
 
+
 TRUE_W = np.array([1.0, 2.0, 3.0, 4.0])
 TRUE_B = 0.5
 N, B = 256, 16

@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import run_in_subprocess
 
+
 PRELUDE = """
 import re, numpy as np, ggmlpy as G
 def small_ctx(no_alloc=True):
@@ -716,6 +717,7 @@ def test_misuse_raises_instead_of_aborting(results, name):
 def test_reductions_of_a_contiguous_copy_match_numpy(op):
     """The fix refused strided operands: the ggml_cont the message suggests gives numpy's result."""
     import numpy as np
+
     import ggmlpy as G
     from tests.conftest import compute
     x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)   # ggml [5, 3]

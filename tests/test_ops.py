@@ -6,18 +6,18 @@ checked too.
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from math import erf
 
 import numpy as np
 import pytest
 
 import ggmlpy as G
-import importlib
-import pkgutil
-
 import ggmlpy.ops
-from tests.conftest import compute, compute_grad, nd4
 from tests.backends.kernel_refs import dropout_keep
+from tests.conftest import compute, compute_grad, nd4
+
 
 F32_TOL = dict(rtol=2e-5, atol=2e-6)
 

@@ -15,7 +15,14 @@ import pytest
 import ggmlpy as G
 import ggmlpy.ops.activation as act_module
 from tests.conftest import (
-    assert_refused_naming_op, backward_refusal_script, compute, compute_grad, nd4, run_cases_in_subprocess)
+    assert_refused_naming_op,
+    backward_refusal_script,
+    compute,
+    compute_grad,
+    nd4,
+    run_cases_in_subprocess,
+)
+
 
 F32_TOL = dict(rtol=2e-5, atol=2e-6)
 

@@ -15,10 +15,17 @@ import pytest
 
 import ggmlpy as G
 from ggmlpy._ffi import lib
-from tests.test_gradients import fd_grad
 from tests.conftest import (
-    assert_refused_naming_op, backward_refusal_script, compute, compute_grad, nd4, run_cases_in_subprocess,
-    run_in_subprocess)
+    assert_refused_naming_op,
+    backward_refusal_script,
+    compute,
+    compute_grad,
+    nd4,
+    run_cases_in_subprocess,
+    run_in_subprocess,
+)
+from tests.test_gradients import fd_grad
+
 
 COVERED: set[str] = set()
 

@@ -17,6 +17,7 @@ import ggmlpy as G
 import ggmlpy.ops.inplace as inplace_module
 from tests.conftest import compute, nd4, run_in_subprocess
 
+
 F32_TOL = dict(rtol=2e-5, atol=2e-6)
 TESTED: set[str] = set()
 

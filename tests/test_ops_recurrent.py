@@ -10,6 +10,7 @@ import ggmlpy as G
 from tests.conftest import compute, compute_grad
 from tests.test_gradients import f64, fd_grad
 
+
 COVERED = {"ggml_lstm_cell", "ggml_gru_cell", "ggml_lstm_seq", "ggml_gru_seq"}   # the op builders this file tests (test_ops.py's coverage check reads it)
 
 

@@ -16,9 +16,17 @@ import pytest
 import ggmlpy as G
 from ggmlpy._ffi import lib
 from tests.conftest import (
-    assert_refused_naming_op, backward_refusal_script, compute, compute_grad, nd4, new_tensor_like,
-    run_cases_in_subprocess, run_in_subprocess)
+    assert_refused_naming_op,
+    backward_refusal_script,
+    compute,
+    compute_grad,
+    nd4,
+    new_tensor_like,
+    run_cases_in_subprocess,
+    run_in_subprocess,
+)
 from tests.test_gradients import fd_grad
+
 
 F32_TOL = dict(rtol=2e-5, atol=2e-6)
 

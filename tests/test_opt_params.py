@@ -13,6 +13,7 @@ import pytest
 
 import ggmlpy as G
 
+
 B = 8
 
 

@@ -21,6 +21,7 @@ import pytest
 
 import ggmlpy as G
 
+
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 

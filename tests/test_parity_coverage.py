@@ -8,6 +8,7 @@ import pytest
 
 import ggmlpy as G
 
+
 F32 = G.GGML_TYPE_F32
 
 

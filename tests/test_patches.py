@@ -576,6 +576,7 @@ def test_0013_blas_products_from_four_threads_at_once_match_numpy():
     """OpenBLAS's OpenMP build (the one the build links where it is installed) returned products off by
     ~100 when four threads computed through ggml's BLAS backend at once; the backend now takes turns."""
     import threading
+
     from ggmlpy.backend.backend import set_backend_threads
     if not any(d.name == "BLAS" for d in G.ggml_backend_devices()):
         pytest.skip("this build has no BLAS backend (GGMLPY_BACKENDS without blas, or OpenBLAS missing)")

@@ -9,6 +9,7 @@ from pathlib import Path
 import ggmlpy as g
 from ggmlpy._ffi import BUILD_INFO, LIB_DIR
 
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

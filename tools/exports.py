@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import os
 
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "ggmlpy")
 INIT = os.path.join(PACKAGE, "__init__.py")

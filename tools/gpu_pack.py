@@ -34,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 64 * 2**20            # what one device run carries, the checkout included
 BACKENDS = "cpu,cuda,vulkan"

@@ -11,6 +11,7 @@ import logging
 import os
 from pathlib import Path
 
+
 # ggml prints a backtrace with gdb before aborting; that is slow and never useful to a Python user.
 os.environ.setdefault("GGML_NO_BACKTRACE", "1")
 # ggml's CPU backend runs on OpenMP, whose threads by default spin for a long time at every barrier:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import cffi
 
+
 HERE = Path(__file__).resolve().parent
 PKG = HERE.parent
 ROOT = PKG.parent

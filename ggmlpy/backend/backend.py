@@ -7,13 +7,22 @@ import os
 import weakref
 from typing import Any
 
-from ..core.args import c_string, is_int, n_threads_arg
 from .._ffi import ffi, lib
-from ..core.handle import HANDLE_LOCK, unique_handles, computing, free_handle, Handle, unwrap
+from ..core.args import c_string, is_int, n_threads_arg
+from ..core.handle import computing, free_handle, Handle, HANDLE_LOCK, unique_handles, unwrap
 from ..errors import BackendUnavailableError, expect, GgmlStateError
+from .device import (
+    as_device,
+    decode_str,
+    Device,
+    device_caps,
+    device_type_arg,
+    DEVICE_TYPE_NAMES,
+    ggml_backend_dev_by_type,
+    ggml_backend_devices,
+    ggml_backends_built,
+)
 from .endpoint import answers, parse_endpoint
-from .device import (as_device, device_type_arg, DEVICE_TYPE_NAMES, decode_str, Device, device_caps,
-                     ggml_backend_dev_by_type, ggml_backend_devices, ggml_backends_built)
 from .modules import DEVICE_HINTS, family_problem, warn_gpu_fallback
 
 
@@ -29,8 +38,8 @@ _threads_set_by_user = [False]
 
 
 _blas_disabled = [False]
-_cpu_backends: "weakref.WeakSet[Backend]" = weakref.WeakSet()
-_blas_backends: "weakref.WeakSet[Backend]" = weakref.WeakSet()
+_cpu_backends: weakref.WeakSet[Backend] = weakref.WeakSet()
+_blas_backends: weakref.WeakSet[Backend] = weakref.WeakSet()
 
 # ggml's CPU backend (and OpenBLAS's OpenMP build) run their threads on an OpenMP pool, which does not survive
 # fork(): a forked child's first parallel region waits forever, deaf to Ctrl-C. A child of a process that may
@@ -425,7 +434,7 @@ def ggml_set_n_threads(n_threads: int) -> int:
     return n_threads
 
 
-def set_backend_threads(backend: "Backend", n: int) -> None:
+def set_backend_threads(backend: Backend, n: int) -> None:
     if (backend.is_cpu or is_blas(backend)) and n >= 1 and n != backend.n_threads:
         if _forked_single_thread[0]:
             n = 1
@@ -436,18 +445,18 @@ def set_backend_threads(backend: "Backend", n: int) -> None:
         backend.n_threads = n
 
 
-def is_blas(backend: "Backend") -> bool:
+def is_blas(backend: Backend) -> bool:
     return backend.device.name == "BLAS"
 
 
-def blas_device() -> "Device | None":
+def blas_device() -> Device | None:
     """ggml's BLAS device ("BLAS", built by default when OpenBLAS is installed), or None."""
     if _blas_disabled[0]:
         return None
     return next((d for d in ggml_backend_devices() if d.name == "BLAS"), None)
 
 
-def blas_backend_init() -> "Backend | None":
+def blas_backend_init() -> Backend | None:
     """A BLAS backend to put before a CPU backend in a scheduler (it computes with one thread until
     split_threads gives it more), or None when this build has none."""
     dev = blas_device()

@@ -8,9 +8,9 @@ from .._ffi import ffi, lib
 from ..core.args import is_int
 from ..core.handle import check_rpc_connections, free_handle, Handle, raise_type, unwrap, using
 from ..errors import expect, GgmlStateError, GgmlTypeError, GgmlValueError
+from ..graph.objects import Context
 from .backend import Backend
 from .device import as_device, decode_str, Device
-from ..graph.objects import Context
 
 
 GGML_BACKEND_BUFFER_USAGE_ANY = int(lib.GGML_BACKEND_BUFFER_USAGE_ANY)

@@ -10,7 +10,7 @@ from .._ffi import BUILD_INFO, ffi, lib
 from ..core.args import c_string, is_int
 from ..core.handle import raise_type, using
 from ..errors import BackendUnavailableError, expect, GgmlTypeError, GgmlValueError
-from ..graph.objects import Tensor, as_tensor
+from ..graph.objects import as_tensor, Tensor
 from .modules import family_problem, module_problems, warn_problems
 
 

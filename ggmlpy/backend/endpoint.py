@@ -12,6 +12,7 @@ import socket
 from ..core.args import c_string
 from ..errors import GgmlTypeError, GgmlValueError
 
+
 MAX_TIMEOUT_S = 86400.0  # a day: longer ones overflow the socket module's clock
 QUICK_S = 2.0            # how long a server that is up takes to accept a connection, at most
 

@@ -23,8 +23,9 @@ import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .._ffi import BUILD_INFO, LIB_DIR, ffi, lib
+from .._ffi import BUILD_INFO, ffi, lib, LIB_DIR
 from ..errors import GgmlpyWarning
+
 
 # ggml's registry names of the families ggmlpy builds (ggml_backend_reg_by_name ignores case)
 FAMILY_NAMES = {"cpu": "CPU", "blas": "BLAS", "vulkan": "Vulkan", "cuda": "CUDA", "rpc": "RPC"}

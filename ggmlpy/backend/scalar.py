@@ -13,8 +13,15 @@ from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
 from ..graph.nodes import tensor_label
 from ..graph.objects import as_tensor, Context, Tensor
 from ..graph.tensor import new_tensor
-from .transfer import (storage_of, as_numeric, checked_values, ggml_backend_tensor_get_data, NUMPY_DTYPES,
-                       refuse_complex, shape_problem)
+from .transfer import (
+    as_numeric,
+    checked_values,
+    ggml_backend_tensor_get_data,
+    NUMPY_DTYPES,
+    refuse_complex,
+    shape_problem,
+    storage_of,
+)
 
 
 _BF16 = int(lib.GGML_TYPE_BF16)

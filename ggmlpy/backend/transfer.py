@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 import types
-
 from typing import Any
 
 import numpy as np

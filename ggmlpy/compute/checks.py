@@ -7,14 +7,22 @@ from typing import Any
 
 from .._ffi import ffi, lib
 from ..backend.probe import backend_runs, buffer_usable
+from ..core.handle import memory_epoch
+from ..core.sysmem import available_memory, physical_memory
 from ..core.types import GGML_TYPE_F32
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
-from ..graph.nodes import (op_label, tensor_label, describe_node, graph_tensor_ptrs, NO_MEMORY_FIX, ptr_key,
-                           tensor_memory, value_read)
-from ..graph.objects import Graph
-from ..core.sysmem import available_memory, physical_memory
-from ..core.handle import memory_epoch
 from ..graph.graph import walk_graph
+from ..graph.nodes import (
+    describe_node,
+    graph_tensor_ptrs,
+    NO_MEMORY_FIX,
+    op_label,
+    ptr_key,
+    tensor_label,
+    tensor_memory,
+    value_read,
+)
+from ..graph.objects import Graph
 
 
 _POOLS: dict[int, tuple[str, int, int, bool]] = {}

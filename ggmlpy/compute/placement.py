@@ -119,7 +119,7 @@ class SchedWatcher:
         b = lib.ggml_backend_sched_get_tensor_backend(self._ptr, t)
         return self._names.get(pointer_key(b), "?") if b != ffi.NULL else "?"
 
-    def __enter__(self) -> "SchedWatcher":
+    def __enter__(self) -> SchedWatcher:
         self._handle = ffi.new_handle(self)
         lib.ggml_backend_sched_set_eval_callback(self._ptr, lib._ggmlpy_sched_eval_cb, self._handle)
         return self

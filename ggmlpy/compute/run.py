@@ -8,13 +8,20 @@ from typing import Any
 import numpy as np
 
 from .._ffi import ffi, lib
-from ..backend.backend import (Backend, ggml_backend_cpu_init, ggml_backend_cpu_set_n_threads, hold_until_sync, is_async,
-                               release_held)
+from ..backend.backend import (
+    Backend,
+    ggml_backend_cpu_init,
+    ggml_backend_cpu_set_n_threads,
+    hold_until_sync,
+    is_async,
+    release_held,
+)
 from ..backend.device import decode_str
 from ..backend.probe import backend_runs, buffer_usable
 from ..backend.transfer import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
-from ..core.types import GGML_TYPE_F32
+from ..core.args import n_threads_arg
 from ..core.handle import computing, raise_type, unwrap, using
+from ..core.types import GGML_TYPE_F32
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
 from ..graph.context import ggml_init
 from ..graph.graph import ggml_build_forward_expand, ggml_new_graph
@@ -23,10 +30,18 @@ from ..graph.objects import as_tensor, Context, Graph, Tensor
 from ..graph.tensor import ggml_new_tensor_1d
 from ..ops.elementwise import ggml_add, ggml_mul
 from .checks import check_graph_ready
-from .sched import (check_sched_indices, exclusive_sched, graph_ptr, record_allocation, reserve_first, sched_ptr, unallocated,
-                    reapply_tensor_backends, Scheduler)
+from .sched import (
+    check_sched_indices,
+    exclusive_sched,
+    graph_ptr,
+    reapply_tensor_backends,
+    record_allocation,
+    reserve_first,
+    sched_ptr,
+    Scheduler,
+    unallocated,
+)
 from .transfer import backend_arg, pending_message
-from ..core.args import n_threads_arg
 
 
 def ggml_backend_sched_graph_compute(sched: Scheduler, graph: Graph) -> None:

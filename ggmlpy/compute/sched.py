@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from ..core.args import is_int
 from .._ffi import ffi, lib
 from ..backend.backend import Backend, blas_backend_init, ggml_backend_cpu_init, ggml_backend_init_auto
+from ..core.args import is_int
 from ..core.handle import Allocations, free_handle, Handle, raise_type, unwrap, using
 from ..core.sysmem import check_fits_memory
 from ..errors import expect, GgmlStateError, GgmlValueError
@@ -63,7 +64,7 @@ class Scheduler(Handle):
     def _describe(self) -> str:
         return " [" + ", ".join(b.device.name for b in self.backends) + "]"
 
-    def sibling(self) -> "Scheduler":
+    def sibling(self) -> Scheduler:
         """A new scheduler over the same backends (ggml-opt needs one per opt context)."""
         return Scheduler(self.backends, self.graph_size, False, self.op_offload, [])
 

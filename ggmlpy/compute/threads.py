@@ -5,8 +5,9 @@ with its optimizer), and how the user's threads are split between ggml's CPU bac
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from .._ffi import ffi, lib
 from ..backend.backend import Backend, ggml_get_n_threads, is_blas, set_backend_threads, threads_set_by_user
@@ -116,7 +117,7 @@ BLAS_FLOPS_PER_POOL_ELEMENT = 75.0  # ... and at least this many product flops p
 POOL_PARALLEL_ELEMENTS = 20e6  # ggml's pool next to OpenBLAS: element ops per step for a second thread
 
 
-def threads_for(backend: "Backend", flops: float) -> int:
+def threads_for(backend: Backend, flops: float) -> int:
     """Give a CPU backend the threads a graph of ``flops`` per compute runs best with: the user's count if
     they set one with ``ggml_set_n_threads``, else one thread for a small graph and the default for others.
     Returns the count it had before (to restore it)."""
@@ -136,7 +137,7 @@ def blas_shares_cpu_pool() -> bool:
     return openblas.threading_model() == "openmp" and uses_openmp()
 
 
-def split_threads(backends, work: "StepWork") -> list:
+def split_threads(backends, work: StepWork) -> list:
     """Set the threads of a scheduler's CPU and BLAS backends for a training graph doing ``work`` per step
     (``opt.training_step_work``). With a BLAS backend, the thread budget ``ggml_get_n_threads()`` goes to
     OpenBLAS when the products reach BLAS_PARALLEL_FLOPS and BLAS_FLOPS_PER_POOL_ELEMENT times the pool's

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from .._ffi import ffi, lib
-from ..backend.backend import hold_until_sync, is_async, Backend, finish_backend
+from ..backend.backend import Backend, finish_backend, hold_until_sync, is_async
 from ..backend.device import decode_str
 from ..backend.probe import buffer_usable
 from ..backend.transfer import as_numeric, checked_values, numpy_dtype, shape_problem

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+
 TERMS = {
     "ctx": "the context the result tensor is created in.",
     "ctx: room": "the context the result tensor is created in (it must have room for it).",

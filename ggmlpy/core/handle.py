@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import sys
 import signal
+import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any, Callable
 
 from .._ffi import ffi, lib
 from ..errors import BackendUnavailableError, GgmlInUseError, GgmlStateError, GgmlTypeError
@@ -55,7 +56,7 @@ def bump_memory_epoch() -> None:
 # (a daemon thread: the others were joined before exit), it waits up to EXIT_WAIT_S for the running calls
 # to return and leaves every C object to the operating system, which takes it back with the process.
 EXIT_WAIT_S = 5.0
-_live_handles: "weakref.WeakSet[Handle]" = weakref.WeakSet()
+_live_handles: weakref.WeakSet[Handle] = weakref.WeakSet()
 _exiting = [False]
 _computing_now = [0]
 _exit_hook = [False]
@@ -113,7 +114,7 @@ class Handle:
     kind = "handle"
 
     def __init__(self, ptr: Any, free_fn: Callable[[Any], None] | None = None,
-                 parents: Iterable["Handle"] = ()) -> None:
+                 parents: Iterable[Handle] = ()) -> None:
         if ptr is None or ptr == ffi.NULL:
             raise GgmlStateError(f"ggml returned NULL while creating a {self.kind}")
         self._ptr = ptr
@@ -175,7 +176,7 @@ class Handle:
                 self._finalizer()
             self._ptr = None
 
-    def busy_in_tree(self) -> tuple["Handle", str] | None:
+    def busy_in_tree(self) -> tuple[Handle, str] | None:
         """(handle, call) of a running call that uses this handle or one of its descendants, or None."""
         if self.users:
             return self, self.users[-1]
@@ -215,7 +216,7 @@ class Handle:
         return hash((type(self).__name__, self._addr))
 
 
-def unique_handles(handles: Iterable[Any]) -> list["Handle"]:
+def unique_handles(handles: Iterable[Any]) -> list[Handle]:
     """The distinct handles (by identity: two handles may compare equal by address) among ``handles``."""
     seen: dict[int, Handle] = {}
     for h in handles:
@@ -346,7 +347,7 @@ class InterruptGuard:
         self.old: Any = None
         self.step = _GuardStep(self)
 
-    def __enter__(self) -> "InterruptGuard":
+    def __enter__(self) -> InterruptGuard:
         self.old = install_sigint(self._handler)
         return self
 
@@ -374,7 +375,7 @@ class InterruptKeeper:
         self.old: Any = None
         self.noted = False
 
-    def __enter__(self) -> "InterruptKeeper":
+    def __enter__(self) -> InterruptKeeper:
         self.old = install_sigint(self._handler)
         return self
 

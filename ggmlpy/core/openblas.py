@@ -24,7 +24,7 @@ _SONAMES = ("libopenblas.so.0", "libopenblaso.so.0", "libopenblas64_.so.0", "lib
 _found: list = []  # the library once found: it stays loaded for the life of the process
 
 
-def loaded_openblas() -> "ctypes.CDLL | None":
+def loaded_openblas() -> ctypes.CDLL | None:
     """The OpenBLAS already loaded into this process (by ggml's BLAS backend), or None. Never loads one.
     Builds whose symbols carry a prefix (numpy's ``scipy_openblas``) are not the one ggml calls: skipped.
     Not finding one is not remembered: the BLAS backend may be loaded later."""

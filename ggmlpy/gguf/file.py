@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from .._ffi import ffi, ggml_logger, lib
 from ..core.handle import free_handle, Handle, unwrap
-from ..core.paths import check_readable_file, fs_path, path_bytes, os_reason
+from ..core.paths import check_readable_file, fs_path, os_reason, path_bytes
 from ..core.sysmem import check_fits_memory
 from ..errors import expect, GgmlTypeError, GgufFileError
 from ..graph.objects import Context, Tensor

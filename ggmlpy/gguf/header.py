@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core.args import is_int
 from .._ffi import ffi, lib
+from ..core.args import is_int
 from ..errors import GgmlTypeError, GgmlValueError, GgufFileError
 
 

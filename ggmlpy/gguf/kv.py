@@ -10,11 +10,26 @@ import numpy as np
 from .._ffi import ffi, lib
 from ..core.args import c_string, is_int
 from ..errors import expect, GgmlTypeError, GgmlValueError, GgufKeyError
-from .file import unwrap_gguf, GgufContext
-from .header import (DTYPE_GGUF, GETTERS, GGUF_DTYPES, INT_RANGES, SETTERS, FLOAT32_MAX,
-                     GGUF_KEY_GENERAL_ALIGNMENT, GGUF_TYPE_ARRAY, GGUF_TYPE_BOOL, GGUF_TYPE_FLOAT32,
-                     GGUF_TYPE_FLOAT64, GGUF_TYPE_INT32, GGUF_TYPE_INT64, gguf_type_name, GGUF_TYPE_STRING,
-                     GGUF_TYPE_UINT32, GGUF_TYPE_UINT64)
+from .file import GgufContext, unwrap_gguf
+from .header import (
+    DTYPE_GGUF,
+    FLOAT32_MAX,
+    GETTERS,
+    GGUF_DTYPES,
+    GGUF_KEY_GENERAL_ALIGNMENT,
+    GGUF_TYPE_ARRAY,
+    GGUF_TYPE_BOOL,
+    GGUF_TYPE_FLOAT32,
+    GGUF_TYPE_FLOAT64,
+    GGUF_TYPE_INT32,
+    GGUF_TYPE_INT64,
+    gguf_type_name,
+    GGUF_TYPE_STRING,
+    GGUF_TYPE_UINT32,
+    GGUF_TYPE_UINT64,
+    INT_RANGES,
+    SETTERS,
+)
 from .tensors import index_in
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from .._ffi import ffi, lib
+from ..backend.backend import ggml_backend_cpu_init
 from ..backend.transfer import numpy_shape
 from ..core.args import c_string
 from ..core.handle import computing, raise_type, using
@@ -24,7 +25,6 @@ from ..errors import GgmlStateError, GgmlTypeError, GgufKeyError
 from ..graph.context import ggml_init
 from .file import gguf_init_from_file, GgufContext
 from .kv import gguf_get_key, gguf_get_n_kv, gguf_get_val
-from ..backend.backend import ggml_backend_cpu_init
 
 
 _PLAIN = {int(lib.GGML_TYPE_F32): np.float32, int(lib.GGML_TYPE_F16): np.float16, int(lib.GGML_TYPE_F64): np.float64,

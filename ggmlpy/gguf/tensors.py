@@ -9,10 +9,10 @@ from typing import Any
 from .._ffi import ffi, lib
 from ..backend.transfer import storage_of
 from ..core.args import c_string, is_int
-from ..core.paths import check_writable_path, fs_path, path_bytes, os_reason
+from ..core.paths import check_writable_path, fs_path, os_reason, path_bytes
 from ..errors import expect, GgmlStateError, GgmlTypeError, GgmlValueError, GgufFileError
 from ..graph.objects import as_tensor, Tensor
-from .file import tensor_addr, unwrap_gguf, captured_ggml_errors, open_header, GgufContext
+from .file import captured_ggml_errors, GgufContext, open_header, tensor_addr, unwrap_gguf
 from .header import data_extent
 
 

@@ -19,8 +19,17 @@ from ..graph.tensor import ggml_set_name
 from .file import gguf_init_empty, gguf_init_from_file, GgufContext
 from .header import check_data_in_file
 from .kv import gguf_get_key, gguf_get_n_kv, gguf_get_val, gguf_set_val
-from .tensors import (check_has_data, gguf_add_tensor, gguf_find_tensor, gguf_get_n_tensors, gguf_get_tensor_name,
-                      gguf_get_tensor_shape, gguf_get_tensor_size, gguf_get_tensor_type, gguf_write_to_file)
+from .tensors import (
+    check_has_data,
+    gguf_add_tensor,
+    gguf_find_tensor,
+    gguf_get_n_tensors,
+    gguf_get_tensor_name,
+    gguf_get_tensor_shape,
+    gguf_get_tensor_size,
+    gguf_get_tensor_type,
+    gguf_write_to_file,
+)
 
 
 def _named_tensors(tensors: Any, fn: str) -> list[tuple[str, Tensor]]:

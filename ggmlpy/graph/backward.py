@@ -10,7 +10,7 @@ from ..core.handle import unwrap
 from ..core.types import GGML_TYPE_F32, type_name
 from ..errors import expect, GgmlTypeError, GgmlValueError
 from .introspect import is_padded_1d
-from .nodes import op_label, tensor_label, op_param_f32, ptr_key
+from .nodes import op_label, op_param_f32, ptr_key, tensor_label
 from .objects import as_tensor, Context, Graph, Tensor
 
 

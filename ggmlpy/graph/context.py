@@ -6,9 +6,9 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-from ..core.args import is_int, is_real
 from .._ffi import ffi, lib
-from ..core.handle import HANDLE_LOCK, bump_memory_epoch, free_handle, unwrap
+from ..core.args import is_int, is_real
+from ..core.handle import bump_memory_epoch, free_handle, HANDLE_LOCK, unwrap
 from ..core.sysmem import check_fits_memory
 from ..core.types import GGML_TYPE_F32
 from ..errors import expect, GgmlInUseError, GgmlTypeError, GgmlValueError

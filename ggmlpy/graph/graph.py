@@ -7,16 +7,17 @@ import logging
 import os
 import sys
 import threading
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from .._ffi import ffi, ggml_logger, lib
 from ..core.args import c_string, is_int
 from ..core.handle import raise_type, unwrap
+from ..core.paths import check_writable_path
 from ..errors import expect, GgmlStateError, GgmlTypeError, GgmlValueError
 from .context import check_graph_size, GGML_DEFAULT_GRAPH_SIZE
 from .nodes import ptr_key, tensor_label
 from .objects import as_graph, as_tensor, Context, Graph, Tensor
-from ..core.paths import check_writable_path
 
 
 def ggml_new_graph(ctx: Context) -> Graph:

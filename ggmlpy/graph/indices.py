@@ -10,7 +10,7 @@ import numpy as np
 from .._ffi import ffi, lib
 from ..core.args import fail
 from ..errors import GgmlValueError
-from .nodes import tensor_label, ptr_key
+from .nodes import ptr_key, tensor_label
 from .objects import Tensor
 
 
@@ -21,7 +21,7 @@ class IndexBound(int):
     """The exclusive upper bound of an index input (an int), with ``what`` the indices are, for messages."""
     what: str = "row indices for ggml_get_rows"
 
-    def __new__(cls, value: int, what: str) -> "IndexBound":
+    def __new__(cls, value: int, what: str) -> IndexBound:
         self = super().__new__(cls, value)
         self.what = what
         return self

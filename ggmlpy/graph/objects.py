@@ -6,7 +6,8 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any, Callable
 
 from .._ffi import ffi, lib
 from ..core.handle import bump_memory_epoch, Handle, HANDLE_LOCK, raise_type
@@ -82,12 +83,12 @@ class Context(Handle):
             d = self.__dict__["_deps_of"] = {}
         return d
 
-    def wrap_tensor(self, ptr: Any) -> "Tensor":
+    def wrap_tensor(self, ptr: Any) -> Tensor:
         """A wrapper of a tensor of this context, knowing what its sources depend on."""
         return Tensor(ptr, self, deps=self.deps_of.get(int(ffi.cast("uintptr_t", ptr)), ()))
 
     @property
-    def generation(self) -> "Generation":
+    def generation(self) -> Generation:
         """The current lifetime of this context's memory (``ggml_reset`` ends it): every tensor and graph made
         in the context depends on it (created on first use: subclasses that bypass ``__init__`` have it too)."""
         gen = self.__dict__.get("_generation")
@@ -139,7 +140,7 @@ class Tensor:
     tensor after any of them was freed raises GgmlStateError (ggml would follow dangling pointers)."""
     __slots__ = ("_ptr", "owner", "deps", "__weakref__")
 
-    def __init__(self, ptr: Any, owner: Handle, sources: Iterable["Tensor | None"] = (), deps: Iterable[Any] = ()) -> None:
+    def __init__(self, ptr: Any, owner: Handle, sources: Iterable[Tensor | None] = (), deps: Iterable[Any] = ()) -> None:
         if ptr == ffi.NULL:
             raise GgmlStateError("ggml returned a NULL tensor")
         self._ptr = ptr
@@ -221,7 +222,7 @@ def as_tensor(obj: Any, what: str) -> Tensor:
     return obj
 
 
-def as_graph(obj: Any, what: str) -> "Graph":
+def as_graph(obj: Any, what: str) -> Graph:
     if not isinstance(obj, Graph):
         raise_type(what, "Graph (ggml_new_graph)", obj)
     obj.ptr  # raises if its context was freed

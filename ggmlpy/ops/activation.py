@@ -11,7 +11,7 @@ from ..core.types import FLOAT_TYPES, type_name
 from ..errors import GgmlTypeError
 from ..graph.objects import Context, Tensor
 from . import base as _base
-from .base import make_op, operand, F32_F16, same_shape
+from .base import F32_F16, make_op, operand, same_shape
 from .elementwise import check_binary, unary_check
 
 

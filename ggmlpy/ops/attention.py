@@ -12,7 +12,7 @@ from ..errors import GgmlTypeError
 from ..graph.graph import walk_graph
 from ..graph.indices import computed_index_bound
 from ..graph.objects import Context, Tensor
-from .base import make_op, operand, contiguous, F32_F16, rows_contiguous, types
+from .base import contiguous, F32_F16, make_op, operand, rows_contiguous, types
 
 
 # rope modes (ggmlR's names; GGML_ROPE_TYPE_NORM is C's GGML_ROPE_TYPE_NORMAL)

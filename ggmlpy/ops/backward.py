@@ -8,7 +8,7 @@ from ..core.args import eps_arg, fail, float_arg
 from ..core.types import GGML_TYPE_F32, GGML_TYPE_I32, type_name
 from ..graph.objects import Context, Tensor
 from .attention import check_index_bound, shape_text
-from .base import make_op, operand, contiguous, F32_F16, rows_contiguous, same_shape, types
+from .base import contiguous, F32_F16, make_op, operand, rows_contiguous, same_shape, types
 
 
 def ggml_silu_back(ctx: Context, a: Tensor, b: Tensor) -> Tensor:

@@ -3,7 +3,8 @@ before ggml is called, and the helpers that unwrap operands and wrap the result.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Iterable
+from typing import Any, Callable
 
 from .._ffi import ffi, lib
 from ..core import args as chk

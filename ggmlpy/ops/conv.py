@@ -10,7 +10,7 @@ from ..core.args import c_int_arg, fail, float_arg
 from ..core.types import GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_F32, type_name
 from ..errors import GgmlTypeError
 from ..graph.objects import Context, Tensor
-from .base import make_op, operand, contiguous, F32_F16, floating, out_size, rows_contiguous, types
+from .base import contiguous, F32_F16, floating, make_op, operand, out_size, rows_contiguous, types
 
 
 GGML_OP_POOL_MAX = int(lib.GGML_OP_POOL_MAX)

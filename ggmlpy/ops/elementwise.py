@@ -14,7 +14,7 @@ from ..core.types import FLOAT_TYPES, GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I3
 from ..errors import GgmlTypeError
 from ..graph.objects import Context, Tensor
 from . import base as _base
-from .base import make_op, operand, broadcast_into, contiguous, F32_F16, floating, padded_1d, rows_contiguous
+from .base import broadcast_into, contiguous, F32_F16, floating, make_op, operand, padded_1d, rows_contiguous
 
 
 # (operator, verb) of each element-wise binary op, for its docstring

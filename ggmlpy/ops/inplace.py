@@ -12,12 +12,21 @@ from typing import Any, Callable
 from .._ffi import ffi, lib
 from ..core.args import fail
 from ..graph.backward import IGNORED_SRCS
-from ..graph.nodes import op_label, tensor_label, ptr_key
+from ..graph.nodes import op_label, ptr_key, tensor_label
 from ..graph.objects import Context, Tensor
 from . import activation as ops_activation
 from .base import make_op
-from .elementwise import (check_binary, check_clamp, check_diag_mask_inf, check_norm, check_rms_norm,
-                          check_scale, check_soft_max, check_soft_max_ext, UNARY_CHECKS)
+from .elementwise import (
+    check_binary,
+    check_clamp,
+    check_diag_mask_inf,
+    check_norm,
+    check_rms_norm,
+    check_scale,
+    check_soft_max,
+    check_soft_max_ext,
+    UNARY_CHECKS,
+)
 
 
 def _trainable_source(t: Any) -> Any | None:

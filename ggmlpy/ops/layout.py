@@ -12,7 +12,7 @@ from ..errors import GgmlTypeError
 from ..graph.indices import check_computed_indices
 from ..graph.nodes import tensor_label, tensor_memory
 from ..graph.objects import Context, Tensor
-from .base import make_op, operand, contiguous, permutation, reshape, rows_contiguous, types, view
+from .base import contiguous, make_op, operand, permutation, reshape, rows_contiguous, types, view
 from .conv import element_size, INT32_LIMIT, strides_of
 
 

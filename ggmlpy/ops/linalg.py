@@ -11,7 +11,18 @@ from ..core.types import GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I32, type_name
 from ..errors import GgmlTypeError, GgmlValueError
 from ..graph.objects import Context, Tensor
 from .attention import check_index_bound, shape_text
-from .base import make_op, operand, F32_F16, floating, mul_mat, not_transposed, out_prod, rows_contiguous, same_shape, types
+from .base import (
+    F32_F16,
+    floating,
+    make_op,
+    mul_mat,
+    not_transposed,
+    operand,
+    out_prod,
+    rows_contiguous,
+    same_shape,
+    types,
+)
 
 
 # the precisions ggml_prec_set_acc / ggml_prec_set_src take, widest first

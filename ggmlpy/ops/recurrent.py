@@ -6,8 +6,8 @@ from typing import Any
 
 from .._ffi import lib
 from ..core.args import fail
-from ..errors import GgmlTypeError
 from ..core.types import GGML_TYPE_F32
+from ..errors import GgmlTypeError
 from ..graph.objects import Context, Tensor
 from . import base as _base
 from .base import contiguous, make_op, operand

@@ -8,7 +8,7 @@ from ..core.args import c_int_arg, eps_arg, fail
 from ..core.types import GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I16, GGML_TYPE_I32
 from ..errors import GgmlTypeError
 from ..graph.objects import Context, Tensor
-from .base import make_op, operand, can_repeat, contiguous, floating, rows_contiguous, same_shape, types
+from .base import can_repeat, contiguous, floating, make_op, operand, rows_contiguous, same_shape, types
 
 
 def ggml_sum(ctx: Context, a: Tensor) -> Tensor:

@@ -6,8 +6,8 @@ from ..core.args import c_int_arg, fail, INT32_MAX, is_int
 from ..core.types import GGML_TYPE_F32
 from ..graph.objects import Context, Tensor
 from .attention import shape_text
-from .base import make_op, operand, contiguous, rows_contiguous, types
-from .conv import SCALE_MODES, GGML_SCALE_MODE_NEAREST
+from .base import contiguous, make_op, operand, rows_contiguous, types
+from .conv import GGML_SCALE_MODE_NEAREST, SCALE_MODES
 
 
 def ggml_pad_reflect_1d(ctx: Context, a: Tensor, p0: int, p1: int) -> Tensor:

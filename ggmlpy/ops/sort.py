@@ -10,7 +10,7 @@ from ..core.args import c_int_arg, fail, float_arg, INT32_MAX, is_int
 from ..core.types import GGML_TYPE_F32, GGML_TYPE_I32
 from ..errors import GgmlTypeError
 from ..graph.objects import Context, Tensor
-from .base import make_op, operand, contiguous, types
+from .base import contiguous, make_op, operand, types
 
 
 GGML_SORT_ORDER_ASC = int(lib.GGML_SORT_ORDER_ASC)

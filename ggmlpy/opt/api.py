@@ -7,9 +7,9 @@ from typing import Any
 
 from .._ffi import lib
 from ..compute.checks import check_opt_heads
+from ..compute.threads import count_forward
 from ..core.handle import free_handle, raise_type, unwrap, using
 from ..errors import GgmlStateError, GgmlValueError
-from ..compute.threads import count_forward
 from ..graph.backward import backward_need
 from ..graph.objects import as_tensor, Context, Graph, Tensor
 from ..graph.tensor import input_leaf

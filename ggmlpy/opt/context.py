@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -14,18 +15,18 @@ from ..compute.checks import check_graph_memory, check_nodes_supported, check_st
 from ..compute.sched import sched_hash_size, Scheduler
 from ..compute.threads import count_forward
 from ..core.args import is_real
-from ..core.handle import unique_handles, compute_locks, computing, Handle, memory_epoch, unwrap, using
+from ..core.handle import compute_locks, computing, Handle, memory_epoch, unique_handles, unwrap, using
 from ..errors import GgmlInUseError, GgmlStateError, GgmlTypeError, GgmlValueError
 from ..graph.backward import check_backward_nodes
 from ..graph.context import ggml_graph_overhead, ggml_init, ggml_tensor_overhead
 from ..graph.indices import check_index_inputs, index_inputs
+from ..graph.nodes import tensor_label
 from ..graph.objects import as_tensor, Context, Tensor
 from ..graph.tensor import input_leaf
 from . import losses as L
 from .constants import BUILD_FORWARD, BUILD_OPT, ggml_opt_optimizer_name, STATIC_GRAPH_NODES
 from .params import LrUserdata
 from .result import OptResult
-from ..graph.nodes import tensor_label
 
 
 def training_graph_nodes(outputs: Tensor | Sequence[Tensor], build_type: int = BUILD_OPT) -> int:
@@ -167,7 +168,7 @@ class OptContext(Handle):
             return contextlib.nullcontext()
         return using((*self.keepers, result), what)
 
-    def running(self, what: str) -> "_Running":
+    def running(self, what: str) -> _Running:
         """``with opt_ctx.running("ggml_opt_epoch"):`` the loop drives this context: the public per-batch
         calls (``ggml_opt_alloc``/``eval``/``reset``, another epoch) refuse meanwhile, and the handles it
         needs cannot be freed."""

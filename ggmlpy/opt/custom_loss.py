@@ -17,6 +17,7 @@ from ..graph.graph import ggml_build_forward_expand, ggml_new_graph_custom
 from ..graph.objects import Context, Tensor
 from ..graph.tensor import ggml_new_tensor
 
+
 LOSS_CUSTOM = 13
 
 
@@ -26,7 +27,7 @@ class CustomLoss(int):
     fn: Callable[..., Any]
     name: str
 
-    def __new__(cls, fn: Callable[..., Any], name: str) -> "CustomLoss":
+    def __new__(cls, fn: Callable[..., Any], name: str) -> CustomLoss:
         obj = super().__new__(cls, LOSS_CUSTOM)
         obj.fn, obj.name = fn, name
         return obj

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from .._ffi import ffi, lib
+from ..backend.buffer import Buffer
 from ..backend.transfer import numpy_dtype, NUMPY_DTYPES, write_array
 from ..core.args import INT64_MAX, is_int
 from ..core.handle import free_handle, Handle, unwrap
@@ -22,7 +23,6 @@ from ..graph.context import ggml_init, ggml_tensor_overhead
 from ..graph.objects import as_tensor, Tensor
 from ..graph.tensor import ggml_new_tensor_2d
 from .context import OptContext
-from ..backend.buffer import Buffer
 
 
 class Dataset(Handle):

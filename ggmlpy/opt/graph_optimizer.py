@@ -15,7 +15,8 @@ moves freely between one-device and multi-device fits.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -1,7 +1,8 @@
 """Creating opt contexts: ``ggml_opt_default_params``, ``ggml_opt_init`` and the fit variants."""
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -14,7 +15,7 @@ from ..graph.objects import Context, Tensor
 from . import losses as L
 from .constants import BUILD_FORWARD, BUILD_GRAD, BUILD_OPT, check_optimizer, OPTIMIZER_ADAMW
 from .context import check_static, heads_from, OptContext
-from .params import ADAMW_FIELDS, SGD_FIELDS, check_weight_decay, LrUserdata, OptimizerParams
+from .params import ADAMW_FIELDS, check_weight_decay, LrUserdata, OptimizerParams, SGD_FIELDS
 
 
 class OptParams:

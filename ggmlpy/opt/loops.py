@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from ..core.args import is_int
 from .._ffi import ffi, lib
 from ..compute.checks import check_opt_heads
 from ..compute.sched import Scheduler
+from ..core.args import is_int
 from ..core.handle import InterruptGuard, unwrap, using
 from ..core.types import type_name
 from ..errors import expect, GgmlStateError, GgmlTypeError, GgmlValueError

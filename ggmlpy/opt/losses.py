@@ -13,23 +13,39 @@ result bookkeeping (ndata, per-batch loss x opt_period) stays exact.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from .._ffi import ffi, lib
+from ..backend.buffer import ggml_backend_alloc_ctx_tensors
+from ..backend.probe import backend_runs
 from ..core.types import GGML_TYPE_F32
 from ..errors import GgmlValueError
 from ..graph.context import ggml_graph_overhead, ggml_init, ggml_tensor_overhead
 from ..graph.objects import Context, Tensor
 from ..graph.tensor import ggml_new_tensor_2d, ggml_set_input, ggml_set_name, ggml_set_output
-from ..ops.elementwise import (ggml_abs, ggml_add, ggml_cont, ggml_div, ggml_exp, ggml_log, ggml_mul, ggml_relu,
-                               ggml_scale, ggml_scale_bias, ggml_soft_max, ggml_sqr, ggml_sqrt, ggml_step, ggml_sub)
+from ..ops.elementwise import (
+    ggml_abs,
+    ggml_add,
+    ggml_cont,
+    ggml_div,
+    ggml_exp,
+    ggml_log,
+    ggml_mul,
+    ggml_relu,
+    ggml_scale,
+    ggml_scale_bias,
+    ggml_soft_max,
+    ggml_sqr,
+    ggml_sqrt,
+    ggml_step,
+    ggml_sub,
+)
 from ..ops.layout import ggml_reshape, ggml_reshape_4d
 from ..ops.linalg import ggml_cross_entropy_loss
 from ..ops.reduce import ggml_argmax, ggml_count_equal, ggml_repeat, ggml_sum, ggml_sum_rows
-from ..backend.buffer import ggml_backend_alloc_ctx_tensors
-from ..backend.probe import backend_runs
-from .custom_loss import CustomLoss, custom_loss_tensor, LOSS_CUSTOM
+from .custom_loss import custom_loss_tensor, CustomLoss, LOSS_CUSTOM
 
 
 LOSS_MEAN = int(lib.GGML_OPT_LOSS_TYPE_MEAN)
@@ -326,7 +342,7 @@ class Head:
     ncorrect: Tensor | None = None  # cross-entropy heads: I64 count of argmax matches, set after each eval
     scores: Tensor | None = None   # cross-entropy heads: a readable copy of the outputs (the logits)
     sample_weighted: bool = False  # every loss: a [1, batch] weight per sample (``weights``) scales its loss
-    custom: "CustomLoss | None" = None  # LOSS_CUSTOM: the loss type with its function
+    custom: CustomLoss | None = None  # LOSS_CUSTOM: the loss type with its function
 
 
 @dataclass

@@ -19,7 +19,7 @@ class _Fields:
     __slots__ = ("_owner", "_c", "_name")
     _RULES: dict = {}
 
-    def __init__(self, owner: "OptimizerParams", c: Any, name: str) -> None:
+    def __init__(self, owner: OptimizerParams, c: Any, name: str) -> None:
         object.__setattr__(self, "_owner", owner)  # keeps the struct alive
         object.__setattr__(self, "_c", c)
         object.__setattr__(self, "_name", name)
@@ -105,7 +105,7 @@ class OptimizerParams:
         """``{"adamw": {...}, "sgd": {...}}`` with the current values."""
         return {"adamw": self.adamw.as_dict(), "sgd": self.sgd.as_dict()}
 
-    def copy(self) -> "OptimizerParams":
+    def copy(self) -> OptimizerParams:
         out = OptimizerParams()
         out._c[0] = self._c[0]
         return out

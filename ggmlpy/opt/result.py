@@ -8,11 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from ..core.args import is_int
 from .._ffi import ffi, lib
+from ..backend.transfer import ggml_backend_tensor_get_data
+from ..core.args import is_int
 from ..core.handle import free_handle, Handle, unwrap
 from ..errors import GgmlValueError
-from ..backend.transfer import ggml_backend_tensor_get_data
 from .losses import LOSS_CROSS_ENTROPY, LOSS_SUM
 
 

@@ -17,8 +17,9 @@ rule (Keras' order; one kind at a time): ``clipnorm`` scales each weight's gradi
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -26,11 +27,21 @@ from .._ffi import lib
 from ..core.args import FLOAT32_MAX, is_real
 from ..errors import GgmlValueError
 from ..graph.objects import Tensor
-from ..ops.elementwise import (ggml_add, ggml_clamp, ggml_div, ggml_mul, ggml_scale, ggml_scale_bias, ggml_sqr,
-                               ggml_sqrt, ggml_sub)
+from ..ops.elementwise import (
+    ggml_add,
+    ggml_clamp,
+    ggml_div,
+    ggml_mul,
+    ggml_scale,
+    ggml_scale_bias,
+    ggml_sqr,
+    ggml_sqrt,
+    ggml_sub,
+)
 from ..ops.layout import ggml_cpy, ggml_view_1d
 from ..ops.reduce import ggml_sum
 from .constants import OPTIMIZER_ADAMW, OPTIMIZER_SGD
+
 
 OPTIMIZER_NAMES = ("adamw", "sgd", "rmsprop", "adagrad")
 # Keras' defaults of the settings this module reads; epsilon None: Adam's comes from ggml's parameters

@@ -19,10 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from ..core.args import is_int
 from .._ffi import lib
-from ..backend.transfer import (as_numeric, ggml_backend_tensor_get_data, ggml_backend_tensor_set_data, numpy_shape,
-                                refuse_complex)
+from ..backend.transfer import (
+    as_numeric,
+    ggml_backend_tensor_get_data,
+    ggml_backend_tensor_set_data,
+    numpy_shape,
+    refuse_complex,
+)
+from ..core.args import is_int
 from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
 from ..graph.objects import as_tensor, Tensor
 from .api import opt_ptr

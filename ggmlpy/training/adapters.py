@@ -17,15 +17,16 @@ import functools
 import inspect
 import itertools
 import types
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
 from ..backend.transfer import checked_values, NUMPY_DTYPES, refuse_complex, shape_problem, write_array
 from ..errors import GgmlTypeError, GgmlValueError
 from ..graph.indices import check_indices
-from ..graph.nodes import tensor_label, ptr_key
+from ..graph.nodes import ptr_key, tensor_label
 from ..graph.objects import Tensor
 from ..opt.dataset import not_distributions
 

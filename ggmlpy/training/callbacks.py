@@ -19,8 +19,9 @@ import os
 import sys
 import warnings
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from ..core.args import FLOAT32_MAX, float_arg, int_arg, is_real, learning_rate_arg, LR_FLOOR
 from ..errors import GgmlpyWarning, GgmlTypeError, GgmlValueError
@@ -39,7 +40,7 @@ class BuiltinCallback(dict):
         super().__init__(hooks)
         self._remake = (factory, args, kwargs)
 
-    def __deepcopy__(self, memo: dict) -> "BuiltinCallback":
+    def __deepcopy__(self, memo: dict) -> BuiltinCallback:
         factory, args, kwargs = self._remake
         return factory(*copy.deepcopy(args, memo), **copy.deepcopy(kwargs, memo))
 

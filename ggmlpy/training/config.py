@@ -6,8 +6,9 @@ arguments (``core.args``) and build these once; the session and the loop only re
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from ..compute.sched import Scheduler
 from ..graph.objects import Context, Tensor

@@ -12,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Protocol, TYPE_CHECKING
+from typing import Any, Callable, Protocol, TYPE_CHECKING
 
 import numpy as np
 
@@ -25,9 +26,10 @@ from ..core.handle import InterruptGuard, using
 from ..errors import GgmlpyWarning, GgmlValueError
 from ..graph.graph import walk_graph
 from ..graph.indices import index_bounds
-from ..graph.nodes import tensor_label, ptr_key
+from ..graph.nodes import ptr_key, tensor_label
 from ..graph.objects import Tensor
-from ..opt import losses as L, result as R
+from ..opt import losses as L
+from ..opt import result as R
 from ..opt.constants import BUILD_FORWARD, BUILD_GRAD, BUILD_OPT, OPTIMIZER_SGD
 from ..opt.init import opt_init
 from ..opt.params import check_weight_decay, LrUserdata

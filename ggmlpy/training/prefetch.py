@@ -21,7 +21,8 @@ import sys
 import threading
 import time
 import warnings
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from ..errors import GgmlpyWarning
 from .adapters import BatchWriter, Source

@@ -7,6 +7,7 @@ import pytest
 
 import ggmlpy as g
 
+
 GPUS = {"Vulkan0": ("vulkan", "GGML_VK_VISIBLE_DEVICES=0 selects Mesa's lavapipe"),
         "CUDA0": ("cuda", "an NVIDIA GPU and its driver")}
 

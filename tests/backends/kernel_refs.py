@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+
 FLT_MAX = float(np.finfo(np.float32).max)
 
 

@@ -10,6 +10,7 @@ import pytest
 
 import ggmlpy as g
 
+
 HAS_VULKAN = "vulkan" in g.ggml_backends_built() and g.ggml_backend_dev_by_name("Vulkan0") is not None
 needs_vulkan = pytest.mark.skipif(not HAS_VULKAN, reason="no Vulkan0 device (set GGML_VK_VISIBLE_DEVICES=0 to "
                                                          "use lavapipe)")

@@ -10,6 +10,7 @@ import pytest
 
 import ggmlpy as g
 
+
 FAMILIES = {"vulkan": "Vulkan0", "cuda": "CUDA0"}
 
 

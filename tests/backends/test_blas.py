@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-from ggmlpy.compute.threads import split_threads, restore_threads
-from ggmlpy.compute.threads import StepWork
+from ggmlpy.compute.threads import restore_threads, split_threads, StepWork
+
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -132,8 +132,8 @@ def test_blas_shares_the_pool_when_the_openmp_openblas_is_installed():
     """The build puts OpenBLAS's OpenMP variant in the BLAS backend's run path where it is installed (CI
     installs it), and the process then runs on it: told by the loaded library, checked against the build
     description OpenBLAS gives of itself."""
-    from ggmlpy.core import openblas
     from ggmlpy.compute.threads import blas_shares_cpu_pool
+    from ggmlpy.core import openblas
     model, config = openblas.threading_model(), openblas.config()
     assert model in ("openmp", "pthreads", "sequential") and config.startswith("OpenBLAS")
     assert (model == "openmp") == ("USE_OPENMP" in config)

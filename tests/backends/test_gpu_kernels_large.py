@@ -21,6 +21,7 @@ import ggmlpy as G
 from tests.backends import kernel_refs as ref
 from tests.backends.devices import GPUS, require_gpu
 
+
 CHUNK = 1 << 26                      # elements per upload
 PAST_2_31 = (1 << 31) + (1 << 22)
 PAST_2_32 = (1 << 32) + (1 << 22)

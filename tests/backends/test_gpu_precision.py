@@ -18,6 +18,7 @@ import ggmlpy as G
 from tests.backends.devices import GPUS, require_gpu
 from tests.conftest import compute, run_in_subprocess
 
+
 F32_LEVEL = 1e-5          # float32 products of length 640: about 1e-7, with room for any summation order
 TF32_LEVEL = (3e-5, 5e-3)  # where TF32 products land: clearly above float32, clearly below garbage
 

@@ -18,6 +18,7 @@ import pytest
 import ggmlpy as g
 from ggmlpy.compute.placement import PlacementRecorder
 
+
 BATCH = 4
 OPTIMIZER_PARAMS = ("adamw_params", "sgd_params")   # ggml-opt's per-step learning rate & co., made on the CPU
 DEVICES = {"Vulkan0": ("vulkan", "GGML_VK_VISIBLE_DEVICES=0 selects Mesa's lavapipe"),

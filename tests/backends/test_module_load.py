@@ -23,6 +23,7 @@ import pytest
 
 import ggmlpy as g
 
+
 PACKAGE = Path(g.__file__).resolve().parent
 VULKAN_MODULE = PACKAGE / "lib" / "libggml-vulkan.so"
 needs_vulkan_module = pytest.mark.skipif(

@@ -6,6 +6,7 @@ import pytest
 
 import ggmlpy as g
 
+
 TYPE_NAMES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}
 
 

@@ -12,6 +12,7 @@ import pytest
 
 import ggmlpy as g
 
+
 pytestmark = pytest.mark.skipif("rpc" not in g.ggml_backends_built(),
                                 reason="the RPC backend was not built (GGMLPY_BACKENDS=...,rpc)")
 

@@ -11,6 +11,7 @@ import pytest
 import ggmlpy as g
 from tests.conftest import run_in_subprocess
 
+
 CODE = textwrap.dedent("""
     import numpy as np, ggmlpy as g
     cols, first = {cols}, {first}

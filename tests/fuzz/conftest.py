@@ -6,6 +6,7 @@ the normal test command. The counts (cases, crashes, hangs, ...) are printed at 
 """
 from __future__ import annotations
 
+
 COUNTS: dict[str, dict[str, int]] = {}
 
 

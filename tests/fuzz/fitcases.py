@@ -10,6 +10,7 @@ import numpy as np
 
 import ggmlpy as G
 
+
 B = 8  # physical batch
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 import ggmlpy as G
 
+
 F32, I32 = G.GGML_TYPE_F32, G.GGML_TYPE_I32
 
 

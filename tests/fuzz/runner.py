@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+
 ROOT = Path(__file__).parents[2]
 BAD = ("crash", "hang", "leak", "wrong")
 

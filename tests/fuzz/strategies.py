@@ -4,7 +4,8 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from tests.fuzz.refops import ALL_OPS
-from tests.fuzz.worker import BAD_VALUES, GGML_TYPES, api_functions
+from tests.fuzz.worker import api_functions, BAD_VALUES, GGML_TYPES
+
 
 # ---------------------------------------------------------------- api: one bad argument
 

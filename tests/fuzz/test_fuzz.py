@@ -17,11 +17,12 @@ import os
 import random
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import given, HealthCheck, Phase, seed, settings
 
 from tests.fuzz import conftest
 from tests.fuzz.runner import run_cases
 from tests.fuzz.strategies import FAMILIES
+
 
 LONG = os.environ.get("GGMLPY_FUZZ", "") == "long"
 # cases per family in the quick run (sized for about 60 s in all on a 2-core machine) and the long one

@@ -33,6 +33,7 @@ import numpy as np
 
 import ggmlpy as G
 
+
 _TMP: list[Path] = []
 
 

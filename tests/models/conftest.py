@@ -5,6 +5,7 @@ import pytest
 
 import ggmlpy as g
 
+
 DEVICES = {"cpu": "cpu", "vulkan": "Vulkan0", "cuda": "CUDA0"}
 
 

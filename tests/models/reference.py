@@ -22,9 +22,11 @@ Every function takes and returns float64 arrays and never calls ggmlpy.
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Sequence
+from typing import Callable
 
 import numpy as np
+
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 

@@ -7,6 +7,7 @@ import pytest
 
 import ggmlpy as g
 
+
 DEVICES = {"vulkan": "Vulkan0", "cuda": "CUDA0"}
 
 

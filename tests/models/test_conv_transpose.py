@@ -24,6 +24,7 @@ from ggmlpy.models.transpose import Conv2DTranspose
 
 from . import reference as R
 
+
 LR = 0.05
 
 

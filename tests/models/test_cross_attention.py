@@ -12,6 +12,7 @@ import pytest
 import ggmlpy as g
 from tests.models import reference as R
 
+
 N, TQ, TV, DQ, DV, DK = 6, 4, 5, 3, 2, 4
 
 

@@ -9,6 +9,7 @@ import pytest
 
 import ggmlpy as g
 
+
 sklearn = pytest.importorskip("sklearn", reason="scikit-learn is not installed (pip install '.[test]')")
 from sklearn.base import clone  # noqa: E402
 from sklearn.exceptions import NotFittedError  # noqa: E402

@@ -8,6 +8,7 @@ import pytest
 
 import ggmlpy as g
 
+
 FAN_IN, UNITS = 400, 300
 TRUNC = 0.87962566103423978  # the standard deviation of a standard normal cut at +-2
 

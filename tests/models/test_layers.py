@@ -25,8 +25,9 @@ import pytest
 
 import ggmlpy as g
 
-from . import reference as R
 from ..conftest import ROOT
+from . import reference as R
+
 
 ETA = 0.1            # the SGD learning rate of the gradient checks: grad = (w0 - w1) / ETA
 GRAD_RTOL, GRAD_ATOL = 1e-3, 1e-5

@@ -12,6 +12,7 @@ import ggmlpy as g
 from ggmlpy.models.keras_metrics import metric_spec
 from ggmlpy.training.callbacks import monitor_mode
 
+
 sk = pytest.importorskip("sklearn.metrics", reason="scikit-learn (a test extra) gives the reference metrics")
 
 

@@ -12,6 +12,7 @@ import pytest
 
 import ggmlpy as g
 
+
 LR = 0.01
 
 CASES = {

@@ -7,6 +7,7 @@ import pytest
 
 import ggmlpy as g
 
+
 SEQUENCES = [[1], [2, 3], [4, 5, 6]]
 
 

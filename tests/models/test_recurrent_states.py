@@ -12,6 +12,7 @@ import pytest
 import ggmlpy as g
 from tests.models import reference as R
 
+
 N, T, F, U = 6, 5, 3, 4
 
 

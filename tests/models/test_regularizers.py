@@ -10,6 +10,7 @@ import pytest
 
 import ggmlpy as g
 
+
 LR = 0.1
 
 

@@ -7,7 +7,6 @@ The machinery (cases, gradient check, Vulkan subprocess) is test_layers.py's.
 """
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
@@ -15,8 +14,19 @@ import ggmlpy as g
 from ggmlpy.models.compile import build_training_graph
 
 from . import reference as R
-from .test_layers import Case, _vulkan_mode, assert_close, check_backend, check_gradient, make_case, normal, sequential
-from .test_layers import run_vulkan_checks as run_layer_vulkan_checks, vulkan_checks_in_subprocess
+from .test_layers import (
+    _vulkan_mode,
+    assert_close,
+    Case,
+    check_backend,
+    check_gradient,
+    make_case,
+    normal,
+    sequential,
+    vulkan_checks_in_subprocess,
+)
+from .test_layers import run_vulkan_checks as run_layer_vulkan_checks
+
 
 CASES: list[Case] = []
 

@@ -14,6 +14,7 @@ import pytest
 import ggmlpy as g
 from tests.conftest import run_in_subprocess
 
+
 MODEL = """
 import threading, numpy as np, ggmlpy as g
 np.random.seed(0)

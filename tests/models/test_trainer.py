@@ -320,6 +320,7 @@ def test_two_fits_from_two_threads_do_not_both_run():
 
 def test_a_trainer_dropped_without_free_releases_the_model_and_its_c_objects():
     import gc
+
     from ggmlpy.core import handle
     m = regressor()
     x, y = data(16)

@@ -11,6 +11,7 @@ import pytest
 
 import ggmlpy as G
 
+
 NE_DATAPOINT, NE_LABEL, NDATA = 2, 1, 6
 
 

@@ -11,6 +11,7 @@ import pytest
 
 import ggmlpy as G
 
+
 _DEVICES = {"cpu": None, "vulkan": "Vulkan0", "cuda": "CUDA0"}
 
 

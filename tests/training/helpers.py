@@ -12,6 +12,7 @@ import numpy as np
 
 import ggmlpy as G
 
+
 F32 = G.GGML_TYPE_F32
 
 
@@ -38,7 +39,7 @@ class Net:
             self._values.append((t, np.asarray(value)))
         return t
 
-    def alloc(self) -> "Net":
+    def alloc(self) -> Net:
         self.buf = G.ggml_backend_alloc_ctx_tensors(self.ctx, self.backend)
         for t, v in self._values:
             G.ggml_backend_tensor_set_data(t, v.astype(np.float32))

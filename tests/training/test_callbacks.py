@@ -11,6 +11,7 @@ import ggmlpy as G
 
 from .helpers import Linear
 
+
 K, M, N = 3, 2, 4
 ADAMW, SGD = G.ggml_opt_optimizer_type_adamw(), G.ggml_opt_optimizer_type_sgd()
 END_KEYS = {"train_loss", "train_accuracy", "val_loss", "val_accuracy", "steps"}

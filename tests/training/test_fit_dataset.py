@@ -10,7 +10,8 @@ import pytest
 
 import ggmlpy as G
 
-from .helpers import Linear, Net, linear_forward, linear_grads, loss_and_dout, sgd_step
+from .helpers import Linear, linear_forward, linear_grads, loss_and_dout, Net, sgd_step
+
 
 F32 = G.GGML_TYPE_F32
 SGD = G.ggml_opt_optimizer_type_sgd()

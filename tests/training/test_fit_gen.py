@@ -13,7 +13,8 @@ import pytest
 
 import ggmlpy as G
 
-from .helpers import Linear, Net, linear_forward, linear_grads, loss_and_dout, sgd_step
+from .helpers import Linear, linear_forward, linear_grads, loss_and_dout, Net, sgd_step
+
 
 SGD = G.ggml_opt_optimizer_type_sgd()
 MSE = G.ggml_opt_loss_type_mse()

@@ -20,6 +20,7 @@ import ggmlpy as G
 from ggmlpy.training import prefetch as P
 from tests.conftest import ROOT
 
+
 SETUP = """
 import itertools, sys, threading, time, numpy as np, ggmlpy as G
 backend = G.ggml_backend_cpu_init()
@@ -272,6 +273,7 @@ def test_a_ctrl_c_swallowed_by_a_finalizer_during_predict_is_raised_at_the_next_
     ran on. Here a gc callback takes the signal, once, while the batches run."""
     import gc
     import threading
+
     import ggmlpy as g
 
     if threading.current_thread() is not threading.main_thread():

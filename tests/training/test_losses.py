@@ -5,13 +5,13 @@ dL/dW = x * dL/dout. One SGD step with learning rate LR gives the gradient: W1 =
 """
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
 import ggmlpy as G
 
-from .helpers import Net, loss_and_dout
+from .helpers import loss_and_dout, Net
+
 
 F, N = 3, 4
 LR = 1.0

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
+from ggmlpy.compute.sched import Scheduler
 from ggmlpy.opt.context import OptContext
 from ggmlpy.opt.result import OptResult
-from ggmlpy.compute.sched import Scheduler
 
 from .helpers import F32, Linear
+
 
 K, M, N = 3, 2, 4
 

@@ -8,7 +8,8 @@ import pytest
 
 import ggmlpy as G
 
-from .helpers import Linear, adamw_step, linear_forward, linear_grads, loss_and_dout, sgd_step
+from .helpers import adamw_step, Linear, linear_forward, linear_grads, loss_and_dout, sgd_step
+
 
 ADAMW, SGD = G.ggml_opt_optimizer_type_adamw(), G.ggml_opt_optimizer_type_sgd()
 LOSSES = {"mse": G.ggml_opt_loss_type_mse(), "mae": G.ggml_opt_loss_type_mae(),

@@ -17,11 +17,12 @@ here, or in build_ggml, changes nothing the build looks up.
 from __future__ import annotations
 
 from .builder import build
-from .checkout import LIB_DIR, VENDOR_DIR, read_pin
+from .checkout import LIB_DIR, read_pin, VENDOR_DIR
 from .index import fetch_archive
 from .messages import BuildError, ChecksumMismatch, log
-from .options import DEFAULT_BACKENDS, backends_from_env, parse_backends
+from .options import backends_from_env, DEFAULT_BACKENDS, parse_backends
 from .source import source_key, source_tree, sync_vendor
+
 
 __all__ = ["DEFAULT_BACKENDS", "LIB_DIR", "VENDOR_DIR", "BuildError", "ChecksumMismatch", "backends_from_env",
            "build", "fetch_archive", "log", "parse_backends", "read_pin", "source_key", "source_tree",

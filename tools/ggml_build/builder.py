@@ -16,13 +16,13 @@ import sys
 import time
 from pathlib import Path
 
-from .cache import cache_root, file_lock, held_locks, remove_leftovers, remove_tree, replace_dir, stamp_is, \
-    write_atomic
-from .checkout import LIB_DIR, VENDOR_DIR, read_pin
+from .cache import cache_root, file_lock, held_locks, remove_leftovers, remove_tree, replace_dir, stamp_is, write_atomic
+from .checkout import LIB_DIR, read_pin, VENDOR_DIR
 from .index import fetch_archive
 from .messages import BuildError, log
 from .options import cmake_options, cpu_level, require_tool
 from .source import patch_files, source_key, source_tree, sync_vendor
+
 
 # Bump when the way we configure or install changes, so old cache entries are not reused.
 BUILD_RECIPE_VERSION = "4"

@@ -18,8 +18,8 @@ import fcntl
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from .messages import log
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+
 ROOT = Path(__file__).resolve().parents[2]
 PIN_FILE = ROOT / "ggml.pin"
 PATCH_DIR = ROOT / "patches"

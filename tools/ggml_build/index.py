@@ -20,6 +20,7 @@ from pathlib import Path
 from .cache import cache_root
 from .messages import BuildError, ChecksumMismatch, log
 
+
 PYPI_SIMPLE = "https://pypi.org/simple/"
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from .cache import cache_root
 from .messages import BuildError, log
 
+
 KNOWN_BACKENDS = ("cpu", "blas", "vulkan", "cuda", "rpc")
 # What a plain ``pip install .`` builds. "blas" (ggml's BLAS backend on OpenBLAS: MUL_MAT and OUT_PROD
 # through cblas_sgemm, 2-4x ggml's own F32 kernels) is dropped with a message when OpenBLAS is missing.

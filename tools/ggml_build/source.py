@@ -13,6 +13,7 @@ from .cache import cache_root, file_lock, remove_leftovers, remove_tree, replace
 from .checkout import PATCH_DIR, VENDOR_DIR
 from .messages import BuildError, log
 
+
 SOURCE_STAMP = ".ggmlpy-source"
 
 
