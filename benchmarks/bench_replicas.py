@@ -1,8 +1,8 @@
 """Data-parallel training over ggml RPC servers on loopback: step time and bytes moved per step, 1 vs 2 replicas.
 
-Model: an MLP 784-1024-1024-10 (ReLU, softmax cross-entropy, AdamW; ``--hidden``), batch 512 (``--batch``), built with the model layer and
-trained with ``ggml_fit``; each RPC server runs in a process of its own with ``--threads`` CPU threads (default
-1, so two servers use this 2-core machine's two cores). Runs, alternated ``--reps`` times:
+Model: an MLP 784-1024-1024-10 (ReLU, softmax cross-entropy, AdamW; ``--hidden``), batch 512 (``--batch``), built
+with the model layer and trained with ``ggml_fit``; each RPC server runs in a process of its own with ``--threads``
+CPU threads (default 1, so two servers use this 2-core machine's two cores). Runs, alternated ``--reps`` times:
 
   A = one replica: ``backend="RPC0"``, the whole batch on one server;
   B = two replicas: ``backend=["RPC0", "RPC1"]``, half of each batch on each server;

@@ -457,7 +457,9 @@ def op_table(cfg: dict, iters: int) -> dict:
     for name, flops, gshapes, gbuild, tshapes, tfn in rows:
         gm = ggml_graph_ms(gshapes, gbuild, iters)
         tm = torch_graph_ms(tshapes, tfn, iters) if torch is not None else None
-        rate = lambda ms: f"{flops / ms / 1e6:8.1f}" if flops else f"{'':>8}"   # noqa: E731
+
+        def rate(ms: float, flops: float = flops) -> str:
+            return f"{flops / ms / 1e6:8.1f}" if flops else f"{'':>8}"
         print(f"    {name:52} {gm:8.2f} {rate(gm)}" + (f" {tm:9.2f} {rate(tm)} {gm / tm:6.1f}" if tm else ""))
         out[name.strip()] = {"ggml_ms": gm, "torch_ms": tm, "flops": flops}
     return out

@@ -177,7 +177,8 @@ _PAGE = """<!doctype html>
 <style>{css}{pygments}</style>
 </head>
 <body>
-<nav class="top"><a href="{up}index.html">ggmlpy</a><a href="{up}docs/guide/index.html">User guide</a><a href="{up}{api}/ggmlpy.html">API reference</a></nav>
+<nav class="top"><a href="{up}index.html">ggmlpy</a><a href="{up}docs/guide/index.html">User guide</a>\
+<a href="{up}{api}/ggmlpy.html">API reference</a></nav>
 <main>
 {body}
 </main>

@@ -1,10 +1,10 @@
 """The last line of defence of the public API: a Python error from inside ggmlpy becomes a ggmlpy error.
 
-Arguments are checked before ggml is called (``ggmlpy.core.args`` and each tier's checks), with messages that say what was expected.
-What a check missed would surface as a bare ``TypeError: '<' not supported ...``, an ``OverflowError``
-from cffi, a ``ZeroDivisionError`` or a ``ValueError`` from numpy: each public function is wrapped so that
-such an error, raised by ggmlpy's own code (or by numpy, cffi, pandas, matplotlib or the standard library
-called from it), leaves as the matching ggmlpy error instead (GgmlTypeError, GgmlValueError or
+Arguments are checked before ggml is called (``ggmlpy.core.args`` and each tier's checks), with messages that say
+what was expected. What a check missed would surface as a bare ``TypeError: '<' not supported ...``, an
+``OverflowError`` from cffi, a ``ZeroDivisionError`` or a ``ValueError`` from numpy: each public function is wrapped so
+that such an error, raised by ggmlpy's own code (or by numpy, cffi, pandas, matplotlib or the standard library called
+from it), leaves as the matching ggmlpy error instead (GgmlTypeError, GgmlValueError or
 GgmlStateError, still a subclass of TypeError / ValueError / RuntimeError), naming the function and
 chaining the original as ``__cause__``. Errors no argument can cause (an AttributeError, a NameError, a
 failed assert, an IndexError or KeyError raised in ggmlpy's own code) are ggmlpy's bugs: they leave as a

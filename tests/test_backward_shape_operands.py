@@ -203,7 +203,8 @@ def test_cpy_into_a_destination_that_needs_a_gradient():
     d = rng.uniform(-1, 1, (3, 4)).astype(np.float32)
     r = rng.uniform(-1, 1, (3, 4)).astype(np.float32)
     for dest in (lambda c, t: t, lambda c, t: G.ggml_scale(c, t, 2.0)):
-        loss, (gx, gd) = grads(lambda c, xt, dt: G.ggml_cpy(c, G.ggml_sqr(c, xt), dest(c, dt)), [x, d], [0, 1], r)
+        loss, (gx, gd) = grads(lambda c, xt, dt, dest=dest: G.ggml_cpy(c, G.ggml_sqr(c, xt), dest(c, dt)),
+                               [x, d], [0, 1], r)
         np.testing.assert_allclose(loss, float(np.sum(np.square(f64(x)) * r)), rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(gx, 2 * f64(x) * r, rtol=1e-5, atol=1e-6)
         assert gd is None or not np.any(gd), gd

@@ -320,7 +320,8 @@ def test_bad_offsets_are_refused(host_ctx):
     t = _tensor(host_ctx, G.GGML_TYPE_F32, 4)
     G.ggml_backend_tensor_set_data(t, np.zeros(4))
     for offset in (True, 1.0, -1, "1"):
-        _refused_leaves_data(t, lambda: G.ggml_backend_tensor_set_data(t, [1.0], offset=offset), match="offset")
+        _refused_leaves_data(t, lambda offset=offset: G.ggml_backend_tensor_set_data(t, [1.0], offset=offset),
+                             match="offset")
     G.ggml_backend_tensor_set_data(t, [1.0], offset=np.int64(3))
     assert G.ggml_backend_tensor_get_data(t)[3] == 1.0
 
@@ -376,9 +377,9 @@ def test_complex_data_is_refused_bool_is_fine(host_ctx):
     i32 = _tensor(host_ctx, G.GGML_TYPE_I32, 2)
     for t in (f32, i32):
         G.ggml_backend_tensor_set_data(t, [3, 4])
-        _refused_leaves_data(t, lambda: G.ggml_backend_tensor_set_data(t, np.array([1 + 2j, 3])), TypeError,
+        _refused_leaves_data(t, lambda t=t: G.ggml_backend_tensor_set_data(t, np.array([1 + 2j, 3])), TypeError,
                              match="complex")
-        _refused_leaves_data(t, lambda: G.ggml_backend_tensor_set_data(t, np.array([1 + 0j, 3])), TypeError,
+        _refused_leaves_data(t, lambda t=t: G.ggml_backend_tensor_set_data(t, np.array([1 + 0j, 3])), TypeError,
                              match="complex")           # even with no imaginary part: say what to take
         G.ggml_backend_tensor_set_data(t, np.array([True, False]))
         np.testing.assert_array_equal(G.ggml_backend_tensor_get_data(t), [1, 0])

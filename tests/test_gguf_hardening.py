@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import struct
-import sys
 import textwrap
 
 import numpy as np
@@ -166,9 +165,9 @@ def test_string_value_with_nul_is_refused_not_cut(tmp_path):
 def test_strings_sent_to_c_are_checked(tmp_path):
     g = G.gguf_init_empty()
     for bad in ("a\0b", "\ud800"):
-        for call in (lambda: G.gguf_set_val(g, bad, 1), lambda: G.gguf_set_val_str(g, "k", bad),
-                     lambda: G.gguf_set_val(g, "k", [bad]), lambda: G.gguf_find_key(g, bad),
-                     lambda: G.gguf_write_to_file(g, bad)):
+        for call in (lambda bad=bad: G.gguf_set_val(g, bad, 1), lambda bad=bad: G.gguf_set_val_str(g, "k", bad),
+                     lambda bad=bad: G.gguf_set_val(g, "k", [bad]), lambda bad=bad: G.gguf_find_key(g, bad),
+                     lambda bad=bad: G.gguf_write_to_file(g, bad)):
             with pytest.raises(G.GgmlValueError):
                 call()
     assert G.gguf_get_n_kv(g) == 0

@@ -1,4 +1,5 @@
-"""The shared graph checks of ggmlpy/graph/ and ggmlpy/compute/checks.py that stand between a graph and ggml's asserts and crashes:
+"""The shared graph checks of ggmlpy/graph/ and ggmlpy/compute/checks.py that stand between a graph and ggml's asserts
+and crashes:
 
 * the backward pass: in-place nodes needing a gradient (ggml_build_backward_expand asserts), the split SwiGLU
   (differentiable) against its fused form (aborts), rope frequency factors, soft_max_ext masks and
@@ -336,7 +337,8 @@ big, _ = graph(physical_memory() // 12)
 small, outs = graph(4)
 if "{which}" == "sched":
     s = G.ggml_backend_sched_new([be], parallel=False, graph_size=64)
-    alloc, run = (lambda g: G.ggml_backend_sched_alloc_graph(s, g)), (lambda g: G.ggml_backend_sched_graph_compute(s, g))
+    alloc = lambda g: G.ggml_backend_sched_alloc_graph(s, g)
+    run = lambda g: G.ggml_backend_sched_graph_compute(s, g)
 else:
     ga = G.ggml_gallocr_new(be)
     alloc = lambda g: G.ggml_gallocr_alloc_graph(ga, g)

@@ -418,13 +418,14 @@ def test_one_opt_context_per_scheduler_even_from_racing_threads(backend):
         for _ in range(15):
             barrier, made, refused = threading.Barrier(2), [], []
 
+            # the threads run and are joined within this iteration: the closure reads this iteration's variables
             def build():
-                barrier.wait()
+                barrier.wait()  # noqa: B023
                 try:
-                    made.append(G.ggml_opt_init(sched, G.ggml_opt_loss_type_mse(), ctx_compute=cc, inputs=x,
+                    made.append(G.ggml_opt_init(sched, G.ggml_opt_loss_type_mse(), ctx_compute=cc, inputs=x,  # noqa: B023
                                                 outputs=out))
                 except G.GgmlStateError as e:
-                    refused.append(e)
+                    refused.append(e)  # noqa: B023
             threads = [threading.Thread(target=build) for _ in range(2)]
             for t in threads:
                 t.start()

@@ -379,7 +379,7 @@ def test_opt_epoch_matches_ggmls_c_loop(backend, data):
         opt = fit["opt_ctx"]
         rt, re_ = G.ggml_opt_result_init(), G.ggml_opt_result_init()
         try:
-            for epoch in range(2):
+            for _ in range(2):
                 G.ggml_opt_result_reset(rt)
                 G.ggml_opt_result_reset(re_)
                 if run == "c":
@@ -455,12 +455,14 @@ def test_ctrl_c_stops_ggmls_loops_promptly(which):
     if which == "opt_fit":
         call = ("G.ggml_opt_fit(sched, cc, x, out, ds, G.ggml_opt_loss_type_mse(), nepoch=200000, nbatch_logical=16, "
                 "val_split=0.25, silent=True)")
-        after = "G.ggml_opt_free(G.ggml_opt_init(sched, G.ggml_opt_loss_type_mse(), ctx_compute=cc, inputs=x, outputs=out))"
+        after = ("G.ggml_opt_free(G.ggml_opt_init(sched, G.ggml_opt_loss_type_mse(), ctx_compute=cc, inputs=x, "
+                 "outputs=out))")
     else:
         call = ("opt = G.ggml_opt_init(sched, G.ggml_opt_loss_type_mse(), opt_period=2, ctx_compute=cc, inputs=x, "
                 "outputs=out)\n    big = G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 4, 1, 8 * 400000)\n"
                 "    G.ggml_backend_tensor_set_data(G.ggml_opt_dataset_data(big), np.tile(X, (50000, 1)))\n"
-                "    G.ggml_backend_tensor_set_data(G.ggml_opt_dataset_labels(big), np.tile(X.sum(1, keepdims=True), (50000, 1)))\n"
+                "    G.ggml_backend_tensor_set_data(G.ggml_opt_dataset_labels(big), "
+                "np.tile(X.sum(1, keepdims=True), (50000, 1)))\n"
                 "    G.ggml_opt_epoch(opt, big, None, None, -1, False, False)")
         after = "G.ggml_opt_epoch(opt, ds, None, None, -1, False, False)"
     rc, out_, err = run_in_subprocess(_CTRL_C.replace("{call}", call).replace("{after}", after), timeout=100)
@@ -488,9 +490,11 @@ def test_cross_entropy_over_one_class_is_refused(backend, sched):
     ds = G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 3, 1, 8, 1)
     G.ggml_backend_tensor_set_data(G.ggml_opt_dataset_labels(ds), np.ones((8, 1), np.float32))  # "one class"
     with pytest.raises(G.GgmlValueError, match="at least 2 classes"):
-        G.ggml_fit_opt(sched, ctx, x, out, ds, G.ggml_opt_loss_type_cross_entropy(), nepoch=1, nbatch_logical=4, silent=True)
+        G.ggml_fit_opt(sched, ctx, x, out, ds, G.ggml_opt_loss_type_cross_entropy(), nepoch=1, nbatch_logical=4,
+                       silent=True)
     with pytest.raises(G.GgmlValueError, match="at least 2 classes"):
-        G.ggml_opt_fit(sched, ctx, x, out, ds, G.ggml_opt_loss_type_cross_entropy(), nepoch=1, nbatch_logical=4, silent=True)
+        G.ggml_opt_fit(sched, ctx, x, out, ds, G.ggml_opt_loss_type_cross_entropy(), nepoch=1, nbatch_logical=4,
+                       silent=True)
     for o in [ds, *owned]:
         o.free()
 

@@ -85,7 +85,8 @@ G.ggml_set_input(G.ggml_add(ctx, a, a))""", "ValueError", r"made by ggml_new_ten
     "opt_init_inputs_a_reshape": (True, """
 xr = G.ggml_reshape_2d(cs, x, 8, 4)
 G.ggml_opt_init(sched, G.ggml_opt_loss_type_mean(), ctx_compute=cc, inputs=xr, outputs=G.ggml_sum(cc, xr))""",
-                                  "ValueError", r"ggml_opt_init: inputs must be a tensor made by ggml_new_tensor.*RESHAPE"),
+                                  "ValueError",
+                                  r"ggml_opt_init: inputs must be a tensor made by ggml_new_tensor.*RESHAPE"),
     "mul_mat_mismatched_ne0": (False, """
 ctx = small_ctx()
 a = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)
@@ -109,7 +110,8 @@ G.ggml_reshape_1d(ctx, G.ggml_transpose(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TY
                                "ValueError", r"contiguous"),
     "get_rows_f32_indices": (False, """
 ctx = small_ctx()
-G.ggml_get_rows(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3), G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 2))""",
+G.ggml_get_rows(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3),
+                G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 2))""",
                              "TypeError", r"I32|i32"),
     "cross_entropy_shapes": (False, """
 ctx = small_ctx()
@@ -131,7 +133,8 @@ t = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 4)
 G.ggml_add(ctx, G.ggml_transpose(ctx, t), t)""", "ValueError", r"cont"),
     "mul_mat_f32_by_f16": (False, """
 ctx = small_ctx()
-G.ggml_mul_mat(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3), G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F16, 4, 2))""",
+G.ggml_mul_mat(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3),
+               G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F16, 4, 2))""",
                            "TypeError", r"F32|f32"),
     "add_f32_and_f16": (False, """
 ctx = small_ctx()
@@ -266,7 +269,8 @@ G.ggml_conv_2d_direct(c, G.ggml_new_tensor_4d(c, G.GGML_TYPE_F32, 3, 3, 1, 1),
                                               r"32-bit"),
     "view_at_a_byte_offset_inside_an_element": (False, """
 c = small_ctx()
-G.ggml_view_1d(c, G.ggml_new_tensor_1d(c, G.GGML_TYPE_F32, 16), 4, 2)""", "ValueError", r"multiple of the element size"),
+G.ggml_view_1d(c, G.ggml_new_tensor_1d(c, G.GGML_TYPE_F32, 16), 4, 2)""",
+                                                "ValueError", r"multiple of the element size"),
     "graph_plan_of_a_graph_that_grew": (False, """
 be = G.ggml_backend_cpu_init(); c = G.ggml_init(1 << 20)
 x = G.ggml_new_tensor_1d(c, G.GGML_TYPE_F32, 4); G.ggml_set_f32(x, 1.0)
@@ -277,7 +281,8 @@ G.ggml_backend_graph_plan_compute(be, p)""", "RuntimeError", r"create a new one"
     "buffer_cleared_by_a_fit_callback": (True, """
 batches = [(np.ones((8, 4)), np.ones((8, 1)))]
 G.ggml_fit_opt_gen(sched, cc, x, out, batches, silent=True,
-                   callbacks=[{"on_epoch_end": lambda e, logs, st: G.ggml_backend_buffer_clear(buf)}])""", "RuntimeError",
+                   callbacks=[{"on_epoch_end": lambda e, logs, st: G.ggml_backend_buffer_clear(buf)}])""",
+                                         "RuntimeError",
                                          r"in use by"),
     "gguf_save_onto_a_full_device": (False, """
 c = small_ctx(no_alloc=False); t = G.ggml_set_name(G.ggml_new_tensor_1d(c, G.GGML_TYPE_F32, 4), "t")
@@ -334,7 +339,8 @@ st["m"]["W"] = [None] * 4
 G.ggml_opt_set_state(opt, st, {"W": W})""", "TypeError", r"numeric"),
     "fit_opt_labels_wider_than_the_outputs": (True, """
 ds = G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 4, 2, 64, 1)
-G.ggml_fit_opt(sched, cc, x, out, ds, G.ggml_opt_loss_type_mse(), nbatch_logical=8, nepoch=1, silent=True)""", "ValueError",
+G.ggml_fit_opt(sched, cc, x, out, ds, G.ggml_opt_loss_type_mse(), nbatch_logical=8, nepoch=1, silent=True)""",
+                                              "ValueError",
                                              r"outputs hold 1 values per datapoint, the dataset's labels 2"),
     "fit_opt_data_of_another_width": (True, """
 ds = G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 2, 1, 16, 1)
@@ -389,7 +395,8 @@ G.ggml_opt_init_for_fit(sched, G.ggml_opt_loss_type_mse(), ctx_compute=cc, input
     # ---- scalar arguments the CPU kernels assert on (issue 9)
     "norm_negative_eps": (False, """
 ctx = small_ctx()
-run_graph(ctx, G.ggml_norm(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3), -1.0))""", "ValueError", r"eps.*>= 0"),
+run_graph(ctx, G.ggml_norm(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3), -1.0))""",
+                          "ValueError", r"eps.*>= 0"),
     "norm_nan_eps": (False, """
 ctx = small_ctx()
 run_graph(ctx, G.ggml_norm(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3), float("nan")))""",
@@ -405,7 +412,8 @@ loss = G.ggml_set_loss(G.ggml_sum(ctx, G.ggml_soft_max_ext(ctx, a, mask, 1.0, 8.
 run_graph(ctx, loss, grads=True)""", "ValueError", r"max_bias"),
     "soft_max_ext_nan_max_bias": (False, """
 ctx = small_ctx()
-G.ggml_soft_max_ext(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3), G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3),
+G.ggml_soft_max_ext(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3),
+                    G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3),
                     1.0, float("nan"))""", "ValueError", r"max_bias"),
     # ---- sizes (issue 9)
     "init_larger_than_memory": (False, """
@@ -415,7 +423,8 @@ G.ggml_graph_overhead(2**63 - 1)""", "ValueError", r"at most"),
     "new_graph_custom_near_2_63": (False, """
 G.ggml_new_graph_custom(small_ctx(), 2**62)""", "ValueError", r"at most"),
     "sched_graph_size_2_40": (False, """
-G.ggml_backend_sched_new([G.ggml_backend_cpu_init()], parallel=False, graph_size=2**40)""", "ValueError", r"graph_size"),
+G.ggml_backend_sched_new([G.ggml_backend_cpu_init()], parallel=False, graph_size=2**40)""",
+                              "ValueError", r"graph_size"),
     "dataset_too_large_for_memory": (False, """
 G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 784, 10, 10**10)""", "ValueError", r"memory"),
     "new_tensor_element_count_overflow": (False, """
@@ -436,17 +445,20 @@ G.ggml_build_forward_expand(g, G.ggml_add(ctx, G.ggml_add(ctx, t[3], t[4]), t[5]
     # ---- strided operands of kernels that read them as contiguous (garbage before, issue 9)
     "sum_of_a_transposed_view": (False, """
 ctx = small_ctx()
-G.ggml_sum(ctx, G.ggml_transpose(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)))""", "ValueError", r"ggml_cont"),
+G.ggml_sum(ctx, G.ggml_transpose(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)))""",
+                                 "ValueError", r"ggml_cont"),
     "mean_of_a_transposed_view": (False, """
 ctx = small_ctx()
-G.ggml_mean(ctx, G.ggml_transpose(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)))""", "ValueError", r"ggml_cont"),
+G.ggml_mean(ctx, G.ggml_transpose(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)))""",
+                                  "ValueError", r"ggml_cont"),
     "leaky_relu_of_a_transposed_view": (False, """
 ctx = small_ctx()
 G.ggml_leaky_relu(ctx, G.ggml_transpose(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)), 0.1)""",
                                         "ValueError", r"ggml_cont"),
     "pool_1d_of_a_transposed_view": (False, """
 ctx = small_ctx()
-G.ggml_pool_1d(ctx, G.ggml_transpose(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)), G.GGML_OP_POOL_MAX, 1, 1)""",
+G.ggml_pool_1d(ctx, G.ggml_transpose(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)),
+               G.GGML_OP_POOL_MAX, 1, 1)""",
                                      "ValueError", r"ggml_cont"),
     "pool_2d_of_a_transposed_view": (False, """
 ctx = small_ctx()
@@ -454,7 +466,8 @@ G.ggml_pool_2d(ctx, G.ggml_transpose(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_
                1, 1, 1, 1)""", "ValueError", r"ggml_cont"),
     "argmax_of_a_transposed_view": (False, """
 ctx = small_ctx()
-G.ggml_argmax(ctx, G.ggml_transpose(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)))""", "ValueError", r"ggml_cont"),
+G.ggml_argmax(ctx, G.ggml_transpose(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)))""",
+                                    "ValueError", r"ggml_cont"),
     # ---- strings cut at a NUL byte (issue 9)
     "set_name_with_nul": (False, """
 G.ggml_set_name(G.ggml_new_tensor_1d(small_ctx(), G.GGML_TYPE_F32, 4), "w\\0extra")""", "ValueError", r"NUL"),
@@ -506,16 +519,19 @@ G.ggml_backend_sched_reset(s)
 G.ggml_backend_tensor_get_data(y)""", "RuntimeError", r"no memory"),
     "compute_after_the_scheduler_grew_for_another_graph": (False, """
 be = G.ggml_backend_cpu_init(); s = G.ggml_backend_sched_new([be], parallel=False, graph_size=64)
-c = small_ctx(); x = G.ggml_set_input(G.ggml_new_tensor_1d(c, G.GGML_TYPE_F32, 4)); y = G.ggml_set_output(G.ggml_relu(c, x))
+c = small_ctx(); x = G.ggml_set_input(G.ggml_new_tensor_1d(c, G.GGML_TYPE_F32, 4))
+y = G.ggml_set_output(G.ggml_relu(c, x))
 g = G.ggml_build_forward_expand(G.ggml_new_graph_custom(c, 64), y)
 G.ggml_backend_sched_alloc_graph(s, g); G.ggml_backend_tensor_set_data(x, [1, -2, 3, -4])
 c2 = small_ctx(); x2 = G.ggml_set_input(G.ggml_new_tensor_1d(c2, G.GGML_TYPE_F32, 1 << 22))
 g2 = G.ggml_build_forward_expand(G.ggml_new_graph_custom(c2, 64), G.ggml_relu(c2, x2))
 G.ggml_backend_sched_alloc_graph(s, g2)   # the scheduler's buffer grows: x's old memory is gone
-G.ggml_backend_sched_graph_compute(s, g)  # x was never written in the new memory""", "RuntimeError", r"no memory|holds no values"),
+G.ggml_backend_sched_graph_compute(s, g)  # x was never written in the new memory""",
+                                                           "RuntimeError", r"no memory|holds no values"),
     "realloc_after_the_scheduler_grew_computes_right": (False, """
 be = G.ggml_backend_cpu_init(); s = G.ggml_backend_sched_new([be], parallel=False, graph_size=64)
-c = small_ctx(); x = G.ggml_set_input(G.ggml_new_tensor_1d(c, G.GGML_TYPE_F32, 4)); y = G.ggml_set_output(G.ggml_relu(c, x))
+c = small_ctx(); x = G.ggml_set_input(G.ggml_new_tensor_1d(c, G.GGML_TYPE_F32, 4))
+y = G.ggml_set_output(G.ggml_relu(c, x))
 g = G.ggml_build_forward_expand(G.ggml_new_graph_custom(c, 64), y)
 c2 = small_ctx(); x2 = G.ggml_set_input(G.ggml_new_tensor_1d(c2, G.GGML_TYPE_F32, 1 << 22))
 g2 = G.ggml_build_forward_expand(G.ggml_new_graph_custom(c2, 64), G.ggml_relu(c2, x2))
@@ -553,7 +569,8 @@ assert G.ggml_backend_tensor_get_data(t, 8, 8).tolist() == list(range(8))""", No
     "compute_after_a_new_buffer_and_a_new_allocator": (False, """
 be = G.ggml_backend_cpu_init()
 a = small_ctx(); w = G.ggml_new_tensor_1d(a, G.GGML_TYPE_F32, 4); buf = G.ggml_backend_alloc_ctx_tensors(a, be)
-c = small_ctx(); y = G.ggml_set_output(G.ggml_relu(c, w)); g = G.ggml_build_forward_expand(G.ggml_new_graph_custom(c, 64), y)
+c = small_ctx(); y = G.ggml_set_output(G.ggml_relu(c, w))
+g = G.ggml_build_forward_expand(G.ggml_new_graph_custom(c, 64), y)
 ga = G.ggml_gallocr_new(be); G.ggml_gallocr_alloc_graph(ga, g)
 buf.free(); ga.free()                                   # both gone: w and y lost their memory
 buf = G.ggml_backend_alloc_ctx_tensors(a, be); G.ggml_backend_tensor_set_data(w, [1, -2, 3, -4])
@@ -564,7 +581,8 @@ assert G.ggml_backend_tensor_get_data(y).tolist() == [1, 0, 3, 0]""", None, ""),
 be = G.ggml_backend_cpu_init(); s = G.ggml_backend_sched_new([be], parallel=False, graph_size=64)
 a = small_ctx(); x = G.ggml_new_tensor_1d(a, G.GGML_TYPE_F32, 4); buf = G.ggml_backend_alloc_ctx_tensors(a, be)
 G.ggml_backend_tensor_set_data(x, [1.5, -2, 3, 4])
-c = small_ctx(); y = G.ggml_set_output(G.ggml_cpy(c, x, G.ggml_new_tensor_1d(c, G.GGML_TYPE_F16, 4)))  # a destination only
+c = small_ctx()
+y = G.ggml_set_output(G.ggml_cpy(c, x, G.ggml_new_tensor_1d(c, G.GGML_TYPE_F16, 4)))  # a destination only
 G.ggml_backend_sched_graph_compute(s, G.ggml_build_forward_expand(G.ggml_new_graph_custom(c, 64), y))
 assert G.ggml_backend_tensor_get_data(y).tolist() == [1.5, -2, 3, 4]""", None, ""),
     "backend_compute_of_an_unallocated_graph": (False, """
@@ -575,7 +593,8 @@ G.ggml_backend_graph_compute(be, G.ggml_build_forward_expand(G.ggml_new_graph_cu
     "sched_compute_of_an_input_never_written": (False, """
 be = G.ggml_backend_cpu_init(); s = G.ggml_backend_sched_new([be], parallel=False, graph_size=64)
 c = small_ctx(); x = G.ggml_set_name(G.ggml_new_tensor_1d(c, G.GGML_TYPE_F32, 4), "x")
-G.ggml_backend_sched_graph_compute(s, G.ggml_build_forward_expand(G.ggml_new_graph_custom(c, 64), G.ggml_relu(c, x)))""",
+G.ggml_backend_sched_graph_compute(s, G.ggml_build_forward_expand(G.ggml_new_graph_custom(c, 64),
+                                                                 G.ggml_relu(c, x)))""",
                                                 "RuntimeError", r"'x'.*no values"),
     "sched_compute_after_the_weights_buffer_was_freed": (False, """
 be = G.ggml_backend_cpu_init(); s = G.ggml_backend_sched_new([be], parallel=False, graph_size=64)
@@ -599,10 +618,12 @@ G.ggml_backend_sched_graph_compute(sched, G.ggml_build_forward_expand(G.ggml_new
                                                     "RuntimeError", r"serves a live opt context"),
     "opt_init_with_unallocated_weights": (False, """
 be = G.ggml_backend_cpu_init(); sched = G.ggml_backend_sched_new([be], parallel=False)
-ci = small_ctx(); x = G.ggml_set_input(G.ggml_new_tensor_2d(ci, G.GGML_TYPE_F32, 4, 8)); G.ggml_backend_alloc_ctx_tensors(ci, be)
+ci = small_ctx(); x = G.ggml_set_input(G.ggml_new_tensor_2d(ci, G.GGML_TYPE_F32, 4, 8))
+G.ggml_backend_alloc_ctx_tensors(ci, be)
 cw = small_ctx(); W = G.ggml_set_name(G.ggml_set_param(G.ggml_new_tensor_2d(cw, G.GGML_TYPE_F32, 4, 1)), "W")
 cc = small_ctx(); out = G.ggml_mul_mat(cc, W, x)
-G.ggml_opt_init(sched, G.ggml_opt_loss_type_mse(), ctx_compute=cc, inputs=x, outputs=out)""", "RuntimeError", r"'W'.*no memory"),
+G.ggml_opt_init(sched, G.ggml_opt_loss_type_mse(), ctx_compute=cc, inputs=x, outputs=out)""",
+                                          "RuntimeError", r"'W'.*no memory"),
     # ---- ops the backend does not implement for these types (issue 9 §2): checked against the backend
     "cpy_f32_to_i8": (False, """
 ctx = small_ctx()
@@ -612,12 +633,14 @@ run_graph(ctx, G.ggml_cpy(ctx, a, b))""", "TypeError", r"CPY.*I8"),
 be = G.ggml_backend_cpu_init()
 ctx = small_ctx(False)
 a = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F64, 4); b = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 4)
-G.ggml_backend_graph_compute(be, G.ggml_build_forward_expand(G.ggml_new_graph_custom(ctx, 64), G.ggml_cpy(ctx, a, b)))""",
+G.ggml_backend_graph_compute(be, G.ggml_build_forward_expand(G.ggml_new_graph_custom(ctx, 64),
+                                                            G.ggml_cpy(ctx, a, b)))""",
                                      "TypeError", r"CPY.*F64"),
     "get_rows_of_i16_rows": (False, """
 ctx = small_ctx()
 t = G.ggml_set_name(G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_I16, 4, 3), "table")
-run_graph(ctx, G.ggml_get_rows(ctx, t, G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_I32, 2)))""", "TypeError", r"GET_ROWS.*I16"),
+run_graph(ctx, G.ggml_get_rows(ctx, t, G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_I32, 2)))""",
+                             "TypeError", r"GET_ROWS.*I16"),
     "get_rows_of_f64_rows": (False, """
 ctx = small_ctx(False)
 t = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F64, 4, 3); i = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_I32, 2)
@@ -641,13 +664,16 @@ h = G.ggml_cpy(cc, out, G.ggml_new_tensor_2d(cc, G.GGML_TYPE_F16, 1, 8))
 ds = G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 4, 1, 16)
 G.ggml_fit_opt(sched, cc, x, h, ds, nepoch=1, nbatch_logical=8, silent=True)""", "TypeError", r"F32"),
     "cross_entropy_on_3d_outputs": (True, """
-o3 = G.ggml_reshape_3d(cc, G.ggml_mul_mat(cc, G.ggml_repeat(cc, W, G.ggml_new_tensor_2d(cc, G.GGML_TYPE_F32, 4, 6)), x), 3, 2, 8)
+o3 = G.ggml_reshape_3d(cc, G.ggml_mul_mat(cc, G.ggml_repeat(cc, W, G.ggml_new_tensor_2d(cc, G.GGML_TYPE_F32, 4, 6)), x),
+                       3, 2, 8)
 G.ggml_opt_init(sched, G.ggml_opt_loss_type_cross_entropy(), ctx_compute=cc, inputs=x, outputs=o3)""", "ValueError",
                                     r"2-D"),
     "opt_fit_cross_entropy_on_3d_outputs": (True, """
-o3 = G.ggml_reshape_3d(cc, G.ggml_mul_mat(cc, G.ggml_repeat(cc, W, G.ggml_new_tensor_2d(cc, G.GGML_TYPE_F32, 4, 6)), x), 3, 2, 8)
+o3 = G.ggml_reshape_3d(cc, G.ggml_mul_mat(cc, G.ggml_repeat(cc, W, G.ggml_new_tensor_2d(cc, G.GGML_TYPE_F32, 4, 6)), x),
+                       3, 2, 8)
 ds = G.ggml_opt_dataset_init(G.GGML_TYPE_F32, G.GGML_TYPE_F32, 4, 6, 16)
-G.ggml_opt_fit(sched, cc, x, o3, ds, G.ggml_opt_loss_type_cross_entropy(), nbatch_logical=8, silent=True)""", "ValueError",
+G.ggml_opt_fit(sched, cc, x, o3, ds, G.ggml_opt_loss_type_cross_entropy(), nbatch_logical=8, silent=True)""",
+                                            "ValueError",
                                             r"2-D"),
     "opt_epoch_with_a_dataset_of_another_type": (True, """
 opt = new_opt()["opt_ctx"]
@@ -667,11 +693,14 @@ G.ggml_get_rows(ctx, table, G.ggml_argmax(ctx, s))""", "ValueError", r"argmax ov
 ctx = small_ctx()
 table = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 5)
 s = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 10, 6)
-G.ggml_get_rows(ctx, table, G.ggml_view_1d(ctx, G.ggml_reshape_1d(ctx, G.ggml_argmax(ctx, s), 6), 6, 0))""", "ValueError", r"argmax"),
+G.ggml_get_rows(ctx, table, G.ggml_view_1d(ctx, G.ggml_reshape_1d(ctx, G.ggml_argmax(ctx, s), 6), 6, 0))""",
+                                                       "ValueError", r"argmax"),
     "get_rows_with_argmax_indices_within_the_table": (False, """
 ctx = small_ctx(False)
-table = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 2, 5); G.ggml_backend_tensor_set_data(table, np.arange(10.0).reshape(5, 2))
-s = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 5, 2); G.ggml_backend_tensor_set_data(s, [[0, 0, 0, 9, 0], [0, 0, 0, 0, 9]])
+table = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 2, 5)
+G.ggml_backend_tensor_set_data(table, np.arange(10.0).reshape(5, 2))
+s = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 5, 2)
+G.ggml_backend_tensor_set_data(s, [[0, 0, 0, 9, 0], [0, 0, 0, 0, 9]])
 r = G.ggml_get_rows(ctx, table, G.ggml_argmax(ctx, s))
 G.ggml_graph_compute(ctx, G.ggml_build_forward_expand(G.ggml_new_graph_custom(ctx, 64), r))
 assert G.ggml_backend_tensor_get_data(r).tolist() == [6, 7, 8, 9]""", None, ""),
@@ -725,7 +754,8 @@ def test_reductions_of_a_contiguous_copy_match_numpy(op):
     build = {"sum": (lambda c, a: G.ggml_sum(c, a), lambda v: v.sum()),
              "mean": (lambda c, a: G.ggml_mean(c, a), lambda v: v.mean(axis=-1)),
              "leaky_relu": (lambda c, a: G.ggml_leaky_relu(c, a, 0.1), lambda v: np.where(v > 0, v, 0.1 * v)),
-             "pool_1d": (lambda c, a: G.ggml_pool_1d(c, a, G.GGML_OP_POOL_MAX, 2, 1), lambda v: np.maximum(v[:, :-1], v[:, 1:])),
+             "pool_1d": (lambda c, a: G.ggml_pool_1d(c, a, G.GGML_OP_POOL_MAX, 2, 1),
+                         lambda v: np.maximum(v[:, :-1], v[:, 1:])),
              "argmax": (lambda c, a: G.ggml_argmax(c, a), lambda v: v.argmax(axis=-1))}
     f, ref = build[op]
     out = compute(lambda c, a: f(c, G.ggml_cont(c, G.ggml_transpose(c, a))), x)[0]

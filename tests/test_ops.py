@@ -182,7 +182,8 @@ def test_dropout_keeps_the_elements_its_hash_picks(rng, p):
         np.testing.assert_array_equal(out.reshape(x.shape), np.where(keep, x * scale, np.float32(0)))
     assert 0 < dropout_keep(7, x.size, p).sum() <= x.size
     # a view is read in its logical order: the same mask as the transposed copy
-    (t_out,) = compute(lambda ctx, t, s: G.ggml_dropout(ctx, G.ggml_transpose(ctx, t), s, p), x[0], np.array([3], np.int32))
+    (t_out,) = compute(lambda ctx, t, s: G.ggml_dropout(ctx, G.ggml_transpose(ctx, t), s, p), x[0],
+                       np.array([3], np.int32))
     keep = dropout_keep(3, x[0].size, p).reshape(x[0].T.shape)
     np.testing.assert_array_equal(t_out.reshape(x[0].T.shape) != 0, keep & (x[0].T != 0))
 
@@ -650,7 +651,8 @@ def test_prec_setters_mark_products_and_refuse_other_ops(rng):
 
 
 def test_prec_setters_misuse(ctx):
-    h = G.ggml_mul_mat(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 2), G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3))
+    h = G.ggml_mul_mat(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 2),
+                       G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3))
     with pytest.raises(G.GgmlValueError, match="not an accumulation type"):
         G.ggml_prec_set_acc(h, G.GGML_PREC_Q8)
     with pytest.raises(G.GgmlValueError, match="prec must be one of"):
@@ -797,4 +799,6 @@ def test_get_rows_through_a_view_of_the_indices_checks_the_view():
     G.ggml_backend_tensor_set_data(i, [0, 9, 1, 2])               # now the view holds 9: refused
     with pytest.raises(ValueError, match="got 9"):
         G.ggml_backend_graph_compute(be, g)
-    galloc.free(); buf.free(); c.free()
+    galloc.free()
+    buf.free()
+    c.free()

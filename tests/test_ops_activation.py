@@ -368,7 +368,8 @@ def test_glu_shapes(ctx):
 
 # ---------------------------------------------------------------- backward passes
 
-_NO_BACKWARD = backward_refusal_script('x = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)\nother = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)')
+_NO_BACKWARD = backward_refusal_script('x = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)\n'
+                                       'other = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 4, 3)')
 
 NO_BACKWARD = {
     "gelu_quick": ("G.ggml_gelu_quick(ctx, x)", "GELU_QUICK"),
@@ -469,6 +470,7 @@ def test_vulkan_forward(vulkan, rng, key):
 def test_every_function_is_tested():
     exported = {n for n in vars(act_module) if n.startswith("ggml_") and callable(getattr(act_module, n))
                 and getattr(act_module, n).__module__ == act_module.__name__}
-    tested = set(UNARY) | set(NAMED) | set(NAMED_SPLIT) | {"ggml_add1", "ggml_glu", "ggml_glu_split", "ggml_swiglu_clamp"}
+    tested = set(UNARY) | set(NAMED) | set(NAMED_SPLIT) | {"ggml_add1", "ggml_glu", "ggml_glu_split",
+                                                           "ggml_swiglu_clamp"}
     assert exported == tested, exported ^ tested
     assert all(hasattr(G, n) for n in exported)

@@ -1,5 +1,5 @@
-"""ggmlpy/ops/conv.py, resize.py and layout.py: transposed, depthwise and direct convolutions, padding, upscaling, rolling, writes
-into tensors and diagonals.
+"""ggmlpy/ops/conv.py, resize.py and layout.py: transposed, depthwise and direct convolutions, padding, upscaling,
+rolling, writes into tensors and diagonals.
 
 Forward values against numpy float64 references written from each op's definition, gradients against
 central finite differences where ggml has a backward pass, refusal (never an abort) where it has none,
@@ -466,17 +466,7 @@ def test_diag_mask_zero(rng, n_past):
     assert_close(out, np.tril(f64(x), n_past), rtol=0, atol=0)
 
 
-# ---------------------------------------------------------------- gradients vs central differences
-
-def fd_grad(f, x, r, h=1e-5):
-    x = f64(x)
-    g = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        xp, xm = x.copy(), x.copy()
-        xp[i] += h
-        xm[i] -= h
-        g[i] = (np.sum(f(xp) * r) - np.sum(f(xm) * r)) / (2 * h)
-    return g
+# ---------------------------------------------------------------- gradients vs central differences (fd_grad)
 
 
 def _u(*shape, dtype=np.float32):
@@ -535,7 +525,8 @@ def test_set_gradient_of_the_destination_is_zero_under_the_block():
     np.testing.assert_array_equal(grad, expected)
 
 
-_NO_BACKWARD = backward_refusal_script('F32 = G.GGML_TYPE_F32\nx = G.ggml_new_tensor_2d(ctx, F32, 4, 3)', 'img = G.ggml_reshape_4d(ctx, x, 4, 3, 1, 1)')
+_NO_BACKWARD = backward_refusal_script('F32 = G.GGML_TYPE_F32\nx = G.ggml_new_tensor_2d(ctx, F32, 4, 3)',
+                                       'img = G.ggml_reshape_4d(ctx, x, 4, 3, 1, 1)')
 
 NO_BACKWARD = {
     "conv_transpose_1d": ("G.ggml_conv_transpose_1d(ctx, G.ggml_new_tensor_3d(ctx, F32, 2, 5, 3), x, 2)",
@@ -826,8 +817,10 @@ def test_tiled_convolution_gradients_match_finite_differences(geometry):
     f64 = lambda a: a.astype(np.float64)   # noqa: E731
     op = tiled(*geometry)
     for name, arr, build, f in (
-            ("images", x, lambda ctx, xx, kk, bb: op(ctx, kk, xx, bb), lambda v: conv_bias_ref(v, f64(k), f64(b), geometry)),
-            ("kernel", k, lambda ctx, kk, xx, bb: op(ctx, kk, xx, bb), lambda v: conv_bias_ref(f64(x), v, f64(b), geometry))):
+            ("images", x, lambda ctx, xx, kk, bb: op(ctx, kk, xx, bb),
+             lambda v: conv_bias_ref(v, f64(k), f64(b), geometry)),
+            ("kernel", k, lambda ctx, kk, xx, bb: op(ctx, kk, xx, bb),
+             lambda v: conv_bias_ref(f64(x), v, f64(b), geometry))):
         others = (k, b) if name == "images" else (x, b)
         _, got = compute_grad(build, arr, w, *others)
         np.testing.assert_allclose(got, fd_grad(f, arr, f64(w)), rtol=1e-4, atol=3e-5, err_msg=name)

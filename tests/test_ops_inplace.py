@@ -114,8 +114,8 @@ def test_binary_inplace(rng, name, b_shape):
 
 # ---------------------------------------------------------------- ops with parameters
 
-TESTED.update({"ggml_clamp_inplace", "ggml_scale_inplace", "ggml_norm_inplace", "ggml_rms_norm_inplace", "ggml_soft_max_inplace",
-               "ggml_soft_max_ext_inplace", "ggml_diag_mask_inf_inplace"})
+TESTED.update({"ggml_clamp_inplace", "ggml_scale_inplace", "ggml_norm_inplace", "ggml_rms_norm_inplace",
+               "ggml_soft_max_inplace", "ggml_soft_max_ext_inplace", "ggml_diag_mask_inf_inplace"})
 
 
 def test_clamp_inplace(rng):
@@ -240,17 +240,20 @@ def test_misuse_is_refused_like_the_out_of_place_op(ctx):
     tr = G.ggml_transpose(ctx, f32)
     cases = [
         (G.GgmlTypeError, "ggml_relu_inplace", lambda: G.ggml_relu_inplace(ctx, i32)),
-        (G.GgmlTypeError, "ggml_gelu_inplace", lambda: G.ggml_gelu_inplace(ctx, G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_BF16, 4))),
+        (G.GgmlTypeError, "ggml_gelu_inplace",
+         lambda: G.ggml_gelu_inplace(ctx, G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_BF16, 4))),
         (G.GgmlValueError, "ggml_sqrt_inplace", lambda: G.ggml_sqrt_inplace(ctx, tr)),
         (G.GgmlTypeError, "ggml_round_inplace", lambda: G.ggml_round_inplace(ctx, i32)),
         (G.GgmlValueError, "ggml_ceil_inplace", lambda: G.ggml_ceil_inplace(ctx, tr)),
         (G.GgmlTypeError, "ggml_exp_inplace", lambda: G.ggml_exp_inplace(ctx, "a tensor")),
-        (G.GgmlValueError, "ggml_add_inplace", lambda: G.ggml_add_inplace(ctx, f32, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, 3))),
+        (G.GgmlValueError, "ggml_add_inplace",
+         lambda: G.ggml_add_inplace(ctx, f32, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 3, 3))),
         (G.GgmlTypeError, "ggml_mul_inplace", lambda: G.ggml_mul_inplace(ctx, f32, i32)),
         (G.GgmlValueError, "ggml_div_inplace", lambda: G.ggml_div_inplace(ctx, tr, tr)),
         (G.GgmlValueError, "ggml_scale_inplace", lambda: G.ggml_scale_inplace(ctx, f32, float("nan"))),
         (G.GgmlValueError, "ggml_scale_inplace", lambda: G.ggml_scale_inplace(ctx, tr, 2.0)),
-        (G.GgmlTypeError, "ggml_scale_inplace", lambda: G.ggml_scale_inplace(ctx, G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F16, 4), 2.0)),
+        (G.GgmlTypeError, "ggml_scale_inplace",
+         lambda: G.ggml_scale_inplace(ctx, G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F16, 4), 2.0)),
         (G.GgmlValueError, "ggml_norm_inplace", lambda: G.ggml_norm_inplace(ctx, f32, -1.0)),
         (G.GgmlValueError, "ggml_rms_norm_inplace", lambda: G.ggml_rms_norm_inplace(ctx, tr)),
         (G.GgmlValueError, "ggml_soft_max_inplace", lambda: G.ggml_soft_max_inplace(ctx, tr)),

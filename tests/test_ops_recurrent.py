@@ -1,6 +1,6 @@
 """ggml_lstm_cell and ggml_gru_cell (patches/0031), the fused LSTM and GRU steps, and ggml_lstm_seq and ggml_gru_seq
-(patches/0035, 0037), whole LSTM and GRU recurrences: forward and backward passes against numpy float64 and finite differences, on one and two
-CPU threads, units across the kernels' 64-unit chunks and the SIMD width."""
+(patches/0035, 0037), whole LSTM and GRU recurrences: forward and backward passes against numpy float64 and finite
+differences, on one and two CPU threads, units across the kernels' 64-unit chunks and the SIMD width."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,7 +11,8 @@ from tests.conftest import compute, compute_grad
 from tests.test_gradients import f64, fd_grad
 
 
-COVERED = {"ggml_lstm_cell", "ggml_gru_cell", "ggml_lstm_seq", "ggml_gru_seq"}   # the op builders this file tests (test_ops.py's coverage check reads it)
+# the op builders this file tests (test_ops.py's coverage check reads it)
+COVERED = {"ggml_lstm_cell", "ggml_gru_cell", "ggml_lstm_seq", "ggml_gru_seq"}
 
 
 def sigmoid(x):

@@ -220,7 +220,7 @@ def test_inplace_result_follows_the_lifetime_of_a():
     ca.free()
     for t in (r, n):
         with pytest.raises(G.GgmlStateError):
-            t.shape
+            _ = t.shape
     cb.free()
 
 
@@ -839,7 +839,7 @@ def test_rope_on_vulkan(rng):
         a = u32(rng, 5, 3, 8)
         pos = np.array([0, 2, 5, 9, 31], np.int32)
         for mode in (0, 2):
-            out = _run_on(vk, lambda c, t, p: G.ggml_rope_ext(c, t, p, None, 6, mode, 0, 100.0, 0.5), a, pos)
+            out = _run_on(vk, lambda c, t, p, mode=mode: G.ggml_rope_ext(c, t, p, None, 6, mode, 0, 100.0, 0.5), a, pos)
             assert_close(out, rope_ref(a, pos, 6, mode, base=100.0, freq_scale=0.5), rtol=1e-4, atol=1e-4)
     finally:
         vk.free()

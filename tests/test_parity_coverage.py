@@ -92,8 +92,8 @@ def test_ggml_embedding_layer_object_looks_up_rows_of_its_table():
     G.ggml_compile(model, loss="mse", backend="cpu")
     table = np.arange(20, dtype=np.float64).reshape(10, 2) / 4
     G.ggml_set_weights(model, {"emb.weight": table})
-    I = np.array([[1, 2, 3], [9, 0, 9]], dtype=np.int32)
-    np.testing.assert_array_equal(G.ggml_predict(model, I), table[I])
+    ids = np.array([[1, 2, 3], [9, 0, 9]], dtype=np.int32)
+    np.testing.assert_array_equal(G.ggml_predict(model, ids), table[ids])
 
 
 # ---------------------------------------------------------------- ggml-opt accessors
@@ -109,7 +109,8 @@ class _Linear:
         self.buf = G.ggml_backend_alloc_ctx_tensors(self.ctx_static, backend)
         G.ggml_backend_tensor_set_data(self.W, W)       # (2, 3) array = [3, 2] in ggml layout
         G.ggml_backend_tensor_set_data(self.b, b)
-        self.ctx_compute = G.ggml_init(128 * G.ggml_tensor_overhead() + 4 * G.ggml_graph_overhead(2048, True), no_alloc=True)
+        self.ctx_compute = G.ggml_init(128 * G.ggml_tensor_overhead() + 4 * G.ggml_graph_overhead(2048, True),
+                                       no_alloc=True)
 
     def forward(self):
         return G.ggml_add(self.ctx_compute, G.ggml_mul_mat(self.ctx_compute, self.W, self.x), self.b)

@@ -422,7 +422,7 @@ def _max_pool_ref(x, k, s, p):
     def backward(g):
         grad = np.zeros(x.shape)
         for (oh, ow), (ys, xs, arg) in windows.items():
-            h, w = ys.stop - ys.start, xs.stop - xs.start
+            w = xs.stop - xs.start
             for idx in np.ndindex(*lead):
                 grad[idx + (ys.start + arg[idx] // w, xs.start + arg[idx] % w)] += g[idx + (oh, ow)]
         return grad
@@ -695,7 +695,8 @@ def test_0023_vectorised_tanh_and_sigmoid_match_numpy(name, ref):
     (out,) = compute(lambda ctx, t: getattr(G, name)(ctx, t), x.reshape(1, -1))
     out, want = out.ravel().astype(np.float64), ref(x.astype(np.float64))
     np.testing.assert_allclose(out, want, rtol=2e-6, atol=1e-30)
-    assert np.all(np.abs(out) <= 1.0) and np.all(np.sign(out[x != 0]) == np.sign(want[x != 0])) or name == "ggml_sigmoid"
+    assert (np.all(np.abs(out) <= 1.0) and np.all(np.sign(out[x != 0]) == np.sign(want[x != 0]))
+            or name == "ggml_sigmoid")
     (special,) = compute(lambda ctx, t: getattr(G, name)(ctx, t), np.float32([[np.inf, -np.inf, np.nan, 0.0]]))
     special = special.ravel()
     assert special[0] == 1.0 and special[1] == (-1.0 if name == "ggml_tanh" else 0.0) and np.isnan(special[2])

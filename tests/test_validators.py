@@ -61,7 +61,8 @@ def test_no_module_keeps_its_own_int_type_test():
     import re
     root = pathlib.Path(G.__file__).parent
     forms = [r"isinstance\([\w.\[\]]+, \(int, np\.integer\)\)", r"isinstance\([\w.\[\]]+, int\) and not isinstance",
-             r"isinstance\([\w.\[\]]+, numbers\.Integral\) and not isinstance", r"expect\(isinstance\([\w.\[\]]+, int\)"]
+             r"isinstance\([\w.\[\]]+, numbers\.Integral\) and not isinstance",
+             r"expect\(isinstance\([\w.\[\]]+, int\)"]
     hits = [f"{p.relative_to(root)}:{i}" for p in root.rglob("*.py") if p.name != "args.py"
             for i, line in enumerate(p.read_text().splitlines(), 1) if any(re.search(f, line) for f in forms)]
     assert not hits, hits

@@ -71,7 +71,8 @@ typedef size_t (*ggmlpy_vk_range_t)(ggml_backend_dev_t);
 static size_t ggmlpy_vk_max_storage_buffer_range(ggml_backend_dev_t dev) {
     ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(dev);
     if (!reg || reg != ggml_backend_reg_by_name("Vulkan")) return 0;
-    ggmlpy_vk_range_t fn = (ggmlpy_vk_range_t) ggml_backend_reg_get_proc_address(reg, "ggmlpy_vk_max_storage_buffer_range");
+    ggmlpy_vk_range_t fn =
+        (ggmlpy_vk_range_t) ggml_backend_reg_get_proc_address(reg, "ggmlpy_vk_max_storage_buffer_range");
     return fn ? fn(dev) : 0;
 }
 

@@ -106,8 +106,8 @@ class Backend(Handle):
         return f" {self.device.name}" if self._ptr is not None else ""
 
     def free(self) -> None:
-        # Asynchronous work queued on it (compute.transfer and compute.run: async reads/writes/computes, recorded events) is
-        # finished first: ggml would otherwise free the queue while it still points at Python memory.
+        # Asynchronous work queued on it (compute.transfer and compute.run: async reads/writes/computes, recorded
+        # events) is finished first: ggml would otherwise free the queue while it still points at Python memory.
         if self._ptr is not None and (self.__dict__.get("_async_pending") or self.__dict__.get("_recorded_events")):
             finish_backend(self)
         super().free()
@@ -136,7 +136,8 @@ def _init_device(device_name: str, family: str, params: str | None = None) -> Ba
             raise BackendUnavailableError(f"device {device_name!r} is on the RPC server at {endpoint}, which stopped "
                                           "answering (or is unreachable); start the server again, or use another "
                                           "device")
-    ptr = lib.ggml_backend_dev_init(dev, c_string(f"ggml_{family.lower()}_init", "params", params) if params else ffi.NULL)
+    ptr = lib.ggml_backend_dev_init(dev, c_string(f"ggml_{family.lower()}_init", "params", params) if params
+                                    else ffi.NULL)
     if ptr == ffi.NULL:
         raise BackendUnavailableError(f"ggml could not initialise device {device_name!r}")
     return Backend(ptr)

@@ -151,8 +151,8 @@ def checked_values(arr: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
         if bad.any():
             v = arr[bad].reshape(-1)[0]
             raise GgmlValueError(f"{what}: the tensor is {dtype}, which holds [{info.min}, {info.max}]; got {v} "
-                                 f"({int(bad.sum())} of {arr.size} values outside that range), which would wrap around; "
-                                 "use a wider integer type for the tensor or fix the values")
+                                 f"({int(bad.sum())} of {arr.size} values outside that range), which would wrap "
+                                 "around; use a wider integer type for the tensor or fix the values")
     with np.errstate(over="ignore", invalid="ignore"):
         out = np.ascontiguousarray(arr, dtype=dtype).reshape(-1)
     if np.issubdtype(dtype, np.floating) and np.issubdtype(arr.dtype, np.number) and out.size \
@@ -179,7 +179,8 @@ def _not_an_array(data: Any) -> str:
     if isinstance(data, dict):
         return (f"a dict (keys {list(data)[:4]!r}): pass the arrays themselves (a list of them, in the model's input "
                 "order, for several inputs)")
-    if isinstance(data, (types.GeneratorType, map, filter, zip)) or (hasattr(data, "__next__") and not hasattr(data, "__len__")):
+    if isinstance(data, (types.GeneratorType, map, filter, zip)) \
+            or (hasattr(data, "__next__") and not hasattr(data, "__len__")):
         return (f"{type(data).__name__}, an iterator: arrays are read whole; stream batches with "
                 "ggml_fit_generator (ggml_fit_opt_gen at the low level), or make an array first (np.stack(list(it)))")
     if isinstance(data, (list, tuple)) and data and isinstance(data[0], dict):

@@ -190,7 +190,8 @@ def why_not_on_device(device: Backend, t: Any, op: str) -> str:
     if limit is not None and largest + _MAX_ALIGNMENT > limit:
         return (f"{name} refuses {op}: a {_bytes(largest)} tensor of it is past the {_bytes(limit)} one shader "
                 "binding covers on this device (maxStorageBufferRange)")
-    operands = ", ".join(f"{ffi.string(lib.ggml_type_name(x.type)).decode()} {list(x.ne)[:max(1, int(lib.ggml_n_dims(x)))]}"
+    operands = ", ".join(f"{ffi.string(lib.ggml_type_name(x.type)).decode()} "
+                         f"{list(x.ne)[:max(1, int(lib.ggml_n_dims(x)))]}"
                          f"{'' if lib.ggml_is_contiguous(x) else ' (strided)'}" for x in tensors[1:])
     return f"{name} does not compute {op} with these operands ({operands or 'none'})"
 

@@ -131,7 +131,7 @@ def _compute_in_ctx(ctx: Any, graph: Graph, fn: str, n_threads: int = 0) -> None
     unwrap(ctx, Context, f"{fn}(ctx)")
     if not isinstance(graph, Graph):
         raise_type(f"{fn}(graph)", "Graph (ggml_build_forward_expand(ctx, tensor))", graph)
-    graph.ptr  # raises if freed or reset
+    _ = graph.ptr  # raises if freed or reset
     if n_threads != 0:
         n_threads = n_threads_arg(fn, n_threads)
     if not _cpu_for_ctx or not _cpu_for_ctx[0].alive:
@@ -343,7 +343,8 @@ def _sched_backend(sched: Scheduler, backend: Any, fn: str) -> int:
         if b.alive and b.ptr == backend.ptr:
             return i
     raise GgmlValueError(f"{fn}: backend {backend.name} is not one of the scheduler's backends "
-                         f"{[b.name for b in sched.backends if b.alive]}; pass ggml_backend_sched_get_backend(sched, i)")
+                         f"{[b.name for b in sched.backends if b.alive]}; "
+                         "pass ggml_backend_sched_get_backend(sched, i)")
 
 
 def ggml_backend_sched_set_tensor_backend(sched: Scheduler, tensor: Tensor, backend: Backend) -> None:

@@ -384,7 +384,8 @@ def ggml_backend_sched_alloc_graph(sched: Scheduler, graph: Graph) -> bool:
         sched.release()
         lib.ggml_backend_sched_reset(s)
         reapply_tensor_backends(sched)
-        check_graph_ready(graph, sched.backends, fn, "alloc", scheduler=True)  # again if the release took memory from it
+        # again if the release took memory from it
+        check_graph_ready(graph, sched.backends, fn, "alloc", scheduler=True)
         placed = unallocated(g)
         reserve_first(sched, s, g, fn)
         ok = bool(lib.ggml_backend_sched_alloc_graph(s, g))

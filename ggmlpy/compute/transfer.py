@@ -87,8 +87,9 @@ def _byte_range(fn: str, p: Any, dtype: Any, offset: Any, size: Any) -> tuple[in
     off = _byte_arg(fn, "offset", offset, dtype.itemsize, dtype)
     n = nbytes - off if size is None else _byte_arg(fn, "size", size, dtype.itemsize, dtype)
     if off + n > nbytes or n < 0:
-        raise GgmlValueError(f"{fn}: {tensor_label(p)} holds {nbytes} bytes; cannot read {n if size is not None else '-'} "
-                             f"bytes from byte offset {off} (offset + size <= {nbytes})")
+        raise GgmlValueError(f"{fn}: {tensor_label(p)} holds {nbytes} bytes; cannot read "
+                             f"{n if size is not None else '-'} bytes from byte offset {off} "
+                             f"(offset + size <= {nbytes})")
     return off, n
 
 
@@ -155,7 +156,8 @@ def ggml_backend_tensor_set_async(backend: Backend, tensor: Tensor, data: Any, o
             hold_until_sync(backend, pending_message(fn, backend), _held_handles(t, p), (flat,))
 
 
-def ggml_backend_tensor_get_async(backend: Backend, tensor: Tensor, offset: int = 0, size: int | None = None) -> np.ndarray:
+def ggml_backend_tensor_get_async(backend: Backend, tensor: Tensor, offset: int = 0,
+                                  size: int | None = None) -> np.ndarray:
     """Queue a read of a tensor's bytes into a new numpy array, without waiting for it.
 
     The array is filled once ``ggml_backend_synchronize(backend)`` returns (at once on a device
@@ -276,7 +278,8 @@ def ggml_backend_tensor_copy_async(backend_src: Backend, backend_dst: Backend, s
         with computing([backend_src, backend_dst]):
             lib.ggml_backend_tensor_copy_async(bs, bd, ps, pd)
         if is_async(backend_dst) or is_async(backend_src):
-            hold_until_sync(backend_dst, pending_message(fn, backend_dst), [*_held_handles(ts, ps), *_held_handles(td, pd)])
+            hold_until_sync(backend_dst, pending_message(fn, backend_dst),
+                            [*_held_handles(ts, ps), *_held_handles(td, pd)])
 
 
 def ggml_backend_tensor_copy(src: Tensor, dst: Tensor) -> None:

@@ -104,9 +104,9 @@ def _scan_header(raw: bytes) -> _Header:
         key = string()
         h.keys.append(key)
         t = take("<i")
-        n, is_array = 1, False
+        n = 1
         if t == GGUF_TYPE_ARRAY:
-            t, n, is_array = take("<i"), take("<Q"), True
+            t, n = take("<i"), take("<Q")
         if t == GGUF_TYPE_STRING:
             for _ in range(n):
                 if b"\0" in string():

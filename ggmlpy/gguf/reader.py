@@ -104,7 +104,7 @@ def gguf_load(path: Any, meta_only: bool = False) -> GgufFile:
 def _gguf(x: Any, fn: str) -> GgufContext:
     if not isinstance(x, GgufContext):
         raise_type(f"{fn}(x)", "gguf file (gguf_load)", x)
-    x.ptr  # raises if freed
+    _ = x.ptr  # raises if freed
     return x
 
 

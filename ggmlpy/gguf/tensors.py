@@ -234,8 +234,8 @@ def _write_in_place(g: Any, target: str, p: str, only_meta: bool, fn: str) -> No
         ok = lib.gguf_write_to_file(g, path_bytes(target), only_meta)
     complete, size = _complete(target, only_meta)
     if not ok or not complete:
-        raise GgufFileError(f"{fn}: could not write {p!r}{os_reason(lines) if not ok else ''}: only {size} bytes reached "
-                            "the disk (is it full?); the file is incomplete")
+        raise GgufFileError(f"{fn}: could not write {p!r}{os_reason(lines) if not ok else ''}: only {size} bytes "
+                            "reached the disk (is it full?); the file is incomplete")
 
 
 def _write_to_device(g: Any, p: str, only_meta: bool, fn: str) -> None:

@@ -22,7 +22,8 @@ _BACKWARD_OPS = {
     "GRU_CELL", "LSTM_SEQ", "CONV_2D_TILED", "GRU_SEQ",
 }
 # SIGMOID, TANH, GELU and NORM come from our patch 0004, CONCAT from 0006 (ggml 0.25.3 has no backward for them),
-# DROPOUT (the op itself) from 0018, LSTM_CELL and GRU_CELL from 0031, LSTM_SEQ from 0035, CONV_2D_TILED from 0036, GRU_SEQ from 0037.
+# DROPOUT (the op itself) from 0018, LSTM_CELL and GRU_CELL from 0031, LSTM_SEQ from 0035, CONV_2D_TILED from 0036,
+# GRU_SEQ from 0037.
 _BACKWARD_UNARY = {"ABS", "SGN", "NEG", "STEP", "RELU", "SILU", "EXP", "EXPM1", "SOFTPLUS", "SIGMOID", "TANH", "GELU"}
 _COMPOSITE_HINT = {
     "LEAKY_RELU": "use ggml_relu, or x - slope*relu(-x) built from ggml_relu/ggml_scale/ggml_sub",
@@ -194,8 +195,8 @@ def check_node_backward(n: Any, needs_grad: set[int] | None = None) -> None:
         max_bias = op_param_f32(n, 1)
         if max_bias != 0.0:
             raise GgmlValueError(f"ggml has no backward pass for ggml_soft_max_ext with max_bias != 0 (ALiBi; "
-                                 f"{tensor_label(n)} has max_bias={max_bias}) on the path to a trainable parameter; use "
-                                 "max_bias=0 and add the ALiBi biases to the mask yourself")
+                                 f"{tensor_label(n)} has max_bias={max_bias}) on the path to a trainable parameter; "
+                                 "use max_bias=0 and add the ALiBi biases to the mask yourself")
     if op == "MUL_MAT" and n.src[0].type != GGML_TYPE_F32 and n.src[0].flags & int(lib.GGML_TENSOR_FLAG_PARAM):
         raise GgmlValueError("trainable mul_mat weights must be F32")
     if op == "MUL_MAT" and (needs_grad is None or ptr_key(n.src[0]) in needs_grad):

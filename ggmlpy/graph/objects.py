@@ -218,14 +218,14 @@ class Tensor:
 def as_tensor(obj: Any, what: str) -> Tensor:
     if not isinstance(obj, Tensor):
         raise_type(what, "Tensor", obj)
-    obj.ptr  # raises if freed
+    _ = obj.ptr  # raises if freed
     return obj
 
 
 def as_graph(obj: Any, what: str) -> Graph:
     if not isinstance(obj, Graph):
         raise_type(what, "Graph (ggml_new_graph)", obj)
-    obj.ptr  # raises if its context was freed
+    _ = obj.ptr  # raises if its context was freed
     return obj
 
 

@@ -260,7 +260,8 @@ def _named_glu(kind: str) -> Callable:
     def op(ctx: Context, a: Tensor) -> Tensor:
         return _glu(name, ctx, a, None, op_value)
     op.__name__ = op.__qualname__ = name
-    op.__doc__ = f"""{title} on the two halves of each row: ``act(first half) * second half``, act = {act.split(" (")[0]}.
+    short = act.split(" (")[0]
+    op.__doc__ = f"""{title} on the two halves of each row: ``act(first half) * second half``, act = {short}.
 
     ``ggml_glu(ctx, a, {_GLU_OPS[op_value][0]}, False)``: each row of ``a`` (an even number ``2 n`` of
     values) gives ``n`` values ``act(x_i) * x_(n+i)``, with ``act(x) = {formula}`` ({act}).

@@ -479,4 +479,5 @@ def ggml_scale_bias(ctx: Context, a: Tensor, s: float, b: float) -> Tensor:
     contiguous("ggml_scale_bias", a)
     padded_1d("ggml_scale_bias", a)  # ggml asserts it (a transposed [1, n] tensor is contiguous but not padded)
     return make_op("ggml_scale_bias", ctx, lib.ggml_scale_bias, (a,), a.shape,
-               (float_arg("ggml_scale_bias", "s", s, finite=True), float_arg("ggml_scale_bias", "b", b, finite=True)), a.type)
+               (float_arg("ggml_scale_bias", "s", s, finite=True), float_arg("ggml_scale_bias", "b", b, finite=True)),
+               a.type)

@@ -189,8 +189,9 @@ class OptContext(Handle):
             if t.data != data:
                 how = "has no memory any more" if t.data == ffi.NULL else "was given new memory"
                 raise GgmlStateError(f"{tensor_label(t)} {how} since this opt context was built (its buffer, "
-                                     "context or allocator was freed); ggml-opt's graphs still point at the old memory. "
-                                     "Free this opt context and build a new one after allocating the tensor again")
+                                     "context or allocator was freed); ggml-opt's graphs still point at the old "
+                                     "memory. Free this opt context and build a new one after allocating the tensor "
+                                     "again")
         self._memory_epoch = memory_epoch()
 
     def _params(self, sched, heads, build_type, optimizer, opt_period, ctx_compute, inputs):

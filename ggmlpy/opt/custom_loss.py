@@ -61,7 +61,8 @@ def ggml_opt_loss_custom(fn: Callable[..., Any], name: str | None = None) -> Cus
     Example:
         >>> def log_cosh(ctx, y, p):   # Keras' LogCosh with ggml ops
         ...     e = ggml_sub(ctx, p, y)
-        ...     return ggml_log(ctx, ggml_scale(ctx, ggml_add(ctx, ggml_exp(ctx, e), ggml_exp(ctx, ggml_neg(ctx, e))), 0.5))
+        ...     cosh2 = ggml_add(ctx, ggml_exp(ctx, e), ggml_exp(ctx, ggml_neg(ctx, e)))
+        ...     return ggml_log(ctx, ggml_scale(ctx, cosh2, 0.5))
         >>> ggml_fit_opt_gen(sched, ctx, x, out, gen, loss_type=ggml_opt_loss_custom(log_cosh))
     """
     if not callable(fn):
@@ -110,8 +111,8 @@ def evaluate_custom_loss(loss: CustomLoss, y_pred: np.ndarray, y_true: np.ndarra
     n = y_pred.shape[0]
     ne = tuple(reversed(y_pred.shape))[:4]
     nodes = 4096
-    ctx = ggml_init(mem_size=ggml_graph_overhead(nodes) + 1024 * ggml_tensor_overhead() + 96 * y_pred.nbytes + (1 << 20),
-                    no_alloc=False)
+    ctx = ggml_init(mem_size=ggml_graph_overhead(nodes) + 1024 * ggml_tensor_overhead() + 96 * y_pred.nbytes
+                    + (1 << 20), no_alloc=False)
     try:
         yp = ggml_new_tensor(ctx, GGML_TYPE_F32, len(ne), ne)
         yt = ggml_new_tensor(ctx, GGML_TYPE_F32, len(ne), ne)

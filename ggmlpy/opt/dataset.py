@@ -123,7 +123,8 @@ def ggml_opt_dataset_init(type_data: int, type_label: int, ne_datapoint: int, ne
     """
     for name, t in (("type_data", type_data), ("type_label", type_label)):
         if not is_int(t) or t not in NUMPY_DTYPES:
-            raise GgmlTypeError(f"ggml_opt_dataset_init: {name} must be a plain ggml type (F32, F16, I32, ...), got {t!r}")
+            raise GgmlTypeError(f"ggml_opt_dataset_init: {name} must be a plain ggml type (F32, F16, I32, ...), "
+                                f"got {t!r}")
     for name, v, lo in (("ne_datapoint", ne_datapoint, 1), ("ne_label", ne_label, 0), ("ndata", ndata, 1),
                         ("ndata_shard", ndata_shard, 1)):
         expect(is_int(v) and v >= lo,
@@ -134,9 +135,11 @@ def ggml_opt_dataset_init(type_data: int, type_label: int, ne_datapoint: int, ne
                     + ne_label * int(lib.ggml_type_size(type_label))) + 8 * (ndata // ndata_shard) \
         + 4 * int(lib.ggml_tensor_overhead())
     expect(ndata * max(ne_datapoint, ne_label) <= INT64_MAX,
-           f"ggml_opt_dataset_init: ndata * ne_datapoint = {ndata * ne_datapoint} elements is beyond ggml's 64-bit sizes")
-    check_fits_memory("ggml_opt_dataset_init", f"a dataset of {ndata} datapoints x ({ne_datapoint} + {ne_label}) values",
-                      need, "load the data in parts (a generator source for ggml_fit) or use fewer datapoints")
+           f"ggml_opt_dataset_init: ndata * ne_datapoint = {ndata * ne_datapoint} elements is beyond ggml's "
+           "64-bit sizes")
+    check_fits_memory("ggml_opt_dataset_init",
+                      f"a dataset of {ndata} datapoints x ({ne_datapoint} + {ne_label}) values", need,
+                      "load the data in parts (a generator source for ggml_fit) or use fewer datapoints")
     return Dataset(type_data, type_label, ne_datapoint, ne_label, ndata, ndata_shard)
 
 
@@ -269,8 +272,8 @@ def datapoints_of(t: Tensor, width: int, what: str, flat_ok: bool = False) -> in
     per_point = t.nelements() // ne[outer]
     if per_point != width:
         raise GgmlValueError(f"{what} (ne {ne}) holds datapoints of {per_point} values (every axis but its outermost, "
-                             f"the batch of {ne[outer]}), the dataset's have {width} (its ne_datapoint or ne_label); make it "
-                             f"[{width}, batch] (or "
+                             f"the batch of {ne[outer]}), the dataset's have {width} (its ne_datapoint or "
+                             f"ne_label); make it [{width}, batch] (or "
                              f"[W, H, C, batch] for images of W*H*C = {width} values)")
     return ne[outer]
 
@@ -362,7 +365,8 @@ def ggml_opt_dataset_get_batch_head(dataset: Dataset, data_batch: Tensor | None,
     host = ds.rows(ds.labels)
     width = lt.shape[0]
     expect(is_int(labels_off) and 0 <= labels_off and labels_off + width <= ds.ne_label,
-           f"{fn}: labels [{labels_off!r}, {labels_off!r}+{width}) fall outside the dataset's {ds.ne_label} label columns")
+           f"{fn}: labels [{labels_off!r}, {labels_off!r}+{width}) fall outside the dataset's {ds.ne_label} "
+           "label columns")
     batch = _check_batch_tensor(fn, ds, host, lt, ibatch, "labels_batch", width)
     rows = slice(ibatch * batch, (ibatch + 1) * batch)
     if data_batch is not None:

@@ -87,7 +87,9 @@ class GraphOptimizer:
 
     def _build(self, names: list[str], weights: Sequence[float]) -> None:
         ctx, K, spec = self._ctx, len(self.contexts), self.spec
-        new = (lambda t, name: ggml_set_name(ggml_new_tensor(ctx, GGML_TYPE_F32, 4, t.shape), name))
+
+        def new(t: Tensor, name: str) -> Tensor:
+            return ggml_set_name(ggml_new_tensor(ctx, GGML_TYPE_F32, 4, t.shape), name)
         # replicas 1..K-1 send their accumulated gradients into these, on replica 0's device
         # named by index: a weight's name may be as long as ggml allows a tensor's
         self.received = [[new(t, f"replica {k} grad #{j}") for j, t in enumerate(self.params)] for k in range(1, K)]

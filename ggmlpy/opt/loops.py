@@ -173,7 +173,8 @@ def ggml_opt_epoch(opt_ctx: OptContext, dataset: Dataset, result_train: OptResul
     has_labels = dataset.ne_label > 0
     if has_labels != (opt_ctx.heads[0].loss_type in L.LABELLED_LOSSES):
         raise GgmlValueError(f"{fn}: the dataset {'has' if has_labels else 'has no'} labels but the loss "
-                             f"{L.LOSS_NAMES[opt_ctx.heads[0].loss_type]} {'does not use' if has_labels else 'needs'} them")
+                             f"{L.LOSS_NAMES[opt_ctx.heads[0].loss_type]} "
+                             f"{'does not use' if has_labels else 'needs'} them")
     if has_labels:
         expect(dataset.ne_label * batch == opt_ctx.heads[0].outputs.nelements(),
                f"{fn}: the outputs hold {opt_ctx.heads[0].outputs.nelements() // batch} values per datapoint, "
@@ -257,7 +258,8 @@ def ggml_opt_fit(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs
            f"{fn}: nbatch_logical must be a positive multiple of the physical batch ({batch}), got {nbatch_logical!r}")
     expect(dataset.ndata % nbatch_logical == 0,
            f"{fn}: ndata ({dataset.ndata}) must be a multiple of nbatch_logical ({nbatch_logical})")
-    expect(isinstance(val_split, (int, float)) and 0 <= val_split < 1, f"{fn}: val_split must be in [0, 1), got {val_split!r}")
+    expect(isinstance(val_split, (int, float)) and 0 <= val_split < 1,
+           f"{fn}: val_split must be in [0, 1), got {val_split!r}")
     expect(x.nelements() // batch == dataset.ne_datapoint,
            f"{fn}: inputs hold {x.nelements() // batch} values per datapoint, the dataset {dataset.ne_datapoint}")
     expect(x.ptr.data != ffi.NULL, f"{fn}: inputs must be allocated (ggml_backend_alloc_ctx_tensors)", GgmlStateError)

@@ -85,7 +85,8 @@ class OptimizerParams:
     (decoupled weight decay) and ``.sgd.alpha``, ``.sgd.wd``. Each assignment is checked against what
     ggml asserts at an optimizer step (alpha > 0, wd in [0, 1], eps >= 0, finite) and against betas of 1,
     which make every weight NaN (AdamW's bias correction divides by 1 - beta^t): betas in [0, 1), as the
-    32-bit float ggml receives (0.99999999 is 1 there). ``ggml_opt_get_default_optimizer_params()`` gives ggml's defaults.
+    32-bit float ggml receives (0.99999999 is 1 there). ``ggml_opt_get_default_optimizer_params()`` gives ggml's
+    defaults.
     """
 
     def __init__(self, c: Any = None) -> None:
@@ -126,7 +127,8 @@ class OptimizerParams:
         if not isinstance(values, dict) or not set(values) <= {"adamw", "sgd"} or \
                 not all(isinstance(v, dict) for v in values.values()):
             raise GgmlTypeError(f"{what}: expected an OptimizerParams (ggml_opt_get_default_optimizer_params()) or a "
-                                f"dict {{'adamw': {{'alpha': ...}}, 'sgd': {{...}}}} or of ggmlR's flat names ({', '.join(FLAT_NAMES)}), "
+                                f"dict {{'adamw': {{'alpha': ...}}, 'sgd': {{...}}}} or of ggmlR's flat names "
+                                f"({', '.join(FLAT_NAMES)}), "
                                 f"got {values!r:.120}")
         trial = self.copy()
         for group, fields in values.items():

@@ -299,7 +299,8 @@ def ggml_opt_set_state(opt_ctx: OptContext, state: dict, params: Any) -> None:
                 with np.errstate(over="ignore", invalid="ignore"):
                     a = np.ascontiguousarray(a, dtype=np.float32).reshape(-1)
                 if not np.isfinite(a).all() or (key == "v" and (a < 0).any()):
-                    raise GgmlValueError(f"{where} must hold finite float32 values{' >= 0 (squared gradients)' if key == 'v' else ''}; "
+                    sign = " >= 0 (squared gradients)" if key == "v" else ""
+                    raise GgmlValueError(f"{where} must hold finite float32 values{sign}; "
                                          "one NaN, inf or negative second moment makes the weight NaN at the next step")
                 arrays.append(a)
             plan.append((name, t, arrays))

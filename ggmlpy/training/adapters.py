@@ -138,9 +138,9 @@ class Source:
             what = {GENERATOR_FUNCTION: "a generator function", REITERABLE: "a list (or other re-iterable)",
                     ITERATOR: "an iterator"}.get(self.kind, "the source")
             raise GgmlValueError(f"{self.name} gave None as batch {self._served + 1} of this epoch; a None ends an "
-                                 f"epoch only for a function of no arguments, and {self.name} is {what}, whose epoch ends "
-                                 "when it is exhausted. Leave the None out (or return from the generator), or pass a "
-                                 "function that returns None at the end of each epoch")
+                                 f"epoch only for a function of no arguments, and {self.name} is {what}, whose epoch "
+                                 "ends when it is exhausted. Leave the None out (or return from the generator), or "
+                                 "pass a function that returns None at the end of each epoch")
         self._served += 1
         return batch
 

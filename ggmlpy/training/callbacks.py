@@ -561,8 +561,10 @@ class _CsvLogger:
         self._fit: Any = None  # which fit the file belongs to: each fit passes its own state
 
     def _same_fit(self, state: Any) -> bool:
-        current = self._fit() if isinstance(self._fit, weakref.ref) else self._fit
-        return current is not None and (current is state if isinstance(self._fit, weakref.ref) else current == id(state))
+        if isinstance(self._fit, weakref.ref):
+            current = self._fit()
+            return current is not None and current is state
+        return self._fit is not None and self._fit == id(state)
 
     def on_epoch_begin(self, epoch: int, logs: dict, state: Any) -> None:
         if self._same_fit(state):

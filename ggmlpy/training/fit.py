@@ -142,8 +142,8 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
         callbacks: a list of callbacks (default None: none): dicts with ``"on_epoch_begin"`` /
             ``"on_epoch_end"`` functions or objects with those methods, each called as
             ``f(epoch, logs, state)``; a value put in ``logs`` under a new key reaches the later callbacks
-            and the history (Keras' way of adding a metric); ``state.stop = True`` stops training, ``state.lr_ud`` is the handle
-            for ``ggml_opt_set_lr``. Built-ins: ``ggml_callback_early_stopping``,
+            and the history (Keras' way of adding a metric); ``state.stop = True`` stops training,
+            ``state.lr_ud`` is the handle for ``ggml_opt_set_lr``. Built-ins: ``ggml_callback_early_stopping``,
             ``ggml_schedule_step_decay``, ``ggml_schedule_cosine_decay``, ``ggml_schedule_reduce_on_plateau``.
         silent: [glossary]
         weight_decay: [glossary]
@@ -352,7 +352,8 @@ def _dataset_fit(graph: TrainingGraph, step: StepOptions, plan: EpochPlan, datas
         if bound is not None:  # row indices for ggml_get_rows: check the whole dataset once
             check_indices(ds.rows(ds.data), bound, "the dataset's data")
         offs = resolve_labels_offs(trainer.train_ctx.heads, labels_offs)
-        widths = [h.outputs.nelements() // physical for h in trainer.train_ctx.heads if h.loss_type in L.LABELLED_LOSSES]
+        widths = [h.outputs.nelements() // physical for h in trainer.train_ctx.heads
+                  if h.loss_type in L.LABELLED_LOSSES]
         labelled_offs = [o for o, h in zip(offs, trainer.train_ctx.heads) if h.loss_type in L.LABELLED_LOSSES]
         if head_names is None and widths and widths[0] != ds.ne_label:  # one head: the labels are its outputs
             raise GgmlValueError(f"the outputs hold {widths[0]} values per datapoint, the dataset's labels "
@@ -418,8 +419,8 @@ def ggml_fit_opt(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs
         callbacks: a list of callbacks (default None: none): dicts with ``"on_epoch_begin"`` /
             ``"on_epoch_end"`` functions or objects with those methods, each called as
             ``f(epoch, logs, state)``; a value put in ``logs`` under a new key reaches the later callbacks
-            and the history (Keras' way of adding a metric); ``state.stop = True`` stops training, ``state.lr_ud`` is the handle
-            for ``ggml_opt_set_lr``. Built-ins: ``ggml_callback_early_stopping``,
+            and the history (Keras' way of adding a metric); ``state.stop = True`` stops training,
+            ``state.lr_ud`` is the handle for ``ggml_opt_set_lr``. Built-ins: ``ggml_callback_early_stopping``,
             ``ggml_schedule_step_decay``, ``ggml_schedule_cosine_decay``, ``ggml_schedule_reduce_on_plateau``.
         silent: [glossary]
         weight_decay: [glossary]
@@ -483,8 +484,8 @@ def ggml_fit_opt_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, o
         callbacks: a list of callbacks (default None: none): dicts with ``"on_epoch_begin"`` /
             ``"on_epoch_end"`` functions or objects with those methods, each called as
             ``f(epoch, logs, state)``; a value put in ``logs`` under a new key reaches the later callbacks
-            and the history (Keras' way of adding a metric); ``state.stop = True`` stops training, ``state.lr_ud`` is the handle
-            for ``ggml_opt_set_lr``. Built-ins: ``ggml_callback_early_stopping``,
+            and the history (Keras' way of adding a metric); ``state.stop = True`` stops training,
+            ``state.lr_ud`` is the handle for ``ggml_opt_set_lr``. Built-ins: ``ggml_callback_early_stopping``,
             ``ggml_schedule_step_decay``, ``ggml_schedule_cosine_decay``, ``ggml_schedule_reduce_on_plateau``.
         silent: [glossary]
         weight_decay: [glossary]

@@ -95,7 +95,8 @@ class TrainingSession:
         self.hooks: list[StepHook] = list(step.hooks)
         self.inputs, self.outputs = inputs, outputs
         self.multi = len(outputs) > 1
-        self.per_head = graph.head_names is not None or self.multi  # the multi loop reports each head, also a single one
+        # the multi loop reports each head, also a single one
+        self.per_head = graph.head_names is not None or self.multi
         self.lr_ud = LrUserdata(check_weight_decay(step.weight_decay))
         if step.learning_rate is not None:
             self.lr_ud.set(adamw_lr=step.learning_rate, sgd_lr=step.learning_rate)
@@ -140,7 +141,8 @@ class TrainingSession:
         weights = [h.weights for h in (ctx.loss.heads if ctx.loss.composite else []) if h.weights is not None]
         return BatchWriter(name, self.inputs, labels, weights, self.index_bounds, cross_entropy)
 
-    def run_epoch(self, feed: Feed, limit: int | None, train: bool, progress: EpochProgress | None = None) -> EpochStats:
+    def run_epoch(self, feed: Feed, limit: int | None, train: bool,
+                  progress: EpochProgress | None = None) -> EpochStats:
         ctx = self.train_ctx if train else self.eval_ctx
         result = self.train_result if train else self.eval_result
         result.reset()

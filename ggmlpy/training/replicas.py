@@ -97,7 +97,8 @@ class ReplicaSession:
     graph (its own scheduler, inputs for its shard); ``steps[k]``: its step options (the shard's size as
     ``batch_size``, its hooks; the optimizer and period of ``steps[0]`` apply to all);
     ``backend``: replica 0's device (where the optimizer steps); ``trainable[k]``/``synced[k]``: replica k's
-    weights for the ``GraphOptimizer`` (``steps[0].rule``: its optimizer; None: ggml's of ``steps[0].optimizer``). Quacks like a ``TrainingSession`` for ``fit_loop`` and the trainer."""
+    weights for the ``GraphOptimizer`` (``steps[0].rule``: its optimizer; None: ggml's of ``steps[0].optimizer``).
+    Quacks like a ``TrainingSession`` for ``fit_loop`` and the trainer."""
 
     run_epoch = TrainingSession.run_epoch  # the one epoch loop, over this session's step
 

@@ -1,6 +1,6 @@
 """ggmlR parity of asynchronous backend work: async transfers and computes, events, graph plans, and the
-scheduler's async calls (compute/transfer.py, run.py, events.py). Runs on the CPU, and on Vulkan where there is a device (Mesa's
-lavapipe with GGML_VK_VISIBLE_DEVICES=0), whose async calls really queue work."""
+scheduler's async calls (compute/transfer.py, run.py, events.py). Runs on the CPU, and on Vulkan where there is a
+device (Mesa's lavapipe with GGML_VK_VISIBLE_DEVICES=0), whose async calls really queue work."""
 from __future__ import annotations
 
 import gc

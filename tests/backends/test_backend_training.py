@@ -61,7 +61,8 @@ def _train(device: str | None, build, batch=16, epochs=3, n_batches=6, seed=0):
     try:
         history = g.ggml_fit_opt_gen(sched, ctx, x, out, batches, epochs=epochs, validation_generator=batches,
                                      loss_type=g.ggml_opt_loss_type_cross_entropy(), silent=True,
-                                     callbacks=[{"on_epoch_begin": lambda e, l, s: g.ggml_opt_set_lr(s.lr_ud, adamw_lr=0.01)}])
+                                     callbacks=[{"on_epoch_begin":
+                                                 lambda e, logs, s: g.ggml_opt_set_lr(s.lr_ud, adamw_lr=0.01)}])
         weights = [g.ggml_backend_tensor_get_data(p) for p in params]
     finally:
         sched.free()

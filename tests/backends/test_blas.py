@@ -152,7 +152,8 @@ def test_build_links_the_openmp_openblas_before_the_system_default(monkeypatch, 
     assert rpath == "-DCMAKE_INSTALL_RPATH=$ORIGIN"  # no BLAS backend: nothing to find
     monkeypatch.setattr(b, "cuda_options", lambda arch: (["-DGGML_CUDA=ON"], ["/cuda/lib64"]))
     opts = b.cmake_options(["cpu", "blas", "cuda"], None)
-    assert [o for o in opts if o.startswith("-DCMAKE_INSTALL_RPATH=")] == [f"-DCMAKE_INSTALL_RPATH=$ORIGIN;/cuda/lib64;{tmp_path}"]
+    want = f"-DCMAKE_INSTALL_RPATH=$ORIGIN;/cuda/lib64;{tmp_path}"
+    assert [o for o in opts if o.startswith("-DCMAKE_INSTALL_RPATH=")] == [want]
 
 
 @needs_blas

@@ -1,4 +1,5 @@
-"""ggmlR parity of the backend registry, device properties and buffer queries (backend/registry.py, device.py, buffer.py)."""
+"""ggmlR parity of the backend registry, device properties and buffer queries (backend/registry.py, device.py,
+buffer.py)."""
 from __future__ import annotations
 
 import numpy as np

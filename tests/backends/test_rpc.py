@@ -25,7 +25,8 @@ def _free_port() -> int:
 
 def _start_server(endpoint: str) -> subprocess.Popen:
     """An RPC server at ``endpoint`` in a process of its own, listening when this returns."""
-    server = subprocess.Popen([sys.executable, "-c", f"import ggmlpy; ggmlpy.ggml_backend_rpc_start_server({endpoint!r})"],
+    code = f"import ggmlpy; ggmlpy.ggml_backend_rpc_start_server({endpoint!r})"
+    server = subprocess.Popen([sys.executable, "-c", code],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 30
     while not g.ggml_rpc_probe(endpoint, 0.2):
@@ -65,7 +66,8 @@ def test_devices_appear_and_training_runs_through_rpc(rpc_endpoint):
     batches = [(xb, xb @ np.array([1.0, 2.0, 3.0, 4.0])) for xb in xs]
     try:
         h = g.ggml_fit_opt_gen(sched, ctx, x, out, batches, epochs=4, silent=True,
-                               callbacks=[{"on_epoch_begin": lambda e, logs, s: g.ggml_opt_set_lr(s.lr_ud, adamw_lr=0.05)}])
+                               callbacks=[{"on_epoch_begin":
+                                           lambda e, logs, s: g.ggml_opt_set_lr(s.lr_ud, adamw_lr=0.05)}])
         w_trained = g.ggml_backend_tensor_get_data(w)
         assert h["train_loss"].iloc[-1] < 0.2 * h["train_loss"].iloc[0]
         assert np.allclose(w_trained, [1, 2, 3, 4], atol=0.3)
@@ -114,7 +116,8 @@ gpu = g.ggml_backend_dev_by_type(g.ggml_backend_device_type_gpu())
 for what, call in (("DEV_INIT", lambda: g.ggml_backend_dev_init(devices[0])),
                    ("BY_NAME", lambda: g.ggml_backend_init_by_name(devices[0].name)),
                    ("BEST", g.ggml_backend_init_best),
-                   ("COMPILE", lambda: g.ggml_compile(g.ggml_layer_dense(g.ggml_model_sequential(), 2, input_shape=(3,)),
+                   ("COMPILE", lambda: g.ggml_compile(g.ggml_layer_dense(g.ggml_model_sequential(), 2,
+                                                                         input_shape=(3,)),
                                                       loss="mse", backend=devices[0].name))):
     try:
         b = call()

@@ -16,7 +16,7 @@ def mlp(units=(8, 3), input_shape=(4,)):
 
 def test_sequential_names_shapes_and_summary():
     m = mlp()
-    assert [l.name for l in m.layers] == ["dense_1", "dense_2"]
+    assert [layer.name for layer in m.layers] == ["dense_1", "dense_2"]
     assert m.outputs[0].shape == (3,)
     text = str(m)
     assert "dense_1 (dense)" in text and "(None, 8)" in text and "(None, 3)" in text
@@ -74,7 +74,7 @@ def test_get_and_pop_layer():
     with pytest.raises(ValueError):
         g.ggml_get_layer(m, 5)
     g.ggml_pop_layer(m)
-    assert [l.name for l in m.layers] == ["dense_1"] and m.outputs[0].shape == (8,)
+    assert [layer.name for layer in m.layers] == ["dense_1"] and m.outputs[0].shape == (8,)
 
 
 def test_freezing_keeps_weights_and_trains_the_rest():
@@ -210,7 +210,7 @@ def test_a_model_in_use_cannot_be_recompiled_from_another_thread():
     finally:
         release.set()
         worker.join(10)
-    assert [l.name for l in m.layers] == ["dense_1"]
+    assert [layer.name for layer in m.layers] == ["dense_1"]
     assert g.ggml_predict(m, np.ones((2, 3))).shape == (2, 2)
     g.ggml_compile(m, loss="mae", backend="cpu")   # free again once the fit returned
 
@@ -304,7 +304,8 @@ def test_a_frozen_batch_norm_runs_in_inference_mode():
     (lambda: g.ggml_layer_dense(g.ggml_input((4,)), 2, input_shape=(5,)), "applied to a node of shape"),
     (lambda: g.ggml_input((2 ** 30, 2 ** 30, 4)), "values per sample"),
     (lambda: g.ggml_input((2 ** 32, 1)), "at most 2\\*\\*31 - 1"),
-    (lambda: g.ggml_layer_conv_2d(g.ggml_model_sequential(), 2, 3, strides=2 ** 62, input_shape=(8, 8, 1)), "strides must be a positive int \\(at most"),
+    (lambda: g.ggml_layer_conv_2d(g.ggml_model_sequential(), 2, 3, strides=2 ** 62, input_shape=(8, 8, 1)),
+     "strides must be a positive int \\(at most"),
     (lambda: g.ggml_layer_dense(g.ggml_input((4,)), 2, name="é" * 40), "bytes in UTF-8"),
     (lambda: g.ggml_compile(g.ggml_model(*(lambda t: (t, t))(g.ggml_input((3,), dtype="int32"))), loss="mse",
                             backend="cpu"), "token-id input itself"),
@@ -431,7 +432,7 @@ def test_reusing_a_sequential_models_layers_beside_new_ones_needs_no_names():
     x = g.ggml_input((4,))
     out = g.ggml_layer_dense(g.ggml_apply(x, base.layers[0]), 2)
     model = g.ggml_model(x, out)
-    names = [l.name for l in model.layers]
+    names = [layer.name for layer in model.layers]
     assert names[0] == base.layers[0].name and len(set(names)) == 2
     g.ggml_compile(model, loss="mse", backend="cpu")
     np.testing.assert_array_equal(g.ggml_get_weights(model)[f"{names[0]}.weight"],
@@ -466,7 +467,7 @@ def test_layers_of_a_loaded_or_unpickled_model_beside_new_ones_need_no_names(tmp
                    pickle.loads(pickle.dumps(g.ggml_compile(mlp(), backend="cpu")))):
         x = g.ggml_input((4,))
         model = g.ggml_model(x, g.ggml_layer_dense(g.ggml_apply(x, source.layers[0]), 2))
-        names = [l.name for l in model.layers]
+        names = [layer.name for layer in model.layers]
         assert names[0] == "dense_1" and len(set(names)) == 2
 
 
@@ -535,7 +536,8 @@ def test_every_layer_docstring_lists_each_argument_once():
     import re
     for fn_name in [n for n in dir(g) if n.startswith("ggml_layer_")]:
         doc = getattr(g, fn_name).__doc__ or ""
-        if "Arguments:" not in doc or "model_or_node" not in __import__("inspect").signature(getattr(g, fn_name)).parameters:
+        params = __import__("inspect").signature(getattr(g, fn_name)).parameters
+        if "Arguments:" not in doc or "model_or_node" not in params:
             continue  # not a layer (ggml_layer_adapt sets a layer's statistics)
         listed = re.findall(r"^    (\w+): ", doc.split("Arguments:")[1].split("Value:")[0], re.M)
         assert len(listed) == len(set(listed)), (fn_name, listed)
@@ -549,9 +551,9 @@ def test_a_sequential_model_refuses_an_impossible_layer_when_it_is_added():
         g.ggml_layer_embedding(m, 10, 3)
     with pytest.raises(ValueError, match=r"mean and variance have 3 values but its input has 4 features"):
         g.ggml_layer_normalization(m, mean=[0, 0, 0], variance=[1, 1, 1])
-    assert [l.kind for l in m.layers] == ["dense"]   # neither was added
+    assert [layer.kind for layer in m.layers] == ["dense"]   # neither was added
     g.ggml_layer_normalization(m, mean=[0, 0, 0, 0], variance=[1, 1, 1, 1])
-    assert [l.kind for l in m.layers] == ["dense", "normalization"]
+    assert [layer.kind for layer in m.layers] == ["dense", "normalization"]
 
 
 def _image_model():
@@ -592,11 +594,11 @@ def test_a_shape_mismatch_is_refused_when_the_layer_is_added_and_leaves_the_mode
     """Keras refuses such a layer when it is added (its build fails), saying what it expected and what it got;
     the model is left as it was: the same layers and output shape, and a valid layer then added compiles."""
     m = base()
-    before = [(l.name, l.kind) for l in m.layers]
+    before = [(layer.name, layer.kind) for layer in m.layers]
     shape = m.outputs[0].shape if m.layers else None
     with pytest.raises(ValueError, match=text):
         bad(m)
-    assert [(l.name, l.kind) for l in m.layers] == before
+    assert [(layer.name, layer.kind) for layer in m.layers] == before
     if m.layers:
         assert m.outputs[0].shape == shape
     else:   # the refused first layer: the model is still empty

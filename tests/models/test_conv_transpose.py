@@ -359,6 +359,7 @@ def test_save_and_load(tmp_path):
     path = tmp_path / "m.gguf"
     g.ggml_save_model(model, str(path))
     loaded = g.ggml_load_model(str(path), backend="cpu")
-    t = next(l for l in loaded.layers if l.name == "t")
-    assert isinstance(t, Conv2DTranspose) and t.config() == next(l for l in model.layers if l.name == "t").config()
+    t = next(layer for layer in loaded.layers if layer.name == "t")
+    original = next(layer for layer in model.layers if layer.name == "t")
+    assert isinstance(t, Conv2DTranspose) and t.config() == original.config()
     np.testing.assert_array_equal(g.ggml_predict(loaded, x), g.ggml_predict(model, x))

@@ -252,7 +252,7 @@ def test_one_hot_frames_of_bool_columns_train():
     m = _classifier()
     x, _ = _data()
     y = pd.get_dummies(pd.Series(list("abc") * 8))
-    assert y.dtypes.iloc[0] == bool
+    assert y.dtypes.iloc[0] == np.dtype(bool)
     hist = g.ggml_fit(m, x, y, epochs=1, verbose=0)
     assert np.isfinite(hist["train_loss"]).all()
 
@@ -287,7 +287,8 @@ def test_losses_as_a_dict_by_output_name():
     h1 = g.ggml_fit(as_list, x, [y, r], epochs=2, batch_size=8, verbose=0, shuffle=False)
     h2 = g.ggml_fit(as_dict, x, [y, r], epochs=2, batch_size=8, verbose=0, shuffle=False)
     np.testing.assert_allclose(h2["train_loss"], h1["train_loss"], rtol=1e-6)
-    with pytest.raises(g.GgmlValueError, match=r"a dict is keyed by the names of the model's output layers \['cls', 'reg'\]"):
+    with pytest.raises(g.GgmlValueError,
+                       match=r"a dict is keyed by the names of the model's output layers \['cls', 'reg'\]"):
         g.ggml_compile(two_heads(), loss={"cls": "mse", "box": "mse"}, backend="cpu")
     with pytest.raises(g.GgmlValueError, match=r"the output\(s\) \['reg'\] have none"):
         g.ggml_compile(two_heads(), loss={"cls": "mse"}, backend="cpu")

@@ -874,7 +874,8 @@ def test_binary_crossentropy_from_logits_trains_as_keras():
 
 
 @pytest.mark.parametrize("loss, activation, from_logits, match", [
-    ("binary_crossentropy", "sigmoid", True, "from_logits=True takes the raw outputs, but output 'd' ends in a sigmoid"),
+    ("binary_crossentropy", "sigmoid", True,
+     "from_logits=True takes the raw outputs, but output 'd' ends in a sigmoid"),
     ("categorical_crossentropy", "softmax", True, "ends in a softmax; drop the activation"),
     ("categorical_crossentropy", None, False, "from_logits=False takes probabilities, but output 'd' does not end"),
     ("mse", None, True, "output 'd' is trained with mse"),

@@ -834,7 +834,7 @@ def vulkan_checks_in_subprocess(module: str) -> dict:
     code = (f"import json\nfrom {module} import run_vulkan_checks\n"
             "print('RESULTS' + json.dumps(run_vulkan_checks()))")
     rc, out, err = run_isolated(code, env=dict(os.environ, **{VK_ENV: "0"}), timeout=900)
-    line = next((l for l in out.splitlines() if l.startswith("RESULTS")), None)
+    line = next((ln for ln in out.splitlines() if ln.startswith("RESULTS")), None)
     if rc != 0 or line is None:
         return {"__crash__": f"rc={rc}\n{(out + err)[-3000:]}"}
     return json.loads(line[len("RESULTS"):])

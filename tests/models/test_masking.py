@@ -106,7 +106,7 @@ def test_a_mask_a_layer_cannot_honour_is_refused_when_the_layer_is_added(build, 
     m = g.ggml_layer_masking(g.ggml_model_sequential(), input_shape=(T, F))
     with pytest.raises(g.GgmlValueError, match=match):
         build(m)
-    assert [l.kind for l in m.layers][-1] != "flatten"   # the refused layer is not in the model
+    assert [layer.kind for layer in m.layers][-1] != "flatten"   # the refused layer is not in the model
 
 
 def test_a_mask_reaching_the_output_is_refused_at_compile():

@@ -150,7 +150,8 @@ def test_validation_metrics_are_those_of_the_predictions(data):
 def test_training_metrics_are_those_of_each_steps_outputs(data, backend):
     # an SGD step of 1e-9 leaves the predictions as they were: the epoch's training metrics are then those
     # of the model's predictions on the training set, computed by scikit-learn
-    if backend == "vulkan" and ("vulkan" not in g.ggml_backends_built() or g.ggml_backend_dev_by_name("Vulkan0") is None):
+    if backend == "vulkan" and ("vulkan" not in g.ggml_backends_built()
+                                or g.ggml_backend_dev_by_name("Vulkan0") is None):
         pytest.skip("no Vulkan0 device (the vulkan backend not built, or no Vulkan driver: Mesa's lavapipe in CI)")
     x, y = data
     m = binary_model(["auc", "recall", "mae"], optimizer="sgd", learning_rate=1e-9, backend=backend)

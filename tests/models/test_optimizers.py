@@ -44,7 +44,7 @@ def keras_step(name: str, s: dict, p: dict, grads: dict, state: dict, lr: float,
     state["t"] = state.get("t", 0) + 1
     mu, eps = s.get("momentum", 0.0), s.get("epsilon", 1e-7)
     for k, gk in grads.items():
-        def slot(n, start=0.0):
+        def slot(n, start=0.0, k=k):
             return state.setdefault(f"{n} {k}", np.full_like(p[k], start))
         w = p[k] * (1 - lr * wd)
         if name == "sgd":

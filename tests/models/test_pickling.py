@@ -83,7 +83,7 @@ def test_an_uncompiled_model_pickles_as_its_layers_and_the_weights_they_carry():
     trained = g.ggml_get_weights(m)
     g.ggml_pop_layer(m)      # uncompiled now; its layers keep the trained weights
     twin = pickle.loads(pickle.dumps(m))
-    assert twin.runtime is None and [l.name for l in twin.layers] == ["dense_1"]
+    assert twin.runtime is None and [layer.name for layer in twin.layers] == ["dense_1"]
     g.ggml_compile(twin, loss="mse", backend="cpu")
     np.testing.assert_array_equal(g.ggml_get_weights(twin)["dense_1.weight"], trained["dense_1.weight"])
 

@@ -69,7 +69,8 @@ def test_an_mlp_with_regularizers_trains_as_keras():
     w0 = g.ggml_get_weights(m)
     R = keras.regularizers
     km = keras.Sequential([keras.Input((4,)),
-                           keras.layers.Dense(5, activation="tanh", kernel_regularizer="l2", bias_regularizer=R.L1(0.02)),
+                           keras.layers.Dense(5, activation="tanh", kernel_regularizer="l2",
+                                              bias_regularizer=R.L1(0.02)),
                            keras.layers.Dense(3, kernel_regularizer=R.L1L2(0.02, 0.03))])
     km.set_weights([w0["h.weight"], w0["h.bias"], w0["o.weight"], w0["o.bias"]])
     km.compile(optimizer=keras.optimizers.SGD(LR), loss="mse")
@@ -109,7 +110,8 @@ def test_recurrent_and_embedding_weights_take_their_regularizers():
     w = g.ggml_get_weights(m)
     p = g.ggml_predict(m, ids).astype(np.float64)
     want = ((p - y) ** 2).mean() + 0.01 * np.abs(w["emb.weight"]).sum() + \
-        0.01 * ((w["rnn.kernel"].astype(np.float64) ** 2).sum() + (w["rnn.recurrent_kernel"].astype(np.float64) ** 2).sum())
+        0.01 * ((w["rnn.kernel"].astype(np.float64) ** 2).sum()
+                + (w["rnn.recurrent_kernel"].astype(np.float64) ** 2).sum())
     assert g.ggml_evaluate(m, ids, y)["loss"] == pytest.approx(want, rel=1e-5)
     h = g.ggml_fit(m, ids, y, epochs=2, batch_size=4, verbose=0)
     assert np.isfinite(h["train_loss"]).all()

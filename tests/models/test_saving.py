@@ -41,7 +41,7 @@ def test_model_roundtrip_predicts_identically_and_trains_on(tmp_path):
     path = tmp_path / "model.gguf"
     g.ggml_save_model(m, path)
     loaded = g.ggml_load_model(path, backend="cpu")
-    assert [l.name for l in loaded.layers] == [l.name for l in m.layers]
+    assert [layer.name for layer in loaded.layers] == [layer.name for layer in m.layers]
     np.testing.assert_array_equal(g.ggml_predict(loaded, x), g.ggml_predict(m, x))
     assert loaded.compiled.heads[0].loss == "sparse_categorical_crossentropy"
     h = g.ggml_fit(loaded, x, y, epochs=3, batch_size=4, verbose=0)
@@ -70,7 +70,7 @@ def test_pooling_resampling_and_shaping_layers_roundtrip(tmp_path):
     x = [rng.normal(size=(5, 6, 8, 2)).astype(np.float32), rng.normal(size=(5, 12, 3)).astype(np.float32)]
     g.ggml_save_model(m, tmp_path / "layers.gguf")
     loaded = g.ggml_load_model(tmp_path / "layers.gguf", backend="cpu")
-    assert [l.kind for l in loaded.layers] == [l.kind for l in m.layers]
+    assert [layer.kind for layer in loaded.layers] == [layer.kind for layer in m.layers]
     np.testing.assert_array_equal(g.ggml_predict(loaded, x), g.ggml_predict(m, x))
 
 

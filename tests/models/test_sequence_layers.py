@@ -488,7 +488,9 @@ def test_functional_api_and_shared_layer_objects():
     rng = np.random.RandomState(7)
     xa, xb = rng.normal(0, 1, (3, 5, 2)).astype(np.float32), rng.normal(0, 1, (3, 5, 2)).astype(np.float32)
     got_both, got_att = g.ggml_predict(m, [xa, xb])
-    gru = lambda x: R.gru(x, w["enc.kernel"], w["enc.recurrent_kernel"], w["enc.bias"])
+
+    def gru(x):
+        return R.gru(x, w["enc.kernel"], w["enc.recurrent_kernel"], w["enc.bias"])
     assert_close(got_both, np.concatenate([gru(xa), gru(xb)], axis=-1), 1e-5, 1e-5, "shared gru")
     ref_seq = R.layer_norm(R.lstm(xa, w["l.kernel"], w["l.recurrent_kernel"], w["l.bias"], True), w["n.gamma"],
                            w["n.beta"])

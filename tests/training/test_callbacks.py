@@ -299,7 +299,7 @@ def test_schedules_change_the_sgd_rate_too(schedule, model, tsched, batches):
 
 
 @pytest.mark.parametrize("bad, kind, text", [
-    ({"on_epoch_ends": lambda e, l, s: None}, ValueError, "never called.*did you mean 'on_epoch_end'"),
+    ({"on_epoch_ends": lambda e, logs, s: None}, ValueError, "never called.*did you mean 'on_epoch_end'"),
     ({"on_epoch_end": "not callable"}, TypeError, "must be a function"),
 ])
 def test_a_misspelled_or_non_callable_hook_is_an_error(bad, kind, text, model, tsched, batches):

@@ -346,7 +346,7 @@ def test_fit_opt_multi_two_heads(offs, cpu, tsched, trng):
         np.testing.assert_allclose(h["train_accuracy"], [r["acc"] for r in ref])
         np.testing.assert_allclose(h["val_accuracy"], [r["val_acc"] for r in ref])
         assert h.attrs["head_names"] == ["reg", "cls"]
-        for attr, key, col in (("head_loss", "train", None), ("val_head_loss", "val", None)):
+        for attr, key in (("head_loss", "train"), ("val_head_loss", "val")):
             frame = h.attrs[attr]
             assert list(frame.columns) == ["reg", "cls"] and frame.shape == (2, 2)
             np.testing.assert_allclose(frame.to_numpy(), [r[key][:2] for r in ref], rtol=1e-5)

@@ -72,7 +72,7 @@ def _interrupt(body: str, settle: float = 1.5) -> tuple[int, str, float]:
     except subprocess.TimeoutExpired:
         proc.kill()
         out, _ = proc.communicate()
-        raise AssertionError(f"the process did not stop within 30 s of Ctrl-C:\n{''.join(lines) + out}")
+        raise AssertionError(f"the process did not stop within 30 s of Ctrl-C:\n{''.join(lines) + out}") from None
     return proc.returncode, "".join(lines) + out, time.monotonic() - sent
 
 
@@ -173,7 +173,7 @@ print("STEPS", list(hist["steps"]))
         out, _ = proc.communicate(timeout=90)
     except subprocess.TimeoutExpired:
         proc.kill()
-        raise AssertionError("an endless source without steps_per_epoch ran forever")
+        raise AssertionError("an endless source without steps_per_epoch ran forever") from None
     assert proc.returncode == 0, out
     assert out.count("REFUSED") == 2, out
     assert "never ends an epoch" in out and "pass steps_per_epoch=" in out and "pass validation_steps=" in out
@@ -204,7 +204,7 @@ print("ROWS", len(hist))
         out, _ = proc.communicate(timeout=120)
     except subprocess.TimeoutExpired:
         proc.kill()
-        raise AssertionError("an endless source without steps_per_epoch ran forever")
+        raise AssertionError("an endless source without steps_per_epoch ran forever") from None
     assert proc.returncode == 0, out
     assert out.count("REFUSED") == 2 and "pass steps_per_epoch=" in out and "pass validation_steps=" in out, out
     assert "ROWS 2" in out, out
@@ -223,8 +223,7 @@ def test_finite_sources_are_not_taken_for_endless():
             yield i
 
     def counted():
-        for i in range(3):
-            yield i
+        yield from range(3)
 
     for obj in (with_break, counted, counted(), itertools.repeat(1, 3), [1, 2], lambda: None):
         assert Source(obj, "generator").endless() is None, obj
