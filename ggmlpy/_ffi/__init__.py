@@ -10,6 +10,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Any, Protocol
 
 
 # ggml prints a backtrace with gdb before aborting; that is slow and never useful to a Python user.
@@ -61,6 +62,17 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
         "ggmlpy's compiled bindings are missing or cannot load ggml "
         f"({exc}). Install with 'pip install .' (or run 'python build_ggml.py' and "
         "'python ggmlpy/_ffi/build.py' in a source checkout).") from exc
+
+
+
+class CData(Protocol):
+    """What annotations call a C object that cffi hands out (cffi's ``FFI.CData``): a pointer, array or struct of
+    ggml's headers (``decl/*.h``). The type checker does not read the C declarations: a struct's fields
+    (``tensor.ne``) and an array's elements are untyped."""
+
+    def __getattr__(self, name: str) -> Any: ...
+    def __getitem__(self, index: int) -> Any: ...
+
 
 LIB_DIR = Path(__file__).resolve().parent.parent / "lib"
 BUILD_INFO: dict = json.loads((LIB_DIR / "build_info.json").read_text()) \

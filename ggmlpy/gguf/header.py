@@ -13,8 +13,6 @@ from ..core.args import is_int
 from ..errors import GgmlTypeError, GgmlValueError, GgufFileError
 
 
-FLOAT32_MAX = float(np.finfo(np.float32).max)
-
 GGUF_TYPE_UINT8, GGUF_TYPE_INT8 = lib.GGUF_TYPE_UINT8, lib.GGUF_TYPE_INT8
 GGUF_TYPE_UINT16, GGUF_TYPE_INT16 = lib.GGUF_TYPE_UINT16, lib.GGUF_TYPE_INT16
 GGUF_TYPE_UINT32, GGUF_TYPE_INT32 = lib.GGUF_TYPE_UINT32, lib.GGUF_TYPE_INT32

@@ -8,12 +8,11 @@ from typing import Any
 import numpy as np
 
 from .._ffi import ffi, lib
-from ..core.args import c_string, is_int
+from ..core.args import c_string, FLOAT32_MAX, is_int
 from ..errors import expect, GgmlTypeError, GgmlValueError, GgufKeyError
 from .file import GgufContext, unwrap_gguf
 from .header import (
     DTYPE_GGUF,
-    FLOAT32_MAX,
     GETTERS,
     GGUF_DTYPES,
     GGUF_KEY_GENERAL_ALIGNMENT,

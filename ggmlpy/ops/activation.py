@@ -6,7 +6,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .._ffi import lib
-from ..core.args import fail, float_arg, is_int
+from ..core.args import bool_arg, fail, float_arg, is_int
 from ..core.types import FLOAT_TYPES, type_name
 from ..errors import GgmlTypeError
 from ..graph.objects import Context, Tensor
@@ -167,12 +167,6 @@ def _glu(fn: str, ctx: Context, a: Any, b: Any, op: int, swapped: bool = False) 
     return make_op(fn, ctx, lib.ggml_glu_split, (a, b), a.shape, (op,), a.type)
 
 
-def _swapped_arg(fn: str, swapped: Any) -> bool:
-    if not isinstance(swapped, (bool, np.bool_)):
-        fail(fn, f"swapped must be True or False, got {swapped!r}", GgmlTypeError)
-    return bool(swapped)
-
-
 _GLU_NO_BACKWARD = ("Not differentiable in ggmlpy: in a trainable graph it may not lie between a parameter and\n"
                     "    the loss (training raises an error naming GLU). To train, build it from differentiable ops:\n"
                     "    ``ggml_mul(ctx, ggml_silu(ctx, x), g)`` for SwiGLU, ``ggml_relu``/``ggml_gelu`` likewise.")
@@ -207,7 +201,7 @@ def ggml_glu(ctx: Context, a: Tensor, op: int, swapped: bool = False) -> Tensor:
     """
     fn = "ggml_glu"
     op = _glu_op(fn, op)
-    return _glu(fn, ctx, a, None, op, _swapped_arg(fn, swapped))
+    return _glu(fn, ctx, a, None, op, bool_arg(fn, "swapped", swapped))
 
 
 def ggml_glu_split(ctx: Context, a: Tensor, b: Tensor, op: int) -> Tensor:

@@ -8,14 +8,14 @@ import numpy as np
 
 from ..compute.checks import check_opt_heads
 from ..compute.sched import Scheduler
-from ..core.args import is_int, list_arg
+from ..core.args import is_int, list_arg, weight_decay_arg
 from ..core.handle import unwrap, using
 from ..errors import expect, GgmlTypeError, GgmlValueError
 from ..graph.objects import Context, Tensor
 from . import losses as L
 from .constants import BUILD_FORWARD, BUILD_GRAD, BUILD_OPT, check_optimizer, OPTIMIZER_ADAMW
 from .context import check_static, heads_from, OptContext
-from .params import ADAMW_FIELDS, check_weight_decay, LrUserdata, OptimizerParams, SGD_FIELDS
+from .params import ADAMW_FIELDS, LrUserdata, OptimizerParams, SGD_FIELDS
 
 
 class OptParams:
@@ -268,7 +268,7 @@ def ggml_opt_init_for_fit(sched: Scheduler, loss_type: int, optimizer: int = OPT
         ...                             outputs=out, weight_decay=0.01)
         >>> ggml_opt_set_lr(fit["lr_ud"], adamw_lr=3e-4)
     """
-    lr_ud = LrUserdata(check_weight_decay(weight_decay))
+    lr_ud = LrUserdata(weight_decay_arg(weight_decay))
     opt = opt_init(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outputs, BUILD_OPT, lr_ud,
                     loss_mask_ne0)
     return {"opt_ctx": opt, "lr_ud": lr_ud}
@@ -309,7 +309,7 @@ def ggml_opt_init_for_fit_multi(sched: Scheduler, loss_types: Sequence[int], los
         raise GgmlValueError("ggml_opt_init_for_fit_multi needs static graphs: pass ctx_compute, inputs, outputs")
     outs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
     weights = [1.0] * len(outs) if loss_weights is None else loss_weights
-    lr_ud = LrUserdata(check_weight_decay(weight_decay))
+    lr_ud = LrUserdata(weight_decay_arg(weight_decay))
     types = list_arg("ggml_opt_init_for_fit_multi", "loss_types", loss_types, "loss types, one per head")
     opt = opt_init(sched, types, optimizer, opt_period, ctx_compute, inputs, outs, BUILD_OPT, lr_ud,
                     None, weights)

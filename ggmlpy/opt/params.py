@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from .._ffi import ffi, lib
-from ..core.args import FLOAT32_MAX, is_real, learning_rate_arg
+from ..core.args import FLOAT32_MAX, learning_rate_arg, weight_decay_arg
 from ..core.handle import raise_type
 from ..errors import GgmlTypeError, GgmlValueError
 
@@ -169,7 +169,7 @@ class LrUserdata:
             return
         self.params = ffi.new("struct ggml_opt_optimizer_params *")
         self.params[0] = lib.ggml_opt_get_default_optimizer_params(ffi.NULL)
-        check_weight_decay(weight_decay)
+        weight_decay_arg(weight_decay)
         self.params.adamw.wd = weight_decay
         self.params.sgd.wd = weight_decay
 
@@ -223,10 +223,8 @@ class LrUserdata:
         return f"<LrUserdata adamw={self.params.adamw.alpha:g} sgd={self.params.sgd.alpha:g}>"
 
 
-def check_weight_decay(weight_decay: Any) -> float:
-    if not is_real(weight_decay) or not 0 <= weight_decay <= 1:
-        raise GgmlValueError(f"weight_decay must be a number in [0, 1], got {weight_decay!r}")
-    return float(weight_decay)
+# models/compile.py's name for it, until its own commit moves it to core.args
+check_weight_decay = weight_decay_arg
 
 
 def ggml_opt_set_lr(lr_ud: LrUserdata, adamw_lr: float | None = None, sgd_lr: float | None = None) -> None:

@@ -27,7 +27,7 @@ from ..backend.transfer import (
     numpy_shape,
     refuse_complex,
 )
-from ..core.args import is_int
+from ..core.args import int_arg
 from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
 from ..graph.objects import as_tensor, Tensor
 from .api import opt_ptr
@@ -113,13 +113,10 @@ def ggml_opt_set_iter(opt_ctx: OptContext, iter: int) -> None:
         >>> ggml_opt_set_iter(opt_ctx, 21)          # the next step is the 21st
     """
     ptr = opt_ptr(opt_ctx, "ggml_opt_set_iter")
-    lib.ggml_opt_set_iter(ptr, _check_iter(iter, "ggml_opt_set_iter(iter)"))
+    lib.ggml_opt_set_iter(ptr, int_arg("ggml_opt_set_iter", "iter", iter, 1, MAX_ITER))
 
 
-def _check_iter(value: Any, what: str) -> int:
-    if not is_int(value) or not 1 <= value < 2 ** 62:
-        raise GgmlValueError(f"{what} must be an int >= 1 (1 + the optimizer steps taken), got {value!r}")
-    return int(value)
+MAX_ITER = 2 ** 62 - 1  # 1 + the optimizer steps taken: ggml computes beta ** iter in float
 
 
 def _params(params: Any, fn: str) -> dict[str, Tensor]:
@@ -238,7 +235,7 @@ def check_state(state: Any, fn: str) -> dict:
     if state["optimizer"] not in OPTIMIZER_NAMES:
         raise GgmlValueError(f"{fn}: state['optimizer'] must be one of {', '.join(map(repr, OPTIMIZER_NAMES))}, got "
                              f"{state['optimizer']!r}")
-    _check_iter(state["iter"], f"{fn}: state['iter']")
+    int_arg(fn, "state['iter']", state["iter"], 1, MAX_ITER)
     for key in ("m", "v"):
         if not isinstance(state[key], dict):
             raise GgmlTypeError(f"{fn}: state[{key!r}] must be a dict name -> array")

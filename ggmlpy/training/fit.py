@@ -15,7 +15,7 @@ import numpy as np
 
 from .._ffi import ffi
 from ..compute.sched import Scheduler
-from ..core.args import c_int_arg, is_real, learning_rate_arg, list_arg
+from ..core.args import c_int_arg, is_real, learning_rate_arg, list_arg, weight_decay_arg
 from ..core.handle import unwrap
 from ..core.types import type_name
 from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
@@ -26,7 +26,6 @@ from ..opt import losses as L
 from ..opt.constants import check_optimizer, OPTIMIZER_ADAMW
 from ..opt.dataset import check_distribution_rows, datapoints_of, Dataset
 from ..opt.init import resolve_labels_offs
-from ..opt.params import check_weight_decay
 from .adapters import BatchWriter, check_ends, Source, Target
 from .config import EpochPlan, StepOptions, TrainingGraph
 from .loop import check_nonfinite, fit_loop, TrainingSession
@@ -37,15 +36,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def _positive_int_or_none(value: Any, name: str) -> int | None:
-    return None if value is None else c_int_arg(None, name, value, 1)
-
-
-def _int_at_least(value: Any, name: str, lo: int) -> int:
-    """An int argument in [lo, 2**31 - 1] (epoch numbers and batch counts reach ggml as C ints)."""
-    return c_int_arg(None, name, value, lo)
-
-
 def _tensors(value: Any, name: str) -> list[Tensor]:
     items = list(value) if isinstance(value, (list, tuple)) else [value]
     if not items:
@@ -53,15 +43,10 @@ def _tensors(value: Any, name: str) -> list[Tensor]:
     return [as_tensor(t, f"{name}[{i}]") for i, t in enumerate(items)]
 
 
-def _learning_rate(value: Any) -> float | None:
-    """The starting learning rate of both optimizers (ggml's default, 1e-3, when None)."""
-    return None if value is None else learning_rate_arg("learning_rate", value)
-
-
 def _opt_period(nbatch_logical: int | None, physical: int) -> int:
     if nbatch_logical is None:
         return 1
-    logical = max(_int_at_least(nbatch_logical, "nbatch_logical", 1), physical)
+    logical = max(c_int_arg(None, "nbatch_logical", nbatch_logical, 1), physical)
     if logical % physical:
         warnings.warn(f"nbatch_logical ({logical}) is not a multiple of the physical batch ({physical}); the "
                       f"optimizer steps every {logical // physical} batches", GgmlpyWarning, stacklevel=3)
@@ -73,7 +58,7 @@ def _check_common(sched: Any, ctx_compute: Any, optimizer: Any, epochs_name: str
     unwrap(sched, Scheduler, "sched")
     unwrap(ctx_compute, Context, "ctx_compute")
     check_optimizer(optimizer)
-    _int_at_least(epochs, epochs_name, 0)
+    c_int_arg(None, epochs_name, epochs, 0)  # epoch numbers reach ggml as C ints
     if not isinstance(silent, bool):
         raise GgmlValueError(f"silent must be True or False, got {silent!r}")
     if callbacks is not None and not isinstance(callbacks, (list, tuple, dict)) and \
@@ -181,11 +166,11 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
                             "model of the model layer")
     out = as_tensor(outputs, "outputs")
     L.check_loss_type(loss_type)
-    steps_per_epoch = _positive_int_or_none(steps_per_epoch, "steps_per_epoch")
-    validation_steps = _positive_int_or_none(validation_steps, "validation_steps")
-    initial_epoch = _int_at_least(initial_epoch, "initial_epoch", 0)
-    prefetch = _int_at_least(prefetch, "prefetch", 0)
-    check_weight_decay(weight_decay)
+    steps_per_epoch = None if steps_per_epoch is None else c_int_arg(None, "steps_per_epoch", steps_per_epoch, 1)
+    validation_steps = None if validation_steps is None else c_int_arg(None, "validation_steps", validation_steps, 1)
+    initial_epoch = c_int_arg(None, "initial_epoch", initial_epoch, 0)
+    prefetch = c_int_arg(None, "prefetch", prefetch, 0)
+    weight_decay_arg(weight_decay)
     check_nonfinite(on_nonfinite)
     train_source = Source(generator, "generator")
     val_source = Source(validation_generator, "validation_generator") if validation_generator is not None else None
@@ -197,7 +182,8 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
     if loss_type == L.LOSS_WEIGHTED_MSE and loss_mask_ne0 is None:
         loss_mask_ne0 = 1
     graph = TrainingGraph(sched, ctx_compute, ins, [out], [loss_type], loss_mask_ne0=loss_mask_ne0)
-    step = StepOptions(optimizer, period, weight_decay, _learning_rate(learning_rate))
+    rate = None if learning_rate is None else learning_rate_arg("learning_rate", learning_rate)
+    step = StepOptions(optimizer, period, weight_decay, rate)
     plan = EpochPlan(epochs, initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
                      validation_steps=validation_steps, callbacks=callbacks, silent=silent, prefetch=prefetch,
                      on_nonfinite=on_nonfinite)
@@ -332,7 +318,7 @@ def _dataset_fit(graph: TrainingGraph, step: StepOptions, plan: EpochPlan, datas
     ndata = ds.ndata
     if ndata % physical:
         raise GgmlValueError(f"the dataset's {ndata} datapoints are not a multiple of the physical batch {physical}")
-    logical = max(_int_at_least(use.nbatch_logical, "nbatch_logical", 1), physical)
+    logical = max(c_int_arg(None, "nbatch_logical", use.nbatch_logical, 1), physical)
     period = max(1, logical // physical)
     n_logical = ndata // logical
     idata_split = min(math.floor((1 - val_split) * n_logical) * period * physical, ndata)
@@ -442,7 +428,8 @@ def ggml_fit_opt(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs
     L.check_loss_type(loss_type)
     check_nonfinite(on_nonfinite)
     graph = TrainingGraph(sched, ctx_compute, [inputs], [as_tensor(outputs, "outputs")], [loss_type])
-    step = StepOptions(optimizer, weight_decay=weight_decay, learning_rate=_learning_rate(learning_rate))
+    rate = None if learning_rate is None else learning_rate_arg("learning_rate", learning_rate)
+    step = StepOptions(optimizer, weight_decay=weight_decay, learning_rate=rate)
     plan = EpochPlan(nepoch, callbacks=callbacks, silent=silent, stream=False, on_nonfinite=on_nonfinite)
     use = DatasetUse(nbatch_logical, val_split, bool(shuffle), bool(shuffle if shuffle_all is None else shuffle_all))
     return _dataset_fit(graph, step, plan, dataset, use)
@@ -522,7 +509,8 @@ def ggml_fit_opt_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, o
         raise GgmlValueError(f"head_names must be {n} distinct non-empty strings, got {head_names!r}")
     check_nonfinite(on_nonfinite)
     graph = TrainingGraph(sched, ctx_compute, [inputs], outs, types, weights, head_names=names)
-    step = StepOptions(optimizer, weight_decay=weight_decay, learning_rate=_learning_rate(learning_rate))
+    rate = None if learning_rate is None else learning_rate_arg("learning_rate", learning_rate)
+    step = StepOptions(optimizer, weight_decay=weight_decay, learning_rate=rate)
     plan = EpochPlan(nepoch, callbacks=callbacks, silent=silent, stream=False, on_nonfinite=on_nonfinite)
     use = DatasetUse(nbatch_logical, val_split, bool(shuffle), bool(shuffle if shuffle_all is None else shuffle_all),
                      labels_offs)

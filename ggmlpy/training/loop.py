@@ -21,7 +21,7 @@ import numpy as np
 from ..backend.transfer import ggml_backend_tensor_get_data
 from ..compute.placement import is_host_backend, PlacementRecorder, warn_if_host_ops
 from ..compute.threads import restore_threads, split_threads, ThreadTuner, training_step_work
-from ..core.args import is_real
+from ..core.args import is_real, weight_decay_arg
 from ..core.handle import InterruptGuard, using
 from ..errors import GgmlpyWarning, GgmlValueError
 from ..graph.graph import walk_graph
@@ -32,7 +32,7 @@ from ..opt import losses as L
 from ..opt import result as R
 from ..opt.constants import BUILD_FORWARD, BUILD_GRAD, BUILD_OPT, OPTIMIZER_SGD
 from ..opt.init import opt_init
-from ..opt.params import check_weight_decay, LrUserdata
+from ..opt.params import LrUserdata
 from .adapters import BatchWriter
 from .callbacks import CallbackList, FitState
 from .config import EpochPlan, StepOptions, TrainingGraph
@@ -97,7 +97,7 @@ class TrainingSession:
         self.multi = len(outputs) > 1
         # the multi loop reports each head, also a single one
         self.per_head = graph.head_names is not None or self.multi
-        self.lr_ud = LrUserdata(check_weight_decay(step.weight_decay))
+        self.lr_ud = LrUserdata(weight_decay_arg(step.weight_decay))
         if step.learning_rate is not None:
             self.lr_ud.set(adamw_lr=step.learning_rate, sgd_lr=step.learning_rate)
         if step.adam is not None:
