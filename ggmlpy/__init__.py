@@ -12,7 +12,6 @@ from inspect import isfunction as _isfunction
 from ._ffi import BUILD_INFO
 from ._guard import guard as _guard
 from .core.glossary import explain as _explain
-from .graph.objects import serialized as _serialized
 from .errors import (GgmlpyError, GgmlpyWarning, GgmlStateError, GgmlInUseError, GgmlTypeError, GgmlValueError,
                      BackendUnavailableError, GgufFileError, GgufFileNotFoundError, GgufKeyError)
 from .backend.backend import (ggml_backend_cpu_init, ggml_backend_cpu_set_n_threads, ggml_backend_cuda_init,
@@ -365,9 +364,9 @@ __all__ = [
     "ggml_fit_opt_multi", "ggml_opt_fit_multi", "ggml_plot_history",
 ]
 
-# docstrings get their shared argument descriptions (core/glossary.py), calls on one context take turns
-# (graph/objects.py), and a Python error from inside ggmlpy leaves a public function as a ggmlpy error
+# docstrings get their shared argument descriptions (core/glossary.py); one wrapper (_guard.py) makes calls on one
+# context take turns and a Python error from inside ggmlpy leave a public function as a ggmlpy error
 for _name in __all__:
     if _isfunction(globals()[_name]):
-        globals()[_name] = _guard(_serialized(_explain(globals()[_name])))
+        globals()[_name] = _guard(_explain(globals()[_name]))
 del _name

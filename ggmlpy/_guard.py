@@ -13,18 +13,33 @@ GgmlStateError that says "internal error in ggmlpy" and asks for a report, inste
 An error raised by the caller's own code (a generator, a callback, an ``__array__``) is never touched:
 it propagates unchanged, as the generator contract says. Neither are KeyboardInterrupt, SystemExit, ggmlpy's
 own errors, OSError (a file system's answer) or warnings.
+
+The same wrapper makes calls on one context take turns (a function whose first argument is ``ctx`` holds that
+context's lock: ggml's context is not thread-safe) and counts the call for the exit hook. It is the only frame
+between the caller's line and the function in a traceback (tests/test_arguments.py counts them); a converted
+error's original (its ``__cause__``) starts at the function itself.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
 import sysconfig
+from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from .core.handle import public_call
 from .errors import GgmlpyError, GgmlStateError, GgmlTypeError, GgmlValueError
+from .graph.objects import Context
+
+
+if TYPE_CHECKING:
+    from typing import ParamSpec  # Python 3.10: only the type checker reads it
+
+    P = ParamSpec("P")
+R = TypeVar("R")
 
 
 _PKG = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -115,14 +130,20 @@ def _call_mismatch(func: Callable, args: tuple, kwargs: dict) -> str:
     return ""
 
 
-def guard(func: Callable) -> Callable:
-    """``func`` with its non-ggmlpy errors from inside ggmlpy turned into ggmlpy errors (see the module)."""
+def guard(func: Callable[P, R]) -> Callable[P, R]:
+    """``func`` with its non-ggmlpy errors from inside ggmlpy turned into ggmlpy errors, its calls on one
+    context taking turns (see the module)."""
     name = func.__name__
+    params = list(inspect.signature(func).parameters)
+    takes_ctx = bool(params) and params[0] == "ctx"
 
     @functools.wraps(func)
-    def guarded(*args: Any, **kwargs: Any) -> Any:
+    def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+        ctx = (args[0] if args else kwargs.get("ctx")) if takes_ctx else None
+        # not a Context: the function's own checks say what is wrong
+        lock = ctx.lock if isinstance(ctx, Context) else contextlib.nullcontext()
         try:
-            with public_call():  # counted for the exit hook (core/handle.py)
+            with public_call(), lock:  # counted for the exit hook (core/handle.py)
                 return func(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - converted or re-raised unchanged
             mismatch = _call_mismatch(func, args, kwargs) if isinstance(exc, TypeError) \
@@ -134,6 +155,8 @@ def guard(func: Callable) -> Callable:
                 raise
             if hasattr(exc, "history"):  # a fit's completed epochs travel with its error
                 new.history = exc.history
+            if exc.__traceback__ is not None:  # the original starts at the function: this frame shows once
+                exc.__traceback__ = exc.__traceback__.tb_next
             raise new from exc
 
     return guarded

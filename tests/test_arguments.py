@@ -4,6 +4,8 @@ ValueError, an AttributeError on None. Numpy scalars are numbers like any other.
 (from a generator or a callback) still comes out unchanged."""
 from __future__ import annotations
 
+import os
+import sys
 import textwrap
 
 import numpy as np
@@ -316,3 +318,39 @@ def test_a_converted_error_keeps_the_history_of_the_completed_epochs():
     with pytest.raises(G.GgmlValueError) as info:
         fit(0)
     assert info.value.history == ["epoch 1"] and isinstance(info.value.__cause__, ValueError)
+
+
+
+
+def _wrapper_frames(public, exc: BaseException) -> list[str]:
+    """The frames of ggmlpy's wrappers of the public function ``public`` in the traceback of ``exc`` and of the
+    errors it was raised from, as Python prints them: the package's frames above the function's own (the
+    function of that name in its module, before the package wrapped it)."""
+    own = getattr(sys.modules[public.__module__], public.__name__).__code__
+    package = os.path.dirname(G.__file__) + os.sep
+    found, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_frame.f_code is not own:
+            if tb.tb_frame.f_code.co_filename.startswith(package):
+                found.append(f"{type(exc).__name__}: {tb.tb_frame.f_code.co_name} at line {tb.tb_lineno}")
+            tb = tb.tb_next
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    return found
+
+def test_a_failing_public_call_shows_one_wrapper_frame(tensors):
+    """Between the caller's line and the function that refuses, a traceback shows one frame of ggmlpy's
+    wrapper (the guard, which also takes the context's lock), whether the error leaves as raised, converted
+    (its original chained), or for a call that does not match the signature."""
+    ctx, a = tensors
+    calls = [(G.ggml_add, (ctx, a, 2)),                                  # refused by the op's own check
+             (G.ggml_add, (ctx, a)),                                     # not the function's signature
+             (G.ggml_new_graph_custom, (ctx, 64, np.zeros((2, 2)))),     # numpy's error, converted
+             (G.ggml_fit, (None, np.zeros((4, 2)), np.zeros(4))),        # the model layer
+             (G.ggml_backend_tensor_set_data, (a, np.zeros(3)))]         # no context first
+    for public, args in calls:
+        with pytest.raises(G.GgmlpyError) as info:
+            public(*args)
+        frames = _wrapper_frames(public, info.value)
+        assert len(frames) == 1, (public.__name__, frames)

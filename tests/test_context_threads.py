@@ -1,6 +1,6 @@
 """One ggml context used from several threads: ggml's context is not thread-safe (two threads creating
 tensors at once aborted ggml, a free under a thread building ops crashed). Public calls on a context take
-turns (graph/objects.serialized). Each case runs in a fresh interpreter, where an abort cannot take the
+turns (ggmlpy/_guard.py). Each case runs in a fresh interpreter, where an abort cannot take the
 test runner down."""
 from __future__ import annotations
 

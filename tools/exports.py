@@ -36,7 +36,6 @@ from inspect import isfunction as _isfunction
 from ._ffi import BUILD_INFO
 from ._guard import guard as _guard
 from .core.glossary import explain as _explain
-from .graph.objects import serialized as _serialized
 '''
 
 # names loaded on first use from modules that import an optional dependency (scikit-learn); not in __all__, so
@@ -58,11 +57,11 @@ __version__ = "0.1.0"
 __docformat__ = "google"  # for pdoc (docs/README.md): "Arguments:" sections render as lists, examples as code
 GGML_VERSION = BUILD_INFO.get("ggml_version", "unknown")
 
-# docstrings get their shared argument descriptions (core/glossary.py), calls on one context take turns
-# (graph/objects.py), and a Python error from inside ggmlpy leaves a public function as a ggmlpy error
+# docstrings get their shared argument descriptions (core/glossary.py); one wrapper (_guard.py) makes calls on one
+# context take turns and a Python error from inside ggmlpy leave a public function as a ggmlpy error
 for _name in __all__:
     if _isfunction(globals()[_name]):
-        globals()[_name] = _guard(_serialized(_explain(globals()[_name])))
+        globals()[_name] = _guard(_explain(globals()[_name]))
 del _name
 '''
 

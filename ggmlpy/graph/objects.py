@@ -3,11 +3,9 @@ conversions that check an argument is one.
 """
 from __future__ import annotations
 
-import functools
-import inspect
 import threading
 from collections.abc import Iterable, Iterator
-from typing import Any, Callable
+from typing import Any
 
 from .._ffi import ffi, lib
 from ..core.handle import bump_memory_epoch, Handle, HANDLE_LOCK, raise_type
@@ -31,8 +29,9 @@ class Context(Handle):
 
     @property
     def lock(self) -> threading.RLock:
-        """The lock public calls on this context hold (``serialized``): ggml's context is not thread-safe (two
-        threads creating tensors in it at once corrupt it, a free under a thread building in it crashes)."""
+        """The lock public calls on this context hold (the public-call guard, ``_guard.py``): ggml's context is not
+        thread-safe (two threads creating tensors in it at once corrupt it, a free under a thread building in it
+        crashes)."""
         lock = self.__dict__.get("_lock")
         if lock is None:  # made on first use, also for subclasses that build their context otherwise
             with HANDLE_LOCK:
@@ -40,7 +39,7 @@ class Context(Handle):
         return lock
 
     def free(self) -> None:
-        with self.lock:  # not under a thread building in it (``serialized``)
+        with self.lock:  # not under a thread building in it (the guard holds it for public calls)
             super().free()
 
     def _describe(self) -> str:
@@ -285,21 +284,3 @@ class Graph:
     def __repr__(self) -> str:
         return f"<Graph size={self.size} nodes={self.n_nodes() if self.ctx.alive else '?'}>"
 
-
-def serialized(func: Callable) -> Callable:
-    """``func`` (a public function whose first argument is a context) holding that context's lock for the
-    call: calls on one context from several threads take turns, and ``ggml_free`` waits for the call
-    building in it. Functions of another first argument are returned unchanged."""
-    params = list(inspect.signature(func).parameters)
-    if not params or params[0] != "ctx":
-        return func
-
-    @functools.wraps(func)
-    def one_at_a_time(*args: Any, **kwargs: Any) -> Any:
-        ctx = args[0] if args else kwargs.get("ctx")
-        if not isinstance(ctx, Context):
-            return func(*args, **kwargs)  # the function's own checks say what is wrong
-        with ctx.lock:
-            return func(*args, **kwargs)
-
-    return one_at_a_time
