@@ -84,7 +84,7 @@ class GgmlpyWarning(UserWarning):
     """
 
 
-def expect(condition: bool, message: str, kind: type[Exception] = GgmlValueError) -> None:
-    """Raise ``kind(message)`` unless ``condition`` holds."""
+def expect(condition: object, message: str, kind: type[Exception] = GgmlValueError) -> None:
+    """Raise ``kind(message)`` unless ``condition`` holds (is true)."""
     if not condition:
         raise kind(message)

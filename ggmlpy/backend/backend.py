@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import weakref
-from typing import Any
+from collections.abc import Iterable
 
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from ..core.args import c_string, is_int, n_threads_arg
 from ..core.handle import computing, free_handle, Handle, HANDLE_LOCK, unique_handles, unwrap
 from ..errors import BackendUnavailableError, expect, GgmlStateError
@@ -83,7 +83,7 @@ def check_threads_after_fork(fn: str, n: int) -> None:
 class Backend(Handle):
     kind = "backend"
 
-    def __init__(self, ptr: Any) -> None:
+    def __init__(self, ptr: CData) -> None:
         super().__init__(ptr, lib.ggml_backend_free)
         self.device = Device(lib.ggml_backend_get_device(ptr))
         self.is_cpu = self.device.type == "cpu"
@@ -532,7 +532,7 @@ def is_async(backend: Backend) -> bool:
     return cached
 
 
-def hold_until_sync(owner: Handle, what: str, handles: Any, keep: tuple = ()) -> None:
+def hold_until_sync(owner: Handle, what: str, handles: Iterable[object], keep: tuple[object, ...] = ()) -> None:
     """Record work queued on ``owner`` (a Backend or Scheduler) until it is synchronized: ``handles`` are marked
     in use by ``what`` (freeing them raises GgmlInUseError) and ``keep`` (numpy arrays, graphs) stays referenced."""
     hs = unique_handles(handles)

@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import weakref
-from typing import Any
 
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from ..core.args import is_int
 from ..core.handle import check_rpc_connections, free_handle, Handle, raise_type, unwrap, using
 from ..errors import expect, GgmlStateError, GgmlTypeError, GgmlValueError
@@ -57,7 +56,7 @@ def ggml_backend_buffer_usage_compute() -> int:
     return GGML_BACKEND_BUFFER_USAGE_COMPUTE
 
 
-def _buft(buft: Any, fn: str) -> Any:
+def _buft(buft: object, fn: str) -> CData:
     if isinstance(buft, Buffer):
         return lib.ggml_backend_buffer_get_type(unwrap(buft, Buffer, f"{fn}(buft)"))
     if isinstance(buft, Backend):
@@ -68,7 +67,7 @@ def _buft(buft: Any, fn: str) -> Any:
                buft)
 
 
-def ggml_backend_dev_supports_buft(device: Device, buft: Any) -> bool:
+def ggml_backend_dev_supports_buft(device: Device | str, buft: Buffer | Backend | Device | str) -> bool:
     """Whether a device can compute on tensors that live in buffers of a given buffer type.
 
     ggmlpy has no separate buffer-type object: pass a Buffer (its type), a Backend or a Device (its
@@ -90,7 +89,7 @@ def ggml_backend_dev_supports_buft(device: Device, buft: Any) -> bool:
 
 # ---------------------------------------------------------------- buffers
 
-def _buffer(buffer: Any, fn: str) -> Any:
+def _buffer(buffer: object, fn: str) -> CData:
     return unwrap(buffer, Buffer, f"{fn}(buffer)")
 
 
@@ -173,7 +172,7 @@ def ggml_backend_buffer_reset(buffer: Buffer) -> None:
 class Buffer(Handle):
     kind = "backend buffer"
 
-    def __init__(self, ptr: Any, ctx: Any = None, backend: Backend | None = None) -> None:
+    def __init__(self, ptr: CData, ctx: Context | None = None, backend: Backend | None = None) -> None:
         super().__init__(ptr, lib.ggml_backend_buffer_free, parents=[backend] if backend else [])
         self._ctx_ref = weakref.ref(ctx) if ctx is not None else None
 
@@ -181,7 +180,7 @@ class Buffer(Handle):
         # Detach the context's tensors from the memory about to go, so later data transfers
         # raise "no buffer" instead of writing into freed memory.
         ctx = self._ctx_ref() if self._ctx_ref else None
-        if ctx is not None and ctx.alive:
+        if ctx is not None and ctx.alive and self._ptr is not None:
             ctx.detach_buffer(self._ptr)
 
     @property

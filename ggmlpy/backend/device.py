@@ -4,9 +4,8 @@ types each supports.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from .._ffi import BUILD_INFO, ffi, lib
+from .._ffi import BUILD_INFO, CData, ffi, lib
 from ..core.args import c_string, is_int
 from ..core.handle import raise_type, using
 from ..errors import BackendUnavailableError, expect, GgmlTypeError, GgmlValueError
@@ -22,14 +21,14 @@ DEVICE_TYPES = {
 }
 
 
-def decode_str(c_str: Any) -> str:
+def decode_str(c_str: CData) -> str:
     return ffi.string(c_str).decode("utf-8", "replace") if c_str != ffi.NULL else ""
 
 
 @dataclass(frozen=True)
 class Device:
     """A device known to ggml's registry (CPU, Vulkan0, CUDA0, RPC0, ...)."""
-    ptr: Any
+    ptr: CData
 
     @property
     def name(self) -> str:
@@ -230,7 +229,7 @@ def ggml_backends_built() -> list[str]:
     return list(BUILD_INFO.get("backends", ["cpu"]))
 
 
-def as_device(device: Any) -> Device:
+def as_device(device: object) -> Device:
     if isinstance(device, Device):
         return device
     if isinstance(device, str):
@@ -301,7 +300,7 @@ def ggml_backend_device_type_accel() -> int:
     return GGML_BACKEND_DEVICE_TYPE_ACCEL
 
 
-def device_type_arg(fn: str, type: Any) -> int:
+def device_type_arg(fn: str, type: object) -> int:
     if not is_int(type):
         raise GgmlTypeError(f"{fn}: type must be a device-type constant (an int such as "
                             f"ggml_backend_device_type_gpu()), got {type!r}")
@@ -330,7 +329,7 @@ def ggml_backend_dev_by_type(type: int) -> Device | None:
     return Device(ptr) if ptr != ffi.NULL else None
 
 
-def _props(dev: Device) -> Any:
+def _props(dev: Device) -> CData:
     props = ffi.new("struct ggml_backend_dev_props *")
     lib.ggml_backend_dev_get_props(dev.ptr, props)
     return props
@@ -374,13 +373,13 @@ def device_caps(dev: Device) -> dict:
     return {"async": bool(getattr(caps, "async")), "events": bool(caps.events)}
 
 
-def make_op(op: Any, fn: str) -> Any:
+def make_op(op: object, fn: str) -> Tensor:
     if not isinstance(op, Tensor):
         raise_type(f"{fn}(op)", "Tensor (an op's result, e.g. ggml_add(ctx, a, b))", op)
     return as_tensor(op, f"{fn}(op)")
 
 
-def ggml_backend_dev_supports_op(device: Device, op: Any) -> bool:
+def ggml_backend_dev_supports_op(device: Device | str, op: Tensor) -> bool:
     """Whether a device implements an op for the types and shapes of a given tensor.
 
     Ask with the tensor an op returned (e.g. ``ggml_add(ctx, a, b)``): its op, operand types and
@@ -403,7 +402,7 @@ def ggml_backend_dev_supports_op(device: Device, op: Any) -> bool:
         return bool(lib.ggml_backend_dev_supports_op(dev.ptr, t.ptr))
 
 
-def ggml_backend_dev_offload_op(device: Device, op: Any) -> bool:
+def ggml_backend_dev_offload_op(device: Device | str, op: Tensor) -> bool:
     """Whether ggml's scheduler would move an op whose weights live in host memory onto this device.
 
     GPU backends say yes for large batches, where copying the weights pays off (the scheduler's

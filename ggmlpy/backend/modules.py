@@ -204,11 +204,11 @@ def module_problems() -> list[ModuleProblem]:
             problems.append(ModuleProblem(family, module, str(LIB_DIR / module), "missing", "", None,
                                           _message(family, module, "", "missing", "", None)))
             continue
-        for path in files:
-            stage, error = _probe_cached(path)
-            library = missing_library(error, str(path)) if stage == "load" else None
-            problems.append(ModuleProblem(family, path.name, str(path), stage, error, library,
-                                          _message(family, path.name, str(path), stage, error, library)))
+        for file in files:
+            stage, error = _probe_cached(file)
+            library = missing_library(error, str(file)) if stage == "load" else None
+            problems.append(ModuleProblem(family, file.name, str(file), stage, error, library,
+                                          _message(family, file.name, str(file), stage, error, library)))
     return problems
 
 
@@ -222,7 +222,8 @@ def family_problem(family: str) -> str | None:
 def _user_stacklevel() -> int:
     """The stacklevel of the first frame outside ggmlpy, so that a warning points at the caller's line."""
     package = str(Path(__file__).resolve().parent.parent) + os.sep
-    frame, level = inspect.currentframe().f_back, 1
+    here = inspect.currentframe()  # None only on Pythons without frames
+    frame, level = (here.f_back if here is not None else None), 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
         frame, level = frame.f_back, level + 1
     return level

@@ -14,10 +14,13 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from .._ffi import BUILD_INFO, ffi, lib, LIB_DIR
+from .._ffi import BUILD_INFO, CData, ffi, lib, LIB_DIR
 
+
+if TYPE_CHECKING:
+    from .backend import Backend
 
 _NO_COMPUTE = {"NONE", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE"}
 _F32 = int(lib.GGML_TYPE_F32)
@@ -30,19 +33,19 @@ _MAX_PROBE_BYTES = 1 << 28  # larger instances are not run (assumed supported, a
 _lock = threading.Lock()
 _known: dict[str, tuple[bool, str]] = {}
 _disk_loaded = [False]
-_helper: list[Any] = [None]
+_helper: list[_Helper | None] = [None]
 _log = logging.getLogger(__name__)
 
 
-def _op_name(p: Any) -> str:
+def _op_name(p: CData) -> str:
     return ffi.string(lib.ggml_op_name(p.op)).decode()
 
 
-def _layout(t: Any) -> tuple:
+def _layout(t: CData) -> tuple[int, bool, bool]:
     return (int(t.type), bool(lib.ggml_is_contiguous(t)), int(t.nb[0]) == int(lib.ggml_type_size(t.type)))
 
 
-def signature(p: Any) -> str | None:
+def signature(p: CData) -> str | None:
     """The key of node ``p``'s kernel choice, or None when it needs no run (nothing to compute, or all
     contiguous F32)."""
     name = _op_name(p)
@@ -58,8 +61,8 @@ def signature(p: Any) -> str | None:
     return json.dumps([name, list(params), _layout(p), srcs])
 
 
-def _describe(p: Any) -> dict:
-    def one(t: Any) -> dict | None:
+def _describe(p: CData) -> dict:
+    def one(t: CData) -> dict | None:
         if t == ffi.NULL:
             return None
         return {"type": int(t.type), "ne": [int(t.ne[i]) for i in range(4)], "nb": [int(t.nb[i]) for i in range(4)]}
@@ -79,7 +82,7 @@ def _span(d: dict) -> int:
     return size + sum((rows[i] - 1) * d["nb"][i] for i in range(4)) + 64
 
 
-def cpu_kernel_runs(p: Any) -> tuple[bool, str]:
+def cpu_kernel_runs(p: CData) -> tuple[bool, str]:
     """(True, "") when ggml's CPU backend can compute node ``p`` (tensor pointer); (False, ggml's message)
     when its kernel aborts on these types or layouts."""
     sig = signature(p)
@@ -190,10 +193,12 @@ class _Helper:
         self.proc = subprocess.Popen([sys.executable, "-c", HELPER_CODE],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err, env=env,
                                      cwd=root)
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # both are pipes
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
 
     def close(self) -> None:
         """End the helper (it exits when its input closes) and release its pipes."""
-        for f in (self.proc.stdin, self.proc.stdout):
+        for f in (self.stdin, self.stdout):
             try:
                 f.close()
             except OSError:
@@ -207,19 +212,19 @@ class _Helper:
 
     def ask(self, desc: dict) -> tuple[bool, str] | None:
         try:
-            self.proc.stdin.write((json.dumps(desc) + "\n").encode())
-            self.proc.stdin.flush()
+            self.stdin.write((json.dumps(desc) + "\n").encode())
+            self.stdin.flush()
         except OSError:
             return None
         sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        sel.register(self.stdout, selectors.EVENT_READ)
         ready = sel.select(PROBE_TIMEOUT_S)
         sel.close()
         if not ready:
             self.proc.kill()
             self.proc.wait()
             return False, f"the kernel did not finish within {PROBE_TIMEOUT_S:.0f} s on a small input"
-        line = self.proc.stdout.readline()
+        line = self.stdout.readline()
         if line.strip() == b"ok":
             return True, ""
         self.proc.wait()
@@ -250,7 +255,7 @@ def _serve() -> None:  # pragma: no cover - runs in the helper process
         sys.stdout.flush()
 
 
-def _run_one(backend: Any, desc: dict) -> None:  # pragma: no cover - runs in the helper process
+def _run_one(backend: CData, desc: dict) -> None:  # pragma: no cover - runs in the helper process
     n = 2 + len(desc["srcs"])
     params = ffi.new("struct ggml_init_params *", {"mem_size": n * int(lib.ggml_tensor_overhead())
                                                    + int(lib.ggml_graph_overhead_custom(16, False)) + 4096,
@@ -258,7 +263,7 @@ def _run_one(backend: Any, desc: dict) -> None:  # pragma: no cover - runs in th
     ctx = lib.ggml_init(params[0])
     keep = []
     try:
-        def make(d: dict) -> Any:
+        def make(d: dict) -> CData:
             t = lib.ggml_new_tensor_4d(ctx, d["type"], *d["ne"])
             for i in range(4):
                 t.nb[i] = d["nb"][i]
@@ -279,7 +284,7 @@ def _run_one(backend: Any, desc: dict) -> None:  # pragma: no cover - runs in th
         lib.ggml_free(ctx)
 
 
-def buffer_usable(backend: Any, buf: Any) -> bool:
+def buffer_usable(backend: Backend, buf: CData) -> bool:
     """Whether ``backend`` (a Backend) can compute on tensors in buffer ``buf`` (the CPU: host memory; a
     device backend: its own buffers)."""
     if backend.is_cpu:
@@ -289,7 +294,7 @@ def buffer_usable(backend: Any, buf: Any) -> bool:
         buft == lib.ggml_backend_dev_buffer_type(lib.ggml_backend_get_device(backend.ptr))
 
 
-def backend_runs(backend: Any, p: Any) -> tuple[bool, str]:
+def backend_runs(backend: Backend, p: CData) -> tuple[bool, str]:
     """Whether ``backend`` implements node ``p`` for its types and layouts: ggml's ``supports_op``, confirmed
     for the CPU by running its kernel once (``cpu_kernel_runs``: the CPU answers True for kernels that abort)."""
     if not lib.ggml_backend_supports_op(backend.ptr, p):

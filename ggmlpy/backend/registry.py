@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
 
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from ..core.args import c_string, is_int
 from ..core.handle import raise_type
 from ..errors import BackendUnavailableError, GgmlStateError, GgmlTypeError, GgmlValueError
@@ -16,7 +15,7 @@ from .modules import module_problems
 @dataclass(frozen=True)
 class Registry:
     """A backend family of ggml's registry (CPU, BLAS, Vulkan, CUDA, RPC): owned by ggml, never freed."""
-    ptr: Any
+    ptr: CData
 
     @property
     def name(self) -> str:
@@ -29,11 +28,11 @@ class Registry:
         return f"<Registry {self.name}: {self.dev_count()} device(s)>"
 
 
-def _registered(ptr: Any) -> bool:
+def _registered(ptr: CData) -> bool:
     return any(lib.ggml_backend_reg_get(i) == ptr for i in range(ggml_backend_reg_count()))
 
 
-def _reg(reg: Any, fn: str) -> Any:
+def _reg(reg: object, fn: str) -> CData:
     """The pointer of a Registry (or a registry name) that is still registered."""
     if isinstance(reg, str):
         found = ggml_backend_reg_by_name(reg)

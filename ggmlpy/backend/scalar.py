@@ -1,11 +1,13 @@
 """Reading and writing single elements and filling tensors (ggmlR's ``ggml_get_f32_1d``...``ggml_new_i32``)."""
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from ..core.args import is_int
 from ..core.handle import unwrap
 from ..core.types import type_name
@@ -24,8 +26,11 @@ from .transfer import (
 )
 
 
+T = TypeVar("T")
+
+
 _BF16 = int(lib.GGML_TYPE_BF16)
-_SCALAR_TYPES = {**{int(k): v for k, v in NUMPY_DTYPES.items()}, _BF16: np.dtype(np.uint16)}  # BF16: raw bits
+_SCALAR_TYPES: dict[int, np.dtype] = {**{int(k): v for k, v in NUMPY_DTYPES.items()}, _BF16: np.dtype(np.uint16)}  # BF16: raw bits
 _INT_TYPES = {int(lib.GGML_TYPE_I8), int(lib.GGML_TYPE_I16), int(lib.GGML_TYPE_I32), int(lib.GGML_TYPE_I64)}
 _FLOAT_READ = {int(lib.GGML_TYPE_F32), int(lib.GGML_TYPE_F16), _BF16}
 _I32 = np.iinfo(np.int32)
@@ -43,7 +48,7 @@ def _bf16_values(bits: np.ndarray) -> np.ndarray:
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
-def _scalar_tensor(tensor: Any, fn: str) -> tuple[Any, int, np.dtype]:
+def _scalar_tensor(tensor: object, fn: str) -> tuple[CData, int, np.dtype]:
     """(pointer, ggml type, storage dtype) of an allocated tensor whose elements can be read one by one."""
     t = as_tensor(tensor, f"{fn}(tensor)").ptr
     typ = int(t.type)
@@ -56,7 +61,7 @@ def _scalar_tensor(tensor: Any, fn: str) -> tuple[Any, int, np.dtype]:
     return t, typ, dtype
 
 
-def _index(fn: str, name: str, value: Any, n: int) -> int:
+def _index(fn: str, name: str, value: object, n: int) -> int:
     if not is_int(value):
         raise GgmlTypeError(f"{fn}: {name} must be an int, got {value!r}")
     v = int(value)
@@ -65,7 +70,7 @@ def _index(fn: str, name: str, value: Any, n: int) -> int:
     return v
 
 
-def _offset_nd(t: Any, fn: str, idx: tuple) -> int:
+def _offset_nd(t: CData, fn: str, idx: tuple[object, ...]) -> int:
     """Byte offset of element (i0, i1, i2, i3) from the tensor's data pointer (its strides: views too)."""
     off = 0
     for k, v in enumerate(idx):
@@ -73,9 +78,9 @@ def _offset_nd(t: Any, fn: str, idx: tuple) -> int:
     return off
 
 
-def _offset_1d(t: Any, fn: str, i: Any) -> int:
-    """Byte offset of the ``i``-th element in ggml order (ne[0] fastest), as ggml's ``*_1d`` helpers."""
-    i = _index(fn, "i", i, int(lib.ggml_nelements(t)))
+def _offset_1d(t: CData, fn: str, index: object) -> int:
+    """Byte offset of the ``index``-th element in ggml order (ne[0] fastest), as ggml's ``*_1d`` helpers."""
+    i = _index(fn, "i", index, int(lib.ggml_nelements(t)))
     idx = []
     for k in range(4):
         n = int(t.ne[k])
@@ -84,7 +89,7 @@ def _offset_1d(t: Any, fn: str, i: Any) -> int:
     return sum(v * int(t.nb[k]) for k, v in enumerate(idx))
 
 
-def _read_bytes(t: Any, offset: int, nbytes: int) -> np.ndarray:
+def _read_bytes(t: CData, offset: int, nbytes: int) -> np.ndarray:
     raw = np.empty(nbytes, dtype=np.uint8)
     if storage_of(t) == "backend":
         lib.ggml_backend_tensor_get(t, ffi.from_buffer(raw), offset, nbytes)
@@ -93,19 +98,19 @@ def _read_bytes(t: Any, offset: int, nbytes: int) -> np.ndarray:
     return raw
 
 
-def _write_bytes(t: Any, offset: int, raw: np.ndarray) -> None:
+def _write_bytes(t: CData, offset: int, raw: np.ndarray) -> None:
     if storage_of(t) == "backend":
         lib.ggml_backend_tensor_set(t, ffi.from_buffer(raw), offset, raw.nbytes)
     else:
         ffi.memmove(ffi.cast("char *", t.data) + offset, ffi.from_buffer(raw), raw.nbytes)
 
 
-def _read_one(t: Any, typ: int, dtype: np.dtype, offset: int) -> Any:
+def _read_one(t: CData, typ: int, dtype: np.dtype, offset: int) -> np.number:
     v = _read_bytes(t, offset, dtype.itemsize).view(dtype)
     return _bf16_values(v)[0] if typ == _BF16 else v[0]
 
 
-def _encode(fn: str, t: Any, typ: int, dtype: np.dtype, values: np.ndarray) -> np.ndarray:
+def _encode(fn: str, t: CData, typ: int, dtype: np.dtype, values: np.ndarray) -> np.ndarray:
     """``values`` in the tensor's storage format, refusing what would change them (see ``checked_values``)."""
     what = f"{fn}: {tensor_label(t)}"
     if typ == _BF16:
@@ -114,7 +119,7 @@ def _encode(fn: str, t: Any, typ: int, dtype: np.dtype, values: np.ndarray) -> n
     return checked_values(values, dtype, what)
 
 
-def _number(fn: str, value: Any, integer: bool = False) -> Any:
+def _number(fn: str, value: object, integer: bool = False) -> float | np.integer | np.floating:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         kind = "an int" if integer else "a real number"
         raise GgmlTypeError(f"{fn}: value must be {kind}, got {value!r}")
@@ -128,7 +133,7 @@ def _number(fn: str, value: Any, integer: bool = False) -> Any:
     return value
 
 
-def _as_int(fn: str, v: Any) -> int:
+def _as_int(fn: str, v: np.number) -> int:
     """A stored value as ggml's get_i32 returns it: integers as they are, floats truncated toward zero."""
     if isinstance(v, (np.floating, float)):
         if not np.isfinite(v):
@@ -138,7 +143,7 @@ def _as_int(fn: str, v: Any) -> int:
     return int(v)
 
 
-def _set_one(fn: str, tensor: Any, value: Any, where: Any, integer: bool) -> None:
+def _set_one(fn: str, tensor: Tensor, value: object, where: Callable[[CData], int], integer: bool) -> None:
     t, typ, dtype = _scalar_tensor(tensor, fn)
     value = _number(fn, value, integer)
     offset = where(t)
@@ -251,7 +256,7 @@ def ggml_get_f32_nd(tensor: Tensor, i0: int, i1: int = 0, i2: int = 0, i3: int =
     return float(_read_one(t, typ, dtype, _offset_nd(t, fn, (i0, i1, i2, i3))))
 
 
-def _required(fn: str, value: Any) -> Any:
+def _required(fn: str, value: T | None) -> T:
     if value is None:
         raise GgmlTypeError(f"{fn}: value is required (pass it by name: {fn}(tensor, i0, i1, value=...))")
     return value
@@ -311,12 +316,12 @@ def ggml_set_i32_nd(tensor: Tensor, i0: int, i1: int = 0, i2: int = 0, i3: int =
     _set_one(fn, tensor, _required(fn, value), lambda t: _offset_nd(t, fn, (i0, i1, i2, i3)), True)
 
 
-def _is_scalar(value: Any) -> bool:
+def _is_scalar(value: object) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating, np.bool_, bool)) or \
         (isinstance(value, np.ndarray) and value.ndim == 0)
 
 
-def _fill(fn: str, tensor: Any, value: Any, integer: bool) -> None:
+def _fill(fn: str, tensor: Tensor, value: object, integer: bool) -> None:
     t, typ, dtype = _scalar_tensor(tensor, fn)
     if isinstance(value, np.ndarray):
         value = value.item()
@@ -329,7 +334,7 @@ def _fill(fn: str, tensor: Any, value: Any, integer: bool) -> None:
     _write_bytes(t, 0, np.ascontiguousarray(np.repeat(one, n)).view(np.uint8))
 
 
-def _set_all(fn: str, tensor: Any, data: Any, integer: bool) -> None:
+def _set_all(fn: str, tensor: Tensor, data: npt.ArrayLike, integer: bool) -> None:
     t, typ, dtype = _scalar_tensor(tensor, fn)
     arr = as_numeric(data, f"{fn} (data)")
     if integer and arr.size:
@@ -350,7 +355,7 @@ def _set_all(fn: str, tensor: Any, data: Any, integer: bool) -> None:
     _write_bytes(t, 0, np.ascontiguousarray(_encode(fn, t, typ, dtype, arr.reshape(-1))).view(np.uint8))
 
 
-def ggml_set_f32(tensor: Tensor, value: Any) -> None:
+def ggml_set_f32(tensor: Tensor, value: npt.ArrayLike) -> None:
     """Fill a tensor with one number, or (ggmlR's form) set all its elements from a sequence.
 
     ``ggml_set_f32(t, 0.0)`` fills every element (ggml's C function); ``ggml_set_f32(t, [1, 2, 3])``
@@ -375,7 +380,7 @@ def ggml_set_f32(tensor: Tensor, value: Any) -> None:
         _set_all(fn, tensor, value, False)
 
 
-def ggml_set_i32(tensor: Tensor, value: Any) -> None:
+def ggml_set_i32(tensor: Tensor, value: npt.ArrayLike) -> None:
     """Fill a tensor with one integer, or (ggmlR's form) set all its elements from a sequence of integers.
 
     Arguments:
@@ -442,7 +447,7 @@ def ggml_get_i32(tensor: Tensor) -> np.ndarray:
     return ggml_backend_tensor_get_data(tensor).astype(np.int32, copy=False)
 
 
-def _new_scalar(fn: str, ctx: Any, value: Any, integer: bool) -> Tensor:
+def _new_scalar(fn: str, ctx: Context, value: object, integer: bool) -> Tensor:
     unwrap(ctx, Context, f"{fn}(ctx)")
     value = _number(fn, value, integer)
     if ctx.no_alloc:

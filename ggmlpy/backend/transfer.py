@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import sys
 import types
-from typing import Any
+from collections.abc import Iterable
 
 import numpy as np
+import numpy.typing as npt
 
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from ..core.args import is_int
 from ..core.handle import check_rpc_connections
 from ..core.types import type_name
@@ -18,7 +19,7 @@ from ..graph.nodes import tensor_label, tensor_memory
 from ..graph.objects import as_tensor, Tensor
 
 
-NUMPY_DTYPES = {
+NUMPY_DTYPES: dict[int, np.dtype] = {
     lib.GGML_TYPE_F32: np.dtype(np.float32),
     lib.GGML_TYPE_F16: np.dtype(np.float16),
     lib.GGML_TYPE_F64: np.dtype(np.float64),
@@ -37,13 +38,13 @@ def numpy_dtype(tensor: Tensor) -> np.dtype:
     return dtype
 
 
-def storage_of(t: Any) -> str:
+def storage_of(t: CData) -> str:
     """'backend' if the tensor lives in a backend buffer, 'host' if in context memory; raise if neither
     (see ``graph.nodes.tensor_memory``: a view follows the tensor it views)."""
     return tensor_memory(t)
 
 
-def numpy_shape(ne: Any) -> tuple[int, ...]:
+def numpy_shape(ne: Tensor | Iterable[int]) -> tuple[int, ...]:
     """The numpy shape of a tensor (or of its ``ne``): ``(ne[3], ne[2], ne[1], ne[0])`` with leading 1-axes
     dropped, at least one axis (the shape ``ggml_tensor_to_numpy`` returns)."""
     shape = list(reversed(ne.shape if isinstance(ne, Tensor) else tuple(ne)))
@@ -60,9 +61,9 @@ def _strip(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(shape[k:])
 
 
-def _fmt(shape: Any) -> str:
-    shape = tuple(int(n) for n in shape)
-    return f"({shape[0]},)" if len(shape) == 1 else str(shape)
+def _fmt(shape: Iterable[int]) -> str:
+    dims = tuple(int(n) for n in shape)
+    return f"({dims[0]},)" if len(dims) == 1 else str(dims)
 
 
 def _shape_fix(given: tuple[int, ...], expected: tuple[int, ...]) -> str:
@@ -81,7 +82,8 @@ def _shape_fix(given: tuple[int, ...], expected: tuple[int, ...]) -> str:
     return f"reshape it to {_fmt(expected)} only if its C order already is ggml order (ne[0] fastest)"
 
 
-def shape_problem(shape: Any, ne: Any, offset: int | None = None, source: str = "the data") -> str | None:
+def shape_problem(shape: Iterable[int], ne: Tensor | Iterable[int], offset: int | None = None,
+                  source: str = "the data") -> str | None:
     """Why an array of numpy shape ``shape`` may not be written into a tensor (of ``ne``, or a Tensor), or None.
 
     The one rule for every write of user data into a tensor: the array has the tensor's numpy shape
@@ -166,7 +168,7 @@ def checked_values(arr: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
     return out
 
 
-def check_rpc_transfer(t: Any) -> None:
+def check_rpc_transfer(t: CData) -> None:
     """After a read or write of a tensor: refuse the data of an RPC device whose server stopped answering
     (patches/0020 makes such transfers no-ops that read zeros)."""
     if lib.ggmlpy_rpc_lost_connections() and t.buffer != ffi.NULL \
@@ -174,7 +176,7 @@ def check_rpc_transfer(t: Any) -> None:
         check_rpc_connections()
 
 
-def _not_an_array(data: Any) -> str:
+def _not_an_array(data: object) -> str:
     """What ``data`` is, said the user's way, where numpy would only make a dtype-object array of it."""
     if isinstance(data, dict):
         return (f"a dict (keys {list(data)[:4]!r}): pass the arrays themselves (a list of them, in the model's input "
@@ -188,7 +190,7 @@ def _not_an_array(data: Any) -> str:
     return ""
 
 
-def _pandas_columns(data: Any) -> str:
+def _pandas_columns(data: object) -> str:
     """Which pandas column (or Categorical) numpy could not read as numbers, and how to fix it."""
     pd = sys.modules.get("pandas")
     if pd is None:
@@ -224,7 +226,7 @@ def _pandas_columns(data: Any) -> str:
     return ""
 
 
-def as_numeric(data: Any, what: str) -> np.ndarray:
+def as_numeric(data: object, what: str) -> np.ndarray:
     """``data`` as a numpy array (of its own dtype, its own shape); refuses non-numeric data, times and
     durations (their raw integer counts are no measurement a model learns from) and masked values."""
     if isinstance(data, np.ma.MaskedArray) and np.ma.getmaskarray(data).any():
@@ -256,7 +258,7 @@ def as_numeric(data: Any, what: str) -> np.ndarray:
     return arr
 
 
-def ggml_backend_tensor_set_data(tensor: Tensor, data: Any, offset: int | None = None) -> None:
+def ggml_backend_tensor_set_data(tensor: Tensor, data: npt.ArrayLike, offset: int | None = None) -> None:
     """Write ``data`` into the tensor, converted to its type, in C order (ggml layout).
 
     Arguments:
@@ -296,7 +298,7 @@ def ggml_backend_tensor_set_data(tensor: Tensor, data: Any, offset: int | None =
     write_array(t, flat, (offset or 0) * dtype.itemsize)
 
 
-def write_array(t: Any, arr: np.ndarray, byte_offset: int = 0) -> None:
+def write_array(t: CData, arr: np.ndarray, byte_offset: int = 0) -> None:
     """Copy a contiguous array of the right dtype into a checked tensor (no further checks)."""
     if not lib.ggml_is_contiguous(t):
         raise GgmlValueError("cannot write into a strided view; write into the tensor it views")
@@ -352,7 +354,7 @@ def ggml_backend_tensor_get_data(tensor: Tensor, offset: int = 0, n_elements: in
     return out
 
 
-def _read_strided(t: Any, dtype: np.dtype) -> np.ndarray:
+def _read_strided(t: CData, dtype: np.dtype) -> np.ndarray:
     """All elements of a non-contiguous view, in ggml order."""
     src = t.view_src
     if src == ffi.NULL:

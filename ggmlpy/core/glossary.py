@@ -8,7 +8,7 @@ word; ``tests/test_docs.py`` checks that every marker is filled and every entry 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TypeVar
 
 
 TERMS = {
@@ -33,7 +33,17 @@ TERMS = {
 MARKER = re.compile(r"^(\s*)(\w+): \[glossary(?:: (\w+))?\]", re.M)
 
 
-def explain(obj: Any) -> Any:
+T = TypeVar("T")
+
+
+def fill_doc(obj: T, **parts: str) -> T:
+    """Fill the ``{name}`` fields of ``obj``'s docstring with ``parts`` (text shared by several docstrings of a
+    module); returns ``obj``."""
+    obj.__doc__ = (obj.__doc__ or "").format(**parts)
+    return obj
+
+
+def explain(obj: T) -> T:
     """Fill the glossary markers of ``obj``'s docstring in place (unknown ones stay, for the tests to see);
     returns ``obj``."""
     doc = getattr(obj, "__doc__", None)

@@ -26,12 +26,19 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator
-from typing import Any, Callable
+from collections.abc import Callable, Iterable, Iterator
+from types import FrameType
+from typing import NoReturn, TYPE_CHECKING
 
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from ..errors import BackendUnavailableError, GgmlInUseError, GgmlStateError, GgmlTypeError
 
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    # a Python-level signal handler, as signal.getsignal returns one
+    SignalHandler = Callable[[int, FrameType | None], object]
 
 # One lock for every in-use mark and every free: a free sees every mark set before it, and a call that
 # marks a handle sees every free done before it (re-entrant: a free frees its children under it).
@@ -113,11 +120,11 @@ def _at_exit() -> None:
 class Handle:
     kind = "handle"
 
-    def __init__(self, ptr: Any, free_fn: Callable[[Any], None] | None = None,
-                 parents: Iterable[Handle] = ()) -> None:
+    def __init__(self, ptr: CData, free_fn: Callable[[CData], None] | None = None,
+                 parents: Iterable[Handle | None] = ()) -> None:
         if ptr is None or ptr == ffi.NULL:
             raise GgmlStateError(f"ggml returned NULL while creating a {self.kind}")
-        self._ptr = ptr
+        self._ptr: CData | None = ptr
         self._addr = int(ffi.cast("uintptr_t", ptr))
         self.parents = tuple(p for p in parents if p is not None)
         self._children: weakref.WeakSet[Handle] = weakref.WeakSet()
@@ -131,7 +138,7 @@ class Handle:
             atexit.register(_at_exit)
 
     @property
-    def ptr(self) -> Any:
+    def ptr(self) -> CData:
         """The live C pointer; raises if this handle or one it depends on was freed."""
         ptr = self._ptr
         if ptr is None or self._collected():
@@ -196,7 +203,7 @@ class Handle:
 
     close = free
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -210,13 +217,13 @@ class Handle:
         return ""
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other._addr == self._addr
+        return isinstance(other, Handle) and type(other) is type(self) and other._addr == self._addr
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, self._addr))
 
 
-def unique_handles(handles: Iterable[Any]) -> list[Handle]:
+def unique_handles(handles: Iterable[object]) -> list[Handle]:
     """The distinct handles (by identity: two handles may compare equal by address) among ``handles``."""
     seen: dict[int, Handle] = {}
     for h in handles:
@@ -226,7 +233,7 @@ def unique_handles(handles: Iterable[Any]) -> list[Handle]:
 
 
 @contextlib.contextmanager
-def using(handles: Iterable[Any], what: str, exclusive: Iterable[Any] = (),
+def using(handles: Iterable[object], what: str, exclusive: Iterable[object] = (),
           busy: Callable[[str], str] | None = None, check: Callable[[], None] | None = None) -> Iterator[None]:
     """Mark ``handles`` in use by the call ``what`` for the length of the block: freeing any of them (or
     a parent of one) raises GgmlInUseError meanwhile. Raises GgmlStateError first when one of them has
@@ -239,7 +246,7 @@ def using(handles: Iterable[Any], what: str, exclusive: Iterable[Any] = (),
         _check_not_exiting()
         for h in hs:
             if h._ptr is None:
-                h.ptr  # noqa: B018 - raises, saying what was freed
+                _ = h.ptr  # raises, saying what was freed
         if check is not None:
             check()
         for h in unique_handles(exclusive):
@@ -256,7 +263,7 @@ def using(handles: Iterable[Any], what: str, exclusive: Iterable[Any] = (),
                 h.users.remove(what)
 
 
-def compute_locks(backends: Iterable[Any]) -> tuple:
+def compute_locks(backends: Iterable[object]) -> tuple[threading.RLock, ...]:
     """The compute locks of ``backends``, in the one order every caller takes them (no deadlock)."""
     locks = []
     for b in sorted(unique_handles(backends), key=id):
@@ -277,7 +284,8 @@ class computing:
 
     __slots__ = ("locks", "rpc")
 
-    def __init__(self, backends: Iterable[Any] = (), locks: tuple | None = None, rpc: bool | None = None) -> None:
+    def __init__(self, backends: Iterable[object] = (), locks: tuple[threading.RLock, ...] | None = None,
+                 rpc: bool | None = None) -> None:
         backends = tuple(backends)
         self.locks = compute_locks(backends) if locks is None else locks
         self.rpc = any(getattr(b, "is_rpc", False) for b in backends) if rpc is None else rpc
@@ -294,7 +302,7 @@ class computing:
                 _computing_now[0] -= 1
             raise
 
-    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         for lock in reversed(self.locks):
             lock.release()
         with HANDLE_LOCK:
@@ -317,7 +325,7 @@ RPC_LOST_MESSAGE = ("an RPC server stopped answering (the connection was lost: t
                     "(a fit's completed epochs are in this error's .history; save the model from a local copy)")
 
 
-def install_sigint(handler: Callable) -> Any:
+def install_sigint(handler: SignalHandler) -> SignalHandler | None:
     """Put ``handler`` in place for SIGINT and return the handler it replaces, or None where nothing was
     installed: off the main thread (Python delivers signals there only), over a C-level handler, or in a
     sub-interpreter."""
@@ -343,24 +351,25 @@ class InterruptGuard:
 
     def __init__(self) -> None:
         self.in_step = False
-        self.pending: tuple | None = None
-        self.old: Any = None
+        self.pending: tuple[int, FrameType | None] | None = None
+        self.old: SignalHandler | None = None
         self.step = _GuardStep(self)
 
     def __enter__(self) -> InterruptGuard:
         self.old = install_sigint(self._handler)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.old is not None:
             signal.signal(signal.SIGINT, self.old)
             self.old = None
 
-    def _handler(self, signum: int, frame: Any) -> None:
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
         if self.in_step and self.pending is None:
             self.pending = (signum, frame)
             return
-        self.old(signum, frame)
+        if self.old is not None:  # installed only over a Python-level handler
+            self.old(signum, frame)
 
 
 class InterruptKeeper:
@@ -372,23 +381,24 @@ class InterruptKeeper:
     Main thread only, over a Python-level handler (elsewhere a no-op)."""
 
     def __init__(self) -> None:
-        self.old: Any = None
+        self.old: SignalHandler | None = None
         self.noted = False
 
     def __enter__(self) -> InterruptKeeper:
         self.old = install_sigint(self._handler)
         return self
 
-    def _handler(self, signum: int, frame: Any) -> None:
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
         self.noted = True
-        self.old(signum, frame)
+        if self.old is not None:  # installed only over a Python-level handler
+            self.old(signum, frame)
 
     def check(self) -> None:
         if self.noted:
             self.noted = False
             raise KeyboardInterrupt
 
-    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         if self.old is not None:
             signal.signal(signal.SIGINT, self.old)
             self.old = None
@@ -405,7 +415,7 @@ class _GuardStep:
     def __enter__(self) -> None:
         self.guard.in_step = True
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         g = self.guard
         g.in_step = False
         if g.pending is not None and g.old is not None:
@@ -425,12 +435,12 @@ class Allocations:
     __slots__ = ("_records",)
 
     def __init__(self) -> None:
-        self._records: list[tuple[tuple, list]] = []
+        self._records: list[tuple[tuple[Handle, ...], list[tuple[CData, CData]]]] = []
 
     def __bool__(self) -> bool:
         return bool(self._records)
 
-    def record(self, keepers: Iterable[Any], tensors: list[tuple[Any, Any]]) -> None:
+    def record(self, keepers: Iterable[Handle], tensors: list[tuple[CData, CData]]) -> None:
         """``tensors``: (tensor pointer, buffer pointer it got) pairs whose headers live while ``keepers`` do."""
         if tensors:
             self._records.append((tuple(keepers), tensors))
@@ -449,18 +459,18 @@ class Allocations:
             bump_memory_epoch()
 
 
-def unwrap(obj: Any, cls: type, what: str) -> Any:
+def unwrap(obj: object, cls: type[Handle], what: str) -> CData:
     """The C pointer of ``obj`` if it is a live ``cls`` handle; TypeError otherwise."""
     if not isinstance(obj, cls):
         raise_type(what, cls.kind, obj)
     return obj.ptr
 
 
-def raise_type(what: str, expected: str, given: Any) -> None:
+def raise_type(what: str, expected: str, given: object) -> NoReturn:
     raise GgmlTypeError(f"{what}: expected a {expected}, got {type(given).__name__} ({given!r:.80})")
 
 
-def free_handle(obj: Any, cls: type, what: str) -> None:
+def free_handle(obj: object, cls: type[Handle], what: str) -> None:
     """The ``*_free`` functions: type-checked, and idempotent (a freed handle is freed again silently)."""
     if not isinstance(obj, cls):
         raise_type(what, cls.kind, obj)

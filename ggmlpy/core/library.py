@@ -98,9 +98,9 @@ _WHAT = {  # for the docstrings
 
 
 @functools.lru_cache(maxsize=1)
-def _features() -> dict:
+def _features() -> dict[str, str]:
     """{name: value} as ggml's CPU backend reports them (read once: they do not change in a process)."""
-    out = {}
+    out: dict[str, str] = {}
     p = lib.ggmlpy_cpu_features()
     if p == ffi.NULL:
         return out

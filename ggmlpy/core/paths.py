@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Any
+from typing import TYPE_CHECKING, Union
 
 from ..errors import expect, GgmlTypeError, GgmlValueError, GgufFileError, GgufFileNotFoundError
 
 
-def fs_path(path: Any, fn: str) -> str:
+if TYPE_CHECKING:
+    PathArg = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]  # what os.fspath takes
+
+
+def fs_path(path: PathArg, fn: str) -> str:
     try:
         p = os.fspath(path)
     except TypeError:
@@ -68,7 +72,7 @@ def check_writable_path(p: str, fn: str) -> None:
         raise GgufFileError(f"{fn}: {p!r} is {_file_kind(st.st_mode)}; write GGUF to a regular file")
 
 
-def path_bytes(p: Any) -> bytes:
+def path_bytes(p: PathArg) -> bytes:
     raw = os.fsencode(p)
     if b"\0" in raw:
         raise GgmlValueError(f"a file path must not contain NUL characters, got {p!r}")

@@ -3,8 +3,6 @@ dtypes, and ggmlR's type queries (``ggml_type_name``, ``ggml_type_size``, ``ggml
 """
 from __future__ import annotations
 
-from typing import Any
-
 from .._ffi import ffi, lib
 from ..errors import GgmlTypeError, GgmlValueError
 from .args import is_int
@@ -32,7 +30,7 @@ def type_name(t: int) -> str:
 _TYPE_COUNT = int(lib.GGML_TYPE_COUNT)
 
 
-def _type(fn: str, type: Any) -> int:
+def _type(fn: str, type: object) -> int:
     """``type`` as a ggml type that exists (ggml indexes a table with it; removed types have no block size)."""
     if not is_int(type):
         raise GgmlTypeError(f"{fn}: type must be a GGML_TYPE_* int, got {type!r}")

@@ -3,9 +3,7 @@ on an op without a backward pass, or on an in-place op in the way of a gradient)
 """
 from __future__ import annotations
 
-from typing import Any
-
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from ..core.handle import unwrap
 from ..core.types import GGML_TYPE_F32, type_name
 from ..errors import expect, GgmlTypeError, GgmlValueError
@@ -114,7 +112,7 @@ def check_backward_nodes(nodes: list, losses: list, accumulating: bool = False) 
 _VIEW_OPS = {"CPY", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"}
 
 
-def _check_not_inplace(n: Any, srcs: list) -> None:
+def _check_not_inplace(n: CData, srcs: list[CData]) -> None:
     """ggml_build_backward_expand asserts that no node needing a gradient is an in-place op (it has a view_src
     and is not a CPY/VIEW/RESHAPE/PERMUTE/TRANSPOSE): raise instead, naming the op and the fix."""
     if n.view_src == ffi.NULL:
@@ -142,13 +140,13 @@ IGNORED_SRCS = {"IM2COL": (0,), "IM2COL_BACK": (0,), "CPY": (1,), "GET_ROWS": (1
                  "ROPE": (1,), "SGN": (0,), "STEP": (0,), "DROPOUT": (1,)}
 
 
-def _grad_srcs(n: Any, needs_grad: set[int]) -> list:
+def _grad_srcs(n: CData, needs_grad: set[int]) -> list[CData]:
     """The sources of ``n`` that a gradient flows to, as ggml decides it."""
     ignored = IGNORED_SRCS.get(op_label(n), ())
     return [s for j, s in enumerate(n.src) if s != ffi.NULL and j not in ignored and ptr_key(s) in needs_grad]
 
 
-def check_node_backward(n: Any, needs_grad: set[int] | None = None) -> None:
+def check_node_backward(n: CData, needs_grad: set[int] | None = None) -> None:
     """Raise if ggml has no backward pass for node ``n``. ``needs_grad`` (keys of the tensors that
     need a gradient) refines the SUB/DIV rule; without it every broadcast SUB/DIV is refused."""
     label = op_label(n)

@@ -4,9 +4,9 @@ they hold. A context owns its tensors; its ``Generation`` tells tensors from bef
 from __future__ import annotations
 
 import numbers
-from typing import Any
+from collections.abc import Collection, Sequence
 
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from ..core.args import is_int, is_real
 from ..core.handle import bump_memory_epoch, free_handle, HANDLE_LOCK, unwrap
 from ..core.sysmem import check_fits_memory
@@ -22,13 +22,13 @@ GGML_DEFAULT_GRAPH_SIZE = int(lib.GGML_DEFAULT_GRAPH_SIZE)
 MAX_GRAPH_SIZE = 1 << 30
 
 
-def check_graph_size(fn: str, size: Any, what: str = "graph size") -> int:
+def check_graph_size(fn: str, size: object, what: str = "graph size") -> int:
     if not is_int(size) or size < 1:
         raise GgmlValueError(f"{fn}: {what} must be an int >= 1, got {size!r}")
     if size > MAX_GRAPH_SIZE:
         raise GgmlValueError(f"{fn}: {what} must be at most {MAX_GRAPH_SIZE} (2**30) nodes, got {size}; "
                              "split the computation into smaller graphs")
-    return size
+    return int(size)
 
 
 def ggml_init(mem_size: int = 16 * 1024 * 1024, no_alloc: bool = False) -> Context:
@@ -61,8 +61,8 @@ def ggml_init(mem_size: int = 16 * 1024 * 1024, no_alloc: bool = False) -> Conte
     return Context(mem_size, no_alloc)
 
 
-def ggml_init_auto(*shapes: Any, extra_mb: float = 10, type: int = GGML_TYPE_F32, no_alloc: bool = False,
-                   **named_shapes: Any) -> Context:
+def ggml_init_auto(*shapes: int | Sequence[int], extra_mb: float = 10, type: int = GGML_TYPE_F32,
+                   no_alloc: bool = False, **named_shapes: int | Sequence[int]) -> Context:
     """A context sized for the tensors you plan to create in it, plus some room (ggmlR's helper).
 
     Each planned tensor is given by its shape (ne0 first: an int, or a list/tuple of 1 to 4 ints), by
@@ -93,8 +93,8 @@ def ggml_init_auto(*shapes: Any, extra_mb: float = 10, type: int = GGML_TYPE_F32
     expect(isinstance(no_alloc, bool), f"{fn}: no_alloc must be a bool, got {no_alloc!r}", GgmlTypeError)
     total = 0
     for label, shape in [*((f"shapes[{i}]", s) for i, s in enumerate(shapes)), *named_shapes.items()]:
-        dims = [shape] if isinstance(shape, numbers.Integral) else shape
-        if isinstance(dims, (str, bytes)) or not hasattr(dims, "__len__") or not 1 <= len(dims) <= 4 or \
+        dims: object = [shape] if isinstance(shape, numbers.Integral) else shape
+        if isinstance(dims, (str, bytes)) or not isinstance(dims, Collection) or not 1 <= len(dims) <= 4 or \
                 any(not is_int(n) or n < 1 for n in dims):
             raise GgmlValueError(f"{fn}: {label} must be a tensor shape: an int or 1 to 4 ints >= 1, got {shape!r}")
         count = 1
@@ -210,7 +210,7 @@ def ggml_used_mem(ctx: Context) -> int:
     return ctx.used_mem
 
 
-def _ctx(ctx: Any, fn: str) -> Any:
+def _ctx(ctx: object, fn: str) -> CData:
     return unwrap(ctx, Context, f"{fn}(ctx)")
 
 

@@ -8,9 +8,9 @@ import os
 import sys
 import threading
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
-from .._ffi import ffi, ggml_logger, lib
+from .._ffi import CData, ffi, ggml_logger, lib
 from ..core.args import c_string, is_int
 from ..core.handle import raise_type, unwrap
 from ..core.paths import check_writable_path
@@ -18,6 +18,10 @@ from ..errors import expect, GgmlStateError, GgmlTypeError, GgmlValueError
 from .context import check_graph_size, GGML_DEFAULT_GRAPH_SIZE
 from .nodes import ptr_key, tensor_label
 from .objects import as_graph, as_tensor, Context, Graph, Tensor
+
+
+if TYPE_CHECKING:
+    from ..core.paths import PathArg
 
 
 def ggml_new_graph(ctx: Context) -> Graph:
@@ -60,9 +64,10 @@ def ggml_new_graph_custom(ctx: Context, size: int = GGML_DEFAULT_GRAPH_SIZE, gra
     return Graph(lib.ggml_new_graph_custom(ctx_ptr, size, bool(grads)), ctx, size, bool(grads))
 
 
-def walk_graph(roots: Iterable[Any]) -> Iterator[Any]:
+def walk_graph(roots: Iterable[CData]) -> Iterator[CData]:
     """Every tensor (cdata pointer) reachable from ``roots`` through its sources, each once."""
-    stack, seen = list(roots), set()
+    stack = list(roots)
+    seen: set[int] = set()
     while stack:
         t = stack.pop()
         key = int(ffi.cast("uintptr_t", t))
@@ -73,9 +78,10 @@ def walk_graph(roots: Iterable[Any]) -> Iterator[Any]:
         stack.extend(s for s in t.src if s != ffi.NULL)
 
 
-def _reachable(root: Any) -> tuple[set, set]:
+def _reachable(root: CData) -> tuple[set[int], set[int]]:
     """Nodes (ops) and leafs reachable from ``root``, as ggml_build_forward_expand will add them."""
-    nodes, leafs = set(), set()
+    nodes: set[int] = set()
+    leafs: set[int] = set()
     for t in walk_graph([root]):
         key = int(ffi.cast("uintptr_t", t))
         (nodes if t.op != lib.GGML_OP_NONE or (t.flags & lib.GGML_TENSOR_FLAG_PARAM) else leafs).add(key)
@@ -260,7 +266,7 @@ def ggml_graph_print(graph: Graph) -> None:
     sys.stdout.flush()
 
 
-def ggml_graph_dump_dot(graph: Graph, leafs: Graph | None = None, filename: Any = None) -> None:
+def ggml_graph_dump_dot(graph: Graph, leafs: Graph | None = None, filename: PathArg | None = None) -> None:
     """Write a graph in Graphviz's dot format (render it with ``dot -Tpng file.dot -o file.png``).
 
     Arguments:

@@ -3,11 +3,11 @@ compute reads out of range.
 """
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from ..core.args import fail
 from ..errors import GgmlValueError
 from .nodes import ptr_key, tensor_label
@@ -44,16 +44,17 @@ def index_bounds(inputs: list[Tensor] | None, outputs: list[Tensor]) -> dict[int
     return {key: bound for key, (_, bound) in _index_inputs(inputs, outputs).items()}
 
 
-def index_inputs(outputs: list[Tensor]) -> list[tuple[Any, int]]:
+def index_inputs(outputs: Sequence[Tensor | CData]) -> list[tuple[CData, IndexBound]]:
     """(leaf tensor pointer, bound) for every leaf that ggml reads as indices (see ``index_bounds``)."""
     return list(_index_inputs(None, outputs).values())
 
 
-def _index_inputs(inputs: list[Tensor] | None, outputs: list[Tensor]) -> dict[int, tuple[Any, int]]:
+def _index_inputs(inputs: list[Tensor] | None,
+                  outputs: Sequence[Tensor | CData]) -> dict[int, tuple[CData, IndexBound]]:
     wanted = None if inputs is None else {ptr_key(t.ptr) for t in inputs}
-    found: dict[int, tuple[Any, int]] = {}
+    found: dict[int, tuple[CData, IndexBound]] = {}
     seen: set[int] = set()
-    stack = [getattr(o, "ptr", o) for o in outputs]  # Tensors or raw pointers
+    stack = [o.ptr if isinstance(o, Tensor) else o for o in outputs]  # Tensors or raw pointers
     while stack:
         t = stack.pop()
         if ptr_key(t) in seen:
@@ -80,7 +81,7 @@ def _index_inputs(inputs: list[Tensor] | None, outputs: list[Tensor]) -> dict[in
     return found
 
 
-def check_index_inputs(leaves: list[tuple[Any, int]]) -> None:
+def check_index_inputs(leaves: list[tuple[CData, IndexBound]]) -> None:
     """Check the current contents of index leaves (before a compute ggml would abort)."""
     for t, bound in leaves:
         # a contiguous view of an index input is read through the input itself, at the view's offset: the view's
@@ -100,7 +101,7 @@ def check_index_inputs(leaves: list[tuple[Any, int]]) -> None:
 _VALUE_MOVES = _DATA_MOVES | {"REPEAT", "GET_ROWS", "CPY", "DUP"}
 
 
-def computed_index_bound(t: Any, depth: int = 0) -> int | None:
+def computed_index_bound(t: CData, depth: int = 0) -> int | None:
     """An exclusive upper bound on the values of I32 tensor pointer ``t`` that ggml computes, when the ops
     computing it give one: ``ggml_argmax`` of ``[k, ...]`` yields values in ``[0, k)``, and reshapes, views,
     copies, repeats and row lookups keep the values of their source. None when no bound is known: a leaf
@@ -126,7 +127,7 @@ def check_computed_indices(fn: str, table: Tensor, indices: Tensor) -> None:
                  f"an index. Give the table at least {bound} rows, or take the argmax over at most {rows} values")
 
 
-def _is_input(t: Any, wanted: set[int] | None) -> bool:
+def _is_input(t: CData, wanted: set[int] | None) -> bool:
     return t.op == lib.GGML_OP_NONE if wanted is None else ptr_key(t) in wanted
 
 

@@ -3,15 +3,15 @@ shape and layout predicates, op names and symbols.
 """
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from ..core.args import is_int
 from ..errors import GgmlTypeError, GgmlValueError
 from .objects import as_tensor, Tensor
 
 
-def is_padded_1d(p: Any) -> bool:
+def is_padded_1d(p: CData) -> bool:
     """ggml_is_padded_1d of tensor pointer ``p``."""
     return int(p.nb[0]) == int(lib.ggml_type_size(p.type)) and int(p.nb[2]) == int(p.nb[1]) * int(p.ne[1]) \
         and int(p.nb[3]) == int(p.nb[2]) * int(p.ne[2])
@@ -70,7 +70,7 @@ def ggml_tensor_nb(tensor: Tensor) -> tuple[int, int, int, int]:
     return (int(t.nb[0]), int(t.nb[1]), int(t.nb[2]), int(t.nb[3]))
 
 
-def _pair(fn: str, a: Any, b: Any) -> tuple[Any, Any]:
+def _pair(fn: str, a: Tensor, b: Tensor) -> tuple[CData, CData]:
     return as_tensor(a, f"{fn}(a)").ptr, as_tensor(b, f"{fn}(b)").ptr
 
 
@@ -135,7 +135,7 @@ def ggml_can_repeat(a: Tensor, b: Tensor) -> bool:
     return bool(lib.ggml_can_repeat(*_pair("ggml_can_repeat", a, b)))
 
 
-def _predicate(name: str, summary: str, example: str) -> Any:
+def _predicate(name: str, summary: str, example: str) -> Callable[[Tensor], bool]:
     c_fn = getattr(lib, name)
 
     def predicate(tensor: Tensor) -> bool:
@@ -186,7 +186,7 @@ ggml_is_transposed = _predicate(
 
 # ---------------------------------------------------------------- ops
 
-def make_op(fn: str, op: Any, count: int, what: str) -> int:
+def make_op(fn: str, op: object, count: int, what: str) -> int:
     if not is_int(op):
         raise GgmlTypeError(f"{fn}: op must be an int ({what}), got {op!r}")
     if not 0 <= int(op) < count:

@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
 
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from ..core.types import type_name
 from ..errors import GgmlStateError
 
 
-def ptr_key(p: Any) -> int:
+def ptr_key(p: CData) -> int:
     """A hashable identity for a cffi tensor pointer."""
     return int(ffi.cast("uintptr_t", p))
 
@@ -21,12 +20,12 @@ assert ffi.offsetof("struct ggml_tensor", "flags") - _OP_PARAMS_AT == int(lib.GG
     if hasattr(lib, "GGML_MAX_OP_PARAMS") else True
 
 
-def op_param_f32(p: Any, i: int) -> float:
+def op_param_f32(p: CData, i: int) -> float:
     """Float op parameter ``i`` of tensor pointer ``p`` (as ggml_get_op_params_f32)."""
     return float(ffi.cast("float *", ffi.cast("char *", p) + _OP_PARAMS_AT)[i])
 
 
-def op_label(p: Any) -> str:
+def op_label(p: CData) -> str:
     name = ffi.string(lib.ggml_op_name(p.op)).decode()
     if name == "UNARY":
         return ffi.string(lib.ggml_op_desc(p)).decode()
@@ -38,7 +37,7 @@ def op_label(p: Any) -> str:
 _GGML_NAMES = re.compile(r"^(leaf|node)_\d+$")
 
 
-def tensor_label(t: Any) -> str:
+def tensor_label(t: CData) -> str:
     """How an error names tensor pointer ``t``: its user-given name, type and shape ('leaf_3' and the like
     are names ggml gives unnamed tensors while building a graph: said so)."""
     name = ffi.string(t.name).decode("utf-8", "replace")
@@ -60,7 +59,7 @@ NO_MEMORY_FIX = ("allocate it first: ggml_backend_alloc_ctx_tensors for its cont
                  "when the buffer, scheduler or graph allocator that gave it is freed or reset")
 
 
-def tensor_memory(t: Any, what: str | None = None) -> str:
+def tensor_memory(t: CData, what: str | None = None) -> str:
     """Where tensor pointer ``t`` has its data: 'backend' (a backend buffer) or 'host' (context memory).
 
     Raises GgmlStateError when it has none: never allocated, or its buffer, scheduler or graph allocator
@@ -89,7 +88,7 @@ def tensor_memory(t: Any, what: str | None = None) -> str:
 _SHAPE_ONLY_SRCS = {"CPY": (1,), "IM2COL": (0,), "IM2COL_BACK": (1,)}
 
 
-def value_read(nodes: Iterable[Any]) -> set[int]:
+def value_read(nodes: Iterable[CData]) -> set[int]:
     """Keys of the tensors some node of ``nodes`` reads the values of (not only the shape, or as the
     destination of a copy); reading a view reads the tensor it views."""
     read: set[int] = set()
@@ -103,7 +102,7 @@ def value_read(nodes: Iterable[Any]) -> set[int]:
     return read
 
 
-def graph_tensor_ptrs(g: Any) -> tuple[list, list]:
+def graph_tensor_ptrs(g: CData) -> tuple[list[CData], list[CData]]:
     """(nodes, every tensor) of graph pointer ``g``: its nodes in order, then the sources they read that
     are not nodes (the leafs), each once."""
     nodes = [lib.ggml_graph_node(g, i) for i in range(int(lib.ggml_graph_n_nodes(g)))]
@@ -119,7 +118,7 @@ def graph_tensor_ptrs(g: Any) -> tuple[list, list]:
     return nodes, tensors
 
 
-def describe_node(p: Any) -> str:
+def describe_node(p: CData) -> str:
     """'CPY of tensor 'y' (result I8; operands F32, I8)': what a node computes, from which types."""
     srcs = ", ".join(type_name(s.type).upper() for s in p.src if s != ffi.NULL)
     return (f"{op_label(p)} of {tensor_label(p)} (result {type_name(p.type).upper()}"

@@ -4,10 +4,9 @@ conversions that check an argument is one.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Hashable, Iterable, Iterator
 
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from ..core.handle import bump_memory_epoch, Handle, HANDLE_LOCK, raise_type
 from ..core.types import type_name
 from ..errors import GgmlStateError, GgmlValueError
@@ -60,13 +59,13 @@ class Context(Handle):
                 f"the ggml context is full: creating this {what} needs {need} bytes, {free} of "
                 f"{self.mem_size} are left; create the context with a larger mem_size")
 
-    def tensor_ptrs(self) -> Iterator[Any]:
+    def tensor_ptrs(self) -> Iterator[CData]:
         t = lib.ggml_get_first_tensor(self.ptr)
         while t != ffi.NULL:
             yield t
             t = lib.ggml_get_next_tensor(self.ptr, t)
 
-    def detach_buffer(self, buffer_ptr: Any) -> None:
+    def detach_buffer(self, buffer_ptr: CData) -> None:
         for t in self.tensor_ptrs():
             if t.buffer == buffer_ptr:
                 t.buffer = ffi.NULL
@@ -74,7 +73,7 @@ class Context(Handle):
         bump_memory_epoch()  # views of these tensors in other contexts lost their memory too
 
     @property
-    def deps_of(self) -> dict[int, tuple]:
+    def deps_of(self) -> dict[int, tuple[Handle, ...]]:
         """Tensor address -> the handles its sources live in (other contexts, ...), for wrappers made later
         (created on first use: subclasses that bypass ``__init__`` have it too)."""
         d = self.__dict__.get("_deps_of")
@@ -82,7 +81,7 @@ class Context(Handle):
             d = self.__dict__["_deps_of"] = {}
         return d
 
-    def wrap_tensor(self, ptr: Any) -> Tensor:
+    def wrap_tensor(self, ptr: CData) -> Tensor:
         """A wrapper of a tensor of this context, knowing what its sources depend on."""
         return Tensor(ptr, self, deps=self.deps_of.get(int(ffi.cast("uintptr_t", ptr)), ()))
 
@@ -92,9 +91,10 @@ class Context(Handle):
         in the context depends on it (created on first use: subclasses that bypass ``__init__`` have it too)."""
         gen = self.__dict__.get("_generation")
         if gen is None or gen._ptr is None:
-            if self._ptr is None:
+            ptr = self._ptr
+            if ptr is None:
                 raise GgmlStateError(f"this {self.kind} has been freed")
-            gen = self.__dict__["_generation"] = Generation(self)
+            gen = self.__dict__["_generation"] = Generation(self, ptr)
         return gen
 
 
@@ -104,8 +104,8 @@ class Generation(Handle):
     of their headers and data, so they must refuse to work although the context itself lives on."""
     kind = "ggml context (reset since)"
 
-    def __init__(self, ctx: Context) -> None:
-        super().__init__(ctx._ptr, None, parents=(ctx,))
+    def __init__(self, ctx: Context, ptr: CData) -> None:
+        super().__init__(ptr, None, parents=(ctx,))
 
     __eq__ = object.__eq__
     __hash__ = object.__hash__
@@ -115,10 +115,10 @@ RESET_MESSAGE = ("{what} was created in a ggml context before ggml_reset was cal
                  "memory for new tensors, so the old ones no longer exist; create it again after the reset")
 
 
-def merge_deps(owner: Any, sources: Iterable[Any] = (), deps: Iterable[Any] = ()) -> tuple:
+def merge_deps(owner: Handle, sources: Iterable[Tensor | None] = (), deps: Iterable[Handle] = ()) -> tuple[Handle, ...]:
     """The handles, other than ``owner``, that a tensor made from ``sources`` (Tensors) depends on: their
     owners and what they depend on, plus ``deps``; each once (by identity)."""
-    out: dict[int, Any] = {}
+    out: dict[int, Handle] = {}
     for s in sources:
         if s is None:
             continue
@@ -139,7 +139,8 @@ class Tensor:
     tensor after any of them was freed raises GgmlStateError (ggml would follow dangling pointers)."""
     __slots__ = ("_ptr", "owner", "deps", "__weakref__")
 
-    def __init__(self, ptr: Any, owner: Handle, sources: Iterable[Tensor | None] = (), deps: Iterable[Any] = ()) -> None:
+    def __init__(self, ptr: CData, owner: Handle, sources: Iterable[Tensor | None] = (),
+                 deps: Iterable[Handle] = ()) -> None:
         if ptr == ffi.NULL:
             raise GgmlStateError("ggml returned a NULL tensor")
         self._ptr = ptr
@@ -153,7 +154,7 @@ class Tensor:
                 self.deps = self.deps + (gen,)
 
     @property
-    def ptr(self) -> Any:
+    def ptr(self) -> CData:
         if not self.owner.alive:
             raise GgmlStateError(f"this tensor belongs to a {self.owner.kind} that has been freed")
         for d in self.deps:
@@ -171,7 +172,7 @@ class Tensor:
         return self.owner.alive and all(d.alive for d in self.deps)
 
     @property
-    def keepers(self) -> tuple:
+    def keepers(self) -> tuple[Handle, ...]:
         """Every handle this tensor needs: its owner and what it depends on."""
         return (self.owner,) + self.deps
 
@@ -214,14 +215,14 @@ class Tensor:
         return f"<Tensor {self.name or '?'} {type_name(self.type)} {list(self.shape)} op={self.op_name}>"
 
 
-def as_tensor(obj: Any, what: str) -> Tensor:
+def as_tensor(obj: object, what: str) -> Tensor:
     if not isinstance(obj, Tensor):
         raise_type(what, "Tensor", obj)
     _ = obj.ptr  # raises if freed
     return obj
 
 
-def as_graph(obj: Any, what: str) -> Graph:
+def as_graph(obj: object, what: str) -> Graph:
     if not isinstance(obj, Graph):
         raise_type(what, "Graph (ggml_new_graph)", obj)
     _ = obj.ptr  # raises if its context was freed
@@ -237,15 +238,15 @@ class Graph:
     ``_allocators`` the graph allocators / schedulers whose memory its tensors got."""
     __slots__ = ("_ptr", "ctx", "size", "grads", "deps", "checked_key", "allocators", "__weakref__")
 
-    def __init__(self, ptr: Any, ctx: Context, size: int, grads: bool) -> None:
+    def __init__(self, ptr: CData, ctx: Context, size: int, grads: bool) -> None:
         self._ptr, self.ctx, self.size, self.grads = ptr, ctx, size, grads
         gen = ctx.generation  # the graph lives in the context's memory until its next ggml_reset
-        self.deps: dict[int, Any] = {id(gen): gen}
-        self.checked_key: Any = None
-        self.allocators: dict[int, Any] = {}
+        self.deps: dict[int, Handle] = {id(gen): gen}
+        self.checked_key: Hashable = None
+        self.allocators: dict[int, Handle] = {}
 
     @property
-    def ptr(self) -> Any:
+    def ptr(self) -> CData:
         if not self.ctx.alive:
             raise GgmlStateError("this graph belongs to a ggml context that has been freed")
         for d in self.deps.values():
@@ -258,7 +259,7 @@ class Graph:
         return self._ptr
 
     @property
-    def keepers(self) -> tuple:
+    def keepers(self) -> tuple[Handle, ...]:
         """Every handle the graph's tensors need: its context, the contexts of its tensors, their buffers."""
         hs = [self.ctx, *self.deps.values()]
         for h in list(hs):
@@ -274,7 +275,7 @@ class Graph:
     def n_nodes(self) -> int:
         return int(lib.ggml_graph_n_nodes(self.ptr))
 
-    def node_tensor(self, ptr: Any) -> Tensor:
+    def node_tensor(self, ptr: CData) -> Tensor:
         """A wrapper of a node or leaf of this graph."""
         return Tensor(ptr, self.ctx, deps=self.deps.values())
 

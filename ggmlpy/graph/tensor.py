@@ -3,8 +3,6 @@ shape and size queries.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from .._ffi import ffi, lib
 from ..core.args import c_string, INT64_MAX, is_int
 from ..core.handle import unwrap
@@ -13,11 +11,11 @@ from ..errors import expect, GgmlTypeError, GgmlValueError
 from .objects import as_tensor, Context, Tensor
 
 
-def _check_type(t: Any, what: str) -> int:
+def _check_type(t: object, what: str) -> int:
     if not is_int(t) or t not in PLAIN_TYPES:
         names = ", ".join(sorted(f"GGML_TYPE_{type_name(x).upper()}" for x in PLAIN_TYPES))
         raise GgmlTypeError(f"{what}: expected one of {names}, got {t!r}")
-    return t
+    return int(t)
 
 
 def new_tensor(ctx: Context, type: int, ne: tuple[int, ...]) -> Tensor:

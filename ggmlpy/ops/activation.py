@@ -1,12 +1,13 @@
 """Activations, rounding, ggml's add1 and the GLU family (ggmlR parity)."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
 from .._ffi import lib
 from ..core.args import bool_arg, fail, float_arg, is_int
+from ..core.glossary import fill_doc
 from ..core.types import FLOAT_TYPES, type_name
 from ..errors import GgmlTypeError
 from ..graph.objects import Context, Tensor
@@ -63,7 +64,7 @@ def ggml_add1(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 # ---------------------------------------------------------------- element-wise activations and rounding
 
 # name -> check(fn, a) -> a, shared with the in-place forms (ops.inplace)
-UNARY_CHECKS: dict[str, Callable[[str, Any], Tensor]] = {}
+UNARY_CHECKS: dict[str, Callable[[str, object], Tensor]] = {}
 
 _NO_BACKWARD = ("Not differentiable: ggml has no backward pass for it, so in a trainable graph it may not lie\n"
                 "    between a parameter and the loss (training raises an error naming {label}){hint}.")
@@ -130,7 +131,7 @@ ggml_round = _unary(
 
 # ---------------------------------------------------------------- gated linear units
 
-def _glu_op(fn: str, op: Any) -> int:
+def _glu_op(fn: str, op: object) -> int:
     if not is_int(op):
         fail(fn, f"op must be one of the GGML_GLU_OP_* constants (an int), got {op!r}", GgmlTypeError)
     op = int(op)
@@ -143,7 +144,7 @@ def _glu_op(fn: str, op: Any) -> int:
     return op
 
 
-def _glu_operand(fn: str, t: Any, what: str) -> Tensor:
+def _glu_operand(fn: str, t: object, what: str) -> Tensor:
     t = operand(fn, t, what)
     _base.types(fn, t, F32_F16, what)  # the CPU kernels implement F32 and F16 only
     if not lib.ggml_is_contiguous_1(t.ptr):  # ggml asserts it: contiguous rows, stacked without gaps
@@ -152,7 +153,7 @@ def _glu_operand(fn: str, t: Any, what: str) -> Tensor:
     return t
 
 
-def _glu(fn: str, ctx: Context, a: Any, b: Any, op: int, swapped: bool = False) -> Tensor:
+def _glu(fn: str, ctx: Context, a: object, b: object, op: int, swapped: bool = False) -> Tensor:
     a = _glu_operand(fn, a, "a")
     if b is None:
         if a.shape[0] % 2:
@@ -344,4 +345,4 @@ def ggml_swiglu_clamp(ctx: Context, a: Tensor, b: Tensor, limit: float) -> Tenso
     return make_op(fn, ctx, lib.ggml_swiglu_clamp, (a, b), a.shape, (lim,), a.type)
 
 
-ggml_swiglu_clamp.__doc__ = ggml_swiglu_clamp.__doc__.format(no_backward=_GLU_NO_BACKWARD)
+fill_doc(ggml_swiglu_clamp, no_backward=_GLU_NO_BACKWARD)

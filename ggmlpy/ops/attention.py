@@ -3,10 +3,11 @@ relative positions.
 """
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 from .._ffi import ffi, lib
 from ..core.args import c_int_arg, fail, float_arg, is_int, list_arg
+from ..core.glossary import fill_doc
 from ..core.types import GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I32, type_name
 from ..errors import GgmlTypeError
 from ..graph.graph import walk_graph
@@ -26,7 +27,7 @@ _ROPE_MULTI_MODES = {**_ROPE_1D_MODES, GGML_ROPE_TYPE_MROPE: "GGML_ROPE_TYPE_MRO
                      GGML_ROPE_TYPE_VISION: "GGML_ROPE_TYPE_VISION"}
 
 
-def _required(fn: str, name: str, value: Any, usual: str) -> None:
+def _required(fn: str, name: str, value: object, usual: str) -> None:
     if value is None:
         fail(fn, f"{name} is required (ggmlR gives it no default); {usual}", GgmlTypeError)
 
@@ -46,9 +47,9 @@ def check_index_bound(fn: str, what: str, idx: Tensor, bound: int, table: str) -
 
 # ---------------------------------------------------------------- rotary position embedding
 
-def _rope(fn: str, ctx: Context, a: Any, b: Any, c: Any, n_dims: Any, mode: Any, n_ctx_orig: Any,
-          freq_base: Any, freq_scale: Any, ext_factor: Any, attn_factor: Any, beta_fast: Any, beta_slow: Any,
-          sections: Any, inplace: bool) -> Tensor:
+def _rope(fn: str, ctx: Context, a: object, b: object, c: object, n_dims: object, mode: object, n_ctx_orig: object,
+          freq_base: object, freq_scale: object, ext_factor: object, attn_factor: object, beta_fast: object,
+          beta_slow: object, sections: object, inplace: bool) -> Tensor:
     """The checks shared by every rope variant (ggml_rope_impl's asserts and the CPU kernel's), then the call.
     ``sections`` is None for the 1-D variants (rope, rope_ext), else rope_multi's four section sizes."""
     multi = sections is not None
@@ -111,6 +112,8 @@ def _rope(fn: str, ctx: Context, a: Any, b: Any, c: Any, n_dims: Any, mode: Any,
     floats = [float_arg(fn, name, v, finite=True) for name, v in
               (("ext_factor", ext_factor), ("attn_factor", attn_factor), ("beta_fast", beta_fast),
                ("beta_slow", beta_slow))]
+    tensors: tuple[Tensor | None, ...]
+    args: tuple[object, ...]
     if fn in ("ggml_rope", "ggml_rope_inplace"):  # C's short form: ggml's defaults for the rest
         tensors, args = (a, b), (n_dims, mode)
     elif multi:
@@ -255,7 +258,7 @@ _ROPE_MULTI_SECTIONS = """sections: 4 ints >= 0 (default ``[0, 0, 0, 0]``): the 
 
 
 def ggml_rope_multi(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None = None, n_dims: int | None = None,
-                    sections: Any = (0, 0, 0, 0), mode: int = 0, n_ctx_orig: int = 0, freq_base: float = 10000.0,
+                    sections: Sequence[int] = (0, 0, 0, 0), mode: int = 0, n_ctx_orig: int = 0, freq_base: float = 10000.0,
                     freq_scale: float = 1.0, ext_factor: float = 0.0, attn_factor: float = 1.0,
                     beta_fast: float = 32.0, beta_slow: float = 1.0) -> Tensor:
     """Multi-section rotary position embedding (M-RoPE), for vision-language and vision models.
@@ -277,7 +280,7 @@ def ggml_rope_multi(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None = None,
 
 
 def ggml_rope_multi_inplace(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None = None, n_dims: int | None = None,
-                            sections: Any = (0, 0, 0, 0), mode: int = 0, n_ctx_orig: int = 0,
+                            sections: Sequence[int] = (0, 0, 0, 0), mode: int = 0, n_ctx_orig: int = 0,
                             freq_base: float = 10000.0, freq_scale: float = 1.0, ext_factor: float = 0.0,
                             attn_factor: float = 1.0, beta_fast: float = 32.0, beta_slow: float = 1.0) -> Tensor:
     """``ggml_rope_multi`` **in place**: the rotation is written into a's own data.
@@ -302,12 +305,12 @@ def ggml_rope_multi_inplace(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None
 def _fill_rope_docs() -> None:
     ext = _ROPE_EXT_ARGS.format(mode=_ROPE_EXT_MODE)
     multi_ext = _ROPE_EXT_ARGS.format(mode=_ROPE_MULTI_SECTIONS)
-    for f in (ggml_rope, ggml_rope_inplace):
-        f.__doc__ = f.__doc__.format(theta=_ROPE_THETA, args=_ROPE_ARGS)
-    for f in (ggml_rope_ext, ggml_rope_ext_inplace):
-        f.__doc__ = f.__doc__.format(theta=_ROPE_THETA, args=_ROPE_ARGS, ext=ext)
-    for f in (ggml_rope_multi, ggml_rope_multi_inplace):
-        f.__doc__ = f.__doc__.format(multi=_ROPE_MULTI_DOC, args=_ROPE_MULTI_ARGS, ext=multi_ext)
+    fill_doc(ggml_rope, theta=_ROPE_THETA, args=_ROPE_ARGS)
+    fill_doc(ggml_rope_inplace, theta=_ROPE_THETA, args=_ROPE_ARGS)
+    fill_doc(ggml_rope_ext, theta=_ROPE_THETA, args=_ROPE_ARGS, ext=ext)
+    fill_doc(ggml_rope_ext_inplace, theta=_ROPE_THETA, args=_ROPE_ARGS, ext=ext)
+    fill_doc(ggml_rope_multi, multi=_ROPE_MULTI_DOC, args=_ROPE_MULTI_ARGS, ext=multi_ext)
+    fill_doc(ggml_rope_multi_inplace, multi=_ROPE_MULTI_DOC, args=_ROPE_MULTI_ARGS, ext=multi_ext)
 
 
 _fill_rope_docs()

@@ -1,10 +1,9 @@
 """ggml's explicit backward ops (``*_back``), for graphs that build a gradient by hand."""
 from __future__ import annotations
 
-from typing import Any
-
 from .._ffi import lib
 from ..core.args import eps_arg, fail, float_arg
+from ..core.glossary import fill_doc
 from ..core.types import GGML_TYPE_F32, GGML_TYPE_I32, type_name
 from ..graph.objects import Context, Tensor
 from .attention import check_index_bound, shape_text
@@ -67,7 +66,7 @@ def ggml_rms_norm_back(ctx: Context, a: Tensor, b: Tensor, eps: float = 1e-5) ->
     return make_op(fn, ctx, lib.ggml_rms_norm_back, (a, b), a.shape, (eps_arg(fn, "eps", eps),))
 
 
-def _soft_max_back(fn: str, ctx: Context, a: Any, b: Any, scale: Any, max_bias: Any, inplace: bool) -> Tensor:
+def _soft_max_back(fn: str, ctx: Context, a: object, b: object, scale: object, max_bias: object, inplace: bool) -> Tensor:
     a, b = operand(fn, a), operand(fn, b, "b")
     types(fn, a, {GGML_TYPE_F32}, "a (dy)")
     types(fn, b, {GGML_TYPE_F32}, "b (y)")
@@ -126,9 +125,8 @@ def ggml_soft_max_ext_back_inplace(ctx: Context, a: Tensor, b: Tensor, scale: fl
     return _soft_max_back("ggml_soft_max_ext_back_inplace", ctx, a, b, scale, max_bias, True)
 
 
-for _f in (ggml_soft_max_ext_back, ggml_soft_max_ext_back_inplace):
-    _f.__doc__ = _f.__doc__.format(args=_SOFT_MAX_BACK_ARGS)
-del _f
+fill_doc(ggml_soft_max_ext_back, args=_SOFT_MAX_BACK_ARGS)
+fill_doc(ggml_soft_max_ext_back_inplace, args=_SOFT_MAX_BACK_ARGS)
 
 
 def ggml_get_rows_back(ctx: Context, a: Tensor, b: Tensor, c: Tensor) -> Tensor:

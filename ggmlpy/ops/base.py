@@ -4,9 +4,9 @@ before ggml is called, and the helpers that unwrap operands and wrap the result.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Callable
+from typing import Callable
 
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from ..core import args as chk
 from ..core.args import fail, INT32_MAX, int_arg, is_int, Shape
 from ..core.handle import unwrap
@@ -146,20 +146,20 @@ def out_size(fn: str, what: str, n: int, k: int, s: int, p: int, d: int = 1) -> 
 F32_F16 = {GGML_TYPE_F32, GGML_TYPE_F16}
 
 
-def make_op(fn: str, ctx: Context, c_fn: Callable, tensors: tuple, shape: tuple | None, args: tuple = (),
-        out_type: int = GGML_TYPE_F32) -> Tensor:
+def make_op(fn: str, ctx: Context, c_fn: Callable[..., CData], tensors: tuple[Tensor | None, ...],
+            shape: tuple[int, ...] | None, args: tuple[object, ...] = (), out_type: int = GGML_TYPE_F32) -> Tensor:
     """Check the context, reserve room for the result, call ggml and wrap the result."""
     ctx_ptr = unwrap(ctx, Context, f"{fn}(ctx)")
     n = 1
     for d in shape or (1,):
         n *= d
     if n * int(lib.ggml_type_size(out_type)) > chk.INT64_MAX:
-        chk.fail(fn, f"the result would have shape {list(shape)}: {n} elements, beyond ggml's 64-bit sizes; "
+        chk.fail(fn, f"the result would have shape {list(shape or (1,))}: {n} elements, beyond ggml's 64-bit sizes; "
                      "use smaller operands")
     ctx.reserve(n * int(lib.ggml_type_size(out_type)), what=f"{fn} result")
     ptrs = [t.ptr if t is not None else ffi.NULL for t in tensors]
     return Tensor(c_fn(ctx_ptr, *ptrs, *args), ctx, sources=tensors)  # it depends on its operands' contexts
 
 
-def operand(fn: str, x: Any, what: str = "a") -> Tensor:
+def operand(fn: str, x: object, what: str = "a") -> Tensor:
     return as_tensor(x, f"{fn}({what})")

@@ -1,8 +1,6 @@
 """Convolutions and pooling: im2col, 1-D and 2-D convolutions (plain, transposed, depthwise, direct) and pools."""
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from .._ffi import lib
@@ -122,7 +120,7 @@ def ggml_conv_2d(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int = 1, p
     return make_op(fn, ctx, lib.ggml_conv_2d, (a, b), (ow, oh, a.shape[3], b.shape[3]), (s0, s1, p0, p1, d0, d1))
 
 
-def _pool_op(fn: str, op: Any) -> int:
+def _pool_op(fn: str, op: object) -> int:
     if op not in (GGML_OP_POOL_MAX, GGML_OP_POOL_AVG):
         fail(fn, f"op must be GGML_OP_POOL_MAX or GGML_OP_POOL_AVG, got {op!r}")
     return int(op)
@@ -227,7 +225,7 @@ def strides_of(t: Tensor) -> tuple[int, int, int, int]:
     return (int(p.nb[0]), int(p.nb[1]), int(p.nb[2]), int(p.nb[3]))
 
 
-def _conv_args(fn: str, **values: Any) -> None:
+def _conv_args(fn: str, **values: object) -> None:
     """Strides and dilations (names starting with s or d) >= 1, paddings >= 0, all C ints."""
     for name, v in values.items():
         c_int_arg(fn, name, v, 0 if name.startswith("p") else 1)

@@ -4,7 +4,7 @@ softmax and the norms over rows.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
@@ -46,7 +46,7 @@ def _binary_doc(name: str) -> str:
     """
 
 
-def check_binary(fn: str, a: Any, b: Any) -> tuple[Tensor, Tensor, tuple]:
+def check_binary(fn: str, a: object, b: object) -> tuple[Tensor, Tensor, tuple]:
     """The operands of an element-wise binary op (also its in-place form, ops.inplace): (a, b, result shape)."""
     a, b = operand(fn, a), operand(fn, b, "b")
     floating(fn, ("a", a), ("b", b))
@@ -135,11 +135,11 @@ def _unary_doc(name: str, needs_contiguous_rows: bool, types: set) -> str:
 
 
 # name -> check(fn, a) -> a: what each element-wise unary op accepts (shared with its in-place form, ops.inplace)
-UNARY_CHECKS: dict[str, Callable[[str, Any], Tensor]] = {}
+UNARY_CHECKS: dict[str, Callable[[str, object], Tensor]] = {}
 
 
-def unary_check(needs_contiguous_rows: bool, types) -> Callable[[str, Any], Tensor]:
-    def check(fn: str, a: Any) -> Tensor:
+def unary_check(needs_contiguous_rows: bool, types) -> Callable[[str, object], Tensor]:
+    def check(fn: str, a: object) -> Tensor:
         a = operand(fn, a)
         _base.types(fn, a, types)
         if needs_contiguous_rows:
@@ -202,7 +202,7 @@ def ggml_soft_max(ctx: Context, a: Tensor) -> Tensor:
     return make_op("ggml_soft_max", ctx, lib.ggml_soft_max, (a,), a.shape)
 
 
-def check_soft_max(fn: str, a: Any) -> Tensor:
+def check_soft_max(fn: str, a: object) -> Tensor:
     a = operand(fn, a)
     _base.types(fn, a, {GGML_TYPE_F32})
     contiguous(fn, a)
@@ -294,7 +294,7 @@ def ggml_dropout(ctx: Context, a: Tensor, seed: Tensor, p: float, scale: float |
     return make_op(fn, ctx, lib.ggml_dropout, (a, seed), a.shape, (float(np.float32(rate)), factor), GGML_TYPE_F32)
 
 
-def check_scale(fn: str, a: Any, s: Any) -> tuple[Tensor, float]:
+def check_scale(fn: str, a: object, s: object) -> tuple[Tensor, float]:
     a = operand(fn, a)
     _base.types(fn, a, {GGML_TYPE_F32})  # the CPU kernel is F32-only and needs contiguous data
     contiguous(fn, a)
@@ -324,7 +324,7 @@ def ggml_clamp(ctx: Context, a: Tensor, min: float, max: float) -> Tensor:  # no
     return make_op("ggml_clamp", ctx, lib.ggml_clamp, (a,), a.shape, (lo, hi), a.type)
 
 
-def check_clamp(fn: str, a: Any, lo: Any, hi: Any) -> tuple[Tensor, float, float]:
+def check_clamp(fn: str, a: object, lo: object, hi: object) -> tuple[Tensor, float, float]:
     a = operand(fn, a)
     _base.types(fn, a, F32_F16)
     rows_contiguous(fn, a)
@@ -354,7 +354,7 @@ def ggml_norm(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
     return make_op("ggml_norm", ctx, lib.ggml_norm, (a,), a.shape, (eps,))
 
 
-def check_norm(fn: str, a: Any, eps: Any) -> tuple[Tensor, float]:
+def check_norm(fn: str, a: object, eps: object) -> tuple[Tensor, float]:
     a = operand(fn, a)
     _base.types(fn, a, {GGML_TYPE_F32})
     return a, eps_arg(fn, "eps", eps)
@@ -379,7 +379,7 @@ def ggml_rms_norm(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
     return make_op("ggml_rms_norm", ctx, lib.ggml_rms_norm, (a,), a.shape, (eps,))
 
 
-def check_rms_norm(fn: str, a: Any, eps: Any) -> tuple[Tensor, float]:
+def check_rms_norm(fn: str, a: object, eps: object) -> tuple[Tensor, float]:
     a = operand(fn, a)
     _base.types(fn, a, {GGML_TYPE_F32})
     rows_contiguous(fn, a)
@@ -411,7 +411,7 @@ def ggml_soft_max_ext(ctx: Context, a: Tensor, mask: Tensor | None = None, scale
     return make_op("ggml_soft_max_ext", ctx, lib.ggml_soft_max_ext, (a, mask), a.shape, (scale, max_bias))
 
 
-def check_soft_max_ext(fn: str, a: Any, mask: Any, scale: Any, max_bias: Any) -> tuple:
+def check_soft_max_ext(fn: str, a: object, mask: object, scale: object, max_bias: object) -> tuple:
     a = operand(fn, a)
     _base.types(fn, a, {GGML_TYPE_F32})
     contiguous(fn, a)
@@ -454,7 +454,7 @@ def ggml_diag_mask_inf(ctx: Context, a: Tensor, n_past: int) -> Tensor:
     return make_op("ggml_diag_mask_inf", ctx, lib.ggml_diag_mask_inf, (a,), a.shape, (n_past,), a.type)
 
 
-def check_diag_mask_inf(fn: str, a: Any, n_past: Any) -> tuple[Tensor, int]:
+def check_diag_mask_inf(fn: str, a: object, n_past: object) -> tuple[Tensor, int]:
     a = operand(fn, a)
     _base.types(fn, a, {GGML_TYPE_F32})
     contiguous(fn, a)

@@ -7,9 +7,9 @@ returns a view of ``a`` that ggml computes into a's own memory. The view's lifet
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from ..core.args import fail
 from ..graph.backward import IGNORED_SRCS
 from ..graph.nodes import op_label, ptr_key, tensor_label
@@ -29,7 +29,7 @@ from .elementwise import (
 )
 
 
-def _trainable_source(t: Any) -> Any | None:
+def _trainable_source(t: CData) -> CData | None:
     """A trainable parameter (tensor pointer) that tensor pointer ``t`` is, or is computed from, along the
     paths ggml's backward pass follows (it skips I32 results and operands it never differentiates, such as
     row indices); None if there is none."""
@@ -102,7 +102,8 @@ def _doc(name: str, summary: str, args: str, value: str, example: str) -> str:
 # ---------------------------------------------------------------- element-wise unary
 
 _F32_F16_BF16 = "F32, F16 or BF16 tensor with contiguous rows"
-_UNARY = {  # name: (summary, the C function, what ``a`` may be)
+# name: (summary, the C function, what ``a`` may be)
+_UNARY: dict[str, tuple[str, Callable[..., CData]] | tuple[str, Callable[..., CData], str]] = {
     "abs": ("Absolute value ``|x|``, element-wise", lib.ggml_abs_inplace),
     "dup": ("A copy of ``a`` into itself (a no-op that gives a separate graph node)", lib.ggml_dup_inplace,
             "F32, F16 or BF16 tensor (any layout)"),
@@ -125,7 +126,7 @@ _UNARY = {  # name: (summary, the C function, what ``a`` may be)
 }
 
 
-def unary_check(plain: str) -> Callable[[str, Any], Tensor]:
+def unary_check(plain: str) -> Callable[[str, object], Tensor]:
     return UNARY_CHECKS.get(plain) or ops_activation.UNARY_CHECKS[plain]
 
 

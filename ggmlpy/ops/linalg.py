@@ -3,8 +3,6 @@ cross-entropy loss.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from .._ffi import lib
 from ..core.args import fail, is_int
 from ..core.types import GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I32, type_name
@@ -68,7 +66,7 @@ def ggml_mul_mat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     return make_op("ggml_mul_mat", ctx, lib.ggml_mul_mat, (a, b), mul_mat("ggml_mul_mat", a, b))
 
 
-def _prec_arg(fn: str, prec: Any) -> int:
+def _prec_arg(fn: str, prec: object) -> int:
     if not is_int(prec) or int(prec) not in _PRECS:
         names = ", ".join(f"{n} ({v})" for v, n in _PRECS.items())
         fail(fn, f"prec must be one of {names}, got {prec!r}", GgmlValueError if is_int(prec)

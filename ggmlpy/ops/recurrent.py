@@ -2,8 +2,6 @@
 whole LSTM (patches/0035) or GRU (patches/0037) sequence and its backward."""
 from __future__ import annotations
 
-from typing import Any
-
 from .._ffi import lib
 from ..core.args import fail
 from ..core.types import GGML_TYPE_F32
@@ -13,7 +11,7 @@ from . import base as _base
 from .base import contiguous, make_op, operand
 
 
-def _matrix_of_gates(fn: str, x: Any, gates: int) -> tuple[Tensor, int, int]:
+def _matrix_of_gates(fn: str, x: object, gates: int) -> tuple[Tensor, int, int]:
     """``x`` checked as a contiguous F32 ``[gates * units, batch]``: (x, units, batch)."""
     x = operand(fn, x, "x")
     _base.types(fn, x, {GGML_TYPE_F32}, "x")
@@ -24,7 +22,7 @@ def _matrix_of_gates(fn: str, x: Any, gates: int) -> tuple[Tensor, int, int]:
     return x, rows // gates, batch
 
 
-def _like(fn: str, t: Any, what: str, shape: tuple, text: str) -> Tensor:
+def _like(fn: str, t: object, what: str, shape: tuple, text: str) -> Tensor:
     """An F32 contiguous operand of ``shape`` (ggml order, as ``Tensor.shape``)."""
     t = operand(fn, t, what)
     _base.types(fn, t, {GGML_TYPE_F32}, what)
@@ -101,7 +99,7 @@ def ggml_gru_cell(ctx: Context, x: Tensor, hp: Tensor, h_prev: Tensor | None = N
     return make_op(fn, ctx, lib.ggml_gru_cell, (x, hp, h_prev), (units, batch))
 
 
-def _sequence_operands(fn: str, x: Any, u: Any, gates: int, reverse: Any) -> tuple:
+def _sequence_operands(fn: str, x: object, u: object, gates: int, reverse: object) -> tuple:
     """A whole recurrence's projections ``x`` (contiguous F32 ``[gates * units, batch, steps]``), recurrent kernel
     ``u`` (``[units, gates * units]``) and ``reverse`` checked: (x, u, units, batch, steps)."""
     x = operand(fn, x, "x")
@@ -118,7 +116,7 @@ def _sequence_operands(fn: str, x: Any, u: Any, gates: int, reverse: Any) -> tup
     return x, u, units, batch, steps
 
 
-def _initial_state(fn: str, s: Any, what: str, x: Tensor, units: int, batch: int) -> Tensor | None:
+def _initial_state(fn: str, s: object, what: str, x: Tensor, units: int, batch: int) -> Tensor | None:
     return None if s is None else _like(fn, s, what, (units, batch, 1, 1), f"shape [{units}, {batch}] (units, batch) "
                                                                            f"for x of shape {list(x.shape[:3])}")
 

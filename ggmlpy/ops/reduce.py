@@ -1,10 +1,9 @@
 """Reductions and broadcasts (sum, mean, argmax, count_equal, repeat, concat) and the group and L2 norms."""
 from __future__ import annotations
 
-from typing import Any
-
 from .._ffi import lib
 from ..core.args import c_int_arg, eps_arg, fail
+from ..core.glossary import fill_doc
 from ..core.types import GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I16, GGML_TYPE_I32
 from ..errors import GgmlTypeError
 from ..graph.objects import Context, Tensor
@@ -197,7 +196,7 @@ def ggml_concat(ctx: Context, a: Tensor, b: Tensor, dim: int = 0) -> Tensor:
     return make_op(fn, ctx, lib.ggml_concat, (a, b), tuple(shape), (dim,), a.type)
 
 
-def _group_norm(fn: str, ctx: Context, a: Any, n_groups: Any, eps: Any, inplace: bool) -> Tensor:
+def _group_norm(fn: str, ctx: Context, a: object, n_groups: object, eps: object, inplace: bool) -> Tensor:
     a = operand(fn, a)
     types(fn, a, {GGML_TYPE_F32})
     rows_contiguous(fn, a)
@@ -255,7 +254,7 @@ def ggml_group_norm_inplace(ctx: Context, a: Tensor, n_groups: int, eps: float =
     return _group_norm("ggml_group_norm_inplace", ctx, a, n_groups, eps, True)
 
 
-def _l2_norm(fn: str, ctx: Context, a: Any, eps: Any, inplace: bool) -> Tensor:
+def _l2_norm(fn: str, ctx: Context, a: object, eps: object, inplace: bool) -> Tensor:
     a = operand(fn, a)
     types(fn, a, {GGML_TYPE_F32})
     eps = eps_arg(fn, "eps", eps)
@@ -304,8 +303,7 @@ def ggml_l2_norm_inplace(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
     return _l2_norm("ggml_l2_norm_inplace", ctx, a, eps, True)
 
 
-for _f in (ggml_group_norm, ggml_group_norm_inplace):
-    _f.__doc__ = _f.__doc__.format(body=_GROUP_NORM_BODY)
-for _f in (ggml_l2_norm, ggml_l2_norm_inplace):
-    _f.__doc__ = _f.__doc__.format(body=_L2_BODY)
-del _f
+fill_doc(ggml_group_norm, body=_GROUP_NORM_BODY)
+fill_doc(ggml_group_norm_inplace, body=_GROUP_NORM_BODY)
+fill_doc(ggml_l2_norm, body=_L2_BODY)
+fill_doc(ggml_l2_norm_inplace, body=_L2_BODY)
