@@ -31,7 +31,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
 from .core.handle import public_call
-from .errors import GgmlpyError, GgmlStateError, GgmlTypeError, GgmlValueError
+from .errors import carry_history, GgmlpyError, GgmlStateError, GgmlTypeError, GgmlValueError, history_of
 from .graph.objects import Context
 
 
@@ -153,8 +153,9 @@ def guard(func: Callable[P, R]) -> Callable[P, R]:
             new = _converted(name, exc)
             if new is None:
                 raise
-            if hasattr(exc, "history"):  # a fit's completed epochs travel with its error
-                new.history = exc.history
+            history = history_of(exc)
+            if history is not None:  # a fit's completed epochs travel with its error
+                carry_history(new, history)
             if exc.__traceback__ is not None:  # the original starts at the function: this frame shows once
                 exc.__traceback__ = exc.__traceback__.tb_next
             raise new from exc

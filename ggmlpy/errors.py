@@ -88,3 +88,14 @@ def expect(condition: object, message: str, kind: type[Exception] = GgmlValueErr
     """Raise ``kind(message)`` unless ``condition`` holds (is true)."""
     if not condition:
         raise kind(message)
+
+
+def carry_history(exc: BaseException, history: object) -> None:
+    """Let the error that ended a fit carry the fit's completed epochs as ``exc.history`` (a DataFrame): any
+    exception may, the caller's own (from a generator or a callback) included."""
+    exc.history = history  # type: ignore[attr-defined]  # an attribute given to any exception, by design
+
+
+def history_of(exc: BaseException) -> object:
+    """The completed epochs an error carries (``carry_history``), or None."""
+    return getattr(exc, "history", None)

@@ -30,7 +30,8 @@ T = TypeVar("T")
 
 
 _BF16 = int(lib.GGML_TYPE_BF16)
-_SCALAR_TYPES: dict[int, np.dtype] = {**{int(k): v for k, v in NUMPY_DTYPES.items()}, _BF16: np.dtype(np.uint16)}  # BF16: raw bits
+# BF16: its raw bits
+_SCALAR_TYPES: dict[int, np.dtype] = {**{int(k): v for k, v in NUMPY_DTYPES.items()}, _BF16: np.dtype(np.uint16)}
 _INT_TYPES = {int(lib.GGML_TYPE_I8), int(lib.GGML_TYPE_I16), int(lib.GGML_TYPE_I32), int(lib.GGML_TYPE_I64)}
 _FLOAT_READ = {int(lib.GGML_TYPE_F32), int(lib.GGML_TYPE_F16), _BF16}
 _I32 = np.iinfo(np.int32)

@@ -5,9 +5,7 @@ The scheduler does this for several backends at once; a ``Gallocr`` is the singl
 """
 from __future__ import annotations
 
-from typing import Any
-
-from .._ffi import lib
+from .._ffi import CData, lib
 from ..backend.backend import Backend
 from ..core.handle import Allocations, free_handle, Handle, raise_type, unwrap, using
 from ..errors import expect, GgmlStateError
@@ -70,7 +68,7 @@ def ggml_gallocr_free(galloc: Gallocr) -> None:
     free_handle(galloc, Gallocr, "ggml_gallocr_free(galloc)")
 
 
-def _graph(graph: Any, fn: str) -> Any:
+def _graph(graph: object, fn: str) -> CData:
     if not isinstance(graph, Graph):
         raise_type(f"{fn}(graph)", "Graph", graph)
     return graph.ptr

@@ -3,9 +3,9 @@ supports, and whether a graph is ready to run.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from ..backend.probe import backend_runs, buffer_usable
 from ..core.handle import memory_epoch
 from ..core.sysmem import available_memory, physical_memory
@@ -25,10 +25,14 @@ from ..graph.nodes import (
 from ..graph.objects import Graph
 
 
+if TYPE_CHECKING:
+    from ..backend.backend import Backend
+
+
 _POOLS: dict[int, tuple[str, int, int, bool]] = {}
 
 
-def memory_pool(backend: Any) -> tuple[int, str, int, int, bool]:
+def memory_pool(backend: Backend) -> tuple[int, str, int, int, bool]:
     """(key, name, largest buffer, total memory, host) of the memory ``backend`` (a Backend) places a graph's
     tensors in: its default buffer type (what schedulers and graph allocators use). The largest buffer is
     ggml_backend_buft_get_max_size (read through an empty buffer: the cffi declarations have no buft form);
@@ -53,7 +57,7 @@ def memory_pool(backend: Any) -> tuple[int, str, int, int, bool]:
     return (key, *_POOLS[key])
 
 
-def pool_free(backend: Any) -> int:
+def pool_free(backend: Backend) -> int:
     """Bytes free now in the memory ``backend`` allocates from (0 when the device does not say)."""
     if lib.ggml_backend_buft_is_host(lib.ggml_backend_get_default_buffer_type(backend.ptr)):
         return available_memory()
@@ -69,7 +73,7 @@ def _size_text(n: int) -> str:
     return f"{n} bytes"
 
 
-def _placed_root(t: Any) -> Any | None:
+def _placed_root(t: CData) -> CData | None:
     """The tensor an allocator gives memory for when it places ``t`` (t, or the tensor it views), or None when
     that one already has memory."""
     root = t.view_src if t.view_src != ffi.NULL else t

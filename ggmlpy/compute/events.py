@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import functools
 import weakref
-from typing import Any
 
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from ..backend.backend import Backend, finish_backend
 from ..backend.device import as_device, Device, device_caps
 from ..core.handle import computing, free_handle, Handle, raise_type, unwrap, using
@@ -17,7 +16,7 @@ from .sched import check_sched_indices, graph_ptr
 from .transfer import backend_arg
 
 
-def _free_event(state: dict, ptr: Any) -> None:
+def _free_event(state: dict[str, Backend | None], ptr: CData) -> None:
     if state.get("recorded_on") is not None:
         lib.ggml_backend_event_synchronize(ptr)  # its queued signal must not outlive it
     lib.ggml_backend_event_free(ptr)
@@ -26,20 +25,20 @@ def _free_event(state: dict, ptr: Any) -> None:
 class Event(Handle):
     kind = "backend event"
 
-    def __init__(self, ptr: Any, device: Device) -> None:
-        state: dict = {"recorded_on": None}
+    def __init__(self, ptr: CData, device: Device) -> None:
+        state: dict[str, Backend | None] = {"recorded_on": None}
         super().__init__(ptr, functools.partial(_free_event, state))
         self._state = state  # recorded_on: the Backend it was last recorded on, until synchronized
         self.device = device
         self._waiters: weakref.WeakSet = weakref.WeakSet()  # backends told to wait for it
 
     @property
-    def recorded_on(self) -> Any:
+    def recorded_on(self) -> Backend | None:
         """The Backend this event was last recorded on, until that backend is synchronized (else None)."""
         return self._state["recorded_on"]
 
     @recorded_on.setter
-    def recorded_on(self, backend: Any) -> None:
+    def recorded_on(self, backend: Backend | None) -> None:
         self._state["recorded_on"] = backend
 
     def _before_free(self) -> None:
@@ -51,7 +50,7 @@ class Event(Handle):
         return f" {self.device.name}"
 
 
-def _event(event: Any, fn: str) -> Any:
+def _event(event: object, fn: str) -> CData:
     return unwrap(event, Event, f"{fn}(event)")
 
 
@@ -180,14 +179,14 @@ def ggml_backend_event_wait(backend: Backend, event: Event) -> None:
 
 # ---------------------------------------------------------------- graph plans
 
-def _free_plan(backend_ptr: Any, ptr: Any) -> None:
+def _free_plan(backend_ptr: CData, ptr: CData) -> None:
     lib.ggml_backend_graph_plan_free(backend_ptr, ptr)
 
 
 class GraphPlan(Handle):
     kind = "graph plan"
 
-    def __init__(self, ptr: Any, backend: Backend, graph: Graph) -> None:
+    def __init__(self, ptr: CData, backend: Backend, graph: Graph) -> None:
         # a child of the backend: freeing the backend frees the plan first, while the backend still exists
         super().__init__(ptr, functools.partial(_free_plan, backend.ptr), parents=[backend])
         self.backend = backend
@@ -235,7 +234,7 @@ def ggml_backend_graph_plan_create(backend: Backend, graph: Graph) -> GraphPlan:
     return GraphPlan(ptr, backend, graph)
 
 
-def _plan(backend: Any, plan: Any, fn: str) -> tuple[Any, Any]:
+def _plan(backend: Backend, plan: object, fn: str) -> tuple[CData, GraphPlan]:
     b = backend_arg(backend, fn)
     if not isinstance(plan, GraphPlan):
         raise_type(f"{fn}(plan)", "GraphPlan (ggml_backend_graph_plan_create)", plan)

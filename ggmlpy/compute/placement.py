@@ -11,14 +11,18 @@ from __future__ import annotations
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from ..backend.backend import Backend
 from ..backend.device import Device
 from ..core.handle import unwrap
 from ..errors import GgmlpyWarning
 from .sched import Scheduler
+
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 # the largest storage-buffer offset alignment a Vulkan device asks for: a view may start that far past its binding
@@ -112,14 +116,14 @@ class SchedWatcher:
         self.sched = sched
         self._ptr = unwrap(sched, Scheduler, f"{type(self).__name__}(sched)")
         self._names = {pointer_key(b.ptr): ffi.string(lib.ggml_backend_name(b.ptr)).decode() for b in sched.backends}
-        self._handle: Any = None
+        self._handle: CData | None = None
 
-    def backend_of(self, t: Any) -> str:
+    def backend_of(self, t: CData) -> str:
         """The name of the backend the scheduler gave node ``t`` ("?" when it gave none)."""
         b = lib.ggml_backend_sched_get_tensor_backend(self._ptr, t)
         return self._names.get(pointer_key(b), "?") if b != ffi.NULL else "?"
 
-    def __enter__(self) -> SchedWatcher:
+    def __enter__(self) -> Self:
         self._handle = ffi.new_handle(self)
         lib.ggml_backend_sched_set_eval_callback(self._ptr, lib._ggmlpy_sched_eval_cb, self._handle)
         return self
@@ -129,7 +133,7 @@ class SchedWatcher:
             lib.ggml_backend_sched_set_eval_callback(self._ptr, ffi.NULL, ffi.NULL)
         self._handle = None
 
-    def _on_eval(self, t: Any, ask: bool) -> bool:
+    def _on_eval(self, t: CData, ask: bool) -> bool:
         raise NotImplementedError
 
 
@@ -146,13 +150,13 @@ class PlacementRecorder(SchedWatcher):
         self._copies: dict[int, tuple[str, int]] = {}
         self._why: dict[str, str] = {}
 
-    def _on_eval(self, t: Any, ask: bool) -> bool:
+    def _on_eval(self, t: CData, ask: bool) -> bool:
         """ggml's eval callback: record each node before it runs, and ask for none (no split changes)."""
         if ask:
             self._see(t)
         return False
 
-    def _see(self, t: Any) -> None:
+    def _see(self, t: CData) -> None:
         op = ffi.string(lib.ggml_op_desc(t)).decode()
         if op in NO_WORK_OPS:
             return
@@ -178,7 +182,7 @@ class PlacementRecorder(SchedWatcher):
         return Placement(what, n_splits, splits, list(self._copies.values()), frozenset(self._host), dict(self._why))
 
 
-def why_not_on_device(device: Backend, t: Any, op: str) -> str:
+def why_not_on_device(device: Backend, t: CData, op: str) -> str:
     """Why a host backend, not ``device`` (the scheduler's first device), computed node ``t``."""
     name = ffi.string(lib.ggml_backend_name(device.ptr)).decode()
     if lib.ggml_backend_supports_op(device.ptr, t):
@@ -217,7 +221,7 @@ def _reasons(placement: Placement) -> str:
     return f" ({'; '.join(why[:3])}{'; ...' if len(why) > 3 else ''})" if why else ""
 
 
-def pointer_key(p: Any) -> int:
+def pointer_key(p: CData) -> int:
     return int(ffi.cast("uintptr_t", p))
 
 

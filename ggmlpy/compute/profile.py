@@ -12,9 +12,8 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
 
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from .placement import NO_WORK_OPS, SchedWatcher
 from .sched import Scheduler
 
@@ -87,14 +86,14 @@ class Profile:
         for op, be, n, sec in self.by_op():
             lines.append(f"  {op:24} {be:8} {n:5} {sec * 1e3:8.3f} {sec / total if total else 0:6.1%}")
         lines.append("  slowest nodes:")
-        for n in self.slowest(8):
-            srcs = ", ".join("x".join(map(str, s)) for s in n.sources)
-            lines.append(f"    {n.op:22} {n.backend:6} {n.seconds * 1e3:7.3f} ms  {'x'.join(map(str, n.shape))}"
-                         f" <- {srcs}")
+        for node in self.slowest(8):
+            srcs = ", ".join("x".join(map(str, s)) for s in node.sources)
+            shape = "x".join(map(str, node.shape))
+            lines.append(f"    {node.op:22} {node.backend:6} {node.seconds * 1e3:7.3f} ms  {shape} <- {srcs}")
         return "\n".join(lines)
 
 
-def _shape(t: Any) -> tuple:
+def _shape(t: CData) -> tuple[int, ...]:
     ne = [int(t.ne[i]) for i in range(4)]
     while len(ne) > 1 and ne[-1] == 1:
         ne.pop()
@@ -112,7 +111,7 @@ class NodeTimer(SchedWatcher):
         self.nodes: list[NodeTime] = []
         self._started = 0.0
 
-    def _on_eval(self, t: Any, ask: bool) -> bool:
+    def _on_eval(self, t: CData, ask: bool) -> bool:
         if not ask:  # the node asked for last has been computed
             elapsed = time.perf_counter() - self._started
             sources = tuple(_shape(s) for s in t.src[0:int(lib.GGML_MAX_SRC)] if s != ffi.NULL)

@@ -3,8 +3,6 @@ scheduler places each tensor.
 """
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from .._ffi import ffi, lib
@@ -127,7 +125,7 @@ def recompute(backend: Backend, graph: Graph, fn: str) -> None:
 _cpu_for_ctx: list[Backend] = []
 
 
-def _compute_in_ctx(ctx: Any, graph: Graph, fn: str, n_threads: int = 0) -> None:
+def _compute_in_ctx(ctx: Context, graph: Graph, fn: str, n_threads: int = 0) -> None:
     unwrap(ctx, Context, f"{fn}(ctx)")
     if not isinstance(graph, Graph):
         raise_type(f"{fn}(graph)", "Graph (ggml_build_forward_expand(ctx, tensor))", graph)
@@ -337,7 +335,7 @@ def ggml_backend_sched_get_n_copies(sched: Scheduler) -> int:
     return int(lib.ggml_backend_sched_get_n_copies(sched_ptr(sched, "ggml_backend_sched_get_n_copies")))
 
 
-def _sched_backend(sched: Scheduler, backend: Any, fn: str) -> int:
+def _sched_backend(sched: Scheduler, backend: Backend, fn: str) -> int:
     unwrap(backend, Backend, f"{fn}(backend)")
     for i, b in enumerate(sched.backends):
         if b.alive and b.ptr == backend.ptr:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
+from typing import Protocol
 
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from ..backend.backend import Backend, blas_backend_init, ggml_backend_cpu_init, ggml_backend_init_auto
 from ..core.args import is_int
-from ..core.handle import Allocations, free_handle, Handle, raise_type, unwrap, using
+from ..core.handle import Allocations, free_handle, Handle, Lifetime, raise_type, unwrap, using
 from ..core.sysmem import check_fits_memory
 from ..errors import expect, GgmlStateError, GgmlValueError
 from ..graph.context import check_graph_size
@@ -22,6 +23,12 @@ from .checks import allocation_may_fail, check_graph_ready, unallocated_bytes
 
 
 GGML_SCHED_MAX_BACKENDS = 16
+
+
+class Allocator(Protocol):
+    """What gives a graph's tensors memory: a ``Scheduler`` or a graph allocator (``compute.alloc.Gallocr``);
+    its ``Allocations`` take that memory back."""
+    _allocs: Allocations
 
 
 class Scheduler(Handle):
@@ -137,7 +144,7 @@ def sched_ptr(sched: Scheduler, fn: str):
     return unwrap(sched, Scheduler, f"{fn}(sched)")
 
 
-def exclusive_sched(sched: Scheduler, handles: Any, fn: str) -> Any:
+def exclusive_sched(sched: Scheduler, handles: Iterable[object], fn: str) -> AbstractContextManager[None]:
     """``using`` for a call that resets the scheduler or gives it another graph: refused while another call runs
     it (a fit, an epoch, a compute in another thread): ggml would run that call on memory it no longer owns."""
     def busy(other: str) -> str:
@@ -296,7 +303,7 @@ def check_sched_indices(g) -> None:
     check_index_inputs(index_inputs(nodes))
 
 
-def _sched_reserve(s: Any, g: Any) -> bool:
+def _sched_reserve(s: CData, g: CData) -> bool:
     """ggml_backend_sched_reserve on scheduler pointer ``s`` and graph pointer ``g``, leaving the graph as it was:
     ggml's graph split points the nodes' operands at its copies of inputs from other backends (in its own
     context, gone at the next split), and a graph allocated after being reserved would read those stale copies
@@ -312,7 +319,7 @@ def _sched_reserve(s: Any, g: Any) -> bool:
                     n.src[j] = src
 
 
-def reserve_first(sched: Scheduler, s: Any, g: Any, fn: str) -> None:
+def reserve_first(sched: Scheduler, s: CData, g: CData, fn: str) -> None:
     """Before ggml allocates graph pointer ``g`` on reset scheduler ``sched`` (pointer ``s``): reserve its memory
     first when that might fail (more than the backends have free) or failed before. A scheduler whose
     allocation fails inside ggml_backend_sched_alloc_graph dereferences the missing buffer (segfault), and
@@ -396,27 +403,28 @@ def ggml_backend_sched_alloc_graph(sched: Scheduler, graph: Graph) -> bool:
     return ok
 
 
-def unallocated(g: Any) -> list:
+def unallocated(g: CData) -> list[CData]:
     """The tensors of graph pointer ``g`` without memory (an allocation is about to place them)."""
     return [t for t in graph_tensor_ptrs(g)[1] if t.data == ffi.NULL]
 
 
-def record_allocation(allocator: Any, graph: Graph, candidates: list) -> None:
+def record_allocation(allocator: Allocator, graph: Graph, candidates: list[CData]) -> None:
     """Record in ``allocator._allocs`` the tensors of ``candidates`` that got memory, each with the context
     holding its header (found among the graph's contexts), so they lose it when the allocator's goes."""
     placed = [t for t in candidates if t.data != ffi.NULL]
     if not placed:
         return
+    assert isinstance(allocator, Handle)  # a Scheduler or a Gallocr
     graph.allocators.setdefault(id(allocator), allocator)
     contexts = [h for h in (graph.ctx, *graph.deps.values()) if isinstance(h, Context) and h.alive]
-    where: dict[int, Any] = {}
+    where: dict[int, Context] = {}
     wanted = {ptr_key(t) for t in placed}
     for ctx in contexts:
         for t in ctx.tensor_ptrs():
             k = ptr_key(t)
             if k in wanted:
                 where.setdefault(k, ctx)
-    groups: dict[int, tuple] = {}
+    groups: dict[int, tuple[tuple[Lifetime, ...], list[tuple[CData, CData]]]] = {}
     for t in placed:
         owner = where.get(ptr_key(t))
         # the context's current generation too: after a ggml_reset the header is gone although the context lives

@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, overload
 
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from ..backend.backend import Backend, ggml_get_n_threads, is_blas, set_backend_threads, threads_set_by_user
 from ..core import openblas
 from ..core.library import uses_openmp
@@ -19,9 +19,15 @@ from ..graph.objects import Tensor
 
 # ---------------------------------------------------------------- the work of a graph
 
-def count_forward(outputs: Sequence[Tensor], with_leafs: bool = False) -> Any:
+@overload
+def count_forward(outputs: Sequence[Tensor], with_leafs: Literal[False] = False) -> tuple[int, list[CData]]: ...
+@overload
+def count_forward(outputs: Sequence[Tensor], with_leafs: Literal[True]) -> tuple[int, list[CData], int]: ...
+def count_forward(outputs: Sequence[Tensor],
+                  with_leafs: bool = False) -> tuple[int, list[CData]] | tuple[int, list[CData], int]:
     """Forward nodes reachable from the outputs, and the trainable leafs among them (and the other leafs)."""
-    params, n_nodes, n_leafs = [], 0, 0
+    params: list[CData] = []
+    n_nodes = n_leafs = 0
     flag = int(lib.GGML_TENSOR_FLAG_PARAM)
     for t in walk_graph(o.ptr for o in outputs):
         if t.flags & flag:
@@ -49,7 +55,7 @@ def forward_flops(outputs: Sequence[Tensor]) -> float:
     return forward_work(outputs).flops
 
 
-def _blas_takes(t: Any) -> bool:
+def _blas_takes(t: CData) -> bool:
     """Whether ggml's BLAS backend takes this MUL_MAT (F32, at least 32^3 multiply-adds: patch 0010)."""
     return int(t.ne[0]) * int(t.ne[1]) * int(t.src[1].ne[0]) >= 32 ** 3 \
         and t.src[0].type == lib.GGML_TYPE_F32 and t.src[1].type == lib.GGML_TYPE_F32
@@ -255,6 +261,7 @@ class ThreadTuner:
     def _end_probe(self) -> None:
         other = self.running
         probe, self.probe = self.probe, None
+        assert probe is not None  # called while a probe runs
         if len(probe) > 1:
             probe = probe[1:]  # the first step after a switch wakes the pool's threads or lets them go
         self.since_probe = 0

@@ -3,24 +3,23 @@ they read in use until the backend is synchronized.
 """
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+import numpy.typing as npt
 
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from ..backend.backend import Backend, finish_backend, hold_until_sync, is_async
 from ..backend.device import decode_str
 from ..backend.probe import buffer_usable
 from ..backend.transfer import as_numeric, checked_values, numpy_dtype, shape_problem
 from ..core.args import int_arg
-from ..core.handle import computing, Handle, raise_type, unwrap, using
+from ..core.handle import computing, Lifetime, raise_type, unwrap, using
 from ..errors import GgmlStateError, GgmlValueError
 from ..graph.nodes import tensor_label, tensor_memory
 from ..graph.objects import as_tensor, Tensor
 from .sched import Scheduler
 
 
-def pending_message(fn: str, owner: Handle) -> str:
+def pending_message(fn: str, owner: Backend | Scheduler) -> str:
     if isinstance(owner, Scheduler):
         return f"{fn} (work still queued on the scheduler: call ggml_backend_sched_synchronize(sched) first)"
     return f"{fn} (work still queued on {owner.device.name}: call ggml_backend_synchronize(backend) first)"
@@ -28,11 +27,11 @@ def pending_message(fn: str, owner: Handle) -> str:
 
 # ---------------------------------------------------------------- argument checks
 
-def backend_arg(backend: Any, fn: str, name: str = "backend") -> Any:
+def backend_arg(backend: object, fn: str, name: str = "backend") -> CData:
     return unwrap(backend, Backend, f"{fn}({name})")
 
 
-def _tensor_on(backend: Backend, tensor: Any, fn: str, name: str = "tensor") -> tuple[Tensor, Any]:
+def _tensor_on(backend: Backend | None, tensor: object, fn: str, name: str = "tensor") -> tuple[Tensor, CData]:
     """(Tensor, pointer) of a tensor with memory in a backend buffer ``backend`` can use."""
     if not isinstance(tensor, Tensor):
         raise_type(f"{fn}({name})", "Tensor", tensor)
@@ -57,7 +56,7 @@ def _tensor_on(backend: Backend, tensor: Any, fn: str, name: str = "tensor") -> 
     return t, p
 
 
-def _held_handles(t: Tensor, p: Any) -> list:
+def _held_handles(t: Tensor, p: CData) -> list[Lifetime]:
     """The handles that keep a tensor's header and memory: its keepers and the Buffer holding its memory."""
     root = p.view_src if p.view_src != ffi.NULL else p
     hs = list(t.keepers)
@@ -68,7 +67,7 @@ def _held_handles(t: Tensor, p: Any) -> list:
     return hs
 
 
-def _byte_arg(fn: str, name: str, value: Any, itemsize: int, dtype: Any) -> int:
+def _byte_arg(fn: str, name: str, value: object, itemsize: int, dtype: np.dtype) -> int:
     v = int_arg(fn, name, value, 0)
     if v % itemsize:
         raise GgmlValueError(f"{fn}: {name} is in bytes and must be a multiple of the element size ({itemsize} bytes "
@@ -76,13 +75,13 @@ def _byte_arg(fn: str, name: str, value: Any, itemsize: int, dtype: Any) -> int:
     return v
 
 
-def _contiguous(p: Any, fn: str) -> None:
+def _contiguous(p: CData, fn: str) -> None:
     if not lib.ggml_is_contiguous(p):
         raise GgmlValueError(f"{fn}: {tensor_label(p)} is a strided view; byte ranges of it are not its elements. "
                              "Transfer the tensor it views, or make it contiguous with ggml_cont in a graph")
 
 
-def _byte_range(fn: str, p: Any, dtype: Any, offset: Any, size: Any) -> tuple[int, int]:
+def _byte_range(fn: str, p: CData, dtype: np.dtype, offset: object, size: object) -> tuple[int, int]:
     nbytes = int(lib.ggml_nbytes(p))
     off = _byte_arg(fn, "offset", offset, dtype.itemsize, dtype)
     n = nbytes - off if size is None else _byte_arg(fn, "size", size, dtype.itemsize, dtype)
@@ -95,7 +94,7 @@ def _byte_range(fn: str, p: Any, dtype: Any, offset: Any, size: Any) -> tuple[in
 
 # ---------------------------------------------------------------- async transfers
 
-def ggml_backend_tensor_set_async(backend: Backend, tensor: Tensor, data: Any, offset: int | None = None,
+def ggml_backend_tensor_set_async(backend: Backend, tensor: Tensor, data: npt.ArrayLike, offset: int | None = None,
                                   size: int | None = None) -> None:
     """Queue a write of ``data`` into a tensor on its backend, without waiting for it.
 
@@ -184,7 +183,7 @@ def ggml_backend_tensor_get_async(backend: Backend, tensor: Tensor, offset: int 
     return _get_async("ggml_backend_tensor_get_async", backend, tensor, offset, size)
 
 
-def _get_async(fn: str, backend: Backend, tensor: Tensor, offset: Any, size: Any) -> np.ndarray:
+def _get_async(fn: str, backend: Backend, tensor: Tensor, offset: object, size: object) -> np.ndarray:
     b = backend_arg(backend, fn)
     t, p = _tensor_on(backend, tensor, fn)
     dtype = numpy_dtype(t)
@@ -238,10 +237,10 @@ def ggml_backend_tensor_get_and_sync(backend: Backend | None, tensor: Tensor, of
     return out.tobytes()
 
 
-def _same_layout(fn: str, src: Any, dst: Any) -> None:
+def _same_layout(fn: str, src: CData, dst: CData) -> None:
     same = src.type == dst.type and all(src.ne[i] == dst.ne[i] and src.nb[i] == dst.nb[i] for i in range(4))
     if not same:
-        def desc(p: Any) -> str:
+        def desc(p: CData) -> str:
             return f"{tensor_label(p)} ne {[int(p.ne[i]) for i in range(4)]} nb {[int(p.nb[i]) for i in range(4)]}"
         raise GgmlValueError(f"{fn}: src and dst must have the same type, shape and strides; got src {desc(src)}, "
                              f"dst {desc(dst)}. Copy through numpy (ggml_backend_tensor_get_data, then "

@@ -28,7 +28,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
-from typing import NoReturn, TYPE_CHECKING
+from typing import NoReturn, Protocol, TYPE_CHECKING, TypeVar
 
 from .._ffi import CData, ffi, lib
 from ..errors import BackendUnavailableError, GgmlInUseError, GgmlStateError, GgmlTypeError
@@ -115,6 +115,15 @@ def _at_exit() -> None:
         for h in list(_live_handles):
             if h._finalizer is not None:
                 h._finalizer.atexit = False
+
+
+class Lifetime(Protocol):
+    """What a tensor's header or data depends on: a ``Handle``, or a shorter lifetime inside one (one step of a
+    dynamic opt context); ``kind`` names it in messages."""
+    kind: str
+
+    @property
+    def alive(self) -> bool: ...
 
 
 class Handle:
@@ -435,12 +444,12 @@ class Allocations:
     __slots__ = ("_records",)
 
     def __init__(self) -> None:
-        self._records: list[tuple[tuple[Handle, ...], list[tuple[CData, CData]]]] = []
+        self._records: list[tuple[tuple[Lifetime, ...], list[tuple[CData, CData]]]] = []
 
     def __bool__(self) -> bool:
         return bool(self._records)
 
-    def record(self, keepers: Iterable[Handle], tensors: list[tuple[CData, CData]]) -> None:
+    def record(self, keepers: Iterable[Lifetime], tensors: list[tuple[CData, CData]]) -> None:
         """``tensors``: (tensor pointer, buffer pointer it got) pairs whose headers live while ``keepers`` do."""
         if tensors:
             self._records.append((tuple(keepers), tensors))
@@ -457,6 +466,17 @@ class Allocations:
                             t.buffer = ffi.NULL
             self._records.clear()
             bump_memory_epoch()
+
+
+H = TypeVar("H", bound=Handle)
+
+
+def live(obj: object, cls: type[H], what: str) -> H:
+    """``obj`` if it is a live ``cls`` handle; GgmlTypeError (another kind) or GgmlStateError (freed) otherwise."""
+    if not isinstance(obj, cls):
+        raise_type(what, cls.kind, obj)
+    _ = obj.ptr  # raises if freed
+    return obj
 
 
 def unwrap(obj: object, cls: type[Handle], what: str) -> CData:

@@ -4,9 +4,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
 
-from .._ffi import ffi, ggml_logger, lib
+from .._ffi import CData, ffi, ggml_logger, lib
 from ..core.handle import free_handle, Handle, unwrap
 from ..core.paths import check_readable_file, fs_path, os_reason, path_bytes
 from ..core.sysmem import check_fits_memory
@@ -15,10 +15,14 @@ from ..graph.objects import Context, Tensor
 from .header import check_data_in_file, check_header, data_extent
 
 
+if TYPE_CHECKING:
+    from ..core.paths import PathArg
+
+
 class GgufContext(Handle):
     kind = "gguf context"
 
-    def __init__(self, ptr: Any, path: str | None = None, ggml_ctx: Context | None = None) -> None:
+    def __init__(self, ptr: CData, path: str | None = None, ggml_ctx: Context | None = None) -> None:
         super().__init__(ptr, lib.gguf_free)
         self.path = path
         self.ggml_ctx = ggml_ctx  # tensors with the file's data (gguf_init_from_file(no_alloc=False))
@@ -37,13 +41,13 @@ class GgufContext(Handle):
 class _FileDataContext(Context):
     """The ggml context gguf_init_from_file creates with no_alloc=False (host memory holding the data)."""
 
-    def __init__(self, ptr: Any) -> None:  # noqa: D107 - not created with ggml_init
+    def __init__(self, ptr: CData) -> None:  # noqa: D107 - not created with ggml_init
         Handle.__init__(self, ptr, lib.ggml_free)
         self.mem_size = int(lib.ggml_get_mem_size(ptr))
         self.no_alloc = False
 
 
-def tensor_addr(p: Any) -> int:
+def tensor_addr(p: CData) -> int:
     return int(ffi.cast("uintptr_t", p))
 
 
@@ -81,7 +85,7 @@ def gguf_init_empty() -> GgufContext:
     return GgufContext(lib.gguf_init_empty())
 
 
-def gguf_init_from_file(path: Any, no_alloc: bool = True) -> GgufContext:
+def gguf_init_from_file(path: PathArg, no_alloc: bool = True) -> GgufContext:
     """Open a GGUF file: read its metadata and tensor infos, and with ``no_alloc=False`` its data.
 
     The file is checked before ggml allocates anything for it: it must be a regular file (a FIFO or a
@@ -165,5 +169,5 @@ def gguf_free(ctx: GgufContext) -> None:
     free_handle(ctx, GgufContext, "gguf_free(ctx)")
 
 
-def unwrap_gguf(ctx: Any, fn: str) -> Any:
+def unwrap_gguf(ctx: object, fn: str) -> CData:
     return unwrap(ctx, GgufContext, f"{fn}(ctx)")

@@ -4,11 +4,10 @@ extent) so that a malformed file raises instead of aborting.
 from __future__ import annotations
 
 import struct
-from typing import Any
 
 import numpy as np
 
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from ..core.args import is_int
 from ..errors import GgmlTypeError, GgmlValueError, GgufFileError
 
@@ -23,14 +22,14 @@ GGUF_KEY_GENERAL_ALIGNMENT = "general.alignment"
 GGUF_TYPE_COUNT = int(getattr(lib, "GGUF_TYPE_COUNT", 13))
 
 # Numeric GGUF value types: (C getter/setter suffix, numpy dtype); bool is one byte, 0 or 1.
-_NUMERIC = {
+_NUMERIC: dict[int, tuple[str, type[np.generic]]] = {
     GGUF_TYPE_UINT8: ("u8", np.uint8), GGUF_TYPE_INT8: ("i8", np.int8), GGUF_TYPE_UINT16: ("u16", np.uint16),
     GGUF_TYPE_INT16: ("i16", np.int16), GGUF_TYPE_UINT32: ("u32", np.uint32), GGUF_TYPE_INT32: ("i32", np.int32),
     GGUF_TYPE_UINT64: ("u64", np.uint64), GGUF_TYPE_INT64: ("i64", np.int64), GGUF_TYPE_FLOAT32: ("f32", np.float32),
     GGUF_TYPE_FLOAT64: ("f64", np.float64), GGUF_TYPE_BOOL: ("bool", np.bool_),
 }
-GGUF_DTYPES = {t: np.dtype(dt) for t, (_, dt) in _NUMERIC.items()}
-DTYPE_GGUF = {dt: t for t, dt in GGUF_DTYPES.items()}
+GGUF_DTYPES: dict[int, np.dtype] = {t: np.dtype(dt) for t, (_, dt) in _NUMERIC.items()}
+DTYPE_GGUF: dict[np.dtype, int] = {dt: t for t, dt in GGUF_DTYPES.items()}
 DTYPE_GGUF[np.dtype(np.float16)] = GGUF_TYPE_FLOAT32  # no F16 value type: widen
 GETTERS = {t: getattr(lib, f"gguf_get_val_{sfx}") for t, (sfx, _) in _NUMERIC.items()}
 SETTERS = {t: getattr(lib, f"gguf_set_val_{sfx}") for t, (sfx, _) in _NUMERIC.items()}
@@ -79,7 +78,7 @@ def _scan_header(raw: bytes) -> _Header:
     h = _Header()
     pos = 0
 
-    def take(fmt: str) -> Any:
+    def take(fmt: str) -> int:
         nonlocal pos
         v = struct.unpack_from(fmt, raw, pos)[0]
         pos += struct.calcsize(fmt)
@@ -127,7 +126,7 @@ def _scan_header(raw: bytes) -> _Header:
     return h
 
 
-def check_header(g: Any, p: str, fn: str) -> _Header:
+def check_header(g: CData, p: str, fn: str) -> _Header:
     """Refuse keys and tensor names that ggml would cut at a NUL byte (two keys could merge into one, a
     tensor be found under another name) or that are not UTF-8 (they would be shown and matched wrongly)."""
     end = int(lib.gguf_get_data_offset(g))
@@ -154,7 +153,7 @@ def check_header(g: Any, p: str, fn: str) -> _Header:
     return h
 
 
-def data_extent(g: Any) -> int:
+def data_extent(g: CData) -> int:
     """End of the data section that the tensor infos of GGUF context pointer ``g`` declare (in bytes)."""
     base = int(lib.gguf_get_data_offset(g))
     end = base
@@ -163,7 +162,7 @@ def data_extent(g: Any) -> int:
     return end
 
 
-def check_data_in_file(g: Any, size: int, p: str, fn: str) -> None:
+def check_data_in_file(g: CData, size: int, p: str, fn: str) -> None:
     """Every tensor's data must lie inside the file (a truncated file, or a size field flipped to a huge
     value, would make ggml allocate and read beyond it)."""
     base = int(lib.gguf_get_data_offset(g))

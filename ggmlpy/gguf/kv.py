@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
+from collections.abc import Sequence
+from typing import Union
 
 import numpy as np
 
-from .._ffi import ffi, lib
-from ..core.args import c_string, FLOAT32_MAX, is_int
+from .._ffi import CData, ffi, lib
+from ..core.args import c_string, FLOAT32_MAX, is_int, is_real
 from ..errors import expect, GgmlTypeError, GgmlValueError, GgufKeyError
 from .file import GgufContext, unwrap_gguf
 from .header import (
@@ -32,6 +33,10 @@ from .header import (
 from .tensors import index_in
 
 
+# a metadata value as gguf_get_val returns it (GGUF arrays as lists)
+GgufValue = Union[bool, int, float, str, list[str], list[int], list[float], list[bool]]
+
+
 def gguf_get_n_kv(ctx: GgufContext) -> int:
     """The number of metadata keys in a GGUF context.
 
@@ -46,7 +51,7 @@ def gguf_get_n_kv(ctx: GgufContext) -> int:
     return int(lib.gguf_get_n_kv(unwrap_gguf(ctx, "gguf_get_n_kv")))
 
 
-def _key_bytes(key: Any, fn: str) -> bytes:
+def _key_bytes(key: object, fn: str) -> bytes:
     expect(isinstance(key, str), f"{fn}: key must be a str, got {key!r}", GgmlTypeError)
     expect(key != "", f"{fn}: key must be a non-empty str, got ''")
     return c_string(fn, "key", key)
@@ -68,7 +73,7 @@ def gguf_find_key(ctx: GgufContext, key: str) -> int:
     return int(lib.gguf_find_key(unwrap_gguf(ctx, "gguf_find_key"), _key_bytes(key, "gguf_find_key")))
 
 
-def _key_id(ctx: GgufContext, key_id: Any, fn: str) -> tuple[Any, int]:
+def _key_id(ctx: GgufContext, key_id: object, fn: str) -> tuple[CData, int]:
     g = unwrap_gguf(ctx, fn)
     if isinstance(key_id, str):
         kid = int(lib.gguf_find_key(g, _key_bytes(key_id, fn)))
@@ -113,7 +118,7 @@ def gguf_get_kv_type(ctx: GgufContext, key_id: int | str) -> int:
     return int(lib.gguf_get_kv_type(g, kid))
 
 
-def gguf_get_val(ctx: GgufContext, key_id: int | str) -> Any:
+def gguf_get_val(ctx: GgufContext, key_id: int | str) -> GgufValue:
     """The value of a metadata key, converted to Python.
 
     Arguments:
@@ -173,7 +178,7 @@ def gguf_remove_key(ctx: GgufContext, key: str) -> int:
     return int(lib.gguf_remove_key(g, kb))
 
 
-def _check_alignment_key(g: Any, key: str, gtype: int, value: Any, fn: str) -> None:
+def _check_alignment_key(g: CData, key: str, gtype: int, value: object, fn: str) -> None:
     if key != GGUF_KEY_GENERAL_ALIGNMENT:
         return
     # ggml aborts unless it is a u32 power of 2; it also lays out the data with the alignment the
@@ -184,29 +189,31 @@ def _check_alignment_key(g: Any, key: str, gtype: int, value: Any, fn: str) -> N
                              f"got {value!r} as {gguf_type_name(gtype)}")
 
 
-def _set_scalar(ctx: GgufContext, key: str, value: Any, gtype: int, fn: str) -> None:
+def _set_scalar(ctx: GgufContext, key: str, value: object, gtype: int, fn: str) -> None:
     g = unwrap_gguf(ctx, fn)
     kb = _key_bytes(key, fn)
     ctx.nul_values.discard(key)
+    number: bool | int | float
     if gtype in INT_RANGES:
-        expect(is_int(value),
-               f"{fn}: value must be an int, got {value!r}", GgmlTypeError)
+        if not is_int(value):
+            raise GgmlTypeError(f"{fn}: value must be an int, got {value!r}")
         lo, hi = INT_RANGES[gtype]
         expect(lo <= int(value) < hi, f"{fn}: {value} is out of range for {gguf_type_name(gtype)} [{lo}, {hi - 1}]")
-        value = int(value)
+        number = int(value)
     elif gtype == GGUF_TYPE_BOOL:
-        expect(isinstance(value, (bool, np.bool_)), f"{fn}: value must be a bool, got {value!r}", GgmlTypeError)
-        value = bool(value)
+        if not isinstance(value, (bool, np.bool_)):
+            raise GgmlTypeError(f"{fn}: value must be a bool, got {value!r}")
+        number = bool(value)
     else:
-        expect(isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)),
-               f"{fn}: value must be a number, got {value!r}", GgmlTypeError)
-        value = float(value)
+        if not is_real(value):
+            raise GgmlTypeError(f"{fn}: value must be a number, got {value!r}")
+        number = float(value)
         # a finite value beyond float32 would be stored as inf (the integer setters check their range too)
-        expect(gtype != GGUF_TYPE_FLOAT32 or not math.isfinite(value) or abs(value) <= FLOAT32_MAX,
-               f"{fn}: {value} is beyond f32's range (+-{FLOAT32_MAX:.4g}) and would be stored as inf; use "
+        expect(gtype != GGUF_TYPE_FLOAT32 or not math.isfinite(number) or abs(number) <= FLOAT32_MAX,
+               f"{fn}: {number} is beyond f32's range (+-{FLOAT32_MAX:.4g}) and would be stored as inf; use "
                "gguf_set_val_f64")
-    _check_alignment_key(g, key, gtype, value, fn)
-    SETTERS[gtype](g, kb, value)
+    _check_alignment_key(g, key, gtype, number, fn)
+    SETTERS[gtype](g, kb, number)
 
 
 def gguf_set_val_str(ctx: GgufContext, key: str, value: str) -> None:
@@ -317,7 +324,7 @@ def gguf_set_val_f64(ctx: GgufContext, key: str, value: float) -> None:
     _set_scalar(ctx, key, value, GGUF_TYPE_FLOAT64, "gguf_set_val_f64")
 
 
-def gguf_set_val_bool(ctx: GgufContext, key: str, value: bool) -> None:
+def gguf_set_val_bool(ctx: GgufContext, key: str, value: bool | np.bool_) -> None:
     """Set ``key`` to a boolean value (replacing any previous value of that key).
 
     Arguments:
@@ -342,20 +349,21 @@ def _int_type(values: list[int]) -> int:
     raise GgmlValueError(f"integers out of the 64-bit range: {values[:4]!r}")
 
 
-def _set_array(g: Any, key: str, kb: bytes, value: Any, fn: str) -> None:
-    arr = value if isinstance(value, np.ndarray) else None
-    items = list(value) if arr is None else None
-    if items is not None and items and all(isinstance(v, str) for v in items):
-        raws = [c_string(fn, f"value[{i}]", v) for i, v in enumerate(items)]
-        _check_alignment_key(g, key, GGUF_TYPE_ARRAY, value, fn)
-        keep = [ffi.new("char[]", v) for v in raws]
-        lib.gguf_set_arr_str(g, kb, ffi.new("const char *[]", keep), len(keep))
-        return
-    if items is not None:
+def _set_array(g: CData, key: str, kb: bytes, value: Sequence[object] | np.ndarray, fn: str) -> None:
+    if isinstance(value, np.ndarray):
+        arr = value
+    else:
+        items = list(value)
+        if items and all(isinstance(v, str) for v in items):
+            raws = [c_string(fn, f"value[{i}]", v) for i, v in enumerate(items)]
+            _check_alignment_key(g, key, GGUF_TYPE_ARRAY, value, fn)
+            keep = [ffi.new("char[]", v) for v in raws]
+            lib.gguf_set_arr_str(g, kb, ffi.new("const char *[]", keep), len(keep))
+            return
         if all(isinstance(v, (bool, np.bool_)) for v in items) and items:
             arr = np.asarray(items, dtype=np.bool_)
         elif all(is_int(v) for v in items):
-            ints = [int(v) for v in items]
+            ints = [int(v) for v in items if is_int(v)]  # all of them
             arr = np.asarray(ints, dtype=GGUF_DTYPES[_int_type(ints)])
         elif all(isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) for v in items):
             arr = np.asarray(items, dtype=np.float64)
@@ -370,7 +378,7 @@ def _set_array(g: Any, key: str, kb: bytes, value: Any, fn: str) -> None:
     lib.gguf_set_arr_data(g, kb, gtype, ffi.from_buffer(arr) if arr.size else ffi.NULL, arr.size)
 
 
-def gguf_set_val(ctx: GgufContext, key: str, value: Any) -> None:
+def gguf_set_val(ctx: GgufContext, key: str, value: object) -> None:
     """Set metadata ``key`` to ``value`` with the GGUF type that fits it.
 
     bool -> bool; str -> str; int -> i32, else i64, else u64 (``general.alignment``: u32); float -> f64;

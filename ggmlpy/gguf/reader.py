@@ -10,11 +10,11 @@ row with the type's ``to_float``).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import cast, TYPE_CHECKING
 
 import numpy as np
 
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from ..backend.backend import ggml_backend_cpu_init
 from ..backend.transfer import numpy_shape
 from ..core.args import c_string
@@ -25,6 +25,10 @@ from ..errors import GgmlStateError, GgmlTypeError, GgufKeyError
 from ..graph.context import ggml_init
 from .file import gguf_init_from_file, GgufContext
 from .kv import gguf_get_key, gguf_get_n_kv, gguf_get_val
+
+
+if TYPE_CHECKING:
+    from ..core.paths import PathArg
 
 
 _PLAIN = {int(lib.GGML_TYPE_F32): np.float32, int(lib.GGML_TYPE_F16): np.float16, int(lib.GGML_TYPE_F64): np.float64,
@@ -68,7 +72,7 @@ class GgufFile(GgufContext):
                 f"{self.n_kv} metadata keys{extra}>")
 
 
-def gguf_load(path: Any, meta_only: bool = False) -> GgufFile:
+def gguf_load(path: PathArg, meta_only: bool = False) -> GgufFile:
     """Open a GGUF file: its metadata, its tensor infos and (unless ``meta_only``) its tensor data.
 
     The file is checked before ggml reads it (see ``gguf_init_from_file``): it must be a regular,
@@ -90,8 +94,9 @@ def gguf_load(path: Any, meta_only: bool = False) -> GgufFile:
     """
     if not isinstance(meta_only, bool):
         raise GgmlTypeError(f"gguf_load: meta_only must be a bool, got {meta_only!r}")
-    g = gguf_init_from_file(path, no_alloc=meta_only)
-    g.__class__ = GgufFile  # the same handle (one owner of the C pointers), with gguf_load's attributes
+    handle = gguf_init_from_file(path, no_alloc=meta_only)
+    handle.__class__ = GgufFile  # the same handle (one owner of the C pointers), with gguf_load's attributes
+    g = cast(GgufFile, handle)
     g.version = int(lib.gguf_get_version(g.ptr))
     g.n_tensors = int(lib.gguf_get_n_tensors(g.ptr))
     g.n_kv = int(lib.gguf_get_n_kv(g.ptr))
@@ -101,7 +106,7 @@ def gguf_load(path: Any, meta_only: bool = False) -> GgufFile:
     return g
 
 
-def _gguf(x: Any, fn: str) -> GgufContext:
+def _gguf(x: object, fn: str) -> GgufContext:
     if not isinstance(x, GgufContext):
         raise_type(f"{fn}(x)", "gguf file (gguf_load)", x)
     _ = x.ptr  # raises if freed
@@ -142,7 +147,7 @@ def gguf_tensor_names(x: GgufFile) -> list[str]:
             for i in range(int(lib.gguf_get_n_tensors(g)))]
 
 
-def _tensor_id(x: GgufContext, name: Any, fn: str) -> int:
+def _tensor_id(x: GgufContext, name: object, fn: str) -> int:
     if not isinstance(name, str):
         raise GgmlTypeError(f"{fn}: name must be a str (a tensor name, see gguf_tensor_names), got {name!r}")
     tid = int(lib.gguf_find_tensor(x.ptr, c_string(fn, "name", name)))
@@ -231,7 +236,7 @@ def gguf_tensor_data(x: GgufFile, name: str) -> np.ndarray:
     return out.reshape(shape)
 
 
-def _dequantize(t: Any, n: int, fn: str, name: str) -> np.ndarray:
+def _dequantize(t: CData, n: int, fn: str, name: str) -> np.ndarray:
     """All values of quantized tensor pointer ``t`` (host memory) as float32, converted by ggml: ``get_rows`` of
     every row on the CPU backend."""
     ne0 = int(t.ne[0])

@@ -4,9 +4,9 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING
 
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from ..backend.transfer import storage_of
 from ..core.args import c_string, is_int
 from ..core.paths import check_writable_path, fs_path, os_reason, path_bytes
@@ -14,6 +14,10 @@ from ..errors import expect, GgmlStateError, GgmlTypeError, GgmlValueError, Gguf
 from ..graph.objects import as_tensor, Tensor
 from .file import captured_ggml_errors, GgufContext, open_header, tensor_addr, unwrap_gguf
 from .header import data_extent
+
+
+if TYPE_CHECKING:
+    from ..core.paths import PathArg
 
 
 def gguf_get_n_tensors(ctx: GgufContext) -> int:
@@ -47,16 +51,16 @@ def gguf_find_tensor(ctx: GgufContext, name: str) -> int:
     return int(lib.gguf_find_tensor(g, c_string("gguf_find_tensor", "name", name)))
 
 
-def _tensor_id(ctx: GgufContext, tensor_id: Any, fn: str) -> tuple[Any, int]:
+def _tensor_id(ctx: GgufContext, tensor_id: object, fn: str) -> tuple[CData, int]:
     g = unwrap_gguf(ctx, fn)
     return g, index_in(fn, "tensor_id", tensor_id, int(lib.gguf_get_n_tensors(g)), "tensors")
 
 
-def index_in(fn: str, name: str, value: Any, n: int, items: str, alternative: str = "") -> int:
+def index_in(fn: str, name: str, value: object, n: int, items: str, alternative: str = "") -> int:
     """``value`` as an index into ``n`` keys or tensors (ggml aborts on one out of range)."""
-    expect(is_int(value) and 0 <= value < n,
-           f"{fn}: {name} must be an int in [0, {n}){alternative}, got {value!r}" if n else
-           f"{fn}: the GGUF context has no {items} (asked for {value!r})")
+    if not (is_int(value) and 0 <= value < n):
+        raise GgmlValueError(f"{fn}: {name} must be an int in [0, {n}){alternative}, got {value!r}" if n else
+                             f"{fn}: the GGUF context has no {items} (asked for {value!r})")
     return int(value)
 
 
@@ -132,7 +136,7 @@ def gguf_get_tensor_size(ctx: GgufContext, tensor_id: int) -> int:
     return int(lib.gguf_get_tensor_size(g, i))
 
 
-def check_has_data(tensor: Tensor, fn: str) -> Any:
+def check_has_data(tensor: Tensor, fn: str) -> CData:
     """The tensor's pointer, if it is contiguous and has memory its bytes can be read from or written to."""
     t = tensor.ptr
     label = f"tensor '{tensor.name}'" if tensor.name else "an unnamed tensor"
@@ -178,7 +182,7 @@ def gguf_add_tensor(ctx: GgufContext, tensor: Tensor) -> None:
     ctx.sources.append((tensor, tensor_addr(t.data), tensor_addr(t.buffer)))
 
 
-def gguf_write_to_file(ctx: GgufContext, path: Any, only_meta: bool = False) -> None:
+def gguf_write_to_file(ctx: GgufContext, path: PathArg, only_meta: bool = False) -> None:
     """Write a GGUF context to ``path``: metadata, tensor infos and (unless ``only_meta``) tensor data.
 
     Arguments:
@@ -228,7 +232,7 @@ def _complete(path: str, only_meta: bool) -> tuple[bool, int]:
         return False, size
 
 
-def _write_in_place(g: Any, target: str, p: str, only_meta: bool, fn: str) -> None:
+def _write_in_place(g: CData, target: str, p: str, only_meta: bool, fn: str) -> None:
     """The fallback when no new file can be made beside ``target``: ggml overwrites it, then it is checked."""
     with captured_ggml_errors() as lines:
         ok = lib.gguf_write_to_file(g, path_bytes(target), only_meta)
@@ -238,7 +242,7 @@ def _write_in_place(g: Any, target: str, p: str, only_meta: bool, fn: str) -> No
                             "reached the disk (is it full?); the file is incomplete")
 
 
-def _write_to_device(g: Any, p: str, only_meta: bool, fn: str) -> None:
+def _write_to_device(g: CData, p: str, only_meta: bool, fn: str) -> None:
     """ggml does not check its last writes (onto /dev/full it reported success): write a checked file in the
     temporary folder, then copy it with Python, whose writes raise."""
     import shutil
@@ -259,7 +263,7 @@ def _is_device(p: str) -> bool:
         return False
 
 
-def _write_replacing(g: Any, p: str, only_meta: bool, fn: str) -> None:
+def _write_replacing(g: CData, p: str, only_meta: bool, fn: str) -> None:
     """Write to a new file beside ``p``, check it reads back whole, then rename it over ``p``: ggml does not
     check its last writes (a full disk left a truncated file and no error), and a failed write must not
     destroy the file that was there."""

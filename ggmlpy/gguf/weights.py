@@ -4,7 +4,9 @@ context memory), matched by name, and read a file's tensors as numpy arrays with
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Mapping, Sequence
+from io import BufferedReader
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,7 +34,11 @@ from .tensors import (
 )
 
 
-def _named_tensors(tensors: Any, fn: str) -> list[tuple[str, Tensor]]:
+if TYPE_CHECKING:
+    from ..core.paths import PathArg
+
+
+def _named_tensors(tensors: object, fn: str) -> list[tuple[str, Tensor]]:
     """(name, tensor) pairs from a list of named tensors or a dict name -> tensor."""
     pairs: list[tuple[str, Tensor]] = []
     if isinstance(tensors, dict):
@@ -62,7 +68,8 @@ def _named_tensors(tensors: Any, fn: str) -> list[tuple[str, Tensor]]:
     return pairs
 
 
-def ggml_save_weights_gguf(path: Any, tensors: Any, metadata: dict | None = None) -> None:
+def ggml_save_weights_gguf(path: PathArg, tensors: Mapping[str, Tensor] | Sequence[Tensor],
+                           metadata: dict | None = None) -> None:
     """Save tensors (from any backend buffer or context memory) to a GGUF file, with optional metadata.
 
     Each tensor is stored under its name, with its type and shape; ``ggml_load_weights_gguf`` reads
@@ -107,18 +114,18 @@ def _metadata(g: GgufContext) -> dict:
     return {gguf_get_key(g, i): gguf_get_val(g, i) for i in range(gguf_get_n_kv(g))}
 
 
-def _read_bytes(f: Any, offset: int, nbytes: int, name: str, path: str, fn: str) -> np.ndarray:
+def _read_bytes(f: BufferedReader, offset: int, nbytes: int, name: str, path: str, fn: str) -> np.ndarray:
     try:
         buf = np.empty(nbytes, dtype=np.uint8)
     except MemoryError:
         raise GgmlValueError(f"{fn}: the {nbytes} bytes of tensor '{name}' of {path!r} do not fit in memory") from None
     f.seek(offset)
-    if f.readinto(memoryview(buf)) != nbytes:
+    if f.readinto(buf.data) != nbytes:
         raise GgufFileError(f"{fn}: {path!r} is truncated: the data of tensor '{name}' is incomplete")
     return buf
 
 
-def ggml_load_weights_gguf(path: Any, tensors: Any) -> dict:
+def ggml_load_weights_gguf(path: PathArg, tensors: Mapping[str, Tensor] | Sequence[Tensor]) -> dict:
     """Fill tensors with the data of the same-named tensors of a GGUF file; returns the file's metadata.
 
     Every tensor must exist in the file with the same type and shape (else an error naming it); the
@@ -173,7 +180,7 @@ def _ggml_layout(flat: np.ndarray, shape: tuple[int, int, int, int]) -> np.ndarr
     return flat.reshape(dims)
 
 
-def gguf_read(path: Any, raw: bool = False) -> tuple[dict, dict]:
+def gguf_read(path: PathArg, raw: bool = False) -> tuple[dict, dict]:
     """Read a whole GGUF file into numpy: ``(tensors, metadata)``.
 
     Tensors come back in ggml layout as numpy shape ``(ne3, ne2, ne1, ne0)`` with leading 1-axes dropped

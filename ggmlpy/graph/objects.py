@@ -7,7 +7,7 @@ import threading
 from collections.abc import Hashable, Iterable, Iterator
 
 from .._ffi import CData, ffi, lib
-from ..core.handle import bump_memory_epoch, Handle, HANDLE_LOCK, raise_type
+from ..core.handle import bump_memory_epoch, Handle, HANDLE_LOCK, Lifetime, raise_type
 from ..core.types import type_name
 from ..errors import GgmlStateError, GgmlValueError
 
@@ -73,7 +73,7 @@ class Context(Handle):
         bump_memory_epoch()  # views of these tensors in other contexts lost their memory too
 
     @property
-    def deps_of(self) -> dict[int, tuple[Handle, ...]]:
+    def deps_of(self) -> dict[int, tuple[Lifetime, ...]]:
         """Tensor address -> the handles its sources live in (other contexts, ...), for wrappers made later
         (created on first use: subclasses that bypass ``__init__`` have it too)."""
         d = self.__dict__.get("_deps_of")
@@ -115,10 +115,11 @@ RESET_MESSAGE = ("{what} was created in a ggml context before ggml_reset was cal
                  "memory for new tensors, so the old ones no longer exist; create it again after the reset")
 
 
-def merge_deps(owner: Handle, sources: Iterable[Tensor | None] = (), deps: Iterable[Handle] = ()) -> tuple[Handle, ...]:
+def merge_deps(owner: Handle, sources: Iterable[Tensor | None] = (),
+               deps: Iterable[Lifetime] = ()) -> tuple[Lifetime, ...]:
     """The handles, other than ``owner``, that a tensor made from ``sources`` (Tensors) depends on: their
     owners and what they depend on, plus ``deps``; each once (by identity)."""
-    out: dict[int, Handle] = {}
+    out: dict[int, Lifetime] = {}
     for s in sources:
         if s is None:
             continue
@@ -140,7 +141,7 @@ class Tensor:
     __slots__ = ("_ptr", "owner", "deps", "__weakref__")
 
     def __init__(self, ptr: CData, owner: Handle, sources: Iterable[Tensor | None] = (),
-                 deps: Iterable[Handle] = ()) -> None:
+                 deps: Iterable[Lifetime] = ()) -> None:
         if ptr == ffi.NULL:
             raise GgmlStateError("ggml returned a NULL tensor")
         self._ptr = ptr
@@ -172,7 +173,7 @@ class Tensor:
         return self.owner.alive and all(d.alive for d in self.deps)
 
     @property
-    def keepers(self) -> tuple[Handle, ...]:
+    def keepers(self) -> tuple[Lifetime, ...]:
         """Every handle this tensor needs: its owner and what it depends on."""
         return (self.owner,) + self.deps
 
@@ -241,7 +242,7 @@ class Graph:
     def __init__(self, ptr: CData, ctx: Context, size: int, grads: bool) -> None:
         self._ptr, self.ctx, self.size, self.grads = ptr, ctx, size, grads
         gen = ctx.generation  # the graph lives in the context's memory until its next ggml_reset
-        self.deps: dict[int, Handle] = {id(gen): gen}
+        self.deps: dict[int, Lifetime] = {id(gen): gen}
         self.checked_key: Hashable = None
         self.allocators: dict[int, Handle] = {}
 
@@ -259,7 +260,7 @@ class Graph:
         return self._ptr
 
     @property
-    def keepers(self) -> tuple[Handle, ...]:
+    def keepers(self) -> tuple[Lifetime, ...]:
         """Every handle the graph's tensors need: its context, the contexts of its tensors, their buffers."""
         hs = [self.ctx, *self.deps.values()]
         for h in list(hs):

@@ -258,9 +258,9 @@ _ROPE_MULTI_SECTIONS = """sections: 4 ints >= 0 (default ``[0, 0, 0, 0]``): the 
 
 
 def ggml_rope_multi(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None = None, n_dims: int | None = None,
-                    sections: Sequence[int] = (0, 0, 0, 0), mode: int = 0, n_ctx_orig: int = 0, freq_base: float = 10000.0,
-                    freq_scale: float = 1.0, ext_factor: float = 0.0, attn_factor: float = 1.0,
-                    beta_fast: float = 32.0, beta_slow: float = 1.0) -> Tensor:
+                    sections: Sequence[int] = (0, 0, 0, 0), mode: int = 0, n_ctx_orig: int = 0,
+                    freq_base: float = 10000.0, freq_scale: float = 1.0, ext_factor: float = 0.0,
+                    attn_factor: float = 1.0, beta_fast: float = 32.0, beta_slow: float = 1.0) -> Tensor:
     """Multi-section rotary position embedding (M-RoPE), for vision-language and vision models.
 
     {multi}

@@ -66,7 +66,8 @@ def ggml_rms_norm_back(ctx: Context, a: Tensor, b: Tensor, eps: float = 1e-5) ->
     return make_op(fn, ctx, lib.ggml_rms_norm_back, (a, b), a.shape, (eps_arg(fn, "eps", eps),))
 
 
-def _soft_max_back(fn: str, ctx: Context, a: object, b: object, scale: object, max_bias: object, inplace: bool) -> Tensor:
+def _soft_max_back(fn: str, ctx: Context, a: object, b: object, scale: object, max_bias: object,
+                   inplace: bool) -> Tensor:
     a, b = operand(fn, a), operand(fn, b, "b")
     types(fn, a, {GGML_TYPE_F32}, "a (dy)")
     types(fn, b, {GGML_TYPE_F32}, "b (y)")

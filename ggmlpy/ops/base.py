@@ -93,6 +93,12 @@ def out_prod(fn: str, a: Tensor, b: Tensor) -> Shape:
     return (a0, b0, b2, b3)
 
 
+def pad4(ne: tuple[int, ...]) -> Shape:
+    """A shape of 1 to 4 dimensions as ggml's four (the missing ones 1)."""
+    full = list(ne) + [1] * (4 - len(ne))
+    return full[0], full[1], full[2], full[3]
+
+
 def reshape(fn: str, a: Tensor, ne: tuple[int, ...]) -> Shape:
     for i, n in enumerate(ne):
         int_arg(fn, f"ne{i}", n, 1)
@@ -102,7 +108,7 @@ def reshape(fn: str, a: Tensor, ne: tuple[int, ...]) -> Shape:
     if count != a.nelements():
         fail(fn, f"the new shape {list(ne)} has {count} elements, a {list(a.shape)} has {a.nelements()}")
     contiguous(fn, a)
-    return tuple(list(ne) + [1] * (4 - len(ne)))  # type: ignore[return-value]
+    return pad4(ne)
 
 
 def view(fn: str, a: Tensor, ne: tuple[int, ...], nb: tuple[int, ...], offset: int) -> Shape:
@@ -121,7 +127,7 @@ def view(fn: str, a: Tensor, ne: tuple[int, ...], nb: tuple[int, ...], offset: i
     last = offset + sum((n - 1) * s for n, s in zip(ne, strides)) + esize
     if last > a.nbytes():
         fail(fn, f"the view reaches byte {last}, beyond a's {a.nbytes()} bytes")
-    return tuple(list(ne) + [1] * (4 - len(ne)))  # type: ignore[return-value]
+    return pad4(ne)
 
 
 def permutation(fn: str, axes: tuple[int, ...]) -> None:

@@ -280,7 +280,8 @@ def ggml_pad(ctx: Context, a: Tensor, p0: int = 0, p1: int = 0, p2: int = 0, p3:
     return make_op("ggml_pad", ctx, lib.ggml_pad, (a,), tuple(n + p for n, p in zip(a.shape, pads)), pads, a.type)
 
 
-def _set_checks(fn: str, a: Tensor, b: Tensor, nb1: object, nb2: object, nb3: object, offset: object) -> tuple[int, ...]:
+def _set_checks(fn: str, a: Tensor, b: Tensor, nb1: object, nb2: object, nb3: object,
+                offset: object) -> tuple[int, ...]:
     """What ggml_set's constructor, CPU kernel and backward pass assert, for byte strides and offset."""
     types(fn, a, {GGML_TYPE_F32, GGML_TYPE_I32})
     if b.type != a.type:

@@ -3,9 +3,7 @@
 """
 from __future__ import annotations
 
-from typing import Any
-
-from .._ffi import lib
+from .._ffi import CData, lib
 from ..compute.checks import check_opt_heads
 from ..compute.threads import count_forward
 from ..core.handle import free_handle, raise_type, unwrap, using
@@ -19,7 +17,7 @@ from .context import check_trainable, OptContext
 from .result import OptResult
 
 
-def opt_ptr(opt_ctx: Any, fn: str) -> Any:
+def opt_ptr(opt_ctx: object, fn: str) -> CData:
     return unwrap(opt_ctx, OptContext, f"{fn}(opt_ctx)")
 
 

@@ -1,8 +1,6 @@
 """ggml-opt's constants: optimizer and build types, with ggmlR's getters."""
 from __future__ import annotations
 
-from typing import Any
-
 from .._ffi import ffi, lib
 from ..errors import GgmlValueError
 
@@ -80,7 +78,7 @@ def ggml_opt_build_type_opt() -> int:
     return BUILD_OPT
 
 
-def check_optimizer(optimizer: Any) -> int:
+def check_optimizer(optimizer: object) -> int:
     if isinstance(optimizer, bool) or optimizer not in (OPTIMIZER_ADAMW, OPTIMIZER_SGD):
         raise GgmlValueError("optimizer: expected ggml_opt_optimizer_type_adamw() or "
                              f"ggml_opt_optimizer_type_sgd(), got {optimizer!r}")

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Sequence
-from typing import Any
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from types import TracebackType
 
 import numpy as np
 
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from ..compute.checks import check_graph_memory, check_nodes_supported, check_static_memory
 from ..compute.sched import sched_hash_size, Scheduler
 from ..compute.threads import count_forward
@@ -25,7 +27,7 @@ from ..graph.objects import as_tensor, Context, Tensor
 from ..graph.tensor import input_leaf
 from . import losses as L
 from .constants import BUILD_FORWARD, BUILD_OPT, ggml_opt_optimizer_name, STATIC_GRAPH_NODES
-from .params import LrUserdata
+from .params import LrUserdata, OptimizerParams
 from .result import OptResult
 
 
@@ -34,7 +36,7 @@ def training_graph_nodes(outputs: Tensor | Sequence[Tensor], build_type: int = B
     outputs and extra outputs): the backward pass adds at most ~3 nodes per forward op, each parameter a
     gradient accumulator, two moments and an optimizer step (measured: ~2.6 per op, ~5.5 per parameter),
     ggml-opt's loss a few more."""
-    roots = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    roots = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     n_nodes, params, n_leafs = count_forward(roots, with_leafs=True)
     if build_type == BUILD_FORWARD:
         return n_nodes + n_leafs + 32
@@ -95,25 +97,28 @@ class OptContext(Handle):
     def __init__(self, sched: Scheduler, heads: list[L.Head], optimizer: int, opt_period: int,
                  ctx_compute: Context | None, inputs: Tensor | None, build_type: int = BUILD_OPT,
                  lr_ud: LrUserdata | None = None, loss_mask_ne0: int | None = None,
-                 extra_outputs: Sequence[Tensor] = (), penalties: Sequence[Any] = ()) -> None:
+                 extra_outputs: Sequence[Tensor] = (), penalties: Sequence[L.Penalty] = ()) -> None:
         self.sched = sched
         self.optimizer = optimizer
         self.opt_period = opt_period
         self.build_type = build_type
         self.static = ctx_compute is not None
         self.lr_ud = lr_ud or LrUserdata()
+        self.opt_pars_owner: OptimizerParams | None = None  # ggml_opt_init(params): the struct ggml reads
         self.inputs = inputs
         self.user_ctx = ctx_compute
-        self.loss = L.build_loss_graph(heads, sched, loss_mask_ne0, penalties=penalties) if self.static else None
+        # static graphs (and only they) have a loss graph
+        loss = L.build_loss_graph(heads, sched, loss_mask_ne0, penalties=penalties) if self.static else None
+        self.loss = loss
         # static graphs: what every eval computes besides the loss (ggml-opt's extra outputs, patches/0017): the
         # caller's side outputs (batch-norm statistics) and the loss graph's own (argmax counts)
-        self.extra_outputs = [*extra_outputs, *self.loss.extra_outputs] if self.static else []
-        self._extra_array: Any = None
-        self._graph_ctx = None
+        self.extra_outputs = [*extra_outputs, *loss.extra_outputs] if loss is not None else []
+        self._extra_array: np.ndarray | None = None
+        self._graph_ctx: Context | None = None
         self._opt_i = 0          # mirrors ggml-opt's accumulation phase
-        self.pending_alloc = None     # None, "forward" or "backward": an alloc waiting for its eval
+        self.pending_alloc: str | None = None     # None, "forward" or "backward": an alloc waiting for its eval
         self.prepared = False   # dynamic mode: prepare_alloc called since the last eval
-        self.step_ctx: Any = None   # dynamic mode: the ctx_compute of the last prepare_alloc
+        self.step_ctx: Context | None = None   # dynamic mode: the ctx_compute of the last prepare_alloc
         self._step = _DynamicStep()  # dynamic mode: what this step's graph tensors are valid for
         self.param_layout: list | None = None  # dynamic mode: (node index, shape) of the first graph's params
         self._running: str | None = None  # the loop driving this context now (ggml_opt_epoch, a fit)
@@ -129,14 +134,14 @@ class OptContext(Handle):
             raise
         self.heads = heads
         # ggml aborts on an out-of-range ggml_get_rows index: those inputs are checked before each eval.
-        self._index_inputs = index_inputs([self.loss.opt_outputs, *self.extra_outputs]) if self.static else []
+        self._index_inputs = index_inputs([loss.opt_outputs, *self.extra_outputs]) if loss is not None else []
         super().__init__(lib.ggml_opt_init(params), lib.ggml_opt_free, parents=parents)
         if self.static:
             sched.opt_users.add(self)
         sched.opt_contexts.add(self)
 
     @property
-    def keepers(self) -> tuple:
+    def keepers(self) -> tuple[Handle, ...]:
         """Every handle an evaluation needs: this context, what it depends on, the buffers of those contexts
         (each once; recomputed when a context got another buffer)."""
         stamp = tuple(id(b) for h in self.parents for b in getattr(h, "buffers", ()) if b.alive)
@@ -151,7 +156,7 @@ class OptContext(Handle):
         return cached[1]
 
     @property
-    def _locks(self) -> tuple:
+    def _locks(self) -> tuple[threading.RLock, ...]:
         locks = self.__dict__.get("_compute_locks")
         if locks is None:
             locks = self.__dict__["_compute_locks"] = compute_locks(self.sched.backends)
@@ -161,7 +166,7 @@ class OptContext(Handle):
     def _on_rpc(self) -> bool:
         return any(getattr(b, "is_rpc", False) for b in self.sched.backends)
 
-    def _in_use(self, what: str, result: Any = None) -> Any:
+    def _in_use(self, what: str, result: OptResult | None = None) -> AbstractContextManager[None]:
         """Mark what one C call needs in use; nothing to do when a running loop (an epoch, a fit) has marked
         it all already (the per-batch calls stay cheap)."""
         if self.users and (result is None or result.users):
@@ -250,11 +255,11 @@ class OptContext(Handle):
             self._graph_ctx.free()
 
     # ---- tensors
-    def tensor(self, ptr: Any) -> Tensor | None:
+    def tensor(self, ptr: CData) -> Tensor | None:
         """A tensor of the opt context's own memory (accumulators, moments; static graphs: everything)."""
         return Tensor(ptr, self) if ptr != ffi.NULL else None
 
-    def step_tensor(self, ptr: Any) -> Tensor | None:
+    def step_tensor(self, ptr: CData) -> Tensor | None:
         """A tensor of the graph of this step: with dynamic graphs it lives in the ctx_compute given to
         ggml_opt_prepare_alloc and is valid until the next ggml_opt_alloc (ggml-opt rebuilds labels, loss and
         predictions then), so it refuses use once that context is freed or the next step is allocated."""
@@ -317,14 +322,20 @@ class OptContext(Handle):
         res_ptr = ffi.NULL
         if result is not None:
             res_ptr = unwrap(result, OptResult, "ggml_opt_eval(result)")
-            result.check_batch(self)
+            self.check_result(result)
         with self._in_use("ggml_opt_eval", result), computing(locks=self._locks, rpc=self._on_rpc):
             lib.ggml_opt_eval(ptr, res_ptr)
-        if self.static and self.loss.composite and result is not None:
+        if self.loss is not None and self.loss.composite and result is not None:  # static graphs
             result.record_heads(self.loss.heads)
         self._opt_i = (self._opt_i + 1) % self.opt_period
         self.pending_alloc = None
         self.prepared = False
+
+    def check_result(self, result: OptResult) -> None:
+        """A result only ever sees one batch size, loss kind and period (ggml asserts it)."""
+        out = self.loss.opt_outputs if self.loss is not None else self.heads[0].outputs  # static graphs: the loss
+        kind = self.loss.ggml_loss_type if self.loss is not None else self.heads[0].loss_type
+        result.check_batch(int(out.ptr.ne[1]), (kind, self.opt_period))
 
     def _describe(self) -> str:
         names = "+".join(L.LOSS_NAMES[h.loss_type] for h in self.heads)
@@ -336,7 +347,7 @@ class _Running:
 
     def __init__(self, opt: OptContext, what: str) -> None:
         self.opt, self.what = opt, what
-        self._using: Any = None
+        self._using: AbstractContextManager[None] | None = None
 
     def __enter__(self) -> OptContext:
         self.opt.refuse_if_running(self.what)
@@ -345,9 +356,11 @@ class _Running:
         self.opt._running = self.what
         return self.opt
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.opt._running = None
-        self._using.__exit__(*exc)
+        if self._using is not None:
+            self._using.__exit__(exc_type, exc, tb)
 
 
 class _DynamicStep:
@@ -360,7 +373,8 @@ class _DynamicStep:
 
 
 @contextlib.contextmanager
-def _graph_nodes(outputs: Tensor, size: int, backward: bool, side_outputs: Sequence[Tensor] = ()) -> Any:
+def _graph_nodes(outputs: Tensor, size: int, backward: bool,
+                 side_outputs: Sequence[Tensor] = ()) -> Iterator[list[CData]]:
     """The nodes of the graph ggml-opt will run for ``outputs`` (and its extra outputs), built in a scratch
     context: the forward pass, and with ``backward`` the gradient ops ggml adds for a loss on them (ggml-opt's
     own graphs are not reachable; the backward ops of the model are the same whatever the loss). Valid inside
@@ -384,11 +398,12 @@ def _graph_nodes(outputs: Tensor, size: int, backward: bool, side_outputs: Seque
         scratch.free()
 
 
-def heads_from(outputs: Any, loss_types: Any, loss_weights: Any = None, sample_weighted: bool = False) \
-        -> list[L.Head]:
-    outs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
-    types = list(loss_types) if isinstance(loss_types, (list, tuple)) else [loss_types] * len(outs)
-    weights = [1.0] * len(outs) if loss_weights is None else list(loss_weights) \
+def heads_from(outputs: Tensor | Sequence[Tensor], loss_types: int | Sequence[int],
+               loss_weights: float | Sequence[float] | np.ndarray | None = None,
+               sample_weighted: bool = False) -> list[L.Head]:
+    outs: list[object] = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    types: list[object] = list(loss_types) if isinstance(loss_types, (list, tuple)) else [loss_types] * len(outs)
+    weights: list[object] = [1.0] * len(outs) if loss_weights is None else list(loss_weights) \
         if isinstance(loss_weights, (list, tuple, np.ndarray)) else [loss_weights]
     if not outs:
         raise GgmlValueError("outputs: expected at least one output tensor")
@@ -397,16 +412,17 @@ def heads_from(outputs: Any, loss_types: Any, loss_weights: Any = None, sample_w
                              f"{len(types)} loss types and {len(weights)} weights")
     heads = []
     for i, (o, t, w) in enumerate(zip(outs, types, weights)):
-        o = as_tensor(o, f"outputs[{i}]")
-        L.check_loss_type(t, f"loss_types[{i}]")
+        out = as_tensor(o, f"outputs[{i}]")
+        loss_type = L.check_loss_type(t, f"loss_types[{i}]")
         if not is_real(w) or not math.isfinite(w) or w < 0:
             raise GgmlValueError(f"loss_weights[{i}] must be a finite number >= 0, got {w!r}")
-        heads.append(L.Head(int(t), o, float(w), sample_weighted=sample_weighted,
+        heads.append(L.Head(int(loss_type), out, float(w), sample_weighted=sample_weighted,
                             custom=t if isinstance(t, L.CustomLoss) else None))
     return heads
 
 
-def check_static(sched: Scheduler, ctx_compute: Any, inputs: Any, outputs: Any) -> None:
+def check_static(sched: Scheduler, ctx_compute: Context | None, inputs: Tensor | None,
+                 outputs: Tensor | Sequence[Tensor] | None) -> None:
     if ctx_compute is None:
         if inputs is not None or outputs is not None:
             raise GgmlValueError("ctx_compute, inputs and outputs go together: pass all three (static graphs) or "

@@ -4,7 +4,7 @@ with the same function on the CPU)."""
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -19,15 +19,17 @@ from ..graph.tensor import ggml_new_tensor
 
 
 LOSS_CUSTOM = 13
+# fn(ctx, y_true, y_pred) -> the loss tensor (its result is checked when the loss is built)
+LossFunction = Callable[[Context, Tensor, Tensor], object]
 
 
 class CustomLoss(int):
     """Loss type CUSTOM (13) carrying its function ``fn(ctx, y_true, y_pred) -> tensor`` and a name: everything
     that reads loss types as ints sees 13, and the loss builder calls ``fn``."""
-    fn: Callable[..., Any]
+    fn: LossFunction
     name: str
 
-    def __new__(cls, fn: Callable[..., Any], name: str) -> CustomLoss:
+    def __new__(cls, fn: LossFunction, name: str) -> CustomLoss:
         obj = super().__new__(cls, LOSS_CUSTOM)
         obj.fn, obj.name = fn, name
         return obj
@@ -39,7 +41,7 @@ class CustomLoss(int):
         return CustomLoss, (self.fn, self.name)
 
 
-def ggml_opt_loss_custom(fn: Callable[..., Any], name: str | None = None) -> CustomLoss:
+def ggml_opt_loss_custom(fn: LossFunction, name: str | None = None) -> CustomLoss:
     """A loss written with ggmlpy ops: ``fn(ctx, y_true, y_pred)`` returns a tensor, and the loss is the mean of
     its elements (Keras' reduction of a custom loss: per-sample or per-element values, averaged).
 

@@ -7,7 +7,7 @@ private permutation that weights and multi-head label slices could not follow.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import overload
 
 import numpy as np
 
@@ -15,7 +15,7 @@ from .._ffi import ffi, lib
 from ..backend.buffer import Buffer
 from ..backend.transfer import numpy_dtype, NUMPY_DTYPES, write_array
 from ..core.args import INT64_MAX, is_int
-from ..core.handle import free_handle, Handle, unwrap
+from ..core.handle import free_handle, Handle, live, unwrap
 from ..core.sysmem import check_fits_memory
 from ..core.types import GGML_TYPE_F32
 from ..errors import expect, GgmlStateError, GgmlTypeError, GgmlValueError
@@ -58,6 +58,10 @@ class Dataset(Handle):
         ptr = lib.ggml_opt_dataset_labels(self.ptr)
         return Tensor(ptr, self) if ptr != ffi.NULL else None
 
+    @overload
+    def rows(self, tensor: Tensor) -> np.ndarray: ...
+    @overload
+    def rows(self, tensor: None) -> None: ...
     def rows(self, tensor: Tensor | None) -> np.ndarray | None:
         """A ``(ndata, ne)`` numpy view of a host tensor of this dataset (no copy)."""
         if tensor is None:
@@ -143,9 +147,8 @@ def ggml_opt_dataset_init(type_data: int, type_label: int, ne_datapoint: int, ne
     return Dataset(type_data, type_label, ne_datapoint, ne_label, ndata, ndata_shard)
 
 
-def _ds(dataset: Any, fn: str) -> Dataset:
-    unwrap(dataset, Dataset, f"{fn}(dataset)")
-    return dataset
+def _ds(dataset: object, fn: str) -> Dataset:
+    return live(dataset, Dataset, f"{fn}(dataset)")
 
 
 def ggml_opt_dataset_free(dataset: Dataset) -> None:
@@ -231,7 +234,7 @@ def ggml_opt_dataset_weights(dataset: Dataset, ne0: int = 1) -> Tensor:
     return ds.weights(ne0)
 
 
-def ggml_opt_dataset_shuffle(opt_ctx: Any, dataset: Dataset, idata: int = -1) -> None:
+def ggml_opt_dataset_shuffle(opt_ctx: OptContext, dataset: Dataset, idata: int = -1) -> None:
     """Shuffle the first ``idata`` datapoints of a dataset in place, shard by shard.
 
     Data, labels and weights move together. The random generator belongs to the opt context (seeded
@@ -331,7 +334,7 @@ def ggml_opt_dataset_get_batch(dataset: Dataset, data_batch: Tensor, labels_batc
     labels = ds.labels
     if (labels is None) != (labels_batch is None):
         raise GgmlValueError(f"{fn}: labels_batch must be given exactly when the dataset has labels")
-    if labels_batch is not None:
+    if labels_batch is not None and labels is not None:  # both or neither (checked above)
         lt = as_tensor(labels_batch, f"{fn}(labels_batch)")
         if _check_batch_tensor(fn, ds, ds.rows(labels), lt, ibatch, "labels_batch") != batch:
             raise GgmlValueError(f"{fn}: data_batch and labels_batch hold different numbers of datapoints")
@@ -359,10 +362,11 @@ def ggml_opt_dataset_get_batch_head(dataset: Dataset, data_batch: Tensor | None,
     """
     fn = "ggml_opt_dataset_get_batch_head"
     ds = _ds(dataset, fn)
-    if ds.labels is None:
+    labels = ds.labels
+    if labels is None:
         raise GgmlValueError(f"{fn}: the dataset has no labels")
     lt = as_tensor(labels_batch, f"{fn}(labels_batch)")
-    host = ds.rows(ds.labels)
+    host = ds.rows(labels)
     width = lt.shape[0]
     expect(is_int(labels_off) and 0 <= labels_off and labels_off + width <= ds.ne_label,
            f"{fn}: labels [{labels_off!r}, {labels_off!r}+{width}) fall outside the dataset's {ds.ne_label} "

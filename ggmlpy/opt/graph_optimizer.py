@@ -16,7 +16,6 @@ moves freely between one-device and multi-device fits.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -26,7 +25,7 @@ from ..backend.buffer import ggml_backend_alloc_ctx_tensors
 from ..backend.transfer import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data, numpy_shape
 from ..compute.alloc import ggml_gallocr_alloc_graph, ggml_gallocr_new
 from ..compute.run import ggml_backend_graph_compute, recompute
-from ..core.handle import check_rpc_connections
+from ..core.handle import check_rpc_connections, Handle
 from ..core.types import GGML_TYPE_F32
 from ..errors import GgmlStateError, GgmlValueError
 from ..graph.context import ggml_graph_overhead, ggml_init, ggml_tensor_overhead
@@ -71,10 +70,10 @@ class GraphOptimizer:
             raise GgmlValueError("nothing to train: no trainable weight gets a gradient from the loss")
         self.names = names
         self.params = [trainable[0][n] for n in names]
-        self.accs = [[self._acc(k, trainable[k][n]) for n in names] for k in range(len(contexts))]
+        self.accs = [[self._replica_acc(k, n, trainable[k][n]) for n in names] for k in range(len(contexts))]
         n_static = len(names) * (len(contexts) - 1 + len(spec.slots)) + 1
         self._ctx = ggml_init(mem_size=(n_static + 2) * ggml_tensor_overhead(), no_alloc=True)
-        self._owned: list[Any] = [self._ctx]
+        self._owned: list[Handle] = [self._ctx]
         try:
             self._build(names, weights)
         except BaseException:
@@ -84,6 +83,14 @@ class GraphOptimizer:
     def _acc(self, k: int, t: Tensor) -> Tensor | None:
         ptr = lib.ggml_opt_grad_acc(self.contexts[k].ptr, t.ptr)
         return None if ptr == ffi.NULL else Tensor(ptr, self.contexts[k])
+
+    def _replica_acc(self, k: int, name: str, t: Tensor) -> Tensor:
+        """Replica k's accumulator of weight ``name``: every replica has one where replica 0 has."""
+        acc = self._acc(k, t)
+        if acc is None:
+            raise GgmlStateError(f"internal: replica {k} has no gradient for {name!r}, which replica 0 has; this is "
+                                 "a bug in ggmlpy, please report it")
+        return acc
 
     def _build(self, names: list[str], weights: Sequence[float]) -> None:
         ctx, K, spec = self._ctx, len(self.contexts), self.spec
@@ -96,7 +103,8 @@ class GraphOptimizer:
         self.slots = {s: [new(t, f"{s} #{j}") for j, t in enumerate(self.params)] for s in spec.slots}
         self.hparams = ggml_new_tensor(ctx, GGML_TYPE_F32, 1, (hparams_size(spec),))
         buf = ggml_backend_alloc_ctx_tensors(ctx, self.backend)
-        self._owned.insert(0, buf)
+        if buf is not None:  # None only for a context without tensors
+            self._owned.insert(0, buf)
         for slot, tensors in self.slots.items():
             for t in tensors:
                 ggml_backend_tensor_set_data(t, np.full(t.nelements(), spec.initial(slot), np.float32))

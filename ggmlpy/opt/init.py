@@ -1,8 +1,7 @@
 """Creating opt contexts: ``ggml_opt_default_params``, ``ggml_opt_init`` and the fit variants."""
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -30,7 +29,7 @@ class OptParams:
     """
     _KEYS = ("loss_type", "build_type", "opt_period", "optimizer")
 
-    def __init__(self, sched: Any, loss_type: int) -> None:
+    def __init__(self, sched: Scheduler, loss_type: int) -> None:
         self.sched = sched
         self.loss_type = loss_type
         self.build_type = BUILD_OPT
@@ -40,8 +39,8 @@ class OptParams:
         self.inputs: Tensor | None = None
         self.outputs: Tensor | None = None
         self.opt_pars = OptimizerParams()
-        self.get_opt_pars: Any = None
-        self.get_opt_pars_ud: Any = None
+        self.get_opt_pars: Callable[[object], object] | None = None  # fn(ud) -> optimizer parameters
+        self.get_opt_pars_ud: object = None
 
     @property
     def adamw(self) -> ADAMW_FIELDS:
@@ -51,18 +50,18 @@ class OptParams:
     def sgd(self) -> SGD_FIELDS:
         return self.opt_pars.sgd
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str) -> object:
         if key not in self._KEYS and key not in ("ctx_compute", "inputs", "outputs", "opt_pars", "get_opt_pars",
                                                  "get_opt_pars_ud", "sched"):
             raise KeyError(key)
         return getattr(self, key)
 
-    def __setitem__(self, key: str, value: Any) -> None:
+    def __setitem__(self, key: str, value: object) -> None:
         if key not in self._KEYS:
             raise KeyError(f"{key!r}: the list form sets {', '.join(self._KEYS)} (other fields are attributes)")
         setattr(self, key, value)
 
-    def __contains__(self, key: Any) -> bool:
+    def __contains__(self, key: object) -> bool:
         return key in self._KEYS
 
     def __iter__(self) -> Iterator[str]:
@@ -71,7 +70,7 @@ class OptParams:
     def __len__(self) -> int:
         return len(self._KEYS)
 
-    def get(self, key: str, default: Any = None) -> Any:
+    def get(self, key: str, default: object = None) -> object:
         return getattr(self, key) if key in self._KEYS else default
 
     def items(self) -> list:
@@ -226,7 +225,8 @@ def _opt_init_locked(sched, loss_type, optimizer, opt_period, ctx_compute, input
             if t not in L.BUILTIN_LOSSES or len(types) > 1:
                 raise GgmlValueError("dynamic graphs support ggml's own losses (mean, sum, cross_entropy, mse) "
                                      "with one head; pass ctx_compute/inputs/outputs for the others")
-        heads = [L.Head(int(types[0]), None)]  # type: ignore[arg-type]
+        # dynamic graphs: ggml-opt builds the graph from ggml_opt_prepare_alloc's outputs, none exists here
+        heads = [L.Head(int(types[0]), None)]  # type: ignore[arg-type]  # no outputs tensor before that
     else:
         heads = heads_from(outputs, loss_type, loss_weights, sample_weighted)
         to_ggml = len(heads) == 1 and heads[0].loss_type in L.BUILTIN_LOSSES and heads[0].weight == 1.0 \

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,6 +35,11 @@ from .params import LrUserdata, OptimizerParams
 from .result import OptResult
 
 
+if TYPE_CHECKING:
+    # f(train, ibatch, ibatch_max, t_start_us, result), called after each batch (ggml's epoch callback)
+    EpochCallback = Callable[[bool, int, int, int, OptResult | None], object]
+
+
 @ffi.def_extern()
 def _ggmlpy_epoch_cb(train, opt_ctx, dataset, result, ibatch, ibatch_max, t_start_us):  # noqa: ARG001
     """Declared for ggml's C ``ggml_opt_epoch``; the loops here call Python callbacks directly."""
@@ -46,16 +52,17 @@ def _now_us() -> int:
     return time.monotonic_ns() // 1000
 
 
-def _callback(cb: Any) -> Any:
+def _callback(cb: object) -> EpochCallback | bool | None:
     if cb is True or cb is False or cb is None or callable(cb):
         return cb or None
     raise GgmlValueError(f"epoch callbacks must be True (ggml's progress bar), False/None (nothing) or a function "
                          f"f(train, ibatch, ibatch_max, t_start_us, result), got {cb!r}")
 
 
-def _call(cb: Any, train: bool, opt: OptContext, dataset: Dataset, result: Any, ibatch: int, ibatch_max: int,
-          t_start_us: int) -> None:
-    if cb is True:
+def _call(cb: EpochCallback | bool, train: bool, opt: OptContext, dataset: Dataset, result: OptResult | None,
+          ibatch: int, ibatch_max: int, t_start_us: int) -> None:
+    if isinstance(cb, bool):  # True, ggml's progress bar (False means no callback: never called)
+        assert result is not None  # the bar always gets one (_run_epoch)
         lib.ggml_opt_epoch_callback_progress_bar(train, opt.ptr, dataset.ptr, result.ptr, ibatch, ibatch_max,
                                                  t_start_us)
         return
@@ -64,11 +71,13 @@ def _call(cb: Any, train: bool, opt: OptContext, dataset: Dataset, result: Any, 
     cb(train, ibatch, ibatch_max, t_start_us, result)
 
 
-def _run_epoch(opt: OptContext, dataset: Dataset, result_train: Any, result_eval: Any, idata_split: int,
-               callback_train: Any, callback_eval: Any, batch: int) -> None:
+def _run_epoch(opt: OptContext, dataset: Dataset, result_train: OptResult | None, result_eval: OptResult | None,
+               idata_split: int, callback_train: EpochCallback | bool | None,
+               callback_eval: EpochCallback | bool | None, batch: int) -> None:
     """ggml_opt_epoch (ggml-opt.cpp) step by step: the batches before ``idata_split`` train, the rest evaluate;
     each callback runs after its batch. ``opt`` is marked running by the caller."""
     inputs, labels = opt.inputs, opt.labels(0)
+    assert inputs is not None  # static graphs (checked by the caller)
     ds_ptr, in_ptr = dataset.ptr, inputs.ptr
     lab_ptr = labels.ptr if labels is not None else ffi.NULL
     nbatches = dataset.ndata // batch
@@ -98,6 +107,7 @@ def _run_epoch(opt: OptContext, dataset: Dataset, result_train: Any, result_eval
 def _check_epoch_data(fn: str, opt_ctx: OptContext, dataset: Dataset, batch: int) -> None:
     """What ggml_opt_dataset_get_batch asserts about the batch tensors (it would abort)."""
     inputs = opt_ctx.inputs
+    assert inputs is not None  # static graphs (checked by the caller)
     if inputs.type != dataset.data.type:
         raise GgmlTypeError(f"{fn}: the dataset holds {type_name(dataset.data.type).upper()} data, the inputs tensor "
                             f"is {type_name(inputs.type).upper()}; create them with the same type")
@@ -114,8 +124,9 @@ def _check_epoch_data(fn: str, opt_ctx: OptContext, dataset: Dataset, batch: int
 
 
 def ggml_opt_epoch(opt_ctx: OptContext, dataset: Dataset, result_train: OptResult | None = None,
-                   result_eval: OptResult | None = None, idata_split: int = -1, callback_train: Any = True,
-                   callback_eval: Any = True) -> None:
+                   result_eval: OptResult | None = None, idata_split: int = -1,
+                   callback_train: EpochCallback | bool | None = True,
+                   callback_eval: EpochCallback | bool | None = True) -> None:
     """One pass over an in-memory dataset, as ggml's C loop: the first datapoints train, the rest evaluate.
 
     Batch after batch, the datapoints before ``idata_split`` are trained on (forward, backward and,
@@ -155,12 +166,12 @@ def ggml_opt_epoch(opt_ctx: OptContext, dataset: Dataset, result_train: OptResul
     fn = "ggml_opt_epoch"
     unwrap(opt_ctx, OptContext, f"{fn}(opt_ctx)")
     unwrap(dataset, Dataset, f"{fn}(dataset)")
-    if not opt_ctx.static:
+    loss, inputs = opt_ctx.loss, opt_ctx.inputs
+    if not opt_ctx.static or loss is None or inputs is None:  # static graphs have both
         raise GgmlStateError(f"{fn} needs an opt context with static graphs (ctx_compute, inputs, outputs)")
-    if opt_ctx.loss.composite:
+    if loss.composite:
         raise GgmlValueError(f"{fn} runs ggml's C loop, which only feeds ggml's own losses (mean, sum, "
                              "cross_entropy, mse); use ggml_fit_opt for the others")
-    inputs = opt_ctx.inputs
     batch = L.physical_batch(inputs)
     per_point = inputs.nelements() // batch
     expect(per_point == dataset.ne_datapoint, f"{fn}: the inputs hold {per_point} values per datapoint, the dataset "
@@ -186,7 +197,7 @@ def ggml_opt_epoch(opt_ctx: OptContext, dataset: Dataset, result_train: OptResul
             unwrap(r, OptResult, name)
     for r in (result_train, result_eval):
         if r is not None:
-            r.check_batch(opt_ctx)
+            opt_ctx.check_result(r)
     opt_ctx.lr_ud.validate()
     _check_epoch_data(fn, opt_ctx, dataset, batch)
     cb_t, cb_e = _callback(callback_train), _callback(callback_eval)
@@ -200,7 +211,7 @@ def ggml_opt_epoch(opt_ctx: OptContext, dataset: Dataset, result_train: OptResul
 def ggml_opt_fit(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Tensor, dataset: Dataset,
                  loss_type: int = L.LOSS_MSE, optimizer: int = OPTIMIZER_ADAMW, nepoch: int = 1,
                  nbatch_logical: int = 32, val_split: float = 0.0, silent: bool = False,
-                 get_opt_pars: Any = None) -> None:
+                 get_opt_pars: Callable[[int], object] | None = None) -> None:
     """ggml's own training loop: ``nepoch`` epochs over an in-memory dataset, exactly as ggml's C function.
 
     It builds its own opt context with ggml's default optimizer parameters (AdamW lr 1e-3) unless

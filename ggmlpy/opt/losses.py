@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .._ffi import ffi, lib
 from ..backend.buffer import ggml_backend_alloc_ctx_tensors
@@ -46,6 +46,16 @@ from ..ops.layout import ggml_reshape, ggml_reshape_4d
 from ..ops.linalg import ggml_cross_entropy_loss
 from ..ops.reduce import ggml_argmax, ggml_count_equal, ggml_repeat, ggml_sum, ggml_sum_rows
 from .custom_loss import custom_loss_tensor, CustomLoss, LOSS_CUSTOM
+
+
+if TYPE_CHECKING:
+    from ..backend.backend import Backend
+    from ..backend.buffer import Buffer
+    from ..compute.sched import Scheduler
+    from ..core.handle import Handle
+
+
+Penalty = tuple[Tensor, float, float]  # a weight, its L1 and L2 factors (Keras' regularizers)
 
 
 LOSS_MEAN = int(lib.GGML_OPT_LOSS_TYPE_MEAN)
@@ -308,7 +318,7 @@ def _unit_rows(ctx: Context, x: Tensor) -> Tensor:
     return ggml_div(ctx, x, ggml_repeat(ctx, norm, x))
 
 
-def check_loss_type(loss_type: Any, what: str = "loss_type") -> int:
+def check_loss_type(loss_type: object, what: str = "loss_type") -> int:
     if isinstance(loss_type, bool) or not isinstance(loss_type, int) or loss_type not in LOSS_NAMES or \
             loss_type == LOSS_CUSTOM and not isinstance(loss_type, CustomLoss):
         options = ", ".join(f"ggml_opt_loss_type_{n}()" for n in LOSS_NAMES.values() if n != "custom")
@@ -352,10 +362,10 @@ class LossGraph:
     opt_outputs: Tensor
     ggml_loss_type: int
     ctx: Context | None = None
-    buffer: Any = None
-    owned: list = field(default_factory=list)
+    buffer: Buffer | None = None
+    owned: list[Handle] = field(default_factory=list)
     # computed with every eval besides the loss (ggml-opt's extra outputs): each head's count of argmax matches
-    extra_outputs: list = field(default_factory=list)
+    extra_outputs: list[Tensor] = field(default_factory=list)
 
     @property
     def composite(self) -> bool:
@@ -383,14 +393,17 @@ def _head_value(ctx: Context, head: Head) -> Tensor:
     out, y = head.outputs, head.labels
     t = head.loss_type
     if t == LOSS_CROSS_ENTROPY:
+        assert y is not None  # a labelled loss
         if head.scores is not None:
             out = head.scores
         if head.sample_weighted:
+            assert head.weights is not None  # made with the labels
             return _weighted_cross_entropy(ctx, out, y, head.weights)
         return ggml_cross_entropy_loss(ctx, out, y)
     if t == LOSS_SUM:
         return ggml_sum(ctx, _elementwise(ctx, head, out, y))
     if t == LOSS_CUSTOM:
+        assert y is not None and head.custom is not None  # a labelled loss, with its function
         per = custom_loss_tensor(ctx, head.custom, y, out, physical_batch(out))
         if head.weights is not None:
             if per.nelements() == 1:
@@ -413,6 +426,7 @@ def _elementwise(ctx: Context, head: Head, out: Tensor, y: Tensor | None) -> Ten
 def _elementwise_unweighted(ctx: Context, t: int, out: Tensor, y: Tensor | None) -> Tensor:
     if t == LOSS_MEAN:
         return out
+    assert y is not None  # every other element-wise loss is a labelled one
     if t == LOSS_BINARY_CROSS_ENTROPY:
         # p is squeezed into [eps, 1 - eps] so log never sees 0: p' = p (1 - 2 eps) + eps, and
         # 1 - p' = (1 - p) (1 - 2 eps) + eps. 1 - p is exact in float32 for p >= 0.5, so q keeps eps near
@@ -462,8 +476,8 @@ def _per_sample_shape(outputs: Tensor) -> list[int]:
     return shape
 
 
-def build_loss_graph(heads: Sequence[Head], sched, loss_mask_ne0: int | None = None,
-                     force_composite: bool = False, penalties: Sequence[Any] = ()) -> LossGraph:
+def build_loss_graph(heads: Sequence[Head], sched: Scheduler, loss_mask_ne0: int | None = None,
+                     force_composite: bool = False, penalties: Sequence[Penalty] = ()) -> LossGraph:
     """Build what ggml-opt trains. One head with a ggml loss goes to ggml-opt unchanged. ``penalties``:
     ``(weight tensor, l1, l2)`` each, ``l1 * sum|w| + l2 * sum w^2`` added to the total (Keras' regularizers)."""
     heads = list(heads)
@@ -477,6 +491,7 @@ def build_loss_graph(heads: Sequence[Head], sched, loss_mask_ne0: int | None = N
     ctx = ggml_init(mem_size=n_tensors * ggml_tensor_overhead() + ggml_graph_overhead(64) + 4096, no_alloc=True)
     batch = physical_batch(heads[0].outputs)
     graph_extra: list[Tensor] = []
+    values: list[Tensor] = []
     for i, h in enumerate(heads):
         if physical_batch(h.outputs) != batch:
             raise GgmlValueError(f"all heads must have the same batch size: head 1 has {batch}, head {i + 1} "
@@ -504,19 +519,21 @@ def build_loss_graph(heads: Sequence[Head], sched, loss_mask_ne0: int | None = N
         if h.loss_type == LOSS_CROSS_ENTROPY and h.outputs.shape[2:] == (1, 1):
             # The argmax matches are counted in the graph, where the logits are (on a GPU: no copy to the host);
             # the count feeds no loss, so it is one of ggml-opt's extra outputs.
-            h.scores = ggml_set_name(ggml_cont(ctx, h.outputs), f"scores_{i + 1}")
-            h.ncorrect = ggml_set_output(ggml_count_equal(ctx, ggml_argmax(ctx, h.scores),
+            assert h.labels is not None  # a labelled loss
+            h.scores = scores = ggml_set_name(ggml_cont(ctx, h.outputs), f"scores_{i + 1}")
+            h.ncorrect = ggml_set_output(ggml_count_equal(ctx, ggml_argmax(ctx, scores),
                                                               ggml_argmax(ctx, h.labels)))
             ggml_set_name(h.ncorrect, f"ncorrect_{i + 1}")
             graph_extra.append(h.ncorrect)
         elif h.loss_type in BINARY_LOSSES:
             h.ncorrect = ggml_set_name(ggml_set_output(_binary_correct(ctx, h, batch)), f"ncorrect_{i + 1}")
             graph_extra.append(h.ncorrect)
-        h.value = ggml_set_output(_head_value(ctx, h))
-        ggml_set_name(h.value, f"loss_{i + 1}")
-    total = heads[0].value if heads[0].weight == 1.0 else ggml_scale(ctx, heads[0].value, heads[0].weight)
-    for h in heads[1:]:
-        total = ggml_add(ctx, total, ggml_scale(ctx, h.value, h.weight))
+        h.value = value = ggml_set_output(_head_value(ctx, h))
+        ggml_set_name(value, f"loss_{i + 1}")
+        values.append(value)
+    total = values[0] if heads[0].weight == 1.0 else ggml_scale(ctx, values[0], heads[0].weight)
+    for h, value in zip(heads[1:], values[1:]):
+        total = ggml_add(ctx, total, ggml_scale(ctx, value, h.weight))
     for w, l1, l2 in penalties:
         if l1:
             total = ggml_add(ctx, total, ggml_scale(ctx, ggml_sum(ctx, ggml_abs(ctx, w)), l1))
@@ -540,12 +557,13 @@ def _binary_correct(ctx: Context, h: Head, batch: int) -> Tensor:
     per_sample = h.outputs.nelements() // batch
     threshold = 0.0 if h.loss_type == LOSS_BINARY_CROSS_ENTROPY_LOGITS else 0.5
     pred = ggml_step(ctx, ggml_scale_bias(ctx, h.outputs, 1.0, -threshold))
+    assert h.labels is not None  # binary losses are labelled
     truth = ggml_step(ctx, ggml_scale_bias(ctx, h.labels, 1.0, -0.5))
     wrong = ggml_sum(ctx, ggml_abs(ctx, ggml_sub(ctx, pred, truth)))
     return ggml_scale_bias(ctx, wrong, -1.0 / per_sample, float(batch))
 
 
-def loss_backend(ctx: Context, sched) -> Any:
+def loss_backend(ctx: Context, sched: Scheduler) -> Backend:
     """Where a loss context is allocated: the first of the scheduler's backends that runs every op in it (the
     device with the outputs, so the loss stays there), else the last (the CPU). Its tensors, labels included,
     pin their ops to that backend, as ggml-opt's own results do (patches/0002)."""

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from ..core.args import FLOAT32_MAX, learning_rate_arg, weight_decay_arg
 from ..core.handle import raise_type
 from ..errors import GgmlTypeError, GgmlValueError
@@ -19,7 +19,7 @@ class _Fields:
     __slots__ = ("_owner", "_c", "_name")
     _RULES: dict = {}
 
-    def __init__(self, owner: OptimizerParams, c: Any, name: str) -> None:
+    def __init__(self, owner: OptimizerParams, c: CData, name: str) -> None:
         object.__setattr__(self, "_owner", owner)  # keeps the struct alive
         object.__setattr__(self, "_c", c)
         object.__setattr__(self, "_name", name)
@@ -29,7 +29,7 @@ class _Fields:
             raise AttributeError(f"{self._name} optimizer parameters are {', '.join(self._RULES)}; got {key!r}")
         return float(getattr(self._c, key))
 
-    def __setattr__(self, key: str, value: Any) -> None:
+    def __setattr__(self, key: str, value: object) -> None:
         rule = self._RULES.get(key)
         if rule is None:
             raise AttributeError(f"{self._name} optimizer parameters are {', '.join(self._RULES)}; cannot set {key!r}")
@@ -89,7 +89,7 @@ class OptimizerParams:
     defaults.
     """
 
-    def __init__(self, c: Any = None) -> None:
+    def __init__(self, c: CData | None = None) -> None:
         if c is None:
             c = ffi.new("struct ggml_opt_optimizer_params *")
             c[0] = lib.ggml_opt_get_default_optimizer_params(ffi.NULL)
@@ -98,7 +98,7 @@ class OptimizerParams:
         self.sgd = SGD_FIELDS(self, c.sgd, "sgd")
 
     @property
-    def c_struct(self) -> Any:
+    def c_struct(self) -> CData:
         """The ``struct ggml_opt_optimizer_params *`` these fields live in (what ggml reads at each step)."""
         return self._c
 
@@ -111,7 +111,7 @@ class OptimizerParams:
         out._c[0] = self._c[0]
         return out
 
-    def update(self, values: Any, what: str = "optimizer parameters") -> None:
+    def update(self, values: object, what: str = "optimizer parameters") -> None:
         """Set fields from another OptimizerParams, a dict ``{"adamw": {...}, "sgd": {...}}``, or a dict of
         ggmlR's flat names (``adamw_lr``, ``adamw_beta1``, ``adamw_beta2``, ``adamw_eps``, ``adamw_wd``,
         ``sgd_lr``, ``sgd_wd``, as ``ggml_opt_set_lr`` takes); all are checked before any is written."""
@@ -162,8 +162,8 @@ class LrUserdata:
     ``provider`` (None, or a function of no arguments returning an OptimizerParams or a dict) is asked for
     the parameters before every optimizer step, as ggml calls its ``get_opt_pars`` callback."""
 
-    def __init__(self, weight_decay: float = 0.0, params: Any = None) -> None:
-        self.provider: Any = None
+    def __init__(self, weight_decay: float = 0.0, params: CData | None = None) -> None:
+        self.provider: Callable[[], object] | None = None
         if params is not None:  # shared with an OptimizerParams: changing its fields changes the next steps
             self.params = params
             return

@@ -4,16 +4,15 @@ accumulated in C, with the invariants ggml asserts checked in Python first.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
-from .._ffi import ffi, lib
+from .._ffi import CData, ffi, lib
 from ..backend.transfer import ggml_backend_tensor_get_data
 from ..core.args import is_int
 from ..core.handle import free_handle, Handle, unwrap
 from ..errors import GgmlValueError
-from .losses import LOSS_CROSS_ENTROPY, LOSS_SUM
+from .losses import Head, LOSS_CROSS_ENTROPY, LOSS_SUM
 
 
 class OptResult(Handle):
@@ -22,29 +21,29 @@ class OptResult(Handle):
     def __init__(self) -> None:
         super().__init__(lib.ggml_opt_result_init(), lib.ggml_opt_result_free)
         self._batch: int | None = None
-        self._kind: tuple | None = None
+        self._kind: tuple[int, int] | None = None
         # heads of a loss built from ggml ops (several heads, weights): per head, its loss of every batch and
         # its correct predictions so far (None: not a cross-entropy head); empty for a loss ggml computes
         self._head_losses: list[list[float]] = []
         self._head_correct: list[float | None] = []
         self._head_sum: list[bool] = []
 
-    def record_heads(self, heads: list) -> None:
+    def record_heads(self, heads: list[Head]) -> None:
         """After an eval of a loss graph built from ggml ops: each head's loss and correct predictions."""
         if not self._head_losses:
             self._head_losses = [[] for _ in heads]
             self._head_correct = [0 if h.ncorrect is not None else None for h in heads]
             self._head_sum = [h.loss_type == LOSS_SUM for h in heads]
         for i, h in enumerate(heads):
+            assert h.value is not None  # every head of a built loss graph has its value
             self._head_losses[i].append(float(ggml_backend_tensor_get_data(h.value)[0]))
-            if h.ncorrect is not None:
-                self._head_correct[i] += float(ggml_backend_tensor_get_data(h.ncorrect)[0])
+            correct = self._head_correct[i]
+            if h.ncorrect is not None and correct is not None:
+                self._head_correct[i] = correct + float(ggml_backend_tensor_get_data(h.ncorrect)[0])
 
-    def check_batch(self, opt: Any) -> None:
-        """ggml asserts that a result only ever sees one batch size, loss kind and period."""
-        out = opt.loss.opt_outputs if opt.static else opt.heads[0].outputs
-        batch = int(out.ptr.ne[1])
-        kind = (opt.loss.ggml_loss_type if opt.static else opt.heads[0].loss_type, opt.opt_period)
+    def check_batch(self, batch: int, kind: tuple[int, int]) -> None:
+        """ggml asserts that a result only ever sees one batch size, loss kind and period (``kind``: the loss type
+        ggml records and the opt period; ``OptContext.check_result`` passes them)."""
         if self._batch is not None and batch != self._batch:
             raise GgmlValueError(f"a result accumulates batches of one size: it holds batches of {self._batch}, "
                                  f"this eval has {batch}; use another result or ggml_opt_result_reset")
@@ -93,7 +92,7 @@ def ggml_opt_result_init() -> OptResult:
     return OptResult()
 
 
-def _res(result: Any, fn: str) -> Any:
+def _res(result: object, fn: str) -> CData:
     return unwrap(result, OptResult, f"{fn}(result)")
 
 
@@ -213,7 +212,7 @@ def ggml_opt_result_pred(result: OptResult) -> np.ndarray:
     return out
 
 
-def _ihead(result: OptResult, ihead: Any, fn: str) -> int:
+def _ihead(result: OptResult, ihead: object, fn: str) -> int:
     n = ggml_opt_result_n_loss(result)
     if not is_int(ihead) or not 1 <= ihead <= max(n, 1):
         raise GgmlValueError(f"{fn}: ihead must be an int in [1, {max(n, 1)}] (1-based: the result holds {n} "

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
 
 import numpy as np
 
-from .._ffi import lib
+from .._ffi import CData, lib
 from ..core.args import FLOAT32_MAX, is_real
 from ..errors import GgmlValueError
-from ..graph.objects import Tensor
+from ..graph.objects import Context, Tensor
 from ..ops.elementwise import (
     ggml_add,
     ggml_clamp,
@@ -163,7 +162,7 @@ def optimizer_spec(name: str, settings: dict, fn: str) -> OptimizerSpec:
 HPARAMS = 3
 
 
-def step_hparams(spec: OptimizerSpec, params: Any, step: int) -> np.ndarray:
+def step_hparams(spec: OptimizerSpec, params: CData, step: int) -> np.ndarray:
     """The parameters tensor of step number ``step`` (from 1) for ``params`` (ggml's optimizer parameters, as
     ggml_opt_eval fills its step ops': AdamW's float32 bias corrections included)."""
     if spec.name == "adamw":
@@ -172,39 +171,39 @@ def step_hparams(spec: OptimizerSpec, params: Any, step: int) -> np.ndarray:
         beta1h = one / (one - np.power(np.float32(p.beta1), np.float32(step)))
         beta2h = one / (one - np.power(np.float32(p.beta2), np.float32(step)))
         return np.array([p.alpha, p.beta1, p.beta2, p.eps, p.wd, beta1h, beta2h], np.float32)
-    p = params.sgd
+    sgd = params.sgd
     if spec.name == "sgd" and not spec.momentum:
-        return np.array([p.alpha, p.wd], np.float32)
-    return np.array([1.0, np.float32(p.alpha) * np.float32(p.wd), p.alpha], np.float32)
+        return np.array([sgd.alpha, sgd.wd], np.float32)
+    return np.array([1.0, np.float32(sgd.alpha) * np.float32(sgd.wd), sgd.alpha], np.float32)
 
 
 def hparams_size(spec: OptimizerSpec) -> int:
     return 7 if spec.name == "adamw" else 2 if spec.name == "sgd" and not spec.momentum else HPARAMS
 
 
-def clip_gradients(ctx: Any, spec: OptimizerSpec, grads: Sequence[Tensor]) -> list[Tensor]:
+def clip_gradients(ctx: Context, spec: OptimizerSpec, grads: Sequence[Tensor]) -> list[Tensor]:
     """The gradients after Keras' clipping: ``g / max(|g| / c, 1)`` per weight (clipnorm) or with the joint norm
     of all (global_clipnorm), or each element clamped to [-c, c] (clipvalue)."""
     if spec.clipvalue is not None:
-        c = spec.clipvalue
-        return [ggml_clamp(ctx, g, -c, c) for g in grads]
-    c = spec.clipnorm if spec.clipnorm is not None else spec.global_clipnorm
-    if c is None:
+        value = spec.clipvalue
+        return [ggml_clamp(ctx, g, -value, value) for g in grads]
+    norm = spec.clipnorm if spec.clipnorm is not None else spec.global_clipnorm
+    if norm is None or not grads:
         return list(grads)
+    c = norm
 
     def over(sum_sq: Tensor) -> Tensor:  # max(norm / c, 1): 1 keeps a gradient within the norm as it is
         return ggml_clamp(ctx, ggml_scale(ctx, ggml_sqrt(ctx, sum_sq), 1.0 / c), 1.0, FLOAT32_MAX)
     if spec.clipnorm is not None:
         return [ggml_div(ctx, g, over(ggml_sum(ctx, ggml_sqr(ctx, g)))) for g in grads]
-    total = None
-    for g in grads:
-        s = ggml_sum(ctx, ggml_sqr(ctx, g))
-        total = s if total is None else ggml_add(ctx, total, s)
+    total = ggml_sum(ctx, ggml_sqr(ctx, grads[0]))
+    for g in grads[1:]:
+        total = ggml_add(ctx, total, ggml_sum(ctx, ggml_sqr(ctx, g)))
     factor = over(total)
     return [ggml_div(ctx, g, factor) for g in grads]
 
 
-def step_ops(ctx: Any, spec: OptimizerSpec, param: Tensor, grad: Tensor, slots: dict[str, Tensor],
+def step_ops(ctx: Context, spec: OptimizerSpec, param: Tensor, grad: Tensor, slots: dict[str, Tensor],
              hparams: Tensor) -> list[Tensor]:
     """The ops that update ``param`` and its ``slots`` in place from ``grad``: what a graph of the step expands."""
     if spec.name == "adamw":

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import cast, TypedDict
 
 import numpy as np
 
@@ -34,6 +35,21 @@ from .api import opt_ptr
 from .constants import BUILD_FORWARD, ggml_opt_optimizer_name, OPTIMIZER_ADAMW
 from .context import OptContext
 from .rules import OPTIMIZER_NAMES
+
+
+class _OptimizerStateKeys(TypedDict):
+    optimizer: str
+    iter: int
+    m: dict[str, np.ndarray]
+    v: dict[str, np.ndarray]
+
+
+class OptimizerState(_OptimizerStateKeys, total=False):
+    """What ``ggml_opt_get_state`` returns and ``ggml_opt_set_state`` takes: the optimizer's name, the number of
+    the next step, AdamW's moments by weight name; ``hparams`` the settings in use, ``slots`` the state of
+    another optimizer (the model layer's optimizers beyond AdamW and SGD) by slot name."""
+    hparams: dict[str, float]
+    slots: dict[str, dict[str, np.ndarray]]
 
 
 def ggml_opt_grad_m(opt_ctx: OptContext, node: Tensor) -> Tensor | None:
@@ -119,7 +135,7 @@ def ggml_opt_set_iter(opt_ctx: OptContext, iter: int) -> None:
 MAX_ITER = 2 ** 62 - 1  # 1 + the optimizer steps taken: ggml computes beta ** iter in float
 
 
-def _params(params: Any, fn: str) -> dict[str, Tensor]:
+def _params(params: object, fn: str) -> dict[str, Tensor]:
     """name -> Tensor from a dict or a list of named tensors."""
     if isinstance(params, dict):
         out = {}
@@ -170,7 +186,7 @@ def _moments(opt_ctx: OptContext, name: str, t: Tensor, fn: str) -> tuple[Tensor
     return m, v
 
 
-def _hparams(opt_ctx: OptContext) -> dict:
+def _hparams(opt_ctx: OptContext) -> dict[str, float]:
     p = opt_ctx.lr_ud.params
     if opt_ctx.optimizer == OPTIMIZER_ADAMW:
         return {"learning_rate": float(p.adamw.alpha), "beta1": float(p.adamw.beta1), "beta2": float(p.adamw.beta2),
@@ -187,7 +203,8 @@ def _check_boundary(opt_ctx: OptContext, fn: str) -> None:
                                                                         if fn == "ggml_opt_get_state" else ""))
 
 
-def ggml_opt_get_state(opt_ctx: OptContext, params: Any, allow_partial: bool = False) -> dict:
+def ggml_opt_get_state(opt_ctx: OptContext, params: Mapping[str, Tensor] | Sequence[Tensor],
+                       allow_partial: bool = False) -> OptimizerState:
     """The optimizer state of an opt context as numpy arrays: AdamW's moments, the step count, the settings.
 
     What ``ggml_opt_set_state`` writes into another opt context (of the same model, on any backend) so that
@@ -216,8 +233,9 @@ def ggml_opt_get_state(opt_ctx: OptContext, params: Any, allow_partial: bool = F
     named = _params(params, fn)
     if not allow_partial:
         _check_boundary(opt_ctx, fn)
-    state = {"optimizer": ggml_opt_optimizer_name(opt_ctx.optimizer),
-             "iter": int(lib.ggml_opt_get_iter(opt_ctx.ptr)), "m": {}, "v": {}, "hparams": _hparams(opt_ctx)}
+    state: OptimizerState = {"optimizer": ggml_opt_optimizer_name(opt_ctx.optimizer),
+                             "iter": int(lib.ggml_opt_get_iter(opt_ctx.ptr)), "m": {}, "v": {},
+                             "hparams": _hparams(opt_ctx)}
     if opt_ctx.optimizer == OPTIMIZER_ADAMW:
         for name, t in named.items():
             m, v = _moments(opt_ctx, name, t, fn)
@@ -227,7 +245,7 @@ def ggml_opt_get_state(opt_ctx: OptContext, params: Any, allow_partial: bool = F
     return state
 
 
-def check_state(state: Any, fn: str) -> dict:
+def check_state(state: object, fn: str) -> OptimizerState:
     """The state dict's structure (not its fit to a context)."""
     if not isinstance(state, dict) or not all(k in state for k in ("optimizer", "iter", "m", "v")):
         raise GgmlTypeError(f"{fn}: state must be a dict from ggml_opt_get_state (keys optimizer, iter, m, v), "
@@ -245,10 +263,11 @@ def check_state(state: Any, fn: str) -> dict:
                             "state beyond AdamW's m and v)")
     if set(state["m"]) != set(state["v"]):
         raise GgmlValueError(f"{fn}: state['m'] and state['v'] must hold the same names")
-    return state
+    return cast(OptimizerState, state)  # its keys checked above
 
 
-def ggml_opt_set_state(opt_ctx: OptContext, state: dict, params: Any) -> None:
+def ggml_opt_set_state(opt_ctx: OptContext, state: OptimizerState,
+                       params: Mapping[str, Tensor] | Sequence[Tensor]) -> None:
     """Write an optimizer state (from ``ggml_opt_get_state``) into an opt context: training continues from it.
 
     Call it before the context's first optimizer step (or at any optimizer-step boundary). Every tensor of
@@ -309,7 +328,7 @@ def ggml_opt_set_state(opt_ctx: OptContext, state: dict, params: Any) -> None:
     lib.ggml_opt_set_iter(opt_ctx.ptr, int(state["iter"]))
 
 
-def _warn_betas(saved: Any, mine: dict, fn: str) -> None:
+def _warn_betas(saved: object, mine: dict[str, float], fn: str) -> None:
     if not isinstance(saved, dict):
         return
     for key in ("beta1", "beta2"):

@@ -17,9 +17,10 @@ import functools
 import inspect
 import itertools
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from types import CodeType
+from typing import Any, Protocol, TYPE_CHECKING
 
 import numpy as np
 
@@ -31,11 +32,21 @@ from ..graph.objects import Tensor
 from ..opt.dataset import not_distributions
 
 
+if TYPE_CHECKING:
+    from typing import TypeGuard  # Python 3.10: only the type checker reads it
+
+
 CALLABLE, GENERATOR_FUNCTION, REITERABLE, ITERATOR = "callable", "generator function", "re-iterable", "iterator"
 SEQUENCE = "sequence of batches"  # Keras' PyDataset / keras.utils.Sequence: __len__ and __getitem__(i)
 
 
-def is_batch_sequence(obj: Any) -> bool:
+class BatchSequence(Protocol):
+    """Keras' PyDataset (keras.utils.Sequence): batch ``i`` is ``obj[i]``, ``len(obj)`` batches per epoch."""
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: int) -> object: ...
+
+
+def is_batch_sequence(obj: object) -> TypeGuard[BatchSequence]:
     """Keras' ``PyDataset`` protocol: ``len(obj)`` batches, ``obj[i]`` the i-th, ``on_epoch_end()`` after each epoch
     (a plain list or tuple of batches is a re-iterable instead)."""
     if isinstance(obj, (list, tuple, str, bytes, dict, np.ndarray)):
@@ -44,7 +55,7 @@ def is_batch_sequence(obj: Any) -> bool:
         (not hasattr(obj, "__iter__") or hasattr(obj, "on_epoch_end"))
 
 
-def _sequence_epoch(obj: Any) -> Iterator:
+def _sequence_epoch(obj: BatchSequence) -> Iterator[object]:
     """One epoch of a PyDataset: ``on_epoch_begin()``, ``obj[0] .. obj[len - 1]``, then ``on_epoch_end()`` also
     when the epoch stops early (steps_per_epoch, an error), as Keras calls it after every epoch."""
     begin = getattr(obj, "on_epoch_begin", None)
@@ -63,9 +74,10 @@ class Source:
     """One data source with ggmlR's epoch semantics. ``transform`` (optional) maps each batch before it is
     parsed (the model layer turns sample-major batches into ggml layout there)."""
 
-    def __init__(self, obj: Any, name: str, transform: Any = None) -> None:
-        self.obj, self.name, self.transform = obj, name, transform
-        self._peeked: list = []  # a batch taken by peek(), served first
+    def __init__(self, obj: object, name: str, transform: Callable[[object], object] | None = None) -> None:
+        self.name, self.transform = name, transform
+        self.obj: Any = obj  # the caller's source, read as its kind (below) says
+        self._peeked: list[object] = []  # a batch taken by peek(), served first
         self._keep_epoch = False  # peek() started the next epoch already
         if inspect.isgeneratorfunction(obj):
             self.kind = GENERATOR_FUNCTION
@@ -81,12 +93,12 @@ class Source:
             raise GgmlTypeError(f"{name} must be a function returning one batch (or None), a generator function, "
                                 f"an iterable of batches, an iterator or a PyDataset-like object (__len__ and "
                                 f"__getitem__), got {type(obj).__name__}")
-        self._iter: Iterator | None = obj if self.kind == ITERATOR else None
+        self._iter: Iterator[object] | None = obj if isinstance(obj, Iterator) and self.kind == ITERATOR else None
         self._exhausted = False
         self._fresh = False   # the current iterator was taken for this epoch
         self._served = 0      # batches served in this epoch
 
-    def peek(self) -> Any:
+    def peek(self) -> object:
         """The first batch of the next epoch without consuming it (None if the source gives none)."""
         if not self._peeked:
             self.start_epoch()
@@ -106,14 +118,14 @@ class Source:
         elif self.kind == REITERABLE and (self._iter is None or self._exhausted):
             self._iter, self._exhausted, self._fresh = iter(self.obj), False, True
 
-    def next_batch(self) -> Any:
+    def next_batch(self) -> object:
         """The next batch of this epoch (transformed), or None when the source ends it."""
         batch = self._peeked.pop() if self._peeked else self._next_raw()
         if batch is not None and self.transform is not None:
             batch = self.transform(batch)
         return batch
 
-    def _next_raw(self) -> Any:
+    def _next_raw(self) -> object:
         if self.kind == CALLABLE:
             try:
                 batch = self.obj()
@@ -123,10 +135,10 @@ class Source:
                 raise GgmlTypeError(f"{self.name} is a function that returned a generator (e.g. lambda: gen()): "
                                     "pass the generator function itself (gen), or a generator object (gen())")
             return batch
-        if self._exhausted:
+        if self._exhausted or self._iter is None:  # an iterator is taken at each epoch's start (start_epoch)
             return None
         try:
-            batch = next(self._iter)  # type: ignore[arg-type]
+            batch = next(self._iter)
         except StopIteration:
             self._exhausted = True
             if self.kind == REITERABLE and self._served == 0 and not self._fresh:
@@ -177,14 +189,16 @@ class Source:
         return None
 
 
-def _code_of(fn: Any) -> Any:
+def _code_of(fn: object) -> CodeType | None:
     while isinstance(fn, functools.partial):
         fn = fn.func
-    fn = inspect.unwrap(fn)
-    return getattr(fn, "__code__", None)
+    if callable(fn):
+        fn = inspect.unwrap(fn)
+    code = getattr(fn, "__code__", None)
+    return code if isinstance(code, CodeType) else None
 
 
-def _can_return(code: Any) -> bool:
+def _can_return(code: CodeType) -> bool:
     """Whether a generator's code object can end: it holds a return instruction (CPython drops the implicit
     one after a 'while True:' loop that nothing leaves) or a ``raise`` statement (a source that ends its
     stream with an exception, which then propagates: not endless)."""
@@ -220,6 +234,14 @@ def _target(tensor: Tensor, what: str, bound: int | None = None, label: bool = F
     return Target(tensor, what, NUMPY_DTYPES[tensor.type], tensor.nelements(), bound, label)
 
 
+class Writer(Protocol):
+    """What turns a source's batches into what a session's step writes: a ``BatchWriter`` (one opt context), a
+    ``replicas.ReplicaWriter`` (one list per replica)."""
+    name: str
+
+    def parse(self, batch: object, own: bool = False) -> Sequence[object]: ...
+
+
 class BatchWriter:
     """Parses batches for one opt context and writes them into its tensors."""
 
@@ -235,12 +257,12 @@ class BatchWriter:
         self.labels = [_target(t, f"labels[{i}]", label=True) for i, t in enumerate(labels)]
         self.weights = [_target(t, f"weights[{i}]") for i, t in enumerate(weights)]
 
-    def parse(self, batch: Any, own: bool = False) -> list[tuple[Target, np.ndarray]]:
+    def parse(self, batch: object, own: bool = False) -> list[tuple[Target, np.ndarray]]:
         """Check one batch and convert it; returns (target, array) pairs ready to write. ``own``: the arrays
         never share memory with the batch (a prefetched batch waits in a queue while the source may refill
         the buffer it yielded)."""
         xs, ys, ws = self.split(batch)
-        pairs = []
+        pairs: list[tuple[Target, np.ndarray]] = []
         for targets, values, kind in ((self.inputs, xs, "inputs"), (self.labels, ys, "labels"),
                                       (self.weights, ws, "weights")):
             if len(values) != len(targets):
@@ -279,7 +301,7 @@ class BatchWriter:
         """The heads' labels of a parsed batch, in head order."""
         return [arr for target, arr in pairs if target.label]
 
-    def split(self, batch: Any) -> tuple[list, list, list]:
+    def split(self, batch: object) -> tuple[list[object], list[object], list[object]]:
         """A batch's (inputs, labels, weights) lists, its structure checked."""
         needs_labels = bool(self.labels)
         if isinstance(batch, dict):
@@ -307,7 +329,7 @@ class BatchWriter:
             raise GgmlValueError(f"{self.name}: this loss takes no labels, but the batch has {len(ys)}")
         return xs, ys, ws
 
-    def _convert(self, target: Target, value: Any) -> np.ndarray:
+    def _convert(self, target: Target, value: object) -> np.ndarray:
         try:
             arr = np.asarray(value)
         except Exception as exc:  # noqa: BLE001
@@ -328,7 +350,7 @@ class BatchWriter:
         return checked_values(arr, target.dtype, f"{self.name}: {target.what}")
 
 
-def _as_list(value: Any) -> list:
+def _as_list(value: object) -> list[object]:
     if value is None:
         return []
     if isinstance(value, (list, tuple)):

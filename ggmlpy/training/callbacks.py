@@ -19,13 +19,14 @@ import os
 import sys
 import warnings
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..core.args import FLOAT32_MAX, float_arg, int_arg, is_real, learning_rate_arg, LR_FLOOR
 from ..errors import GgmlpyWarning, GgmlTypeError, GgmlValueError
 from ..opt.params import LrUserdata
+from .config import Callback, ModelWeights
 
 
 PHASES = ("on_epoch_begin", "on_epoch_end")
@@ -52,10 +53,10 @@ def _remake(factory: Callable, args: tuple, kwargs: dict) -> BuiltinCallback:
     return factory(*args, **kwargs)
 
 
-def remakeable(factory: Callable) -> Callable:
+def remakeable(factory: Callable[..., dict]) -> Callable[..., BuiltinCallback]:
     """Make a built-in's dict a ``BuiltinCallback`` that remembers how it was made."""
     @functools.wraps(factory)
-    def make(*args: Any, **kwargs: Any) -> BuiltinCallback:
+    def make(*args: object, **kwargs: object) -> BuiltinCallback:
         return BuiltinCallback(factory(*args, **kwargs), make, args, kwargs)
     return make
 
@@ -77,14 +78,14 @@ class FitState:
     epoch: int = 0
     optimizer: str = "adamw"   # which rate the schedules report
     warned_no_validation: bool = False
-    model: Any = None          # the model of a model-layer fit (ggml_fit, ggml_fit_generator), else None
-    weights: Any = None        # that model's weights for callbacks: get() -> snapshot, set(snapshot)
+    model: object = None       # the model of a model-layer fit (ggml_fit, ggml_fit_generator), else None
+    weights: ModelWeights | None = None  # that model's weights for callbacks: get() -> snapshot, set(snapshot)
 
 
 _MISSING = object()
 
 
-def state_get(state: Any, name: str, default: Any = _MISSING) -> Any:
+def state_get(state: object, name: str, default: object = _MISSING) -> Any:  # whatever the state holds
     """A field of the state a callback is given: a fit's FitState, or one the caller built (an object with
     attributes or a dict, as ggmlR's tests build a list), where ``optimizer`` and ``stop`` may be absent."""
     value = state.get(name, default) if isinstance(state, dict) else getattr(state, name, default)
@@ -94,20 +95,20 @@ def state_get(state: Any, name: str, default: Any = _MISSING) -> Any:
     return value
 
 
-def state_set(state: Any, name: str, value: Any) -> None:
+def state_set(state: object, name: str, value: object) -> None:
     if isinstance(state, dict):
         state[name] = value
     else:
         setattr(state, name, value)
 
 
-def _hook(cb: Any, phase: str) -> Callable | None:
+def _hook(cb: object, phase: str) -> Callable[..., object] | None:
     fn = cb.get(phase) if isinstance(cb, dict) else getattr(cb, phase, None)
     return fn if callable(fn) else None
 
 
 class CallbackList:
-    def __init__(self, callbacks: Sequence[Any] | None) -> None:
+    def __init__(self, callbacks: Sequence[Callback] | Callback | None) -> None:
         if callbacks is None:
             callbacks = []
         if isinstance(callbacks, dict) or any(hasattr(callbacks, p) for p in PHASES):
@@ -169,7 +170,7 @@ def _takes_three(hook: Callable) -> bool:
     return True
 
 
-def _check_hooks(cb: Any, i: int) -> None:
+def _check_hooks(cb: object, i: int) -> None:
     """A hook that would never be called is an error in a dict (a typo such as 'on_epoch_ends') and a
     warning on an object (Keras callbacks have hooks ggmlpy does not call); a hook must be callable."""
     names = list(cb) if isinstance(cb, dict) else [n for n in dir(cb) if n.startswith("on_")]
@@ -200,7 +201,7 @@ MONITOR_ALIASES = {"loss": "train_loss", "accuracy": "train_accuracy",
                    **{f"val_{name}": "val_accuracy" for name in _KERAS_ACCURACIES}}
 
 
-def monitor_key(monitor: Any) -> str:
+def monitor_key(monitor: object) -> str:
     if not isinstance(monitor, str) or not monitor:
         raise GgmlValueError(f"monitor must be the name of a logged value such as 'val_loss', got {monitor!r}")
     return MONITOR_ALIASES.get(monitor, monitor)
@@ -517,7 +518,7 @@ def ggml_schedule_learning_rate(schedule: Callable[[int, float], float], verbose
     return {"on_epoch_begin": on_epoch_begin}
 
 
-def ggml_callback_csv_logger(path: Any, separator: str = ",", append: bool = False) -> dict:
+def ggml_callback_csv_logger(path: str | os.PathLike[str], separator: str = ",", append: bool = False) -> _CsvLogger:
     """Write each epoch's logged values to a CSV file as training goes (Keras' ``CSVLogger``).
 
     The file gets a header row ``epoch`` plus the keys logged after the first epoch (``train_loss``,
@@ -544,7 +545,7 @@ def ggml_callback_csv_logger(path: Any, separator: str = ",", append: bool = Fal
 class _CsvLogger:
     records_every_epoch = True  # runs after a callback before it stopped the fit (CallbackList.run)
 
-    def __init__(self, path: Any, separator: str, append: bool) -> None:
+    def __init__(self, path: object, separator: str, append: bool) -> None:
         fn = "ggml_callback_csv_logger"
         if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
             raise GgmlTypeError(f"{fn}: path must be a file name (str or os.PathLike), got {path!r}")
@@ -558,15 +559,16 @@ class _CsvLogger:
             raise GgmlValueError(f"{fn}: the folder {folder!r} does not exist; create it first")
         self.path, self.separator, self.append = os.fspath(path), separator, append
         self.keys: list[str] | None = None
-        self._fit: Any = None  # which fit the file belongs to: each fit passes its own state
+        # which fit the file belongs to (each fit passes its own state): a weak reference, or the id of a dict
+        self._fit: weakref.ref[object] | int | None = None
 
-    def _same_fit(self, state: Any) -> bool:
+    def _same_fit(self, state: object) -> bool:
         if isinstance(self._fit, weakref.ref):
             current = self._fit()
             return current is not None and current is state
         return self._fit is not None and self._fit == id(state)
 
-    def on_epoch_begin(self, epoch: int, logs: dict, state: Any) -> None:
+    def on_epoch_begin(self, epoch: int, logs: dict, state: object) -> None:
         if self._same_fit(state):
             return
         try:  # a new fit (an early stop or an interrupt ended the last one, or it ran to its end)
@@ -577,7 +579,7 @@ class _CsvLogger:
         if not self.append:
             open(self.path, "w", encoding="utf-8").close()
 
-    def on_epoch_end(self, epoch: int, logs: dict, state: Any) -> None:
+    def on_epoch_end(self, epoch: int, logs: dict, state: object) -> None:
         self.on_epoch_begin(epoch, logs, state)  # a no-op unless the fit's first call is this one
         with open(self.path, "a", newline="", encoding="utf-8") as f:
             writer = csv.writer(f, delimiter=self.separator)
@@ -589,7 +591,7 @@ class _CsvLogger:
             f.flush()
 
 
-def _csv_value(v: Any) -> Any:
+def _csv_value(v: object) -> object:
     if v is None:
         return ""
     if isinstance(v, float) and math.isnan(v):

@@ -6,12 +6,48 @@ arguments (``core.args``) and build these once; the session and the loop only re
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol, TYPE_CHECKING, Union
+
+import numpy as np
 
 from ..compute.sched import Scheduler
 from ..graph.objects import Context, Tensor
+
+
+if TYPE_CHECKING:
+    from ..opt.losses import Penalty
+    from ..opt.rules import OptimizerSpec
+
+
+# a callback: a dict {"on_epoch_begin": f, "on_epoch_end": f} or an object with either method, each called as
+# f(epoch, logs, state) (training.callbacks.CallbackList checks them when the fit starts)
+Callback = Union[Mapping[str, Callable[..., object]], object]
+
+
+class ModelWeights(Protocol):
+    """A model's weights as callbacks keep them: ``get()`` copies them, ``set(copy)`` restores them."""
+    def get(self) -> object: ...
+    def set(self, snapshot: object) -> None: ...
+
+
+class StepHook(Protocol):
+    """Model state that lives outside ggml-opt, kept in step with each eval (the model layer's dropout masks
+    are written before it, batch-norm running statistics read after it)."""
+    def before_eval(self, train: bool) -> None: ...
+    def after_eval(self, train: bool) -> None: ...
+
+
+class StepMetrics(Protocol):
+    """Metrics of the training steps (the model layer's): ``reset()`` at an epoch's start, ``update(outputs,
+    labels)`` after each step with the graph's output copies and the batch's labels, ``results()`` (``{log name:
+    value}``, in the order of ``names``) at its end."""
+    names: list[str]
+
+    def reset(self) -> None: ...
+    def update(self, outs: list[np.ndarray], labels: list[np.ndarray]) -> None: ...
+    def results(self) -> dict[str, float]: ...
 
 
 @dataclass(frozen=True)
@@ -29,7 +65,7 @@ class TrainingGraph:
     side_outputs: Sequence[Tensor] = ()  # updated by training steps only (batch-norm statistics)
     head_names: list[str] | None = None  # per-head history columns (multi-head fits)
     output_copies: Sequence[Tensor] = ()  # each head's outputs, readable after a step (StepOptions.metrics reads them)
-    penalties: Sequence[Any] = ()  # (weight, l1, l2): l1 * sum|w| + l2 * sum w^2 added to the loss (regularizers)
+    penalties: Sequence[Penalty] = ()  # (weight, l1, l2): l1 * sum|w| + l2 * sum w^2 added to the loss (regularizers)
 
 
 @dataclass(frozen=True)
@@ -42,16 +78,16 @@ only accumulates gradients (a data-parallel replica, whose optimizer steps outsi
     period: int = 1
     weight_decay: float = 0.0
     learning_rate: float | None = None
-    hooks: Sequence[Any] = ()
+    hooks: Sequence[StepHook] = ()
     batch_size: int | None = None
     gradients_only: bool = False  # a data-parallel replica: accumulate gradients, the caller steps
     adam: tuple[float, float, float] | None = None  # AdamW's (beta1, beta2, eps); None: ggml's defaults
     # metrics of the training steps: reset() at an epoch's start, update(outputs, labels) after each step with the
     # graph's output_copies and the batch's labels (numpy), results() -> {log name: value} and names at its end
-    metrics: Any = None
+    metrics: StepMetrics | None = None
     # the optimizer of a session whose step runs outside ggml-opt (opt.rules.OptimizerSpec: momentum, RMSprop,
     # Adagrad, clipping; data-parallel replicas); None: ggml-opt's own AdamW/SGD step of ``optimizer``
-    rule: Any = None
+    rule: OptimizerSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -64,11 +100,11 @@ class EpochPlan:   # build it with keywords after epochs: its fields grow
     initial_epoch: int = 0
     steps_per_epoch: int | None = None
     validation_steps: int | None = None
-    callbacks: Any = None
+    callbacks: Sequence[Callback] | Callback | None = None
     silent: bool = False
     prefetch: int = 0
     stream: bool = True
     on_nonfinite: str = "raise"
-    model: Any = None    # the model-layer fit's model, for callbacks that save it (None in the low-level fits)
-    weights: Any = None  # its weights as callbacks snapshot and restore them: get() and set(snapshot)
+    model: object = None    # the model-layer fit's model, for callbacks that save it (None in the low-level fits)
+    weights: ModelWeights | None = None  # its weights as callbacks snapshot and restore them: get() and set(snapshot)
     bar: bool = True     # the progress bar over an epoch's batches (on a terminal); False: the summary line only

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TYPE_CHECKING
+from typing import Protocol, TYPE_CHECKING
 
 import numpy as np
 
@@ -18,17 +18,19 @@ from ..compute.sched import Scheduler
 from ..core.args import c_int_arg, is_real, learning_rate_arg, list_arg, weight_decay_arg
 from ..core.handle import unwrap
 from ..core.types import type_name
-from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
+from ..errors import carry_history, GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
 from ..graph.indices import check_indices
 from ..graph.nodes import ptr_key
 from ..graph.objects import as_tensor, Context, Tensor
 from ..opt import losses as L
 from ..opt.constants import check_optimizer, OPTIMIZER_ADAMW
+from ..opt.context import OptContext
 from ..opt.dataset import check_distribution_rows, datapoints_of, Dataset
+from ..opt.graph_optimizer import GraphOptimizer
 from ..opt.init import resolve_labels_offs
 from .adapters import BatchWriter, check_ends, Source, Target
-from .config import EpochPlan, StepOptions, TrainingGraph
-from .loop import check_nonfinite, fit_loop, TrainingSession
+from .config import Callback, EpochPlan, StepOptions, TrainingGraph
+from .loop import check_nonfinite, EpochStats, fit_loop, Session, TrainingSession
 from .prefetch import BatchFeed
 
 
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def _tensors(value: Any, name: str) -> list[Tensor]:
+def _tensors(value: object, name: str) -> list[Tensor]:
     items = list(value) if isinstance(value, (list, tuple)) else [value]
     if not items:
         raise GgmlValueError(f"{name}: expected at least one tensor")
@@ -53,8 +55,8 @@ def _opt_period(nbatch_logical: int | None, physical: int) -> int:
     return max(1, logical // physical)
 
 
-def _check_common(sched: Any, ctx_compute: Any, optimizer: Any, epochs_name: str, epochs: Any,
-                  callbacks: Any, silent: Any) -> None:
+def _check_common(sched: object, ctx_compute: object, optimizer: object, epochs_name: str, epochs: object,
+                  callbacks: object, silent: object) -> None:
     unwrap(sched, Scheduler, "sched")
     unwrap(ctx_compute, Context, "ctx_compute")
     check_optimizer(optimizer)
@@ -67,10 +69,10 @@ def _check_common(sched: Any, ctx_compute: Any, optimizer: Any, epochs_name: str
 
 
 def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Sequence[Tensor], outputs: Tensor,
-                     generator: Any, steps_per_epoch: int | None = None, epochs: int = 1, initial_epoch: int = 0,
-                     validation_generator: Any = None, validation_steps: int | None = None,
+                     generator: object, steps_per_epoch: int | None = None, epochs: int = 1, initial_epoch: int = 0,
+                     validation_generator: object = None, validation_steps: int | None = None,
                      loss_type: int = L.LOSS_MSE, optimizer: int = OPTIMIZER_ADAMW,
-                     nbatch_logical: int | None = None, callbacks: Sequence[Any] | None = None,
+                     nbatch_logical: int | None = None, callbacks: Sequence[Callback] | None = None,
                      silent: bool = False, loss_mask_ne0: int | None = None, weight_decay: float = 0,
                      prefetch: int = 0, learning_rate: float | None = None, on_nonfinite: str = "raise") \
         -> pd.DataFrame:
@@ -190,9 +192,18 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
     return fit_streamed(graph, step, plan, train_source, val_source)
 
 
+class KeptState(Protocol):
+    """The model layer's optimizer state, held for a whole fit: ``begin(who, fn)`` and ``end(lease)`` (one
+    training session at a time), ``restore(ctx)`` before the first step, ``keep(ctx)`` after the last one."""
+    def begin(self, who: str, fn: str | None = None) -> object: ...
+    def end(self, lease: object) -> None: ...
+    def restore(self, opt_ctx: OptContext | GraphOptimizer) -> None: ...
+    def keep(self, opt_ctx: OptContext | GraphOptimizer) -> None: ...
+
+
 def fit_streamed(graph: TrainingGraph | None, step: StepOptions | None, plan: EpochPlan, train_source: Source,
-                 val_source: Source | None = None, *, validate: Any = None, opt_state: Any = None,
-                 make_session: Any = None) -> pd.DataFrame:
+                 val_source: Source | None = None, *, validate: Callable[[], EpochStats] | None = None,
+                 opt_state: KeptState | None = None, make_session: Callable[[], Session] | None = None) -> pd.DataFrame:
     """The streaming fit behind ``ggml_fit_opt_gen`` and the model layer's ``ggml_fit``/``ggml_fit_generator``:
     arguments already checked; builds the opt context(s), feeds the sources through the one loop and
     releases every C resource on the way out. ``validate`` replaces ``val_source`` (the model layer
@@ -207,16 +218,21 @@ def fit_streamed(graph: TrainingGraph | None, step: StepOptions | None, plan: Ep
     lease = opt_state.begin("a ggml_fit under way", "ggml_fit") if opt_state is not None else None  # one at a time
     try:
         if make_session is None:
-            def make_session() -> TrainingSession:
-                return TrainingSession(graph, step, with_validation=val_source is not None)
+            if graph is None or step is None:
+                raise GgmlStateError("internal: fit_streamed takes a graph and step options, or make_session")
+            the_graph, the_step = graph, step
+
+            def make_session() -> Session:
+                return TrainingSession(the_graph, the_step, with_validation=val_source is not None)
         return _run_streamed(make_session, plan, train_source, val_source, validate, opt_state)
     finally:
-        if lease is not None:
+        if lease is not None and opt_state is not None:
             opt_state.end(lease)
 
 
-def _run_streamed(make_session: Any, plan: EpochPlan, train_source: Source, val_source: Source | None,
-                  validate: Any, opt_state: Any) -> pd.DataFrame:
+def _run_streamed(make_session: Callable[[], Session], plan: EpochPlan, train_source: Source,
+                  val_source: Source | None, validate: Callable[[], EpochStats] | None,
+                  opt_state: KeptState | None) -> pd.DataFrame:
     trainer = make_session()
     feeds: list[BatchFeed] = []
     restored = False
@@ -241,7 +257,7 @@ def _run_streamed(make_session: Any, plan: EpochPlan, train_source: Source, val_
         try:
             try:
                 try:
-                    if restored:
+                    if restored and opt_state is not None:
                         opt_state.keep(trainer.train_ctx)  # what the completed steps did, also after an exception
                 finally:
                     for feed in feeds:
@@ -251,7 +267,7 @@ def _run_streamed(make_session: Any, plan: EpochPlan, train_source: Source, val_
         except BaseException as exc:  # e.g. a warning turned into an error (-W error): the epochs are not lost
             carried = history if history is not None else getattr(failure, "history", None)
             if carried is not None and getattr(exc, "history", None) is None:
-                exc.history = carried  # also when the cleanup fails after the loop did (a lost RPC server)
+                carry_history(exc, carried)  # also when the cleanup fails after the loop did (a lost RPC server)
             raise
 
 
@@ -266,7 +282,7 @@ class DatasetFeed:
         self.n_batches = (stop - start) // batch
         self.labels_offs = labels_offs
 
-    def epoch(self, limit: int | None):
+    def epoch(self, limit: int | None) -> Iterator[list[tuple[Target, np.ndarray]]]:
         data, labels = self.ds.rows(self.ds.data), self.ds.rows(self.ds.labels)
         weights = self.ds.rows(self.ds.sample_weights)
         w = self.writer
@@ -274,9 +290,11 @@ class DatasetFeed:
             rows = slice(self.start + i * self.batch, self.start + (i + 1) * self.batch)
             pairs = [(w.inputs[0], data[rows].reshape(-1))]
             for target, off in zip(w.labels, self.labels_offs):
+                assert labels is not None  # the writer has label targets for a dataset with labels
                 width = target.count // self.batch
                 pairs.append((target, _columns(labels, rows, off, width, target)))
             for target in w.weights:
+                assert weights is not None  # and weight targets for one with sample weights
                 pairs.append((target, _columns(weights, rows, 0, target.count // self.batch, target)))
             yield pairs
 
@@ -375,7 +393,7 @@ def _weight_width(ds: Dataset, loss_types: list[int]) -> int | None:
 def ggml_fit_opt(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Tensor, dataset: Dataset,
                  loss_type: int = L.LOSS_MSE, optimizer: int = OPTIMIZER_ADAMW, nepoch: int = 10,
                  nbatch_logical: int = 32, val_split: float = 0, shuffle: bool = True, shuffle_all: bool | None = None,
-                 callbacks: Sequence[Any] | None = None, silent: bool = False, weight_decay: float = 0,
+                 callbacks: Sequence[Callback] | None = None, silent: bool = False, weight_decay: float = 0,
                  learning_rate: float | None = None, on_nonfinite: str = "raise") -> pd.DataFrame:
     """Train on an in-memory dataset (``ggml_opt_dataset_init``), with callbacks and a history.
 
@@ -436,11 +454,11 @@ def ggml_fit_opt(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs
 
 
 def ggml_fit_opt_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Sequence[Tensor],
-                       dataset: Dataset, loss_types: Sequence[int], loss_weights: Sequence[float] | None = None,
+                       dataset: Dataset, loss_types: int | Sequence[int], loss_weights: Sequence[float] | None = None,
                        labels_offs: Sequence[int] | None = None, head_names: Sequence[str] | None = None,
                        optimizer: int = OPTIMIZER_ADAMW, nepoch: int = 10, nbatch_logical: int = 32,
                        val_split: float = 0, shuffle: bool = True, shuffle_all: bool | None = None,
-                       callbacks: Sequence[Any] | None = None, silent: bool = False,
+                       callbacks: Sequence[Callback] | None = None, silent: bool = False,
                        weight_decay: float = 0, learning_rate: float | None = None,
                        on_nonfinite: str = "raise") -> pd.DataFrame:
     """Train several output heads on one in-memory dataset, with callbacks and a history.
@@ -495,14 +513,13 @@ def ggml_fit_opt_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, o
     _check_common(sched, ctx_compute, optimizer, "nepoch", nepoch, callbacks, silent)
     outs = _tensors(outputs, "outputs")
     n = len(outs)
-    types = list(loss_types) if isinstance(loss_types, (list, tuple)) else [loss_types]
+    given: list[object] = list(loss_types) if isinstance(loss_types, (list, tuple)) else [loss_types]
     weights = [1.0] * n if loss_weights is None else list_arg("ggml_fit_opt_multi", "loss_weights", loss_weights,
                                                               "numbers, one per head")
-    for name, values in (("loss_types", types), ("loss_weights", weights)):
+    for name, values in (("loss_types", given), ("loss_weights", weights)):
         if len(values) != n:
             raise GgmlValueError(f"{name} has {len(values)} entries, expected {n} (one per head)")
-    for i, t in enumerate(types):
-        L.check_loss_type(t, f"loss_types[{i}]")
+    types = [L.check_loss_type(t, f"loss_types[{i}]") for i, t in enumerate(given)]
     names = [f"head_{i + 1}" for i in range(n)] if head_names is None else \
         list_arg("ggml_fit_opt_multi", "head_names", head_names, "str, one per head")
     if len(names) != n or any(not isinstance(x, str) or not x for x in names) or len(set(names)) != n:
@@ -518,7 +535,7 @@ def ggml_fit_opt_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, o
 
 
 def ggml_opt_fit_multi(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Sequence[Tensor],
-                       dataset: Dataset, loss_types: Sequence[int], loss_weights: Sequence[float] | None = None,
+                       dataset: Dataset, loss_types: int | Sequence[int], loss_weights: Sequence[float] | None = None,
                        labels_offs: Sequence[int] | None = None, optimizer: int = OPTIMIZER_ADAMW, nepoch: int = 1,
                        nbatch_logical: int = 32, val_split: float = 0, silent: bool = False) -> dict:
     """ggmlR's thin multi-head wrapper of ``ggml_fit_opt_multi``: no callbacks, one initial shuffle.

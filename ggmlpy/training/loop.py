@@ -12,18 +12,20 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, TYPE_CHECKING
+from typing import Any, Protocol, TYPE_CHECKING
 
 import numpy as np
 
 from ..backend.transfer import ggml_backend_tensor_get_data
-from ..compute.placement import is_host_backend, PlacementRecorder, warn_if_host_ops
+from ..compute.placement import is_host_backend, Placement, PlacementRecorder, warn_if_host_ops
+from ..compute.sched import Scheduler
 from ..compute.threads import restore_threads, split_threads, ThreadTuner, training_step_work
 from ..core.args import is_real, weight_decay_arg
-from ..core.handle import InterruptGuard, using
-from ..errors import GgmlpyWarning, GgmlValueError
+from ..core.handle import Handle, InterruptGuard, Lifetime, using
+from ..errors import carry_history, GgmlpyWarning, GgmlStateError, GgmlValueError
 from ..graph.graph import walk_graph
 from ..graph.indices import index_bounds
 from ..graph.nodes import ptr_key, tensor_label
@@ -31,22 +33,27 @@ from ..graph.objects import Tensor
 from ..opt import losses as L
 from ..opt import result as R
 from ..opt.constants import BUILD_FORWARD, BUILD_GRAD, BUILD_OPT, OPTIMIZER_SGD
+from ..opt.context import OptContext
 from ..opt.init import opt_init
 from ..opt.params import LrUserdata
-from .adapters import BatchWriter
+from .adapters import BatchWriter, Target, Writer
 from .callbacks import CallbackList, FitState
-from .config import EpochPlan, StepOptions, TrainingGraph
+from .config import EpochPlan, StepHook, StepOptions, TrainingGraph
 from .progress import EpochProgress, say, summary_line
 
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from ..opt.graph_optimizer import GraphOptimizer
+
 
 HISTORY_COLUMNS = ["epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy"]
 
 
 class Feed(Protocol):
+    """Batches for a session's steps, an epoch at a time: what the session's writer made of them (a
+    ``TrainingSession``'s (target, array) pairs, a ``ReplicaSession``'s one list of them per replica)."""
     def epoch(self, limit: int | None) -> Iterable[Any]: ...
     def close(self) -> None: ...
 
@@ -62,11 +69,24 @@ class EpochStats:
     metrics: dict[str, float] = field(default_factory=dict)  # StepOptions.metrics' results, by log name
 
 
-class StepHook(Protocol):
-    """Model state that lives outside ggml-opt, kept in step with each eval (the model layer's dropout masks
-    are written before it, batch-norm running statistics read after it)."""
-    def before_eval(self, train: bool) -> None: ...
-    def after_eval(self, train: bool) -> None: ...
+class Session(Protocol):
+    """What the fit loop uses of a session: a ``TrainingSession`` (ggml-opt's step), or a
+    ``replicas.ReplicaSession`` (data-parallel replicas whose optimizer steps outside ggml-opt)."""
+    graph: TrainingGraph
+    options: StepOptions
+    guard: InterruptGuard
+    lr_ud: LrUserdata
+
+    @property
+    def train_ctx(self) -> OptContext | GraphOptimizer: ...
+    @property
+    def placement(self) -> Placement | None: ...
+    def writer(self, name: str, train: bool) -> Writer: ...
+    def run_epoch(self, feed: Feed, limit: int | None, train: bool,
+                  progress: EpochProgress | None = None) -> EpochStats: ...
+    def history_attrs(self) -> dict: ...
+    def keepers(self) -> list[Lifetime]: ...
+    def close(self) -> None: ...
 
 
 def _check_connected(inputs: list[Tensor], outputs: list[Tensor]) -> None:
@@ -89,7 +109,7 @@ class TrainingSession:
         optimizer, opt_period, sample_weighted = step.optimizer, step.period, graph.sample_weighted
         self.graph, self.options = graph, step
         _check_connected(inputs, outputs)
-        self._owned: list[Any] = []
+        self._owned: list[Handle] = []
         self._threads_before: list = []
         self.guard = InterruptGuard()  # installed by fit_loop: holds Ctrl-C back inside a step
         self.hooks: list[StepHook] = list(step.hooks)
@@ -105,12 +125,13 @@ class TrainingSession:
         heads_arg = loss_types if self.multi else loss_types[0]
         outputs_arg = outputs if self.multi else outputs[0]
         # side outputs (a model's state updated in the graph) are computed by training steps only
-        self.train_ctx = opt_init(sched, heads_arg, optimizer, opt_period, ctx_compute, inputs[0], outputs_arg,
-                                  BUILD_GRAD if step.gradients_only else BUILD_OPT, self.lr_ud, loss_mask_ne0,
-                                  loss_weights, sample_weighted, list(graph.side_outputs), graph.penalties)
+        self.train_ctx: OptContext = opt_init(sched, heads_arg, optimizer, opt_period, ctx_compute, inputs[0],
+                                              outputs_arg, BUILD_GRAD if step.gradients_only else BUILD_OPT,
+                                              self.lr_ud, loss_mask_ne0, loss_weights, sample_weighted,
+                                              list(graph.side_outputs), graph.penalties)
         self._owned.append(self.train_ctx)
         try:
-            self.eval_ctx = None
+            self.eval_ctx: OptContext | None = None
             if with_validation:
                 eval_sched = sched.sibling()  # ggml-opt contexts must not share a scheduler
                 self._owned.append(eval_sched)
@@ -130,20 +151,28 @@ class TrainingSession:
         self.batch_size = step.batch_size or L.physical_batch(inputs[0])  # samples per step (for samples/s)
         # the first training step on a device is watched (fit_loop puts what it saw in the history's attrs)
         self.watch_first_step = not is_host_backend(sched.backends[0])
-        self.placement: Any = None
+        self.placement: Placement | None = None
         self.index_bounds = index_bounds(inputs, outputs)
 
-    def writer(self, name: str, train: bool) -> BatchWriter:
+    def opt_ctx(self, train: bool) -> OptContext:
+        """The opt context of the training steps, or of the validation steps of a session made with them."""
         ctx = self.train_ctx if train else self.eval_ctx
+        if ctx is None:
+            raise GgmlStateError("internal: validation steps on a session made without them; please report it")
+        return ctx
+
+    def writer(self, name: str, train: bool) -> BatchWriter:
+        ctx = self.opt_ctx(train)
         labelled = [i for i in range(ctx.n_heads) if ctx.labels(i) is not None]
-        labels = [ctx.labels(i) for i in labelled]
+        labels = [t for t in (ctx.labels(i) for i in labelled) if t is not None]  # all of them
         cross_entropy = [ctx.heads[i].loss_type == L.LOSS_CROSS_ENTROPY for i in labelled]
-        weights = [h.weights for h in (ctx.loss.heads if ctx.loss.composite else []) if h.weights is not None]
+        heads = ctx.loss.heads if ctx.loss is not None and ctx.loss.composite else []
+        weights = [h.weights for h in heads if h.weights is not None]
         return BatchWriter(name, self.inputs, labels, weights, self.index_bounds, cross_entropy)
 
     def run_epoch(self, feed: Feed, limit: int | None, train: bool,
                   progress: EpochProgress | None = None) -> EpochStats:
-        ctx = self.train_ctx if train else self.eval_ctx
+        ctx = self.opt_ctx(train)
         result = self.train_result if train else self.eval_result
         result.reset()
         metrics = self.options.metrics if train else None
@@ -169,10 +198,11 @@ class TrainingSession:
         """The mean loss of the batches evaluated into ``result``."""
         return R.ggml_opt_result_loss(result)["loss"]
 
-    def epoch_stats(self, ctx: Any, result: R.OptResult, steps: int) -> EpochStats:
+    def epoch_stats(self, ctx: OptContext, result: R.OptResult, steps: int) -> EpochStats:
         """The statistics of ``steps`` batches evaluated into ``result`` by ``ctx``."""
         stats = EpochStats(steps=steps, samples=steps * self.batch_size)
-        heads = ctx.loss.heads if ctx.loss.composite else []  # built from ggml ops: the result counts each head
+        # a loss built from ggml ops: the result counts each head
+        heads = ctx.loss.heads if ctx.loss is not None and ctx.loss.composite else []
         if steps:
             stats.loss = R.ggml_opt_result_loss(result)["loss"]
             stats.accuracy = R.ggml_opt_result_accuracy(result)["accuracy"]
@@ -184,12 +214,13 @@ class TrainingSession:
             elif self.per_head:  # one head with ggml's own loss: the head is the whole loss
                 stats.head_loss, stats.head_accuracy = [stats.loss], [stats.accuracy]
         else:
-            n = len(ctx.loss.heads) if self.per_head else 0
+            n = len(ctx.heads) if self.per_head else 0
             stats.head_loss = [math.nan] * n
             stats.head_accuracy = [math.nan] * n
         return stats
 
-    def step(self, ctx, pairs, train: bool, result, watch: Any = None) -> None:
+    def step(self, ctx: OptContext, pairs: list[tuple[Target, np.ndarray]], train: bool, result: R.OptResult,
+             watch: Callable[[Scheduler], AbstractContextManager[PlacementRecorder]] | None = None) -> None:
         """One physical batch: alloc, write, eval (with the hooks around the eval). Ctrl-C waits for the end
         of the step: an alloc without its eval would leave the opt context unusable. ``watch``: a context
         manager factory given the scheduler, entered around the eval (a ``PlacementRecorder``); without one,
@@ -214,7 +245,7 @@ class TrainingSession:
             if train and self.options.metrics is not None:
                 outputs = [ggml_backend_tensor_get_data(t) for t in self.graph.output_copies]
                 self.options.metrics.update(outputs, BatchWriter.labels_of(pairs))
-        if recorder is not None:
+        if recorder is not None and seen is not None:
             self.placement = seen.placement("a training step")
             warn_if_host_ops(self.placement)
 
@@ -222,10 +253,10 @@ class TrainingSession:
         """What the history's ``attrs`` get from this session (nothing; replicas report their traffic)."""
         return {}
 
-    def keepers(self) -> list:
+    def keepers(self) -> list[Lifetime]:
         """Every handle the fit needs: the opt contexts and what they depend on (scheduler, contexts of the
         model, their buffers), the results, the contexts of the inputs. Marked in use while it runs."""
-        hs: list = list(self._owned)
+        hs: list[Lifetime] = list(self._owned)
         for ctx in (self.train_ctx, self.eval_ctx):
             if ctx is not None:
                 hs.extend(ctx.keepers)
@@ -248,7 +279,7 @@ def _warn(message: str) -> None:
 @dataclass
 class _FitRun:
     """One run of the loop: what it reads (the session, feeds, plan) and what it builds (the history)."""
-    session: TrainingSession
+    session: Session
     train_feed: Feed
     val_feed: Feed | None
     plan: EpochPlan
@@ -263,7 +294,7 @@ class _FitRun:
     extra_columns: list[str] = field(default_factory=list)   # what callbacks logged, in order of first appearance
 
 
-def fit_loop(session: TrainingSession, train_feed: Feed, val_feed: Feed | None, plan: EpochPlan, *,
+def fit_loop(session: Session, train_feed: Feed, val_feed: Feed | None, plan: EpochPlan, *,
              source_name: str = "generator", before_epoch: Callable[[int], None] | None = None,
              validate: Callable[[], EpochStats] | None = None) -> pd.DataFrame:
     """Run the epochs; returns the history (one row per completed epoch). ``validate`` (instead of
@@ -288,8 +319,8 @@ def fit_loop(session: TrainingSession, train_feed: Feed, val_feed: Feed | None, 
             _epochs(run)
     except BaseException as exc:
         try:
-            exc.history = _history(run.rows, run.head_rows, run.columns, head_names, session.placement,
-                                   session.history_attrs(), run.extra_columns)
+            carry_history(exc, _history(run.rows, run.head_rows, run.columns, head_names, session.placement,
+                                        session.history_attrs(), run.extra_columns))
         except Exception:  # noqa: BLE001 - never mask the original error
             pass
         raise
@@ -301,7 +332,7 @@ NONFINITE_CAUSES = ("Usual causes: a learning rate too high, NaN/inf in the data
                     "outside [0, 1] (end the model in a sigmoid), log of 0 in a custom loss.")
 
 
-def check_nonfinite(on_nonfinite: Any) -> str:
+def check_nonfinite(on_nonfinite: object) -> str:
     if on_nonfinite not in ("raise", "warn"):
         raise GgmlValueError(f"on_nonfinite must be 'raise' or 'warn', got {on_nonfinite!r}")
     return on_nonfinite
@@ -384,13 +415,14 @@ def _epochs(run: _FitRun) -> None:
             break
 
 
-def metric_names(session: Any) -> list[str]:
+def metric_names(session: Session) -> list[str]:
     """The log names of the training steps' metrics (``StepOptions.metrics``), in order."""
     return session.options.metrics.names if session.options.metrics is not None else []
 
 
 def _history(rows: list[dict], head_rows: list[dict], columns: list[str], head_names: list[str] | None,
-             placement: Any = None, attrs: dict | None = None, extra_columns: list[str] = ()) -> pd.DataFrame:
+             placement: Placement | None = None, attrs: dict | None = None,
+             extra_columns: Sequence[str] = ()) -> pd.DataFrame:
     import pandas as pd  # imported here: pandas makes `import ggmlpy` twice as slow
     history = pd.DataFrame(rows, columns=list(columns) + list(extra_columns))
     for c in columns:  # explicit dtypes, also for a zero-row history (pandas would make them object)

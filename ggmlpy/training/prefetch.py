@@ -21,11 +21,10 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
 
 from ..errors import GgmlpyWarning
-from .adapters import BatchWriter, Source
+from .adapters import Source, Writer
 
 
 _END = object()
@@ -48,7 +47,7 @@ def _raise_in_thread(thread: threading.Thread) -> None:
 
 
 class BatchFeed:
-    def __init__(self, source: Source, writer: BatchWriter, prefetch: int = 0) -> None:
+    def __init__(self, source: Source, writer: Writer, prefetch: int = 0) -> None:
         self.source, self.writer, self.prefetch = source, writer, prefetch
         self._requests: queue.Queue = queue.Queue()
         self._results: queue.Queue | None = None
@@ -58,7 +57,7 @@ class BatchFeed:
         self._epochs_done = 0
         self._warned_endless = False
 
-    def epoch(self, limit: int | None) -> Iterator[Any]:
+    def epoch(self, limit: int | None) -> Iterator[Sequence[object]]:
         """Parsed batches of one epoch: at most ``limit``, fewer if the source ends the epoch."""
         watch = limit is None and self._epochs_done == 0 and not self._warned_endless
         started, n = time.monotonic(), 0
@@ -75,22 +74,24 @@ class BatchFeed:
                               stacklevel=3)
         self._epochs_done += 1
 
-    def _prefetched(self, limit: int | None) -> Iterator[Any]:
+    def _prefetched(self, limit: int | None) -> Iterator[Sequence[object]]:
         if self._thread is None:
             self._results = queue.Queue(maxsize=self.prefetch)
             self._thread = threading.Thread(target=self._work, name=f"ggmlpy-prefetch-{self.source.name}",
                                             daemon=True)
             self._thread.start()
         self._requests.put(limit)
+        results = self._results
+        assert results is not None  # made with the thread
         while True:
-            item = self._results.get()  # type: ignore[union-attr]
+            item = results.get()
             if item is _END:
                 return
             if isinstance(item, _Failure):
                 raise item.exc
             yield item
 
-    def _produce(self, limit: int | None) -> Iterator[Any]:
+    def _produce(self, limit: int | None) -> Iterator[Sequence[object]]:
         self.source.start_epoch()
         n = 0
         while limit is None or n < limit:
@@ -121,10 +122,12 @@ class BatchFeed:
                     return
                 self._put(_Failure(exc))
 
-    def _put(self, item: Any) -> bool:
+    def _put(self, item: object) -> bool:
+        results = self._results
+        assert results is not None  # the worker thread starts after it is made
         while not self._stop.is_set():
             try:
-                self._results.put(item, timeout=0.1)  # type: ignore[union-attr]
+                results.put(item, timeout=0.1)
                 return True
             except queue.Full:
                 continue

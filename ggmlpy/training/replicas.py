@@ -12,20 +12,23 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
-from ..core.handle import InterruptGuard
-from ..errors import GgmlValueError
+from ..backend.backend import Backend
+from ..compute.placement import Placement, PlacementRecorder
+from ..compute.sched import Scheduler
+from ..core.handle import InterruptGuard, Lifetime
+from ..errors import GgmlStateError, GgmlValueError
 from ..graph.objects import Tensor
 from ..opt import result as R
 from ..opt.graph_optimizer import GraphOptimizer
 from ..opt.rules import OptimizerSpec
-from .adapters import BatchWriter
+from .adapters import BatchWriter, Target
 from .config import StepOptions, TrainingGraph
 from .loop import EpochStats, TrainingSession
 
@@ -49,13 +52,14 @@ class ReplicaWriter:
     def __init__(self, name: str, writers: Sequence[BatchWriter], batch: int) -> None:
         self.name, self.writers, self.batch = name, list(writers), batch
 
-    def parse(self, batch: Any, own: bool = False) -> list[list]:
+    def parse(self, batch: object, own: bool = False) -> list[list[tuple[Target, np.ndarray]]]:
         xs, ys, ws = self.writers[0].split(batch)
-        shards: list[dict] = [{"inputs": [], "labels": [], "weights": []} for _ in self.writers]
+        shards: list[dict[str, list[object]]] = [{"inputs": [], "labels": [], "weights": []} for _ in self.writers]
         for kind, values in (("inputs", xs), ("labels", ys), ("weights", ws)):
             for i, value in enumerate(values):
-                targets = [getattr(w, kind)[i] if i < len(getattr(w, kind)) else None for w in self.writers]
-                if any(t is None for t in targets):
+                found = [getattr(w, kind)[i] if i < len(getattr(w, kind)) else None for w in self.writers]
+                targets: list[Target] = [t for t in found if t is not None]
+                if len(targets) < len(found):
                     break  # a count mismatch: the replica's writer says what was expected
                 arr = np.asarray(value)
                 total = sum(t.count for t in targets)
@@ -102,12 +106,15 @@ class ReplicaSession:
 
     run_epoch = TrainingSession.run_epoch  # the one epoch loop, over this session's step
 
-    def __init__(self, graphs: Sequence[TrainingGraph], steps: Sequence[StepOptions], backend: Any,
+    def __init__(self, graphs: Sequence[TrainingGraph], steps: Sequence[StepOptions], backend: Backend,
                  trainable: Sequence[dict[str, Tensor]], synced: Sequence[Sequence[Tensor]],
                  devices: Sequence[str] = ()) -> None:
         self.devices = list(devices)  # their names, for the history
         step = steps[0]
-        self.graph, self.options, self.counts = graphs[0], step, [s.batch_size for s in steps]
+        counts = [s.batch_size for s in steps]
+        if any(n is None for n in counts):
+            raise GgmlStateError("internal: a replica's StepOptions must give its shard's batch_size; please report it")
+        self.graph, self.options, self.counts = graphs[0], step, [n for n in counts if n is not None]
         self.batch_size = sum(self.counts)
         self.guard = InterruptGuard()
         self.eval_ctx = None  # validation runs on the model layer's inference graphs
@@ -137,7 +144,7 @@ class ReplicaSession:
         self.per_head = self.sessions[0].per_head
 
     @property
-    def placement(self) -> Any:
+    def placement(self) -> Placement | None:
         return self.sessions[0].placement
 
     def writer(self, name: str, train: bool) -> ReplicaWriter:
@@ -149,7 +156,7 @@ class ReplicaSession:
     def result_loss(self, result: ReplicaResult) -> float:
         return sum(n / self.batch_size * TrainingSession.result_loss(r) for n, r in zip(self.counts, result.parts))
 
-    def epoch_stats(self, ctx: Any, result: ReplicaResult, steps: int) -> EpochStats:
+    def epoch_stats(self, ctx: object, result: ReplicaResult, steps: int) -> EpochStats:
         """The replicas' statistics weighted by their shares of the batch: the batch means a single device
         computes (each replica's loss and accuracy are means over its shard)."""
         parts = [s.epoch_stats(s.train_ctx, r, steps) for s, r in zip(self.sessions, result.parts)]
@@ -163,7 +170,8 @@ class ReplicaSession:
         stats.head_accuracy = [mean(list(v)) for v in zip(*(p.head_accuracy for p in parts))]
         return stats
 
-    def step(self, ctx: Any, pairs: list[list], train: bool, result: ReplicaResult, watch: Any = None) -> None:
+    def step(self, ctx: object, pairs: list[list[tuple[Target, np.ndarray]]], train: bool, result: ReplicaResult,
+             watch: Callable[[Scheduler], AbstractContextManager[PlacementRecorder]] | None = None) -> None:
         """One physical batch on every replica at once (replica 0 in this thread, where a watch and Ctrl-C
         apply), then the optimizer step at the end of a logical batch. Ctrl-C waits for the whole step."""
         if not train:
@@ -172,20 +180,20 @@ class ReplicaSession:
             self.batch_bytes += sum(a.nbytes for part in pairs for _, a in part)
             self.batches += 1
             started = time.perf_counter()
-            futures = [self._pool.submit(s.step, s.train_ctx, p, True, r)
-                       for s, p, r in zip(self.sessions[1:], pairs[1:], result.parts[1:])] if self._pool else []
+            pool = self._pool
+            futures = [pool.submit(s.step, s.train_ctx, p, True, r)
+                       for s, p, r in zip(self.sessions[1:], pairs[1:], result.parts[1:])] if pool else []
             first: BaseException | None = None
             try:
                 self.sessions[0].step(self.sessions[0].train_ctx, pairs[0], True, result.parts[0], watch)
             except BaseException as exc:  # noqa: BLE001 - raised once every replica has finished
                 first = exc
             for f in futures:
-                exc = f.exception()
-                first = first or exc
+                first = first or f.exception()
             if first is not None:
                 raise first
             computed = time.perf_counter()
-            self.optimizer.accumulated()
+            self.stepper.accumulated()
             self.seconds["replicas"] += computed - started
             self.seconds["optimizer"] += time.perf_counter() - computed
 
@@ -193,7 +201,7 @@ class ReplicaSession:
         """``history.attrs["replicas"]``: the devices, the samples each takes per batch, the bytes moved
         through the host per optimizer step (batch shards, gradients, weights) and the seconds per step spent
         in the replicas' evaluations and in the optimizer (sums, step, copies), measured over the fit."""
-        opt = self.optimizer
+        opt = self.stepper
         if len(self.sessions) == 1:  # one device, an optimizer outside ggml-opt: nothing moves between devices
             return TrainingSession.history_attrs(self.sessions[0])
         steps = max(1, opt.steps)
@@ -205,8 +213,15 @@ class ReplicaSession:
                              "seconds_per_step": {k: v * opt.opt_period / max(1, self.batches)
                                                   for k, v in self.seconds.items()}}}
 
-    def keepers(self) -> list:
-        hs: list = []
+    @property
+    def stepper(self) -> GraphOptimizer:
+        """The optimizer (made with the session, gone once it is closed)."""
+        if self.optimizer is None:
+            raise GgmlStateError("this data-parallel session has been closed")
+        return self.optimizer
+
+    def keepers(self) -> list[Lifetime]:
+        hs: list[Lifetime] = []
         for s in self.sessions:
             hs.extend(s.keepers())
         return hs + (self.optimizer.keepers if self.optimizer is not None else [])
