@@ -146,7 +146,7 @@ def _cublas_wheel_dir() -> Path | None:
     """The folder of the nvidia-cublas wheel holding include/cublas_v2.h and lib/libcublas.so.* (its layout
     changed between releases: nvidia/cublas/ or nvidia/cu13/)."""
     try:
-        import nvidia  # type: ignore[import-not-found]  # namespace package of NVIDIA's wheels
+        import nvidia  # the namespace package of NVIDIA's wheels (untyped: pyproject.toml's mypy overrides)
     except ImportError:
         return None
     for root in map(Path, nvidia.__path__):

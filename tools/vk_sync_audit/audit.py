@@ -83,7 +83,8 @@ def reported(vvl: Path) -> collections.Counter:
 def events(trace: Path) -> list:
     """The trace in order: None for a barrier, else (pipeline, [(buffer, offset, range)], node), where node is
     (op, [(role, buffer, offset, bytes)]) of the node being dispatched."""
-    out, node = [], None
+    out: list[tuple[str, list[tuple[int, int, int]], tuple[str, list[tuple[str, int, int, int]]] | None] | None] = []
+    node = None
     for line in trace.read_text(errors="replace").splitlines():
         if not line.startswith("TRACE "):
             continue
