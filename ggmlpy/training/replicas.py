@@ -220,6 +220,10 @@ class ReplicaSession:
             raise GgmlStateError("this data-parallel session has been closed")
         return self.optimizer
 
+    def opt_ctx(self, train: bool) -> GraphOptimizer:
+        """What ``run_epoch`` hands each step (this session's steps use their replicas' own contexts)."""
+        return self.stepper
+
     def keepers(self) -> list[Lifetime]:
         hs: list[Lifetime] = []
         for s in self.sessions:
