@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import TYPE_CHECKING, Union
+from typing import Union
 
 from ..errors import expect, GgmlTypeError, GgmlValueError, GgufFileError, GgufFileNotFoundError
 
 
-if TYPE_CHECKING:
-    PathArg = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]  # what os.fspath takes
+PathArg = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]  # a file name, as os.fspath takes it
 
 
 def fs_path(path: PathArg, fn: str) -> str:
