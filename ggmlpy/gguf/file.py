@@ -4,19 +4,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 from .._ffi import CData, ffi, ggml_logger, lib
 from ..core.handle import free_handle, Handle, unwrap
-from ..core.paths import check_readable_file, fs_path, os_reason, path_bytes
+from ..core.paths import check_readable_file, fs_path, os_reason, path_bytes, PathArg
 from ..core.sysmem import check_fits_memory
 from ..errors import expect, GgmlTypeError, GgufFileError
 from ..graph.objects import Context, Tensor
 from .header import check_data_in_file, check_header, data_extent
-
-
-if TYPE_CHECKING:
-    from ..core.paths import PathArg
 
 
 class GgufContext(Handle):

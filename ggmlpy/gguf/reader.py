@@ -10,7 +10,7 @@ row with the type's ``to_float``).
 """
 from __future__ import annotations
 
-from typing import cast, TYPE_CHECKING
+from typing import cast
 
 import numpy as np
 
@@ -19,16 +19,13 @@ from ..backend.backend import ggml_backend_cpu_init
 from ..backend.transfer import numpy_shape
 from ..core.args import c_string
 from ..core.handle import computing, raise_type, using
+from ..core.paths import PathArg
 from ..core.sysmem import check_fits_memory
 from ..core.types import type_name
 from ..errors import GgmlStateError, GgmlTypeError, GgufKeyError
 from ..graph.context import ggml_init
 from .file import gguf_init_from_file, GgufContext
 from .kv import gguf_get_key, gguf_get_n_kv, gguf_get_val
-
-
-if TYPE_CHECKING:
-    from ..core.paths import PathArg
 
 
 _PLAIN = {int(lib.GGML_TYPE_F32): np.float32, int(lib.GGML_TYPE_F16): np.float16, int(lib.GGML_TYPE_F64): np.float64,

@@ -4,20 +4,15 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
-from typing import TYPE_CHECKING
 
 from .._ffi import CData, ffi, lib
 from ..backend.transfer import storage_of
 from ..core.args import c_string, is_int
-from ..core.paths import check_writable_path, fs_path, os_reason, path_bytes
+from ..core.paths import check_writable_path, fs_path, os_reason, path_bytes, PathArg
 from ..errors import expect, GgmlStateError, GgmlTypeError, GgmlValueError, GgufFileError
 from ..graph.objects import as_tensor, Tensor
 from .file import captured_ggml_errors, GgufContext, open_header, tensor_addr, unwrap_gguf
 from .header import data_extent
-
-
-if TYPE_CHECKING:
-    from ..core.paths import PathArg
 
 
 def gguf_get_n_tensors(ctx: GgufContext) -> int:

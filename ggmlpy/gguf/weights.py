@@ -6,13 +6,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from io import BufferedReader
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .._ffi import lib
 from ..backend.transfer import check_rpc_transfer, NUMPY_DTYPES, write_array
-from ..core.paths import fs_path
+from ..core.paths import fs_path, PathArg
 from ..core.sysmem import check_fits_memory
 from ..core.types import type_name
 from ..errors import BackendUnavailableError, expect, GgmlTypeError, GgmlValueError, GgufFileError, GgufKeyError
@@ -32,10 +31,6 @@ from .tensors import (
     gguf_get_tensor_type,
     gguf_write_to_file,
 )
-
-
-if TYPE_CHECKING:
-    from ..core.paths import PathArg
 
 
 def _named_tensors(tensors: object, fn: str) -> list[tuple[str, Tensor]]:

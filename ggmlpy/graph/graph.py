@@ -8,20 +8,15 @@ import os
 import sys
 import threading
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
 
 from .._ffi import CData, ffi, ggml_logger, lib
 from ..core.args import c_string, is_int
 from ..core.handle import raise_type, unwrap
-from ..core.paths import check_writable_path
+from ..core.paths import check_writable_path, PathArg
 from ..errors import expect, GgmlStateError, GgmlTypeError, GgmlValueError
 from .context import check_graph_size, GGML_DEFAULT_GRAPH_SIZE
 from .nodes import ptr_key, tensor_label
 from .objects import as_graph, as_tensor, Context, Graph, Tensor
-
-
-if TYPE_CHECKING:
-    from ..core.paths import PathArg
 
 
 def ggml_new_graph(ctx: Context) -> Graph:
