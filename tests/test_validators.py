@@ -66,3 +66,20 @@ def test_no_module_keeps_its_own_int_type_test():
     hits = [f"{p.relative_to(root)}:{i}" for p in root.rglob("*.py") if p.name != "args.py"
             for i, line in enumerate(p.read_text().splitlines(), 1) if any(re.search(f, line) for f in forms)]
     assert not hits, hits
+
+
+@pytest.mark.parametrize("value, error", [(2.5, G.GgmlTypeError), ("8", G.GgmlTypeError), (True, G.GgmlTypeError),
+                                          (0, G.GgmlValueError), (1 << 31, G.GgmlValueError)])
+def test_a_positive_int_refuses_non_ints_as_type_errors(value, error):
+    """The layers' sizes, strides and counts: the int rule (a non-int is a GgmlTypeError), then the range."""
+    with pytest.raises(error, match=r"filters must be a positive int \(at most 2\*\*31 - 1\)"):
+        args.positive_int_arg(None, "filters", value)
+    assert args.positive_int_arg(None, "filters", np.int64(3)) == 3
+    assert args.int_pair_arg(None, "strides", 2) == (2, 2) and args.int_pair_arg(None, "strides", (1, 3)) == (1, 3)
+
+
+@pytest.mark.parametrize("value", [0, 1, None, "True"])
+def test_a_bool_is_true_or_false_only(value):
+    with pytest.raises(G.GgmlTypeError, match="f: use_bias must be True or False"):
+        args.bool_arg("f", "use_bias", value)
+    assert args.bool_arg(None, "x", np.bool_(True)) is True

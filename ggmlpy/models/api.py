@@ -7,23 +7,24 @@ makes a layer object that ``ggml_apply`` can apply to several nodes, sharing its
 from __future__ import annotations
 
 import inspect
-
 from typing import Any, Callable
 
 import numpy as np
 
-from ..core.args import is_int
 from ..backend.transfer import as_numeric, checked_values
+from ..core.args import is_int
 from ..errors import GgmlInUseError, GgmlTypeError, GgmlValueError
-from ..ops import conv as _conv, elementwise as _elementwise
-from . import attention, conv, custom, layers as Lyr, norm, pooling, sequence, shaping
-from .normalization import Normalization
-from .masking import Masking
-from .transpose import Conv2DTranspose
-from .wrappers import Bidirectional, TimeDistributed
+from ..graph.objects import Context
+from ..ops import conv as _conv
+from ..ops import elementwise as _elementwise
+from . import attention, conv, custom, norm, pooling, sequence, shaping
+from . import layers as Lyr
 from .compile import compiled
 from .graph import apply_layer, default_name, InputLayer, Model, Node, Sequential
-from ..graph.objects import Context
+from .masking import Masking
+from .normalization import Normalization
+from .transpose import Conv2DTranspose
+from .wrappers import Bidirectional, TimeDistributed
 
 
 def ggml_model_sequential(name: str | None = None) -> Sequential:
@@ -405,7 +406,7 @@ def ggml_get_layer(model: Model, index: int | None = None, name: str | None = No
             if layer.name == name:
                 return layer
         raise GgmlValueError(f"ggml_get_layer: no layer named {name!r}; the layers are "
-                             f"{[l.name for l in layers]}")
+                             f"{[each.name for each in layers]}")
     if not is_int(index) or not -len(layers) <= index < len(layers):
         raise GgmlValueError(f"ggml_get_layer: index must be an int in [{-len(layers)}, {len(layers)}), got {index!r}")
     return layers[int(index)]
@@ -472,7 +473,7 @@ def ggml_get_weights(model: Model) -> dict[str, np.ndarray]:
     ``kernel`` (size, in channels, filters); batch norm includes its running statistics."""
     compiled(model, "ggml_get_weights")
     params = model.runtime.params
-    return {f"{l.name}.{p.name}": _to_user(params.read(l, p.name), p) for l, p in params.specs}
+    return {f"{layer.name}.{p.name}": _to_user(params.read(layer, p.name), p) for layer, p in params.specs}
 
 
 def ggml_set_weights(model: Model, weights: dict) -> Model:
@@ -496,7 +497,7 @@ def ggml_set_weights(model: Model, weights: dict) -> Model:
     if not isinstance(weights, dict):
         raise GgmlTypeError("ggml_set_weights: weights must be a dict name -> array")
     params = model.runtime.params
-    specs = {f"{l.name}.{p.name}": (l, p) for l, p in params.specs}
+    specs = {f"{each.name}.{p.name}": (each, p) for each, p in params.specs}
     staged = []
     for key, value in weights.items():
         if key not in specs:
@@ -552,5 +553,5 @@ def ggml_custom_layer(model_or_node: Any, forward: Callable[..., Any], weights: 
         >>> m = g.ggml_custom_layer(m, scaled_dense, weights={"kernel": (4, 8), "scale": ((8, 1), "ones")},
         ...                         output_shape=(8,))
     """
-    return _add_or_apply(model_or_node, custom.CustomLayer(forward, weights, output_shape, name=name, trainable=trainable,
-                                                    input_shape=input_shape), "ggml_custom_layer")
+    layer = custom.CustomLayer(forward, weights, output_shape, name=name, trainable=trainable, input_shape=input_shape)
+    return _add_or_apply(model_or_node, layer, "ggml_custom_layer")

@@ -5,8 +5,8 @@ A sample is ``(steps, dim)``: the ggml tensor ``[D, T, N]``. Per head ``h`` the 
 ``softmax(q_h k_h^T / sqrt(key_dim) + mask) v_h`` and projects the heads' outputs back to the query's ``dim``
 values per step. The softmax is ggml's fused ``soft_max_ext`` (scale and mask in one op); the mask is a
 constant (-inf above the diagonal when ``causal``) or made from the mask input (Keras' rule: ``-1e9`` where
-it is 0), so nothing here needs a backward pass ggml lacks. Cost per sample: ``O(steps^2 * heads * key_dim)`` for the scores on top of
-the ``O(steps * dim * heads * key_dim)`` projections.
+it is 0), so nothing here needs a backward pass ggml lacks. Cost per sample: ``O(steps^2 * heads * key_dim)`` for the
+scores on top of the ``O(steps * dim * heads * key_dim)`` projections.
 
 Weights in the user's (Keras') orientation: ``query_kernel``/``key_kernel``/``value_kernel``
 (dim, heads, key_dim), ``query_bias``/``key_bias``/``value_bias`` (heads, key_dim),
@@ -19,12 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from ..core.args import is_real
+from ..core.args import is_real, positive_int_arg
 from ..errors import GgmlValueError
+from ..graph.objects import Tensor
 from ..ops.elementwise import ggml_add, ggml_cont, ggml_mul, ggml_scale_bias, ggml_soft_max_ext
 from ..ops.layout import ggml_permute, ggml_reshape_1d, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d
 from ..ops.linalg import ggml_mul_mat
-from .layers import Layer, ParamSpec, positive_int
+from .layers import Layer, ParamSpec
 
 
 MASK_NEGATIVE = -1e9  # Keras' softmax mask: added to the scores a mask of 0 hides
@@ -45,8 +46,8 @@ class MultiHeadAttention(Layer):
     def __init__(self, num_heads: int, key_dim: int, causal: bool = False, attention_mask: bool = False,
                  dropout: float = 0.0, **kw: Any) -> None:
         super().__init__(**kw)
-        self.num_heads = positive_int(num_heads, "num_heads")
-        self.key_dim = positive_int(key_dim, "key_dim")
+        self.num_heads = positive_int_arg(None, "num_heads", num_heads)
+        self.key_dim = positive_int_arg(None, "key_dim", key_dim)
         for name, value in (("causal", causal), ("attention_mask", attention_mask)):
             if not isinstance(value, bool):
                 raise GgmlValueError(f"{name} must be True or False, got {value!r}")
@@ -118,11 +119,15 @@ class MultiHeadAttention(Layer):
         (tq, dim), (tv, _), _, mask_shape = self._roles(shapes)
         n_seq = len(xs) - self.attention_mask
         ctx, h, k, n = g.ctx, self.num_heads, self.key_dim, g.batch
-        flat = lambda t, shape: ggml_reshape_2d(ctx, t, shape[1], shape[0] * n)
+
+        def flat(t: Tensor, shape: tuple[int, ...]) -> Tensor:
+            return ggml_reshape_2d(ctx, t, shape[1], shape[0] * n)
         xq = flat(xs[0], shapes[0])
         xv = flat(xs[1], shapes[1]) if n_seq > 1 else xq
         xk = flat(xs[2], shapes[2]) if n_seq > 2 else xv
-        per_head = lambda t: ggml_cont(ctx, ggml_permute(ctx, t, 0, 2, 1, 3))   # [K, H, T, N] -> [K, T, H, N]
+
+        def per_head(t: Tensor) -> Tensor:  # [K, H, T, N] -> [K, T, H, N]
+            return ggml_cont(ctx, ggml_permute(ctx, t, 0, 2, 1, 3))
         q = per_head(self._project(g, xq, "query", tq))
         key = per_head(self._project(g, xk, "key", tv))
         # values with the steps fastest, [T, K, H, N], so that the product below sums over the steps

@@ -6,14 +6,15 @@ fit (``ggml_fit``, ``ggml_fit_generator``) passes; the low-level fits have no mo
 from __future__ import annotations
 
 import math
-import sys
 import os
+import sys
 import warnings
 from typing import Any
 
 from ..errors import GgmlpyWarning, GgmlTypeError, GgmlValueError
 from ..training.callbacks import Improvement, monitor_key, monitored_value, state_get
 from .saving import ggml_save_model, ggml_save_weights
+
 
 def ggml_callback_model_checkpoint(path: Any, monitor: str = "val_loss", save_best_only: bool = False,
                                    save_weights_only: bool = False, mode: str = "auto", verbose: int = 0) -> Any:

@@ -8,18 +8,17 @@ from typing import Any
 import numpy as np
 
 from ..backend.device import Device
-from ..core.args import FLOAT32_MAX, is_int, is_real, learning_rate_arg
+from ..core.args import FLOAT32_MAX, is_int, is_real, learning_rate_arg, weight_decay_arg
 from ..errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
 from ..opt import losses as L
-from ..opt.custom_loss import CustomLoss, ggml_opt_loss_custom
 from ..opt.constants import OPTIMIZER_ADAMW, OPTIMIZER_SGD
-from ..opt.params import check_weight_decay
+from ..opt.custom_loss import CustomLoss, ggml_opt_loss_custom
 from ..opt.rules import optimizer_spec, OptimizerSpec
+from . import conv, pooling, shaping
 from .graph import Model, Node
 from .keras_metrics import resolve_metrics, spec_to_dict
-from .masking import mask_flow
-from . import conv, pooling, shaping
 from .layers import Dropout, Flatten
+from .masking import mask_flow
 from .runtime import build_graph, GraphInstance, replace_runtime, Runtime
 
 
@@ -41,7 +40,8 @@ LOSSES = {
 _LOSS_BY_TYPE = {L.LOSS_CROSS_ENTROPY: "categorical_crossentropy", L.LOSS_MSE: "mse", L.LOSS_MAE: "mae",
                  L.LOSS_HUBER: "huber", L.LOSS_BINARY_CROSS_ENTROPY: "binary_crossentropy",
                  L.LOSS_KL_DIVERGENCE: "kl_divergence", L.LOSS_HINGE: "hinge", L.LOSS_SQUARED_HINGE: "squared_hinge",
-                 L.LOSS_COSINE_SIMILARITY: "cosine_similarity", L.LOSS_BINARY_CROSS_ENTROPY_LOGITS: "binary_crossentropy"}
+                 L.LOSS_COSINE_SIMILARITY: "cosine_similarity",
+                 L.LOSS_BINARY_CROSS_ENTROPY_LOGITS: "binary_crossentropy"}
 
 
 @dataclass
@@ -166,8 +166,8 @@ def _head(node: Node, loss: str, weight: float, from_logits: bool | None, custom
             raise GgmlValueError(f"{loss}: from_logits=True takes the raw outputs, but output '{name}' ends in a "
                                  "softmax; drop the activation (ggml_predict then returns logits) or from_logits")
         if from_logits is False and activation != "softmax":
-            raise GgmlValueError(f"{loss}: from_logits=False takes probabilities, but output '{name}' does not end in a "
-                                 "softmax; add activation='softmax', or set from_logits=True (or leave it None)")
+            raise GgmlValueError(f"{loss}: from_logits=False takes probabilities, but output '{name}' does not end "
+                                 "in a softmax; add activation='softmax', or set from_logits=True (or leave it None)")
         _check_cross_entropy_output(node, loss)
     if loss_type == L.LOSS_BINARY_CROSS_ENTROPY and from_logits:
         if activation == "sigmoid":
@@ -315,14 +315,15 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
         raise GgmlValueError(f"loss_weights must be {len(outputs)} finite numbers >= 0 (float32: at most "
                              f"{FLOAT32_MAX:.4g}), got {loss_weights!r}")
     logits = _from_logits(_by_output(from_logits, outputs, "from_logits"), losses, len(outputs))
-    losses = [ggml_opt_loss_custom(l) if callable(l) and not isinstance(l, CustomLoss) else l for l in losses]
-    heads = [_head(n, _loss_name(l, i), float(w), f, l if isinstance(l, CustomLoss) else None)
-             for i, (n, l, w, f) in enumerate(zip(outputs, losses, weights, logits))]
+    losses = [ggml_opt_loss_custom(given) if callable(given) and not isinstance(given, CustomLoss) else given
+              for given in losses]
+    heads = [_head(n, _loss_name(head_loss, i), float(w), f, head_loss if isinstance(head_loss, CustomLoss) else None)
+             for i, (n, head_loss, w, f) in enumerate(zip(outputs, losses, weights, logits))]
     accuracy, head_metrics = resolve_metrics(metrics, heads, [n.layer.name for n in outputs])
     lr = None
     if learning_rate is not None:
         lr = learning_rate_arg("learning_rate", learning_rate)
-    check_weight_decay(weight_decay)
+    weight_decay_arg(weight_decay)
     adam = _adam_settings(spec.name, beta_1, beta_2, epsilon)
     config = CompileConfig(opt_name, spec.ggml_type, heads, ["accuracy"] if accuracy else [], backend, lr,
                            float(weight_decay), adam=adam, head_metrics=head_metrics, optimizer_spec=spec,
@@ -345,8 +346,8 @@ def _from_logits(value: Any, losses: list, n: int) -> list:
     if len(values) != n or any(v is not None and not isinstance(v, (bool, np.bool_)) for v in values):
         raise GgmlValueError(f"from_logits must be True, False or None, or {n} of them (a list in output order or a "
                              f"dict by output name), got {value!r}")
-    return [True if v is None and is_int(l) and int(l) == L.LOSS_BINARY_CROSS_ENTROPY_LOGITS else
-            (None if v is None else bool(v)) for v, l in zip(values, losses)]
+    return [True if v is None and is_int(head_loss) and int(head_loss) == L.LOSS_BINARY_CROSS_ENTROPY_LOGITS else
+            (None if v is None else bool(v)) for v, head_loss in zip(values, losses)]
 
 
 def _adam_settings(optimizer: str, beta_1: Any, beta_2: Any, epsilon: Any) -> tuple[float, float, float] | None:

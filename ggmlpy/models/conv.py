@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..core.args import bool_arg, int_pair_arg, positive_int_arg
 from ..core.types import GGML_TYPE_F32
 from ..errors import GgmlValueError
 from ..graph.introspect import ggml_is_contiguous
@@ -28,8 +29,7 @@ from ..ops.linalg import ggml_mul_mat
 from ..ops.reduce import ggml_concat, ggml_sum_rows
 from . import fused
 from .initializers import check_initializer
-from .layers import (activate, bool_arg, check_activation, int_pair, Layer, NATURAL, ParamSpec, positive_int,
-                     SPATIAL)
+from .layers import activate, check_activation, Layer, NATURAL, ParamSpec, SPATIAL
 
 
 def _dilation(rates: tuple, strides: tuple) -> tuple:
@@ -116,10 +116,10 @@ class Convolution(Layer):
     def _set_common(self, filters: Any, padding: Any, activation: Any, use_bias: Any, kernel_initializer: Any,
                     bias_initializer: Any) -> None:
         """The arguments every convolution takes, checked."""
-        self.filters = positive_int(filters, "filters")
+        self.filters = positive_int_arg(None, "filters", filters)
         self.padding = padding_arg(padding)
         self.activation = check_activation(activation)
-        self.use_bias = bool_arg(use_bias, "use_bias")
+        self.use_bias = bool_arg(None, "use_bias", use_bias)
         self.kernel_initializer = check_initializer(kernel_initializer, "kernel_initializer")
         self.bias_initializer = check_initializer(bias_initializer, "bias_initializer")
 
@@ -163,9 +163,9 @@ class Conv2D(Convolution):
                  kernel_initializer: str = "glorot_uniform", bias_initializer: str = "zeros", **kw: Any) -> None:
         super().__init__(**kw)
         self._set_common(filters, padding, activation, use_bias, kernel_initializer, bias_initializer)
-        self.kernel_size = int_pair(kernel_size, "kernel_size")
-        self.strides = int_pair(strides, "strides")
-        self.dilation_rate = _dilation(int_pair(dilation_rate, "dilation_rate"), self.strides)
+        self.kernel_size = int_pair_arg(None, "kernel_size", kernel_size)
+        self.strides = int_pair_arg(None, "strides", strides)
+        self.dilation_rate = _dilation(int_pair_arg(None, "dilation_rate", dilation_rate), self.strides)
 
     def config(self) -> dict:
         return {"filters": self.filters, "kernel_size": list(self.kernel_size), "activation": self.activation,
@@ -224,9 +224,9 @@ class Conv1D(Convolution):
         self._set_common(filters, "valid" if causal else padding, activation, use_bias, kernel_initializer,
                          bias_initializer)
         self.padding = "causal" if causal else self.padding
-        self.kernel_size = positive_int(kernel_size, "kernel_size")
-        self.strides = positive_int(strides, "strides")
-        self.dilation_rate = _dilation((positive_int(dilation_rate, "dilation_rate"),), (self.strides,))[0]
+        self.kernel_size = positive_int_arg(None, "kernel_size", kernel_size)
+        self.strides = positive_int_arg(None, "strides", strides)
+        self.dilation_rate = _dilation((positive_int_arg(None, "dilation_rate", dilation_rate),), (self.strides,))[0]
 
     def config(self) -> dict:
         return {"filters": self.filters, "kernel_size": self.kernel_size, "activation": self.activation,
@@ -280,8 +280,8 @@ class MaxPooling2D(Layer):
 
     def __init__(self, pool_size: Any = (2, 2), strides: Any = None, **kw: Any) -> None:
         super().__init__(**kw)
-        self.pool_size = int_pair(pool_size, "pool_size")
-        self.strides = int_pair(strides, "strides") if strides is not None else self.pool_size
+        self.pool_size = int_pair_arg(None, "pool_size", pool_size)
+        self.strides = int_pair_arg(None, "strides", strides) if strides is not None else self.pool_size
 
     def config(self) -> dict:
         return {"pool_size": list(self.pool_size), "strides": list(self.strides)}

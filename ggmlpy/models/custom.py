@@ -17,6 +17,7 @@ from ..graph.objects import Tensor
 from .layers import Layer, ParamSpec, sample_shape
 from .runtime import natural_ne
 
+
 INITIALIZERS = ("glorot", "zeros", "ones")
 _WEIGHT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,20}$")
 

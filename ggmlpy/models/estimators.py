@@ -14,13 +14,14 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, check_X_y, check_array
+from sklearn.utils.validation import check_array, check_is_fitted, check_X_y
 
 from ..errors import GgmlTypeError, GgmlValueError
 from ..training.callbacks import BuiltinCallback
 from .compile import ggml_compile
 from .fit import ggml_fit, ggml_predict
 from .graph import Model
+
 
 MODEL_PARAM = "model__"  # constructor arguments with this prefix go to the model function (as in SciKeras)
 
@@ -66,7 +67,7 @@ class _GgmlEstimator(BaseEstimator):
         params.update({k: v for k, v in vars(self).items() if k.startswith(MODEL_PARAM)})
         return params
 
-    def set_params(self, **params: Any) -> "_GgmlEstimator":
+    def set_params(self, **params: Any) -> _GgmlEstimator:
         """Set parameters, as scikit-learn's ``set_params`` (``GridSearchCV`` sets each candidate's this way).
 
         Arguments:
@@ -109,7 +110,7 @@ class _GgmlEstimator(BaseEstimator):
                                  learning_rate=self.learning_rate)
         return built
 
-    def _fit(self, X: Any, y: np.ndarray, n_outputs: int) -> "_GgmlEstimator":
+    def _fit(self, X: Any, y: np.ndarray, n_outputs: int) -> _GgmlEstimator:
         if self.random_state is not None:
             np.random.seed(self.random_state)  # ggmlpy's weight initialisers and shuffles draw from numpy
         self.n_features_in_ = X.shape[1]
@@ -185,7 +186,7 @@ class GgmlClassifier(ClassifierMixin, _GgmlEstimator):
     _loss = "sparse_categorical_crossentropy"
     _outputs_name = "n_classes"
 
-    def fit(self, X: Any, y: Any) -> "GgmlClassifier":
+    def fit(self, X: Any, y: Any) -> GgmlClassifier:
         """Train a fresh model on ``X`` (samples first) and the labels ``y``; returns the estimator."""
         X, y = check_X_y(X, y, allow_nd=True, dtype=np.float32)
         check_classification_targets(y)  # continuous values are refused ("Unknown label type")
@@ -249,7 +250,7 @@ class GgmlRegressor(RegressorMixin, _GgmlEstimator):
         tags.target_tags.multi_output = True  # y of shape (N, k): a model with k outputs
         return tags
 
-    def fit(self, X: Any, y: Any) -> "GgmlRegressor":
+    def fit(self, X: Any, y: Any) -> GgmlRegressor:
         """Train a fresh model on ``X`` (samples first) and the targets ``y``; returns the estimator."""
         X, y = check_X_y(X, y, allow_nd=True, dtype=np.float32, multi_output=True, y_numeric=True)
         y = np.asarray(y, dtype=np.float32)

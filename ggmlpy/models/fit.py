@@ -12,7 +12,8 @@ import contextlib
 import functools
 import math
 import warnings
-from typing import Any, Sequence, TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Any, TYPE_CHECKING
 
 import numpy as np
 
@@ -27,8 +28,8 @@ from . import data as D
 from .compile import CompileConfig, compiled
 from .graph import Model
 from .metrics import Tally
-from .regularizers import weight_penalty
 from .predict import predict_arrays
+from .regularizers import weight_penalty
 from .runtime import model_in_use
 from .session import TrainingSetup
 from .snapshot import Snapshot
@@ -37,10 +38,6 @@ from .weights import ModelWeights
 
 if TYPE_CHECKING:
     import pandas as pd
-
-
-def _int_arg(value: Any, name: str, lo: int) -> int:
-    return c_int_arg(None, name, value, lo)
 
 
 def _verbose(verbose: Any) -> bool:
@@ -92,7 +89,7 @@ def ggml_predict(model: Model, x: Any, batch_size: int = 32, verbose: Any = 0) -
     Example:
         >>> probs = g.ggml_predict(model, x_test)          # (N, classes)
     """
-    batch_size = _int_arg(batch_size, "batch_size", 1)
+    batch_size = c_int_arg(None, "batch_size", batch_size, 1)
     bar = _bar(verbose, "predict")
     with _predicting(model, "ggml_predict") as (model_, predictor):
         if is_batch_sequence(x):  # Keras' predict(PyDataset): each batch's x (an item is x, (x,) or (x, y[, w]))
@@ -171,7 +168,7 @@ def ggml_evaluate(model: Model, x: Any, y: Any, batch_size: int = 32, sample_wei
     if not isinstance(return_dict, bool):
         raise GgmlValueError(f"return_dict must be True or False, got {return_dict!r}")
     bar = _bar(verbose, "evaluate")
-    batch_size = _int_arg(batch_size, "batch_size", 1)
+    batch_size = c_int_arg(None, "batch_size", batch_size, 1)
     if y is None and is_batch_sequence(x):  # Keras' evaluate(PyDataset): batch by batch, any sizes
         if sample_weight is not None:
             raise GgmlValueError("ggml_evaluate: sample_weight cannot be used with a PyDataset-like x (its batches "
@@ -186,8 +183,8 @@ def ggml_evaluate(model: Model, x: Any, y: Any, batch_size: int = 32, sample_wei
             tally = _evaluate_arrays(model, cfg, runtime.predictor, xs, ys, w, batch_size, progress=bar)
     result = {"loss": tally.total_loss(), "accuracy": tally.accuracy(), "n_samples": tally.n}
     if len(cfg.heads) > 1:
-        for h, l, a in zip(cfg.heads, tally.head_losses(), tally.head_accuracies()):
-            result[f"{h.name}_loss"], result[f"{h.name}_accuracy"] = l, a
+        for h, head_loss, a in zip(cfg.heads, tally.head_losses(), tally.head_accuracies()):
+            result[f"{h.name}_loss"], result[f"{h.name}_accuracy"] = head_loss, a
     metrics = tally.metrics.results()
     result.update(metrics)
     if return_dict:
@@ -217,7 +214,7 @@ def run_training(model: Model, cfg: CompileConfig, source: Source, batch: int, p
         raise GgmlValueError(nothing_to_train(model))
     period = 1
     if nbatch_logical is not None:
-        logical = _int_arg(nbatch_logical, "nbatch_logical", 1)
+        logical = c_int_arg(None, "nbatch_logical", nbatch_logical, 1)
         if logical % batch:
             raise GgmlValueError(f"nbatch_logical ({logical}) must be a multiple of the batch size ({batch})")
         period = max(1, logical // batch)
@@ -292,9 +289,9 @@ def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch
         >>> history = g.ggml_fit(model, x, y, epochs=10, batch_size=32, validation_split=0.2)
     """
     cfg = compiled(model, "ggml_fit")
-    epochs = _int_arg(epochs, "epochs", 0)
-    initial_epoch = _int_arg(initial_epoch, "initial_epoch", 0)
-    batch_size = _int_arg(batch_size, "batch_size", 1)
+    epochs = c_int_arg(None, "epochs", epochs, 0)
+    initial_epoch = c_int_arg(None, "initial_epoch", initial_epoch, 0)
+    batch_size = c_int_arg(None, "batch_size", batch_size, 1)
     if not isinstance(shuffle, bool):
         raise GgmlValueError(f"shuffle must be True or False, got {shuffle!r}")
     if y is None and is_batch_sequence(x):  # Keras' fit(PyDataset): its batches, as ggml_fit_generator takes them
@@ -336,7 +333,7 @@ def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch
     rng = np.random.default_rng(np.random.randint(0, 2 ** 31))
     batches = D.training_batches(cfg.heads, xs, ys, w, batch, shuffle, rng)
     if steps_per_epoch is not None:
-        steps_per_epoch = _int_arg(steps_per_epoch, "steps_per_epoch", 1)
+        steps_per_epoch = c_int_arg(None, "steps_per_epoch", steps_per_epoch, 1)
         per_pass = -(-n // batch)
         if steps_per_epoch > per_pass:
             raise GgmlValueError(f"steps_per_epoch={steps_per_epoch}, but the {n} training samples give "
@@ -368,7 +365,7 @@ ggml_fit.__name__ = ggml_fit.__qualname__ = "ggml_fit"  # its errors name it (fu
 
 
 def nothing_to_train(model: Model) -> str:
-    if any(p.trainable for l in model.layers for p in (l.params or [])):
+    if any(p.trainable for layer in model.layers for p in (layer.params or [])):
         return "nothing to train: every layer with weights is frozen (ggml_unfreeze_weights)"
     return "nothing to train: the model has no layer with trainable weights"
 
@@ -471,12 +468,12 @@ def _fit_generator(model, generator, steps_per_epoch, epochs, initial_epoch, val
                    callbacks, verbose, prefetch, nbatch_logical, on_nonfinite) -> pd.DataFrame:
     import pandas as pd  # the history's type
     cfg = model.compiled
-    epochs = _int_arg(epochs, "epochs", 0)
-    initial_epoch = _int_arg(initial_epoch, "initial_epoch", 0)
-    prefetch = _int_arg(prefetch, "prefetch", 0)
+    epochs = c_int_arg(None, "epochs", epochs, 0)
+    initial_epoch = c_int_arg(None, "initial_epoch", initial_epoch, 0)
+    prefetch = c_int_arg(None, "prefetch", prefetch, 0)
     for name, v in (("steps_per_epoch", steps_per_epoch), ("validation_steps", validation_steps)):
         if v is not None:
-            _int_arg(v, name, 1)
+            c_int_arg(None, name, v, 1)
     source = Source(generator, "generator")
     check_ends(source, steps_per_epoch, "steps_per_epoch")
     first = source.peek() if epochs > 0 else None

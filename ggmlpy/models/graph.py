@@ -4,7 +4,8 @@ summary, layer lookup, freezing and the architecture description saved with a mo
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,7 @@ class Node:
     """The output of a layer applied to nodes (or of an input): a per-sample ``shape``."""
     __slots__ = ("layer", "inputs", "shape", "dtype")
 
-    def __init__(self, layer: Layer, inputs: list["Node"], shape: tuple[int, ...], dtype: str = "float32") -> None:
+    def __init__(self, layer: Layer, inputs: list[Node], shape: tuple[int, ...], dtype: str = "float32") -> None:
         for key, value in (("layer", layer), ("inputs", tuple(inputs)), ("shape", tuple(shape)), ("dtype", dtype)):
             object.__setattr__(self, key, value)
 
@@ -140,9 +141,9 @@ class Model:
         self.inputs, self.outputs, self.nodes = inputs, outputs, nodes
         layers: list[Layer] = []
         for n in nodes:
-            if not n.is_input and all(n.layer is not l for l in layers):
+            if not n.is_input and all(n.layer is not layer for layer in layers):
                 layers.append(n.layer)
-        names = [l.name for l in layers]
+        names = [layer.name for layer in layers]
         dup = next((x for x in names if names.count(x) > 1), None)
         if dup is not None:
             raise GgmlValueError(f"two different layers of the model are named '{dup}', and a layer's name names its "
@@ -173,9 +174,9 @@ class Model:
         inputs, outputs, nodes = self.graph()
         layers = self.layers
         index = {id(n): i for i, n in enumerate(nodes)}
-        return {"class": "functional", "name": self.name, "layers": [l.full_config() for l in layers],
+        return {"class": "functional", "name": self.name, "layers": [layer.full_config() for layer in layers],
                 "nodes": [{"layer": n.layer.full_config() if n.is_input else
-                           next(i for i, l in enumerate(layers) if l is n.layer),
+                           next(i for i, layer in enumerate(layers) if layer is n.layer),
                            "inputs": [index[id(i)] for i in n.inputs]} for n in nodes],
                 "inputs": [index[id(n)] for n in inputs], "outputs": [index[id(n)] for n in outputs]}
 
@@ -191,12 +192,13 @@ class Model:
         lines = [f'Model: "{self.name}" ({"sequential" if self.sequential else "functional"})', rule,
                  "".join(c.ljust(w) for c, w in zip(rows[0], widths)), rule]
         lines += ["".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows[1:]]
-        total = sum(l.n_params() + sum(int(np.prod(p.ne)) for p in (l.params or []) if not p.trainable)
-                    for l in self.layers)
-        trainable = sum(l.n_params(trainable_only=True) for l in self.layers)
+        total = sum(layer.n_params() + sum(int(np.prod(p.ne)) for p in (layer.params or []) if not p.trainable)
+                    for layer in self.layers)
+        trainable = sum(layer.n_params(trainable_only=True) for layer in self.layers)
+        devices = " + ".join(self.runtime.device_names) if self.runtime is not None else ""
         lines += [rule, f"Total params: {total:,}", f"Trainable params: {trainable:,}",
                   f"Non-trainable params: {total - trainable:,}",
-                  f"Compiled: {'yes, on ' + ' + '.join(self.runtime.device_names) if self.runtime is not None else 'no'}"
+                  f"Compiled: {'yes, on ' + devices if self.runtime is not None else 'no'}"
                   + (" (data parallel)" if self.runtime is not None and len(self.runtime.device_names) > 1 else "")]
         return "\n".join(lines)
 
@@ -223,17 +225,17 @@ class Sequential(Model):
         for layer in layers:
             self.add(layer)
 
-    def add(self, layer: Layer) -> "Sequential":
+    def add(self, layer: Layer) -> Sequential:
         if not isinstance(layer, Layer) or isinstance(layer, InputLayer):
             raise GgmlTypeError(f"a sequential model takes layers, got {type(layer).__name__}")
         if layer.many_inputs is True:
             raise GgmlTypeError(f"{layer.kind} joins several nodes: use it in a functional model (ggml_model)")
-        if any(layer is l for l in self._stack):
+        if any(layer is each for each in self._stack):
             raise GgmlValueError(f"layer '{layer.name}' is already in this model")
         if layer.name is None:
-            k = 1 + sum(l.kind == layer.kind for l in self._stack)
+            k = 1 + sum(each.kind == layer.kind for each in self._stack)
             give_automatic_name(layer, f"{layer.kind}_{k}")
-        if any(l.name == layer.name for l in self._stack):
+        if any(each.name == layer.name for each in self._stack):
             raise GgmlValueError(f"the model already has a layer named '{layer.name}'")
         if self._stack and layer.input_shape is not None:
             raise GgmlValueError(f"input_shape is for the first layer only; layer '{layer.name}' is not first")
@@ -250,15 +252,15 @@ class Sequential(Model):
         if self._stack:
             check_input_dtypes(layer, ["float32"])   # every layer outputs float32: ids only reach the first
             masked = False
-            for l in self._stack:
-                masked = masks_output(l, [0] if masked else [])
+            for each in self._stack:
+                masked = masks_output(each, [0] if masked else [])
             masks_output(layer, [0] if masked else [])
         first = self._stack[0] if self._stack else layer
         if first.input_shape is None:
             return  # no shapes yet: checked once the first layer's input_shape is known (at compile)
         shape = first.input_shape
-        for l in self._stack:
-            shape = l.output_shape([shape])
+        for each in self._stack:
+            shape = each.output_shape([shape])
         if layer.built_for is not None and [shape] != layer.built_for:
             raise GgmlValueError(f"layer '{layer.name}' was built for input shape(s) {layer.built_for}, and here it "
                                  f"would take {shape}; a layer added to a second model needs inputs of one shape")
@@ -307,7 +309,7 @@ class Sequential(Model):
         return self.graph()[2]
 
     def architecture(self) -> dict:
-        return {"class": "sequential", "name": self.name, "layers": [l.full_config() for l in self._stack],
+        return {"class": "sequential", "name": self.name, "layers": [layer.full_config() for layer in self._stack],
                 "input_shape": list(self._stack[0].input_shape) if self._stack and self._stack[0].input_shape
                 else None}
 

@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import GgmlTypeError, GgmlValueError
 from ..core.args import is_int, is_real
+from ..errors import GgmlTypeError, GgmlValueError
+
 
 AUC_EPSILON = 1e-7  # Keras' thresholds start just below 0 and end just above 1
 
@@ -32,7 +33,7 @@ class MetricSpec:
     num_thresholds: int = 200
     curve: str = "ROC"
 
-    def state(self) -> "MetricState":
+    def state(self) -> MetricState:
         return MetricState(self)
 
 
@@ -224,7 +225,7 @@ class MetricState:
         ``labels`` in the same layout (one-hot rows for a cross-entropy head), ``classes`` the last axis."""
         self.add(HeadBatch(probs, values, labels, classes))
 
-    def add(self, b: "HeadBatch") -> None:
+    def add(self, b: HeadBatch) -> None:
         """Add a prepared batch (``HeadBatch``: shared by the metrics of one head)."""
         kind = self.spec.kind
         if not b.finite:

@@ -12,17 +12,17 @@ from __future__ import annotations
 import itertools
 import math
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 
-from ..core.args import is_int, is_real
+from ..core.args import bool_arg, is_int, is_real, positive_int_arg
 from ..errors import GgmlInUseError, GgmlStateError, GgmlTypeError, GgmlValueError
 from ..graph.objects import Tensor
 from ..ops.elementwise import ggml_add, ggml_gelu, ggml_relu, ggml_sigmoid, ggml_silu, ggml_soft_max, ggml_tanh
-from ..ops.layout import (ggml_get_rows, ggml_reshape_1d, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d,
-                          ggml_view_2d)
+from ..ops.layout import ggml_get_rows, ggml_reshape_1d, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d, ggml_view_2d
 from ..ops.linalg import ggml_mul_mat
 from ..ops.reduce import ggml_concat
 from .initializers import check_initializer, initial_values
@@ -37,12 +37,6 @@ ACTIVATIONS: dict[str | None, Callable | None] = {
     "gelu": ggml_gelu, "silu": ggml_silu, "softmax": ggml_soft_max,
 }
 ALIASES = {"swish": "silu"}  # Keras' names of the same functions
-
-
-def bool_arg(value: Any, name: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise GgmlTypeError(f"{name} must be True or False, got {value!r}")
-    return bool(value)
 
 
 def check_activation(activation: Any) -> str | None:
@@ -60,23 +54,6 @@ def check_activation(activation: Any) -> str | None:
     return None if activation == "linear" else activation
 
 
-INT32_MAX = 2**31 - 1  # ggml takes sizes, strides and counts of its ops as C ints
-
-
-def positive_int(value: Any, what: str) -> int:
-    if not is_int(value) or not 1 <= value <= INT32_MAX:
-        raise GgmlValueError(f"{what} must be a positive int (at most 2**31 - 1), got {value!r}")
-    return int(value)
-
-
-def int_pair(value: Any, what: str) -> tuple[int, int]:
-    """(rows, cols) from an int or a pair of ints."""
-    pair = (value, value) if is_int(value) else value
-    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-        raise GgmlValueError(f"{what} must be an int or a pair (rows, cols), got {value!r}")
-    return positive_int(pair[0], what), positive_int(pair[1], what)
-
-
 def sample_shape(shape: Any, what: str = "input_shape") -> tuple[int, ...]:
     """A per-sample shape: a tuple of 1 to 3 positive ints (an int means (int,))."""
     if is_int(shape):
@@ -88,7 +65,7 @@ def sample_shape(shape: Any, what: str = "input_shape") -> tuple[int, ...]:
         raise GgmlValueError(f"{what} {tuple(shape)!r} leaves a size open (None), as Keras allows; ggml builds its "
                              "graphs for fixed sizes, so give every size of one sample (e.g. the sequence length: "
                              f"{tuple(64 if n is None else n for n in shape)!r}; pad or crop the data to it)")
-    out = tuple(positive_int(n, what) for n in shape)
+    out = tuple(positive_int_arg(None, what, n) for n in shape)
     if math.prod(out) > MAX_SAMPLE_VALUES:
         raise GgmlValueError(f"{what} {out} holds {math.prod(out):,} values per sample, more than ggml's tensors can "
                              f"hold for a batch (at most {MAX_SAMPLE_VALUES:,} per sample)")
@@ -117,7 +94,7 @@ class ParamSpec:
 
 
 _global_counts: dict[str, itertools.count] = {}
-_names_in_use: "dict[str, weakref.WeakSet[Layer]]" = {}
+_names_in_use: dict[str, weakref.WeakSet[Layer]] = {}
 
 
 def next_global_name(kind: str) -> str:
@@ -131,14 +108,14 @@ def next_global_name(kind: str) -> str:
             return name
 
 
-def _note_name(name: str, layer: "Layer") -> None:
+def _note_name(name: str, layer: Layer) -> None:
     holders = _names_in_use.get(name)
     if holders is None:
         holders = _names_in_use[name] = weakref.WeakSet()
     holders.add(layer)
 
 
-def give_automatic_name(layer: "Layer", name: str) -> None:
+def give_automatic_name(layer: Layer, name: str) -> None:
     layer.name = name
 
 
@@ -188,7 +165,7 @@ class Layer(metaclass=_Sealed):
         self.regularizers = {self.REGULARIZED[k]: r for k, v in regularizers.items()
                              if (r := regularizer_arg(v, f"{self.kind} {k}")) is not None}
         self.name = None if name is None else layer_name_arg(name)
-        self.trainable = bool_arg(trainable, "trainable")
+        self.trainable = bool_arg(None, "trainable", trainable)
         self.input_shape = sample_shape(input_shape) if input_shape is not None else None
         self.params: list[ParamSpec] | None = None   # set by build()
         self.built_for: list[tuple[int, ...]] | None = None
@@ -255,7 +232,7 @@ class Layer(metaclass=_Sealed):
 
     def _changed(self, key: str, value: Any) -> Any:
         if key == "trainable":
-            value = bool_arg(value, "trainable")
+            value = bool_arg(None, "trainable", value)
             if value != self.trainable and self.in_running_fit():
                 raise GgmlInUseError(f"layer '{self.name}': trainable cannot change while a fit of a model holding "
                                      "it runs (this call comes from one of its callbacks or generators, or from "
@@ -336,11 +313,11 @@ class Dense(Layer):
         if input_dim is not None:  # Keras 2's Dense(units, input_dim=n): input_shape=(n,)
             if kw.get("input_shape") is not None:
                 raise GgmlValueError("give input_dim or input_shape, not both")
-            kw["input_shape"] = (positive_int(input_dim, "input_dim"),)
+            kw["input_shape"] = (positive_int_arg(None, "input_dim", input_dim),)
         super().__init__(**kw)
-        self.units = positive_int(units, "units")
+        self.units = positive_int_arg(None, "units", units)
         self.activation = check_activation(activation)
-        self.use_bias = bool_arg(use_bias, "use_bias")
+        self.use_bias = bool_arg(None, "use_bias", use_bias)
         self.kernel_initializer = check_initializer(kernel_initializer, "kernel_initializer")
         self.bias_initializer = check_initializer(bias_initializer, "bias_initializer")
 
@@ -438,9 +415,10 @@ class Embedding(Layer):
                  embeddings_initializer: str = "uniform", input_dim: int | None = None,
                  output_dim: int | None = None, **kw: Any) -> None:
         super().__init__(**kw)
-        self.vocab_size = positive_int(_one_of(vocab_size, input_dim, "vocab_size", "input_dim"), "vocab_size")
-        self.dim = positive_int(_one_of(dim, output_dim, "dim", "output_dim"), "dim")
-        self.mask_zero = bool_arg(mask_zero, "mask_zero")
+        vocab = _one_of(vocab_size, input_dim, "vocab_size", "input_dim")
+        self.vocab_size = positive_int_arg(None, "vocab_size", vocab)
+        self.dim = positive_int_arg(None, "dim", _one_of(dim, output_dim, "dim", "output_dim"))
+        self.mask_zero = bool_arg(None, "mask_zero", mask_zero)
         self.embeddings_initializer = check_initializer(embeddings_initializer, "embeddings_initializer")
 
     @property
@@ -483,7 +461,7 @@ class PositionEmbedding(Layer):
 
     def __init__(self, sequence_length: int, **kw: Any) -> None:
         super().__init__(**kw)
-        self.sequence_length = positive_int(sequence_length, "sequence_length")
+        self.sequence_length = positive_int_arg(None, "sequence_length", sequence_length)
 
     def config(self) -> dict:
         return {"sequence_length": self.sequence_length}

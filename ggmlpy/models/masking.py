@@ -20,6 +20,7 @@ from ..ops.layout import ggml_permute, ggml_view_2d
 from ..ops.reduce import ggml_sum_rows
 from .layers import Layer
 
+
 F32 = 4
 
 

@@ -161,7 +161,7 @@ class Tally:
                 for i, h in enumerate(self.heads)]
 
     def total_loss(self) -> float:
-        return float(sum(h.weight * l for h, l in zip(self.heads, self.head_losses())) + self.penalty)
+        return float(sum(h.weight * head_loss for h, head_loss in zip(self.heads, self.head_losses())) + self.penalty)
 
     def accuracy(self) -> float:
         acc = [a for a in self.head_accuracies() if not np.isnan(a)]

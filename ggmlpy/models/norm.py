@@ -12,22 +12,23 @@ from typing import Any
 
 import numpy as np
 
-from ..core.args import is_real
+from ..core.args import is_real, positive_float32_arg
 from ..errors import GgmlValueError
-from ..ops.elementwise import (ggml_add, ggml_cont, ggml_div, ggml_mul, ggml_norm, ggml_scale, ggml_scale_bias,
-                               ggml_sqr, ggml_sqrt, ggml_sub)
+from ..ops.elementwise import (
+    ggml_add,
+    ggml_cont,
+    ggml_div,
+    ggml_mul,
+    ggml_norm,
+    ggml_scale,
+    ggml_scale_bias,
+    ggml_sqr,
+    ggml_sqrt,
+    ggml_sub,
+)
 from ..ops.layout import ggml_cpy, ggml_reshape, ggml_reshape_1d, ggml_reshape_2d, ggml_transpose
 from ..ops.reduce import ggml_repeat, ggml_sum_rows
 from .layers import Layer, ParamSpec
-
-
-def _eps(value: Any, kind: str) -> float:
-    """A normalisation's eps: > 0 and finite as ggml's float32 holds it (1e-300 would become 0, 1e300 inf)."""
-    if not is_real(value) or not float(np.finfo(np.float32).tiny) <= value <= float(np.finfo(np.float32).max):
-        raise GgmlValueError(f"{kind} eps must be a number > 0 that float32 holds (between "
-                             f"{float(np.finfo(np.float32).tiny):.3g} and {float(np.finfo(np.float32).max):.3g}), got "
-                             f"{value!r}; the usual value is 1e-5")
-    return float(value)
 
 
 class BatchNorm(Layer):
@@ -40,7 +41,8 @@ class BatchNorm(Layer):
         super().__init__(**kw)
         if not is_real(momentum) or not 0 <= momentum <= 1:
             raise GgmlValueError(f"batch_norm momentum must be in [0, 1], got {momentum!r}")
-        self.eps, self.momentum = _eps(eps, "batch_norm"), float(momentum)
+        self.eps = positive_float32_arg("batch_norm eps", eps, "; the usual value is 1e-5")
+        self.momentum = float(momentum)
 
     def config(self) -> dict:
         return {"eps": self.eps, "momentum": self.momentum}
@@ -94,7 +96,7 @@ class LayerNorm(Layer):
 
     def __init__(self, eps: float = 1e-5, **kw: Any) -> None:
         super().__init__(**kw)
-        self.eps = _eps(eps, "layer_norm")
+        self.eps = positive_float32_arg("layer_norm eps", eps, "; the usual value is 1e-5")
 
     def config(self) -> dict:
         return {"eps": self.eps}

@@ -16,6 +16,7 @@ from ..errors import GgmlInUseError, GgmlTypeError, GgmlValueError
 from ..ops.elementwise import ggml_clamp, ggml_div, ggml_sqrt, ggml_sub
 from .layers import Layer, ParamSpec
 
+
 EPSILON = 1e-7  # Keras' backend epsilon: the smallest standard deviation divided by
 
 
@@ -73,7 +74,8 @@ class Normalization(Layer):
 def _statistic(value: Any, what: str) -> list[float]:
     arr = np.asarray(value, dtype=np.float64).reshape(-1) if not isinstance(value, str) else None
     if arr is None or arr.size == 0 or not np.all(np.isfinite(arr)) or np.abs(arr).max() > FLOAT32_MAX:
-        raise GgmlValueError(f"normalization {what} must be finite numbers (one per feature, or one), got {value!r:.80}")
+        raise GgmlValueError(f"normalization {what} must be finite numbers (one per feature, or one), "
+                             f"got {value!r:.80}")
     return [float(v) for v in arr]
 
 

@@ -56,8 +56,8 @@ class OptimizerState:
         """The weights the optimizer updates (as ``ParamStore.mark_trainable`` flags them), in the model's
         store or in a replica's ``store``."""
         store = store or self.params
-        return {f"{l.name}.{p.name}": store.tensor(l, p.name) for l, p in store.specs
-                if l.trainable and p.trainable}
+        return {f"{layer.name}.{p.name}": store.tensor(layer, p.name) for layer, p in store.specs
+                if layer.trainable and p.trainable}
 
     def restore(self, opt_ctx: Any) -> None:
         """Write the kept state into a new opt context, or a replicas' optimizer (a weight without kept
@@ -94,10 +94,11 @@ class OptimizerState:
                                    **new_slots[slot]}
         self.state = new
         if opt_ctx.pending_batches and warn_partial:
-            warnings.warn(f"training ended {opt_ctx.pending_batches} batches into a logical batch of {opt_ctx.opt_period} "
-                          "(nbatch_logical): their gradients were not applied, and the optimizer state kept for "
-                          "the next fit is that of the last optimizer step; make the number of steps a multiple "
-                          f"of {opt_ctx.opt_period} to continue exactly", GgmlpyWarning, stacklevel=2)
+            warnings.warn(f"training ended {opt_ctx.pending_batches} batches into a logical batch of "
+                          f"{opt_ctx.opt_period} (nbatch_logical): their gradients were not applied, and the "
+                          "optimizer state kept for the next fit is that of the last optimizer step; make the number "
+                          f"of steps a multiple of {opt_ctx.opt_period} to continue exactly", GgmlpyWarning,
+                          stacklevel=2)
 
     def set(self, state: dict | None, spec: OptimizerSpec, what: str) -> None:
         """Adopt a state read from a file: checked against the weights and the compiled optimizer first."""
@@ -113,9 +114,9 @@ class OptimizerState:
         extra = sorted(set(slots) - set(spec.slots))
         if extra:
             raise GgmlValueError(f"{what}: the optimizer state keeps {extra} per weight, which {spec.name} as compiled "
-                                 f"does not (its state: {list(spec.slots) or 'none'}); compile with the settings it was "
-                                 "saved with (momentum=, centered=) or load without include_optimizer")
-        shapes = {f"{l.name}.{p.name}": tuple(reversed(p.ne)) for l, p in self.params.specs}
+                                 f"does not (its state: {list(spec.slots) or 'none'}); compile with the settings it "
+                                 "was saved with (momentum=, centered=) or load without include_optimizer")
+        shapes = {f"{layer.name}.{p.name}": tuple(reversed(p.ne)) for layer, p in self.params.specs}
         kinds = {"m": state["m"], "v": state["v"], **slots}
         for key, values in kinds.items():
             for name, value in values.items():

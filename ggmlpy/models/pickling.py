@@ -12,6 +12,7 @@ from __future__ import annotations
 import copyreg
 import os
 import tempfile
+
 from ..errors import GgmlInUseError
 from .graph import Model, Sequential
 from .runtime import model_in_use

@@ -6,15 +6,15 @@ from typing import Any
 
 import numpy as np
 
-from ..core.args import is_int
 from ..compute.placement import Placement, PlacementRecorder
 from ..compute.profile import NodeTimer, Profile
+from ..core.args import is_int
 from ..errors import GgmlInUseError, GgmlValueError
 from .compile import CompileConfig, compiled
-from .graph import Model
-from .trainer import step_placement, watched_steps
-from .predict import predict_arrays
 from .data import model_inputs
+from .graph import Model
+from .predict import predict_arrays
+from .trainer import step_placement, watched_steps
 
 
 def ggml_model_placement(model: Model, batch_size: int | None = None, training: bool = True) -> Placement:

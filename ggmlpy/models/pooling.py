@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.args import FLOAT32_MAX
+from ..core.args import FLOAT32_MAX, int_pair_arg, positive_int_arg
 from ..errors import GgmlValueError
 from ..ops.conv import GGML_OP_POOL_AVG, GGML_OP_POOL_MAX, ggml_pool_2d
 from ..ops.elementwise import ggml_clamp, ggml_div, ggml_mul, ggml_scale
 from ..ops.layout import ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d
 from ..ops.reduce import ggml_repeat, ggml_sum_rows
 from .conv import MaxPooling2D, pooled_size
-from .layers import int_pair, Layer, NATURAL, positive_int, SPATIAL
+from .layers import Layer, NATURAL, SPATIAL
 
 
 class AveragePooling2D(MaxPooling2D):
@@ -42,8 +42,8 @@ class _Pooling1D(Layer):
 
     def __init__(self, pool_size: int = 2, strides: int | None = None, **kw: Any) -> None:
         super().__init__(**kw)
-        self.pool_size = positive_int(pool_size, "pool_size")
-        self.strides = positive_int(strides, "strides") if strides is not None else self.pool_size
+        self.pool_size = positive_int_arg(None, "pool_size", pool_size)
+        self.strides = positive_int_arg(None, "strides", strides) if strides is not None else self.pool_size
 
     def config(self) -> dict:
         return {"pool_size": self.pool_size, "strides": self.strides}
@@ -110,7 +110,7 @@ class UpSampling2D(Layer):
 
     def __init__(self, size: Any = (2, 2), **kw: Any) -> None:
         super().__init__(**kw)
-        self.size = int_pair(size, "size")
+        self.size = int_pair_arg(None, "size", size)
 
     def config(self) -> dict:
         return {"size": list(self.size)}

@@ -11,6 +11,7 @@ from ..backend.transfer import as_numeric
 from ..core.args import is_int
 from ..errors import GgmlTypeError, GgmlValueError
 
+
 _PAD_SIDES = ("pre", "post")
 
 

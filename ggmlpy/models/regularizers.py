@@ -11,6 +11,7 @@ import numpy as np
 from ..core.args import FLOAT32_MAX, is_real
 from ..errors import GgmlTypeError, GgmlValueError
 
+
 KERAS_DEFAULT = 0.01  # Keras' factor when a regularizer is named by a string ("l2")
 
 

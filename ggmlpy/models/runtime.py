@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from concurrent.futures import ThreadPoolExecutor
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -22,8 +22,7 @@ from ..backend.buffer import ggml_backend_alloc_ctx_tensors
 from ..backend.transfer import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
 from ..compute.run import ggml_backend_sched_graph_compute
 from ..compute.sched import ggml_backend_sched_new, Scheduler
-from ..compute.threads import restore_threads, split_threads
-from ..compute.threads import forward_work
+from ..compute.threads import forward_work, restore_threads, split_threads
 from ..core.types import GGML_TYPE_F32, GGML_TYPE_I32
 from ..errors import GgmlInUseError, GgmlStateError, GgmlValueError
 from ..graph.context import ggml_graph_overhead, ggml_init, ggml_tensor_overhead
@@ -36,8 +35,8 @@ from ..opt.constants import BUILD_FORWARD
 from ..opt.context import training_graph_nodes
 from ..training.replicas import split_counts
 from .graph import Model, Node
-from .masking import mask_flow
 from .layers import Layer, NATURAL, SPATIAL
+from .masking import mask_flow
 from .optimizer_state import OptimizerState
 from .weights import check_device_can_use, ParamStore
 
@@ -168,7 +167,7 @@ class GraphBuilder:
         return ggml_cont(ctx, ggml_permute(ctx, t, 1, 0, 2, 3))
 
     # ---- the graph
-    def build(self) -> "GraphInstance":
+    def build(self) -> GraphInstance:
         inputs, outputs, nodes = self.model.graph()
         values: dict[int, dict[str, Tensor]] = {}   # node -> its tensor in each layout made so far
         masks: dict[int, Tensor] = {}   # node -> the padding mask of its steps ([1, T, N]), where it has one
@@ -363,7 +362,7 @@ class Runtime:
         self._lock = threading.Lock()
         self._busy = 0
         self._training = 0
-        self._trainers: "weakref.WeakSet" = weakref.WeakSet()  # ggml_trainers made on these weights
+        self._trainers: weakref.WeakSet = weakref.WeakSet()  # ggml_trainers made on these weights
         names = list(backend) if isinstance(backend, (list, tuple)) else [backend]
         self.backend = ggml_backend_init_auto(names[0])
         # data parallel: replicas 1..K-1, each a backend and a private copy of the weights, which follow the

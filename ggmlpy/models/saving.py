@@ -18,32 +18,31 @@ slots (``"momentum"``, RMSprop's ``"velocity"``, Adagrad's ``"accumulator"``, ..
 """
 from __future__ import annotations
 
-
 import json
 import os
 from typing import Any
 
 import numpy as np
 
-from ..core.args import is_int
 from ..backend.transfer import ggml_backend_tensor_set_data, numpy_shape
+from ..core.args import bool_arg, is_int
 from ..core.types import GGML_TYPE_F32
 from ..errors import GgmlInUseError, GgmlpyError, GgmlTypeError, GgmlValueError, GgufFileError, GgufFileNotFoundError
 from ..gguf.weights import ggml_save_weights_gguf, gguf_read
 from ..graph.context import ggml_init, ggml_tensor_overhead
 from ..graph.tensor import ggml_new_tensor, ggml_set_name
-from .compile import compiled, ggml_compile
-from .graph import apply_layer, InputLayer, Model, Node, Sequential
-from .layers import Layer
-from .runtime import model_in_use
-from .weights import strip_leading_ones
-from . import attention, conv, layers, norm, pooling, sequence, shaping
 from ..opt.constants import OPTIMIZER_ADAMW
 from ..opt.params import LrUserdata
 from ..opt.rules import OPTIMIZER_NAMES, OPTIMIZER_SETTINGS
-from .normalization import Normalization
+from . import attention, conv, layers, norm, pooling, sequence, shaping
+from .compile import compiled, ggml_compile
+from .graph import apply_layer, InputLayer, Model, Node, Sequential
+from .layers import Layer
 from .masking import Masking
+from .normalization import Normalization
+from .runtime import model_in_use
 from .transpose import Conv2DTranspose
+from .weights import strip_leading_ones
 from .wrappers import Bidirectional, TimeDistributed
 
 
@@ -64,7 +63,7 @@ def _layer_types() -> dict[str, type]:
 def _metadata(model: Model, fmt: str) -> dict:
     return {"general.architecture": "ggmlpy", "general.name": model.name, "ggmlpy.format": fmt,
             "ggmlpy.format_version": FORMAT_VERSION,
-            "ggmlpy.layers": json.dumps([l.name for l in model.layers])}
+            "ggmlpy.layers": json.dumps([layer.name for layer in model.layers])}
 
 
 def ggml_save_weights(model: Model, path: Any) -> None:
@@ -101,7 +100,7 @@ def ggml_load_weights(model: Model, path: Any, include_optimizer: bool = False) 
     """
     fn = "ggml_load_weights"
     compiled(model, fn)
-    _bool_arg(include_optimizer, "include_optimizer", fn)
+    bool_arg(fn, "include_optimizer", include_optimizer)
     tensors, meta = _read(path, fn)
     weights, state = _split(tensors, meta, fn)
     with model_in_use(model):  # no compile from another thread while the weights are written
@@ -116,11 +115,6 @@ def ggml_load_weights(model: Model, path: Any, include_optimizer: bool = False) 
     return model
 
 
-def _bool_arg(value: Any, name: str, fn: str) -> None:
-    if not isinstance(value, (bool, np.bool_)):
-        raise GgmlTypeError(f"{fn}: {name} must be True or False, got {value!r}")
-
-
 def _no_live_trainer(model: Model, fn: str, why: str) -> None:
     """A live ``ggml_trainer`` holds the model's current optimizer state in its opt context."""
     if model.runtime.live_trainers():
@@ -133,14 +127,10 @@ def _read(path: Any, fn: str) -> tuple[dict, dict]:
         raise GgufFileNotFoundError(f"{fn}: no such file: {os.fspath(path)!r}")
     tensors, meta = gguf_read(path)
     version = meta.get("ggmlpy.format_version", FORMAT_VERSION)
-    if meta.get("general.architecture") == "ggmlpy" and (not _is_int(version) or not 1 <= version <= FORMAT_VERSION):
+    if meta.get("general.architecture") == "ggmlpy" and (not is_int(version) or not 1 <= version <= FORMAT_VERSION):
         raise GgufFileError(f"{fn}: {os.fspath(path)!r} is in ggmlpy's file format version {version!r}, this "
                             f"ggmlpy reads versions 1 to {FORMAT_VERSION}; upgrade ggmlpy to read it")
     return tensors, meta
-
-
-def _is_int(value: Any) -> bool:
-    return is_int(value)
 
 
 OPT_PREFIX = "optimizer."
@@ -185,7 +175,7 @@ def _split(tensors: dict, meta: dict, fn: str) -> tuple[dict, dict | None]:
     hparams = {k: meta[f"ggmlpy.optimizer.{k}"] for k in ("learning_rate", "beta1", "beta2", "eps", "weight_decay")
                if f"ggmlpy.optimizer.{k}" in meta}
     step = meta.get("ggmlpy.optimizer.iter", 1)
-    if not _is_int(step) or step < 1:
+    if not is_int(step) or step < 1:
         raise GgufFileError(f"{fn}: the file's optimizer metadata is damaged: ggmlpy.optimizer.iter must be an "
                             f"int >= 1 (the next step's number), got {step!r:.40}")
     state = {"optimizer": kind, "iter": int(step), "m": m, "v": v, "hparams": hparams}
@@ -288,7 +278,7 @@ def save_model(model: Model, path: Any, include_optimizer: Any, state: dict | No
     cfg = compiled(model, fn)
     if not isinstance(include_optimizer, bool):
         raise GgmlValueError(f"{fn}: include_optimizer must be True or False, got {include_optimizer!r}")
-    unsavable = [l.name for l in model.layers if not l.savable]
+    unsavable = [layer.name for layer in model.layers if not layer.savable]
     if unsavable:
         raise GgmlValueError(f"{fn}: layer(s) {unsavable} are custom layers, whose forward functions are code that "
                              "a file or a pickle cannot hold. Save the weights with ggml_save_weights, build the "
@@ -364,7 +354,7 @@ def ggml_load_model(path: Any, backend: str = "auto", include_optimizer: bool = 
         >>> model = g.ggml_load_model("checkpoint.gguf", backend="cpu")
         >>> g.ggml_fit(model, x, y, epochs=2)          # continues the saved run
     """
-    _bool_arg(include_optimizer, "include_optimizer", "ggml_load_model")
+    bool_arg("ggml_load_model", "include_optimizer", include_optimizer)
     tensors, meta = _read(path, "ggml_load_model")
     if meta.get("general.architecture") != "ggmlpy" or "ggmlpy.model" not in meta:
         what = "a weights-only file (ggml_save_weights)" if meta.get("ggmlpy.format") == "weights" else \

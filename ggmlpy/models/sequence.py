@@ -7,8 +7,8 @@ differentiates the unrolled graph (views, matrix products, sigmoid/tanh), so tra
 backward pass of its own. On a device that computes them (the CPU) the whole recurrence is one op each way
 (``ggml_lstm_seq``, ``ggml_gru_seq``: patches/0035, 0037) or, with a padding mask or recurrent dropout, each
 step's gates are one op (``ggml_lstm_cell``, ``ggml_gru_cell``: 0031) instead of a dozen element-wise ones;
-elsewhere (Vulkan, CUDA) they stay element-wise, ops the device runs itself. Graph size grows linearly with the number of steps; ggmlpy sizes the
-graphs from the model (patches/0005), so a 100-step LSTM trains.
+elsewhere (Vulkan, CUDA) they stay element-wise, ops the device runs itself. Graph size grows linearly with the
+number of steps; ggmlpy sizes the graphs from the model (patches/0005), so a 100-step LSTM trains.
 
 Weights in the user's (Keras') orientation (``ggml_get_weights``):
 
@@ -24,18 +24,18 @@ from typing import Any
 
 import numpy as np
 
-from ..core.args import is_real
+from ..core.args import bool_arg, is_real, positive_int_arg
 from ..errors import GgmlValueError
+from ..graph.introspect import ggml_is_contiguous
 from ..graph.objects import Tensor
 from ..ops.elementwise import ggml_add, ggml_cont, ggml_mul, ggml_sigmoid, ggml_sub, ggml_tanh
 from ..ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_view_1d, ggml_view_2d, ggml_view_3d
-from ..graph.introspect import ggml_is_contiguous
 from ..ops.linalg import ggml_mul_mat
 from ..ops.recurrent import ggml_gru_cell, ggml_gru_seq, ggml_lstm_cell, ggml_lstm_seq
 from ..ops.reduce import ggml_concat, ggml_repeat
 from . import fused
 from .initializers import check_initializer
-from .layers import bool_arg, Layer, ParamSpec, positive_int
+from .layers import Layer, ParamSpec
 from .masking import carry_over, step_of, time_major_mask
 
 
@@ -79,7 +79,7 @@ class Recurrent(Layer):
                  kernel_initializer: str = "glorot_uniform", recurrent_initializer: str = "orthogonal",
                  bias_initializer: str = "zeros", **kw: Any) -> None:
         super().__init__(**kw)
-        self.units = positive_int(units, "units")
+        self.units = positive_int_arg(None, "units", units)
         self.kernel_initializer = check_initializer(kernel_initializer, "kernel_initializer")
         self.recurrent_initializer = check_initializer(recurrent_initializer, "recurrent_initializer")
         self.bias_initializer = check_initializer(bias_initializer, "bias_initializer")
@@ -256,7 +256,7 @@ class LSTM(Recurrent):
                  bias_initializer: str = "zeros", unit_forget_bias: bool = True, **kw: Any) -> None:
         super().__init__(units, return_sequences, go_backwards, dropout, recurrent_dropout, return_state,
                          kernel_initializer, recurrent_initializer, bias_initializer, **kw)
-        self.unit_forget_bias = bool_arg(unit_forget_bias, "unit_forget_bias")
+        self.unit_forget_bias = bool_arg(None, "unit_forget_bias", unit_forget_bias)
 
     def config(self) -> dict:
         return {**super().config(), "unit_forget_bias": self.unit_forget_bias}
@@ -323,7 +323,8 @@ class GRU(Recurrent):
         seq = ggml_gru_seq(ctx, x, g.param(self, "recurrent_kernel"), self._recurrent_bias(g),
                            None if state is None else _dense(ctx, state[0]), reverse=backwards)
         plane, last = u * n * F32, (0 if backwards else steps - 1)   # the last step processed
-        return ggml_view_3d(ctx, seq, u, n, steps, u * F32, plane, 0), (ggml_view_2d(ctx, seq, u, n, u * F32, last * plane),)
+        last_state = ggml_view_2d(ctx, seq, u, n, u * F32, last * plane)
+        return ggml_view_3d(ctx, seq, u, n, steps, u * F32, plane, 0), (last_state,)
 
     def step(self, g, x_t, state, rec_masks=()):
         ctx, u = g.ctx, self.units
@@ -355,7 +356,7 @@ class RecurrentPart(Layer):
 
     def __init__(self, first: int, count: int, sequence: bool, **kw: Any) -> None:
         super().__init__(**kw)
-        self.first, self.count, self.sequence = int(first), positive_int(count, "count"), bool(sequence)
+        self.first, self.count, self.sequence = int(first), positive_int_arg(None, "count", count), bool(sequence)
 
     def config(self) -> dict:
         return {"first": self.first, "count": self.count, "sequence": self.sequence}

@@ -65,7 +65,8 @@ class TrainingSetup:
             if len(stores) == 1 and cfg.optimizer_spec.fused:
                 self.session: Any = TrainingSession(graphs[0], steps[0])
             else:
-                self.session = ReplicaSession(graphs, steps, stores[0].backend, [runtime.opt_state.trainable(s) for s in stores],
+                self.session = ReplicaSession(graphs, steps, stores[0].backend,
+                                              [runtime.opt_state.trainable(s) for s in stores],
                                               [s.synced_tensors() for s in stores], runtime.device_names)
             self._owned.insert(0, self.session)
         except BaseException:

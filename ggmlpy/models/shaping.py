@@ -5,13 +5,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..core.args import is_int
+from ..core.args import is_int, positive_int_arg
 from ..errors import GgmlValueError
 from ..graph.introspect import ggml_is_contiguous
 from ..ops.elementwise import ggml_cont
-from ..ops.layout import ggml_reshape_3d, ggml_reshape
+from ..ops.layout import ggml_reshape, ggml_reshape_3d
 from ..ops.reduce import ggml_repeat
-from .layers import activate, check_activation, Layer, positive_int
+from .layers import activate, check_activation, Layer
 from .runtime import natural_ne
 
 
@@ -72,7 +72,7 @@ class RepeatVector(Layer):
 
     def __init__(self, n: int, **kw: Any) -> None:
         super().__init__(**kw)
-        self.n = positive_int(n, "n")
+        self.n = positive_int_arg(None, "n", n)
 
     def config(self) -> dict:
         return {"n": self.n}

@@ -26,8 +26,9 @@ class Snapshot:
         return self._params
 
     def predictor(self) -> Predictor:
-        self.params
-        return self._predictor  # type: ignore[return-value]
+        _ = self.params  # raises once freed, or once the backend is gone
+        assert self._predictor is not None  # freed together with the params
+        return self._predictor
 
     def free(self) -> None:
         if self._params is None:

@@ -19,19 +19,19 @@ from . import data as D
 from .compile import compiled
 from .graph import Model
 from .metrics import Tally
-from .regularizers import weight_penalty
-from .session import TrainingSetup
-from .snapshot import Snapshot
 from .predict import predict_arrays
+from .regularizers import weight_penalty
 from .runtime import model_in_use
 from .saving import save_model
+from .session import TrainingSetup
+from .snapshot import Snapshot
 
 
 def _one_at_a_time(method: Callable) -> Callable:
     """Calls on one trainer from several threads take turns: a step is an alloc, a write and an eval of one
     opt context, which ggml cannot interleave (and a free waits for the step under way)."""
     @functools.wraps(method)
-    def locked(self: "ModelTrainer", *args: Any, **kwargs: Any) -> Any:
+    def locked(self: ModelTrainer, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
             return method(self, *args, **kwargs)
     return locked
@@ -199,9 +199,9 @@ class ModelTrainer:
         if include_optimizer:
             ctx = self._session.train_ctx
             if ctx.pending_batches:
-                raise GgmlStateError(f"trainer.save: {ctx.pending_batches} of the {ctx.opt_period} batches of a logical batch "
-                                     "(nbatch_logical) are accumulated but not applied; save after the step that "
-                                     "completes it, or with include_optimizer=False")
+                raise GgmlStateError(f"trainer.save: {ctx.pending_batches} of the {ctx.opt_period} batches of a "
+                                     "logical batch (nbatch_logical) are accumulated but not applied; save after the "
+                                     "step that completes it, or with include_optimizer=False")
             state = self.optimizer_state()
         with model_in_use(self._model):
             save_model(self._model, path, include_optimizer, state, "trainer.save")
@@ -250,7 +250,7 @@ class ModelTrainer:
         except Exception:  # noqa: BLE001 - nothing may leave a finalizer; the model's state stays as it was
             pass
 
-    def __enter__(self) -> "ModelTrainer":
+    def __enter__(self) -> ModelTrainer:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.args import int_pair_arg
 from ..core.types import GGML_TYPE_F32
 from ..errors import GgmlValueError
 from ..ops.conv import ggml_im2col
@@ -33,7 +34,8 @@ from ..ops.elementwise import ggml_cont
 from ..ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_4d, ggml_view_3d, ggml_view_4d
 from ..ops.linalg import ggml_mul_mat
 from .conv import Convolution
-from .layers import int_pair, ParamSpec
+from .layers import ParamSpec
+
 
 F32 = 4  # bytes per value: the views below count strides in bytes
 
@@ -115,8 +117,8 @@ class Conv2DTranspose(Convolution):
                  bias_initializer: str = "zeros", **kw: Any) -> None:
         super().__init__(**kw)
         self._set_common(filters, padding, activation, use_bias, kernel_initializer, bias_initializer)
-        self.kernel_size = int_pair(kernel_size, "kernel_size")
-        self.strides = int_pair(strides, "strides")
+        self.kernel_size = int_pair_arg(None, "kernel_size", kernel_size)
+        self.strides = int_pair_arg(None, "strides", strides)
 
     def config(self) -> dict:
         return {"filters": self.filters, "kernel_size": list(self.kernel_size), "strides": list(self.strides),

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -43,7 +44,7 @@ class ParamStore:
         self.backend = backend
         self.fits_running = 0  # counted by Runtime.use(training=True): layers refuse trainable changes meanwhile
         self.shared = False  # True once every weight is written: only then does free() hand them to the layers
-        specs = [(l, p) for l in self.layers for p in (l.params or [])]
+        specs = [(each, p) for each in self.layers for p in (each.params or [])]
         self.ctx = ggml_init(mem_size=(len(specs) + 2) * ggml_tensor_overhead(), no_alloc=True)
         self.tensors: dict[tuple[int, str], Tensor] = {}
         self.specs: list[tuple[Layer, Any]] = specs
@@ -66,7 +67,7 @@ class ParamStore:
         self.stamp = next(_stamps)  # as fresh as the values it was given
         self.shared = share
         if share:  # snapshots keep their copy to themselves
-            for layer in {id(l): l for l, _ in specs}.values():
+            for layer in {id(each): each for each, _ in specs}.values():
                 stores = layer.__dict__.setdefault("_param_stores", [])
                 stores[:] = [r for r in stores if r() is not None] + [weakref.ref(self)]
                 layer.__dict__.pop("_kept_values", None)  # this store holds the layer's weights now
@@ -78,7 +79,7 @@ class ParamStore:
     def _leave_with_layers(self) -> None:
         """Host copies of the weights go with the layer objects that no other live store holds (a popped
         layer, a model dropped by a change), so that the next model holding them starts from them."""
-        for layer in {id(l): l for l, _ in self.specs}.values():
+        for layer in {id(each): each for each, _ in self.specs}.values():
             if _fresher_store(layer, self.stamp, self) is not None:
                 continue  # a live store has newer values, and hands them on when it goes
             kept = layer.__dict__.get("_kept_values")
@@ -115,23 +116,23 @@ class ParamStore:
 
     def values(self) -> dict[str, np.ndarray]:
         """Host copies, keyed "<layer>.<weight>"."""
-        return {f"{l.name}.{p.name}": self.read(l, p.name) for l, p in self.specs}
+        return {f"{layer.name}.{p.name}": self.read(layer, p.name) for layer, p in self.specs}
 
     def values_by_layer(self) -> dict[int, tuple[Layer, dict[str, np.ndarray]]]:
         """Host copies keyed by layer object: ``{id(layer): (layer, {weight name: array})}`` (the layer is kept
         with its values, so its id cannot be taken by a new layer meanwhile)."""
         out: dict[int, tuple[Layer, dict[str, np.ndarray]]] = {}
-        for l, p in self.specs:
-            out.setdefault(id(l), (l, {}))[1][p.name] = self.read(l, p.name)
+        for layer, p in self.specs:
+            out.setdefault(id(layer), (layer, {}))[1][p.name] = self.read(layer, p.name)
         return out
 
     def named_tensors(self) -> dict[str, Tensor]:
-        return {f"{l.name}.{p.name}": self.tensor(l, p.name) for l, p in self.specs}
+        return {f"{layer.name}.{p.name}": self.tensor(layer, p.name) for layer, p in self.specs}
 
     def synced_tensors(self, every: bool = False) -> list[Tensor]:
         """The tensors a data-parallel step changes, in one order for every replica: the trainable weights and
         the state a forward pass updates (batch-norm running statistics); ``every``: all of them."""
-        return [self.tensor(l, p.name) for l, p in self.specs if every or not p.trainable or l.trainable]
+        return [self.tensor(layer, p.name) for layer, p in self.specs if every or not p.trainable or layer.trainable]
 
     def mark_trainable(self) -> int:
         """Flag the weights of trainable layers for ggml's optimizer; returns how many are flagged."""
@@ -142,7 +143,7 @@ class ParamStore:
             n += on
         return n
 
-    def copy(self) -> "ParamStore":
+    def copy(self) -> ParamStore:
         return ParamStore(self.layers, self.backend, self.values_by_layer(), share=False)
 
     def free(self) -> None:
@@ -179,7 +180,7 @@ def _kept_value(values: dict | None, layer: Layer, spec: Any) -> np.ndarray | No
     return entry[1].get(spec.name) if entry is not None and entry[0] is layer else None
 
 
-def _fresher_store(layer: Layer, stamp: int, me: "ParamStore | None") -> "ParamStore | None":
+def _fresher_store(layer: Layer, stamp: int, me: ParamStore | None) -> ParamStore | None:
     """The live store (of another model) holding ``layer`` whose weights changed last, if after ``stamp``."""
     best = None
     for ref in layer.__dict__.get("_param_stores", []):
@@ -190,7 +191,7 @@ def _fresher_store(layer: Layer, stamp: int, me: "ParamStore | None") -> "ParamS
     return best
 
 
-def _freshest_value(layer: Layer, spec: Any, me: "ParamStore") -> np.ndarray | None:
+def _freshest_value(layer: Layer, spec: Any, me: ParamStore) -> np.ndarray | None:
     """The weight's newest value: in the live store that changed it last, or the copy the layer kept when
     its last store went (a popped layer, a model changed or compiled again), whichever is newer. A layer
     shared by several models is one set of weights, as in Keras: the last one trained is what counts."""

@@ -223,8 +223,6 @@ class LrUserdata:
         return f"<LrUserdata adamw={self.params.adamw.alpha:g} sgd={self.params.sgd.alpha:g}>"
 
 
-# models/compile.py's name for it, until its own commit moves it to core.args
-check_weight_decay = weight_decay_arg
 
 
 def ggml_opt_set_lr(lr_ud: LrUserdata, adamw_lr: float | None = None, sgd_lr: float | None = None) -> None:

@@ -286,8 +286,8 @@ def test_training_step_stays_on_vulkan():
 
 @pytest.mark.parametrize("kwargs, error, message", [
     (dict(filters=0, kernel_size=3), GgmlValueError, r"filters must be a positive int .* got 0"),
-    (dict(filters=2.5, kernel_size=3), GgmlValueError, r"filters must be a positive int .* got 2\.5"),
-    (dict(filters="8", kernel_size=3), GgmlValueError, r"filters must be a positive int .* got '8'"),
+    (dict(filters=2.5, kernel_size=3), GgmlTypeError, r"filters must be a positive int .* got 2\.5"),  # not an int
+    (dict(filters="8", kernel_size=3), GgmlTypeError, r"filters must be a positive int .* got '8'"),
     (dict(filters=4, kernel_size=(3,)), GgmlValueError, r"kernel_size must be an int or a pair \(rows, cols\)"),
     (dict(filters=4, kernel_size=(3, 0)), GgmlValueError, r"kernel_size must be a positive int .* got 0"),
     (dict(filters=4, kernel_size=(3, 3, 3)), GgmlValueError, r"kernel_size must be an int or a pair"),
