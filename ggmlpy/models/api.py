@@ -91,14 +91,15 @@ def _add_or_apply(target: Any, layer: Lyr.Layer, fn: str) -> Any:
     if isinstance(target, (Node, list, tuple)):
         default_name(layer)
         node = apply_layer(layer, target)
-        if getattr(layer, "return_state", False):  # Keras' [output, state_h(, state_c)]
+        if isinstance(layer, sequence.Recurrent) and layer.return_state:  # Keras' [output, state_h(, state_c)]
             return sequence.state_outputs(layer, node, apply_layer)
         return node
     raise GgmlTypeError(f"{fn}: expected a sequential model or a node, got {type(target).__name__}")
 
 
-def _layer_parameters(cls: type) -> list[inspect.Parameter]:
+def _layer_parameters(cls: type[Lyr.Layer]) -> list[inspect.Parameter]:
     """A layer class's arguments, with the ``**kw`` it passes on spelt out as the base class's."""
+    # the class's own constructor (the metaclass' __call__ takes any arguments)
     params = list(inspect.signature(cls.__init__).parameters.values())[1:]
     if not any(p.kind is p.VAR_KEYWORD for p in params):
         return params
@@ -111,7 +112,7 @@ def _layer_parameters(cls: type) -> list[inspect.Parameter]:
     return params + base + regs
 
 
-def _pair(cls: type, stem: str, doc: str) -> tuple[Callable, Callable]:
+def _pair(cls: type[Lyr.Layer], stem: str, doc: str) -> tuple[Callable, Callable]:
     def layer_fn(model_or_node: Any, *args: Any, **kwargs: Any) -> Any:
         return _add_or_apply(model_or_node, cls(*args, **kwargs), f"ggml_layer_{stem}")
 
@@ -123,8 +124,9 @@ def _pair(cls: type, stem: str, doc: str) -> tuple[Callable, Callable]:
     # the layer's own arguments, for help() and for the guard's message on a misspelt one ("activaton=")
     own = _layer_parameters(cls)
     target = inspect.Parameter("model_or_node", inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    layer_fn.__signature__ = inspect.Signature([target] + own)
-    object_fn.__signature__ = inspect.Signature(own)
+    # inspect.signature (help(), the guard's messages) reads a function's __signature__
+    layer_fn.__signature__ = inspect.Signature([target] + own)  # type: ignore[attr-defined]  # set, as inspect reads it
+    object_fn.__signature__ = inspect.Signature(own)  # type: ignore[attr-defined]  # set, as inspect reads it
     description, _, example = doc.partition("\n\nExample:")
     layer_fn.__doc__ = (f"{description}\n\n``ggml_layer_{stem}(model_or_node, ...)``: on a sequential model, "
                         f"appends the layer and returns the model; on a node (functional API), returns the new "
@@ -190,7 +192,7 @@ ARG_DOCS = {
 }
 
 
-def _arguments(cls: type) -> str:
+def _arguments(cls: type[Lyr.Layer]) -> str:
     """The ``Arguments:`` entries of a layer's constructor (and the arguments every layer takes)."""
     import inspect
     lines = []

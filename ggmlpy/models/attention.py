@@ -15,7 +15,7 @@ Weights in the user's (Keras') orientation: ``query_kernel``/``key_kernel``/``va
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import numpy as np
 
@@ -25,7 +25,11 @@ from ..graph.objects import Tensor
 from ..ops.elementwise import ggml_add, ggml_cont, ggml_mul, ggml_scale_bias, ggml_soft_max_ext
 from ..ops.layout import ggml_permute, ggml_reshape_1d, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d
 from ..ops.linalg import ggml_mul_mat
-from .layers import Layer, ParamSpec
+from .layers import Builder, Layer, LayerOptions, ParamSpec
+
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 MASK_NEGATIVE = -1e9  # Keras' softmax mask: added to the scores a mask of 0 hides
@@ -44,7 +48,7 @@ class MultiHeadAttention(Layer):
                            "[0, 1) (Keras' dropout); off in inference."}
 
     def __init__(self, num_heads: int, key_dim: int, causal: bool = False, attention_mask: bool = False,
-                 dropout: float = 0.0, **kw: Any) -> None:
+                 dropout: float = 0.0, **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         self.num_heads = positive_int_arg(None, "num_heads", num_heads)
         self.key_dim = positive_int_arg(None, "key_dim", key_dim)
@@ -106,7 +110,7 @@ class MultiHeadAttention(Layer):
     def graph_tensors(self, shapes):
         return 64
 
-    def _project(self, g: Any, x2: Any, name: str, steps: int) -> Any:
+    def _project(self, g: Builder, x2: Any, name: str, steps: int) -> Any:
         """``x W + b`` for query/key/value: ``[D, T*N]`` -> ``[K, T, H, N]`` (each head's rows together)."""
         ctx, h, k = g.ctx, self.num_heads, self.key_dim
         w = ggml_reshape_2d(ctx, g.param(self, f"{name}_kernel"), x2.shape[0], h * k)

@@ -134,7 +134,7 @@ def _check_cross_entropy_output(node: Node, loss: str) -> None:
     """Cross-entropy takes logits (no activation at the end) or a softmax output, whose softmax ggml's fused
     loss applies; anything else was trained as if it were logits (a softmax of sigmoids, of a softmax)."""
     activation = getattr(node.layer, "activation", None)
-    name = node.layer.name
+    name = node.name
     if activation not in (None, "linear", "softmax"):
         raise GgmlValueError(f"{loss}: output '{name}' ends in {activation}, but the cross-entropy takes logits (no "
                              "activation) or a softmax output; for one class per sample use activation='softmax' "
@@ -151,7 +151,7 @@ def _check_cross_entropy_output(node: Node, loss: str) -> None:
 
 def _head(node: Node, loss: str, weight: float, from_logits: bool | None, custom: Any = None) -> HeadSpec:
     activation = getattr(node.layer, "activation", None)
-    name = node.layer.name
+    name = node.name
     if custom is not None:
         if from_logits is not None:
             raise GgmlValueError(f"from_logits= says whether a cross-entropy takes logits, but output '{name}' is "
@@ -319,7 +319,7 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
               for given in losses]
     heads = [_head(n, _loss_name(head_loss, i), float(w), f, head_loss if isinstance(head_loss, CustomLoss) else None)
              for i, (n, head_loss, w, f) in enumerate(zip(outputs, losses, weights, logits))]
-    accuracy, head_metrics = resolve_metrics(metrics, heads, [n.layer.name for n in outputs])
+    accuracy, head_metrics = resolve_metrics(metrics, heads, [n.name for n in outputs])
     lr = None
     if learning_rate is not None:
         lr = learning_rate_arg("learning_rate", learning_rate)

@@ -16,7 +16,7 @@ float32). The permutes between layouts are differentiable with contiguous gradie
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from ..core.args import bool_arg, int_pair_arg, positive_int_arg
 from ..core.types import GGML_TYPE_F32
@@ -29,7 +29,11 @@ from ..ops.linalg import ggml_mul_mat
 from ..ops.reduce import ggml_concat, ggml_sum_rows
 from . import fused
 from .initializers import check_initializer
-from .layers import activate, check_activation, Layer, NATURAL, ParamSpec, SPATIAL
+from .layers import activate, Builder, check_activation, Layer, LayerOptions, NATURAL, ParamSpec, SPATIAL
+
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 def _dilation(rates: tuple, strides: tuple) -> tuple:
@@ -68,7 +72,7 @@ def pooled_size(size: int, k: int, s: int, layer: Any) -> int:
     return _out_and_pad(size, k, s, "valid", layer)[0]
 
 
-def _conv_2d_f32(g: Any, kernel, x, s0: int, s1: int, p0: int, p1: int, d0: int = 1, d1: int = 1):
+def _conv_2d_f32(g: Builder, kernel, x, s0: int, s1: int, p0: int, p1: int, d0: int = 1, d1: int = 1):
     """``ggml_conv_2d`` with a float32 im2col: kernel ``[KW, KH, Cin, Cout]``, data ``[W, H, Cin, N]``
     -> ``[OW, OH, Cout, N]``, a permuted view: the caller's next op (the bias ADD, or ``_contiguous``) writes it
     out in that order, so no extra pass copies it."""
@@ -82,7 +86,7 @@ def _conv_2d_f32(g: Any, kernel, x, s0: int, s1: int, p0: int, p1: int, d0: int 
     return ggml_permute(ctx, y, 0, 1, 3, 2)                                 # [OW, OH, Cout, N]
 
 
-def _conv_1d_f32(g: Any, kernel, x, s0: int, p0: int, d0: int = 1):
+def _conv_1d_f32(g: Builder, kernel, x, s0: int, p0: int, d0: int = 1):
     """``ggml_conv_1d`` with a float32 im2col: kernel ``[K, Cin, Cout]``, data ``[L, Cin, N]`` -> ``[OL, Cout, N]``,
     a permuted view as for ``_conv_2d_f32``."""
     ctx = g.ctx
@@ -95,11 +99,11 @@ def _conv_1d_f32(g: Any, kernel, x, s0: int, p0: int, d0: int = 1):
     return ggml_permute(ctx, y, 0, 2, 1, 3)                                  # [OL, Cout, N]
 
 
-def _dense(g: Any, x: Any) -> Any:
+def _dense(g: Builder, x: Any) -> Any:
     return x if ggml_is_contiguous(x) else ggml_cont(g.ctx, x)
 
 
-def _pad_end(g: Any, x, dim: int, extra: int):
+def _pad_end(g: Builder, x, dim: int, extra: int):
     """``x`` with ``extra`` zero positions appended along ggml axis ``dim``."""
     if extra == 0:
         return x
@@ -124,30 +128,30 @@ class Convolution(Layer):
         self.bias_initializer = check_initializer(bias_initializer, "bias_initializer")
 
     @property
-    def out_layout(self) -> str | None:  # type: ignore[override]
+    def out_layout(self) -> str | None:  # type: ignore[override]  # a property over Layer's class attribute: per object
         # softmax normalises over the channels, which ggml's image/sequence layout does not keep on its fastest
         # axis: that activation runs in the user's layout (channels last), and the layer returns that layout
         return NATURAL if self.activation == "softmax" else None
 
     @staticmethod
-    def _add_bias(g: Any, y: Any, bias: Any) -> Any:
+    def _add_bias(g: Builder, y: Any, bias: Any) -> Any:
         """The convolution's permuted product made contiguous: by the per-channel bias ADD (broadcast over the
         other axes), which reads the view as it is, or by a copy when there is no bias."""
         return ggml_add(g.ctx, y, bias) if bias is not None else ggml_cont(g.ctx, y)
 
     @staticmethod
-    def _tiles(g: Any) -> bool:
+    def _tiles(g: Builder) -> bool:
         """Whether the model's device computes the CPU's tiled convolution (patches/0036: no im2col matrix of the
         whole batch, no layout copy); elsewhere (a GPU) im2col + mul_mat, all on the device."""
         return fused.device_computes(g.params.backend.device, "conv_2d_tiled")
 
-    def _tiled(self, g: Any, x: Any, kernel: Any, s0: int, s1: int, p0: int, p1: int, d0: int, d1: int) -> Any:
+    def _tiled(self, g: Builder, x: Any, kernel: Any, s0: int, s1: int, p0: int, p1: int, d0: int, d1: int) -> Any:
         """The convolution and its bias as the tiled op, on images ``x`` ``[W, H, Cin, N]`` (made contiguous) and a
         kernel ``[KW, KH, Cin, Cout]``."""
         bias = g.param(self, "bias") if self.use_bias else None
         return ggml_conv_2d_tiled(g.ctx, kernel, _dense(g, x), bias, s0, s1, p0, p1, d0, d1)
 
-    def _activate(self, g: Any, y: Any, shapes: list) -> Any:
+    def _activate(self, g: Builder, y: Any, shapes: list) -> Any:
         if self.activation == "softmax":
             y = g.convert(y, self.output_shape(shapes), SPATIAL, NATURAL)
         return activate(g, y, self.activation)
@@ -160,7 +164,8 @@ class Conv2D(Convolution):
 
     def __init__(self, filters: int, kernel_size: Any, activation: str | None = None, strides: Any = (1, 1),
                  padding: str = "valid", use_bias: bool = True, dilation_rate: Any = (1, 1),
-                 kernel_initializer: str = "glorot_uniform", bias_initializer: str = "zeros", **kw: Any) -> None:
+                 kernel_initializer: str = "glorot_uniform", bias_initializer: str = "zeros",
+                 **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         self._set_common(filters, padding, activation, use_bias, kernel_initializer, bias_initializer)
         self.kernel_size = int_pair_arg(None, "kernel_size", kernel_size)
@@ -218,7 +223,8 @@ class Conv1D(Convolution):
 
     def __init__(self, filters: int, kernel_size: int, activation: str | None = None, strides: int = 1,
                  padding: str = "valid", use_bias: bool = True, dilation_rate: int = 1,
-                 kernel_initializer: str = "glorot_uniform", bias_initializer: str = "zeros", **kw: Any) -> None:
+                 kernel_initializer: str = "glorot_uniform", bias_initializer: str = "zeros",
+                 **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         causal = padding == "causal"   # Keras' Conv1D: zeros before the first step only, an output per input step
         self._set_common(filters, "valid" if causal else padding, activation, use_bias, kernel_initializer,
@@ -278,7 +284,7 @@ class MaxPooling2D(Layer):
     kind = "max_pooling_2d"
     layout = SPATIAL
 
-    def __init__(self, pool_size: Any = (2, 2), strides: Any = None, **kw: Any) -> None:
+    def __init__(self, pool_size: Any = (2, 2), strides: Any = None, **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         self.pool_size = int_pair_arg(None, "pool_size", pool_size)
         self.strides = int_pair_arg(None, "strides", strides) if strides is not None else self.pool_size

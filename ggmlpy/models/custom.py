@@ -9,13 +9,17 @@ from __future__ import annotations
 import inspect
 import math
 import re
-from typing import Any, Callable
+from typing import Any, Callable, TYPE_CHECKING
 
 from ..core.args import is_int
 from ..errors import GgmlTypeError, GgmlValueError
 from ..graph.objects import Tensor
-from .layers import Layer, ParamSpec, sample_shape
+from .layers import Layer, LayerOptions, ParamSpec, sample_shape
 from .runtime import natural_ne
+
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 INITIALIZERS = ("glorot", "zeros", "ones")
@@ -28,7 +32,7 @@ class CustomLayer(Layer):
     savable = False  # its forward is code: ggml_save_model and pickling refuse it
 
     def __init__(self, forward: Callable[..., Any], weights: dict | None = None, output_shape: Any = None,
-                 **kw: Any) -> None:
+                 **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         fn = "ggml_custom_layer"
         if not callable(forward):

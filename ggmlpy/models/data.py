@@ -7,22 +7,33 @@ shapes named, and a hint when the axes look swapped.
 """
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Union
 
 import numpy as np
+import numpy.typing as npt
 
 from ..backend.transfer import as_numeric
 from ..core.args import is_int, is_real
 from ..errors import GgmlTypeError, GgmlValueError
 from .compile import by_name, CompileConfig, HeadSpec
-from .graph import Model
+from .graph import Model, Node
+
+
+if TYPE_CHECKING:
+    from typing import TypeGuard  # Python 3.10: only the type checker reads it
+
+
+# x or y of ggml_fit, ggml_predict, ggml_evaluate: an array-like (for one input or output; a DataFrame too), a list of
+# them in the model's order, or a dict by layer name (Keras' forms)
+ModelData = Union[npt.ArrayLike, Sequence[npt.ArrayLike], Mapping[str, npt.ArrayLike]]
 
 
 def _fmt(shape: tuple) -> str:
     return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
-def _as_numeric(value: Any, what: str) -> np.ndarray:
+def _as_numeric(value: object, what: str) -> np.ndarray:
     arr = as_numeric(value, what)
     if np.iscomplexobj(arr):
         raise GgmlTypeError(f"{what}: complex data cannot train a real-valued model")
@@ -44,7 +55,7 @@ def check_shape(arr: np.ndarray, expected: tuple, what: str, n: int | None = Non
     raise GgmlValueError(msg)
 
 
-def _one_array_list(value: Any, rank: int) -> bool:
+def _one_array_list(value: object, rank: int) -> TypeGuard[list | tuple]:
     """``[x]``: a list holding one whole array (Keras' form for a model with one input or output)."""
     return isinstance(value, (list, tuple)) and len(value) == 1 and np.ndim(value[0]) == rank \
         and not isinstance(value[0], (list, tuple))
@@ -73,13 +84,13 @@ def _float32(arr: np.ndarray, label: str, finite: bool) -> np.ndarray:
     return out
 
 
-def model_inputs(model: Model, x: Any, what: str = "x", n: int | None = None, finite: bool = False,
+def model_inputs(model: Model, x: object, what: str = "x", n: int | None = None, finite: bool = False,
                  allow_empty: bool = False) -> list[np.ndarray]:
     """One C-ordered array per model input, float32 (int32 for token ids), shapes checked. ``finite``: NaN and
     inf are refused (data that trains or validates). ``allow_empty``: zero samples are fine (a prediction)."""
     inputs = model.graph()[0]
     if isinstance(x, dict):
-        values = by_name(x, [n.layer.name for n in inputs], what, "input")
+        values = by_name(x, [n.name for n in inputs], what, "input")
     else:
         if len(inputs) == 1 and _one_array_list(x, len(inputs[0].shape) + 1):
             x = x[0]
@@ -105,7 +116,7 @@ def model_inputs(model: Model, x: Any, what: str = "x", n: int | None = None, fi
     return out
 
 
-def _token_ids(arr: np.ndarray, model: Model, node: Any, label: str) -> np.ndarray:
+def _token_ids(arr: np.ndarray, model: Model, node: Node, label: str) -> np.ndarray:
     """int32 ids, each inside the vocabulary of every embedding that reads this input."""
     for n in model.graph()[2]:
         if any(i is node for i in n.inputs) and hasattr(n.layer, "vocab_size"):
@@ -117,7 +128,7 @@ def _token_ids(arr: np.ndarray, model: Model, node: Any, label: str) -> np.ndarr
     return np.ascontiguousarray(arr, dtype=np.int32)
 
 
-def model_targets(model: Model, cfg: CompileConfig, y: Any, n: int, what: str = "y") -> list[np.ndarray]:
+def model_targets(model: Model, cfg: CompileConfig, y: object, n: int, what: str = "y") -> list[np.ndarray]:
     """One float32 array per output, in the output's shape (class ids made one-hot)."""
     heads = cfg.heads
     if y is None:
@@ -183,8 +194,8 @@ def _target(h: HeadSpec, arr: np.ndarray, n: int, what: str) -> np.ndarray:
     return out
 
 
-def sample_weights(cfg: CompileConfig, targets: list[np.ndarray], n: int, sample_weight: Any,
-                   class_weight: Any, what: str = "sample_weight") -> np.ndarray | None:
+def sample_weights(cfg: CompileConfig, targets: list[np.ndarray], n: int, sample_weight: object,
+                   class_weight: object, what: str = "sample_weight") -> np.ndarray | None:
     """Per-sample loss weights (N,) from ``sample_weight`` and/or ``class_weight``, or None."""
     if sample_weight is None and class_weight is None:
         return None
@@ -279,7 +290,7 @@ def feed_dict(heads: list[HeadSpec], xs: list[np.ndarray], ys: list[np.ndarray],
     return batch
 
 
-def split_batch(batch: Any, what: str) -> tuple[Any, Any, Any]:
+def split_batch(batch: object, what: str) -> tuple[object, object, object]:
     """``(x, y)`` or ``(x, y, sample_weight)`` from a generator's batch."""
     if isinstance(batch, dict):
         unknown = set(batch) - {"x", "y", "sample_weight"}

@@ -12,16 +12,17 @@ import contextlib
 import functools
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from ..compute.sched import Scheduler
 from ..core.args import c_int_arg, is_real
 from ..errors import GgmlpyWarning, GgmlTypeError, GgmlValueError
-from ..training.adapters import check_ends, is_batch_sequence, Source
-from ..training.config import EpochPlan
+from ..training.adapters import BatchSequence, check_ends, is_batch_sequence, Source
+from ..training.config import Callback, EpochPlan
 from ..training.fit import fit_streamed, ggml_fit_opt
 from ..training.loop import check_nonfinite, EpochStats, HISTORY_COLUMNS
 from . import data as D
@@ -39,8 +40,10 @@ from .weights import ModelWeights
 if TYPE_CHECKING:
     import pandas as pd
 
+    from .predict import AnyPredictor
 
-def _verbose(verbose: Any) -> bool:
+
+def _verbose(verbose: object) -> bool:
     """Whether to stay silent: verbose 0 (or False); 1, 2, True and Keras' "auto" show progress (2: a fit's
     summary line per epoch without the bar, nothing in ``ggml_predict``/``ggml_evaluate``)."""
     if isinstance(verbose, str) and verbose == "auto":
@@ -50,7 +53,7 @@ def _verbose(verbose: Any) -> bool:
     return not verbose
 
 
-def _bar(verbose: Any, what: str) -> str | None:
+def _bar(verbose: object, what: str) -> str | None:
     """The progress bar's name for ``ggml_predict``/``ggml_evaluate`` (Keras' verbose=1 or "auto"), or None."""
     silent = _verbose(verbose)
     return None if silent or verbose == 2 else what
@@ -59,7 +62,7 @@ def _bar(verbose: Any, what: str) -> str | None:
 # ---------------------------------------------------------------- prediction
 
 @contextlib.contextmanager
-def _predicting(model: Any, fn: str):
+def _predicting(model: Model | Snapshot, fn: str) -> Iterator[tuple[Model, AnyPredictor]]:
     """(model, predictor) of a trainer's snapshot (it has its own weights), or of a compiled model with its
     runtime marked in use for the block."""
     if isinstance(model, Snapshot):
@@ -70,7 +73,8 @@ def _predicting(model: Any, fn: str):
         yield model, runtime.predictor
 
 
-def ggml_predict(model: Model, x: Any, batch_size: int = 32, verbose: Any = 0) -> np.ndarray | list[np.ndarray]:
+def ggml_predict(model: Model | Snapshot, x: D.ModelData | BatchSequence, batch_size: int = 32,
+                 verbose: int | str = 0) -> np.ndarray | list[np.ndarray]:
     """Run the model forward on every sample of ``x``.
 
     Arguments:
@@ -104,7 +108,7 @@ def ggml_predict(model: Model, x: Any, batch_size: int = 32, verbose: Any = 0) -
     return outs[0] if len(outs) == 1 else outs
 
 
-def _batch_x(item: Any) -> Any:
+def _batch_x(item: object) -> object:
     if isinstance(item, tuple) and 1 <= len(item) <= 3:
         return item[0]
     if isinstance(item, dict) and "x" in item and set(item) <= {"x", "y", "sample_weight"}:
@@ -112,7 +116,7 @@ def _batch_x(item: Any) -> Any:
     return item
 
 
-def ggml_predict_classes(model: Model, x: Any, batch_size: int = 32) -> np.ndarray:
+def ggml_predict_classes(model: Model | Snapshot, x: D.ModelData | BatchSequence, batch_size: int = 32) -> np.ndarray:
     """0-based class ids: the argmax over the last axis of each prediction, or ``p > 0.5`` where that axis
     has one (sigmoid) unit; ``(N,)`` for ``(N, classes)`` outputs, ``(N, steps)`` for a sequence's,
     ``(N, H, W)`` for per-pixel classes.
@@ -126,12 +130,14 @@ def ggml_predict_classes(model: Model, x: Any, batch_size: int = 32) -> np.ndarr
     if len(model_.graph()[1]) != 1:
         raise GgmlValueError("ggml_predict_classes needs a model with one output; use ggml_predict")
     p = ggml_predict(model, x, batch_size)
+    assert isinstance(p, np.ndarray)  # one output (checked above)
     if p.shape[-1] == 1:
         return (p[..., 0] > 0.5).astype(np.int64)
     return p.argmax(axis=-1).astype(np.int64)
 
 
-def _evaluate_arrays(model: Model, cfg: CompileConfig, predictor: Any, xs: list[np.ndarray], ys: list[np.ndarray],
+def _evaluate_arrays(model: Model, cfg: CompileConfig, predictor: AnyPredictor, xs: list[np.ndarray],
+                     ys: list[np.ndarray],
                      w: np.ndarray | None, batch_size: int, tally: Tally | None = None,
                      progress: str | None = None) -> Tally:
     tally = tally or Tally(cfg.heads, cfg.head_metrics, weight_penalty(model.runtime.params))
@@ -140,7 +146,8 @@ def _evaluate_arrays(model: Model, cfg: CompileConfig, predictor: Any, xs: list[
     return tally
 
 
-def ggml_evaluate(model: Model, x: Any, y: Any, batch_size: int = 32, sample_weight: Any = None, verbose: Any = 0,
+def ggml_evaluate(model: Model, x: D.ModelData | BatchSequence, y: D.ModelData | None, batch_size: int = 32,
+                  sample_weight: npt.ArrayLike | None = None, verbose: int | str = 0,
                   return_dict: bool = True) -> dict | list | float:
     """Loss and accuracy of the model on every sample of ``(x, y)`` (inference mode).
 
@@ -206,7 +213,8 @@ def _stats(tally: Tally) -> EpochStats:
 
 # ---------------------------------------------------------------- training
 
-def run_training(model: Model, cfg: CompileConfig, source: Source, batch: int, plan: EpochPlan, *, validate: Any,
+def run_training(model: Model, cfg: CompileConfig, source: Source, batch: int, plan: EpochPlan, *,
+                 validate: Callable[[], EpochStats] | None,
                  sample_weighted: bool, nbatch_logical: int | None = None) -> pd.DataFrame:
     """Build the training graph for ``batch`` samples and run the one training loop on it, as ``plan`` says;
     ``validate`` computes the validation statistics on the inference graph."""
@@ -227,9 +235,10 @@ def run_training(model: Model, cfg: CompileConfig, source: Source, batch: int, p
         setup.free()
 
 
-def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch_size: int = 32,
-              validation_split: float = 0.0, validation_data: Any = None, class_weight: dict | None = None,
-              sample_weight: Any = None, verbose: int = 1, callbacks: Sequence[Any] | None = None,
+def fit_model(model: Model, x: D.ModelData | None = None, y: D.ModelData | None = None, epochs: int = 1,
+              batch_size: int = 32, validation_split: float = 0.0, validation_data: tuple | None = None,
+              class_weight: dict | None = None, sample_weight: npt.ArrayLike | None = None, verbose: int = 1,
+              callbacks: Sequence[Callback] | None = None,
               shuffle: bool = True, initial_epoch: int = 0, nbatch_logical: int | None = None,
               on_nonfinite: str = "raise", steps_per_epoch: int | None = None) -> pd.DataFrame:
     """Train a compiled model on arrays (``ggml_fit(sched, ...)`` is ggmlR's low-level ``ggml_fit_opt``).
@@ -342,9 +351,13 @@ def fit_model(model: Model, x: Any = None, y: Any = None, epochs: int = 1, batch
         batches = D.continuing_passes(batches, per_pass, steps_per_epoch)
     source = Source(batches, "x/y")
 
-    def validate_arrays() -> EpochStats:  # the inference graph over every validation sample
-        return _stats(_evaluate_arrays(model, cfg, model.runtime.predictor, val[0], val[1], val[2], batch))
-    validate = validate_arrays if val is not None else None
+    validate = None
+    if val is not None:
+        vx, vy, vw = val
+
+        def validate_arrays() -> EpochStats:  # the inference graph over every validation sample
+            return _stats(_evaluate_arrays(model, cfg, model.runtime.predictor, vx, vy, vw, batch))
+        validate = validate_arrays
     plan = EpochPlan(epochs, initial_epoch, steps_per_epoch, callbacks=callbacks, silent=_verbose(verbose),
                      bar=verbose != 2, stream=False, on_nonfinite=check_nonfinite(on_nonfinite), model=model,
                      weights=ModelWeights(model))
@@ -379,7 +392,7 @@ class _BatchConverter:
         self.complete_short = complete_short   # a shorter batch is completed (a PyDataset's last), not refused
         self.rng = np.random.default_rng(np.random.randint(0, 2 ** 31))
 
-    def arrays(self, batch: Any):
+    def arrays(self, batch: object) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray | None]:
         x, y, sw = D.split_batch(batch, self.what)
         xs = D.model_inputs(self.model, x, f"{self.what} x", finite=True)
         n = xs[0].shape[0]
@@ -404,14 +417,14 @@ class _BatchConverter:
                                  "every batch weights or none")
         return xs, ys, w
 
-    def __call__(self, batch: Any) -> dict:
+    def __call__(self, batch: object) -> dict:
         xs, ys, w = self.arrays(batch)
         return D.feed_dict(self.cfg.heads, xs, ys, w)
 
 
-def ggml_fit_generator(model: Model, generator: Any, steps_per_epoch: int | None = None, epochs: int = 1,
-                       initial_epoch: int = 0, validation_data: Any = None, validation_steps: int | None = None,
-                       callbacks: Sequence[Any] | None = None, verbose: int = 1, prefetch: int = 0,
+def ggml_fit_generator(model: Model, generator: object, steps_per_epoch: int | None = None, epochs: int = 1,
+                       initial_epoch: int = 0, validation_data: object = None, validation_steps: int | None = None,
+                       callbacks: Sequence[Callback] | None = None, verbose: int = 1, prefetch: int = 0,
                        nbatch_logical: int | None = None, on_nonfinite: str = "raise") -> pd.DataFrame:
     """Train a compiled model from a stream of sample-major batches, one batch in memory at a time.
 
@@ -450,10 +463,10 @@ def ggml_fit_generator(model: Model, generator: Any, steps_per_epoch: int | None
                               validation_steps, callbacks, verbose, prefetch, nbatch_logical, on_nonfinite)
 
 
-def _check_batch_source(source: Any) -> None:
+def _check_batch_source(source: object) -> None:
     """Arrays in memory given where a source of batches is expected: each would be read as one batch (its rows
     as the (x, y) pair), so say which function takes arrays."""
-    def is_array(v: Any) -> bool:
+    def is_array(v: object) -> bool:
         return isinstance(v, np.ndarray) or type(v).__name__ in ("DataFrame", "Series")
     arrays = is_array(source) or (isinstance(source, (tuple, list)) and 2 <= len(source) <= 3
                                   and all(is_array(v) for v in source))
@@ -494,7 +507,8 @@ def _fit_generator(model, generator, steps_per_epoch, epochs, initial_epoch, val
                         nbatch_logical=nbatch_logical)
 
 
-def _validation(model: Model, cfg: CompileConfig, validation_data: Any, steps: int | None, batch: int):
+def _validation(model: Model, cfg: CompileConfig, validation_data: object, steps: int | None,
+                batch: int) -> Callable[[], EpochStats] | None:
     if validation_data is None:
         return None
     # a tuple is (x, y[, w]) arrays, as for ggml_fit (lists of arrays for several inputs or outputs); a list

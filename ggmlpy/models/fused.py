@@ -9,23 +9,23 @@ small instance of the op), not a hand-kept list.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
 
-from ..backend.device import ggml_backend_dev_supports_op
+from ..backend.device import Device, ggml_backend_dev_supports_op
 from ..core.types import GGML_TYPE_F32
 from ..graph.context import ggml_init
-from ..graph.objects import Tensor
-from ..graph.tensor import ggml_new_tensor_2d, ggml_new_tensor_3d, ggml_new_tensor_4d
+from ..graph.objects import Context, Tensor
+from ..graph.tensor import ggml_new_tensor
 from ..ops.conv import ggml_conv_2d_tiled
 from ..ops.recurrent import ggml_gru_cell, ggml_gru_seq, ggml_lstm_cell, ggml_lstm_seq
 
 
-def _f32(ctx: Any, *shape: int) -> Tensor:
-    return {2: ggml_new_tensor_2d, 3: ggml_new_tensor_3d, 4: ggml_new_tensor_4d}[len(shape)](ctx, GGML_TYPE_F32, *shape)
+def _f32(ctx: Context, *shape: int) -> Tensor:
+    return ggml_new_tensor(ctx, GGML_TYPE_F32, len(shape), shape)
 
 
 # a small instance of each op, for ggml's supports_op
-PROBES: dict[str, Callable[[Any], Tensor]] = {
+PROBES: dict[str, Callable[[Context], Tensor]] = {
     "lstm_cell": lambda ctx: ggml_lstm_cell(ctx, _f32(ctx, 8, 2)),
     "gru_cell": lambda ctx: ggml_gru_cell(ctx, _f32(ctx, 6, 2), _f32(ctx, 6, 2)),
     "lstm_seq": lambda ctx: ggml_lstm_seq(ctx, _f32(ctx, 8, 2, 3), _f32(ctx, 2, 8)),
@@ -35,7 +35,7 @@ PROBES: dict[str, Callable[[Any], Tensor]] = {
 _ANSWERS: dict[tuple[str, str], bool] = {}  # (device name, op) -> whether the device computes it
 
 
-def device_computes(device: Any, op: str) -> bool:
+def device_computes(device: Device, op: str) -> bool:
     """Whether ``device`` (a ggml device) computes the fused op ``op``, one of ``PROBES``."""
     key = (device.name, op)
     if key not in _ANSWERS:

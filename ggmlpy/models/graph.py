@@ -4,14 +4,18 @@ summary, layer lookup, freezing and the architecture description saved with a mo
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
-from .layers import give_automatic_name, Layer, next_global_name, sample_shape
+from .layers import give_automatic_name, Layer, LayerOptions, next_global_name, sample_shape
 from .masking import masks_output
+
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 DTYPES = ("float32", "int32")
@@ -21,7 +25,7 @@ class InputLayer(Layer):
     """Where data enters: one sample's ``shape`` and ``dtype`` ("float32", or "int32" for token ids)."""
     kind = "input"
 
-    def __init__(self, shape: Any, dtype: str = "float32", **kw: Any) -> None:
+    def __init__(self, shape: int | Sequence[int], dtype: str = "float32", **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         self.shape = sample_shape(shape, "shape")
         if dtype not in DTYPES:
@@ -35,12 +39,16 @@ class InputLayer(Layer):
 class Node:
     """The output of a layer applied to nodes (or of an input): a per-sample ``shape``."""
     __slots__ = ("layer", "inputs", "shape", "dtype")
+    layer: Layer
+    inputs: tuple[Node, ...]
+    shape: tuple[int, ...]
+    dtype: str
 
     def __init__(self, layer: Layer, inputs: list[Node], shape: tuple[int, ...], dtype: str = "float32") -> None:
         for key, value in (("layer", layer), ("inputs", tuple(inputs)), ("shape", tuple(shape)), ("dtype", dtype)):
             object.__setattr__(self, key, value)
 
-    def __setattr__(self, key: str, value: Any) -> None:
+    def __setattr__(self, key: str, value: object) -> None:
         # A node is a fact about how it was made; edited inputs could close a cycle or skip a shape check.
         raise GgmlStateError(f"a node cannot be changed ({key}); apply layers to nodes to make new ones")
 
@@ -53,6 +61,14 @@ class Node:
     @property
     def is_input(self) -> bool:
         return isinstance(self.layer, InputLayer)
+
+    @property
+    def name(self) -> str:
+        """The name of the node's layer (every layer of a model is named when it is applied: ``default_name``)."""
+        name = self.layer.name
+        if name is None:
+            raise GgmlStateError(f"internal: an unnamed {self.layer.kind} layer in a model; please report it")
+        return name
 
     def __repr__(self) -> str:
         return f"<Node {self.layer.name} shape=(None, {', '.join(map(str, self.shape))})>"
@@ -69,16 +85,18 @@ def check_input_dtypes(layer: Layer, dtypes: list[str]) -> None:
                             "ggml_input(shape, dtype='int32') (in a sequential model: make it the first layer)")
 
 
-def apply_layer(layer: Layer, inputs: Node | list[Node]) -> Node:
+def apply_layer(layer: Layer, inputs: Node | Sequence[Node]) -> Node:
     """``layer`` applied to ``inputs`` (a node, or a list for add/concatenate): a new node."""
     if layer.__dict__.get("_wrapped"):
         raise GgmlValueError(f"layer '{layer.name}' is wrapped (time_distributed, bidirectional): its weights are the "
                              "wrapper's; apply the wrapper, or a new layer object")
-    nodes = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
-    for n in nodes:
+    given: list[object] = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    nodes: list[Node] = []
+    for n in given:
         if not isinstance(n, Node):
             raise GgmlTypeError(f"layer '{layer.name}' must be applied to a node (from ggml_input or a layer), "
                                 f"got {type(n).__name__}")
+        nodes.append(n)
     if layer.many_inputs != "either" and layer.many_inputs != (isinstance(inputs, (list, tuple))):
         raise GgmlTypeError(f"{layer.kind} takes {'a list of nodes' if layer.many_inputs else 'one node'}")
     check_input_dtypes(layer, [n.dtype for n in nodes])
@@ -115,11 +133,13 @@ class Model:
     """A functional model: ``inputs`` and ``outputs`` nodes and the layers between them."""
     sequential = False
 
-    def __init__(self, inputs: Any, outputs: Any, name: str | None = None) -> None:
+    def __init__(self, inputs: Node | Sequence[Node], outputs: Node | Sequence[Node], name: str | None = None) -> None:
         self.name = name or "model"
         self._set_graph(_node_list(inputs, "inputs"), _node_list(outputs, "outputs"))
-        self.compiled: Any = None   # CompileConfig, set by ggml_compile
-        self.runtime: Any = None    # weights on a backend, set by ggml_compile
+        # set by ggml_compile (typed Any: their modules import this one): compile.CompileConfig, and
+        # runtime.Runtime, the weights on a backend
+        self.compiled: Any = None
+        self.runtime: Any = None
 
     def _set_graph(self, inputs: list[Node], outputs: list[Node]) -> None:
         for n in inputs:
@@ -314,14 +334,16 @@ class Sequential(Model):
                 else None}
 
 
-def _node_list(value: Any, what: str) -> list[Node]:
-    nodes = list(value) if isinstance(value, (list, tuple)) else [value]
-    if not nodes:
+def _node_list(value: object, what: str) -> list[Node]:
+    given: list[object] = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not given:
         raise GgmlValueError(f"{what}: expected at least one node")
-    for n in nodes:
+    nodes: list[Node] = []
+    for n in given:
         if not isinstance(n, Node):
             raise GgmlTypeError(f"{what} must be nodes (from ggml_input or ggml_layer_* on a node), "
                                 f"got {type(n).__name__}")
+        nodes.append(n)
     return nodes
 
 

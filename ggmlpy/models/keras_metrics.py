@@ -244,6 +244,7 @@ class MetricState:
             return
         positive, p = b.positive, b.flat_probs
         if kind == "auc":
+            assert self.thresholds is not None  # made for an AUC (__post_init__)
             bucket = np.searchsorted(self.thresholds, p, side="left")  # thresholds strictly below p
             size = self.spec.num_thresholds + 1
             self.sums[0] += np.bincount(bucket[positive], minlength=size)
@@ -351,7 +352,7 @@ def resolve_metrics(metrics: Any, heads: list, output_names: list[str]) -> tuple
         [[m] if isinstance(m, (str, MetricSpec)) else list(m) for m in per_output]
     accuracy, result = False, []
     for head, entries in zip(heads, lists):
-        specs = []
+        specs: list[MetricSpec] = []
         for entry in entries:
             spec = metric_spec(entry)
             if spec is None:

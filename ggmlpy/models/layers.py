@@ -14,13 +14,13 @@ import math
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, TYPE_CHECKING, TypedDict, TypeVar
 
 import numpy as np
 
 from ..core.args import bool_arg, is_int, is_real, positive_int_arg
 from ..errors import GgmlInUseError, GgmlStateError, GgmlTypeError, GgmlValueError
-from ..graph.objects import Tensor
+from ..graph.objects import Context, Tensor
 from ..ops.elementwise import ggml_add, ggml_gelu, ggml_relu, ggml_sigmoid, ggml_silu, ggml_soft_max, ggml_tanh
 from ..ops.layout import ggml_get_rows, ggml_reshape_1d, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d, ggml_view_2d
 from ..ops.linalg import ggml_mul_mat
@@ -29,7 +29,56 @@ from .initializers import check_initializer, initial_values
 from .regularizers import regularizer_arg
 
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..backend.backend import Backend
+    from ..training.config import StepHook
+
+
 NATURAL, SPATIAL = "natural", "spatial"
+
+
+class WeightStore(Protocol):
+    """What layers read of a model's weights (``weights.ParamStore``): the backend they are on."""
+    @property
+    def backend(self) -> Backend: ...
+
+
+class Builder(Protocol):
+    """What a layer's ``forward`` builds its ops with (``runtime.GraphBuilder``): the context, the batch size,
+    whether the graph trains, the layer's weights, constants and dropout, and the input's padding mask."""
+    ctx: Context
+    batch: int
+    training: bool
+    strip_softmax: bool
+    input_mask: Tensor | None
+
+    @property
+    def params(self) -> WeightStore: ...
+
+    def param(self, layer: Layer, name: str) -> Tensor: ...
+    def zeros(self, ne: tuple[int, ...]) -> Tensor: ...
+    def constant(self, values: np.ndarray) -> Tensor: ...
+    def shape_target(self, ne: tuple[int, ...]) -> Tensor: ...
+    def dropout(self, x: Tensor, rate: float) -> Tensor: ...
+    def side_output(self, t: Tensor) -> None: ...
+    def note_relu(self, out: Tensor, x: Tensor) -> None: ...
+    def relu_input(self, t: Tensor) -> Tensor | None: ...
+    def on_train_step(self, hook: StepHook) -> None: ...
+    def convert(self, t: Tensor, shape: tuple[int, ...], src: str, dst: str) -> Tensor: ...
+
+
+class LayerOptions(TypedDict, total=False):
+    """The keyword arguments every layer takes (``Layer.__init__``), and the regularizers of those that have
+    weights (a Keras spec: ``"l2"``, ``ggml_regularizer_l1(0.01)``, ...; ``REGULARIZED`` says which)."""
+    name: str | None
+    trainable: bool
+    input_shape: int | Sequence[int] | None
+    kernel_regularizer: object
+    bias_regularizer: object
+    recurrent_regularizer: object
+    embeddings_regularizer: object
 MAX_NAME = 40  # GGUF/ggml tensor names are at most 63 bytes: "<layer name>.<weight>"
 
 ACTIVATIONS: dict[str | None, Callable | None] = {
@@ -39,7 +88,7 @@ ACTIVATIONS: dict[str | None, Callable | None] = {
 ALIASES = {"swish": "silu"}  # Keras' names of the same functions
 
 
-def check_activation(activation: Any) -> str | None:
+def check_activation(activation: object) -> str | None:
     if activation is not None and not isinstance(activation, str):
         hint = ""
         if isinstance(activation, (int, tuple, list)):  # Keras' positional strides in ggmlR's activation slot
@@ -47,7 +96,8 @@ def check_activation(activation: Any) -> str | None:
                     f"pass strides={activation!r} by keyword")
         raise GgmlTypeError(f"activation must be a name (str) or None, got {type(activation).__name__} "
                             f"{activation!r}{hint}")
-    activation = ALIASES.get(activation, activation)
+    if activation is not None:
+        activation = ALIASES.get(activation, activation)
     if activation not in ACTIVATIONS:
         names = ", ".join(repr(a) for a in [*ACTIVATIONS, *ALIASES] if a is not None)
         raise GgmlValueError(f"unknown activation {activation!r}; expected one of {names} or None")
@@ -127,12 +177,15 @@ def layer_name_arg(name: Any) -> str:
     return name
 
 
+L = TypeVar("L")
+
+
 class _Sealed(type):
     """Seals each layer once its constructor returns: its arguments were checked there, and the graphs
     built from them (cached per batch size) must not change under the user."""
 
-    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        layer = super().__call__(*args, **kwargs)
+    def __call__(cls: type[L], *args: object, **kwargs: object) -> L:
+        layer: L = type.__call__(cls, *args, **kwargs)
         object.__setattr__(layer, "_sealed", True)
         return layer
 
@@ -147,7 +200,7 @@ class Layer(metaclass=_Sealed):
 
     kind = "layer"        # ggmlR's type name, also the stem of default names ("dense_1")
     layout = NATURAL      # the ggml layout the forward pass reads
-    out_layout = None     # the layout it returns (None: the same)
+    out_layout: str | None = None  # the layout it returns (None: the same)
     many_inputs: bool | str = False   # add / concatenate take a list of nodes; "either": one node or a list
     takes_int = False     # embedding: int32 token ids in
     savable = True        # its config rebuilds it (a custom layer's forward function does not)
@@ -181,14 +234,14 @@ class Layer(metaclass=_Sealed):
     def make_params(self, shapes: list[tuple[int, ...]]) -> list[ParamSpec]:
         return []
 
-    def forward(self, g: Any, xs: list[Tensor], shapes: list[tuple[int, ...]]) -> Tensor:
+    def forward(self, g: Builder, xs: list[Tensor], shapes: list[tuple[int, ...]]) -> Tensor:
         raise NotImplementedError
 
     def graph_tensors(self, shapes: list[tuple[int, ...]]) -> int:
         """An upper bound of the ggml tensors ``forward`` creates (sizes the graph's context)."""
         return 96
 
-    def predict_forward(self, g: Any, xs: list[Tensor], shapes: list[tuple[int, ...]]) -> Tensor:
+    def predict_forward(self, g: Builder, xs: list[Tensor], shapes: list[tuple[int, ...]]) -> Tensor:
         """The inference pass (dropout and batch norm differ from training)."""
         return self.forward(g, xs, shapes)
 
@@ -203,7 +256,7 @@ class Layer(metaclass=_Sealed):
 
     makes_mask = False  # a masking layer, an embedding with mask_zero: its output_mask starts a padding mask
 
-    def output_mask(self, g: Any, in_mask: Tensor | None, xs: list[Tensor], out: Tensor) -> Tensor | None:
+    def output_mask(self, g: Builder, in_mask: Tensor | None, xs: list[Tensor], out: Tensor) -> Tensor | None:
         """The padding mask of the output (``[1, steps, N]``) when ``passes_mask`` or ``makes_mask``: the
         input's by default."""
         return in_mask
@@ -290,7 +343,7 @@ class Layer(metaclass=_Sealed):
         return f"<{self.kind} '{self.name}'{': ' + args if args else ''}>"
 
 
-def activate(g: Any, t: Tensor, activation: str | None) -> Tensor:
+def activate(g: Builder, t: Tensor, activation: str | None) -> Tensor:
     """``activation(t)``; a final softmax is left to the loss when training with ggml's fused cross-entropy."""
     fn = ACTIVATIONS[activation]
     if fn is None or (activation == "softmax" and g.strip_softmax):
@@ -309,7 +362,7 @@ class Dense(Layer):
 
     def __init__(self, units: int, activation: str | None = None, use_bias: bool = True,
                  kernel_initializer: str = "glorot_uniform", bias_initializer: str = "zeros",
-                 input_dim: int | None = None, **kw: Any) -> None:
+                 input_dim: int | None = None, **kw: Unpack[LayerOptions]) -> None:
         if input_dim is not None:  # Keras 2's Dense(units, input_dim=n): input_shape=(n,)
             if kw.get("input_shape") is not None:
                 raise GgmlValueError("give input_dim or input_shape, not both")
@@ -368,7 +421,7 @@ class Dropout(Layer):
     kind = "dropout"
     mask_support = "propagate"
 
-    def __init__(self, rate: float, **kw: Any) -> None:
+    def __init__(self, rate: float, **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         if not is_real(rate) or not 0 <= rate < 1:
             raise GgmlValueError(f"dropout rate must be a number in [0, 1), got {rate!r}")
@@ -413,7 +466,7 @@ class Embedding(Layer):
 
     def __init__(self, vocab_size: int | None = None, dim: int | None = None, mask_zero: bool = False,
                  embeddings_initializer: str = "uniform", input_dim: int | None = None,
-                 output_dim: int | None = None, **kw: Any) -> None:
+                 output_dim: int | None = None, **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         vocab = _one_of(vocab_size, input_dim, "vocab_size", "input_dim")
         self.vocab_size = positive_int_arg(None, "vocab_size", vocab)
@@ -422,7 +475,7 @@ class Embedding(Layer):
         self.embeddings_initializer = check_initializer(embeddings_initializer, "embeddings_initializer")
 
     @property
-    def makes_mask(self) -> bool:
+    def makes_mask(self) -> bool:  # type: ignore[override]  # a property over Layer's class attribute: per object
         return self.mask_zero
 
     def config(self) -> dict:
@@ -459,7 +512,7 @@ class PositionEmbedding(Layer):
     Gives attention layers, which do not see order, each token's position."""
     kind = "position_embedding"
 
-    def __init__(self, sequence_length: int, **kw: Any) -> None:
+    def __init__(self, sequence_length: int, **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         self.sequence_length = positive_int_arg(None, "sequence_length", sequence_length)
 
@@ -505,7 +558,7 @@ class Concatenate(Layer):
     kind = "concatenate"
     many_inputs = True
 
-    def __init__(self, axis: int = -1, **kw: Any) -> None:
+    def __init__(self, axis: int = -1, **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         if not is_int(axis):
             raise GgmlValueError(f"axis must be an int, got {axis!r}")

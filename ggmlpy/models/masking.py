@@ -10,7 +10,7 @@ layer is refused, as Keras refuses a mask a layer cannot honour.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from ..core.args import FLOAT32_MAX, is_real
 from ..errors import GgmlValueError
@@ -18,7 +18,11 @@ from ..graph.objects import Tensor
 from ..ops.elementwise import ggml_abs, ggml_add, ggml_cont, ggml_mul, ggml_scale_bias, ggml_step, ggml_sub
 from ..ops.layout import ggml_permute, ggml_view_2d
 from ..ops.reduce import ggml_sum_rows
-from .layers import Layer
+from .layers import Builder, Layer, LayerOptions
+
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 F32 = 4
@@ -33,7 +37,7 @@ class Masking(Layer):
     makes_mask = True
     ARG_DOCS = {"mask_value": "the value every feature of a padding step holds (0.0, Keras' default)."}
 
-    def __init__(self, mask_value: float = 0.0, **kw: Any) -> None:
+    def __init__(self, mask_value: float = 0.0, **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         if not is_real(mask_value) or not abs(mask_value) <= FLOAT32_MAX:
             raise GgmlValueError(f"masking mask_value must be a finite number, got {mask_value!r}")
@@ -48,7 +52,7 @@ class Masking(Layer):
                                  f"{shapes[0]}")
         return shapes[0]
 
-    def step_mask(self, g: Any, x: Tensor) -> Tensor:
+    def step_mask(self, g: Builder, x: Tensor) -> Tensor:
         """1 where a step has a feature other than mask_value: ``step(sum_features |x - v|)``, ``[1, T, N]``."""
         ctx = g.ctx
         return ggml_step(ctx, ggml_sum_rows(ctx, ggml_abs(ctx, ggml_scale_bias(ctx, x, 1.0, -self.mask_value))))
@@ -59,24 +63,24 @@ class Masking(Layer):
         self.__dict__["_made"] = (out, mask)  # output_mask follows at once (GraphBuilder.build): no second mask
         return out
 
-    def output_mask(self, g: Any, in_mask: Tensor | None, xs: list, out: Tensor) -> Tensor | None:
+    def output_mask(self, g: Builder, in_mask: Tensor | None, xs: list, out: Tensor) -> Tensor | None:
         made = self.__dict__.pop("_made", None)
         mask = made[1] if made is not None and made[0] is out else self.step_mask(g, xs[0])
         return mask if in_mask is None else ggml_mul(g.ctx, mask, in_mask)  # masking after masking: both apply
 
 
-def time_major_mask(g: Any, mask: Tensor) -> Tensor:
+def time_major_mask(g: Builder, mask: Tensor) -> Tensor:
     """``[1, T, N]`` as ``[1, N, T]``, so that each step's mask is a contiguous ``[1, N]`` block."""
     return ggml_cont(g.ctx, ggml_permute(g.ctx, mask, 0, 2, 1, 3))
 
 
-def step_of(g: Any, mask_tn: Tensor, t: int) -> Tensor:
+def step_of(g: Builder, mask_tn: Tensor, t: int) -> Tensor:
     """Step ``t``'s ``[1, N]`` mask from ``time_major_mask``'s result."""
     n = mask_tn.shape[1]
     return ggml_view_2d(g.ctx, mask_tn, 1, n, F32, t * n * F32)
 
 
-def carry_over(g: Any, new: Tensor, old: Tensor | None, m: Tensor) -> Tensor:
+def carry_over(g: Builder, new: Tensor, old: Tensor | None, m: Tensor) -> Tensor:
     """``new`` where the step is real, ``old`` (0 before the first step) over padding: ``old + m (new - old)``."""
     if old is None:
         return ggml_mul(g.ctx, new, m)

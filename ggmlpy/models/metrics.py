@@ -25,8 +25,8 @@ def per_sample_loss(h: HeadSpec, out: np.ndarray, y: np.ndarray) -> np.ndarray:
     if h.custom is not None:  # its own function, on the CPU
         return evaluate_custom_loss(h.custom, out, y)
     n = out.shape[0]
-    o = out.reshape(n, -1).astype(np.float64)
-    t = y.reshape(n, -1).astype(np.float64)
+    o: np.ndarray = out.reshape(n, -1).astype(np.float64)  # [n, values], or [n, rows, units] below
+    t: np.ndarray = y.reshape(n, -1).astype(np.float64)
     if h.loss_type_name == "cross_entropy":   # per position of a sequence output, then their mean
         o, t = o.reshape(n, -1, h.shape[-1]), t.reshape(n, -1, h.shape[-1])
         if h.from_logits:

@@ -8,7 +8,7 @@ state on its device; no trip to the host). ``ggml_predict``/``ggml_evaluate`` us
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,7 +28,11 @@ from ..ops.elementwise import (
 )
 from ..ops.layout import ggml_cpy, ggml_reshape, ggml_reshape_1d, ggml_reshape_2d, ggml_transpose
 from ..ops.reduce import ggml_repeat, ggml_sum_rows
-from .layers import Layer, ParamSpec
+from .layers import Layer, LayerOptions, ParamSpec
+
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 class BatchNorm(Layer):
@@ -37,7 +41,7 @@ class BatchNorm(Layer):
     its running statistics and leaves them unchanged."""
     kind = "batch_norm"
 
-    def __init__(self, eps: float = 1e-5, momentum: float = 0.99, **kw: Any) -> None:
+    def __init__(self, eps: float = 1e-5, momentum: float = 0.99, **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         if not is_real(momentum) or not 0 <= momentum <= 1:
             raise GgmlValueError(f"batch_norm momentum must be in [0, 1], got {momentum!r}")
@@ -94,7 +98,7 @@ class LayerNorm(Layer):
     kind = "layer_norm"
     mask_support = "propagate"  # each position on its own
 
-    def __init__(self, eps: float = 1e-5, **kw: Any) -> None:
+    def __init__(self, eps: float = 1e-5, **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         self.eps = positive_float32_arg("layer_norm eps", eps, "; the usual value is 1e-5")
 

@@ -7,14 +7,19 @@ holding the layer, or keeps them for the model that compiles it next.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from ..core.args import FLOAT32_MAX
 from ..errors import GgmlInUseError, GgmlTypeError, GgmlValueError
 from ..ops.elementwise import ggml_clamp, ggml_div, ggml_sqrt, ggml_sub
-from .layers import Layer, ParamSpec
+from .layers import Layer, LayerOptions, ParamSpec
+
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 EPSILON = 1e-7  # Keras' backend epsilon: the smallest standard deviation divided by
@@ -28,7 +33,8 @@ class Normalization(Layer):
     kind = "normalization"
     ARG_DOCS = {"axis": "-1: a mean and variance per feature (the last axis); None: one pair for all values."}
 
-    def __init__(self, axis: int | None = -1, mean: Any = None, variance: Any = None, **kw: Any) -> None:
+    def __init__(self, axis: int | None = -1, mean: npt.ArrayLike | None = None, variance: npt.ArrayLike | None = None,
+                 **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         if axis is not None and (isinstance(axis, bool) or axis != -1):
             raise GgmlValueError(f"normalization axis must be -1 (each feature of the last axis) or None (all values "
@@ -39,7 +45,7 @@ class Normalization(Layer):
                                  "them)")
         self.mean = None if mean is None else _statistic(mean, "mean")
         self.variance = None if variance is None else _statistic(variance, "variance")
-        if self.variance is not None:
+        if self.mean is not None and self.variance is not None:  # both or neither (checked above)
             if len(self.mean) != len(self.variance):
                 raise GgmlValueError(f"normalization: mean has {len(self.mean)} values, variance {len(self.variance)}")
             if min(self.variance) < 0:
@@ -84,7 +90,9 @@ class _Moments:
     exact in float64 whatever the batches' sizes and offsets)."""
 
     def __init__(self) -> None:
-        self.n, self.mean, self.m2 = 0, None, None
+        self.n = 0
+        self.mean: np.ndarray | None = None
+        self.m2: np.ndarray | None = None
 
     def add(self, rows: np.ndarray) -> None:
         n_b = rows.shape[0]
@@ -99,6 +107,7 @@ class _Moments:
             raise GgmlValueError(f"ggml_layer_adapt: a batch has {mean_b.shape[0]} features, the first had "
                                  f"{self.mean.shape[0]}")
         n = self.n + n_b
+        assert self.m2 is not None  # set with the mean
         delta = mean_b - self.mean
         self.mean = self.mean + delta * (n_b / n)
         self.m2 = self.m2 + m2_b + delta * delta * (self.n * n_b / n)
@@ -153,7 +162,7 @@ def ggml_layer_adapt(layer: Any, data: Any, batch_size: int | None = None) -> An
     else:
         raise GgmlTypeError(f"{fn}: data must be an array of samples or an iterable of batches, got "
                             f"{type(data).__name__}")
-    if moments.n == 0:
+    if moments.n == 0 or moments.mean is None or moments.m2 is None:  # all three go together
         raise GgmlValueError(f"{fn}: the data has no samples")
     mean, var = moments.mean, moments.m2 / moments.n
     if layer.params is not None and layer.params[0].ne[0] != mean.shape[0]:

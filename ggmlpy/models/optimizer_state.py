@@ -5,15 +5,16 @@ from __future__ import annotations
 import threading
 import warnings
 import weakref
-from typing import Any
 
 import numpy as np
 
 from ..errors import GgmlInUseError, GgmlpyWarning, GgmlValueError
 from ..graph.objects import Tensor
+from ..opt.context import OptContext
 from ..opt.graph_optimizer import GraphOptimizer
 from ..opt.rules import OptimizerSpec
 from ..opt.state import check_state, ggml_opt_get_state, ggml_opt_set_state, optimized_params
+from ..opt.state import OptimizerState as OptimizerStateDict
 from .weights import ParamStore, strip_leading_ones
 
 
@@ -27,11 +28,11 @@ class OptimizerState:
 
     def __init__(self, params: ParamStore) -> None:
         self.params = params
-        self.state: dict | None = None
+        self.state: OptimizerStateDict | None = None
         self._lock = threading.Lock()
-        self._holder: tuple[object, str, Any] | None = None
+        self._holder: tuple[object, str, weakref.ref[object] | None] | None = None  # lease, who, owner
 
-    def begin(self, who: str, fn: str | None = None, owner: Any = None) -> object:
+    def begin(self, who: str, fn: str | None = None, owner: object = None) -> object:
         """Take the optimizer for one training session (a fit, or a trainer from its first step until it is
         freed); returns the lease for ``end``. Two sessions on one model would each overwrite the other's
         optimizer steps, so a second one is refused with GgmlInUseError. ``owner`` (a trainer) is held
@@ -59,7 +60,7 @@ class OptimizerState:
         return {f"{layer.name}.{p.name}": store.tensor(layer, p.name) for layer, p in store.specs
                 if layer.trainable and p.trainable}
 
-    def restore(self, opt_ctx: Any) -> None:
+    def restore(self, opt_ctx: OptContext | GraphOptimizer) -> None:
         """Write the kept state into a new opt context, or a replicas' optimizer (a weight without kept
         moments starts from zero)."""
         if self.state is None:
@@ -72,14 +73,14 @@ class OptimizerState:
             params = {k: t for k, t in params.items() if k in self.state["m"]}
         ggml_opt_set_state(opt_ctx, self.state, params)
 
-    def read(self, opt_ctx: Any) -> dict:
+    def read(self, opt_ctx: OptContext | GraphOptimizer) -> OptimizerStateDict:
         """The state of an opt context (or a replicas' optimizer) now; inside a logical batch, that of its last
         optimizer step."""
         if isinstance(opt_ctx, GraphOptimizer):
             return opt_ctx.get_state()
         return ggml_opt_get_state(opt_ctx, optimized_params(opt_ctx, self.trainable()), allow_partial=True)
 
-    def keep(self, opt_ctx: Any, warn_partial: bool = True) -> None:
+    def keep(self, opt_ctx: OptContext | GraphOptimizer, warn_partial: bool = True) -> None:
         """Read the state back from an opt context after training (also after an exception). Moments of
         weights that were frozen in this run are kept from before. The state is stored before the warning
         about a partial logical batch, so a warning turned into an error (``-W error``) loses no steps."""
@@ -100,7 +101,7 @@ class OptimizerState:
                           f"of steps a multiple of {opt_ctx.opt_period} to continue exactly", GgmlpyWarning,
                           stacklevel=2)
 
-    def set(self, state: dict | None, spec: OptimizerSpec, what: str) -> None:
+    def set(self, state: object, spec: OptimizerSpec, what: str) -> None:
         """Adopt a state read from a file: checked against the weights and the compiled optimizer first."""
         if state is None:
             self.state = None
@@ -141,7 +142,7 @@ class OptimizerState:
         self.state = _complete(self.state, spec)
 
 
-def _complete(state: dict, spec: OptimizerSpec | None) -> dict:
+def _complete(state: OptimizerStateDict, spec: OptimizerSpec | None) -> OptimizerStateDict:
     """``state`` with every slot of ``spec`` (beyond AdamW's m/v) held for every weight any slot holds, at the
     slot's initial value where it had none: a file saved with fewer settings (RMSprop without momentum loaded
     into one with) gains the new slot for every weight, not only for those the next fit trains."""

@@ -42,7 +42,7 @@ def model_from_bytes(data: bytes, backend: str) -> Model:
         return ggml_load_model(path, backend=backend, include_optimizer=True)
 
 
-def _rebuilt(cls: type, state: dict) -> Model:
+def _rebuilt(cls: type[Model], state: dict) -> Model:
     model = cls.__new__(cls)
     model.__dict__.update(state)
     return model

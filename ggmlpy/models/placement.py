@@ -68,7 +68,7 @@ def ggml_model_placement(model: Model, batch_size: int | None = None, training: 
     predictor = runtime.predictor
 
     class Watched:  # the predictor's run, with the compute watched
-        def run(self, arrays: list, n: int) -> list:
+        def run(self, arrays: list[np.ndarray], n: int) -> list[np.ndarray]:
             return predictor.run(arrays, n, watch)
     with runtime.use():
         predict_arrays(model, Watched(), model_inputs(model, xs, f"{fn}: x"), batch)
@@ -125,7 +125,7 @@ def _zero_inputs(model: Model, batch: int) -> list[np.ndarray]:
 
 def _zero_targets(cfg: CompileConfig, batch: int) -> list[np.ndarray]:
     """Labels every loss accepts: class 0 for the cross-entropies, zeros for the others."""
-    out = []
+    out: list[np.ndarray] = []
     for h in cfg.heads:
         if h.sparse:
             out.append(np.zeros((batch,) + tuple(h.shape[:-1]), dtype=np.int64))

@@ -8,7 +8,7 @@ sum (REPEAT_BACK).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from ..core.args import FLOAT32_MAX, int_pair_arg, positive_int_arg
 from ..errors import GgmlValueError
@@ -17,7 +17,11 @@ from ..ops.elementwise import ggml_clamp, ggml_div, ggml_mul, ggml_scale
 from ..ops.layout import ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d
 from ..ops.reduce import ggml_repeat, ggml_sum_rows
 from .conv import MaxPooling2D, pooled_size
-from .layers import Layer, NATURAL, SPATIAL
+from .layers import Layer, LayerOptions, NATURAL, SPATIAL
+
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 class AveragePooling2D(MaxPooling2D):
@@ -40,7 +44,7 @@ class _Pooling1D(Layer):
     layout = SPATIAL
     op = GGML_OP_POOL_MAX
 
-    def __init__(self, pool_size: int = 2, strides: int | None = None, **kw: Any) -> None:
+    def __init__(self, pool_size: int = 2, strides: int | None = None, **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         self.pool_size = positive_int_arg(None, "pool_size", pool_size)
         self.strides = positive_int_arg(None, "strides", strides) if strides is not None else self.pool_size
@@ -108,7 +112,7 @@ class UpSampling2D(Layer):
     kind = "upsampling_2d"
     layout = SPATIAL
 
-    def __init__(self, size: Any = (2, 2), **kw: Any) -> None:
+    def __init__(self, size: Any = (2, 2), **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         self.size = int_pair_arg(None, "size", size)
 

@@ -3,7 +3,7 @@ hand-stepped trainer.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 
@@ -12,7 +12,12 @@ from ..training.progress import EpochProgress
 from .graph import Model
 
 
-def predict_arrays(model: Model, predictor: Any, xs: list[np.ndarray], batch_size: int,
+class AnyPredictor(Protocol):
+    """What runs a model's inference graph on a batch (``runtime.Predictor``, ``runtime.ReplicaPredictor``)."""
+    def run(self, arrays: list[np.ndarray], batch: int) -> list[np.ndarray]: ...
+
+
+def predict_arrays(model: Model, predictor: AnyPredictor, xs: list[np.ndarray], batch_size: int,
                    progress: str | None = None) -> list[np.ndarray]:
     """Outputs (N, *output_shape) for inputs in ggml layout; the last partial batch is zero-padded and
     its padding dropped from the result. ``progress``: a bar of that name over the batches (on a terminal)."""

@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
+from collections.abc import Callable, Container
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import Protocol, TYPE_CHECKING
 
 import numpy as np
 
@@ -23,11 +25,12 @@ from ..backend.transfer import ggml_backend_tensor_get_data, ggml_backend_tensor
 from ..compute.run import ggml_backend_sched_graph_compute
 from ..compute.sched import ggml_backend_sched_new, Scheduler
 from ..compute.threads import forward_work, restore_threads, split_threads
+from ..core.handle import Handle
 from ..core.types import GGML_TYPE_F32, GGML_TYPE_I32
 from ..errors import GgmlInUseError, GgmlStateError, GgmlValueError
 from ..graph.context import ggml_graph_overhead, ggml_init, ggml_tensor_overhead
 from ..graph.graph import ggml_build_forward_expand, ggml_new_graph_custom
-from ..graph.objects import Tensor
+from ..graph.objects import Graph, Tensor
 from ..graph.tensor import ggml_new_tensor, ggml_set_input, ggml_set_name, ggml_set_output
 from ..ops.elementwise import ggml_cont, ggml_dropout
 from ..ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d, ggml_view_1d
@@ -41,12 +44,25 @@ from .optimizer_state import OptimizerState
 from .weights import check_device_can_use, ParamStore
 
 
+if TYPE_CHECKING:
+    from ..training.config import StepHook
+
+    # a context manager factory given a scheduler, entered around a compute (compute.placement.PlacementRecorder)
+    Watch = Callable[[Scheduler], AbstractContextManager[object]]
+
+
 def natural_ne(shape: tuple[int, ...], batch: int) -> tuple[int, ...]:
     """ggml shape of a batch of samples of ``shape`` in the user's orientation."""
     return tuple(reversed(shape)) + (batch,)
 
 
 # ---------------------------------------------------------------- graphs
+
+class LiveTrainer(Protocol):
+    """A ``ggml_trainer`` as the runtime keeps it: until freed it holds an optimizer state newer than the model's."""
+    @property
+    def alive(self) -> bool: ...
+
 
 class _DropoutSeeds:
     """The seeds of a training graph's dropout layers (one I32 each, in one input tensor): new ones before every
@@ -70,7 +86,7 @@ class GraphBuilder:
     """Builds one model's ggml graph for one batch size; what layers call while building."""
 
     def __init__(self, model: Model, params: ParamStore, batch: int, training: bool, logits_for: set[int],
-                 rows_for: set[int] = frozenset(), read_outputs: bool = False) -> None:
+                 rows_for: Container[int] = frozenset(), read_outputs: bool = False) -> None:
         inputs, outputs, nodes = model.graph()
         self.read_outputs = read_outputs       # a training graph whose outputs the fit's metrics read after each step
         self.model, self.params, self.batch, self.training = model, params, batch, training
@@ -92,7 +108,7 @@ class GraphBuilder:
         if training and n_dropout:
             self.seeds.tensor = ggml_set_input(ggml_new_tensor(self.ctx_io, GGML_TYPE_I32, 1, (n_dropout,)))
             ggml_set_name(self.seeds.tensor, "dropout_seeds")
-        self.hooks: list[Any] = []
+        self.hooks: list[StepHook] = []
         self.side_outputs: list[Tensor] = []  # computed by every training step besides the loss
         self._relu_inputs: dict[int, tuple[Tensor, Tensor]] = {}  # id(relu output) -> (output, input)
 
@@ -121,6 +137,7 @@ class GraphBuilder:
         """``x`` with inverted dropout at ``rate``: its mask is made on the device from this layer's seed, which
         changes before every training step."""
         seeds = self.seeds
+        assert seeds.tensor is not None  # a training graph of a model with dropout has its seeds (__init__)
         seed = ggml_view_1d(self.ctx, seeds.tensor, 1, 4 * seeds.used)
         seeds.used += 1
         return ggml_dropout(self.ctx, x, seed, rate)
@@ -144,7 +161,7 @@ class GraphBuilder:
         entry = self._relu_inputs.get(id(t))
         return entry[1] if entry is not None and entry[0] is t else None
 
-    def on_train_step(self, hook: Any) -> None:
+    def on_train_step(self, hook: StepHook) -> None:
         self.hooks.append(hook)
 
     # ---- layouts
@@ -156,8 +173,8 @@ class GraphBuilder:
         if len(shape) == 3:   # (H, W, C): natural [C, W, H, N] <-> spatial [W, H, C, N]
             h, w, c = shape
             if c == 1:
-                ne = (w, h, 1, self.batch) if dst == SPATIAL else (1, w, h, self.batch)
-                return ggml_reshape_4d(ctx, t, *ne)
+                ne4 = (w, h, 1, self.batch) if dst == SPATIAL else (1, w, h, self.batch)
+                return ggml_reshape_4d(ctx, t, *ne4)
             axes = (2, 0, 1, 3) if dst == SPATIAL else (1, 2, 0, 3)
             return ggml_cont(ctx, ggml_permute(ctx, t, *axes))
         steps, c = shape       # (steps, C): natural [C, steps, N] <-> spatial [steps, C, N]
@@ -170,14 +187,14 @@ class GraphBuilder:
     def build(self) -> GraphInstance:
         inputs, outputs, nodes = self.model.graph()
         values: dict[int, dict[str, Tensor]] = {}   # node -> its tensor in each layout made so far
-        masks: dict[int, Tensor] = {}   # node -> the padding mask of its steps ([1, T, N]), where it has one
+        masks: dict[int, Tensor | None] = {}   # node -> the padding mask of its steps ([1, T, N]), where it has one
         masked = mask_flow(self.model)
         for node in nodes:
             if node.is_input:
                 gtype = GGML_TYPE_I32 if node.dtype == "int32" else GGML_TYPE_F32
                 ne = natural_ne(node.shape, self.batch)
                 t = ggml_set_input(ggml_new_tensor(self.ctx_io, gtype, len(ne), ne))
-                ggml_set_name(t, node.layer.name)
+                ggml_set_name(t, node.name)
                 values[id(node)] = {NATURAL: t}
                 continue
             layer = node.layer
@@ -216,7 +233,7 @@ class GraphInstance:
         self.ctx, self.batch = b.ctx, b.batch
         self.inputs, self.outputs = inputs, outputs
         backend = b.params.backend
-        self._owned: list[Any] = [b.ctx, b.ctx_io, b.ctx_pinned]
+        self._owned: list[Handle] = [b.ctx, b.ctx_io, b.ctx_pinned]
         check_device_can_use(backend, list(inputs) + [t for t, _ in b.constants],
                              f"use a smaller batch_size (this graph is for {b.batch} samples), or backend='cpu'")
         for ctx in (b.ctx_io, b.ctx_pinned):
@@ -270,10 +287,10 @@ class Predictor:
 
     def __init__(self, model: Model, params: ParamStore) -> None:
         self.model, self.params = model, params
-        self._graphs: dict[int, tuple[GraphInstance, Any, Scheduler]] = {}
+        self._graphs: dict[int, tuple[GraphInstance, Graph, Scheduler]] = {}
         self._lock = threading.RLock()
 
-    def run(self, arrays: list[np.ndarray], batch: int, watch: Any = None) -> list[np.ndarray]:
+    def run(self, arrays: list[np.ndarray], batch: int, watch: Watch | None = None) -> list[np.ndarray]:
         """``arrays``: one per model input, exactly ``batch`` rows in ggml layout; returns one per output.
         ``watch``: a context manager factory given the scheduler, entered around the compute (a
         ``PlacementRecorder``)."""
@@ -328,7 +345,7 @@ class ReplicaPredictor:
         self.predictors, self.shares = predictors, shares
         self._pool = ThreadPoolExecutor(len(predictors) - 1, thread_name_prefix="ggmlpy-replica")
 
-    def run(self, arrays: list[np.ndarray], batch: int, watch: Any = None) -> list[np.ndarray]:
+    def run(self, arrays: list[np.ndarray], batch: int, watch: Watch | None = None) -> list[np.ndarray]:
         counts = split_counts(batch, self.shares)
         starts = np.concatenate([[0], np.cumsum(counts)]).astype(int)
         jobs = [(p, [a[s:s + n] for a in arrays], n) for p, s, n in zip(self.predictors, starts, counts) if n]
@@ -389,7 +406,7 @@ class Runtime:
             self.backend.free()
             raise
         self._synced = self.params.stamp
-        self.predictor: Any = Predictor(model, self.params)
+        self.predictor: Predictor | ReplicaPredictor = Predictor(model, self.params)
         if self.replicas:
             self.predictor = ReplicaPredictor([self.predictor] + [Predictor(model, p) for _, p in self.replicas],
                                               self.shares)
@@ -456,7 +473,7 @@ class Runtime:
             b.free()
         self.replicas.clear()
 
-    def add_trainer(self, trainer: Any) -> None:
+    def add_trainer(self, trainer: LiveTrainer) -> None:
         self._trainers.add(trainer)
 
     def live_trainers(self) -> list:
@@ -487,7 +504,7 @@ class Runtime:
 _SWAPS = threading.Lock()
 
 
-def replace_runtime(model: Model, runtime: Runtime, config: Any) -> None:
+def replace_runtime(model: Model, runtime: Runtime, config: object) -> None:
     """Free the model's runtime (GgmlInUseError, and nothing changes, while it is in use) and set ``runtime``
     and its compile settings ``config``."""
     with _SWAPS:

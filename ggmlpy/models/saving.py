@@ -49,8 +49,9 @@ from .wrappers import Bidirectional, TimeDistributed
 FORMAT_VERSION = 1
 
 
-def _layer_types() -> dict[str, type]:
-    classes = [layers.Dense, layers.Flatten, layers.Dropout, layers.Embedding, layers.PositionEmbedding, layers.Add,
+def _layer_types() -> dict[str, type[Layer]]:
+    classes: list[type[Layer]] = [
+               layers.Dense, layers.Flatten, layers.Dropout, layers.Embedding, layers.PositionEmbedding, layers.Add,
                layers.Concatenate, conv.Conv1D, conv.Conv2D, conv.MaxPooling2D, conv.GlobalAveragePooling2D,
                conv.GlobalMaxPooling2D, norm.BatchNorm, norm.LayerNorm, sequence.LSTM, sequence.GRU,
                attention.MultiHeadAttention, pooling.AveragePooling2D, pooling.MaxPooling1D, pooling.AveragePooling1D,
@@ -161,7 +162,7 @@ def _split(tensors: dict, meta: dict, fn: str) -> tuple[dict, dict | None]:
         raise GgmlValueError(f"{fn}: the file's optimizer metadata is damaged (ggmlpy.optimizer.type {kind!r}, "
                              f"ggmlpy.optimizer.params {keys!r:.80}, ggmlpy.optimizer.slots {slot_names!r:.80})")
     values: dict = {slot: {} for slot in slot_names}
-    taken = set()
+    taken: set[str] = set()
     for i, key in enumerate(keys):
         names = _opt_names(key, i, tuple(slot_names))
         missing = [n for n in names if n not in tensors]
@@ -413,6 +414,8 @@ def model_from_architecture(arch: dict) -> Model:
     for spec in arch["nodes"]:
         if isinstance(spec["layer"], dict):
             inp = _layer(spec["layer"])
+            if not isinstance(inp, InputLayer):
+                raise GgmlValueError(f"the saved architecture's node of layer type {inp.kind!r} has no inputs")
             nodes.append(Node(inp, [], inp.shape, inp.dtype))
         else:
             layer = layers[spec["layer"]]

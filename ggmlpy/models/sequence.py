@@ -20,7 +20,7 @@ Weights in the user's (Keras') orientation (``ggml_get_weights``):
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import numpy as np
 
@@ -35,8 +35,12 @@ from ..ops.recurrent import ggml_gru_cell, ggml_gru_seq, ggml_lstm_cell, ggml_ls
 from ..ops.reduce import ggml_concat, ggml_repeat
 from . import fused
 from .initializers import check_initializer
-from .layers import Layer, ParamSpec
+from .layers import Builder, Layer, LayerOptions, ParamSpec
 from .masking import carry_over, step_of, time_major_mask
+
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 F32 = 4  # bytes per value: the model layer computes in float32
@@ -44,12 +48,12 @@ def _dense(ctx: Any, t: Tensor) -> Tensor:
     return t if ggml_is_contiguous(t) else ggml_cont(ctx, t)
 
 
-def _rows(g: Any, t: Tensor, first: int, count: int) -> Tensor:
+def _rows(g: Builder, t: Tensor, first: int, count: int) -> Tensor:
     """Rows ``first .. first + count`` of the ne[0] axis of a 2-D ``[R, N]`` tensor (a strided view)."""
     return ggml_view_2d(g.ctx, t, count, t.shape[1], t.shape[0] * F32, first * F32)
 
 
-def _stack_steps(g: Any, hs: list[Tensor]) -> Tensor:
+def _stack_steps(g: Builder, hs: list[Tensor]) -> Tensor:
     """``[H, N]`` per step -> ``[H, T, N]``, joined as a balanced tree of concats (T log T copies)."""
     parts = [ggml_reshape_3d(g.ctx, h, h.shape[0], h.shape[1], 1) for h in hs]
     while len(parts) > 1:
@@ -58,7 +62,7 @@ def _stack_steps(g: Any, hs: list[Tensor]) -> Tensor:
     return _time_major_to_samples(g, parts[0])
 
 
-def _time_major_to_samples(g: Any, seq: Tensor) -> Tensor:
+def _time_major_to_samples(g: Builder, seq: Tensor) -> Tensor:
     """``[H, N, T]`` -> ``[H, T, N]`` (the model layer's sample-major sequences)."""
     return ggml_cont(g.ctx, ggml_permute(g.ctx, seq, 0, 2, 1, 3))
 
@@ -77,7 +81,7 @@ class Recurrent(Layer):
     def __init__(self, units: int, return_sequences: bool = False, go_backwards: bool = False, dropout: float = 0.0,
                  recurrent_dropout: float = 0.0, return_state: bool = False,
                  kernel_initializer: str = "glorot_uniform", recurrent_initializer: str = "orthogonal",
-                 bias_initializer: str = "zeros", **kw: Any) -> None:
+                 bias_initializer: str = "zeros", **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         self.units = positive_int_arg(None, "units", units)
         self.kernel_initializer = check_initializer(kernel_initializer, "kernel_initializer")
@@ -88,9 +92,9 @@ class Recurrent(Layer):
             if not isinstance(value, bool):
                 raise GgmlValueError(f"{name} must be True or False, got {value!r}")
         self.return_sequences, self.go_backwards, self.return_state = return_sequences, go_backwards, return_state
-        for name, value in (("dropout", dropout), ("recurrent_dropout", recurrent_dropout)):
-            if not is_real(value) or not 0 <= value < 1:
-                raise GgmlValueError(f"{self.kind} {name} must be a rate in [0, 1), got {value!r}")
+        for name, rate in (("dropout", dropout), ("recurrent_dropout", recurrent_dropout)):
+            if not is_real(rate) or not 0 <= rate < 1:
+                raise GgmlValueError(f"{self.kind} {name} must be a rate in [0, 1), got {rate!r}")
         self.dropout, self.recurrent_dropout = float(dropout), float(recurrent_dropout)
 
     def config(self) -> dict:
@@ -105,7 +109,7 @@ class Recurrent(Layer):
         per_gate = self.gates if self.recurrent_dropout else 1
         return (per_gate if self.dropout else 0) + (self.gates if self.recurrent_dropout else 0)
 
-    def _masks(self, g: Any, rate: float, rows: int, count: int) -> list:
+    def _masks(self, g: Builder, rate: float, rows: int, count: int) -> list:
         """``count`` inverted-dropout masks ``[rows, N]`` for a training step (none in inference): the same at
         every step of the sequence, as Keras' recurrent dropout."""
         if not rate or not g.training:
@@ -122,7 +126,7 @@ class Recurrent(Layer):
             picks.append(g.constant(pick))
         return list(zip(masks, picks))
 
-    def _by_gate(self, g: Any, weight: Tensor, rows: int, x: Tensor, masks: list) -> Tensor:
+    def _by_gate(self, g: Builder, weight: Tensor, rows: int, x: Tensor, masks: list) -> Tensor:
         """``weight^T x``, each gate's block with its own mask on ``x`` (one mask: all gates; several: pairs of a
         mask and its gate's 0/1 row picker, from ``_masks``)."""
         ctx = g.ctx
@@ -135,13 +139,14 @@ class Recurrent(Layer):
             return ggml_mul_mat(ctx, weight, flat(ggml_mul(ctx, x, masks[0])))
         # gate k's rows of the whole product with its own mask, picked by a 0/1 column: no view of the weight
         # (a view at k * units rows can start off the 16-byte alignment GPU matrix products need)
-        out = None
+        out: Tensor | None = None
         for m, pick in masks:
             part = ggml_mul(ctx, ggml_mul_mat(ctx, weight, flat(ggml_mul(ctx, x, m))), pick)
             out = part if out is None else ggml_add(ctx, out, part)
+        assert out is not None  # two or more masks here
         return out
 
-    def recurrent(self, g: Any, h: Tensor, masks: list) -> Tensor:
+    def recurrent(self, g: Builder, h: Tensor, masks: list) -> Tensor:
         """The recurrent product ``U^T h`` of a step, through the recurrent dropout masks."""
         return self._by_gate(g, g.param(self, "recurrent_kernel"), self.units, h, masks)
 
@@ -187,7 +192,7 @@ class Recurrent(Layer):
         # output carries it to its sequence part (RecurrentPart), the states none
         return self.return_sequences
 
-    def run(self, g: Any, xs: list, shapes: list, backwards: bool, in_time_order: bool,
+    def run(self, g: Builder, xs: list, shapes: list, backwards: bool, in_time_order: bool,
             mask: Tensor | None = None) -> tuple:
         """(the output, the final state): the recurrence over the steps of ``xs[0]`` from the initial state
         ``xs[1:]`` (zeros when not given), last to first when ``backwards`` (Keras' go_backwards); a sequence
@@ -220,21 +225,23 @@ class Recurrent(Layer):
             outputs.append(state[0])
         if backwards and in_time_order:
             outputs.reverse()
+        assert state is not None  # a sequence has at least one step
         return (_stack_steps(g, outputs) if self.return_sequences else state[0]), state
 
     # ---- what LSTM and GRU define
     def bias_spec(self) -> ParamSpec:
         raise NotImplementedError
 
-    def input_bias(self, g: Any) -> Tensor:
+    def input_bias(self, g: Builder) -> Tensor:
         raise NotImplementedError
 
-    def whole_sequence(self, g: Any, proj: Tensor, state: tuple | None, steps: int, backwards: bool) -> tuple | None:
+    def whole_sequence(self, g: Builder, proj: Tensor, state: tuple | None, steps: int,
+                       backwards: bool) -> tuple | None:
         """The whole recurrence in one op, where the layer and the device have one: ``(h [U, N, T] in time order,
         the final state)`` from the projections ``proj`` ``[G, N * T]``; None to unroll it step by step."""
         return None
 
-    def step(self, g: Any, x_t: Tensor, state: tuple | None, rec_masks: Any = ()) -> tuple:
+    def step(self, g: Builder, x_t: Tensor, state: tuple | None, rec_masks: Any = ()) -> tuple:
         """One time step from the projected input ``x_t`` ``[G, N]``: the new state, hidden output first; the
         recurrent product goes through ``recurrent`` (and its dropout masks)."""
         raise NotImplementedError
@@ -253,7 +260,7 @@ class LSTM(Recurrent):
     def __init__(self, units: int, return_sequences: bool = False, go_backwards: bool = False, dropout: float = 0.0,
                  recurrent_dropout: float = 0.0, return_state: bool = False,
                  kernel_initializer: str = "glorot_uniform", recurrent_initializer: str = "orthogonal",
-                 bias_initializer: str = "zeros", unit_forget_bias: bool = True, **kw: Any) -> None:
+                 bias_initializer: str = "zeros", unit_forget_bias: bool = True, **kw: Unpack[LayerOptions]) -> None:
         super().__init__(units, return_sequences, go_backwards, dropout, recurrent_dropout, return_state,
                          kernel_initializer, recurrent_initializer, bias_initializer, **kw)
         self.unit_forget_bias = bool_arg(None, "unit_forget_bias", unit_forget_bias)
@@ -354,7 +361,7 @@ class RecurrentPart(Layer):
     kind = "recurrent_part"
     mask_support = "consume"  # the sequence part passes the mask on (passes_mask), a state takes none
 
-    def __init__(self, first: int, count: int, sequence: bool, **kw: Any) -> None:
+    def __init__(self, first: int, count: int, sequence: bool, **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         self.first, self.count, self.sequence = int(first), positive_int_arg(None, "count", count), bool(sequence)
 
@@ -378,6 +385,7 @@ def state_outputs(layer: Recurrent, packed: Any, apply: Any) -> list:
     """The nodes ``[output, state_h(, state_c)]`` of a recurrent layer applied with ``return_state`` (its node
     ``packed``), each a ``RecurrentPart`` applied by ``apply(part, node)``."""
     steps = packed.shape[0] - layer.n_states
+    assert layer.name is not None  # named when it was applied
     stem = layer.name[:31]  # the parts' names stay within a layer name's 40 characters
     parts = [RecurrentPart(0, steps, layer.return_sequences, name=f"{stem}_output")]
     parts += [RecurrentPart(steps + k, 1, False, name=f"{stem}_state_{s}")

@@ -3,7 +3,7 @@ an activation on its own, a reshape (C order, as numpy's), and repeating a vecto
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from ..core.args import is_int, positive_int_arg
 from ..errors import GgmlValueError
@@ -11,8 +11,12 @@ from ..graph.introspect import ggml_is_contiguous
 from ..ops.elementwise import ggml_cont
 from ..ops.layout import ggml_reshape, ggml_reshape_3d
 from ..ops.reduce import ggml_repeat
-from .layers import activate, check_activation, Layer
+from .layers import activate, check_activation, Layer, LayerOptions
 from .runtime import natural_ne
+
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 class Activation(Layer):
@@ -20,7 +24,7 @@ class Activation(Layer):
     kind = "activation"
     mask_support = "propagate"
 
-    def __init__(self, activation: str | None, **kw: Any) -> None:
+    def __init__(self, activation: str | None, **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         self.activation = check_activation(activation)
 
@@ -36,7 +40,7 @@ class Reshape(Layer):
     ``reshape``); one axis may be -1, inferred from the others."""
     kind = "reshape"
 
-    def __init__(self, target_shape: Any, **kw: Any) -> None:
+    def __init__(self, target_shape: Any, **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         shape = (target_shape,) if is_int(target_shape) else target_shape
         if not isinstance(shape, (tuple, list)) or not 1 <= len(shape) <= 3 or \
@@ -70,7 +74,7 @@ class RepeatVector(Layer):
     """A vector sample ``(features,)`` repeated ``n`` times along a new steps axis: ``(n, features)``."""
     kind = "repeat_vector"
 
-    def __init__(self, n: int, **kw: Any) -> None:
+    def __init__(self, n: int, **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         self.n = positive_int_arg(None, "n", n)
 

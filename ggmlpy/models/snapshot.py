@@ -33,7 +33,8 @@ class Snapshot:
     def free(self) -> None:
         if self._params is None:
             return
-        self._predictor.free()
+        if self._predictor is not None:  # made and freed with the params
+            self._predictor.free()
         self._params.free()
         self._params = self._predictor = None
 

@@ -22,7 +22,7 @@ stays in Keras' orientation ``(rows, cols, filters, in channels)``. The image la
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import numpy as np
 
@@ -34,7 +34,11 @@ from ..ops.elementwise import ggml_cont
 from ..ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_4d, ggml_view_3d, ggml_view_4d
 from ..ops.linalg import ggml_mul_mat
 from .conv import Convolution
-from .layers import ParamSpec
+from .layers import Builder, LayerOptions, ParamSpec
+
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 F32 = 4  # bytes per value: the views below count strides in bytes
@@ -114,7 +118,7 @@ class Conv2DTranspose(Convolution):
 
     def __init__(self, filters: int, kernel_size: Any, strides: Any = (1, 1), padding: str = "valid",
                  activation: str | None = None, use_bias: bool = True, kernel_initializer: str = "glorot_uniform",
-                 bias_initializer: str = "zeros", **kw: Any) -> None:
+                 bias_initializer: str = "zeros", **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         self._set_common(filters, padding, activation, use_bias, kernel_initializer, bias_initializer)
         self.kernel_size = int_pair_arg(None, "kernel_size", kernel_size)
@@ -146,7 +150,7 @@ class Conv2DTranspose(Convolution):
             specs.append(ParamSpec("bias", (self.filters,), self.bias_initializer, (self.filters, self.filters)))
         return specs
 
-    def _phase_kernel(self, g: Any, cin: int, th: int, tw: int) -> Any:
+    def _phase_kernel(self, g: Builder, cin: int, th: int, tw: int) -> Any:
         """The kernel as the product with im2col's columns needs it: ``[tw * th * cin, filters * sh * sw]``,
         the taps of each phase reversed, rows in im2col's order (column tap fastest, then row tap, then channel),
         columns filter fastest, then row phase, then column phase."""

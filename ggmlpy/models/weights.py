@@ -9,7 +9,8 @@ from __future__ import annotations
 import itertools
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TYPE_CHECKING
 
 import numpy as np
 
@@ -18,11 +19,15 @@ from ..backend.backend import Backend
 from ..backend.buffer import ggml_backend_alloc_ctx_tensors
 from ..backend.transfer import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
 from ..core.types import GGML_TYPE_F32
-from ..errors import GgmlStateError, GgmlValueError
+from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
 from ..graph.context import ggml_init, ggml_tensor_overhead
 from ..graph.objects import Tensor
 from ..graph.tensor import ggml_new_tensor, ggml_set_name, set_trainable
 from .layers import Layer
+
+
+if TYPE_CHECKING:
+    from .graph import Model
 
 
 _stamps = itertools.count(1)  # when a store's weights last changed, in one order for every store
@@ -217,20 +222,29 @@ def _ne(t: Tensor) -> tuple[int, ...]:
     return tuple(ne)
 
 
+@dataclass(frozen=True)
+class WeightsCopy:
+    """What ``ModelWeights.get`` returns: a copy of the weights of one weight store, by layer and weight name."""
+    params: ParamStore
+    values: list[tuple[Layer, str, np.ndarray]]
+
+
 class ModelWeights:
     """A compiled model's weights as a fit's callbacks snapshot and restore them (early stopping's
     ``restore_best_weights``): ``get()`` copies every weight to the host (batch norm's running statistics
     included, the optimizer's moments not, as Keras), ``set(snapshot)`` writes such a copy back."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Model) -> None:
         self._model = model
 
-    def get(self) -> tuple[ParamStore, list[tuple[Layer, str, np.ndarray]]]:
+    def get(self) -> WeightsCopy:
         params = self._model.runtime.params
-        return params, [(layer, spec.name, params.read(layer, spec.name)) for layer, spec in params.specs]
+        return WeightsCopy(params, [(layer, spec.name, params.read(layer, spec.name)) for layer, spec in params.specs])
 
-    def set(self, snapshot: tuple[ParamStore, list[tuple[Layer, str, np.ndarray]]]) -> None:
-        params, values = snapshot
+    def set(self, snapshot: object) -> None:
+        if not isinstance(snapshot, WeightsCopy):
+            raise GgmlTypeError(f"weights.set takes what weights.get() returned, got {type(snapshot).__name__}")
+        params, values = snapshot.params, snapshot.values
         if params is not self._model.runtime.params:
             raise GgmlStateError("these weights were copied before the model was compiled again; they no longer "
                                  "fit its weights")

@@ -9,21 +9,26 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast, TYPE_CHECKING
 
 from ..errors import GgmlTypeError, GgmlValueError
+from ..graph.objects import Tensor
 from ..ops.elementwise import ggml_add, ggml_mul, ggml_scale
 from ..ops.layout import ggml_reshape
 from ..ops.reduce import ggml_concat
-from .layers import Layer, NATURAL
+from .layers import Builder, Layer, LayerOptions, NATURAL
 from .sequence import Recurrent
+
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 class _InnerView:
     """The graph builder as an inner layer sees it: its weights are the wrapper's (``prefix`` + name), and
     ``batch`` counts the inner layer's samples."""
 
-    def __init__(self, g: Any, wrapper: Layer, inner: Layer, prefix: str, batch: int) -> None:
+    def __init__(self, g: Builder, wrapper: Layer, inner: Layer, prefix: str, batch: int) -> None:
         self._g, self._wrapper, self._inner, self._prefix = g, wrapper, inner, prefix
         self.batch = batch
         self.input_mask = None  # the wrapper's mask is over its steps, not the inner layer's samples
@@ -34,8 +39,9 @@ class _InnerView:
                                 f"'{self._wrapper.name}'; this is a bug in ggmlpy, please report it")
         return self._g.param(self._wrapper, self._prefix + name)
 
-    def convert(self, t: Any, shape: tuple, src: str, dst: str) -> Any:
-        return type(self._g).convert(self, t, shape, src, dst)  # the builder's, with this view's batch
+    def convert(self, t: Tensor, shape: tuple[int, ...], src: str, dst: str) -> Tensor:
+        # the builder's, with this view's batch (the view stands in for the builder: the rest is its own)
+        return type(self._g).convert(cast(Builder, self), t, shape, src, dst)
 
     def __getattr__(self, key: str) -> Any:
         return getattr(self._g, key)
@@ -73,7 +79,7 @@ class TimeDistributed(Layer):
     ARG_DOCS = {"layer": "a new layer object (ggml_dense(8), ggml_conv_1d(4, 3), ...) applied to every step; its "
                          "weights become the wrapper's."}
 
-    def __init__(self, layer: Any, **kw: Any) -> None:
+    def __init__(self, layer: Any, **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         self.layer = _fresh_inner(layer, "time_distributed")
         self.regularizers = dict(layer.regularizers)
@@ -114,7 +120,7 @@ class TimeDistributed(Layer):
     def _apply(self, g, xs, shapes, training: bool):
         steps, inner_in = shapes[0][0], self._step_shape(shapes[0])
         inner_out = self.layer.output_shape([inner_in])
-        view = _InnerView(g, self, self.layer, "", g.batch * steps)
+        view = cast(Builder, _InnerView(g, self, self.layer, "", g.batch * steps))  # a Builder by delegation
         x = xs[0]   # natural [inner ne..., steps, N]: the same memory as [inner ne..., steps * N]
         x = ggml_reshape(g.ctx, x, g.shape_target(tuple(reversed(inner_in)) + (steps * g.batch,)))
         x = view.convert(x, inner_in, NATURAL, self.layer.layout)
@@ -144,7 +150,7 @@ class Bidirectional(Layer):
                          "wrapper's, a copy of it runs backwards.",
                 "merge_mode": "how the two directions join: 'concat' (features side by side), 'sum', 'mul', 'ave'."}
 
-    def __init__(self, layer: Any, merge_mode: str = "concat", **kw: Any) -> None:
+    def __init__(self, layer: Any, merge_mode: str = "concat", **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         layer = _fresh_inner(layer, "bidirectional")
         if not isinstance(layer, Recurrent):

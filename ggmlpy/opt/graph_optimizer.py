@@ -36,6 +36,7 @@ from ..ops.elementwise import ggml_add, ggml_scale
 from .context import OptContext
 from .params import LrUserdata
 from .rules import clip_gradients, hparams_size, OptimizerSpec, step_hparams, step_ops
+from .state import OptimizerState
 
 
 # a bound on the step's nodes per weight beyond the replicas' sums: the widest rule (centered RMSprop with momentum,
@@ -186,7 +187,7 @@ class GraphOptimizer:
         return step_hparams(self.spec, self.lr_ud.params, self.iter)
 
     # ---- state, in ggml_opt_get_state's form
-    def get_state(self) -> dict:
+    def get_state(self) -> OptimizerState:
         p = self.lr_ud.params
         if self.spec.name == "adamw":
             hparams = {"learning_rate": float(p.adamw.alpha), "beta1": float(p.adamw.beta1),
@@ -196,13 +197,13 @@ class GraphOptimizer:
         values = {slot: {name: ggml_backend_tensor_get_data(t).reshape(numpy_shape(param))
                          for name, param, t in zip(self.names, self.params, tensors)}
                   for slot, tensors in self.slots.items()}
-        state = {"optimizer": self.spec.name, "iter": self.iter, "m": values.pop("m", {}), "v": values.pop("v", {}),
-                 "hparams": hparams}
+        state: OptimizerState = {"optimizer": self.spec.name, "iter": self.iter, "m": values.pop("m", {}),
+                                 "v": values.pop("v", {}), "hparams": hparams}
         if values:
             state["slots"] = values
         return state
 
-    def set_state(self, state: dict) -> None:
+    def set_state(self, state: OptimizerState) -> None:
         """Adopt a state (checked by the caller against the model, as ``OptimizerState.set`` does): slots
         of weights it lacks start from their initial value."""
         if state["optimizer"] != self.spec.name:
