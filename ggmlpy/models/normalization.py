@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any, TYPE_CHECKING
 
 import numpy as np
-import numpy.typing as npt
 
 from ..core.args import FLOAT32_MAX
 from ..errors import GgmlInUseError, GgmlTypeError, GgmlValueError
@@ -33,8 +32,8 @@ class Normalization(Layer):
     kind = "normalization"
     ARG_DOCS = {"axis": "-1: a mean and variance per feature (the last axis); None: one pair for all values."}
 
-    def __init__(self, axis: int | None = -1, mean: npt.ArrayLike | None = None, variance: npt.ArrayLike | None = None,
-                 **kw: Unpack[LayerOptions]) -> None:
+    def __init__(self, axis: int | None = -1, mean: np.typing.ArrayLike | None = None,
+                 variance: np.typing.ArrayLike | None = None, **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         if axis is not None and (isinstance(axis, bool) or axis != -1):
             raise GgmlValueError(f"normalization axis must be -1 (each feature of the last axis) or None (all values "
