@@ -153,17 +153,17 @@ def _links(page: str) -> tuple[str | None, list[str]]:
     import html.parser
 
     class Links(html.parser.HTMLParser):
-        def __init__(self):
+        def __init__(self) -> None:
             super().__init__()
             self.base: str | None = None
             self.hrefs: list[str] = []
 
-        def handle_starttag(self, tag, attrs):
-            attrs = dict(attrs)
-            if tag == "base" and attrs.get("href") and self.base is None:
-                self.base = attrs["href"]
-            elif tag == "a" and attrs.get("href"):
-                self.hrefs.append(attrs["href"])
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            href = dict(attrs).get("href")
+            if tag == "base" and href and self.base is None:
+                self.base = href
+            elif tag == "a" and href:
+                self.hrefs.append(href)
 
     parser = Links()
     parser.feed(page)
