@@ -116,7 +116,7 @@ def unpack(run: Run) -> None:
     run.say(f"gpu_check: libraries of commit {manifest['commit'][:10]}"
             f"{' (with uncommitted changes)' if manifest['uncommitted_changes'] else ''}, sm_{manifest['cuda_arch']}")
     sys.path.insert(0, str(ROOT))
-    from tools.ggml_build import read_pin, source_key   # the pin and patches/ of this checkout
+    from tools.ggml_build import read_pin, source_key  # the pin and patches/ of this checkout
     here = source_key(read_pin())
     run.results["pack"]["matches_checkout"] = manifest.get("source_key") == here
     if manifest.get("source_key") != here:
