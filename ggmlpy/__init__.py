@@ -102,38 +102,38 @@ from .graph.tensor import (ggml_dup_tensor, ggml_get_name, ggml_get_tensor, ggml
                            ggml_new_tensor, ggml_new_tensor_1d, ggml_new_tensor_2d, ggml_new_tensor_3d,
                            ggml_new_tensor_4d, ggml_set_input, ggml_set_loss, ggml_set_name, ggml_set_output,
                            ggml_set_param, ggml_tensor_shape, ggml_tensor_type)
-from .models.api import (ggml_activation, ggml_add_layer, ggml_apply, ggml_average_pooling_1d,
-                         ggml_average_pooling_2d, ggml_batch_norm, ggml_bidirectional, ggml_concatenate,
-                         ggml_conv_1d, ggml_conv_2d, ggml_conv_2d_transpose, ggml_custom_layer, ggml_dense,
-                         ggml_dropout, ggml_embedding, ggml_flatten, ggml_freeze_weights, ggml_get_layer,
-                         ggml_get_weights, ggml_global_average_pooling_1d, ggml_global_average_pooling_2d,
-                         ggml_global_max_pooling_1d, ggml_global_max_pooling_2d, ggml_gru, ggml_input,
-                         ggml_layer_activation, ggml_layer_add, ggml_layer_average_pooling_1d,
-                         ggml_layer_average_pooling_2d, ggml_layer_batch_norm, ggml_layer_bidirectional,
-                         ggml_layer_concatenate, ggml_layer_conv_1d, ggml_layer_conv_2d,
-                         ggml_layer_conv_2d_transpose, ggml_layer_dense, ggml_layer_dropout, ggml_layer_embedding,
-                         ggml_layer_flatten, ggml_layer_global_average_pooling_1d,
-                         ggml_layer_global_average_pooling_2d, ggml_layer_global_max_pooling_1d,
-                         ggml_layer_global_max_pooling_2d, ggml_layer_gru, ggml_layer_layer_norm, ggml_layer_lstm,
-                         ggml_layer_masking, ggml_layer_max_pooling_1d, ggml_layer_max_pooling_2d,
-                         ggml_layer_multi_head_attention, ggml_layer_norm, ggml_layer_normalization,
-                         ggml_layer_position_embedding, ggml_layer_repeat_vector, ggml_layer_reshape,
-                         ggml_layer_time_distributed, ggml_layer_upsampling_2d, ggml_lstm, ggml_masking,
-                         ggml_max_pooling_1d, ggml_max_pooling_2d, ggml_model, ggml_model_sequential,
-                         ggml_model_summary, ggml_multi_head_attention, ggml_normalization, ggml_pop_layer,
-                         ggml_position_embedding, ggml_repeat_vector, ggml_set_weights, ggml_time_distributed,
-                         ggml_unfreeze_weights, ggml_upsampling_2d)
-from .models.callbacks import (ggml_callback_model_checkpoint)
-from .models.compile import (ggml_compile)
-from .models.fit import (ggml_evaluate, ggml_fit, ggml_fit_generator, ggml_predict, ggml_predict_classes)
-from .models.keras_metrics import (ggml_metric_auc, ggml_metric_precision, ggml_metric_recall,
-                                   ggml_metric_top_k_accuracy)
-from .models.normalization import (ggml_layer_adapt)
-from .models.placement import (ggml_model_placement, ggml_model_profile)
-from .models.preprocessing import (ggml_pad_sequences, ggml_to_categorical)
-from .models.regularizers import (ggml_regularizer_l1, ggml_regularizer_l1_l2, ggml_regularizer_l2)
-from .models.saving import (ggml_load_model, ggml_load_weights, ggml_save_model, ggml_save_weights)
-from .models.snapshot import (ggml_snapshot_free)
+from .models.builders import (ggml_activation, ggml_add_layer, ggml_apply, ggml_average_pooling_1d,
+                              ggml_average_pooling_2d, ggml_batch_norm, ggml_bidirectional, ggml_concatenate,
+                              ggml_conv_1d, ggml_conv_2d, ggml_conv_2d_transpose, ggml_custom_layer, ggml_dense,
+                              ggml_dropout, ggml_embedding, ggml_flatten, ggml_freeze_weights, ggml_get_layer,
+                              ggml_get_weights, ggml_global_average_pooling_1d, ggml_global_average_pooling_2d,
+                              ggml_global_max_pooling_1d, ggml_global_max_pooling_2d, ggml_gru, ggml_input,
+                              ggml_layer_activation, ggml_layer_add, ggml_layer_average_pooling_1d,
+                              ggml_layer_average_pooling_2d, ggml_layer_batch_norm, ggml_layer_bidirectional,
+                              ggml_layer_concatenate, ggml_layer_conv_1d, ggml_layer_conv_2d,
+                              ggml_layer_conv_2d_transpose, ggml_layer_dense, ggml_layer_dropout,
+                              ggml_layer_embedding, ggml_layer_flatten, ggml_layer_global_average_pooling_1d,
+                              ggml_layer_global_average_pooling_2d, ggml_layer_global_max_pooling_1d,
+                              ggml_layer_global_max_pooling_2d, ggml_layer_gru, ggml_layer_layer_norm,
+                              ggml_layer_lstm, ggml_layer_masking, ggml_layer_max_pooling_1d,
+                              ggml_layer_max_pooling_2d, ggml_layer_multi_head_attention, ggml_layer_norm,
+                              ggml_layer_normalization, ggml_layer_position_embedding, ggml_layer_repeat_vector,
+                              ggml_layer_reshape, ggml_layer_time_distributed, ggml_layer_upsampling_2d, ggml_lstm,
+                              ggml_masking, ggml_max_pooling_1d, ggml_max_pooling_2d, ggml_model,
+                              ggml_model_sequential, ggml_model_summary, ggml_multi_head_attention,
+                              ggml_normalization, ggml_pop_layer, ggml_position_embedding, ggml_repeat_vector,
+                              ggml_set_weights, ggml_time_distributed, ggml_unfreeze_weights, ggml_upsampling_2d)
+from .models.engine.compile import (ggml_compile)
+from .models.engine.fitting import (ggml_evaluate, ggml_fit, ggml_fit_generator, ggml_predict, ggml_predict_classes)
+from .models.engine.metrics import (ggml_metric_auc, ggml_metric_precision, ggml_metric_recall,
+                                    ggml_metric_top_k_accuracy)
+from .models.engine.snapshot import (ggml_snapshot_free)
+from .models.io.checkpoints import (ggml_callback_model_checkpoint)
+from .models.io.preprocessing import (ggml_pad_sequences, ggml_to_categorical)
+from .models.io.saving import (ggml_load_model, ggml_load_weights, ggml_save_model, ggml_save_weights)
+from .models.layers.normalization import (ggml_layer_adapt)
+from .models.layers.regularizers import (ggml_regularizer_l1, ggml_regularizer_l1_l2, ggml_regularizer_l2)
+from .models.placement_report import (ggml_model_placement, ggml_model_profile)
 from .models.trainer import (ggml_trainer)
 from .ops.activation import (ggml_add1, ggml_ceil, ggml_floor, ggml_geglu, ggml_geglu_erf, ggml_geglu_quick,
                              ggml_geglu_split, ggml_gelu_erf, ggml_gelu_quick, ggml_glu, GGML_GLU_OP_GEGLU,
@@ -206,7 +206,7 @@ from .training.callbacks import (ggml_callback_csv_logger, ggml_callback_early_s
 from .training.fit import (ggml_fit_opt, ggml_fit_opt_gen, ggml_fit_opt_multi, ggml_opt_fit_multi)
 from .training.plot import (ggml_plot_history)
 
-_LAZY = {'GgmlClassifier': 'models.estimators', 'GgmlRegressor': 'models.estimators'}
+_LAZY = {'GgmlClassifier': 'models.io.estimators', 'GgmlRegressor': 'models.io.estimators'}
 
 
 def __getattr__(name: str):  # the scikit-learn estimators load (and import scikit-learn) when first used
@@ -303,14 +303,14 @@ __all__ = [
     "ggml_lstm", "ggml_masking", "ggml_max_pooling_1d", "ggml_max_pooling_2d", "ggml_model", "ggml_model_sequential",
     "ggml_model_summary", "ggml_multi_head_attention", "ggml_normalization", "ggml_pop_layer",
     "ggml_position_embedding", "ggml_repeat_vector", "ggml_set_weights", "ggml_time_distributed",
-    "ggml_unfreeze_weights", "ggml_upsampling_2d", "ggml_callback_model_checkpoint", "ggml_compile", "ggml_evaluate",
-    "ggml_fit", "ggml_fit_generator", "ggml_predict", "ggml_predict_classes", "ggml_metric_auc",
-    "ggml_metric_precision", "ggml_metric_recall", "ggml_metric_top_k_accuracy", "ggml_layer_adapt",
-    "ggml_model_placement", "ggml_model_profile", "ggml_pad_sequences", "ggml_to_categorical", "ggml_regularizer_l1",
-    "ggml_regularizer_l1_l2", "ggml_regularizer_l2", "ggml_load_model", "ggml_load_weights", "ggml_save_model",
-    "ggml_save_weights", "ggml_snapshot_free", "ggml_trainer", "ggml_add1", "ggml_ceil", "ggml_floor", "ggml_geglu",
-    "ggml_geglu_erf", "ggml_geglu_quick", "ggml_geglu_split", "ggml_gelu_erf", "ggml_gelu_quick", "ggml_glu",
-    "GGML_GLU_OP_GEGLU", "GGML_GLU_OP_GEGLU_ERF", "GGML_GLU_OP_GEGLU_QUICK", "GGML_GLU_OP_REGLU",
+    "ggml_unfreeze_weights", "ggml_upsampling_2d", "ggml_compile", "ggml_evaluate", "ggml_fit", "ggml_fit_generator",
+    "ggml_predict", "ggml_predict_classes", "ggml_metric_auc", "ggml_metric_precision", "ggml_metric_recall",
+    "ggml_metric_top_k_accuracy", "ggml_snapshot_free", "ggml_callback_model_checkpoint", "ggml_pad_sequences",
+    "ggml_to_categorical", "ggml_load_model", "ggml_load_weights", "ggml_save_model", "ggml_save_weights",
+    "ggml_layer_adapt", "ggml_regularizer_l1", "ggml_regularizer_l1_l2", "ggml_regularizer_l2",
+    "ggml_model_placement", "ggml_model_profile", "ggml_trainer", "ggml_add1", "ggml_ceil", "ggml_floor",
+    "ggml_geglu", "ggml_geglu_erf", "ggml_geglu_quick", "ggml_geglu_split", "ggml_gelu_erf", "ggml_gelu_quick",
+    "ggml_glu", "GGML_GLU_OP_GEGLU", "GGML_GLU_OP_GEGLU_ERF", "GGML_GLU_OP_GEGLU_QUICK", "GGML_GLU_OP_REGLU",
     "GGML_GLU_OP_SWIGLU", "GGML_GLU_OP_SWIGLU_OAI", "ggml_glu_split", "ggml_hardsigmoid", "ggml_reglu",
     "ggml_reglu_split", "ggml_round", "ggml_swiglu", "ggml_swiglu_clamp", "ggml_swiglu_split", "ggml_add_rel_pos",
     "ggml_flash_attn_ext", "ggml_get_rel_pos", "ggml_rope", "ggml_rope_ext", "ggml_rope_ext_inplace",

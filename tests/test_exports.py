@@ -59,7 +59,7 @@ def test_public_functions_are_guarded_and_keep_their_help():
 @pytest.mark.parametrize("name", ["ggml_conv_1d", "ggml_conv_2d", "ggml_dropout"])
 def test_op_and_layer_clash_is_settled_by_the_model_layer(name):
     """The model layer's function takes both the op's (ctx, ...) call and the layer's."""
-    assert G.__dict__[name].__wrapped__.__module__ == "ggmlpy.models.api"
+    assert G.__dict__[name].__wrapped__.__module__ == "ggmlpy.models.builders"
 
 
 def test_a_new_clash_is_an_error(tmp_path, monkeypatch):

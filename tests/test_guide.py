@@ -132,7 +132,7 @@ def test_readme_keeps_the_essentials():
 def test_readme_loss_names_are_those_ggml_compile_takes():
     """The Keras table's losses row: each Keras loss class is named, and each quoted string on the ggmlpy side
     is a loss ggml_compile accepts, trained as the loss Keras' class computes (its snake_case alias in Keras)."""
-    from ggmlpy.models.compile import LOSSES
+    from ggmlpy.models.engine.compile import LOSSES
     row = next(line for line in README.read_text(encoding="utf-8").splitlines() if line.startswith("| losses:"))
     keras_side, ours = row.split(" | ")[:2]
     keras_alias = {"BinaryCrossentropy": "binary_crossentropy", "CategoricalCrossentropy": "categorical_crossentropy",

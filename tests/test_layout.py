@@ -25,6 +25,12 @@ TIERS = [
     ["ggmlpy.compute"],
     ["ggmlpy.opt", "ggmlpy.gguf"],
     ["ggmlpy.training"],
+    # the model layer's sub-tiers, lowest first; ggmlpy.models itself (the builders, the trainer, the placement
+    # report) stands above them all
+    ["ggmlpy.models.layers"],
+    ["ggmlpy.models.network"],
+    ["ggmlpy.models.engine"],
+    ["ggmlpy.models.io"],
     ["ggmlpy.models"],
     ["ggmlpy._guard"],  # the public-surface guard: only the package's __init__ uses it
 ]
@@ -234,3 +240,13 @@ def test_a_clean_made_up_package_passes(tmp_path):
 
 if __name__ == "__main__":
     print("\n".join(violations() + private_crossings()) or "the layout keeps the contract")
+
+
+def test_no_model_layer_module_repeats_a_lower_tiers_name():
+    """A module of models/ is not named as a module or folder of a tier below it (models/graph.py beside graph/,
+    models/fit.py beside training/fit.py made every reader ask which one was meant)."""
+    mods = modules()
+    lower = {n.rsplit(".", 1)[-1] for n in mods if not n.startswith(f"{PACKAGE}.models")}
+    lower |= {n.split(".")[1] for n in mods if n.count(".") >= 1 and not n.startswith(f"{PACKAGE}.models")}
+    clashes = sorted(n for n in mods if n.startswith(f"{PACKAGE}.models.") and n.rsplit(".", 1)[-1] in lower)
+    assert not clashes, f"model-layer modules named as a lower tier's module or folder: {clashes}"

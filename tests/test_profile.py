@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-from ggmlpy.models.placement import ggml_model_profile
+from ggmlpy.models.placement_report import ggml_model_profile
 
 
 def _cnn():

@@ -16,9 +16,9 @@ PACKAGE = os.path.join(ROOT, "ggmlpy")
 INIT = os.path.join(PACKAGE, "__init__.py")
 PREFIXES = ("ggml_", "GGML_", "gguf_")
 # The model layer's ggml_conv_2d/ggml_conv_1d/ggml_dropout also take the op's (ctx, ...) call and pass it on
-# to the op (models/api.py), so the package exports the model layer's.
-PREFERRED = {"ggml_conv_1d": "ggmlpy.models.api", "ggml_conv_2d": "ggmlpy.models.api",
-             "ggml_dropout": "ggmlpy.models.api"}
+# to the op (models/builders.py), so the package exports the model layer's.
+PREFERRED = {"ggml_conv_1d": "ggmlpy.models.builders", "ggml_conv_2d": "ggmlpy.models.builders",
+             "ggml_dropout": "ggmlpy.models.builders"}
 ERRORS = ["GgmlpyError", "GgmlpyWarning", "GgmlStateError", "GgmlInUseError", "GgmlTypeError", "GgmlValueError",
           "BackendUnavailableError", "GgufFileError", "GgufFileNotFoundError", "GgufKeyError"]
 
@@ -40,7 +40,7 @@ from .core.glossary import explain as _explain
 
 # names loaded on first use from modules that import an optional dependency (scikit-learn); not in __all__, so
 # that `from ggmlpy import *` never needs it
-LAZY = {"GgmlClassifier": "models.estimators", "GgmlRegressor": "models.estimators"}
+LAZY = {"GgmlClassifier": "models.io.estimators", "GgmlRegressor": "models.io.estimators"}
 
 FOOTER = '''
 _LAZY = ''' + repr(LAZY) + '''

@@ -10,7 +10,12 @@ Modules by concern: ``layers``/``conv``/``norm``/``sequence``/``attention`` (wha
 """
 from __future__ import annotations
 
-from . import api, compile, fit, pickling, placement, saving, trainer
+from . import builders as api
+from . import placement_report as placement
+from . import trainer
+from .engine import compile
+from .engine import fitting as fit
+from .io import pickling, saving
 
 
 MODULES = [api, compile, fit, trainer, saving, placement]

@@ -15,16 +15,16 @@ from ..core.args import is_int, learning_rate_arg
 from ..core.handle import interpreter_exiting
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
 from ..training.loop import NONFINITE_CAUSES
-from . import data as D
-from .compile import compiled
-from .graph import Model
-from .metrics import Tally
-from .predict import predict_arrays
-from .regularizers import weight_penalty
-from .runtime import model_in_use
-from .saving import save_model
-from .session import TrainingSetup
-from .snapshot import Snapshot
+from .engine import inputs as D
+from .engine.compile import compiled
+from .engine.metrics import Tally
+from .engine.predict import predict_arrays
+from .engine.runtime import model_in_use
+from .engine.session import TrainingSetup
+from .engine.snapshot import Snapshot
+from .io.saving import save_model
+from .layers.regularizers import weight_penalty
+from .network.model import Model
 
 
 def _one_at_a_time(method: Callable) -> Callable:

@@ -164,7 +164,7 @@ def test_model_layer_splits_the_threads_for_fit_trainer_steps_and_predict(monkey
     pool one."""
     from ggmlpy.backend import backend as gb
     from ggmlpy.compute import threads as policy
-    from ggmlpy.models import runtime
+    from ggmlpy.models.engine import runtime
     from ggmlpy.training.loop import TrainingSession
     monkeypatch.setattr(gb, "_n_threads", [2])
     monkeypatch.setattr(policy, "blas_shares_cpu_pool", lambda: False)  # the pthreads policy splits the count

@@ -1,4 +1,4 @@
-"""Conv2DTranspose (ggmlpy/models/transpose.py) against float64 numpy references and Keras 3.
+"""Conv2DTranspose (ggmlpy/models/layers/conv_transpose.py) against float64 numpy references and Keras 3.
 
 * forward: ``ggml_predict`` equals the scatter-add definition (each input pixel times the kernel added into
   the output at stride steps), cropped to Keras' window, for square and non-square kernels and strides,
@@ -20,7 +20,7 @@ import pytest
 
 import ggmlpy as g
 from ggmlpy.errors import GgmlStateError, GgmlTypeError, GgmlValueError
-from ggmlpy.models.transpose import Conv2DTranspose
+from ggmlpy.models.layers.conv_transpose import Conv2DTranspose
 
 from . import reference as R
 

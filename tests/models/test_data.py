@@ -1,4 +1,4 @@
-"""The model layer's data rule (models/data.py): what is refused before it can train on wrong values, and
+"""The model layer's data rule (models/engine/inputs.py): what is refused before it can train on wrong values, and
 the Keras forms that are accepted."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ggmlpy/models/fused.py: which device computes the fused CPU ops, and the layers that build them (the tiled
+"""ggmlpy/models/layers/fused.py: which device computes the fused CPU ops, and the layers that build them (the tiled
 convolution of patches/0036 here; the recurrent ones in test_sequence_layers.py) training as their portable form."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-from ggmlpy.models import fused
+from ggmlpy.models.layers import fused
 
 
 def test_the_cpu_computes_every_fused_op():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-from ggmlpy.models.keras_metrics import metric_spec
+from ggmlpy.models.engine.metrics import metric_spec
 from ggmlpy.training.callbacks import monitor_mode
 
 

@@ -1,4 +1,4 @@
-"""Models through pickle and copy.deepcopy (models/pickling.py): the copy predicts identically, its next fit
+"""Models through pickle and copy.deepcopy (models/io/pickling.py): the copy predicts identically, its next fit
 continues the same optimizer trajectory, and a spawn worker of a process pool can take one and send it back."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Keras' preprocessing helpers (models/preprocessing.py) against Keras' documented examples and a plain
+"""Keras' preprocessing helpers (models/io/preprocessing.py) against Keras' documented examples and a plain
 Python reference."""
 from __future__ import annotations
 

@@ -383,7 +383,7 @@ def test_a_model_file_is_checked_against_its_architecture_before_any_weight_is_a
     arch = json.loads(g.gguf_read(tmp_path / "m.gguf")[1]["ggmlpy.model"])
     arch["layers"][0]["units"] = 50_000_000
     bomb = _rewrite(tmp_path / "m.gguf", tmp_path / "bomb.gguf", meta={"ggmlpy.model": json.dumps(arch)})
-    from ggmlpy.models import compile as C
+    from ggmlpy.models.engine import compile as C
 
     def no_runtime(*a, **k):
         raise AssertionError("weights were allocated before the file was checked")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-from ggmlpy.models.compile import build_training_graph
+from ggmlpy.models.engine.compile import build_training_graph
 
 from . import reference as R
 from .test_layers import (
@@ -340,7 +340,7 @@ def test_a_recurrence_over_100_steps_trains(layer, unrolled, monkeypatch):
     makes a training graph beyond ggml's default 2048 nodes (patches/0005); the CPU runs the LSTM's recurrence as
     one op each way (patches/0035)."""
     if unrolled:
-        from ggmlpy.models import fused
+        from ggmlpy.models.layers import fused
         monkeypatch.setattr(fused, "device_computes", lambda device, op: op == "gru_cell")
     np.random.seed(0)
     rng = np.random.RandomState(0)
@@ -595,7 +595,7 @@ def test_the_fused_recurrence_trains_as_the_element_wise_one(layer, allowed, op,
     """The CPU's fused LSTM and GRU forms (the whole sequence, one step) against the element-wise graph they
     replace: the same losses and weights after three epochs (float32 rounding apart), and the fused op is in the
     CPU's graph."""
-    from ggmlpy.models import fused as fused_ops
+    from ggmlpy.models.layers import fused as fused_ops
     real = fused_ops.device_computes
     monkeypatch.setattr(fused_ops, "device_computes", lambda device, name: name in allowed and real(device, name))
     fused, h_fused, x = _trained_lstm("cpu", layer=layer)

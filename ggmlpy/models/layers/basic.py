@@ -1,0 +1,278 @@
+"""The basic layers: dense, flatten, dropout, embeddings, add, concatenate."""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, TYPE_CHECKING
+
+import numpy as np
+
+from ...core.args import bool_arg, is_int, is_real, positive_int_arg
+from ...errors import GgmlTypeError, GgmlValueError
+from ...ops.elementwise import ggml_add
+from ...ops.layout import (
+    ggml_get_rows,
+    ggml_reshape_1d,
+    ggml_reshape_2d,
+    ggml_reshape_3d,
+    ggml_reshape_4d,
+    ggml_view_2d,
+)
+from ...ops.linalg import ggml_mul_mat
+from ...ops.reduce import ggml_concat
+from .initializers import check_initializer
+from .layer import (
+    activate,
+    check_activation,
+    Layer,
+    LayerOptions,
+    ParamSpec,
+)
+
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+
+class Dense(Layer):
+    """``units`` outputs from the last axis: ``activation(x W + b)``."""
+    kind = "dense"
+    mask_support = "propagate"  # on sequences: each step on its own
+    REGULARIZED = {"kernel_regularizer": "weight", "bias_regularizer": "bias"}
+
+    def __init__(self, units: int, activation: str | None = None, use_bias: bool = True,
+                 kernel_initializer: str = "glorot_uniform", bias_initializer: str = "zeros",
+                 input_dim: int | None = None, **kw: Unpack[LayerOptions]) -> None:
+        if input_dim is not None:  # Keras 2's Dense(units, input_dim=n): input_shape=(n,)
+            if kw.get("input_shape") is not None:
+                raise GgmlValueError("give input_dim or input_shape, not both")
+            kw["input_shape"] = (positive_int_arg(None, "input_dim", input_dim),)
+        super().__init__(**kw)
+        self.units = positive_int_arg(None, "units", units)
+        self.activation = check_activation(activation)
+        self.use_bias = bool_arg(None, "use_bias", use_bias)
+        self.kernel_initializer = check_initializer(kernel_initializer, "kernel_initializer")
+        self.bias_initializer = check_initializer(bias_initializer, "bias_initializer")
+
+    def config(self) -> dict:
+        return {"units": self.units, "activation": self.activation, "use_bias": self.use_bias,
+                "kernel_initializer": self.kernel_initializer, "bias_initializer": self.bias_initializer}
+
+    def output_shape(self, shapes):
+        return shapes[0][:-1] + (self.units,)
+
+    def make_params(self, shapes):
+        fan_in = shapes[0][-1]
+        specs = [ParamSpec("weight", (fan_in, self.units), self.kernel_initializer, (fan_in, self.units),
+                           user_axes=(1, 0))]
+        if self.use_bias:
+            specs.append(ParamSpec("bias", (self.units,), self.bias_initializer, (self.units, self.units)))
+        return specs
+
+    def forward(self, g, xs, shapes):
+        x = xs[0]
+        if len(shapes[0]) > 1:  # (..., features): one matrix product over all leading axes (ggml's
+            # mul_mat backward cannot broadcast the weight over a 4th axis)
+            x = ggml_reshape_2d(g.ctx, x, shapes[0][-1], int(np.prod(shapes[0][:-1])) * g.batch)
+        y = ggml_mul_mat(g.ctx, g.param(self, "weight"), x)
+        if self.use_bias:
+            y = ggml_add(g.ctx, y, g.param(self, "bias"))
+        y = activate(g, y, self.activation)
+        if len(shapes[0]) > 1:
+            y = ggml_reshape_4d(g.ctx, y, self.units, *xs[0].shape[1:])
+        return y
+
+
+class Flatten(Layer):
+    """All axes of a sample into one (in the user's orientation: channels fastest)."""
+    kind = "flatten"
+
+    def output_shape(self, shapes):
+        return (math.prod(shapes[0]),)
+
+    def forward(self, g, xs, shapes):
+        return ggml_reshape_2d(g.ctx, xs[0], math.prod(shapes[0]), g.batch)
+
+
+class Dropout(Layer):
+    """Inverted dropout: in training each value is zeroed with probability ``rate`` and the rest scaled
+    by 1/(1 - rate), with a new mask every step (made on the model's device by ``ggml_dropout``);
+    ``ggml_predict``/``ggml_evaluate`` pass values through."""
+    kind = "dropout"
+    mask_support = "propagate"
+
+    def __init__(self, rate: float, **kw: Unpack[LayerOptions]) -> None:
+        super().__init__(**kw)
+        if not is_real(rate) or not 0 <= rate < 1:
+            raise GgmlValueError(f"dropout rate must be a number in [0, 1), got {rate!r}")
+        self.rate = float(rate)
+
+    def config(self) -> dict:
+        return {"rate": self.rate}
+
+    def forward(self, g, xs, shapes):
+        if self.rate == 0:
+            return xs[0]
+        return g.dropout(xs[0], self.rate)
+
+    def predict_forward(self, g, xs, shapes):
+        return xs[0]
+
+    def dropout_seeds(self) -> int:
+        return 1 if self.rate > 0 else 0
+
+
+def _one_of(ours: Any, keras: Any, our_name: str, keras_name: str) -> Any:
+    """An argument given under ggmlR's name or Keras' (one of the two)."""
+    if ours is not None and keras is not None:
+        raise GgmlValueError(f"give {our_name} or {keras_name} (Keras' name for it), not both")
+    if ours is None and keras is None:
+        raise GgmlTypeError(f"missing a required argument: '{our_name}' (or Keras' '{keras_name}')")
+    return ours if ours is not None else keras
+
+
+class Embedding(Layer):
+    """Rows of a ``vocab_size x dim`` table picked by int32 token ids in ``[0, vocab_size)``:
+    a sample of shape ``(steps,)`` becomes ``(steps, dim)``."""
+    kind = "embedding"
+    REGULARIZED = {"embeddings_regularizer": "weight"}
+    takes_int = True
+    ARG_DOCS = {"mask_zero": "True: id 0 is padding, and the layers after it skip those steps as after a masking "
+                             "layer (Keras' mask_zero); id 0 still has its row.",
+                "input_dim": "Keras' name of vocab_size (give one of the two).",
+                "output_dim": "Keras' name of dim (give one of the two).",
+                "embeddings_initializer": "how the table starts, by Keras' name ('uniform': uniform in +-0.05, as "
+                                          "Keras)."}
+
+    def __init__(self, vocab_size: int | None = None, dim: int | None = None, mask_zero: bool = False,
+                 embeddings_initializer: str = "uniform", input_dim: int | None = None,
+                 output_dim: int | None = None, **kw: Unpack[LayerOptions]) -> None:
+        super().__init__(**kw)
+        vocab = _one_of(vocab_size, input_dim, "vocab_size", "input_dim")
+        self.vocab_size = positive_int_arg(None, "vocab_size", vocab)
+        self.dim = positive_int_arg(None, "dim", _one_of(dim, output_dim, "dim", "output_dim"))
+        self.mask_zero = bool_arg(None, "mask_zero", mask_zero)
+        self.embeddings_initializer = check_initializer(embeddings_initializer, "embeddings_initializer")
+
+    @property
+    def makes_mask(self) -> bool:  # type: ignore[override]  # a property over Layer's class attribute: per object
+        return self.mask_zero
+
+    def config(self) -> dict:
+        return {"vocab_size": self.vocab_size, "dim": self.dim, "mask_zero": self.mask_zero,
+                "embeddings_initializer": self.embeddings_initializer}
+
+    def output_mask(self, g, in_mask, xs, out):
+        """Keras' mask_zero: 1 for a real token, 0 for id 0, ``[1, T, N]``, read from a 0/1 table by the ids."""
+        steps = xs[0].shape[0]
+        table = g.constant(np.concatenate([[0.0], np.ones(self.vocab_size - 1)]).reshape(self.vocab_size, 1))
+        mask = ggml_get_rows(g.ctx, table, ggml_reshape_1d(g.ctx, xs[0], steps * g.batch))
+        return ggml_reshape_3d(g.ctx, mask, 1, steps, g.batch)
+
+    def output_shape(self, shapes):
+        if len(shapes[0]) != 1:
+            raise GgmlValueError(f"embedding '{self.name}' takes samples of token ids of shape (steps,), got "
+                                 f"{shapes[0]}")
+        return shapes[0] + (self.dim,)
+
+    def make_params(self, shapes):
+        return [ParamSpec("weight", (self.dim, self.vocab_size), self.embeddings_initializer,
+                          (self.vocab_size, self.dim))]
+
+    def forward(self, g, xs, shapes):
+        steps = shapes[0][0]
+        ids = ggml_reshape_1d(g.ctx, xs[0], steps * g.batch)
+        rows = ggml_get_rows(g.ctx, g.param(self, "weight"), ids)
+        return ggml_reshape_3d(g.ctx, rows, self.dim, steps, g.batch)
+
+
+class PositionEmbedding(Layer):
+    """A learned vector per position added to a sequence: ``(steps, dim)`` in, the same shape out, with
+    row ``t`` of a ``sequence_length x dim`` table added at step ``t`` (``steps <= sequence_length``).
+    Gives attention layers, which do not see order, each token's position."""
+    kind = "position_embedding"
+
+    def __init__(self, sequence_length: int, **kw: Unpack[LayerOptions]) -> None:
+        super().__init__(**kw)
+        self.sequence_length = positive_int_arg(None, "sequence_length", sequence_length)
+
+    def config(self) -> dict:
+        return {"sequence_length": self.sequence_length}
+
+    def output_shape(self, shapes):
+        if len(shapes[0]) != 2 or shapes[0][0] > self.sequence_length:
+            raise GgmlValueError(f"position_embedding '{self.name}' takes sequences (steps, dim) of at most "
+                                 f"{self.sequence_length} steps, got samples of shape {shapes[0]}")
+        return shapes[0]
+
+    def make_params(self, shapes):
+        return [ParamSpec("weight", (shapes[0][1], self.sequence_length), "embedding")]
+
+    def forward(self, g, xs, shapes):
+        steps, dim = shapes[0]
+        table = g.param(self, "weight")
+        if steps < self.sequence_length:
+            table = ggml_view_2d(g.ctx, table, dim, steps, dim * 4, 0)
+        return ggml_add(g.ctx, xs[0], table)    # [dim, steps] broadcast over the batch
+
+
+class Add(Layer):
+    """Element-wise sum of nodes of one shape."""
+    kind = "add"
+    many_inputs = True
+
+    def output_shape(self, shapes):
+        if len(shapes) < 2 or any(s != shapes[0] for s in shapes):
+            raise GgmlValueError(f"add needs two or more nodes of one shape, got shapes {shapes}")
+        return shapes[0]
+
+    def forward(self, g, xs, shapes):
+        y = xs[0]
+        for x in xs[1:]:
+            y = ggml_add(g.ctx, y, x)
+        return y
+
+
+class Concatenate(Layer):
+    """Nodes joined along ``axis`` of a sample (default -1, the feature/channel axis)."""
+    kind = "concatenate"
+    many_inputs = True
+
+    def __init__(self, axis: int = -1, **kw: Unpack[LayerOptions]) -> None:
+        super().__init__(**kw)
+        if not is_int(axis):
+            raise GgmlValueError(f"axis must be an int, got {axis!r}")
+        self.axis = int(axis)
+
+    def config(self) -> dict:
+        return {"axis": self.axis}
+
+    def _axis(self, rank: int) -> int:
+        axis = self.axis + rank if self.axis < 0 else self.axis
+        if not 0 <= axis < rank:
+            raise GgmlValueError(f"concatenate axis {self.axis} is outside samples of rank {rank} (the batch axis "
+                                 "cannot be joined)")
+        return axis
+
+    def output_shape(self, shapes):
+        rank = len(shapes[0])
+        if len(shapes) < 2 or any(len(s) != rank for s in shapes):
+            raise GgmlValueError(f"concatenate needs two or more nodes of one rank, got shapes {shapes}")
+        axis = self._axis(rank)
+        for s in shapes[1:]:
+            if any(a != b for i, (a, b) in enumerate(zip(s, shapes[0])) if i != axis):
+                raise GgmlValueError(f"concatenate along axis {self.axis}: the other axes must match, got {shapes}")
+        return shapes[0][:axis] + (sum(s[axis] for s in shapes),) + shapes[0][axis + 1:]
+
+    def forward(self, g, xs, shapes):
+        dim = len(shapes[0]) - 1 - self._axis(len(shapes[0]))  # ggml counts axes from the fastest
+        y = xs[0]
+        for x in xs[1:]:
+            y = ggml_concat(g.ctx, y, x, dim)
+        return y
+
+
+def layer_sequence(values: Sequence[Any], what: str) -> list:
+    if not isinstance(values, (list, tuple)) or len(values) < 2:
+        raise GgmlValueError(f"{what} takes a list of two or more nodes, got {values!r:.80}")
+    return list(values)

@@ -1,0 +1,47 @@
+"""The fused CPU ops a layer may build instead of its portable form, and which device computes which.
+
+The LSTM and GRU steps (patches/0031), the whole LSTM and GRU recurrences (0035, 0037) and the tiled convolution
+(0036) are
+ggmlpy's own ops, computed by the CPU backend only. A layer asks ``device_computes(device, op)`` and builds the
+fused op where the answer is yes; elsewhere (Vulkan, CUDA) it builds the portable form from ops every backend
+has, so a GPU model's step stays on the device. ggml answers once per device and op (its ``supports_op`` of a
+small instance of the op), not a hand-kept list.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ...backend.device import Device, ggml_backend_dev_supports_op
+from ...core.types import GGML_TYPE_F32
+from ...graph.context import ggml_init
+from ...graph.objects import Context, Tensor
+from ...graph.tensor import ggml_new_tensor
+from ...ops.conv import ggml_conv_2d_tiled
+from ...ops.recurrent import ggml_gru_cell, ggml_gru_seq, ggml_lstm_cell, ggml_lstm_seq
+
+
+def _f32(ctx: Context, *shape: int) -> Tensor:
+    return ggml_new_tensor(ctx, GGML_TYPE_F32, len(shape), shape)
+
+
+# a small instance of each op, for ggml's supports_op
+PROBES: dict[str, Callable[[Context], Tensor]] = {
+    "lstm_cell": lambda ctx: ggml_lstm_cell(ctx, _f32(ctx, 8, 2)),
+    "gru_cell": lambda ctx: ggml_gru_cell(ctx, _f32(ctx, 6, 2), _f32(ctx, 6, 2)),
+    "lstm_seq": lambda ctx: ggml_lstm_seq(ctx, _f32(ctx, 8, 2, 3), _f32(ctx, 2, 8)),
+    "gru_seq": lambda ctx: ggml_gru_seq(ctx, _f32(ctx, 6, 2, 3), _f32(ctx, 2, 6)),
+    "conv_2d_tiled": lambda ctx: ggml_conv_2d_tiled(ctx, _f32(ctx, 3, 3, 2, 4), _f32(ctx, 5, 5, 2, 1)),
+}
+_ANSWERS: dict[tuple[str, str], bool] = {}  # (device name, op) -> whether the device computes it
+
+
+def device_computes(device: Device, op: str) -> bool:
+    """Whether ``device`` (a ggml device) computes the fused op ``op``, one of ``PROBES``."""
+    key = (device.name, op)
+    if key not in _ANSWERS:
+        ctx = ggml_init(mem_size=16384, no_alloc=True)
+        try:
+            _ANSWERS[key] = ggml_backend_dev_supports_op(device, PROBES[op](ctx))
+        finally:
+            ctx.free()
+    return _ANSWERS[key]

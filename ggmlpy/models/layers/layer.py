@@ -1,0 +1,348 @@
+"""The layer base: what every layer is (``Layer``: its name, arguments, weights and hooks), its weights' declaration
+(``ParamSpec``), layer names, activations and per-sample shapes."""
+from __future__ import annotations
+
+import itertools
+import math
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, TYPE_CHECKING, TypedDict, TypeVar
+
+import numpy as np
+
+from ...core.args import bool_arg, is_int, positive_int_arg
+from ...errors import GgmlInUseError, GgmlStateError, GgmlTypeError, GgmlValueError
+from ...graph.objects import Context, Tensor
+from ...ops.elementwise import ggml_gelu, ggml_relu, ggml_sigmoid, ggml_silu, ggml_soft_max, ggml_tanh
+from .initializers import initial_values
+from .regularizers import regularizer_arg
+
+
+if TYPE_CHECKING:
+
+    from ...backend.backend import Backend
+    from ...training.config import StepHook
+
+
+NATURAL, SPATIAL = "natural", "spatial"
+
+
+class WeightStore(Protocol):
+    """What layers read of a model's weights (``weights.ParamStore``): the backend they are on."""
+    @property
+    def backend(self) -> Backend: ...
+
+
+class Builder(Protocol):
+    """What a layer's ``forward`` builds its ops with (``runtime.GraphBuilder``): the context, the batch size,
+    whether the graph trains, the layer's weights, constants and dropout, and the input's padding mask."""
+    ctx: Context
+    batch: int
+    training: bool
+    strip_softmax: bool
+    input_mask: Tensor | None
+
+    @property
+    def params(self) -> WeightStore: ...
+
+    def param(self, layer: Layer, name: str) -> Tensor: ...
+    def zeros(self, ne: tuple[int, ...]) -> Tensor: ...
+    def constant(self, values: np.ndarray) -> Tensor: ...
+    def shape_target(self, ne: tuple[int, ...]) -> Tensor: ...
+    def dropout(self, x: Tensor, rate: float) -> Tensor: ...
+    def side_output(self, t: Tensor) -> None: ...
+    def note_relu(self, out: Tensor, x: Tensor) -> None: ...
+    def relu_input(self, t: Tensor) -> Tensor | None: ...
+    def on_train_step(self, hook: StepHook) -> None: ...
+    def convert(self, t: Tensor, shape: tuple[int, ...], src: str, dst: str) -> Tensor: ...
+
+
+class LayerOptions(TypedDict, total=False):
+    """The keyword arguments every layer takes (``Layer.__init__``), and the regularizers of those that have
+    weights (a Keras spec: ``"l2"``, ``ggml_regularizer_l1(0.01)``, ...; ``REGULARIZED`` says which)."""
+    name: str | None
+    trainable: bool
+    input_shape: int | Sequence[int] | None
+    kernel_regularizer: object
+    bias_regularizer: object
+    recurrent_regularizer: object
+    embeddings_regularizer: object
+MAX_NAME = 40  # GGUF/ggml tensor names are at most 63 bytes: "<layer name>.<weight>"
+
+ACTIVATIONS: dict[str | None, Callable | None] = {
+    None: None, "linear": None, "relu": ggml_relu, "sigmoid": ggml_sigmoid, "tanh": ggml_tanh,
+    "gelu": ggml_gelu, "silu": ggml_silu, "softmax": ggml_soft_max,
+}
+ALIASES = {"swish": "silu"}  # Keras' names of the same functions
+
+
+def check_activation(activation: object) -> str | None:
+    if activation is not None and not isinstance(activation, str):
+        hint = ""
+        if isinstance(activation, (int, tuple, list)):  # Keras' positional strides in ggmlR's activation slot
+            hint = ("; in ggmlR's order the conv layers take activation third, where Keras takes strides: "
+                    f"pass strides={activation!r} by keyword")
+        raise GgmlTypeError(f"activation must be a name (str) or None, got {type(activation).__name__} "
+                            f"{activation!r}{hint}")
+    if activation is not None:
+        activation = ALIASES.get(activation, activation)
+    if activation not in ACTIVATIONS:
+        names = ", ".join(repr(a) for a in [*ACTIVATIONS, *ALIASES] if a is not None)
+        raise GgmlValueError(f"unknown activation {activation!r}; expected one of {names} or None")
+    return None if activation == "linear" else activation
+
+
+def sample_shape(shape: Any, what: str = "input_shape") -> tuple[int, ...]:
+    """A per-sample shape: a tuple of 1 to 3 positive ints (an int means (int,))."""
+    if is_int(shape):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)) or not 1 <= len(shape) <= 3:
+        raise GgmlValueError(f"{what} must be a tuple of 1 to 3 positive ints (one sample, no batch axis), "
+                             f"got {shape!r}")
+    if any(n is None for n in shape):
+        raise GgmlValueError(f"{what} {tuple(shape)!r} leaves a size open (None), as Keras allows; ggml builds its "
+                             "graphs for fixed sizes, so give every size of one sample (e.g. the sequence length: "
+                             f"{tuple(64 if n is None else n for n in shape)!r}; pad or crop the data to it)")
+    out = tuple(positive_int_arg(None, what, n) for n in shape)
+    if math.prod(out) > MAX_SAMPLE_VALUES:
+        raise GgmlValueError(f"{what} {out} holds {math.prod(out):,} values per sample, more than ggml's tensors can "
+                             f"hold for a batch (at most {MAX_SAMPLE_VALUES:,} per sample)")
+    return out
+
+
+MAX_SAMPLE_VALUES = 1 << 40  # with a batch axis beside it, ggml's int64 element counts stay far from overflow
+
+
+def natural_ne(shape: tuple[int, ...], batch: int) -> tuple[int, ...]:
+    """ggml shape of a batch of samples of ``shape`` in the user's orientation."""
+    return tuple(reversed(shape)) + (batch,)
+
+
+@dataclass
+class ParamSpec:
+    """One weight of a layer: its ggml shape, how it starts and whether the optimizer trains it."""
+    name: str                  # "weight", "bias", "kernel", "gamma", "running_mean", ...
+    ne: tuple[int, ...]        # ggml shape
+    init: str                  # "glorot", "zeros", "ones", "embedding", "orthogonal", "unit_forget_bias"
+    fans: tuple[int, int] = (1, 1)
+    trainable: bool = True     # False: state the layer updates itself (batch-norm running statistics)
+    user_axes: tuple[int, ...] | None = None  # transpose from ggml's numpy order to the user's (Keras') order
+    value: np.ndarray | None = None  # init "given": the starting values (numpy order), e.g. adapted statistics
+
+    def initial(self, rng: np.random.RandomState) -> np.ndarray:
+        shape = tuple(reversed(self.ne))
+        if self.init == "given":
+            return np.asarray(self.value, dtype=np.float32).reshape(shape)
+        return initial_values(self.init, shape, self.fans, rng)
+
+
+_global_counts: dict[str, itertools.count] = {}
+_names_in_use: dict[str, weakref.WeakSet[Layer]] = {}
+
+
+def next_global_name(kind: str) -> str:
+    """A name for a layer made outside a sequential model: the session-wide count of its kind, skipping the
+    names live layers have (a sequential model's "dense_1", a loaded or unpickled model's), so that reusing
+    a model's layers beside new ones (Keras' transfer-learning pattern) never makes two layers of one name."""
+    counter = _global_counts.setdefault(kind, itertools.count(1))
+    while True:
+        name = f"{kind}_{next(counter)}"
+        if not _names_in_use.get(name):
+            return name
+
+
+def _note_name(name: str, layer: Layer) -> None:
+    holders = _names_in_use.get(name)
+    if holders is None:
+        holders = _names_in_use[name] = weakref.WeakSet()
+    holders.add(layer)
+
+
+def give_automatic_name(layer: Layer, name: str) -> None:
+    layer.name = name
+
+
+def layer_name_arg(name: Any) -> str:
+    if (not isinstance(name, str) or not name or len(name.encode()) > MAX_NAME
+            or not name.replace("_", "").replace("-", "").isalnum()):
+        raise GgmlValueError(f"a layer name must be letters, digits, '_' or '-', 1 to {MAX_NAME} bytes in UTF-8 "
+                             f"(ggml's tensor names hold 63 bytes), got {name!r}")
+    return name
+
+
+L = TypeVar("L")
+
+
+class _Sealed(type):
+    """Seals each layer once its constructor returns: its arguments were checked there, and the graphs
+    built from them (cached per batch size) must not change under the user."""
+
+    def __call__(cls: type[L], *args: object, **kwargs: object) -> L:
+        layer: L = type.__call__(cls, *args, **kwargs)
+        object.__setattr__(layer, "_sealed", True)
+        return layer
+
+
+class Layer(metaclass=_Sealed):
+    """A layer: ggmlR's arguments (``config``), weights built once for the first input shape, and a
+    forward pass. Applying one layer object to several nodes shares its weights.
+
+    After construction only ``trainable`` can change (True or False, not while a fit of a model holding
+    the layer runs), and ``name`` can be given once if the layer has none; every other argument is fixed:
+    make a new layer instead."""
+
+    kind = "layer"        # ggmlR's type name, also the stem of default names ("dense_1")
+    layout = NATURAL      # the ggml layout the forward pass reads
+    out_layout: str | None = None  # the layout it returns (None: the same)
+    many_inputs: bool | str = False   # add / concatenate take a list of nodes; "either": one node or a list
+    takes_int = False     # embedding: int32 token ids in
+    savable = True        # its config rebuilds it (a custom layer's forward function does not)
+    REGULARIZED: dict[str, str] = {}  # Keras' regularizer arguments the layer takes -> the weight each penalises
+    # what the layer does with a padding mask on its input (masking.py): "propagate" it, "consume" it, or
+    # "none": a mask reaching it is refused, as in Keras
+    mask_support = "none"
+
+    def __init__(self, name: str | None = None, trainable: bool = True, input_shape: Any = None,
+                 **regularizers: Any) -> None:
+        unknown = sorted(set(regularizers) - set(self.REGULARIZED))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}.__init__() got an unexpected keyword argument '{unknown[0]}'")
+        # weight name -> Regularizer, for the ones given (a penalty of 0 is none)
+        self.regularizers = {self.REGULARIZED[k]: r for k, v in regularizers.items()
+                             if (r := regularizer_arg(v, f"{self.kind} {k}")) is not None}
+        self.name = None if name is None else layer_name_arg(name)
+        self.trainable = bool_arg(None, "trainable", trainable)
+        self.input_shape = sample_shape(input_shape) if input_shape is not None else None
+        self.params: list[ParamSpec] | None = None   # set by build()
+        self.built_for: list[tuple[int, ...]] | None = None
+
+    # ---- what subclasses define
+    def config(self) -> dict:
+        """The layer's ggmlR arguments (saved with the model)."""
+        return {}
+
+    def output_shape(self, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+        return shapes[0]
+
+    def make_params(self, shapes: list[tuple[int, ...]]) -> list[ParamSpec]:
+        return []
+
+    def forward(self, g: Builder, xs: list[Tensor], shapes: list[tuple[int, ...]]) -> Tensor:
+        raise NotImplementedError
+
+    def graph_tensors(self, shapes: list[tuple[int, ...]]) -> int:
+        """An upper bound of the ggml tensors ``forward`` creates (sizes the graph's context)."""
+        return 96
+
+    def predict_forward(self, g: Builder, xs: list[Tensor], shapes: list[tuple[int, ...]]) -> Tensor:
+        """The inference pass (dropout and batch norm differ from training)."""
+        return self.forward(g, xs, shapes)
+
+    @property
+    def passes_mask(self) -> bool:
+        """Whether a padding mask on the input is one on the output too (its steps kept)."""
+        return self.mask_support == "propagate"
+
+    def dropout_seeds(self) -> int:
+        """How many dropout masks the layer draws per training step (each needs a seed of the graph's)."""
+        return 0
+
+    makes_mask = False  # a masking layer, an embedding with mask_zero: its output_mask starts a padding mask
+
+    def output_mask(self, g: Builder, in_mask: Tensor | None, xs: list[Tensor], out: Tensor) -> Tensor | None:
+        """The padding mask of the output (``[1, steps, N]``) when ``passes_mask`` or ``makes_mask``: the
+        input's by default."""
+        return in_mask
+
+    # ---- sealing
+    _BOOKKEEPING = frozenset({"params", "built_for"})
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        if self.__dict__.get("_sealed") and not key.startswith("_") and key not in self._BOOKKEEPING:
+            value = self._changed(key, value)
+        object.__setattr__(self, key, value)
+        if key == "name" and value is not None:
+            _note_name(value, self)
+
+    def __setstate__(self, state: dict) -> None:
+        if state.get("_kept_values") is not None:  # stamps count in the process that made them: older than any here
+            state = {**state, "_kept_values": (0, state["_kept_values"][1])}
+        self.__dict__.update(state)  # unpickled: its name is in use too
+        if state.get("name") is not None:
+            _note_name(state["name"], self)
+
+    def __delattr__(self, key: str) -> None:
+        if self.__dict__.get("_sealed") and not key.startswith("_"):
+            raise GgmlStateError(f"layer '{self.name}': {key} cannot be deleted")
+        object.__delattr__(self, key)
+
+    def _changed(self, key: str, value: Any) -> Any:
+        if key == "trainable":
+            value = bool_arg(None, "trainable", value)
+            if value != self.trainable and self.in_running_fit():
+                raise GgmlInUseError(f"layer '{self.name}': trainable cannot change while a fit of a model holding "
+                                     "it runs (this call comes from one of its callbacks or generators, or from "
+                                     "another thread); freeze or unfreeze layers before the fit or after it returns")
+            return value
+        if key == "name" and self.__dict__.get("name") is None:
+            return layer_name_arg(value)
+        if key == "name":
+            raise GgmlStateError(f"layer '{self.name}' is named already, and its name names its weights "
+                                 f"('{self.name}.<weight>' in saved files and ggml_get_weights); give the name when "
+                                 "making the layer (name=...)")
+        raise GgmlStateError(f"layer '{self.name}' ({self.kind}): {key} cannot change after the layer is made (the "
+                             "layer's graphs and weights are built from it); make a new layer with "
+                             f"{key}={value!r}")
+
+    def __getstate__(self) -> dict:
+        # pickled (a model sent to a worker): the weak links to live weight stores stay in this process, and
+        # the newest weights go along (those of the live store that changed them last, if newer than the copy
+        # the layer carries), so an uncompiled sub-model of trained layers arrives trained
+        state = {k: v for k, v in self.__dict__.items() if k != "_param_stores"}
+        stores = [ref() for ref in self.__dict__.get("_param_stores", [])]
+        live = [s for s in stores if s is not None and s.alive and s.shared]
+        newest = max(live, key=lambda s: s.stamp, default=None)
+        kept = state.get("_kept_values")
+        if newest is not None and (kept is None or newest.stamp > kept[0]):
+            state["_kept_values"] = (newest.stamp, {p.name: newest.read(self, p.name) for p in self.params or []})
+        return state
+
+    def in_running_fit(self) -> bool:
+        """Whether a fit of some model holding this layer's weights runs now."""
+        return any(getattr(ref(), "fits_running", 0) for ref in self.__dict__.get("_param_stores", []))
+
+    # ---- shared machinery
+    def build(self, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+        """Check the input shapes, make the weights on first use, return the output shape."""
+        out = self.output_shape(shapes)
+        if self.built_for is None:
+            self.params = self.make_params(shapes)
+            self.built_for = list(shapes)
+        elif list(shapes) != self.built_for:
+            raise GgmlValueError(f"layer '{self.name}' was built for input shape(s) {self.built_for} and is now "
+                                 f"applied to {list(shapes)}; a shared layer needs inputs of one shape")
+        return out
+
+    def n_params(self, trainable_only: bool = False) -> int:
+        return sum(int(np.prod(p.ne)) for p in (self.params or [])
+                   if p.trainable and (self.trainable or not trainable_only))
+
+    def full_config(self) -> dict:
+        regs = {arg: self.regularizers[w].config() for arg, w in self.REGULARIZED.items() if w in self.regularizers}
+        return {"type": self.kind, "name": self.name, "trainable": self.trainable, **self.config(), **regs}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
+        return f"<{self.kind} '{self.name}'{': ' + args if args else ''}>"
+
+
+def activate(g: Builder, t: Tensor, activation: str | None) -> Tensor:
+    """``activation(t)``; a final softmax is left to the loss when training with ggml's fused cross-entropy."""
+    fn = ACTIVATIONS[activation]
+    if fn is None or (activation == "softmax" and g.strip_softmax):
+        return t
+    out = fn(g.ctx, t)
+    if activation == "relu":
+        g.note_relu(out, t)
+    return out

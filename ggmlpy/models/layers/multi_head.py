@@ -1,0 +1,156 @@
+"""Multi-head attention (Keras' ``MultiHeadAttention``): self-attention over one input, or cross-attention of a
+query sequence over a value (and key) sequence, with an optional attention mask input.
+
+A sample is ``(steps, dim)``: the ggml tensor ``[D, T, N]``. Per head ``h`` the layer computes
+``softmax(q_h k_h^T / sqrt(key_dim) + mask) v_h`` and projects the heads' outputs back to the query's ``dim``
+values per step. The softmax is ggml's fused ``soft_max_ext`` (scale and mask in one op); the mask is a
+constant (-inf above the diagonal when ``causal``) or made from the mask input (Keras' rule: ``-1e9`` where
+it is 0), so nothing here needs a backward pass ggml lacks. Cost per sample: ``O(steps^2 * heads * key_dim)`` for the
+scores on top of the ``O(steps * dim * heads * key_dim)`` projections.
+
+Weights in the user's (Keras') orientation: ``query_kernel``/``key_kernel``/``value_kernel``
+(dim, heads, key_dim), ``query_bias``/``key_bias``/``value_bias`` (heads, key_dim),
+``output_kernel`` (heads, key_dim, dim), ``output_bias`` (dim,).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, TYPE_CHECKING
+
+import numpy as np
+
+from ...core.args import is_real, positive_int_arg
+from ...errors import GgmlValueError
+from ...graph.objects import Tensor
+from ...ops.elementwise import ggml_add, ggml_cont, ggml_mul, ggml_scale_bias, ggml_soft_max_ext
+from ...ops.layout import ggml_permute, ggml_reshape_1d, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d
+from ...ops.linalg import ggml_mul_mat
+from .layer import Builder, Layer, LayerOptions, ParamSpec
+
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+
+MASK_NEGATIVE = -1e9  # Keras' softmax mask: added to the scores a mask of 0 hides
+
+
+class MultiHeadAttention(Layer):
+    """Keras' MultiHeadAttention. Applied to one node: self-attention (query = key = value). Applied to a
+    list: ``[query, value]`` (key = value), ``[query, value, key]``, and with ``attention_mask=True`` a last
+    node ``(query steps, value steps)`` of 1 (attend) and 0 (hide), Keras' ``attention_mask``. The output has
+    the query's steps and dimension."""
+    kind = "multi_head_attention"
+    many_inputs = "either"
+    ARG_DOCS = {"attention_mask": "True: the last input node is a mask (query steps, value steps): 1 where a query "
+                                  "may attend to a value step, 0 where not (Keras' attention_mask).",
+                "dropout": "the fraction of the attention weights (after the softmax) dropped in training, in "
+                           "[0, 1) (Keras' dropout); off in inference."}
+
+    def __init__(self, num_heads: int, key_dim: int, causal: bool = False, attention_mask: bool = False,
+                 dropout: float = 0.0, **kw: Unpack[LayerOptions]) -> None:
+        super().__init__(**kw)
+        self.num_heads = positive_int_arg(None, "num_heads", num_heads)
+        self.key_dim = positive_int_arg(None, "key_dim", key_dim)
+        for name, value in (("causal", causal), ("attention_mask", attention_mask)):
+            if not isinstance(value, bool):
+                raise GgmlValueError(f"{name} must be True or False, got {value!r}")
+        self.causal, self.attention_mask = causal, attention_mask
+        if not is_real(dropout) or not 0 <= dropout < 1:
+            raise GgmlValueError(f"multi_head_attention dropout must be a rate in [0, 1), got {dropout!r}")
+        self.dropout = float(dropout)
+
+    def config(self) -> dict:
+        return {"num_heads": self.num_heads, "key_dim": self.key_dim, "causal": self.causal,
+                "attention_mask": self.attention_mask, "dropout": self.dropout}
+
+    def dropout_seeds(self) -> int:
+        return 1 if self.dropout > 0 else 0
+
+    def _roles(self, shapes: list) -> tuple:
+        """(query, value, key, mask) shapes of the inputs (key = value when not given; mask None)."""
+        n = len(shapes) - self.attention_mask
+        if not 1 <= n <= 3:
+            raise GgmlValueError(f"multi_head_attention '{self.name}' takes a node (self-attention) or [query, value] "
+                                 f"or [query, value, key]{' and a mask node last' if self.attention_mask else ''}, "
+                                 f"got {len(shapes)} nodes")
+        q = shapes[0]
+        v = shapes[1] if n > 1 else q
+        k = shapes[2] if n > 2 else v
+        mask = shapes[-1] if self.attention_mask else None
+        for role, s in (("query", q), ("value", v), ("key", k)):
+            if len(s) != 2:
+                raise GgmlValueError(f"multi_head_attention '{self.name}': the {role} must be a sequence (steps, dim), "
+                                     f"got samples of shape {s}")
+        if k[0] != v[0]:
+            raise GgmlValueError(f"multi_head_attention '{self.name}': key and value need the same steps, got {k[0]} "
+                                 f"and {v[0]}")
+        if mask is not None and tuple(mask) != (q[0], v[0]):
+            raise GgmlValueError(f"multi_head_attention '{self.name}': the attention mask must have shape (query "
+                                 f"steps, value steps) = {(q[0], v[0])}, got {tuple(mask)}")
+        if self.causal and q[0] != v[0]:
+            raise GgmlValueError(f"multi_head_attention '{self.name}': causal=True needs as many query as value steps "
+                                 f"(got {q[0]} and {v[0]}); give an attention mask instead")
+        return q, v, k, mask
+
+    def output_shape(self, shapes):
+        return self._roles(shapes)[0]
+
+    def make_params(self, shapes):
+        q, v, key, _ = self._roles(shapes)
+        h, k = self.num_heads, self.key_dim
+        # ggml [D, K, H] is numpy (H, K, D); Keras' (D, H, K) is that with axes (2, 0, 1)
+        specs = []
+        for name, dim in (("query", q[1]), ("key", key[1]), ("value", v[1])):
+            specs += [ParamSpec(f"{name}_kernel", (dim, k, h), "glorot", (dim, h * k), user_axes=(2, 0, 1)),
+                      ParamSpec(f"{name}_bias", (k, h), "zeros")]
+        return specs + [ParamSpec("output_kernel", (k, h, q[1]), "glorot", (h * k, q[1]), user_axes=(1, 2, 0)),
+                        ParamSpec("output_bias", (q[1],), "zeros")]
+
+    def graph_tensors(self, shapes):
+        return 64
+
+    def _project(self, g: Builder, x2: Any, name: str, steps: int) -> Any:
+        """``x W + b`` for query/key/value: ``[D, T*N]`` -> ``[K, T, H, N]`` (each head's rows together)."""
+        ctx, h, k = g.ctx, self.num_heads, self.key_dim
+        w = ggml_reshape_2d(ctx, g.param(self, f"{name}_kernel"), x2.shape[0], h * k)
+        y = ggml_add(ctx, ggml_mul_mat(ctx, w, x2), ggml_reshape_1d(ctx, g.param(self, f"{name}_bias"),
+                                                                                 h * k))
+        y = ggml_reshape_4d(ctx, y, k, h, steps, g.batch)
+        return y
+
+    def forward(self, g, xs, shapes):
+        (tq, dim), (tv, _), _, mask_shape = self._roles(shapes)
+        n_seq = len(xs) - self.attention_mask
+        ctx, h, k, n = g.ctx, self.num_heads, self.key_dim, g.batch
+
+        def flat(t: Tensor, shape: tuple[int, ...]) -> Tensor:
+            return ggml_reshape_2d(ctx, t, shape[1], shape[0] * n)
+        xq = flat(xs[0], shapes[0])
+        xv = flat(xs[1], shapes[1]) if n_seq > 1 else xq
+        xk = flat(xs[2], shapes[2]) if n_seq > 2 else xv
+
+        def per_head(t: Tensor) -> Tensor:  # [K, H, T, N] -> [K, T, H, N]
+            return ggml_cont(ctx, ggml_permute(ctx, t, 0, 2, 1, 3))
+        q = per_head(self._project(g, xq, "query", tq))
+        key = per_head(self._project(g, xk, "key", tv))
+        # values with the steps fastest, [T, K, H, N], so that the product below sums over the steps
+        v = ggml_cont(ctx, ggml_permute(ctx, self._project(g, xv, "value", tv), 1, 2, 0, 3))
+        scores = ggml_mul_mat(ctx, key, q)                                   # [Tv keys, Tq queries, H, N]
+        mask = None
+        if self.attention_mask:  # [Tv, Tq, N] of 1/0 -> 0 / -1e9, one per sample, the same for every head
+            keep = xs[-1]
+            if self.causal:  # Keras joins both masks into one (a query whose keys are all hidden sees them evenly)
+                keep = ggml_mul(ctx, keep, g.constant(np.tril(np.ones((tq, tv), np.float32))))
+            mask = ggml_reshape_4d(ctx, ggml_scale_bias(ctx, keep, -MASK_NEGATIVE, MASK_NEGATIVE), tv, tq, 1, n)
+        elif self.causal:   # numpy (queries, keys): a query sees its own step and the ones before
+            mask = g.constant(np.triu(np.full((tq, tv), -np.inf, dtype=np.float32), 1))
+        att = ggml_soft_max_ext(ctx, scores, mask, 1.0 / math.sqrt(k), 0.0)
+        if self.dropout and g.training:
+            att = g.dropout(att, self.dropout)
+        out = ggml_mul_mat(ctx, v, att)                                      # [K, Tq queries, H, N]
+        out = ggml_cont(ctx, ggml_permute(ctx, out, 0, 2, 1, 3))        # [K, H, Tq, N]
+        wo = ggml_reshape_2d(ctx, g.param(self, "output_kernel"), h * k, dim)
+        y = ggml_mul_mat(ctx, wo, ggml_reshape_2d(ctx, out, h * k, tq * n))
+        y = ggml_add(ctx, y, g.param(self, "output_bias"))
+        return ggml_reshape_3d(ctx, y, dim, tq, n)

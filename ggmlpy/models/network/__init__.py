@@ -1,0 +1,1 @@
+"""Models as graphs of layers: nodes, sequential and functional models, their weights."""

@@ -1,0 +1,254 @@
+"""A model's weights in ggml: ``ParamStore`` holds every weight and state tensor of a model's layers in one
+buffer on one backend, and decides where each weight starts from (the model's earlier values, another live
+model holding the same layer, the values a layer carries, its initializer). When a store is freed, the
+layers that no other live store holds take host copies of their weights along (Keras keeps weights in the
+layer).
+"""
+from __future__ import annotations
+
+import itertools
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TYPE_CHECKING
+
+import numpy as np
+
+from ..._ffi import lib
+from ...backend.backend import Backend
+from ...backend.buffer import ggml_backend_alloc_ctx_tensors
+from ...backend.transfer import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
+from ...core.types import GGML_TYPE_F32
+from ...errors import GgmlStateError, GgmlTypeError, GgmlValueError
+from ...graph.context import ggml_init, ggml_tensor_overhead
+from ...graph.objects import Tensor
+from ...graph.tensor import ggml_new_tensor, ggml_set_name, set_trainable
+from ..layers.layer import Layer
+
+
+if TYPE_CHECKING:
+    from .model import Model
+
+
+_stamps = itertools.count(1)  # when a store's weights last changed, in one order for every store
+
+
+class ParamStore:
+    """Every weight and state tensor of a model's layers, in one buffer on one backend.
+
+    A weight starts from ``values`` (``values_by_layer()`` of an earlier store, for copies: matched by layer
+    object, not just by name, so a new layer never inherits a removed one's weights), else from the newest
+    values of the same layer object: those of the live store that changed them last (a sub-model of
+    trained layers starts trained; the model's own store when it is compiled again), or the copy the layer
+    kept when its last store was freed (a layer popped from one model and added to another, or re-added
+    after a compile, takes its weights along, as in Keras), else from its initializer."""
+
+    def __init__(self, layers: Sequence[Layer], backend: Backend, values: dict | None = None,
+                 share: bool = True) -> None:
+        self.layers = list(layers)
+        self.backend = backend
+        self.fits_running = 0  # counted by Runtime.use(training=True): layers refuse trainable changes meanwhile
+        self.shared = False  # True once every weight is written: only then does free() hand them to the layers
+        specs = [(each, p) for each in self.layers for p in (each.params or [])]
+        self.ctx = ggml_init(mem_size=(len(specs) + 2) * ggml_tensor_overhead(), no_alloc=True)
+        self.tensors: dict[tuple[int, str], Tensor] = {}
+        self.specs: list[tuple[Layer, Any]] = specs
+        for layer, spec in specs:
+            t = ggml_new_tensor(self.ctx, GGML_TYPE_F32, len(spec.ne), spec.ne)
+            ggml_set_name(t, f"{layer.name}.{spec.name}")
+            self.tensors[(id(layer), spec.name)] = t
+        check_device_can_use(backend, self.tensors.values(), "make the layer smaller, or compile with backend='cpu'")
+        self.buffer = ggml_backend_alloc_ctx_tensors(self.ctx, backend) if specs else None
+        self.stamp = 0
+        for layer, spec in specs:
+            value = _kept_value(values, layer, spec)
+            if value is None:
+                value = _freshest_value(layer, spec, self)
+            # a new or reshaped layer starts afresh (``read`` drops the size-1 axes a weight of one output unit
+            # has, so shapes are compared without them)
+            if value is None or strip_leading_ones(np.shape(value)) != strip_leading_ones(tuple(reversed(spec.ne))):
+                value = _initial(spec)
+            self.write(layer, spec.name, value)
+        self.stamp = next(_stamps)  # as fresh as the values it was given
+        self.shared = share
+        if share:  # snapshots keep their copy to themselves
+            for layer in {id(each): each for each, _ in specs}.values():
+                stores = layer.__dict__.setdefault("_param_stores", [])
+                stores[:] = [r for r in stores if r() is not None] + [weakref.ref(self)]
+                layer.__dict__.pop("_kept_values", None)  # this store holds the layer's weights now
+
+    @property
+    def alive(self) -> bool:
+        return self.ctx.alive
+
+    def _leave_with_layers(self) -> None:
+        """Host copies of the weights go with the layer objects that no other live store holds (a popped
+        layer, a model dropped by a change), so that the next model holding them starts from them."""
+        for layer in {id(each): each for each, _ in self.specs}.values():
+            if _fresher_store(layer, self.stamp, self) is not None:
+                continue  # a live store has newer values, and hands them on when it goes
+            kept = layer.__dict__.get("_kept_values")
+            if kept is not None and kept[0] > self.stamp:
+                continue
+            try:
+                layer.__dict__["_kept_values"] = (self.stamp, {p.name: self.read(layer, p.name)
+                                                               for p in (layer.params or [])})
+            except Exception:  # noqa: BLE001 - a lost device (an RPC server gone) must not keep the store alive
+                layer.__dict__.pop("_kept_values", None)
+
+    def touch(self) -> None:
+        """The weights changed (a training step, a write): the newest values of their layers are here now."""
+        self.stamp = next(_stamps)
+
+    def tensor(self, layer: Layer, name: str) -> Tensor:
+        try:
+            return self.tensors[(id(layer), name)]
+        except KeyError:
+            raise GgmlStateError(f"layer '{layer.name}' has no weight '{name}' in this model; was it added "
+                                 "after ggml_compile? compile again") from None
+
+    def read(self, layer: Layer, name: str) -> np.ndarray:
+        t = self.tensor(layer, name)
+        return ggml_backend_tensor_get_data(t).reshape(tuple(reversed(_ne(t))))
+
+    def read_tensor(self, t: Tensor) -> np.ndarray:
+        return ggml_backend_tensor_get_data(t).reshape(-1)
+
+    def write(self, layer: Layer, name: str, value: np.ndarray) -> None:
+        t = self.tensor(layer, name)
+        ggml_backend_tensor_set_data(t, np.asarray(value, dtype=np.float32).reshape(tuple(reversed(_ne(t)))))
+        self.stamp = next(_stamps)
+
+    def values(self) -> dict[str, np.ndarray]:
+        """Host copies, keyed "<layer>.<weight>"."""
+        return {f"{layer.name}.{p.name}": self.read(layer, p.name) for layer, p in self.specs}
+
+    def values_by_layer(self) -> dict[int, tuple[Layer, dict[str, np.ndarray]]]:
+        """Host copies keyed by layer object: ``{id(layer): (layer, {weight name: array})}`` (the layer is kept
+        with its values, so its id cannot be taken by a new layer meanwhile)."""
+        out: dict[int, tuple[Layer, dict[str, np.ndarray]]] = {}
+        for layer, p in self.specs:
+            out.setdefault(id(layer), (layer, {}))[1][p.name] = self.read(layer, p.name)
+        return out
+
+    def named_tensors(self) -> dict[str, Tensor]:
+        return {f"{layer.name}.{p.name}": self.tensor(layer, p.name) for layer, p in self.specs}
+
+    def synced_tensors(self, every: bool = False) -> list[Tensor]:
+        """The tensors a data-parallel step changes, in one order for every replica: the trainable weights and
+        the state a forward pass updates (batch-norm running statistics); ``every``: all of them."""
+        return [self.tensor(layer, p.name) for layer, p in self.specs if every or not p.trainable or layer.trainable]
+
+    def mark_trainable(self) -> int:
+        """Flag the weights of trainable layers for ggml's optimizer; returns how many are flagged."""
+        n = 0
+        for layer, spec in self.specs:
+            on = layer.trainable and spec.trainable
+            set_trainable(self.tensor(layer, spec.name), on)
+            n += on
+        return n
+
+    def copy(self) -> ParamStore:
+        return ParamStore(self.layers, self.backend, self.values_by_layer(), share=False)
+
+    def free(self) -> None:
+        if self.alive and self.buffer is not None and self.shared:
+            self._leave_with_layers()
+        if self.buffer is not None:
+            self.buffer.free()
+        self.ctx.free()
+
+
+def check_device_can_use(backend: Backend, tensors: Any, fix: str) -> None:
+    """Tensors the model layer puts in a GPU's memory itself (weights, a graph's inputs) must be ones the device
+    can compute with: a tensor beyond its largest buffer (Vulkan's storage-buffer range: 128 MiB on lavapipe)
+    cannot be moved to the CPU by the scheduler once allocated there, and ggml aborts at the first compute."""
+    if backend.is_cpu:
+        return
+    for t in tensors:
+        if not lib.ggml_backend_supports_op(backend.ptr, t.ptr):
+            raise GgmlValueError(f"'{t.name}' (ne {list(t.shape)}, {t.nbytes()} bytes) is more than {backend.name} "
+                                 "can use as one tensor (ggml_backend_supports_op: beyond the device's largest "
+                                 f"buffer), and ggml would abort computing with it; {fix}")
+
+
+def strip_leading_ones(shape: Sequence[int]) -> tuple[int, ...]:
+    """A numpy shape without its leading 1-axes (how ggml-layout arrays come back from a file)."""
+    shape = tuple(int(n) for n in shape)
+    while len(shape) > 1 and shape[0] == 1:
+        shape = shape[1:]
+    return shape
+
+
+def _kept_value(values: dict | None, layer: Layer, spec: Any) -> np.ndarray | None:
+    entry = values.get(id(layer)) if values else None
+    return entry[1].get(spec.name) if entry is not None and entry[0] is layer else None
+
+
+def _fresher_store(layer: Layer, stamp: int, me: ParamStore | None) -> ParamStore | None:
+    """The live store (of another model) holding ``layer`` whose weights changed last, if after ``stamp``."""
+    best = None
+    for ref in layer.__dict__.get("_param_stores", []):
+        store = ref()
+        if store is not None and store is not me and store.alive and store.shared and store.stamp > stamp \
+                and (best is None or store.stamp > best.stamp):
+            best = store
+    return best
+
+
+def _freshest_value(layer: Layer, spec: Any, me: ParamStore) -> np.ndarray | None:
+    """The weight's newest value: in the live store that changed it last, or the copy the layer kept when
+    its last store went (a popped layer, a model changed or compiled again), whichever is newer. A layer
+    shared by several models is one set of weights, as in Keras: the last one trained is what counts."""
+    kept = layer.__dict__.get("_kept_values")
+    store = _fresher_store(layer, kept[0] if kept is not None else 0, me)
+    if store is not None and (id(layer), spec.name) in store.tensors:
+        return store.read(layer, spec.name)
+    return kept[1].get(spec.name) if kept is not None else None
+
+
+def _initial(spec: Any) -> np.ndarray:
+    try:
+        return spec.initial(np.random)
+    except MemoryError:
+        raise GgmlValueError(f"the initial values of weight '{spec.name}' ({int(np.prod(spec.ne)):,} values) do not "
+                             "fit in memory; make the layer smaller") from None
+
+
+def _ne(t: Tensor) -> tuple[int, ...]:
+    ne = list(t.shape)
+    while len(ne) > 1 and ne[-1] == 1:
+        ne.pop()
+    return tuple(ne)
+
+
+@dataclass(frozen=True)
+class WeightsCopy:
+    """What ``ModelWeights.get`` returns: a copy of the weights of one weight store, by layer and weight name."""
+    params: ParamStore
+    values: list[tuple[Layer, str, np.ndarray]]
+
+
+class ModelWeights:
+    """A compiled model's weights as a fit's callbacks snapshot and restore them (early stopping's
+    ``restore_best_weights``): ``get()`` copies every weight to the host (batch norm's running statistics
+    included, the optimizer's moments not, as Keras), ``set(snapshot)`` writes such a copy back."""
+
+    def __init__(self, model: Model) -> None:
+        self._model = model
+
+    def get(self) -> WeightsCopy:
+        params = self._model.runtime.params
+        return WeightsCopy(params, [(layer, spec.name, params.read(layer, spec.name)) for layer, spec in params.specs])
+
+    def set(self, snapshot: object) -> None:
+        if not isinstance(snapshot, WeightsCopy):
+            raise GgmlTypeError(f"weights.set takes what weights.get() returned, got {type(snapshot).__name__}")
+        params, values = snapshot.params, snapshot.values
+        if params is not self._model.runtime.params:
+            raise GgmlStateError("these weights were copied before the model was compiled again; they no longer "
+                                 "fit its weights")
+        for layer, name, value in values:
+            params.write(layer, name, value)
+        # data-parallel replicas get them now: the fit's steps (and its end) take every replica to be in step
+        self._model.runtime.sync_replicas()
