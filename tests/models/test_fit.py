@@ -144,8 +144,9 @@ def test_a_last_partial_batch_trains_every_sample():
     h = g.ggml_fit(m, x, np.eye(3)[ids], epochs=1, batch_size=4, verbose=0)
     assert len(h) == 1 and np.isfinite(h["train_loss"][0])
     seen = []
-    for b in g.models.engine.inputs.training_batches(m.compiled.heads, [np.arange(10).reshape(-1, 1)], [np.zeros((10, 3))],
-                                            None, 4, True, np.random.default_rng(0))():
+    inputs = g.models.engine.inputs
+    for b in inputs.training_batches(m.compiled.heads, [np.arange(10).reshape(-1, 1)], [np.zeros((10, 3))],
+                                     None, 4, True, np.random.default_rng(0))():
         assert b["inputs"][0].shape == (4, 1)
         seen.append(b["inputs"][0].ravel())
     assert len(seen) == 3 and set(np.concatenate(seen)) == set(range(10))
@@ -156,8 +157,9 @@ def test_steps_per_epoch_continues_the_pass_across_epochs_as_keras_3():
     """10 samples, batch 4: 3 batches per pass. steps_per_epoch=2 gives epochs of 2, 1, 2, 1 steps, each pass
     every sample once, the second pass shuffled anew."""
     ids = np.arange(10).reshape(-1, 1)
-    epoch = g.models.engine.inputs.continuing_passes(
-        g.models.engine.inputs.training_batches([], [ids], [np.zeros((10, 1))], None, 4, True, np.random.default_rng(1)), 3, 2)
+    inputs = g.models.engine.inputs
+    epoch = inputs.continuing_passes(
+        inputs.training_batches([], [ids], [np.zeros((10, 1))], None, 4, True, np.random.default_rng(1)), 3, 2)
     epochs = [[b["inputs"][0].ravel() for b in epoch()] for _ in range(4)]
     assert [len(e) for e in epochs] == [2, 1, 2, 1]
     first, second = np.concatenate(epochs[0] + epochs[1]), np.concatenate(epochs[2] + epochs[3])
