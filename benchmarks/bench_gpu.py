@@ -246,6 +246,7 @@ def ggml_split(net, x: np.ndarray, y: np.ndarray, batch: int, k: int) -> tuple[f
     buffer bytes) on ``(x, y)``: see the module's docstring."""
     import ggmlpy as g
     from ggmlpy._ffi import ffi, lib
+    from ggmlpy.compute.threads import restore_threads
     tr = g.ggml_trainer(net, batch_size=batch)
     try:
         tr.step(x, y)                                    # builds and allocates the graph
@@ -253,10 +254,10 @@ def ggml_split(net, x: np.ndarray, y: np.ndarray, batch: int, k: int) -> tuple[f
         for _ in range(k):
             tr.step(x, y)
         step_s = (time.perf_counter() - t) / k
-        setup = tr._setup                                # noqa: SLF001 - the trainer's allocated graph, timed raw
-        ctx = tr._session.train_ctx                      # noqa: SLF001
+        runner = tr._runner                              # noqa: SLF001 - the trainer's allocated graph, timed raw
+        ctx = runner.state                               # ggml-opt's context (the benchmarks' models use AdamW)
         with tr._lock:                                   # noqa: SLF001
-            before = setup.split_threads()               # the step's thread split, as trainer.step sets it
+            before = runner.split_threads()              # the step's thread split, as trainer.step sets it
             try:
                 ptr = ctx.ptr
                 lib.ggml_opt_alloc(ptr, True)            # returns at once: this graph is the allocated one
@@ -267,7 +268,7 @@ def ggml_split(net, x: np.ndarray, y: np.ndarray, batch: int, k: int) -> tuple[f
                     lib.ggml_opt_eval(ptr, ffi.NULL)
                 compute_s = (time.perf_counter() - t) / k
             finally:
-                setup.restore_threads(before)
+                restore_threads(before)
         sched = ctx.sched
         buffers = sum(int(lib.ggml_backend_sched_get_buffer_size(sched.ptr, b.ptr)) for b in sched.backends)
     finally:

@@ -11,6 +11,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..compute.placement import Placement, PlacementRecorder
+from ..compute.threads import restore_threads
 from ..core.args import is_int, learning_rate_arg
 from ..core.handle import interpreter_exiting
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
@@ -20,8 +21,8 @@ from .engine.compile import compiled
 from .engine.metrics import Tally
 from .engine.predict import predict_arrays
 from .engine.runtime import model_in_use
-from .engine.session import TrainingSetup
 from .engine.snapshot import Snapshot
+from .engine.training_runner import training_runner
 from .io.saving import save_model
 from .layers.regularizers import weight_penalty
 from .network.model import Model
@@ -60,14 +61,13 @@ class ModelTrainer:
             raise GgmlValueError("nothing to train: every layer with weights is frozen")
         self._owned: list[Any] = []
         try:
-            self._setup = TrainingSetup(model, cfg, self.batch_size, period)
-            self._owned.insert(0, self._setup)
-            self._session = self._setup.session
-            self._writer: Any = self._session.writer("step", True)
-            self._result = self._session.new_result()
+            self._runner, self.train_nodes = training_runner(model, cfg, self.batch_size, period)
+            self._owned.insert(0, self._runner)
+            self._writer: Any = self._runner.writer("step", True)
+            self._result = self._runner.new_result()
             self._owned.insert(0, self._result)
             self._opt_state = model.runtime.opt_state  # continue the model's optimizer (a fit's, a loaded file's)
-            self._opt_state.restore(self._session.train_ctx)
+            self._opt_state.restore(self._runner.state)
             self._lease: object | None = None  # the optimizer is taken at the first step (OptimizerState.begin)
         except BaseException:
             self._free_owned()
@@ -110,17 +110,17 @@ class ModelTrainer:
         if self._lease is None:  # the first step: take the optimizer, continuing from where it is now
             self._lease = self._opt_state.begin("a ggml_trainer (from its first step until trainer.free())",
                                                 "trainer.step", owner=self)
-            self._opt_state.restore(self._session.train_ctx)
+            self._opt_state.restore(self._runner.state)
         self._result.reset()
         with model_in_use(self._model):
-            before = self._setup.split_threads()  # as a fit's steps (a predict may have reset them)
+            before = self._runner.split_threads()  # as a fit's steps (a predict may have reset them)
             try:
-                self._session.step(self._session.train_ctx, pairs, True, self._result, watch)
+                self._runner.step(pairs, True, self._result, watch)
             finally:
-                self._setup.restore_threads(before)
+                restore_threads(before)
                 self._model.runtime.replicas_in_step()
         self._steps += 1
-        loss = float(self._session.result_loss(self._result))
+        loss = float(self._runner.result_loss(self._result))
         if not np.isfinite(loss):
             raise GgmlValueError(f"trainer.step: the loss of this batch is {loss} (not finite); the weights are "
                                  f"probably NaN/inf now. {NONFINITE_CAUSES}")
@@ -148,12 +148,12 @@ class ModelTrainer:
         """Set the learning rate from the next optimizer step on."""
         self._live("set_lr")
         lr = learning_rate_arg("trainer.set_lr: lr", lr)
-        self._session.lr_ud.set(adamw_lr=lr, sgd_lr=lr)
+        self._runner.lr_ud.set(adamw_lr=lr, sgd_lr=lr)
 
     @_one_at_a_time
     def get_lr(self) -> float:
         self._live("get_lr")
-        return self._session.lr_ud.get()["adamw" if self._cfg.optimizer_spec.name == "adamw" else "sgd"]
+        return self._runner.lr_ud.get()["adamw" if self._cfg.optimizer_spec.name == "adamw" else "sgd"]
 
     @_one_at_a_time
     def n_steps(self) -> int:
@@ -187,7 +187,7 @@ class ModelTrainer:
         the step count). Inside a logical batch (``nbatch_logical``) it is the state of the last optimizer
         step."""
         self._live("optimizer_state")
-        return self._opt_state.read(self._session.train_ctx)
+        return self._opt_state.read(self._runner.state)
 
     @_one_at_a_time
     def save(self, path: Any, include_optimizer: bool = True) -> None:
@@ -197,7 +197,7 @@ class ModelTrainer:
         self._live("save")
         state = None
         if include_optimizer:
-            ctx = self._session.train_ctx
+            ctx = self._runner.state
             if ctx.pending_batches:
                 raise GgmlStateError(f"trainer.save: {ctx.pending_batches} of the {ctx.opt_period} batches of a "
                                      "logical batch (nbatch_logical) are accumulated but not applied; save after the "
@@ -215,7 +215,7 @@ class ModelTrainer:
         try:
             if self._lease is not None and self._model.runtime is not None \
                     and self._model.runtime.opt_state is self._opt_state:
-                self._opt_state.keep(self._session.train_ctx)  # warns inside a logical batch, as a fit does
+                self._opt_state.keep(self._runner.state)  # warns inside a logical batch, as a fit does
         finally:
             self._release()
             self._free_owned()
@@ -236,7 +236,7 @@ class ModelTrainer:
             self._lease = None
 
     def _free_owned(self) -> None:
-        for h in self._owned:  # the opt session first, then what it runs on
+        for h in self._owned:  # its result first, then the runner (which frees what it runs on)
             h.close()
         self._owned.clear()
 

@@ -235,7 +235,7 @@ def _target(tensor: Tensor, what: str, bound: int | None = None, label: bool = F
 
 
 class Writer(Protocol):
-    """What turns a source's batches into what a session's step writes: a ``BatchWriter`` (one opt context), a
+    """What turns a source's batches into what a step runner's step writes: a ``BatchWriter`` (one opt context), a
     ``replicas.ReplicaWriter`` (one list per replica)."""
     name: str
 

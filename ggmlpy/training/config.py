@@ -2,7 +2,7 @@
 
 ``TrainingGraph`` is the graph being trained (built and owned by the caller), ``StepOptions`` how each
 optimizer step runs, ``EpochPlan`` how the epochs run and report. The public fit functions check their
-arguments (``core.args``) and build these once; the session and the loop only read them.
+arguments (``core.args``) and build these once; the step runners and the loop only read them.
 """
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ only accumulates gradients (a data-parallel replica, whose optimizer steps outsi
     # metrics of the training steps: reset() at an epoch's start, update(outputs, labels) after each step with the
     # graph's output_copies and the batch's labels (numpy), results() -> {log name: value} and names at its end
     metrics: StepMetrics | None = None
-    # the optimizer of a session whose step runs outside ggml-opt (opt.rules.OptimizerSpec: momentum, RMSprop,
+    # the optimizer of a runner whose step runs outside ggml-opt (opt.rules.OptimizerSpec: momentum, RMSprop,
     # Adagrad, clipping; data-parallel replicas); None: ggml-opt's own AdamW/SGD step of ``optimizer``
     rule: OptimizerSpec | None = None
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing, ExitStack
 from dataclasses import dataclass, replace
 from typing import Protocol, TYPE_CHECKING
 
@@ -30,8 +31,9 @@ from ..opt.graph_optimizer import GraphOptimizer
 from ..opt.init import resolve_labels_offs
 from .adapters import BatchWriter, check_ends, Source, Target
 from .config import Callback, EpochPlan, StepOptions, TrainingGraph
-from .loop import check_nonfinite, EpochStats, fit_loop, Session, TrainingSession
+from .loop import check_nonfinite, fit_loop, NativeRunner
 from .prefetch import BatchFeed
+from .runner import EpochStats, StepRunner
 
 
 if TYPE_CHECKING:
@@ -189,7 +191,8 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
     plan = EpochPlan(epochs, initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
                      validation_steps=validation_steps, callbacks=callbacks, silent=silent, prefetch=prefetch,
                      on_nonfinite=on_nonfinite)
-    return fit_streamed(graph, step, plan, train_source, val_source)
+    return fit_streamed(lambda: NativeRunner(graph, step, with_validation=val_source is not None), plan, train_source,
+                        val_source)
 
 
 class KeptState(Protocol):
@@ -201,74 +204,43 @@ class KeptState(Protocol):
     def keep(self, opt_ctx: OptContext | GraphOptimizer) -> None: ...
 
 
-def fit_streamed(graph: TrainingGraph | None, step: StepOptions | None, plan: EpochPlan, train_source: Source,
+def fit_streamed(make_runner: Callable[[], StepRunner], plan: EpochPlan, train_source: Source,
                  val_source: Source | None = None, *, validate: Callable[[], EpochStats] | None = None,
-                 opt_state: KeptState | None = None, make_session: Callable[[], Session] | None = None) -> pd.DataFrame:
+                 opt_state: KeptState | None = None) -> pd.DataFrame:
     """The streaming fit behind ``ggml_fit_opt_gen`` and the model layer's ``ggml_fit``/``ggml_fit_generator``:
-    arguments already checked; builds the opt context(s), feeds the sources through the one loop and
-    releases every C resource on the way out. ``validate`` replaces ``val_source`` (the model layer
+    arguments already checked; ``make_runner()`` makes the fit's ``runner.StepRunner`` (ggml-opt's step for the
+    low-level functions; the model layer's for a compiled model), whose steps the one loop feeds from the sources,
+    and every C resource is released on the way out. ``validate`` replaces ``val_source`` (the model layer
     validates on its inference graph; see ``training.config`` for the graph, step and epoch options).
     ``opt_state`` (the model layer's optimizer state) is held for the whole fit (``begin``/``end``: a second
-    training session on the same model is refused), gets ``restore(opt_ctx)`` before the first step and
-    ``keep(opt_ctx)`` after the last one, also when training ends in an exception. ``make_session`` (a function of
-    no arguments) builds the session instead of ``TrainingSession(graph, step)``: data-parallel replicas."""
+    training run on the same model is refused), gets ``restore(runner.state)`` before the first step and
+    ``keep(runner.state)`` after the last one, also when training ends in an exception."""
     check_ends(train_source, plan.steps_per_epoch, "steps_per_epoch")
     if val_source is not None:
         check_ends(val_source, plan.validation_steps, "validation_steps")
-    lease = opt_state.begin("a ggml_fit under way", "ggml_fit") if opt_state is not None else None  # one at a time
-    try:
-        if make_session is None:
-            if graph is None or step is None:
-                raise GgmlStateError("internal: fit_streamed takes a graph and step options, or make_session")
-            the_graph, the_step = graph, step
-
-            def make_session() -> Session:
-                return TrainingSession(the_graph, the_step, with_validation=val_source is not None)
-        return _run_streamed(make_session, plan, train_source, val_source, validate, opt_state)
-    finally:
-        if lease is not None and opt_state is not None:
-            opt_state.end(lease)
-
-
-def _run_streamed(make_session: Callable[[], Session], plan: EpochPlan, train_source: Source,
-                  val_source: Source | None, validate: Callable[[], EpochStats] | None,
-                  opt_state: KeptState | None) -> pd.DataFrame:
-    trainer = make_session()
-    feeds: list[BatchFeed] = []
-    restored = False
     history = None
-    failure: BaseException | None = None
     try:
-        if opt_state is not None:
-            opt_state.restore(trainer.train_ctx)
-            restored = True
-        train_feed = BatchFeed(train_source, trainer.writer(train_source.name, True), plan.prefetch)
-        feeds.append(train_feed)
-        val_feed = None
-        if val_source is not None:
-            val_feed = BatchFeed(val_source, trainer.writer(val_source.name, False), plan.prefetch)
-            feeds.append(val_feed)
-        history = fit_loop(trainer, train_feed, val_feed, plan, source_name=train_source.name, validate=validate)
-        return history
-    except BaseException as exc:
-        failure = exc
+        # unwound last to first: the feeds (their prefetch threads) stop, the optimizer state is kept, the runner
+        # frees its C objects, the fit lets the model go; each also when one before it failed
+        with ExitStack() as cleanup:
+            if opt_state is not None:  # one training run per model at a time
+                cleanup.callback(opt_state.end, opt_state.begin("a ggml_fit under way", "ggml_fit"))
+            runner = make_runner()
+            cleanup.callback(runner.close)
+            if opt_state is not None:
+                opt_state.restore(runner.state)
+                cleanup.callback(opt_state.keep, runner.state)  # what the completed steps did
+            train_feed = cleanup.enter_context(closing(BatchFeed(train_source, runner.writer(train_source.name, True),
+                                                                 plan.prefetch)))
+            val_feed = None if val_source is None else cleanup.enter_context(closing(BatchFeed(
+                val_source, runner.writer(val_source.name, False), plan.prefetch)))
+            history = fit_loop(runner, train_feed, val_feed, plan, source_name=train_source.name, validate=validate)
+            return history
+    except BaseException as exc:  # a cleanup that fails after the loop (a lost RPC server, -W error): keep the epochs
+        carried = history if history is not None else getattr(exc.__context__, "history", None)
+        if carried is not None and getattr(exc, "history", None) is None:
+            carry_history(exc, carried)
         raise
-    finally:
-        try:
-            try:
-                try:
-                    if restored and opt_state is not None:
-                        opt_state.keep(trainer.train_ctx)  # what the completed steps did, also after an exception
-                finally:
-                    for feed in feeds:
-                        feed.close()
-            finally:
-                trainer.close()  # the C resources go even if closing a source failed
-        except BaseException as exc:  # e.g. a warning turned into an error (-W error): the epochs are not lost
-            carried = history if history is not None else getattr(failure, "history", None)
-            if carried is not None and getattr(exc, "history", None) is None:
-                carry_history(exc, carried)  # also when the cleanup fails after the loop did (a lost RPC server)
-            raise
 
 
 # ---------------------------------------------------------------- the dataset path
@@ -350,15 +322,15 @@ def _dataset_fit(graph: TrainingGraph, step: StepOptions, plan: EpochPlan, datas
     if loss_types == [L.LOSS_CROSS_ENTROPY]:
         check_distribution_rows(ds, "ggml_fit_opt")
     graph = replace(graph, inputs=[x], loss_mask_ne0=_weight_width(ds, loss_types))
-    trainer = TrainingSession(graph, replace(step, period=period), with_validation=val_split > 0)
+    runner = NativeRunner(graph, replace(step, period=period), with_validation=val_split > 0)
     try:
-        bound = trainer.index_bounds.get(ptr_key(x.ptr))
+        bound = runner.index_bounds.get(ptr_key(x.ptr))
         if bound is not None:  # row indices for ggml_get_rows: check the whole dataset once
             check_indices(ds.rows(ds.data), bound, "the dataset's data")
-        offs = resolve_labels_offs(trainer.train_ctx.heads, labels_offs)
-        widths = [h.outputs.nelements() // physical for h in trainer.train_ctx.heads
+        offs = resolve_labels_offs(runner.train_ctx.heads, labels_offs)
+        widths = [h.outputs.nelements() // physical for h in runner.train_ctx.heads
                   if h.loss_type in L.LABELLED_LOSSES]
-        labelled_offs = [o for o, h in zip(offs, trainer.train_ctx.heads) if h.loss_type in L.LABELLED_LOSSES]
+        labelled_offs = [o for o, h in zip(offs, runner.train_ctx.heads) if h.loss_type in L.LABELLED_LOSSES]
         if head_names is None and widths and widths[0] != ds.ne_label:  # one head: the labels are its outputs
             raise GgmlValueError(f"the outputs hold {widths[0]} values per datapoint, the dataset's labels "
                                  f"{ds.ne_label} (ne_label); a label per output value is needed: build the dataset "
@@ -367,10 +339,10 @@ def _dataset_fit(graph: TrainingGraph, step: StepOptions, plan: EpochPlan, datas
             if o + w > ds.ne_label:
                 raise GgmlValueError(f"head labels [{o}, {o + w}) fall outside the dataset's {ds.ne_label} label "
                                      "columns; check labels_offs")
-        train_feed = DatasetFeed(ds, trainer.writer("dataset", True), 0, idata_split, physical, labelled_offs)
-        val_feed = DatasetFeed(ds, trainer.writer("dataset", False), idata_split, ndata, physical, labelled_offs) \
+        train_feed = DatasetFeed(ds, runner.writer("dataset", True), 0, idata_split, physical, labelled_offs)
+        val_feed = DatasetFeed(ds, runner.writer("dataset", False), idata_split, ndata, physical, labelled_offs) \
             if val_split > 0 else None
-        rng = trainer.train_ctx.rng
+        rng = runner.train_ctx.rng
         if shuffle_all and logical < ndata:
             ds.shuffle(rng, -1)
 
@@ -378,10 +350,10 @@ def _dataset_fit(graph: TrainingGraph, step: StepOptions, plan: EpochPlan, datas
             if shuffle and logical < idata_split:
                 ds.shuffle(rng, idata_split - idata_split % ds.ndata_shard)
 
-        return fit_loop(trainer, train_feed, val_feed, replace(plan, stream=False), source_name="dataset",
+        return fit_loop(runner, train_feed, val_feed, replace(plan, stream=False), source_name="dataset",
                         before_epoch=before_epoch)
     finally:
-        trainer.close()
+        runner.close()
 
 
 def _weight_width(ds: Dataset, loss_types: list[int]) -> int | None:

@@ -1,6 +1,7 @@
-"""The one training loop behind ggml_fit_opt, ggml_fit_opt_multi and ggml_fit_opt_gen.
+"""The one training loop behind ggml_fit_opt, ggml_fit_opt_multi, ggml_fit_opt_gen and the model layer's fits
+(``fit_loop``, over any ``runner.StepRunner``), and ggml-opt's own step (``NativeRunner``).
 
-A ``TrainingSession`` owns the C objects of one fit: the training opt context (on the user's
+A ``NativeRunner`` owns the C objects of one fit: the training opt context (on the user's
 scheduler) and, when there is validation, a forward-only opt context on a scheduler of
 its own. Validation therefore never advances the training context's accumulation
 counter, and a run with validation ends with exactly the weights of the same run
@@ -12,16 +13,14 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..backend.transfer import ggml_backend_tensor_get_data
 from ..compute.placement import is_host_backend, Placement, PlacementRecorder, warn_if_host_ops
-from ..compute.sched import Scheduler
 from ..compute.threads import restore_threads, split_threads, ThreadTuner, training_step_work
 from ..core.args import is_real, weight_decay_arg
 from ..core.handle import Handle, InterruptGuard, Lifetime, using
@@ -36,57 +35,19 @@ from ..opt.constants import BUILD_FORWARD, BUILD_GRAD, BUILD_OPT, OPTIMIZER_SGD
 from ..opt.context import OptContext
 from ..opt.init import opt_init
 from ..opt.params import LrUserdata
-from .adapters import BatchWriter, Target, Writer
+from .adapters import BatchWriter, Target
 from .callbacks import CallbackList, FitState
 from .config import EpochPlan, StepHook, StepOptions, TrainingGraph
 from .progress import EpochProgress, say, summary_line
+from .runner import EpochStats, Feed, opt_result_loss, Owned, Result, run_epoch, StepRunner, Watch
 
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..opt.graph_optimizer import GraphOptimizer
 
 
 HISTORY_COLUMNS = ["epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy"]
-
-
-class Feed(Protocol):
-    """Batches for a session's steps, an epoch at a time: what the session's writer made of them (a
-    ``TrainingSession``'s (target, array) pairs, a ``ReplicaSession``'s one list of them per replica)."""
-    def epoch(self, limit: int | None) -> Iterable[Any]: ...
-    def close(self) -> None: ...
-
-
-@dataclass
-class EpochStats:
-    steps: int = 0
-    samples: int = 0
-    loss: float = math.nan
-    accuracy: float = math.nan
-    head_loss: list[float] = field(default_factory=list)
-    head_accuracy: list[float] = field(default_factory=list)
-    metrics: dict[str, float] = field(default_factory=dict)  # StepOptions.metrics' results, by log name
-
-
-class Session(Protocol):
-    """What the fit loop uses of a session: a ``TrainingSession`` (ggml-opt's step), or a
-    ``replicas.ReplicaSession`` (data-parallel replicas whose optimizer steps outside ggml-opt)."""
-    graph: TrainingGraph
-    options: StepOptions
-    guard: InterruptGuard
-    lr_ud: LrUserdata
-
-    @property
-    def train_ctx(self) -> OptContext | GraphOptimizer: ...
-    @property
-    def placement(self) -> Placement | None: ...
-    def writer(self, name: str, train: bool) -> Writer: ...
-    def run_epoch(self, feed: Feed, limit: int | None, train: bool,
-                  progress: EpochProgress | None = None) -> EpochStats: ...
-    def history_attrs(self) -> dict: ...
-    def keepers(self) -> list[Lifetime]: ...
-    def close(self) -> None: ...
 
 
 def _check_connected(inputs: list[Tensor], outputs: list[Tensor]) -> None:
@@ -98,18 +59,21 @@ def _check_connected(inputs: list[Tensor], outputs: list[Tensor]) -> None:
                                  "would ignore its data; build the outputs from it (or pass the tensor they read)")
 
 
-class TrainingSession:
-    """The C objects of one fit (or of one ``ggml_trainer``): the training opt context on the graph's
-    scheduler and, ``with_validation``, a forward-only one on a scheduler of its own; its results; the
-    thread split for the graph. ``close()`` releases them all."""
+class NativeRunner:
+    """ggml-opt's own step (a ``runner.StepRunner``): the C objects of one fit (or of one ``ggml_trainer``), the
+    training opt context on the graph's scheduler and, ``with_validation``, a forward-only one on a scheduler of
+    its own; the thread split for the graph. ``owned``: more handles the runner frees when it closes (the graph's
+    scheduler and contexts, when it was built for the runner). ``close()`` releases them all."""
 
-    def __init__(self, graph: TrainingGraph, step: StepOptions, with_validation: bool = False) -> None:
+    def __init__(self, graph: TrainingGraph, step: StepOptions, with_validation: bool = False,
+                 owned: Sequence[Owned] = ()) -> None:
         sched, ctx_compute, inputs, outputs = graph.sched, graph.ctx_compute, graph.inputs, graph.outputs
         loss_types, loss_weights, loss_mask_ne0 = graph.loss_types, graph.loss_weights, graph.loss_mask_ne0
         optimizer, opt_period, sample_weighted = step.optimizer, step.period, graph.sample_weighted
         self.graph, self.options = graph, step
         _check_connected(inputs, outputs)
         self._owned: list[Handle] = []
+        self._also_owned: list[Owned] = list(owned)  # freed last, in reverse
         self._threads_before: list = []
         self.guard = InterruptGuard()  # installed by fit_loop: holds Ctrl-C back inside a step
         self.hooks: list[StepHook] = list(step.hooks)
@@ -139,14 +103,12 @@ class TrainingSession:
                                             outputs_arg, BUILD_FORWARD, None, loss_mask_ne0, loss_weights,
                                             sample_weighted, (), graph.penalties)
                 self._owned.append(self.eval_ctx)
-            self.train_result = R.OptResult()
-            self.eval_result = R.OptResult()
-            self._owned += [self.train_result, self.eval_result]
         except BaseException:
             self.close()  # a half-built trainer must not keep the scheduler busy
             raise
         # The CPU/BLAS thread split for this graph
-        self._threads_before = split_threads(sched.backends, training_step_work(outputs, opt_period))
+        self._work = training_step_work(outputs, opt_period)
+        self._threads_before = split_threads(sched.backends, self._work)
         self.threads = ThreadTuner(sched.backends)  # on shared cores, one thread may be faster: timed
         self.batch_size = step.batch_size or L.physical_batch(inputs[0])  # samples per step (for samples/s)
         # the first training step on a device is watched (fit_loop puts what it saw in the history's attrs)
@@ -154,11 +116,21 @@ class TrainingSession:
         self.placement: Placement | None = None
         self.index_bounds = index_bounds(inputs, outputs)
 
+    @property
+    def state(self) -> OptContext:
+        """Where the model's optimizer state is read and written: the training opt context."""
+        return self.train_ctx
+
+    def split_threads(self) -> list:
+        """Give the graph's CPU backends the threads of its step again (a prediction in between may have changed
+        them); returns what ``compute.threads.restore_threads`` puts back."""
+        return split_threads(self.graph.sched.backends, self._work)
+
     def opt_ctx(self, train: bool) -> OptContext:
-        """The opt context of the training steps, or of the validation steps of a session made with them."""
+        """The opt context of the training steps, or of the validation steps of a runner made with them."""
         ctx = self.train_ctx if train else self.eval_ctx
         if ctx is None:
-            raise GgmlStateError("internal: validation steps on a session made without them; please report it")
+            raise GgmlStateError("internal: validation steps on a runner made without them; please report it")
         return ctx
 
     def writer(self, name: str, train: bool) -> BatchWriter:
@@ -170,36 +142,18 @@ class TrainingSession:
         weights = [h.weights for h in heads if h.weights is not None]
         return BatchWriter(name, self.inputs, labels, weights, self.index_bounds, cross_entropy)
 
-    def run_epoch(self, feed: Feed, limit: int | None, train: bool,
-                  progress: EpochProgress | None = None) -> EpochStats:
-        ctx = self.opt_ctx(train)
-        result = self.train_result if train else self.eval_result
-        result.reset()
-        metrics = self.options.metrics if train else None
-        if metrics is not None:
-            metrics.reset()
-        steps = 0
-        for pairs in feed.epoch(limit):
-            self.step(ctx, pairs, train, result)
-            steps += 1
-            if progress is not None:
-                progress.update(steps * self.batch_size, lambda: self.result_loss(result))
-        stats = self.epoch_stats(ctx, result, steps)
-        if metrics is not None and steps:
-            stats.metrics = metrics.results()
-        return stats
-
     def new_result(self) -> R.OptResult:
         """A result to evaluate steps into (the caller frees it)."""
         return R.OptResult()
 
-    @staticmethod
-    def result_loss(result: R.OptResult) -> float:
+    def result_loss(self, result: R.OptResult) -> float:
         """The mean loss of the batches evaluated into ``result``."""
-        return R.ggml_opt_result_loss(result)["loss"]
+        return opt_result_loss(result)
 
-    def epoch_stats(self, ctx: OptContext, result: R.OptResult, steps: int) -> EpochStats:
-        """The statistics of ``steps`` batches evaluated into ``result`` by ``ctx``."""
+    def epoch_stats(self, result: R.OptResult, steps: int) -> EpochStats:
+        """The statistics of ``steps`` batches evaluated into ``result`` (by the training or validation context:
+        the two have the same heads)."""
+        ctx = self.train_ctx
         stats = EpochStats(steps=steps, samples=steps * self.batch_size)
         # a loss built from ggml ops: the result counts each head
         heads = ctx.loss.heads if ctx.loss is not None and ctx.loss.composite else []
@@ -219,12 +173,14 @@ class TrainingSession:
             stats.head_accuracy = [math.nan] * n
         return stats
 
-    def step(self, ctx: OptContext, pairs: list[tuple[Target, np.ndarray]], train: bool, result: R.OptResult,
-             watch: Callable[[Scheduler], AbstractContextManager[PlacementRecorder]] | None = None) -> None:
-        """One physical batch: alloc, write, eval (with the hooks around the eval). Ctrl-C waits for the end
-        of the step: an alloc without its eval would leave the opt context unusable. ``watch``: a context
-        manager factory given the scheduler, entered around the eval (a ``PlacementRecorder``); without one,
-        the first training step on a GPU is watched and ops it leaves on the CPU are named in a warning."""
+    def step(self, pairs: list[tuple[Target, np.ndarray]], train: bool, result: R.OptResult,
+             watch: Watch | None = None) -> None:
+        """One physical batch: alloc, write, eval (with the hooks around the eval) on the training or the
+        validation opt context. Ctrl-C waits for the end of the step: an alloc without its eval would leave the
+        opt context unusable. ``watch``: a context manager factory given the scheduler, entered around the eval
+        (a ``PlacementRecorder``); without one, the first training step on a GPU is watched and ops it leaves on
+        the CPU are named in a warning."""
+        ctx = self.opt_ctx(train)
         with self.guard.step:
             started = self.threads.before_step() if train else None
             ctx.alloc(train)
@@ -250,7 +206,7 @@ class TrainingSession:
             warn_if_host_ops(self.placement)
 
     def history_attrs(self) -> dict:
-        """What the history's ``attrs`` get from this session (nothing; replicas report their traffic)."""
+        """What the history's ``attrs`` get from this runner (nothing; replicas report their traffic)."""
         return {}
 
     def keepers(self) -> list[Lifetime]:
@@ -268,6 +224,9 @@ class TrainingSession:
         for handle in reversed(self._owned):
             handle.free()
         self._owned.clear()
+        for other in reversed(self._also_owned):
+            other.free()
+        self._also_owned.clear()
         restore_threads(self._threads_before)
         self._threads_before = []
 
@@ -278,8 +237,9 @@ def _warn(message: str) -> None:
 
 @dataclass
 class _FitRun:
-    """One run of the loop: what it reads (the session, feeds, plan) and what it builds (the history)."""
-    session: Session
+    """One run of the loop: what it reads (the runner, feeds, plan), the results its epochs evaluate into, and what
+    it builds (the history)."""
+    runner: StepRunner
     train_feed: Feed
     val_feed: Feed | None
     plan: EpochPlan
@@ -289,12 +249,94 @@ class _FitRun:
     cbs: CallbackList
     state: FitState
     columns: list[str]
+    train_result: Result | None = None
+    val_result: Result | None = None
     rows: list[dict] = field(default_factory=list)
     head_rows: list[dict] = field(default_factory=list)
     extra_columns: list[str] = field(default_factory=list)   # what callbacks logged, in order of first appearance
 
+    def begin_epoch(self, epoch: int) -> EpochProgress | None:
+        """The epoch's progress bar, once the callbacks began it; None when one of them stopped the fit."""
+        self.state.epoch = epoch
+        if self.before_epoch is not None:
+            self.before_epoch(epoch)
+        self.cbs.run("on_epoch_begin", epoch, {}, self.state)
+        if self.state.stop:
+            return None
+        return EpochProgress(epoch, self.state.nepoch, self.plan.steps_per_epoch, self.plan.silent or not self.plan.bar)
 
-def fit_loop(session: Session, train_feed: Feed, val_feed: Feed | None, plan: EpochPlan, *,
+    def end_epoch(self, epoch: int, train: EpochStats, seconds: float) -> bool:
+        """After the epoch's training steps: the checks on them, the validation, the history's row and the
+        callbacks; False when the fit ends here."""
+        plan, source_name = self.plan, self.source_name
+        steps_per_epoch, stream = plan.steps_per_epoch, plan.stream
+        if stream and train.steps == 0:
+            _warn(f"Epoch {epoch}: the {source_name} returned None on the first step (no batch), so training "
+                  f"stops after {epoch - plan.initial_epoch - 1} epoch(s). A finite source is exhausted: ask for "
+                  "fewer epochs, or make it restart (reset its state before returning None, or pass a generator "
+                  "function or a list)")
+            return False
+        if train.steps and not math.isfinite(train.loss):
+            message = (f"Epoch {epoch}: the training loss is {train.loss} (not finite); the weights are probably "
+                       f"NaN/inf now. {NONFINITE_CAUSES} The history of the completed epochs is in this exception's "
+                       ".history")
+            if plan.on_nonfinite == "raise":
+                raise GgmlValueError(message)
+            _warn(message.replace("this exception's .history", "the returned history"))
+        if stream and steps_per_epoch is not None and train.steps < steps_per_epoch:
+            _warn(f"Epoch {epoch}: the {source_name} ended after {train.steps} of {steps_per_epoch} requested "
+                  "batches; the epoch was closed early (drop steps_per_epoch to run until the source ends)")
+        self.record(epoch, train, self.validation(epoch, len(train.head_loss)), seconds)
+        return not self.state.stop
+
+    def validation(self, epoch: int, n_heads: int) -> EpochStats:
+        """The epoch's validation statistics (NaN without validation data)."""
+        validation_steps = self.plan.validation_steps
+        if self.validate is not None:
+            return self.validate()
+        if self.val_feed is None or self.val_result is None:
+            return EpochStats(head_loss=[math.nan] * n_heads, head_accuracy=[math.nan] * n_heads)
+        val = run_epoch(self.runner, self.val_feed, validation_steps, False, self.val_result)
+        if val.steps == 0 and not self.state.warned_no_validation:
+            self.state.warned_no_validation = True
+            _warn(f"Epoch {epoch}: the validation_generator gave no batch, so val_loss and val_accuracy are "
+                  "NaN (an exhausted iterator? pass a generator function or a list to validate every epoch)")
+        if self.plan.stream and validation_steps is not None and 0 < val.steps < validation_steps:
+            _warn(f"Epoch {epoch}: the validation_generator ended after {val.steps} of {validation_steps} "
+                  "requested batches")
+        return val
+
+    def record(self, epoch: int, train: EpochStats, val: EpochStats, seconds: float) -> None:
+        """The epoch's row of the history, its summary line and the callbacks' on_epoch_end."""
+        head_names = self.runner.graph.head_names
+        logs = {"train_loss": train.loss, "train_accuracy": train.accuracy,
+                "val_loss": val.loss, "val_accuracy": val.accuracy}
+        for name in metric_names(self.runner):
+            logs[f"train_{name}"] = train.metrics.get(name, math.nan)
+            logs[f"val_{name}"] = val.metrics.get(name, math.nan)
+        if self.plan.stream:
+            logs["steps"] = train.steps
+        if head_names:
+            for name, tl, ta, vl, va in zip(head_names, train.head_loss, train.head_accuracy, val.head_loss,
+                                            val.head_accuracy):
+                logs.update({f"train_{name}_loss": tl, f"train_{name}_accuracy": ta,
+                             f"val_{name}_loss": vl, f"val_{name}_accuracy": va})
+            self.head_rows.append({"loss": train.head_loss, "accuracy": train.head_accuracy,
+                                   "val_loss": val.head_loss, "val_accuracy": val.head_accuracy})
+        row = {"epoch": epoch, **{c: logs[c] for c in self.columns if c != "epoch"}}
+        self.rows.append(row)   # recorded before the callbacks: one that raises cannot lose the epoch
+        say(summary_line(epoch, self.state.nepoch, logs, seconds, train.samples), self.plan.silent)
+        added: dict = {}
+        try:
+            self.cbs.run("on_epoch_end", epoch, logs, self.state, added)
+        finally:  # values the callbacks logged under new keys join the row, also when one raised
+            new = {k: v for k, v in added.items() if k not in row}
+            row.update(new)
+            self.extra_columns.extend(k for k in new if k not in self.extra_columns)
+
+
+
+def fit_loop(runner: StepRunner, train_feed: Feed, val_feed: Feed | None, plan: EpochPlan, *,
              source_name: str = "generator", before_epoch: Callable[[int], None] | None = None,
              validate: Callable[[], EpochStats] | None = None) -> pd.DataFrame:
     """Run the epochs; returns the history (one row per completed epoch). ``validate`` (instead of
@@ -303,28 +345,43 @@ def fit_loop(session: Session, train_feed: Feed, val_feed: Feed | None, plan: Ep
     Nothing is lost on the way out: an exception (a Ctrl-C, a failing generator or callback, a
     non-finite loss) leaves with the history of the completed epochs as its ``history`` attribute."""
     check_nonfinite(plan.on_nonfinite)
-    state = FitState(lr_ud=session.lr_ud, nepoch=plan.initial_epoch + plan.epochs,
-                     optimizer="sgd" if session.train_ctx.optimizer == OPTIMIZER_SGD else "adamw",
+    state = FitState(lr_ud=runner.lr_ud, nepoch=plan.initial_epoch + plan.epochs,
+                     optimizer="sgd" if runner.state.optimizer == OPTIMIZER_SGD else "adamw",
                      model=plan.model, weights=plan.weights)
-    names = metric_names(session)
-    run = _FitRun(session, train_feed, val_feed, plan, source_name, before_epoch, validate,
+    names = metric_names(runner)
+    run = _FitRun(runner, train_feed, val_feed, plan, source_name, before_epoch, validate,
                   CallbackList(plan.callbacks), state, HISTORY_COLUMNS + [f"{split}_{name}" for name in names
                                                                           for split in ("train", "val")]
                   + (["steps"] if plan.stream else []))
-    head_names = session.graph.head_names
+    head_names = runner.graph.head_names
     try:
+        run.train_result = runner.new_result()
+        run.val_result = runner.new_result() if val_feed is not None else None
         # while it runs, nothing it needs can be freed: not from a callback, a generator (also one running in
         # the prefetch thread) or another thread
-        with using(session.keepers(), "a fit (ggml_fit_opt*, ggml_fit*)"), session.guard:
-            _epochs(run)
+        with using(runner.keepers(), "a fit (ggml_fit_opt*, ggml_fit*)"), runner.guard:
+            for epoch in range(plan.initial_epoch + 1, plan.initial_epoch + plan.epochs + 1):
+                progress = run.begin_epoch(epoch)
+                if progress is None:
+                    break
+                try:
+                    train = run_epoch(runner, train_feed, plan.steps_per_epoch, True, run.train_result, progress)
+                finally:
+                    seconds = progress.close()
+                if not run.end_epoch(epoch, train, seconds):
+                    break
     except BaseException as exc:
         try:
-            carry_history(exc, _history(run.rows, run.head_rows, run.columns, head_names, session.placement,
-                                        session.history_attrs(), run.extra_columns))
+            carry_history(exc, _history(run.rows, run.head_rows, run.columns, head_names, runner.placement,
+                                        runner.history_attrs(), run.extra_columns))
         except Exception:  # noqa: BLE001 - never mask the original error
             pass
         raise
-    return _history(run.rows, run.head_rows, run.columns, head_names, session.placement, session.history_attrs(),
+    finally:
+        for result in (run.train_result, run.val_result):
+            if result is not None:
+                result.free()
+    return _history(run.rows, run.head_rows, run.columns, head_names, runner.placement, runner.history_attrs(),
                     run.extra_columns)
 
 
@@ -338,86 +395,9 @@ def check_nonfinite(on_nonfinite: object) -> str:
     return on_nonfinite
 
 
-def _epochs(run: _FitRun) -> None:
-    session, plan, state, cbs = run.session, run.plan, run.state, run.cbs
-    steps_per_epoch, validation_steps, silent, stream = plan.steps_per_epoch, plan.validation_steps, plan.silent, \
-        plan.stream
-    source_name, before_epoch, validate, head_names = run.source_name, run.before_epoch, run.validate, \
-        session.graph.head_names
-    nepoch = state.nepoch
-    epochs, initial_epoch = plan.epochs, plan.initial_epoch
-    for k in range(1, epochs + 1):
-        epoch = initial_epoch + k
-        state.epoch = epoch
-        if before_epoch is not None:
-            before_epoch(epoch)
-        cbs.run("on_epoch_begin", epoch, {}, state)
-        if state.stop:
-            break
-        progress = EpochProgress(epoch, nepoch, steps_per_epoch, silent or not plan.bar)
-        try:
-            train = session.run_epoch(run.train_feed, steps_per_epoch, True, progress)
-        finally:
-            seconds = progress.close()
-        if stream and train.steps == 0:
-            _warn(f"Epoch {epoch}: the {source_name} returned None on the first step (no batch), so training "
-                  f"stops after {k - 1} epoch(s). A finite source is exhausted: ask for fewer epochs, or make it "
-                  "restart (reset its state before returning None, or pass a generator function or a list)")
-            break
-        if train.steps and not math.isfinite(train.loss):
-            message = (f"Epoch {epoch}: the training loss is {train.loss} (not finite); the weights are probably "
-                       f"NaN/inf now. {NONFINITE_CAUSES} The history of the completed epochs is in this exception's "
-                       ".history")
-            if plan.on_nonfinite == "raise":
-                raise GgmlValueError(message)
-            _warn(message.replace("this exception's .history", "the returned history"))
-        if stream and steps_per_epoch is not None and train.steps < steps_per_epoch:
-            _warn(f"Epoch {epoch}: the {source_name} ended after {train.steps} of {steps_per_epoch} requested "
-                  "batches; the epoch was closed early (drop steps_per_epoch to run until the source ends)")
-        val = EpochStats(head_loss=[math.nan] * len(train.head_loss),
-                         head_accuracy=[math.nan] * len(train.head_loss))
-        if validate is not None:
-            val = validate()
-        elif run.val_feed is not None:
-            val = session.run_epoch(run.val_feed, validation_steps, False)
-            if val.steps == 0 and not state.warned_no_validation:
-                state.warned_no_validation = True
-                _warn(f"Epoch {epoch}: the validation_generator gave no batch, so val_loss and val_accuracy are "
-                      "NaN (an exhausted iterator? pass a generator function or a list to validate every epoch)")
-            if stream and validation_steps is not None and 0 < val.steps < validation_steps:
-                _warn(f"Epoch {epoch}: the validation_generator ended after {val.steps} of {validation_steps} "
-                      "requested batches")
-        logs = {"train_loss": train.loss, "train_accuracy": train.accuracy,
-                "val_loss": val.loss, "val_accuracy": val.accuracy}
-        for name in metric_names(session):
-            logs[f"train_{name}"] = train.metrics.get(name, math.nan)
-            logs[f"val_{name}"] = val.metrics.get(name, math.nan)
-        if stream:
-            logs["steps"] = train.steps
-        if head_names:
-            for name, tl, ta, vl, va in zip(head_names, train.head_loss, train.head_accuracy, val.head_loss,
-                                            val.head_accuracy):
-                logs.update({f"train_{name}_loss": tl, f"train_{name}_accuracy": ta,
-                             f"val_{name}_loss": vl, f"val_{name}_accuracy": va})
-            run.head_rows.append({"loss": train.head_loss, "accuracy": train.head_accuracy,
-                              "val_loss": val.head_loss, "val_accuracy": val.head_accuracy})
-        row = {"epoch": epoch, **{c: logs[c] for c in run.columns if c != "epoch"}}
-        run.rows.append(row)   # recorded before the callbacks: one that raises cannot lose the epoch
-        say(summary_line(epoch, nepoch, logs, seconds, train.samples), silent)
-        added: dict = {}
-        try:
-            cbs.run("on_epoch_end", epoch, logs, state, added)
-        finally:  # values the callbacks logged under new keys join the row, also when one raised
-            new = {k: v for k, v in added.items() if k not in row}
-            row.update(new)
-            run.extra_columns.extend(k for k in new if k not in run.extra_columns)
-        if state.stop:
-            break
-
-
-def metric_names(session: Session) -> list[str]:
+def metric_names(runner: StepRunner) -> list[str]:
     """The log names of the training steps' metrics (``StepOptions.metrics``), in order."""
-    return session.options.metrics.names if session.options.metrics is not None else []
+    return runner.options.metrics.names if runner.options.metrics is not None else []
 
 
 def _history(rows: list[dict], head_rows: list[dict], columns: list[str], head_names: list[str] | None,
@@ -437,5 +417,5 @@ def _history(rows: list[dict], head_rows: list[dict], columns: list[str], head_n
         history.attrs["head_names"] = list(head_names)
     if placement is not None:  # where the first training step on a device ran (ggmlpy.placement.Placement)
         history.attrs["placement"] = placement
-    history.attrs.update(attrs or {})  # what the session reports (data-parallel replicas: their traffic)
+    history.attrs.update(attrs or {})  # what the runner reports (data-parallel replicas: their traffic)
     return history

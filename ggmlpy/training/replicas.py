@@ -1,36 +1,32 @@
-"""Training whose optimizer steps outside ggml-opt: one training session over K >= 1 replicas of a model, each
-on its own device (data-parallel with K > 1; with K = 1, an optimizer ggml-opt does not have, such as RMSprop).
+"""Data-parallel training: ``ReplicaRunner``, a ``runner.StepRunner`` over K > 1 replicas of a model, each on its
+own device.
 
 Every physical batch is cut into K shards (``split_counts``: in proportion to the replicas' shares); each
 replica evaluates its shard on its own gradient-only opt context, the K evaluations run at the same time (one
 thread per extra replica: ggml's computes release the GIL), and at the end of each logical batch the
-``GraphOptimizer`` sums the gradients on replica 0's device, steps there and sends the weights back. The
-``ReplicaSession`` is what ``loop.fit_loop`` drives in place of a ``TrainingSession``: the same epochs,
-callbacks, history and Ctrl-C rules, written once.
+``GraphOptimizer`` sums the gradients on replica 0's device, steps there and sends the weights back. The fit
+loop drives it as any runner: the same epochs, callbacks, history and Ctrl-C rules, written once.
 """
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager
-from dataclasses import replace
 
 import numpy as np
 
 from ..backend.backend import Backend
-from ..compute.placement import Placement, PlacementRecorder
-from ..compute.sched import Scheduler
+from ..compute.placement import Placement
 from ..core.handle import InterruptGuard, Lifetime
 from ..errors import GgmlStateError, GgmlValueError
 from ..graph.objects import Tensor
 from ..opt import result as R
 from ..opt.graph_optimizer import GraphOptimizer
-from ..opt.rules import OptimizerSpec
 from .adapters import BatchWriter, Target
 from .config import StepOptions, TrainingGraph
-from .loop import EpochStats, TrainingSession
+from .graph_steps import gradient_runners, graph_optimizer
+from .runner import EpochStats, opt_result_loss, Owned, Watch
 
 
 def split_counts(total: int, shares: Sequence[float]) -> list[int]:
@@ -96,19 +92,17 @@ class ReplicaResult:
     close = free
 
 
-class ReplicaSession:
-    """A training session over K replicas (see the module's docstring). ``graphs[k]``: replica k's training
-    graph (its own scheduler, inputs for its shard); ``steps[k]``: its step options (the shard's size as
-    ``batch_size``, its hooks; the optimizer and period of ``steps[0]`` apply to all);
-    ``backend``: replica 0's device (where the optimizer steps); ``trainable[k]``/``synced[k]``: replica k's
-    weights for the ``GraphOptimizer`` (``steps[0].rule``: its optimizer; None: ggml's of ``steps[0].optimizer``).
-    Quacks like a ``TrainingSession`` for ``fit_loop`` and the trainer."""
-
-    run_epoch = TrainingSession.run_epoch  # the one epoch loop, over this session's step
+class ReplicaRunner:
+    """Data-parallel training over K > 1 replicas (see the module's docstring). ``graphs[k]``: replica k's
+    training graph (its own scheduler, inputs for its shard); ``steps[k]``: its step options (the shard's size as
+    ``batch_size``, its hooks; the optimizer and period of ``steps[0]`` apply to all); ``backend``: replica 0's
+    device (where the optimizer steps); ``trainable[k]``/``synced[k]``: replica k's weights for the
+    ``GraphOptimizer`` (``steps[0].rule``: its optimizer; None: ggml's of ``steps[0].optimizer``); ``owned[k]``:
+    handles replica k's runner frees."""
 
     def __init__(self, graphs: Sequence[TrainingGraph], steps: Sequence[StepOptions], backend: Backend,
                  trainable: Sequence[dict[str, Tensor]], synced: Sequence[Sequence[Tensor]],
-                 devices: Sequence[str] = ()) -> None:
+                 devices: Sequence[str] = (), owned: Sequence[Sequence[Owned]] = ()) -> None:
         self.devices = list(devices)  # their names, for the history
         step = steps[0]
         counts = [s.batch_size for s in steps]
@@ -117,49 +111,44 @@ class ReplicaSession:
         self.graph, self.options, self.counts = graphs[0], step, [n for n in counts if n is not None]
         self.batch_size = sum(self.counts)
         self.guard = InterruptGuard()
-        self.eval_ctx = None  # validation runs on the model layer's inference graphs
-        self.sessions: list[TrainingSession] = []
         self._pool: ThreadPoolExecutor | None = None
         self.optimizer: GraphOptimizer | None = None
+        self.replicas = gradient_runners(graphs, steps, owned)
         try:
-            for g, step_k in zip(graphs, steps):
-                self.sessions.append(TrainingSession(g, replace(step_k, period=1, gradients_only=True)))
-                if len(self.sessions) > 1:
-                    self.sessions[-1].watch_first_step = False  # replica 0's step says where a step runs
-            self.lr_ud = self.sessions[0].lr_ud  # what callbacks and schedules change: the optimizer reads it
-            weights = [n / self.batch_size / step.period for n in self.counts]
-            rule = step.rule or OptimizerSpec("adamw" if step.optimizer == 0 else "sgd")
-            self.optimizer = GraphOptimizer(backend, [s.train_ctx for s in self.sessions], trainable, synced, weights,
-                                            rule, step.period, self.lr_ud)
-            if len(self.sessions) > 1:
-                self._pool = ThreadPoolExecutor(len(self.sessions) - 1, thread_name_prefix="ggmlpy-replica")
+            self.optimizer = graph_optimizer(self.replicas, backend, trainable, synced, self.counts, step)
+            self._pool = ThreadPoolExecutor(len(self.replicas) - 1, thread_name_prefix="ggmlpy-replica")
         except BaseException:
             self.close()
             raise
-        self.train_ctx = self.optimizer  # what the model's optimizer state is read from and written to
-        self.train_result = self.new_result()
-        self.batch_bytes = 0  # batch shards written to the replicas since the session began
+        self.lr_ud = self.replicas[0].lr_ud  # what callbacks and schedules change: the optimizer reads it
+        self.batch_bytes = 0  # batch shards written to the replicas since the runner began
         self.batches = 0
         self.seconds = {"replicas": 0.0, "optimizer": 0.0}  # the replicas' evaluations; the sums, steps, copies
-        self.per_head = self.sessions[0].per_head
+
+    @property
+    def state(self) -> GraphOptimizer:
+        """Where the model's optimizer state is read and written (made with the runner, gone once it closes)."""
+        if self.optimizer is None:
+            raise GgmlStateError("this data-parallel runner has been closed")
+        return self.optimizer
 
     @property
     def placement(self) -> Placement | None:
-        return self.sessions[0].placement
+        return self.replicas[0].placement
 
     def writer(self, name: str, train: bool) -> ReplicaWriter:
-        return ReplicaWriter(name, [s.writer(name, train) for s in self.sessions], self.batch_size)
+        return ReplicaWriter(name, [r.writer(name, train) for r in self.replicas], self.batch_size)
 
     def new_result(self) -> ReplicaResult:
-        return ReplicaResult([R.OptResult() for _ in self.sessions])
+        return ReplicaResult([R.OptResult() for _ in self.replicas])
 
     def result_loss(self, result: ReplicaResult) -> float:
-        return sum(n / self.batch_size * TrainingSession.result_loss(r) for n, r in zip(self.counts, result.parts))
+        return sum(n / self.batch_size * opt_result_loss(r) for n, r in zip(self.counts, result.parts))
 
-    def epoch_stats(self, ctx: object, result: ReplicaResult, steps: int) -> EpochStats:
+    def epoch_stats(self, result: ReplicaResult, steps: int) -> EpochStats:
         """The replicas' statistics weighted by their shares of the batch: the batch means a single device
         computes (each replica's loss and accuracy are means over its shard)."""
-        parts = [s.epoch_stats(s.train_ctx, r, steps) for s, r in zip(self.sessions, result.parts)]
+        parts = [r.epoch_stats(part, steps) for r, part in zip(self.replicas, result.parts)]
         w = [n / self.batch_size for n in self.counts]
 
         def mean(values: list[float]) -> float:
@@ -170,22 +159,22 @@ class ReplicaSession:
         stats.head_accuracy = [mean(list(v)) for v in zip(*(p.head_accuracy for p in parts))]
         return stats
 
-    def step(self, ctx: object, pairs: list[list[tuple[Target, np.ndarray]]], train: bool, result: ReplicaResult,
-             watch: Callable[[Scheduler], AbstractContextManager[PlacementRecorder]] | None = None) -> None:
+    def step(self, pairs: list[list[tuple[Target, np.ndarray]]], train: bool, result: ReplicaResult,
+             watch: Watch | None = None) -> None:
         """One physical batch on every replica at once (replica 0 in this thread, where a watch and Ctrl-C
         apply), then the optimizer step at the end of a logical batch. Ctrl-C waits for the whole step."""
         if not train:
-            raise GgmlValueError("a data-parallel session trains only; validation runs on the inference graphs")
+            raise GgmlValueError("a data-parallel runner trains only; validation runs on the inference graphs")
         with self.guard.step:
             self.batch_bytes += sum(a.nbytes for part in pairs for _, a in part)
             self.batches += 1
             started = time.perf_counter()
             pool = self._pool
-            futures = [pool.submit(s.step, s.train_ctx, p, True, r)
-                       for s, p, r in zip(self.sessions[1:], pairs[1:], result.parts[1:])] if pool else []
+            futures = [pool.submit(r.step, p, True, part)
+                       for r, p, part in zip(self.replicas[1:], pairs[1:], result.parts[1:])] if pool else []
             first: BaseException | None = None
             try:
-                self.sessions[0].step(self.sessions[0].train_ctx, pairs[0], True, result.parts[0], watch)
+                self.replicas[0].step(pairs[0], True, result.parts[0], watch)
             except BaseException as exc:  # noqa: BLE001 - raised once every replica has finished
                 first = exc
             for f in futures:
@@ -193,17 +182,21 @@ class ReplicaSession:
             if first is not None:
                 raise first
             computed = time.perf_counter()
-            self.stepper.accumulated()
+            self.state.accumulated()
             self.seconds["replicas"] += computed - started
             self.seconds["optimizer"] += time.perf_counter() - computed
+
+    def split_threads(self) -> list:
+        before: list = []
+        for r in self.replicas:
+            before += r.split_threads()
+        return before
 
     def history_attrs(self) -> dict:
         """``history.attrs["replicas"]``: the devices, the samples each takes per batch, the bytes moved
         through the host per optimizer step (batch shards, gradients, weights) and the seconds per step spent
         in the replicas' evaluations and in the optimizer (sums, step, copies), measured over the fit."""
-        opt = self.stepper
-        if len(self.sessions) == 1:  # one device, an optimizer outside ggml-opt: nothing moves between devices
-            return TrainingSession.history_attrs(self.sessions[0])
+        opt = self.state
         steps = max(1, opt.steps)
         return {"replicas": {"devices": self.devices,
                              "samples": list(self.counts),
@@ -213,32 +206,19 @@ class ReplicaSession:
                              "seconds_per_step": {k: v * opt.opt_period / max(1, self.batches)
                                                   for k, v in self.seconds.items()}}}
 
-    @property
-    def stepper(self) -> GraphOptimizer:
-        """The optimizer (made with the session, gone once it is closed)."""
-        if self.optimizer is None:
-            raise GgmlStateError("this data-parallel session has been closed")
-        return self.optimizer
-
-    def opt_ctx(self, train: bool) -> GraphOptimizer:
-        """What ``run_epoch`` hands each step (this session's steps use their replicas' own contexts)."""
-        return self.stepper
-
     def keepers(self) -> list[Lifetime]:
         hs: list[Lifetime] = []
-        for s in self.sessions:
-            hs.extend(s.keepers())
+        for r in self.replicas:
+            hs.extend(r.keepers())
         return hs + (self.optimizer.keepers if self.optimizer is not None else [])
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-        result = self.__dict__.pop("train_result", None)
-        if result is not None:
-            result.free()
         if self.optimizer is not None:
             self.optimizer.free()
-        for s in reversed(self.sessions):
-            s.close()
-        self.sessions.clear()
+            self.optimizer = None
+        for r in reversed(self.replicas):
+            r.close()
+        self.replicas.clear()

@@ -165,7 +165,7 @@ def test_model_layer_splits_the_threads_for_fit_trainer_steps_and_predict(monkey
     from ggmlpy.backend import backend as gb
     from ggmlpy.compute import threads as policy
     from ggmlpy.models.engine import runtime
-    from ggmlpy.training.loop import TrainingSession
+    from ggmlpy.training.loop import NativeRunner
     monkeypatch.setattr(gb, "_n_threads", [2])
     monkeypatch.setattr(policy, "blas_shares_cpu_pool", lambda: False)  # the pthreads policy splits the count
     seen = []
@@ -173,9 +173,9 @@ def test_model_layer_splits_the_threads_for_fit_trainer_steps_and_predict(monkey
     def threads(sched):
         return tuple(sorted((b.device.name, b.n_threads) for b in sched.backends))
 
-    step = TrainingSession.step
-    monkeypatch.setattr(TrainingSession, "step", lambda self, ctx, *a, **k: (seen.append(("step", threads(ctx.sched))),
-                                                                      step(self, ctx, *a, **k))[1])
+    step = NativeRunner.step
+    monkeypatch.setattr(NativeRunner, "step", lambda self, *a, **k: (seen.append(("step", threads(self.graph.sched))),
+                                                                    step(self, *a, **k))[1])
     compute = runtime.ggml_backend_sched_graph_compute
     monkeypatch.setattr(runtime, "ggml_backend_sched_graph_compute",
                         lambda sched, graph: (seen.append(("predict", threads(sched))), compute(sched, graph))[1])

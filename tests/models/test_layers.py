@@ -888,7 +888,7 @@ DEEP = textwrap.dedent("""
     pred = g.ggml_predict(m, x)
     assert np.allclose(pred, fwd(w0), rtol=1e-4, atol=1e-4), (pred, fwd(w0))
     tr = g.ggml_trainer(m, batch_size=n)
-    print("train_nodes", tr._setup.train_nodes)   # nodes of the forward and backward graphs
+    print("train_nodes", tr.train_nodes)   # nodes of the forward and backward graphs
     losses = [tr.step(x, y)]
     w1 = g.ggml_get_weights(m)
     ref_loss = float(np.mean((fwd(w0) - y) ** 2))

@@ -262,6 +262,6 @@ def test_each_replica_draws_its_own_dropout_masks():
     multi = _mlp(["cpu", dev], dropout=0.5)
     with G.ggml_trainer(multi, batch_size=16) as t:
         t.step(x, y)
-        seeds = [s.hooks[0].tensor for s in t._session.sessions]  # each replica graph's dropout seeds
+        seeds = [r.hooks[0].tensor for r in t._runner.replicas]  # each replica graph's dropout seeds
         a, b = (G.ggml_backend_tensor_get_data(s) for s in seeds)
     assert a.shape == b.shape and not np.array_equal(a, b)

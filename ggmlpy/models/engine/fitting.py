@@ -25,6 +25,7 @@ from ...training.adapters import BatchSequence, check_ends, is_batch_sequence, S
 from ...training.config import Callback, EpochPlan
 from ...training.fit import fit_streamed, ggml_fit_opt
 from ...training.loop import check_nonfinite, EpochStats, HISTORY_COLUMNS
+from ...training.runner import StepRunner
 from ..layers.regularizers import weight_penalty
 from ..network.model import Model
 from ..network.parameters import ModelWeights
@@ -33,8 +34,8 @@ from .compile import CompileConfig, compiled
 from .metrics import Tally
 from .predict import predict_arrays
 from .runtime import model_in_use
-from .session import TrainingSetup
 from .snapshot import Snapshot
+from .training_runner import training_runner
 
 
 if TYPE_CHECKING:
@@ -213,11 +214,10 @@ def _stats(tally: Tally) -> EpochStats:
 
 # ---------------------------------------------------------------- training
 
-def run_training(model: Model, cfg: CompileConfig, source: Source, batch: int, plan: EpochPlan, *,
-                 validate: Callable[[], EpochStats] | None,
-                 sample_weighted: bool, nbatch_logical: int | None = None) -> pd.DataFrame:
-    """Build the training graph for ``batch`` samples and run the one training loop on it, as ``plan`` says;
-    ``validate`` computes the validation statistics on the inference graph."""
+def runner_factory(model: Model, cfg: CompileConfig, batch: int, *, sample_weighted: bool,
+                   nbatch_logical: int | None = None) -> Callable[[], StepRunner]:
+    """What makes a fit's step runner for ``batch`` samples (``fit_streamed`` calls it, and closes the runner),
+    once the model is known to have weights to train and ``nbatch_logical`` to be a multiple of the batch."""
     if not model.runtime.params.mark_trainable():
         raise GgmlValueError(nothing_to_train(model))
     period = 1
@@ -226,13 +226,7 @@ def run_training(model: Model, cfg: CompileConfig, source: Source, batch: int, p
         if logical % batch:
             raise GgmlValueError(f"nbatch_logical ({logical}) must be a multiple of the batch size ({batch})")
         period = max(1, logical // batch)
-    setup = TrainingSetup(model, cfg, batch, period, sample_weighted)
-    try:
-        # the optimizer state continues across fits
-        return fit_streamed(None, None, plan, source, validate=validate, opt_state=model.runtime.opt_state,
-                            make_session=lambda: setup.session)
-    finally:
-        setup.free()
+    return lambda: training_runner(model, cfg, batch, period, sample_weighted)[0]
 
 
 def fit_model(model: Model, x: D.ModelData | None = None, y: D.ModelData | None = None, epochs: int = 1,
@@ -309,8 +303,9 @@ def fit_model(model: Model, x: D.ModelData | None = None, y: D.ModelData | None 
         if given:
             raise GgmlValueError(f"ggml_fit: {', '.join(given)} cannot be used with a PyDataset-like x (its batches "
                                  "bring their own sample weights; give validation_data for validation)")
-        return _fit_generator(model, x, steps_per_epoch, epochs, initial_epoch, validation_data, None, callbacks,
-                              verbose, 0, nbatch_logical, on_nonfinite)
+        return _fit_generator(model, x, steps_per_epoch=steps_per_epoch, epochs=epochs, initial_epoch=initial_epoch,
+                              validation_data=validation_data, callbacks=callbacks, verbose=verbose,
+                              nbatch_logical=nbatch_logical, on_nonfinite=on_nonfinite)
     if x is None or y is None:
         raise GgmlValueError("ggml_fit needs x and y arrays, or a PyDataset-like x (use ggml_fit_generator for "
                              "other sources of batches)")
@@ -361,8 +356,8 @@ def fit_model(model: Model, x: D.ModelData | None = None, y: D.ModelData | None 
     plan = EpochPlan(epochs, initial_epoch, steps_per_epoch, callbacks=callbacks, silent=_verbose(verbose),
                      bar=verbose != 2, stream=False, on_nonfinite=check_nonfinite(on_nonfinite), model=model,
                      weights=ModelWeights(model))
-    return run_training(model, cfg, source, batch, plan, validate=validate, sample_weighted=w is not None,
-                        nbatch_logical=nbatch_logical)
+    make_runner = runner_factory(model, cfg, batch, sample_weighted=w is not None, nbatch_logical=nbatch_logical)
+    return fit_streamed(make_runner, plan, source, validate=validate, opt_state=model.runtime.opt_state)
 
 
 @functools.wraps(fit_model)
@@ -459,8 +454,10 @@ def ggml_fit_generator(model: Model, generator: object, steps_per_epoch: int | N
     compiled(model, "ggml_fit_generator")
     _check_batch_source(generator)
     with model_in_use(model, training=True):  # from the first batch on: no compile/free/freeze meanwhile
-        return _fit_generator(model, generator, steps_per_epoch, epochs, initial_epoch, validation_data,
-                              validation_steps, callbacks, verbose, prefetch, nbatch_logical, on_nonfinite)
+        return _fit_generator(model, generator, steps_per_epoch=steps_per_epoch, epochs=epochs,
+                              initial_epoch=initial_epoch, validation_data=validation_data,
+                              validation_steps=validation_steps, callbacks=callbacks, verbose=verbose,
+                              prefetch=prefetch, nbatch_logical=nbatch_logical, on_nonfinite=on_nonfinite)
 
 
 def _check_batch_source(source: object) -> None:
@@ -477,8 +474,12 @@ def _check_batch_source(source: object) -> None:
                             "arrays in memory use ggml_fit(model, x, y, batch_size=...), which batches them itself")
 
 
-def _fit_generator(model, generator, steps_per_epoch, epochs, initial_epoch, validation_data, validation_steps,
-                   callbacks, verbose, prefetch, nbatch_logical, on_nonfinite) -> pd.DataFrame:
+def _fit_generator(model: Model, generator: object, *, steps_per_epoch: int | None, epochs: int, initial_epoch: int,
+                   validation_data: object, validation_steps: int | None = None, callbacks: object,
+                   verbose: int | bool, prefetch: int = 0, nbatch_logical: int | None,
+                   on_nonfinite: str) -> pd.DataFrame:
+    """The streamed fit of ``ggml_fit_generator`` and of ``ggml_fit`` on a PyDataset-like x, every setting by
+    keyword."""
     import pandas as pd  # the history's type
     cfg = model.compiled
     epochs = c_int_arg(None, "epochs", epochs, 0)
@@ -503,8 +504,8 @@ def _fit_generator(model, generator, steps_per_epoch, epochs, initial_epoch, val
     plan = EpochPlan(epochs, initial_epoch, steps_per_epoch, callbacks=callbacks, silent=_verbose(verbose),
                      bar=verbose != 2, prefetch=prefetch, stream=True, on_nonfinite=check_nonfinite(on_nonfinite),
                      model=model, weights=ModelWeights(model))
-    return run_training(model, cfg, source, batch, plan, validate=validate, sample_weighted=w is not None,
-                        nbatch_logical=nbatch_logical)
+    make_runner = runner_factory(model, cfg, batch, sample_weighted=w is not None, nbatch_logical=nbatch_logical)
+    return fit_streamed(make_runner, plan, source, validate=validate, opt_state=model.runtime.opt_state)
 
 
 def _validation(model: Model, cfg: CompileConfig, validation_data: object, steps: int | None,

@@ -1,0 +1,81 @@
+"""The step runner of one fit or trainer of a compiled model (``training_runner``), with its training graph(s) and
+scheduler(s): ggml-opt's own step on one device (``training.loop.NativeRunner``), an optimizer ggml-opt lacks
+(RMSprop, Adagrad, momentum, clipping: ``OptimizerSpec.fused`` False) on one device
+(``training.graph_steps.GraphOptimizerRunner``), or one replica per device for a model compiled with several
+backends (``training.replicas.ReplicaRunner``), the replicas' weights copied from the first replica's first. The
+runner owns what is built for it here: it frees the graphs and schedulers when it closes.
+"""
+from __future__ import annotations
+
+import math
+
+from ...errors import GgmlValueError
+from ...training.config import StepOptions, TrainingGraph
+from ...training.graph_steps import GraphOptimizerRunner
+from ...training.loop import NativeRunner
+from ...training.replicas import ReplicaRunner, split_counts
+from ...training.runner import StepRunner
+from ..layers.regularizers import regularized_weights
+from ..network.model import Model
+from .compile import build_training_graph, CompileConfig
+from .metrics import HeadMetrics
+from .runtime import make_scheduler
+
+
+def training_runner(model: Model, cfg: CompileConfig, batch: int, period: int = 1,
+                    sample_weighted: bool = False) -> tuple[StepRunner, int]:
+    """The runner of a fit or trainer for ``batch`` samples per step, ``period`` steps per optimizer step, and a
+    bound on the nodes of its training graphs (each replica's)."""
+    runtime = model.runtime
+    stores = runtime.stores()
+    counts = [batch] if len(stores) == 1 else split_counts(batch, runtime.shares)
+    if len(stores) > 1 and min(counts) < 1:
+        shares = runtime.shares
+        need = math.ceil(sum(shares) / min(shares) - 1e-9)  # the smallest share gets a sample from here
+        raise GgmlValueError(f"a batch of {batch} samples split over {len(stores)} replicas by shares {shares} "
+                             f"gives {counts} samples: each replica needs at least one; use batch_size >= {need} "
+                             "(or shares closer to each other)")
+    # the compiled metrics of the training steps: one sum for all replicas
+    metrics = HeadMetrics(cfg.heads, cfg.head_metrics, graph_outputs=True) if any(cfg.head_metrics) else None
+    graphs: list[TrainingGraph] = []
+    steps: list[StepOptions] = []
+    owned: list[list] = []   # each replica's graph instance and scheduler, freed by its runner
+    train_nodes = 0
+    try:
+        runtime.sync_replicas()
+        for store in stores[1:]:
+            store.mark_trainable()  # as the caller marked the model's own
+        for store, n in zip(stores, counts):
+            inst = build_training_graph(model, cfg, n, store)
+            owned.append([inst])
+            train_nodes = max(train_nodes, inst.train_nodes)  # a bound on each replica's graphs
+            sched = make_scheduler(store.backend, inst.train_nodes)
+            owned[-1].append(sched)
+            graphs.append(TrainingGraph(sched, inst.ctx, inst.inputs, inst.outputs,
+                                        [h.loss_type for h in cfg.heads], cfg.loss_weights(),
+                                        sample_weighted=sample_weighted, side_outputs=inst.side_outputs,
+                                        head_names=[h.name for h in cfg.heads] if len(cfg.heads) > 1 else None,
+                                        output_copies=inst.output_copies,
+                                        penalties=[(store.tensor(layer, spec.name), reg.l1, reg.l2)
+                                                   for layer, spec, reg in regularized_weights(store)]))
+            steps.append(StepOptions(cfg.optimizer_type, period, cfg.weight_decay, cfg.learning_rate, inst.hooks, n,
+                                     adam=cfg.adam, metrics=metrics, rule=cfg.optimizer_spec))
+        # each runner frees its graph and scheduler when it closes: after its opt contexts, the scheduler before the
+        # graph it computes
+        frees = owned
+        runner: StepRunner
+        if len(stores) > 1:
+            runner = ReplicaRunner(graphs, steps, stores[0].backend, [runtime.opt_state.trainable(s) for s in stores],
+                                   [s.synced_tensors() for s in stores], runtime.device_names, owned=frees)
+        elif cfg.optimizer_spec.fused:
+            runner = NativeRunner(graphs[0], steps[0], owned=frees[0])
+        else:
+            runner = GraphOptimizerRunner(graphs[0], steps[0], stores[0].backend,
+                                          runtime.opt_state.trainable(stores[0]), stores[0].synced_tensors(),
+                                          owned=frees[0])
+    except BaseException:
+        for handles in reversed(owned):
+            for h in reversed(handles):
+                h.close()
+        raise
+    return runner, train_nodes
