@@ -127,6 +127,8 @@ from .models.engine.compile import (ggml_compile)
 from .models.engine.fitting import (ggml_evaluate, ggml_fit, ggml_fit_generator, ggml_predict, ggml_predict_classes)
 from .models.engine.metrics import (ggml_metric_auc, ggml_metric_precision, ggml_metric_recall,
                                     ggml_metric_top_k_accuracy)
+from .models.engine.optimizers import (ggml_optimizer_adagrad, ggml_optimizer_adam, ggml_optimizer_rmsprop,
+                                       ggml_optimizer_sgd)
 from .models.engine.snapshot import (ggml_snapshot_free)
 from .models.io.checkpoints import (ggml_callback_model_checkpoint)
 from .models.io.preprocessing import (ggml_pad_sequences, ggml_to_categorical)
@@ -305,7 +307,8 @@ __all__ = [
     "ggml_position_embedding", "ggml_repeat_vector", "ggml_set_weights", "ggml_time_distributed",
     "ggml_unfreeze_weights", "ggml_upsampling_2d", "ggml_compile", "ggml_evaluate", "ggml_fit", "ggml_fit_generator",
     "ggml_predict", "ggml_predict_classes", "ggml_metric_auc", "ggml_metric_precision", "ggml_metric_recall",
-    "ggml_metric_top_k_accuracy", "ggml_snapshot_free", "ggml_callback_model_checkpoint", "ggml_pad_sequences",
+    "ggml_metric_top_k_accuracy", "ggml_optimizer_adagrad", "ggml_optimizer_adam", "ggml_optimizer_rmsprop",
+    "ggml_optimizer_sgd", "ggml_snapshot_free", "ggml_callback_model_checkpoint", "ggml_pad_sequences",
     "ggml_to_categorical", "ggml_load_model", "ggml_load_weights", "ggml_save_model", "ggml_save_weights",
     "ggml_layer_adapt", "ggml_regularizer_l1", "ggml_regularizer_l1_l2", "ggml_regularizer_l2",
     "ggml_model_placement", "ggml_model_profile", "ggml_trainer", "ggml_add1", "ggml_ceil", "ggml_floor",

@@ -87,9 +87,19 @@ def _data(n=16, f=4, out=3, seed=11):
     return rng.normal(size=(n, f)).astype(np.float32), rng.normal(size=(n, out)).astype(np.float32)
 
 
-def _linear(backend, name, settings, wd=0.0, seed=0):
+# the optimizer objects' constructors, by the names ggml_compile takes
+MAKERS = {"adam": g.ggml_optimizer_adam, "sgd": g.ggml_optimizer_sgd, "rmsprop": g.ggml_optimizer_rmsprop,
+          "adagrad": g.ggml_optimizer_adagrad}
+
+
+def _linear(backend, name, settings, wd=0.0, seed=0, form="flat"):
+    """A linear model compiled with ``name`` and ``settings``: as ggml_compile's flat keywords, or as the
+    ggml_optimizer_* object (``form="object"``)."""
     np.random.seed(seed)
     m = g.ggml_layer_dense(g.ggml_model_sequential(), 3, input_shape=(4,), name="d")
+    if form == "object":
+        return g.ggml_compile(m, optimizer=MAKERS[name](learning_rate=LR, weight_decay=wd, **settings), loss="mse",
+                              metrics=[], backend=backend)
     return g.ggml_compile(m, optimizer=name, loss="mse", metrics=[], backend=backend, learning_rate=LR,
                           weight_decay=wd, **settings)
 
@@ -117,11 +127,12 @@ def backend(each_device):
     return each_device
 
 
+@pytest.mark.parametrize("form", ["flat", "object"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_each_optimizer_follows_keras_rules_in_numpy(case, backend):
+def test_each_optimizer_follows_keras_rules_in_numpy(case, form, backend):
     name, settings = CASES[case]
     x, y = _data()
-    m = _linear(backend, name, settings)
+    m = _linear(backend, name, settings, form=form)
     w0 = g.ggml_get_weights(m)
     g.ggml_fit(m, x, y, epochs=3, batch_size=8, shuffle=False, verbose=0)
     want = _reference_linear(w0, x, y, "adam" if name == "adam" else name, settings, steps=6, batch=8)
@@ -341,3 +352,58 @@ def test_a_slot_gained_on_load_covers_frozen_weights_and_saves(tmp_path):
     g.ggml_save_model(b, tmp_path / "b.gguf", include_optimizer=True)
     copy = pickle.loads(pickle.dumps(b))
     assert set(copy.runtime.opt_state.state["slots"]["momentum"]) == set(state["slots"]["momentum"])
+
+
+@pytest.mark.parametrize("name, settings, match", [
+    ("sgd", {"nesterov": True}, "nesterov=True needs a momentum > 0"),
+    ("sgd", {"momentum": 1.0}, r"momentum must be a number in \[0, 1\)"),
+    ("rmsprop", {"rho": 1.0}, r"rho must be a number in \[0, 1\)"),
+    ("rmsprop", {"centered": "yes"}, "centered must be True or False"),
+    ("rmsprop", {"epsilon": 0.0}, "RMSprop with epsilon=0 divides 0 by 0"),
+    ("adam", {"clipnorm": 1.0, "clipvalue": 1.0}, "set one of clipnorm, global_clipnorm and clipvalue"),
+    ("adam", {"beta_2": 1.0}, r"beta_2 must be a number in \[0, 1\)"),
+    ("adam", {"epsilon": -1.0}, "epsilon must be a finite number >= 0"),
+    ("adam", {"learning_rate": 0.0}, "learning_rate must be"),
+    ("adagrad", {"weight_decay": 2.0}, r"weight_decay must be a number in \[0, 1\]"),
+    ("adagrad", {"initial_accumulator_value": 0.0, "epsilon": 0.0}, "divides 0 by 0"),
+])
+def test_an_optimizer_object_checks_its_settings_where_it_is_made(name, settings, match):
+    with pytest.raises(g.GgmlValueError, match=f"ggml_optimizer_{name}: .*{match}|{match}"):
+        MAKERS[name](**settings)
+
+
+def test_an_optimizer_object_refuses_flat_settings_beside_it():
+    m = g.ggml_layer_dense(g.ggml_model_sequential(), 3, input_shape=(4,))
+    opt = g.ggml_optimizer_sgd(0.1, momentum=0.9)
+    for extra in ({"learning_rate": 0.01}, {"momentum": 0.5}, {"weight_decay": 0.1}, {"clipnorm": 1.0}):
+        with pytest.raises(g.GgmlValueError, match=f"{next(iter(extra))} given beside an optimizer object"):
+            g.ggml_compile(m, optimizer=opt, loss="mse", backend="cpu", **extra)
+    assert m.compiled is None  # nothing compiled by a refused call
+
+
+@pytest.mark.parametrize("name, settings", [("adam", {"learning_rate": 0.02, "beta_1": 0.8, "clipnorm": 0.5}),
+                                            ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "nesterov": True}),
+                                            ("rmsprop", {"rho": 0.8, "centered": True, "weight_decay": 0.01}),
+                                            ("adagrad", {"initial_accumulator_value": 0.2, "epsilon": 1e-4})])
+def test_an_optimizer_object_compiles_as_its_flat_keywords(name, settings, tmp_path):
+    """The object and ggmlR's flat keywords are one set of settings: the same compiled configuration (what a saved
+    model keeps) either way, the object's get_config() is the flat form, and one object compiles several models."""
+    opt = MAKERS[name](**settings)
+    assert opt.get_config() == {"optimizer": name, **settings}
+    assert repr(opt).startswith(f"Optimizer('{name}'") and all(f"{k}=" in repr(opt) for k in settings)
+    with pytest.raises(AttributeError):
+        opt.learning_rate = 1.0  # immutable: compiling another model with it cannot change the first
+    models = []
+    for optimizer, flat in ((opt, {}), (name, settings), (opt, {})):
+        m = g.ggml_layer_dense(g.ggml_model_sequential(), 3, input_shape=(4,))
+        models.append(g.ggml_compile(m, optimizer=optimizer, loss="mse", metrics=[], backend="cpu", **flat))
+    configs = [m.compiled.to_dict() for m in models]
+    assert configs[0] == configs[1] == configs[2]
+    g.ggml_save_model(models[0], tmp_path / "m.gguf")
+    assert g.ggml_load_model(tmp_path / "m.gguf", backend="cpu").compiled.to_dict() == configs[0]
+
+
+def test_an_unknown_optimizer_names_the_objects():
+    m = g.ggml_layer_dense(g.ggml_model_sequential(), 3, input_shape=(4,))
+    with pytest.raises(g.GgmlValueError, match="ggml_optimizer_adam / _sgd / _rmsprop / _adagrad"):
+        g.ggml_compile(m, optimizer=object(), loss="mse", backend="cpu")

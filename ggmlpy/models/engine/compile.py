@@ -8,23 +8,21 @@ from typing import Any
 import numpy as np
 
 from ...backend.device import Device
-from ...core.args import FLOAT32_MAX, is_int, is_real, learning_rate_arg, weight_decay_arg
+from ...core.args import FLOAT32_MAX, is_int, is_real
 from ...errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
 from ...opt import losses as L
-from ...opt.constants import OPTIMIZER_ADAMW, OPTIMIZER_SGD
 from ...opt.custom_loss import CustomLoss, ggml_opt_loss_custom
-from ...opt.rules import optimizer_spec, OptimizerSpec
+from ...opt.rules import OptimizerSpec
 from ..layers import convolutional as conv
 from ..layers import pooling, shaping
 from ..layers.basic import Dropout, Flatten
 from ..layers.masking import mask_flow
 from ..network.model import Model, Node
 from .metrics import HeadSpec, resolve_metrics, spec_to_dict
+from .optimizers import Optimizer, resolve_optimizer
 from .runtime import build_graph, GraphInstance, replace_runtime, Runtime
 
 
-# the names ggml_compile takes -> the optimizer (opt.rules)
-OPTIMIZERS = {"adam": "adamw", "adamw": "adamw", "sgd": "sgd", "rmsprop": "rmsprop", "adagrad": "adagrad"}
 # name -> (ggml loss type, what the labels are)
 LOSSES = {
     "categorical_crossentropy": (L.LOSS_CROSS_ENTROPY, "one-hot"),
@@ -167,8 +165,11 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
         model: a model from ``ggml_model_sequential`` or ``ggml_model``.
         optimizer: ``"adam"`` (ggml's AdamW; ``"adamw"`` is the same), ``"sgd"`` (with ``momentum=`` and
             ``nesterov=``), ``"rmsprop"`` (``rho=``, ``momentum=``, ``centered=``, ``epsilon=``), ``"adagrad"``
-            (``initial_accumulator_value=``, ``epsilon=``), or ``ggml_opt_optimizer_type_adamw()`` /
-            ``ggml_opt_optimizer_type_sgd()``. Keras 3's update rules and defaults (rho 0.9, epsilon 1e-7,
+            (``initial_accumulator_value=``, ``epsilon=``), ``ggml_opt_optimizer_type_adamw()`` /
+            ``ggml_opt_optimizer_type_sgd()``, or an optimizer object from ``ggml_optimizer_adam`` /
+            ``_sgd`` / ``_rmsprop`` / ``_adagrad``, which holds its settings (then give none of the keywords below
+            from ``learning_rate`` on: they are ggmlR's flat shorthand for the same settings). Keras 3's update
+            rules and defaults (rho 0.9, epsilon 1e-7,
             initial accumulator 0.1); a setting the optimizer does not read is refused. AdamW and plain SGD run
             ggml's fused step ops inside ggml-opt; the others (and any clipping) run as a graph of ggml
             element-wise ops on the model's device after each backward pass, so they train on every backend.
@@ -251,21 +252,23 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
         >>> model = g.ggml_model_sequential()
         >>> model = g.ggml_layer_dense(model, 3, activation="softmax", input_shape=(4,))
         >>> model = g.ggml_compile(model, optimizer="adam", loss="categorical_crossentropy", backend="cpu")
+        >>> model = g.ggml_compile(model, optimizer=g.ggml_optimizer_sgd(0.01, momentum=0.9), loss="mse")
     """
     if not isinstance(model, Model):
         raise GgmlTypeError(f"ggml_compile: expected a model (ggml_model_sequential / ggml_model), got "
                             f"{type(model).__name__}")
-    if is_int(optimizer):
-        opt_name = {OPTIMIZER_ADAMW: "adamw", OPTIMIZER_SGD: "sgd"}.get(int(optimizer))
+    flat = dict(learning_rate=learning_rate, weight_decay=weight_decay or None, beta_1=beta_1, beta_2=beta_2,
+                epsilon=epsilon, momentum=momentum, nesterov=nesterov, rho=rho, centered=centered,
+                initial_accumulator_value=initial_accumulator_value, clipnorm=clipnorm,
+                global_clipnorm=global_clipnorm, clipvalue=clipvalue)
+    if isinstance(optimizer, Optimizer):
+        given = [k for k, v in flat.items() if v is not None]
+        if given:
+            raise GgmlValueError(f"ggml_compile: {', '.join(given)} given beside an optimizer object, which holds its "
+                                 f"own settings ({optimizer!r}); pass them to the ggml_optimizer_* function instead")
+        chosen = optimizer
     else:
-        opt_name = optimizer.lower() if isinstance(optimizer, str) else None
-    if opt_name not in OPTIMIZERS:
-        raise GgmlValueError(f"unknown optimizer {optimizer!r}; expected one of {', '.join(map(repr, OPTIMIZERS))} "
-                             "or a ggml_opt_optimizer_type_*() constant")
-    spec = optimizer_spec(OPTIMIZERS[opt_name], dict(
-        momentum=momentum, nesterov=nesterov, rho=rho, centered=centered, epsilon=epsilon,
-        initial_accumulator_value=initial_accumulator_value, clipnorm=clipnorm, global_clipnorm=global_clipnorm,
-        clipvalue=clipvalue), "ggml_compile")
+        chosen = resolve_optimizer(optimizer, flat, "ggml_compile")
     backend, shares = _backends(backend, shares)
     inputs, outputs, _ = model.graph()
     mask_flow(model)  # a padding mask only where layers honour it
@@ -289,13 +292,9 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
     heads = [_head(n, _loss_name(head_loss, i), float(w), f, head_loss if isinstance(head_loss, CustomLoss) else None)
              for i, (n, head_loss, w, f) in enumerate(zip(outputs, losses, weights, logits))]
     accuracy, head_metrics = resolve_metrics(metrics, heads, [n.name for n in outputs])
-    lr = None
-    if learning_rate is not None:
-        lr = learning_rate_arg("learning_rate", learning_rate)
-    weight_decay_arg(weight_decay)
-    adam = _adam_settings(spec.name, beta_1, beta_2, epsilon)
-    config = CompileConfig(opt_name, spec.ggml_type, heads, ["accuracy"] if accuracy else [], backend, lr,
-                           float(weight_decay), adam=adam, head_metrics=head_metrics, optimizer_spec=spec,
+    config = CompileConfig(chosen.name, chosen.spec.ggml_type, heads, ["accuracy"] if accuracy else [], backend,
+                           chosen.learning_rate, chosen.weight_decay, adam=chosen.adam, head_metrics=head_metrics,
+                           optimizer_spec=chosen.spec,
                            from_logits=logits if any(f is not None for f in logits) else None)
     # before the old one goes (a failure leaves the model as it was); the weights come from the newest holder
     # of each layer: the old runtime, another model sharing the layer, or the copy a layer carries
@@ -317,26 +316,6 @@ def _from_logits(value: Any, losses: list, n: int) -> list:
                              f"dict by output name), got {value!r}")
     return [True if v is None and is_int(head_loss) and int(head_loss) == L.LOSS_BINARY_CROSS_ENTROPY_LOGITS else
             (None if v is None else bool(v)) for v, head_loss in zip(values, losses)]
-
-
-def _adam_settings(optimizer: str, beta_1: Any, beta_2: Any, epsilon: Any) -> tuple[float, float, float] | None:
-    """Adam's (beta_1, beta_2, epsilon), ggml's defaults where None; None when all are."""
-    given = {"beta_1": beta_1, "beta_2": beta_2, "epsilon": epsilon if optimizer in ("adamw", "sgd") else None}
-    if all(v is None for v in given.values()):
-        return None
-    if optimizer != "adamw":
-        named = ", ".join(k for k, v in given.items() if v is not None)
-        raise GgmlValueError(f"ggml_compile: {named} set Adam's moments, but the optimizer is {optimizer!r}; use "
-                             "optimizer='adam' or leave them out")
-    for name in ("beta_1", "beta_2"):
-        v = given[name]
-        if v is not None and (not is_real(v) or not 0 <= v < 1):
-            raise GgmlValueError(f"ggml_compile: {name} must be a number in [0, 1) (1 divides by zero in Adam's bias "
-                                 f"correction), got {v!r}")
-    if epsilon is not None and (not is_real(epsilon) or not 0 <= epsilon <= FLOAT32_MAX):
-        raise GgmlValueError(f"ggml_compile: epsilon must be a finite number >= 0, got {epsilon!r}")
-    return (0.9 if beta_1 is None else float(beta_1), 0.999 if beta_2 is None else float(beta_2),
-            1e-8 if epsilon is None else float(epsilon))
 
 
 def _backends(backend: Any, shares: Any) -> tuple[Any, list[float] | None]:
