@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-from tests.conftest import run_in_subprocess
+from tests.helpers.subprocesses import run_in_subprocess
 
 
 F32 = G.GGML_TYPE_F32

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-from tests.conftest import _ctx_size, _default_backend, _graph_inputs
-from tests.test_gradients import f64
-from tests.test_gradients import fd_grad as weighted_fd_grad
+from tests.helpers.compute import ctx_size, default_backend, graph_inputs
+from tests.helpers.gradients import f64
+from tests.helpers.gradients import fd_grad as weighted_fd_grad
 
 
 def fd_grad(f, x, h=1e-5):
@@ -27,8 +27,8 @@ def fd_grad(f, x, h=1e-5):
 def grads(build, arrays, params, r, graph_size=512):
     """loss = sum(build(ctx, *tensors) * r) with ``arrays[i]`` for i in ``params`` marked parameters: the loss
     and each parameter's gradient (None where ggml built none), from ggml's autodiff on the CPU."""
-    backend = _default_backend()
-    with _graph_inputs([*arrays, r], backend, _ctx_size(4 * graph_size, graph_size, True)) as (ts, ctx, owned):
+    backend = default_backend()
+    with graph_inputs([*arrays, r], backend, ctx_size(4 * graph_size, graph_size, True)) as (ts, ctx, owned):
         for i in params:
             G.ggml_set_param(ts[i])
         loss = G.ggml_sum(ctx, G.ggml_mul(ctx, build(ctx, *ts[:-1]), ts[-1]))
@@ -217,8 +217,8 @@ def test_piecewise_constant_loss_of_a_parameter(op):
     ggml_graph_reset (which would write through NULL) says so instead."""
     fn = getattr(G, f"ggml_{op}")
     for wrap in (lambda c, t: t, lambda c, t: G.ggml_scale(c, t, 3.0)):
-        backend = _default_backend()
-        with _graph_inputs([np.array([0.5], np.float32)], backend, _ctx_size(64, 64, True)) as (ts, ctx, owned):
+        backend = default_backend()
+        with graph_inputs([np.array([0.5], np.float32)], backend, ctx_size(64, 64, True)) as (ts, ctx, owned):
             G.ggml_set_param(ts[0])
             loss = G.ggml_set_loss(fn(ctx, wrap(ctx, ts[0])))
             graph = G.ggml_new_graph_custom(ctx, 64, True)
@@ -236,7 +236,7 @@ def test_piecewise_constant_loss_of_a_parameter(op):
 
 def test_graph_reset_before_allocation_still_says_so():
     """The usual reason for an unallocated gradient keeps its message."""
-    ctx = G.ggml_init(_ctx_size(16, 64, True), no_alloc=True)
+    ctx = G.ggml_init(ctx_size(16, 64, True), no_alloc=True)
     try:
         x = G.ggml_set_param(G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, 3))
         loss = G.ggml_set_loss(G.ggml_sum(ctx, G.ggml_sqr(ctx, x)))
@@ -255,7 +255,7 @@ def test_im2col_and_its_backward_read_the_kernels_shape_only():
     kernel as a tensor whose values are read (a kernel without memory would be refused), and must count the
     gradient (an unwritten one would go unnoticed)."""
     from ggmlpy.graph.nodes import graph_tensor_ptrs, ptr_key, value_read
-    ctx = G.ggml_init(_ctx_size(64, 256, True), no_alloc=True)
+    ctx = G.ggml_init(ctx_size(64, 256, True), no_alloc=True)
     try:
         x = G.ggml_set_param(G.ggml_new_tensor_4d(ctx, G.GGML_TYPE_F32, 5, 5, 2, 1))
         kernel = G.ggml_new_tensor_4d(ctx, G.GGML_TYPE_F32, 3, 3, 2, 1)

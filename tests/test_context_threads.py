@@ -4,7 +4,7 @@ turns (ggmlpy/_guard.py). Each case runs in a fresh interpreter, where an abort 
 test runner down."""
 from __future__ import annotations
 
-from .conftest import run_in_subprocess
+from tests.helpers.subprocesses import run_in_subprocess
 
 
 PRELUDE = """

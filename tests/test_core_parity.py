@@ -280,7 +280,7 @@ def test_unallocated_and_quantized_tensors_are_refused(tmp_path):
     with pytest.raises(G.GgmlStateError, match="no_alloc"):
         G.ggml_new_f32(ctx, 1.0)
     ctx.free()
-    from tests.test_gguf_reader import q8_0, write_gguf
+    from tests.helpers.gguf_writer import q8_0, write_gguf
     path = tmp_path / "q.gguf"
     write_gguf(path, [], [("q", [32], 8, q8_0(np.ones(1, np.float16), np.arange(32).reshape(1, 32)))])
     with G.gguf_load(path) as g:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import textwrap
 
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 
 SKIPPING = textwrap.dedent('''
@@ -28,7 +28,7 @@ SKIPPING = textwrap.dedent('''
 
 def _pytest(tmp_path, env: dict) -> subprocess.CompletedProcess:
     (tmp_path / "test_case.py").write_text(SKIPPING)
-    (tmp_path / "conftest.py").write_text("from tests.device_runs import pytest_runtest_makereport, "
+    (tmp_path / "conftest.py").write_text("from tests.helpers.device_runs import pytest_runtest_makereport, "
                                           "pytest_sessionfinish  # noqa: F401\n")
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfs", str(tmp_path)],
                           cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT), **env), capture_output=True,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import run_in_subprocess
+from tests.helpers.subprocesses import run_in_subprocess
 
 
 SCRIPT = """

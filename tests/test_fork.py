@@ -7,7 +7,7 @@ interpreter with a timeout, so a regression shows as a failure, not a hung suite
 """
 from __future__ import annotations
 
-from .conftest import run_in_subprocess
+from tests.helpers.subprocesses import run_in_subprocess
 
 
 SETUP = """

@@ -12,7 +12,7 @@ import pytest
 import ggmlpy as G
 from ggmlpy.core import sysmem as C
 from ggmlpy.errors import GgufFileError
-from tests.conftest import run_in_subprocess
+from tests.helpers.subprocesses import run_in_subprocess
 
 
 def _write(path, shape=(4, 3), meta=None):

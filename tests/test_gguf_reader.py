@@ -1,7 +1,7 @@
 """ggmlR's GGUF reader (ggmlpy/gguf/reader.py): gguf_load, gguf_metadata, gguf_tensor_names/info/data.
 
-The files are written byte by byte here with ``struct`` (a GGUF v3 writer independent of ggml and
-ggmlpy), quantized blocks included, so the expected values come from the format's definition:
+The files are written byte by byte with ``struct`` (tests/helpers/gguf_writer.py: a GGUF v3 writer
+independent of ggml and ggmlpy), quantized blocks included, so the expected values come from the format's definition:
 Q8_0 = one f16 scale and 32 int8 per block (x = d * q), Q4_0 = one f16 scale and 16 bytes of nibbles
 (x = d * (nibble - 8), low nibbles first). Corrupt and truncated files must raise, never abort.
 """
@@ -14,46 +14,11 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
+from tests.helpers.gguf_writer import gguf_str, q4_0, q8_0, write_gguf
 
 
 F32, F16, Q4_0, Q8_0, I32 = 0, 1, 2, 8, 26
 Q8_1, Q8_K = 9, 15   # quantized types with no row conversion (ggml's type traits)
-ALIGN = 32
-
-
-def _str(s: str) -> bytes:
-    b = s.encode()
-    return struct.pack("<Q", len(b)) + b
-
-
-def write_gguf(path, kv: list, tensors: list) -> None:
-    """kv: (key, gguf_type, payload bytes); tensors: (name, ne, ggml_type, raw bytes)."""
-    out = bytearray(b"GGUF" + struct.pack("<I", 3) + struct.pack("<qq", len(tensors), len(kv)))
-    for key, t, payload in kv:
-        out += _str(key) + struct.pack("<i", t) + payload
-    offset, blobs = 0, []
-    for name, ne, typ, raw in tensors:
-        out += _str(name) + struct.pack("<I", len(ne)) + struct.pack(f"<{len(ne)}q", *ne)
-        out += struct.pack("<i", typ) + struct.pack("<Q", offset)
-        padded = raw + b"\0" * (-len(raw) % ALIGN)
-        blobs.append(padded)
-        offset += len(padded)
-    out += b"\0" * (-len(out) % ALIGN)
-    for b in blobs:
-        out += b
-    with open(path, "wb") as f:
-        f.write(bytes(out))
-
-
-def q8_0(d: np.ndarray, q: np.ndarray) -> bytes:
-    """Blocks of (f16 scale, 32 int8)."""
-    return b"".join(np.float16(s).tobytes() + qs.astype(np.int8).tobytes() for s, qs in zip(d, q))
-
-
-def q4_0(d: np.ndarray, nib: np.ndarray) -> bytes:
-    """Blocks of (f16 scale, 16 bytes: element j in the low nibble of byte j, element j + 16 in its high one)."""
-    return b"".join(np.float16(s).tobytes() + (n[:16] | (n[16:] << 4)).astype(np.uint8).tobytes()
-                    for s, n in zip(d, nib))
 
 
 @pytest.fixture
@@ -67,9 +32,9 @@ def model(tmp_path):
     d4 = rng.uniform(0.01, 0.1, 2).astype(np.float16)            # ne [32, 2]: 1 block per row
     n4 = rng.integers(0, 16, (2, 32))
     path = tmp_path / "m.gguf"
-    write_gguf(path, [("general.name", 8, _str("tiny")), ("n.layers", 4, struct.pack("<I", 3)),
+    write_gguf(path, [("general.name", 8, gguf_str("tiny")), ("n.layers", 4, struct.pack("<I", 3)),
                       ("lr", 6, struct.pack("<f", 0.5)), ("flag", 7, b"\1"),
-                      ("vocab", 9, struct.pack("<iQ", 8, 2) + _str("a") + _str("bc"))],
+                      ("vocab", 9, struct.pack("<iQ", 8, 2) + gguf_str("a") + gguf_str("bc"))],
                [("w", [3, 2], F32, w.tobytes()), ("h", [5], F16, h.tobytes()), ("ids", [2, 2], I32, ids.tobytes()),
                 ("q8", [64, 3], Q8_0, q8_0(d8, q8)), ("q4", [32, 2], Q4_0, q4_0(d4, n4))])
     ref = {"w": w, "h": h.astype(np.float32), "ids": ids,
@@ -225,7 +190,7 @@ def test_a_fifo_is_refused_without_blocking(tmp_path):
 def test_types_without_a_row_conversion_are_refused_not_run(tmp_path):
     """Q8_1 is quantized but its type traits have no to_float: get_rows called NULL (segfault). Q8_K likewise.
     In a subprocess, so a crash shows as a return code."""
-    from tests.conftest import run_in_subprocess
+    from tests.helpers.subprocesses import run_in_subprocess
     cases = []
     for typ in (Q8_1, Q8_K):
         raw = b"\0" * (G.ggml_type_size(typ) * (256 // G.ggml_blck_size(typ)))

@@ -11,29 +11,14 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-from tests.conftest import (
+from tests.helpers.compute import compute_grad
+from tests.helpers.gradients import f64, fd_grad, pool2d
+from tests.helpers.subprocesses import (
     assert_refused_naming_op,
     backward_refusal_script,
-    compute_grad,
     run_cases_in_subprocess,
     run_in_subprocess,
 )
-
-
-def f64(a):
-    return np.asarray(a, dtype=np.float64)
-
-
-def fd_grad(f, x, r, h=1e-5):
-    """Central differences of sum(f(x) * r) in float64."""
-    x = f64(x)
-    g = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        xp, xm = x.copy(), x.copy()
-        xp[i] += h
-        xm[i] -= h
-        g[i] = (np.sum(f(xp) * r) - np.sum(f(xm) * r)) / (2 * h)
-    return g
 
 
 # ---------------------------------------------------------------- numpy references
@@ -66,17 +51,6 @@ def _conv1d(X, K, p):
     Xp = np.pad(X, ((0, 0), (0, 0), (p, p)))
     OL = Xp.shape[-1] - K.shape[-1] + 1
     return sum(np.einsum("ncl,oc->nol", Xp[:, :, k:k + OL], K[:, :, k]) for k in range(K.shape[-1]))
-
-
-def _pool2d(X, op, k, s):
-    *lead, H, W = X.shape
-    OH, OW = (H - k) // s + 1, (W - k) // s + 1
-    out = np.zeros((*lead, OH, OW))
-    for oh in range(OH):
-        for ow in range(OW):
-            win = X[..., oh * s:oh * s + k, ow * s:ow * s + k]
-            out[..., oh, ow] = win.max(axis=(-1, -2)) if op == "max" else win.mean(axis=(-1, -2))
-    return out
 
 
 def _away_from_zero(rng, *shape, lo=0.2, hi=2.0):
@@ -172,19 +146,19 @@ CASES = {
                              lambda x, sig: _conv1d(sig, x, 1),
                              _u(-1, 1, 3, 2, 3), [_u(-1, 1, 2, 2, 7)], dict(rtol=2e-2, atol=2e-2)),
     "pool_2d_max": (lambda c, x: G.ggml_pool_2d(c, x, G.GGML_OP_POOL_MAX, 2, 2, 2, 2),
-                    lambda x: _pool2d(x, "max", 2, 2),
+                    lambda x: pool2d(x, "max", 2, 2),
                     lambda rng: rng.permutation(2 * 4 * 6).astype(np.float32).reshape(1, 2, 4, 6) / 10, [], None),
     # a permute or transpose after an op: its backward must receive a contiguous gradient (patch 0007;
     # ggml passed a strided view that POOL_2D's backward misread and the element-wise backward refused)
     "pool_2d_max_then_permute": (lambda c, x: G.ggml_cont(c, G.ggml_permute(
                                      c, G.ggml_pool_2d(c, x, G.GGML_OP_POOL_MAX, 2, 2, 2, 2), 1, 2, 0, 3)),
-                                 lambda x: np.transpose(_pool2d(x, "max", 2, 2), (1, 2, 0)),
+                                 lambda x: np.transpose(pool2d(x, "max", 2, 2), (1, 2, 0)),
                                  lambda rng: rng.permutation(3 * 4 * 6).astype(np.float32).reshape(3, 4, 6) / 10,
                                  [], None),
     "sqr_then_transpose": (lambda c, x: G.ggml_cont(c, G.ggml_transpose(c, G.ggml_sqr(c, x))),
                            lambda x: np.square(x).T.copy(), A34, [], None),
     "pool_2d_avg": (lambda c, x: G.ggml_pool_2d(c, x, G.GGML_OP_POOL_AVG, 3, 3, 1, 1),
-                    lambda x: _pool2d(x, "avg", 3, 1), _u(-1, 1, 2, 5, 5), [], None),
+                    lambda x: pool2d(x, "avg", 3, 1), _u(-1, 1, 2, 5, 5), [], None),
 }
 
 

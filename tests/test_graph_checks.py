@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-from tests.conftest import compute, compute_grad, run_in_subprocess
+from tests.helpers.compute import compute, compute_grad
+from tests.helpers.subprocesses import run_in_subprocess
 
 
 def _run(code: str, timeout: float = 120) -> str:
@@ -262,9 +263,8 @@ def test_index_bounds_name_the_op_and_keep_the_smallest_bound():
 # ---------------------------------------------------------------- memory of a graph allocation
 
 _HUGE = """
-import sys, numpy as np, ggmlpy as G
-sys.path.insert(0, "tests")
-from conftest import compute
+import numpy as np, ggmlpy as G
+from tests.helpers.compute import compute
 try:
     compute(lambda c, t: {build}, np.zeros(4, np.float32))
 except ValueError as e:

@@ -305,7 +305,7 @@ def test_epoch_callbacks_cannot_free_or_reallocate_what_the_epoch_uses():
     """A callback of ggml_opt_epoch that frees the opt context, its scheduler, backend, contexts or buffers,
     the dataset or the result, or that allocates/evaluates the context itself, is refused: the refusal
     stops the epoch after that batch and reaches the caller; everything stays usable."""
-    from tests.conftest import run_in_subprocess
+    from tests.helpers.subprocesses import run_in_subprocess
     code = _EPOCH_PRELUDE + """
 attempts = {
     "opt": lambda: G.ggml_opt_free(opt), "sched": lambda: G.ggml_backend_sched_free(sched),
@@ -342,7 +342,7 @@ print("OK")
 def test_nothing_a_fit_uses_can_be_freed_from_another_thread():
     """While ggml_fit_opt_gen runs in one thread, freeing its scheduler, backend, model contexts, buffer or
     dataset-less inputs from another is refused (ggml would run on freed memory); afterwards it works."""
-    from tests.conftest import run_in_subprocess
+    from tests.helpers.subprocesses import run_in_subprocess
     code = _EPOCH_PRELUDE + """
 import threading, time
 G.ggml_opt_free(opt)   # the fit builds its own opt context on sched
@@ -383,7 +383,7 @@ print("OK")
 def test_a_prefetch_generator_cannot_free_the_scheduler():
     """A generator that frees the scheduler (here from the prefetch thread) gets GgmlInUseError, which ends
     the fit as a generator's exception does; nothing is freed under ggml."""
-    from tests.conftest import run_in_subprocess
+    from tests.helpers.subprocesses import run_in_subprocess
     code = _EPOCH_PRELUDE + """
 G.ggml_opt_free(opt)
 def batches():

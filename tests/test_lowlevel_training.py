@@ -451,7 +451,7 @@ def test_ctrl_c_stops_ggmls_loops_promptly(which):
     """Ctrl-C during ggml_opt_fit / ggml_opt_epoch stops it between two batches (ggml's C loop ran all its
     batches first, about a minute here), leaving everything usable: the scheduler serves a new opt context
     after ggml_opt_fit, the opt context runs another epoch after ggml_opt_epoch."""
-    from tests.conftest import run_in_subprocess
+    from tests.helpers.subprocesses import run_in_subprocess
     if which == "opt_fit":
         call = ("G.ggml_opt_fit(sched, cc, x, out, ds, G.ggml_opt_loss_type_mse(), nepoch=200000, nbatch_logical=16, "
                 "val_split=0.25, silent=True)")

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.conftest import run_in_subprocess
+from tests.helpers.subprocesses import run_in_subprocess
 
 
 PRELUDE = """
@@ -748,7 +748,7 @@ def test_reductions_of_a_contiguous_copy_match_numpy(op):
     import numpy as np
 
     import ggmlpy as G
-    from tests.conftest import compute
+    from tests.helpers.compute import compute
     x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)   # ggml [5, 3]
     v = x.T.astype(np.float64)                                                # numpy twin of its transpose
     build = {"sum": (lambda c, a: G.ggml_sum(c, a), lambda v: v.sum()),

@@ -15,8 +15,8 @@ import pytest
 
 import ggmlpy as G
 import ggmlpy.ops
-from tests.backends.kernel_refs import dropout_keep
-from tests.conftest import compute, compute_grad, nd4
+from tests.helpers.compute import compute, compute_grad, nd4
+from tests.helpers.kernel_refs import dropout_keep
 
 
 F32_TOL = dict(rtol=2e-5, atol=2e-6)

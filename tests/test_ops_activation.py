@@ -1,6 +1,6 @@
 """ggmlpy/ops/activation.py: activations, rounding, add1 and the GLU family against numpy float64.
 
-Inputs are numpy arrays in ggml layout (shape (..., ne1, ne0)); see tests/conftest.py. Where ggml's
+Inputs are numpy arrays in ggml layout (shape (..., ne1, ne0)); see tests/helpers/compute.py. Where ggml's
 CPU kernel reads an F16 table (gelu_quick and its GLU form; gelu itself is float32 since patches/0019),
 the reference emulates that table: the input rounded to float16, the exact function, the result rounded
 to float16.
@@ -14,14 +14,8 @@ import pytest
 
 import ggmlpy as G
 import ggmlpy.ops.activation as act_module
-from tests.conftest import (
-    assert_refused_naming_op,
-    backward_refusal_script,
-    compute,
-    compute_grad,
-    nd4,
-    run_cases_in_subprocess,
-)
+from tests.helpers.compute import compute, compute_grad, nd4
+from tests.helpers.subprocesses import assert_refused_naming_op, backward_refusal_script, run_cases_in_subprocess
 
 
 F32_TOL = dict(rtol=2e-5, atol=2e-6)

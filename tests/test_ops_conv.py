@@ -15,16 +15,14 @@ import pytest
 
 import ggmlpy as G
 from ggmlpy._ffi import lib
-from tests.conftest import (
+from tests.helpers.compute import compute, compute_grad, nd4
+from tests.helpers.gradients import fd_grad
+from tests.helpers.subprocesses import (
     assert_refused_naming_op,
     backward_refusal_script,
-    compute,
-    compute_grad,
-    nd4,
     run_cases_in_subprocess,
     run_in_subprocess,
 )
-from tests.test_gradients import fd_grad
 
 
 COVERED: set[str] = set()

@@ -15,7 +15,8 @@ import pytest
 
 import ggmlpy as G
 import ggmlpy.ops.inplace as inplace_module
-from tests.conftest import compute, nd4, run_in_subprocess
+from tests.helpers.compute import compute, nd4
+from tests.helpers.subprocesses import run_in_subprocess
 
 
 F32_TOL = dict(rtol=2e-5, atol=2e-6)

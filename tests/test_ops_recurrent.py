@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-from tests.conftest import compute, compute_grad
-from tests.test_gradients import f64, fd_grad
+from tests.helpers.compute import compute, compute_grad
+from tests.helpers.gradients import f64, fd_grad
 
 
 # the op builders this file tests (test_ops.py's coverage check reads it)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-from tests.conftest import compute, compute_grad, nd4
+from tests.helpers.compute import compute, compute_grad, nd4
 
 
 def distinct(rng, *shape):

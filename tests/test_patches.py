@@ -363,7 +363,7 @@ IM2COL_CASES = {  # (N, C, H, W), (KH, KW), stride, padding, dilation (each as (
 @pytest.mark.parametrize("n_threads", [1, 2, 3])
 @pytest.mark.parametrize("case", sorted(IM2COL_CASES))
 def test_0011_im2col_f32_and_its_backward_match_numpy(case, n_threads):
-    from tests.test_gradients import fd_grad
+    from tests.helpers.gradients import fd_grad
     shape, (kh, kw), s, p, d = IM2COL_CASES[case]
     rng = np.random.default_rng(len(case) + n_threads)
     x = rng.uniform(-1, 1, shape).astype(np.float32)
@@ -389,11 +389,11 @@ def test_0011_im2col_f32_and_its_backward_match_numpy(case, n_threads):
 @pytest.mark.parametrize("op", ["max", "avg"])
 def test_0011_pool_2d_and_its_backward_split_planes_between_threads(op, n_threads):
     """5 planes (not a multiple of the thread count), odd sizes: every plane pooled and back-propagated once."""
-    from tests.test_gradients import _pool2d, fd_grad
+    from tests.helpers.gradients import fd_grad, pool2d
     rng = np.random.default_rng(n_threads)
     x = (rng.permutation(5 * 6 * 7).astype(np.float32).reshape(5, 1, 6, 7) / 10)  # distinct: a unique max
     pool = G.GGML_OP_POOL_MAX if op == "max" else G.GGML_OP_POOL_AVG
-    ref = _pool2d(np.asarray(x, np.float64), op, 2, 2)
+    ref = pool2d(np.asarray(x, np.float64), op, 2, 2)
     r = rng.uniform(-1, 1, ref.shape).astype(np.float32)
     backend = _cpu(n_threads)
     try:
@@ -401,7 +401,7 @@ def test_0011_pool_2d_and_its_backward_split_planes_between_threads(op, n_thread
     finally:
         backend.free()
     np.testing.assert_allclose(loss, np.sum(ref * r), rtol=1e-5)
-    expected = fd_grad(lambda z: _pool2d(z, op, 2, 2), x, r.astype(np.float64), h=1e-3)
+    expected = fd_grad(lambda z: pool2d(z, op, 2, 2), x, r.astype(np.float64), h=1e-3)
     np.testing.assert_allclose(grad, expected, rtol=1e-4, atol=1e-5)
 
 
@@ -480,7 +480,7 @@ REPEAT_BACK_CASES = {  # source in numpy order (ne3, ne2, ne1, ne0), dst's (ne3,
 @pytest.mark.parametrize("case", sorted(REPEAT_BACK_CASES))
 def test_0026_repeat_back_into_one_element_per_row_matches_numpy(case, n_threads):
     """patches/0026: REPEAT_BACK into ne0 = 1 split between threads, against numpy float64 sums."""
-    from tests.conftest import compute
+    from tests.helpers.compute import compute
     src_shape, dst_shape, view = REPEAT_BACK_CASES[case]
     rng = np.random.default_rng(26)
     s3, s2, s1, s0 = src_shape
@@ -556,7 +556,7 @@ def test_0027_max_pool_2x2_backward_windows_without_a_maximum_above_minus_flt_ma
 @pytest.mark.parametrize("n_threads", [1, 2])
 @pytest.mark.parametrize("op", ["max", "avg"])
 def test_0027_pool_2x2_forward_matches_numpy(op, n_threads):
-    from tests.conftest import compute
+    from tests.helpers.compute import compute
     rng = np.random.default_rng(27)
     x = rng.normal(size=(2, 3, 9, 12)).astype(np.float32)
     pool = G.GGML_OP_POOL_MAX if op == "max" else G.GGML_OP_POOL_AVG
@@ -625,7 +625,7 @@ def test_0013_blas_products_from_four_threads_at_once_match_numpy():
 
 
 def compute_grad_on(backend, build, x, r, *others):
-    from tests.conftest import compute_grad
+    from tests.helpers.compute import compute_grad
     return compute_grad(build, x, r, *others, backend=backend)
 
 
@@ -677,7 +677,7 @@ def test_0014_graphs_that_fragment_the_allocators_free_list_train_correctly():
     """Many differently sized tensors fill ggml's list of 256 free blocks (it aborted the process); with the
     list full, patch 0014 forgets the smallest free block. The graphs train, and one SGD step of a 600-layer
     network of varying widths equals float64 backpropagation, so no two tensors were given the same memory."""
-    from tests.conftest import run_in_subprocess
+    from tests.helpers.subprocesses import run_in_subprocess
     rc, out, err = run_in_subprocess(PATCH_0014_SCRIPT, timeout=600)
     assert rc == 0, (rc, out, err[-2000:])
     assert "lstm True" in out and "mlp True" in out, out
@@ -687,7 +687,7 @@ def test_0014_graphs_that_fragment_the_allocators_free_list_train_correctly():
 def test_0023_vectorised_tanh_and_sigmoid_match_numpy(name, ref):
     """patches/0023: F32 tanh and sigmoid run over SIMD lanes; against numpy float64 over the whole range, the
     small-|x| series of tanh included, odd row lengths (the scalar tail) and the special values."""
-    from tests.conftest import compute
+    from tests.helpers.compute import compute
     rng = np.random.default_rng(23)
     x = np.concatenate([np.linspace(-30, 30, 4001), rng.normal(0, 0.1, 1000), np.logspace(-8, 0, 200),
                         -np.logspace(-8, 0, 200), [0.0, -0.0, 0.19999, 0.2, 0.20001, 88.0, -88.0, 200.0, -200.0]])
@@ -759,7 +759,7 @@ def test_0024_blas_takes_batched_out_prod_and_matches_numpy(a_planes, b_planes, 
 
 def test_0025_vectorised_gelu_matches_numpy():
     """patches/0025: F32 GELU (the tanh form) over SIMD lanes, against numpy float64, odd length included."""
-    from tests.conftest import compute
+    from tests.helpers.compute import compute
     x = np.concatenate([np.linspace(-10, 10, 2001), np.logspace(-6, 1, 300), -np.logspace(-6, 1, 300),
                         [0.0, -12.0, 12.0, -40.0, 40.0]]).astype(np.float32)[:-1]
     (out,) = compute(lambda ctx, t: G.ggml_gelu(ctx, t), x.reshape(1, -1))

@@ -29,9 +29,9 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-from tests.backends import kernel_refs as ref
-from tests.backends.devices import GPUS, is_lavapipe, require_gpu
-from tests.conftest import compute, compute_grad
+from tests.helpers import kernel_refs as ref
+from tests.helpers.compute import compute, compute_grad
+from tests.helpers.devices import GPUS, is_lavapipe, require_gpu
 
 
 @pytest.fixture(scope="module", params=sorted(GPUS))

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-from tests.backends import kernel_refs as ref
-from tests.backends.devices import GPUS, require_gpu
+from tests.helpers import kernel_refs as ref
+from tests.helpers.devices import GPUS, require_gpu
 
 
 CHUNK = 1 << 26                      # elements per upload

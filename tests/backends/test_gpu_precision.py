@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-from tests.backends.devices import GPUS, require_gpu
-from tests.conftest import compute, run_in_subprocess
+from tests.helpers.compute import compute
+from tests.helpers.devices import GPUS, require_gpu
+from tests.helpers.subprocesses import run_in_subprocess
 
 
 F32_LEVEL = 1e-5          # float32 products of length 640: about 1e-7, with room for any summation order
@@ -64,7 +65,7 @@ def test_f32_gradient_products_are_float32_accurate_by_default(gpu):
 
 TF32_SCRIPT = textwrap.dedent("""
     import numpy as np, ggmlpy as G
-    from tests.conftest import compute
+    from tests.helpers.compute import compute
     be = G.ggml_backend_init_by_name("CUDA0")
     rng = np.random.default_rng(5)
     a = rng.normal(size=(512, 640)).astype(np.float32)

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 import ggmlpy as g
-from tests.conftest import run_in_subprocess
+from tests.helpers.subprocesses import run_in_subprocess
 
 
 CODE = textwrap.dedent("""

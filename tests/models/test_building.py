@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-from tests.models import reference as R
+from tests.helpers import layer_refs as R
 
 
 def mlp(units=(8, 3), input_shape=(4,)):

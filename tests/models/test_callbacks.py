@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-
-from .test_fit import blobs, classifier
+from tests.helpers.models import blobs, classifier
 
 
 def _weights_per_epoch(store):
@@ -57,7 +56,7 @@ def test_without_restore_best_weights_the_last_epochs_weights_stay(data):
 
 
 def test_restore_best_weights_refuses_a_low_level_fit():
-    from tests.training.helpers import Linear
+    from tests.helpers.training_refs import Linear
     cpu = g.ggml_backend_cpu_init()
     net = Linear(cpu, 3, 2, 4, seed=1)
     sched = g.ggml_backend_sched_new([cpu], parallel=False)

@@ -21,8 +21,7 @@ import pytest
 import ggmlpy as g
 from ggmlpy.errors import GgmlStateError, GgmlTypeError, GgmlValueError
 from ggmlpy.models.layers.conv_transpose import Conv2DTranspose
-
-from . import reference as R
+from tests.helpers import layer_refs as R
 
 
 LR = 0.05

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-from tests.models import reference as R
+from tests.helpers import layer_refs as R
 
 
 N, TQ, TV, DQ, DV, DK = 6, 4, 5, 3, 2, 4

@@ -11,20 +11,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-
-
-def blobs(n=240, seed=0, classes=3, features=4):
-    rng = np.random.default_rng(seed)
-    centers = rng.normal(scale=3.0, size=(classes, features))
-    ids = rng.integers(0, classes, n)
-    return (centers[ids] + rng.normal(size=(n, features))).astype(np.float32), ids
-
-
-def classifier(loss="categorical_crossentropy", backend="cpu", lr=0.02, **kw):
-    m = g.ggml_model_sequential()
-    m = g.ggml_layer_dense(m, 16, activation="relu", input_shape=(4,))
-    m = g.ggml_layer_dense(m, 3, activation="softmax")
-    return g.ggml_compile(m, loss=loss, backend=backend, learning_rate=lr, **kw)
+from tests.helpers.models import blobs, classifier
 
 
 def test_fit_learns_and_history_has_ggml_fit_opt_columns():
@@ -669,7 +656,7 @@ def test_predict_and_evaluate_show_a_bar_on_verbose_1_and_nothing_on_0_or_2(monk
 def test_adam_betas_and_epsilon_follow_the_numpy_reference(betas_eps, tmp_path, each_device):
     """Three full-batch Adam steps on a linear model under MSE against numpy float64 (ggml's AdamW formula), on
     each device (ggml's fused OPT_STEP_ADAMW takes the betas and epsilon on the GPU too)."""
-    from tests.training.helpers import adamw_step
+    from tests.helpers.training_refs import adamw_step
     b1, b2, eps = betas_eps
     rng = np.random.default_rng(11)
     x = rng.normal(size=(8, 4)).astype(np.float32)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-from tests.conftest import run_in_subprocess
-from tests.models import reference as R
+from tests.helpers import layer_refs as R
+from tests.helpers.subprocesses import run_in_subprocess
 
 
 def _keras():

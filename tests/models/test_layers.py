@@ -24,9 +24,8 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-
-from ..conftest import ROOT
-from . import reference as R
+from tests.helpers import layer_refs as R
+from tests.helpers import ROOT
 
 
 ETA = 0.1            # the SGD learning rate of the gradient checks: grad = (w0 - w1) / ETA
@@ -766,8 +765,8 @@ VK_ENV = "GGML_VK_VISIBLE_DEVICES"   # Mesa's lavapipe (a CPU Vulkan device) is 
 
 def _vulkan_mode() -> tuple[str, str]:
     """("in-process" | "subprocess" | "skip", why). ggml lists its Vulkan devices when ggmlpy is imported
-    (tests/conftest.py does that), so when GGML_VK_VISIBLE_DEVICES was not set then, the Vulkan checks run
-    in one subprocess started with GGML_VK_VISIBLE_DEVICES=0."""
+    (the test modules do that when they are collected), so when GGML_VK_VISIBLE_DEVICES was not set then, the
+    Vulkan checks run in one subprocess started with GGML_VK_VISIBLE_DEVICES=0."""
     if "vulkan" not in [b.lower() for b in g.ggml_backends_built()]:
         return "skip", "this ggmlpy is built without the Vulkan backend"
     if g.ggml_backend_dev_by_name("Vulkan0") is not None:

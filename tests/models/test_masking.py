@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-from tests.models import reference as R
+from tests.helpers import layer_refs as R
 
 
 N, T, F = 8, 6, 3

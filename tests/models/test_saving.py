@@ -435,7 +435,7 @@ def test_optimizer_state_and_a_live_trainer(tmp_path):
 def test_a_failed_save_keeps_the_file_that_was_there(tmp_path):
     """ggml does not check its last writes: over a file size limit the save returned normally and left a
     truncated file in place of the good one."""
-    from tests.conftest import run_in_subprocess
+    from tests.helpers.subprocesses import run_in_subprocess
     path = tmp_path / "m.gguf"
     m = _dense(64, 64)
     g.ggml_save_model(m, path)

@@ -12,8 +12,8 @@ import pytest
 
 import ggmlpy as g
 from ggmlpy.models.engine.compile import build_training_graph
+from tests.helpers import layer_refs as R
 
-from . import reference as R
 from .test_layers import (
     _vulkan_mode,
     assert_close,

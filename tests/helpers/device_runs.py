@@ -1,4 +1,4 @@
-"""pytest hooks for runs on devices, loaded by tests/conftest.py:
+"""pytest hooks for runs on devices, loaded by tests/conftest.py (tests/project/test_device_runs.py tests them):
 
 * ``GGMLPY_REQUIRE_DEVICES=CUDA0,Vulkan0``: this machine has those devices (``benchmarks/gpu_check.py`` sets it),
   so a test that skips for lack of one of them (its id or its reason names the device or its backend, and the
