@@ -555,7 +555,7 @@ def run_isolated(code: str, env: dict | None = None, timeout: float = 300) -> tu
 @pytest.mark.parametrize("c", CASES, ids=CASE_IDS)
 def test_one_step_gradient_matches_finite_differences(c: Case):
     if c.isolate:
-        rc, out, err = run_isolated("from tests.models.test_layers import BY_NAME, check_gradient\n"
+        rc, out, err = run_isolated("from tests.models.layers.test_layers import BY_NAME, check_gradient\n"
                                     f"check_gradient(BY_NAME[{c.name!r}])\nprint('CHECKED')")
         assert rc == 0 and "CHECKED" in out, f"{c.name}: the check failed in a subprocess (rc={rc}):\n" \
                                               f"{(out + err)[-3000:]}"
@@ -824,7 +824,7 @@ def run_vulkan_checks(cases: list[Case] | None = None) -> dict:
 
 @pytest.fixture(scope="module")
 def vulkan_subprocess_results() -> dict:
-    return vulkan_checks_in_subprocess("tests.models.test_layers")
+    return vulkan_checks_in_subprocess("tests.models.layers.test_layers")
 
 
 def vulkan_checks_in_subprocess(module: str) -> dict:

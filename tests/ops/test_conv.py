@@ -666,7 +666,7 @@ def test_misuse_raises_before_ggml_is_called(ctx, name):
 
 def test_misuse_never_aborts_the_interpreter():
     """The same misuse in a fresh interpreter: it survives every call (a missing check would abort it)."""
-    code = ("import ggmlpy as G, numpy as np\nfrom tests.test_ops_conv import MISUSE\n"
+    code = ("import ggmlpy as G, numpy as np\nfrom tests.ops.test_conv import MISUSE\n"
             "ctx = G.ggml_init(16 << 20, no_alloc=True)\n"
             "for name, (call, exc, _) in MISUSE.items():\n"
             "    try:\n        call(ctx)\n    except exc:\n        pass\n    else:\n        print('NO ERROR', name)\n"
@@ -865,5 +865,5 @@ def test_tiled_convolution_operands_are_checked_before_ggml():
 # ---------------------------------------------------------------- coverage
 
 def test_this_file_covers_its_ops():
-    """tests/test_ops.py checks that every op of ggmlpy.ops has a forward test, here or there."""
+    """tests/ops/test_ops.py checks that every op of ggmlpy.ops has a forward test, here or there."""
     assert len(COVERED) >= 19 and all(name in G.__all__ for name in COVERED)

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
+
 SCRIPT = ROOT / "benchmarks" / "bench_gpu.py"
 MODELS = ("cnn-gpu", "transformer-gpu", "mlp-gpu")
 

@@ -763,17 +763,17 @@ def _op_modules():
 
 
 def test_every_exported_op_is_covered():
-    """Every op builder of ggmlpy.ops has a forward test: registered in this file, test_ops_conv.py or
-    test_ops_recurrent.py, or called in test_ops_transformer.py (compared there with a numpy reference)."""
-    from . import test_ops_conv, test_ops_recurrent
-    transformer_tests = open(__file__.replace("test_ops.py", "test_ops_transformer.py")).read()
+    """Every op builder of ggmlpy.ops has a forward test: registered in this file, test_conv.py or
+    test_recurrent.py, or called in test_attention.py (compared there with a numpy reference)."""
+    from . import test_conv, test_recurrent
+    attention_tests = open(__file__.replace("test_ops.py", "test_attention.py")).read()
     exported = {name for module in _op_modules() if module.__name__ not in _SELF_CHECKED
                 for name, obj in vars(module).items()
                 if (name.startswith("ggml_") and callable(obj) and getattr(obj, "__module__", None) == module.__name__)
                 or name.startswith(("GGML_OP_", "GGML_SCALE_MODE_"))}
     assert len(exported) > 100
-    called = {name for name in exported if f"G.{name}(" in transformer_tests}
-    missing = sorted(exported - COVERED - test_ops_conv.COVERED - test_ops_recurrent.COVERED - called)
+    called = {name for name in exported if f"G.{name}(" in attention_tests}
+    missing = sorted(exported - COVERED - test_conv.COVERED - test_recurrent.COVERED - called)
     assert not missing, f"ops without a forward test: {missing}"
     # and each is re-exported at the top level under its ggmlR name
     assert all(hasattr(G, name) for name in exported)

@@ -19,9 +19,8 @@ import pytest
 
 import ggmlpy as G
 from ggmlpy.errors import GgufFileError, GgufKeyError
+from tests.helpers import ROOT
 
-
-ROOT = Path(__file__).parents[1]
 
 # GGUF value type ids (gguf.h) and the struct codes of the scalar ones.
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}

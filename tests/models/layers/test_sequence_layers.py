@@ -392,7 +392,7 @@ def run_vulkan_checks() -> dict:
 
 @pytest.fixture(scope="module")
 def vulkan_results() -> dict:
-    return vulkan_checks_in_subprocess("tests.models.test_sequence_layers")
+    return vulkan_checks_in_subprocess("tests.models.layers.test_sequence_layers")
 
 
 @pytest.mark.parametrize("c", VULKAN_CASES, ids=[c.name for c in VULKAN_CASES])

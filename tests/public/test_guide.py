@@ -27,9 +27,9 @@ from urllib.parse import urlsplit
 import pytest
 
 import ggmlpy as G
+from tests.helpers import ROOT
 
 
-ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 BLOCK_TIMEOUT = 180  # seconds per chain; each takes a few seconds on 2 cores
 

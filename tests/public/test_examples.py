@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
 
 
 def _run(args: list[str], tmp_path: Path) -> str:
@@ -53,7 +52,7 @@ def test_readme_python_examples_run_as_written(tmp_path):
     """Every ```python block of the README runs as written: the ten-line Keras-style example, then the
     streaming example that continues it, in one process (tests/test_guide.py says how blocks are marked
     and runs the guide's: the inference, saving and low-level examples that used to be here)."""
-    from tests.test_guide import chains, run_chain, skip_reason
+    from tests.public.test_guide import chains, run_chain, skip_reason
 
     readme = chains("README.md")
     blocks = [b for c in readme for b in c.blocks]

@@ -4,13 +4,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import ggmlpy as g
 from ggmlpy._ffi import BUILD_INFO, LIB_DIR
-
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
 
 
 def test_built_from_the_pinned_archive_with_our_patches():

@@ -9,14 +9,13 @@ from __future__ import annotations
 import ast
 import importlib.util
 import inspect
-from pathlib import Path
 
 import pytest
 
 import ggmlpy as G
+from tests.helpers import ROOT
 
 
-ROOT = Path(__file__).resolve().parents[1]
 INIT = ROOT / "ggmlpy" / "__init__.py"
 
 

@@ -27,8 +27,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
+
 PACKAGE = "fake-ggml"
 VERSION = "1.0"
 FILENAME = f"fake_ggml-{VERSION}.tar.gz"

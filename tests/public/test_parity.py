@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 import ggmlpy as G
+from tests.helpers import ROOT
 
 
-ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 
 GGMLR_VERSION = "0.8.2"

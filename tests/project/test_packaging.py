@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 
 tomllib = pytest.importorskip("tomllib") if sys.version_info >= (3, 11) else pytest.importorskip("tomli")
 
