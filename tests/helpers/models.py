@@ -20,3 +20,10 @@ def classifier(loss="categorical_crossentropy", backend="cpu", lr=0.02, **kw):
     m = g.ggml_layer_dense(m, 16, activation="relu", input_shape=(4,))
     m = g.ggml_layer_dense(m, 3, activation="softmax")
     return g.ggml_compile(m, loss=loss, backend=backend, learning_rate=lr, **kw)
+
+
+def mlp(units=(8, 3), input_shape=(4,)):
+    """An uncompiled sequential MLP: dense relu, then dense softmax (``units``), named dense_1 and dense_2."""
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, units[0], activation="relu", input_shape=input_shape)
+    return g.ggml_layer_dense(m, units[1], activation="softmax")
