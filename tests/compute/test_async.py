@@ -25,7 +25,7 @@ def cpu():
 
 
 @pytest.fixture(scope="module")
-def gpu():
+def vulkan():
     if not HAS_VULKAN:
         pytest.skip("no Vulkan0 device (set GGML_VK_VISIBLE_DEVICES=0 to use lavapipe)")
     b = g.ggml_vulkan_init(0)
@@ -55,7 +55,7 @@ EXPECTED = ((A + B.astype(np.float32)) * A).reshape(-1)
 
 # ---------------------------------------------------------------- async set / get
 
-@pytest.mark.parametrize("which", ["cpu", pytest.param("gpu", marks=needs_vulkan)])
+@pytest.mark.parametrize("which", ["cpu", pytest.param("vulkan", marks=needs_vulkan)])
 def test_async_set_compute_get_round_trip(which, request):
     backend = request.getfixturevalue(which)
     ctx, a, b, s, gf, _ = _add_graph(backend)
@@ -78,55 +78,56 @@ def test_async_set_compute_get_round_trip(which, request):
     g.ggml_free(ctx)
 
 
-def test_async_write_copies_the_data(gpu):
-    ctx, a, *_ = _add_graph(gpu)
+def test_async_write_copies_the_data(vulkan):
+    ctx, a, *_ = _add_graph(vulkan)
     data = A.copy()
-    g.ggml_backend_tensor_set_async(gpu, a, data)
+    g.ggml_backend_tensor_set_async(vulkan, a, data)
     data[:] = -1  # changed before the synchronize: the queued write must not see it
-    g.ggml_backend_synchronize(gpu)
+    g.ggml_backend_synchronize(vulkan)
     np.testing.assert_array_equal(g.ggml_backend_tensor_get_data(a), A.reshape(-1))
     g.ggml_free(ctx)
 
 
-def test_async_read_array_is_kept_until_synchronize(gpu):
-    ctx, a, *_ = _add_graph(gpu)
+def test_async_read_array_is_kept_until_synchronize(vulkan):
+    ctx, a, *_ = _add_graph(vulkan)
     g.ggml_backend_tensor_set_data(a, A)
-    out = g.ggml_backend_tensor_get_async(gpu, a)
-    pending = gpu.__dict__["_async_pending"]
+    out = g.ggml_backend_tensor_get_async(vulkan, a)
+    pending = vulkan.__dict__["_async_pending"]
     assert any(any(x is out for x in keep) for _, _, keep in pending)  # the backend holds the array
-    g.ggml_backend_synchronize(gpu)
-    assert not gpu.__dict__["_async_pending"]
+    g.ggml_backend_synchronize(vulkan)
+    assert not vulkan.__dict__["_async_pending"]
     np.testing.assert_array_equal(out, A.reshape(-1))
     g.ggml_free(ctx)
 
 
-def test_pending_work_blocks_freeing_its_memory(gpu):
-    ctx, a, *_ = _add_graph(gpu)
+def test_pending_work_blocks_freeing_its_memory(vulkan):
+    ctx, a, *_ = _add_graph(vulkan)
     buf = ctx.buffers[0]
-    g.ggml_backend_tensor_set_async(gpu, a, A)
+    g.ggml_backend_tensor_set_async(vulkan, a, A)
     with pytest.raises(g.GgmlInUseError, match="ggml_backend_synchronize"):
         g.ggml_free(ctx)
     with pytest.raises(g.GgmlInUseError):
         g.ggml_backend_buffer_free(buf)
     assert ctx.alive and buf.alive
-    g.ggml_backend_synchronize(gpu)
+    g.ggml_backend_synchronize(vulkan)
     g.ggml_backend_buffer_free(buf)
     g.ggml_free(ctx)
 
 
+@pytest.mark.vulkan
 def test_freeing_a_backend_finishes_its_queued_work():
     if not HAS_VULKAN:
         pytest.skip("no Vulkan0 device")
-    gpu = g.ggml_vulkan_init(0)
-    ctx, a, *_ = _add_graph(gpu)
-    out = g.ggml_backend_tensor_get_async(gpu, a)
-    g.ggml_backend_tensor_set_async(gpu, a, A)
-    g.ggml_backend_free(gpu)          # synchronizes, then frees (the buffer with it)
-    assert not gpu.alive
+    vulkan = g.ggml_vulkan_init(0)
+    ctx, a, *_ = _add_graph(vulkan)
+    out = g.ggml_backend_tensor_get_async(vulkan, a)
+    g.ggml_backend_tensor_set_async(vulkan, a, A)
+    g.ggml_backend_free(vulkan)          # synchronizes, then frees (the buffer with it)
+    assert not vulkan.alive
     g.ggml_free(ctx)                  # no longer held
     assert out.shape == (6,)
     with pytest.raises(RuntimeError, match="freed"):
-        g.ggml_backend_tensor_set_async(gpu, a, A)
+        g.ggml_backend_tensor_set_async(vulkan, a, A)
 
 
 def test_async_misuse_is_refused(cpu):
@@ -174,38 +175,38 @@ def test_async_misuse_is_refused(cpu):
         g.ggml_free(c)
 
 
-def test_a_tensor_of_another_backend_is_refused(cpu, gpu):
-    ctx, a, *_ = _add_graph(gpu)
+def test_a_tensor_of_another_backend_is_refused(cpu, vulkan):
+    ctx, a, *_ = _add_graph(vulkan)
     with pytest.raises(RuntimeError, match="does not own"):
         g.ggml_backend_tensor_set_async(cpu, a, A)
     with pytest.raises(RuntimeError, match="does not own"):
         g.ggml_backend_tensor_get_async(cpu, a)
     ctx2, a2, *_ = _add_graph(cpu)
     with pytest.raises(RuntimeError, match="does not own"):
-        g.ggml_backend_tensor_get_async(gpu, a2)
+        g.ggml_backend_tensor_get_async(vulkan, a2)
     g.ggml_free(ctx)
     g.ggml_free(ctx2)
 
 
 # ---------------------------------------------------------------- copies
 
-def test_copy_between_cpu_and_vulkan(cpu, gpu):
+def test_copy_between_cpu_and_vulkan(cpu, vulkan):
     ctx_c, ac, bc, *_ = _add_graph(cpu)
-    ctx_g, ag, bg, *_ = _add_graph(gpu)
+    ctx_g, ag, bg, *_ = _add_graph(vulkan)
     g.ggml_backend_tensor_set_data(ac, A)
-    g.ggml_backend_tensor_copy_async(cpu, gpu, ac, ag)       # CPU -> Vulkan
-    g.ggml_backend_synchronize(gpu)
+    g.ggml_backend_tensor_copy_async(cpu, vulkan, ac, ag)       # CPU -> Vulkan
+    g.ggml_backend_synchronize(vulkan)
     np.testing.assert_array_equal(g.ggml_backend_tensor_get_data(ag), A.reshape(-1))
-    g.ggml_backend_tensor_copy_async(gpu, gpu, ag, bg)       # on the device
-    g.ggml_backend_synchronize(gpu)
-    g.ggml_backend_tensor_copy_async(gpu, cpu, bg, bc)       # Vulkan -> CPU
+    g.ggml_backend_tensor_copy_async(vulkan, vulkan, ag, bg)       # on the device
+    g.ggml_backend_synchronize(vulkan)
+    g.ggml_backend_tensor_copy_async(vulkan, cpu, bg, bc)       # Vulkan -> CPU
     g.ggml_backend_synchronize(cpu)
     np.testing.assert_array_equal(g.ggml_backend_tensor_get_data(bc), A.reshape(-1))
     g.ggml_backend_tensor_set_data(ac, B)
     g.ggml_backend_tensor_copy(ac, ag)                       # synchronous, any direction
     np.testing.assert_allclose(g.ggml_backend_tensor_get_data(ag), B.reshape(-1), rtol=1e-6)
     with pytest.raises(RuntimeError, match="does not own"):
-        g.ggml_backend_tensor_copy_async(gpu, cpu, ac, bg)   # src is not the GPU's
+        g.ggml_backend_tensor_copy_async(vulkan, cpu, ac, bg)   # src is not the GPU's
     g.ggml_free(ctx_c)
     g.ggml_free(ctx_g)
 
@@ -288,10 +289,10 @@ def test_graph_plan_misuse():
     g.ggml_free(ctx)
 
 
-def test_graph_plan_is_refused_where_ggml_would_abort(gpu):
-    ctx, *_, gf, _ = _add_graph(gpu)
+def test_graph_plan_is_refused_where_ggml_would_abort(vulkan):
+    ctx, *_, gf, _ = _add_graph(vulkan)
     with pytest.raises(RuntimeError, match="does not implement graph plans"):
-        g.ggml_backend_graph_plan_create(gpu, gf)
+        g.ggml_backend_graph_plan_create(vulkan, gf)
     g.ggml_free(ctx)
 
 
@@ -305,26 +306,26 @@ def test_events_are_refused_on_the_cpu(cpu):
         g.ggml_backend_event_new(cpu)
 
 
-def test_events_on_vulkan(cpu, gpu):
+def test_events_on_vulkan(cpu, vulkan):
     assert g.ggml_backend_dev_get_props("Vulkan0")["caps"]["events"] is True
-    ev = g.ggml_backend_event_new(g.ggml_backend_get_device(gpu))
+    ev = g.ggml_backend_event_new(g.ggml_backend_get_device(vulkan))
     g.ggml_backend_event_synchronize(ev)                     # never recorded: completes at once
-    ctx, a, b, s, gf, _ = _add_graph(gpu)
-    g.ggml_backend_tensor_set_async(gpu, a, A)
-    g.ggml_backend_tensor_set_async(gpu, b, B)
-    g.ggml_backend_graph_compute_async(gpu, gf)
-    g.ggml_backend_event_record(ev, gpu)
+    ctx, a, b, s, gf, _ = _add_graph(vulkan)
+    g.ggml_backend_tensor_set_async(vulkan, a, A)
+    g.ggml_backend_tensor_set_async(vulkan, b, B)
+    g.ggml_backend_graph_compute_async(vulkan, gf)
+    g.ggml_backend_event_record(ev, vulkan)
     g.ggml_backend_event_synchronize(ev)
-    g.ggml_backend_event_wait(gpu, ev)
-    out = g.ggml_backend_tensor_get_async(gpu, s)
-    g.ggml_backend_synchronize(gpu)
+    g.ggml_backend_event_wait(vulkan, ev)
+    out = g.ggml_backend_tensor_get_async(vulkan, s)
+    g.ggml_backend_synchronize(vulkan)
     np.testing.assert_allclose(out, EXPECTED, rtol=1e-6)
     with pytest.raises(ValueError, match="within one device"):
         g.ggml_backend_event_record(ev, cpu)
     with pytest.raises(ValueError, match="within one device"):
         g.ggml_backend_event_wait(cpu, ev)
     with pytest.raises(TypeError):
-        g.ggml_backend_event_record(gpu, ev)                 # arguments swapped
+        g.ggml_backend_event_record(vulkan, ev)                 # arguments swapped
     g.ggml_backend_event_free(ev)
     g.ggml_backend_event_free(ev)                            # idempotent
     with pytest.raises(RuntimeError, match="freed"):
@@ -332,13 +333,14 @@ def test_events_on_vulkan(cpu, gpu):
     g.ggml_free(ctx)
 
 
+@pytest.mark.vulkan
 def test_event_outlives_the_backend_it_was_recorded_on():
     if not HAS_VULKAN:
         pytest.skip("no Vulkan0 device")
-    gpu = g.ggml_vulkan_init(0)
+    vulkan = g.ggml_vulkan_init(0)
     ev = g.ggml_backend_event_new("Vulkan0")
-    g.ggml_backend_event_record(ev, gpu)
-    g.ggml_backend_free(gpu)                                 # finishes the event's queued signal first
+    g.ggml_backend_event_record(ev, vulkan)
+    g.ggml_backend_free(vulkan)                                 # finishes the event's queued signal first
     g.ggml_backend_event_synchronize(ev)
     gpu2 = g.ggml_vulkan_init(0)
     g.ggml_backend_event_record(ev, gpu2)                    # reusable on another backend of the device
@@ -349,7 +351,7 @@ def test_event_outlives_the_backend_it_was_recorded_on():
 
 # ---------------------------------------------------------------- schedulers
 
-@pytest.mark.parametrize("which", ["cpu", pytest.param("gpu", marks=needs_vulkan)])
+@pytest.mark.parametrize("which", ["cpu", pytest.param("vulkan", marks=needs_vulkan)])
 def test_sched_async_compute_and_synchronize(which, request):
     backend = request.getfixturevalue(which)
     sched = g.ggml_backend_sched_new([backend], parallel=False, graph_size=64)
@@ -363,7 +365,7 @@ def test_sched_async_compute_and_synchronize(which, request):
     g.ggml_backend_tensor_set_data(a, A)
     g.ggml_backend_tensor_set_data(b, B)
     assert g.ggml_backend_sched_graph_compute_async(sched, gf) == 0
-    if which == "gpu":
+    if which == "vulkan":
         with pytest.raises(g.GgmlInUseError, match="ggml_backend_sched_synchronize"):
             g.ggml_backend_sched_free(sched)
         with pytest.raises(g.GgmlInUseError):
@@ -380,8 +382,8 @@ def test_sched_async_compute_and_synchronize(which, request):
         g.ggml_backend_sched_get_n_copies(sched)
 
 
-def test_sched_set_tensor_backend(gpu):
-    sched = g.ggml_backend_sched_new([gpu], parallel=False, graph_size=64)   # + a CPU fallback
+def test_sched_set_tensor_backend(vulkan):
+    sched = g.ggml_backend_sched_new([vulkan], parallel=False, graph_size=64)   # + a CPU fallback
     cpu_b = g.ggml_backend_sched_get_backend(sched, 1)
     ctx = _ctx()
     a = g.ggml_new_tensor_1d(ctx, g.GGML_TYPE_F32, 4)
@@ -395,11 +397,11 @@ def test_sched_set_tensor_backend(gpu):
     g.ggml_backend_sched_synchronize(sched)
     # left alone, the scheduler runs these small ops where their input lives: on the CPU
     assert g.ggml_backend_sched_get_tensor_backend(sched, h) is cpu_b
-    g.ggml_backend_sched_set_tensor_backend(sched, h, gpu)
-    assert g.ggml_backend_sched_get_tensor_backend(sched, h) is gpu
+    g.ggml_backend_sched_set_tensor_backend(sched, h, vulkan)
+    assert g.ggml_backend_sched_get_tensor_backend(sched, h) is vulkan
     g.ggml_backend_sched_graph_compute_async(sched, gf)
     g.ggml_backend_sched_synchronize(sched)
-    assert g.ggml_backend_sched_get_tensor_backend(sched, h) is gpu      # honoured by the allocation
+    assert g.ggml_backend_sched_get_tensor_backend(sched, h) is vulkan      # honoured by the allocation
     np.testing.assert_allclose(g.ggml_backend_tensor_get_data(out), [4, 16, 36, 64])
     outsider = g.ggml_backend_cpu_init()
     with pytest.raises(ValueError, match="not one of the scheduler's backends"):

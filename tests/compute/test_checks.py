@@ -396,6 +396,7 @@ print("SUM", float(G.ggml_backend_tensor_get_data(out)[0]))
 """
 
 
+@pytest.mark.vulkan
 def test_a_graph_reserved_then_allocated_reads_its_inputs():
     """ggml's graph split points operands at its copies of inputs from another backend; a reservation (which
     ggmlpy also makes before allocating a graph that might not fit) must not leave the graph pointing at copies
@@ -424,6 +425,7 @@ except G.GgmlStateError as exc:
 """
 
 
+@pytest.mark.vulkan
 def test_context_memory_on_a_scheduler_with_a_gpu_is_refused():
     """ggml's scheduler moves tensors between devices through their buffers; one in a context's own memory has
     none, and ggml dereferenced it (segfault)."""

@@ -12,6 +12,8 @@ import ggmlpy as g
 from tests.helpers.subprocesses import run_in_subprocess
 
 
+pytestmark = pytest.mark.vulkan  # every case computes on Vulkan0
+
 CODE = textwrap.dedent("""
     import numpy as np, ggmlpy as g
     cols, first = {cols}, {first}
