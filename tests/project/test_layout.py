@@ -3,7 +3,7 @@
 Tiers, lowest first (docs/guide/architecture.md). A module may import from its own package and from
 packages of lower tiers; packages in one tier do not import each other; nothing imports upward. Imports
 inside functions and under ``TYPE_CHECKING`` count like any other, and no import cycle may exist between
-modules. Every module is at most 600 lines. Run ``python tests/test_layout.py`` for the full report.
+modules. Every module is at most 600 lines. Run ``python tests/project/test_layout.py`` for the full report.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import sys
 import pytest
 
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/project/ -> the root
 PACKAGE = "ggmlpy"
 # lowest first; packages in one entry are independent siblings
 TIERS = [
@@ -238,8 +238,81 @@ def test_a_clean_made_up_package_passes(tmp_path):
     assert violations(str(tmp_path)) == []
 
 
+# ---------------------------------------------------------------- the tests mirror the package
+
+# the folders of tests/ that are not a tier's, and what each holds (docs/guide/architecture.md, "Tests")
+TEST_FOLDERS = {
+    "helpers": "what the tests share (no tests)",
+    "project": "the repository's contracts that make no ggml call (marked pure)",
+    "public": "the public surface and what users run: names, docstrings, guide, examples, installation, parity",
+    "safety": "process-level misuse: aborts, exit, fork, threads, double frees",
+    "patches": "our ggml patches (patches/), on the CPU and the GPU kernels",
+    "fuzz": "the fuzz suite",
+    "peer": "ggml's and ggmlR's own tests, translated",
+}
+TESTS_TOP_FILES = {"__init__.py", "conftest.py"}
+
+
+def tier_folders(root: str = ROOT, package: str = PACKAGE) -> set[str]:
+    """The tests/ folder of each tier that is a folder of the package ("core", "models/layers", ...): the
+    tiers of TIERS but the private ones (the bindings, the guard), tested through the public surface."""
+    out = set()
+    for packages in TIERS:
+        for name in packages:
+            rel = name[len(package) + 1:]
+            if not rel.startswith("_") and os.path.isdir(os.path.join(root, *name.split("."))):
+                out.add(rel.replace(".", "/"))
+    return out
+
+
+def mirror_problems(root: str = ROOT, package: str = PACKAGE) -> list[str]:
+    """Every way the tests/ folder fails to mirror the package, as a readable line."""
+    tests = os.path.join(root, "tests")
+    tiers = tier_folders(root, package)
+    known = tiers | set(TEST_FOLDERS)
+    problems = []
+    for folder, dirs, files in os.walk(tests):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        rel = os.path.relpath(folder, tests).replace(os.sep, "/")
+        if rel == ".":
+            problems += [f"tests/{f}: a file directly in tests/ (it goes in the folder of what it tests)"
+                         for f in sorted(files) if f.endswith(".py") and f not in TESTS_TOP_FILES]
+            problems += [f"tests/{d}/: names no tier of {package} (a tier's folder, or one of TEST_FOLDERS)"
+                         for d in dirs if d not in known]
+            continue
+        top = rel.split("/")[0]
+        if top in tiers and rel not in tiers:
+            problems.append(f"tests/{rel}/: names no sub-tier of {package}.{top.replace('/', '.')}")
+        if (top in tiers or top in ("project", "public", "safety", "patches")) and any(
+                f.startswith("test_") and f.endswith(".py") for f in files) and "__init__.py" not in files:
+            problems.append(f"tests/{rel}/: no __init__.py (test files of different folders may share a name)")
+    problems += [f"tests/{t}/: missing (every tier has its tests folder)" for t in sorted(tiers)
+                 if not os.path.isdir(os.path.join(tests, *t.split("/")))]
+    return problems
+
+
+def test_the_tests_mirror_the_package():
+    problems = mirror_problems()
+    assert not problems, "the tests/ tree does not mirror the package:\n" + "\n".join(problems)
+
+
+def test_the_tests_tree_check_catches(tmp_path):
+    _write(tmp_path, {"ggmlpy/__init__.py": "", "ggmlpy/core/__init__.py": "", "ggmlpy/graph/__init__.py": "",
+                      "ggmlpy/models/__init__.py": "",
+                      "ggmlpy/models/layers/__init__.py": "", "tests/__init__.py": "", "tests/conftest.py": "",
+                      "tests/test_flat.py": "", "tests/ops_old/test_x.py": "", "tests/core/test_args.py": "",
+                      "tests/models/__init__.py": "", "tests/models/layers/__init__.py": "",
+                      "tests/models/layerz/__init__.py": "", "tests/helpers/x.py": ""})
+    problems = mirror_problems(str(tmp_path))
+    for expected in ("tests/test_flat.py: a file directly", "tests/ops_old/: names no tier",
+                     "tests/models/layerz/: names no sub-tier", "tests/core/: no __init__.py",
+                     "tests/graph/: missing"):
+        assert any(p.startswith(expected) for p in problems), (expected, problems)
+    assert not any("helpers" in p or "conftest" in p or "tests/models/layers" in p for p in problems), problems
+
+
 if __name__ == "__main__":
-    print("\n".join(violations() + private_crossings()) or "the layout keeps the contract")
+    print("\n".join(violations() + private_crossings() + mirror_problems()) or "the layout keeps the contract")
 
 
 def test_no_model_layer_module_repeats_a_lower_tiers_name():
