@@ -1,5 +1,5 @@
 """Our ggml patches, checked through what they make possible (the backward passes of patches 0004
-and 0006 are checked against finite differences in test_gradients.py; 0008's optimizer state is
+and 0006 are checked against finite differences in tests/ops/test_gradients.py; 0008's optimizer state is
 checked here against AdamW's formula in numpy and, for the model layer, in tests/models)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The hooks of device runs (tests/device_runs.py): on a machine that must have a device, a test that skips for
+"""The hooks of device runs (tests/helpers/device_runs.py): on a machine that must have a device, a test that skips for
 it fails; under GGMLPY_VK_VALIDATION, a message in any process's validation log fails the session."""
 from __future__ import annotations
 

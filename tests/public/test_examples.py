@@ -50,7 +50,7 @@ def test_replay_buffer_loss_falls(tmp_path):
 
 def test_readme_python_examples_run_as_written(tmp_path):
     """Every ```python block of the README runs as written: the ten-line Keras-style example, then the
-    streaming example that continues it, in one process (tests/test_guide.py says how blocks are marked
+    streaming example that continues it, in one process (tests/public/test_guide.py says how blocks are marked
     and runs the guide's: the inference, saving and low-level examples that used to be here)."""
     from tests.public.test_guide import chains, run_chain, skip_reason
 

@@ -129,7 +129,7 @@ def test_every_mirrored_name_is_exported_and_no_not_yet_name_is():
 def test_tests_cover_every_mirrored_name():
     missing = uncovered(mirrored_names(ROWS), test_sources())
     assert not missing, (f"{len(missing)} mirrored names that no test under tests/ uses "
-                         f"(add a real test, e.g. to tests/test_parity_coverage.py): {missing}")
+                         f"(add a real test, e.g. to tests/public/test_parity_coverage.py): {missing}")
 
 
 def test_markdown_page_is_up_to_date():

@@ -380,9 +380,9 @@ def test_small_graphs_train_on_one_thread_unless_the_user_chose(monkeypatch):
     monkeypatch.setattr(B, "_threads_set_by_user", [False])
     monkeypatch.setattr(B, "_n_threads", [2])
     # the static split is what is checked: the step timer starts on one thread when the machine is busy
-    # (tests/test_thread_tuner.py checks that)
+    # (tests/compute/test_threads.py checks that)
     monkeypatch.setattr(policy, "cores_busy_elsewhere", lambda window=0.02: 0.0)
-    monkeypatch.setattr(B, "_blas_disabled", [True])  # the CPU backend alone (tests/backends/test_blas.py: with BLAS)
+    monkeypatch.setattr(B, "_blas_disabled", [True])  # the CPU backend alone (tests/backend/test_blas.py: with BLAS)
     x, ids = blobs(32)
     seen = []
     probe = {"on_epoch_end": lambda e, logs, state: seen.append(m.runtime.backend.n_threads)}

@@ -22,7 +22,7 @@ def backend(each_device):
 
 
 def _reference(q, v, k, w, mask=None, causal=False):
-    """Keras' MultiHeadAttention(q, v, k, attention_mask=mask) in float64 (tests/models/reference.py)."""
+    """Keras' MultiHeadAttention(q, v, k, attention_mask=mask) in float64 (tests/helpers/layer_refs.py)."""
     return R.multi_head_attention(q, w, "att", causal, value=v, key=k, mask=mask)
 
 

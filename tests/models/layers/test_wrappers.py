@@ -1,5 +1,5 @@
 """Keras' wrappers: TimeDistributed (one layer on every step) and Bidirectional (an LSTM/GRU both ways), and the
-recurrent layers' go_backwards: forward passes against the float64 references of tests/models/reference.py,
+recurrent layers' go_backwards: forward passes against the float64 references of tests/helpers/layer_refs.py,
 training against Keras where installed, on the CPU and Vulkan; saving, and wrapping refused where it cannot work.
 Gradients (finite differences of the references, and Vulkan's against the CPU's): test_sequence_layers.py."""
 from __future__ import annotations
