@@ -1,4 +1,4 @@
-"""GGUF save/load (ggmlpy/gguf.py).
+"""GGUF save/load: weights files (ggmlpy/gguf/weights.py) and the low-level writer (file, kv, tensors).
 
 Round trips are checked three ways: the loaded tensors against the numpy arrays that were
 saved, ``gguf_read`` against the same arrays, and the file itself against a small GGUF v3

@@ -1,4 +1,5 @@
-"""Forward values of every op in ggmlpy/ops.py against numpy float64 references.
+"""Forward values of the ops of ggmlpy/ops/ that no module-named file here takes (elementwise, reduce, linalg,
+layout, conv's basics) against numpy float64 references, and the check that every op has a forward test.
 
 Inputs are numpy arrays in ggml layout (shape (..., ne1, ne0)); ``compute`` returns each
 result as a 4-D array (ne3, ne2, ne1, ne0), compared with ``nd4(reference)`` so shapes are

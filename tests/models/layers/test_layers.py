@@ -1,4 +1,5 @@
-"""Numerical tests of the model layer's layers against the float64 numpy references of reference.py.
+"""Numerical tests of the model layer's layers against the float64 numpy references of
+tests/helpers/layer_refs.py.
 
 For every layer, in tiny models:
 

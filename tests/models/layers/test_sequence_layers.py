@@ -1,7 +1,7 @@
 """The sequence layers (lstm, gru, layer_norm, multi_head_attention, position_embedding; masking, bidirectional,
 time_distributed, return_state and initial states, cross-attention with a mask) against the float64 numpy
-references of reference.py: forward passes, one-step SGD gradients against central finite differences, the same
-step on Vulkan against the CPU, and a 100-step LSTM that trains.
+references of tests/helpers/layer_refs.py: forward passes, one-step SGD gradients against central finite
+differences, the same step on Vulkan against the CPU, and a 100-step LSTM that trains.
 
 The machinery (cases, gradient check, Vulkan subprocess) is test_layers.py's.
 """
