@@ -58,7 +58,7 @@ FLOPs per step is an estimate: 2 x the multiply-adds of the forward pass's produ
 transformer's attention scores and values over the full T x T square, as ggml computes them), times 3 for a
 training step (forward, and the backward's input and weight gradients; the first layer has no input gradient);
 element-wise work, the norms, the optimizer and the embedding lookups are not counted. It equals
-``torch.utils.flop_counter``'s count of the PyTorch model's step, attention aside (tests/test_bench_gpu.py).
+``torch.utils.flop_counter``'s count of the PyTorch model's step, attention aside (tests/public/test_bench_gpu.py).
 TFLOP/s = FLOPs per step x steps/s, the same count for both sides (model FLOPs, not what each executes). The JSON
 also has each side's memory: ggmlpy's scheduler buffers (the step's activations and gradients; the weights and
 AdamW's moments are ``4 x 3 x params`` bytes besides) and, on CUDA, PyTorch's peak allocated memory.

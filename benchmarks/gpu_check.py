@@ -192,11 +192,12 @@ def part(run: Run, device: str, family: str, quick: bool, rehearse: bool = False
     other = "Vulkan0" if family == "cuda" else "CUDA0"
     xdist = ["-n", "12"] if _has("xdist") else []
     run.step(f"{device}: kernel and precision tests", 120,
-             PYTEST + xdist + ["tests/backends/test_gpu_kernels.py", "tests/backends/test_gpu_precision.py",
-                               "tests/backends/test_module_load.py", "-k", f"not {other}"], env)
+             PYTEST + xdist + ["tests/patches/test_gpu_kernels.py", "tests/patches/test_gpu_precision.py",
+                               "tests/backend/test_modules.py", "-k", f"not {other}"], env)
     run.step(f"{device}: model-layer tests on the device", 150,
-             PYTEST + xdist + ["tests/backends", "tests/models", "tests/training", "--ignore",
-                               "tests/backends/test_gpu_kernels_large.py", "-k", f"{family} or {device}"], env)
+             PYTEST + xdist + ["tests/backend", "tests/compute/test_async.py", "tests/patches", "tests/models",
+                               "tests/training", "--ignore", "tests/patches/test_gpu_kernels_large.py", "-m", family],
+             env)
     placement = OUT / f"placement-{device}.json"
     if run.step(f"{device}: placement (one split, no CPU op)", 90,
                 [sys.executable, "benchmarks/placement_report.py", "--backend", device, "--models", "all", "--check",
@@ -214,7 +215,7 @@ def part(run: Run, device: str, family: str, quick: bool, rehearse: bool = False
     bench.unlink(missing_ok=True)
     if family == "cuda":
         run.step(f"{device}: kernels past 2^31 and 2^32 elements", 120,
-                 PYTEST + ["tests/backends/test_gpu_kernels_large.py", "-k", device], env)
+                 PYTEST + ["tests/patches/test_gpu_kernels_large.py", "-k", device], env)
 
 
 def _has(module: str) -> bool:

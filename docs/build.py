@@ -42,7 +42,7 @@ GENERATED = ("docs/site", "docs/api")  # folders of generated files, never read 
 MARKDOWN_EXTRAS = ["fenced-code-blocks", "tables", "code-friendly", "cuddled-lists", "strike"]
 
 # ------------------------------------------------------------------------------ Markdown helpers
-# (also used by tests/test_guide.py, so that the tests and the site agree on links and anchors)
+# (also used by tests/public/test_guide.py, so that the tests and the site agree on links and anchors)
 
 _FENCE = re.compile(r"^(`{3,}|~{3,})[^\n]*\n.*?^\1[ \t]*$", re.S | re.M)
 _INLINE_CODE = re.compile(r"(`+)(?:(?!\1).)+?\1", re.S)

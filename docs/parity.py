@@ -98,7 +98,7 @@ def render(rows: list[dict[str, str]]) -> str:
         "- `out of scope`: in a family ggmlpy does not cover for now (ggmlR's autograd engine `ag_*`, "
         "ONNX, the parsnip / mlr3 / Seurat / single-cell integrations); the note says which.",
         "",
-        "`tests/test_parity.py` keeps this page honest: every `mirrored` / `mirrored, differs` row names "
+        "`tests/public/test_parity.py` keeps this page honest: every `mirrored` / `mirrored, differs` row names "
         "a function ggmlpy exports and that some test under `tests/` uses, the page matches "
         "`docs/parity.tsv`, and the table has exactly one row per ggmlR export.",
         "",

@@ -16,7 +16,7 @@ own errors, OSError (a file system's answer) or warnings.
 
 The same wrapper makes calls on one context take turns (a function whose first argument is ``ctx`` holds that
 context's lock: ggml's context is not thread-safe) and counts the call for the exit hook. It is the only frame
-between the caller's line and the function in a traceback (tests/test_arguments.py counts them); a converted
+between the caller's line and the function in a traceback (tests/public/test_arguments.py counts them); a converted
 error's original (its ``__cause__``) starts at the function itself.
 """
 from __future__ import annotations

@@ -1,237 +1,26 @@
-"""Shared fixtures and helpers for the ggmlpy test suite.
+"""The suite's hooks and shared fixtures (docs/guide/architecture.md, "Tests").
 
-Conventions used throughout the tests:
-
-* A C-ordered numpy array of shape ``(..., ne[1], ne[0])`` is in ggml layout, so an input
-  array ``x`` becomes a tensor with ``ne = reversed(x.shape)`` (padded with 1s to 4-D).
-* ``compute`` returns every result as a full 4-D array of shape ``(ne3, ne2, ne1, ne0)``;
-  compare it with ``nd4(reference)`` so that the shape is checked as well as the values.
-* References are computed in numpy float64, never by ggmlpy itself.
+The helpers the tests import are in tests/helpers/ (``from tests.helpers.compute import compute``). Nothing here
+imports ggmlpy when pytest loads it: the fixtures import it when a test asks for them, so that the pure tests
+(tests/project/) run where ggml cannot load.
 """
 from __future__ import annotations
-
-import os
-import subprocess
-import sys
-from collections.abc import Sequence
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
 
-import ggmlpy as G
+# the hooks of GGMLPY_REQUIRE_DEVICES and GGMLPY_VK_VALIDATION
+from tests.helpers.device_runs import pytest_runtest_makereport, pytest_sessionfinish  # noqa: F401
 
-# the hooks of GGMLPY_REQUIRE_DEVICES and GGMLPY_VK_VALIDATION, defined in tests/device_runs.py
-from tests.device_runs import pytest_runtest_makereport, pytest_sessionfinish  # noqa: F401
+# the markers gpu, vulkan, cuda and pure
+from tests.helpers.markers import pytest_collection_modifyitems  # noqa: F401
 
-
-ROOT = Path(__file__).parents[1]
-
-
-_GGML_TYPES = {
-    np.dtype(np.float32): G.GGML_TYPE_F32,
-    np.dtype(np.float16): G.GGML_TYPE_F16,
-    np.dtype(np.int32): G.GGML_TYPE_I32,
-}
-
-
-# ---------------------------------------------------------------- subprocess helper
-
-def run_in_subprocess(code: str, timeout: float = 60, env: dict | None = None) -> tuple[int, str, str]:
-    """Run ``code`` in a fresh interpreter from the repository root; (returncode, stdout, stderr).
-
-    A ggml assertion aborts the process, which shows up here as returncode -6 (SIGABRT)
-    instead of taking the test runner down with it. ``env``: variables set for that process.
-    """
-    env = dict(os.environ, **(env or {}))
-    env["GGML_NO_BACKTRACE"] = "1"
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
-    return proc.returncode, proc.stdout, proc.stderr
-
-
-def run_cases_in_subprocess(template: str, cases: dict, timeout: float = 120) -> tuple[int, dict, str]:
-    """Run ``template.format(expr=...)`` for every ``cases[key][0]`` in one fresh interpreter, each case's
-    printed lines prefixed with ``key:``. Returns (returncode, {key: the rest of its first line}, stderr): a
-    case that makes ggml abort kills only that interpreter, and the keys after it have no line."""
-    script = ["import sys"]
-    for key, (expr, *_rest) in cases.items():
-        body = template.format(expr=expr).replace('print("', f'print("{key}:')
-        script.append(f"def case_{key}():\n" + "\n".join("    " + line for line in body.splitlines()))
-        script.append(f"case_{key}(); sys.stdout.flush()")
-    rc, out, err = run_in_subprocess("\n".join(script), timeout=timeout)
-    lines = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    return rc, lines, err
-
-
-
-def backward_refusal_script(declare: str, after: str = "") -> str:
-    """The script of a case whose op has no backward pass: ``declare`` creates ``x`` in ``ctx`` (made a
-    parameter next), ``after`` may build views of it; ``{expr}`` (filled per case) is the op, whose squared
-    sum becomes the loss; building the backward pass must raise ValueError. For run_cases_in_subprocess."""
-    return ("import numpy as np, ggmlpy as G\n"
-            "ctx = G.ggml_init(16 * 1024 * 1024, no_alloc=True)\n"
-            f"{declare}\nG.ggml_set_param(x)\n{after}\n"
-            "y = {expr}\n"
-            "loss = G.ggml_sum(ctx, G.ggml_sqr(ctx, y))\n"
-            "G.ggml_set_loss(loss)\n"
-            "g = G.ggml_new_graph_custom(ctx, 256, True)\n"
-            "G.ggml_build_forward_expand(g, loss)\n"
-            "try:\n"
-            "    G.ggml_build_backward_expand(ctx, g)\n"
-            "except ValueError as e:\n"
-            "    print(\"VALUEERROR\", e)\n"
-            "else:\n"
-            "    print(\"NO ERROR\")\n")
-
-
-def assert_refused_naming_op(results: tuple, cases: dict, key: str) -> None:
-    """``key``'s case (from run_cases_in_subprocess over ``cases``: key -> (expr, op name)) raised a
-    ValueError naming its op, and the interpreter survived them all."""
-    rc, lines, err = results
-    assert key in lines, f"no result for {key}; the interpreter exited with {rc}: {err[-2000:]}"
-    assert lines[key].startswith("VALUEERROR"), lines[key]
-    assert cases[key][1] in lines[key], lines[key]
-    assert rc == 0, err[-2000:]
-
-# ---------------------------------------------------------------- small numpy helpers
-
-def nd4(a: np.ndarray) -> np.ndarray:
-    """``a`` with leading 1-axes added up to 4 dimensions (ggml's (ne3, ne2, ne1, ne0))."""
-    a = np.asarray(a)
-    return a.reshape((1,) * (4 - a.ndim) + a.shape)
-
-
-def ne_of(shape: Sequence[int]) -> tuple[int, int, int, int]:
-    """ggml ``ne`` of a numpy array shape in ggml layout."""
-    ne = list(reversed(tuple(shape)))
-    return tuple(ne + [1] * (4 - len(ne)))  # type: ignore[return-value]
-
-
-def new_tensor_like(ctx, arr: np.ndarray):
-    """A tensor of ``ctx`` with the type and ggml shape of ``arr``."""
-    arr = np.asarray(arr)
-    return G.ggml_new_tensor_4d(ctx, _GGML_TYPES[arr.dtype], *ne_of(arr.shape))
-
-
-def read4(t) -> np.ndarray:
-    """A tensor's data as a float64 (or int) array of shape (ne3, ne2, ne1, ne0)."""
-    flat = G.ggml_backend_tensor_get_data(t)
-    return flat.reshape(tuple(reversed(G.ggml_tensor_shape(t))))
-
-
-# ---------------------------------------------------------------- build + compute
-
-_BACKEND: list = []
-
-
-def _default_backend():
-    """A CPU backend shared by the helpers (2 threads: the test machine is shared)."""
-    if not _BACKEND or not _BACKEND[0].alive:
-        b = G.ggml_backend_cpu_init()
-        G.ggml_backend_cpu_set_n_threads(b, 2)
-        _BACKEND[:] = [b]
-    return _BACKEND[0]
-
-
-def _ctx_size(n_tensors: int, graph_size: int, grads: bool = False) -> int:
-    return n_tensors * G.ggml_tensor_overhead() + G.ggml_graph_overhead(graph_size, grads) + 4096
-
-
-@contextmanager
-def _graph_inputs(arrays, backend, ops_size: int):
-    """Input tensors holding ``arrays`` (allocated on ``backend``), a context for the ops, and a list
-    the caller appends further handles to (a scheduler); everything is freed on exit, newest first."""
-    ctx_in = G.ggml_init(_ctx_size(len(arrays) + 1, 1), no_alloc=True)
-    owned = [ctx_in]
-    try:
-        tensors = [new_tensor_like(ctx_in, a) for a in arrays]
-        if arrays:
-            owned.append(G.ggml_backend_alloc_ctx_tensors(ctx_in, backend))
-        for t, a in zip(tensors, arrays):
-            G.ggml_backend_tensor_set_data(t, np.ascontiguousarray(a))
-        ctx_ops = G.ggml_init(ops_size, no_alloc=True)
-        owned.append(ctx_ops)
-        yield tensors, ctx_ops, owned
-    finally:
-        for handle in reversed(owned):
-            if handle is not None:
-                handle.free()
-
-
-def compute(build: Callable, *arrays: np.ndarray, backend=None, graph_size: int = 256,
-            placements: list | None = None) -> list[np.ndarray]:
-    """Build ``build(ctx, *input_tensors)`` on the CPU, compute it, return the results as 4-D arrays.
-
-    The inputs live in a no_alloc context allocated with ``ggml_backend_alloc_ctx_tensors``;
-    the ops go to a second no_alloc context whose graph a scheduler allocates and runs.
-    ``build`` may return one tensor or a tuple/list of tensors. ``placements``: a list that gets where the
-    compute ran (a ``Placement``).
-    """
-    backend = backend or _default_backend()
-    with _graph_inputs(arrays, backend, _ctx_size(graph_size, graph_size)) as (tensors, ctx_ops, owned):
-        out = build(ctx_ops, *tensors)
-        outs = list(out) if isinstance(out, (list, tuple)) else [out]
-        graph = G.ggml_new_graph_custom(ctx_ops, graph_size, False)
-        for o in outs:
-            G.ggml_set_output(o)
-            G.ggml_build_forward_expand(graph, o)
-        sched = G.ggml_backend_sched_new([backend], parallel=False, graph_size=graph_size)
-        owned.append(sched)
-        G.ggml_backend_sched_alloc_graph(sched, graph)
-        _compute_watched(sched, graph, placements)
-        return [read4(o) for o in outs]
-
-
-def _compute_watched(sched, graph, placements: list | None) -> None:
-    if placements is None:
-        G.ggml_backend_sched_graph_compute(sched, graph)
-        return
-    from ggmlpy.compute.placement import PlacementRecorder
-    with PlacementRecorder(sched) as rec:
-        G.ggml_backend_sched_graph_compute(sched, graph)
-    placements.append(rec.placement("a compute"))
-
-
-def compute_grad(build: Callable, x: np.ndarray, r: np.ndarray, *others: np.ndarray, backend=None,
-                 graph_size: int = 512, placements: list | None = None) -> tuple[float, np.ndarray]:
-    """loss = sum(build(ctx, x, *others) * r): the loss and d loss / d x computed by ggml's autodiff.
-
-    ``x`` is marked a parameter, the loss a loss; the graph is built with gradients, expanded
-    backward, allocated by a scheduler, reset (loss gradient = 1) and computed. ``placements``: a list
-    that gets where the compute ran (a ``Placement``: which backend computed each op).
-    """
-    backend = backend or _default_backend()
-    ops_size = _ctx_size(4 * graph_size, graph_size, True)
-    with _graph_inputs([x, r, *others], backend, ops_size) as (tensors, ctx_ops, owned):
-        xt, rt, other_t = tensors[0], tensors[1], tensors[2:]
-        G.ggml_set_param(xt)
-        y = build(ctx_ops, xt, *other_t)
-        loss = G.ggml_sum(ctx_ops, G.ggml_mul(ctx_ops, y, rt))
-        G.ggml_set_loss(loss)
-        graph = G.ggml_new_graph_custom(ctx_ops, graph_size, True)
-        G.ggml_build_forward_expand(graph, loss)
-        G.ggml_build_backward_expand(ctx_ops, graph)
-        sched = G.ggml_backend_sched_new([backend], parallel=False, graph_size=graph_size)
-        owned.append(sched)
-        G.ggml_backend_sched_alloc_graph(sched, graph)
-        G.ggml_graph_reset(graph)
-        _compute_watched(sched, graph, placements)
-        grad = G.ggml_graph_get_grad(graph, xt)
-        assert grad is not None, "ggml built no gradient for the parameter"
-        return float(G.ggml_backend_tensor_get_data(loss)[0]), \
-            G.ggml_backend_tensor_get_data(grad).astype(np.float64).reshape(x.shape)
-
-
-# ---------------------------------------------------------------- fixtures
 
 @pytest.fixture(scope="session")
 def backend():
     """One CPU backend for the whole session, one thread: the graphs are tiny, and on a shared
     2-core machine two spinning threads made ggml's loops many times slower."""
+    import ggmlpy as G
     b = G.ggml_backend_cpu_init()
     G.ggml_backend_cpu_set_n_threads(b, 1)
     yield b
@@ -240,6 +29,7 @@ def backend():
 
 @pytest.fixture
 def sched(backend):
+    import ggmlpy as G
     s = G.ggml_backend_sched_new([backend], parallel=False, graph_size=512)
     yield s
     s.free()
@@ -248,7 +38,9 @@ def sched(backend):
 @pytest.fixture
 def ctx():
     """A no_alloc context for tensors and graphs (allocate with a backend or a scheduler)."""
-    c = G.ggml_init(_ctx_size(512, 512, True), no_alloc=True)
+    import ggmlpy as G
+    from tests.helpers.compute import ctx_size
+    c = G.ggml_init(ctx_size(512, 512, True), no_alloc=True)
     yield c
     c.free()
 
@@ -256,6 +48,7 @@ def ctx():
 @pytest.fixture
 def host_ctx():
     """A context with its own memory (no_alloc=False): tensors are usable right away."""
+    import ggmlpy as G
     c = G.ggml_init(4 * 1024 * 1024, no_alloc=False)
     yield c
     c.free()

@@ -1,6 +1,6 @@
 """Write ``ggmlpy/__init__.py``: the public API as explicit imports and a literal ``__all__``.
 
-Run ``python tools/exports.py`` after adding, renaming or moving a public name; ``tests/test_exports.py``
+Run ``python tools/exports.py`` after adding, renaming or moving a public name; ``tests/public/test_exports.py``
 fails while the file is stale. A public name is a ``ggml_*``, ``GGML_*`` or ``gguf_*`` name defined at the
 top of a module (``ggml_logger*`` excepted: the FFI's log plumbing). A name defined in two modules is an
 error unless ``PREFERRED`` says which one the package exports.

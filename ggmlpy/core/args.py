@@ -3,7 +3,7 @@ lists and C strings.
 
 Every tier checks a Python argument with these before it reaches ggml (whose asserts abort the process),
 so one rule has one code path and one message. A function elsewhere that only checks the kind of an argument, or
-only wraps one of these, is a validator growing back (tests/test_style.py finds them).
+only wraps one of these, is a validator growing back (tests/project/test_style.py finds them).
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 A docstring's argument line ``ctx: [glossary]`` (or ``ctx: [glossary: gguf]`` for a variant) is filled
 from ``TERMS`` when ``ggmlpy`` is imported (``explain``), so ``help()`` shows the full sentence while the
 source keeps one copy of it. A term is worth an entry when at least three docstrings share it word for
-word; ``tests/test_docs.py`` checks that every marker is filled and every entry is used.
+word; ``tests/public/test_docstrings.py`` checks that every marker is filled and every entry is used.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 They do exactly what ggml's C functions of these names do (same batch order, ggml's dataset shuffle
 with the opt context's generator, same callbacks with the same arguments, ggml's progress bar: the
-same losses and weights, tests/test_lowlevel_training.py compares them with the C functions), but
+same losses and weights, tests/opt/test_loops.py compares them with the C functions), but
 each batch is one ``ggml_opt_alloc`` -> ``ggml_opt_dataset_get_batch`` -> ``ggml_opt_eval`` step
 called from Python, so Ctrl-C stops them between two batches (the C loop ran to its end), an error
 in a callback can stop them, and the objects they use are marked in use (a callback that frees the

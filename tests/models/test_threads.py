@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-from tests.conftest import run_in_subprocess
+from tests.helpers.subprocesses import run_in_subprocess
 
 
 MODEL = """

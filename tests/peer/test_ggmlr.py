@@ -1,6 +1,6 @@
 """ggmlR's own tests (its testthat files), as ggmlpy users would write them: our translation of what they
 check where ggmlpy follows ggmlR (where ggmlpy deliberately differs, the parity table that
-tests/test_parity.py checks says why)."""
+tests/public/test_parity.py checks says why)."""
 from __future__ import annotations
 
 from types import SimpleNamespace

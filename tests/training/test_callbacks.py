@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-
-from .helpers import Linear
+from tests.helpers.training_refs import Linear
 
 
 K, M, N = 3, 2, 4

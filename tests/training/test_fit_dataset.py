@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-
-from .helpers import Linear, linear_forward, linear_grads, loss_and_dout, Net, sgd_step
+from tests.helpers.training_refs import Linear, linear_forward, linear_grads, loss_and_dout, Net, sgd_step
 
 
 F32 = G.GGML_TYPE_F32
@@ -533,7 +532,7 @@ def test_get_batch_head_checks_the_data_batch_type(cpu, trng):
 
 
 def test_get_batch_head_with_a_half_precision_data_batch_raises_not_aborts():
-    from tests.conftest import run_in_subprocess
+    from tests.helpers.subprocesses import run_in_subprocess
     rc, out, err = run_in_subprocess(
         "import numpy as np, ggmlpy as G\n"
         "b = G.ggml_backend_cpu_init()\n"

@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-
-from .helpers import Linear, linear_forward, linear_grads, loss_and_dout, Net, sgd_step
+from tests.helpers.training_refs import Linear, linear_forward, linear_grads, loss_and_dout, Net, sgd_step
 
 
 SGD = G.ggml_opt_optimizer_type_sgd()

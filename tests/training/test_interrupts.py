@@ -18,7 +18,7 @@ import pytest
 
 import ggmlpy as G
 from ggmlpy.training import prefetch as P
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 
 SETUP = """

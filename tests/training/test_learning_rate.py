@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-
-from .helpers import Net
+from tests.helpers.training_refs import Net
 
 
 def _one_sgd_step(cpu, tsched, trng, fit):

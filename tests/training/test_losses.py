@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-
-from .helpers import loss_and_dout, Net
+from tests.helpers.training_refs import loss_and_dout, Net
 
 
 F, N = 3, 4

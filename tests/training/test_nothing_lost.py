@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-
-from .helpers import Linear, Net
+from tests.helpers.training_refs import Linear, Net
 
 
 def _batches(n_epochs_ok: int, fail_with: BaseException | None = None, nan_from: int | None = None):

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-
-from .helpers import adamw_step, Linear, linear_forward, linear_grads, loss_and_dout, sgd_step
+from tests.helpers.training_refs import adamw_step, Linear, linear_forward, linear_grads, loss_and_dout, sgd_step
 
 
 ADAMW, SGD = G.ggml_opt_optimizer_type_adamw(), G.ggml_opt_optimizer_type_sgd()

@@ -5,7 +5,7 @@ from __future__ import annotations
 def test_a_fit_with_progress_runs_when_stderr_is_closed_or_full():
     """A process started with stderr closed (2>&-, a daemon) or on a full disk: the default verbose=1 fit
     failed on its first progress line. Progress is skipped; training goes on."""
-    from tests.conftest import run_in_subprocess
+    from tests.helpers.subprocesses import run_in_subprocess
     rc, out, err = run_in_subprocess("""
 import sys, numpy as np, ggmlpy as g
 m = g.ggml_compile(g.ggml_layer_dense(g.ggml_model_sequential(), 2, input_shape=(3,)), loss="mse", backend="cpu")

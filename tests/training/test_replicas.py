@@ -3,7 +3,7 @@
 The references are independent of the replica code: numpy float64 for the accumulated gradients, and for the
 replicas the single-device training of the same model (ggml-opt's own fused step on the whole batch), which the
 K-replica run must follow to float32 tolerance. Two local devices here are the CPU and Vulkan (lavapipe in CI);
-loopback RPC servers are tested in tests/backends/test_rpc.py.
+loopback RPC servers are tested in tests/backend/test_rpc.py.
 """
 from __future__ import annotations
 
@@ -102,6 +102,7 @@ def _same_trajectory(single, multi, h1, h2, rtol=2e-5):
         np.testing.assert_allclose(w2[k], w1[k], rtol=1e-4, atol=2e-6, err_msg=k)
 
 
+@pytest.mark.vulkan
 @pytest.mark.parametrize("optimizer, settings", [("adam", {}), ("sgd", {}), ("rmsprop", {"momentum": 0.5}),
                                                  ("sgd", {"momentum": 0.9, "clipnorm": 0.5}),
                                                  ("adam", {"global_clipnorm": 0.1})])
@@ -116,6 +117,7 @@ def test_two_replicas_follow_the_single_device_trajectory(optimizer, settings):
     assert h2["train_loss"].iloc[-1] < h2["train_loss"].iloc[0]  # it trains
 
 
+@pytest.mark.vulkan
 def test_uneven_shares_and_gradient_accumulation_stay_exact():
     dev = _vulkan_or_skip()
     x, y = _data()
@@ -125,6 +127,7 @@ def test_uneven_shares_and_gradient_accumulation_stay_exact():
     _same_trajectory(single, multi, h1, h2)
 
 
+@pytest.mark.vulkan
 def test_the_optimizer_state_carries_across_fits_and_to_one_device():
     """Two data-parallel fits of one epoch continue one AdamW trajectory (moments and step count kept by the
     model), equal to one fit of two epochs on one device."""
@@ -139,6 +142,7 @@ def test_the_optimizer_state_carries_across_fits_and_to_one_device():
         np.testing.assert_allclose(G.ggml_get_weights(multi)[k], v, rtol=1e-4, atol=2e-6)
 
 
+@pytest.mark.vulkan
 def test_predict_evaluate_and_trainer_split_their_batches():
     dev = _vulkan_or_skip()
     x, y = _data(n=50)
@@ -153,6 +157,7 @@ def test_predict_evaluate_and_trainer_split_their_batches():
         np.testing.assert_allclose(G.ggml_get_weights(multi)[k], v, rtol=1e-4, atol=2e-6)
 
 
+@pytest.mark.vulkan
 def test_weights_set_by_the_user_reach_every_replica():
     dev = _vulkan_or_skip()
     x, _ = _data(n=20)
@@ -162,6 +167,7 @@ def test_weights_set_by_the_user_reach_every_replica():
                                rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.vulkan
 def test_restored_best_weights_reach_every_replica():
     """restore_best_weights writes the best epoch's weights into the first replica at the end of a fit: the
     others get them too, so every row of a split prediction comes from the restored weights."""
@@ -175,6 +181,7 @@ def test_restored_best_weights_reach_every_replica():
                                rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.vulkan
 def test_batch_norm_and_dropout_train_with_per_replica_batches():
     """Batch statistics are each replica's (as DDP): not the single-device trajectory, but one set of weights,
     the first replica's running statistics, and a model that learns."""
@@ -188,6 +195,7 @@ def test_batch_norm_and_dropout_train_with_per_replica_batches():
         np.testing.assert_array_equal(G.ggml_backend_tensor_get_data(a), G.ggml_backend_tensor_get_data(b))
 
 
+@pytest.mark.vulkan
 def test_misuse_of_replicas_is_refused_with_the_fix():
     dev = _vulkan_or_skip()
     m = G.ggml_model_sequential()
@@ -210,6 +218,7 @@ def test_misuse_of_replicas_is_refused_with_the_fix():
         G.ggml_fit(m, x, y, batch_size=1, verbose=0)
 
 
+@pytest.mark.vulkan
 def test_a_one_unit_output_starts_from_the_same_weights_on_every_replica():
     """A dense layer of one unit has a kernel of shape (n, 1), which ggml reads back as (n,): the replicas
     (and a model compiled again) once took it for another shape and drew it afresh (found by review)."""
@@ -230,6 +239,7 @@ def test_a_one_unit_output_starts_from_the_same_weights_on_every_replica():
     _same_trajectory(single, multi, h1, h2)
 
 
+@pytest.mark.vulkan
 def test_shares_as_an_array_and_a_tiny_share_say_what_batch_it_needs():
     dev = _vulkan_or_skip()
     m = G.ggml_model_sequential()
@@ -242,6 +252,7 @@ def test_shares_as_an_array_and_a_tiny_share_say_what_batch_it_needs():
         G.ggml_fit(m, x, y, batch_size=16, verbose=0)
 
 
+@pytest.mark.vulkan
 def test_fit_generator_splits_its_batches_too():
     dev = _vulkan_or_skip()
     x, y = _data()
@@ -256,6 +267,7 @@ def test_fit_generator_splits_its_batches_too():
     assert h2.attrs["replicas"]["samples"] == [8, 8]
 
 
+@pytest.mark.vulkan
 def test_each_replica_draws_its_own_dropout_masks():
     dev = _vulkan_or_skip()
     x, y = _data(n=16)

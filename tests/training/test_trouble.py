@@ -12,8 +12,7 @@ import ggmlpy as G
 from ggmlpy.compute.sched import Scheduler
 from ggmlpy.opt.context import OptContext
 from ggmlpy.opt.result import OptResult
-
-from .helpers import F32, Linear
+from tests.helpers.training_refs import F32, Linear
 
 
 K, M, N = 3, 2, 4
@@ -208,10 +207,10 @@ def test_ctrl_c_while_a_slow_source_is_read_ahead(model, tsched, batches, monkey
 
 def test_a_scheduler_too_small_for_the_training_graph_raises_not_aborts():
     """ggml aborts when the graph ggml-opt allocates has more nodes + leafs than the scheduler's hash set."""
-    from tests.conftest import run_in_subprocess
+    from tests.helpers.subprocesses import run_in_subprocess
     rc, out, err = run_in_subprocess(
         "import numpy as np, ggmlpy as G\n"
-        "from tests.training.helpers import Linear\n"
+        "from tests.helpers.training_refs import Linear\n"
         "b = G.ggml_backend_cpu_init()\n"
         "m = Linear(b, 3, 2, 4)\n"
         "batch = (np.zeros((4, 3)), np.zeros((4, 2)))\n"
@@ -275,8 +274,7 @@ def test_batch_shapes_that_are_still_allowed_train_alike(cpu, tsched, batches):
 def _writer(cpu, x_shape, x_type, y_shape=None, bound=None):
     from ggmlpy.graph.nodes import ptr_key
     from ggmlpy.training.adapters import BatchWriter
-
-    from .helpers import Net
+    from tests.helpers.training_refs import Net
     net = Net(cpu)
     x = net.leaf(x_shape, dtype=x_type)
     y = net.leaf(y_shape) if y_shape else None

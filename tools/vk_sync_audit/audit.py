@@ -2,7 +2,7 @@
 """Judge the hazards Vulkan's synchronization validation reports: does any pair of dispatches that ggml left
 without a barrier between them really touch the same bytes, or do only their bound ranges overlap?
 
-    python tools/vk_sync_audit/audit.py tests/models/test_sequence_layers.py -k vulkan
+    python tools/vk_sync_audit/audit.py tests/models/layers/test_sequence_layers.py -k vulkan
 
 The layer sees each dispatch's descriptor bindings (buffer, offset, range) and must assume the shader touches
 all of a binding; ggml binds some tensors wider than they are (a matrix product's result to the end of its
