@@ -102,27 +102,10 @@ from .graph.tensor import (ggml_dup_tensor, ggml_get_name, ggml_get_tensor, ggml
                            ggml_new_tensor, ggml_new_tensor_1d, ggml_new_tensor_2d, ggml_new_tensor_3d,
                            ggml_new_tensor_4d, ggml_set_input, ggml_set_loss, ggml_set_name, ggml_set_output,
                            ggml_set_param, ggml_tensor_shape, ggml_tensor_type)
-from .models.builders import (ggml_activation, ggml_add_layer, ggml_apply, ggml_average_pooling_1d,
-                              ggml_average_pooling_2d, ggml_batch_norm, ggml_bidirectional, ggml_concatenate,
-                              ggml_conv_1d, ggml_conv_2d, ggml_conv_2d_transpose, ggml_custom_layer, ggml_dense,
-                              ggml_dropout, ggml_embedding, ggml_flatten, ggml_freeze_weights, ggml_get_layer,
-                              ggml_get_weights, ggml_global_average_pooling_1d, ggml_global_average_pooling_2d,
-                              ggml_global_max_pooling_1d, ggml_global_max_pooling_2d, ggml_gru, ggml_input,
-                              ggml_layer_activation, ggml_layer_add, ggml_layer_average_pooling_1d,
-                              ggml_layer_average_pooling_2d, ggml_layer_batch_norm, ggml_layer_bidirectional,
-                              ggml_layer_concatenate, ggml_layer_conv_1d, ggml_layer_conv_2d,
-                              ggml_layer_conv_2d_transpose, ggml_layer_dense, ggml_layer_dropout,
-                              ggml_layer_embedding, ggml_layer_flatten, ggml_layer_global_average_pooling_1d,
-                              ggml_layer_global_average_pooling_2d, ggml_layer_global_max_pooling_1d,
-                              ggml_layer_global_max_pooling_2d, ggml_layer_gru, ggml_layer_layer_norm,
-                              ggml_layer_lstm, ggml_layer_masking, ggml_layer_max_pooling_1d,
-                              ggml_layer_max_pooling_2d, ggml_layer_multi_head_attention, ggml_layer_norm,
-                              ggml_layer_normalization, ggml_layer_position_embedding, ggml_layer_repeat_vector,
-                              ggml_layer_reshape, ggml_layer_time_distributed, ggml_layer_upsampling_2d, ggml_lstm,
-                              ggml_masking, ggml_max_pooling_1d, ggml_max_pooling_2d, ggml_model,
-                              ggml_model_sequential, ggml_model_summary, ggml_multi_head_attention,
-                              ggml_normalization, ggml_pop_layer, ggml_position_embedding, ggml_repeat_vector,
-                              ggml_set_weights, ggml_time_distributed, ggml_unfreeze_weights, ggml_upsampling_2d)
+from .models.builders import (ggml_add_layer, ggml_apply, ggml_concatenate, ggml_custom_layer, ggml_freeze_weights,
+                              ggml_get_layer, ggml_get_weights, ggml_input, ggml_layer_add, ggml_layer_concatenate,
+                              ggml_model, ggml_model_sequential, ggml_model_summary, ggml_pop_layer,
+                              ggml_set_weights, ggml_unfreeze_weights)
 from .models.engine.compile import (ggml_compile)
 from .models.engine.fitting import (ggml_evaluate, ggml_fit, ggml_fit_generator, ggml_predict, ggml_predict_classes)
 from .models.engine.metrics import (ggml_metric_auc, ggml_metric_precision, ggml_metric_recall,
@@ -207,6 +190,66 @@ from .training.callbacks import (ggml_callback_csv_logger, ggml_callback_early_s
                                  ggml_schedule_step_decay)
 from .training.fit import (ggml_fit_opt, ggml_fit_opt_gen, ggml_fit_opt_multi, ggml_opt_fit_multi)
 from .training.plot import (ggml_plot_history)
+from .models.builders import LAYER_FUNCTIONS as _layer_functions
+
+# made from the built-in layer classes (models/builders.py)
+ggml_activation = _layer_functions["ggml_activation"]
+ggml_average_pooling_1d = _layer_functions["ggml_average_pooling_1d"]
+ggml_average_pooling_2d = _layer_functions["ggml_average_pooling_2d"]
+ggml_batch_norm = _layer_functions["ggml_batch_norm"]
+ggml_bidirectional = _layer_functions["ggml_bidirectional"]
+ggml_conv_1d = _layer_functions["ggml_conv_1d"]
+ggml_conv_2d = _layer_functions["ggml_conv_2d"]
+ggml_conv_2d_transpose = _layer_functions["ggml_conv_2d_transpose"]
+ggml_dense = _layer_functions["ggml_dense"]
+ggml_dropout = _layer_functions["ggml_dropout"]
+ggml_embedding = _layer_functions["ggml_embedding"]
+ggml_flatten = _layer_functions["ggml_flatten"]
+ggml_global_average_pooling_1d = _layer_functions["ggml_global_average_pooling_1d"]
+ggml_global_average_pooling_2d = _layer_functions["ggml_global_average_pooling_2d"]
+ggml_global_max_pooling_1d = _layer_functions["ggml_global_max_pooling_1d"]
+ggml_global_max_pooling_2d = _layer_functions["ggml_global_max_pooling_2d"]
+ggml_gru = _layer_functions["ggml_gru"]
+ggml_layer_activation = _layer_functions["ggml_layer_activation"]
+ggml_layer_average_pooling_1d = _layer_functions["ggml_layer_average_pooling_1d"]
+ggml_layer_average_pooling_2d = _layer_functions["ggml_layer_average_pooling_2d"]
+ggml_layer_batch_norm = _layer_functions["ggml_layer_batch_norm"]
+ggml_layer_bidirectional = _layer_functions["ggml_layer_bidirectional"]
+ggml_layer_conv_1d = _layer_functions["ggml_layer_conv_1d"]
+ggml_layer_conv_2d = _layer_functions["ggml_layer_conv_2d"]
+ggml_layer_conv_2d_transpose = _layer_functions["ggml_layer_conv_2d_transpose"]
+ggml_layer_dense = _layer_functions["ggml_layer_dense"]
+ggml_layer_dropout = _layer_functions["ggml_layer_dropout"]
+ggml_layer_embedding = _layer_functions["ggml_layer_embedding"]
+ggml_layer_flatten = _layer_functions["ggml_layer_flatten"]
+ggml_layer_global_average_pooling_1d = _layer_functions["ggml_layer_global_average_pooling_1d"]
+ggml_layer_global_average_pooling_2d = _layer_functions["ggml_layer_global_average_pooling_2d"]
+ggml_layer_global_max_pooling_1d = _layer_functions["ggml_layer_global_max_pooling_1d"]
+ggml_layer_global_max_pooling_2d = _layer_functions["ggml_layer_global_max_pooling_2d"]
+ggml_layer_gru = _layer_functions["ggml_layer_gru"]
+ggml_layer_layer_norm = _layer_functions["ggml_layer_layer_norm"]
+ggml_layer_lstm = _layer_functions["ggml_layer_lstm"]
+ggml_layer_masking = _layer_functions["ggml_layer_masking"]
+ggml_layer_max_pooling_1d = _layer_functions["ggml_layer_max_pooling_1d"]
+ggml_layer_max_pooling_2d = _layer_functions["ggml_layer_max_pooling_2d"]
+ggml_layer_multi_head_attention = _layer_functions["ggml_layer_multi_head_attention"]
+ggml_layer_norm = _layer_functions["ggml_layer_norm"]
+ggml_layer_normalization = _layer_functions["ggml_layer_normalization"]
+ggml_layer_position_embedding = _layer_functions["ggml_layer_position_embedding"]
+ggml_layer_repeat_vector = _layer_functions["ggml_layer_repeat_vector"]
+ggml_layer_reshape = _layer_functions["ggml_layer_reshape"]
+ggml_layer_time_distributed = _layer_functions["ggml_layer_time_distributed"]
+ggml_layer_upsampling_2d = _layer_functions["ggml_layer_upsampling_2d"]
+ggml_lstm = _layer_functions["ggml_lstm"]
+ggml_masking = _layer_functions["ggml_masking"]
+ggml_max_pooling_1d = _layer_functions["ggml_max_pooling_1d"]
+ggml_max_pooling_2d = _layer_functions["ggml_max_pooling_2d"]
+ggml_multi_head_attention = _layer_functions["ggml_multi_head_attention"]
+ggml_normalization = _layer_functions["ggml_normalization"]
+ggml_position_embedding = _layer_functions["ggml_position_embedding"]
+ggml_repeat_vector = _layer_functions["ggml_repeat_vector"]
+ggml_time_distributed = _layer_functions["ggml_time_distributed"]
+ggml_upsampling_2d = _layer_functions["ggml_upsampling_2d"]
 
 _LAZY = {'GgmlClassifier': 'models.io.estimators', 'GgmlRegressor': 'models.io.estimators'}
 

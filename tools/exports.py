@@ -2,8 +2,10 @@
 
 Run ``python tools/exports.py`` after adding, renaming or moving a public name; ``tests/public/test_exports.py``
 fails while the file is stale. A public name is a ``ggml_*``, ``GGML_*`` or ``gguf_*`` name defined at the
-top of a module (``ggml_logger*`` excepted: the FFI's log plumbing). A name defined in two modules is an
-error unless ``PREFERRED`` says which one the package exports.
+top of a module (``ggml_logger*`` excepted: the FFI's log plumbing), or one of the two functions the model
+layer makes for each built-in layer class (``models/builders.py``: ``ggml_layer_<kind>`` and ``ggml_<kind>``,
+read here from the classes' ``kind`` and ``builder_functions``). A name defined in two modules is an error,
+but a layer function named as an op: it takes the op's call too, and the package exports it.
 """
 from __future__ import annotations
 
@@ -15,10 +17,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "ggmlpy")
 INIT = os.path.join(PACKAGE, "__init__.py")
 PREFIXES = ("ggml_", "GGML_", "gguf_")
-# The model layer's ggml_conv_2d/ggml_conv_1d/ggml_dropout also take the op's (ctx, ...) call and pass it on
-# to the op (models/builders.py), so the package exports the model layer's.
-PREFERRED = {"ggml_conv_1d": "ggmlpy.models.builders", "ggml_conv_2d": "ggmlpy.models.builders",
-             "ggml_dropout": "ggmlpy.models.builders"}
+LAYERS = os.path.join(PACKAGE, "models", "layers")   # the built-in layer classes
+BUILDERS = "ggmlpy.models.builders"                   # their functions: LAYER_FUNCTIONS there
 ERRORS = ["GgmlpyError", "GgmlpyWarning", "GgmlStateError", "GgmlInUseError", "GgmlTypeError", "GgmlValueError",
           "BackendUnavailableError", "GgufFileError", "GgufFileNotFoundError", "GgufKeyError"]
 
@@ -99,16 +99,37 @@ def defined_names(path: str) -> list[str]:
     return [n for n in names if n.startswith(PREFIXES) and not n.startswith("ggml_logger")]
 
 
+def layer_function_names() -> list[str]:
+    """The functions ``models/builders.py`` makes from the built-in layer classes: for each class with a
+    ``kind = "<kind>"`` of its own and ``builder_functions`` not False, ``ggml_layer_<kind>`` and (unless
+    ``builder_functions = "layer"``) ``ggml_<kind>``."""
+    names = []
+    for f in sorted(os.listdir(LAYERS)):
+        if not f.endswith(".py"):
+            continue
+        for node in ast.parse(open(os.path.join(LAYERS, f)).read()).body:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            settings = {t.id: s.value.value for s in node.body if isinstance(s, ast.Assign)
+                        and isinstance(s.value, ast.Constant) for t in s.targets if isinstance(t, ast.Name)}
+            kind, functions = settings.get("kind"), settings.get("builder_functions", True)
+            abstract = settings.get("_abstract") or any(k.arg == "abstract" for k in node.keywords)
+            if isinstance(kind, str) and functions and not abstract:
+                names += [f"ggml_layer_{kind}"] + ([f"ggml_{kind}"] if functions != "layer" else [])
+    return names
+
+
 def public_names() -> dict[str, list[str]]:
     """module -> the public names the package takes from it."""
-    home: dict[str, str] = {}
+    generated = set(layer_function_names())
+    home: dict[str, str] = {name: BUILDERS for name in generated}
     for module, path in module_files():
         for name in defined_names(path):
-            if name in home and PREFERRED.get(name) not in (module, home[name]):
-                raise SystemExit(f"{name} is defined in {home[name]} and {module}: rename one, or say in "
-                                 "tools/exports.py PREFERRED which one ggmlpy exports")
-            if name not in home or PREFERRED.get(name) == module:
-                home[name] = module
+            if name in generated:
+                continue   # the layer function takes the op's call too
+            if name in home:
+                raise SystemExit(f"{name} is defined in {home[name]} and {module}: rename one")
+            home[name] = module
     by_module: dict[str, list[str]] = {}
     for name, module in home.items():
         by_module.setdefault(module, []).append(name)
@@ -117,9 +138,13 @@ def public_names() -> dict[str, list[str]]:
 
 def render() -> str:
     by_module = public_names()
+    generated = set(layer_function_names())
     lines = [HEADER, _import("errors", ERRORS)]
     for module, names in by_module.items():
-        lines.append(_import(module[len("ggmlpy."):], names))
+        lines.append(_import(module[len("ggmlpy."):], [n for n in names if n not in generated]))
+    lines.append("from .models.builders import LAYER_FUNCTIONS as _layer_functions\n\n"
+                 "# made from the built-in layer classes (models/builders.py)\n")
+    lines += [f'{name} = _layer_functions["{name}"]\n' for name in sorted(generated, key=str.lower)]
     exported = ERRORS + ["GGML_VERSION"] + [n for names in by_module.values() for n in names]
     lines.append(FOOTER.replace("\n# docstrings", "\n__all__ = [\n" + _listing(exported) + "]\n\n# docstrings", 1))
     return "".join(lines)

@@ -6,28 +6,23 @@ makes a layer object that ``ggml_apply`` can apply to several nodes, sharing its
 """
 from __future__ import annotations
 
+import importlib
 import inspect
+import pkgutil
 from typing import Any, Callable
 
 import numpy as np
 
+from .. import ops as _ops_package
 from ..backend.transfer import as_numeric, checked_values
 from ..core.args import is_int
 from ..errors import GgmlInUseError, GgmlTypeError, GgmlValueError
 from ..graph.objects import Context
-from ..ops import conv as _conv
-from ..ops import elementwise as _elementwise
+from . import layers as _layers_package
 from .engine.compile import compiled
 from .layers import basic as Lyr
-from .layers import convolutional as conv
-from .layers import custom, pooling, sequence, shaping
-from .layers import multi_head as attention
-from .layers import normalization as norm
-from .layers.conv_transpose import Conv2DTranspose
-from .layers.layer import Layer, ParamSpec
-from .layers.masking import Masking
-from .layers.normalization import Normalization
-from .layers.wrappers import Bidirectional, TimeDistributed
+from .layers import custom, sequence
+from .layers.layer import import_built_ins, Layer, LAYER_TYPES, ParamSpec
 from .network.model import apply_layer, default_name, InputLayer, Model, Node, Sequential
 
 
@@ -66,21 +61,28 @@ def ggml_model(inputs: Any, outputs: Any, name: str | None = None) -> Model:
     return Model(inputs, outputs, name)
 
 
-def ggml_apply(node: Any, layer: Layer) -> Node:
-    """Apply a layer object (``ggml_dense(...)`` etc.) to a node, or a list of nodes for add/concatenate.
-    Applying one object twice shares its weights.
+def ggml_apply(node: Any, layer: Layer) -> Any:
+    """Apply a layer object (``ggml_dense(...)``, an object of a ``Layer`` subclass of one's own) to a node,
+    or a list of nodes for add/concatenate, and return the new node; or append it to a sequential model and
+    return the model. Applying one object twice shares its weights.
+
+    Arguments:
+        node: a node (from ggml_input or another layer), a list of nodes, or a sequential model.
+        layer: a layer object.
+
+    Value: the new node, or the model (sequential).
 
     Example:
         >>> enc = g.ggml_dense(16, activation="relu")
         >>> a, b = g.ggml_apply(x1, enc), g.ggml_apply(x2, enc)
+        >>> model = g.ggml_apply(g.ggml_model_sequential(), g.ggml_dense(4, input_shape=(3,)))
     """
     if not isinstance(layer, Layer) or isinstance(layer, InputLayer):
         raise GgmlTypeError(f"ggml_apply: expected a layer object (ggml_dense(...), ...), got {type(layer).__name__}")
-    if isinstance(node, Model):
-        raise GgmlTypeError("ggml_apply applies a layer to a node; to add a layer to a sequential model use "
-                            "ggml_layer_<name>(model, ...)")
-    default_name(layer)
-    return apply_layer(layer, node)
+    if isinstance(node, Model) and not isinstance(node, Sequential):
+        raise GgmlTypeError("ggml_apply: a functional model is built from nodes (ggml_input, then layers on nodes, "
+                            "then ggml_model); apply the layer to a node, or to a sequential model")
+    return _add_or_apply(node, layer, "ggml_apply")
 
 
 def _add_or_apply(target: Any, layer: Layer, fn: str) -> Any:
@@ -116,7 +118,11 @@ def _layer_parameters(cls: type[Layer]) -> list[inspect.Parameter]:
     return params + base + regs
 
 
-def _pair(cls: type[Layer], stem: str, doc: str) -> tuple[Callable, Callable]:
+def _pair(cls: type[Layer]) -> tuple[Callable, Callable]:
+    """The two functions of a built-in layer class: its kind names them, its docstring describes them (the
+    text before ``Example:``, and the example), its constructor's signature gives their arguments."""
+    stem, doc = cls.kind, inspect.cleandoc(cls.__doc__ or "")
+
     def layer_fn(model_or_node: Any, *args: Any, **kwargs: Any) -> Any:
         return _add_or_apply(model_or_node, cls(*args, **kwargs), f"ggml_layer_{stem}")
 
@@ -214,136 +220,11 @@ def _arguments(cls: type[Layer]) -> str:
     return "\n".join(lines)
 
 
-ggml_layer_dense, ggml_dense = _pair(
-    Lyr.Dense, "dense", "Fully connected layer: ``activation(x W + b)`` over the last axis of a sample, "
-    "``units`` outputs. Activations: relu, sigmoid, tanh, gelu, silu (swish), softmax, None/'linear'.\n\n"
-    "Example:\n    >>> model = g.ggml_layer_dense(model, 64, activation='relu', input_shape=(20,))")
-ggml_layer_conv_2d, _conv_2d_object = _pair(
-    conv.Conv2D, "conv_2d", "2-D convolution of channels-last images (H, W, C): ``filters`` output channels, "
-    "``kernel_size=(rows, cols)``, ``strides``, ``padding`` 'valid' or 'same' (as Keras), a bias, then "
-    "``activation``.\n\nExample:\n    >>> model = g.ggml_layer_conv_2d(model, 16, (3, 3), activation='relu', "
-    "input_shape=(28, 28, 1))")
-ggml_layer_conv_2d_transpose, ggml_conv_2d_transpose = _pair(
-    Conv2DTranspose, "conv_2d_transpose", "Transposed 2-D convolution (Keras' ``Conv2DTranspose``) of "
-    "channels-last images (H, W, C): each pixel adds ``pixel x kernel`` into the output at ``strides`` steps, so "
-    "the image grows by the stride ('same': H * stride rows; 'valid': (H - 1) * stride + kernel, at least "
-    "H * stride); ``filters`` output channels, a bias, then ``activation``. The kernel is (rows, cols, filters, "
-    "in channels), Keras' orientation.\n\nExample:\n    >>> x = g.ggml_layer_conv_2d_transpose(x, 16, (3, 3), "
-    "strides=2, padding='same', activation='relu')")
-ggml_layer_conv_1d, _conv_1d_object = _pair(
-    conv.Conv1D, "conv_1d", "1-D convolution of sequences (steps, channels): ``filters`` output channels, "
-    "``kernel_size``, ``strides``, ``padding`` 'valid' or 'same', a bias, then ``activation``.\n\nExample:\n"
-    "    >>> model = g.ggml_layer_conv_1d(model, 8, 3, activation='relu', input_shape=(100, 2))")
-ggml_layer_max_pooling_2d, ggml_max_pooling_2d = _pair(
-    conv.MaxPooling2D, "max_pooling_2d", "2-D max pooling over ``pool_size=(rows, cols)`` windows with "
-    "``strides`` (default: the pool size), no padding.\n\nExample:\n    >>> model = "
-    "g.ggml_layer_max_pooling_2d(model, (2, 2))")
-ggml_layer_global_average_pooling_2d, ggml_global_average_pooling_2d = _pair(
-    conv.GlobalAveragePooling2D, "global_average_pooling_2d", "The mean of each channel over the image: "
-    "(H, W, C) becomes (C,).\n\nExample:\n    >>> model = g.ggml_layer_global_average_pooling_2d(model)")
-ggml_layer_global_max_pooling_2d, ggml_global_max_pooling_2d = _pair(
-    conv.GlobalMaxPooling2D, "global_max_pooling_2d", "The maximum of each channel over the image: (H, W, C) "
-    "becomes (C,).\n\nExample:\n    >>> model = g.ggml_layer_global_max_pooling_2d(model)")
-ggml_layer_average_pooling_2d, ggml_average_pooling_2d = _pair(
-    pooling.AveragePooling2D, "average_pooling_2d", "2-D average pooling: the mean over ``pool_size=(rows, cols)`` "
-    "windows with ``strides`` (default: the pool size), no padding (Keras' ``padding='valid'``).\n\nExample:\n"
-    "    >>> model = g.ggml_layer_average_pooling_2d(model, (2, 2))")
-ggml_layer_max_pooling_1d, ggml_max_pooling_1d = _pair(
-    pooling.MaxPooling1D, "max_pooling_1d", "1-D max pooling of sequences (steps, channels) over windows of "
-    "``pool_size`` steps with ``strides`` (default: the pool size), no padding.\n\nExample:\n"
-    "    >>> model = g.ggml_layer_max_pooling_1d(model, 2)")
-ggml_layer_average_pooling_1d, ggml_average_pooling_1d = _pair(
-    pooling.AveragePooling1D, "average_pooling_1d", "1-D average pooling of sequences (steps, channels): the mean "
-    "over windows of ``pool_size`` steps with ``strides`` (default: the pool size), no padding.\n\nExample:\n"
-    "    >>> model = g.ggml_layer_average_pooling_1d(model, 4)")
-ggml_layer_global_average_pooling_1d, ggml_global_average_pooling_1d = _pair(
-    pooling.GlobalAveragePooling1D, "global_average_pooling_1d", "The mean of each channel over the steps of a "
-    "sequence: (steps, C) becomes (C,).\n\nExample:\n    >>> model = g.ggml_layer_global_average_pooling_1d(model)")
-ggml_layer_global_max_pooling_1d, ggml_global_max_pooling_1d = _pair(
-    pooling.GlobalMaxPooling1D, "global_max_pooling_1d", "The maximum of each channel over the steps of a sequence: "
-    "(steps, C) becomes (C,).\n\nExample:\n    >>> model = g.ggml_layer_global_max_pooling_1d(model)")
-ggml_layer_upsampling_2d, ggml_upsampling_2d = _pair(
-    pooling.UpSampling2D, "upsampling_2d", "Nearest-neighbour up-sampling of images: every pixel repeated "
-    "``size=(rows, cols)`` times, (H, W, C) becomes (H * rows, W * cols, C).\n\nExample:\n"
-    "    >>> model = g.ggml_layer_upsampling_2d(model, (2, 2))")
-ggml_layer_activation, ggml_activation = _pair(
-    shaping.Activation, "activation", "An activation as a layer of its own (Keras' ``Activation``): relu, sigmoid, "
-    "tanh, gelu, silu/swish, softmax (over the last axis) or linear.\n\nExample:\n"
-    "    >>> model = g.ggml_layer_activation(model, 'relu')")
-ggml_layer_reshape, _reshape_object = _pair(  # the object form would shadow the op ggml_reshape
-    shaping.Reshape, "reshape", "A sample as ``target_shape`` (the same number of values, in C order as numpy's "
-    "``reshape``; one axis may be -1).\n\nExample:\n    >>> model = g.ggml_layer_reshape(model, (28, 28, 1))")
-ggml_layer_repeat_vector, ggml_repeat_vector = _pair(
-    shaping.RepeatVector, "repeat_vector", "A vector sample (features,) repeated ``n`` times along a new steps axis: "
-    "(n, features), e.g. to feed an encoder's state to every step of a decoder.\n\nExample:\n"
-    "    >>> model = g.ggml_layer_repeat_vector(model, 10)")
-ggml_layer_flatten, ggml_flatten = _pair(
-    Lyr.Flatten, "flatten", "All axes of a sample into one, channels fastest (as Keras).\n\nExample:\n"
-    "    >>> model = g.ggml_layer_flatten(model)")
-ggml_layer_batch_norm, ggml_batch_norm = _pair(
-    norm.BatchNorm, "batch_norm", "Batch normalisation over the last axis (features or channels): batch "
-    "statistics in training, running statistics (``momentum``, as Keras) in predict/evaluate, learned "
-    "``gamma``/``beta``.\n\nExample:\n    >>> model = g.ggml_layer_batch_norm(model)")
-ggml_layer_dropout, _dropout_object = _pair(
-    Lyr.Dropout, "dropout", "Inverted dropout: zeroes a fraction ``rate`` of values with a new mask every "
-    "training step and scales the rest by 1/(1-rate); inactive in predict/evaluate.\n\nExample:\n"
-    "    >>> model = g.ggml_layer_dropout(model, 0.3)")
-ggml_layer_embedding, ggml_embedding = _pair(
-    Lyr.Embedding, "embedding", "Token embedding: int32 ids in [0, vocab_size) of a sample (steps,) become "
-    "(steps, dim) rows of a trained table.\n\nExample:\n    >>> model = g.ggml_layer_embedding(model, 1000, 16, "
-    "input_shape=(20,))")
-
-ggml_layer_position_embedding, ggml_position_embedding = _pair(
-    Lyr.PositionEmbedding, "position_embedding", "Adds a learned vector per position to a sequence (steps, dim), "
-    "so attention layers know the order of the steps.\n\nExample:\n    >>> x = g.ggml_layer_embedding(tokens, 96, "
-    "64)\n    >>> x = g.ggml_layer_position_embedding(x, 128)")
-ggml_layer_lstm, ggml_lstm = _pair(
-    sequence.LSTM, "lstm", "Long short-term memory over sequences (steps, features), as Keras' LSTM (tanh, "
-    "sigmoid gates, forget-gate bias 1, zero initial state): the last step's hidden state (units,), or every "
-    "step's (steps, units) with ``return_sequences=True``. Unrolled over the steps; ggml differentiates it.\n\n"
-    "Example:\n    >>> model = g.ggml_layer_lstm(model, 32, input_shape=(100, 3))")
-ggml_layer_gru, ggml_gru = _pair(
-    sequence.GRU, "gru", "Gated recurrent unit over sequences (steps, features), as Keras' GRU (reset_after=True, "
-    "zero initial state): the last step's hidden state (units,), or every step's (steps, units) with "
-    "``return_sequences=True``.\n\nExample:\n    >>> model = g.ggml_layer_gru(model, 32, return_sequences=True, "
-    "input_shape=(50, 8))")
-ggml_layer_masking, ggml_masking = _pair(
-    Masking, "masking", "Keras' Masking: steps of a sequence whose features all equal ``mask_value`` are padding, "
-    "which the layers after it skip (an LSTM/GRU keeps its state over them, global average pooling leaves them "
-    "out); a layer that cannot honour the mask is refused.\n\nExample:\n    >>> model = "
-    "g.ggml_layer_masking(model, mask_value=0.0, input_shape=(20, 3))")
-ggml_layer_time_distributed, ggml_time_distributed = _pair(
-    TimeDistributed, "time_distributed", "Keras' TimeDistributed: one layer (one set of weights) applied to every "
-    "step of a sequence, ``(steps, ...)`` to ``(steps, *the layer's output)``.\n\nExample:\n"
-    "    >>> model = g.ggml_layer_time_distributed(model, g.ggml_dense(8, activation='relu'))")
-ggml_layer_bidirectional, ggml_bidirectional = _pair(
-    Bidirectional, "bidirectional", "Keras' Bidirectional: an LSTM or GRU run forwards and, with weights of its "
-    "own, backwards over the sequence; the two outputs concatenated (or summed, multiplied, averaged).\n\n"
-    "Example:\n    >>> model = g.ggml_layer_bidirectional(model, g.ggml_lstm(16, return_sequences=True))")
-ggml_layer_normalization, ggml_normalization = _pair(
-    Normalization, "normalization", "Keras' Normalization: each feature standardised, ``(x - mean) / "
-    "max(sqrt(variance), 1e-7)``, with the mean and variance of data set by ``ggml_layer_adapt(layer, data)`` "
-    "(or given as ``mean=``/``variance=``); they are saved with the model and not trained.\n\nExample:\n"
-    "    >>> norm = g.ggml_normalization()\n    >>> g.ggml_layer_adapt(norm, x_train)\n"
-    "    >>> h = g.ggml_apply(g.ggml_input(shape=(4,)), norm)")
-ggml_layer_layer_norm, ggml_layer_norm = _pair(
-    norm.LayerNorm, "layer_norm", "Layer normalisation: each position normalised over its last axis (mean 0, "
-    "variance 1), then scaled by a learned ``gamma`` and shifted by ``beta``; the same in training and "
-    "inference.\n\nExample:\n    >>> x = g.ggml_layer_layer_norm(x)")
-ggml_layer_multi_head_attention, ggml_multi_head_attention = _pair(
-    attention.MultiHeadAttention, "multi_head_attention", "Keras' MultiHeadAttention: ``num_heads`` heads of "
-    "``key_dim`` values each, scaled dot-product softmax, an output projection back to the query's dim. On one "
-    "node: self-attention over a sequence (steps, dim). On a list: cross-attention, ``[query, value]`` (key = "
-    "value) or ``[query, value, key]`` (the value and key sequences of their own length and dim), with "
-    "``attention_mask=True`` a last node (query steps, value steps) of 1 (attend) and 0 (hide); ``causal=True`` "
-    "hides later steps.\n\nExample:\n    >>> x = g.ggml_layer_multi_head_attention(x, num_heads=4, key_dim=16, "
-    "causal=True)\n    >>> y = g.ggml_layer_multi_head_attention([decoder, encoder, pad_mask], num_heads=2, "
-    "key_dim=8, attention_mask=True)")
-
-
-def _op_or_layer(op: Callable, layer_object: Callable, layer_args: str) -> Callable:
-    """``ggml_conv_2d``/``ggml_conv_1d``/``ggml_dropout`` are ggml ops (context first) and, without a context,
-    layer objects."""
+def _op_or_layer(op: Callable, layer_object: Callable, cls: type[Layer]) -> Callable:
+    """A layer object's function whose name is a ggml op's (``ggml_conv_2d``, ``ggml_conv_1d``,
+    ``ggml_dropout``): the op with a context first, the layer object without."""
+    required = [p.name for p in _layer_parameters(cls) if p.default is p.empty and p.kind is not p.VAR_KEYWORD]
+    layer_args = ", ".join(required)
 
     def fn(*args: Any, **kwargs: Any) -> Any:
         if (args and isinstance(args[0], Context)) or "ctx" in kwargs:
@@ -355,9 +236,34 @@ def _op_or_layer(op: Callable, layer_object: Callable, layer_args: str) -> Calla
     return fn
 
 
-ggml_conv_2d = _op_or_layer(_conv.ggml_conv_2d, _conv_2d_object, "filters, kernel_size")
-ggml_conv_1d = _op_or_layer(_conv.ggml_conv_1d, _conv_1d_object, "filters, kernel_size")
-ggml_dropout = _op_or_layer(_elementwise.ggml_dropout, _dropout_object, "rate")
+def _ops() -> dict[str, Callable]:
+    """The ggml ops by name (a layer object's name that is an op's takes the op's call too)."""
+    out: dict[str, Callable] = {}
+    for module in pkgutil.iter_modules(_ops_package.__path__):
+        for name, value in vars(importlib.import_module(f"{_ops_package.__name__}.{module.name}")).items():
+            if name.startswith("ggml_") and inspect.isfunction(value):
+                out.setdefault(name, value)
+    return out
+
+
+def _layer_functions() -> dict[str, Callable]:
+    """``ggml_layer_<kind>`` and ``ggml_<kind>`` of every built-in layer class (``Layer.builder_functions``),
+    made from the class: tools/exports.py exports them."""
+    import_built_ins()
+    ops, out = _ops(), dict[str, Callable]()
+    for cls in LAYER_TYPES.values():
+        if not cls.builder_functions or not cls.__module__.startswith(_layers_package.__name__ + "."):
+            continue
+        layer_fn, object_fn = _pair(cls)
+        out[layer_fn.__name__] = layer_fn
+        if cls.builder_functions == "layer":   # the object's name is an op's, which keeps it alone
+            continue
+        op = ops.get(object_fn.__name__)
+        out[object_fn.__name__] = object_fn if op is None else _op_or_layer(op, object_fn, cls)
+    return out
+
+
+LAYER_FUNCTIONS = _layer_functions()
 
 
 def ggml_layer_add(nodes: Any, name: str | None = None, trainable: bool = True) -> Node:

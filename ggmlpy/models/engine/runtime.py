@@ -37,7 +37,7 @@ from ...ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_r
 from ...opt.constants import BUILD_FORWARD
 from ...opt.context import training_graph_nodes
 from ...training.replicas import split_counts
-from ..layers.layer import Layer, NATURAL, natural_ne, SPATIAL
+from ..layers.layer import BoundWeight, Layer, NATURAL, natural_ne, SPATIAL, weight_name
 from ..layers.masking import mask_flow
 from ..network.model import Model, Node
 from ..network.parameters import check_device_can_use, ParamStore
@@ -108,8 +108,8 @@ class GraphBuilder:
         self._relu_inputs: dict[int, tuple[Tensor, Tensor]] = {}  # id(relu output) -> (output, input)
 
     # ---- for layers
-    def param(self, layer: Layer, name: str) -> Tensor:
-        return self.params.tensor(layer, name)
+    def param(self, layer: Layer, weight: BoundWeight | str) -> Tensor:
+        return self.params.tensor(layer, weight_name(weight))
 
     def zeros(self, ne: tuple[int, ...]) -> Tensor:
         return self.constant(np.zeros(tuple(reversed(ne)), dtype=np.float32))

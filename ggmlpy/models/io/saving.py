@@ -36,33 +36,12 @@ from ...opt.params import LrUserdata
 from ...opt.rules import OPTIMIZER_NAMES, OPTIMIZER_SETTINGS
 from ..engine.compile import compiled, ggml_compile
 from ..engine.runtime import model_in_use
-from ..layers import basic as layers
-from ..layers import convolutional as conv
-from ..layers import multi_head as attention
-from ..layers import normalization as norm
-from ..layers import pooling, sequence, shaping
-from ..layers.conv_transpose import Conv2DTranspose
-from ..layers.layer import Layer
-from ..layers.masking import Masking
-from ..layers.normalization import Normalization
-from ..layers.wrappers import Bidirectional, TimeDistributed
+from ..layers.layer import check_rebuildable, Layer, layer_class
 from ..network.model import apply_layer, InputLayer, Model, Node, Sequential
 from ..network.parameters import strip_leading_ones
 
 
 FORMAT_VERSION = 1
-
-
-def _layer_types() -> dict[str, type[Layer]]:
-    classes: list[type[Layer]] = [
-               layers.Dense, layers.Flatten, layers.Dropout, layers.Embedding, layers.PositionEmbedding, layers.Add,
-               layers.Concatenate, conv.Conv1D, conv.Conv2D, conv.MaxPooling2D, conv.GlobalAveragePooling2D,
-               conv.GlobalMaxPooling2D, norm.BatchNorm, norm.LayerNorm, sequence.LSTM, sequence.GRU,
-               attention.MultiHeadAttention, pooling.AveragePooling2D, pooling.MaxPooling1D, pooling.AveragePooling1D,
-               pooling.GlobalAveragePooling1D, pooling.GlobalMaxPooling1D, pooling.UpSampling2D, shaping.Activation,
-               shaping.Reshape, shaping.RepeatVector, Normalization, TimeDistributed, Bidirectional, Masking,
-               Conv2DTranspose, sequence.RecurrentPart, InputLayer]
-    return {c.kind: c for c in classes}
 
 
 def _metadata(model: Model, fmt: str) -> dict:
@@ -287,7 +266,10 @@ def save_model(model: Model, path: Any, include_optimizer: Any, state: dict | No
     if unsavable:
         raise GgmlValueError(f"{fn}: layer(s) {unsavable} are custom layers, whose forward functions are code that "
                              "a file or a pickle cannot hold. Save the weights with ggml_save_weights, build the "
-                             "model again in code (the same layer names) and load them with ggml_load_weights")
+                             "model again in code (the same layer names) and load them with ggml_load_weights; or "
+                             "write the layer as a Layer subclass (docs/guide/models.md), which saves")
+    for layer in model.layers:
+        check_rebuildable(layer, fn)
     custom = [h.name for h in cfg.heads if h.custom is not None]
     if custom:
         raise GgmlValueError(f"{fn}: output(s) {custom} are trained with custom losses, whose functions are code that "
@@ -342,7 +324,8 @@ def _fresh_state(model: Model) -> dict:
     return state
 
 
-def ggml_load_model(path: Any, backend: str = "auto", include_optimizer: bool = True) -> Model:
+def ggml_load_model(path: Any, backend: str = "auto", include_optimizer: bool = True,
+                    custom_objects: dict | None = None) -> Model:
     """A model saved by ``ggml_save_model``: rebuilt from its architecture, compiled with its saved
     settings on ``backend`` ("auto", "cpu", "vulkan", "cuda" or a device name), with its weights. It predicts
     like the saved model and can be trained further.
@@ -352,6 +335,10 @@ def ggml_load_model(path: Any, backend: str = "auto", include_optimizer: bool = 
     ``ggml_fit`` or ``ggml_trainer`` continues the saved training exactly (same moments, same step count).
     A file saved without it, or False here, gives a warm restart: the optimizer starts afresh (zero
     moments, bias correction from step 1), as in ggmlR.
+
+    custom_objects: the layer classes of one's own the model uses, ``{"scaled_dense": ScaledDense}`` (by
+    kind or class name), as Keras' ``custom_objects``; a class defined or imported before the call is found
+    without it.
 
     A file saved by ``ggml_save_weights`` has no architecture: build the model and use ``ggml_load_weights``.
 
@@ -367,7 +354,7 @@ def ggml_load_model(path: Any, backend: str = "auto", include_optimizer: bool = 
         raise GgmlValueError(f"ggml_load_model: {os.fspath(path)!r} is {what}: it has no architecture; build the "
                              "model in code and call ggml_load_weights")
     try:  # a damaged file (a flipped byte in the JSON) is a file error, not a JSONDecodeError or KeyError
-        model = model_from_architecture(json.loads(meta["ggmlpy.model"]))
+        model = model_from_architecture(json.loads(meta["ggmlpy.model"]), custom_objects)
         model.graph()  # the layers' shapes (and so their weights' shapes) follow from the input shape
         cfg = json.loads(meta["ggmlpy.compile"])
         settings = {k: cfg[k] for k in ("optimizer", "loss", "metrics", "loss_weights", "learning_rate",
@@ -390,34 +377,31 @@ def ggml_load_model(path: Any, backend: str = "auto", include_optimizer: bool = 
     return model
 
 
-def _layer(config: dict) -> Layer:
+def _layer(config: dict, custom_objects: dict | None = None) -> Layer:
     config = dict(config)
-    kind = config.pop("type")
-    types = _layer_types()
-    if kind not in types:
-        raise GgmlValueError(f"unknown layer type {kind!r} in the saved architecture")
+    cls = layer_class(config.pop("type"), custom_objects)
     for key in ("kernel_size", "strides", "pool_size", "shape"):
         if isinstance(config.get(key), list):
             config[key] = tuple(config[key])
     if isinstance(config.get("layer"), dict):  # a wrapper's inner layer
-        config["layer"] = _layer(config["layer"])
-    return types[kind](**config)
+        config["layer"] = _layer(config["layer"], custom_objects)
+    return cls(**config)
 
 
-def model_from_architecture(arch: dict) -> Model:
+def model_from_architecture(arch: dict, custom_objects: dict | None = None) -> Model:
     """Rebuild a model (fresh, uncompiled) from ``Model.architecture()``."""
     if not isinstance(arch, dict) or arch.get("class") not in ("sequential", "functional"):
         raise GgmlTypeError("not a ggmlpy model architecture")
     configs = list(arch["layers"])
     if arch["class"] == "sequential" and configs and arch.get("input_shape"):
         configs[0] = {**configs[0], "input_shape": tuple(arch["input_shape"])}  # a layer is sealed once made
-    layers = [_layer(c) for c in configs]
+    layers = [_layer(c, custom_objects) for c in configs]
     if arch["class"] == "sequential":
         return Sequential(layers, name=arch.get("name"))
     nodes: list[Node] = []
     for spec in arch["nodes"]:
         if isinstance(spec["layer"], dict):
-            inp = _layer(spec["layer"])
+            inp = _layer(spec["layer"], custom_objects)
             if not isinstance(inp, InputLayer):
                 raise GgmlValueError(f"the saved architecture's node of layer type {inp.kind!r} has no inputs")
             nodes.append(Node(inp, [], inp.shape, inp.dtype))

@@ -26,7 +26,7 @@ from .layer import (
     check_activation,
     Layer,
     LayerOptions,
-    ParamSpec,
+    Weight,
 )
 
 
@@ -35,10 +35,17 @@ if TYPE_CHECKING:
 
 
 class Dense(Layer):
-    """``units`` outputs from the last axis: ``activation(x W + b)``."""
+    """Fully connected layer: ``activation(x W + b)`` over the last axis of a sample, ``units`` outputs.
+    Activations: relu, sigmoid, tanh, gelu, silu (swish), softmax, None/'linear'.
+
+    Example:
+        >>> model = g.ggml_layer_dense(model, 64, activation='relu', input_shape=(20,))
+    """
     kind = "dense"
     mask_support = "propagate"  # on sequences: each step on its own
-    REGULARIZED = {"kernel_regularizer": "weight", "bias_regularizer": "bias"}
+    NOT_SAVED = ("input_dim",)
+    weight = Weight(initializer_arg="kernel_initializer", regularizer="kernel_regularizer", user_axes=(1, 0))
+    bias = Weight(initializer_arg="bias_initializer", regularizer="bias_regularizer", when="use_bias")
 
     def __init__(self, units: int, activation: str | None = None, use_bias: bool = True,
                  kernel_initializer: str = "glorot_uniform", bias_initializer: str = "zeros",
@@ -54,29 +61,22 @@ class Dense(Layer):
         self.kernel_initializer = check_initializer(kernel_initializer, "kernel_initializer")
         self.bias_initializer = check_initializer(bias_initializer, "bias_initializer")
 
-    def config(self) -> dict:
-        return {"units": self.units, "activation": self.activation, "use_bias": self.use_bias,
-                "kernel_initializer": self.kernel_initializer, "bias_initializer": self.bias_initializer}
-
     def output_shape(self, shapes):
         return shapes[0][:-1] + (self.units,)
 
     def make_params(self, shapes):
         fan_in = shapes[0][-1]
-        specs = [ParamSpec("weight", (fan_in, self.units), self.kernel_initializer, (fan_in, self.units),
-                           user_axes=(1, 0))]
-        if self.use_bias:
-            specs.append(ParamSpec("bias", (self.units,), self.bias_initializer, (self.units, self.units)))
-        return specs
+        return [self.weight.spec((fan_in, self.units), (fan_in, self.units)),
+                self.bias.spec((self.units,), (self.units, self.units))]
 
     def forward(self, g, xs, shapes):
         x = xs[0]
         if len(shapes[0]) > 1:  # (..., features): one matrix product over all leading axes (ggml's
             # mul_mat backward cannot broadcast the weight over a 4th axis)
             x = ggml_reshape_2d(g.ctx, x, shapes[0][-1], int(np.prod(shapes[0][:-1])) * g.batch)
-        y = ggml_mul_mat(g.ctx, g.param(self, "weight"), x)
+        y = ggml_mul_mat(g.ctx, g.param(self, self.weight), x)
         if self.use_bias:
-            y = ggml_add(g.ctx, y, g.param(self, "bias"))
+            y = ggml_add(g.ctx, y, g.param(self, self.bias))
         y = activate(g, y, self.activation)
         if len(shapes[0]) > 1:
             y = ggml_reshape_4d(g.ctx, y, self.units, *xs[0].shape[1:])
@@ -84,7 +84,11 @@ class Dense(Layer):
 
 
 class Flatten(Layer):
-    """All axes of a sample into one (in the user's orientation: channels fastest)."""
+    """All axes of a sample into one, channels fastest (as Keras).
+
+    Example:
+        >>> model = g.ggml_layer_flatten(model)
+    """
     kind = "flatten"
 
     def output_shape(self, shapes):
@@ -95,9 +99,12 @@ class Flatten(Layer):
 
 
 class Dropout(Layer):
-    """Inverted dropout: in training each value is zeroed with probability ``rate`` and the rest scaled
-    by 1/(1 - rate), with a new mask every step (made on the model's device by ``ggml_dropout``);
-    ``ggml_predict``/``ggml_evaluate`` pass values through."""
+    """Inverted dropout: zeroes a fraction ``rate`` of values with a new mask every training step (made on the
+    model's device) and scales the rest by 1/(1-rate); inactive in predict/evaluate.
+
+    Example:
+        >>> model = g.ggml_layer_dropout(model, 0.3)
+    """
     kind = "dropout"
     mask_support = "propagate"
 
@@ -106,9 +113,6 @@ class Dropout(Layer):
         if not is_real(rate) or not 0 <= rate < 1:
             raise GgmlValueError(f"dropout rate must be a number in [0, 1), got {rate!r}")
         self.rate = float(rate)
-
-    def config(self) -> dict:
-        return {"rate": self.rate}
 
     def forward(self, g, xs, shapes):
         if self.rate == 0:
@@ -132,10 +136,15 @@ def _one_of(ours: Any, keras: Any, our_name: str, keras_name: str) -> Any:
 
 
 class Embedding(Layer):
-    """Rows of a ``vocab_size x dim`` table picked by int32 token ids in ``[0, vocab_size)``:
-    a sample of shape ``(steps,)`` becomes ``(steps, dim)``."""
+    """Token embedding: int32 ids in [0, vocab_size) of a sample (steps,) become (steps, dim) rows of a
+    trained table.
+
+    Example:
+        >>> model = g.ggml_layer_embedding(model, 1000, 16, input_shape=(20,))
+    """
     kind = "embedding"
-    REGULARIZED = {"embeddings_regularizer": "weight"}
+    NOT_SAVED = ("input_dim", "output_dim")
+    weight = Weight(initializer_arg="embeddings_initializer", regularizer="embeddings_regularizer")
     takes_int = True
     ARG_DOCS = {"mask_zero": "True: id 0 is padding, and the layers after it skip those steps as after a masking "
                              "layer (Keras' mask_zero); id 0 still has its row.",
@@ -158,10 +167,6 @@ class Embedding(Layer):
     def makes_mask(self) -> bool:  # type: ignore[override]  # a property over Layer's class attribute: per object
         return self.mask_zero
 
-    def config(self) -> dict:
-        return {"vocab_size": self.vocab_size, "dim": self.dim, "mask_zero": self.mask_zero,
-                "embeddings_initializer": self.embeddings_initializer}
-
     def output_mask(self, g, in_mask, xs, out):
         """Keras' mask_zero: 1 for a real token, 0 for id 0, ``[1, T, N]``, read from a 0/1 table by the ids."""
         steps = xs[0].shape[0]
@@ -176,28 +181,30 @@ class Embedding(Layer):
         return shapes[0] + (self.dim,)
 
     def make_params(self, shapes):
-        return [ParamSpec("weight", (self.dim, self.vocab_size), self.embeddings_initializer,
-                          (self.vocab_size, self.dim))]
+        return [self.weight.spec((self.dim, self.vocab_size), (self.vocab_size, self.dim))]
 
     def forward(self, g, xs, shapes):
         steps = shapes[0][0]
         ids = ggml_reshape_1d(g.ctx, xs[0], steps * g.batch)
-        rows = ggml_get_rows(g.ctx, g.param(self, "weight"), ids)
+        rows = ggml_get_rows(g.ctx, g.param(self, self.weight), ids)
         return ggml_reshape_3d(g.ctx, rows, self.dim, steps, g.batch)
 
 
 class PositionEmbedding(Layer):
-    """A learned vector per position added to a sequence: ``(steps, dim)`` in, the same shape out, with
-    row ``t`` of a ``sequence_length x dim`` table added at step ``t`` (``steps <= sequence_length``).
-    Gives attention layers, which do not see order, each token's position."""
+    """Adds a learned vector per position to a sequence (steps, dim), so attention layers know the order of
+    the steps: row ``t`` of a ``sequence_length x dim`` table is added at step ``t`` (``steps <=
+    sequence_length``).
+
+    Example:
+        >>> x = g.ggml_layer_embedding(tokens, 96, 64)
+        >>> x = g.ggml_layer_position_embedding(x, 128)
+    """
     kind = "position_embedding"
+    weight = Weight(initializer="embedding")
 
     def __init__(self, sequence_length: int, **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         self.sequence_length = positive_int_arg(None, "sequence_length", sequence_length)
-
-    def config(self) -> dict:
-        return {"sequence_length": self.sequence_length}
 
     def output_shape(self, shapes):
         if len(shapes[0]) != 2 or shapes[0][0] > self.sequence_length:
@@ -206,11 +213,11 @@ class PositionEmbedding(Layer):
         return shapes[0]
 
     def make_params(self, shapes):
-        return [ParamSpec("weight", (shapes[0][1], self.sequence_length), "embedding")]
+        return [self.weight.spec((shapes[0][1], self.sequence_length))]
 
     def forward(self, g, xs, shapes):
         steps, dim = shapes[0]
-        table = g.param(self, "weight")
+        table = g.param(self, self.weight)
         if steps < self.sequence_length:
             table = ggml_view_2d(g.ctx, table, dim, steps, dim * 4, 0)
         return ggml_add(g.ctx, xs[0], table)    # [dim, steps] broadcast over the batch
@@ -219,6 +226,7 @@ class PositionEmbedding(Layer):
 class Add(Layer):
     """Element-wise sum of nodes of one shape."""
     kind = "add"
+    builder_functions = False  # ggml_layer_add takes the nodes first (builders.py); ggml_add is the op
     many_inputs = True
 
     def output_shape(self, shapes):
@@ -236,6 +244,7 @@ class Add(Layer):
 class Concatenate(Layer):
     """Nodes joined along ``axis`` of a sample (default -1, the feature/channel axis)."""
     kind = "concatenate"
+    builder_functions = False  # ggml_layer_concatenate takes the nodes first (builders.py)
     many_inputs = True
 
     def __init__(self, axis: int = -1, **kw: Unpack[LayerOptions]) -> None:
@@ -243,9 +252,6 @@ class Concatenate(Layer):
         if not is_int(axis):
             raise GgmlValueError(f"axis must be an int, got {axis!r}")
         self.axis = int(axis)
-
-    def config(self) -> dict:
-        return {"axis": self.axis}
 
     def _axis(self, rank: int) -> int:
         axis = self.axis + rank if self.axis < 0 else self.axis

@@ -34,7 +34,7 @@ from ...ops.elementwise import ggml_cont
 from ...ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_4d, ggml_view_3d, ggml_view_4d
 from ...ops.linalg import ggml_mul_mat
 from .convolutional import Convolution
-from .layer import Builder, LayerOptions, ParamSpec
+from .layer import Builder, LayerOptions
 
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ class Conv2DTranspose(Convolution):
 
     Example:
         >>> x = g.ggml_input(shape=(7, 7, 32))
-        >>> up = g.ggml_apply(x, Conv2DTranspose(16, 3, strides=2, padding="same", activation="relu"))
+        >>> up = g.ggml_layer_conv_2d_transpose(x, 16, (3, 3), strides=2, padding='same', activation='relu')
         >>> up.shape
         (14, 14, 16)
     """
@@ -124,11 +124,6 @@ class Conv2DTranspose(Convolution):
         self.kernel_size = int_pair_arg(None, "kernel_size", kernel_size)
         self.strides = int_pair_arg(None, "strides", strides)
 
-    def config(self) -> dict:
-        return {"filters": self.filters, "kernel_size": list(self.kernel_size), "strides": list(self.strides),
-                "padding": self.padding, "activation": self.activation, "use_bias": self.use_bias,
-                "kernel_initializer": self.kernel_initializer, "bias_initializer": self.bias_initializer}
-
     def _plans(self, shape) -> tuple[dict, dict]:
         if len(shape) != 3:
             raise GgmlValueError(f"conv_2d_transpose '{self.name}' takes image samples (height, width, channels), "
@@ -144,11 +139,8 @@ class Conv2DTranspose(Convolution):
         (kh, kw), cin = self.kernel_size, shapes[0][2]
         # Keras' fans of a (kh, kw, filters, cin) kernel: the filters are its fan-in (the layer runs backwards)
         fans = (kh * kw * self.filters, kh * kw * cin)
-        specs = [ParamSpec("kernel", (kw, kh, self.filters, cin), self.kernel_initializer, fans,
-                           user_axes=(2, 3, 1, 0))]
-        if self.use_bias:
-            specs.append(ParamSpec("bias", (self.filters,), self.bias_initializer, (self.filters, self.filters)))
-        return specs
+        return [self.kernel.spec((kw, kh, self.filters, cin), fans, user_axes=(2, 3, 1, 0)),
+                self.bias.spec((self.filters,), (self.filters, self.filters))]
 
     def _phase_kernel(self, g: Builder, cin: int, th: int, tw: int) -> Any:
         """The kernel as the product with im2col's columns needs it: ``[tw * th * cin, filters * sh * sw]``,
@@ -156,7 +148,7 @@ class Conv2DTranspose(Convolution):
         columns filter fastest, then row phase, then column phase."""
         ctx = g.ctx
         (kh, kw), (sh, sw), f = self.kernel_size, self.strides, self.filters
-        kernel = ggml_reshape_2d(ctx, g.param(self, "kernel"), kw * kh, f * cin)       # [taps, F*Cin]
+        kernel = ggml_reshape_2d(ctx, g.param(self, self.kernel), kw * kh, f * cin)       # [taps, F*Cin]
         taps = ggml_mul_mat(ctx, kernel, g.constant(phase_matrix(kh, kw, sh, sw)))     # [F*Cin, T*phases]
         taps = ggml_reshape_4d(ctx, taps, f, cin, tw * th, sh * sw)
         taps = ggml_cont(ctx, ggml_permute(ctx, taps, 2, 1, 0, 3))                     # [T, Cin, F, phases]
@@ -188,5 +180,5 @@ class Conv2DTranspose(Convolution):
         y = ggml_view_4d(ctx, y, ow, f, oh, n, ow * F32, ow * f * F32, ow * f * sh * qh * F32,
                          rows["start"] * ow * f * F32)                                 # [OW, F, OH, N]
         y = ggml_permute(ctx, y, 0, 2, 1, 3)                                           # [OW, OH, F, N]
-        bias = ggml_reshape_4d(ctx, g.param(self, "bias"), 1, 1, f, 1) if self.use_bias else None
+        bias = ggml_reshape_4d(ctx, g.param(self, self.bias), 1, 1, f, 1) if self.use_bias else None
         return self._activate(g, self._add_bias(g, y, bias), shapes)

@@ -29,7 +29,7 @@ from ...ops.linalg import ggml_mul_mat
 from ...ops.reduce import ggml_concat, ggml_sum_rows
 from . import fused
 from .initializers import check_initializer
-from .layer import activate, Builder, check_activation, Layer, LayerOptions, NATURAL, ParamSpec, SPATIAL
+from .layer import activate, Builder, check_activation, Layer, LayerOptions, NATURAL, SPATIAL, Weight
 
 
 if TYPE_CHECKING:
@@ -112,10 +112,11 @@ def _pad_end(g: Builder, x, dim: int, extra: int):
     return ggml_concat(g.ctx, x, g.zeros(tuple(ne)), dim)
 
 
-class Convolution(Layer):
-    """What the convolutions share: the activation runs per output channel."""
+class Convolution(Layer, abstract=True):
+    """What the convolutions share: a kernel and a bias, and the activation per output channel."""
     layout = SPATIAL
-    REGULARIZED = {"kernel_regularizer": "kernel", "bias_regularizer": "bias"}
+    kernel = Weight(initializer_arg="kernel_initializer", regularizer="kernel_regularizer")
+    bias = Weight(initializer_arg="bias_initializer", regularizer="bias_regularizer", when="use_bias")
 
     def _set_common(self, filters: Any, padding: Any, activation: Any, use_bias: Any, kernel_initializer: Any,
                     bias_initializer: Any) -> None:
@@ -148,7 +149,7 @@ class Convolution(Layer):
     def _tiled(self, g: Builder, x: Any, kernel: Any, s0: int, s1: int, p0: int, p1: int, d0: int, d1: int) -> Any:
         """The convolution and its bias as the tiled op, on images ``x`` ``[W, H, Cin, N]`` (made contiguous) and a
         kernel ``[KW, KH, Cin, Cout]``."""
-        bias = g.param(self, "bias") if self.use_bias else None
+        bias = g.param(self, self.bias) if self.use_bias else None
         return ggml_conv_2d_tiled(g.ctx, kernel, _dense(g, x), bias, s0, s1, p0, p1, d0, d1)
 
     def _activate(self, g: Builder, y: Any, shapes: list) -> Any:
@@ -158,8 +159,13 @@ class Convolution(Layer):
 
 
 class Conv2D(Convolution):
-    """2-D convolution of channels-last images ``(H, W, C)``: ``filters`` output channels,
-    ``kernel_size=(rows, cols)``, a bias, then ``activation``."""
+    """2-D convolution of channels-last images (H, W, C): ``filters`` output channels,
+    ``kernel_size=(rows, cols)``, ``strides``, ``padding`` 'valid' or 'same' (as Keras), a bias, then
+    ``activation``.
+
+    Example:
+        >>> model = g.ggml_layer_conv_2d(model, 16, (3, 3), activation='relu', input_shape=(28, 28, 1))
+    """
     kind = "conv_2d"
 
     def __init__(self, filters: int, kernel_size: Any, activation: str | None = None, strides: Any = (1, 1),
@@ -171,12 +177,6 @@ class Conv2D(Convolution):
         self.kernel_size = int_pair_arg(None, "kernel_size", kernel_size)
         self.strides = int_pair_arg(None, "strides", strides)
         self.dilation_rate = _dilation(int_pair_arg(None, "dilation_rate", dilation_rate), self.strides)
-
-    def config(self) -> dict:
-        return {"filters": self.filters, "kernel_size": list(self.kernel_size), "activation": self.activation,
-                "strides": list(self.strides), "padding": self.padding, "use_bias": self.use_bias,
-                "dilation_rate": list(self.dilation_rate), "kernel_initializer": self.kernel_initializer,
-                "bias_initializer": self.bias_initializer}
 
     def _geometry(self, shape):
         if len(shape) != 3:
@@ -194,28 +194,29 @@ class Conv2D(Convolution):
     def make_params(self, shapes):
         (kh, kw), cin = self.kernel_size, shapes[0][2]
         fans = (kh * kw * cin, kh * kw * self.filters)
-        specs = [ParamSpec("kernel", (kw, kh, cin, self.filters), self.kernel_initializer, fans,
-                           user_axes=(2, 3, 1, 0))]
-        if self.use_bias:
-            specs.append(ParamSpec("bias", (self.filters,), self.bias_initializer, (self.filters, self.filters)))
-        return specs
+        return [self.kernel.spec((kw, kh, cin, self.filters), fans, user_axes=(2, 3, 1, 0)),
+                self.bias.spec((self.filters,), (self.filters, self.filters))]
 
     def forward(self, g, xs, shapes):
         _, (ph, pw), (eh, ew) = self._geometry(shapes[0])
         x = _pad_end(g, _pad_end(g, xs[0], 0, ew), 1, eh)
         (sh, sw) = self.strides
         (dh, dw) = self.dilation_rate
-        kernel = g.param(self, "kernel")
+        kernel = g.param(self, self.kernel)
         if self._tiles(g):
             return self._activate(g, self._tiled(g, x, kernel, sw, sh, pw, ph, dw, dh), shapes)
         y = _conv_2d_f32(g, kernel, x, sw, sh, pw, ph, dw, dh)
-        bias = ggml_reshape_4d(g.ctx, g.param(self, "bias"), 1, 1, self.filters, 1) if self.use_bias else None
+        bias = ggml_reshape_4d(g.ctx, g.param(self, self.bias), 1, 1, self.filters, 1) if self.use_bias else None
         return self._activate(g, self._add_bias(g, y, bias), shapes)
 
 
 class Conv1D(Convolution):
-    """1-D convolution of sequences ``(steps, channels)``: ``filters`` output channels, a bias, then
-    ``activation``."""
+    """1-D convolution of sequences (steps, channels): ``filters`` output channels, ``kernel_size``,
+    ``strides``, ``padding`` 'valid', 'same' or 'causal', a bias, then ``activation``.
+
+    Example:
+        >>> model = g.ggml_layer_conv_1d(model, 8, 3, activation='relu', input_shape=(100, 2))
+    """
     kind = "conv_1d"
     ARG_DOCS = {"padding": "'valid' (no padding: the output shrinks), 'same' (as Keras: ceil(steps / stride) "
                            "positions) or 'causal' (Keras': zeros before the first step only, so step t sees steps "
@@ -234,12 +235,6 @@ class Conv1D(Convolution):
         self.strides = positive_int_arg(None, "strides", strides)
         self.dilation_rate = _dilation((positive_int_arg(None, "dilation_rate", dilation_rate),), (self.strides,))[0]
 
-    def config(self) -> dict:
-        return {"filters": self.filters, "kernel_size": self.kernel_size, "activation": self.activation,
-                "strides": self.strides, "padding": self.padding, "use_bias": self.use_bias,
-                "dilation_rate": self.dilation_rate, "kernel_initializer": self.kernel_initializer,
-                "bias_initializer": self.bias_initializer}
-
     def _geometry(self, shape):
         """(output steps, symmetric padding, zeros after the last step, zeros before the first)."""
         if len(shape) != 2:
@@ -254,11 +249,8 @@ class Conv1D(Convolution):
 
     def make_params(self, shapes):
         k, cin = self.kernel_size, shapes[0][1]
-        specs = [ParamSpec("kernel", (k, cin, self.filters), self.kernel_initializer, (k * cin, k * self.filters),
-                           user_axes=(2, 1, 0))]
-        if self.use_bias:
-            specs.append(ParamSpec("bias", (self.filters,), self.bias_initializer, (self.filters, self.filters)))
-        return specs
+        return [self.kernel.spec((k, cin, self.filters), (k * cin, k * self.filters), user_axes=(2, 1, 0)),
+                self.bias.spec((self.filters,), (self.filters, self.filters))]
 
     def forward(self, g, xs, shapes):
         _, pad, extra, before = self._geometry(shapes[0])
@@ -267,7 +259,7 @@ class Conv1D(Convolution):
             ne = list(x.shape)
             ne[0] = before
             x = ggml_concat(g.ctx, g.zeros(tuple(ne)), x, 0)
-        kernel = g.param(self, "kernel")
+        kernel = g.param(self, self.kernel)
         if self._tiles(g):   # a batch of sequences as one-row images [L, 1, Cin, N] -> [OL, 1, Cout, N]
             (k, cin, cout), (steps, _, n) = kernel.shape[:3], x.shape[:3]
             y = self._tiled(g, ggml_reshape_4d(g.ctx, _dense(g, x), steps, 1, cin, n),
@@ -275,22 +267,19 @@ class Conv1D(Convolution):
                             self.dilation_rate, 1)
             return self._activate(g, ggml_reshape_3d(g.ctx, y, y.shape[0], cout, n), shapes)
         y = _conv_1d_f32(g, kernel, x, self.strides, pad, self.dilation_rate)
-        bias = ggml_reshape_3d(g.ctx, g.param(self, "bias"), 1, self.filters, 1) if self.use_bias else None
+        bias = ggml_reshape_3d(g.ctx, g.param(self, self.bias), 1, self.filters, 1) if self.use_bias else None
         return self._activate(g, self._add_bias(g, y, bias), shapes)
 
 
-class MaxPooling2D(Layer):
-    """The maximum over ``pool_size=(rows, cols)`` windows, ``strides`` (default: the pool size), no padding."""
-    kind = "max_pooling_2d"
+class Pooling2D(Layer, abstract=True):
+    """What the 2-D poolings share: ``pool_size=(rows, cols)`` windows, ``strides`` (default: the pool size),
+    no padding."""
     layout = SPATIAL
 
     def __init__(self, pool_size: Any = (2, 2), strides: Any = None, **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         self.pool_size = int_pair_arg(None, "pool_size", pool_size)
         self.strides = int_pair_arg(None, "strides", strides) if strides is not None else self.pool_size
-
-    def config(self) -> dict:
-        return {"pool_size": list(self.pool_size), "strides": list(self.strides)}
 
     def output_shape(self, shapes):
         shape = shapes[0]
@@ -299,6 +288,16 @@ class MaxPooling2D(Layer):
                                  f"got shape {shape}")
         (kh, kw), (sh, sw) = self.pool_size, self.strides
         return (pooled_size(shape[0], kh, sh, self), pooled_size(shape[1], kw, sw, self), shape[2])
+
+
+class MaxPooling2D(Pooling2D):
+    """2-D max pooling over ``pool_size=(rows, cols)`` windows with ``strides`` (default: the pool size), no
+    padding.
+
+    Example:
+        >>> model = g.ggml_layer_max_pooling_2d(model, (2, 2))
+    """
+    kind = "max_pooling_2d"
 
     def forward(self, g, xs, shapes):
         (kh, kw), (sh, sw) = self.pool_size, self.strides
@@ -310,7 +309,7 @@ class MaxPooling2D(Layer):
         return ggml_pool_2d(g.ctx, xs[0], GGML_OP_POOL_MAX, kw, kh, sw, sh, 0, 0)
 
 
-class _GlobalPooling2D(Layer):
+class _GlobalPooling2D(Layer, abstract=True):
     layout = SPATIAL
     out_layout = NATURAL  # a (C,) sample is [C, N] in both layouts
 
@@ -322,7 +321,11 @@ class _GlobalPooling2D(Layer):
 
 
 class GlobalAveragePooling2D(_GlobalPooling2D):
-    """The mean of each channel over the image: ``(H, W, C)`` becomes ``(C,)``."""
+    """The mean of each channel over the image: (H, W, C) becomes (C,).
+
+    Example:
+        >>> model = g.ggml_layer_global_average_pooling_2d(model)
+    """
     kind = "global_average_pooling_2d"
 
     def forward(self, g, xs, shapes):
@@ -333,7 +336,11 @@ class GlobalAveragePooling2D(_GlobalPooling2D):
 
 
 class GlobalMaxPooling2D(_GlobalPooling2D):
-    """The maximum of each channel over the image: ``(H, W, C)`` becomes ``(C,)``."""
+    """The maximum of each channel over the image: (H, W, C) becomes (C,).
+
+    Example:
+        >>> model = g.ggml_layer_global_max_pooling_2d(model)
+    """
     kind = "global_max_pooling_2d"
 
     def forward(self, g, xs, shapes):

@@ -26,8 +26,10 @@ _WEIGHT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,20}$")
 
 
 class CustomLayer(Layer):
-    """A layer whose forward pass is ``forward(ctx, x, weights)``: see ``ggml_custom_layer``."""
+    """A layer whose forward pass is ``forward(ctx, x, weights)``: see ``ggml_custom_layer``, the shortcut to
+    a ``Layer`` subclass of one's own (which saves, loads and pickles; this one's function is code)."""
     kind = "custom"
+    builder_functions = False  # ggml_custom_layer (builders.py) makes it from a function
     savable = False  # its forward is code: ggml_save_model and pickling refuse it
 
     def __init__(self, forward: Callable[..., Any], weights: dict | None = None, output_shape: Any = None,
@@ -45,14 +47,14 @@ class CustomLayer(Layer):
         except ValueError:  # a builtin: its call will tell
             pass
         self.forward_fn = forward
-        self.weight_specs = _weight_specs(weights or {}, fn)
+        self.weight_shapes = _weight_shapes(weights or {}, fn)
         if output_shape is not None and not callable(output_shape):
             output_shape = sample_shape(output_shape, f"{fn}: output_shape")
         self.output_shape_of = output_shape
 
     def config(self) -> dict:  # for repr and summaries; saving refuses the layer (savable)
         return {"forward": getattr(self.forward_fn, "__qualname__", repr(self.forward_fn)),
-                "weights": {k: list(ne) for k, (ne, _) in self.weight_specs.items()}}
+                "weights": {k: list(ne) for k, (ne, _) in self.weight_shapes.items()}}
 
     def output_shape(self, shapes):
         given = self.output_shape_of
@@ -63,13 +65,13 @@ class CustomLayer(Layer):
 
     def make_params(self, shapes):
         specs = []
-        for name, (ne, init) in self.weight_specs.items():
+        for name, (ne, init) in self.weight_shapes.items():
             fans = (ne[0], math.prod(ne[1:])) if len(ne) > 1 else (ne[0], ne[0])
             specs.append(ParamSpec(name, ne, init, fans))
         return specs
 
     def forward(self, g, xs, shapes):
-        weights = {name: g.param(self, name) for name in self.weight_specs}
+        weights = {name: g.param(self, name) for name in self.weight_shapes}
         y = self.forward_fn(g.ctx, xs[0], weights)
         if not isinstance(y, Tensor):
             raise GgmlTypeError(f"custom layer '{self.name}': forward returned {type(y).__name__}, not a tensor (the "
@@ -84,7 +86,7 @@ class CustomLayer(Layer):
         return y
 
 
-def _weight_specs(weights: Any, fn: str) -> dict[str, tuple[tuple[int, ...], str]]:
+def _weight_shapes(weights: Any, fn: str) -> dict[str, tuple[tuple[int, ...], str]]:
     if not isinstance(weights, dict):
         raise GgmlTypeError(f"{fn}: weights must be a dict {{name: ne}} (or {{name: (ne, initializer)}}), got "
                             f"{type(weights).__name__}")

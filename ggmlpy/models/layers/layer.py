@@ -2,8 +2,14 @@
 (``ParamSpec``), layer names, activations and per-sample shapes."""
 from __future__ import annotations
 
+import importlib
+import inspect
 import itertools
+import json
 import math
+import pkgutil
+import re
+import sys
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,7 +52,7 @@ class Builder(Protocol):
     @property
     def params(self) -> WeightStore: ...
 
-    def param(self, layer: Layer, name: str) -> Tensor: ...
+    def param(self, layer: Layer, weight: BoundWeight | str) -> Tensor: ...
     def zeros(self, ne: tuple[int, ...]) -> Tensor: ...
     def constant(self, values: np.ndarray) -> Tensor: ...
     def shape_target(self, ne: tuple[int, ...]) -> Tensor: ...
@@ -137,6 +143,76 @@ class ParamSpec:
         return initial_values(self.init, shape, self.fans, rng)
 
 
+class Weight:
+    """One weight of a layer, declared once as a class attribute: ``kernel = Weight(regularizer=
+    "kernel_regularizer")`` names the weight "kernel" (its name in saved files, in ``ggml_get_weights`` and
+    in the graph: ``"<layer>.kernel"``).
+
+    Its shape follows from the input, so ``make_params`` gives it per build (``self.kernel.spec(ne, fans)``),
+    and ``forward`` reads its tensor with ``g.param(self, self.kernel)``. What the declaration says is not
+    repeated anywhere: the layer's regularizer arguments (``REGULARIZED``) and which weights it may have
+    (``WEIGHTS``) are read from it.
+
+    Arguments:
+        name: the weight's name (default: the attribute's).
+        initializer: how it starts when ``initializer_arg`` is None: "glorot", "zeros", "ones",
+            "embedding", "orthogonal" or "given" (values from ``spec(value=...)``).
+        initializer_arg: the layer argument that holds its initializer ("kernel_initializer").
+        regularizer: the Keras argument that penalises it ("kernel_regularizer"), if any.
+        trainable: False for state the layer updates itself (batch norm's running statistics).
+        user_axes: the transpose from ggml's numpy order to the user's (Keras') order.
+        when: the layer's bool argument that says whether the layer has it ("use_bias").
+    """
+
+    def __init__(self, name: str | None = None, *, initializer: str = "glorot", initializer_arg: str | None = None,
+                 regularizer: str | None = None, trainable: bool = True, user_axes: tuple[int, ...] | None = None,
+                 when: str | None = None) -> None:
+        self.name = name
+        self.initializer, self.initializer_arg = initializer, initializer_arg
+        self.regularizer, self.trainable, self.user_axes, self.when = regularizer, trainable, user_axes, when
+
+    def __set_name__(self, owner: type, attribute: str) -> None:
+        if self.name is None:
+            self.name = attribute
+
+    def __get__(self, layer: Layer | None, owner: type | None = None) -> Any:
+        return self if layer is None else BoundWeight(self, layer)
+
+    def __repr__(self) -> str:
+        return f"Weight({self.name!r})"
+
+
+def weight_name(weight: BoundWeight | str) -> str:
+    """The name of a weight given as a declared one (``self.kernel``) or by name (a custom layer's)."""
+    return weight if isinstance(weight, str) else weight.name
+
+
+class BoundWeight:
+    """A declared weight as one layer has it: ``spec`` describes it for a build, ``name`` names it."""
+
+    def __init__(self, weight: Weight, layer: Layer) -> None:
+        self.weight, self.layer = weight, layer
+
+    @property
+    def name(self) -> str:
+        return str(self.weight.name)
+
+    @property
+    def present(self) -> bool:
+        """Whether the layer has this weight (its ``when`` argument, if any, is true)."""
+        return self.weight.when is None or bool(getattr(self.layer, self.weight.when))
+
+    def spec(self, ne: tuple[int, ...], fans: tuple[int, int] = (1, 1), init: str | None = None,
+             value: np.ndarray | None = None, user_axes: tuple[int, ...] | None = None) -> ParamSpec:
+        """The weight for one build: its ggml shape ``ne``, its fans (Glorot's), and the initializer when it
+        is not the declared one."""
+        w = self.weight
+        if init is None:
+            init = getattr(self.layer, w.initializer_arg) if w.initializer_arg else w.initializer
+        return ParamSpec(self.name, tuple(ne), str(init), fans, w.trainable,
+                         user_axes if user_axes is not None else w.user_axes, value)
+
+
 _global_counts: dict[str, itertools.count] = {}
 _names_in_use: dict[str, weakref.WeakSet[Layer]] = {}
 
@@ -179,14 +255,62 @@ class _Sealed(type):
     built from them (cached per batch size) must not change under the user."""
 
     def __call__(cls: type[L], *args: object, **kwargs: object) -> L:
+        if cls.__dict__.get("_abstract"):
+            raise GgmlTypeError(f"{cls.__name__} is a base of layers, not a layer to use; make one of its "
+                                "subclasses")
         layer: L = type.__call__(cls, *args, **kwargs)
         object.__setattr__(layer, "_sealed", True)
         return layer
 
 
+LAYER_TYPES: dict[str, type[Layer]] = {}  # kind -> class: every concrete layer class, registered as it is made
+_KIND = re.compile(r"[a-z][a-z0-9_]{0,29}")
+
+
+def _snake_case(name: str) -> str:
+    """``ScaledDense`` -> "scaled_dense", ``MyLSTM`` -> "my_lstm"."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
+
+
+def _register(cls: type[Layer]) -> None:
+    kind = cls.kind
+    if not isinstance(kind, str) or not _KIND.fullmatch(kind):
+        raise GgmlValueError(f"layer class {cls.__qualname__}: kind must be lower-case letters, digits and '_', "
+                             f"starting with a letter, at most 30 characters (the stem of its layers' names), got "
+                             f"{kind!r}")
+    old = LAYER_TYPES.get(kind)
+    if old is not None and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise GgmlValueError(f"layer class {cls.__module__}.{cls.__qualname__}: the kind {kind!r} is taken by "
+                             f"{old.__module__}.{old.__qualname__}, and a saved model names its layers' classes "
+                             f"by kind; give the class a kind of its own (kind = \"my_{kind}\")")
+    LAYER_TYPES[kind] = cls   # a class defined again (a notebook cell run twice) replaces its earlier self
+
+
+_ARGUMENTS: dict[type, tuple[str, ...]] = {}
+BASE_ARGUMENTS = ("name", "trainable", "input_shape")
+
+
+def constructor_arguments(cls: type[Layer]) -> tuple[str, ...]:
+    """The arguments of a layer class's constructor that its config holds: all its named ones but the
+    ones every layer takes (``BASE_ARGUMENTS``)."""
+    if cls not in _ARGUMENTS:
+        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+        _ARGUMENTS[cls] = tuple(p.name for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+                                and p.name not in BASE_ARGUMENTS)
+    return _ARGUMENTS[cls]
+
+
 class Layer(metaclass=_Sealed):
-    """A layer: ggmlR's arguments (``config``), weights built once for the first input shape, and a
+    """A layer: ggmlR's arguments (its constructor's, checked there and saved as its ``config``), the
+    weights it declares (``Weight`` class attributes), built once for the first input shape, and a
     forward pass. Applying one layer object to several nodes shares its weights.
+
+    Every concrete subclass is registered under its ``kind`` when its class statement runs (``LAYER_TYPES``):
+    that is how a saved model finds the class again. A built-in layer of ``ggmlpy.models.layers`` also gets
+    its two public functions from the class (``ggml_layer_<kind>`` and ``ggml_<kind>``, their help from the
+    class docstring and the constructor's signature). A user's layer is a subclass like any built-in:
+    without a ``kind`` of its own it takes its class name in snake case (``ScaledDense`` -> "scaled_dense").
+    A base class that is not a layer by itself says ``class Base(Layer, abstract=True)``.
 
     After construction only ``trainable`` can change (True or False, not while a fit of a model holding
     the layer runs), and ``name`` can be given once if the layer has none; every other argument is fixed:
@@ -198,10 +322,30 @@ class Layer(metaclass=_Sealed):
     many_inputs: bool | str = False   # add / concatenate take a list of nodes; "either": one node or a list
     takes_int = False     # embedding: int32 token ids in
     savable = True        # its config rebuilds it (a custom layer's forward function does not)
-    REGULARIZED: dict[str, str] = {}  # Keras' regularizer arguments the layer takes -> the weight each penalises
+    # a built-in: the package makes ggml_layer_<kind> and ggml_<kind> from the class ("layer": the first only)
+    builder_functions: bool | str = True
+    NOT_SAVED: tuple[str, ...] = ()  # constructor arguments that only stand for another (Keras 2's input_dim)
+    # derived from the declared weights (__init_subclass__): Keras' regularizer argument -> the weight it
+    # penalises, and the weights by name
+    REGULARIZED: dict[str, str] = {}
+    WEIGHTS: dict[str, Weight] = {}
     # what the layer does with a padding mask on its input (masking.py): "propagate" it, "consume" it, or
     # "none": a mask reaching it is refused, as in Keras
     mask_support = "none"
+    _abstract = True
+
+    def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._abstract = abstract
+        cls.WEIGHTS = {w.name: w for klass in reversed(cls.__mro__) for w in vars(klass).values()
+                       if isinstance(w, Weight) and w.name is not None}
+        cls.REGULARIZED = {w.regularizer: w.name for w in cls.WEIGHTS.values() if w.regularizer and w.name}
+        if abstract:
+            return
+        if "kind" not in vars(cls):
+            cls.kind = _snake_case(cls.__name__)
+            cls.builder_functions = False
+        _register(cls)
 
     def __init__(self, name: str | None = None, trainable: bool = True, input_shape: Any = None,
                  **regularizers: Any) -> None:
@@ -219,8 +363,17 @@ class Layer(metaclass=_Sealed):
 
     # ---- what subclasses define
     def config(self) -> dict:
-        """The layer's ggmlR arguments (saved with the model)."""
-        return {}
+        """The layer's arguments, saved with the model and given back to the constructor when it loads: each
+        argument of the constructor, read from the attribute of the same name (a tuple as a list), but
+        ``name``, ``trainable``, ``input_shape`` and the regularizers (``full_config`` adds those) and the
+        ``NOT_SAVED`` ones. A layer whose constructor keeps an argument under another name, or in another
+        form, says so by defining ``config``."""
+        out = {}
+        for arg in constructor_arguments(type(self)):
+            if arg not in self.NOT_SAVED:
+                value = getattr(self, arg)
+                out[arg] = list(value) if isinstance(value, tuple) else value
+        return out
 
     def output_shape(self, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
         return shapes[0]
@@ -317,12 +470,28 @@ class Layer(metaclass=_Sealed):
         """Check the input shapes, make the weights on first use, return the output shape."""
         out = self.output_shape(shapes)
         if self.built_for is None:
-            self.params = self.make_params(shapes)
+            self.params = self.weight_specs(shapes)
             self.built_for = list(shapes)
         elif list(shapes) != self.built_for:
             raise GgmlValueError(f"layer '{self.name}' was built for input shape(s) {self.built_for} and is now "
                                  f"applied to {list(shapes)}; a shared layer needs inputs of one shape")
         return out
+
+    def weight_specs(self, shapes: list[tuple[int, ...]]) -> list[ParamSpec]:
+        """The weights the layer has for these input shapes: ``make_params``' that are present."""
+        return [p for p in self.make_params(shapes) if self._has_weight(p.name)]
+
+    def _has_weight(self, name: str) -> bool:
+        """Whether a weight ``make_params`` gave is one the layer has: declared (for a class that declares
+        its weights) and present (its ``when`` argument true)."""
+        if not self.WEIGHTS:
+            return True   # a custom layer's weights are the user's data (custom.py), a wrapper's its inner layer's
+        weight = self.WEIGHTS.get(name)
+        if weight is None:
+            raise GgmlTypeError(f"{type(self).__name__}.make_params gave a weight {name!r} the class does not declare "
+                                f"(it declares {sorted(self.WEIGHTS)}); declare it as a class attribute: "
+                                f"{name} = Weight()")
+        return weight.when is None or bool(getattr(self, weight.when))
 
     def n_params(self, trainable_only: bool = False) -> int:
         return sum(int(np.prod(p.ne)) for p in (self.params or [])
@@ -346,3 +515,48 @@ def activate(g: Builder, t: Tensor, activation: str | None) -> Tensor:
     if activation == "relu":
         g.note_relu(out, t)
     return out
+
+
+def layer_class(kind: object, custom_objects: object = None) -> type[Layer]:
+    """The layer class a saved architecture names by ``kind``: one of ``custom_objects`` (``{kind or class
+    name: class}``, Keras' argument), else a registered class (every built-in, and every subclass defined or
+    imported in this process)."""
+    if custom_objects is not None:
+        if not isinstance(custom_objects, dict) or not all(
+                isinstance(k, str) and isinstance(c, type) and issubclass(c, Layer) for k, c in custom_objects.items()):
+            raise GgmlTypeError(f"custom_objects must be a dict {{name: Layer subclass}} (the name its kind or its "
+                                f"class name), got {custom_objects!r:.100}")
+        for key, cls in custom_objects.items():
+            if kind in (key, cls.kind):
+                return cls
+    import_built_ins()
+    cls = LAYER_TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise GgmlValueError(f"the saved architecture has a layer of kind {kind!r}, which no layer class here has: a "
+                             "layer class of your own must be defined or imported before loading, or given as "
+                             f"custom_objects={{{kind!r}: TheClass}}")
+    return cls
+
+
+def import_built_ins() -> None:
+    """Import every module of this package, so that every built-in layer class is registered."""
+    package = __name__.rpartition(".")[0]
+    for module in pkgutil.iter_modules(sys.modules[package].__path__):
+        importlib.import_module(f"{package}.{module.name}")
+
+
+def check_rebuildable(layer: Layer, fn: str) -> None:
+    """Refuse to save a layer its saved config cannot rebuild: arguments its constructor does not take, or
+    values that are not plain data (a subclass of one's own whose ``config`` does not match its constructor)."""
+    config = layer.full_config()
+    del config["type"]
+    cls = type(layer)
+    try:
+        inspect.signature(cls.__init__).bind(layer, **config)
+        json.dumps(config)
+    except (TypeError, ValueError) as exc:
+        raise GgmlValueError(f"{fn}: layer '{layer.name}' ({cls.__qualname__}) saves the config {config!r:.200}, "
+                             f"which its constructor {cls.__qualname__}{inspect.signature(cls.__init__)} cannot be "
+                             f"called with from a file ({exc}); keep each constructor argument in an attribute of its "
+                             "name (as plain data: numbers, strings, lists, dicts), or define config() to return them"
+                             ) from None

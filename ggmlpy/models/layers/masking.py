@@ -29,9 +29,13 @@ F32 = 4
 
 
 class Masking(Layer):
-    """Marks padding: a step whose features all equal ``mask_value`` is skipped by the layers after it (a
-    recurrent layer keeps its state over it, global average pooling leaves it out); its values become 0, as
-    in Keras. A sample of shape ``(steps, features)``."""
+    """Keras' Masking: steps of a sequence (steps, features) whose features all equal ``mask_value`` are
+    padding, which the layers after it skip (an LSTM/GRU keeps its state over them, global average pooling
+    leaves them out); their values become 0, as in Keras. A layer that cannot honour the mask is refused.
+
+    Example:
+        >>> model = g.ggml_layer_masking(model, mask_value=0.0, input_shape=(20, 3))
+    """
     kind = "masking"
     mask_support = "propagate"
     makes_mask = True
@@ -42,9 +46,6 @@ class Masking(Layer):
         if not is_real(mask_value) or not abs(mask_value) <= FLOAT32_MAX:
             raise GgmlValueError(f"masking mask_value must be a finite number, got {mask_value!r}")
         self.mask_value = float(mask_value)
-
-    def config(self) -> dict:
-        return {"mask_value": self.mask_value}
 
     def output_shape(self, shapes):
         if len(shapes[0]) != 2:

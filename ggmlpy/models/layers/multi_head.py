@@ -25,7 +25,7 @@ from ...graph.objects import Tensor
 from ...ops.elementwise import ggml_add, ggml_cont, ggml_mul, ggml_scale_bias, ggml_soft_max_ext
 from ...ops.layout import ggml_permute, ggml_reshape_1d, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d
 from ...ops.linalg import ggml_mul_mat
-from .layer import Builder, Layer, LayerOptions, ParamSpec
+from .layer import BoundWeight, Builder, Layer, LayerOptions, Weight
 
 
 if TYPE_CHECKING:
@@ -36,12 +36,29 @@ MASK_NEGATIVE = -1e9  # Keras' softmax mask: added to the scores a mask of 0 hid
 
 
 class MultiHeadAttention(Layer):
-    """Keras' MultiHeadAttention. Applied to one node: self-attention (query = key = value). Applied to a
-    list: ``[query, value]`` (key = value), ``[query, value, key]``, and with ``attention_mask=True`` a last
-    node ``(query steps, value steps)`` of 1 (attend) and 0 (hide), Keras' ``attention_mask``. The output has
-    the query's steps and dimension."""
+    """Keras' MultiHeadAttention: ``num_heads`` heads of ``key_dim`` values each, scaled dot-product softmax,
+    an output projection back to the query's dim. On one node: self-attention over a sequence (steps, dim). On
+    a list: cross-attention, ``[query, value]`` (key = value) or ``[query, value, key]`` (the value and key
+    sequences of their own length and dim), with ``attention_mask=True`` a last node (query steps, value
+    steps) of 1 (attend) and 0 (hide); ``causal=True`` hides later steps. The output has the query's steps
+    and dim.
+
+    Example:
+        >>> x = g.ggml_layer_multi_head_attention(x, num_heads=4, key_dim=16, causal=True)
+        >>> y = g.ggml_layer_multi_head_attention([decoder, encoder, pad_mask], num_heads=2, key_dim=8,
+        ...                                       attention_mask=True)
+    """
     kind = "multi_head_attention"
     many_inputs = "either"
+    # ggml [D, K, H] is numpy (H, K, D); Keras' (D, H, K) is that with axes (2, 0, 1)
+    query_kernel = Weight(user_axes=(2, 0, 1))
+    query_bias = Weight(initializer="zeros")
+    key_kernel = Weight(user_axes=(2, 0, 1))
+    key_bias = Weight(initializer="zeros")
+    value_kernel = Weight(user_axes=(2, 0, 1))
+    value_bias = Weight(initializer="zeros")
+    output_kernel = Weight(user_axes=(1, 2, 0))
+    output_bias = Weight(initializer="zeros")
     ARG_DOCS = {"attention_mask": "True: the last input node is a mask (query steps, value steps): 1 where a query "
                                   "may attend to a value step, 0 where not (Keras' attention_mask).",
                 "dropout": "the fraction of the attention weights (after the softmax) dropped in training, in "
@@ -59,10 +76,6 @@ class MultiHeadAttention(Layer):
         if not is_real(dropout) or not 0 <= dropout < 1:
             raise GgmlValueError(f"multi_head_attention dropout must be a rate in [0, 1), got {dropout!r}")
         self.dropout = float(dropout)
-
-    def config(self) -> dict:
-        return {"num_heads": self.num_heads, "key_dim": self.key_dim, "causal": self.causal,
-                "attention_mask": self.attention_mask, "dropout": self.dropout}
 
     def dropout_seeds(self) -> int:
         return 1 if self.dropout > 0 else 0
@@ -99,23 +112,26 @@ class MultiHeadAttention(Layer):
     def make_params(self, shapes):
         q, v, key, _ = self._roles(shapes)
         h, k = self.num_heads, self.key_dim
-        # ggml [D, K, H] is numpy (H, K, D); Keras' (D, H, K) is that with axes (2, 0, 1)
         specs = []
-        for name, dim in (("query", q[1]), ("key", key[1]), ("value", v[1])):
-            specs += [ParamSpec(f"{name}_kernel", (dim, k, h), "glorot", (dim, h * k), user_axes=(2, 0, 1)),
-                      ParamSpec(f"{name}_bias", (k, h), "zeros")]
-        return specs + [ParamSpec("output_kernel", (k, h, q[1]), "glorot", (h * k, q[1]), user_axes=(1, 2, 0)),
-                        ParamSpec("output_bias", (q[1],), "zeros")]
+        for (kernel, bias), dim in zip(self._projections(), (q[1], key[1], v[1])):
+            specs += [kernel.spec((dim, k, h), (dim, h * k)), bias.spec((k, h))]
+        return specs + [self.output_kernel.spec((k, h, q[1]), (h * k, q[1])), self.output_bias.spec((q[1],))]
+
+    def _projections(self) -> tuple[tuple[BoundWeight, BoundWeight], ...]:
+        """The (kernel, bias) of the query, key and value projections."""
+        return ((self.query_kernel, self.query_bias), (self.key_kernel, self.key_bias),
+                (self.value_kernel, self.value_bias))
 
     def graph_tensors(self, shapes):
         return 64
 
-    def _project(self, g: Builder, x2: Any, name: str, steps: int) -> Any:
-        """``x W + b`` for query/key/value: ``[D, T*N]`` -> ``[K, T, H, N]`` (each head's rows together)."""
+    def _project(self, g: Builder, x2: Any, role: int, steps: int) -> Any:
+        """``x W + b`` for query/key/value (``role`` 0, 1, 2): ``[D, T*N]`` -> ``[K, T, H, N]`` (each head's rows
+        together)."""
         ctx, h, k = g.ctx, self.num_heads, self.key_dim
-        w = ggml_reshape_2d(ctx, g.param(self, f"{name}_kernel"), x2.shape[0], h * k)
-        y = ggml_add(ctx, ggml_mul_mat(ctx, w, x2), ggml_reshape_1d(ctx, g.param(self, f"{name}_bias"),
-                                                                                 h * k))
+        kernel, bias = self._projections()[role]
+        w = ggml_reshape_2d(ctx, g.param(self, kernel), x2.shape[0], h * k)
+        y = ggml_add(ctx, ggml_mul_mat(ctx, w, x2), ggml_reshape_1d(ctx, g.param(self, bias), h * k))
         y = ggml_reshape_4d(ctx, y, k, h, steps, g.batch)
         return y
 
@@ -132,10 +148,10 @@ class MultiHeadAttention(Layer):
 
         def per_head(t: Tensor) -> Tensor:  # [K, H, T, N] -> [K, T, H, N]
             return ggml_cont(ctx, ggml_permute(ctx, t, 0, 2, 1, 3))
-        q = per_head(self._project(g, xq, "query", tq))
-        key = per_head(self._project(g, xk, "key", tv))
+        q = per_head(self._project(g, xq, 0, tq))
+        key = per_head(self._project(g, xk, 1, tv))
         # values with the steps fastest, [T, K, H, N], so that the product below sums over the steps
-        v = ggml_cont(ctx, ggml_permute(ctx, self._project(g, xv, "value", tv), 1, 2, 0, 3))
+        v = ggml_cont(ctx, ggml_permute(ctx, self._project(g, xv, 2, tv), 1, 2, 0, 3))
         scores = ggml_mul_mat(ctx, key, q)                                   # [Tv keys, Tq queries, H, N]
         mask = None
         if self.attention_mask:  # [Tv, Tq, N] of 1/0 -> 0 / -1e9, one per sample, the same for every head
@@ -150,7 +166,7 @@ class MultiHeadAttention(Layer):
             att = g.dropout(att, self.dropout)
         out = ggml_mul_mat(ctx, v, att)                                      # [K, Tq queries, H, N]
         out = ggml_cont(ctx, ggml_permute(ctx, out, 0, 2, 1, 3))        # [K, H, Tq, N]
-        wo = ggml_reshape_2d(ctx, g.param(self, "output_kernel"), h * k, dim)
+        wo = ggml_reshape_2d(ctx, g.param(self, self.output_kernel), h * k, dim)
         y = ggml_mul_mat(ctx, wo, ggml_reshape_2d(ctx, out, h * k, tq * n))
-        y = ggml_add(ctx, y, g.param(self, "output_bias"))
+        y = ggml_add(ctx, y, g.param(self, self.output_bias))
         return ggml_reshape_3d(ctx, y, dim, tq, n)

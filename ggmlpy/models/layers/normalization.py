@@ -33,7 +33,7 @@ from ...ops.elementwise import (
 )
 from ...ops.layout import ggml_cpy, ggml_reshape, ggml_reshape_1d, ggml_reshape_2d, ggml_transpose
 from ...ops.reduce import ggml_repeat, ggml_sum_rows
-from .layer import Layer, LayerOptions, ParamSpec
+from .layer import Layer, LayerOptions, Weight
 
 
 if TYPE_CHECKING:
@@ -41,10 +41,19 @@ if TYPE_CHECKING:
 
 
 class BatchNorm(Layer):
-    """Batch normalisation over the last axis of a sample. A frozen batch norm (``trainable=False``,
-    ``ggml_freeze_weights``) runs in inference mode while the rest trains, as in Keras: it normalises with
-    its running statistics and leaves them unchanged."""
+    """Batch normalisation over the last axis (features or channels): batch statistics in training, running
+    statistics (``momentum``, as Keras) in predict/evaluate, learned ``gamma``/``beta``. A frozen batch norm
+    (``trainable=False``, ``ggml_freeze_weights``) runs in inference mode while the rest trains, as in Keras:
+    it normalises with its running statistics and leaves them unchanged.
+
+    Example:
+        >>> model = g.ggml_layer_batch_norm(model)
+    """
     kind = "batch_norm"
+    gamma = Weight(initializer="ones")
+    beta = Weight(initializer="zeros")
+    running_mean = Weight(initializer="zeros", trainable=False)
+    running_var = Weight(initializer="ones", trainable=False)
 
     def __init__(self, eps: float = 1e-5, momentum: float = 0.99, **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
@@ -53,14 +62,10 @@ class BatchNorm(Layer):
         self.eps = positive_float32_arg("batch_norm eps", eps, "; the usual value is 1e-5")
         self.momentum = float(momentum)
 
-    def config(self) -> dict:
-        return {"eps": self.eps, "momentum": self.momentum}
-
     def make_params(self, shapes):
         c = shapes[0][-1]
-        return [ParamSpec("gamma", (c,), "ones"), ParamSpec("beta", (c,), "zeros"),
-                ParamSpec("running_mean", (c,), "zeros", trainable=False),
-                ParamSpec("running_var", (c,), "ones", trainable=False)]
+        return [self.gamma.spec((c,)), self.beta.spec((c,)), self.running_mean.spec((c,)),
+                self.running_var.spec((c,))]
 
     def forward(self, g, xs, shapes):
         if not self.trainable:
@@ -79,11 +84,11 @@ class BatchNorm(Layer):
         var = channel_mean(ggml_sqr(ctx, centered))                 # biased, as Keras
         std = ggml_sqrt(ctx, ggml_scale_bias(ctx, ggml_reshape_2d(ctx, var, c, 1), 1.0, self.eps))
         normed = ggml_div(ctx, centered, ggml_repeat(ctx, std, centered))
-        y = ggml_add(ctx, ggml_mul(ctx, normed, g.param(self, "gamma")), g.param(self, "beta"))
+        y = ggml_add(ctx, ggml_mul(ctx, normed, g.param(self, self.gamma)), g.param(self, self.beta))
         # after each step the running statistics take the batch's in, on the device (Keras' update):
         # running = momentum * running + (1 - momentum) * batch
-        for name, batch in (("running_mean", mean), ("running_var", var)):
-            running = g.param(self, name)
+        for weight, batch in ((self.running_mean, mean), (self.running_var, var)):
+            running = g.param(self, weight)
             new = ggml_add(ctx, ggml_scale(ctx, running, self.momentum),
                                ggml_scale(ctx, ggml_reshape_1d(ctx, batch, c), 1.0 - self.momentum))
             g.side_output(ggml_cpy(ctx, new, running))
@@ -91,33 +96,36 @@ class BatchNorm(Layer):
 
     def predict_forward(self, g, xs, shapes):
         ctx = g.ctx
-        inv_std = ggml_sqrt(ctx, ggml_scale_bias(ctx, g.param(self, "running_var"), 1.0, self.eps))
-        scale = ggml_div(ctx, g.param(self, "gamma"), inv_std)
-        centered = ggml_sub(ctx, xs[0], g.param(self, "running_mean"))
-        return ggml_add(ctx, ggml_mul(ctx, centered, scale), g.param(self, "beta"))
+        inv_std = ggml_sqrt(ctx, ggml_scale_bias(ctx, g.param(self, self.running_var), 1.0, self.eps))
+        scale = ggml_div(ctx, g.param(self, self.gamma), inv_std)
+        centered = ggml_sub(ctx, xs[0], g.param(self, self.running_mean))
+        return ggml_add(ctx, ggml_mul(ctx, centered, scale), g.param(self, self.beta))
 
 
 class LayerNorm(Layer):
-    """Layer normalisation: each position normalised over its last axis (mean 0, biased variance 1,
-    as Keras), then scaled by ``gamma`` and shifted by ``beta``; the same in training and inference."""
+    """Layer normalisation: each position normalised over its last axis (mean 0, biased variance 1, as
+    Keras), then scaled by a learned ``gamma`` and shifted by ``beta``; the same in training and inference.
+
+    Example:
+        >>> x = g.ggml_layer_layer_norm(x)
+    """
     kind = "layer_norm"
+    gamma = Weight(initializer="ones")
+    beta = Weight(initializer="zeros")
     mask_support = "propagate"  # each position on its own
 
     def __init__(self, eps: float = 1e-5, **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         self.eps = positive_float32_arg("layer_norm eps", eps, "; the usual value is 1e-5")
 
-    def config(self) -> dict:
-        return {"eps": self.eps}
-
     def make_params(self, shapes):
         c = shapes[0][-1]
-        return [ParamSpec("gamma", (c,), "ones"), ParamSpec("beta", (c,), "zeros")]
+        return [self.gamma.spec((c,)), self.beta.spec((c,))]
 
     def forward(self, g, xs, shapes):
         ctx = g.ctx
         normed = ggml_norm(ctx, xs[0], self.eps)     # over ne[0]: the last axis of a sample
-        return ggml_add(ctx, ggml_mul(ctx, normed, g.param(self, "gamma")), g.param(self, "beta"))
+        return ggml_add(ctx, ggml_mul(ctx, normed, g.param(self, self.gamma)), g.param(self, self.beta))
 
 
 if TYPE_CHECKING:
@@ -128,11 +136,20 @@ EPSILON = 1e-7  # Keras' backend epsilon: the smallest standard deviation divide
 
 
 class Normalization(Layer):
-    """Standardise each feature (the last axis, Keras' ``axis=-1``; ``axis=None``: one mean and variance for
-    all values) with a mean and variance set by ``ggml_layer_adapt(layer, data)`` or given here:
-    ``(x - mean) / max(sqrt(variance), 1e-7)``. Its two weights are state, not trained, saved with the model;
-    before any adapt they are 0 and 1 (the layer passes values through)."""
+    """Keras' Normalization: each feature standardised, ``(x - mean) / max(sqrt(variance), 1e-7)``, with the
+    mean and variance of data set by ``ggml_layer_adapt(layer, data)`` (or given as ``mean=``/``variance=``);
+    they are saved with the model and not trained. ``axis=None``: one mean and variance for all values. Before
+    any adapt they are 0 and 1 (the layer passes values through).
+
+    Example:
+        >>> norm = g.ggml_normalization()
+        >>> g.ggml_layer_adapt(norm, x_train)
+        >>> h = g.ggml_apply(g.ggml_input(shape=(4,)), norm)
+    """
     kind = "normalization"
+    # the statistics, state rather than trained weights (the attributes mean and variance hold the arguments)
+    mean_state = Weight("mean", initializer="given", trainable=False)
+    variance_state = Weight("variance", initializer="given", trainable=False)
     ARG_DOCS = {"axis": "-1: a mean and variance per feature (the last axis); None: one pair for all values."}
 
     def __init__(self, axis: int | None = -1, mean: np.typing.ArrayLike | None = None,
@@ -153,9 +170,6 @@ class Normalization(Layer):
             if min(self.variance) < 0:
                 raise GgmlValueError("normalization: variance must be >= 0")
 
-    def config(self) -> dict:
-        return {"axis": self.axis, "mean": self.mean, "variance": self.variance}
-
     def features(self, shape: tuple) -> int:
         return 1 if self.axis is None else shape[-1]
 
@@ -170,13 +184,13 @@ class Normalization(Layer):
         if len(mean) != c:
             raise GgmlValueError(f"normalization '{self.name}': its mean and variance have {len(mean)} values but its "
                                  f"input has {c} features (shape {shapes[0]}); adapt it to data of this input")
-        return [ParamSpec("mean", (c,), "given", trainable=False, value=np.asarray(mean, np.float32)),
-                ParamSpec("variance", (c,), "given", trainable=False, value=np.asarray(var, np.float32))]
+        return [self.mean_state.spec((c,), value=np.asarray(mean, np.float32)),
+                self.variance_state.spec((c,), value=np.asarray(var, np.float32))]
 
     def forward(self, g, xs, shapes):
         ctx = g.ctx
-        std = ggml_clamp(ctx, ggml_sqrt(ctx, g.param(self, "variance")), EPSILON, FLOAT32_MAX)
-        return ggml_div(ctx, ggml_sub(ctx, xs[0], g.param(self, "mean")), std)
+        std = ggml_clamp(ctx, ggml_sqrt(ctx, g.param(self, self.variance_state)), EPSILON, FLOAT32_MAX)
+        return ggml_div(ctx, ggml_sub(ctx, xs[0], g.param(self, self.mean_state)), std)
 
 
 def _statistic(value: Any, what: str) -> list[float]:
@@ -284,10 +298,10 @@ def _write_statistics(layer: Normalization, mean: np.ndarray, var: np.ndarray, f
         raise GgmlInUseError(f"{fn}: a model holding layer '{layer.name}' is training; adapt it before or after "
                              "the fit")
     for store in stores:
-        store.write(owner, "mean", mean)
-        store.write(owner, "variance", var)
+        store.write(owner, layer.mean_state.name, mean)
+        store.write(owner, layer.variance_state.name, var)
     for spec in list(layer.params or []) + (list(owner.params or []) if owner is not layer else []):
         # a store made later (a compile) starts from them
-        spec.value = np.asarray(mean if spec.name == "mean" else var, np.float32)
+        spec.value = np.asarray(mean if spec.name == layer.mean_state.name else var, np.float32)
     layer.__dict__["_adapted"] = (mean, var)
     layer.__dict__.pop("_kept_values", None)  # older values the layer carried: the adapted ones replace them

@@ -1,4 +1,4 @@
-"""Pooling and resampling layers beyond conv.py's: average pooling 2-D, 1-D pooling of sequences (windowed
+"""Pooling and resampling layers beyond convolutional.py's: average pooling 2-D, 1-D pooling of sequences (windowed
 and global), and nearest-neighbour up-sampling of images, as Keras defines them (``padding="valid"``).
 
 Sequences ``(steps, channels)`` are ``[steps, C, N]`` in ggml's sequence layout and images ``(H, W, C)`` are
@@ -16,7 +16,7 @@ from ...ops.conv import GGML_OP_POOL_AVG, GGML_OP_POOL_MAX, ggml_pool_2d
 from ...ops.elementwise import ggml_clamp, ggml_div, ggml_mul, ggml_scale
 from ...ops.layout import ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d
 from ...ops.reduce import ggml_repeat, ggml_sum_rows
-from .convolutional import MaxPooling2D, pooled_size
+from .convolutional import pooled_size, Pooling2D
 from .layer import Layer, LayerOptions, NATURAL, SPATIAL
 
 
@@ -24,8 +24,13 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 
-class AveragePooling2D(MaxPooling2D):
-    """The mean over ``pool_size=(rows, cols)`` windows, ``strides`` (default: the pool size), no padding."""
+class AveragePooling2D(Pooling2D):
+    """2-D average pooling: the mean over ``pool_size=(rows, cols)`` windows with ``strides`` (default: the pool
+    size), no padding (Keras' ``padding='valid'``).
+
+    Example:
+        >>> model = g.ggml_layer_average_pooling_2d(model, (2, 2))
+    """
     kind = "average_pooling_2d"
 
     def forward(self, g, xs, shapes):
@@ -40,7 +45,7 @@ def _sequence_shape(layer: Layer, shapes: list) -> tuple[int, int]:
     return shapes[0]
 
 
-class _Pooling1D(Layer):
+class _Pooling1D(Layer, abstract=True):
     layout = SPATIAL
     op = GGML_OP_POOL_MAX
 
@@ -48,9 +53,6 @@ class _Pooling1D(Layer):
         super().__init__(**kw)
         self.pool_size = positive_int_arg(None, "pool_size", pool_size)
         self.strides = positive_int_arg(None, "strides", strides) if strides is not None else self.pool_size
-
-    def config(self) -> dict:
-        return {"pool_size": self.pool_size, "strides": self.strides}
 
     def output_shape(self, shapes):
         steps, channels = _sequence_shape(self, shapes)
@@ -61,17 +63,27 @@ class _Pooling1D(Layer):
 
 
 class MaxPooling1D(_Pooling1D):
-    """The maximum over windows of ``pool_size`` steps, ``strides`` (default: the pool size), no padding."""
+    """1-D max pooling of sequences (steps, channels) over windows of ``pool_size`` steps with ``strides``
+    (default: the pool size), no padding.
+
+    Example:
+        >>> model = g.ggml_layer_max_pooling_1d(model, 2)
+    """
     kind = "max_pooling_1d"
 
 
 class AveragePooling1D(_Pooling1D):
-    """The mean over windows of ``pool_size`` steps, ``strides`` (default: the pool size), no padding."""
+    """1-D average pooling of sequences (steps, channels): the mean over windows of ``pool_size`` steps with
+    ``strides`` (default: the pool size), no padding.
+
+    Example:
+        >>> model = g.ggml_layer_average_pooling_1d(model, 4)
+    """
     kind = "average_pooling_1d"
     op = GGML_OP_POOL_AVG
 
 
-class _GlobalPooling1D(Layer):
+class _GlobalPooling1D(Layer, abstract=True):
     layout = SPATIAL
     out_layout = NATURAL  # a (C,) sample is [C, N] in both layouts
 
@@ -80,7 +92,12 @@ class _GlobalPooling1D(Layer):
 
 
 class GlobalAveragePooling1D(_GlobalPooling1D):
-    """The mean of each channel over the steps: ``(steps, C)`` becomes ``(C,)``."""
+    """The mean of each channel over the steps of a sequence: (steps, C) becomes (C,); with a padding mask,
+    the mean of the real steps.
+
+    Example:
+        >>> model = g.ggml_layer_global_average_pooling_1d(model)
+    """
     kind = "global_average_pooling_1d"
     mask_support = "consume"  # the mean of the real steps only
 
@@ -97,7 +114,11 @@ class GlobalAveragePooling1D(_GlobalPooling1D):
 
 
 class GlobalMaxPooling1D(_GlobalPooling1D):
-    """The maximum of each channel over the steps: ``(steps, C)`` becomes ``(C,)``."""
+    """The maximum of each channel over the steps of a sequence: (steps, C) becomes (C,).
+
+    Example:
+        >>> model = g.ggml_layer_global_max_pooling_1d(model)
+    """
     kind = "global_max_pooling_1d"
 
     def forward(self, g, xs, shapes):
@@ -107,17 +128,18 @@ class GlobalMaxPooling1D(_GlobalPooling1D):
 
 
 class UpSampling2D(Layer):
-    """Nearest-neighbour up-sampling of images: each pixel repeated ``size=(rows, cols)`` times, ``(H, W, C)``
-    becomes ``(H * rows, W * cols, C)`` (Keras' ``interpolation="nearest"``)."""
+    """Nearest-neighbour up-sampling of images: every pixel repeated ``size=(rows, cols)`` times, (H, W, C)
+    becomes (H * rows, W * cols, C) (Keras' ``interpolation="nearest"``).
+
+    Example:
+        >>> model = g.ggml_layer_upsampling_2d(model, (2, 2))
+    """
     kind = "upsampling_2d"
     layout = SPATIAL
 
     def __init__(self, size: Any = (2, 2), **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         self.size = int_pair_arg(None, "size", size)
-
-    def config(self) -> dict:
-        return {"size": list(self.size)}
 
     def output_shape(self, shapes):
         if len(shapes[0]) != 3:

@@ -35,7 +35,7 @@ from ...ops.recurrent import ggml_gru_cell, ggml_gru_seq, ggml_lstm_cell, ggml_l
 from ...ops.reduce import ggml_concat, ggml_repeat
 from . import fused
 from .initializers import check_initializer
-from .layer import Builder, Layer, LayerOptions, ParamSpec
+from .layer import Builder, Layer, LayerOptions, ParamSpec, Weight
 from .masking import carry_over, step_of, time_major_mask
 
 
@@ -67,7 +67,7 @@ def _time_major_to_samples(g: Builder, seq: Tensor) -> Tensor:
     return ggml_cont(g.ctx, ggml_permute(g.ctx, seq, 0, 2, 1, 3))
 
 
-class Recurrent(Layer):
+class Recurrent(Layer, abstract=True):
     """What LSTM and GRU share: the unrolled recurrence, its options and weights; a subclass gives the step."""
     ARG_DOCS = {"dropout": "the fraction of the inputs dropped in training, in [0, 1) (one mask for the whole "
                            "sequence, as Keras; one per gate with recurrent_dropout)."}
@@ -75,8 +75,10 @@ class Recurrent(Layer):
     n_states = 1               # the state a step carries: (h,) for a GRU, (h, c) for an LSTM
     many_inputs = "either"     # a sequence, or [sequence, *initial states] (Keras' initial_state)
     mask_support = "consume"  # padding steps keep the state (masking.py)
-    REGULARIZED = {"kernel_regularizer": "kernel", "recurrent_regularizer": "recurrent_kernel",
-                   "bias_regularizer": "bias"}
+    kernel = Weight(initializer_arg="kernel_initializer", regularizer="kernel_regularizer", user_axes=(1, 0))
+    recurrent_kernel = Weight(initializer_arg="recurrent_initializer", regularizer="recurrent_regularizer",
+                              user_axes=(1, 0))
+    bias = Weight(initializer_arg="bias_initializer", regularizer="bias_regularizer")
 
     def __init__(self, units: int, return_sequences: bool = False, go_backwards: bool = False, dropout: float = 0.0,
                  recurrent_dropout: float = 0.0, return_state: bool = False,
@@ -96,12 +98,6 @@ class Recurrent(Layer):
             if not is_real(rate) or not 0 <= rate < 1:
                 raise GgmlValueError(f"{self.kind} {name} must be a rate in [0, 1), got {rate!r}")
         self.dropout, self.recurrent_dropout = float(dropout), float(recurrent_dropout)
-
-    def config(self) -> dict:
-        return {"units": self.units, "return_sequences": self.return_sequences, "go_backwards": self.go_backwards,
-                "dropout": self.dropout, "recurrent_dropout": self.recurrent_dropout, "return_state": self.return_state,
-                "kernel_initializer": self.kernel_initializer, "recurrent_initializer": self.recurrent_initializer,
-                "bias_initializer": self.bias_initializer}
 
     def dropout_seeds(self) -> int:
         """Masks drawn per training step, as Keras draws them: one for the inputs, or one per gate for the inputs
@@ -148,7 +144,7 @@ class Recurrent(Layer):
 
     def recurrent(self, g: Builder, h: Tensor, masks: list) -> Tensor:
         """The recurrent product ``U^T h`` of a step, through the recurrent dropout masks."""
-        return self._by_gate(g, g.param(self, "recurrent_kernel"), self.units, h, masks)
+        return self._by_gate(g, g.param(self, self.recurrent_kernel), self.units, h, masks)
 
     def output_shape(self, shapes):
         if len(shapes[0]) != 2:
@@ -168,10 +164,8 @@ class Recurrent(Layer):
 
     def make_params(self, shapes):
         features, width = shapes[0][1], self.gates * self.units
-        return [ParamSpec("kernel", (features, width), self.kernel_initializer, (features, width), user_axes=(1, 0)),
-                ParamSpec("recurrent_kernel", (self.units, width), self.recurrent_initializer, (self.units, width),
-                          user_axes=(1, 0)),
-                self.bias_spec()]
+        return [self.kernel.spec((features, width), (features, width)),
+                self.recurrent_kernel.spec((self.units, width), (self.units, width)), self.bias_spec()]
 
     def graph_tensors(self, shapes):
         return 64 + 24 * shapes[0][0]
@@ -204,7 +198,7 @@ class Recurrent(Layer):
         masks = self._masks(g, self.dropout, features, self.gates if self.recurrent_dropout else 1)
         masks = [(ggml_reshape_3d(ctx, m[0], features, n, 1), m[1]) if isinstance(m, tuple) else
                  ggml_reshape_3d(ctx, m, features, n, 1) for m in masks]      # the same mask at every step
-        proj = self._by_gate(g, g.param(self, "kernel"), features, time_major, masks)
+        proj = self._by_gate(g, g.param(self, self.kernel), features, time_major, masks)
         proj = ggml_add(ctx, proj, self.input_bias(g))                             # [G, N * T]
         rec_masks = self._masks(g, self.recurrent_dropout, self.units, self.gates)
         state, outputs = (tuple(xs[1:]) if len(xs) > 1 else None), []
@@ -248,7 +242,13 @@ class Recurrent(Layer):
 
 
 class LSTM(Recurrent):
-    """Long short-term memory (Keras' LSTM: tanh, sigmoid gates, zero initial state)."""
+    """Long short-term memory over sequences (steps, features), as Keras' LSTM (tanh, sigmoid gates,
+    forget-gate bias 1, zero initial state): the last step's hidden state (units,), or every step's (steps,
+    units) with ``return_sequences=True``. Unrolled over the steps; ggml differentiates it.
+
+    Example:
+        >>> model = g.ggml_layer_lstm(model, 32, input_shape=(100, 3))
+    """
     kind = "lstm"
     gates = 4
     n_states = 2
@@ -265,16 +265,13 @@ class LSTM(Recurrent):
                          kernel_initializer, recurrent_initializer, bias_initializer, **kw)
         self.unit_forget_bias = bool_arg(None, "unit_forget_bias", unit_forget_bias)
 
-    def config(self) -> dict:
-        return {**super().config(), "unit_forget_bias": self.unit_forget_bias}
-
     def bias_spec(self):
         if self.unit_forget_bias:
-            return ParamSpec("bias", (4 * self.units,), f"unit_forget_bias:{self.bias_initializer}")
-        return ParamSpec("bias", (4 * self.units,), self.bias_initializer)
+            return self.bias.spec((4 * self.units,), init=f"unit_forget_bias:{self.bias_initializer}")
+        return self.bias.spec((4 * self.units,))
 
     def input_bias(self, g):
-        return g.param(self, "bias")
+        return g.param(self, self.bias)
 
     def whole_sequence(self, g, proj, state, steps, backwards):
         # one step from a zero state never reads the recurrent kernel: the unrolled step leaves it out of the
@@ -284,7 +281,7 @@ class LSTM(Recurrent):
         ctx, u, n = g.ctx, self.units, g.batch
         x = ggml_reshape_3d(ctx, _dense(ctx, proj), 4 * u, n, steps)
         h0, c0 = (None, None) if state is None else (_dense(ctx, state[0]), _dense(ctx, state[1]))
-        seq = ggml_lstm_seq(ctx, x, g.param(self, "recurrent_kernel"), h0, c0, reverse=backwards)
+        seq = ggml_lstm_seq(ctx, x, g.param(self, self.recurrent_kernel), h0, c0, reverse=backwards)
         plane, last = u * n * F32, (0 if backwards else steps - 1)   # the last step processed
         h = ggml_view_3d(ctx, seq, u, n, steps, u * F32, plane, 0)
         return h, (ggml_view_2d(ctx, seq, u, n, u * F32, last * plane),
@@ -307,19 +304,25 @@ class LSTM(Recurrent):
 
 
 class GRU(Recurrent):
-    """Gated recurrent unit (Keras' GRU with ``reset_after=True``, zero initial state)."""
+    """Gated recurrent unit over sequences (steps, features), as Keras' GRU (reset_after=True, zero initial
+    state): the last step's hidden state (units,), or every step's (steps, units) with
+    ``return_sequences=True``.
+
+    Example:
+        >>> model = g.ggml_layer_gru(model, 32, return_sequences=True, input_shape=(50, 8))
+    """
     kind = "gru"
     gates = 3
 
     def bias_spec(self):
-        return ParamSpec("bias", (3 * self.units, 2), self.bias_initializer)   # numpy (2, 3U): Keras' orientation
+        return self.bias.spec((3 * self.units, 2))   # numpy (2, 3U): Keras' orientation
 
     def input_bias(self, g):
-        return ggml_view_1d(g.ctx, g.param(self, "bias"), 3 * self.units, 0)
+        return ggml_view_1d(g.ctx, g.param(self, self.bias), 3 * self.units, 0)
 
     def _recurrent_bias(self, g):
         u = self.units
-        return ggml_view_2d(g.ctx, g.param(self, "bias"), 3 * u, 1, 3 * u * F32, 3 * u * F32)   # [3U, 1]
+        return ggml_view_2d(g.ctx, g.param(self, self.bias), 3 * u, 1, 3 * u * F32, 3 * u * F32)   # [3U, 1]
 
     def whole_sequence(self, g, proj, state, steps, backwards):
         # as the LSTM's: one step from a zero state never reads the recurrent kernel
@@ -327,7 +330,7 @@ class GRU(Recurrent):
             return None
         ctx, u, n = g.ctx, self.units, g.batch
         x = ggml_reshape_3d(ctx, _dense(ctx, proj), 3 * u, n, steps)
-        seq = ggml_gru_seq(ctx, x, g.param(self, "recurrent_kernel"), self._recurrent_bias(g),
+        seq = ggml_gru_seq(ctx, x, g.param(self, self.recurrent_kernel), self._recurrent_bias(g),
                            None if state is None else _dense(ctx, state[0]), reverse=backwards)
         plane, last = u * n * F32, (0 if backwards else steps - 1)   # the last step processed
         last_state = ggml_view_2d(ctx, seq, u, n, u * F32, last * plane)
@@ -359,14 +362,12 @@ class RecurrentPart(Layer):
     step), or one final state. The recurrent layer packs them along the steps; ``state_outputs`` makes the
     nodes of the parts (Keras' ``[output, state_h, state_c]``)."""
     kind = "recurrent_part"
+    builder_functions = False  # made by the recurrent layer's return_state, not by users
     mask_support = "consume"  # the sequence part passes the mask on (passes_mask), a state takes none
 
     def __init__(self, first: int, count: int, sequence: bool, **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         self.first, self.count, self.sequence = int(first), positive_int_arg(None, "count", count), bool(sequence)
-
-    def config(self) -> dict:
-        return {"first": self.first, "count": self.count, "sequence": self.sequence}
 
     def output_shape(self, shapes):
         return (self.count, shapes[0][1]) if self.sequence else (shapes[0][1],)

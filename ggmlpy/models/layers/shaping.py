@@ -19,7 +19,12 @@ if TYPE_CHECKING:
 
 
 class Activation(Layer):
-    """An activation applied to every value (softmax over the last axis), as a layer of its own."""
+    """An activation as a layer of its own (Keras' ``Activation``): relu, sigmoid, tanh, gelu, silu/swish,
+    softmax (over the last axis) or linear.
+
+    Example:
+        >>> model = g.ggml_layer_activation(model, 'relu')
+    """
     kind = "activation"
     mask_support = "propagate"
 
@@ -27,17 +32,19 @@ class Activation(Layer):
         super().__init__(**kw)
         self.activation = check_activation(activation)
 
-    def config(self) -> dict:
-        return {"activation": self.activation}
-
     def forward(self, g, xs, shapes):
         return activate(g, xs[0], self.activation)
 
 
 class Reshape(Layer):
-    """A sample of any shape as ``target_shape`` (the same number of values, read in C order as numpy's
-    ``reshape``); one axis may be -1, inferred from the others."""
+    """A sample as ``target_shape`` (the same number of values, in C order as numpy's ``reshape``; one axis
+    may be -1, inferred from the others).
+
+    Example:
+        >>> model = g.ggml_layer_reshape(model, (28, 28, 1))
+    """
     kind = "reshape"
+    builder_functions = "layer"  # ggml_layer_reshape only: ggml_reshape is the op
 
     def __init__(self, target_shape: Any, **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
@@ -47,9 +54,6 @@ class Reshape(Layer):
             raise GgmlValueError(f"target_shape must be a tuple of 1 to 3 ints >= 1 (one of them may be -1), "
                                  f"got {target_shape!r}")
         self.target_shape = tuple(int(d) for d in shape)
-
-    def config(self) -> dict:
-        return {"target_shape": list(self.target_shape)}
 
     def output_shape(self, shapes):
         n = math.prod(shapes[0])
@@ -70,15 +74,17 @@ class Reshape(Layer):
 
 
 class RepeatVector(Layer):
-    """A vector sample ``(features,)`` repeated ``n`` times along a new steps axis: ``(n, features)``."""
+    """A vector sample (features,) repeated ``n`` times along a new steps axis: (n, features), e.g. to feed an
+    encoder's state to every step of a decoder.
+
+    Example:
+        >>> model = g.ggml_layer_repeat_vector(model, 10)
+    """
     kind = "repeat_vector"
 
     def __init__(self, n: int, **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         self.n = positive_int_arg(None, "n", n)
-
-    def config(self) -> dict:
-        return {"n": self.n}
 
     def output_shape(self, shapes):
         if len(shapes[0]) != 1:

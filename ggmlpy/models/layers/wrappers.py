@@ -16,7 +16,7 @@ from ...graph.objects import Tensor
 from ...ops.elementwise import ggml_add, ggml_mul, ggml_scale
 from ...ops.layout import ggml_reshape
 from ...ops.reduce import ggml_concat
-from .layer import Builder, Layer, LayerOptions, NATURAL
+from .layer import BoundWeight, Builder, Layer, LayerOptions, NATURAL, weight_name
 from .sequence import Recurrent
 
 
@@ -33,11 +33,11 @@ class _InnerView:
         self.batch = batch
         self.input_mask = None  # the wrapper's mask is over its steps, not the inner layer's samples
 
-    def param(self, layer: Layer, name: str) -> Any:
+    def param(self, layer: Layer, weight: BoundWeight | str) -> Any:
         if layer is not self._inner:
             raise GgmlTypeError(f"internal: layer '{layer.name}' asked for a weight inside {self._wrapper.kind} "
                                 f"'{self._wrapper.name}'; this is a bug in ggmlpy, please report it")
-        return self._g.param(self._wrapper, self._prefix + name)
+        return self._g.param(self._wrapper, self._prefix + weight_name(weight))
 
     def convert(self, t: Tensor, shape: tuple[int, ...], src: str, dst: str) -> Tensor:
         # the builder's, with this view's batch (the view stands in for the builder: the rest is its own)
@@ -70,10 +70,13 @@ def _fresh_inner(layer: Any, kind: str) -> Layer:
 
 
 class TimeDistributed(Layer):
-    """The same ``layer`` (one set of weights) applied to every step of a sequence: a sample of shape
-    ``(steps, ...)`` becomes ``(steps, *layer's output)``, as Keras' ``TimeDistributed``. The inner layer sees
-    each step as a sample of its own (a dense layer on ``(steps, features)``, a 1-D convolution on
-    ``(steps, length, channels)``)."""
+    """Keras' TimeDistributed: one layer (one set of weights) applied to every step of a sequence, ``(steps,
+    ...)`` to ``(steps, *the layer's output)``. The inner layer sees each step as a sample of its own (a dense
+    layer on ``(steps, features)``, a 1-D convolution on ``(steps, length, channels)``).
+
+    Example:
+        >>> model = g.ggml_layer_time_distributed(model, g.ggml_dense(8, activation='relu'))
+    """
     kind = "time_distributed"
     mask_support = "propagate"
     ARG_DOCS = {"layer": "a new layer object (ggml_dense(8), ggml_conv_1d(4, 3), ...) applied to every step; its "
@@ -109,7 +112,7 @@ class TimeDistributed(Layer):
         return (shapes[0][0],) + tuple(inner)
 
     def make_params(self, shapes):
-        return self.layer.make_params([self._step_shape(shapes[0])])
+        return self.layer.weight_specs([self._step_shape(shapes[0])])
 
     def graph_tensors(self, shapes):
         return 32 + self.layer.graph_tensors([self._step_shape(shapes[0])])
@@ -140,10 +143,14 @@ MERGE_MODES = ("concat", "sum", "mul", "ave")
 
 
 class Bidirectional(Layer):
-    """A recurrent ``layer`` (LSTM or GRU) run over the sequence forwards and, with weights of its own,
-    backwards; the two outputs merged (``merge_mode``: ``"concat"`` along the features (Keras' default),
-    ``"sum"``, ``"mul"``, ``"ave"``). With ``return_sequences`` the backward outputs are put back in the
-    input's order first, as Keras does. Weights: ``forward_kernel``, ..., ``backward_kernel``, ..."""
+    """Keras' Bidirectional: an LSTM or GRU run forwards and, with weights of its own, backwards over the
+    sequence; the two outputs concatenated (or summed, multiplied, averaged: ``merge_mode``). With
+    ``return_sequences`` the backward outputs are put back in the input's order first, as Keras does.
+    Weights: ``forward_kernel``, ..., ``backward_kernel``, ...
+
+    Example:
+        >>> model = g.ggml_layer_bidirectional(model, g.ggml_lstm(16, return_sequences=True))
+    """
     kind = "bidirectional"
     mask_support = "consume"
     ARG_DOCS = {"layer": "a new LSTM or GRU layer object (ggml_lstm(16), ggml_gru(8)); its weights become the "
@@ -175,7 +182,7 @@ class Bidirectional(Layer):
         return inner[:-1] + (2 * inner[-1],) if self.merge_mode == "concat" else inner
 
     def make_params(self, shapes):
-        specs = self.layer.make_params(shapes)
+        specs = self.layer.weight_specs(shapes)
         return [replace(s, name=f"{d}_{s.name}") for d in ("forward", "backward") for s in specs]
 
     def graph_tensors(self, shapes):

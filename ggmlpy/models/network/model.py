@@ -24,6 +24,7 @@ DTYPES = ("float32", "int32")
 class InputLayer(Layer):
     """Where data enters: one sample's ``shape`` and ``dtype`` ("float32", or "int32" for token ids)."""
     kind = "input"
+    builder_functions = False  # ggml_input (builders.py) makes it
 
     def __init__(self, shape: int | Sequence[int], dtype: str = "float32", **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
@@ -31,9 +32,6 @@ class InputLayer(Layer):
         if dtype not in DTYPES:
             raise GgmlValueError(f"dtype must be 'float32' or 'int32', got {dtype!r}")
         self.dtype = dtype
-
-    def config(self) -> dict:
-        return {"shape": list(self.shape), "dtype": self.dtype}
 
 
 class Node:
