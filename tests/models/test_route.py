@@ -14,6 +14,7 @@ from ggmlpy.training.graph_steps import GraphOptimizerRunner
 from ggmlpy.training.loop import NativeRunner
 from ggmlpy.training.replicas import ReplicaRunner
 
+
 PACKAGE = os.path.dirname(g.__file__)
 GUARD = os.path.join(PACKAGE, "_guard.py")
 
