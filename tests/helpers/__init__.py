@@ -19,8 +19,20 @@ them only, never by ``tests/conftest.py`` at import time, so that the pure tests
 """
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 
 ROOT = Path(__file__).resolve().parents[2]
 """The repository's root folder."""
+
+
+def load_script(relative: str, name: str) -> ModuleType:
+    """A script of the repository that is not part of the package (``tools/exports.py``, ``docs/build.py``),
+    loaded as the module ``name``."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / relative)
+    assert spec is not None and spec.loader is not None, relative
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

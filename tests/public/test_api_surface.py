@@ -5,23 +5,17 @@
 with or without its optional arguments, must find the same thing here."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 import ggmlpy as G
-
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import load_script
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("api_surface", ROOT / "tools" / "api_surface.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/api_surface.py", "api_surface")
 
 
 def test_every_name_and_signature_of_a0551ef_is_kept():

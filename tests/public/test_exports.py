@@ -7,23 +7,19 @@ modules is exported from the one ``tools/exports.py`` names.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import inspect
 
 import pytest
 
 import ggmlpy as G
-from tests.helpers import ROOT
+from tests.helpers import load_script, ROOT
 
 
 INIT = ROOT / "ggmlpy" / "__init__.py"
 
 
 def _exports_tool():
-    spec = importlib.util.spec_from_file_location("ggmlpy_exports_tool", ROOT / "tools" / "exports.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/exports.py", "ggmlpy_exports_tool")
 
 
 def test_init_is_what_the_generator_writes():

@@ -15,7 +15,6 @@ test_examples.py runs the README's blocks; this module runs the guide's and coun
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -27,7 +26,7 @@ from urllib.parse import urlsplit
 import pytest
 
 import ggmlpy as G
-from tests.helpers import ROOT
+from tests.helpers import load_script, ROOT
 
 
 README = ROOT / "README.md"
@@ -35,10 +34,7 @@ BLOCK_TIMEOUT = 180  # seconds per chain; each takes a few seconds on 2 cores
 
 
 def _load_build():
-    spec = importlib.util.spec_from_file_location("ggmlpy_docs_build", ROOT / "docs" / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("docs/build.py", "ggmlpy_docs_build")
 
 
 build = _load_build()

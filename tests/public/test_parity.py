@@ -10,7 +10,6 @@ show each of them failing on a broken copy.
 """
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import ggmlpy as G
-from tests.helpers import ROOT
+from tests.helpers import load_script, ROOT
 
 
 TESTS = ROOT / "tests"
@@ -38,10 +37,7 @@ LISTING_FILES = {"test_parity.py"}
 
 
 def _load_generator():
-    spec = importlib.util.spec_from_file_location("ggmlpy_docs_parity", ROOT / "docs" / "parity.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("docs/parity.py", "ggmlpy_docs_parity")
 
 
 parity = _load_generator()
