@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = ("mnist-fc", "cnn", "lstm", "transformer")
 # samples per epoch and batch: a few steps each (lavapipe computes on the CPU)
