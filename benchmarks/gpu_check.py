@@ -19,7 +19,8 @@ and gguf, and Debian's Vulkan loader. This script, there:
 3. runs, with ``GGMLPY_REQUIRE_DEVICES`` set so that a test skipped for the device fails: the kernel tests
    (patches 0016/0018/0038-0042, float32 precision and the TF32 switch), the model-layer tests on the device,
    the placement report with its assertion (one split and no CPU op for each benchmark model), the GPU-sized
-   benchmarks against PyTorch on the same device, and the kernel tests past 2^31/2^32 elements;
+   benchmarks against PyTorch on the same device, on Vulkan the backward products on ggml's matmul shaders
+   against out_prod.comp (``bench_vk_backward.py``, patches/0043), and the kernel tests past 2^31/2^32 elements;
 4. writes everything to ``$OUT`` (else ``benchmarks/out/gpu``): ``gpu_check.log`` (every step's output),
    ``summary.txt`` (one line a step, the device, the figures) and ``results.json`` (placement and benchmark
    figures); three files, since a device run returns at most eight.
@@ -213,6 +214,14 @@ def part(run: Run, device: str, family: str, quick: bool, rehearse: bool = False
             and bench.exists():
         run.results[f"bench_gpu {device}"] = json.loads(bench.read_text())
     bench.unlink(missing_ok=True)
+    if family == "vulkan":  # issue 42: backward products on the matmul shaders against out_prod.comp
+        backward = OUT / f"backward-{device}.json"
+        models = ["--models", "transformer"] if rehearse else []
+        if run.step(f"{device}: backward products, matmul shaders vs out_prod.comp", 60,
+                    [sys.executable, "benchmarks/bench_vk_backward.py", "--device", device, "--rounds", "1", *models,
+                     "--json", str(backward)], env) and backward.exists():
+            run.results[f"bench_vk_backward {device}"] = json.loads(backward.read_text())
+        backward.unlink(missing_ok=True)
     if family == "cuda":
         run.step(f"{device}: kernels past 2^31 and 2^32 elements", 120,
                  PYTEST + ["tests/patches/test_gpu_kernels_large.py", "-k", device], env)
