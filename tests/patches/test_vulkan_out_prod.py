@@ -1,5 +1,5 @@
-"""patches/0043: Vulkan's backward matrix products (OUT_PROD) on ggml's tiled matmul shaders, and F32 operands of
-the general product staged as F32.
+"""patches/0043-0044: Vulkan's backward matrix products (OUT_PROD) on ggml's tiled matmul shaders, F32 operands of
+the general product staged as F32, and forward products of a few columns of short sums on the tiled shaders.
 
 OUT_PROD(a, b) runs as MUL_MAT(a^T, b^T) for products large enough (the default) or always
 (``GGMLPY_VK_OUT_PROD=matmul``); ``=naive`` keeps out_prod.comp. Every path is checked against numpy float64 and
@@ -112,3 +112,29 @@ def test_a_product_of_a_permuted_f32_operand_stays_f32():
     rc, out, err = run_in_subprocess(PERMUTED, timeout=120)
     assert rc == 0, err[-2000:]
     assert float(out.split("ERROR", 1)[1]) < 2e-6, out
+
+
+SHORT_SUMS = textwrap.dedent("""
+    import numpy as np, ggmlpy as g
+    from tests.helpers.compute import compute
+    vk = g.ggml_backend_init_by_name("Vulkan0")
+    worst = 0.0
+    for k, m, n in [(9, 7840, 8), (9, 7840, 1), (72, 1960, 2), (255, 300, 8), (256, 300, 8), (9, 100, 9)]:
+        rng = np.random.default_rng(k + m + n)
+        a, b = rng.normal(size=(m, k)).astype(np.float32), rng.normal(size=(n, k)).astype(np.float32)
+        (got,) = compute(lambda ctx, ta, tb: g.ggml_mul_mat(ctx, ta, tb), a, b, backend=vk)
+        want = b.astype(np.float64) @ a.astype(np.float64).T
+        scale = np.sqrt((b.astype(np.float64) ** 2) @ (a.astype(np.float64) ** 2).T)
+        worst = max(worst, float(np.max(np.abs(got.reshape(want.shape) - want) / (1e-5 * scale + 1e-6))))
+    print("WORST", worst)
+""")
+
+
+def test_products_of_a_few_columns_of_short_sums_are_right():
+    """patches/0044: 2 to 8 columns of sums shorter than 256 terms (a convolution's forward product) take the
+    tiled product instead of the matrix-vector shaders; one column and longer sums keep them. Every case against
+    numpy float64 within the float32 bound above."""
+    _require_vulkan()
+    rc, out, err = run_in_subprocess(SHORT_SUMS, timeout=120)
+    assert rc == 0, err[-2000:]
+    assert float(out.split("WORST", 1)[1]) < 1, out
