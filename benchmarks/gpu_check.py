@@ -17,7 +17,7 @@ and gguf, and Debian's Vulkan loader. This script, there:
 2. fails at once unless CUDA0 exists (and, for the second part, a Vulkan device on the NVIDIA driver), saying
    why in ggmlpy's words (``ggml_backend_load_errors``);
 3. runs, with ``GGMLPY_REQUIRE_DEVICES`` set so that a test skipped for the device fails: the kernel tests
-   (patches 0016/0018/0038-0042, float32 precision and the TF32 switch), the model-layer tests on the device,
+   (patches 0016/0018/0038-0044, float32 precision and the TF32 switch), the model-layer tests on the device,
    the placement report with its assertion (one split and no CPU op for each benchmark model), the GPU-sized
    benchmarks against PyTorch on the same device, on Vulkan the backward products on ggml's matmul shaders
    against out_prod.comp (``bench_vk_backward.py``, patches/0043), and the kernel tests past 2^31/2^32 elements;
