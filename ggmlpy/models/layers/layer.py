@@ -371,6 +371,12 @@ class Layer(metaclass=_Sealed):
         out = {}
         for arg in constructor_arguments(type(self)):
             if arg not in self.NOT_SAVED:
+                if arg not in self.__dict__ and not hasattr(type(self), arg):
+                    cls = type(self).__qualname__
+                    raise GgmlValueError(f"layer '{self.name}' ({cls}): its constructor argument {arg!r} is not kept "
+                                         f"in an attribute of that name, so its config cannot be read; keep it "
+                                         f"(self.{arg} = {arg}), list it in NOT_SAVED if another argument stands "
+                                         f"for it, or define {cls}.config() to return the constructor's arguments")
                 value = getattr(self, arg)
                 out[arg] = list(value) if isinstance(value, tuple) else value
         return out
@@ -502,7 +508,10 @@ class Layer(metaclass=_Sealed):
         return {"type": self.kind, "name": self.name, "trainable": self.trainable, **self.config(), **regs}
 
     def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
+        try:
+            args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
+        except GgmlValueError:  # a subclass whose config cannot be read still prints (saving says why)
+            args = ""
         return f"<{self.kind} '{self.name}'{': ' + args if args else ''}>"
 
 

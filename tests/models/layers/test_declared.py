@@ -305,3 +305,24 @@ def test_custom_objects_must_map_names_to_layer_classes():
     with pytest.raises(g.GgmlTypeError, match="custom_objects must be a dict"):
         from ggmlpy.models.layers.layer import layer_class
         layer_class("scaled_dense", {"scaled_dense": object})
+
+
+def test_a_subclass_that_does_not_keep_an_argument_says_so_when_saved_and_still_prints(tmp_path):
+    class Renamed(g.Layer):
+        def __init__(self, factor, **kw):
+            super().__init__(**kw)
+            self.scale_by = factor          # not kept as self.factor
+
+        def forward(self, build, xs, shapes):
+            return g.ggml_scale(build.ctx, xs[0], self.scale_by)
+
+    layer = Renamed(2.0, input_shape=(3,))
+    assert repr(layer).startswith("<renamed ")
+    m = g.ggml_apply(g.ggml_model_sequential(), layer)
+    g.ggml_compile(m, loss="mse", metrics=[], backend="cpu")
+    np.testing.assert_allclose(g.ggml_predict(m, np.ones((2, 3), np.float32)), 2.0)
+    with pytest.raises(g.GgmlValueError, match="constructor argument 'factor' is not kept"):
+        g.ggml_save_model(m, str(tmp_path / "r.gguf"))
+    with pytest.raises(g.GgmlValueError, match="constructor argument 'factor' is not kept"):
+        pickle.dumps(m)
+
