@@ -46,7 +46,24 @@ def initial_values(init: str, shape: tuple[int, ...], fans: tuple[int, int], rng
         units = shape[-1] // 4
         bias[..., units:2 * units] = 1.0
         return bias
-    return np.full(shape, 1.0 if init == "ones" else 0.0, dtype=np.float32)
+    if init in ("ones", "zeros"):
+        return np.full(shape, 1.0 if init == "ones" else 0.0, dtype=np.float32)
+    raise GgmlValueError(f"unknown initializer {init!r}; expected one of {', '.join(WEIGHT_INITIALIZERS)}")
+
+
+# every name a weight can start from: Keras' and the layers' own ("given": values the layer supplies)
+WEIGHT_INITIALIZERS = (*INITIALIZERS, "glorot", "embedding", "given")
+
+
+def check_weight_initializer(init: Any, what: str) -> str:
+    """A weight's initializer as a layer declares it: one of ``WEIGHT_INITIALIZERS`` (Keras' names, "glorot",
+    "embedding", "given"), or "unit_forget_bias[:<Keras name>]"."""
+    base = init.partition(":")[2] if isinstance(init, str) and init.startswith("unit_forget_bias") else init
+    if base == "":
+        return init
+    if not isinstance(base, str) or base.lower() not in WEIGHT_INITIALIZERS:
+        raise GgmlValueError(f"{what}: unknown initializer {init!r}; expected one of {', '.join(WEIGHT_INITIALIZERS)}")
+    return init
 
 
 def _variance_scaling(shape: tuple[int, ...], fans: tuple[int, int], scale: float, mode: str, distribution: str,

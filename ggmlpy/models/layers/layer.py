@@ -21,7 +21,7 @@ from ...core.args import bool_arg, is_int, positive_int_arg
 from ...errors import GgmlInUseError, GgmlStateError, GgmlTypeError, GgmlValueError
 from ...graph.objects import Context, Tensor
 from ...ops.elementwise import ggml_gelu, ggml_relu, ggml_sigmoid, ggml_silu, ggml_soft_max, ggml_tanh
-from .initializers import initial_values
+from .initializers import check_weight_initializer, initial_values
 from .regularizers import regularizer_arg
 
 
@@ -168,7 +168,8 @@ class Weight:
                  regularizer: str | None = None, trainable: bool = True, user_axes: tuple[int, ...] | None = None,
                  when: str | None = None) -> None:
         self.name = name
-        self.initializer, self.initializer_arg = initializer, initializer_arg
+        self.initializer = check_weight_initializer(initializer, "g.Weight")
+        self.initializer_arg = initializer_arg
         self.regularizer, self.trainable, self.user_axes, self.when = regularizer, trainable, user_axes, when
 
     def __set_name__(self, owner: type, attribute: str) -> None:
@@ -207,8 +208,15 @@ class BoundWeight:
         """The weight for one build: its ggml shape ``ne``, its fans (Glorot's), and the initializer when it
         is not the declared one."""
         w = self.weight
-        if init is None:
-            init = getattr(self.layer, w.initializer_arg) if w.initializer_arg else w.initializer
+        what = f"layer '{self.layer.name}' ({type(self.layer).__qualname__}), weight {self.name!r}"
+        if init is None and w.initializer_arg:
+            if not hasattr(self.layer, w.initializer_arg):
+                raise GgmlValueError(f"{what}: initializer_arg={w.initializer_arg!r} names no attribute of the layer; "
+                                     "give the constructor argument that holds the initializer's name")
+            init = getattr(self.layer, w.initializer_arg)
+        init = check_weight_initializer(w.initializer if init is None else init, what)
+        if init == "given" and value is None:
+            raise GgmlValueError(f"{what}: initializer 'given' takes its values from spec(value=...)")
         return ParamSpec(self.name, tuple(ne), str(init), fans, w.trainable,
                          user_axes if user_axes is not None else w.user_axes, value)
 
@@ -288,16 +296,61 @@ def _register(cls: type[Layer]) -> None:
 
 _ARGUMENTS: dict[type, tuple[str, ...]] = {}
 BASE_ARGUMENTS = ("name", "trainable", "input_shape")
+# what a layer object holds for the base class: a constructor argument of one of these names would overwrite it
+RESERVED = frozenset({"params", "built_for", "regularizers", "kind", "layout", "out_layout", "many_inputs",
+                      "takes_int", "savable", "builder_functions", "mask_support", "makes_mask", "NOT_SAVED",
+                      "REGULARIZED", "WEIGHTS"})
+
+
+def _constructors(cls: type) -> list:
+    """The ``__init__`` functions a layer's construction runs through while each passes ``**kw`` on: the class's
+    own (or the nearest base's), then its base's, up to (not including) ``Layer.__init__``."""
+    out = []
+    for klass in cls.__mro__:
+        init = vars(klass).get("__init__")
+        if init is None:
+            continue
+        if klass is Layer:
+            break
+        out.append(init)
+        params = inspect.signature(init).parameters.values()
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return out
 
 
 def constructor_arguments(cls: type[Layer]) -> tuple[str, ...]:
-    """The arguments of a layer class's constructor that its config holds: all its named ones but the
-    ones every layer takes (``BASE_ARGUMENTS``)."""
+    """The arguments of a layer class's constructor that its config holds: its named ones, and those of the
+    base constructors it passes ``**kw`` on to (a subclass of ``Dense`` keeps ``activation``), but the ones every
+    layer takes (``BASE_ARGUMENTS``)."""
     if cls not in _ARGUMENTS:
-        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
-        _ARGUMENTS[cls] = tuple(p.name for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
-                                and p.name not in BASE_ARGUMENTS)
+        names: list[str] = []
+        for init in _constructors(cls):
+            for p in list(inspect.signature(init).parameters.values())[1:]:
+                if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name not in BASE_ARGUMENTS + tuple(names):
+                    names.append(p.name)
+        _ARGUMENTS[cls] = tuple(names)
     return _ARGUMENTS[cls]
+
+
+def _takes_star_args(cls: type[Layer]) -> bool:
+    return any(p.kind is p.VAR_POSITIONAL for init in _constructors(cls)
+               for p in inspect.signature(init).parameters.values())
+
+
+def _check_arguments(cls: type[Layer]) -> None:
+    """Refuse, when the class is made, constructor arguments that would overwrite what the base class keeps, and
+    ``when=`` settings that name no argument."""
+    if "__init__" in vars(cls):
+        taken = sorted(set(constructor_arguments(cls)) & RESERVED)
+        if taken:
+            raise GgmlValueError(f"layer class {cls.__qualname__}: the constructor argument {taken[0]!r} would "
+                                 f"overwrite the layer's own {taken[0]!r} (the base class keeps it); give the "
+                                 "argument another name")
+    for w in cls.WEIGHTS.values():
+        if w.when is not None and w.when not in constructor_arguments(cls) and not hasattr(cls, w.when):
+            raise GgmlValueError(f"layer class {cls.__qualname__}: Weight {w.name!r} has when={w.when!r}, which is "
+                                 f"not a constructor argument (they are {list(constructor_arguments(cls))})")
 
 
 class Layer(metaclass=_Sealed):
@@ -340,8 +393,15 @@ class Layer(metaclass=_Sealed):
         cls.WEIGHTS = {w.name: w for klass in reversed(cls.__mro__) for w in vars(klass).values()
                        if isinstance(w, Weight) and w.name is not None}
         cls.REGULARIZED = {w.regularizer: w.name for w in cls.WEIGHTS.values() if w.regularizer and w.name}
+        names = [w.name for klass in cls.__mro__ for w in vars(klass).values() if isinstance(w, Weight) and w.name]
+        clash = {n for n in names if names.count(n) > 1 and
+                 sum(isinstance(v, Weight) and v.name == n for v in vars(cls).values()) > 1}
+        if clash:
+            raise GgmlValueError(f"layer class {cls.__qualname__}: two Weight attributes name the weight "
+                                 f"{sorted(clash)[0]!r}; each weight needs a name of its own")
         if abstract:
             return
+        _check_arguments(cls)
         if "kind" not in vars(cls):
             cls.kind = _snake_case(cls.__name__)
             cls.builder_functions = False
@@ -369,6 +429,10 @@ class Layer(metaclass=_Sealed):
         ``NOT_SAVED`` ones. A layer whose constructor keeps an argument under another name, or in another
         form, says so by defining ``config``."""
         out = {}
+        if _takes_star_args(type(self)):
+            raise GgmlValueError(f"layer '{self.name}' ({type(self).__qualname__}): a constructor that takes *args "
+                                 "cannot be called again from a saved config; take named arguments, or define "
+                                 "config() and a constructor that takes what it returns by name")
         for arg in constructor_arguments(type(self)):
             if arg not in self.NOT_SAVED:
                 if arg not in self.__dict__ and not hasattr(type(self), arg):

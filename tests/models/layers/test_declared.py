@@ -3,6 +3,7 @@ attributes, the config read from the constructor, the public functions made from
 own ``Layer`` subclass, which trains, saves, loads (given its class) and pickles like a built-in."""
 from __future__ import annotations
 
+import copy
 import inspect
 import os
 import pickle
@@ -16,6 +17,7 @@ import pytest
 import ggmlpy as g
 from ggmlpy.models import builders
 from ggmlpy.models.io.saving import model_from_architecture
+from ggmlpy.models.layers.basic import Dense
 from ggmlpy.models.layers.layer import import_built_ins, LAYER_TYPES
 
 
@@ -326,3 +328,78 @@ def test_a_subclass_that_does_not_keep_an_argument_says_so_when_saved_and_still_
     with pytest.raises(g.GgmlValueError, match="constructor argument 'factor' is not kept"):
         pickle.dumps(m)
 
+
+
+class ScaledBase(Dense):
+    """A built-in's subclass that passes the built-in's arguments on through ``**kw``."""
+    def __init__(self, units, factor=2.0, **kw):
+        super().__init__(units, **kw)
+        self.factor = factor
+
+    def forward(self, build, xs, shapes):
+        return g.ggml_scale(build.ctx, super().forward(build, xs, shapes), self.factor)
+
+
+def test_a_subclass_keeps_the_arguments_it_passes_on_to_its_base(tmp_path):
+    """Keras' pattern: the arguments a subclass passes to its base through **kw are part of its config, so a
+    copy, a pickle and a saved file rebuild the same layer (the base's activation and use_bias included)."""
+    m = g.ggml_apply(g.ggml_model_sequential(), ScaledBase(3, activation="relu", use_bias=False, input_shape=(4,)))
+    g.ggml_compile(m, loss="mse", metrics=[], backend="cpu")
+    x = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    want = g.ggml_predict(m, x)
+    assert m.layers[0].config()["activation"] == "relu" and m.layers[0].config()["use_bias"] is False
+    path = str(tmp_path / "s.gguf")
+    g.ggml_save_model(m, path)
+    for again in (copy.deepcopy(m), pickle.loads(pickle.dumps(m)), g.ggml_load_model(path, backend="cpu")):
+        np.testing.assert_array_equal(g.ggml_predict(again, x), want)
+        assert again.layers[0].full_config() == m.layers[0].full_config()
+
+
+def test_what_a_subclass_cannot_declare_is_refused_where_it_is_written():
+    with pytest.raises(g.GgmlValueError, match="'params' would overwrite the layer's own"):
+        type("Gain", (g.Layer,), {"__init__": lambda self, params=2.0, **kw: None})
+    with pytest.raises(g.GgmlValueError, match="unknown initializer 'xavier'"):
+        g.Weight(initializer="xavier")
+    with pytest.raises(g.GgmlValueError, match="when='use_bais', which is not a constructor argument"):
+        class Misspelt(g.Layer):
+            bias = g.Weight(when="use_bais")
+
+            def __init__(self, use_bias=True, **kw):
+                super().__init__(**kw)
+                self.use_bias = use_bias
+    with pytest.raises(g.GgmlValueError, match="two Weight attributes name the weight 'w'"):
+        type("Twice", (g.Layer,), {"a": g.Weight("w"), "b": g.Weight("w")})
+
+
+def test_what_a_subclass_gets_wrong_at_build_or_save_says_how_to_fix_it(tmp_path):
+    class Typo(g.Layer):
+        k = g.Weight(initializer_arg="kernel_init")
+
+        def __init__(self, kernel_initializer="zeros", **kw):
+            super().__init__(**kw)
+            self.kernel_initializer = kernel_initializer
+
+        def make_params(self, shapes):
+            return [self.k.spec((3, 3))]
+
+    with pytest.raises(g.GgmlValueError, match="initializer_arg='kernel_init' names no attribute"):
+        Typo().build([(3,)])
+
+    class BadInit(Typo):
+        k = g.Weight(initializer_arg="kernel_initializer")
+
+    with pytest.raises(g.GgmlValueError, match="unknown initializer 'he_normall'"):
+        BadInit(kernel_initializer="he_normall").build([(3,)])
+
+    class Scales(g.Layer):
+        def __init__(self, *factors, **kw):
+            super().__init__(**kw)
+            self.factors = factors
+
+        def forward(self, build, xs, shapes):
+            return xs[0]
+
+    m = g.ggml_apply(g.ggml_model_sequential(), Scales(2.0, input_shape=(3,)))
+    g.ggml_compile(m, loss="mse", metrics=[], backend="cpu")
+    with pytest.raises(g.GgmlValueError, match="takes \\*args cannot be called again"):
+        g.ggml_save_model(m, str(tmp_path / "s.gguf"))
