@@ -14,7 +14,8 @@ from ._guard import guard as _guard
 from .core.glossary import explain as _explain
 from .errors import (GgmlpyError, GgmlpyWarning, GgmlStateError, GgmlInUseError, GgmlTypeError, GgmlValueError,
                      BackendUnavailableError, GgufFileError, GgufFileNotFoundError, GgufKeyError)
-from .models.layers.layer import (Layer, Weight)
+from .models.layers.layer import (Layer)
+from .models.layers.weight import (Weight)
 from .backend.backend import (ggml_backend_cpu_init, ggml_backend_cpu_set_n_threads, ggml_backend_cuda_init,
                               ggml_backend_dev_init, ggml_backend_free, ggml_backend_get_device,
                               ggml_backend_init_auto, ggml_backend_init_best, ggml_backend_init_by_name,

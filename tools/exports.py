@@ -18,7 +18,7 @@ PACKAGE = os.path.join(ROOT, "ggmlpy")
 INIT = os.path.join(PACKAGE, "__init__.py")
 PREFIXES = ("ggml_", "GGML_", "gguf_")
 # the classes a user's own layer is written with (docs/guide/models.md, "A layer of your own")
-LAYER_CLASSES = ["Layer", "Weight"]
+LAYER_CLASSES = {"Layer": "models.layers.layer", "Weight": "models.layers.weight"}
 LAYERS = os.path.join(PACKAGE, "models", "layers")   # the built-in layer classes
 BUILDERS = "ggmlpy.models.builders"                   # their functions: LAYER_FUNCTIONS there
 ERRORS = ["GgmlpyError", "GgmlpyWarning", "GgmlStateError", "GgmlInUseError", "GgmlTypeError", "GgmlValueError",
@@ -141,13 +141,13 @@ def public_names() -> dict[str, list[str]]:
 def render() -> str:
     by_module = public_names()
     generated = set(layer_function_names())
-    lines = [HEADER, _import("errors", ERRORS), _import("models.layers.layer", LAYER_CLASSES)]
+    lines = [HEADER, _import("errors", ERRORS), *(_import(m, [n]) for n, m in LAYER_CLASSES.items())]
     for module, names in by_module.items():
         lines.append(_import(module[len("ggmlpy."):], [n for n in names if n not in generated]))
     lines.append("from .models.builders import LAYER_FUNCTIONS as _layer_functions\n\n"
                  "# made from the built-in layer classes (models/builders.py)\n")
     lines += [f'{name} = _layer_functions["{name}"]\n' for name in sorted(generated, key=str.lower)]
-    exported = ERRORS + LAYER_CLASSES + ["GGML_VERSION"] + [n for names in by_module.values() for n in names]
+    exported = ERRORS + list(LAYER_CLASSES) + ["GGML_VERSION"] + [n for names in by_module.values() for n in names]
     lines.append(FOOTER.replace("\n# docstrings", "\n__all__ = [\n" + _listing(exported) + "]\n\n# docstrings", 1))
     return "".join(lines)
 

@@ -22,7 +22,8 @@ from . import layers as _layers_package
 from .engine.compile import compiled
 from .layers import basic as Lyr
 from .layers import custom, sequence
-from .layers.layer import import_built_ins, Layer, LAYER_TYPES, ParamSpec
+from .layers.layer import import_built_ins, Layer, LAYER_TYPES
+from .layers.weight import ParamSpec
 from .network.model import apply_layer, default_name, InputLayer, Model, Node, Sequential
 
 

@@ -37,8 +37,9 @@ from ...ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_r
 from ...opt.constants import BUILD_FORWARD
 from ...opt.context import training_graph_nodes
 from ...training.replicas import split_counts
-from ..layers.layer import BoundWeight, Layer, NATURAL, natural_ne, SPATIAL, weight_name
+from ..layers.layer import Layer, NATURAL, natural_ne, SPATIAL
 from ..layers.masking import mask_flow
+from ..layers.weight import BoundWeight, weight_name
 from ..network.model import Model, Node
 from ..network.parameters import check_device_can_use, ParamStore
 from .optimizer_state import OptimizerState

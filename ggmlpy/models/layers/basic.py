@@ -26,8 +26,8 @@ from .layer import (
     check_activation,
     Layer,
     LayerOptions,
-    Weight,
 )
+from .weight import Weight
 
 
 if TYPE_CHECKING:

@@ -29,7 +29,8 @@ from ...ops.linalg import ggml_mul_mat
 from ...ops.reduce import ggml_concat, ggml_sum_rows
 from . import fused
 from .initializers import check_initializer
-from .layer import activate, Builder, check_activation, Layer, LayerOptions, NATURAL, SPATIAL, Weight
+from .layer import activate, Builder, check_activation, Layer, LayerOptions, NATURAL, SPATIAL
+from .weight import Weight
 
 
 if TYPE_CHECKING:

@@ -14,7 +14,8 @@ from typing import Any, Callable, TYPE_CHECKING
 from ...core.args import is_int
 from ...errors import GgmlTypeError, GgmlValueError
 from ...graph.objects import Tensor
-from .layer import Layer, LayerOptions, natural_ne, ParamSpec, sample_shape
+from .layer import Layer, LayerOptions, natural_ne, sample_shape
+from .weight import ParamSpec
 
 
 if TYPE_CHECKING:

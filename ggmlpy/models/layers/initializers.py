@@ -55,13 +55,12 @@ def initial_values(init: str, shape: tuple[int, ...], fans: tuple[int, int], rng
 WEIGHT_INITIALIZERS = (*INITIALIZERS, "glorot", "embedding", "given")
 
 
-def check_weight_initializer(init: Any, what: str) -> str:
+def check_weight_initializer(init: object, what: str) -> str:
     """A weight's initializer as a layer declares it: one of ``WEIGHT_INITIALIZERS`` (Keras' names, "glorot",
     "embedding", "given"), or "unit_forget_bias[:<Keras name>]"."""
     base = init.partition(":")[2] if isinstance(init, str) and init.startswith("unit_forget_bias") else init
-    if base == "":
-        return init
-    if not isinstance(base, str) or base.lower() not in WEIGHT_INITIALIZERS:
+    if not isinstance(init, str) or (base != "" and (not isinstance(base, str) or
+                                                      base.lower() not in WEIGHT_INITIALIZERS)):
         raise GgmlValueError(f"{what}: unknown initializer {init!r}; expected one of {', '.join(WEIGHT_INITIALIZERS)}")
     return init
 

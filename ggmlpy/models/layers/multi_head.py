@@ -25,7 +25,8 @@ from ...graph.objects import Tensor
 from ...ops.elementwise import ggml_add, ggml_cont, ggml_mul, ggml_scale_bias, ggml_soft_max_ext
 from ...ops.layout import ggml_permute, ggml_reshape_1d, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d
 from ...ops.linalg import ggml_mul_mat
-from .layer import BoundWeight, Builder, Layer, LayerOptions, Weight
+from .layer import Builder, Layer, LayerOptions
+from .weight import BoundWeight, Weight
 
 
 if TYPE_CHECKING:

@@ -33,7 +33,8 @@ from ...ops.elementwise import (
 )
 from ...ops.layout import ggml_cpy, ggml_reshape, ggml_reshape_1d, ggml_reshape_2d, ggml_transpose
 from ...ops.reduce import ggml_repeat, ggml_sum_rows
-from .layer import Layer, LayerOptions, Weight
+from .layer import Layer, LayerOptions
+from .weight import Weight
 
 
 if TYPE_CHECKING:

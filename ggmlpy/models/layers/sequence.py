@@ -35,8 +35,9 @@ from ...ops.recurrent import ggml_gru_cell, ggml_gru_seq, ggml_lstm_cell, ggml_l
 from ...ops.reduce import ggml_concat, ggml_repeat
 from . import fused
 from .initializers import check_initializer
-from .layer import Builder, Layer, LayerOptions, ParamSpec, Weight
+from .layer import Builder, Layer, LayerOptions
 from .masking import carry_over, step_of, time_major_mask
+from .weight import ParamSpec, Weight
 
 
 if TYPE_CHECKING:

@@ -16,8 +16,9 @@ from ...graph.objects import Tensor
 from ...ops.elementwise import ggml_add, ggml_mul, ggml_scale
 from ...ops.layout import ggml_reshape
 from ...ops.reduce import ggml_concat
-from .layer import BoundWeight, Builder, Layer, LayerOptions, NATURAL, weight_name
+from .layer import Builder, Layer, LayerOptions, NATURAL
 from .sequence import Recurrent
+from .weight import BoundWeight, weight_name
 
 
 if TYPE_CHECKING:
