@@ -27,7 +27,7 @@ from ...compute.sched import ggml_backend_sched_new, Scheduler
 from ...compute.threads import forward_work, restore_threads, split_threads
 from ...core.handle import Handle
 from ...core.types import GGML_TYPE_F32, GGML_TYPE_I32
-from ...errors import GgmlInUseError, GgmlStateError, GgmlValueError
+from ...errors import GgmlInUseError, GgmlStateError, GgmlTypeError, GgmlValueError
 from ...graph.context import ggml_graph_overhead, ggml_init, ggml_tensor_overhead
 from ...graph.graph import ggml_build_forward_expand, ggml_new_graph_custom
 from ...graph.objects import Graph, Tensor
@@ -199,7 +199,7 @@ class GraphBuilder:
             self.strip_softmax = id(node) in self.logits_for
             self.input_mask = masks.get(id(node.inputs[0])) if node.inputs else None  # only the sequence's (mask_flow)
             fwd = layer.forward if self.training else layer.predict_forward
-            out = fwd(self, xs, shapes)
+            out = self._checked(layer, fwd(self, xs, shapes), node.shape)
             values[id(node)] = {layer.out_layout or layer.layout: out}
             if id(node) in masked:
                 masks[id(node)] = layer.output_mask(self, self.input_mask, xs, out)
@@ -212,6 +212,28 @@ class GraphBuilder:
         for copy in self.output_copies:
             self.side_output(copy)
         return GraphInstance(self, input_tensors, out_tensors)
+
+    def _checked(self, layer: Layer, out: object, shape: tuple[int, ...]) -> Tensor:
+        """A layer's forward result, if it is a tensor of the shape ``output_shape`` said (in the layer's output
+        layout, the batch last): a layer class of one's own that disagrees with itself is told so here."""
+        what = f"layer '{layer.name}' ({type(layer).__qualname__})"
+        if not isinstance(out, Tensor):
+            raise GgmlTypeError(f"{what}: forward returned {type(out).__name__}, not a tensor; it must return the "
+                                "result of ggmlpy ops on its inputs and weights")
+        layout = layer.out_layout or layer.layout
+        want: tuple[int, ...]
+        if layout == SPATIAL and len(shape) == 3:
+            want = (shape[1], shape[0], shape[2], self.batch)        # (H, W, C): [W, H, C, N]
+        elif layout == SPATIAL and len(shape) == 2:
+            want = (shape[0], shape[1], self.batch)                  # (steps, C): [steps, C, N]
+        else:
+            want = natural_ne(shape, self.batch)
+        got = tuple(out.shape) + (1,) * (4 - len(out.shape))
+        if got != tuple(want) + (1,) * (4 - len(want)):
+            raise GgmlValueError(f"{what}: forward returned a tensor of ggml shape {tuple(out.shape)}, but its "
+                                 f"output_shape says samples of shape {shape}, which in its layout and with a batch "
+                                 f"of {self.batch} is {tuple(want)}; make output_shape agree with what forward builds")
+        return out
 
     def _value(self, values: dict, node: Node, layout: str) -> Tensor:
         have = values[id(node)]

@@ -170,6 +170,9 @@ class _Sealed(type):
             raise GgmlTypeError(f"{cls.__name__} is a base of layers, not a layer to use; make one of its "
                                 "subclasses")
         layer: L = type.__call__(cls, *args, **kwargs)
+        if "regularizers" not in vars(layer):  # Layer.__init__ sets it (with the name and the weights' slots)
+            raise GgmlTypeError(f"{cls.__name__}.__init__ did not call super().__init__(**kw): the layer has no name "
+                                "or weights yet; call it first, passing on the keyword arguments it does not take")
         object.__setattr__(layer, "_sealed", True)
         return layer
 

@@ -403,3 +403,30 @@ def test_what_a_subclass_gets_wrong_at_build_or_save_says_how_to_fix_it(tmp_path
     g.ggml_compile(m, loss="mse", metrics=[], backend="cpu")
     with pytest.raises(g.GgmlValueError, match="takes \\*args cannot be called again"):
         g.ggml_save_model(m, str(tmp_path / "s.gguf"))
+
+
+def test_a_forward_that_disagrees_with_output_shape_or_a_missing_super_init_is_named():
+    class Wrong(g.Layer):
+        def output_shape(self, shapes):
+            return (5,)
+
+        def forward(self, build, xs, shapes):
+            return xs[0]                          # (4,) samples, not (5,)
+
+    class Nothing(g.Layer):
+        def forward(self, build, xs, shapes):
+            return None
+
+    class NoSuper(g.Layer):
+        def __init__(self, units, **kw):
+            self.units = units
+
+    for layer, kind, message in [(Wrong(input_shape=(4,)), g.GgmlValueError, "make output_shape agree"),
+                                 (Nothing(input_shape=(4,)), g.GgmlTypeError, "forward returned NoneType")]:
+        m = g.ggml_apply(g.ggml_model_sequential(), layer)
+        with pytest.raises(kind, match=message):
+            g.ggml_compile(m, loss="mse", metrics=[], backend="cpu")
+            g.ggml_predict(m, np.ones((2, 4), np.float32))
+    with pytest.raises(g.GgmlTypeError, match="did not call super\\(\\).__init__"):
+        NoSuper(3)
+
