@@ -204,17 +204,12 @@ ARG_DOCS = {
 
 
 def _arguments(cls: type[Layer]) -> str:
-    """The ``Arguments:`` entries of a layer's constructor (and the arguments every layer takes)."""
-    import inspect
+    """The ``Arguments:`` entries of a layer's constructor (its signature as ``_layer_parameters`` spells it), the
+    arguments every layer takes last."""
+    common = ("name", "trainable", "input_shape")
+    params = _layer_parameters(cls)
     lines = []
-    common = ("name", "trainable", "input_shape")  # every layer's, listed once below (a layer without an
-    # __init__ of its own has Layer's signature, which holds them)
-    params = [p for p in inspect.signature(cls.__init__).parameters.values()
-              if p.name not in ("self", "kw") + common]
-    params = [p for p in params if p.kind is not p.VAR_KEYWORD]
-    regs = [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=None) for k in cls.REGULARIZED]
-    for p in params + regs + [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d)
-                              for n, d in (("name", None), ("trainable", True), ("input_shape", None))]:
+    for p in [p for p in params if p.name not in common] + [p for p in params if p.name in common]:
         default = "" if p.default is inspect.Parameter.empty else f" (default {p.default!r})"
         meaning = (getattr(cls, "ARG_DOCS", {}).get(p.name) or ARG_DOCS.get(p.name, "")).rstrip(".")
         lines.append(f"    {p.name}: {meaning}{default}.")

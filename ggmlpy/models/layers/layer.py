@@ -200,7 +200,7 @@ def _register(cls: type[Layer]) -> None:
     LAYER_TYPES[kind] = cls   # a class defined again (a notebook cell run twice) replaces its earlier self
 
 
-_ARGUMENTS: dict[type, tuple[str, ...]] = {}
+_ARGUMENTS: dict[type, tuple[tuple[str, ...], bool]] = {}  # class -> (its config's arguments, takes *args)
 BASE_ARGUMENTS = ("name", "trainable", "input_shape")
 # what a layer object holds for the base class: a constructor argument of one of these names would overwrite it
 RESERVED = frozenset({"params", "built_for", "regularizers", "kind", "layout", "out_layout", "many_inputs",
@@ -231,17 +231,19 @@ def constructor_arguments(cls: type[Layer]) -> tuple[str, ...]:
     layer takes (``BASE_ARGUMENTS``)."""
     if cls not in _ARGUMENTS:
         names: list[str] = []
+        star = False
         for init in _constructors(cls):
             for p in list(inspect.signature(init).parameters.values())[1:]:
+                star = star or p.kind is p.VAR_POSITIONAL
                 if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name not in BASE_ARGUMENTS + tuple(names):
                     names.append(p.name)
-        _ARGUMENTS[cls] = tuple(names)
-    return _ARGUMENTS[cls]
+        _ARGUMENTS[cls] = (tuple(names), star)
+    return _ARGUMENTS[cls][0]
 
 
 def _takes_star_args(cls: type[Layer]) -> bool:
-    return any(p.kind is p.VAR_POSITIONAL for init in _constructors(cls)
-               for p in inspect.signature(init).parameters.values())
+    constructor_arguments(cls)
+    return _ARGUMENTS[cls][1]
 
 
 def _check_arguments(cls: type[Layer]) -> None:
@@ -299,9 +301,8 @@ class Layer(metaclass=_Sealed):
         cls.WEIGHTS = {w.name: w for klass in reversed(cls.__mro__) for w in vars(klass).values()
                        if isinstance(w, Weight) and w.name is not None}
         cls.REGULARIZED = {w.regularizer: w.name for w in cls.WEIGHTS.values() if w.regularizer and w.name}
-        names = [w.name for klass in cls.__mro__ for w in vars(klass).values() if isinstance(w, Weight) and w.name]
-        clash = {n for n in names if names.count(n) > 1 and
-                 sum(isinstance(v, Weight) and v.name == n for v in vars(cls).values()) > 1}
+        own = [w.name for w in vars(cls).values() if isinstance(w, Weight) and w.name]
+        clash = {n for n in own if own.count(n) > 1}
         if clash:
             raise GgmlValueError(f"layer class {cls.__qualname__}: two Weight attributes name the weight "
                                  f"{sorted(clash)[0]!r}; each weight needs a name of its own")
