@@ -1,6 +1,7 @@
-"""Backward matrix products on Vulkan: each benchmark model's training step with OUT_PROD on ggml's tiled matmul
-shaders (patches/0043, the default) against out_prod.comp (``GGMLPY_VK_OUT_PROD=naive``, the kernel before), in
-the same run.
+"""Backward matrix products on Vulkan: each benchmark model's training step with OUT_PROD on the default kernels
+(patches/0043 and 0045: ggml's tiled matmul shaders for large products on a GPU, our blocked kernel otherwise)
+against upstream's out_prod.comp (``GGMLPY_VK_OUT_PROD=naive``, the kernel before), in the same run; ``--kernels``
+adds the forced choices (``matmul``, ``blocked``) that the default picks between.
 
 For each model and kernel, one fresh process trains on Vulkan0 (bench_vs_torch.py's models and data) and
 reports the median wall time of a step (a fit's second epoch over its steps) and, from a second process with
@@ -10,6 +11,7 @@ hits both.
 
     GGML_VK_VISIBLE_DEVICES=0 python benchmarks/bench_vk_backward.py                 # lavapipe in CI's image
     python benchmarks/bench_vk_backward.py --models transformer,cnn --rounds 3 --device Vulkan0
+    python benchmarks/bench_vk_backward.py --kernels naive,matmul,blocked,default   # what the GPU check runs
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = ("mnist-fc", "cnn", "lstm", "transformer")
 # samples per epoch and batch: a few steps each (lavapipe computes on the CPU)
 SIZES = {"mnist-fc": (2000, 500), "cnn": (400, 100), "lstm": (256, 64), "transformer": (128, 32)}
-KERNELS = {"naive": {"GGMLPY_VK_OUT_PROD": "naive"}, "default": {}}
+KERNELS = ("naive", "matmul", "blocked", "default")  # GGMLPY_VK_OUT_PROD's values; default: unset
 
 
 def worker(model: str, device: str, perf: bool) -> dict:
@@ -46,7 +48,9 @@ def worker(model: str, device: str, perf: bool) -> dict:
 
 
 def run(model: str, kernel: str, device: str, perf: bool) -> dict:
-    env = dict(os.environ, **KERNELS[kernel])
+    env = {k: v for k, v in os.environ.items() if k != "GGMLPY_VK_OUT_PROD"}
+    if kernel != "default":
+        env["GGMLPY_VK_OUT_PROD"] = kernel
     if perf:
         env["GGML_VK_PERF_LOGGER"] = "1"
     proc = subprocess.run([sys.executable, __file__, "--worker", model, device, str(int(perf))], env=env,
@@ -76,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--rounds", type=int, default=3, help="timed runs of each kernel, alternating (default 3)")
     ap.add_argument("--device", default="Vulkan0")
+    ap.add_argument("--kernels", default="naive,default",
+                    help=f"OUT_PROD kernels to compare, of {','.join(KERNELS)} (default naive,default)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--worker", nargs=3, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -83,16 +89,20 @@ def main(argv: list[str] | None = None) -> int:
         model, device, perf = args.worker
         print(json.dumps(worker(model, device, perf == "1")))
         return 0
+    kernels = args.kernels.split(",")
+    unknown = sorted(set(kernels) - set(KERNELS))
+    if unknown or "naive" not in kernels or "default" not in kernels:
+        ap.error(f"--kernels: {args.kernels!r} must name naive and default, and only {', '.join(KERNELS)}")
     results = {}
     for model in args.models.split(","):
-        times: dict[str, list[float]] = {k: [] for k in KERNELS}
+        times: dict[str, list[float]] = {k: [] for k in kernels}
         for r in range(args.rounds):
-            for kernel in (list(KERNELS) if r % 2 == 0 else list(reversed(KERNELS))):
+            for kernel in (kernels if r % 2 == 0 else list(reversed(kernels))):
                 times[kernel].append(run(model, kernel, args.device, False)["step_ms"])
-        ops = {k: run(model, k, args.device, True)["ops_us"] for k in KERNELS}
+        ops = {k: run(model, k, args.device, True)["ops_us"] for k in kernels}
         row = {}
         print(f"== {model} on {args.device}, batch {SIZES[model][1]}, {args.rounds} rounds")
-        for kernel in KERNELS:
+        for kernel in kernels:
             step = statistics.median(times[kernel])
             total, prod = sum(ops[kernel].values()), ops[kernel].get("OUT_PROD", 0.0)
             row[kernel] = {"step_ms": step, "step_runs_ms": times[kernel], "out_prod_ms": prod / 1e3,

@@ -20,7 +20,8 @@ and gguf, and Debian's Vulkan loader. This script, there:
    (patches 0016/0018/0038-0044, float32 precision and the TF32 switch), the model-layer tests on the device,
    the placement report with its assertion (one split and no CPU op for each benchmark model), the GPU-sized
    benchmarks against PyTorch on the same device, on Vulkan the backward products on ggml's matmul shaders
-   against out_prod.comp (``bench_vk_backward.py``, patches/0043), and the kernel tests past 2^31/2^32 elements;
+   against out_prod.comp, the tiled matmul shaders and the blocked kernel (``bench_vk_backward.py``,
+   patches/0043 and 0045), and the kernel tests past 2^31/2^32 elements;
 4. writes everything to ``$OUT`` (else ``benchmarks/out/gpu``): ``gpu_check.log`` (every step's output),
    ``summary.txt`` (one line a step, the device, the figures) and ``results.json`` (placement and benchmark
    figures); three files, since a device run returns at most eight.
@@ -214,12 +215,12 @@ def part(run: Run, device: str, family: str, quick: bool, rehearse: bool = False
             and bench.exists():
         run.results[f"bench_gpu {device}"] = json.loads(bench.read_text())
     bench.unlink(missing_ok=True)
-    if family == "vulkan":  # issue 42: backward products on the matmul shaders against out_prod.comp
+    if family == "vulkan":  # issue 42: backward products, each kernel (the GPU's choice between them is unmeasured)
         backward = OUT / f"backward-{device}.json"
         models = ["--models", "transformer"] if rehearse else []
-        if run.step(f"{device}: backward products, matmul shaders vs out_prod.comp", 60,
+        if run.step(f"{device}: backward products, out_prod.comp vs matmul shaders vs blocked kernel", 90,
                     [sys.executable, "benchmarks/bench_vk_backward.py", "--device", device, "--rounds", "1", *models,
-                     "--json", str(backward)], env) and backward.exists():
+                     "--kernels", "naive,matmul,blocked,default", "--json", str(backward)], env) and backward.exists():
             run.results[f"bench_vk_backward {device}"] = json.loads(backward.read_text())
         backward.unlink(missing_ok=True)
     if family == "cuda":

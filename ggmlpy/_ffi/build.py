@@ -76,6 +76,16 @@ static size_t ggmlpy_vk_max_storage_buffer_range(ggml_backend_dev_t dev) {
     return fn ? fn(dev) : 0;
 }
 
+/* On a lavapipe device, the loop iterations that made ggml-vulkan refuse an op (its shader would pass lavapipe's
+   65535: patches/0046); 0 for another device, or an op below that. */
+typedef uint64_t (*ggmlpy_vk_loops_t)(ggml_backend_dev_t, const struct ggml_tensor *);
+static uint64_t ggmlpy_vk_shader_loops_refused(ggml_backend_dev_t dev, const struct ggml_tensor * op) {
+    ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(dev);
+    if (!reg || reg != ggml_backend_reg_by_name("Vulkan")) return 0;
+    ggmlpy_vk_loops_t fn = (ggmlpy_vk_loops_t) ggml_backend_reg_get_proc_address(reg, "ggmlpy_vk_shader_loops_refused");
+    return fn ? fn(dev, op) : 0;
+}
+
 typedef void (*ggmlpy_rpc_start_server_t)(const char *, const char *, size_t, size_t, ggml_backend_dev_t *);
 static int ggmlpy_rpc_start_server(const char * endpoint, const char * cache_dir, size_t n_threads,
                                    size_t n_devices, ggml_backend_dev_t * devices) {

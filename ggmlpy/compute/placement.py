@@ -194,6 +194,11 @@ def why_not_on_device(device: Backend, t: CData, op: str) -> str:
     if limit is not None and largest + _MAX_ALIGNMENT > limit:
         return (f"{name} refuses {op}: a {_bytes(largest)} tensor of it is past the {_bytes(limit)} one shader "
                 "binding covers on this device (maxStorageBufferRange)")
+    loops = int(lib.ggmlpy_vk_shader_loops_refused(lib.ggml_backend_get_device(device.ptr), t))
+    if loops:
+        return (f"{name} (lavapipe) refuses {op} at this size: its shader would loop about {loops} times, and "
+                "lavapipe stops a shader's loops after 65535 iterations (the result would be wrong); a GPU "
+                "computes it")
     operands = ", ".join(f"{ffi.string(lib.ggml_type_name(x.type)).decode()} "
                          f"{list(x.ne)[:max(1, int(lib.ggml_n_dims(x)))]}"
                          f"{'' if lib.ggml_is_contiguous(x) else ' (strided)'}" for x in tensors[1:])

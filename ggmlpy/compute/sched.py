@@ -297,10 +297,30 @@ def _count_leafs(g, n_nodes: int) -> int:
     return len(leafs)
 
 
+def sched_copy_source_name(t: CData) -> str | None:
+    """The name of the tensor that ``t`` is a scheduler's copy of (ggml names the copy of an input that one
+    backend reads from another's memory ``"<backend>#<input name>#<n>"``), None when ``t`` is no such copy."""
+    name = ffi.string(t.name).decode("utf-8", "replace")
+    parts = name.split("#")
+    return "#".join(parts[1:-1]) if len(parts) >= 3 and parts[-1].isdigit() and t.op == lib.GGML_OP_NONE else None
+
+
 def check_sched_indices(g) -> None:
-    """ggml's get_rows aborts on an out-of-range index: check the index inputs before computing."""
+    """ggml's get_rows aborts on an out-of-range index: check the index inputs before computing.
+
+    Once a scheduler has split the graph, a node on another backend than its index input's reads the scheduler's
+    copy of it, filled only during the compute: the input itself (the graph's tensor of that name) is checked;
+    none is when the name does not tell it (a copy of an unnamed or ambiguous tensor)."""
     nodes = [lib.ggml_graph_node(g, i) for i in range(lib.ggml_graph_n_nodes(g))]
-    check_index_inputs(index_inputs(nodes))
+    leaves = []
+    for t, bound in index_inputs(nodes):
+        source = sched_copy_source_name(t)
+        if source is not None:
+            t = lib.ggml_graph_get_tensor(g, source.encode())
+            if t == ffi.NULL or sched_copy_source_name(t) is not None:
+                continue
+        leaves.append((t, bound))
+    check_index_inputs(leaves)
 
 
 def _sched_reserve(s: CData, g: CData) -> bool:

@@ -88,24 +88,32 @@ def graph_inputs(arrays, backend, ops_size: int):
                 handle.free()
 
 
+def _backends(backend) -> list:
+    """``backend`` as the scheduler's list: one backend, or a list of them (the first holds the inputs and runs
+    what it supports, the others, e.g. the CPU, the rest)."""
+    if isinstance(backend, (list, tuple)):
+        return list(backend)
+    return [backend or default_backend()]
+
+
 def compute(build: Callable, *arrays: np.ndarray, backend=None, graph_size: int = 256,
             placements: list | None = None) -> list[np.ndarray]:
     """Build ``build(ctx, *input_tensors)`` on the CPU, compute it, return the results as 4-D arrays.
 
     The inputs live in a no_alloc context allocated with ``ggml_backend_alloc_ctx_tensors``;
     the ops go to a second no_alloc context whose graph a scheduler allocates and runs.
-    ``build`` may return one tensor or a tuple/list of tensors. ``placements``: a list that gets where the
-    compute ran (a ``Placement``).
+    ``build`` may return one tensor or a tuple/list of tensors. ``backend``: one backend or a list (see
+    ``_backends``). ``placements``: a list that gets where the compute ran (a ``Placement``).
     """
-    backend = backend or default_backend()
-    with graph_inputs(arrays, backend, ctx_size(graph_size, graph_size)) as (tensors, ctx_ops, owned):
+    backends = _backends(backend)
+    with graph_inputs(arrays, backends[0], ctx_size(graph_size, graph_size)) as (tensors, ctx_ops, owned):
         out = build(ctx_ops, *tensors)
         outs = list(out) if isinstance(out, (list, tuple)) else [out]
         graph = G.ggml_new_graph_custom(ctx_ops, graph_size, False)
         for o in outs:
             G.ggml_set_output(o)
             G.ggml_build_forward_expand(graph, o)
-        sched = G.ggml_backend_sched_new([backend], parallel=False, graph_size=graph_size)
+        sched = G.ggml_backend_sched_new(backends, parallel=False, graph_size=graph_size)
         owned.append(sched)
         G.ggml_backend_sched_alloc_graph(sched, graph)
         _compute_watched(sched, graph, placements)
@@ -130,9 +138,9 @@ def compute_grad(build: Callable, x: np.ndarray, r: np.ndarray, *others: np.ndar
     backward, allocated by a scheduler, reset (loss gradient = 1) and computed. ``placements``: a list
     that gets where the compute ran (a ``Placement``: which backend computed each op).
     """
-    backend = backend or default_backend()
+    backends = _backends(backend)
     ops_size = ctx_size(4 * graph_size, graph_size, True)
-    with graph_inputs([x, r, *others], backend, ops_size) as (tensors, ctx_ops, owned):
+    with graph_inputs([x, r, *others], backends[0], ops_size) as (tensors, ctx_ops, owned):
         xt, rt, other_t = tensors[0], tensors[1], tensors[2:]
         G.ggml_set_param(xt)
         y = build(ctx_ops, xt, *other_t)
@@ -141,7 +149,7 @@ def compute_grad(build: Callable, x: np.ndarray, r: np.ndarray, *others: np.ndar
         graph = G.ggml_new_graph_custom(ctx_ops, graph_size, True)
         G.ggml_build_forward_expand(graph, loss)
         G.ggml_build_backward_expand(ctx_ops, graph)
-        sched = G.ggml_backend_sched_new([backend], parallel=False, graph_size=graph_size)
+        sched = G.ggml_backend_sched_new(backends, parallel=False, graph_size=graph_size)
         owned.append(sched)
         G.ggml_backend_sched_alloc_graph(sched, graph)
         G.ggml_graph_reset(graph)
