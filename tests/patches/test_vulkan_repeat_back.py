@@ -21,14 +21,14 @@ from tests.helpers.subprocesses import run_in_subprocess
 
 pytestmark = pytest.mark.vulkan
 
-# (source shape, result shape) in numpy order (ne3, ne2, ne1, ne0); "T": the source is a permuted view
+# (source shape, result shape) in numpy order (ne3, ne2, ne1, ne0); "P": the source is a permuted view
 CASES = [
     ((100, 8, 28, 28), (1, 8, 1, 1), ""),      # a convolution bias over 78400 positions
     ((1, 1, 70000, 3), (1, 1, 1, 3), ""),      # a dense bias over 70000 rows: past lavapipe's loop limit
     ((3, 10, 4, 6), (3, 5, 1, 3), ""),         # repeats along ne0, ne1 and ne2
     ((4, 6, 300, 16), (1, 3, 1, 16), ""),       # along ne1, ne2 and ne3
     ((2, 3, 5, 7), (1, 1, 1, 1), ""),           # everything into one: short, upstream's shader
-    ((1, 1, 512, 24), (1, 1, 1, 24), "T"),      # a permuted (strided) source
+    ((1, 6, 512, 24), (1, 3, 1, 24), "P"),      # a permuted source (rows contiguous, ne1 and ne2 swapped)
 ]
 
 SCRIPT = textwrap.dedent("""
@@ -39,9 +39,9 @@ SCRIPT = textwrap.dedent("""
     for shape, dst, layout in {cases}:
         rng = np.random.default_rng(sum(shape))
         x = rng.normal(size=shape).astype(np.float32)
-        if layout == "T":   # stored with ne0 and ne1 swapped, read through a transpose
-            stored = np.ascontiguousarray(np.swapaxes(x, 2, 3))
-            view = lambda c, a: G.ggml_transpose(c, a)
+        if layout == "P":   # stored with ne1 and ne2 swapped, read through a permute
+            stored = np.ascontiguousarray(np.swapaxes(x, 1, 2))
+            view = lambda c, a: G.ggml_permute(c, a, 0, 2, 1, 3)
         else:
             stored, view = x, lambda c, a: a
         build = lambda c, a: G.ggml_repeat_back(c, view(c, a), G.ggml_new_tensor_4d(c, G.GGML_TYPE_F32, *dst[::-1]))
