@@ -123,7 +123,7 @@ def _initial_state(fn: str, s: object, what: str, x: Tensor, units: int, batch: 
 
 def ggml_lstm_seq(ctx: Context, x: Tensor, u: Tensor, h0: Tensor | None = None, c0: Tensor | None = None,
                   reverse: bool = False) -> Tensor:
-    """A whole LSTM recurrence over ``T`` steps in one node (and one node backward), on the CPU.
+    """A whole LSTM recurrence over ``T`` steps in one node (and one node backward), on the CPU and Vulkan.
 
     ``x`` holds every step's input projection ``x_t W + b`` (the four gates stacked in Keras' order input,
     forget, cell, output); each step adds the recurrent product ``h_{t-1} U`` and computes
@@ -134,8 +134,9 @@ def ggml_lstm_seq(ctx: Context, x: Tensor, u: Tensor, h0: Tensor | None = None, 
     into ``ggml_lstm_cell`` steps makes three matrix products, a cell and their joins per step, each ending at
     a wait of the threads.
 
-    Differentiable in ``x``, ``u``, ``h0`` and ``c0``. Only the CPU backend computes it (patches/0035): for a
-    GPU build the steps from ``ggml_mul_mat`` and the element-wise ops, which every backend has.
+    Differentiable in ``x``, ``u``, ``h0`` and ``c0``. The CPU (patches/0035) and Vulkan (patches/0049: one dispatch
+    each way, a workgroup per batch column; up to 512 units) compute it; for another device (CUDA) build the steps
+    from ``ggml_mul_mat`` and the element-wise ops, which every backend has.
 
     Arguments:
         ctx: [glossary]
@@ -163,7 +164,7 @@ def ggml_lstm_seq(ctx: Context, x: Tensor, u: Tensor, h0: Tensor | None = None, 
 
 def ggml_gru_seq(ctx: Context, x: Tensor, u: Tensor, b: Tensor | None = None, h0: Tensor | None = None,
                  reverse: bool = False) -> Tensor:
-    """A whole GRU recurrence over ``T`` steps in one node (and one node backward), on the CPU.
+    """A whole GRU recurrence over ``T`` steps in one node (and one node backward), on the CPU and Vulkan.
 
     Keras' GRU with ``reset_after=True`` (its default): ``x`` holds every step's input projection ``x_t W + b_in``
     (the three gates stacked in Keras' order update ``z``, reset ``r``, candidate); each step computes the recurrent
@@ -172,8 +173,8 @@ def ggml_gru_seq(ctx: Context, x: Tensor, u: Tensor, b: Tensor | None = None, h0
     run every step on their own block of the batch, and the backward pass makes the gradient of ``u`` one product
     over all steps (and ``b``'s one sum).
 
-    Differentiable in ``x``, ``u``, ``b`` and ``h0``. Only the CPU backend computes it (patches/0037): for a GPU build
-    the steps from ``ggml_mul_mat`` and the element-wise ops, which every backend has.
+    Differentiable in ``x``, ``u``, ``b`` and ``h0``. The CPU (patches/0037) and Vulkan (patches/0049; up to 512 units)
+    compute it; for another device (CUDA) build the steps from ``ggml_mul_mat`` and the element-wise ops.
 
     Arguments:
         ctx: [glossary]

@@ -4,7 +4,9 @@ one invocation looping over every repeat: 8 invocations for a convolution bias o
 on lavapipe a sum past 65535 iterations stopped short.
 
 Checked against numpy float64 and ggml's CPU kernel, on shapes that repeat along one to four dimensions, a strided
-(permuted) source, and sums short enough for upstream's shader (which they keep). Tolerance: float32 sums of up to
+(permuted) source, a source that starts off the binding alignment (upstream's shader ignored the offset: the
+gradient of a GRU's recurrent bias, a view into its backward result, came out shifted), and sums short enough for
+upstream's shader (which they keep). Tolerance: float32 sums of up to
 78400 terms in another order than numpy's, so within 4 u sqrt(n) of the terms' magnitude (u = 2^-24), as for
 OUT_PROD; exact for the sums of ones.
 """
@@ -21,7 +23,8 @@ from tests.helpers.subprocesses import run_in_subprocess
 
 pytestmark = pytest.mark.vulkan
 
-# (source shape, result shape) in numpy order (ne3, ne2, ne1, ne0); "P": the source is a permuted view
+# (source shape, result shape) in numpy order (ne3, ne2, ne1, ne0); "P": the source is a permuted view, "O": a view
+# at an offset that is not a binding's alignment
 CASES = [
     ((100, 8, 28, 28), (1, 8, 1, 1), ""),      # a convolution bias over 78400 positions
     ((1, 1, 70000, 3), (1, 1, 1, 3), ""),      # a dense bias over 70000 rows: past lavapipe's loop limit
@@ -29,6 +32,8 @@ CASES = [
     ((4, 6, 300, 16), (1, 3, 1, 16), ""),       # along ne1, ne2 and ne3
     ((2, 3, 5, 7), (1, 1, 1, 1), ""),           # everything into one: short, upstream's shader
     ((1, 6, 512, 24), (1, 3, 1, 24), "P"),      # a permuted source (rows contiguous, ne1 and ne2 swapped)
+    ((1, 3, 2, 9), (1, 1, 1, 9), "O"),          # a view 2 floats into its buffer: upstream's shader read from 0
+    ((1, 1, 700, 9), (1, 1, 1, 9), "O"),        # the same, sliced
 ]
 
 SCRIPT = textwrap.dedent("""
@@ -42,6 +47,10 @@ SCRIPT = textwrap.dedent("""
         if layout == "P":   # stored with ne1 and ne2 swapped, read through a permute
             stored = np.ascontiguousarray(np.swapaxes(x, 1, 2))
             view = lambda c, a: G.ggml_permute(c, a, 0, 2, 1, 3)
+        elif layout == "O":  # stored after 2 floats, read through a view at that offset (a gradient's slice)
+            stored = np.concatenate([np.zeros(2, np.float32), x.ravel()])
+            ne = shape[::-1]
+            view = lambda c, a, ne=ne: G.ggml_view_4d(c, a, *ne, 4 * ne[0], 4 * ne[0] * ne[1], 4 * ne[0] * ne[1] * ne[2], 8)
         else:
             stored, view = x, lambda c, a: a
         build = lambda c, a: G.ggml_repeat_back(c, view(c, a), G.ggml_new_tensor_4d(c, G.GGML_TYPE_F32, *dst[::-1]))

@@ -4,10 +4,11 @@ A sample is ``(steps, features)``: the ggml tensor ``[F, T, N]``. The layer firs
 out time-major (``[F, N, T]``) and projects every step at once with one matrix product, so each
 step reads a contiguous block of that projection; the recurrence then adds ``h U`` per step. ggml
 differentiates the unrolled graph (views, matrix products, sigmoid/tanh), so training needs no
-backward pass of its own. On a device that computes them (the CPU) the whole recurrence is one op each way
-(``ggml_lstm_seq``, ``ggml_gru_seq``: patches/0035, 0037) or, with a padding mask or recurrent dropout, each
-step's gates are one op (``ggml_lstm_cell``, ``ggml_gru_cell``: 0031) instead of a dozen element-wise ones;
-elsewhere (Vulkan, CUDA) they stay element-wise, ops the device runs itself. Graph size grows linearly with the
+backward pass of its own. On a device that computes them (the CPU; Vulkan: patches/0049) the whole recurrence is
+one op each way (``ggml_lstm_seq``, ``ggml_gru_seq``: patches/0035, 0037) or, on the CPU with a padding mask or
+recurrent dropout, each step's gates are one op (``ggml_lstm_cell``, ``ggml_gru_cell``: 0031) instead of a dozen
+element-wise ones; elsewhere (CUDA; Vulkan with a mask or recurrent dropout) they stay element-wise, ops the device
+runs itself. Graph size grows linearly with the
 number of steps; ggmlpy sizes the graphs from the model (patches/0005), so a 100-step LSTM trains.
 
 Weights in the user's (Keras') orientation (``ggml_get_weights``):

@@ -590,19 +590,26 @@ FUSED_FORMS = [  # (layer, the fused ops the CPU may use, the op that must be in
 ]
 
 
-@pytest.mark.parametrize("layer, allowed, op", FUSED_FORMS, ids=[f[2] for f in FUSED_FORMS])
-def test_the_fused_recurrence_trains_as_the_element_wise_one(layer, allowed, op, monkeypatch):
-    """The CPU's fused LSTM and GRU forms (the whole sequence, one step) against the element-wise graph they
-    replace: the same losses and weights after three epochs (float32 rounding apart), and the fused op is in the
-    CPU's graph."""
+# the CPU has every fused form; Vulkan the whole recurrences (patches/0049), not the one-step ops
+FUSED_CASES = [(*f, "cpu") for f in FUSED_FORMS] + [(*f, "vulkan") for f in FUSED_FORMS if f[2].endswith("_SEQ")]
+
+
+@pytest.mark.parametrize("layer, allowed, op, each_device", FUSED_CASES, indirect=["each_device"],
+                         ids=[f"{f[2]}-{f[3]}" for f in FUSED_CASES])
+def test_the_fused_recurrence_trains_as_the_element_wise_one(layer, allowed, op, each_device, monkeypatch):
+    """The fused LSTM and GRU forms (the whole sequence, one step) against the element-wise graph they replace, on
+    the same device: the same losses and weights after three epochs (float32 rounding apart), and the fused op is in
+    the graph, on that device."""
     from ggmlpy.models.layers import fused as fused_ops
     real = fused_ops.device_computes
     monkeypatch.setattr(fused_ops, "device_computes", lambda device, name: name in allowed and real(device, name))
-    fused, h_fused, x = _trained_lstm("cpu", layer=layer)
-    ops = g.ggml_model_placement(fused).op_counts()
+    fused, h_fused, x = _trained_lstm(each_device, layer=layer)
+    placement = g.ggml_model_placement(fused)
+    ops = placement.op_counts()
     assert op in ops and not {"LSTM_SEQ", "LSTM_CELL", "GRU_SEQ", "GRU_CELL"} - {op} & set(ops), ops
+    assert placement.cpu_ops == [] or each_device == "cpu", str(placement)
     monkeypatch.setattr(fused_ops, "device_computes", lambda device, name: False)
-    plain, h_plain, _ = _trained_lstm("cpu", layer=layer)
+    plain, h_plain, _ = _trained_lstm(each_device, layer=layer)
     assert not {"LSTM_SEQ", "LSTM_CELL", "GRU_SEQ", "GRU_CELL"} & set(g.ggml_model_placement(plain).op_counts())
     np.testing.assert_allclose(h_fused["train_loss"], h_plain["train_loss"], rtol=2e-5)
     for name, w in g.ggml_get_weights(fused).items():
@@ -613,8 +620,13 @@ def test_the_fused_recurrence_trains_as_the_element_wise_one(layer, allowed, op,
 @pytest.mark.parametrize("each_device", ["vulkan", "cuda"], indirect=True)
 @pytest.mark.parametrize("layer", [g.ggml_layer_lstm, g.ggml_layer_gru])
 def test_a_gpu_recurrent_layer_keeps_its_steps_on_the_device(each_device, layer):
-    """The fused steps are CPU-only: a GPU model builds the element-wise step, every op of it on the device."""
+    """A GPU model's recurrence stays on the device, in one split: on Vulkan as the whole-sequence op (patches/0049,
+    one node forward and one backward per layer), on a device without it (CUDA) as the element-wise step; the
+    one-step ops are the CPU's only."""
     m, _, _ = _trained_lstm(each_device, layer=layer)
     p = g.ggml_model_placement(m)
-    assert not {"LSTM_SEQ", "LSTM_CELL", "GRU_SEQ", "GRU_CELL"} & set(p.op_counts()) and p.cpu_ops == [] and \
-        p.n_splits == 1, str(p)
+    seq = "LSTM_SEQ" if layer is g.ggml_layer_lstm else "GRU_SEQ"
+    want = {seq: 2, f"{seq}_BACK": 2} if each_device == "Vulkan0" else {}   # two recurrent layers
+    counts = p.op_counts()
+    assert {op: counts[op] for op in counts if op.startswith(("LSTM", "GRU"))} == want, str(p)
+    assert p.cpu_ops == [] and p.n_splits == 1, str(p)
