@@ -78,7 +78,8 @@ SCRIPT = textwrap.dedent("""
         (got,) = compute(g, *stored, backend=[vk, cpu], placements=places)
         (want,) = compute(g, *stored, backend=cpu)
         ok = bool(np.allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=False))
-        out.append([name, op, ok, places[-1].op_counts("Vulkan0").get(op, 0), op in places[-1].cpu_ops, op in ON_VULKAN])
+        where = places[-1]
+        out.append([name, op, ok, where.op_counts("Vulkan0").get(op, 0), op in where.cpu_ops, op in ON_VULKAN])
     print("RESULT" + json.dumps(out))
 """)
 
@@ -89,6 +90,6 @@ def test_an_op_given_a_misaligned_view_computes_it_right_and_never_aborts():
     assert rc == 0, err[-3000:]
     results = json.loads(out.split("RESULT", 1)[1])
     assert len(results) == 14
-    for name, op, ok, on_vulkan, on_cpu, takes_it in results:
+    for name, _op, ok, on_vulkan, on_cpu, takes_it in results:
         assert ok, name
         assert (on_vulkan == 1 and not on_cpu) if takes_it else (on_cpu and on_vulkan == 0), (name, on_vulkan, on_cpu)

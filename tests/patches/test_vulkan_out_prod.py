@@ -9,11 +9,12 @@ against ggml's CPU kernel on random shapes: src1 contiguous, transposed (the gra
 operand is ``out_prod(src0, transpose(grad))``) and permuted, src0 broadcast along dims 2 and 3, thin and wide
 products. The environment variable is read once per process, so each mode runs in its own interpreter.
 
-Tolerance, per device: the terms are float32 products summed in float32 in another order than numpy's float64
-sum, so an element is within 1e-5 of the terms' magnitude (the square root of the sum of squared terms), the
-CPU's kernel included; for sums of more than ~4000 terms within 4 u sqrt(K) of it (u = 2^-24: rounding errors
-of a K-term float32 sum add up like a random walk, and the CPU's sequential sum of 78400 terms is 1.7e-5 off); on lavapipe and on GPU drivers alike (no approximate operation is involved: multiply and
-add only, no F16 rounding since F16 arithmetic is off in ggmlpy by default).
+Tolerance, per device: the terms are float32 products summed in float32 in another order than numpy's float64 sum,
+so an element is within 1e-5 of the terms' magnitude (the square root of the sum of squared terms), the CPU's kernel
+included; for sums of more than ~4000 terms within 4 u sqrt(K) of it (u = 2^-24: rounding errors of a K-term float32
+sum add up like a random walk, and the CPU's sequential sum of 78400 terms is 1.7e-5 off); on lavapipe and on GPU
+drivers alike (no approximate operation is involved: multiply and add only, no F16 rounding since F16 arithmetic is
+off in ggmlpy by default).
 """
 from __future__ import annotations
 

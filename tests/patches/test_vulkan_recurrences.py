@@ -5,9 +5,10 @@ an LSTM(64) over 40 steps).
 
 Checked as the CPU ops are (tests/ops/test_recurrent.py's numpy float64 references and finite differences), on
 Vulkan0: the forward planes (LSTM h and c, GRU h), and the gradients of every operand (LSTM x, u, h0, c0; GRU x, u,
-b, h0) through every step's state, forward and reverse, with and without initial states (and the GRU's bias),
-units across the 256 invocations of a workgroup (1 to 300); and that both ops ran on the device. Tolerance as the CPU's (rtol 1e-5 forward, 1e-4 against finite differences): float32
-products of n terms in another order, and exp-based sigmoid and tanh within a few ulp of numpy's.
+b, h0) through every step's state, forward and reverse, with and without initial states (and the GRU's bias), units
+across the 256 invocations of a workgroup (1 to 300); and that both ops ran on the device. Tolerance as the CPU's
+(rtol 1e-5 forward, 1e-4 against finite differences): float32 products of n terms in another order, and exp-based
+sigmoid and tanh within a few ulp of numpy's.
 """
 from __future__ import annotations
 
@@ -18,8 +19,16 @@ import ggmlpy as G
 from tests.helpers.compute import compute, compute_grad
 from tests.helpers.devices import require_gpu
 from tests.helpers.gradients import f64, fd_grad
-from tests.ops.test_recurrent import (gru_case, gru_op, gru_sequence, lstm_sequence, seq_case, seq_op, seq_planes,
-                                      seq_weights)
+from tests.ops.test_recurrent import (
+    gru_case,
+    gru_op,
+    gru_sequence,
+    lstm_sequence,
+    seq_case,
+    seq_op,
+    seq_planes,
+    seq_weights,
+)
 
 
 pytestmark = pytest.mark.vulkan

@@ -50,7 +50,8 @@ SCRIPT = textwrap.dedent("""
         elif layout == "O":  # stored after 2 floats, read through a view at that offset (a gradient's slice)
             stored = np.concatenate([np.zeros(2, np.float32), x.ravel()])
             ne = shape[::-1]
-            view = lambda c, a, ne=ne: G.ggml_view_4d(c, a, *ne, 4 * ne[0], 4 * ne[0] * ne[1], 4 * ne[0] * ne[1] * ne[2], 8)
+            view = lambda c, a, ne=ne: G.ggml_view_4d(c, a, *ne, 4 * ne[0], 4 * ne[0] * ne[1],
+                                                      4 * ne[0] * ne[1] * ne[2], 8)
         else:
             stored, view = x, lambda c, a: a
         build = lambda c, a: G.ggml_repeat_back(c, view(c, a), G.ggml_new_tensor_4d(c, G.GGML_TYPE_F32, *dst[::-1]))

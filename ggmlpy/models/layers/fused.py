@@ -2,9 +2,9 @@
 
 The LSTM and GRU steps (patches/0031), the whole LSTM and GRU recurrences (0035, 0037) and the tiled convolution
 (0036) are ggmlpy's own ops, computed by the CPU backend, and the whole recurrences by Vulkan too (0049). A layer
-asks ``device_computes(device, op)`` and builds the fused op where the answer is yes; elsewhere (CUDA) it builds
-the portable form from ops every backend has, so a GPU model's step stays on the device. ggml answers once per device and op (its ``supports_op`` of a
-small instance of the op), not a hand-kept list.
+asks ``device_computes(device, op)`` and builds the fused op where the answer is yes; elsewhere (CUDA) it builds the
+portable form from ops every backend has, so a GPU model's step stays on the device. ggml answers once per device
+and op (its ``supports_op`` of a small instance of the op), not a hand-kept list.
 """
 from __future__ import annotations
 
