@@ -45,6 +45,8 @@ class Placement:
         host: the names of the backends that compute in host memory (the CPU, ggml's BLAS backend).
         why: for each op a host backend computed while a device was in the scheduler, why the device did not
             (``{"IM2COL_BACK": "Vulkan0 refuses IM2COL_BACK: its 151.0 MB operand is past ..."}``).
+        notes: what the model's layers built in a form other than their fastest on this device, and why (a
+            recurrent layer unrolled step by step where the device has its whole-sequence op).
     """
     what: str
     n_splits: int
@@ -52,6 +54,7 @@ class Placement:
     copied: list[tuple[str, int]] = field(default_factory=list)
     host: frozenset = frozenset()
     why: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def devices(self) -> list[str]:
@@ -93,6 +96,7 @@ class Placement:
             lines.append(f"  copied: {name} ({_bytes(n)})")
         if len(self.copied) > 8:
             lines.append(f"  ... and {len(self.copied) - 8} more copies")
+        lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)
 
     def __repr__(self) -> str:

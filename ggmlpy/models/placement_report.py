@@ -35,8 +35,10 @@ def ggml_model_placement(model: Model, batch_size: int | None = None, training: 
     Value: a ``Placement`` with ``n_splits``; ``cpu_ops`` (the names of the ops a CPU-side backend computed, each
     once; empty when none did); ``copies`` and ``copy_bytes`` (tensors copied between backends per step);
     ``devices`` (the backends that computed something); ``splits`` (each part's backend and ops in order);
-    ``op_counts()``; ``str()`` lists it all readably. The batch's inputs and labels are written into device
-    memory directly and are not counted as copies.
+    ``op_counts()``; ``notes`` (what a layer built in a slower form than the device allows, and why: a recurrent
+    layer with recurrent dropout or a padding mask steps one by one where the device has the whole-sequence op);
+    ``str()`` lists it all readably. The batch's inputs and labels are written into device memory directly and are
+    not counted as copies.
 
     Example:
         >>> model = g.ggml_compile(model, loss="sparse_categorical_crossentropy", backend="vulkan")

@@ -296,7 +296,9 @@ def step_placement(model: Model, batch_size: int, x: list, y: list) -> Placement
     """Where one training step of ``model`` on ``(x, y)`` runs: a trainer's step watched by a
     ``PlacementRecorder`` (``watched_steps``)."""
     recorders, _ = watched_steps(model, batch_size, x, y, PlacementRecorder)
-    return recorders[0].placement(f"training step of '{model.name}', batch {batch_size}")
+    placement = recorders[0].placement(f"training step of '{model.name}', batch {batch_size}")
+    placement.notes = list(model.runtime.graph_notes)
+    return placement
 
 
 def ggml_trainer(model: Model, batch_size: int = 32, nbatch_logical: int | None = None) -> ModelTrainer:

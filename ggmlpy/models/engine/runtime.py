@@ -107,6 +107,7 @@ class GraphBuilder:
         self.hooks: list[StepHook] = []
         self.side_outputs: list[Tensor] = []  # computed by every training step besides the loss
         self._relu_inputs: dict[int, tuple[Tensor, Tensor]] = {}  # id(relu output) -> (output, input)
+        self.notes: list[str] = []  # what a layer built in a slower form than the device allows, and why
 
     # ---- for layers
     def param(self, layer: Layer, weight: BoundWeight | str) -> Tensor:
@@ -151,6 +152,12 @@ class GraphBuilder:
     def note_relu(self, out: Tensor, x: Tensor) -> None:
         """``out`` is ``relu(x)``: a layer after it may compute on ``x`` first (a max-pool: relu commutes with it)."""
         self._relu_inputs[id(out)] = (out, x)  # the output kept alive, so its id is not reused
+
+    def note(self, text: str) -> None:
+        """Say in the placement report (``Placement.notes``) what this layer built in a slower form than the device
+        allows, and why."""
+        if text not in self.notes:
+            self.notes.append(text)
 
     def relu_input(self, t: Tensor) -> Tensor | None:
         """``x`` when ``t`` is a ``relu(x)`` that a layer built through ``activate``, else None."""
@@ -263,6 +270,7 @@ class GraphInstance:
         self.hooks = ([b.seeds] if b.seeds.tensor is not None else []) + b.hooks
         self.side_outputs = b.side_outputs
         self.output_copies = b.output_copies
+        self.notes = b.notes
         # bounds for graph and scheduler sizes
         self.train_nodes = sum(training_graph_nodes(o) for o in outputs) + \
             (training_graph_nodes(self.side_outputs) if self.side_outputs else 0)
@@ -398,6 +406,7 @@ class Runtime:
         self._busy = 0
         self._training = 0
         self._trainers: weakref.WeakSet = weakref.WeakSet()  # ggml_trainers made on these weights
+        self.graph_notes: list[str] = []  # the last training graph's notes (GraphBuilder.note)
         names = list(backend) if isinstance(backend, (list, tuple)) else [backend]
         self.backend = ggml_backend_init_auto(names[0])
         # data parallel: replicas 1..K-1, each a backend and a private copy of the weights, which follow the

@@ -47,6 +47,8 @@ def training_runner(model: Model, cfg: CompileConfig, batch: int, period: int = 
             store.mark_trainable()  # as the caller marked the model's own
         for store, n in zip(stores, counts):
             inst = build_training_graph(model, cfg, n, store)
+            if store is stores[0]:
+                runtime.graph_notes = list(inst.notes)   # for the placement report
             owned.append([inst])
             train_nodes = max(train_nodes, inst.train_nodes)  # a bound on each replica's graphs
             sched = make_scheduler(store.backend, inst.train_nodes)

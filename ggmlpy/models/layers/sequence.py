@@ -204,11 +204,17 @@ class Recurrent(Layer, abstract=True):
         proj = ggml_add(ctx, proj, self.input_bias(g))                             # [G, N * T]
         rec_masks = self._masks(g, self.recurrent_dropout, self.units, self.gates)
         state, outputs = (tuple(xs[1:]) if len(xs) > 1 else None), []
-        if mask is None and not rec_masks and (in_time_order or not backwards or not self.return_sequences):
+        unfit = [why for why, bad in (("padding mask", mask is not None), ("recurrent dropout", bool(rec_masks)),
+                                      ("a go_backwards sequence output in the order processed",
+                                       backwards and self.return_sequences and not in_time_order)) if bad]
+        if not unfit:
             whole = self.whole_sequence(g, proj, state, steps, backwards)
             if whole is not None:   # the recurrence as one op: the sequence in time order and the final state
                 seq, state = whole
                 return (_time_major_to_samples(g, seq) if self.return_sequences else state[0]), state
+        elif self.SEQUENCE_OP and fused.device_computes(g.params.backend.device, self.SEQUENCE_OP):
+            g.note(f"{self.kind} '{self.name}': its {steps} steps are built one by one, not as one "
+                   f"{self.SEQUENCE_OP.upper()} op (which this device computes): the op takes no {' or '.join(unfit)}")
         mask_tn = time_major_mask(g, mask) if mask is not None else None
         for t in (reversed(range(steps)) if backwards else range(steps)):
             x_t = ggml_view_2d(ctx, proj, width, n, width * F32, t * width * n * F32)   # contiguous [G, N]
@@ -231,6 +237,8 @@ class Recurrent(Layer, abstract=True):
     def input_bias(self, g: Builder) -> Tensor:
         raise NotImplementedError
 
+    SEQUENCE_OP: str | None = None   # the fused op of the whole recurrence (layers/fused.py), where there is one
+
     def whole_sequence(self, g: Builder, proj: Tensor, state: tuple | None, steps: int,
                        backwards: bool) -> tuple | None:
         """The whole recurrence in one op, where the layer and the device have one: ``(h [U, N, T] in time order,
@@ -252,6 +260,7 @@ class LSTM(Recurrent):
         >>> model = g.ggml_layer_lstm(model, 32, input_shape=(100, 3))
     """
     kind = "lstm"
+    SEQUENCE_OP = "lstm_seq"
     gates = 4
     n_states = 2
 
@@ -278,7 +287,7 @@ class LSTM(Recurrent):
     def whole_sequence(self, g, proj, state, steps, backwards):
         # one step from a zero state never reads the recurrent kernel: the unrolled step leaves it out of the
         # graph (no gradient, no optimizer state), where the op would hold it without a gradient
-        if (steps == 1 and state is None) or not fused.device_computes(g.params.backend.device, "lstm_seq"):
+        if (steps == 1 and state is None) or not fused.device_computes(g.params.backend.device, self.SEQUENCE_OP):
             return None
         ctx, u, n = g.ctx, self.units, g.batch
         x = ggml_reshape_3d(ctx, _dense(ctx, proj), 4 * u, n, steps)
@@ -314,6 +323,7 @@ class GRU(Recurrent):
         >>> model = g.ggml_layer_gru(model, 32, return_sequences=True, input_shape=(50, 8))
     """
     kind = "gru"
+    SEQUENCE_OP = "gru_seq"
     gates = 3
 
     def bias_spec(self):
@@ -328,7 +338,7 @@ class GRU(Recurrent):
 
     def whole_sequence(self, g, proj, state, steps, backwards):
         # as the LSTM's: one step from a zero state never reads the recurrent kernel
-        if (steps == 1 and state is None) or not fused.device_computes(g.params.backend.device, "gru_seq"):
+        if (steps == 1 and state is None) or not fused.device_computes(g.params.backend.device, self.SEQUENCE_OP):
             return None
         ctx, u, n = g.ctx, self.units, g.batch
         x = ggml_reshape_3d(ctx, _dense(ctx, proj), 3 * u, n, steps)

@@ -630,3 +630,29 @@ def test_a_gpu_recurrent_layer_keeps_its_steps_on_the_device(each_device, layer)
     counts = p.op_counts()
     assert {op: counts[op] for op in counts if op.startswith(("LSTM", "GRU"))} == want, str(p)
     assert p.cpu_ops == [] and p.n_splits == 1, str(p)
+
+
+@pytest.mark.parametrize("each_device", ["cpu", "vulkan"], indirect=True)
+def test_the_placement_report_says_why_a_recurrence_is_not_one_op(each_device):
+    """Where the device computes the whole-sequence op but a layer cannot use it (recurrent dropout, a padding
+    mask), the layer's steps are built one by one and ``Placement.notes`` says so, and why; a layer that uses the
+    op has no note."""
+    np.random.seed(0)
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_masking(m, mask_value=0.0, input_shape=(5, 3))
+    m = g.ggml_layer_lstm(m, 4, return_sequences=True, name="masked")      # the padding mask reaches it
+    m = g.ggml_layer_gru(m, 3, recurrent_dropout=0.25, name="dropped")
+    m = g.ggml_layer_dense(m, 2, activation="softmax")
+    m = g.ggml_compile(m, optimizer="adam", loss="sparse_categorical_crossentropy", backend=each_device)
+    p = g.ggml_model_placement(m, batch_size=4)
+    assert p.notes == [
+        "lstm 'masked': its 5 steps are built one by one, not as one LSTM_SEQ op (which this device computes): the op "
+        "takes no padding mask",
+        "gru 'dropped': its 5 steps are built one by one, not as one GRU_SEQ op (which this device computes): the op "
+        "takes no padding mask or recurrent dropout",     # the LSTM's sequence output carries the mask on
+    ], p.notes
+    assert "note: gru 'dropped'" in str(p)
+    plain = g.ggml_model_sequential()
+    plain = g.ggml_layer_lstm(plain, 4, input_shape=(5, 3))
+    plain = g.ggml_compile(plain, optimizer="adam", loss="mse", backend=each_device)
+    assert g.ggml_model_placement(plain, batch_size=4).notes == []
