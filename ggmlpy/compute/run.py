@@ -34,6 +34,7 @@ from .sched import (
     graph_ptr,
     reapply_tensor_backends,
     record_allocation,
+    remember_index_leaves,
     reserve_first,
     sched_ptr,
     Scheduler,
@@ -76,7 +77,8 @@ def ggml_backend_sched_graph_compute(sched: Scheduler, graph: Graph) -> None:
             check_graph_ready(graph, sched.backends, fn, "sched")
             placed = unallocated(g)
             reserve_first(sched, s, g, fn)
-        check_sched_indices(g)
+            remember_index_leaves(sched, g)
+        check_sched_indices(g, sched)
         with computing(sched.backends):
             status = lib.ggml_backend_sched_graph_compute(s, g)
         if placed is not None:
@@ -281,12 +283,13 @@ def ggml_backend_sched_graph_compute_async(sched: Scheduler, graph: Graph) -> in
             reapply_tensor_backends(sched)
             reserve_first(sched, s, g, fn)  # a failed allocation inside ggml would crash: reserve first
             placed = unallocated(g)
+            remember_index_leaves(sched, g)
             ok = bool(lib.ggml_backend_sched_alloc_graph(s, g))
             record_allocation(sched, graph, placed)
             if not ok:
                 raise GgmlStateError(f"{fn}: the scheduler could not allocate the graph (out of memory on a backend?)")
             sched.allocated_graph = addr
-        check_sched_indices(g)
+        check_sched_indices(g, sched)
         with computing(sched.backends):
             status = lib.ggml_backend_sched_graph_compute_async(s, g)
         if any(is_async(b) for b in sched.backends):

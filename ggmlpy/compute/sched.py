@@ -45,6 +45,9 @@ class Scheduler(Handle):
         self.op_offload = op_offload
         self._owned = owned  # backends created for this scheduler, freed after it
         self.allocated_graph: int | None = None  # address of the graph allocated by ggml_backend_sched_alloc_graph
+        # (graph address, its index inputs and bounds) as read before the allocation split the graph: afterwards a
+        # node on another backend than its index input reads the scheduler's copy of it, filled only by the compute
+        self.index_leaves: tuple[int, list] | None = None
         self.opt_users: weakref.WeakSet = weakref.WeakSet()  # static opt contexts built on it (at most one)
         self.opt_contexts: weakref.WeakSet = weakref.WeakSet()  # every opt context built on it (static or dynamic)
         self.opt_lock = threading.Lock()  # makes "serves no opt context yet" + building one atomic
@@ -57,6 +60,7 @@ class Scheduler(Handle):
         """Forget the current allocation: the tensors it placed lose their memory (ggml re-places them)."""
         self._allocs.release()
         self.allocated_graph = None
+        self.index_leaves = None
 
     def free(self) -> None:
         if self._ptr is None:
@@ -297,30 +301,27 @@ def _count_leafs(g, n_nodes: int) -> int:
     return len(leafs)
 
 
-def sched_copy_source_name(t: CData) -> str | None:
-    """The name of the tensor that ``t`` is a scheduler's copy of (ggml names the copy of an input that one
-    backend reads from another's memory ``"<backend>#<input name>#<n>"``), None when ``t`` is no such copy."""
-    name = ffi.string(t.name).decode("utf-8", "replace")
-    parts = name.split("#")
-    return "#".join(parts[1:-1]) if len(parts) >= 3 and parts[-1].isdigit() and t.op == lib.GGML_OP_NONE else None
+def _graph_index_leaves(g) -> list:
+    """The index inputs of graph pointer ``g`` and their bounds, as its nodes read them now."""
+    return index_inputs([lib.ggml_graph_node(g, i) for i in range(lib.ggml_graph_n_nodes(g))])
 
 
-def check_sched_indices(g) -> None:
+def remember_index_leaves(sched: Scheduler, g) -> None:
+    """Note ``g``'s index inputs before ``sched`` allocates (and so splits) it: see ``check_sched_indices``."""
+    sched.index_leaves = (int(ffi.cast("uintptr_t", g)), _graph_index_leaves(g))
+
+
+def check_sched_indices(g, sched: Scheduler | None = None) -> None:
     """ggml's get_rows aborts on an out-of-range index: check the index inputs before computing.
 
-    Once a scheduler has split the graph, a node on another backend than its index input's reads the scheduler's
-    copy of it, filled only during the compute: the input itself (the graph's tensor of that name) is checked;
-    none is when the name does not tell it (a copy of an unnamed or ambiguous tensor)."""
-    nodes = [lib.ggml_graph_node(g, i) for i in range(lib.ggml_graph_n_nodes(g))]
-    leaves = []
-    for t, bound in index_inputs(nodes):
-        source = sched_copy_source_name(t)
-        if source is not None:
-            t = lib.ggml_graph_get_tensor(g, source.encode())
-            if t == ffi.NULL or sched_copy_source_name(t) is not None:
-                continue
-        leaves.append((t, bound))
-    check_index_inputs(leaves)
+    Once a scheduler has split the graph, a node on another backend than its index input reads the scheduler's
+    copy of it, filled only during the compute: the inputs noted before the split (``remember_index_leaves``) are
+    checked then, not the copies."""
+    remembered = sched.index_leaves if sched is not None else None
+    if remembered is not None and remembered[0] == int(ffi.cast("uintptr_t", g)):
+        check_index_inputs(remembered[1])
+    else:
+        check_index_inputs(_graph_index_leaves(g))
 
 
 def _sched_reserve(s: CData, g: CData) -> bool:
@@ -415,6 +416,7 @@ def ggml_backend_sched_alloc_graph(sched: Scheduler, graph: Graph) -> bool:
         check_graph_ready(graph, sched.backends, fn, "alloc", scheduler=True)
         placed = unallocated(g)
         reserve_first(sched, s, g, fn)
+        remember_index_leaves(sched, g)
         ok = bool(lib.ggml_backend_sched_alloc_graph(s, g))
         record_allocation(sched, graph, placed)
     if not ok:

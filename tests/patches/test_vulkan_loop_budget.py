@@ -152,14 +152,27 @@ BAD_INDEX = textwrap.dedent("""
                 grad, idx, backend=[vk, cpu])
     except G.GgmlValueError as e:
         print("REFUSED", e)
+    # two halves of one index tensor, views without names of their own, the bad index in the second
+    grad2, idx2 = np.ones((2 * n, 4), np.float32), (np.arange(2 * n) % 10).astype(np.int32)
+    idx2[n + 12345] = 1_000_000
+
+    def halves(c, a, b):
+        return [G.ggml_get_rows_back(c, G.ggml_view_2d(c, a, 4, n, 16, h * n * 16), G.ggml_view_1d(c, b, n, h * n * 4),
+                                     G.ggml_new_tensor_2d(c, G.GGML_TYPE_F32, 4, 10)) for h in range(2)]
+    try:
+        compute(halves, grad2, idx2, backend=[vk, cpu])
+    except G.GgmlValueError as e:
+        print("HALVES REFUSED", e)
 """)
 
 
 def test_an_index_input_copied_to_another_backend_is_checked_through_the_input():
     """On lavapipe the 70,000-index GET_ROWS_BACK runs on the CPU, which reads the scheduler's copy of the
     indices, filled only during the compute: the check reads the input itself (it read the unfilled copy and
-    refused good indices), and still refuses a bad one before ggml would write outside its memory."""
+    refused good indices), and still refuses a bad one before ggml would write outside its memory; also when the
+    indices are views of one tensor, which ggml names alike (a lookup by name found the wrong one)."""
     _require_vulkan()
     rc, out, err = run_in_subprocess(BAD_INDEX, timeout=300)
     assert rc == 0, err[-2000:]
     assert "REFUSED" in out and "got 10" in out, out
+    assert "HALVES REFUSED" in out and "got 1000000" in out, out

@@ -47,6 +47,7 @@ LONG = [
     (9, 8, 78400, (1, 1), (1, 1), "transposed"),
     (3, 1, 70001, (1, 1), (1, 1), "contiguous"),
     (40, 16, 66000, (1, 1), (1, 1), "transposed"),
+    (3, 3, 2_100_000, (1, 1), (1, 1), "contiguous"),   # 14000 slices: the reduce's 4 loops stay under the limit
 ]
 
 SCRIPT = textwrap.dedent("""

@@ -34,6 +34,24 @@ PROBES: dict[str, Callable[[Context], Tensor]] = {
 _ANSWERS: dict[tuple[str, str], bool] = {}  # (device name, op) -> whether the device computes it
 
 
+def device_computes_sequence(device: Device, op: str, units: int, batch: int, steps: int) -> bool:
+    """Whether ``device`` computes the whole-recurrence op ``op`` ("lstm_seq" or "gru_seq") at this size: a kernel
+    may take only some (Vulkan's up to 512 units; on lavapipe, sums short enough for its loop limit)."""
+    if not device_computes(device, op):
+        return False
+    key = (device.name, f"{op}:{units}x{batch}x{steps}")
+    if key not in _ANSWERS:
+        ctx = ggml_init(mem_size=16384, no_alloc=True)
+        try:
+            gates = 4 if op == "lstm_seq" else 3
+            x, u = _f32(ctx, gates * units, batch, steps), _f32(ctx, units, gates * units)
+            t = ggml_lstm_seq(ctx, x, u) if op == "lstm_seq" else ggml_gru_seq(ctx, x, u)
+            _ANSWERS[key] = ggml_backend_dev_supports_op(device, t)
+        finally:
+            ctx.free()
+    return _ANSWERS[key]
+
+
 def device_computes(device: Device, op: str) -> bool:
     """Whether ``device`` (a ggml device) computes the fused op ``op``, one of ``PROBES``."""
     key = (device.name, op)

@@ -205,16 +205,19 @@ class Recurrent(Layer, abstract=True):
         rec_masks = self._masks(g, self.recurrent_dropout, self.units, self.gates)
         state, outputs = (tuple(xs[1:]) if len(xs) > 1 else None), []
         unfit = [why for why, bad in (("padding mask", mask is not None), ("recurrent dropout", bool(rec_masks)),
-                                      ("a go_backwards sequence output in the order processed",
+                                      ("go_backwards sequence output in processing order",
                                        backwards and self.return_sequences and not in_time_order)) if bad]
         if not unfit:
             whole = self.whole_sequence(g, proj, state, steps, backwards)
             if whole is not None:   # the recurrence as one op: the sequence in time order and the final state
                 seq, state = whole
                 return (_time_major_to_samples(g, seq) if self.return_sequences else state[0]), state
-        elif self.SEQUENCE_OP and fused.device_computes(g.params.backend.device, self.SEQUENCE_OP):
+        if self.SEQUENCE_OP and (steps > 1 or state is not None) and \
+                fused.device_computes(g.params.backend.device, self.SEQUENCE_OP):
+            why = (f"the op takes no {' or '.join(unfit)}" if unfit else
+                   f"this device's kernel does not take {self.units} units over {steps} steps")
             g.note(f"{self.kind} '{self.name}': its {steps} steps are built one by one, not as one "
-                   f"{self.SEQUENCE_OP.upper()} op (which this device computes): the op takes no {' or '.join(unfit)}")
+                   f"{self.SEQUENCE_OP.upper()} op (which this device computes): {why}")
         mask_tn = time_major_mask(g, mask) if mask is not None else None
         for t in (reversed(range(steps)) if backwards else range(steps)):
             x_t = ggml_view_2d(ctx, proj, width, n, width * F32, t * width * n * F32)   # contiguous [G, N]
@@ -238,6 +241,11 @@ class Recurrent(Layer, abstract=True):
         raise NotImplementedError
 
     SEQUENCE_OP: str | None = None   # the fused op of the whole recurrence (layers/fused.py), where there is one
+
+    def _sequence_op_fits(self, g: Builder, steps: int) -> bool:
+        """Whether the device computes this layer's whole-sequence op at this size."""
+        return self.SEQUENCE_OP is not None and fused.device_computes_sequence(
+            g.params.backend.device, self.SEQUENCE_OP, self.units, g.batch, steps)
 
     def whole_sequence(self, g: Builder, proj: Tensor, state: tuple | None, steps: int,
                        backwards: bool) -> tuple | None:
@@ -287,7 +295,7 @@ class LSTM(Recurrent):
     def whole_sequence(self, g, proj, state, steps, backwards):
         # one step from a zero state never reads the recurrent kernel: the unrolled step leaves it out of the
         # graph (no gradient, no optimizer state), where the op would hold it without a gradient
-        if (steps == 1 and state is None) or not fused.device_computes(g.params.backend.device, self.SEQUENCE_OP):
+        if (steps == 1 and state is None) or not self._sequence_op_fits(g, steps):
             return None
         ctx, u, n = g.ctx, self.units, g.batch
         x = ggml_reshape_3d(ctx, _dense(ctx, proj), 4 * u, n, steps)
@@ -338,7 +346,7 @@ class GRU(Recurrent):
 
     def whole_sequence(self, g, proj, state, steps, backwards):
         # as the LSTM's: one step from a zero state never reads the recurrent kernel
-        if (steps == 1 and state is None) or not fused.device_computes(g.params.backend.device, self.SEQUENCE_OP):
+        if (steps == 1 and state is None) or not self._sequence_op_fits(g, steps):
             return None
         ctx, u, n = g.ctx, self.units, g.batch
         x = ggml_reshape_3d(ctx, _dense(ctx, proj), 3 * u, n, steps)

@@ -656,3 +656,17 @@ def test_the_placement_report_says_why_a_recurrence_is_not_one_op(each_device):
     plain = g.ggml_layer_lstm(plain, 4, input_shape=(5, 3))
     plain = g.ggml_compile(plain, optimizer="adam", loss="mse", backend=each_device)
     assert g.ggml_model_placement(plain, batch_size=4).notes == []
+
+
+@pytest.mark.parametrize("each_device", ["vulkan"], indirect=True)
+def test_a_recurrence_past_what_the_devices_kernel_takes_steps_on_the_device(each_device):
+    """Vulkan's whole-sequence kernel holds up to 512 units: a wider LSTM steps one by one, all on the device, and
+    the placement report says why (it was built as the op and left to the CPU)."""
+    np.random.seed(0)
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_lstm(m, 513, input_shape=(3, 2), name="wide")
+    m = g.ggml_compile(m, optimizer="adam", loss="mse", backend=each_device)
+    p = g.ggml_model_placement(m, batch_size=2)
+    assert p.cpu_ops == [] and p.n_splits == 1 and "LSTM_SEQ" not in p.op_counts(), str(p)
+    assert p.notes == ["lstm 'wide': its 3 steps are built one by one, not as one LSTM_SEQ op (which this device "
+                       "computes): this device's kernel does not take 513 units over 3 steps"], p.notes
