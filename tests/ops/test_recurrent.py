@@ -256,6 +256,46 @@ def seq_planes(x, u, h0, c0, reverse):
     return np.concatenate([np.stack([h, c]), np.zeros((4,) + h.shape)])
 
 
+def check_sequence_gradients(op, planes, arrays, names, w, backend, fd_names=None, placed=None):
+    """The gradient of each operand in ``names`` through ``op(ctx, **operands)`` (loss weights ``w`` on its result)
+    against finite differences of the float64 reference ``planes(**operands)``; the operands not in ``names`` are
+    left out (None). ``fd_names``: the operands whose gradients are compared (default all); ``placed(placement)``:
+    a check of where each gradient's graph ran."""
+    ref = {k: f64(arrays[k]) for k in names}
+    for name in names:
+        others = [k for k in names if k != name]
+
+        def build(ctx, target, *rest, name=name, others=others):
+            return op(ctx, **dict(zip(others, rest), **{name: target}))
+        places: list = []
+        _, grad = compute_grad(build, arrays[name], w, *(arrays[k] for k in others), backend=backend,
+                               placements=places)
+        if placed is not None:
+            placed(places[-1])
+        if fd_names is not None and name not in fd_names:
+            continue
+        fd = fd_grad(lambda v, name=name: planes(**{**ref, name: v}), arrays[name], f64(w))
+        np.testing.assert_allclose(grad, fd, rtol=1e-4, atol=2e-5, err_msg=name)
+        assert np.abs(fd).max() > 1e-2, name
+
+
+def lstm_seq_op(reverse):
+    return lambda ctx, x, u, h0=None, c0=None: G.ggml_lstm_seq(ctx, x, u, h0, c0, reverse=reverse)
+
+
+def lstm_seq_planes(reverse):
+    return lambda x, u, h0=None, c0=None: seq_planes(x, u, h0, c0, reverse)
+
+
+def gru_seq_op(reverse):
+    return lambda ctx, x, u, b=None, h0=None: G.ggml_gru_seq(ctx, x, u, b, h0, reverse=reverse)
+
+
+def gru_seq_planes(reverse, steps, batch, units):
+    return lambda x, u, b=None, h0=None: np.concatenate([gru_sequence(x, u, b, h0, reverse)[None],
+                                                         np.zeros((4, steps, batch, units))])
+
+
 @pytest.mark.parametrize("units, batch, steps", [(3, 2, 3), (2, 3, 4), (17, 1, 2)])
 @pytest.mark.parametrize("with_state", [True, False])
 @pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
@@ -263,19 +303,8 @@ def test_sequence_gradients_match_finite_differences(units, batch, steps, with_s
     """The gradients of x, u (one product over all steps), h0 and c0, through h and c of every step."""
     x, u, h0, c0 = seq_case(units, batch, steps, units + batch + steps)
     w = seq_weights(np.random.default_rng(units), steps, batch, units)
-    ref = dict(x=f64(x), u=f64(u), h0=f64(h0) if with_state else None, c0=f64(c0) if with_state else None)
-    names = ["x", "u"] + (["h0", "c0"] if with_state else [])
-    arrays = dict(x=x, u=u, h0=h0, c0=c0)
-    for name in names:
-        others = [n for n in names if n != name]
-
-        def build(ctx, target, *rest, name=name, others=others):
-            t = dict(zip(others, rest), **{name: target})
-            return G.ggml_lstm_seq(ctx, t["x"], t["u"], t.get("h0"), t.get("c0"), reverse=reverse)
-        _, grad = compute_grad(build, arrays[name], w, *(arrays[n] for n in others), backend=backend)
-        fd = fd_grad(lambda v, name=name: seq_planes(**{**ref, name: v}, reverse=reverse), arrays[name], f64(w))
-        np.testing.assert_allclose(grad, fd, rtol=1e-4, atol=2e-5, err_msg=name)
-        assert np.abs(fd).max() > 1e-2, name
+    check_sequence_gradients(lstm_seq_op(reverse), lstm_seq_planes(reverse), dict(x=x, u=u, h0=h0, c0=c0),
+                             ["x", "u"] + (["h0", "c0"] if with_state else []), w, backend)
 
 
 def test_sequence_gradient_of_the_last_state_alone(backend):
@@ -359,29 +388,21 @@ def test_gru_sequence_forward_matches_numpy_float64(units, batch, steps, with_b,
     np.testing.assert_allclose(out[0], want, rtol=1e-5, atol=3e-6)
 
 
+def gru_weights(units, batch, steps):
+    """Loss weights on every step's h; none on the gate planes, which are not a result."""
+    w = np.zeros((5, steps, batch, units), np.float32)
+    w[0] = np.random.default_rng(units).uniform(-1, 1, size=(steps, batch, units))
+    return w
+
+
 @pytest.mark.parametrize("units, batch, steps", [(3, 2, 3), (2, 3, 4), (17, 1, 2)])
 @pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
 def test_gru_sequence_gradients_match_finite_differences(units, batch, steps, reverse, backend):
     """The gradients of x, u (one product over all steps), b (one sum) and h0, through every step's h."""
     x, u, b, h0 = gru_case(units, batch, steps, units + batch + steps)
-    w = np.zeros((5, steps, batch, units), np.float32)
-    w[0] = np.random.default_rng(units).uniform(-1, 1, size=(steps, batch, units))
-    ref = dict(x=f64(x), u=f64(u), b=f64(b), h0=f64(h0))
-    arrays = dict(x=x, u=u, b=b, h0=h0)
-    names = ["x", "u", "b", "h0"]
-
-    def planes(x, u, b, h0):
-        return np.concatenate([gru_sequence(x, u, b, h0, reverse)[None], np.zeros((4, steps, batch, units))])
-    for name in names:
-        others = [k for k in names if k != name]
-
-        def build(ctx, target, *rest, name=name, others=others):
-            t = dict(zip(others, rest), **{name: target})
-            return G.ggml_gru_seq(ctx, t["x"], t["u"], t["b"], t["h0"], reverse=reverse)
-        _, grad = compute_grad(build, arrays[name], w, *(arrays[k] for k in others), backend=backend)
-        fd = fd_grad(lambda v, name=name: planes(**{**ref, name: v}), arrays[name], f64(w))
-        np.testing.assert_allclose(grad, fd, rtol=1e-4, atol=2e-5, err_msg=name)
-        assert np.abs(fd).max() > 1e-2, name
+    check_sequence_gradients(gru_seq_op(reverse), gru_seq_planes(reverse, steps, batch, units),
+                             dict(x=x, u=u, b=b, h0=h0), ["x", "u", "b", "h0"], gru_weights(units, batch, steps),
+                             backend)
 
 
 def test_gru_sequence_operands_are_checked_before_ggml():

@@ -23,42 +23,42 @@ def _f32(ctx: Context, *shape: int) -> Tensor:
     return ggml_new_tensor(ctx, GGML_TYPE_F32, len(shape), shape)
 
 
+def _sequence(op: str, units: int, batch: int, steps: int) -> Callable[[Context], Tensor]:
+    """An instance of the whole-recurrence op ``op`` ("lstm_seq" or "gru_seq") of this size."""
+    gates = 4 if op == "lstm_seq" else 3
+    fn = ggml_lstm_seq if op == "lstm_seq" else ggml_gru_seq
+    return lambda ctx: fn(ctx, _f32(ctx, gates * units, batch, steps), _f32(ctx, units, gates * units))
+
+
 # a small instance of each op, for ggml's supports_op
 PROBES: dict[str, Callable[[Context], Tensor]] = {
     "lstm_cell": lambda ctx: ggml_lstm_cell(ctx, _f32(ctx, 8, 2)),
     "gru_cell": lambda ctx: ggml_gru_cell(ctx, _f32(ctx, 6, 2), _f32(ctx, 6, 2)),
-    "lstm_seq": lambda ctx: ggml_lstm_seq(ctx, _f32(ctx, 8, 2, 3), _f32(ctx, 2, 8)),
-    "gru_seq": lambda ctx: ggml_gru_seq(ctx, _f32(ctx, 6, 2, 3), _f32(ctx, 2, 6)),
+    "lstm_seq": _sequence("lstm_seq", 2, 2, 3),
+    "gru_seq": _sequence("gru_seq", 2, 2, 3),
     "conv_2d_tiled": lambda ctx: ggml_conv_2d_tiled(ctx, _f32(ctx, 3, 3, 2, 4), _f32(ctx, 5, 5, 2, 1)),
 }
-_ANSWERS: dict[tuple[str, str], bool] = {}  # (device name, op) -> whether the device computes it
+_ANSWERS: dict[tuple[str, str], bool] = {}  # (device name, op or op:size) -> whether the device computes it
+
+
+def _answer(device: Device, key: str, probe: Callable[[Context], Tensor]) -> bool:
+    """ggml's supports_op for ``probe``'s tensor on ``device``, asked once per device and ``key``."""
+    if (device.name, key) not in _ANSWERS:
+        ctx = ggml_init(mem_size=16384, no_alloc=True)
+        try:
+            _ANSWERS[(device.name, key)] = ggml_backend_dev_supports_op(device, probe(ctx))
+        finally:
+            ctx.free()
+    return _ANSWERS[(device.name, key)]
 
 
 def device_computes_sequence(device: Device, op: str, units: int, batch: int, steps: int) -> bool:
     """Whether ``device`` computes the whole-recurrence op ``op`` ("lstm_seq" or "gru_seq") at this size: a kernel
     may take only some (Vulkan's up to 512 units; on lavapipe, sums short enough for its loop limit)."""
-    if not device_computes(device, op):
-        return False
-    key = (device.name, f"{op}:{units}x{batch}x{steps}")
-    if key not in _ANSWERS:
-        ctx = ggml_init(mem_size=16384, no_alloc=True)
-        try:
-            gates = 4 if op == "lstm_seq" else 3
-            x, u = _f32(ctx, gates * units, batch, steps), _f32(ctx, units, gates * units)
-            t = ggml_lstm_seq(ctx, x, u) if op == "lstm_seq" else ggml_gru_seq(ctx, x, u)
-            _ANSWERS[key] = ggml_backend_dev_supports_op(device, t)
-        finally:
-            ctx.free()
-    return _ANSWERS[key]
+    return device_computes(device, op) and _answer(device, f"{op}:{units}x{batch}x{steps}",
+                                                   _sequence(op, units, batch, steps))
 
 
 def device_computes(device: Device, op: str) -> bool:
     """Whether ``device`` (a ggml device) computes the fused op ``op``, one of ``PROBES``."""
-    key = (device.name, op)
-    if key not in _ANSWERS:
-        ctx = ggml_init(mem_size=16384, no_alloc=True)
-        try:
-            _ANSWERS[key] = ggml_backend_dev_supports_op(device, PROBES[op](ctx))
-        finally:
-            ctx.free()
-    return _ANSWERS[key]
+    return _answer(device, op, PROBES[op])
