@@ -115,12 +115,15 @@ def ggml_backend_graph_compute(backend: Backend, graph: Graph) -> None:
         check_status(status, fn)
 
 
-def recompute(backend: Backend, graph: Graph, fn: str) -> None:
+def recompute(backend: Backend, graph: Graph, fn: str, wait: bool = True) -> None:
     """Run again a graph that ``ggml_backend_graph_compute`` has accepted and that has not changed since (the
-    same nodes and memory: an optimizer step of every batch), without walking it for the checks again."""
+    same nodes and memory: an optimizer step of every batch), without walking it for the checks again. ``wait``
+    False: queued behind the backend's work, for a caller that synchronizes the backend itself (the end of a
+    training step: patches/0052)."""
     with using([backend, *graph.keepers], fn):
         with computing([backend]):
-            status = lib.ggml_backend_graph_compute(backend.ptr, graph.ptr)
+            compute = lib.ggml_backend_graph_compute if wait else lib.ggml_backend_graph_compute_async
+            status = compute(backend.ptr, graph.ptr)
         check_status(status, fn)
 
 

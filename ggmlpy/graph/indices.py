@@ -81,19 +81,26 @@ def _index_inputs(inputs: list[Tensor] | None,
     return found
 
 
-def check_index_inputs(leaves: list[tuple[CData, IndexBound]]) -> None:
-    """Check the current contents of index leaves (before a compute ggml would abort)."""
+def check_index_inputs(leaves: list[tuple[CData, IndexBound]], written: dict[int, np.ndarray] | None = None) -> None:
+    """Check the current contents of index leaves (before a compute ggml would abort). ``written``: arrays just
+    queued into tensors (by ``ptr_key``) whose upload may not have run yet: a leaf in one is checked on that array,
+    not read back from the device."""
     for t, bound in leaves:
         # a contiguous view of an index input is read through the input itself, at the view's offset: the view's
         # own data pointer is only set when a scheduler allocates its graph (stale before, from the last one)
         src, offset = (t.view_src, int(t.view_offs)) if t.view_src != ffi.NULL else (t, 0)
         if src.data == ffi.NULL or not lib.ggml_is_contiguous(t) or t.type != lib.GGML_TYPE_I32:
             continue
-        values = np.empty(int(lib.ggml_nelements(t)), dtype=np.int32)
-        if src.buffer != ffi.NULL:
-            lib.ggml_backend_tensor_get(src, ffi.from_buffer(values), offset, values.nbytes)
+        n = int(lib.ggml_nelements(t))
+        pending = written.get(ptr_key(src)) if written else None
+        if pending is not None and offset + 4 * n <= pending.nbytes:
+            values = np.frombuffer(np.ascontiguousarray(pending).data, dtype=np.int32, count=n, offset=offset)
         else:
-            ffi.memmove(ffi.from_buffer(values), ffi.cast("char *", src.data) + offset, values.nbytes)
+            values = np.empty(n, dtype=np.int32)
+            if src.buffer != ffi.NULL:
+                lib.ggml_backend_tensor_get(src, ffi.from_buffer(values), offset, values.nbytes)
+            else:
+                ffi.memmove(ffi.from_buffer(values), ffi.cast("char *", src.data) + offset, values.nbytes)
         check_indices(values, bound, tensor_label(t))
 
 

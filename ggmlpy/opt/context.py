@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
 
@@ -15,6 +15,7 @@ import numpy as np
 from .._ffi import CData, ffi, lib
 from ..compute.checks import check_graph_memory, check_nodes_supported, check_static_memory
 from ..compute.sched import sched_hash_size, Scheduler
+from ..compute.staging import Reads
 from ..compute.threads import count_forward
 from ..core.args import is_real
 from ..core.handle import compute_locks, computing, Handle, memory_epoch, unique_handles, unwrap, using
@@ -124,6 +125,7 @@ class OptContext(Handle):
         self._running: str | None = None  # the loop driving this context now (ggml_opt_epoch, a fit)
         self._leaf_data: list = []  # static graphs: (leaf, its data) as ggml-opt's graph copy holds them
         self._memory_epoch = -1
+        self._heads_read: Reads | None = None   # static graphs: the reads of the loss heads, made at the first eval
         self.rng = np.random.default_rng(5489)  # dataset shuffles; mt19937's default seed, as ggml's
         self.labels_offs = [0]
         try:
@@ -249,6 +251,9 @@ class OptContext(Handle):
         if self._ptr is None:
             return
         super().free()
+        if self._heads_read is not None:
+            self._heads_read.free()
+            self._heads_read = None
         if self.loss is not None:
             self.loss.free()
         if self._graph_ctx is not None:
@@ -307,7 +312,12 @@ class OptContext(Handle):
             lib.ggml_opt_reset(ptr, False)
         self.pending_alloc = "backward" if backward else "forward"
 
-    def eval(self, result: OptResult | None = None) -> None:
+    def eval(self, result: OptResult | None = None, reads: Reads | None = None,
+             then: Callable[[], None] | None = None, written: dict[int, np.ndarray] | None = None) -> None:
+        """ggml_opt_eval, waiting for the device once (patches/0052): the computation is queued, then the reads of
+        the loss heads and of ``reads`` (``reads.values()`` afterwards), then ``then()`` (more work on the device,
+        a graph optimizer's step); one wait ends them all, also when one of them raises. ``written``: what the
+        caller queued into the inputs for this step, by tensor (``ptr_key``): index inputs are checked on it."""
         ptr = self.ptr
         if self.pending_alloc is None:
             raise GgmlStateError("ggml_opt_eval needs a preceding ggml_opt_alloc")
@@ -316,20 +326,38 @@ class OptContext(Handle):
                 self.lr_ud.refresh()
             self.lr_ud.validate()
         if self._index_inputs:
-            check_index_inputs(self._index_inputs)
+            check_index_inputs(self._index_inputs, written)
         self._check_memory()
         self._check_step_ctx("ggml_opt_eval")
         res_ptr = ffi.NULL
         if result is not None:
             res_ptr = unwrap(result, OptResult, "ggml_opt_eval(result)")
             self.check_result(result)
+        heads = self._head_reads() if result is not None else None
         with self._in_use("ggml_opt_eval", result), computing(locks=self._locks, rpc=self._on_rpc):
-            lib.ggml_opt_eval(ptr, res_ptr)
-        if self.loss is not None and self.loss.composite and result is not None:  # static graphs
-            result.record_heads(self.loss.heads)
-        self._opt_i = (self._opt_i + 1) % self.opt_period
-        self.pending_alloc = None
-        self.prepared = False
+            lib.ggml_opt_eval_submit(ptr, res_ptr)
+            self._opt_i = (self._opt_i + 1) % self.opt_period
+            self.pending_alloc = None
+            self.prepared = False
+            try:
+                for r in (heads, reads):
+                    if r is not None:
+                        r.queue()
+                if then is not None:
+                    then()
+            finally:
+                lib.ggml_opt_eval_finish(ptr)
+        if heads is not None and result is not None and self.loss is not None:
+            result.record_heads(self.loss.heads, heads.values())
+
+    def _head_reads(self) -> Reads | None:
+        """The reads of each loss head's value and correct count (static graphs with a loss built from ggml ops)."""
+        if self.loss is None or not self.loss.composite:
+            return None
+        if self._heads_read is None:
+            tensors = [t for h in self.loss.heads for t in (h.value, h.ncorrect) if t is not None]
+            self._heads_read = Reads(tensors, self.sched.backends)
+        return self._heads_read
 
     def check_result(self, result: OptResult) -> None:
         """A result only ever sees one batch size, loss kind and period (ggml asserts it)."""

@@ -25,6 +25,7 @@ from ..backend.buffer import ggml_backend_alloc_ctx_tensors
 from ..backend.transfer import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data, numpy_shape
 from ..compute.alloc import ggml_gallocr_alloc_graph, ggml_gallocr_new
 from ..compute.run import ggml_backend_graph_compute, recompute
+from ..compute.staging import Uploads
 from ..core.handle import check_rpc_connections, Handle
 from ..core.types import GGML_TYPE_F32
 from ..errors import GgmlStateError, GgmlValueError
@@ -32,6 +33,7 @@ from ..graph.context import ggml_graph_overhead, ggml_init, ggml_tensor_overhead
 from ..graph.graph import ggml_build_forward_expand, ggml_new_graph_custom
 from ..graph.objects import Tensor
 from ..graph.tensor import ggml_new_tensor, ggml_set_name
+from ..ops.base import make_op
 from ..ops.elementwise import ggml_add, ggml_scale
 from .context import OptContext
 from .params import LrUserdata
@@ -124,6 +126,11 @@ class GraphOptimizer:
         for j, (param, g) in enumerate(zip(self.params, clip_gradients(gctx, spec, grads))):
             for op in step_ops(gctx, spec, param, g, {s: t[j] for s, t in self.slots.items()}, self.hparams):
                 ggml_build_forward_expand(self.graph, op)
+        if K == 1:  # one device: the step zeroes the accumulators after reading them (no blocking memset per weight)
+            for acc in self.accs[0]:
+                ggml_build_forward_expand(self.graph, make_op("ggml_fill_inplace", gctx, lib.ggml_fill_inplace, (acc,),
+                                                              acc.shape, (0.0,), acc.type))
+        self._uploads = Uploads([self.hparams], [self.backend])
         self._galloc = ggml_gallocr_new(self.backend)
         self._owned.insert(0, self._galloc)
         self._allocated = False
@@ -139,19 +146,25 @@ class GraphOptimizer:
         self.reset_gradients()
 
     # ---- per logical batch
-    def accumulated(self) -> None:
-        """One physical batch was evaluated on every replica; steps at the end of each logical batch."""
+    def accumulated(self, queued: bool = False) -> None:
+        """One physical batch was evaluated on every replica; steps at the end of each logical batch. ``queued``:
+        called between the batch's computation and the wait that ends it (``OptContext.eval``'s ``then``)."""
         self.pending_batches += 1
         if self.pending_batches == self.opt_period:
-            self.step()
+            self.step(queued)
 
-    def step(self) -> None:
+    def step(self, queued: bool = False) -> None:
         """Sum the replicas' gradients on replica 0's device, step its weights, send them to the others, zero
-        the accumulators. Ctrl-C is held back around it by the caller (a step cut in two would leave replicas
-        with different weights)."""
+        the accumulators. One device: the step is queued behind the work before it, its parameters uploaded from
+        pinned memory, and the accumulators zeroed by the step's graph; ``queued`` False waits for it here, True
+        leaves the wait to the caller (the end of the training step). Ctrl-C is held back around it by the caller
+        (a step cut in two would leave replicas with different weights)."""
         self.lr_ud.refresh()
         self.lr_ud.validate()
         hparams = self._hparams()
+        if len(self.contexts) == 1:
+            self._step_queued(hparams, queued)
+            return
         # Tensors this object made or checked at construction (F32, contiguous, equal shapes): copied through
         # host buffers with ggml's own calls, one lost-server check for all (each call is a round trip on RPC)
         for k in range(1, len(self.contexts)):
@@ -177,6 +190,21 @@ class GraphOptimizer:
         if self._on_rpc:
             check_rpc_connections()
         self.reset_gradients()
+
+    def _step_queued(self, hparams: np.ndarray, queued: bool) -> None:
+        """One device's step: no wait unless not ``queued`` (its graph zeroes the accumulators it read)."""
+        if self._on_rpc:  # a lost server's reads are zeros (patches/0020): no step on them
+            check_rpc_connections()
+        self._uploads.write(self.hparams.ptr, hparams)
+        if not self._allocated:  # the graph and its memory never change: placed and checked once (with a wait)
+            ggml_gallocr_alloc_graph(self._galloc, self.graph)
+            ggml_backend_graph_compute(self.backend, self.graph)
+            self._allocated = True
+        else:
+            recompute(self.backend, self.graph, "the optimizer step", wait=not queued)
+        self.iter += 1
+        self.steps += 1
+        self.pending_batches = 0
 
     def reset_gradients(self) -> None:
         for opt in self.contexts:
@@ -219,6 +247,8 @@ class GraphOptimizer:
         self.iter = int(state["iter"])
 
     def free(self) -> None:
+        if self.__dict__.get("_uploads") is not None:
+            self._uploads.free()
         for h in self._owned:
             h.free()
         self._owned.clear()

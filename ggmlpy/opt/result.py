@@ -8,7 +8,6 @@ import math
 import numpy as np
 
 from .._ffi import CData, ffi, lib
-from ..backend.transfer import ggml_backend_tensor_get_data
 from ..core.args import is_int
 from ..core.handle import free_handle, Handle, unwrap
 from ..errors import GgmlValueError
@@ -28,18 +27,20 @@ class OptResult(Handle):
         self._head_correct: list[float | None] = []
         self._head_sum: list[bool] = []
 
-    def record_heads(self, heads: list[Head]) -> None:
-        """After an eval of a loss graph built from ggml ops: each head's loss and correct predictions."""
+    def record_heads(self, heads: list[Head], values: list[np.ndarray]) -> None:
+        """After an eval of a loss graph built from ggml ops: each head's loss and correct predictions, ``values``
+        as read after the step (each head's value, then its correct count where it has one)."""
         if not self._head_losses:
             self._head_losses = [[] for _ in heads]
             self._head_correct = [0 if h.ncorrect is not None else None for h in heads]
             self._head_sum = [h.loss_type == LOSS_SUM for h in heads]
+        it = iter(values)
         for i, h in enumerate(heads):
-            assert h.value is not None  # every head of a built loss graph has its value
-            self._head_losses[i].append(float(ggml_backend_tensor_get_data(h.value)[0]))
-            correct = self._head_correct[i]
-            if h.ncorrect is not None and correct is not None:
-                self._head_correct[i] = correct + float(ggml_backend_tensor_get_data(h.ncorrect)[0])
+            self._head_losses[i].append(float(next(it)[0]))
+            if h.ncorrect is not None:
+                correct, count = self._head_correct[i], float(next(it)[0])
+                if correct is not None:
+                    self._head_correct[i] = correct + count
 
     def check_batch(self, batch: int, kind: tuple[int, int]) -> None:
         """ggml asserts that a result only ever sees one batch size, loss kind and period (``kind``: the loss type

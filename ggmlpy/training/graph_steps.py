@@ -92,13 +92,12 @@ class GraphOptimizerRunner:
 
     def step(self, pairs: list[tuple[Target, Any]], train: bool, result: R.OptResult,
              watch: Watch | None = None) -> None:
-        """One physical batch's gradients, then the optimizer's step at the end of a logical batch; Ctrl-C waits
-        for both."""
+        """One physical batch's gradients, then the optimizer's step at the end of a logical batch, with one wait for
+        both (``NativeRunner.step``'s ``then``); Ctrl-C waits for both."""
         if not train:
             raise GgmlValueError("a graph optimizer's runner trains only; validation runs on the inference graphs")
-        with self.guard.step:
-            self.gradients.step(pairs, True, result, watch)
-            self.state.accumulated()
+        with self.guard.step:  # the optimizer's step is queued behind the batch's, before its one wait
+            self.gradients.step(pairs, True, result, watch, then=lambda: self.state.accumulated(queued=True))
 
     def epoch_stats(self, result: R.OptResult, steps: int) -> EpochStats:
         return self.gradients.epoch_stats(result, steps)

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..backend.transfer import ggml_backend_tensor_get_data
 from ..compute.placement import is_host_backend, Placement, PlacementRecorder, warn_if_host_ops
+from ..compute.staging import Reads, Uploads
 from ..compute.threads import restore_threads, split_threads, ThreadTuner, training_step_work
 from ..core.args import is_real, weight_decay_arg
 from ..core.handle import Handle, InterruptGuard, Lifetime, using
@@ -73,6 +73,8 @@ class NativeRunner:
         self.graph, self.options = graph, step
         _check_connected(inputs, outputs)
         self._owned: list[Handle] = []
+        self._uploads_by: dict[bool, Uploads] = {}   # pinned slots of the training and the validation batches
+        self._metrics_read: Reads | None = None        # and of the outputs the compiled metrics read
         self._also_owned: list[Owned] = list(owned)  # freed last, in reverse
         self._threads_before: list = []
         self.guard = InterruptGuard()  # installed by fit_loop: holds Ctrl-C back inside a step
@@ -133,13 +135,18 @@ class NativeRunner:
             raise GgmlStateError("internal: validation steps on a runner made without them; please report it")
         return ctx
 
-    def writer(self, name: str, train: bool) -> BatchWriter:
+    def _targets(self, train: bool) -> tuple[list[Tensor], list[Tensor], list[bool]]:
+        """What a batch writes besides the inputs, on the training or validation context: the heads' labels, the
+        heads' sample weights, and which labels are a cross-entropy's."""
         ctx = self.opt_ctx(train)
         labelled = [i for i in range(ctx.n_heads) if ctx.labels(i) is not None]
         labels = [t for t in (ctx.labels(i) for i in labelled) if t is not None]  # all of them
         cross_entropy = [ctx.heads[i].loss_type == L.LOSS_CROSS_ENTROPY for i in labelled]
         heads = ctx.loss.heads if ctx.loss is not None and ctx.loss.composite else []
-        weights = [h.weights for h in heads if h.weights is not None]
+        return labels, [h.weights for h in heads if h.weights is not None], cross_entropy
+
+    def writer(self, name: str, train: bool) -> BatchWriter:
+        labels, weights, cross_entropy = self._targets(train)
         return BatchWriter(name, self.inputs, labels, weights, self.index_bounds, cross_entropy)
 
     def new_result(self) -> R.OptResult:
@@ -174,17 +181,21 @@ class NativeRunner:
         return stats
 
     def step(self, pairs: list[tuple[Target, np.ndarray]], train: bool, result: R.OptResult,
-             watch: Watch | None = None) -> None:
+             watch: Watch | None = None, then: Callable[[], None] | None = None) -> None:
         """One physical batch: alloc, write, eval (with the hooks around the eval) on the training or the
-        validation opt context. Ctrl-C waits for the end of the step: an alloc without its eval would leave the
-        opt context unusable. ``watch``: a context manager factory given the scheduler, entered around the eval
-        (a ``PlacementRecorder``); without one, the first training step on a GPU is watched and ops it leaves on
-        the CPU are named in a warning."""
+        validation opt context; the host waits for the device once (``OptContext.eval``): the batch is uploaded
+        from pinned memory ahead of the step, the outputs the metrics read are read behind it, and ``then()``
+        queues more work before that wait (a graph optimizer's step). Ctrl-C waits for the end of the step: an
+        alloc without its eval would leave the opt context unusable. ``watch``: a context manager factory given the
+        scheduler, entered around the eval (a ``PlacementRecorder``); without one, the first training step on a GPU
+        is watched and ops it leaves on the CPU are named in a warning."""
         ctx = self.opt_ctx(train)
         with self.guard.step:
             started = self.threads.before_step() if train else None
             ctx.alloc(train)
-            BatchWriter.write(pairs)
+            uploads = self._uploads(train)
+            for target, arr in pairs:
+                uploads.write(target.tensor.ptr, arr)
             for hook in self.hooks:
                 hook.before_eval(train)
             recorder = None
@@ -192,18 +203,33 @@ class NativeRunner:
                 recorder = watch = PlacementRecorder
             if train:
                 self.watch_first_step = False
+            reads = self._metric_reads() if train and self.options.metrics is not None else None
             with watch(ctx.sched) if watch is not None else contextlib.nullcontext() as seen:
-                ctx.eval(result)
+                ctx.eval(result, reads, then, {ptr_key(target.tensor.ptr): arr for target, arr in pairs})
             for hook in self.hooks:
                 hook.after_eval(train)
             if started is not None:
                 self.threads.after_step(started)
-            if train and self.options.metrics is not None:
-                outputs = [ggml_backend_tensor_get_data(t) for t in self.graph.output_copies]
-                self.options.metrics.update(outputs, BatchWriter.labels_of(pairs))
+            if reads is not None and self.options.metrics is not None:
+                self.options.metrics.update(reads.values(), BatchWriter.labels_of(pairs))
         if recorder is not None and seen is not None:
             self.placement = seen.placement("a training step")
             warn_if_host_ops(self.placement)
+
+    def _uploads(self, train: bool) -> Uploads:
+        """The pinned slots the batches of the training (or validation) steps are uploaded from."""
+        uploads = self._uploads_by.get(train)
+        if uploads is None:
+            labels, weights, _ = self._targets(train)
+            uploads = self._uploads_by[train] = Uploads([*self.inputs, *labels, *weights],
+                                                        self.opt_ctx(train).sched.backends)
+        return uploads
+
+    def _metric_reads(self) -> Reads:
+        """The reads of the outputs the compiled metrics update from, behind each training step."""
+        if self._metrics_read is None:
+            self._metrics_read = Reads(self.graph.output_copies, self.train_ctx.sched.backends)
+        return self._metrics_read
 
     def history_attrs(self) -> dict:
         """What the history's ``attrs`` get from this runner (nothing; replicas report their traffic)."""
@@ -221,6 +247,11 @@ class NativeRunner:
         return hs
 
     def close(self) -> None:
+        for staged in [*self._uploads_by.values(), self._metrics_read]:
+            if staged is not None:
+                staged.free()
+        self._uploads_by.clear()
+        self._metrics_read = None
         for handle in reversed(self._owned):
             handle.free()
         self._owned.clear()

@@ -24,6 +24,12 @@ void ggml_backend_buffer_clear(ggml_backend_buffer_t buffer, uint8_t value);
 bool ggml_backend_buffer_is_host(ggml_backend_buffer_t buffer);
 void ggml_backend_buffer_set_usage(ggml_backend_buffer_t buffer, enum ggml_backend_buffer_usage usage);
 ggml_backend_buffer_type_t ggml_backend_buffer_get_type(ggml_backend_buffer_t buffer);
+ggml_backend_buffer_t ggml_backend_buft_alloc_buffer(ggml_backend_buffer_type_t buft, size_t size);
+void * ggml_backend_buffer_get_base(ggml_backend_buffer_t buffer);
+bool ggml_backend_supports_buft(ggml_backend_t backend, ggml_backend_buffer_type_t buft);
+/* patches/0051: the host's waits on a device (count, microseconds) */
+uint64_t ggmlpy_host_waits(void);
+int64_t ggmlpy_host_wait_us(void);
 
 const char * ggml_backend_name(ggml_backend_t backend);
 void ggml_backend_free(ggml_backend_t backend);

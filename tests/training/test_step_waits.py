@@ -1,0 +1,138 @@
+"""A training step waits for its device once (patches/0051-0052, ggmlpy/compute/staging.py): the batch is uploaded
+from pinned memory ahead of the step, the loss, predictions, correct count, loss heads and the outputs the metrics
+read are read behind it, a graph optimizer's step is queued before the one wait, and the optimizer's parameters
+are uploaded without one. ``ggmlpy_host_waits`` (patches/0051) counts every synchronization and every blocking
+read or write of device memory; a step here is the second epoch of a fit divided by its steps, so that the first
+step's one-time work (placing the graph, watching the placement) is not counted.
+
+On the CPU no step waits: the count stays at zero. Vulkan runs on lavapipe in CI; CUDA where built and present.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ggmlpy as G
+from ggmlpy._ffi import lib
+
+
+DEVICES = {"vulkan": "Vulkan0", "cuda": "CUDA0"}
+N, BATCH = 96, 32
+
+
+def _device(family: str) -> str:
+    if family not in G.ggml_backends_built():
+        pytest.skip(f"the {family} backend is not built in this installation (GGMLPY_BACKENDS)")
+    name = DEVICES[family]
+    if G.ggml_backend_dev_by_name(name) is None:
+        pytest.skip(f"the {family} backend is built but this machine has no {name} device")
+    return name
+
+
+def _data(classes: int = 3):
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(N, 6)).astype(np.float32)
+    y = rng.integers(0, classes, N)
+    return x, y
+
+
+def _model(backend: str, **compile_args):
+    m = G.ggml_model_sequential()
+    m = G.ggml_layer_dense(m, 16, activation="relu", input_shape=(6,))
+    m = G.ggml_layer_dense(m, 3, activation="softmax")
+    args = {"optimizer": "adam", "loss": "sparse_categorical_crossentropy", **compile_args}
+    if isinstance(args["optimizer"], str):
+        args["learning_rate"] = 1e-2
+    return G.ggml_compile(m, backend=backend, **args)
+
+
+def _waits_per_step(fit) -> float:
+    """Host waits per training step in the second epoch of ``fit(callbacks)``."""
+    marks: list[int] = []
+    cb = {"on_epoch_begin": lambda e, logs, s: marks.append(lib.ggmlpy_host_waits()),
+          "on_epoch_end": lambda e, logs, s: marks.append(lib.ggmlpy_host_waits())}
+    fit([cb])
+    return (marks[3] - marks[2]) / (N // BATCH)
+
+
+CASES = {
+    "adam": {},                                               # ggml-opt's own step
+    "rmsprop": {"optimizer": "rmsprop"},                      # the step as a graph of its own (GraphOptimizer)
+    "momentum-clipped": {"optimizer": G.ggml_optimizer_sgd(learning_rate=1e-2, momentum=0.9, clipnorm=1.0)},
+    "metrics": {"metrics": ["accuracy", "auc"]},              # outputs read for the compiled metrics
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("family", list(DEVICES))
+def test_a_model_step_waits_once(family, case):
+    device = _device(family)
+    x, y = _data()
+    args = dict(CASES[case])
+    if case == "metrics":
+        y = (y > 0).astype(np.int64)
+        m = G.ggml_model_sequential()
+        m = G.ggml_layer_dense(m, 8, activation="relu", input_shape=(6,))
+        m = G.ggml_layer_dense(m, 1, activation="sigmoid")
+        net = G.ggml_compile(m, optimizer="adam", loss="binary_crossentropy", backend=device, **args)
+    else:
+        net = _model(device, **args)
+    per_step = _waits_per_step(lambda cbs: G.ggml_fit(net, x, y, epochs=2, batch_size=BATCH, shuffle=False,
+                                                      verbose=0, callbacks=cbs))
+    assert per_step == 1.0, f"{per_step} host waits per step on {device} ({case}); one is the target"
+
+
+@pytest.mark.parametrize("family", list(DEVICES))
+def test_weighted_samples_and_heads_are_read_in_the_one_wait(family):
+    """Sample weights make the loss a graph of ggml ops with heads (their values and correct counts read back)."""
+    device = _device(family)
+    x, y = _data()
+    w = np.linspace(0.5, 1.5, N).astype(np.float32)
+    net = _model(device)
+    per_step = _waits_per_step(lambda cbs: G.ggml_fit(net, x, y, sample_weight=w, epochs=2, batch_size=BATCH,
+                                                      shuffle=False, verbose=0, callbacks=cbs))
+    assert per_step == 1.0
+
+
+@pytest.mark.parametrize("family", list(DEVICES))
+def test_the_seed_loop_on_a_device_scheduler_waits_once(family):
+    """ggml_fit_opt_gen over a scheduler the user built on the device (the seed page's setup on a GPU)."""
+    device = _device(family)
+    backend = G.ggml_backend_init_by_name(device)
+    cpu = G.ggml_backend_cpu_init()
+    sched = G.ggml_backend_sched_new([backend, cpu], parallel=False, graph_size=512)
+    ctx = G.ggml_init(16 * 1024 * 1024, no_alloc=True)
+    try:
+        inputs = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 6, BATCH)
+        G.ggml_set_input(inputs)
+        w = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 6, 3)
+        G.ggml_set_param(w)
+        out = G.ggml_mul_mat(ctx, w, inputs)
+        G.ggml_set_output(out)
+        buf = G.ggml_backend_alloc_ctx_tensors(ctx, backend)
+        G.ggml_backend_tensor_set_data(w, np.random.default_rng(1).normal(0, 0.1, 18).astype(np.float32))
+        x, _ = _data()
+        target = np.random.default_rng(2).normal(size=(N, 3)).astype(np.float32)
+
+        def batches():
+            for i in range(0, N, BATCH):
+                yield x[i:i + BATCH], target[i:i + BATCH]
+
+        per_step = _waits_per_step(lambda cbs: G.ggml_fit_opt_gen(sched, ctx, inputs, out, batches, epochs=2,
+                                                                  callbacks=cbs, silent=True))
+        assert per_step == 1.0
+        buf.free()
+    finally:
+        sched.free()
+        ctx.free()
+        cpu.free()
+        backend.free()
+
+
+def test_a_cpu_step_never_waits():
+    x, y = _data()
+    for args in ({}, {"optimizer": "rmsprop"}):
+        net = _model("cpu", **args)
+        per_step = _waits_per_step(lambda cbs, net=net: G.ggml_fit(net, x, y, epochs=2, batch_size=BATCH,
+                                                                   shuffle=False, verbose=0, callbacks=cbs))
+        assert per_step == 0.0
