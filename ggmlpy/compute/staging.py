@@ -83,25 +83,40 @@ class _Slots:
 
 
 class Uploads:
-    """A step's writes into ``tensors`` (its inputs, labels, weights), queued on the devices that hold them ahead of
-    the work queued next (the step's graph)."""
+    """A step's writes into ``tensors`` (its inputs, labels, weights, dropout seeds), queued on the devices that hold
+    them ahead of the work queued next (the step's graph). Two sets of slots (``parity`` 0 and 1): the host can
+    stage the next step's batch while the step before it may still be reading the other set."""
 
     def __init__(self, tensors: Sequence[Tensor], backends: Sequence[Backend]) -> None:
         self.backends = list(backends)
         self._index = {int(ffi.cast("uintptr_t", t.ptr)): i for i, t in enumerate(tensors)}
-        self._slots = _Slots([int(lib.ggml_nbytes(t.ptr)) for t in tensors], self.backends)
+        self._n = len(tensors)
+        self._slots = _Slots([int(lib.ggml_nbytes(t.ptr)) for t in tensors] * 2, self.backends)
 
-    def write(self, t: CData, arr: np.ndarray) -> None:
-        """Write contiguous ``arr`` (of ``t``'s dtype, at most its size; checked by the caller) into tensor pointer
-        ``t``: through its slot where ``t`` is on a device with pinned memory, else with a blocking write."""
+    def stage(self, t: CData, arr: np.ndarray, parity: int = 0) -> tuple[CData, np.ndarray, CData]:
+        """Copy contiguous ``arr`` (of ``t``'s dtype, at most its size; checked by the caller) for tensor pointer
+        ``t`` into its slot of set ``parity`` where ``t`` is in pinned slots (host work only: nothing is queued);
+        ``send`` queues what this returns."""
         i = self._index.get(int(ffi.cast("uintptr_t", t)))
-        backend = holder(t, self.backends) if i is not None and self._slots.pinned else None
-        if backend is None or arr.nbytes > int(lib.ggml_nbytes(t)) or not lib.ggml_is_contiguous(t):
+        if i is None or not self._slots.pinned or arr.nbytes > int(lib.ggml_nbytes(t)):
+            return t, arr, ffi.NULL
+        k = i + parity * self._n
+        np.copyto(self._slots.array(k, arr.dtype, arr.size), arr.reshape(-1))
+        return t, arr, self._slots.slot(k)
+
+    def send(self, staged: tuple[CData, np.ndarray, CData]) -> None:
+        """Queue a staged write on the device that holds the tensor (a blocking write where it has no pinned slot or
+        is in host memory)."""
+        t, arr, slot = staged
+        backend = holder(t, self.backends) if slot != ffi.NULL and lib.ggml_is_contiguous(t) else None
+        if backend is None:
             write_array(t, arr)
-            return
-        assert i is not None
-        np.copyto(self._slots.array(i, arr.dtype, arr.size), arr.reshape(-1))
-        lib.ggml_backend_tensor_set_async(backend.ptr, t, self._slots.slot(i), 0, arr.nbytes)
+        else:
+            lib.ggml_backend_tensor_set_async(backend.ptr, t, slot, 0, arr.nbytes)
+
+    def write(self, t: CData, arr: np.ndarray, parity: int = 0) -> None:
+        """``send(stage(...))``: queue the write of ``arr`` into ``t`` now."""
+        self.send(self.stage(t, arr, parity))
 
     def free(self) -> None:
         self._slots.free()

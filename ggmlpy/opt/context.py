@@ -126,6 +126,7 @@ class OptContext(Handle):
         self._leaf_data: list = []  # static graphs: (leaf, its data) as ggml-opt's graph copy holds them
         self._memory_epoch = -1
         self._heads_read: Reads | None = None   # static graphs: the reads of the loss heads, made at the first eval
+        self._eval_pending: tuple[OptResult | None, Reads | None] | None = None  # eval_submit's, until eval_finish
         self.rng = np.random.default_rng(5489)  # dataset shuffles; mt19937's default seed, as ggml's
         self.labels_offs = [0]
         try:
@@ -250,6 +251,7 @@ class OptContext(Handle):
     def free(self) -> None:
         if self._ptr is None:
             return
+        self._eval_pending = None  # ggml_opt_free waits for a step still queued
         super().free()
         if self._heads_read is not None:
             self._heads_read.free()
@@ -292,6 +294,7 @@ class OptContext(Handle):
     # ---- the per-batch protocol, checked
     def alloc(self, backward: bool) -> None:
         ptr = self.ptr
+        self.eval_finish()  # a step still queued ends first (ggml-opt asserts)
         self._check_memory()
         if self.pending_alloc is not None:
             raise GgmlStateError("ggml_opt_alloc was already called for the next eval; call ggml_opt_eval first")
@@ -314,9 +317,15 @@ class OptContext(Handle):
 
     def eval(self, result: OptResult | None = None, reads: Reads | None = None,
              then: Callable[[], None] | None = None, written: dict[int, np.ndarray] | None = None) -> None:
-        """ggml_opt_eval, waiting for the device once (patches/0052): the computation is queued, then the reads of
-        the loss heads and of ``reads`` (``reads.values()`` afterwards), then ``then()`` (more work on the device,
-        a graph optimizer's step); one wait ends them all, also when one of them raises. ``written``: what the
+        """ggml_opt_eval, waiting for the device once (patches/0052): ``eval_submit`` then ``eval_finish``."""
+        self.eval_submit(result, reads, then, written)
+        self.eval_finish()
+
+    def eval_submit(self, result: OptResult | None = None, reads: Reads | None = None,
+                    then: Callable[[], None] | None = None, written: dict[int, np.ndarray] | None = None) -> None:
+        """The first half of ggml_opt_eval: the computation is queued, then the reads of the loss heads and of
+        ``reads``, then ``then()`` (more work on the device: a graph optimizer's step), and none is waited for;
+        ``eval_finish`` waits once for them all (at once here when one of them raises). ``written``: what the
         caller queued into the inputs for this step, by tensor (``ptr_key``): index inputs are checked on it."""
         ptr = self.ptr
         if self.pending_alloc is None:
@@ -336,6 +345,7 @@ class OptContext(Handle):
         heads = self._head_reads() if result is not None else None
         with self._in_use("ggml_opt_eval", result), computing(locks=self._locks, rpc=self._on_rpc):
             lib.ggml_opt_eval_submit(ptr, res_ptr)
+            self._eval_pending = (result, heads)
             self._opt_i = (self._opt_i + 1) % self.opt_period
             self.pending_alloc = None
             self.prepared = False
@@ -345,8 +355,20 @@ class OptContext(Handle):
                         r.queue()
                 if then is not None:
                     then()
-            finally:
-                lib.ggml_opt_eval_finish(ptr)
+            except BaseException:
+                self.eval_finish()
+                raise
+
+    def eval_finish(self) -> None:
+        """The second half of ggml_opt_eval: wait for the step ``eval_submit`` queued and add its loss, predictions,
+        correct count and heads to its result (nothing to do when no step is queued)."""
+        pending = self._eval_pending
+        if pending is None:
+            return
+        self._eval_pending = None
+        result, heads = pending
+        with self._in_use("ggml_opt_eval", result), computing(locks=self._locks, rpc=self._on_rpc):
+            lib.ggml_opt_eval_finish(self.ptr)
         if heads is not None and result is not None and self.loss is not None:
             result.record_heads(self.loss.heads, heads.values())
 

@@ -33,9 +33,12 @@ class ModelWeights(Protocol):
 
 
 class StepHook(Protocol):
-    """Model state that lives outside ggml-opt, kept in step with each eval (the model layer's dropout masks
-    are written before it, batch-norm running statistics read after it)."""
-    def before_eval(self, train: bool) -> None: ...
+    """Model state that lives outside ggml-opt, kept in step with each eval (the model layer's dropout seeds are
+    written before it). ``before_eval`` writes with ``write(tensor, array)``, which queues the upload ahead of the
+    step (no wait; ``written``: the tensors it writes); ``after_eval`` runs once the step has been waited for."""
+    @property
+    def written(self) -> Sequence[Tensor]: ...
+    def before_eval(self, train: bool, write: Callable[[Tensor, np.ndarray], None]) -> None: ...
     def after_eval(self, train: bool) -> None: ...
 
 

@@ -91,13 +91,17 @@ class GraphOptimizerRunner:
         return self.gradients.new_result()
 
     def step(self, pairs: list[tuple[Target, Any]], train: bool, result: R.OptResult,
-             watch: Watch | None = None) -> None:
+             watch: Watch | None = None, defer: bool = False) -> None:
         """One physical batch's gradients, then the optimizer's step at the end of a logical batch, with one wait for
         both (``NativeRunner.step``'s ``then``); Ctrl-C waits for both."""
         if not train:
             raise GgmlValueError("a graph optimizer's runner trains only; validation runs on the inference graphs")
         with self.guard.step:  # the optimizer's step is queued behind the batch's, before its one wait
-            self.gradients.step(pairs, True, result, watch, then=lambda: self.state.accumulated(queued=True))
+            self.gradients.step(pairs, True, result, watch, then=lambda: self.state.accumulated(queued=True),
+                                defer=defer)
+
+    def drain(self) -> None:
+        self.gradients.drain()
 
     def epoch_stats(self, result: R.OptResult, steps: int) -> EpochStats:
         return self.gradients.epoch_stats(result, steps)

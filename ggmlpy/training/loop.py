@@ -75,6 +75,8 @@ class NativeRunner:
         self._owned: list[Handle] = []
         self._uploads_by: dict[bool, Uploads] = {}   # pinned slots of the training and the validation batches
         self._metrics_read: Reads | None = None        # and of the outputs the compiled metrics read
+        self._parity = 0                               # the set of upload slots the last step used
+        self._pending: tuple | None = None             # a step submitted and not yet waited for (``drain``)
         self._also_owned: list[Owned] = list(owned)  # freed last, in reverse
         self._threads_before: list = []
         self.guard = InterruptGuard()  # installed by fit_loop: holds Ctrl-C back inside a step
@@ -181,47 +183,70 @@ class NativeRunner:
         return stats
 
     def step(self, pairs: list[tuple[Target, np.ndarray]], train: bool, result: R.OptResult,
-             watch: Watch | None = None, then: Callable[[], None] | None = None) -> None:
+             watch: Watch | None = None, defer: bool = False, then: Callable[[], None] | None = None) -> None:
         """One physical batch: alloc, write, eval (with the hooks around the eval) on the training or the
-        validation opt context; the host waits for the device once (``OptContext.eval``): the batch is uploaded
-        from pinned memory ahead of the step, the outputs the metrics read are read behind it, and ``then()``
-        queues more work before that wait (a graph optimizer's step). Ctrl-C waits for the end of the step: an
-        alloc without its eval would leave the opt context unusable. ``watch``: a context manager factory given the
-        scheduler, entered around the eval (a ``PlacementRecorder``); without one, the first training step on a GPU
-        is watched and ops it leaves on the CPU are named in a warning."""
+        validation opt context, waiting for the device once (``OptContext.eval_submit``/``eval_finish``): the
+        batch is uploaded from pinned memory ahead of the step, the outputs the metrics read are read behind it, and
+        ``then()`` queues more work before that wait (a graph optimizer's step).
+
+        ``defer``: on a GPU, that wait comes at the start of the next step (or ``drain``), after the host staged the
+        next batch: the host's work between two steps (the next batch from the source, its checks and copy) runs
+        while the device computes; the loop that defers calls ``drain`` before anything reads what a step computed.
+        Ctrl-C waits for the end of the step: an alloc without its eval would leave the opt context unusable.
+        ``watch``: a context manager factory given the scheduler, entered around the eval (a
+        ``PlacementRecorder``); without one, the first training step on a GPU is watched (not deferred) and ops it
+        leaves on the CPU are named in a warning."""
         ctx = self.opt_ctx(train)
         with self.guard.step:
-            started = self.threads.before_step() if train else None
-            ctx.alloc(train)
             uploads = self._uploads(train)
-            for target, arr in pairs:
-                uploads.write(target.tensor.ptr, arr)
-            for hook in self.hooks:
-                hook.before_eval(train)
+            self._parity ^= 1
+            staged = [uploads.stage(target.tensor.ptr, arr, self._parity) for target, arr in pairs]
+            self.drain()  # the step before: its one wait, its results
             recorder = None
             if watch is None and train and self.watch_first_step:
                 recorder = watch = PlacementRecorder
             if train:
                 self.watch_first_step = False
+            defer = defer and watch is None and not is_host_backend(ctx.sched.backends[0])
+            started = self.threads.before_step() if train and not defer else None
+            ctx.alloc(train)
+            for one in staged:
+                uploads.send(one)
+            for hook in self.hooks:
+                hook.before_eval(train, lambda t, arr: uploads.write(t.ptr, arr, self._parity))
             reads = self._metric_reads() if train and self.options.metrics is not None else None
             with watch(ctx.sched) if watch is not None else contextlib.nullcontext() as seen:
-                ctx.eval(result, reads, then, {ptr_key(target.tensor.ptr): arr for target, arr in pairs})
+                ctx.eval_submit(result, reads, then, {ptr_key(target.tensor.ptr): arr for target, arr in pairs})
+                self._pending = (ctx, train, started, reads, BatchWriter.labels_of(pairs) if reads else [])
+                if not defer:
+                    self.drain()
+        if recorder is not None and seen is not None:
+            self.placement = seen.placement("a training step")
+            warn_if_host_ops(self.placement)
+
+    def drain(self) -> None:
+        """Wait for a deferred step and take its results (the loss, the heads, the metrics' outputs): nothing to do
+        when no step is deferred. Ctrl-C waits for it."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        ctx, train, started, reads, labels = pending
+        with self.guard.step:
+            ctx.eval_finish()
             for hook in self.hooks:
                 hook.after_eval(train)
             if started is not None:
                 self.threads.after_step(started)
             if reads is not None and self.options.metrics is not None:
-                self.options.metrics.update(reads.values(), BatchWriter.labels_of(pairs))
-        if recorder is not None and seen is not None:
-            self.placement = seen.placement("a training step")
-            warn_if_host_ops(self.placement)
+                self.options.metrics.update(reads.values(), labels)
 
     def _uploads(self, train: bool) -> Uploads:
         """The pinned slots the batches of the training (or validation) steps are uploaded from."""
         uploads = self._uploads_by.get(train)
         if uploads is None:
             labels, weights, _ = self._targets(train)
-            uploads = self._uploads_by[train] = Uploads([*self.inputs, *labels, *weights],
+            hooked = [t for hook in self.hooks for t in hook.written]
+            uploads = self._uploads_by[train] = Uploads([*self.inputs, *labels, *weights, *hooked],
                                                         self.opt_ctx(train).sched.backends)
         return uploads
 
@@ -247,6 +272,12 @@ class NativeRunner:
         return hs
 
     def close(self) -> None:
+        try:
+            self.drain()
+        finally:
+            self._close()
+
+    def _close(self) -> None:
         for staged in [*self._uploads_by.values(), self._metrics_read]:
             if staged is not None:
                 staged.free()

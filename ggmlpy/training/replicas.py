@@ -145,6 +145,9 @@ class ReplicaRunner:
     def result_loss(self, result: ReplicaResult) -> float:
         return sum(n / self.batch_size * opt_result_loss(r) for n, r in zip(self.counts, result.parts))
 
+    def drain(self) -> None:
+        """Nothing to wait for: no step is deferred."""
+
     def epoch_stats(self, result: ReplicaResult, steps: int) -> EpochStats:
         """The replicas' statistics weighted by their shares of the batch: the batch means a single device
         computes (each replica's loss and accuracy are means over its shard)."""
@@ -160,9 +163,10 @@ class ReplicaRunner:
         return stats
 
     def step(self, pairs: list[list[tuple[Target, np.ndarray]]], train: bool, result: ReplicaResult,
-             watch: Watch | None = None) -> None:
+             watch: Watch | None = None, defer: bool = False) -> None:
         """One physical batch on every replica at once (replica 0 in this thread, where a watch and Ctrl-C
-        apply), then the optimizer step at the end of a logical batch. Ctrl-C waits for the whole step."""
+        apply), then the optimizer step at the end of a logical batch. Ctrl-C waits for the whole step. ``defer``
+        is not taken: the optimizer step reads every replica's gradients through the host."""
         if not train:
             raise GgmlValueError("a data-parallel runner trains only; validation runs on the inference graphs")
         with self.guard.step:

@@ -11,8 +11,9 @@ Three runners implement the protocol, one per way a training step is made:
 
 The fit loop (``loop.fit_loop``) and the model layer's hand-stepped trainer drive any of them the same way:
 ``writer`` turns a batch into what ``step`` writes; ``step`` runs one physical batch into a result
-(``new_result``); ``epoch_stats`` reads a result; ``state`` is where the model's optimizer state is read and
-written; ``keepers`` and ``close`` own the C objects.
+(``new_result``), on a GPU leaving its wait to the next step when asked to (``defer``; ``drain`` waits);
+``epoch_stats`` reads a result; ``state`` is where the model's optimizer state is read and written; ``keepers``
+and ``close`` own the C objects.
 """
 from __future__ import annotations
 
@@ -85,7 +86,9 @@ class StepRunner(Protocol[ResultT]):
     def placement(self) -> Placement | None: ...
     def writer(self, name: str, train: bool) -> Writer: ...
     def new_result(self) -> ResultT: ...
-    def step(self, pairs: Any, train: bool, result: ResultT, watch: Watch | None = None) -> None: ...
+    def step(self, pairs: Any, train: bool, result: ResultT, watch: Watch | None = None,
+             defer: bool = False) -> None: ...
+    def drain(self) -> None: ...
     def epoch_stats(self, result: ResultT, steps: int) -> EpochStats: ...
     def result_loss(self, result: ResultT) -> float: ...
     def split_threads(self) -> list: ...
@@ -108,11 +111,15 @@ def run_epoch(runner: StepRunner[ResultT], feed: Feed, limit: int | None, train:
     if metrics is not None:
         metrics.reset()
     steps = 0
-    for pairs in feed.epoch(limit):
-        runner.step(pairs, train, result)
-        steps += 1
-        if progress is not None:
-            progress.update(steps * runner.batch_size, lambda: runner.result_loss(result))
+    try:
+        for pairs in feed.epoch(limit):
+            # deferred: the step's wait comes with the next one, after its batch was read and staged
+            runner.step(pairs, train, result, defer=True)
+            steps += 1
+            if progress is not None:
+                progress.update(steps * runner.batch_size, lambda: runner.result_loss(result))
+    finally:
+        runner.drain()  # the last step's wait: the epoch's results are complete, also when it ends early
     stats = runner.epoch_stats(result, steps)
     if metrics is not None and steps:
         stats.metrics = metrics.results()

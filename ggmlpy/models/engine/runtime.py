@@ -69,10 +69,13 @@ class _DropoutSeeds:
         self.tensor: Tensor | None = None
         self.used = 0
 
-    def before_eval(self, train: bool) -> None:
-        if train and self.tensor is not None:
-            ggml_backend_tensor_set_data(self.tensor, self.rng.integers(-2 ** 31, 2 ** 31, self.tensor.shape[0],
-                                                                        dtype=np.int32))
+    @property
+    def written(self) -> list[Tensor]:
+        return [self.tensor] if self.tensor is not None else []
+
+    def before_eval(self, train: bool, write: Callable[[Tensor, np.ndarray], None]) -> None:
+        if train and self.tensor is not None:  # I32 [n] (made in seed_input): the raw write needs no checks
+            write(self.tensor, self.rng.integers(-2 ** 31, 2 ** 31, self.tensor.shape[0], dtype=np.int32))
 
     def after_eval(self, train: bool) -> None:
         pass
