@@ -74,7 +74,9 @@ def main() -> None:
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--baseline-root", default=None, help="a source checkout of the build to compare against")
+    ap.add_argument("--json", default=None, help="also write the medians here")
     args = ap.parse_args()
+    results: dict[str, dict] = {}
     builds = ([("before", args.baseline_root)] if args.baseline_root else []) + [("now", ROOT)]
     print(f"host waits per training step on {args.device}, medians of {args.rounds} rounds "
           f"(second epoch of a fit; builds: {', '.join(f'{n}={r}' for n, r in builds)})")
@@ -87,11 +89,15 @@ def main() -> None:
             for name, root in builds:
                 got[name].append(run(root, case, args.device))
         med = {n: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for n, rs in got.items()}
+        results[case] = med
         line = f"{case:18s}" + "".join(f" {med[n]['waits']:13.1f} {med[n]['wait_ms']:14.2f} "
                                        f"{med[n]['samples_s']:17.1f}" for n, _ in builds)
         if len(builds) > 1:
             line += f"  {med['now']['samples_s'] / med['before']['samples_s']:.2f}x"
         print(line, flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": args.device, "rounds": args.rounds, "cases": results}, f, indent=1)
 
 
 if __name__ == "__main__":

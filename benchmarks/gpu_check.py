@@ -21,7 +21,8 @@ and gguf, and Debian's Vulkan loader. This script, there:
    the placement report with its assertion (one split and no CPU op for each benchmark model), the GPU-sized
    benchmarks against PyTorch on the same device, on Vulkan the backward products on ggml's matmul shaders
    against out_prod.comp, the tiled matmul shaders and the blocked kernel (``bench_vk_backward.py``,
-   patches/0043 and 0045), and the kernel tests past 2^31/2^32 elements;
+   patches/0043 and 0045), the host's waits per training step and samples/s (``bench_host_waits.py``, patches
+   0051-0052), and the kernel tests past 2^31/2^32 elements;
 4. writes everything to ``$OUT`` (else ``benchmarks/out/gpu``): ``gpu_check.log`` (every step's output),
    ``summary.txt`` (one line a step, the device, the figures) and ``results.json`` (placement and benchmark
    figures); three files, since a device run returns at most eight.
@@ -215,6 +216,13 @@ def part(run: Run, device: str, family: str, quick: bool, rehearse: bool = False
             and bench.exists():
         run.results[f"bench_gpu {device}"] = json.loads(bench.read_text())
     bench.unlink(missing_ok=True)
+    waits = OUT / f"waits-{device}.json"  # issue 42: one wait per step, and samples/s on the device
+    cases = ["--cases", "mnist-fc,mnist-fc/rmsprop"] if rehearse else []
+    if run.step(f"{device}: host waits per training step", 60,
+                [sys.executable, "benchmarks/bench_host_waits.py", "--device", device, "--rounds", "1", *cases,
+                 "--json", str(waits)], env) and waits.exists():
+        run.results[f"bench_host_waits {device}"] = json.loads(waits.read_text())
+    waits.unlink(missing_ok=True)
     if family == "vulkan":  # issue 42: backward products, each kernel (the GPU's choice between them is unmeasured)
         backward = OUT / f"backward-{device}.json"
         models = ["--models", "transformer"] if rehearse else []

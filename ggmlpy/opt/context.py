@@ -35,13 +35,13 @@ from .result import OptResult
 def training_graph_nodes(outputs: Tensor | Sequence[Tensor], build_type: int = BUILD_OPT) -> int:
     """An upper bound on the nodes and leafs of the graphs ggml-opt builds from ``outputs`` (one tensor, or the
     outputs and extra outputs): the backward pass adds at most ~3 nodes per forward op, each parameter a
-    gradient accumulator, two moments and an optimizer step (measured: ~2.6 per op, ~5.5 per parameter),
-    ggml-opt's loss a few more."""
+    gradient accumulator, two moments, an optimizer step and, when accumulating, the step's zeroing of the
+    accumulator (patches/0052; measured: ~2.6 per op, ~5.5 per parameter without it), ggml-opt's loss a few more."""
     roots = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     n_nodes, params, n_leafs = count_forward(roots, with_leafs=True)
     if build_type == BUILD_FORWARD:
         return n_nodes + n_leafs + 32
-    return 4 * (n_nodes - len(params)) + 6 * len(params) + n_leafs + 64
+    return 4 * (n_nodes - len(params)) + 7 * len(params) + n_leafs + 64
 
 
 def static_graph_size(outputs: Tensor | Sequence[Tensor], build_type: int = BUILD_OPT) -> int:

@@ -92,6 +92,21 @@ def test_a_model_step_waits_once(family, case):
 
 
 @pytest.mark.parametrize("family", list(DEVICES))
+def test_gradient_accumulation_waits_once_per_step(family):
+    """nbatch_logical over two batches: the optimizer step zeroes the accumulators in its graph (patches/0052),
+    where ggml-opt waited for a memset per weight before each logical batch (2 + 5 / 2 waits per step here). The
+    second wait per step is the scheduler's synchronization when ggml-opt allocates its other graph (it alternates
+    between the gradients' and the optimizer step's): the device is idle then, the step before already waited for."""
+    device = _device(family)
+    x, y = _data()
+    net = _model(device)
+    per_step = _waits_per_step(lambda cbs: G.ggml_fit(net, x, y, epochs=2, batch_size=BATCH // 2,
+                                                      nbatch_logical=BATCH, shuffle=False, verbose=0, callbacks=cbs)
+                               ) / 2   # twice the steps of the others: N // (BATCH // 2) per epoch
+    assert per_step == 2.0
+
+
+@pytest.mark.parametrize("family", list(DEVICES))
 def test_weighted_samples_and_heads_are_read_in_the_one_wait(family):
     """Sample weights make the loss a graph of ggml ops with heads (their values and correct counts read back)."""
     device = _device(family)
