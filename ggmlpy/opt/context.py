@@ -322,11 +322,13 @@ class OptContext(Handle):
         self.eval_finish()
 
     def eval_submit(self, result: OptResult | None = None, reads: Reads | None = None,
-                    then: Callable[[], None] | None = None, written: dict[int, np.ndarray] | None = None) -> None:
-        """The first half of ggml_opt_eval: the computation is queued, then the reads of the loss heads and of
-        ``reads``, then ``then()`` (more work on the device: a graph optimizer's step), and none is waited for;
-        ``eval_finish`` waits once for them all (at once here when one of them raises). ``written``: what the
-        caller queued into the inputs for this step, by tensor (``ptr_key``): index inputs are checked on it."""
+                    then: Callable[[], None] | None = None, written: dict[int, np.ndarray] | None = None,
+                    send: Callable[[], None] | None = None) -> None:
+        """The first half of ggml_opt_eval: ``send()`` (the caller's uploads of this step's batch), the computation,
+        the reads of the loss heads and of ``reads``, then ``then()`` (more work on the device: a graph optimizer's
+        step) are queued, and none is waited for; ``eval_finish`` waits once for them all (at once here when one of
+        them raises). Every check comes first: nothing is queued for a step that is refused. ``written``: what
+        ``send`` queues into the inputs, by tensor (``ptr_key``): index inputs are checked on it."""
         ptr = self.ptr
         if self.pending_alloc is None:
             raise GgmlStateError("ggml_opt_eval needs a preceding ggml_opt_alloc")
@@ -344,31 +346,43 @@ class OptContext(Handle):
             self.check_result(result)
         heads = self._head_reads() if result is not None else None
         with self._in_use("ggml_opt_eval", result), computing(locks=self._locks, rpc=self._on_rpc):
-            lib.ggml_opt_eval_submit(ptr, res_ptr)
+            # marked before the C call: a finish without a submit does nothing, a submit never finished would wait
+            # in the next alloc (patches/0052), so an interruption between the two leaves nothing to abort on
             self._eval_pending = (result, heads)
-            self._opt_i = (self._opt_i + 1) % self.opt_period
-            self.pending_alloc = None
-            self.prepared = False
             try:
+                if send is not None:
+                    send()
+                lib.ggml_opt_eval_submit(ptr, res_ptr)
+                self._opt_i = (self._opt_i + 1) % self.opt_period
+                self.pending_alloc = None
+                self.prepared = False
                 for r in (heads, reads):
                     if r is not None:
                         r.queue()
                 if then is not None:
                     then()
             except BaseException:
-                self.eval_finish()
+                self._settle()
                 raise
+
+    def _settle(self) -> None:
+        """After a step failed half-way: wait for what it queued (uploads, the computation), so that nothing runs
+        later on memory that may be freed by then; its values are dropped."""
+        lib.ggml_opt_eval_finish(self.ptr)
+        lib.ggml_backend_sched_synchronize(self.sched.ptr)
+        self._eval_pending = None
 
     def eval_finish(self) -> None:
         """The second half of ggml_opt_eval: wait for the step ``eval_submit`` queued and add its loss, predictions,
-        correct count and heads to its result (nothing to do when no step is queued)."""
+        correct count and heads to its result (nothing to do when no step is queued). The step stays marked until
+        the wait has returned: interrupted before, the next call waits for it."""
         pending = self._eval_pending
         if pending is None:
             return
-        self._eval_pending = None
         result, heads = pending
         with self._in_use("ggml_opt_eval", result), computing(locks=self._locks, rpc=self._on_rpc):
             lib.ggml_opt_eval_finish(self.ptr)
+            self._eval_pending = None
         if heads is not None and result is not None and self.loss is not None:
             result.record_heads(self.loss.heads, heads.values())
 

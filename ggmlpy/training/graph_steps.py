@@ -119,7 +119,11 @@ class GraphOptimizerRunner:
         return self.gradients.keepers() + (self.optimizer.keepers if self.optimizer is not None else [])
 
     def close(self) -> None:
-        if self.optimizer is not None:
-            self.optimizer.free()
-            self.optimizer = None
-        self.gradients.close()
+        try:
+            self.gradients.drain()  # a queued optimizer step reads the optimizer's memory: wait for it first
+        finally:
+            self.gradients.settle()
+            if self.optimizer is not None:
+                self.optimizer.free()
+                self.optimizer = None
+            self.gradients.close()

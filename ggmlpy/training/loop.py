@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._ffi import lib
 from ..compute.placement import is_host_backend, Placement, PlacementRecorder, warn_if_host_ops
 from ..compute.staging import Reads, Uploads
 from ..compute.threads import restore_threads, split_threads, ThreadTuner, training_step_work
@@ -210,14 +211,19 @@ class NativeRunner:
             defer = defer and watch is None and not is_host_backend(ctx.sched.backends[0])
             started = self.threads.before_step() if train and not defer else None
             ctx.alloc(train)
-            for one in staged:
-                uploads.send(one)
             for hook in self.hooks:
-                hook.before_eval(train, lambda t, arr: uploads.write(t.ptr, arr, self._parity))
+                hook.before_eval(train, lambda t, arr: staged.append(uploads.stage(t.ptr, arr, self._parity)))
             reads = self._metric_reads() if train and self.options.metrics is not None else None
+            # a deferred step's labels are read after the source made the next batch, which may reuse its arrays
+            labels = [np.array(a) if defer else a for a in BatchWriter.labels_of(pairs)] if reads else []
             with watch(ctx.sched) if watch is not None else contextlib.nullcontext() as seen:
-                ctx.eval_submit(result, reads, then, {ptr_key(target.tensor.ptr): arr for target, arr in pairs})
-                self._pending = (ctx, train, started, reads, BatchWriter.labels_of(pairs) if reads else [])
+                # the uploads are queued under the backends' lock, after every check of the step (eval_submit)
+                def send() -> None:
+                    for one in staged:
+                        uploads.send(one)
+                ctx.eval_submit(result, reads, then, {ptr_key(target.tensor.ptr): arr for target, arr in pairs},
+                                send=send)
+                self._pending = (ctx, train, started, reads, labels)
                 if not defer:
                     self.drain()
         if recorder is not None and seen is not None:
@@ -227,12 +233,13 @@ class NativeRunner:
     def drain(self) -> None:
         """Wait for a deferred step and take its results (the loss, the heads, the metrics' outputs): nothing to do
         when no step is deferred. Ctrl-C waits for it."""
-        pending, self._pending = self._pending, None
+        pending = self._pending
         if pending is None:
             return
         ctx, train, started, reads, labels = pending
         with self.guard.step:
-            ctx.eval_finish()
+            ctx.eval_finish()    # interrupted before its wait returned, the step stays pending: drain again
+            self._pending = None
             for hook in self.hooks:
                 hook.after_eval(train)
             if started is not None:
@@ -277,15 +284,23 @@ class NativeRunner:
         finally:
             self._close()
 
+    def settle(self) -> None:
+        """Wait for whatever is still queued on the runner's schedulers (a deferred step whose ``drain`` failed),
+        dropping its values: before freeing memory such work may read."""
+        for ctx in (self.train_ctx, self.eval_ctx):
+            if ctx is not None and ctx.alive and ctx.sched.alive:
+                lib.ggml_backend_sched_synchronize(ctx.sched.ptr)
+
     def _close(self) -> None:
+        # the opt contexts first: freeing one waits for a step it still has queued, which reads the pinned slots
+        for handle in reversed(self._owned):
+            handle.free()
+        self._owned.clear()
         for staged in [*self._uploads_by.values(), self._metrics_read]:
             if staged is not None:
                 staged.free()
         self._uploads_by.clear()
         self._metrics_read = None
-        for handle in reversed(self._owned):
-            handle.free()
-        self._owned.clear()
         for other in reversed(self._also_owned):
             other.free()
         self._also_owned.clear()
