@@ -202,6 +202,8 @@ class GraphOptimizer:
             self._allocated = True
         else:
             recompute(self.backend, self.graph, "the optimizer step", wait=not queued)
+        if self._on_rpc:  # RPC computes as it is called: a server lost meanwhile is reported now
+            check_rpc_connections()
         self.iter += 1
         self.steps += 1
         self.pending_batches = 0
