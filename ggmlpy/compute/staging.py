@@ -17,6 +17,7 @@ from .._ffi import CData, ffi, lib
 from ..backend.backend import Backend
 from ..backend.buffer import Buffer
 from ..backend.transfer import ggml_backend_tensor_get_data, numpy_dtype, write_array
+from ..graph.nodes import ptr_key
 from ..graph.objects import Tensor
 
 
@@ -89,7 +90,7 @@ class Uploads:
 
     def __init__(self, tensors: Sequence[Tensor], backends: Sequence[Backend]) -> None:
         self.backends = list(backends)
-        self._index = {int(ffi.cast("uintptr_t", t.ptr)): i for i, t in enumerate(tensors)}
+        self._index = {ptr_key(t.ptr): i for i, t in enumerate(tensors)}
         self._n = len(tensors)
         self._slots = _Slots([int(lib.ggml_nbytes(t.ptr)) for t in tensors] * 2, self.backends)
 
@@ -97,7 +98,7 @@ class Uploads:
         """Copy contiguous ``arr`` (of ``t``'s dtype, at most its size; checked by the caller) for tensor pointer
         ``t`` into its slot of set ``parity`` where ``t`` is in pinned slots (host work only: nothing is queued);
         ``send`` queues what this returns."""
-        i = self._index.get(int(ffi.cast("uintptr_t", t)))
+        i = self._index.get(ptr_key(t))
         if i is None or not self._slots.pinned or arr.nbytes > int(lib.ggml_nbytes(t)):
             return t, arr, ffi.NULL
         k = i + parity * self._n

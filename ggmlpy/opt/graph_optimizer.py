@@ -162,9 +162,7 @@ class GraphOptimizer:
         self.lr_ud.refresh()
         self.lr_ud.validate()
         hparams = self._hparams()
-        if len(self.contexts) == 1:
-            self._step_queued(hparams, queued)
-            return
+        replicated = len(self.contexts) > 1
         # Tensors this object made or checked at construction (F32, contiguous, equal shapes): copied through
         # host buffers with ggml's own calls, one lost-server check for all (each call is a round trip on RPC)
         for k in range(1, len(self.contexts)):
@@ -173,13 +171,13 @@ class GraphOptimizer:
                 self.bytes_moved["gradients"] += 2 * host.nbytes
         if self._on_rpc:  # a lost server's reads are zeros (patches/0020): no step on them
             check_rpc_connections()
-        _write(self.hparams, hparams)  # F32, contiguous, of its size (step_hparams): the raw copy per batch
-        if not self._allocated:  # the graph and its memory never change: placed and checked once
+        self._uploads.write(self.hparams.ptr, hparams)  # F32, contiguous, of its size (step_hparams)
+        if not self._allocated:  # the graph and its memory never change: placed and checked once (with a wait)
             ggml_gallocr_alloc_graph(self._galloc, self.graph)
             ggml_backend_graph_compute(self.backend, self.graph)
             self._allocated = True
-        else:
-            recompute(self.backend, self.graph, "the optimizer step")
+        else:  # replicas read the new weights back at once; one device's step may leave its wait to the caller
+            recompute(self.backend, self.graph, "the optimizer step", wait=replicated or not queued)
         self.iter += 1
         self.steps += 1
         for j, (src, host) in enumerate(zip(self.synced[0], self._weight_host)):  # none with one replica
@@ -187,26 +185,12 @@ class GraphOptimizer:
             for k in range(1, len(self.contexts)):
                 _write(self.synced[k][j], host)
             self.bytes_moved["weights"] += host.nbytes * len(self.contexts)
-        if self._on_rpc:
-            check_rpc_connections()
-        self.reset_gradients()
-
-    def _step_queued(self, hparams: np.ndarray, queued: bool) -> None:
-        """One device's step: no wait unless not ``queued`` (its graph zeroes the accumulators it read)."""
-        if self._on_rpc:  # a lost server's reads are zeros (patches/0020): no step on them
-            check_rpc_connections()
-        self._uploads.write(self.hparams.ptr, hparams)
-        if not self._allocated:  # the graph and its memory never change: placed and checked once (with a wait)
-            ggml_gallocr_alloc_graph(self._galloc, self.graph)
-            ggml_backend_graph_compute(self.backend, self.graph)
-            self._allocated = True
-        else:
-            recompute(self.backend, self.graph, "the optimizer step", wait=not queued)
         if self._on_rpc:  # RPC computes as it is called: a server lost meanwhile is reported now
             check_rpc_connections()
-        self.iter += 1
-        self.steps += 1
-        self.pending_batches = 0
+        if replicated:
+            self.reset_gradients()
+        else:  # the step's graph zeroed the accumulators it read
+            self.pending_batches = 0
 
     def reset_gradients(self) -> None:
         for opt in self.contexts:

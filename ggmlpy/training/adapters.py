@@ -24,7 +24,7 @@ from typing import Any, Protocol, TYPE_CHECKING
 
 import numpy as np
 
-from ..backend.transfer import checked_values, NUMPY_DTYPES, refuse_complex, shape_problem, write_array
+from ..backend.transfer import checked_values, NUMPY_DTYPES, refuse_complex, shape_problem
 from ..errors import GgmlTypeError, GgmlValueError
 from ..graph.indices import check_indices
 from ..graph.nodes import ptr_key, tensor_label
@@ -290,11 +290,6 @@ class BatchWriter:
                                  f"over the classes per row; row {k} is {rows[k].tolist()[:8]}"
                                  f"{'...' if rows.shape[1] > 8 else ''}: every value must be >= 0 and the row must "
                                  "not be all zeros (one-hot rows: a 1 at the class)")
-
-    @staticmethod
-    def write(pairs: list[tuple[Target, np.ndarray]]) -> None:
-        for target, arr in pairs:
-            write_array(target.tensor.ptr, arr)
 
     @staticmethod
     def labels_of(pairs: list[tuple[Target, np.ndarray]]) -> list[np.ndarray]:
