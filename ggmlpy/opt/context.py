@@ -30,6 +30,7 @@ from . import losses as L
 from .constants import BUILD_FORWARD, BUILD_OPT, ggml_opt_optimizer_name, STATIC_GRAPH_NODES
 from .params import LrUserdata, OptimizerParams
 from .result import OptResult
+from .tallies import DeviceTally, TallySource
 
 
 def training_graph_nodes(outputs: Tensor | Sequence[Tensor], build_type: int = BUILD_OPT) -> int:
@@ -98,7 +99,8 @@ class OptContext(Handle):
     def __init__(self, sched: Scheduler, heads: list[L.Head], optimizer: int, opt_period: int,
                  ctx_compute: Context | None, inputs: Tensor | None, build_type: int = BUILD_OPT,
                  lr_ud: LrUserdata | None = None, loss_mask_ne0: int | None = None,
-                 extra_outputs: Sequence[Tensor] = (), penalties: Sequence[L.Penalty] = ()) -> None:
+                 extra_outputs: Sequence[Tensor] = (), penalties: Sequence[L.Penalty] = (),
+                 tallies: TallySource | None = None) -> None:
         self.sched = sched
         self.optimizer = optimizer
         self.opt_period = opt_period
@@ -109,11 +111,26 @@ class OptContext(Handle):
         self.inputs = inputs
         self.user_ctx = ctx_compute
         # static graphs (and only they) have a loss graph
-        loss = L.build_loss_graph(heads, sched, loss_mask_ne0, penalties=penalties) if self.static else None
+        tallies = tallies if self.static and build_type != BUILD_FORWARD else None
+        loss = L.build_loss_graph(heads, sched, loss_mask_ne0, force_composite=tallies is not None,
+                                  penalties=penalties) if self.static else None
         self.loss = loss
+        # the training steps' statistics summed on the device (a fit's compiled metrics), where they can be built
+        self.tally: DeviceTally | None = None
+        if loss is not None and tallies is not None:
+            try:
+                self.tally = DeviceTally(tallies, sched, [h.outputs for h in loss.heads],
+                                         [h.labels for h in loss.heads])
+            except BaseException:
+                loss.free()
+                raise
+            if not self.tally.active:  # the source sums on the host
+                self.tally.free()
+                self.tally = None
         # static graphs: what every eval computes besides the loss (ggml-opt's extra outputs, patches/0017): the
-        # caller's side outputs (batch-norm statistics) and the loss graph's own (argmax counts)
-        self.extra_outputs = [*extra_outputs, *loss.extra_outputs] if loss is not None else []
+        # caller's side outputs (batch-norm statistics), the loss graph's own (argmax counts) and the tallies' sums
+        self.extra_outputs = [*extra_outputs, *loss.extra_outputs, *(self.tally.updates if self.tally else [])] \
+            if loss is not None else []
         self._extra_array: np.ndarray | None = None
         self._graph_ctx: Context | None = None
         self._opt_i = 0          # mirrors ggml-opt's accumulation phase
@@ -134,6 +151,8 @@ class OptContext(Handle):
         except BaseException:
             if self.loss is not None:
                 self.loss.free()  # refused before ggml-opt was called: release the loss graph's buffer now
+            if self.tally is not None:
+                self.tally.free()
             raise
         self.heads = heads
         # ggml aborts on an out-of-range ggml_get_rows index: those inputs are checked before each eval.
@@ -155,6 +174,8 @@ class OptContext(Handle):
                 hs.extend(b for b in getattr(h, "buffers", ()) if b.alive)
             if self.loss is not None:
                 hs.extend(self.loss.owned)
+            if self.tally is not None:
+                hs.extend(self.tally.owned)
             cached = self.__dict__["_keepers"] = (stamp, tuple(unique_handles(hs)))
         return cached[1]
 
@@ -258,6 +279,8 @@ class OptContext(Handle):
             self._heads_read = None
         if self.loss is not None:
             self.loss.free()
+        if self.tally is not None:
+            self.tally.free()
         if self._graph_ctx is not None:
             self._graph_ctx.free()
 
@@ -364,6 +387,13 @@ class OptContext(Handle):
             except BaseException:
                 self._settle()
                 raise
+
+    def read_behind(self, reads: Reads) -> None:
+        """Queue ``reads`` behind the step ``eval_submit`` queued: its ``eval_finish`` waits for them too."""
+        if self._eval_pending is None:
+            raise GgmlStateError("internal: a read queued behind a step when none is queued; please report it")
+        with computing(locks=self._locks, rpc=self._on_rpc):
+            reads.queue()
 
     def _settle(self) -> None:
         """After a step failed half-way: wait for what it queued (uploads, the computation), so that nothing runs

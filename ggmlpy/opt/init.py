@@ -194,7 +194,7 @@ def ggml_opt_init(sched: Scheduler | OptParams, loss_type: int | None = None, op
 
 def opt_init(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outputs, build_type=BUILD_OPT,
               lr_ud=None, loss_mask_ne0=None, loss_weights=None, sample_weighted=False,
-              extra_outputs=(), penalties=()) -> OptContext:
+              extra_outputs=(), penalties=(), tallies=None) -> OptContext:
     unwrap(sched, Scheduler, "sched")
     check_optimizer(optimizer)
     expect(is_int(opt_period) and 1 <= opt_period < 1 << 31,
@@ -212,11 +212,13 @@ def opt_init(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outpu
     # run the scheduler meanwhile (marked exclusively: a compute on it is refused until the build is done)
     with sched.opt_lock, using([sched], "ggml_opt_init", exclusive=[sched], busy=busy):
         return _opt_init_locked(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outputs, build_type,
-                                lr_ud, loss_mask_ne0, loss_weights, sample_weighted, extra_outputs, penalties)
+                                lr_ud, loss_mask_ne0, loss_weights, sample_weighted, extra_outputs, penalties,
+                                tallies)
 
 
 def _opt_init_locked(sched, loss_type, optimizer, opt_period, ctx_compute, inputs, outputs, build_type, lr_ud,
-                     loss_mask_ne0, loss_weights, sample_weighted, extra_outputs, penalties=()) -> OptContext:
+                     loss_mask_ne0, loss_weights, sample_weighted, extra_outputs, penalties=(),
+                     tallies=None) -> OptContext:
     check_static(sched, ctx_compute, inputs, outputs)
     if ctx_compute is None:
         types = loss_type if isinstance(loss_type, (list, tuple)) else [loss_type]
@@ -230,13 +232,13 @@ def _opt_init_locked(sched, loss_type, optimizer, opt_period, ctx_compute, input
     else:
         heads = heads_from(outputs, loss_type, loss_weights, sample_weighted)
         to_ggml = len(heads) == 1 and heads[0].loss_type in L.BUILTIN_LOSSES and heads[0].weight == 1.0 \
-            and not sample_weighted
+            and not sample_weighted and tallies is None
         check_opt_heads(heads, "ggml_opt_init", to_ggml)
     if loss_mask_ne0 is not None:
         expect(is_int(loss_mask_ne0) and loss_mask_ne0 >= 0,
                f"loss_mask_ne0 must be None or an int >= 0, got {loss_mask_ne0!r}")
     return OptContext(sched, heads, optimizer, opt_period, ctx_compute, inputs, build_type, lr_ud,
-                      loss_mask_ne0 or None, extra_outputs, penalties)
+                      loss_mask_ne0 or None, extra_outputs, penalties, tallies)
 
 
 def ggml_opt_init_for_fit(sched: Scheduler, loss_type: int, optimizer: int = OPTIMIZER_ADAMW, opt_period: int = 1,

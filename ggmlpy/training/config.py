@@ -14,6 +14,7 @@ import numpy as np
 
 from ..compute.sched import Scheduler
 from ..graph.objects import Context, Tensor
+from ..opt.tallies import TallySource
 
 
 if TYPE_CHECKING:
@@ -42,10 +43,11 @@ class StepHook(Protocol):
     def after_eval(self, train: bool) -> None: ...
 
 
-class StepMetrics(Protocol):
+class StepMetrics(TallySource, Protocol):
     """Metrics of the training steps (the model layer's): ``reset()`` at an epoch's start, ``update(outputs,
-    labels)`` after each step with the graph's output copies and the batch's labels, ``results()`` (``{log name:
-    value}``, in the order of ``names``) at its end."""
+    labels)`` after each step with the graph's output copies and the batch's labels (unless they are summed on the
+    device: ``TallySource.device_stats``), ``results()`` (``{log name: value}``, in the order of ``names``) at its
+    end."""
     names: list[str]
 
     def reset(self) -> None: ...

@@ -100,8 +100,8 @@ class GraphOptimizerRunner:
             self.gradients.step(pairs, True, result, watch, then=lambda: self.state.accumulated(queued=True),
                                 defer=defer)
 
-    def drain(self) -> None:
-        self.gradients.drain()
+    def drain(self, final: bool = False) -> None:
+        self.gradients.drain(final)
 
     def epoch_stats(self, result: R.OptResult, steps: int) -> EpochStats:
         return self.gradients.epoch_stats(result, steps)

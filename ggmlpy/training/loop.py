@@ -97,8 +97,10 @@ class NativeRunner:
         self.train_ctx: OptContext = opt_init(sched, heads_arg, optimizer, opt_period, ctx_compute, inputs[0],
                                               outputs_arg, BUILD_GRAD if step.gradients_only else BUILD_OPT,
                                               self.lr_ud, loss_mask_ne0, loss_weights, sample_weighted,
-                                              list(graph.side_outputs), graph.penalties)
+                                              list(graph.side_outputs), graph.penalties, step.metrics)
         self._owned.append(self.train_ctx)
+        # the compiled metrics summed on the device, read once per epoch (None: their outputs are read every step)
+        self.tally = self.train_ctx.tally
         try:
             self.eval_ctx: OptContext | None = None
             if with_validation:
@@ -162,7 +164,10 @@ class NativeRunner:
 
     def epoch_stats(self, result: R.OptResult, steps: int) -> EpochStats:
         """The statistics of ``steps`` batches evaluated into ``result`` (by the training or validation context:
-        the two have the same heads)."""
+        the two have the same heads). The training steps' metrics summed on the device since they were last read are
+        read and given to ``options.metrics`` here (once per epoch; nothing to do after a validation epoch)."""
+        if self.tally is not None:
+            self.tally.collect()
         ctx = self.train_ctx
         stats = EpochStats(steps=steps, samples=steps * self.batch_size)
         # a loss built from ggml ops: the result counts each head
@@ -213,9 +218,15 @@ class NativeRunner:
             ctx.alloc(train)
             for hook in self.hooks:
                 hook.before_eval(train, lambda t, arr: staged.append(uploads.stage(t.ptr, arr, self._parity)))
-            reads = self._metric_reads() if train and self.options.metrics is not None else None
+            tally = self.tally if train else None
+            if tally is not None:
+                zeros, reads = tally.plan()
+                staged += [uploads.stage(t.ptr, arr, self._parity) for t, arr in zeros]
+            else:
+                reads = self._metric_reads() if train and self.options.metrics is not None else None
             # a deferred step's labels are read after the source made the next batch, which may reuse its arrays
-            labels = [np.array(a) if defer else a for a in BatchWriter.labels_of(pairs)] if reads else []
+            labels = [np.array(a) if defer else a for a in BatchWriter.labels_of(pairs)] \
+                if reads is not None and tally is None else []
             with watch(ctx.sched) if watch is not None else contextlib.nullcontext() as seen:
                 # the uploads are queued under the backends' lock, after every check of the step (eval_submit)
                 def send() -> None:
@@ -223,28 +234,38 @@ class NativeRunner:
                         uploads.send(one)
                 ctx.eval_submit(result, reads, then, {ptr_key(target.tensor.ptr): arr for target, arr in pairs},
                                 send=send)
-                self._pending = (ctx, train, started, reads, labels)
+                if tally is not None:
+                    tally.submitted()
+                self._pending = (ctx, train, started, reads, labels, tally)
                 if not defer:
                     self.drain()
         if recorder is not None and seen is not None:
             self.placement = seen.placement("a training step")
             warn_if_host_ops(self.placement)
 
-    def drain(self) -> None:
+    def drain(self, final: bool = False) -> None:
         """Wait for a deferred step and take its results (the loss, the heads, the metrics' outputs): nothing to do
-        when no step is deferred. Ctrl-C waits for it."""
+        when no step is deferred. ``final``: the epoch's last step, behind which the metrics summed on the device are
+        read (within its wait). Ctrl-C waits for it."""
         pending = self._pending
         if pending is None:
             return
-        ctx, train, started, reads, labels = pending
+        ctx, train, started, reads, labels, tally = pending
         with self.guard.step:
+            if final and tally is not None and reads is None:
+                reads = tally.unread()
+                if reads is not None:
+                    ctx.read_behind(reads)
+                    self._pending = (ctx, train, started, reads, labels, tally)
             ctx.eval_finish()    # interrupted before its wait returned, the step stays pending: drain again
             self._pending = None
             for hook in self.hooks:
                 hook.after_eval(train)
             if started is not None:
                 self.threads.after_step(started)
-            if reads is not None and self.options.metrics is not None:
+            if tally is not None:
+                tally.after_wait(reads)
+            elif reads is not None and self.options.metrics is not None:
                 self.options.metrics.update(reads.values(), labels)
 
     def _uploads(self, train: bool) -> Uploads:
@@ -253,7 +274,8 @@ class NativeRunner:
         if uploads is None:
             labels, weights, _ = self._targets(train)
             hooked = [t for hook in self.hooks for t in hook.written]
-            uploads = self._uploads_by[train] = Uploads([*self.inputs, *labels, *weights, *hooked],
+            tallied = [self.tally.accumulator] if train and self.tally is not None and self.tally.accumulator else []
+            uploads = self._uploads_by[train] = Uploads([*self.inputs, *labels, *weights, *hooked, *tallied],
                                                         self.opt_ctx(train).sched.backends)
         return uploads
 

@@ -145,8 +145,9 @@ class ReplicaRunner:
     def result_loss(self, result: ReplicaResult) -> float:
         return sum(n / self.batch_size * opt_result_loss(r) for n, r in zip(self.counts, result.parts))
 
-    def drain(self) -> None:
-        """Nothing to wait for: no step is deferred."""
+    def drain(self, final: bool = False) -> None:
+        """Nothing to wait for: no step is deferred (the replicas' metrics summed on their devices are read by
+        ``epoch_stats``)."""
 
     def epoch_stats(self, result: ReplicaResult, steps: int) -> EpochStats:
         """The replicas' statistics weighted by their shares of the batch: the batch means a single device

@@ -18,7 +18,8 @@ from ..layers import pooling, shaping
 from ..layers.basic import Dropout, Flatten
 from ..layers.masking import mask_flow
 from ..network.model import Model, Node
-from .metrics import HeadSpec, resolve_metrics, spec_to_dict
+from .heads import HeadSpec
+from .metrics import resolve_metrics, spec_to_dict
 from .optimizers import Optimizer, resolve_optimizer
 from .runtime import build_graph, GraphInstance, replace_runtime, Runtime
 
@@ -367,16 +368,17 @@ def _by_output(value: Any, outputs: list, what: str) -> Any:
     return by_name(value, [n.layer.name for n in outputs], what, "output")
 
 
-def build_training_graph(model: Model, cfg: CompileConfig, batch: int, store: Any = None) -> GraphInstance:
+def build_training_graph(model: Model, cfg: CompileConfig, batch: int, store: Any = None,
+                         read_outputs: bool = False) -> GraphInstance:
     """The training graph of a compiled model for ``batch`` samples (on the weights of ``store``: a replica's;
     default the model's): a final softmax left to ggml's fused cross-entropy, sequence outputs of a
-    cross-entropy made ``[classes, positions * batch]`` rows; with compiled metrics, the outputs copied where each
-    step's metrics read them."""
+    cross-entropy made ``[classes, positions * batch]`` rows; ``read_outputs``: the outputs copied where each
+    step's metrics read them (compiled metrics not summed on the device)."""
     outputs = model.graph()[1]
     return build_graph(model, store or model.runtime.params, batch, training=True,
                        logits_for={id(n) for n, h in zip(outputs, cfg.heads) if h.fused},
                        rows_for={id(n) for n, h in zip(outputs, cfg.heads) if h.token_level},
-                       read_outputs=any(cfg.head_metrics))
+                       read_outputs=read_outputs)
 
 
 def compiled(model: Any, fn: str) -> CompileConfig:

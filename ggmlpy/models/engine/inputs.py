@@ -18,7 +18,7 @@ from ...core.args import is_int, is_real
 from ...errors import GgmlTypeError, GgmlValueError
 from ..network.model import Model, Node
 from .compile import by_name, CompileConfig
-from .metrics import HeadSpec
+from .heads import HeadSpec
 
 
 if TYPE_CHECKING:

@@ -1,9 +1,8 @@
-"""The metrics of predictions, in float64 numpy: losses and accuracy for ``ggml_evaluate``, validation and the
-training steps' metrics, and Keras' metrics beyond them.
+"""The metrics of predictions, in float64 numpy: losses and accuracy for ``ggml_evaluate`` and validation
+(``Tally``, from ``heads``' per-sample losses), the training steps' metrics, and Keras' metrics beyond them.
 
-The losses' definitions are those the training graph optimises (``ggmlpy/opt/losses.py``): each loss is the
-mean over samples of the per-sample loss (times its weight), element-wise losses averaging over the output's
-elements too; probabilities are kept inside [1e-7, 1 - 1e-7] before a log.
+Each loss is the mean over samples of the per-sample loss (times its weight), element-wise losses averaging over
+the output's elements too; probabilities are kept inside [1e-7, 1 - 1e-7] before a log.
 
 Keras' metrics are streaming: a state that ``update`` adds a batch to and ``result`` reads, so an epoch of any
 length is summed in constant memory (AUC keeps Keras' confusion counts at fixed thresholds, not the scores). The
@@ -14,6 +13,7 @@ loss only)."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,8 +21,10 @@ import numpy as np
 
 from ...core.args import is_int, is_real
 from ...errors import GgmlTypeError, GgmlValueError
-from ...opt import losses as L
-from ...opt.custom_loss import CustomLoss, evaluate_custom_loss
+from ...graph.objects import Tensor
+from ...opt.tallies import Fold, TallyGraph
+from . import device_metrics
+from .heads import correct, HeadSpec, per_sample_loss, predictions
 
 
 AUC_EPSILON = 1e-7  # Keras' thresholds start just below 0 and end just above 1
@@ -404,147 +406,48 @@ def _misfit(spec: MetricSpec, heads: list) -> str:
     return f"metric '{spec.name}' needs an output trained with {what}; {losses} is not"
 
 
-EPS = 1e-7
-HUBER_DELTA = 1.0
-
-
-@dataclass
-class HeadSpec:
-    """One model output and its loss."""
-    name: str            # the output layer's name
-    loss: str            # canonical loss name
-    loss_type: int       # ggml-opt / ggmlpy loss type used in training (a custom loss: CustomLoss, with its fn)
-    sparse: bool         # labels are class ids (made one-hot before they reach ggml)
-    from_logits: bool    # cross-entropy on the raw outputs (no softmax/sigmoid at the end of the model)
-    fused: bool          # the final softmax is left out of the training graph: ggml's loss applies it
-    shape: tuple         # one sample's output shape
-    weight: float = 1.0
-
-    @property
-    def custom(self) -> Any:
-        """The custom loss (``CustomLoss``: its function and name), or None."""
-        return self.loss_type if isinstance(self.loss_type, CustomLoss) else None
-
-    @property
-    def loss_type_name(self) -> str:
-        return L.LOSS_NAMES[self.loss_type]
-
-    @property
-    def token_level(self) -> bool:
-        """A cross-entropy over every position of a sequence output (steps, classes): one distribution per
-        position, trained as ``steps`` rows of classes (per-token loss and accuracy, as Keras)."""
-        return self.loss_type == L.LOSS_CROSS_ENTROPY and len(self.shape) > 1
-
-    @property
-    def classification(self) -> bool:
-        return self.loss_type == L.LOSS_CROSS_ENTROPY or self.loss_type in L.BINARY_LOSSES
-
-
-def per_sample_loss(h: HeadSpec, out: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """The loss of each sample, shape (N,). ``out`` is what ``ggml_predict`` returns."""
-    if h.custom is not None:  # its own function, on the CPU
-        return evaluate_custom_loss(h.custom, out, y)
-    n = out.shape[0]
-    o: np.ndarray = out.reshape(n, -1).astype(np.float64)  # [n, values], or [n, rows, units] below
-    t: np.ndarray = y.reshape(n, -1).astype(np.float64)
-    if h.loss_type_name == "cross_entropy":   # per position of a sequence output, then their mean
-        o, t = o.reshape(n, -1, h.shape[-1]), t.reshape(n, -1, h.shape[-1])
-        if h.from_logits:
-            z = o - o.max(axis=2, keepdims=True)
-            logp = z - np.log(np.exp(z).sum(axis=2, keepdims=True))
-        else:
-            logp = np.log(np.clip(o, EPS, 1.0))
-        return -(t * logp).sum(axis=2).mean(axis=1)
-    if h.loss_type_name == "binary_cross_entropy_logits":  # Keras' stable form on logits
-        return (np.maximum(o, 0) - o * t + np.log1p(np.exp(-np.abs(o)))).mean(axis=1)
-    if h.loss_type_name == "binary_cross_entropy":
-        p = o * (1 - 2 * EPS) + EPS
-        q = (1 - o) * (1 - 2 * EPS) + EPS
-        with np.errstate(invalid="ignore", divide="ignore"):  # outputs outside [0, 1] (no sigmoid): NaN, as trained
-            return -(t * np.log(p) + (1 - t) * np.log(q)).mean(axis=1)
-    if h.loss_type_name == "kl_divergence":  # per row (last axis), then the mean over a sample's rows
-        units = h.shape[-1]
-        o, t = o.reshape(n, -1, units), t.reshape(n, -1, units)
-        p, yq = o * (1 - 2 * EPS) + EPS, t * (1 - 2 * EPS) + EPS
-        with np.errstate(invalid="ignore", divide="ignore"):  # outputs outside [0, 1]: NaN, as trained
-            return (t * (np.log(yq) - np.log(p))).sum(axis=2).mean(axis=1)
-    if h.loss_type_name == "cosine_similarity":   # per row (last axis), then the mean over a sample's rows
-        units = h.shape[-1]
-        o, t = o.reshape(n, -1, units), t.reshape(n, -1, units)
-        on = o / np.sqrt((o * o).sum(axis=2, keepdims=True) + 1e-12)
-        tn = t / np.sqrt((t * t).sum(axis=2, keepdims=True) + 1e-12)
-        return -(on * tn).sum(axis=2).mean(axis=1)
-    if h.loss_type_name in ("hinge", "squared_hinge"):
-        margin = np.maximum(1 - t * o, 0)
-        return (margin if h.loss_type_name == "hinge" else margin * margin).mean(axis=1)
-    err = o - t
-    if h.loss_type_name == "mae":
-        return np.abs(err).mean(axis=1)
-    if h.loss_type_name == "huber":
-        a = np.abs(err)
-        c = np.minimum(a, HUBER_DELTA)
-        return (0.5 * c * c + HUBER_DELTA * (a - c)).mean(axis=1)
-    return (err * err).mean(axis=1)
-
-
-def correct(h: HeadSpec, out: np.ndarray, y: np.ndarray) -> np.ndarray | None:
-    """Per-sample 0/1 correctness for classification heads, None otherwise."""
-    n = out.shape[0]
-    if h.loss_type_name == "cross_entropy":   # the share of a sample's positions classified right
-        o, t = out.reshape(n, -1, h.shape[-1]), y.reshape(n, -1, h.shape[-1])
-        return (o.argmax(axis=2) == t.argmax(axis=2)).mean(axis=1)
-    if h.loss_type_name in ("binary_cross_entropy", "binary_cross_entropy_logits"):
-        threshold = 0.0 if h.loss_type_name == "binary_cross_entropy_logits" else 0.5  # a logit of 0 is p = 0.5
-        return ((out.reshape(n, -1) > threshold) == (y.reshape(n, -1) > 0.5)).mean(axis=1)
-    return None
-
-
-def softmax_rows(rows: np.ndarray) -> np.ndarray:
-    rows = rows.astype(np.float64)
-    z = rows - rows.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-def predictions(h: HeadSpec, out: np.ndarray, graph_output: bool) -> tuple[np.ndarray, np.ndarray]:
-    """A head's outputs as ``ggml_predict`` returns them and as probabilities, the two forms metrics read.
-    ``graph_output``: ``out`` comes from a training graph, which leaves a final softmax to the fused loss."""
-    if h.fused and graph_output:
-        probs = softmax_rows(out.reshape(-1, h.shape[-1]))
-        return probs, probs
-    if h.loss_type_name == "binary_cross_entropy_logits":
-        return out, 1.0 / (1.0 + np.exp(-out.astype(np.float64)))
-    if h.from_logits:
-        return out, softmax_rows(out.reshape(-1, h.shape[-1]))
-    return out, out
-
-
 class HeadMetrics:
     """The compiled metrics of every head (``CompileConfig.head_metrics``) summed over an epoch: ``update`` adds a
-    batch, ``results`` gives them by log name (``<output>_<metric>`` for a multi-output model). Thread-safe:
-    data-parallel replicas add their shards of a step at once."""
+    batch of outputs read from the device, ``results`` gives them by log name (``<output>_<metric>`` for a
+    multi-output model). ``device``: the training steps sum them on the device instead (``device_stats``, see
+    ``device_metrics``). Thread-safe: data-parallel replicas add their shards of a step at once."""
 
-    def __init__(self, heads: list[HeadSpec], specs: list[list[MetricSpec]], graph_outputs: bool = False) -> None:
-        self.heads, self.graph_outputs = heads, graph_outputs
+    def __init__(self, heads: list[HeadSpec], specs: list[list[MetricSpec]], graph_outputs: bool = False,
+                 device: bool = False) -> None:
+        self.heads, self.graph_outputs, self.device = heads, graph_outputs, device
         self.states = [[spec.state() for spec in head_specs] for head_specs in specs]
         multi = len(heads) > 1
         self.names = [f"{h.name}_{st.spec.name}" if multi else st.spec.name
                       for h, states in zip(heads, self.states) for st in states]
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
+        self.generation = 0   # counts the resets: sums kept on a device restart with it
 
     def reset(self) -> None:
-        for states in self.states:
-            for st in states:
-                st.reset()
+        with self.lock:
+            for states in self.states:
+                for st in states:
+                    st.reset()
+            self.generation += 1
 
     def update(self, outs: list[np.ndarray], labels: list[np.ndarray]) -> None:
-        with self._lock:
+        with self.lock:
             for h, states, out, y in zip(self.heads, self.states, outs, labels):
                 if states:
                     values, probs = predictions(h, out, self.graph_outputs)
                     batch = HeadBatch(probs, values, y, h.shape[-1])
                     for st in states:
                         st.add(batch)
+
+    def device_stats(self, g: TallyGraph, outputs: Sequence[Tensor],
+                     labels: Sequence[Tensor | None]) -> tuple[list[Tensor], Fold] | None:
+        """The statistics a training step adds on the device (``opt.tallies.TallySource``), or None where they are
+        read from the outputs on the host (``device`` False)."""
+        return device_metrics.build(self, g, outputs, labels) if self.device else None
+
+    def device_fits(self, batch: int) -> bool:
+        """Whether the metrics of a ``batch``-sample step fit ``device_metrics.BUDGET_BYTES`` on the device."""
+        return all(device_metrics.device_bytes(h, states, batch) <= device_metrics.BUDGET_BYTES
+                   for h, states in zip(self.heads, self.states) if states)
 
     def results(self) -> dict[str, float]:
         values = [st.result() for states in self.states for st in states]

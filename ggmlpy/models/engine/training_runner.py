@@ -18,6 +18,7 @@ from ...training.runner import StepRunner
 from ..layers.regularizers import regularized_weights
 from ..network.model import Model
 from .compile import build_training_graph, CompileConfig
+from .device_metrics import BUDGET_BYTES
 from .metrics import HeadMetrics
 from .runtime import make_scheduler
 
@@ -35,8 +36,10 @@ def training_runner(model: Model, cfg: CompileConfig, batch: int, period: int = 
         raise GgmlValueError(f"a batch of {batch} samples split over {len(stores)} replicas by shares {shares} "
                              f"gives {counts} samples: each replica needs at least one; use batch_size >= {need} "
                              "(or shares closer to each other)")
-    # the compiled metrics of the training steps: one sum for all replicas
+    # the compiled metrics of the training steps: one sum for all replicas, summed on the devices where they fit
     metrics = HeadMetrics(cfg.heads, cfg.head_metrics, graph_outputs=True) if any(cfg.head_metrics) else None
+    if metrics is not None:
+        metrics.device = metrics.device_fits(max(counts))
     graphs: list[TrainingGraph] = []
     steps: list[StepOptions] = []
     owned: list[list] = []   # each replica's graph instance and scheduler, freed by its runner
@@ -46,9 +49,14 @@ def training_runner(model: Model, cfg: CompileConfig, batch: int, period: int = 
         for store in stores[1:]:
             store.mark_trainable()  # as the caller marked the model's own
         for store, n in zip(stores, counts):
-            inst = build_training_graph(model, cfg, n, store)
+            inst = build_training_graph(model, cfg, n, store, read_outputs=metrics is not None and not metrics.device)
             if store is stores[0]:
                 runtime.graph_notes = list(inst.notes)   # for the placement report
+                if metrics is not None and not metrics.device:
+                    runtime.graph_notes.append(
+                        f"the compiled metrics read the outputs back after every step: on the device they would take "
+                        f"more than {BUDGET_BYTES >> 20} MiB for a batch of {n} (an AUC's thresholds times the "
+                        "output's elements, or top-k's classes squared)")
             owned.append([inst])
             train_nodes = max(train_nodes, inst.train_nodes)  # a bound on each replica's graphs
             sched = make_scheduler(store.backend, inst.train_nodes)
