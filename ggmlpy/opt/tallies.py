@@ -30,7 +30,8 @@ from ..graph.context import ggml_init, ggml_tensor_overhead
 from ..graph.objects import Context, Tensor
 from ..graph.tensor import ggml_new_tensor, ggml_new_tensor_1d, ggml_set_name, ggml_set_output
 from ..ops.elementwise import ggml_add
-from ..ops.layout import ggml_cpy, ggml_reshape_1d, ggml_view_1d
+from ..ops.layout import ggml_cpy, ggml_reshape_1d
+from ..ops.reduce import ggml_concat
 from .losses import loss_backend
 
 
@@ -76,9 +77,9 @@ class TallySource(Protocol):
 
 
 class DeviceTally:
-    """The accumulator of one opt context's training steps (see the module's docstring): one F32 tensor, a view of
-    it per statistic. ``updates``: the nodes ggml-opt computes with every step (its extra outputs); ``owned``: the
-    contexts and buffer its graphs read, freed by ``free`` with the pinned slot of its read."""
+    """The accumulator of one opt context's training steps (see the module's docstring): one F32 tensor, the
+    statistics one after another. ``updates``: the nodes ggml-opt computes with every step (its extra outputs);
+    ``owned``: the contexts and buffer its graphs read, freed by ``free`` with the pinned slot of its read."""
 
     def __init__(self, source: TallySource, sched: Scheduler, outputs: Sequence[Tensor],
                  labels: Sequence[Tensor | None]) -> None:
@@ -93,15 +94,14 @@ class DeviceTally:
         if built is None:
             return
         stats, self._fold = built
-        acc = self.accumulator = ggml_set_name(
-            ggml_new_tensor_1d(g.ctx, GGML_TYPE_F32, sum(s.nelements() for s in stats)), "tallies")
-        offset = 0
-        for s in stats:
-            n = s.nelements()
-            part = ggml_view_1d(g.ctx, acc, n, 4 * offset)
-            flat = s if len(s.shape) == 1 else ggml_reshape_1d(g.ctx, s, n)
-            self.updates.append(ggml_set_output(ggml_cpy(g.ctx, ggml_add(g.ctx, part, flat), part)))
-            offset += n
+        # one vector of every statistic, added to the accumulator with one add and one copy
+        flat = [s if len(s.shape) == 1 else ggml_reshape_1d(g.ctx, s, s.nelements()) for s in stats]
+        total = flat[0]
+        for s in flat[1:]:
+            total = ggml_concat(g.ctx, total, s, 0)
+        acc = self.accumulator = ggml_set_name(ggml_new_tensor_1d(g.ctx, GGML_TYPE_F32, total.nelements()),
+                                               "tallies")
+        self.updates.append(ggml_set_output(ggml_cpy(g.ctx, ggml_add(g.ctx, acc, total), acc)))
         self._sizes = [s.nelements() for s in stats]
         # the device that runs every op of the statistics (the outputs' device), as the loss graph's is chosen
         buffer: Buffer | None = ggml_backend_alloc_ctx_tensors(g.ctx, loss_backend(g.ctx, sched))

@@ -12,8 +12,9 @@ reads the outputs every step as before (``device_bytes``).
 """
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -63,77 +64,91 @@ def build(metrics: HeadMetrics, g: TallyGraph, outputs: Sequence[Tensor],
           labels: Sequence[Tensor | None]) -> tuple[list[Tensor], Fold]:
     """The statistics of one step of every head's metrics, in ``g``, and the fold of their sums into the metrics'
     states. ``outputs``/``labels``: the training graph's heads (the outputs before a softmax the loss fuses)."""
-    stats: list[Tensor] = []
-    plan: list[tuple[list[MetricState], int, int]] = []   # per head: its states, elements, rows
+    tensors: list[Tensor] = []
+    plan: list[tuple[list[int], list[tuple[MetricState, list[int]]], int, int]] = []
     for h, states, out, y in zip(metrics.heads, metrics.states, outputs, labels):
         if not states:
             continue
         assert y is not None  # metrics apply to labelled heads (resolve_metrics)
-        head_stats = _head_stats(g, h, states, out, y)
-        stats += head_stats
-        plan.append((states, out.nelements(), out.nelements() // h.shape[-1]))
+        head = _HeadStats(g, tensors, h, out, y)
+        plan.append((head.check(), [(st, head.of(st)) for st in states], out.nelements(),
+                     out.nelements() // h.shape[-1]))
 
     def fold(values: list[np.ndarray], steps: int) -> None:
+        def gather(idx: list[int]) -> np.ndarray:
+            return np.concatenate([values[i] for i in idx])
         with metrics.lock:
-            it = iter(values)
-            for states, elements, rows in plan:
-                finite = bool(np.isfinite(next(it)).all())
-                for st in states:
-                    v = next(it)
+            for check, parts, elements, rows in plan:
+                finite = bool(np.isfinite(gather(check)).all())
+                for st, idx in parts:
                     if not finite:
                         st.nonfinite = True
                     else:
-                        _fold_one(st, v, steps * elements, steps * rows)
-    return stats, fold
+                        _fold_one(st, gather(idx), steps * elements, steps * rows)
+    return tensors, fold
 
 
-def _head_stats(g: TallyGraph, h: HeadSpec, states: Sequence[MetricState], out: Tensor, y: Tensor) -> list[Tensor]:
-    """A head's finite check (0 unless a prediction is NaN or infinite) and each metric's statistics."""
-    ctx = g.ctx
-    classes = h.shape[-1]
-    rows = out.nelements() // classes
-    # the outputs are copied first: a view of them here would need their memory now (the scheduler's, later)
-    o = ggml_reshape_2d(ctx, ggml_cont(ctx, out), classes, rows)
-    t = ggml_reshape_2d(ctx, y if ggml_is_contiguous(y) else ggml_cont(ctx, y), classes, rows)
-    # the predictions as the model returns them (values) and as probabilities (probs): metrics.predictions
-    values = probs = o
-    if h.fused:
-        values = probs = ggml_soft_max(ctx, o)
-    elif h.loss_type_name == "binary_cross_entropy_logits":
-        probs = ggml_sigmoid(ctx, o)
-    elif h.from_logits:
-        probs = ggml_soft_max(ctx, o)
-    check = ggml_sum(ctx, ggml_scale(ctx, probs, 0.0))   # inf * 0 and NaN * 0 are NaN
-    if values is not probs:
-        check = ggml_concat(ctx, check, ggml_sum(ctx, ggml_scale(ctx, values, 0.0)), 0)
-    out_stats = [check]
-    positive = None
-    for st in states:
-        kind = st.spec.kind
-        if kind in ("mae", "mse", "rmse"):
-            err = ggml_sub(ctx, values, t)
-            out_stats.append(ggml_sum(ctx, ggml_abs(ctx, err) if kind == "mae" else ggml_sqr(ctx, err)))
-            continue
-        if kind == "top_k":
-            out_stats.append(_top_k_hits(g, probs, t, min(st.spec.k, classes)))
-            continue
-        if positive is None:
-            positive = ggml_step(ctx, ggml_abs(ctx, t))   # a label not 0 is positive
-        if kind == "auc":
+class _HeadStats:
+    """One head's statistics, appended to ``tensors`` as they are asked for, each built once (metrics sharing a
+    threshold share its counts); the methods give their indices."""
+
+    def __init__(self, g: TallyGraph, tensors: list[Tensor], h: HeadSpec, out: Tensor, y: Tensor) -> None:
+        self.g, self.ctx, self.tensors = g, g.ctx, tensors
+        self._index: dict[tuple, int] = {}
+        self._above: dict[float, Tensor] = {}
+        ctx = g.ctx
+        self.classes = classes = h.shape[-1]
+        rows = out.nelements() // classes
+        # the outputs are copied first: a view of them here would need their memory now (the scheduler's, later)
+        o = ggml_reshape_2d(ctx, ggml_cont(ctx, out), classes, rows)
+        self.labels = ggml_reshape_2d(ctx, y if ggml_is_contiguous(y) else ggml_cont(ctx, y), classes, rows)
+        # the predictions as the model returns them (values) and as probabilities (probs): heads.predictions
+        self.values = self.probs = o
+        if h.fused:
+            self.values = self.probs = ggml_soft_max(ctx, o)
+        elif h.loss_type_name == "binary_cross_entropy_logits":
+            self.probs = ggml_sigmoid(ctx, o)
+        elif h.from_logits:
+            self.probs = ggml_soft_max(ctx, o)
+
+    @functools.cached_property
+    def positive(self) -> Tensor:
+        """1 where a label is not 0 (positive), else 0."""
+        return ggml_step(self.ctx, ggml_abs(self.ctx, self.labels))
+
+    def _stat(self, key: tuple, build: Callable[..., Tensor], *args: object) -> int:
+        if key not in self._index:
+            self._index[key] = len(self.tensors)
+            self.tensors.append(build(*args))
+        return self._index[key]
+
+    def check(self) -> list[int]:
+        """0 unless a prediction is NaN or infinite (inf * 0 and NaN * 0 are NaN)."""
+        xs = [self.probs] if self.values is self.probs else [self.probs, self.values]
+        return [self._stat(("check", i), lambda x: ggml_sum(self.ctx, ggml_scale(self.ctx, x, 0.0)), x)
+                for i, x in enumerate(xs)]
+
+    def of(self, st: MetricState) -> list[int]:
+        """The statistics of one metric, in ``_fold_one``'s order."""
+        ctx, spec = self.ctx, st.spec
+        if spec.kind in ("mae", "mse", "rmse"):
+            square = spec.kind != "mae"
+            return [self._stat(("error", square), lambda sq: ggml_sum(ctx, (ggml_sqr if sq else ggml_abs)(
+                ctx, ggml_sub(ctx, self.values, self.labels))), square)]
+        if spec.kind == "top_k":
+            k = min(spec.k, self.classes)
+            return [self._stat(("top", k), _top_k_hits, self.g, self.probs, self.labels, k)]
+        positives = self._stat(("positives",), ggml_sum, ctx, self.positive)
+        if spec.kind == "auc":
             assert st.thresholds is not None  # an AUC's state has them
-            out_stats.append(_auc_counts(g, probs, positive, st.thresholds))
-        else:
-            predicted = ggml_step(ctx, ggml_scale_bias(ctx, probs, 1.0, -st.spec.threshold))
-            tp = ggml_sum(ctx, ggml_mul(ctx, predicted, positive))
-            out_stats.append(_stack(g, [tp, ggml_sum(ctx, predicted), ggml_sum(ctx, positive)]))
-    return out_stats
-
-
-def _stack(g: TallyGraph, scalars: list[Tensor]) -> Tensor:
-    out = scalars[0]
-    for s in scalars[1:]:
-        out = ggml_concat(g.ctx, out, s, 0)
-    return out
+            return [self._stat(("auc", spec.num_thresholds), _auc_counts, self.g, self.probs, self.positive,
+                               st.thresholds), positives]
+        above = self._above.get(spec.threshold)
+        if above is None:
+            above = self._above[spec.threshold] = ggml_step(ctx, ggml_scale_bias(ctx, self.probs, 1.0,
+                                                                                 -spec.threshold))
+        return [self._stat(("tp", spec.threshold), lambda a: ggml_sum(ctx, ggml_mul(ctx, a, self.positive)), above),
+                self._stat(("predicted", spec.threshold), ggml_sum, ctx, above), positives]
 
 
 def _top_k_hits(g: TallyGraph, probs: Tensor, labels: Tensor, k: int) -> Tensor:
@@ -147,8 +162,8 @@ def _top_k_hits(g: TallyGraph, probs: Tensor, labels: Tensor, k: int) -> Tensor:
 
 
 def _auc_counts(g: TallyGraph, probs: Tensor, positive: Tensor, thresholds: np.ndarray) -> Tensor:
-    """For each threshold, the predictions above it and the positive ones among them, then the positives:
-    ``[above (n), positive above (n), positives]``."""
+    """For each threshold, the predictions above it and the positive ones among them: ``[above (n), positive
+    above (n)]``."""
     ctx = g.ctx
     n, elements = len(thresholds), probs.nelements()
     p = ggml_reshape_2d(ctx, probs, elements, 1)
@@ -157,7 +172,7 @@ def _auc_counts(g: TallyGraph, probs: Tensor, positive: Tensor, thresholds: np.n
                                     g.constant(thresholds.reshape(n, 1))))            # [elements, n]
     counts = ggml_reshape_1d(ctx, ggml_sum_rows(ctx, above), n)
     counts_pos = ggml_reshape_1d(ctx, ggml_sum_rows(ctx, ggml_mul(ctx, above, pos)), n)
-    return ggml_concat(ctx, ggml_concat(ctx, counts, counts_pos, 0), ggml_sum(ctx, positive), 0)
+    return ggml_concat(ctx, counts, counts_pos, 0)
 
 
 def _fold_one(st: MetricState, v: np.ndarray, elements: float, rows: float) -> None:
