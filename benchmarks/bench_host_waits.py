@@ -1,7 +1,8 @@
 """Host waits per training step on a device: how many times the host waits for the device in a step (every
 synchronization and every blocking read or write of device memory, counted by patches/0051), the time it spends
 in those waits, and samples/s, for bench_vs_torch.py's models (and MNIST-FC with RMSprop, whose step is a graph
-of its own), against a baseline build measured in the same run.
+of its own, and with Keras' metrics MAE, precision, recall and AUC compiled), against a baseline build measured in
+the same run.
 
 The baseline is another source checkout with its own compiled bindings and libraries, built with patches/0051
 (the counter), for example the commit before a change:
@@ -28,7 +29,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-CASES = ("mnist-fc", "mnist-fc/rmsprop", "cnn", "lstm", "transformer")
+CASES = ("mnist-fc", "mnist-fc/rmsprop", "mnist-fc/metrics", "cnn", "lstm", "transformer")
+METRICS = ["accuracy", "mae", "precision", "recall", "auc"]   # the "/metrics" cases' compiled metrics
 SIZES = {"mnist-fc": (2000, 500), "cnn": (400, 100), "lstm": (256, 64), "transformer": (128, 32)}
 
 
@@ -41,13 +43,14 @@ def worker(root: str, case: str, device: str) -> dict:
     base = ctypes.CDLL(os.path.join(os.path.dirname(g.__file__), "lib", "libggml-base.so.0"))
     base.ggmlpy_host_waits.restype = ctypes.c_uint64
     base.ggmlpy_host_wait_us.restype = ctypes.c_int64
-    model, _, optimizer = case.partition("/")
+    model, _, variant = case.partition("/")
     n, batch = SIZES[model]
     x, y = models.data(model, n)
     net = models.ggml_model(model, device)
-    if optimizer:
+    if variant:
+        optimizer, metrics = ("adam", METRICS) if variant == "metrics" else (variant, ["accuracy"])
         net = g.ggml_compile(net, optimizer=optimizer, loss="sparse_categorical_crossentropy", backend=device,
-                             learning_rate=models.LR)
+                             learning_rate=models.LR, metrics=metrics)
     marks: list[tuple[float, int, int]] = []
 
     def mark(*_: object) -> None:

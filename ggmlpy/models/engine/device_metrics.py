@@ -15,7 +15,8 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager
+from typing import Protocol, TYPE_CHECKING
 
 import numpy as np
 
@@ -40,7 +41,28 @@ from ...opt.tallies import Fold, TallyGraph
 
 if TYPE_CHECKING:
     from .heads import HeadSpec
-    from .metrics import HeadMetrics, MetricState
+
+
+class _Spec(Protocol):
+    @property
+    def kind(self) -> str: ...
+    @property
+    def threshold(self) -> float: ...
+    @property
+    def k(self) -> int: ...
+    @property
+    def num_thresholds(self) -> int: ...
+
+
+class MetricState(Protocol):
+    """What the device's sums are folded into (``metrics.MetricState``): its spec, its float64 sums, whether a
+    prediction was not finite, and an AUC's thresholds."""
+    sums: np.ndarray
+    nonfinite: bool
+    thresholds: np.ndarray | None
+
+    @property
+    def spec(self) -> _Spec: ...
 
 
 BUDGET_BYTES = 64 << 20   # device memory the metrics of one head may take for their intermediate tensors
@@ -60,13 +82,14 @@ def device_bytes(h: HeadSpec, states: Sequence[MetricState], batch: int) -> int:
     return total
 
 
-def build(metrics: HeadMetrics, g: TallyGraph, outputs: Sequence[Tensor],
-          labels: Sequence[Tensor | None]) -> tuple[list[Tensor], Fold]:
-    """The statistics of one step of every head's metrics, in ``g``, and the fold of their sums into the metrics'
-    states. ``outputs``/``labels``: the training graph's heads (the outputs before a softmax the loss fuses)."""
+def build(heads: Sequence[HeadSpec], head_states: Sequence[Sequence[MetricState]], lock: AbstractContextManager,
+          g: TallyGraph, outputs: Sequence[Tensor], labels: Sequence[Tensor | None]) -> tuple[list[Tensor], Fold]:
+    """The statistics of one step of the metrics of each head (``head_states``), in ``g``, and the fold of their
+    sums into those states (under ``lock``). ``outputs``/``labels``: the training graph's heads (the outputs before a
+    softmax the loss fuses)."""
     tensors: list[Tensor] = []
     plan: list[tuple[list[int], list[tuple[MetricState, list[int]]], int, int]] = []
-    for h, states, out, y in zip(metrics.heads, metrics.states, outputs, labels):
+    for h, states, out, y in zip(heads, head_states, outputs, labels):
         if not states:
             continue
         assert y is not None  # metrics apply to labelled heads (resolve_metrics)
@@ -77,7 +100,7 @@ def build(metrics: HeadMetrics, g: TallyGraph, outputs: Sequence[Tensor],
     def fold(values: list[np.ndarray], steps: int) -> None:
         def gather(idx: list[int]) -> np.ndarray:
             return np.concatenate([values[i] for i in idx])
-        with metrics.lock:
+        with lock:
             for check, parts, elements, rows in plan:
                 finite = bool(np.isfinite(gather(check)).all())
                 for st, idx in parts:

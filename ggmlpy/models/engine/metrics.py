@@ -442,7 +442,7 @@ class HeadMetrics:
                      labels: Sequence[Tensor | None]) -> tuple[list[Tensor], Fold] | None:
         """The statistics a training step adds on the device (``opt.tallies.TallySource``), or None where they are
         read from the outputs on the host (``device`` False)."""
-        return device_metrics.build(self, g, outputs, labels) if self.device else None
+        return device_metrics.build(self.heads, self.states, self.lock, g, outputs, labels) if self.device else None
 
     def device_fits(self, batch: int) -> bool:
         """Whether the metrics of a ``batch``-sample step fit ``device_metrics.BUDGET_BYTES`` on the device."""
