@@ -2,7 +2,8 @@
 ``opt/tallies``): every metric kind on every kind of head, on the CPU and on Vulkan, against an independent float64
 numpy computation of Keras' formulas on the model's predictions; the reads of the sums (behind an epoch's last step,
 and every few steps where F32 counts would grow past 2**24); replicas, graph optimizers and accumulation; NaN
-predictions; and the fallback to reading the outputs when a metric would not fit the device's budget.
+predictions; and the fallback to reading the outputs when a metric would not fit the device's budget. On the CPU
+the outputs are read (host memory costs nothing to read); "cpu-device" runs the device's path there too.
 
 A learning rate of 1e-9 keeps the weights where they are, so the epoch's training metrics are those of the
 predictions of the whole training set (the reference). Counts are compared exactly, except for predictions closer
@@ -17,18 +18,36 @@ import pytest
 import ggmlpy as G
 from ggmlpy.opt import tallies
 
+
 N, BATCH = 192, 32
 AMBIGUOUS = 1e-5   # training's and prediction's forward passes differ by float rounding, far less than this
 
 
-def _vulkan() -> str:
-    if "vulkan" not in G.ggml_backends_built() or G.ggml_backend_dev_by_name("Vulkan0") is None:
-        pytest.skip("no Vulkan0 device (the vulkan backend not built, or no Vulkan driver: Mesa's lavapipe in CI)")
-    return "Vulkan0"
+def _gpu(family: str = "vulkan") -> str:
+    name = {"vulkan": "Vulkan0", "cuda": "CUDA0"}[family]
+    if family not in G.ggml_backends_built() or G.ggml_backend_dev_by_name(name) is None:
+        pytest.skip(f"no {name} device (the {family} backend not built, or no such device; CI has Vulkan on Mesa's "
+                    "lavapipe, and CUDA nowhere)")
+    return name
 
 
-def _backend(name: str) -> str:
-    return _vulkan() if name == "vulkan" else "cpu"
+@pytest.fixture
+def backend(request, monkeypatch) -> str:
+    """"cpu" (the outputs read back: host memory reads for free), "cpu-device" (the CPU forced onto the device's
+    path, so that it is tested where no GPU is), "vulkan" or "cuda" (the device's path: lavapipe, a Vulkan device
+    computing on the CPU's cores, reads the outputs back too unless forced, as here)."""
+    if request.param in ("vulkan", "cuda"):
+        device = _gpu(request.param)
+        _force_device_path(monkeypatch)
+        return device
+    if request.param == "cpu-device":
+        _force_device_path(monkeypatch)
+    return "cpu"
+
+
+def _force_device_path(monkeypatch) -> None:
+    from ggmlpy.models.engine import training_runner
+    monkeypatch.setattr(training_runner, "computes_on_host", lambda backend: False)
 
 
 # ---------------------------------------------------------------- independent references (Keras' formulas)
@@ -123,10 +142,10 @@ def _head(kind: str, rng: np.random.Generator):
     raise ValueError(kind)
 
 
-@pytest.mark.parametrize("backend", ["cpu", "vulkan"])
+@pytest.mark.parametrize("backend", ["cpu", "cpu-device", "vulkan", "cuda"], indirect=True)
 @pytest.mark.parametrize("kind", ["softmax", "softmax_logits", "sequence", "sigmoid", "logits"])
 def test_every_metric_summed_on_the_device_is_that_of_the_predictions(backend, kind):
-    device = _backend(backend)
+    device = backend
     m, x, y, loss, from_logits, classes, onehot, to_probs = _head(kind, np.random.default_rng(11))
     metrics = METRICS + ([G.ggml_metric_top_k_accuracy(2, name="top2")] if classes > 1 else [])
     m = G.ggml_compile(m, optimizer="sgd", learning_rate=1e-9, loss=loss, metrics=metrics, backend=device,
@@ -168,11 +187,11 @@ def data():
     return rng.normal(size=(N, 6)).astype(np.float32), rng.integers(0, 3, N)
 
 
-@pytest.mark.parametrize("backend", ["cpu", "vulkan"])
+@pytest.mark.parametrize("backend", ["cpu-device", "vulkan", "cuda"], indirect=True)
 def test_sums_read_every_few_steps_where_f32_counts_would_pass_2_24(backend, data, monkeypatch):
     # F32 holds integers exactly up to 2**24: the accumulator is read (and restarted) before a count could pass it;
     # here the bound is made small so that an epoch of 6 steps is read after steps 2, 4 and 6
-    device = _backend(backend)
+    device = backend
     x, y = data
     folds: list[int] = []
     fold = tallies.DeviceTally._fold_values
@@ -193,13 +212,14 @@ def test_sums_read_every_few_steps_where_f32_counts_would_pass_2_24(backend, dat
 
 
 @pytest.mark.parametrize("setup", ["replicas", "rmsprop", "accumulated"])
-def test_metrics_on_the_device_with_replicas_graph_optimizers_and_accumulation(setup, data):
+def test_metrics_on_the_device_with_replicas_graph_optimizers_and_accumulation(setup, data, monkeypatch):
     # replicas: each sums its shard on its own device, the epoch reads both; a graph optimizer's and an accumulated
     # step run the same statistics
+    _force_device_path(monkeypatch)
     x, y = data
     backend, args, fit_args = "cpu", {}, {}
     if setup == "replicas":
-        backend = ["cpu", _vulkan()]
+        backend = ["cpu", _gpu()]
     elif setup == "rmsprop":
         args = {"optimizer": "rmsprop"}
     else:
@@ -213,7 +233,8 @@ def test_metrics_on_the_device_with_replicas_graph_optimizers_and_accumulation(s
     assert h["train_precision"][0] == pytest.approx(ref["precision"], abs=1e-9 + _near(probs, [0.5]) / 10)
 
 
-def test_a_nonfinite_prediction_makes_the_epochs_metrics_nan():
+@pytest.mark.parametrize("backend", ["cpu", "cpu-device"], indirect=True)
+def test_a_nonfinite_prediction_makes_the_epochs_metrics_nan(backend):
     # outputs past F32's range: the sums on the device are NaN or meaningless, the epoch's metrics NaN (a diverged
     # model must not look best to a callback), and the next epoch starts clean once the model is finite again
     rng = np.random.default_rng(0)
@@ -221,7 +242,7 @@ def test_a_nonfinite_prediction_makes_the_epochs_metrics_nan():
     y = rng.normal(size=(64, 1)).astype(np.float32)
     m = G.ggml_model_sequential()
     m = G.ggml_layer_dense(m, 1, input_shape=(4,))
-    m = G.ggml_compile(m, optimizer="sgd", learning_rate=1e-9, loss="mse", metrics=["mae", "rmse"], backend="cpu")
+    m = G.ggml_compile(m, optimizer="sgd", learning_rate=1e-9, loss="mse", metrics=["mae", "rmse"], backend=backend)
     w = G.ggml_get_weights(m)
     G.ggml_set_weights(m, {k: np.full_like(v, 3e38) for k, v in w.items()})
     with pytest.warns(UserWarning):
@@ -238,6 +259,7 @@ def test_metrics_too_large_for_the_device_are_read_from_the_outputs(data, monkey
     # back after every step instead, the placement report says so, and the values are the same
     from ggmlpy.models.engine import device_metrics
     monkeypatch.setattr(device_metrics, "BUDGET_BYTES", 1024)
+    _force_device_path(monkeypatch)
     x, y = data
     m = _softmax_model("cpu", ["auc", "mae"])
     probs = G.ggml_predict(m, x)
