@@ -111,7 +111,8 @@ class OptContext(Handle):
         self.inputs = inputs
         self.user_ctx = ctx_compute
         # static graphs (and only they) have a loss graph
-        tallies = tallies if self.static and build_type != BUILD_FORWARD else None
+        tallies = tallies if self.static and build_type != BUILD_FORWARD and tallies is not None and tallies.device \
+            else None
         loss = L.build_loss_graph(heads, sched, loss_mask_ne0, force_composite=tallies is not None,
                                   penalties=penalties) if self.static else None
         self.loss = loss

@@ -68,9 +68,11 @@ class TallyGraph:
 class TallySource(Protocol):
     """What a ``DeviceTally`` sums: ``device_stats`` builds the statistics of one step from each head's outputs and
     labels (None for a head without labels) and returns them with their fold, or None where they cannot be built
-    (then nothing is summed on the device); ``generation`` changes whenever the source's sums are reset (an
+    (then nothing is summed on the device); ``device``: whether they are to be summed on the device at all (else
+    the opt context builds nothing for them); ``generation`` changes whenever the source's sums are reset (an
     epoch's start), which restarts the accumulators too."""
     generation: int
+    device: bool
 
     def device_stats(self, g: TallyGraph, outputs: Sequence[Tensor],
                      labels: Sequence[Tensor | None]) -> tuple[list[Tensor], Fold] | None: ...
