@@ -232,7 +232,7 @@ def _opt_init_locked(sched, loss_type, optimizer, opt_period, ctx_compute, input
     else:
         heads = heads_from(outputs, loss_type, loss_weights, sample_weighted)
         to_ggml = len(heads) == 1 and heads[0].loss_type in L.BUILTIN_LOSSES and heads[0].weight == 1.0 \
-            and not sample_weighted and tallies is None
+            and not sample_weighted and (tallies is None or not tallies.device)
         check_opt_heads(heads, "ggml_opt_init", to_ggml)
     if loss_mask_ne0 is not None:
         expect(is_int(loss_mask_ne0) and loss_mask_ne0 >= 0,

@@ -5,8 +5,9 @@ read back and counted on the host.
 
 The formulas are those of ``MetricState.add`` (Keras'), on the same predictions: the probabilities are the softmax
 (or sigmoid) of a head's outputs as ``metrics.predictions`` makes them, here in F32 on the device. Counts are exact
-(F32 integers below 2**24: ``DeviceTally`` reads them before), error sums agree with float64 to F32's rounding, and a
-NaN or infinite prediction makes the epoch's values NaN, as on the host. Where a metric's intermediate tensors
+(F32 integers below 2**24: ``DeviceTally`` reads them before), error sums agree with float64 to F32's rounding (errors
+whose squares pass F32's range, about 1.8e19, give inf, as in Keras' F32 metrics, where float64 gives their value), and
+a NaN or infinite prediction makes the epoch's values NaN, as on the host. Where a metric's intermediate tensors
 would take more device memory than ``BUDGET_BYTES`` (an AUC over a large output, top-k over many classes), the fit
 reads the outputs every step as before (``device_bytes``).
 """
@@ -80,6 +81,15 @@ def device_bytes(h: HeadSpec, states: Sequence[MetricState], batch: int) -> int:
         else:
             total += 4 * 4 * elements
     return total
+
+
+def graph_nodes(head_states: Sequence[Sequence[MetricState]]) -> int:
+    """A bound on the nodes and leafs the statistics of these metrics add to a training graph (for its scheduler's
+    size): per head its predictions and finite check, per metric its statistics (an AUC's, the most: a dozen), and
+    the accumulator's concatenation, add and copy."""
+    heads = sum(1 for states in head_states if states)
+    metrics = sum(len(states) for states in head_states)
+    return 12 * heads + 24 * metrics + 8
 
 
 def build(heads: Sequence[HeadSpec], head_states: Sequence[Sequence[MetricState]], lock: AbstractContextManager,

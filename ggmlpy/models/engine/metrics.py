@@ -444,6 +444,10 @@ class HeadMetrics:
         read from the outputs on the host (``device`` False)."""
         return device_metrics.build(self.heads, self.states, self.lock, g, outputs, labels) if self.device else None
 
+    def graph_nodes(self) -> int:
+        """A bound on the nodes the statistics add to a training graph summed on the device (0 on the host)."""
+        return device_metrics.graph_nodes(self.states) if self.device else 0
+
     def device_fits(self, batch: int) -> bool:
         """Whether the metrics of a ``batch``-sample step fit ``device_metrics.BUDGET_BYTES`` on the device."""
         return all(device_metrics.device_bytes(h, states, batch) <= device_metrics.BUDGET_BYTES

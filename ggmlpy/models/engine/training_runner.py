@@ -70,8 +70,11 @@ def training_runner(model: Model, cfg: CompileConfig, batch: int, period: int = 
                         f"more than {BUDGET_BYTES >> 20} MiB for a batch of {n} (an AUC's thresholds times the "
                         "output's elements, or top-k's classes squared)")
             owned.append([inst])
-            train_nodes = max(train_nodes, inst.train_nodes)  # a bound on each replica's graphs
-            sched = make_scheduler(store.backend, inst.train_nodes)
+            # the metrics' statistics on the device are computed with every step (counted as training_graph_nodes
+            # counts a node: with room for its backward, which they do not have)
+            nodes = inst.train_nodes + 4 * (metrics.graph_nodes() if metrics is not None else 0)
+            train_nodes = max(train_nodes, nodes)  # a bound on each replica's graphs
+            sched = make_scheduler(store.backend, nodes)
             owned[-1].append(sched)
             graphs.append(TrainingGraph(sched, inst.ctx, inst.inputs, inst.outputs,
                                         [h.loss_type for h in cfg.heads], cfg.loss_weights(),
