@@ -269,3 +269,18 @@ def test_metrics_too_large_for_the_device_are_read_from_the_outputs(data, monkey
     ref = _reference(probs, probs, np.eye(3)[y], 3)
     assert h["train_mae"][0] == pytest.approx(ref["mae"], rel=2e-5)
     assert h["train_auc"][0] == pytest.approx(ref["auc"], abs=1e-4 + _near(probs, _thresholds(200)) / probs.size)
+
+
+def test_many_metrics_on_the_device_fit_the_scheduler(data, monkeypatch):
+    # sixty thresholds' counts add hundreds of nodes to the step's graph: the scheduler is sized for them (the fit
+    # failed with "the scheduler is too small", advice a ggml_fit user cannot act on)
+    _force_device_path(monkeypatch)
+    x, y = data
+    thresholds = [i / 61 for i in range(1, 61)]
+    m = _softmax_model("cpu", [G.ggml_metric_precision(t, name=f"p{i}") for i, t in enumerate(thresholds)])
+    probs = G.ggml_predict(m, x)
+    h = G.ggml_fit(m, x, y, epochs=1, batch_size=BATCH, shuffle=False, verbose=0)
+    for i in (0, 29, 59):
+        pred, positive = probs.ravel() > thresholds[i], np.eye(3)[y].ravel() != 0
+        want = np.sum(pred & positive) / max(1, pred.sum())
+        assert h[f"train_p{i}"][0] == pytest.approx(want, abs=1e-9 + _near(probs, [thresholds[i]]) / 10)
