@@ -57,6 +57,13 @@ static ggml_backend_reg_t ggmlpy_rpc_add_server(const char * endpoint) {
     return fn ? fn(endpoint) : NULL;
 }
 
+/* How long a new connection to an RPC server may take, handshake included (patches/0054); nothing without it. */
+typedef void (*ggmlpy_rpc_timeout_t)(int);
+static void ggmlpy_rpc_set_connect_timeout_ms(int timeout_ms) {
+    ggmlpy_rpc_timeout_t fn = (ggmlpy_rpc_timeout_t) ggmlpy_proc("RPC", "ggml_backend_rpc_set_connect_timeout_ms");
+    if (fn) fn(timeout_ms);
+}
+
 /* Connections to RPC servers lost so far (patches/0020): 0 without the RPC backend. */
 typedef int (*ggmlpy_rpc_lost_t)(void);
 static int ggmlpy_rpc_lost_connections(void) {

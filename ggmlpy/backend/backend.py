@@ -22,7 +22,6 @@ from .device import (
     ggml_backend_devices,
     ggml_backends_built,
 )
-from .endpoint import answers, parse_endpoint
 from .modules import DEVICE_HINTS, family_problem, warn_gpu_fallback
 
 
@@ -130,14 +129,13 @@ def _init_device(device_name: str, family: str, params: str | None = None) -> Ba
                   f"this ggmlpy was built without the {family} backend")
         hint = (DEVICE_HINTS if built else _BUILD_HINTS).get(family.lower(), "")
         raise BackendUnavailableError(f"{reason} (devices: {devices}); {hint}".rstrip("; "))
-    if family.upper() == "RPC":   # ggml's RPC client aborts the process when its server does not answer
-        endpoint = decode_str(lib.ggml_backend_dev_description(dev))
-        if not answers(*parse_endpoint(endpoint, f"ggml_{family.lower()}_init")):
-            raise BackendUnavailableError(f"device {device_name!r} is on the RPC server at {endpoint}, which stopped "
-                                          "answering (or is unreachable); start the server again, or use another "
-                                          "device")
     ptr = lib.ggml_backend_dev_init(dev, c_string(f"ggml_{family.lower()}_init", "params", params) if params
                                     else ffi.NULL)
+    if ptr == ffi.NULL and family.upper() == "RPC":   # its connection failed (patches/0054): nothing aborted
+        endpoint = decode_str(lib.ggml_backend_dev_description(dev))
+        raise BackendUnavailableError(f"device {device_name!r} is on the RPC server at {endpoint}, which stopped "
+                                      "answering (or is unreachable, or serving another process: ggml's server takes "
+                                      "one client at a time); start the server again, or use another device")
     if ptr == ffi.NULL:
         raise BackendUnavailableError(f"ggml could not initialise device {device_name!r}")
     return Backend(ptr)

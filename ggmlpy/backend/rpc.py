@@ -3,9 +3,11 @@
 Server side: ``ggml_backend_rpc_start_server("0.0.0.0:50052")`` serves this machine's devices
 (blocking; run it in its own process). Client side: ``ggml_backend_rpc_add_server("host:50052")``
 registers the server's devices (named RPC0, RPC1, ...) so they can be used like local ones, e.g.
-``ggml_backend_init_by_name("RPC0")`` in a scheduler. ggml aborts the process when an endpoint
-does not answer, so the endpoint is probed from Python first. Client and server must be built
-from the same ggml version (the wire protocol is versioned: ``ggml_rpc_protocol_version()``).
+``ggml_backend_init_by_name("RPC0")`` in a scheduler. A connection that cannot be made, or whose
+handshake is not a ggml server's answer within the timeout, fails the call (patches/0054: ggml
+aborted the process, or waited forever for an endpoint that accepts and never answers). Client and
+server must be built from the same ggml version (the wire protocol is versioned:
+``ggml_rpc_protocol_version()``).
 """
 from __future__ import annotations
 
@@ -30,26 +32,27 @@ def _require_rpc() -> None:
 
 
 def ggml_rpc_protocol_version() -> str:
-    """The version of ggml's RPC wire protocol this build speaks, e.g. ``"7.0.1"``.
+    """The version of ggml's RPC wire protocol this build speaks, ``"major.minor.patch"``: the one source of it
+    is the built ``ggml-rpc.h``.
 
     A client and a server must have the same major version (and the server a minor version at least the
-    client's), or the connection is refused; both sides built from the same ggml version always agree.
-    ggml 0.20.x spoke 5.x, 0.25.x speaks 7.x (7.0.4 with ggmlpy's patches: their ops besides ggml's own).
+    client's), or the connection is refused; both sides built from the same ggmlpy always agree. ggml 0.20.x
+    spoke 5.x, 0.25.x speaks 7.x (ggmlpy's ops besides ggml's own raise the patch number).
 
     Value: a str ``"major.minor.patch"``.
 
     Example:
-        >>> ggml_rpc_protocol_version()
-        '7.0.4'
+        >>> ggml_rpc_protocol_version().split(".")[0]
+        '7'
     """
     return f"{lib.RPC_PROTO_MAJOR_VERSION}.{lib.RPC_PROTO_MINOR_VERSION}.{lib.RPC_PROTO_PATCH_VERSION}"
 
 
 def ggml_rpc_probe(endpoint: str, timeout: float = 2.0) -> bool:
-    """Whether something accepts TCP connections at ``endpoint`` (a quick check before using an RPC server).
+    """Whether something accepts TCP connections at ``endpoint`` (a quick check for a server being up).
 
-    ggml aborts the process when an RPC endpoint does not answer, so ggmlpy probes first; this is that
-    probe. It only checks that the port is open, not that an RPC server is behind it.
+    It only checks that the port is open, not that a ggml RPC server is behind it, and it does not use the
+    server: ``ggml_backend_rpc_add_server`` checks the rest (the handshake) when it connects.
 
     Arguments:
         endpoint: ``"host:port"`` (port 1-65535; an IPv6 host may be bracketed), else GgmlValueError.
@@ -72,12 +75,19 @@ def ggml_backend_rpc_add_server(endpoint: str, timeout: float = 2.0) -> list[Dev
     ``ggml_backend_init_by_name("RPC0")`` and put it in a scheduler. Adding the same endpoint again
     returns the same devices. Client and server must be built from the same ggml version.
 
+    ggml's server takes one client at a time: this process keeps one connection per server, which
+    every model and device of that server shares, and another process waits until it is closed (when
+    the last backend or buffer on the server is freed).
+
     Arguments:
         endpoint: ``"host:port"`` of a running ``ggml_backend_rpc_start_server``.
-        timeout: seconds to wait when probing the endpoint first, in (0, 86400] (default 2.0).
+        timeout: seconds the connection and the server's handshake may take, in (0, 86400] (default 2.0);
+            a new connection made later (starting a device of this server) has the same limit.
 
-    Value: the list of new Devices. Raises BackendUnavailableError when nothing answers there or
-    this installation was built without RPC (``GGMLPY_BACKENDS=cpu,rpc``).
+    Value: the list of new Devices. Raises BackendUnavailableError when no ggml RPC server answers
+    there in time (nothing listening, another service on the port, another protocol version, or a
+    server serving another client), or this installation was built without RPC
+    (``GGMLPY_BACKENDS=cpu,blas,rpc``).
 
     Example:
         >>> devs = ggml_backend_rpc_add_server("gpu-box:50052")
@@ -85,17 +95,19 @@ def ggml_backend_rpc_add_server(endpoint: str, timeout: float = 2.0) -> list[Dev
     """
     fn = "ggml_backend_rpc_add_server"
     parse_endpoint(endpoint, fn)
-    timeout_arg(fn, timeout)
+    seconds = timeout_arg(fn, timeout)
     _require_rpc()
     if endpoint in _servers:
         return list(_servers[endpoint])
-    if not ggml_rpc_probe(endpoint, timeout):
-        raise BackendUnavailableError(f"no RPC server answers at {endpoint}; start one there with "
-                                      "ggmlpy.ggml_backend_rpc_start_server(endpoint)")
     before = {d.name for d in ggml_backend_devices()}
+    lib.ggmlpy_rpc_set_connect_timeout_ms(max(1, round(seconds * 1000)))
     reg = lib.ggmlpy_rpc_add_server(c_string(fn, "endpoint", endpoint))
     if reg == ffi.NULL:
-        raise BackendUnavailableError(f"the RPC server at {endpoint} did not answer the device query")
+        raise BackendUnavailableError(
+            f"no ggml RPC server answered at {endpoint} within {seconds:g} s: nothing listens there, another "
+            "service does, the server speaks another protocol version, or it is serving another client (ggml's "
+            "server takes one at a time). Start one there with ggmlpy.ggml_backend_rpc_start_server(endpoint), "
+            "or pass a longer timeout")
     lib.ggml_backend_register(reg)
     devices = [d for d in ggml_backend_devices() if d.name not in before]
     _servers[endpoint] = devices

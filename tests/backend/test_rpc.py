@@ -86,10 +86,65 @@ def test_devices_appear_and_training_runs_through_rpc(rpc_endpoint):
 
 def test_dead_endpoint_raises_instead_of_aborting():
     endpoint = f"127.0.0.1:{_free_port()}"
-    with pytest.raises(g.BackendUnavailableError, match="no RPC server answers"):
+    with pytest.raises(g.BackendUnavailableError, match="no ggml RPC server answered"):
         g.ggml_backend_rpc_add_server(endpoint)
     with pytest.raises(ValueError, match="host:port"):
         g.ggml_backend_rpc_add_server("no-port")
+
+
+# an endpoint where something else than a healthy ggml RPC server answers, in a thread of the script's own process;
+# sys.argv[1] says how it answers. ggml's client aborted the process (the handshake's assert) or, for a service
+# that accepts and never replies, waited forever, past Ctrl-C (patches/0054)
+NOT_A_SERVER = r'''
+import socket, sys, threading, time
+import ggmlpy as g
+
+how = sys.argv[1]
+listener = socket.socket()
+listener.bind(("127.0.0.1", 0))
+listener.listen(8)
+endpoint = f"127.0.0.1:{listener.getsockname()[1]}"
+held = []
+
+def serve():
+    while True:
+        conn, _ = listener.accept()
+        if how == "http":            # another service: it reads the request and answers in its own protocol
+            conn.recv(64)
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            conn.close()
+        elif how == "close":         # accepts and closes at once
+            conn.close()
+        elif how == "silent":        # accepts and never replies
+            held.append(conn)
+        elif how == "short":         # a size that announces more than it sends, then silence
+            conn.recv(64)
+            conn.sendall((28).to_bytes(8, "little") + b"\x07")   # a handshake answer is 28 bytes
+            held.append(conn)
+
+threading.Thread(target=serve, daemon=True).start()
+for attempt in range(2):             # and again: nothing of the failed connection is kept
+    start = time.monotonic()
+    try:
+        g.ggml_backend_rpc_add_server(endpoint, timeout=1.0)
+        print("ADDED")
+    except g.BackendUnavailableError as exc:
+        print("REFUSED", round(time.monotonic() - start, 1), "no ggml RPC server answered" in str(exc))
+print("ALIVE", g.ggml_backend_name(g.ggml_backend_cpu_init()))
+'''
+
+
+@pytest.mark.parametrize("how", ["http", "close", "silent", "short"])
+def test_an_endpoint_that_is_not_a_healthy_server_raises_in_time(tmp_path, how):
+    script = tmp_path / "not_a_server.py"
+    script.write_text(NOT_A_SERVER)
+    proc = subprocess.run([sys.executable, str(script), how], capture_output=True, text=True, timeout=60)
+    out = proc.stdout
+    assert proc.returncode == 0, out[-2000:] + proc.stderr[-3000:]
+    refusals = [line.split() for line in out.splitlines() if line.startswith("REFUSED")]
+    assert len(refusals) == 2 and all(r[2] == "True" for r in refusals), out
+    assert all(float(r[1]) < 3.0 for r in refusals), out   # the 1 s timeout, not minutes or forever
+    assert "ALIVE CPU" in out, out
 
 
 # the start of a script run in its own process: an RPC server at sys.argv[1] in a process of its own, listening
@@ -147,6 +202,25 @@ def test_starting_a_device_of_a_stopped_server_raises_instead_of_aborting(tmp_pa
     else:
         assert "BEST STARTED" in out, out
     assert "CPU CPU" in out, out
+
+
+def test_many_models_on_one_server_share_its_connection(rpc_endpoint):
+    """ggml's server takes one client at a time and listens with a backlog of 1: every model compiled for a server
+    used to open a probe connection first, which piled up behind the live one until a later compile failed with
+    "stopped answering" while the server was up. Now a process keeps one connection per server, shared by every
+    backend on it."""
+    devices = g.ggml_backend_rpc_add_server(rpc_endpoint)
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(64, 3)).astype(np.float32), rng.normal(size=(64, 1)).astype(np.float32)
+    models = []
+    for _ in range(6):
+        m = g.ggml_compile(g.ggml_layer_dense(g.ggml_model_sequential(), 1, input_shape=(3,)), loss="mse",
+                           backend=devices[0].name)
+        g.ggml_fit(m, x, y, epochs=1, batch_size=32, verbose=0)
+        models.append(m)
+    for _ in range(5):   # recompiling in a loop
+        models[0] = g.ggml_compile(models[0], loss="mse", backend=devices[0].name)
+    assert np.isfinite(g.ggml_predict(models[0], x)).all()
 
 
 def test_protocol_version_is_the_built_headers():

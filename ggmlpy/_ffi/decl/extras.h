@@ -5,6 +5,7 @@ struct ggml_backend_feature { const char * name; const char * value; };
 const struct ggml_backend_feature * ggmlpy_cpu_features(void);
 ggml_backend_reg_t ggmlpy_rpc_add_server(const char * endpoint);
 int ggmlpy_rpc_lost_connections(void);
+void ggmlpy_rpc_set_connect_timeout_ms(int timeout_ms);
 size_t ggmlpy_vk_max_storage_buffer_range(ggml_backend_dev_t dev);
 uint64_t ggmlpy_vk_shader_loops_refused(ggml_backend_dev_t dev, const struct ggml_tensor * op);
 /* the wire protocol version of ggml's RPC backend (client and server must agree on the major) */
