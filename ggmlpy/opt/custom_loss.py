@@ -104,6 +104,19 @@ def custom_loss_tensor(ctx: Context, loss: CustomLoss, y_true: Tensor, y_pred: T
     return out
 
 
+def returns_batch_value(loss: CustomLoss, sample_ne: tuple[int, ...], batch: int = 2) -> bool:
+    """Whether ``loss.fn`` returns one value for a whole batch (a scalar) rather than per-sample values, on outputs
+    of one sample's ggml shape ``sample_ne``: built in a scratch context, nothing computed."""
+    ne = (*sample_ne, batch)[-4:]
+    ctx = ggml_init(mem_size=1024 * ggml_tensor_overhead() + 4096, no_alloc=True)
+    try:
+        y_pred = ggml_new_tensor(ctx, GGML_TYPE_F32, len(ne), ne)
+        y_true = ggml_new_tensor(ctx, GGML_TYPE_F32, len(ne), ne)
+        return custom_loss_tensor(ctx, loss, y_true, y_pred, batch).nelements() == 1
+    finally:
+        ctx.free()
+
+
 def evaluate_custom_loss(loss: CustomLoss, y_pred: np.ndarray, y_true: np.ndarray) -> np.ndarray:
     """Each sample's value of a custom loss on host arrays (``y_pred`` as ``(N, *sample_shape)``, ``y_true`` of
     the same size), computed with the loss's own function on the CPU: the mean of each sample's elements of

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -98,12 +98,17 @@ class ReplicaRunner:
     ``batch_size``, its hooks; the optimizer and period of ``steps[0]`` apply to all); ``backend``: replica 0's
     device (where the optimizer steps); ``trainable[k]``/``synced[k]``: replica k's weights for the
     ``GraphOptimizer`` (``steps[0].rule``: its optimizer; None: ggml's of ``steps[0].optimizer``); ``owned[k]``:
-    handles replica k's runner frees."""
+    handles replica k's runner frees; ``sync()``: called before each step, brings the replicas to weights changed
+    outside the steps (the model layer's ``Runtime.sync_replicas``)."""
 
     def __init__(self, graphs: Sequence[TrainingGraph], steps: Sequence[StepOptions], backend: Backend,
                  trainable: Sequence[dict[str, Tensor]], synced: Sequence[Sequence[Tensor]],
-                 devices: Sequence[str] = (), owned: Sequence[Sequence[Owned]] = ()) -> None:
+                 devices: Sequence[str] = (), owned: Sequence[Sequence[Owned]] = (),
+                 sync: Callable[[], None] | None = None) -> None:
         self.devices = list(devices)  # their names, for the history
+        # before each step: copy the model's weights to the other replicas if something changed them since the last
+        # step (a callback's ggml_set_weights or load; the steps themselves keep the replicas equal)
+        self.sync = sync
         step = steps[0]
         counts = [s.batch_size for s in steps]
         if any(n is None for n in counts):
@@ -171,6 +176,8 @@ class ReplicaRunner:
         if not train:
             raise GgmlValueError("a data-parallel runner trains only; validation runs on the inference graphs")
         with self.guard.step:
+            if self.sync is not None:
+                self.sync()
             self.batch_bytes += sum(a.nbytes for part in pairs for _, a in part)
             self.batches += 1
             started = time.perf_counter()

@@ -84,8 +84,8 @@ def _mlp(backend, optimizer="adam", shares=None, batch_norm=False, dropout=0.0, 
     if dropout:
         m = G.ggml_layer_dropout(m, dropout)
     m = G.ggml_layer_dense(m, 3, activation="softmax")
-    return G.ggml_compile(m, optimizer=optimizer, loss="categorical_crossentropy", backend=backend, shares=shares,
-                          learning_rate=0.01, **settings)
+    settings = {"loss": "categorical_crossentropy", **settings}
+    return G.ggml_compile(m, optimizer=optimizer, backend=backend, shares=shares, learning_rate=0.01, **settings)
 
 
 def _fit(model, x, y, **kw):
@@ -124,6 +124,47 @@ def test_uneven_shares_and_gradient_accumulation_stay_exact():
     single, multi = _mlp("cpu"), _mlp([dev, "cpu"], shares=[3, 1])
     h1 = _fit(single, x, y, epochs=3, batch_size=12, nbatch_logical=24)
     h2 = _fit(multi, x, y, epochs=3, batch_size=12, nbatch_logical=24)
+    _same_trajectory(single, multi, h1, h2)
+
+
+@pytest.mark.vulkan
+def test_weights_set_by_a_callback_reach_every_replica():
+    """ggml_set_weights (or a load) from a callback during a data-parallel fit changed the first replica only: the
+    others computed their gradients on the old weights until the next optimizer step sent them the new ones. The
+    trajectory with such a callback is the single device's."""
+    dev = _vulkan_or_skip()
+    x, y = _data()
+
+    def halve(model):
+        def on_epoch_end(epoch, logs, state):
+            if epoch == 1:
+                G.ggml_set_weights(model, {k: v * 0.5 for k, v in G.ggml_get_weights(model).items()})
+        return {"on_epoch_end": on_epoch_end}
+    single, multi = _mlp("cpu", "sgd"), _mlp(["cpu", dev], "sgd")
+    h1 = _fit(single, x, y, epochs=3, batch_size=16, shuffle=False, callbacks=[halve(single)])
+    h2 = _fit(multi, x, y, epochs=3, batch_size=16, shuffle=False, callbacks=[halve(multi)])
+    _same_trajectory(single, multi, h1, h2)
+
+
+@pytest.mark.vulkan
+def test_a_custom_loss_of_the_whole_batch_is_refused_for_replicas():
+    """A custom loss returning one value per batch (a sum) was averaged over the replicas' shares: loss and
+    gradients shrank by the number of devices. It is refused at compile; per-sample values train as on one
+    device."""
+    dev = _vulkan_or_skip()
+    x, y = _data()
+
+    def batch_sum(ctx, t, p):
+        return G.ggml_sum(ctx, G.ggml_sqr(ctx, G.ggml_sub(ctx, p, t)))
+
+    def per_element(ctx, t, p):
+        return G.ggml_sqr(ctx, G.ggml_sub(ctx, p, t))
+    with pytest.raises(G.GgmlValueError, match="one value per batch.*several devices"):
+        _mlp(["cpu", dev], "sgd", loss=batch_sum)
+    _mlp("cpu", "sgd", loss=batch_sum)    # one device: the batch's value is the loss
+    single, multi = _mlp("cpu", "sgd", loss=per_element), _mlp(["cpu", dev], "sgd", loss=per_element)
+    h1 = _fit(single, x, y, epochs=2, batch_size=16, shuffle=False)
+    h2 = _fit(multi, x, y, epochs=2, batch_size=16, shuffle=False)
     _same_trajectory(single, multi, h1, h2)
 
 

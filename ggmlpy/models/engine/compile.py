@@ -11,7 +11,7 @@ from ...backend.device import Device
 from ...core.args import FLOAT32_MAX, is_int, is_real
 from ...errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
 from ...opt import losses as L
-from ...opt.custom_loss import CustomLoss, ggml_opt_loss_custom
+from ...opt.custom_loss import CustomLoss, ggml_opt_loss_custom, returns_batch_value
 from ...opt.rules import OptimizerSpec
 from ..layers import convolutional as conv
 from ..layers import pooling, shaping
@@ -292,6 +292,8 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
               for given in losses]
     heads = [_head(n, _loss_name(head_loss, i), float(w), f, head_loss if isinstance(head_loss, CustomLoss) else None)
              for i, (n, head_loss, w, f) in enumerate(zip(outputs, losses, weights, logits))]
+    if isinstance(backend, list):
+        _check_shardable(heads)
     accuracy, head_metrics = resolve_metrics(metrics, heads, [n.name for n in outputs])
     config = CompileConfig(chosen.name, chosen.spec.ggml_type, heads, ["accuracy"] if accuracy else [], backend,
                            chosen.learning_rate, chosen.weight_decay, adam=chosen.adam, head_metrics=head_metrics,
@@ -306,6 +308,20 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
         runtime.free()  # the old one is in use: keep it, drop the new one
         raise
     return model
+
+
+def _check_shardable(heads: list[HeadSpec]) -> None:
+    """Data-parallel replicas each compute the loss on their share of a batch and the step averages the shares'
+    gradients by their sizes: a custom loss that returns one value for the whole batch is not such a mean (a sum
+    would shrink by the number of replicas, a maximum would be another function altogether)."""
+    for h in heads:
+        if h.custom is not None and returns_batch_value(h.custom, tuple(reversed(h.shape))):
+            raise GgmlValueError(
+                f"the custom loss '{h.custom.name}' of output '{h.name}' returns one value per batch: data-parallel "
+                "training computes it on each device's share of the batch and averages the shares, which is not the "
+                "whole batch's value (a sum would shrink by the number of devices); return per-sample values (the "
+                "batch as the last axis, averaged as Keras averages them) to train on several devices, or train on "
+                "one")
 
 
 def _from_logits(value: Any, losses: list, n: int) -> list:

@@ -29,6 +29,7 @@ class OptimizerState:
     def __init__(self, params: ParamStore) -> None:
         self.params = params
         self.state: OptimizerStateDict | None = None
+        self._live: OptContext | GraphOptimizer | None = None  # the running session's optimizer (restore to keep)
         self._lock = threading.Lock()
         self._holder: tuple[object, str, weakref.ref[object] | None] | None = None  # lease, who, owner
 
@@ -62,7 +63,8 @@ class OptimizerState:
 
     def restore(self, opt_ctx: OptContext | GraphOptimizer) -> None:
         """Write the kept state into a new opt context, or a replicas' optimizer (a weight without kept
-        moments starts from zero)."""
+        moments starts from zero). Until ``keep``, ``current`` reads the state from it."""
+        self._live = opt_ctx
         if self.state is None:
             return
         if isinstance(opt_ctx, GraphOptimizer):
@@ -84,6 +86,24 @@ class OptimizerState:
         """Read the state back from an opt context after training (also after an exception). Moments of
         weights that were frozen in this run are kept from before. The state is stored before the warning
         about a partial logical batch, so a warning turned into an error (``-W error``) loses no steps."""
+        self.state = self._merged(opt_ctx)
+        self._live = None
+        if opt_ctx.pending_batches and warn_partial:
+            warnings.warn(f"training ended {opt_ctx.pending_batches} batches into a logical batch of "
+                          f"{opt_ctx.opt_period} (nbatch_logical): their gradients were not applied, and the "
+                          "optimizer state kept for the next fit is that of the last optimizer step; make the number "
+                          f"of steps a multiple of {opt_ctx.opt_period} to continue exactly", GgmlpyWarning,
+                          stacklevel=2)
+
+    def current(self) -> OptimizerStateDict | None:
+        """The state that goes with the weights now (a snapshot's: ``ggml_save_model(include_optimizer=True)``, a
+        pickle or deepcopy): while a fit or trainer runs, its optimizer's, read at once (callbacks run between
+        steps); else the one kept."""
+        live = self._live
+        return self.state if live is None else self._merged(live)
+
+    def _merged(self, opt_ctx: OptContext | GraphOptimizer) -> OptimizerStateDict:
+        """The state of ``opt_ctx`` now, with the kept moments of weights it does not train (frozen in this run)."""
         new = _complete(self.read(opt_ctx), getattr(opt_ctx, "spec", None))
         old = self.state
         if old is not None and old["optimizer"] == new["optimizer"]:
@@ -93,13 +113,7 @@ class OptimizerState:
             for slot in set(old_slots) & set(new_slots):
                 new_slots[slot] = {**{k: v for k, v in old_slots[slot].items() if k not in new_slots[slot]},
                                    **new_slots[slot]}
-        self.state = new
-        if opt_ctx.pending_batches and warn_partial:
-            warnings.warn(f"training ended {opt_ctx.pending_batches} batches into a logical batch of "
-                          f"{opt_ctx.opt_period} (nbatch_logical): their gradients were not applied, and the "
-                          "optimizer state kept for the next fit is that of the last optimizer step; make the number "
-                          f"of steps a multiple of {opt_ctx.opt_period} to continue exactly", GgmlpyWarning,
-                          stacklevel=2)
+        return new
 
     def set(self, state: object, spec: OptimizerSpec, what: str) -> None:
         """Adopt a state read from a file: checked against the weights and the compiled optimizer first."""

@@ -91,7 +91,8 @@ def training_runner(model: Model, cfg: CompileConfig, batch: int, period: int = 
         runner: StepRunner
         if len(stores) > 1:
             runner = ReplicaRunner(graphs, steps, stores[0].backend, [runtime.opt_state.trainable(s) for s in stores],
-                                   [s.synced_tensors() for s in stores], runtime.device_names, owned=frees)
+                                   [s.synced_tensors() for s in stores], runtime.device_names, owned=frees,
+                                   sync=runtime.sync_replicas)
         elif cfg.optimizer_spec.fused:
             runner = NativeRunner(graphs[0], steps[0], owned=frees[0])
         else:

@@ -28,7 +28,7 @@ def model_to_bytes(model: Model) -> bytes:
                                  "(tr.free())")
         with tempfile.TemporaryDirectory(prefix="ggmlpy-pickle-") as folder:
             path = os.path.join(folder, "model.gguf")
-            save_model(model, path, True, runtime.opt_state.state, "pickling a model")
+            save_model(model, path, True, runtime.opt_state.current(), "pickling a model")
             with open(path, "rb") as f:
                 return f.read()
 

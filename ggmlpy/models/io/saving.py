@@ -254,7 +254,7 @@ def ggml_save_model(model: Model, path: Any, include_optimizer: bool = False) ->
     with model_in_use(model):
         if include_optimizer is True:
             _no_live_trainer(model, "ggml_save_model", "the model's own copy is from before the trainer's steps")
-        save_model(model, path, include_optimizer, model.runtime.opt_state.state, "ggml_save_model")
+        save_model(model, path, include_optimizer, model.runtime.opt_state.current(), "ggml_save_model")
 
 
 def save_model(model: Model, path: Any, include_optimizer: Any, state: dict | None, fn: str) -> None:

@@ -68,6 +68,30 @@ def test_a_compiled_models_copy_predicts_identically_and_trains_on_the_same_traj
         np.testing.assert_array_equal(g.ggml_get_weights(twin)[k], v)
 
 
+@pytest.mark.parametrize("how", ["deepcopy", "save"])
+def test_a_snapshot_taken_by_a_callback_resumes_the_fit_exactly(how, tmp_path):
+    """A copy (or a file with include_optimizer=True) made by a callback during a fit paired the epoch's weights
+    with the optimizer state of the fit's start: resuming from it was not the fit's next epoch. Now it carries the
+    running optimizer's state, and its next epoch is the fit's."""
+    m = _trained()
+    x, y = _data()
+    snaps = []
+
+    def snapshot(epoch, logs, state):
+        if epoch == 2:   # after the second of four epochs (callbacks count epochs from 1)
+            if how == "deepcopy":
+                snaps.append(copy.deepcopy(m))
+            else:
+                g.ggml_save_model(m, tmp_path / "mid.gguf", include_optimizer=True)
+                snaps.append(g.ggml_load_model(tmp_path / "mid.gguf", backend="cpu"))
+    h = g.ggml_fit(m, x, y, epochs=4, batch_size=8, shuffle=False, verbose=0,
+                   callbacks=[{"on_epoch_end": snapshot}])
+    resumed = g.ggml_fit(snaps[0], x, y, epochs=2, batch_size=8, shuffle=False, verbose=0)
+    np.testing.assert_allclose(resumed["train_loss"], h["train_loss"].iloc[2:], rtol=1e-6)
+    for k, v in g.ggml_get_weights(m).items():
+        np.testing.assert_allclose(g.ggml_get_weights(snaps[0])[k], v, rtol=1e-5, atol=1e-7)
+
+
 def test_the_copy_is_independent_of_the_original():
     m = _trained()
     twin = copy.deepcopy(m)
