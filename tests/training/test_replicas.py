@@ -147,6 +147,21 @@ def test_weights_set_by_a_callback_reach_every_replica():
 
 
 @pytest.mark.vulkan
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_a_copy_keeps_the_devices_and_their_shares(how):
+    """pickle and deepcopy dropped ``shares``: the copy split its batches equally."""
+    import copy
+    import pickle
+    dev = _vulkan_or_skip()
+    m = _mlp([dev, "cpu"], shares=[3, 1])
+    twin = pickle.loads(pickle.dumps(m)) if how == "pickle" else copy.deepcopy(m)
+    assert twin.compiled.backend == [dev, "cpu"] and twin.runtime.shares == [3.0, 1.0]
+    x, y = _data()
+    h1, h2 = _fit(m, x, y, epochs=2, batch_size=12), _fit(twin, x, y, epochs=2, batch_size=12)
+    np.testing.assert_allclose(h2["train_loss"], h1["train_loss"], rtol=1e-6)
+
+
+@pytest.mark.vulkan
 def test_a_custom_loss_of_the_whole_batch_is_refused_for_replicas():
     """A custom loss returning one value per batch (a sum) was averaged over the replicas' shares: loss and
     gradients shrank by the number of devices. It is refused at compile; per-sample values train as on one

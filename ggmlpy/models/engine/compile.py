@@ -58,6 +58,7 @@ class CompileConfig:
     head_metrics: list = field(default_factory=list)  # each head's metrics beyond accuracy (keras_metrics.MetricSpec)
     optimizer_spec: OptimizerSpec = field(default_factory=OptimizerSpec)  # the rule, its settings and clipping
     from_logits: list | None = None  # what ggml_compile was told per output (None: nothing)
+    shares: list[float] | None = None  # data parallel: each backend's share of a batch as given (None: equal)
 
     def loss_weights(self) -> list[float] | None:
         """The heads' loss weights for the training graph (None: one head of weight 1, ggml's own loss). A single
@@ -74,7 +75,8 @@ class CompileConfig:
                 "learning_rate": self.learning_rate, "weight_decay": self.weight_decay,
                 **({} if self.adam is None else dict(zip(("beta_1", "beta_2", "epsilon"), self.adam))),
                 **self.optimizer_spec.settings(),
-                **({} if self.from_logits is None else {"from_logits": self.from_logits})}
+                **({} if self.from_logits is None else {"from_logits": self.from_logits}),
+                **({} if self.shares is None else {"shares": self.shares})}
 
 
 def _loss_name(loss: Any, i: int) -> str:
@@ -298,7 +300,7 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
     config = CompileConfig(chosen.name, chosen.spec.ggml_type, heads, ["accuracy"] if accuracy else [], backend,
                            chosen.learning_rate, chosen.weight_decay, adam=chosen.adam, head_metrics=head_metrics,
                            optimizer_spec=chosen.spec,
-                           from_logits=logits if any(f is not None for f in logits) else None)
+                           from_logits=logits if any(f is not None for f in logits) else None, shares=shares)
     # before the old one goes (a failure leaves the model as it was); the weights come from the newest holder
     # of each layer: the old runtime, another model sharing the layer, or the copy a layer carries
     runtime = Runtime(model, backend, shares=shares)
