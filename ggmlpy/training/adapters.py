@@ -74,8 +74,12 @@ class Source:
     """One data source with ggmlR's epoch semantics. ``transform`` (optional) maps each batch before it is
     parsed (the model layer turns sample-major batches into ggml layout there)."""
 
-    def __init__(self, obj: object, name: str, transform: Callable[[object], object] | None = None) -> None:
+    def __init__(self, obj: object, name: str, transform: Callable[[object], object] | None = None,
+                 restart: bool = False) -> None:
         self.name, self.transform = name, transform
+        # every epoch from the source's beginning where it can start again (validation, as Keras validates on the
+        # first validation_steps batches each epoch); else a re-iterable's pass continues across epochs
+        self.restart = restart
         self.obj: Any = obj  # the caller's source, read as its kind (below) says
         self._peeked: list[object] = []  # a batch taken by peek(), served first
         self._keep_epoch = False  # peek() started the next epoch already
@@ -115,8 +119,13 @@ class Source:
             self._close()
             epoch = self.obj() if self.kind == GENERATOR_FUNCTION else _sequence_epoch(self.obj)
             self._iter, self._exhausted, self._fresh = iter(epoch), False, True
-        elif self.kind == REITERABLE and (self._iter is None or self._exhausted):
+        elif self.kind == REITERABLE and (self.restart or self._iter is None or self._exhausted):
             self._iter, self._exhausted, self._fresh = iter(self.obj), False, True
+
+    @property
+    def served_last(self) -> bool:
+        """Whether the batch just taken was the last of a PyDataset's epoch (the one batch Keras lets be shorter)."""
+        return self.kind == SEQUENCE and self._served == len(self.obj)
 
     def next_batch(self) -> object:
         """The next batch of this epoch (transformed), or None when the source ends it."""

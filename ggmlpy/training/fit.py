@@ -118,7 +118,9 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
             ``initial_epoch + 1 .. initial_epoch + epochs`` in the history, callbacks and schedules.
             It does not restore optimizer state (a warm restart, as in Keras).
         validation_generator: an optional source of validation batches, same contract (default None).
-        validation_steps: validation batches per epoch, or None (the default: until that source ends).
+        validation_steps: validation batches per epoch, or None (the default: until that source ends). Each
+            epoch validates from the source's beginning where it can start again (a list or other
+            re-iterable, a generator function, a PyDataset: Keras' rule); an iterator continues where it was.
         loss_type: a loss type constant (default ``ggml_opt_loss_type_mse()``). Cross-entropy takes
             logits (no softmax at the end of the graph); binary cross-entropy takes probabilities
             (a sigmoid at the end); MSE, MAE, Huber take any outputs.
@@ -177,7 +179,8 @@ def ggml_fit_opt_gen(sched: Scheduler, ctx_compute: Context, inputs: Tensor | Se
     weight_decay_arg(weight_decay)
     check_nonfinite(on_nonfinite)
     train_source = Source(generator, "generator")
-    val_source = Source(validation_generator, "validation_generator") if validation_generator is not None else None
+    val_source = Source(validation_generator, "validation_generator", restart=True) \
+        if validation_generator is not None else None
     for i, t in enumerate(ins):
         if t.ptr.data == ffi.NULL:
             raise GgmlStateError(f"inputs[{i}] is not allocated: allocate its context with "

@@ -216,6 +216,15 @@ def test_short_validation_epoch_warns(model, tsched, batches):
     assert np.isfinite(h["val_loss"].iloc[0])
 
 
+def test_validation_steps_start_a_list_again_every_epoch(model, tsched, batches):
+    """A list of validation batches with validation_steps is validated from its start every epoch (Keras' rule), not
+    through the next batches each epoch. The learning rate is 0, so the three epochs' validations must agree."""
+    h = fit(model, tsched, batches[:1], epochs=3, validation_generator=batches[1:], validation_steps=2,
+            callbacks=[{"on_epoch_begin": lambda e, logs, s: G.ggml_opt_set_lr(s.lr_ud, sgd_lr=0.0)}])
+    assert np.isfinite(h["val_loss"]).all()
+    np.testing.assert_allclose(h["val_loss"], [h["val_loss"].iloc[0]] * 3, rtol=1e-6)
+
+
 def test_empty_validation_gives_nan_and_training_goes_on(model, tsched, batches):
     with pytest.warns(G.GgmlpyWarning, match="validation_generator gave no batch"):  # NaN, but not silently
         h = fit(model, tsched, batches[:2], epochs=2, validation_generator=lambda: None)

@@ -382,18 +382,20 @@ class _BatchConverter:
     """Checks and converts each sample-major batch of a generator into ggml layout."""
 
     def __init__(self, model: Model, cfg: CompileConfig, what: str, batch: int | None, weighted: bool | None,
-                 complete_short: bool = False) -> None:
+                 last: Callable[[], bool] | None = None) -> None:
         self.model, self.cfg, self.what, self.batch, self.weighted = model, cfg, what, batch, weighted
-        self.complete_short = complete_short   # a shorter batch is completed (a PyDataset's last), not refused
+        self.last = last   # whether the batch being converted is a PyDataset's last, which is completed if shorter
         self.rng = np.random.default_rng(np.random.randint(0, 2 ** 31))
 
     def arrays(self, batch: object) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray | None]:
         x, y, sw = D.split_batch(batch, self.what)
         xs = D.model_inputs(self.model, x, f"{self.what} x", finite=True)
         n = xs[0].shape[0]
-        short = self.batch is not None and n < self.batch and self.complete_short
+        short = self.batch is not None and n < self.batch and self.last is not None and self.last()
         if self.batch is not None and n != self.batch and not short:
-            raise GgmlValueError(f"{self.what}: a batch of {n} samples; the first batch had {self.batch} and "
+            where = " before the PyDataset's last batch (only the last may be shorter, as in Keras)" \
+                if self.last is not None and n < self.batch else ""
+            raise GgmlValueError(f"{self.what}: a batch of {n} samples{where}; the first batch had {self.batch} and "
                                  "every training batch must have that many (drop or pad the last one, or use "
                                  "ggml_fit, which handles a last partial batch)")
         ys = D.model_targets(self.model, self.cfg, y, n, f"{self.what} y")
@@ -431,14 +433,15 @@ def ggml_fit_generator(model: Model, generator: object, steps_per_epoch: int | N
             Keras' ``PyDataset`` protocol (``__len__``, ``__getitem__``, ``on_epoch_end``). A batch is
             ``(x, y)`` or ``(x, y, sample_weight)`` in the user's orientation (as for ``ggml_fit``). The
             batch size is the first batch's; a later batch of another size is a ValueError, except a shorter
-            one from a PyDataset (Keras' ``ceil(N / batch)`` batches), completed to the batch size with rows of
-            itself drawn at random.
+            last batch of a PyDataset (Keras' ``ceil(N / batch)`` batches), completed to the batch size with
+            rows of itself drawn at random.
         steps_per_epoch: batches per epoch (default: until the source ends the epoch).
         epochs, initial_epoch, callbacks: as for ``ggml_fit``.
         verbose: as for ``ggml_fit``: 1 (the default; True) or ``"auto"`` a progress bar (on a terminal) and a
             summary line per epoch, 2 the summary line only, 0 (False) nothing.
         validation_data: ``(x_val, y_val)`` arrays, or a source of batches of the same kinds (any batch
-            size); validation runs the inference graph. validation_steps: batches per validation.
+            size); validation runs the inference graph. validation_steps: batches per validation, from the
+            source's beginning each epoch where it can start again (an iterator continues where it was).
         prefetch: read up to this many batches ahead in a background thread while ggml computes.
         nbatch_logical: samples per optimizer step (gradient accumulation), a multiple of the batch size.
         on_nonfinite: "raise" (default) or "warn" on a NaN/inf training loss, as for ``ggml_fit``.
@@ -499,7 +502,7 @@ def _fit_generator(model: Model, generator: object, *, steps_per_epoch: int | No
     xs, _, w = probe.arrays(first)
     batch = xs[0].shape[0]
     source.transform = _BatchConverter(model, cfg, "generator", batch, w is not None,
-                                       complete_short=is_batch_sequence(generator))
+                                       last=(lambda: source.served_last) if is_batch_sequence(generator) else None)
     validate = _validation(model, cfg, validation_data, validation_steps, batch)
     plan = EpochPlan(epochs, initial_epoch, steps_per_epoch, callbacks=callbacks, silent=_verbose(verbose),
                      bar=verbose != 2, prefetch=prefetch, stream=True, on_nonfinite=check_nonfinite(on_nonfinite),
@@ -522,7 +525,7 @@ def _validation(model: Model, cfg: CompileConfig, validation_data: object, steps
         vw = D.sample_weights(cfg, vy, vx[0].shape[0], validation_data[2] if len(validation_data) == 3 else None,
                               None, "validation_data sample_weight")
         return lambda: _stats(_evaluate_arrays(model, cfg, model.runtime.predictor, vx, vy, vw, batch))
-    source = Source(validation_data, "validation_data")
+    source = Source(validation_data, "validation_data", restart=True)
     check_ends(source, steps, "validation_steps")
     return lambda: _stats(_evaluate_source(model, cfg, source, steps, batch, "validation_data"))
 

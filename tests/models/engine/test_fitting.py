@@ -737,6 +737,37 @@ def test_a_pydataset_epoch_cut_short_by_steps_per_epoch_still_ends():
     assert data.epochs_ended == 2  # after each epoch, also one cut short
 
 
+class _ShortInTheMiddle(_Batches):
+    """A PyDataset whose third batch is short: only the last may be (it was padded with copies of its own rows)."""
+
+    def __getitem__(self, i):
+        x, y = super().__getitem__(i)
+        return (x[:5], y[:5]) if i == 2 else (x, y)
+
+
+def test_a_short_batch_before_a_pydatasets_last_is_refused():
+    x, ids = blobs(n=96)
+    data = _ShortInTheMiddle(x, np.eye(3, dtype=np.float32)[ids], 16)
+    with pytest.raises(ValueError, match="a batch of 5 samples before the PyDataset's last batch"):
+        g.ggml_fit_generator(classifier(), data, epochs=1, verbose=0)
+
+
+@pytest.mark.parametrize("kind", ["list", "pydataset"])
+def test_validation_steps_validate_the_same_first_batches_every_epoch(kind):
+    """Keras validates on the first validation_steps batches of its validation data each epoch; a list (or other
+    re-iterable) went on through its batches across epochs, so each epoch validated on other data."""
+    x, ids = blobs(n=96)
+    y = np.eye(3, dtype=np.float32)[ids]
+    val = [(x[i:i + 16], y[i:i + 16]) for i in range(0, 96, 16)] if kind == "list" else _Batches(x, y, 16)
+    if kind == "pydataset":
+        val.on_epoch_end = lambda: None   # keeps its order (the class reshuffles, which Keras would see too)
+    m = classifier()
+    g.ggml_compile(m, optimizer="sgd", learning_rate=1e-9, loss="categorical_crossentropy", backend="cpu")
+    h = g.ggml_fit_generator(m, [(x[:32], y[:32])], epochs=3, validation_data=val, validation_steps=2, verbose=0)
+    want = g.ggml_evaluate(m, x[:32], y[:32])["loss"]
+    np.testing.assert_allclose(h["val_loss"], [want] * 3, rtol=1e-5)
+
+
 def test_fit_evaluate_and_predict_take_a_pydataset_with_a_short_last_batch_as_keras():
     """Keras' fit/evaluate/predict(PyDataset): ggml_fit trains it as a source (a short last batch completed with rows
     of itself), ggml_evaluate and ggml_predict go batch by batch and equal the same calls on the arrays."""
