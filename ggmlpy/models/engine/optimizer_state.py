@@ -86,8 +86,10 @@ class OptimizerState:
         """Read the state back from an opt context after training (also after an exception). Moments of
         weights that were frozen in this run are kept from before. The state is stored before the warning
         about a partial logical batch, so a warning turned into an error (``-W error``) loses no steps."""
-        self.state = self._merged(opt_ctx)
-        self._live = None
+        try:
+            self.state = self._merged(opt_ctx)
+        finally:  # also when it cannot be read (a lost RPC server): the session is over, its context goes
+            self._live = None
         if opt_ctx.pending_batches and warn_partial:
             warnings.warn(f"training ended {opt_ctx.pending_batches} batches into a logical batch of "
                           f"{opt_ctx.opt_period} (nbatch_logical): their gradients were not applied, and the "
