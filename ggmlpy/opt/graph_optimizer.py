@@ -242,6 +242,11 @@ class GraphOptimizer:
     close = free
 
     @property
+    def alive(self) -> bool:
+        """Whether its memory is still there (False once freed)."""
+        return bool(self._owned)
+
+    @property
     def keepers(self) -> list:
         return list(self._owned)
 

@@ -29,7 +29,8 @@ class OptimizerState:
     def __init__(self, params: ParamStore) -> None:
         self.params = params
         self.state: OptimizerStateDict | None = None
-        self._live: OptContext | GraphOptimizer | None = None  # the running session's optimizer (restore to keep)
+        # the running session's optimizer (restore to keep), held weakly: the model owns no training object
+        self._live: weakref.ref[OptContext | GraphOptimizer] | None = None
         self._lock = threading.Lock()
         self._holder: tuple[object, str, weakref.ref[object] | None] | None = None  # lease, who, owner
 
@@ -64,7 +65,7 @@ class OptimizerState:
     def restore(self, opt_ctx: OptContext | GraphOptimizer) -> None:
         """Write the kept state into a new opt context, or a replicas' optimizer (a weight without kept
         moments starts from zero). Until ``keep``, ``current`` reads the state from it."""
-        self._live = opt_ctx
+        self._live = weakref.ref(opt_ctx)
         if self.state is None:
             return
         if isinstance(opt_ctx, GraphOptimizer):
@@ -101,8 +102,8 @@ class OptimizerState:
         """The state that goes with the weights now (a snapshot's: ``ggml_save_model(include_optimizer=True)``, a
         pickle or deepcopy): while a fit or trainer runs, its optimizer's, read at once (callbacks run between
         steps); else the one kept."""
-        live = self._live
-        return self.state if live is None else self._merged(live)
+        live = self._live() if self._live is not None else None
+        return self.state if live is None or not live.alive else self._merged(live)
 
     def _merged(self, opt_ctx: OptContext | GraphOptimizer) -> OptimizerStateDict:
         """The state of ``opt_ctx`` now, with the kept moments of weights it does not train (frozen in this run)."""

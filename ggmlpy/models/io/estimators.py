@@ -14,7 +14,14 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_array, check_is_fitted, check_X_y
+from sklearn.utils.validation import check_is_fitted
+
+
+try:  # scikit-learn >= 1.6; before, the same checks were a method of BaseEstimator
+    from sklearn.utils.validation import validate_data
+except ImportError:  # pragma: no cover - old scikit-learn
+    def validate_data(_estimator: Any, /, X: Any = "no_validation", y: Any = "no_validation", **kw: Any) -> Any:
+        return _estimator._validate_data(X, y, **kw)
 
 from ...errors import GgmlTypeError, GgmlValueError
 from ...training.callbacks import BuiltinCallback
@@ -110,10 +117,21 @@ class _GgmlEstimator(BaseEstimator):
                                  learning_rate=self.learning_rate)
         return built
 
-    def _fit(self, X: Any, y: np.ndarray, n_outputs: int) -> _GgmlEstimator:
-        if self.random_state is not None:
-            np.random.seed(self.random_state)  # ggmlpy's weight initialisers and shuffles draw from numpy
-        self.n_features_in_ = X.shape[1]
+    def _fit(self, X: Any, y: np.ndarray, n_outputs: int, sample_weight: Any = None) -> _GgmlEstimator:
+        # ggmlpy's weight initialisers and shuffles draw from numpy's global generator: with a random_state it is
+        # seeded for this fit and given back as it was (the caller's random stream goes on undisturbed)
+        before = np.random.get_state() if self.random_state is not None else None
+        if before is not None:
+            np.random.seed(self.random_state)
+        try:
+            return self._fit_seeded(X, y, n_outputs, sample_weight)
+        finally:
+            if before is not None:
+                np.random.set_state(before)
+
+    def _fit_seeded(self, X: Any, y: np.ndarray, n_outputs: int, sample_weight: Any) -> _GgmlEstimator:
+        if sample_weight is not None:
+            sample_weight = _checked_weights(sample_weight, X.shape[0], type(self).__name__)
         self.sample_shape_ = tuple(X.shape[1:])
         self.model_ = self._build(tuple(X.shape[1:]), n_outputs)
         y = self._labels_for(self.model_, y, n_outputs)
@@ -124,7 +142,8 @@ class _GgmlEstimator(BaseEstimator):
         if isinstance(callbacks, (list, tuple)):  # anything else: ggml_fit says what it takes
             callbacks = [copy.deepcopy(c) if isinstance(c, BuiltinCallback) else c for c in callbacks]
         self.history_ = ggml_fit(self.model_, X, y, epochs=self.epochs, batch_size=batch, verbose=self.verbose,
-                                 validation_split=self.validation_split, callbacks=callbacks)
+                                 validation_split=self.validation_split, callbacks=callbacks,
+                                 sample_weight=sample_weight)
         return self
 
     def _labels_for(self, model: Model, y: np.ndarray, n_outputs: int) -> np.ndarray:
@@ -134,7 +153,8 @@ class _GgmlEstimator(BaseEstimator):
     def _predict_raw(self, X: Any) -> np.ndarray:
         """The model's outputs for ``X``, one row per sample."""
         check_is_fitted(self, "model_")
-        X = check_array(X, allow_nd=True, dtype=np.float32)
+        # the features' count, and their names where fit had a DataFrame (reordered columns are refused)
+        X = validate_data(self, X, reset=False, allow_nd=True, dtype=np.float32)
         if tuple(X.shape[1:]) != self.sample_shape_:
             raise GgmlValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
                                  f"{self.n_features_in_} features as input (samples of shape {tuple(X.shape[1:])}; "
@@ -166,8 +186,9 @@ class GgmlClassifier(ClassifierMixin, _GgmlEstimator):
             at the number of samples). ggmlpy's built-in callbacks start afresh at every fit (and in every clone,
             so ``GridSearchCV`` can share them); your own are passed as they are.
         optimizer, learning_rate, backend: as for ``ggml_compile``, for a model the function left uncompiled.
-        random_state: an int seeds numpy's generator before building (ggmlpy's initialisers and shuffles draw
-            from it), so two fits give the same model on the CPU; None (the default) does not.
+        random_state: an int seeds numpy's generator for each fit (ggmlpy's initialisers and shuffles draw from
+            it), so two fits give the same model on the CPU, and gives it back as it was (the caller's random
+            stream is not disturbed); None (the default) does not.
         model__<name>: arguments of the model function.
 
     Attributes after ``fit``: ``model_`` (the compiled model), ``history_`` (the fit's history),
@@ -186,16 +207,18 @@ class GgmlClassifier(ClassifierMixin, _GgmlEstimator):
     _loss = "sparse_categorical_crossentropy"
     _outputs_name = "n_classes"
 
-    def fit(self, X: Any, y: Any) -> GgmlClassifier:
-        """Train a fresh model on ``X`` (samples first) and the labels ``y``; returns the estimator."""
-        X, y = check_X_y(X, y, allow_nd=True, dtype=np.float32)
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> GgmlClassifier:
+        """Train a fresh model on ``X`` (samples first) and the labels ``y``, each sample's loss weighted by
+        ``sample_weight`` (an array of N non-negative numbers, or None); returns the estimator. A DataFrame's
+        column names are kept (``feature_names_in_``) and checked at predict, as scikit-learn's estimators do."""
+        X, y = validate_data(self, X, y, reset=True, allow_nd=True, dtype=np.float32)
         check_classification_targets(y)  # continuous values are refused ("Unknown label type")
         self._encoder = LabelEncoder().fit(y)
         self.classes_ = self._encoder.classes_
         if len(self.classes_) < 2:
             raise GgmlValueError(f"GgmlClassifier.fit: y has one class ({self.classes_[0]!r}); a classifier needs "
                                  "at least two")
-        return self._fit(X, self._encoder.transform(y).astype(np.int64), len(self.classes_))
+        return self._fit(X, self._encoder.transform(y).astype(np.int64), len(self.classes_), sample_weight)
 
     def _labels_for(self, model: Model, y: np.ndarray, n_outputs: int) -> np.ndarray:
         # a function that compiled its model with categorical cross-entropy (ggml_compile's default loss) gets
@@ -220,6 +243,19 @@ class GgmlClassifier(ClassifierMixin, _GgmlEstimator):
         """The most probable class of each sample, as the labels ``fit`` was given."""
         p = self.predict_proba(X)  # first: it raises NotFittedError before classes_ exists
         return self.classes_[np.argmax(p, axis=1)]
+
+
+def _checked_weights(sample_weight: Any, n: int, who: str) -> np.ndarray:
+    """``sample_weight`` as scikit-learn's estimators take it: N finite numbers >= 0, not all 0."""
+    w = np.asarray(sample_weight, dtype=np.float64)
+    if w.shape != (n,):
+        raise GgmlValueError(f"{who}.fit: sample_weight must hold one weight per sample, shape ({n},); got shape "
+                             f"{w.shape}")
+    if not np.isfinite(w).all() or (w < 0).any():
+        raise GgmlValueError(f"{who}.fit: sample_weight must be finite numbers >= 0")
+    if not w.any():
+        raise GgmlValueError(f"{who}.fit: every sample weight is zero: there is nothing to fit")
+    return w.astype(np.float32)
 
 
 class GgmlRegressor(RegressorMixin, _GgmlEstimator):
@@ -250,13 +286,16 @@ class GgmlRegressor(RegressorMixin, _GgmlEstimator):
         tags.target_tags.multi_output = True  # y of shape (N, k): a model with k outputs
         return tags
 
-    def fit(self, X: Any, y: Any) -> GgmlRegressor:
-        """Train a fresh model on ``X`` (samples first) and the targets ``y``; returns the estimator."""
-        X, y = check_X_y(X, y, allow_nd=True, dtype=np.float32, multi_output=True, y_numeric=True)
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> GgmlRegressor:
+        """Train a fresh model on ``X`` (samples first) and the targets ``y``, each sample's loss weighted by
+        ``sample_weight`` (an array of N non-negative numbers, or None); returns the estimator. A DataFrame's
+        column names are kept (``feature_names_in_``) and checked at predict, as scikit-learn's estimators do."""
+        X, y = validate_data(self, X, y, reset=True, allow_nd=True, dtype=np.float32, multi_output=True,
+                             y_numeric=True)
         y = np.asarray(y, dtype=np.float32)
         self._y_1d = y.ndim == 1
         y2 = y.reshape(len(y), -1)
-        return self._fit(X, y2, y2.shape[1])
+        return self._fit(X, y2, y2.shape[1], sample_weight)
 
     def predict(self, X: Any) -> np.ndarray:
         """The model's output for each sample."""
