@@ -270,8 +270,11 @@ def test_misuse_of_replicas_is_refused_with_the_fix():
         G.ggml_compile(m, backend=["cpu", 3])
     G.ggml_compile(m, backend=["cpu", dev])
     x, y = _data(n=8)
-    with pytest.raises(G.GgmlValueError, match="needs at least one; use batch_size >= 2"):
+    with pytest.raises(G.GgmlValueError, match="needs at least one per step. Train on batches of at least 2"):
         G.ggml_fit(m, x, y, batch_size=1, verbose=0)
+    # one sample of data: the batch is that one sample whatever batch_size says, and the message says so
+    with pytest.raises(G.GgmlValueError, match="at least that many samples of data"):
+        G.ggml_fit(m, x[:1], y[:1], verbose=0)
 
 
 @pytest.mark.vulkan

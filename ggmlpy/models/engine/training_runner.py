@@ -40,9 +40,11 @@ def training_runner(model: Model, cfg: CompileConfig, batch: int, period: int = 
     if len(stores) > 1 and min(counts) < 1:
         shares = runtime.shares
         need = math.ceil(sum(shares) / min(shares) - 1e-9)  # the smallest share gets a sample from here
-        raise GgmlValueError(f"a batch of {batch} samples split over {len(stores)} replicas by shares {shares} "
-                             f"gives {counts} samples: each replica needs at least one; use batch_size >= {need} "
-                             "(or shares closer to each other)")
+        raise GgmlValueError(f"a batch of {batch} sample{'s' if batch != 1 else ''} split over {len(stores)} replicas "
+                             f"by shares {shares} gives {counts} samples: each replica needs at least one per step. "
+                             f"Train on batches of at least {need} samples (batch_size, and at least that many "
+                             "samples of data: a fit's batch is never larger than its data), give the devices "
+                             "closer shares, or compile the model for one device")
     # the compiled metrics of the training steps: one sum for all replicas, summed on the devices where they fit
     metrics = HeadMetrics(cfg.heads, cfg.head_metrics, graph_outputs=True) if any(cfg.head_metrics) else None
     # summed on the devices when the outputs live in a GPU's memory. Where the CPU's cores compute the step (the CPU,
