@@ -334,8 +334,19 @@ class BatchWriter:
         return xs, ys, ws
 
     def _convert(self, target: Target, value: object) -> np.ndarray:
+        if value is None:
+            kind = target.what.split("[", 1)[0]     # inputs, labels or weights
+            need = {"labels": "(x, y), y the labels this loss compares the outputs with",
+                    "weights": "(x, y, w), w a weight per sample, as the first batch had",
+                    }.get(kind, "(x, y), x the inputs")
+            raise GgmlValueError(f"{self.name}: the batch has no {kind} ({target.what} is None); give each batch as "
+                                 f"{need}")
         try:
             arr = np.asarray(value)
+        except ValueError as exc:  # a ragged nested list: rows of different lengths
+            raise GgmlValueError(f"{self.name}: {target.what} is a {type(value).__name__} whose rows have different "
+                                 "lengths (numpy cannot make one array of it); give a numpy array, or lists of equal "
+                                 f"lengths ({exc})") from None
         except Exception as exc:  # noqa: BLE001
             raise GgmlValueError(f"{self.name}: {target.what} is not array-like ({type(value).__name__})") from exc
         if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):

@@ -499,3 +499,16 @@ def test_plot_history(model, tsched, batches, tmp_path):
     assert out.exists() and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="history"):
         G.ggml_plot_history({"epoch": [1]}, tmp_path / "x.png")
+
+
+@pytest.mark.parametrize("batch, message", [
+    (lambda x, y: (x, None), r"the batch has no labels \(labels\[0\] is None\); give each batch as \(x, y\)"),
+    (lambda x, y: ([[1.0, 2.0, 3.0], [1.0, 2.0]], y), "rows have different lengths"),
+    (lambda x, y: (x, [[1.0, 2.0], [3.0]]), "labels.*rows have different lengths"),
+])
+def test_a_batch_missing_labels_or_ragged_says_so(model, tsched, batches, batch, message):
+    """(x, None) was "labels of dtype object" and a ragged list "not array-like", where the model layer says what is
+    missing."""
+    x, y = batches[0]
+    with pytest.raises(G.GgmlValueError, match=message):
+        fit(model, tsched, [batch(x, y)])

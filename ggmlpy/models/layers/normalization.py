@@ -33,6 +33,7 @@ from ...ops.elementwise import (
 )
 from ...ops.layout import ggml_cpy, ggml_reshape, ggml_reshape_1d, ggml_reshape_2d, ggml_transpose
 from ...ops.reduce import ggml_repeat, ggml_sum_rows
+from ...training.adapters import is_batch_sequence, Source
 from .layer import Layer, LayerOptions
 from .weight import Weight
 
@@ -202,6 +203,11 @@ def _statistic(value: Any, what: str) -> list[float]:
     return [float(v) for v in arr]
 
 
+def is_array_like(data: Any) -> bool:
+    """An array of samples (numpy, a DataFrame, anything with ``__array__``), not a source of batches."""
+    return isinstance(data, np.ndarray) or hasattr(data, "__array__") and not is_batch_sequence(data)
+
+
 class _Moments:
     """Count, mean and sum of squared deviations per feature, merged batch by batch (Chan et al.'s update:
     exact in float64 whatever the batches' sizes and offsets)."""
@@ -269,16 +275,23 @@ def ggml_layer_adapt(layer: Any, data: Any, batch_size: int | None = None) -> An
         if arr.ndim < 1 or not np.all(np.isfinite(arr)):
             raise GgmlValueError(f"{fn}: data must be finite numbers with a samples axis, got shape {arr.shape}")
         moments.add(arr.reshape(-1, 1) if layer.axis is None else arr.reshape(-1, arr.shape[-1]))
-    if isinstance(data, np.ndarray):
+    if is_array_like(data):
+        data = np.asarray(data)    # an array, a DataFrame, a nested list of numbers
         step = batch_size or max(1, len(data))
         for i in range(0, len(data), step):
             add(data[i:i + step])
-    elif hasattr(data, "__iter__") and not isinstance(data, (str, bytes, dict)):
-        for batch in data:
-            add(batch)
-    else:
-        raise GgmlTypeError(f"{fn}: data must be an array of samples or an iterable of batches, got "
-                            f"{type(data).__name__}")
+    else:   # batches: a generator (function), a list of batches, an iterator, a PyDataset, as a fit reads them
+        try:
+            source = Source(data, f"{fn}: data")
+        except GgmlTypeError:
+            raise GgmlTypeError(f"{fn}: data must be an array of samples or a source of batches (a generator, a list "
+                                f"of batches, a PyDataset), got {type(data).__name__}") from None
+        try:
+            source.start_epoch()
+            while (batch := source.next_batch()) is not None:
+                add(batch)
+        finally:
+            source.close()
     if moments.n == 0 or moments.mean is None or moments.m2 is None:  # all three go together
         raise GgmlValueError(f"{fn}: the data has no samples")
     mean, var = moments.mean, moments.m2 / moments.n

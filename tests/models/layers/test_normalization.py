@@ -48,8 +48,19 @@ def test_adapted_statistics_standardise_as_numpy_says(backend):
 def test_streamed_batches_adapt_to_the_same_statistics():
     x = _data(n=257)
     whole = g.ggml_layer_adapt(g.ggml_normalization(), x).__dict__["_adapted"]
+    class PyDataset:   # Keras' protocol (len and items, no __iter__): its docstring takes it, it was refused
+        def __len__(self):
+            return 26
+
+        def __getitem__(self, i):
+            return x[i * 10:(i + 1) * 10], None
+
+        def on_epoch_end(self):
+            pass
+    pd = pytest.importorskip("pandas")
     for data, kw in ((x, {"batch_size": 10}), ([x[i:i + 50] for i in range(0, 257, 50)], {}),
-                     (((x[i:i + 7], None) for i in range(0, 257, 7)), {})):  # (x, y) batches of a generator
+                     (((x[i:i + 7], None) for i in range(0, 257, 7)), {}),  # (x, y) batches of a generator
+                     (PyDataset(), {}), (pd.DataFrame(x), {})):
         got = g.ggml_layer_adapt(g.ggml_normalization(), data, **kw).__dict__["_adapted"]
         np.testing.assert_allclose(got[0], whole[0], rtol=1e-12)
         np.testing.assert_allclose(got[1], whole[1], rtol=1e-10)
