@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -154,7 +154,14 @@ def _head(node: Node, loss: str, weight: float, from_logits: bool | None, custom
                     fused=fused, shape=node.shape, weight=weight)
 
 
-def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical_crossentropy",
+class _DefaultLoss(str):
+    """``ggml_compile``'s default loss: the string itself, told apart from the same name given by the caller."""
+
+
+DEFAULT_LOSS = _DefaultLoss("categorical_crossentropy")
+
+
+def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = DEFAULT_LOSS,
                  metrics: Any = ("accuracy",), backend: Any = "auto", loss_weights: Any = None,
                  learning_rate: float | None = None, weight_decay: float = 0.0, shares: Any = None,
                  beta_1: float | None = None, beta_2: float | None = None, epsilon: float | None = None,
@@ -245,7 +252,9 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
     Value: the model, compiled in place (``model = ggml_compile(model, ...)`` and
     ``ggml_compile(model, ...)`` both work). Weights are drawn here (Glorot-uniform kernels, zero biases)
     from numpy's global random state, so ``np.random.seed`` makes runs repeatable; compiling again keeps
-    the weights a model already has. Weights follow the layer objects, not their names: a layer removed
+    the weights a model already has, and nothing else: as Keras' ``compile``, each call's settings are its
+    own, the ones it is not given at their defaults (recompiling for another backend repeats the loss and the
+    optimizer). Weights follow the layer objects, not their names: a layer removed
     with ``ggml_pop_layer`` takes its weights along (a new layer starts fresh, even under the same name),
     and a layer that another compiled model holds (a sub-model built from a trained model's nodes, as in
     Keras' encoder pattern) starts from that model's current weights. They are copied now: training one
@@ -294,6 +303,8 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = "categorical
               for given in losses]
     heads = [_head(n, _loss_name(head_loss, i), float(w), f, head_loss if isinstance(head_loss, CustomLoss) else None)
              for i, (n, head_loss, w, f) in enumerate(zip(outputs, losses, weights, logits))]
+    if loss is DEFAULT_LOSS:
+        heads = [replace(h, default_loss=True) for h in heads]
     if isinstance(backend, list):
         _check_shardable(heads)
     accuracy, head_metrics = resolve_metrics(metrics, heads, [n.name for n in outputs])

@@ -28,6 +28,7 @@ class HeadSpec:
     fused: bool          # the final softmax is left out of the training graph: ggml's loss applies it
     shape: tuple         # one sample's output shape
     weight: float = 1.0
+    default_loss: bool = False   # ggml_compile was given no loss: its default (errors about labels say so)
 
     @property
     def custom(self) -> Any:

@@ -172,9 +172,12 @@ def _target(h: HeadSpec, arr: np.ndarray, n: int, what: str) -> np.ndarray:
     if arr.ndim == 1 and h.shape == (1,):
         arr = arr.reshape(-1, 1)
     if h.loss == "categorical_crossentropy" and arr.ndim == 1 and arr.shape[0] == n and units > 1:
+        default = (" by categorical_crossentropy, ggml_compile's default loss: the last ggml_compile was given no "
+                   "loss= (compiling again resets every setting it is not given, as Keras' compile does)"
+                   if h.default_loss else "")
         raise GgmlValueError(f"{what}: got class ids of shape {_fmt(arr.shape)} where one-hot labels "
-                             f"({n}, {units}) are expected: pass one-hot labels, or compile with "
-                             "loss='sparse_categorical_crossentropy'")
+                             f"({n}, {units}) are expected{default}; compile with "
+                             "loss='sparse_categorical_crossentropy' for class ids, or pass one-hot labels")
     check_shape(arr, h.shape, what, n)
     out = np.ascontiguousarray(arr, dtype=np.float32)
     if not np.all(np.isfinite(out)):

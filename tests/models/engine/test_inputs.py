@@ -355,3 +355,21 @@ def test_a_one_input_model_takes_its_input_by_name_too():
     with pytest.raises(g.GgmlValueError, match=rf"\['pixels'\] name no input of the model.*\['{name}'\]|"
                                                rf"\['{name}'\]; \['pixels'\] name no input"):
         g.ggml_fit(m, {"pixels": x}, y, epochs=1, verbose=0)
+
+
+def test_class_ids_under_the_default_loss_say_the_loss_was_the_default():
+    """A recompile for another backend (or a first compile) without loss= trains categorical cross-entropy; class ids
+    then were refused without saying the loss was only the default."""
+    x = np.zeros((8, 4), np.float32)
+    ids = np.arange(8) % 2
+
+    def model(**kw):
+        m = g.ggml_model_sequential()
+        m = g.ggml_layer_dense(m, 2, activation="softmax", input_shape=(4,))
+        return g.ggml_compile(m, backend="cpu", **kw)
+    with pytest.raises(g.GgmlValueError, match="ggml_compile's default loss.*loss='sparse_categorical_crossentropy'"):
+        g.ggml_fit(model(), x, ids, verbose=0)
+    with pytest.raises(g.GgmlValueError) as given:
+        g.ggml_fit(model(loss="categorical_crossentropy"), x, ids, verbose=0)
+    assert "default" not in str(given.value) and "sparse_categorical_crossentropy" in str(given.value)
+    g.ggml_fit(model(loss="sparse_categorical_crossentropy"), x, ids, verbose=0)
