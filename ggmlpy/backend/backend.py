@@ -22,7 +22,7 @@ from .device import (
     ggml_backend_devices,
     ggml_backends_built,
 )
-from .modules import DEVICE_HINTS, family_problem, warn_gpu_fallback
+from .modules import DEVICE_HINTS, family_problem, rebuild_hint, warn_gpu_fallback
 
 
 def _default_threads() -> int:
@@ -113,9 +113,9 @@ class Backend(Handle):
 
 
 _BUILD_HINTS = {  # the backend was not built
-    "vulkan": "rebuild with GGMLPY_BACKENDS=cpu,vulkan pip install . (needs glslc, libvulkan-dev, spirv-headers)",
-    "cuda": "rebuild with GGMLPY_BACKENDS=cpu,cuda pip install . on a machine with nvcc",
-    "rpc": "rebuild with GGMLPY_BACKENDS=cpu,rpc pip install .",
+    "vulkan": f"rebuild with {rebuild_hint('vulkan')} (needs glslc, libvulkan-dev, spirv-headers)",
+    "cuda": f"rebuild with {rebuild_hint('cuda')} on a machine with nvcc",
+    "rpc": f"rebuild with {rebuild_hint('rpc')}",
 }
 def _init_device(device_name: str, family: str, params: str | None = None) -> Backend:
     dev = lib.ggml_backend_dev_by_name(c_string(f"ggml_{family.lower()}_init", "device name", device_name))

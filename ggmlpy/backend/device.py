@@ -217,7 +217,7 @@ def ggml_list_devices():
 def ggml_backends_built() -> list[str]:
     """The backends compiled into this installation, e.g. ``['cpu', 'vulkan']``.
 
-    Chosen at build time with ``GGMLPY_BACKENDS=cpu,vulkan pip install .``; a built backend may still
+    Chosen at build time with ``GGMLPY_BACKENDS=cpu,blas,vulkan pip install .``; a built backend may still
     find no device on this machine, or its module may not load (see ``ggml_list_devices`` and
     ``ggml_backend_load_errors``).
 

@@ -35,6 +35,16 @@ GPU_FAMILIES = ("cuda", "vulkan", "hip", "musa", "sycl", "opencl", "metal")
 DEVICES_ADDED_LATER = ("rpc",)
 LOAD_FAILURES = ("missing", "load", "unsupported", "init")  # the stages at which a module gave no registry
 
+# what `pip install .` builds (tools/ggml_build/options.py's DEFAULT_BACKENDS; tests/project keeps them equal):
+# a rebuild hint names these too, so that following it keeps OpenBLAS's speed on the CPU
+DEFAULT_BUILD = ("cpu", "blas")
+
+
+def rebuild_hint(*families: str) -> str:
+    """The command that rebuilds ggmlpy with ``families`` besides the default ones."""
+    return "GGMLPY_BACKENDS=" + ",".join((*DEFAULT_BUILD, *families)) + " pip install ."
+
+
 DEVICE_HINTS = {  # built and loaded, but no such device
     "vulkan": "check the Vulkan driver (vulkaninfo); a CPU-only Vulkan device (Mesa's lavapipe) is used "
               "only when selected with GGML_VK_VISIBLE_DEVICES=0",

@@ -19,6 +19,7 @@ from ..errors import BackendUnavailableError, GgmlTypeError, GgmlValueError
 from .backend import ggml_get_n_threads
 from .device import as_device, Device, ggml_backend_devices, ggml_backends_built
 from .endpoint import answers, parse_endpoint, timeout_arg
+from .modules import rebuild_hint
 
 
 _servers: dict[str, list[Device]] = {}
@@ -28,7 +29,7 @@ def _require_rpc() -> None:
     if lib.ggml_backend_reg_by_name(b"RPC") == ffi.NULL:
         built = "rpc" in ggml_backends_built()
         raise BackendUnavailableError("the RPC backend is " + ("built but did not load" if built else
-                                      "not built: rebuild with GGMLPY_BACKENDS=cpu,rpc pip install ."))
+                                      f"not built: rebuild with {rebuild_hint('rpc')}"))
 
 
 def ggml_rpc_protocol_version() -> str:
@@ -87,7 +88,7 @@ def ggml_backend_rpc_add_server(endpoint: str, timeout: float = 2.0) -> list[Dev
     Value: the list of new Devices. Raises BackendUnavailableError when no ggml RPC server answers
     there in time (nothing listening, another service on the port, another protocol version, or a
     server serving another client), or this installation was built without RPC
-    (``GGMLPY_BACKENDS=cpu,blas,rpc``).
+    (``GGMLPY_BACKENDS=cpu,blas,rpc pip install .``).
 
     Example:
         >>> devs = ggml_backend_rpc_add_server("gpu-box:50052")

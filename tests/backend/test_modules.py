@@ -206,3 +206,20 @@ def test_the_fix_named_for_each_missing_library(error, library, fix):
     assert fix in library_fix(library)
     if library is not None and library != "libcuda.so.1":
         assert f"the folder holding {library}" in library_fix(library) and "LD_LIBRARY_PATH" in library_fix(library)
+
+
+def test_every_rebuild_hint_keeps_what_the_default_install_builds():
+    """The hints for a missing backend said GGMLPY_BACKENDS=cpu,vulkan: following them dropped the BLAS backend
+    the default install builds (and the CPU speed figures rely on)."""
+    import re
+    from pathlib import Path
+
+    from ggmlpy.backend import modules
+    from tools.ggml_build.options import DEFAULT_BACKENDS
+    assert ",".join(modules.DEFAULT_BUILD) == DEFAULT_BACKENDS
+    root = Path(__file__).resolve().parents[2]
+    texts = [p.read_text() for p in (root / "ggmlpy").rglob("*.py")] + \
+        [p.read_text() for p in (root / "docs" / "guide").glob("*.md")] + [(root / "README.md").read_text()]
+    hints = [h for t in texts for h in re.findall(r"GGMLPY_BACKENDS=([a-z,]+) pip install", t)]
+    assert hints and all(h.startswith(DEFAULT_BACKENDS) for h in hints), hints
+    assert modules.rebuild_hint("vulkan") == f"GGMLPY_BACKENDS={DEFAULT_BACKENDS},vulkan pip install ."

@@ -51,6 +51,8 @@ def check_shape(arr: np.ndarray, expected: tuple, what: str, n: int | None = Non
         msg += f"; it has {arr.shape[0]} samples where {n} were expected (x and y must have one row per sample)"
     elif arr.ndim == 2 and len(expected) == 1 and arr.shape[0] == expected[0] and (n is None or arr.shape[1] == n):
         msg += "; it looks transposed: pass arr.T (samples as rows)"
+    elif tuple(arr.shape) == tuple(expected) and n in (None, 1):
+        msg += "; it is one sample without the samples axis: pass arr[None] (or arr.reshape(1, *arr.shape))"
     elif arr.ndim == len(expected) + 1 and sorted(arr.shape[1:]) == sorted(expected):
         msg += "; the axes look permuted: put samples first and channels last (np.moveaxis / np.transpose)"
     raise GgmlValueError(msg)

@@ -373,3 +373,12 @@ def test_class_ids_under_the_default_loss_say_the_loss_was_the_default():
         g.ggml_fit(model(loss="categorical_crossentropy"), x, ids, verbose=0)
     assert "default" not in str(given.value) and "sparse_categorical_crossentropy" in str(given.value)
     g.ggml_fit(model(loss="sparse_categorical_crossentropy"), x, ids, verbose=0)
+
+
+def test_one_sample_without_its_axis_gets_the_hint():
+    x = np.zeros((5, 4), np.float32)
+    m = g.ggml_model_sequential()
+    m = g.ggml_compile(g.ggml_layer_dense(m, 2, input_shape=(4,)), loss="mse", backend="cpu")
+    with pytest.raises(g.GgmlValueError, match=r"one sample without the samples axis: pass arr\[None\]"):
+        g.ggml_predict(m, x[0])
+    assert g.ggml_predict(m, x[0][None]).shape == (1, 2)
