@@ -127,9 +127,30 @@ def _topological(outputs: list[Node]) -> list[Node]:
     return order
 
 
+# Keras' model methods and the ggmlpy functions that do their work (ggmlR's functional style: model first)
+KERAS_METHODS = {
+    "fit": "ggml_fit(model, x, y, ...)", "predict": "ggml_predict(model, x)",
+    "evaluate": "ggml_evaluate(model, x, y)", "compile": "ggml_compile(model, optimizer=..., loss=...)",
+    "save": "ggml_save_model(model, path)",
+    "get_weights": "ggml_get_weights(model)", "set_weights": "ggml_set_weights(model, weights)",
+    "save_weights": "ggml_save_weights(model, path)", "load_weights": "ggml_load_weights(model, path)",
+    "get_layer": "ggml_get_layer(model, name)", "pop": "ggml_pop_layer(model)",
+    "train_on_batch": "ggml_trainer(model).step(x, y)", "add": "ggml_layer_dense(model, ...) (a ggml_layer_* call)",
+}
+
+
 class Model:
     """A functional model: ``inputs`` and ``outputs`` nodes and the layers between them."""
     sequential = False
+
+    if not TYPE_CHECKING:  # (for the type checker, a model has only the attributes it declares)
+        def __getattr__(self, name: str) -> Any:
+            """Keras' methods (``model.fit``, ``model.predict``, ...) are ggmlpy functions taking the model first:
+            the AttributeError says which."""
+            if name in KERAS_METHODS:
+                raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}': ggmlpy's models are "
+                                     f"used through functions, as in ggmlR (model first): {KERAS_METHODS[name]}")
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def __init__(self, inputs: Node | Sequence[Node], outputs: Node | Sequence[Node], name: str | None = None) -> None:
         self.name = name or "model"

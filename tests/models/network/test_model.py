@@ -149,3 +149,14 @@ def test_a_shape_mismatch_is_refused_when_the_layer_is_added_and_leaves_the_mode
     x = np.random.default_rng(0).normal(size=(2,) + tuple(m.layers[0].input_shape)).astype(np.float32)
     p = g.ggml_predict(m, x)
     assert p.shape == (2, 3) and np.allclose(p.sum(axis=1), 1, atol=1e-5)
+
+
+@pytest.mark.parametrize("method, function", [("fit", "ggml_fit"), ("predict", "ggml_predict"),
+                                              ("evaluate", "ggml_evaluate"), ("save", "ggml_save_model")])
+def test_keras_methods_point_to_the_ggmlpy_function(method, function):
+    """model.fit(...) (a Keras habit) was a bare AttributeError; it names the function to call."""
+    m = g.ggml_layer_dense(g.ggml_model_sequential(), 2, input_shape=(3,))
+    with pytest.raises(AttributeError, match=f"{function}\\(model"):
+        getattr(m, method)
+    assert getattr(g, function)  # the function named exists
+    assert not hasattr(m, "no_such_thing")
