@@ -11,17 +11,18 @@ import inspect
 from typing import Any, Callable
 
 import numpy as np
+import numpy.typing as npt
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 
-try:  # scikit-learn >= 1.6; before, the same checks were a method of BaseEstimator
+try:
     from sklearn.utils.validation import validate_data
-except ImportError:  # pragma: no cover - old scikit-learn
-    def validate_data(_estimator: Any, /, X: Any = "no_validation", y: Any = "no_validation", **kw: Any) -> Any:
-        return _estimator._validate_data(X, y, **kw)
+except ImportError as exc:  # pragma: no cover - scikit-learn before 1.6
+    raise ImportError("GgmlClassifier and GgmlRegressor need scikit-learn >= 1.6 (pip install -U scikit-learn)") \
+        from exc
 
 from ...errors import GgmlTypeError, GgmlValueError
 from ...training.callbacks import BuiltinCallback
@@ -117,7 +118,8 @@ class _GgmlEstimator(BaseEstimator):
                                  learning_rate=self.learning_rate)
         return built
 
-    def _fit(self, X: Any, y: np.ndarray, n_outputs: int, sample_weight: Any = None) -> _GgmlEstimator:
+    def _fit(self, X: np.ndarray, y: np.ndarray, n_outputs: int,
+             sample_weight: npt.ArrayLike | None = None) -> _GgmlEstimator:
         # ggmlpy's weight initialisers and shuffles draw from numpy's global generator: with a random_state it is
         # seeded for this fit and given back as it was (the caller's random stream goes on undisturbed)
         before = np.random.get_state() if self.random_state is not None else None
@@ -129,7 +131,8 @@ class _GgmlEstimator(BaseEstimator):
             if before is not None:
                 np.random.set_state(before)
 
-    def _fit_seeded(self, X: Any, y: np.ndarray, n_outputs: int, sample_weight: Any) -> _GgmlEstimator:
+    def _fit_seeded(self, X: np.ndarray, y: np.ndarray, n_outputs: int,
+                    sample_weight: npt.ArrayLike | None) -> _GgmlEstimator:
         if sample_weight is not None:
             sample_weight = _checked_weights(sample_weight, X.shape[0], type(self).__name__)
         self.sample_shape_ = tuple(X.shape[1:])
@@ -207,7 +210,7 @@ class GgmlClassifier(ClassifierMixin, _GgmlEstimator):
     _loss = "sparse_categorical_crossentropy"
     _outputs_name = "n_classes"
 
-    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> GgmlClassifier:
+    def fit(self, X: Any, y: Any, sample_weight: npt.ArrayLike | None = None) -> GgmlClassifier:
         """Train a fresh model on ``X`` (samples first) and the labels ``y``, each sample's loss weighted by
         ``sample_weight`` (an array of N non-negative numbers, or None); returns the estimator. A DataFrame's
         column names are kept (``feature_names_in_``) and checked at predict, as scikit-learn's estimators do."""
@@ -245,7 +248,7 @@ class GgmlClassifier(ClassifierMixin, _GgmlEstimator):
         return self.classes_[np.argmax(p, axis=1)]
 
 
-def _checked_weights(sample_weight: Any, n: int, who: str) -> np.ndarray:
+def _checked_weights(sample_weight: npt.ArrayLike, n: int, who: str) -> np.ndarray:
     """``sample_weight`` as scikit-learn's estimators take it: N finite numbers >= 0, not all 0."""
     w = np.asarray(sample_weight, dtype=np.float64)
     if w.shape != (n,):
@@ -286,7 +289,7 @@ class GgmlRegressor(RegressorMixin, _GgmlEstimator):
         tags.target_tags.multi_output = True  # y of shape (N, k): a model with k outputs
         return tags
 
-    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> GgmlRegressor:
+    def fit(self, X: Any, y: Any, sample_weight: npt.ArrayLike | None = None) -> GgmlRegressor:
         """Train a fresh model on ``X`` (samples first) and the targets ``y``, each sample's loss weighted by
         ``sample_weight`` (an array of N non-negative numbers, or None); returns the estimator. A DataFrame's
         column names are kept (``feature_names_in_``) and checked at predict, as scikit-learn's estimators do."""

@@ -203,7 +203,7 @@ def _statistic(value: Any, what: str) -> list[float]:
     return [float(v) for v in arr]
 
 
-def is_array_like(data: Any) -> bool:
+def is_array_like(data: object) -> bool:
     """An array of samples (numpy, a DataFrame, anything with ``__array__``), not a source of batches."""
     return isinstance(data, np.ndarray) or hasattr(data, "__array__") and not is_batch_sequence(data)
 

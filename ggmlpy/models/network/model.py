@@ -5,7 +5,7 @@ summary, layer lookup, freezing and the architecture description saved with a mo
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, TYPE_CHECKING
+from typing import Any, NoReturn, TYPE_CHECKING
 
 import numpy as np
 
@@ -144,7 +144,7 @@ class Model:
     sequential = False
 
     if not TYPE_CHECKING:  # (for the type checker, a model has only the attributes it declares)
-        def __getattr__(self, name: str) -> Any:
+        def __getattr__(self, name: str) -> NoReturn:
             """Keras' methods (``model.fit``, ``model.predict``, ...) are ggmlpy functions taking the model first:
             the AttributeError says which."""
             if name in KERAS_METHODS:
