@@ -55,6 +55,10 @@ def __getattr__(name: str):  # the scikit-learn estimators load (and import scik
     raise AttributeError(f"module 'ggmlpy' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:  # the lazy names too: dir(ggmlpy) and tab completion show the estimators
+    return sorted(set(globals()) | set(_LAZY))
+
+
 __version__ = "0.1.0"
 __docformat__ = "google"  # for pdoc (docs/README.md): "Arguments:" sections render as lists, examples as code
 GGML_VERSION = BUILD_INFO.get("ggml_version", "unknown")

@@ -147,15 +147,15 @@ def _evaluate_arrays(model: Model, cfg: CompileConfig, predictor: AnyPredictor, 
     return tally
 
 
-def ggml_evaluate(model: Model, x: D.ModelData | BatchSequence, y: D.ModelData | None, batch_size: int = 32,
+def ggml_evaluate(model: Model, x: D.ModelData | BatchSequence, y: D.ModelData | None = None, batch_size: int = 32,
                   sample_weight: npt.ArrayLike | None = None, verbose: int | str = 0,
                   return_dict: bool = True) -> dict | list | float:
     """Loss and accuracy of the model on every sample of ``(x, y)`` (inference mode).
 
     Arguments:
-        model: a compiled model. x, y: as for ``ggml_fit`` (a PyDataset-like x with y None: its ``(x, y[, w])``
-        batches, of any sizes, one at a time). batch_size: samples per forward pass (the last partial batch
-        counts fully). sample_weight: optional per-sample loss weights.
+        model: a compiled model. x, y: as for ``ggml_fit`` (a PyDataset-like x without y, as Keras takes it:
+        its ``(x, y[, w])`` batches, of any sizes, one at a time). batch_size: samples per forward pass (the
+        last partial batch counts fully). sample_weight: optional per-sample loss weights.
         verbose: 0 (the default; False) is silent; 1 (True) or ``"auto"`` show a progress bar over the batches,
             on stderr when it is a terminal (no bar in a log file or a pipe); 2 is silent too.
         return_dict: True (the default, ggmlR's form) returns the dict below; False returns Keras' form:

@@ -779,7 +779,7 @@ def test_fit_evaluate_and_predict_take_a_pydataset_with_a_short_last_batch_as_ke
     assert list(h["steps"]) == [7, 7, 7] and data.epochs_ended == 3
     assert h["train_loss"].iloc[-1] < h["train_loss"].iloc[0]
     data.order = np.arange(100)
-    got = g.ggml_evaluate(m, data, None)
+    got = g.ggml_evaluate(m, data)   # Keras' evaluate(PyDataset): the labels come from the dataset
     want = g.ggml_evaluate(m, x, y)
     assert got["n_samples"] == 100
     for key in ("loss", "accuracy"):

@@ -213,3 +213,9 @@ def test_builtin_callbacks_start_afresh_in_every_fit_and_clone():
     fresh = copy.deepcopy(stop)
     assert fresh is not stop and fresh["on_epoch_end"] is not stop["on_epoch_end"]
     assert type(pickle.loads(pickle.dumps(stop))) is type(stop)
+
+
+def test_the_estimators_are_in_dir_of_ggmlpy():
+    """They load on first use (scikit-learn is optional), and were missing from dir(ggmlpy) and tab completion."""
+    assert {"GgmlClassifier", "GgmlRegressor"} <= set(dir(g))
+    assert "GgmlClassifier" not in g.__all__   # `from ggmlpy import *` never needs scikit-learn
