@@ -60,6 +60,11 @@ def summary_line(epoch: int, nepoch: int, logs: dict, seconds: float, samples: i
         parts.append(f"val_loss={logs['val_loss']:.5g}")
     if not math.isnan(logs["val_accuracy"]):
         parts.append(f"val_acc={logs['val_accuracy']:.4f}")
+    shown = {"train_loss", "train_accuracy", "val_loss", "val_accuracy"}
+    for key, value in logs.items():   # the compiled metrics and each output's values, as Keras' epoch line has them
+        if key.startswith(("train_", "val_")) and key not in shown and isinstance(value, (int, float)) \
+                and not math.isnan(value):
+            parts.append(f"{key}={value:.4g}")
     if "steps" in logs:
         parts.append(f"steps={logs['steps']}")
     parts.append(f"{seconds:.2f}s ({samples / seconds if seconds > 0 else 0:.0f} samples/s)")

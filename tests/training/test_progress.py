@@ -19,3 +19,17 @@ for err in (None, "closed", "full"):
 sys.stderr = sys.__stderr__   # the interpreter's own exit flushes stderr (a full one would set the exit code)
 """)
     assert rc == 0 and out.split() == ["None", "2", "closed", "2", "full", "2"], (rc, out, err)
+
+
+def test_the_epoch_line_shows_the_compiled_metrics(capsys):
+    """verbose=2 printed loss and accuracy only: a compiled MAE was in the history but not on the line (Keras
+    prints every metric)."""
+    import numpy as np
+
+    import ggmlpy as g
+    m = g.ggml_compile(g.ggml_layer_dense(g.ggml_model_sequential(), 2, input_shape=(3,)), loss="mse",
+                       metrics=["mae"], backend="cpu")
+    x, y = np.ones((8, 3), np.float32), np.ones((8, 2), np.float32)
+    h = g.ggml_fit(m, x, y, epochs=1, verbose=2, validation_data=(x, y))
+    err = capsys.readouterr().err
+    assert f"train_mae={h['train_mae'][0]:.4g}" in err and f"val_mae={h['val_mae'][0]:.4g}" in err, err
