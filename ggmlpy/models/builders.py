@@ -176,6 +176,7 @@ ARG_DOCS = {
     "vocab_size": "the number of token ids: ids must be in [0, vocab_size).",
     "dim": "the length of each token's vector.",
     "eps": "added to the variance before the square root (> 0).",
+    "epsilon": "Keras' name for eps: the same (give one of the two).",
     "momentum": "the running statistics keep this share of their value at each training step, in [0, 1] "
                 "(Keras' 0.99 default settles after a few hundred steps; 0.9 after a few dozen).",
     "return_sequences": "True: the output at every step (steps, units); False: the last step's (units,).",

@@ -146,6 +146,26 @@ def _pooling_2d(x: np.ndarray, pool_size: Sequence[int], strides: Sequence[int] 
     return out
 
 
+def _same_windows(size: int, k: int, s: int) -> list[slice]:
+    """Keras' padding='same' windows over one axis: ceil(size / s) of them, clipped to the input (the padded
+    positions take no part in a max or a mean)."""
+    out = -(-size // s)
+    before = max((out - 1) * s + k - size, 0) // 2
+    return [slice(max(i * s - before, 0), min(i * s - before + k, size)) for i in range(out)]
+
+
+def pooling_same(x: np.ndarray, pool_size: Sequence[int], strides: Sequence[int] | None, op: str) -> np.ndarray:
+    """Keras' MaxPooling / AveragePooling (1-D: (N, steps, C); 2-D: (N, H, W, C)) with padding='same'."""
+    x = np.asarray(x, np.float64)
+    strides = strides or pool_size
+    reduce = np.max if op == "max" else np.mean
+    axes = [_same_windows(x.shape[1 + a], pool_size[a], strides[a]) for a in range(len(pool_size))]
+    if len(axes) == 1:
+        return np.stack([reduce(x[:, w, :], axis=1) for w in axes[0]], axis=1)
+    return np.stack([np.stack([reduce(x[:, r, c, :], axis=(1, 2)) for c in axes[1]], axis=1) for r in axes[0]],
+                    axis=1)
+
+
 def max_pooling_2d(x: np.ndarray, pool_size: Sequence[int] = (2, 2), strides: Sequence[int] | None = None
                    ) -> np.ndarray:
     """Keras MaxPooling2D with padding 'valid'."""

@@ -24,9 +24,9 @@ from ...errors import GgmlValueError
 from ...graph.introspect import ggml_is_contiguous
 from ...ops.conv import ggml_conv_2d_tiled, ggml_im2col, GGML_OP_POOL_MAX, ggml_pool_2d
 from ...ops.elementwise import ggml_add, ggml_cont, ggml_relu, ggml_scale
-from ...ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d
+from ...ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d, ggml_view_4d
 from ...ops.linalg import ggml_mul_mat
-from ...ops.reduce import ggml_concat, ggml_sum_rows
+from ...ops.reduce import ggml_concat, ggml_repeat, ggml_sum_rows
 from . import fused
 from .initializers import check_initializer
 from .layer import activate, Builder, check_activation, Layer, LayerOptions, NATURAL, SPATIAL
@@ -272,15 +272,50 @@ class Conv1D(Convolution):
         return self._activate(g, self._add_bias(g, y, bias), shapes)
 
 
+def pad_axis(g: Builder, x: Any, dim: int, before: int, after: int, edge: bool) -> Any:
+    """``x`` with ``before``/``after`` positions added along ggml axis ``dim``: zeros, or (``edge``) copies of the
+    first and last position. A max over a window is the same with edge copies as without the padded positions
+    (a window that reaches into the padding also holds the position copied)."""
+    def block(at: int, n: int) -> Any:
+        ne = list(x.shape)
+        ne[dim] = n
+        if not edge:
+            return g.zeros(tuple(ne))
+        one = list(x.shape)
+        one[dim] = 1
+        nb = [int(x.ptr.nb[i]) for i in range(4)]
+        view = ggml_cont(g.ctx, ggml_view_4d(g.ctx, x, one[0], one[1], one[2], one[3], nb[1], nb[2], nb[3],
+                                             at * nb[dim]))
+        return view if n == 1 else ggml_repeat(g.ctx, view, g.shape_target(tuple(ne)))
+    out = x
+    if before:
+        out = ggml_concat(g.ctx, block(0, before), out, dim)
+    if after:
+        out = ggml_concat(g.ctx, out, block(x.shape[dim] - 1, after), dim)
+    return out
+
+
+def same_padding(size: int, k: int, s: int) -> tuple[int, int, int]:
+    """Keras' ``padding='same'`` of a window ``k`` with stride ``s`` over ``size``: (output size, positions added
+    before, positions added after)."""
+    out = math.ceil(size / s)
+    total = max((out - 1) * s + k - size, 0)
+    return out, total // 2, total - total // 2
+
+
 class Pooling2D(Layer, abstract=True):
     """What the 2-D poolings share: ``pool_size=(rows, cols)`` windows, ``strides`` (default: the pool size),
-    no padding."""
+    ``padding`` (Keras': ``"valid"``, windows inside the image; ``"same"``, ``ceil(size / stride)`` outputs,
+    the windows at the edges over fewer positions)."""
     layout = SPATIAL
+    edge_padding = True   # max: padded with edge copies; average: with zeros, then rescaled
 
-    def __init__(self, pool_size: Any = (2, 2), strides: Any = None, **kw: Unpack[LayerOptions]) -> None:
+    def __init__(self, pool_size: Any = (2, 2), strides: Any = None, padding: str = "valid",
+                 **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         self.pool_size = int_pair_arg(None, "pool_size", pool_size)
         self.strides = int_pair_arg(None, "strides", strides) if strides is not None else self.pool_size
+        self.padding = padding_arg(padding)
 
     def output_shape(self, shapes):
         shape = shapes[0]
@@ -288,12 +323,22 @@ class Pooling2D(Layer, abstract=True):
             raise GgmlValueError(f"{self.kind} '{self.name}' takes image samples (height, width, channels), "
                                  f"got shape {shape}")
         (kh, kw), (sh, sw) = self.pool_size, self.strides
+        if self.padding == "same":
+            return (same_padding(shape[0], kh, sh)[0], same_padding(shape[1], kw, sw)[0], shape[2])
         return (pooled_size(shape[0], kh, sh, self), pooled_size(shape[1], kw, sw, self), shape[2])
+
+    def padded(self, g: Builder, x: Any, shape: tuple[int, ...]) -> Any:
+        """``x`` ([W, H, C, N]) padded for ``padding='same'`` (as it is for 'valid')."""
+        if self.padding != "same":
+            return x
+        (kh, kw), (sh, sw) = self.pool_size, self.strides
+        x = pad_axis(g, x, 0, *same_padding(shape[1], kw, sw)[1:], edge=self.edge_padding)
+        return pad_axis(g, x, 1, *same_padding(shape[0], kh, sh)[1:], edge=self.edge_padding)
 
 
 class MaxPooling2D(Pooling2D):
-    """2-D max pooling over ``pool_size=(rows, cols)`` windows with ``strides`` (default: the pool size), no
-    padding.
+    """2-D max pooling over ``pool_size=(rows, cols)`` windows with ``strides`` (default: the pool size) and
+    ``padding`` ``"valid"`` (the default) or ``"same"`` (Keras').
 
     Example:
         >>> model = g.ggml_layer_max_pooling_2d(model, (2, 2))
@@ -306,8 +351,10 @@ class MaxPooling2D(Pooling2D):
         if pre is not None:
             # max(relu(x)) == relu(max(x)), gradients included (relu is non-decreasing and its step is 0 where
             # a window's maximum is <= 0): the relu and its backward then run on the pooled, smaller tensor
+            pre = self.padded(g, pre, shapes[0])
             return ggml_relu(g.ctx, ggml_pool_2d(g.ctx, pre, GGML_OP_POOL_MAX, kw, kh, sw, sh, 0, 0))
-        return ggml_pool_2d(g.ctx, xs[0], GGML_OP_POOL_MAX, kw, kh, sw, sh, 0, 0)
+        x = self.padded(g, xs[0], shapes[0])
+        return ggml_pool_2d(g.ctx, x, GGML_OP_POOL_MAX, kw, kh, sw, sh, 0, 0)
 
 
 class _GlobalPooling2D(Layer, abstract=True):

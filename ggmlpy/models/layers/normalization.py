@@ -42,6 +42,16 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 
+def eps_arg(kind: str, eps: object, epsilon: object) -> object:
+    """``eps``, or Keras' ``epsilon`` when given (both given: an error, unless they agree)."""
+    if epsilon is None:
+        return eps
+    if eps != 1e-5 and eps != epsilon:
+        raise GgmlValueError(f"{kind}: epsilon is Keras' name for eps; give one of the two, got eps={eps!r} and "
+                             f"epsilon={epsilon!r}")
+    return epsilon
+
+
 class BatchNorm(Layer):
     """Batch normalisation over the last axis (features or channels): batch statistics in training, running
     statistics (``momentum``, as Keras) in predict/evaluate, learned ``gamma``/``beta``. A frozen batch norm
@@ -57,11 +67,15 @@ class BatchNorm(Layer):
     running_mean = Weight(initializer="zeros", trainable=False)
     running_var = Weight(initializer="ones", trainable=False)
 
-    def __init__(self, eps: float = 1e-5, momentum: float = 0.99, **kw: Unpack[LayerOptions]) -> None:
+    NOT_SAVED = ("epsilon",)   # Keras' name for eps, kept as eps
+
+    def __init__(self, eps: float = 1e-5, momentum: float = 0.99, epsilon: float | None = None,
+                 **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         if not is_real(momentum) or not 0 <= momentum <= 1:
             raise GgmlValueError(f"batch_norm momentum must be in [0, 1], got {momentum!r}")
-        self.eps = positive_float32_arg("batch_norm eps", eps, "; the usual value is 1e-5")
+        self.eps = positive_float32_arg("batch_norm eps", eps_arg("batch_norm", eps, epsilon),
+                                        "; the usual value is 1e-5")
         self.momentum = float(momentum)
 
     def make_params(self, shapes):
@@ -116,9 +130,12 @@ class LayerNorm(Layer):
     beta = Weight(initializer="zeros")
     mask_support = "propagate"  # each position on its own
 
-    def __init__(self, eps: float = 1e-5, **kw: Unpack[LayerOptions]) -> None:
+    NOT_SAVED = ("epsilon",)   # Keras' name for eps, kept as eps
+
+    def __init__(self, eps: float = 1e-5, epsilon: float | None = None, **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
-        self.eps = positive_float32_arg("layer_norm eps", eps, "; the usual value is 1e-5")
+        self.eps = positive_float32_arg("layer_norm eps", eps_arg("layer_norm", eps, epsilon),
+                                        "; the usual value is 1e-5")
 
     def make_params(self, shapes):
         c = shapes[0][-1]

@@ -1,5 +1,6 @@
 """Pooling and resampling layers beyond convolutional.py's: average pooling 2-D, 1-D pooling of sequences (windowed
-and global), and nearest-neighbour up-sampling of images, as Keras defines them (``padding="valid"``).
+and global), and nearest-neighbour up-sampling of images, as Keras defines them (``padding="valid"`` or
+``"same"``).
 
 Sequences ``(steps, channels)`` are ``[steps, C, N]`` in ggml's sequence layout and images ``(H, W, C)`` are
 ``[W, H, C, N]``; a 1-D window is a 2-D pool of ``k x 1`` over ``[steps, C, N]`` (ggml has a backward pass for
@@ -10,13 +11,15 @@ from __future__ import annotations
 
 from typing import Any, TYPE_CHECKING
 
+import numpy as np
+
 from ...core.args import FLOAT32_MAX, int_pair_arg, positive_int_arg
 from ...errors import GgmlValueError
 from ...ops.conv import GGML_OP_POOL_AVG, GGML_OP_POOL_MAX, ggml_pool_2d
 from ...ops.elementwise import ggml_clamp, ggml_div, ggml_mul, ggml_scale
 from ...ops.layout import ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d
 from ...ops.reduce import ggml_repeat, ggml_sum_rows
-from .convolutional import pooled_size, Pooling2D
+from .convolutional import pad_axis, padding_arg, pooled_size, Pooling2D, same_padding
 from .layer import Layer, LayerOptions, NATURAL, SPATIAL
 
 
@@ -24,18 +27,32 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 
+def window_counts(size: int, k: int, s: int) -> np.ndarray:
+    """For ``padding='same'``: how many positions inside the input each output's window covers."""
+    out, before, _ = same_padding(size, k, s)
+    starts = np.arange(out) * s - before
+    return (np.minimum(starts + k, size) - np.maximum(starts, 0)).astype(np.float64)
+
+
 class AveragePooling2D(Pooling2D):
     """2-D average pooling: the mean over ``pool_size=(rows, cols)`` windows with ``strides`` (default: the pool
-    size), no padding (Keras' ``padding='valid'``).
+    size) and ``padding`` ``"valid"`` (the default) or ``"same"`` (Keras': a window at the edge averages the
+    positions inside the image only).
 
     Example:
         >>> model = g.ggml_layer_average_pooling_2d(model, (2, 2))
     """
     kind = "average_pooling_2d"
+    edge_padding = False   # zeros, then each window's mean rescaled to the positions it covers
 
     def forward(self, g, xs, shapes):
         (kh, kw), (sh, sw) = self.pool_size, self.strides
-        return ggml_pool_2d(g.ctx, xs[0], GGML_OP_POOL_AVG, kw, kh, sw, sh, 0, 0)
+        y = ggml_pool_2d(g.ctx, self.padded(g, xs[0], shapes[0]), GGML_OP_POOL_AVG, kw, kh, sw, sh, 0, 0)
+        if self.padding != "same":
+            return y
+        h, w = shapes[0][:2]
+        covered = np.outer(window_counts(h, kh, sh), window_counts(w, kw, sw))     # (OH, OW)
+        return ggml_mul(g.ctx, y, g.constant(kh * kw / covered))
 
 
 def _sequence_shape(layer: Layer, shapes: list) -> tuple[int, int]:
@@ -49,22 +66,32 @@ class _Pooling1D(Layer, abstract=True):
     layout = SPATIAL
     op = GGML_OP_POOL_MAX
 
-    def __init__(self, pool_size: int = 2, strides: int | None = None, **kw: Unpack[LayerOptions]) -> None:
+    def __init__(self, pool_size: int = 2, strides: int | None = None, padding: str = "valid",
+                 **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         self.pool_size = positive_int_arg(None, "pool_size", pool_size)
         self.strides = positive_int_arg(None, "strides", strides) if strides is not None else self.pool_size
+        self.padding = padding_arg(padding)
 
     def output_shape(self, shapes):
         steps, channels = _sequence_shape(self, shapes)
+        if self.padding == "same":
+            return (same_padding(steps, self.pool_size, self.strides)[0], channels)
         return (pooled_size(steps, self.pool_size, self.strides, self), channels)
 
     def forward(self, g, xs, shapes):
-        return ggml_pool_2d(g.ctx, xs[0], self.op, self.pool_size, 1, self.strides, 1, 0, 0)
+        x, k, s = xs[0], self.pool_size, self.strides
+        if self.padding == "same":   # max: edge copies; average: zeros, each window rescaled to what it covers
+            x = pad_axis(g, x, 0, *same_padding(shapes[0][0], k, s)[1:], edge=self.op == GGML_OP_POOL_MAX)
+        y = ggml_pool_2d(g.ctx, x, self.op, k, 1, s, 1, 0, 0)
+        if self.padding == "same" and self.op == GGML_OP_POOL_AVG:
+            y = ggml_mul(g.ctx, y, g.constant(k / window_counts(shapes[0][0], k, s)))
+        return y
 
 
 class MaxPooling1D(_Pooling1D):
     """1-D max pooling of sequences (steps, channels) over windows of ``pool_size`` steps with ``strides``
-    (default: the pool size), no padding.
+    (default: the pool size) and ``padding`` ``"valid"`` (the default) or ``"same"`` (Keras').
 
     Example:
         >>> model = g.ggml_layer_max_pooling_1d(model, 2)
@@ -74,7 +101,8 @@ class MaxPooling1D(_Pooling1D):
 
 class AveragePooling1D(_Pooling1D):
     """1-D average pooling of sequences (steps, channels): the mean over windows of ``pool_size`` steps with
-    ``strides`` (default: the pool size), no padding.
+    ``strides`` (default: the pool size) and ``padding`` ``"valid"`` (the default) or ``"same"`` (Keras': a
+    window at the edge averages the steps inside the sequence only).
 
     Example:
         >>> model = g.ggml_layer_average_pooling_1d(model, 4)

@@ -285,6 +285,21 @@ case("average_pooling_2d_overlapping",
      lambda: sequential(_conv((6, 7, 2)), (g.ggml_layer_average_pooling_2d, ((3, 2),), dict(strides=(1, 2)))),
      lambda w, x, t: R.average_pooling_2d(_conv_ref(w, x), (3, 2), (1, 2)),
      normal(3, 6, 7, 2))
+# padding='same' (Keras'): windows at the edges over the positions inside only; odd sizes pad unevenly
+case("max_pooling_2d_same",
+     lambda: sequential(_conv((6, 7, 2)), (g.ggml_layer_max_pooling_2d, ((3, 2),), dict(padding="same"))),
+     lambda w, x, t: R.pooling_same(_conv_ref(w, x), (3, 2), None, "max"),
+     normal(3, 6, 7, 2))
+case("max_pooling_2d_same_after_relu",
+     lambda: sequential(_conv((5, 7, 2), activation="relu", use_bias=False),
+                        (g.ggml_layer_max_pooling_2d, ((2, 2),), dict(strides=(2, 3), padding="same"))),
+     lambda w, x, t: R.pooling_same(R.conv2d(x, w["c.kernel"], None, (1, 1), "valid", "relu"), (2, 2), (2, 3), "max"),
+     normal(3, 5, 7, 2))
+case("average_pooling_2d_same",
+     lambda: sequential(_conv((6, 7, 2)), (g.ggml_layer_average_pooling_2d, ((3, 3),), dict(strides=(2, 2),
+                                                                                            padding="same"))),
+     lambda w, x, t: R.pooling_same(_conv_ref(w, x), (3, 3), (2, 2), "avg"),
+     normal(3, 6, 7, 2))
 case("upsampling_2d",
      lambda: sequential(_conv((4, 5, 2)), (g.ggml_layer_upsampling_2d, ((2, 3),), {})),
      lambda w, x, t: R.upsampling_2d(_conv_ref(w, x), (2, 3)),
@@ -303,6 +318,14 @@ case("max_pooling_1d",
 case("average_pooling_1d_strides",
      lambda: sequential(_SEQ, (g.ggml_layer_average_pooling_1d, (3,), dict(strides=2))),
      lambda w, x, t: R.pooling_1d(_seq_ref(w, x), 3, 2, "avg"),
+     normal(3, 9, 2))
+case("max_pooling_1d_same",
+     lambda: sequential(_SEQ, (g.ggml_layer_max_pooling_1d, (2,), dict(padding="same"))),
+     lambda w, x, t: R.pooling_same(_seq_ref(w, x), (2,), None, "max"),
+     normal(3, 9, 2))
+case("average_pooling_1d_same",
+     lambda: sequential(_SEQ, (g.ggml_layer_average_pooling_1d, (4,), dict(strides=3, padding="same"))),
+     lambda w, x, t: R.pooling_same(_seq_ref(w, x), (4,), (3,), "avg"),
      normal(3, 9, 2))
 case("global_average_pooling_1d",
      lambda: sequential(_SEQ, (g.ggml_layer_global_average_pooling_1d, (), {})),

@@ -132,3 +132,16 @@ def test_adapt_is_refused_with_the_fix():
     with pytest.raises(g.GgmlInUseError, match="is training; adapt it before or after the fit"):
         g.ggml_fit(m, x, np.zeros((len(x), 2), np.float32), epochs=1, verbose=0,
                    callbacks=[{"on_epoch_end": adapt_in_a_fit}])
+
+
+def test_epsilon_is_taken_as_keras_names_it(tmp_path):
+    """Keras' LayerNormalization / BatchNormalization take epsilon=, which was refused where ggmlR says eps=."""
+    inp = g.ggml_input(shape=(4,))
+    out = g.ggml_layer_batch_norm(g.ggml_layer_layer_norm(inp, epsilon=1e-3, name="ln"), epsilon=2e-3, name="bn")
+    m = g.ggml_compile(g.ggml_model(inp, out), loss="mse", backend="cpu")
+    assert (g.ggml_get_layer(m, name="ln").eps, g.ggml_get_layer(m, name="bn").eps) == (1e-3, 2e-3)
+    g.ggml_save_model(m, tmp_path / "m.gguf")
+    back = g.ggml_load_model(tmp_path / "m.gguf", backend="cpu")
+    assert (g.ggml_get_layer(back, name="ln").eps, g.ggml_get_layer(back, name="bn").eps) == (1e-3, 2e-3)
+    with pytest.raises(g.GgmlValueError, match="epsilon is Keras' name for eps; give one of the two"):
+        g.ggml_layer_norm(eps=1e-4, epsilon=1e-3)
