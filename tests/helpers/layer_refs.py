@@ -55,6 +55,26 @@ def activation(z: np.ndarray, name: str | None) -> np.ndarray:
         return z / (1.0 + np.exp(-z))
     if name == "softmax":
         return softmax(z, axis=-1)
+    # the others Keras 3 names (keras.activations), written from their definitions
+    if name in ("elu", "selu"):
+        alpha, scale = (1.0, 1.0) if name == "elu" else (1.6732632423543772, 1.0507009873554805)
+        return scale * np.where(z > 0, z, alpha * np.expm1(np.minimum(z, 0)))
+    if name == "leaky_relu":
+        return np.where(z > 0, z, 0.2 * z)
+    if name == "relu6":
+        return np.clip(z, 0.0, 6.0)
+    if name == "hard_sigmoid":
+        return np.clip(z + 3.0, 0.0, 6.0) / 6.0
+    if name == "hard_silu":
+        return z * np.clip(z + 3.0, 0.0, 6.0) / 6.0
+    if name == "softsign":
+        return z / (1.0 + np.abs(z))
+    if name == "softplus":
+        return np.logaddexp(0.0, z)
+    if name == "mish":
+        return z * np.tanh(np.logaddexp(0.0, z))
+    if name == "exponential":
+        return np.exp(z)
     raise ValueError(f"unknown activation {name!r}")
 
 

@@ -20,13 +20,9 @@ from ...ops.layout import (
 )
 from ...ops.linalg import ggml_mul_mat
 from ...ops.reduce import ggml_concat
+from .activations import check_activation
 from .initializers import check_initializer
-from .layer import (
-    activate,
-    check_activation,
-    Layer,
-    LayerOptions,
-)
+from .layer import activate, Layer, LayerOptions
 from .weight import Weight
 
 

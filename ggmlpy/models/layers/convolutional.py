@@ -28,8 +28,9 @@ from ...ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_r
 from ...ops.linalg import ggml_mul_mat
 from ...ops.reduce import ggml_concat, ggml_repeat, ggml_sum_rows
 from . import fused
+from .activations import check_activation
 from .initializers import check_initializer
-from .layer import activate, Builder, check_activation, Layer, LayerOptions, NATURAL, SPATIAL
+from .layer import activate, Builder, Layer, LayerOptions, NATURAL, SPATIAL
 from .weight import Weight
 
 

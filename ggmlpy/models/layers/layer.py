@@ -12,14 +12,14 @@ import re
 import sys
 import weakref
 from collections.abc import Sequence
-from typing import Any, Callable, Protocol, TYPE_CHECKING, TypedDict, TypeVar
+from typing import Any, Protocol, TYPE_CHECKING, TypedDict, TypeVar
 
 import numpy as np
 
 from ...core.args import bool_arg, is_int, positive_int_arg
 from ...errors import GgmlInUseError, GgmlStateError, GgmlTypeError, GgmlValueError
 from ...graph.objects import Context, Tensor
-from ...ops.elementwise import ggml_gelu, ggml_relu, ggml_sigmoid, ggml_silu, ggml_soft_max, ggml_tanh
+from .activations import ACTIVATIONS
 from .regularizers import regularizer_arg
 from .weight import BoundWeight, ParamSpec, Weight
 
@@ -75,29 +75,6 @@ class LayerOptions(TypedDict, total=False):
     recurrent_regularizer: object
     embeddings_regularizer: object
 MAX_NAME = 40  # GGUF/ggml tensor names are at most 63 bytes: "<layer name>.<weight>"
-
-ACTIVATIONS: dict[str | None, Callable | None] = {
-    None: None, "linear": None, "relu": ggml_relu, "sigmoid": ggml_sigmoid, "tanh": ggml_tanh,
-    "gelu": ggml_gelu, "silu": ggml_silu, "softmax": ggml_soft_max,
-}
-ALIASES = {"swish": "silu"}  # Keras' names of the same functions
-
-
-def check_activation(activation: object) -> str | None:
-    if activation is not None and not isinstance(activation, str):
-        hint = ""
-        if isinstance(activation, (int, tuple, list)):  # Keras' positional strides in ggmlR's activation slot
-            hint = ("; in ggmlR's order the conv layers take activation third, where Keras takes strides: "
-                    f"pass strides={activation!r} by keyword")
-        raise GgmlTypeError(f"activation must be a name (str) or None, got {type(activation).__name__} "
-                            f"{activation!r}{hint}")
-    if activation is not None:
-        activation = ALIASES.get(activation, activation)
-    if activation not in ACTIVATIONS:
-        names = ", ".join(repr(a) for a in [*ACTIVATIONS, *ALIASES] if a is not None)
-        raise GgmlValueError(f"unknown activation {activation!r}; expected one of {names} or None")
-    return None if activation == "linear" else activation
-
 
 def sample_shape(shape: Any, what: str = "input_shape") -> tuple[int, ...]:
     """A per-sample shape: a tuple of 1 to 3 positive ints (an int means (int,))."""

@@ -11,7 +11,8 @@ from ...graph.introspect import ggml_is_contiguous
 from ...ops.elementwise import ggml_cont
 from ...ops.layout import ggml_reshape, ggml_reshape_3d
 from ...ops.reduce import ggml_repeat
-from .layer import activate, check_activation, Layer, LayerOptions, natural_ne
+from .activations import check_activation
+from .layer import activate, Layer, LayerOptions, natural_ne
 
 
 if TYPE_CHECKING:

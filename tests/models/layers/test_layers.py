@@ -134,7 +134,8 @@ def case(*args: Any, **kw: Any) -> None:
 
 
 # dense, every activation (gelu was loose while ggml's CPU read it from a float16 table; patches/0019).
-for _act in [None, "relu", "sigmoid", "tanh", "gelu", "silu", "softmax"]:
+for _act in [None, "relu", "sigmoid", "tanh", "gelu", "silu", "softmax", "elu", "selu", "leaky_relu", "relu6",
+             "hard_sigmoid", "hard_silu", "softsign", "softplus", "mish", "exponential"]:
     case(f"dense_{_act or 'linear'}",
          lambda a=_act: sequential((g.ggml_layer_dense, (5,), dict(activation=a, input_shape=(4,), name="d"))),
          lambda w, x, t, a=_act: R.dense(x, w["d.weight"], w["d.bias"], a),
@@ -809,7 +810,10 @@ VULKAN_CASES = [c for c in CASES if c.name in {
     "max_pooling_2d_then_conv2d", "embedding_then_conv1d", "conv_relu_then_max_pooling_2d", "average_pooling_2d",
     "average_pooling_2d_overlapping", "upsampling_2d", "max_pooling_1d", "average_pooling_1d_strides",
     "global_average_pooling_1d", "global_max_pooling_1d", "activation_softmax", "reshape_then_conv1d",
-    "repeat_vector_then_dense", "conv2d_dilated_same", "conv1d_dilated_same", "custom_layer_affine_tanh"}]
+    "repeat_vector_then_dense", "conv2d_dilated_same", "conv1d_dilated_same", "custom_layer_affine_tanh",
+    "dense_elu", "dense_selu", "dense_leaky_relu", "dense_relu6", "dense_hard_silu", "dense_softsign", "dense_mish",
+    "max_pooling_2d_same", "max_pooling_2d_same_after_relu", "average_pooling_2d_same", "max_pooling_1d_same",
+    "average_pooling_1d_same"}]
 
 
 def check_backend(c: Case, backend: str) -> None:
