@@ -6,14 +6,16 @@ graph builder hands a node's mask to the layers that read its output (``GraphBui
 keep the steps pass it on (``mask_support = "propagate"``: dropout, activation, dense on sequences, layer norm,
 time_distributed, a recurrent layer with ``return_sequences``), layers that fold the steps use it (a recurrent
 layer carries its state over padding, global average pooling averages the real steps only), and any other
-layer is refused, as Keras refuses a mask a layer cannot honour.
+layer drops it with a warning, as Keras 3 does (a flatten after a masking layer: the padding steps then count
+like the others).
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, TYPE_CHECKING
 
 from ...core.args import FLOAT32_MAX, is_real
-from ...errors import GgmlValueError
+from ...errors import GgmlpyWarning, GgmlValueError
 from ...graph.objects import Tensor
 from ...ops.elementwise import ggml_abs, ggml_add, ggml_cont, ggml_mul, ggml_scale_bias, ggml_step, ggml_sub
 from ...ops.layout import ggml_permute, ggml_view_2d
@@ -93,15 +95,16 @@ MASK_AWARE = "lstm, gru, bidirectional and global_average_pooling_1d use it; dro
 
 
 def masks_output(layer: Layer, carrying: list[int]) -> bool:
-    """Whether ``layer``'s output carries a padding mask when its inputs ``carrying`` (their positions) carry one;
-    refuses a mask the layer cannot honour (mask_flow's rule per layer; a sequential model checks it as each layer
-    is added)."""
+    """Whether ``layer``'s output carries a padding mask when its inputs ``carrying`` (their positions) carry one; a
+    layer that cannot honour it drops it with a warning (mask_flow's rule per layer; a sequential model checks it as
+    each layer is added)."""
     if not carrying:
         return bool(layer.makes_mask)
     if layer.mask_support == "none":
-        raise GgmlValueError(f"layer '{layer.name}' ({layer.kind}) gets the padding mask of a masking layer, "
-                             f"which it cannot honour (Keras refuses it too): {MASK_AWARE}. Put the masking "
-                             "right before the layer that reads the sequence")
+        warnings.warn(f"layer '{layer.name}' ({layer.kind}) gets the padding mask of a masking layer, which it cannot "
+                      f"honour: the mask is dropped there, and the layers after it see the padding steps as real "
+                      f"ones (as in Keras 3). {MASK_AWARE}", GgmlpyWarning, stacklevel=2)
+        return False
     if carrying != [0]:
         raise GgmlValueError(f"layer '{layer.name}' ({layer.kind}) gets a padding mask on an input other than "
                              "its sequence (an initial state, a key or value): not supported; mask the "
@@ -111,8 +114,9 @@ def masks_output(layer: Layer, carrying: list[int]) -> bool:
 
 def mask_flow(model: Any) -> set[int]:
     """The ids of the nodes whose output carries a padding mask, checked from the layers alone (at compile and
-    when a graph is built): a mask reaching a layer that cannot honour it (or a layer of several inputs), or the
-    model's output (its padding steps would count in the loss), is refused, as Keras refuses it."""
+    when a graph is built): a mask reaching a layer that cannot honour it is dropped there (a warning); one reaching
+    another input than a layer's sequence, or the model's output (its padding steps would count in the loss), is
+    refused."""
     inputs, outputs, nodes = model.graph()
     masked: set[int] = set()
     for node in nodes:
