@@ -503,7 +503,9 @@ def _history(rows: list[dict], head_rows: list[dict], columns: list[str], head_n
              placement: Placement | None = None, attrs: dict | None = None,
              extra_columns: Sequence[str] = ()) -> pd.DataFrame:
     import pandas as pd  # imported here: pandas makes `import ggmlpy` twice as slow
-    history = pd.DataFrame(rows, columns=list(columns) + list(extra_columns))
+
+    from .history import History
+    history = History(rows, columns=list(columns) + list(extra_columns))
     for c in columns:  # explicit dtypes, also for a zero-row history (pandas would make them object)
         history[c] = history[c].astype(int if c in ("epoch", "steps") else float)
     for c in extra_columns:  # a callback's numbers are floats (NaN in the epochs it did not log them); else as given

@@ -428,3 +428,18 @@ def test_the_state_a_callback_gets_reads_as_documented(model, tsched, batches):
     epoch, _, _, _, adamw, sgd, text, m, w = seen[0]
     assert adamw == pytest.approx(2e-3) and f"adamw={adamw:g}" in text and f"sgd={sgd:g}" in text
     assert m is None and w is None  # a low-level fit has no model
+
+
+def test_the_history_offers_keras_history_dict():
+    """Keras users read history.history["loss"]: the DataFrame (ggmlR's columns) has that view too."""
+    import ggmlpy as g
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 3)).astype(np.float32)
+    y = np.eye(2, dtype=np.float32)[rng.integers(0, 2, 40)]
+    m = g.ggml_compile(g.ggml_layer_dense(g.ggml_model_sequential(), 2, input_shape=(3,), activation="softmax"),
+                       loss="categorical_crossentropy", metrics=["accuracy", "mae"], backend="cpu")
+    h = g.ggml_fit(m, x, y, epochs=2, verbose=0, validation_split=0.25)
+    assert list(h.history) == ["loss", "accuracy", "val_loss", "val_accuracy", "mae", "val_mae"]
+    assert h.history["loss"] == list(h["train_loss"]) and h.history["val_mae"] == list(h["val_mae"])
+    assert "val_loss" not in g.ggml_fit(m, x, y, epochs=1, verbose=0).history   # never computed: no key
+    assert type(h.iloc[:1]).__name__ == "History"

@@ -497,7 +497,8 @@ def _fit_generator(model: Model, generator: object, *, steps_per_epoch: int | No
     if first is None:
         if epochs > 0:
             warnings.warn("the generator gave no batch: nothing was trained", GgmlpyWarning, stacklevel=2)
-        return pd.DataFrame({c: pd.Series(dtype=float) for c in HISTORY_COLUMNS + ["steps"]})
+        from ...training.history import History  # pandas: imported when a fit ends
+        return History({c: pd.Series(dtype=float) for c in HISTORY_COLUMNS + ["steps"]})
     probe = _BatchConverter(model, cfg, "generator", None, None)
     xs, _, w = probe.arrays(first)
     batch = xs[0].shape[0]
