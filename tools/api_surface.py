@@ -79,7 +79,7 @@ def _parameter_changes(was: list[list[str]], now: list[list[str]]) -> list[str]:
             continue
         if (kind in _KEYWORD and p[1] not in _KEYWORD) or (kind in _POSITIONAL and p[1] not in _POSITIONAL):
             out.append(f"parameter {name!r} was {kind}, is {p[1]}")
-        if p[2] != default:
+        if p[2] != default and default:   # a required parameter may gain a default: every call still works
             out.append(f"parameter {name!r}: default {default or '(none)'} became {p[2] or '(none)'}")
     old_names = {p[0] for p in was}
     out += [f"new parameter {p[0]!r} has no default" for p in now

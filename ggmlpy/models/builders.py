@@ -263,18 +263,41 @@ def _layer_functions() -> dict[str, Callable]:
 LAYER_FUNCTIONS = _layer_functions()
 
 
-def ggml_layer_add(nodes: Any, name: str | None = None, trainable: bool = True) -> Node:
-    """The element-wise sum of two or more nodes of one shape (functional API).
+def _merge(cls: type[Layer], what: str, example: str) -> tuple[Callable[..., Node], Callable[..., Layer]]:
+    """``ggml_layer_<kind>(nodes, ...)`` (functional API) and ``ggml_<kind>_layer(...)`` (a layer object) for an
+    element-wise merge layer."""
+    kind = cls.kind
 
-    Example:
-        >>> out = g.ggml_layer_add([h, g.ggml_layer_dense(x, 32)])
-    """
-    return ggml_apply(Lyr.layer_sequence(nodes, "ggml_layer_add"), Lyr.Add(name=name, trainable=trainable))
+    def layer_fn(nodes: Any, name: str | None = None, trainable: bool = True) -> Node:
+        return ggml_apply(Lyr.layer_sequence(nodes, f"ggml_layer_{kind}"), cls(name=name, trainable=trainable))
+
+    def object_fn(name: str | None = None, trainable: bool = True) -> Layer:
+        return default_name(cls(name=name, trainable=trainable))
+    layer_fn.__name__ = layer_fn.__qualname__ = f"ggml_layer_{kind}"
+    layer_fn.__doc__ = f"{what} (functional API).\n\nExample:\n    >>> {example}"
+    object_fn.__name__ = object_fn.__qualname__ = f"ggml_{kind}_layer"
+    object_fn.__doc__ = f"A {kind} layer object for ``ggml_apply(nodes, layer)``: {what[0].lower()}{what[1:]}."
+    return layer_fn, object_fn
 
 
-def ggml_add_layer(name: str | None = None, trainable: bool = True) -> Layer:
-    """An add layer object for ``ggml_apply(nodes, layer)``."""
-    return default_name(Lyr.Add(name=name, trainable=trainable))
+ggml_layer_add, ggml_add_layer = _merge(
+    Lyr.Add, "The element-wise sum of two or more nodes of one shape",
+    "out = g.ggml_layer_add([h, g.ggml_layer_dense(x, 32)])   # or h + g.ggml_layer_dense(x, 32)")
+ggml_layer_subtract, ggml_subtract_layer = _merge(
+    Lyr.Subtract, "The element-wise difference of two nodes of one shape, the first minus the second (Keras' "
+    "Subtract)", "diff = g.ggml_layer_subtract([a, b])   # or a - b")
+ggml_layer_multiply, ggml_multiply_layer = _merge(
+    Lyr.Multiply, "The element-wise product of two or more nodes of one shape (Keras' Multiply: a gate)",
+    "gated = g.ggml_layer_multiply([h, g.ggml_layer_dense(x, 32, activation='sigmoid')])   # or h * gate")
+ggml_layer_average, ggml_average_layer = _merge(
+    Lyr.Average, "The element-wise mean of two or more nodes of one shape (Keras' Average)",
+    "ensemble = g.ggml_layer_average([a, b, c])")
+ggml_layer_maximum, ggml_maximum_layer = _merge(
+    Lyr.Maximum, "The element-wise maximum of two or more nodes of one shape (Keras' Maximum)",
+    "m = g.ggml_layer_maximum([a, b])")
+ggml_layer_minimum, ggml_minimum_layer = _merge(
+    Lyr.Minimum, "The element-wise minimum of two or more nodes of one shape (Keras' Minimum)",
+    "m = g.ggml_layer_minimum([a, b])")
 
 
 def ggml_layer_concatenate(nodes: Any, axis: int = -1, name: str | None = None, trainable: bool = True) -> Node:

@@ -57,6 +57,10 @@ def f_pass_through(*args, **kwargs):
     pass
 
 
+def f_optional_now(a=None, b=1, *, c="x"):
+    pass
+
+
 @pytest.mark.parametrize("now, problem", [
     (f_moved, "positional parameters ['a', 'b'] became ['b', 'a']"),
     (f_keyword_only, "parameter 'b' was POSITIONAL_OR_KEYWORD, is KEYWORD_ONLY"),
@@ -78,7 +82,7 @@ def test_the_check_finds_each_kind_of_change(now, problem):
     assert any(p.endswith(problem) for p in tool.compatible(old, tool.surface(Package))), problem
 
 
-@pytest.mark.parametrize("now", [f_base, f_grown, f_pass_through])
+@pytest.mark.parametrize("now", [f_base, f_grown, f_pass_through, f_optional_now])
 def test_the_check_accepts_what_keeps_every_call_working(now):
     tool = _tool()
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from ...core.args import bool_arg, is_int, is_real, positive_int_arg
 from ...errors import GgmlTypeError, GgmlValueError
-from ...ops.elementwise import ggml_add
+from ...ops.elementwise import ggml_abs, ggml_add, ggml_mul, ggml_scale, ggml_sub
 from ...ops.layout import (
     ggml_get_rows,
     ggml_reshape_1d,
@@ -224,17 +224,69 @@ class Add(Layer):
     kind = "add"
     builder_functions = False  # ggml_layer_add takes the nodes first (builders.py); ggml_add is the op
     many_inputs = True
+    exactly_two = False        # Keras' Subtract takes two nodes, the others two or more
 
     def output_shape(self, shapes):
-        if len(shapes) < 2 or any(s != shapes[0] for s in shapes):
-            raise GgmlValueError(f"add needs two or more nodes of one shape, got shapes {shapes}")
+        count = "two" if self.exactly_two else "two or more"
+        if len(shapes) < 2 or self.exactly_two and len(shapes) != 2 or any(s != shapes[0] for s in shapes):
+            raise GgmlValueError(f"{self.kind} needs {count} nodes of one shape, got shapes {shapes}")
         return shapes[0]
 
     def forward(self, g, xs, shapes):
         y = xs[0]
         for x in xs[1:]:
-            y = ggml_add(g.ctx, y, x)
+            y = self.combine(g.ctx, y, x)
         return y
+
+    def combine(self, ctx, a, b):
+        return ggml_add(ctx, a, b)
+
+
+class Subtract(Add):
+    """The element-wise difference of two nodes of one shape: the first minus the second (Keras' ``Subtract``)."""
+    kind = "subtract"
+    builder_functions = False   # ggml_layer_subtract takes the nodes first (builders.py)
+    exactly_two = True
+
+    def combine(self, ctx, a, b):
+        return ggml_sub(ctx, a, b)
+
+
+class Multiply(Add):
+    """The element-wise product of nodes of one shape (Keras' ``Multiply``)."""
+    kind = "multiply"
+    builder_functions = False   # ggml_layer_multiply takes the nodes first (builders.py)
+
+    def combine(self, ctx, a, b):
+        return ggml_mul(ctx, a, b)
+
+
+class Average(Add):
+    """The element-wise mean of nodes of one shape (Keras' ``Average``)."""
+    kind = "average"
+    builder_functions = False   # ggml_layer_average takes the nodes first (builders.py)
+
+    def forward(self, g, xs, shapes):
+        return ggml_scale(g.ctx, super().forward(g, xs, shapes), 1.0 / len(xs))
+
+
+class Maximum(Add):
+    """The element-wise maximum of nodes of one shape (Keras' ``Maximum``): ``(a + b + |a - b|) / 2``, whose
+    gradient goes to the larger (half to each where they tie)."""
+    kind = "maximum"
+    builder_functions = False   # ggml_layer_maximum takes the nodes first (builders.py)
+    sign = 1.0
+
+    def combine(self, ctx, a, b):
+        spread = ggml_scale(ctx, ggml_abs(ctx, ggml_sub(ctx, a, b)), self.sign)
+        return ggml_scale(ctx, ggml_add(ctx, ggml_add(ctx, a, b), spread), 0.5)
+
+
+class Minimum(Maximum):
+    """The element-wise minimum of nodes of one shape (Keras' ``Minimum``): ``(a + b - |a - b|) / 2``."""
+    kind = "minimum"
+    builder_functions = False   # ggml_layer_minimum takes the nodes first (builders.py)
+    sign = -1.0
 
 
 class Concatenate(Layer):

@@ -22,6 +22,7 @@ from ...core.args import bool_arg, int_pair_arg, positive_int_arg
 from ...core.types import GGML_TYPE_F32
 from ...errors import GgmlValueError
 from ...graph.introspect import ggml_is_contiguous
+from ...graph.objects import Tensor
 from ...ops.conv import ggml_conv_2d_tiled, ggml_im2col, GGML_OP_POOL_MAX, ggml_pool_2d
 from ...ops.elementwise import ggml_add, ggml_cont, ggml_relu, ggml_scale
 from ...ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d, ggml_view_4d
@@ -273,11 +274,11 @@ class Conv1D(Convolution):
         return self._activate(g, self._add_bias(g, y, bias), shapes)
 
 
-def pad_axis(g: Builder, x: Any, dim: int, before: int, after: int, edge: bool) -> Any:
+def pad_axis(g: Builder, x: Tensor, dim: int, before: int, after: int, edge: bool) -> Tensor:
     """``x`` with ``before``/``after`` positions added along ggml axis ``dim``: zeros, or (``edge``) copies of the
     first and last position. A max over a window is the same with edge copies as without the padded positions
     (a window that reaches into the padding also holds the position copied)."""
-    def block(at: int, n: int) -> Any:
+    def block(at: int, n: int) -> Tensor:
         ne = list(x.shape)
         ne[dim] = n
         if not edge:
@@ -328,7 +329,7 @@ class Pooling2D(Layer, abstract=True):
             return (same_padding(shape[0], kh, sh)[0], same_padding(shape[1], kw, sw)[0], shape[2])
         return (pooled_size(shape[0], kh, sh, self), pooled_size(shape[1], kw, sw, self), shape[2])
 
-    def padded(self, g: Builder, x: Any, shape: tuple[int, ...]) -> Any:
+    def padded(self, g: Builder, x: Tensor, shape: tuple[int, ...]) -> Tensor:
         """``x`` ([W, H, C, N]) padded for ``padding='same'`` (as it is for 'valid')."""
         if self.padding != "same":
             return x

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 
-def eps_arg(kind: str, eps: object, epsilon: object) -> object:
+def eps_or_epsilon(kind: str, eps: object, epsilon: object) -> object:
     """``eps``, or Keras' ``epsilon`` when given (both given: an error, unless they agree)."""
     if epsilon is None:
         return eps
@@ -74,7 +74,7 @@ class BatchNorm(Layer):
         super().__init__(**kw)
         if not is_real(momentum) or not 0 <= momentum <= 1:
             raise GgmlValueError(f"batch_norm momentum must be in [0, 1], got {momentum!r}")
-        self.eps = positive_float32_arg("batch_norm eps", eps_arg("batch_norm", eps, epsilon),
+        self.eps = positive_float32_arg("batch_norm eps", eps_or_epsilon("batch_norm", eps, epsilon),
                                         "; the usual value is 1e-5")
         self.momentum = float(momentum)
 
@@ -134,7 +134,7 @@ class LayerNorm(Layer):
 
     def __init__(self, eps: float = 1e-5, epsilon: float | None = None, **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
-        self.eps = positive_float32_arg("layer_norm eps", eps_arg("layer_norm", eps, epsilon),
+        self.eps = positive_float32_arg("layer_norm eps", eps_or_epsilon("layer_norm", eps, epsilon),
                                         "; the usual value is 1e-5")
 
     def make_params(self, shapes):

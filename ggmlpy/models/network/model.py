@@ -10,6 +10,7 @@ from typing import Any, NoReturn, TYPE_CHECKING
 import numpy as np
 
 from ...errors import GgmlStateError, GgmlTypeError, GgmlValueError
+from ..layers import basic
 from ..layers.layer import give_automatic_name, Layer, LayerOptions, next_global_name, sample_shape
 from ..layers.masking import masks_output
 
@@ -55,6 +56,33 @@ class Node:
 
     def __reduce__(self) -> tuple:
         return Node, (self.layer, self.inputs, self.shape, self.dtype)
+
+    # Keras' arithmetic on symbolic tensors: nodes combine through merge layers (the layer the functional API
+    # would add), so ``a + b`` is ``ggml_layer_add([a, b])``
+    def __add__(self, other: object) -> Node:
+        return self._merged(other, basic.Add, "+")
+
+    def __sub__(self, other: object) -> Node:
+        return self._merged(other, basic.Subtract, "-")
+
+    def __mul__(self, other: object) -> Node:
+        return self._merged(other, basic.Multiply, "*")
+
+    def __radd__(self, other: object) -> Node:   # a constant + node (a node + node calls __add__)
+        return self._merged(other, basic.Add, "+")
+
+    def __rsub__(self, other: object) -> Node:
+        return self._merged(other, basic.Subtract, "-")
+
+    def __rmul__(self, other: object) -> Node:
+        return self._merged(other, basic.Multiply, "*")
+
+    def _merged(self, other: object, cls: type[Layer], symbol: str) -> Node:
+        if not isinstance(other, Node):
+            raise GgmlTypeError(f"node {symbol} {type(other).__name__}: node arithmetic combines two nodes (a merge "
+                                f"layer: ggml_layer_{cls.kind}); to {symbol} a constant, write a custom layer "
+                                "(ggml_custom_layer) or a Layer subclass")
+        return apply_layer(default_name(cls()), [self, other])
 
     @property
     def is_input(self) -> bool:

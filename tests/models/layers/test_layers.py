@@ -457,6 +457,34 @@ case("add_three_with_input", _add_input_model,
      normal(3, 4))
 
 
+
+def _merged_model(combine):
+    """Two dense branches of x (a tanh one and a linear one) merged by ``combine(a, b)``."""
+    def build():
+        x = g.ggml_input((4,), name="x")
+        a = g.ggml_layer_dense(x, 3, activation="tanh", name="a")
+        b = g.ggml_layer_dense(x, 3, name="b")
+        return g.ggml_model(x, combine(a, b))
+    return build
+
+
+def _branches(w, x):
+    return R.dense(x, w["a.weight"], w["a.bias"], "tanh"), R.dense(x, w["b.weight"], w["b.bias"])
+
+
+# Keras' other merge layers, and node arithmetic (a + b, a - b, a * b builds them)
+for _name, _combine, _ref in (
+        ("operator_add", lambda a, b: a + b, lambda p, q: p + q),
+        ("subtract", lambda a, b: g.ggml_layer_subtract([a, b]), lambda p, q: p - q),
+        ("operator_subtract", lambda a, b: a - b, lambda p, q: p - q),
+        ("multiply", lambda a, b: g.ggml_layer_multiply([a, b, a]), lambda p, q: p * q * p),
+        ("operator_multiply", lambda a, b: a * b, lambda p, q: p * q),
+        ("average", lambda a, b: g.ggml_layer_average([a, b]), lambda p, q: (p + q) / 2),
+        ("maximum", lambda a, b: g.ggml_layer_maximum([a, b]), np.maximum),
+        ("minimum", lambda a, b: g.ggml_layer_minimum([a, b]), np.minimum)):
+    case(_name, _merged_model(_combine), lambda w, x, t, r=_ref: r(*_branches(w, x)), normal(3, 4))
+
+
 def _concat_features():
     x = g.ggml_input((4,), name="x")
     a = g.ggml_layer_dense(x, 2, activation="tanh", name="a")
@@ -813,7 +841,7 @@ VULKAN_CASES = [c for c in CASES if c.name in {
     "repeat_vector_then_dense", "conv2d_dilated_same", "conv1d_dilated_same", "custom_layer_affine_tanh",
     "dense_elu", "dense_selu", "dense_leaky_relu", "dense_relu6", "dense_hard_silu", "dense_softsign", "dense_mish",
     "max_pooling_2d_same", "max_pooling_2d_same_after_relu", "average_pooling_2d_same", "max_pooling_1d_same",
-    "average_pooling_1d_same"}]
+    "average_pooling_1d_same", "subtract", "multiply", "average", "maximum", "minimum"}]
 
 
 def check_backend(c: Case, backend: str) -> None:

@@ -1,6 +1,7 @@
 """Keras' Masking of padded sequences: recurrent layers carry their state over padding steps, global average
 pooling averages the real steps, layers in between pass the mask on, and a layer that cannot honour it drops
-it with a warning (Keras 3's behaviour); checked against float64 numpy and Keras 3 where installed, on the CPU and Vulkan.
+it with a warning (Keras 3's behaviour); checked against float64 numpy and Keras 3 where installed, on the CPU
+and Vulkan.
 Gradients (finite differences of the references, and Vulkan's against the CPU's): test_sequence_layers.py."""
 from __future__ import annotations
 
