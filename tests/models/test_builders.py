@@ -64,7 +64,7 @@ def test_freezing_keeps_weights_and_trains_the_rest():
 
 
 @pytest.mark.parametrize("call, kind, text", [
-    (lambda: g.ggml_layer_dense(g.ggml_model_sequential(), 3, activation="mish", input_shape=(2,)),
+    (lambda: g.ggml_layer_dense(g.ggml_model_sequential(), 3, activation="swishy", input_shape=(2,)),
      ValueError, "unknown activation"),
     (lambda: g.ggml_layer_dense(g.ggml_model_sequential(), 0, input_shape=(2,)), ValueError, "units"),
     (lambda: g.ggml_apply(g.ggml_input(shape=(2,)), "dense"), TypeError, "layer object"),

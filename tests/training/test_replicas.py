@@ -307,7 +307,7 @@ def test_shares_as_an_array_and_a_tiny_share_say_what_batch_it_needs():
     assert m.runtime.shares == [3.0, 1.0] and "data parallel" in str(m)
     G.ggml_compile(m, backend=["cpu", dev], shares=[1e-3, 1])
     x, y = _data(n=20)
-    with pytest.raises(G.GgmlValueError, match="batch_size >= 1001"):
+    with pytest.raises(G.GgmlValueError, match="batches of at least 1001 samples"):
         G.ggml_fit(m, x, y, batch_size=16, verbose=0)
 
 

@@ -58,11 +58,10 @@ def _out_and_pad(size: int, k: int, s: int, padding: str, layer: Layer) -> tuple
     """(output size, symmetric padding, extra zero positions at the end) along one axis."""
     if padding == "valid":
         if size < k:
-            fix = "use padding='same' or a smaller kernel" if hasattr(layer, "padding") else "use a smaller pool_size"
-            raise GgmlValueError(f"layer '{layer.name}': a {'kernel' if hasattr(layer, 'padding') else 'window'} of "
-                                 f"{k} does not fit an input of {size}"
-                                 f"{' (padding=' + repr(layer.padding) + ')' if hasattr(layer, 'padding') else ''}; "
-                                 f"{fix}")
+            pooling = hasattr(layer, "pool_size")
+            raise GgmlValueError(f"layer '{layer.name}': a {'window' if pooling else 'kernel'} of {k} does not fit an "
+                                 f"input of {size} (padding='valid'); use padding='same' or a smaller "
+                                 f"{'pool_size' if pooling else 'kernel'}")
         return (size - k) // s + 1, 0, 0
     out = math.ceil(size / s)
     total = max((out - 1) * s + k - size, 0)
