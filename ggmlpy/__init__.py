@@ -189,9 +189,10 @@ from .opt.result import (ggml_opt_result_accuracy, ggml_opt_result_accuracy_i, g
                          ggml_opt_result_ndata, ggml_opt_result_pred, ggml_opt_result_reset)
 from .opt.state import (ggml_opt_get_iter, ggml_opt_get_state, ggml_opt_grad_m, ggml_opt_grad_v, ggml_opt_set_iter,
                         ggml_opt_set_state)
-from .training.callbacks import (ggml_callback_csv_logger, ggml_callback_early_stopping, ggml_schedule_cosine_decay,
+from .training.callbacks import (ggml_callback_early_stopping, ggml_schedule_cosine_decay,
                                  ggml_schedule_learning_rate, ggml_schedule_reduce_on_plateau,
                                  ggml_schedule_step_decay)
+from .training.csv_logger import (ggml_callback_csv_logger)
 from .training.fit import (ggml_fit_opt, ggml_fit_opt_gen, ggml_fit_opt_multi, ggml_opt_fit_multi)
 from .training.plot import (ggml_plot_history)
 from .models.builders import LAYER_FUNCTIONS as _layer_functions
@@ -415,10 +416,10 @@ __all__ = [
     "ggml_opt_result_accuracy", "ggml_opt_result_accuracy_i", "ggml_opt_result_free", "ggml_opt_result_init",
     "ggml_opt_result_loss", "ggml_opt_result_loss_i", "ggml_opt_result_n_loss", "ggml_opt_result_ndata",
     "ggml_opt_result_pred", "ggml_opt_result_reset", "ggml_opt_get_iter", "ggml_opt_get_state", "ggml_opt_grad_m",
-    "ggml_opt_grad_v", "ggml_opt_set_iter", "ggml_opt_set_state", "ggml_callback_csv_logger",
-    "ggml_callback_early_stopping", "ggml_schedule_cosine_decay", "ggml_schedule_learning_rate",
-    "ggml_schedule_reduce_on_plateau", "ggml_schedule_step_decay", "ggml_fit_opt", "ggml_fit_opt_gen",
-    "ggml_fit_opt_multi", "ggml_opt_fit_multi", "ggml_plot_history",
+    "ggml_opt_grad_v", "ggml_opt_set_iter", "ggml_opt_set_state", "ggml_callback_early_stopping",
+    "ggml_schedule_cosine_decay", "ggml_schedule_learning_rate", "ggml_schedule_reduce_on_plateau",
+    "ggml_schedule_step_decay", "ggml_callback_csv_logger", "ggml_fit_opt", "ggml_fit_opt_gen", "ggml_fit_opt_multi",
+    "ggml_opt_fit_multi", "ggml_plot_history",
 ]
 
 # docstrings get their shared argument descriptions (core/glossary.py); one wrapper (_guard.py) makes calls on one
