@@ -320,11 +320,16 @@ class computing:
             check_rpc_connections()
 
 
+def rpc_connection_lost() -> bool:
+    """Whether any RPC server has stopped answering in this process (``check_rpc_connections`` raises then)."""
+    return bool(lib.ggmlpy_rpc_lost_connections())
+
+
 def check_rpc_connections() -> None:
     """Raise once any RPC server has stopped answering in this process (patches/0020: ggml's client then
     answers every command on that connection with zeros instead of aborting, so no later result of a
     computation or a transfer on an RPC device can be trusted)."""
-    if lib.ggmlpy_rpc_lost_connections():
+    if rpc_connection_lost():
         raise BackendUnavailableError(RPC_LOST_MESSAGE)
 
 

@@ -404,7 +404,7 @@ def ggml_get_weights(model: Model) -> dict[str, np.ndarray]:
     dense ``weight`` is (inputs, units), conv_2d ``kernel`` (rows, cols, in channels, filters), conv_1d
     ``kernel`` (size, in channels, filters); batch norm includes its running statistics."""
     compiled(model, "ggml_get_weights")
-    params = model.runtime.params
+    params = model.runtime.readable()   # a lost RPC device's weights from a local replica's copy
     return {f"{layer.name}.{p.name}": _to_user(params.read(layer, p.name), p) for layer, p in params.specs}
 
 

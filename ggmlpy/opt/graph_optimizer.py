@@ -180,12 +180,17 @@ class GraphOptimizer:
             recompute(self.backend, self.graph, "the optimizer step", wait=replicated or not queued)
         self.iter += 1
         self.steps += 1
-        for j, (src, host) in enumerate(zip(self.synced[0], self._weight_host)):  # none with one replica
+        # the new weights to the other replicas, read whole first: a server of replica 0 lost meanwhile reads as
+        # zeros (patches/0020), which must not overwrite the last good copy the other replicas hold
+        for src, host in zip(self.synced[0], self._weight_host):  # none with one replica
             _read(src, host)
+        if self._on_rpc:  # RPC computes as it is called: a server lost meanwhile is reported now
+            check_rpc_connections()
+        for j, host in enumerate(self._weight_host):
             for k in range(1, len(self.contexts)):
                 _write(self.synced[k][j], host)
             self.bytes_moved["weights"] += host.nbytes * len(self.contexts)
-        if self._on_rpc:  # RPC computes as it is called: a server lost meanwhile is reported now
+        if self._on_rpc:
             check_rpc_connections()
         if replicated:
             self.reset_gradients()

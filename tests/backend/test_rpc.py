@@ -408,6 +408,50 @@ servers[0].kill()
 '''
 
 
+LOST_FIRST_REPLICA = SERVER_PREAMBLE + r'''
+name = g.ggml_backend_rpc_add_server(endpoint)[0].name
+x = np.random.default_rng(0).normal(size=(128, 4)).astype(np.float32)
+y = x @ np.array([[1.0], [2.0], [-1.0], [0.5]], dtype=np.float32)
+
+def mlp(backend):
+    np.random.seed(0)
+    m = g.ggml_model_sequential()
+    g.ggml_layer_dense(m, 8, activation="tanh", input_shape=(4,))
+    g.ggml_layer_dense(m, 1)
+    return g.ggml_compile(m, loss="mse", optimizer="sgd", learning_rate=0.05, backend=backend)
+
+def kill(epoch, logs, state):
+    if epoch == 2:
+        server.kill()
+        server.wait()
+m = mlp([name, "cpu"])
+try:
+    g.ggml_fit(m, x, y, epochs=4, batch_size=32, shuffle=False, verbose=0, callbacks=[{"on_epoch_end": kill}])
+    print("NO ERROR")
+except g.BackendUnavailableError as exc:
+    print("RAISED", len(exc.history))
+one = mlp("cpu")
+g.ggml_fit(one, x, y, epochs=2, batch_size=32, shuffle=False, verbose=0)
+got, want = g.ggml_get_weights(m), g.ggml_get_weights(one)
+print("SAME", all(np.allclose(got[k], want[k], rtol=1e-4, atol=1e-6) for k in want))
+g.ggml_save_weights(m, os.path.join(os.path.dirname(__file__), "w.gguf"))
+print("SAVED")
+'''
+
+
+def test_a_lost_first_replica_leaves_the_weights_of_the_local_one(tmp_path):
+    """The first replica's server died mid-fit: its weights could not be read, although the CPU replica holds the same
+    weights after every step. They are read from there now (and a step cut by the loss does not overwrite the local
+    copy with the zeros a lost server answers)."""
+    script = tmp_path / "lost_first_replica.py"
+    script.write_text(LOST_FIRST_REPLICA)
+    proc = subprocess.run([sys.executable, str(script), f"127.0.0.1:{_free_port()}"], capture_output=True, text=True,
+                          timeout=240)
+    out = proc.stdout
+    assert proc.returncode == 0, out[-2000:] + proc.stderr[-3000:]
+    assert "RAISED 2" in out and "SAME True" in out and "SAVED" in out, out
+
+
 def test_a_replica_server_that_dies_mid_fit_raises_with_the_history(tmp_path):
     script = tmp_path / "dying_replica.py"
     script.write_text(DYING_REPLICA)

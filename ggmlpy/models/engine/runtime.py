@@ -25,7 +25,7 @@ from ...backend.transfer import ggml_backend_tensor_get_data, ggml_backend_tenso
 from ...compute.run import ggml_backend_sched_graph_compute
 from ...compute.sched import ggml_backend_sched_new, Scheduler
 from ...compute.threads import forward_work, restore_threads, split_threads
-from ...core.handle import Handle
+from ...core.handle import Handle, rpc_connection_lost
 from ...core.types import GGML_TYPE_F32, GGML_TYPE_I32
 from ...errors import GgmlInUseError, GgmlStateError, GgmlTypeError, GgmlValueError
 from ...graph.context import ggml_graph_overhead, ggml_init, ggml_tensor_overhead
@@ -475,6 +475,15 @@ class Runtime:
                 self.params.fits_running -= training
                 if training:  # the layers' newest weights are these now (and every replica's)
                     self.replicas_in_step()
+
+    def readable(self) -> ParamStore:
+        """The store the weights are read from: the model's own; or, once its device's RPC server stopped answering,
+        a replica's on a local device, which the optimizer sends the weights after every step (data parallel)."""
+        if self.replicas and self.backend.is_rpc and rpc_connection_lost():
+            for backend, store in self.replicas:
+                if not backend.is_rpc:
+                    return store
+        return self.params
 
     def stores(self) -> list[ParamStore]:
         """The weights of each replica, the model's own first (one store without data parallelism)."""

@@ -60,7 +60,7 @@ def ggml_save_weights(model: Model, path: Any) -> None:
     """
     compiled(model, "ggml_save_weights")
     with model_in_use(model):  # no compile from another thread while ggml reads the weights
-        ggml_save_weights_gguf(path, model.runtime.params.named_tensors(), _metadata(model, "weights"))
+        ggml_save_weights_gguf(path, model.runtime.readable().named_tensors(), _metadata(model, "weights"))
 
 
 def ggml_load_weights(model: Model, path: Any, include_optimizer: bool = False) -> Model:
@@ -278,7 +278,7 @@ def save_model(model: Model, path: Any, include_optimizer: Any, state: dict | No
     meta = _metadata(model, "model")
     meta["ggmlpy.model"] = json.dumps(model.architecture())
     meta["ggmlpy.compile"] = json.dumps(cfg.to_dict())
-    tensors = dict(model.runtime.params.named_tensors())
+    tensors = dict(model.runtime.readable().named_tensors())
     host = None
     try:
         if include_optimizer:
