@@ -32,6 +32,7 @@ from ..network.model import Model
 
 
 MODEL_PARAM = "model__"  # constructor arguments with this prefix go to the model function (as in SciKeras)
+ROUTED = (MODEL_PARAM, "optimizer__", "fit__")  # SciKeras' routing: the model function, ggml_compile, ggml_fit
 
 
 class _GgmlEstimator(BaseEstimator):
@@ -42,10 +43,11 @@ class _GgmlEstimator(BaseEstimator):
     def __init__(self, model: Callable[..., Any] | None = None, epochs: int = 10, batch_size: int = 32,
                  optimizer: str = "adam", learning_rate: float = 1e-3, validation_split: float = 0.0,
                  callbacks: Any = None, backend: str = "cpu", verbose: int = 0, random_state: int | None = None,
-                 **model_params: Any) -> None:
+                 loss: Any = None, **model_params: Any) -> None:
         self.model, self.epochs, self.batch_size = model, epochs, batch_size
         self.optimizer, self.learning_rate, self.validation_split = optimizer, learning_rate, validation_split
         self.callbacks, self.backend, self.verbose, self.random_state = callbacks, backend, verbose, random_state
+        self.loss = loss
         # stored as given and checked by fit (scikit-learn's rule: __init__ and set_params do not validate)
         self._extra_params = dict(model_params)
         for key, value in model_params.items():
@@ -72,7 +74,7 @@ class _GgmlEstimator(BaseEstimator):
         """
         params = {name: getattr(self, name) for name in self._own_params()}
         params.update({k: getattr(self, k) for k in self._extra_params})
-        params.update({k: v for k, v in vars(self).items() if k.startswith(MODEL_PARAM)})
+        params.update({k: v for k, v in vars(self).items() if k.startswith(ROUTED)})
         return params
 
     def set_params(self, **params: Any) -> _GgmlEstimator:
@@ -95,27 +97,32 @@ class _GgmlEstimator(BaseEstimator):
 
     # ---- building and training
     def _build(self, input_shape: tuple[int, ...], n_outputs: int) -> Model:
-        unknown = sorted(k for k in self._extra_params if not k.startswith(MODEL_PARAM))
+        unknown = sorted(k for k in self._extra_params if not k.startswith(ROUTED))
         if unknown:
             raise GgmlTypeError(f"{type(self).__name__}: unknown argument(s) {unknown}; the estimator's own are "
-                                f"{sorted(self._own_params())}, and arguments for the model function take the "
-                                f"prefix '{MODEL_PARAM}' (model__units=32 calls model(..., units=32))")
+                                f"{sorted(self._own_params())}, and SciKeras' prefixes route the others: "
+                                f"'{MODEL_PARAM}' to the model function (model__units=32 calls model(..., units=32)), "
+                                "'optimizer__' to ggml_compile (optimizer__momentum=0.9), 'fit__' to ggml_fit "
+                                "(fit__shuffle=False)")
         if not callable(self.model):
             raise GgmlTypeError(f"{type(self).__name__}: model must be a function that builds a ggmlpy model "
                                 f"(compiled or not), got {self.model!r}")
         kwargs = {k[len(MODEL_PARAM):]: v for k, v in self.get_params().items() if k.startswith(MODEL_PARAM)}
         accepts = inspect.signature(self.model).parameters
         takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepts.values())
-        for name, value in ((self._outputs_name, n_outputs), ("input_shape", input_shape)):
-            if name in accepts or takes_any:
+        meta = {"n_features_in_": self.n_features_in_, "X_shape_": (None, *input_shape), self._outputs_name: n_outputs,
+                "n_outputs_": n_outputs, "input_shape": input_shape}
+        for name, value in ((self._outputs_name, n_outputs), ("input_shape", input_shape), ("meta", meta)):
+            if name in accepts or takes_any and name != "meta":
                 kwargs.setdefault(name, value)
         built = self.model(**kwargs)
         if not isinstance(built, Model):
             raise GgmlTypeError(f"{type(self).__name__}: the model function returned {type(built).__name__}, not a "
                                 "ggmlpy model (ggml_model_sequential(...) or ggml_model(inputs, outputs))")
         if built.compiled is None:
-            built = ggml_compile(built, optimizer=self.optimizer, loss=self._loss, backend=self.backend,
-                                 learning_rate=self.learning_rate)
+            settings = {"learning_rate": self.learning_rate, **self._routed("optimizer__")}
+            built = ggml_compile(built, optimizer=self.optimizer, loss=self.loss or self._loss, backend=self.backend,
+                                 **settings)
         return built
 
     def _fit(self, X: np.ndarray, y: np.ndarray, n_outputs: int,
@@ -144,10 +151,15 @@ class _GgmlEstimator(BaseEstimator):
         callbacks = self.callbacks
         if isinstance(callbacks, (list, tuple)):  # anything else: ggml_fit says what it takes
             callbacks = [copy.deepcopy(c) if isinstance(c, BuiltinCallback) else c for c in callbacks]
-        self.history_ = ggml_fit(self.model_, X, y, epochs=self.epochs, batch_size=batch, verbose=self.verbose,
-                                 validation_split=self.validation_split, callbacks=callbacks,
-                                 sample_weight=sample_weight)
+        self.history_ = ggml_fit(self.model_, X, y, **{
+            "epochs": self.epochs, "batch_size": batch, "verbose": self.verbose,
+            "validation_split": self.validation_split, "callbacks": callbacks, "sample_weight": sample_weight,
+            **self._routed("fit__")})
         return self
+
+    def _routed(self, prefix: str) -> dict[str, Any]:
+        """The arguments given with SciKeras' ``prefix`` (``optimizer__``, ``fit__``), without it."""
+        return {k[len(prefix):]: v for k, v in self.get_params().items() if k.startswith(prefix)}
 
     def _labels_for(self, model: Model, y: np.ndarray, n_outputs: int) -> np.ndarray:
         """``y`` as the compiled model's loss takes it (a regressor's as given)."""
@@ -188,11 +200,15 @@ class GgmlClassifier(ClassifierMixin, _GgmlEstimator):
         epochs, batch_size, validation_split, callbacks, verbose: as for ``ggml_fit`` (``batch_size`` is capped
             at the number of samples). ggmlpy's built-in callbacks start afresh at every fit (and in every clone,
             so ``GridSearchCV`` can share them); your own are passed as they are.
-        optimizer, learning_rate, backend: as for ``ggml_compile``, for a model the function left uncompiled.
+        optimizer, learning_rate, backend, loss: as for ``ggml_compile``, for a model the function left
+            uncompiled (``loss`` None: sparse categorical cross-entropy for the classifier, MSE for the regressor).
         random_state: an int seeds numpy's generator for each fit (ggmlpy's initialisers and shuffles draw from
             it), so two fits give the same model on the CPU, and gives it back as it was (the caller's random
             stream is not disturbed); None (the default) does not.
-        model__<name>: arguments of the model function.
+        model__<name>, optimizer__<name>, fit__<name>: SciKeras' routing: arguments of the model function (which
+            may also take ``meta``, SciKeras' dict: ``n_features_in_``, ``X_shape_``, ``n_classes`` or
+            ``n_outputs``), of ``ggml_compile`` (``optimizer__learning_rate``, ``optimizer__momentum``) and of
+            ``ggml_fit`` (``fit__shuffle``).
 
     Attributes after ``fit``: ``model_`` (the compiled model), ``history_`` (the fit's history),
     ``classes_``, ``n_features_in_``.

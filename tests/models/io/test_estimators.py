@@ -219,3 +219,26 @@ def test_the_estimators_are_in_dir_of_ggmlpy():
     """They load on first use (scikit-learn is optional), and were missing from dir(ggmlpy) and tab completion."""
     assert {"GgmlClassifier", "GgmlRegressor"} <= set(dir(g))
     assert "GgmlClassifier" not in g.__all__   # `from ggmlpy import *` never needs scikit-learn
+
+
+def test_scikeras_routing_reaches_the_model_function_compile_and_fit():
+    """SciKeras' conventions (optimizer__learning_rate, loss=, fit__..., a build function taking meta) were refused
+    or ignored."""
+    x, y = labelled(64)
+    seen = {}
+
+    def build(meta, units=8):
+        seen.update(meta)
+        m = g.ggml_model_sequential()
+        m = g.ggml_layer_dense(m, units, activation="relu", input_shape=(meta["n_features_in_"],))
+        return g.ggml_layer_dense(m, meta["n_classes"], activation="softmax")
+    clf = g.GgmlClassifier(build, epochs=2, optimizer="sgd", optimizer__learning_rate=0.05, optimizer__momentum=0.9,
+                           loss="categorical_crossentropy", fit__shuffle=False, model__units=4, random_state=0)
+    clf.fit(x, y)
+    assert seen["n_features_in_"] == 4 and seen["n_classes"] == 2 and seen["X_shape_"] == (None, 4)
+    cfg = clf.model_.compiled
+    assert cfg.optimizer_spec.name == "sgd" and cfg.learning_rate == pytest.approx(0.05)
+    assert cfg.heads[0].loss == "categorical_crossentropy"
+    assert clone(clf).get_params()["optimizer__momentum"] == 0.9
+    with pytest.raises(TypeError, match="SciKeras' prefixes route the others"):
+        g.GgmlClassifier(build, epochs=1, verbose__level=3).fit(x, y)
