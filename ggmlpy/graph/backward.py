@@ -17,15 +17,14 @@ _BACKWARD_OPS = {
     "SUM", "SUM_ROWS", "MEAN", "REPEAT", "REPEAT_BACK", "RMS_NORM", "MUL_MAT", "SET", "CPY", "CONT",
     "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE", "GET_ROWS", "DIAG_MASK_INF", "DIAG_MASK_ZERO", "SOFT_MAX",
     "ROPE", "IM2COL", "POOL_2D", "CROSS_ENTROPY_LOSS", "NORM", "CONCAT", "DROPOUT", "LSTM_CELL",
-    "GRU_CELL", "LSTM_SEQ", "CONV_2D_TILED", "GRU_SEQ",
+    "GRU_CELL", "LSTM_SEQ", "CONV_2D_TILED", "GRU_SEQ", "CLAMP",
 }
 # SIGMOID, TANH, GELU and NORM come from our patch 0004, CONCAT from 0006 (ggml 0.25.3 has no backward for them),
 # DROPOUT (the op itself) from 0018, LSTM_CELL and GRU_CELL from 0031, LSTM_SEQ from 0035, CONV_2D_TILED from 0036,
-# GRU_SEQ from 0037.
+# GRU_SEQ from 0037, CLAMP from 0055.
 _BACKWARD_UNARY = {"ABS", "SGN", "NEG", "STEP", "RELU", "SILU", "EXP", "EXPM1", "SOFTPLUS", "SIGMOID", "TANH", "GELU"}
 _COMPOSITE_HINT = {
     "LEAKY_RELU": "use ggml_relu, or x - slope*relu(-x) built from ggml_relu/ggml_scale/ggml_sub",
-    "CLAMP": "clamp the data instead, or use relu-based bounds (min(x, c) = x - relu(x - c))",
     "ELU": "use ggml_silu or ggml_softplus",
 }
 

@@ -12,10 +12,12 @@ from ..backend.transfer import ggml_backend_tensor_get_data, ggml_backend_tensor
 from ..compute.run import ggml_graph_compute_with_ctx
 from ..core.types import GGML_TYPE_F32, type_name
 from ..errors import GgmlpyError, GgmlTypeError, GgmlValueError
+from ..graph.backward import check_backward_graph
 from ..graph.context import ggml_graph_overhead, ggml_init, ggml_tensor_overhead
 from ..graph.graph import ggml_build_forward_expand, ggml_new_graph_custom
 from ..graph.objects import Context, Tensor
-from ..graph.tensor import ggml_new_tensor
+from ..graph.tensor import ggml_new_tensor, ggml_set_loss, ggml_set_param
+from ..ops.reduce import ggml_sum
 
 
 LOSS_CUSTOM = 13
@@ -104,15 +106,29 @@ def custom_loss_tensor(ctx: Context, loss: CustomLoss, y_true: Tensor, y_pred: T
     return out
 
 
-def returns_batch_value(loss: CustomLoss, sample_ne: tuple[int, ...], batch: int = 2) -> bool:
+def returns_batch_value(loss: CustomLoss, sample_ne: tuple[int, ...]) -> bool:
     """Whether ``loss.fn`` returns one value for a whole batch (a scalar) rather than per-sample values, on outputs
-    of one sample's ggml shape ``sample_ne``: built in a scratch context, nothing computed."""
+    of one sample's ggml shape ``sample_ne``; refuses, naming the op, a loss ggml cannot train through (an op
+    without a backward pass between ``y_pred`` and its result), which ``ggml_fit`` would refuse later. Built on
+    stand-in tensors in a scratch context, nothing computed: a batch of a size no sample axis has, so that an axis
+    mixed up with the batch shows."""
+    batch = next(n for n in range(3, 1 << 20) if n not in sample_ne)
     ne = (*sample_ne, batch)[-4:]
-    ctx = ggml_init(mem_size=1024 * ggml_tensor_overhead() + 4096, no_alloc=True)
+    nodes = 4096
+    ctx = ggml_init(mem_size=ggml_graph_overhead(nodes, True) + 4 * nodes * ggml_tensor_overhead() + 4096,
+                    no_alloc=True)
     try:
-        y_pred = ggml_new_tensor(ctx, GGML_TYPE_F32, len(ne), ne)
+        y_pred = ggml_set_param(ggml_new_tensor(ctx, GGML_TYPE_F32, len(ne), ne))
         y_true = ggml_new_tensor(ctx, GGML_TYPE_F32, len(ne), ne)
-        return custom_loss_tensor(ctx, loss, y_true, y_pred, batch).nelements() == 1
+        out = custom_loss_tensor(ctx, loss, y_true, y_pred, batch)
+        total = ggml_set_loss(ggml_sum(ctx, out))
+        graph = ggml_new_graph_custom(ctx, nodes, True)
+        ggml_build_forward_expand(graph, total)
+        try:
+            check_backward_graph(graph)
+        except GgmlpyError as exc:
+            raise type(exc)(f"the custom loss '{loss.name}' cannot be trained through: {exc}") from None
+        return out.nelements() == 1
     finally:
         ctx.free()
 

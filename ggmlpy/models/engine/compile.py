@@ -305,8 +305,7 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = DEFAULT_LOSS
              for i, (n, head_loss, w, f) in enumerate(zip(outputs, losses, weights, logits))]
     if loss is DEFAULT_LOSS:
         heads = [replace(h, default_loss=True) for h in heads]
-    if isinstance(backend, list):
-        _check_shardable(heads)
+    _check_custom_losses(heads, several_devices=isinstance(backend, list))
     accuracy, head_metrics = resolve_metrics(metrics, heads, [n.name for n in outputs])
     config = CompileConfig(chosen.name, chosen.spec.ggml_type, heads, ["accuracy"] if accuracy else [], backend,
                            chosen.learning_rate, chosen.weight_decay, adam=chosen.adam, head_metrics=head_metrics,
@@ -323,12 +322,13 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = DEFAULT_LOSS
     return model
 
 
-def _check_shardable(heads: list[HeadSpec]) -> None:
-    """Data-parallel replicas each compute the loss on their share of a batch and the step averages the shares'
-    gradients by their sizes: a custom loss that returns one value for the whole batch is not such a mean (a sum
-    would shrink by the number of replicas, a maximum would be another function altogether)."""
+def _check_custom_losses(heads: list[HeadSpec], several_devices: bool) -> None:
+    """A custom loss is built once now on stand-in outputs: an op ggml cannot train through is refused here, not
+    at the first ggml_fit. Data-parallel replicas each compute the loss on their share of a batch and the step
+    averages the shares' gradients by their sizes: a custom loss that returns one value for the whole batch is
+    not such a mean (a sum would shrink by the number of replicas, a maximum would be another function)."""
     for h in heads:
-        if h.custom is not None and returns_batch_value(h.custom, tuple(reversed(h.shape))):
+        if h.custom is not None and returns_batch_value(h.custom, tuple(reversed(h.shape))) and several_devices:
             raise GgmlValueError(
                 f"the custom loss '{h.custom.name}' of output '{h.name}' returns one value per batch: data-parallel "
                 "training computes it on each device's share of the batch and averages the shares, which is not the "

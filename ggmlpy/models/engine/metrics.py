@@ -306,8 +306,8 @@ class MetricState:
 
 
 def _applies(spec: MetricSpec, head: Any) -> bool:
-    if spec.needs == "classification":
-        return head.classification
+    if spec.needs == "classification":   # a custom loss's outputs are taken as probabilities, as Keras takes them
+        return head.classification or head.custom is not None
     return spec.needs != "categorical" or head.loss_type_name == "cross_entropy"
 
 
@@ -400,7 +400,8 @@ def _check_log_names(heads: list, specs: list[list[MetricSpec]]) -> None:
 
 
 def _misfit(spec: MetricSpec, heads: list) -> str:
-    what = "a classification loss (a cross-entropy)" if spec.needs == "classification" else \
+    what = "a classification loss (a cross-entropy) or a custom loss (its outputs taken as probabilities)" \
+        if spec.needs == "classification" else \
         "a categorical cross-entropy (one class per sample)"
     losses = ", ".join(f"'{h.name}' ({h.loss})" for h in heads)
     return f"metric '{spec.name}' needs an output trained with {what}; {losses} is not"
