@@ -32,6 +32,7 @@ class CustomLayer(Layer):
     kind = "custom"
     builder_functions = False  # ggml_custom_layer (builders.py) makes it from a function
     savable = False  # its forward is code: ggml_save_model and pickling refuse it
+    takes_int = "either"   # its forward may read int32 token ids (Keras' TokenAndPositionEmbedding) or floats
 
     def __init__(self, forward: Callable[..., Any], weights: dict | None = None, output_shape: Any = None,
                  **kw: Unpack[LayerOptions]) -> None:

@@ -259,7 +259,7 @@ class Layer(metaclass=_Sealed):
     layout = NATURAL      # the ggml layout the forward pass reads
     out_layout: str | None = None  # the layout it returns (None: the same)
     many_inputs: bool | str = False   # add / concatenate take a list of nodes; "either": one node or a list
-    takes_int = False     # embedding: int32 token ids in
+    takes_int: bool | str = False   # embedding: int32 token ids in; "either": ids or floats (a custom layer)
     savable = True        # its config rebuilds it (a custom layer's forward function does not)
     # a built-in: the package makes ggml_layer_<kind> and ggml_<kind> from the class ("layer": the first only)
     builder_functions: bool | str = True

@@ -55,7 +55,7 @@ def _fresh_inner(layer: Any, kind: str) -> Layer:
     if layer.params is not None or layer.__dict__.get("_param_stores") or layer.__dict__.get("_wrapped"):
         raise GgmlValueError(f"{kind}: layer '{layer.name}' is already part of a model or a wrapper; wrap a new "
                              "layer object (its weights become the wrapper's)")
-    if layer.many_inputs is True or layer.takes_int:
+    if layer.many_inputs is True or layer.takes_int is True:
         raise GgmlValueError(f"{kind} cannot wrap a {layer.kind} layer (it takes "
                              f"{'several inputs' if layer.many_inputs else 'token ids'})")
     if not layer.trainable:

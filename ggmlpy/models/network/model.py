@@ -101,12 +101,15 @@ class Node:
 
 
 def check_input_dtypes(layer: Layer, dtypes: list[str]) -> None:
-    """Token ids (int32) go to an embedding and nowhere else."""
+    """Token ids (int32) go to a layer that reads them (an embedding, a layer of one's own that says so) and
+    nowhere else."""
+    if layer.takes_int == "either":
+        return
     int_in = "int32" in dtypes
     if int_in and not layer.takes_int:
         raise GgmlTypeError(f"layer '{layer.name}' ({layer.kind}) cannot read int32 token ids; put an embedding "
-                            "layer first")
-    if layer.takes_int and not int_in:
+                            "layer first (a Layer subclass of one's own that reads ids declares takes_int = True)")
+    if layer.takes_int is True and not int_in:
         raise GgmlTypeError(f"layer '{layer.name}' ({layer.kind}) reads int32 token ids: give it "
                             "ggml_input(shape, dtype='int32') (in a sequential model: make it the first layer)")
 
@@ -355,7 +358,7 @@ class Sequential(Model):
             if first.input_shape is None:
                 raise GgmlValueError(f"layer '{first.name}' ({first.kind}) is the first layer of the sequential "
                                      "model and needs input_shape=(...) (one sample's shape, no batch axis)")
-            dtype = "int32" if first.takes_int else "float32"
+            dtype = "int32" if first.takes_int is True else "float32"
             node = Node(InputLayer(first.input_shape, dtype, name="input"), [], first.input_shape, dtype)
             inputs = [node]
             for layer in self._stack:

@@ -1078,3 +1078,24 @@ def test_causal_conv_1d_sees_only_the_past_as_keras_and_trains(kernel, dilation,
     g.ggml_save_model(m, tmp_path / "c.gguf")
     np.testing.assert_array_equal(g.ggml_predict(g.ggml_load_model(tmp_path / "c.gguf", backend="cpu"), x),
                                   g.ggml_predict(m, x))
+
+
+def test_a_layer_of_ones_own_reads_token_ids():
+    """Keras' TokenAndPositionEmbedding is a layer of one's own reading int32 ids: a ggml_custom_layer (ids or
+    floats) or a Layer subclass declaring takes_int = True; the lookup equals numpy's indexing."""
+    ids = np.random.default_rng(0).integers(0, 10, (6, 5)).astype(np.int32)
+
+    def lookup(ctx, x, w):   # x: [5, N] int32 ids -> [4, 5, N] rows of the table plus a position row
+        rows = g.ggml_get_rows(ctx, w["table"], g.ggml_reshape_1d(ctx, x, x.nelements()))
+        return g.ggml_add(ctx, g.ggml_reshape_3d(ctx, rows, 4, 5, x.shape[1]), w["position"])
+    tokens = g.ggml_input(shape=(5,), dtype="int32")
+    out = g.ggml_custom_layer(tokens, lookup, weights={"table": (4, 10), "position": (4, 5)}, output_shape=(5, 4),
+                              name="emb")
+    m = g.ggml_compile(g.ggml_model(tokens, g.ggml_layer_dense(g.ggml_layer_flatten(out), 2)), loss="mse",
+                       backend="cpu")
+    w = g.ggml_get_weights(m)
+    table, position = w["emb.table"], w["emb.position"]
+    inner = g.ggml_compile(g.ggml_model(tokens, out), loss="mse", backend="cpu")   # the same layer, its weights
+    np.testing.assert_allclose(g.ggml_predict(inner, ids), table[ids] + position, rtol=1e-6)
+    h = g.ggml_fit(m, ids, np.ones((6, 2), np.float32), epochs=2, batch_size=3, verbose=0)
+    assert np.isfinite(h["train_loss"]).all()
