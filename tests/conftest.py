@@ -15,6 +15,9 @@ from tests.helpers.device_runs import pytest_runtest_makereport, pytest_sessionf
 # the markers gpu, vulkan, cuda and pure
 from tests.helpers.markers import pytest_collection_modifyitems  # noqa: F401
 
+# why the skipped tests did not run, by reason, at the end of a run
+from tests.helpers.skips import pytest_terminal_summary  # noqa: F401
+
 
 @pytest.fixture(scope="session")
 def backend():
