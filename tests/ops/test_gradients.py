@@ -215,7 +215,7 @@ NO_BACKWARD = {
     "leaky_relu": ("G.ggml_leaky_relu(ctx, x, 0.1)", "LEAKY_RELU"),
     "leaky_relu_deeper": ("G.ggml_scale(ctx, G.ggml_leaky_relu(ctx, G.ggml_add(ctx, x, x), 0.1, False), 2.0)",
                           "LEAKY_RELU"),
-    "clamp": ("G.ggml_clamp(ctx, x, -1.0, 1.0)", "CLAMP"),
+    "elu": ("G.ggml_elu(ctx, x)", "ELU"),   # (CLAMP has one since patches/0055: test_backward_clamp.py)
     "pad": ("G.ggml_pad(ctx, x, 1, 0, 0, 0)", "PAD"),
     "pool_1d": ("G.ggml_pool_1d(ctx, x, G.GGML_OP_POOL_AVG, 2, 2, 0)", "POOL_1D"),
 }
