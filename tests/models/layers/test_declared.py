@@ -57,6 +57,8 @@ SAMPLES = {
     "multi_head_attention": ((), {"num_heads": 2, "key_dim": 3, "causal": True}, [(5, 4)]),
     "time_distributed": ((lambda: g.ggml_dense(2),), {}, [(5, 3)]),
     "bidirectional": ((lambda: g.ggml_gru(2, return_sequences=True),), {"merge_mode": "sum"}, [(5, 3)]),
+    "rescaling": ((1 / 255,), {"offset": 0.5}, [(4, 3, 2)]),
+    "random_flip": (("horizontal",), {}, [(4, 3, 2)]),
 }
 
 
