@@ -106,12 +106,13 @@ def custom_loss_tensor(ctx: Context, loss: CustomLoss, y_true: Tensor, y_pred: T
     return out
 
 
-def returns_batch_value(loss: CustomLoss, sample_ne: tuple[int, ...]) -> bool:
+def returns_batch_value(loss: CustomLoss, sample_ne: tuple[int, ...]) -> bool | None:
     """Whether ``loss.fn`` returns one value for a whole batch (a scalar) rather than per-sample values, on outputs
     of one sample's ggml shape ``sample_ne``; refuses, naming the op, a loss ggml cannot train through (an op
     without a backward pass between ``y_pred`` and its result), which ``ggml_fit`` would refuse later. Built on
     stand-in tensors in a scratch context, nothing computed: a batch of a size no sample axis has, so that an axis
-    mixed up with the batch shows."""
+    mixed up with the batch shows. None where the function cannot be built on them (one that depends on the real
+    batch size): ``ggml_fit`` builds it on the real batch and checks it then."""
     batch = next(n for n in range(3, 1 << 20) if n not in sample_ne)
     ne = (*sample_ne, batch)[-4:]
     nodes = 4096
@@ -120,7 +121,10 @@ def returns_batch_value(loss: CustomLoss, sample_ne: tuple[int, ...]) -> bool:
     try:
         y_pred = ggml_set_param(ggml_new_tensor(ctx, GGML_TYPE_F32, len(ne), ne))
         y_true = ggml_new_tensor(ctx, GGML_TYPE_F32, len(ne), ne)
-        out = custom_loss_tensor(ctx, loss, y_true, y_pred, batch)
+        try:
+            out = custom_loss_tensor(ctx, loss, y_true, y_pred, batch)
+        except GgmlpyError:
+            return None
         total = ggml_set_loss(ggml_sum(ctx, out))
         graph = ggml_new_graph_custom(ctx, nodes, True)
         ggml_build_forward_expand(graph, total)

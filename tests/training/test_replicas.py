@@ -162,6 +162,30 @@ def test_a_copy_keeps_the_devices_and_their_shares(how):
 
 
 @pytest.mark.vulkan
+def test_a_file_loaded_onto_other_devices_does_not_take_their_shares(tmp_path):
+    """Shares belong to the devices they were given for: loaded onto the same list, kept; onto another, equal."""
+    dev = _vulkan_or_skip()
+    G.ggml_save_model(_mlp([dev, "cpu"], shares=[3, 1]), tmp_path / "m.gguf")
+    assert G.ggml_load_model(tmp_path / "m.gguf", backend=[dev, "cpu"]).runtime.shares == [3.0, 1.0]
+    assert G.ggml_load_model(tmp_path / "m.gguf", backend=["cpu", dev]).runtime.shares == [1.0, 1.0]
+
+
+@pytest.mark.vulkan
+def test_weights_set_after_the_last_step_reach_every_replica():
+    """Keras' restore-best pattern: a callback sets the weights in the last epoch's end. The fit ended by marking the
+    replicas in step with the model, so they kept the trained weights and predicted with them."""
+    dev = _vulkan_or_skip()
+    x, y = _data()
+    m = _mlp(["cpu", dev], "sgd")
+
+    def zero_at_the_end(epoch, logs, state):
+        if epoch == 2:
+            G.ggml_set_weights(m, {k: np.zeros_like(v) for k, v in G.ggml_get_weights(m).items()})
+    _fit(m, x, y, epochs=2, batch_size=16, callbacks=[{"on_epoch_end": zero_at_the_end}])
+    np.testing.assert_allclose(G.ggml_predict(m, x), np.full((len(x), 3), 1 / 3), rtol=1e-6)   # softmax of zeros
+
+
+@pytest.mark.vulkan
 def test_a_custom_loss_of_the_whole_batch_is_refused_for_replicas():
     """A custom loss returning one value per batch (a sum) was averaged over the replicas' shares: loss and
     gradients shrank by the number of devices. It is refused at compile; per-sample values train as on one

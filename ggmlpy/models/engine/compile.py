@@ -324,11 +324,13 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = DEFAULT_LOSS
 
 def _check_custom_losses(heads: list[HeadSpec], several_devices: bool) -> None:
     """A custom loss is built once now on stand-in outputs: an op ggml cannot train through is refused here, not
-    at the first ggml_fit. Data-parallel replicas each compute the loss on their share of a batch and the step
-    averages the shares' gradients by their sizes: a custom loss that returns one value for the whole batch is
-    not such a mean (a sum would shrink by the number of replicas, a maximum would be another function)."""
+    at the first ggml_fit (one that cannot be built on them, depending on the real batch size, is checked there).
+    Data-parallel replicas each compute the loss on their share of a batch and the step averages the shares'
+    gradients by their sizes: a custom loss that returns one value for the whole batch is not such a mean (a sum
+    would shrink by the number of replicas, a maximum would be another function)."""
     for h in heads:
-        if h.custom is not None and returns_batch_value(h.custom, tuple(reversed(h.shape))) and several_devices:
+        batch_value = returns_batch_value(h.custom, tuple(reversed(h.shape))) if h.custom is not None else None
+        if batch_value is True and several_devices:
             raise GgmlValueError(
                 f"the custom loss '{h.custom.name}' of output '{h.name}' returns one value per batch: data-parallel "
                 "training computes it on each device's share of the batch and averages the shares, which is not the "

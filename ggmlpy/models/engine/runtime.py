@@ -435,7 +435,7 @@ class Runtime:
                 self.params.free()
             self.backend.free()
             raise
-        self._synced = self.params.stamp
+        self._synced: int | None = self.params.stamp
         self.predictor: Predictor | ReplicaPredictor = Predictor(model, self.params)
         if self.replicas:
             self.predictor = ReplicaPredictor([self.predictor] + [Predictor(model, p) for _, p in self.replicas],
@@ -502,9 +502,12 @@ class Runtime:
         self._synced = self.params.stamp
 
     def replicas_in_step(self) -> None:
-        """The model's weights changed by a data-parallel step, which sent them to every replica too."""
+        """The model's weights changed by data-parallel steps, which sent them to every replica too; weights written
+        since the last step's copy (a callback's ggml_set_weights after the last step) still go to the replicas at
+        the next use."""
+        written_since = self._synced != self.params.stamp
         self.params.touch()
-        self._synced = self.params.stamp
+        self._synced = None if written_since else self.params.stamp
 
     def _free_replicas(self) -> None:
         for b, store in self.replicas:

@@ -96,7 +96,8 @@ class _GgmlEstimator(BaseEstimator):
         return self
 
     # ---- building and training
-    def _build(self, input_shape: tuple[int, ...], n_outputs: int) -> Model:
+    def _build(self, X: np.ndarray, n_outputs: int) -> Model:
+        input_shape = tuple(X.shape[1:])
         unknown = sorted(k for k in self._extra_params if not k.startswith(ROUTED))
         if unknown:
             raise GgmlTypeError(f"{type(self).__name__}: unknown argument(s) {unknown}; the estimator's own are "
@@ -110,8 +111,7 @@ class _GgmlEstimator(BaseEstimator):
         kwargs = {k[len(MODEL_PARAM):]: v for k, v in self.get_params().items() if k.startswith(MODEL_PARAM)}
         accepts = inspect.signature(self.model).parameters
         takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepts.values())
-        meta = {"n_features_in_": self.n_features_in_, "X_shape_": (None, *input_shape), self._outputs_name: n_outputs,
-                "n_outputs_": n_outputs, "input_shape": input_shape}
+        meta = self._meta(X, n_outputs)
         for name, value in ((self._outputs_name, n_outputs), ("input_shape", input_shape), ("meta", meta)):
             if name in accepts or takes_any and name != "meta":
                 kwargs.setdefault(name, value)
@@ -143,7 +143,7 @@ class _GgmlEstimator(BaseEstimator):
         if sample_weight is not None:
             sample_weight = _checked_weights(sample_weight, X.shape[0], type(self).__name__)
         self.sample_shape_ = tuple(X.shape[1:])
-        self.model_ = self._build(tuple(X.shape[1:]), n_outputs)
+        self.model_ = self._build(X, n_outputs)
         y = self._labels_for(self.model_, y, n_outputs)
         batch = max(1, min(int(self.batch_size), X.shape[0]))
         # each fit starts ggmlpy's built-in callbacks afresh (a fit must not depend on the one before, nor mutate
@@ -156,6 +156,11 @@ class _GgmlEstimator(BaseEstimator):
             "validation_split": self.validation_split, "callbacks": callbacks, "sample_weight": sample_weight,
             **self._routed("fit__")})
         return self
+
+    def _meta(self, X: np.ndarray, n_outputs: int) -> dict[str, Any]:
+        """SciKeras' ``meta`` for a build function that takes it: what ``fit`` learnt of the data."""
+        return {"n_features_in_": self.n_features_in_, "X_shape_": X.shape, "X_dtype_": X.dtype,
+                "n_outputs_": n_outputs}
 
     def _routed(self, prefix: str) -> dict[str, Any]:
         """The arguments given with SciKeras' ``prefix`` (``optimizer__``, ``fit__``), without it."""
@@ -206,9 +211,10 @@ class GgmlClassifier(ClassifierMixin, _GgmlEstimator):
             it), so two fits give the same model on the CPU, and gives it back as it was (the caller's random
             stream is not disturbed); None (the default) does not.
         model__<name>, optimizer__<name>, fit__<name>: SciKeras' routing: arguments of the model function (which
-            may also take ``meta``, SciKeras' dict: ``n_features_in_``, ``X_shape_``, ``n_classes`` or
-            ``n_outputs``), of ``ggml_compile`` (``optimizer__learning_rate``, ``optimizer__momentum``) and of
-            ``ggml_fit`` (``fit__shuffle``).
+            may also take ``meta``, SciKeras' dict: ``n_features_in_``, ``X_shape_``, ``X_dtype_``,
+            ``n_outputs_``, and a classifier's ``n_classes_``, ``classes_``, ``target_type_``), of
+            ``ggml_compile`` (``optimizer__learning_rate``, ``optimizer__momentum``) and of ``ggml_fit``
+            (``fit__shuffle``).
 
     Attributes after ``fit``: ``model_`` (the compiled model), ``history_`` (the fit's history),
     ``classes_``, ``n_features_in_``.
@@ -225,6 +231,10 @@ class GgmlClassifier(ClassifierMixin, _GgmlEstimator):
 
     _loss = "sparse_categorical_crossentropy"
     _outputs_name = "n_classes"
+
+    def _meta(self, X: np.ndarray, n_outputs: int) -> dict[str, Any]:
+        return {**super()._meta(X, 1), "n_classes_": n_outputs, "classes_": self.classes_,
+                "target_type_": "binary" if n_outputs == 2 else "multiclass"}
 
     def fit(self, X: Any, y: Any, sample_weight: npt.ArrayLike | None = None) -> GgmlClassifier:
         """Train a fresh model on ``X`` (samples first) and the labels ``y``, each sample's loss weighted by

@@ -361,7 +361,7 @@ def ggml_load_model(path: Any, backend: str = "auto", include_optimizer: bool = 
                                         "weight_decay")}
         settings.update({k: cfg[k] for k in ("beta_1", "beta_2", "epsilon") if k in cfg})  # files since Dec 2026
         settings.update({k: cfg[k] for k in OPTIMIZER_SETTINGS + ("from_logits",) if k in cfg})
-        if isinstance(backend, (list, tuple)) and len(cfg.get("shares") or ()) == len(backend):
+        if isinstance(backend, (list, tuple)) and cfg.get("shares") and list(backend) == cfg.get("backend"):
             settings["shares"] = cfg["shares"]   # the same devices' split (a pickle's copy; not another backend's)
     except GgmlpyError:
         raise

@@ -9,7 +9,7 @@ import numpy as np
 
 from ...core.args import bool_arg, is_int, is_real, positive_int_arg
 from ...errors import GgmlTypeError, GgmlValueError
-from ...ops.elementwise import ggml_abs, ggml_add, ggml_mul, ggml_scale, ggml_sub
+from ...ops.elementwise import ggml_add, ggml_mul, ggml_scale, ggml_scale_bias, ggml_step, ggml_sub
 from ...ops.layout import (
     ggml_get_rows,
     ggml_reshape_1d,
@@ -271,22 +271,24 @@ class Average(Add):
 
 
 class Maximum(Add):
-    """The element-wise maximum of nodes of one shape (Keras' ``Maximum``): ``(a + b + |a - b|) / 2``, whose
-    gradient goes to the larger (half to each where they tie)."""
+    """The element-wise maximum of nodes of one shape (Keras' ``Maximum``): each value is one of its inputs, chosen
+    by the sign of their difference (exact, where an arithmetic formula loses the smaller value to rounding); the
+    gradient goes to the one chosen (the second where they tie)."""
     kind = "maximum"
     builder_functions = False   # ggml_layer_maximum takes the nodes first (builders.py)
-    sign = 1.0
+    first_when_positive = True
 
     def combine(self, ctx, a, b):
-        spread = ggml_scale(ctx, ggml_abs(ctx, ggml_sub(ctx, a, b)), self.sign)
-        return ggml_scale(ctx, ggml_add(ctx, ggml_add(ctx, a, b), spread), 0.5)
+        diff = ggml_sub(ctx, a, b) if self.first_when_positive else ggml_sub(ctx, b, a)
+        pick_a = ggml_step(ctx, diff)                               # 1 where a is the one, else 0: exact
+        return ggml_add(ctx, ggml_mul(ctx, a, pick_a), ggml_mul(ctx, b, ggml_scale_bias(ctx, pick_a, -1.0, 1.0)))
 
 
 class Minimum(Maximum):
-    """The element-wise minimum of nodes of one shape (Keras' ``Minimum``): ``(a + b - |a - b|) / 2``."""
+    """The element-wise minimum of nodes of one shape (Keras' ``Minimum``), chosen as ``Maximum`` chooses."""
     kind = "minimum"
     builder_functions = False   # ggml_layer_minimum takes the nodes first (builders.py)
-    sign = -1.0
+    first_when_positive = False
 
 
 class Concatenate(Layer):

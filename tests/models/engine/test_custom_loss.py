@@ -95,14 +95,16 @@ def test_a_scalar_result_is_the_batch_loss_but_cannot_weigh_samples():
 @pytest.mark.parametrize("fn, error, match", [
     (lambda ctx, y, p: 1.0, g.GgmlTypeError, "returned float; it must return a tensor"),
     (lambda ctx, y, p: g.ggml_sum_rows(ctx, g.ggml_cont(ctx, g.ggml_transpose(ctx, p))), g.GgmlValueError,
-     r"returned shape \[1, 2, 1, 1\]: expected a scalar or a tensor whose last axis is the batch \(\d+\)"),
+     r"returned shape \[1, 2, 1, 1\]: expected a scalar or a tensor whose last axis is the batch \(8\)"),
     (lambda ctx, y, p: g.ggml_sub(ctx, p, g.ggml_transpose(ctx, y)), g.GgmlValueError, "the custom loss '<lambda>'"),
 ])
 def test_what_a_custom_loss_returns_is_checked(fn, error, match):
-    """At compile (the loss is built once there on stand-in outputs), not at the first fit."""
+    """On the real batch at the fit (compile builds the loss on stand-in outputs for the backward check, and leaves
+    what it cannot build there to the fit: a loss may depend on the batch size)."""
     x, y = _data()
+    m = _model(fn)
     with pytest.raises(error, match=match):
-        _model(fn)
+        g.ggml_fit(m, x, y, epochs=1, batch_size=8, verbose=0)
     # the model is left usable: a good loss trains it
     m = _model(log_cosh)
     g.ggml_fit(m, x, y, epochs=1, batch_size=8, verbose=0)
@@ -167,6 +169,17 @@ def test_a_clamp_in_a_custom_loss_trains_and_its_output_takes_probability_metric
     want0 = -np.mean(y * np.log(np.clip(p0, 1e-7, 1 - 1e-7)) + (1 - y) * np.log(1 - np.clip(p0, 1e-7, 1 - 1e-7)))
     assert h["train_loss"].iloc[0] == pytest.approx(want0, rel=1e-4)
     assert h["train_loss"].iloc[-1] < 0.8 * h["train_loss"].iloc[0] and h["train_auc"].iloc[-1] > 0.9
+
+
+def test_a_custom_loss_that_depends_on_the_batch_size_compiles():
+    """A loss written for batches of 8 (a reshape to [2, 8]) cannot be built on compile's stand-in outputs: compile
+    leaves it to the fit, which builds it on the real batch (it was refused at compile for a while)."""
+    x, y = _data()
+
+    def per_row_of_8(ctx, t, p):
+        return g.ggml_reshape_2d(ctx, g.ggml_sqr(ctx, g.ggml_sub(ctx, p, t)), 2, 8)
+    m = _model(per_row_of_8)
+    assert np.isfinite(g.ggml_fit(m, x, y, epochs=1, batch_size=8, verbose=0)["train_loss"]).all()
 
 
 def test_a_custom_loss_ggml_cannot_train_through_is_refused_at_compile():

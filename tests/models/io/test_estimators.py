@@ -231,11 +231,12 @@ def test_scikeras_routing_reaches_the_model_function_compile_and_fit():
         seen.update(meta)
         m = g.ggml_model_sequential()
         m = g.ggml_layer_dense(m, units, activation="relu", input_shape=(meta["n_features_in_"],))
-        return g.ggml_layer_dense(m, meta["n_classes"], activation="softmax")
+        return g.ggml_layer_dense(m, meta["n_classes_"], activation="softmax")
     clf = g.GgmlClassifier(build, epochs=2, optimizer="sgd", optimizer__learning_rate=0.05, optimizer__momentum=0.9,
                            loss="categorical_crossentropy", fit__shuffle=False, model__units=4, random_state=0)
     clf.fit(x, y)
-    assert seen["n_features_in_"] == 4 and seen["n_classes"] == 2 and seen["X_shape_"] == (None, 4)
+    assert seen["n_features_in_"] == 4 and seen["n_classes_"] == 2 and seen["X_shape_"] == (64, 4)
+    assert list(seen["classes_"]) == ["down", "up"] and seen["target_type_"] == "binary"
     cfg = clf.model_.compiled
     assert cfg.optimizer_spec.name == "sgd" and cfg.learning_rate == pytest.approx(0.05)
     assert cfg.heads[0].loss == "categorical_crossentropy"

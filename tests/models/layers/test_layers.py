@@ -1099,3 +1099,15 @@ def test_a_layer_of_ones_own_reads_token_ids():
     np.testing.assert_allclose(g.ggml_predict(inner, ids), table[ids] + position, rtol=1e-6)
     h = g.ggml_fit(m, ids, np.ones((6, 2), np.float32), epochs=2, batch_size=3, verbose=0)
     assert np.isfinite(h["train_loss"]).all()
+
+
+def test_maximum_and_minimum_are_exact_where_arithmetic_loses_the_smaller_value():
+    """(a + b + |a - b|) / 2 gave max(1, -1e8) = 0 and max(3e38, 3e38) = inf (a reviewer's cases)."""
+    a, b = g.ggml_input(shape=(4,)), g.ggml_input(shape=(4,))
+    m = g.ggml_compile(g.ggml_model([a, b], [g.ggml_layer_maximum([a, b]), g.ggml_layer_minimum([a, b])]),
+                       loss="mse", backend="cpu")
+    xa = np.array([[0.1234567, 1.0, 3e38, -2e38]], np.float32)
+    xb = np.array([[-3000.5, -1e8, 3e38, -2e38]], np.float32)
+    high, low = g.ggml_predict(m, [xa, xb])
+    np.testing.assert_array_equal(high, np.maximum(xa, xb))
+    np.testing.assert_array_equal(low, np.minimum(xa, xb))
