@@ -269,7 +269,8 @@ def _merge(cls: type[Layer], what: str, example: str) -> tuple[Callable[..., Nod
     kind = cls.kind
 
     def layer_fn(nodes: Any, name: str | None = None, trainable: bool = True) -> Node:
-        return ggml_apply(Lyr.layer_sequence(nodes, f"ggml_layer_{kind}"), cls(name=name, trainable=trainable))
+        return ggml_apply(Lyr.layer_sequence(nodes, f"ggml_layer_{kind}", getattr(cls, "exactly_two", False)),
+                          cls(name=name, trainable=trainable))
 
     def object_fn(name: str | None = None, trainable: bool = True) -> Layer:
         return default_name(cls(name=name, trainable=trainable))

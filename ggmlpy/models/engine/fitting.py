@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import math
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -147,14 +148,22 @@ def _evaluate_arrays(model: Model, cfg: CompileConfig, predictor: AnyPredictor, 
     return tally
 
 
+def _batches(x: object) -> bool:
+    """Whether ``x`` is a source of ``(x, y[, w])`` batches: a PyDataset-like object, a generator (function), an
+    iterator, or a list of tuples."""
+    return is_batch_sequence(x) or inspect.isgeneratorfunction(x) or isinstance(x, Iterator) or \
+        isinstance(x, list) and bool(x) and all(isinstance(b, tuple) for b in x)
+
+
 def ggml_evaluate(model: Model, x: D.ModelData | BatchSequence, y: D.ModelData | None = None, batch_size: int = 32,
                   sample_weight: npt.ArrayLike | None = None, verbose: int | str = 0,
                   return_dict: bool = True) -> dict | list | float:
     """Loss and accuracy of the model on every sample of ``(x, y)`` (inference mode).
 
     Arguments:
-        model: a compiled model. x, y: as for ``ggml_fit`` (a PyDataset-like x without y, as Keras takes it:
-        its ``(x, y[, w])`` batches, of any sizes, one at a time). batch_size: samples per forward pass (the
+        model: a compiled model. x, y: as for ``ggml_fit``; or, without y as Keras takes them, a source of
+        ``(x, y[, w])`` batches of any sizes, read one at a time: a PyDataset-like object, a generator (function),
+        an iterator or a list of such tuples. batch_size: samples per forward pass (the
         last partial batch counts fully). sample_weight: optional per-sample loss weights.
         verbose: 0 (the default; False) is silent; 1 (True) or ``"auto"`` show a progress bar over the batches,
             on stderr when it is a terminal (no bar in a log file or a pipe); 2 is silent too.
@@ -177,13 +186,17 @@ def ggml_evaluate(model: Model, x: D.ModelData | BatchSequence, y: D.ModelData |
         raise GgmlValueError(f"return_dict must be True or False, got {return_dict!r}")
     bar = _bar(verbose, "evaluate")
     batch_size = c_int_arg(None, "batch_size", batch_size, 1)
-    if y is None and is_batch_sequence(x):  # Keras' evaluate(PyDataset): batch by batch, any sizes
+    if y is None and _batches(x):  # Keras' evaluate(PyDataset, generator): batch by batch, any sizes
         if sample_weight is not None:
-            raise GgmlValueError("ggml_evaluate: sample_weight cannot be used with a PyDataset-like x (its batches "
-                                 "bring their own)")
+            raise GgmlValueError("ggml_evaluate: sample_weight cannot be used with a source of batches as x (its "
+                                 "batches bring their own)")
         with model_in_use(model):
             tally = _evaluate_source(model, cfg, Source(x, "x"), None, batch_size, "x")
     else:
+        if callable(x):
+            raise GgmlTypeError(f"ggml_evaluate: x is a function ({type(x).__name__}); give arrays x and y, or a "
+                                "source of (x, y) batches: a generator function (a def with yield), a generator or "
+                                "iterator of batches, a list of them or a PyDataset")
         xs = D.model_inputs(model, x)
         ys = D.model_targets(model, cfg, y, xs[0].shape[0])
         w = D.sample_weights(cfg, ys, xs[0].shape[0], sample_weight, None)
@@ -393,9 +406,11 @@ class _BatchConverter:
         n = xs[0].shape[0]
         short = self.batch is not None and n < self.batch and self.last is not None and self.last()
         if self.batch is not None and n != self.batch and not short:
-            where = " before the PyDataset's last batch (only the last may be shorter, as in Keras)" \
-                if self.last is not None and n < self.batch else ""
-            raise GgmlValueError(f"{self.what}: a batch of {n} samples{where}; the first batch had {self.batch} and "
+            if self.last is not None:   # a PyDataset: only its last batch may be shorter
+                raise GgmlValueError(f"{self.what}: a batch of {n} samples before the PyDataset's last batch, where "
+                                     f"the first had {self.batch}: only the last batch may have fewer (Keras' rule, "
+                                     f"completed here); give every other batch {self.batch} samples")
+            raise GgmlValueError(f"{self.what}: a batch of {n} samples; the first batch had {self.batch} and "
                                  "every training batch must have that many (drop or pad the last one, or use "
                                  "ggml_fit, which handles a last partial batch)")
         ys = D.model_targets(self.model, self.cfg, y, n, f"{self.what} y")
@@ -502,7 +517,8 @@ def _fit_generator(model: Model, generator: object, *, steps_per_epoch: int | No
     probe = _BatchConverter(model, cfg, "generator", None, None)
     xs, _, w = probe.arrays(first)
     batch = xs[0].shape[0]
-    source.transform = _BatchConverter(model, cfg, "generator", batch, w is not None,
+    source.transform = _BatchConverter(model, cfg, "x (a PyDataset)" if is_batch_sequence(generator) else "generator",
+                                       batch, w is not None,
                                        last=(lambda: source.served_last) if is_batch_sequence(generator) else None)
     validate = _validation(model, cfg, validation_data, validation_steps, batch)
     plan = EpochPlan(epochs, initial_epoch, steps_per_epoch, callbacks=callbacks, silent=_verbose(verbose),

@@ -328,7 +328,8 @@ class Concatenate(Layer):
         return y
 
 
-def layer_sequence(values: Sequence[Any], what: str) -> list:
-    if not isinstance(values, (list, tuple)) or len(values) < 2:
-        raise GgmlValueError(f"{what} takes a list of two or more nodes, got {values!r:.80}")
+def layer_sequence(values: Sequence[Any], what: str, exactly_two: bool = False) -> list:
+    if not isinstance(values, (list, tuple)) or len(values) < 2 or exactly_two and len(values) != 2:
+        count = "two" if exactly_two else "two or more"
+        raise GgmlValueError(f"{what} takes a list of {count} nodes, got {values!r:.80}")
     return list(values)

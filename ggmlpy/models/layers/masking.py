@@ -101,9 +101,11 @@ def masks_output(layer: Layer, carrying: list[int]) -> bool:
     if not carrying:
         return bool(layer.makes_mask)
     if layer.mask_support == "none":
-        warnings.warn(f"layer '{layer.name}' ({layer.kind}) gets the padding mask of a masking layer, which it cannot "
-                      f"honour: the mask is dropped there, and the layers after it see the padding steps as real "
-                      f"ones (as in Keras 3). {MASK_AWARE}", GgmlpyWarning, stacklevel=2)
+        if not layer.__dict__.get("_mask_dropped"):   # once per layer, not at every compile, fit and predict
+            layer.__dict__["_mask_dropped"] = True
+            warnings.warn(f"layer '{layer.name}' ({layer.kind}) gets the padding mask of a masking layer, which it "
+                          f"cannot honour: the mask is dropped there, and the layers after it see the padding steps "
+                          f"as real ones (as in Keras 3). {MASK_AWARE}", GgmlpyWarning, stacklevel=2)
         return False
     if carrying != [0]:
         raise GgmlValueError(f"layer '{layer.name}' ({layer.kind}) gets a padding mask on an input other than "

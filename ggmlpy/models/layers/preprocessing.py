@@ -16,6 +16,7 @@ import numpy as np
 from ...core.args import is_real
 from ...errors import GgmlValueError
 from ...graph.objects import Tensor
+from ...graph.tensor import ggml_set_name
 from ...ops.elementwise import ggml_add, ggml_cont, ggml_mul, ggml_scale, ggml_scale_bias, ggml_sub
 from ...ops.layout import ggml_permute, ggml_view_4d
 from ...ops.resize import ggml_pad_reflect_1d
@@ -82,7 +83,7 @@ class RandomFlip(Layer):
         x = xs[0]                                              # [W, H, C, N]
         for axis in self._axes():
             if x.shape[axis] > 1:
-                x = _maybe(g, x, _flipped(g, x, axis))
+                x = _maybe(g, x, _flipped(g, x, axis, self.name or self.kind))
         return x
 
     def predict_forward(self, g, xs, shapes):
@@ -92,12 +93,14 @@ class RandomFlip(Layer):
         return len(self._axes())
 
 
-def _flipped(g: Builder, x: Tensor, axis: int) -> Tensor:
-    """``x`` reversed along ggml axis 0 or 1."""
+def _flipped(g: Builder, x: Tensor, axis: int, layer: str) -> Tensor:
+    """``x`` reversed along ggml axis 0 or 1 (the padding named after ``layer``: an error about its missing
+    backward pass then says where the flip is and where it belongs)."""
     ctx = g.ctx
     rows = ggml_cont(ctx, x if axis == 0 else ggml_permute(ctx, x, 1, 0, 2, 3))   # the axis first
     n = rows.shape[0]
     padded = ggml_pad_reflect_1d(ctx, rows, n - 1, 0)        # [x_{n-1} .. x_1, x_0 .. x_{n-1}]
+    ggml_set_name(padded, f"{layer[:24]}: put it before the weights")
     nb = [int(padded.ptr.nb[i]) for i in range(4)]
     _, ne1, ne2, ne3 = rows.shape
     first = ggml_cont(ctx, ggml_view_4d(ctx, padded, n, ne1, ne2, ne3, nb[1], nb[2], nb[3], 0))

@@ -58,7 +58,10 @@ class Node:
         return Node, (self.layer, self.inputs, self.shape, self.dtype)
 
     # Keras' arithmetic on symbolic tensors: nodes combine through merge layers (the layer the functional API
-    # would add), so ``a + b`` is ``ggml_layer_add([a, b])``
+    # would add), so ``a + b`` is ``ggml_layer_add([a, b])``; numpy defers to these (``array + node`` is refused
+    # here, not broadcast element by element)
+    __array_ufunc__ = None
+
     def __add__(self, other: object) -> Node:
         return self._merged(other, basic.Add, "+")
 

@@ -969,3 +969,17 @@ def test_multi_output_accuracies_average_the_same_heads_in_training_and_validati
         assert list(per.columns) == ["bin", "cat", "reg"]
         np.testing.assert_allclose(per.iloc[0][["bin", "cat"]].to_numpy(float), want, atol=1e-6)
         assert np.isnan(per.iloc[0]["reg"])
+
+
+def test_evaluate_reads_a_generator_or_a_list_of_batches_without_y():
+    """Keras' evaluate takes a generator of (x, y) batches; a function that is not a generator function is refused
+    with what to give (it was 'expected numeric data, got dtype object')."""
+    x, ids = blobs(n=48)
+    y = np.eye(3, dtype=np.float32)[ids]
+    m = classifier()
+    want = g.ggml_evaluate(m, x, y)
+    for source in (((x[i:i + 16], y[i:i + 16]) for i in range(0, 48, 16)), [(x[:20], y[:20]), (x[20:], y[20:])]):
+        got = g.ggml_evaluate(m, source)
+        assert got["n_samples"] == 48 and got["loss"] == pytest.approx(want["loss"], rel=1e-5)
+    with pytest.raises(TypeError, match="x is a function"):
+        g.ggml_evaluate(m, lambda: iter([(x, y)]))
