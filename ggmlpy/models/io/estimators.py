@@ -157,7 +157,7 @@ class _GgmlEstimator(BaseEstimator):
             **self._routed("fit__")})
         return self
 
-    def _meta(self, X: np.ndarray, n_outputs: int) -> dict[str, Any]:
+    def _meta(self, X: np.ndarray, n_outputs: int) -> dict[str, object]:
         """SciKeras' ``meta`` for a build function that takes it: what ``fit`` learnt of the data."""
         return {"n_features_in_": self.n_features_in_, "X_shape_": X.shape, "X_dtype_": X.dtype,
                 "n_outputs_": n_outputs}
@@ -232,7 +232,7 @@ class GgmlClassifier(ClassifierMixin, _GgmlEstimator):
     _loss = "sparse_categorical_crossentropy"
     _outputs_name = "n_classes"
 
-    def _meta(self, X: np.ndarray, n_outputs: int) -> dict[str, Any]:
+    def _meta(self, X: np.ndarray, n_outputs: int) -> dict[str, object]:
         return {**super()._meta(X, 1), "n_classes_": n_outputs, "classes_": self.classes_,
                 "target_type_": "binary" if n_outputs == 2 else "multiclass"}
 
