@@ -53,7 +53,9 @@ def _metadata(model: Model, fmt: str) -> dict:
 def ggml_save_weights(model: Model, path: Any) -> None:
     """Save the model's weights (and batch-norm statistics) to a GGUF file.
 
-    Arguments: model: a compiled model. path: the file to write.
+    Arguments:
+        model: a compiled model.
+        path: the file to write.
 
     Example:
         >>> g.ggml_save_weights(model, "weights.gguf")
@@ -71,11 +73,14 @@ def ggml_load_weights(model: Model, path: Any, include_optimizer: bool = False) 
     first: a file of another architecture raises ValueError naming the first tensor that does not fit, and
     nothing is loaded. Float weights other than f32 (f16, bf16, f64) are converted.
 
-    Arguments: model: a compiled model. path: a GGUF file written by ggmlpy. include_optimizer: False (the
-    default) loads the weights only, and the model's optimizer state is left as it is; True also takes the
-    optimizer state of a file saved with ``ggml_save_model(..., include_optimizer=True)`` (the next fit or
-    trainer continues it), and raises ValueError when the file has none or the model is compiled with
-    another optimizer (nothing is loaded then).
+    Arguments:
+        model: a compiled model.
+        path: a GGUF file written by ggmlpy.
+        include_optimizer: False (the default) loads the weights only, and the model's optimizer state is left
+            as it is; True also takes the optimizer state of a file saved with
+            ``ggml_save_model(..., include_optimizer=True)`` (the next fit or trainer continues it), and raises
+            ValueError when the file has none or the model is compiled with another optimizer (nothing is
+            loaded then).
 
     Value: the model, with the file's weights.
 
@@ -238,12 +243,15 @@ def ggml_save_model(model: Model, path: Any, include_optimizer: bool = False) ->
     """Save a compiled model, architecture, compile settings and weights, to one GGUF file that
     ``ggml_load_model`` turns back into a model predicting identically.
 
-    Arguments: model: a compiled model. path: the file to write. include_optimizer: False (the default,
-    ggmlR's behaviour) saves no optimizer state: training a loaded model is a warm restart (AdamW's moments
-    start from zero, its bias correction from step 1). True also saves the optimizer's state (AdamW's
-    moments per trainable weight, the step count and its hyper-parameters; for SGD the step count), so
-    that training resumed from the file follows the same trajectory as training that never stopped. A
-    model that has not trained yet saves the fresh state.
+    Arguments:
+        model: a compiled model.
+        path: the file to write.
+        include_optimizer: False (the default, ggmlR's behaviour) saves no optimizer state: training a loaded
+            model is a warm restart (AdamW's moments start from zero, its bias correction from step 1). True
+            also saves the optimizer's state (AdamW's moments per trainable weight, the step count and its
+            hyper-parameters; for SGD the step count), so that training resumed from the file follows the same
+            trajectory as training that never stopped (also when saved by a callback during a fit). A model
+            that has not trained yet saves the fresh state.
 
     Example:
         >>> g.ggml_save_model(model, "model.gguf")
@@ -330,15 +338,17 @@ def ggml_load_model(path: Any, backend: str = "auto", include_optimizer: bool = 
     settings on ``backend`` ("auto", "cpu", "vulkan", "cuda" or a device name), with its weights. It predicts
     like the saved model and can be trained further.
 
-    Arguments: path: the GGUF file. backend: where to put the model (default "auto"). include_optimizer:
-    True (the default) takes the optimizer state of a file saved with ``include_optimizer=True``: the next
-    ``ggml_fit`` or ``ggml_trainer`` continues the saved training exactly (same moments, same step count).
-    A file saved without it, or False here, gives a warm restart: the optimizer starts afresh (zero
-    moments, bias correction from step 1), as in ggmlR.
-
-    custom_objects: the layer classes of one's own the model uses, ``{"scaled_dense": ScaledDense}`` (by
-    kind or class name), as Keras' ``custom_objects``; a class defined or imported before the call is found
-    without it.
+    Arguments:
+        path: the GGUF file.
+        backend: where to put the model (default "auto"); a list of devices trains data-parallel (the file's
+            shares apply to the same list of devices).
+        include_optimizer: True (the default) takes the optimizer state of a file saved with
+            ``include_optimizer=True``: the next ``ggml_fit`` or ``ggml_trainer`` continues the saved training
+            exactly (same moments, same step count). A file saved without it, or False here, gives a warm
+            restart: the optimizer starts afresh (zero moments, bias correction from step 1), as in ggmlR.
+        custom_objects: the layer classes of one's own the model uses, ``{"scaled_dense": ScaledDense}`` (by
+            kind or class name), as Keras' ``custom_objects``; a class defined or imported before the call is
+            found without it.
 
     A file saved by ``ggml_save_weights`` has no architecture: build the model and use ``ggml_load_weights``.
 
