@@ -111,6 +111,26 @@ def test_pdoc_renders_the_api_reference(tmp_path):
     assert not absent, f"names missing from the generated reference: {absent}"
 
 
+def test_the_site_reference_has_a_search_and_starts_with_the_model_layer(tmp_path):
+    """A first-time user found one 4.8 MB page of 563 names without a search, ggml_fit at entry 299 after 250
+    ggml_backend_* names, under an intro written for maintainers: the site's reference (docs/build.py's template)
+    has pdoc's search, the model layer's workflow comes first, and the intro is a user's."""
+    render = pytest.importorskip("pdoc.render")
+    import pdoc
+
+    from tests.helpers import ROOT
+    render.configure(docformat="google", template_directory=ROOT / "docs" / "pdoc-templates")
+    try:
+        pdoc.pdoc("ggmlpy", output_directory=tmp_path)
+    finally:
+        render.configure()   # pdoc's defaults for the other tests
+    page = (tmp_path / "ggmlpy.html").read_text(encoding="utf-8")
+    assert 'role="searchbox"' in page and (tmp_path / "search.js").exists()
+    order = [page.index(f'id="{name}"') for name in ("ggml_model_sequential", "ggml_compile", "ggml_fit")]
+    assert order == sorted(order) and order[-1] < page.index('id="ggml_backend_cpu_init"') < page.index('id="ggml_add"')
+    assert "Start with the model layer" in page
+
+
 # ---------------------------------------------------------------- the glossary (ggmlpy/core/glossary.py)
 
 def test_every_glossary_marker_is_filled():
