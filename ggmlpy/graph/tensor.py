@@ -3,6 +3,8 @@ shape and size queries.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .._ffi import ffi, lib
 from ..core.args import c_string, INT64_MAX, is_int
 from ..core.handle import unwrap
@@ -154,6 +156,15 @@ def ggml_new_tensor(ctx: Context, type: int, n_dims: int, ne) -> Tensor:
     expect(is_int(n_dims) and n_dims in (1, 2, 3, 4) and len(ne) >= n_dims,
            f"ggml_new_tensor: n_dims must be 1-4 with that many ne values, got {n_dims!r}, {ne!r}")
     return new_tensor(ctx, type, ne[:n_dims])
+
+
+def pending_constant(ctx: Context, values: np.ndarray, pending: list[tuple[Tensor, np.ndarray]]) -> Tensor:
+    """An F32 tensor in the no_alloc context ``ctx`` for ``values`` (numpy order: ggml's shape reversed), added to
+    ``pending`` with its values, which its owner writes once the tensor has memory."""
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    t = ggml_new_tensor(ctx, GGML_TYPE_F32, values.ndim, tuple(reversed(values.shape)))
+    pending.append((t, values))
+    return t
 
 
 def ggml_dup_tensor(ctx: Context, tensor: Tensor) -> Tensor:

@@ -28,7 +28,7 @@ from ..compute.staging import Reads
 from ..core.types import GGML_TYPE_F32
 from ..graph.context import ggml_init, ggml_tensor_overhead
 from ..graph.objects import Context, Tensor
-from ..graph.tensor import ggml_new_tensor, ggml_new_tensor_1d, ggml_set_name, ggml_set_output
+from ..graph.tensor import ggml_new_tensor, ggml_new_tensor_1d, ggml_set_name, ggml_set_output, pending_constant
 from ..ops.elementwise import ggml_add
 from ..ops.layout import ggml_cpy, ggml_reshape_1d
 from ..ops.reduce import ggml_concat
@@ -54,11 +54,7 @@ class TallyGraph:
 
     def constant(self, values: np.ndarray) -> Tensor:
         """An F32 tensor holding ``values`` (numpy order: ggml's shape reversed), written once it has memory."""
-        values = np.ascontiguousarray(values, dtype=np.float32)
-        ne = tuple(reversed(values.shape))
-        t = ggml_new_tensor(self.ctx, GGML_TYPE_F32, len(ne), ne)
-        self.constants.append((t, values))
-        return t
+        return pending_constant(self.ctx, values, self.constants)
 
     def shape(self, ne: tuple[int, ...]) -> Tensor:
         """An F32 tensor of shape ``ne`` with no memory: a shape for ``ggml_repeat``, never computed."""

@@ -31,7 +31,7 @@ from ...errors import GgmlInUseError, GgmlStateError, GgmlTypeError, GgmlValueEr
 from ...graph.context import ggml_graph_overhead, ggml_init, ggml_tensor_overhead
 from ...graph.graph import ggml_build_forward_expand, ggml_new_graph_custom
 from ...graph.objects import Graph, Tensor
-from ...graph.tensor import ggml_new_tensor, ggml_set_input, ggml_set_name, ggml_set_output
+from ...graph.tensor import ggml_new_tensor, ggml_set_input, ggml_set_name, ggml_set_output, pending_constant
 from ...ops.elementwise import ggml_cont, ggml_dropout
 from ...ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d, ggml_view_1d
 from ...opt.constants import BUILD_FORWARD
@@ -122,11 +122,7 @@ class GraphBuilder:
     def constant(self, values: np.ndarray) -> Tensor:
         """An F32 tensor holding ``values`` (numpy order: ggml's shape reversed), written once when the graph
         is allocated (padding zeros, an attention mask)."""
-        values = np.ascontiguousarray(values, dtype=np.float32)
-        ne = tuple(reversed(values.shape))
-        t = ggml_new_tensor(self.ctx_io, GGML_TYPE_F32, len(ne), ne)
-        self.constants.append((t, values))
-        return t
+        return pending_constant(self.ctx_io, values, self.constants)
 
     def shape_target(self, ne: tuple[int, ...]) -> Tensor:
         """A tensor of shape ``ne`` that only tells ggml_reshape / ggml_repeat the shape to make (never computed,

@@ -105,13 +105,27 @@ def _dense(g: Builder, x: Any) -> Any:
     return x if ggml_is_contiguous(x) else ggml_cont(g.ctx, x)
 
 
-def _pad_end(g: Builder, x, dim: int, extra: int):
-    """``x`` with ``extra`` zero positions appended along ggml axis ``dim``."""
-    if extra == 0:
-        return x
-    ne = list(x.shape)
-    ne[dim] = extra
-    return ggml_concat(g.ctx, x, g.zeros(tuple(ne)), dim)
+def pad_axis(g: Builder, x: Tensor, dim: int, before: int, after: int, edge: bool) -> Tensor:
+    """``x`` with ``before``/``after`` positions added along ggml axis ``dim``: zeros, or (``edge``) copies of the
+    first and last position. A max over a window is the same with edge copies as without the padded positions
+    (a window that reaches into the padding also holds the position copied)."""
+    def block(at: int, n: int) -> Tensor:
+        ne = list(x.shape)
+        ne[dim] = n
+        if not edge:
+            return g.zeros(tuple(ne))
+        one = list(x.shape)
+        one[dim] = 1
+        nb = [int(x.ptr.nb[i]) for i in range(4)]
+        view = ggml_cont(g.ctx, ggml_view_4d(g.ctx, x, one[0], one[1], one[2], one[3], nb[1], nb[2], nb[3],
+                                             at * nb[dim]))
+        return view if n == 1 else ggml_repeat(g.ctx, view, g.shape_target(tuple(ne)))
+    out = x
+    if before:
+        out = ggml_concat(g.ctx, block(0, before), out, dim)
+    if after:
+        out = ggml_concat(g.ctx, out, block(x.shape[dim] - 1, after), dim)
+    return out
 
 
 class Convolution(Layer, abstract=True):
@@ -201,7 +215,7 @@ class Conv2D(Convolution):
 
     def forward(self, g, xs, shapes):
         _, (ph, pw), (eh, ew) = self._geometry(shapes[0])
-        x = _pad_end(g, _pad_end(g, xs[0], 0, ew), 1, eh)
+        x = pad_axis(g, pad_axis(g, xs[0], 0, 0, ew, edge=False), 1, 0, eh, edge=False)
         (sh, sw) = self.strides
         (dh, dw) = self.dilation_rate
         kernel = g.param(self, self.kernel)
@@ -256,11 +270,7 @@ class Conv1D(Convolution):
 
     def forward(self, g, xs, shapes):
         _, pad, extra, before = self._geometry(shapes[0])
-        x = _pad_end(g, xs[0], 0, extra)
-        if before:
-            ne = list(x.shape)
-            ne[0] = before
-            x = ggml_concat(g.ctx, g.zeros(tuple(ne)), x, 0)
+        x = pad_axis(g, xs[0], 0, before, extra, edge=False)
         kernel = g.param(self, self.kernel)
         if self._tiles(g):   # a batch of sequences as one-row images [L, 1, Cin, N] -> [OL, 1, Cout, N]
             (k, cin, cout), (steps, _, n) = kernel.shape[:3], x.shape[:3]
@@ -271,29 +281,6 @@ class Conv1D(Convolution):
         y = _conv_1d_f32(g, kernel, x, self.strides, pad, self.dilation_rate)
         bias = ggml_reshape_3d(g.ctx, g.param(self, self.bias), 1, self.filters, 1) if self.use_bias else None
         return self._activate(g, self._add_bias(g, y, bias), shapes)
-
-
-def pad_axis(g: Builder, x: Tensor, dim: int, before: int, after: int, edge: bool) -> Tensor:
-    """``x`` with ``before``/``after`` positions added along ggml axis ``dim``: zeros, or (``edge``) copies of the
-    first and last position. A max over a window is the same with edge copies as without the padded positions
-    (a window that reaches into the padding also holds the position copied)."""
-    def block(at: int, n: int) -> Tensor:
-        ne = list(x.shape)
-        ne[dim] = n
-        if not edge:
-            return g.zeros(tuple(ne))
-        one = list(x.shape)
-        one[dim] = 1
-        nb = [int(x.ptr.nb[i]) for i in range(4)]
-        view = ggml_cont(g.ctx, ggml_view_4d(g.ctx, x, one[0], one[1], one[2], one[3], nb[1], nb[2], nb[3],
-                                             at * nb[dim]))
-        return view if n == 1 else ggml_repeat(g.ctx, view, g.shape_target(tuple(ne)))
-    out = x
-    if before:
-        out = ggml_concat(g.ctx, block(0, before), out, dim)
-    if after:
-        out = ggml_concat(g.ctx, out, block(x.shape[dim] - 1, after), dim)
-    return out
 
 
 def same_padding(size: int, k: int, s: int) -> tuple[int, int, int]:
