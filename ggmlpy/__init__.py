@@ -114,12 +114,13 @@ from .graph.tensor import (ggml_dup_tensor, ggml_get_name, ggml_get_tensor, ggml
                            ggml_new_tensor, ggml_new_tensor_1d, ggml_new_tensor_2d, ggml_new_tensor_3d,
                            ggml_new_tensor_4d, ggml_set_input, ggml_set_loss, ggml_set_name, ggml_set_output,
                            ggml_set_param, ggml_tensor_shape, ggml_tensor_type)
-from .models.builders import (ggml_add_layer, ggml_apply, ggml_average_layer, ggml_concatenate, ggml_custom_layer,
-                              ggml_freeze_weights, ggml_get_layer, ggml_get_weights, ggml_input, ggml_layer_add,
-                              ggml_layer_average, ggml_layer_concatenate, ggml_layer_maximum, ggml_layer_minimum,
-                              ggml_layer_multiply, ggml_layer_subtract, ggml_maximum_layer, ggml_minimum_layer,
-                              ggml_model, ggml_model_sequential, ggml_model_summary, ggml_multiply_layer,
-                              ggml_pop_layer, ggml_set_weights, ggml_subtract_layer, ggml_unfreeze_weights)
+from .models.builders import (ggml_add_layer, ggml_apply, ggml_average_layer, ggml_concatenate, ggml_custom,
+                              ggml_custom_layer, ggml_freeze_weights, ggml_get_layer, ggml_get_weights, ggml_input,
+                              ggml_layer_add, ggml_layer_average, ggml_layer_concatenate, ggml_layer_maximum,
+                              ggml_layer_minimum, ggml_layer_multiply, ggml_layer_subtract, ggml_maximum_layer,
+                              ggml_minimum_layer, ggml_model, ggml_model_sequential, ggml_model_summary,
+                              ggml_multiply_layer, ggml_pop_layer, ggml_set_weights, ggml_subtract_layer,
+                              ggml_unfreeze_weights)
 from .models.engine.compile import (ggml_compile)
 from .models.engine.fitting import (ggml_evaluate, ggml_fit, ggml_fit_generator, ggml_predict, ggml_predict_classes)
 from .models.engine.metrics import (ggml_metric_auc, ggml_metric_precision, ggml_metric_recall,
@@ -293,8 +294,8 @@ __all__ = [
     "ggml_fit_generator", "ggml_evaluate", "ggml_predict", "ggml_save_model", "ggml_load_model", "ggml_model_summary",
     "ggml_trainer", "ggml_activation", "ggml_add_layer", "ggml_apply", "ggml_average_layer",
     "ggml_average_pooling_1d", "ggml_average_pooling_2d", "ggml_batch_norm", "ggml_bidirectional", "ggml_concatenate",
-    "ggml_conv_1d", "ggml_conv_2d", "ggml_conv_2d_transpose", "ggml_custom_layer", "ggml_dense", "ggml_dropout",
-    "ggml_embedding", "ggml_flatten", "ggml_freeze_weights", "ggml_get_layer", "ggml_get_weights",
+    "ggml_conv_1d", "ggml_conv_2d", "ggml_conv_2d_transpose", "ggml_custom", "ggml_custom_layer", "ggml_dense",
+    "ggml_dropout", "ggml_embedding", "ggml_flatten", "ggml_freeze_weights", "ggml_get_layer", "ggml_get_weights",
     "ggml_global_average_pooling_1d", "ggml_global_average_pooling_2d", "ggml_global_max_pooling_1d",
     "ggml_global_max_pooling_2d", "ggml_gru", "ggml_layer_activation", "ggml_layer_add", "ggml_layer_average",
     "ggml_layer_average_pooling_1d", "ggml_layer_average_pooling_2d", "ggml_layer_batch_norm",

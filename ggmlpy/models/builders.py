@@ -488,3 +488,19 @@ def ggml_custom_layer(model_or_node: Any, forward: Callable[..., Any], weights: 
     """
     layer = custom.CustomLayer(forward, weights, output_shape, name=name, trainable=trainable, input_shape=input_shape)
     return _add_or_apply(model_or_node, layer, "ggml_custom_layer")
+
+
+def ggml_custom(forward: Callable[..., Any], weights: dict | None = None, output_shape: Any = None,
+                name: str | None = None, trainable: bool = True, input_shape: Any = None) -> Layer:
+    """The layer object of ``ggml_custom_layer`` (its free form, as ``ggml_dense`` is ``ggml_layer_dense``'s): for
+    ``ggml_apply`` (applied to several nodes it shares its weights) and for the wrappers
+    (``ggml_layer_time_distributed`` applies it to every step). The arguments are ``ggml_custom_layer``'s.
+
+    Example:
+        >>> def affine(ctx, x, w):              # x: [features, N]
+        ...     return g.ggml_add(ctx, g.ggml_mul_mat(ctx, w["kernel"], x), w["bias"])
+        >>> step = g.ggml_custom(affine, weights={"kernel": (4, 8), "bias": (8,)}, output_shape=(8,))
+        >>> seq = g.ggml_layer_time_distributed(g.ggml_input(shape=(10, 4)), step)    # (10, 8)
+    """
+    layer = custom.CustomLayer(forward, weights, output_shape, name=name, trainable=trainable, input_shape=input_shape)
+    return default_name(layer)

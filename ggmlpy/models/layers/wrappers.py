@@ -62,10 +62,9 @@ def _fresh_inner(layer: Any, kind: str) -> Layer:
         raise GgmlValueError(f"{kind}: the wrapped layer has trainable=False, which the wrapper's weights would not "
                              f"follow; freeze the wrapper itself ({kind}(..., trainable=False) or "
                              "ggml_freeze_weights)")
-    if layer.kind in ("dropout", "custom"):
-        raise GgmlValueError(f"{kind} cannot wrap a {layer.kind} layer" + (
-            ": a dropout drops each value on its own anyway, so put it before or after the wrapper"
-            if layer.kind == "dropout" else ""))
+    if layer.kind == "dropout":
+        raise GgmlValueError(f"{kind} cannot wrap a dropout layer: a dropout drops each value on its own anyway, so "
+                             "put it before or after the wrapper")
     layer.__dict__["_wrapped"] = True
     return layer
 
@@ -92,6 +91,10 @@ class TimeDistributed(Layer):
     @property
     def activation(self) -> Any:  # the loss reads it (a softmax left to the fused cross-entropy)
         return getattr(self.layer, "activation", None)
+
+    @property
+    def savable(self) -> bool:  # type: ignore[override]  # the wrapped layer's (a custom layer's forward is code)
+        return self.layer.savable
 
     def config(self) -> dict:
         return {"layer": self.layer.full_config()}

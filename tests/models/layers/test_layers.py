@@ -1111,3 +1111,41 @@ def test_maximum_and_minimum_are_exact_where_arithmetic_loses_the_smaller_value(
     high, low = g.ggml_predict(m, [xa, xb])
     np.testing.assert_array_equal(high, np.maximum(xa, xb))
     np.testing.assert_array_equal(low, np.minimum(xa, xb))
+
+
+def test_the_free_form_of_a_custom_layer_is_shared_by_ggml_apply_and_wrapped_by_time_distributed(tmp_path):
+    """``ggml_custom`` is ``ggml_custom_layer``'s layer object: applied twice it is one set of weights; in
+    ``time_distributed`` it maps every step (against numpy float64); a model holding it is refused by
+    ``ggml_save_model`` as the applied form is (its forward is code), and its weights save."""
+    rng = np.random.default_rng(3)
+    shared = g.ggml_custom(_affine, weights={"kernel": (4, 3), "bias": (3,)}, output_shape=(3,), name="aff")
+    a, b = g.ggml_input(shape=(4,)), g.ggml_input(shape=(4,))
+    out = g.ggml_layer_add([g.ggml_apply(a, shared), g.ggml_apply(b, shared)])
+    m = g.ggml_compile(g.ggml_model([a, b], out), loss="mse", backend="cpu")
+    w = g.ggml_get_weights(m)
+    assert set(w) == {"aff.kernel", "aff.bias"}
+    k, bias = w["aff.kernel"].astype(np.float64), w["aff.bias"].astype(np.float64)
+    kmat = k.reshape(3, 4)  # (out, in): ggml's [4, 3] read row-major
+    xa, xb = rng.normal(size=(5, 4)), rng.normal(size=(5, 4))
+    want = np.tanh(xa @ kmat.T + bias.reshape(-1)) + np.tanh(xb @ kmat.T + bias.reshape(-1))   # _affine's tanh
+    got = g.ggml_predict(m, [xa.astype(np.float32), xb.astype(np.float32)], batch_size=5)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+    step = g.ggml_custom(_affine, weights={"kernel": (4, 3), "bias": (3,)}, output_shape=(3,))
+    seq = g.ggml_input(shape=(6, 4))
+    td = g.ggml_model(seq, g.ggml_layer_time_distributed(seq, step, name="td"))
+    td = g.ggml_compile(td, loss="mse", backend="cpu")
+    w = g.ggml_get_weights(td)
+    kmat = w["td.kernel"].astype(np.float64).reshape(3, 4)
+    x = rng.normal(size=(2, 6, 4))
+    np.testing.assert_allclose(g.ggml_predict(td, x.astype(np.float32), batch_size=2),
+                               np.tanh(x @ kmat.T + w["td.bias"].astype(np.float64).reshape(-1)), rtol=1e-5, atol=1e-5)
+    h = g.ggml_fit(td, x.astype(np.float32), np.tanh(x[..., :3]).astype(np.float32), epochs=3, batch_size=2,
+                   verbose=0)
+    assert np.isfinite(h["train_loss"]).all()
+    assert not np.array_equal(g.ggml_get_weights(td)["td.kernel"], w["td.kernel"])   # the step's weights train
+    with pytest.raises(g.GgmlValueError, match="custom layers"):
+        g.ggml_save_model(td, tmp_path / "m.gguf")
+    g.ggml_save_weights(td, tmp_path / "w.gguf")
+    with pytest.raises(g.GgmlTypeError, match="expected a layer object"):
+        g.ggml_apply(a, _affine)   # the function is not the layer: ggml_custom(_affine, ...) makes it
