@@ -30,6 +30,7 @@ def ggml_model_placement(model: Model, batch_size: int | None = None, training: 
     Arguments:
         model: a compiled model (``ggml_compile``), on any backend.
         batch_size: the samples per step (default 32, ``ggml_fit``'s default); placement can depend on it.
+            A variable size of the inputs (``ggml_input(shape=(None, ...))``) is taken as 32.
         training: True (the default) for a training step, False for an inference pass (``ggml_predict``).
 
     Value: a ``Placement`` with ``n_splits``; ``cpu_ops`` (the names of the ops a CPU-side backend computed, each
@@ -61,7 +62,7 @@ def ggml_model_placement(model: Model, batch_size: int | None = None, training: 
                              "from another thread); ask after it returns")
     xs = _zero_inputs(model, batch)
     if training:
-        return step_placement(model, batch, xs, _zero_targets(cfg, batch))
+        return step_placement(model, batch, xs, _zero_targets(model, cfg, xs))
     recorders: list[PlacementRecorder] = []
 
     def watch(sched: Any) -> PlacementRecorder:
@@ -90,7 +91,8 @@ def ggml_model_profile(model: Model, batch_size: int | None = None, steps: int =
 
     Arguments:
         model: a compiled model (``ggml_compile``), on any backend.
-        batch_size: the samples per step (default 32, ``ggml_fit``'s default).
+        batch_size: the samples per step (default 32, ``ggml_fit``'s default); a variable size of the inputs is
+            taken as 32.
         steps: how many timed steps the figures average over (>= 1).
 
     Value: a ``Profile``: ``by_op()`` gives ``(op, backend, nodes per step, seconds per step)`` slowest first,
@@ -114,27 +116,37 @@ def ggml_model_profile(model: Model, batch_size: int | None = None, steps: int =
         raise GgmlInUseError(f"{fn}: a fit of this model is running (this call comes from one of its callbacks or "
                              "from another thread); ask after it returns")
     batch, steps = int(batch), int(steps)
-    timers, best = watched_steps(model, batch, _zero_inputs(model, batch), _zero_targets(cfg, batch), NodeTimer,
+    xs = _zero_inputs(model, batch)
+    timers, best = watched_steps(model, batch, xs, _zero_targets(model, cfg, xs), NodeTimer,
                                  steps + 1, timed=steps)
     nodes = [n for t in timers[1:] for n in t.nodes]
     return Profile(f"training step of '{model.name}', batch {batch}", steps, nodes, best)
 
 
+# a variable size (None) of a model's inputs, in the step the placement and the profile run
+REPORT_SIZE = 32
+
+
 def _zero_inputs(model: Model, batch: int) -> list[np.ndarray]:
-    return [np.zeros((batch,) + tuple(n.shape), dtype=np.int32 if n.dtype == "int32" else np.float32)
+    return [np.zeros((batch,) + tuple(REPORT_SIZE if d is None else d for d in n.shape),
+                     dtype=np.int32 if n.dtype == "int32" else np.float32)
             for n in model.graph()[0]]
 
 
-def _zero_targets(cfg: CompileConfig, batch: int) -> list[np.ndarray]:
-    """Labels every loss accepts: class 0 for the cross-entropies, zeros for the others."""
+def _zero_targets(model: Model, cfg: CompileConfig, xs: list[np.ndarray]) -> list[np.ndarray]:
+    """Labels every loss accepts, for the outputs of inputs ``xs``: class 0 for the cross-entropies, zeros for the
+    others."""
+    batch = xs[0].shape[0]
+    sizes = model.concrete_shapes([x.shape[1:] for x in xs])
     out: list[np.ndarray] = []
-    for h in cfg.heads:
+    for h, node in zip(cfg.heads, model.graph()[1]):
+        shape = tuple(sizes[id(node)])
         if h.sparse:
-            out.append(np.zeros((batch,) + tuple(h.shape[:-1]), dtype=np.int64))
+            out.append(np.zeros((batch,) + shape[:-1], dtype=np.int64))
         elif h.classification and h.loss != "binary_crossentropy":
-            y = np.zeros((batch,) + tuple(h.shape), dtype=np.float32)
+            y = np.zeros((batch,) + shape, dtype=np.float32)
             y[..., 0] = 1.0
             out.append(y)
         else:
-            out.append(np.zeros((batch,) + tuple(h.shape), dtype=np.float32))
+            out.append(np.zeros((batch,) + shape, dtype=np.float32))
     return out

@@ -20,7 +20,7 @@ from .engine import inputs as D
 from .engine.compile import compiled
 from .engine.metrics import Tally
 from .engine.predict import predict_arrays
-from .engine.runtime import model_in_use
+from .engine.runtime import input_shapes_of, InputShapes, model_in_use
 from .engine.snapshot import Snapshot
 from .engine.training_runner import training_runner
 from .io.saving import save_model
@@ -60,21 +60,57 @@ class ModelTrainer:
         if not params.mark_trainable():
             raise GgmlValueError("nothing to train: every layer with weights is frozen")
         self._owned: list[Any] = []
+        self._period = period
+        self._opt_state = model.runtime.opt_state  # continue the model's optimizer (a fit's, a loaded file's)
+        self._lease: object | None = None  # the optimizer is taken at the first step (OptimizerState.begin)
+        # the runner's graphs are for one size of the model's variable sizes (None): made at the first step, and
+        # again when a step brings another (the optimizer's state carried over)
+        self._runner: Any = None
+        self._shapes: InputShapes = None
+        self._lr: float | None = None   # a learning rate set before a variable model's first step
+        self.train_nodes = 0
+        if not model.variable:
+            self._make_runner(None)
+        self._steps = 0
+        self._freed = False
+        model.runtime.add_trainer(self)
+
+    def _make_runner(self, shapes: InputShapes) -> None:
+        """The runner for inputs of ``shapes`` (where the model has variable sizes), replacing the one before, whose
+        optimizer state it continues."""
+        old = self._runner
+        if old is not None:
+            if old.state.pending_batches:
+                raise GgmlStateError(f"trainer.step: a batch of inputs {shapes} after batches of {self._shapes}, "
+                                     f"inside a logical batch ({old.state.pending_batches} of {self._period} batches "
+                                     "accumulated): change the sizes between logical batches (nbatch_logical)")
+            self._lr = old.lr_ud.get()["adamw" if self._cfg.optimizer_spec.name == "adamw" else "sgd"]
+            if self._lease is not None:
+                self._opt_state.keep(old.state)
+            self._free_owned()
+            self._runner = None
         try:
-            self._runner, self.train_nodes = training_runner(model, cfg, self.batch_size, period)
+            self._runner, self.train_nodes = training_runner(self._model, self._cfg, self.batch_size, self._period,
+                                                             input_shapes=shapes)
             self._owned.insert(0, self._runner)
             self._writer: Any = self._runner.writer("step", True)
             self._result = self._runner.new_result()
             self._owned.insert(0, self._result)
-            self._opt_state = model.runtime.opt_state  # continue the model's optimizer (a fit's, a loaded file's)
             self._opt_state.restore(self._runner.state)
-            self._lease: object | None = None  # the optimizer is taken at the first step (OptimizerState.begin)
+            if self._lr is not None:
+                self._runner.lr_ud.set(adamw_lr=self._lr, sgd_lr=self._lr)
         except BaseException:
             self._free_owned()
+            self._runner = None
             raise
-        self._steps = 0
-        self._freed = False
-        model.runtime.add_trainer(self)
+        self._shapes = shapes
+
+    def _started(self, fn: str) -> Any:
+        """The runner, which a model with variable sizes has from its first step on."""
+        if self._runner is None:
+            raise GgmlStateError(f"trainer.{fn}: the model has variable sizes (None), and its training graph is made "
+                                 "at the first step, for that batch's sizes; call trainer.step first")
+        return self._runner
 
     @property
     def alive(self) -> bool:
@@ -95,7 +131,7 @@ class ModelTrainer:
         if n != self.batch_size:
             raise GgmlValueError(f"trainer.{fn}: the trainer takes batches of exactly {self.batch_size} samples, got "
                                  f"{n} (make a trainer with batch_size={n}, or use ggml_predict/ggml_evaluate)")
-        return xs, D.model_targets(self._model, self._cfg, y, n, f"trainer.{fn}: y")
+        return xs, D.model_targets(self._model, self._cfg, y, xs, f"trainer.{fn}: y")
 
     @_one_at_a_time
     def step(self, x: Any, y: Any) -> float:
@@ -106,6 +142,9 @@ class ModelTrainer:
     def _step(self, x: Any, y: Any, watch: Any = None) -> float:
         self._live("step")
         xs, ys = self._batch(x, y, "step")
+        shapes = input_shapes_of(self._model, xs)
+        if self._runner is None or shapes != self._shapes:
+            self._make_runner(shapes)
         pairs = self._writer.parse(D.feed_dict(self._cfg.heads, xs, ys, None))
         if self._lease is None:  # the first step: take the optimizer, continuing from where it is now
             self._lease = self._opt_state.begin("a ggml_trainer (from its first step until trainer.free())",
@@ -148,12 +187,17 @@ class ModelTrainer:
         """Set the learning rate from the next optimizer step on."""
         self._live("set_lr")
         lr = learning_rate_arg("trainer.set_lr: lr", lr)
-        self._runner.lr_ud.set(adamw_lr=lr, sgd_lr=lr)
+        self._lr = lr
+        if self._runner is not None:
+            self._runner.lr_ud.set(adamw_lr=lr, sgd_lr=lr)
 
     @_one_at_a_time
     def get_lr(self) -> float:
         self._live("get_lr")
-        return self._runner.lr_ud.get()["adamw" if self._cfg.optimizer_spec.name == "adamw" else "sgd"]
+        pending = self._lr if self._lr is not None else self._cfg.learning_rate
+        if self._runner is None and pending is not None:   # a variable model before its first step
+            return pending
+        return self._started("get_lr").lr_ud.get()["adamw" if self._cfg.optimizer_spec.name == "adamw" else "sgd"]
 
     @_one_at_a_time
     def n_steps(self) -> int:
@@ -187,7 +231,7 @@ class ModelTrainer:
         the step count). Inside a logical batch (``nbatch_logical``) it is the state of the last optimizer
         step."""
         self._live("optimizer_state")
-        return self._opt_state.read(self._runner.state)
+        return self._opt_state.read(self._started("optimizer_state").state)
 
     @_one_at_a_time
     def save(self, path: Any, include_optimizer: bool = True) -> None:
@@ -197,7 +241,7 @@ class ModelTrainer:
         self._live("save")
         state = None
         if include_optimizer:
-            ctx = self._runner.state
+            ctx = self._started("save").state
             if ctx.pending_batches:
                 raise GgmlStateError(f"trainer.save: {ctx.pending_batches} of the {ctx.opt_period} batches of a "
                                      "logical batch (nbatch_logical) are accumulated but not applied; save after the "
@@ -213,7 +257,7 @@ class ModelTrainer:
         if self._freed:
             return
         try:
-            if self._lease is not None and self._model.runtime is not None \
+            if self._lease is not None and self._runner is not None and self._model.runtime is not None \
                     and self._model.runtime.opt_state is self._opt_state:
                 self._opt_state.keep(self._runner.state)  # warns inside a logical batch, as a fit does
         finally:

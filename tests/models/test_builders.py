@@ -217,9 +217,12 @@ def test_a_one_step_recurrent_layer_fits_again():
 
 # ---------------------------------------------------------------- messages that say what to do
 
-def test_input_shape_with_an_open_size_says_why_and_what_to_give():
-    with pytest.raises(g.GgmlValueError, match=r"leaves a size open \(None\).*fixed sizes.*\(64, 4\)"):
-        g.ggml_layer_dense(g.ggml_model_sequential(), 2, input_shape=(None, 4))
+def test_a_variable_size_whose_weights_would_depend_on_it_says_why_and_what_to_do():
+    m = g.ggml_layer_flatten(g.ggml_model_sequential(), input_shape=(None, 4))
+    with pytest.raises(g.GgmlValueError, match=r"weights would depend on the variable size.*global pooling"):
+        g.ggml_layer_dense(m, 2)
+    with pytest.raises(g.GgmlValueError, match=r"only a model's inputs may"):
+        g.ggml_custom_layer(g.ggml_input(shape=(3,)), lambda ctx, x, w: x, output_shape=(None,))
 
 
 @pytest.mark.parametrize("name, text", [("cpu ", "spaces around the name; did you mean 'cpu'"),

@@ -21,7 +21,7 @@ from ..network.model import Model, Node
 from .heads import HeadSpec
 from .metrics import resolve_metrics, spec_to_dict
 from .optimizers import Optimizer, resolve_optimizer
-from .runtime import build_graph, GraphInstance, replace_runtime, Runtime
+from .runtime import build_graph, GraphInstance, InputShapes, replace_runtime, Runtime
 
 
 # name -> (ggml loss type, what the labels are)
@@ -119,9 +119,16 @@ def _check_cross_entropy_output(node: Node, loss: str) -> None:
                              f"probabilities; put the {node.layer.kind} before the last layer")
 
 
+STAND_IN_SIZE = 5  # a variable output size (None) in the stand-in outputs a custom loss is built on at compile
+
+
 def _head(node: Node, loss: str, weight: float, from_logits: bool | None, custom: Any = None) -> HeadSpec:
     activation = getattr(node.layer, "activation", None)
     name = node.name
+    if node.shape[-1] is None:
+        raise GgmlValueError(f"output '{name}' has samples of shape {node.shape}: its last size varies with the data "
+                             "(None), where the loss and metrics read that axis as the units (the classes); end the "
+                             "model in a layer with fixed units (a dense layer, a (steps, 1) output reshaped)")
     if custom is not None:
         if from_logits is not None:
             raise GgmlValueError(f"from_logits= says whether a cross-entropy takes logits, but output '{name}' is "
@@ -329,7 +336,8 @@ def _check_custom_losses(heads: list[HeadSpec], several_devices: bool) -> None:
     gradients by their sizes: a custom loss that returns one value for the whole batch is not such a mean (a sum
     would shrink by the number of replicas, a maximum would be another function)."""
     for h in heads:
-        batch_value = returns_batch_value(h.custom, tuple(reversed(h.shape))) if h.custom is not None else None
+        stand_in = tuple(reversed([STAND_IN_SIZE if d is None else d for d in h.shape]))  # a variable size: any
+        batch_value = returns_batch_value(h.custom, stand_in) if h.custom is not None else None
         if batch_value is True and several_devices:
             raise GgmlValueError(
                 f"the custom loss '{h.custom.name}' of output '{h.name}' returns one value per batch: data-parallel "
@@ -400,16 +408,17 @@ def _by_output(value: Any, outputs: list, what: str) -> Any:
 
 
 def build_training_graph(model: Model, cfg: CompileConfig, batch: int, store: Any = None,
-                         read_outputs: bool = False) -> GraphInstance:
+                         read_outputs: bool = False, input_shapes: InputShapes = None) -> GraphInstance:
     """The training graph of a compiled model for ``batch`` samples (on the weights of ``store``: a replica's;
     default the model's): a final softmax left to ggml's fused cross-entropy, sequence outputs of a
     cross-entropy made ``[classes, positions * batch]`` rows; ``read_outputs``: the outputs copied where each
-    step's metrics read them (compiled metrics not summed on the device)."""
+    step's metrics read them (compiled metrics not summed on the device); ``input_shapes``: the inputs' sample
+    shapes where the model has variable sizes (``runtime.input_shapes_of``)."""
     outputs = model.graph()[1]
     return build_graph(model, store or model.runtime.params, batch, training=True,
                        logits_for={id(n) for n, h in zip(outputs, cfg.heads) if h.fused},
                        rows_for={id(n) for n, h in zip(outputs, cfg.heads) if h.token_level},
-                       read_outputs=read_outputs)
+                       read_outputs=read_outputs, input_shapes=input_shapes)
 
 
 def compiled(model: Any, fn: str) -> CompileConfig:

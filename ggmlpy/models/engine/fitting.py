@@ -34,7 +34,7 @@ from . import inputs as D
 from .compile import CompileConfig, compiled
 from .metrics import Tally
 from .predict import predict_arrays
-from .runtime import model_in_use
+from .runtime import input_shapes_of, InputShapes, model_in_use
 from .snapshot import Snapshot
 from .training_runner import training_runner
 
@@ -198,7 +198,7 @@ def ggml_evaluate(model: Model, x: D.ModelData | BatchSequence, y: D.ModelData |
                                 "source of (x, y) batches: a generator function (a def with yield), a generator or "
                                 "iterator of batches, a list of them or a PyDataset")
         xs = D.model_inputs(model, x)
-        ys = D.model_targets(model, cfg, y, xs[0].shape[0])
+        ys = D.model_targets(model, cfg, y, xs)
         w = D.sample_weights(cfg, ys, xs[0].shape[0], sample_weight, None)
         with model_in_use(model) as runtime:
             tally = _evaluate_arrays(model, cfg, runtime.predictor, xs, ys, w, batch_size, progress=bar)
@@ -228,9 +228,10 @@ def _stats(tally: Tally) -> EpochStats:
 # ---------------------------------------------------------------- training
 
 def runner_factory(model: Model, cfg: CompileConfig, batch: int, *, sample_weighted: bool,
-                   nbatch_logical: int | None = None) -> Callable[[], StepRunner]:
-    """What makes a fit's step runner for ``batch`` samples (``fit_streamed`` calls it, and closes the runner),
-    once the model is known to have weights to train and ``nbatch_logical`` to be a multiple of the batch."""
+                   nbatch_logical: int | None = None, input_shapes: InputShapes = None) -> Callable[[], StepRunner]:
+    """What makes a fit's step runner for ``batch`` samples (of ``input_shapes``: ``input_shapes_of``) that
+    ``fit_streamed`` calls (and closes the runner), once the model is known to have weights to train and
+    ``nbatch_logical`` to be a multiple of the batch."""
     if not model.runtime.params.mark_trainable():
         raise GgmlValueError(nothing_to_train(model))
     period = 1
@@ -239,7 +240,7 @@ def runner_factory(model: Model, cfg: CompileConfig, batch: int, *, sample_weigh
         if logical % batch:
             raise GgmlValueError(f"nbatch_logical ({logical}) must be a multiple of the batch size ({batch})")
         period = max(1, logical // batch)
-    return lambda: training_runner(model, cfg, batch, period, sample_weighted)[0]
+    return lambda: training_runner(model, cfg, batch, period, sample_weighted, input_shapes)[0]
 
 
 def fit_model(model: Model, x: D.ModelData | None = None, y: D.ModelData | None = None, epochs: int = 1,
@@ -324,7 +325,7 @@ def fit_model(model: Model, x: D.ModelData | None = None, y: D.ModelData | None 
                              "other sources of batches)")
     xs = D.model_inputs(model, x, finite=True)
     n = xs[0].shape[0]
-    ys = D.model_targets(model, cfg, y, n)
+    ys = D.model_targets(model, cfg, y, xs)
     w = D.sample_weights(cfg, ys, n, sample_weight, class_weight)
     if not is_real(validation_split) or not 0 <= validation_split < 1:
         raise GgmlValueError(f"validation_split must be a number in [0, 1), got {validation_split!r}")
@@ -333,7 +334,7 @@ def fit_model(model: Model, x: D.ModelData | None = None, y: D.ModelData | None 
         if not isinstance(validation_data, (tuple, list)) or len(validation_data) not in (2, 3):
             raise GgmlValueError("validation_data must be (x_val, y_val) or (x_val, y_val, sample_weight_val)")
         vx = D.model_inputs(model, validation_data[0], "validation_data x", finite=True)
-        vy = D.model_targets(model, cfg, validation_data[1], vx[0].shape[0], "validation_data y")
+        vy = D.model_targets(model, cfg, validation_data[1], vx, "validation_data y")
         vw = D.sample_weights(cfg, vy, vx[0].shape[0], validation_data[2] if len(validation_data) == 3 else None,
                               None, "validation_data sample_weight")
         val = (vx, vy, vw)
@@ -369,7 +370,8 @@ def fit_model(model: Model, x: D.ModelData | None = None, y: D.ModelData | None 
     plan = EpochPlan(epochs, initial_epoch, steps_per_epoch, callbacks=callbacks, silent=_verbose(verbose),
                      bar=verbose != 2, stream=False, on_nonfinite=check_nonfinite(on_nonfinite), model=model,
                      weights=ModelWeights(model))
-    make_runner = runner_factory(model, cfg, batch, sample_weighted=w is not None, nbatch_logical=nbatch_logical)
+    make_runner = runner_factory(model, cfg, batch, sample_weighted=w is not None, nbatch_logical=nbatch_logical,
+                                 input_shapes=input_shapes_of(model, xs))
     return fit_streamed(make_runner, plan, source, validate=validate, opt_state=model.runtime.opt_state)
 
 
@@ -395,8 +397,9 @@ class _BatchConverter:
     """Checks and converts each sample-major batch of a generator into ggml layout."""
 
     def __init__(self, model: Model, cfg: CompileConfig, what: str, batch: int | None, weighted: bool | None,
-                 last: Callable[[], bool] | None = None) -> None:
+                 last: Callable[[], bool] | None = None, shapes: InputShapes = None) -> None:
         self.model, self.cfg, self.what, self.batch, self.weighted = model, cfg, what, batch, weighted
+        self.shapes = shapes  # the sample shapes of a training stream's inputs, where the model has variable sizes
         self.last = last   # whether the batch being converted is a PyDataset's last, which is completed if shorter
         self.rng = np.random.default_rng(np.random.randint(0, 2 ** 31))
 
@@ -413,7 +416,13 @@ class _BatchConverter:
             raise GgmlValueError(f"{self.what}: a batch of {n} samples; the first batch had {self.batch} and "
                                  "every training batch must have that many (drop or pad the last one, or use "
                                  "ggml_fit, which handles a last partial batch)")
-        ys = D.model_targets(self.model, self.cfg, y, n, f"{self.what} y")
+        if self.shapes is not None and input_shapes_of(self.model, xs) != self.shapes:
+            raise GgmlValueError(f"{self.what}: a batch of samples {input_shapes_of(self.model, xs)} after batches of "
+                                 f"{self.shapes}: the variable sizes (None) of the model's inputs take one value "
+                                 "per training stream (its graph is built for it). Train on each length with its own "
+                                 "ggml_fit_generator call (the optimizer continues from one to the next), or pad "
+                                 "the batches to one length")
+        ys = D.model_targets(self.model, self.cfg, y, xs, f"{self.what} y")
         w = D.sample_weights(self.cfg, ys, n, sw, None, f"{self.what} sample_weight")
         if short:  # a PyDataset's last batch (Keras' ceil(N / batch)): completed as ggml_fit completes its last
             # partial batch, here with rows of this batch drawn at random (they count twice in this one step)
@@ -517,14 +526,15 @@ def _fit_generator(model: Model, generator: object, *, steps_per_epoch: int | No
     probe = _BatchConverter(model, cfg, "generator", None, None)
     xs, _, w = probe.arrays(first)
     batch = xs[0].shape[0]
-    source.transform = _BatchConverter(model, cfg, "x (a PyDataset)" if is_batch_sequence(generator) else "generator",
-                                       batch, w is not None,
-                                       last=(lambda: source.served_last) if is_batch_sequence(generator) else None)
+    source.transform = converter = _BatchConverter(
+        model, cfg, "x (a PyDataset)" if is_batch_sequence(generator) else "generator", batch, w is not None,
+        last=(lambda: source.served_last) if is_batch_sequence(generator) else None, shapes=input_shapes_of(model, xs))
     validate = _validation(model, cfg, validation_data, validation_steps, batch)
     plan = EpochPlan(epochs, initial_epoch, steps_per_epoch, callbacks=callbacks, silent=_verbose(verbose),
                      bar=verbose != 2, prefetch=prefetch, stream=True, on_nonfinite=check_nonfinite(on_nonfinite),
                      model=model, weights=ModelWeights(model))
-    make_runner = runner_factory(model, cfg, batch, sample_weighted=w is not None, nbatch_logical=nbatch_logical)
+    make_runner = runner_factory(model, cfg, batch, sample_weighted=w is not None, nbatch_logical=nbatch_logical,
+                                 input_shapes=converter.shapes)
     return fit_streamed(make_runner, plan, source, validate=validate, opt_state=model.runtime.opt_state)
 
 
@@ -538,7 +548,7 @@ def _validation(model: Model, cfg: CompileConfig, validation_data: object, steps
             isinstance(validation_data, list) and len(validation_data) in (2, 3) and \
             all(isinstance(v, np.ndarray) or v is None for v in validation_data):
         vx = D.model_inputs(model, validation_data[0], "validation_data x", finite=True)
-        vy = D.model_targets(model, cfg, validation_data[1], vx[0].shape[0], "validation_data y")
+        vy = D.model_targets(model, cfg, validation_data[1], vx, "validation_data y")
         vw = D.sample_weights(cfg, vy, vx[0].shape[0], validation_data[2] if len(validation_data) == 3 else None,
                               None, "validation_data sample_weight")
         return lambda: _stats(_evaluate_arrays(model, cfg, model.runtime.predictor, vx, vy, vw, batch))

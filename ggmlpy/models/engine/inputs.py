@@ -41,19 +41,30 @@ def _as_numeric(value: object, what: str) -> np.ndarray:
     return arr
 
 
+def _fits(shape: tuple, expected: tuple) -> bool:
+    """Whether a sample shape is ``expected``, a None there taking any size (a variable size)."""
+    return len(shape) == len(expected) and all(e is None or s == e for s, e in zip(shape, expected))
+
+
 def check_shape(arr: np.ndarray, expected: tuple, what: str, n: int | None = None) -> None:
-    """``arr`` must be ``(N, *expected)`` (N == n when given)."""
-    if arr.ndim == len(expected) + 1 and tuple(arr.shape[1:]) == tuple(expected) and (n is None or arr.shape[0] == n):
+    """``arr`` must be ``(N, *expected)`` (N == n when given; a None in ``expected`` is a size that may vary)."""
+    if arr.ndim == len(expected) + 1 and _fits(tuple(arr.shape[1:]), tuple(expected)) and \
+            (n is None or arr.shape[0] == n):
+        if any(e is None and s == 0 for s, e in zip(arr.shape[1:], expected)):
+            raise GgmlValueError(f"{what}: samples of shape {_fmt(arr.shape[1:])} have no values along a variable "
+                                 f"size of {_fmt(tuple(expected))}; give at least one (a sequence of one step)")
         return
     want = _fmt(("N" if n is None else n,) + tuple(expected))
     msg = f"{what} must have shape {want} (samples first, one sample {_fmt(tuple(expected))}), got {_fmt(arr.shape)}"
-    if arr.ndim == len(expected) + 1 and tuple(arr.shape[1:]) == tuple(expected):
+    if None in expected:
+        msg += "; None is a size that may vary from call to call (one size within a call: pad the samples to it)"
+    if arr.ndim == len(expected) + 1 and _fits(tuple(arr.shape[1:]), tuple(expected)):
         msg += f"; it has {arr.shape[0]} samples where {n} were expected (x and y must have one row per sample)"
     elif arr.ndim == 2 and len(expected) == 1 and arr.shape[0] == expected[0] and (n is None or arr.shape[1] == n):
         msg += "; it looks transposed: pass arr.T (samples as rows)"
-    elif tuple(arr.shape) == tuple(expected) and n in (None, 1):
+    elif _fits(tuple(arr.shape), tuple(expected)) and n in (None, 1):
         msg += "; it is one sample without the samples axis: pass arr[None] (or arr.reshape(1, *arr.shape))"
-    elif arr.ndim == len(expected) + 1 and sorted(arr.shape[1:]) == sorted(expected):
+    elif arr.ndim == len(expected) + 1 and None not in expected and sorted(arr.shape[1:]) == sorted(expected):
         msg += "; the axes look permuted: put samples first and channels last (np.moveaxis / np.transpose)"
     raise GgmlValueError(msg)
 
@@ -131,9 +142,12 @@ def _token_ids(arr: np.ndarray, model: Model, node: Node, label: str) -> np.ndar
     return np.ascontiguousarray(arr, dtype=np.int32)
 
 
-def model_targets(model: Model, cfg: CompileConfig, y: object, n: int, what: str = "y") -> list[np.ndarray]:
-    """One float32 array per output, in the output's shape (class ids made one-hot)."""
+def model_targets(model: Model, cfg: CompileConfig, y: object, xs: list[np.ndarray],
+                  what: str = "y") -> list[np.ndarray]:
+    """One float32 array per output, in the shape of the outputs the inputs ``xs`` (``model_inputs``') make (class
+    ids made one-hot)."""
     heads = cfg.heads
+    n = xs[0].shape[0]
     if y is None:
         raise GgmlValueError(f"{what} is missing: this model's loss needs labels ({what} of shape (N, ...))")
     if isinstance(y, dict):
@@ -145,22 +159,24 @@ def model_targets(model: Model, cfg: CompileConfig, y: object, n: int, what: str
         values = list(y) if isinstance(y, (list, tuple)) and len(heads) > 1 else [y]
     if len(values) != len(heads):
         raise GgmlValueError(f"{what}: the model has {len(heads)} outputs, got {len(values)} label arrays")
-    return [_target(h, _as_numeric(v, what if len(heads) == 1 else f"{what}[{i}] ('{h.name}')"), n,
-                    what if len(heads) == 1 else f"{what}[{i}] ('{h.name}')")
-            for i, (h, v) in enumerate(zip(heads, values))]
+    ys = [_target(h, _as_numeric(v, what if len(heads) == 1 else f"{what}[{i}] ('{h.name}')"), n,
+                  what if len(heads) == 1 else f"{what}[{i}] ('{h.name}')")
+          for i, (h, v) in enumerate(zip(heads, values))]
+    _check_target_sizes(model, cfg, xs, ys, what)
+    return ys
 
 
 def _target(h: HeadSpec, arr: np.ndarray, n: int, what: str) -> np.ndarray:
     units = h.shape[-1]
     if h.sparse:
         ids_shape = (n,) + tuple(h.shape[:-1])   # one id per sample, or per position of a sequence output
-        if arr.shape == ids_shape + (1,):
+        if _fits(arr.shape, ids_shape + (1,)):
             arr = arr[..., 0]
-        if arr.shape != ids_shape:
+        if not _fits(arr.shape, ids_shape):
             raise GgmlValueError(f"{what}: sparse_categorical_crossentropy takes class ids of shape "
                                  f"{_fmt(ids_shape)}, got {_fmt(arr.shape)}"
                                  + ("; for one-hot labels use categorical_crossentropy"
-                                    if arr.shape == ids_shape + (units,) else ""))
+                                    if _fits(arr.shape, ids_shape + (units,)) else ""))
         if not np.issubdtype(arr.dtype, np.integer) and (not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr))):
             raise GgmlValueError(f"{what}: class ids must be integers")
         bad = (arr < 0) | (arr >= units)  # on the values as given: 1e30 does not wrap first
@@ -198,6 +214,23 @@ def _target(h: HeadSpec, arr: np.ndarray, n: int, what: str) -> np.ndarray:
     if h.loss == "binary_crossentropy" and ((out < 0) | (out > 1)).any():
         raise GgmlValueError(f"{what}: binary cross-entropy needs labels in [0, 1]")
     return out
+
+
+def _check_target_sizes(model: Model, cfg: CompileConfig, xs: list[np.ndarray], ys: list[np.ndarray],
+                       what: str = "y") -> None:
+    """Where the outputs have variable sizes, each label array (``model_targets``') is the shape of the outputs
+    that the inputs ``xs`` make (a sequence's labels as long as its steps)."""
+    if not any(None in h.shape for h in cfg.heads):
+        return
+    sizes = model.concrete_shapes([x.shape[1:] for x in xs])
+    for h, node, y in zip(cfg.heads, model.graph()[1], ys):
+        want = sizes[id(node)]
+        if tuple(y.shape[1:]) != tuple(want):
+            label = what if len(cfg.heads) == 1 else f"{what} ('{h.name}')"
+            given, kind = (y.shape[1:-1], "class ids") if h.sparse else (y.shape[1:], "labels")  # ids as given
+            raise GgmlValueError(f"{label}: {kind} of samples {_fmt(tuple(given))}, where x's samples of "
+                                 f"{', '.join(_fmt(tuple(x.shape[1:])) for x in xs)} make outputs of "
+                                 f"{_fmt(tuple(want))} (the variable sizes of x and y must agree)")
 
 
 def sample_weights(cfg: CompileConfig, targets: list[np.ndarray], n: int, sample_weight: object,

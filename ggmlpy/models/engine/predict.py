@@ -24,8 +24,11 @@ def predict_arrays(model: Model, predictor: AnyPredictor, xs: list[np.ndarray], 
     n = xs[0].shape[0]
     batch = min(batch_size, n)
     outputs = model.graph()[1]
+    # each output's sample shape (a variable size fixed by the inputs' sizes)
+    sizes = model.concrete_shapes([x.shape[1:] for x in xs]) if model.variable else {id(o): o.shape for o in outputs}
+    shapes = [tuple(sizes[id(o)]) for o in outputs]
     if n == 0:
-        return [np.zeros((0,) + tuple(node.shape), dtype=np.float32) for node in outputs]
+        return [np.zeros((0,) + shape, dtype=np.float32) for shape in shapes]
     chunks: list[list[np.ndarray]] = [[] for _ in outputs]
     bar = EpochProgress(0, 0, -(-n // batch), progress is None, desc=progress)
     with InterruptKeeper() as interrupts:  # a Ctrl-C swallowed by a finalizer between batches is not lost
@@ -35,8 +38,8 @@ def predict_arrays(model: Model, predictor: AnyPredictor, xs: list[np.ndarray], 
             m = part[0].shape[0]
             if m < batch:
                 part = [np.concatenate([p, np.zeros((batch - m,) + p.shape[1:], dtype=p.dtype)]) for p in part]
-            for i, (o, node) in enumerate(zip(predictor.run(part, batch), outputs)):
-                chunks[i].append(o.reshape((batch,) + node.shape)[:m])
+            for i, (o, shape) in enumerate(zip(predictor.run(part, batch), shapes)):
+                chunks[i].append(o.reshape((batch,) + shape)[:m])
             bar.update(done * batch, None)
     bar.close()
     return [np.concatenate(c) for c in chunks]

@@ -12,10 +12,10 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
-from typing import Protocol, TYPE_CHECKING
+from typing import Optional, Protocol, TYPE_CHECKING
 
 import numpy as np
 
@@ -54,6 +54,10 @@ if TYPE_CHECKING:
 
 # ---------------------------------------------------------------- graphs
 
+# the sample shape of each model input a graph is built for, where the model has variable sizes (None: it has none)
+InputShapes = Optional[tuple[tuple[int, ...], ...]]
+
+
 class LiveTrainer(Protocol):
     """A ``ggml_trainer`` as the runtime keeps it: until freed it holds an optimizer state newer than the model's."""
     @property
@@ -85,8 +89,12 @@ class GraphBuilder:
     """Builds one model's ggml graph for one batch size; what layers call while building."""
 
     def __init__(self, model: Model, params: ParamStore, batch: int, training: bool, logits_for: set[int],
-                 rows_for: Container[int] = frozenset(), read_outputs: bool = False) -> None:
+                 rows_for: Container[int] = frozenset(), read_outputs: bool = False,
+                 input_shapes: InputShapes = None) -> None:
         inputs, outputs, nodes = model.graph()
+        # each node's sample shape in this graph: the model's, or with its variable sizes (None) fixed by the data's
+        self.sizes = model.concrete_shapes(input_shapes) if input_shapes is not None else \
+            {id(n): n.shape for n in nodes}
         self.read_outputs = read_outputs       # a training graph whose outputs the fit's metrics read after each step
         self.model, self.params, self.batch, self.training = model, params, batch, training
         self.logits_for = logits_for           # ids of output nodes whose final softmax the loss applies
@@ -96,7 +104,7 @@ class GraphBuilder:
         n = len(nodes)
         self.graph_size = 0
         # tensors the layers create: most make a few dozen, a recurrent layer a few per time step
-        budget = 256 + sum(node.layer.graph_tensors([i.shape for i in node.inputs]) for node in nodes
+        budget = 256 + sum(node.layer.graph_tensors([self.sizes[id(i)] for i in node.inputs]) for node in nodes
                            if not node.is_input)
         self.ctx = ggml_init(mem_size=budget * ggml_tensor_overhead(), no_alloc=True)
         self.ctx_io = ggml_init(mem_size=(8 + 4 * n) * ggml_tensor_overhead(), no_alloc=True)
@@ -194,25 +202,25 @@ class GraphBuilder:
         for node in nodes:
             if node.is_input:
                 gtype = GGML_TYPE_I32 if node.dtype == "int32" else GGML_TYPE_F32
-                ne = natural_ne(node.shape, self.batch)
+                ne = natural_ne(self.sizes[id(node)], self.batch)
                 t = ggml_set_input(ggml_new_tensor(self.ctx_io, gtype, len(ne), ne))
                 ggml_set_name(t, node.name)
                 values[id(node)] = {NATURAL: t}
                 continue
             layer = node.layer
             xs = [self._value(values, n, layer.layout) for n in node.inputs]
-            shapes = [n.shape for n in node.inputs]
+            shapes = [self.sizes[id(n)] for n in node.inputs]
             self.strip_softmax = id(node) in self.logits_for
             self.input_mask = masks.get(id(node.inputs[0])) if node.inputs else None  # only the sequence's (mask_flow)
             fwd = layer.forward if self.training else layer.predict_forward
-            out = self._checked(layer, fwd(self, xs, shapes), node.shape)
+            out = self._checked(layer, fwd(self, xs, shapes), self.sizes[id(node)])
             values[id(node)] = {layer.out_layout or layer.layout: out}
             if id(node) in masked:
                 masks[id(node)] = layer.output_mask(self, self.input_mask, xs, out)
             self.strip_softmax, self.input_mask = False, None
         input_tensors = [values[id(n)][NATURAL] for n in inputs]
         out_tensors = [self._value(values, n, NATURAL) for n in outputs]
-        out_tensors = [ggml_reshape_2d(self.ctx, t, n.shape[-1], t.nelements() // n.shape[-1])
+        out_tensors = [ggml_reshape_2d(self.ctx, t, self.sizes[id(n)][-1], t.nelements() // self.sizes[id(n)][-1])
                        if id(n) in self.rows_for else t for n, t in zip(outputs, out_tensors)]
         self.output_copies = [self.readout(t) for t in out_tensors] if self.read_outputs else []
         for copy in self.output_copies:
@@ -245,7 +253,7 @@ class GraphBuilder:
         have = values[id(node)]
         if layout not in have:
             src, t = next(iter(have.items()))
-            have[layout] = self.convert(t, node.shape, src, layout)
+            have[layout] = self.convert(t, self.sizes[id(node)], src, layout)
         return have[layout]
 
 
@@ -286,8 +294,17 @@ class GraphInstance:
 
 def build_graph(model: Model, params: ParamStore, batch: int, training: bool,
                 logits_for: set[int] | None = None, rows_for: set[int] | None = None,
-                read_outputs: bool = False) -> GraphInstance:
-    return GraphBuilder(model, params, batch, training, logits_for or set(), rows_for or set(), read_outputs).build()
+                read_outputs: bool = False, input_shapes: InputShapes = None) -> GraphInstance:
+    """The graph of ``model`` for ``batch`` samples (``input_shapes``: the inputs' sample shapes, which fix a model's
+    variable sizes; None for a model without them)."""
+    return GraphBuilder(model, params, batch, training, logits_for or set(), rows_for or set(), read_outputs,
+                        input_shapes).build()
+
+
+def input_shapes_of(model: Model, arrays: Sequence[np.ndarray]) -> InputShapes:
+    """The sample shapes of a model's input arrays (samples first) where the model has variable sizes, else None:
+    the key of the graphs built for them."""
+    return tuple(tuple(int(d) for d in a.shape[1:]) for a in arrays) if model.variable else None
 
 
 def make_scheduler(backend: Backend, graph_nodes: int) -> Scheduler:
@@ -312,7 +329,7 @@ class Predictor:
 
     def __init__(self, model: Model, params: ParamStore) -> None:
         self.model, self.params = model, params
-        self._graphs: dict[int, tuple[GraphInstance, Graph, Scheduler]] = {}
+        self._graphs: dict[tuple[int, InputShapes], tuple[GraphInstance, Graph, Scheduler]] = {}
         self._lock = threading.RLock()
 
     def run(self, arrays: list[np.ndarray], batch: int, watch: Watch | None = None) -> list[np.ndarray]:
@@ -320,7 +337,7 @@ class Predictor:
         ``watch``: a context manager factory given the scheduler, entered around the compute (a
         ``PlacementRecorder``)."""
         with self._lock:
-            inst, graph, sched = self._graph(batch)
+            inst, graph, sched = self._graph(batch, input_shapes_of(self.model, arrays))
             for t, a in zip(inst.inputs, arrays):
                 ggml_backend_tensor_set_data(t, a)
             before = split_threads(sched.backends, inst.work)
@@ -331,11 +348,12 @@ class Predictor:
                 restore_threads(before)  # a fit may be running on the same backend
             return [ggml_backend_tensor_get_data(o) for o in inst.outputs]
 
-    def _graph(self, batch: int):
-        if batch not in self._graphs:
+    def _graph(self, batch: int, shapes: InputShapes):
+        key = (batch, shapes)
+        if key not in self._graphs:
             if len(self._graphs) >= 4:  # keep a few sizes (the last partial batch of each call adds one)
                 self._drop(next(iter(self._graphs)))
-            inst = build_graph(self.model, self.params, batch, training=False)
+            inst = build_graph(self.model, self.params, batch, training=False, input_shapes=shapes)
             try:
                 size = max(2048, inst.forward_nodes)
                 graph_ctx = ggml_init(mem_size=ggml_graph_overhead(size) + 1024, no_alloc=True)
@@ -348,18 +366,18 @@ class Predictor:
             except BaseException:
                 inst.free()
                 raise
-            self._graphs[batch] = (inst, graph, sched)
-        return self._graphs[batch]
+            self._graphs[key] = (inst, graph, sched)
+        return self._graphs[key]
 
-    def _drop(self, batch: int) -> None:
-        inst, _, sched = self._graphs.pop(batch)
+    def _drop(self, key: tuple[int, InputShapes]) -> None:
+        inst, _, sched = self._graphs.pop(key)
         sched.free()
         inst.free()
 
     def free(self) -> None:
         with self._lock:
-            for batch in list(self._graphs):
-                self._drop(batch)
+            for key in list(self._graphs):
+                self._drop(key)
 
 
 class ReplicaPredictor:

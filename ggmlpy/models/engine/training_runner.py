@@ -22,7 +22,7 @@ from ..network.model import Model
 from .compile import build_training_graph, CompileConfig
 from .device_metrics import BUDGET_BYTES
 from .metrics import HeadMetrics
-from .runtime import make_scheduler
+from .runtime import InputShapes, make_scheduler
 
 
 def computes_on_host(backend: Backend) -> bool:
@@ -31,9 +31,10 @@ def computes_on_host(backend: Backend) -> bool:
 
 
 def training_runner(model: Model, cfg: CompileConfig, batch: int, period: int = 1,
-                    sample_weighted: bool = False) -> tuple[StepRunner, int]:
-    """The runner of a fit or trainer for ``batch`` samples per step, ``period`` steps per optimizer step, and a
-    bound on the nodes of its training graphs (each replica's)."""
+                    sample_weighted: bool = False, input_shapes: InputShapes = None) -> tuple[StepRunner, int]:
+    """The runner of a fit or trainer for ``batch`` samples per step (of ``input_shapes``, where the model has
+    variable sizes), ``period`` steps per optimizer step, and a bound on the nodes of its training graphs (each
+    replica's)."""
     runtime = model.runtime
     stores = runtime.stores()
     counts = [batch] if len(stores) == 1 else split_counts(batch, runtime.shares)
@@ -63,7 +64,8 @@ def training_runner(model: Model, cfg: CompileConfig, batch: int, period: int = 
         for store in stores[1:]:
             store.mark_trainable()  # as the caller marked the model's own
         for store, n in zip(stores, counts):
-            inst = build_training_graph(model, cfg, n, store, read_outputs=metrics is not None and not metrics.device)
+            inst = build_training_graph(model, cfg, n, store, read_outputs=metrics is not None and not metrics.device,
+                                        input_shapes=input_shapes)
             if store is stores[0]:
                 runtime.graph_notes = list(inst.notes)   # for the placement report
                 if too_large:

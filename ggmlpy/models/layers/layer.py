@@ -76,22 +76,39 @@ class LayerOptions(TypedDict, total=False):
     embeddings_regularizer: object
 MAX_NAME = 40  # GGUF/ggml tensor names are at most 63 bytes: "<layer name>.<weight>"
 
-def sample_shape(shape: Any, what: str = "input_shape") -> tuple[int, ...]:
-    """A per-sample shape: a tuple of 1 to 3 positive ints (an int means (int,))."""
+def sample_shape(shape: Any, what: str = "input_shape", variable: bool = False) -> tuple[int, ...]:
+    """A per-sample shape: a tuple of 1 to 3 positive ints (an int means (int,)); with ``variable``, a size may be
+    None (Keras' variable size: a sequence's length, an image's height), fixed by the data of each call."""
     if is_int(shape):
         shape = (shape,)
     if not isinstance(shape, (tuple, list)) or not 1 <= len(shape) <= 3:
         raise GgmlValueError(f"{what} must be a tuple of 1 to 3 positive ints (one sample, no batch axis), "
                              f"got {shape!r}")
-    if any(n is None for n in shape):
-        raise GgmlValueError(f"{what} {tuple(shape)!r} leaves a size open (None), as Keras allows; ggml builds its "
-                             "graphs for fixed sizes, so give every size of one sample (e.g. the sequence length: "
-                             f"{tuple(64 if n is None else n for n in shape)!r}; pad or crop the data to it)")
-    out = tuple(positive_int_arg(None, what, n) for n in shape)
-    if math.prod(out) > MAX_SAMPLE_VALUES:
-        raise GgmlValueError(f"{what} {out} holds {math.prod(out):,} values per sample, more than ggml's tensors can "
+    if any(n is None for n in shape) and not variable:
+        raise GgmlValueError(f"{what} {tuple(shape)!r} leaves a size open (None): only a model's inputs may "
+                             "(ggml_input(shape=(None, ...)), or the first layer's input_shape); give every size "
+                             "here")
+    out = tuple(None if n is None else positive_int_arg(None, what, n) for n in shape)
+    fixed = math.prod(n for n in out if n is not None)
+    if fixed > MAX_SAMPLE_VALUES:
+        raise GgmlValueError(f"{what} {out} holds {fixed:,} values per sample, more than ggml's tensors can "
                              f"hold for a batch (at most {MAX_SAMPLE_VALUES:,} per sample)")
-    return out
+    return out  # type: ignore[return-value]  # None only where ``variable`` allows it
+
+
+def is_variable(shape: tuple) -> bool:
+    """Whether a sample shape has a variable size (None)."""
+    return any(n is None for n in shape)
+
+
+def _fmt_shapes(shapes: list[tuple]) -> str:
+    return ", ".join("(" + ", ".join(str(n) for n in s) + ("," if len(s) == 1 else "") + ")" for s in shapes)
+
+
+# A variable size (None) is stood in for by each of these in turn when a layer is applied: an output size that
+# differs between the two is variable too, and a weight whose shape differs is refused. Primes far apart, so that
+# no stride or pooling maps both to one size.
+VARIABLE_PROBES = (1021, 4093)
 
 
 MAX_SAMPLE_VALUES = 1 << 40  # with a batch axis beside it, ggml's int64 element counts stay far from overflow
@@ -302,7 +319,7 @@ class Layer(metaclass=_Sealed):
                              if (r := regularizer_arg(v, f"{self.kind} {k}")) is not None}
         self.name = None if name is None else layer_name_arg(name)
         self.trainable = bool_arg(None, "trainable", trainable)
-        self.input_shape = sample_shape(input_shape) if input_shape is not None else None
+        self.input_shape = sample_shape(input_shape, variable=True) if input_shape is not None else None
         self.params: list[ParamSpec] | None = None   # set by build()
         self.built_for: list[tuple[int, ...]] | None = None
 
@@ -422,15 +439,46 @@ class Layer(metaclass=_Sealed):
 
     # ---- shared machinery
     def build(self, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
-        """Check the input shapes, make the weights on first use, return the output shape."""
-        out = self.output_shape(shapes)
+        """Check the input shapes, make the weights on first use, return the output shape (None where a size is
+        variable: ``variable_build``)."""
+        if any(is_variable(s) for s in shapes):
+            out, specs = self.variable_build(shapes)
+        else:
+            out, specs = self.output_shape(shapes), None
         if self.built_for is None:
-            self.params = self.weight_specs(shapes)
+            self.params = specs if specs is not None else self.weight_specs(shapes)
             self.built_for = list(shapes)
         elif list(shapes) != self.built_for:
             raise GgmlValueError(f"layer '{self.name}' was built for input shape(s) {self.built_for} and is now "
                                  f"applied to {list(shapes)}; a shared layer needs inputs of one shape")
         return out
+
+    def shape_of(self, shapes: list[tuple]) -> tuple:
+        """The output shape for input ``shapes`` (None where a size is variable), checked without building."""
+        return self.variable_build(shapes)[0] if any(is_variable(s) for s in shapes) else self.output_shape(shapes)
+
+    def variable_build(self, shapes: list[tuple]) -> tuple[tuple, list[ParamSpec]]:
+        """The output shape and the weights for input shapes with variable sizes (None), from the layer applied to
+        each of ``VARIABLE_PROBES`` in their place: the weights must not depend on them, and an output size that
+        does is variable."""
+        outs, specs = [], []
+        for probe in VARIABLE_PROBES:
+            concrete = [tuple(probe if n is None else n for n in s) for s in shapes]
+            try:
+                outs.append(tuple(self.output_shape(concrete)))
+                specs.append(self.weight_specs(concrete))
+            except GgmlValueError as e:
+                raise GgmlValueError(f"{e} (layer '{self.name}' applied to {_fmt_shapes(shapes)}, its variable "
+                                     f"size (None) standing in as {probe})") from None
+        if [(p.name, p.ne) for p in specs[0]] != [(p.name, p.ne) for p in specs[1]]:
+            raise GgmlValueError(f"layer '{self.name}' ({self.kind}) is applied to {_fmt_shapes(shapes)}: the shapes "
+                                 "of its weights would depend on the variable size (None), which changes with the "
+                                 "data. Reduce that axis first (a global pooling layer, a recurrent layer without "
+                                 "return_sequences, a time-distributed layer), or give the input a fixed size")
+        if len(outs[0]) != len(outs[1]):
+            raise GgmlValueError(f"layer '{self.name}' ({self.kind}): its output's rank depends on the variable size "
+                                 f"(None) of {_fmt_shapes(shapes)}; give the input a fixed size")
+        return tuple(a if a == b else None for a, b in zip(*outs)), specs[0]
 
     def weight_specs(self, shapes: list[tuple[int, ...]]) -> list[ParamSpec]:
         """The weights the layer has for these input shapes: ``make_params``' that are present."""

@@ -11,7 +11,7 @@ import numpy as np
 
 from ...errors import GgmlStateError, GgmlTypeError, GgmlValueError
 from ..layers import basic
-from ..layers.layer import give_automatic_name, Layer, LayerOptions, next_global_name, sample_shape
+from ..layers.layer import give_automatic_name, is_variable, Layer, LayerOptions, next_global_name, sample_shape
 from ..layers.masking import masks_output
 
 
@@ -29,7 +29,7 @@ class InputLayer(Layer):
 
     def __init__(self, shape: int | Sequence[int], dtype: str = "float32", **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
-        self.shape = sample_shape(shape, "shape")
+        self.shape = sample_shape(shape, "shape", variable=True)
         if dtype not in DTYPES:
             raise GgmlValueError(f"dtype must be 'float32' or 'int32', got {dtype!r}")
         self.dtype = dtype
@@ -234,6 +234,27 @@ class Model:
         """(inputs, outputs, nodes in topological order)."""
         return self.inputs, self.outputs, self.nodes
 
+    @property
+    def variable(self) -> bool:
+        """Whether an input has a variable size (None): the data of each call fixes it, and each size gets graphs of
+        its own."""
+        return any(is_variable(n.shape) for n in self.graph()[0])
+
+    def concrete_shapes(self, input_shapes: Sequence[tuple[int, ...]]) -> dict[int, tuple[int, ...]]:
+        """Each node's sample shape (by the node's id) for inputs of ``input_shapes``, the data's (each variable size
+        fixed by it)."""
+        inputs, _, nodes = self.graph()
+        shapes = {id(n): tuple(int(d) for d in s) for n, s in zip(inputs, input_shapes)}
+        for n in nodes:
+            if not n.is_input:
+                shapes[id(n)] = tuple(n.layer.output_shape([shapes[id(i)] for i in n.inputs]))
+            got = shapes[id(n)]
+            if len(got) != len(n.shape) or any(d is not None and d != c for d, c in zip(n.shape, got)):
+                raise GgmlValueError(f"layer '{n.name}' makes samples of shape {got} for inputs of shapes "
+                                     f"{[tuple(s) for s in input_shapes]}, where it was built for {n.shape}; give "
+                                     "inputs of the sizes the model was built for (None is the size that may vary)")
+        return shapes
+
     def invalidate(self) -> None:
         """The layer list changed: compiled state must be rebuilt; the layers carry their weights to the
         next ``ggml_compile`` (freeing the runtime leaves them a copy)."""
@@ -333,12 +354,12 @@ class Sequential(Model):
             return  # no shapes yet: checked once the first layer's input_shape is known (at compile)
         shape = first.input_shape
         for each in self._stack:
-            shape = each.output_shape([shape])
+            shape = each.shape_of([shape])
         if layer.built_for is not None and [shape] != layer.built_for:
             raise GgmlValueError(f"layer '{layer.name}' was built for input shape(s) {layer.built_for}, and here it "
                                  f"would take {shape}; a layer added to a second model needs inputs of one shape")
-        layer.output_shape([shape])
-        if layer.built_for is None:
+        layer.shape_of([shape])   # (with a variable size, its weights are checked there)
+        if layer.built_for is None and not is_variable(shape):
             layer.make_params([shape])   # its weights for this input (a normalization's statistics), then dropped
 
     def pop(self) -> Layer:

@@ -1,0 +1,190 @@
+"""Inputs with a variable size (``ggml_input(shape=(None, ...))``, Keras' ``Input(shape=(None,))``): each call's
+data fixes the size, and each size gets graphs of its own. Checked against float64 numpy on the CPU and each GPU
+device, through training steps of alternating lengths (SGD against numpy's gradients), against a model of fixed
+size trained on the same data, and under misuse."""
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+import ggmlpy as g
+
+
+V, D = 7, 3
+
+
+def _pooled_model(backend: str = "cpu", optimizer: str = "adamw", lr: float | None = None):
+    """ids (None,) -> embedding (V, D) -> global average over the steps -> dense 2 (linear)."""
+    x = g.ggml_input(shape=(None,), dtype="int32")
+    h = g.ggml_layer_global_average_pooling_1d(g.ggml_layer_embedding(x, V, D, name="emb"))
+    out = g.ggml_layer_dense(h, 2, name="d")
+    return g.ggml_compile(g.ggml_model(x, out), loss="mse", optimizer=optimizer, learning_rate=lr, backend=backend)
+
+
+def _pooled_reference(w: dict, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """float64: the mean embedding over each sequence's steps, and the dense layer on it."""
+    emb, kernel, bias = (w[k].astype(np.float64) for k in ("emb.weight", "d.weight", "d.bias"))
+    h = emb[ids].mean(axis=1)
+    return h, h @ kernel + bias
+
+
+def test_one_model_predicts_sequences_of_any_length_as_numpy(each_device):
+    m = _pooled_model(each_device)
+    w = g.ggml_get_weights(m)
+    rng = np.random.default_rng(0)
+    # float32 sums on a GPU: the tolerance of a few roundings of values ~1
+    tol = 1e-6 if each_device == "cpu" else 1e-5
+    for length in (1, 4, 11, 4):   # the graph of length 4 is built once and used again
+        ids = rng.integers(0, V, size=(5, length))
+        np.testing.assert_allclose(g.ggml_predict(m, ids, batch_size=3), _pooled_reference(w, ids)[1],
+                                   rtol=tol, atol=tol)
+
+
+def test_steps_on_alternating_lengths_follow_numpy_sgd():
+    """One trainer, batches of lengths 3, 5, 3, 8: each step is plain SGD on that batch's MSE gradient (float64
+    numpy, by hand), so each length's graph trains the same weights and the optimizer carries across lengths."""
+    lr = 0.2
+    m = _pooled_model(optimizer="sgd", lr=lr)
+    w = {k: v.astype(np.float64) for k, v in g.ggml_get_weights(m).items()}
+    rng = np.random.default_rng(1)
+    tr = g.ggml_trainer(m, batch_size=4)
+    assert tr.get_lr() == pytest.approx(lr)   # before the first step (the graph is made there)
+    for length in (3, 5, 3, 8):
+        ids = rng.integers(0, V, size=(4, length))
+        y = rng.normal(size=(4, 2))
+        h, o = _pooled_reference(w, ids)
+        d_o = 2 * (o - y) / o.size                      # Keras' mse: the mean over samples and units
+        d_h = d_o @ w["d.weight"].T
+        grad_emb = np.zeros_like(w["emb.weight"])
+        np.add.at(grad_emb, ids, np.repeat(d_h[:, None, :] / length, length, axis=1))
+        loss = tr.step(ids, y.astype(np.float32))
+        assert loss == pytest.approx(np.mean((o - y) ** 2), rel=1e-5)
+        w = {"emb.weight": w["emb.weight"] - lr * grad_emb, "d.weight": w["d.weight"] - lr * h.T @ d_o,
+             "d.bias": w["d.bias"] - lr * d_o.sum(axis=0)}
+        got = g.ggml_get_weights(m)
+        for k in w:
+            np.testing.assert_allclose(got[k], w[k], rtol=1e-5, atol=1e-6, err_msg=f"length {length}: {k}")
+    tr.free()
+
+
+def test_a_variable_model_trains_as_the_fixed_model_of_the_datas_size():
+    """An LSTM over (None,) ids, fit on sequences of 6 then evaluated and fit on 9, equals models built for (6,) and
+    (9,) with the same starting weights and optimizer state (bit for bit: the same graphs)."""
+    def build(steps):
+        x = g.ggml_input(shape=(steps,), dtype="int32")
+        h = g.ggml_layer_lstm(g.ggml_layer_embedding(x, V, 4, name="emb"), 5, name="rnn")
+        out = g.ggml_layer_dense(h, 3, activation="softmax", name="d")
+        return g.ggml_compile(g.ggml_model(x, out), loss="sparse_categorical_crossentropy", backend="cpu")
+    rng = np.random.default_rng(2)
+    data = {n: (rng.integers(0, V, size=(40, n)), rng.integers(0, 3, size=40)) for n in (6, 9)}
+    var = build(None)
+    start = g.ggml_get_weights(var)
+    fixed6 = g.ggml_set_weights(build(6), start)
+    for model in (var, fixed6):
+        np.random.seed(5)
+        g.ggml_fit(model, *data[6], epochs=2, batch_size=8, verbose=0)
+    after6 = g.ggml_get_weights(var)
+    for k, v in g.ggml_get_weights(fixed6).items():
+        np.testing.assert_array_equal(after6[k], v)
+    # the next fit, on sequences of 9, continues the same optimizer as a (9,) model given the (6,) model's state
+    fixed9 = g.ggml_set_weights(build(9), after6)
+    fixed9.runtime.opt_state.state = fixed6.runtime.opt_state.state
+    assert g.ggml_evaluate(var, *data[9]) == g.ggml_evaluate(fixed9, *data[9])
+    for model in (var, fixed9):
+        np.random.seed(6)
+        g.ggml_fit(model, *data[9], epochs=1, batch_size=8, verbose=0)
+    for k, v in g.ggml_get_weights(fixed9).items():
+        np.testing.assert_array_equal(g.ggml_get_weights(var)[k], v)
+
+
+def test_labels_per_step_take_the_length_of_their_sequences():
+    """Sequence tagging: a class per step of a (None,) input; the labels' length must be x's."""
+    x = g.ggml_input(shape=(None,), dtype="int32")
+    out = g.ggml_layer_dense(g.ggml_layer_embedding(x, V, 4), 3, activation="softmax")
+    m = g.ggml_compile(g.ggml_model(x, out), loss="sparse_categorical_crossentropy", backend="cpu")
+    rng = np.random.default_rng(3)
+    for length in (4, 7):
+        ids = rng.integers(0, V, size=(16, length))
+        h = g.ggml_fit(m, ids, ids % 3, epochs=2, batch_size=8, verbose=0)
+        assert np.isfinite(h["train_loss"]).all()
+        assert g.ggml_predict(m, ids).shape == (16, length, 3)
+    with pytest.raises(g.GgmlValueError, match=r"class ids of samples \(5,\).*make outputs of \(7, 3\)"):
+        g.ggml_fit(m, ids, rng.integers(0, 3, size=(16, 5)), verbose=0)
+
+
+def test_a_stream_takes_one_length_and_says_what_to_do_with_several():
+    m = _pooled_model()
+    rng = np.random.default_rng(4)
+    one = [(rng.integers(0, V, size=(4, 6)), rng.normal(size=(4, 2)).astype(np.float32)) for _ in range(3)]
+    h = g.ggml_fit_generator(m, one, epochs=2, verbose=0)
+    assert len(h) == 2 and np.isfinite(h["train_loss"]).all()
+    mixed = one + [(rng.integers(0, V, size=(4, 9)), rng.normal(size=(4, 2)).astype(np.float32))]
+    with pytest.raises(g.GgmlValueError, match=r"a batch of samples \(\(9,\),\) after batches of \(\(6,\),\).*own "
+                                               "ggml_fit_generator call"):
+        g.ggml_fit_generator(m, mixed, epochs=1, verbose=0)
+
+
+def test_a_variable_model_saves_loads_and_pickles(tmp_path):
+    m = _pooled_model()
+    ids = np.random.default_rng(5).integers(0, V, size=(3, 5))
+    g.ggml_save_model(m, tmp_path / "m.gguf")
+    for again in (g.ggml_load_model(tmp_path / "m.gguf"), pickle.loads(pickle.dumps(m))):
+        assert again.inputs[0].shape == (None,)
+        np.testing.assert_array_equal(g.ggml_predict(again, ids), g.ggml_predict(m, ids))
+    assert "(None, None)" in m.summary()
+
+
+def test_variable_sizes_refused_where_they_cannot_hold():
+    with pytest.raises(g.GgmlValueError, match=r"weights would depend on the variable size"):
+        g.ggml_layer_dense(g.ggml_layer_flatten(g.ggml_input(shape=(None, 2))), 3)
+    conv = g.ggml_layer_conv_1d(g.ggml_input(shape=(None, 2)), 4, 3)    # a kernel of 3: sequences of 3 and more
+    out = g.ggml_layer_dense(g.ggml_layer_global_max_pooling_1d(conv), 1)
+    m = g.ggml_compile(g.ggml_model(conv.inputs[0], out), loss="mse", backend="cpu")
+    assert g.ggml_predict(m, np.ones((2, 3, 2), np.float32)).shape == (2, 1)
+    with pytest.raises(g.GgmlValueError, match="kernel of 3 does not fit an input of 2"):
+        g.ggml_predict(m, np.ones((2, 2, 2), np.float32))
+    with pytest.raises(g.GgmlValueError, match=r"no values along a variable size"):
+        g.ggml_predict(m, np.ones((2, 0, 2), np.float32))
+    with pytest.raises(g.GgmlValueError, match=r"must have shape \(N, None, 2\).*None is a size that may vary"):
+        g.ggml_predict(m, np.ones((2, 5, 3), np.float32))
+    seq = g.ggml_input(shape=(None, 2))
+    with pytest.raises(g.GgmlValueError, match="last size varies with the data"):
+        g.ggml_compile(g.ggml_model(seq, g.ggml_layer_flatten(seq)), loss="mse", backend="cpu")
+
+
+def test_images_of_any_size():
+    """(None, None, C) images through a convolution and a global pooling, against numpy (a 1x1 kernel: each
+    pixel's channels times the kernel, then the mean)."""
+    x = g.ggml_input(shape=(None, None, 2))
+    h = g.ggml_layer_global_average_pooling_2d(g.ggml_layer_conv_2d(x, 3, (1, 1), name="c"))
+    m = g.ggml_compile(g.ggml_model(x, h), loss="mse", backend="cpu")
+    w = g.ggml_get_weights(m)
+    kernel = w["c.kernel"].astype(np.float64).reshape(2, 3).T  # Keras' (1, 1, channels, filters)
+    rng = np.random.default_rng(6)
+    for hw in ((4, 5), (7, 3)):
+        img = rng.normal(size=(2, *hw, 2))
+        want = (img.reshape(2, -1, 2) @ kernel.T).mean(axis=1) + w["c.bias"].astype(np.float64).reshape(-1)
+        np.testing.assert_allclose(g.ggml_predict(m, img.astype(np.float32)), want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_predictor_keeps_a_few_graphs_as_lengths_change():
+    m = _pooled_model()
+    w = g.ggml_get_weights(m)
+    rng = np.random.default_rng(7)
+    for length in range(1, 40):
+        ids = rng.integers(0, V, size=(2, length))
+        np.testing.assert_allclose(g.ggml_predict(m, ids), _pooled_reference(w, ids)[1], rtol=1e-6, atol=1e-6)
+    assert len(m.runtime.predictor._graphs) <= 4
+
+
+def test_placement_and_profile_of_a_variable_model_take_its_sizes_as_32():
+    m = _pooled_model()
+    p = g.ggml_model_placement(m, batch_size=4)
+    assert p.n_splits >= 1 and p.devices
+    assert g.ggml_model_profile(m, batch_size=4, steps=1).by_op()
+    x = g.ggml_input(shape=(None,), dtype="int32")     # labels per step: their length is the stand-in's too
+    out = g.ggml_layer_dense(g.ggml_layer_embedding(x, V, 4), 3, activation="softmax")
+    tagger = g.ggml_compile(g.ggml_model(x, out), loss="sparse_categorical_crossentropy", backend="cpu")
+    assert g.ggml_model_placement(tagger, batch_size=2).n_splits >= 1
