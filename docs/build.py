@@ -301,14 +301,21 @@ def render_pages(out: Path) -> list[str]:
 
 
 def render_api(out: Path) -> None:
-    """The API reference of this checkout's ggmlpy, by pdoc, with links back to the guide."""
+    """The API reference of this checkout's ggmlpy, by pdoc, with links back to the guide and a headed section
+    per family of the public names (tools/exports.py's FAMILIES, given to the template as ``families``)."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     import pdoc
     import pdoc.render
 
+    from tools.exports import families
+
     pdoc.render.configure(docformat="google", template_directory=ROOT / "docs" / "pdoc-templates")
-    pdoc.pdoc("ggmlpy", output_directory=out / API_DIR)
+    pdoc.render.env.globals["families"] = families()
+    try:
+        pdoc.pdoc("ggmlpy", output_directory=out / API_DIR)
+    finally:
+        del pdoc.render.env.globals["families"]
 
 
 # ------------------------------------------------------------------------------ checking the site

@@ -6,11 +6,14 @@ Start with the model layer, ggmlR's Keras-like API (the first names below): buil
 ``ggml_fit_generator`` (batches streamed from a generator), then ``ggml_evaluate``, ``ggml_predict`` and
 ``ggml_save_model``. The user guide (linked at the bottom left) walks through each; the search box finds any name.
 
-The other families follow in this order: the training loops, callbacks and learning-rate schedules
-(``ggml_fit_opt_gen``, ``ggml_callback_*``, ``ggml_schedule_*``); ggml-opt (``ggml_opt_*``); GGUF files
-(``gguf_*``); backends, devices and buffers (``ggml_backend_*``); the scheduler and graph computation; graphs and
-tensors; ggml's ops (``ggml_add``, ``ggml_mul_mat``, ... with the context first, then operands, then scalars, as in
-ggmlR); the errors. Every function keeps its ggmlR name.
+The other families follow in this order, each under its heading: the training loops, callbacks and learning-rate
+schedules (``ggml_fit_opt_gen``, ``ggml_callback_*``, ``ggml_schedule_*``); ggml-opt, ggml's optimizer
+(``ggml_opt_*``); GGUF files (``gguf_*``); backends, devices and buffers (``ggml_backend_*``); the scheduler and
+graph computation (``ggml_backend_sched_*``, ``ggml_gallocr_*``); graphs and tensors (``ggml_init``,
+``ggml_new_tensor_*``, ``ggml_graph_*``); ggml's ops (``ggml_add``, ``ggml_mul_mat``, ... with the context first,
+then operands, then scalars, as in ggmlR); the library's version, CPU features and timers, and the tensor types
+(``GGML_VERSION``, ``ggml_cpu_has_*``, ``GGML_TYPE_*``); the errors (``GgmlpyError`` and its subclasses). Every
+function keeps its ggmlR name.
 
 (For maintainers: this file only re-exports the public names of the tiered subpackages,
 docs/guide/architecture.md; ``python tools/exports.py`` writes it: edit the modules, then run that.)
@@ -290,12 +293,12 @@ __docformat__ = "google"  # for pdoc (docs/README.md): "Arguments:" sections ren
 GGML_VERSION = BUILD_INFO.get("ggml_version", "unknown")
 
 __all__ = [
-    "GGML_VERSION", "ggml_model_sequential", "ggml_input", "ggml_model", "ggml_compile", "ggml_fit",
-    "ggml_fit_generator", "ggml_evaluate", "ggml_predict", "ggml_save_model", "ggml_load_model", "ggml_model_summary",
-    "ggml_trainer", "ggml_activation", "ggml_add_layer", "ggml_apply", "ggml_average_layer",
-    "ggml_average_pooling_1d", "ggml_average_pooling_2d", "ggml_batch_norm", "ggml_bidirectional", "ggml_concatenate",
-    "ggml_conv_1d", "ggml_conv_2d", "ggml_conv_2d_transpose", "ggml_custom", "ggml_custom_layer", "ggml_dense",
-    "ggml_dropout", "ggml_embedding", "ggml_flatten", "ggml_freeze_weights", "ggml_get_layer", "ggml_get_weights",
+    "ggml_model_sequential", "ggml_input", "ggml_model", "ggml_compile", "ggml_fit", "ggml_fit_generator",
+    "ggml_evaluate", "ggml_predict", "ggml_save_model", "ggml_load_model", "ggml_model_summary", "ggml_trainer",
+    "ggml_activation", "ggml_add_layer", "ggml_apply", "ggml_average_layer", "ggml_average_pooling_1d",
+    "ggml_average_pooling_2d", "ggml_batch_norm", "ggml_bidirectional", "ggml_concatenate", "ggml_conv_1d",
+    "ggml_conv_2d", "ggml_conv_2d_transpose", "ggml_custom", "ggml_custom_layer", "ggml_dense", "ggml_dropout",
+    "ggml_embedding", "ggml_flatten", "ggml_freeze_weights", "ggml_get_layer", "ggml_get_weights",
     "ggml_global_average_pooling_1d", "ggml_global_average_pooling_2d", "ggml_global_max_pooling_1d",
     "ggml_global_max_pooling_2d", "ggml_gru", "ggml_layer_activation", "ggml_layer_add", "ggml_layer_average",
     "ggml_layer_average_pooling_1d", "ggml_layer_average_pooling_2d", "ggml_layer_batch_norm",
@@ -423,18 +426,19 @@ __all__ = [
     "ggml_group_norm", "ggml_group_norm_inplace", "ggml_l2_norm", "ggml_l2_norm_inplace", "ggml_mean", "ggml_repeat",
     "ggml_repeat_back", "ggml_sum", "ggml_sum_rows", "ggml_pad_ext", "ggml_pad_reflect_1d", "ggml_roll",
     "ggml_upscale", "ggml_win_part", "ggml_win_unpart", "ggml_arange", "ggml_argsort", "GGML_SORT_ORDER_ASC",
-    "GGML_SORT_ORDER_DESC", "ggml_top_k", "ggml_cpu_features", "ggml_cpu_get_rvv_vlen", "ggml_cpu_get_sve_cnt",
-    "ggml_cpu_has_amx_int8", "ggml_cpu_has_arm_fma", "ggml_cpu_has_avx", "ggml_cpu_has_avx2", "ggml_cpu_has_avx512",
-    "ggml_cpu_has_avx512_bf16", "ggml_cpu_has_avx512_vbmi", "ggml_cpu_has_avx512_vnni", "ggml_cpu_has_avx_vnni",
-    "ggml_cpu_has_bmi2", "ggml_cpu_has_dotprod", "ggml_cpu_has_f16c", "ggml_cpu_has_fma", "ggml_cpu_has_fp16_va",
-    "ggml_cpu_has_llamafile", "ggml_cpu_has_matmul_int8", "ggml_cpu_has_neon", "ggml_cpu_has_riscv_v",
-    "ggml_cpu_has_sme", "ggml_cpu_has_sse3", "ggml_cpu_has_ssse3", "ggml_cpu_has_sve", "ggml_cpu_has_vsx",
-    "ggml_cpu_has_vxe", "ggml_cpu_has_wasm_simd", "ggml_cycles", "ggml_cycles_per_ms", "ggml_time_init",
-    "ggml_time_ms", "ggml_time_us", "ggml_version", "ggml_blck_size", "ggml_estimate_memory", "ggml_is_quantized",
-    "GGML_TYPE_BF16", "GGML_TYPE_F16", "GGML_TYPE_F32", "GGML_TYPE_F64", "GGML_TYPE_I16", "GGML_TYPE_I32",
-    "GGML_TYPE_I64", "GGML_TYPE_I8", "ggml_type_name", "GGML_TYPE_Q4_0", "GGML_TYPE_Q8_0", "ggml_type_size",
-    "ggml_type_sizef", "GgmlpyError", "GgmlpyWarning", "GgmlStateError", "GgmlInUseError", "GgmlTypeError",
-    "GgmlValueError", "BackendUnavailableError", "GgufFileError", "GgufFileNotFoundError", "GgufKeyError",
+    "GGML_SORT_ORDER_DESC", "ggml_top_k", "GGML_VERSION", "ggml_cpu_features", "ggml_cpu_get_rvv_vlen",
+    "ggml_cpu_get_sve_cnt", "ggml_cpu_has_amx_int8", "ggml_cpu_has_arm_fma", "ggml_cpu_has_avx", "ggml_cpu_has_avx2",
+    "ggml_cpu_has_avx512", "ggml_cpu_has_avx512_bf16", "ggml_cpu_has_avx512_vbmi", "ggml_cpu_has_avx512_vnni",
+    "ggml_cpu_has_avx_vnni", "ggml_cpu_has_bmi2", "ggml_cpu_has_dotprod", "ggml_cpu_has_f16c", "ggml_cpu_has_fma",
+    "ggml_cpu_has_fp16_va", "ggml_cpu_has_llamafile", "ggml_cpu_has_matmul_int8", "ggml_cpu_has_neon",
+    "ggml_cpu_has_riscv_v", "ggml_cpu_has_sme", "ggml_cpu_has_sse3", "ggml_cpu_has_ssse3", "ggml_cpu_has_sve",
+    "ggml_cpu_has_vsx", "ggml_cpu_has_vxe", "ggml_cpu_has_wasm_simd", "ggml_cycles", "ggml_cycles_per_ms",
+    "ggml_time_init", "ggml_time_ms", "ggml_time_us", "ggml_version", "ggml_blck_size", "ggml_estimate_memory",
+    "ggml_is_quantized", "GGML_TYPE_BF16", "GGML_TYPE_F16", "GGML_TYPE_F32", "GGML_TYPE_F64", "GGML_TYPE_I16",
+    "GGML_TYPE_I32", "GGML_TYPE_I64", "GGML_TYPE_I8", "ggml_type_name", "GGML_TYPE_Q4_0", "GGML_TYPE_Q8_0",
+    "ggml_type_size", "ggml_type_sizef", "GgmlpyError", "GgmlpyWarning", "GgmlStateError", "GgmlInUseError",
+    "GgmlTypeError", "GgmlValueError", "BackendUnavailableError", "GgufFileError", "GgufFileNotFoundError",
+    "GgufKeyError",
 ]
 
 # docstrings get their shared argument descriptions (core/glossary.py); one wrapper (_guard.py) makes calls on one

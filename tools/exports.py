@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import os
+import textwrap
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -24,6 +25,7 @@ BUILDERS = "ggmlpy.models.builders"                   # their functions: LAYER_F
 ERRORS = ["GgmlpyError", "GgmlpyWarning", "GgmlStateError", "GgmlInUseError", "GgmlTypeError", "GgmlValueError",
           "BackendUnavailableError", "GgufFileError", "GgufFileNotFoundError", "GgufKeyError"]
 
+# the package's docstring (the API reference's introduction); {families} becomes the sentence naming the families
 HEADER = '''"""ggmlpy: train models on ggml's backends (CPU, Vulkan, CUDA, RPC) from Python.
 
 Start with the model layer, ggmlR's Keras-like API (the first names below): build a model with
@@ -32,11 +34,7 @@ Start with the model layer, ggmlR's Keras-like API (the first names below): buil
 ``ggml_fit_generator`` (batches streamed from a generator), then ``ggml_evaluate``, ``ggml_predict`` and
 ``ggml_save_model``. The user guide (linked at the bottom left) walks through each; the search box finds any name.
 
-The other families follow in this order: the training loops, callbacks and learning-rate schedules
-(``ggml_fit_opt_gen``, ``ggml_callback_*``, ``ggml_schedule_*``); ggml-opt (``ggml_opt_*``); GGUF files
-(``gguf_*``); backends, devices and buffers (``ggml_backend_*``); the scheduler and graph computation; graphs and
-tensors; ggml's ops (``ggml_add``, ``ggml_mul_mat``, ... with the context first, then operands, then scalars, as in
-ggmlR); the errors. Every function keeps its ggmlR name.
+{families}
 
 (For maintainers: this file only re-exports the public names of the tiered subpackages,
 docs/guide/architecture.md; ``python tools/exports.py`` writes it: edit the modules, then run that.)
@@ -155,32 +153,67 @@ def public_names() -> dict[str, list[str]]:
 def render() -> str:
     by_module = public_names()
     generated = set(layer_function_names())
-    lines = [HEADER, _import("errors", ERRORS), *(_import(m, [n]) for n, m in LAYER_CLASSES.items())]
+    lines = [HEADER.replace("{families}", _families_sentence()), _import("errors", ERRORS),
+             *(_import(m, [n]) for n, m in LAYER_CLASSES.items())]
     for module, names in by_module.items():
         lines.append(_import(module[len("ggmlpy."):], [n for n in names if n not in generated]))
     lines.append("from .models.builders import LAYER_FUNCTIONS as _layer_functions\n\n"
                  "# made from the built-in layer classes (models/builders.py)\n")
     lines += [f'{name} = _layer_functions["{name}"]\n' for name in sorted(generated, key=str.lower)]
-    # the reference's order (pdoc follows __all__): the model layer first, then each family down the tiers
-    ordered = sorted(by_module.items(), key=lambda item: _family_rank(item[0]))
-    models = [n for module, names in ordered if module.startswith("ggmlpy.models") for n in names]
-    models = [n for n in FIRST if n in models] + [n for n in models if n not in FIRST]
-    others = [n for module, names in ordered if not module.startswith("ggmlpy.models") for n in names]
-    exported = ["GGML_VERSION"] + models + list(LAYER_CLASSES) + others + ERRORS
+    # the reference's order (pdoc follows __all__): the families of FAMILIES, the model layer first
+    exported = [name for *_, names in families() for name in names]
     lines.append(FOOTER.replace("\n# docstrings", "\n__all__ = [\n" + _listing(exported) + "]\n\n# docstrings", 1))
     return "".join(lines)
 
 
-FAMILY_ORDER = ("models", "training", "opt", "gguf", "backend", "compute", "graph", "ops", "core")
+# The families of the public API, in the order of __all__ and of the API reference (where each is a headed section,
+# docs/build.py): the tier (the subpackage, or ggmlpy/errors.py) whose names it takes, its heading, and what it
+# holds (under the heading, and in the package's introduction, HEADER).
+FAMILIES = (
+    ("models", "The model layer", "ggmlR's Keras-like API: the workflow first (``ggml_model_sequential`` to "
+     "``ggml_trainer``), then the layers, metrics, optimizers and the other helpers, and the classes of a layer of "
+     "your own (``Layer``, ``Weight``)"),
+    ("training", "Training loops, callbacks and schedules", "the training loops, callbacks and learning-rate "
+     "schedules (``ggml_fit_opt_gen``, ``ggml_callback_*``, ``ggml_schedule_*``)"),
+    ("opt", "ggml-opt", "ggml-opt, ggml's optimizer (``ggml_opt_*``)"),
+    ("gguf", "GGUF files", "GGUF files (``gguf_*``)"),
+    ("backend", "Backends, devices and buffers", "backends, devices and buffers (``ggml_backend_*``)"),
+    ("compute", "The scheduler and graph computation", "the scheduler and graph computation "
+     "(``ggml_backend_sched_*``, ``ggml_gallocr_*``)"),
+    ("graph", "Graphs and tensors", "graphs and tensors (``ggml_init``, ``ggml_new_tensor_*``, ``ggml_graph_*``)"),
+    ("ops", "Ops", "ggml's ops (``ggml_add``, ``ggml_mul_mat``, ... with the context first, then operands, then "
+     "scalars, as in ggmlR)"),
+    ("core", "The library and its types", "the library's version, CPU features and timers, and the tensor types "
+     "(``GGML_VERSION``, ``ggml_cpu_has_*``, ``GGML_TYPE_*``)"),
+    ("errors", "Errors", "the errors (``GgmlpyError`` and its subclasses)"),
+)
 # the model layer's workflow, at the head of the reference
 FIRST = ("ggml_model_sequential", "ggml_input", "ggml_model", "ggml_compile", "ggml_fit", "ggml_fit_generator",
          "ggml_evaluate", "ggml_predict", "ggml_save_model", "ggml_load_model", "ggml_model_summary", "ggml_trainer")
 
 
-def _family_rank(module: str) -> tuple[int, str]:
-    """Where a module's names go in ``__all__``: by its tier in FAMILY_ORDER (the model layer first), then by name."""
-    tier = module.split(".")[1] if "." in module else module
-    return (FAMILY_ORDER.index(tier) if tier in FAMILY_ORDER else len(FAMILY_ORDER), module)
+def families() -> list[tuple[str, str, str, list[str]]]:
+    """(anchor, heading, description, names) of each family of FAMILIES, in order: ``__all__`` is their names.
+    A family's names are those of its tier's modules, by module then by name; the model layer's workflow (FIRST)
+    leads, ``GGML_VERSION`` (defined by ``__init__`` itself) heads the library's."""
+    names: dict[str, list[str]] = {tier: [] for tier, _, _ in FAMILIES}
+    for module, defined in public_names().items():
+        tier = module.split(".")[1]
+        if tier not in names:
+            raise SystemExit(f"{module}: its tier {tier!r} is no family of tools/exports.py's FAMILIES: add one")
+        names[tier] += defined
+    models = names["models"]
+    names["models"] = [n for n in FIRST if n in models] + [n for n in models if n not in FIRST] + list(LAYER_CLASSES)
+    names["core"].insert(0, "GGML_VERSION")
+    names["errors"] += ERRORS
+    return [(tier, heading, description, names[tier]) for tier, heading, description in FAMILIES]
+
+
+def _families_sentence() -> str:
+    """The introduction's sentence on the families after the model layer, wrapped as the docstring is."""
+    text = ("The other families follow in this order, each under its heading: "
+            + "; ".join(description for _, _, description in FAMILIES[1:]) + ". Every function keeps its ggmlR name.")
+    return textwrap.fill(text, 116, break_long_words=False, break_on_hyphens=False)
 
 
 def _import(module: str, names: list[str]) -> str:

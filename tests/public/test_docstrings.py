@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from html.parser import HTMLParser
 
 import pytest
 
@@ -111,24 +112,79 @@ def test_pdoc_renders_the_api_reference(tmp_path):
     assert not absent, f"names missing from the generated reference: {absent}"
 
 
-def test_the_site_reference_has_a_search_and_starts_with_the_model_layer(tmp_path):
+class _Sections(HTMLParser):
+    """A rendered reference page's public names by family heading, in the page's order, in the content and in the
+    navigation. A heading is an element of class ``ggmlpy-family``: in the content an ``<h2>`` named by its ``id``,
+    in the navigation one whose link (``#anchor``) names it. A name is a member's ``<section id>`` in the content, a
+    link to it in the navigation. Names before any heading are under None."""
+
+    def __init__(self, names: set[str]):
+        super().__init__()
+        self.names = names
+        self.found: dict[str, dict[str | None, list[str]]] = {"main": {}, "nav": {}}
+        self.headings: dict[str, dict[str, str]] = {"main": {}, "nav": {}}   # anchor -> the heading's text
+        self.region: str | None = None    # "main" or "nav"
+        self.family: str | None = None    # the current heading's anchor
+        self.heading: str | None = None   # the tag of the heading being read, till its end
+
+    def handle_starttag(self, tag, attrs):
+        a = {k: v or "" for k, v in attrs}
+        if tag in ("main", "nav"):
+            self.region, self.family = tag, None
+        elif self.region and "ggmlpy-family" in a.get("class", "").split():
+            self.heading, self.family = tag, a.get("id")      # None in the nav until the heading's link
+        elif self.region == "nav" and tag == "a" and a.get("href", "").startswith("#"):
+            if self.heading:
+                self.family = a["href"][1:]
+            elif a["href"][1:] in self.names:
+                self.found["nav"].setdefault(self.family, []).append(a["href"][1:])
+        elif self.region == "main" and tag == "section" and a.get("id") in self.names:
+            self.found["main"].setdefault(self.family, []).append(a["id"])
+
+    def handle_data(self, data):
+        if self.region and self.heading and self.family:
+            texts = self.headings[self.region]
+            texts[self.family] = " ".join((texts.get(self.family, "") + data).split())
+
+    def handle_endtag(self, tag):
+        if tag == self.heading:
+            self.heading = None
+        elif tag in ("main", "nav"):
+            self.region = None
+
+
+def test_the_site_reference_has_a_search_and_a_headed_section_per_family(tmp_path):
     """A first-time user found one 4.8 MB page of 563 names without a search, ggml_fit at entry 299 after 250
     ggml_backend_* names, under an intro written for maintainers: the site's reference (docs/build.py's template)
-    has pdoc's search, the model layer's workflow comes first, and the intro is a user's."""
+    has pdoc's search, the model layer's workflow comes first, and the intro is a user's. Then the families were
+    still one flat list: each family of tools/exports.py's FAMILIES is a headed section, in order, with its names
+    under its heading, in the content (an <h2> with an anchor) and in the navigation (its heading over its links)."""
     render = pytest.importorskip("pdoc.render")
-    import pdoc
 
-    from tests.helpers import ROOT
-    render.configure(docformat="google", template_directory=ROOT / "docs" / "pdoc-templates")
+    from tests.helpers import load_script
+    build = load_script("docs/build.py", "ggmlpy_docs_build")
+    families = load_script("tools/exports.py", "ggmlpy_exports_tool").families()
     try:
-        pdoc.pdoc("ggmlpy", output_directory=tmp_path)
+        build.render_api(tmp_path)
     finally:
         render.configure()   # pdoc's defaults for the other tests
-    page = (tmp_path / "ggmlpy.html").read_text(encoding="utf-8")
-    assert 'role="searchbox"' in page and (tmp_path / "search.js").exists()
+    api = tmp_path / build.API_DIR
+    page = (api / "ggmlpy.html").read_text(encoding="utf-8")
+    assert 'role="searchbox"' in page and (api / "search.js").exists()
     order = [page.index(f'id="{name}"') for name in ("ggml_model_sequential", "ggml_compile", "ggml_fit")]
     assert order == sorted(order) and order[-1] < page.index('id="ggml_backend_cpu_init"') < page.index('id="ggml_add"')
     assert "Start with the model layer" in page
+
+    assert [name for *_, names in families for name in names] == G.__all__   # the families are __all__, in order
+    expected = {anchor: names for anchor, _, _, names in families}
+    headings = {anchor: heading for anchor, heading, _, _ in families}
+    sections = _Sections(set(G.__all__))
+    sections.feed(page)
+    for region in ("main", "nav"):   # dicts in order: the headings' order counts
+        assert list(sections.found[region].items()) == list(expected.items()), f"{region}: names by family heading"
+        assert sections.headings[region] == headings, f"{region}: the family headings' text"
+    for anchor in expected:
+        assert page.count(f'id="{anchor}"') == 1, anchor
 
 
 # ---------------------------------------------------------------- the glossary (ggmlpy/core/glossary.py)
