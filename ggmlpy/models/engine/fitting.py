@@ -420,8 +420,9 @@ class _BatchConverter:
             raise GgmlValueError(f"{self.what}: a batch of samples {input_shapes_of(self.model, xs)} after batches of "
                                  f"{self.shapes}: the variable sizes (None) of the model's inputs take one value "
                                  "per training stream (its graph is built for it). Train on each length with its own "
-                                 "ggml_fit_generator call (the optimizer continues from one to the next), or pad "
-                                 "the batches to one length")
+                                 "ggml_fit_generator call (the optimizer continues from one to the next), step "
+                                 "batches of mixed lengths with a ggml_trainer (it builds the graph of each new "
+                                 "length), or pad the batches to one length")
         ys = D.model_targets(self.model, self.cfg, y, xs, f"{self.what} y")
         w = D.sample_weights(self.cfg, ys, n, sw, None, f"{self.what} sample_weight")
         if short:  # a PyDataset's last batch (Keras' ceil(N / batch)): completed as ggml_fit completes its last

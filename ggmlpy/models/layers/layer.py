@@ -105,10 +105,11 @@ def _fmt_shapes(shapes: list[tuple]) -> str:
     return ", ".join("(" + ", ".join(str(n) for n in s) + ("," if len(s) == 1 else "") + ")" for s in shapes)
 
 
-# A variable size (None) is stood in for by each of these in turn when a layer is applied: an output size that
+# A variable size (None) is stood in for by each size of a pair in turn when a layer is applied: an output size that
 # differs between the two is variable too, and a weight whose shape differs is refused. Primes far apart, so that
-# no stride or pooling maps both to one size.
-VARIABLE_PROBES = (1021, 4093)
+# no stride or pooling maps both to one size; smaller pairs for a layer that refuses the larger (a position
+# embedding of at most so many steps).
+VARIABLE_PROBES = ((1021, 4093), (67, 131), (5, 7), (2, 3))
 
 
 MAX_SAMPLE_VALUES = 1 << 40  # with a batch axis beside it, ggml's int64 element counts stay far from overflow
@@ -461,15 +462,21 @@ class Layer(metaclass=_Sealed):
         """The output shape and the weights for input shapes with variable sizes (None), from the layer applied to
         each of ``VARIABLE_PROBES`` in their place: the weights must not depend on them, and an output size that
         does is variable."""
-        outs, specs = [], []
-        for probe in VARIABLE_PROBES:
-            concrete = [tuple(probe if n is None else n for n in s) for s in shapes]
+        first: GgmlValueError | None = None
+        for probes in VARIABLE_PROBES:  # large sizes first; a layer that takes at most so many steps, smaller ones
+            outs, specs = [], []
             try:
-                outs.append(tuple(self.output_shape(concrete)))
-                specs.append(self.weight_specs(concrete))
+                for probe in probes:
+                    concrete = [tuple(probe if n is None else n for n in s) for s in shapes]
+                    outs.append(tuple(self.output_shape(concrete)))
+                    specs.append(self.weight_specs(concrete))
+                break
             except GgmlValueError as e:
-                raise GgmlValueError(f"{e} (layer '{self.name}' applied to {_fmt_shapes(shapes)}, its variable "
-                                     f"size (None) standing in as {probe})") from None
+                first = first or GgmlValueError(f"{e} (layer '{self.name}' applied to {_fmt_shapes(shapes)}, its "
+                                                f"variable size (None) standing in as {probe})")
+        else:
+            assert first is not None
+            raise first
         if [(p.name, p.ne) for p in specs[0]] != [(p.name, p.ne) for p in specs[1]]:
             raise GgmlValueError(f"layer '{self.name}' ({self.kind}) is applied to {_fmt_shapes(shapes)}: the shapes "
                                  "of its weights would depend on the variable size (None), which changes with the "

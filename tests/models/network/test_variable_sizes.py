@@ -188,3 +188,46 @@ def test_placement_and_profile_of_a_variable_model_take_its_sizes_as_32():
     out = g.ggml_layer_dense(g.ggml_layer_embedding(x, V, 4), 3, activation="softmax")
     tagger = g.ggml_compile(g.ggml_model(x, out), loss="sparse_categorical_crossentropy", backend="cpu")
     assert g.ggml_model_placement(tagger, batch_size=2).n_splits >= 1
+
+
+def test_a_layer_of_at_most_so_many_steps_takes_variable_lengths_up_to_them():
+    """A position embedding of 6 positions over (None,) ids: any length up to 6 (its first positions), against
+    numpy; a longer one is refused naming the limit."""
+    x = g.ggml_input(shape=(None,), dtype="int32")
+    out = g.ggml_layer_position_embedding(g.ggml_layer_embedding(x, V, D, name="emb"), 6, name="pos")
+    m = g.ggml_compile(g.ggml_model(x, out), loss="mse", backend="cpu")
+    w = g.ggml_get_weights(m)
+    assert w["pos.weight"].shape == (6, D)
+    ids = np.random.default_rng(8).integers(0, V, size=(2, 4))
+    np.testing.assert_allclose(g.ggml_predict(m, ids), w["emb.weight"][ids] + w["pos.weight"][:4], rtol=1e-6)
+    with pytest.raises(g.GgmlValueError, match="at most 6 steps"):
+        g.ggml_predict(m, np.zeros((2, 7), np.int64))
+
+
+def test_padding_masks_hold_for_any_length():
+    """Embedding(mask_zero=True) into a bidirectional LSTM: trailing padding changes nothing, whatever the length
+    (the same sequences with and without two padded steps: two graphs, one answer)."""
+    x = g.ggml_input(shape=(None,), dtype="int32")
+    h = g.ggml_layer_bidirectional(g.ggml_layer_embedding(x, 10, 4, mask_zero=True), g.ggml_lstm(5))
+    m = g.ggml_compile(g.ggml_model(x, g.ggml_layer_dense(h, 2)), loss="mse", backend="cpu")
+    ids = np.random.default_rng(9).integers(1, 10, size=(3, 4))
+    padded = np.concatenate([ids, np.zeros((3, 2), np.int64)], axis=1)
+    np.testing.assert_allclose(g.ggml_predict(m, padded), g.ggml_predict(m, ids), rtol=1e-6, atol=1e-7)
+
+
+def test_data_parallel_replicas_build_each_length_as_one_device():
+    """A model on the CPU and a GPU (replicas): predictions and a fit at two lengths, against numpy and a one-device
+    model from the same weights."""
+    if g.ggml_backend_dev_by_name("Vulkan0") is None:
+        pytest.skip("no Vulkan device for a second replica (GGML_VK_VISIBLE_DEVICES=0 selects Mesa's lavapipe)")
+    both = _pooled_model(["cpu", "Vulkan0"], optimizer="sgd", lr=0.1)
+    one = g.ggml_set_weights(_pooled_model("cpu", optimizer="sgd", lr=0.1), g.ggml_get_weights(both))
+    rng = np.random.default_rng(10)
+    for length in (3, 6):
+        ids, y = rng.integers(0, V, size=(8, length)), rng.normal(size=(8, 2)).astype(np.float32)
+        np.testing.assert_allclose(g.ggml_predict(both, ids), _pooled_reference(g.ggml_get_weights(both), ids)[1],
+                                   rtol=1e-5, atol=1e-5)
+        for model in (both, one):
+            g.ggml_fit(model, ids, y, epochs=1, batch_size=8, shuffle=False, verbose=0)
+        for k, v in g.ggml_get_weights(one).items():
+            np.testing.assert_allclose(g.ggml_get_weights(both)[k], v, rtol=1e-5, atol=1e-6)
