@@ -69,9 +69,10 @@ class MetricState(Protocol):
 BUDGET_BYTES = 64 << 20   # device memory the metrics of one head may take for their intermediate tensors
 
 
-def device_bytes(h: HeadSpec, states: Sequence[MetricState], batch: int) -> int:
-    """The device memory a head's metrics take for a batch of ``batch`` samples (their largest tensors)."""
-    elements = batch * math.prod(h.shape)
+def device_bytes(h: HeadSpec, states: Sequence[MetricState], batch: int, shape: tuple[int, ...]) -> int:
+    """The device memory a head's metrics take for a batch of ``batch`` samples of ``shape`` (the head's, its
+    variable sizes fixed by the data: their largest tensors)."""
+    elements = batch * math.prod(shape)
     total = 0
     for st in states:
         if st.spec.kind == "auc":      # predictions against every threshold: four [elements, thresholds] tensors

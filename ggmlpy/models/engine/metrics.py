@@ -449,10 +449,11 @@ class HeadMetrics:
         """A bound on the nodes the statistics add to a training graph summed on the device (0 on the host)."""
         return device_metrics.graph_nodes(self.states) if self.device else 0
 
-    def device_fits(self, batch: int) -> bool:
-        """Whether the metrics of a ``batch``-sample step fit ``device_metrics.BUDGET_BYTES`` on the device."""
-        return all(device_metrics.device_bytes(h, states, batch) <= device_metrics.BUDGET_BYTES
-                   for h, states in zip(self.heads, self.states) if states)
+    def device_fits(self, batch: int, shapes: Sequence[tuple[int, ...]]) -> bool:
+        """Whether the metrics of a ``batch``-sample step fit ``device_metrics.BUDGET_BYTES`` on the device, with
+        outputs of ``shapes`` (one sample's, per head)."""
+        return all(device_metrics.device_bytes(h, states, batch, shape) <= device_metrics.BUDGET_BYTES
+                   for h, states, shape in zip(self.heads, self.states, shapes) if states)
 
     def results(self) -> dict[str, float]:
         values = [st.result() for states in self.states for st in states]

@@ -52,7 +52,10 @@ def training_runner(model: Model, cfg: CompileConfig, batch: int, period: int = 
     # a software Vulkan device such as lavapipe) the outputs cost nothing to read and numpy's bucketed AUC beats the
     # graph's comparison of every output with every threshold (measured: 0.86x on the CPU, 0.74x on lavapipe)
     on_device = not all(computes_on_host(s.backend) for s in stores)
-    too_large = metrics is not None and on_device and not metrics.device_fits(max(counts))
+    outputs = model.graph()[1]
+    sizes = model.concrete_shapes(input_shapes) if input_shapes is not None else {id(o): o.shape for o in outputs}
+    too_large = metrics is not None and on_device and not metrics.device_fits(max(counts),
+                                                                              [sizes[id(o)] for o in outputs])
     if metrics is not None:
         metrics.device = on_device and not too_large
     graphs: list[TrainingGraph] = []

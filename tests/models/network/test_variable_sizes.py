@@ -231,3 +231,23 @@ def test_data_parallel_replicas_build_each_length_as_one_device():
             g.ggml_fit(model, ids, y, epochs=1, batch_size=8, shuffle=False, verbose=0)
         for k, v in g.ggml_get_weights(one).items():
             np.testing.assert_allclose(g.ggml_get_weights(both)[k], v, rtol=1e-5, atol=1e-6)
+
+
+def test_metrics_summed_on_the_device_take_each_lengths_outputs(monkeypatch):
+    """A tagger over (None,) ids with compiled accuracy, MAE and AUC summed on the device (the CPU forced onto the
+    GPU's path): its budget is sized from the data's length, and the metrics equal numpy's on the outputs read
+    after the fit (one SGD step of lr 1e-30: the weights do not move)."""
+    from ggmlpy.models.engine import training_runner
+    monkeypatch.setattr(training_runner, "computes_on_host", lambda backend: False)
+    x = g.ggml_input(shape=(None,), dtype="int32")
+    out = g.ggml_layer_dense(g.ggml_layer_embedding(x, V, 4), 3, activation="softmax")
+    m = g.ggml_compile(g.ggml_model(x, out), loss="sparse_categorical_crossentropy", optimizer="sgd",
+                       learning_rate=1e-30, metrics=["mae"], backend="cpu")
+    rng = np.random.default_rng(11)
+    for length in (4, 9):
+        ids = rng.integers(0, V, size=(8, length))
+        labels = rng.integers(0, 3, size=(8, length))
+        h = g.ggml_fit(m, ids, labels, epochs=1, batch_size=8, shuffle=False, verbose=0)
+        p = g.ggml_predict(m, ids).astype(np.float64)
+        onehot = np.eye(3)[labels]
+        assert h["train_mae"].iloc[0] == pytest.approx(np.abs(p - onehot).mean(), rel=1e-5)
