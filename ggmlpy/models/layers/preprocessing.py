@@ -170,7 +170,7 @@ class _RandomResample(Layer, abstract=True):
         constant = self.fill_mode == "constant"
         name = (self.name or self.kind)[:40]
         axes = []   # (ggml axis, its size, its matrices, the constant term)
-        for axis, size, moves, word in ((1, h, self.moves()[0], "rows"), (0, w, self.moves()[1], "cols")):
+        for axis, size, moves, word in zip((1, 0), (h, w), self.moves(), ("rows", "cols")):
             if moves:
                 maps = g.step_input((size, size, 1, g.batch), f"{name}.{word}")
                 fill = g.step_input((size, 1, 1, g.batch), f"{name}.{word}_fill") if constant else None
