@@ -256,6 +256,8 @@ ggml_layer_norm = _layer_functions["ggml_layer_norm"]
 ggml_layer_normalization = _layer_functions["ggml_layer_normalization"]
 ggml_layer_position_embedding = _layer_functions["ggml_layer_position_embedding"]
 ggml_layer_random_flip = _layer_functions["ggml_layer_random_flip"]
+ggml_layer_random_translation = _layer_functions["ggml_layer_random_translation"]
+ggml_layer_random_zoom = _layer_functions["ggml_layer_random_zoom"]
 ggml_layer_repeat_vector = _layer_functions["ggml_layer_repeat_vector"]
 ggml_layer_rescaling = _layer_functions["ggml_layer_rescaling"]
 ggml_layer_reshape = _layer_functions["ggml_layer_reshape"]
@@ -269,6 +271,8 @@ ggml_multi_head_attention = _layer_functions["ggml_multi_head_attention"]
 ggml_normalization = _layer_functions["ggml_normalization"]
 ggml_position_embedding = _layer_functions["ggml_position_embedding"]
 ggml_random_flip = _layer_functions["ggml_random_flip"]
+ggml_random_translation = _layer_functions["ggml_random_translation"]
+ggml_random_zoom = _layer_functions["ggml_random_zoom"]
 ggml_repeat_vector = _layer_functions["ggml_repeat_vector"]
 ggml_rescaling = _layer_functions["ggml_rescaling"]
 ggml_time_distributed = _layer_functions["ggml_time_distributed"]
@@ -309,10 +313,11 @@ __all__ = [
     "ggml_layer_lstm", "ggml_layer_masking", "ggml_layer_max_pooling_1d", "ggml_layer_max_pooling_2d",
     "ggml_layer_maximum", "ggml_layer_minimum", "ggml_layer_multi_head_attention", "ggml_layer_multiply",
     "ggml_layer_norm", "ggml_layer_normalization", "ggml_layer_position_embedding", "ggml_layer_random_flip",
-    "ggml_layer_repeat_vector", "ggml_layer_rescaling", "ggml_layer_reshape", "ggml_layer_subtract",
-    "ggml_layer_time_distributed", "ggml_layer_upsampling_2d", "ggml_lstm", "ggml_masking", "ggml_max_pooling_1d",
-    "ggml_max_pooling_2d", "ggml_maximum_layer", "ggml_minimum_layer", "ggml_multi_head_attention",
-    "ggml_multiply_layer", "ggml_normalization", "ggml_pop_layer", "ggml_position_embedding", "ggml_random_flip",
+    "ggml_layer_random_translation", "ggml_layer_random_zoom", "ggml_layer_repeat_vector", "ggml_layer_rescaling",
+    "ggml_layer_reshape", "ggml_layer_subtract", "ggml_layer_time_distributed", "ggml_layer_upsampling_2d",
+    "ggml_lstm", "ggml_masking", "ggml_max_pooling_1d", "ggml_max_pooling_2d", "ggml_maximum_layer",
+    "ggml_minimum_layer", "ggml_multi_head_attention", "ggml_multiply_layer", "ggml_normalization", "ggml_pop_layer",
+    "ggml_position_embedding", "ggml_random_flip", "ggml_random_translation", "ggml_random_zoom",
     "ggml_repeat_vector", "ggml_rescaling", "ggml_set_weights", "ggml_subtract_layer", "ggml_time_distributed",
     "ggml_unfreeze_weights", "ggml_upsampling_2d", "ggml_predict_classes", "ggml_metric_auc", "ggml_metric_precision",
     "ggml_metric_recall", "ggml_metric_top_k_accuracy", "ggml_optimizer_adagrad", "ggml_optimizer_adam",

@@ -174,6 +174,12 @@ class GraphBuilder:
     def on_train_step(self, hook: StepHook) -> None:
         self.hooks.append(hook)
 
+    def step_input(self, ne: tuple[int, ...], name: str) -> Tensor:
+        """An F32 input tensor of shape ``ne`` that a step hook (``on_train_step``) writes before every step."""
+        t = ggml_set_input(ggml_new_tensor(self.ctx_io, GGML_TYPE_F32, len(ne), ne))
+        ggml_set_name(t, name)
+        return t
+
     # ---- layouts
     def convert(self, t: Tensor, shape: tuple[int, ...], src: str, dst: str) -> Tensor:
         """Between the user's orientation (NATURAL) and ggml's image/sequence layout (SPATIAL)."""

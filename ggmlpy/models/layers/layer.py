@@ -41,7 +41,8 @@ class WeightStore(Protocol):
 
 class Builder(Protocol):
     """What a layer's ``forward`` builds its ops with (``runtime.GraphBuilder``): the context, the batch size,
-    whether the graph trains, the layer's weights, constants and dropout, and the input's padding mask."""
+    whether the graph trains, the layer's weights, constants, dropout, inputs that a hook writes before each step
+    (``step_input``, ``on_train_step``), and the input's padding mask."""
     ctx: Context
     batch: int
     training: bool
@@ -61,6 +62,7 @@ class Builder(Protocol):
     def note(self, text: str) -> None: ...
     def relu_input(self, t: Tensor) -> Tensor | None: ...
     def on_train_step(self, hook: StepHook) -> None: ...
+    def step_input(self, ne: tuple[int, ...], name: str) -> Tensor: ...
     def convert(self, t: Tensor, shape: tuple[int, ...], src: str, dst: str) -> Tensor: ...
 
 

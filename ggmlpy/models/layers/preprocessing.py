@@ -1,24 +1,31 @@
 """Keras' preprocessing layers that belong in the model, computed on the model's device: ``Rescaling`` (pixel values
-to [0, 1], in training and inference) and ``RandomFlip`` (augmentation: each training step flips each image with
-probability 1/2, drawn on the device; predict and evaluate leave images as they are).
+to [0, 1], in training and inference), and the augmentations ``RandomFlip``, ``RandomTranslation`` and
+``RandomZoom`` (each training step transforms each image anew; predict and evaluate leave images as they are).
 
 A flip is a reflection padding (``ggml_pad_reflect_1d`` of ``W - 1`` positions before each row, whose first ``W``
 values are the row reversed), chosen per sample by a mask of 0 and 1 that the step's dropout seeds draw
 (``x + m (flip(x) - x)``). ggml has no backward pass for the padding, so a flip goes where Keras puts it: on the
 inputs, before any layer with weights (elsewhere the fit refuses the graph, naming the op).
+
+A translation and a zoom are separable: along each axis, output position ``o`` reads the input at
+``scale (o - c) + c - shift`` (``c`` the axis' centre; a translation has ``scale`` 1, a zoom ``shift`` 0), which
+with the interpolation and the fill mode folded in is one matrix per image and axis (``axis_maps``). The host draws
+each step's values and writes the matrices before the step (a step hook); the device applies them with one batched
+``ggml_mul_mat`` per axis, which has a backward pass: these two may sit anywhere in the model.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Callable, TYPE_CHECKING
 
 import numpy as np
 
 from ...core.args import is_real
-from ...errors import GgmlValueError
+from ...errors import GgmlTypeError, GgmlValueError
 from ...graph.objects import Tensor
 from ...graph.tensor import ggml_set_name
 from ...ops.elementwise import ggml_add, ggml_cont, ggml_mul, ggml_scale, ggml_scale_bias, ggml_sub
 from ...ops.layout import ggml_permute, ggml_view_4d
+from ...ops.linalg import ggml_mul_mat
 from ...ops.resize import ggml_pad_reflect_1d
 from .layer import Builder, Layer, LayerOptions, SPATIAL
 
@@ -113,3 +120,244 @@ def _maybe(g: Builder, x: Tensor, flipped: Tensor) -> Tensor:
     ones = g.constant(np.ones((g.batch, 1, 1, 1), dtype=np.float32))    # [1, 1, 1, N]
     pick = ggml_scale(ctx, g.dropout(ones, 0.5), 0.5)                    # 0 or 1 per sample
     return ggml_add(ctx, x, ggml_mul(ctx, ggml_sub(ctx, flipped, x), pick))
+
+
+# ---------------------------------------------------------------- RandomTranslation, RandomZoom
+
+FILL_MODES = ("reflect", "wrap", "constant", "nearest")
+INTERPOLATIONS = ("bilinear", "nearest")
+
+
+class _RandomResample(Layer, abstract=True):
+    """What RandomTranslation and RandomZoom share: the checks of their arguments, and the per-axis resampling
+    of the images, whose values each subclass draws (``draw``)."""
+    layout = SPATIAL
+    ARG_DOCS = {
+        "fill_mode": "how points outside the image are filled: 'reflect' (d c b a | a b c d | d c b a), 'wrap' "
+                     "(a b c d | a b c d | a b c d), 'constant' (fill_value) or 'nearest' (a a a a | a b c d | "
+                     "d d d d).",
+        "interpolation": "'bilinear' or 'nearest'.",
+        "fill_value": "the value of the points outside the image with fill_mode='constant'.",
+    }
+
+    def _options(self, fill_mode: str, interpolation: str, fill_value: float) -> None:
+        if fill_mode not in FILL_MODES:
+            raise GgmlValueError(f"{self.kind} fill_mode must be one of {FILL_MODES}, got {fill_mode!r}")
+        if interpolation not in INTERPOLATIONS:
+            raise GgmlValueError(f"{self.kind} interpolation must be one of {INTERPOLATIONS}, got "
+                                 f"{interpolation!r}")
+        if not is_real(fill_value) or not np.isfinite(fill_value):
+            raise GgmlValueError(f"{self.kind} fill_value must be a finite number, got {fill_value!r}")
+        self.fill_mode, self.interpolation, self.fill_value = fill_mode, interpolation, float(fill_value)
+
+    def output_shape(self, shapes):
+        if len(shapes[0]) != 3:
+            raise GgmlValueError(f"{self.kind} '{self.name}' takes image samples (height, width, channels), got "
+                                 f"shape {shapes[0]}; reshape the samples to images first (ggml_layer_reshape)")
+        return shapes[0]
+
+    def draw(self, rng: np.random.Generator, n: int, h: int, w: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """This step's ``(scale, shift)`` of each image (arrays of ``n``) for the height, then the width."""
+        raise NotImplementedError
+
+    def moves(self) -> tuple[bool, bool]:
+        """Whether the height and the width can change at all (a range of (0, 0) leaves an axis alone)."""
+        raise NotImplementedError
+
+    def forward(self, g, xs, shapes):
+        x = xs[0]                                               # [W, H, C, N]
+        h, w, _ = shapes[0]
+        constant = self.fill_mode == "constant"
+        name = (self.name or self.kind)[:40]
+        axes = []   # (ggml axis, its size, its matrices, the constant term)
+        for axis, size, moves, word in zip((1, 0), (h, w), self.moves(), ("rows", "cols")):
+            if moves:
+                maps = g.step_input((size, size, 1, g.batch), f"{name}.{word}")
+                fill = g.step_input((size, 1, 1, g.batch), f"{name}.{word}_fill") if constant else None
+                axes.append((axis, size, maps, fill))
+        for axis, _, maps, fill in axes:
+            x = _resample(g, x, axis, maps, fill)
+        if axes:
+            g.on_train_step(_StepMaps(self, np.random.default_rng(np.random.randint(0, 2 ** 31)), g.batch, h, w,
+                                      axes))
+        return x
+
+    def predict_forward(self, g, xs, shapes):
+        return xs[0]
+
+
+class RandomTranslation(_RandomResample):
+    """Images (H, W, C) shifted at random in training (Keras' ``RandomTranslation``): each image by its own
+    fractions of its height and width, drawn every step from ``height_factor`` and ``width_factor`` (a float
+    ``f``: from [-f, f]; a pair: from [lower, upper]; each in [-1, 1]); a positive height shift moves the image
+    down, a positive width shift to the right, by a fractional number of pixels (``interpolation``). The
+    uncovered part is filled as ``fill_mode`` says. Unchanged in predict and evaluate. The shift has a backward
+    pass: the layer may sit anywhere in the model.
+
+    Example:
+        >>> model = g.ggml_layer_random_translation(model, 0.1, 0.1, input_shape=(32, 32, 3))
+    """
+    kind = "random_translation"
+    ARG_DOCS = {**_RandomResample.ARG_DOCS,
+                "height_factor": "the vertical shift, a fraction of the height: a float f (from -f to f) or a pair "
+                                 "(lower, upper), each in [-1, 1]; positive moves the image down.",
+                "width_factor": "the horizontal shift, a fraction of the width, as height_factor; positive moves "
+                                "the image right."}
+
+    def __init__(self, height_factor: float | tuple[float, float], width_factor: float | tuple[float, float],
+                 fill_mode: str = "reflect", interpolation: str = "bilinear", fill_value: float = 0.0,
+                 **kw: Unpack[LayerOptions]) -> None:
+        super().__init__(**kw)
+        self.height_factor, self._height = _factor(height_factor, self.kind, "height_factor")
+        self.width_factor, self._width = _factor(width_factor, self.kind, "width_factor")
+        self._options(fill_mode, interpolation, fill_value)
+
+    def moves(self):
+        return self._height != (0.0, 0.0), self._width != (0.0, 0.0)
+
+    def draw(self, rng, n, h, w):
+        ones = np.ones(n)
+        return [(ones, rng.uniform(*self._height, n) * h), (ones, rng.uniform(*self._width, n) * w)]
+
+
+class RandomZoom(_RandomResample):
+    """Images (H, W, C) zoomed at random in training (Keras' ``RandomZoom``): each image by its own factors,
+    drawn every step from ``height_factor`` and ``width_factor`` (a float ``f``: from [-f, f]; a pair: from
+    [lower, upper]; each in [-1, 1]), about the image's centre. As in Keras a positive factor zooms out (0.2:
+    the image shrinks to 1/1.2 of its size, ``fill_mode`` filling the border) and a negative one zooms in;
+    ``width_factor=None`` zooms the width as the height (the aspect ratio kept). Unchanged in predict and
+    evaluate. The zoom has a backward pass: the layer may sit anywhere in the model.
+
+    Example:
+        >>> model = g.ggml_layer_random_zoom(model, (-0.2, 0.2), input_shape=(32, 32, 3))
+    """
+    kind = "random_zoom"
+    ARG_DOCS = {**_RandomResample.ARG_DOCS,
+                "height_factor": "the vertical zoom: a float f (from -f to f) or a pair (lower, upper), each in "
+                                 "[-1, 1]; positive zooms out, negative in.",
+                "width_factor": "the horizontal zoom, as height_factor; None: the height's zoom (the aspect ratio "
+                                "kept)."}
+
+    def __init__(self, height_factor: float | tuple[float, float],
+                 width_factor: float | tuple[float, float] | None = None, fill_mode: str = "reflect",
+                 interpolation: str = "bilinear", fill_value: float = 0.0, **kw: Unpack[LayerOptions]) -> None:
+        super().__init__(**kw)
+        self.height_factor, self._height = _factor(height_factor, self.kind, "height_factor")
+        self.width_factor: float | tuple[float, float] | None = None
+        self._width: tuple[float, float] | None = None   # None: the height's zoom
+        if width_factor is not None:
+            self.width_factor, self._width = _factor(width_factor, self.kind, "width_factor")
+        self._options(fill_mode, interpolation, fill_value)
+
+    def moves(self):
+        height = self._height != (0.0, 0.0)
+        return height, height if self._width is None else self._width != (0.0, 0.0)
+
+    def draw(self, rng, n, h, w):
+        zeros = np.zeros(n)
+        height = 1 + rng.uniform(*self._height, n)
+        width = height if self._width is None else 1 + rng.uniform(*self._width, n)
+        return [(height, zeros), (width, zeros)]
+
+
+def _factor(value: object, kind: str, name: str) -> tuple[float | tuple[float, float], tuple[float, float]]:
+    """A factor argument as kept (a float, or a pair) and the range it draws from, (lower, upper)."""
+    fix = "give a float f in [-1, 1] (the range [-|f|, |f|]) or a pair (lower, upper), -1 <= lower <= upper <= 1"
+    if is_real(value):
+        f = float(value)
+        if not -1 <= f <= 1:
+            raise GgmlValueError(f"{kind} {name} is a fraction of the image's size, in [-1, 1]; got {value!r}: {fix}")
+        return f, (-abs(f), abs(f))
+    if not isinstance(value, (tuple, list)) or len(value) != 2 or not all(is_real(v) for v in value):
+        raise GgmlTypeError(f"{kind} {name} must be a number or a pair (lower, upper) of numbers, got {value!r}: "
+                            f"{fix}")
+    lower, upper = float(value[0]), float(value[1])
+    if not -1 <= lower <= upper <= 1:
+        raise GgmlValueError(f"{kind} {name} must be a pair (lower, upper) with -1 <= lower <= upper <= 1 "
+                             f"(fractions of the image's size), got {value!r}: {fix}")
+    return (lower, upper), (lower, upper)
+
+
+def axis_maps(size: int, scale: np.ndarray, shift: np.ndarray, fill_mode: str, interpolation: str,
+              fill_value: float) -> tuple[np.ndarray, np.ndarray | None]:
+    """The matrices that resample one axis of ``size`` pixels, one per image: output position ``o`` reads the
+    input at ``s = scale (o - c) + c - shift`` (``c = (size - 1) / 2``), interpolated (bilinear: the two pixels
+    around ``s``, weighted by distance; nearest: the pixel ``floor(s + 0.5)``) after each pixel read outside the
+    axis is brought back inside as ``fill_mode`` says (reflect, wrap, nearest). With ``"constant"`` the pixels
+    outside weigh 0 and the second array, ``fill_value`` times the weight they had, is added.
+
+    Pixel ``i`` sits at coordinate ``i`` (its centre), as in Keras' affine transforms and scipy.ndimage.
+
+    Value: ``(maps, fill)``: float32 arrays ``(n, 1, size, size)`` (``maps[k, 0, o, i]``: the weight of input
+    pixel ``i`` in output position ``o`` of image ``k``: ggml's ``[i, o, 1, k]``) and ``(n, 1, 1, size)``, or None
+    (a fill mode other than "constant").
+    """
+    n = len(scale)
+    center = (size - 1) / 2
+    src = np.asarray(scale, np.float64)[:, None] * (np.arange(size) - center) + center - \
+        np.asarray(shift, np.float64)[:, None]                                  # (n, size)
+    if interpolation == "nearest":
+        index, weight = np.floor(src + 0.5)[..., None], np.ones((n, size, 1))
+    else:
+        low = np.floor(src)
+        frac = src - low
+        index, weight = np.stack([low, low + 1], -1), np.stack([1 - frac, frac], -1)
+    index = index.astype(np.int64)                                               # (n, size, taps)
+    fill = None
+    if fill_mode == "reflect":        # d c b a | a b c d | d c b a: period 2 size, the second half reversed
+        index = index % (2 * size)
+        index = np.where(index >= size, 2 * size - 1 - index, index)
+    elif fill_mode == "wrap":
+        index = index % size
+    elif fill_mode == "nearest":
+        index = np.clip(index, 0, size - 1)
+    else:                             # constant: the pixels outside weigh nothing; fill_value takes their weight
+        inside = (index >= 0) & (index < size)
+        weight = np.where(inside, weight, 0.0)
+        index = np.clip(index, 0, size - 1)
+        fill = (fill_value * (1 - weight.sum(-1))).astype(np.float32).reshape(n, 1, 1, size)
+    maps = np.zeros((n, size, size))
+    images, outs = np.indices(index.shape)[:2]
+    np.add.at(maps, (images, outs, index), weight)
+    return maps.astype(np.float32).reshape(n, 1, size, size), fill
+
+
+def _resample(g: Builder, x: Tensor, axis: int, maps: Tensor, fill: Tensor | None) -> Tensor:
+    """``x`` ([W, H, C, N]) resampled along ggml axis 0 (the width) or 1 (the height) by each image's matrix
+    (``maps`` [size, size, 1, N]: one ``ggml_mul_mat``, broadcast over the other axes), plus the constant term
+    (``fill`` [size, 1, 1, N]) where there is one."""
+    ctx = g.ctx
+    rows = ggml_cont(ctx, ggml_permute(ctx, x, 1, 0, 2, 3)) if axis == 1 else x    # the axis first
+    if int(rows.ptr.nb[0]) != 4:
+        rows = ggml_cont(ctx, rows)
+    out = ggml_mul_mat(ctx, maps, rows)
+    if fill is not None:
+        out = ggml_add(ctx, out, fill)
+    return out if axis == 0 else ggml_cont(ctx, ggml_permute(ctx, out, 1, 0, 2, 3))
+
+
+class _StepMaps:
+    """The step hook of one graph's RandomTranslation or RandomZoom: before each training step it draws the
+    step's values (``layer.draw``, from this graph's generator) and writes each axis' matrices for the graph's
+    batch; before a step that does not train, the identity."""
+
+    def __init__(self, layer: _RandomResample, rng: np.random.Generator, batch: int, h: int, w: int,
+                 axes: list[tuple[int, int, Tensor, Tensor | None]]) -> None:
+        self.layer, self.rng, self.batch, self.h, self.w, self.axes = layer, rng, batch, h, w, axes
+
+    @property
+    def written(self) -> list[Tensor]:
+        return [t for _, _, maps, fill in self.axes for t in (maps, fill) if t is not None]
+
+    def before_eval(self, train: bool, write: Callable[[Tensor, np.ndarray], None]) -> None:
+        layer, n = self.layer, self.batch
+        drawn = layer.draw(self.rng, n, self.h, self.w) if train else [(np.ones(n), np.zeros(n))] * 2
+        for axis, size, maps, fill in self.axes:
+            scale, shift = drawn[1 - axis]    # drawn: the height's (ggml axis 1), then the width's (axis 0)
+            m, f = axis_maps(size, scale, shift, layer.fill_mode, layer.interpolation, layer.fill_value)
+            write(maps, m)
+            if fill is not None and f is not None:
+                write(fill, f)
+
+    def after_eval(self, train: bool) -> None:
+        pass

@@ -59,6 +59,8 @@ SAMPLES = {
     "bidirectional": ((lambda: g.ggml_gru(2, return_sequences=True),), {"merge_mode": "sum"}, [(5, 3)]),
     "rescaling": ((1 / 255,), {"offset": 0.5}, [(4, 3, 2)]),
     "random_flip": (("horizontal",), {}, [(4, 3, 2)]),
+    "random_translation": ((0.2, (-0.1, 0.3)), {"fill_mode": "constant", "fill_value": 1.0}, [(4, 3, 2)]),
+    "random_zoom": (((-0.2, 0.1),), {"interpolation": "nearest"}, [(4, 3, 2)]),
 }
 
 
