@@ -17,8 +17,7 @@ import pickle
 
 import numpy as np
 import pytest
-from scipy import ndimage
-from scipy import stats
+from scipy import ndimage, stats
 
 import ggmlpy as g
 from ggmlpy.backend.transfer import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
