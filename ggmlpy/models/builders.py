@@ -474,7 +474,8 @@ def ggml_custom_layer(model_or_node: Any, forward: Callable[..., Any], weights: 
             ``{name: (ne, initializer)}`` with ``"glorot"`` (Glorot uniform, the default for 2-D and more),
             ``"zeros"`` (the default for 1-D: biases) or ``"ones"``.
         output_shape: one output sample's shape (a tuple), or a function of the input sample's shape, when the
-            layer changes it (default: the input's).
+            layer changes it (default: the input's); after a variable size (None) a function, called with the
+            data's sizes (``lambda s: (s[0], 8)``).
         name, trainable, input_shape: as for every layer.
 
     Value: the model (sequential) or the new node (functional). A model with a custom layer cannot be saved
@@ -502,5 +503,6 @@ def ggml_custom(forward: Callable[..., Any], weights: dict | None = None, output
         >>> step = g.ggml_custom(affine, weights={"kernel": (4, 8), "bias": (8,)}, output_shape=(8,))
         >>> seq = g.ggml_layer_time_distributed(g.ggml_input(shape=(10, 4)), step)    # (10, 8)
     """
-    layer = custom.CustomLayer(forward, weights, output_shape, name=name, trainable=trainable, input_shape=input_shape)
+    layer = custom.CustomLayer(forward, weights, output_shape, "ggml_custom", name=name, trainable=trainable,
+                               input_shape=input_shape)
     return default_name(layer)

@@ -98,14 +98,16 @@ def per_sample_loss(h: HeadSpec, out: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def correct(h: HeadSpec, out: np.ndarray, y: np.ndarray) -> np.ndarray | None:
-    """Per-sample 0/1 correctness for classification heads, None otherwise."""
-    n = out.shape[0]
-    if h.loss_type_name == "cross_entropy":   # the share of a sample's positions classified right
-        o, t = out.reshape(n, -1, h.shape[-1]), y.reshape(n, -1, h.shape[-1])
-        return (o.argmax(axis=2) == t.argmax(axis=2)).mean(axis=1)
+    """0/1 correctness of each prediction of a classification head (None for another head): each position's class
+    (a cross-entropy: one per sample, or per step of a sequence) or each value's side of the threshold (a binary
+    cross-entropy). Accuracy is their mean over every prediction, as Keras' accuracy metrics average them (so
+    sequences of different lengths weigh by their steps)."""
+    if h.loss_type_name == "cross_entropy":
+        o, t = out.reshape(-1, h.shape[-1]), y.reshape(-1, h.shape[-1])
+        return o.argmax(axis=1) == t.argmax(axis=1)
     if h.loss_type_name in ("binary_cross_entropy", "binary_cross_entropy_logits"):
         threshold = 0.0 if h.loss_type_name == "binary_cross_entropy_logits" else 0.5  # a logit of 0 is p = 0.5
-        return ((out.reshape(n, -1) > threshold) == (y.reshape(n, -1) > 0.5)).mean(axis=1)
+        return (out.reshape(-1) > threshold) == (y.reshape(-1) > 0.5)
     return None
 
 

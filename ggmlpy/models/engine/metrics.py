@@ -469,6 +469,7 @@ class Tally:
         self.penalty = penalty  # the regularizers' penalty of the weights evaluated (added to the total, as Keras)
         self.loss = np.zeros(len(heads))
         self.correct = np.zeros(len(heads))
+        self.predictions = np.zeros(len(heads))   # what ``correct`` counts among (positions, values)
         self.n = 0
         self.metrics = HeadMetrics(heads, metrics or [[] for _ in heads])
 
@@ -479,6 +480,7 @@ class Tally:
             c = correct(h, o, y)
             if c is not None:
                 self.correct[i] += float(c.sum())
+                self.predictions[i] += c.size
         self.metrics.update(outs, ys)
         self.n += outs[0].shape[0]
 
@@ -486,7 +488,7 @@ class Tally:
         return list(self.loss / self.n) if self.n else [float("nan")] * len(self.heads)
 
     def head_accuracies(self) -> list[float]:
-        return [self.correct[i] / self.n if self.n and h.classification else float("nan")
+        return [self.correct[i] / self.predictions[i] if self.predictions[i] and h.classification else float("nan")
                 for i, h in enumerate(self.heads)]
 
     def total_loss(self) -> float:

@@ -35,9 +35,8 @@ class CustomLayer(Layer):
     takes_int = "either"   # its forward may read int32 token ids (Keras' TokenAndPositionEmbedding) or floats
 
     def __init__(self, forward: Callable[..., Any], weights: dict | None = None, output_shape: Any = None,
-                 **kw: Unpack[LayerOptions]) -> None:
+                 fn: str = "ggml_custom_layer", **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
-        fn = "ggml_custom_layer"
         if not callable(forward):
             raise GgmlTypeError(f"{fn}: forward must be a function forward(ctx, x, weights) -> tensor, got "
                                 f"{type(forward).__name__}")
@@ -51,6 +50,11 @@ class CustomLayer(Layer):
         self.forward_fn = forward
         self.weight_shapes = _weight_shapes(weights or {}, fn)
         if output_shape is not None and not callable(output_shape):
+            if isinstance(output_shape, (tuple, list)) and None in output_shape:
+                raise GgmlValueError(f"{fn}: output_shape {tuple(output_shape)!r} leaves a size open (None): the "
+                                     "output's sizes follow from the input's, so give output_shape as a function of "
+                                     "the input sample's shape, called with the data's sizes (for (None, 4) steps to "
+                                     "8 features: output_shape=lambda s: (s[0], 8))")
             output_shape = sample_shape(output_shape, f"{fn}: output_shape")
         self.output_shape_of = output_shape
 

@@ -83,8 +83,10 @@ def sample_shape(shape: Any, what: str = "input_shape", variable: bool = False) 
     None (Keras' variable size: a sequence's length, an image's height), fixed by the data of each call."""
     if is_int(shape):
         shape = (shape,)
-    if not isinstance(shape, (tuple, list)) or not 1 <= len(shape) <= 3:
-        raise GgmlValueError(f"{what} must be a tuple of 1 to 3 positive ints (one sample, no batch axis), "
+    sizes = "positive ints, or None for a size that varies with the data" if variable else "positive ints"
+    if not isinstance(shape, (tuple, list)) or not 1 <= len(shape) <= 3 or \
+            any(n is not None and (not is_int(n) or n < 1) for n in shape):
+        raise GgmlValueError(f"{what} must be a tuple of 1 to 3 sizes, {sizes} (one sample, no batch axis), "
                              f"got {shape!r}")
     if any(n is None for n in shape) and not variable:
         raise GgmlValueError(f"{what} {tuple(shape)!r} leaves a size open (None): only a model's inputs may "
@@ -107,11 +109,11 @@ def _fmt_shapes(shapes: list[tuple]) -> str:
     return ", ".join("(" + ", ".join(str(n) for n in s) + ("," if len(s) == 1 else "") + ")" for s in shapes)
 
 
-# A variable size (None) is stood in for by each size of a pair in turn when a layer is applied: an output size that
-# differs between the two is variable too, and a weight whose shape differs is refused. Primes far apart, so that
-# no stride or pooling maps both to one size; smaller pairs for a layer that refuses the larger (a position
-# embedding of at most so many steps).
-VARIABLE_PROBES = ((1021, 4093), (67, 131), (5, 7), (2, 3))
+# A variable size (None) is stood in for by each of these sizes in turn when a layer is applied (those the layer
+# takes: a kernel longer than the small ones, a position embedding of fewer steps than the large ones): an output
+# size that differs between them is variable too, and a weight whose shape differs is refused. Primes up to far
+# beyond a stride or a kernel, so that no stride or pooling maps them all to one size.
+VARIABLE_PROBES = (2, 3, 5, 7, 67, 131, 1021, 4093, 65521, 262139)
 
 
 MAX_SAMPLE_VALUES = 1 << 40  # with a batch axis beside it, ggml's int64 element counts stay far from overflow
@@ -462,32 +464,32 @@ class Layer(metaclass=_Sealed):
 
     def variable_build(self, shapes: list[tuple]) -> tuple[tuple, list[ParamSpec]]:
         """The output shape and the weights for input shapes with variable sizes (None), from the layer applied to
-        each of ``VARIABLE_PROBES`` in their place: the weights must not depend on them, and an output size that
+        each of ``VARIABLE_PROBES`` in their place (those it accepts: a kernel longer than the small ones, a position
+        embedding of fewer steps than the large ones): the weights must not depend on them, and an output size that
         does is variable."""
-        first: GgmlValueError | None = None
-        for probes in VARIABLE_PROBES:  # large sizes first; a layer that takes at most so many steps, smaller ones
-            outs, specs = [], []
+        outs, specs, refusals = [], [], []
+        for probe in VARIABLE_PROBES:
+            concrete = [tuple(probe if n is None else n for n in s) for s in shapes]
             try:
-                for probe in probes:
-                    concrete = [tuple(probe if n is None else n for n in s) for s in shapes]
-                    outs.append(tuple(self.output_shape(concrete)))
-                    specs.append(self.weight_specs(concrete))
-                break
+                out, spec = tuple(self.output_shape(concrete)), self.weight_specs(concrete)
             except GgmlValueError as e:
-                first = first or GgmlValueError(f"{e} (layer '{self.name}' applied to {_fmt_shapes(shapes)}, its "
-                                                f"variable size (None) standing in as {probe})")
-        else:
-            assert first is not None
-            raise first
-        if [(p.name, p.ne) for p in specs[0]] != [(p.name, p.ne) for p in specs[1]]:
+                refusals.append(e)
+                continue
+            outs.append(out)
+            specs.append(spec)
+        if len(outs) < 2:
+            raise GgmlValueError(f"{refusals[-1]} (layer '{self.name}' applied to {_fmt_shapes(shapes)}: of the sizes "
+                                 f"from {VARIABLE_PROBES[0]} to {VARIABLE_PROBES[-1]:,} tried for the variable size "
+                                 f"(None), it takes {'one' if outs else 'none'}; give the input a fixed size)")
+        if any([(p.name, p.ne) for p in spec] != [(p.name, p.ne) for p in specs[0]] for spec in specs[1:]):
             raise GgmlValueError(f"layer '{self.name}' ({self.kind}) is applied to {_fmt_shapes(shapes)}: the shapes "
                                  "of its weights would depend on the variable size (None), which changes with the "
                                  "data. Reduce that axis first (a global pooling layer, a recurrent layer without "
                                  "return_sequences, a time-distributed layer), or give the input a fixed size")
-        if len(outs[0]) != len(outs[1]):
+        if any(len(out) != len(outs[0]) for out in outs):
             raise GgmlValueError(f"layer '{self.name}' ({self.kind}): its output's rank depends on the variable size "
                                  f"(None) of {_fmt_shapes(shapes)}; give the input a fixed size")
-        return tuple(a if a == b else None for a, b in zip(*outs)), specs[0]
+        return tuple(sizes[0] if len(set(sizes)) == 1 else None for sizes in zip(*outs)), specs[0]
 
     def weight_specs(self, shapes: list[tuple[int, ...]]) -> list[ParamSpec]:
         """The weights the layer has for these input shapes: ``make_params``' that are present."""

@@ -251,3 +251,33 @@ def test_metrics_summed_on_the_device_take_each_lengths_outputs(monkeypatch):
         p = g.ggml_predict(m, ids).astype(np.float64)
         onehot = np.eye(3)[labels]
         assert h["train_mae"].iloc[0] == pytest.approx(np.abs(p - onehot).mean(), rel=1e-5)
+
+
+def test_accuracy_over_batches_of_different_lengths_counts_every_step():
+    """Keras' accuracy of a tagger is the share of all steps classified right: a batch of 10 steps per sample
+    weighs five times one of 2 (not each sample's share, averaged)."""
+    x = g.ggml_input(shape=(None,), dtype="int32")
+    out = g.ggml_layer_dense(g.ggml_layer_embedding(x, V, 4), 3, activation="softmax")
+    m = g.ggml_compile(g.ggml_model(x, out), loss="sparse_categorical_crossentropy", backend="cpu")
+    rng = np.random.default_rng(12)
+    batches = [(rng.integers(0, V, size=(4, n)), rng.integers(0, 3, size=(4, n))) for n in (2, 10)]
+    right = [g.ggml_predict(m, ids).argmax(axis=-1) == labels for ids, labels in batches]
+    want = sum(r.sum() for r in right) / sum(r.size for r in right)
+    assert want != pytest.approx(np.mean([r.mean(axis=1) for r in right]))   # the two rules differ on this data
+    assert g.ggml_evaluate(m, batches)["accuracy"] == pytest.approx(want)
+
+
+def test_stand_in_sizes_reach_long_kernels_and_large_strides():
+    """A kernel longer than the small stand-in sizes still builds (as Keras builds it), and a stride larger than the
+    gap between two stand-ins still leaves the size variable (a dense layer after its flatten is refused)."""
+    x = g.ggml_input(shape=(None, 1))
+    conv = g.ggml_layer_conv_1d(x, 2, 1500)
+    assert conv.shape == (None, 2)
+    m = g.ggml_compile(g.ggml_model(x, g.ggml_layer_global_max_pooling_1d(conv)), loss="mse", backend="cpu")
+    assert g.ggml_predict(m, np.ones((1, 1600, 1), np.float32)).shape == (1, 2)
+    pooled = g.ggml_layer_max_pooling_1d(x, 2, strides=4096)
+    assert pooled.shape == (None, 1)
+    with pytest.raises(g.GgmlValueError, match="weights would depend on the variable size"):
+        g.ggml_layer_dense(g.ggml_layer_flatten(pooled), 3)
+    with pytest.raises(g.GgmlValueError, match=r"kernel of 300000.*of the sizes from 2 to 262,139 tried"):
+        g.ggml_layer_conv_1d(x, 2, 300000)
