@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+from collections.abc import Sequence
 from typing import Any, Callable
 
 import numpy as np
@@ -17,7 +18,7 @@ from .. import ops as _ops_package
 from ..backend.transfer import as_numeric, checked_values
 from ..core.args import is_int
 from ..errors import GgmlInUseError, GgmlTypeError, GgmlValueError
-from ..graph.objects import Context
+from ..graph.objects import Context, Tensor
 from . import layers as _layers_package
 from .engine.compile import compiled
 from .layers import basic as Lyr
@@ -491,8 +492,9 @@ def ggml_custom_layer(model_or_node: Any, forward: Callable[..., Any], weights: 
     return _add_or_apply(model_or_node, layer, "ggml_custom_layer")
 
 
-def ggml_custom(forward: Callable[..., Any], weights: dict | None = None, output_shape: Any = None,
-                name: str | None = None, trainable: bool = True, input_shape: Any = None) -> Layer:
+def ggml_custom(forward: Callable[..., Tensor], weights: dict | None = None,
+                output_shape: Sequence[int] | Callable[[tuple], Sequence[int]] | None = None, name: str | None = None,
+                trainable: bool = True, input_shape: Sequence[int | None] | None = None) -> Layer:
     """The layer object of ``ggml_custom_layer`` (its free form, as ``ggml_dense`` is ``ggml_layer_dense``'s): for
     ``ggml_apply`` (applied to several nodes it shares its weights) and for the wrappers
     (``ggml_layer_time_distributed`` applies it to every step). The arguments are ``ggml_custom_layer``'s.

@@ -16,6 +16,7 @@ from ..core.args import is_int, learning_rate_arg
 from ..core.handle import interpreter_exiting
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
 from ..training.loop import NONFINITE_CAUSES
+from ..training.runner import StepRunner
 from .engine import inputs as D
 from .engine.compile import compiled
 from .engine.metrics import Tally
@@ -65,7 +66,7 @@ class ModelTrainer:
         self._lease: object | None = None  # the optimizer is taken at the first step (OptimizerState.begin)
         # the runner's graphs are for one size of the model's variable sizes (None): made at the first step, and
         # again when a step brings another (the optimizer's state carried over)
-        self._runner: Any = None
+        self._runner: StepRunner | None = None
         self._shapes: InputShapes = None
         self._lr: float | None = None   # a learning rate set before a variable model's first step
         self.train_nodes = 0
@@ -105,7 +106,7 @@ class ModelTrainer:
             raise
         self._shapes = shapes
 
-    def _started(self, fn: str) -> Any:
+    def _started(self, fn: str) -> StepRunner:
         """The runner, which a model with variable sizes has from its first step on."""
         if self._runner is None:
             raise GgmlStateError(f"trainer.{fn}: the model has variable sizes (None), and its training graph is made "
@@ -145,21 +146,22 @@ class ModelTrainer:
         shapes = input_shapes_of(self._model, xs)
         if self._runner is None or shapes != self._shapes:
             self._make_runner(shapes)
+        runner = self._started("step")
         pairs = self._writer.parse(D.feed_dict(self._cfg.heads, xs, ys, None))
         if self._lease is None:  # the first step: take the optimizer, continuing from where it is now
             self._lease = self._opt_state.begin("a ggml_trainer (from its first step until trainer.free())",
                                                 "trainer.step", owner=self)
-            self._opt_state.restore(self._runner.state)
+            self._opt_state.restore(runner.state)
         self._result.reset()
         with model_in_use(self._model):
-            before = self._runner.split_threads()  # as a fit's steps (a predict may have reset them)
+            before = runner.split_threads()  # as a fit's steps (a predict may have reset them)
             try:
-                self._runner.step(pairs, True, self._result, watch)
+                runner.step(pairs, True, self._result, watch)
             finally:
                 restore_threads(before)
                 self._model.runtime.replicas_in_step()
         self._steps += 1
-        loss = float(self._runner.result_loss(self._result))
+        loss = float(runner.result_loss(self._result))
         if not np.isfinite(loss):
             raise GgmlValueError(f"trainer.step: the loss of this batch is {loss} (not finite); the weights are "
                                  f"probably NaN/inf now. {NONFINITE_CAUSES}")

@@ -15,6 +15,16 @@ class History(pd.DataFrame):
     def _constructor(self) -> type[History]:   # pandas' protocol: slices and copies stay histories
         return History
 
+    def __getitem__(self, key: object) -> pd.Series | pd.DataFrame:
+        try:
+            return super().__getitem__(key)
+        except KeyError:
+            # Keras' key of a column ("loss" for "train_loss"): say where it is
+            if isinstance(key, str) and f"train_{key}" in self.columns:
+                raise KeyError(f"{key!r}: the history's columns are ggmlR's ('train_{key}', 'val_...'); Keras' keys "
+                               f"are in history.history (history.history[{key!r}])") from None
+            raise
+
     @property
     def history(self) -> dict[str, list[float]]:
         """Keras' ``History.history``: each value's list over the epochs under Keras' key: ``loss``, ``accuracy``,

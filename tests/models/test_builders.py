@@ -291,3 +291,41 @@ def test_every_layer_docstring_lists_each_argument_once():
         assert {"name", "trainable", "input_shape"} <= set(listed), fn_name
 
 
+
+
+def test_keras_habits_of_a_second_port_say_what_to_write():
+    """What a Keras user reaches for next: each works or says what to write instead."""
+    a, b = g.ggml_input(shape=(3,)), g.ggml_input(shape=(3,))
+    total = sum([a, b])                         # sum() starts from 0: 0 + node is the node
+    assert total.layer.kind == "add" and list(total.inputs) == [a, b]
+    for expr, text in ((lambda: a / b, r"node / \.\.\..*ggml_div"), (lambda: -a, r"-node.*rescaling\(node, -1\.0\)"),
+                       (lambda: a @ b, r"ggml_layer_dense.*ggml_mul_mat"), (lambda: a ** 2, r"node \*\* \.\.\."),
+                       (lambda: a * 2.0, r"for a number c: ggml_layer_rescaling\(node, c\)"),
+                       (lambda: 1 - a, r"rescaling\(node, -1\.0, offset=c\) \(c - node\)")):
+        with pytest.raises(g.GgmlTypeError, match=text):
+            expr()
+    m = g.ggml_model([a, b], g.ggml_layer_dense(total, 2))
+    assert m.input_shape == [(None, 3), (None, 3)] and m.output_shape == (None, 2)
+    with pytest.raises(AttributeError, match=r"count_params.*ggml_get_weights"):
+        m.count_params()
+    seq = g.ggml_layer_max_pooling_2d(g.ggml_model_sequential(), 2, padding="SAME", input_shape=(5, 5, 1))
+    seq = g.ggml_compile(g.ggml_layer_flatten(seq), loss="mse", backend="cpu")
+    assert seq.output_shape == (None, 9)                        # "SAME" is "same", as Keras lowers it
+    x, y = np.ones((4, 5, 5, 1), np.float32), np.zeros((4, 9), np.float32)
+    h = g.ggml_fit(g.ggml_compile(g.ggml_layer_dense(seq, 9), loss="mse", backend="cpu"), x, y, verbose=0)
+    with pytest.raises(KeyError, match=r"'loss'.*history\.history\['loss'\]"):
+        h["loss"]
+    assert h.history["loss"] == list(h["train_loss"])
+    with pytest.raises(KeyError, match="nothing"):
+        h["nothing"]
+
+
+def test_scikeras_routing_names_an_argument_its_function_lacks():
+    def build(input_shape):
+        return g.ggml_layer_dense(g.ggml_model_sequential(), 1, input_shape=input_shape)
+    x, y = np.ones((8, 2), np.float32), np.ones(8, np.float32)
+    with pytest.raises(g.GgmlTypeError, match=r"optimizer__bogus: 'optimizer__' routes arguments to ggml_compile, "
+                                              r"which has no argument 'bogus'; its arguments are .*learning_rate"):
+        g.GgmlRegressor(build, backend="cpu", optimizer__bogus=1).fit(x, y)
+    with pytest.raises(g.GgmlTypeError, match=r"fit__shufle: .* ggml_fit, which has no argument 'shufle'"):
+        g.GgmlRegressor(build, backend="cpu", fit__shufle=False, epochs=1).fit(x, y)

@@ -120,7 +120,7 @@ class _GgmlEstimator(BaseEstimator):
             raise GgmlTypeError(f"{type(self).__name__}: the model function returned {type(built).__name__}, not a "
                                 "ggmlpy model (ggml_model_sequential(...) or ggml_model(inputs, outputs))")
         if built.compiled is None:
-            settings = {"learning_rate": self.learning_rate, **self._routed("optimizer__")}
+            settings = {"learning_rate": self.learning_rate, **self._routed("optimizer__", ggml_compile)}
             built = ggml_compile(built, optimizer=self.optimizer, loss=self.loss or self._loss, backend=self.backend,
                                  **settings)
         return built
@@ -154,7 +154,7 @@ class _GgmlEstimator(BaseEstimator):
         self.history_ = ggml_fit(self.model_, X, y, **{
             "epochs": self.epochs, "batch_size": batch, "verbose": self.verbose,
             "validation_split": self.validation_split, "callbacks": callbacks, "sample_weight": sample_weight,
-            **self._routed("fit__")})
+            **self._routed("fit__", ggml_fit)})
         return self
 
     def _meta(self, X: np.ndarray, n_outputs: int) -> dict[str, object]:
@@ -162,9 +162,17 @@ class _GgmlEstimator(BaseEstimator):
         return {"n_features_in_": self.n_features_in_, "X_shape_": X.shape, "X_dtype_": X.dtype,
                 "n_outputs_": n_outputs}
 
-    def _routed(self, prefix: str) -> dict[str, Any]:
-        """The arguments given with SciKeras' ``prefix`` (``optimizer__``, ``fit__``), without it."""
-        return {k[len(prefix):]: v for k, v in self.get_params().items() if k.startswith(prefix)}
+    def _routed(self, prefix: str, fn: Callable[..., object]) -> dict[str, Any]:
+        """The arguments given with SciKeras' ``prefix`` (``optimizer__``, ``fit__``), without it, for ``fn``
+        (``ggml_compile``, ``ggml_fit``), which must take them."""
+        routed = {k[len(prefix):]: v for k, v in self.get_params().items() if k.startswith(prefix)}
+        takes = [name for name in inspect.signature(fn).parameters if name not in ("model", "x", "y")]
+        unknown = sorted(k for k in routed if k not in takes)
+        if unknown:
+            raise GgmlTypeError(f"{type(self).__name__}: {', '.join(prefix + k for k in unknown)}: '{prefix}' routes "
+                                f"arguments to {fn.__name__}, which has no argument {', '.join(map(repr, unknown))}; "
+                                f"its arguments are {', '.join(takes)}")
+        return routed
 
     def _labels_for(self, model: Model, y: np.ndarray, n_outputs: int) -> np.ndarray:
         """``y`` as the compiled model's loss takes it (a regressor's as given)."""

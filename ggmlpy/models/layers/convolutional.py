@@ -49,9 +49,10 @@ def _dilation(rates: tuple, strides: tuple) -> tuple:
 
 
 def padding_arg(padding: Any) -> str:
-    if padding not in ("valid", "same"):
+    """'valid' or 'same', in any case (Keras lowers it: "SAME" is "same")."""
+    if not isinstance(padding, str) or padding.lower() not in ("valid", "same"):
         raise GgmlValueError(f"padding must be 'valid' or 'same', got {padding!r}")
-    return padding
+    return padding.lower()
 
 
 def _out_and_pad(size: int, k: int, s: int, padding: str, layer: Layer) -> tuple[int, int, int]:
@@ -243,7 +244,8 @@ class Conv1D(Convolution):
                  kernel_initializer: str = "glorot_uniform", bias_initializer: str = "zeros",
                  **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
-        causal = padding == "causal"   # Keras' Conv1D: zeros before the first step only, an output per input step
+        causal = isinstance(padding, str) and padding.lower() == "causal"   # Keras' Conv1D: zeros before the first
+        # step only, an output per input step
         self._set_common(filters, "valid" if causal else padding, activation, use_bias, kernel_initializer,
                          bias_initializer)
         self.padding = "causal" if causal else self.padding

@@ -71,7 +71,7 @@ class LayerOptions(TypedDict, total=False):
     weights (a Keras spec: ``"l2"``, ``ggml_regularizer_l1(0.01)``, ...; ``REGULARIZED`` says which)."""
     name: str | None
     trainable: bool
-    input_shape: int | Sequence[int] | None
+    input_shape: int | Sequence[int | None] | None
     kernel_regularizer: object
     bias_regularizer: object
     recurrent_regularizer: object

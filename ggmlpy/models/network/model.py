@@ -72,6 +72,8 @@ class Node:
         return self._merged(other, basic.Multiply, "*")
 
     def __radd__(self, other: object) -> Node:   # a constant + node (a node + node calls __add__)
+        if type(other) is int and other == 0:      # sum([a, b]) starts from 0
+            return self
         return self._merged(other, basic.Add, "+")
 
     def __rsub__(self, other: object) -> Node:
@@ -82,10 +84,36 @@ class Node:
 
     def _merged(self, other: object, cls: type[Layer], symbol: str) -> Node:
         if not isinstance(other, Node):
+            constant = "ggml_layer_rescaling(node, c)" if symbol == "*" else \
+                "ggml_layer_rescaling(node, 1.0, offset=c)" if symbol == "+" else \
+                "ggml_layer_rescaling(node, 1.0, offset=-c) (node - c) or ggml_layer_rescaling(node, -1.0, offset=c) " \
+                "(c - node)"
+            hint = f"; for a number c: {constant}" if isinstance(other, (int, float)) else ""
             raise GgmlTypeError(f"node {symbol} {type(other).__name__}: node arithmetic combines two nodes (a merge "
-                                f"layer: ggml_layer_{cls.kind}); to {symbol} a constant, write a custom layer "
+                                f"layer: ggml_layer_{cls.kind}){hint}; for anything else write a custom layer "
                                 "(ggml_custom_layer) or a Layer subclass")
         return apply_layer(default_name(cls()), [self, other])
+
+    def _unsupported(self, what: str, instead: str) -> NoReturn:
+        raise GgmlTypeError(f"{what}: node arithmetic has +, - and * of two nodes (merge layers); {instead}")
+
+    def __truediv__(self, other: object) -> NoReturn:
+        self._unsupported("node / ...", "to divide, write a custom layer with ggml_div (ggml_custom_layer), or for "
+                                        "a number c ggml_layer_rescaling(node, 1 / c)")
+
+    __rtruediv__ = __truediv__
+
+    def __neg__(self) -> NoReturn:
+        self._unsupported("-node", "to negate: ggml_layer_rescaling(node, -1.0)")
+
+    def __matmul__(self, other: object) -> NoReturn:
+        self._unsupported("node @ ...", "a product with weights is ggml_layer_dense; of two nodes, write a custom "
+                                        "layer with ggml_mul_mat (ggml_custom_layer)")
+
+    __rmatmul__ = __matmul__
+
+    def __pow__(self, other: object) -> NoReturn:
+        self._unsupported("node ** ...", "write a custom layer (ggml_custom_layer: ggml_sqr, ggml_sqrt, ...)")
 
     @property
     def is_input(self) -> bool:
@@ -170,6 +198,11 @@ KERAS_METHODS = {
     "save_weights": "ggml_save_weights(model, path)", "load_weights": "ggml_load_weights(model, path)",
     "get_layer": "ggml_get_layer(model, name)", "pop": "ggml_pop_layer(model)",
     "train_on_batch": "ggml_trainer(model).step(x, y)", "add": "ggml_layer_dense(model, ...) (a ggml_layer_* call)",
+    "test_on_batch": "ggml_trainer(model).eval(x, y)", "predict_on_batch": "ggml_predict(model, x)",
+    "count_params": "ggml_model_summary(model) (its params lines), or sum(w.size for w in "
+                    "ggml_get_weights(model).values())",
+    "to_json": "ggml_save_model(model, path) (the architecture and weights in one GGUF file)",
+    "get_config": "ggml_save_model(model, path) (the architecture and weights in one GGUF file)",
 }
 
 
@@ -229,6 +262,19 @@ class Model:
     @property
     def layers(self) -> list[Layer]:
         return list(self._layers)
+
+    @property
+    def input_shape(self) -> tuple | list[tuple]:
+        """Keras' ``model.input_shape``: ``(None, *one sample's shape)``, None for the batch (and for a variable
+        size); a list for several inputs."""
+        shapes = [(None, *n.shape) for n in self.graph()[0]]
+        return shapes[0] if len(shapes) == 1 else shapes
+
+    @property
+    def output_shape(self) -> tuple | list[tuple]:
+        """Keras' ``model.output_shape``, as ``input_shape``."""
+        shapes = [(None, *n.shape) for n in self.graph()[1]]
+        return shapes[0] if len(shapes) == 1 else shapes
 
     def graph(self) -> tuple[list[Node], list[Node], list[Node]]:
         """(inputs, outputs, nodes in topological order)."""
