@@ -468,8 +468,8 @@ def rotation_taps(h: int, w: int, angle: np.ndarray, fill_mode: str, interpolati
         weights = np.where(in_y[..., :, None] & in_x[..., None, :], weights, 0.0)
         fill = (fill_value * (1 - weights.sum((-2, -1)))).astype(np.float32).reshape(-1)
     taps = weights.shape[-1] * weights.shape[-2]
-    return (rows.reshape(n * h * w, taps).T.astype(np.int32), weights.reshape(n * h * w, taps).T.astype(np.float32),
-            fill)
+    return (np.ascontiguousarray(rows.reshape(n * h * w, taps).T, np.int32),
+            np.ascontiguousarray(weights.reshape(n * h * w, taps).T, np.float32), fill)
 
 
 class _StepTaps:
