@@ -1,6 +1,7 @@
 """Keras' preprocessing layers that belong in the model, computed on the model's device: ``Rescaling`` (pixel values
-to [0, 1], in training and inference), and the augmentations ``RandomFlip``, ``RandomTranslation`` and
-``RandomZoom`` (each training step transforms each image anew; predict and evaluate leave images as they are).
+to [0, 1], in training and inference), and the augmentations ``RandomFlip``, ``RandomTranslation``, ``RandomZoom``
+and ``RandomRotation`` (each training step transforms each image anew; predict and evaluate leave images as they
+are).
 
 A flip is a reflection padding (``ggml_pad_reflect_1d`` of ``W - 1`` positions before each row, whose first ``W``
 values are the row reversed), chosen per sample by a mask of 0 and 1 that the step's dropout seeds draw
@@ -12,6 +13,13 @@ A translation and a zoom are separable: along each axis, output position ``o`` r
 with the interpolation and the fill mode folded in is one matrix per image and axis (``axis_maps``). The host draws
 each step's values and writes the matrices before the step (a step hook); the device applies them with one batched
 ``ggml_mul_mat`` per axis, which has a backward pass: these two may sit anywhere in the model.
+
+A rotation is not separable: each output pixel reads the input around the point Keras' rotation matrix gives,
+from 4 pixels (bilinear) or 1 (nearest) after the fill mode has brought each back inside (``rotation_taps``). The
+host writes each step, for every pixel of the batch, each tap's row index and weight (and with ``"constant"`` the
+fill term); the device, with the batch's pixels as rows of ``C`` channels (``[C, W, H, N]``), gathers each tap's
+rows (``ggml_get_rows``, whose backward pass scatters the gradient back) and sums them weighted: a rotation may
+sit anywhere in the model too.
 """
 from __future__ import annotations
 
@@ -460,16 +468,20 @@ def rotation_taps(h: int, w: int, angle: np.ndarray, fill_mode: str, interpolati
     ix, wx = interpolation_taps(cos * dx - sin * dy + cx, interpolation)
     iy, in_y = fold_taps(iy, h, fill_mode)
     ix, in_x = fold_taps(ix, w, fill_mode)
-    images = np.arange(n)[:, None, None, None, None]
-    rows = (images * h + iy[..., :, None]) * w + ix[..., None, :]                    # (n, h, w, t, t)
-    weights = wy[..., :, None] * wx[..., None, :]
+    # the taps first ((t, n, h, w): each tap's values are one array of the batch's pixels), in int32 and float32
+    def first(a: np.ndarray, dtype: type) -> np.ndarray:
+        return np.ascontiguousarray(np.moveaxis(a, -1, 0), dtype)
+    iy, ix = first((iy + h * np.arange(n)[:, None, None, None]) * w, np.int32), first(ix, np.int32)
+    wy, wx = first(wy, np.float32), first(wx, np.float32)
+    taps = len(iy) * len(ix)
+    rows = (iy[:, None] + ix[None, :]).reshape(taps, n * h * w)                  # (t, t, n, h, w): all pairs
+    weights = (wy[:, None] * wx[None, :]).reshape(taps, n * h * w)
     fill = None
     if in_y is not None and in_x is not None:
-        weights = np.where(in_y[..., :, None] & in_x[..., None, :], weights, 0.0)
-        fill = (fill_value * (1 - weights.sum((-2, -1)))).astype(np.float32).reshape(-1)
-    taps = weights.shape[-1] * weights.shape[-2]
-    return (np.ascontiguousarray(rows.reshape(n * h * w, taps).T, np.int32),
-            np.ascontiguousarray(weights.reshape(n * h * w, taps).T, np.float32), fill)
+        inside = first(in_y, np.bool_)[:, None] & first(in_x, np.bool_)[None, :]
+        weights = np.where(inside.reshape(taps, n * h * w), weights, np.float32(0))
+        fill = (fill_value * (1 - weights.sum(0, dtype=np.float64))).astype(np.float32)
+    return rows, weights, fill
 
 
 class _StepTaps:
