@@ -256,6 +256,7 @@ ggml_layer_norm = _layer_functions["ggml_layer_norm"]
 ggml_layer_normalization = _layer_functions["ggml_layer_normalization"]
 ggml_layer_position_embedding = _layer_functions["ggml_layer_position_embedding"]
 ggml_layer_random_flip = _layer_functions["ggml_layer_random_flip"]
+ggml_layer_random_rotation = _layer_functions["ggml_layer_random_rotation"]
 ggml_layer_random_translation = _layer_functions["ggml_layer_random_translation"]
 ggml_layer_random_zoom = _layer_functions["ggml_layer_random_zoom"]
 ggml_layer_repeat_vector = _layer_functions["ggml_layer_repeat_vector"]
@@ -271,6 +272,7 @@ ggml_multi_head_attention = _layer_functions["ggml_multi_head_attention"]
 ggml_normalization = _layer_functions["ggml_normalization"]
 ggml_position_embedding = _layer_functions["ggml_position_embedding"]
 ggml_random_flip = _layer_functions["ggml_random_flip"]
+ggml_random_rotation = _layer_functions["ggml_random_rotation"]
 ggml_random_translation = _layer_functions["ggml_random_translation"]
 ggml_random_zoom = _layer_functions["ggml_random_zoom"]
 ggml_repeat_vector = _layer_functions["ggml_repeat_vector"]
@@ -313,27 +315,28 @@ __all__ = [
     "ggml_layer_lstm", "ggml_layer_masking", "ggml_layer_max_pooling_1d", "ggml_layer_max_pooling_2d",
     "ggml_layer_maximum", "ggml_layer_minimum", "ggml_layer_multi_head_attention", "ggml_layer_multiply",
     "ggml_layer_norm", "ggml_layer_normalization", "ggml_layer_position_embedding", "ggml_layer_random_flip",
-    "ggml_layer_random_translation", "ggml_layer_random_zoom", "ggml_layer_repeat_vector", "ggml_layer_rescaling",
-    "ggml_layer_reshape", "ggml_layer_subtract", "ggml_layer_time_distributed", "ggml_layer_upsampling_2d",
-    "ggml_lstm", "ggml_masking", "ggml_max_pooling_1d", "ggml_max_pooling_2d", "ggml_maximum_layer",
-    "ggml_minimum_layer", "ggml_multi_head_attention", "ggml_multiply_layer", "ggml_normalization", "ggml_pop_layer",
-    "ggml_position_embedding", "ggml_random_flip", "ggml_random_translation", "ggml_random_zoom",
-    "ggml_repeat_vector", "ggml_rescaling", "ggml_set_weights", "ggml_subtract_layer", "ggml_time_distributed",
-    "ggml_unfreeze_weights", "ggml_upsampling_2d", "ggml_predict_classes", "ggml_metric_auc", "ggml_metric_precision",
-    "ggml_metric_recall", "ggml_metric_top_k_accuracy", "ggml_optimizer_adagrad", "ggml_optimizer_adam",
-    "ggml_optimizer_rmsprop", "ggml_optimizer_sgd", "ggml_snapshot_free", "ggml_callback_model_checkpoint",
-    "ggml_pad_sequences", "ggml_to_categorical", "ggml_load_weights", "ggml_save_weights", "ggml_layer_adapt",
-    "ggml_regularizer_l1", "ggml_regularizer_l1_l2", "ggml_regularizer_l2", "ggml_model_placement",
-    "ggml_model_profile", "Layer", "Weight", "ggml_callback_early_stopping", "ggml_schedule_cosine_decay",
-    "ggml_schedule_learning_rate", "ggml_schedule_reduce_on_plateau", "ggml_schedule_step_decay",
-    "ggml_callback_csv_logger", "ggml_fit_opt", "ggml_fit_opt_gen", "ggml_fit_opt_multi", "ggml_opt_fit_multi",
-    "ggml_plot_history", "ggml_opt_alloc", "ggml_opt_context_optimizer_type", "ggml_opt_eval", "ggml_opt_free",
-    "ggml_opt_grad_acc", "ggml_opt_inputs", "ggml_opt_labels", "ggml_opt_labels_i", "ggml_opt_loss",
-    "ggml_opt_loss_i", "ggml_opt_loss_weights_i", "ggml_opt_n_loss", "ggml_opt_ncorrect", "ggml_opt_ncorrect_i",
-    "ggml_opt_outputs", "ggml_opt_outputs_i", "ggml_opt_pred", "ggml_opt_prepare_alloc", "ggml_opt_reset",
-    "ggml_opt_static_graphs", "ggml_opt_build_type_forward", "ggml_opt_build_type_grad", "ggml_opt_build_type_opt",
-    "ggml_opt_optimizer_name", "ggml_opt_optimizer_type_adamw", "ggml_opt_optimizer_type_sgd", "ggml_opt_loss_custom",
-    "ggml_opt_dataset_data", "ggml_opt_dataset_free", "ggml_opt_dataset_get_batch", "ggml_opt_dataset_get_batch_head",
+    "ggml_layer_random_rotation", "ggml_layer_random_translation", "ggml_layer_random_zoom",
+    "ggml_layer_repeat_vector", "ggml_layer_rescaling", "ggml_layer_reshape", "ggml_layer_subtract",
+    "ggml_layer_time_distributed", "ggml_layer_upsampling_2d", "ggml_lstm", "ggml_masking", "ggml_max_pooling_1d",
+    "ggml_max_pooling_2d", "ggml_maximum_layer", "ggml_minimum_layer", "ggml_multi_head_attention",
+    "ggml_multiply_layer", "ggml_normalization", "ggml_pop_layer", "ggml_position_embedding", "ggml_random_flip",
+    "ggml_random_rotation", "ggml_random_translation", "ggml_random_zoom", "ggml_repeat_vector", "ggml_rescaling",
+    "ggml_set_weights", "ggml_subtract_layer", "ggml_time_distributed", "ggml_unfreeze_weights", "ggml_upsampling_2d",
+    "ggml_predict_classes", "ggml_metric_auc", "ggml_metric_precision", "ggml_metric_recall",
+    "ggml_metric_top_k_accuracy", "ggml_optimizer_adagrad", "ggml_optimizer_adam", "ggml_optimizer_rmsprop",
+    "ggml_optimizer_sgd", "ggml_snapshot_free", "ggml_callback_model_checkpoint", "ggml_pad_sequences",
+    "ggml_to_categorical", "ggml_load_weights", "ggml_save_weights", "ggml_layer_adapt", "ggml_regularizer_l1",
+    "ggml_regularizer_l1_l2", "ggml_regularizer_l2", "ggml_model_placement", "ggml_model_profile", "Layer", "Weight",
+    "ggml_callback_early_stopping", "ggml_schedule_cosine_decay", "ggml_schedule_learning_rate",
+    "ggml_schedule_reduce_on_plateau", "ggml_schedule_step_decay", "ggml_callback_csv_logger", "ggml_fit_opt",
+    "ggml_fit_opt_gen", "ggml_fit_opt_multi", "ggml_opt_fit_multi", "ggml_plot_history", "ggml_opt_alloc",
+    "ggml_opt_context_optimizer_type", "ggml_opt_eval", "ggml_opt_free", "ggml_opt_grad_acc", "ggml_opt_inputs",
+    "ggml_opt_labels", "ggml_opt_labels_i", "ggml_opt_loss", "ggml_opt_loss_i", "ggml_opt_loss_weights_i",
+    "ggml_opt_n_loss", "ggml_opt_ncorrect", "ggml_opt_ncorrect_i", "ggml_opt_outputs", "ggml_opt_outputs_i",
+    "ggml_opt_pred", "ggml_opt_prepare_alloc", "ggml_opt_reset", "ggml_opt_static_graphs",
+    "ggml_opt_build_type_forward", "ggml_opt_build_type_grad", "ggml_opt_build_type_opt", "ggml_opt_optimizer_name",
+    "ggml_opt_optimizer_type_adamw", "ggml_opt_optimizer_type_sgd", "ggml_opt_loss_custom", "ggml_opt_dataset_data",
+    "ggml_opt_dataset_free", "ggml_opt_dataset_get_batch", "ggml_opt_dataset_get_batch_head",
     "ggml_opt_dataset_get_batch_rows", "ggml_opt_dataset_init", "ggml_opt_dataset_labels", "ggml_opt_dataset_ndata",
     "ggml_opt_dataset_shuffle", "ggml_opt_dataset_weights", "ggml_opt_default_params", "ggml_opt_init",
     "ggml_opt_init_for_fit", "ggml_opt_init_for_fit_multi", "ggml_opt_epoch", "ggml_opt_fit",

@@ -216,8 +216,13 @@ class NativeRunner:
             defer = defer and watch is None and not is_host_backend(ctx.sched.backends[0])
             started = self.threads.before_step() if train and not defer else None
             ctx.alloc(train)
+            written = {ptr_key(target.tensor.ptr): arr for target, arr in pairs}
+
+            def write(t: Tensor, arr: np.ndarray) -> None:
+                staged.append(uploads.stage(t.ptr, arr, self._parity))
+                written[ptr_key(t.ptr)] = arr   # a hook's row indices are checked on this array, not read back
             for hook in self.hooks:
-                hook.before_eval(train, lambda t, arr: staged.append(uploads.stage(t.ptr, arr, self._parity)))
+                hook.before_eval(train, write)
             tally = self.tally if train else None
             if tally is not None:
                 zeros, reads = tally.plan()
@@ -232,8 +237,7 @@ class NativeRunner:
                 def send() -> None:
                     for one in staged:
                         uploads.send(one)
-                ctx.eval_submit(result, reads, then, {ptr_key(target.tensor.ptr): arr for target, arr in pairs},
-                                send=send)
+                ctx.eval_submit(result, reads, then, written, send=send)
                 if tally is not None:
                     tally.submitted()
                 self._pending = (ctx, train, started, reads, labels, tally)

@@ -174,9 +174,13 @@ class GraphBuilder:
     def on_train_step(self, hook: StepHook) -> None:
         self.hooks.append(hook)
 
-    def step_input(self, ne: tuple[int, ...], name: str) -> Tensor:
-        """An F32 input tensor of shape ``ne`` that a step hook (``on_train_step``) writes before every step."""
-        t = ggml_set_input(ggml_new_tensor(self.ctx_io, GGML_TYPE_F32, len(ne), ne))
+    def step_input(self, ne: tuple[int, ...], name: str, dtype: str = "float32") -> Tensor:
+        """An input tensor of shape ``ne`` that a step hook (``on_train_step``) writes before every step: F32, or
+        I32 with ``dtype="int32"`` (row indices for ``ggml_get_rows``, which the step's checks read as written)."""
+        if dtype not in ("float32", "int32"):
+            raise GgmlValueError(f"step_input dtype must be 'float32' or 'int32', got {dtype!r}")
+        gtype = GGML_TYPE_I32 if dtype == "int32" else GGML_TYPE_F32
+        t = ggml_set_input(ggml_new_tensor(self.ctx_io, gtype, len(ne), ne))
         ggml_set_name(t, name)
         return t
 

@@ -1,6 +1,7 @@
 """Keras' preprocessing layers that belong in the model, computed on the model's device: ``Rescaling`` (pixel values
-to [0, 1], in training and inference), and the augmentations ``RandomFlip``, ``RandomTranslation`` and
-``RandomZoom`` (each training step transforms each image anew; predict and evaluate leave images as they are).
+to [0, 1], in training and inference), and the augmentations ``RandomFlip``, ``RandomTranslation``, ``RandomZoom``
+and ``RandomRotation`` (each training step transforms each image anew; predict and evaluate leave images as they
+are).
 
 A flip is a reflection padding (``ggml_pad_reflect_1d`` of ``W - 1`` positions before each row, whose first ``W``
 values are the row reversed), chosen per sample by a mask of 0 and 1 that the step's dropout seeds draw
@@ -12,6 +13,13 @@ A translation and a zoom are separable: along each axis, output position ``o`` r
 with the interpolation and the fill mode folded in is one matrix per image and axis (``axis_maps``). The host draws
 each step's values and writes the matrices before the step (a step hook); the device applies them with one batched
 ``ggml_mul_mat`` per axis, which has a backward pass: these two may sit anywhere in the model.
+
+A rotation is not separable: each output pixel reads the input around the point Keras' rotation matrix gives,
+from 4 pixels (bilinear) or 1 (nearest) after the fill mode has brought each back inside (``rotation_taps``). The
+host writes each step, for every pixel of the batch, each tap's row index and weight (and with ``"constant"`` the
+fill term); the device, with the batch's pixels as rows of ``C`` channels (``[C, W, H, N]``), gathers each tap's
+rows (``ggml_get_rows``, whose backward pass scatters the gradient back) and sums them weighted: a rotation may
+sit anywhere in the model too.
 """
 from __future__ import annotations
 
@@ -21,13 +29,14 @@ import numpy as np
 
 from ...core.args import is_real
 from ...errors import GgmlTypeError, GgmlValueError
+from ...graph.introspect import ggml_is_contiguous
 from ...graph.objects import Tensor
 from ...graph.tensor import ggml_set_name
 from ...ops.elementwise import ggml_add, ggml_cont, ggml_mul, ggml_scale, ggml_scale_bias, ggml_sub
-from ...ops.layout import ggml_permute, ggml_view_4d
+from ...ops.layout import ggml_get_rows, ggml_permute, ggml_reshape_2d, ggml_reshape_4d, ggml_view_4d
 from ...ops.linalg import ggml_mul_mat
 from ...ops.resize import ggml_pad_reflect_1d
-from .layer import Builder, Layer, LayerOptions, SPATIAL
+from .layer import Builder, Layer, LayerOptions, NATURAL, SPATIAL
 
 
 if TYPE_CHECKING:
@@ -129,9 +138,8 @@ INTERPOLATIONS = ("bilinear", "nearest")
 
 
 class _RandomResample(Layer, abstract=True):
-    """What RandomTranslation and RandomZoom share: the checks of their arguments, and the per-axis resampling
-    of the images, whose values each subclass draws (``draw``)."""
-    layout = SPATIAL
+    """What RandomTranslation, RandomZoom and RandomRotation share: the checks of their arguments and of their
+    input, and inference, which leaves the images alone."""
     ARG_DOCS = {
         "fill_mode": "how points outside the image are filled: 'reflect' (d c b a | a b c d | d c b a), 'wrap' "
                      "(a b c d | a b c d | a b c d), 'constant' (fill_value) or 'nearest' (a a a a | a b c d | "
@@ -155,6 +163,15 @@ class _RandomResample(Layer, abstract=True):
             raise GgmlValueError(f"{self.kind} '{self.name}' takes image samples (height, width, channels), got "
                                  f"shape {shapes[0]}; reshape the samples to images first (ggml_layer_reshape)")
         return shapes[0]
+
+    def predict_forward(self, g, xs, shapes):
+        return xs[0]
+
+
+class _SeparableResample(_RandomResample, abstract=True):
+    """RandomTranslation and RandomZoom: the per-axis resampling of the images, whose values each subclass draws
+    (``draw``)."""
+    layout = SPATIAL
 
     def draw(self, rng: np.random.Generator, n: int, h: int, w: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """This step's ``(scale, shift)`` of each image (arrays of ``n``) for the height, then the width."""
@@ -182,11 +199,8 @@ class _RandomResample(Layer, abstract=True):
                                       axes))
         return x
 
-    def predict_forward(self, g, xs, shapes):
-        return xs[0]
 
-
-class RandomTranslation(_RandomResample):
+class RandomTranslation(_SeparableResample):
     """Images (H, W, C) shifted at random in training (Keras' ``RandomTranslation``): each image by its own
     fractions of its height and width, drawn every step from ``height_factor`` and ``width_factor`` (a float
     ``f``: from [-f, f]; a pair: from [lower, upper]; each in [-1, 1]); a positive height shift moves the image
@@ -220,7 +234,7 @@ class RandomTranslation(_RandomResample):
         return [(ones, rng.uniform(*self._height, n) * h), (ones, rng.uniform(*self._width, n) * w)]
 
 
-class RandomZoom(_RandomResample):
+class RandomZoom(_SeparableResample):
     """Images (H, W, C) zoomed at random in training (Keras' ``RandomZoom``): each image by its own factors,
     drawn every step from ``height_factor`` and ``width_factor`` (a float ``f``: from [-f, f]; a pair: from
     [lower, upper]; each in [-1, 1]), about the image's centre. As in Keras a positive factor zooms out (0.2:
@@ -260,13 +274,71 @@ class RandomZoom(_RandomResample):
         return [(height, zeros), (width, zeros)]
 
 
-def _factor(value: object, kind: str, name: str) -> tuple[float | tuple[float, float], tuple[float, float]]:
-    """A factor argument as kept (a float, or a pair) and the range it draws from, (lower, upper)."""
+class RandomRotation(_RandomResample):
+    """Images (H, W, C) rotated at random in training (Keras' ``RandomRotation``): each image about its centre by
+    its own angle, drawn every step from ``factor``, a fraction of a full turn (a float ``f``: from [-f, f]; a
+    pair: from [lower, upper]; each in [-1, 1]); positive angles turn the image counter-clockwise, negative ones
+    clockwise. The corners the turned image leaves uncovered are filled as ``fill_mode`` says, and the pixels
+    between the input's are read by ``interpolation``. Unchanged in predict and evaluate. The rotation has a
+    backward pass: the layer may sit anywhere in the model.
+
+    Example:
+        >>> model = g.ggml_layer_random_rotation(model, 0.1, fill_mode="constant", input_shape=(32, 32, 3))
+    """
+    kind = "random_rotation"
+    layout = NATURAL   # [C, W, H, N]: each pixel's channels one row, read by ggml_get_rows
+    ARG_DOCS = {**_RandomResample.ARG_DOCS,
+                "factor": "the angle, a fraction of a full turn (2 pi): a float f (from -f to f) or a pair (lower, "
+                          "upper), each in [-1, 1]; positive turns the image counter-clockwise."}
+
+    def __init__(self, factor: float | tuple[float, float], fill_mode: str = "reflect",
+                 interpolation: str = "bilinear", fill_value: float = 0.0, **kw: Unpack[LayerOptions]) -> None:
+        super().__init__(**kw)
+        self.factor, self._range = _factor(factor, self.kind, "factor", "a full turn (2 pi)")
+        self._options(fill_mode, interpolation, fill_value)
+
+    def graph_tensors(self, shapes):
+        return 64
+
+    def forward(self, g, xs, shapes):
+        x = xs[0]                                               # [C, W, H, N]
+        if self._range == (0.0, 0.0):
+            return x
+        h, w, c = shapes[0]
+        m = w * h * g.batch                                     # the batch's pixels
+        name = (self.name or self.kind)[:40]
+        taps = [(g.step_input((m,), f"{name}.rows{t}", "int32"), g.step_input((1, m), f"{name}.weights{t}"))
+                for t in range(1 if self.interpolation == "nearest" else 4)]
+        fill = g.step_input((1, m), f"{name}.fill") if self.fill_mode == "constant" else None
+        g.on_train_step(_StepTaps(self, np.random.default_rng(np.random.randint(0, 2 ** 31)), g.batch, h, w, taps,
+                                  fill))
+        return ggml_reshape_4d(g.ctx, _gathered(g, x, c, m, taps, fill), c, w, h, g.batch)
+
+
+def _gathered(g: Builder, x: Tensor, c: int, m: int, taps: list[tuple[Tensor, Tensor]], fill: Tensor | None
+              ) -> Tensor:
+    """The ``m`` pixels of ``x`` (``[C, W, H, N]``, each pixel's channels a row) read through ``taps``, each
+    (row indices [m] I32, weights [1, m]): the sum over the taps of the rows they pick times their weights, plus
+    ``fill`` ([1, m]) where there is one. Value: ``[C, m]``."""
+    ctx = g.ctx
+    rows = ggml_reshape_2d(ctx, x if ggml_is_contiguous(x) else ggml_cont(ctx, x), c, m)
+    out = None
+    for index, weight in taps:
+        term = ggml_mul(ctx, ggml_get_rows(ctx, rows, index), weight)
+        out = term if out is None else ggml_add(ctx, out, term)
+    assert out is not None
+    return out if fill is None else ggml_add(ctx, out, fill)
+
+
+def _factor(value: object, kind: str, name: str, unit: str = "the image's size"
+            ) -> tuple[float | tuple[float, float], tuple[float, float]]:
+    """A factor argument as kept (a float, or a pair) and the range it draws from, (lower, upper); ``unit``: what
+    it is a fraction of, for the messages."""
     fix = "give a float f in [-1, 1] (the range [-|f|, |f|]) or a pair (lower, upper), -1 <= lower <= upper <= 1"
     if is_real(value):
         f = float(value)
         if not -1 <= f <= 1:
-            raise GgmlValueError(f"{kind} {name} is a fraction of the image's size, in [-1, 1]; got {value!r}: {fix}")
+            raise GgmlValueError(f"{kind} {name} is a fraction of {unit}, in [-1, 1]; got {value!r}: {fix}")
         return f, (-abs(f), abs(f))
     if not isinstance(value, (tuple, list)) or len(value) != 2 or not all(is_real(v) for v in value):
         raise GgmlTypeError(f"{kind} {name} must be a number or a pair (lower, upper) of numbers, got {value!r}: "
@@ -274,8 +346,34 @@ def _factor(value: object, kind: str, name: str) -> tuple[float | tuple[float, f
     lower, upper = float(value[0]), float(value[1])
     if not -1 <= lower <= upper <= 1:
         raise GgmlValueError(f"{kind} {name} must be a pair (lower, upper) with -1 <= lower <= upper <= 1 "
-                             f"(fractions of the image's size), got {value!r}: {fix}")
+                             f"(fractions of {unit}), got {value!r}: {fix}")
     return (lower, upper), (lower, upper)
+
+
+def interpolation_taps(src: np.ndarray, interpolation: str) -> tuple[np.ndarray, np.ndarray]:
+    """The pixels an interpolation reads along one axis at coordinates ``src`` (pixel ``i`` at ``i``), and their
+    weights: int64 and float64 arrays of ``src``'s shape plus an axis of taps (bilinear: ``floor(s)`` and
+    ``floor(s) + 1``, weighted by distance; nearest: the pixel ``floor(s + 0.5)``, weight 1)."""
+    if interpolation == "nearest":
+        return np.floor(src + 0.5).astype(np.int64)[..., None], np.ones(src.shape + (1,))
+    low = np.floor(src)
+    frac = src - low
+    return np.stack([low, low + 1], -1).astype(np.int64), np.stack([1 - frac, frac], -1)
+
+
+def fold_taps(index: np.ndarray, size: int, fill_mode: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """Pixel indices along an axis of ``size`` pixels, those outside it brought back inside as ``fill_mode``
+    says: reflect (d c b a | a b c d | d c b a), wrap (a b c d | a b c d) or nearest (a a | a b c d | d d); with
+    "constant" they are clipped, and the second value says which were inside (the caller gives the others a
+    weight of 0 and ``fill_value`` their weight). Value: ``(index, inside)``, ``inside`` None but with "constant".
+    """
+    if fill_mode == "reflect":        # period 2 size, the second half reversed
+        index = index % (2 * size)
+        return np.where(index >= size, 2 * size - 1 - index, index), None
+    if fill_mode == "wrap":
+        return index % size, None
+    inside = None if fill_mode == "nearest" else (index >= 0) & (index < size)
+    return np.clip(index, 0, size - 1), inside
 
 
 def axis_maps(size: int, scale: np.ndarray, shift: np.ndarray, fill_mode: str, interpolation: str,
@@ -296,25 +394,11 @@ def axis_maps(size: int, scale: np.ndarray, shift: np.ndarray, fill_mode: str, i
     center = (size - 1) / 2
     src = np.asarray(scale, np.float64)[:, None] * (np.arange(size) - center) + center - \
         np.asarray(shift, np.float64)[:, None]                                  # (n, size)
-    if interpolation == "nearest":
-        index, weight = np.floor(src + 0.5)[..., None], np.ones((n, size, 1))
-    else:
-        low = np.floor(src)
-        frac = src - low
-        index, weight = np.stack([low, low + 1], -1), np.stack([1 - frac, frac], -1)
-    index = index.astype(np.int64)                                               # (n, size, taps)
+    index, weight = interpolation_taps(src, interpolation)                       # (n, size, taps)
+    index, inside = fold_taps(index, size, fill_mode)
     fill = None
-    if fill_mode == "reflect":        # d c b a | a b c d | d c b a: period 2 size, the second half reversed
-        index = index % (2 * size)
-        index = np.where(index >= size, 2 * size - 1 - index, index)
-    elif fill_mode == "wrap":
-        index = index % size
-    elif fill_mode == "nearest":
-        index = np.clip(index, 0, size - 1)
-    else:                             # constant: the pixels outside weigh nothing; fill_value takes their weight
-        inside = (index >= 0) & (index < size)
+    if inside is not None:            # constant: the pixels outside weigh nothing; fill_value takes their weight
         weight = np.where(inside, weight, 0.0)
-        index = np.clip(index, 0, size - 1)
         fill = (fill_value * (1 - weight.sum(-1))).astype(np.float32).reshape(n, 1, 1, size)
     maps = np.zeros((n, size, size))
     images, outs = np.indices(index.shape)[:2]
@@ -341,7 +425,7 @@ class _StepMaps:
     step's values (``layer.draw``, from this graph's generator) and writes each axis' matrices for the graph's
     batch; before a step that does not train, the identity."""
 
-    def __init__(self, layer: _RandomResample, rng: np.random.Generator, batch: int, h: int, w: int,
+    def __init__(self, layer: _SeparableResample, rng: np.random.Generator, batch: int, h: int, w: int,
                  axes: list[tuple[int, int, Tensor, Tensor | None]]) -> None:
         self.layer, self.rng, self.batch, self.h, self.w, self.axes = layer, rng, batch, h, w, axes
 
@@ -358,6 +442,71 @@ class _StepMaps:
             write(maps, m)
             if fill is not None and f is not None:
                 write(fill, f)
+
+    def after_eval(self, train: bool) -> None:
+        pass
+
+
+def rotation_taps(h: int, w: int, angle: np.ndarray, fill_mode: str, interpolation: str, fill_value: float
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """What rotates a batch of ``len(angle)`` images of ``h`` x ``w`` pixels, image ``k`` by ``angle[k]``
+    (radians, counter-clockwise) about its centre: output pixel ``(y, x)`` reads the input at Keras' rotation
+    matrix, ``x_in = cos (x - cx) - sin (y - cy) + cx`` and ``y_in = sin (x - cx) + cos (y - cy) + cy`` (``cx =
+    (w - 1) / 2``, ``cy = (h - 1) / 2``), interpolated from the pixels around it (bilinear: 4, nearest: 1) after
+    each is brought inside as ``fill_mode`` says, per axis (``interpolation_taps``, ``fold_taps``).
+
+    Value: ``(rows, weights, fill)``: int32 and float32 arrays ``(taps, n h w)`` (for output pixel ``p = (k h + y)
+    w + x`` of the batch, the row ``(k h + y_in) w + x_in`` that tap reads and its weight), and with "constant"
+    the float32 ``(n h w,)`` term ``fill_value (1 - sum of the weights)`` (the weight of the taps outside), else
+    None."""
+    n = len(angle)
+    cos = np.cos(np.asarray(angle, np.float64))[:, None, None]
+    sin = np.sin(np.asarray(angle, np.float64))[:, None, None]
+    cy, cx = (h - 1) / 2, (w - 1) / 2
+    dy, dx = np.meshgrid(np.arange(h) - cy, np.arange(w) - cx, indexing="ij")       # (h, w)
+    iy, wy = interpolation_taps(sin * dx + cos * dy + cy, interpolation)            # (n, h, w, t)
+    ix, wx = interpolation_taps(cos * dx - sin * dy + cx, interpolation)
+    iy, in_y = fold_taps(iy, h, fill_mode)
+    ix, in_x = fold_taps(ix, w, fill_mode)
+    # the taps first ((t, n, h, w): each tap's values are one array of the batch's pixels), in int32 and float32
+    def first(a: np.ndarray, dtype: type) -> np.ndarray:
+        return np.ascontiguousarray(np.moveaxis(a, -1, 0), dtype)
+    iy, ix = first((iy + h * np.arange(n)[:, None, None, None]) * w, np.int32), first(ix, np.int32)
+    wy, wx = first(wy, np.float32), first(wx, np.float32)
+    taps = len(iy) * len(ix)
+    rows = (iy[:, None] + ix[None, :]).reshape(taps, n * h * w)                  # (t, t, n, h, w): all pairs
+    weights = (wy[:, None] * wx[None, :]).reshape(taps, n * h * w)
+    fill = None
+    if in_y is not None and in_x is not None:
+        inside = first(in_y, np.bool_)[:, None] & first(in_x, np.bool_)[None, :]
+        weights = np.where(inside.reshape(taps, n * h * w), weights, np.float32(0))
+        fill = (fill_value * (1 - weights.sum(0, dtype=np.float64))).astype(np.float32)
+    return rows, weights, fill
+
+
+class _StepTaps:
+    """The step hook of one graph's RandomRotation: before each training step it draws each image's angle (from
+    this graph's generator) and writes the taps of the graph's batch; before a step that does not train, those
+    of the angle 0 (the identity)."""
+
+    def __init__(self, layer: RandomRotation, rng: np.random.Generator, batch: int, h: int, w: int,
+                 taps: list[tuple[Tensor, Tensor]], fill: Tensor | None) -> None:
+        self.layer, self.rng, self.batch, self.h, self.w, self.taps, self.fill = layer, rng, batch, h, w, taps, fill
+
+    @property
+    def written(self) -> list[Tensor]:
+        return [t for tap in self.taps for t in tap] + ([self.fill] if self.fill is not None else [])
+
+    def before_eval(self, train: bool, write: Callable[[Tensor, np.ndarray], None]) -> None:
+        layer, n = self.layer, self.batch
+        angle = self.rng.uniform(*layer._range, n) * 2 * np.pi if train else np.zeros(n)
+        rows, weights, fill = rotation_taps(self.h, self.w, angle, layer.fill_mode, layer.interpolation,
+                                            layer.fill_value)
+        for (index, weight), r, wt in zip(self.taps, rows, weights):
+            write(index, r)
+            write(weight, wt)
+        if self.fill is not None and fill is not None:
+            write(self.fill, fill)
 
     def after_eval(self, train: bool) -> None:
         pass

@@ -61,6 +61,7 @@ SAMPLES = {
     "random_flip": (("horizontal",), {}, [(4, 3, 2)]),
     "random_translation": ((0.2, (-0.1, 0.3)), {"fill_mode": "constant", "fill_value": 1.0}, [(4, 3, 2)]),
     "random_zoom": (((-0.2, 0.1),), {"interpolation": "nearest"}, [(4, 3, 2)]),
+    "random_rotation": ((0.1,), {"fill_mode": "wrap"}, [(4, 3, 2)]),
 }
 
 
