@@ -304,7 +304,9 @@ ggml_layer_minimum, ggml_minimum_layer = _merge(
 
 def ggml_layer_concatenate(nodes: Any, axis: int = -1, name: str | None = None, trainable: bool = True) -> Node:
     """Two or more nodes joined along ``axis`` of a sample (default -1: the features / channels); the other
-    axes must match (functional API). Trains through ggml's concat (backward pass from patches/0006).
+    axes must match (functional API). Trains through ggml's concat (backward pass from patches/0006). The axis
+    counts a sample's axes (ggmlR's rule): Keras' ``axis=1`` (the steps of a sequence, counting the batch) is
+    ``axis=0`` here; negative axes are the same in both.
 
     Example:
         >>> both = g.ggml_layer_concatenate([a, b])

@@ -75,6 +75,20 @@ def activation(z: np.ndarray, name: str | None) -> np.ndarray:
         return z * np.tanh(np.logaddexp(0.0, z))
     if name == "exponential":
         return np.exp(z)
+    if name == "celu":   # alpha 1: max(0, x) + min(0, alpha (exp(x / alpha) - 1))
+        return np.maximum(z, 0) + np.minimum(0, np.expm1(z))
+    if name == "log_sigmoid":
+        return -np.logaddexp(0.0, -z)
+    if name == "hard_tanh":
+        return np.clip(z, -1.0, 1.0)
+    if name == "soft_shrink":
+        return np.where(z > 0.5, z - 0.5, np.where(z < -0.5, z + 0.5, 0.0))
+    if name == "tanh_shrink":
+        return z - np.tanh(z)
+    if name == "squareplus":
+        return (z + np.sqrt(z * z + 4.0)) / 2
+    if name == "sparse_plus":
+        return np.where(z <= -1, 0.0, np.where(z >= 1, z, (z + 1) ** 2 / 4))
     raise ValueError(f"unknown activation {name!r}")
 
 

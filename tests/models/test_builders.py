@@ -329,3 +329,11 @@ def test_scikeras_routing_names_an_argument_its_function_lacks():
         g.GgmlRegressor(build, backend="cpu", optimizer__bogus=1).fit(x, y)
     with pytest.raises(g.GgmlTypeError, match=r"fit__shufle: .* ggml_fit, which has no argument 'shufle'"):
         g.GgmlRegressor(build, backend="cpu", fit__shufle=False, epochs=1).fit(x, y)
+
+
+@pytest.mark.parametrize("name, why", [("log_softmax", "from_logits=True"), ("glu", "custom layer"),
+                                       ("hard_shrink", "soft_shrink"), ("threshold", "relu"),
+                                       ("sparsemax", "softmax")])
+def test_keras_activations_left_out_say_what_to_use(name, why):
+    with pytest.raises(g.GgmlValueError, match=rf"activation '{name}' \(Keras'\) is not provided: .*{why}"):
+        g.ggml_layer_dense(g.ggml_model_sequential(), 2, activation=name, input_shape=(3,))

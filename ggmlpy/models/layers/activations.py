@@ -2,9 +2,14 @@
 the others Keras names composed of ops that have a backward pass in ggml (relu, exp, abs, softplus, tanh, sigmoid),
 so that each trains on every backend.
 
-The formulas are Keras 3's: ``elu`` (alpha 1), ``selu`` (its two constants), ``leaky_relu`` (negative slope 0.2),
-``relu6``, ``hard_sigmoid`` (``relu6(x + 3) / 6``), ``hard_silu`` (``x * hard_sigmoid(x)``), ``softsign``,
-``softplus``, ``mish`` (``x * tanh(softplus(x))``), ``exponential``.
+The formulas are Keras 3's, with its default parameters: ``elu`` and ``celu`` (alpha 1: the same function),
+``selu`` (its two constants), ``leaky_relu`` (negative slope 0.2), ``relu6``, ``hard_sigmoid`` (``relu6(x + 3) /
+6``), ``hard_silu`` (``x * hard_sigmoid(x)``), ``hard_tanh`` (``x`` clipped to [-1, 1]), ``softsign``, ``softplus``,
+``log_sigmoid`` (``-softplus(-x)``), ``mish`` (``x * tanh(softplus(x))``), ``soft_shrink`` (threshold 0.5),
+``tanh_shrink`` (``x - tanh(x)``), ``squareplus`` (``(x + sqrt(x^2 + 4)) / 2``), ``sparse_plus`` (0 below -1, ``x``
+above 1, ``(x + 1)^2 / 4`` between), ``exponential``. ``gelu`` is ggml's tanh approximation (Keras'
+``gelu(approximate=True)``; Keras' default, the erf form, differs by at most 4.7e-4). Keras' ``glu``,
+``hard_shrink``, ``log_softmax``, ``sparsemax`` and ``threshold`` are not provided (``NOT_PROVIDED`` says why).
 """
 from __future__ import annotations
 
@@ -26,6 +31,8 @@ from ...ops.elementwise import (
     ggml_silu,
     ggml_soft_max,
     ggml_softplus,
+    ggml_sqr,
+    ggml_sqrt,
     ggml_sub,
     ggml_tanh,
 )
@@ -75,14 +82,59 @@ def _mish(ctx: Context, x: Tensor) -> Tensor:
     return ggml_mul(ctx, x, ggml_tanh(ctx, ggml_softplus(ctx, x)))
 
 
+def _log_sigmoid(ctx: Context, x: Tensor) -> Tensor:
+    return ggml_scale(ctx, ggml_softplus(ctx, ggml_scale(ctx, x, -1.0)), -1.0)
+
+
+def _hard_tanh(ctx: Context, x: Tensor) -> Tensor:
+    """x clipped to [-1, 1] = relu(x + 1) - relu(x - 1) - 1."""
+    return ggml_scale_bias(ctx, ggml_sub(ctx, ggml_relu(ctx, ggml_scale_bias(ctx, x, 1.0, 1.0)),
+                                         ggml_relu(ctx, ggml_scale_bias(ctx, x, 1.0, -1.0))), 1.0, -1.0)
+
+
+SHRINK_THRESHOLD = 0.5   # Keras 3's soft_shrink default
+
+
+def _soft_shrink(ctx: Context, x: Tensor) -> Tensor:
+    """x - t above t, x + t below -t, 0 between = relu(x - t) - relu(-x - t)."""
+    t = SHRINK_THRESHOLD
+    return ggml_sub(ctx, ggml_relu(ctx, ggml_scale_bias(ctx, x, 1.0, -t)),
+                    ggml_relu(ctx, ggml_scale_bias(ctx, x, -1.0, -t)))
+
+
+def _tanh_shrink(ctx: Context, x: Tensor) -> Tensor:
+    return ggml_sub(ctx, x, ggml_tanh(ctx, x))
+
+
+def _squareplus(ctx: Context, x: Tensor) -> Tensor:
+    """(x + sqrt(x^2 + b)) / 2 with Keras' b = 4."""
+    return ggml_scale(ctx, ggml_add(ctx, x, ggml_sqrt(ctx, ggml_scale_bias(ctx, ggml_sqr(ctx, x), 1.0, 4.0))), 0.5)
+
+
+def _sparse_plus(ctx: Context, x: Tensor) -> Tensor:
+    """(c + 1)^2 / 4 + relu(x - 1), c = hard_tanh(x): 0 below -1, (x + 1)^2 / 4 between, x above 1."""
+    c1 = ggml_scale_bias(ctx, _hard_tanh(ctx, x), 1.0, 1.0)
+    return ggml_add(ctx, ggml_scale(ctx, ggml_sqr(ctx, c1), 0.25), ggml_relu(ctx, ggml_scale_bias(ctx, x, 1.0, -1.0)))
+
+
 ACTIVATIONS: dict[str | None, Callable | None] = {
     None: None, "linear": None, "relu": ggml_relu, "sigmoid": ggml_sigmoid, "tanh": ggml_tanh,
     "gelu": ggml_gelu, "silu": ggml_silu, "softmax": ggml_soft_max,
     "elu": _elu, "selu": _selu, "leaky_relu": _leaky_relu, "relu6": _relu6, "hard_sigmoid": _hard_sigmoid,
     "hard_silu": _hard_silu, "softsign": _softsign, "softplus": ggml_softplus, "mish": _mish,
-    "exponential": ggml_exp,
+    "exponential": ggml_exp, "celu": _elu, "log_sigmoid": _log_sigmoid, "hard_tanh": _hard_tanh,
+    "soft_shrink": _soft_shrink, "tanh_shrink": _tanh_shrink, "squareplus": _squareplus, "sparse_plus": _sparse_plus,
 }
 ALIASES = {"swish": "silu", "hard_swish": "hard_silu"}  # Keras' names of the same functions
+# Keras' activations that ggmlpy leaves out, and what to write instead
+NOT_PROVIDED = {
+    "glu": "it halves the last axis (a*sigmoid(b) of its two halves): write a custom layer (ggml_custom_layer)",
+    "log_softmax": "ggml has no stable log-softmax with a backward pass: end in a softmax (or logits with "
+                   "from_logits=True), which the cross-entropy takes",
+    "hard_shrink": "its step (x where |x| > 0.5, else 0) has no gradient in ggml: use soft_shrink",
+    "threshold": "its step has no gradient in ggml: use relu, or a custom layer",
+    "sparsemax": "ggml has no sort with a backward pass: use softmax",
+}
 
 
 def check_activation(activation: object) -> str | None:
@@ -95,6 +147,8 @@ def check_activation(activation: object) -> str | None:
                             f"{activation!r}{hint}")
     if activation is not None:
         activation = ALIASES.get(activation, activation)
+    if isinstance(activation, str) and activation in NOT_PROVIDED:
+        raise GgmlValueError(f"activation {activation!r} (Keras') is not provided: {NOT_PROVIDED[activation]}")
     if activation not in ACTIVATIONS:
         names = ", ".join(repr(a) for a in [*ACTIVATIONS, *ALIASES] if a is not None)
         raise GgmlValueError(f"unknown activation {activation!r}; expected one of {names} or None")

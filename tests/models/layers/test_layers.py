@@ -135,7 +135,8 @@ def case(*args: Any, **kw: Any) -> None:
 
 # dense, every activation (gelu was loose while ggml's CPU read it from a float16 table; patches/0019).
 for _act in [None, "relu", "sigmoid", "tanh", "gelu", "silu", "softmax", "elu", "selu", "leaky_relu", "relu6",
-             "hard_sigmoid", "hard_silu", "softsign", "softplus", "mish", "exponential"]:
+             "hard_sigmoid", "hard_silu", "softsign", "softplus", "mish", "exponential", "celu", "log_sigmoid",
+             "hard_tanh", "soft_shrink", "tanh_shrink", "squareplus", "sparse_plus"]:
     case(f"dense_{_act or 'linear'}",
          lambda a=_act: sequential((g.ggml_layer_dense, (5,), dict(activation=a, input_shape=(4,), name="d"))),
          lambda w, x, t, a=_act: R.dense(x, w["d.weight"], w["d.bias"], a),
@@ -840,6 +841,8 @@ VULKAN_CASES = [c for c in CASES if c.name in {
     "global_average_pooling_1d", "global_max_pooling_1d", "activation_softmax", "reshape_then_conv1d",
     "repeat_vector_then_dense", "conv2d_dilated_same", "conv1d_dilated_same", "custom_layer_affine_tanh",
     "dense_elu", "dense_selu", "dense_leaky_relu", "dense_relu6", "dense_hard_silu", "dense_softsign", "dense_mish",
+    "dense_log_sigmoid", "dense_hard_tanh", "dense_soft_shrink", "dense_tanh_shrink", "dense_squareplus",
+    "dense_sparse_plus",
     "max_pooling_2d_same", "max_pooling_2d_same_after_relu", "average_pooling_2d_same", "max_pooling_1d_same",
     "average_pooling_1d_same", "subtract", "multiply", "average", "maximum", "minimum"}]
 
