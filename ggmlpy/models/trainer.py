@@ -39,6 +39,9 @@ def _one_at_a_time(method: Callable) -> Callable:
     return locked
 
 
+KEPT_SIZES = 4   # the runners a trainer keeps for the sizes of a model's variable axes stepped last (as predictions)
+
+
 class ModelTrainer:
     """The object ``ggml_trainer`` returns; see there."""
 
@@ -60,7 +63,8 @@ class ModelTrainer:
         params = self._params = model.runtime.params
         if not params.mark_trainable():
             raise GgmlValueError("nothing to train: every layer with weights is frozen")
-        self._owned: list[Any] = []
+        # the runners of the sizes stepped last (one for a model without variable sizes): runner, writer, result
+        self._kept: dict[InputShapes, tuple[StepRunner, Any, Any]] = {}
         self._period = period
         self._opt_state = model.runtime.opt_state  # continue the model's optimizer (a fit's, a loaded file's)
         self._lease: object | None = None  # the optimizer is taken at the first step (OptimizerState.begin)
@@ -71,14 +75,19 @@ class ModelTrainer:
         self._lr: float | None = None   # a learning rate set before a variable model's first step
         self.train_nodes = 0
         if not model.variable:
-            self._make_runner(None)
+            try:
+                self._make_runner(None)
+            except BaseException:
+                self._free_owned()
+                raise
         self._steps = 0
         self._freed = False
         model.runtime.add_trainer(self)
 
     def _make_runner(self, shapes: InputShapes) -> None:
-        """The runner for inputs of ``shapes`` (where the model has variable sizes), replacing the one before, whose
-        optimizer state it continues."""
+        """Make current the runner for inputs of ``shapes`` (where the model has variable sizes): one kept from an
+        earlier step of those sizes (the last ``KEPT_SIZES``), or a new one; it continues the optimizer state of the
+        runner before it."""
         old = self._runner
         if old is not None:
             if old.state.pending_batches:
@@ -88,23 +97,34 @@ class ModelTrainer:
             self._lr = old.lr_ud.get()["adamw" if self._cfg.optimizer_spec.name == "adamw" else "sgd"]
             if self._lease is not None:
                 self._opt_state.keep(old.state)
-            self._free_owned()
             self._runner = None
-        try:
-            self._runner, self.train_nodes = training_runner(self._model, self._cfg, self.batch_size, self._period,
-                                                             input_shapes=shapes)
-            self._owned.insert(0, self._runner)
-            self._writer: Any = self._runner.writer("step", True)
-            self._result = self._runner.new_result()
-            self._owned.insert(0, self._result)
-            self._opt_state.restore(self._runner.state)
-            if self._lr is not None:
-                self._runner.lr_ud.set(adamw_lr=self._lr, sgd_lr=self._lr)
-        except BaseException:
-            self._free_owned()
-            self._runner = None
-            raise
+        kept = self._kept.pop(shapes, None)
+        if kept is None:
+            if len(self._kept) >= KEPT_SIZES:   # the size stepped longest ago
+                self._close_kept(next(iter(self._kept)))
+            kept = self._new_runner(shapes)
+        self._kept[shapes] = kept   # the most recent last
+        self._runner, self._writer, self._result = kept
+        self._opt_state.restore(self._runner.state)
+        if self._lr is not None:
+            self._runner.lr_ud.set(adamw_lr=self._lr, sgd_lr=self._lr)
         self._shapes = shapes
+
+    def _new_runner(self, shapes: InputShapes) -> tuple[StepRunner, Any, Any]:
+        runner, self.train_nodes = training_runner(self._model, self._cfg, self.batch_size, self._period,
+                                                   input_shapes=shapes)
+        try:
+            return runner, runner.writer("step", True), runner.new_result()
+        except BaseException:
+            runner.close()
+            raise
+
+    def _close_kept(self, shapes: InputShapes) -> None:
+        runner, _, result = self._kept.pop(shapes)
+        try:
+            result.close()   # its result first, then the runner (which frees what it runs on)
+        finally:
+            runner.close()
 
     def _started(self, fn: str) -> StepRunner:
         """The runner, which a model with variable sizes has from its first step on."""
@@ -282,9 +302,12 @@ class ModelTrainer:
             self._lease = None
 
     def _free_owned(self) -> None:
-        for h in self._owned:  # its result first, then the runner (which frees what it runs on)
-            h.close()
-        self._owned.clear()
+        self._runner = None
+        try:
+            while self._kept:
+                self._close_kept(next(iter(self._kept)))
+        finally:
+            self._kept.clear()
 
     def __del__(self) -> None:
         # Dropped without free(): its optimizer steps still belong to the model (free() hands them back), and

@@ -43,15 +43,16 @@ def test_one_model_predicts_sequences_of_any_length_as_numpy(each_device):
 
 
 def test_steps_on_alternating_lengths_follow_numpy_sgd():
-    """One trainer, batches of lengths 3, 5, 3, 8: each step is plain SGD on that batch's MSE gradient (float64
-    numpy, by hand), so each length's graph trains the same weights and the optimizer carries across lengths."""
+    """One trainer, batches of lengths 3, 5, 3, 8, 2, 4, 6, 3: each step is plain SGD on that batch's MSE gradient
+    (float64 numpy, by hand), so each length's graph trains the same weights and the optimizer carries across
+    lengths, through graphs kept for a length stepped before and graphs made again after more lengths came."""
     lr = 0.2
     m = _pooled_model(optimizer="sgd", lr=lr)
     w = {k: v.astype(np.float64) for k, v in g.ggml_get_weights(m).items()}
     rng = np.random.default_rng(1)
     tr = g.ggml_trainer(m, batch_size=4)
     assert tr.get_lr() == pytest.approx(lr)   # before the first step (the graph is made there)
-    for length in (3, 5, 3, 8):
+    for length in (3, 5, 3, 8, 2, 4, 6, 3):
         ids = rng.integers(0, V, size=(4, length))
         y = rng.normal(size=(4, 2))
         h, o = _pooled_reference(w, ids)
@@ -281,3 +282,29 @@ def test_stand_in_sizes_reach_long_kernels_and_large_strides():
         g.ggml_layer_dense(g.ggml_layer_flatten(pooled), 3)
     with pytest.raises(g.GgmlValueError, match=r"kernel of 300000.*of the sizes from 2 to 262,139 tried"):
         g.ggml_layer_conv_1d(x, 2, 300000)
+
+
+def test_a_trainer_carries_adams_moments_across_lengths_as_fixed_models_would():
+    """AdamW through one trainer at lengths 4, 6, 4 (the graph of 4 kept and used again) equals three trainers of
+    models built for (4,), (6,), (4,), each given the weights and the optimizer state the one before left: bit for
+    bit (the same graphs), so the kept graph's optimizer takes the moments of the steps between."""
+    def build(steps):
+        x = g.ggml_input(shape=(steps,), dtype="int32")
+        h = g.ggml_layer_global_average_pooling_1d(g.ggml_layer_embedding(x, V, D, name="emb"))
+        return g.ggml_compile(g.ggml_model(x, g.ggml_layer_dense(h, 2, name="d")), loss="mse", backend="cpu")
+    rng = np.random.default_rng(13)
+    batches = [(rng.integers(0, V, size=(4, n)), rng.normal(size=(4, 2)).astype(np.float32)) for n in (4, 6, 4)]
+    var = build(None)
+    weights, state = g.ggml_get_weights(var), None
+    tr = g.ggml_trainer(var, batch_size=4)
+    for ids, y in batches:
+        tr.step(ids, y)
+        fixed = g.ggml_set_weights(build(ids.shape[1]), weights)
+        fixed.runtime.opt_state.state = state
+        one = g.ggml_trainer(fixed, batch_size=4)
+        one.step(ids, y)
+        one.free()
+        weights, state = g.ggml_get_weights(fixed), fixed.runtime.opt_state.state
+        for k, v in weights.items():
+            np.testing.assert_array_equal(g.ggml_get_weights(var)[k], v, err_msg=f"length {ids.shape[1]}: {k}")
+    tr.free()
