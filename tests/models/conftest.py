@@ -23,6 +23,12 @@ def each_device(request):
     return DEVICES[family]
 
 
+@pytest.fixture
+def device(each_device):
+    """``each_device``, by the name the layer tests give their backend argument."""
+    return each_device
+
+
 @pytest.fixture(scope="module")
 def one_cpu_thread():
     """Tiny models on a shared 2-core machine: one CPU thread for the module (ggml's per-node thread barriers made

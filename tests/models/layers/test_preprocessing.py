@@ -11,15 +11,6 @@ import pytest
 import ggmlpy as g
 
 
-@pytest.fixture(params=["cpu", "vulkan"])
-def device(request):
-    if request.param == "vulkan":
-        if "vulkan" not in g.ggml_backends_built() or g.ggml_backend_dev_by_name("Vulkan0") is None:
-            pytest.skip("no Vulkan0 device (the vulkan backend not built, or no Vulkan driver: lavapipe in CI)")
-        return "Vulkan0"
-    return "cpu"
-
-
 def test_rescaling_scales_and_offsets_in_training_and_inference(device):
     x = np.random.default_rng(0).uniform(0, 255, (6, 4, 3, 2)).astype(np.float32)
     m = g.ggml_layer_rescaling(g.ggml_model_sequential(), 1 / 127.5, offset=-1.0, input_shape=(4, 3, 2))

@@ -20,11 +20,7 @@ from scipy import ndimage, stats
 import ggmlpy as g
 from ggmlpy.models.layers.preprocessing import rotation_taps
 
-from . import test_random_translation_zoom as shared
 from .test_random_translation_zoom import ORDERS, SCIPY_MODES, train_forward
-
-
-device = shared.device   # the translation tests' fixture: "cpu", and "Vulkan0" where there is one
 
 
 def keras_rotated(images, angle, fill_mode="reflect", interpolation="bilinear", fill_value=0.0):

@@ -32,15 +32,6 @@ SCIPY_MODES = {"reflect": "reflect", "wrap": "grid-wrap", "nearest": "nearest", 
 ORDERS = {"bilinear": 1, "nearest": 0}
 
 
-@pytest.fixture(params=["cpu", "vulkan"])
-def device(request):
-    if request.param == "vulkan":
-        if "vulkan" not in g.ggml_backends_built() or g.ggml_backend_dev_by_name("Vulkan0") is None:
-            pytest.skip("no Vulkan0 device (the vulkan backend not built, or no Vulkan driver: lavapipe in CI)")
-        return "Vulkan0"
-    return "cpu"
-
-
 def train_forward(model, x, steps=1, train=True):
     """The model's training graph for ``len(x)`` samples computed forward ``steps`` times, its step hooks
     writing before each as in a fit (``train``: a training step, else a validation step on the training graph):
