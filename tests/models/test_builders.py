@@ -337,3 +337,28 @@ def test_scikeras_routing_names_an_argument_its_function_lacks():
 def test_keras_activations_left_out_say_what_to_use(name, why):
     with pytest.raises(g.GgmlValueError, match=rf"activation '{name}' \(Keras'\) is not provided: .*{why}"):
         g.ggml_layer_dense(g.ggml_model_sequential(), 2, activation=name, input_shape=(3,))
+
+
+def test_an_estimator_whose_function_compiles_says_its_compile_settings_are_unused():
+    def compiled_build(input_shape):
+        m = g.ggml_layer_dense(g.ggml_model_sequential(), 1, input_shape=input_shape)
+        return g.ggml_compile(m, loss="mse", backend="cpu")
+    x, y = np.ones((8, 2), np.float32), np.ones(8, np.float32)
+    with pytest.warns(g.GgmlpyWarning, match=r"compile settings learning_rate, optimizer__momentum are not used"):
+        g.GgmlRegressor(compiled_build, learning_rate=0.5, optimizer__momentum=0.9, epochs=1).fit(x, y)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g.GgmlRegressor(compiled_build, epochs=1).fit(x, y)   # nothing given that would be dropped: no warning
+    with pytest.raises(g.GgmlTypeError, match=r"abs\(node\).*ggml_abs"):
+        abs(g.ggml_input(shape=(2,)))
+
+
+def test_recompiling_with_only_a_backend_on_a_one_unit_model_names_the_default_loss():
+    m = g.ggml_compile(g.ggml_layer_dense(g.ggml_model_sequential(), 1, input_shape=(3,)), loss="mse", backend="cpu")
+    x, y = np.ones((6, 3), np.float32), np.ones((6, 1), np.float32)
+    g.ggml_fit(m, x, y, verbose=0)
+    m = g.ggml_compile(m, backend="cpu")          # Keras' rule: the loss goes back to the default
+    with pytest.raises(g.GgmlValueError, match=r"1 unit, where categorical_crossentropy \(ggml_compile's default "
+                                               r"loss: .*resets every setting.*loss='mse'"):
+        g.ggml_fit(m, x, y, verbose=0)

@@ -185,9 +185,10 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = DEFAULT_LOSS
             (``initial_accumulator_value=``, ``epsilon=``), ``ggml_opt_optimizer_type_adamw()`` /
             ``ggml_opt_optimizer_type_sgd()``, or an optimizer object from ``ggml_optimizer_adam`` /
             ``_sgd`` / ``_rmsprop`` / ``_adagrad``, which holds its settings (then give none of the keywords below
-            from ``learning_rate`` on: they are ggmlR's flat shorthand for the same settings). Keras 3's update
-            rules and defaults (rho 0.9, epsilon 1e-7,
-            initial accumulator 0.1); a setting the optimizer does not read is refused. AdamW and plain SGD run
+            from ``learning_rate`` on: they are ggmlR's flat shorthand for the same settings). RMSprop and Adagrad
+            have Keras 3's update rules and defaults (rho 0.9, epsilon 1e-7, initial accumulator 0.1); Adam keeps
+            ggml's (beta_1 0.9, beta_2 0.999, epsilon 1e-8, where Keras' epsilon is 1e-7: give ``epsilon=1e-7``
+            for Keras' trajectory); a setting the optimizer does not read is refused. AdamW and plain SGD run
             ggml's fused step ops inside ggml-opt; the others (and any clipping) run as a graph of ggml
             element-wise ops on the model's device after each backward pass, so they train on every backend.
         loss: ``"categorical_crossentropy"`` (one-hot labels), ``"sparse_categorical_crossentropy"``

@@ -187,6 +187,13 @@ def _target(h: HeadSpec, arr: np.ndarray, n: int, what: str) -> np.ndarray:
         onehot = np.zeros(ids.shape + (units,), dtype=np.float32)
         np.put_along_axis(onehot, ids[..., None], 1.0, axis=-1)
         return onehot
+    if h.loss == "categorical_crossentropy" and units == 1:
+        default = (" (ggml_compile's default loss: the last ggml_compile was given no loss=, and compiling again "
+                   "resets every setting it is not given, as Keras' compile does)" if h.default_loss else "")
+        raise GgmlValueError(f"{what}: output '{h.name}' has 1 unit, where categorical_crossentropy{default} needs 2 "
+                             "or more classes (a softmax of one value is always 1); compile with the loss this "
+                             "output trains on: loss='mse' for a number, loss='binary_crossentropy' and a sigmoid "
+                             "for yes/no")
     if arr.ndim == 1 and h.shape == (1,):
         arr = arr.reshape(-1, 1)
     if h.loss == "categorical_crossentropy" and arr.ndim == 1 and arr.shape[0] == n and units > 1:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -24,7 +25,7 @@ except ImportError as exc:  # pragma: no cover - scikit-learn before 1.6
     raise ImportError("GgmlClassifier and GgmlRegressor need scikit-learn >= 1.6 (pip install -U scikit-learn)") \
         from exc
 
-from ...errors import GgmlTypeError, GgmlValueError
+from ...errors import GgmlpyWarning, GgmlTypeError, GgmlValueError
 from ...training.callbacks import BuiltinCallback
 from ..engine.compile import ggml_compile
 from ..engine.fitting import ggml_fit, ggml_predict
@@ -33,6 +34,7 @@ from ..network.model import Model
 
 MODEL_PARAM = "model__"  # constructor arguments with this prefix go to the model function (as in SciKeras)
 ROUTED = (MODEL_PARAM, "optimizer__", "fit__")  # SciKeras' routing: the model function, ggml_compile, ggml_fit
+COMPILE_SETTINGS = ("optimizer", "learning_rate", "loss", "backend")  # the estimator's, given to ggml_compile
 
 
 class _GgmlEstimator(BaseEstimator):
@@ -123,6 +125,14 @@ class _GgmlEstimator(BaseEstimator):
             settings = {"learning_rate": self.learning_rate, **self._routed("optimizer__", ggml_compile)}
             built = ggml_compile(built, optimizer=self.optimizer, loss=self.loss or self._loss, backend=self.backend,
                                  **settings)
+        else:
+            defaults = inspect.signature(_GgmlEstimator.__init__).parameters
+            unused = [k for k in COMPILE_SETTINGS if getattr(self, k) != defaults[k].default] + \
+                [k for k in self.get_params() if k.startswith("optimizer__")]
+            if unused:
+                warnings.warn(f"{type(self).__name__}: the model function returned a compiled model, so the "
+                              f"estimator's compile settings {', '.join(unused)} are not used (its own compile's "
+                              "are); return the model uncompiled to have them applied", GgmlpyWarning, stacklevel=4)
         return built
 
     def _fit(self, X: np.ndarray, y: np.ndarray, n_outputs: int,

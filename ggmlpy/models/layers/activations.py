@@ -1,6 +1,6 @@
 """Activations by Keras' names (``activation="relu"`` of a layer, ``ggml_layer_activation``): ggml's unary ops, and
-the others Keras names composed of ops that have a backward pass in ggml (relu, exp, abs, softplus, tanh, sigmoid),
-so that each trains on every backend.
+the others Keras names composed of ops that have a backward pass in ggml (relu, exp, abs, softplus, tanh, sigmoid,
+clamp), so that each trains on every backend.
 
 The formulas are Keras 3's, with its default parameters: ``elu`` and ``celu`` (alpha 1: the same function),
 ``selu`` (its two constants), ``leaky_relu`` (negative slope 0.2), ``relu6``, ``hard_sigmoid`` (``relu6(x + 3) /
@@ -20,6 +20,7 @@ from ...graph.objects import Context, Tensor
 from ...ops.elementwise import (
     ggml_abs,
     ggml_add,
+    ggml_clamp,
     ggml_div,
     ggml_exp,
     ggml_gelu,
@@ -61,13 +62,16 @@ def _leaky_relu(ctx: Context, x: Tensor) -> Tensor:
     return ggml_add(ctx, ggml_relu(ctx, x), ggml_scale(ctx, _negative_part(ctx, x), LEAKY_SLOPE))
 
 
+# The clipped activations are ggml's CLAMP (its gradient from patches/0055): composed of relus, as relu(x) -
+# relu(x - 6), they lost the bound once x and x - 6 round to one float32 (relu6(1e8) was 8)
+
 def _relu6(ctx: Context, x: Tensor) -> Tensor:
-    """min(relu(x), 6) = relu(x) - relu(x - 6)."""
-    return ggml_sub(ctx, ggml_relu(ctx, x), ggml_relu(ctx, ggml_scale_bias(ctx, x, 1.0, -6.0)))
+    return ggml_clamp(ctx, x, 0.0, 6.0)
 
 
 def _hard_sigmoid(ctx: Context, x: Tensor) -> Tensor:
-    return ggml_scale(ctx, _relu6(ctx, ggml_scale_bias(ctx, x, 1.0, 3.0)), 1.0 / 6.0)
+    """relu6(x + 3) / 6 = clamp(x / 6 + 1/2, 0, 1)."""
+    return ggml_clamp(ctx, ggml_scale_bias(ctx, x, 1.0 / 6.0, 0.5), 0.0, 1.0)
 
 
 def _hard_silu(ctx: Context, x: Tensor) -> Tensor:
@@ -87,9 +91,7 @@ def _log_sigmoid(ctx: Context, x: Tensor) -> Tensor:
 
 
 def _hard_tanh(ctx: Context, x: Tensor) -> Tensor:
-    """x clipped to [-1, 1] = relu(x + 1) - relu(x - 1) - 1."""
-    return ggml_scale_bias(ctx, ggml_sub(ctx, ggml_relu(ctx, ggml_scale_bias(ctx, x, 1.0, 1.0)),
-                                         ggml_relu(ctx, ggml_scale_bias(ctx, x, 1.0, -1.0))), 1.0, -1.0)
+    return ggml_clamp(ctx, x, -1.0, 1.0)
 
 
 SHRINK_THRESHOLD = 0.5   # Keras 3's soft_shrink default

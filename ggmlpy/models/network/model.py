@@ -112,6 +112,9 @@ class Node:
 
     __rmatmul__ = __matmul__
 
+    def __abs__(self) -> NoReturn:
+        self._unsupported("abs(node)", "write a custom layer with ggml_abs (ggml_custom_layer)")
+
     def __pow__(self, other: object) -> NoReturn:
         self._unsupported("node ** ...", "write a custom layer (ggml_custom_layer: ggml_sqr, ggml_sqrt, ...)")
 

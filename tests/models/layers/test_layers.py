@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
+from ggmlpy.models.layers.activations import ACTIVATIONS
 from tests.helpers import layer_refs as R
 from tests.helpers import ROOT
 
@@ -1152,3 +1153,20 @@ def test_the_free_form_of_a_custom_layer_is_shared_by_ggml_apply_and_wrapped_by_
     g.ggml_save_weights(td, tmp_path / "w.gguf")
     with pytest.raises(g.GgmlTypeError, match="expected a layer object"):
         g.ggml_apply(a, _affine)   # the function is not the layer: ggml_custom(_affine, ...) makes it
+
+
+EXTREMES = np.array([-1e30, -1e8, -2.0 ** 24, -7.0, -1.0, -0.5, -1e-3, 0.0, 1e-3, 0.5, 1.0, 7.0, 2.0 ** 24, 1e8, 1e30])
+
+
+@pytest.mark.parametrize("name", sorted(a for a in ACTIVATIONS if a not in (None, "linear", "softmax")))
+def test_activations_hold_their_bounds_at_extreme_inputs(name, device):
+    """Each activation over inputs from -1e30 to 1e30 (past 2**24, where x and x - 6 are one float32) against
+    Keras' formula in float64, rounded to float32 (inf where float32 overflows, as Keras' float32 does);
+    squareplus's naive formula, Keras' too, overflows x^2 past 1e19, so its range stops at 1e8."""
+    z = EXTREMES[np.abs(EXTREMES) <= 1e8] if name == "squareplus" else EXTREMES
+    m = g.ggml_layer_activation(g.ggml_model_sequential(), name, input_shape=(z.size,))
+    m = g.ggml_compile(m, loss="mse", backend=device)
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = R.activation(z, name).astype(np.float32)
+    got = g.ggml_predict(m, z[None].astype(np.float32))[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=name)
