@@ -32,9 +32,10 @@ from ..network.model import Model
 from ..network.parameters import ModelWeights
 from . import inputs as D
 from .compile import CompileConfig, compiled
-from .metrics import Tally
+from .metrics import HeadMetrics, Tally
 from .predict import predict_arrays
 from .runtime import input_shapes_of, InputShapes, model_in_use
+from .sized_runner import SizedRunner
 from .snapshot import Snapshot
 from .training_runner import training_runner
 
@@ -240,7 +241,14 @@ def runner_factory(model: Model, cfg: CompileConfig, batch: int, *, sample_weigh
         if logical % batch:
             raise GgmlValueError(f"nbatch_logical ({logical}) must be a multiple of the batch size ({batch})")
         period = max(1, logical // batch)
-    return lambda: training_runner(model, cfg, batch, period, sample_weighted, input_shapes)[0]
+    if input_shapes is None:
+        return lambda: training_runner(model, cfg, batch, period, sample_weighted)[0]
+
+    def sized() -> StepRunner:   # a variable model: a runner per size the stream brings, one set of metrics
+        metrics = HeadMetrics(cfg.heads, cfg.head_metrics, graph_outputs=True) if any(cfg.head_metrics) else None
+        return SizedRunner(lambda shapes: training_runner(model, cfg, batch, period, sample_weighted, shapes,
+                                                          metrics)[0], input_shapes, model.runtime.opt_state)
+    return sized
 
 
 def fit_model(model: Model, x: D.ModelData | None = None, y: D.ModelData | None = None, epochs: int = 1,
@@ -397,9 +405,8 @@ class _BatchConverter:
     """Checks and converts each sample-major batch of a generator into ggml layout."""
 
     def __init__(self, model: Model, cfg: CompileConfig, what: str, batch: int | None, weighted: bool | None,
-                 last: Callable[[], bool] | None = None, shapes: InputShapes = None) -> None:
+                 last: Callable[[], bool] | None = None) -> None:
         self.model, self.cfg, self.what, self.batch, self.weighted = model, cfg, what, batch, weighted
-        self.shapes = shapes  # the sample shapes of a training stream's inputs, where the model has variable sizes
         self.last = last   # whether the batch being converted is a PyDataset's last, which is completed if shorter
         self.rng = np.random.default_rng(np.random.randint(0, 2 ** 31))
 
@@ -416,13 +423,6 @@ class _BatchConverter:
             raise GgmlValueError(f"{self.what}: a batch of {n} samples; the first batch had {self.batch} and "
                                  "every training batch must have that many (drop or pad the last one, or use "
                                  "ggml_fit, which handles a last partial batch)")
-        if self.shapes is not None and input_shapes_of(self.model, xs) != self.shapes:
-            raise GgmlValueError(f"{self.what}: a batch of samples {input_shapes_of(self.model, xs)} after batches of "
-                                 f"{self.shapes}: the variable sizes (None) of the model's inputs take one value "
-                                 "per training stream (its graph is built for it). Train on each length with its own "
-                                 "ggml_fit_generator call (the optimizer continues from one to the next), step "
-                                 "batches of mixed lengths with a ggml_trainer (it builds the graph of each new "
-                                 "length), or pad the batches to one length")
         ys = D.model_targets(self.model, self.cfg, y, xs, f"{self.what} y")
         w = D.sample_weights(self.cfg, ys, n, sw, None, f"{self.what} sample_weight")
         if short:  # a PyDataset's last batch (Keras' ceil(N / batch)): completed as ggml_fit completes its last
@@ -527,15 +527,15 @@ def _fit_generator(model: Model, generator: object, *, steps_per_epoch: int | No
     probe = _BatchConverter(model, cfg, "generator", None, None)
     xs, _, w = probe.arrays(first)
     batch = xs[0].shape[0]
-    source.transform = converter = _BatchConverter(
-        model, cfg, "x (a PyDataset)" if is_batch_sequence(generator) else "generator", batch, w is not None,
-        last=(lambda: source.served_last) if is_batch_sequence(generator) else None, shapes=input_shapes_of(model, xs))
+    source.transform = _BatchConverter(model, cfg, "x (a PyDataset)" if is_batch_sequence(generator) else "generator",
+                                       batch, w is not None,
+                                       last=(lambda: source.served_last) if is_batch_sequence(generator) else None)
     validate = _validation(model, cfg, validation_data, validation_steps, batch)
     plan = EpochPlan(epochs, initial_epoch, steps_per_epoch, callbacks=callbacks, silent=_verbose(verbose),
                      bar=verbose != 2, prefetch=prefetch, stream=True, on_nonfinite=check_nonfinite(on_nonfinite),
                      model=model, weights=ModelWeights(model))
     make_runner = runner_factory(model, cfg, batch, sample_weighted=w is not None, nbatch_logical=nbatch_logical,
-                                 input_shapes=converter.shapes)
+                                 input_shapes=input_shapes_of(model, xs))
     return fit_streamed(make_runner, plan, source, validate=validate, opt_state=model.runtime.opt_state)
 
 

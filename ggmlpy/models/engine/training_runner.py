@@ -31,10 +31,12 @@ def computes_on_host(backend: Backend) -> bool:
 
 
 def training_runner(model: Model, cfg: CompileConfig, batch: int, period: int = 1,
-                    sample_weighted: bool = False, input_shapes: InputShapes = None) -> tuple[StepRunner, int]:
+                    sample_weighted: bool = False, input_shapes: InputShapes = None,
+                    metrics: HeadMetrics | None = None) -> tuple[StepRunner, int]:
     """The runner of a fit or trainer for ``batch`` samples per step (of ``input_shapes``, where the model has
     variable sizes), ``period`` steps per optimizer step, and a bound on the nodes of its training graphs (each
-    replica's)."""
+    replica's). ``metrics``: the compiled metrics' sums to update (read on the host), shared by the runners of one
+    fit's sizes (``sized_runner``); by default the runner's own."""
     runtime = model.runtime
     stores = runtime.stores()
     counts = [batch] if len(stores) == 1 else split_counts(batch, runtime.shares)
@@ -47,17 +49,19 @@ def training_runner(model: Model, cfg: CompileConfig, batch: int, period: int = 
                              "samples of data: a fit's batch is never larger than its data), give the devices "
                              "closer shares, or compile the model for one device")
     # the compiled metrics of the training steps: one sum for all replicas, summed on the devices where they fit
-    metrics = HeadMetrics(cfg.heads, cfg.head_metrics, graph_outputs=True) if any(cfg.head_metrics) else None
+    shared = metrics is not None
+    if not shared:
+        metrics = HeadMetrics(cfg.heads, cfg.head_metrics, graph_outputs=True) if any(cfg.head_metrics) else None
     # summed on the devices when the outputs live in a GPU's memory. Where the CPU's cores compute the step (the CPU,
     # a software Vulkan device such as lavapipe) the outputs cost nothing to read and numpy's bucketed AUC beats the
     # graph's comparison of every output with every threshold (measured: 0.86x on the CPU, 0.74x on lavapipe)
     on_device = not all(computes_on_host(s.backend) for s in stores)
     outputs = model.graph()[1]
     sizes = model.concrete_shapes(input_shapes) if input_shapes is not None else {id(o): o.shape for o in outputs}
-    too_large = metrics is not None and on_device and not metrics.device_fits(max(counts),
-                                                                              [sizes[id(o)] for o in outputs])
+    too_large = metrics is not None and on_device and not shared and \
+        not metrics.device_fits(max(counts), [sizes[id(o)] for o in outputs])
     if metrics is not None:
-        metrics.device = on_device and not too_large
+        metrics.device = on_device and not too_large and not shared
     graphs: list[TrainingGraph] = []
     steps: list[StepOptions] = []
     owned: list[list] = []   # each replica's graph instance and scheduler, freed by its runner

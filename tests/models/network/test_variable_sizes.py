@@ -55,15 +55,9 @@ def test_steps_on_alternating_lengths_follow_numpy_sgd():
     for length in (3, 5, 3, 8, 2, 4, 6, 3):
         ids = rng.integers(0, V, size=(4, length))
         y = rng.normal(size=(4, 2))
-        h, o = _pooled_reference(w, ids)
-        d_o = 2 * (o - y) / o.size                      # Keras' mse: the mean over samples and units
-        d_h = d_o @ w["d.weight"].T
-        grad_emb = np.zeros_like(w["emb.weight"])
-        np.add.at(grad_emb, ids, np.repeat(d_h[:, None, :] / length, length, axis=1))
         loss = tr.step(ids, y.astype(np.float32))
-        assert loss == pytest.approx(np.mean((o - y) ** 2), rel=1e-5)
-        w = {"emb.weight": w["emb.weight"] - lr * grad_emb, "d.weight": w["d.weight"] - lr * h.T @ d_o,
-             "d.bias": w["d.bias"] - lr * d_o.sum(axis=0)}
+        w, want = _sgd_by_hand(w, ids, y, lr)
+        assert loss == pytest.approx(want, rel=1e-5)
         got = g.ggml_get_weights(m)
         for k in w:
             np.testing.assert_allclose(got[k], w[k], rtol=1e-5, atol=1e-6, err_msg=f"length {length}: {k}")
@@ -115,16 +109,58 @@ def test_labels_per_step_take_the_length_of_their_sequences():
         g.ggml_fit(m, ids, rng.integers(0, 3, size=(16, 5)), verbose=0)
 
 
-def test_a_stream_takes_one_length_and_says_what_to_do_with_several():
-    m = _pooled_model()
+def _sgd_by_hand(w: dict, ids: np.ndarray, y: np.ndarray, lr: float) -> tuple[dict, float]:
+    """One SGD step of the pooled model on Keras' MSE in float64: the new weights and the batch's loss."""
+    length = ids.shape[1]
+    h, o = _pooled_reference(w, ids)
+    d_o = 2 * (o - y) / o.size                      # Keras' mse: the mean over samples and units
+    d_h = d_o @ w["d.weight"].T
+    grad_emb = np.zeros_like(w["emb.weight"])
+    np.add.at(grad_emb, ids, np.repeat(d_h[:, None, :] / length, length, axis=1))
+    new = {"emb.weight": w["emb.weight"] - lr * grad_emb, "d.weight": w["d.weight"] - lr * h.T @ d_o,
+           "d.bias": w["d.bias"] - lr * d_o.sum(axis=0)}
+    return new, float(np.mean((o - y) ** 2))
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_a_stream_of_batches_of_several_lengths_trains_as_numpy_sgd(prefetch):
+    """ggml_fit_generator over batches of lengths 4, 6, 4, 7, 6 (a graph per length, the optimizer moving between
+    them), two epochs: every weight and each epoch's loss as plain SGD in float64 numpy, step by step."""
+    lr = 0.2
+    m = _pooled_model(optimizer="sgd", lr=lr)
+    w = {k: v.astype(np.float64) for k, v in g.ggml_get_weights(m).items()}
     rng = np.random.default_rng(4)
-    one = [(rng.integers(0, V, size=(4, 6)), rng.normal(size=(4, 2)).astype(np.float32)) for _ in range(3)]
-    h = g.ggml_fit_generator(m, one, epochs=2, verbose=0)
-    assert len(h) == 2 and np.isfinite(h["train_loss"]).all()
-    mixed = one + [(rng.integers(0, V, size=(4, 9)), rng.normal(size=(4, 2)).astype(np.float32))]
-    with pytest.raises(g.GgmlValueError, match=r"a batch of samples \(\(9,\),\) after batches of \(\(6,\),\).*own "
-                                               "ggml_fit_generator call"):
-        g.ggml_fit_generator(m, mixed, epochs=1, verbose=0)
+    batches = [(rng.integers(0, V, size=(4, n)), rng.normal(size=(4, 2)).astype(np.float32)) for n in (4, 6, 4, 7, 6)]
+    h = g.ggml_fit_generator(m, batches, epochs=2, verbose=0, prefetch=prefetch)
+    for epoch in range(2):
+        losses = []
+        for ids, y in batches:
+            w, loss = _sgd_by_hand(w, ids, y.astype(np.float64), lr)
+            losses.append(loss)
+        assert h["train_loss"].iloc[epoch] == pytest.approx(np.mean(losses), rel=1e-5)
+    for k, v in g.ggml_get_weights(m).items():
+        np.testing.assert_allclose(v, w[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_a_stream_of_several_lengths_continues_adams_moments_as_one_trainer():
+    """AdamW over a stream of lengths 5, 3, 5, 8, 3 (with MAE compiled: one sum over every length's steps) ends
+    bit-equal to a trainer stepping the same batches (the trainer is checked against fixed-size models above), and
+    a second fit continues from it."""
+    rng = np.random.default_rng(14)
+    batches = [(rng.integers(0, V, size=(4, n)), rng.normal(size=(4, 2)).astype(np.float32)) for n in (5, 3, 5, 8, 3)]
+    fit, stepped = _pooled_model(), _pooled_model()
+    g.ggml_set_weights(stepped, g.ggml_get_weights(fit))
+    fit = g.ggml_compile(fit, loss="mse", metrics=["mae"], backend="cpu")   # keeps the weights
+    h = g.ggml_fit_generator(fit, batches, epochs=2, verbose=0)
+    assert np.isfinite(h["train_mae"]).all()
+    tr = g.ggml_trainer(stepped, batch_size=4)
+    for _ in range(2):
+        for ids, y in batches:
+            tr.step(ids, y)
+    tr.free()
+    for k, v in g.ggml_get_weights(stepped).items():
+        np.testing.assert_array_equal(g.ggml_get_weights(fit)[k], v, err_msg=k)
+    assert fit.runtime.opt_state.state is not None
 
 
 def test_a_variable_model_saves_loads_and_pickles(tmp_path):
@@ -308,3 +344,16 @@ def test_a_trainer_carries_adams_moments_across_lengths_as_fixed_models_would():
         for k, v in weights.items():
             np.testing.assert_array_equal(g.ggml_get_weights(var)[k], v, err_msg=f"length {ids.shape[1]}: {k}")
     tr.free()
+
+
+def test_a_stream_changes_length_between_logical_batches_only():
+    """With nbatch_logical two batches make an optimizer step: lengths may change after each pair, and a change
+    inside a pair (its gradients accumulated in one length's graph) is refused, saying so."""
+    rng = np.random.default_rng(15)
+    pairs = [(rng.integers(0, V, size=(4, n)), rng.normal(size=(4, 2)).astype(np.float32)) for n in (4, 4, 6, 6)]
+    h = g.ggml_fit_generator(_pooled_model(), pairs, epochs=2, nbatch_logical=8, verbose=0)
+    assert np.isfinite(h["train_loss"]).all()
+    mixed = [pairs[0], pairs[2]]
+    with pytest.raises(g.GgmlStateError, match=r"inside a logical batch.*group the stream's batches by length"), \
+            pytest.warns(g.GgmlpyWarning, match="1 batches into a logical batch"):  # the fit's end says what it drops
+        g.ggml_fit_generator(_pooled_model(), mixed, epochs=1, nbatch_logical=8, verbose=0)
