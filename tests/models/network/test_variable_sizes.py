@@ -357,3 +357,24 @@ def test_a_stream_changes_length_between_logical_batches_only():
     with pytest.raises(g.GgmlStateError, match=r"inside a logical batch.*group the stream's batches by length"), \
             pytest.warns(g.GgmlpyWarning, match="1 batches into a logical batch"):  # the fit's end says what it drops
         g.ggml_fit_generator(_pooled_model(), mixed, epochs=1, nbatch_logical=8, verbose=0)
+
+
+@pytest.mark.parametrize("optimizer", ["rmsprop", "sgd"])
+def test_a_mixed_length_stream_takes_schedules_and_graph_optimizers(optimizer):
+    """A learning-rate schedule (set on the loop's runner) reaches every length's graph, and RMSprop (an optimizer
+    run as a graph of its own) moves between them: the fit equals a trainer stepping the same batches with the
+    same rates, bit for bit."""
+    rng = np.random.default_rng(16)
+    batches = [(rng.integers(0, V, size=(6, n)), rng.normal(size=(6, 2)).astype(np.float32)) for n in (4, 6, 4, 7)]
+    fit, stepped = _pooled_model(optimizer=optimizer, lr=0.1), _pooled_model(optimizer=optimizer, lr=0.1)
+    g.ggml_set_weights(stepped, g.ggml_get_weights(fit))
+    schedule = g.ggml_schedule_learning_rate(lambda epoch, lr: 0.1 if epoch < 2 else 1e-4)   # Keras': from 0
+    g.ggml_fit_generator(fit, batches, epochs=3, verbose=0, callbacks=[schedule])
+    tr = g.ggml_trainer(stepped, batch_size=6)
+    for epoch in range(3):
+        tr.set_lr(0.1 if epoch < 2 else 1e-4)
+        for ids, y in batches:
+            tr.step(ids, y)
+    tr.free()
+    for k, v in g.ggml_get_weights(stepped).items():
+        np.testing.assert_array_equal(g.ggml_get_weights(fit)[k], v, err_msg=k)
