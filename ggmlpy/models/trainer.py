@@ -23,7 +23,7 @@ from .engine.metrics import Tally
 from .engine.predict import predict_arrays
 from .engine.runtime import input_shapes_of, InputShapes, model_in_use
 from .engine.snapshot import Snapshot
-from .engine.training_runner import training_runner
+from .engine.training_runner import sized_runner, training_runner
 from .io.saving import save_model
 from .layers.regularizers import weight_penalty
 from .network.model import Model
@@ -37,9 +37,6 @@ def _one_at_a_time(method: Callable) -> Callable:
         with self._lock:
             return method(self, *args, **kwargs)
     return locked
-
-
-KEPT_SIZES = 4   # the runners a trainer keeps for the sizes of a model's variable axes stepped last (as predictions)
 
 
 class ModelTrainer:
@@ -63,68 +60,39 @@ class ModelTrainer:
         params = self._params = model.runtime.params
         if not params.mark_trainable():
             raise GgmlValueError("nothing to train: every layer with weights is frozen")
-        # the runners of the sizes stepped last (one for a model without variable sizes): runner, writer, result
-        self._kept: dict[InputShapes, tuple[StepRunner, Any, Any]] = {}
+        self._owned: list[Any] = []
         self._period = period
         self._opt_state = model.runtime.opt_state  # continue the model's optimizer (a fit's, a loaded file's)
         self._lease: object | None = None  # the optimizer is taken at the first step (OptimizerState.begin)
-        # the runner's graphs are for one size of the model's variable sizes (None): made at the first step, and
-        # again when a step brings another (the optimizer's state carried over)
+        # a model with variable sizes (None) gets its runner at the first step, whose batch gives the sizes: a runner
+        # per size (``sized_runner``), the optimizer's state moving to the one of each batch
         self._runner: StepRunner | None = None
-        self._shapes: InputShapes = None
         self._lr: float | None = None   # a learning rate set before a variable model's first step
         self.train_nodes = 0
         if not model.variable:
-            try:
-                self._make_runner(None)
-            except BaseException:
-                self._free_owned()
-                raise
+            self._make_runner(None)
         self._steps = 0
         self._freed = False
         model.runtime.add_trainer(self)
 
     def _make_runner(self, shapes: InputShapes) -> None:
-        """Make current the runner for inputs of ``shapes`` (where the model has variable sizes): one kept from an
-        earlier step of those sizes (the last ``KEPT_SIZES``), or a new one; it continues the optimizer state of the
-        runner before it."""
-        old = self._runner
-        if old is not None:
-            if old.state.pending_batches:
-                raise GgmlStateError(f"trainer.step: a batch of inputs {shapes} after batches of {self._shapes}, "
-                                     f"inside a logical batch ({old.state.pending_batches} of {self._period} batches "
-                                     "accumulated): change the sizes between logical batches (nbatch_logical)")
-            self._lr = old.lr_ud.get()["adamw" if self._cfg.optimizer_spec.name == "adamw" else "sgd"]
-            if self._lease is not None:
-                self._opt_state.keep(old.state)
-            self._runner = None
-        kept = self._kept.pop(shapes, None)
-        if kept is None:
-            if len(self._kept) >= KEPT_SIZES:   # the size stepped longest ago
-                self._close_kept(next(iter(self._kept)))
-            kept = self._new_runner(shapes)
-        self._kept[shapes] = kept   # the most recent last
-        self._runner, self._writer, self._result = kept
-        self._opt_state.restore(self._runner.state)
-        if self._lr is not None:
-            self._runner.lr_ud.set(adamw_lr=self._lr, sgd_lr=self._lr)
-        self._shapes = shapes
-
-    def _new_runner(self, shapes: InputShapes) -> tuple[StepRunner, Any, Any]:
-        runner, self.train_nodes = training_runner(self._model, self._cfg, self.batch_size, self._period,
-                                                   input_shapes=shapes)
+        """The runner of the steps: for batches of ``shapes`` where the model has variable sizes."""
         try:
-            return runner, runner.writer("step", True), runner.new_result()
+            if shapes is None:
+                self._runner, self.train_nodes = training_runner(self._model, self._cfg, self.batch_size,
+                                                                 self._period)
+            else:
+                self._runner = sized_runner(self._model, self._cfg, self.batch_size, self._period, False, shapes)
+            self._owned.insert(0, self._runner)
+            self._writer: Any = self._runner.writer("step", True)
+            self._result = self._runner.new_result()
+            self._owned.insert(0, self._result)
+            self._opt_state.restore(self._runner.state)
+            if self._lr is not None:
+                self._runner.lr_ud.set(adamw_lr=self._lr, sgd_lr=self._lr)
         except BaseException:
-            runner.close()
+            self._free_owned()
             raise
-
-    def _close_kept(self, shapes: InputShapes) -> None:
-        runner, _, result = self._kept.pop(shapes)
-        try:
-            result.close()   # its result first, then the runner (which frees what it runs on)
-        finally:
-            runner.close()
 
     def _started(self, fn: str) -> StepRunner:
         """The runner, which a model with variable sizes has from its first step on."""
@@ -163,9 +131,8 @@ class ModelTrainer:
     def _step(self, x: Any, y: Any, watch: Any = None) -> float:
         self._live("step")
         xs, ys = self._batch(x, y, "step")
-        shapes = input_shapes_of(self._model, xs)
-        if self._runner is None or shapes != self._shapes:
-            self._make_runner(shapes)
+        if self._runner is None:   # a variable model's first step
+            self._make_runner(input_shapes_of(self._model, xs))
         runner = self._started("step")
         pairs = self._writer.parse(D.feed_dict(self._cfg.heads, xs, ys, None))
         if self._lease is None:  # the first step: take the optimizer, continuing from where it is now
@@ -303,11 +270,9 @@ class ModelTrainer:
 
     def _free_owned(self) -> None:
         self._runner = None
-        try:
-            while self._kept:
-                self._close_kept(next(iter(self._kept)))
-        finally:
-            self._kept.clear()
+        for h in self._owned:  # its result first, then the runner (which frees what it runs on)
+            h.close()
+        self._owned.clear()
 
     def __del__(self) -> None:
         # Dropped without free(): its optimizer steps still belong to the model (free() hands them back), and

@@ -32,12 +32,11 @@ from ..network.model import Model
 from ..network.parameters import ModelWeights
 from . import inputs as D
 from .compile import CompileConfig, compiled
-from .metrics import HeadMetrics, Tally
+from .metrics import Tally
 from .predict import predict_arrays
 from .runtime import input_shapes_of, InputShapes, model_in_use
-from .sized_runner import SizedRunner
 from .snapshot import Snapshot
-from .training_runner import training_runner
+from .training_runner import sized_runner, training_runner
 
 
 if TYPE_CHECKING:
@@ -243,12 +242,7 @@ def runner_factory(model: Model, cfg: CompileConfig, batch: int, *, sample_weigh
         period = max(1, logical // batch)
     if input_shapes is None:
         return lambda: training_runner(model, cfg, batch, period, sample_weighted)[0]
-
-    def sized() -> StepRunner:   # a variable model: a runner per size the stream brings, one set of metrics
-        metrics = HeadMetrics(cfg.heads, cfg.head_metrics, graph_outputs=True) if any(cfg.head_metrics) else None
-        return SizedRunner(lambda shapes: training_runner(model, cfg, batch, period, sample_weighted, shapes,
-                                                          metrics)[0], input_shapes, model.runtime.opt_state)
-    return sized
+    return lambda: sized_runner(model, cfg, batch, period, sample_weighted, input_shapes)
 
 
 def fit_model(model: Model, x: D.ModelData | None = None, y: D.ModelData | None = None, epochs: int = 1,

@@ -2,9 +2,10 @@
 several lengths, and ggml's graphs have fixed sizes, so each size gets a runner of its own (``training_runner`` for
 those sizes), kept for the last ``KEPT_SIZES``, and the optimizer's state moves to the runner of each batch's sizes.
 
-To the one fit loop it is a runner like the others (``training.runner.StepRunner``): the loop holds the first
-runner's optimizer state, learning rates, Ctrl-C guard and compiled metrics, which every runner shares or is given
-before its steps; at the end of each epoch the state is back in the first runner, where the fit keeps it.
+To the one fit loop, and to a ``ggml_trainer``, it is a runner like the others (``training.runner.StepRunner``):
+the loop holds the first runner's optimizer state, learning rates, Ctrl-C guard and compiled metrics, which every
+runner shares or is given before its steps; at the end of each epoch the state is back in the first runner, where
+the fit keeps it (a trainer keeps ``state``, the latest, when it is freed).
 """
 from __future__ import annotations
 
@@ -47,9 +48,9 @@ class SizedRunner:
     # ---- what the loop reads
     @property
     def state(self) -> OptContext | GraphOptimizer:
-        """The first runner's optimizer state, where the fit restores and keeps the model's (``drain(final=True)``
-        puts it back there)."""
-        return self.first.state
+        """The optimizer state of the runner stepping now (the latest). The fit loop takes it once, before the first
+        step: the first runner's, where ``drain(final=True)`` puts the state back at each epoch's end."""
+        return self._current.state
 
     @property
     def placement(self) -> Placement | None:
@@ -96,8 +97,8 @@ class SizedRunner:
             if current.state.pending_batches:
                 raise GgmlStateError(f"a batch of inputs {shapes} after batches of {self._shapes}, inside a logical "
                                      f"batch ({current.state.pending_batches} batches accumulated, nbatch_logical): "
-                                     "change the sizes between logical batches (group the stream's batches by "
-                                     "length, a multiple of nbatch_logical / batch_size each)")
+                                     "change the sizes between logical batches (group the batches by length, a "
+                                     "multiple of nbatch_logical / batch_size of each)")
             runner = self._runners.pop(shapes, None)
             if runner is None:
                 if len(self._runners) >= KEPT_SIZES:  # the size used longest ago, never the first (the fit's state)

@@ -3,7 +3,8 @@ scheduler(s): ggml-opt's own step on one device (``training.loop.NativeRunner``)
 (RMSprop, Adagrad, momentum, clipping: ``OptimizerSpec.fused`` False) on one device
 (``training.graph_steps.GraphOptimizerRunner``), or one replica per device for a model compiled with several
 backends (``training.replicas.ReplicaRunner``), the replicas' weights copied from the first replica's first. The
-runner owns what is built for it here: it frees the graphs and schedulers when it closes.
+runner owns what is built for it here: it frees the graphs and schedulers when it closes. A model with variable
+sizes gets one such runner per size of its batches, under a ``sized_runner.SizedRunner`` (``sized_runner``).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from .compile import build_training_graph, CompileConfig
 from .device_metrics import BUDGET_BYTES
 from .metrics import HeadMetrics
 from .runtime import InputShapes, make_scheduler
+from .sized_runner import SizedRunner
 
 
 def computes_on_host(backend: Backend) -> bool:
@@ -116,3 +118,12 @@ def training_runner(model: Model, cfg: CompileConfig, batch: int, period: int = 
                 h.close()
         raise
     return runner, train_nodes
+
+
+def sized_runner(model: Model, cfg: CompileConfig, batch: int, period: int, sample_weighted: bool,
+                 input_shapes: InputShapes) -> SizedRunner:
+    """The runner of a fit or trainer of a model with variable sizes, starting with batches of ``input_shapes``: a
+    ``training_runner`` per size the batches bring (``sized_runner.SizedRunner``), one set of compiled metrics."""
+    metrics = HeadMetrics(cfg.heads, cfg.head_metrics, graph_outputs=True) if any(cfg.head_metrics) else None
+    return SizedRunner(lambda shapes: training_runner(model, cfg, batch, period, sample_weighted, shapes, metrics)[0],
+                       input_shapes, model.runtime.opt_state)

@@ -354,7 +354,7 @@ def test_a_stream_changes_length_between_logical_batches_only():
     h = g.ggml_fit_generator(_pooled_model(), pairs, epochs=2, nbatch_logical=8, verbose=0)
     assert np.isfinite(h["train_loss"]).all()
     mixed = [pairs[0], pairs[2]]
-    with pytest.raises(g.GgmlStateError, match=r"inside a logical batch.*group the stream's batches by length"), \
+    with pytest.raises(g.GgmlStateError, match=r"inside a logical batch.*group the batches by length"), \
             pytest.warns(g.GgmlpyWarning, match="1 batches into a logical batch"):  # the fit's end says what it drops
         g.ggml_fit_generator(_pooled_model(), mixed, epochs=1, nbatch_logical=8, verbose=0)
 
@@ -378,3 +378,31 @@ def test_a_mixed_length_stream_takes_schedules_and_graph_optimizers(optimizer):
     tr.free()
     for k, v in g.ggml_get_weights(stepped).items():
         np.testing.assert_array_equal(g.ggml_get_weights(fit)[k], v, err_msg=k)
+
+
+def test_a_trainer_saves_and_reports_the_latest_optimizer_state_across_lengths(tmp_path):
+    """After steps at lengths 4 then 6, the trainer's optimizer state (and a saved file's) is the latest: a model
+    loaded from the file continues exactly as the trainer does; inside a logical batch a change of length is
+    refused, and so is saving."""
+    rng = np.random.default_rng(17)
+    batches = [(rng.integers(0, V, size=(4, n)), rng.normal(size=(4, 2)).astype(np.float32)) for n in (4, 6, 4)]
+    m = _pooled_model()
+    tr = g.ggml_trainer(m, batch_size=4)
+    tr.step(*batches[0])
+    tr.step(*batches[1])
+    assert tr.optimizer_state()["iter"] == 2 + 1   # ggml counts from 1: two steps taken, across two graphs
+    tr.save(tmp_path / "m.gguf")
+    tr.step(*batches[2])
+    again = g.ggml_load_model(tmp_path / "m.gguf")
+    with g.ggml_trainer(again, batch_size=4) as resumed:
+        resumed.step(*batches[2])
+    for k, v in g.ggml_get_weights(m).items():
+        np.testing.assert_array_equal(g.ggml_get_weights(again)[k], v, err_msg=k)
+    tr.free()
+    logical = g.ggml_trainer(_pooled_model(), batch_size=4, nbatch_logical=8)
+    logical.step(*batches[0])
+    with pytest.raises(g.GgmlStateError, match="inside a logical batch"):
+        logical.step(*batches[1])
+    with pytest.raises(g.GgmlStateError, match="logical batch"):
+        logical.save(tmp_path / "n.gguf")
+    logical.discard()
