@@ -182,11 +182,20 @@ def test_each_image_draws_its_own_zoom_and_width_none_keeps_the_aspect_ratio(dev
     assert stats.kstest(zw, stats.uniform(1.1, 0.3).cdf).pvalue > 1e-3
 
 
-def test_inference_leaves_the_images_alone(device):
+# what the augmentation layers share, each test run for each: (a name, what appends the layers to a model)
+AUGMENTATIONS = {
+    "translation_zoom": lambda m, **kw: g.ggml_layer_random_zoom(g.ggml_layer_random_translation(m, 0.5, 0.5), 0.5,
+                                                                  **kw),
+    "rotation": lambda m, **kw: g.ggml_layer_random_rotation(m, 0.5, **kw),
+}
+
+
+@pytest.mark.parametrize("augment", sorted(AUGMENTATIONS))
+def test_inference_leaves_the_images_alone(device, augment):
     x = np.random.default_rng(7).normal(size=(5, 6, 4, 3)).astype(np.float32)
-    m = g.ggml_layer_random_translation(g.ggml_model_sequential(), 0.5, 0.5, input_shape=(6, 4, 3))
-    m = g.ggml_compile(g.ggml_layer_random_zoom(m, 0.5, fill_mode="constant", fill_value=3.0), loss="mse",
-                       backend=device)
+    m = g.ggml_layer_rescaling(g.ggml_model_sequential(), 1.0, input_shape=(6, 4, 3))
+    m = AUGMENTATIONS[augment](m, fill_mode="constant", fill_value=3.0)
+    m = g.ggml_compile(m, loss="mse", backend=device)
     np.testing.assert_array_equal(g.ggml_predict(m, x).reshape(x.shape), x)
     assert g.ggml_evaluate(m, x, x, batch_size=2)["loss"] == pytest.approx(0.0, abs=1e-12)
     np.testing.assert_allclose(train_forward(m, x, train=False)[0], x, rtol=1e-6, atol=1e-6)  # a validation step
@@ -215,28 +224,30 @@ def test_the_gradient_flows_through_to_the_weights_before(device):
     np.testing.assert_allclose(g.ggml_get_weights(m)["d1.weight"], w1 - 0.1 * grad, rtol=1e-4, atol=1e-5)
 
 
-def test_a_fit_with_a_partial_last_batch_trains_the_layers_before():
+@pytest.mark.parametrize("augment", sorted(AUGMENTATIONS))
+def test_a_fit_with_a_partial_last_batch_trains_the_layers_before(augment):
     rng = np.random.default_rng(9)
     x = rng.normal(size=(13, 8, 8, 1)).astype(np.float32)
     y = rng.integers(0, 2, 13)
     m = g.ggml_layer_conv_2d(g.ggml_model_sequential(), 2, (3, 3), padding="same", name="c", input_shape=(8, 8, 1))
-    m = g.ggml_layer_random_zoom(g.ggml_layer_random_translation(m, 0.2, 0.2), 0.2, fill_mode="constant")
+    m = AUGMENTATIONS[augment](m, fill_mode="constant")
     m = g.ggml_layer_dense(g.ggml_layer_flatten(m), 2, activation="softmax")
     m = g.ggml_compile(m, loss="sparse_categorical_crossentropy", backend="cpu")
     before = g.ggml_get_weights(m)["c.kernel"]
-    history = g.ggml_fit(m, x, y, epochs=2, batch_size=5, verbose=0)
-    assert np.isfinite(history["train_loss"]).all()
+    history = g.ggml_fit(m, x, y, epochs=2, batch_size=5, verbose=0, validation_split=0.2)
+    assert np.isfinite(history["train_loss"]).all() and np.isfinite(history["val_loss"]).all()
     assert not np.allclose(g.ggml_get_weights(m)["c.kernel"], before)
 
 
-def test_replicas_draw_for_their_own_share_of_the_batch():
+@pytest.mark.parametrize("augment", sorted(AUGMENTATIONS))
+def test_replicas_draw_for_their_own_share_of_the_batch(augment):
     if "vulkan" not in g.ggml_backends_built() or g.ggml_backend_dev_by_name("Vulkan0") is None:
         pytest.skip("no Vulkan0 device: a second replica needs a device other than the CPU")
     rng = np.random.default_rng(10)
     x = rng.normal(size=(11, 6, 6, 2)).astype(np.float32)
     y = rng.normal(size=(11, 1)).astype(np.float32)
     m = g.ggml_layer_dense(g.ggml_model_sequential(), 3, name="d1", input_shape=(6, 6, 2))
-    m = g.ggml_layer_random_zoom(g.ggml_layer_random_translation(m, 0.3, 0.3), (-0.2, 0.2), (0.1, 0.2))
+    m = AUGMENTATIONS[augment](m, interpolation="nearest")
     m = g.ggml_layer_dense(g.ggml_layer_flatten(m), 1)
     m = g.ggml_compile(m, loss="mse", backend=["cpu", "Vulkan0"], shares=[2, 1])
     before = g.ggml_get_weights(m)["d1.weight"]
