@@ -88,6 +88,8 @@ class Backend(Handle):
         self.is_cpu = self.device.type == "cpu"
         self.is_rpc = not self.is_cpu and self.device.backend_name.startswith("RPC")  # checked after computes
         self.n_threads = 0
+        # the user set this backend's count (ggml_backend_cpu_set_n_threads): the thread policy leaves it alone
+        self.threads_chosen = False
         if self.is_cpu:
             lib.ggmlpy_cpu_set_n_threads(ptr, _n_threads[0])
             self.n_threads = _n_threads[0]
@@ -386,7 +388,8 @@ def ggml_backend_synchronize(backend: Backend) -> None:
 def ggml_backend_cpu_set_n_threads(backend: Backend, n_threads: int) -> None:
     """Set the number of threads of one CPU backend.
 
-    ``ggml_set_n_threads`` sets it for every CPU backend at once (and for later ones).
+    ``ggml_set_n_threads`` sets it for every CPU backend at once (and for later ones). A backend given its count
+    here keeps it: the training loops' thread policy (``docs/guide/threads.md``) leaves it alone.
 
     Arguments:
         backend: a CPU Backend (another kind raises GgmlStateError).
@@ -404,6 +407,7 @@ def ggml_backend_cpu_set_n_threads(backend: Backend, n_threads: int) -> None:
     _note_threads(n_threads)
     lib.ggmlpy_cpu_set_n_threads(ptr, n_threads)
     backend.n_threads = n_threads
+    backend.threads_chosen = True
 
 
 def ggml_set_n_threads(n_threads: int) -> int:

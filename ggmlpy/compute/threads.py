@@ -130,6 +130,8 @@ def threads_for(backend: Backend, flops: float) -> int:
     if not backend.is_cpu:
         return 0
     before = backend.n_threads
+    if backend.threads_chosen:   # the user's count for this backend (ggml_backend_cpu_set_n_threads)
+        return before
     n = ggml_get_n_threads() if threads_set_by_user() or flops >= SMALL_GRAPH_FLOPS else 1
     if n != before:
         lib.ggmlpy_cpu_set_n_threads(backend.ptr, n)
@@ -162,7 +164,7 @@ def split_threads(backends, work: StepWork) -> list:
         pool_n = n if work.pool_elements >= POOL_PARALLEL_ELEMENTS else 1
     before = []
     for b in backends:
-        if not b.alive or not (b.is_cpu or is_blas(b)):
+        if not b.alive or not (b.is_cpu or is_blas(b)) or b.threads_chosen:
             continue
         before.append((b, b.n_threads))
         set_backend_threads(b, blas_n if is_blas(b) else pool_n)
@@ -203,19 +205,26 @@ class ThreadTuner:
     BUSY = 0.5           # other processes keeping this many cores busy at the start: begin with one thread
 
     def __init__(self, backends: Sequence[Backend]) -> None:
-        targets = [b for b in backends if b.alive and (b.is_cpu or is_blas(b))]
+        targets = [b for b in backends if b.alive and (b.is_cpu or is_blas(b)) and not b.threads_chosen]
         self.wide = {id(b): (b, b.n_threads) for b in targets}
         self.enabled = not threads_set_by_user() and any(n > 1 for _, n in self.wide.values())
         self.current = "wide"
-        if self.enabled and (cores_busy_elsewhere() or 0.0) >= self.BUSY:
-            self.current = "narrow"  # the wide choice would wait for cores that are taken
         self.times: dict[str, list[float]] = {"wide": [], "narrow": []}
         self.steps = 0
         self.every = self.PROBE_EVERY
         self.since_probe = self.every - self.FIRST_PROBE
-        if self.current == "narrow":  # a wide step beside a busy core can cost dozens of narrow ones: wait long
-            self.every, self.since_probe = self.PROBE_EVERY_MAX, 0
         self.probe: list[float] | None = None  # step times of the running probe
+        # the machine's load, measured over the warm-up steps (no wait before the first step)
+        self.load = cpu_sample() if self.enabled else None
+
+    def _check_load(self) -> None:
+        """After the warm-up steps: if other processes kept cores busy meanwhile, go narrow, and probe late."""
+        busy = cores_busy_since(self.load) if self.load is not None else None
+        self.load = None
+        if busy is not None and busy >= self.BUSY and self.current == "wide" and self.probe is None:
+            self.current = "narrow"  # the wide choice would wait for cores that are taken
+            # a wide step beside a busy core can cost dozens of narrow ones: wait long before probing it
+            self.every, self.since_probe = self.PROBE_EVERY_MAX, 0
 
     def _apply(self, choice: str) -> None:
         for b, n in self.wide.values():
@@ -241,6 +250,8 @@ class ThreadTuner:
         seconds = time.perf_counter() - started
         self.steps += 1
         if self.steps <= self.WARMUP:
+            if self.steps == self.WARMUP:
+                self._check_load()
             return
         if self.probe is not None:
             self.probe.append(seconds)
@@ -282,30 +293,28 @@ def _median(values: Sequence[float]) -> float:
     return s[len(s) // 2]
 
 
-def cores_busy_elsewhere(window: float = 0.02) -> float | None:
-    """How many cores other processes keep busy now: the machine's busy time over ``window`` seconds
-    (``/proc/stat``) minus this process's (``/proc/self/stat``), in cores. None where those files are not
-    readable (not Linux)."""
-    def machine() -> tuple[int, int]:
+CpuSample = tuple[int, int, int]   # the machine's busy and total ticks, this process's ticks (/proc)
+
+
+def cpu_sample() -> CpuSample | None:
+    """The counters ``cores_busy_since`` compares: None where ``/proc/stat`` is not readable (not Linux)."""
+    try:
         with open("/proc/stat") as f:
             fields = [int(v) for v in f.readline().split()[1:]]
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-        return sum(fields) - idle, sum(fields)
-
-    def mine() -> int:
         with open("/proc/self/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])  # utime + stime, in clock ticks as /proc/stat counts
-    try:
-        busy0, total0 = machine()
-        own0 = mine()
-        time.sleep(window)
-        busy1, total1 = machine()
-        own1 = mine()
+            own = f.read().rsplit(")", 1)[1].split()
     except (OSError, ValueError, IndexError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields), int(own[11]) + int(own[12])  # utime + stime, in clock ticks
+
+
+def cores_busy_since(before: CpuSample) -> float | None:
+    """How many cores other processes kept busy since ``before`` (a ``cpu_sample``): the machine's busy time
+    minus this process's, in cores. None where it cannot be read, or too little time passed to tell."""
+    after = cpu_sample()
+    if after is None or after[1] <= before[1]:
         return None
     import os
     cores = os.cpu_count() or 1
-    if total1 <= total0:
-        return 0.0
-    return max(0.0, (busy1 - busy0 - (own1 - own0)) / (total1 - total0) * cores)
+    return max(0.0, (after[0] - before[0] - (after[2] - before[2])) / (after[1] - before[1]) * cores)

@@ -25,7 +25,8 @@ class _Clock:
 def cpu(monkeypatch):
     clock = _Clock()
     monkeypatch.setattr(policy, "time", types.SimpleNamespace(perf_counter=clock.perf_counter, sleep=time.sleep))
-    monkeypatch.setattr(policy, "cores_busy_elsewhere", lambda: 0.0)
+    monkeypatch.setattr(policy, "cpu_sample", lambda: (0, 0, 0))
+    monkeypatch.setattr(policy, "cores_busy_since", lambda before: 0.0)
     monkeypatch.setattr(policy, "threads_set_by_user", lambda: False)  # whatever other tests set
     b = G.ggml_backend_cpu_init()
     policy.set_backend_threads(b, 2)
@@ -76,12 +77,29 @@ def test_a_competitor_that_starts_or_stops_is_followed(cpu):
     assert used[-100:].count(2) == 100           # quiet again: back to two threads
 
 
-def test_a_fit_started_beside_a_busy_core_begins_with_one_thread(cpu, monkeypatch):
+def test_a_fit_started_beside_a_busy_core_goes_to_one_thread_after_its_warm_up(cpu, monkeypatch):
+    """The load is measured over the warm-up steps (no wait before the first step): a busy core found there
+    sends the steps after them to one thread, and the first wide probe waits long (one costs 40 narrow steps)."""
     backend, clock = cpu
-    monkeypatch.setattr(policy, "cores_busy_elsewhere", lambda: 1.0)
+    monkeypatch.setattr(policy, "cores_busy_since", lambda before: 1.0)
     tuner = policy.ThreadTuner([backend])
     used = _run(tuner, backend, clock, lambda i, n: 0.300 if n == 2 else 0.007, 200)
-    assert used.count(2) == 0  # the first wide probe waits long: one would cost 40 narrow steps
+    assert used[:policy.ThreadTuner.WARMUP] == [2] * policy.ThreadTuner.WARMUP and used.count(2) == tuner.WARMUP
+
+
+def test_a_backend_whose_count_the_user_set_is_left_alone(cpu, monkeypatch):
+    """ggml_backend_cpu_set_n_threads on one backend: the tuner, the split and the small-graph rule keep it."""
+    backend, clock = cpu
+    G.ggml_backend_cpu_set_n_threads(backend, 2)
+    tuner = policy.ThreadTuner([backend])
+    assert not tuner.enabled
+    used = _run(tuner, backend, clock, lambda i, n: 0.300 if n == 2 else 0.007, 50)
+    assert set(used) == {2}
+    small = policy.StepWork(1e3, 0.0, 10.0)   # a graph the rules would give one thread
+    before = policy.split_threads([backend], small)
+    assert backend.n_threads == 2
+    policy.restore_threads(before)
+    assert policy.threads_for(backend, 1e3) == 2 and backend.n_threads == 2
 
 
 def test_a_count_set_by_the_user_is_left_alone(cpu, monkeypatch):
@@ -93,6 +111,8 @@ def test_a_count_set_by_the_user_is_left_alone(cpu, monkeypatch):
     assert set(used) == {2}
 
 
-def test_cores_busy_elsewhere_reads_the_machine():
-    busy = policy.cores_busy_elsewhere(0.02)
+def test_cores_busy_since_reads_the_machine():
+    before = policy.cpu_sample()
+    time.sleep(0.05)
+    busy = policy.cores_busy_since(before) if before is not None else None
     assert busy is None or 0.0 <= busy <= (__import__("os").cpu_count() or 1)

@@ -381,7 +381,7 @@ def test_small_graphs_train_on_one_thread_unless_the_user_chose(monkeypatch):
     monkeypatch.setattr(B, "_n_threads", [2])
     # the static split is what is checked: the step timer starts on one thread when the machine is busy
     # (tests/compute/test_threads.py checks that)
-    monkeypatch.setattr(policy, "cores_busy_elsewhere", lambda window=0.02: 0.0)
+    monkeypatch.setattr(policy, "cores_busy_since", lambda before: 0.0)
     monkeypatch.setattr(B, "_blas_disabled", [True])  # the CPU backend alone (tests/backend/test_blas.py: with BLAS)
     x, ids = blobs(32)
     seen = []
