@@ -93,6 +93,8 @@ def shape_problem(shape: Iterable[int], ne: Tensor | Iterable[int], offset: int 
     a multiple of their size. The message says what was expected, what ``source`` gives and the usual fix."""
     shape = tuple(int(n) for n in shape)
     expected = numpy_shape(ne)
+    if offset is None and shape == tuple(expected):   # the common case, checked once per batch: nothing to say
+        return None
     n = int(np.prod(expected, dtype=np.int64))
     size = int(np.prod(shape, dtype=np.int64))
     given = _strip(shape)

@@ -349,14 +349,14 @@ class BatchWriter:
                                  f"lengths ({exc})") from None
         except Exception as exc:  # noqa: BLE001
             raise GgmlValueError(f"{self.name}: {target.what} is not array-like ({type(value).__name__})") from exc
-        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+        if arr.dtype.kind not in "biufc":   # numbers and booleans (kind: numpy's one-letter class of the dtype)
             raise GgmlValueError(f"{self.name}: {target.what} must be numeric, got dtype {arr.dtype}")
         problem = shape_problem(arr.shape, target.tensor, source="the batch")
         if problem is not None:
             raise GgmlValueError(f"{self.name}: {target.what} {problem}")
-        refuse_complex(arr, target.dtype, f"{self.name}: {target.what}")
-        if np.issubdtype(target.dtype, np.integer):
-            if not np.issubdtype(arr.dtype, np.integer) and arr.dtype != np.bool_:
+        if target.dtype.kind in "iu":
+            refuse_complex(arr, target.dtype, f"{self.name}: {target.what}")
+            if arr.dtype.kind not in "iub":
                 raise GgmlValueError(f"{self.name}: {target.what} is an integer tensor ({target.dtype}); the batch "
                                      f"gives {arr.dtype}")
             if target.bound is not None:
