@@ -1,9 +1,12 @@
-"""What the benchmarks that compare sides in fresh processes share (``bench_vs_torch.py``, ``bench_gpu.py``).
+"""What the benchmarks that compare sides in fresh processes share (``bench_vs_torch.py``, ``bench_gpu.py``, the
+loop benchmarks).
 
 - ``run_json_worker``: one measurement in a fresh subprocess, whose last line of output is a JSON object;
 - ``rotated``: the order of the sides in a round (A B C, then B C A, ...), so that background load hits
   every side alike;
 - ``best_median``: the best and median of a side's runs (the best run is the least disturbed);
+- ``alternated_pairs`` and ``pair_ratios``: two kinds of run alternated in fresh processes, and the median of the
+  per-pair ratios (``bench_seed_loop.py``, ``bench_model_loop.py``);
 - ``torch_missing``: why PyTorch cannot be imported here (None when it can).
 """
 from __future__ import annotations
@@ -12,6 +15,7 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 from collections.abc import Sequence
 
 
@@ -27,6 +31,27 @@ def run_json_worker(cmd: Sequence[str], threads: int | None = None, env: dict | 
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def alternated_pairs(script: str, kinds: Sequence[str], args: Sequence[str], pairs: int) -> dict[str, list[float]]:
+    """Run ``script --one <kind> *args`` in a fresh process for each kind in turn, ``pairs`` times (A B A B ...);
+    each prints its samples/s last. Returns each kind's rates, in run order."""
+    rates: dict[str, list[float]] = {k: [] for k in kinds}
+    for _ in range(pairs):
+        for kind in kinds:
+            out = subprocess.run([sys.executable, script, "--one", kind, *args], capture_output=True, text=True,
+                                 check=True)
+            rates[kind].append(float(out.stdout.split()[-1]))
+    return rates
+
+
+def pair_ratios(base: Sequence[float], other: Sequence[float], label: str, target: float) -> dict:
+    """Print and return the per-pair ratios other / base, their median and the best runs' ratio."""
+    pairs = [o / b for b, o in zip(base, other)]
+    median, best = statistics.median(pairs), max(other) / max(base)
+    print(f"{label} per pair: {', '.join(f'{p:.3f}' for p in pairs)}; median {median:.3f}, best runs {best:.3f} "
+          f"(target >= {target})")
+    return {"pairs": pairs, "median": median, "best": best, "target": target}
 
 
 def rotated(sides: Sequence[str], round_index: int) -> list[str]:

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import subprocess
+import os
 import sys
 import time
+
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import alternated_pairs, pair_ratios  # noqa: E402 - the benchmarks' folder, just added
 
 
 TARGET = 0.97
@@ -93,22 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.one:
         print(one_run(args.one, args.model, args.batches))
         return 0
-    rates: dict[str, list[float]] = {"step": [], "fit": []}
-    for _ in range(args.pairs):
-        for kind in ("step", "fit"):
-            out = subprocess.run([sys.executable, __file__, "--one", kind, "--model", args.model, "--batches",
-                                  str(args.batches)], capture_output=True, text=True, check=True)
-            rates[kind].append(float(out.stdout.split()[-1]))
-    pairs = [f / s for s, f in zip(rates["step"], rates["fit"])]
-    median, best = statistics.median(pairs), max(rates["fit"]) / max(rates["step"])
+    rates = alternated_pairs(__file__, ("step", "fit"), ["--model", args.model, "--batches", str(args.batches)],
+                             args.pairs)
     print(f"{args.model}: its own step  samples/s: {', '.join(f'{r:,.0f}' for r in rates['step'])}")
     print(f"{args.model}: ggml_fit       samples/s: {', '.join(f'{r:,.0f}' for r in rates['fit'])}")
-    print(f"fit / step per pair: {', '.join(f'{p:.3f}' for p in pairs)}; median {median:.3f}, best runs {best:.3f} "
-          f"(target >= {TARGET})")
+    summary = pair_ratios(rates["step"], rates["fit"], "fit / step", TARGET)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"model": args.model, "rates": rates, "pairs": pairs, "median": median, "best": best,
-                       "target": TARGET}, f)
+            json.dump({"model": args.model, "rates": rates, **summary}, f)
     return 0
 
 

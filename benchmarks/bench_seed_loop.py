@@ -17,13 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import time
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench_common import alternated_pairs, pair_ratios  # noqa: E402 - the benchmarks' folder, just added
+
+
 BATCH, TARGET = 500, 0.97
 
 
@@ -74,21 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.one:
         print(one_run(args.one, args.batches))
         return 0
-    rates: dict[str, list[float]] = {"c": [], "gen": []}
-    for _ in range(args.pairs):
-        for kind in ("c", "gen"):
-            out = subprocess.run([sys.executable, __file__, "--one", kind, "--batches", str(args.batches)],
-                                 capture_output=True, text=True, check=True)
-            rates[kind].append(float(out.stdout.split()[-1]))
-    pairs = [g / c for c, g in zip(rates["c"], rates["gen"])]
-    median, best = statistics.median(pairs), max(rates["gen"]) / max(rates["c"])
+    rates = alternated_pairs(__file__, ("c", "gen"), ["--batches", str(args.batches)], args.pairs)
     print(f"ggml_opt_fit (C)      samples/s: {', '.join(f'{r:,.0f}' for r in rates['c'])}")
     print(f"ggml_fit_opt_gen      samples/s: {', '.join(f'{r:,.0f}' for r in rates['gen'])}")
-    print(f"gen / C per pair: {', '.join(f'{p:.3f}' for p in pairs)}; median {median:.3f}, best runs {best:.3f} "
-          f"(target >= {TARGET})")
+    summary = pair_ratios(rates["c"], rates["gen"], "gen / C", TARGET)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rates": rates, "pairs": pairs, "median": median, "best": best, "target": TARGET}, f)
+            json.dump({"rates": rates, **summary}, f)
     return 0
 
 

@@ -32,6 +32,11 @@ def computes_on_host(backend: Backend) -> bool:
     return is_host_backend(backend) or is_software_device(backend.device)
 
 
+def compiled_metrics(cfg: CompileConfig) -> HeadMetrics | None:
+    """The sums of a fit's compiled metrics over its training steps (None: none compiled)."""
+    return HeadMetrics(cfg.heads, cfg.head_metrics, graph_outputs=True) if any(cfg.head_metrics) else None
+
+
 def training_runner(model: Model, cfg: CompileConfig, batch: int, period: int = 1,
                     sample_weighted: bool = False, input_shapes: InputShapes = None,
                     metrics: HeadMetrics | None = None) -> tuple[StepRunner, int]:
@@ -53,7 +58,7 @@ def training_runner(model: Model, cfg: CompileConfig, batch: int, period: int = 
     # the compiled metrics of the training steps: one sum for all replicas, summed on the devices where they fit
     shared = metrics is not None
     if not shared:
-        metrics = HeadMetrics(cfg.heads, cfg.head_metrics, graph_outputs=True) if any(cfg.head_metrics) else None
+        metrics = compiled_metrics(cfg)
     # summed on the devices when the outputs live in a GPU's memory. Where the CPU's cores compute the step (the CPU,
     # a software Vulkan device such as lavapipe) the outputs cost nothing to read and numpy's bucketed AUC beats the
     # graph's comparison of every output with every threshold (measured: 0.86x on the CPU, 0.74x on lavapipe)
@@ -124,6 +129,6 @@ def sized_runner(model: Model, cfg: CompileConfig, batch: int, period: int, samp
                  input_shapes: InputShapes) -> SizedRunner:
     """The runner of a fit or trainer of a model with variable sizes, starting with batches of ``input_shapes``: a
     ``training_runner`` per size the batches bring (``sized_runner.SizedRunner``), one set of compiled metrics."""
-    metrics = HeadMetrics(cfg.heads, cfg.head_metrics, graph_outputs=True) if any(cfg.head_metrics) else None
+    metrics = compiled_metrics(cfg)
     return SizedRunner(lambda shapes: training_runner(model, cfg, batch, period, sample_weighted, shapes, metrics)[0],
                        input_shapes, model.runtime.opt_state)
