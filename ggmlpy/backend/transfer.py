@@ -140,6 +140,8 @@ def checked_values(arr: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
     """``arr`` converted to ``dtype`` (contiguous, flat), refusing a conversion that changes values: complex
     data, non-integral floats or values outside the type's range into integer tensors, finite values
     that overflow a float type to inf."""
+    if arr.dtype == dtype and arr.flags.c_contiguous:   # the common case, once per batch: nothing can change
+        return arr.reshape(-1)
     refuse_complex(arr, dtype, what)
     if np.issubdtype(dtype, np.integer) and arr.dtype != np.bool_ and arr.size:
         info = np.iinfo(dtype)

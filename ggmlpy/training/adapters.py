@@ -24,12 +24,12 @@ from typing import Any, Protocol, TYPE_CHECKING
 
 import numpy as np
 
-from ..backend.transfer import checked_values, NUMPY_DTYPES, refuse_complex, shape_problem
+from ..backend.transfer import checked_values, NUMPY_DTYPES, numpy_shape, refuse_complex, shape_problem
 from ..errors import GgmlTypeError, GgmlValueError
 from ..graph.indices import check_indices
 from ..graph.nodes import ptr_key, tensor_label
 from ..graph.objects import Tensor
-from ..opt.dataset import not_distributions
+from ..opt.dataset import all_distributions, not_distributions
 
 
 if TYPE_CHECKING:
@@ -237,10 +237,11 @@ class Target:
     count: int
     bound: int | None = None  # integer inputs used as ggml_get_rows indices: values must be in [0, bound)
     label: bool = False       # the labels of a head
+    shape: tuple[int, ...] = ()  # the tensor's numpy shape (``numpy_shape``): a batch of it needs no more thought
 
 
 def _target(tensor: Tensor, what: str, bound: int | None = None, label: bool = False) -> Target:
-    return Target(tensor, what, NUMPY_DTYPES[tensor.type], tensor.nelements(), bound, label)
+    return Target(tensor, what, NUMPY_DTYPES[tensor.type], tensor.nelements(), bound, label, numpy_shape(tensor))
 
 
 class Writer(Protocol):
@@ -292,6 +293,8 @@ class BatchWriter:
     def _check_distribution(self, target: Target, arr: np.ndarray) -> None:
         """Cross-entropy labels, per batch: each row a distribution (``opt.dataset.not_distributions``)."""
         rows = arr.reshape(-1, int(target.tensor.shape[0]))
+        if all_distributions(rows):
+            return
         bad = not_distributions(rows)
         if bad.any():
             k = int(np.argmax(bad))
@@ -351,7 +354,7 @@ class BatchWriter:
             raise GgmlValueError(f"{self.name}: {target.what} is not array-like ({type(value).__name__})") from exc
         if arr.dtype.kind not in "biufc":   # numbers and booleans (kind: numpy's one-letter class of the dtype)
             raise GgmlValueError(f"{self.name}: {target.what} must be numeric, got dtype {arr.dtype}")
-        problem = shape_problem(arr.shape, target.tensor, source="the batch")
+        problem = None if arr.shape == target.shape else shape_problem(arr.shape, target.tensor, source="the batch")
         if problem is not None:
             raise GgmlValueError(f"{self.name}: {target.what} {problem}")
         if target.dtype.kind in "iu":

@@ -561,3 +561,27 @@ def test_predictions_of_a_loss_that_records_none_are_refused_not_zeros(backend, 
     assert G.ggml_opt_result_pred(empty).shape == (0,)  # nothing evaluated: nothing to predict
     for o in [result, empty, *owned]:
         o.free()
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning", "ignore:invalid value:RuntimeWarning")
+def test_the_fast_distribution_check_agrees_with_the_rule():
+    """The per-batch check's fast path (``all_distributions``: two vectorised passes) says "all fine" exactly when
+    the rule (``not_distributions``, row by row) finds no bad row: rows with NaN, -inf, a negative value, all
+    zeros, -0.0, subnormals, +inf, one class and many, empty batches."""
+    from ggmlpy.opt.dataset import all_distributions, not_distributions
+    rng = np.random.default_rng(0)
+    specials = np.array([0.0, -0.0, 1.0, 0.5, np.nan, np.inf, -np.inf, -1e-30, 1e-45, 3e38], np.float32)
+    cases = [np.zeros((0, 3), np.float32), np.zeros((4, 0), np.float32), np.zeros((1, 1), np.float32),
+             np.ones((3, 1), np.float32), np.full((2, 2), 3e38, np.float32)]
+    for _ in range(400):
+        n, k = int(rng.integers(1, 6)), int(rng.integers(1, 5))
+        rows = np.eye(k, dtype=np.float32)[rng.integers(0, k, n)]
+        for _ in range(int(rng.integers(0, 3))):
+            rows[rng.integers(0, n), rng.integers(0, k)] = rng.choice(specials)
+        cases.append(rows)
+    bad_found = 0
+    for rows in cases:
+        expected = not bool(not_distributions(rows).any())
+        assert all_distributions(rows) == expected, rows
+        bad_found += not expected
+    assert 50 < bad_found < len(cases) - 50   # both answers are exercised
