@@ -17,11 +17,11 @@ _BACKWARD_OPS = {
     "SUM", "SUM_ROWS", "MEAN", "REPEAT", "REPEAT_BACK", "RMS_NORM", "MUL_MAT", "SET", "CPY", "CONT",
     "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE", "GET_ROWS", "DIAG_MASK_INF", "DIAG_MASK_ZERO", "SOFT_MAX",
     "ROPE", "IM2COL", "POOL_2D", "CROSS_ENTROPY_LOSS", "NORM", "CONCAT", "DROPOUT", "LSTM_CELL",
-    "GRU_CELL", "LSTM_SEQ", "CONV_2D_TILED", "GRU_SEQ", "CLAMP",
+    "GRU_CELL", "LSTM_SEQ", "CONV_2D_TILED", "GRU_SEQ", "CLAMP", "FLASH_ATTN_EXT",
 }
 # SIGMOID, TANH, GELU and NORM come from our patch 0004, CONCAT from 0006 (ggml 0.25.3 has no backward for them),
 # DROPOUT (the op itself) from 0018, LSTM_CELL and GRU_CELL from 0031, LSTM_SEQ from 0035, CONV_2D_TILED from 0036,
-# GRU_SEQ from 0037, CLAMP from 0055.
+# GRU_SEQ from 0037, CLAMP from 0055, FLASH_ATTN_EXT (F32 q, k, v, no ALiBi, soft-cap or sinks) from 0056.
 _BACKWARD_UNARY = {"ABS", "SGN", "NEG", "STEP", "RELU", "SILU", "EXP", "EXPM1", "SOFTPLUS", "SIGMOID", "TANH", "GELU"}
 _COMPOSITE_HINT = {
     "LEAKY_RELU": "use ggml_relu, or x - slope*relu(-x) built from ggml_relu/ggml_scale/ggml_sub",
@@ -145,6 +145,26 @@ def _grad_srcs(n: CData, needs_grad: set[int]) -> list[CData]:
     return [s for j, s in enumerate(n.src) if s != ffi.NULL and j not in ignored and ptr_key(s) in needs_grad]
 
 
+def _check_flash_attn_backward(n: CData, mask_needs_grad: bool) -> None:
+    """ggml_flash_attn_ext's backward pass (patches/0056) takes F32 q, k and v, no ALiBi, no soft-capping and no
+    sinks, and gives no gradient for the mask."""
+    where = f"ggml_flash_attn_ext ({tensor_label(n)}) on the path to a trainable parameter"
+    kinds = [type_name(n.src[j].type) for j in range(3)]
+    if any(t != "f32" for t in kinds):
+        raise GgmlTypeError(f"{where}: its backward pass takes F32 q, k and v, got {', '.join(kinds)}; keep k and v "
+                            "in F32 for training (F16 k/v are for inference)")
+    max_bias, softcap = op_param_f32(n, 1), op_param_f32(n, 2)
+    if max_bias != 0.0 or softcap != 0.0:
+        raise GgmlValueError(f"{where}: its backward pass takes max_bias=0 and logit_softcap=0, got {max_bias:g} and "
+                             f"{softcap:g}; add ALiBi biases to the mask yourself, and train without soft-capping")
+    if n.src[4] != ffi.NULL:
+        raise GgmlValueError(f"{where}: attention sinks (ggml_flash_attn_ext_add_sinks) have no backward pass; "
+                             "train without sinks")
+    if mask_needs_grad:
+        raise GgmlValueError(f"{where}: its mask {tensor_label(n.src[3])} is (or is computed from) a trainable "
+                             "parameter; the backward pass gives the mask no gradient. Expected a mask that is data")
+
+
 def check_node_backward(n: CData, needs_grad: set[int] | None = None) -> None:
     """Raise if ggml has no backward pass for node ``n``. ``needs_grad`` (keys of the tensors that
     need a gradient) refines the SUB/DIV rule; without it every broadcast SUB/DIV is refused."""
@@ -194,6 +214,8 @@ def check_node_backward(n: CData, needs_grad: set[int] | None = None) -> None:
             raise GgmlValueError(f"ggml has no backward pass for ggml_soft_max_ext with max_bias != 0 (ALiBi; "
                                  f"{tensor_label(n)} has max_bias={max_bias}) on the path to a trainable parameter; "
                                  "use max_bias=0 and add the ALiBi biases to the mask yourself")
+    if op == "FLASH_ATTN_EXT":
+        _check_flash_attn_backward(n, needs(3))
     if op == "MUL_MAT" and n.src[0].type != GGML_TYPE_F32 and n.src[0].flags & int(lib.GGML_TENSOR_FLAG_PARAM):
         raise GgmlValueError("trainable mul_mat weights must be F32")
     if op == "MUL_MAT" and (needs_grad is None or ptr_key(n.src[0]) in needs_grad):

@@ -220,6 +220,10 @@ struct ggml_tensor * ggml_pad_ext(struct ggml_context * ctx, struct ggml_tensor 
 struct ggml_tensor * ggml_arange(struct ggml_context * ctx, float start, float stop, float step);
 struct ggml_tensor * ggml_timestep_embedding(struct ggml_context * ctx, struct ggml_tensor * timesteps, int dim, int max_period);
 struct ggml_tensor * ggml_flash_attn_ext(struct ggml_context * ctx, struct ggml_tensor * q, struct ggml_tensor * k, struct ggml_tensor * v, struct ggml_tensor * mask, float scale, float max_bias, float logit_softcap);
+/* attention's gradients in one F32 tensor, recomputed a query row at a time (patches/0056) */
+struct ggml_tensor * ggml_flash_attn_back(struct ggml_context * ctx, struct ggml_tensor * q, struct ggml_tensor * k, struct ggml_tensor * v, struct ggml_tensor * d, bool masked);
+struct ggml_tensor * ggml_flash_attn_ext_back(struct ggml_context * ctx, struct ggml_tensor * q, struct ggml_tensor * k, struct ggml_tensor * v, struct ggml_tensor * mask, struct ggml_tensor * d, float scale);
+void ggml_flash_attn_back_offsets(const struct ggml_tensor * q, const struct ggml_tensor * k, const struct ggml_tensor * v, size_t offs[5]);
 /* precision an op may compute in (ggml 0.25: replaces ggml_mul_mat_set_prec / ggml_flash_attn_ext_set_prec) */
 bool ggml_prec_set_acc(struct ggml_tensor * a, enum ggml_prec prec);
 bool ggml_prec_set_src(struct ggml_tensor * a, enum ggml_prec prec, int idx);
