@@ -148,11 +148,11 @@ def _grad_srcs(n: CData, needs_grad: set[int]) -> list[CData]:
 def _check_flash_attn_backward(n: CData, mask_needs_grad: bool) -> None:
     """ggml_flash_attn_ext's backward pass (patches/0056) takes F32 q, k and v, no ALiBi, no soft-capping and no
     sinks, and gives no gradient for the mask."""
-    where = f"ggml_flash_attn_ext ({tensor_label(n)}) on the path to a trainable parameter"
+    where = f"{op_label(n)} of ggml_flash_attn_ext ({tensor_label(n)}) on the path to a trainable parameter"
     kinds = [type_name(n.src[j].type) for j in range(3)]
     if any(t != "f32" for t in kinds):
-        raise GgmlTypeError(f"{where}: its backward pass takes F32 q, k and v, got {', '.join(kinds)}; keep k and v "
-                            "in F32 for training (F16 k/v are for inference)")
+        raise GgmlValueError(f"{where}: ggml has its backward pass for F32 q, k and v only, got {', '.join(kinds)}; "
+                             "keep k and v in F32 for training (F16 k/v are for inference)")
     max_bias, softcap = op_param_f32(n, 1), op_param_f32(n, 2)
     if max_bias != 0.0 or softcap != 0.0:
         raise GgmlValueError(f"{where}: its backward pass takes max_bias=0 and logit_softcap=0, got {max_bias:g} and "

@@ -354,10 +354,10 @@ def ggml_flash_attn_ext(ctx: Context, q: Tensor, k: Tensor, v: Tensor, mask: Ten
                         scale: float | None = None, max_bias: float = 0.0, logit_softcap: float = 0.0) -> Tensor:
     """Fused attention ``softmax(scale * K^T Q + mask) V`` per head, without storing the score matrix.
 
-    **Forward only**: ggml has no backward pass for it, so it may not lie between a trainable
-    parameter and the loss (building such a backward graph raises GgmlValueError naming
-    FLASH_ATTN_EXT). To train attention, build it from ``ggml_mul_mat``, ``ggml_soft_max_ext`` and
-    ``ggml_mul_mat``, which have backward passes.
+    **Trains** with F32 ``q``, ``k`` and ``v``, ``max_bias=0``, ``logit_softcap=0`` and no sinks: its
+    backward pass (``ggml_flash_attn_back``, patches/0056) recomputes the scores a query row at a time,
+    so neither direction holds the ``n_q x n_kv`` score matrix. The mask gets no gradient (it must be
+    data). Other settings are forward only (building their backward graph raises, naming the reason).
 
     Layouts (ggml's): ``q [d_k, n_q, n_head, B]``, ``k [d_k, n_kv, n_head_kv, B]``,
     ``v [d_v, n_kv, n_head_kv, B]`` (not transposed), ``mask [>= n_kv, >= n_q, M2, M3]``. Query head
@@ -426,6 +426,70 @@ def ggml_flash_attn_ext(ctx: Context, q: Tensor, k: Tensor, v: Tensor, mask: Ten
         fail(fn, f"max_bias > 0 (ALiBi) needs a mask, got max_bias={max_bias} and no mask")
     return make_op(fn, ctx, lib.ggml_flash_attn_ext, (q, k, v, mask), (dv, n_head, n_q, nb),
                (scale, max_bias, logit_softcap))
+
+
+def ggml_flash_attn_back(ctx: Context, q: Tensor, k: Tensor, v: Tensor, d: Tensor, masked: bool = True) -> Tensor:
+    """The gradients of attention ``softmax(k^T q / sqrt(D)) v`` with respect to ``q``, ``k`` and ``v`` for the
+    gradient ``d`` of its output (ggml's original flash-attention backward op, as ggmlR binds it), computed a
+    query row at a time without storing the score matrix (patches/0056).
+
+    Training graphs do not need to call it: ``ggml_build_backward_expand`` inserts it for every trainable
+    ``ggml_flash_attn_ext``. It is for hand-written backward passes in ggml's older layout.
+
+    Arguments:
+        ctx: [glossary]
+        q: F32 queries ``[D, N, H, B]`` (D values per head, N query rows, H heads, B batches).
+        k: F32 keys ``[D, M, Hkv, B]``; H must be a multiple of Hkv (query head h reads kv head
+            ``h // (H / Hkv)``).
+        v: F32 values, **transposed**: ``[M, D, Hkv, B]``.
+        d: F32 gradient of the attention's output, ``[D, N, H, B]`` (the output's layout is q's).
+        masked: True (ggmlR's default) for causal attention: key j is hidden from query i when
+            ``j > i + M - N`` (needs ``M >= N``); False for none.
+
+    Value: a new 1-D F32 Tensor holding grad_q, grad_k and grad_v back to back, each contiguous in the
+    shape of its tensor (grad_v transposed as v), at the byte offsets ``ggml_flash_attn_back_offsets(q, k,
+    v)`` gives (then a scratch of two floats per query row and head). Read them with ``ggml_view_4d``.
+    Raises GgmlTypeError for non-F32 operands, GgmlValueError for shapes that do not fit.
+
+    Example:
+        >>> g = ggml_flash_attn_back(ctx, q, k, vt, d, masked=True)
+        >>> offs = ggml_flash_attn_back_offsets(q, k, vt)
+        >>> grad_k = ggml_view_4d(ctx, g, *k.shape, 4 * k.shape[0], 4 * k.shape[0] * k.shape[1],
+        ...                       4 * k.shape[0] * k.shape[1] * k.shape[2], offs[1])
+    """
+    fn = "ggml_flash_attn_back"
+    q, k, v, d = (operand(fn, t, what) for t, what in ((q, "q"), (k, "k"), (v, "v"), (d, "d")))
+    for what, t in (("q", q), ("k", k), ("v", v), ("d", d)):
+        types(fn, t, {GGML_TYPE_F32}, what)
+    if not isinstance(masked, (bool, int)) or isinstance(masked, int) and masked not in (0, 1):
+        fail(fn, f"masked must be True or False, got {masked!r}", GgmlTypeError)
+    (dq, n, h, b), (dk, m, hkv, kb) = q.shape, k.shape
+    if dk != dq or kb != b:
+        fail(fn, f"k must be [D, M, Hkv, B] with q's D and B, got q {shape_text(q)} and k {shape_text(k)}")
+    if hkv == 0 or h % hkv:
+        fail(fn, f"the query heads q.ne[2]={h} must be a multiple of the key/value heads k.ne[2]={hkv}")
+    if tuple(v.shape) != (m, dq, hkv, b):
+        fail(fn, f"v must be the transposed values [M, D, Hkv, B] = {[m, dq, hkv, b]}, got {shape_text(v)}")
+    if tuple(d.shape) != tuple(q.shape):
+        fail(fn, f"d (the output's gradient) must have q's shape {shape_text(q)}, got {shape_text(d)}")
+    if masked and m < n:
+        fail(fn, f"causal attention (masked=True) needs at least as many keys as queries, got M={m} < N={n}")
+    n_out = ggml_flash_attn_back_offsets(q, k, v)[4] // 4
+    return make_op(fn, ctx, lib.ggml_flash_attn_back, (q, k, v, d), (n_out,), (bool(masked),))
+
+
+def ggml_flash_attn_back_offsets(q: Tensor, k: Tensor, v: Tensor) -> tuple[int, int, int, int, int]:
+    """The byte offsets of grad_q, grad_k, grad_v, the scratch and the end in a ``ggml_flash_attn_back`` result
+    for operands ``q``, ``k``, ``v`` (each part padded to ggml's memory alignment).
+
+    Example:
+        >>> ggml_flash_attn_back_offsets(q, k, vt)   # (0, 2048, 4096, 6144, 6208) for 512-element q, k, v
+    """
+    fn = "ggml_flash_attn_back_offsets"
+    q, k, v = operand(fn, q, "q"), operand(fn, k, "k"), operand(fn, v, "v")
+    offs = ffi.new("size_t[5]")
+    lib.ggml_flash_attn_back_offsets(q.ptr, k.ptr, v.ptr, offs)
+    return int(offs[0]), int(offs[1]), int(offs[2]), int(offs[3]), int(offs[4])
 
 
 def ggml_get_rel_pos(ctx: Context, a: Tensor, qh: int, kh: int) -> Tensor:

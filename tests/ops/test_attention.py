@@ -488,8 +488,8 @@ def test_get_rows_back_accumulates_repeated_rows(rng, a_type):
 _NO_BACKWARD = backward_refusal_script('x = G.ggml_new_tensor_3d(ctx, G.GGML_TYPE_F32, 8, 4, 2)')
 
 NO_BACKWARD = {
-    # q = x [8, 4 queries, 2 heads]; F16 keys/values [8, 6, 1]
-    "flash_attn_ext": ("G.ggml_flash_attn_ext(ctx, x, G.ggml_new_tensor_3d(ctx, G.GGML_TYPE_F16, 8, 6, 1), "
+    # q = x [8, 4 queries, 2 heads]; F16 keys/values [8, 6, 1]: its backward pass (patches/0056) takes F32 only
+    "flash_attn_ext_f16": ("G.ggml_flash_attn_ext(ctx, x, G.ggml_new_tensor_3d(ctx, G.GGML_TYPE_F16, 8, 6, 1), "
                        "G.ggml_new_tensor_3d(ctx, G.GGML_TYPE_F16, 8, 6, 1), None, 0.35)", "FLASH_ATTN_EXT"),
     "group_norm": ("G.ggml_group_norm(ctx, x, 2)", "GROUP_NORM"),
     "l2_norm": ("G.ggml_l2_norm(ctx, x)", "L2_NORM"),
@@ -497,6 +497,9 @@ NO_BACKWARD = {
     "mul_mat_id": ("G.ggml_mul_mat_id(ctx, x, G.ggml_new_tensor_3d(ctx, G.GGML_TYPE_F32, 8, 1, 3), "
                    "G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_I32, 1, 3))", "MUL_MAT_ID"),
     "timestep_embedding": ("G.ggml_timestep_embedding(ctx, G.ggml_reshape_1d(ctx, x, 64), 4)", "TIMESTEP_EMBEDDING"),
+    "flash_attn_ext_softcap": ("G.ggml_flash_attn_ext(ctx, x, G.ggml_new_tensor_3d(ctx, G.GGML_TYPE_F32, 8, 6, 1), "
+                               "G.ggml_new_tensor_3d(ctx, G.GGML_TYPE_F32, 8, 6, 1), None, 0.35, logit_softcap=30.0)",
+                               "FLASH_ATTN_EXT"),
 }
 
 
@@ -512,8 +515,8 @@ def test_op_without_backward_is_refused_in_a_trainable_graph(no_backward_results
 
 
 def test_flash_attn_ext_off_the_gradient_path_is_fine(rng):
-    """Forward-only means: not between a parameter and the loss. A graph that trains something else
-    and also computes flash attention on data builds its backward pass."""
+    """Forward-only (F16 keys and values) means: not between a parameter and the loss. A graph that trains
+    something else and also computes such flash attention on data builds its backward pass."""
     ctx = G.ggml_init(8 << 20, no_alloc=True)
     try:
         w = G.ggml_set_param(G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 8, 4))
