@@ -159,10 +159,12 @@ def ggml_new_tensor(ctx: Context, type: int, n_dims: int, ne) -> Tensor:
 
 
 def pending_constant(ctx: Context, values: np.ndarray, pending: list[tuple[Tensor, np.ndarray]]) -> Tensor:
-    """An F32 tensor in the no_alloc context ``ctx`` for ``values`` (numpy order: ggml's shape reversed), added to
-    ``pending`` with its values, which its owner writes once the tensor has memory."""
-    values = np.ascontiguousarray(values, dtype=np.float32)
-    t = ggml_new_tensor(ctx, GGML_TYPE_F32, values.ndim, tuple(reversed(values.shape)))
+    """An F32 tensor (F16 for float16 ``values``) in the no_alloc context ``ctx`` for ``values`` (numpy order:
+    ggml's shape reversed), added to ``pending`` with its values, which its owner writes once the tensor has
+    memory."""
+    half = np.asarray(values).dtype == np.float16
+    values = np.ascontiguousarray(values, dtype=np.float16 if half else np.float32)
+    t = ggml_new_tensor(ctx, GGML_TYPE_F16 if half else GGML_TYPE_F32, values.ndim, tuple(reversed(values.shape)))
     pending.append((t, values))
     return t
 

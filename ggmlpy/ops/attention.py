@@ -478,6 +478,14 @@ def ggml_flash_attn_back(ctx: Context, q: Tensor, k: Tensor, v: Tensor, d: Tenso
     return make_op(fn, ctx, lib.ggml_flash_attn_back, (q, k, v, d), (n_out,), (bool(masked),))
 
 
+def flash_attn_ext_back(ctx: Context, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, d: Tensor,
+                        scale: float) -> Tensor:
+    """The node ``ggml_build_backward_expand`` makes for ``ggml_flash_attn_ext(ctx, q, k, v, mask, scale)`` whose
+    output's gradient is ``d`` (for asking a device whether it computes it; operands as the forward's, unchecked)."""
+    return make_op("ggml_flash_attn_ext_back", ctx, lib.ggml_flash_attn_ext_back, (q, k, v, mask, d),
+                   (ggml_flash_attn_back_offsets(q, k, v)[4] // 4,), (float(scale),))
+
+
 def ggml_flash_attn_back_offsets(q: Tensor, k: Tensor, v: Tensor) -> tuple[int, int, int, int, int]:
     """The byte offsets of grad_q, grad_k, grad_v, the scratch and the end in a ``ggml_flash_attn_back`` result
     for operands ``q``, ``k``, ``v`` (each part padded to ggml's memory alignment).

@@ -128,8 +128,8 @@ class GraphBuilder:
         return self.constant(np.zeros(tuple(reversed(ne)), dtype=np.float32))
 
     def constant(self, values: np.ndarray) -> Tensor:
-        """An F32 tensor holding ``values`` (numpy order: ggml's shape reversed), written once when the graph
-        is allocated (padding zeros, an attention mask)."""
+        """An F32 tensor (F16 for float16 ``values``) holding ``values`` (numpy order: ggml's shape reversed),
+        written once when the graph is allocated (padding zeros, an attention mask)."""
         return pending_constant(self.ctx_io, values, self.constants)
 
     def shape_target(self, ne: tuple[int, ...]) -> Tensor:

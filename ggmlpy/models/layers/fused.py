@@ -1,7 +1,8 @@
 """The fused CPU ops a layer may build instead of its portable form, and which device computes which.
 
 The LSTM and GRU steps (patches/0031), the whole LSTM and GRU recurrences (0035, 0037) and the tiled convolution
-(0036) are ggmlpy's own ops, computed by the CPU backend, and the whole recurrences by Vulkan too (0049). A layer
+(0036) are ggmlpy's own ops, computed by the CPU backend, and the whole recurrences by Vulkan too (0049); fused
+attention is ggml's FLASH_ATTN_EXT with the backward pass of 0056 (FLASH_ATTN_BACK). A layer
 asks ``device_computes(device, op)`` and builds the fused op where the answer is yes; elsewhere (CUDA) it builds the
 portable form from ops every backend has, so a GPU model's step stays on the device. ggml answers once per device
 and op (its ``supports_op`` of a small instance of the op), not a hand-kept list.
@@ -11,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ...backend.device import Device, ggml_backend_dev_supports_op
-from ...core.types import GGML_TYPE_F32
+from ...core.types import GGML_TYPE_F16, GGML_TYPE_F32
 from ...graph.context import ggml_init
 from ...graph.objects import Context, Tensor
 from ...graph.tensor import ggml_new_tensor
+from ...ops.attention import flash_attn_ext_back, ggml_flash_attn_ext
 from ...ops.conv import ggml_conv_2d_tiled
 from ...ops.recurrent import ggml_gru_cell, ggml_gru_seq, ggml_lstm_cell, ggml_lstm_seq
 
@@ -57,6 +59,29 @@ def device_computes_sequence(device: Device, op: str, units: int, batch: int, st
     may take only some (Vulkan's up to 512 units; on lavapipe, sums short enough for its loop limit)."""
     return device_computes(device, op) and _answer(device, f"{op}:{units}x{batch}x{steps}",
                                                    _sequence(op, units, batch, steps))
+
+
+def device_computes_attention(device: Device, key_dim: int, queries: int, keys: int, heads: int, batch: int,
+                              masked: bool, training: bool) -> bool:
+    """Whether ``device`` computes fused attention of this size: ggml's FLASH_ATTN_EXT with F32 keys and values
+    (and an F16 mask when ``masked``) and, for a training graph, its backward op FLASH_ATTN_BACK (patches/0056).
+    A kernel may take only some head sizes, and on lavapipe only sums short enough for its loop limit."""
+    def operands(ctx: Context) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        mask = ggml_new_tensor(ctx, GGML_TYPE_F16, 2, (keys, queries)) if masked else None
+        return (_f32(ctx, key_dim, queries, heads, batch), _f32(ctx, key_dim, keys, heads, batch),
+                _f32(ctx, key_dim, keys, heads, batch), mask)
+
+    def forward(ctx: Context) -> Tensor:
+        q, k, v, mask = operands(ctx)
+        return ggml_flash_attn_ext(ctx, q, k, v, mask, 1.0)
+
+    def backward(ctx: Context) -> Tensor:   # the node ggml_build_backward_expand makes for the forward
+        q, k, v, mask = operands(ctx)
+        d = _f32(ctx, key_dim, heads, queries, batch)
+        return flash_attn_ext_back(ctx, q, k, v, mask, d, 1.0)
+    size = f"{key_dim}x{queries}x{keys}x{heads}x{batch}{'m' if masked else ''}"
+    return _answer(device, f"flash_attn_ext:{size}", forward) and \
+        (not training or _answer(device, f"flash_attn_back:{size}", backward))
 
 
 def device_computes(device: Device, op: str) -> bool:

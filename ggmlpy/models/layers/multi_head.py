@@ -8,6 +8,13 @@ constant (-inf above the diagonal when ``causal``) or made from the mask input (
 it is 0), so nothing here needs a backward pass ggml lacks. Cost per sample: ``O(steps^2 * heads * key_dim)`` for the
 scores on top of the ``O(steps * dim * heads * key_dim)`` projections.
 
+Where the model's device computes it (``fused.device_computes_attention``: the CPU; a GPU whose ggml kernels take the
+size), attention without a mask input and without dropout in training is ggml's fused ``flash_attn_ext``, trained
+through its backward op (patches/0056): the scores are recomputed a query row at a time and the ``steps x steps``
+matrices are never held, so attention's memory per step grows linearly in the steps. With a mask input the layer
+keeps the softmax form: Keras' ``-1e9`` gives a query whose keys are all hidden an even mean of the values, which an
+F16 mask cannot say.
+
 Weights in the user's (Keras') orientation: ``query_kernel``/``key_kernel``/``value_kernel``
 (dim, heads, key_dim), ``query_bias``/``key_bias``/``value_bias`` (heads, key_dim),
 ``output_kernel`` (heads, key_dim, dim), ``output_bias`` (dim,).
@@ -22,9 +29,11 @@ import numpy as np
 from ...core.args import is_real, positive_int_arg
 from ...errors import GgmlValueError
 from ...graph.objects import Tensor
+from ...ops.attention import ggml_flash_attn_ext
 from ...ops.elementwise import ggml_add, ggml_cont, ggml_mul, ggml_scale_bias, ggml_soft_max_ext
 from ...ops.layout import ggml_permute, ggml_reshape_1d, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d
 from ...ops.linalg import ggml_mul_mat
+from . import fused
 from .layer import Builder, Layer, LayerOptions
 from .weight import BoundWeight, Weight
 
@@ -149,6 +158,42 @@ class MultiHeadAttention(Layer):
 
         def per_head(t: Tensor) -> Tensor:  # [K, H, T, N] -> [K, T, H, N]
             return ggml_cont(ctx, ggml_permute(ctx, t, 0, 2, 1, 3))
+        if self._fused(g, tq, tv):
+            out = self._flash(g, xq, xk, xv, tq, tv)
+        else:
+            out = self._softmax_attention(g, xs, xq, xk, xv, tq, tv, per_head)
+        wo = ggml_reshape_2d(ctx, g.param(self, self.output_kernel), h * k, dim)
+        y = ggml_mul_mat(ctx, wo, ggml_reshape_2d(ctx, out, h * k, tq * n))
+        y = ggml_add(ctx, y, g.param(self, self.output_bias))
+        return ggml_reshape_3d(ctx, y, dim, tq, n)
+
+    def _fused(self, g: Builder, tq: int, tv: int) -> bool:
+        """Whether this graph takes ggml's fused attention: no mask input, no dropout while training, and the
+        model's device computes it at this size (forward, and backward when training)."""
+        if self.attention_mask or (self.dropout and g.training):
+            return False
+        return fused.device_computes_attention(g.params.backend.device, self.key_dim, tq, tv, self.num_heads,
+                                               g.batch, self.causal, g.training)
+
+    def _flash(self, g: Builder, xq: Tensor, xk: Tensor, xv: Tensor, tq: int, tv: int) -> Tensor:
+        """Fused attention: ``[K, H, Tq, N]``, the heads' outputs side by side per query step."""
+        ctx = g.ctx
+
+        def per_head(t: Tensor) -> Tensor:  # [K, H, T, N] -> a view [K, T, H, N] (rows stay contiguous)
+            return ggml_permute(ctx, t, 0, 2, 1, 3)
+        q = per_head(self._project(g, xq, 0, tq))
+        key = per_head(self._project(g, xk, 1, tv))
+        v = per_head(self._project(g, xv, 2, tv))
+        mask = None
+        if self.causal:   # ggml's fused attention reads an F16 mask: -inf above the diagonal
+            mask = g.constant(np.triu(np.full((tq, tv), -np.inf, dtype=np.float16), 1))
+        return ggml_flash_attn_ext(ctx, q, key, v, mask, 1.0 / math.sqrt(self.key_dim))
+
+    def _softmax_attention(self, g: Builder, xs: list, xq: Tensor, xk: Tensor, xv: Tensor, tq: int, tv: int,
+                           per_head: Any) -> Tensor:
+        """Attention from its parts (the scores, a softmax with the mask, dropout, the product with the values):
+        ``[K, H, Tq, N]``."""
+        ctx, k, n = g.ctx, self.key_dim, g.batch
         q = per_head(self._project(g, xq, 0, tq))
         key = per_head(self._project(g, xk, 1, tv))
         # values with the steps fastest, [T, K, H, N], so that the product below sums over the steps
@@ -166,8 +211,4 @@ class MultiHeadAttention(Layer):
         if self.dropout and g.training:
             att = g.dropout(att, self.dropout)
         out = ggml_mul_mat(ctx, v, att)                                      # [K, Tq queries, H, N]
-        out = ggml_cont(ctx, ggml_permute(ctx, out, 0, 2, 1, 3))        # [K, H, Tq, N]
-        wo = ggml_reshape_2d(ctx, g.param(self, self.output_kernel), h * k, dim)
-        y = ggml_mul_mat(ctx, wo, ggml_reshape_2d(ctx, out, h * k, tq * n))
-        y = ggml_add(ctx, y, g.param(self, self.output_bias))
-        return ggml_reshape_3d(ctx, y, dim, tq, n)
+        return ggml_cont(ctx, ggml_permute(ctx, out, 0, 2, 1, 3))       # [K, H, Tq, N]

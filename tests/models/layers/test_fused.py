@@ -74,3 +74,48 @@ def test_a_gpu_convolution_stays_on_the_device(each_device):
     g.ggml_fit(m, x, np.zeros(16, dtype=int), epochs=1, batch_size=16, verbose=0)
     p = g.ggml_model_placement(m)
     assert "CONV_2D_TILED" not in p.op_counts() and p.cpu_ops == [] and p.n_splits == 1, str(p)
+
+
+def _attention_model(backend, causal=True, dropout=0.0, seed=0):
+    np.random.seed(seed)
+    inp = g.ggml_input(shape=(12, 16))
+    x = g.ggml_layer_multi_head_attention(inp, num_heads=2, key_dim=8, causal=causal, dropout=dropout, name="att")
+    x = g.ggml_layer_dense(g.ggml_layer_flatten(x, name="flat"), 3, activation="softmax", name="out")
+    return g.ggml_compile(g.ggml_model(inp, x), optimizer="adam", loss="sparse_categorical_crossentropy",
+                          backend=backend, learning_rate=0.01)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_trains_the_same_fused_and_from_its_parts(causal, monkeypatch):
+    """The CPU's fused attention (FLASH_ATTN_EXT trained through FLASH_ATTN_BACK, patches/0056) against the
+    softmax form (whose ops are checked against numpy elsewhere): the same losses, weights and predictions after
+    three epochs, float32 rounding apart."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(40, 12, 16)).astype(np.float32)
+    y = rng.integers(0, 3, 40)
+    flash = _attention_model("cpu", causal)
+    h_flash = g.ggml_fit(flash, x, y, epochs=3, batch_size=8, shuffle=False, verbose=0)
+    ops = g.ggml_model_placement(flash).op_counts()
+    assert "FLASH_ATTN_EXT" in ops and "FLASH_ATTN_BACK" in ops and "SOFT_MAX" not in ops, ops
+    monkeypatch.setattr(fused, "device_computes_attention", lambda *args: False)
+    parts = _attention_model("cpu", causal)
+    h_parts = g.ggml_fit(parts, x, y, epochs=3, batch_size=8, shuffle=False, verbose=0)
+    ops = g.ggml_model_placement(parts).op_counts()
+    assert "FLASH_ATTN_EXT" not in ops and "SOFT_MAX" in ops, ops
+    np.testing.assert_allclose(h_flash["train_loss"], h_parts["train_loss"], rtol=1e-5)
+    for name, w in g.ggml_get_weights(flash).items():
+        if name == "att.key_bias":
+            # softmax ignores what a key bias adds to all of a query's scores alike: its gradient is 0 but for
+            # float32 rounding, which differs between the forms and which Adam scales up to whole steps
+            continue
+        np.testing.assert_allclose(w, g.ggml_get_weights(parts)[name], rtol=1e-4, atol=1e-6, err_msg=name)
+    np.testing.assert_allclose(g.ggml_predict(flash, x), g.ggml_predict(parts, x), rtol=1e-4, atol=1e-6)
+
+
+def test_attention_with_dropout_keeps_its_parts_while_training():
+    """Dropout on the attention weights needs them: the training graph keeps the softmax form."""
+    m = _attention_model("cpu", dropout=0.2)
+    x = np.random.default_rng(4).normal(size=(8, 12, 16)).astype(np.float32)
+    g.ggml_fit(m, x, np.zeros(8, dtype=int), epochs=1, batch_size=8, verbose=0)
+    ops = g.ggml_model_placement(m).op_counts()
+    assert "FLASH_ATTN_EXT" not in ops and "SOFT_MAX" in ops, ops
