@@ -71,7 +71,9 @@ extern "C" void emu_flash_attn_back(const float * q, const float * k, const floa
     p.causal = causal;
     const half * m = (const half *) mask;
     emu_grid(p.N*p.H*p.B, [&] { flash_attn_back_rows_f32(q, k, v, d, m, out, out + off_stats, p); });
-    emu_grid(p.M*p.Hkv*p.B, [&] { flash_attn_back_keys_f32(q, k, v, d, m, out + off_k, out + off_v, out + off_stats, p); });
+    emu_grid(p.M*p.Hkv*p.B, [&] {
+        flash_attn_back_keys_f32(q, k, v, d, m, out + off_k, out + off_v, out + off_stats, p);
+    });
 }
 """
 
