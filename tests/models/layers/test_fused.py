@@ -119,3 +119,23 @@ def test_attention_with_dropout_keeps_its_parts_while_training():
     g.ggml_fit(m, x, np.zeros(8, dtype=int), epochs=1, batch_size=8, verbose=0)
     ops = g.ggml_model_placement(m).op_counts()
     assert "FLASH_ATTN_EXT" not in ops and "SOFT_MAX" in ops, ops
+
+
+@pytest.mark.parametrize("each_device", ["vulkan", "cuda"], indirect=True)
+def test_a_gpu_attention_trains_fused_on_the_device(each_device):
+    """Where the GPU has FLASH_ATTN_EXT with F32 keys and FLASH_ATTN_BACK (Vulkan: patches/0057, CUDA: 0058), a
+    causal attention layer trains fused, in one split with nothing on the CPU, to the CPU's losses."""
+    x = np.random.default_rng(5).normal(size=(16, 12, 16)).astype(np.float32)
+    y = np.random.default_rng(6).integers(0, 3, 16)
+    m = _attention_model(each_device)
+    h = g.ggml_fit(m, x, y, epochs=2, batch_size=8, shuffle=False, verbose=0)
+    p = g.ggml_model_placement(m)
+    assert p.cpu_ops == [] and p.n_splits == 1, str(p)
+    device = g.ggml_backend_dev_by_name(each_device)
+    if fused.device_computes_attention(device, 8, 12, 12, 2, 8, True, True):
+        assert "FLASH_ATTN_BACK" in p.op_counts(), str(p)
+    else:
+        assert each_device != "Vulkan0", "lavapipe takes fused attention of this size (patches/0057)"
+    cpu = _attention_model("cpu")
+    h_cpu = g.ggml_fit(cpu, x, y, epochs=2, batch_size=8, shuffle=False, verbose=0)
+    np.testing.assert_allclose(h["train_loss"], h_cpu["train_loss"], rtol=1e-4)
