@@ -1,0 +1,134 @@
+"""Each model's training step against the machine's own limit: the best GEMM rate its CPU reaches, F32 and BF16.
+
+The peak: OpenBLAS's sgemm (the library ggml's BLAS backend calls) on 2048 x 2048 matrices, best of several, with
+the benchmark's thread count (``bench_scaling.openblas_sgemm_peak``); beside it ggml's own CPU kernels on the same
+product in F32 and with BF16 weights (``ggml_mul_mat`` of a BF16 matrix: ggml converts the other operand to BF16 and
+uses the CPU's BF16 dot products, AVX512-BF16 where present), the rate mixed precision could reach.
+
+Each model of ``bench_vs_torch.py`` (MNIST-FC, the small CNN, the LSTM, the char transformer; the model layer on the
+CPU, its default threads set to ``--threads``) trains one epoch, then ``ggml_model_profile`` times every node of
+its training step. The matrix products (MUL_MAT, OUT_PROD, the tiled convolution and its backward, fused attention
+and its backward) are counted in FLOPs (2 per multiply-add, from the nodes' shapes); the table gives their share of
+the step's time, their rate and that rate as a share of the sgemm peak, and the whole step's product FLOPs over
+its time (the step's efficiency against the peak). Node times come from computing each node as a graph of its own
+(``ggml_model_profile``), so they include a launch each: the rates are a little below what the step reaches.
+
+Usage: python benchmarks/bench_peak.py [--threads 2] [--models mnist-fc,cnn,lstm,transformer] [--json PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+
+def ggml_gemm_rate(weight_type: int, threads: int, size: int = 1024, reps: int = 5) -> float:
+    """GFLOP/s of ``ggml_mul_mat`` of a ``weight_type`` size x size matrix by an F32 one on ggml's CPU kernels."""
+    import ggmlpy as G
+    backend = G.ggml_backend_cpu_init()
+    G.ggml_backend_cpu_set_n_threads(backend, threads)
+    ctx = G.ggml_init(8 * size * size * 4 + 16 * 1024 * 1024)
+    try:
+        a = G.ggml_new_tensor_2d(ctx, weight_type, size, size)
+        b = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, size, size)
+        G.ggml_set_f32(a, np.random.default_rng(0).random((size, size), dtype=np.float32))
+        G.ggml_set_f32(b, np.random.default_rng(1).random((size, size), dtype=np.float32))
+        out = G.ggml_mul_mat(ctx, a, b)
+        graph = G.ggml_new_graph(ctx)
+        G.ggml_build_forward_expand(graph, out)
+        plan_threads = threads
+        G.ggml_graph_compute_with_ctx(ctx, graph, plan_threads)
+        best = float("inf")
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            G.ggml_graph_compute_with_ctx(ctx, graph, plan_threads)
+            best = min(best, time.perf_counter() - t0)
+        return 2.0 * size ** 3 / best / 1e9
+    finally:
+        ctx.free()
+        backend.free()
+
+
+def product_flops(node) -> float:
+    """FLOPs (2 per multiply-add) of a profiled node's matrix products; 0 for other ops."""
+    n = float(np.prod(node.shape))
+    src = node.sources
+    if node.op == "MUL_MAT":                     # dst [n, m, ...] = src0 [k, n]^T src1 [k, m]
+        return 2.0 * n * src[0][0]
+    if node.op == "OUT_PROD":                    # dst [n, m, ...] = src0 [n, k] src1 [m, k]^T
+        return 2.0 * n * src[0][1]
+    if node.op == "CONV_2D_TILED":               # each output: the kernel's KW x KH x Cin taps
+        kernel = src[0]
+        return 2.0 * n * kernel[0] * kernel[1] * kernel[2]
+    if node.op == "CONV_2D_TILED_BACK":          # the kernel's and the images' gradients, each the forward's
+        kernel, out = src[0], src[2]             # products (the first layer needs no images' gradient: its
+        return 2.0 * 2.0 * float(np.prod(out)) * kernel[0] * kernel[1] * kernel[2]   # count is high by 1/72)
+    if node.op == "FLASH_ATTN_EXT":              # scores and values: q [D, N, H, B], k [D, M, ...], v [Dv, M, ...]
+        q, k, v = src[0], src[1], src[2]
+        return 2.0 * q[1] * k[1] * (q[0] + v[0]) * q[2] * q[3]
+    if node.op == "FLASH_ATTN_BACK":             # scores again, dP, dq, dk, dv
+        q, k = src[0], src[1]
+        return 2.0 * 5.0 * q[1] * k[1] * q[0] * q[2] * q[3]
+    return 0.0
+
+
+def model_row(name: str, threads: int) -> dict:
+    import ggmlpy as G
+    import bench_vs_torch as B
+    G.ggml_set_n_threads(threads)
+    n, batch = B.SIZES[name]
+    x, y = B.data(name, max(batch * 4, 256 if name != "mnist-fc" else 2000))
+    model = B.ggml_model(name, "cpu")
+    G.ggml_fit(model, x, y, epochs=1, batch_size=batch, verbose=0)
+    prof = G.ggml_model_profile(model, batch_size=batch)
+    steps = max(prof.steps, 1)
+    flops = sum(product_flops(nd) for nd in prof.nodes) / steps
+    seconds = sum(nd.seconds for nd in prof.nodes if product_flops(nd) > 0) / steps
+    return {"model": name, "batch": batch, "step_s": prof.step_seconds, "node_s": prof.node_seconds,
+            "product_flops": flops, "product_s": seconds}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--models", default="mnist-fc,cnn,lstm,transformer")
+    ap.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    args = ap.parse_args(argv)
+    from bench_scaling import openblas_sgemm_peak
+    import ggmlpy as G
+    peak, source = openblas_sgemm_peak(args.threads, 2048)
+    ggml_f32 = ggml_gemm_rate(G.GGML_TYPE_F32, args.threads)
+    ggml_bf16 = ggml_gemm_rate(G.GGML_TYPE_BF16, args.threads)
+    print(f"peak: {source}, {args.threads} threads, 2048^3: {peak:.1f} GFLOP/s")
+    print(f"ggml's own CPU kernels, 1024^3: F32 {ggml_f32:.1f} GFLOP/s, BF16 weights {ggml_bf16:.1f} GFLOP/s "
+          f"({ggml_bf16 / peak:.0%} of the sgemm peak)")
+    rows = []
+    print(f"\n{'model':12} {'step ms':>8} {'products':>9} {'GFLOP/s':>8} {'of peak':>8} {'step of peak':>13}")
+    for name in args.models.split(","):
+        r = model_row(name, args.threads)
+        rate = r["product_flops"] / r["product_s"] / 1e9 if r["product_s"] else 0.0
+        share = r["product_s"] / r["node_s"] if r["node_s"] else 0.0
+        step_rate = r["product_flops"] / r["step_s"] / 1e9 if r["step_s"] else 0.0
+        r.update(product_gflops=rate, of_peak=rate / peak, step_of_peak=step_rate / peak)
+        rows.append(r)
+        print(f"{name:12} {r['step_s'] * 1e3:>8.2f} {share:>8.0%} {rate:>8.1f} {rate / peak:>8.0%} "
+              f"{step_rate / peak:>13.0%}")
+    print("\nproducts: their share of the step's node time; GFLOP/s: the products' rate; of peak: that rate over the "
+          "sgemm peak; step of peak: the step's product FLOPs over the whole step's time, over the peak")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"threads": args.threads, "sgemm_peak": peak, "ggml_f32": ggml_f32, "ggml_bf16": ggml_bf16,
+                       "models": rows}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
