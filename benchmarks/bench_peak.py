@@ -81,8 +81,9 @@ def product_flops(node) -> float:
 
 
 def model_row(name: str, threads: int) -> dict:
-    import ggmlpy as G
     import bench_vs_torch as B
+
+    import ggmlpy as G
     G.ggml_set_n_threads(threads)
     n, batch = B.SIZES[name]
     x, y = B.data(name, max(batch * 4, 256 if name != "mnist-fc" else 2000))
@@ -103,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     args = ap.parse_args(argv)
     from bench_scaling import openblas_sgemm_peak
+
     import ggmlpy as G
     peak, source = openblas_sgemm_peak(args.threads, 2048)
     ggml_f32 = ggml_gemm_rate(G.GGML_TYPE_F32, args.threads)
