@@ -8,6 +8,7 @@ checked too.
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 from math import erf
 
@@ -765,9 +766,12 @@ def _op_modules():
 
 def test_every_exported_op_is_covered():
     """Every op builder of ggmlpy.ops has a forward test: registered in this file, test_conv.py or
-    test_recurrent.py, or called in test_attention.py (compared there with a numpy reference)."""
+    test_recurrent.py, or called in test_attention.py or tests/patches/test_flash_attn_back.py (compared there with
+    a numpy reference)."""
     from . import test_conv, test_recurrent
-    attention_tests = open(__file__.replace("test_ops.py", "test_attention.py")).read()
+    here = os.path.dirname(os.path.abspath(__file__))
+    attention_tests = "".join(open(os.path.join(here, *path)).read()
+                              for path in (("test_attention.py",), ("..", "patches", "test_flash_attn_back.py")))
     exported = {name for module in _op_modules() if module.__name__ not in _SELF_CHECKED
                 for name, obj in vars(module).items()
                 if (name.startswith("ggml_") and callable(obj) and getattr(obj, "__module__", None) == module.__name__)

@@ -22,6 +22,7 @@ Weights in the user's (Keras') orientation: ``query_kernel``/``key_kernel``/``va
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, TYPE_CHECKING
 
 import numpy as np
@@ -196,7 +197,7 @@ class MultiHeadAttention(Layer):
         return ggml_flash_attn_ext(ctx, q, key, v, mask, 1.0 / math.sqrt(self.key_dim))
 
     def _softmax_attention(self, g: Builder, xs: list, xq: Tensor, xk: Tensor, xv: Tensor, tq: int, tv: int,
-                           per_head: Any) -> Tensor:
+                           per_head: Callable[[Tensor], Tensor]) -> Tensor:
         """Attention from its parts (the scores, a softmax with the mask, dropout, the product with the values):
         ``[K, H, Tq, N]``."""
         ctx, k, n = g.ctx, self.key_dim, g.batch
