@@ -12,8 +12,6 @@ through a log-sum-exp where the CPU divides by the sum.
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -22,6 +20,7 @@ import ggmlpy as G
 from ggmlpy.ops.attention import flash_attn_ext_back
 from tests.helpers import ROOT
 from tests.helpers.compute import compute
+from tests.helpers.cuda_host import host_library
 
 
 SOURCE = ROOT / "vendor" / "ggml" / "src" / "ggml-cuda" / "flash-attn-back.cu"
@@ -80,20 +79,8 @@ extern "C" void emu_flash_attn_back(const float * q, const float * k, const floa
 
 @pytest.fixture(scope="module")
 def emu(tmp_path_factory):
-    if not SOURCE.exists():
-        pytest.skip(f"the vendored ggml source is not unpacked ({SOURCE}: run python build_ggml.py)")
-    compiler = shutil.which("g++")
-    if compiler is None:
-        pytest.skip("no g++ to compile the kernels' source for the host")
-    text = SOURCE.read_text()
-    kernels = text[text.index("struct fab_params"):text.index("// the end of the kernels")]
-    src = tmp_path_factory.mktemp("cuda_emu") / "flash_attn_back_emu.cpp"
-    src.write_text(SHIM + kernels + LAUNCHER)
-    so = src.with_suffix(".so")
-    proc = subprocess.run([compiler, "-std=c++17", "-O1", "-shared", "-fPIC", str(src), "-o", str(so)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    dll = ctypes.CDLL(str(so))
+    dll = host_library(tmp_path_factory.mktemp("cuda_emu"), SOURCE, "struct fab_params", "// the end of the kernels",
+                       SHIM, LAUNCHER)
     dll.emu_flash_attn_back.restype = None
     dll.emu_flash_attn_back.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_void_p, ctypes.c_float, ctypes.c_int,
                                                                ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]

@@ -11,8 +11,6 @@ order, and sigmoid / tanh as 1 / (1 + exp(-v)) and 1 - 2 / (exp(2v) + 1) where t
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -22,6 +20,7 @@ from ggmlpy._ffi import lib
 from ggmlpy.graph.objects import Tensor
 from tests.helpers import ROOT
 from tests.helpers.compute import compute
+from tests.helpers.cuda_host import host_library
 from tests.ops.test_recurrent import gru_case, seq_case
 
 
@@ -83,22 +82,11 @@ extern "C" void emu_gru_seq_back(const float * u, const float * h0, const float 
 
 @pytest.fixture(scope="module")
 def emu(tmp_path_factory):
-    if not SOURCE.exists():
-        pytest.skip(f"the vendored ggml source is not unpacked ({SOURCE}: run python build_ggml.py)")
-    compiler = shutil.which("g++")
-    if compiler is None:
-        pytest.skip("no g++ to compile the kernels' source for the host")
-    text = SOURCE.read_text()
-    kernels = text[text.index("#define RECURRENCE_BLOCK"):text.index("// the forward node of op")]
-    assert kernels.count("extern __shared__ float smem[];") == 4
-    kernels = kernels.replace("extern __shared__ float smem[];", "float * smem = emu_smem;")
-    src = tmp_path_factory.mktemp("cuda_emu") / "recurrence_emu.cpp"
-    src.write_text(SHIM + kernels + LAUNCHERS)
-    so = src.with_suffix(".so")
-    proc = subprocess.run([compiler, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", str(src), "-o", str(so)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    dll = ctypes.CDLL(str(so))
+    def shared_memory(kernels: str) -> str:
+        assert kernels.count("extern __shared__ float smem[];") == 4
+        return kernels.replace("extern __shared__ float smem[];", "float * smem = emu_smem;")
+    dll = host_library(tmp_path_factory.mktemp("cuda_emu"), SOURCE, "#define RECURRENCE_BLOCK",
+                       "// the forward node of op", SHIM, LAUNCHERS, edit=shared_memory, std="c++20")
     for name in ("emu_lstm_seq", "emu_lstm_seq_back", "emu_gru_seq", "emu_gru_seq_back"):
         getattr(dll, name).restype = None
     return dll

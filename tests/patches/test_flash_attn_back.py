@@ -17,37 +17,9 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
+from tests.helpers.attention_refs import attention, attention_grads
 from tests.helpers.compute import compute_grad
 from tests.helpers.devices import require_gpu
-
-
-def attention(q, k, v, mask, scale):
-    """out [B, N, H, Dv] of q [B, H, N, D], k [B, Hkv, M, D], v [B, Hkv, M, Dv], mask [N, M] (or None), float64."""
-    group = q.shape[1] // k.shape[1]
-    kk, vv = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
-    s = np.einsum("bhnd,bhmd->bhnm", q, kk) * scale + (0.0 if mask is None else mask)
-    top = s.max(-1, keepdims=True)
-    p = np.exp(s - np.where(np.isfinite(top), top, 0.0))
-    total = p.sum(-1, keepdims=True)
-    p = np.divide(p, total, out=np.zeros_like(p), where=total > 0)   # a fully masked row: 0 (as ggml's forward)
-    return np.einsum("bhnm,bhmd->bhnd", p, vv).transpose(0, 2, 1, 3), p
-
-
-def attention_grads(q, k, v, mask, scale, r):
-    """d sum(out * r) / d (q, k, v) in float64: dP = dO V^T, dS = P (dP - rowsum(P dP)), dQ = scale dS K,
-    dK = scale dS^T Q, dV = P^T dO, the query heads of a group summed into their kv head."""
-    q, k, v, r = (np.asarray(a, np.float64) for a in (q, k, v, r))
-    group = q.shape[1] // k.shape[1]
-    kk, vv = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
-    _, p = attention(q, k, v, mask, scale)
-    do = r.transpose(0, 2, 1, 3)                                   # [B, H, N, Dv]
-    dp = np.einsum("bhnd,bhmd->bhnm", do, vv)
-    ds = p * (dp - (p * dp).sum(-1, keepdims=True))
-    dq = scale * np.einsum("bhnm,bhmd->bhnd", ds, kk)
-    dk = scale * np.einsum("bhnm,bhnd->bhmd", ds, q)
-    dv = np.einsum("bhnm,bhnd->bhmd", p, do)
-    fold = lambda a: a.reshape(a.shape[0], k.shape[1], group, *a.shape[2:]).sum(2)  # noqa: E731
-    return dq, fold(dk), fold(dv)
 
 
 def make_mask(kind, n, m, rng):
@@ -111,15 +83,15 @@ def test_the_reference_gradients_match_finite_differences():
     """The float64 reference itself, on the small grouped causal case, against central differences."""
     q, k, v, r, mask, scale = (np.asarray(a, np.float64) if isinstance(a, np.ndarray) else a
                                for a in _inputs("small-causal"))
-    want = attention_grads(q, k, v, mask, scale, r)
+    want = attention_grads(q, k, v, r.transpose(0, 2, 1, 3), mask, scale)
     for i, x in enumerate((q, k, v)):
         fd = np.zeros_like(x)
         for idx in np.ndindex(x.shape):
             args = [q.copy(), k.copy(), v.copy()]
             args[i][idx] += 1e-6
-            up = np.sum(attention(*args, mask, scale)[0] * r)
+            up = np.sum(attention(*args, mask, scale)[0].transpose(0, 2, 1, 3) * r)
             args[i][idx] -= 2e-6
-            fd[idx] = (up - np.sum(attention(*args, mask, scale)[0] * r)) / 2e-6
+            fd[idx] = (up - np.sum(attention(*args, mask, scale)[0].transpose(0, 2, 1, 3) * r)) / 2e-6
         np.testing.assert_allclose(want[i], fd, rtol=0, atol=1e-7)
 
 
@@ -134,9 +106,9 @@ def test_flash_attention_trains_with_the_unfused_gradients(case, device):
         loss, got = _grads_by_ggml(q, k, v, r, mask, scale, backend)
     finally:
         backend.free()
-    out, _ = attention(*(a.astype(np.float64) for a in (q, k, v)), mask, scale)
-    assert loss == pytest.approx(float(np.sum(out * r)), rel=1e-5, abs=1e-5)
-    want = attention_grads(q, k, v, mask, scale, r)
+    out, _ = attention(q, k, v, mask, scale)
+    assert loss == pytest.approx(float(np.sum(out.transpose(0, 2, 1, 3) * r)), rel=1e-5, abs=1e-5)
+    want = attention_grads(q, k, v, r.transpose(0, 2, 1, 3), mask, scale)
     for name, w in zip("qkv", want):
         _close(got[name].reshape(w.shape), w)
 
@@ -152,7 +124,7 @@ def test_ggmlr_flash_attn_back_gives_the_three_gradients(masked):
     v = rng.normal(size=(b, hkv, m, d)).astype(np.float32)
     grad_out = rng.normal(size=(b, h, n, d)).astype(np.float32)     # d, in q's layout
     mask = make_mask("causal" if masked else None, n, m, rng)
-    want_q, want_k, want_v = attention_grads(q, k, v, mask, 1 / np.sqrt(d), grad_out.transpose(0, 2, 1, 3))
+    want_q, want_k, want_v = attention_grads(q, k, v, grad_out, mask, 1 / np.sqrt(d))
     ctx = G.ggml_init(64 * 1024 * 1024)
     try:
         tensors = []

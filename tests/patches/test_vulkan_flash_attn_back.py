@@ -24,38 +24,12 @@ import pytest
 import ggmlpy as G
 from ggmlpy._ffi import ffi, lib
 from ggmlpy.ops.base import make_op
+from tests.helpers.attention_refs import attention_grads
 from tests.helpers.compute import compute, compute_grad
 from tests.helpers.devices import is_lavapipe, require_gpu
 
 
 # ---------------------------------------------------------------- the float64 reference
-
-def reference_grads(q, k, v, do, mask, scale):
-    """Gradients of sum(attention(q, k, v) * dO) with respect to q [B, H, N, D], k [B, Hkv, M, D] and
-    v [B, Hkv, M, Dv], for do [B, H, N, Dv], mask [B or 1, H or 1, N, M] additive (-inf hides a key) or None.
-    Per head: P = softmax(scale Q K^T + mask) (a row with every key hidden: P = 0), dV = P^T dO, dP = dO V^T,
-    dS = P * (dP - rowsum(P * dP)), dQ = scale dS K, dK = scale dS^T Q; a kv head sums over its query heads."""
-    q, k, v, do = (np.asarray(a, np.float64) for a in (q, k, v, do))
-    rep = q.shape[1] // k.shape[1]
-    ke, ve = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
-    s = scale * q @ ke.swapaxes(-1, -2)
-    if mask is not None:
-        s = s + mask
-    smax = np.max(s, axis=-1, keepdims=True)
-    seen = np.isfinite(smax)
-    e = np.where(seen, np.exp(s - np.where(seen, smax, 0.0)), 0.0)
-    tot = e.sum(-1, keepdims=True)
-    p = e / np.where(tot > 0, tot, 1.0)
-    dv = p.swapaxes(-1, -2) @ do
-    dp = do @ ve.swapaxes(-1, -2)
-    ds = p * (dp - np.sum(p * dp, axis=-1, keepdims=True))
-    dq = scale * ds @ ke
-    dk = scale * ds.swapaxes(-1, -2) @ q
-
-    def fold(a):   # [B, H, ...] -> [B, Hkv, ...], the query heads of a group summed
-        return a.reshape(a.shape[0], k.shape[1], rep, *a.shape[2:]).sum(axis=2)
-    return dq, fold(dk), fold(dv)
-
 
 def test_the_reference_agrees_with_finite_differences():
     """The reference on a small grouped case with a padding mask and a fully masked row, against central
@@ -75,7 +49,7 @@ def test_the_reference_agrees_with_finite_differences():
         p = e / np.maximum(e.sum(-1, keepdims=True), 1e-300)
         return np.sum(p @ np.repeat(v, h // hkv, axis=1) * do)
 
-    want = reference_grads(q, k, v, do, mask, 0.8)
+    want = attention_grads(q, k, v, do, mask, 0.8)
     args = [q, k, v]
     for i, w in enumerate(want):
         fd = np.zeros_like(args[i])
@@ -241,7 +215,7 @@ def test_flash_attn_ext_back_on_vulkan(case):
     got, placed = _grads_of_the_node(1, q, k, v, do, mask, scale, "Vulkan0")
     _ran_on_vulkan(placed)
     on_cpu, _ = _grads_of_the_node(1, q, k, v, do, mask, scale, "cpu")
-    want = reference_grads(q, k, v, do, mask, scale)
+    want = attention_grads(q, k, v, do, mask, scale)
     _check(("ext_back", case), got, want, on_cpu)
     if CASES[case][7] in ("padding", "both", "per-head"):   # query row 1 sees no key: dq exactly 0
         assert not got[0][:, :, 1].any()
@@ -262,7 +236,7 @@ def test_ggml_flash_attn_back_on_vulkan(shape, causal):
     _ran_on_vulkan(placed)
     on_cpu, _ = _grads_of_the_node(0, q, k, v, do, mask, 1 / np.sqrt(d), "cpu")
     _check(("back", f"{shape}-{'causal' if causal else 'none'}"), got,
-           reference_grads(q, k, v, do, mask, 1 / np.sqrt(d)), on_cpu)
+           attention_grads(q, k, v, do, mask, 1 / np.sqrt(d)), on_cpu)
 
 
 @pytest.mark.parametrize("layout", [0, 1])
@@ -273,7 +247,7 @@ def test_misaligned_operands_on_vulkan(layout):
         v, scale = v[..., :q.shape[3]], 1 / np.sqrt(q.shape[3])
     got, placed = _grads_of_the_node(layout, q, k, v, do, mask, scale, "Vulkan0", misaligned=True)
     _ran_on_vulkan(placed)
-    _check((f"misaligned-{layout}", "causal-d64"), got, reference_grads(q, k, v, do, mask, scale))
+    _check((f"misaligned-{layout}", "causal-d64"), got, attention_grads(q, k, v, do, mask, scale))
 
 
 @pytest.mark.parametrize("case", ["causal-d64", "padding-d128-dv96", "per-head-mask-d64"])
@@ -282,7 +256,7 @@ def test_the_backward_of_flash_attn_ext_runs_on_vulkan(case):
     gradient of sum(out * r) for q, k and v in turn."""
     q, k, v, do, mask, scale = inputs(case)
     r = np.ascontiguousarray(do.transpose(0, 2, 1, 3))   # out is [Dv, H, N, B]: numpy [B, N, H, Dv]
-    want = reference_grads(q, k, v, do, mask, scale)
+    want = attention_grads(q, k, v, do, mask, scale)
     backends = _backends("Vulkan0")
     try:
         for i, which in enumerate("qkv"):
@@ -321,7 +295,7 @@ def test_lavapipes_loop_budget_on_vulkan(m, on_vulkan):
         _ran_on_vulkan(placed)
     else:
         assert "FLASH_ATTN_BACK" in placed.cpu_ops, placed
-    _check(("budget", f"M={m}"), got, reference_grads(q, k, v, do, None, 0.3))
+    _check(("budget", f"M={m}"), got, attention_grads(q, k, v, do, None, 0.3))
 
 
 def test_report_errors():
