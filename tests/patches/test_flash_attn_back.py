@@ -18,7 +18,7 @@ import pytest
 
 import ggmlpy as G
 from tests.helpers.attention_refs import attention, attention_grads
-from tests.helpers.compute import compute_grad
+from tests.helpers.compute import compute, compute_grad
 from tests.helpers.devices import require_gpu
 
 
@@ -190,3 +190,27 @@ def test_a_trained_mask_or_alibi_is_refused_before_ggml_aborts():
                 G.ggml_build_backward_expand(ctx, graph)
     finally:
         ctx.free()
+
+
+@pytest.mark.parametrize("device", ["cpu", "Vulkan0", "CUDA0"])
+@pytest.mark.parametrize("pad_keys, pad_queries", [(1, 0), (9, 3), (0, 2)])
+def test_a_mask_wider_or_taller_than_the_scores_is_read_right(device, pad_keys, pad_queries):
+    """ggml_flash_attn_ext takes a mask [>= n_kv, >= n_q]; Vulkan's shaders read its rows with a stride of n_kv, so
+    a wider mask gave wrong outputs (errors of 1.0): patches/0057 has Vulkan refuse it and the CPU computes it."""
+    if device != "cpu":
+        require_gpu(device)
+    rng = np.random.default_rng(7)
+    b, h, n, m, d = 1, 2, 5, 7, 8
+    q, k, v = (rng.normal(size=(b, h, rows, d)).astype(np.float32) for rows in (n, m, m))
+    mask = rng.normal(size=(n + pad_queries, m + pad_keys)).astype(np.float16).astype(np.float32)
+
+    def build(ctx, tq, tk, tv, tm):
+        m16 = G.ggml_cpy(ctx, tm, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F16, m + pad_keys, n + pad_queries))
+        return G.ggml_flash_attn_ext(ctx, tq, tk, tv, m16, 0.4)
+    backend = G.ggml_backend_cpu_init() if device == "cpu" else G.ggml_backend_init_by_name(device)
+    try:
+        (got,) = compute(build, q, k, v, mask, backend=backend)
+    finally:
+        backend.free()
+    want, _ = attention(q, k, v, mask[:n, :m], 0.4)
+    np.testing.assert_allclose(np.asarray(got).reshape(b, n, h, d), want.transpose(0, 2, 1, 3), rtol=0, atol=2e-6)
