@@ -3,8 +3,11 @@ on an op without a backward pass, or on an in-place op in the way of a gradient)
 """
 from __future__ import annotations
 
+import os
+
 from .._ffi import CData, ffi, lib
 from ..core.handle import unwrap
+from ..core.sysmem import physical_memory
 from ..core.types import GGML_TYPE_F32, type_name
 from ..errors import expect, GgmlTypeError, GgmlValueError
 from .introspect import is_padded_1d
@@ -145,6 +148,29 @@ def _grad_srcs(n: CData, needs_grad: set[int]) -> list[CData]:
     return [s for j, s in enumerate(n.src) if s != ffi.NULL and j not in ignored and ptr_key(s) in needs_grad]
 
 
+# patches/0056's CPU kernel: FLASH_ATTN_BACK_ROWS query rows at a time against chunks of FLASH_ATTN_BACK_KEYS keys
+_BACK_ROWS, _BACK_KEYS = 4, 16
+
+
+def flash_attn_back_scratch_bytes(d: int, dv: int, m: int, threads: int) -> int:
+    """Bytes of the CPU kernel's work buffer for FLASH_ATTN_BACK (``ggml_flash_attn_back_scratch`` in
+    patches/0056, per thread: the task's keys and values as rows and transposed, dk and dv rows, a block's rows)."""
+    mp = -(-m // _BACK_KEYS) * _BACK_KEYS
+    floats = 2 * m * d + m * dv + d * mp + dv * mp + 3 * _BACK_ROWS * mp + 2 * _BACK_ROWS * d + _BACK_ROWS * dv + 16
+    return 4 * floats * max(1, threads)
+
+
+def check_flash_attn_back_scratch(fn: str, d: int, dv: int, m: int) -> None:
+    """Refuse a FLASH_ATTN_BACK whose CPU work buffer (for every core of this machine) is beyond its memory: ggml's
+    CPU backend would fail to allocate it in the middle of a compute and abort the process."""
+    need = flash_attn_back_scratch_bytes(d, dv, m, os.cpu_count() or 1)
+    total = physical_memory()
+    if need > total:
+        raise GgmlValueError(f"{fn}: attention's backward pass over {m} keys of {d} (values of {dv}) needs "
+                             f"{need / 2**30:.1f} GiB of work memory on the CPU ({os.cpu_count() or 1} threads), more "
+                             f"than this machine's {total / 2**30:.1f} GiB; split the keys into shorter sequences")
+
+
 def _check_flash_attn_backward(n: CData, mask_needs_grad: bool) -> None:
     """ggml_flash_attn_ext's backward pass (patches/0056) takes F32 q, k and v, no ALiBi, no soft-capping and no
     sinks, and gives no gradient for the mask."""
@@ -163,6 +189,7 @@ def _check_flash_attn_backward(n: CData, mask_needs_grad: bool) -> None:
     if mask_needs_grad:
         raise GgmlValueError(f"{where}: its mask {tensor_label(n.src[3])} is (or is computed from) a trainable "
                              "parameter; the backward pass gives the mask no gradient. Expected a mask that is data")
+    check_flash_attn_back_scratch(where, int(n.src[0].ne[0]), int(n.src[2].ne[0]), int(n.src[1].ne[1]))
 
 
 def check_node_backward(n: CData, needs_grad: set[int] | None = None) -> None:

@@ -10,6 +10,7 @@ from ..core.args import c_int_arg, fail, float_arg, is_int, list_arg
 from ..core.glossary import fill_doc
 from ..core.types import GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I32, type_name
 from ..errors import GgmlTypeError
+from ..graph.backward import check_flash_attn_back_scratch
 from ..graph.graph import walk_graph
 from ..graph.indices import computed_index_bound
 from ..graph.objects import Context, Tensor
@@ -474,6 +475,7 @@ def ggml_flash_attn_back(ctx: Context, q: Tensor, k: Tensor, v: Tensor, d: Tenso
         fail(fn, f"d (the output's gradient) must have q's shape {shape_text(q)}, got {shape_text(d)}")
     if masked and m < n:
         fail(fn, f"causal attention (masked=True) needs at least as many keys as queries, got M={m} < N={n}")
+    check_flash_attn_back_scratch(fn, dq, dq, m)
     n_out = ggml_flash_attn_back_offsets(q, k, v)[4] // 4
     return make_op(fn, ctx, lib.ggml_flash_attn_back, (q, k, v, d), (n_out,), (bool(masked),))
 

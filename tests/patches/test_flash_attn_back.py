@@ -214,3 +214,27 @@ def test_a_mask_wider_or_taller_than_the_scores_is_read_right(device, pad_keys, 
         backend.free()
     want, _ = attention(q, k, v, mask[:n, :m], 0.4)
     np.testing.assert_allclose(np.asarray(got).reshape(b, n, h, d), want.transpose(0, 2, 1, 3), rtol=0, atol=2e-6)
+
+
+def test_a_backward_pass_whose_cpu_scratch_exceeds_the_machine_is_refused():
+    """The CPU kernel holds O(M (D + Dv)) floats per thread: over tens of millions of keys that is beyond the
+    machine, and ggml's CPU backend aborted the process (std::bad_alloc) allocating it mid-compute. Both entry
+    points refuse first, from the shapes (no_alloc tensors: nothing is allocated here)."""
+    from ggmlpy.core.sysmem import physical_memory
+    from ggmlpy.graph.backward import flash_attn_back_scratch_bytes
+    m = 1 << 26
+    assert flash_attn_back_scratch_bytes(64, 64, m, 1) > physical_memory() or pytest.skip("a machine this large")
+    ctx = G.ggml_init(16 * 1024 * 1024, no_alloc=True)
+    try:
+        q = G.ggml_set_param(G.ggml_new_tensor_4d(ctx, G.GGML_TYPE_F32, 64, 1, 1, 1))
+        k = G.ggml_new_tensor_4d(ctx, G.GGML_TYPE_F32, 64, m, 1, 1)
+        loss = G.ggml_set_loss(G.ggml_sum(ctx, G.ggml_flash_attn_ext(ctx, q, k, k, None, 0.1)))
+        graph = G.ggml_new_graph_custom(ctx, 256, True)
+        G.ggml_build_forward_expand(graph, loss)
+        with pytest.raises(G.GgmlValueError, match="GiB of work memory on the CPU .* shorter sequences"):
+            G.ggml_build_backward_expand(ctx, graph)
+        vt = G.ggml_new_tensor_4d(ctx, G.GGML_TYPE_F32, m, 64, 1, 1)
+        with pytest.raises(G.GgmlValueError, match="ggml_flash_attn_back: .* GiB of work memory"):
+            G.ggml_flash_attn_back(ctx, q, k, vt, q, masked=False)
+    finally:
+        ctx.free()
