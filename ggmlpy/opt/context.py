@@ -377,6 +377,13 @@ class OptContext(Handle):
                 if send is not None:
                     send()
                 lib.ggml_opt_eval_submit(ptr, res_ptr)
+                status = int(lib.ggml_opt_eval_status(ptr))
+                if status != int(lib.GGML_STATUS_SUCCESS):   # nothing computed or advanced (patches/0059)
+                    raise GgmlValueError(
+                        "ggml_opt_eval: a backend could not allocate what this step needs to compute (status "
+                        f"{status}; ggml's CPU backend: its work buffer, which ops with a large scratch need, such "
+                        "as attention's backward pass over very long sequences); nothing was computed and the "
+                        "weights are as they were: use a smaller batch or shorter sequences")
                 self._opt_i = (self._opt_i + 1) % self.opt_period
                 self.pending_alloc = None
                 self.prepared = False

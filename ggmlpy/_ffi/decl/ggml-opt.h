@@ -75,6 +75,7 @@ void ggml_opt_eval(ggml_opt_context_t opt_ctx, ggml_opt_result_t result);
 /* patches/0052: ggml_opt_eval in two halves, one wait */
 void ggml_opt_eval_submit(ggml_opt_context_t opt_ctx, ggml_opt_result_t result);
 void ggml_opt_eval_finish(ggml_opt_context_t opt_ctx);
+enum ggml_status ggml_opt_eval_status(ggml_opt_context_t opt_ctx);   /* patches/0059 */
 
 typedef void (*ggml_opt_epoch_callback)(bool train, ggml_opt_context_t opt_ctx, ggml_opt_dataset_t dataset, ggml_opt_result_t result, int64_t ibatch, int64_t ibatch_max, int64_t t_start_us);
 void ggml_opt_epoch(ggml_opt_context_t opt_ctx, ggml_opt_dataset_t dataset, ggml_opt_result_t result_train, ggml_opt_result_t result_eval, int64_t idata_split, ggml_opt_epoch_callback callback_train, ggml_opt_epoch_callback callback_eval);
