@@ -30,7 +30,7 @@ def type_name(t: int) -> str:
 _TYPE_COUNT = int(lib.GGML_TYPE_COUNT)
 
 
-def _type(fn: str, type: object) -> int:
+def checked_type(fn: str, type: object) -> int:
     """``type`` as a ggml type that exists (ggml indexes a table with it; removed types have no block size)."""
     if not is_int(type):
         raise GgmlTypeError(f"{fn}: type must be a GGML_TYPE_* int, got {type!r}")
@@ -53,7 +53,7 @@ def ggml_type_name(type: int) -> str:
         >>> ggml_type_name(GGML_TYPE_Q4_0)
         'q4_0'
     """
-    return ffi.string(lib.ggml_type_name(_type("ggml_type_name", type))).decode()
+    return ffi.string(lib.ggml_type_name(checked_type("ggml_type_name", type))).decode()
 
 
 def ggml_type_size(type: int) -> int:
@@ -68,7 +68,7 @@ def ggml_type_size(type: int) -> int:
         >>> ggml_type_size(GGML_TYPE_F32)
         4
     """
-    return int(lib.ggml_type_size(_type("ggml_type_size", type)))
+    return int(lib.ggml_type_size(checked_type("ggml_type_size", type)))
 
 
 def ggml_estimate_memory(type: int = lib.GGML_TYPE_F32, ne0: int | None = None, ne1: int = 1, ne2: int = 1,
@@ -91,7 +91,7 @@ def ggml_estimate_memory(type: int = lib.GGML_TYPE_F32, ne0: int | None = None, 
         >>> ggml_estimate_memory(GGML_TYPE_F32, 1000, 1000)   # 4,000,000 bytes of data + the header
     """
     fn = "ggml_estimate_memory"
-    t = _type(fn, type)
+    t = checked_type(fn, type)
     if ne0 is None:
         raise GgmlTypeError(f"{fn}: ne0 is required (the tensor's size along ne[0]), e.g. "
                             f"ggml_estimate_memory(GGML_TYPE_F32, 1000, 1000)")
@@ -119,7 +119,7 @@ def ggml_blck_size(type: int) -> int:
         >>> ggml_blck_size(GGML_TYPE_Q4_0)
         32
     """
-    return int(lib.ggml_blck_size(_type("ggml_blck_size", type)))
+    return int(lib.ggml_blck_size(checked_type("ggml_blck_size", type)))
 
 
 def ggml_type_sizef(type: int) -> float:
@@ -134,7 +134,7 @@ def ggml_type_sizef(type: int) -> float:
         >>> ggml_type_sizef(GGML_TYPE_F16)
         2.0
     """
-    t = _type("ggml_type_sizef", type)
+    t = checked_type("ggml_type_sizef", type)
     return float(lib.ggml_type_size(t)) / float(lib.ggml_blck_size(t))
 
 
@@ -150,4 +150,4 @@ def ggml_is_quantized(type: int) -> bool:
         >>> ggml_is_quantized(GGML_TYPE_Q8_0), ggml_is_quantized(GGML_TYPE_F32)
         (True, False)
     """
-    return bool(lib.ggml_is_quantized(_type("ggml_is_quantized", type)))
+    return bool(lib.ggml_is_quantized(checked_type("ggml_is_quantized", type)))

@@ -60,10 +60,13 @@ def check_backward_nodes(nodes: list, losses: list, accumulating: bool = False) 
         # as ggml_build_backward_expand decides it: a parameter, a loss, or a node reading a tensor that needs one
         srcs = _grad_srcs(n, needs_grad)
         for s in srcs[:1]:
-            if s.type not in (lib.GGML_TYPE_F32, lib.GGML_TYPE_F16):
+            # a half-precision weight of a product (mixed precision: ggml_cast of an F32 weight) passes its
+            # gradient back by a product of its own type (patches/0060)
+            half_weight = s.type == lib.GGML_TYPE_BF16 and op_label(n) == "MUL_MAT" and ptr_key(s) == ptr_key(n.src[0])
+            if s.type not in (lib.GGML_TYPE_F32, lib.GGML_TYPE_F16) and not half_weight:
                 raise GgmlTypeError(f"ggml's backward pass needs F32 or F16 tensors on the path to a trainable "
                                     f"parameter; {op_label(n)} reads a {type_name(s.type)} one (cast it with "
-                                    "ggml_cpy into an F32 tensor first)")
+                                    "ggml_cast into an F32 tensor first)")
         if not (n.flags & (flags_param | flags_loss) or srcs):
             continue
         _check_not_inplace(n, srcs)

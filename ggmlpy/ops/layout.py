@@ -7,7 +7,7 @@ from typing import Callable
 
 from .._ffi import ffi, lib
 from ..core.args import c_int_arg, fail, int_arg
-from ..core.types import GGML_TYPE_F32, GGML_TYPE_I32, type_name
+from ..core.types import checked_type, FLOAT_TYPES, GGML_TYPE_F32, GGML_TYPE_I32, type_name
 from ..errors import GgmlTypeError
 from ..graph.indices import check_computed_indices
 from ..graph.nodes import tensor_label, tensor_memory
@@ -221,6 +221,33 @@ def ggml_cpy(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     if a.nelements() != b.nelements():
         fail("ggml_cpy", f"a and b must have the same number of elements, got {a.nelements()} and {b.nelements()}")
     return make_op("ggml_cpy", ctx, lib.ggml_cpy, (a, b), None, out_type=b.type)
+
+
+def ggml_cast(ctx: Context, a: Tensor, type: int) -> Tensor:
+    """``a`` converted to another float type (``GGML_TYPE_F32``, ``GGML_TYPE_F16`` or ``GGML_TYPE_BF16``): a new
+    tensor of a's shape, computed when the graph runs (round to nearest even; F16 saturates to +-inf beyond
+    65504).
+
+    This is how a graph computes a product in half precision while its weights stay F32: cast the weight, then
+    ``ggml_mul_mat`` (the gradient flows back through the cast into the F32 weight, in F32).
+
+    Arguments:
+        ctx: [glossary]
+        a: an F32, F16 or BF16 tensor.
+        type: the result's type, one of the three.
+
+    Value: a new Tensor of a's shape and type ``type``. Differentiable with respect to ``a``.
+
+    Example:
+        >>> w16 = ggml_cast(ctx, w, GGML_TYPE_BF16)
+        >>> y = ggml_mul_mat(ctx, w16, x)        # BF16 products, F32 result
+    """
+    a = operand("ggml_cast", a)
+    t = checked_type("ggml_cast", type)
+    if a.type not in FLOAT_TYPES or t not in FLOAT_TYPES:
+        raise GgmlTypeError(f"ggml_cast: casts between F32, F16 and BF16; got {type_name(a.type)} -> "
+                            f"{type_name(t)}; for other types use ggml_cpy into a tensor of the wanted type")
+    return make_op("ggml_cast", ctx, lib.ggml_cast, (a,), a.shape, (t,), out_type=t)
 
 
 def ggml_get_rows(ctx: Context, a: Tensor, b: Tensor) -> Tensor:

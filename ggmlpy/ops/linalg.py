@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from .._ffi import lib
 from ..core.args import fail, is_int
-from ..core.types import GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I32, type_name
+from ..core.types import FLOAT_TYPES, GGML_TYPE_F32, GGML_TYPE_I32, type_name
 from ..errors import GgmlTypeError, GgmlValueError
 from ..graph.objects import Context, Tensor
 from .attention import check_index_bound, shape_text
 from .base import (
-    F32_F16,
     floating,
     make_op,
     mul_mat,
@@ -140,7 +139,8 @@ def ggml_out_prod(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 
     Arguments:
         ctx: [glossary]
-        a: F32 or F16 tensor ``[M, K, A2, A3]``, not transposed; an F16 a cannot be broadcast.
+        a: F32, F16 or BF16 tensor ``[M, K, A2, A3]``, not transposed; a half-precision a (converted to F32
+            row by row) cannot be broadcast.
         b: F32 tensor ``[N, K, B2, B3]`` sharing ne[1] with a.
 
     Value: a new F32 Tensor ``[M, N, B2, B3]``.
@@ -149,10 +149,11 @@ def ggml_out_prod(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         >>> g_w = ggml_out_prod(ctx, x, g_h)        # x [n_in, batch], g_h [n_out, batch] -> [n_in, n_out]
     """
     a, b = operand("ggml_out_prod", a), operand("ggml_out_prod", b, "b")
-    types("ggml_out_prod", a, F32_F16)
+    types("ggml_out_prod", a, FLOAT_TYPES)
     types("ggml_out_prod", b, {GGML_TYPE_F32}, "b")
-    if a.type == GGML_TYPE_F16 and a.shape[2:] != b.shape[2:]:
-        fail("ggml_out_prod", f"an F16 a cannot be broadcast: a {list(a.shape)}, b {list(b.shape)}")
+    if a.type != GGML_TYPE_F32 and a.shape[2:] != b.shape[2:]:
+        fail("ggml_out_prod", f"an {type_name(a.type).upper()} a cannot be broadcast: a {list(a.shape)}, "
+                              f"b {list(b.shape)}")
     not_transposed("ggml_out_prod", a)
     return make_op("ggml_out_prod", ctx, lib.ggml_out_prod, (a, b), out_prod("ggml_out_prod", a, b))
 

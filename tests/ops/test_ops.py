@@ -766,12 +766,13 @@ def _op_modules():
 
 def test_every_exported_op_is_covered():
     """Every op builder of ggmlpy.ops has a forward test: registered in this file, test_conv.py or
-    test_recurrent.py, or called in test_attention.py or tests/patches/test_flash_attn_back.py (compared there with
-    a numpy reference)."""
+    test_recurrent.py, or called in test_attention.py, tests/patches/test_flash_attn_back.py or
+    tests/patches/test_half_products.py (compared there with a numpy reference)."""
     from . import test_conv, test_recurrent
     here = os.path.dirname(os.path.abspath(__file__))
     attention_tests = "".join(open(os.path.join(here, *path)).read()
-                              for path in (("test_attention.py",), ("..", "patches", "test_flash_attn_back.py")))
+                              for path in (("test_attention.py",), ("..", "patches", "test_flash_attn_back.py"),
+                                           ("..", "patches", "test_half_products.py")))
     exported = {name for module in _op_modules() if module.__name__ not in _SELF_CHECKED
                 for name, obj in vars(module).items()
                 if (name.startswith("ggml_") and callable(obj) and getattr(obj, "__module__", None) == module.__name__)

@@ -108,6 +108,7 @@ struct ggml_tensor * ggml_cross_entropy_loss(struct ggml_context * ctx, struct g
 
 /* layout */
 struct ggml_tensor * ggml_cpy(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
+struct ggml_tensor * ggml_cast(struct ggml_context * ctx, struct ggml_tensor * a, enum ggml_type type);
 struct ggml_tensor * ggml_cont(struct ggml_context * ctx, struct ggml_tensor * a);
 struct ggml_tensor * ggml_reshape(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
 struct ggml_tensor * ggml_reshape_1d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0);
