@@ -9,6 +9,7 @@ import numpy as np
 
 from ...backend.device import Device
 from ...core.args import FLOAT32_MAX, is_int, is_real
+from ...core.types import GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_F32
 from ...errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
 from ...opt import losses as L
 from ...opt.custom_loss import CustomLoss, ggml_opt_loss_custom, returns_batch_value
@@ -59,6 +60,7 @@ class CompileConfig:
     optimizer_spec: OptimizerSpec = field(default_factory=OptimizerSpec)  # the rule, its settings and clipping
     from_logits: list | None = None  # what ggml_compile was told per output (None: nothing)
     shares: list[float] | None = None  # data parallel: each backend's share of a batch as given (None: equal)
+    precision: str = "f32"  # the matrix products' type: "f32", "bf16" or "f16" (mixed precision)
 
     def loss_weights(self) -> list[float] | None:
         """The heads' loss weights for the training graph (None: one head of weight 1, ggml's own loss). A single
@@ -76,7 +78,23 @@ class CompileConfig:
                 **({} if self.adam is None else dict(zip(("beta_1", "beta_2", "epsilon"), self.adam))),
                 **self.optimizer_spec.settings(),
                 **({} if self.from_logits is None else {"from_logits": self.from_logits}),
-                **({} if self.shares is None else {"shares": self.shares})}
+                **({} if self.shares is None else {"shares": self.shares}),
+                **({} if self.precision == "f32" else {"precision": self.precision})}
+
+
+# ggml_compile's precisions: the type of the matrix products
+PRECISIONS = {"f32": GGML_TYPE_F32, "bf16": GGML_TYPE_BF16, "f16": GGML_TYPE_F16}
+_PRECISION_ALIASES = {"float32": "f32", "mixed_bfloat16": "bf16", "bfloat16": "bf16", "mixed_float16": "f16",
+                      "float16": "f16"}
+
+
+def _precision(value: Any) -> str:
+    """ggml_compile's ``precision`` as one of ``PRECISIONS``' names."""
+    name = _PRECISION_ALIASES.get(value, value) if isinstance(value, str) else None
+    if name not in PRECISIONS:
+        raise GgmlValueError(f"ggml_compile: precision must be 'f32', 'bf16' or 'f16' (or Keras' 'float32', "
+                             f"'mixed_bfloat16', 'mixed_float16'), got {value!r}")
+    return name
 
 
 def _loss_name(loss: Any, i: int) -> str:
@@ -175,7 +193,7 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = DEFAULT_LOSS
                  momentum: float | None = None, nesterov: bool | None = None, rho: float | None = None,
                  centered: bool | None = None, initial_accumulator_value: float | None = None,
                  clipnorm: float | None = None, global_clipnorm: float | None = None,
-                 clipvalue: float | None = None, from_logits: Any = None) -> Model:
+                 clipvalue: float | None = None, from_logits: Any = None, precision: str = "f32") -> Model:
     """Choose the optimizer, the loss and the backend of a model, and put its weights on that backend.
 
     Arguments:
@@ -256,6 +274,18 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = DEFAULT_LOSS
             joint norm of at most ``global_clipnorm``, or every element clamped to ``[-clipvalue, clipvalue]``.
             Works with every optimizer (with gradient accumulation, on the logical batch's mean gradient, as
             Keras' ``gradient_accumulation_steps``).
+        precision: the type of the model's matrix products (dense, convolution, attention and recurrent input
+            projections): ``"f32"`` (the default), ``"bf16"`` or ``"f16"`` (also Keras' policy names
+            ``"float32"``, ``"mixed_bfloat16"``, ``"mixed_float16"``). Mixed precision: the weights and the
+            optimizer's state stay F32 (the master copy); each training step casts the weights to the chosen type
+            inside its graph, multiplies in it (with F32 sums), and passes the gradients back through the cast
+            into the F32 weights; everything else (biases, activations, norms, the loss) computes in F32.
+            Predictions use the same products. BF16 keeps F32's range (no loss scaling needed); F16 trains with
+            dynamic loss scaling as PyTorch's ``GradScaler``: the loss's gradient is multiplied by a scale
+            (starting at 2^16), a step whose gradients overflow is skipped and halves the scale, 2000 good steps
+            in a row double it. A device that does not compute the type's products keeps F32 (the placement
+            report says so). Expect the loss to differ from F32 training by the type's rounding (BF16 keeps 8
+            bits of mantissa, F16 11).
 
     Value: the model, compiled in place (``model = ggml_compile(model, ...)`` and
     ``ggml_compile(model, ...)`` both work). Weights are drawn here (Glorot-uniform kernels, zero biases)
@@ -289,6 +319,7 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = DEFAULT_LOSS
         chosen = optimizer
     else:
         chosen = resolve_optimizer(optimizer, flat, "ggml_compile")
+    precision = _precision(precision)
     backend, shares = _backends(backend, shares)
     inputs, outputs, _ = model.graph()
     mask_flow(model)  # a padding mask only where layers honour it
@@ -318,10 +349,11 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = DEFAULT_LOSS
     config = CompileConfig(chosen.name, chosen.spec.ggml_type, heads, ["accuracy"] if accuracy else [], backend,
                            chosen.learning_rate, chosen.weight_decay, adam=chosen.adam, head_metrics=head_metrics,
                            optimizer_spec=chosen.spec,
-                           from_logits=logits if any(f is not None for f in logits) else None, shares=shares)
+                           from_logits=logits if any(f is not None for f in logits) else None, shares=shares,
+                           precision=precision)
     # before the old one goes (a failure leaves the model as it was); the weights come from the newest holder
     # of each layer: the old runtime, another model sharing the layer, or the copy a layer carries
-    runtime = Runtime(model, backend, shares=shares)
+    runtime = Runtime(model, backend, shares=shares, compute_type=PRECISIONS[precision])
     try:
         replace_runtime(model, runtime, config)
     except BaseException:

@@ -26,17 +26,18 @@ from ...compute.run import ggml_backend_sched_graph_compute
 from ...compute.sched import ggml_backend_sched_new, Scheduler
 from ...compute.threads import forward_work, restore_threads, split_threads
 from ...core.handle import Handle, rpc_connection_lost
-from ...core.types import GGML_TYPE_F32, GGML_TYPE_I32
+from ...core.types import GGML_TYPE_F32, GGML_TYPE_I32, type_name
 from ...errors import GgmlInUseError, GgmlStateError, GgmlTypeError, GgmlValueError
 from ...graph.context import ggml_graph_overhead, ggml_init, ggml_tensor_overhead
 from ...graph.graph import ggml_build_forward_expand, ggml_new_graph_custom
 from ...graph.objects import Graph, Tensor
 from ...graph.tensor import ggml_new_tensor, ggml_set_input, ggml_set_name, ggml_set_output, pending_constant
 from ...ops.elementwise import ggml_cont, ggml_dropout
-from ...ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d, ggml_view_1d
+from ...ops.layout import ggml_cast, ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d, ggml_view_1d
 from ...opt.constants import BUILD_FORWARD
 from ...opt.context import training_graph_nodes
 from ...training.replicas import split_counts
+from ..layers.fused import device_computes_half_products
 from ..layers.layer import Layer, NATURAL, natural_ne, SPATIAL
 from ..layers.masking import mask_flow
 from ..layers.weight import BoundWeight, weight_name
@@ -119,10 +120,35 @@ class GraphBuilder:
         self.side_outputs: list[Tensor] = []  # computed by every training step besides the loss
         self._relu_inputs: dict[int, tuple[Tensor, Tensor]] = {}  # id(relu output) -> (output, input)
         self.notes: list[str] = []  # what a layer built in a slower form than the device allows, and why
+        self._casts: dict[tuple[int, str], Tensor] = {}  # (layer, weight) -> its half cast (product_weight)
 
     # ---- for layers
     def param(self, layer: Layer, weight: BoundWeight | str) -> Tensor:
         return self.params.tensor(layer, weight_name(weight))
+
+    @property
+    def half_products(self) -> bool:
+        """Whether this graph computes its matrix products in half precision (``ggml_compile(precision=...)``
+        and a device that computes them); layers with a fused F32 kernel build their product form then."""
+        t = self.params.compute_type
+        return t != GGML_TYPE_F32 and device_computes_half_products(self.params.backend.device, t)
+
+    def product_weight(self, layer: Layer, weight: BoundWeight | str) -> Tensor:
+        """A weight as the first operand of a matrix product (``ggml_mul_mat(ctx, w, x)``): the F32 weight, or
+        under mixed precision its cast to the compiled type, made once per graph (the gradient flows back
+        through the cast into the F32 weight)."""
+        w = self.param(layer, weight)
+        t = self.params.compute_type
+        if t == GGML_TYPE_F32:
+            return w
+        if not self.half_products:
+            self.note(f"{self.params.backend.device.name} does not compute {type_name(t).upper()} products: they "
+                      "run in F32")
+            return w
+        key = (id(layer), weight_name(weight))
+        if key not in self._casts:
+            self._casts[key] = ggml_cast(self.ctx, w, t)
+        return self._casts[key]
 
     def zeros(self, ne: tuple[int, ...]) -> Tensor:
         return self.constant(np.zeros(tuple(reversed(ne)), dtype=np.float32))
@@ -428,7 +454,7 @@ class Runtime:
     ggml, and so is changing which layers train while a fit runs."""
 
     def __init__(self, model: Model, backend: str | list[str], values: dict | None = None,
-                 shares: list[float] | None = None) -> None:
+                 shares: list[float] | None = None, compute_type: int = GGML_TYPE_F32) -> None:
         self._lock = threading.Lock()
         self._busy = 0
         self._training = 0
@@ -459,6 +485,8 @@ class Runtime:
                 self.params.free()
             self.backend.free()
             raise
+        for store in [self.params] + [r for _, r in self.replicas]:
+            store.compute_type = compute_type
         self._synced: int | None = self.params.stamp
         self.predictor: Predictor | ReplicaPredictor = Predictor(model, self.params)
         if self.replicas:

@@ -370,7 +370,7 @@ def ggml_load_model(path: Any, backend: str = "auto", include_optimizer: bool = 
         settings = {k: cfg[k] for k in ("optimizer", "loss", "metrics", "loss_weights", "learning_rate",
                                         "weight_decay")}
         settings.update({k: cfg[k] for k in ("beta_1", "beta_2", "epsilon") if k in cfg})  # files since Dec 2026
-        settings.update({k: cfg[k] for k in OPTIMIZER_SETTINGS + ("from_logits",) if k in cfg})
+        settings.update({k: cfg[k] for k in OPTIMIZER_SETTINGS + ("from_logits", "precision") if k in cfg})
         if isinstance(backend, (list, tuple)) and cfg.get("shares") and list(backend) == cfg.get("backend"):
             settings["shares"] = cfg["shares"]   # the same devices' split (a pickle's copy; not another backend's)
     except GgmlpyError:

@@ -70,7 +70,7 @@ class Dense(Layer):
         if len(shapes[0]) > 1:  # (..., features): one matrix product over all leading axes (ggml's
             # mul_mat backward cannot broadcast the weight over a 4th axis)
             x = ggml_reshape_2d(g.ctx, x, shapes[0][-1], int(np.prod(shapes[0][:-1])) * g.batch)
-        y = ggml_mul_mat(g.ctx, g.param(self, self.weight), x)
+        y = ggml_mul_mat(g.ctx, g.product_weight(self, self.weight), x)
         if self.use_bias:
             y = ggml_add(g.ctx, y, g.param(self, self.bias))
         y = activate(g, y, self.activation)

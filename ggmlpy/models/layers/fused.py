@@ -12,12 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ...backend.device import Device, ggml_backend_dev_supports_op
-from ...core.types import GGML_TYPE_F16, GGML_TYPE_F32
+from ...core.types import GGML_TYPE_F16, GGML_TYPE_F32, type_name
 from ...graph.context import ggml_init
 from ...graph.objects import Context, Tensor
 from ...graph.tensor import ggml_new_tensor
 from ...ops.attention import flash_attn_ext_back, ggml_flash_attn_ext
 from ...ops.conv import ggml_conv_2d_tiled
+from ...ops.elementwise import ggml_cont
+from ...ops.layout import ggml_cast, ggml_transpose
+from ...ops.linalg import ggml_mul_mat
 from ...ops.recurrent import ggml_gru_cell, ggml_gru_seq, ggml_lstm_cell, ggml_lstm_seq
 
 
@@ -82,6 +85,23 @@ def device_computes_attention(device: Device, key_dim: int, queries: int, keys: 
     size = f"{key_dim}x{queries}x{keys}x{heads}x{batch}{'m' if masked else ''}"
     return _answer(device, f"flash_attn_ext:{size}", forward) and \
         (not training or _answer(device, f"flash_attn_back:{size}", backward))
+
+
+def device_computes_half_products(device: Device, type: int) -> bool:
+    """Whether ``device`` computes mixed precision's products in ``type`` (GGML_TYPE_BF16 or _F16): the cast of an
+    F32 weight, its product with F32 data, and the backward pass's product of the transposed half weight
+    (patches/0060). Asked of small instances: ggml's kernels take these at any size."""
+    def cast(ctx: Context) -> Tensor:
+        return ggml_cast(ctx, _f32(ctx, 8, 4), type)
+
+    def product(ctx: Context) -> Tensor:
+        return ggml_mul_mat(ctx, ggml_new_tensor(ctx, type, 2, (8, 4)), _f32(ctx, 8, 3))
+
+    def transposed(ctx: Context) -> Tensor:
+        return ggml_cont(ctx, ggml_transpose(ctx, ggml_new_tensor(ctx, type, 2, (8, 4))))
+    key = type_name(type)
+    return all(_answer(device, f"{step}:{key}", probe)
+               for step, probe in (("cast", cast), ("product", product), ("transposed", transposed)))
 
 
 def device_computes(device: Device, op: str) -> bool:

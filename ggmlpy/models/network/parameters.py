@@ -48,6 +48,9 @@ class ParamStore:
         self.layers = list(layers)
         self.backend = backend
         self.fits_running = 0  # counted by Runtime.use(training=True): layers refuse trainable changes meanwhile
+        # the type the layers' matrix products compute in (ggml_compile's precision): the weights stay F32 here
+        # and a graph casts them (GraphBuilder.product_weight)
+        self.compute_type = GGML_TYPE_F32
         self.shared = False  # True once every weight is written: only then does free() hand them to the layers
         specs = [(each, p) for each in self.layers for p in (each.params or [])]
         self.ctx = ggml_init(mem_size=(len(specs) + 2) * ggml_tensor_overhead(), no_alloc=True)
