@@ -120,7 +120,7 @@ class GraphBuilder:
         self.side_outputs: list[Tensor] = []  # computed by every training step besides the loss
         self._relu_inputs: dict[int, tuple[Tensor, Tensor]] = {}  # id(relu output) -> (output, input)
         self.notes: list[str] = []  # what a layer built in a slower form than the device allows, and why
-        self._casts: dict[tuple[int, str], Tensor] = {}  # (layer, weight) -> its half cast (product_weight)
+        self._casts: dict[tuple, Tensor] = {}  # (layer, weight, shape) -> its half cast (product_weight)
 
     # ---- for layers
     def param(self, layer: Layer, weight: BoundWeight | str) -> Tensor:
@@ -133,11 +133,13 @@ class GraphBuilder:
         t = self.params.compute_type
         return t != GGML_TYPE_F32 and device_computes_half_products(self.params.backend.device, t)
 
-    def product_weight(self, layer: Layer, weight: BoundWeight | str) -> Tensor:
-        """A weight as the first operand of a matrix product (``ggml_mul_mat(ctx, w, x)``): the F32 weight, or
-        under mixed precision its cast to the compiled type, made once per graph (the gradient flows back
-        through the cast into the F32 weight)."""
+    def product_weight(self, layer: Layer, weight: BoundWeight | str, ne: tuple[int, ...] | None = None) -> Tensor:
+        """A weight as the first operand of a matrix product (``ggml_mul_mat(ctx, w, x)``), reshaped to ``ne``
+        if given: the F32 weight, or under mixed precision its cast to the compiled type, made once per graph
+        (cast after the reshape: the gradient flows back through the cast into the F32 weight, in F32)."""
         w = self.param(layer, weight)
+        if ne is not None and tuple(ne) != tuple(w.shape[:len(ne)]):
+            w = (ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d)[len(ne) - 2](self.ctx, w, *ne)
         t = self.params.compute_type
         if t == GGML_TYPE_F32:
             return w
@@ -145,7 +147,7 @@ class GraphBuilder:
             self.note(f"{self.params.backend.device.name} does not compute {type_name(t).upper()} products: they "
                       "run in F32")
             return w
-        key = (id(layer), weight_name(weight))
+        key = (id(layer), weight_name(weight), tuple(w.shape))
         if key not in self._casts:
             self._casts[key] = ggml_cast(self.ctx, w, t)
         return self._casts[key]

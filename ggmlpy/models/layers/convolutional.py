@@ -75,29 +75,39 @@ def pooled_size(size: int, k: int, s: int, layer: Any) -> int:
     return _out_and_pad(size, k, s, "valid", layer)[0]
 
 
-def _conv_2d_f32(g: Builder, kernel, x, s0: int, s1: int, p0: int, p1: int, d0: int = 1, d1: int = 1):
-    """``ggml_conv_2d`` with a float32 im2col: kernel ``[KW, KH, Cin, Cout]``, data ``[W, H, Cin, N]``
+def _conv_2d_f32(g: Builder, layer: Layer, x, s0: int, s1: int, p0: int, p1: int, d0: int = 1, d1: int = 1):
+    """``ggml_conv_2d`` of ``layer``'s kernel ``[KW, KH, Cin, Cout]`` with a float32 im2col: data ``[W, H, Cin, N]``
     -> ``[OW, OH, Cout, N]``, a permuted view: the caller's next op (the bias ADD, or ``_contiguous``) writes it
-    out in that order, so no extra pass copies it."""
+    out in that order, so no extra pass copies it. Under mixed precision (``g.half_products``) the product's
+    first operand is the kernel's half cast (``g.product_weight``), its result ``[Cout, ...]`` copied into the
+    layout (channels are the rows there: the view's rows would not be contiguous)."""
     ctx = g.ctx
+    kernel = g.param(layer, "kernel")
     kw, kh, cin, cout = kernel.shape[:4]
     cols = ggml_im2col(ctx, kernel, x, s0, s1, p0, p1, d0, d1, True, GGML_TYPE_F32)  # [Cin*KH*KW, OW, OH, N]
     k, ow, oh, n = cols.shape[:4]
-    y = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, cols, k, ow * oh * n),
-                         ggml_reshape_2d(ctx, kernel, kw * kh * cin, cout))      # [OW*OH*N, Cout]
+    cols = ggml_reshape_2d(ctx, cols, k, ow * oh * n)
+    if g.half_products:
+        y = ggml_mul_mat(ctx, g.product_weight(layer, "kernel", (k, cout)), cols)   # [Cout, OW*OH*N]
+        return ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_4d(ctx, y, cout, ow, oh, n), 2, 0, 1, 3))
+    y = ggml_mul_mat(ctx, cols, ggml_reshape_2d(ctx, kernel, k, cout))       # [OW*OH*N, Cout]
     y = ggml_reshape_4d(ctx, y, ow, oh, n, cout)
     return ggml_permute(ctx, y, 0, 1, 3, 2)                                 # [OW, OH, Cout, N]
 
 
-def _conv_1d_f32(g: Builder, kernel, x, s0: int, p0: int, d0: int = 1):
-    """``ggml_conv_1d`` with a float32 im2col: kernel ``[K, Cin, Cout]``, data ``[L, Cin, N]`` -> ``[OL, Cout, N]``,
-    a permuted view as for ``_conv_2d_f32``."""
+def _conv_1d_f32(g: Builder, layer: Layer, x, s0: int, p0: int, d0: int = 1):
+    """``ggml_conv_1d`` of ``layer``'s kernel ``[K, Cin, Cout]`` with a float32 im2col: data ``[L, Cin, N]`` ->
+    ``[OL, Cout, N]``, a permuted view as for ``_conv_2d_f32`` (and its half products)."""
     ctx = g.ctx
+    kernel = g.param(layer, "kernel")
     kk, cin, cout = kernel.shape[:3]
     cols = ggml_im2col(ctx, kernel, x, s0, 0, p0, 0, d0, 0, False, GGML_TYPE_F32)  # [Cin*K, OL, N]
     k, ol, n = cols.shape[:3]
-    y = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, cols, k, ol * n),
-                         ggml_reshape_2d(ctx, kernel, kk * cin, cout))           # [OL*N, Cout]
+    cols = ggml_reshape_2d(ctx, cols, k, ol * n)
+    if g.half_products:
+        y = ggml_mul_mat(ctx, g.product_weight(layer, "kernel", (k, cout)), cols)   # [Cout, OL*N]
+        return ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, y, cout, ol, n), 1, 0, 2, 3))
+    y = ggml_mul_mat(ctx, cols, ggml_reshape_2d(ctx, kernel, k, cout))       # [OL*N, Cout]
     y = ggml_reshape_3d(ctx, y, ol, n, cout)
     return ggml_permute(ctx, y, 0, 2, 1, 3)                                  # [OL, Cout, N]
 
@@ -160,8 +170,9 @@ class Convolution(Layer, abstract=True):
     @staticmethod
     def _tiles(g: Builder) -> bool:
         """Whether the model's device computes the CPU's tiled convolution (patches/0036: no im2col matrix of the
-        whole batch, no layout copy); elsewhere (a GPU) im2col + mul_mat, all on the device."""
-        return fused.device_computes(g.params.backend.device, "conv_2d_tiled")
+        whole batch, no layout copy); elsewhere (a GPU, or products in half precision) im2col + mul_mat, all on
+        the device."""
+        return not g.half_products and fused.device_computes(g.params.backend.device, "conv_2d_tiled")
 
     def _tiled(self, g: Builder, x: Any, kernel: Any, s0: int, s1: int, p0: int, p1: int, d0: int, d1: int) -> Any:
         """The convolution and its bias as the tiled op, on images ``x`` ``[W, H, Cin, N]`` (made contiguous) and a
@@ -222,7 +233,7 @@ class Conv2D(Convolution):
         kernel = g.param(self, self.kernel)
         if self._tiles(g):
             return self._activate(g, self._tiled(g, x, kernel, sw, sh, pw, ph, dw, dh), shapes)
-        y = _conv_2d_f32(g, kernel, x, sw, sh, pw, ph, dw, dh)
+        y = _conv_2d_f32(g, self, x, sw, sh, pw, ph, dw, dh)
         bias = ggml_reshape_4d(g.ctx, g.param(self, self.bias), 1, 1, self.filters, 1) if self.use_bias else None
         return self._activate(g, self._add_bias(g, y, bias), shapes)
 
@@ -280,7 +291,7 @@ class Conv1D(Convolution):
                             ggml_reshape_4d(g.ctx, kernel, k, 1, cin, cout), self.strides, 1, pad, 0,
                             self.dilation_rate, 1)
             return self._activate(g, ggml_reshape_3d(g.ctx, y, y.shape[0], cout, n), shapes)
-        y = _conv_1d_f32(g, kernel, x, self.strides, pad, self.dilation_rate)
+        y = _conv_1d_f32(g, self, x, self.strides, pad, self.dilation_rate)
         bias = ggml_reshape_3d(g.ctx, g.param(self, self.bias), 1, self.filters, 1) if self.use_bias else None
         return self._activate(g, self._add_bias(g, y, bias), shapes)
 

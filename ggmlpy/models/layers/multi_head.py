@@ -147,7 +147,7 @@ class MultiHeadAttention(Layer):
         together)."""
         ctx, h, k = g.ctx, self.num_heads, self.key_dim
         kernel, bias = self._projections()[role]
-        w = ggml_reshape_2d(ctx, g.param(self, kernel), x2.shape[0], h * k)
+        w = g.product_weight(self, kernel, (x2.shape[0], h * k))
         y = ggml_add(ctx, ggml_mul_mat(ctx, w, x2), ggml_reshape_1d(ctx, g.param(self, bias), h * k))
         y = ggml_reshape_4d(ctx, y, k, h, steps, g.batch)
         return y
@@ -169,7 +169,7 @@ class MultiHeadAttention(Layer):
             out = self._flash(g, xq, xk, xv, tq, tv)
         else:
             out = self._softmax_attention(g, xs, xq, xk, xv, tq, tv, per_head)
-        wo = ggml_reshape_2d(ctx, g.param(self, self.output_kernel), h * k, dim)
+        wo = g.product_weight(self, self.output_kernel, (h * k, dim))
         y = ggml_mul_mat(ctx, wo, ggml_reshape_2d(ctx, out, h * k, tq * n))
         y = ggml_add(ctx, y, g.param(self, self.output_bias))
         return ggml_reshape_3d(ctx, y, dim, tq, n)

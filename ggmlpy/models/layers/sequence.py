@@ -200,7 +200,7 @@ class Recurrent(Layer, abstract=True):
         masks = self._masks(g, self.dropout, features, self.gates if self.recurrent_dropout else 1)
         masks = [(ggml_reshape_3d(ctx, m[0], features, n, 1), m[1]) if isinstance(m, tuple) else
                  ggml_reshape_3d(ctx, m, features, n, 1) for m in masks]      # the same mask at every step
-        proj = self._by_gate(g, g.param(self, self.kernel), features, time_major, masks)
+        proj = self._by_gate(g, g.product_weight(self, self.kernel), features, time_major, masks)
         proj = ggml_add(ctx, proj, self.input_bias(g))                             # [G, N * T]
         rec_masks = self._masks(g, self.recurrent_dropout, self.units, self.gates)
         state, outputs = (tuple(xs[1:]) if len(xs) > 1 else None), []

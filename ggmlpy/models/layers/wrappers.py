@@ -34,11 +34,18 @@ class _InnerView:
         self.batch = batch
         self.input_mask = None  # the wrapper's mask is over its steps, not the inner layer's samples
 
-    def param(self, layer: Layer, weight: BoundWeight | str) -> Any:
+    def _own(self, layer: Layer, weight: BoundWeight | str) -> str:
+        """The wrapper's name for the inner layer's ``weight``."""
         if layer is not self._inner:
             raise GgmlTypeError(f"internal: layer '{layer.name}' asked for a weight inside {self._wrapper.kind} "
                                 f"'{self._wrapper.name}'; this is a bug in ggmlpy, please report it")
-        return self._g.param(self._wrapper, self._prefix + weight_name(weight))
+        return self._prefix + weight_name(weight)
+
+    def param(self, layer: Layer, weight: BoundWeight | str) -> Any:
+        return self._g.param(self._wrapper, self._own(layer, weight))
+
+    def product_weight(self, layer: Layer, weight: BoundWeight | str, ne: tuple[int, ...] | None = None) -> Any:
+        return self._g.product_weight(self._wrapper, self._own(layer, weight), ne)
 
     def convert(self, t: Tensor, shape: tuple[int, ...], src: str, dst: str) -> Tensor:
         # the builder's, with this view's batch (the view stands in for the builder: the rest is its own)
