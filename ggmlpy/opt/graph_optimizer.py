@@ -34,8 +34,10 @@ from ..graph.graph import ggml_build_forward_expand, ggml_new_graph_custom
 from ..graph.objects import Tensor
 from ..graph.tensor import ggml_new_tensor, ggml_set_name
 from ..ops.base import make_op
-from ..ops.elementwise import ggml_add, ggml_scale
+from ..ops.elementwise import ggml_add, ggml_mul, ggml_scale
+from ..ops.reduce import ggml_sum
 from .context import OptContext
+from .loss_scale import DynamicLossScale
 from .params import LrUserdata
 from .rules import clip_gradients, hparams_size, OptimizerSpec, step_hparams, step_ops
 from .state import OptimizerState
@@ -57,8 +59,9 @@ class GraphOptimizer:
 
     def __init__(self, backend: Backend, contexts: Sequence[OptContext], trainable: Sequence[dict[str, Tensor]],
                  synced: Sequence[Sequence[Tensor]], weights: Sequence[float], spec: OptimizerSpec, period: int,
-                 lr_ud: LrUserdata) -> None:
+                 lr_ud: LrUserdata, loss_scale: DynamicLossScale | None = None) -> None:
         self.contexts, self.synced = list(contexts), [list(s) for s in synced]
+        self.loss_scale = loss_scale
         self.spec, self.opt_period, self.lr_ud = spec, period, lr_ud
         self.optimizer = spec.ggml_type
         self.iter = 1  # the number of the next step, as ggml-opt counts (its bias correction starts at 1)
@@ -74,7 +77,7 @@ class GraphOptimizer:
         self.names = names
         self.params = [trainable[0][n] for n in names]
         self.accs = [[self._replica_acc(k, n, trainable[k][n]) for n in names] for k in range(len(contexts))]
-        n_static = len(names) * (len(contexts) - 1 + len(spec.slots)) + 1
+        n_static = len(names) * (len(contexts) - 1 + len(spec.slots)) + 2
         self._ctx = ggml_init(mem_size=(n_static + 2) * ggml_tensor_overhead(), no_alloc=True)
         self._owned: list[Handle] = [self._ctx]
         try:
@@ -105,6 +108,8 @@ class GraphOptimizer:
         self.received = [[new(t, f"replica {k} grad #{j}") for j, t in enumerate(self.params)] for k in range(1, K)]
         self.slots = {s: [new(t, f"{s} #{j}") for j, t in enumerate(self.params)] for s in spec.slots}
         self.hparams = ggml_new_tensor(ctx, GGML_TYPE_F32, 1, (hparams_size(spec),))
+        # loss scaling: 1/scale, which multiplies the accumulated gradients before the step
+        self.unscale = ggml_new_tensor(ctx, GGML_TYPE_F32, 1, (1,)) if self.loss_scale is not None else None
         buf = ggml_backend_alloc_ctx_tensors(ctx, self.backend)
         if buf is not None:  # None only for a context without tensors
             self._owned.insert(0, buf)
@@ -122,7 +127,7 @@ class GraphOptimizer:
             g = self.accs[0][j] if K == 1 and weights[0] == 1 else ggml_scale(gctx, self.accs[0][j], float(weights[0]))
             for k in range(1, K):
                 g = ggml_add(gctx, g, ggml_scale(gctx, self.received[k - 1][j], float(weights[k])))
-            grads.append(g)
+            grads.append(g if self.unscale is None else ggml_mul(gctx, g, self.unscale))
         for j, (param, g) in enumerate(zip(self.params, clip_gradients(gctx, spec, grads))):
             for op in step_ops(gctx, spec, param, g, {s: t[j] for s, t in self.slots.items()}, self.hparams):
                 ggml_build_forward_expand(self.graph, op)
@@ -131,6 +136,8 @@ class GraphOptimizer:
                 ggml_build_forward_expand(self.graph, make_op("ggml_fill_inplace", gctx, lib.ggml_fill_inplace, (acc,),
                                                               acc.shape, (0.0,), acc.type))
         self._uploads = Uploads([self.hparams], [self.backend])
+        if self.loss_scale is not None:
+            self._build_loss_scaling()
         self._galloc = ggml_gallocr_new(self.backend)
         self._owned.insert(0, self._galloc)
         self._allocated = False
@@ -144,6 +151,47 @@ class GraphOptimizer:
                     raise GgmlStateError(f"internal: replica {k}'s tensors do not match replica 0's "
                                          f"({a and a.name} / {b.name}); this is a bug in ggmlpy, please report it")
         self.reset_gradients()
+
+    def _build_loss_scaling(self) -> None:
+        """The tensors loss scaling writes (each context's loss-gradient seed) and the graph that tells whether
+        the accumulated gradients are all finite (their sum, which is not finite when any of them is not)."""
+        self._seeds = []
+        for opt in self.contexts:
+            loss = lib.ggml_opt_loss(opt.ptr)
+            seed = lib.ggml_opt_grad_acc(opt.ptr, loss) if loss != ffi.NULL else ffi.NULL
+            if seed == ffi.NULL:
+                raise GgmlStateError("internal: a training context has no loss gradient to scale; this is a bug "
+                                     "in ggmlpy, please report it")
+            self._seeds.append(Tensor(seed, opt))
+        n = 2 * len(self.params) * len(self.contexts) + 8
+        cctx = ggml_init(mem_size=ggml_graph_overhead(n) + n * ggml_tensor_overhead(), no_alloc=True)
+        self._owned.append(cctx)
+        total: Tensor | None = None
+        for t in self.accs[0] + [r for rs in self.received for r in rs]:
+            part = ggml_sum(cctx, t)
+            total = part if total is None else ggml_add(cctx, total, part)
+        assert total is not None  # there is a weight to train (__init__)
+        self._total = total
+        self._check = ggml_new_graph_custom(cctx, n, False)
+        ggml_build_forward_expand(self._check, total)
+        self._check_galloc = ggml_gallocr_new(self.backend)
+        self._owned.insert(0, self._check_galloc)
+        ggml_gallocr_alloc_graph(self._check_galloc, self._check)
+        self._total_host = np.empty(1, np.float32)
+
+    def _gradients_finite(self) -> bool:
+        """Whether every accumulated gradient is finite (a wait for the work before it)."""
+        ggml_backend_graph_compute(self.backend, self._check)
+        _read(self._total, self._total_host)
+        return bool(np.isfinite(self._total_host[0]))
+
+    def _write_scale(self) -> None:
+        """The loss scale into every context's loss-gradient seed, its reciprocal where the step reads it."""
+        assert self.loss_scale is not None and self.unscale is not None
+        scale = self.loss_scale.scale
+        for seed in self._seeds:
+            _write(seed, np.array([scale], np.float32))
+        _write(self.unscale, np.array([1.0 / scale], np.float32))
 
     # ---- per logical batch
     def accumulated(self, queued: bool = False) -> None:
@@ -171,6 +219,12 @@ class GraphOptimizer:
                 self.bytes_moved["gradients"] += 2 * host.nbytes
         if self._on_rpc:  # a lost server's reads are zeros (patches/0020): no step on them
             check_rpc_connections()
+        if self.loss_scale is not None and not self._gradients_finite():
+            # an overflow under the scale: no step (the weights and the optimizer's state stay as they were), the
+            # gradients dropped, the scale lowered
+            self.loss_scale.update(finite=False)
+            self.reset_gradients()
+            return
         self._uploads.write(self.hparams.ptr, hparams)  # F32, contiguous, of its size (step_hparams)
         if not self._allocated:  # the graph and its memory never change: placed and checked once (with a wait)
             ggml_gallocr_alloc_graph(self._galloc, self.graph)
@@ -196,11 +250,15 @@ class GraphOptimizer:
             self.reset_gradients()
         else:  # the step's graph zeroed the accumulators it read
             self.pending_batches = 0
+        if self.loss_scale is not None and self.loss_scale.update(finite=True):
+            self._write_scale()
 
     def reset_gradients(self) -> None:
         for opt in self.contexts:
-            lib.ggml_opt_reset(opt.ptr, False)
+            lib.ggml_opt_reset(opt.ptr, False)   # also sets the loss-gradient seed back to 1
         self.pending_batches = 0
+        if self.loss_scale is not None:
+            self._write_scale()
 
     def _hparams(self) -> np.ndarray:
         return step_hparams(self.spec, self.lr_ud.params, self.iter)

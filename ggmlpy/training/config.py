@@ -93,6 +93,8 @@ only accumulates gradients (a data-parallel replica, whose optimizer steps outsi
     # the optimizer of a runner whose step runs outside ggml-opt (opt.rules.OptimizerSpec: momentum, RMSprop,
     # Adagrad, clipping; data-parallel replicas); None: ggml-opt's own AdamW/SGD step of ``optimizer``
     rule: OptimizerSpec | None = None
+    # F16 products (ggml_compile(precision="f16")): dynamic loss scaling (opt.loss_scale), in the optimizer's graph
+    loss_scaling: bool = False
 
 
 @dataclass(frozen=True)

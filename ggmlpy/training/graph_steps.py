@@ -17,6 +17,7 @@ from ..errors import GgmlStateError, GgmlValueError
 from ..graph.objects import Tensor
 from ..opt import result as R
 from ..opt.graph_optimizer import GraphOptimizer
+from ..opt.loss_scale import DynamicLossScale
 from ..opt.rules import OptimizerSpec
 from .adapters import BatchWriter, Target
 from .config import StepOptions, TrainingGraph
@@ -50,7 +51,14 @@ def graph_optimizer(runners: Sequence[NativeRunner], backend: Backend, trainable
     weights = [n / total / step.period for n in counts]
     rule = step.rule or OptimizerSpec("adamw" if step.optimizer == 0 else "sgd")
     return GraphOptimizer(backend, [r.train_ctx for r in runners], trainable, synced, weights, rule, step.period,
-                          runners[0].lr_ud)
+                          runners[0].lr_ud, DynamicLossScale() if step.loss_scaling else None)
+
+
+def loss_scale_attrs(optimizer: GraphOptimizer) -> dict:
+    """What a fit's history says of its loss scaling (nothing without it): ``{"loss_scale": {"scale": ...,
+    "skipped_steps": ...}}``."""
+    ls = optimizer.loss_scale
+    return {} if ls is None else {"loss_scale": {"scale": ls.scale, "skipped_steps": ls.skipped}}
 
 
 class GraphOptimizerRunner:
@@ -113,7 +121,8 @@ class GraphOptimizerRunner:
         return self.gradients.split_threads()
 
     def history_attrs(self) -> dict:
-        return {}
+        """``history.attrs["loss_scale"]`` of an F16 fit: the scale at its end and the steps it skipped."""
+        return loss_scale_attrs(self.state)
 
     def keepers(self) -> list[Lifetime]:
         return self.gradients.keepers() + (self.optimizer.keepers if self.optimizer is not None else [])

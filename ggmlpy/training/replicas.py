@@ -25,7 +25,7 @@ from ..opt import result as R
 from ..opt.graph_optimizer import GraphOptimizer
 from .adapters import BatchWriter, Target
 from .config import StepOptions, TrainingGraph
-from .graph_steps import gradient_runners, graph_optimizer
+from .graph_steps import gradient_runners, graph_optimizer, loss_scale_attrs
 from .runner import EpochStats, opt_result_loss, Owned, Watch
 
 
@@ -210,7 +210,7 @@ class ReplicaRunner:
         in the replicas' evaluations and in the optimizer (sums, step, copies), measured over the fit."""
         opt = self.state
         steps = max(1, opt.steps)
-        return {"replicas": {"devices": self.devices,
+        return {**loss_scale_attrs(opt), "replicas": {"devices": self.devices,
                              "samples": list(self.counts),
                              "bytes_per_step": {"batch": self.batch_bytes * opt.opt_period // max(1, self.batches),
                                                 "gradients": opt.bytes_moved["gradients"] // steps,
