@@ -25,6 +25,7 @@ import ggmlpy as g
 import ggmlpy.training.graph_steps as graph_steps
 from ggmlpy.opt.loss_scale import DynamicLossScale
 
+
 UNIT = {"bf16": 2.0 ** -8, "f16": 2.0 ** -11}
 
 
