@@ -23,6 +23,12 @@ models and its ratios against PyTorch are measured in the same run.
     python benchmarks/bench_vs_torch.py --baseline-python /path/to/old-venv/bin/python --json out.json
     python benchmarks/bench_vs_torch.py --quick
     python benchmarks/bench_vs_torch.py --backend CUDA0 --models mnist-fc,cnn,transformer   # GPU vs torch CUDA
+    python benchmarks/bench_vs_torch.py --precision bf16 --models mnist-fc,cnn,transformer --rounds 5
+
+``--precision bf16`` (or ``f16``) runs four sides: ggmlpy in F32 and with ``ggml_compile(precision=...)``, PyTorch
+in F32 and under ``torch.autocast(dtype=torch.bfloat16 / float16)`` (its CPU autocast: oneDNN's BF16 kernels, AMX
+where the CPU has it), and prints the mixed-precision speedup of each library and ggmlpy's mixed precision against
+PyTorch's.
 """
 from __future__ import annotations
 
@@ -61,12 +67,12 @@ def data(model: str, n: int, seed: int = 0):
 
 # ---------------------------------------------------------------- ggmlpy side
 
-def ggml_model(model: str, backend: str = "cpu"):
+def ggml_model(model: str, backend: str = "cpu", precision: str = "f32"):
     import ggmlpy as g
     if model == "transformer":
         sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
         import char_transformer as ct
-        return ct.build_model(64, 64, 2, 2, backend, LR)
+        return ct.build_model(64, 64, 2, 2, backend, LR, precision)
     m = g.ggml_model_sequential()
     if model == "mnist-fc":
         m = g.ggml_layer_dense(m, 500, activation="relu", input_shape=(784,))
@@ -80,14 +86,15 @@ def ggml_model(model: str, backend: str = "cpu"):
         m = g.ggml_layer_lstm(m, 64, input_shape=(40, 16))
     m = g.ggml_layer_dense(m, 10, activation="softmax")
     return g.ggml_compile(m, optimizer="adam", loss="sparse_categorical_crossentropy", backend=backend,
-                          learning_rate=LR)
+                          learning_rate=LR, precision=precision)
 
 
-def ggml_epoch_s(model: str, n: int, batch: int, threads: int, device: str) -> tuple[float, float, str]:
+def ggml_epoch_s(model: str, n: int, batch: int, threads: int, device: str,
+                 precision: str = "f32") -> tuple[float, float, str]:
     import ggmlpy as g
     g.ggml_set_n_threads(threads)
     x, y = data(model, n)
-    net = ggml_model(model, device)
+    net = ggml_model(model, device, precision)
     stamps: list[float] = []
     cb = {"on_epoch_begin": lambda e, logs, s: stamps.append(time.perf_counter()),
           "on_epoch_end": lambda e, logs, s: stamps.append(time.perf_counter())}
@@ -120,7 +127,10 @@ def torch_net(model: str):
     return bt.CharTransformer({"seq": 64, "dim": 64, "heads": 2, "blocks": 2, "batch": 32})
 
 
-def torch_epoch_s(model: str, n: int, batch: int, threads: int, device: str) -> tuple[float, float, str]:
+def torch_epoch_s(model: str, n: int, batch: int, threads: int, device: str,
+                  precision: str = "f32") -> tuple[float, float, str]:
+    import contextlib
+
     import torch
     torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -134,14 +144,18 @@ def torch_epoch_s(model: str, n: int, batch: int, threads: int, device: str) -> 
     opt = (torch.optim.AdamW(net.parameters(), lr=LR, weight_decay=0.01) if model == "transformer" else
            torch.optim.Adam(net.parameters(), lr=LR))
     loss_fn = torch.nn.functional.cross_entropy
+    autocast = (contextlib.nullcontext if precision == "f32" else
+                lambda: torch.autocast(device.split(":")[0], dtype=torch.bfloat16 if precision == "bf16" else
+                                       torch.float16))
     seconds, loss = 0.0, 0.0
     for _ in range(2):
         sync()
         t = time.perf_counter()
         for i in range(0, n - batch + 1, batch):
             opt.zero_grad()
-            out = net(xt[i:i + batch])
-            loss_v = loss_fn(out.reshape(-1, out.shape[-1]), yt[i:i + batch].reshape(-1))
+            with autocast():
+                out = net(xt[i:i + batch])
+                loss_v = loss_fn(out.reshape(-1, out.shape[-1]).float(), yt[i:i + batch].reshape(-1))
             loss_v.backward()
             opt.step()
             loss = float(loss_v)   # as ggmlpy, which reads each step's loss
@@ -152,8 +166,10 @@ def torch_epoch_s(model: str, n: int, batch: int, threads: int, device: str) -> 
 
 # ---------------------------------------------------------------- driver
 
-def run_worker(python: str, side: str, model: str, n: int, batch: int, threads: int, device: str) -> dict:
-    cmd = [python, os.path.abspath(__file__), "--worker", side, model, str(n), str(batch), str(threads), device]
+def run_worker(python: str, side: str, model: str, n: int, batch: int, threads: int, device: str,
+               precision: str = "f32") -> dict:
+    cmd = [python, os.path.abspath(__file__), "--worker", side, model, str(n), str(batch), str(threads), device,
+           precision]
     return run_json_worker(cmd, threads=threads)
 
 
@@ -168,25 +184,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--torch-device", default=None, help="PyTorch's device (default: cuda for a CUDA backend, else "
                     "cpu)")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--precision", default=None, choices=["bf16", "f16"],
+                    help="also train each library with mixed precision in this type (four sides)")
     ap.add_argument("--json", default=None)
-    ap.add_argument("--worker", nargs=6, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--worker", nargs=7, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
-        side, model, n, batch, threads, device = args.worker
+        side, model, n, batch, threads, device, precision = args.worker
         fn = torch_epoch_s if side == "torch" else ggml_epoch_s
-        seconds, loss, version = fn(model, int(n), int(batch), int(threads), device)
+        seconds, loss, version = fn(model, int(n), int(batch), int(threads), device, precision)
         print(json.dumps({"seconds": seconds, "loss": loss, "version": version}))
         return 0
     sizes = QUICK_SIZES if args.quick else SIZES
     torch_device = args.torch_device or ("cuda" if args.backend.lower().startswith("cuda") else "cpu")
     rounds = 1 if args.quick else args.rounds
-    sides = {"ggmlpy": sys.executable}
+    # each side: the interpreter, the library, the products' type
+    sides = {"ggmlpy": (sys.executable, "ggml", "f32")}
     if args.baseline_python:
-        sides["baseline"] = args.baseline_python
+        sides["baseline"] = (args.baseline_python, "ggml", "f32")
+    if args.precision:
+        sides[f"ggmlpy-{args.precision}"] = (sys.executable, "ggml", args.precision)
     if not args.no_torch:
         missing = torch_missing()
         if missing is None:
-            sides["torch"] = sys.executable
+            sides["torch"] = (sys.executable, "torch", "f32")
+            if args.precision:
+                sides[f"torch-{args.precision}"] = (sys.executable, "torch", args.precision)
         else:
             print(f"{missing}: ggmlpy only (pip install torch)")
     results: dict = {"threads": args.threads, "rounds": rounds, "load": os.getloadavg()[0], "backend": args.backend,
@@ -202,9 +225,9 @@ def main(argv: list[str] | None = None) -> int:
             order = rotated(list(sides), r)
             cells = []
             for side in order:
-                device = torch_device if side == "torch" else args.backend
-                out = run_worker(sides[side], "torch" if side == "torch" else "ggml", model, n, batch, args.threads,
-                                 device)
+                python, kind, precision = sides[side]
+                device = torch_device if kind == "torch" else args.backend
+                out = run_worker(python, kind, model, n, batch, args.threads, device, precision)
                 rate = n * unit / out["seconds"]
                 per[side].append(rate)
                 versions[side] = out["version"]
@@ -222,6 +245,13 @@ def main(argv: list[str] | None = None) -> int:
         if "baseline" in row:
             row["ggmlpy_vs_baseline"] = row["ggmlpy"]["best"] / row["baseline"]["best"]
             print(f"  ggmlpy / baseline (best runs): {row['ggmlpy_vs_baseline']:.2f}")
+        if args.precision:
+            half = args.precision
+            pairs = [(f"ggmlpy-{half}", "ggmlpy"), (f"torch-{half}", "torch"), (f"ggmlpy-{half}", f"torch-{half}")]
+            for a, b in pairs:
+                if a in row and b in row:
+                    row[f"{a}_vs_{b}"] = row[a]["best"] / row[b]["best"]
+                    print(f"  {a} / {b} (best runs): {row[f'{a}_vs_{b}']:.2f}")
         results["models"][model] = row
     if args.json:
         with open(args.json, "w") as f:

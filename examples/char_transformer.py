@@ -138,7 +138,8 @@ DEFAULT = dict(seq=64, dim=64, heads=2, blocks=2, batch=32, lr=5e-3, epochs=12, 
 QUICK = dict(seq=64, dim=64, heads=2, blocks=2, batch=8, lr=5e-3, epochs=4, steps=160, val_steps=16, chars=120)
 
 
-def build_model(steps: int, dim: int, heads: int, blocks: int, backend: str, lr: float) -> g.Model:
+def build_model(steps: int, dim: int, heads: int, blocks: int, backend: str, lr: float,
+                precision: str = "f32") -> g.Model:
     ids = g.ggml_input((steps,), dtype="int32", name="ids")
     x = g.ggml_layer_embedding(ids, VOCAB, dim, name="tok")
     x = g.ggml_layer_position_embedding(x, steps, name="pos")
@@ -154,7 +155,7 @@ def build_model(steps: int, dim: int, heads: int, blocks: int, backend: str, lr:
     out = g.ggml_layer_dense(x, VOCAB, activation="softmax", name="head")   # (steps, VOCAB) per sample
     model = g.ggml_model(ids, out, name="char_transformer")
     return g.ggml_compile(model, optimizer="adamw", loss="sparse_categorical_crossentropy", backend=backend,
-                          learning_rate=lr, weight_decay=0.01)
+                          learning_rate=lr, weight_decay=0.01, precision=precision)
 
 
 def sample(model: g.Model, prompt: str, n_chars: int, steps: int, temperature: float,
@@ -209,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperature", type=float, default=0.8, help="sampling temperature (0: greedy)")
     ap.add_argument("--chars", type=int, default=None, help="characters to sample (default 400; --quick 120)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--precision", default="f32", choices=["f32", "bf16", "f16"],
+                    help="the matrix products' type (mixed precision: F32 weights, products in bf16/f16)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
     cfg = QUICK if args.quick else DEFAULT
@@ -228,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"unigram baseline (entropy of the training characters): {baseline:.4f} nats/char")
 
     try:
-        model = build_model(seq, cfg["dim"], cfg["heads"], cfg["blocks"], args.backend, cfg["lr"])
+        model = build_model(seq, cfg["dim"], cfg["heads"], cfg["blocks"], args.backend, cfg["lr"], args.precision)
     except g.BackendUnavailableError as exc:
         print(f"backend {args.backend!r} is not available: {exc}", file=sys.stderr)
         return 2
