@@ -27,6 +27,8 @@ X86_FEATURES = {
     "GGML_FMA": "fma", "GGML_F16C": "f16c", "GGML_AVX512": "avx512f",
     "GGML_AVX512_VBMI": "avx512vbmi", "GGML_AVX512_VNNI": "avx512_vnni",
     "GGML_AVX512_BF16": "avx512_bf16", "GGML_AVX_VNNI": "avx_vnni",
+    # AMX's tiles and their BF16 products: the CPU's BF16 matrix kernel (patches/0061)
+    "GGML_AMX_TILE": "amx_tile", "GGML_AMX_BF16": "amx_bf16",
 }
 # GGMLPY_CPU=avx2: x86-64-v3 (Haswell, 2013, and every x86 server since), for libraries built to run elsewhere
 AVX2_BASELINE = {"sse4_2", "avx", "avx2", "bmi2", "fma", "f16c"}

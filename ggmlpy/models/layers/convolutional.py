@@ -167,12 +167,21 @@ class Convolution(Layer, abstract=True):
         other axes), which reads the view as it is, or by a copy when there is no bias."""
         return ggml_add(g.ctx, y, bias) if bias is not None else ggml_cont(g.ctx, y)
 
-    @staticmethod
-    def _tiles(g: Builder) -> bool:
-        """Whether the model's device computes the CPU's tiled convolution (patches/0036: no im2col matrix of the
-        whole batch, no layout copy); elsewhere (a GPU, or products in half precision) im2col + mul_mat, all on
-        the device."""
-        return not g.half_products and fused.device_computes(g.params.backend.device, "conv_2d_tiled")
+    def _tiles(self, g: Builder, taps: int) -> bool:
+        """Whether this convolution takes the CPU's tiled kernel (patches/0036: no im2col matrix of the whole
+        batch, no layout copy): where the model's device computes it, unless its products are in half precision
+        and wide enough for the half product's 32 x 32 tiles (``taps``: kernel positions x input channels, the
+        depth of each sum, and 32 filters or more); elsewhere (a GPU) im2col + mul_mat, all on the device. A thin
+        convolution stays F32 there: the half product would waste most of each tile (the placement report says
+        so)."""
+        if not fused.device_computes(g.params.backend.device, "conv_2d_tiled"):
+            return False
+        if g.half_products and taps >= 32 and self.filters >= 32:
+            return False
+        if g.half_products:
+            g.note(f"{self.kind} '{self.name}' computes in F32 (the CPU's tiled convolution): {self.filters} filters "
+                   f"of {taps} taps are too thin for half-precision product tiles")
+        return True
 
     def _tiled(self, g: Builder, x: Any, kernel: Any, s0: int, s1: int, p0: int, p1: int, d0: int, d1: int) -> Any:
         """The convolution and its bias as the tiled op, on images ``x`` ``[W, H, Cin, N]`` (made contiguous) and a
@@ -231,7 +240,7 @@ class Conv2D(Convolution):
         (sh, sw) = self.strides
         (dh, dw) = self.dilation_rate
         kernel = g.param(self, self.kernel)
-        if self._tiles(g):
+        if self._tiles(g, kernel.shape[0] * kernel.shape[1] * kernel.shape[2]):
             return self._activate(g, self._tiled(g, x, kernel, sw, sh, pw, ph, dw, dh), shapes)
         y = _conv_2d_f32(g, self, x, sw, sh, pw, ph, dw, dh)
         bias = ggml_reshape_4d(g.ctx, g.param(self, self.bias), 1, 1, self.filters, 1) if self.use_bias else None
@@ -285,7 +294,7 @@ class Conv1D(Convolution):
         _, pad, extra, before = self._geometry(shapes[0])
         x = pad_axis(g, xs[0], 0, before, extra, edge=False)
         kernel = g.param(self, self.kernel)
-        if self._tiles(g):   # a batch of sequences as one-row images [L, 1, Cin, N] -> [OL, 1, Cout, N]
+        if self._tiles(g, kernel.shape[0] * kernel.shape[1]):   # sequences as one-row images [L, 1, Cin, N]
             (k, cin, cout), (steps, _, n) = kernel.shape[:3], x.shape[:3]
             y = self._tiled(g, ggml_reshape_4d(g.ctx, _dense(g, x), steps, 1, cin, n),
                             ggml_reshape_4d(g.ctx, kernel, k, 1, cin, cout), self.strides, 1, pad, 0,

@@ -1,0 +1,127 @@
+"""patches/0061: the CPU's BF16 products on AMX tiles, and mixed precision's vectorised conversions.
+
+The kernel computes ``ggml_mul_mat`` of a BF16 matrix by F32 data (converted to BF16 by ggml) on the CPU backend
+wherever it has at least 32^3 multiply-adds. Its reference is numpy float64 of the BF16-rounded operands: the
+products of BF16 values are exact in F32, so the only error left is F32 accumulation's (the kernel sums 32 terms
+per tile step in an order of its own): 1e-5 relative to the row's absolute sums. The shapes cross every edge the
+kernel pads (rows of the weights and of the data past a 16- or 32-row block, sums past a 32-value chunk, products
+too small for the kernel) and two threads split its panels. ``GGMLPY_NO_AMX=1`` selects ggml's own kernel
+(tinyBLAS): the same reference, and results that differ from the tile kernel's (a different summation order), in
+a subprocess, since the switch is read once per process. On a machine without AMX (or a build without it) both
+runs take ggml's kernel: the reference still holds and the comparison between them is skipped, saying so.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import ggmlpy as G
+from tests.helpers.compute import compute, nd4
+from tests.patches.test_half_products import round_to
+
+
+# (m: weight rows, n: data rows, k: sum length)
+SHAPES = [(32, 32, 32), (64, 64, 64), (33, 47, 70), (500, 500, 784), (100, 35, 1000), (10, 500, 500),
+          (500, 500, 10), (7, 9, 11), (16, 300, 33)]
+
+
+def _product(m: int, n: int, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ggml's BF16 product on 2 CPU threads, numpy's of the rounded operands, and the sums of the terms' sizes."""
+    rng = np.random.default_rng(seed + m * 7 + n * 13 + k)
+    a = rng.standard_normal((m, k)).astype(np.float32)   # ggml [k, m]: the weight
+    b = rng.standard_normal((n, k)).astype(np.float32)   # ggml [k, n]: the data
+    be = G.ggml_backend_cpu_init()
+    G.ggml_backend_cpu_set_n_threads(be, 2)
+    try:
+        (y,) = compute(lambda c, at, bt: G.ggml_mul_mat(c, G.ggml_cast(c, at, G.GGML_TYPE_BF16), bt), a, b,
+                       backend=be)
+    finally:
+        be.free()
+    ra, rb = round_to(G.GGML_TYPE_BF16, a), round_to(G.GGML_TYPE_BF16, b)
+    return y, rb @ ra.T, np.abs(rb) @ np.abs(ra).T
+
+
+@pytest.mark.parametrize("m, n, k", SHAPES)
+def test_bf16_products_against_numpy(m, n, k):
+    y, want, scale = _product(m, n, k)
+    assert np.all(np.abs(y - nd4(want)) <= 1e-5 * nd4(scale) + 1e-6)
+
+
+_WORKER = """
+import json, sys
+sys.path.insert(0, {root!r})
+from tests.patches.test_amx_bf16 import _product, SHAPES
+out = {{}}
+for m, n, k in SHAPES:
+    y, want, scale = _product(m, n, k)
+    ok = bool((abs(y.ravel() - want.ravel()) <= 1e-5 * scale.ravel() + 1e-6).all())
+    out[f"{{m}}x{{n}}x{{k}}"] = [y.ravel().tolist(), ok]
+print(json.dumps(out))
+"""
+
+
+def _run(no_amx: bool) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "GGMLPY_NO_AMX"}
+    if no_amx:
+        env["GGMLPY_NO_AMX"] = "1"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, "-c", _WORKER.format(root=root)], env=env, capture_output=True, text=True,
+                          timeout=300, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _has_amx() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return " amx_bf16" in flags and " amx_tile" in flags
+
+
+def test_the_tile_kernel_and_ggmls_agree_with_numpy_and_differ_from_each_other():
+    tiles, plain = _run(False), _run(True)
+    assert all(ok for _, ok in tiles.values()) and all(ok for _, ok in plain.values())
+    if not _has_amx():
+        pytest.skip("this CPU has no AMX-BF16: both runs took ggml's kernel (checked against numpy above)")
+    large = [key for key in tiles if np.prod([int(d) for d in key.split("x")]) >= 32 ** 3]
+    # the tile kernel ran: its sums differ from tinyBLAS's in the last bits on every product it takes
+    assert all(tiles[key][0] != plain[key][0] for key in large), "GGMLPY_NO_AMX changed nothing: no tile kernel"
+    small = [key for key in tiles if key not in large]
+    assert all(tiles[key][0] == plain[key][0] for key in small)   # too small for the tiles: ggml's kernel both times
+
+
+SPECIAL = np.array([0.0, -0.0, 1.0, -1.0, 1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -8, 1.0 + 2.0 ** -9, 1.0 + 3 * 2.0 ** -9,
+                    3.3895314e38, -3.3895314e38, 1e-40, -1e-40, 1e-45, 1.17549435e-38, np.inf, -np.inf,
+                    65504.0, 65520.0, 6e-8, 3e-8, 2.0 ** -24, 1e30], np.float32)
+
+
+def _rounded(t: int, x: np.ndarray) -> np.ndarray:
+    """numpy's rounding of F32 values to ``t`` and back, as F32."""
+    return round_to(t, x).astype(np.float32)
+
+
+@pytest.mark.parametrize("t", [G.GGML_TYPE_BF16, G.GGML_TYPE_F16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("layout", ["rows", "transposed"])
+def test_casts_round_as_numpy_bit_for_bit(t, layout):
+    """A contiguous cast converts 16 values at a time, a transposed one in 16 x 16 tiles: every value (ties,
+    overflow, subnormals, infinities, signed zeros) as numpy rounds it, NaNs quiet NaNs."""
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((37, 53)) * 10.0 ** rng.integers(-6, 7, (37, 53))).astype(np.float32)
+    x.flat[:SPECIAL.size] = SPECIAL
+    x.flat[-3:] = [np.nan, -np.nan, np.float32(np.nan)]
+
+    def build(c, a):
+        src = a if layout == "rows" else G.ggml_transpose(c, a)
+        return G.ggml_cast(c, G.ggml_cast(c, src, t), G.GGML_TYPE_F32)
+    (y,) = compute(build, x)
+    want = _rounded(t, x if layout == "rows" else x.T)
+    got = y.reshape(want.shape)
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
