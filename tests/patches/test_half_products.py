@@ -28,7 +28,8 @@ def round_to(t: int, a: np.ndarray) -> np.ndarray:
     """``a`` rounded to ``t`` (nearest even), as float64: numpy's float16, or BF16 from float32's bits."""
     a = np.asarray(a, np.float32)
     if t == G.GGML_TYPE_F16:
-        return a.astype(np.float16).astype(np.float64)
+        with np.errstate(over="ignore"):   # beyond 65504: inf, as ggml rounds it
+            return a.astype(np.float16).astype(np.float64)
     u = a.view(np.uint32).astype(np.uint64)
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32).astype(np.float64)
 
