@@ -138,7 +138,7 @@ class GraphBuilder:
         if given: the F32 weight, or under mixed precision its cast to the compiled type, made once per graph
         (cast after the reshape: the gradient flows back through the cast into the F32 weight, in F32)."""
         w = self.param(layer, weight)
-        if ne is not None and tuple(ne) != tuple(w.shape[:len(ne)]):
+        if ne is not None and tuple(ne) + (1,) * (4 - len(ne)) != tuple(w.shape):
             w = (ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d)[len(ne) - 2](self.ctx, w, *ne)
         t = self.params.compute_type
         if t == GGML_TYPE_F32:
