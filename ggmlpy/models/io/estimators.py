@@ -34,7 +34,8 @@ from ..network.model import Model
 
 MODEL_PARAM = "model__"  # constructor arguments with this prefix go to the model function (as in SciKeras)
 ROUTED = (MODEL_PARAM, "optimizer__", "fit__")  # SciKeras' routing: the model function, ggml_compile, ggml_fit
-COMPILE_SETTINGS = ("optimizer", "learning_rate", "loss", "backend")  # the estimator's, given to ggml_compile
+# the estimator's settings given to ggml_compile
+COMPILE_SETTINGS = ("optimizer", "learning_rate", "loss", "backend", "precision")
 
 
 class _GgmlEstimator(BaseEstimator):
@@ -45,11 +46,11 @@ class _GgmlEstimator(BaseEstimator):
     def __init__(self, model: Callable[..., Any] | None = None, epochs: int = 10, batch_size: int = 32,
                  optimizer: str = "adam", learning_rate: float = 1e-3, validation_split: float = 0.0,
                  callbacks: Any = None, backend: str = "cpu", verbose: int = 0, random_state: int | None = None,
-                 loss: Any = None, **model_params: Any) -> None:
+                 loss: Any = None, precision: str = "f32", **model_params: Any) -> None:
         self.model, self.epochs, self.batch_size = model, epochs, batch_size
         self.optimizer, self.learning_rate, self.validation_split = optimizer, learning_rate, validation_split
         self.callbacks, self.backend, self.verbose, self.random_state = callbacks, backend, verbose, random_state
-        self.loss = loss
+        self.loss, self.precision = loss, precision
         # stored as given and checked by fit (scikit-learn's rule: __init__ and set_params do not validate)
         self._extra_params = dict(model_params)
         for key, value in model_params.items():
@@ -70,9 +71,9 @@ class _GgmlEstimator(BaseEstimator):
                 function is one parameter), so True and False give the same dict.
 
         Value: a dict of the constructor's arguments (``model``, ``epochs``, ``batch_size``, ``optimizer``,
-        ``learning_rate``, ``validation_split``, ``callbacks``, ``backend``, ``verbose``, ``random_state``),
-        each extra keyword given to the constructor or ``set_params``, and the ``model__<arg>`` arguments that
-        go to the model function (SciKeras' routing).
+        ``learning_rate``, ``validation_split``, ``callbacks``, ``backend``, ``verbose``, ``random_state``,
+        ``loss``, ``precision``), each extra keyword given to the constructor or ``set_params``, and the
+        ``model__<arg>`` arguments that go to the model function (SciKeras' routing).
         """
         params = {name: getattr(self, name) for name in self._own_params()}
         params.update({k: getattr(self, k) for k in self._extra_params})
@@ -124,7 +125,7 @@ class _GgmlEstimator(BaseEstimator):
         if built.compiled is None:
             settings = {"learning_rate": self.learning_rate, **self._routed("optimizer__", ggml_compile)}
             built = ggml_compile(built, optimizer=self.optimizer, loss=self.loss or self._loss, backend=self.backend,
-                                 **settings)
+                                 precision=self.precision, **settings)
         else:
             defaults = inspect.signature(_GgmlEstimator.__init__).parameters
             unused = [k for k in COMPILE_SETTINGS if getattr(self, k) != defaults[k].default] + \
@@ -223,8 +224,9 @@ class GgmlClassifier(ClassifierMixin, _GgmlEstimator):
         epochs, batch_size, validation_split, callbacks, verbose: as for ``ggml_fit`` (``batch_size`` is capped
             at the number of samples). ggmlpy's built-in callbacks start afresh at every fit (and in every clone,
             so ``GridSearchCV`` can share them); your own are passed as they are.
-        optimizer, learning_rate, backend, loss: as for ``ggml_compile``, for a model the function left
-            uncompiled (``loss`` None: sparse categorical cross-entropy for the classifier, MSE for the regressor).
+        optimizer, learning_rate, backend, loss, precision: as for ``ggml_compile``, for a model the function
+            left uncompiled (``loss`` None: sparse categorical cross-entropy for the classifier, MSE for the
+            regressor; ``precision="bf16"``: mixed precision).
         random_state: an int seeds numpy's generator for each fit (ggmlpy's initialisers and shuffles draw from
             it), so two fits give the same model on the CPU, and gives it back as it was (the caller's random
             stream is not disturbed); None (the default) does not.

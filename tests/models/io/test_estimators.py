@@ -243,3 +243,19 @@ def test_scikeras_routing_reaches_the_model_function_compile_and_fit():
     assert clone(clf).get_params()["optimizer__momentum"] == 0.9
     with pytest.raises(TypeError, match="SciKeras' prefixes route the others"):
         g.GgmlClassifier(build, epochs=1, verbose__level=3).fit(x, y)
+
+
+def test_precision_reaches_the_compile_and_is_a_tunable_parameter():
+    """``precision`` is ggml_compile's (mixed precision), a constructor parameter like the others: cloned, and
+    named in the warning when the model function compiled its own model (which keeps its compile's)."""
+    x, y = labelled()
+    clf = g.GgmlClassifier(classifier_fn, epochs=3, precision="bf16", random_state=0).fit(x, y)
+    assert clf.model_.compiled.precision == "bf16" and clf.get_params()["precision"] == "bf16"
+    assert clone(clf).get_params()["precision"] == "bf16"
+    assert g.GgmlClassifier(classifier_fn, epochs=1).fit(x, y).model_.compiled.precision == "f32"
+
+    def compiled_fn():
+        return g.ggml_compile(classifier_fn(), loss="sparse_categorical_crossentropy", backend="cpu")
+    with pytest.warns(g.GgmlpyWarning, match="settings precision are not used"):
+        kept = g.GgmlClassifier(compiled_fn, epochs=1, precision="bf16").fit(x, y)
+    assert kept.model_.compiled.precision == "f32"
