@@ -216,6 +216,13 @@ def part(run: Run, device: str, family: str, quick: bool, rehearse: bool = False
             and bench.exists():
         run.results[f"bench_gpu {device}"] = json.loads(bench.read_text())
     bench.unlink(missing_ok=True)
+    mixed = OUT / f"mixed-{device}.json"   # issue 44: mixed precision against PyTorch's AMP on the same GPU
+    if not rehearse and run.step(f"{device}: BF16 mixed precision against F32 and PyTorch AMP", 120,
+                                 [sys.executable, "benchmarks/bench_vs_torch.py", "--backend", device, "--precision",
+                                  "bf16", "--models", "mnist-fc,cnn,transformer", "--rounds", "1", "--json",
+                                  str(mixed)], env) and mixed.exists():
+        run.results[f"bench_vs_torch bf16 {device}"] = json.loads(mixed.read_text())
+    mixed.unlink(missing_ok=True)
     waits = OUT / f"waits-{device}.json"  # issue 42: one wait per step, and samples/s on the device
     cases = ["--cases", "mnist-fc,mnist-fc/rmsprop"] if rehearse else []
     if run.step(f"{device}: host waits per training step", 60,
