@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .._ffi import ffi, lib
-from ..backend.backend import Backend
+from ..backend.backend import Backend, ggml_backend_synchronize
 from ..backend.buffer import ggml_backend_alloc_ctx_tensors
 from ..backend.transfer import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data, numpy_shape
 from ..compute.alloc import ggml_gallocr_alloc_graph, ggml_gallocr_new
@@ -61,7 +61,9 @@ class GraphOptimizer:
                  synced: Sequence[Sequence[Tensor]], weights: Sequence[float], spec: OptimizerSpec, period: int,
                  lr_ud: LrUserdata, loss_scale: DynamicLossScale | None = None) -> None:
         self.contexts, self.synced = list(contexts), [list(s) for s in synced]
+        # the model's loss scale (F16), which outlives this optimizer: its schedule continues from fit to fit
         self.loss_scale = loss_scale
+        self.skipped_before = loss_scale.skipped if loss_scale is not None else 0
         self.spec, self.opt_period, self.lr_ud = spec, period, lr_ud
         self.optimizer = spec.ggml_type
         self.iter = 1  # the number of the next step, as ggml-opt counts (its bias correction starts at 1)
@@ -163,7 +165,7 @@ class GraphOptimizer:
                 raise GgmlStateError("internal: a training context has no loss gradient to scale; this is a bug "
                                      "in ggmlpy, please report it")
             self._seeds.append(Tensor(seed, opt))
-        n = 2 * len(self.params) * len(self.contexts) + 8
+        n = 3 * len(self.params) * len(self.contexts) + 8
         cctx = ggml_init(mem_size=ggml_graph_overhead(n) + n * ggml_tensor_overhead(), no_alloc=True)
         self._owned.append(cctx)
         total: Tensor | None = None
@@ -178,6 +180,15 @@ class GraphOptimizer:
         self._owned.insert(0, self._check_galloc)
         ggml_gallocr_alloc_graph(self._check_galloc, self._check)
         self._total_host = np.empty(1, np.float32)
+        # one device: a skipped step zeroes the accumulators with a graph of its own; ggml_opt_reset would abandon
+        # the batch's pending result (its loss and metrics) while the step runs between its compute and its wait
+        self._zero = ggml_new_graph_custom(cctx, n, False)
+        for acc in self.accs[0]:
+            ggml_build_forward_expand(self._zero, make_op("ggml_fill_inplace", cctx, lib.ggml_fill_inplace, (acc,),
+                                                          acc.shape, (0.0,), acc.type))
+        self._zero_galloc = ggml_gallocr_new(self.backend)
+        self._owned.insert(0, self._zero_galloc)
+        ggml_gallocr_alloc_graph(self._zero_galloc, self._zero)
 
     def _gradients_finite(self) -> bool:
         """Whether every accumulated gradient is finite (a wait for the work before it)."""
@@ -221,9 +232,15 @@ class GraphOptimizer:
             check_rpc_connections()
         if self.loss_scale is not None and not self._gradients_finite():
             # an overflow under the scale: no step (the weights and the optimizer's state stay as they were), the
-            # gradients dropped, the scale lowered
+            # gradients dropped, the scale lowered (the check waited for the work before it: nothing reads the
+            # scale meanwhile)
             self.loss_scale.update(finite=False)
-            self.reset_gradients()
+            if replicated:
+                self.reset_gradients()
+            else:
+                ggml_backend_graph_compute(self.backend, self._zero)
+                self.pending_batches = 0
+                self._write_scale()
             return
         self._uploads.write(self.hparams.ptr, hparams)  # F32, contiguous, of its size (step_hparams)
         if not self._allocated:  # the graph and its memory never change: placed and checked once (with a wait)
@@ -251,6 +268,7 @@ class GraphOptimizer:
         else:  # the step's graph zeroed the accumulators it read
             self.pending_batches = 0
         if self.loss_scale is not None and self.loss_scale.update(finite=True):
+            ggml_backend_synchronize(self.backend)   # the queued step reads 1/scale: the new one after it
             self._write_scale()
 
     def reset_gradients(self) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..compute.sched import Scheduler
 from ..graph.objects import Context, Tensor
+from ..opt.loss_scale import DynamicLossScale
 from ..opt.tallies import TallySource
 
 
@@ -93,8 +94,9 @@ only accumulates gradients (a data-parallel replica, whose optimizer steps outsi
     # the optimizer of a runner whose step runs outside ggml-opt (opt.rules.OptimizerSpec: momentum, RMSprop,
     # Adagrad, clipping; data-parallel replicas); None: ggml-opt's own AdamW/SGD step of ``optimizer``
     rule: OptimizerSpec | None = None
-    # F16 products (ggml_compile(precision="f16")): dynamic loss scaling (opt.loss_scale), in the optimizer's graph
-    loss_scaling: bool = False
+    # F16 products (ggml_compile(precision="f16")): the model's dynamic loss scale (opt.loss_scale), applied by the
+    # optimizer's graph; None: no loss scaling
+    loss_scale: DynamicLossScale | None = None
 
 
 @dataclass(frozen=True)

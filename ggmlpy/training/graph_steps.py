@@ -17,7 +17,6 @@ from ..errors import GgmlStateError, GgmlValueError
 from ..graph.objects import Tensor
 from ..opt import result as R
 from ..opt.graph_optimizer import GraphOptimizer
-from ..opt.loss_scale import DynamicLossScale
 from ..opt.rules import OptimizerSpec
 from .adapters import BatchWriter, Target
 from .config import StepOptions, TrainingGraph
@@ -51,14 +50,15 @@ def graph_optimizer(runners: Sequence[NativeRunner], backend: Backend, trainable
     weights = [n / total / step.period for n in counts]
     rule = step.rule or OptimizerSpec("adamw" if step.optimizer == 0 else "sgd")
     return GraphOptimizer(backend, [r.train_ctx for r in runners], trainable, synced, weights, rule, step.period,
-                          runners[0].lr_ud, DynamicLossScale() if step.loss_scaling else None)
+                          runners[0].lr_ud, step.loss_scale)
 
 
 def loss_scale_attrs(optimizer: GraphOptimizer) -> dict:
-    """What a fit's history says of its loss scaling (nothing without it): ``{"loss_scale": {"scale": ...,
-    "skipped_steps": ...}}``."""
+    """What a fit's history says of its loss scaling (nothing without it): ``{"loss_scale": {"scale": the scale at
+    its end, "skipped_steps": the steps it skipped}}``."""
     ls = optimizer.loss_scale
-    return {} if ls is None else {"loss_scale": {"scale": ls.scale, "skipped_steps": ls.skipped}}
+    return {} if ls is None else \
+        {"loss_scale": {"scale": ls.scale, "skipped_steps": ls.skipped - optimizer.skipped_before}}
 
 
 class GraphOptimizerRunner:

@@ -489,7 +489,8 @@ def fit_loop(runner: StepRunner, train_feed: Feed, val_feed: Feed | None, plan: 
 
 
 NONFINITE_CAUSES = ("Usual causes: a learning rate too high, NaN/inf in the data, binary cross-entropy on outputs "
-                    "outside [0, 1] (end the model in a sigmoid), log of 0 in a custom loss.")
+                    "outside [0, 1] (end the model in a sigmoid), log of 0 in a custom loss, products beyond F16's "
+                    "range (65504) in a model compiled with precision='f16' (normalise the inputs, or use 'bf16').")
 
 
 def check_nonfinite(on_nonfinite: object) -> str:

@@ -9,7 +9,6 @@ import numpy as np
 
 from ...backend.device import Device
 from ...core.args import FLOAT32_MAX, is_int, is_real
-from ...core.types import GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_F32
 from ...errors import GgmlpyWarning, GgmlStateError, GgmlTypeError, GgmlValueError
 from ...opt import losses as L
 from ...opt.custom_loss import CustomLoss, ggml_opt_loss_custom, returns_batch_value
@@ -22,6 +21,7 @@ from ..network.model import Model, Node
 from .heads import HeadSpec
 from .metrics import resolve_metrics, spec_to_dict
 from .optimizers import Optimizer, resolve_optimizer
+from .precision import precision_name, PRECISIONS
 from .runtime import build_graph, GraphInstance, InputShapes, replace_runtime, Runtime
 
 
@@ -80,21 +80,6 @@ class CompileConfig:
                 **({} if self.from_logits is None else {"from_logits": self.from_logits}),
                 **({} if self.shares is None else {"shares": self.shares}),
                 **({} if self.precision == "f32" else {"precision": self.precision})}
-
-
-# ggml_compile's precisions: the type of the matrix products
-PRECISIONS = {"f32": GGML_TYPE_F32, "bf16": GGML_TYPE_BF16, "f16": GGML_TYPE_F16}
-_PRECISION_ALIASES = {"float32": "f32", "mixed_bfloat16": "bf16", "bfloat16": "bf16", "mixed_float16": "f16",
-                      "float16": "f16"}
-
-
-def _precision(value: Any) -> str:
-    """ggml_compile's ``precision`` as one of ``PRECISIONS``' names."""
-    name = _PRECISION_ALIASES.get(value, value) if isinstance(value, str) else None
-    if name not in PRECISIONS:
-        raise GgmlValueError(f"ggml_compile: precision must be 'f32', 'bf16' or 'f16' (or Keras' 'float32', "
-                             f"'mixed_bfloat16', 'mixed_float16'), got {value!r}")
-    return name
 
 
 def _loss_name(loss: Any, i: int) -> str:
@@ -193,7 +178,7 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = DEFAULT_LOSS
                  momentum: float | None = None, nesterov: bool | None = None, rho: float | None = None,
                  centered: bool | None = None, initial_accumulator_value: float | None = None,
                  clipnorm: float | None = None, global_clipnorm: float | None = None,
-                 clipvalue: float | None = None, from_logits: Any = None, precision: str = "f32") -> Model:
+                 clipvalue: float | None = None, from_logits: Any = None, precision: str | None = "f32") -> Model:
     """Choose the optimizer, the loss and the backend of a model, and put its weights on that backend.
 
     Arguments:
@@ -319,7 +304,7 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = DEFAULT_LOSS
         chosen = optimizer
     else:
         chosen = resolve_optimizer(optimizer, flat, "ggml_compile")
-    precision = _precision(precision)
+    precision = precision_name(precision, "ggml_compile")
     backend, shares = _backends(backend, shares)
     inputs, outputs, _ = model.graph()
     mask_flow(model)  # a padding mask only where layers honour it

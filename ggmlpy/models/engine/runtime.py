@@ -26,24 +26,26 @@ from ...compute.run import ggml_backend_sched_graph_compute
 from ...compute.sched import ggml_backend_sched_new, Scheduler
 from ...compute.threads import forward_work, restore_threads, split_threads
 from ...core.handle import Handle, rpc_connection_lost
-from ...core.types import GGML_TYPE_F32, GGML_TYPE_I32, type_name
+from ...core.types import GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I32
 from ...errors import GgmlInUseError, GgmlStateError, GgmlTypeError, GgmlValueError
 from ...graph.context import ggml_graph_overhead, ggml_init, ggml_tensor_overhead
 from ...graph.graph import ggml_build_forward_expand, ggml_new_graph_custom
 from ...graph.objects import Graph, Tensor
 from ...graph.tensor import ggml_new_tensor, ggml_set_input, ggml_set_name, ggml_set_output, pending_constant
 from ...ops.elementwise import ggml_cont, ggml_dropout
-from ...ops.layout import ggml_cast, ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d, ggml_view_1d
+from ...ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d, ggml_view_1d
 from ...opt.constants import BUILD_FORWARD
 from ...opt.context import training_graph_nodes
+from ...opt.loss_scale import DynamicLossScale
 from ...training.replicas import split_counts
-from ..layers.fused import device_computes_half_products
 from ..layers.layer import Layer, NATURAL, natural_ne, SPATIAL
 from ..layers.masking import mask_flow
 from ..layers.weight import BoundWeight, weight_name
 from ..network.model import Model, Node
 from ..network.parameters import check_device_can_use, ParamStore
+from .dropout_seeds import DropoutSeeds
 from .optimizer_state import OptimizerState
+from .precision import WeightCasts
 
 
 if TYPE_CHECKING:
@@ -54,7 +56,6 @@ if TYPE_CHECKING:
 
 
 # ---------------------------------------------------------------- graphs
-
 # the sample shape of each model input a graph is built for, where the model has variable sizes (None: it has none)
 InputShapes = Optional[tuple[tuple[int, ...], ...]]
 
@@ -63,27 +64,6 @@ class LiveTrainer(Protocol):
     """A ``ggml_trainer`` as the runtime keeps it: until freed it holds an optimizer state newer than the model's."""
     @property
     def alive(self) -> bool: ...
-
-
-class _DropoutSeeds:
-    """The seeds of a training graph's dropout layers (one I32 each, in one input tensor): new ones before every
-    training step, so each step gets fresh masks, which ggml_dropout makes on the device from them."""
-
-    def __init__(self, rng: np.random.Generator) -> None:
-        self.rng = rng
-        self.tensor: Tensor | None = None
-        self.used = 0
-
-    @property
-    def written(self) -> list[Tensor]:
-        return [self.tensor] if self.tensor is not None else []
-
-    def before_eval(self, train: bool, write: Callable[[Tensor, np.ndarray], None]) -> None:
-        if train and self.tensor is not None:  # I32 [n] (made in seed_input): the raw write needs no checks
-            write(self.tensor, self.rng.integers(-2 ** 31, 2 ** 31, self.tensor.shape[0], dtype=np.int32))
-
-    def after_eval(self, train: bool) -> None:
-        pass
 
 
 class GraphBuilder:
@@ -111,7 +91,7 @@ class GraphBuilder:
         self.ctx_io = ggml_init(mem_size=(8 + 4 * n) * ggml_tensor_overhead(), no_alloc=True)
         self.ctx_pinned = ggml_init(mem_size=(4 + 4 * n) * ggml_tensor_overhead(), no_alloc=True)
         self.constants: list[tuple[Tensor, np.ndarray]] = []
-        self.seeds = _DropoutSeeds(np.random.default_rng(np.random.randint(0, 2 ** 31)))
+        self.seeds = DropoutSeeds(np.random.default_rng(np.random.randint(0, 2 ** 31)))
         n_dropout = sum(node.layer.dropout_seeds() for node in nodes if not node.is_input)
         if training and n_dropout:
             self.seeds.tensor = ggml_set_input(ggml_new_tensor(self.ctx_io, GGML_TYPE_I32, 1, (n_dropout,)))
@@ -120,7 +100,7 @@ class GraphBuilder:
         self.side_outputs: list[Tensor] = []  # computed by every training step besides the loss
         self._relu_inputs: dict[int, tuple[Tensor, Tensor]] = {}  # id(relu output) -> (output, input)
         self.notes: list[str] = []  # what a layer built in a slower form than the device allows, and why
-        self._casts: dict[tuple, Tensor] = {}  # (layer, weight, shape) -> its half cast (product_weight)
+        self.casts = WeightCasts(self.ctx, params.backend.device, params.compute_type, self.note)
 
     # ---- for layers
     def param(self, layer: Layer, weight: BoundWeight | str) -> Tensor:
@@ -130,8 +110,7 @@ class GraphBuilder:
     def half_products(self) -> bool:
         """Whether this graph computes its matrix products in half precision (``ggml_compile(precision=...)``
         and a device that computes them); layers with a fused F32 kernel build their product form then."""
-        t = self.params.compute_type
-        return t != GGML_TYPE_F32 and device_computes_half_products(self.params.backend.device, t)
+        return self.casts.active
 
     def product_weight(self, layer: Layer, weight: BoundWeight | str, ne: tuple[int, ...] | None = None) -> Tensor:
         """A weight as the first operand of a matrix product (``ggml_mul_mat(ctx, w, x)``), reshaped to ``ne``
@@ -140,17 +119,7 @@ class GraphBuilder:
         w = self.param(layer, weight)
         if ne is not None and tuple(ne) + (1,) * (4 - len(ne)) != tuple(w.shape):
             w = (ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d)[len(ne) - 2](self.ctx, w, *ne)
-        t = self.params.compute_type
-        if t == GGML_TYPE_F32:
-            return w
-        if not self.half_products:
-            self.note(f"{self.params.backend.device.name} does not compute {type_name(t).upper()} products: they "
-                      "run in F32")
-            return w
-        key = (id(layer), weight_name(weight), tuple(w.shape))
-        if key not in self._casts:
-            self._casts[key] = ggml_cast(self.ctx, w, t)
-        return self._casts[key]
+        return self.casts.of(w, (id(layer), weight_name(weight), w.shape))
 
     def zeros(self, ne: tuple[int, ...]) -> Tensor:
         return self.constant(np.zeros(tuple(reversed(ne)), dtype=np.float32))
@@ -489,6 +458,7 @@ class Runtime:
             raise
         for store in [self.params] + [r for _, r in self.replicas]:
             store.compute_type = compute_type
+        self.loss_scale = DynamicLossScale() if compute_type == GGML_TYPE_F16 else None  # F16: kept across fits
         self._synced: int | None = self.params.stamp
         self.predictor: Predictor | ReplicaPredictor = Predictor(model, self.params)
         if self.replicas:

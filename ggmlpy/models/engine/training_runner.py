@@ -103,7 +103,7 @@ def training_runner(model: Model, cfg: CompileConfig, batch: int, period: int = 
                                                    for layer, spec, reg in regularized_weights(store)]))
             steps.append(StepOptions(cfg.optimizer_type, period, cfg.weight_decay, cfg.learning_rate, inst.hooks, n,
                                      adam=cfg.adam, metrics=metrics, rule=cfg.optimizer_spec,
-                                     loss_scaling=cfg.precision == "f16"))
+                                     loss_scale=runtime.loss_scale))
         # each runner frees its graph and scheduler when it closes: after its opt contexts, the scheduler before the
         # graph it computes
         frees = owned
@@ -112,7 +112,7 @@ def training_runner(model: Model, cfg: CompileConfig, batch: int, period: int = 
             runner = ReplicaRunner(graphs, steps, stores[0].backend, [runtime.opt_state.trainable(s) for s in stores],
                                    [s.synced_tensors() for s in stores], runtime.device_names, owned=frees,
                                    sync=runtime.sync_replicas)
-        elif cfg.optimizer_spec.fused and not steps[0].loss_scaling:  # loss scaling steps in the graph optimizer
+        elif cfg.optimizer_spec.fused and steps[0].loss_scale is None:  # loss scaling steps in the graph optimizer
             runner = NativeRunner(graphs[0], steps[0], owned=frees[0])
         else:
             runner = GraphOptimizerRunner(graphs[0], steps[0], stores[0].backend,

@@ -44,7 +44,7 @@ class _InnerView:
     def param(self, layer: Layer, weight: BoundWeight | str) -> Any:
         return self._g.param(self._wrapper, self._own(layer, weight))
 
-    def product_weight(self, layer: Layer, weight: BoundWeight | str, ne: tuple[int, ...] | None = None) -> Any:
+    def product_weight(self, layer: Layer, weight: BoundWeight | str, ne: tuple[int, ...] | None = None) -> Tensor:
         return self._g.product_weight(self._wrapper, self._own(layer, weight), ne)
 
     def convert(self, t: Tensor, shape: tuple[int, ...], src: str, dst: str) -> Tensor:

@@ -152,7 +152,10 @@ class ParamStore:
         return n
 
     def copy(self) -> ParamStore:
-        return ParamStore(self.layers, self.backend, self.values_by_layer(), share=False)
+        """A private copy of the weights (a trainer's snapshot), computing its products as this store does."""
+        store = ParamStore(self.layers, self.backend, self.values_by_layer(), share=False)
+        store.compute_type = self.compute_type
+        return store
 
     def free(self) -> None:
         if self.alive and self.buffer is not None and self.shared:

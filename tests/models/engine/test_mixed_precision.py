@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-import ggmlpy.training.graph_steps as graph_steps
+import ggmlpy.models.engine.runtime as runtime_module
 from ggmlpy.opt.loss_scale import DynamicLossScale
 
 
@@ -117,7 +117,7 @@ def _tiny_gradient_fit(device: str, scale: float | None, monkeypatch, steps: int
     """An MLP whose loss is weighted by 1e-7: its gradients inside the half products are ~1e-9, below F16's
     smallest value, unless the loss scale lifts them."""
     if scale is not None:
-        monkeypatch.setattr(graph_steps, "DynamicLossScale", lambda: DynamicLossScale(scale=scale))
+        monkeypatch.setattr(runtime_module, "DynamicLossScale", lambda: DynamicLossScale(scale=scale))
     x, y = _classes(64 * steps, (784,), 0.5, seed=5)
     return _trained(_mnist_fc, "f16", device, x, y, 64, steps, loss_weights=[1e-7])
 
@@ -136,14 +136,55 @@ def test_f16_loss_scaling_keeps_tiny_gradients(each_device, monkeypatch):
 
 
 def test_f16_overflowing_steps_are_skipped_and_halve_the_scale(monkeypatch):
+    """A skipped step leaves the weights and the optimizer's state alone, still reports its batch's loss (the
+    forward pass did not overflow: the fit's loss is the untouched model's), and the scale is the model's: the
+    next fit and a trainer continue from it."""
     x, y = _classes(64 * 3, (784,), 0.5, seed=6)
-    monkeypatch.setattr(graph_steps, "DynamicLossScale", lambda: DynamicLossScale(scale=2.0 ** 60))
-    model, before, hist = _trained(_mnist_fc, "f16", "cpu", x, y, 64, 3)
+    monkeypatch.setattr(runtime_module, "DynamicLossScale", lambda: DynamicLossScale(scale=2.0 ** 60))
+    np.random.seed(7)
+    model, _ = _mnist_fc()
+    model = g.ggml_compile(model, loss="sparse_categorical_crossentropy", backend="cpu", precision="f16")
+    before = g.ggml_get_weights(model)
+    untouched = g.ggml_evaluate(model, x, y)["loss"]
+    hist = g.ggml_fit(model, x, y, epochs=1, batch_size=64, shuffle=False, verbose=0)
     assert hist.attrs["loss_scale"] == {"scale": 2.0 ** 57, "skipped_steps": 3}
+    assert hist["train_loss"].iloc[-1] == pytest.approx(untouched, rel=1e-4)
     after = g.ggml_get_weights(model)
     assert all(np.array_equal(after[k], before[k]) for k in before)   # no step taken, optimizer state untouched
     hist = g.ggml_fit(model, x, y, epochs=1, batch_size=64, shuffle=False, verbose=0)
-    assert np.isfinite(hist["train_loss"].iloc[-1])
+    scale, skipped = hist.attrs["loss_scale"]["scale"], hist.attrs["loss_scale"]["skipped_steps"]
+    assert scale == 2.0 ** (57 - skipped) and np.isfinite(hist["train_loss"].iloc[-1])   # continued, not restarted
+    with g.ggml_trainer(model, batch_size=64) as tr:
+        losses = [tr.step(x[:64], y[:64]) for _ in range(2)]
+    assert all(np.isfinite(v) and v > 0.1 for v in losses)   # the batch's loss, skipped step or not
+    assert model.runtime.loss_scale.scale <= scale
+
+
+def test_a_scale_change_reaches_the_next_step_exactly(each_device, monkeypatch):
+    """Scales are powers of two, so SGD's update must not depend on when the scale changes: growing it after
+    every step (a new 1/scale written while the last step may still be queued on the device) gives the update
+    of a scale that never changes."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((128, 256)).astype(np.float32)
+    y = rng.integers(0, 4, 128).astype(np.int32)
+
+    def update(interval: int) -> dict:
+        monkeypatch.setattr(runtime_module, "DynamicLossScale", lambda: DynamicLossScale(growth_interval=interval))
+        np.random.seed(7)
+        m = g.ggml_model_sequential()
+        m = g.ggml_layer_dense(m, 512, activation="tanh", input_shape=(256,))
+        m = g.ggml_layer_dense(m, 4, activation="softmax")
+        m = g.ggml_compile(m, optimizer="sgd", loss="sparse_categorical_crossentropy", backend=each_device,
+                           learning_rate=0.1, precision="f16")
+        w0 = g.ggml_get_weights(m)
+        g.ggml_fit(m, x, y, epochs=1, batch_size=32, shuffle=False, verbose=0)
+        w = g.ggml_get_weights(m)
+        return {k: w[k].astype(np.float64) - w0[k] for k in w}
+    want = update(10 ** 9)
+    for _ in range(2):
+        got = update(1)
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=0, atol=1e-6 * np.abs(want[k]).max())
 
 
 def test_the_loss_scale_follows_grad_scalers_schedule():
@@ -159,11 +200,17 @@ def test_precision_is_checked_saved_and_used_by_predictions(tmp_path):
     model, _ = _mnist_fc()
     with pytest.raises(g.GgmlValueError, match="precision must be 'f32', 'bf16' or 'f16'"):
         g.ggml_compile(model, loss="sparse_categorical_crossentropy", backend="cpu", precision="fp8")
+    for given, name in (("BF16", "bf16"), (None, "f32"), ("mixed_float16", "f16"), ("Float32", "f32")):
+        assert g.ggml_compile(model, loss="mse", backend="cpu", precision=given).compiled.precision == name
     np.random.seed(1)
     model = g.ggml_compile(model, loss="sparse_categorical_crossentropy", backend="cpu", precision="mixed_bfloat16")
     assert model.compiled.precision == "bf16"
-    x, _ = _classes(32, (784,), 0.5)
+    x, y = _classes(32, (784,), 0.5)
     half = g.ggml_predict(model, x)
+    with g.ggml_trainer(model, batch_size=32) as tr:   # a snapshot predicts with the model's products
+        snap = tr.snapshot()
+        np.testing.assert_array_equal(g.ggml_predict(snap, x), half)
+        g.ggml_snapshot_free(snap)
     path = str(tmp_path / "m.gguf")
     g.ggml_save_model(model, path)
     loaded = g.ggml_load_model(path, backend="cpu")
