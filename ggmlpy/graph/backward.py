@@ -65,8 +65,9 @@ def check_backward_nodes(nodes: list, losses: list, accumulating: bool = False) 
             half_weight = s.type == lib.GGML_TYPE_BF16 and op_label(n) == "MUL_MAT" and ptr_key(s) == ptr_key(n.src[0])
             if s.type not in (lib.GGML_TYPE_F32, lib.GGML_TYPE_F16) and not half_weight:
                 raise GgmlTypeError(f"ggml's backward pass needs F32 or F16 tensors on the path to a trainable "
-                                    f"parameter; {op_label(n)} reads a {type_name(s.type)} one (cast it with "
-                                    "ggml_cast into an F32 tensor first)")
+                                    f"parameter; {op_label(n)} reads a {type_name(s.type)} one (ggml_cast it into "
+                                    "an F32 tensor first; for a BF16 product, reshape or view the F32 weight and "
+                                    "cast last: a BF16 tensor may only be ggml_mul_mat's first operand there)")
         if not (n.flags & (flags_param | flags_loss) or srcs):
             continue
         _check_not_inplace(n, srcs)

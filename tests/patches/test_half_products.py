@@ -114,3 +114,18 @@ def test_cpu_out_prod_takes_a_half_operand(t):
     (y,) = compute(lambda c, at, bt: G.ggml_out_prod(c, G.ggml_cast(c, at, t), bt), a, b)
     want = b.astype(np.float64).T @ round_to(t, a)        # ggml [30, 11]: sum over the 7 rows
     np.testing.assert_allclose(y, nd4(want), rtol=0, atol=1e-5 * np.abs(want).max())
+
+
+def test_a_bf16_tensor_elsewhere_on_the_gradient_path_is_refused_with_the_fix():
+    """Only a matrix product's first operand may be BF16 on the way to a parameter (ggml asserts the rest): a
+    reshape of the cast is refused before ggml is called, saying to cast last."""
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((4, 6)).astype(np.float32)
+    x = rng.standard_normal((3, 24)).astype(np.float32)
+    r = rng.standard_normal((3, 1)).astype(np.float32)
+
+    def build(c, wt, xt):
+        flat = G.ggml_reshape_2d(c, G.ggml_cast(c, wt, G.GGML_TYPE_BF16), 24, 1)
+        return G.ggml_mul_mat(c, flat, xt)
+    with pytest.raises(G.GgmlTypeError, match="cast last"):
+        compute_grad(build, w, r, x)

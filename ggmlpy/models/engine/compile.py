@@ -259,9 +259,10 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = DEFAULT_LOSS
             joint norm of at most ``global_clipnorm``, or every element clamped to ``[-clipvalue, clipvalue]``.
             Works with every optimizer (with gradient accumulation, on the logical batch's mean gradient, as
             Keras' ``gradient_accumulation_steps``).
-        precision: the type of the model's matrix products (dense, convolution, attention and recurrent input
-            projections): ``"f32"`` (the default), ``"bf16"`` or ``"f16"`` (also Keras' policy names
-            ``"float32"``, ``"mixed_bfloat16"``, ``"mixed_float16"``). Mixed precision: the weights and the
+        precision: the type of the model's matrix products (dense, conv_1d/conv_2d, attention's projections and
+            recurrent layers' input projections; conv_2d_transpose and custom layers keep F32): ``"f32"`` (the
+            default), ``"bf16"`` or ``"f16"`` (any case; also Keras' policy names ``"float32"``,
+            ``"mixed_bfloat16"``, ``"mixed_float16"``). Mixed precision: the weights and the
             optimizer's state stay F32 (the master copy); each training step casts the weights to the chosen type
             inside its graph, multiplies in it (with F32 sums), and passes the gradients back through the cast
             into the F32 weights; everything else (biases, activations, norms, the loss) computes in F32.
