@@ -125,3 +125,21 @@ def test_casts_round_as_numpy_bit_for_bit(t, layout):
     nan = np.isnan(want)
     assert np.array_equal(np.isnan(got), nan)
     assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+
+
+@pytest.mark.parametrize("t", [G.GGML_TYPE_BF16, G.GGML_TYPE_F16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("axes", [(1, 0, 2, 3), (2, 1, 0, 3), (1, 2, 0, 3)])
+def test_half_tensors_permuted_into_contiguous_copies_exactly(t, axes):
+    """2-byte tensors copied out of a permuted view (a half weight transposed for the backward product) go in
+    16 x 16 tiles like 4-byte ones: every element where numpy's transpose puts it, odd and tile-crossing sizes."""
+    x = np.random.default_rng(9).standard_normal((5, 37, 19)).astype(np.float32)   # ggml [19, 37, 5]
+
+    def build(c, a):
+        return G.ggml_cast(c, G.ggml_cont(c, G.ggml_permute(c, G.ggml_cast(c, a, t), *axes)), G.GGML_TYPE_F32)
+    (y,) = compute(build, x)
+    # ggml_permute puts axis i of the source at position axes[i] (ggml order: numpy's reversed)
+    ne_axes = [0, 0, 0]
+    for i, a in enumerate(axes[:3]):
+        ne_axes[a] = i
+    want = np.transpose(_rounded(t, x), [2 - k for k in reversed(ne_axes)])
+    np.testing.assert_array_equal(y.reshape(want.shape), want)
