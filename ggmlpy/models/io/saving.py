@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ...backend.transfer import ggml_backend_tensor_set_data, numpy_shape
-from ...core.args import bool_arg, is_int
+from ...core.args import bool_arg, is_int, is_real
 from ...core.types import GGML_TYPE_F32
 from ...errors import GgmlInUseError, GgmlpyError, GgmlTypeError, GgmlValueError, GgufFileError, GgufFileNotFoundError
 from ...gguf.weights import ggml_save_weights_gguf, gguf_read
@@ -294,6 +294,7 @@ def save_model(model: Model, path: Any, include_optimizer: Any, state: dict | No
                 state = _fresh_state(model)
             opt_meta, arrays = _opt_metadata_and_tensors(state)
             meta.update(opt_meta)
+            meta.update(_loss_scale_metadata(model))
             host = ggml_init(mem_size=sum(a.size * 4 + ggml_tensor_overhead() + 64 for _, a in arrays) + 1024,
                              no_alloc=False)
             for name, a in arrays:
@@ -386,7 +387,27 @@ def ggml_load_model(path: Any, backend: str = "auto", include_optimizer: bool = 
     _write(model, plan)
     if include_optimizer and state is not None:
         model.runtime.opt_state.set(state, model.compiled.optimizer_spec, "ggml_load_model")
+        _restore_loss_scale(model, meta, path)
     return model
+
+
+def _loss_scale_metadata(model: Model) -> dict:
+    """An F16 model's loss scale and its count of good steps, saved with the optimizer's state."""
+    ls = model.runtime.loss_scale
+    return {} if ls is None else {"ggmlpy.loss_scale.scale": float(ls.scale),
+                                  "ggmlpy.loss_scale.good_steps": np.int64(ls.good_steps)}
+
+
+def _restore_loss_scale(model: Model, meta: dict, path: Any) -> None:
+    """The saved loss scale into a loaded F16 model (files without one, or of F32 models: nothing)."""
+    ls = model.runtime.loss_scale
+    if ls is None or "ggmlpy.loss_scale.scale" not in meta:
+        return
+    scale, good = meta["ggmlpy.loss_scale.scale"], meta.get("ggmlpy.loss_scale.good_steps", 0)
+    if not is_real(scale) or not ls.MIN_SCALE <= scale <= ls.MAX_SCALE or not is_int(good) or good < 0:
+        raise GgufFileError(f"ggml_load_model: {os.fspath(path)!r} holds a damaged loss scale ({scale!r:.40}, "
+                            f"{good!r:.40} good steps); save the model again")
+    ls.scale, ls.good_steps = float(scale), int(good)
 
 
 def _layer(config: dict, custom_objects: dict | None = None) -> Layer:

@@ -160,6 +160,24 @@ def test_f16_overflowing_steps_are_skipped_and_halve_the_scale(monkeypatch):
     assert model.runtime.loss_scale.scale <= scale
 
 
+def test_the_loss_scale_is_saved_with_the_optimizer_state(tmp_path, monkeypatch):
+    """An F16 model saved with its optimizer's state (and a pickle, which is such a file) resumes with its loss
+    scale and good-step count; a warm restart (weights only) starts the scale afresh."""
+    import pickle
+    monkeypatch.setattr(runtime_module, "DynamicLossScale", lambda: DynamicLossScale(scale=2.0 ** 60))
+    x, y = _classes(64 * 3, (784,), 0.5, seed=6)
+    model, _ = _mnist_fc()
+    model = g.ggml_compile(model, loss="sparse_categorical_crossentropy", backend="cpu", precision="f16")
+    g.ggml_fit(model, x, y, epochs=1, batch_size=64, shuffle=False, verbose=0)
+    model.runtime.loss_scale.good_steps = 5
+    path = str(tmp_path / "f16.gguf")
+    g.ggml_save_model(model, path, include_optimizer=True)
+    for loaded in (g.ggml_load_model(path, backend="cpu"), pickle.loads(pickle.dumps(model))):
+        assert (loaded.runtime.loss_scale.scale, loaded.runtime.loss_scale.good_steps) == (2.0 ** 57, 5)
+    g.ggml_save_model(model, path, include_optimizer=False)
+    assert g.ggml_load_model(path, backend="cpu").runtime.loss_scale.scale == 2.0 ** 60   # a fresh one
+
+
 def test_a_scale_change_reaches_the_next_step_exactly(each_device, monkeypatch):
     """Scales are powers of two, so SGD's update must not depend on when the scale changes: growing it after
     every step (a new 1/scale written while the last step may still be queued on the device) gives the update
