@@ -398,7 +398,7 @@ def _loss_scale_metadata(model: Model) -> dict:
                                   "ggmlpy.loss_scale.good_steps": np.int64(ls.good_steps)}
 
 
-def _restore_loss_scale(model: Model, meta: dict, path: Any) -> None:
+def _restore_loss_scale(model: Model, meta: dict, path: str | os.PathLike[str]) -> None:
     """The saved loss scale into a loaded F16 model (files without one, or of F32 models: nothing)."""
     ls = model.runtime.loss_scale
     if ls is None or "ggmlpy.loss_scale.scale" not in meta:
