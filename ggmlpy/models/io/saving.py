@@ -100,6 +100,7 @@ def ggml_load_weights(model: Model, path: Any, include_optimizer: bool = False) 
                                      "include_optimizer=True); load it with include_optimizer=False")
             _no_live_trainer(model, fn, "its optimizer state would be overwritten when the trainer is freed")
             model.runtime.opt_state.set(state, model.compiled.optimizer_spec, fn)
+            _restore_loss_scale(model, meta, path, fn)
         _write(model, plan)
     return model
 
@@ -387,7 +388,7 @@ def ggml_load_model(path: Any, backend: str = "auto", include_optimizer: bool = 
     _write(model, plan)
     if include_optimizer and state is not None:
         model.runtime.opt_state.set(state, model.compiled.optimizer_spec, "ggml_load_model")
-        _restore_loss_scale(model, meta, path)
+        _restore_loss_scale(model, meta, path, "ggml_load_model")
     return model
 
 
@@ -398,14 +399,14 @@ def _loss_scale_metadata(model: Model) -> dict:
                                   "ggmlpy.loss_scale.good_steps": np.int64(ls.good_steps)}
 
 
-def _restore_loss_scale(model: Model, meta: dict, path: str | os.PathLike[str]) -> None:
+def _restore_loss_scale(model: Model, meta: dict, path: str | os.PathLike[str], fn: str) -> None:
     """The saved loss scale into a loaded F16 model (files without one, or of F32 models: nothing)."""
     ls = model.runtime.loss_scale
     if ls is None or "ggmlpy.loss_scale.scale" not in meta:
         return
     scale, good = meta["ggmlpy.loss_scale.scale"], meta.get("ggmlpy.loss_scale.good_steps", 0)
     if not is_real(scale) or not ls.MIN_SCALE <= scale <= ls.MAX_SCALE or not is_int(good) or good < 0:
-        raise GgufFileError(f"ggml_load_model: {os.fspath(path)!r} holds a damaged loss scale ({scale!r:.40}, "
+        raise GgufFileError(f"{fn}: {os.fspath(path)!r} holds a damaged loss scale ({scale!r:.40}, "
                             f"{good!r:.40} good steps); save the model again")
     ls.scale, ls.good_steps = float(scale), int(good)
 

@@ -174,6 +174,9 @@ def test_the_loss_scale_is_saved_with_the_optimizer_state(tmp_path, monkeypatch)
     g.ggml_save_model(model, path, include_optimizer=True)
     for loaded in (g.ggml_load_model(path, backend="cpu"), pickle.loads(pickle.dumps(model))):
         assert (loaded.runtime.loss_scale.scale, loaded.runtime.loss_scale.good_steps) == (2.0 ** 57, 5)
+    fresh = g.ggml_compile(_mnist_fc()[0], loss="sparse_categorical_crossentropy", backend="cpu", precision="f16")
+    g.ggml_load_weights(fresh, path, include_optimizer=True)
+    assert fresh.runtime.loss_scale.scale == 2.0 ** 57
     g.ggml_save_model(model, path, include_optimizer=False)
     assert g.ggml_load_model(path, backend="cpu").runtime.loss_scale.scale == 2.0 ** 60   # a fresh one
 
