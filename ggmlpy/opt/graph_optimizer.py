@@ -31,7 +31,7 @@ from ..core.types import GGML_TYPE_F32
 from ..errors import GgmlStateError, GgmlValueError
 from ..graph.context import ggml_graph_overhead, ggml_init, ggml_tensor_overhead
 from ..graph.graph import ggml_build_forward_expand, ggml_new_graph_custom
-from ..graph.objects import Tensor
+from ..graph.objects import Context, Tensor
 from ..graph.tensor import ggml_new_tensor, ggml_set_name
 from ..ops.base import make_op
 from ..ops.elementwise import ggml_add, ggml_mul, ggml_scale
@@ -135,8 +135,7 @@ class GraphOptimizer:
                 ggml_build_forward_expand(self.graph, op)
         if K == 1:  # one device: the step zeroes the accumulators after reading them (no blocking memset per weight)
             for acc in self.accs[0]:
-                ggml_build_forward_expand(self.graph, make_op("ggml_fill_inplace", gctx, lib.ggml_fill_inplace, (acc,),
-                                                              acc.shape, (0.0,), acc.type))
+                ggml_build_forward_expand(self.graph, _zeroed(gctx, acc))
         self._uploads = Uploads([self.hparams], [self.backend])
         if self.loss_scale is not None:
             self._build_loss_scaling()
@@ -184,8 +183,7 @@ class GraphOptimizer:
         # the batch's pending result (its loss and metrics) while the step runs between its compute and its wait
         self._zero = ggml_new_graph_custom(cctx, n, False)
         for acc in self.accs[0]:
-            ggml_build_forward_expand(self._zero, make_op("ggml_fill_inplace", cctx, lib.ggml_fill_inplace, (acc,),
-                                                          acc.shape, (0.0,), acc.type))
+            ggml_build_forward_expand(self._zero, _zeroed(cctx, acc))
         self._zero_galloc = ggml_gallocr_new(self.backend)
         self._owned.insert(0, self._zero_galloc)
         ggml_gallocr_alloc_graph(self._zero_galloc, self._zero)
@@ -330,6 +328,11 @@ class GraphOptimizer:
     @property
     def keepers(self) -> list:
         return list(self._owned)
+
+
+def _zeroed(ctx: Context, acc: Tensor) -> Tensor:
+    """A node that sets a gradient accumulator to zero in place."""
+    return make_op("ggml_fill_inplace", ctx, lib.ggml_fill_inplace, (acc,), acc.shape, (0.0,), acc.type)
 
 
 def _read(t: Tensor, host: np.ndarray) -> None:

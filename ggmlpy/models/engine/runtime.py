@@ -33,7 +33,7 @@ from ...graph.graph import ggml_build_forward_expand, ggml_new_graph_custom
 from ...graph.objects import Graph, Tensor
 from ...graph.tensor import ggml_new_tensor, ggml_set_input, ggml_set_name, ggml_set_output, pending_constant
 from ...ops.elementwise import ggml_cont, ggml_dropout
-from ...ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d, ggml_view_1d
+from ...ops.layout import ggml_permute, ggml_reshape, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d, ggml_view_1d
 from ...opt.constants import BUILD_FORWARD
 from ...opt.context import training_graph_nodes
 from ...opt.loss_scale import DynamicLossScale
@@ -118,7 +118,7 @@ class GraphBuilder:
         (cast after the reshape: the gradient flows back through the cast into the F32 weight, in F32)."""
         w = self.param(layer, weight)
         if ne is not None and tuple(ne) + (1,) * (4 - len(ne)) != tuple(w.shape):
-            w = (ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d)[len(ne) - 2](self.ctx, w, *ne)
+            w = ggml_reshape(self.ctx, w, self.shape_target(ne))
         return self.casts.of(w, (id(layer), weight_name(weight), w.shape))
 
     def zeros(self, ne: tuple[int, ...]) -> Tensor:
