@@ -88,8 +88,7 @@ def ggml_model(cfg: dict, attention: bool = True):
 
 def has_blas() -> bool:
     """Whether ggmlpy's CPU schedulers use ggml's BLAS backend (built, and not switched off)."""
-    dev = getattr(G.backend, "blas_device", None)
-    return dev is not None and dev() is not None
+    return G.ggml_backend_dev_by_name("BLAS") is not None
 
 
 @contextlib.contextmanager

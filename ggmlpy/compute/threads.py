@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from typing import Literal, overload
 
 from .._ffi import CData, ffi, lib
-from ..backend.backend import Backend, ggml_get_n_threads, is_blas, set_backend_threads, threads_set_by_user
+from ..backend.backend import (
+    Backend,
+    blas_device,
+    ggml_get_n_threads,
+    is_blas,
+    set_backend_threads,
+    threads_set_by_user,
+)
 from ..core import openblas
 from ..core.library import uses_openmp
 from ..graph.graph import walk_graph
@@ -56,9 +63,10 @@ def forward_flops(outputs: Sequence[Tensor]) -> float:
 
 
 def _blas_takes(t: CData) -> bool:
-    """Whether ggml's BLAS backend takes this MUL_MAT (F32, at least 32^3 multiply-adds: patch 0010)."""
-    return int(t.ne[0]) * int(t.ne[1]) * int(t.src[1].ne[0]) >= 32 ** 3 \
-        and t.src[0].type == lib.GGML_TYPE_F32 and t.src[1].type == lib.GGML_TYPE_F32
+    """Whether ggml's BLAS backend takes this MUL_MAT, as its device answers (patches/0010: F32, at least 32^3
+    multiply-adds; patches/0062: none where the CPU backend computes F32 products itself)."""
+    dev = blas_device()
+    return dev is not None and bool(lib.ggml_backend_dev_supports_op(dev.ptr, t))
 
 
 # ggml-opt's per-parameter work, in element-op units of ``StepWork.pool_elements``: AdamW reads a gradient,

@@ -4,6 +4,7 @@ split with the CPU backend that keeps the two pools from contending."""
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -160,8 +161,9 @@ def test_build_links_the_openmp_openblas_before_the_system_default(monkeypatch, 
 def test_model_layer_splits_the_threads_for_fit_trainer_steps_and_predict(monkeypatch):
     """The split is what every model-layer computation runs with: a fit's steps, ggml_trainer's steps
     (which used to give ggml's pool the threads whatever the split said) and ggml_predict (whose products
-    used to stay on one OpenBLAS thread). This model's products dominate: OpenBLAS gets the threads, ggml's
-    pool one."""
+    used to stay on one OpenBLAS thread). This model's products dominate: where the BLAS device takes them
+    OpenBLAS gets the threads and ggml's pool one; where the CPU backend computes F32 products itself
+    (patches/0062) ggml's pool gets them and OpenBLAS one."""
     from ggmlpy.backend import backend as gb
     from ggmlpy.compute import threads as policy
     from ggmlpy.models.engine import runtime
@@ -185,7 +187,8 @@ def test_model_layer_splits_the_threads_for_fit_trainer_steps_and_predict(monkey
     rng = np.random.default_rng(0)
     x = rng.normal(size=(128, 256)).astype(np.float32)
     y = np.eye(3, dtype=np.float32)[np.arange(128) % 3]
-    expected = (("BLAS", 2), ("CPU", 1))
+    on_blas = not g.ggml_cpu_has_avx512() or "GGMLPY_NO_F32_GEMM" in os.environ
+    expected = (("BLAS", 2), ("CPU", 1)) if on_blas else (("BLAS", 1), ("CPU", 2))
     g.ggml_fit(m, x, y, batch_size=128, epochs=1, verbose=0)
     tr = g.ggml_trainer(m, batch_size=128)
     tr.step(x, y)
@@ -197,8 +200,9 @@ def test_model_layer_splits_the_threads_for_fit_trainer_steps_and_predict(monkey
 
 
 def test_training_step_work_counts_the_pool_and_the_optimizer():
-    """The split's inputs: products 2 flops per multiply-add on BLAS, ggml's pool one per element plus the
-    optimizer's pass over the weights (every opt_period steps, and the gradient accumulation between)."""
+    """The split's inputs: products 2 flops per multiply-add, on BLAS where its device takes them, ggml's pool one
+    per element plus the optimizer's pass over the weights (every opt_period steps, and the gradient accumulation
+    between), and the products where the CPU backend computes them."""
     from ggmlpy.compute.threads import OPTIMIZER_ELEMENTS_PER_PARAM, training_step_work
     ctx = g.ggml_init(16 << 20, no_alloc=True)
     x = g.ggml_set_input(g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, 64, 128))
@@ -208,12 +212,17 @@ def test_training_step_work_counts_the_pool_and_the_optimizer():
     product = 2.0 * 64 * 48 * 128
     elementwise = 2.0 * 48 * 128  # the add and the relu
     n_params = 64 * 48 + 48
+    # the BLAS device takes the product, unless the CPU backend computes F32 products itself (patches/0062)
+    on_blas = g.ggml_backend_dev_by_name("BLAS") is not None and (
+        not g.ggml_cpu_has_avx512() or "GGMLPY_NO_F32_GEMM" in os.environ)
+    pool_products = 0.0 if on_blas else 3 * product
     work = training_step_work([out])
-    assert work.blas_flops == 3 * product
+    assert work.blas_flops == (3 * product if on_blas else 0.0)
     assert work.flops == 3 * (product + elementwise)
-    assert work.pool_elements == 3 * elementwise + OPTIMIZER_ELEMENTS_PER_PARAM * n_params
+    assert work.pool_elements == pool_products + 3 * elementwise + OPTIMIZER_ELEMENTS_PER_PARAM * n_params
     accumulating = training_step_work([out], opt_period=4)
-    assert accumulating.pool_elements == 3 * elementwise + (OPTIMIZER_ELEMENTS_PER_PARAM / 4 + 1) * n_params
+    assert accumulating.pool_elements == pool_products + 3 * elementwise + \
+        (OPTIMIZER_ELEMENTS_PER_PARAM / 4 + 1) * n_params
     ctx.free()
 
 

@@ -3,6 +3,8 @@ and 0006 are checked against finite differences in tests/ops/test_gradients.py; 
 checked here against AdamW's formula in numpy and, for the model layer, in tests/models)."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -241,9 +243,22 @@ def _openblas():
     return loaded_openblas()  # the instance ggml-blas loaded
 
 
+def _cpu_takes_f32_products() -> bool:
+    """patches/0062: a CPU backend built with AVX-512 computes F32 products (MUL_MAT, OUT_PROD) itself, faster than
+    OpenBLAS's sgemm, and the BLAS device declines them, unless the process runs with GGMLPY_NO_F32_GEMM=1."""
+    return bool(G.ggml_cpu_has_avx512()) and "GGMLPY_NO_F32_GEMM" not in os.environ
+
+
+def _skip_unless_blas_takes_f32() -> None:
+    if _cpu_takes_f32_products():
+        pytest.skip("the CPU backend computes F32 products in this build (patches/0062), so the BLAS backend never "
+                    "gets them; tests/patches/test_f32_products.py runs this test with GGMLPY_NO_F32_GEMM=1")
+
+
 def test_0010_blas_out_prod_runs_with_the_backends_thread_count():
     """OUT_PROD on ggml's BLAS backend used OpenBLAS's own thread count (all cores): a one-thread backend
     still woke OpenBLAS's worker, which spun and took a core from ggml's pool."""
+    _skip_unless_blas_takes_f32()
     if not any(d.name == "BLAS" for d in G.ggml_backend_devices()):
         pytest.skip("this build has no BLAS backend (GGMLPY_BACKENDS without blas, or OpenBLAS missing)")
     from ggmlpy.backend.backend import set_backend_threads
@@ -277,6 +292,7 @@ def test_0010_blas_out_prod_runs_with_the_backends_thread_count():
 def test_0028_blas_out_prod_with_a_tiny_output_runs_on_one_openblas_thread(n0, n1, threads_during):
     """patches/0028: an output plane of <= 256 elements on one OpenBLAS thread (two were 1.7x slower at 9 x 8 over
     78,400 positions), larger ones on the backend's count; the product matches numpy either way."""
+    _skip_unless_blas_takes_f32()
     if not any(d.name == "BLAS" for d in G.ggml_backend_devices()):
         pytest.skip("this build has no BLAS backend (GGMLPY_BACKENDS without blas, or OpenBLAS missing)")
     from ggmlpy.backend.backend import set_backend_threads
@@ -318,7 +334,8 @@ def test_0028_blas_out_prod_with_a_tiny_output_runs_on_one_openblas_thread(n0, n
     ((31, 31, 31), False),
 ])
 def test_0010_blas_takes_f32_products_large_as_a_whole(shape, taken):
-    """k x m times k x n (ggml: src0 [k, m], src1 [k, n]): the BLAS device takes it iff k*m*n >= 32^3."""
+    """k x m times k x n (ggml: src0 [k, m], src1 [k, n]): the BLAS device takes it iff k*m*n >= 32^3, and never
+    where the CPU backend computes F32 products itself (patches/0062)."""
     from ggmlpy._ffi import lib
     dev = next((d for d in G.ggml_backend_devices() if d.name == "BLAS"), None)
     if dev is None:
@@ -327,7 +344,7 @@ def test_0010_blas_takes_f32_products_large_as_a_whole(shape, taken):
     ctx = G.ggml_init(8 * G.ggml_tensor_overhead(), no_alloc=True)
     out = G.ggml_mul_mat(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, k, m),
                          G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, k, n))
-    assert bool(lib.ggml_backend_dev_supports_op(dev.ptr, out.ptr)) is taken
+    assert bool(lib.ggml_backend_dev_supports_op(dev.ptr, out.ptr)) is (taken and not _cpu_takes_f32_products())
     ctx.free()
 
 
@@ -723,6 +740,7 @@ def _out_prod_ref(a, b, dst_planes):
 ])
 def test_0024_blas_takes_batched_out_prod_and_matches_numpy(a_planes, b_planes, transposed_b):
     """patches/0024: 3-D/4-D OUT_PROD on the BLAS backend (one sgemm per plane, a broadcast)."""
+    _skip_unless_blas_takes_f32()
     from ggmlpy._ffi import lib
     dev = next((d for d in G.ggml_backend_devices() if d.name == "BLAS"), None)
     if dev is None:

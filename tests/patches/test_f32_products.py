@@ -1,0 +1,237 @@
+"""patches/0062: the CPU's F32 products on packed panels (``ggmlpy_sgemm_f32``), for ``ggml_mul_mat`` and
+``ggml_out_prod``.
+
+The kernel computes F32 ``ggml_mul_mat`` (through llamafile_sgemm, which took tinyBLAS before) and every F32
+``ggml_out_prod`` (ggml's backward of a product: the weights' gradient, and the data's with the gradient transposed)
+on CPUs with AVX-512. Its reference is numpy float64 of the same operands; the only error left is F32 accumulation
+(sums of k terms in the kernel's order), bounded by 1e-5 relative to the sums of the terms' absolute values. The
+shapes cross every edge the kernel pads or splits: rows past a 16- or 32-row panel, columns past a 12-column block,
+sums not a multiple of 16 (the 16 x 16 transposes of the packing), a single row or column, panels that two threads
+split by rows or by columns, more panels than one L2-sized group, batched slices with broadcast weights, and
+transposed or permuted (non-contiguous) operands of out_prod. ``GGMLPY_NO_F32_GEMM=1`` selects ggml's own kernels
+(tinyBLAS, out_prod's loops): the same reference in a subprocess (the switch is read once per process), and results
+that differ somewhere from the kernel's (another summation order), which shows the kernel ran. Where the CPU lacks
+AVX-512 both runs take ggml's kernels; that comparison is then skipped, saying so.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import ggmlpy as G
+from tests.helpers.compute import compute, compute_grad, nd4
+
+
+# (m: C's contiguous rows (the weight's rows), n: columns (data rows), k: sum length)
+MATMUL_SHAPES = [(32, 32, 32), (64, 2048, 64), (256, 2048, 64), (33, 47, 70), (500, 500, 784), (10, 500, 500),
+                 (500, 500, 10), (7, 9, 11), (16, 300, 33), (1, 40, 17), (45, 2, 5), (98, 130, 64), (300, 13, 2000)]
+# out_prod: (ne0 = m, ne1 = n, ne01 = k)
+OUT_PROD_SHAPES = [(64, 256, 2048), (784, 500, 500), (33, 47, 70), (7, 9, 11), (1, 12, 3), (500, 10, 500),
+                   (64, 64, 32), (2000, 40, 30)]
+
+
+def _rng(*key: int) -> np.random.Generator:
+    return np.random.default_rng(abs(hash(key)) % (2**32))
+
+
+def _backend():
+    be = G.ggml_backend_cpu_init()
+    G.ggml_backend_cpu_set_n_threads(be, 2)
+    return be
+
+
+def _matmul(m: int, n: int, k: int, batch: int = 1, shared_weight: bool = False):
+    """ggml_mul_mat of a [batch or 1, m, k] weight by [batch, n, k] data on 2 threads, numpy's, and |terms| sums."""
+    rng = _rng(m, n, k, batch, shared_weight)
+    a = rng.standard_normal((1 if shared_weight else batch, m, k)).astype(np.float32)
+    b = rng.standard_normal((batch, n, k)).astype(np.float32)
+    be = _backend()
+    try:
+        (y,) = compute(lambda c, at, bt: G.ggml_mul_mat(c, at, bt), a, b, backend=be)
+    finally:
+        be.free()
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    want = b64 @ np.swapaxes(a64, -1, -2)
+    scale = np.abs(b64) @ np.swapaxes(np.abs(a64), -1, -2)
+    return y, want, scale
+
+
+def _out_prod(m: int, n: int, k: int, layout: str = "plain", batch: int = 1):
+    """ggml_out_prod: dst[j, i] = sum_l s0[l, i] s1[l, j]; s1 given plain or as a transposed view; numpy's too."""
+    rng = _rng(m, n, k, batch, hash(layout) % 1000)
+    s0 = rng.standard_normal((batch, k, m)).astype(np.float32)        # ggml [m, k, batch]
+    if layout == "transposed":
+        s1t = rng.standard_normal((batch, n, k)).astype(np.float32)   # ggml [k, n]; transposed to [n, k]
+
+        def build(c, x0, x1t):
+            return G.ggml_out_prod(c, x0, G.ggml_transpose(c, x1t))
+
+        (y,) = compute(build, s0, s1t, backend=_keep(_backend()))
+        s1 = np.swapaxes(s1t, -1, -2)
+    else:
+        s1 = rng.standard_normal((batch, k, n)).astype(np.float32)    # ggml [n, k]
+        (y,) = compute(lambda c, x0, x1: G.ggml_out_prod(c, x0, x1), s0, s1, backend=_keep(_backend()))
+    a64, b64 = s0.astype(np.float64), s1.astype(np.float64)
+    want = np.swapaxes(b64, -1, -2) @ a64                               # [batch, n, m]
+    scale = np.swapaxes(np.abs(b64), -1, -2) @ np.abs(a64)
+    return y, want, scale
+
+
+_BACKENDS: list = []
+
+
+def _keep(be):
+    """Backends of this module freed at its end (compute reads its results before returning)."""
+    _BACKENDS.append(be)
+    return be
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _free_backends():
+    yield
+    while _BACKENDS:
+        _BACKENDS.pop().free()
+
+
+def _close(y, want, scale) -> bool:
+    return bool(np.all(np.abs(y - nd4(want)) <= 1e-5 * nd4(scale) + 1e-6))
+
+
+@pytest.mark.parametrize("m, n, k", MATMUL_SHAPES)
+def test_matmul_against_numpy(m, n, k):
+    y, want, scale = _matmul(m, n, k)
+    assert y.shape == nd4(want).shape
+    assert _close(y, want, scale)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_batched_matmul_against_numpy(shared):
+    """Attention's batched products (heads x batch slices of 64 x 64 x 32), the weight broadcast or per slice."""
+    y, want, scale = _matmul(64, 64, 32, batch=6, shared_weight=shared)
+    assert _close(y, want, scale)
+
+
+@pytest.mark.parametrize("m, n, k", OUT_PROD_SHAPES)
+@pytest.mark.parametrize("layout", ["plain", "transposed"])
+def test_out_prod_against_numpy(m, n, k, layout):
+    y, want, scale = _out_prod(m, n, k, layout)
+    assert y.shape == nd4(want).shape
+    assert _close(y, want, scale)
+
+
+def test_batched_out_prod_against_numpy():
+    y, want, scale = _out_prod(40, 30, 20, "transposed", batch=3)
+    assert _close(y, want, scale)
+
+
+def test_out_prod_broadcasts_its_first_operand():
+    """dst's slices share src0 (ggml's grouped-query rule: ne2 a multiple of src0's ne2)."""
+    rng = _rng(5, 6, 7)
+    s0 = rng.standard_normal((1, 7, 5)).astype(np.float32)    # ggml [5, 7, 1]
+    s1 = rng.standard_normal((4, 7, 6)).astype(np.float32)    # ggml [6, 7, 4]
+    (y,) = compute(lambda c, x0, x1: G.ggml_out_prod(c, x0, x1), s0, s1, backend=_keep(_backend()))
+    want = np.swapaxes(s1.astype(np.float64), -1, -2) @ s0.astype(np.float64)
+    assert _close(y, want, np.swapaxes(np.abs(s1.astype(np.float64)), -1, -2) @ np.abs(s0.astype(np.float64)))
+
+
+def test_backward_of_a_product_against_numpy():
+    """ggml's backward of a product inside a graph (its out_prods, one with the gradient transposed): the gradients
+    of sum((x W^T) * r) with respect to W and to x against numpy's r^T x and r W."""
+    rng = _rng(11, 13)
+    w = rng.standard_normal((20, 37)).astype(np.float32)      # ggml [37, 20]
+    x = rng.standard_normal((29, 37)).astype(np.float32)      # ggml [37, 29]
+    r = rng.standard_normal((29, 20)).astype(np.float32)      # the product's shape
+    _, gw = compute_grad(lambda c, wt, xt: G.ggml_mul_mat(c, wt, xt), w, r, x, backend=_keep(_backend()))
+    _, gx = compute_grad(lambda c, xt, wt: G.ggml_mul_mat(c, wt, xt), x, r, w, backend=_keep(_backend()))
+    w64, x64, r64 = w.astype(np.float64), x.astype(np.float64), r.astype(np.float64)
+    np.testing.assert_allclose(np.asarray(gw).reshape(20, 37), r64.T @ x64, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(gx).reshape(29, 37), r64 @ w64, rtol=1e-5, atol=1e-4)
+
+
+_WORKER = """
+import json, sys
+sys.path.insert(0, {root!r})
+from tests.patches.test_f32_products import _matmul, _out_prod, MATMUL_SHAPES, OUT_PROD_SHAPES
+def entry(y, want, scale):
+    return [y.ravel().tolist(), bool((abs(y.ravel() - want.ravel()) <= 1e-5 * scale.ravel() + 1e-6).all())]
+out = {{}}
+for m, n, k in MATMUL_SHAPES:
+    out[f"mm{{m}}x{{n}}x{{k}}"] = entry(*_matmul(m, n, k))
+for m, n, k in OUT_PROD_SHAPES:
+    out[f"op{{m}}x{{n}}x{{k}}"] = entry(*_out_prod(m, n, k, "transposed"))
+print(json.dumps(out))
+"""
+
+
+def _run(baseline: bool) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "GGMLPY_NO_F32_GEMM"}
+    if baseline:
+        env["GGMLPY_NO_F32_GEMM"] = "1"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, "-c", _WORKER.format(root=root)], env=env, capture_output=True, text=True,
+                          timeout=600, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _has_avx512() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return " avx512f" in f.read()
+    except OSError:
+        return False
+
+
+def test_ggml_kernels_meet_the_reference_and_differ_from_ours():
+    ours, theirs = _run(False), _run(True)
+    assert all(ok for _, ok in ours.values()), [k for k, (_, ok) in ours.items() if not ok]
+    assert all(ok for _, ok in theirs.values()), [k for k, (_, ok) in theirs.items() if not ok]
+    if not _has_avx512():
+        pytest.skip("this CPU has no AVX-512: both runs took ggml's own kernels, so there is nothing to tell apart")
+    differ = [k for k in ours if ours[k][0] != theirs[k][0]]
+    # the larger sums are the ones whose rounding differs between two summation orders
+    assert "mm500x500x784" in differ and "op784x500x500" in differ, differ
+
+
+def test_blas_declines_f32_products_where_the_cpu_computes_them():
+    """The BLAS device declines F32 MUL_MAT and OUT_PROD where the CPU backend has the kernel (built with AVX-512):
+    every product stays on the CPU, in one split."""
+    from ggmlpy._ffi import lib
+    dev = G.ggml_backend_dev_by_name("BLAS")
+    if dev is None:
+        pytest.skip("this build has no BLAS backend (GGMLPY_BACKENDS without blas, or OpenBLAS missing)")
+    ctx = G.ggml_init(16 * G.ggml_tensor_overhead(), no_alloc=True)
+    try:
+        a = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 256, 128)
+        b = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 256, 64)
+        mm = G.ggml_mul_mat(ctx, a, b)                               # 128 x 64 x 256: large for BLAS's rule
+        op = G.ggml_out_prod(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 128, 256),
+                             G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 64, 256))
+        takes = [bool(lib.ggml_backend_dev_supports_op(dev.ptr, t.ptr)) for t in (mm, op)]
+    finally:
+        ctx.free()
+    assert takes == [not G.ggml_cpu_has_avx512()] * 2
+
+
+def test_blas_f32_kernels_still_pass_their_tests_when_given_the_products():
+    """GGMLPY_NO_F32_GEMM=1 gives F32 products back to the BLAS backend (users of machines without AVX-512 get
+    that path): its own tests (patches/0010, 0024, 0028 in tests/patches/test_cpu.py), which skip in a process
+    where the CPU takes the products, run and pass in a subprocess with the switch."""
+    if G.ggml_backend_dev_by_name("BLAS") is None:
+        pytest.skip("this build has no BLAS backend (GGMLPY_BACKENDS without blas, or OpenBLAS missing)")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, GGMLPY_NO_F32_GEMM="1")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
+                           os.path.join(root, "tests", "patches", "test_cpu.py"), "-k", "blas"],
+                          env=env, cwd=root, capture_output=True, text=True, timeout=600)
+    tail = done.stdout[-3000:]
+    assert done.returncode == 0, tail
+    summary = tail.strip().splitlines()[-1]
+    # the 9 skipped here (0010's thread count, 0028's three, 0024's five) and 0010's placement rule, none skipped
+    passed = int(re.search(r"(\d+) passed", summary).group(1))
+    assert passed >= 15 and "skipped" not in summary, tail
