@@ -218,20 +218,31 @@ def test_blas_declines_f32_products_where_the_cpu_computes_them():
     assert takes == [not G.ggml_cpu_has_avx512()] * 2
 
 
-def test_blas_f32_kernels_still_pass_their_tests_when_given_the_products():
-    """GGMLPY_NO_F32_GEMM=1 gives F32 products back to the BLAS backend (users of machines without AVX-512 get
-    that path): its own tests (patches/0010, 0024, 0028 in tests/patches/test_cpu.py), which skip in a process
-    where the CPU takes the products, run and pass in a subprocess with the switch."""
-    if G.ggml_backend_dev_by_name("BLAS") is None:
+# ggml's own paths that the kernel replaces, each still tested with GGMLPY_NO_F32_GEMM=1 in a subprocess: the BLAS
+# backend's F32 products (patches/0010, 0024, 0028, skipped in a process where the CPU takes the products), the
+# tiled convolution's simd_gemm products and FLASH_ATTN_BACK's rows-by-keys kernels (test file, -k, fewest passes)
+_BASELINE_SUITES = {
+    "blas": ("test_cpu.py", "blas", 15),
+    "tiled-convolution": ("../ops/test_conv.py", "tiled", 50),
+    "flash-attn-back": ("test_flash_attn_back.py", "cpu", 10),
+}
+
+
+@pytest.mark.parametrize("suite", sorted(_BASELINE_SUITES))
+def test_replaced_kernels_still_pass_their_tests_with_the_switch(suite):
+    """GGMLPY_NO_F32_GEMM=1 gives the products back to ggml's kernels and the BLAS backend (what machines without
+    AVX-512 run): their tests run and pass in a subprocess with the switch, none skipped."""
+    path, select, least = _BASELINE_SUITES[suite]
+    if suite == "blas" and G.ggml_backend_dev_by_name("BLAS") is None:
         pytest.skip("this build has no BLAS backend (GGMLPY_BACKENDS without blas, or OpenBLAS missing)")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(os.path.dirname(here))
     env = dict(os.environ, GGMLPY_NO_F32_GEMM="1")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
-                           os.path.join(root, "tests", "patches", "test_cpu.py"), "-k", "blas"],
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           os.path.normpath(os.path.join(here, path)), "-k", select],
                           env=env, cwd=root, capture_output=True, text=True, timeout=600)
     tail = done.stdout[-3000:]
     assert done.returncode == 0, tail
     summary = tail.strip().splitlines()[-1]
-    # the 9 skipped here (0010's thread count, 0028's three, 0024's five) and 0010's placement rule, none skipped
     passed = int(re.search(r"(\d+) passed", summary).group(1))
-    assert passed >= 15 and "skipped" not in summary, tail
+    assert passed >= least and "skipped" not in summary, tail

@@ -40,6 +40,10 @@ CASES = {   # B, H, Hkv, N, M, D, Dv, mask
     "d64-padding": (1, 4, 2, 6, 11, 64, 48, "padding"),
     "d128-both": (2, 2, 1, 7, 10, 128, 128, "both"),
     "long-keys": (1, 2, 2, 3, 40, 32, 32, "padding"),
+    # more query rows than the CPU kernel's block of 32 (patches/0062): a partial last block, a causal span that
+    # grows across blocks, keys past the queries
+    "blocks-causal": (1, 2, 1, 70, 75, 32, 16, "causal"),
+    "blocks-both": (2, 2, 2, 40, 33, 64, 64, "both"),
 }
 
 
