@@ -3,6 +3,7 @@ of the session), and the scripts of the cases that run in them. Pure Python: not
 code run in the child does)."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -66,3 +67,28 @@ def assert_refused_naming_op(results: tuple, cases: dict, key: str) -> None:
     assert lines[key].startswith("VALUEERROR"), lines[key]
     assert cases[key][1] in lines[key], lines[key]
     assert rc == 0, err[-2000:]
+
+
+def json_with_switch(code: str, switch: str, on: bool, timeout: float = 300) -> dict:
+    """Run ``code``, which prints one JSON object on its last line, in a fresh interpreter from the repository root
+    with the environment variable ``switch`` set to 1 (``on``) or absent, and return the object: how a test compares
+    a kernel with the one a switch read once per process selects."""
+    env = {k: v for k, v in os.environ.items() if k != switch}
+    if on:
+        env[switch] = "1"
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def cpu_flags() -> set[str]:
+    """The instruction-set flags /proc/cpuinfo lists for this machine's first CPU (empty where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()

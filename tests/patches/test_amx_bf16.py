@@ -12,16 +12,12 @@ runs take ggml's kernel: the reference still holds and the comparison between th
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 import ggmlpy as G
 from tests.helpers.compute import compute, nd4
+from tests.helpers.subprocesses import cpu_flags, json_with_switch
 from tests.patches.test_half_products import round_to
 
 
@@ -53,41 +49,21 @@ def test_bf16_products_against_numpy(m, n, k):
 
 
 _WORKER = """
-import json, sys
-sys.path.insert(0, {root!r})
+import json
 from tests.patches.test_amx_bf16 import _product, SHAPES
-out = {{}}
+out = {}
 for m, n, k in SHAPES:
     y, want, scale = _product(m, n, k)
     ok = bool((abs(y.ravel() - want.ravel()) <= 1e-5 * scale.ravel() + 1e-6).all())
-    out[f"{{m}}x{{n}}x{{k}}"] = [y.ravel().tolist(), ok]
+    out[f"{m}x{n}x{k}"] = [y.ravel().tolist(), ok]
 print(json.dumps(out))
 """
 
 
-def _run(no_amx: bool) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "GGMLPY_NO_AMX"}
-    if no_amx:
-        env["GGMLPY_NO_AMX"] = "1"
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    done = subprocess.run([sys.executable, "-c", _WORKER.format(root=root)], env=env, capture_output=True, text=True,
-                          timeout=300, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def _has_amx() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = f.read()
-    except OSError:
-        return False
-    return " amx_bf16" in flags and " amx_tile" in flags
-
-
 def test_the_tile_kernel_and_ggmls_agree_with_numpy_and_differ_from_each_other():
-    tiles, plain = _run(False), _run(True)
+    tiles, plain = json_with_switch(_WORKER, "GGMLPY_NO_AMX", False), json_with_switch(_WORKER, "GGMLPY_NO_AMX", True)
     assert all(ok for _, ok in tiles.values()) and all(ok for _, ok in plain.values())
-    if not _has_amx():
+    if not {"amx_bf16", "amx_tile"} <= cpu_flags():
         pytest.skip("this CPU has no AMX-BF16: both runs took ggml's kernel (checked against numpy above)")
     large = [key for key in tiles if np.prod([int(d) for d in key.split("x")]) >= 32 ** 3]
     # the tile kernel ran: its sums differ from tinyBLAS's in the last bits on every product it takes

@@ -15,7 +15,6 @@ AVX-512 both runs take ggml's kernels; that comparison is then skipped, saying s
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -26,6 +25,7 @@ import pytest
 
 import ggmlpy as G
 from tests.helpers.compute import compute, compute_grad, nd4
+from tests.helpers.subprocesses import cpu_flags, json_with_switch
 
 
 # (m: C's contiguous rows (the weight's rows), n: columns (data rows), k: sum length)
@@ -155,43 +155,24 @@ def test_backward_of_a_product_against_numpy():
 
 
 _WORKER = """
-import json, sys
-sys.path.insert(0, {root!r})
+import json
 from tests.patches.test_f32_products import _matmul, _out_prod, MATMUL_SHAPES, OUT_PROD_SHAPES
 def entry(y, want, scale):
     return [y.ravel().tolist(), bool((abs(y.ravel() - want.ravel()) <= 1e-5 * scale.ravel() + 1e-6).all())]
-out = {{}}
+out = {}
 for m, n, k in MATMUL_SHAPES:
-    out[f"mm{{m}}x{{n}}x{{k}}"] = entry(*_matmul(m, n, k))
+    out[f"mm{m}x{n}x{k}"] = entry(*_matmul(m, n, k))
 for m, n, k in OUT_PROD_SHAPES:
-    out[f"op{{m}}x{{n}}x{{k}}"] = entry(*_out_prod(m, n, k, "transposed"))
+    out[f"op{m}x{n}x{k}"] = entry(*_out_prod(m, n, k, "transposed"))
 print(json.dumps(out))
 """
 
 
-def _run(baseline: bool) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "GGMLPY_NO_F32_GEMM"}
-    if baseline:
-        env["GGMLPY_NO_F32_GEMM"] = "1"
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    done = subprocess.run([sys.executable, "-c", _WORKER.format(root=root)], env=env, capture_output=True, text=True,
-                          timeout=600, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def _has_avx512() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return " avx512f" in f.read()
-    except OSError:
-        return False
-
-
 def test_ggml_kernels_meet_the_reference_and_differ_from_ours():
-    ours, theirs = _run(False), _run(True)
+    ours, theirs = (json_with_switch(_WORKER, "GGMLPY_NO_F32_GEMM", baseline) for baseline in (False, True))
     assert all(ok for _, ok in ours.values()), [k for k, (_, ok) in ours.items() if not ok]
     assert all(ok for _, ok in theirs.values()), [k for k, (_, ok) in theirs.items() if not ok]
-    if not _has_avx512():
+    if "avx512f" not in cpu_flags():
         pytest.skip("this CPU has no AVX-512: both runs took ggml's own kernels, so there is nothing to tell apart")
     differ = [k for k in ours if ours[k][0] != theirs[k][0]]
     # the larger sums are the ones whose rounding differs between two summation orders
