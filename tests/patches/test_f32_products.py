@@ -7,7 +7,8 @@ on CPUs with AVX-512. Its reference is numpy float64 of the same operands; the o
 (sums of k terms in the kernel's order), bounded by 1e-5 relative to the sums of the terms' absolute values. The
 shapes cross every edge the kernel pads or splits: rows past a 16- or 32-row panel, columns past a 12-column block,
 sums not a multiple of 16 (the 16 x 16 transposes of the packing), a single row or column, panels that two threads
-split by rows or by columns, more panels than one L2-sized group, batched slices with broadcast weights, and
+split by rows or by columns, more panels than one L2-sized group, long sums cut into slices (at 384 terms where
+B's columns are adjacent, 4096 where its rows are), batched slices with broadcast weights, and
 transposed or permuted (non-contiguous) operands of out_prod. ``GGMLPY_NO_F32_GEMM=1`` selects ggml's own kernels
 (tinyBLAS, out_prod's loops): the same reference in a subprocess (the switch is read once per process), and results
 that differ somewhere from the kernel's (another summation order), which shows the kernel ran. Where the CPU lacks
@@ -30,10 +31,11 @@ from tests.helpers.subprocesses import cpu_flags, json_with_switch
 
 # (m: C's contiguous rows (the weight's rows), n: columns (data rows), k: sum length)
 MATMUL_SHAPES = [(32, 32, 32), (64, 2048, 64), (256, 2048, 64), (33, 47, 70), (500, 500, 784), (10, 500, 500),
-                 (500, 500, 10), (7, 9, 11), (16, 300, 33), (1, 40, 17), (45, 2, 5), (98, 130, 64), (300, 13, 2000)]
+                 (500, 500, 10), (7, 9, 11), (16, 300, 33), (1, 40, 17), (45, 2, 5), (98, 130, 64), (300, 13, 2000),
+                 (40, 30, 9000)]   # sums sliced at 4096 terms
 # out_prod: (ne0 = m, ne1 = n, ne01 = k)
 OUT_PROD_SHAPES = [(64, 256, 2048), (784, 500, 500), (33, 47, 70), (7, 9, 11), (1, 12, 3), (500, 10, 500),
-                   (64, 64, 32), (2000, 40, 30)]
+                   (64, 64, 32), (2000, 40, 30), (20, 30, 5000)]
 
 
 def _rng(*key: int) -> np.random.Generator:
