@@ -229,3 +229,20 @@ def test_replaced_kernels_still_pass_their_tests_with_the_switch(suite):
     summary = tail.strip().splitlines()[-1]
     passed = int(re.search(r"(\d+) passed", summary).group(1))
     assert passed >= least and "skipped" not in summary, tail
+
+
+@pytest.mark.parametrize("shape, axes", [((37, 53), (1, 0)), ((64, 48), (1, 0)), ((3, 40, 33), (2, 1, 0)),
+                                         ((5, 34, 17), (1, 0, 2))])
+def test_transposed_copies_tile_in_registers(shape, axes):
+    """4-byte copies out of a transposed or permuted view (attention's heads, the backward's transposed gradients)
+    move whole 16 x 16 tiles through registers (patches/0062) and the edges element by element: every element where
+    numpy's transpose puts it, bit for bit, on 2 threads."""
+    x = _rng(*shape).standard_normal(shape).astype(np.float32)
+    perm = [len(shape) - 1 - a for a in reversed(axes)]   # numpy axes -> ggml's permute of ne
+    inverse = [perm.index(i) for i in range(len(perm))]
+
+    def build(c, a):
+        return G.ggml_cont(c, G.ggml_permute(c, a, *inverse, *range(len(inverse), 4)))
+    (y,) = compute(build, x, backend=_keep(_backend()))
+    want = np.transpose(x, axes)
+    assert np.array_equal(y.reshape(want.shape), want)
