@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
+from tests.helpers.subprocesses import cpu_flags
 
 
 F32 = G.GGML_TYPE_F32
@@ -215,17 +216,6 @@ def test_ggml_opt_result_accuracy_counts_argmax_matches(backend, sched):
 
 # ---------------------------------------------------------------- CPU features
 
-def _cpuinfo_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
 # each x86 probe with the flag Linux reports in /proc/cpuinfo for that instruction set
 X86_PROBES = [(G.ggml_cpu_has_sse3, "pni"), (G.ggml_cpu_has_ssse3, "ssse3"), (G.ggml_cpu_has_avx, "avx"),
               (G.ggml_cpu_has_avx2, "avx2"), (G.ggml_cpu_has_fma, "fma"), (G.ggml_cpu_has_f16c, "f16c"),
@@ -239,9 +229,9 @@ FOREIGN_PROBES = [G.ggml_cpu_has_neon, G.ggml_cpu_has_arm_fma, G.ggml_cpu_has_fp
                   G.ggml_cpu_has_vsx, G.ggml_cpu_has_vxe, G.ggml_cpu_has_wasm_simd]
 
 
-@pytest.mark.skipif(not _cpuinfo_flags() or "sse2" not in _cpuinfo_flags(), reason="needs an x86 /proc/cpuinfo")
+@pytest.mark.skipif(not cpu_flags() or "sse2" not in cpu_flags(), reason="needs an x86 /proc/cpuinfo")
 def test_ggml_cpu_has_probes_agree_with_proc_cpuinfo():
-    flags = _cpuinfo_flags()
+    flags = cpu_flags()
     features = G.ggml_cpu_features()
     for probe, flag in X86_PROBES:
         used = probe()
