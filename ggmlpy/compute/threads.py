@@ -18,6 +18,7 @@ from ..backend.backend import (
     set_backend_threads,
     threads_set_by_user,
 )
+from ..backend.device import Device
 from ..core import openblas
 from ..core.library import uses_openmp
 from ..graph.graph import walk_graph
@@ -62,11 +63,10 @@ def forward_flops(outputs: Sequence[Tensor]) -> float:
     return forward_work(outputs).flops
 
 
-def _blas_takes(t: CData) -> bool:
-    """Whether ggml's BLAS backend takes this MUL_MAT, as its device answers (patches/0010: F32, at least 32^3
-    multiply-adds; patches/0062: none where the CPU backend computes F32 products itself)."""
-    dev = blas_device()
-    return dev is not None and bool(lib.ggml_backend_dev_supports_op(dev.ptr, t))
+def _blas_takes(t: CData, blas: Device | None) -> bool:
+    """Whether ggml's BLAS device (``blas``, None without one) takes this MUL_MAT, as it answers (patches/0010:
+    F32, at least 32^3 multiply-adds; patches/0062: none where the CPU backend computes F32 products itself)."""
+    return blas is not None and bool(lib.ggml_backend_dev_supports_op(blas.ptr, t))
 
 
 # ggml-opt's per-parameter work, in element-op units of ``StepWork.pool_elements``: AdamW reads a gradient,
@@ -91,6 +91,7 @@ class StepWork:
 def forward_work(outputs: Sequence[Tensor]) -> StepWork:
     """The work of one forward pass to ``outputs`` (inference)."""
     flops = blas = 0.0
+    dev = blas_device()
     for t in walk_graph(o.ptr for o in outputs):
         if t.op == lib.GGML_OP_NONE:
             continue
@@ -98,7 +99,7 @@ def forward_work(outputs: Sequence[Tensor]) -> StepWork:
         if t.op == _MUL_MAT:
             product = 2.0 * n * int(t.src[0].ne[0])
             flops += product
-            blas += product if _blas_takes(t) else 0.0
+            blas += product if _blas_takes(t, dev) else 0.0
         elif t.op in (_LSTM_SEQ, _GRU_SEQ):   # every step's recurrent product [units, G units] x [units, batch]
             units, batch, steps = int(t.ne[0]), int(t.ne[1]), int(t.ne[2])
             flops += 2.0 * (4 if t.op == _LSTM_SEQ else 3) * units * units * batch * steps + n

@@ -4,7 +4,6 @@ split with the CPU backend that keeps the two pools from contending."""
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 
 import ggmlpy as g
 from ggmlpy.compute.threads import restore_threads, split_threads, StepWork
+from tests.helpers.devices import cpu_takes_f32_products
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -187,7 +187,7 @@ def test_model_layer_splits_the_threads_for_fit_trainer_steps_and_predict(monkey
     rng = np.random.default_rng(0)
     x = rng.normal(size=(128, 256)).astype(np.float32)
     y = np.eye(3, dtype=np.float32)[np.arange(128) % 3]
-    on_blas = not g.ggml_cpu_has_avx512() or "GGMLPY_NO_F32_GEMM" in os.environ
+    on_blas = not cpu_takes_f32_products()
     expected = (("BLAS", 2), ("CPU", 1)) if on_blas else (("BLAS", 1), ("CPU", 2))
     g.ggml_fit(m, x, y, batch_size=128, epochs=1, verbose=0)
     tr = g.ggml_trainer(m, batch_size=128)
@@ -213,8 +213,7 @@ def test_training_step_work_counts_the_pool_and_the_optimizer():
     elementwise = 2.0 * 48 * 128  # the add and the relu
     n_params = 64 * 48 + 48
     # the BLAS device takes the product, unless the CPU backend computes F32 products itself (patches/0062)
-    on_blas = g.ggml_backend_dev_by_name("BLAS") is not None and (
-        not g.ggml_cpu_has_avx512() or "GGMLPY_NO_F32_GEMM" in os.environ)
+    on_blas = g.ggml_backend_dev_by_name("BLAS") is not None and not cpu_takes_f32_products()
     pool_products = 0.0 if on_blas else 3 * product
     work = training_step_work([out])
     assert work.blas_flops == (3 * product if on_blas else 0.0)

@@ -3,6 +3,8 @@ would provide it). Vulkan runs on Mesa's lavapipe in CI; CUDA where a GPU is len
 which sets GGMLPY_REQUIRE_DEVICES so that such a skip fails there)."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import ggmlpy as g
@@ -25,3 +27,9 @@ def require_gpu(name: str) -> None:
 def is_lavapipe(name: str) -> bool:
     dev = g.ggml_backend_dev_by_name(name)
     return dev is not None and any(s in dev.description.lower() for s in ("llvmpipe", "lavapipe"))
+
+
+def cpu_takes_f32_products() -> bool:
+    """patches/0062: a CPU backend built with AVX-512 computes F32 products (MUL_MAT, OUT_PROD) itself, faster than
+    OpenBLAS's sgemm, and the BLAS device declines them, unless the process runs with GGMLPY_NO_F32_GEMM set."""
+    return bool(g.ggml_cpu_has_avx512()) and "GGMLPY_NO_F32_GEMM" not in os.environ

@@ -3,13 +3,12 @@ and 0006 are checked against finite differences in tests/ops/test_gradients.py; 
 checked here against AdamW's formula in numpy and, for the model layer, in tests/models)."""
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 import ggmlpy as G
 from ggmlpy._ffi import ffi
+from tests.helpers.devices import cpu_takes_f32_products
 
 
 def test_0005_static_graphs_larger_than_ggmls_default_size_train():
@@ -243,14 +242,8 @@ def _openblas():
     return loaded_openblas()  # the instance ggml-blas loaded
 
 
-def _cpu_takes_f32_products() -> bool:
-    """patches/0062: a CPU backend built with AVX-512 computes F32 products (MUL_MAT, OUT_PROD) itself, faster than
-    OpenBLAS's sgemm, and the BLAS device declines them, unless the process runs with GGMLPY_NO_F32_GEMM=1."""
-    return bool(G.ggml_cpu_has_avx512()) and "GGMLPY_NO_F32_GEMM" not in os.environ
-
-
 def _skip_unless_blas_takes_f32() -> None:
-    if _cpu_takes_f32_products():
+    if cpu_takes_f32_products():
         pytest.skip("the CPU backend computes F32 products in this build (patches/0062), so the BLAS backend never "
                     "gets them; tests/patches/test_f32_products.py runs this test with GGMLPY_NO_F32_GEMM=1")
 
@@ -344,7 +337,7 @@ def test_0010_blas_takes_f32_products_large_as_a_whole(shape, taken):
     ctx = G.ggml_init(8 * G.ggml_tensor_overhead(), no_alloc=True)
     out = G.ggml_mul_mat(ctx, G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, k, m),
                          G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, k, n))
-    assert bool(lib.ggml_backend_dev_supports_op(dev.ptr, out.ptr)) is (taken and not _cpu_takes_f32_products())
+    assert bool(lib.ggml_backend_dev_supports_op(dev.ptr, out.ptr)) is (taken and not cpu_takes_f32_products())
     ctx.free()
 
 

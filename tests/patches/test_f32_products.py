@@ -26,6 +26,7 @@ import pytest
 
 import ggmlpy as G
 from tests.helpers.compute import compute, compute_grad, nd4
+from tests.helpers.devices import cpu_takes_f32_products
 from tests.helpers.subprocesses import cpu_flags, json_with_switch
 
 
@@ -198,7 +199,7 @@ def test_blas_declines_f32_products_where_the_cpu_computes_them():
         takes = [bool(lib.ggml_backend_dev_supports_op(dev.ptr, t.ptr)) for t in (mm, op)]
     finally:
         ctx.free()
-    assert takes == [not G.ggml_cpu_has_avx512()] * 2
+    assert takes == [not cpu_takes_f32_products()] * 2
 
 
 # ggml's own paths that the kernel replaces, each still tested with GGMLPY_NO_F32_GEMM=1 in a subprocess: the BLAS
