@@ -32,6 +32,7 @@ TIERS = [
     ["ggmlpy.models.engine"],
     ["ggmlpy.models.io"],
     ["ggmlpy.models"],
+    ["ggmlpy.autograd"],  # ggmlR's second API, the dynamic autograd engine: beside the model layer, above it
     ["ggmlpy._guard"],  # the public-surface guard: only the package's __init__ uses it
 ]
 MAX_LINES = 600

@@ -1,0 +1,425 @@
+"""Lazy ``ag_*`` values lowered to one ggml graph, cached by the graph's structure, and run.
+
+A value is a *node*: a leaf (a ``Storage`` on the device, or host data) or an op over other nodes. To compute a set
+of targets, ``evaluate`` walks back from them to values that are already known, lowers what lies between into one
+ggml graph (forward, ggml's own backward where a target is a gradient, the optimizer's updates), and runs it on the
+targets' device. The graph is keyed by its structure: op names, static settings, shapes, and which stored tensors it
+reads; host data (a batch, a learning rate, a seed) is an input written at each run. A step that repeats the
+previous one's structure therefore reuses its graph, scheduler and memory, and the only transfers are its inputs.
+
+Results stay in the graph's memory, flagged as outputs, until the same graph runs again: a result still referenced
+then is first copied to the host. A value whose inputs changed after it was made (an optimizer step) is refused
+rather than computed from their new values.
+"""
+from __future__ import annotations
+
+import sys
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from .._ffi import ffi, lib
+from ..backend.buffer import ggml_backend_alloc_ctx_tensors
+from ..backend.transfer import write_array
+from ..compute.placement import PlacementRecorder
+from ..compute.run import ggml_backend_sched_graph_compute
+from ..compute.sched import Scheduler
+from ..compute.threads import forward_work, restore_threads, split_threads, StepWork
+from ..errors import GgmlStateError
+from ..graph.backward import check_backward_graph
+from ..graph.context import ggml_graph_overhead, ggml_init, ggml_tensor_overhead
+from ..graph.graph import ggml_build_forward_expand, ggml_new_graph_custom
+from ..graph.objects import Context, Graph, Tensor
+from ..graph.tensor import ggml_new_tensor, ggml_set_input, ggml_set_loss, ggml_set_output
+from ..models.engine.runtime import make_scheduler
+from .device import DTYPES, Engine, NUMPY, Storage
+
+
+CACHE_SIZE = 8  # graphs kept per device (a training step, an evaluation, a few batch sizes)
+
+
+class Op:
+    """An op of the engine: its name (part of a graph's key) and how it becomes ggml ops. ``lower(b, xs, attrs)``
+    gets the ``Builder``, the ggml tensors of the inputs and the op's static settings and returns a ggml tensor.
+    ``grad``: the op is a gradient (its inputs: the loss, the leaf), lowered through ggml's backward pass."""
+
+    def __init__(self, name: str, lower: Callable[..., Tensor], grad: bool = False) -> None:
+        self.name, self.lower, self.grad = name, lower, grad
+
+    def __repr__(self) -> str:
+        return f"Op({self.name})"
+
+
+class Node(Protocol):
+    """What this module reads of a value (``tensor.AgTensor``)."""
+    op: Op | None
+    inputs: tuple[Any, ...]
+    attrs: tuple
+    shape: tuple[int, ...]
+    dtype: str
+    engine: Engine
+    created: int
+    writes: tuple[Storage, ...]
+    storage: Storage | None
+    host: np.ndarray | None
+    result: tuple[Any, int, Tensor] | None
+    tape: Any
+    group: tuple
+
+
+def known(n: Node) -> bool:
+    """Whether a value needs no compute: stored, on the host, or a result still in its graph's memory."""
+    return n.storage is not None or n.host is not None or result_valid(n)
+
+
+def result_valid(n: Node) -> bool:
+    r = n.result
+    return r is not None and r[0].generation == r[1] and r[0].alive
+
+
+def fetch(n: Node) -> np.ndarray:
+    """The value of a known node as a numpy array of its shape (a download, unless it is on the host)."""
+    if n.host is not None:
+        return n.host
+    if n.storage is not None:
+        return n.storage.read()
+    if result_valid(n):
+        entry, _, t = n.result  # type: ignore[misc]  # result_valid: not None
+        n.host = entry.engine.download(t).reshape(n.shape)
+        return n.host
+    raise GgmlStateError("internal: fetch of a value that is not computed; please report it")
+
+
+# ---------------------------------------------------------------- building a graph
+
+class Builder:
+    """The ggml side of one graph: its contexts, the tensors of its nodes, its inputs and constants."""
+
+    def __init__(self, engine: Engine, n_nodes: int) -> None:
+        self.engine = engine
+        self.size = max(2048, 12 * n_nodes + 256)
+        self.ctx: Context = ggml_init(mem_size=ggml_graph_overhead(self.size, True) + 16 * self.size
+                                      * ggml_tensor_overhead(), no_alloc=True)
+        self.ctx_io: Context = ggml_init(mem_size=(2 * n_nodes + 16) * ggml_tensor_overhead(), no_alloc=True)
+        self.graph: Graph = ggml_new_graph_custom(self.ctx, self.size, True)
+        self.constants: list[tuple[Tensor, np.ndarray]] = []  # written once, after allocation
+        self.inputs: list[Tensor] = []                         # host values written at each run, by position
+        self.seed: Tensor | None = None                        # the loss's gradient (1), written at each run
+        self.grads: dict[int, Tensor | None] = {}              # id(storage) -> its gradient in this graph
+        self.loss: int | None = None                           # id() of the loss differentiated, while lowering
+        self.storages: list[Storage] = []
+        self.ends: list[Tensor] = []                           # side effects an op adds (an optimizer's copies)
+        self._transposed: dict[int, Tensor] = {}
+
+    def note_transpose(self, t: Tensor, original: Tensor) -> None:
+        """``t`` is the transposed copy of the matrix ``original``."""
+        self._transposed[int(ffi.cast("uintptr_t", t.ptr))] = original
+
+    def untransposed(self, t: Tensor) -> Tensor | None:
+        """The matrix ``t`` is a transposed copy of, if it is one (a product uses it directly)."""
+        return self._transposed.get(int(ffi.cast("uintptr_t", t.ptr)))
+
+    def input(self, shape: tuple[int, ...], dtype: str) -> Tensor:
+        ne = tuple(reversed(shape)) or (1,)
+        t = ggml_set_input(ggml_new_tensor(self.ctx_io, DTYPES[dtype], len(ne), ne))
+        self.inputs.append(t)
+        return t
+
+    def constant(self, values: np.ndarray) -> Tensor:
+        """An F32 (int32 values: I32) tensor holding ``values`` (numpy order), written once per graph."""
+        values = np.ascontiguousarray(values, dtype=np.int32 if values.dtype.kind in "iu" else np.float32)
+        ne = tuple(reversed(values.shape)) or (1,)
+        t = ggml_set_input(ggml_new_tensor(self.ctx_io, DTYPES["i32" if values.dtype == np.int32 else "f32"],
+                                           len(ne), ne))
+        self.constants.append((t, values.reshape(-1)))
+        return t
+
+    def backward(self, loss: Node, loss_t: Tensor, leaves: Sequence[Node]) -> None:
+        """ggml's backward pass of ``loss`` into this graph: gradients for the stored leaves it was asked for."""
+        if self.loss is not None:
+            raise GgmlStateError("internal: two backward passes in one graph; please report it")
+        self.loss = id(loss)
+        if loss_t.ptr.op == lib.GGML_OP_NONE or loss_t.ptr.view_src != ffi.NULL:
+            loss_t = Tensor(lib.ggml_scale(self.ctx.ptr, loss_t.ptr, 1.0), self.ctx, sources=(loss_t,))
+        ggml_set_loss(loss_t)
+        ggml_build_forward_expand(self.graph, loss_t)
+        check_backward_graph(self.graph)
+        g = self.graph.ptr
+        n = int(lib.ggml_graph_n_nodes(g))
+        self.seed = ggml_set_input(ggml_new_tensor(self.ctx_io, DTYPES["f32"], 1, (1,)))
+        accs = ffi.new("struct ggml_tensor *[]", n)
+        for i in range(n):
+            if lib.ggml_graph_node(g, i) == loss_t.ptr:
+                accs[i] = self.seed.ptr
+        self.graph.deps.setdefault(id(self.ctx_io), self.ctx_io)
+        lib.ggml_build_backward_expand(self.ctx.ptr, g, accs)
+        for leaf in leaves:
+            st = leaf.storage
+            assert st is not None  # a trainable leaf is stored
+            grad = lib.ggml_graph_get_grad(g, st.tensor.ptr)
+            self.grads[id(st)] = None if grad == ffi.NULL else Tensor(grad, self.ctx, sources=(st.tensor,))
+
+
+@dataclass
+class Plan:
+    """What one ``evaluate`` computes: the nodes in order, which are given (``bound``), which are outputs."""
+    order: list[Node]
+    bound: list[bool]
+    outputs: list[bool]
+    key: tuple
+
+
+class Entry:
+    """A built graph with its scheduler, reused while the steps repeat its structure."""
+
+    def __init__(self, engine: Engine, builder: Builder, sched: Scheduler, tensors: list[Tensor],
+                 work: StepWork) -> None:
+        self.engine, self.builder, self.sched, self.tensors, self.work = engine, builder, sched, tensors, work
+        self.generation = 0
+        self.alive = True
+        self.io_buffer: object = None  # the inputs' buffer, kept with the graph
+        self.held: list[weakref.ref] = []  # the previous run's outputs (weakly)
+        self.constants_written = False
+
+    def preserve(self) -> None:
+        """Copy the previous run's outputs that are still referenced to the host, before their memory is reused."""
+        for ref in self.held:
+            n = ref()
+            if n is not None and n.host is None and result_valid(n):
+                fetch(n)
+        self.held = []
+
+    def free(self) -> None:
+        self.preserve()
+        self.alive = False
+        self.sched.free()
+
+
+class GraphCache:
+    """An engine's graphs by key, least recently used dropped first."""
+
+    def __init__(self) -> None:
+        self.entries: OrderedDict[tuple, Entry] = OrderedDict()
+
+    def get(self, key: tuple) -> Entry | None:
+        e = self.entries.get(key)
+        if e is not None:
+            self.entries.move_to_end(key)
+        return e
+
+    def put(self, key: tuple, entry: Entry) -> None:
+        self.entries[key] = entry
+        while len(self.entries) > CACHE_SIZE:
+            _, old = self.entries.popitem(last=False)
+            old.free()
+
+    def clear(self) -> None:
+        while self.entries:
+            _, old = self.entries.popitem(last=False)
+            old.free()
+
+
+def _stale(n: Node, newest: int) -> GgmlStateError:
+    return GgmlStateError(
+        f"this {n.op.name if n.op else 'value'} of shape {n.shape} was made (epoch {n.created}) before a tensor "
+        f"it is computed from changed (epoch {newest}: an optimizer step or a .data assignment), and has not "
+        "been computed since; computing it now would mix old and new values. Read it (.numpy(), .item()) before "
+        "the step, or compute it again from the current tensors")
+
+
+def plan(targets: Sequence[Node]) -> Plan:
+    """Walk back from ``targets`` to known values; nodes in an order where inputs come first. Where a target is a
+    gradient, the nodes its tape recorded (between the loss and the trained leaves) are recomputed even when known:
+    the backward pass needs them. Other known values are inputs of the graph."""
+    tapes = _tapes(targets)
+    order: list[Node] = []
+    bound: list[bool] = []
+    index: dict[int, int] = {}
+    stack: list[tuple[Node, bool]] = [(t, False) for t in reversed(targets)]
+    while stack:
+        n, expanded = stack.pop()
+        if id(n) in index:
+            continue
+        recompute = n.op is not None and (n.tape is not None and id(n.tape) in tapes or not known(n))
+        if not recompute or expanded:
+            index[id(n)] = len(order)
+            order.append(n)
+            bound.append(not recompute)
+            continue
+        stack.append((n, True))
+        for x in reversed(n.inputs):
+            if id(x) not in index:
+                stack.append((x, False))
+    # staleness: a node computed here must be newer than every stored value it reads
+    newest: dict[int, int] = {}
+    for n, b in zip(order, bound):
+        if b:
+            newest[id(n)] = n.storage.modified if n.storage is not None else 0
+            continue
+        m = max(newest[id(x)] for x in n.inputs) if n.inputs else 0
+        if m > n.created:
+            raise _stale(n, m)
+        newest[id(n)] = m
+    outputs = _outputs(order, bound, targets)
+    key: list[tuple] = []
+    for n, b, o in zip(order, bound, outputs):
+        if b:
+            key.append(("S", n.storage.serial, n.shape, n.dtype) if n.storage is not None else
+                       ("H", n.shape, n.dtype))
+        else:
+            assert n.op is not None
+            key.append((n.op.name, n.attrs, tuple(index[id(x)] for x in n.inputs), n.shape, o))
+    return Plan(order, bound, outputs, tuple(key))
+
+
+def _tapes(targets: Sequence[Node]) -> set[int]:
+    """The tapes whose losses this graph differentiates: of every gradient still to compute on the way."""
+    tapes: set[int] = set()
+    seen: set[int] = set()
+    stack = list(targets)
+    while stack:
+        n = stack.pop()
+        if id(n) in seen or n.op is None or known(n):
+            continue
+        seen.add(id(n))
+        if n.op.grad:
+            tapes.add(id(n.inputs[0].tape))
+        stack.extend(n.inputs)
+    return tapes
+
+
+def _outputs(order: list[Node], bound: list[bool], targets: Sequence[Node]) -> list[bool]:
+    """Which computed nodes keep their value after the run: the targets, and every node referenced from outside
+    the nodes of this graph (a variable of the caller, a leaf's ``.grad``), whose value may be read later."""
+    internal: dict[int, int] = {}
+    for i in range(len(order)):
+        if not bound[i]:
+            for x in order[i].inputs:
+                internal[id(x)] = internal.get(id(x), 0) + 1
+    wanted = {id(t) for t in targets}
+    out = []
+    for i in range(len(order)):
+        if bound[i]:
+            out.append(False)
+            continue
+        n = order[i]
+        # references: the list, ``n`` and getrefcount's argument, and the inputs of the nodes computed here
+        extra = sys.getrefcount(n) - 3 - internal.get(id(n), 0)
+        out.append(id(n) in wanted or extra > 0)
+    return out
+
+
+def _lower(engine: Engine, p: Plan) -> Entry:
+    b = Builder(engine, len(p.order))
+    tensors: list[Tensor] = []
+    by_id: dict[int, Tensor] = {}
+    leaves = [n.inputs[1] for n, bound in zip(p.order, p.bound) if not bound and n.op is not None and n.op.grad]
+    for n, bound in zip(p.order, p.bound):
+        t: Tensor
+        if bound:
+            t = n.storage.tensor if n.storage is not None else b.input(n.shape, n.dtype)
+            if n.storage is not None:
+                b.storages.append(n.storage)  # kept alive while the graph that reads them is
+        elif n.op is not None and n.op.grad:
+            loss, leaf = n.inputs
+            if b.loss is None:
+                b.backward(loss, by_id[id(loss)], leaves)
+            elif b.loss != id(loss):
+                raise GgmlStateError("internal: gradients of two losses in one graph; please report it")
+            g = b.grads.get(id(leaf.storage))
+            t = g if g is not None else Tensor(lib.ggml_scale(b.ctx.ptr, leaf.storage.tensor.ptr, 0.0), b.ctx,
+                                               sources=(leaf.storage.tensor,))
+        else:
+            assert n.op is not None
+            t = n.op.lower(b, [by_id[id(x)] for x in n.inputs], n.attrs)
+        by_id[id(n)] = t
+        tensors.append(t)
+    ends = []
+    for n, bound, o, t in zip(p.order, p.bound, p.outputs, tensors):
+        if not bound and (o or n.writes):
+            if o:
+                ggml_set_output(t)
+            ends.append(t)
+    for t in ends + b.ends:
+        ggml_build_forward_expand(b.graph, t)
+    io = ggml_backend_alloc_ctx_tensors(b.ctx_io, engine.backend)
+    sched = make_scheduler(engine.backend, int(lib.ggml_graph_n_nodes(b.graph.ptr)))
+    entry = Entry(engine, b, sched, tensors, forward_work(ends + b.ends))
+    entry.io_buffer = io
+    engine.counters.graphs_built += 1
+    return entry
+
+
+def evaluate(targets: Sequence[Node]) -> None:
+    """Compute ``targets`` (nodes of one engine) in one graph; afterwards each is known."""
+    pending = [t for t in targets if not known(t)]
+    for t in list(pending):   # values best computed together (one backward's gradients)
+        for ref in t.group:
+            g = ref()
+            if g is not None and not known(g) and all(g is not q for q in pending):
+                pending.append(g)
+    if not pending:
+        return
+    engine = pending[0].engine
+    for t in pending:
+        if t.engine is not engine:
+            raise GgmlStateError(f"values on {engine.name} and {t.engine.name} cannot be computed in one graph; "
+                                 "move one with ag_to_device")
+    with engine.lock:
+        p = plan(pending)
+        if engine.graphs is None:
+            engine.graphs = GraphCache()
+        cache: GraphCache = engine.graphs  # type: ignore[assignment]
+        entry = cache.get(p.key)
+        if entry is None:
+            entry = _lower(engine, p)
+            cache.put(p.key, entry)
+        _run(engine, entry, p)
+
+
+def _run(engine: Engine, entry: Entry, p: Plan) -> None:
+    entry.preserve()
+    b = entry.builder
+    if not entry.constants_written:
+        for t, values in b.constants:
+            engine.upload(t, values)
+        entry.constants_written = True
+    k = 0
+    for n, bound in zip(p.order, p.bound):
+        if bound and n.storage is None:
+            data = fetch(n)
+            t = b.inputs[k]
+            k += 1
+            arr = np.ascontiguousarray(data, dtype=NUMPY[n.dtype]).reshape(-1)
+            write_array(t.ptr, arr)
+            engine.counters.uploads += 1
+            engine.counters.upload_bytes += int(arr.nbytes)
+    if b.seed is not None:
+        engine.upload(b.seed, np.ones(1, np.float32))
+    before = split_threads(entry.sched.backends, entry.work)
+    try:
+        if engine.recording:
+            with PlacementRecorder(entry.sched) as rec:
+                ggml_backend_sched_graph_compute(entry.sched, b.graph)
+            engine.counters.placements.append(rec.placement(f"ag graph of {len(p.order)} values on {engine.name}"))
+        else:
+            ggml_backend_sched_graph_compute(entry.sched, b.graph)
+    finally:
+        restore_threads(before)
+    engine.counters.computes += 1
+    entry.generation += 1
+    held: list[weakref.ref] = []
+    for n, bound, o, t in zip(p.order, p.bound, p.outputs, entry.tensors):
+        if bound:
+            continue
+        if o:
+            n.result = (entry, entry.generation, t)
+            n.host = None
+            held.append(weakref.ref(n))
+        for st in n.writes:
+            st.touched()
+    entry.held = held
