@@ -6,10 +6,12 @@ Start with the model layer, ggmlR's Keras-like API (the first names below): buil
 ``ggml_fit_generator`` (batches streamed from a generator), then ``ggml_evaluate``, ``ggml_predict`` and
 ``ggml_save_model``. The user guide (linked at the bottom left) walks through each; the search box finds any name.
 
-The other families follow in this order, each under its heading: the training loops, callbacks and learning-rate
-schedules (``ggml_fit_opt_gen``, ``ggml_callback_*``, ``ggml_schedule_*``); ggml-opt, ggml's optimizer
-(``ggml_opt_*``); GGUF files (``gguf_*``); backends, devices and buffers (``ggml_backend_*``); the scheduler and
-graph computation (``ggml_backend_sched_*``, ``ggml_gallocr_*``); graphs and tensors (``ggml_init``,
+The other families follow in this order, each under its heading: ggmlR's dynamic autograd engine: eager
+PyTorch-style code whose every step runs as one ggml graph (``ag_tensor``, ``ag_param``, ``with_grad_tape``,
+``backward``, the ``ag_*`` ops, layers and losses, ``optimizer_*``, ``lr_scheduler_*``); the training loops,
+callbacks and learning-rate schedules (``ggml_fit_opt_gen``, ``ggml_callback_*``, ``ggml_schedule_*``); ggml-opt,
+ggml's optimizer (``ggml_opt_*``); GGUF files (``gguf_*``); backends, devices and buffers (``ggml_backend_*``); the
+scheduler and graph computation (``ggml_backend_sched_*``, ``ggml_gallocr_*``); graphs and tensors (``ggml_init``,
 ``ggml_new_tensor_*``, ``ggml_graph_*``); ggml's ops (``ggml_add``, ``ggml_mul_mat``, ... with the context first,
 then operands, then scalars, as in ggmlR); the library's version, CPU features and timers, and the tensor types
 (``GGML_VERSION``, ``ggml_cpu_has_*``, ``GGML_TYPE_*``); the errors (``GgmlpyError`` and its subclasses). Every
@@ -29,6 +31,18 @@ from .errors import (GgmlpyError, GgmlpyWarning, GgmlStateError, GgmlInUseError,
                      BackendUnavailableError, GgufFileError, GgufFileNotFoundError, GgufKeyError)
 from .models.layers.layer import (Layer)
 from .models.layers.weight import (Weight)
+from .autograd.data import (ag_dataloader, ag_gradcheck, ag_trace)
+from .autograd.losses import (ag_cross_entropy_loss, ag_mse_loss, ag_softmax_cross_entropy_loss)
+from .autograd.nn import (ag_batch_norm, ag_dropout, ag_embedding, ag_eval, ag_layer_norm, ag_linear, ag_sequential,
+                          ag_train)
+from .autograd.ops import (ag_add, ag_clamp, ag_exp, ag_log, ag_matmul, ag_mean, ag_mul, ag_pow, ag_relu, ag_reshape,
+                           ag_scale, ag_sigmoid, ag_softmax, ag_sub, ag_sum, ag_tanh, ag_transpose)
+from .autograd.optim import (check_grad_anomaly, clip_grad_norm, clip_grad_value, optimizer_adam, optimizer_sgd)
+from .autograd.schedulers import (lr_scheduler_cosine, lr_scheduler_cyclic, lr_scheduler_onecycle, lr_scheduler_step,
+                                  lr_scheduler_warmup_cosine)
+from .autograd.tape import (ag_grad, backward, with_grad_tape)
+from .autograd.tensor import (ag_default_device, ag_default_dtype, ag_device, ag_dtype, ag_param, ag_tensor,
+                              ag_to_device)
 from .backend.backend import (ggml_backend_cpu_init, ggml_backend_cpu_set_n_threads, ggml_backend_cuda_init,
                               ggml_backend_dev_init, ggml_backend_free, ggml_backend_get_device,
                               ggml_backend_init_auto, ggml_backend_init_best, ggml_backend_init_by_name,
@@ -327,16 +341,23 @@ __all__ = [
     "ggml_optimizer_sgd", "ggml_snapshot_free", "ggml_callback_model_checkpoint", "ggml_pad_sequences",
     "ggml_to_categorical", "ggml_load_weights", "ggml_save_weights", "ggml_layer_adapt", "ggml_regularizer_l1",
     "ggml_regularizer_l1_l2", "ggml_regularizer_l2", "ggml_model_placement", "ggml_model_profile", "Layer", "Weight",
-    "ggml_callback_early_stopping", "ggml_schedule_cosine_decay", "ggml_schedule_learning_rate",
-    "ggml_schedule_reduce_on_plateau", "ggml_schedule_step_decay", "ggml_callback_csv_logger", "ggml_fit_opt",
-    "ggml_fit_opt_gen", "ggml_fit_opt_multi", "ggml_opt_fit_multi", "ggml_plot_history", "ggml_opt_alloc",
-    "ggml_opt_context_optimizer_type", "ggml_opt_eval", "ggml_opt_free", "ggml_opt_grad_acc", "ggml_opt_inputs",
-    "ggml_opt_labels", "ggml_opt_labels_i", "ggml_opt_loss", "ggml_opt_loss_i", "ggml_opt_loss_weights_i",
-    "ggml_opt_n_loss", "ggml_opt_ncorrect", "ggml_opt_ncorrect_i", "ggml_opt_outputs", "ggml_opt_outputs_i",
-    "ggml_opt_pred", "ggml_opt_prepare_alloc", "ggml_opt_reset", "ggml_opt_static_graphs",
-    "ggml_opt_build_type_forward", "ggml_opt_build_type_grad", "ggml_opt_build_type_opt", "ggml_opt_optimizer_name",
-    "ggml_opt_optimizer_type_adamw", "ggml_opt_optimizer_type_sgd", "ggml_opt_loss_custom", "ggml_opt_dataset_data",
-    "ggml_opt_dataset_free", "ggml_opt_dataset_get_batch", "ggml_opt_dataset_get_batch_head",
+    "ag_dataloader", "ag_gradcheck", "ag_trace", "ag_cross_entropy_loss", "ag_mse_loss",
+    "ag_softmax_cross_entropy_loss", "ag_batch_norm", "ag_dropout", "ag_embedding", "ag_eval", "ag_layer_norm",
+    "ag_linear", "ag_sequential", "ag_train", "ag_add", "ag_clamp", "ag_exp", "ag_log", "ag_matmul", "ag_mean",
+    "ag_mul", "ag_pow", "ag_relu", "ag_reshape", "ag_scale", "ag_sigmoid", "ag_softmax", "ag_sub", "ag_sum",
+    "ag_tanh", "ag_transpose", "check_grad_anomaly", "clip_grad_norm", "clip_grad_value", "optimizer_adam",
+    "optimizer_sgd", "lr_scheduler_cosine", "lr_scheduler_cyclic", "lr_scheduler_onecycle", "lr_scheduler_step",
+    "lr_scheduler_warmup_cosine", "ag_grad", "backward", "with_grad_tape", "ag_default_device", "ag_default_dtype",
+    "ag_device", "ag_dtype", "ag_param", "ag_tensor", "ag_to_device", "ggml_callback_early_stopping",
+    "ggml_schedule_cosine_decay", "ggml_schedule_learning_rate", "ggml_schedule_reduce_on_plateau",
+    "ggml_schedule_step_decay", "ggml_callback_csv_logger", "ggml_fit_opt", "ggml_fit_opt_gen", "ggml_fit_opt_multi",
+    "ggml_opt_fit_multi", "ggml_plot_history", "ggml_opt_alloc", "ggml_opt_context_optimizer_type", "ggml_opt_eval",
+    "ggml_opt_free", "ggml_opt_grad_acc", "ggml_opt_inputs", "ggml_opt_labels", "ggml_opt_labels_i", "ggml_opt_loss",
+    "ggml_opt_loss_i", "ggml_opt_loss_weights_i", "ggml_opt_n_loss", "ggml_opt_ncorrect", "ggml_opt_ncorrect_i",
+    "ggml_opt_outputs", "ggml_opt_outputs_i", "ggml_opt_pred", "ggml_opt_prepare_alloc", "ggml_opt_reset",
+    "ggml_opt_static_graphs", "ggml_opt_build_type_forward", "ggml_opt_build_type_grad", "ggml_opt_build_type_opt",
+    "ggml_opt_optimizer_name", "ggml_opt_optimizer_type_adamw", "ggml_opt_optimizer_type_sgd", "ggml_opt_loss_custom",
+    "ggml_opt_dataset_data", "ggml_opt_dataset_free", "ggml_opt_dataset_get_batch", "ggml_opt_dataset_get_batch_head",
     "ggml_opt_dataset_get_batch_rows", "ggml_opt_dataset_init", "ggml_opt_dataset_labels", "ggml_opt_dataset_ndata",
     "ggml_opt_dataset_shuffle", "ggml_opt_dataset_weights", "ggml_opt_default_params", "ggml_opt_init",
     "ggml_opt_init_for_fit", "ggml_opt_init_for_fit_multi", "ggml_opt_epoch", "ggml_opt_fit",

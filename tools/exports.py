@@ -2,10 +2,11 @@
 
 Run ``python tools/exports.py`` after adding, renaming or moving a public name; ``tests/public/test_exports.py``
 fails while the file is stale. A public name is a ``ggml_*``, ``GGML_*`` or ``gguf_*`` name defined at the
-top of a module (``ggml_logger*`` excepted: the FFI's log plumbing), or one of the two functions the model
-layer makes for each built-in layer class (``models/builders.py``: ``ggml_layer_<kind>`` and ``ggml_<kind>``,
-read here from the classes' ``kind`` and ``builder_functions``). A name defined in two modules is an error,
-but a layer function named as an op: it takes the op's call too, and the package exports it.
+top of a module (``ggml_logger*`` excepted: the FFI's log plumbing; in ``autograd/``, ggmlR's ``ag_*`` engine, a
+name of the module's ``__all__``), or one of the two functions the model layer makes for each built-in layer
+class (``models/builders.py``: ``ggml_layer_<kind>`` and ``ggml_<kind>``, read here from the classes' ``kind``
+and ``builder_functions``). A name defined in two modules is an error, but a layer function named as an op: it
+takes the op's call too, and the package exports it.
 """
 from __future__ import annotations
 
@@ -110,7 +111,17 @@ def defined_names(path: str) -> list[str]:
                 for e in (t.elts if isinstance(t, ast.Tuple) else [t]):
                     if isinstance(e, ast.Name):
                         names.append(e.id)
+    if os.sep + "autograd" + os.sep in path:  # ggmlR's ag_* engine: its names (ag_*, backward, ...) are its __all__
+        return _literal_all(tree)
     return [n for n in names if n.startswith(PREFIXES) and not n.startswith("ggml_logger")]
+
+
+def _literal_all(tree: ast.Module) -> list[str]:
+    """The names of a module's literal ``__all__`` (none: an empty list)."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return [e.value for e in node.value.elts if isinstance(e, ast.Constant)]  # type: ignore[attr-defined]
+    return []
 
 
 def layer_function_names() -> list[str]:
@@ -173,6 +184,9 @@ FAMILIES = (
     ("models", "The model layer", "ggmlR's Keras-like API: the workflow first (``ggml_model_sequential`` to "
      "``ggml_trainer``), then the layers, metrics, optimizers and the other helpers, and the classes of a layer of "
      "your own (``Layer``, ``Weight``)"),
+    ("autograd", "The autograd engine (ag_*)", "ggmlR's dynamic autograd engine: eager PyTorch-style code whose "
+     "every step runs as one ggml graph (``ag_tensor``, ``ag_param``, ``with_grad_tape``, ``backward``, the ``ag_*`` "
+     "ops, layers and losses, ``optimizer_*``, ``lr_scheduler_*``)"),
     ("training", "Training loops, callbacks and schedules", "the training loops, callbacks and learning-rate "
      "schedules (``ggml_fit_opt_gen``, ``ggml_callback_*``, ``ggml_schedule_*``)"),
     ("opt", "ggml-opt", "ggml-opt, ggml's optimizer (``ggml_opt_*``)"),

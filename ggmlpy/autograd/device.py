@@ -4,7 +4,7 @@ bus), the ``Storage`` a parameter, a moment or a statistic keeps on it, and the 
 
 Every change of a stored value (an optimizer step, ``.data = ...``) takes a new number from one counter, the
 *epoch*; a lazy value remembers the epoch it was made in, so a value made before its inputs changed is refused
-instead of being computed from the new ones (``compile.py``).
+instead of being computed from the new ones (``lazy.py``).
 """
 from __future__ import annotations
 
@@ -62,14 +62,14 @@ class Counters:
 
 
 class Engine:
-    """One device as ``ag_*`` uses it: its backend, the graphs cached for it (``compile.GraphCache``) and the
+    """One device as ``ag_*`` uses it: its backend, the graphs cached for it (``lazy.GraphCache``) and the
     counts of what it computed and moved. ``name``: ``"cpu"`` or a ggml device name (``"Vulkan0"``)."""
 
     def __init__(self, name: str, backend: Backend) -> None:
         self.name, self.backend = name, backend
         self.counters = Counters()
-        self.recording = 0          # > 0 while an ag_trace records placements
-        self.graphs: object = None  # compile.GraphCache, made on the first compute
+        self.graphs: object = None  # lazy.GraphCache, made on the first compute
+        self.effects: list = []     # writes the next compute makes (a batch norm's running statistics)
         self.lock = threading.RLock()
 
     def upload(self, t: Tensor, data: np.ndarray) -> None:
@@ -118,6 +118,19 @@ class Storage:
 
 
 _engines: dict[str, Engine] = {}
+_recording = [0]   # > 0 while an ag_trace records where each compute runs
+
+
+def engines() -> list[Engine]:
+    """The devices started so far."""
+    return list(_engines.values())
+
+
+def recording(change: int = 0) -> int:
+    """How many ag_trace calls are recording placements (``change``: +1 entering one, -1 leaving)."""
+    with _lock:
+        _recording[0] += change
+        return _recording[0]
 _defaults = {"device": "cpu", "dtype": "f32"}
 _said_bf16: set[str] = set()
 

@@ -3,14 +3,12 @@
 """
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from ..errors import GgmlValueError
 from ..ops.elementwise import ggml_sqr
 from ..ops.linalg import ggml_cross_entropy_loss
-from .compile import Op
+from .lazy import Op
 from .ops import ag_clamp, ag_log, ag_mean, ag_mul, ag_scale, ag_sub, ag_sum, floating, operand, tensor_arg
 from .tensor import AgTensor, result
 
@@ -18,14 +16,14 @@ from .tensor import AgTensor, result
 __all__ = ["ag_mse_loss", "ag_cross_entropy_loss", "ag_softmax_cross_entropy_loss"]
 
 
-def _target(target: Any, pred: AgTensor, fn: str) -> AgTensor:
+def _target(target: object, pred: AgTensor, fn: str) -> AgTensor:
     t = operand(target, pred, fn, "target")
     if t.requires_grad:   # targets get no gradient: use their value
         t = operand(t.numpy(), pred, fn, "target")
     return t
 
 
-def ag_mse_loss(pred: AgTensor, target: Any) -> AgTensor:
+def ag_mse_loss(pred: AgTensor, target: object) -> AgTensor:
     """Mean squared error over all elements: ``mean((pred - target) ** 2)``.
 
     Arguments:
@@ -51,7 +49,7 @@ def _samples(pred: AgTensor) -> int:
     return pred.shape[0] if pred.ndim >= 2 else 1
 
 
-def ag_cross_entropy_loss(pred: AgTensor, target: Any) -> AgTensor:
+def ag_cross_entropy_loss(pred: AgTensor, target: object) -> AgTensor:
     """Cross-entropy of probabilities: ``-sum(target * log(p)) / N`` with p = pred clamped to [1e-7, 1 - 1e-7].
 
     Arguments:
@@ -74,7 +72,7 @@ def ag_cross_entropy_loss(pred: AgTensor, target: Any) -> AgTensor:
 _CE = Op("softmax_cross_entropy", lambda b, xs, attrs: ggml_cross_entropy_loss(b.ctx, xs[0], xs[1]))
 
 
-def ag_softmax_cross_entropy_loss(logits: AgTensor, target: Any) -> AgTensor:
+def ag_softmax_cross_entropy_loss(logits: AgTensor, target: object) -> AgTensor:
     """Softmax cross-entropy of logits: ``-sum(target * log_softmax(logits)) / N``, gradient
     ``(softmax(logits) - target) / N`` (ggml's fused loss, exact for any logit).
 

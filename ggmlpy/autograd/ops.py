@@ -7,13 +7,13 @@ gradient is summed back to its shape. Gradients are ggml's own backward passes, 
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from ..core.args import is_real
 from ..errors import GgmlTypeError, GgmlValueError
-from ..graph.objects import Tensor
+from ..graph.objects import Context, Tensor
 from ..ops.elementwise import (
     ggml_add,
     ggml_clamp,
@@ -34,19 +34,19 @@ from ..ops.elementwise import (
 from ..ops.layout import ggml_permute, ggml_reshape_1d, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d
 from ..ops.linalg import ggml_mul_mat
 from ..ops.reduce import ggml_repeat, ggml_sum, ggml_sum_rows
-from .compile import Builder, Op
+from .lazy import Builder, Op
 from .tensor import AgTensor, leaf_values, OPERATORS, result
 
 
 __all__ = ["ag_add", "ag_sub", "ag_mul", "ag_matmul", "ag_scale", "ag_relu", "ag_sigmoid", "ag_tanh", "ag_softmax",
            "ag_exp", "ag_log", "ag_sum", "ag_mean", "ag_reshape", "ag_transpose", "ag_pow", "ag_clamp"]
 
-Shape = tuple[int, ...]
+NpShape = tuple[int, ...]  # numpy's order
 
 
 # ---------------------------------------------------------------- operands and layouts
 
-def operand(x: Any, like: AgTensor, fn: str, what: str) -> AgTensor:
+def operand(x: object, like: AgTensor, fn: str, what: str) -> AgTensor:
     """An AgTensor for ``x``: itself, or a number or array as data on ``like``'s device."""
     if isinstance(x, AgTensor):
         return x
@@ -58,7 +58,7 @@ def operand(x: Any, like: AgTensor, fn: str, what: str) -> AgTensor:
     return t
 
 
-def tensor_arg(x: Any, fn: str, what: str = "x") -> AgTensor:
+def tensor_arg(x: object, fn: str, what: str = "x") -> AgTensor:
     if not isinstance(x, AgTensor):
         raise GgmlTypeError(f"{fn}: {what} must be an AgTensor (make one with ag_tensor or ag_param), got "
                             f"{type(x).__name__}")
@@ -71,12 +71,12 @@ def floating(x: AgTensor, fn: str, what: str = "x") -> AgTensor:
     return x
 
 
-def ne_of(shape: Shape) -> tuple[int, ...]:
+def ne_of(shape: NpShape) -> tuple[int, ...]:
     """ggml's sizes (ne0 first) of a numpy shape."""
     return tuple(reversed(shape)) or (1,)
 
 
-def reshaped(b: Builder, t: Tensor, shape: Shape) -> Tensor:
+def reshaped(b: Builder, t: Tensor, shape: NpShape) -> Tensor:
     """``t`` (contiguous) as ggml's tensor of numpy ``shape``."""
     ne = ne_of(shape)
     if tuple(t.shape[:len(ne)]) == ne and all(d == 1 for d in t.shape[len(ne):]):
@@ -85,14 +85,14 @@ def reshaped(b: Builder, t: Tensor, shape: Shape) -> Tensor:
     return fns[len(ne) - 1](b.ctx, t, *ne)
 
 
-def broadcasts(small: Shape, big: Shape) -> bool:
+def broadcasts(small: NpShape, big: NpShape) -> bool:
     """Whether numpy broadcasts ``small`` to exactly ``big``."""
     if len(small) > len(big):
         return False
     return all(s in (1, g) for s, g in zip(reversed(small), reversed(big)))
 
 
-def padded(t: Tensor, b: Builder, small: Shape, big: Shape) -> Tensor:
+def padded(t: Tensor, b: Builder, small: NpShape, big: NpShape) -> Tensor:
     """``t`` of numpy shape ``small`` with ``big``'s number of dimensions (leading 1s): ggml's broadcast form."""
     full = (1,) * (len(big) - len(small)) + tuple(small)
     return reshaped(b, t, full) if full else t
@@ -100,7 +100,7 @@ def padded(t: Tensor, b: Builder, small: Shape, big: Shape) -> Tensor:
 
 # ---------------------------------------------------------------- element-wise
 
-def _bin(name: str, fn: Any) -> Op:
+def _bin(name: str, fn: Callable[[Context, Tensor, Tensor], Tensor]) -> Op:
     def lower(b: Builder, xs: list[Tensor], attrs: tuple) -> Tensor:
         small, big = attrs
         return fn(b.ctx, xs[0], padded(xs[1], b, small, big))
@@ -110,7 +110,7 @@ def _bin(name: str, fn: Any) -> Op:
 _ADD, _MUL, _SUB_SAME = _bin("add", ggml_add), _bin("mul", ggml_mul), _bin("sub", ggml_sub)
 
 
-def _binary(fn: str, a: Any, c: Any, commutes: bool) -> tuple[AgTensor, AgTensor]:
+def _binary(fn: str, a: object, c: object, commutes: bool) -> tuple[AgTensor, AgTensor]:
     """The operands of an element-wise op with the broadcast one second (swapped where the op commutes)."""
     if not isinstance(a, AgTensor):
         c = tensor_arg(c, fn, "b")
@@ -126,7 +126,7 @@ def _binary(fn: str, a: Any, c: Any, commutes: bool) -> tuple[AgTensor, AgTensor
                          "dimensions, from the last, equal a's or are 1); reshape one of them")
 
 
-def ag_add(a: Any, b: Any) -> AgTensor:
+def ag_add(a: object, b: object) -> AgTensor:
     """Element-wise sum ``a + b``, with b broadcast to a's shape (numpy's rules).
 
     Arguments:
@@ -142,7 +142,7 @@ def ag_add(a: Any, b: Any) -> AgTensor:
     return result(_ADD, (x, y), x.shape, (y.shape, x.shape))
 
 
-def ag_mul(a: Any, b: Any) -> AgTensor:
+def ag_mul(a: object, b: object) -> AgTensor:
     """Element-wise product ``a * b``, with b broadcast to a's shape (numpy's rules).
 
     Arguments:
@@ -158,7 +158,7 @@ def ag_mul(a: Any, b: Any) -> AgTensor:
     return result(_MUL, (x, y), x.shape, (y.shape, x.shape))
 
 
-def ag_sub(a: Any, b: Any) -> AgTensor:
+def ag_sub(a: object, b: object) -> AgTensor:
     """Element-wise difference ``a - b``, with b broadcast to a's shape (numpy's rules).
 
     Arguments:
@@ -186,7 +186,7 @@ _RECIP = Op("reciprocal", lambda b, xs, attrs: ggml_div(b.ctx, ggml_repeat(b.ctx
                                                         xs[0]))
 
 
-def _div(a: Any, c: Any) -> AgTensor:
+def _div(a: object, c: object) -> AgTensor:
     if not isinstance(a, AgTensor):
         c = floating(tensor_arg(c, "ag_div", "b"), "ag_div", "b")
         return ag_mul(result(_RECIP, (c,), c.shape), a)
@@ -218,7 +218,8 @@ def ag_scale(x: AgTensor, s: float) -> AgTensor:
 _SCALE = Op("scale", lambda b, xs, attrs: ggml_scale(b.ctx, xs[0], attrs[0]))
 
 
-def _unary(name: str, fn: Any, doc: str, example: str) -> tuple[Op, Any]:
+def _unary(name: str, fn: Callable[[Context, Tensor], Tensor], doc: str,
+           example: str) -> tuple[Op, Callable[[AgTensor], AgTensor]]:
     op = Op(name, lambda b, xs, attrs: fn(b.ctx, xs[0]))
 
     def ag(x: AgTensor) -> AgTensor:
@@ -397,7 +398,7 @@ def ag_transpose(x: AgTensor, dim0: int = -2, dim1: int = -1) -> AgTensor:
     return result(_TRANSPOSE, (x,), tuple(shape), (x.ndim, i, j))
 
 
-def _axis(d: Any, nd: int, fn: str, what: str = "dim") -> int:
+def _axis(d: object, nd: int, fn: str, what: str = "dim") -> int:
     if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or not -nd <= int(d) < nd:
         raise GgmlValueError(f"{fn}: {what} must be an axis of a {nd}-d tensor ({-nd} to {nd - 1}), got {d!r}")
     return int(d) % nd
@@ -406,7 +407,7 @@ def _axis(d: Any, nd: int, fn: str, what: str = "dim") -> int:
 _RESHAPE = Op("reshape", lambda b, xs, attrs: reshaped(b, xs[0], attrs[0]))
 
 
-def ag_reshape(x: AgTensor, shape: Any) -> AgTensor:
+def ag_reshape(x: AgTensor, shape: int | Sequence[int]) -> AgTensor:
     """The same elements in another shape (C order, numpy's ``reshape``; one axis may be -1).
 
     Arguments:
@@ -424,13 +425,14 @@ def ag_reshape(x: AgTensor, shape: Any) -> AgTensor:
         raise GgmlValueError(f"ag_reshape: shape must be up to 4 ints, got {shape!r}")
     if sum(1 for d in dims if d == -1) > 1 or any(d < -1 or d == 0 for d in dims):
         raise GgmlValueError(f"ag_reshape: sizes must be >= 1, with at most one -1; got {shape!r}")
-    known_n = int(np.prod([d for d in dims if d != -1], dtype=np.int64))
+    known_n = math.prod(int(d) for d in dims if d != -1)
     if -1 in dims:
         if known_n == 0 or x.size % known_n:
             raise GgmlValueError(f"ag_reshape: {x.size} elements of {x.shape} do not fill {dims}")
         dims = tuple(x.size // known_n if d == -1 else int(d) for d in dims)
-    if int(np.prod(dims, dtype=np.int64)) != x.size:
-        raise GgmlValueError(f"ag_reshape: shape {dims} holds {int(np.prod(dims))} elements, x {x.shape} has {x.size}")
+    if math.prod(int(d) for d in dims) != x.size:
+        raise GgmlValueError(f"ag_reshape: shape {dims} holds {math.prod(int(d) for d in dims)} elements, x "
+                             f"{x.shape} has {x.size}")
     return result(_RESHAPE, (x,), tuple(int(d) for d in dims), (tuple(int(d) for d in dims),), x.dtype)
 
 
@@ -465,10 +467,10 @@ def _lower_sum(b: Builder, xs: list[Tensor], attrs: tuple) -> Tensor:
 _SUM = Op("sum", _lower_sum)
 
 
-def _reduce(fn: str, x: Any, dim: Any, keepdim: bool, mean: bool) -> AgTensor:
+def _reduce(fn: str, x: object, dim: object, keepdim: bool, mean: bool) -> AgTensor:
     x = floating(tensor_arg(x, fn), fn)
     if dim is None:
-        out: Shape = tuple(1 for _ in x.shape) if keepdim else ()
+        out: NpShape = tuple(1 for _ in x.shape) if keepdim else ()
         return result(_SUM, (x,), out, (x.shape, None, bool(keepdim), 1.0 / x.size if mean else 1.0))
     axis = _axis(dim, max(x.ndim, 1), fn)
     if x.ndim == 0:
@@ -482,7 +484,7 @@ def _reduce(fn: str, x: Any, dim: Any, keepdim: bool, mean: bool) -> AgTensor:
 _SQUEEZE = Op("squeeze", lambda b, xs, attrs: reshaped(b, xs[0], attrs[0]))
 
 
-def _squeeze(t: AgTensor, shape: Shape) -> AgTensor:
+def _squeeze(t: AgTensor, shape: NpShape) -> AgTensor:
     return result(_SQUEEZE, (t,), shape, (shape,))
 
 

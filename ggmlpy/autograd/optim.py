@@ -10,30 +10,31 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ..core.args import is_real
 from ..errors import GgmlpyWarning, GgmlTypeError, GgmlValueError
-from ..ops.elementwise import ggml_abs, ggml_add, ggml_relu, ggml_scale, ggml_sub
-from ..ops.layout import ggml_cpy, ggml_get_rows, ggml_reshape_2d
+from ..graph.objects import Tensor
+from ..ops.elementwise import ggml_abs, ggml_add, ggml_mul, ggml_relu, ggml_sub
+from ..ops.layout import ggml_cpy, ggml_get_rows, ggml_reshape_2d, ggml_view_1d
 from ..ops.reduce import ggml_argmax
 from ..opt.rules import OptimizerSpec, step_ops
-from .compile import Builder, evaluate, Op
 from .device import Storage
+from .lazy import Builder, evaluate, Op
 from .ops import ag_add, ag_clamp, ag_mul, ag_pow, ag_sum
+from .tape import Grads
 from .tensor import AgTensor, result
 
 
 __all__ = ["optimizer_sgd", "optimizer_adam", "clip_grad_norm", "clip_grad_value", "check_grad_anomaly"]
 
 
-def param_list(params: Any, fn: str) -> list[tuple[str, AgTensor]]:
+def param_list(params: object, fn: str) -> list[tuple[str, AgTensor]]:
     """(name, parameter) pairs of a dict, a module's ``parameters()``, a list or one AgTensor."""
     if isinstance(params, AgTensor):
-        items: list[tuple[str, Any]] = [("param1", params)]
+        items: list[tuple[str, object]] = [("param1", params)]
     elif isinstance(params, Mapping):
         items = [(str(k), v) for k, v in params.items()]
     elif hasattr(params, "parameters") and callable(params.parameters):
@@ -47,15 +48,15 @@ def param_list(params: Any, fn: str) -> list[tuple[str, AgTensor]]:
         if not isinstance(p, AgTensor) or p.op is not None or not p.requires_grad:
             raise GgmlValueError(f"{fn}: {name} is not a trainable leaf (make parameters with ag_param)")
     seen: set[int] = set()
-    out = []
+    out: list[tuple[str, AgTensor]] = []
     for name, p in items:
-        if id(p) not in seen:
+        if isinstance(p, AgTensor) and id(p) not in seen:
             seen.add(id(p))
             out.append((name, p))
     return out
 
 
-def _rate(fn: str, name: str, v: Any, low: float = 0.0, high: float = math.inf, closed_high: bool = False) -> float:
+def _rate(fn: str, name: str, v: float, low: float = 0.0, high: float = math.inf, closed_high: bool = False) -> float:
     ok = is_real(v) and not isinstance(v, bool) and math.isfinite(float(v)) and low <= float(v) and (
         float(v) <= high if closed_high else float(v) < high)
     if not ok:
@@ -64,7 +65,7 @@ def _rate(fn: str, name: str, v: Any, low: float = 0.0, high: float = math.inf, 
     return float(v)
 
 
-def _grads_of(params: list[tuple[str, AgTensor]], grads: Any) -> list[tuple[AgTensor, AgTensor | None]]:
+def _grads_of(params: list[tuple[str, AgTensor]], grads: Grads | None) -> list[tuple[AgTensor, AgTensor | None]]:
     if grads is None:
         return [(p, p.grad) for _, p in params]
     return [(p, grads[p] if p in grads else None) for _, p in params]
@@ -77,18 +78,18 @@ def _state_leaf(p: AgTensor) -> AgTensor:
     return t
 
 
-def _lower_adamw(b: Builder, xs: list, attrs: tuple) -> Any:
+def _lower_adamw(b: Builder, xs: list, attrs: tuple) -> Tensor:
     p, g, m, v, hp = xs
     return step_ops(b.ctx, OptimizerSpec("adamw"), p, g, {"m": m, "v": v}, hp)[0]
 
 
-def _lower_sgd(b: Builder, xs: list, attrs: tuple) -> Any:
+def _lower_sgd(b: Builder, xs: list, attrs: tuple) -> Tensor:
+    """hp = [lr, 0, momentum]: ggml's SGD step reads the first two (rate, decay)."""
     p, g, vel, hp = xs if len(xs) == 4 else (*xs[:2], None, xs[2])
-    mu = attrs[0]
     if vel is not None:   # ggmlR's momentum: v = mu*v + g; p -= lr * v
-        g = ggml_add(b.ctx, ggml_scale(b.ctx, vel, mu), g)
+        g = ggml_add(b.ctx, ggml_mul(b.ctx, vel, ggml_view_1d(b.ctx, hp, 1, 8)), g)
         b.ends.append(ggml_cpy(b.ctx, g, vel))
-    return step_ops(b.ctx, OptimizerSpec("sgd"), p, g, {}, hp)[0]
+    return step_ops(b.ctx, OptimizerSpec("sgd"), p, g, {}, ggml_view_1d(b.ctx, hp, 2, 0))[0]
 
 
 _ADAMW, _SGD = Op("adamw_step", _lower_adamw), Op("sgd_step", _lower_sgd)
@@ -97,7 +98,7 @@ _ADAMW, _SGD = Op("adamw_step", _lower_adamw), Op("sgd_step", _lower_sgd)
 class Optimizer:
     name = "optimizer"
 
-    def __init__(self, params: Any, lr: float) -> None:
+    def __init__(self, params: object, lr: float) -> None:
         self.params = param_list(params, self.name)
         self.lr = _rate(self.name, "lr", lr)
         self.t = 0
@@ -108,7 +109,7 @@ class Optimizer:
         for _, p in self.params:
             p.grad = None
 
-    def step(self, grads: Any = None) -> None:
+    def step(self, grads: Grads | None = None) -> None:
         """One update of every parameter with a gradient (``grads``: a ``Grads`` mapping; None: each
         parameter's ``.grad``), computed with the loss and its backward pass in one graph."""
         pairs = [(p, g) for p, g in _grads_of(self.params, grads) if g is not None]
@@ -145,16 +146,16 @@ class SgdOptimizer(Optimizer):
     """ggmlR's SGD (see ``optimizer_sgd``)."""
     name = "optimizer_sgd"
 
-    def __init__(self, params: Any, lr: float, momentum: float) -> None:
+    def __init__(self, params: object, lr: float, momentum: float) -> None:
         super().__init__(params, lr)
         self.momentum = _rate(self.name, "momentum", momentum, 0.0, 1.0)
 
     def _hparams(self) -> np.ndarray:
-        return np.array([self.lr, 0.0], np.float32)
+        return np.array([self.lr, 0.0, self.momentum], np.float32)
 
     def _update(self, p: AgTensor, g: AgTensor, hp: AgTensor) -> AgTensor:
         ins = (p, g) + (self.state(p, 1) if self.momentum else ()) + (hp,)
-        out = result(_SGD, ins, p.shape, (self.momentum,), differentiable=False)
+        out = result(_SGD, ins, p.shape, differentiable=False)
         out.writes = (p.storage,) + ((ins[2].storage,) if self.momentum else ())  # type: ignore[assignment]
         return out
 
@@ -166,7 +167,7 @@ class AdamOptimizer(Optimizer):
     """ggmlR's Adam (see ``optimizer_adam``)."""
     name = "optimizer_adam"
 
-    def __init__(self, params: Any, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float) -> None:
+    def __init__(self, params: object, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float) -> None:
         super().__init__(params, lr)
         self.beta1 = _rate(self.name, "beta1", beta1, 0.0, 1.0)
         self.beta2 = _rate(self.name, "beta2", beta2, 0.0, 1.0)
@@ -196,7 +197,7 @@ class AdamOptimizer(Optimizer):
         return f"<optimizer_adam lr={self.lr}, {len(self.params)} parameters, t={self.t}>"
 
 
-def optimizer_sgd(params: Any, lr: float = 0.01, momentum: float = 0.0) -> SgdOptimizer:
+def optimizer_sgd(params: object, lr: float = 0.01, momentum: float = 0.0) -> SgdOptimizer:
     """Stochastic gradient descent, ggmlR's rule: ``v = momentum * v + g; p -= lr * v`` (``p -= lr * g``
     without momentum).
 
@@ -215,7 +216,7 @@ def optimizer_sgd(params: Any, lr: float = 0.01, momentum: float = 0.0) -> SgdOp
     return SgdOptimizer(params, lr, momentum)
 
 
-def optimizer_adam(params: Any, lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
+def optimizer_adam(params: object, lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
                    weight_decay: float = 0.0) -> AdamOptimizer:
     """Adam with bias correction (ggml's fused AdamW kernel): ``m = b1 m + (1-b1) g``, ``v = b2 v + (1-b2) g^2``,
     ``p -= lr * mhat / (sqrt(vhat) + eps)`` with ``mhat = m / (1 - b1^t)``, ``vhat = v / (1 - b2^t)``; a
@@ -238,11 +239,11 @@ def optimizer_adam(params: Any, lr: float = 1e-3, beta1: float = 0.9, beta2: flo
     return AdamOptimizer(params, lr, beta1, beta2, eps, weight_decay)
 
 
-def _pairs(params: Any, grads: Any, fn: str) -> list[tuple[AgTensor, AgTensor]]:
+def _pairs(params: object, grads: Grads | None, fn: str) -> list[tuple[AgTensor, AgTensor]]:
     return [(p, g) for p, g in _grads_of(param_list(params, fn), grads) if g is not None]
 
 
-def _replace(p: AgTensor, grads: Any, g: AgTensor) -> None:
+def _replace(p: AgTensor, grads: Grads | None, g: AgTensor) -> None:
     if grads is None:
         p.grad = g
     else:
@@ -251,7 +252,7 @@ def _replace(p: AgTensor, grads: Any, g: AgTensor) -> None:
             p.grad = g
 
 
-def clip_grad_norm(params: Any, grads: Any = None, max_norm: float = 1.0) -> AgTensor:
+def clip_grad_norm(params: object, grads: Grads | None = None, max_norm: float = 1.0) -> AgTensor:
     """Scale the gradients together so that their global L2 norm is at most ``max_norm``: when the norm exceeds it,
     every gradient is multiplied by ``max_norm / (norm + 1e-6)``.
 
@@ -284,7 +285,7 @@ def clip_grad_norm(params: Any, grads: Any = None, max_norm: float = 1.0) -> AgT
     return norm
 
 
-def clip_grad_value(params: Any, grads: Any = None, clip_value: float = 1.0) -> AgTensor:
+def clip_grad_value(params: object, grads: Grads | None = None, clip_value: float = 1.0) -> AgTensor:
     """Clamp every gradient element to ``[-clip_value, clip_value]``.
 
     Arguments:
@@ -313,7 +314,7 @@ def clip_grad_value(params: Any, grads: Any = None, clip_value: float = 1.0) -> 
     return largest
 
 
-def _lower_maxabs(b: Builder, xs: list, attrs: tuple) -> Any:
+def _lower_maxabs(b: Builder, xs: list, attrs: tuple) -> Tensor:
     """The largest ``|g|``: the row of ``|g|`` at its argmax."""
     a = ggml_abs(b.ctx, xs[0])
     n = int(np.prod(a.shape))
@@ -321,7 +322,7 @@ def _lower_maxabs(b: Builder, xs: list, attrs: tuple) -> Any:
     return ggml_get_rows(b.ctx, ggml_reshape_2d(b.ctx, a, 1, n), idx)
 
 
-def _lower_max2(b: Builder, xs: list, attrs: tuple) -> Any:
+def _lower_max2(b: Builder, xs: list, attrs: tuple) -> Tensor:
     """``max(a, c) = c + relu(a - c)``."""
     a, c = xs
     return ggml_add(b.ctx, c, ggml_relu(b.ctx, ggml_sub(b.ctx, a, c)))
@@ -330,7 +331,8 @@ def _lower_max2(b: Builder, xs: list, attrs: tuple) -> Any:
 _MAXABS, _MAX2 = Op("max_abs", _lower_maxabs), Op("max", _lower_max2)
 
 
-def check_grad_anomaly(params: Any, grads: Any = None, action: str = "warn", max_abs: float | None = None) -> Any:
+def check_grad_anomaly(params: object, grads: Grads | None = None, action: str = "warn",
+                       max_abs: float | None = None) -> pd.DataFrame:
     """A table of each parameter's gradient: NaN and Inf counts, the largest finite ``|g|``, and a status.
 
     Arguments:

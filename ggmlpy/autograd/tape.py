@@ -5,19 +5,18 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
 
 import numpy as np
 
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
-from .compile import evaluate, fetch, known, Op
+from .lazy import evaluate, fetch, known, Op
 from .ops import ag_add
 from .tensor import AgTensor, require_open_tape_state, result, TAPE, Tape
 
 
 __all__ = ["with_grad_tape", "backward", "ag_grad"]
 
-GRAD = Op("grad", lambda b, xs, attrs: xs[0], grad=True)  # lowered by compile.Builder.backward
+GRAD = Op("grad", lambda b, xs, attrs: xs[0], grad=True)  # lowered by lazy.Builder.backward
 
 
 class Grads(Mapping):
@@ -26,16 +25,20 @@ class Grads(Mapping):
     def __init__(self, pairs: dict[int, tuple[AgTensor, AgTensor]]) -> None:
         self._pairs = pairs  # leaf id -> (leaf, gradient)
 
-    def _key(self, k: Any) -> int:
-        return k.id if isinstance(k, AgTensor) else int(k)
+    def _key(self, k: object) -> int:
+        if isinstance(k, AgTensor):
+            return k.id
+        if isinstance(k, (int, np.integer)):
+            return int(k)
+        raise TypeError(f"Grads are keyed by AgTensor or its .id, got {type(k).__name__}")
 
-    def __getitem__(self, k: Any) -> AgTensor:
+    def __getitem__(self, k: object) -> AgTensor:
         try:
             return self._pairs[self._key(k)][1]
         except (KeyError, TypeError, ValueError):
             raise KeyError(k) from None
 
-    def __setitem__(self, k: Any, g: AgTensor) -> None:
+    def __setitem__(self, k: object, g: AgTensor) -> None:
         key = self._key(k)
         self._pairs[key] = (self._pairs[key][0], g)
 
@@ -55,7 +58,7 @@ class Grads(Mapping):
         return f"<Grads of {len(self)} tensors>"
 
 
-class _TapeBlock:
+class TapeBlock:
     def __init__(self) -> None:
         self.tape = Tape()
 
@@ -69,7 +72,7 @@ class _TapeBlock:
         self.tape.open = False
 
 
-def with_grad_tape(fn: Callable[[], Any] | None = None) -> Any:
+def with_grad_tape(fn: Callable[[], object] | None = None) -> object:
     """Record the ops of a block (or of ``fn()``) whose inputs need a gradient, for ``backward``.
 
     A new tape starts with each block; blocks do not nest (RuntimeError-like GgmlStateError). Outside a tape
@@ -88,10 +91,10 @@ def with_grad_tape(fn: Callable[[], Any] | None = None) -> Any:
         >>> grads = backward(loss)
     """
     if fn is None:
-        return _TapeBlock()
+        return TapeBlock()
     if not callable(fn):
         raise GgmlTypeError(f"with_grad_tape: fn must be a function of no arguments (or None), got {fn!r}")
-    with _TapeBlock():
+    with TapeBlock():
         return fn()
 
 

@@ -1,6 +1,6 @@
 """``AgTensor``, the value of ggmlR's autograd engine, and the state of the tape that records ops.
 
-An AgTensor is lazy (``compile.py``): a leaf (``ag_param``'s storage on the device, ``ag_tensor``'s host data) or an
+An AgTensor is lazy (``lazy.py``): a leaf (``ag_param``'s storage on the device, ``ag_tensor``'s host data) or an
 op over other AgTensors, computed when it is read (``.numpy()``, ``.item()``, ``float()``) or when an optimizer
 steps. Shapes are numpy's (samples first, C order): an ``(N, F)`` AgTensor is ggml's ``[F, N]``.
 """
@@ -9,14 +9,14 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ..backend.transfer import as_numeric, checked_values
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
-from .compile import evaluate, fetch, known, Op
 from .device import default, Engine, engine, epoch, next_epoch, resolve_device, resolve_dtype, set_default, Storage
+from .lazy import evaluate, fetch, known, Op
 
 
 _ids = itertools.count(1)
@@ -66,7 +66,7 @@ class AgTensor:
         self.writes: tuple[Storage, ...] = ()
         self.storage: Storage | None = None
         self.host: np.ndarray | None = None
-        self.result: Any = None
+        self.result: tuple | None = None
         self.tape: Tape | None = None
         self.requires_grad = False
         self.grad: AgTensor | None = None
@@ -115,7 +115,7 @@ class AgTensor:
     def __float__(self) -> float:
         return float(self.item())
 
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+    def __array__(self, dtype: npt.DTypeLike | None = None, copy: object = None) -> np.ndarray:
         a = self.numpy()
         return a if dtype is None else a.astype(dtype)
 
@@ -124,7 +124,7 @@ class AgTensor:
         return self.numpy()
 
     @data.setter
-    def data(self, value: Any) -> None:
+    def data(self, value: object) -> None:
         if self.op is not None:
             raise GgmlValueError("only a leaf (ag_tensor, ag_param) has assignable data; this AgTensor is the result "
                                  f"of {self.op.name}")
@@ -139,34 +139,34 @@ class AgTensor:
             self.created = next_epoch()
 
     # ---- operators (ops.py fills OPERATORS)
-    def __add__(self, o: Any) -> AgTensor:
+    def __add__(self, o: object) -> AgTensor:
         return OPERATORS["add"](self, o)
 
-    def __radd__(self, o: Any) -> AgTensor:
+    def __radd__(self, o: object) -> AgTensor:
         return OPERATORS["add"](self, o)
 
-    def __sub__(self, o: Any) -> AgTensor:
+    def __sub__(self, o: object) -> AgTensor:
         return OPERATORS["sub"](self, o)
 
-    def __rsub__(self, o: Any) -> AgTensor:
+    def __rsub__(self, o: object) -> AgTensor:
         return OPERATORS["rsub"](self, o)
 
-    def __mul__(self, o: Any) -> AgTensor:
+    def __mul__(self, o: object) -> AgTensor:
         return OPERATORS["mul"](self, o)
 
-    def __rmul__(self, o: Any) -> AgTensor:
+    def __rmul__(self, o: object) -> AgTensor:
         return OPERATORS["mul"](self, o)
 
-    def __truediv__(self, o: Any) -> AgTensor:
+    def __truediv__(self, o: object) -> AgTensor:
         return OPERATORS["div"](self, o)
 
-    def __matmul__(self, o: Any) -> AgTensor:
+    def __matmul__(self, o: object) -> AgTensor:
         return OPERATORS["matmul"](self, o)
 
-    def __rmatmul__(self, o: Any) -> AgTensor:
+    def __rmatmul__(self, o: object) -> AgTensor:
         return OPERATORS["rmatmul"](self, o)
 
-    def __pow__(self, p: Any) -> AgTensor:
+    def __pow__(self, p: object) -> AgTensor:
         return OPERATORS["pow"](self, p)
 
     def __neg__(self) -> AgTensor:
@@ -186,7 +186,7 @@ class AgTensor:
         raise TypeError("the truth value of an AgTensor is ambiguous; compare its .item() or .numpy()")
 
 
-def leaf_values(data: Any, what: str, integer: bool | None = None) -> np.ndarray:
+def leaf_values(data: object, what: str, integer: bool | None = None) -> np.ndarray:
     """``data`` as the host value of a leaf: float32, or int32 for integer data (``integer``: which one; None:
     by the data's kind). Values that do not fit (a float beyond float32's range, a fractional id) are refused."""
     if isinstance(data, AgTensor):
@@ -201,7 +201,7 @@ def leaf_values(data: Any, what: str, integer: bool | None = None) -> np.ndarray
     return np.ascontiguousarray(flat).reshape(arr.shape)
 
 
-def make_leaf(data: Any, device: Any, dtype: Any, trainable: bool, fn: str) -> AgTensor:
+def make_leaf(data: object, device: object, dtype: object, trainable: bool, fn: str) -> AgTensor:
     """A leaf: on the device (``trainable``: a parameter, with a gradient) or as host data written at each use."""
     name = resolve_device(device, fn)
     eng = engine(name)
@@ -258,7 +258,7 @@ __all__ = ["ag_tensor", "ag_param", "ag_to_device", "ag_device", "ag_dtype", "ag
            "ag_default_dtype"]
 
 
-def ag_tensor(data: Any, device: str | None = None, dtype: str | None = None) -> AgTensor:
+def ag_tensor(data: object, device: str | None = None, dtype: str | None = None) -> AgTensor:
     """A tensor of data that needs no gradient (inputs, targets, constants), on ``device``.
 
     Its values stay on the host until a graph reads them, and are written to the device once per compute that
@@ -278,7 +278,7 @@ def ag_tensor(data: Any, device: str | None = None, dtype: str | None = None) ->
     return make_leaf(data, device, dtype, False, "ag_tensor")
 
 
-def ag_param(data: Any, device: str | None = None, dtype: str | None = None) -> AgTensor:
+def ag_param(data: object, device: str | None = None, dtype: str | None = None) -> AgTensor:
     """A trainable tensor: stored on ``device``, with a gradient from ``backward`` (``.grad``).
 
     Arguments:

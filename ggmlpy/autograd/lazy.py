@@ -18,7 +18,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -36,7 +36,7 @@ from ..graph.graph import ggml_build_forward_expand, ggml_new_graph_custom
 from ..graph.objects import Context, Graph, Tensor
 from ..graph.tensor import ggml_new_tensor, ggml_set_input, ggml_set_loss, ggml_set_output
 from ..models.engine.runtime import make_scheduler
-from .device import DTYPES, Engine, NUMPY, Storage
+from .device import DTYPES, Engine, NUMPY, recording, Storage
 
 
 CACHE_SIZE = 8  # graphs kept per device (a training step, an evaluation, a few batch sizes)
@@ -57,7 +57,6 @@ class Op:
 class Node(Protocol):
     """What this module reads of a value (``tensor.AgTensor``)."""
     op: Op | None
-    inputs: tuple[Any, ...]
     attrs: tuple
     shape: tuple[int, ...]
     dtype: str
@@ -66,9 +65,14 @@ class Node(Protocol):
     writes: tuple[Storage, ...]
     storage: Storage | None
     host: np.ndarray | None
-    result: tuple[Any, int, Tensor] | None
-    tape: Any
+    result: tuple | None
     group: tuple
+
+    @property
+    def tape(self) -> object: ...
+
+    @property
+    def inputs(self) -> Sequence[Node]: ...
 
 
 def known(n: Node) -> bool:
@@ -330,9 +334,11 @@ def _lower(engine: Engine, p: Plan) -> Entry:
                 b.backward(loss, by_id[id(loss)], leaves)
             elif b.loss != id(loss):
                 raise GgmlStateError("internal: gradients of two losses in one graph; please report it")
-            g = b.grads.get(id(leaf.storage))
-            t = g if g is not None else Tensor(lib.ggml_scale(b.ctx.ptr, leaf.storage.tensor.ptr, 0.0), b.ctx,
-                                               sources=(leaf.storage.tensor,))
+            st = leaf.storage
+            assert st is not None  # a gradient's leaf is stored
+            g = b.grads.get(id(st))   # none: the loss does not depend on the leaf, its gradient is 0
+            t = g if g is not None else Tensor(lib.ggml_scale(b.ctx.ptr, st.tensor.ptr, 0.0), b.ctx,
+                                               sources=(st.tensor,))
         else:
             assert n.op is not None
             t = n.op.lower(b, [by_id[id(x)] for x in n.inputs], n.attrs)
@@ -370,6 +376,8 @@ def evaluate(targets: Sequence[Node]) -> None:
             raise GgmlStateError(f"values on {engine.name} and {t.engine.name} cannot be computed in one graph; "
                                  "move one with ag_to_device")
     with engine.lock:
+        effects, engine.effects = engine.effects, []
+        pending += [e for e in effects if not known(e)]
         p = plan(pending)
         if engine.graphs is None:
             engine.graphs = GraphCache()
@@ -402,7 +410,7 @@ def _run(engine: Engine, entry: Entry, p: Plan) -> None:
         engine.upload(b.seed, np.ones(1, np.float32))
     before = split_threads(entry.sched.backends, entry.work)
     try:
-        if engine.recording:
+        if recording():
             with PlacementRecorder(entry.sched) as rec:
                 ggml_backend_sched_graph_compute(entry.sched, b.graph)
             engine.counters.placements.append(rec.placement(f"ag graph of {len(p.order)} values on {engine.name}"))
