@@ -205,11 +205,11 @@ def make_leaf(data: object, device: object, dtype: object, trainable: bool, fn: 
     """A leaf: on the device (``trainable``: a parameter, with a gradient) or as host data written at each use."""
     name = resolve_device(device, fn)
     eng = engine(name)
-    integer = None if not trainable else False
-    arr = leaf_values(data, f"{fn}(data)", integer)
+    arr = leaf_values(data, f"{fn}(data)")
     if arr.dtype == np.int32:
         if trainable:
-            raise GgmlTypeError(f"{fn}: integer data cannot require a gradient; pass floats")
+            raise GgmlTypeError(f"{fn}: integer data cannot require a gradient; pass floats (np.asarray(data, "
+                                "float))")
         t = AgTensor(eng, arr.shape, "i32")
         t.host = arr
         return t
