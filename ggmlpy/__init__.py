@@ -31,6 +31,8 @@ from .errors import (GgmlpyError, GgmlpyWarning, GgmlStateError, GgmlInUseError,
                      BackendUnavailableError, GgufFileError, GgufFileNotFoundError, GgufKeyError)
 from .models.layers.layer import (Layer)
 from .models.layers.weight import (Weight)
+from .autograd.attention import (ag_flash_attention, ag_multihead_attention)
+from .autograd.conv import (ag_avg_pool2d, ag_conv2d, ag_max_pool2d)
 from .autograd.data import (ag_dataloader, ag_gradcheck, ag_trace)
 from .autograd.losses import (ag_cross_entropy_loss, ag_mse_loss, ag_softmax_cross_entropy_loss)
 from .autograd.nn import (ag_batch_norm, ag_dropout, ag_embedding, ag_eval, ag_layer_norm, ag_linear, ag_sequential,
@@ -341,12 +343,13 @@ __all__ = [
     "ggml_optimizer_sgd", "ggml_snapshot_free", "ggml_callback_model_checkpoint", "ggml_pad_sequences",
     "ggml_to_categorical", "ggml_load_weights", "ggml_save_weights", "ggml_layer_adapt", "ggml_regularizer_l1",
     "ggml_regularizer_l1_l2", "ggml_regularizer_l2", "ggml_model_placement", "ggml_model_profile", "Layer", "Weight",
-    "ag_dataloader", "ag_gradcheck", "ag_trace", "ag_cross_entropy_loss", "ag_mse_loss",
-    "ag_softmax_cross_entropy_loss", "ag_batch_norm", "ag_dropout", "ag_embedding", "ag_eval", "ag_layer_norm",
-    "ag_linear", "ag_sequential", "ag_train", "ag_add", "ag_clamp", "ag_exp", "ag_log", "ag_matmul", "ag_mean",
-    "ag_mul", "ag_pow", "ag_relu", "ag_reshape", "ag_scale", "ag_sigmoid", "ag_softmax", "ag_sub", "ag_sum",
-    "ag_tanh", "ag_transpose", "check_grad_anomaly", "clip_grad_norm", "clip_grad_value", "optimizer_adam",
-    "optimizer_sgd", "lr_scheduler_cosine", "lr_scheduler_cyclic", "lr_scheduler_onecycle", "lr_scheduler_step",
+    "ag_flash_attention", "ag_multihead_attention", "ag_avg_pool2d", "ag_conv2d", "ag_max_pool2d", "ag_dataloader",
+    "ag_gradcheck", "ag_trace", "ag_cross_entropy_loss", "ag_mse_loss", "ag_softmax_cross_entropy_loss",
+    "ag_batch_norm", "ag_dropout", "ag_embedding", "ag_eval", "ag_layer_norm", "ag_linear", "ag_sequential",
+    "ag_train", "ag_add", "ag_clamp", "ag_exp", "ag_log", "ag_matmul", "ag_mean", "ag_mul", "ag_pow", "ag_relu",
+    "ag_reshape", "ag_scale", "ag_sigmoid", "ag_softmax", "ag_sub", "ag_sum", "ag_tanh", "ag_transpose",
+    "check_grad_anomaly", "clip_grad_norm", "clip_grad_value", "optimizer_adam", "optimizer_sgd",
+    "lr_scheduler_cosine", "lr_scheduler_cyclic", "lr_scheduler_onecycle", "lr_scheduler_step",
     "lr_scheduler_warmup_cosine", "ag_grad", "backward", "with_grad_tape", "ag_default_device", "ag_default_dtype",
     "ag_device", "ag_dtype", "ag_param", "ag_tensor", "ag_to_device", "ggml_callback_early_stopping",
     "ggml_schedule_cosine_decay", "ggml_schedule_learning_rate", "ggml_schedule_reduce_on_plateau",

@@ -134,11 +134,12 @@ class Builder:
         return t
 
     def constant(self, values: np.ndarray) -> Tensor:
-        """An F32 (int32 values: I32) tensor holding ``values`` (numpy order), written once per graph."""
-        values = np.ascontiguousarray(values, dtype=np.int32 if values.dtype.kind in "iu" else np.float32)
+        """An F32 (int32 values: I32, float16: F16) tensor holding ``values`` (numpy order), written once per
+        graph."""
+        kind = "i32" if values.dtype.kind in "iu" else "f16" if values.dtype == np.float16 else "f32"
+        values = np.ascontiguousarray(values, dtype=NUMPY[kind])
         ne = tuple(reversed(values.shape)) or (1,)
-        t = ggml_set_input(ggml_new_tensor(self.ctx_io, DTYPES["i32" if values.dtype == np.int32 else "f32"],
-                                           len(ne), ne))
+        t = ggml_set_input(ggml_new_tensor(self.ctx_io, DTYPES[kind], len(ne), ne))
         self.constants.append((t, values.reshape(-1)))
         return t
 

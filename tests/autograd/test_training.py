@@ -11,6 +11,7 @@ import pytest
 import ggmlpy as g
 from tests.helpers.devices import require_gpu
 
+
 DEVICES = ["cpu", "Vulkan0"]
 
 
