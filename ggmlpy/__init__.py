@@ -40,6 +40,7 @@ from .autograd.nn import (ag_batch_norm, ag_dropout, ag_embedding, ag_eval, ag_l
 from .autograd.ops import (ag_add, ag_clamp, ag_exp, ag_log, ag_matmul, ag_mean, ag_mul, ag_pow, ag_relu, ag_reshape,
                            ag_scale, ag_sigmoid, ag_softmax, ag_sub, ag_sum, ag_tanh, ag_transpose)
 from .autograd.optim import (check_grad_anomaly, clip_grad_norm, clip_grad_value, optimizer_adam, optimizer_sgd)
+from .autograd.saving import (ag_load_model, ag_save_model)
 from .autograd.schedulers import (lr_scheduler_cosine, lr_scheduler_cyclic, lr_scheduler_onecycle, lr_scheduler_step,
                                   lr_scheduler_warmup_cosine)
 from .autograd.tape import (ag_grad, backward, with_grad_tape)
@@ -348,8 +349,8 @@ __all__ = [
     "ag_batch_norm", "ag_dropout", "ag_embedding", "ag_eval", "ag_layer_norm", "ag_linear", "ag_sequential",
     "ag_train", "ag_add", "ag_clamp", "ag_exp", "ag_log", "ag_matmul", "ag_mean", "ag_mul", "ag_pow", "ag_relu",
     "ag_reshape", "ag_scale", "ag_sigmoid", "ag_softmax", "ag_sub", "ag_sum", "ag_tanh", "ag_transpose",
-    "check_grad_anomaly", "clip_grad_norm", "clip_grad_value", "optimizer_adam", "optimizer_sgd",
-    "lr_scheduler_cosine", "lr_scheduler_cyclic", "lr_scheduler_onecycle", "lr_scheduler_step",
+    "check_grad_anomaly", "clip_grad_norm", "clip_grad_value", "optimizer_adam", "optimizer_sgd", "ag_load_model",
+    "ag_save_model", "lr_scheduler_cosine", "lr_scheduler_cyclic", "lr_scheduler_onecycle", "lr_scheduler_step",
     "lr_scheduler_warmup_cosine", "ag_grad", "backward", "with_grad_tape", "ag_default_device", "ag_default_dtype",
     "ag_device", "ag_dtype", "ag_param", "ag_tensor", "ag_to_device", "ggml_callback_early_stopping",
     "ggml_schedule_cosine_decay", "ggml_schedule_learning_rate", "ggml_schedule_reduce_on_plateau",
