@@ -95,7 +95,7 @@ def render(rows: list[dict[str, str]]) -> str:
         "ggmlR name.",
         "- `not yet`: in a family ggmlpy covers, but not available yet; the note says why or what to "
         "use meanwhile.",
-        "- `out of scope`: in a family ggmlpy does not cover for now (ggmlR's autograd engine `ag_*`, "
+        "- `out of scope`: in a family ggmlpy does not cover for now ("
         "ONNX, the parsnip / mlr3 / Seurat / single-cell integrations); the note says which.",
         "",
         "`tests/public/test_parity.py` keeps this page honest: every `mirrored` / `mirrored, differs` row names "

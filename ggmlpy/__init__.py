@@ -40,7 +40,7 @@ from .autograd.nn import (ag_batch_norm, ag_dropout, ag_embedding, ag_eval, ag_l
 from .autograd.ops import (ag_add, ag_clamp, ag_exp, ag_log, ag_matmul, ag_mean, ag_mul, ag_pow, ag_relu, ag_reshape,
                            ag_scale, ag_sigmoid, ag_softmax, ag_sub, ag_sum, ag_tanh, ag_transpose)
 from .autograd.optim import (check_grad_anomaly, clip_grad_norm, clip_grad_value, optimizer_adam, optimizer_sgd)
-from .autograd.saving import (ag_load_model, ag_save_model)
+from .autograd.persist import (ag_load_model, ag_save_model)
 from .autograd.schedulers import (lr_scheduler_cosine, lr_scheduler_cyclic, lr_scheduler_onecycle, lr_scheduler_step,
                                   lr_scheduler_warmup_cosine)
 from .autograd.tape import (ag_grad, backward, with_grad_tape)

@@ -213,15 +213,25 @@ def make_leaf(data: object, device: object, dtype: object, trainable: bool, fn: 
         t = AgTensor(eng, arr.shape, "i32")
         t.host = arr
         return t
-    kind = resolve_dtype(dtype, fn, name)
-    t = AgTensor(eng, arr.shape, kind)
+    arr = rounded(arr, resolve_dtype(dtype, fn, name))
+    t = AgTensor(eng, arr.shape, "f32")   # f16/bf16: rounded to the type, kept in f32 (issue 45: stored in it next)
     if trainable:
-        t.storage = Storage(eng, arr.shape, kind, arr, trainable=True)
+        t.storage = Storage(eng, arr.shape, "f32", arr, trainable=True)
         t.requires_grad = True
     else:
-        t.host = arr if kind == "f32" else arr.astype(np.float16).astype(np.float32)
-        t.dtype = "f32"  # host data is written as f32; the dtype says how a parameter is stored
+        t.host = arr
     return t
+
+
+def rounded(arr: np.ndarray, kind: str) -> np.ndarray:
+    """float32 values rounded to ``kind``'s precision ("f16"; "bf16": to nearest, ties to even)."""
+    if kind == "f16":
+        return arr.astype(np.float16).astype(np.float32)
+    if kind == "bf16":
+        bits = arr.astype(np.float32).view(np.uint32).astype(np.uint64)
+        up = (bits + np.uint64(0x7FFF) + ((bits >> np.uint64(16)) & np.uint64(1))) & np.uint64(0xFFFF0000)
+        return up.astype(np.uint32).view(np.float32).reshape(arr.shape)
+    return arr
 
 
 def result(op: Op, inputs: tuple[AgTensor, ...], shape: tuple[int, ...], attrs: tuple = (),

@@ -1,4 +1,4 @@
-"""Builders of ag_* models that ag_save_model can name (importable functions), for tests/autograd/test_saving.py."""
+"""Builders of ag_* models that ag_save_model can name (importable functions), for tests/autograd/test_persist.py."""
 from __future__ import annotations
 
 import ggmlpy as g

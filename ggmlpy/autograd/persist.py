@@ -39,7 +39,7 @@ def _builder_name(model_fn: object, fn: str) -> str:
     return f"{mod}:{qual}"
 
 
-def _import_builder(name: str, fn: str) -> Callable[[], Module]:
+def _import_builder(name: str, fn: str) -> Callable[[], object]:
     mod, _, qual = name.partition(":")
     try:
         obj: object = importlib.import_module(mod)
@@ -53,12 +53,13 @@ def _import_builder(name: str, fn: str) -> Callable[[], Module]:
     return obj  # a Module is checked after the call
 
 
-def ag_save_model(model: Module, path: PathArg, model_fn: Callable[[], Module] | None = None) -> PathArg:
+def ag_save_model(model: object, path: PathArg, model_fn: Callable[[], object] | None = None) -> PathArg:
     """Save an ag_* module's parameters and statistics (batch norm's running mean and variance) to a GGUF file,
     each under its name in ``model.state()`` (``layer1_W``, ...).
 
     Arguments:
-        model: an ag_* layer or ag_sequential.
+        model: an ag_* layer or ag_sequential, or a network of your own: an object whose ``parameters()``
+            returns a dict name -> ag_param tensor.
         path: the file to write (replaced if it exists).
         model_fn: the function of no arguments that builds the same architecture, stored as ``module:qualname``
             so that ``ag_load_model(path)`` can rebuild it (it must be importable: not a lambda or a function of
@@ -70,13 +71,12 @@ def ag_save_model(model: Module, path: PathArg, model_fn: Callable[[], Module] |
         >>> ag_save_model(model, "mlp.gguf", model_fn=build_mlp)
     """
     fn = "ag_save_model"
-    if not isinstance(model, Module):
-        raise GgmlTypeError(f"{fn}: model must be an ag_* layer, got {type(model).__name__}")
+    state = _state(model, fn)
     meta: dict[str, object] = {"general.architecture": "ggmlpy-ag", "ggmlpy.format": FORMAT}
     if model_fn is not None:
         meta["ggmlpy.ag.model_fn"] = _builder_name(model_fn, fn)
     tensors: list[Tensor] = []
-    for name, t in model.state().items():
+    for name, t in state.items():
         if t.storage is None:
             raise GgmlValueError(f"{fn}: {name} is not a stored tensor")
         tensors.append(ggml_set_name(t.storage.tensor, name))   # its name in the file
@@ -84,8 +84,8 @@ def ag_save_model(model: Module, path: PathArg, model_fn: Callable[[], Module] |
     return path
 
 
-def ag_load_model(path: PathArg | Model, model_fn: Callable[[], Module] | None = None,
-                  device: str | None = None) -> Module:
+def ag_load_model(path: PathArg | Model, model_fn: Callable[[], object] | None = None,
+                  device: str | None = None) -> object:
     """Rebuild an ag_* module and load its parameters and statistics from a GGUF file, in evaluation mode.
 
     The file is ``ag_save_model``'s (matched by name), or a model-layer model's (``ggml_save_model``'s file, or
@@ -98,8 +98,8 @@ def ag_load_model(path: PathArg | Model, model_fn: Callable[[], Module] | None =
         model_fn: the function of no arguments that builds the architecture; None: the one the file names.
         device: where the module is built; None: the default.
 
-    Value: the module, in evaluation mode. A missing tensor, one of another shape, or a file with tensors the
-    module lacks is a ValueError naming the tensor.
+    Value: the module (an ag_* layer in evaluation mode). A missing tensor, one of another shape, or a file with
+    tensors the module lacks is a ValueError naming the tensor.
 
     Example:
         >>> model = ag_load_model("mlp.gguf")
@@ -124,10 +124,11 @@ def ag_load_model(path: PathArg | Model, model_fn: Callable[[], Module] | None =
     finally:
         if before is not None:
             set_default("device", before)
-    if not isinstance(model, Module):
-        raise GgmlTypeError(f"{fn}: model_fn returned a {type(model).__name__}, not an ag_* layer")
     if meta.get("ggmlpy.format") == FORMAT:
-        state = {name: (t, False) for name, t in model.state().items()}
+        state = {name: (t, False) for name, t in _state(model, fn).items()}
+    elif not isinstance(model, Module):
+        raise GgmlTypeError(f"{fn}: a model-layer model's weights load into ag_* layers; model_fn returned a "
+                            f"{type(model).__name__}")
     else:
         state = _model_layer_names(model, tensors, live, fn)
     extra = sorted(set(tensors) - set(state))
@@ -136,7 +137,18 @@ def ag_load_model(path: PathArg | Model, model_fn: Callable[[], Module] | None =
                              "architecture")
     for name, (t, transpose) in state.items():
         _assign(t, tensors, name, transpose, fn)
-    return ag_eval(model)
+    return ag_eval(model) if isinstance(model, Module) else model
+
+
+def _state(model: object, fn: str) -> dict[str, AgTensor]:
+    """What is saved of a model: an ag_* layer's ``state()`` (parameters and statistics), or any object's
+    ``parameters()`` dict of ag_param tensors (a network of your own)."""
+    get = getattr(model, "state", None) if isinstance(model, Module) else getattr(model, "parameters", None)
+    state = get() if callable(get) else None
+    if not isinstance(state, dict) or not all(isinstance(v, AgTensor) for v in state.values()):
+        raise GgmlTypeError(f"{fn}: model must be an ag_* layer or an object whose parameters() returns a dict of "
+                            f"AgTensors, got {type(model).__name__}")
+    return state
 
 
 def _assign(t: AgTensor, tensors: dict[str, np.ndarray], name: str, transpose: bool, fn: str) -> None:
