@@ -26,9 +26,10 @@ from .._ffi import ffi, lib
 from ..backend.buffer import ggml_backend_alloc_ctx_tensors
 from ..backend.transfer import write_array
 from ..compute.placement import PlacementRecorder
-from ..compute.run import ggml_backend_sched_graph_compute
+from ..compute.run import check_status, ggml_backend_sched_graph_compute
 from ..compute.sched import Scheduler
 from ..compute.threads import forward_work, restore_threads, split_threads, StepWork
+from ..core.handle import computing
 from ..errors import GgmlStateError
 from ..graph.backward import check_backward_graph
 from ..graph.context import ggml_graph_overhead, ggml_init, ggml_tensor_overhead
@@ -155,7 +156,7 @@ class Builder:
         check_backward_graph(self.graph)
         g = self.graph.ptr
         n = int(lib.ggml_graph_n_nodes(g))
-        self.seed = ggml_set_input(ggml_new_tensor(self.ctx_io, DTYPES["f32"], 1, (1,)))
+        self.seed = self.constant(np.ones(1, np.float32))   # d loss / d loss: written once, never overwritten
         accs = ffi.new("struct ggml_tensor *[]", n)
         for i in range(n):
             if lib.ggml_graph_node(g, i) == loss_t.ptr:
@@ -189,6 +190,8 @@ class Entry:
         self.io_buffer: object = None  # the inputs' buffer, kept with the graph
         self.held: list[weakref.ref] = []  # the previous run's outputs (weakly)
         self.constants_written = False
+        self.ran = False   # computed once through the public call (which allocated and checked it)
+        self.graph_addr = int(ffi.cast("uintptr_t", builder.graph.ptr))
 
     def preserve(self) -> None:
         """Copy the previous run's outputs that are still referenced to the host, before their memory is reused."""
@@ -236,76 +239,64 @@ def _stale(n: Node, newest: int) -> GgmlStateError:
         "the step, or compute it again from the current tensors")
 
 
-def plan(targets: Sequence[Node]) -> Plan:
-    """Walk back from ``targets`` to known values; nodes in an order where inputs come first. Where a target is a
-    gradient, the nodes its tape recorded (between the loss and the trained leaves) are recomputed even when known:
-    the backward pass needs them. Other known values are inputs of the graph."""
-    tapes = _tapes(targets)
+def plan(targets: Sequence[Node], tapes: frozenset[int] = frozenset()) -> Plan:
+    """Walk back from ``targets`` to known values; nodes in an order where inputs come first. Where a target needs
+    a gradient, the nodes its tape recorded (between the loss and the trained leaves) are recomputed even when
+    known: the backward pass needs them (``tapes``: the ids of those tapes, found on the way; when one is found
+    after a node of it was taken as known, the walk starts again knowing it). Other known values are inputs."""
     order: list[Node] = []
     bound: list[bool] = []
     index: dict[int, int] = {}
+    found: set[int] = set(tapes)
+    taken: set[int] = set()     # tapes of known nodes taken as inputs
     stack: list[tuple[Node, bool]] = [(t, False) for t in reversed(targets)]
     while stack:
         n, expanded = stack.pop()
         if id(n) in index:
             continue
-        recompute = n.op is not None and (n.tape is not None and id(n.tape) in tapes or not known(n))
-        if not recompute or expanded:
-            index[id(n)] = len(order)
-            order.append(n)
-            bound.append(not recompute)
-            continue
-        stack.append((n, True))
-        for x in reversed(n.inputs):
-            if id(x) not in index:
-                stack.append((x, False))
-    # staleness: a node computed here must be newer than every stored value it reads
+        op = n.op
+        if op is not None and not expanded:
+            if known(n) and (n.tape is None or id(n.tape) not in found):
+                if n.tape is not None:
+                    taken.add(id(n.tape))
+            else:
+                if op.grad:
+                    found.add(id(n.inputs[0].tape))
+                stack.append((n, True))
+                stack.extend((x, False) for x in reversed(n.inputs) if id(x) not in index)
+                continue
+        index[id(n)] = len(order)
+        order.append(n)
+        bound.append(not expanded)
+    if taken & found and found != tapes:
+        return plan(targets, frozenset(found))
+    # staleness (a node computed here is newer than every stored value it reads), and the graph's key
     newest: dict[int, int] = {}
+    internal: dict[int, int] = {}
+    parts: list[tuple] = []
     for n, b in zip(order, bound):
         if b:
-            newest[id(n)] = n.storage.modified if n.storage is not None else 0
+            st = n.storage
+            newest[id(n)] = st.modified if st is not None else (n.created if n.op is None else 0)
+            parts.append(("S", st.serial, n.shape, n.dtype) if st is not None else ("H", n.shape, n.dtype))
             continue
-        m = max(newest[id(x)] for x in n.inputs) if n.inputs else 0
+        ids = [id(x) for x in n.inputs]
+        m = max(newest[k] for k in ids) if ids else 0
         if m > n.created:
             raise _stale(n, m)
         newest[id(n)] = m
-    outputs = _outputs(order, bound, targets)
-    key: list[tuple] = []
-    for n, b, o in zip(order, bound, outputs):
-        if b:
-            key.append(("S", n.storage.serial, n.shape, n.dtype) if n.storage is not None else
-                       ("H", n.shape, n.dtype))
-        else:
-            assert n.op is not None
-            key.append((n.op.name, n.attrs, tuple(index[id(x)] for x in n.inputs), n.shape, o))
-    return Plan(order, bound, outputs, tuple(key))
+        for k in ids:
+            internal[k] = internal.get(k, 0) + 1
+        assert n.op is not None
+        parts.append((n.op.name, n.attrs, tuple(index[k] for k in ids), n.shape))
+    outputs = _outputs(order, bound, internal, {id(t) for t in targets})
+    return Plan(order, bound, outputs, (tuple(parts), tuple(outputs)))
 
 
-def _tapes(targets: Sequence[Node]) -> set[int]:
-    """The tapes whose losses this graph differentiates: of every gradient still to compute on the way."""
-    tapes: set[int] = set()
-    seen: set[int] = set()
-    stack = list(targets)
-    while stack:
-        n = stack.pop()
-        if id(n) in seen or n.op is None or known(n):
-            continue
-        seen.add(id(n))
-        if n.op.grad:
-            tapes.add(id(n.inputs[0].tape))
-        stack.extend(n.inputs)
-    return tapes
-
-
-def _outputs(order: list[Node], bound: list[bool], targets: Sequence[Node]) -> list[bool]:
+def _outputs(order: list[Node], bound: list[bool], internal: dict[int, int], wanted: set[int]) -> list[bool]:
     """Which computed nodes keep their value after the run: the targets, and every node referenced from outside
-    the nodes of this graph (a variable of the caller, a leaf's ``.grad``), whose value may be read later."""
-    internal: dict[int, int] = {}
-    for i in range(len(order)):
-        if not bound[i]:
-            for x in order[i].inputs:
-                internal[id(x)] = internal.get(id(x), 0) + 1
-    wanted = {id(t) for t in targets}
+    the nodes of this graph (a variable of the caller, a leaf's ``.grad``), whose value may be read later.
+    ``internal``: how many inputs of the nodes computed here each node is."""
     out = []
     for i in range(len(order)):
         if bound[i]:
@@ -407,16 +398,21 @@ def _run(engine: Engine, entry: Entry, p: Plan) -> None:
             write_array(t.ptr, arr)
             engine.counters.uploads += 1
             engine.counters.upload_bytes += int(arr.nbytes)
-    if b.seed is not None:
-        engine.upload(b.seed, np.ones(1, np.float32))
     before = split_threads(entry.sched.backends, entry.work)
     try:
         if recording():
             with PlacementRecorder(entry.sched) as rec:
                 ggml_backend_sched_graph_compute(entry.sched, b.graph)
             engine.counters.placements.append(rec.placement(f"ag graph of {len(p.order)} values on {engine.name}"))
+        elif entry.ran and entry.sched.allocated_graph == entry.graph_addr:
+            # the graph's own scheduler still holds its allocation from the first run, which the public call
+            # checked: run it again directly (the entry keeps every tensor it reads alive)
+            with computing(entry.sched.backends):
+                status = lib.ggml_backend_sched_graph_compute(entry.sched.ptr, b.graph.ptr)
+            check_status(status, "ag_* step")
         else:
             ggml_backend_sched_graph_compute(entry.sched, b.graph)
+            entry.ran = True
     finally:
         restore_threads(before)
     engine.counters.computes += 1

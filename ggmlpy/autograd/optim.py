@@ -117,6 +117,7 @@ class Optimizer:
             return
         self.t += 1
         hp = self._hparams()
+        shared: dict[int, AgTensor] = {}   # one input of the hyper-parameters per device, read by every update
         effects = []
         for p, g in pairs:
             if g.engine is not p.engine:
@@ -125,8 +126,10 @@ class Optimizer:
             if g.shape != p.shape:
                 raise GgmlValueError(f"{self.name}.step: a gradient of shape {g.shape} for a parameter of shape "
                                      f"{p.shape}")
-            hp_t = AgTensor(p.engine, hp.shape, "f32")
-            hp_t.host = hp
+            hp_t = shared.get(id(p.engine))
+            if hp_t is None:
+                hp_t = shared[id(p.engine)] = AgTensor(p.engine, hp.shape, "f32")
+                hp_t.host = hp
             effects.append(self._update(p, g, hp_t))
         evaluate(effects)
 
