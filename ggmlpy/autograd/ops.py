@@ -14,6 +14,7 @@ import numpy as np
 from ..core.args import is_real
 from ..errors import GgmlTypeError, GgmlValueError
 from ..graph.objects import Context, Tensor
+from ..models.layers.fused import device_computes_half_products
 from ..ops.elementwise import (
     ggml_add,
     ggml_clamp,
@@ -31,9 +32,10 @@ from ..ops.elementwise import (
     ggml_sub,
     ggml_tanh,
 )
-from ..ops.layout import ggml_permute, ggml_reshape_1d, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d
+from ..ops.layout import ggml_cast, ggml_permute, ggml_reshape_1d, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d
 from ..ops.linalg import ggml_mul_mat
 from ..ops.reduce import ggml_repeat, ggml_sum, ggml_sum_rows
+from .device import DTYPES
 from .lazy import Builder, Op
 from .tensor import AgTensor, leaf_values, OPERATORS, result
 
@@ -315,11 +317,13 @@ _POW = Op("pow", _lower_pow)
 
 def _lower_matmul(b: Builder, xs: list[Tensor], attrs: tuple) -> Tensor:
     a, c = xs
-    a_shape, c_shape, out = attrs
+    a_shape, c_shape, out, half = attrs
     if len(c_shape) == 1:
         c_t = reshaped(b, c, (1, c_shape[0]))   # a vector is one row of B^T
     else:
         c_t = b.untransposed(c) or ggml_cont(b.ctx, ggml_permute(b.ctx, c, 1, 0, 2, 3))
+    if half is not None:   # a half-precision weight: the product in its type, the gradient into the f32 master
+        c_t = ggml_cast(b.ctx, c_t, half)
     a_t = reshaped(b, a, (1, a_shape[0])) if len(a_shape) == 1 else a
     return reshaped(b, ggml_mul_mat(b.ctx, c_t, a_t), out)
 
@@ -357,7 +361,17 @@ def ag_matmul(a: AgTensor, b: AgTensor) -> AgTensor:
         raise GgmlValueError(f"ag_matmul: b {b.shape} broadcast over a {a.shape}'s outer batch axis has no "
                              "gradient in ggml; repeat b to a's batch axes")
     out = a.shape[:-1] + (() if b.ndim == 1 else (b.shape[-1],))
-    return result(_MATMUL, (a, b), out, (a.shape, b.shape, out))
+    return result(_MATMUL, (a, b), out, (a.shape, b.shape, out, _half_weight(b)))
+
+
+def _half_weight(b: AgTensor) -> int | None:
+    """The ggml type of the product when ``b`` (or the matrix it transposes) is a parameter of dtype f16/bf16 and
+    its device computes that type's products (else None: F32)."""
+    w = b.inputs[0] if b.op is _TRANSPOSE and b.ndim == 2 else b
+    if w.op is not None or w.storage is None or w.dtype not in ("f16", "bf16"):
+        return None
+    kind = DTYPES[w.dtype]
+    return kind if device_computes_half_products(w.engine.backend.device, kind) else None
 
 
 def _lower_transpose(b: Builder, xs: list[Tensor], attrs: tuple) -> Tensor:

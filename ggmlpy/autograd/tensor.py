@@ -213,12 +213,14 @@ def make_leaf(data: object, device: object, dtype: object, trainable: bool, fn: 
         t = AgTensor(eng, arr.shape, "i32")
         t.host = arr
         return t
-    arr = rounded(arr, resolve_dtype(dtype, fn, name))
-    t = AgTensor(eng, arr.shape, "f32")   # f16/bf16: rounded to the type, kept in f32 (issue 45: stored in it next)
-    if trainable:
+    kind = resolve_dtype(dtype, fn, name)
+    arr = rounded(arr, kind)
+    if trainable:   # an f32 master; f16/bf16: the type its matrix products take it in (a cast in the graph)
+        t = AgTensor(eng, arr.shape, kind)
         t.storage = Storage(eng, arr.shape, "f32", arr, trainable=True)
         t.requires_grad = True
-    else:
+    else:           # data: rounded to the type, written as f32
+        t = AgTensor(eng, arr.shape, "f32")
         t.host = arr
     return t
 
@@ -294,7 +296,9 @@ def ag_param(data: object, device: str | None = None, dtype: str | None = None) 
     Arguments:
         data: floating-point values (number, list or array, up to 4 dimensions).
         device: "cpu", "gpu" or a ggml device name; None: the default (ag_device).
-        dtype: the storage type, "f32" (default), "f16" or "bf16" (f16 on Vulkan).
+        dtype: "f32" (default: the ag_dtype default), "f16" or "bf16" (f16 on Vulkan): an f32 master, which the
+            optimizer updates, multiplied in that type (``x @ W.T`` casts W in the graph where the device
+            computes the type's products); the values start rounded to it.
 
     Value: an AgTensor with ``requires_grad`` True.
 
@@ -347,7 +351,8 @@ def ag_dtype(dtype: str) -> str:
     """Set the default storage type of new tensors; returns the previous one.
 
     Arguments:
-        dtype: "f32", "f16" or "bf16" (results and gradients are f32 whatever the storage).
+        dtype: "f32", "f16" or "bf16": the type of new parameters' products and of new data's values (results
+            and gradients are f32 whatever it is).
 
     Value: the previous default.
 

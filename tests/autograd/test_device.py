@@ -2,6 +2,8 @@
 (keeping requires_grad), unknown names raise, two devices in one op raise, ag_train / ag_eval switch modes."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -48,6 +50,42 @@ def test_train_and_eval_switch_every_layer():
     assert g.ag_train(model) is model and model.layers[1].training
     with pytest.raises(g.GgmlTypeError):
         g.ag_train("model")
+
+
+def _bf16(a):
+    """Round to bfloat16 (to nearest, ties to even), independently of ggmlpy: via PyTorch's rule on the bits."""
+    bits = np.asarray(a, np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+
+
+@pytest.mark.parametrize("device", ["cpu", "Vulkan0"])
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_a_half_weights_products_take_its_rounded_value_and_train_its_f32_master(device, dtype):
+    if device != "cpu":
+        require_gpu(device)
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((5, 16)), rng.standard_normal((4, 16))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # Vulkan stores bf16 as f16, and says so
+        W = g.ag_param(np.zeros((4, 16)), device=device, dtype=dtype)
+    kind = W.dtype
+    W.data = w                              # the f32 master holds w itself, off the half type's grid
+    np.testing.assert_allclose(W.numpy(), w.astype(np.float32))
+    xt = g.ag_tensor(x, device=device)
+    with g.with_grad_tape():
+        y = xt @ W.T
+        loss = g.ag_sum(g.ag_mul(y, np.cos(np.arange(20)).reshape(5, 4)))
+
+    def rounded(a):
+        return _bf16(a) if kind == "bf16" else a.astype(np.float16).astype(np.float32)
+    # the product takes the weight in the half type, accumulating in f32: the CPU's kernel converts x to the type
+    # too (its dot products are half x half), Vulkan's reads x in f32; the references round the same operands
+    ref = (rounded(x) if device == "cpu" else x) @ rounded(w).T
+    np.testing.assert_allclose(y.numpy(), ref, rtol=1e-5, atol=1e-5)
+    assert np.abs(y.numpy() - x @ w.T).max() > 1e-4          # not the f32 product: the cast is in the graph
+    grad = g.backward(loss)[W].numpy()      # d loss / d W = weights^T x, into the f32 master
+    # the CPU's half product backward reads x rounded to the type (bf16: 4e-3 relative on sums of size ~3)
+    np.testing.assert_allclose(grad, np.cos(np.arange(20)).reshape(5, 4).T @ x, rtol=2e-2, atol=2e-2)
 
 
 def test_half_dtypes_round_the_values():
