@@ -5,13 +5,13 @@ code computed and moved on the devices).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..core.args import is_int, is_real
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
-from .device import engines, recording
+from .device import Counters, COUNTS, engines, recording
 from .tape import backward, TapeBlock
 from .tensor import ag_tensor, AgTensor
 
@@ -214,18 +214,11 @@ def ag_gradcheck(fn: Callable[..., AgTensor], inputs: object, eps: float = 1e-5,
 
 
 @dataclass
-class Trace:
+class Trace(Counters):
     """What ``ag_trace`` saw: the result, and on every device the graph computes, graphs built, host-to-device
     uploads and device-to-host downloads (counts and bytes), and where each compute ran (``placements``:
     ``Placement`` objects as ``ggml_model_placement`` gives; ``n_splits``: the last compute's)."""
     result: object = None
-    computes: int = 0
-    graphs_built: int = 0
-    uploads: int = 0
-    upload_bytes: int = 0
-    downloads: int = 0
-    download_bytes: int = 0
-    placements: list = field(default_factory=list)
 
     @property
     def n_splits(self) -> int:
@@ -261,14 +254,8 @@ def ag_trace(fn: Callable[..., object], *args: object, **kwargs: object) -> Trac
     finally:
         recording(-1)
     for e in engines():
-        snap, n_places = before.get(id(e), ((0,) * 6, 0))
-        now = e.counters.snapshot()
-        d = [a - b for a, b in zip(now, snap)]
-        out.computes += d[0]
-        out.graphs_built += d[1]
-        out.uploads += d[2]
-        out.upload_bytes += d[3]
-        out.downloads += d[4]
-        out.download_bytes += d[5]
+        snap, n_places = before.get(id(e), ((0,) * len(COUNTS), 0))
+        for name, now, was in zip(COUNTS, e.counters.snapshot(), snap):
+            setattr(out, name, getattr(out, name) + now - was)
         out.placements += e.counters.placements[n_places:]
     return out

@@ -57,8 +57,10 @@ class Counters:
     placements: list = field(default_factory=list)
 
     def snapshot(self) -> tuple[int, ...]:
-        return (self.computes, self.graphs_built, self.uploads, self.upload_bytes, self.downloads,
-                self.download_bytes)
+        return tuple(getattr(self, name) for name in COUNTS)
+
+
+COUNTS = ("computes", "graphs_built", "uploads", "upload_bytes", "downloads", "download_bytes")
 
 
 class Engine:

@@ -16,6 +16,15 @@ from .tensor import AgTensor, result
 __all__ = ["ag_mse_loss", "ag_cross_entropy_loss", "ag_softmax_cross_entropy_loss"]
 
 
+def _pair(pred: AgTensor, target: object, fn: str) -> tuple[AgTensor, AgTensor]:
+    """The predictions (floating) and the targets of their shape (data: no gradient)."""
+    pred = floating(tensor_arg(pred, fn, "pred"), fn, "pred")
+    t = _target(target, pred, fn)
+    if t.shape != pred.shape:
+        raise GgmlValueError(f"{fn}: target {t.shape} must have pred's shape {pred.shape}")
+    return pred, t
+
+
 def _target(target: object, pred: AgTensor, fn: str) -> AgTensor:
     t = operand(target, pred, fn, "target")
     if t.requires_grad:   # targets get no gradient: use their value
@@ -35,10 +44,7 @@ def ag_mse_loss(pred: AgTensor, target: object) -> AgTensor:
     Example:
         >>> loss = ag_mse_loss(model(x), y)
     """
-    pred = floating(tensor_arg(pred, "ag_mse_loss", "pred"), "ag_mse_loss", "pred")
-    t = _target(target, pred, "ag_mse_loss")
-    if t.shape != pred.shape:
-        raise GgmlValueError(f"ag_mse_loss: target {t.shape} must have pred's shape {pred.shape}")
+    pred, t = _pair(pred, target, "ag_mse_loss")
     return ag_mean(result(_SQR, (ag_sub(pred, t),), pred.shape))
 
 
@@ -61,10 +67,7 @@ def ag_cross_entropy_loss(pred: AgTensor, target: object) -> AgTensor:
     Example:
         >>> loss = ag_cross_entropy_loss(ag_softmax(logits), onehot)
     """
-    pred = floating(tensor_arg(pred, "ag_cross_entropy_loss", "pred"), "ag_cross_entropy_loss", "pred")
-    t = _target(target, pred, "ag_cross_entropy_loss")
-    if t.shape != pred.shape:
-        raise GgmlValueError(f"ag_cross_entropy_loss: target {t.shape} must have pred's shape {pred.shape}")
+    pred, t = _pair(pred, target, "ag_cross_entropy_loss")
     logp = ag_log(ag_clamp(pred, 1e-7, 1.0 - 1e-7))
     return ag_scale(ag_sum(ag_mul(logp, t)), -1.0 / _samples(pred))
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..core.args import is_real
+from ..core.args import float_arg, is_real
 from ..errors import GgmlTypeError, GgmlValueError
 from ..graph.objects import Context, Tensor
 from ..models.layers.fused import device_computes_half_products
@@ -212,9 +212,7 @@ def ag_scale(x: AgTensor, s: float) -> AgTensor:
         >>> half = ag_scale(x, 0.5)
     """
     x = floating(tensor_arg(x, "ag_scale"), "ag_scale")
-    if not is_real(s) or isinstance(s, bool) or not math.isfinite(float(s)):
-        raise GgmlValueError(f"ag_scale: s must be a finite number, got {s!r}")
-    return result(_SCALE, (x,), x.shape, (float(s),))
+    return result(_SCALE, (x,), x.shape, (float_arg("ag_scale", "s", s, finite=True),))
 
 
 _SCALE = Op("scale", lambda b, xs, attrs: ggml_scale(b.ctx, xs[0], attrs[0]))
@@ -285,9 +283,7 @@ def ag_pow(x: AgTensor, p: float) -> AgTensor:
         >>> sq = ag_pow(x, 2)
     """
     x = floating(tensor_arg(x, "ag_pow"), "ag_pow")
-    if not is_real(p) or isinstance(p, bool) or not math.isfinite(float(p)):
-        raise GgmlValueError(f"ag_pow: p must be a finite number, got {p!r}")
-    return result(_POW, (x,), x.shape, (float(p),))
+    return result(_POW, (x,), x.shape, (float_arg("ag_pow", "p", p, finite=True),))
 
 
 def _lower_pow(b: Builder, xs: list[Tensor], attrs: tuple) -> Tensor:

@@ -242,8 +242,16 @@ def optimizer_adam(params: object, lr: float = 1e-3, beta1: float = 0.9, beta2: 
     return AdamOptimizer(params, lr, beta1, beta2, eps, weight_decay)
 
 
-def _pairs(params: object, grads: Grads | None, fn: str) -> list[tuple[AgTensor, AgTensor]]:
-    return [(p, g) for p, g in _grads_of(param_list(params, fn), grads) if g is not None]
+def _clipped(params: object, grads: Grads | None, bound: float, name: str,
+             fn: str) -> tuple[float, list[tuple[AgTensor, AgTensor]]]:
+    """A clipping's bound (> 0) and its (parameter, gradient) pairs (at least one)."""
+    c = _rate(fn, name, bound)
+    if c <= 0:
+        raise GgmlValueError(f"{fn}: {name} must be > 0, got {bound!r}")
+    pairs = [(p, g) for p, g in _grads_of(param_list(params, fn), grads) if g is not None]
+    if not pairs:
+        raise GgmlValueError(f"{fn}: none of the parameters has a gradient (call backward first)")
+    return c, pairs
 
 
 def _replace(p: AgTensor, grads: Grads | None, g: AgTensor) -> None:
@@ -271,13 +279,7 @@ def clip_grad_norm(params: object, grads: Grads | None = None, max_norm: float =
     Example:
         >>> norm = clip_grad_norm(model.parameters(), max_norm=1.0)
     """
-    fn = "clip_grad_norm"
-    c = _rate(fn, "max_norm", max_norm)
-    if c <= 0:
-        raise GgmlValueError(f"{fn}: max_norm must be > 0, got {max_norm!r}")
-    pairs = _pairs(params, grads, fn)
-    if not pairs:
-        raise GgmlValueError(f"{fn}: none of the parameters has a gradient (call backward first)")
+    c, pairs = _clipped(params, grads, max_norm, "max_norm", "clip_grad_norm")
     total = ag_sum(ag_pow(pairs[0][1], 2))
     for _, g in pairs[1:]:
         total = ag_add(total, ag_sum(ag_pow(g, 2)))
@@ -301,13 +303,7 @@ def clip_grad_value(params: object, grads: Grads | None = None, clip_value: floa
     Example:
         >>> clip_grad_value(model.parameters(), clip_value=0.5)
     """
-    fn = "clip_grad_value"
-    c = _rate(fn, "clip_value", clip_value)
-    if c <= 0:
-        raise GgmlValueError(f"{fn}: clip_value must be > 0, got {clip_value!r}")
-    pairs = _pairs(params, grads, fn)
-    if not pairs:
-        raise GgmlValueError(f"{fn}: none of the parameters has a gradient (call backward first)")
+    c, pairs = _clipped(params, grads, clip_value, "clip_value", "clip_grad_value")
     largest = None
     for p, g in pairs:
         m = result(_MAXABS, (g,), ())

@@ -7,6 +7,7 @@ import pytest
 
 import ggmlpy as g
 from tests.helpers.devices import require_gpu
+from tests.helpers.gradients import fd_grad
 
 
 DEVICES = ["cpu", "Vulkan0"]
@@ -21,18 +22,6 @@ def _device(name: str) -> str:
 def _softmax(a):
     e = np.exp(a - a.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)
-
-
-def _numeric_grad(f, x, h=1e-6):
-    """Central differences of a float64 numpy function of one array."""
-    x = x.astype(np.float64)
-    out = np.zeros_like(x)
-    for i in range(x.size):
-        p, m = x.copy(), x.copy()
-        p.flat[i] += h
-        m.flat[i] -= h
-        out.flat[i] = (f(p) - f(m)) / (2 * h)
-    return out
 
 
 rng = np.random.default_rng(7)
@@ -108,7 +97,7 @@ def test_forward_and_gradient_against_numpy(case, device):
         # float32 on the device: ~1e-6 relative per op; lavapipe's exp/log are float32 too
         np.testing.assert_allclose(out.numpy(), expected, rtol=2e-5, atol=2e-5)
         weights = np.cos(np.arange(np.size(expected))).reshape(np.shape(expected))
-        numeric = _numeric_grad(lambda v: float(np.sum(np_fn(v) * weights)), value)
+        numeric = fd_grad(np_fn, value, weights, h=1e-6)
         grads = g.backward(loss)
         np.testing.assert_allclose(grads[p].numpy(), numeric, rtol=2e-4, atol=2e-5)
         assert p.grad is grads[p]

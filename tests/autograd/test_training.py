@@ -9,19 +9,9 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-from tests.helpers.devices import require_gpu
 
 
 DEVICES = ["cpu", "Vulkan0"]
-
-
-@pytest.fixture(params=DEVICES)
-def device(request):
-    if request.param != "cpu":
-        require_gpu(request.param)
-    before = g.ag_device(request.param)
-    yield request.param
-    g.ag_device(before)
 
 
 def _quadratic_steps(opt_fn, steps=5):

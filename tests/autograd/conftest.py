@@ -1,0 +1,17 @@
+"""What the ag_* tests share: ``device``, each test on the CPU and on Vulkan (lavapipe in CI; skipped, saying why,
+where there is no Vulkan device), with that device as ag_* default for the test."""
+from __future__ import annotations
+
+import pytest
+
+import ggmlpy as g
+from tests.helpers.devices import require_gpu
+
+
+@pytest.fixture(params=["cpu", "Vulkan0"])
+def device(request):
+    if request.param != "cpu":
+        require_gpu(request.param)
+    before = g.ag_device(request.param)
+    yield request.param
+    g.ag_device(before)
