@@ -114,9 +114,9 @@ class Storage:
     def read(self) -> np.ndarray:
         return self.engine.download(self.tensor).reshape(self.shape)
 
-    def touched(self) -> None:
-        """Its value was changed by a graph (an optimizer step wrote it)."""
-        self.modified = next_epoch()
+    def touched(self, at: int | None = None) -> None:
+        """Its value was changed by a graph: now (an optimizer step), or as of epoch ``at`` (a deferred write)."""
+        self.modified = next_epoch() if at is None else max(self.modified, at)
 
 
 _engines: dict[str, Engine] = {}

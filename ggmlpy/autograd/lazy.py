@@ -37,6 +37,7 @@ from ..graph.graph import ggml_build_forward_expand, ggml_new_graph_custom
 from ..graph.objects import Context, Graph, Tensor
 from ..graph.tensor import ggml_new_tensor, ggml_set_input, ggml_set_loss, ggml_set_output
 from ..models.engine.runtime import make_scheduler
+from ..ops.elementwise import ggml_cont
 from .device import DTYPES, Engine, NUMPY, recording, Storage
 
 
@@ -46,10 +47,12 @@ CACHE_SIZE = 8  # graphs kept per device (a training step, an evaluation, a few 
 class Op:
     """An op of the engine: its name (part of a graph's key) and how it becomes ggml ops. ``lower(b, xs, attrs)``
     gets the ``Builder``, the ggml tensors of the inputs and the op's static settings and returns a ggml tensor.
-    ``grad``: the op is a gradient (its inputs: the loss, the leaf), lowered through ggml's backward pass."""
+    ``grad``: the op is a gradient (its inputs: the loss, the leaf), lowered through ggml's backward pass.
+    ``deferred``: a write the engine makes with its next compute (``Engine.effects``), which counts as made when it
+    was recorded: values recorded after it read the written value, values recorded before it are stale."""
 
-    def __init__(self, name: str, lower: Callable[..., Tensor], grad: bool = False) -> None:
-        self.name, self.lower, self.grad = name, lower, grad
+    def __init__(self, name: str, lower: Callable[..., Tensor], grad: bool = False, deferred: bool = False) -> None:
+        self.name, self.lower, self.grad, self.deferred = name, lower, grad, deferred
 
     def __repr__(self) -> str:
         return f"Op({self.name})"
@@ -74,6 +77,8 @@ class Node(Protocol):
 
     @property
     def inputs(self) -> Sequence[Node]: ...
+
+    def drop_inputs(self) -> None: ...
 
 
 def known(n: Node) -> bool:
@@ -153,9 +158,12 @@ class Builder:
             loss_t = Tensor(lib.ggml_scale(self.ctx.ptr, loss_t.ptr, 1.0), self.ctx, sources=(loss_t,))
         ggml_set_loss(loss_t)
         ggml_build_forward_expand(self.graph, loss_t)
-        check_backward_graph(self.graph)
         g = self.graph.ptr
         n = int(lib.ggml_graph_n_nodes(g))
+        param = int(lib.GGML_TENSOR_FLAG_PARAM)
+        if not any(lib.ggml_graph_node(g, i).flags & param for i in range(n)):
+            return   # the loss reads no trained leaf (ag_pow(w, 0)): every gradient is 0
+        check_backward_graph(self.graph)
         self.seed = self.constant(np.ones(1, np.float32))   # d loss / d loss: written once, never overwritten
         accs = ffi.new("struct ggml_tensor *[]", n)
         for i in range(n):
@@ -305,7 +313,7 @@ def _outputs(order: list[Node], bound: list[bool], internal: dict[int, int], wan
         n = order[i]
         # references: the list, ``n`` and getrefcount's argument, and the inputs of the nodes computed here
         extra = sys.getrefcount(n) - 3 - internal.get(id(n), 0)
-        out.append(id(n) in wanted or extra > 0)
+        out.append((id(n) in wanted or extra > 0) and not n.writes)   # an update is read through what it writes
     return out
 
 
@@ -336,49 +344,94 @@ def _lower(engine: Engine, p: Plan) -> Entry:
             t = n.op.lower(b, [by_id[id(x)] for x in n.inputs], n.attrs)
         by_id[id(n)] = t
         tensors.append(t)
-    ends = []
-    for n, bound, o, t in zip(p.order, p.bound, p.outputs, tensors):
-        if not bound and (o or n.writes):
-            if o:
-                ggml_set_output(t)
-            ends.append(t)
-    for t in ends + b.ends:
+    firsts: list[Tensor] = []
+    writers: list[Tensor] = []   # in-place writes of stored tensors (updates, statistics): after every read of them
+    for i, (n, bound, o) in enumerate(zip(p.order, p.bound, p.outputs)):
+        if bound:
+            continue
+        if n.writes:
+            writers.append(tensors[i])
+        elif o:
+            t = tensors[i]
+            if t.ptr.op == lib.GGML_OP_NONE or t.ptr.view_src != ffi.NULL:
+                # (a view of) a stored tensor or an input, which this run or the next overwrites: keep a copy
+                t = tensors[i] = ggml_cont(b.ctx, t)
+            ggml_set_output(t)
+            firsts.append(t)
+    ends = firsts + writers + b.ends
+    for t in ends:
         ggml_build_forward_expand(b.graph, t)
     io = ggml_backend_alloc_ctx_tensors(b.ctx_io, engine.backend)
     sched = make_scheduler(engine.backend, int(lib.ggml_graph_n_nodes(b.graph.ptr)))
-    entry = Entry(engine, b, sched, tensors, forward_work(ends + b.ends))
+    entry = Entry(engine, b, sched, tensors, forward_work(ends))
     entry.io_buffer = io
     engine.counters.graphs_built += 1
     return entry
 
 
-def evaluate(targets: Sequence[Node]) -> None:
-    """Compute ``targets`` (nodes of one engine) in one graph; afterwards each is known."""
+def evaluate(targets: Sequence[Node], engine: Engine | None = None) -> None:
+    """Compute ``targets`` (nodes of one engine) in one graph, with the writes the engine deferred; afterwards
+    each is known. ``engine``: where, when ``targets`` is empty (only the deferred writes)."""
     pending = [t for t in targets if not known(t)]
     for t in list(pending):   # values best computed together (one backward's gradients)
         for ref in t.group:
             g = ref()
             if g is not None and not known(g) and all(g is not q for q in pending):
                 pending.append(g)
-    if not pending:
+    if not pending and (engine is None or not engine.effects):
         return
-    engine = pending[0].engine
+    engine = pending[0].engine if pending else engine
+    assert engine is not None
     for t in pending:
         if t.engine is not engine:
             raise GgmlStateError(f"values on {engine.name} and {t.engine.name} cannot be computed in one graph; "
                                  "move one with ag_to_device")
     with engine.lock:
         effects, engine.effects = engine.effects, []
-        pending += [e for e in effects if not known(e)]
-        p = plan(pending)
-        if engine.graphs is None:
-            engine.graphs = GraphCache()
-        cache: GraphCache = engine.graphs  # type: ignore[assignment]
-        entry = cache.get(p.key)
-        if entry is None:
-            entry = _lower(engine, p)
-            cache.put(p.key, entry)
-        _run(engine, entry, p)
+        try:
+            if effects and _reads_written(pending, effects):
+                _compute(engine, effects)   # a value here reads a statistic a pending effect writes: write it first
+                effects = []
+            _compute(engine, effects + pending)
+        except BaseException:
+            engine.effects = effects + engine.effects   # not computed: not lost, the next compute writes them
+            raise
+
+
+def flush_effects(engine: Engine) -> None:
+    """Make the writes an engine defers (batch norm's running statistics) now."""
+    if engine.effects:
+        evaluate([], engine)
+
+
+def _reads_written(targets: Sequence[Node], effects: Sequence[Node]) -> bool:
+    """Whether computing ``targets`` reads a stored tensor one of ``effects`` writes."""
+    written = {id(st) for e in effects for st in e.writes}
+    stack, seen = list(targets), set()
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if n.storage is not None and id(n.storage) in written:
+            return True
+        if n.op is not None and not known(n):
+            stack.extend(n.inputs)
+    return False
+
+
+def _compute(engine: Engine, nodes: list[Node]) -> None:
+    if not nodes:
+        return
+    p = plan(nodes)
+    if engine.graphs is None:
+        engine.graphs = GraphCache()
+    cache: GraphCache = engine.graphs  # type: ignore[assignment]
+    entry = cache.get(p.key)
+    if entry is None:
+        entry = _lower(engine, p)
+        cache.put(p.key, entry)
+    _run(engine, entry, p)
 
 
 def _run(engine: Engine, entry: Entry, p: Plan) -> None:
@@ -425,6 +478,10 @@ def _run(engine: Engine, entry: Entry, p: Plan) -> None:
             n.result = (entry, entry.generation, t)
             n.host = None
             held.append(weakref.ref(n))
+            if n.tape is None:
+                n.drop_inputs()   # known, and never differentiated: what it was computed from can go
+            else:
+                n.tape.computed.append(weakref.ref(n))  # type: ignore[attr-defined]  # tensor.Tape
         for st in n.writes:
-            st.touched()
+            st.touched(n.created if n.op is not None and n.op.deferred else None)
     entry.held = held

@@ -15,7 +15,7 @@ from ..errors import GgmlTypeError, GgmlValueError
 from ..graph.objects import Tensor
 from ..ops.elementwise import ggml_add, ggml_dropout, ggml_norm, ggml_scale
 from ..ops.layout import ggml_cpy, ggml_get_rows
-from .device import engine, resolve_device, Storage
+from .device import engine, next_epoch, resolve_device, Storage
 from .lazy import Builder, Op
 from .ops import (
     ag_add,
@@ -303,7 +303,7 @@ def _lower_running(b: Builder, xs: list, attrs: tuple) -> Tensor:
     return ggml_cpy(b.ctx, new, running)
 
 
-_RUNNING = Op("running_update", _lower_running)
+_RUNNING = Op("running_update", _lower_running, deferred=True)
 
 
 class BatchNorm(Module):
@@ -332,6 +332,7 @@ class BatchNorm(Module):
             mean = ag_mean(x, dim=0)
             centred = ag_sub(x, mean)
             var = ag_mean(ag_pow(centred, 2), dim=0)
+            next_epoch()   # the statistics change here: values recorded before read the old ones
             for stored, stat in ((self.running_mean, mean), (self.running_var, var)):
                 effect = result(_RUNNING, (stored, stat), stored.shape, (self.momentum,), differentiable=False)
                 effect.writes = (stored.storage,)  # type: ignore[assignment]

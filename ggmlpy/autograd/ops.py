@@ -16,6 +16,7 @@ from ..errors import GgmlTypeError, GgmlValueError
 from ..graph.objects import Context, Tensor
 from ..models.layers.fused import device_computes_half_products
 from ..ops.elementwise import (
+    ggml_abs,
     ggml_add,
     ggml_clamp,
     ggml_cont,
@@ -25,6 +26,7 @@ from ..ops.elementwise import (
     ggml_mul,
     ggml_relu,
     ggml_scale,
+    ggml_sgn,
     ggml_sigmoid,
     ggml_soft_max,
     ggml_sqr,
@@ -194,9 +196,8 @@ def _div(a: object, c: object) -> AgTensor:
         return ag_mul(result(_RECIP, (c,), c.shape), a)
     if isinstance(c, AgTensor):
         return ag_mul(a, result(_RECIP, (floating(c, "ag_div", "b"),), c.shape))
-    if is_real(c) and not isinstance(c, bool):
-        return ag_scale(a, 1.0 / float(c))
-    return ag_mul(a, 1.0 / leaf_values(c, "ag_div(b)", integer=False))
+    with np.errstate(divide="ignore", invalid="ignore"):   # x / 0 is inf (or nan), as numpy's
+        return ag_mul(a, np.float32(1.0) / leaf_values(c, "ag_div(b)", integer=False))
 
 
 def ag_scale(x: AgTensor, s: float) -> AgTensor:
@@ -290,7 +291,10 @@ def _lower_pow(b: Builder, xs: list[Tensor], attrs: tuple) -> Tensor:
     x, p = xs[0], attrs[0]
     if p == 0.5:
         return ggml_sqrt(b.ctx, x)
-    if p == int(p) and abs(p) <= 64:
+    if p == int(p) and abs(p) > 64:   # |x|^p, with x's sign for an odd p (sgn has no gradient: it is flat)
+        mag = ggml_exp(b.ctx, ggml_scale(b.ctx, ggml_log(b.ctx, ggml_abs(b.ctx, x)), p))
+        return ggml_mul(b.ctx, mag, ggml_sgn(b.ctx, x)) if int(p) % 2 else mag
+    if p == int(p):
         n = abs(int(p))
         if n == 0:
             return ggml_repeat(b.ctx, b.constant(np.ones(1)), x)
@@ -320,7 +324,12 @@ def _lower_matmul(b: Builder, xs: list[Tensor], attrs: tuple) -> Tensor:
         c_t = b.untransposed(c) or ggml_cont(b.ctx, ggml_permute(b.ctx, c, 1, 0, 2, 3))
     if half is not None:   # a half-precision weight: the product in its type, the gradient into the f32 master
         c_t = ggml_cast(b.ctx, c_t, half)
-    a_t = reshaped(b, a, (1, a_shape[0])) if len(a_shape) == 1 else a
+    if len(a_shape) == 1:
+        a_t = reshaped(b, a, (1, a_shape[0]))
+    elif len(c_shape) <= 2 and len(a_shape) > 2:   # one matrix for every row: a's leading axes fold into its rows
+        a_t = reshaped(b, a, (int(np.prod(a_shape[:-1])), a_shape[-1]))
+    else:
+        a_t = a
     return reshaped(b, ggml_mul_mat(b.ctx, c_t, a_t), out)
 
 
@@ -400,6 +409,7 @@ def ag_transpose(x: AgTensor, dim0: int = -2, dim1: int = -1) -> AgTensor:
     x = tensor_arg(x, "ag_transpose")
     if x.ndim < 2:
         return x
+    floating(x, "ag_transpose")   # ggml copies floating-point tensors only
     i, j = (_axis(d, x.ndim, "ag_transpose", n) for d, n in ((dim0, "dim0"), (dim1, "dim1")))
     if i == j:
         return x
@@ -534,6 +544,7 @@ def ag_mean(x: AgTensor, dim: int | None = None, keepdim: bool = False) -> AgTen
 
 OPERATORS.update({
     "add": ag_add, "sub": ag_sub, "rsub": lambda a, o: ag_sub(o, a), "mul": ag_mul, "div": _div,
+    "rdiv": lambda a, o: _div(o, a),
     "matmul": ag_matmul, "rmatmul": lambda a, o: ag_matmul(operand(o, a, "ag_matmul", "a"), a), "pow": ag_pow,
     "neg": lambda a: ag_scale(a, -1.0), "transpose": ag_transpose,
 })

@@ -116,6 +116,13 @@ class Optimizer:
         if not pairs:
             return
         self.t += 1
+        try:
+            self._step(pairs)
+        except BaseException:
+            self.t -= 1   # the step did not happen
+            raise
+
+    def _step(self, pairs: list[tuple[AgTensor, AgTensor]]) -> None:
         hp = self._hparams()
         shared: dict[int, AgTensor] = {}   # one input of the hyper-parameters per device, read by every update
         effects = []
@@ -183,7 +190,7 @@ class AdamOptimizer(Optimizer):
 
     @momentum.setter
     def momentum(self, v: float) -> None:
-        self.beta1 = v
+        self.beta1 = _rate(self.name, "beta1", v, 0.0, 1.0)
 
     def _hparams(self) -> np.ndarray:
         b1h = 1.0 / (1.0 - self.beta1 ** self.t)
@@ -255,12 +262,14 @@ def _clipped(params: object, grads: Grads | None, bound: float, name: str,
 
 
 def _replace(p: AgTensor, grads: Grads | None, g: AgTensor) -> None:
+    """The clipped gradient ``g`` in place of the one clipped: in ``grads`` when given (and in ``p.grad`` when that is
+    the same gradient: one backward since zero_grad), else in ``p.grad``."""
     if grads is None:
         p.grad = g
-    else:
-        grads[p] = g
-        if p.grad is not None:
-            p.grad = g
+        return
+    if p.grad is not None and p.grad is grads[p]:
+        p.grad = g
+    grads[p] = g
 
 
 def clip_grad_norm(params: object, grads: Grads | None = None, max_norm: float = 1.0) -> AgTensor:
@@ -314,8 +323,10 @@ def clip_grad_value(params: object, grads: Grads | None = None, clip_value: floa
 
 
 def _lower_maxabs(b: Builder, xs: list, attrs: tuple) -> Tensor:
-    """The largest ``|g|``: the row of ``|g|`` at its argmax."""
-    a = ggml_abs(b.ctx, xs[0])
+    """The largest finite ``|g|``: the element of ``|g| + (g - g)`` (NaN where g is not finite, which no
+    comparison picks) at its argmax."""
+    g = xs[0]
+    a = ggml_add(b.ctx, ggml_abs(b.ctx, g), ggml_sub(b.ctx, g, g))
     n = int(np.prod(a.shape))
     idx = ggml_argmax(b.ctx, ggml_reshape_2d(b.ctx, a, n, 1))
     return ggml_get_rows(b.ctx, ggml_reshape_2d(b.ctx, a, 1, n), idx)

@@ -17,6 +17,7 @@ from ..graph.tensor import ggml_set_name
 from ..models.builders import ggml_get_weights
 from ..models.network.model import Model
 from .device import resolve_device, set_default
+from .lazy import flush_effects
 from .nn import ag_eval, BatchNorm, Embedding, LayerNorm, Linear, Module, Sequential
 from .tensor import AgTensor
 
@@ -75,6 +76,8 @@ def ag_save_model(model: object, path: PathArg, model_fn: Callable[[], object] |
     meta: dict[str, object] = {"general.architecture": "ggmlpy-ag", "ggmlpy.format": FORMAT}
     if model_fn is not None:
         meta["ggmlpy.ag.model_fn"] = _builder_name(model_fn, fn)
+    for t in state.values():
+        flush_effects(t.engine)   # a batch norm's pending statistics are part of what is saved
     tensors: list[Tensor] = []
     for name, t in state.items():
         if t.storage is None:

@@ -246,9 +246,12 @@ def lr_scheduler_onecycle(opt: object, max_lr: float, total_steps: int, pct_star
     div, final = _num(fn, "div_factor", div_factor), _num(fn, "final_div_factor", final_div_factor)
     if div <= 0 or final <= 0:
         raise GgmlValueError(f"{fn}: div_factor and final_div_factor must be > 0")
+    moments = _num(fn, "base_momentum", base_momentum), _num(fn, "max_momentum", max_momentum)
+    if cycle_momentum and max(moments) >= 1:
+        raise GgmlValueError(f"{fn}: base_momentum and max_momentum must be below 1 (a momentum or Adam's beta1 of 1 "
+                             f"never forgets), got {moments}")
     return OneCycleSchedule(o, _num(fn, "max_lr", max_lr), _count(fn, "total_steps", total_steps), pct, div, final,
-                            anneal_strategy == "linear", bool(cycle_momentum),
-                            _num(fn, "base_momentum", base_momentum), _num(fn, "max_momentum", max_momentum))
+                            anneal_strategy == "linear", bool(cycle_momentum), *moments)
 
 
 class WarmupCosineSchedule(Scheduler):

@@ -17,6 +17,7 @@ from .tensor import AgTensor, require_open_tape_state, result, TAPE, Tape
 __all__ = ["with_grad_tape", "backward", "ag_grad"]
 
 GRAD = Op("grad", lambda b, xs, attrs: xs[0], grad=True)  # lowered by lazy.Builder.backward
+PENDING: weakref.WeakSet[AgTensor] = weakref.WeakSet()      # the gradients made, until they are gone
 
 
 class Grads(Mapping):
@@ -64,6 +65,9 @@ class TapeBlock:
 
     def __enter__(self) -> Tape:
         require_open_tape_state()
+        previous = TAPE.latest
+        if previous is not None:   # it can no longer be differentiated: its values' inputs can go
+            previous.release(any(g.inputs and g.inputs[0].tape is previous and not known(g) for g in list(PENDING)))
         TAPE.current = TAPE.latest = self.tape
         return self.tape
 
@@ -133,12 +137,22 @@ def backward(loss: AgTensor) -> Grads:
         evaluate(foreign)
         for f in foreign:
             fetch(f)
-    earlier = [leaf.grad for leaf in leaves if leaf.grad is not None and not known(leaf.grad)]
-    if earlier:  # gradients of another loss still to compute: computed first, then added to
-        evaluate(earlier)
+    # gradients of other losses still to compute: computed first (one graph differentiates one loss), loss by loss
+    earlier: dict[int, list[AgTensor]] = {}
+    for g in list(PENDING):
+        if not known(g) and g.inputs[0] is not loss:
+            earlier.setdefault(id(g.inputs[0]), []).append(g)
+    for grads in earlier.values():
+        evaluate(grads)
+    # sums of gradients of earlier calls still to compute (no zero_grad between): computed now, so that each
+    # .grad is one sum deep and holds no earlier step's values
+    sums = [leaf.grad for leaf in leaves if leaf.grad is not None and not known(leaf.grad)]
+    if sums:
+        evaluate(sums)
     pairs: dict[int, tuple[AgTensor, AgTensor]] = {}
     for leaf in leaves:
         g = result(GRAD, (loss, leaf), leaf.shape, differentiable=False)
+        PENDING.add(g)
         leaf.grad = g if leaf.grad is None else ag_add(leaf.grad, g)
         pairs[leaf.id] = (leaf, g)
     group = tuple(weakref.ref(g) for _, g in pairs.values())

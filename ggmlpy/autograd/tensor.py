@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import weakref
 from collections.abc import Callable
 
 import numpy as np
@@ -16,7 +17,7 @@ import numpy.typing as npt
 from ..backend.transfer import as_numeric, checked_values
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
 from .device import default, Engine, engine, epoch, next_epoch, resolve_device, resolve_dtype, set_default, Storage
-from .lazy import evaluate, fetch, known, Op
+from .lazy import evaluate, fetch, flush_effects, known, Op
 
 
 _ids = itertools.count(1)
@@ -30,6 +31,18 @@ class Tape:
     def __init__(self) -> None:
         self.n = 0
         self.open = True
+        self.computed: list[weakref.ref] = []   # its values computed so far (weakly)
+
+    def release(self, pending: bool) -> None:
+        """This tape will not be differentiated again (a newer one started; ``pending``: gradients of its loss
+        are still to compute, so not yet): its computed values drop what they were computed from."""
+        if pending:
+            return
+        for ref in self.computed:
+            n = ref()
+            if n is not None and known(n):
+                n.drop_inputs()
+        self.computed = []
 
     def __len__(self) -> int:
         return self.n
@@ -54,6 +67,10 @@ class AgTensor:
     (the value as numpy, assignable with the same shape). Methods: ``numpy()``, ``item()``; operators
     ``+ - * / @ **`` and unary ``-``, with AgTensors, arrays and numbers.
     """
+
+    # numpy operands hand the operation back: ``np.float64(2) * t`` is ``t.__rmul__`` (an AgTensor on the tape),
+    # not numpy's product of t's values (which would drop it from the tape)
+    __array_ufunc__ = None
 
     __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "engine", "created", "writes", "storage", "host",
                  "result", "tape", "requires_grad", "grad", "id", "group", "__weakref__")
@@ -97,12 +114,19 @@ class AgTensor:
         grad = ", requires_grad" if self.requires_grad else ""
         return f"<AgTensor {self.shape} {self.dtype} on {self.device}, {state}{grad}>"
 
+    def drop_inputs(self) -> None:
+        """Forget the values this one was computed from (it is known and will not be differentiated)."""
+        self.inputs = ()
+
     # ---- its value
     def numpy(self) -> np.ndarray:
         """The value as a new numpy array (float32; int32 for integer data), computed first if needed."""
-        if not known(self):
-            evaluate([self])
-        value = fetch(self)
+        with self.engine.lock:   # another thread's run of the same graph cannot come between compute and read
+            if self.storage is not None and any(self.storage in e.writes for e in self.engine.effects):
+                flush_effects(self.engine)   # a statistic a batch norm's forward has yet to write
+            if not known(self):
+                evaluate([self])
+            value = fetch(self)
         return np.array(value, dtype=np.int32 if self.dtype == "i32" else np.float32).reshape(self.shape)
 
     def item(self) -> float:
@@ -133,6 +157,7 @@ class AgTensor:
             raise GgmlValueError(f"data must keep the shape {self.shape}, got {arr.shape}; make a new tensor for "
                                  "another shape")
         if self.storage is not None:
+            flush_effects(self.engine)   # a pending batch-norm statistic reads the old value: write it first
             self.storage.write(arr)
         else:
             self.host = arr
@@ -159,6 +184,9 @@ class AgTensor:
 
     def __truediv__(self, o: object) -> AgTensor:
         return OPERATORS["div"](self, o)
+
+    def __rtruediv__(self, o: object) -> AgTensor:
+        return OPERATORS["rdiv"](self, o)
 
     def __matmul__(self, o: object) -> AgTensor:
         return OPERATORS["matmul"](self, o)
@@ -206,6 +234,8 @@ def make_leaf(data: object, device: object, dtype: object, trainable: bool, fn: 
     name = resolve_device(device, fn)
     eng = engine(name)
     arr = leaf_values(data, f"{fn}(data)")
+    if arr.size == 0:
+        raise GgmlValueError(f"{fn}: data has no elements (shape {arr.shape}); an AgTensor holds at least one")
     if arr.dtype == np.int32:
         if trainable:
             raise GgmlTypeError(f"{fn}: integer data cannot require a gradient; pass floats (np.asarray(data, "
@@ -325,6 +355,9 @@ def ag_to_device(x: AgTensor, device: str) -> AgTensor:
     name = resolve_device(device, "ag_to_device")
     if name == x.device:
         return x
+    if x.op is not None and x.requires_grad:
+        raise GgmlValueError("ag_to_device: this value is on a grad tape, and a copy to another device would cut "
+                             "its gradient; move the parameters (and data) before the forward pass instead")
     if x.requires_grad and x.op is None:
         return make_leaf(x.numpy(), name, x.dtype, True, "ag_to_device")
     out = make_leaf(x.numpy(), name, "f32" if x.dtype == "i32" else x.dtype, False, "ag_to_device")
