@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..core.args import float_arg, is_real
+from ..core.args import float_arg, is_int, is_real
 from ..errors import GgmlTypeError, GgmlValueError
 from ..graph.objects import Context, Tensor
 from ..models.layers.fused import device_computes_half_products
@@ -419,7 +419,7 @@ def ag_transpose(x: AgTensor, dim0: int = -2, dim1: int = -1) -> AgTensor:
 
 
 def _axis(d: object, nd: int, fn: str, what: str = "dim") -> int:
-    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or not -nd <= int(d) < nd:
+    if not is_int(d) or not -nd <= int(d) < nd:
         raise GgmlValueError(f"{fn}: {what} must be an axis of a {nd}-d tensor ({-nd} to {nd - 1}), got {d!r}")
     return int(d) % nd
 
@@ -440,8 +440,9 @@ def ag_reshape(x: AgTensor, shape: int | Sequence[int]) -> AgTensor:
         >>> flat = ag_reshape(images, (n, -1))
     """
     x = tensor_arg(x, "ag_reshape")
-    dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    if len(dims) > 4 or any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) for d in dims):
+    given: list[object] = [shape] if is_int(shape) else list(shape) if isinstance(shape, (tuple, list)) else []
+    dims = tuple(int(d) for d in given if is_int(d))
+    if not (is_int(shape) or isinstance(shape, (tuple, list))) or len(dims) != len(given) or len(dims) > 4:
         raise GgmlValueError(f"ag_reshape: shape must be up to 4 ints, got {shape!r}")
     if sum(1 for d in dims if d == -1) > 1 or any(d < -1 or d == 0 for d in dims):
         raise GgmlValueError(f"ag_reshape: sizes must be >= 1, with at most one -1; got {shape!r}")

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from ..core.args import is_int
 from ..errors import GgmlStateError, GgmlTypeError, GgmlValueError
 from .lazy import evaluate, fetch, known, Op
 from .ops import ag_add
@@ -29,7 +30,7 @@ class Grads(Mapping):
     def _key(self, k: object) -> int:
         if isinstance(k, AgTensor):
             return k.id
-        if isinstance(k, (int, np.integer)):
+        if is_int(k):
             return int(k)
         raise TypeError(f"Grads are keyed by AgTensor or its .id, got {type(k).__name__}")
 
