@@ -45,7 +45,7 @@ from .autograd.schedulers import (lr_scheduler_cosine, lr_scheduler_cyclic, lr_s
                                   lr_scheduler_warmup_cosine)
 from .autograd.tape import (ag_grad, backward, with_grad_tape)
 from .autograd.tensor import (ag_default_device, ag_default_dtype, ag_device, ag_dtype, ag_param, ag_tensor,
-                              ag_to_device)
+                              ag_to_device, AgTensor)
 from .backend.backend import (ggml_backend_cpu_init, ggml_backend_cpu_set_n_threads, ggml_backend_cuda_init,
                               ggml_backend_dev_init, ggml_backend_free, ggml_backend_get_device,
                               ggml_backend_init_auto, ggml_backend_init_best, ggml_backend_init_by_name,
@@ -352,7 +352,7 @@ __all__ = [
     "check_grad_anomaly", "clip_grad_norm", "clip_grad_value", "optimizer_adam", "optimizer_sgd", "ag_load_model",
     "ag_save_model", "lr_scheduler_cosine", "lr_scheduler_cyclic", "lr_scheduler_onecycle", "lr_scheduler_step",
     "lr_scheduler_warmup_cosine", "ag_grad", "backward", "with_grad_tape", "ag_default_device", "ag_default_dtype",
-    "ag_device", "ag_dtype", "ag_param", "ag_tensor", "ag_to_device", "ggml_callback_early_stopping",
+    "ag_device", "ag_dtype", "ag_param", "ag_tensor", "ag_to_device", "AgTensor", "ggml_callback_early_stopping",
     "ggml_schedule_cosine_decay", "ggml_schedule_learning_rate", "ggml_schedule_reduce_on_plateau",
     "ggml_schedule_step_decay", "ggml_callback_csv_logger", "ggml_fit_opt", "ggml_fit_opt_gen", "ggml_fit_opt_multi",
     "ggml_opt_fit_multi", "ggml_plot_history", "ggml_opt_alloc", "ggml_opt_context_optimizer_type", "ggml_opt_eval",

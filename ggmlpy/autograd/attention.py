@@ -17,7 +17,7 @@ from ..ops.attention import ggml_flash_attn_ext
 from ..ops.layout import ggml_permute, ggml_reshape_3d, ggml_reshape_4d
 from .lazy import Builder, Op
 from .nn import Dropout, Module
-from .ops import ag_add, ag_matmul, ag_reshape, ag_softmax, ag_transpose, floating, operand, tensor_arg
+from .ops import ag_add, ag_matmul, ag_reshape, ag_softmax, ag_transpose, floating, linear, operand, tensor_arg
 from .tensor import ag_param, AgTensor, result
 
 
@@ -131,13 +131,12 @@ class MultiheadAttention(Module):
         for what, t in (("q", q_in), ("k", k_in), ("v", v_in)):
             if t.ndim != 2 or t.shape[1] != self.d_model:
                 raise GgmlValueError(f"{fn}: {what} must be (seq, {self.d_model}), got {t.shape}")
-        q, kk, vv = q_in @ self.W_q.T, k_in @ self.W_k.T, v_in @ self.W_v.T
+        q, kk, vv = (linear(t, w, None, fn) for t, w in ((q_in, self.W_q), (k_in, self.W_k), (v_in, self.W_v)))
         if self.training and self.dropout.rate > 0:
             heads = self._unfused(q, kk, vv, bool(causal_mask))   # dropout on the attention weights
         else:
             heads = ag_flash_attention(q, kk, vv, self.n_heads, causal=bool(causal_mask))
-        out = heads @ self.W_o.T
-        return ag_add(out, self.b_o) if self.b_o is not None else out
+        return linear(heads, self.W_o, self.b_o, fn)
 
     def _unfused(self, q: AgTensor, k: AgTensor, v: AgTensor, causal: bool) -> AgTensor:
         h, dh = self.n_heads, self.d_model // self.n_heads

@@ -24,7 +24,6 @@ import numpy as np
 
 from .._ffi import ffi, lib
 from ..backend.buffer import ggml_backend_alloc_ctx_tensors
-from ..backend.transfer import write_array
 from ..compute.placement import PlacementRecorder
 from ..compute.run import check_status, ggml_backend_sched_graph_compute
 from ..compute.sched import Scheduler
@@ -38,7 +37,7 @@ from ..graph.objects import Context, Graph, Tensor
 from ..graph.tensor import ggml_new_tensor, ggml_set_input, ggml_set_loss, ggml_set_output
 from ..models.engine.runtime import make_scheduler
 from ..ops.elementwise import ggml_cont
-from .device import DTYPES, Engine, NUMPY, recording, Storage
+from .device import DTYPES, Engine, next_epoch, NUMPY, recording, Storage
 
 
 CACHE_SIZE = 8  # graphs kept per device (a training step, an evaluation, a few batch sizes)
@@ -200,6 +199,11 @@ class Entry:
         self.constants_written = False
         self.ran = False   # computed once through the public call (which allocated and checked it)
         self.graph_addr = int(ffi.cast("uintptr_t", builder.graph.ptr))
+        self.graph_cptr = builder.graph.ptr   # the graph and scheduler the entry owns, for the direct runs
+        self.sched_cptr = sched.ptr
+        self.host_inputs: list[tuple[int, object]] = []   # (position in the plan, input tensor) of each host value
+        self.output_positions: list[int] = []
+        self.writer_positions: list[int] = []
 
     def preserve(self) -> None:
         """Copy the previous run's outputs that are still referenced to the host, before their memory is reused."""
@@ -251,69 +255,85 @@ def plan(targets: Sequence[Node], tapes: frozenset[int] = frozenset()) -> Plan:
     """Walk back from ``targets`` to known values; nodes in an order where inputs come first. Where a target needs
     a gradient, the nodes its tape recorded (between the loss and the trained leaves) are recomputed even when
     known: the backward pass needs them (``tapes``: the ids of those tapes, found on the way; when one is found
-    after a node of it was taken as known, the walk starts again knowing it). Other known values are inputs."""
+    after a node of it was taken as known, the walk starts again knowing it). Other known values are inputs.
+
+    This runs at every step (a repeated step's graph is found by the key it returns), so it is written for speed:
+    ``known`` inlined, one pass for the order and one for staleness, the key and the outputs."""
     order: list[Node] = []
     bound: list[bool] = []
     index: dict[int, int] = {}
     found: set[int] = set(tapes)
     taken: set[int] = set()     # tapes of known nodes taken as inputs
-    stack: list[tuple[Node, bool]] = [(t, False) for t in reversed(targets)]
+    stack: list = [(t, False) for t in reversed(targets)]
+    pop, push = stack.pop, stack.append
     while stack:
-        n, expanded = stack.pop()
-        if id(n) in index:
+        n, expanded = pop()
+        nid = id(n)
+        if nid in index:
             continue
         op = n.op
         if op is not None and not expanded:
-            if known(n) and (n.tape is None or id(n.tape) not in found):
-                if n.tape is not None:
-                    taken.add(id(n.tape))
+            r = n.result
+            tape = n.tape
+            if (n.storage is not None or n.host is not None or (r is not None and r[0].generation == r[1]
+                                                                 and r[0].alive)) \
+                    and (tape is None or id(tape) not in found):
+                if tape is not None:
+                    taken.add(id(tape))
             else:
                 if op.grad:
                     found.add(id(n.inputs[0].tape))
-                stack.append((n, True))
-                stack.extend((x, False) for x in reversed(n.inputs) if id(x) not in index)
+                push((n, True))
+                for x in reversed(n.inputs):
+                    if id(x) not in index:
+                        push((x, False))
                 continue
-        index[id(n)] = len(order)
+        index[nid] = len(order)
         order.append(n)
         bound.append(not expanded)
     if taken & found and found != tapes:
         return plan(targets, frozenset(found))
     # staleness (a node computed here is newer than every stored value it reads), and the graph's key
-    newest: dict[int, int] = {}
-    internal: dict[int, int] = {}
+    newest: list[int] = []
+    internal = [0] * len(order)
     parts: list[tuple] = []
     for n, b in zip(order, bound):
         if b:
             st = n.storage
-            newest[id(n)] = st.modified if st is not None else (n.created if n.op is None else 0)
-            parts.append(("S", st.serial, n.shape, n.dtype) if st is not None else ("H", n.shape, n.dtype))
+            if st is not None:
+                newest.append(st.modified)
+                parts.append(("S", st.serial, n.shape, n.dtype))
+            else:
+                newest.append(n.created if n.op is None else 0)
+                parts.append(("H", n.shape, n.dtype))
             continue
-        ids = [id(x) for x in n.inputs]
-        m = max(newest[k] for k in ids) if ids else 0
+        pos = tuple([index[id(x)] for x in n.inputs])
+        m = 0
+        for k in pos:
+            internal[k] += 1
+            if newest[k] > m:
+                m = newest[k]
         if m > n.created:
             raise _stale(n, m)
-        newest[id(n)] = m
-        for k in ids:
-            internal[k] = internal.get(k, 0) + 1
-        assert n.op is not None
-        parts.append((n.op.name, n.attrs, tuple(index[k] for k in ids), n.shape))
+        newest.append(m)
+        parts.append((n.op.name, n.attrs, pos, n.shape))  # type: ignore[union-attr]  # not bound: an op
     outputs = _outputs(order, bound, internal, {id(t) for t in targets})
     return Plan(order, bound, outputs, (tuple(parts), tuple(outputs)))
 
 
-def _outputs(order: list[Node], bound: list[bool], internal: dict[int, int], wanted: set[int]) -> list[bool]:
+def _outputs(order: list[Node], bound: list[bool], internal: list[int], wanted: set[int]) -> list[bool]:
     """Which computed nodes keep their value after the run: the targets, and every node referenced from outside
     the nodes of this graph (a variable of the caller, a leaf's ``.grad``), whose value may be read later.
-    ``internal``: how many inputs of the nodes computed here each node is."""
+    ``internal``: how many inputs of the nodes computed here each node is, by position."""
     out = []
+    getrefcount = sys.getrefcount
     for i in range(len(order)):
         if bound[i]:
             out.append(False)
             continue
         n = order[i]
         # references: the list, ``n`` and getrefcount's argument, and the inputs of the nodes computed here
-        extra = sys.getrefcount(n) - 3 - internal.get(id(n), 0)
-        out.append((id(n) in wanted or extra > 0) and not n.writes)   # an update is read through what it writes
+        out.append((id(n) in wanted or getrefcount(n) - 3 > internal[i]) and not n.writes)
     return out
 
 
@@ -364,6 +384,10 @@ def _lower(engine: Engine, p: Plan) -> Entry:
     io = ggml_backend_alloc_ctx_tensors(b.ctx_io, engine.backend)
     sched = make_scheduler(engine.backend, int(lib.ggml_graph_n_nodes(b.graph.ptr)))
     entry = Entry(engine, b, sched, tensors, forward_work(ends))
+    hosts = [i for i, (n, bound) in enumerate(zip(p.order, p.bound)) if bound and n.storage is None]
+    entry.host_inputs = [(i, t.ptr) for i, t in zip(hosts, b.inputs)]
+    entry.output_positions = [i for i, (bound, o) in enumerate(zip(p.bound, p.outputs)) if o and not bound]
+    entry.writer_positions = [i for i, (n, bound) in enumerate(zip(p.order, p.bound)) if not bound and n.writes]
     entry.io_buffer = io
     engine.counters.graphs_built += 1
     return entry
@@ -441,16 +465,13 @@ def _run(engine: Engine, entry: Entry, p: Plan) -> None:
         for t, values in b.constants:
             engine.upload(t, values)
         entry.constants_written = True
-    k = 0
-    for n, bound in zip(p.order, p.bound):
-        if bound and n.storage is None:
-            data = fetch(n)
-            t = b.inputs[k]
-            k += 1
-            arr = np.ascontiguousarray(data, dtype=NUMPY[n.dtype]).reshape(-1)
-            write_array(t.ptr, arr)
-            engine.counters.uploads += 1
-            engine.counters.upload_bytes += int(arr.nbytes)
+    counters = engine.counters
+    for pos, cptr in entry.host_inputs:   # host values: written at each run
+        n = p.order[pos]
+        arr = np.ascontiguousarray(fetch(n), dtype=NUMPY[n.dtype]).reshape(-1)
+        lib.ggml_backend_tensor_set(cptr, ffi.from_buffer(arr), 0, arr.nbytes)
+        counters.uploads += 1
+        counters.upload_bytes += arr.nbytes
     before = split_threads(entry.sched.backends, entry.work)
     try:
         if recording():
@@ -461,7 +482,7 @@ def _run(engine: Engine, entry: Entry, p: Plan) -> None:
             # the graph's own scheduler still holds its allocation from the first run, which the public call
             # checked: run it again directly (the entry keeps every tensor it reads alive)
             with computing(entry.sched.backends):
-                status = lib.ggml_backend_sched_graph_compute(entry.sched.ptr, b.graph.ptr)
+                status = lib.ggml_backend_sched_graph_compute(entry.sched_cptr, entry.graph_cptr)
             check_status(status, "ag_* step")
         else:
             ggml_backend_sched_graph_compute(entry.sched, b.graph)
@@ -471,17 +492,22 @@ def _run(engine: Engine, entry: Entry, p: Plan) -> None:
     engine.counters.computes += 1
     entry.generation += 1
     held: list[weakref.ref] = []
-    for n, bound, o, t in zip(p.order, p.bound, p.outputs, entry.tensors):
-        if bound:
-            continue
-        if o:
-            n.result = (entry, entry.generation, t)
-            n.host = None
-            held.append(weakref.ref(n))
-            if n.tape is None:
-                n.drop_inputs()   # known, and never differentiated: what it was computed from can go
-            else:
-                n.tape.computed.append(weakref.ref(n))  # type: ignore[attr-defined]  # tensor.Tape
-        for st in n.writes:
-            st.touched(n.created if n.op is not None and n.op.deferred else None)
+    order, tensors, gen = p.order, entry.tensors, entry.generation
+    for i in entry.output_positions:
+        n = order[i]
+        n.result = (entry, gen, tensors[i])
+        n.host = None
+        ref = weakref.ref(n)
+        held.append(ref)
+        if n.tape is None:
+            n.drop_inputs()   # known, and never differentiated: what it was computed from can go
+        else:
+            n.tape.computed.append(ref)  # type: ignore[attr-defined]  # tensor.Tape
+    if entry.writer_positions:
+        now = next_epoch()   # an optimizer's writes: now; a deferred write: as of when it was recorded
+        for i in entry.writer_positions:
+            n = order[i]
+            deferred = n.op is not None and n.op.deferred
+            for st in n.writes:
+                st.modified = max(st.modified, n.created) if deferred else now
     entry.held = held

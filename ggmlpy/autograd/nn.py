@@ -28,6 +28,7 @@ from .ops import (
     ag_sub,
     ag_tanh,
     floating,
+    linear,
     ne_of,
     reshaped,
     tensor_arg,
@@ -124,11 +125,7 @@ class Linear(Module):
         return {"W": self.W, "b": self.b}
 
     def forward(self, x: AgTensor) -> AgTensor:
-        x = tensor_arg(x, "ag_linear")
-        if not x.shape or x.shape[-1] != self.in_features:
-            raise GgmlValueError(f"ag_linear: expected x with {self.in_features} features in its last axis, got "
-                                 f"shape {x.shape}")
-        y = ag_add(x @ self.W.T, self.b)
+        y = linear(x, self.W, self.b, "ag_linear")   # x @ W.T + b, one op
         return ACTIVATIONS[self.activation](y) if self.activation else y
 
     def __repr__(self) -> str:
@@ -397,8 +394,8 @@ class Embedding(Module):
             raise GgmlTypeError(f"{fn}: ids must be integers, got {arr.dtype}")
         if arr.size and (arr.min() < 0 or arr.max() >= self.vocab_size):
             raise GgmlValueError(f"{fn}: ids must be in [0, {self.vocab_size}), got {arr.min()} to {arr.max()}")
-        if arr.ndim > 3:
-            raise GgmlValueError(f"{fn}: ids have at most 3 axes, got shape {arr.shape}")
+        if arr.ndim > 3 or arr.size == 0:
+            raise GgmlValueError(f"{fn}: ids must have at most 3 axes and at least one id, got shape {arr.shape}")
         t = AgTensor(self.weight.engine, arr.shape, "i32")
         t.host = np.ascontiguousarray(arr, dtype=np.int32)
         out = arr.shape + (self.dim,)

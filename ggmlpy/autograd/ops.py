@@ -379,6 +379,32 @@ def _half_weight(b: AgTensor) -> int | None:
     return kind if device_computes_half_products(w.engine.backend.device, kind) else None
 
 
+def _lower_linear(b: Builder, xs: list[Tensor], attrs: tuple) -> Tensor:
+    x, w = xs[0], xs[1]
+    x_shape, out, half = attrs
+    rows = int(np.prod(x_shape[:-1])) if len(x_shape) > 1 else 1
+    if half is not None:
+        w = ggml_cast(b.ctx, w, half)
+    y = ggml_mul_mat(b.ctx, w, reshaped(b, x, (rows, x_shape[-1])))
+    if len(xs) > 2:
+        y = ggml_add(b.ctx, y, xs[2])
+    return reshaped(b, y, out)
+
+
+_LINEAR = Op("linear", _lower_linear)
+
+
+def linear(x: AgTensor, w: AgTensor, bias: AgTensor | None, fn: str) -> AgTensor:
+    """``x @ w.T + bias`` as one op (the layers' product: ggml multiplies by ``w`` as it is stored, no transpose);
+    ``w`` (out, in), ``bias`` (out,) or None, x (..., in)."""
+    x = floating(tensor_arg(x, fn), fn)
+    if not x.shape or x.shape[-1] != w.shape[1]:
+        raise GgmlValueError(f"{fn}: expected x with {w.shape[1]} features in its last axis, got shape {x.shape}")
+    out = x.shape[:-1] + (w.shape[0],)
+    ins = (x, w) if bias is None else (x, w, bias)
+    return result(_LINEAR, ins, out, (x.shape, out, _half_weight(w)))
+
+
 def _lower_transpose(b: Builder, xs: list[Tensor], attrs: tuple) -> Tensor:
     nd, i, j = attrs
     axes = [0, 1, 2, 3]

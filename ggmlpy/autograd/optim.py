@@ -93,6 +93,35 @@ def _lower_sgd(b: Builder, xs: list, attrs: tuple) -> Tensor:
 
 
 _ADAMW, _SGD = Op("adamw_step", _lower_adamw), Op("sgd_step", _lower_sgd)
+_STEPS = {op.name: op for op in (_ADAMW, _SGD)}
+
+
+def _lower_updates(b: Builder, xs: list, attrs: tuple) -> Tensor:
+    """Every parameter's update of one step: ``attrs`` = ((op name, inputs), ...); the shared hyper-parameters
+    are the last input. The updates but the last are side effects of the graph (``b.ends``)."""
+    hp, at, made = xs[-1], 0, []
+    for name, count in attrs:
+        made.append(_STEPS[name].lower(b, xs[at:at + count] + [hp], ()))
+        at += count
+    b.ends.extend(made[:-1])
+    return made[-1]
+
+
+_UPDATES = Op("updates", _lower_updates)
+
+
+def _updates(parts: list[tuple]) -> AgTensor:
+    """One node for the updates of every parameter on a device: one step's plan walks it as one op."""
+    ins: list[AgTensor] = []
+    spec, writes = [], []
+    for _hp, op, xs, w in parts:
+        ins.extend(xs)
+        spec.append((op.name, len(xs)))
+        writes.extend(w)
+    ins.append(parts[0][0])
+    node = result(_UPDATES, tuple(ins), (), tuple(spec), differentiable=False)
+    node.writes = tuple(writes)
+    return node
 
 
 class Optimizer:
@@ -137,10 +166,11 @@ class Optimizer:
             if hp_t is None:
                 hp_t = shared[id(p.engine)] = AgTensor(p.engine, hp.shape, "f32")
                 hp_t.host = hp
-            effects.append(self._update(p, g, hp_t))
-        evaluate(effects)
+            effects.append((hp_t, *self._update(p, g)))
+        evaluate([_updates([e for e in effects if e[0] is hp_t]) for hp_t in shared.values()])
 
-    def _update(self, p: AgTensor, g: AgTensor, hp: AgTensor) -> AgTensor:
+    def _update(self, p: AgTensor, g: AgTensor) -> tuple[Op, tuple[AgTensor, ...], tuple[Storage, ...]]:
+        """One parameter's update: its op, its inputs (the hyper-parameters come last, shared) and what it writes."""
         raise NotImplementedError
 
     def _hparams(self) -> np.ndarray:
@@ -163,11 +193,9 @@ class SgdOptimizer(Optimizer):
     def _hparams(self) -> np.ndarray:
         return np.array([self.lr, 0.0, self.momentum], np.float32)
 
-    def _update(self, p: AgTensor, g: AgTensor, hp: AgTensor) -> AgTensor:
-        ins = (p, g) + (self.state(p, 1) if self.momentum else ()) + (hp,)
-        out = result(_SGD, ins, p.shape, differentiable=False)
-        out.writes = (p.storage,) + ((ins[2].storage,) if self.momentum else ())  # type: ignore[assignment]
-        return out
+    def _update(self, p: AgTensor, g: AgTensor) -> tuple[Op, tuple[AgTensor, ...], tuple[Storage, ...]]:
+        ins = (p, g) + (self.state(p, 1) if self.momentum else ())
+        return _SGD, ins, tuple(t.storage for t in ins if t.storage is not None and t is not g)
 
     def __repr__(self) -> str:
         return f"<optimizer_sgd lr={self.lr} momentum={self.momentum}, {len(self.params)} parameters, t={self.t}>"
@@ -197,11 +225,9 @@ class AdamOptimizer(Optimizer):
         b2h = 1.0 / (1.0 - self.beta2 ** self.t)
         return np.array([self.lr, self.beta1, self.beta2, self.eps, self.weight_decay, b1h, b2h], np.float32)
 
-    def _update(self, p: AgTensor, g: AgTensor, hp: AgTensor) -> AgTensor:
+    def _update(self, p: AgTensor, g: AgTensor) -> tuple[Op, tuple[AgTensor, ...], tuple[Storage, ...]]:
         m, v = self.state(p, 2)
-        out = result(_ADAMW, (p, g, m, v, hp), p.shape, differentiable=False)
-        out.writes = (p.storage, m.storage, v.storage)  # type: ignore[assignment]
-        return out
+        return _ADAMW, (p, g, m, v), tuple(t.storage for t in (p, m, v) if t.storage is not None)
 
     def __repr__(self) -> str:
         return f"<optimizer_adam lr={self.lr}, {len(self.params)} parameters, t={self.t}>"

@@ -277,9 +277,12 @@ def result(op: Op, inputs: tuple[AgTensor, ...], shape: tuple[int, ...], attrs: 
                                  "device: move one with ag_to_device")
     out = AgTensor(eng, shape, dtype, op, inputs, attrs)
     tape = TAPE.current
-    if tape is not None and differentiable and any(tracked(x, tape) for x in inputs):
-        out.tape, out.requires_grad = tape, True
-        tape.n += 1
+    if tape is not None and differentiable:
+        for x in inputs:   # tracked(x, tape), inlined: this runs for every op
+            if x.requires_grad and (x.op is None or x.tape is tape):
+                out.tape, out.requires_grad = tape, True
+                tape.n += 1
+                break
     return out
 
 
@@ -296,7 +299,7 @@ def require_open_tape_state() -> None:
 
 # ---------------------------------------------------------------- public constructors and devices
 
-__all__ = ["ag_tensor", "ag_param", "ag_to_device", "ag_device", "ag_dtype", "ag_default_device",
+__all__ = ["AgTensor", "ag_tensor", "ag_param", "ag_to_device", "ag_device", "ag_dtype", "ag_default_device",
            "ag_default_dtype"]
 
 
