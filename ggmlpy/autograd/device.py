@@ -72,6 +72,7 @@ class Engine:
         self.counters = Counters()
         self.graphs: object = None  # lazy.GraphCache, made on the first compute
         self.effects: list = []     # writes the next compute makes (a batch norm's running statistics)
+        self.threads_key: object = None   # (graph, thread budget) the backends' thread counts are set for
         self.lock = threading.RLock()
 
     def upload(self, t: Tensor, data: np.ndarray) -> None:

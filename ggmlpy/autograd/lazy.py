@@ -23,11 +23,12 @@ from typing import Protocol
 import numpy as np
 
 from .._ffi import ffi, lib
+from ..backend.backend import ggml_get_n_threads
 from ..backend.buffer import ggml_backend_alloc_ctx_tensors
 from ..compute.placement import PlacementRecorder
 from ..compute.run import check_status, ggml_backend_sched_graph_compute
 from ..compute.sched import Scheduler
-from ..compute.threads import forward_work, restore_threads, split_threads, StepWork
+from ..compute.threads import forward_work, split_threads, StepWork
 from ..core.handle import computing
 from ..errors import GgmlStateError
 from ..graph.backward import check_backward_graph
@@ -472,7 +473,10 @@ def _run(engine: Engine, entry: Entry, p: Plan) -> None:
         lib.ggml_backend_tensor_set(cptr, ffi.from_buffer(arr), 0, arr.nbytes)
         counters.uploads += 1
         counters.upload_bytes += arr.nbytes
-    before = split_threads(entry.sched.backends, entry.work)
+    threads = (id(entry), ggml_get_n_threads())
+    if engine.threads_key != threads:   # the engine's own backends: set for this graph's work, left so while it repeats
+        split_threads(entry.sched.backends, entry.work)
+        engine.threads_key = threads
     try:
         if recording():
             with PlacementRecorder(entry.sched) as rec:
@@ -487,8 +491,9 @@ def _run(engine: Engine, entry: Entry, p: Plan) -> None:
         else:
             ggml_backend_sched_graph_compute(entry.sched, b.graph)
             entry.ran = True
-    finally:
-        restore_threads(before)
+    except BaseException:
+        engine.threads_key = None
+        raise
     engine.counters.computes += 1
     entry.generation += 1
     held: list[weakref.ref] = []

@@ -110,15 +110,15 @@ def _lower_updates(b: Builder, xs: list, attrs: tuple) -> Tensor:
 _UPDATES = Op("updates", _lower_updates)
 
 
-def _updates(parts: list[tuple]) -> AgTensor:
+def _updates(hp: AgTensor, parts: list[tuple]) -> AgTensor:
     """One node for the updates of every parameter on a device: one step's plan walks it as one op."""
     ins: list[AgTensor] = []
     spec, writes = [], []
-    for _hp, op, xs, w in parts:
+    for op, xs, w in parts:
         ins.extend(xs)
         spec.append((op.name, len(xs)))
         writes.extend(w)
-    ins.append(parts[0][0])
+    ins.append(hp)
     node = result(_UPDATES, tuple(ins), (), tuple(spec), differentiable=False)
     node.writes = tuple(writes)
     return node
@@ -131,7 +131,7 @@ class Optimizer:
         self.params = param_list(params, self.name)
         self.lr = _rate(self.name, "lr", lr)
         self.t = 0
-        self._state: dict[int, tuple[AgTensor, ...]] = {}
+        self._state: dict[int, tuple] = {}
 
     def zero_grad(self) -> None:
         """Forget the accumulated gradients (``.grad`` of every parameter becomes None)."""
@@ -153,8 +153,7 @@ class Optimizer:
 
     def _step(self, pairs: list[tuple[AgTensor, AgTensor]]) -> None:
         hp = self._hparams()
-        shared: dict[int, AgTensor] = {}   # one input of the hyper-parameters per device, read by every update
-        effects = []
+        by_engine: dict[int, list] = {}   # per device: the hyper-parameters (one input, read by every update)
         for p, g in pairs:
             if g.engine is not p.engine:
                 raise GgmlValueError(f"{self.name}.step: a gradient on {g.engine.name} for a parameter on "
@@ -162,12 +161,13 @@ class Optimizer:
             if g.shape != p.shape:
                 raise GgmlValueError(f"{self.name}.step: a gradient of shape {g.shape} for a parameter of shape "
                                      f"{p.shape}")
-            hp_t = shared.get(id(p.engine))
-            if hp_t is None:
-                hp_t = shared[id(p.engine)] = AgTensor(p.engine, hp.shape, "f32")
+            group = by_engine.get(id(p.engine))
+            if group is None:
+                hp_t = AgTensor(p.engine, hp.shape, "f32")
                 hp_t.host = hp
-            effects.append((hp_t, *self._update(p, g)))
-        evaluate([_updates([e for e in effects if e[0] is hp_t]) for hp_t in shared.values()])
+                group = by_engine[id(p.engine)] = [hp_t]
+            group.append(self._update(p, g))
+        evaluate([_updates(group[0], group[1:]) for group in by_engine.values()])
 
     def _update(self, p: AgTensor, g: AgTensor) -> tuple[Op, tuple[AgTensor, ...], tuple[Storage, ...]]:
         """One parameter's update: its op, its inputs (the hyper-parameters come last, shared) and what it writes."""
@@ -176,10 +176,14 @@ class Optimizer:
     def _hparams(self) -> np.ndarray:
         raise NotImplementedError
 
-    def state(self, p: AgTensor, n: int) -> tuple[AgTensor, ...]:
-        if id(p) not in self._state:
-            self._state[id(p)] = tuple(_state_leaf(p) for _ in range(n))
-        return self._state[id(p)]
+    def state(self, p: AgTensor, n: int) -> tuple:
+        """``p``'s ``n`` zeroed state tensors (moments, velocity), made on first use, and what its update writes
+        (``p`` and them)."""
+        got = self._state.get(id(p))
+        if got is None:
+            leaves = tuple(_state_leaf(p) for _ in range(n))
+            got = self._state[id(p)] = (*leaves, tuple(t.storage for t in (p, *leaves)))
+        return got
 
 
 class SgdOptimizer(Optimizer):
@@ -194,8 +198,10 @@ class SgdOptimizer(Optimizer):
         return np.array([self.lr, 0.0, self.momentum], np.float32)
 
     def _update(self, p: AgTensor, g: AgTensor) -> tuple[Op, tuple[AgTensor, ...], tuple[Storage, ...]]:
-        ins = (p, g) + (self.state(p, 1) if self.momentum else ())
-        return _SGD, ins, tuple(t.storage for t in ins if t.storage is not None and t is not g)
+        if not self.momentum:
+            return _SGD, (p, g), (p.storage,)  # type: ignore[return-value]  # a parameter is stored
+        vel, writes = self.state(p, 1)
+        return _SGD, (p, g, vel), writes
 
     def __repr__(self) -> str:
         return f"<optimizer_sgd lr={self.lr} momentum={self.momentum}, {len(self.params)} parameters, t={self.t}>"
@@ -226,8 +232,8 @@ class AdamOptimizer(Optimizer):
         return np.array([self.lr, self.beta1, self.beta2, self.eps, self.weight_decay, b1h, b2h], np.float32)
 
     def _update(self, p: AgTensor, g: AgTensor) -> tuple[Op, tuple[AgTensor, ...], tuple[Storage, ...]]:
-        m, v = self.state(p, 2)
-        return _ADAMW, (p, g, m, v), tuple(t.storage for t in (p, m, v) if t.storage is not None)
+        m, v, writes = self.state(p, 2)
+        return _ADAMW, (p, g, m, v), writes
 
     def __repr__(self) -> str:
         return f"<optimizer_adam lr={self.lr}, {len(self.params)} parameters, t={self.t}>"
