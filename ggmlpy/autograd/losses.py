@@ -77,7 +77,8 @@ _CE = Op("softmax_cross_entropy", lambda b, xs, attrs: ggml_cross_entropy_loss(b
 
 def ag_softmax_cross_entropy_loss(logits: AgTensor, target: object) -> AgTensor:
     """Softmax cross-entropy of logits: ``-sum(target * log_softmax(logits)) / N``, gradient
-    ``(softmax(logits) - target) / N`` (ggml's fused loss, exact for any logit).
+    ``(softmax(logits) - target) / N`` (ggml's fused loss, exact for any logit; that gradient is the loss's own
+    where each target row sums to 1, as one-hot rows and probabilities do).
 
     Arguments:
         logits: raw scores (N, C), an AgTensor.

@@ -228,3 +228,17 @@ def test_the_loader_batches_arrays_and_streams_a_generator():
     assert stream.n_batches() is None
     assert [b["y"].numpy().tolist() for b in stream.epoch()] == [[0, 1], [2, 3], [4, 5], [6, 7]]
     assert len(list(stream.epoch())) == 4      # a generator function starts again each epoch
+
+
+def test_check_grad_anomaly_reports_each_gradient():
+    a, b, c = g.ag_param([1.0, 0.0]), g.ag_param([2.0]), g.ag_param([1.0])
+    with g.with_grad_tape():
+        loss = g.ag_sum(g.ag_log(a)) + g.ag_sum(g.ag_scale(b, 1000.0))   # d/da = 1/a: inf at 0; c unused
+    g.backward(loss)
+    with pytest.warns(g.GgmlpyWarning, match="p1: inf"):
+        table = g.check_grad_anomaly({"p1": a, "p2": b, "p3": c}, max_abs=100.0)
+    assert list(table.columns) == ["param", "n_nan", "n_inf", "max_abs", "status"]
+    assert table.status.tolist() == ["inf", "large", "missing"]
+    assert table.n_inf.tolist() == [1, 0, 0] and table.max_abs.tolist()[:2] == [1.0, 1000.0]
+    with pytest.raises(g.GgmlValueError, match="gradient anomalies"):
+        g.check_grad_anomaly({"p1": a}, action="stop")
