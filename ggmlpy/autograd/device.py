@@ -135,6 +135,13 @@ def recording(change: int = 0) -> int:
         _recording[0] += change
         return _recording[0]
 _defaults = {"device": "cpu", "dtype": "f32"}
+
+
+class _ThreadDevice(threading.local):
+    name: str | None = None   # this thread's default device, over the process's (dp_train's replicas)
+
+
+_thread = _ThreadDevice()
 _said_bf16: set[str] = set()
 
 
@@ -147,7 +154,7 @@ def resolve_device(device: object, fn: str) -> str:
     """The engine name of ``device``: ``None`` (the default), ``"cpu"``, ``"gpu"`` (the first GPU) or a ggml
     device name; anything else is a ValueError naming the devices there are."""
     if device is None:
-        return _defaults["device"]
+        return default("device")
     if not isinstance(device, str):
         raise GgmlValueError(f"{fn}: device must be a string such as 'cpu', 'gpu' or 'Vulkan0', got {device!r}")
     names = device_names()
@@ -198,4 +205,12 @@ def set_default(key: str, value: str) -> str:
 
 
 def default(key: str) -> str:
+    if key == "device" and _thread.name is not None:
+        return _thread.name
     return _defaults[key]
+
+
+def thread_device(name: str | None) -> str | None:
+    """Set this thread's default device (None: the process's again); returns the one before."""
+    before, _thread.name = _thread.name, name
+    return before

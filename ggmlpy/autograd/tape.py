@@ -141,7 +141,7 @@ def backward(loss: AgTensor) -> Grads:
     # gradients of other losses still to compute: computed first (one graph differentiates one loss), loss by loss
     earlier: dict[int, list[AgTensor]] = {}
     for g in list(PENDING):
-        if not known(g) and g.inputs[0] is not loss:
+        if g.engine is loss.engine and not known(g) and g.inputs and g.inputs[0] is not loss:
             earlier.setdefault(id(g.inputs[0]), []).append(g)
     for grads in earlier.values():
         evaluate(grads)
