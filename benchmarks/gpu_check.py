@@ -17,8 +17,8 @@ and gguf, and Debian's Vulkan loader. This script, there:
 2. fails at once unless CUDA0 exists (and, for the second part, a Vulkan device on the NVIDIA driver), saying
    why in ggmlpy's words (``ggml_backend_load_errors``);
 3. runs, with ``GGMLPY_REQUIRE_DEVICES`` set so that a test skipped for the device fails: the kernel tests
-   (patches 0016/0018/0038-0044, float32 precision and the TF32 switch), the model-layer tests on the device,
-   the placement report with its assertion (one split and no CPU op for each benchmark model), the GPU-sized
+   (patches 0016/0018/0038-0044, float32 precision and the TF32 switch), the model-layer and ag_* tests on the
+   device, the placement report with its assertion (one split and no CPU op for each benchmark model), the GPU-sized
    benchmarks against PyTorch on the same device, on Vulkan the backward products on ggml's matmul shaders
    against out_prod.comp, the tiled matmul shaders and the blocked kernel (``bench_vk_backward.py``,
    patches/0043 and 0045), the host's waits per training step and samples/s (``bench_host_waits.py``, patches
@@ -197,9 +197,10 @@ def part(run: Run, device: str, family: str, quick: bool, rehearse: bool = False
     run.step(f"{device}: kernel and precision tests", 120,
              PYTEST + xdist + ["tests/patches/test_gpu_kernels.py", "tests/patches/test_gpu_precision.py",
                                "tests/backend/test_modules.py", "-k", f"not {other}"], env)
-    run.step(f"{device}: model-layer tests on the device", 150,
+    run.step(f"{device}: model-layer and ag_* tests on the device", 150,
              PYTEST + xdist + ["tests/backend", "tests/compute/test_async.py", "tests/patches", "tests/models",
-                               "tests/training", "--ignore", "tests/patches/test_gpu_kernels_large.py", "-m", family],
+                               "tests/training", "tests/autograd", "--ignore",
+                               "tests/patches/test_gpu_kernels_large.py", "-m", family],
              env)
     placement = OUT / f"placement-{device}.json"
     if run.step(f"{device}: placement (one split, no CPU op)", 90,

@@ -10,7 +10,7 @@ from tests.helpers.devices import require_gpu
 from tests.helpers.gradients import fd_grad
 
 
-DEVICES = ["cpu", "Vulkan0"]
+DEVICES = ["cpu", "Vulkan0", "CUDA0"]
 
 
 def _device(name: str) -> str:

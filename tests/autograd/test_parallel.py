@@ -10,6 +10,7 @@ import ggmlpy as g
 from tests.autograd import builders
 from tests.helpers.devices import require_gpu
 
+
 rng = np.random.default_rng(4)
 X = rng.standard_normal((12, 4)).astype(np.float32)
 Y = rng.integers(0, 3, 12)

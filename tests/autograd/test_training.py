@@ -11,9 +11,6 @@ import pytest
 import ggmlpy as g
 
 
-DEVICES = ["cpu", "Vulkan0"]
-
-
 def _quadratic_steps(opt_fn, steps=5):
     """Minimise sum(c * w^2) from w0; returns the weights after each step and the gradients seen."""
     c = np.array([1.0, -2.0, 0.5])
