@@ -1,12 +1,12 @@
 """Write ``ggmlpy/__init__.py``: the public API as explicit imports and a literal ``__all__``.
 
 Run ``python tools/exports.py`` after adding, renaming or moving a public name; ``tests/public/test_exports.py``
-fails while the file is stale. A public name is a ``ggml_*``, ``GGML_*`` or ``gguf_*`` name defined at the
-top of a module (``ggml_logger*`` excepted: the FFI's log plumbing; in ``autograd/``, ggmlR's ``ag_*`` engine, a
-name of the module's ``__all__``), or one of the two functions the model layer makes for each built-in layer
-class (``models/builders.py``: ``ggml_layer_<kind>`` and ``ggml_<kind>``, read here from the classes' ``kind``
-and ``builder_functions``). A name defined in two modules is an error, but a layer function named as an op: it
-takes the op's call too, and the package exports it.
+fails while the file is stale. A public name is a ``ggml_*``, ``GGML_*`` or ``gguf_*`` name defined at the top of a
+module (``ggml_logger*`` excepted: the FFI's log plumbing; in a module with a literal ``__all__``, such as ggmlR's
+``ag_*`` engine or its quantization family, the names it lists), or one of the two functions the model layer makes
+for each built-in layer class (``models/builders.py``: ``ggml_layer_<kind>`` and ``ggml_<kind>``, read here from the
+classes' ``kind`` and ``builder_functions``). A name defined in two modules is an error, but a layer function named
+as an op: it takes the op's call too, and the package exports it.
 """
 from __future__ import annotations
 
@@ -111,16 +111,18 @@ def defined_names(path: str) -> list[str]:
                 for e in (t.elts if isinstance(t, ast.Tuple) else [t]):
                     if isinstance(e, ast.Name):
                         names.append(e.id)
-    if os.sep + "autograd" + os.sep in path:  # ggmlR's ag_* engine: its names (ag_*, backward, ...) are its __all__
-        return _literal_all(tree)
+    listed = _literal_all(tree)
+    if listed:  # a module that lists its public names (ggmlR's ag_* engine, the quantization family) exports them
+        return listed
     return [n for n in names if n.startswith(PREFIXES) and not n.startswith("ggml_logger")]
 
 
 def _literal_all(tree: ast.Module) -> list[str]:
     """The names of a module's literal ``__all__`` (none: an empty list)."""
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
-            return [e.value for e in node.value.elts if isinstance(e, ast.Constant)]  # type: ignore[attr-defined]
+        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.List, ast.Tuple)) and \
+                any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return [str(e.value) for e in node.value.elts if isinstance(e, ast.Constant)]
     return []
 
 

@@ -17,7 +17,11 @@ PKG = HERE.parent
 ROOT = PKG.parent
 LIB_DIR = PKG / "lib"
 INCLUDE_DIR = ROOT / "vendor" / "ggml" / "include"
-DECL_ORDER = ["types.h", "ggml.h", "ggml-backend.h", "ggml-opt.h", "gguf.h", "extras.h"]
+DECL_ORDER = ["types.h", "ggml.h", "ggml-backend.h", "ggml-opt.h", "gguf.h", "quants.h", "extras.h"]
+# ggml-quants.h's functions (exported by libggml-base) take internal block types: declared here with void *
+QUANT_PROTOTYPES = "\n".join(line for line in (HERE / "decl" / "quants.h").read_text().splitlines()
+                              if line.startswith(("void quantize_row", "void dequantize_row", "void iq2xs",
+                                                  "void iq3xs")))
 
 # Backend-specific functions live in modules loaded at run time (GGML_BACKEND_DL);
 # these shims find them through the registry so Python never handles raw function pointers.
@@ -109,7 +113,7 @@ def make_ffi() -> cffi.FFI:
     ffi.cdef("\n".join((HERE / "decl" / name).read_text() for name in DECL_ORDER))
     ffi.set_source(
         "ggmlpy._ffi._ggml",
-        SHIMS,
+        SHIMS + "\n" + QUANT_PROTOTYPES + "\n",
         include_dirs=[str(INCLUDE_DIR)],
         library_dirs=[str(LIB_DIR)],
         # The libraries are shipped under their SONAMEs only (libggml.so.0, ...).
