@@ -43,6 +43,29 @@ def ggml_type_of(name: str) -> int:
     return int(getattr(lib, f"GGML_TYPE_{TYPES[name][0]}"))
 
 
+def type_by_name(name: object, fn: str) -> int:
+    """The quantized ggml type a name stands for ("q8_0", "Q4_K", ...), or a ValueError naming the choices."""
+    key = {k.lower(): k for k in QUANTIZE}.get(str(name).lower()) if isinstance(name, str) else None
+    if key is None:
+        raise GgmlValueError(f"{fn}: {name!r} is not a quantization type; expected one of {', '.join(QUANTIZE)}")
+    return ggml_type_of(key)
+
+
+def quantize_rows(t: int, rows: np.ndarray, fn: str) -> bytes:
+    """A 2-D float array's rows quantized to type ``t`` (whose block size divides the rows' length)."""
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    imatrix = np.ones(rows.shape[1], np.float32) if lib.ggml_quantize_requires_imatrix(t) else None
+    return _chunk(fn, t, rows, rows.shape[0], rows.shape[1], imatrix)
+
+
+def dequantize_bytes(t: int, raw: bytes, n: int) -> np.ndarray:
+    """``n`` float32 values from the bytes of ``n`` values of quantized type ``t`` (ggml's own decoder)."""
+    name = next((k for k in DEQUANTIZE if ggml_type_of(k) == t), None)
+    if name is None:
+        raise GgmlTypeError(f"ggml has no decoder of {type_name(t)} data")
+    return globals()[f"dequantize_row_{name}"](raw, n)
+
+
 def _floats(fn: str, data: object, n: int, what: str = "src_data") -> np.ndarray:
     arr = np.asarray(data)
     if arr.dtype.kind not in "fiu" or arr.dtype == np.bool_:

@@ -12,6 +12,7 @@ import numpy as np
 from .._ffi import lib
 from ..backend.transfer import check_rpc_transfer, NUMPY_DTYPES, write_array
 from ..core.paths import fs_path, PathArg
+from ..core.quants import dequantize_bytes
 from ..core.sysmem import check_fits_memory
 from ..core.types import type_name
 from ..errors import BackendUnavailableError, expect, GgmlTypeError, GgmlValueError, GgufFileError, GgufKeyError
@@ -175,7 +176,7 @@ def _ggml_layout(flat: np.ndarray, shape: tuple[int, int, int, int]) -> np.ndarr
     return flat.reshape(dims)
 
 
-def gguf_read(path: PathArg, raw: bool = False) -> tuple[dict, dict]:
+def gguf_read(path: PathArg, raw: bool = False, dequantize: bool = False) -> tuple[dict, dict]:
     """Read a whole GGUF file into numpy: ``(tensors, metadata)``.
 
     Tensors come back in ggml layout as numpy shape ``(ne3, ne2, ne1, ne0)`` with leading 1-axes dropped
@@ -186,6 +187,8 @@ def gguf_read(path: PathArg, raw: bool = False) -> tuple[dict, dict]:
         raw: False (the default) converts each tensor to a typed array and raises GgmlTypeError for a
             type numpy cannot hold (quantized types); True returns every tensor's bytes as a 1-D uint8
             array instead.
+        dequantize: True decodes quantized tensors (Q8_0, Q4_K, ...) to float32 with ggml's own decoders
+            (default False: they raise, unless raw).
 
     Value: a tuple ``(tensors, metadata)``: dicts name -> numpy array and key -> value.
 
@@ -197,6 +200,7 @@ def gguf_read(path: PathArg, raw: bool = False) -> tuple[dict, dict]:
     fn = "gguf_read"
     p = fs_path(path, fn)
     expect(isinstance(raw, bool), f"{fn}: raw must be a bool, got {raw!r}", GgmlTypeError)
+    expect(isinstance(dequantize, bool), f"{fn}: dequantize must be a bool, got {dequantize!r}", GgmlTypeError)
     with gguf_init_from_file(p, no_alloc=True) as g:
         # the declared sizes must lie inside the file before anything is allocated for them
         check_data_in_file(g.ptr, os.path.getsize(p), p, fn)
@@ -216,6 +220,9 @@ def gguf_read(path: PathArg, raw: bool = False) -> tuple[dict, dict]:
                     out[name] = _ggml_layout(buf.view(NUMPY_DTYPES[t]), shape)
                 elif t == lib.GGML_TYPE_BF16:
                     out[name] = _ggml_layout((buf.view(np.uint16).astype(np.uint32) << 16).view(np.float32), shape)
+                elif dequantize and lib.ggml_is_quantized(t):
+                    n = int(np.prod(shape, dtype=np.int64))
+                    out[name] = _ggml_layout(dequantize_bytes(t, bytes(buf), n), shape)
                 else:
                     raise GgmlTypeError(f"{fn}: tensor '{name}' is {type_name(t)}, which numpy cannot hold; "
                                         "use gguf_read(path, raw=True) for its bytes")

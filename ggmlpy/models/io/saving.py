@@ -26,7 +26,7 @@ import numpy as np
 
 from ...backend.transfer import ggml_backend_tensor_set_data, numpy_shape
 from ...core.args import bool_arg, is_int, is_real
-from ...core.types import GGML_TYPE_F32
+from ...core.types import GGML_TYPE_F32, type_name
 from ...errors import GgmlInUseError, GgmlpyError, GgmlTypeError, GgmlValueError, GgufFileError, GgufFileNotFoundError
 from ...gguf.weights import ggml_save_weights_gguf, gguf_read
 from ...graph.context import ggml_init, ggml_tensor_overhead
@@ -39,6 +39,7 @@ from ..engine.runtime import model_in_use
 from ..layers.layer import check_rebuildable, Layer, layer_class
 from ..network.model import apply_layer, InputLayer, Model, Node, Sequential
 from ..network.parameters import strip_leading_ones
+from .quantized import quantization_plan, quantized_tensors
 
 
 FORMAT_VERSION = 1
@@ -115,7 +116,7 @@ def _no_live_trainer(model: Model, fn: str, why: str) -> None:
 def _read(path: Any, fn: str) -> tuple[dict, dict]:
     if isinstance(path, (str, os.PathLike)) and not os.path.exists(path):
         raise GgufFileNotFoundError(f"{fn}: no such file: {os.fspath(path)!r}")
-    tensors, meta = gguf_read(path)
+    tensors, meta = gguf_read(path, dequantize=True)   # a quantized file's weights come back as F32
     version = meta.get("ggmlpy.format_version", FORMAT_VERSION)
     if meta.get("general.architecture") == "ggmlpy" and (not is_int(version) or not 1 <= version <= FORMAT_VERSION):
         raise GgufFileError(f"{fn}: {os.fspath(path)!r} is in ggmlpy's file format version {version!r}, this "
@@ -240,7 +241,7 @@ def _write(model: Model, plan: list) -> None:
         params.write(layer, spec.name, arr)
 
 
-def ggml_save_model(model: Model, path: Any, include_optimizer: bool = False) -> None:
+def ggml_save_model(model: Model, path: Any, include_optimizer: bool = False, quantize: Any = None) -> None:
     """Save a compiled model, architecture, compile settings and weights, to one GGUF file that
     ``ggml_load_model`` turns back into a model predicting identically.
 
@@ -253,6 +254,12 @@ def ggml_save_model(model: Model, path: Any, include_optimizer: bool = False) ->
             hyper-parameters; for SGD the step count), so that training resumed from the file follows the same
             trajectory as training that never stopped (also when saved by a callback during a fit). A model
             that has not trained yet saves the fresh state.
+        quantize: None (the default: F32 weights), or a quantized type for the file's matrices (``"q8_0"``,
+            ``"q4_0"``, ``"q4_K"``, ``"q5_K"``, ``"q6_K"``, or any of the quantize_* family's types), or a dict by
+            layer or weight name for mixed types (``{"dense_1": "q4_K", "head.weight": "q8_0"}``; weights it does
+            not name stay F32). Matrices whose rows are not a whole number of the type's blocks, biases,
+            normalisation weights and statistics stay F32; the file records each tensor's type (any GGUF reader
+            sees it). ``ggml_load_model`` reads such a file back, decoding the quantized weights to F32.
 
     Example:
         >>> g.ggml_save_model(model, "model.gguf")
@@ -263,10 +270,11 @@ def ggml_save_model(model: Model, path: Any, include_optimizer: bool = False) ->
     with model_in_use(model):
         if include_optimizer is True:
             _no_live_trainer(model, "ggml_save_model", "the model's own copy is from before the trainer's steps")
-        save_model(model, path, include_optimizer, model.runtime.opt_state.current(), "ggml_save_model")
+        save_model(model, path, include_optimizer, model.runtime.opt_state.current(), "ggml_save_model", quantize)
 
 
-def save_model(model: Model, path: Any, include_optimizer: Any, state: dict | None, fn: str) -> None:
+def save_model(model: Model, path: Any, include_optimizer: Any, state: dict | None, fn: str,
+               quantize: Any = None) -> None:
     """``ggml_save_model`` with a given optimizer state (None: the fresh one)."""
     cfg = compiled(model, fn)
     if not isinstance(include_optimizer, bool):
@@ -287,8 +295,19 @@ def save_model(model: Model, path: Any, include_optimizer: Any, state: dict | No
     meta = _metadata(model, "model")
     meta["ggmlpy.model"] = json.dumps(model.architecture())
     meta["ggmlpy.compile"] = json.dumps(cfg.to_dict())
-    tensors = dict(model.runtime.readable().named_tensors())
-    host = None
+    store = model.runtime.readable()
+    tensors = dict(store.named_tensors())
+    host = packed = None
+    if quantize is not None:
+        if include_optimizer:
+            raise GgmlValueError(f"{fn}: a quantized file is for inference: save it without the optimizer's state "
+                                 "(include_optimizer=False), and a full-precision checkpoint to train on")
+        shapes = {n: tuple(t.shape[:max(1, max((i + 1 for i, d in enumerate(t.shape) if d > 1), default=1))])
+                  for n, t in tensors.items()}
+        plan = quantization_plan(list(tensors), shapes, quantize, fn)
+        packed, quantized = quantized_tensors(store.values(), shapes, plan, fn)
+        tensors.update(quantized)
+        meta["ggmlpy.quantized"] = json.dumps({n: type_name(t) for n, t in plan.items()})
     try:
         if include_optimizer:
             if state is None:  # never trained: zero moments, step 1 (what the first fit would start from)
@@ -306,8 +325,9 @@ def save_model(model: Model, path: Any, include_optimizer: Any, state: dict | No
                 tensors[name] = t
         ggml_save_weights_gguf(path, tensors, meta)
     finally:
-        if host is not None:
-            host.free()
+        for ctx in (host, packed):
+            if ctx is not None:
+                ctx.free()
 
 
 def _fresh_state(model: Model) -> dict:
