@@ -241,7 +241,7 @@ def _write(model: Model, plan: list) -> None:
         params.write(layer, spec.name, arr)
 
 
-def ggml_save_model(model: Model, path: Any, include_optimizer: bool = False, quantize: Any = None) -> None:
+def ggml_save_model(model: Model, path: Any, include_optimizer: bool = False, quantize: object = None) -> None:
     """Save a compiled model, architecture, compile settings and weights, to one GGUF file that
     ``ggml_load_model`` turns back into a model predicting identically.
 
@@ -274,7 +274,7 @@ def ggml_save_model(model: Model, path: Any, include_optimizer: bool = False, qu
 
 
 def save_model(model: Model, path: Any, include_optimizer: Any, state: dict | None, fn: str,
-               quantize: Any = None) -> None:
+               quantize: object = None) -> None:
     """``ggml_save_model`` with a given optimizer state (None: the fresh one)."""
     cfg = compiled(model, fn)
     if not isinstance(include_optimizer, bool):
