@@ -474,11 +474,16 @@ def fit_loop(runner: StepRunner, train_feed: Feed, val_feed: Feed | None, plan: 
                 if not run.end_epoch(epoch, train, seconds):
                     break
     except BaseException as exc:
-        try:
-            carry_history(exc, _history(run.rows, run.head_rows, run.columns, head_names, runner.placement,
-                                        runner.history_attrs(), run.extra_columns))
-        except Exception:  # noqa: BLE001 - never mask the original error
-            pass
+        # the completed epochs go with the error; when the runner cannot say where it ran or its extras (a lost
+        # RPC server answers nothing more), the rows alone
+        for extras in (lambda: (runner.placement, runner.history_attrs()), lambda: (None, {})):
+            try:
+                placement, attrs = extras()
+                carry_history(exc, _history(run.rows, run.head_rows, run.columns, head_names, placement, attrs,
+                                            run.extra_columns))
+                break
+            except Exception:  # noqa: BLE001 - never mask the original error
+                continue
         raise
     finally:
         for result in (run.train_result, run.val_result):

@@ -13,7 +13,18 @@ import ggmlpy as G
 
 
 # owned and tested elsewhere (compute/events.py)
-SKIP = {"ggml_backend_event_free", "ggml_backend_graph_plan_free"}
+SKIP = {"ggml_backend_event_free", "ggml_backend_graph_plan_free",
+        # frees no object but ggml's global quantization tables, which the quantizers make again: its own test below
+        "ggml_quantize_free"}
+
+
+def test_quantize_free_twice_then_quantizing_again_works():
+    import numpy as np
+    x = np.random.default_rng(0).standard_normal(512)
+    first = G.quantize_iq2_xs(x, 2, 256, imatrix=np.ones(256))
+    assert G.ggml_quantize_free() is None
+    assert G.ggml_quantize_free() is None      # a second free does nothing
+    assert G.quantize_iq2_xs(x, 2, 256, imatrix=np.ones(256)) == first   # the tables come back, the same
 
 
 def _ctx():
