@@ -9,6 +9,7 @@ an importance matrix (``ggml_quantize_requires_imatrix``: IQ2_XXS, IQ2_XS, IQ1_S
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -37,6 +38,11 @@ ROW_REF = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q8_1", "q2_K", "q3_K", "q4_K
 DEQUANTIZE = ("q1_0", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "q8_K",
               "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m", "iq4_nl", "iq4_xs", "tq1_0", "tq2_0",
               "mxfp4", "nvfp4")
+
+
+# ggml's quantization tables are global: ggml_quantize_free in one thread while another quantizes would free them
+# under it. Every call that reads or frees them holds this lock.
+TABLES = threading.RLock()
 
 
 def ggml_type_of(name: str) -> int:
@@ -100,7 +106,9 @@ def _chunk(fn: str, t: int, src_data: object, n_rows: object, n_per_row: object,
         raise GgmlValueError(f"{fn}: {type_name(t)} needs an importance matrix (imatrix: n_per_row weights, one per "
                              "column, e.g. the mean squared activation of each input); ggml would abort without one")
     out = bytearray(int(lib.ggml_row_size(t, per_row)) * rows)
-    written = lib.ggml_quantize_chunk(t, ffi.from_buffer("float[]", src), ffi.from_buffer(out), 0, rows, per_row, im)
+    with TABLES:
+        written = lib.ggml_quantize_chunk(t, ffi.from_buffer("float[]", src), ffi.from_buffer(out), 0, rows, per_row,
+                                          im)
     if int(written) != len(out):
         raise GgmlValueError(f"{fn}: ggml wrote {written} bytes, expected {len(out)}")
     return bytes(out)
@@ -139,9 +147,10 @@ def _make_row_ref(name: str) -> Callable[..., bytes]:
         t = ggml_type_of(name)
         n = _count(fn, "n_elements", n_elements, int(lib.ggml_blck_size(t)))
         src = _floats(fn, src_data, n)
-        lib.ggml_quantize_init(t)   # the lookup tables some types' reference quantizers read (IQ3, IQ2_S)
         out = bytearray(int(lib.ggml_row_size(t, n)))
-        c_fn(ffi.from_buffer("float[]", src), ffi.from_buffer(out), n)
+        with TABLES:
+            lib.ggml_quantize_init(t)   # the lookup tables some types' reference quantizers read (IQ3, IQ2_S)
+            c_fn(ffi.from_buffer("float[]", src), ffi.from_buffer(out), n)
         return bytes(out)
     quantize_row_ref.__name__ = quantize_row_ref.__qualname__ = f"quantize_row_{name}_ref"
     quantize_row_ref.__doc__ = f"""Quantize one row to {t_name} ({bpw} bits per weight) with ggml's reference quantizer.
@@ -174,7 +183,8 @@ def _make_dequantize(name: str) -> Callable[..., np.ndarray]:
         if len(raw) != need:
             raise GgmlValueError(f"{fn}: {n_elements} values of {t_name} take {need} bytes, raw_data has {len(raw)}")
         out = np.empty(n, np.float32)
-        c_fn(ffi.from_buffer(raw), ffi.from_buffer("float[]", out), n)
+        with TABLES:   # the IQ decoders read the grids too
+            c_fn(ffi.from_buffer(raw), ffi.from_buffer("float[]", out), n)
         return out
     dequantize_row.__name__ = dequantize_row.__qualname__ = f"dequantize_row_{name}"
     dequantize_row.__doc__ = f"""Decode {t_name} data ({bpw} bits per weight) back to float32.
@@ -317,7 +327,9 @@ def ggml_quantize_init(type: int) -> None:  # noqa: A002 - ggmlR's name
     Example:
         >>> ggml_quantize_init(GGML_TYPE_IQ2_XS)
     """
-    lib.ggml_quantize_init(checked_type("ggml_quantize_init", type))
+    t = checked_type("ggml_quantize_init", type)
+    with TABLES:
+        lib.ggml_quantize_init(t)
 
 
 def ggml_quantize_free() -> None:
@@ -328,7 +340,8 @@ def ggml_quantize_free() -> None:
     Example:
         >>> ggml_quantize_free()
     """
-    lib.ggml_quantize_free()
+    with TABLES:
+        lib.ggml_quantize_free()
 
 
 def _grid(fn: str, v: object, allowed: tuple[int, ...], what: str) -> int:
@@ -348,7 +361,9 @@ def iq2xs_init_impl(type: int) -> None:  # noqa: A002 - ggmlR's name
     Example:
         >>> iq2xs_init_impl(GGML_TYPE_IQ2_XXS)
     """
-    lib.iq2xs_init_impl(_grid("iq2xs_init_impl", type, _IQ2_TYPES, "type"))
+    t = _grid("iq2xs_init_impl", type, _IQ2_TYPES, "type")
+    with TABLES:
+        lib.iq2xs_init_impl(t)
 
 
 def iq2xs_free_impl(type: int) -> None:  # noqa: A002 - ggmlR's name
@@ -362,7 +377,9 @@ def iq2xs_free_impl(type: int) -> None:  # noqa: A002 - ggmlR's name
     Example:
         >>> iq2xs_free_impl(GGML_TYPE_IQ2_XXS)
     """
-    lib.iq2xs_free_impl(_grid("iq2xs_free_impl", type, _IQ2_TYPES, "type"))
+    t = _grid("iq2xs_free_impl", type, _IQ2_TYPES, "type")
+    with TABLES:
+        lib.iq2xs_free_impl(t)
 
 
 def iq3xs_init_impl(grid_size: int) -> None:
@@ -376,7 +393,9 @@ def iq3xs_init_impl(grid_size: int) -> None:
     Example:
         >>> iq3xs_init_impl(256)
     """
-    lib.iq3xs_init_impl(_grid("iq3xs_init_impl", grid_size, (256, 512), "grid_size"))
+    n = _grid("iq3xs_init_impl", grid_size, (256, 512), "grid_size")
+    with TABLES:
+        lib.iq3xs_init_impl(n)
 
 
 def iq3xs_free_impl(grid_size: int) -> None:
@@ -390,7 +409,9 @@ def iq3xs_free_impl(grid_size: int) -> None:
     Example:
         >>> iq3xs_free_impl(256)
     """
-    lib.iq3xs_free_impl(_grid("iq3xs_free_impl", grid_size, (256, 512), "grid_size"))
+    n = _grid("iq3xs_free_impl", grid_size, (256, 512), "grid_size")
+    with TABLES:
+        lib.iq3xs_free_impl(n)
 
 
 _IQ2_TYPES = tuple(int(getattr(lib, f"GGML_TYPE_{n}")) for n in ("IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_S", "IQ1_M"))

@@ -187,3 +187,26 @@ def test_tables_block_info_and_file_types():
     assert [g.ggml_type_name(t) for t in (g.GGML_TYPE_Q2_K, g.GGML_TYPE_Q3_K, g.GGML_TYPE_Q4_1, g.GGML_TYPE_Q4_K,
                                           g.GGML_TYPE_Q5_K, g.GGML_TYPE_Q6_K)] == ["q2_K", "q3_K", "q4_1", "q4_K",
                                                                                    "q5_K", "q6_K"]
+
+
+def test_freeing_the_tables_while_other_threads_quantize_is_safe():
+    import threading
+    errors, stop = [], threading.Event()
+
+    def quantize():
+        try:
+            while not stop.is_set():
+                g.dequantize_row_iq2_xs(g.quantize_iq2_xs(X, 8, 256, imatrix=np.ones(256)), X.size)
+                g.quantize_row_iq3_xxs_ref(X[0], 256)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(repr(exc))
+    threads = [threading.Thread(target=quantize) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for _ in range(50):
+        g.ggml_quantize_free()
+        g.iq3xs_free_impl(256)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors
