@@ -1,0 +1,104 @@
+"""Quantized model files (``ggml_save_model(..., quantize=...)``): file size and accuracy (or loss) per type against
+F32, on the two example models: the digits CNN (``examples/train_digits.py``) and the character-level transformer
+(``examples/char_transformer.py``, its ``--quick`` size).
+
+Each model is trained once (CPU), saved in F32 and in each type, loaded back (the quantized weights decoded to F32
+by ggml's own decoders) and scored on its held-out data: the digits' test accuracy, the transformer's validation
+loss (nats per character). Issue 46's targets: q8_0 within 1 point of F32 accuracy, q4_0 within 3. Inference on the
+quantized weights themselves (ggml's quantized products) is not measured: loading keeps F32 weights for now.
+
+Usage: python benchmarks/bench_quantized.py [--types q8_0,q4_0,q4_K,q5_K,q6_K] [--json PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+
+
+def digits(types: list[str], workdir: Path) -> list[dict]:
+    import train_digits as td
+    from sklearn.datasets import load_digits
+
+    import ggmlpy as g
+    np.random.seed(0)
+    rng = np.random.default_rng(0)
+    d = load_digits()
+    x = (d.images / 16.0).astype(np.float32)[..., None]
+    y = d.target.astype(np.int64)
+    perm = rng.permutation(len(y))
+    test, train = perm[:360], perm[360:]
+    model = td.build_model("cpu")
+    g.ggml_fit(model, x[train], y[train], epochs=20, batch_size=td.BATCH, verbose=0)
+    return [_score(model, t, workdir / f"digits-{t}.gguf",
+                   lambda m: {"accuracy": float((g.ggml_predict_classes(m, x[test]) == y[test]).mean())},
+                   lambda m: g.ggml_predict(m, x[test])) for t in ["f32"] + types]
+
+
+def transformer(types: list[str], workdir: Path) -> list[dict]:
+    import char_transformer as ct
+
+    import ggmlpy as g
+    np.random.seed(0)
+    cfg = ct.QUICK
+    model = ct.build_model(cfg["seq"], cfg["dim"], cfg["heads"], cfg["blocks"], "cpu", cfg["lr"])
+    train_files, val_files, _ = ct.corpus_files()
+    g.ggml_fit_generator(model, ct.windows(train_files, cfg["seq"], cfg["batch"], seed=0),
+                         steps_per_epoch=cfg["steps"], epochs=cfg["epochs"], verbose=0)
+    val = list(ct.windows(val_files, cfg["seq"], cfg["batch"], seed=12345, passes=1, buffer=512))[:cfg["val_steps"]]
+    xv = np.concatenate([b[0] for b in val])
+    yv = np.concatenate([b[1] for b in val])
+
+    def loss(m: object) -> dict:
+        p = g.ggml_predict(m, xv)
+        picked = np.take_along_axis(p, yv[..., None].astype(np.int64), axis=-1)[..., 0]
+        return {"val_loss": float(-np.log(np.maximum(picked, 1e-30)).mean())}
+    return [_score(model, t, workdir / f"transformer-{t}.gguf", loss, lambda m: g.ggml_predict(m, xv))
+            for t in ["f32"] + types]
+
+
+def _score(model: object, kind: str, path: Path, metric, predict) -> dict:
+    import ggmlpy as g
+    g.ggml_save_model(model, str(path), quantize=None if kind == "f32" else kind)
+    loaded = g.ggml_load_model(str(path), backend="cpu")
+    t0 = time.perf_counter()
+    predict(loaded)
+    seconds = time.perf_counter() - t0
+    quantized = json.loads(g.gguf_read(str(path), dequantize=True)[1].get("ggmlpy.quantized", "{}"))
+    return {"type": kind, "bytes": os.path.getsize(path), "quantized_tensors": len(quantized),
+            "predict_seconds": seconds, **metric(loaded)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--types", default="q8_0,q4_0,q4_K,q5_K,q6_K")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    types = a.types.split(",")
+    with tempfile.TemporaryDirectory() as tmp:
+        results = {"digits CNN": digits(types, Path(tmp)), "char transformer": transformer(types, Path(tmp))}
+    for model, rows in results.items():
+        base = rows[0]
+        print(f"{model}:")
+        for r in rows:
+            metric = {k: v for k, v in r.items() if k in ("accuracy", "val_loss")}
+            (name, value), = metric.items()
+            delta = value - base[name]
+            print(f"  {r['type']:>5}: {r['bytes']:8d} bytes ({r['bytes'] / base['bytes']:5.1%} of F32), "
+                  f"{r['quantized_tensors']} tensors quantized, {name} {value:.4f} ({delta:+.4f})")
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
