@@ -97,12 +97,15 @@ _STEPS = {op.name: op for op in (_ADAMW, _SGD)}
 
 
 def _lower_updates(b: Builder, xs: list, attrs: tuple) -> Tensor:
-    """Every parameter's update of one step: ``attrs`` = ((op name, inputs), ...); the shared hyper-parameters
-    are the last input. The updates but the last are side effects of the graph (``b.ends``)."""
-    hp, at, made = xs[-1], 0, []
-    for name, count in attrs:
-        made.append(_STEPS[name].lower(b, xs[at:at + count] + [hp], ()))
-        at += count
+    """Every parameter's update of one step. The inputs are the gradients, in order, then the shared
+    hyper-parameters; ``attrs`` = ((op name, the stored tensors it updates: the parameter first, then its state),
+    ...), which the step's plan does not walk (they are the same each step: the graph's key holds them). The updates
+    but the last are side effects of the graph (``b.ends``)."""
+    hp, made = xs[-1], []
+    for (name, stored), g in zip(attrs, xs):
+        b.storages.extend(stored)   # kept alive while the graph that writes them is
+        tensors = [st.tensor for st in stored]
+        made.append(_STEPS[name].lower(b, [tensors[0], g, *tensors[1:], hp], ()))
     b.ends.extend(made[:-1])
     return made[-1]
 
@@ -111,16 +114,12 @@ _UPDATES = Op("updates", _lower_updates)
 
 
 def _updates(hp: AgTensor, parts: list[tuple]) -> AgTensor:
-    """One node for the updates of every parameter on a device: one step's plan walks it as one op."""
-    ins: list[AgTensor] = []
-    spec, writes = [], []
-    for op, xs, w in parts:
-        ins.extend(xs)
-        spec.append((op.name, len(xs)))
-        writes.extend(w)
-    ins.append(hp)
-    node = result(_UPDATES, tuple(ins), (), tuple(spec), differentiable=False)
-    node.writes = tuple(writes)
+    """One node for the updates of every parameter on a device: one step's plan walks it as one op, over the
+    gradients only."""
+    grads = tuple(g for _, g, _ in parts)
+    spec = tuple((op.name, stored) for op, _, stored in parts)
+    node = result(_UPDATES, grads + (hp,), (), spec, differentiable=False)
+    node.writes = tuple(st for _, _, stored in parts for st in stored)
     return node
 
 
@@ -169,8 +168,8 @@ class Optimizer:
             group.append(self._update(p, g))
         evaluate([_updates(group[0], group[1:]) for group in by_engine.values()])
 
-    def _update(self, p: AgTensor, g: AgTensor) -> tuple[Op, tuple[AgTensor, ...], tuple[Storage, ...]]:
-        """One parameter's update: its op, its inputs (the hyper-parameters come last, shared) and what it writes."""
+    def _update(self, p: AgTensor, g: AgTensor) -> tuple[Op, AgTensor, tuple[Storage, ...]]:
+        """One parameter's update: its op, its gradient and the stored tensors it updates (the parameter first)."""
         raise NotImplementedError
 
     def _hparams(self) -> np.ndarray:
@@ -197,11 +196,11 @@ class SgdOptimizer(Optimizer):
     def _hparams(self) -> np.ndarray:
         return np.array([self.lr, 0.0, self.momentum], np.float32)
 
-    def _update(self, p: AgTensor, g: AgTensor) -> tuple[Op, tuple[AgTensor, ...], tuple[Storage, ...]]:
+    def _update(self, p: AgTensor, g: AgTensor) -> tuple[Op, AgTensor, tuple[Storage, ...]]:
         if not self.momentum:
-            return _SGD, (p, g), (p.storage,)  # type: ignore[return-value]  # a parameter is stored
-        vel, writes = self.state(p, 1)
-        return _SGD, (p, g, vel), writes
+            return _SGD, g, (p.storage,)  # type: ignore[return-value]  # a parameter is stored
+        _vel, writes = self.state(p, 1)
+        return _SGD, g, writes
 
     def __repr__(self) -> str:
         return f"<optimizer_sgd lr={self.lr} momentum={self.momentum}, {len(self.params)} parameters, t={self.t}>"
@@ -231,9 +230,9 @@ class AdamOptimizer(Optimizer):
         b2h = 1.0 / (1.0 - self.beta2 ** self.t)
         return np.array([self.lr, self.beta1, self.beta2, self.eps, self.weight_decay, b1h, b2h], np.float32)
 
-    def _update(self, p: AgTensor, g: AgTensor) -> tuple[Op, tuple[AgTensor, ...], tuple[Storage, ...]]:
-        m, v, writes = self.state(p, 2)
-        return _ADAMW, (p, g, m, v), writes
+    def _update(self, p: AgTensor, g: AgTensor) -> tuple[Op, AgTensor, tuple[Storage, ...]]:
+        *_moments, writes = self.state(p, 2)
+        return _ADAMW, g, writes
 
     def __repr__(self) -> str:
         return f"<optimizer_adam lr={self.lr}, {len(self.params)} parameters, t={self.t}>"
