@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
 
 import numpy as np
 
@@ -214,12 +213,3 @@ def ag_grad(x: AgTensor) -> np.ndarray | None:
     if not isinstance(x, AgTensor):
         raise GgmlTypeError(f"ag_grad: x must be an AgTensor, got {type(x).__name__}")
     return None if x.grad is None else x.grad.numpy()
-
-
-@contextmanager
-def _no_tape() -> Iterator[None]:
-    saved, TAPE.current = TAPE.current, None
-    try:
-        yield
-    finally:
-        TAPE.current = saved

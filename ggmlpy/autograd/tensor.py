@@ -278,18 +278,12 @@ def result(op: Op, inputs: tuple[AgTensor, ...], shape: tuple[int, ...], attrs: 
     out = AgTensor(eng, shape, dtype, op, inputs, attrs)
     tape = TAPE.current
     if tape is not None and differentiable:
-        for x in inputs:   # tracked(x, tape), inlined: this runs for every op
+        for x in inputs:   # a parameter, or an op this tape recorded (an earlier tape's value is a constant)
             if x.requires_grad and (x.op is None or x.tape is tape):
                 out.tape, out.requires_grad = tape, True
                 tape.n += 1
                 break
     return out
-
-
-def tracked(x: AgTensor, tape: Tape) -> bool:
-    """Whether ``x`` carries a gradient on ``tape``: a parameter, or an op that tape recorded (a value of an
-    earlier tape is a constant there)."""
-    return x.requires_grad and (x.op is None or x.tape is tape)
 
 
 def require_open_tape_state() -> None:

@@ -327,9 +327,7 @@ def ggml_quantize_init(type: int) -> None:  # noqa: A002 - ggmlR's name
     Example:
         >>> ggml_quantize_init(GGML_TYPE_IQ2_XS)
     """
-    t = checked_type("ggml_quantize_init", type)
-    with TABLES:
-        lib.ggml_quantize_init(t)
+    _with_tables(lib.ggml_quantize_init, checked_type("ggml_quantize_init", type))
 
 
 def ggml_quantize_free() -> None:
@@ -342,6 +340,12 @@ def ggml_quantize_free() -> None:
     """
     with TABLES:
         lib.ggml_quantize_free()
+
+
+def _with_tables(c_fn: Callable[[int], None], arg: int) -> None:
+    """A call that makes or frees some of ggml's quantization tables, holding their lock."""
+    with TABLES:
+        c_fn(arg)
 
 
 def _grid(fn: str, v: object, allowed: tuple[int, ...], what: str) -> int:
@@ -361,9 +365,7 @@ def iq2xs_init_impl(type: int) -> None:  # noqa: A002 - ggmlR's name
     Example:
         >>> iq2xs_init_impl(GGML_TYPE_IQ2_XXS)
     """
-    t = _grid("iq2xs_init_impl", type, _IQ2_TYPES, "type")
-    with TABLES:
-        lib.iq2xs_init_impl(t)
+    _with_tables(lib.iq2xs_init_impl, _grid("iq2xs_init_impl", type, _IQ2_TYPES, "type"))
 
 
 def iq2xs_free_impl(type: int) -> None:  # noqa: A002 - ggmlR's name
@@ -377,9 +379,7 @@ def iq2xs_free_impl(type: int) -> None:  # noqa: A002 - ggmlR's name
     Example:
         >>> iq2xs_free_impl(GGML_TYPE_IQ2_XXS)
     """
-    t = _grid("iq2xs_free_impl", type, _IQ2_TYPES, "type")
-    with TABLES:
-        lib.iq2xs_free_impl(t)
+    _with_tables(lib.iq2xs_free_impl, _grid("iq2xs_free_impl", type, _IQ2_TYPES, "type"))
 
 
 def iq3xs_init_impl(grid_size: int) -> None:
@@ -393,9 +393,7 @@ def iq3xs_init_impl(grid_size: int) -> None:
     Example:
         >>> iq3xs_init_impl(256)
     """
-    n = _grid("iq3xs_init_impl", grid_size, (256, 512), "grid_size")
-    with TABLES:
-        lib.iq3xs_init_impl(n)
+    _with_tables(lib.iq3xs_init_impl, _grid("iq3xs_init_impl", grid_size, (256, 512), "grid_size"))
 
 
 def iq3xs_free_impl(grid_size: int) -> None:
@@ -409,9 +407,7 @@ def iq3xs_free_impl(grid_size: int) -> None:
     Example:
         >>> iq3xs_free_impl(256)
     """
-    n = _grid("iq3xs_free_impl", grid_size, (256, 512), "grid_size")
-    with TABLES:
-        lib.iq3xs_free_impl(n)
+    _with_tables(lib.iq3xs_free_impl, _grid("iq3xs_free_impl", grid_size, (256, 512), "grid_size"))
 
 
 _IQ2_TYPES = tuple(int(getattr(lib, f"GGML_TYPE_{n}")) for n in ("IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_S", "IQ1_M"))
