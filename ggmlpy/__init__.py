@@ -174,7 +174,9 @@ from .models.engine.optimizers import (ggml_optimizer_adagrad, ggml_optimizer_ad
                                        ggml_optimizer_sgd)
 from .models.engine.snapshot import (ggml_snapshot_free)
 from .models.io.checkpoints import (ggml_callback_model_checkpoint)
+from .models.io.lora import (ggml_add_lora, ggml_load_lora, ggml_merge_lora, ggml_save_lora)
 from .models.io.preprocessing import (ggml_pad_sequences, ggml_to_categorical)
+from .models.io.quantized import (ggml_model_quantization, ggml_quantize_model)
 from .models.io.saving import (ggml_load_model, ggml_load_weights, ggml_save_model, ggml_save_weights)
 from .models.layers.normalization import (ggml_layer_adapt)
 from .models.layers.regularizers import (ggml_regularizer_l1, ggml_regularizer_l1_l2, ggml_regularizer_l2)
@@ -366,8 +368,9 @@ __all__ = [
     "ggml_set_weights", "ggml_subtract_layer", "ggml_time_distributed", "ggml_unfreeze_weights", "ggml_upsampling_2d",
     "ggml_predict_classes", "ggml_metric_auc", "ggml_metric_precision", "ggml_metric_recall",
     "ggml_metric_top_k_accuracy", "ggml_optimizer_adagrad", "ggml_optimizer_adam", "ggml_optimizer_rmsprop",
-    "ggml_optimizer_sgd", "ggml_snapshot_free", "ggml_callback_model_checkpoint", "ggml_pad_sequences",
-    "ggml_to_categorical", "ggml_load_weights", "ggml_save_weights", "ggml_layer_adapt", "ggml_regularizer_l1",
+    "ggml_optimizer_sgd", "ggml_snapshot_free", "ggml_callback_model_checkpoint", "ggml_add_lora", "ggml_load_lora",
+    "ggml_merge_lora", "ggml_save_lora", "ggml_pad_sequences", "ggml_to_categorical", "ggml_model_quantization",
+    "ggml_quantize_model", "ggml_load_weights", "ggml_save_weights", "ggml_layer_adapt", "ggml_regularizer_l1",
     "ggml_regularizer_l1_l2", "ggml_regularizer_l2", "ggml_model_placement", "ggml_model_profile", "Layer", "Weight",
     "ag_flash_attention", "ag_multihead_attention", "ag_avg_pool2d", "ag_conv2d", "ag_max_pool2d", "ag_dataloader",
     "ag_gradcheck", "ag_trace", "ag_cross_entropy_loss", "ag_mse_loss", "ag_softmax_cross_entropy_loss",

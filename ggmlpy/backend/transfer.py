@@ -313,6 +313,18 @@ def write_array(t: CData, arr: np.ndarray, byte_offset: int = 0) -> None:
         ffi.memmove(ffi.cast("char *", t.data) + byte_offset, ffi.from_buffer(arr), arr.nbytes)
 
 
+def read_bytes(t: CData) -> np.ndarray:
+    """A contiguous tensor's bytes as a uint8 array, from any backend (a quantized weight, which numpy cannot
+    hold as values)."""
+    out = np.empty(int(lib.ggml_nbytes(t)), dtype=np.uint8)
+    if storage_of(t) == "backend":
+        lib.ggml_backend_tensor_get(t, ffi.from_buffer(out), 0, out.nbytes)
+        check_rpc_transfer(t)
+    else:
+        ffi.memmove(ffi.from_buffer(out), ffi.cast("char *", t.data), out.nbytes)
+    return out
+
+
 def ggml_backend_tensor_get_data(tensor: Tensor, offset: int = 0, n_elements: int | None = None) -> np.ndarray:
     """A 1-D numpy copy of a tensor's elements in ggml order (ne[0] fastest), from any backend.
 

@@ -43,7 +43,7 @@ class Scheduler(Handle):
         self.graph_size = graph_size
         self.parallel = parallel
         self.op_offload = op_offload
-        self._owned = owned  # backends created for this scheduler, freed after it
+        self._owned = owned  # backends created for this scheduler, freed after it (``own``)
         self.allocated_graph: int | None = None  # address of the graph allocated by ggml_backend_sched_alloc_graph
         # (graph address, its index inputs and bounds) as read before the allocation split the graph: afterwards a
         # node on another backend than its index input reads the scheduler's copy of it, filled only by the compute
@@ -52,6 +52,10 @@ class Scheduler(Handle):
         self.opt_contexts: weakref.WeakSet = weakref.WeakSet()  # every opt context built on it (static or dynamic)
         self.opt_lock = threading.Lock()  # makes "serves no opt context yet" + building one atomic
         self._allocs = Allocations()  # the tensors its buffers hold (taken back on reset, re-allocation, free)
+
+    def own(self, backend: Backend) -> None:
+        """Free ``backend`` (made for this scheduler only) after the scheduler."""
+        self._owned.append(backend)
 
     def _before_free(self) -> None:
         self.release()

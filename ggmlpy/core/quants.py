@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -70,6 +71,20 @@ def dequantize_bytes(t: int, raw: bytes, n: int) -> np.ndarray:
     if name is None:
         raise GgmlTypeError(f"ggml has no decoder of {type_name(t)} data")
     return globals()[f"dequantize_row_{name}"](raw, n)
+
+
+@dataclass(frozen=True)
+class QuantizedArray:
+    """An array's values in a quantized type as ggml stores them (a quantized model's weight, a quantized file's
+    tensor): its type, its bytes, its shape in numpy order (ggml's ne reversed). Copies of it stay bit-identical
+    where floats would be quantized again."""
+    type: int
+    data: bytes
+    shape: tuple[int, ...]
+
+    def floats(self) -> np.ndarray:
+        """The values decoded to float32 (ggml's own decoder), in ``shape``."""
+        return dequantize_bytes(self.type, self.data, int(np.prod(self.shape, dtype=np.int64))).reshape(self.shape)
 
 
 def _floats(fn: str, data: object, n: int, what: str = "src_data") -> np.ndarray:

@@ -12,7 +12,7 @@ import numpy as np
 from .._ffi import lib
 from ..backend.transfer import check_rpc_transfer, NUMPY_DTYPES, write_array
 from ..core.paths import fs_path, PathArg
-from ..core.quants import dequantize_bytes
+from ..core.quants import dequantize_bytes, QuantizedArray
 from ..core.sysmem import check_fits_memory
 from ..core.types import type_name
 from ..errors import BackendUnavailableError, expect, GgmlTypeError, GgmlValueError, GgufFileError, GgufKeyError
@@ -169,11 +169,15 @@ def ggml_load_weights_gguf(path: PathArg, tensors: Mapping[str, Tensor] | Sequen
         return _metadata(g)
 
 
-def _ggml_layout(flat: np.ndarray, shape: tuple[int, int, int, int]) -> np.ndarray:
+def _numpy_shape(shape: tuple[int, int, int, int]) -> tuple[int, ...]:
     dims = list(reversed(shape))
     while len(dims) > 1 and dims[0] == 1:
         dims.pop(0)
-    return flat.reshape(dims)
+    return tuple(dims)
+
+
+def _ggml_layout(flat: np.ndarray, shape: tuple[int, int, int, int]) -> np.ndarray:
+    return flat.reshape(_numpy_shape(shape))
 
 
 def gguf_read(path: PathArg, raw: bool = False, dequantize: bool = False) -> tuple[dict, dict]:
@@ -198,9 +202,16 @@ def gguf_read(path: PathArg, raw: bool = False, dequantize: bool = False) -> tup
         (128, 784)
     """
     fn = "gguf_read"
-    p = fs_path(path, fn)
     expect(isinstance(raw, bool), f"{fn}: raw must be a bool, got {raw!r}", GgmlTypeError)
     expect(isinstance(dequantize, bool), f"{fn}: dequantize must be a bool, got {dequantize!r}", GgmlTypeError)
+    return read_gguf(path, fn, "raw" if raw else "decode" if dequantize else "raise")
+
+
+def read_gguf(path: PathArg, fn: str, quantized: str) -> tuple[dict, dict]:
+    """``gguf_read``, with quantized tensors (and only those, for ``quantized="keep"``) as ``quantized`` says:
+    "raw" (every tensor's bytes), "decode" (float32), "keep" (``QuantizedArray``: type, bytes, shape), "raise"."""
+    p = fs_path(path, fn)
+    raw, dequantize = quantized == "raw", quantized == "decode"
     with gguf_init_from_file(p, no_alloc=True) as g:
         # the declared sizes must lie inside the file before anything is allocated for them
         check_data_in_file(g.ptr, os.path.getsize(p), p, fn)
@@ -208,7 +219,7 @@ def gguf_read(path: PathArg, raw: bool = False, dequantize: bool = False) -> tup
         check_fits_memory(fn, f"the tensors of {p!r}", 2 * total if not raw else total,
                           "read the tensors you need with ggml_load_weights_gguf instead")
         base = int(lib.gguf_get_data_offset(g.ptr))
-        out: dict[str, np.ndarray] = {}
+        out: dict[str, np.ndarray | QuantizedArray] = {}
         with open(p, "rb") as f:
             for i in range(gguf_get_n_tensors(g)):
                 name, t, shape = gguf_get_tensor_name(g, i), gguf_get_tensor_type(g, i), gguf_get_tensor_shape(g, i)
@@ -223,6 +234,8 @@ def gguf_read(path: PathArg, raw: bool = False, dequantize: bool = False) -> tup
                 elif dequantize and lib.ggml_is_quantized(t):
                     n = int(np.prod(shape, dtype=np.int64))
                     out[name] = _ggml_layout(dequantize_bytes(t, bytes(buf), n), shape)
+                elif quantized == "keep" and lib.ggml_is_quantized(t):
+                    out[name] = QuantizedArray(t, bytes(buf), _numpy_shape(shape))
                 else:
                     raise GgmlTypeError(f"{fn}: tensor '{name}' is {type_name(t)}, which numpy cannot hold; "
                                         "use gguf_read(path, raw=True) for its bytes")

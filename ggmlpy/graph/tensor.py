@@ -40,6 +40,22 @@ def new_tensor(ctx: Context, type: int, ne: tuple[int, ...]) -> Tensor:
     return Tensor(fn(ctx_ptr, type, *ne), ctx)
 
 
+def new_quantized_tensor(ctx: Context, type: int, ne: tuple[int, ...]) -> Tensor:
+    """A tensor of a quantized type (``GGML_TYPE_Q8_0``, ...) whose rows (``ne[0]``) are whole blocks: a model's
+    weight kept quantized, or one only to be written to a file (``ggml_new_tensor`` refuses these types, which
+    few ops take)."""
+    block = int(lib.ggml_blck_size(type))
+    if not lib.ggml_is_quantized(type) or not ne or ne[0] % block or len(ne) > 4:
+        raise GgmlValueError(f"a {type_name(type)} tensor's rows must be whole blocks of {block} values, got ne "
+                             f"{list(ne)}")
+    rows = 1
+    for n in ne[1:]:
+        rows *= int(n)
+    ctx.reserve(int(lib.ggml_row_size(type, int(ne[0]))) * rows)
+    fn = (lib.ggml_new_tensor_1d, lib.ggml_new_tensor_2d, lib.ggml_new_tensor_3d, lib.ggml_new_tensor_4d)[len(ne) - 1]
+    return Tensor(fn(ctx.ptr, type, *(int(n) for n in ne)), ctx)
+
+
 def ggml_new_tensor_1d(ctx: Context, type: int, ne0: int) -> Tensor:
     """A new 1-D tensor ``[ne0]`` in ``ctx``.
 

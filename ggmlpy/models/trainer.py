@@ -19,9 +19,10 @@ from ..training.loop import NONFINITE_CAUSES
 from ..training.runner import StepRunner
 from .engine import inputs as D
 from .engine.compile import compiled
+from .engine.graphs import input_shapes_of, InputShapes
 from .engine.metrics import Tally
 from .engine.predict import predict_arrays
-from .engine.runtime import input_shapes_of, InputShapes, model_in_use
+from .engine.runtime import model_in_use
 from .engine.snapshot import Snapshot
 from .engine.training_runner import sized_runner, training_runner
 from .io.saving import save_model
@@ -212,7 +213,7 @@ class ModelTrainer:
         params = self._model.runtime.params
         with model_in_use(self._model):
             for layer, spec in params.specs:  # a snapshot holds the same layers' weights
-                params.write(layer, spec.name, snapshot.params.read(layer, spec.name))
+                params.write(layer, spec.name, snapshot.params.value(layer, spec.name))
 
     @_one_at_a_time
     def optimizer_state(self) -> dict:

@@ -45,7 +45,9 @@ def ggml_mul_mat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     Arguments:
         ctx: [glossary]
         a: F32, F16 or BF16 tensor ``[K, M, A2, A3]``, contiguous rows and not transposed
-            (apply ``ggml_cont`` to a transposed view first).
+            (apply ``ggml_cont`` to a transposed view first); or a quantized one (``GGML_TYPE_Q8_0``,
+            ``GGML_TYPE_Q4_K``, ...: a quantized model's weight) with F32 ``b``, which ggml multiplies block by
+            block without decoding it (not differentiable with respect to ``a``).
         b: tensor ``[K, N, B2, B3]`` of type F32 or a's type, contiguous rows, with B2 % A2 == 0 and
             B3 % A3 == 0.
 
@@ -56,7 +58,7 @@ def ggml_mul_mat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         >>> h = ggml_mul_mat(ctx, w, x)             # w [784, 128], x [784, 32] -> [128, 32]
     """
     a, b = operand("ggml_mul_mat", a), operand("ggml_mul_mat", b, "b")
-    floating("ggml_mul_mat", ("a", a), ("b", b))
+    floating("ggml_mul_mat", *((("a", a),) if not lib.ggml_is_quantized(a.type) else ()), ("b", b))
     if b.type not in (a.type, GGML_TYPE_F32):  # the CPU backend: b is F32 or a's dot-product type
         fail("ggml_mul_mat", f"b must be F32 or {type_name(a.type)} when a is {type_name(a.type)}, got "
                                  f"{type_name(b.type)}", GgmlTypeError)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -18,11 +19,12 @@ from ..layers import pooling, shaping
 from ..layers.basic import Dropout, Flatten
 from ..layers.masking import mask_flow
 from ..network.model import Model, Node
+from .graphs import build_graph, GraphInstance, InputShapes
 from .heads import HeadSpec
 from .metrics import resolve_metrics, spec_to_dict
 from .optimizers import Optimizer, resolve_optimizer
 from .precision import precision_name, PRECISIONS
-from .runtime import build_graph, GraphInstance, InputShapes, replace_runtime, Runtime
+from .runtime import replace_runtime, Runtime
 
 
 # name -> (ggml loss type, what the labels are)
@@ -344,6 +346,25 @@ def ggml_compile(model: Model, optimizer: Any = "adam", loss: Any = DEFAULT_LOSS
         replace_runtime(model, runtime, config)
     except BaseException:
         runtime.free()  # the old one is in use: keep it, drop the new one
+        raise
+    return model
+
+
+def compile_again(model: Model, undo: Callable[[], None]) -> Model:
+    """The model compiled again on its backend with its settings, after a change to what its runtime holds (a
+    layer's quantized types, its adapters): the weights come from the old runtime (each layer's newest holder), and
+    the optimizer's state starts afresh. Where that fails, ``undo()`` puts the change back and the old runtime
+    stays."""
+    cfg = compiled(model, "compile")
+    try:
+        runtime = Runtime(model, cfg.backend, shares=cfg.shares, compute_type=PRECISIONS[cfg.precision])
+        try:
+            replace_runtime(model, runtime, cfg)
+        except BaseException:
+            runtime.free()
+            raise
+    except BaseException:
+        undo()
         raise
     return model
 

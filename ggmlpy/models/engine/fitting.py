@@ -32,9 +32,10 @@ from ..network.model import Model
 from ..network.parameters import ModelWeights
 from . import inputs as D
 from .compile import CompileConfig, compiled
+from .graphs import input_shapes_of, InputShapes
 from .metrics import Tally
 from .predict import predict_arrays
-from .runtime import input_shapes_of, InputShapes, model_in_use
+from .runtime import model_in_use
 from .snapshot import Snapshot
 from .training_runner import sized_runner, training_runner
 

@@ -60,7 +60,7 @@ class OptimizerState:
         store or in a replica's ``store``."""
         store = store or self.params
         return {f"{layer.name}.{p.name}": store.tensor(layer, p.name) for layer, p in store.specs
-                if layer.trainable and p.trainable}
+                if layer.trains(p)}
 
     def restore(self, opt_ctx: OptContext | GraphOptimizer) -> None:
         """Write the kept state into a new opt context, or a replicas' optimizer (a weight without kept

@@ -17,8 +17,8 @@ import numpy as np
 from ...errors import GgmlStateError
 from ...training.adapters import Writer
 from ...training.runner import EpochStats, Result, StepRunner, Watch
+from .graphs import InputShapes
 from .optimizer_state import OptimizerState
-from .runtime import InputShapes
 
 
 if TYPE_CHECKING:

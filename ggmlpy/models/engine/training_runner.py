@@ -22,8 +22,9 @@ from ..layers.regularizers import regularized_weights
 from ..network.model import Model
 from .compile import build_training_graph, CompileConfig
 from .device_metrics import BUDGET_BYTES
+from .graphs import InputShapes
 from .metrics import HeadMetrics
-from .runtime import InputShapes, make_scheduler
+from .runtime import make_scheduler
 from .sized_runner import SizedRunner
 
 

@@ -26,9 +26,10 @@ import numpy as np
 
 from ...backend.transfer import ggml_backend_tensor_set_data, numpy_shape
 from ...core.args import bool_arg, is_int, is_real
+from ...core.quants import QuantizedArray
 from ...core.types import GGML_TYPE_F32, type_name
 from ...errors import GgmlInUseError, GgmlpyError, GgmlTypeError, GgmlValueError, GgufFileError, GgufFileNotFoundError
-from ...gguf.weights import ggml_save_weights_gguf, gguf_read
+from ...gguf.weights import ggml_save_weights_gguf, read_gguf
 from ...graph.context import ggml_init, ggml_tensor_overhead
 from ...graph.tensor import ggml_new_tensor, ggml_set_name
 from ...opt.constants import OPTIMIZER_ADAMW
@@ -37,9 +38,11 @@ from ...opt.rules import OPTIMIZER_NAMES, OPTIMIZER_SETTINGS
 from ..engine.compile import compiled, ggml_compile
 from ..engine.runtime import model_in_use
 from ..layers.layer import check_rebuildable, Layer, layer_class
+from ..layers.weight import ParamSpec
 from ..network.model import apply_layer, InputLayer, Model, Node, Sequential
 from ..network.parameters import strip_leading_ones
-from .quantized import quantization_plan, quantized_tensors
+from .lora import attach_listed, LORA_KEY, lora_metadata, parse_lora_metadata
+from .quantized import fits, quantization_plan, quantized_tensors
 
 
 FORMAT_VERSION = 1
@@ -116,7 +119,7 @@ def _no_live_trainer(model: Model, fn: str, why: str) -> None:
 def _read(path: Any, fn: str) -> tuple[dict, dict]:
     if isinstance(path, (str, os.PathLike)) and not os.path.exists(path):
         raise GgufFileNotFoundError(f"{fn}: no such file: {os.fspath(path)!r}")
-    tensors, meta = gguf_read(path, dequantize=True)   # a quantized file's weights come back as F32
+    tensors, meta = read_gguf(path, fn, "keep")   # a quantized file's weights as their bytes (QuantizedArray)
     version = meta.get("ggmlpy.format_version", FORMAT_VERSION)
     if meta.get("general.architecture") == "ggmlpy" and (not is_int(version) or not 1 <= version <= FORMAT_VERSION):
         raise GgufFileError(f"{fn}: {os.fspath(path)!r} is in ggmlpy's file format version {version!r}, this "
@@ -206,7 +209,7 @@ def _plan(specs: list, tensors: dict, fn: str) -> list:
     mine = [(layer, spec, f"{layer.name}.{spec.name}") for layer, spec in specs]
     theirs = list(tensors.items())
     by_name = len(theirs) == len(mine) and all(key in tensors for _, _, key in mine)
-    plan = []
+    plan: list[tuple[Layer, ParamSpec, np.ndarray | QuantizedArray]] = []
     for i, (layer, spec, key) in enumerate(mine):
         if i >= len(theirs):
             raise GgmlValueError(f"{fn}: the file has {len(theirs)} weight tensors, the model {len(mine)}: '{key}' "
@@ -221,6 +224,9 @@ def _plan(specs: list, tensors: dict, fn: str) -> list:
         if strip_leading_ones(value.shape) != strip_leading_ones(shape):
             raise GgmlValueError(f"{fn}: {where} has shape {tuple(value.shape)}, weight '{key}' of the model "
                                  f"{shape} (another architecture?)")
+        if isinstance(value, QuantizedArray):   # written as its bytes where the model holds it in its type
+            plan.append((layer, spec, value))
+            continue
         if not np.issubdtype(value.dtype, np.floating):
             raise GgmlValueError(f"{fn}: {where} holds {value.dtype} values; weights are float (f32, or f16/bf16/f64 "
                                  "converted): the file is not a ggmlpy weights file, or is damaged")
@@ -254,12 +260,16 @@ def ggml_save_model(model: Model, path: Any, include_optimizer: bool = False, qu
             hyper-parameters; for SGD the step count), so that training resumed from the file follows the same
             trajectory as training that never stopped (also when saved by a callback during a fit). A model
             that has not trained yet saves the fresh state.
-        quantize: None (the default: F32 weights), or a quantized type for the file's matrices (``"q8_0"``,
-            ``"q4_0"``, ``"q4_K"``, ``"q5_K"``, ``"q6_K"``, or any of the quantize_* family's types), or a dict by
-            layer or weight name for mixed types (``{"dense_1": "q4_K", "head.weight": "q8_0"}``; weights it does
-            not name stay F32). Matrices whose rows are not a whole number of the type's blocks, biases,
-            normalisation weights and statistics stay F32; the file records each tensor's type (any GGUF reader
-            sees it). ``ggml_load_model`` reads such a file back, decoding the quantized weights to F32.
+        quantize: None (the default: F32 weights, but those the model holds quantized), or a quantized type for
+            the file's matrices (``"q8_0"``: blocks of 32 values, 8.5 bits per weight; ``"q4_0"``: 32, 4.5;
+            ``"q4_K"``: 256, 4.5; ``"q5_K"``: 256, 5.5; ``"q6_K"``: 256, 6.56; or any of the quantize_* family's
+            types), or a dict by layer or weight name for mixed types (``{"dense_1": "q4_K", "head.weight":
+            "q8_0"}``; weights it does not name stay F32). The weights quantized are those a quantized model holds
+            quantized (``ggml_quantize_model``): matrices its layers multiply or look rows up in, whose rows are
+            a whole number of the type's blocks; biases, normalisation weights and statistics, convolution
+            kernels stay F32. The file records each tensor's type (any GGUF reader sees it); weights the model
+            holds quantized already are saved as they are. ``ggml_load_model`` reads such a file back with its
+            weights quantized (or decoded to F32: ``dequantize=True``).
 
     Example:
         >>> g.ggml_save_model(model, "model.gguf")
@@ -297,17 +307,24 @@ def save_model(model: Model, path: Any, include_optimizer: Any, state: dict | No
     meta["ggmlpy.compile"] = json.dumps(cfg.to_dict())
     store = model.runtime.readable()
     tensors = dict(store.named_tensors())
+    types = store.quantized_names()   # weights quantized in memory are saved as they are held
     host = packed = None
     if quantize is not None:
         if include_optimizer:
             raise GgmlValueError(f"{fn}: a quantized file is for inference: save it without the optimizer's state "
                                  "(include_optimizer=False), and a full-precision checkpoint to train on")
+        plan = {n: t for n, t in quantization_plan(store, quantize, fn).items() if t is not None and n not in types}
         shapes = {n: tuple(t.shape[:max(1, max((i + 1 for i, d in enumerate(t.shape) if d > 1), default=1))])
-                  for n, t in tensors.items()}
-        plan = quantization_plan(list(tensors), shapes, quantize, fn)
-        packed, quantized = quantized_tensors(store.values(), shapes, plan, fn)
+                  for n, t in tensors.items() if n in plan}
+        values = {f"{layer.name}.{p.name}": store.read(layer, p.name) for layer, p in store.specs
+                  if f"{layer.name}.{p.name}" in plan}
+        packed, quantized = quantized_tensors(values, shapes, plan, fn)
         tensors.update(quantized)
-        meta["ggmlpy.quantized"] = json.dumps({n: type_name(t) for n, t in plan.items()})
+        types.update({n: type_name(t) for n, t in plan.items()})
+    if types:
+        meta["ggmlpy.quantized"] = json.dumps(types)
+    if lora_metadata(model):
+        meta[LORA_KEY] = json.dumps(lora_metadata(model))
     try:
         if include_optimizer:
             if state is None:  # never trained: zero moments, step 1 (what the first fit would start from)
@@ -355,7 +372,7 @@ def _fresh_state(model: Model) -> dict:
 
 
 def ggml_load_model(path: Any, backend: str = "auto", include_optimizer: bool = True,
-                    custom_objects: dict | None = None) -> Model:
+                    custom_objects: dict | None = None, dequantize: bool = False) -> Model:
     """A model saved by ``ggml_save_model``: rebuilt from its architecture, compiled with its saved
     settings on ``backend`` ("auto", "cpu", "vulkan", "cuda" or a device name), with its weights. It predicts
     like the saved model and can be trained further.
@@ -371,6 +388,9 @@ def ggml_load_model(path: Any, backend: str = "auto", include_optimizer: bool = 
         custom_objects: the layer classes of one's own the model uses, ``{"scaled_dense": ScaledDense}`` (by
             kind or class name), as Keras' ``custom_objects``; a class defined or imported before the call is
             found without it.
+        dequantize: for a quantized file (``ggml_save_model(..., quantize=...)``): False (the default) keeps
+            its quantized weights quantized in the backend's memory, and the model's products compute on them
+            (as ``ggml_quantize_model``: frozen, for inference); True decodes them to F32 weights that train.
 
     A file saved by ``ggml_save_weights`` has no architecture: build the model and use ``ggml_load_weights``.
 
@@ -379,6 +399,7 @@ def ggml_load_model(path: Any, backend: str = "auto", include_optimizer: bool = 
         >>> g.ggml_fit(model, x, y, epochs=2)          # continues the saved run
     """
     bool_arg("ggml_load_model", "include_optimizer", include_optimizer)
+    bool_arg("ggml_load_model", "dequantize", dequantize)
     tensors, meta = _read(path, "ggml_load_model")
     if meta.get("general.architecture") != "ggmlpy" or "ggmlpy.model" not in meta:
         what = "a weights-only file (ggml_save_weights)" if meta.get("ggmlpy.format") == "weights" else \
@@ -401,9 +422,16 @@ def ggml_load_model(path: Any, backend: str = "auto", include_optimizer: bool = 
         raise GgufFileError(f"ggml_load_model: {os.fspath(path)!r} holds a damaged model description "
                             f"({type(exc).__name__}: {exc}); save the model again") from None
     weights, state = _split(tensors, meta, "ggml_load_model")
+    listed = parse_lora_metadata(meta, f"ggml_load_model: {os.fspath(path)!r}")
+    if listed:
+        attach_listed(model, listed, "ggml_load_model")
     # the file's tensors against the architecture's weights before anything is allocated for them (a
     # damaged or crafted description could otherwise ask for gigabytes)
     plan = _plan(_specs(model), weights, "ggml_load_model")
+    if not dequantize:   # the layers hold the file's quantized types (where they read their weights quantized)
+        for layer, spec, value in plan:
+            if isinstance(value, QuantizedArray) and fits(spec.ne, spec.quantizable, value.type):
+                layer.__dict__.setdefault("_quantized", {})[spec.name] = value.type
     ggml_compile(model, backend=backend, **settings)
     _write(model, plan)
     if include_optimizer and state is not None:

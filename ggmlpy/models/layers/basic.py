@@ -18,7 +18,6 @@ from ...ops.layout import (
     ggml_reshape_4d,
     ggml_view_2d,
 )
-from ...ops.linalg import ggml_mul_mat
 from ...ops.reduce import ggml_concat
 from .activations import check_activation
 from .initializers import check_initializer
@@ -40,7 +39,8 @@ class Dense(Layer):
     kind = "dense"
     mask_support = "propagate"  # on sequences: each step on its own
     NOT_SAVED = ("input_dim",)
-    weight = Weight(initializer_arg="kernel_initializer", regularizer="kernel_regularizer", user_axes=(1, 0))
+    weight = Weight(initializer_arg="kernel_initializer", regularizer="kernel_regularizer", user_axes=(1, 0),
+                    quantizable="product")
     bias = Weight(initializer_arg="bias_initializer", regularizer="bias_regularizer", when="use_bias")
 
     def __init__(self, units: int, activation: str | None = None, use_bias: bool = True,
@@ -70,7 +70,7 @@ class Dense(Layer):
         if len(shapes[0]) > 1:  # (..., features): one matrix product over all leading axes (ggml's
             # mul_mat backward cannot broadcast the weight over a 4th axis)
             x = ggml_reshape_2d(g.ctx, x, shapes[0][-1], int(np.prod(shapes[0][:-1])) * g.batch)
-        y = ggml_mul_mat(g.ctx, g.product_weight(self, self.weight), x)
+        y = g.product(self, self.weight, x)
         if self.use_bias:
             y = ggml_add(g.ctx, y, g.param(self, self.bias))
         y = activate(g, y, self.activation)
@@ -140,7 +140,8 @@ class Embedding(Layer):
     """
     kind = "embedding"
     NOT_SAVED = ("input_dim", "output_dim")
-    weight = Weight(initializer_arg="embeddings_initializer", regularizer="embeddings_regularizer")
+    weight = Weight(initializer_arg="embeddings_initializer", regularizer="embeddings_regularizer",
+                    quantizable="rows")
     takes_int = True
     ARG_DOCS = {"mask_zero": "True: id 0 is padding, and the layers after it skip those steps as after a masking "
                              "layer (Keras' mask_zero); id 0 still has its row.",

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..._ffi import lib
 from ...backend.device import Device, ggml_backend_dev_supports_op
-from ...core.types import GGML_TYPE_F16, GGML_TYPE_F32, type_name
+from ...core.types import GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I32, type_name
 from ...graph.context import ggml_init
 from ...graph.objects import Context, Tensor
-from ...graph.tensor import ggml_new_tensor
+from ...graph.tensor import ggml_new_tensor, new_quantized_tensor
 from ...ops.attention import flash_attn_ext_back, ggml_flash_attn_ext
 from ...ops.conv import ggml_conv_2d_tiled
 from ...ops.elementwise import ggml_cont
-from ...ops.layout import ggml_cast, ggml_transpose
+from ...ops.layout import ggml_cast, ggml_get_rows, ggml_transpose
 from ...ops.linalg import ggml_mul_mat
 from ...ops.recurrent import ggml_gru_cell, ggml_gru_seq, ggml_lstm_cell, ggml_lstm_seq
 
@@ -102,6 +103,19 @@ def device_computes_half_products(device: Device, type: int) -> bool:
     key = type_name(type)
     return all(_answer(device, f"{step}:{key}", probe)
                for step, probe in (("cast", cast), ("product", product), ("transposed", transposed)))
+
+
+def device_computes_quantized(device: Device, type: int, how: str) -> bool:
+    """Whether ``device`` reads a weight of quantized ``type`` as a layer does (``Weight(quantizable=...)``):
+    "product", the first operand of a matrix product with F32 data; "rows", an embedding's ``ggml_get_rows``."""
+    block = int(lib.ggml_blck_size(type))
+
+    def probe(ctx: Context) -> Tensor:
+        w = new_quantized_tensor(ctx, type, (block, 4))
+        if how == "rows":
+            return ggml_get_rows(ctx, w, ggml_new_tensor(ctx, GGML_TYPE_I32, 1, (2,)))
+        return ggml_mul_mat(ctx, w, _f32(ctx, block, 3))
+    return _answer(device, f"quantized_{how}:{type_name(type)}", probe)
 
 
 def device_computes(device: Device, op: str) -> bool:

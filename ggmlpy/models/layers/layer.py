@@ -56,6 +56,8 @@ class Builder(Protocol):
     @property
     def half_products(self) -> bool: ...
     def product_weight(self, layer: Layer, weight: BoundWeight | str, ne: tuple[int, ...] | None = None) -> Tensor: ...
+    def product(self, layer: Layer, weight: BoundWeight | str, x: Tensor,
+                ne: tuple[int, ...] | None = None) -> Tensor: ...
     def zeros(self, ne: tuple[int, ...]) -> Tensor: ...
     def constant(self, values: np.ndarray) -> Tensor: ...
     def shape_target(self, ne: tuple[int, ...]) -> Tensor: ...
@@ -510,9 +512,15 @@ class Layer(metaclass=_Sealed):
                                 f"{name} = Weight()")
         return weight.when is None or bool(getattr(self, weight.when))
 
+    def trains(self, spec: ParamSpec) -> bool:
+        """Whether the optimizer updates this weight of the layer: the layer is trainable and the weight is not
+        state the layer updates itself, and where the layer has low-rank adapters (``ggml_add_lora``), only their
+        factors train (network/low_rank.py)."""
+        return self.trainable and spec.trainable and (spec.adapts is not None or not self.__dict__.get("_lora"))
+
     def n_params(self, trainable_only: bool = False) -> int:
         return sum(int(np.prod(p.ne)) for p in (self.params or [])
-                   if p.trainable and (self.trainable or not trainable_only))
+                   if (p.trainable and not trainable_only) or self.trains(p))
 
     def full_config(self) -> dict:
         regs = {arg: self.regularizers[w].config() for arg, w in self.REGULARIZED.items() if w in self.regularizers}

@@ -68,13 +68,13 @@ class MultiHeadAttention(Layer):
     kind = "multi_head_attention"
     many_inputs = "either"
     # ggml [D, K, H] is numpy (H, K, D); Keras' (D, H, K) is that with axes (2, 0, 1)
-    query_kernel = Weight(user_axes=(2, 0, 1))
+    query_kernel = Weight(user_axes=(2, 0, 1), quantizable="product")
     query_bias = Weight(initializer="zeros")
-    key_kernel = Weight(user_axes=(2, 0, 1))
+    key_kernel = Weight(user_axes=(2, 0, 1), quantizable="product")
     key_bias = Weight(initializer="zeros")
-    value_kernel = Weight(user_axes=(2, 0, 1))
+    value_kernel = Weight(user_axes=(2, 0, 1), quantizable="product")
     value_bias = Weight(initializer="zeros")
-    output_kernel = Weight(user_axes=(1, 2, 0))
+    output_kernel = Weight(user_axes=(1, 2, 0), quantizable="product")
     output_bias = Weight(initializer="zeros")
     ARG_DOCS = {"attention_mask": "True: the last input node is a mask (query steps, value steps): 1 where a query "
                                   "may attend to a value step, 0 where not (Keras' attention_mask).",
@@ -147,8 +147,8 @@ class MultiHeadAttention(Layer):
         together)."""
         ctx, h, k = g.ctx, self.num_heads, self.key_dim
         kernel, bias = self._projections()[role]
-        w = g.product_weight(self, kernel, (x2.shape[0], h * k))
-        y = ggml_add(ctx, ggml_mul_mat(ctx, w, x2), ggml_reshape_1d(ctx, g.param(self, bias), h * k))
+        y = ggml_add(ctx, g.product(self, kernel, x2, (x2.shape[0], h * k)),
+                     ggml_reshape_1d(ctx, g.param(self, bias), h * k))
         y = ggml_reshape_4d(ctx, y, k, h, steps, g.batch)
         return y
 
@@ -169,8 +169,7 @@ class MultiHeadAttention(Layer):
             out = self._flash(g, xq, xk, xv, tq, tv)
         else:
             out = self._softmax_attention(g, xs, xq, xk, xv, tq, tv, per_head)
-        wo = g.product_weight(self, self.output_kernel, (h * k, dim))
-        y = ggml_mul_mat(ctx, wo, ggml_reshape_2d(ctx, out, h * k, tq * n))
+        y = g.product(self, self.output_kernel, ggml_reshape_2d(ctx, out, h * k, tq * n), (h * k, dim))
         y = ggml_add(ctx, y, g.param(self, self.output_bias))
         return ggml_reshape_3d(ctx, y, dim, tq, n)
 

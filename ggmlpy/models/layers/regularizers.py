@@ -113,7 +113,7 @@ def regularized_weights(store: Any) -> list[tuple[Any, Any, Regularizer]]:
     """``(layer, weight spec, regularizer)`` of every trainable weight a regularizer penalises, in a store of
     the model's weights (Keras penalises trainable weights only: a frozen layer adds nothing)."""
     return [(layer, spec, layer.regularizers[spec.name]) for layer, spec in store.specs
-            if layer.trainable and spec.trainable and spec.name in layer.regularizers]
+            if layer.trains(spec) and spec.name in layer.regularizers]
 
 
 def weight_penalty(store: Any) -> float:

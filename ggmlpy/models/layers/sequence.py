@@ -21,6 +21,7 @@ Weights in the user's (Keras') orientation (``ggml_get_weights``):
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TYPE_CHECKING
 
 import numpy as np
@@ -77,7 +78,8 @@ class Recurrent(Layer, abstract=True):
     n_states = 1               # the state a step carries: (h,) for a GRU, (h, c) for an LSTM
     many_inputs = "either"     # a sequence, or [sequence, *initial states] (Keras' initial_state)
     mask_support = "consume"  # padding steps keep the state (masking.py)
-    kernel = Weight(initializer_arg="kernel_initializer", regularizer="kernel_regularizer", user_axes=(1, 0))
+    kernel = Weight(initializer_arg="kernel_initializer", regularizer="kernel_regularizer", user_axes=(1, 0),
+                    quantizable="product")
     recurrent_kernel = Weight(initializer_arg="recurrent_initializer", regularizer="recurrent_regularizer",
                               user_axes=(1, 0))
     bias = Weight(initializer_arg="bias_initializer", regularizer="bias_regularizer")
@@ -124,29 +126,30 @@ class Recurrent(Layer, abstract=True):
             picks.append(g.constant(pick))
         return list(zip(masks, picks))
 
-    def _by_gate(self, g: Builder, weight: Tensor, rows: int, x: Tensor, masks: list) -> Tensor:
-        """``weight^T x``, each gate's block with its own mask on ``x`` (one mask: all gates; several: pairs of a
-        mask and its gate's 0/1 row picker, from ``_masks``)."""
+    def _by_gate(self, g: Builder, times: Callable[[Tensor], Tensor], rows: int, x: Tensor, masks: list) -> Tensor:
+        """``times(x)`` (a weight's product ``W^T x``), each gate's block with its own mask on ``x`` (one mask: all
+        gates; several: pairs of a mask and its gate's 0/1 row picker, from ``_masks``)."""
         ctx = g.ctx
 
         def flat(t: Tensor) -> Tensor:  # [rows, ...] as a matrix: the weight's gradient needs no broadcast
             return t if t.shape[2] == 1 else ggml_reshape_2d(ctx, t, rows, t.nelements() // rows)
         if not masks:
-            return ggml_mul_mat(ctx, weight, flat(x))
+            return times(flat(x))
         if len(masks) == 1:
-            return ggml_mul_mat(ctx, weight, flat(ggml_mul(ctx, x, masks[0])))
+            return times(flat(ggml_mul(ctx, x, masks[0])))
         # gate k's rows of the whole product with its own mask, picked by a 0/1 column: no view of the weight
         # (a view at k * units rows can start off the 16-byte alignment GPU matrix products need)
         out: Tensor | None = None
         for m, pick in masks:
-            part = ggml_mul(ctx, ggml_mul_mat(ctx, weight, flat(ggml_mul(ctx, x, m))), pick)
+            part = ggml_mul(ctx, times(flat(ggml_mul(ctx, x, m))), pick)
             out = part if out is None else ggml_add(ctx, out, part)
         assert out is not None  # two or more masks here
         return out
 
     def recurrent(self, g: Builder, h: Tensor, masks: list) -> Tensor:
         """The recurrent product ``U^T h`` of a step, through the recurrent dropout masks."""
-        return self._by_gate(g, g.param(self, self.recurrent_kernel), self.units, h, masks)
+        u = g.param(self, self.recurrent_kernel)
+        return self._by_gate(g, lambda t: ggml_mul_mat(g.ctx, u, t), self.units, h, masks)
 
     def output_shape(self, shapes):
         if len(shapes[0]) != 2:
@@ -200,7 +203,7 @@ class Recurrent(Layer, abstract=True):
         masks = self._masks(g, self.dropout, features, self.gates if self.recurrent_dropout else 1)
         masks = [(ggml_reshape_3d(ctx, m[0], features, n, 1), m[1]) if isinstance(m, tuple) else
                  ggml_reshape_3d(ctx, m, features, n, 1) for m in masks]      # the same mask at every step
-        proj = self._by_gate(g, g.product_weight(self, self.kernel), features, time_major, masks)
+        proj = self._by_gate(g, lambda t: g.product(self, self.kernel, t), features, time_major, masks)
         proj = ggml_add(ctx, proj, self.input_bias(g))                             # [G, N * T]
         rec_masks = self._masks(g, self.recurrent_dropout, self.units, self.gates)
         state, outputs = (tuple(xs[1:]) if len(xs) > 1 else None), []

@@ -12,6 +12,10 @@ from ...errors import GgmlValueError
 from .initializers import check_weight_initializer, initial_values
 
 
+# how a layer may read a quantized weight (the op that reads it: ggml_mul_mat's first operand, ggml_get_rows)
+QUANTIZABLE = (None, "product", "rows")
+
+
 class Owner(Protocol):
     """What a weight's declaration reads of the layer that has it (``layer.Layer``): its name; ``when=`` and
     ``initializer_arg=`` name its other attributes."""
@@ -28,6 +32,8 @@ class ParamSpec:
     trainable: bool = True     # False: state the layer updates itself (batch-norm running statistics)
     user_axes: tuple[int, ...] | None = None  # transpose from ggml's numpy order to the user's (Keras') order
     value: np.ndarray | None = None  # init "given": the starting values (numpy order), e.g. adapted statistics
+    quantizable: str | None = None  # how the layer reads it on quantized data: "product" or "rows" (Weight's)
+    adapts: str | None = None  # a low-rank adapter's factor: the name of the weight it adapts (network/low_rank.py)
 
     def initial(self, rng: np.random.RandomState) -> np.ndarray:
         shape = tuple(reversed(self.ne))
@@ -55,12 +61,19 @@ class Weight:
         trainable: False for state the layer updates itself (batch norm's running statistics).
         user_axes: the transpose from ggml's numpy order to the user's (Keras') order.
         when: the layer's bool argument that says whether the layer has it ("use_bias").
+        quantizable: how the layer reads the weight, when ggml computes that on quantized data, so that a
+            quantized model (``ggml_quantize_model``, a quantized file loaded by ``ggml_load_model``) keeps it
+            quantized: "product" (only as the first operand of matrix products, through ``g.product_weight``)
+            or "rows" (only by ``ggml_get_rows``, an embedding's lookup); None (the default): read in F32.
     """
 
     def __init__(self, name: str | None = None, *, initializer: str = "glorot", initializer_arg: str | None = None,
                  regularizer: str | None = None, trainable: bool = True, user_axes: tuple[int, ...] | None = None,
-                 when: str | None = None) -> None:
+                 when: str | None = None, quantizable: str | None = None) -> None:
+        if quantizable not in QUANTIZABLE:
+            raise GgmlValueError(f"Weight {name!r}: quantizable must be one of {QUANTIZABLE}, got {quantizable!r}")
         self.name = name
+        self.quantizable = quantizable
         self.initializer = check_weight_initializer(initializer, "g.Weight")
         self.initializer_arg = initializer_arg
         self.regularizer, self.trainable, self.user_axes, self.when = regularizer, trainable, user_axes, when
@@ -117,4 +130,4 @@ class BoundWeight:
         if init == "given" and value is None:
             raise GgmlValueError(f"{what}: initializer 'given' takes its values from spec(value=...)")
         return ParamSpec(self.name, tuple(ne), str(init), fans, w.trainable,
-                         user_axes if user_axes is not None else w.user_axes, value)
+                         user_axes if user_axes is not None else w.user_axes, value, w.quantizable)

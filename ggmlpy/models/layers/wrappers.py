@@ -47,6 +47,9 @@ class _InnerView:
     def product_weight(self, layer: Layer, weight: BoundWeight | str, ne: tuple[int, ...] | None = None) -> Tensor:
         return self._g.product_weight(self._wrapper, self._own(layer, weight), ne)
 
+    def product(self, layer: Layer, weight: BoundWeight | str, x: Tensor, ne: tuple[int, ...] | None = None) -> Tensor:
+        return self._g.product(self._wrapper, self._own(layer, weight), x, ne)
+
     def convert(self, t: Tensor, shape: tuple[int, ...], src: str, dst: str) -> Tensor:
         # the builder's, with this view's batch (the view stands in for the builder: the rest is its own)
         return type(self._g).convert(cast(Builder, self), t, shape, src, dst)

@@ -17,13 +17,17 @@ import numpy as np
 from ..._ffi import lib
 from ...backend.backend import Backend
 from ...backend.buffer import ggml_backend_alloc_ctx_tensors
-from ...backend.transfer import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
-from ...core.types import GGML_TYPE_F32
+from ...backend.transfer import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data, read_bytes, write_array
+from ...core.quants import quantize_rows, QuantizedArray
+from ...core.types import GGML_TYPE_F32, type_name
 from ...errors import GgmlStateError, GgmlTypeError, GgmlValueError
 from ...graph.context import ggml_init, ggml_tensor_overhead
 from ...graph.objects import Tensor
-from ...graph.tensor import ggml_new_tensor, ggml_set_name, set_trainable
+from ...graph.tensor import ggml_new_tensor, ggml_set_name, new_quantized_tensor, set_trainable
+from ..layers.fused import device_computes_quantized
 from ..layers.layer import Layer
+from ..layers.weight import ParamSpec
+from .low_rank import adapters
 
 
 if TYPE_CHECKING:
@@ -31,6 +35,23 @@ if TYPE_CHECKING:
 
 
 _stamps = itertools.count(1)  # when a store's weights last changed, in one order for every store
+
+
+def quantized_types(layer: Layer) -> dict[str, int]:
+    """The quantized types ``layer``'s weights are held in, by weight name (``ggml_quantize_model``, a quantized
+    file loaded by ``ggml_load_model``): a property of the layer, as Keras' quantization mode is, so the weights
+    stay quantized in every model holding the layer."""
+    return layer.__dict__.get("_quantized") or {}
+
+
+def held_type(layer: Layer, spec: ParamSpec, backend: Backend) -> int:
+    """The type a weight is held in: the quantized type its layer chose, where the layer reads the weight on
+    quantized data (``Weight(quantizable=...)``), its rows are whole blocks of the type and the backend's device
+    computes that read; F32 otherwise."""
+    t = quantized_types(layer).get(spec.name)
+    if t is None or spec.quantizable is None or spec.ne[0] % int(lib.ggml_blck_size(t)):
+        return GGML_TYPE_F32
+    return t if device_computes_quantized(backend.device, t, spec.quantizable) else GGML_TYPE_F32
 
 
 class ParamStore:
@@ -56,8 +77,14 @@ class ParamStore:
         self.ctx = ggml_init(mem_size=(len(specs) + 2) * ggml_tensor_overhead(), no_alloc=True)
         self.tensors: dict[tuple[int, str], Tensor] = {}
         self.specs: list[tuple[Layer, Any]] = specs
+        self.quantized: dict[tuple[int, str], int] = {}  # the weights held in a quantized type (frozen), by type
         for layer, spec in specs:
-            t = ggml_new_tensor(self.ctx, GGML_TYPE_F32, len(spec.ne), spec.ne)
+            held = held_type(layer, spec, backend)
+            if held == GGML_TYPE_F32:
+                t = ggml_new_tensor(self.ctx, GGML_TYPE_F32, len(spec.ne), spec.ne)
+            else:
+                t = new_quantized_tensor(self.ctx, held, spec.ne)
+                self.quantized[(id(layer), spec.name)] = held
             ggml_set_name(t, f"{layer.name}.{spec.name}")
             self.tensors[(id(layer), spec.name)] = t
         check_device_can_use(backend, self.tensors.values(), "make the layer smaller, or compile with backend='cpu'")
@@ -69,7 +96,7 @@ class ParamStore:
                 value = _freshest_value(layer, spec, self)
             # a new or reshaped layer starts afresh (``read`` drops the size-1 axes a weight of one output unit
             # has, so shapes are compared without them)
-            if value is None or strip_leading_ones(np.shape(value)) != strip_leading_ones(tuple(reversed(spec.ne))):
+            if value is None or strip_leading_ones(_shape(value)) != strip_leading_ones(tuple(reversed(spec.ne))):
                 value = _initial(spec)
             self.write(layer, spec.name, value)
         self.stamp = next(_stamps)  # as fresh as the values it was given
@@ -94,7 +121,7 @@ class ParamStore:
             if kept is not None and kept[0] > self.stamp:
                 continue
             try:
-                layer.__dict__["_kept_values"] = (self.stamp, {p.name: self.read(layer, p.name)
+                layer.__dict__["_kept_values"] = (self.stamp, {p.name: self.value(layer, p.name)
                                                                for p in (layer.params or [])})
             except Exception:  # noqa: BLE001 - a lost device (an RPC server gone) must not keep the store alive
                 layer.__dict__.pop("_kept_values", None)
@@ -111,28 +138,54 @@ class ParamStore:
                                  "after ggml_compile? compile again") from None
 
     def read(self, layer: Layer, name: str) -> np.ndarray:
+        """A weight's values as float32 (a quantized one decoded), in numpy order."""
+        value = self.value(layer, name)
+        return value.floats() if isinstance(value, QuantizedArray) else value
+
+    def value(self, layer: Layer, name: str) -> np.ndarray | QuantizedArray:
+        """A weight's values as held: float32, or a quantized one's bytes (``QuantizedArray``)."""
         t = self.tensor(layer, name)
-        return ggml_backend_tensor_get_data(t).reshape(tuple(reversed(_ne(t))))
+        shape = tuple(reversed(_ne(t)))
+        if (id(layer), name) in self.quantized:
+            return QuantizedArray(t.type, read_bytes(t.ptr).tobytes(), shape)
+        return ggml_backend_tensor_get_data(t).reshape(shape)
 
     def read_tensor(self, t: Tensor) -> np.ndarray:
         return ggml_backend_tensor_get_data(t).reshape(-1)
 
-    def write(self, layer: Layer, name: str, value: np.ndarray) -> None:
+    def write(self, layer: Layer, name: str, value: np.ndarray | QuantizedArray) -> None:
+        """Set a weight: float values (quantized by ggml's quantizer for a weight held quantized), or a
+        ``QuantizedArray`` copy (its bytes as they are where the types agree)."""
         t = self.tensor(layer, name)
-        ggml_backend_tensor_set_data(t, np.asarray(value, dtype=np.float32).reshape(tuple(reversed(_ne(t)))))
+        shape = tuple(reversed(_ne(t)))
+        held = self.quantized.get((id(layer), name))
+        if isinstance(value, QuantizedArray) and value.type == held:
+            write_array(t.ptr, np.frombuffer(value.data, np.uint8))
+        else:
+            floats = np.asarray(value.floats() if isinstance(value, QuantizedArray) else value, dtype=np.float32)
+            if held is None:
+                ggml_backend_tensor_set_data(t, floats.reshape(shape))
+            else:
+                raw = quantize_rows(held, floats.reshape(-1, shape[-1]), f"the weight '{layer.name}.{name}'")
+                write_array(t.ptr, np.frombuffer(raw, np.uint8))
         self.stamp = next(_stamps)
 
     def values(self) -> dict[str, np.ndarray]:
         """Host copies, keyed "<layer>.<weight>"."""
         return {f"{layer.name}.{p.name}": self.read(layer, p.name) for layer, p in self.specs}
 
-    def values_by_layer(self) -> dict[int, tuple[Layer, dict[str, np.ndarray]]]:
-        """Host copies keyed by layer object: ``{id(layer): (layer, {weight name: array})}`` (the layer is kept
-        with its values, so its id cannot be taken by a new layer meanwhile)."""
-        out: dict[int, tuple[Layer, dict[str, np.ndarray]]] = {}
+    def values_by_layer(self) -> dict[int, tuple[Layer, dict[str, np.ndarray | QuantizedArray]]]:
+        """Host copies keyed by layer object: ``{id(layer): (layer, {weight name: array or QuantizedArray})}``
+        (the layer is kept with its values, so its id cannot be taken by a new layer meanwhile)."""
+        out: dict[int, tuple[Layer, dict[str, np.ndarray | QuantizedArray]]] = {}
         for layer, p in self.specs:
-            out.setdefault(id(layer), (layer, {}))[1][p.name] = self.read(layer, p.name)
+            out.setdefault(id(layer), (layer, {}))[1][p.name] = self.value(layer, p.name)
         return out
+
+    def quantized_names(self) -> dict[str, str]:
+        """The weights held quantized: ``{"<layer>.<weight>": type name}``."""
+        names = {(id(layer), p.name): f"{layer.name}.{p.name}" for layer, p in self.specs}
+        return {names[key]: type_name(t) for key, t in self.quantized.items()}
 
     def named_tensors(self) -> dict[str, Tensor]:
         return {f"{layer.name}.{p.name}": self.tensor(layer, p.name) for layer, p in self.specs}
@@ -140,13 +193,24 @@ class ParamStore:
     def synced_tensors(self, every: bool = False) -> list[Tensor]:
         """The tensors a data-parallel step changes, in one order for every replica: the trainable weights and
         the state a forward pass updates (batch-norm running statistics); ``every``: all of them."""
-        return [self.tensor(layer, p.name) for layer, p in self.specs if every or not p.trainable or layer.trainable]
+        return [self.tensor(layer, p.name) for layer, p in self.specs if every or not p.trainable or layer.trains(p)]
 
     def mark_trainable(self) -> int:
-        """Flag the weights of trainable layers for ggml's optimizer; returns how many are flagged."""
+        """Flag the weights of trainable layers for ggml's optimizer; returns how many are flagged. A trainable
+        layer holding a quantized weight is refused unless it has adapters: ggml's optimizers update F32 weights.
+        In a layer with low-rank adapters
+        only the adapters' factors train (network/low_rank.py)."""
+        held = [f"{layer.name}.{spec.name} ({type_name(self.quantized[(id(layer), spec.name)])})"
+                for layer, spec in self.specs
+                if layer.trainable and (id(layer), spec.name) in self.quantized and not adapters(layer)]
+        if held:
+            raise GgmlValueError(f"the model's weights {held} are quantized, and ggml trains F32 weights only; freeze "
+                                 "their layers (layer.trainable = False) to train the others, add low-rank adapters "
+                                 "to train (ggml_add_lora), or train a full-"
+                                 "precision model (ggml_load_model(path, dequantize=True) decodes a quantized file)")
         n = 0
         for layer, spec in self.specs:
-            on = layer.trainable and spec.trainable
+            on = layer.trains(spec)
             set_trainable(self.tensor(layer, spec.name), on)
             n += on
         return n
@@ -186,7 +250,11 @@ def strip_leading_ones(shape: Sequence[int]) -> tuple[int, ...]:
     return shape
 
 
-def _kept_value(values: dict | None, layer: Layer, spec: Any) -> np.ndarray | None:
+def _shape(value: np.ndarray | QuantizedArray) -> tuple[int, ...]:
+    return value.shape if isinstance(value, QuantizedArray) else np.shape(value)
+
+
+def _kept_value(values: dict | None, layer: Layer, spec: ParamSpec) -> np.ndarray | QuantizedArray | None:
     entry = values.get(id(layer)) if values else None
     return entry[1].get(spec.name) if entry is not None and entry[0] is layer else None
 
@@ -202,14 +270,14 @@ def _fresher_store(layer: Layer, stamp: int, me: ParamStore | None) -> ParamStor
     return best
 
 
-def _freshest_value(layer: Layer, spec: Any, me: ParamStore) -> np.ndarray | None:
+def _freshest_value(layer: Layer, spec: ParamSpec, me: ParamStore) -> np.ndarray | QuantizedArray | None:
     """The weight's newest value: in the live store that changed it last, or the copy the layer kept when
     its last store went (a popped layer, a model changed or compiled again), whichever is newer. A layer
     shared by several models is one set of weights, as in Keras: the last one trained is what counts."""
     kept = layer.__dict__.get("_kept_values")
     store = _fresher_store(layer, kept[0] if kept is not None else 0, me)
     if store is not None and (id(layer), spec.name) in store.tensors:
-        return store.read(layer, spec.name)
+        return store.value(layer, spec.name)
     return kept[1].get(spec.name) if kept is not None else None
 
 
@@ -232,7 +300,7 @@ def _ne(t: Tensor) -> tuple[int, ...]:
 class WeightsCopy:
     """What ``ModelWeights.get`` returns: a copy of the weights of one weight store, by layer and weight name."""
     params: ParamStore
-    values: list[tuple[Layer, str, np.ndarray]]
+    values: list[tuple[Layer, str, np.ndarray | QuantizedArray]]
 
 
 class ModelWeights:
@@ -245,7 +313,7 @@ class ModelWeights:
 
     def get(self) -> WeightsCopy:
         params = self._model.runtime.params
-        return WeightsCopy(params, [(layer, spec.name, params.read(layer, spec.name)) for layer, spec in params.specs])
+        return WeightsCopy(params, [(layer, spec.name, params.value(layer, spec.name)) for layer, spec in params.specs])
 
     def set(self, snapshot: object) -> None:
         if not isinstance(snapshot, WeightsCopy):

@@ -25,7 +25,8 @@ from ggmlpy.compute.run import ggml_backend_sched_graph_compute
 from ggmlpy.graph.context import ggml_graph_overhead, ggml_init
 from ggmlpy.graph.graph import ggml_build_forward_expand, ggml_new_graph_custom
 from ggmlpy.graph.tensor import ggml_set_output
-from ggmlpy.models.engine.runtime import build_graph, make_scheduler
+from ggmlpy.models.engine.graphs import build_graph
+from ggmlpy.models.engine.runtime import make_scheduler
 
 
 SCIPY_MODES = {"reflect": "reflect", "wrap": "grid-wrap", "nearest": "nearest", "constant": "grid-constant"}
