@@ -8,7 +8,7 @@ import numpy as np
 from .._ffi import ffi, lib
 from ..core.args import c_string, INT64_MAX, is_int
 from ..core.handle import unwrap
-from ..core.types import GGML_TYPE_F16, GGML_TYPE_F32, PLAIN_TYPES, type_name
+from ..core.types import GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I32, PLAIN_TYPES, type_name
 from ..errors import expect, GgmlTypeError, GgmlValueError
 from .objects import as_tensor, Context, Tensor
 
@@ -175,12 +175,14 @@ def ggml_new_tensor(ctx: Context, type: int, n_dims: int, ne) -> Tensor:
 
 
 def pending_constant(ctx: Context, values: np.ndarray, pending: list[tuple[Tensor, np.ndarray]]) -> Tensor:
-    """An F32 tensor (F16 for float16 ``values``) in the no_alloc context ``ctx`` for ``values`` (numpy order:
-    ggml's shape reversed), added to ``pending`` with its values, which its owner writes once the tensor has
-    memory."""
-    half = np.asarray(values).dtype == np.float16
-    values = np.ascontiguousarray(values, dtype=np.float16 if half else np.float32)
-    t = ggml_new_tensor(ctx, GGML_TYPE_F16 if half else GGML_TYPE_F32, values.ndim, tuple(reversed(values.shape)))
+    """An F32 tensor (F16 for float16 ``values``, I32 for int32 ones) in the no_alloc context ``ctx`` for
+    ``values`` (numpy order: ggml's shape reversed), added to ``pending`` with its values, which its owner writes
+    once the tensor has memory."""
+    kind = np.asarray(values).dtype
+    dtype = kind if kind in (np.float16, np.int32) else np.dtype(np.float32)
+    values = np.ascontiguousarray(values, dtype=dtype)
+    gtype = {np.dtype(np.float16): GGML_TYPE_F16, np.dtype(np.int32): GGML_TYPE_I32}.get(dtype, GGML_TYPE_F32)
+    t = ggml_new_tensor(ctx, gtype, values.ndim, tuple(reversed(values.shape)))
     pending.append((t, values))
     return t
 

@@ -142,7 +142,8 @@ def ggml_out_prod(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     Arguments:
         ctx: [glossary]
         a: F32, F16 or BF16 tensor ``[M, K, A2, A3]``, not transposed; a half-precision a (converted to F32
-            row by row) cannot be broadcast.
+            row by row) cannot be broadcast. A quantized a (a frozen quantized weight in a backward pass) is
+            decoded row by row as well, on the backends that take it (ggml's CPU; ``ggml_backend_supports_op``).
         b: F32 tensor ``[N, K, B2, B3]`` sharing ne[1] with a.
 
     Value: a new F32 Tensor ``[M, N, B2, B3]``.
@@ -151,7 +152,8 @@ def ggml_out_prod(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         >>> g_w = ggml_out_prod(ctx, x, g_h)        # x [n_in, batch], g_h [n_out, batch] -> [n_in, n_out]
     """
     a, b = operand("ggml_out_prod", a), operand("ggml_out_prod", b, "b")
-    types("ggml_out_prod", a, FLOAT_TYPES)
+    if not lib.ggml_is_quantized(a.type):
+        types("ggml_out_prod", a, FLOAT_TYPES)
     types("ggml_out_prod", b, {GGML_TYPE_F32}, "b")
     if a.type != GGML_TYPE_F32 and a.shape[2:] != b.shape[2:]:
         fail("ggml_out_prod", f"an {type_name(a.type).upper()} a cannot be broadcast: a {list(a.shape)}, "

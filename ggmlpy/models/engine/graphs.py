@@ -18,10 +18,19 @@ from ...graph.context import ggml_init, ggml_tensor_overhead
 from ...graph.objects import Tensor
 from ...graph.tensor import ggml_new_tensor, ggml_set_input, ggml_set_name, ggml_set_output, pending_constant
 from ...ops.elementwise import ggml_add, ggml_cont, ggml_dropout, ggml_scale
-from ...ops.layout import ggml_permute, ggml_reshape, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d, ggml_view_1d
+from ...ops.layout import (
+    ggml_get_rows,
+    ggml_permute,
+    ggml_reshape,
+    ggml_reshape_2d,
+    ggml_reshape_3d,
+    ggml_reshape_4d,
+    ggml_view_1d,
+)
 from ...ops.linalg import ggml_mul_mat
 from ...opt.constants import BUILD_FORWARD
 from ...opt.context import training_graph_nodes
+from ..layers.fused import device_computes_quantized
 from ..layers.layer import Layer, NATURAL, natural_ne, SPATIAL
 from ..layers.masking import mask_flow
 from ..layers.weight import BoundWeight, weight_name
@@ -90,11 +99,18 @@ class GraphBuilder:
         """A weight as the first operand of a matrix product (``ggml_mul_mat(ctx, w, x)``), reshaped to ``ne``
         if given: the F32 weight, or under mixed precision its cast to the compiled type, made once per graph
         (cast after the reshape: the gradient flows back through the cast into the F32 weight, in F32). A weight
-        held quantized is taken as it is: ggml multiplies its blocks directly."""
+        held quantized is taken as it is, ggml multiplying its blocks directly; but in a training graph on a device
+        whose backward pass cannot go through such a product (it lacks ggml_out_prod of the quantized weight: Vulkan,
+        CUDA), the graph decodes the frozen weight first (``ggml_get_rows`` of every row, in the graph's own memory)
+        and multiplies in F32, so that the whole step stays on the device."""
         w = self.param(layer, weight)
         if ne is not None and tuple(ne) + (1,) * (4 - len(ne)) != tuple(w.shape):
             w = ggml_reshape(self.ctx, w, self.shape_target(ne))
         if w.type != GGML_TYPE_F32:
+            device = self.params.backend.device
+            if self.training and not device_computes_quantized(device, w.type, "out_prod"):
+                rows = self.constant(np.arange(w.shape[1], dtype=np.int32))
+                return ggml_get_rows(self.ctx, w, rows)
             return w
         return self.casts.of(w, (id(layer), weight_name(weight), w.shape))
 

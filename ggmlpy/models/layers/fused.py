@@ -21,7 +21,7 @@ from ...ops.attention import flash_attn_ext_back, ggml_flash_attn_ext
 from ...ops.conv import ggml_conv_2d_tiled
 from ...ops.elementwise import ggml_cont
 from ...ops.layout import ggml_cast, ggml_get_rows, ggml_transpose
-from ...ops.linalg import ggml_mul_mat
+from ...ops.linalg import ggml_mul_mat, ggml_out_prod
 from ...ops.recurrent import ggml_gru_cell, ggml_gru_seq, ggml_lstm_cell, ggml_lstm_seq
 
 
@@ -107,13 +107,16 @@ def device_computes_half_products(device: Device, type: int) -> bool:
 
 def device_computes_quantized(device: Device, type: int, how: str) -> bool:
     """Whether ``device`` reads a weight of quantized ``type`` as a layer does (``Weight(quantizable=...)``):
-    "product", the first operand of a matrix product with F32 data; "rows", an embedding's ``ggml_get_rows``."""
+    "product", the first operand of a matrix product with F32 data; "rows", an embedding's ``ggml_get_rows``; or
+    "out_prod", the backward pass of such a product into its data (``ggml_out_prod`` of the weight)."""
     block = int(lib.ggml_blck_size(type))
 
     def probe(ctx: Context) -> Tensor:
         w = new_quantized_tensor(ctx, type, (block, 4))
         if how == "rows":
             return ggml_get_rows(ctx, w, ggml_new_tensor(ctx, GGML_TYPE_I32, 1, (2,)))
+        if how == "out_prod":
+            return ggml_out_prod(ctx, w, ggml_transpose(ctx, _f32(ctx, 4, 3)))
         return ggml_mul_mat(ctx, w, _f32(ctx, block, 3))
     return _answer(device, f"quantized_{how}:{type_name(type)}", probe)
 
