@@ -9,6 +9,9 @@ test accuracy, the transformer's validation loss (nats per character); then ``gg
 timed (best of ``--rounds``, after a warm-up call) and reported as samples per second, and as a ratio to the F32
 model measured in the same run. Issue 46's targets: q8_0 within 1 point of F32 accuracy, q4_0 within 3.
 
+A third model measures speed alone where quantization pays: a 4096-wide MLP (134 MB of F32 weights) at batch sizes
+1, 8 and 64, each type against F32 in the same run.
+
 Usage: python benchmarks/bench_quantized.py [--types q8_0,q4_0,q4_K,q5_K,q6_K] [--backend cpu] [--rounds 7]
                                             [--json PATH]
 """
@@ -72,6 +75,36 @@ def transformer(types: list[str], workdir: Path, backend: str, rounds: int) -> l
             for t in ["f32"] + types]
 
 
+def wide_mlp(types: list[str], backend: str, rounds: int) -> list[dict]:
+    """Inference speed only, where quantization pays: a 4096-wide MLP (two 4096 x 4096 layers and a head: 134 MB of
+    F32 weights, beyond any cache), random weights, at batch sizes 1, 8 and 64 (a deployed model serving requests:
+    reading the weights bounds the small batches)."""
+    import ggmlpy as g
+    x = np.random.default_rng(0).random((64, 4096), dtype=np.float32)
+    rows = []
+    for kind in ["f32"] + types:
+        np.random.seed(0)
+        m = g.ggml_model_sequential()
+        m = g.ggml_layer_dense(m, 4096, activation="relu", input_shape=(4096,))
+        m = g.ggml_layer_dense(m, 4096, activation="relu")
+        m = g.ggml_layer_dense(m, 10)
+        m = g.ggml_compile(m, loss="mse", backend=backend)
+        if kind != "f32":
+            g.ggml_quantize_model(m, kind)
+        row: dict = {"type": kind, "quantized_tensors": len(g.ggml_model_quantization(m))}
+        for batch in (1, 8, 64):
+            xb = x[:max(batch, 8)]
+            g.ggml_predict(m, xb, batch_size=batch)
+            best = float("inf")
+            for _ in range(rounds):
+                t0 = time.perf_counter()
+                g.ggml_predict(m, xb, batch_size=batch)
+                best = min(best, time.perf_counter() - t0)
+            row[f"batch_{batch}"] = len(xb) / best
+        rows.append(row)
+    return rows
+
+
 def _score(model: object, kind: str, path: Path, metric, predict, samples: int, backend: str, rounds: int) -> dict:
     import ggmlpy as g
     g.ggml_save_model(model, str(path), quantize=None if kind == "f32" else kind)
@@ -108,6 +141,12 @@ def main() -> None:
                   f"{r['quantized_tensors']} tensors held quantized, {name} {value:.4f} ({delta:+.4f}), "
                   f"{r['samples_per_second']:,.0f} samples/s on {a.backend} "
                   f"({r['samples_per_second'] / base['samples_per_second']:.2f}x F32)")
+    wide = wide_mlp(types, a.backend, a.rounds)
+    print(f"4096-wide MLP, samples/s on {a.backend} at batch 1 / 8 / 64 (x F32):")
+    for r in wide:
+        cells = [f"{r[f'batch_{b}']:,.0f} ({r[f'batch_{b}'] / wide[0][f'batch_{b}']:.2f}x)" for b in (1, 8, 64)]
+        print(f"  {r['type']:>5}: " + " / ".join(cells))
+    results["wide MLP"] = wide
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1))
 
