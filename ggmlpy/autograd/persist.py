@@ -15,6 +15,7 @@ from ..gguf.weights import ggml_save_weights_gguf, gguf_read
 from ..graph.objects import Tensor
 from ..graph.tensor import ggml_set_name
 from ..models.builders import ggml_get_weights
+from ..models.io.lora import LORA_KEY, lora_metadata
 from ..models.network.model import Model
 from .device import resolve_device, set_default
 from .lazy import flush_effects
@@ -111,10 +112,15 @@ def ag_load_model(path: PathArg | Model, model_fn: Callable[[], object] | None =
     live = isinstance(path, Model)
     if isinstance(path, Model):
         tensors, meta = ggml_get_weights(path), {"ggmlpy.format": "model"}
+        if lora_metadata(path):
+            meta[LORA_KEY] = "live"
     else:
         if not isinstance(path, (str, os.PathLike)):
             raise GgmlTypeError(f"{fn}: path must be a file path or a model-layer model, got {type(path).__name__}")
-        tensors, meta = gguf_read(path)
+        tensors, meta = gguf_read(path, dequantize=True)   # a quantized model-layer file: its weights decoded
+    if LORA_KEY in meta:
+        raise GgmlValueError(f"{fn}: the model has low-rank adapters (ggml_add_lora), which ag_* layers lack; merge "
+                             "them into its weights first (ggml_merge_lora(model)) and save or pass that model")
     builder = model_fn
     if builder is None:
         name = meta.get("ggmlpy.ag.model_fn")

@@ -137,12 +137,13 @@ def _make_quantize(name: str) -> Callable[..., bytes]:
     quantize.__name__ = quantize.__qualname__ = f"quantize_{name}"
     needs = "required: ggml refuses this type without one" if name in ("iq2_xxs", "iq2_xs", "iq1_s") else \
         "None: every column alike"
-    quantize.__doc__ = f"""Quantize float data to {t_name} ({bpw} bits per weight), row by row.
+    block = int(lib.ggml_blck_size(ggml_type_of(name)))
+    quantize.__doc__ = f"""Quantize float data to {t_name} (blocks of {block} values, {bpw} bits per weight), by rows.
 
     Arguments:
         src_data: n_rows * n_per_row finite numbers (any shape; read in C order).
         n_rows: the number of rows.
-        n_per_row: values per row, a multiple of {t_name}'s block size.
+        n_per_row: values per row, a multiple of {t_name}'s block size ({block}).
         imatrix: n_per_row non-negative importances weighting each column's error ({needs}).
 
     Value: bytes, n_rows * ggml_row_size(GGML_TYPE_{t_name}, n_per_row) of them.
@@ -168,11 +169,13 @@ def _make_row_ref(name: str) -> Callable[..., bytes]:
             c_fn(ffi.from_buffer("float[]", src), ffi.from_buffer(out), n)
         return bytes(out)
     quantize_row_ref.__name__ = quantize_row_ref.__qualname__ = f"quantize_row_{name}_ref"
-    quantize_row_ref.__doc__ = f"""Quantize one row to {t_name} ({bpw} bits per weight) with ggml's reference quantizer.
+    block = int(lib.ggml_blck_size(ggml_type_of(name)))
+    quantize_row_ref.__doc__ = f"""Quantize one row to {t_name} (blocks of {block} values, {bpw} bits per weight) with
+    ggml's reference quantizer.
 
     Arguments:
         src_data: n_elements finite numbers.
-        n_elements: the row's length, a multiple of {t_name}'s block size.
+        n_elements: the row's length, a multiple of {t_name}'s block size ({block}).
 
     Value: bytes, ggml_row_size(GGML_TYPE_{t_name}, n_elements) of them.
 
@@ -202,11 +205,12 @@ def _make_dequantize(name: str) -> Callable[..., np.ndarray]:
             c_fn(ffi.from_buffer(raw), ffi.from_buffer("float[]", out), n)
         return out
     dequantize_row.__name__ = dequantize_row.__qualname__ = f"dequantize_row_{name}"
-    dequantize_row.__doc__ = f"""Decode {t_name} data ({bpw} bits per weight) back to float32.
+    block = int(lib.ggml_blck_size(ggml_type_of(name)))
+    dequantize_row.__doc__ = f"""Decode {t_name} data (blocks of {block} values, {bpw} bits per weight) back to float32.
 
     Arguments:
         raw_data: the bytes of n_elements / block-size {t_name} blocks (a quantize_{name} result, or a row of one).
-        n_elements: the number of values, a multiple of {t_name}'s block size.
+        n_elements: the number of values, a multiple of {t_name}'s block size ({block}).
 
     Value: a float32 numpy array of n_elements values.
 

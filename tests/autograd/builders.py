@@ -10,3 +10,8 @@ def small_mlp():
 
 def dense_pair():
     return g.ag_sequential(g.ag_linear(4, 5, "relu"), g.ag_linear(5, 3))
+
+
+def dense_pair_32():
+    """Two dense layers whose kernels' rows (32 inputs each) are whole q8_0 blocks."""
+    return g.ag_sequential(g.ag_linear(32, 32, "relu"), g.ag_linear(32, 3))

@@ -50,3 +50,19 @@ def test_a_model_layer_models_weights_load_into_an_ag_sequential(tmp_path, sourc
     else:
         ag = g.ag_load_model(model, model_fn=builders.dense_pair)
     np.testing.assert_allclose(ag(g.ag_tensor(x)).numpy(), g.ggml_predict(model, x), rtol=1e-5, atol=1e-6)
+
+
+def test_a_quantized_model_layer_file_loads_decoded_and_adapters_are_refused(tmp_path):
+    np.random.seed(2)
+    model = g.ggml_model_sequential()
+    model = g.ggml_layer_dense(model, 32, activation="relu", input_shape=32)
+    model = g.ggml_layer_dense(model, 3)
+    model = g.ggml_compile(model, optimizer="adam", loss="mse", backend="cpu")
+    x = np.random.randn(6, 32).astype(np.float32)
+    g.ggml_save_model(model, tmp_path / "q.gguf", quantize="q8_0")
+    ag = g.ag_load_model(tmp_path / "q.gguf", model_fn=builders.dense_pair_32)
+    decoded = g.ggml_load_model(tmp_path / "q.gguf", backend="cpu", dequantize=True)   # F32 products
+    np.testing.assert_allclose(ag(g.ag_tensor(x)).numpy(), g.ggml_predict(decoded, x), rtol=1e-5, atol=1e-6)
+    g.ggml_add_lora(model, rank=2)
+    with pytest.raises(g.GgmlValueError, match="merge them"):
+        g.ag_load_model(model, model_fn=builders.dense_pair_32)

@@ -79,7 +79,7 @@ def test_an_adapter_starts_as_no_change_and_only_the_adapters_train(base_file, d
     assert not weights["dense_3.weight_lora_b"].any()
 
 
-@pytest.mark.parametrize("device", ["cpu", "Vulkan0"])
+@pytest.mark.parametrize("device", ["cpu", "Vulkan0", "CUDA0"])
 def test_adapters_learn_a_shifted_task_and_the_base_stays_bit_identical(base_file, digits, device):
     _, x, y = digits
     shifted = (y + 1) % 10
@@ -112,7 +112,7 @@ def _numpy_loss(weights: dict, x: np.ndarray, t: np.ndarray, scale: float) -> fl
     return float(((h - t) ** 2).mean())
 
 
-@pytest.mark.parametrize("device", ["cpu", "Vulkan0"])
+@pytest.mark.parametrize("device", ["cpu", "Vulkan0", "CUDA0"])
 def test_adapter_gradients_match_finite_differences_of_the_dequantized_model(device):
     _device(device)
     rng = np.random.default_rng(3)
@@ -151,7 +151,10 @@ def test_the_base_file_plus_the_adapter_file_predict_as_the_trained_model(tmp_pa
     g.ggml_add_lora(model, rank=8, alpha=16, targets=["dense_2", "dense_3.weight"])
     assert sorted(model.runtime.opt_state.trainable()) == ["dense_2.weight_lora_a", "dense_2.weight_lora_b",
                                                            "dense_3.weight_lora_a", "dense_3.weight_lora_b"]
-    g.ggml_fit(model, x[:640], (y[:640] + 1) % 10, epochs=2, batch_size=32, verbose=0)
+    def batches():   # streamed, as a fine-tuning set larger than memory would be
+        for i in range(0, 640, 32):
+            yield x[i:i + 32], (y[i:i + 32] + 1) % 10
+    g.ggml_fit_generator(model, batches, epochs=2, verbose=0)
     expected = g.ggml_predict(model, x[1400:])
     g.ggml_save_lora(model, tmp_path / "adapter.gguf")
     reader = gguf.GGUFReader(str(tmp_path / "adapter.gguf"))
@@ -188,6 +191,30 @@ def test_merging_adds_the_low_rank_product_to_the_weights(base_file, digits):
     assert not any("_lora_" in k for k in g.ggml_get_weights(model))
     assert np.abs(g.ggml_predict(model, x[1400:]) - adapted).max() < 0.05
     assert (g.ggml_predict(model, x[1400:]).argmax(1) == adapted.argmax(1)).mean() >= 0.98
+
+
+def test_adapters_on_attention_factor_each_projection_as_the_layer_multiplies_it():
+    """An adapter's product equals the merged weight's (W + alpha / rank * A B in the weight's own layout) for
+    each of attention's four kernels, whose products reshape them differently ([D, K, H] -> [D, H*K] for the
+    projections, [K, H, D] -> [H*K, D] for the output)."""
+    rng = np.random.default_rng(5)
+    np.random.seed(5)
+    tokens = g.ggml_input(shape=(12,), dtype="int32")
+    h = g.ggml_layer_embedding(tokens, 30, 32)
+    h = g.ggml_layer_add([h, g.ggml_layer_multi_head_attention(h, num_heads=2, key_dim=16)])
+    m = g.ggml_model(tokens, g.ggml_layer_dense(h, 30, activation="softmax"))
+    m = g.ggml_compile(m, loss="sparse_categorical_crossentropy", backend="cpu")
+    ids = rng.integers(0, 30, size=(6, 12)).astype(np.int32)
+    g.ggml_add_lora(m, rank=4, alpha=8)
+    adapted = sorted(k for k in g.ggml_get_weights(m) if k.endswith("_lora_a"))
+    assert sorted(k.split(".")[1] for k in adapted) == sorted(["key_kernel_lora_a", "output_kernel_lora_a",
+                                                          "query_kernel_lora_a", "value_kernel_lora_a",
+                                                          "weight_lora_a"])
+    g.ggml_set_weights(m, {k: 0.2 * rng.normal(size=v.shape).astype(np.float32)
+                           for k, v in g.ggml_get_weights(m).items() if "_lora_" in k})
+    with_adapters = g.ggml_predict(m, ids)
+    g.ggml_merge_lora(m)
+    np.testing.assert_allclose(g.ggml_predict(m, ids), with_adapters, atol=1e-5)
 
 
 def _saved(model):

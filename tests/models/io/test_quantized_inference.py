@@ -75,7 +75,7 @@ def _cpu_rounded(x: np.ndarray, block: int) -> np.ndarray:
     return (np.minimum(127, np.round(iscale * xb)) * (np.float32(1) / iscale)).reshape(n, k)
 
 
-@pytest.mark.parametrize("device", ["cpu", "Vulkan0"])
+@pytest.mark.parametrize("device", ["cpu", "Vulkan0", "CUDA0"])
 @pytest.mark.parametrize("kind", TYPES)
 def test_a_quantized_dense_layer_computes_on_its_blocks(device, kind):
     model = _dense(_device(device))
@@ -139,7 +139,7 @@ def _accuracy(model, x, y):
     return float((g.ggml_predict(model, x[1400:]).argmax(1) == y[1400:]).mean())
 
 
-@pytest.mark.parametrize("device", ["cpu", "Vulkan0"])
+@pytest.mark.parametrize("device", ["cpu", "Vulkan0", "CUDA0"])
 def test_a_quantized_file_loads_quantized_and_predicts_on_each_device(tmp_path, digits, device):
     model, x, y = digits
     g.ggml_save_model(model, tmp_path / "q8.gguf", quantize="q8_0")
