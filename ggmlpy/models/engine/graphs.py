@@ -84,6 +84,7 @@ class GraphBuilder:
         self._relu_inputs: dict[int, tuple[Tensor, Tensor]] = {}  # id(relu output) -> (output, input)
         self.notes: list[str] = []  # what a layer built in a slower form than the device allows, and why
         self.casts = WeightCasts(self.ctx, params.backend.device, params.compute_type, self.note)
+        self.adapted: set[tuple[int, str]] = set()   # (layer, weight) of the adapters that went into products
 
     # ---- for layers
     def param(self, layer: Layer, weight: BoundWeight | str) -> Tensor:
@@ -123,6 +124,7 @@ class GraphBuilder:
         if lora is None:
             return y
         rank, alpha = lora
+        self.adapted.add((id(layer), name))
         a, b = (self.param(layer, n) for n in adapter_names(name))
         low = ggml_mul_mat(self.ctx, b, ggml_mul_mat(self.ctx, a, x))
         return ggml_add(self.ctx, y, ggml_scale(self.ctx, low, alpha / rank))
@@ -231,6 +233,7 @@ class GraphBuilder:
             if id(node) in masked:
                 masks[id(node)] = layer.output_mask(self, self.input_mask, xs, out)
             self.strip_softmax, self.input_mask = False, None
+        self._check_adapters_used()
         input_tensors = [values[id(n)][NATURAL] for n in inputs]
         out_tensors = [self._value(values, n, NATURAL) for n in outputs]
         out_tensors = [ggml_reshape_2d(self.ctx, t, self.sizes[id(n)][-1], t.nelements() // self.sizes[id(n)][-1])
@@ -239,6 +242,18 @@ class GraphBuilder:
         for copy in self.output_copies:
             self.side_output(copy)
         return GraphInstance(self, input_tensors, out_tensors)
+
+    def _check_adapters_used(self) -> None:
+        """Every adapter a layer has went into its products (``product``): a layer of one's own that reads an adapted
+        weight otherwise (``product_weight``, ``param``) would train and merge an adapter that changes nothing."""
+        for layer in self.model.layers:
+            unused = [w for w in adapters(layer) if (id(layer), w) not in self.adapted]
+            if unused:
+                raise GgmlValueError(f"layer '{layer.name}' ({type(layer).__qualname__}) has low-rank adapters on "
+                                     f"{unused} but does not multiply them through g.product(self, weight, x) (its "
+                                     "forward reads the weight with g.product_weight or g.param), so they would "
+                                     "change nothing; read the weight with g.product, or give the adapters other "
+                                     "targets (ggml_add_lora(..., targets=...)) after building the model again")
 
     def _checked(self, layer: Layer, out: object, shape: tuple[int, ...]) -> Tensor:
         """A layer's forward result, if it is a tensor of the shape ``output_shape`` said (in the layer's output

@@ -256,11 +256,10 @@ class Runtime:
         ``ggml_set_weights``, a load)."""
         if not self.replicas or self._synced == self.params.stamp:
             return
-        targets = [store.synced_tensors(every=True) for _, store in self.replicas]
-        for j, src in enumerate(self.params.synced_tensors(every=True)):
-            data = ggml_backend_tensor_get_data(src)
-            for tensors in targets:
-                ggml_backend_tensor_set_data(tensors[j], data)
+        for layer, spec in self.params.specs:   # as held: a quantized weight's bytes, decoded where a replica's
+            value = self.params.value(layer, spec.name)   # device holds it in F32
+            for _, store in self.replicas:
+                store.write(layer, spec.name, value)
         self._synced = self.params.stamp
 
     def replicas_in_step(self) -> None:

@@ -9,12 +9,14 @@ listed in its ``ggmlpy.lora`` metadata, so that ``ggml_load_model`` gives them b
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import numpy as np
 
-from ...core.args import float_arg, is_int, positive_int_arg
+from ...core.args import float_arg, is_int, is_real, positive_int_arg
 from ...core.paths import PathArg
+from ...core.quants import QuantizedArray
 from ...errors import GgmlValueError, GgufFileError
 from ...gguf.weights import ggml_save_weights_gguf, read_gguf
 from ..engine.compile import compile_again, compiled
@@ -42,17 +44,19 @@ def ggml_add_lora(model: Model, rank: int = 8, alpha: float = 16.0, targets: obj
     ``ggml_fit_generator`` as usual; then ``ggml_save_lora`` saves the adapters alone and ``ggml_merge_lora``
     merges them into the weights.
 
-    On the CPU the whole step stays on the CPU. On Vulkan and CUDA, ggml has no backward pass of a quantized
-    product (its OUT_PROD takes F32 weights): the gradient through a frozen quantized weight into the layers
-    before it is computed on the CPU, with copies between the devices each step (``ggml_model_placement``
-    shows them); adapters over F32 weights train wholly on the device.
+    The whole training step stays on the model's device. Where ggml has no backward pass of a quantized product
+    (Vulkan's and CUDA's OUT_PROD take F32 weights), each training step decodes the frozen quantized weights in its
+    own graph (``ggml_get_rows`` of every row, in the step's working memory) and multiplies in F32; the model's
+    weights stay quantized, and predictions use the quantized kernels.
 
     Arguments:
         model: a compiled model.
-        rank: the adapters' rank (default 8), at most the smaller side of each weight.
-        alpha: the scale numerator (default 16): the adapter's product is scaled by ``alpha / rank``.
+        rank: the adapters' rank (default 8): an int >= 1 (one above a weight's smaller side adds nothing).
+        alpha: the scale numerator (default 16), finite and > 0: the adapter's product is scaled by
+            ``alpha / rank``.
         targets: which weights get adapters: None (the default: every weight that can have one), or a list
-            of layer names (every such weight of the layer) and weight names ("<layer>.<weight>").
+            of layer names (every such weight of the layer) and weight names ("<layer>.<weight>"). A weight that
+            has an adapter already is refused: merge it first (``ggml_merge_lora``).
 
     Value: the model, compiled again on its backend with its settings (the optimizer's state starts afresh).
 
@@ -65,18 +69,18 @@ def ggml_add_lora(model: Model, rank: int = 8, alpha: float = 16.0, targets: obj
     fn = "ggml_add_lora"
     compiled(model, fn)
     rank = positive_int_arg(fn, "rank", rank)
-    alpha = float_arg(fn, "alpha", alpha)
+    alpha = float_arg(fn, "alpha", alpha, finite=True)
+    if alpha <= 0:
+        raise GgmlValueError(f"{fn}: alpha must be > 0 (the adapters' scale is alpha / rank), got {alpha!r}")
     chosen = _targets(model, targets, fn)
-    for layer, spec in chosen:
-        if rank > min(spec.fans):
-            raise GgmlValueError(f"{fn}: rank {rank} is more than the smaller side of '{layer.name}.{spec.name}' "
-                                 f"{tuple(spec.fans)}; give rank <= {min(spec.fans)}")
+    again = [f"{layer.name}.{spec.name}" for layer, spec in chosen if spec.name in adapters(layer)]
+    if again:
+        raise GgmlValueError(f"{fn}: {again} have adapters already; merge them into the weights first "
+                             "(ggml_merge_lora(model)), or give targets= without them")
     kept = _state(model)
     for layer, spec in chosen:
         attach(layer, spec.name, rank, alpha)
-    targeted = {id(layer) for layer, _ in chosen}
-    for layer in model.layers:
-        layer.trainable = id(layer) in targeted or bool(adapters(layer))
+    _freeze_all_but_adapted(model)
     return compile_again(model, lambda: _restore(model, kept))
 
 
@@ -136,10 +140,10 @@ def ggml_load_lora(model: Model, path: PathArg) -> Model:
     compiled(model, fn)
     tensors, meta = read_gguf(path, fn, "keep")
     listed = parse_lora_metadata(meta, f"{fn}: {os.fspath(path)!r}")
-    if listed is None:
+    if not listed:
         raise GgmlValueError(f"{fn}: {os.fspath(path)!r} holds no adapters (no {LORA_KEY} metadata): save them "
                              "with ggml_save_lora")
-    chosen = _targets(model, list(listed), fn)
+    chosen = _targets(model, list(listed), fn, listed_by=str(os.fspath(path)))
     plan = []
     for layer, spec in chosen:
         rank, _ = listed[f"{layer.name}.{spec.name}"]
@@ -150,13 +154,19 @@ def ggml_load_lora(model: Model, path: PathArg) -> Model:
                 raise GgmlValueError(f"{fn}: {os.fspath(path)!r} lacks '{key}' of shape {tuple(reversed(ne))} "
                                      f"(it has {None if value is None else tuple(value.shape)}): adapters of another "
                                      "model?")
-            plan.append((layer, name, np.asarray(value, np.float32).reshape(tuple(reversed(ne)))))
-    if any(adapters(layer).get(spec.name) != tuple(listed[f"{layer.name}.{spec.name}"]) for layer, spec in chosen):
-        kept = _state(model)
+            floats = value.floats() if isinstance(value, QuantizedArray) else value
+            plan.append((layer, name, np.asarray(floats, np.float32).reshape(tuple(reversed(ne)))))
+    wanted = {(id(layer), spec.name): listed[f"{layer.name}.{spec.name}"] for layer, spec in chosen}
+    have = {(id(layer), w): v for layer in model.layers for w, v in adapters(layer).items()}
+    kept = _state(model)
+    if have != wanted:   # the model's adapters become the file's: others go, missing ones come
+        for layer in model.layers:
+            for w in list(adapters(layer)):
+                detach(layer, w)
         for layer, spec in chosen:
-            rank, alpha = listed[f"{layer.name}.{spec.name}"]
-            attach(layer, spec.name, rank, alpha)
-            layer.trainable = True
+            attach(layer, spec.name, *wanted[(id(layer), spec.name)])
+    _freeze_all_but_adapted(model)
+    if have != wanted:
         compile_again(model, lambda: _restore(model, kept))
     with model_in_use(model) as runtime:
         for layer, name, value in plan:
@@ -224,9 +234,10 @@ def parse_lora_metadata(meta: dict, where: str) -> dict[str, tuple[int, float]] 
     try:
         listed = json.loads(meta[LORA_KEY])
         out = {k: (int(v[0]), float(v[1])) for k, v in listed.items()
-               if isinstance(k, str) and is_int(v[0]) and v[0] >= 1 and isinstance(v[1], (int, float))}
+               if isinstance(k, str) and isinstance(v, list) and len(v) == 2 and is_int(v[0]) and v[0] >= 1
+               and is_real(v[1]) and math.isfinite(v[1]) and v[1] > 0}
         if len(out) != len(listed):
-            raise ValueError("an entry is not [rank, alpha]")
+            raise ValueError("an entry is not [rank >= 1, finite alpha > 0]")
     except (ValueError, TypeError, AttributeError, IndexError, KeyError) as exc:
         raise GgufFileError(f"{where} holds damaged adapter metadata ({LORA_KEY}: {exc})") from None
     return out
@@ -238,8 +249,16 @@ def attach_listed(model: Model, listed: dict[str, tuple[int, float]], fn: str) -
         attach(layer, spec.name, *listed[f"{layer.name}.{spec.name}"])
 
 
-def _targets(model: Model, targets: object, fn: str) -> list[tuple[Layer, ParamSpec]]:
-    """(layer, weight spec) of each weight that ``targets`` names (None: every weight that can take an adapter)."""
+def _freeze_all_but_adapted(model: Model) -> None:
+    """Only adapters train: the layers that have some stay trainable (their own weights are frozen by
+    ``Layer.trains``), every other layer is frozen."""
+    for layer in model.layers:
+        layer.trainable = bool(adapters(layer))
+
+
+def _targets(model: Model, targets: object, fn: str, listed_by: str | None = None) -> list[tuple[Layer, ParamSpec]]:
+    """(layer, weight spec) of each weight that ``targets`` names (None: every weight that can take an adapter);
+    ``listed_by``: the file whose adapters they are (for the errors)."""
     model.graph()   # builds a sequential model's layers
     every = [(layer, p) for layer in model.layers for p in (layer.params or []) if adaptable(p)]
     if targets is None:
@@ -256,8 +275,9 @@ def _targets(model: Model, targets: object, fn: str) -> list[tuple[Layer, ParamS
     missing = [n for n in names if n not in found]
     if missing:
         can = sorted({f"{layer.name}.{p.name}" for layer, p in every})
-        raise GgmlValueError(f"{fn}: targets {missing} name no weight an adapter can go on; these can: "
-                             f"{can[:8]}{'...' if len(can) > 8 else ''}")
+        what = f"{listed_by!r} holds adapters on {missing}, which this model lacks (adapters of another model?)" \
+            if listed_by else f"targets {missing} name no weight an adapter can go on"
+        raise GgmlValueError(f"{fn}: {what}; these weights can take one: {can[:8]}{'...' if len(can) > 8 else ''}")
     return chosen
 
 

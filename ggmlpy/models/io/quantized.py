@@ -49,7 +49,18 @@ def quantization_plan(store: ParamStore, quantize: object, fn: str) -> dict[str,
     else:
         raise GgmlValueError(f"{fn}: quantize must be a type name such as 'q8_0', or a dict by layer or weight name, "
                              f"got {quantize!r}")
-    return {n: t for n, t in chosen.items() if t is None or fits(specs[n].ne, specs[n].quantizable, t)}
+    plan = {n: t for n, t in chosen.items() if t is None or fits(specs[n].ne, specs[n].quantizable, t)}
+    if isinstance(quantize, Mapping):   # a name given explicitly must quantize something
+        for key, kind in quantize.items():
+            covered = [n for n in names if key in (n, n.rsplit(".", 1)[0])]
+            if kind is not None and not any(plan.get(n) is not None for n in covered):
+                t = type_by_name(kind, fn)
+                raise GgmlValueError(
+                    f"{fn}: quantize names {key!r}, none of whose weights can be held in {type_name(t)}: a quantized "
+                    "model holds the kernels of dense, attention and recurrent layers and embedding tables, whose "
+                    f"rows (the layer's input size) are whole blocks ({int(lib.ggml_blck_size(t))} values for "
+                    f"{type_name(t)}); {key!r} has {[f'{n} (ne {list(specs[n].ne)})' for n in covered]}")
+    return plan
 
 
 def fits(ne: tuple[int, ...], quantizable: str | None, t: int) -> bool:

@@ -63,7 +63,8 @@ class Weight:
         when: the layer's bool argument that says whether the layer has it ("use_bias").
         quantizable: how the layer reads the weight, when ggml computes that on quantized data, so that a
             quantized model (``ggml_quantize_model``, a quantized file loaded by ``ggml_load_model``) keeps it
-            quantized: "product" (only as the first operand of matrix products, through ``g.product_weight``)
+            quantized: "product" (only as the first operand of matrix products, through ``g.product(self,
+            weight, x)``, which also adds a low-rank adapter's product, or ``g.product_weight``, which does not)
             or "rows" (only by ``ggml_get_rows``, an embedding's lookup); None (the default): read in F32.
     """
 

@@ -165,7 +165,7 @@ class ParamStore:
             floats = np.asarray(value.floats() if isinstance(value, QuantizedArray) else value, dtype=np.float32)
             if held is None:
                 ggml_backend_tensor_set_data(t, floats.reshape(shape))
-            else:
+            elif not np.array_equal(floats.reshape(shape), self.read(layer, name)):   # the held values stay as held
                 raw = quantize_rows(held, floats.reshape(-1, shape[-1]), f"the weight '{layer.name}.{name}'")
                 write_array(t.ptr, np.frombuffer(raw, np.uint8))
         self.stamp = next(_stamps)

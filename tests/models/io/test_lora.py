@@ -161,8 +161,12 @@ def test_the_base_file_plus_the_adapter_file_predict_as_the_trained_model(tmp_pa
     assert sorted(t.name for t in reader.tensors) == ["dense_2.weight_lora_a", "dense_2.weight_lora_b",
                                                       "dense_3.weight_lora_a", "dense_3.weight_lora_b"]
     assert bytes(reader.fields["adapter.type"].parts[-1]).decode() == "lora"
-    fresh = g.ggml_load_lora(g.ggml_load_model(base_file, backend="cpu"), tmp_path / "adapter.gguf")
+    fresh = g.ggml_load_model(base_file, backend="cpu")
+    g.ggml_add_lora(fresh, rank=2, targets=["dense_1"])      # the file's adapters replace these
+    fresh = g.ggml_load_lora(fresh, tmp_path / "adapter.gguf")
     np.testing.assert_array_equal(g.ggml_predict(fresh, x[1400:]), expected)
+    assert [layer.trainable for layer in fresh.layers] == [False, True, True]   # only the adapters train
+    g.ggml_fit(fresh, x[:64], y[:64], epochs=1, batch_size=32, verbose=0)       # quantized dense_1: frozen
     g.ggml_save_model(model, tmp_path / "whole.gguf")                 # one file: base and adapters
     whole = g.ggml_load_model(tmp_path / "whole.gguf", backend="cpu")
     np.testing.assert_array_equal(g.ggml_predict(whole, x[1400:]), expected)
@@ -226,19 +230,67 @@ def _saved(model):
 
 def test_adapters_refuse_what_they_cannot_do(tmp_path, base_file):
     model = g.ggml_load_model(base_file, backend="cpu")
-    with pytest.raises(g.GgmlValueError, match="rank 65 is more than"):
-        g.ggml_add_lora(model, rank=65)
+    for alpha in (float("inf"), float("nan"), 0.0, -1.0, True):
+        with pytest.raises((g.GgmlValueError, g.GgmlTypeError), match="alpha"):
+            g.ggml_add_lora(model, alpha=alpha)
     with pytest.raises(g.GgmlValueError, match="name no weight an adapter can go on"):
         g.ggml_add_lora(model, targets=["dense_9"])
+    with pytest.raises(g.GgmlValueError, match="name no weight an adapter can go on"):
+        g.ggml_add_lora(model, targets=["dense_1.bias"])
     with pytest.raises(g.GgmlValueError, match="no adapters"):
         g.ggml_save_lora(model, tmp_path / "a.gguf")
     with pytest.raises(g.GgmlValueError, match="no adapters to merge"):
         g.ggml_merge_lora(model)
     with pytest.raises(g.GgmlValueError, match="holds no adapters"):
         g.ggml_load_lora(model, base_file)
+    g.ggml_add_lora(model, rank=2, targets=["dense_3"])
+    with pytest.raises(g.GgmlValueError, match="have adapters already"):       # trained factors are not dropped
+        g.ggml_add_lora(model, rank=4, targets=["dense_3.weight"])
+    g.ggml_save_lora(model, tmp_path / "a.gguf")
+    reader_meta = g.gguf_read(tmp_path / "a.gguf")[1]
+    tensors = g.gguf_read(tmp_path / "a.gguf")[0]
+    # damaged metadata: the same tensors with a NaN alpha, a bool alpha, a rank of 0
+    ctx = g.ggml_init(mem_size=1 << 20, no_alloc=False)
+    named = {}
+    for name, value in tensors.items():
+        t = g.ggml_new_tensor(ctx, g.GGML_TYPE_F32, value.ndim, tuple(reversed(value.shape)))
+        g.ggml_backend_tensor_set_data(t, value)
+        named[name] = t
+    for bad in ('{"dense_3.weight": [2, NaN]}', '{"dense_3.weight": [2, true]}', '{"dense_3.weight": [0, 4.0]}'):
+        g.ggml_save_weights_gguf(tmp_path / "bad.gguf", named, {**reader_meta, "ggmlpy.lora": bad})
+        with pytest.raises(g.GgufFileError, match="damaged adapter metadata"):
+            g.ggml_load_lora(model, tmp_path / "bad.gguf")
+    ctx.free()
     conv = g.ggml_model_sequential()
     conv = g.ggml_layer_conv_2d(conv, 4, (3, 3), input_shape=(8, 8, 1))
     conv = g.ggml_compile(conv, loss="mse", backend="cpu")
     with pytest.raises(g.GgmlValueError, match="no weight an adapter can go on"):
         g.ggml_add_lora(conv)
-    assert g.ggml_model_quantization(model) and not any("_lora_" in k for k in g.ggml_get_weights(model))
+    # every refusal left the model as it was: quantized, with the one adapter added above, of rank 2
+    assert g.ggml_model_quantization(model) == {f"dense_{i}.weight": "q8_0" for i in (1, 2, 3)}
+    w = g.ggml_get_weights(model)
+    assert sorted(k for k in w if "_lora_" in k) == ["dense_3.weight_lora_a", "dense_3.weight_lora_b"]
+    assert w["dense_3.weight_lora_a"].shape == (2, 64)
+
+
+def test_a_layer_that_reads_an_adapted_weight_around_its_adapter_is_refused():
+    class PlainDense(g.Layer):   # multiplies its kernel through product_weight: an adapter would be ignored
+        kernel = g.Weight(quantizable="product")
+
+        def __init__(self, units, **kw):
+            super().__init__(**kw)
+            self.units = units
+
+        def output_shape(self, shapes):
+            return shapes[0][:-1] + (self.units,)
+
+        def make_params(self, shapes):
+            return [self.kernel.spec((shapes[0][-1], self.units), (shapes[0][-1], self.units))]
+
+        def forward(self, g_, xs, shapes):
+            return g.ggml_mul_mat(g_.ctx, g_.product_weight(self, self.kernel), xs[0])
+    m = g.ggml_apply(g.ggml_model_sequential(), PlainDense(4, input_shape=(8,)))
+    m = g.ggml_compile(m, loss="mse", backend="cpu")
+    g.ggml_add_lora(m, rank=2)
+    with pytest.raises(g.GgmlValueError, match="does not multiply them through g.product"):
+        g.ggml_predict(m, np.zeros((2, 8), np.float32))

@@ -244,3 +244,34 @@ def test_a_transformer_runs_quantized_in_one_split_on_vulkan():
     np.testing.assert_allclose(f_cpu, f_vk, atol=1e-5)
     np.testing.assert_allclose(q_cpu, q_vk, atol=2e-3)
     assert 0 < np.abs(q_cpu - f_cpu).max() < 0.02
+
+
+def test_explicit_names_that_cannot_be_quantized_are_refused_and_writes_keep_the_bytes():
+    model = _dense("cpu")
+    with pytest.raises(g.GgmlValueError, match="none of whose weights can be held in q8_0"):
+        g.ggml_quantize_model(model, {"dense_1.bias": "q8_0"})
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, 8, input_shape=(64,))        # rows of 64: no K-quant's block of 256
+    m = g.ggml_compile(m, loss="mse", backend="cpu")
+    with pytest.raises(g.GgmlValueError, match=r"whole blocks \(256 values for q2_K\)"):
+        g.ggml_quantize_model(m, {m.layers[0].name: "q2_K"})
+    assert g.ggml_model_quantization(model) == {} and g.ggml_model_quantization(m) == {}
+    g.ggml_quantize_model(model, "q6_K")
+    raw = model.runtime.params.value(model.layers[0], "weight")
+    g.ggml_set_weights(model, g.ggml_get_weights(model))   # the held values written back: the same bytes
+    assert model.runtime.params.value(model.layers[0], "weight") == raw
+
+
+def test_data_parallel_replicas_follow_quantized_weights():
+    require_gpu("Vulkan0")
+    model = _dense(["cpu", "Vulkan0"])
+    g.ggml_quantize_model(model, "q8_0")
+    x = np.random.default_rng(2).normal(size=(16, 256)).astype(np.float32)
+    weights = g.ggml_get_weights(model)
+    weights["dense_1.bias"] = weights["dense_1.bias"] + 1.0
+    g.ggml_set_weights(model, weights)                        # copied to the Vulkan replica as held
+    expected = x.astype(np.float64) @ weights["dense_1.weight"] + weights["dense_1.bias"]
+    got = g.ggml_predict(model, x, batch_size=16)             # half the batch on each device
+    assert np.abs(got - expected).max() < 0.05
+    replica = model.runtime.replicas[0][1]
+    assert replica.value(model.layers[0], "weight") == model.runtime.params.value(model.layers[0], "weight")
