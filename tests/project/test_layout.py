@@ -33,6 +33,7 @@ TIERS = [
     ["ggmlpy.models.io"],
     ["ggmlpy.models"],
     ["ggmlpy.autograd"],  # ggmlR's second API, the dynamic autograd engine: beside the model layer, above it
+    ["ggmlpy.onnx"],  # ggmlR's ONNX importer: graphs of ggml's ops, run by the model layer's scheduler
     ["ggmlpy._guard"],  # the public-surface guard: only the package's __init__ uses it
 ]
 MAX_LINES = 600

@@ -1,0 +1,230 @@
+"""ONNX's neural-network operators: convolutions (1-D and 2-D, padding and auto_pad, strides, dilations, groups),
+pooling, batch and layer normalization. ONNX's NCHW images are ggml's ``[W, H, C, N]`` layout as they are."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.types import GGML_TYPE_F16, GGML_TYPE_F32
+from ..ops import elementwise as E
+from ..ops.conv import ggml_im2col, GGML_OP_POOL_AVG, GGML_OP_POOL_MAX, ggml_pool_2d
+from ..ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_4d
+from ..ops.linalg import ggml_mul_mat
+from ..ops.reduce import ggml_concat, ggml_sum_rows
+from ..ops.resize import ggml_pad_ext
+from .operators_shape import slice_axis
+from .registry import axis_of, op
+from .values import Build, Value
+
+
+def _auto_pads(b: Build, node, spatial: tuple[int, ...], kernel: list[int], strides: list[int],
+               dilations: list[int]) -> list[int]:
+    """ONNX's ``pads`` (begins then ends) for the node's ``auto_pad`` (or its ``pads``)."""
+    mode = node.attrs.get("auto_pad", b"NOTSET")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    n = len(spatial)
+    if mode in ("NOTSET", ""):
+        pads = list(node.attrs.get("pads", [0] * (2 * n)))
+        return [int(p) for p in pads]
+    if mode == "VALID":
+        return [0] * (2 * n)
+    begins, ends = [], []
+    for size, k, s, d in zip(spatial, kernel, strides, dilations):
+        out = -(-size // s)
+        total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
+        small, large = total // 2, total - total // 2
+        begins.append(small if mode == "SAME_UPPER" else large)
+        ends.append(large if mode == "SAME_UPPER" else small)
+    return begins + ends
+
+
+def _as_2d(b: Build, x: Value) -> tuple[Value, bool]:
+    """A 1-D convolution's or pool's [N, C, L] input as [N, C, 1, L]."""
+    if len(x.shape) == 3:
+        shape = (x.shape[0], x.shape[1], 1, x.shape[2])
+        return Value(shape, b.reshaped(x, shape)), True
+    if len(x.shape) != 4:
+        raise b.fail(f"takes 1-D or 2-D images (N, C, L) or (N, C, H, W), got shape {x.shape}")
+    return x, False
+
+
+def _pad(b: Build, t, pads: list[int], value_shape: tuple[int, ...]):
+    """Asymmetric zero padding (ONNX pads [top, left, bottom, right] of an NCHW image) as ggml's pad_ext."""
+    top, left, bottom, right = pads
+    return ggml_pad_ext(b.ctx, b.contiguous(t), left, right, top, bottom, 0, 0, 0, 0)
+
+
+@op("Conv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
+def _conv(b: Build, node, xs, opset):
+    x, w = xs[0], xs[1]
+    bias = xs[2] if len(xs) > 2 else None
+    x, one_d = _as_2d(b, x)
+    if one_d:
+        w = Value((w.shape[0], w.shape[1], 1, w.shape[2]), const=None if not w.known else
+                  np.asarray(w.const).reshape(w.shape[0], w.shape[1], 1, w.shape[2]),
+                  tensor=None if w.known else b.reshaped(w, (w.shape[0], w.shape[1], 1, w.shape[2])))
+    n, c, h, wd = x.shape
+    cout, cin_g, kh, kw = w.shape
+    group = int(node.attrs.get("group", 1))
+    strides = [int(s) for s in node.attrs.get("strides", [1] * (1 if one_d else 2))]
+    dil = [int(d) for d in node.attrs.get("dilations", [1] * (1 if one_d else 2))]
+    if one_d:
+        strides, dil = [1] + strides, [1] + dil
+    pads = _auto_pads(b, node, (h, wd), [kh, kw], strides, dil)
+    if one_d and len(pads) == 2:
+        pads = [0, pads[0], 0, pads[1]]
+    if c != cin_g * group or cout % group:
+        raise b.fail(f"Conv of {c} channels with weights {w.shape} in {group} groups")
+    t = b.tensor(x)
+    sym = pads[0] == pads[2] and pads[1] == pads[3]
+    if not sym:
+        t = _pad(b, t, pads, x.shape)
+        h, wd = h + pads[0] + pads[2], wd + pads[1] + pads[3]
+        pads = [0, 0, 0, 0]
+    kernel = b.weights.get(node.inputs[1]) if not one_d and node.inputs[1] in b.weights else b.tensor(w)
+    s0, s1, p0, p1, d0, d1 = strides[1], strides[0], pads[1], pads[0], dil[1], dil[0]
+    if group == 1:
+        y = _conv_product(b, kernel, b.contiguous(t), s0, s1, p0, p1, d0, d1)
+    else:   # each group of channels on its own, concatenated along the channels
+        per_out = cout // group
+        y = None
+        for gi in range(group):
+            part_x = b.contiguous(slice_axis(b, t, (n, c, h, wd), 1, gi * cin_g, (gi + 1) * cin_g))
+            part_k = b.contiguous(slice_axis(b, kernel, (cout, cin_g, kh, kw), 0, gi * per_out, (gi + 1) * per_out))
+            yi = _conv_product(b, part_k, part_x, s0, s1, p0, p1, d0, d1)
+            y = yi if y is None else ggml_concat(b.ctx, y, yi, 2)
+    oh, ow = y.shape[1], y.shape[0]
+    if bias is not None:
+        y = E.ggml_add(b.ctx, y, b.reshaped(bias, (1, cout, 1, 1)))
+    shape = (n, cout, oh, ow)
+    if one_d:
+        return [Value((n, cout, ow), b.reshaped(Value(shape, y), (n, cout, ow)))]
+    return [Value(shape, y)]
+
+
+def _conv_product(b: Build, kernel, x, s0: int, s1: int, p0: int, p1: int, d0: int, d1: int):
+    """``kernel [KW, KH, Cin, Cout]`` over ``x [W, H, Cin, N]`` -> ``[OW, OH, Cout, N]``: im2col in the kernel's type
+    for an F16 kernel, else F32 (ggml's own conv_2d makes F16 patches of F32 data: 4e-4 off), then one product."""
+    kw, kh, cin, cout = kernel.shape
+    kind = GGML_TYPE_F16 if kernel.type == GGML_TYPE_F16 else GGML_TYPE_F32
+    cols = ggml_im2col(b.ctx, kernel, x, s0, s1, p0, p1, d0, d1, True, kind)   # [Cin*KH*KW, OW, OH, N]
+    k, ow, oh, n = cols.shape
+    y = ggml_mul_mat(b.ctx, ggml_reshape_2d(b.ctx, cols, k, ow * oh * n),
+                     ggml_reshape_2d(b.ctx, b.contiguous(kernel), k, cout))                 # [OW*OH*N, Cout]
+    y = ggml_reshape_4d(b.ctx, y, ow, oh, n, cout)
+    return E.ggml_cont(b.ctx, ggml_permute(b.ctx, y, 0, 1, 3, 2))                        # [OW, OH, Cout, N]
+
+
+def _pool(b: Build, node, xs, opset):
+    x, one_d = _as_2d(b, xs[0])
+    n, c, h, wd = x.shape
+    kernel = [int(k) for k in node.attrs["kernel_shape"]]
+    strides = [int(s) for s in node.attrs.get("strides", [1] * len(kernel))]
+    if any(int(d) != 1 for d in node.attrs.get("dilations", [1])):
+        raise b.fail("pooling with dilations is not supported")
+    if one_d:
+        kernel, strides = [1] + kernel, [1] + strides
+    pads = _auto_pads(b, node, (h, wd), kernel, strides, [1, 1])
+    if one_d and len(pads) == 2:
+        pads = [0, pads[0], 0, pads[1]]
+    t = b.tensor(x)
+    if int(node.attrs.get("ceil_mode", 0)):
+        spans = [(sz + pads[i] + pads[i + 2] - k, s) for i, (sz, k, s) in enumerate(zip((h, wd), kernel, strides))]
+        floor_out = [span // s + 1 for span, s in spans]
+        ceil_out = [-(-span // s) + 1 for span, s in spans]
+        if floor_out != ceil_out:
+            raise b.fail("ceil_mode=1 where it changes the output size is not supported")
+    max_pool = node.op == "MaxPool"
+    inside = np.ones((1, 1, h, wd), np.float32)   # where the image is (1) and its padding (0)
+    if any(pads) and (max_pool or not (pads[0] == pads[2] and pads[1] == pads[3])):   # padded here, explicitly
+        t = _max_padded(b, t, pads) if max_pool else _pad(b, t, pads, x.shape)
+        inside = np.pad(inside, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+        h, wd = h + pads[0] + pads[2], wd + pads[1] + pads[3]
+        pads = [0, 0, 0, 0]
+    kind = GGML_OP_POOL_MAX if max_pool else GGML_OP_POOL_AVG
+    y = ggml_pool_2d(b.ctx, b.contiguous(t), kind, kernel[1], kernel[0], strides[1], strides[0], pads[1], pads[0])
+    if not max_pool and not inside.all() or not max_pool and any(pads):
+        if not int(node.attrs.get("count_include_pad", 0)):   # the mean over the window's part in the image
+            share = ggml_pool_2d(b.ctx, b.tensor(Value.of(inside)), kind, kernel[1], kernel[0], strides[1],
+                                 strides[0], pads[1], pads[0])
+            y = E.ggml_div(b.ctx, y, share)
+    shape = (n, c, y.shape[1], y.shape[0])
+    if one_d:
+        return [Value((n, c, y.shape[0]), b.reshaped(Value(shape, y), (n, c, y.shape[0])))]
+    return [Value(shape, y)]
+
+
+def _max_padded(b: Build, t, pads: list[int]):
+    """``t`` padded for a max pool: zeros added by ggml_pad_ext, then the pad made -3e38 by adding a constant
+    mask (0 inside the image, -3e38 in the pad)."""
+    padded = _pad(b, t, pads, ())
+    w, h, c, n = padded.shape
+    mask = np.full((1, 1, h, w), -3.0e38, np.float32)
+    mask[..., pads[0]:h - pads[2], pads[1]:w - pads[3]] = 0.0
+    return E.ggml_add(b.ctx, padded, b.tensor(Value.of(mask)))
+
+
+op("MaxPool", "AveragePool", attrs=("auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape",
+                                    "pads", "strides", "storage_order"))(_pool)
+
+
+@op("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(b: Build, node, xs, opset):
+    x = xs[0]
+    if len(x.shape) < 3:
+        raise b.fail(f"takes images (N, C, ...), got shape {x.shape}")
+    n, c = x.shape[:2]
+    size = int(np.prod(x.shape[2:], dtype=np.int64))
+    flat = b.reshaped(x, (n, c, 1, size))
+    kind = GGML_OP_POOL_MAX if node.op == "GlobalMaxPool" else GGML_OP_POOL_AVG
+    y = ggml_pool_2d(b.ctx, flat, kind, size, 1, size, 1, 0, 0)
+    shape = (n, c) + (1,) * (len(x.shape) - 2)
+    return [Value(shape, b.reshaped(Value((n, c, 1, 1), y), shape))]
+
+
+@op("BatchNormalization", attrs=("epsilon", "momentum", "training_mode", "spatial"))
+def _batch_norm(b: Build, node, xs, opset):
+    x, scale, bias, mean, var = xs[:5]
+    if int(node.attrs.get("training_mode", 0)):
+        raise b.fail("BatchNormalization in training mode is not supported (export the model in eval mode)")
+    eps = float(node.attrs.get("epsilon", 1e-5))
+    c = x.shape[1]
+    shape = (1, c) + (1,) * (len(x.shape) - 2)
+    if all(v.known for v in (scale, bias, mean, var)):   # folded into one scale and shift per channel
+        a = np.asarray(scale.const, np.float64) / np.sqrt(np.asarray(var.const, np.float64) + eps)
+        shift = np.asarray(bias.const, np.float64) - np.asarray(mean.const, np.float64) * a
+        mul = b.tensor(Value.of(a.astype(np.float32).reshape(shape)))
+        add = b.tensor(Value.of(shift.astype(np.float32).reshape(shape)))
+        return [Value(x.shape, E.ggml_add(b.ctx, E.ggml_mul(b.ctx, b.tensor(x), mul), add))]
+    inv = E.ggml_sqrt(b.ctx, E.ggml_scale_bias(b.ctx, b.reshaped(var, shape), 1.0, eps))
+    y = E.ggml_div(b.ctx, E.ggml_sub(b.ctx, b.tensor(x), b.reshaped(mean, shape)), inv)
+    return [Value(x.shape, E.ggml_add(b.ctx, E.ggml_mul(b.ctx, y, b.reshaped(scale, shape)), b.reshaped(bias, shape)))]
+
+
+@op("LayerNormalization", attrs=("axis", "epsilon", "stash_type"), since=17)
+def _layer_norm(b: Build, node, xs, opset):
+    x, scale = xs[0], xs[1]
+    bias = xs[2] if len(xs) > 2 else None
+    rank = len(x.shape)
+    axis = axis_of(b, node.attrs.get("axis", -1), rank)
+    rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+    size = int(np.prod(x.shape[axis:], dtype=np.int64))
+    eps = float(node.attrs.get("epsilon", 1e-5))
+    flat = b.reshaped(x, (rows, size))
+    extras: list[Value] = []
+    if len(node.outputs) > 1 and any(node.outputs[1:]):   # the mean and 1 / std per row as well
+        stat_shape = x.shape[:axis] + (1,) * (rank - axis)
+        mean = E.ggml_scale(b.ctx, ggml_sum_rows(b.ctx, flat), 1.0 / size)
+        centered = E.ggml_sub(b.ctx, flat, mean)
+        var = E.ggml_scale(b.ctx, ggml_sum_rows(b.ctx, E.ggml_sqr(b.ctx, centered)), 1.0 / size)
+        inv = E.ggml_div(b.ctx, E.ggml_scale_bias(b.ctx, var, 0.0, 1.0),
+                         E.ggml_sqrt(b.ctx, E.ggml_scale_bias(b.ctx, var, 1.0, eps)))
+        extras = [Value(stat_shape, b.reshaped(Value((rows, 1), mean), stat_shape)),
+                  Value(stat_shape, b.reshaped(Value((rows, 1), inv), stat_shape))]
+        y = E.ggml_mul(b.ctx, centered, inv)
+    else:
+        y = E.ggml_norm(b.ctx, flat, eps)
+    y = b.reshaped(Value((rows, size), y), x.shape)
+    y = E.ggml_mul(b.ctx, y, b.reshaped(scale, (1,) * (rank - len(scale.shape)) + scale.shape))
+    if bias is not None:
+        y = E.ggml_add(b.ctx, y, b.reshaped(bias, (1,) * (rank - len(bias.shape)) + bias.shape))
+    return [Value(x.shape, y)] + extras

@@ -1,0 +1,347 @@
+"""ONNX's shape operators: reshapes, transposes, concatenation, splitting, slicing, gathering, casts, and the values
+known when the graph is built (Shape, Constant, ConstantOfShape, Range), which numpy computes."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.types import GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_F32
+from ..ops import elementwise as E
+from ..ops.activation import ggml_floor
+from ..ops.layout import ggml_cast, ggml_get_rows, ggml_permute, ggml_view_4d
+from ..ops.reduce import ggml_concat
+from .registry import axis_of, const_arg, op
+from .values import Build, ne_of, Value
+
+
+def transpose_tensor(b: Build, t, rank: int, perm: list[int]):
+    """``t`` (ONNX rank ``rank``) transposed as numpy's ``transpose(perm)``, contiguous."""
+    if list(perm) == list(range(rank)):
+        return t
+    axes = [0, 1, 2, 3]
+    for j, p in enumerate(perm):   # ONNX input axis p becomes output axis j; in ggml's order, reversed
+        axes[rank - 1 - p] = rank - 1 - j
+    return E.ggml_cont(b.ctx, ggml_permute(b.ctx, t, *axes))
+
+
+def _shape_arg(node, xs, name: str = "shape"):
+    return [int(d) for d in np.asarray(xs[1].const if isinstance(xs[1], Value) else xs[1]).reshape(-1)]
+
+
+def _reshape_target(shape_in: tuple[int, ...], spec: list[int], allowzero: bool) -> tuple[int, ...]:
+    out = [shape_in[i] if d == 0 and not allowzero and i < len(shape_in) else d for i, d in enumerate(spec)]
+    if -1 in out:
+        known = int(np.prod([d for d in out if d != -1], dtype=np.int64))
+        out[out.index(-1)] = int(np.prod(shape_in, dtype=np.int64)) // max(known, 1)
+    return tuple(out)
+
+
+@op("Reshape", static=(1,), attrs=("allowzero",), fold=lambda node, xs, opset: [np.reshape(
+    xs[0], _reshape_target(np.shape(xs[0]), [int(d) for d in np.asarray(xs[1]).reshape(-1)],
+                           bool(node.attrs.get("allowzero", 0))))])
+def _reshape(b: Build, node, xs, opset):
+    spec = [int(d) for d in const_arg(b, xs[1], "shape").reshape(-1)]
+    shape = _reshape_target(xs[0].shape, spec, bool(node.attrs.get("allowzero", 0)))
+    if int(np.prod(shape, dtype=np.int64)) != int(np.prod(xs[0].shape, dtype=np.int64)):
+        raise b.fail(f"cannot reshape {xs[0].shape} to {spec}")
+    return [Value(shape, b.reshaped(xs[0], shape))]
+
+
+def _flatten_shape(shape, axis):
+    return (int(np.prod(shape[:axis], dtype=np.int64)), int(np.prod(shape[axis:], dtype=np.int64)))
+
+
+@op("Flatten", attrs=("axis",), fold=lambda node, xs, opset: [np.reshape(
+    xs[0], _flatten_shape(np.shape(xs[0]), int(node.attrs.get("axis", 1)) % max(np.ndim(xs[0]), 1)
+                          if int(node.attrs.get("axis", 1)) != np.ndim(xs[0]) else np.ndim(xs[0])))])
+def _flatten(b: Build, node, xs, opset):
+    rank = len(xs[0].shape)
+    axis = int(node.attrs.get("axis", 1))
+    axis = rank if axis == rank else axis_of(b, axis, rank)
+    shape = _flatten_shape(xs[0].shape, axis)
+    return [Value(shape, b.reshaped(xs[0], shape))]
+
+
+def _axes(b: Build | None, node, xs, opset, rank: int) -> list[int] | None:
+    if "axes" in node.attrs:
+        axes = list(node.attrs["axes"])
+    elif len(xs) > 1 and xs[1] is not None:
+        axes = [int(a) for a in np.asarray(xs[1].const if isinstance(xs[1], Value) else xs[1]).reshape(-1)]
+    else:
+        return None
+    return [a % rank for a in axes]
+
+
+def _squeeze_shape(shape, axes):
+    return tuple(d for i, d in enumerate(shape) if (i not in axes if axes is not None else d != 1))
+
+
+def _unsqueeze_shape(shape, axes_raw):
+    rank = len(shape) + len(axes_raw)
+    axes = sorted(a % rank for a in axes_raw)
+    out, it = [], iter(shape)
+    for i in range(rank):
+        out.append(1 if i in axes else next(it))
+    return tuple(out)
+
+
+def _fold_squeeze(node, xs, opset):
+    axes = _axes(None, node, xs, opset, np.ndim(xs[0]))
+    return [np.squeeze(xs[0], axis=None if axes is None else tuple(axes))]
+
+
+@op("Squeeze", static=(1,), attrs=("axes",), fold=_fold_squeeze)
+def _squeeze(b: Build, node, xs, opset):
+    if len(xs) > 1 and xs[1] is not None:
+        const_arg(b, xs[1], "axes")
+    shape = _squeeze_shape(xs[0].shape, _axes(b, node, xs, opset, len(xs[0].shape)))
+    return [Value(shape, b.reshaped(xs[0], shape))]
+
+
+def _unsqueeze_axes(node, xs):
+    if "axes" in node.attrs:
+        return list(node.attrs["axes"])
+    return [int(a) for a in np.asarray(xs[1].const if isinstance(xs[1], Value) else xs[1]).reshape(-1)]
+
+
+@op("Unsqueeze", static=(1,), attrs=("axes",), fold=lambda node, xs, opset: [np.reshape(
+    xs[0], _unsqueeze_shape(np.shape(xs[0]), _unsqueeze_axes(node, xs)))])
+def _unsqueeze(b: Build, node, xs, opset):
+    if len(xs) > 1 and xs[1] is not None:
+        const_arg(b, xs[1], "axes")
+    shape = _unsqueeze_shape(xs[0].shape, _unsqueeze_axes(node, xs))
+    return [Value(shape, b.reshaped(xs[0], shape))]
+
+
+@op("Transpose", attrs=("perm",), fold=lambda node, xs, opset: [np.transpose(xs[0], node.attrs.get("perm"))])
+def _transpose(b: Build, node, xs, opset):
+    rank = len(xs[0].shape)
+    perm = [int(p) % rank for p in node.attrs.get("perm", list(reversed(range(rank))))]
+    b.check_rank(xs[0].shape)
+    return [Value(tuple(xs[0].shape[p] for p in perm), transpose_tensor(b, b.tensor(xs[0]), rank, perm))]
+
+
+@op("Concat", attrs=("axis",), fold=lambda node, xs, opset: [np.concatenate(
+    [x for x in xs if x is not None and np.size(x)], axis=int(node.attrs["axis"]))])
+def _concat(b: Build, node, xs, opset):
+    parts = [x for x in xs if x is not None and int(np.prod(x.shape, dtype=np.int64))]
+    rank = len(parts[0].shape)
+    axis = axis_of(b, node.attrs.get("axis", 0), rank)
+    out = b.tensor(parts[0])
+    shape = list(parts[0].shape)
+    for p in parts[1:]:
+        out = ggml_concat(b.ctx, b.contiguous(out), b.contiguous(b.tensor(p)), rank - 1 - axis)
+        shape[axis] += p.shape[axis]
+    return [Value(tuple(shape), out)]
+
+
+def slice_axis(b: Build, t, shape: tuple[int, ...], axis: int, start: int, stop: int):
+    """``t`` (ONNX ``shape``) cut to ``start:stop`` along ``axis`` (a view; step 1)."""
+    ne = list(ne_of(shape)) + [1] * (4 - len(ne_of(shape)))
+    g = len(shape) - 1 - axis
+    t = b.contiguous(t)
+    nb = [int(t.ptr.nb[i]) for i in range(4)]
+    ne[g] = stop - start
+    return ggml_view_4d(b.ctx, t, ne[0], ne[1], ne[2], ne[3], nb[1], nb[2], nb[3], start * nb[g])
+
+
+def _slice_params(shape, starts, ends, axes, steps):
+    rank = len(shape)
+    axes = list(range(len(starts))) if axes is None else [int(a) % rank for a in axes]
+    steps = [1] * len(starts) if steps is None else [int(s) for s in steps]
+    out = []
+    for st, en, ax, sp in zip(starts, ends, axes, steps):
+        out.append((ax, *slice(int(st), int(en), sp).indices(shape[ax])))
+    return out
+
+
+def _fold_slice(node, xs, opset):
+    if opset < 10:
+        starts, ends, axes, steps = node.attrs["starts"], node.attrs["ends"], node.attrs.get("axes"), None
+    else:
+        starts, ends = xs[1], xs[2]
+        axes = xs[3] if len(xs) > 3 else None
+        steps = xs[4] if len(xs) > 4 else None
+    index = [slice(None)] * np.ndim(xs[0])
+    for ax, st, en, sp in _slice_params(np.shape(xs[0]), list(np.ravel(starts)), list(np.ravel(ends)),
+                                        None if axes is None else list(np.ravel(axes)),
+                                        None if steps is None else list(np.ravel(steps))):
+        index[ax] = slice(st, en, sp)
+    return [np.asarray(xs[0])[tuple(index)]]
+
+
+@op("Slice", static=(1, 2, 3, 4), attrs=("starts", "ends", "axes"), fold=_fold_slice)
+def _slice(b: Build, node, xs, opset):
+    x = xs[0]
+    if opset < 10:
+        starts, ends, axes, steps = node.attrs["starts"], node.attrs["ends"], node.attrs.get("axes"), None
+    else:
+        starts, ends = const_arg(b, xs[1], "starts"), const_arg(b, xs[2], "ends")
+        axes = const_arg(b, xs[3], "axes") if len(xs) > 3 and xs[3] is not None else None
+        steps = const_arg(b, xs[4], "steps") if len(xs) > 4 and xs[4] is not None else None
+    t, shape = b.tensor(x), list(x.shape)
+    for ax, st, en, sp in _slice_params(x.shape, list(np.ravel(starts)), list(np.ravel(ends)),
+                                        None if axes is None else list(np.ravel(axes)),
+                                        None if steps is None else list(np.ravel(steps))):
+        if sp != 1:
+            raise b.fail(f"a slice with step {sp} of data computed by the graph is not supported (step 1 is)")
+        en = max(en, st)
+        t = slice_axis(b, t, tuple(shape), ax, st, en)
+        shape[ax] = en - st
+    return [Value(tuple(shape), b.contiguous(t))]
+
+
+def _split_sizes(b: Build | None, node, xs, opset, length: int) -> list[int]:
+    if "split" in node.attrs:
+        return [int(s) for s in node.attrs["split"]]
+    if len(xs) > 1 and xs[1] is not None:
+        arr = xs[1].const if isinstance(xs[1], Value) else xs[1]
+        if arr is None and b is not None:
+            const_arg(b, xs[1], "split")
+        return [int(s) for s in np.asarray(arr).reshape(-1)]
+    parts = int(node.attrs.get("num_outputs", len(node.outputs)))
+    size = -(-length // parts)
+    return [min(size, length - i * size) for i in range(parts)]
+
+
+@op("Split", static=(1,), attrs=("axis", "split", "num_outputs"), fold=lambda node, xs, opset: list(np.split(
+    xs[0], np.cumsum(_split_sizes(None, node, xs, opset, np.shape(xs[0])[int(node.attrs.get("axis", 0))]))[:-1],
+    axis=int(node.attrs.get("axis", 0)))))
+def _split(b: Build, node, xs, opset):
+    x = xs[0]
+    axis = axis_of(b, node.attrs.get("axis", 0), len(x.shape))
+    sizes = _split_sizes(b, node, xs, opset, x.shape[axis])
+    outs, start = [], 0
+    for size in sizes:
+        shape = x.shape[:axis] + (size,) + x.shape[axis + 1:]
+        outs.append(Value(shape, b.contiguous(slice_axis(b, b.tensor(x), x.shape, axis, start, start + size))))
+        start += size
+    return outs
+
+
+@op("Gather", attrs=("axis",), fold=lambda node, xs, opset: [np.take(
+    xs[0], np.asarray(xs[1]).astype(np.int64), axis=int(node.attrs.get("axis", 0)))])
+def _gather(b: Build, node, xs, opset):
+    """ggml's row lookup on the data with ``axis`` moved first; indices known, or an integer input (whose values
+    onnx_run checks against the axis' length, wrapping negative ones, before the compute)."""
+    data, idx = xs
+    rank = len(data.shape)
+    axis = axis_of(b, node.attrs.get("axis", 0), rank)
+    n = data.shape[axis]
+    if idx.known:
+        ids = np.asarray(idx.const, np.int64)
+        ids = np.where(ids < 0, ids + n, ids)
+        if ((ids < 0) | (ids >= n)).any():
+            raise b.fail(f"Gather indices {ids.reshape(-1)[:8].tolist()} out of range for an axis of {n}")
+        rows = b.tensor(Value.of(ids.astype(np.int32)), integer=True)
+    elif idx.index is not None:
+        rows = idx.index
+        b.index_bounds[id(rows)] = (rows, min(n, b.index_bounds.get(id(rows), (rows, n))[1]))
+    else:
+        raise b.fail("Gather indices computed by the graph are not supported (known ones and integer inputs are)")
+    rest = data.shape[:axis] + data.shape[axis + 1:]
+    inner = int(np.prod(rest, dtype=np.int64))
+    moved = transpose_tensor(b, b.tensor(data), rank, [axis] + [i for i in range(rank) if i != axis])
+    table = b.reshaped(Value((n,) + rest, moved), (n, inner))
+    count = int(np.prod(idx.shape, dtype=np.int64))
+    flat = b.reshaped(Value(idx.shape, rows), (count,)) if idx.shape != (count,) else rows
+    got = Value(tuple(idx.shape) + rest, None)
+    b.check_rank(got.shape)
+    got.tensor = b.reshaped(Value((count, inner), ggml_get_rows(b.ctx, table, b.contiguous(flat))), got.shape)
+    k = len(idx.shape)
+    order = list(range(k, k + axis)) + list(range(k)) + list(range(k + axis, k + len(rest)))
+    shape = data.shape[:axis] + tuple(idx.shape) + data.shape[axis + 1:]
+    return [Value(shape, transpose_tensor(b, got.tensor, len(got.shape), order))]
+
+
+@op("Expand", static=(1,), fold=lambda node, xs, opset: [np.asarray(xs[0]) * np.ones(np.asarray(xs[1]).astype(np.int64),
+                                                                        np.asarray(xs[0]).dtype)])
+def _expand(b: Build, node, xs, opset):
+    target = [int(d) for d in const_arg(b, xs[1], "shape").reshape(-1)]
+    shape = tuple(int(d) for d in np.broadcast_shapes(xs[0].shape, tuple(target)))
+    return [Value(shape, b.broadcast(xs[0], shape))]
+
+
+@op("Tile", static=(1,), fold=lambda node, xs, opset: [np.tile(xs[0], np.asarray(xs[1]).astype(np.int64))])
+def _tile(b: Build, node, xs, opset):
+    reps = [int(r) for r in const_arg(b, xs[1], "repeats").reshape(-1)]
+    out, shape = b.tensor(xs[0]), list(xs[0].shape)
+    for axis, r in enumerate(reps):
+        piece = out
+        for _ in range(r - 1):
+            out = ggml_concat(b.ctx, b.contiguous(out), b.contiguous(piece), len(shape) - 1 - axis)
+        shape[axis] *= r
+    return [Value(tuple(shape), out)]
+
+
+# ---------------------------------------------------------------- values known when the graph is built
+def _fold_only(b: Build, node, xs, opset):
+    raise b.fail(f"{node.op} of data computed by the graph is not supported (its inputs must be known)")
+
+
+@op("Shape", attrs=("start", "end"))
+def _shape_op(b: Build, node, xs, opset):
+    shape = np.asarray(xs[0].shape, np.int64)
+    start, end = node.attrs.get("start", 0), node.attrs.get("end", None)
+    return [Value.of(shape[slice(int(start), None if end is None else int(end))])]
+
+
+@op("Size")
+def _size(b: Build, node, xs, opset):
+    return [Value.of(np.asarray(int(np.prod(xs[0].shape, dtype=np.int64)), np.int64))]
+
+
+@op("Constant", attrs=("value", "value_float", "value_floats", "value_int", "value_ints"))
+def _constant(b: Build, node, xs, opset):
+    a = node.attrs
+    if "value" in a:
+        from .protobuf import onnx_package
+        return [Value.of(onnx_package("onnx_load").numpy_helper.to_array(a["value"]))]
+    for key, dtype in (("value_float", np.float32), ("value_floats", np.float32), ("value_int", np.int64),
+                       ("value_ints", np.int64)):
+        if key in a:
+            return [Value.of(np.asarray(a[key], dtype))]
+    raise b.fail("a Constant without a value")
+
+
+@op("ConstantOfShape", static=(0,), attrs=("value",))
+def _constant_of_shape(b: Build, node, xs, opset):
+    shape = [int(d) for d in const_arg(b, xs[0], "shape").reshape(-1)]
+    fill = np.zeros(1, np.float32)
+    if "value" in node.attrs:
+        from .protobuf import onnx_package
+        fill = onnx_package("onnx_load").numpy_helper.to_array(node.attrs["value"]).reshape(-1)
+    return [Value.of(np.full(shape, fill[0], fill.dtype))]
+
+
+@op("Range", static=(0, 1, 2), fold=lambda node, xs, opset: [np.arange(
+    np.asarray(xs[0]).item(), np.asarray(xs[1]).item(), np.asarray(xs[2]).item()).astype(np.asarray(xs[0]).dtype)])
+def _range(b: Build, node, xs, opset):
+    return _fold_only(b, node, xs, opset)
+
+
+def _cast_dtype(node):
+    from .protobuf import onnx_package
+    return np.dtype(onnx_package("onnx_load").helper.tensor_dtype_to_np_dtype(int(node.attrs["to"])))
+
+
+@op("Cast", attrs=("to", "saturate", "round_mode"), fold=lambda node, xs, opset: [np.asarray(xs[0]).astype(
+    _cast_dtype(node))])
+def _cast(b: Build, node, xs, opset):
+    dtype = _cast_dtype(node)
+    t = b.tensor(xs[0])
+    if dtype in (np.float32, np.float64):   # ggml computes in F32
+        return [Value(xs[0].shape, t)]
+    if dtype.name in ("float16", "bfloat16"):   # rounded to the type and back
+        half = ggml_cast(b.ctx, b.contiguous(t), GGML_TYPE_F16 if dtype.name == "float16" else GGML_TYPE_BF16)
+        return [Value(xs[0].shape, ggml_cast(b.ctx, half, GGML_TYPE_F32))]
+    if dtype == np.bool_:
+        return [Value(xs[0].shape, E.ggml_step(b.ctx, E.ggml_abs(b.ctx, t)))]
+    if dtype.kind in "iu" and dtype.itemsize >= 1 and dtype.name in _INTEGERS:
+        # truncation toward zero, kept in F32 (exact below 2^24)
+        sign = E.ggml_scale_bias(b.ctx, E.ggml_step(b.ctx, t), 2.0, -1.0)
+        return [Value(xs[0].shape, E.ggml_mul(b.ctx, ggml_floor(b.ctx, E.ggml_abs(b.ctx, t)), sign))]
+    raise b.fail(f"Cast to {dtype.name} of data computed by the graph is not supported (float32/64, float16, "
+                 "bfloat16, bool and 8- to 64-bit integers are)")
+
+
+_INTEGERS = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")

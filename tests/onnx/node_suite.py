@@ -1,0 +1,67 @@
+"""The ONNX project's backend node tests (the ``onnx`` package makes them: ``collect_testcases``, each a one-node
+model with inputs and the outputs ONNX's reference implementation computes) for every operator the importer builds,
+and the ones expected to fail, each with its reason (docs/guide/onnx.md lists them)."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+
+# the failures, by test-name pattern, and why (the same list is in docs/guide/onnx.md)
+EXPECTED_FAILURES = (
+    (r"^test_cast_.*(_to_FLOAT[84]|_to_U?INT[42]$|FLOAT8E4M3FN(UZ)?_to|FNUZ_to|FLOAT4E2M1_to|INT[42]_to|E8M0|"
+     r"BFLOAT16_to)|_string|bfloat16_type",
+     "inputs or casts of types numpy cannot hold as numbers or ggml does not compute (bfloat16 inputs, 8-, 4- "
+     "and 2-bit floats and integers, strings)"),
+    (r"^test_(averagepool|maxpool)_3d|^test_unsqueeze_(negative|three|two|unsorted)_axes$",
+     "tensors of rank 5 or more: ggml's tensors have at most 4 dimensions"),
+    (r"empty_set|allowzero_reordered|start_out_of_bounds|zero_size_splits", "tensors with a zero-size dimension"),
+    (r"pool_2d_dilations|pool_2d_ceil", "pooling with dilations, or with ceil_mode=1 where it changes the size"),
+    (r"training", "training-mode Dropout and BatchNormalization: the importer runs inference"),
+    (r"identity_(sequence|opt)", "sequence and optional types"),
+    (r"with_argmax", "MaxPool's Indices output"),
+    (r"slice_neg_steps", "slices with a negative step of computed data"),
+)
+
+
+def expected_failure(name: str) -> str | None:
+    for pattern, reason in EXPECTED_FAILURES:
+        if re.search(pattern, name):
+            return reason
+    return None
+
+
+def cases(ops: set[str]):
+    """The node tests whose operators the importer builds (not the ``_expanded`` function-body variants), their
+    random inputs drawn from a fixed seed."""
+    from onnx.backend.test.case.node import collect_testcases
+    np.random.seed(0)
+    out = []
+    for c in collect_testcases(None):
+        if "_expanded" in c.name or not {n.op_type for n in c.model.graph.node} <= ops:
+            continue
+        out.append(c)
+    return out
+
+
+def run_case(case, device: str) -> None:
+    """Load and run one node test, comparing each output with ONNX's (the case's tolerances, at least rtol 1e-3 and
+    atol 1e-5: ggml computes in float32)."""
+    from onnx import numpy_helper
+
+    import ggmlpy as g
+    model = g.onnx_load(case.model.SerializeToString(), device=device)
+    try:
+        inits = {t.name for t in case.model.graph.initializer}
+        names = [i.name for i in case.model.graph.input if i.name not in inits]
+        for inputs, outputs in case.data_sets:
+            arrays = [numpy_helper.to_array(a) if hasattr(a, "HasField") else np.asarray(a) for a in inputs]
+            got = g.onnx_run(model, dict(zip(names, arrays)))
+            for (name, value), want in zip(got.items(), outputs):
+                want = numpy_helper.to_array(want) if hasattr(want, "HasField") else np.asarray(want)
+                assert np.shape(value) == np.shape(want), f"{name}: shape {np.shape(value)}, ONNX {np.shape(want)}"
+                np.testing.assert_allclose(np.asarray(value, np.float64), np.asarray(want, np.float64),
+                                           rtol=max(case.rtol, 1e-3), atol=max(case.atol, 1e-5), err_msg=name)
+    finally:
+        model.free()
