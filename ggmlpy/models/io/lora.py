@@ -168,11 +168,7 @@ def ggml_load_lora(model: Model, path: PathArg) -> Model:
     _freeze_all_but_adapted(model)
     if have != wanted:
         compile_again(model, lambda: _restore(model, kept))
-    with model_in_use(model) as runtime:
-        for layer, name, value in plan:
-            runtime.params.write(layer, name, value)
-        runtime.sync_replicas()
-    return model
+    return _written(model, plan)
 
 
 def ggml_merge_lora(model: Model, dequantize: bool = False) -> Model:
@@ -214,9 +210,14 @@ def ggml_merge_lora(model: Model, dequantize: bool = False) -> Model:
         if dequantize:
             layer.__dict__["_quantized"] = {k: v for k, v in quantized_types(layer).items() if k != weight}
     compile_again(model, lambda: _restore(model, kept))
+    return _written(model, merged)
+
+
+def _written(model: Model, values: list[tuple[Layer, str, np.ndarray]]) -> Model:
+    """The model with ``(layer, weight name, values)`` written into its weights (and its replicas')."""
     with model_in_use(model) as runtime:
-        for layer, weight, value in merged:
-            runtime.params.write(layer, weight, value)
+        for layer, name, value in values:
+            runtime.params.write(layer, name, value)
         runtime.sync_replicas()
     return model
 

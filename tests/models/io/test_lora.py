@@ -35,18 +35,8 @@ def _device(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def digits():
-    sk = pytest.importorskip("sklearn.datasets", reason="the digits come with scikit-learn")
-    d = sk.load_digits()
-    x, y = (d.data / 16).astype(np.float32), d.target.astype(np.int32)
-    np.random.seed(0)
-    m = g.ggml_model_sequential()
-    m = g.ggml_layer_dense(m, 128, activation="relu", input_shape=64)
-    m = g.ggml_layer_dense(m, 64, activation="relu")
-    m = g.ggml_layer_dense(m, 10, activation="softmax")
-    m = g.ggml_compile(m, optimizer="adam", loss="sparse_categorical_crossentropy", backend="cpu")
-    g.ggml_fit(m, x[:1400], y[:1400], epochs=15, batch_size=32, verbose=0)
-    return m, x, y
+def digits(digits_mlp):
+    return digits_mlp
 
 
 @pytest.fixture()

@@ -13,18 +13,9 @@ gguf = pytest.importorskip("gguf", reason="the gguf package reads the files (pip
 
 
 @pytest.fixture(scope="module")
-def trained():
-    sk = pytest.importorskip("sklearn.datasets", reason="the digits come with scikit-learn")
-    digits = sk.load_digits()
-    x, y = (digits.data / 16).astype(np.float32), digits.target
-    np.random.seed(0)
-    m = g.ggml_model_sequential()
-    m = g.ggml_layer_dense(m, 128, activation="relu", input_shape=64)
-    m = g.ggml_layer_dense(m, 64, activation="relu")
-    m = g.ggml_layer_dense(m, 10, activation="softmax")
-    m = g.ggml_compile(m, optimizer="adam", loss="sparse_categorical_crossentropy", backend="cpu")
-    g.ggml_fit(m, x[:1400], y[:1400], epochs=15, batch_size=32, verbose=0)
-    return m, x[1400:], y[1400:]
+def trained(digits_mlp):
+    model, x, y = digits_mlp
+    return model, x[1400:], y[1400:]
 
 
 def _types(path):
