@@ -144,19 +144,24 @@ def _erf(b: Build, node, xs, opset):
 
 @op("Pow", fold=_fold_binary(np.power))
 def _pow(b: Build, node, xs, opset):
+    """A known exponent: by products (1, 2, 3), sqrt (0.5), ones (0), or |x|^p with the sign of x for odd integer p
+    (negative bases give real results for integer exponents); a computed one: exp(y log x), bases > 0."""
     x, y = xs
-    if y.known and y.const.size == 1:
+    shape = _shape(x, y)
+    if y.known and np.asarray(y.const).size == 1:
         p = float(np.asarray(y.const).reshape(()))
-        t = b.tensor(x)
-        if p == 1:
-            return [Value(x.shape, t)]
-        if p == 2:
-            return [Value(x.shape, E.ggml_sqr(b.ctx, t))]
-        if p == 0.5:
-            return [Value(x.shape, E.ggml_sqrt(b.ctx, t))]
-        if p == 3:
-            return [Value(x.shape, E.ggml_mul(b.ctx, E.ggml_sqr(b.ctx, t), t))]
-    shape = _shape(x, y)   # exp(y log x): positive bases (a negative one is NaN, as numpy's for a fractional power)
+        t = b.broadcast(x, shape)
+        if p == 0:
+            return [Value(shape, E.ggml_scale_bias(b.ctx, t, 0.0, 1.0))]
+        simple = {1.0: lambda: t, 2.0: lambda: E.ggml_sqr(b.ctx, t), 0.5: lambda: E.ggml_sqrt(b.ctx, t),
+                  3.0: lambda: E.ggml_mul(b.ctx, E.ggml_sqr(b.ctx, t), t)}
+        if p in simple:
+            return [Value(shape, simple[p]())]
+        mag = E.ggml_exp(b.ctx, E.ggml_scale(b.ctx, E.ggml_log(b.ctx, E.ggml_abs(b.ctx, t)), p))
+        if p == int(p) and int(p) % 2:   # odd: the base's sign (+ for 0: 0^p is 0, or +inf for p < 0)
+            sign = E.ggml_scale_bias(b.ctx, E.ggml_step(b.ctx, E.ggml_neg(b.ctx, t)), -2.0, 1.0)
+            mag = E.ggml_mul(b.ctx, mag, sign)
+        return [Value(shape, mag)]
     return [Value(shape, E.ggml_exp(b.ctx, E.ggml_mul(b.ctx, E.ggml_log(b.ctx, b.broadcast(x, shape)),
                                                      b.broadcast(y, shape))))]
 
@@ -208,7 +213,7 @@ def _compare(b: Build, node, xs, opset):
         above, below = E.ggml_step(b.ctx, E.ggml_sub(b.ctx, a, c)), E.ggml_step(b.ctx, E.ggml_sub(b.ctx, c, a))
         both = E.ggml_add(b.ctx, above, below)
         out = E.ggml_scale_bias(b.ctx, both, -1.0, 1.0)
-    return [Value(shape, out)]
+    return [Value(shape, out, dtype=np.dtype(np.bool_))]
 
 
 for _name, _np2 in (("Greater", np.greater), ("Less", np.less), ("Equal", np.equal)):
@@ -217,16 +222,33 @@ for _name, _np2 in (("Greater", np.greater), ("Less", np.less), ("Equal", np.equ
 
 @op("Not", fold=lambda node, xs, opset: [np.logical_not(xs[0])])
 def _not(b: Build, node, xs, opset):
-    return [Value(xs[0].shape, E.ggml_scale_bias(b.ctx, b.tensor(xs[0]), -1.0, 1.0))]
+    return [Value(xs[0].shape, E.ggml_scale_bias(b.ctx, b.tensor(xs[0]), -1.0, 1.0), dtype=np.dtype(np.bool_))]
 
 
 @op("Where", fold=lambda node, xs, opset: [np.where(*xs)])
 def _where(b: Build, node, xs, opset):
-    """cond * x + (1 - cond) * y, cond 0 or 1 (finite x and y)."""
+    """cond * x + (1 - cond) * y, each term exact (cond 0 or 1). A known branch's infinities (an attention mask's
+    -inf) would make 0 * inf = NaN: they enter as log(0) = -inf where they are chosen, 0 elsewhere."""
     cond, x, y = xs
     shape = _shape(cond, x, y)
-    c, a, d = (b.broadcast(v, shape) for v in (cond, x, y))
-    return [Value(shape, E.ggml_add(b.ctx, d, E.ggml_mul(b.ctx, c, E.ggml_sub(b.ctx, a, d))))]
+    c = b.broadcast(cond, shape)
+    keep = {"x": c, "y": E.ggml_scale_bias(b.ctx, c, -1.0, 1.0)}   # 1 where each branch is chosen
+    out = None
+    for name, v in (("x", x), ("y", y)):
+        if v.known and not np.isfinite(np.asarray(v.const, np.float64)).all():
+            arr = np.broadcast_to(np.asarray(v.const, np.float64), shape)
+            finite = Value.of(np.where(np.isfinite(arr), arr, 0.0).astype(np.float32))
+            term = E.ggml_mul(b.ctx, keep[name], b.tensor(finite))
+            for sign in (1.0, -1.0):   # log(1 - chosen * [v == sign * inf]): -inf exactly there, else 0
+                hits = (arr == sign * np.inf).astype(np.float32)
+                if hits.any():
+                    picked = E.ggml_mul(b.ctx, keep[name], b.tensor(Value.of(hits)))
+                    inf = E.ggml_log(b.ctx, E.ggml_scale_bias(b.ctx, picked, -1.0, 1.0))
+                    term = E.ggml_add(b.ctx, term, inf if sign < 0 else E.ggml_neg(b.ctx, inf))
+        else:
+            term = E.ggml_mul(b.ctx, keep[name], b.broadcast(v, shape))
+        out = term if out is None else E.ggml_add(b.ctx, out, term)
+    return [Value(shape, out)]
 
 
 # ---------------------------------------------------------------- softmax

@@ -8,7 +8,7 @@ from ..core.types import GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_F32
 from ..ops import elementwise as E
 from ..ops.activation import ggml_floor
 from ..ops.layout import ggml_cast, ggml_get_rows, ggml_permute, ggml_view_4d
-from ..ops.reduce import ggml_concat
+from ..ops.reduce import ggml_concat, ggml_repeat
 from .registry import axis_of, const_arg, op
 from .values import Build, ne_of, Value
 
@@ -115,7 +115,9 @@ def _unsqueeze(b: Build, node, xs, opset):
 @op("Transpose", attrs=("perm",), fold=lambda node, xs, opset: [np.transpose(xs[0], node.attrs.get("perm"))])
 def _transpose(b: Build, node, xs, opset):
     rank = len(xs[0].shape)
-    perm = [int(p) % rank for p in node.attrs.get("perm", list(reversed(range(rank))))]
+    perm = [int(p) for p in node.attrs.get("perm", list(reversed(range(rank))))]
+    if sorted(perm) != list(range(rank)):
+        raise b.fail(f"Transpose perm {perm} is not a permutation of the {rank} axes")
     b.check_rank(xs[0].shape)
     return [Value(tuple(xs[0].shape[p] for p in perm), transpose_tensor(b, b.tensor(xs[0]), rank, perm))]
 
@@ -146,6 +148,8 @@ def slice_axis(b: Build, t, shape: tuple[int, ...], axis: int, start: int, stop:
 
 def _slice_params(shape, starts, ends, axes, steps):
     rank = len(shape)
+    if axes is not None and any(not -rank <= int(a) < rank for a in axes):
+        raise ValueError(f"Slice axes {list(axes)} out of range for a tensor of rank {rank}")
     axes = list(range(len(starts))) if axes is None else [int(a) % rank for a in axes]
     steps = [1] * len(starts) if steps is None else [int(s) for s in steps]
     out = []
@@ -179,9 +183,13 @@ def _slice(b: Build, node, xs, opset):
         axes = const_arg(b, xs[3], "axes") if len(xs) > 3 and xs[3] is not None else None
         steps = const_arg(b, xs[4], "steps") if len(xs) > 4 and xs[4] is not None else None
     t, shape = b.tensor(x), list(x.shape)
-    for ax, st, en, sp in _slice_params(x.shape, list(np.ravel(starts)), list(np.ravel(ends)),
-                                        None if axes is None else list(np.ravel(axes)),
-                                        None if steps is None else list(np.ravel(steps))):
+    try:
+        params = _slice_params(x.shape, list(np.ravel(starts)), list(np.ravel(ends)),
+                               None if axes is None else list(np.ravel(axes)),
+                               None if steps is None else list(np.ravel(steps)))
+    except ValueError as exc:
+        raise b.fail(str(exc)) from None
+    for ax, st, en, sp in params:
         if sp != 1:
             raise b.fail(f"a slice with step {sp} of data computed by the graph is not supported (step 1 is)")
         en = max(en, st)
@@ -233,9 +241,8 @@ def _gather(b: Build, node, xs, opset):
         if ((ids < 0) | (ids >= n)).any():
             raise b.fail(f"Gather indices {ids.reshape(-1)[:8].tolist()} out of range for an axis of {n}")
         rows = b.tensor(Value.of(ids.astype(np.int32)), integer=True)
-    elif idx.index is not None:
-        rows = idx.index
-        b.index_bounds[id(rows)] = (rows, min(n, b.index_bounds.get(id(rows), (rows, n))[1]))
+    elif idx.source is not None:
+        rows = b.index_input(idx.source, idx.shape, n)
     else:
         raise b.fail("Gather indices computed by the graph are not supported (known ones and integer inputs are)")
     rest = data.shape[:axis] + data.shape[axis + 1:]
@@ -264,13 +271,11 @@ def _expand(b: Build, node, xs, opset):
 @op("Tile", static=(1,), fold=lambda node, xs, opset: [np.tile(xs[0], np.asarray(xs[1]).astype(np.int64))])
 def _tile(b: Build, node, xs, opset):
     reps = [int(r) for r in const_arg(b, xs[1], "repeats").reshape(-1)]
-    out, shape = b.tensor(xs[0]), list(xs[0].shape)
-    for axis, r in enumerate(reps):
-        piece = out
-        for _ in range(r - 1):
-            out = ggml_concat(b.ctx, b.contiguous(out), b.contiguous(piece), len(shape) - 1 - axis)
-        shape[axis] *= r
-    return [Value(tuple(shape), out)]
+    if len(reps) != len(xs[0].shape) or min(reps, default=1) < 1:
+        raise b.fail(f"Tile repeats {reps} must be one int >= 1 per axis of the input {xs[0].shape}")
+    shape = tuple(d * r for d, r in zip(xs[0].shape, reps))
+    b.check_rank(shape)   # ggml's repeat tiles the whole tensor, as numpy's tile
+    return [Value(shape, ggml_repeat(b.ctx, b.contiguous(b.tensor(xs[0])), b.shape_target(shape)))]
 
 
 # ---------------------------------------------------------------- values known when the graph is built
@@ -330,16 +335,16 @@ def _cast(b: Build, node, xs, opset):
     dtype = _cast_dtype(node)
     t = b.tensor(xs[0])
     if dtype in (np.float32, np.float64):   # ggml computes in F32
-        return [Value(xs[0].shape, t)]
+        return [Value(xs[0].shape, t, dtype=dtype)]
     if dtype.name in ("float16", "bfloat16"):   # rounded to the type and back
         half = ggml_cast(b.ctx, b.contiguous(t), GGML_TYPE_F16 if dtype.name == "float16" else GGML_TYPE_BF16)
-        return [Value(xs[0].shape, ggml_cast(b.ctx, half, GGML_TYPE_F32))]
+        return [Value(xs[0].shape, ggml_cast(b.ctx, half, GGML_TYPE_F32), dtype=dtype)]
     if dtype == np.bool_:
-        return [Value(xs[0].shape, E.ggml_step(b.ctx, E.ggml_abs(b.ctx, t)))]
+        return [Value(xs[0].shape, E.ggml_step(b.ctx, E.ggml_abs(b.ctx, t)), dtype=dtype)]
     if dtype.kind in "iu" and dtype.itemsize >= 1 and dtype.name in _INTEGERS:
         # truncation toward zero, kept in F32 (exact below 2^24)
         sign = E.ggml_scale_bias(b.ctx, E.ggml_step(b.ctx, t), 2.0, -1.0)
-        return [Value(xs[0].shape, E.ggml_mul(b.ctx, ggml_floor(b.ctx, E.ggml_abs(b.ctx, t)), sign))]
+        return [Value(xs[0].shape, E.ggml_mul(b.ctx, ggml_floor(b.ctx, E.ggml_abs(b.ctx, t)), sign), dtype=dtype)]
     raise b.fail(f"Cast to {dtype.name} of data computed by the graph is not supported (float32/64, float16, "
                  "bfloat16, bool and 8- to 64-bit integers are)")
 

@@ -68,11 +68,11 @@ class GraphInstance:
     buffer: Buffer | None
     graph: Graph | None
     sched: Scheduler | None
-    inputs: list[tuple[Tensor | None, Tensor | None]]   # per model input: its F32 tensor, its I32 copy (integers)
+    inputs: list[Tensor | None]   # per model input: its F32 tensor (None: its values are built into the graph)
     outputs: list[Value]
     nodes: int
     graph_ctx: Context
-    bounds: dict[int, int]   # input position -> the length its values index (Gather on an integer input)
+    indices: list[tuple[int, int, Tensor]]   # (input position, the length it indexes, its I32 copy)
 
     def free(self) -> None:
         for h in (self.sched, self.buffer, self.graph_ctx, self.ctx_io, self.ctx):
@@ -146,7 +146,9 @@ class OnnxModel:
         for name, declared, _ in self.spec.inputs:
             shape = tuple(int(d) for d in given[name]) if name in given else declared
             misfit = len(shape) != len(declared) or any(d >= 0 and d != s for d, s in zip(declared, shape))
-            if name in given and (misfit or min(shape, default=1) < 1):
+            if name in given and min(shape, default=1) < 1:
+                raise GgmlValueError(f"{fn}: input_shapes[{name!r}] = {list(shape)}: every size must be >= 1")
+            if name in given and misfit:
                 raise GgmlValueError(f"{fn}: input_shapes[{name!r}] = {list(shape)} does not fit the model's input "
                                      f"of shape {list(declared)} (-1: any size)")
             if any(d < 0 for d in shape):
@@ -177,23 +179,26 @@ class OnnxModel:
             b.weights_t = self.weights_t
             env: dict[str, Value] = {name: Value(tuple(int(d) for d in a.shape), self.weights.get(name), a)
                                      for name, a in spec.initializers.items()}
-            inputs: list[tuple[Tensor | None, Tensor | None]] = []
+            inputs: list[Tensor | None] = []
             for (name, _, dtype), shape in zip(spec.inputs, shapes):
                 b.where = f"input '{name}'"
                 if name in values:
                     env[name] = Value.of(values[name])
-                    inputs.append((None, None))
+                    inputs.append(None)
                     continue
-                t = b.input(name, shape, False)   # computed in F32; integers also as I32, for row indices
-                index = b.input(f"{name}#i", shape, True) if dtype.kind in "iu" else None
-                inputs.append((t, index))
-                env[name] = Value(shape, t, index=index)
+                t = b.input(name, shape, False)   # computed in F32 (integers too: exact below 2^24)
+                inputs.append(t)
+                integer = dtype.kind in "iub"
+                env[name] = Value(shape, t, source=name if integer else None, dtype=dtype if integer else None)
             for node in spec.nodes:
                 b.where = f"{node.op} node '{node.name}' (opset {spec.opset})"
                 xs = [env[n] if n else None for n in node.inputs]
                 entry = OPS[node.op]
                 if entry.fold is not None and all_known(xs):
-                    outs = [Value.of(np.asarray(a)) for a in entry.fold(node, known(xs), spec.opset)]
+                    try:
+                        outs = [Value.of(np.asarray(a)) for a in entry.fold(node, known(xs), spec.opset)]
+                    except (ArithmeticError, ValueError, IndexError, TypeError) as exc:   # numpy refused the values
+                        raise b.fail(f"{type(exc).__name__}: {exc}") from None
                 else:
                     outs = entry.build(b, node, xs, spec.opset)
                 extra = [name for name in node.outputs[len(outs):] if name]
@@ -213,14 +218,14 @@ class OnnxModel:
                 ggml_set_output(t)
                 ggml_build_forward_expand(graph, t)
             buffer = ggml_backend_alloc_ctx_tensors(ctx_io, self.backend) \
-                if any(t is not None for t, _ in inputs) or b.constants else None
+                if any(t is not None for t in inputs) or b.indices or b.constants else None
             owned.append(buffer)
             for t, a in b.constants:
                 ggml_backend_tensor_set_data(t, a)
             sched = make_scheduler(self.backend, n_nodes) if computed else None
-            bounds = {j: b.index_bounds[id(index)][1] for j, (_, index) in enumerate(inputs)
-                      if index is not None and id(index) in b.index_bounds}
-            return GraphInstance(ctx, ctx_io, buffer, graph, sched, inputs, outputs, n_nodes, graph_ctx, bounds)
+            position = {name: j for j, (name, _, _) in enumerate(spec.inputs)}
+            indices = [(position[name], n, t) for (name, n), t in b.indices.items()]
+            return GraphInstance(ctx, ctx_io, buffer, graph, sched, inputs, outputs, n_nodes, graph_ctx, indices)
         except BaseException:
             for h in reversed(owned):
                 if h is not None:
@@ -235,19 +240,17 @@ class OnnxModel:
             names = [name for name, _, _ in self.spec.inputs]
             values = {n: a for n, a in zip(names, arrays) if n in self.value_inputs}
             inst = self._graph(tuple(tuple(int(d) for d in a.shape) for a in arrays), values)
-            for j, ((t, index), a) in enumerate(zip(inst.inputs, arrays)):
-                layout = tuple(reversed(ne_of(a.shape)))
-                if j in inst.bounds:   # indices: in range (ggml would read past its table), negative ones wrapped
-                    n = inst.bounds[j]
-                    ids = np.asarray(a, np.int64)
-                    if ((ids < -n) | (ids >= n)).any():
-                        raise GgmlValueError(f"onnx_run: input '{names[j]}' holds indices {ids.min()}..{ids.max()}, "
-                                             f"out of range for the axis of {n} it indexes")
-                    a = np.where(ids < 0, ids + n, ids)
+            for j, n, index in inst.indices:   # in range (ggml would read past its table), negative ones wrapped
+                ids = np.asarray(arrays[j], np.int64)
+                if ((ids < -n) | (ids >= n)).any():
+                    raise GgmlValueError(f"onnx_run: input '{names[j]}' holds indices {ids.min()}..{ids.max()}, "
+                                         f"out of range for the axis of {n} it indexes")
+                ggml_backend_tensor_set_data(index, np.where(ids < 0, ids + n, ids).astype(np.int32).reshape(
+                    tuple(reversed(ne_of(ids.shape)))))
+            for t, a in zip(inst.inputs, arrays):
                 if t is not None:
-                    ggml_backend_tensor_set_data(t, a.astype(np.float32, copy=False).reshape(layout))
-                if index is not None:
-                    ggml_backend_tensor_set_data(index, a.astype(np.int32, copy=False).reshape(layout))
+                    ggml_backend_tensor_set_data(t, a.astype(np.float32, copy=False).reshape(
+                        tuple(reversed(ne_of(a.shape)))))
             if inst.sched is not None and inst.graph is not None:
                 if self.n_threads is not None:
                     for be in inst.sched.backends:
@@ -261,8 +264,11 @@ class OnnxModel:
                     ggml_backend_sched_graph_compute(inst.sched, inst.graph)
             out = []
             for v, (_, dtype) in zip(inst.outputs, self.spec.outputs):
-                arr = np.asarray(v.const) if v.tensor is None else \
-                    ggml_backend_tensor_get_data(v.tensor).reshape(v.shape)
+                if v.tensor is None:
+                    arr = np.asarray(v.const)
+                else:   # the declared type, else the value's own (an integer input's, a Cast's), else F32
+                    arr = ggml_backend_tensor_get_data(v.tensor).reshape(v.shape)
+                    dtype = dtype if dtype is not None else v.dtype
                 out.append(arr.astype(dtype) if dtype is not None else arr)
             return out
 

@@ -29,7 +29,8 @@ class Value:
     shape: tuple[int, ...]
     tensor: Tensor | None = None
     const: np.ndarray | None = None
-    index: Tensor | None = None   # an integer graph input's I32 copy (row indices); ``tensor`` holds it as F32
+    source: str | None = None     # an integer graph input's name: row indices read it (``Build.indices``)
+    dtype: np.dtype | None = None  # the ONNX element type where it is not float32 (an integer input, a Cast)
 
     @staticmethod
     def of(array: np.ndarray) -> Value:
@@ -53,7 +54,7 @@ class Build:
     def __init__(self, ctx: Context, ctx_io: Context, weights: dict[str, Tensor]) -> None:
         self.ctx, self.ctx_io, self.weights = ctx, ctx_io, weights
         self.constants: list[tuple[Tensor, np.ndarray]] = []
-        self.index_bounds: dict[int, tuple[Tensor, int]] = {}   # an input's I32 tensor used as indices: its bound
+        self.indices: dict[tuple[str, int], Tensor] = {}   # (integer input, length it indexes) -> its I32 copy
         self.weights_t: dict[str, Tensor] = {}
         self.where = ""
 
@@ -65,6 +66,15 @@ class Build:
         self.check_rank(shape)
         t = ggml_set_input(ggml_new_tensor(self.ctx_io, GGML_TYPE_I32 if integer else GGML_TYPE_F32, len(ne), ne))
         return ggml_set_name(t, name[:63])
+
+    def index_input(self, name: str, shape: tuple[int, ...], length: int) -> Tensor:
+        """An I32 copy of the integer input ``name`` as row indices into an axis of ``length``: onnx_run checks
+        its values against that length and wraps negative ones (one copy per length; the input's own F32 tensor
+        keeps its values)."""
+        key = (name, length)
+        if key not in self.indices:
+            self.indices[key] = self.input(f"{name[:40]}#rows{length}", shape, True)
+        return self.indices[key]
 
     def check_rank(self, shape: tuple[int, ...]) -> None:
         if len(shape) > 4:
