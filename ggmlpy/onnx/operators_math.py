@@ -9,7 +9,7 @@ import numpy as np
 
 from ..ops import activation as A
 from ..ops import elementwise as E
-from ..ops.activation import ggml_gelu_erf
+from ..ops.activation import ggml_floor, ggml_gelu_erf
 from ..ops.conv import GGML_OP_POOL_MAX as POOL_MAX
 from ..ops.conv import ggml_pool_1d
 from ..ops.elementwise import ggml_gelu, ggml_leaky_relu, ggml_soft_max
@@ -410,3 +410,19 @@ def _reduce(b: Build, node, xs, opset):
 
 op("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", attrs=("axes", "keepdims", "noop_with_empty_axes"),
    fold=_reduce_fold, static=(1,))(_reduce)
+
+
+@op("Mod", attrs=("fmod",), fold=lambda node, xs, opset: [np.fmod(xs[0], xs[1]) if node.attrs.get("fmod", 0)
+                                                          else np.mod(xs[0], xs[1])])
+def _mod(b: Build, node, xs, opset):
+    """x - y floor(x / y) (numpy's mod), or x - y trunc(x / y) with fmod=1."""
+    x, y = xs
+    shape = _shape(x, y)
+    a, c = b.broadcast(x, shape), b.broadcast(y, shape)
+    q = E.ggml_div(b.ctx, a, c)
+    if node.attrs.get("fmod", 0):
+        sign = E.ggml_scale_bias(b.ctx, E.ggml_step(b.ctx, E.ggml_neg(b.ctx, q)), -2.0, 1.0)
+        whole = E.ggml_mul(b.ctx, ggml_floor(b.ctx, E.ggml_abs(b.ctx, q)), sign)
+    else:
+        whole = ggml_floor(b.ctx, q)
+    return [Value(shape, E.ggml_sub(b.ctx, a, E.ggml_mul(b.ctx, c, whole)))]

@@ -119,7 +119,14 @@ def _transpose(b: Build, node, xs, opset):
     if sorted(perm) != list(range(rank)):
         raise b.fail(f"Transpose perm {perm} is not a permutation of the {rank} axes")
     b.check_rank(xs[0].shape)
-    return [Value(tuple(xs[0].shape[p] for p in perm), transpose_tensor(b, b.tensor(xs[0]), rank, perm))]
+    shape = tuple(xs[0].shape[p] for p in perm)
+    if rank > 4:   # its size-1 axes left out (they move nowhere that matters), then its own shape again
+        kept = [i for i in range(rank) if xs[0].shape[i] != 1]
+        inner = [kept.index(p) for p in perm if xs[0].shape[p] != 1]
+        squeezed = b.reshaped(xs[0], tuple(xs[0].shape[i] for i in kept))
+        moved = transpose_tensor(b, squeezed, len(kept), inner)
+        return [Value(shape, b.reshaped(Value(tuple(xs[0].shape[kept[i]] for i in inner), moved), shape))]
+    return [Value(shape, transpose_tensor(b, b.tensor(xs[0]), rank, perm))]
 
 
 @op("Concat", attrs=("axis",), fold=lambda node, xs, opset: [np.concatenate(
@@ -143,7 +150,9 @@ def slice_axis(b: Build, t, shape: tuple[int, ...], axis: int, start: int, stop:
     t = b.contiguous(t)
     nb = [int(t.ptr.nb[i]) for i in range(4)]
     ne[g] = stop - start
-    return ggml_view_4d(b.ctx, t, ne[0], ne[1], ne[2], ne[3], nb[1], nb[2], nb[3], start * nb[g])
+    view = ggml_view_4d(b.ctx, t, ne[0], ne[1], ne[2], ne[3], nb[1], nb[2], nb[3], start * nb[g])
+    # a copy where the view starts inside the tensor: a GPU's kernels take operands at aligned offsets only
+    return view if start == 0 else E.ggml_cont(b.ctx, view)
 
 
 def _slice_params(shape, starts, ends, axes, steps):

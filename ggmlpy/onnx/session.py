@@ -24,7 +24,7 @@ from ..graph.graph import ggml_build_forward_expand, ggml_new_graph_custom
 from ..graph.objects import Context, Graph, Tensor
 from ..graph.tensor import ggml_new_tensor, ggml_set_name, ggml_set_output
 from ..models.engine.runtime import make_scheduler
-from . import operators_math, operators_nn, operators_shape  # noqa: F401 - they register the operators
+from . import operators_math, operators_nn, operators_rnn, operators_shape  # noqa: F401 - they register the operators
 from .protobuf import GraphSpec
 from .registry import all_known, known, OPS
 from .values import Build, ne_of, Value
@@ -164,15 +164,21 @@ class OnnxModel:
             return inst
         if len(self._graphs) >= 4:
             self._graphs.pop(next(iter(self._graphs))).free()
-        inst = self._build(shapes, values)
-        self._graphs[key] = inst
-        return inst
+        for scale in (1, 8, 64):   # unrolled recurrences make many tensors per node: a larger context then
+            try:
+                built = self._build(shapes, values, scale)
+                break
+            except GgmlValueError as exc:
+                if "context is full" not in str(exc) or scale == 64:
+                    raise
+        self._graphs[key] = built
+        return built
 
-    def _build(self, shapes: tuple, values: dict[str, np.ndarray]) -> GraphInstance:
+    def _build(self, shapes: tuple, values: dict[str, np.ndarray], scale: int = 1) -> GraphInstance:
         spec = self.spec
-        budget = 64 * len(spec.nodes) + 64
+        budget = scale * (64 * len(spec.nodes) + 64)
         ctx = ggml_init(mem_size=budget * ggml_tensor_overhead(), no_alloc=True)
-        ctx_io = ggml_init(mem_size=(16 * len(spec.nodes) + 16) * ggml_tensor_overhead(), no_alloc=True)
+        ctx_io = ggml_init(mem_size=scale * (16 * len(spec.nodes) + 16) * ggml_tensor_overhead(), no_alloc=True)
         owned: list = [ctx, ctx_io]
         try:
             b = Build(ctx, ctx_io, self.weights)

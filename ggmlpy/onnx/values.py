@@ -43,8 +43,12 @@ class Value:
 
 
 def ne_of(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """ggml's ``ne`` of an ONNX shape (rank 0: one element)."""
-    return tuple(reversed(shape)) or (1,)
+    """ggml's ``ne`` of an ONNX shape (rank 0: one element); a rank above 4 fits where it has size-1 axes, which are
+    left out (the leading ones first)."""
+    ne = list(reversed(shape)) or [1]
+    while len(ne) > 4 and 1 in ne:
+        del ne[len(ne) - 1 - ne[::-1].index(1)]
+    return tuple(ne)
 
 
 class Build:
@@ -77,7 +81,7 @@ class Build:
         return self.indices[key]
 
     def check_rank(self, shape: tuple[int, ...]) -> None:
-        if len(shape) > 4:
+        if len(ne_of(shape)) > 4:
             raise self.fail(f"a tensor of rank {len(shape)} {shape}: ggml's tensors have at most 4 dimensions")
 
     def tensor(self, v: Value, integer: bool = False) -> Tensor:

@@ -240,7 +240,10 @@ def fit_streamed(make_runner: Callable[[], StepRunner], plan: EpochPlan, train_s
             history = fit_loop(runner, train_feed, val_feed, plan, source_name=train_source.name, validate=validate)
             return history
     except BaseException as exc:  # a cleanup that fails after the loop (a lost RPC server, -W error): keep the epochs
-        carried = history if history is not None else getattr(exc.__context__, "history", None)
+        carried = history
+        cause: BaseException | None = exc.__context__
+        while carried is None and cause is not None:   # several cleanups may fail in turn: the loop's is deepest
+            carried, cause = getattr(cause, "history", None), cause.__context__
         if carried is not None and getattr(exc, "history", None) is None:
             carry_history(exc, carried)
         raise
