@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.types import GGML_TYPE_F16, GGML_TYPE_F32
+from ..models.layers.fused import device_computes
 from ..ops import elementwise as E
 from ..ops.conv import (
+    ggml_conv_2d_tiled,
     ggml_im2col,
     GGML_OP_POOL_AVG,
     GGML_OP_POOL_MAX,
@@ -112,6 +114,9 @@ def _conv_product(b: Build, kernel, x, s0: int, s1: int, p0: int, p1: int, d0: i
     """``kernel [KW, KH, Cin, Cout]`` over ``x [W, H, Cin, N]`` -> ``[OW, OH, Cout, N]``: im2col in the kernel's type
     for an F16 kernel, else F32 (ggml's own conv_2d makes F16 patches of F32 data: 4e-4 off), then one product."""
     kw, kh, cin, cout = kernel.shape
+    if kernel.type == GGML_TYPE_F32 and b.device is not None and device_computes(b.device, "conv_2d_tiled"):
+        # the CPU's fused convolution (patches/0036): tile by tile, no im2col matrix of the whole batch
+        return ggml_conv_2d_tiled(b.ctx, b.contiguous(kernel), x, None, s0, s1, p0, p1, d0, d1)
     kind = GGML_TYPE_F16 if kernel.type == GGML_TYPE_F16 else GGML_TYPE_F32
     cols = ggml_im2col(b.ctx, kernel, x, s0, s1, p0, p1, d0, d1, True, kind)   # [Cin*KH*KW, OW, OH, N]
     k, ow, oh, n = cols.shape

@@ -183,6 +183,7 @@ class OnnxModel:
         try:
             b = Build(ctx, ctx_io, self.weights)
             b.weights_t = self.weights_t
+            b.device = self.backend.device
             env: dict[str, Value] = {name: Value(tuple(int(d) for d in a.shape), self.weights.get(name), a)
                                      for name, a in spec.initializers.items()}
             inputs: list[Tensor | None] = []

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._ffi import lib
+from ..backend.device import Device
 from ..core.types import GGML_TYPE_F32, GGML_TYPE_I32
 from ..errors import GgmlValueError
 from ..graph.objects import Context, Tensor
@@ -60,6 +61,7 @@ class Build:
         self.constants: list[tuple[Tensor, np.ndarray]] = []
         self.indices: dict[tuple[str, int], Tensor] = {}   # (integer input, length it indexes) -> its I32 copy
         self.weights_t: dict[str, Tensor] = {}
+        self.device: Device | None = None   # the model's device (which fused ops it computes)
         self.where = ""
 
     def fail(self, message: str) -> GgmlValueError:
