@@ -9,6 +9,7 @@ from ..models.layers.fused import device_computes
 from ..ops import elementwise as E
 from ..ops.conv import (
     ggml_conv_2d_tiled,
+    ggml_conv_transpose_2d_p0,
     ggml_im2col,
     GGML_OP_POOL_AVG,
     GGML_OP_POOL_MAX,
@@ -324,3 +325,92 @@ def _resize(b: Build, node, xs, opset):
     y = ggml_upscale(b.ctx, b.contiguous(b.tensor(x)), factor, kind)
     n, c, h, w = x.shape
     return [Value((n, c, h * factor, w * factor), y)]
+
+
+@op("ConvTranspose", attrs=("auto_pad", "dilations", "group", "kernel_shape", "output_padding", "pads", "strides"))
+def _conv_transpose(b: Build, node, xs, opset):
+    """ggml's transposed 2-D convolution (one image and one group at a time, one stride for both axes), its
+    borders then cropped by ``pads`` and extended by ``output_padding``; 1-D as 2-D of height 1."""
+    x, w = xs[0], xs[1]
+    bias = xs[2] if len(xs) > 2 else None
+    x, one_d = _as_2d(b, x)
+    if one_d:
+        w = Value((w.shape[0], w.shape[1], 1, w.shape[2]), b.reshaped(w, (w.shape[0], w.shape[1], 1, w.shape[2])))
+    n, c, h, wd = x.shape
+    cin, cout_g, kh, kw = w.shape
+    group = int(node.attrs.get("group", 1))
+    strides = [int(s) for s in node.attrs.get("strides", [1] * (1 if one_d else 2))]
+    strides = [strides[0]] + strides if one_d else strides
+    mode = node.attrs.get("auto_pad", b"NOTSET")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if any(int(d) != 1 for d in node.attrs.get("dilations", [1])) or mode not in ("NOTSET", "VALID"):
+        raise b.fail("ConvTranspose with dilations or auto_pad SAME is not supported")
+    pads = [int(p) for p in node.attrs.get("pads", [0] * (2 if one_d else 4))] if mode == "NOTSET" else \
+        [0] * (2 if one_d else 4)
+    extra = [int(p) for p in node.attrs.get("output_padding", [0] * (1 if one_d else 2))]
+    if one_d:
+        pads, extra = [0, pads[0], 0, pads[1]], [0] + extra
+    if c != cin or cin % group:
+        raise b.fail(f"ConvTranspose of {c} channels with weights {w.shape} in {group} groups")
+    s = strides[1]
+    source = b.tensor(x)
+    if strides[0] != strides[1]:   # unequal strides: zeros between the pixels, then a stride of 1
+        source, (h, wd), s = _spread(b, source, (n, c, h, wd), strides), ((h - 1) * strides[0] + 1,
+                                                                          (wd - 1) * strides[1] + 1), 1
+        strides = [1, 1]
+    kernel, per_in = b.tensor(w), cin // group
+    images = []
+    for i in range(n):
+        img = slice_axis(b, source, (n, c, h, wd), 0, i, i + 1)
+        parts = []
+        for gi in range(group):
+            xi = slice_axis(b, img, (1, c, h, wd), 1, gi * per_in, (gi + 1) * per_in)
+            ki = slice_axis(b, kernel, w.shape, 0, gi * per_in, (gi + 1) * per_in)
+            parts.append(ggml_conv_transpose_2d_p0(b.ctx, b.contiguous(ki), b.contiguous(xi), s))
+        y = parts[0]
+        for p in parts[1:]:
+            y = ggml_concat(b.ctx, y, p, 2)
+        images.append(y)
+    y = images[0]
+    for p in images[1:]:
+        y = ggml_concat(b.ctx, y, p, 3)
+    full_h, full_w = (h - 1) * strides[0] + kh, (wd - 1) * s + kw
+    cout = cout_g * group
+    top, left, bottom, right = pads
+    out_h, out_w = full_h - top - bottom + extra[0], full_w - left - right + extra[1]
+    shape = (n, cout, full_h, full_w)
+    t = Value(shape, y)
+    if top or left:
+        t = Value((n, cout, full_h - top, full_w), slice_axis(b, t.tensor, shape, 2, top, full_h))
+        t = Value((n, cout, full_h - top, full_w - left), slice_axis(b, t.tensor, t.shape, 3, left, full_w))
+    keep_h, keep_w = min(out_h, t.shape[2] - bottom), min(out_w, t.shape[3] - right)
+    if keep_h < t.shape[2]:
+        t = Value((n, cout, keep_h, t.shape[3]), slice_axis(b, t.tensor, t.shape, 2, 0, keep_h))
+    if keep_w < t.shape[3]:
+        t = Value((n, cout, t.shape[2], keep_w), slice_axis(b, t.tensor, t.shape, 3, 0, keep_w))
+    assert t.tensor is not None
+    yt = b.contiguous(t.tensor)
+    if out_h > keep_h or out_w > keep_w:   # output_padding past the cropped border: zeros
+        yt = ggml_pad_ext(b.ctx, yt, 0, out_w - keep_w, 0, out_h - keep_h, 0, 0, 0, 0)
+    if bias is not None:
+        yt = E.ggml_add(b.ctx, yt, b.reshaped(bias, (1, cout, 1, 1)))
+    if one_d:
+        return [Value((n, cout, out_w), b.reshaped(Value((n, cout, out_h, out_w), yt), (n, cout, out_w)))]
+    return [Value((n, cout, out_h, out_w), yt)]
+
+
+def _spread(b: Build, t, shape: tuple[int, int, int, int], strides: list[int]):
+    """Images ``t`` (N, C, H, W) with ``strides[0] - 1`` rows and ``strides[1] - 1`` columns of zeros between their
+    pixels: (N, C, (H - 1) sh + 1, (W - 1) sw + 1)."""
+    n, c, h, w = shape
+    sh, sw = strides
+    if sw > 1:   # each pixel followed by sw - 1 zeros along W, the last ones cut
+        t = ggml_pad_ext(b.ctx, ggml_reshape_4d(b.ctx, b.contiguous(t), 1, w, h, c * n), 0, sw - 1, 0, 0, 0, 0, 0, 0)
+        t = ggml_reshape_4d(b.ctx, t, sw * w, h, c, n)
+        t = slice_axis(b, t, (n, c, h, sw * w), 3, 0, (w - 1) * sw + 1)
+        w = (w - 1) * sw + 1
+    if sh > 1:
+        t = ggml_pad_ext(b.ctx, ggml_reshape_4d(b.ctx, b.contiguous(t), w, 1, h, c * n), 0, 0, 0, sh - 1, 0, 0, 0, 0)
+        t = ggml_reshape_4d(b.ctx, t, w, sh * h, c, n)
+        t = slice_axis(b, t, (n, c, sh * h, w), 2, 0, (h - 1) * sh + 1)
+    return b.contiguous(t)
