@@ -16,7 +16,8 @@ import os
 import statistics
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 
 def run_json_worker(cmd: Sequence[str], threads: int | None = None, env: dict | None = None,
@@ -59,6 +60,18 @@ def rotated(sides: Sequence[str], round_index: int) -> list[str]:
     sides = list(sides)
     k = round_index % len(sides)
     return sides[k:] + sides[:k]
+
+
+def best_time(fn: Callable[[], object], rounds: int) -> float:
+    """The shortest of ``rounds`` timed calls of ``fn`` (seconds), after one untimed call (graphs built, caches
+    warm)."""
+    fn()
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def best_median(values: Sequence[float], larger_is_better: bool = True) -> dict:

@@ -10,9 +10,14 @@ Usage: python benchmarks/bench_onnx.py [--threads 2] [--rounds 20] [--device cpu
 from __future__ import annotations
 
 import argparse
-import time
+import sys
+from pathlib import Path
 
 import numpy as np
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import best_time  # noqa: E402 - the benchmarks' folder
 
 
 def _model(nodes, inputs, outputs, inits):
@@ -75,16 +80,6 @@ def encoder():
     return _model(nodes, [x], [y], w), rng.normal(size=(n, t, d)).astype(np.float32)
 
 
-def _best(fn, rounds: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -107,7 +102,7 @@ def main() -> None:
                  "onnxruntime": lambda s=sess, v=x: s.run(None, {"x": v})}
         for _ in range(3):   # alternated: a shared machine's noise hits both
             for who, call in calls.items():
-                times[who].append(_best(call, a.rounds))
+                times[who].append(best_time(call, a.rounds))
         ours_t, theirs_t = min(times["ggmlpy"]), min(times["onnxruntime"])
         print(f"{name}: max |ggmlpy - onnxruntime| {np.abs(ours - theirs).max():.2e}; ggmlpy {ours_t * 1e3:.2f} ms, "
               f"onnxruntime {theirs_t * 1e3:.2f} ms per call ({a.threads} threads, {a.device}): "

@@ -22,7 +22,6 @@ import json
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +29,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from bench_common import best_time  # noqa: E402 - the benchmarks' folder
 
 
 def digits(types: list[str], workdir: Path, backend: str, rounds: int) -> list[dict]:
@@ -94,12 +95,7 @@ def wide_mlp(types: list[str], backend: str, rounds: int) -> list[dict]:
         row: dict = {"type": kind, "quantized_tensors": len(g.ggml_model_quantization(m))}
         for batch in (1, 8, 64):
             xb = x[:max(batch, 8)]
-            g.ggml_predict(m, xb, batch_size=batch)
-            best = float("inf")
-            for _ in range(rounds):
-                t0 = time.perf_counter()
-                g.ggml_predict(m, xb, batch_size=batch)
-                best = min(best, time.perf_counter() - t0)
+            best = best_time(lambda m=m, xb=xb, batch=batch: g.ggml_predict(m, xb, batch_size=batch), rounds)
             row[f"batch_{batch}"] = len(xb) / best
         rows.append(row)
     return rows
@@ -109,12 +105,7 @@ def _score(model: object, kind: str, path: Path, metric, predict, samples: int, 
     import ggmlpy as g
     g.ggml_save_model(model, str(path), quantize=None if kind == "f32" else kind)
     loaded = g.ggml_load_model(str(path), backend=backend)   # quantized weights stay quantized
-    predict(loaded)   # the graph built and allocated once
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        predict(loaded)
-        best = min(best, time.perf_counter() - t0)
+    best = best_time(lambda: predict(loaded), rounds)   # the graph built and allocated by the first call
     return {"type": kind, "bytes": os.path.getsize(path), "quantized_tensors": len(g.ggml_model_quantization(loaded)),
             "samples_per_second": samples / best, **metric(loaded)}
 

@@ -17,8 +17,9 @@ _RNN_ATTRS = ("activation_alpha", "activation_beta", "activations", "clip", "dir
               "input_forget", "linear_before_reset")
 
 
-def _check(b: Build, node, xs) -> tuple[int, int, int, list[bool]]:
-    """(steps, batch, hidden, the directions as reversed flags) of an LSTM or GRU node, refusing what is not built."""
+def _check(b: Build, node, xs) -> tuple[Value, Value, Value, Value | None, int, int, int, int, list[bool]]:
+    """(x, W, R, B, steps, batch, hidden, features, the directions as reversed flags) of an LSTM or GRU node,
+    refusing what is not built."""
     x = xs[0]
     if int(node.attrs.get("layout", 0)) != 0:
         raise b.fail(f"{node.op} with layout=1 (batch first) is not supported")
@@ -35,7 +36,8 @@ def _check(b: Build, node, xs) -> tuple[int, int, int, list[bool]]:
     flags = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}.get(direction)
     if flags is None:
         raise b.fail(f"{node.op} direction '{direction}'")
-    return x.shape[0], x.shape[1], int(node.attrs["hidden_size"]), flags
+    bias = xs[3] if len(xs) > 3 else None
+    return x, xs[1], xs[2], bias, x.shape[0], x.shape[1], int(node.attrs["hidden_size"]), x.shape[2], flags
 
 
 def _matrix(b: Build, v: Value, d: int, rows: int, cols: int):
@@ -73,10 +75,7 @@ def _gate(b: Build, w, r, x_t, h, bias):
 @op("LSTM", attrs=_RNN_ATTRS)
 def _lstm(b: Build, node, xs, opset):
     """Gates i, o, f, c (ONNX's order): c' = f c + i tanh(.), h' = o tanh(c')."""
-    x, w, r = xs[:3]
-    bias = xs[3] if len(xs) > 3 else None
-    steps, batch, hidden, flags = _check(b, node, xs)
-    feats = x.shape[2]
+    x, w, r, bias, steps, batch, hidden, feats, flags = _check(b, node, xs)
     outs_y, outs_h, outs_c = [], [], []
     for d, backwards in enumerate(flags):
         wm = _matrix(b, w, d, 4 * hidden, feats)
@@ -105,10 +104,7 @@ def _lstm(b: Build, node, xs, opset):
 @op("GRU", attrs=_RNN_ATTRS)
 def _gru(b: Build, node, xs, opset):
     """Gates z, r, h (ONNX's order): h' = (1 - z) h~ + z h, with ``linear_before_reset`` (PyTorch's form) or not."""
-    x, w, r = xs[:3]
-    bias = xs[3] if len(xs) > 3 else None
-    steps, batch, hidden, flags = _check(b, node, xs)
-    feats = x.shape[2]
+    x, w, r, bias, steps, batch, hidden, feats, flags = _check(b, node, xs)
     before = int(node.attrs.get("linear_before_reset", 0))
     outs_y, outs_h = [], []
     for d, backwards in enumerate(flags):

@@ -24,7 +24,7 @@ from ...graph.tensor import ggml_set_name, new_quantized_tensor
 from ..engine.compile import compile_again, compiled
 from ..engine.runtime import model_in_use
 from ..network.model import Model
-from ..network.parameters import ParamStore, quantized_types
+from ..network.parameters import can_hold, ParamStore, quantized_types
 
 
 def quantization_plan(store: ParamStore, quantize: object, fn: str) -> dict[str, int | None]:
@@ -49,7 +49,7 @@ def quantization_plan(store: ParamStore, quantize: object, fn: str) -> dict[str,
     else:
         raise GgmlValueError(f"{fn}: quantize must be a type name such as 'q8_0', or a dict by layer or weight name, "
                              f"got {quantize!r}")
-    plan = {n: t for n, t in chosen.items() if t is None or fits(specs[n].ne, specs[n].quantizable, t)}
+    plan = {n: t for n, t in chosen.items() if t is None or can_hold(specs[n], t)}
     if isinstance(quantize, Mapping):   # a name given explicitly must quantize something
         for key, kind in quantize.items():
             covered = [n for n in names if key in (n, n.rsplit(".", 1)[0])]
@@ -61,11 +61,6 @@ def quantization_plan(store: ParamStore, quantize: object, fn: str) -> dict[str,
                     f"rows (the layer's input size) are whole blocks ({int(lib.ggml_blck_size(t))} values for "
                     f"{type_name(t)}); {key!r} has {[f'{n} (ne {list(specs[n].ne)})' for n in covered]}")
     return plan
-
-
-def fits(ne: tuple[int, ...], quantizable: str | None, t: int) -> bool:
-    """Whether a weight of ggml shape ``ne``, read as ``quantizable`` says, can be held in type ``t``."""
-    return quantizable is not None and ne[0] % int(lib.ggml_blck_size(t)) == 0
 
 
 def ggml_quantize_model(model: Model, quantize: object = "q8_0") -> Model:

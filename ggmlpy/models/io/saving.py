@@ -40,9 +40,9 @@ from ..engine.runtime import model_in_use
 from ..layers.layer import check_rebuildable, Layer, layer_class
 from ..layers.weight import ParamSpec
 from ..network.model import apply_layer, InputLayer, Model, Node, Sequential
-from ..network.parameters import strip_leading_ones
+from ..network.parameters import can_hold, strip_leading_ones
 from .lora import attach_listed, LORA_KEY, lora_metadata, parse_lora_metadata
-from .quantized import fits, quantization_plan, quantized_tensors
+from .quantized import quantization_plan, quantized_tensors
 
 
 FORMAT_VERSION = 1
@@ -430,7 +430,7 @@ def ggml_load_model(path: Any, backend: str = "auto", include_optimizer: bool = 
     plan = _plan(_specs(model), weights, "ggml_load_model")
     if not dequantize:   # the layers hold the file's quantized types (where they read their weights quantized)
         for layer, spec, value in plan:
-            if isinstance(value, QuantizedArray) and fits(spec.ne, spec.quantizable, value.type):
+            if isinstance(value, QuantizedArray) and can_hold(spec, value.type):
                 layer.__dict__.setdefault("_quantized", {})[spec.name] = value.type
     ggml_compile(model, backend=backend, **settings)
     _write(model, plan)

@@ -44,12 +44,17 @@ def quantized_types(layer: Layer) -> dict[str, int]:
     return layer.__dict__.get("_quantized") or {}
 
 
+def can_hold(spec: ParamSpec, t: int) -> bool:
+    """Whether a weight can be held in quantized type ``t``: its layer reads it on quantized data
+    (``Weight(quantizable=...)``) and its rows (ne[0]) are whole blocks of the type."""
+    return spec.quantizable is not None and spec.ne[0] % int(lib.ggml_blck_size(t)) == 0
+
+
 def held_type(layer: Layer, spec: ParamSpec, backend: Backend) -> int:
-    """The type a weight is held in: the quantized type its layer chose, where the layer reads the weight on
-    quantized data (``Weight(quantizable=...)``), its rows are whole blocks of the type and the backend's device
-    computes that read; F32 otherwise."""
+    """The type a weight is held in: the quantized type its layer chose, where the weight can hold it
+    (``can_hold``) and the backend's device computes that read; F32 otherwise."""
     t = quantized_types(layer).get(spec.name)
-    if t is None or spec.quantizable is None or spec.ne[0] % int(lib.ggml_blck_size(t)):
+    if t is None or spec.quantizable is None or not can_hold(spec, t):
         return GGML_TYPE_F32
     return t if device_computes_quantized(backend.device, t, spec.quantizable) else GGML_TYPE_F32
 
