@@ -14,15 +14,14 @@ from ..ops.conv import (
     GGML_OP_POOL_AVG,
     GGML_OP_POOL_MAX,
     ggml_pool_2d,
-    GGML_SCALE_MODE_BILINEAR,
-    GGML_SCALE_MODE_NEAREST,
 )
 from ..ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_4d
 from ..ops.linalg import ggml_mul_mat
 from ..ops.reduce import ggml_concat, ggml_sum_rows
-from ..ops.resize import ggml_pad_ext, ggml_upscale
+from ..ops.resize import ggml_pad_ext
+from .operators_image import pad_value
 from .operators_shape import slice_axis
-from .registry import axis_of, const_arg, op
+from .registry import axis_of, op
 from .values import Build, Value
 
 
@@ -57,10 +56,11 @@ def _as_2d(b: Build, x: Value) -> tuple[Value, bool]:
     return x, False
 
 
-def _pad(b: Build, t, pads: list[int], value_shape: tuple[int, ...]):
-    """Asymmetric zero padding (ONNX pads [top, left, bottom, right] of an NCHW image) as ggml's pad_ext."""
-    top, left, bottom, right = pads
-    return ggml_pad_ext(b.ctx, b.contiguous(t), left, right, top, bottom, 0, 0, 0, 0)
+def _pad(b: Build, t, pads: list[int], value: float = 0.0):
+    """``t`` (an image ``[W, H, C, N]``) padded by ONNX's ``[top, left, bottom, right]`` with ``value``."""
+    w, h, c, n = t.shape
+    return pad_value(b, Value((n, c, h, w), t), [0, 0, pads[0], pads[1]], [0, 0, pads[2], pads[3]], "constant",
+                     value).tensor
 
 
 @op("Conv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
@@ -87,7 +87,7 @@ def _conv(b: Build, node, xs, opset):
     t = b.tensor(x)
     sym = pads[0] == pads[2] and pads[1] == pads[3]
     if not sym:
-        t = _pad(b, t, pads, x.shape)
+        t = _pad(b, t, pads)
         h, wd = h + pads[0] + pads[2], wd + pads[1] + pads[3]
         pads = [0, 0, 0, 0]
     kernel = b.weights.get(node.inputs[1]) if not one_d and node.inputs[1] in b.weights else b.tensor(w)
@@ -149,7 +149,7 @@ def _pool(b: Build, node, xs, opset):
     max_pool = node.op == "MaxPool"
     inside = np.ones((1, 1, h, wd), np.float32)   # where the image is (1) and its padding (0)
     if any(pads) and (max_pool or not (pads[0] == pads[2] and pads[1] == pads[3])):   # padded here, explicitly
-        t = _max_padded(b, t, pads) if max_pool else _pad(b, t, pads, x.shape)
+        t = _pad(b, t, pads, -3.0e38 if max_pool else 0.0)
         inside = np.pad(inside, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
         h, wd = h + pads[0] + pads[2], wd + pads[1] + pads[3]
         pads = [0, 0, 0, 0]
@@ -164,16 +164,6 @@ def _pool(b: Build, node, xs, opset):
     if one_d:
         return [Value((n, c, y.shape[0]), b.reshaped(Value(shape, y), (n, c, y.shape[0])))]
     return [Value(shape, y)]
-
-
-def _max_padded(b: Build, t, pads: list[int]):
-    """``t`` padded for a max pool: zeros added by ggml_pad_ext, then the pad made -3e38 by adding a constant
-    mask (0 inside the image, -3e38 in the pad)."""
-    padded = _pad(b, t, pads, ())
-    w, h, c, n = padded.shape
-    mask = np.full((1, 1, h, w), -3.0e38, np.float32)
-    mask[..., pads[0]:h - pads[2], pads[1]:w - pads[3]] = 0.0
-    return E.ggml_add(b.ctx, padded, b.tensor(Value.of(mask)))
 
 
 op("MaxPool", "AveragePool", attrs=("auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape",
@@ -241,90 +231,6 @@ def _layer_norm(b: Build, node, xs, opset):
     if bias is not None:
         y = E.ggml_add(b.ctx, y, b.reshaped(bias, (1,) * (rank - len(bias.shape)) + bias.shape))
     return [Value(x.shape, y)] + extras
-
-
-@op("Pad", attrs=("mode", "pads", "value"), static=(1, 2, 3))
-def _pad_op(b: Build, node, xs, opset):
-    """Constant padding (zeros, or a value: zeros plus the value where the padding is)."""
-    x = xs[0]
-    mode = node.attrs.get("mode", b"constant")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
-    if mode != "constant":
-        raise b.fail(f"Pad mode '{mode}' is not supported (constant is)")
-    rank = len(x.shape)
-    if opset < 11:
-        pads, value = [int(p) for p in node.attrs["pads"]], float(node.attrs.get("value", 0.0))
-    else:
-        pads = [int(p) for p in const_arg(b, xs[1], "pads").reshape(-1)]
-        value = float(const_arg(b, xs[2], "constant_value").reshape(-1)[0]) if len(xs) > 2 and xs[2] is not None \
-            else 0.0
-        if len(xs) > 3 and xs[3] is not None:   # the axes the pads are for
-            axes = [axis_of(b, a, rank) for a in const_arg(b, xs[3], "axes").reshape(-1)]
-            full = [0] * (2 * rank)
-            for i, a in enumerate(axes):
-                full[a], full[rank + a] = pads[i], pads[len(axes) + i]
-            pads = full
-    if min(pads) < 0:
-        raise b.fail("negative pads (cropping) are not supported")
-    b.check_rank(x.shape)
-    begins, ends = pads[:rank], pads[rank:]
-    ggml_pads = []
-    for g in range(4):   # ggml's axis g is ONNX's rank-1-g
-        a = rank - 1 - g
-        ggml_pads += [begins[a], ends[a]] if a >= 0 else [0, 0]
-    shape = tuple(d + p + q for d, p, q in zip(x.shape, begins, ends))
-    y = ggml_pad_ext(b.ctx, b.contiguous(b.tensor(x)), *ggml_pads)
-    if value != 0.0:
-        inside = np.zeros(shape, np.float32)
-        inside[tuple(slice(p, p + d) for p, d in zip(begins, x.shape))] = 1.0
-        y = E.ggml_add(b.ctx, y, b.tensor(Value.of((1.0 - inside) * value)))
-    return [Value(shape, y)]
-
-
-@op("Resize", "Upsample", attrs=("mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a",
-                                 "exclude_outside", "extrapolation_value", "antialias", "keep_aspect_ratio_policy",
-                                 "axes", "scales"), static=(1, 2, 3))
-def _resize(b: Build, node, xs, opset):
-    """Images (N, C, H, W) scaled up by one integer factor along H and W: ggml's upscale, nearest (every source
-    pixel repeated) or linear (half_pixel / pytorch_half_pixel: PyTorch's bilinear, align_corners=False)."""
-    x = xs[0]
-    if len(x.shape) != 4:
-        raise b.fail(f"Resize takes images (N, C, H, W), got shape {x.shape}")
-    mode = node.attrs.get("mode", b"nearest")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
-    ctm = node.attrs.get("coordinate_transformation_mode", b"half_pixel")
-    ctm = ctm.decode() if isinstance(ctm, bytes) else ctm
-    scales = None
-    if node.op == "Upsample":
-        scales = [float(s) for s in (node.attrs["scales"] if "scales" in node.attrs else
-                                     const_arg(b, xs[1], "scales").reshape(-1))]
-    else:
-        if len(xs) > 2 and xs[2] is not None and np.asarray(const_arg(b, xs[2], "scales")).size:
-            scales = [float(s) for s in const_arg(b, xs[2], "scales").reshape(-1)]
-        elif len(xs) > 3 and xs[3] is not None:
-            sizes = [int(s) for s in const_arg(b, xs[3], "sizes").reshape(-1)]
-            scales = [s / d for s, d in zip(sizes, x.shape)]
-    if scales is None or len(scales) != 4 or scales[0] != 1 or scales[1] != 1 or scales[2] != scales[3] \
-            or scales[2] != int(scales[2]) or scales[2] < 1:
-        raise b.fail(f"Resize scales {scales}: only one integer factor >= 1 along H and W is supported")
-    factor = int(scales[2])
-    if mode == "nearest":
-        nearest = node.attrs.get("nearest_mode", b"round_prefer_floor")
-        nearest = nearest.decode() if isinstance(nearest, bytes) else nearest
-        fits = (ctm in ("half_pixel", "pytorch_half_pixel") and nearest in ("round_prefer_floor", "floor")) or \
-            (ctm == "asymmetric" and nearest == "floor")
-        kind = GGML_SCALE_MODE_NEAREST
-    elif mode == "linear":
-        fits = ctm in ("half_pixel", "pytorch_half_pixel")
-        kind = GGML_SCALE_MODE_BILINEAR
-    else:
-        fits = False
-    if not fits:
-        raise b.fail(f"Resize mode '{mode}' with coordinate_transformation_mode '{ctm}' is not supported "
-                     "(nearest, and linear with half_pixel or pytorch_half_pixel, are)")
-    y = ggml_upscale(b.ctx, b.contiguous(b.tensor(x)), factor, kind)
-    n, c, h, w = x.shape
-    return [Value((n, c, h * factor, w * factor), y)]
 
 
 @op("ConvTranspose", attrs=("auto_pad", "dilations", "group", "kernel_shape", "output_padding", "pads", "strides"))

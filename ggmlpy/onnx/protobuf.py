@@ -48,6 +48,7 @@ class GraphSpec:
     outputs: list[tuple[str, np.dtype | None]]   # (name, numpy dtype where declared)
     initializers: dict[str, np.ndarray]
     nodes: list[Node] = field(default_factory=list)
+    skeleton: bytes = b""   # the model without its initializers (serialized): what a trained copy keeps (trainable.py)
 
 
 def read_model(source: object, fn: str) -> GraphSpec:
@@ -95,8 +96,20 @@ def read_model(source: object, fn: str) -> GraphSpec:
     outputs = [(o.name, _dtype(onnx, o.type.tensor_type.elem_type, f"{fn}: output '{o.name}'")
                  if o.type.HasField("tensor_type") and o.type.tensor_type.elem_type else None)
                 for o in model.graph.output]
+    model.graph.ClearField("initializer")
+    kept = [vi for vi in model.graph.input if vi.name not in inits]
+    model.graph.ClearField("input")
+    model.graph.input.extend(kept)
     return GraphSpec(int(model.ir_version), opset, model.producer_name or "", model.graph.name or "", inputs,
-                     outputs, inits, nodes)
+                     outputs, inits, nodes, model.SerializeToString())
+
+
+def with_initializers(skeleton: bytes, arrays: dict[str, np.ndarray], fn: str) -> bytes:
+    """A model's ``skeleton`` (``GraphSpec.skeleton``) with ``arrays`` as its initializers, serialized."""
+    onnx = onnx_package(fn)
+    model = onnx.load_model_from_string(skeleton)
+    model.graph.initializer.extend(onnx.numpy_helper.from_array(np.asarray(a), name) for name, a in arrays.items())
+    return bytes(model.SerializeToString())
 
 
 def _dtype(onnx: ModuleType, elem_type: int, what: str) -> np.dtype:

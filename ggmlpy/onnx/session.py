@@ -24,7 +24,7 @@ from ..graph.graph import ggml_build_forward_expand, ggml_new_graph_custom
 from ..graph.objects import Context, Graph, Tensor
 from ..graph.tensor import ggml_new_tensor, ggml_set_name, ggml_set_output
 from ..models.engine.runtime import make_scheduler
-from . import operators_math, operators_nn, operators_rnn, operators_shape  # noqa: F401 - they register the operators
+from . import operators_image, operators_math, operators_nn, operators_rnn, operators_shape  # noqa: F401 - they register the operators
 from .protobuf import GraphSpec
 from .registry import all_known, known, OPS
 from .values import Build, ne_of, Value
@@ -58,6 +58,28 @@ def check_supported(spec: GraphSpec, fn: str) -> None:
     lost = [o for o, _ in spec.outputs if o not in made]
     if lost:
         raise GgmlValueError(f"{fn}: the graph's output(s) {lost} are made by no node")
+
+
+def build_nodes(b: Build, spec: GraphSpec, env: dict[str, Value]) -> None:
+    """Build every node of ``spec`` in order, reading its inputs from ``env`` (the graph's inputs and initializers)
+    and adding its outputs there: computed in numpy where every input is known, else as ggml ops."""
+    for node in spec.nodes:
+        b.where = f"{node.op} node '{node.name}' (opset {spec.opset})"
+        xs = [env[n] if n else None for n in node.inputs]
+        entry = OPS[node.op]
+        if entry.fold is not None and all_known(xs):
+            try:
+                outs = [Value.of(np.asarray(a)) for a in entry.fold(node, known(xs), spec.opset)]
+            except (ArithmeticError, ValueError, IndexError, TypeError) as exc:   # numpy refused the values
+                raise b.fail(f"{type(exc).__name__}: {exc}") from None
+        else:
+            outs = entry.build(b, node, xs, spec.opset)
+        extra = [name for name in node.outputs[len(outs):] if name]
+        if extra:
+            raise b.fail(f"its output(s) {extra} (output {len(outs)} on) are not supported")
+        for name, v in zip(node.outputs, outs):
+            if name:
+                env[name] = v
 
 
 @dataclass
@@ -197,23 +219,7 @@ class OnnxModel:
                 inputs.append(t)
                 integer = dtype.kind in "iub"
                 env[name] = Value(shape, t, source=name if integer else None, dtype=dtype if integer else None)
-            for node in spec.nodes:
-                b.where = f"{node.op} node '{node.name}' (opset {spec.opset})"
-                xs = [env[n] if n else None for n in node.inputs]
-                entry = OPS[node.op]
-                if entry.fold is not None and all_known(xs):
-                    try:
-                        outs = [Value.of(np.asarray(a)) for a in entry.fold(node, known(xs), spec.opset)]
-                    except (ArithmeticError, ValueError, IndexError, TypeError) as exc:   # numpy refused the values
-                        raise b.fail(f"{type(exc).__name__}: {exc}") from None
-                else:
-                    outs = entry.build(b, node, xs, spec.opset)
-                extra = [name for name in node.outputs[len(outs):] if name]
-                if extra:
-                    raise b.fail(f"its output(s) {extra} (output {len(outs)} on) are not supported")
-                for name, v in zip(node.outputs, outs):
-                    if name:
-                        env[name] = v
+            build_nodes(b, spec, env)
             outputs = [env[name] for name, _ in spec.outputs]
             computed = [v.tensor for v in outputs if v.tensor is not None]
             n_nodes = max(2048, 4 * budget)

@@ -8,6 +8,7 @@ with ``ne = (dk, ..., d0)``, so NCHW images are ggml's ``[W, H, C, N]`` layout a
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,21 +57,31 @@ class Build:
     """What an operator builds its ops with: the graph's contexts, its constants and inputs, and the device's
     weights. ``where`` names the node being built, for errors."""
 
-    def __init__(self, ctx: Context, ctx_io: Context, weights: dict[str, Tensor]) -> None:
+    def __init__(self, ctx: Context, ctx_io: Context | None, weights: dict[str, Tensor],
+                 constant: Callable[[np.ndarray], Tensor] | None = None) -> None:
         self.ctx, self.ctx_io, self.weights = ctx, ctx_io, weights
         self.constants: list[tuple[Tensor, np.ndarray]] = []
+        # how a known value becomes a tensor: by default one of ctx_io, written once its buffer exists (``constants``)
+        self.constant = constant or (lambda arr: pending_constant(self.io, arr, self.constants))
         self.indices: dict[tuple[str, int], Tensor] = {}   # (integer input, length it indexes) -> its I32 copy
         self.weights_t: dict[str, Tensor] = {}
         self.device: Device | None = None   # the model's device (which fused ops it computes)
+        self.differentiable = False   # a training graph: only ops ggml differentiates (trainable.py)
         self.where = ""
 
     def fail(self, message: str) -> GgmlValueError:
         return GgmlValueError(f"{self.where}: {message}")
 
+    @property
+    def io(self) -> Context:
+        if self.ctx_io is None:
+            raise self.fail("it needs an input tensor of its own, which a graph built inside a model cannot have")
+        return self.ctx_io
+
     def input(self, name: str, shape: tuple[int, ...], integer: bool) -> Tensor:
         ne = ne_of(shape)
         self.check_rank(shape)
-        t = ggml_set_input(ggml_new_tensor(self.ctx_io, GGML_TYPE_I32 if integer else GGML_TYPE_F32, len(ne), ne))
+        t = ggml_set_input(ggml_new_tensor(self.io, GGML_TYPE_I32 if integer else GGML_TYPE_F32, len(ne), ne))
         return ggml_set_name(t, name[:63])
 
     def index_input(self, name: str, shape: tuple[int, ...], length: int) -> Tensor:
@@ -93,7 +104,7 @@ class Build:
         assert v.const is not None
         self.check_rank(v.shape)
         arr = np.asarray(v.const, np.int32 if integer else np.float32).reshape(tuple(reversed(ne_of(v.shape))))
-        return pending_constant(self.ctx_io, arr, self.constants)
+        return self.constant(arr)
 
     def contiguous(self, t: Tensor) -> Tensor:
         return t if lib.ggml_is_contiguous(t.ptr) else ggml_cont(self.ctx, t)

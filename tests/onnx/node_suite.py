@@ -22,14 +22,10 @@ EXPECTED_FAILURES = (
     (r"identity_(sequence|opt)", "sequence and optional types"),
     (r"with_argmax", "MaxPool's Indices output"),
     (r"slice_neg_steps", "slices with a negative step of computed data"),
-    (r"^test_(edge|reflect|wrap)_pad$", "Pad modes edge, reflect and wrap (constant is built)"),
     (r"^test_(gru|lstm)_batchwise$|^test_lstm_with_peepholes$", "LSTM and GRU with layout=1 or peepholes"),
     (r"^test_convtranspose_(3d|output_shape|kernel_shape|dilations|autopad_same)$",
      "ConvTranspose in 3-D, or with output_shape, dilations or auto_pad SAME"),
     (r"^test_mod_float_edge_cases_fmod_0", "Mod (numpy's) of infinities: NaN where numpy gives the dividend"),
-    (r"^test_resize_(?!upsample_scales_linear$)|^test_upsample_nearest$",
-     "Resize other than by one integer factor along H and W (nearest, or linear with half_pixel): other scales and "
-     "sizes, cubic, align_corners, antialias, crop-and-resize"),
 )
 
 

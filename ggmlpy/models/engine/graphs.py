@@ -71,7 +71,9 @@ class GraphBuilder:
         budget = 256 + sum(node.layer.graph_tensors([self.sizes[id(i)] for i in node.inputs]) for node in nodes
                            if not node.is_input)
         self.ctx = ggml_init(mem_size=budget * ggml_tensor_overhead(), no_alloc=True)
-        self.ctx_io = ggml_init(mem_size=(8 + 4 * n) * ggml_tensor_overhead(), no_alloc=True)
+        constants = sum(node.layer.graph_constants([self.sizes[id(i)] for i in node.inputs]) for node in nodes
+                        if not node.is_input)
+        self.ctx_io = ggml_init(mem_size=(8 + 4 * n + constants) * ggml_tensor_overhead(), no_alloc=True)
         self.ctx_pinned = ggml_init(mem_size=(4 + 4 * n) * ggml_tensor_overhead(), no_alloc=True)
         self.constants: list[tuple[Tensor, np.ndarray]] = []
         self.seeds = DropoutSeeds(np.random.default_rng(np.random.randint(0, 2 ** 31)))

@@ -370,6 +370,10 @@ class Layer(metaclass=_Sealed):
         """An upper bound of the ggml tensors ``forward`` creates (sizes the graph's context)."""
         return 96
 
+    def graph_constants(self, shapes: list[tuple[int, ...]]) -> int:
+        """An upper bound of the constants (``g.constant``, ``g.zeros``) ``forward`` creates beyond a few."""
+        return 0
+
     def predict_forward(self, g: Builder, xs: list[Tensor], shapes: list[tuple[int, ...]]) -> Tensor:
         """The inference pass (dropout and batch norm differ from training)."""
         return self.forward(g, xs, shapes)

@@ -3,7 +3,8 @@ PyTorch's output for each, into this folder (committed: the tests need no PyTorc
 installed: python tests/helpers/onnx_exports/export_torch_models.py
 
 Each model is made from a fixed seed, in eval mode (batch norm's statistics, no dropout), and exported with
-torch.onnx.export's TorchScript exporter at opset 17."""
+torch.onnx.export's TorchScript exporter at opset 17, the batch axis dynamic (so that the fine-tuning tests
+train them in batches of other sizes)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -109,7 +110,7 @@ def main() -> None:
         with torch.no_grad():
             y = model(x)
         torch.onnx.export(model, (x,), OUT / f"{name}.onnx", input_names=["x"], output_names=["y"], opset_version=17,
-                          dynamo=False)
+                          dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, dynamo=False)
         np.savez(OUT / f"{name}.npz", x=x.numpy(), y=y.numpy())
         print(name, tuple(y.shape))
 

@@ -1,0 +1,292 @@
+"""Fine-tuning an imported ONNX model: ``onnx_to_model`` makes a ggmlpy functional model of it, one ``OnnxGraph``
+layer whose weights are the model's float initializers, so that it compiles, trains, saves and loads as any model.
+
+The layer builds the ONNX graph with the importer's operators into the model's graph (forward and, through ggml's
+autodiff, backward), reading its weights from the model's weight store. Axis 0 of every ONNX input and of the
+output is the batch; the rest is one sample, in ONNX's order (an NCHW image is a sample of shape ``(C, H, W)``,
+ggml's ``[W, H, C, N]`` as the importer lays it out). Its config holds the graph without its weights (the
+serialized ONNX model with only its constant initializers), so a saved model carries what rebuilds it.
+"""
+from __future__ import annotations
+
+import base64
+import math
+import re
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..core.args import positive_int_arg
+from ..core.types import GGML_TYPE_F32
+from ..errors import GgmlTypeError, GgmlValueError
+from ..graph.context import ggml_init, ggml_tensor_overhead
+from ..graph.objects import Tensor
+from ..graph.tensor import ggml_new_tensor, pending_constant
+from ..models.builders import ggml_apply, ggml_input, ggml_model
+from ..models.layers.layer import Layer, natural_ne
+from ..models.layers.weight import ParamSpec
+from ..models.network.model import Model
+from ..ops.layout import ggml_reshape
+from .protobuf import GraphSpec, read_model, with_initializers
+from .registry import OPS
+from .session import build_nodes, check_supported, OnnxModel
+from .values import Build, ne_of, Value
+
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..models.layers.layer import Builder, LayerOptions
+
+
+# inputs that hold state, not something to train: batch norm's running mean and variance
+STATE_OPERANDS = {("BatchNormalization", 3), ("BatchNormalization", 4)}
+# inputs the builders read as numbers when they are known (an exponent, a clip's bounds): kept constant
+NUMBER_OPERANDS = {("Pow", 1), ("Clip", 1), ("Clip", 2)}
+MAX_WEIGHT_NAME = 22   # "<layer>.<weight>" within ggml's 63-byte tensor names, with a layer name of up to 40
+
+
+def weight_roles(spec: GraphSpec) -> dict[str, bool]:
+    """The initializers that become weights, each with whether it trains: float, finite, of rank 1 to 4 (in ggml's
+    sense), read by no node as a value known when the graph is built (a shape, axes, a Pow's exponent); batch norm's
+    running statistics are weights that do not train. The others stay constants of the graph."""
+    uses: dict[str, set[tuple[str, int]]] = {}
+    for node in spec.nodes:
+        for i, name in enumerate(node.inputs):
+            if name:
+                uses.setdefault(name, set()).add((node.op, i))
+    roles = {}
+    for name, arr in spec.initializers.items():
+        used = uses.get(name)
+        if not used or arr.dtype.kind != "f" or arr.ndim < 1 or arr.size == 0 or len(ne_of(arr.shape)) > 4:
+            continue
+        if any(i in OPS[op].static or (op, i) in NUMBER_OPERANDS for op, i in used):
+            continue
+        if not np.isfinite(arr).all():   # an attention mask of -inf: a constant, as the importer builds it exactly
+            continue
+        roles[name] = not used <= STATE_OPERANDS
+    return roles
+
+
+def weight_names(names: list[str]) -> list[str]:
+    """A weight name of at most 22 bytes per initializer name, unique: the name itself where it fits (characters
+    other than letters, digits, '_' and '-' made '_'), else ``w<i>_`` and its end."""
+    out: list[str] = []
+    for i, name in enumerate(names):
+        clean = re.sub(r"[^A-Za-z0-9_-]", "_", name) or "w"
+        if len(clean) > MAX_WEIGHT_NAME or clean in out:
+            prefix = f"w{i}_"
+            clean = prefix + clean[len(prefix) - MAX_WEIGHT_NAME:]
+        out.append(clean)
+    return out
+
+
+class OnnxGraph(Layer):
+    """An imported ONNX graph as one layer of a ggmlpy model (``onnx_to_model`` makes it): its float initializers
+    are the layer's weights (trained by a fit; batch norm's running statistics kept as they are), its inputs the
+    model's inputs in the ONNX model's order, its output one of the graph's outputs.
+
+    Arguments:
+        graph: the ONNX model without its weights, serialized and base64-encoded (its constant initializers kept).
+        output: the name of the graph output the layer returns.
+        weights: one ``[weight name, initializer name, shape, trains]`` per weight.
+    """
+    kind = "onnx_graph"
+    builder_functions = False
+    many_inputs = "either"
+
+    def __init__(self, graph: str, output: str, weights: list, **kw: Unpack[LayerOptions]) -> None:
+        super().__init__(**kw)
+        fn = "OnnxGraph"
+        if not isinstance(graph, str) or not isinstance(output, str) or not isinstance(weights, (list, tuple)):
+            raise GgmlTypeError(f"{fn}: graph (base64 text), output (a name) and weights (a list) are expected, got "
+                                f"{type(graph).__name__}, {type(output).__name__}, {type(weights).__name__}")
+        try:
+            data = base64.b64decode(graph.encode(), validate=True)
+        except ValueError:
+            raise GgmlValueError(f"{fn}: graph is not base64 text of an ONNX model") from None
+        spec = read_model(data, fn)
+        rows = []
+        for row in weights:
+            if (not isinstance(row, (list, tuple)) or len(row) != 4 or not isinstance(row[0], str)
+                    or not isinstance(row[1], str) or not isinstance(row[2], (list, tuple))):
+                raise GgmlValueError(f"{fn}: each weight is [weight name, initializer name, shape, trains], got "
+                                     f"{row!r}")
+            shape = tuple(positive_int_arg(fn, f"the shape of weight {row[0]!r}", d) for d in row[2])
+            rows.append([row[0], row[1], list(shape), bool(row[3])])
+            # the weight's place in the graph: a zero-size view of its shape (read only for its shape)
+            spec.initializers[row[1]] = np.broadcast_to(np.float32(0), shape)
+        outputs = [name for name, _ in spec.outputs]
+        if output not in outputs:
+            raise GgmlValueError(f"{fn}: output {output!r} is not an output of the graph ({outputs})")
+        check_supported(spec, fn)
+        floats = [name for name, _, dtype in spec.inputs if dtype.kind != "f"]
+        if floats:
+            raise GgmlValueError(f"{fn}: input(s) {floats} of the graph hold integers; a model made of the graph "
+                                 "reads float inputs only (run it with onnx_run)")
+        self.graph, self.output, self.weights = graph, output, rows
+        self._spec = spec
+        # input shapes -> (output's sample shape, tensors, constants the graph makes)
+        self._shapes: dict[tuple, tuple[tuple[int, ...], int, int]] = {}
+
+    def config(self) -> dict:
+        return {"graph": self.graph, "output": self.output, "weights": [list(r) for r in self.weights]}
+
+    # ---- building
+    def _output(self, b: Build, xs: list[Tensor], shapes: list[tuple[int, ...]], batch: int) -> Value:
+        spec = self._spec
+        env = {name: Value(tuple(int(d) for d in a.shape), b.weights.get(name), None if name in b.weights else a)
+               for name, a in spec.initializers.items()}
+        for (name, _, _), shape, t in zip(spec.inputs, shapes, xs):
+            env[name] = Value((batch,) + tuple(shape), t)
+        build_nodes(b, spec, env)
+        return env[self.output]
+
+    def _probe(self, shapes: list[tuple[int, ...]]) -> tuple[tuple[int, ...], int, int]:
+        """The output's sample shape, and how many tensors and constants the graph makes, for input ``shapes``,
+        from the graph built in a context of its own for a batch of 2 (never allocated)."""
+        key = tuple(tuple(s) for s in shapes)
+        if key in self._shapes:
+            return self._shapes[key]
+        where = f"layer '{self.name}' (ONNX graph)"
+        declared = self._spec.inputs
+        if len(shapes) != len(declared):
+            raise GgmlValueError(f"{where} takes {len(declared)} input(s) ({[n for n, _, _ in declared]}), got "
+                                 f"{len(shapes)}")
+        for (name, dims, _), shape in zip(declared, shapes):
+            if len(shape) != len(dims) - 1 or any(d >= 0 and d != s for d, s in zip(dims[1:], shape)):
+                raise GgmlValueError(f"{where}: input '{name}' is declared {list(dims)} (axis 0 the batch, -1 any "
+                                     f"size); a sample of shape {tuple(shape)} does not fit it")
+        for scale in (1, 8, 64):
+            ctx = ggml_init(mem_size=scale * (64 * len(self._spec.nodes) + 64) * ggml_tensor_overhead(),
+                            no_alloc=True)
+            try:
+                pending: list = []
+                weights = {onnx: ggml_new_tensor(ctx, GGML_TYPE_F32, len(ne_of(s)), ne_of(s))
+                           for _, onnx, s, _ in self.weights}
+                b = Build(ctx, None, weights, lambda arr, ctx=ctx, pending=pending: pending_constant(ctx, arr, pending))
+                xs = [ggml_new_tensor(ctx, GGML_TYPE_F32, len(ne_of((2,) + s)), ne_of((2,) + s)) for s in shapes]
+                out = self._output(b, xs, shapes, 2)
+                n_tensors = ctx.used_mem // ggml_tensor_overhead()
+                break
+            except GgmlValueError as exc:
+                if "context is full" in str(exc) and scale < 64:
+                    continue
+                raise GgmlValueError(f"{where}: {exc} (for a batch of 2: a graph exported for one batch size only "
+                                     "cannot train; export it with a dynamic batch axis, torch.onnx.export's "
+                                     "dynamic_axes)") from None
+            finally:
+                ctx.free()
+        if out.tensor is None:
+            raise GgmlValueError(f"{where}: output '{self.output}' does not depend on the inputs (it is a constant)")
+        if len(out.shape) < 2 or out.shape[0] != 2 or len(out.shape) > 4:
+            raise GgmlValueError(f"{where}: output '{self.output}' has shape {list(out.shape)} for a batch of 2; a "
+                                 "model's output is a batch of samples (axis 0 the batch, 1 to 3 axes more)")
+        self._shapes[key] = result = (tuple(out.shape[1:]), n_tensors, len(pending))
+        return result
+
+    def output_shape(self, shapes):
+        return self._probe(shapes)[0]
+
+    def graph_tensors(self, shapes):
+        return 64 + 2 * self._probe(shapes)[1]
+
+    def graph_constants(self, shapes):
+        return self._probe(shapes)[2]
+
+    def make_params(self, shapes):
+        initial = self.__dict__.get("_initial") or {}
+        specs = []
+        for name, _, shape, trains in self.weights:
+            value = initial.get(name)
+            ne = ne_of(tuple(shape))
+            specs.append(ParamSpec(name, ne, "given" if value is not None else "zeros",
+                                   (ne[0], math.prod(ne[1:])), trainable=trains, value=value))
+        return specs
+
+    def forward(self, g: Builder, xs, shapes):
+        weights = {onnx: g.param(self, name) for name, onnx, _, _ in self.weights}
+        b = Build(g.ctx, None, weights, g.constant)
+        b.device, b.differentiable = g.params.backend.device, g.training
+        out = self._output(b, xs, shapes, g.batch)
+        assert out.tensor is not None   # _probe checked it
+        want = natural_ne(self.output_shape(shapes), g.batch)
+        y = b.contiguous(out.tensor)
+        if tuple(y.shape[:len(want)]) != want or any(n != 1 for n in y.shape[len(want):]):
+            y = ggml_reshape(g.ctx, y, g.shape_target(want))
+        return y
+
+
+def onnx_to_model(model: object, output: str | None = None, input_shapes: dict | None = None,
+                  name: str | None = None) -> Model:
+    """An ONNX model as a ggmlpy functional model that trains: its float initializers become trainable weights
+    (batch norm's running statistics weights that do not train), its graph one layer (``OnnxGraph``) built from
+    the importer's operators, so the model compiles, fits (``ggml_fit``, ``ggml_fit_generator``), evaluates,
+    predicts, saves (``ggml_save_model``, GGUF) and loads as any other; before training it predicts what the ONNX
+    model computes.
+
+    Axis 0 of each input and of the output is the batch; the rest is one sample in ONNX's order (an NCHW image
+    input is ``ggml_input(shape=(C, H, W))``). The graph is built as for inference: Dropout passes values through
+    and BatchNormalization uses its running statistics (Keras' advice for fine-tuning: batch norm in inference
+    mode). A graph exported for one batch size only (a Reshape to ``[1, -1]``) cannot train: export it with a
+    dynamic batch axis.
+
+    Arguments:
+        model: an ``OnnxModel`` from ``onnx_load``, or a path to an .onnx file, or its bytes.
+        output: the name of the graph output the model returns (None: the graph's only output).
+        input_shapes: a dict by input name of full shapes (batch included; its size is not used) where an input
+            has a dynamic size besides the batch; an ``OnnxModel`` loaded with ``input_shapes`` has them.
+        name: the model's name.
+
+    Value: an uncompiled functional ``Model``; compile it with ``ggml_compile(model, ...)`` on the device wanted.
+
+    Example:
+        >>> net = g.onnx_to_model("classifier.onnx")
+        >>> g.ggml_compile(net, optimizer="adam", loss="categorical_crossentropy", backend="cpu")
+        >>> g.ggml_fit(net, x, y, epochs=2, batch_size=32)
+    """
+    fn = "onnx_to_model"
+    if isinstance(model, OnnxModel):
+        spec = model.spec
+        if input_shapes is None and model.fixed is not None:
+            input_shapes = {n: s for (n, _, _), s in zip(spec.inputs, model.fixed)}
+    else:
+        spec = read_model(model, fn)
+        check_supported(spec, fn)
+    if input_shapes is not None and not isinstance(input_shapes, dict):
+        raise GgmlTypeError(f"{fn}: input_shapes must be a dict by input name, got {type(input_shapes).__name__}")
+    outputs = [n for n, _ in spec.outputs]
+    if output is None:
+        if len(outputs) != 1:
+            raise GgmlValueError(f"{fn}: the graph has {len(outputs)} outputs {outputs}; say which the model returns "
+                                 "(output=...)")
+        output = outputs[0]
+    elif output not in outputs:
+        raise GgmlValueError(f"{fn}: output {output!r} is not an output of the graph ({outputs})")
+    inputs = []
+    for in_name, dims, dtype in spec.inputs:
+        if dtype.kind != "f":
+            raise GgmlValueError(f"{fn}: input '{in_name}' holds {dtype} values; a model made of the graph reads float "
+                                 "inputs only (run it with onnx_run)")
+        given = (input_shapes or {}).get(in_name)
+        sample = tuple(int(d) for d in given)[1:] if given is not None else tuple(dims[1:])
+        if len(dims) < 2 or len(dims) > 4:
+            raise GgmlValueError(f"{fn}: input '{in_name}' has rank {len(dims)} ({list(dims)}); a model's input is a "
+                                 "batch of samples of 1 to 3 axes (rank 2 to 4)")
+        if len(sample) != len(dims) - 1 or any(d < 1 for d in sample):
+            raise GgmlValueError(f"{fn}: input '{in_name}' is declared {list(dims)}, with a dynamic size besides the "
+                                 f"batch; give its shape: input_shapes={{{in_name!r}: (1, ...)}}")
+        inputs.append(ggml_input(shape=sample, name=_node_name(in_name)))
+    roles = weight_roles(spec)
+    names = weight_names(list(roles))
+    graph = with_initializers(spec.skeleton, {k: v for k, v in spec.initializers.items() if k not in roles}, fn)
+    layer = OnnxGraph(base64.b64encode(graph).decode(), output,
+                      [[n, onnx, list(spec.initializers[onnx].shape), roles[onnx]] for n, onnx in zip(names, roles)])
+    layer._initial = {n: np.asarray(spec.initializers[onnx], np.float32) for n, onnx in zip(names, roles)}
+    node = ggml_apply(inputs if len(inputs) > 1 else inputs[0], layer)
+    return ggml_model(inputs if len(inputs) > 1 else inputs[0], node, name=name)
+
+
+def _node_name(name: str) -> str:
+    clean = re.sub(r"[^A-Za-z0-9_-]", "_", name)[:40]
+    return clean or "input"
