@@ -10,13 +10,14 @@ The other families follow in this order, each under its heading: ggmlR's dynamic
 PyTorch-style code whose every step runs as one ggml graph (``ag_tensor``, ``ag_param``, ``with_grad_tape``,
 ``backward``, the ``ag_*`` ops, layers and losses, ``optimizer_*``, ``lr_scheduler_*``); ggmlR's ONNX importer: an
 ONNX model as one ggml graph on a device (``onnx_load``, ``onnx_run``, ``onnx_summary``, ``onnx_inputs``,
-``onnx_device_info``); the training loops, callbacks and learning-rate schedules (``ggml_fit_opt_gen``,
-``ggml_callback_*``, ``ggml_schedule_*``); ggml-opt, ggml's optimizer (``ggml_opt_*``); GGUF files (``gguf_*``);
-backends, devices and buffers (``ggml_backend_*``); the scheduler and graph computation (``ggml_backend_sched_*``,
-``ggml_gallocr_*``); graphs and tensors (``ggml_init``, ``ggml_new_tensor_*``, ``ggml_graph_*``); ggml's ops
-(``ggml_add``, ``ggml_mul_mat``, ... with the context first, then operands, then scalars, as in ggmlR); the
-library's version, CPU features and timers, and the tensor types (``GGML_VERSION``, ``ggml_cpu_has_*``,
-``GGML_TYPE_*``); the errors (``GgmlpyError`` and its subclasses). Every function keeps its ggmlR name.
+``onnx_device_info``), and an imported model as a ggmlpy model that trains (``onnx_to_model``); the training loops,
+callbacks and learning-rate schedules (``ggml_fit_opt_gen``, ``ggml_callback_*``, ``ggml_schedule_*``); ggml-opt,
+ggml's optimizer (``ggml_opt_*``); GGUF files (``gguf_*``); backends, devices and buffers (``ggml_backend_*``); the
+scheduler and graph computation (``ggml_backend_sched_*``, ``ggml_gallocr_*``); graphs and tensors (``ggml_init``,
+``ggml_new_tensor_*``, ``ggml_graph_*``); ggml's ops (``ggml_add``, ``ggml_mul_mat``, ... with the context first,
+then operands, then scalars, as in ggmlR); the library's version, CPU features and timers, and the tensor types
+(``GGML_VERSION``, ``ggml_cpu_has_*``, ``GGML_TYPE_*``); the errors (``GgmlpyError`` and its subclasses). Every
+function keeps its ggmlR name.
 
 (For maintainers: this file only re-exports the public names of the tiered subpackages,
 docs/guide/architecture.md; ``python tools/exports.py`` writes it: edit the modules, then run that.)
@@ -184,6 +185,7 @@ from .models.layers.regularizers import (ggml_regularizer_l1, ggml_regularizer_l
 from .models.placement_report import (ggml_model_placement, ggml_model_profile)
 from .models.trainer import (ggml_trainer)
 from .onnx.api import (onnx_device_info, onnx_inputs, onnx_load, onnx_run, onnx_summary)
+from .onnx.trainable import (onnx_to_model, OnnxGraph)
 from .ops.activation import (ggml_add1, ggml_ceil, ggml_floor, ggml_geglu, ggml_geglu_erf, ggml_geglu_quick,
                              ggml_geglu_split, ggml_gelu_erf, ggml_gelu_quick, ggml_glu, GGML_GLU_OP_GEGLU,
                              GGML_GLU_OP_GEGLU_ERF, GGML_GLU_OP_GEGLU_QUICK, GGML_GLU_OP_REGLU, GGML_GLU_OP_SWIGLU,
@@ -383,16 +385,17 @@ __all__ = [
     "ag_load_model", "ag_save_model", "lr_scheduler_cosine", "lr_scheduler_cyclic", "lr_scheduler_onecycle",
     "lr_scheduler_step", "lr_scheduler_warmup_cosine", "ag_grad", "backward", "with_grad_tape", "ag_default_device",
     "ag_default_dtype", "ag_device", "ag_dtype", "ag_param", "ag_tensor", "ag_to_device", "AgTensor",
-    "onnx_device_info", "onnx_inputs", "onnx_load", "onnx_run", "onnx_summary", "ggml_callback_early_stopping",
-    "ggml_schedule_cosine_decay", "ggml_schedule_learning_rate", "ggml_schedule_reduce_on_plateau",
-    "ggml_schedule_step_decay", "ggml_callback_csv_logger", "ggml_fit_opt", "ggml_fit_opt_gen", "ggml_fit_opt_multi",
-    "ggml_opt_fit_multi", "ggml_plot_history", "ggml_opt_alloc", "ggml_opt_context_optimizer_type", "ggml_opt_eval",
-    "ggml_opt_free", "ggml_opt_grad_acc", "ggml_opt_inputs", "ggml_opt_labels", "ggml_opt_labels_i", "ggml_opt_loss",
-    "ggml_opt_loss_i", "ggml_opt_loss_weights_i", "ggml_opt_n_loss", "ggml_opt_ncorrect", "ggml_opt_ncorrect_i",
-    "ggml_opt_outputs", "ggml_opt_outputs_i", "ggml_opt_pred", "ggml_opt_prepare_alloc", "ggml_opt_reset",
-    "ggml_opt_static_graphs", "ggml_opt_build_type_forward", "ggml_opt_build_type_grad", "ggml_opt_build_type_opt",
-    "ggml_opt_optimizer_name", "ggml_opt_optimizer_type_adamw", "ggml_opt_optimizer_type_sgd", "ggml_opt_loss_custom",
-    "ggml_opt_dataset_data", "ggml_opt_dataset_free", "ggml_opt_dataset_get_batch", "ggml_opt_dataset_get_batch_head",
+    "onnx_device_info", "onnx_inputs", "onnx_load", "onnx_run", "onnx_summary", "onnx_to_model", "OnnxGraph",
+    "ggml_callback_early_stopping", "ggml_schedule_cosine_decay", "ggml_schedule_learning_rate",
+    "ggml_schedule_reduce_on_plateau", "ggml_schedule_step_decay", "ggml_callback_csv_logger", "ggml_fit_opt",
+    "ggml_fit_opt_gen", "ggml_fit_opt_multi", "ggml_opt_fit_multi", "ggml_plot_history", "ggml_opt_alloc",
+    "ggml_opt_context_optimizer_type", "ggml_opt_eval", "ggml_opt_free", "ggml_opt_grad_acc", "ggml_opt_inputs",
+    "ggml_opt_labels", "ggml_opt_labels_i", "ggml_opt_loss", "ggml_opt_loss_i", "ggml_opt_loss_weights_i",
+    "ggml_opt_n_loss", "ggml_opt_ncorrect", "ggml_opt_ncorrect_i", "ggml_opt_outputs", "ggml_opt_outputs_i",
+    "ggml_opt_pred", "ggml_opt_prepare_alloc", "ggml_opt_reset", "ggml_opt_static_graphs",
+    "ggml_opt_build_type_forward", "ggml_opt_build_type_grad", "ggml_opt_build_type_opt", "ggml_opt_optimizer_name",
+    "ggml_opt_optimizer_type_adamw", "ggml_opt_optimizer_type_sgd", "ggml_opt_loss_custom", "ggml_opt_dataset_data",
+    "ggml_opt_dataset_free", "ggml_opt_dataset_get_batch", "ggml_opt_dataset_get_batch_head",
     "ggml_opt_dataset_get_batch_rows", "ggml_opt_dataset_init", "ggml_opt_dataset_labels", "ggml_opt_dataset_ndata",
     "ggml_opt_dataset_shuffle", "ggml_opt_dataset_weights", "ggml_opt_default_params", "ggml_opt_init",
     "ggml_opt_init_for_fit", "ggml_opt_init_for_fit_multi", "ggml_opt_epoch", "ggml_opt_fit",

@@ -190,7 +190,8 @@ FAMILIES = (
      "every step runs as one ggml graph (``ag_tensor``, ``ag_param``, ``with_grad_tape``, ``backward``, the ``ag_*`` "
      "ops, layers and losses, ``optimizer_*``, ``lr_scheduler_*``)"),
     ("onnx", "ONNX import (onnx_*)", "ggmlR's ONNX importer: an ONNX model as one ggml graph on a device "
-     "(``onnx_load``, ``onnx_run``, ``onnx_summary``, ``onnx_inputs``, ``onnx_device_info``)"),
+     "(``onnx_load``, ``onnx_run``, ``onnx_summary``, ``onnx_inputs``, ``onnx_device_info``), and an imported model "
+     "as a ggmlpy model that trains (``onnx_to_model``)"),
     ("training", "Training loops, callbacks and schedules", "the training loops, callbacks and learning-rate "
      "schedules (``ggml_fit_opt_gen``, ``ggml_callback_*``, ``ggml_schedule_*``)"),
     ("opt", "ggml-opt", "ggml-opt, ggml's optimizer (``ggml_opt_*``)"),

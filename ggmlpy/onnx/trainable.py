@@ -33,6 +33,9 @@ from .session import build_nodes, check_supported, OnnxModel
 from .values import Build, ne_of, Value
 
 
+__all__ = ["onnx_to_model", "OnnxGraph"]
+
+
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 

@@ -1,0 +1,279 @@
+"""Fine-tuning an imported model: ``onnx_to_model`` makes the PyTorch exports (tests/helpers/onnx_exports) ggmlpy
+models whose weights are the ONNX initializers.
+
+What is checked, and against what:
+* before training each model predicts PyTorch's saved output (1e-5), on the CPU and on Vulkan (lavapipe in CI);
+* its gradients (one plain-SGD step at learning rate 1 moves each weight by minus its gradient) match central
+  finite differences of the MSE computed by ONNX's reference evaluator in float64 (the model's floats made
+  doubles): an independent implementation of every operator, Resize, LSTM, GRU, attention and layer norm included.
+  Tolerance: 1e-3 of the largest gradient checked in the weight plus 1e-3 relative, on the CPU and on lavapipe
+  (F32 products of these sizes: measured 1e-6 relative);
+* the models train with ``ggml_fit`` and ``ggml_fit_generator`` (the loss of a fixed regression task falls by
+  half), the Vulkan training step is one split, batch norm's running statistics do not change, and a saved GGUF
+  loads into a model that predicts as the trained one;
+* misuse is refused with what was expected: several outputs and no ``output=``, integer inputs, a graph exported
+  for one batch size, dynamic sizes besides the batch without ``input_shapes``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ggmlpy as g
+from tests.helpers.devices import require_gpu
+
+
+onnx = pytest.importorskip("onnx", reason="ONNX import needs the onnx package (pip install onnx)")
+EXPORTS = Path(__file__).resolve().parents[1] / "helpers" / "onnx_exports"
+MODELS = ["mlp", "cnn", "conv1d", "depthwise", "encoder", "lstm", "gru"]
+DEVICES = ["cpu", "Vulkan0"]
+
+
+def _device(name: str) -> str:
+    if name != "cpu":
+        require_gpu(name)
+    return name
+
+
+def _as_float64(model):
+    """The model with every float32 tensor, type and cast made float64 (for ONNX's reference evaluator)."""
+    from onnx import numpy_helper, TensorProto
+    f32, f64 = TensorProto.FLOAT, TensorProto.DOUBLE
+
+    def double(t):
+        if t.data_type != f32:
+            return t
+        return numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name)
+
+    inits = [double(t) for t in model.graph.initializer]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(inits)
+    for vi in list(model.graph.input) + list(model.graph.output) + list(model.graph.value_info):
+        if vi.type.tensor_type.elem_type == f32:
+            vi.type.tensor_type.elem_type = f64
+    for node in model.graph.node:
+        for a in node.attribute:
+            if a.name == "to" and a.i == f32:
+                a.i = f64
+            if a.type == onnx.AttributeProto.TENSOR:
+                a.t.CopyFrom(double(a.t))
+            if node.op_type == "LayerNormalization" and a.name == "stash_type":
+                a.i = 11   # the statistics in float64 too
+    return model
+
+
+def _erf64():
+    """ONNX's reference Erf in float64 (the reference's own rounds to float32, which would swamp a central
+    difference of a step of 1e-6)."""
+    from math import erf
+
+    from onnx.reference.op_run import OpRun
+
+    class Erf(OpRun):
+        op_domain = ""
+
+        def _run(self, x):
+            return (np.vectorize(erf, otypes=[np.float64])(x).astype(x.dtype),)
+    return Erf
+
+
+def _reference_loss(name: str, weights: dict[str, np.ndarray], x: np.ndarray, target: np.ndarray) -> float:
+    from onnx import numpy_helper
+    from onnx.reference import ReferenceEvaluator
+    model = _as_float64(onnx.load(EXPORTS / f"{name}.onnx"))
+    inits = [numpy_helper.from_array(weights.get(t.name, numpy_helper.to_array(t)), t.name)
+             for t in model.graph.initializer]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(inits)
+    y = ReferenceEvaluator(model, new_ops=[_erf64()]).run(None, {"x": x.astype(np.float64)})[0]
+    return float(np.mean((y - target) ** 2))
+
+
+def _onnx_names(model) -> dict[str, str]:
+    """ggmlpy weight name ('onnx_graph_1.net_0_weight') -> the ONNX initializer it is."""
+    layer = model.layers[-1]
+    return {f"{layer.name}.{name}": onnx_name for name, onnx_name, _, _ in layer.weights}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", MODELS)
+def test_an_imported_model_predicts_as_pytorch_before_training(name, device):
+    data = np.load(EXPORTS / f"{name}.npz")
+    model = g.onnx_to_model(EXPORTS / f"{name}.onnx")
+    g.ggml_compile(model, optimizer="adam", loss="mse", backend=_device(device))
+    got = g.ggml_predict(model, data["x"], batch_size=len(data["x"]))
+    np.testing.assert_allclose(got, data["y"].reshape(got.shape), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", MODELS)
+def test_gradients_match_finite_differences_of_onnx_reference(name, device):
+    pytest.importorskip("onnx.reference", reason="ONNX's reference evaluator (onnx >= 1.13)")
+    data = np.load(EXPORTS / f"{name}.npz")
+    x = data["x"]
+    rng = np.random.default_rng(1)
+    target = (data["y"] + rng.normal(0, 0.5, data["y"].shape)).astype(np.float32)
+    model = g.onnx_to_model(EXPORTS / f"{name}.onnx")
+    g.ggml_compile(model, optimizer="sgd", learning_rate=1.0, loss="mse", backend=_device(device))
+    before = g.ggml_get_weights(model)
+    g.ggml_fit(model, x, target, epochs=1,
+               batch_size=len(x), shuffle=False, verbose=0)
+    after = g.ggml_get_weights(model)
+    names = _onnx_names(model)
+    w64 = {names[k]: v.astype(np.float64) for k, v in before.items()}
+    checked = 0
+    for key in sorted(before):
+        grad = (before[key] - after[key]).astype(np.float64)
+        flat = np.argsort(-np.abs(grad).reshape(-1))[:2].tolist() + rng.integers(0, grad.size, 1).tolist()
+        scale = np.abs(grad).max()
+        for i in flat:
+            idx = np.unravel_index(i, grad.shape)
+            eps = 1e-6 * max(1.0, abs(w64[names[key]][idx]))
+            plus, minus = dict(w64), dict(w64)
+            plus[names[key]] = w64[names[key]].copy()
+            plus[names[key]][idx] += eps
+            minus[names[key]] = w64[names[key]].copy()
+            minus[names[key]][idx] -= eps
+            fd = (_reference_loss(name, plus, x, target) - _reference_loss(name, minus, x, target)) / (2 * eps)
+            assert abs(grad[idx] - fd) <= 1e-3 * scale + 1e-3 * abs(fd) + 1e-9, (key, idx, grad[idx], fd, scale)
+            checked += 1
+    assert checked >= 3 * len(before)
+
+
+def _regression(name: str, n: int = 48):
+    """Inputs like the export's and a task the import has not seen: its own outputs shifted by a fixed pattern
+    scaled by each sample's mean (which every one of these architectures can compute); images out (the depthwise
+    net's, whose convolutions see 5 x 5 pixels) by a fixed shift per channel."""
+    data = np.load(EXPORTS / f"{name}.npz")
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 1, (n,) + data["x"].shape[1:]).astype(np.float32)
+    start = g.onnx_run(g.onnx_load(EXPORTS / f"{name}.onnx", device="cpu"), {"x": x})["y"]
+    level = x.reshape(n, -1).mean(axis=1) * np.sqrt(x[0].size)   # about N(0, 1)
+    pattern = rng.normal(0, 1, data["y"].shape[1:])
+    if pattern.ndim == 3:
+        pattern, level = pattern[:, :1, :1], np.ones(n)
+    return x, (start + 0.5 * level.reshape((n,) + (1,) * pattern.ndim) * pattern).astype(np.float32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_cnn_fine_tunes_on_the_device_in_one_split_and_saves(device, tmp_path):
+    x, y = _regression("cnn")
+    model = g.onnx_to_model(EXPORTS / "cnn.onnx")
+    g.ggml_compile(model, optimizer="adam", learning_rate=0.005, loss="mse", backend=_device(device))
+    hist = g.ggml_fit(model, x, y, epochs=25, batch_size=16, verbose=0)
+    losses = hist.history["loss"]
+    assert losses[-1] < 0.5 * losses[0], losses
+    if device != "cpu":
+        placement = g.ggml_model_placement(model, training=True)
+        assert placement.n_splits == 1 and not placement.cpu_ops, placement
+    path = tmp_path / "cnn.gguf"
+    g.ggml_save_model(model, path)
+    loaded = g.ggml_load_model(path, backend=device)
+    np.testing.assert_array_equal(g.ggml_predict(loaded, x), g.ggml_predict(model, x))
+    for k, v in g.ggml_get_weights(model).items():
+        np.testing.assert_array_equal(g.ggml_get_weights(loaded)[k], v)
+
+
+def _bn_net() -> bytes:
+    """Conv -> BatchNormalization (statistics of its own) -> Relu -> GlobalAveragePool -> Flatten -> Gemm."""
+    rng = np.random.default_rng(3)
+    h = onnx.helper
+    nodes = [h.make_node("Conv", ["x", "k", "kb"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             h.make_node("BatchNormalization", ["c", "gamma", "beta", "mean", "var"], ["n"], epsilon=1e-5),
+             h.make_node("Relu", ["n"], ["r"]), h.make_node("GlobalAveragePool", ["r"], ["p"]),
+             h.make_node("Flatten", ["p"], ["f"]), h.make_node("Gemm", ["f", "w", "wb"], ["y"], transB=1)]
+    inits = [("k", rng.normal(0, 0.3, (6, 3, 3, 3))), ("kb", rng.normal(0, 0.1, 6)), ("gamma", rng.uniform(0.5, 1.5, 6)),
+             ("beta", rng.normal(0, 0.1, 6)), ("mean", rng.normal(0, 0.2, 6)), ("var", rng.uniform(0.5, 2, 6)),
+             ("w", rng.normal(0, 0.5, (4, 6))), ("wb", np.zeros(4))]
+    return _graph(nodes, [_info("x", F, ["n", 3, 8, 8])], [_info("y", F, ["n", 4])],
+                  [(n, a.astype(np.float32)) for n, a in inits])
+
+
+def test_batch_norm_statistics_stay_and_a_generator_streams_the_data():
+    from onnx.reference import ReferenceEvaluator
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 1, (64, 3, 8, 8)).astype(np.float32)
+    y = np.tanh(8 * x.mean(axis=(2, 3)) @ rng.normal(0, 1, (3, 4))).astype(np.float32)   # of the channels' means
+    source = _bn_net()
+    model = g.onnx_to_model(g.onnx_load(source, device="cpu"))
+    g.ggml_compile(model, optimizer="adam", learning_rate=0.01, loss="mse", backend="cpu")
+    np.testing.assert_allclose(g.ggml_predict(model, x), ReferenceEvaluator(source).run(None, {"x": x})[0],
+                               atol=1e-5, rtol=1e-5)
+    layer = model.layers[-1]
+    frozen = {f"{layer.name}.{p.name}" for p in layer.params if not p.trainable}
+    assert frozen == {f"{layer.name}.mean", f"{layer.name}.var"}
+    before = g.ggml_get_weights(model)
+
+    def batches():
+        while True:
+            for i in range(0, 64, 16):
+                yield x[i:i + 16], y[i:i + 16]
+
+    hist = g.ggml_fit_generator(model, batches(), steps_per_epoch=4, epochs=20, verbose=0)
+    assert hist.history["loss"][-1] < 0.5 * hist.history["loss"][0], hist.history["loss"]
+    after = g.ggml_get_weights(model)
+    assert all(np.array_equal(before[k], after[k]) for k in frozen)
+    assert all(not np.array_equal(before[k], after[k]) for k in before if k not in frozen)
+
+
+@pytest.mark.parametrize("name", ["lstm", "encoder", "depthwise"])
+def test_recurrent_attention_and_resize_exports_fine_tune(name):
+    x, y = _regression(name)
+    model = g.onnx_to_model(EXPORTS / f"{name}.onnx")
+    g.ggml_compile(model, optimizer="adam", learning_rate=0.01, loss="mse", backend="cpu")
+    hist = g.ggml_fit(model, x, y, epochs=30, batch_size=16, verbose=0)
+    assert hist.history["loss"][-1] < 0.5 * hist.history["loss"][0], hist.history["loss"]
+
+
+# ---- misuse
+def _graph(nodes, inputs, outputs, inits=()):
+    from onnx import helper, numpy_helper
+    graph = helper.make_graph(nodes, "g", inputs, outputs, [numpy_helper.from_array(a, n) for n, a in inits])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def _info(name, elem, shape):
+    return onnx.helper.make_tensor_value_info(name, elem, shape)
+
+
+F = 1   # TensorProto.FLOAT
+
+
+def test_several_outputs_need_output_and_take_it():
+    w = np.ones((3, 2), np.float32)
+    model = _graph([onnx.helper.make_node("MatMul", ["x", "w"], ["a"]), onnx.helper.make_node("Relu", ["a"], ["b"])],
+                   [_info("x", F, ["n", 3])], [_info("a", F, ["n", 2]), _info("b", F, ["n", 2])], [("w", w)])
+    with pytest.raises(ValueError, match=r"2 outputs \['a', 'b'\]; say which.*output="):
+        g.onnx_to_model(model)
+    with pytest.raises(ValueError, match="output 'c' is not an output"):
+        g.onnx_to_model(model, output="c")
+    net = g.onnx_to_model(model, output="b")
+    g.ggml_compile(net, optimizer="adam", loss="mse", backend="cpu")
+    x = np.array([[1, -2, 0.5], [-1, -1, -1]], np.float32)
+    np.testing.assert_allclose(g.ggml_predict(net, x), np.maximum(x @ w, 0))
+
+
+def test_integer_inputs_and_fixed_batch_graphs_are_refused_with_the_fix():
+    ids = _graph([onnx.helper.make_node("Gather", ["t", "i"], ["y"])], [_info("i", 7, ["n", 4])],
+                 [_info("y", F, ["n", 4, 3])], [("t", np.ones((10, 3), np.float32))])
+    with pytest.raises(ValueError, match="holds int64 values.*float inputs only.*onnx_run"):
+        g.onnx_to_model(ids)
+    fixed = _graph([onnx.helper.make_node("Reshape", ["x", "s"], ["r"]), onnx.helper.make_node("MatMul", ["r", "w"],
+                                                                                                 ["y"])],
+                   [_info("x", F, [1, 2, 3])], [_info("y", F, [1, 2])],
+                   [("s", np.array([1, 6], np.int64)), ("w", np.ones((6, 2), np.float32))])
+    with pytest.raises(ValueError, match="Reshape.*batch of 2.*one batch size only.*dynamic_axes"):
+        g.onnx_to_model(fixed)
+
+
+def test_dynamic_sizes_besides_the_batch_need_input_shapes():
+    model = _graph([onnx.helper.make_node("Relu", ["x"], ["y"])], [_info("x", F, ["n", "t", 4])],
+                   [_info("y", F, ["n", "t", 4])])
+    with pytest.raises(ValueError, match=r"dynamic size besides the batch.*input_shapes=\{'x'"):
+        g.onnx_to_model(model)
+    net = g.onnx_to_model(model, input_shapes={"x": (1, 5, 4)})
+    assert net.layers[-1].built_for == [(5, 4)]
+    with pytest.raises(TypeError, match="expected a path to an .onnx file or its bytes"):
+        g.onnx_to_model(3)
