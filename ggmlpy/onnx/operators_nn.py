@@ -320,3 +320,35 @@ def _spread(b: Build, t, shape: tuple[int, int, int, int], strides: list[int]):
         t = ggml_reshape_4d(b.ctx, t, w, sh * h, c, n)
         t = slice_axis(b, t, (n, c, sh * h, w), 2, 0, (h - 1) * sh + 1)
     return b.contiguous(t)
+
+
+@op("GroupNormalization", attrs=("epsilon", "num_groups", "stash_type"), since=18)
+def _group_norm(b: Build, node, xs, opset):
+    """Each sample's channels in ``num_groups`` groups, each group normalized over its channels and pixels, then a
+    scale and bias per channel (opset 21; per group before it)."""
+    x, scale, bias = xs[0], xs[1], xs[2]
+    groups = int(node.attrs["num_groups"]) if "num_groups" in node.attrs else 0
+    if len(x.shape) < 2 or groups < 1 or x.shape[1] % groups:
+        raise b.fail(f"num_groups {groups} must divide the {x.shape[1] if len(x.shape) > 1 else '?'} channels of "
+                     f"an input of shape {x.shape}")
+    n, c = x.shape[0], x.shape[1]
+    rest = int(np.prod(x.shape[2:], dtype=np.int64))
+    y = E.ggml_norm(b.ctx, b.reshaped(x, (n, groups, c // groups * rest)), float(node.attrs.get("epsilon", 1e-5)))
+    grouped = (n, groups, c // groups, rest)
+    y = b.reshaped(Value((n, groups, c // groups * rest), y), grouped)
+    per = (1, groups, c // groups, 1) if scale.shape[0] == c else (1, groups, 1, 1)   # per group before opset 21
+    y = E.ggml_add(b.ctx, E.ggml_mul(b.ctx, y, b.reshaped(scale, per)), b.reshaped(bias, per))
+    return [Value(x.shape, b.reshaped(Value(grouped, y), x.shape))]
+
+
+@op("RMSNormalization", attrs=("axis", "epsilon", "stash_type"), since=23)
+def _rms_norm(b: Build, node, xs, opset):
+    """x / sqrt(mean(x^2) + epsilon) over the axes from ``axis`` on, times ``scale``."""
+    x, scale = xs[0], xs[1]
+    rank = len(x.shape)
+    axis = axis_of(b, node.attrs.get("axis", -1), rank)
+    rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+    size = int(np.prod(x.shape[axis:], dtype=np.int64))
+    y = E.ggml_rms_norm(b.ctx, b.reshaped(x, (rows, size)), float(node.attrs.get("epsilon", 1e-5)))
+    y = b.reshaped(Value((rows, size), y), x.shape)
+    return [Value(x.shape, E.ggml_mul(b.ctx, y, b.reshaped(scale, (1,) * (rank - len(scale.shape)) + scale.shape)))]

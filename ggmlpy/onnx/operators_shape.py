@@ -8,6 +8,7 @@ from ..core.types import GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_F32
 from ..ops import elementwise as E
 from ..ops.activation import ggml_floor
 from ..ops.layout import ggml_cast, ggml_get_rows, ggml_permute, ggml_view_4d
+from ..ops.linalg import ggml_mul_mat
 from ..ops.reduce import ggml_concat, ggml_repeat
 from .registry import axis_of, const_arg, op
 from .values import Build, ne_of, Value
@@ -333,9 +334,9 @@ def _range(b: Build, node, xs, opset):
     return _fold_only(b, node, xs, opset)
 
 
-def _cast_dtype(node):
+def _cast_dtype(node, attr: str = "to"):
     from .protobuf import onnx_package
-    return np.dtype(onnx_package("onnx_load").helper.tensor_dtype_to_np_dtype(int(node.attrs["to"])))
+    return np.dtype(onnx_package("onnx_load").helper.tensor_dtype_to_np_dtype(int(node.attrs[attr])))
 
 
 @op("Cast", attrs=("to", "saturate", "round_mode"), fold=lambda node, xs, opset: [np.asarray(xs[0]).astype(
@@ -359,3 +360,84 @@ def _cast(b: Build, node, xs, opset):
 
 
 _INTEGERS = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
+
+
+def _eye_like(node, xs, opset):
+    shape = np.asarray(xs[0]).shape
+    dtype = _cast_dtype(node, "dtype") if "dtype" in node.attrs else np.asarray(xs[0]).dtype
+    return [np.eye(shape[0], shape[1], int(node.attrs.get("k", 0)), dtype=dtype)]
+
+
+@op("EyeLike", attrs=("dtype", "k"), fold=_eye_like)
+def _eye_like_build(b: Build, node, xs, opset):
+    """Ones on a diagonal of the input's (2-D) shape: known from the shape alone."""
+    if len(xs[0].shape) != 2:
+        raise b.fail(f"EyeLike takes a 2-D input, got shape {xs[0].shape}")
+    return [Value.of(_eye_like(node, [np.zeros(xs[0].shape, np.float32)], opset)[0])]
+
+
+@op("NonZero", fold=lambda node, xs, opset: [np.array(np.nonzero(xs[0]), np.int64)])
+def _non_zero(b: Build, node, xs, opset):
+    raise b.fail("NonZero of data the graph computes: its output's shape depends on the values (ggml's graphs have "
+                 "fixed shapes); it is computed where its input is known when the graph is built")
+
+
+def _scatter_targets(node, data_shape: tuple[int, ...], indices) -> tuple[np.ndarray, ...]:
+    """Where each update goes (ScatterElements): the flat positions' coordinates, negative indices wrapped."""
+    axis = int(node.attrs.get("axis", 0)) % len(data_shape)
+    idx = np.asarray(indices, np.int64)
+    idx = np.where(idx < 0, idx + data_shape[axis], idx)
+    if ((idx < 0) | (idx >= data_shape[axis])).any():
+        raise IndexError(f"ScatterElements indices out of range for an axis of {data_shape[axis]}")
+    where: list[np.ndarray] = list(np.indices(idx.shape, sparse=True))
+    where[axis] = idx
+    return tuple(np.broadcast_arrays(*where))
+
+
+def _reduction(node) -> str:
+    r = node.attrs.get("reduction", b"none")
+    return r.decode() if isinstance(r, bytes) else str(r)
+
+
+def _scatter_elements(node, xs, opset):
+    data, updates = np.array(xs[0]), np.asarray(xs[2])
+    target = _scatter_targets(node, data.shape, xs[1])
+    ufunc = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}.get(_reduction(node))
+    if ufunc is None:
+        data[target] = updates
+    else:
+        ufunc.at(data, target, updates)
+    return [data]
+
+
+@op("ScatterElements", "Scatter", attrs=("axis", "reduction"), fold=_scatter_elements, static=(1,))
+def _scatter_build(b: Build, node, xs, opset):
+    """With the indices known (an initializer, or an input whose values pick the graph): ``data`` kept where no
+    update goes, plus a one-hot matrix product that moves each update to its place (reduction none: the last of
+    duplicates; add: their sum on top of the data)."""
+    data, updates = xs[0], xs[2]
+    reduction = _reduction(node)
+    if reduction not in ("none", "add"):
+        raise b.fail(f"ScatterElements with reduction '{reduction}' of data the graph computes is not supported "
+                     "(none and add are)")
+    try:
+        target = _scatter_targets(node, data.shape, const_arg(b, xs[1], "indices"))
+    except IndexError as exc:
+        raise b.fail(str(exc)) from None
+    n_out, n_up = int(np.prod(data.shape)), int(np.prod(updates.shape))
+    if n_out * n_up > 1 << 24:
+        raise b.fail(f"ScatterElements of {n_up} updates into {n_out} values: too large to build as a product")
+    flat = np.ravel_multi_index(target, data.shape).reshape(-1)
+    move = np.zeros((n_out, n_up), np.float32)
+    if reduction == "add":
+        np.add.at(move, (flat, np.arange(n_up)), 1.0)
+        keep = np.ones(n_out, np.float32)
+    else:
+        last = {int(p): i for i, p in enumerate(flat)}
+        move[list(last), list(last.values())] = 1.0
+        keep = np.ones(n_out, np.float32)
+        keep[list(last)] = 0.0
+    moved = ggml_mul_mat(b.ctx, b.tensor(Value.of(move)), b.reshaped(updates, (1, n_up)))   # [n_out, 1]
+    kept = E.ggml_mul(b.ctx, b.reshaped(data, (1, n_out)), b.tensor(Value.of(keep.reshape(1, n_out))))
+    y = E.ggml_add(b.ctx, kept, moved)
+    return [Value(data.shape, b.reshaped(Value((1, n_out), y), data.shape))]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import math
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,7 +21,7 @@ from ..core.args import positive_int_arg
 from ..core.types import GGML_TYPE_F32
 from ..errors import GgmlTypeError, GgmlValueError
 from ..graph.context import ggml_init, ggml_tensor_overhead
-from ..graph.objects import Tensor
+from ..graph.objects import Context, Tensor
 from ..graph.tensor import ggml_new_tensor, pending_constant
 from ..models.builders import ggml_apply, ggml_input, ggml_model
 from ..models.layers.layer import Layer, natural_ne
@@ -93,12 +94,17 @@ class OnnxGraph(Layer):
         graph: the ONNX model without its weights, serialized and base64-encoded (its constant initializers kept).
         output: the name of the graph output the layer returns.
         weights: one ``[weight name, initializer name, shape, trains]`` per weight.
+        initial: the weights' starting values by weight name (numpy order; not saved: a saved model's file holds
+            its weights); None: zeros until values are set (``ggml_set_weights``, a load).
     """
     kind = "onnx_graph"
     builder_functions = False
     many_inputs = "either"
 
-    def __init__(self, graph: str, output: str, weights: list, **kw: Unpack[LayerOptions]) -> None:
+    NOT_SAVED = ("initial",)
+
+    def __init__(self, graph: str, output: str, weights: list, initial: dict | None = None,
+                 **kw: Unpack[LayerOptions]) -> None:
         super().__init__(**kw)
         fn = "OnnxGraph"
         if not isinstance(graph, str) or not isinstance(output, str) or not isinstance(weights, (list, tuple)):
@@ -109,14 +115,14 @@ class OnnxGraph(Layer):
         except ValueError:
             raise GgmlValueError(f"{fn}: graph is not base64 text of an ONNX model") from None
         spec = read_model(data, fn)
-        rows = []
+        rows: list[tuple[str, str, tuple[int, ...], bool]] = []
         for row in weights:
             if (not isinstance(row, (list, tuple)) or len(row) != 4 or not isinstance(row[0], str)
                     or not isinstance(row[1], str) or not isinstance(row[2], (list, tuple))):
                 raise GgmlValueError(f"{fn}: each weight is [weight name, initializer name, shape, trains], got "
                                      f"{row!r}")
             shape = tuple(positive_int_arg(fn, f"the shape of weight {row[0]!r}", d) for d in row[2])
-            rows.append([row[0], row[1], list(shape), bool(row[3])])
+            rows.append((row[0], row[1], shape, bool(row[3])))
             # the weight's place in the graph: a zero-size view of its shape (read only for its shape)
             spec.initializers[row[1]] = np.broadcast_to(np.float32(0), shape)
         outputs = [name for name, _ in spec.outputs]
@@ -127,8 +133,10 @@ class OnnxGraph(Layer):
         if floats:
             raise GgmlValueError(f"{fn}: input(s) {floats} of the graph hold integers; a model made of the graph "
                                  "reads float inputs only (run it with onnx_run)")
-        self.graph, self.output, self.weights = graph, output, rows
+        self.graph, self.output, self.weights = graph, output, [[n, o, list(s), t] for n, o, s, t in rows]
+        self._rows = rows
         self._spec = spec
+        self._initial = {k: np.asarray(v, np.float32) for k, v in (initial or {}).items()}
         # input shapes -> (output's sample shape, tensors, constants the graph makes)
         self._shapes: dict[tuple, tuple[tuple[int, ...], int, int]] = {}
 
@@ -166,8 +174,8 @@ class OnnxGraph(Layer):
             try:
                 pending: list = []
                 weights = {onnx: ggml_new_tensor(ctx, GGML_TYPE_F32, len(ne_of(s)), ne_of(s))
-                           for _, onnx, s, _ in self.weights}
-                b = Build(ctx, None, weights, lambda arr, ctx=ctx, pending=pending: pending_constant(ctx, arr, pending))
+                           for _, onnx, s, _ in self._rows}
+                b = Build(ctx, None, weights, _collect(ctx, pending))
                 xs = [ggml_new_tensor(ctx, GGML_TYPE_F32, len(ne_of((2,) + s)), ne_of((2,) + s)) for s in shapes]
                 out = self._output(b, xs, shapes, 2)
                 n_tensors = ctx.used_mem // ggml_tensor_overhead()
@@ -198,9 +206,9 @@ class OnnxGraph(Layer):
         return self._probe(shapes)[2]
 
     def make_params(self, shapes):
-        initial = self.__dict__.get("_initial") or {}
+        initial = self._initial
         specs = []
-        for name, _, shape, trains in self.weights:
+        for name, _, shape, trains in self._rows:
             value = initial.get(name)
             ne = ne_of(tuple(shape))
             specs.append(ParamSpec(name, ne, "given" if value is not None else "zeros",
@@ -208,7 +216,7 @@ class OnnxGraph(Layer):
         return specs
 
     def forward(self, g: Builder, xs, shapes):
-        weights = {onnx: g.param(self, name) for name, onnx, _, _ in self.weights}
+        weights = {onnx: g.param(self, name) for name, onnx, _, _ in self._rows}
         b = Build(g.ctx, None, weights, g.constant)
         b.device, b.differentiable = g.params.backend.device, g.training
         out = self._output(b, xs, shapes, g.batch)
@@ -284,10 +292,15 @@ def onnx_to_model(model: object, output: str | None = None, input_shapes: dict |
     names = weight_names(list(roles))
     graph = with_initializers(spec.skeleton, {k: v for k, v in spec.initializers.items() if k not in roles}, fn)
     layer = OnnxGraph(base64.b64encode(graph).decode(), output,
-                      [[n, onnx, list(spec.initializers[onnx].shape), roles[onnx]] for n, onnx in zip(names, roles)])
-    layer._initial = {n: np.asarray(spec.initializers[onnx], np.float32) for n, onnx in zip(names, roles)}
+                      [[n, onnx, list(spec.initializers[onnx].shape), roles[onnx]] for n, onnx in zip(names, roles)],
+                      initial={n: spec.initializers[onnx] for n, onnx in zip(names, roles)})
     node = ggml_apply(inputs if len(inputs) > 1 else inputs[0], layer)
     return ggml_model(inputs if len(inputs) > 1 else inputs[0], node, name=name)
+
+
+def _collect(ctx: Context, pending: list) -> Callable[[np.ndarray], Tensor]:
+    """Constants made in ``ctx`` and listed in ``pending`` (a graph built only for its shapes: never written)."""
+    return lambda arr: pending_constant(ctx, arr, pending)
 
 
 def _node_name(name: str) -> str:

@@ -184,7 +184,8 @@ def _bn_net() -> bytes:
              h.make_node("BatchNormalization", ["c", "gamma", "beta", "mean", "var"], ["n"], epsilon=1e-5),
              h.make_node("Relu", ["n"], ["r"]), h.make_node("GlobalAveragePool", ["r"], ["p"]),
              h.make_node("Flatten", ["p"], ["f"]), h.make_node("Gemm", ["f", "w", "wb"], ["y"], transB=1)]
-    inits = [("k", rng.normal(0, 0.3, (6, 3, 3, 3))), ("kb", rng.normal(0, 0.1, 6)), ("gamma", rng.uniform(0.5, 1.5, 6)),
+    inits = [("k", rng.normal(0, 0.3, (6, 3, 3, 3))), ("kb", rng.normal(0, 0.1, 6)),
+             ("gamma", rng.uniform(0.5, 1.5, 6)),
              ("beta", rng.normal(0, 0.1, 6)), ("mean", rng.normal(0, 0.2, 6)), ("var", rng.uniform(0.5, 2, 6)),
              ("w", rng.normal(0, 0.5, (4, 6))), ("wb", np.zeros(4))]
     return _graph(nodes, [_info("x", F, ["n", 3, 8, 8])], [_info("y", F, ["n", 4])],
