@@ -24,7 +24,14 @@ from ..graph.graph import ggml_build_forward_expand, ggml_new_graph_custom
 from ..graph.objects import Context, Graph, Tensor
 from ..graph.tensor import ggml_new_tensor, ggml_set_name, ggml_set_output
 from ..models.engine.runtime import make_scheduler
-from . import operators_image, operators_math, operators_nn, operators_rnn, operators_shape  # noqa: F401 - they register the operators
+from . import (  # noqa: F401
+    operators_image,
+    operators_math,
+    operators_nn,
+    operators_quantize,
+    operators_rnn,
+    operators_shape,  # they register the operators
+)
 from .protobuf import GraphSpec
 from .registry import all_known, known, OPS
 from .values import Build, ne_of, Value
