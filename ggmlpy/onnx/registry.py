@@ -24,18 +24,21 @@ class OpSpec:
     fold: Folder | None = None
     since: int = 1        # the first opset whose semantics the builder follows
     static: frozenset[int] = frozenset()   # inputs that must be known when the graph is built (shapes, axes)
+    domains: frozenset[str] = frozenset({"", "ai.onnx"})   # the operator sets it belongs to
 
 
 OPS: dict[str, OpSpec] = {}
 
 
 def op(*names: str, attrs: tuple[str, ...] = (), fold: Folder | None = None, since: int = 1,
-       static: tuple[int, ...] = ()) -> Callable[[Builder], Builder]:
+       static: tuple[int, ...] = (), domain: str = "") -> Callable[[Builder], Builder]:
     """Register a builder for the ONNX operators ``names``; ``static``: the inputs it needs known when the graph is
-    built (a graph input there is read from each run's data, and its value picks the graph)."""
+    built (a graph input there is read from each run's data, and its value picks the graph); ``domain``: an operator
+    set other than ONNX's own ("com.microsoft": onnxruntime's quantized operators)."""
     def register(fn: Builder) -> Builder:
         for name in names:
-            OPS[name] = OpSpec(fn, frozenset(attrs), fold, since, frozenset(static))
+            OPS[name] = OpSpec(fn, frozenset(attrs), fold, since, frozenset(static),
+                               frozenset({domain}) if domain else frozenset({"", "ai.onnx"}))
         return fn
     return register
 

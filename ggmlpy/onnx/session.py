@@ -25,6 +25,7 @@ from ..graph.objects import Context, Graph, Tensor
 from ..graph.tensor import ggml_new_tensor, ggml_set_name, ggml_set_output
 from ..models.engine.runtime import make_scheduler
 from . import (  # noqa: F401
+    operators_detection,
     operators_image,
     operators_math,
     operators_nn,
@@ -47,10 +48,10 @@ def check_supported(spec: GraphSpec, fn: str) -> None:
     made = {name for name, _, _ in spec.inputs} | set(spec.initializers)
     for node in spec.nodes:
         where = f"{fn}: {node.op} node '{node.name}' (opset {spec.opset})"
-        if node.domain not in ("", "ai.onnx"):
-            raise GgmlValueError(f"{where}: operators of the domain '{node.domain}' are not supported")
         entry = OPS.get(node.op)
-        if entry is None:
+        if entry is None or node.domain not in entry.domains:
+            if node.domain not in ("", "ai.onnx"):
+                raise GgmlValueError(f"{where}: the operator {node.op} of the domain '{node.domain}' is not supported")
             raise GgmlValueError(f"{where}: the operator {node.op} is not supported (supported: "
                                  f"{', '.join(sorted(OPS))})")
         if spec.opset < entry.since:
