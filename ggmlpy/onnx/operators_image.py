@@ -191,7 +191,7 @@ def resize_matrix(in_n: int, out_n: int, scale: float, mode: str, ctm: str, near
     return m, inside
 
 
-def _along(b: Build, t, shape: tuple[int, ...], axis: int, matrix: np.ndarray):
+def along_axis(b: Build, t, shape: tuple[int, ...], axis: int, matrix: np.ndarray):
     """``t`` (ONNX ``shape``) with the axis ``axis`` mapped through ``matrix`` (out x in): one matrix product, the
     axis moved to ggml's first dimension and back where it is not there."""
     rank = len(shape)
@@ -293,7 +293,7 @@ def _resize(b: Build, node, xs, opset):
             m, kept = resize_matrix(shape[a], out_shape[a], full_scale[a], mode, ctm, nearest,
                                     float(node.attrs.get("cubic_coeff_a", -0.75)),
                                     bool(int(node.attrs.get("exclude_outside", 0))), antialias, roi[a])
-            t = _along(b, t, shape, a, m)
+            t = along_axis(b, t, shape, a, m)
             shape = tuple(out_shape[a] if i == a else d for i, d in enumerate(shape))
             inside &= kept.reshape([-1 if i == a else 1 for i in range(rank)])
     extrapolation = float(node.attrs.get("extrapolation_value", 0.0))

@@ -19,8 +19,9 @@ from ..ops.layout import ggml_permute, ggml_reshape_2d, ggml_reshape_4d
 from ..ops.linalg import ggml_mul_mat
 from ..ops.reduce import ggml_concat, ggml_sum_rows
 from ..ops.resize import ggml_pad_ext
-from .operators_image import pad_value
+from .operators_image import along_axis, pad_value
 from .operators_shape import slice_axis
+from .protobuf import Node
 from .registry import axis_of, op
 from .values import Build, Value
 
@@ -258,6 +259,11 @@ def _conv_transpose(b: Build, node, xs, opset):
         pads, extra = [0, pads[0], 0, pads[1]], [0] + extra
     if c != cin or cin % group:
         raise b.fail(f"ConvTranspose of {c} channels with weights {w.shape} in {group} groups")
+    if b.differentiable:
+        out = _conv_transpose_as_conv(b, node, x, w, bias, group, strides, pads, extra, opset)
+        if one_d:
+            return [Value((n, out.shape[1], out.shape[3]), b.reshaped(out, (n, out.shape[1], out.shape[3])))]
+        return [out]
     s = strides[1]
     source = b.tensor(x)
     if strides[0] != strides[1]:   # unequal strides: zeros between the pixels, then a stride of 1
@@ -303,6 +309,48 @@ def _conv_transpose(b: Build, node, xs, opset):
     if one_d:
         return [Value((n, cout, out_w), b.reshaped(Value((n, cout, out_h, out_w), yt), (n, cout, out_w)))]
     return [Value((n, cout, out_h, out_w), yt)]
+
+
+def _conv_transpose_as_conv(b: Build, node, x: Value, w: Value, bias: Value | None, group: int, strides: list[int],
+                            pads: list[int], extra: list[int], opset: int) -> Value:
+    """ConvTranspose from ops ggml differentiates (a graph that trains): the input with zeros between its pixels
+    (one-hot matrix products), padded by the kernel's size less one, less ``pads``, plus ``output_padding``, then
+    a convolution of stride 1 with the kernel flipped and its channel axes swapped (per group)."""
+    n, c, h, wd = x.shape
+    cin, cout_g, kh, kw = w.shape
+    t, shape = b.tensor(x), x.shape
+    for axis, (size, stride) in enumerate(zip((h, wd), strides), start=2):
+        if stride > 1:
+            m = np.zeros(((size - 1) * stride + 1, size))
+            m[np.arange(size) * stride, np.arange(size)] = 1.0
+            t = along_axis(b, t, shape, axis, m)
+            shape = tuple(m.shape[0] if i == axis else d for i, d in enumerate(shape))
+    top, left, bottom, right = pads
+    v = Value(shape, t)
+    want = [(kh - 1 - top, kh - 1 - bottom + extra[0]), (kw - 1 - left, kw - 1 - right + extra[1])]
+    for axis, (before, after) in enumerate(want, start=2):   # a negative pad crops
+        if before < 0 or after < 0:
+            start, stop = max(0, -before), v.shape[axis] - max(0, -after)
+            v = Value(tuple(stop - start if i == axis else d for i, d in enumerate(v.shape)),
+                      slice_axis(b, v.tensor, v.shape, axis, start, stop))
+    begins = [0, 0, max(0, want[0][0]), max(0, want[1][0])]
+    ends = [0, 0, max(0, want[0][1]), max(0, want[1][1])]
+    v = pad_value(b, v, begins, ends)
+    per_in = cin // group
+    kernel = b.tensor(w)
+    for axis, size in ((2, kh), (3, kw)):   # flipped along H and W
+        kernel = along_axis(b, kernel, w.shape, axis, np.eye(size)[::-1])
+    parts = []
+    for gi in range(group):   # [per_in, cout_g, kh, kw] -> [cout_g, per_in, kh, kw]
+        piece = slice_axis(b, kernel, w.shape, 0, gi * per_in, (gi + 1) * per_in)
+        parts.append(E.ggml_cont(b.ctx, ggml_permute(b.ctx, b.contiguous(piece), 0, 1, 3, 2)))
+    k = parts[0]
+    for p in parts[1:]:
+        k = ggml_concat(b.ctx, k, p, 3)
+    flipped = Value((cout_g * group, per_in, kh, kw), k)
+    conv = Node("Conv", node.name, [f"{node.name}#x", f"{node.name}#k"] + ([f"{node.name}#b"] if bias else []),
+                [f"{node.name}#y"], {"group": group, "kernel_shape": [kh, kw]})
+    return _conv(b, conv, [v, flipped] + ([bias] if bias is not None else []), opset)[0]
 
 
 def _spread(b: Build, t, shape: tuple[int, int, int, int], strides: list[int]):
