@@ -357,8 +357,17 @@ def _gemm(b: Build, node, xs, opset):
 
 
 # ---------------------------------------------------------------- reductions
+REDUCTIONS = {"ReduceMean": np.mean, "ReduceSum": np.sum, "ReduceMax": np.max, "ReduceMin": np.min,
+              "ReduceProd": np.prod,
+              "ReduceL1": lambda x, **k: np.sum(np.abs(x), **k),
+              "ReduceL2": lambda x, **k: np.sqrt(np.sum(np.square(x), **k)),
+              "ReduceSumSquare": lambda x, **k: np.sum(np.square(x), **k),
+              "ReduceLogSum": lambda x, **k: np.log(np.sum(x, **k)),
+              "ReduceLogSumExp": lambda x, **k: np.log(np.sum(np.exp(x), **k))}
+
+
 def _reduce_fold(node, xs, opset):
-    fn = {"ReduceMean": np.mean, "ReduceSum": np.sum, "ReduceMax": np.max, "ReduceMin": np.min}[node.op]
+    fn = REDUCTIONS[node.op]
     axes = _axes_attr(node, xs, opset)
     keep = bool(node.attrs.get("keepdims", 1))
     if axes is None:
@@ -396,20 +405,36 @@ def _reduce(b: Build, node, xs, opset):
     rows = int(np.prod([x.shape[i] for i in kept], dtype=np.int64))
     size = int(np.prod([x.shape[i] for i in axes], dtype=np.int64))
     flat = b.reshaped(Value(tuple(x.shape[i] for i in moved), t), (rows, size))
-    if node.op == "ReduceMax":
-        r = ggml_pool_1d(b.ctx, flat, POOL_MAX, size, size, 0)
-    elif node.op == "ReduceMin":
-        r = E.ggml_neg(b.ctx, ggml_pool_1d(b.ctx, E.ggml_neg(b.ctx, flat), POOL_MAX, size, size, 0))
-    else:
-        r = ggml_sum_rows(b.ctx, flat)
-        if node.op == "ReduceMean":
-            r = E.ggml_scale(b.ctx, r, 1.0 / size)
+    r = _reduced(b, node.op, flat, size)
     shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)) if keep else tuple(x.shape[i] for i in kept)
     return [Value(shape, b.reshaped(Value((rows, 1), r), shape))]
 
 
-op("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", attrs=("axes", "keepdims", "noop_with_empty_axes"),
-   fold=_reduce_fold, static=(1,))(_reduce)
+def _reduced(b: Build, name: str, flat, size: int):
+    """Each row of ``flat`` (``[size, rows]``) reduced to one value."""
+    ctx = b.ctx
+    if name == "ReduceMax":
+        return ggml_pool_1d(ctx, flat, POOL_MAX, size, size, 0)
+    if name == "ReduceMin":
+        return E.ggml_neg(ctx, ggml_pool_1d(ctx, E.ggml_neg(ctx, flat), POOL_MAX, size, size, 0))
+    if name == "ReduceLogSumExp":   # the row's maximum taken out first: no overflow
+        top = ggml_pool_1d(ctx, flat, POOL_MAX, size, size, 0)
+        total = ggml_sum_rows(ctx, E.ggml_exp(ctx, E.ggml_sub(ctx, flat, top)))
+        return E.ggml_add(ctx, E.ggml_log(ctx, total), top)
+    if name == "ReduceProd":   # exp(sum log|x|) (0 where a factor is 0), with the sign of the negatives' count
+        magnitude = E.ggml_exp(ctx, ggml_sum_rows(ctx, E.ggml_log(ctx, E.ggml_abs(ctx, flat))))
+        negatives = ggml_sum_rows(ctx, E.ggml_step(ctx, E.ggml_neg(ctx, flat)))
+        odd = E.ggml_sub(ctx, negatives, E.ggml_scale(ctx, ggml_floor(ctx, E.ggml_scale(ctx, negatives, 0.5)), 2.0))
+        return E.ggml_mul(ctx, magnitude, E.ggml_scale_bias(ctx, odd, -2.0, 1.0))
+    pre = {"ReduceL1": E.ggml_abs, "ReduceL2": E.ggml_sqr, "ReduceSumSquare": E.ggml_sqr}.get(name)
+    r = ggml_sum_rows(ctx, pre(ctx, flat) if pre else flat)
+    if name == "ReduceMean":
+        return E.ggml_scale(ctx, r, 1.0 / size)
+    post = {"ReduceL2": E.ggml_sqrt, "ReduceLogSum": E.ggml_log}.get(name)
+    return post(ctx, r) if post else r
+
+
+op(*REDUCTIONS, attrs=("axes", "keepdims", "noop_with_empty_axes"), fold=_reduce_fold, static=(1,))(_reduce)
 
 
 @op("Mod", attrs=("fmod",), fold=lambda node, xs, opset: [np.fmod(xs[0], xs[1]) if node.attrs.get("fmod", 0)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops import elementwise as E
-from ..ops.activation import ggml_floor
 from . import operators_math, operators_nn, operators_shape  # noqa: F401 - the operators these build on
+from .operators_activations import round_half_even
 from .protobuf import Node
 from .registry import axis_of, const_arg, op, OPS
 from .values import Build, Value
@@ -109,12 +109,7 @@ def quantized(b: Build, node, x: Value, scale: Value | None, zero: Value | None,
     assert s is not None
     ctx = b.ctx
     v = E.ggml_div(ctx, b.tensor(x), b.broadcast(s, x.shape))
-    # round half to even: floor(v + 1/2), less one where v + 1/2 was a whole odd number (a tie rounded up to odd)
-    up = E.ggml_scale_bias(ctx, v, 1.0, 0.5)
-    f = ggml_floor(ctx, up)
-    tie = E.ggml_scale_bias(ctx, E.ggml_step(ctx, E.ggml_sub(ctx, up, f)), -1.0, 1.0)   # 1 where v + 1/2 is whole
-    odd = E.ggml_sub(ctx, f, E.ggml_scale(ctx, ggml_floor(ctx, E.ggml_scale(ctx, f, 0.5)), 2.0))
-    r = E.ggml_sub(ctx, f, E.ggml_mul(ctx, tie, odd))
+    r = round_half_even(b, v)
     if z is not None:
         r = E.ggml_add(ctx, r, b.broadcast(z, x.shape))
     low, high = _RANGES[dtype]

@@ -25,6 +25,7 @@ from ..graph.objects import Context, Graph, Tensor
 from ..graph.tensor import ggml_new_tensor, ggml_set_name, ggml_set_output
 from ..models.engine.runtime import make_scheduler
 from . import (  # noqa: F401
+    operators_activations,
     operators_detection,
     operators_image,
     operators_math,
