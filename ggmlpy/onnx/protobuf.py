@@ -3,6 +3,7 @@ graph's inputs (shapes with -1 for a dynamic dimension), outputs, initializers (
 attributes as Python values."""
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -102,6 +103,22 @@ def read_model(source: object, fn: str) -> GraphSpec:
     model.graph.input.extend(kept)
     return GraphSpec(int(model.ir_version), opset, model.producer_name or "", model.graph.name or "", inputs,
                      outputs, inits, nodes, model.SerializeToString())
+
+
+def first_opset(op: str) -> int | None:
+    """The first operator set of ONNX's own domain that defines ``op`` (None: ONNX does not define it, as ggmlR's
+    Silu)."""
+    return _first_opsets().get(op)
+
+
+@functools.lru_cache(maxsize=1)
+def _first_opsets() -> dict[str, int]:
+    onnx = onnx_package("onnx_load")
+    first: dict[str, int] = {}
+    for schema in onnx.defs.get_all_schemas_with_history():
+        if schema.domain == "":
+            first[schema.name] = min(first.get(schema.name, 10 ** 6), int(schema.since_version))
+    return first
 
 
 def with_initializers(skeleton: bytes, arrays: dict[str, np.ndarray], fn: str) -> bytes:

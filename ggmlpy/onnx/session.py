@@ -34,7 +34,7 @@ from . import (  # noqa: F401
     operators_rnn,
     operators_shape,  # they register the operators
 )
-from .protobuf import GraphSpec
+from .protobuf import first_opset, GraphSpec
 from .registry import all_known, known, OPS
 from .values import Build, ne_of, Value
 
@@ -57,6 +57,10 @@ def check_supported(spec: GraphSpec, fn: str) -> None:
                                  f"{', '.join(sorted(OPS))})")
         if spec.opset < entry.since:
             raise GgmlValueError(f"{where}: {node.op} is read as of opset {entry.since}")
+        first = first_opset(node.op) if node.domain in ("", "ai.onnx") else None
+        if first is not None and spec.opset < first:
+            raise GgmlValueError(f"{where}: ONNX defines {node.op} as of opset {first}; a model of opset "
+                                 f"{spec.opset} cannot hold it (a damaged file, or one to re-export)")
         extra = sorted(set(node.attrs) - entry.attrs)
         if extra:
             raise GgmlValueError(f"{where}: attribute(s) {extra} of {node.op} are not supported")

@@ -154,6 +154,12 @@ def test_misuse_raises_saying_what_is_wrong(tmp_path):
     bad_attr = _model([helper.make_node("Relu", ["x"], ["y"], name="r", flavour=2)], [x], [y], {})
     with pytest.raises(g.GgmlValueError, match=r"attribute\(s\) \['flavour'\] of Relu"):
         g.onnx_load(bad_attr.SerializeToString())
+    too_new = _model([helper.make_node("Swish", ["x"], ["y"], name="sw")], [x], [y], {})   # opset 17 < 24
+    with pytest.raises(g.GgmlValueError, match=r"Swish node 'sw' \(opset 17\): ONNX defines Swish as of opset 24"):
+        g.onnx_load(too_new.SerializeToString())
+    other = _model([helper.make_node("FusedGemm", ["x"], ["y"], name="fg", domain="com.microsoft")], [x], [y], {})
+    with pytest.raises(g.GgmlValueError, match="the operator FusedGemm of the domain 'com.microsoft' is not supported"):
+        g.onnx_load(other.SerializeToString())
     ok = _model([helper.make_node("Relu", ["x"], ["y"])], [x], [y], {})
     with pytest.raises(g.GgmlValueError, match="dtype must be 'f32' or 'f16'"):
         g.onnx_load(ok.SerializeToString(), dtype="f8")
