@@ -94,14 +94,15 @@ def _conv(b: Build, node, xs, opset):
     kernel = b.weights.get(node.inputs[1]) if not one_d and node.inputs[1] in b.weights else b.tensor(w)
     s0, s1, p0, p1, d0, d1 = strides[1], strides[0], pads[1], pads[0], dil[1], dil[0]
     if group == 1:
-        y = _conv_product(b, kernel, b.contiguous(t), s0, s1, p0, p1, d0, d1)
+        y, fused = _conv_product(b, kernel, b.contiguous(t), s0, s1, p0, p1, d0, d1, bias)
+        bias = None if fused else bias
     else:   # each group of channels on its own, concatenated along the channels
         per_out = cout // group
         y = None
         for gi in range(group):
             part_x = b.contiguous(slice_axis(b, t, (n, c, h, wd), 1, gi * cin_g, (gi + 1) * cin_g))
             part_k = b.contiguous(slice_axis(b, kernel, (cout, cin_g, kh, kw), 0, gi * per_out, (gi + 1) * per_out))
-            yi = _conv_product(b, part_k, part_x, s0, s1, p0, p1, d0, d1)
+            yi, _ = _conv_product(b, part_k, part_x, s0, s1, p0, p1, d0, d1)
             y = yi if y is None else ggml_concat(b.ctx, y, yi, 2)
     oh, ow = y.shape[1], y.shape[0]
     if bias is not None:
@@ -112,20 +113,23 @@ def _conv(b: Build, node, xs, opset):
     return [Value(shape, y)]
 
 
-def _conv_product(b: Build, kernel, x, s0: int, s1: int, p0: int, p1: int, d0: int, d1: int):
-    """``kernel [KW, KH, Cin, Cout]`` over ``x [W, H, Cin, N]`` -> ``[OW, OH, Cout, N]``: im2col in the kernel's type
-    for an F16 kernel, else F32 (ggml's own conv_2d makes F16 patches of F32 data: 4e-4 off), then one product."""
+def _conv_product(b: Build, kernel, x, s0: int, s1: int, p0: int, p1: int, d0: int, d1: int,
+                  bias: Value | None = None):
+    """``kernel [KW, KH, Cin, Cout]`` over ``x [W, H, Cin, N]`` -> ``[OW, OH, Cout, N]``, and whether ``bias`` (Cout
+    values) is added in it: the CPU's tiled kernel adds it; else im2col in the kernel's type for an F16 kernel, else
+    F32 (ggml's own conv_2d makes F16 patches of F32 data: 4e-4 off), then one product."""
     kw, kh, cin, cout = kernel.shape
     if kernel.type == GGML_TYPE_F32 and b.device is not None and device_computes(b.device, "conv_2d_tiled"):
         # the CPU's fused convolution (patches/0036): tile by tile, no im2col matrix of the whole batch
-        return ggml_conv_2d_tiled(b.ctx, b.contiguous(kernel), x, None, s0, s1, p0, p1, d0, d1)
+        added = b.tensor(bias) if bias is not None and bias.shape == (cout,) else None
+        return ggml_conv_2d_tiled(b.ctx, b.contiguous(kernel), x, added, s0, s1, p0, p1, d0, d1), added is not None
     kind = GGML_TYPE_F16 if kernel.type == GGML_TYPE_F16 else GGML_TYPE_F32
     cols = ggml_im2col(b.ctx, kernel, x, s0, s1, p0, p1, d0, d1, True, kind)   # [Cin*KH*KW, OW, OH, N]
     k, ow, oh, n = cols.shape
     y = ggml_mul_mat(b.ctx, ggml_reshape_2d(b.ctx, cols, k, ow * oh * n),
                      ggml_reshape_2d(b.ctx, b.contiguous(kernel), k, cout))                 # [OW*OH*N, Cout]
     y = ggml_reshape_4d(b.ctx, y, ow, oh, n, cout)
-    return E.ggml_cont(b.ctx, ggml_permute(b.ctx, y, 0, 1, 3, 2))                        # [OW, OH, Cout, N]
+    return E.ggml_cont(b.ctx, ggml_permute(b.ctx, y, 0, 1, 3, 2)), False                 # [OW, OH, Cout, N]
 
 
 def _pool(b: Build, node, xs, opset):

@@ -34,6 +34,7 @@ from . import (  # noqa: F401
     operators_rnn,
     operators_shape,  # they register the operators
 )
+from .fusion import fold_batch_norms
 from .protobuf import first_opset, GraphSpec
 from .registry import all_known, known, OPS
 from .values import Build, ne_of, Value
@@ -122,6 +123,7 @@ class OnnxModel:
                  half: bool, fn: str) -> None:
         check_supported(spec, fn)
         self.spec, self.half, self.n_threads = spec, half, n_threads
+        self.graph = fold_batch_norms(spec)   # what is built: batch norms after convolutions folded into them
         self._lock = threading.RLock()
         self.backend: Backend = ggml_backend_init_auto(device)
         self._graphs: dict[tuple, GraphInstance] = {}
@@ -145,10 +147,10 @@ class OnnxModel:
     # ---- weights
     def _load_weights(self) -> None:
         uses: dict[str, set] = {}
-        for node in self.spec.nodes:
+        for node in self.graph.nodes:
             for i, name in enumerate(node.inputs):
                 uses.setdefault(name, set()).add((node.op, i))
-        floats = {k: v for k, v in self.spec.initializers.items()
+        floats = {k: v for k, v in self.graph.initializers.items()
                   if v.dtype.kind == "f" and v.size and 0 < v.ndim <= 4 and k in uses}
         transposed = {k for k, v in floats.items() if v.ndim == 2 and ("MatMul", 1) in uses[k]}
         n = len(floats) + len(transposed)
@@ -210,7 +212,7 @@ class OnnxModel:
         return built
 
     def _build(self, shapes: tuple, values: dict[str, np.ndarray], scale: int = 1) -> GraphInstance:
-        spec = self.spec
+        spec = self.graph
         budget = scale * (64 * len(spec.nodes) + 64)
         ctx = ggml_init(mem_size=budget * ggml_tensor_overhead(), no_alloc=True)
         ctx_io = ggml_init(mem_size=scale * (16 * len(spec.nodes) + 16) * ggml_tensor_overhead(), no_alloc=True)

@@ -219,6 +219,9 @@ class OnnxGraph(Layer):
         weights = {onnx: g.param(self, name) for name, onnx, _, _ in self._rows}
         b = Build(g.ctx, None, weights, g.constant)
         b.device, b.differentiable = g.params.backend.device, g.training
+        if g.half_products:
+            g.note(f"onnx_graph '{self.name}' computes its products in F32: ggml_compile's precision applies to "
+                   "ggmlpy's own layers")
         out = self._output(b, xs, shapes, g.batch)
         assert out.tensor is not None   # _probe checked it
         want = natural_ne(self.output_shape(shapes), g.batch)
