@@ -1,9 +1,10 @@
-"""Rewrites of an ONNX graph for inference that compute the same values with fewer passes over the data:
-a BatchNormalization whose input is a Conv's output, read by nothing else, with the convolution's weights and the
-normalization's parameters all initializers, becomes the Conv's own weights and bias (each output channel's kernel
-scaled by ``scale / sqrt(var + eps)``, the bias ``(bias - mean) * that + beta``), as exporters and runtimes fold
-it. The rewritten graph is what ``onnx_load`` builds; the model's own (``OnnxModel.spec``) is kept for the
-summaries and for ``onnx_to_model``, whose batch norm keeps its statistics apart."""
+"""Rewrites of an ONNX graph for inference that compute the same values with fewer passes over the data (or over
+smaller data). A BatchNormalization whose input is a Conv's output, read by nothing else, with the convolution's
+weights and the normalization's parameters all initializers, becomes the Conv's own weights and bias (each output
+channel's kernel scaled by ``scale / sqrt(var + eps)``, the bias ``(bias - mean) * that + beta``), as exporters
+and runtimes fold it; and a Relu read only by a MaxPool moves after it (max and relu commute: relu then runs on the
+pooled, smaller tensor). The rewritten graph is what ``onnx_load`` builds; the model's own (``OnnxModel.spec``) is
+kept for the summaries and for ``onnx_to_model``, whose batch norm keeps its statistics apart."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,6 +13,33 @@ from collections import Counter
 import numpy as np
 
 from .protobuf import GraphSpec, Node
+
+
+def for_inference(spec: GraphSpec) -> GraphSpec:
+    """``spec`` with every rewrite of this module applied."""
+    return relu_after_max_pool(fold_batch_norms(spec))
+
+
+def relu_after_max_pool(spec: GraphSpec) -> GraphSpec:
+    """``spec`` with each Relu -> MaxPool pair (the Relu's output read only by the pool, the pool's indices unused)
+    made MaxPool -> Relu, the Relu keeping the pool's output name."""
+    uses = Counter(name for node in spec.nodes for name in node.inputs if name)
+    uses.update(name for name, _ in spec.outputs)
+    maker = {out: node for node in spec.nodes for out in node.outputs if out}
+    swapped: dict[int, list[Node]] = {}
+    dropped: set[int] = set()
+    for node in spec.nodes:
+        relu = maker.get(node.inputs[0]) if node.op == "MaxPool" else None
+        if relu is None or relu.op != "Relu" or uses[node.inputs[0]] != 1 or any(node.outputs[1:]):
+            continue
+        pooled = f"{node.outputs[0]}#before_relu"
+        swapped[id(node)] = [Node("MaxPool", node.name, [relu.inputs[0]], [pooled], dict(node.attrs), node.domain),
+                             Node("Relu", relu.name, [pooled], [node.outputs[0]], {}, relu.domain)]
+        dropped.add(id(relu))
+    if not swapped:
+        return spec
+    nodes = [m for n in spec.nodes if id(n) not in dropped for m in swapped.get(id(n), [n])]
+    return dataclasses.replace(spec, nodes=nodes)
 
 
 def fold_batch_norms(spec: GraphSpec) -> GraphSpec:

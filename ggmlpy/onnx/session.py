@@ -34,7 +34,7 @@ from . import (  # noqa: F401
     operators_rnn,
     operators_shape,  # they register the operators
 )
-from .fusion import fold_batch_norms
+from .fusion import for_inference
 from .protobuf import first_opset, GraphSpec
 from .registry import all_known, known, OPS
 from .values import Build, ne_of, Value
@@ -123,7 +123,7 @@ class OnnxModel:
                  half: bool, fn: str) -> None:
         check_supported(spec, fn)
         self.spec, self.half, self.n_threads = spec, half, n_threads
-        self.graph = fold_batch_norms(spec)   # what is built: batch norms after convolutions folded into them
+        self.graph = for_inference(spec)   # what is built: fewer passes over the data (fusion.py)
         self._lock = threading.RLock()
         self.backend: Backend = ggml_backend_init_auto(device)
         self._graphs: dict[tuple, GraphInstance] = {}
