@@ -69,7 +69,7 @@ def fold_batch_norms(spec: GraphSpec) -> GraphSpec:
         if a.shape != (w.shape[0],):
             continue
         bias = np.asarray(spec.initializers[weights[1]], np.float64) if len(weights) > 1 and weights[1] else 0.0
-        w_name, b_name = f"{weights[0]}#bn:{node.name}", f"{node.name}#bias"
+        w_name, b_name = f"{node.outputs[0]}#folded_kernel", f"{node.outputs[0]}#folded_bias"   # outputs: unique
         inits[w_name] = (w * a.reshape((-1,) + (1,) * (w.ndim - 1))).astype(np.float32)
         inits[b_name] = ((bias - mean) * a + beta).astype(np.float32)
         replaced[id(conv)] = Node("Conv", conv.name, [conv.inputs[0], w_name, b_name], [node.outputs[0]],

@@ -21,7 +21,15 @@ def _attr(node, name: str, default: float) -> float:
 
 def round_half_even(b: Build, t):
     """``t`` rounded to the nearest whole number, ties to even (numpy's rint): floor(t + 1/2), less one where
-    t + 1/2 was whole and odd."""
+    t + 1/2 was whole and odd, on t clamped to +-2^23 (beyond it every float is whole, and t + 1/2 would round);
+    the part clamped off (0, or the whole excess: infinities stay) added back."""
+    ctx = b.ctx
+    clamped = E.ggml_clamp(ctx, t, -8388608.0, 8388608.0)
+    excess = E.ggml_sub(ctx, t, clamped)
+    return E.ggml_add(ctx, _round_small(b, clamped), excess)
+
+
+def _round_small(b: Build, t):
     ctx = b.ctx
     up = E.ggml_scale_bias(ctx, t, 1.0, 0.5)
     f = ggml_floor(ctx, up)
@@ -59,13 +67,17 @@ ACTIVATIONS = {
                lambda n, x: np.where(x < -_attr(n, "lambd", 0.5), x + _attr(n, "bias", 0),
                                      np.where(x > _attr(n, "lambd", 0.5), x - _attr(n, "bias", 0), 0))),
     "Sign": (lambda b, n, t: E.ggml_sgn(b.ctx, t), lambda n, x: np.sign(x)),
-    "Reciprocal": (lambda b, n, t: E.ggml_div(b.ctx, E.ggml_scale_bias(b.ctx, t, 0.0, 1.0), t),
-                   lambda n, x: 1 / x),
+    "Reciprocal": (lambda b, n, t: E.ggml_div(b.ctx, _ones(b, t), t), lambda n, x: 1 / x),
     "Tan": (lambda b, n, t: E.ggml_div(b.ctx, E.ggml_sin(b.ctx, t), E.ggml_cos(b.ctx, t)), lambda n, x: np.tan(x)),
     "Round": (lambda b, n, t: round_half_even(b, t), lambda n, x: np.rint(x)),
 }
 ATTRS = {"Swish": ("alpha",), "Selu": ("alpha", "gamma"), "Celu": ("alpha",), "ThresholdedRelu": ("alpha",),
          "Shrink": ("bias", "lambd")}
+
+
+def _ones(b: Build, t):
+    """Ones of ``t``'s shape (NaN where t is NaN): step(|t| + 1), never 0 x inf."""
+    return E.ggml_step(b.ctx, E.ggml_scale_bias(b.ctx, E.ggml_abs(b.ctx, t), 1.0, 1.0))
 
 
 def _softplus(b: Build, t):
@@ -178,6 +190,7 @@ def _arg(b: Build, node, xs, opset):
     flat = b.reshaped(Value(moved, t), (rows, n))
     if node.op == "ArgMin":
         flat = E.ggml_neg(ctx, flat)
+    flat = E.ggml_clamp(ctx, flat, -3.4028234e38, 3.4028234e38)   # a row of -inf: its first element, not inf - inf
     top = ggml_pool_1d(ctx, flat, POOL_MAX, n, n, 0)                                         # [1, rows]
     other = E.ggml_step(ctx, E.ggml_neg(ctx, E.ggml_sub(ctx, flat, top)))                      # 1 below the max
     positions = b.tensor(Value.of(np.arange(n, dtype=np.float32).reshape(1, n)))

@@ -43,10 +43,10 @@ def pad_value(b: Build, x: Value, begins: list[int], ends: list[int], mode: str 
             a = rank - 1 - g
             pads += [begins[a], ends[a]] if a >= 0 else [0, 0]
         y = ggml_pad_ext(b.ctx, b.contiguous(t), *pads)
-        if value != 0.0:
-            inside = np.zeros(shape, np.float32)
-            inside[tuple(slice(p, p + d) for p, d in zip(begins, x.shape))] = 1.0
-            y = E.ggml_add(b.ctx, y, b.tensor(Value.of((1.0 - inside) * value)))
+        if value != 0.0:   # the value where the padding is (0 inside: no 0 x inf there)
+            inside = np.zeros(shape, bool)
+            inside[tuple(slice(p, p + d) for p, d in zip(begins, x.shape))] = True
+            y = E.ggml_add(b.ctx, y, b.tensor(Value.of(np.where(inside, 0.0, value).astype(np.float32))))
         return Value(shape, y)
     current = list(x.shape)
     for axis, (before, after) in enumerate(zip(begins, ends)):
@@ -70,8 +70,8 @@ def _pad_axis(b: Build, t, shape: tuple[int, ...], axis: int, before: int, after
             return [b.tensor(Value.of(np.full(block_shape, value, np.float32)))]
         if mode == "edge":
             edge = piece(0, 1) if first else piece(n - 1, n)
-            target = ne_of(tuple(size if a == axis else d for a, d in enumerate(shape)))
-            return [edge if size == 1 else ggml_repeat(b.ctx, edge, b.shape_target(target))]
+            target = tuple(size if a == axis else d for a, d in enumerate(shape))
+            return [edge if size == 1 else ggml_repeat(b.ctx, b.contiguous(edge), b.shape_target(target))]
         if mode == "wrap":
             if size > n:
                 raise b.fail(f"Pad mode wrap of {size} along an axis of {n}: at most the axis' size")
@@ -278,9 +278,9 @@ def _resize(b: Build, node, xs, opset):
     t = b.tensor(x)
     factor = full_scale[-1]
     if (rank == 4 and not b.differentiable and full_scale[:2] == [1.0, 1.0] and full_scale[2] == factor
-            and factor == int(factor) and factor >= 1 and not antialias and
+            and factor == int(factor) and factor >= 2 and not antialias and
             ((mode == "nearest" and ((ctm in ("half_pixel", "pytorch_half_pixel", "half_pixel_symmetric")
-                                      and nearest in ("round_prefer_floor", "floor"))
+                                      and nearest in ("round_prefer_floor", "round_prefer_ceil"))
                                      or (ctm == "asymmetric" and nearest == "floor")))
              or (mode == "linear" and ctm in ("half_pixel", "pytorch_half_pixel")))):
         kind = GGML_SCALE_MODE_NEAREST if mode == "nearest" else GGML_SCALE_MODE_BILINEAR

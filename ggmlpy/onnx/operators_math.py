@@ -366,13 +366,18 @@ REDUCTIONS = {"ReduceMean": np.mean, "ReduceSum": np.sum, "ReduceMax": np.max, "
               "ReduceLogSumExp": lambda x, **k: np.log(np.sum(np.exp(x), **k))}
 
 
+# with noop_with_empty_axes and no axes, the element-wise part of a reduction is still applied
+NOOP_PARTS = {"ReduceL1": (E.ggml_abs, np.abs), "ReduceL2": (E.ggml_abs, np.abs),
+              "ReduceSumSquare": (E.ggml_sqr, np.square), "ReduceLogSum": (E.ggml_log, np.log)}
+
+
 def _reduce_fold(node, xs, opset):
     fn = REDUCTIONS[node.op]
     axes = _axes_attr(node, xs, opset)
     keep = bool(node.attrs.get("keepdims", 1))
     if axes is None:
-        if node.attrs.get("noop_with_empty_axes", 0):
-            return [xs[0]]
+        if node.attrs.get("noop_with_empty_axes", 0):   # no reduction; the element-wise part stays (ONNX's reference)
+            return [NOOP_PARTS.get(node.op, (None, lambda x: x))[1](np.asarray(xs[0]))]
         return [fn(xs[0], keepdims=keep)]
     return [fn(xs[0], axis=tuple(int(a) for a in axes), keepdims=keep)]
 
@@ -393,7 +398,8 @@ def _reduce(b: Build, node, xs, opset):
         const_arg(b, xs[1], "axes")
     axes = _axes_attr(node, [x] + [None if v is None else v for v in xs[1:]], opset)
     if axes is None and node.attrs.get("noop_with_empty_axes", 0):
-        return [x]
+        part = NOOP_PARTS.get(node.op)
+        return [x if part is None else Value(x.shape, part[0](b.ctx, b.tensor(x)))]
     axes = sorted({axis_of(b, a, rank) for a in (range(rank) if axes is None else axes)})
     keep = bool(node.attrs.get("keepdims", 1))
     kept = [i for i in range(rank) if i not in axes]

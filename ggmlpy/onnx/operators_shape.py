@@ -8,7 +8,6 @@ from ..core.types import GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_F32
 from ..ops import elementwise as E
 from ..ops.activation import ggml_floor
 from ..ops.layout import ggml_cast, ggml_get_rows, ggml_permute, ggml_view_4d
-from ..ops.linalg import ggml_mul_mat
 from ..ops.reduce import ggml_concat, ggml_repeat
 from .registry import axis_of, const_arg, op
 from .values import Build, ne_of, Value
@@ -386,6 +385,9 @@ def _scatter_targets(node, data_shape: tuple[int, ...], indices) -> tuple[np.nda
     """Where each update goes (ScatterElements): the flat positions' coordinates, negative indices wrapped."""
     axis = int(node.attrs.get("axis", 0)) % len(data_shape)
     idx = np.asarray(indices, np.int64)
+    if idx.ndim != len(data_shape) or any(i > d for a, (i, d) in enumerate(zip(idx.shape, data_shape)) if a != axis):
+        raise IndexError(f"ScatterElements indices of shape {idx.shape} do not fit data of shape {data_shape} (the "
+                         "same rank, and no larger on the other axes)")
     idx = np.where(idx < 0, idx + data_shape[axis], idx)
     if ((idx < 0) | (idx >= data_shape[axis])).any():
         raise IndexError(f"ScatterElements indices out of range for an axis of {data_shape[axis]}")
@@ -412,9 +414,10 @@ def _scatter_elements(node, xs, opset):
 
 @op("ScatterElements", "Scatter", attrs=("axis", "reduction"), fold=_scatter_elements, static=(1,))
 def _scatter_build(b: Build, node, xs, opset):
-    """With the indices known (an initializer, or an input whose values pick the graph): ``data`` kept where no
-    update goes, plus a one-hot matrix product that moves each update to its place (reduction none: the last of
-    duplicates; add: their sum on top of the data)."""
+    """With the indices known (an initializer, or an input whose values pick the graph): each output element picked
+    from the data or the updates by one row gather (reduction none: the last of duplicates), or (add) the data plus
+    each position's first, second, ... update gathered in turn (0 where it has none), in their order: exact, and
+    infinities stay where they are."""
     data, updates = xs[0], xs[2]
     reduction = _reduction(node)
     if reduction not in ("none", "add"):
@@ -424,20 +427,29 @@ def _scatter_build(b: Build, node, xs, opset):
         target = _scatter_targets(node, data.shape, const_arg(b, xs[1], "indices"))
     except IndexError as exc:
         raise b.fail(str(exc)) from None
+    if updates.shape != tuple(np.asarray(target[0]).shape):
+        raise b.fail(f"ScatterElements updates of shape {updates.shape} for indices of shape "
+                     f"{np.asarray(target[0]).shape}: they must be the same")
     n_out, n_up = int(np.prod(data.shape)), int(np.prod(updates.shape))
-    if n_out * n_up > 1 << 24:
-        raise b.fail(f"ScatterElements of {n_up} updates into {n_out} values: too large to build as a product")
     flat = np.ravel_multi_index(target, data.shape).reshape(-1)
-    move = np.zeros((n_out, n_up), np.float32)
-    if reduction == "add":
-        np.add.at(move, (flat, np.arange(n_up)), 1.0)
-        keep = np.ones(n_out, np.float32)
-    else:
-        last = {int(p): i for i, p in enumerate(flat)}
-        move[list(last), list(last.values())] = 1.0
-        keep = np.ones(n_out, np.float32)
-        keep[list(last)] = 0.0
-    moved = ggml_mul_mat(b.ctx, b.tensor(Value.of(move)), b.reshaped(updates, (1, n_up)))   # [n_out, 1]
-    kept = E.ggml_mul(b.ctx, b.reshaped(data, (1, n_out)), b.tensor(Value.of(keep.reshape(1, n_out))))
-    y = E.ggml_add(b.ctx, kept, moved)
-    return [Value(data.shape, b.reshaped(Value((1, n_out), y), data.shape))]
+    ctx = b.ctx
+    rows_of = lambda v, n: b.reshaped(v, (n, 1))   # noqa: E731 - n rows of one element
+    if reduction == "none":
+        pick = np.arange(n_out)
+        pick[flat] = n_out + np.arange(n_up)   # the last update of a position wins
+        table = ggml_concat(ctx, rows_of(data, n_out), rows_of(updates, n_up), 1)
+        y = ggml_get_rows(ctx, table, b.tensor(Value.of(pick.astype(np.int32)), integer=True))
+        return [Value(data.shape, b.reshaped(Value((n_out, 1), y), data.shape))]
+    table = ggml_concat(ctx, b.tensor(Value.of(np.zeros((1, 1), np.float32))), rows_of(updates, n_up), 1)
+    y = b.tensor(data)
+    seen = np.zeros(n_out, np.int64)
+    levels: list[np.ndarray] = []
+    for u, p in enumerate(flat):   # the k-th update of each position goes to level k
+        if seen[p] == len(levels):
+            levels.append(np.zeros(n_out, np.int32))
+        levels[seen[p]][p] = 1 + u
+        seen[p] += 1
+    for pick in levels:
+        part = ggml_get_rows(ctx, table, b.tensor(Value.of(pick), integer=True))
+        y = E.ggml_add(ctx, y, b.reshaped(Value((n_out, 1), part), data.shape))
+    return [Value(data.shape, y)]

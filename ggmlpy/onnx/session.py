@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._ffi import ffi, lib
 from ..backend.backend import Backend, ggml_backend_init_auto, set_backend_threads
 from ..backend.buffer import Buffer, ggml_backend_alloc_ctx_tensors
 from ..backend.transfer import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
@@ -77,6 +78,10 @@ def check_supported(spec: GraphSpec, fn: str) -> None:
 def build_nodes(b: Build, spec: GraphSpec, env: dict[str, Value]) -> None:
     """Build every node of ``spec`` in order, reading its inputs from ``env`` (the graph's inputs and initializers)
     and adding its outputs there: computed in numpy where every input is known, else as ggml ops."""
+    cursor = ffi.NULL   # the context's last tensor before the node
+    t = lib.ggml_get_first_tensor(b.ctx.ptr)
+    while t != ffi.NULL:
+        cursor, t = t, lib.ggml_get_next_tensor(b.ctx.ptr, t)
     for node in spec.nodes:
         b.where = f"{node.op} node '{node.name}' (opset {spec.opset})"
         xs = [env[n] if n else None for n in node.inputs]
@@ -94,6 +99,14 @@ def build_nodes(b: Build, spec: GraphSpec, env: dict[str, Value]) -> None:
         for name, v in zip(node.outputs, outs):
             if name:
                 env[name] = v
+        # the tensors the node made, named after it: ggml's messages (an op without a backward pass, a placement)
+        # then say which ONNX node
+        label = f"{node.op} '{node.name}'"[:63].encode()
+        t = lib.ggml_get_next_tensor(b.ctx.ptr, cursor) if cursor != ffi.NULL else lib.ggml_get_first_tensor(b.ctx.ptr)
+        while t != ffi.NULL:
+            if t.name[0] == b"\x00":
+                lib.ggml_set_name(t, label)
+            cursor, t = t, lib.ggml_get_next_tensor(b.ctx.ptr, t)
 
 
 @dataclass

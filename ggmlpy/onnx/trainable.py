@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..core.args import positive_int_arg
+from ..core.args import is_int, positive_int_arg
 from ..core.types import GGML_TYPE_F32
 from ..errors import GgmlTypeError, GgmlValueError
 from ..graph.context import ggml_init, ggml_tensor_overhead
@@ -78,9 +78,11 @@ def weight_names(names: list[str]) -> list[str]:
     out: list[str] = []
     for i, name in enumerate(names):
         clean = re.sub(r"[^A-Za-z0-9_-]", "_", name) or "w"
-        if len(clean) > MAX_WEIGHT_NAME or clean in out:
-            prefix = f"w{i}_"
-            clean = prefix + clean[len(prefix) - MAX_WEIGHT_NAME:]
+        tries = 0
+        while len(clean) > MAX_WEIGHT_NAME or clean in out:   # w<i>_<end>, then w<i>x<k>_<end> while taken
+            prefix = f"w{i}_" if not tries else f"w{i}x{tries}_"
+            clean = prefix + re.sub(r"[^A-Za-z0-9_-]", "_", name)[len(prefix) - MAX_WEIGHT_NAME:]
+            tries += 1
         out.append(clean)
     return out
 
@@ -269,6 +271,13 @@ def onnx_to_model(model: object, output: str | None = None, input_shapes: dict |
         check_supported(spec, fn)
     if input_shapes is not None and not isinstance(input_shapes, dict):
         raise GgmlTypeError(f"{fn}: input_shapes must be a dict by input name, got {type(input_shapes).__name__}")
+    names = [n for n, _, _ in spec.inputs]
+    for key, given in (input_shapes or {}).items():
+        if key not in names:
+            raise GgmlValueError(f"{fn}: input_shapes names {key!r}, which is not an input of the model ({names})")
+        if not isinstance(given, (tuple, list)) or not all(is_int(d) and d >= 1 for d in given):
+            raise GgmlValueError(f"{fn}: input_shapes[{key!r}] must be a full shape of ints >= 1 (batch included), "
+                                 f"got {given!r}")
     outputs = [n for n, _ in spec.outputs]
     if output is None:
         if len(outputs) != 1:

@@ -338,3 +338,35 @@ def test_dynamic_sizes_besides_the_batch_need_input_shapes():
     assert net.layers[-1].built_for == [(5, 4)]
     with pytest.raises(TypeError, match="expected a path to an .onnx file or its bytes"):
         g.onnx_to_model(3)
+
+
+def test_long_initializer_names_get_distinct_weight_names():
+    a, b = "w1_" + "x" * 40 + "abcdefghijklmnopqrs", "w1_abcdefghijklmnopqrs"   # the first's end is the second
+    model = _graph([onnx.helper.make_node("MatMul", ["x", a], ["h"]), onnx.helper.make_node("MatMul", ["h", b], ["y"])],
+                   [_info("x", F, ["n", 3])], [_info("y", F, ["n", 2])],
+                   [(a, np.ones((3, 5), np.float32)), (b, np.full((5, 2), 0.5, np.float32))])
+    net = g.onnx_to_model(model)
+    names = [name for name, _, _, _ in net.layers[-1].weights]
+    assert len(set(names)) == 2 and all(len(n) <= 22 for n in names), names
+    g.ggml_compile(net, optimizer="adam", loss="mse", backend="cpu")
+    np.testing.assert_allclose(g.ggml_predict(net, np.ones((1, 3), np.float32)), [[7.5, 7.5]])
+
+
+def test_input_shapes_are_checked():
+    model = _graph([onnx.helper.make_node("Relu", ["x"], ["y"])], [_info("x", F, ["n", "t", 4])],
+                   [_info("y", F, ["n", "t", 4])])
+    for bad in ({"x": (1, "seq", 4)}, {"x": 7}, {"x": (1, 2.5, 4)}):
+        with pytest.raises(ValueError, match=r"input_shapes\['x'\] must be a full shape of ints >= 1"):
+            g.onnx_to_model(model, input_shapes=bad)
+    with pytest.raises(ValueError, match="input_shapes names 'z', which is not an input"):
+        g.onnx_to_model(model, input_shapes={"z": (1, 2, 4)})
+
+
+def test_an_op_without_a_backward_pass_is_named_by_its_onnx_node():
+    h = onnx.helper
+    model = _graph([h.make_node("MatMul", ["x", "w"], ["m"]), h.make_node("Round", ["m"], ["y"], name="rounding")],
+                   [_info("x", F, ["n", 3])], [_info("y", F, ["n", 2])], [("w", np.ones((3, 2), np.float32))])
+    net = g.onnx_to_model(model)
+    g.ggml_compile(net, optimizer="adam", loss="mse", backend="cpu")
+    with pytest.raises(ValueError, match="no backward pass for .*Round 'rounding'"):
+        g.ggml_fit(net, np.ones((4, 3), np.float32), np.ones((4, 2), np.float32), epochs=1, verbose=0)

@@ -130,3 +130,96 @@ def test_computed_boxes_for_non_max_suppression_are_refused_at_load():
                    [("scores", np.ones((1, 1, 6), np.float32))])
     with pytest.raises(ValueError, match="NonMaxSuppression of boxes or scores the graph computes.*fixed shapes"):
         g.onnx_load(model, device="cpu")
+
+
+# ---- found by an adversarial review: each against ONNX's reference evaluator (or numpy where it is exact)
+F = TensorProto.FLOAT
+
+
+def _run_one(nodes, feeds: dict, inits=(), out_type=F, opset: int = 19):
+    inputs = [helper.make_tensor_value_info(k, TensorProto.FLOAT if v.dtype == np.float32 else TensorProto.INT64,
+                                            list(v.shape)) for k, v in feeds.items()]
+    graph = helper.make_graph(nodes, "r", inputs, [helper.make_tensor_value_info("y", out_type, None)],
+                              [numpy_helper.from_array(a, n) for n, a in inits])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]).SerializeToString()
+    from onnx.reference import ReferenceEvaluator
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    got = g.onnx_run(g.onnx_load(model, device="cpu"), feeds)["y"]
+    return got, want
+
+
+def test_resize_nearest_floor_and_identity_scales_follow_the_reference():
+    x = np.arange(1, 10, dtype=np.float32).reshape(1, 1, 3, 3)
+    for mode, ctm, scales in (("floor", "half_pixel", [1, 1, 2, 2]), ("round_prefer_floor", "half_pixel", [1, 1, 1, 1]),
+                              ("floor", "asymmetric", [1, 1, 3, 3])):
+        node = helper.make_node("Resize", ["x", "", "s"], ["y"], mode="nearest", nearest_mode=mode,
+                                coordinate_transformation_mode=ctm)
+        got, want = _run_one([node], {"x": x}, [("s", np.array(scales, np.float32))])
+        np.testing.assert_array_equal(got, want)
+
+
+def test_pad_edge_beyond_one_and_a_minus_infinity_constant():
+    x = np.arange(6, dtype=np.float32).reshape(1, 1, 2, 3)
+    node = helper.make_node("Pad", ["x", "p"], ["y"], mode="edge")
+    got, want = _run_one([node], {"x": x}, [("p", np.array([0, 0, 2, 0, 0, 0, 1, 3], np.int64))])
+    np.testing.assert_array_equal(got, want)
+    node = helper.make_node("Pad", ["x", "p", "v"], ["y"], mode="constant")
+    got, want = _run_one([node], {"x": x}, [("p", np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)),
+                                            ("v", np.array(-np.inf, np.float32))])
+    np.testing.assert_array_equal(got, want)   # the inside kept exactly, -inf around it (no 0 x inf)
+
+
+def test_scatter_elements_keeps_infinities_and_refuses_misfit_indices():
+    data = np.array([[np.inf, 1, 2], [3, 4, 5]], np.float32)
+    updates = np.array([[7, np.inf], [-1, 2]], np.float32)
+    idx = np.array([[0, 2], [1, 1]], np.int64)
+    for reduction in ("none", "add"):
+        node = helper.make_node("ScatterElements", ["d", "i", "u"], ["y"], axis=1, reduction=reduction)
+        got, want = _run_one([node], {"d": data, "u": updates}, [("i", idx)])
+        np.testing.assert_array_equal(got, want)
+    node = helper.make_node("ScatterElements", ["d", "i", "u"], ["y"], axis=1)
+    graph = helper.make_graph([node], "s", [helper.make_tensor_value_info("d", F, [2, 3]),
+                                            helper.make_tensor_value_info("u", F, [3, 1])],
+                              [helper.make_tensor_value_info("y", F, None)],
+                              [numpy_helper.from_array(np.zeros((3, 1), np.int64), "i")])
+    misfit = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+    with pytest.raises(g.GgmlValueError, match=r"indices of shape \(3, 1\) do not fit data of shape \(2, 3\)"):
+        g.onnx_load(misfit, device="cpu")
+
+
+def test_round_reciprocal_argmax_and_quantize_at_the_extremes():
+    big = np.array([8388609, 8388611, 12582913, -8388609, np.inf, -np.inf, 2.5, -0.5], np.float32)
+    got, want = _run_one([helper.make_node("Round", ["x"], ["y"])], {"x": big})
+    np.testing.assert_array_equal(got, want)
+    got, want = _run_one([helper.make_node("Reciprocal", ["x"], ["y"])],
+                         {"x": np.array([0, -0.0, np.inf, 4], np.float32)})
+    np.testing.assert_array_equal(got, want)
+    got, want = _run_one([helper.make_node("ArgMax", ["x"], ["y"], axis=1)],
+                         {"x": np.full((2, 3), -np.inf, np.float32)}, out_type=TensorProto.INT64)
+    np.testing.assert_array_equal(got, want)
+    q = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])
+    x = np.array([-np.inf, np.inf, 1e30, -3.5, 2.5], np.float32)
+    got, _ = _run_one([q], {"x": x}, [("s", np.float32(0.5)), ("z", np.int8(0))], out_type=TensorProto.INT8)
+    # saturated as ONNX defines it (and onnxruntime computes; the reference evaluator's cast wraps +inf to -128)
+    np.testing.assert_array_equal(got, np.clip(np.rint(x.astype(np.float64) / 0.5), -128, 127).astype(np.int8))
+
+
+def test_reductions_without_axes_and_noop_keep_their_element_wise_part():
+    x = np.array([[-2.0, 3.0], [0.5, -1.0]], np.float32)
+    for op_name in ("ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceSum"):
+        got, want = _run_one([helper.make_node(op_name, ["x", "a"], ["y"], noop_with_empty_axes=1)], {"x": x},
+                             [("a", np.zeros(0, np.int64))])
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_batch_norms_of_one_name_fold_each_into_its_own_convolution():
+    rng = np.random.default_rng(7)
+    inits = [(n, rng.normal(0, 1, s).astype(np.float32)) for n, s in
+             (("k1", (2, 1, 3, 3)), ("k2", (2, 1, 3, 3)), ("g1", 2), ("b1", 2), ("m1", 2), ("g2", 2), ("b2", 2),
+              ("m2", 2))] + [("v1", np.array([0.5, 2], np.float32)), ("v2", np.array([1.5, 0.7], np.float32))]
+    nodes = [helper.make_node("Conv", ["x", "k1"], ["c1"]), helper.make_node("Conv", ["x", "k2"], ["c2"]),
+             helper.make_node("BatchNormalization", ["c1", "g1", "b1", "m1", "v1"], ["n1"], name="bn"),
+             helper.make_node("BatchNormalization", ["c2", "g2", "b2", "m2", "v2"], ["n2"], name="bn"),
+             helper.make_node("Sub", ["n1", "n2"], ["y"])]
+    got, want = _run_one(nodes, {"x": rng.normal(0, 1, (1, 1, 5, 5)).astype(np.float32)}, inits)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

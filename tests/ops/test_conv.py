@@ -746,6 +746,10 @@ TILED_CASES = [
     ((1, 256, 3, 100, 4, 3, 3), (1, 1, 1, 1, 1, 1)),   # K = 2304: tiles of 64 positions, each across two rows
     ((2, 8, 1, 3000, 4, 1, 5), (1, 1, 2, 0, 1, 1)),    # a long sequence: tiles of part of its one row
     ((1, 3, 5, 5, 2, 5, 5), (1, 1, 0, 0, 1, 1)),       # a kernel the size of the image: one output
+    # patches/0063's direct path (stride 1 along W): runs of 16 positions two at a time, 12 channels at a time
+    ((2, 3, 6, 37, 29, 3, 3), (1, 1, 3, 2, 1, 1)),     # padding wider than the kernel's reach; 29 = 2 x 12 + 5
+    ((1, 2, 4, 40, 3, 3, 17), (1, 1, 8, 1, 1, 1)),     # a kernel wider than 16: 0036's path
+    ((3, 5, 7, 16, 13, 3, 3), (1, 2, 1, 1, 2, 2)),     # rows of exactly 16, dilation along W
 ]
 
 
