@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..core.args import is_int, positive_int_arg
-from ..core.types import GGML_TYPE_F32
+from ..core.types import GGML_TYPE_F32, GGML_TYPE_I32
 from ..errors import GgmlTypeError, GgmlValueError
 from ..graph.context import ggml_init, ggml_tensor_overhead
 from ..graph.objects import Context, Tensor
@@ -72,6 +72,27 @@ def weight_roles(spec: GraphSpec) -> dict[str, bool]:
     return roles
 
 
+def row_limit(spec: GraphSpec, name: str, fn: str) -> int:
+    """The ids an integer input may hold: it must be read only as Gather's indices into initializers (token ids
+    into embedding tables), and every id below the shortest table's length (a negative id, which ONNX wraps, is
+    refused by the fit's check). Else a ValueError saying so."""
+    limits = []
+    for node in spec.nodes:
+        for i, used in enumerate(node.inputs):
+            if used != name:
+                continue
+            table = spec.initializers.get(node.inputs[0]) if node.op == "Gather" and i == 1 else None
+            if table is None:
+                raise GgmlValueError(f"{fn}: integer input '{name}' is read by {node.op} node '{node.name}'; a "
+                                     "model made of the graph takes integer inputs only as token ids that index "
+                                     "tables (Gather of an initializer; run other graphs with onnx_run)")
+            axis = int(node.attrs.get("axis", 0)) % max(table.ndim, 1)
+            limits.append(int(table.shape[axis]))
+    if not limits:
+        raise GgmlValueError(f"{fn}: integer input '{name}' is read by no node")
+    return min(limits)
+
+
 def weight_names(names: list[str]) -> list[str]:
     """A weight name of at most 22 bytes per initializer name, unique: the name itself where it fits (characters
     other than letters, digits, '_' and '-' made '_'), else ``w<i>_`` and its end."""
@@ -102,6 +123,7 @@ class OnnxGraph(Layer):
     kind = "onnx_graph"
     builder_functions = False
     many_inputs = "either"
+    takes_int = "either"   # integer inputs: token ids that only index tables (Gather)
 
     NOT_SAVED = ("initial",)
 
@@ -131,10 +153,9 @@ class OnnxGraph(Layer):
         if output not in outputs:
             raise GgmlValueError(f"{fn}: output {output!r} is not an output of the graph ({outputs})")
         check_supported(spec, fn)
-        floats = [name for name, _, dtype in spec.inputs if dtype.kind != "f"]
-        if floats:
-            raise GgmlValueError(f"{fn}: input(s) {floats} of the graph hold integers; a model made of the graph "
-                                 "reads float inputs only (run it with onnx_run)")
+        limits = [row_limit(spec, name, fn) for name, _, dtype in spec.inputs if dtype.kind != "f"]
+        if limits:   # the fit checks every id against it (models/engine/inputs.py), as an embedding's
+            self.vocab_size = min(limits)
         self.graph, self.output, self.weights = graph, output, [[n, o, list(s), t] for n, o, s, t in rows]
         self._rows = rows
         self._spec = spec
@@ -150,8 +171,12 @@ class OnnxGraph(Layer):
         spec = self._spec
         env = {name: Value(tuple(int(d) for d in a.shape), b.weights.get(name), None if name in b.weights else a)
                for name, a in spec.initializers.items()}
-        for (name, _, _), shape, t in zip(spec.inputs, shapes, xs):
-            env[name] = Value((batch,) + tuple(shape), t)
+        for (name, _, dtype), shape, t in zip(spec.inputs, shapes, xs):
+            integer = dtype.kind != "f"
+            env[name] = Value((batch,) + tuple(shape), t, source=name if integer else None,
+                              dtype=dtype if integer else None)
+            if integer:
+                b.given_indices[name] = t
         build_nodes(b, spec, env)
         return env[self.output]
 
@@ -178,7 +203,8 @@ class OnnxGraph(Layer):
                 weights = {onnx: ggml_new_tensor(ctx, GGML_TYPE_F32, len(ne_of(s)), ne_of(s))
                            for _, onnx, s, _ in self._rows}
                 b = Build(ctx, None, weights, _collect(ctx, pending))
-                xs = [ggml_new_tensor(ctx, GGML_TYPE_F32, len(ne_of((2,) + s)), ne_of((2,) + s)) for s in shapes]
+                xs = [ggml_new_tensor(ctx, GGML_TYPE_F32 if dtype.kind == "f" else GGML_TYPE_I32, len(ne_of((2,) + s)),
+                                      ne_of((2,) + s)) for (_, _, dtype), s in zip(self._spec.inputs, shapes)]
                 out = self._output(b, xs, shapes, 2)
                 n_tensors = ctx.used_mem // ggml_tensor_overhead()
                 break
@@ -245,7 +271,9 @@ def onnx_to_model(model: object, output: str | None = None, input_shapes: dict |
     input is ``ggml_input(shape=(C, H, W))``). The graph is built as for inference: Dropout passes values through
     and BatchNormalization uses its running statistics (Keras' advice for fine-tuning: batch norm in inference
     mode). A graph exported for one batch size only (a Reshape to ``[1, -1]``) cannot train: export it with a
-    dynamic batch axis.
+    dynamic batch axis. An integer input read only as Gather's indices into initializers (token ids into embedding
+    tables) is an int32 input of the model, each id checked by the fit against the shortest table it indexes;
+    integer inputs read otherwise are refused (run such graphs with ``onnx_run``).
 
     Arguments:
         model: an ``OnnxModel`` from ``onnx_load``, or a path to an .onnx file, or its bytes.
@@ -289,8 +317,7 @@ def onnx_to_model(model: object, output: str | None = None, input_shapes: dict |
     inputs = []
     for in_name, dims, dtype in spec.inputs:
         if dtype.kind != "f":
-            raise GgmlValueError(f"{fn}: input '{in_name}' holds {dtype} values; a model made of the graph reads float "
-                                 "inputs only (run it with onnx_run)")
+            row_limit(spec, in_name, fn)   # token ids: only row indices of tables (Gather), else refused
         given = (input_shapes or {}).get(in_name)
         sample = tuple(int(d) for d in given)[1:] if given is not None else tuple(dims[1:])
         if len(dims) < 2 or len(dims) > 4:
@@ -299,7 +326,8 @@ def onnx_to_model(model: object, output: str | None = None, input_shapes: dict |
         if len(sample) != len(dims) - 1 or any(d < 1 for d in sample):
             raise GgmlValueError(f"{fn}: input '{in_name}' is declared {list(dims)}, with a dynamic size besides the "
                                  f"batch; give its shape: input_shapes={{{in_name!r}: (1, ...)}}")
-        inputs.append(ggml_input(shape=sample, name=_node_name(in_name)))
+        inputs.append(ggml_input(shape=sample, name=_node_name(in_name), dtype="float32" if dtype.kind == "f" else
+                                 "int32"))
     roles = weight_roles(spec)
     names = weight_names(list(roles))
     graph = with_initializers(spec.skeleton, {k: v for k, v in spec.initializers.items() if k not in roles}, fn)

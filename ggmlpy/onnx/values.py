@@ -67,6 +67,7 @@ class Build:
         self.weights_t: dict[str, Tensor] = {}
         self.device: Device | None = None   # the model's device (which fused ops it computes)
         self.differentiable = False   # a training graph: only ops ggml differentiates (trainable.py)
+        self.given_indices: dict[str, Tensor] = {}   # integer inputs given as I32 row indices (trainable.py)
         self.where = ""
 
     def fail(self, message: str) -> GgmlValueError:
@@ -88,6 +89,8 @@ class Build:
         """An I32 copy of the integer input ``name`` as row indices into an axis of ``length``: onnx_run checks
         its values against that length and wraps negative ones (one copy per length; the input's own F32 tensor
         keeps its values)."""
+        if name in self.given_indices:   # a model's int32 input (trainable.py): its ids checked by the fit
+            return self.given_indices[name]
         key = (name, length)
         if key not in self.indices:
             self.indices[key] = self.input(f"{name[:40]}#rows{length}", shape, True)

@@ -11,8 +11,10 @@ What is checked, and against what:
 * the models train with ``ggml_fit`` and ``ggml_fit_generator`` (the loss of a fixed regression task falls by
   half), the Vulkan training step is one split, batch norm's running statistics do not change, and a saved GGUF
   loads into a model that predicts as the trained one;
-* misuse is refused with what was expected: several outputs and no ``output=``, integer inputs, a graph exported
-  for one batch size, dynamic sizes besides the batch without ``input_shapes``.
+* token ids (an integer input read as Gather's indices into an embedding table) train the table, checked against
+  the reference's finite differences, and an id outside the table is refused by the fit;
+* misuse is refused with what was expected: several outputs and no ``output=``, integer inputs used otherwise, a
+  graph exported for one batch size, dynamic sizes besides the batch without ``input_shapes``.
 """
 from __future__ import annotations
 
@@ -89,7 +91,8 @@ def _reference_loss(source, weights: dict[str, np.ndarray], x: np.ndarray, targe
              for t in model.graph.initializer]
     del model.graph.initializer[:]
     model.graph.initializer.extend(inits)
-    y = ReferenceEvaluator(model, new_ops=[_erf64()]).run(None, {"x": x.astype(np.float64)})[0]
+    feed = x.astype(np.float64) if x.dtype.kind == "f" else x
+    y = ReferenceEvaluator(model, new_ops=[_erf64()]).run(None, {"x": feed})[0]
     return float(np.mean((y - target) ** 2))
 
 
@@ -317,10 +320,10 @@ def test_several_outputs_need_output_and_take_it():
 
 
 def test_integer_inputs_and_fixed_batch_graphs_are_refused_with_the_fix():
-    ids = _graph([onnx.helper.make_node("Gather", ["t", "i"], ["y"])], [_info("i", 7, ["n", 4])],
-                 [_info("y", F, ["n", 4, 3])], [("t", np.ones((10, 3), np.float32))])
-    with pytest.raises(ValueError, match="holds int64 values.*float inputs only.*onnx_run"):
-        g.onnx_to_model(ids)
+    mask = _graph([onnx.helper.make_node("Cast", ["i"], ["c"], to=1), onnx.helper.make_node("Relu", ["c"], ["y"])],
+                  [_info("i", 7, ["n", 4])], [_info("y", F, ["n", 4])])
+    with pytest.raises(ValueError, match="integer input 'i' is read by Cast node.*token ids that index tables"):
+        g.onnx_to_model(mask)
     fixed = _graph([onnx.helper.make_node("Reshape", ["x", "s"], ["r"]), onnx.helper.make_node("MatMul", ["r", "w"],
                                                                                                  ["y"])],
                    [_info("x", F, [1, 2, 3])], [_info("y", F, [1, 2])],
@@ -370,3 +373,31 @@ def test_an_op_without_a_backward_pass_is_named_by_its_onnx_node():
     g.ggml_compile(net, optimizer="adam", loss="mse", backend="cpu")
     with pytest.raises(ValueError, match="no backward pass for .*Round 'rounding'"):
         g.ggml_fit(net, np.ones((4, 3), np.float32), np.ones((4, 2), np.float32), epochs=1, verbose=0)
+
+
+def _text_classifier() -> bytes:
+    """Token ids -> an embedding table (Gather) -> the mean over the steps -> Gemm -> 3 scores."""
+    rng = np.random.default_rng(11)
+    h = onnx.helper
+    nodes = [h.make_node("Gather", ["emb", "x"], ["e"]), h.make_node("ReduceMean", ["e"], ["m"], axes=[1], keepdims=0),
+             h.make_node("Gemm", ["m", "w", "b"], ["y"], transB=1)]
+    return _graph(nodes, [_info("x", 7, ["n", 5])], [_info("y", F, ["n", 3])],
+                  [("emb", rng.normal(0, 1, (20, 8)).astype(np.float32)),
+                   ("w", rng.normal(0, 0.5, (3, 8)).astype(np.float32)), ("b", np.zeros(3, np.float32))])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_token_ids_index_a_trainable_embedding_table(device):
+    from onnx.reference import ReferenceEvaluator
+    model = _text_classifier()
+    rng = np.random.default_rng(12)
+    ids = rng.integers(0, 20, (6, 5)).astype(np.int64)
+    y = ReferenceEvaluator(model).run(None, {"x": ids})[0]
+    net = g.onnx_to_model(model)
+    assert net.layers[-1].vocab_size == 20
+    g.ggml_compile(net, optimizer="adam", loss="mse", backend=_device(device))
+    np.testing.assert_allclose(g.ggml_predict(net, ids), y, rtol=1e-5, atol=1e-6)
+    target = (y + rng.normal(0, 0.5, y.shape)).astype(np.float32)
+    assert _check_gradients(model, ids, target, device) >= 9
+    with pytest.raises(ValueError, match=r"token id 20 at .* is outside \[0, 20\)"):
+        g.ggml_fit(net, np.full((2, 5), 20, np.int64), np.zeros((2, 3), np.float32), epochs=1, verbose=0)
