@@ -29,7 +29,7 @@ from tests.helpers.devices import require_gpu
 
 onnx = pytest.importorskip("onnx", reason="ONNX import needs the onnx package (pip install onnx)")
 EXPORTS = Path(__file__).resolve().parents[1] / "helpers" / "onnx_exports"
-MODELS = ["mlp", "cnn", "conv1d", "depthwise", "encoder", "lstm", "gru"]
+MODELS = ["mlp", "cnn", "conv1d", "depthwise", "encoder", "lstm", "gru", "text"]
 DEVICES = ["cpu", "Vulkan0"]
 
 
@@ -211,7 +211,8 @@ def _regression(name: str, n: int = 48):
     net's, whose convolutions see 5 x 5 pixels) by a fixed shift per channel."""
     data = np.load(EXPORTS / f"{name}.npz")
     rng = np.random.default_rng(0)
-    x = rng.normal(0, 1, (n,) + data["x"].shape[1:]).astype(np.float32)
+    x = rng.normal(0, 1, (n,) + data["x"].shape[1:]).astype(np.float32) if data["x"].dtype.kind == "f" else \
+        rng.integers(0, 50, (n,) + data["x"].shape[1:])   # the text classifier's token ids
     start = g.onnx_run(g.onnx_load(EXPORTS / f"{name}.onnx", device="cpu"), {"x": x})["y"]
     level = x.reshape(n, -1).mean(axis=1) * np.sqrt(x[0].size)   # about N(0, 1)
     pattern = rng.normal(0, 1, data["y"].shape[1:])
@@ -282,8 +283,8 @@ def test_batch_norm_statistics_stay_and_a_generator_streams_the_data():
     assert all(not np.array_equal(before[k], after[k]) for k in before if k not in frozen)
 
 
-@pytest.mark.parametrize("name", ["lstm", "encoder", "depthwise"])
-def test_recurrent_attention_and_resize_exports_fine_tune(name):
+@pytest.mark.parametrize("name", ["lstm", "encoder", "depthwise", "text"])
+def test_recurrent_attention_resize_and_token_id_exports_fine_tune(name):
     x, y = _regression(name)
     model = g.onnx_to_model(EXPORTS / f"{name}.onnx")
     g.ggml_compile(model, optimizer="adam", learning_rate=0.01, loss="mse", backend="cpu")

@@ -1,9 +1,10 @@
 """PyTorch models exported to ONNX (tests/helpers/onnx_exports/export_torch_models.py wrote them, with an input and
 PyTorch's output each, beside it: this test needs no PyTorch): an MLP, a CNN with batch norm and pooling, a 1-D
 convolution net with GELU, depthwise and grouped convolutions with an upsampling (Resize), a transformer encoder
-layer (attention, layer norm, GELU: PyTorch's export, shape arithmetic and a rank-5 intermediate included), an LSTM
-and a GRU. Each output equals PyTorch's within 1e-4 on the CPU and on Vulkan (lavapipe in CI; measured: at most
-5e-7), each graph one split on Vulkan."""
+layer (attention, layer norm, GELU: PyTorch's export, shape arithmetic and a rank-5 intermediate included), an LSTM,
+a GRU, and a text classifier (token ids into an embedding, a transformer encoder layer, a linear head). Each output
+equals PyTorch's within 1e-4 on the CPU and on Vulkan (lavapipe in CI; measured: at most 5e-7), each graph one split
+on Vulkan."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,7 +18,7 @@ from tests.helpers.devices import require_gpu
 
 pytest.importorskip("onnx", reason="ONNX import needs the onnx package (pip install onnx)")
 EXPORTS = Path(__file__).resolve().parents[1] / "helpers" / "onnx_exports"
-MODELS = ["mlp", "cnn", "conv1d", "depthwise", "encoder", "lstm", "gru"]
+MODELS = ["mlp", "cnn", "conv1d", "depthwise", "encoder", "lstm", "gru", "text"]
 
 
 @pytest.mark.parametrize("device", ["cpu", "Vulkan0"])

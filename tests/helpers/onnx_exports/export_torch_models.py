@@ -92,9 +92,21 @@ class Gru(nn.Module):
         return self.head(self.rnn(x)[0][:, -1])
 
 
+class TextClassifier(nn.Module):
+    """Token ids -> an embedding, a transformer encoder layer, the mean over the steps, a linear head (int64 in)."""
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 16)
+        self.block = nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.head(self.block(self.embed(x)).mean(dim=1))
+
+
 MODELS = {"mlp": (Mlp, (4, 20)), "cnn": (Cnn, (2, 3, 16, 16)), "conv1d": (Conv1d, (2, 4, 32)),
           "depthwise": (Depthwise, (2, 6, 8, 8)), "encoder": (Encoder, (2, 10, 32)), "lstm": (Lstm, (3, 7, 6)),
-          "gru": (Gru, (3, 7, 6))}
+          "gru": (Gru, (3, 7, 6)), "text": (TextClassifier, (3, 9))}
 
 
 def main() -> None:
@@ -106,7 +118,7 @@ def main() -> None:
             if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)):
                 m.running_mean.uniform_(-0.5, 0.5)
                 m.running_var.uniform_(0.5, 1.5)
-        x = torch.randn(*shape)
+        x = torch.randint(0, 50, shape) if cls is TextClassifier else torch.randn(*shape)
         with torch.no_grad():
             y = model(x)
         torch.onnx.export(model, (x,), OUT / f"{name}.onnx", input_names=["x"], output_names=["y"], opset_version=17,
