@@ -11,12 +11,19 @@ from ..ops import elementwise as E
 from ..ops.activation import ggml_floor
 from ..ops.conv import GGML_OP_POOL_MAX as POOL_MAX
 from ..ops.conv import ggml_pool_1d
+from .operators_shape import transpose_tensor
 from .registry import axis_of, op
 from .values import Build, Value
 
 
-def _attr(node, name: str, default: float) -> float:
-    return float(node.attrs.get(name, default))
+# the activations' attributes and their ONNX defaults (each read through _attr)
+DEFAULTS = {"Swish": {"alpha": 1.0}, "Selu": {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875},
+            "Celu": {"alpha": 1.0}, "ThresholdedRelu": {"alpha": 1.0}, "Shrink": {"lambd": 0.5, "bias": 0.0},
+            "InstanceNormalization": {"epsilon": 1e-5}}
+
+
+def _attr(node, name: str) -> float:
+    return float(node.attrs.get(name, DEFAULTS[node.op][name]))
 
 
 def round_half_even(b: Build, t):
@@ -44,35 +51,33 @@ def _sigmoid(x):
 
 # name -> (builder of the tensor from (b, node, t), numpy of (node, x))
 ACTIVATIONS = {
-    "Swish": (lambda b, n, t: E.ggml_mul(b.ctx, t, E.ggml_sigmoid(b.ctx, E.ggml_scale(b.ctx, t, _attr(n, "alpha", 1)))),
-              lambda n, x: x * _sigmoid(_attr(n, "alpha", 1) * x)),
+    "Swish": (lambda b, n, t: E.ggml_mul(b.ctx, t, E.ggml_sigmoid(b.ctx, E.ggml_scale(b.ctx, t, _attr(n, "alpha")))),
+              lambda n, x: x * _sigmoid(_attr(n, "alpha") * x)),
     "Silu": (lambda b, n, t: E.ggml_mul(b.ctx, t, E.ggml_sigmoid(b.ctx, t)), lambda n, x: x * _sigmoid(x)),
     "HardSwish": (lambda b, n, t: E.ggml_mul(b.ctx, t, E.ggml_clamp(b.ctx, E.ggml_scale_bias(b.ctx, t, 1 / 6, 0.5),
                                                                     0.0, 1.0)),
                   lambda n, x: x * np.clip(x / 6 + 0.5, 0, 1)),
     "Mish": (lambda b, n, t: E.ggml_mul(b.ctx, t, E.ggml_tanh(b.ctx, _softplus(b, t))),
              lambda n, x: x * np.tanh(np.logaddexp(0, x))),
-    "Selu": (lambda b, n, t: E.ggml_scale(b.ctx, _elu(b, t, _attr(n, "alpha", 1.67326319217681884765625)),
-                                          _attr(n, "gamma", 1.05070102214813232421875)),
-             lambda n, x: _attr(n, "gamma", 1.05070102214813232421875) * np.where(
-                 x > 0, x, _attr(n, "alpha", 1.67326319217681884765625) * np.expm1(np.minimum(x, 0)))),
-    "Celu": (lambda b, n, t: _celu(b, t, _attr(n, "alpha", 1.0)),
-             lambda n, x: np.maximum(x, 0) + np.minimum(0, _attr(n, "alpha", 1) * np.expm1(
-                 np.minimum(x, 0) / _attr(n, "alpha", 1)))),
+    "Selu": (lambda b, n, t: E.ggml_scale(b.ctx, _elu(b, t, _attr(n, "alpha")),
+                                          _attr(n, "gamma")),
+             lambda n, x: _attr(n, "gamma") * np.where(
+                 x > 0, x, _attr(n, "alpha") * np.expm1(np.minimum(x, 0)))),
+    "Celu": (lambda b, n, t: _celu(b, t, _attr(n, "alpha")),
+             lambda n, x: np.maximum(x, 0) + np.minimum(0, _attr(n, "alpha") * np.expm1(
+                 np.minimum(x, 0) / _attr(n, "alpha")))),
     "ThresholdedRelu": (lambda b, n, t: E.ggml_mul(b.ctx, t, E.ggml_step(b.ctx, E.ggml_scale_bias(
-        b.ctx, t, 1.0, -_attr(n, "alpha", 1.0)))), lambda n, x: np.where(x > _attr(n, "alpha", 1.0), x, 0)),
+        b.ctx, t, 1.0, -_attr(n, "alpha")))), lambda n, x: np.where(x > _attr(n, "alpha"), x, 0)),
     "Softsign": (lambda b, n, t: E.ggml_div(b.ctx, t, E.ggml_scale_bias(b.ctx, E.ggml_abs(b.ctx, t), 1.0, 1.0)),
                  lambda n, x: x / (1 + np.abs(x))),
-    "Shrink": (lambda b, n, t: _shrink(b, t, _attr(n, "lambd", 0.5), _attr(n, "bias", 0.0)),
-               lambda n, x: np.where(x < -_attr(n, "lambd", 0.5), x + _attr(n, "bias", 0),
-                                     np.where(x > _attr(n, "lambd", 0.5), x - _attr(n, "bias", 0), 0))),
+    "Shrink": (lambda b, n, t: _shrink(b, t, _attr(n, "lambd"), _attr(n, "bias")),
+               lambda n, x: np.where(x < -_attr(n, "lambd"), x + _attr(n, "bias"),
+                                     np.where(x > _attr(n, "lambd"), x - _attr(n, "bias"), 0))),
     "Sign": (lambda b, n, t: E.ggml_sgn(b.ctx, t), lambda n, x: np.sign(x)),
     "Reciprocal": (lambda b, n, t: E.ggml_div(b.ctx, _ones(b, t), t), lambda n, x: 1 / x),
     "Tan": (lambda b, n, t: E.ggml_div(b.ctx, E.ggml_sin(b.ctx, t), E.ggml_cos(b.ctx, t)), lambda n, x: np.tan(x)),
     "Round": (lambda b, n, t: round_half_even(b, t), lambda n, x: np.rint(x)),
 }
-ATTRS = {"Swish": ("alpha",), "Selu": ("alpha", "gamma"), "Celu": ("alpha",), "ThresholdedRelu": ("alpha",),
-         "Shrink": ("bias", "lambd")}
 
 
 def _ones(b: Build, t):
@@ -95,10 +100,8 @@ def _elu(b: Build, t, alpha: float):
 
 
 def _celu(b: Build, t, alpha: float):
-    negative = E.ggml_neg(b.ctx, E.ggml_relu(b.ctx, E.ggml_neg(b.ctx, t)))
-    tail = E.ggml_scale(b.ctx, E.ggml_scale_bias(b.ctx, E.ggml_exp(b.ctx, E.ggml_scale(b.ctx, negative, 1 / alpha)),
-                                                 1.0, -1.0), alpha)
-    return E.ggml_add(b.ctx, E.ggml_relu(b.ctx, t), tail)
+    """alpha elu(t / alpha)."""
+    return E.ggml_scale(b.ctx, _elu(b, E.ggml_scale(b.ctx, t, 1 / alpha), 1.0), alpha)
 
 
 def _shrink(b: Build, t, lambd: float, bias: float):
@@ -113,7 +116,7 @@ def _activation(b: Build, node, xs, opset):
 
 
 for _name, (_, _numpy) in ACTIVATIONS.items():
-    op(_name, *(("SiLU",) if _name == "Silu" else ()), attrs=ATTRS.get(_name, ()),
+    op(_name, *(("SiLU",) if _name == "Silu" else ()), attrs=tuple(DEFAULTS.get(_name, ())),
        fold=(lambda f: lambda node, xs, opset: [f(node, np.asarray(xs[0]))])(_numpy))(_activation)
 
 
@@ -175,7 +178,6 @@ def _arg(b: Build, node, xs, opset):
     """In F32 (exact; every backend): with the axis moved to the rows, the positions where the row's maximum (of -x
     for ArgMin) is, each other position pushed past the row's length, and the smallest of them (the largest, with
     select_last_index, the others pushed below 0)."""
-    from .operators_shape import transpose_tensor
     x = xs[0]
     rank = len(x.shape)
     axis = axis_of(b, node.attrs.get("axis", 0), rank)
@@ -214,6 +216,6 @@ def _instance_norm(b: Build, node, xs, opset):
         raise b.fail(f"InstanceNormalization takes (N, C, D1, ...), got shape {x.shape}")
     n, c = x.shape[0], x.shape[1]
     rest = int(np.prod(x.shape[2:], dtype=np.int64))
-    y = E.ggml_norm(b.ctx, b.reshaped(x, (n, c, rest)), _attr(node, "epsilon", 1e-5))
+    y = E.ggml_norm(b.ctx, b.reshaped(x, (n, c, rest)), _attr(node, "epsilon"))
     y = E.ggml_add(b.ctx, E.ggml_mul(b.ctx, y, b.reshaped(scale, (1, c, 1))), b.reshaped(bias, (1, c, 1)))
     return [Value(x.shape, b.reshaped(Value((n, c, rest), y), x.shape))]

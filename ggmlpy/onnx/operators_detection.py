@@ -78,9 +78,11 @@ def roi_matrix(roi: np.ndarray, height: int, width: int, out_h: int, out_w: int,
     bh, bw = rh / out_h, rw / out_w
     gh = ratio if ratio > 0 else int(math.ceil(rh / out_h))
     gw = ratio if ratio > 0 else int(math.ceil(rw / out_w))
-    count = max(gh * gw, 1)
+    if gh * gw <= 0:   # an empty region: no samples, every output 0 (max: one zero row per output)
+        return np.zeros((out_h * out_w, height * width))
+    count = gh * gw
     rows = out_h * out_w * (gh * gw * 4 if max_mode else 1)
-    m = np.zeros((max(rows, 1), height * width), np.float64)
+    m = np.zeros((rows, height * width), np.float64)
     for ph in range(out_h):
         for pw in range(out_w):
             for iy in range(gh):
@@ -120,13 +122,14 @@ def _roi_align(b: Build, node, xs, opset):
     n, c, h, w = x.shape
     rois = np.asarray(const_arg(b, xs[1], "rois"), np.float64).reshape(-1, 4)
     batch = np.asarray(const_arg(b, xs[2], "batch_indices"), np.int64).reshape(-1)
+    if not len(rois):
+        raise b.fail("RoiAlign of no regions (an empty output) is not supported")
     if len(batch) != len(rois) or ((batch < 0) | (batch >= n)).any():
         raise b.fail(f"batch_indices {batch.tolist()} must give an image (0..{n - 1}) for each of the {len(rois)} "
                      "regions")
-    ctm = node.attrs.get("coordinate_transformation_mode", b"half_pixel" if opset >= 16 else b"output_half_pixel")
-    half_pixel = (ctm.decode() if isinstance(ctm, bytes) else ctm) == "half_pixel"
-    mode = node.attrs.get("mode", b"avg")
-    max_mode = (mode.decode() if isinstance(mode, bytes) else mode) == "max"
+    half_pixel = node.attrs.get("coordinate_transformation_mode",
+                                "half_pixel" if opset >= 16 else "output_half_pixel") == "half_pixel"
+    max_mode = node.attrs.get("mode", "avg") == "max"
     oh, ow = int(node.attrs.get("output_height", 1)), int(node.attrs.get("output_width", 1))
     scale, ratio = float(node.attrs.get("spatial_scale", 1.0)), int(node.attrs.get("sampling_ratio", 0))
     t = b.contiguous(b.tensor(x))

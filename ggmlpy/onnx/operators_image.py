@@ -25,8 +25,7 @@ from .values import Build, ne_of, Value
 
 
 def _text(node, name: str, default: str) -> str:
-    v = node.attrs.get(name, default)
-    return v.decode() if isinstance(v, bytes) else str(v)
+    return str(node.attrs.get(name, default))
 
 
 # ---- padding
@@ -43,9 +42,10 @@ def pad_value(b: Build, x: Value, begins: list[int], ends: list[int], mode: str 
             a = rank - 1 - g
             pads += [begins[a], ends[a]] if a >= 0 else [0, 0]
         y = ggml_pad_ext(b.ctx, b.contiguous(t), *pads)
-        if value != 0.0:   # the value where the padding is (0 inside: no 0 x inf there)
-            inside = np.zeros(shape, bool)
-            inside[tuple(slice(p, p + d) for p, d in zip(begins, x.shape))] = True
+        if value != 0.0:   # the value where the padding is (0 inside: no 0 x inf there), broadcast along the axes
+            padded = [bool(p or q) for p, q in zip(begins, ends)]   # that are not padded
+            inside = np.zeros(tuple(n if on else 1 for n, on in zip(shape, padded)), bool)
+            inside[tuple(slice(p, p + d) if on else slice(None) for p, d, on in zip(begins, x.shape, padded))] = True
             y = E.ggml_add(b.ctx, y, b.tensor(Value.of(np.where(inside, 0.0, value).astype(np.float32))))
         return Value(shape, y)
     current = list(x.shape)

@@ -101,8 +101,7 @@ def _elu(b: Build, node, xs, opset):
 
 @op("Gelu", attrs=("approximate",), since=20)
 def _gelu(b: Build, node, xs, opset):
-    approx = node.attrs.get("approximate", b"none")
-    approx = approx.decode() if isinstance(approx, bytes) else approx
+    approx = node.attrs.get("approximate", "none")
     fn = ggml_gelu if approx == "tanh" else ggml_gelu_erf
     return [Value(xs[0].shape, fn(b.ctx, b.tensor(xs[0])))]
 
@@ -142,7 +141,7 @@ def _erf(b: Build, node, xs, opset):
     return [Value(xs[0].shape, E.ggml_mul(ctx, magnitude, sign))]
 
 
-@op("Pow", fold=_fold_binary(np.power))
+@op("Pow", fold=_fold_binary(np.power), numbers=(1,))
 def _pow(b: Build, node, xs, opset):
     """A known exponent: by products (1, 2, 3), sqrt (0.5), ones (0), or |x|^p with the sign of x for odd integer p
     (negative bases give real results for integer exponents); a computed one: exp(y log x), bases > 0."""
@@ -423,8 +422,8 @@ def _reduced(b: Build, name: str, flat, size: int):
         return ggml_pool_1d(ctx, flat, POOL_MAX, size, size, 0)
     if name == "ReduceMin":
         return E.ggml_neg(ctx, ggml_pool_1d(ctx, E.ggml_neg(ctx, flat), POOL_MAX, size, size, 0))
-    if name == "ReduceLogSumExp":   # the row's maximum taken out first: no overflow
-        top = ggml_pool_1d(ctx, flat, POOL_MAX, size, size, 0)
+    if name == "ReduceLogSumExp":   # the row's maximum taken out first (finite: no inf - inf): no overflow
+        top = E.ggml_clamp(ctx, ggml_pool_1d(ctx, flat, POOL_MAX, size, size, 0), -3.4028234e38, 3.4028234e38)
         total = ggml_sum_rows(ctx, E.ggml_exp(ctx, E.ggml_sub(ctx, flat, top)))
         return E.ggml_add(ctx, E.ggml_log(ctx, total), top)
     if name == "ReduceProd":   # exp(sum log|x|) (0 where a factor is 0), with the sign of the negatives' count

@@ -29,8 +29,7 @@ from .values import Build, Value
 def _auto_pads(b: Build, node, spatial: tuple[int, ...], kernel: list[int], strides: list[int],
                dilations: list[int]) -> list[int]:
     """ONNX's ``pads`` (begins then ends) for the node's ``auto_pad`` (or its ``pads``)."""
-    mode = node.attrs.get("auto_pad", b"NOTSET")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
+    mode = node.attrs.get("auto_pad", "NOTSET")
     n = len(spatial)
     if mode in ("NOTSET", ""):
         pads = list(node.attrs.get("pads", [0] * (2 * n)))
@@ -252,8 +251,7 @@ def _conv_transpose(b: Build, node, xs, opset):
     group = int(node.attrs.get("group", 1))
     strides = [int(s) for s in node.attrs.get("strides", [1] * (1 if one_d else 2))]
     strides = [strides[0]] + strides if one_d else strides
-    mode = node.attrs.get("auto_pad", b"NOTSET")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
+    mode = node.attrs.get("auto_pad", "NOTSET")
     if any(int(d) != 1 for d in node.attrs.get("dilations", [1])) or mode not in ("NOTSET", "VALID"):
         raise b.fail("ConvTranspose with dilations or auto_pad SAME is not supported")
     pads = [int(p) for p in node.attrs.get("pads", [0] * (2 if one_d else 4))] if mode == "NOTSET" else \
@@ -352,8 +350,8 @@ def _conv_transpose_as_conv(b: Build, node, x: Value, w: Value, bias: Value | No
     for p in parts[1:]:
         k = ggml_concat(b.ctx, k, p, 3)
     flipped = Value((cout_g * group, per_in, kh, kw), k)
-    conv = Node("Conv", node.name, [f"{node.name}#x", f"{node.name}#k"] + ([f"{node.name}#b"] if bias else []),
-                [f"{node.name}#y"], {"group": group, "kernel_shape": [kh, kw]})
+    operands = [f"{node.name}#x", f"{node.name}#k"] + ([f"{node.name}#b"] if bias is not None else [])
+    conv = Node("Conv", node.name, operands, [f"{node.name}#y"], {"group": group, "kernel_shape": [kh, kw]})
     return _conv(b, conv, [v, flipped] + ([bias] if bias is not None else []), opset)[0]
 
 

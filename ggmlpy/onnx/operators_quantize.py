@@ -10,7 +10,7 @@ import numpy as np
 from ..ops import elementwise as E
 from . import operators_math, operators_nn, operators_shape  # noqa: F401 - the operators these build on
 from .operators_activations import round_half_even
-from .protobuf import Node
+from .protobuf import Node, np_dtype
 from .registry import axis_of, const_arg, op, OPS
 from .values import Build, Value
 
@@ -44,20 +44,25 @@ def _zero_dtype(node, xs) -> np.dtype | None:
     if len(xs) > 2 and xs[2] is not None:
         return np.asarray(xs[2].const).dtype if xs[2].known else xs[2].dtype
     if "output_dtype" in node.attrs and int(node.attrs["output_dtype"]):
-        from .protobuf import onnx_package
-        return np.dtype(onnx_package("onnx_load").helper.tensor_dtype_to_np_dtype(int(node.attrs["output_dtype"])))
+        return np_dtype(int(node.attrs["output_dtype"]), f"{node.op} node '{node.name}': its output_dtype")
     return np.dtype(np.uint8)
+
+
+def _scale_and_zero(node, x: np.ndarray, xs) -> tuple[np.ndarray, np.ndarray]:
+    """A (de)quantization's scale and zero point in float64, shaped to broadcast over ``x`` (per tensor, or one
+    value per index of the node's axis)."""
+    scale = np.asarray(xs[1], np.float64)
+    zero = np.asarray(xs[2] if len(xs) > 2 and xs[2] is not None else 0, np.float64)
+    if scale.ndim == 1 and scale.size > 1:
+        shape = [1] * x.ndim
+        shape[int(node.attrs.get("axis", 1)) % x.ndim] = scale.size
+        scale, zero = scale.reshape(shape), (zero.reshape(shape) if zero.size > 1 else zero)
+    return scale, zero
 
 
 def _fold_dequantize(node, xs, opset):
     x = np.asarray(xs[0], np.float64)
-    scale, zero = np.asarray(xs[1], np.float64), np.asarray(xs[2] if len(xs) > 2 and xs[2] is not None else 0,
-                                                            np.float64)
-    if scale.ndim == 1 and scale.size > 1:
-        axis = int(node.attrs.get("axis", 1)) % x.ndim
-        shape = [1] * x.ndim
-        shape[axis] = scale.size
-        scale, zero = scale.reshape(shape), (zero.reshape(shape) if zero.size > 1 else zero)
+    scale, zero = _scale_and_zero(node, x, xs)
     return [((x - zero) * scale).astype(np.asarray(xs[1]).dtype)]
 
 
@@ -72,28 +77,23 @@ def dequantized(b: Build, node, x: Value, scale: Value | None, zero: Value | Non
     return Value(x.shape, E.ggml_mul(b.ctx, t, b.broadcast(s, x.shape)))
 
 
-@op("DequantizeLinear", attrs=("axis", "block_size", "output_dtype"), fold=_fold_dequantize)
+@op("DequantizeLinear", attrs=("axis", "block_size", "output_dtype"), fold=_fold_dequantize, numbers=(1, 2))
 def _dequantize(b: Build, node, xs, opset):
     return [dequantized(b, node, xs[0], xs[1], xs[2] if len(xs) > 2 else None)]
 
 
 def _fold_quantize(node, xs, opset):
     x = np.asarray(xs[0], np.float64)
-    scale = np.asarray(xs[1], np.float64)
     dtype = _zero_dtype(node, [Value.of(np.asarray(a)) if a is not None else None for a in xs]) or np.dtype(np.uint8)
     if dtype not in _RANGES:
         raise ValueError(f"QuantizeLinear to {dtype.name} is not supported (int8, uint8, int16 and uint16 are)")
-    zero = np.asarray(xs[2] if len(xs) > 2 and xs[2] is not None else 0, np.float64)
-    if scale.ndim == 1 and scale.size > 1:
-        axis = int(node.attrs.get("axis", 1)) % x.ndim
-        shape = [1] * x.ndim
-        shape[axis] = scale.size
-        scale, zero = scale.reshape(shape), (zero.reshape(shape) if zero.size > 1 else zero)
+    scale, zero = _scale_and_zero(node, x, xs)
     low, high = _RANGES[dtype]
     return [np.clip(np.rint(x / scale) + zero, low, high).astype(dtype)]
 
 
-@op("QuantizeLinear", attrs=("axis", "block_size", "output_dtype", "saturate", "precision"), fold=_fold_quantize)
+@op("QuantizeLinear", attrs=("axis", "block_size", "output_dtype", "saturate", "precision"), fold=_fold_quantize,
+    numbers=(1, 2))
 def _quantize(b: Build, node, xs, opset):
     return [quantized(b, node, xs[0], xs[1], xs[2] if len(xs) > 2 else None, _zero_dtype(node, xs))]
 
@@ -128,11 +128,11 @@ def _synthetic(node, op_name: str, n_inputs: int) -> Node:
                 {k: v for k, v in node.attrs.items() if k in OPS[op_name].attrs})
 
 
-@op("QLinearConv", attrs=tuple(sorted(OPS["Conv"].attrs)))
+@op("QLinearConv", attrs=tuple(sorted(OPS["Conv"].attrs)), numbers=(1, 2, 4, 5, 6, 7))
 def _qlinear_conv(b: Build, node, xs, opset):
     """Dequantized input and weights (per output channel), a float convolution with the bias (int32, of scale
     x_scale * w_scale), the result quantized: what the integer convolution computes, in F32."""
-    x, xsc, xzp, w, wsc, wzp, ysc, yzp = (list(xs) + [None] * 9)[:8]
+    x, xsc, xzp, w, wsc, wzp, ysc, yzp = xs[:8]
     bias = xs[8] if len(xs) > 8 else None
     xf = dequantized(b, node, x, xsc, xzp)
     wf = dequantized(b, node, w, wsc, wzp, axis=0)
@@ -146,7 +146,7 @@ def _qlinear_conv(b: Build, node, xs, opset):
     return [quantized(b, node, y, ysc, yzp, _integer_type(yzp))]
 
 
-@op("QLinearMatMul")
+@op("QLinearMatMul", numbers=(1, 2, 4, 5, 6, 7))
 def _qlinear_matmul(b: Build, node, xs, opset):
     """Dequantized operands (a per row, b per column where their scales are vectors), a float product, the result
     quantized (per column)."""
@@ -157,7 +157,7 @@ def _qlinear_matmul(b: Build, node, xs, opset):
     return [quantized(b, node, y, ysc, yzp, _integer_type(yzp), axis=-1)]
 
 
-@op("QLinearAdd", "QLinearMul", domain="com.microsoft")
+@op("QLinearAdd", "QLinearMul", domain="com.microsoft", numbers=(1, 2, 4, 5, 6, 7))
 def _qlinear_binary(b: Build, node, xs, opset):
     """onnxruntime's quantized Add and Mul: both operands dequantized, the float result quantized."""
     a, asc, azp, c, csc, czp, ysc, yzp = (list(xs) + [None] * 8)[:8]
@@ -167,14 +167,15 @@ def _qlinear_binary(b: Build, node, xs, opset):
     return [quantized(b, node, y, ysc, yzp, _integer_type(yzp))]
 
 
-@op("QLinearSigmoid", domain="com.microsoft")
+@op("QLinearSigmoid", domain="com.microsoft", numbers=(1, 2, 3, 4))
 def _qlinear_sigmoid(b: Build, node, xs, opset):
     x, xsc, xzp, ysc, yzp = (list(xs) + [None] * 5)[:5]
     y = Value(x.shape, E.ggml_sigmoid(b.ctx, b.tensor(dequantized(b, node, x, xsc, xzp))))
     return [quantized(b, node, y, ysc, yzp, _integer_type(yzp))]
 
 
-@op("QLinearConcat", attrs=("axis",), domain="com.microsoft")
+@op("QLinearConcat", attrs=("axis",), domain="com.microsoft",
+    numbers=(0, 1) + tuple(i for i in range(2, 3 * 256) if (i - 2) % 3))   # scales and zero points
 def _qlinear_concat(b: Build, node, xs, opset):
     """onnxruntime's quantized Concat: (Y_scale, Y_zero_point, then X, X_scale, X_zero_point per input)."""
     ysc, yzp, rest = xs[0], xs[1], xs[2:]

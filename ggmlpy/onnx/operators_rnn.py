@@ -31,8 +31,7 @@ def _check(b: Build, node, xs) -> tuple[Value, Value, Value, Value | None, int, 
             raise b.fail(f"{node.op} with sequence_lens shorter than the sequences is not supported")
     if node.op == "LSTM" and len(xs) > 7 and xs[7] is not None:
         raise b.fail("LSTM with peephole weights (P) is not supported")
-    direction = node.attrs.get("direction", b"forward")
-    direction = direction.decode() if isinstance(direction, bytes) else direction
+    direction = node.attrs.get("direction", "forward")
     flags = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}.get(direction)
     if flags is None:
         raise b.fail(f"{node.op} direction '{direction}'")

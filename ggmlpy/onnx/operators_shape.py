@@ -9,6 +9,7 @@ from ..ops import elementwise as E
 from ..ops.activation import ggml_floor
 from ..ops.layout import ggml_cast, ggml_get_rows, ggml_permute, ggml_view_4d
 from ..ops.reduce import ggml_concat, ggml_repeat
+from .protobuf import np_dtype
 from .registry import axis_of, const_arg, op
 from .values import Build, ne_of, Value
 
@@ -334,8 +335,7 @@ def _range(b: Build, node, xs, opset):
 
 
 def _cast_dtype(node, attr: str = "to"):
-    from .protobuf import onnx_package
-    return np.dtype(onnx_package("onnx_load").helper.tensor_dtype_to_np_dtype(int(node.attrs[attr])))
+    return np_dtype(int(node.attrs[attr]), f"{node.op} node '{node.name}': its {attr}")
 
 
 @op("Cast", attrs=("to", "saturate", "round_mode"), fold=lambda node, xs, opset: [np.asarray(xs[0]).astype(
@@ -397,8 +397,7 @@ def _scatter_targets(node, data_shape: tuple[int, ...], indices) -> tuple[np.nda
 
 
 def _reduction(node) -> str:
-    r = node.attrs.get("reduction", b"none")
-    return r.decode() if isinstance(r, bytes) else str(r)
+    return str(node.attrs.get("reduction", "none"))
 
 
 def _scatter_elements(node, xs, opset):
@@ -433,7 +432,9 @@ def _scatter_build(b: Build, node, xs, opset):
     n_out, n_up = int(np.prod(data.shape)), int(np.prod(updates.shape))
     flat = np.ravel_multi_index(target, data.shape).reshape(-1)
     ctx = b.ctx
-    rows_of = lambda v, n: b.reshaped(v, (n, 1))   # noqa: E731 - n rows of one element
+
+    def rows_of(v: Value, n: int):
+        return b.reshaped(v, (n, 1))   # n rows of one element
     if reduction == "none":
         pick = np.arange(n_out)
         pick[flat] = n_out + np.arange(n_up)   # the last update of a position wins

@@ -92,7 +92,7 @@ def read_model(source: object, fn: str) -> GraphSpec:
         dims = tuple(int(d.dim_value) if d.HasField("dim_value") else -1 for d in tt.shape.dim)
         inputs.append((vi.name, dims, _dtype(onnx, tt.elem_type, f"{fn}: input '{vi.name}'")))
     nodes = [Node(n.op_type, n.name or f"{n.op_type}_{i}", list(n.input), list(n.output),
-                  {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}, n.domain)
+                  {a.name: _attribute(onnx, a) for a in n.attribute}, n.domain)
              for i, n in enumerate(model.graph.node)]
     outputs = [(o.name, _dtype(onnx, o.type.tensor_type.elem_type, f"{fn}: output '{o.name}'")
                  if o.type.HasField("tensor_type") and o.type.tensor_type.elem_type else None)
@@ -127,6 +127,21 @@ def with_initializers(skeleton: bytes, arrays: dict[str, np.ndarray], fn: str) -
     model = onnx.load_model_from_string(skeleton)
     model.graph.initializer.extend(onnx.numpy_helper.from_array(np.asarray(a), name) for name, a in arrays.items())
     return bytes(model.SerializeToString())
+
+
+def _attribute(onnx: ModuleType, attribute: object) -> object:
+    """An attribute's value as Python has it, strings (ONNX's bytes) decoded: the builders compare them with str."""
+    value = onnx.helper.get_attribute_value(attribute)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, list) and value and isinstance(value[0], bytes):
+        return [v.decode("utf-8", "replace") for v in value]
+    return value
+
+
+def np_dtype(elem_type: int, what: str, fn: str = "onnx_load") -> np.dtype:
+    """The numpy dtype of an ONNX element type (``TensorProto.FLOAT`` ...), or a ValueError naming ``what``."""
+    return _dtype(onnx_package(fn), elem_type, what)
 
 
 def _dtype(onnx: ModuleType, elem_type: int, what: str) -> np.dtype:

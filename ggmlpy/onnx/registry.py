@@ -3,6 +3,7 @@ other is refused when the model loads) and, where numpy can, how to compute it w
 axes, constants: folded while the graph is built, never computed by ggml)."""
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,20 +26,23 @@ class OpSpec:
     since: int = 1        # the first opset whose semantics the builder follows
     static: frozenset[int] = frozenset()   # inputs that must be known when the graph is built (shapes, axes)
     domains: frozenset[str] = frozenset({"", "ai.onnx"})   # the operator sets it belongs to
+    numbers: frozenset[int] = frozenset()   # inputs read as numbers where known (an exponent, a scale): never weights
 
 
 OPS: dict[str, OpSpec] = {}
 
 
 def op(*names: str, attrs: tuple[str, ...] = (), fold: Folder | None = None, since: int = 1,
-       static: tuple[int, ...] = (), domain: str = "") -> Callable[[Builder], Builder]:
+       static: tuple[int, ...] = (), domain: str = "", numbers: tuple[int, ...] = ()) -> Callable[[Builder], Builder]:
     """Register a builder for the ONNX operators ``names``; ``static``: the inputs it needs known when the graph is
     built (a graph input there is read from each run's data, and its value picks the graph); ``domain``: an operator
-    set other than ONNX's own ("com.microsoft": onnxruntime's quantized operators)."""
+    set other than ONNX's own ("com.microsoft": onnxruntime's quantized operators); ``numbers``: inputs it reads as
+    numbers where they are known (a Pow's exponent, a quantization's scales), which a fine-tuned import keeps
+    constant (trainable.py)."""
     def register(fn: Builder) -> Builder:
         for name in names:
-            OPS[name] = OpSpec(fn, frozenset(attrs), fold, since, frozenset(static),
-                               frozenset({domain}) if domain else frozenset({"", "ai.onnx"}))
+            spec = OpSpec(fn, frozenset(attrs), fold, since, frozenset(static), numbers=frozenset(numbers))
+            OPS[name] = dataclasses.replace(spec, domains=frozenset({domain})) if domain else spec
         return fn
     return register
 

@@ -52,7 +52,10 @@ def check_supported(spec: GraphSpec, fn: str) -> None:
     for node in spec.nodes:
         where = f"{fn}: {node.op} node '{node.name}' (opset {spec.opset})"
         entry = OPS.get(node.op)
-        if entry is None or node.domain not in entry.domains:
+        if entry is not None and node.domain not in entry.domains:
+            raise GgmlValueError(f"{where}: {node.op} is built as an operator of the domain "
+                                 f"'{sorted(entry.domains)[-1] or 'ai.onnx'}', not of '{node.domain or 'ai.onnx'}'")
+        if entry is None:
             if node.domain not in ("", "ai.onnx"):
                 raise GgmlValueError(f"{where}: the operator {node.op} of the domain '{node.domain}' is not supported")
             raise GgmlValueError(f"{where}: the operator {node.op} is not supported (supported: "

@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import math
 import re
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,8 +20,8 @@ from ..core.args import is_int, positive_int_arg
 from ..core.types import GGML_TYPE_F32, GGML_TYPE_I32
 from ..errors import GgmlTypeError, GgmlValueError
 from ..graph.context import ggml_init, ggml_tensor_overhead
-from ..graph.objects import Context, Tensor
-from ..graph.tensor import ggml_new_tensor, pending_constant
+from ..graph.objects import Tensor
+from ..graph.tensor import ggml_new_tensor
 from ..models.builders import ggml_apply, ggml_input, ggml_model
 from ..models.layers.layer import Layer, natural_ne
 from ..models.layers.weight import ParamSpec
@@ -45,15 +44,14 @@ if TYPE_CHECKING:
 
 # inputs that hold state, not something to train: batch norm's running mean and variance
 STATE_OPERANDS = {("BatchNormalization", 3), ("BatchNormalization", 4)}
-# inputs the builders read as numbers when they are known (an exponent, a clip's bounds): kept constant
-NUMBER_OPERANDS = {("Pow", 1), ("Clip", 1), ("Clip", 2)}
 MAX_WEIGHT_NAME = 22   # "<layer>.<weight>" within ggml's 63-byte tensor names, with a layer name of up to 40
 
 
 def weight_roles(spec: GraphSpec) -> dict[str, bool]:
     """The initializers that become weights, each with whether it trains: float, finite, of rank 1 to 4 (in ggml's
-    sense), read by no node as a value known when the graph is built (a shape, axes, a Pow's exponent); batch norm's
-    running statistics are weights that do not train. The others stay constants of the graph."""
+    sense), read by no node as a value known when the graph is built (a shape, axes: ``static``) or as a number (a
+    Pow's exponent, a quantization's scale: ``numbers``, registry.py); batch norm's running statistics are weights
+    that do not train. The others stay constants of the graph."""
     uses: dict[str, set[tuple[str, int]]] = {}
     for node in spec.nodes:
         for i, name in enumerate(node.inputs):
@@ -64,7 +62,7 @@ def weight_roles(spec: GraphSpec) -> dict[str, bool]:
         used = uses.get(name)
         if not used or arr.dtype.kind != "f" or arr.ndim < 1 or arr.size == 0 or len(ne_of(arr.shape)) > 4:
             continue
-        if any(i in OPS[op].static or (op, i) in NUMBER_OPERANDS for op, i in used):
+        if any(i in OPS[op].static | OPS[op].numbers for op, i in used):
             continue
         if not np.isfinite(arr).all():   # an attention mask of -inf: a constant, as the importer builds it exactly
             continue
@@ -98,11 +96,11 @@ def weight_names(names: list[str]) -> list[str]:
     other than letters, digits, '_' and '-' made '_'), else ``w<i>_`` and its end."""
     out: list[str] = []
     for i, name in enumerate(names):
-        clean = re.sub(r"[^A-Za-z0-9_-]", "_", name) or "w"
+        clean = _clean(name) or "w"
         tries = 0
         while len(clean) > MAX_WEIGHT_NAME or clean in out:   # w<i>_<end>, then w<i>x<k>_<end> while taken
             prefix = f"w{i}_" if not tries else f"w{i}x{tries}_"
-            clean = prefix + re.sub(r"[^A-Za-z0-9_-]", "_", name)[len(prefix) - MAX_WEIGHT_NAME:]
+            clean = prefix + _clean(name)[len(prefix) - MAX_WEIGHT_NAME:]
             tries += 1
         out.append(clean)
     return out
@@ -153,9 +151,8 @@ class OnnxGraph(Layer):
         if output not in outputs:
             raise GgmlValueError(f"{fn}: output {output!r} is not an output of the graph ({outputs})")
         check_supported(spec, fn)
-        limits = [row_limit(spec, name, fn) for name, _, dtype in spec.inputs if dtype.kind != "f"]
-        if limits:   # the fit checks every id against it (models/engine/inputs.py), as an embedding's
-            self.vocab_size = min(limits)
+        # per input, the ids an integer one may hold: the fit checks them (models/engine/inputs.py) as an embedding's
+        self.vocab_sizes = [None if dtype.kind == "f" else row_limit(spec, name, fn) for name, _, dtype in spec.inputs]
         self.graph, self.output, self.weights = graph, output, [[n, o, list(s), t] for n, o, s, t in rows]
         self._rows = rows
         self._spec = spec
@@ -195,34 +192,41 @@ class OnnxGraph(Layer):
             if len(shape) != len(dims) - 1 or any(d >= 0 and d != s for d, s in zip(dims[1:], shape)):
                 raise GgmlValueError(f"{where}: input '{name}' is declared {list(dims)} (axis 0 the batch, -1 any "
                                      f"size); a sample of shape {tuple(shape)} does not fit it")
-        for scale in (1, 8, 64):
-            ctx = ggml_init(mem_size=scale * (64 * len(self._spec.nodes) + 64) * ggml_tensor_overhead(),
-                            no_alloc=True)
-            try:
-                pending: list = []
-                weights = {onnx: ggml_new_tensor(ctx, GGML_TYPE_F32, len(ne_of(s)), ne_of(s))
-                           for _, onnx, s, _ in self._rows}
-                b = Build(ctx, None, weights, _collect(ctx, pending))
-                xs = [ggml_new_tensor(ctx, GGML_TYPE_F32 if dtype.kind == "f" else GGML_TYPE_I32, len(ne_of((2,) + s)),
-                                      ne_of((2,) + s)) for (_, _, dtype), s in zip(self._spec.inputs, shapes)]
-                out = self._output(b, xs, shapes, 2)
-                n_tensors = ctx.used_mem // ggml_tensor_overhead()
-                break
-            except GgmlValueError as exc:
-                if "context is full" in str(exc) and scale < 64:
-                    continue
-                raise GgmlValueError(f"{where}: {exc} (for a batch of 2: a graph exported for one batch size only "
-                                     "cannot train; export it with a dynamic batch axis, torch.onnx.export's "
-                                     "dynamic_axes)") from None
-            finally:
-                ctx.free()
+        # both forms: a training graph builds some ops from others (Resize, Pad, ConvTranspose: more tensors)
+        (out, n_tensors, n_constants), (_, n_train, c_train) = (self._dry_build(shapes, where, training)
+                                                                for training in (False, True))
         if out.tensor is None:
             raise GgmlValueError(f"{where}: output '{self.output}' does not depend on the inputs (it is a constant)")
         if len(out.shape) < 2 or out.shape[0] != 2 or len(out.shape) > 4:
             raise GgmlValueError(f"{where}: output '{self.output}' has shape {list(out.shape)} for a batch of 2; a "
                                  "model's output is a batch of samples (axis 0 the batch, 1 to 3 axes more)")
-        self._shapes[key] = result = (tuple(out.shape[1:]), n_tensors, len(pending))
+        self._shapes[key] = result = (tuple(out.shape[1:]), max(n_tensors, n_train), max(n_constants, c_train))
         return result
+
+    def _dry_build(self, shapes: list[tuple[int, ...]], where: str, training: bool) -> tuple[Value, int, int]:
+        """The graph built for a batch of 2 in a context of its own (never allocated): its output, and how many
+        tensors and constants it made."""
+        for scale in (1, 8, 64):
+            ctx = ggml_init(mem_size=scale * (64 * len(self._spec.nodes) + 64) * ggml_tensor_overhead(),
+                            no_alloc=True)
+            try:
+                weights = {onnx: ggml_new_tensor(ctx, GGML_TYPE_F32, len(ne_of(s)), ne_of(s))
+                           for _, onnx, s, _ in self._rows}
+                b = Build(ctx, ctx, weights)   # its constants made in ctx too, and never written
+                b.differentiable = training
+                xs = [ggml_new_tensor(ctx, GGML_TYPE_F32 if dtype.kind == "f" else GGML_TYPE_I32, len(ne_of((2,) + s)),
+                                      ne_of((2,) + s)) for (_, _, dtype), s in zip(self._spec.inputs, shapes)]
+                out = self._output(b, xs, shapes, 2)
+                return out, ctx.used_mem // ggml_tensor_overhead(), len(b.constants)
+            except GgmlValueError as exc:
+                if "context is full" in str(exc) and scale < 64:
+                    continue
+                raise GgmlValueError(f"{where}: {exc} (built for a batch of 2: if the graph was exported for one "
+                                     "batch size, export it with a dynamic batch axis, torch.onnx.export's "
+                                     "dynamic_axes)") from None
+            finally:
+                ctx.free()
+        raise AssertionError("unreachable: the last scale raises")
 
     def output_shape(self, shapes):
         return self._probe(shapes)[0]
@@ -338,11 +342,10 @@ def onnx_to_model(model: object, output: str | None = None, input_shapes: dict |
     return ggml_model(inputs if len(inputs) > 1 else inputs[0], node, name=name)
 
 
-def _collect(ctx: Context, pending: list) -> Callable[[np.ndarray], Tensor]:
-    """Constants made in ``ctx`` and listed in ``pending`` (a graph built only for its shapes: never written)."""
-    return lambda arr: pending_constant(ctx, arr, pending)
-
-
 def _node_name(name: str) -> str:
-    clean = re.sub(r"[^A-Za-z0-9_-]", "_", name)[:40]
-    return clean or "input"
+    return _clean(name)[:40] or "input"
+
+
+def _clean(name: str) -> str:
+    """``name`` with every character but letters, digits, '_' and '-' made '_' (a layer's or weight's name)."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name)

@@ -329,7 +329,7 @@ def test_integer_inputs_and_fixed_batch_graphs_are_refused_with_the_fix():
                                                                                                  ["y"])],
                    [_info("x", F, [1, 2, 3])], [_info("y", F, [1, 2])],
                    [("s", np.array([1, 6], np.int64)), ("w", np.ones((6, 2), np.float32))])
-    with pytest.raises(ValueError, match="Reshape.*batch of 2.*one batch size only.*dynamic_axes"):
+    with pytest.raises(ValueError, match="Reshape.*batch of 2.*exported for one batch size.*dynamic_axes"):
         g.onnx_to_model(fixed)
 
 
@@ -395,10 +395,51 @@ def test_token_ids_index_a_trainable_embedding_table(device):
     ids = rng.integers(0, 20, (6, 5)).astype(np.int64)
     y = ReferenceEvaluator(model).run(None, {"x": ids})[0]
     net = g.onnx_to_model(model)
-    assert net.layers[-1].vocab_size == 20
+    assert net.layers[-1].vocab_sizes == [20]
     g.ggml_compile(net, optimizer="adam", loss="mse", backend=_device(device))
     np.testing.assert_allclose(g.ggml_predict(net, ids), y, rtol=1e-5, atol=1e-6)
     target = (y + rng.normal(0, 0.5, y.shape)).astype(np.float32)
     assert _check_gradients(model, ids, target, device) >= 9
-    with pytest.raises(ValueError, match=r"token id 20 at .* is outside \[0, 20\)"):
+    with pytest.raises(ValueError, match=r"token id 20 at .* is outside \[0, 20\) of onnx_graph"):
         g.ggml_fit(net, np.full((2, 5), 20, np.int64), np.zeros((2, 3), np.float32), epochs=1, verbose=0)
+
+
+def test_each_integer_input_is_checked_against_its_own_tables():
+    h = onnx.helper
+    rng = np.random.default_rng(13)
+    nodes = [h.make_node("Gather", ["tok", "ids"], ["a"]), h.make_node("Gather", ["seg", "kind"], ["b"]),
+             h.make_node("Add", ["a", "b"], ["s"]), h.make_node("ReduceMean", ["s"], ["y"], axes=[1], keepdims=0)]
+    model = _graph(nodes, [_info("ids", 7, ["n", 4]), _info("kind", 7, ["n", 4])], [_info("y", F, ["n", 3])],
+                   [("tok", rng.normal(size=(10, 3)).astype(np.float32)),
+                    ("seg", rng.normal(size=(2, 3)).astype(np.float32))])
+    net = g.onnx_to_model(model)
+    assert net.layers[-1].vocab_sizes == [10, 2]
+    g.ggml_compile(net, optimizer="adam", loss="mse", backend="cpu")
+    ids, kind = np.array([[9, 0, 5, 3]]), np.array([[1, 0, 1, 1]])
+    from onnx.reference import ReferenceEvaluator
+    want = ReferenceEvaluator(model).run(None, {"ids": ids, "kind": kind})[0]
+    np.testing.assert_allclose(g.ggml_predict(net, [ids, kind]), want, rtol=1e-6)
+    with pytest.raises(ValueError, match=r"x\[1\] .*token id 2 at \(0, 0\) is outside \[0, 2\)"):
+        g.ggml_fit(net, [ids, np.array([[2, 0, 0, 0]])], np.zeros((1, 3), np.float32), epochs=1, verbose=0)
+
+
+def test_a_graph_of_many_pads_trains_its_larger_training_form():
+    """A training graph builds Pad from concatenations (more tensors and constants than inference): the layer's
+    budget counts that form too."""
+    h = onnx.helper
+    nodes, prev = [], "x"
+    for i in range(12):
+        nodes.append(h.make_node("Pad", [prev, "pads"], [f"p{i}"]))
+        nodes.append(h.make_node("Mul", [f"p{i}", "k"], [f"m{i}"]))
+        nodes.append(h.make_node("Slice", [f"m{i}", "starts", "ends", "axes"], [f"s{i}"]))
+        prev = f"s{i}"
+    nodes.append(h.make_node("Identity", [prev], ["y"]))
+    model = _graph(nodes, [_info("x", F, ["n", 2, 5])], [_info("y", F, ["n", 2, 5])],
+                   [("pads", np.array([0, 1, 1, 0, 1, 1], np.int64)), ("k", np.full((1, 4, 7), 0.9, np.float32)),
+                    ("starts", np.array([1, 1], np.int64)), ("ends", np.array([3, 6], np.int64)),
+                    ("axes", np.array([1, 2], np.int64))])
+    net = g.onnx_to_model(model)
+    g.ggml_compile(net, optimizer="adam", loss="mse", backend="cpu")
+    x = np.random.default_rng(0).normal(size=(4, 2, 5)).astype(np.float32)
+    hist = g.ggml_fit(net, x, x, epochs=3, batch_size=4, verbose=0)
+    assert np.isfinite(hist.history["loss"]).all()

@@ -138,14 +138,14 @@ def test_computed_boxes_for_non_max_suppression_are_refused_at_load():
 F = TensorProto.FLOAT
 
 
-def _run_one(nodes, feeds: dict, inits=(), out_type=F, opset: int = 19):
+def _run_one(nodes, feeds: dict, inits=(), out_type=F, opset: int = 19, reference: bool = True):
     inputs = [helper.make_tensor_value_info(k, TensorProto.FLOAT if v.dtype == np.float32 else TensorProto.INT64,
                                             list(v.shape)) for k, v in feeds.items()]
     graph = helper.make_graph(nodes, "r", inputs, [helper.make_tensor_value_info("y", out_type, None)],
                               [numpy_helper.from_array(a, n) for n, a in inits])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]).SerializeToString()
     from onnx.reference import ReferenceEvaluator
-    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    want = ReferenceEvaluator(model).run(None, feeds)[0] if reference else None
     got = g.onnx_run(g.onnx_load(model, device="cpu"), feeds)["y"]
     return got, want
 
@@ -227,3 +227,28 @@ def test_batch_norms_of_one_name_fold_each_into_its_own_convolution():
              helper.make_node("Sub", ["n1", "n2"], ["y"])]
     got, want = _run_one(nodes, {"x": rng.normal(0, 1, (1, 1, 5, 5)).astype(np.float32)}, inits)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_roi_align_of_an_empty_region_and_of_none(mode):
+    x = np.random.default_rng(3).normal(size=(1, 2, 6, 6)).astype(np.float32)
+    rois = np.array([[1.0, 1.0, 1.0, 3.0], [0.5, 0.5, 4.0, 5.0]], np.float32)   # the first has no width
+    node = helper.make_node("RoiAlign", ["x", "r", "i"], ["y"], mode=mode, output_height=2, output_width=2,
+                            sampling_ratio=0)
+    got, want = _run_one([node], {"x": x}, [("r", rois), ("i", np.zeros(2, np.int64))])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(g.GgmlValueError, match="RoiAlign of no regions"):
+        _run_one([node], {"x": x}, [("r", np.zeros((0, 4), np.float32)), ("i", np.zeros(0, np.int64))],
+                 reference=False)
+
+
+def test_an_operator_of_another_domain_says_which_it_is_built_as():
+    node = helper.make_node("QLinearAdd", ["a", "s", "z", "a", "s", "z", "s", "z"], ["y"], name="qa")   # no domain
+    graph = helper.make_graph([node], "q", [helper.make_tensor_value_info("a", U8, [2])],
+                              [helper.make_tensor_value_info("y", U8, None)],
+                              [numpy_helper.from_array(np.float32(0.1), "s"),
+                               numpy_helper.from_array(np.uint8(0), "z")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    with pytest.raises(g.GgmlValueError, match="QLinearAdd is built as an operator of the domain 'com.microsoft', "
+                                               "not of 'ai.onnx'"):
+        g.onnx_load(model, device="cpu")

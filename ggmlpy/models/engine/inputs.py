@@ -131,14 +131,21 @@ def model_inputs(model: Model, x: object, what: str = "x", n: int | None = None,
 
 
 def _token_ids(arr: np.ndarray, model: Model, node: Node, label: str) -> np.ndarray:
-    """int32 ids, each inside the vocabulary of every embedding that reads this input."""
+    """int32 ids, each inside the vocabulary of every layer that reads this input: an embedding's ``vocab_size``,
+    or a layer's ``vocab_sizes`` (one per input, None where it sets none: an imported ONNX graph's tables)."""
     for n in model.graph()[2]:
-        if any(i is node for i in n.inputs) and hasattr(n.layer, "vocab_size"):
-            bad = (arr < 0) | (arr >= n.layer.vocab_size)  # on the values as given: 1e30 does not wrap first
+        for k, i in enumerate(n.inputs):
+            if i is not node:
+                continue
+            limits = getattr(n.layer, "vocab_sizes", None)
+            limit = limits[k] if limits is not None else getattr(n.layer, "vocab_size", None)
+            if limit is None:
+                continue
+            bad = (arr < 0) | (arr >= limit)  # on the values as given: 1e30 does not wrap first
             if bad.any():
-                where = tuple(int(i) for i in np.argwhere(bad)[0])
-                raise GgmlValueError(f"{label}: token id {arr[where]:g} at {where} is outside [0, "
-                                     f"{n.layer.vocab_size}) of embedding '{n.layer.name}'")
+                where = tuple(int(j) for j in np.argwhere(bad)[0])
+                raise GgmlValueError(f"{label}: token id {arr[where]:g} at {where} is outside [0, {limit}) of "
+                                     f"{n.layer.kind} '{n.layer.name}'")
     return np.ascontiguousarray(arr, dtype=np.int32)
 
 
