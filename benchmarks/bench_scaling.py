@@ -29,6 +29,7 @@ import numpy as np
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import best_time  # noqa: E402 - the benchmarks' folder
 from bench_fit import loadavg  # noqa: E402
 
 import ggmlpy as G  # noqa: E402
@@ -60,13 +61,7 @@ def openblas_sgemm_peak(n_threads: int, size: int = 2048, reps: int = 5) -> tupl
         def run():
             np.matmul(a, b, out=c)
         source = "numpy matmul (libopenblas.so.0 not found)"
-    run()
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - t)
-    return 2.0 * size ** 3 / best / 1e9, source
+    return 2.0 * size ** 3 / best_time(run, reps) / 1e9, source
 
 
 def build_mlp(ctx, batch, width):

@@ -57,9 +57,9 @@ ACTIVATIONS = {
     "HardSwish": (lambda b, n, t: E.ggml_mul(b.ctx, t, E.ggml_clamp(b.ctx, E.ggml_scale_bias(b.ctx, t, 1 / 6, 0.5),
                                                                     0.0, 1.0)),
                   lambda n, x: x * np.clip(x / 6 + 0.5, 0, 1)),
-    "Mish": (lambda b, n, t: E.ggml_mul(b.ctx, t, E.ggml_tanh(b.ctx, _softplus(b, t))),
+    "Mish": (lambda b, n, t: E.ggml_mul(b.ctx, t, E.ggml_tanh(b.ctx, softplus(b, t))),
              lambda n, x: x * np.tanh(np.logaddexp(0, x))),
-    "Selu": (lambda b, n, t: E.ggml_scale(b.ctx, _elu(b, t, _attr(n, "alpha")),
+    "Selu": (lambda b, n, t: E.ggml_scale(b.ctx, elu(b, t, _attr(n, "alpha")),
                                           _attr(n, "gamma")),
              lambda n, x: _attr(n, "gamma") * np.where(
                  x > 0, x, _attr(n, "alpha") * np.expm1(np.minimum(x, 0)))),
@@ -85,14 +85,14 @@ def _ones(b: Build, t):
     return E.ggml_step(b.ctx, E.ggml_scale_bias(b.ctx, E.ggml_abs(b.ctx, t), 1.0, 1.0))
 
 
-def _softplus(b: Build, t):
+def softplus(b: Build, t):
     """log(1 + exp(t)) = relu(t) + log(1 + exp(-|t|)): no overflow."""
     tail = E.ggml_log(b.ctx, E.ggml_scale_bias(b.ctx, E.ggml_exp(b.ctx, E.ggml_neg(b.ctx, E.ggml_abs(b.ctx, t))),
                                                 1.0, 1.0))
     return E.ggml_add(b.ctx, E.ggml_relu(b.ctx, t), tail)
 
 
-def _elu(b: Build, t, alpha: float):
+def elu(b: Build, t, alpha: float):
     """t where t > 0, else alpha (exp(t) - 1) (the exponent of min(t, 0): no overflow)."""
     negative = E.ggml_neg(b.ctx, E.ggml_relu(b.ctx, E.ggml_neg(b.ctx, t)))   # min(t, 0)
     tail = E.ggml_scale(b.ctx, E.ggml_scale_bias(b.ctx, E.ggml_exp(b.ctx, negative), 1.0, -1.0), alpha)
@@ -101,7 +101,7 @@ def _elu(b: Build, t, alpha: float):
 
 def _celu(b: Build, t, alpha: float):
     """alpha elu(t / alpha)."""
-    return E.ggml_scale(b.ctx, _elu(b, E.ggml_scale(b.ctx, t, 1 / alpha), 1.0), alpha)
+    return E.ggml_scale(b.ctx, elu(b, E.ggml_scale(b.ctx, t, 1 / alpha), 1.0), alpha)
 
 
 def _shrink(b: Build, t, lambd: float, bias: float):

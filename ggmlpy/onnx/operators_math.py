@@ -16,6 +16,7 @@ from ..ops.elementwise import ggml_gelu, ggml_leaky_relu, ggml_soft_max
 from ..ops.layout import ggml_permute
 from ..ops.linalg import ggml_mul_mat
 from ..ops.reduce import ggml_sum_rows
+from .operators_activations import elu, softplus
 from .registry import axis_of, const_arg, op
 from .values import Build, Value
 
@@ -93,10 +94,7 @@ def _leaky_relu(b: Build, node, xs, opset):
 @op("Elu", attrs=("alpha",))
 def _elu(b: Build, node, xs, opset):
     alpha, x = float(node.attrs.get("alpha", 1.0)), b.tensor(xs[0])
-    if alpha == 1.0:
-        return [Value(xs[0].shape, E.ggml_elu(b.ctx, x))]
-    neg = E.ggml_relu(b.ctx, E.ggml_neg(b.ctx, E.ggml_scale_bias(b.ctx, E.ggml_exp(b.ctx, x), 1.0, -1.0)))
-    return [Value(xs[0].shape, E.ggml_sub(b.ctx, E.ggml_relu(b.ctx, x), E.ggml_scale(b.ctx, neg, alpha)))]
+    return [Value(xs[0].shape, E.ggml_elu(b.ctx, x) if alpha == 1.0 else elu(b, x, alpha))]
 
 
 @op("Gelu", attrs=("approximate",), since=20)
@@ -108,10 +106,7 @@ def _gelu(b: Build, node, xs, opset):
 
 @op("Softplus")
 def _softplus(b: Build, node, xs, opset):
-    x = b.tensor(xs[0])   # log(1 + exp(x)) = relu(x) + log(1 + exp(-|x|)): no overflow
-    tail = E.ggml_log(b.ctx, E.ggml_scale_bias(b.ctx, E.ggml_exp(b.ctx, E.ggml_neg(b.ctx, E.ggml_abs(b.ctx, x))),
-                                                1.0, 1.0))
-    return [Value(xs[0].shape, E.ggml_add(b.ctx, E.ggml_relu(b.ctx, x), tail))]
+    return [Value(xs[0].shape, softplus(b, b.tensor(xs[0])))]
 
 
 @op("HardSigmoid", attrs=("alpha", "beta"))
