@@ -195,8 +195,8 @@ from .ops.attention import (ggml_add_rel_pos, ggml_flash_attn_back, ggml_flash_a
                             ggml_flash_attn_ext, ggml_get_rel_pos, ggml_rope, ggml_rope_ext, ggml_rope_ext_inplace,
                             ggml_rope_inplace, ggml_rope_multi, ggml_rope_multi_inplace, GGML_ROPE_TYPE_MROPE,
                             GGML_ROPE_TYPE_NEOX, GGML_ROPE_TYPE_NORM, GGML_ROPE_TYPE_VISION, ggml_timestep_embedding)
-from .ops.backward import (ggml_get_rows_back, ggml_rms_norm_back, ggml_silu_back, ggml_soft_max_ext_back,
-                           ggml_soft_max_ext_back_inplace)
+from .ops.backward import (ggml_gelu_back, ggml_get_rows_back, ggml_rms_norm_back, ggml_silu_back,
+                           ggml_soft_max_ext_back, ggml_soft_max_ext_back_inplace)
 from .ops.conv import (ggml_conv_1d_dw, ggml_conv_2d_direct, ggml_conv_2d_dw, ggml_conv_2d_dw_direct,
                        ggml_conv_2d_tiled, ggml_conv_transpose_1d, ggml_conv_transpose_2d_p0, ggml_im2col,
                        GGML_OP_POOL_AVG, GGML_OP_POOL_MAX, ggml_pool_1d, ggml_pool_2d, GGML_SCALE_MODE_BICUBIC,
@@ -469,7 +469,7 @@ __all__ = [
     "ggml_swiglu_split", "ggml_add_rel_pos", "ggml_flash_attn_back", "ggml_flash_attn_back_offsets",
     "ggml_flash_attn_ext", "ggml_get_rel_pos", "ggml_rope", "ggml_rope_ext", "ggml_rope_ext_inplace",
     "ggml_rope_inplace", "ggml_rope_multi", "ggml_rope_multi_inplace", "GGML_ROPE_TYPE_MROPE", "GGML_ROPE_TYPE_NEOX",
-    "GGML_ROPE_TYPE_NORM", "GGML_ROPE_TYPE_VISION", "ggml_timestep_embedding", "ggml_get_rows_back",
+    "GGML_ROPE_TYPE_NORM", "GGML_ROPE_TYPE_VISION", "ggml_timestep_embedding", "ggml_gelu_back", "ggml_get_rows_back",
     "ggml_rms_norm_back", "ggml_silu_back", "ggml_soft_max_ext_back", "ggml_soft_max_ext_back_inplace",
     "ggml_conv_1d_dw", "ggml_conv_2d_direct", "ggml_conv_2d_dw", "ggml_conv_2d_dw_direct", "ggml_conv_2d_tiled",
     "ggml_conv_transpose_1d", "ggml_conv_transpose_2d_p0", "ggml_im2col", "GGML_OP_POOL_AVG", "GGML_OP_POOL_MAX",

@@ -37,6 +37,36 @@ def ggml_silu_back(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     return make_op(fn, ctx, lib.ggml_silu_back, (a, b), a.shape, out_type=a.type)
 
 
+def ggml_gelu_back(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
+    """Gradient of GELU (the tanh form ``ggml_gelu`` computes): ``dx = dy * gelu'(x)``, element by element.
+
+    With ``gelu(x) = x * s``, ``s = 1 / (1 + exp(-2u))`` and ``u = sqrt(2/pi) * x * (1 + 0.044715 x**2)``:
+    ``gelu'(x) = s + 2 sqrt(2/pi) x s (1 - s) (1 + 3 * 0.044715 x**2)``. ggml's autodiff inserts this one op
+    for an F32 ``ggml_gelu`` (``patches/0064``; the CPU, Vulkan and CUDA compute it); call it yourself to
+    write a backward pass by hand. The operand order is ggml's, as for ``ggml_silu_back``: the incoming
+    gradient first, then the input of the forward pass. Not differentiable itself.
+
+    Arguments:
+        ctx: [glossary]
+        a: ``dy``, the gradient of the loss with respect to ``gelu(x)``: contiguous F32.
+        b: ``x``, the input of the forward ``ggml_gelu``: contiguous F32 of a's shape (``ggml_cont`` a view
+            first).
+
+    Value: a new F32 Tensor of a's shape: the gradient with respect to ``x``.
+
+    Example:
+        >>> dx = ggml_gelu_back(ctx, dy, x)
+    """
+    fn = "ggml_gelu_back"
+    a, b = operand(fn, a), operand(fn, b, "b")
+    types(fn, a, {GGML_TYPE_F32}, "a (dy)")
+    types(fn, b, {GGML_TYPE_F32}, "b (x)")
+    same_shape(fn, a, b)
+    contiguous(fn, a, "a (dy)")
+    contiguous(fn, b, "b (x)")
+    return make_op(fn, ctx, lib.ggml_gelu_back, (a, b), a.shape, out_type=GGML_TYPE_F32)
+
+
 def ggml_rms_norm_back(ctx: Context, a: Tensor, b: Tensor, eps: float = 1e-5) -> Tensor:
     """Gradient of RMS normalisation: ``dx`` from ``dy`` and ``x``, row by row over ne[0].
 

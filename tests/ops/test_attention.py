@@ -309,7 +309,7 @@ def _causal_mask(n_q, n_kv, rows, cols, offset):
     return m.astype(np.float16)
 
 
-@pytest.mark.parametrize("case", ["plain", "gqa_mask", "alibi_softcap", "f32_kv", "tiled"])
+@pytest.mark.parametrize("case", ["plain", "gqa_mask", "alibi_softcap", "f32_kv", "tiled", "tiled_f32_gqa_softcap"])
 def test_flash_attn_ext_matches_attention(rng, case):
     B, H, Hkv, Nq, Nkv, Dk, Dv = 1, 2, 2, 3, 5, 8, 8
     kv_type = np.float16
@@ -322,15 +322,18 @@ def test_flash_attn_ext_matches_attention(rng, case):
         kv_type = np.float32
     if case == "tiled":                     # >= 64 queries: the CPU's tiled kernel
         H, Hkv, Nq, Nkv, Dk, Dv = 1, 1, 70, 70, 16, 16
+    if case == "tiled_f32_gqa_softcap":     # its F32 path (patches/0065): two heads per K/V head, a partial tile of
+        B, H, Hkv, Nq, Nkv, Dk, Dv = 2, 4, 2, 70, 75, 32, 24   # queries and of keys, a mask, the soft cap, ALiBi
+        kv_type, max_bias, softcap = np.float32, 2.0, 1.0
     q = u32(rng, B, H, Nq, Dk)
     k = u32(rng, B, Hkv, Nkv, Dk).astype(kv_type)
     v = u32(rng, B, Hkv, Nkv, Dv).astype(kv_type)
-    if case in ("gqa_mask", "alibi_softcap", "tiled"):
+    if case in ("gqa_mask", "alibi_softcap", "tiled", "tiled_f32_gqa_softcap"):
         # padded beyond n_kv and n_q (ggml reads only the first n_kv x n_q entries), one plane per batch
-        planes = B if case == "gqa_mask" else 1
+        planes = B if case in ("gqa_mask", "tiled_f32_gqa_softcap") else 1
         mask = np.stack([_causal_mask(Nq, Nkv, Nq + 3, Nkv + 2, Nkv - Nq - b) for b in range(planes)])
         mask = mask.reshape(planes, 1, Nq + 3, Nkv + 2)
-        if case == "alibi_softcap":
+        if case in ("alibi_softcap", "tiled_f32_gqa_softcap"):
             mask = (rng.uniform(-1, 0, mask.shape) + mask.astype(np.float32)).astype(np.float16)
     scale = 1.5 if softcap else 1 / math.sqrt(Dk)   # scores beyond the soft cap's linear range
     ins = [q, k, v] + ([mask] if mask is not None else [])
@@ -731,6 +734,11 @@ MISUSE = {
     "silu_back_shapes": ("G.ggml_silu_back(ctx, T(F32, 4, 2), T(F32, 4, 3))", "ValueError", "shape"),
     "silu_back_types": ("G.ggml_silu_back(ctx, T(F32, 4, 2), T(F16, 4, 2))", "TypeError", "b"),
     "silu_back_i32": ("G.ggml_silu_back(ctx, T(I32, 4), T(I32, 4))", "TypeError", "F32"),
+    "gelu_back_shapes": ("G.ggml_gelu_back(ctx, T(F32, 4, 2), T(F32, 4, 3))", "ValueError", "shape"),
+    "gelu_back_f16": ("G.ggml_gelu_back(ctx, T(F16, 4, 2), T(F16, 4, 2))", "TypeError", "F32"),
+    "gelu_back_x_f16": ("G.ggml_gelu_back(ctx, T(F32, 4, 2), T(F16, 4, 2))", "TypeError", "b (x)"),
+    "gelu_back_strided": ("G.ggml_gelu_back(ctx, G.ggml_transpose(ctx, T(F32, 2, 4)), T(F32, 4, 2))", "ValueError",
+                          "contiguous"),
     "silu_back_strided": ("G.ggml_silu_back(ctx, G.ggml_transpose(ctx, T(F32, 2, 4)), T(F32, 4, 2))", "ValueError",
                           "contiguous"),
     "rms_norm_back_f16": ("G.ggml_rms_norm_back(ctx, T(F16, 4), T(F16, 4))", "TypeError", "F32"),
