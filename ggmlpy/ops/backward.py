@@ -96,6 +96,36 @@ def ggml_rms_norm_back(ctx: Context, a: Tensor, b: Tensor, eps: float = 1e-5) ->
     return make_op(fn, ctx, lib.ggml_rms_norm_back, (a, b), a.shape, (eps_arg(fn, "eps", eps),))
 
 
+def ggml_norm_back(ctx: Context, a: Tensor, b: Tensor, eps: float = 1e-5) -> Tensor:
+    """Gradient of layer normalisation (``ggml_norm``): ``dx`` from ``dy`` and ``x``, row by row over ne[0].
+
+    With ``xc = x - mean(x)`` and ``r = 1 / sqrt(mean(xc**2) + eps)``:
+    ``dx = r * (dy - mean(dy)) - r**3 * xc * mean(dy * xc)``, the derivative of ``ggml_norm(x, eps)``. ggml's
+    autodiff inserts this one op for an F32 ``ggml_norm`` (``patches/0067``; the CPU, Vulkan and CUDA compute
+    it); call it yourself to write a backward pass by hand. The operand order is ggml's: the incoming gradient
+    first, then the input of the forward pass. Not differentiable itself.
+
+    Arguments:
+        ctx: [glossary]
+        a: ``dy``, the gradient with respect to ``norm(x)``: contiguous F32.
+        b: ``x``, the input of the forward pass: contiguous F32 of a's shape (``ggml_cont`` a view first).
+        eps: the eps of the forward pass, a finite number >= 0 (default 1e-5, as ``ggml_norm``'s).
+
+    Value: a new F32 Tensor of a's shape: the gradient with respect to ``x``.
+
+    Example:
+        >>> dx = ggml_norm_back(ctx, dy, x, 1e-5)
+    """
+    fn = "ggml_norm_back"
+    a, b = operand(fn, a), operand(fn, b, "b")
+    types(fn, a, {GGML_TYPE_F32}, "a (dy)")
+    types(fn, b, {GGML_TYPE_F32}, "b (x)")
+    same_shape(fn, a, b)
+    contiguous(fn, a, "a (dy)")
+    contiguous(fn, b, "b (x)")
+    return make_op(fn, ctx, lib.ggml_norm_back, (a, b), a.shape, (eps_arg(fn, "eps", eps),))
+
+
 def _soft_max_back(fn: str, ctx: Context, a: object, b: object, scale: object, max_bias: object,
                    inplace: bool) -> Tensor:
     a, b = operand(fn, a), operand(fn, b, "b")

@@ -268,6 +268,26 @@ def test_argmax(rng):
     np.testing.assert_array_equal(out, nd4(np.argmax(x, axis=1)))
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_argmax_rows_split_between_threads(rng, threads):
+    # patches/0066: the CPU's ARGMAX gives each thread a range of rows; fewer rows than threads, a remainder, and
+    # ggml-opt's accuracy shape (2048 rows of 98 classes); rows with ties: the same index for any thread count
+    b = G.ggml_backend_cpu_init()
+    G.ggml_backend_cpu_set_n_threads(b, threads)
+    try:
+        for rows, cols in [(1, 7), (2, 98), (5, 3), (2048, 98)]:
+            x = np.stack([rng.permutation(cols) for _ in range(rows)]).astype(np.float32)
+            (out,) = compute(lambda ctx, t: G.ggml_argmax(ctx, t), x, backend=b)
+            np.testing.assert_array_equal(out, nd4(np.argmax(x, axis=1)))
+        ties = rng.integers(0, 3, size=(301, 9)).astype(np.float32)
+        (out,) = compute(lambda ctx, t: G.ggml_argmax(ctx, t), ties, backend=b)
+        (one,) = compute(lambda ctx, t: G.ggml_argmax(ctx, t), ties)   # the suite's backend (2 threads)
+        np.testing.assert_array_equal(out, one)
+        assert np.all(ties[np.arange(301), out.ravel()] == ties.max(axis=1))
+    finally:
+        b.free()
+
+
 @covers("ggml_count_equal")
 def test_count_equal(rng):
     a = rng.integers(0, 4, size=(3, 10)).astype(np.int32)

@@ -74,6 +74,7 @@ struct ggml_tensor * ggml_hardswish(struct ggml_context * ctx, struct ggml_tenso
 struct ggml_tensor * ggml_scale(struct ggml_context * ctx, struct ggml_tensor * a, float s);
 struct ggml_tensor * ggml_scale_bias(struct ggml_context * ctx, struct ggml_tensor * a, float s, float b);
 struct ggml_tensor * ggml_gelu_back(struct ggml_context * ctx, struct ggml_tensor * dy, struct ggml_tensor * x);  /* patches/0064 */
+struct ggml_tensor * ggml_norm_back(struct ggml_context * ctx, struct ggml_tensor * dy, struct ggml_tensor * x, float eps);  /* patches/0067 */
 struct ggml_tensor * ggml_dropout(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * seed, float p, float scale);  /* patches/0018 */
 struct ggml_tensor * ggml_lstm_cell(struct ggml_context * ctx, struct ggml_tensor * x, struct ggml_tensor * r, struct ggml_tensor * c_prev);  /* patches/0031 */
 struct ggml_tensor * ggml_lstm_cell_back(struct ggml_context * ctx, struct ggml_tensor * cell, struct ggml_tensor * grad);  /* patches/0031 */
