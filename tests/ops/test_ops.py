@@ -497,6 +497,28 @@ def test_soft_max(rng):
     assert_close(out, _softmax(f64(x)), rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 31, 32, 33, 98, 1000])
+def test_row_max_and_sum_over_every_lane_layout(n):
+    """patches/0068: the CPU's row maximum and row sum over 16 lanes, then a tail of 0 to 15 elements. The mean of
+    each row is the double sum of its floats rounded to float and divided in float, bit for bit (sums of this
+    many floats are exact in double, whatever their order); softmax's largest element placed in the first
+    vector, the last whole vector and the tail, and rows of -inf but one element."""
+    rng = np.random.default_rng(n)
+    x = (rng.normal(size=(4, n)) * 3 + 5).astype(np.float32)
+    (mean,) = compute(lambda ctx, t: G.ggml_mean(ctx, t), x)
+    want = (f64(x).sum(axis=-1).astype(np.float32) / np.float32(n)).astype(np.float32)
+    np.testing.assert_array_equal(mean.ravel(), want)
+    z = rng.uniform(-5, 5, size=(4, n)).astype(np.float32)
+    for row, pos in enumerate([0, max(n - 17, 0), n - 1]):
+        z[row, pos] = 40.0                        # the maximum, well above the rest
+    z[3] = -np.inf
+    z[3, n // 2] = 1.0
+    (out,) = compute(lambda ctx, t: G.ggml_soft_max(ctx, t), z)
+    ref = _softmax(f64(z))
+    assert_close(out, ref, rtol=1e-5, atol=1e-7)
+    assert out.ravel()[3 * n + n // 2] == 1.0
+
+
 @covers("ggml_soft_max_ext")
 @pytest.mark.parametrize("mask_dtype", [np.float32, np.float16])
 def test_soft_max_ext_with_mask(rng, mask_dtype):
