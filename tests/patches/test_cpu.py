@@ -524,7 +524,9 @@ def test_0026_repeat_back_into_one_element_per_row_matches_numpy(case, n_threads
 # ---------------------------------------------------------------- 0027: the 2x2 pool's own path
 
 @pytest.mark.parametrize("n_threads", [1, 2, 3])
-@pytest.mark.parametrize("hw", [(8, 6), (7, 9)])  # (7, 9): the last row and column are in no window
+# (7, 9): the last row and column are in no window; patches/0070's 16 windows per step: a row of 14 (the small
+# CNN's), of exactly 16, of 17 (two steps), of 33 with a column in no window
+@pytest.mark.parametrize("hw", [(8, 6), (7, 9), (4, 28), (2, 32), (6, 34), (3, 67)])
 def test_0027_max_pool_2x2_and_its_backward_match_numpy(hw, n_threads):
     """patches/0027: 2x2 windows, stride 2, no padding; few distinct values, so most windows hold ties."""
     rng = np.random.default_rng(hw[0] * 10 + n_threads)
@@ -539,6 +541,29 @@ def test_0027_max_pool_2x2_and_its_backward_match_numpy(hw, n_threads):
         backend.free()
     np.testing.assert_allclose(loss, np.sum(ref * r), rtol=1e-5)
     np.testing.assert_array_equal(grad, backward(r.astype(np.float64)).astype(np.float32))
+
+
+@pytest.mark.parametrize("width", [10, 28, 34, 66])
+def test_0070_max_pool_2x2_backward_rows_of_many_windows_with_nan_and_inf(width):
+    """patches/0070: the 2x2 backward 16 windows at a time keeps the NaN rule (a window's first NaN takes its
+    gradient), the -FLT_MAX rule and ties' first maximum in every lane and across steps of 16."""
+    from tests.helpers import kernel_refs as ref
+    rng = np.random.default_rng(width)
+    x = rng.integers(-2, 2, size=(2, 3, 6, width)).astype(np.float32)      # ties in most windows
+    x.reshape(-1)[rng.choice(x.size, x.size // 9, replace=False)] = np.nan
+    x[0, 0, :2, -4:] = np.nan                                              # the last windows of NaN only
+    x[0, 1, 2:4, 30 % width:30 % width + 2] = -np.inf                      # nothing above -FLT_MAX
+    x[1, 2, 4, 17 % width] = np.inf
+    r = rng.integers(1, 9, size=(2, 3, 3, width // 2)).astype(np.float32)   # exact sums
+    r[0, 2, 1, 3] = -0.0                                                   # lands as +0
+    backend = _cpu(2)
+    try:
+        _, grad = compute_grad_on(backend, lambda c, t: G.ggml_pool_2d(c, t, G.GGML_OP_POOL_MAX, 2, 2, 2, 2, 0, 0), x, r)
+    finally:
+        backend.free()
+    want = ref.pool_2d_back(x, r, "max", 2, 2, 2, 2, 0, 0)
+    np.testing.assert_array_equal(grad, want)
+    assert not np.signbit(grad).any() or np.all(grad[np.signbit(grad)] != 0)
 
 
 def test_0027_max_pool_2x2_backward_windows_without_a_maximum_above_minus_flt_max_get_nothing():
