@@ -62,6 +62,14 @@ SCRIPT = textwrap.dedent("""
          [logits, labels], [np.log(2.0)], rtol=1e-2)
     for n, past in ((31_500_000, True), (30_000_000, False)):   # SUM's one workgroup past 512 x 60000
         case(f"sum {n}", "SUM", past, lambda c, a: G.ggml_sum(c, a), [np.ones(n, np.float32)], [n])
+    for n, past in ((10_500_000, True), (9_000_000, False)):    # NORM_BACK (patches/0067): 3 loops of a 512-wide row
+        x = rng.integers(-2, 3, size=(1, n)).astype(np.float32)
+        dy = rng.integers(-2, 3, size=(1, n)).astype(np.float32)
+        xc = x.astype(np.float64) - x.mean(dtype=np.float64)
+        r = 1.0 / np.sqrt((xc * xc).mean() + 1e-5)
+        want = r * (dy - dy.mean(dtype=np.float64)) - r ** 3 * xc * (dy * xc).mean()
+        case(f"norm_back {n}", "NORM_BACK", past, lambda c, a, b: G.ggml_norm_back(c, a, b, 1e-5), [dy, x], want,
+             rtol=1e-3)
     n = 300_000                                                  # upstream: zeros from index 224240 on
     y = np.full((1, n), 1.0 / n, np.float32)
     dy = np.ones((1, n), np.float32); dy[0, -50_000:] = 3.0
@@ -126,7 +134,7 @@ def results():
 def test_every_case_is_right_past_lavapipes_loop_limit_and_below_it(results):
     wrong = [c for c in results["cases"] if c["err"] >= 1]
     assert not wrong, wrong
-    assert len(results["cases"]) == 18
+    assert len(results["cases"]) == 20
 
 
 def test_lavapipe_refuses_exactly_the_ops_past_its_loop_limit(results):

@@ -51,6 +51,8 @@ SCRIPT = textwrap.dedent("""
                           lambda c, a, b: G.ggml_cross_entropy_loss(c, a, b)),
         "silu_back": ("SILU_BACK", [f(3, 8), f(3, 8)], lambda c, a, b: G.ggml_silu_back(c, a, b)),
         "rms_norm_back": ("RMS_NORM_BACK", [f(3, 8), f(3, 8)], lambda c, a, b: G.ggml_rms_norm_back(c, a, b, 1e-6)),
+        "gelu_back": ("GELU_BACK", [f(3, 8), f(3, 8)], lambda c, a, b: G.ggml_gelu_back(c, a, b)),   # patches/0064
+        "norm_back": ("NORM_BACK", [f(3, 8), f(3, 8)], lambda c, a, b: G.ggml_norm_back(c, a, b, 1e-5)),  # 0067
         "group_norm": ("GROUP_NORM", [f(4, 3, 5)], lambda c, a: G.ggml_group_norm(c, a, 2, 1e-6)),
         "pool_2d": ("POOL_2D", [f(2, 6, 6)], lambda c, a: G.ggml_pool_2d(c, a, G.GGML_OP_POOL_MAX, 2, 2, 2, 2, 0, 0)),
         "im2col": ("IM2COL", [f(2, 3, 3), f(2, 6, 6)],
@@ -99,7 +101,7 @@ def test_an_op_given_a_misaligned_view_computes_it_right_and_never_aborts():
     rc, out, err = run_in_subprocess(SCRIPT, timeout=300)
     assert rc == 0, err[-3000:]
     results = json.loads(out.split("RESULT", 1)[1])
-    assert len(results) == 21
+    assert len(results) == 23
     for name, _op, ok, on_vulkan, on_cpu, takes_it in results:
         assert ok, name
         assert (on_vulkan == 1 and not on_cpu) if takes_it else (on_cpu and on_vulkan == 0), (name, on_vulkan, on_cpu)
