@@ -1,8 +1,9 @@
 """patches/0064: GELU_BACK, the gradient of GELU's tanh form as one op, on the CPU and each GPU backend.
 
 References are the derivative in numpy float64, from its definition (not the kernels' formula): with
-``u = c (x + a x^3)``, ``gelu(x) = x (1 + tanh(u)) / 2`` and ``gelu'(x) = (1 + tanh(u)) / 2 + x (1 - tanh(u)^2) u' / 2``,
-``u' = c (1 + 3 a x^2)``; and, separately, central differences of ggml's own forward GELU in float64.
+``u = c (x + a x^3)``, ``gelu(x) = x (1 + tanh(u)) / 2`` and
+``gelu'(x) = (1 + tanh(u)) / 2 + x (1 - tanh(u)^2) u' / 2``, ``u' = c (1 + 3 a x^2)``; and, separately, central
+differences of ggml's own forward GELU in float64.
 
 Tolerance, per device, as ``|dx - ref| <= tol * |dy|`` (``gelu'`` lies in [-0.17, 1.13]): the CPU computes ``exp``
 within a few ulp and ``1 - s`` as ``e s`` (no cancellation), then about ten float32 operations: 1e-6 (measured
@@ -19,6 +20,7 @@ import pytest
 import ggmlpy as G
 from tests.helpers.compute import compute, compute_grad, nd4
 from tests.helpers.devices import GPUS, require_gpu
+
 
 C = np.sqrt(2.0 / np.pi)
 A = 0.044715

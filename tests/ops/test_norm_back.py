@@ -21,6 +21,7 @@ import ggmlpy as G
 from tests.helpers.compute import compute, compute_grad
 from tests.helpers.devices import GPUS, require_gpu
 
+
 TOL = 2e-6
 
 

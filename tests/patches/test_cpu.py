@@ -558,7 +558,8 @@ def test_0070_max_pool_2x2_backward_rows_of_many_windows_with_nan_and_inf(width)
     r[0, 2, 1, 3] = -0.0                                                   # lands as +0
     backend = _cpu(2)
     try:
-        _, grad = compute_grad_on(backend, lambda c, t: G.ggml_pool_2d(c, t, G.GGML_OP_POOL_MAX, 2, 2, 2, 2, 0, 0), x, r)
+        _, grad = compute_grad_on(backend, lambda c, t: G.ggml_pool_2d(c, t, G.GGML_OP_POOL_MAX, 2, 2, 2, 2, 0, 0),
+                                  x, r)
     finally:
         backend.free()
     want = ref.pool_2d_back(x, r, "max", 2, 2, 2, 2, 0, 0)
