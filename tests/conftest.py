@@ -13,7 +13,7 @@ import pytest
 from tests.helpers.device_runs import pytest_runtest_makereport, pytest_sessionfinish  # noqa: F401
 
 # the markers gpu, vulkan, cuda and pure
-from tests.helpers.markers import pytest_collection_modifyitems  # noqa: F401
+from tests.helpers.markers import GPU_DEVICES, pytest_collection_modifyitems  # noqa: F401
 
 # why the skipped tests did not run, by reason, at the end of a run
 from tests.helpers.skips import pytest_terminal_summary  # noqa: F401
@@ -60,3 +60,16 @@ def host_ctx():
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+@pytest.fixture(scope="module", params=["CPU", *sorted(GPU_DEVICES)])
+def any_backend(request):
+    """The CPU and each GPU backend (Vulkan on Mesa's lavapipe in CI; CUDA where built and present): for kernels and
+    rules every backend must follow (``tests.helpers.devices.assert_ran_on`` checks that an op ran on the device)."""
+    import ggmlpy as G
+    from tests.helpers.devices import require_gpu
+    if request.param != "CPU":
+        require_gpu(request.param)
+    b = G.ggml_backend_init_by_name(request.param)
+    yield b
+    b.free()

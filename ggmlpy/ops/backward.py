@@ -10,6 +10,20 @@ from .attention import check_index_bound, shape_text
 from .base import contiguous, F32_F16, make_op, operand, rows_contiguous, same_shape, types
 
 
+def _dy_and_x(fn: str, a: object, b: object, dy_types: set[int], whole: bool) -> tuple[Tensor, Tensor]:
+    """The operands of a ``*_back`` op of one element-wise or row-wise forward op: ``a`` the incoming gradient
+    (``dy``) of one of ``dy_types``, ``b`` the forward op's input (``x``) of a's type and shape; both contiguous
+    (``whole``) or with contiguous rows."""
+    a, b = operand(fn, a), operand(fn, b, "b")
+    types(fn, a, dy_types, "a (dy)")
+    types(fn, b, {a.type}, f"b (x, like a: {type_name(a.type)})")
+    same_shape(fn, a, b)
+    layout = contiguous if whole else rows_contiguous
+    layout(fn, a, "a (dy)")
+    layout(fn, b, "b (x)")
+    return a, b
+
+
 def ggml_silu_back(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """Gradient of SiLU: ``dx = dy * s(x) * (1 + x * (1 - s(x)))`` with ``s`` the sigmoid.
 
@@ -28,12 +42,7 @@ def ggml_silu_back(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         >>> dx = ggml_silu_back(ctx, dy, x)
     """
     fn = "ggml_silu_back"
-    a, b = operand(fn, a), operand(fn, b, "b")
-    types(fn, a, F32_F16, "a (dy)")
-    types(fn, b, {a.type}, f"b (x, like a: {type_name(a.type)})")
-    same_shape(fn, a, b)
-    contiguous(fn, a, "a (dy)")
-    contiguous(fn, b, "b (x)")
+    a, b = _dy_and_x(fn, a, b, F32_F16, whole=True)
     return make_op(fn, ctx, lib.ggml_silu_back, (a, b), a.shape, out_type=a.type)
 
 
@@ -58,12 +67,7 @@ def ggml_gelu_back(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         >>> dx = ggml_gelu_back(ctx, dy, x)
     """
     fn = "ggml_gelu_back"
-    a, b = operand(fn, a), operand(fn, b, "b")
-    types(fn, a, {GGML_TYPE_F32}, "a (dy)")
-    types(fn, b, {GGML_TYPE_F32}, "b (x)")
-    same_shape(fn, a, b)
-    contiguous(fn, a, "a (dy)")
-    contiguous(fn, b, "b (x)")
+    a, b = _dy_and_x(fn, a, b, {GGML_TYPE_F32}, whole=True)
     return make_op(fn, ctx, lib.ggml_gelu_back, (a, b), a.shape, out_type=GGML_TYPE_F32)
 
 
@@ -87,12 +91,7 @@ def ggml_rms_norm_back(ctx: Context, a: Tensor, b: Tensor, eps: float = 1e-5) ->
         >>> dx = ggml_rms_norm_back(ctx, dy, x, 1e-6)
     """
     fn = "ggml_rms_norm_back"
-    a, b = operand(fn, a), operand(fn, b, "b")
-    types(fn, a, {GGML_TYPE_F32}, "a (dy)")
-    types(fn, b, {GGML_TYPE_F32}, "b (x)")
-    same_shape(fn, a, b)
-    rows_contiguous(fn, a, "a (dy)")
-    rows_contiguous(fn, b, "b (x)")
+    a, b = _dy_and_x(fn, a, b, {GGML_TYPE_F32}, whole=False)
     return make_op(fn, ctx, lib.ggml_rms_norm_back, (a, b), a.shape, (eps_arg(fn, "eps", eps),))
 
 
@@ -117,12 +116,7 @@ def ggml_norm_back(ctx: Context, a: Tensor, b: Tensor, eps: float = 1e-5) -> Ten
         >>> dx = ggml_norm_back(ctx, dy, x, 1e-5)
     """
     fn = "ggml_norm_back"
-    a, b = operand(fn, a), operand(fn, b, "b")
-    types(fn, a, {GGML_TYPE_F32}, "a (dy)")
-    types(fn, b, {GGML_TYPE_F32}, "b (x)")
-    same_shape(fn, a, b)
-    contiguous(fn, a, "a (dy)")
-    contiguous(fn, b, "b (x)")
+    a, b = _dy_and_x(fn, a, b, {GGML_TYPE_F32}, whole=True)
     return make_op(fn, ctx, lib.ggml_norm_back, (a, b), a.shape, (eps_arg(fn, "eps", eps),))
 
 

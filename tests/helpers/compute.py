@@ -158,3 +158,20 @@ def compute_grad(build: Callable, x: np.ndarray, r: np.ndarray, *others: np.ndar
         assert grad is not None, "ggml built no gradient for the parameter"
         return float(G.ggml_backend_tensor_get_data(loss)[0]), \
             G.ggml_backend_tensor_get_data(grad).astype(np.float64).reshape(x.shape)
+
+
+def backward_ops(build: Callable, ne: tuple[int, ...] = (8, 4)) -> list[str]:
+    """The op names of the graph ggml's autodiff builds for loss = sum(build(ctx, x)), x an F32 parameter of shape
+    ``ne`` (ggml order), forward and backward nodes in execution order; nothing is computed."""
+    ctx = G.ggml_init(4 * 1024 * 1024, no_alloc=True)
+    try:
+        x = G.ggml_new_tensor(ctx, G.GGML_TYPE_F32, len(ne), list(ne))
+        G.ggml_set_param(x)
+        loss = G.ggml_sum(ctx, build(ctx, x))
+        G.ggml_set_loss(loss)
+        graph = G.ggml_new_graph_custom(ctx, 64, True)
+        G.ggml_build_forward_expand(graph, loss)
+        G.ggml_build_backward_expand(ctx, graph)
+        return [G.ggml_op_desc(G.ggml_graph_node(graph, i)) for i in range(G.ggml_graph_n_nodes(graph))]
+    finally:
+        ctx.free()

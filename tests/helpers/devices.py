@@ -8,10 +8,11 @@ import os
 import pytest
 
 import ggmlpy as g
+from tests.helpers.markers import GPU_DEVICES
 
 
-GPUS = {"Vulkan0": ("vulkan", "GGML_VK_VISIBLE_DEVICES=0 selects Mesa's lavapipe"),
-        "CUDA0": ("cuda", "an NVIDIA GPU and its driver")}
+_HINTS = {"vulkan": "GGML_VK_VISIBLE_DEVICES=0 selects Mesa's lavapipe", "cuda": "an NVIDIA GPU and its driver"}
+GPUS = {name: (family, _HINTS[family]) for name, family in GPU_DEVICES.items()}
 
 
 def require_gpu(name: str) -> None:
@@ -33,3 +34,11 @@ def cpu_takes_f32_products() -> bool:
     """patches/0062: a CPU backend built with AVX-512 computes F32 products (MUL_MAT, OUT_PROD) itself, faster than
     OpenBLAS's sgemm, and the BLAS device declines them, unless the process runs with GGMLPY_NO_F32_GEMM set."""
     return bool(g.ggml_cpu_has_avx512()) and "GGMLPY_NO_F32_GEMM" not in os.environ
+
+
+def assert_ran_on(backend, op: str, placed: list) -> None:
+    """That ``op`` ran on ``backend`` and nothing went to the CPU, in the first placement a compute recorded (a test
+    of a GPU kernel that the scheduler quietly sent to the CPU would prove nothing); nothing to check on the CPU."""
+    if backend.name == "CPU":
+        return
+    assert placed[0].op_counts(backend.name)[op] >= 1 and placed[0].cpu_ops == [], placed[0]

@@ -28,7 +28,8 @@ from tests.helpers import ROOT
 
 
 FAMILIES = ("vulkan", "cuda")
-DEVICE_FAMILY = {"vulkan": "vulkan", "vulkan0": "vulkan", "cuda": "cuda", "cuda0": "cuda"}
+GPU_DEVICES = {"Vulkan0": "vulkan", "CUDA0": "cuda"}   # the GPU devices the backend tests run on, and their family
+DEVICE_FAMILY = {**{f: f for f in FAMILIES}, **{name.lower(): f for name, f in GPU_DEVICES.items()}}
 PURE_FOLDERS = ("project",)  # folders of tests/ whose tests make no ggml call
 TESTS = ROOT / "tests"
 

@@ -736,7 +736,7 @@ MISUSE = {
     "silu_back_i32": ("G.ggml_silu_back(ctx, T(I32, 4), T(I32, 4))", "TypeError", "F32"),
     "gelu_back_shapes": ("G.ggml_gelu_back(ctx, T(F32, 4, 2), T(F32, 4, 3))", "ValueError", "shape"),
     "gelu_back_f16": ("G.ggml_gelu_back(ctx, T(F16, 4, 2), T(F16, 4, 2))", "TypeError", "F32"),
-    "gelu_back_x_f16": ("G.ggml_gelu_back(ctx, T(F32, 4, 2), T(F16, 4, 2))", "TypeError", "b (x)"),
+    "gelu_back_x_f16": ("G.ggml_gelu_back(ctx, T(F32, 4, 2), T(F16, 4, 2))", "TypeError", "like a: F32"),
     "gelu_back_strided": ("G.ggml_gelu_back(ctx, G.ggml_transpose(ctx, T(F32, 2, 4)), T(F32, 4, 2))", "ValueError",
                           "contiguous"),
     "norm_back_shapes": ("G.ggml_norm_back(ctx, T(F32, 4, 2), T(F32, 4, 3))", "ValueError", "shape"),

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-from tests.helpers.compute import compute, compute_grad, nd4
-from tests.helpers.devices import GPUS, require_gpu
+from tests.helpers.compute import backward_ops, compute, compute_grad, nd4
+from tests.helpers.devices import assert_ran_on
 
 
 C = np.sqrt(2.0 / np.pi)
@@ -39,34 +39,19 @@ def tolerance(backend) -> float:
     return 1e-6 if backend.name == "CPU" else 4e-5
 
 
-@pytest.fixture(scope="module", params=["CPU", *sorted(GPUS)])
-def backend(request):
-    """The CPU and each GPU backend (Vulkan on Mesa's lavapipe in CI; CUDA where built and present)."""
-    if request.param != "CPU":
-        require_gpu(request.param)
-    b = G.ggml_backend_init_by_name(request.param)
-    yield b
-    b.free()
-
-
-def _placed_on(backend, placed, op="GELU_BACK"):
-    if backend.name != "CPU":
-        assert placed[0].op_counts(backend.name)[op] >= 1 and placed[0].cpu_ops == [], placed[0]
-
-
 @pytest.mark.parametrize("shape", [(7,), (3, 17), (2, 3, 5, 33), (600, 530)])
-def test_gelu_back_equals_the_derivative(backend, shape):
+def test_gelu_back_equals_the_derivative(any_backend, shape):
     # (600, 530): more than 512 x 512 elements, the Vulkan dispatch's third axis; widths not a multiple of the lanes
     rng = np.random.default_rng(sum(shape))
     x = rng.uniform(-12, 12, size=shape).astype(np.float32)
     x.flat[:5] = [0.0, -0.0, 1e-30, -11.5, 40.0]   # zero, a denormal-sized input, exp past float32, x^3 large
     dy = rng.normal(size=shape).astype(np.float32)
     placed: list = []
-    (out,) = compute(lambda ctx, d, t: G.ggml_gelu_back(ctx, d, t), dy, x, backend=backend, placements=placed)
-    _placed_on(backend, placed)
+    (out,) = compute(lambda ctx, d, t: G.ggml_gelu_back(ctx, d, t), dy, x, backend=any_backend, placements=placed)
+    assert_ran_on(any_backend, "GELU_BACK", placed)
     ref = dy.astype(np.float64) * gelu_grad64(x.astype(np.float64))
     err = np.abs(out - nd4(ref))
-    assert np.all(err <= tolerance(backend) * np.abs(nd4(dy)) + 1e-30), float(err.max())
+    assert np.all(err <= tolerance(any_backend) * np.abs(nd4(dy)) + 1e-30), float(err.max())
 
 
 def test_gelu_back_matches_finite_differences_of_ggmls_gelu():
@@ -81,7 +66,7 @@ def test_gelu_back_matches_finite_differences_of_ggmls_gelu():
 
 
 @pytest.mark.parametrize("strided", [False, True])
-def test_autodiff_of_gelu_builds_one_gelu_back(backend, strided):
+def test_autodiff_of_gelu_builds_one_gelu_back(any_backend, strided):
     # loss = sum(gelu(x) * r): d loss / d x = r * gelu'(x); a view of every other row of x (rows contiguous, the
     # whole not) gets a contiguous copy before GELU_BACK, and the rows it skips get no gradient
     rng = np.random.default_rng(3)
@@ -91,28 +76,17 @@ def test_autodiff_of_gelu_builds_one_gelu_back(backend, strided):
     def build(ctx, t):
         return G.ggml_gelu(ctx, G.ggml_view_2d(ctx, t, 40, 24, 2 * 40 * 4, 0) if strided else t)
     placed: list = []
-    _, grad = compute_grad(build, x, r, backend=backend, placements=placed)
-    _placed_on(backend, placed)
+    _, grad = compute_grad(build, x, r, backend=any_backend, placements=placed)
+    assert_ran_on(any_backend, "GELU_BACK", placed)
     ref = np.zeros(x.shape)
     if strided:
         ref[::2] = r * gelu_grad64(x[::2].astype(np.float64))
     else:
         ref = r * gelu_grad64(x.astype(np.float64))
-    assert np.abs(grad - ref).max() <= tolerance(backend) * np.abs(r).max()
+    assert np.abs(grad - ref).max() <= tolerance(any_backend) * np.abs(r).max()
 
 
 def test_the_backward_graph_has_one_node_per_gelu():
-    ctx = G.ggml_init(4 * 1024 * 1024, no_alloc=True)
-    try:
-        x = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, 8, 4)
-        G.ggml_set_param(x)
-        loss = G.ggml_sum(ctx, G.ggml_gelu(ctx, x))
-        G.ggml_set_loss(loss)
-        graph = G.ggml_new_graph_custom(ctx, 64, True)
-        G.ggml_build_forward_expand(graph, loss)
-        G.ggml_build_backward_expand(ctx, graph)
-        ops = [G.ggml_op_desc(G.ggml_graph_node(graph, i)) for i in range(G.ggml_graph_n_nodes(graph))]
-    finally:
-        ctx.free()
+    ops = backward_ops(lambda ctx, x: G.ggml_gelu(ctx, x))
     assert ops.count("GELU_BACK") == 1
     assert "TANH" not in ops and "SQR" not in ops, ops   # patches/0004's composition is gone for F32

@@ -31,7 +31,7 @@ import pytest
 import ggmlpy as G
 from tests.helpers import kernel_refs as ref
 from tests.helpers.compute import compute, compute_grad
-from tests.helpers.devices import GPUS, is_lavapipe, require_gpu
+from tests.helpers.devices import assert_ran_on, GPUS, is_lavapipe, require_gpu
 
 
 @pytest.fixture(scope="module", params=sorted(GPUS))
@@ -43,28 +43,12 @@ def gpu(request):
     b.free()
 
 
-@pytest.fixture(scope="module", params=["CPU", *sorted(GPUS)])
-def any_backend(request):
-    """The CPU and each GPU backend: for rules every backend must follow."""
-    if request.param != "CPU":
-        require_gpu(request.param)
-    b = G.ggml_backend_init_by_name(request.param)
-    yield b
-    b.free()
-
-
-def _on(backend, op: str, placed: list) -> None:
-    if backend.name == "CPU":
-        return
-    assert placed[0].op_counts(backend.name)[op] >= 1 and placed[0].cpu_ops == [], placed[0]
-
-
 def _both(build, x, r, *others, gpu, op: str):
     """d loss / d x on the CPU and on the GPU; checks that ``op`` ran on the GPU."""
     _, on_cpu = compute_grad(build, x, r, *others)
     placed: list = []
     _, on_gpu = compute_grad(build, x, r, *others, backend=gpu, placements=placed)
-    _on(gpu, op, placed)
+    assert_ran_on(gpu, op, placed)
     return on_cpu, on_gpu
 
 
@@ -220,12 +204,12 @@ def test_max_pooling_follows_one_rule_with_nan(any_backend, case):
     want_out, _ = ref.max_pool_2d(x, k0, k1, s0, s1, p0, p1)
     placed: list = []
     (out,) = compute(_pool("max", k0, k1, s0, s1, p0, p1), x, backend=any_backend, placements=placed)
-    _on(any_backend, "POOL_2D", placed)
+    assert_ran_on(any_backend, "POOL_2D", placed)
     np.testing.assert_array_equal(out.reshape(want_out.shape), want_out)    # NaN where numpy has NaN
     r = rng.integers(1, 9, size=want_out.shape).astype(np.float32)           # exact sums
     placed = []
     _, grad = compute_grad(_pool("max", k0, k1, s0, s1, p0, p1), x, r, backend=any_backend, placements=placed)
-    _on(any_backend, "POOL_2D_BACK", placed)
+    assert_ran_on(any_backend, "POOL_2D_BACK", placed)
     np.testing.assert_array_equal(grad, ref.pool_2d_back(x, r, "max", k0, k1, s0, s1, p0, p1))
 
 
@@ -234,7 +218,7 @@ def test_max_pooling_1d_propagates_nan(any_backend):
     placed: list = []
     (out,) = compute(lambda ctx, t: G.ggml_pool_1d(ctx, t, G.GGML_OP_POOL_MAX, 2, 2, 0), x, backend=any_backend,
                      placements=placed)
-    _on(any_backend, "POOL_1D", placed)
+    assert_ran_on(any_backend, "POOL_1D", placed)
     np.testing.assert_array_equal(out.ravel(), [np.nan, 3.0, np.nan])
 
 
@@ -299,7 +283,7 @@ def test_dropout_masks_are_the_same_on_the_device(gpu, p):
     (on_cpu,) = compute(build, x, seed)
     placed: list = []
     (on_gpu,) = compute(build, x, seed, backend=gpu, placements=placed)
-    _on(gpu, "DROPOUT", placed)
+    assert_ran_on(gpu, "DROPOUT", placed)
     np.testing.assert_array_equal(on_gpu, on_cpu)
     transposed = lambda ctx, t, s: G.ggml_dropout(ctx, G.ggml_transpose(ctx, t), s, p)  # noqa: E731
     (cpu_t,) = compute(transposed, x[0], seed)
@@ -323,7 +307,7 @@ def test_dropout_of_large_strided_4d_inputs_with_a_seed_view_at_an_offset(gpu, p
     (on_cpu,) = compute(build, x, seeds)
     placed: list = []
     (on_gpu,) = compute(build, x, seeds, backend=gpu, placements=placed)
-    _on(gpu, "DROPOUT", placed)
+    assert_ran_on(gpu, "DROPOUT", placed)
     np.testing.assert_array_equal(on_gpu, on_cpu)
     # the logical order of the permuted view: ggml's axis i of x goes to axis perm[i] of the result
     ne = list(reversed(x.shape))
