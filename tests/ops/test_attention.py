@@ -517,6 +517,20 @@ def test_op_without_backward_is_refused_in_a_trainable_graph(no_backward_results
     assert_refused_naming_op(no_backward_results, NO_BACKWARD, key)
 
 
+def test_flash_attn_ext_tiled_propagates_a_nan_key(rng):
+    """patches/0065: the tiled kernel's row maxima are NaN where a score is NaN. With a causal mask the first query
+    sees only key 0; a NaN there made its scores [NaN, -inf, ...], whose scalar running maximum ended at -inf: the
+    row was skipped and gave 0. Every query sees key 0, so numpy's attention is NaN everywhere."""
+    q = u32(rng, 1, 1, 70, 16)
+    k = u32(rng, 1, 1, 70, 16)
+    v = u32(rng, 1, 1, 70, 16)
+    k[0, 0, 0, 3] = np.nan
+    mask = np.stack([_causal_mask(70, 70, 70, 70, 0)]).reshape(1, 1, 70, 70)
+    (out,) = compute(lambda c, tq, tk, tv, tm: G.ggml_flash_attn_ext(c, tq, tk, tv, tm, 0.25), q, k, v, mask)
+    assert np.isnan(attention_ref(q, k, v, mask, 0.25, 0.0, 0.0)).all()
+    assert np.isnan(out).all()
+
+
 def test_flash_attn_ext_off_the_gradient_path_is_fine(rng):
     """Forward-only (F16 keys and values) means: not between a parameter and the loss. A graph that trains
     something else and also computes such flash attention on data builds its backward pass."""

@@ -54,6 +54,17 @@ def test_gelu_back_equals_the_derivative(any_backend, shape):
     assert np.all(err <= tolerance(any_backend) * np.abs(nd4(dy)) + 1e-30), float(err.max())
 
 
+def test_gelu_back_of_huge_inputs_is_zero_below_and_dy_above(any_backend):
+    # the derivative tends to 0 for x -> -inf and to 1 for x -> +inf; a form that clamped exp's argument grew like
+    # x^3 below x = -1e10 (-1.3 at x = -1e13); x^2 must stay finite (|x| < 1.8e19)
+    x = np.array([-1e15, -1e13, -1e10, -1e4, -30.0, 30.0, 1e4, 1e10, 1e13, 1e15], np.float32)
+    dy = np.full_like(x, 3.0)
+    placed: list = []
+    (out,) = compute(lambda ctx, d, t: G.ggml_gelu_back(ctx, d, t), dy, x, backend=any_backend, placements=placed)
+    assert_ran_on(any_backend, "GELU_BACK", placed)
+    np.testing.assert_array_equal(out.ravel(), np.where(x < 0, 0.0, 3.0))
+
+
 def test_gelu_back_matches_finite_differences_of_ggmls_gelu():
     # the derivative of what ggml's forward computes (float32), by central differences in float64 of its output
     x = np.linspace(-6, 6, 241).astype(np.float32)

@@ -519,6 +519,21 @@ def test_row_max_and_sum_over_every_lane_layout(n):
     assert out.ravel()[3 * n + n // 2] == 1.0
 
 
+@pytest.mark.parametrize("n", [5, 40])
+def test_soft_max_of_a_row_with_nan_is_nan(n):
+    """patches/0068: a NaN anywhere in a row makes its maximum NaN, so its softmax is NaN, as numpy's; the scalar
+    chain of maxima had dropped a NaN that did not come last, and a row of -inf but one NaN gave no NaN at all."""
+    z = np.full((3, n), -np.inf, np.float32)
+    z[0, 0] = np.nan                                   # NaN first, -inf after it
+    z[1] = np.linspace(-1, 1, n)
+    z[1, n // 2] = np.nan
+    z[2] = np.linspace(-1, 1, n)
+    (out,) = compute(lambda ctx, t: G.ggml_soft_max(ctx, t), z)
+    out = out.reshape(3, n)
+    assert np.isnan(out[0]).all() and np.isnan(out[1]).all()
+    np.testing.assert_allclose(out[2], _softmax(f64(z[2])), rtol=1e-5, atol=1e-7)
+
+
 @covers("ggml_soft_max_ext")
 @pytest.mark.parametrize("mask_dtype", [np.float32, np.float16])
 def test_soft_max_ext_with_mask(rng, mask_dtype):
