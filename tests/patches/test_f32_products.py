@@ -7,9 +7,10 @@ on CPUs with AVX-512. Its reference is numpy float64 of the same operands; the o
 (sums of k terms in the kernel's order), bounded by 1e-5 relative to the sums of the terms' absolute values. The
 shapes cross every edge the kernel pads or splits: rows past a 16- or 32-row panel, columns past a 12-column block,
 sums not a multiple of 16 (the 16 x 16 transposes of the packing), a single row or column, panels that two threads
-split by rows or by columns, more panels than one L2-sized group, long sums cut into slices (at 384 terms where
-B's columns are adjacent, 4096 where its rows are), batched slices with broadcast weights, and
-transposed or permuted (non-contiguous) operands of out_prod. ``GGMLPY_NO_F32_GEMM=1`` selects ggml's own kernels
+split by rows or by columns, more panels than one L2-sized group, long sums cut into slices (at 512 terms where
+B's columns are packed (patches/0072), 4096 where its rows are read in place), batched slices with broadcast
+weights, transposed or permuted (non-contiguous) operands of out_prod, and products of at most 16 rows, which
+patches/0072 computes as their transpose (C written back through a tile, added to across slices). ``GGMLPY_NO_F32_GEMM=1`` selects ggml's own kernels
 (tinyBLAS, out_prod's loops): the same reference in a subprocess (the switch is read once per process), and results
 that differ somewhere from the kernel's (another summation order), which shows the kernel ran. Where the CPU lacks
 AVX-512 both runs take ggml's kernels; that comparison is then skipped, saying so.
@@ -33,10 +34,12 @@ from tests.helpers.subprocesses import cpu_flags, json_with_switch
 # (m: C's contiguous rows (the weight's rows), n: columns (data rows), k: sum length)
 MATMUL_SHAPES = [(32, 32, 32), (64, 2048, 64), (256, 2048, 64), (33, 47, 70), (500, 500, 784), (10, 500, 500),
                  (500, 500, 10), (7, 9, 11), (16, 300, 33), (1, 40, 17), (45, 2, 5), (98, 130, 64), (300, 13, 2000),
-                 (40, 30, 9000)]   # sums sliced at 4096 terms
+                 (40, 30, 9000),   # sums sliced at 4096 terms
+                 (16, 32, 40), (17, 64, 30), (12, 1000, 700), (3, 100, 5000)]   # 0072's transposed products
 # out_prod: (ne0 = m, ne1 = n, ne01 = k)
 OUT_PROD_SHAPES = [(64, 256, 2048), (784, 500, 500), (33, 47, 70), (7, 9, 11), (1, 12, 3), (500, 10, 500),
-                   (64, 64, 32), (2000, 40, 30), (20, 30, 5000)]
+                   (64, 64, 32), (2000, 40, 30), (20, 30, 5000),
+                   (100, 7, 1300), (8, 300, 700), (16, 31, 9)]   # 0072: packed columns' slices, transposed products
 
 
 def _rng(*key: int) -> np.random.Generator:
@@ -66,7 +69,8 @@ def _matmul(m: int, n: int, k: int, batch: int = 1, shared_weight: bool = False)
 
 
 def _out_prod(m: int, n: int, k: int, layout: str = "plain", batch: int = 1):
-    """ggml_out_prod: dst[j, i] = sum_l s0[l, i] s1[l, j]; s1 given plain or as a transposed view; numpy's too."""
+    """ggml_out_prod: dst[j, i] = sum_l s0[l, i] s1[l, j]; s1 given plain, as a transposed view, or (strided) as a
+    permuted view whose elements are 2 floats apart along the sum and 2k along the output; numpy's too."""
     rng = _rng(m, n, k, batch, hash(layout) % 1000)
     s0 = rng.standard_normal((batch, k, m)).astype(np.float32)        # ggml [m, k, batch]
     if layout == "transposed":
@@ -77,6 +81,16 @@ def _out_prod(m: int, n: int, k: int, layout: str = "plain", batch: int = 1):
 
         (y,) = compute(build, s0, s1t, backend=_keep(_backend()))
         s1 = np.swapaxes(s1t, -1, -2)
+    elif layout == "strided":
+        assert batch == 1
+        s1w = rng.standard_normal((n, k, 2)).astype(np.float32)       # ggml [2, k, n]; element 0 of each pair
+
+        def build_strided(c, x0, x1w):
+            v = G.ggml_view_3d(c, x1w, 1, k, n, 2 * 4, 2 * k * 4, 0)   # [1, k, n]
+            return G.ggml_out_prod(c, x0, G.ggml_permute(c, v, 2, 1, 0, 3))   # [n, k, 1]: strides 2k and 2
+
+        (y,) = compute(build_strided, s0, s1w, backend=_keep(_backend()))
+        s1 = s1w[:, :, 0].T[None]
     else:
         s1 = rng.standard_normal((batch, k, n)).astype(np.float32)    # ggml [n, k]
         (y,) = compute(lambda c, x0, x1: G.ggml_out_prod(c, x0, x1), s0, s1, backend=_keep(_backend()))
@@ -121,7 +135,7 @@ def test_batched_matmul_against_numpy(shared):
 
 
 @pytest.mark.parametrize("m, n, k", OUT_PROD_SHAPES)
-@pytest.mark.parametrize("layout", ["plain", "transposed"])
+@pytest.mark.parametrize("layout", ["plain", "transposed", "strided"])
 def test_out_prod_against_numpy(m, n, k, layout):
     y, want, scale = _out_prod(m, n, k, layout)
     assert y.shape == nd4(want).shape
