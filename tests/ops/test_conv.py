@@ -750,6 +750,12 @@ TILED_CASES = [
     ((2, 3, 6, 37, 29, 3, 3), (1, 1, 3, 2, 1, 1)),     # padding wider than the kernel's reach; 29 = 2 x 12 + 5
     ((1, 2, 4, 40, 3, 3, 17), (1, 1, 8, 1, 1, 1)),     # a kernel wider than 16: 0036's path
     ((3, 5, 7, 16, 13, 3, 3), (1, 2, 1, 1, 2, 2)),     # rows of exactly 16, dilation along W
+    # patches/0073: with a stride of 1 the images' gradient is a direct convolution of the output gradient by the
+    # flipped kernel, and the kernel's is taken from the images in blocks of 3 taps x up to 8 output channels
+    ((2, 3, 9, 20, 5, 3, 3), (1, 1, 2, 1, 2, 2)),      # dilation both ways: flipped padding 2 and 3
+    ((2, 14, 6, 18, 3, 3, 3), (1, 1, 1, 1, 1, 1)),     # 14 = 12 + 2 image channels: two blocks of the flipped kernel
+    ((1, 2, 5, 7, 3, 2, 4), (1, 1, 0, 5, 1, 1)),       # padding past the kernel's reach along H: flipped padding -4
+    ((3, 2, 6, 33, 11, 2, 2), (1, 1, 1, 0, 1, 1)),     # 8 taps (3 + 3 + 2), 11 = 8 + 3 output channels, 3 runs a row
 ]
 
 
