@@ -23,7 +23,12 @@ from tests.patches.test_half_products import round_to
 
 # (m: weight rows, n: data rows, k: sum length)
 SHAPES = [(32, 32, 32), (64, 64, 64), (33, 47, 70), (500, 500, 784), (100, 35, 1000), (10, 500, 500),
-          (500, 500, 10), (7, 9, 11), (16, 300, 33)]
+          (500, 500, 10), (7, 9, 11), (16, 300, 33), (300, 130, 16), (45, 3, 5), (2, 1, 7)]
+
+
+def _thin(key: str) -> bool:
+    """Sums of at most 16 terms: patches/0074 computes them on the F32 kernel (0062), AMX or not."""
+    return int(key.split("x")[2]) <= 16
 
 
 def _product(m: int, n: int, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -65,11 +70,26 @@ def test_the_tile_kernel_and_ggmls_agree_with_numpy_and_differ_from_each_other()
     assert all(ok for _, ok in tiles.values()) and all(ok for _, ok in plain.values())
     if not {"amx_bf16", "amx_tile"} <= cpu_flags():
         pytest.skip("this CPU has no AMX-BF16: both runs took ggml's kernel (checked against numpy above)")
-    large = [key for key in tiles if np.prod([int(d) for d in key.split("x")]) >= 32 ** 3]
+    large = [key for key in tiles if np.prod([int(d) for d in key.split("x")]) >= 32 ** 3 and not _thin(key)]
     # the tile kernel ran: its sums differ from tinyBLAS's in the last bits on every product it takes
     assert all(tiles[key][0] != plain[key][0] for key in large), "GGMLPY_NO_AMX changed nothing: no tile kernel"
     small = [key for key in tiles if key not in large]
-    assert all(tiles[key][0] == plain[key][0] for key in small)   # too small for the tiles: ggml's kernel both times
+    assert all(tiles[key][0] == plain[key][0] for key in small)   # too small or thin: the same kernel both times
+
+
+def test_thin_products_run_on_the_f32_kernel():
+    """patches/0074: a BF16 product whose sums have at most 16 terms (under mixed precision, the gradient into a
+    10-class head's input) runs on 0062's F32 kernel with both operands widened exactly: the same reference holds
+    (products of BF16 values are exact in F32), and with ``GGMLPY_NO_F32_GEMM=1`` (ggml's BF16 dot products) the
+    sums come out in another order somewhere, which shows the path ran."""
+    ours = json_with_switch(_WORKER, "GGMLPY_NO_F32_GEMM", False)
+    ggml = json_with_switch(_WORKER, "GGMLPY_NO_F32_GEMM", True)
+    assert all(ok for _, ok in ours.values()) and all(ok for _, ok in ggml.values())
+    if "avx512f" not in cpu_flags():
+        pytest.skip("this CPU has no AVX-512: both runs took ggml's kernels (checked against numpy above)")
+    # thin products of many outputs (a few dozen outputs of 11 terms can come out alike in both orders)
+    thin = [key for key in ours if _thin(key) and np.prod([int(d) for d in key.split("x")]) >= 100000]
+    assert thin and all(ours[key][0] != ggml[key][0] for key in thin), "GGMLPY_NO_F32_GEMM changed nothing"
 
 
 SPECIAL = np.array([0.0, -0.0, 1.0, -1.0, 1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -8, 1.0 + 2.0 ** -9, 1.0 + 3 * 2.0 ** -9,
