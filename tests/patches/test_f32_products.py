@@ -8,9 +8,10 @@ on CPUs with AVX-512. Its reference is numpy float64 of the same operands; the o
 shapes cross every edge the kernel pads or splits: rows past a 16- or 32-row panel, columns past a 12-column block,
 sums not a multiple of 16 (the 16 x 16 transposes of the packing), a single row or column, panels that two threads
 split by rows or by columns, more panels than one L2-sized group, long sums cut into slices (at 512 terms where
-B's columns are packed (patches/0072), 4096 where its rows are read in place), batched slices with broadcast
-weights, transposed or permuted (non-contiguous) operands of out_prod, and products of at most 16 rows, which
-patches/0072 computes as their transpose (C written back through a tile, added to across slices). ``GGMLPY_NO_F32_GEMM=1`` selects ggml's own kernels
+B's rows do not lie along the sum, its columns then packed (patches/0072), 4096 where they do), batched slices with
+broadcast weights, transposed or permuted (non-contiguous) operands of out_prod, and products of at most 16 rows,
+which patches/0072 computes as their transpose (C written back through a tile, added to across slices). A sum runs
+in the same order whatever the thread count. ``GGMLPY_NO_F32_GEMM=1`` selects ggml's own kernels
 (tinyBLAS, out_prod's loops): the same reference in a subprocess (the switch is read once per process), and results
 that differ somewhere from the kernel's (another summation order), which shows the kernel ran. Where the CPU lacks
 AVX-512 both runs take ggml's kernels; that comparison is then skipped, saying so.
@@ -35,7 +36,8 @@ from tests.helpers.subprocesses import cpu_flags, json_with_switch
 MATMUL_SHAPES = [(32, 32, 32), (64, 2048, 64), (256, 2048, 64), (33, 47, 70), (500, 500, 784), (10, 500, 500),
                  (500, 500, 10), (7, 9, 11), (16, 300, 33), (1, 40, 17), (45, 2, 5), (98, 130, 64), (300, 13, 2000),
                  (40, 30, 9000),   # sums sliced at 4096 terms
-                 (16, 32, 40), (17, 64, 30), (12, 1000, 700), (3, 100, 5000)]   # 0072's transposed products
+                 (16, 32, 40),     # 0072: a transpose of one panel for two threads: computed as it is
+                 (16, 64, 40), (17, 64, 30), (12, 1000, 700), (3, 100, 5000)]   # 0072's transposed products
 # out_prod: (ne0 = m, ne1 = n, ne01 = k)
 OUT_PROD_SHAPES = [(64, 256, 2048), (784, 500, 500), (33, 47, 70), (7, 9, 11), (1, 12, 3), (500, 10, 500),
                    (64, 64, 32), (2000, 40, 30), (20, 30, 5000),
@@ -46,18 +48,18 @@ def _rng(*key: int) -> np.random.Generator:
     return np.random.default_rng(abs(hash(key)) % (2**32))
 
 
-def _backend():
+def _backend(threads: int = 2):
     be = G.ggml_backend_cpu_init()
-    G.ggml_backend_cpu_set_n_threads(be, 2)
+    G.ggml_backend_cpu_set_n_threads(be, threads)
     return be
 
 
-def _matmul(m: int, n: int, k: int, batch: int = 1, shared_weight: bool = False):
+def _matmul(m: int, n: int, k: int, batch: int = 1, shared_weight: bool = False, threads: int = 2):
     """ggml_mul_mat of a [batch or 1, m, k] weight by [batch, n, k] data on 2 threads, numpy's, and |terms| sums."""
     rng = _rng(m, n, k, batch, shared_weight)
     a = rng.standard_normal((1 if shared_weight else batch, m, k)).astype(np.float32)
     b = rng.standard_normal((batch, n, k)).astype(np.float32)
-    be = _backend()
+    be = _backend(threads)
     try:
         (y,) = compute(lambda c, at, bt: G.ggml_mul_mat(c, at, bt), a, b, backend=be)
     finally:
@@ -68,7 +70,7 @@ def _matmul(m: int, n: int, k: int, batch: int = 1, shared_weight: bool = False)
     return y, want, scale
 
 
-def _out_prod(m: int, n: int, k: int, layout: str = "plain", batch: int = 1):
+def _out_prod(m: int, n: int, k: int, layout: str = "plain", batch: int = 1, threads: int = 2):
     """ggml_out_prod: dst[j, i] = sum_l s0[l, i] s1[l, j]; s1 given plain, as a transposed view, or (strided) as a
     permuted view whose elements are 2 floats apart along the sum and 2k along the output; numpy's too."""
     rng = _rng(m, n, k, batch, hash(layout) % 1000)
@@ -79,7 +81,7 @@ def _out_prod(m: int, n: int, k: int, layout: str = "plain", batch: int = 1):
         def build(c, x0, x1t):
             return G.ggml_out_prod(c, x0, G.ggml_transpose(c, x1t))
 
-        (y,) = compute(build, s0, s1t, backend=_keep(_backend()))
+        (y,) = compute(build, s0, s1t, backend=_keep(_backend(threads)))
         s1 = np.swapaxes(s1t, -1, -2)
     elif layout == "strided":
         assert batch == 1
@@ -89,11 +91,11 @@ def _out_prod(m: int, n: int, k: int, layout: str = "plain", batch: int = 1):
             v = G.ggml_view_3d(c, x1w, 1, k, n, 2 * 4, 2 * k * 4, 0)   # [1, k, n]
             return G.ggml_out_prod(c, x0, G.ggml_permute(c, v, 2, 1, 0, 3))   # [n, k, 1]: strides 2k and 2
 
-        (y,) = compute(build_strided, s0, s1w, backend=_keep(_backend()))
+        (y,) = compute(build_strided, s0, s1w, backend=_keep(_backend(threads)))
         s1 = s1w[:, :, 0].T[None]
     else:
         s1 = rng.standard_normal((batch, k, n)).astype(np.float32)    # ggml [n, k]
-        (y,) = compute(lambda c, x0, x1: G.ggml_out_prod(c, x0, x1), s0, s1, backend=_keep(_backend()))
+        (y,) = compute(lambda c, x0, x1: G.ggml_out_prod(c, x0, x1), s0, s1, backend=_keep(_backend(threads)))
     a64, b64 = s0.astype(np.float64), s1.astype(np.float64)
     want = np.swapaxes(b64, -1, -2) @ a64                               # [batch, n, m]
     scale = np.swapaxes(np.abs(b64), -1, -2) @ np.abs(a64)
@@ -140,6 +142,24 @@ def test_out_prod_against_numpy(m, n, k, layout):
     y, want, scale = _out_prod(m, n, k, layout)
     assert y.shape == nd4(want).shape
     assert _close(y, want, scale)
+
+
+@pytest.mark.parametrize("layout", ["plain", "strided"])
+def test_each_sum_runs_in_one_order_whatever_the_threads(layout):
+    """patches/0072: a sum's slices depend on B's layout alone, not on how many panels a thread took (3 panels on 2
+    threads: one thread packs B's columns, the other reads them in place): the same bits on 1, 2 and 3 threads, and
+    the reference on each."""
+    runs = [_out_prod(96, 40, 450, layout, threads=t) for t in (1, 2, 3)]
+    assert all(_close(*run) for run in runs)
+    assert all(np.array_equal(runs[0][0], run[0]) for run in runs[1:])
+
+
+@pytest.mark.parametrize("threads", [3, 4])
+def test_few_row_products_on_more_threads(threads):
+    """Products of at most 16 rows on 3 and 4 threads (0072 transposes them only where each thread keeps panels of
+    its own): the reference."""
+    for m, n, k in ((10, 300, 500), (16, 64, 40), (3, 100, 5000)):
+        assert _close(*_matmul(m, n, k, threads=threads))
 
 
 def test_batched_out_prod_against_numpy():
