@@ -26,9 +26,14 @@ SHAPES = [(32, 32, 32), (64, 64, 64), (33, 47, 70), (500, 500, 784), (100, 35, 1
           (500, 500, 10), (7, 9, 11), (16, 300, 33), (300, 130, 16), (45, 3, 5), (2, 1, 7)]
 
 
+def _dims(key: str) -> list[int]:
+    """(m, n, k) of a worker's key "MxNxK"."""
+    return [int(d) for d in key.split("x")]
+
+
 def _thin(key: str) -> bool:
     """Sums of at most 16 terms: patches/0074 computes them on the F32 kernel (0062), AMX or not."""
-    return int(key.split("x")[2]) <= 16
+    return _dims(key)[2] <= 16
 
 
 def _product(m: int, n: int, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -70,7 +75,7 @@ def test_the_tile_kernel_and_ggmls_agree_with_numpy_and_differ_from_each_other()
     assert all(ok for _, ok in tiles.values()) and all(ok for _, ok in plain.values())
     if not {"amx_bf16", "amx_tile"} <= cpu_flags():
         pytest.skip("this CPU has no AMX-BF16: both runs took ggml's kernel (checked against numpy above)")
-    large = [key for key in tiles if np.prod([int(d) for d in key.split("x")]) >= 32 ** 3 and not _thin(key)]
+    large = [key for key in tiles if np.prod(_dims(key)) >= 32 ** 3 and not _thin(key)]
     # the tile kernel ran: its sums differ from tinyBLAS's in the last bits on every product it takes
     assert all(tiles[key][0] != plain[key][0] for key in large), "GGMLPY_NO_AMX changed nothing: no tile kernel"
     small = [key for key in tiles if key not in large]
@@ -88,7 +93,7 @@ def test_thin_products_run_on_the_f32_kernel():
     if "avx512f" not in cpu_flags():
         pytest.skip("this CPU has no AVX-512: both runs took ggml's kernels (checked against numpy above)")
     # thin products of many outputs (a few dozen outputs of 11 terms can come out alike in both orders)
-    thin = [key for key in ours if _thin(key) and np.prod([int(d) for d in key.split("x")]) >= 100000]
+    thin = [key for key in ours if _thin(key) and np.prod(_dims(key)) >= 100000]
     assert thin and all(ours[key][0] != ggml[key][0] for key in thin), "GGMLPY_NO_F32_GEMM changed nothing"
 
 

@@ -523,6 +523,15 @@ def test_0026_repeat_back_into_one_element_per_row_matches_numpy(case, n_threads
 
 # ---------------------------------------------------------------- 0027: the 2x2 pool's own path
 
+def _max_pool_2x2_grad(x, r, n_threads):
+    """loss = sum(max_pool_2x2(x) * r) and its gradient with respect to x, on a CPU backend of ``n_threads``."""
+    backend = _cpu(n_threads)
+    try:
+        return compute_grad_on(backend, lambda c, t: G.ggml_pool_2d(c, t, G.GGML_OP_POOL_MAX, 2, 2, 2, 2, 0, 0), x, r)
+    finally:
+        backend.free()
+
+
 @pytest.mark.parametrize("n_threads", [1, 2, 3])
 # (7, 9): the last row and column are in no window; patches/0070's 16 windows per step: a row of 14 (the small
 # CNN's), of exactly 16, of 17 (two steps), of 33 with a column in no window
@@ -533,12 +542,7 @@ def test_0027_max_pool_2x2_and_its_backward_match_numpy(hw, n_threads):
     x = rng.integers(-2, 2, (3, 5, *hw)).astype(np.float32)  # 15 planes: not a multiple of the thread count
     ref, backward = _max_pool_ref(np.asarray(x, np.float64), 2, 2, 0)
     r = rng.uniform(-1, 1, ref.shape).astype(np.float32)
-    backend = _cpu(n_threads)
-    try:
-        loss, grad = compute_grad_on(backend, lambda c, xt: G.ggml_pool_2d(c, xt, G.GGML_OP_POOL_MAX, 2, 2, 2, 2, 0, 0),
-                                     x, r)
-    finally:
-        backend.free()
+    loss, grad = _max_pool_2x2_grad(x, r, n_threads)
     np.testing.assert_allclose(loss, np.sum(ref * r), rtol=1e-5)
     np.testing.assert_array_equal(grad, backward(r.astype(np.float64)).astype(np.float32))
 
@@ -556,15 +560,10 @@ def test_0070_max_pool_2x2_backward_rows_of_many_windows_with_nan_and_inf(width)
     x[1, 2, 4, 17 % width] = np.inf
     r = rng.integers(1, 9, size=(2, 3, 3, width // 2)).astype(np.float32)   # exact sums
     r[0, 2, 1, 3] = -0.0                                                   # lands as +0
-    backend = _cpu(2)
-    try:
-        _, grad = compute_grad_on(backend, lambda c, t: G.ggml_pool_2d(c, t, G.GGML_OP_POOL_MAX, 2, 2, 2, 2, 0, 0),
-                                  x, r)
-    finally:
-        backend.free()
+    _, grad = _max_pool_2x2_grad(x, r, 2)
     want = ref.pool_2d_back(x, r, "max", 2, 2, 2, 2, 0, 0)
     np.testing.assert_array_equal(grad, want)
-    assert not np.signbit(grad).any() or np.all(grad[np.signbit(grad)] != 0)
+    assert not np.any((grad == 0) & np.signbit(grad))                     # no -0
 
 
 def test_0027_max_pool_2x2_backward_windows_without_a_maximum_above_minus_flt_max_get_nothing():
@@ -576,12 +575,7 @@ def test_0027_max_pool_2x2_backward_windows_without_a_maximum_above_minus_flt_ma
                     [-0.0, 0.0, 2.0, -1.0],
                     [0.0, -0.0, 3.0, -np.inf]]]], np.float32)
     r = np.array([[[[0.5, -0.25], [-2.0, 4.0]]]], np.float32)
-    backend = _cpu(1)
-    try:
-        _, grad = compute_grad_on(backend, lambda c, xt: G.ggml_pool_2d(c, xt, G.GGML_OP_POOL_MAX, 2, 2, 2, 2, 0, 0),
-                                  x, r)
-    finally:
-        backend.free()
+    _, grad = _max_pool_2x2_grad(x, r, 1)
     want = np.zeros_like(x)
     want[0, 0, 0, 2] = -0.25  # the first of four equal maxima
     want[0, 0, 2, 0] = -2.0   # -0 before +0: equal, the first takes it
