@@ -748,7 +748,7 @@ TILED_CASES = [
     ((1, 3, 5, 5, 2, 5, 5), (1, 1, 0, 0, 1, 1)),       # a kernel the size of the image: one output
     # patches/0063's direct path (stride 1 along W): runs of 16 positions two at a time, 12 channels at a time
     ((2, 3, 6, 37, 29, 3, 3), (1, 1, 3, 2, 1, 1)),     # padding wider than the kernel's reach; 29 = 2 x 12 + 5
-    ((1, 2, 4, 40, 3, 3, 17), (1, 1, 8, 1, 1, 1)),     # a kernel wider than 16: 0036's path
+    ((1, 2, 4, 40, 3, 3, 17), (1, 1, 8, 1, 1, 1)),     # a kernel wider than 16 (0036's path before 0076)
     ((3, 5, 7, 16, 13, 3, 3), (1, 2, 1, 1, 2, 2)),     # rows of exactly 16, dilation along W
     # patches/0073: with a stride of 1 the images' gradient is a direct convolution of the output gradient by the
     # flipped kernel, and the kernel's is taken from the images in blocks of 3 taps x up to 8 output channels
@@ -756,6 +756,11 @@ TILED_CASES = [
     ((2, 14, 6, 18, 3, 3, 3), (1, 1, 1, 1, 1, 1)),     # 14 = 12 + 2 image channels: two blocks of the flipped kernel
     ((1, 2, 5, 7, 3, 2, 4), (1, 1, 0, 5, 1, 1)),       # padding past the kernel's reach along H: flipped padding -4
     ((3, 2, 6, 33, 11, 2, 2), (1, 1, 1, 0, 1, 1)),     # 8 taps (3 + 3 + 2), 11 = 8 + 3 output channels, 3 runs a row
+    # patches/0076: images copied padded (rows up to 128 wide with their masks once), runs 3 at a time times blocks
+    # of 8 output channels, whole images per call
+    ((1, 3, 5, 150, 9, 3, 3), (1, 1, 1, 1, 1, 1)),     # rows 152 wide padded (masks per row); 9 = 8 + 1 channels
+    ((5, 2, 4, 9, 8, 3, 3), (1, 1, 1, 1, 1, 1)),       # 4 runs an image: 3 + 1; 5 images over the threads
+    ((4, 3, 5, 16, 16, 3, 3), (1, 1, 2, 0, 1, 1)),     # 5 runs of 16: 3 + 2; padding only along W
 ]
 
 
@@ -832,6 +837,35 @@ def test_tiled_convolution_gradients_match_finite_differences(geometry):
         others = (k, b) if name == "images" else (x, b)
         _, got = compute_grad(build, arr, w, *others)
         np.testing.assert_allclose(got, fd_grad(f, arr, f64(w)), rtol=1e-4, atol=3e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_tiled_convolution_keeps_an_inf_and_a_nan_where_numpy_has_them(threads):
+    """An inf and a NaN in the images reach only the outputs and gradients whose sums read them (numpy float64 on
+    the same data): the direct kernels compute lanes past a run from the padded copy's next columns, which must
+    never be stored (the forward) or summed (the kernel's gradient: those lanes masked to 0 on both sides)."""
+    rng = np.random.default_rng(21)
+    geometry = (1, 1, 1, 1, 1, 1)
+    x, k, b = r32(rng, 3, 2, 7, 13), r32(rng, 4, 2, 3, 3), r32(rng, 4)
+    x[0, 1, 2, 12] = np.inf                      # the last column: the next row's lanes in the padded copy
+    x[2, 0, 6, 0] = np.nan                       # the last row's first column
+    f64 = lambda a: a.astype(np.float64)   # noqa: E731
+    backend = cpu_threads(threads)
+    try:
+        (out,) = compute(tiled(*geometry), k, x, b, backend=backend)
+        w = r32(rng, *out.shape)
+        op = tiled(*geometry)
+        _, gk = compute_grad(lambda ctx, kk, xx, bb: op(ctx, kk, xx, bb), k, w, x, b, backend=backend)
+    finally:
+        backend.free()
+    ref = conv_bias_ref(f64(x), f64(k), f64(b), geometry)
+    _, dk, _ = conv_grads_ref(f64(x), f64(k), f64(w), geometry)
+    assert np.isfinite(ref).sum() > ref.size // 2 and not np.isfinite(ref).all()
+    for got, want, name in ((out, ref, "output"), (gk, dk, "kernel gradient")):
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
+        np.testing.assert_array_equal(np.isinf(got), np.isinf(want), err_msg=name)
+        fin = np.isfinite(want)
+        np.testing.assert_allclose(got[fin], want[fin], rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want[fin]).max()))
 
 
 def test_tiled_convolution_with_more_threads_than_images_and_an_image_alone():
