@@ -761,6 +761,7 @@ TILED_CASES = [
     ((1, 3, 5, 150, 9, 3, 3), (1, 1, 1, 1, 1, 1)),     # rows 152 wide padded (masks per row); 9 = 8 + 1 channels
     ((5, 2, 4, 9, 8, 3, 3), (1, 1, 1, 1, 1, 1)),       # 4 runs an image: 3 + 1; 5 images over the threads
     ((4, 3, 5, 16, 16, 3, 3), (1, 1, 2, 0, 1, 1)),     # 5 runs of 16: 3 + 2; padding only along W
+    ((1, 64, 9, 20, 8, 3, 3), (1, 2, 1, 1, 1, 1)),     # stride 2 along H, tiles of 64 positions starting mid-row
 ]
 
 
@@ -841,9 +842,11 @@ def test_tiled_convolution_gradients_match_finite_differences(geometry):
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_tiled_convolution_keeps_an_inf_and_a_nan_where_numpy_has_them(threads):
-    """An inf and a NaN in the images reach only the outputs and gradients whose sums read them (numpy float64 on
-    the same data): the direct kernels compute lanes past a run from the padded copy's next columns, which must
-    never be stored (the forward) or summed (the kernel's gradient: those lanes masked to 0 on both sides)."""
+    """An inf and a NaN in the images, and an inf in the output gradient at a row's first column, reach only the
+    outputs and gradients whose sums read them (numpy float64 on the same data): the direct kernels compute lanes
+    past a run from the next columns (the padded copy's, or the next row's output gradient), which must never be
+    stored (the forward, the images' gradient) or summed (the kernel's gradient: those lanes masked to 0 on both
+    sides)."""
     rng = np.random.default_rng(21)
     geometry = (1, 1, 1, 1, 1, 1)
     x, k, b = r32(rng, 3, 2, 7, 13), r32(rng, 4, 2, 3, 3), r32(rng, 4)
@@ -854,14 +857,17 @@ def test_tiled_convolution_keeps_an_inf_and_a_nan_where_numpy_has_them(threads):
     try:
         (out,) = compute(tiled(*geometry), k, x, b, backend=backend)
         w = r32(rng, *out.shape)
+        w[1, 2, 3, 0] = np.inf                   # read as a lane past the run of row 2 (13 positions)
         op = tiled(*geometry)
         _, gk = compute_grad(lambda ctx, kk, xx, bb: op(ctx, kk, xx, bb), k, w, x, b, backend=backend)
+        _, gx = compute_grad(lambda ctx, xx, kk, bb: op(ctx, kk, xx, bb), x, w, k, b, backend=backend)
     finally:
         backend.free()
     ref = conv_bias_ref(f64(x), f64(k), f64(b), geometry)
-    _, dk, _ = conv_grads_ref(f64(x), f64(k), f64(w), geometry)
+    dx, dk, _ = conv_grads_ref(f64(x), f64(k), f64(w), geometry)
     assert np.isfinite(ref).sum() > ref.size // 2 and not np.isfinite(ref).all()
-    for got, want, name in ((out, ref, "output"), (gk, dk, "kernel gradient")):
+    assert np.isinf(dk).any() and np.isfinite(dx).sum() > dx.size // 2 and not np.isfinite(dx).all()
+    for got, want, name in ((out, ref, "output"), (gk, dk, "kernel gradient"), (gx, dx, "images' gradient")):
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
         np.testing.assert_array_equal(np.isinf(got), np.isinf(want), err_msg=name)
         fin = np.isfinite(want)

@@ -41,33 +41,45 @@ def _want(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.where(s > 0, s, np.float32(0.0)).astype(np.float32)
 
 
-def _run(a: np.ndarray, b: np.ndarray, threads: int, sum_used_elsewhere: bool = False,
-         inplace: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
-    """RELU(ADD(a, b)) on the CPU; the result and what the ADD node's memory holds afterwards (filled with 7s; None
-    where ADD works in place over a)."""
+def _tensor(ctx, arr: np.ndarray):
+    t = G.ggml_new_tensor(ctx, G.GGML_TYPE_F32, arr.ndim, list(reversed(arr.shape)))
+    G.ggml_set_f32(t, arr)
+    return t
+
+
+def _run(a: np.ndarray, b: np.ndarray, threads: int, sum_used_elsewhere: bool = False, relu_in_place: bool = False,
+         b_row_gap: int = 0, sum_is_output: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+    """RELU(ADD(a, b)) on the CPU, a and b numpy arrays of up to 4 dimensions (b tiled over a as ggml repeats it);
+    the result and what the ADD node's memory holds afterwards (filled with 7s; None where the ReLU writes over
+    it). ``b_row_gap``: b a view whose rows lie that many floats apart beyond their width."""
     ctx = G.ggml_init(64 * 1024 * 1024)
     try:
-        at = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, a.shape[1], a.shape[0])
-        bt = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, b.shape[1], b.shape[0])
-        G.ggml_set_f32(at, a)
-        G.ggml_set_f32(bt, b)
-        if inplace:
-            s = G.ggml_add_inplace(ctx, at, bt)
-            y = G.ggml_relu_inplace(ctx, s)
+        at = _tensor(ctx, a)
+        if b_row_gap:
+            rows, width = b.shape
+            big = _tensor(ctx, np.pad(b, ((0, 0), (0, b_row_gap)), constant_values=np.float32(9.0)))
+            bt = G.ggml_view_2d(ctx, big, width, rows, (width + b_row_gap) * 4, 0)
         else:
-            s = G.ggml_add(ctx, at, bt)
-            y = G.ggml_relu(ctx, s)
+            bt = _tensor(ctx, b)
+        s = G.ggml_add(ctx, at, bt)
+        y = G.ggml_relu_inplace(ctx, s) if relu_in_place else G.ggml_relu(ctx, s)
+        if sum_is_output:
+            G.ggml_set_output(s)
         graph = G.ggml_new_graph(ctx)
         G.ggml_build_forward_expand(graph, y)
         if sum_used_elsewhere:
             G.ggml_build_forward_expand(graph, G.ggml_scale(ctx, s, 2.0))
-        if not inplace:
-            G.ggml_set_f32(s, np.full(a.size, 7.0, np.float32))
+        G.ggml_set_f32(s, np.full(a.size, 7.0, np.float32))
         G.ggml_graph_compute_with_ctx(ctx, graph, threads)
         out = np.array(G.ggml_get_f32(y)).reshape(a.shape)
-        return out, None if inplace else np.array(G.ggml_get_f32(s)).reshape(a.shape)
+        return out, None if relu_in_place else np.array(G.ggml_get_f32(s)).reshape(a.shape)
     finally:
         ctx.free()
+
+
+def _tiled(b: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """b repeated over a's shape as ggml's ADD does (each of b's dimensions divides a's)."""
+    return np.tile(b, [n // m for n, m in zip(shape, b.shape)])
 
 
 @pytest.mark.parametrize("width, rows", [(1, 1), (12, 1), (13, 7), (500, 500), (1000, 3)])
@@ -80,17 +92,39 @@ def test_fused_bias_relu_is_the_unfused_pair_bit_for_bit(width, rows, b_rows, th
     assert added is not None and np.all(added == 7.0), "ADD's memory was written: the fused path did not run"
 
 
-def test_in_place_sum_and_relu_over_the_input():
-    """ADD and ReLU both in place: the result overwrites a element by element as it is read."""
+@pytest.mark.parametrize("b_shape", [(1, 3, 1, 4), (1, 1, 3, 4), (2, 3, 6, 4)])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_four_dimensions_with_b_repeated_over_rows_planes_and_batches(b_shape, threads):
+    """a [2, 3, 6, 4] (numpy order); b repeated over a's dimensions 1 to 3 where it has 1 or 3 where a has 6 (ggml
+    tiles it: rows 0, 1, 2, 0, 1, 2), which the fused kernel's row index arithmetic must follow."""
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((2, 3, 6, 4)).astype(np.float32)
+    b = rng.standard_normal(b_shape).astype(np.float32)
+    got, added = _run(a, b, threads)
+    assert _same_bits(got, _want(a, _tiled(b, a.shape)))
+    assert added is not None and np.all(added == 7.0)
+
+
+def test_bias_rows_apart_in_memory():
+    """b a view whose rows are 5 floats apart beyond their width (filled with 9s): read through its row stride."""
+    a, b = _operands(37, 6, 6)
+    got, added = _run(a, b, 2, b_row_gap=5)
+    assert _same_bits(got, _want(a, b))
+    assert added is not None and np.all(added == 7.0)
+
+
+def test_relu_in_place_over_the_sum():
+    """A ReLU in place over its ADD (the result in the sum's memory, which the fused kernel never writes first)."""
     a, b = _operands(333, 9, 1)
-    got, _ = _run(a, b, 2, inplace=True)
+    got, _ = _run(a, b, 2, relu_in_place=True)
     assert _same_bits(got, _want(a, b))
 
 
-def test_sum_with_another_use_is_computed():
-    """The sum read by a second node: no fusion (the sum is needed), the ReLU still right."""
+@pytest.mark.parametrize("case", ["second use", "graph output"])
+def test_sum_that_is_needed_is_computed(case):
+    """The sum read by a second node, or marked a graph output: no fusion (the sum is written), the ReLU right."""
     a, b = _operands(100, 10, 1)
-    got, added = _run(a, b, 2, sum_used_elsewhere=True)
+    got, added = _run(a, b, 2, sum_used_elsewhere=case == "second use", sum_is_output=case == "graph output")
     assert _same_bits(got, _want(a, b))
     with np.errstate(invalid="ignore", over="ignore"):
         assert _same_bits(added, (a + b).astype(np.float32))
