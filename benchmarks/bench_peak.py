@@ -68,9 +68,10 @@ def product_flops(node) -> float:
     if node.op == "CONV_2D_TILED":               # each output: the kernel's KW x KH x Cin taps
         kernel = src[0]
         return 2.0 * n * kernel[0] * kernel[1] * kernel[2]
-    if node.op == "CONV_2D_TILED_BACK":          # the kernel's and the images' gradients, each the forward's
-        kernel, out = src[0], src[2]             # products (the first layer needs no images' gradient: its
-        return 2.0 * 2.0 * float(np.prod(out)) * kernel[0] * kernel[1] * kernel[2]   # count is high by 1/72)
+    if node.op == "CONV_2D_TILED_BACK":          # the images' and the kernel's gradients, each the forward's
+        kernel, out = src[0], src[2]             # products, where asked for (op params 0 and 1: a first layer
+        asked = sum(1 for p in node.params[:2] if p)   # computes no images' gradient)
+        return asked * 2.0 * float(np.prod(out)) * kernel[0] * kernel[1] * kernel[2]
     if node.op == "FLASH_ATTN_EXT":              # scores and values: q [D, N, H, B], k [D, M, ...], v [Dv, M, ...]
         q, k, v = src[0], src[1], src[2]
         return 2.0 * q[1] * k[1] * (q[0] + v[0]) * q[2] * q[3]

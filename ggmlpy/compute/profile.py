@@ -20,13 +20,15 @@ from .sched import Scheduler
 
 @dataclass
 class NodeTime:
-    """One node of one compute: its op, the backend that ran it, its shape (ggml's ``ne``), its sources' shapes
-    and the seconds its compute took."""
+    """One node of one compute: its op, the backend that ran it, its shape (ggml's ``ne``), its sources' shapes,
+    the seconds its compute took and its first four ggml op parameters (int32, e.g. a convolution's strides;
+    what they mean is the op's own)."""
     op: str
     backend: str
     shape: tuple
     sources: tuple
     seconds: float
+    params: tuple = ()
 
 
 @dataclass
@@ -74,7 +76,7 @@ class Profile:
         for i in range(per):
             same = self.nodes[i::per]
             avg.append(NodeTime(same[0].op, same[0].backend, same[0].shape, same[0].sources,
-                                sum(n.seconds for n in same) / len(same)))
+                                sum(n.seconds for n in same) / len(same), same[0].params))
         return sorted(avg, key=lambda n: -n.seconds)[:k]
 
     def __str__(self) -> str:
@@ -116,7 +118,7 @@ class NodeTimer(SchedWatcher):
             elapsed = time.perf_counter() - self._started
             sources = tuple(_shape(s) for s in t.src[0:int(lib.GGML_MAX_SRC)] if s != ffi.NULL)
             self.nodes.append(NodeTime(ffi.string(lib.ggml_op_desc(t)).decode(), self.backend_of(t), _shape(t),
-                                       sources, elapsed))
+                                       sources, elapsed, tuple(int(t.op_params[i]) for i in range(4))))
             return True  # go on with the graph
         if ffi.string(lib.ggml_op_desc(t)).decode() in NO_WORK_OPS:
             return False  # computed with the next node that does work

@@ -30,6 +30,21 @@ def test_profile_times_every_node_of_the_step_and_leaves_the_weights():
         np.testing.assert_array_equal(before[k], after[k])
 
 
+def test_profile_nodes_carry_their_op_parameters():
+    """A node's first four op parameters come with its time: the first convolution's backward asks for the
+    kernel's gradient only (params 0, 1: images', kernel's), as its images are the model's input; a second
+    convolution's asks for both (what bench_peak.py counts its FLOPs from)."""
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_conv_2d(m, 4, (3, 3), activation="relu", input_shape=(8, 8, 1))
+    m = g.ggml_layer_conv_2d(m, 2, (3, 3), activation="relu")
+    m = g.ggml_compile(g.ggml_layer_dense(g.ggml_layer_flatten(m), 3, activation="softmax"),
+                       loss="sparse_categorical_crossentropy", backend="cpu")
+    p = ggml_model_profile(m, batch_size=4, steps=1)
+    backs = {n.sources[0]: n.params[:2] for n in p.nodes if n.op == "CONV_2D_TILED_BACK"}
+    assert backs == {(3, 3, 1, 4): (0, 1), (3, 3, 4, 2): (1, 1)}
+    assert all(len(n.params) == 4 for n in p.nodes) and all(len(n.params) == 4 for n in p.slowest(3))
+
+
 @pytest.mark.parametrize("kw", [{"batch_size": 0}, {"steps": 0}, {"steps": 1.5}])
 def test_profile_rejects_bad_arguments(kw):
     with pytest.raises(g.GgmlValueError):

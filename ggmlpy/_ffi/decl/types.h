@@ -42,6 +42,7 @@ struct ggml_tensor {
     int64_t ne[4];
     size_t nb[4];
     enum ggml_op op;
+    int32_t op_params[16];
     int32_t flags;
     struct ggml_tensor * src[10];
     struct ggml_tensor * view_src;
