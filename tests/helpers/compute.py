@@ -9,7 +9,7 @@ conventions of the whole suite:
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Callable
 
@@ -160,9 +160,11 @@ def compute_grad(build: Callable, x: np.ndarray, r: np.ndarray, *others: np.ndar
             G.ggml_backend_tensor_get_data(grad).astype(np.float64).reshape(x.shape)
 
 
-def backward_ops(build: Callable, ne: tuple[int, ...] = (8, 4)) -> list[str]:
-    """The op names of the graph ggml's autodiff builds for loss = sum(build(ctx, x)), x an F32 parameter of shape
-    ``ne`` (ggml order), forward and backward nodes in execution order; nothing is computed."""
+@contextmanager
+def backward_nodes(build: Callable, ne: tuple[int, ...] = (8, 4)) -> Iterator[list]:
+    """The nodes (Tensors) of the graph ggml's autodiff builds for loss = sum(build(ctx, x)), x an F32 parameter of
+    shape ``ne`` (ggml order), forward and backward nodes in execution order, valid inside the block; nothing is
+    computed."""
     ctx = G.ggml_init(4 * 1024 * 1024, no_alloc=True)
     try:
         x = G.ggml_new_tensor(ctx, G.GGML_TYPE_F32, len(ne), list(ne))
@@ -172,6 +174,12 @@ def backward_ops(build: Callable, ne: tuple[int, ...] = (8, 4)) -> list[str]:
         graph = G.ggml_new_graph_custom(ctx, 64, True)
         G.ggml_build_forward_expand(graph, loss)
         G.ggml_build_backward_expand(ctx, graph)
-        return [G.ggml_op_desc(G.ggml_graph_node(graph, i)) for i in range(G.ggml_graph_n_nodes(graph))]
+        yield [G.ggml_graph_node(graph, i) for i in range(G.ggml_graph_n_nodes(graph))]
     finally:
         ctx.free()
+
+
+def backward_ops(build: Callable, ne: tuple[int, ...] = (8, 4)) -> list[str]:
+    """The op names of ``backward_nodes``'s graph, in execution order."""
+    with backward_nodes(build, ne) as nodes:
+        return [G.ggml_op_desc(n) for n in nodes]

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-from ggmlpy.graph.objects import Context
 from tests.helpers.subprocesses import json_with_switch
 from tests.patches.test_cpu_step_mul_fusion import _same_bits
 
@@ -157,27 +156,12 @@ def test_ggmls_switch_turns_the_fusion_off_with_the_same_bits():
     assert not fused["sum_written"] and plain["sum_written"]
 
 
-def _backward_nodes(build, shape: tuple[int, int]) -> tuple[list, Context]:
-    """The nodes of loss = sum(build(ctx, x)), x an F32 parameter, forward and backward, in order (not computed)."""
-    ctx = G.ggml_init(16 * 1024 * 1024, no_alloc=True)
-    x = G.ggml_new_tensor_2d(ctx, G.GGML_TYPE_F32, *shape)
-    G.ggml_set_param(x)
-    loss = G.ggml_sum(ctx, build(ctx, x))
-    G.ggml_set_loss(loss)
-    graph = G.ggml_new_graph_custom(ctx, 64, True)
-    G.ggml_build_forward_expand(graph, loss)
-    G.ggml_build_backward_expand(ctx, graph)
-    return [G.ggml_graph_node(graph, i) for i in range(G.ggml_graph_n_nodes(graph))], ctx
-
-
 def test_relu_backward_steps_on_the_relus_output():
-    nodes, ctx = _backward_nodes(lambda c, x: G.ggml_relu(c, G.ggml_scale(c, x, 2.0)), (6, 5))
-    try:
+    from tests.helpers.compute import backward_nodes
+    with backward_nodes(lambda c, x: G.ggml_relu(c, G.ggml_scale(c, x, 2.0)), (6, 5)) as nodes:
         relu = next(n for n in nodes if n.op_name == "RELU")
         step = next(n for n in nodes if n.op_name == "STEP")
         assert step.ptr.src[0] == relu.ptr, "ReLU's backward took the step of its input"
-    finally:
-        ctx.free()
 
 
 def test_relu_gradient_through_a_bias_in_a_backward_graph():
