@@ -114,13 +114,16 @@ def _bytes(n: int) -> str:
 class SchedWatcher:
     """What every watcher of a scheduler's computes shares (``with watcher(sched):``): entering installs ggml's
     eval callback, which calls the watcher's ``_on_eval(tensor, ask)`` (its answer says whether ggml stops after
-    that node); leaving removes it. Only one watcher is on a scheduler at a time."""
+    that node); leaving removes it. Only one watcher is on a scheduler at a time. An exception in ``_on_eval``
+    cannot pass through ggml: the first one is kept and raised when the block ends (its report would be
+    incomplete)."""
 
     def __init__(self, sched: Scheduler) -> None:
         self.sched = sched
         self._ptr = unwrap(sched, Scheduler, f"{type(self).__name__}(sched)")
         self._names = {pointer_key(b.ptr): ffi.string(lib.ggml_backend_name(b.ptr)).decode() for b in sched.backends}
         self._handle: CData | None = None
+        self._error: Exception | None = None
 
     def backend_of(self, t: CData) -> str:
         """The name of the backend the scheduler gave node ``t`` ("?" when it gave none)."""
@@ -136,6 +139,9 @@ class SchedWatcher:
         if self.sched.alive:
             lib.ggml_backend_sched_set_eval_callback(self._ptr, ffi.NULL, ffi.NULL)
         self._handle = None
+        error, self._error = self._error, None
+        if error is not None and exc[0] is None:
+            raise error
 
     def _on_eval(self, t: CData, ask: bool) -> bool:
         raise NotImplementedError
@@ -237,7 +243,10 @@ def pointer_key(p: CData) -> int:
 @ffi.def_extern()
 def _ggmlpy_sched_eval_cb(t, ask, user_data):  # noqa: ANN001 - C signature
     # the watcher (a PlacementRecorder, a profile's NodeTimer) says whether ggml stops after this node
+    watcher = ffi.from_handle(user_data)
     try:
-        return bool(ffi.from_handle(user_data)._on_eval(t, bool(ask)))
-    except Exception:  # never raise into C: a missed node only makes the report incomplete
+        return bool(watcher._on_eval(t, bool(ask)))
+    except Exception as error:  # never raise into C: the first one is raised when the watching block ends
+        if watcher._error is None:
+            watcher._error = error
         return False

@@ -49,3 +49,30 @@ def test_profile_nodes_carry_their_op_parameters():
 def test_profile_rejects_bad_arguments(kw):
     with pytest.raises(g.GgmlValueError):
         ggml_model_profile(_cnn(), **kw)
+
+
+def test_an_error_in_a_watcher_is_raised_when_its_block_ends():
+    """ggml's eval callback cannot raise through C: the watcher keeps its first error and raises it when the block
+    ends, where the profile's node list (or a placement) would otherwise come back incomplete without a word."""
+    from ggmlpy.compute.placement import SchedWatcher
+    from tests.helpers.compute import ctx_size, default_backend, graph_inputs
+
+    class Broken(SchedWatcher):
+        def _on_eval(self, t, ask):
+            if not ask:
+                raise KeyError("the watcher's own bug")
+            return True
+
+    backend = default_backend()
+    with graph_inputs([np.ones((3, 4), np.float32)], backend, ctx_size(8, 16)) as (tensors, ctx_ops, owned):
+        y = g.ggml_scale(ctx_ops, g.ggml_exp(ctx_ops, tensors[0]), 2.0)
+        graph = g.ggml_new_graph_custom(ctx_ops, 16, False)
+        g.ggml_build_forward_expand(graph, y)
+        sched = g.ggml_backend_sched_new([backend], parallel=False, graph_size=16)
+        owned.append(sched)
+        g.ggml_backend_sched_alloc_graph(sched, graph)
+        with pytest.raises(KeyError, match="own bug"):
+            with Broken(sched):
+                g.ggml_backend_sched_graph_compute(sched, graph)
+        g.ggml_backend_sched_graph_compute(sched, graph)   # the callback is gone: a plain compute
+        np.testing.assert_allclose(g.ggml_backend_tensor_get_data(y).reshape(3, 4), 2 * np.e, rtol=1e-6)
