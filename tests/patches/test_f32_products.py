@@ -162,6 +162,18 @@ def test_few_row_products_on_more_threads(threads):
         assert _close(*_matmul(m, n, k, threads=threads))
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3, 4])
+def test_short_sums_split_by_columns(threads):
+    """patches/0078: sums of at most 64 terms give each thread whole columns of C (the backward of a 10-class head,
+    500 x 500 x 10; 37 column blocks over 3 threads leave one a block of 4 columns): the reference on each thread
+    count, and the same bits as one thread (a sum's order does not depend on the split)."""
+    for m, n, k in ((500, 500, 10), (500, 436, 64), (33, 25, 3)):
+        runs = [_out_prod(m, n, k, threads=t) for t in sorted({1, threads})]
+        assert all(_close(*run) for run in runs)
+        assert np.array_equal(runs[0][0], runs[-1][0])
+        assert _close(*_matmul(m, n, k, threads=threads))
+
+
 def test_batched_out_prod_against_numpy():
     y, want, scale = _out_prod(40, 30, 20, "transposed", batch=3)
     assert _close(y, want, scale)
