@@ -10,8 +10,9 @@ CPU, its default threads set to ``--threads``) trains one epoch, then ``ggml_mod
 its training step. The matrix products (MUL_MAT, OUT_PROD, the tiled convolution and its backward, fused attention
 and its backward) are counted in FLOPs (2 per multiply-add, from the nodes' shapes); the table gives their share of
 the step's time, their rate and that rate as a share of the sgemm peak, and the whole step's product FLOPs over
-its time (the step's efficiency against the peak). Node times come from computing each node as a graph of its own
-(``ggml_model_profile``), so they include a launch each: the rates are a little below what the step reaches.
+its time (the step's efficiency against the peak). Node times come from ``ggml_model_profile``: on the CPU alone they
+are taken inside the step's one graph as ggml computes it (patches/0079; before it each node was computed as a graph
+of its own, with a launch each, and its rates were 10-25 % below what the step reaches).
 
 Usage: python benchmarks/bench_peak.py [--threads 2] [--models mnist-fc,cnn,lstm,transformer] [--json PATH]
 """

@@ -97,6 +97,26 @@ static uint64_t ggmlpy_vk_shader_loops_refused(ggml_backend_dev_t dev, const str
     return fn ? fn(dev, op) : 0;
 }
 
+/* Per-node times of the CPU graph computes the calling thread makes (patches/0079): the layout ggml-cpu.c writes. */
+struct ggmlpy_cpu_node_time {
+    const struct ggml_tensor * first;
+    const struct ggml_tensor * last;
+    int64_t nodes;
+    int64_t ns;
+};
+struct ggmlpy_cpu_node_timer {
+    struct ggmlpy_cpu_node_time * times;
+    int64_t capacity;
+    int64_t count;
+};
+typedef void (*ggmlpy_cpu_timer_t)(struct ggmlpy_cpu_node_timer *);
+static int ggmlpy_cpu_node_timer_set(struct ggmlpy_cpu_node_timer * timer) {
+    ggmlpy_cpu_timer_t fn = (ggmlpy_cpu_timer_t) ggmlpy_proc("CPU", "ggmlpy_cpu_set_node_timer");
+    if (!fn) return 0;
+    fn(timer);
+    return 1;
+}
+
 typedef void (*ggmlpy_rpc_start_server_t)(const char *, const char *, size_t, size_t, ggml_backend_dev_t *);
 static int ggmlpy_rpc_start_server(const char * endpoint, const char * cache_dir, size_t n_threads,
                                    size_t n_devices, ggml_backend_dev_t * devices) {

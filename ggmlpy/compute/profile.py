@@ -1,34 +1,51 @@
 """Where the time of a graph's compute goes, node by node.
 
-``NodeTimer`` watches the computes of one scheduler through ggml's eval callback, as ``PlacementRecorder``
-does, but asks for every node that does work: the scheduler then computes each such node as a graph of its
-own and reports back after it, so the time between the two calls is that node's compute. That changes the
-compute being measured: every node pays a graph launch (the thread pool's start and end, a few to some tens of
-microseconds) instead of one barrier, so the sum of the nodes is larger than the plain step; the profile
-reports both. ``Profile`` is what it saw, aggregated by op and backend.
+Two timers, one result (``NodeTime`` per node, ``Profile`` aggregated by op and backend):
+
+- ``GraphNodeTimer``, for a scheduler whose backends are all the CPU: ggml's CPU backend (patches/0079) notes the
+  time at which its threads have all finished each node, inside the one graph it computes as usual. The times are
+  those of the plain compute: the same barriers between nodes, the same fused ops (a ReLU's backward ``STEP`` and
+  ``MUL`` computed in one pass is one entry, ``STEP+MUL``), nothing launched per node.
+- ``NodeTimer``, for any scheduler (a GPU's, the BLAS backend's): it watches the computes through ggml's eval
+  callback, as ``PlacementRecorder`` does, but asks for every node that does work, so the scheduler computes each
+  such node as a graph of its own and reports back after it; the time between the two calls is that node's
+  compute. That changes the compute being measured: every node pays a graph launch (the thread pool's start and
+  end, a few to some tens of microseconds) instead of one barrier, and no ops are fused, so the nodes add up to
+  more than the plain step.
+
+``node_timer(sched)`` picks the first where it applies.
 """
 from __future__ import annotations
 
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .._ffi import CData, ffi, lib
+from ..errors import GgmlStateError
 from .placement import NO_WORK_OPS, SchedWatcher
 from .sched import Scheduler
+
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 @dataclass
 class NodeTime:
     """One node of one compute: its op, the backend that ran it, its shape (ggml's ``ne``), its sources' shapes,
     the seconds its compute took and its first four ggml op parameters (int32, e.g. a convolution's strides;
-    what they mean is the op's own)."""
+    what they mean is the op's own). Ops a backend computed as one (``GraphNodeTimer`` only) are one entry: ``op``
+    names the first and the last (``"STEP+MUL"``), ``nodes`` counts them, the shape is the last one's and the
+    sources and parameters the first one's."""
     op: str
     backend: str
     shape: tuple
     sources: tuple
     seconds: float
     params: tuple = ()
+    nodes: int = 1
 
 
 @dataclass
@@ -45,10 +62,16 @@ class Profile:
     steps: int
     nodes: list[NodeTime] = field(default_factory=list)
     step_seconds: float | None = None
+    method: str = "node by node"
 
     @property
     def nodes_per_step(self) -> int:
-        """Nodes that do work in one compute (views, reshapes and permutes not counted)."""
+        """Nodes that do work in one compute (views, reshapes and permutes not counted; fused ones each)."""
+        return sum(n.nodes for n in self.nodes) // max(self.steps, 1)
+
+    @property
+    def entries_per_step(self) -> int:
+        """Timed entries of one compute: its nodes, fused ones counted once."""
         return len(self.nodes) // max(self.steps, 1)
 
     @property
@@ -69,19 +92,19 @@ class Profile:
 
     def slowest(self, k: int = 10) -> list[NodeTime]:
         """The ``k`` slowest nodes of one step (the node times averaged over the steps)."""
-        per = self.nodes_per_step
+        per = self.entries_per_step
         if per == 0:
             return []
         avg = []
         for i in range(per):
             same = self.nodes[i::per]
             avg.append(NodeTime(same[0].op, same[0].backend, same[0].shape, same[0].sources,
-                                sum(n.seconds for n in same) / len(same), same[0].params))
+                                sum(n.seconds for n in same) / len(same), same[0].params, same[0].nodes))
         return sorted(avg, key=lambda n: -n.seconds)[:k]
 
     def __str__(self) -> str:
         total = self.node_seconds
-        head = f"{self.what}: {self.nodes_per_step} nodes per step, {total * 1e3:.2f} ms per step node by node"
+        head = f"{self.what}: {self.nodes_per_step} nodes per step, {total * 1e3:.2f} ms per step {self.method}"
         if self.step_seconds is not None:
             head += f" ({self.step_seconds * 1e3:.2f} ms as one graph)"
         lines = [head, f"  {'op':24} {'backend':8} {'nodes':>5} {'ms/step':>8} {'share':>6}"]
@@ -124,3 +147,62 @@ class NodeTimer(SchedWatcher):
             return False  # computed with the next node that does work
         self._started = time.perf_counter()
         return True
+
+
+class GraphNodeTimer:
+    """Times every node of the CPU graph computes that this thread makes while it is entered (``with
+    GraphNodeTimer(sched):``), inside each graph as it is computed (patches/0079). For computes that run on the
+    CPU alone (``node_timer`` checks): nodes another backend computes are not seen. The computes are unchanged.
+    Raises ``GgmlStateError`` on entering where the CPU backend has no such timer, and on leaving where the
+    computes had more entries than it holds."""
+
+    CAPACITY = 1 << 16   # entries (32 bytes each) a block can time: its computes' nodes and one per compute
+
+    def __init__(self, sched: Scheduler) -> None:
+        self.sched = sched
+        self.nodes: list[NodeTime] = []
+        self._times = ffi.new("struct ggmlpy_cpu_node_time[]", self.CAPACITY)
+        self._timer = ffi.new("struct ggmlpy_cpu_node_timer *", {"times": self._times, "capacity": self.CAPACITY})
+        cpu = int(lib.GGML_BACKEND_DEVICE_TYPE_CPU)
+        self._backend = next((ffi.string(lib.ggml_backend_name(b.ptr)).decode() for b in sched.backends
+                              if int(lib.ggml_backend_dev_type(lib.ggml_backend_get_device(b.ptr))) == cpu), "CPU")
+
+    def __enter__(self) -> Self:
+        if not lib.ggmlpy_cpu_node_timer_set(self._timer):
+            raise GgmlStateError("GraphNodeTimer: this ggml's CPU backend has no node timer (patches/0079); "
+                                 "use NodeTimer, which times nodes through the scheduler's eval callback")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        lib.ggmlpy_cpu_node_timer_set(ffi.NULL)   # before anything can raise: the thread keeps no pointer to it
+        count = int(self._timer.count)
+        if count > self.CAPACITY and exc[0] is None:
+            raise GgmlStateError(f"GraphNodeTimer: the computes inside the block had {count} timed entries, more "
+                                 f"than the {self.CAPACITY} it holds; time fewer computes per block")
+        started = 0
+        for e in self._times[0:min(count, self.CAPACITY)]:
+            if e.first == ffi.NULL:   # a compute began
+                started = int(e.ns)
+                continue
+            first, last = e.first, e.last
+            op = ffi.string(lib.ggml_op_desc(first)).decode()
+            if int(e.nodes) > 1:
+                op += "+" + ffi.string(lib.ggml_op_desc(last)).decode()
+            sources = tuple(_shape(s) for s in first.src[0:int(lib.GGML_MAX_SRC)] if s != ffi.NULL)
+            self.nodes.append(NodeTime(op, self._backend, _shape(last), sources, (int(e.ns) - started) * 1e-9,
+                                       tuple(int(first.op_params[i]) for i in range(4)), int(e.nodes)))
+            started = int(e.ns)
+
+
+def node_timer(sched: Scheduler, used: list[str] | None = None) -> GraphNodeTimer | NodeTimer:
+    """The timer for the computes of ``sched``: ``GraphNodeTimer`` (nodes timed inside the plain compute) where
+    the backends that compute (the names in ``used``, e.g. a ``Placement``'s ``devices``; default: all of the
+    scheduler's) are the CPU and its timer is there, else ``NodeTimer`` (node by node)."""
+    cpu = int(lib.GGML_BACKEND_DEVICE_TYPE_CPU)
+    names = {ffi.string(lib.ggml_backend_name(b.ptr)).decode(): b for b in sched.backends}
+    computing = [names.get(name) for name in (used if used is not None else names)]
+    if computing and all(b is not None and int(lib.ggml_backend_dev_type(lib.ggml_backend_get_device(b.ptr))) == cpu
+                         for b in computing):
+        if lib.ggmlpy_cpu_node_timer_set(ffi.NULL):
+            return GraphNodeTimer(sched)
+    return NodeTimer(sched)

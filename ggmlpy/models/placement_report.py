@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..compute.placement import Placement, PlacementRecorder
-from ..compute.profile import NodeTimer, Profile
+from ..compute.profile import GraphNodeTimer, node_timer, Profile
 from ..core.args import is_int
 from ..errors import GgmlInUseError, GgmlValueError
 from .engine.compile import CompileConfig, compiled
@@ -82,12 +82,15 @@ def ggml_model_profile(model: Model, batch_size: int | None = None, steps: int =
     """How long each op of a compiled model's training step takes, node by node, on zero data.
 
     It runs one unmeasured step (allocations), then ``steps`` training steps (forward, backward and optimizer,
-    as ``ggml_fit`` does) with every node timed, then ``steps`` plain steps for the step's own time. To time a
-    node, ggml's scheduler computes it as a graph of its own, so each node also pays a graph launch (the
-    thread pool's start and end): the nodes add up to more than the plain step, by about that launch times the
-    node count. Use it to see which ops dominate a step and which backend runs them (``BLAS`` for products
-    that ggml's BLAS backend takes, ``CPU`` for ggml's own kernels). The weights, batch-norm statistics and
-    optimizer state are put back afterwards.
+    as ``ggml_fit`` does) with every node timed, then ``steps`` plain steps for the step's own time. On the CPU
+    alone, the nodes are timed inside the step's one graph as ggml computes it (``method`` "in one graph"): ops
+    the CPU computes in one pass are one entry (``"STEP+MUL"``, ``"ADD+RELU"``), and the nodes add up to the
+    step's compute. Elsewhere (a GPU, ggml's BLAS backend) ggml's scheduler computes each node as a graph of its
+    own to time it (``method`` "node by node"), so each node also pays a graph launch (the thread pool's start
+    and end, or a device's submit) and nothing is fused: the nodes add up to more than the plain step, by about
+    that launch times the node count. Use it to see which ops dominate a step and which backend runs them
+    (``BLAS`` for products that ggml's BLAS backend takes, ``CPU`` for ggml's own kernels). The weights,
+    batch-norm statistics and optimizer state are put back afterwards.
 
     Arguments:
         model: a compiled model (``ggml_compile``), on any backend.
@@ -97,7 +100,8 @@ def ggml_model_profile(model: Model, batch_size: int | None = None, steps: int =
 
     Value: a ``Profile``: ``by_op()`` gives ``(op, backend, nodes per step, seconds per step)`` slowest first,
     ``slowest(k)`` the k slowest nodes with their shapes, ``nodes_per_step``, ``node_seconds`` (the nodes'
-    total per step), ``step_seconds`` (the best plain step) and ``nodes`` (every timing); ``str()`` is a table.
+    total per step), ``step_seconds`` (the best plain step), ``method`` and ``nodes`` (every timing); ``str()``
+    is a table.
 
     Example:
         >>> model = g.ggml_compile(model, loss="sparse_categorical_crossentropy")
@@ -117,10 +121,13 @@ def ggml_model_profile(model: Model, batch_size: int | None = None, steps: int =
                              "from another thread); ask after it returns")
     batch, steps = int(batch), int(steps)
     xs = _zero_inputs(model, batch)
-    timers, best = watched_steps(model, batch, xs, _zero_targets(model, cfg, xs), NodeTimer,
-                                 steps + 1, timed=steps)
+    ys = _zero_targets(model, cfg, xs)
+    used = step_placement(model, batch, xs, ys).devices   # (the CPU alone: nodes timed inside its graph)
+    timers, best = watched_steps(model, batch, xs, ys, lambda sched: node_timer(sched, used), steps + 1,
+                                 timed=steps)
     nodes = [n for t in timers[1:] for n in t.nodes]
-    return Profile(f"training step of '{model.name}', batch {batch}", steps, nodes, best)
+    method = "in one graph" if isinstance(timers[0], GraphNodeTimer) else "node by node"
+    return Profile(f"training step of '{model.name}', batch {batch}", steps, nodes, best, method)
 
 
 # a variable size (None) of a model's inputs, in the step the placement and the profile run
