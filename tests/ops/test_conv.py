@@ -762,6 +762,13 @@ TILED_CASES = [
     ((5, 2, 4, 9, 8, 3, 3), (1, 1, 1, 1, 1, 1)),       # 4 runs an image: 3 + 1; 5 images over the threads
     ((4, 3, 5, 16, 16, 3, 3), (1, 1, 2, 0, 1, 1)),     # 5 runs of 16: 3 + 2; padding only along W
     ((1, 64, 9, 20, 8, 3, 3), (1, 2, 1, 1, 1, 1)),     # stride 2 along H, tiles of 64 positions starting mid-row
+    # patches/0080: the kernel's gradient with lanes over 16 output channels (output gradients transposed 16 x 16),
+    # NCH channels x the taps in registers
+    ((3, 8, 14, 14, 16, 3, 3), (1, 1, 1, 1, 1, 1)),    # the small CNN's conv2: channels 3 + 3 + 2, 196 = 12 x 16 + 4
+    ((2, 4, 7, 9, 32, 3, 3), (1, 2, 1, 0, 1, 1)),      # two blocks of 16 channels, 3 + 1, stride 2 along H
+    ((2, 2, 9, 11, 16, 5, 5), (1, 1, 2, 2, 1, 1)),     # 5 x 5 taps, one channel at a time
+    ((2, 10, 5, 6, 16, 1, 1), (1, 1, 0, 0, 1, 1)),     # 1 x 1 taps: 8 + 2 channels
+    ((1, 1, 28, 28, 16, 3, 3), (1, 1, 1, 1, 1, 1)),    # one input channel
 ]
 
 
@@ -841,15 +848,16 @@ def test_tiled_convolution_gradients_match_finite_differences(geometry):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_tiled_convolution_keeps_an_inf_and_a_nan_where_numpy_has_them(threads):
+@pytest.mark.parametrize("out_channels", [4, 16])
+def test_tiled_convolution_keeps_an_inf_and_a_nan_where_numpy_has_them(threads, out_channels):
     """An inf and a NaN in the images, and an inf in the output gradient at a row's first column, reach only the
     outputs and gradients whose sums read them (numpy float64 on the same data): the direct kernels compute lanes
     past a run from the next columns (the padded copy's, or the next row's output gradient), which must never be
     stored (the forward, the images' gradient) or summed (the kernel's gradient: those lanes masked to 0 on both
-    sides)."""
+    sides). With 16 output channels the kernel's gradient takes patches/0080's lanes over channels."""
     rng = np.random.default_rng(21)
     geometry = (1, 1, 1, 1, 1, 1)
-    x, k, b = r32(rng, 3, 2, 7, 13), r32(rng, 4, 2, 3, 3), r32(rng, 4)
+    x, k, b = r32(rng, 3, 2, 7, 13), r32(rng, out_channels, 2, 3, 3), r32(rng, out_channels)
     x[0, 1, 2, 12] = np.inf                      # the last column: the next row's lanes in the padded copy
     x[2, 0, 6, 0] = np.nan                       # the last row's first column
     f64 = lambda a: a.astype(np.float64)   # noqa: E731
