@@ -10,7 +10,16 @@ CPU, its default threads set to ``--threads``) trains one epoch, then ``ggml_mod
 its training step. The matrix products (MUL_MAT, OUT_PROD, the tiled convolution and its backward, fused attention
 and its backward) are counted in FLOPs (2 per multiply-add, from the nodes' shapes); the table gives their share of
 the step's time, their rate and that rate as a share of the sgemm peak, and the whole step's product FLOPs over
-its time (the step's efficiency against the peak). Node times come from ``ggml_model_profile``: on the CPU alone they
+its time (the step's efficiency against the peak).
+
+A product that moves more bytes than it computes (a first convolution of one channel into 8 writes 2.5 MB for 11
+MFLOP) is bound by memory, not by the FMA units. Beside the peak, the benchmark measures the rate at which ggml's
+CPU backend streams F32 data with the same threads (``ggml_cpy`` between two 4 MiB tensors, 8 MiB in use: the cache
+levels a step's activations live in), and gives each model's roofline: each product node's time bound by
+max(FLOPs / peak, bytes / stream rate), its bytes its operands and result read and written once; the products'
+rate over the roofline's rate says how near the products are to what the machine allows them.
+
+Node times come from ``ggml_model_profile``: on the CPU alone they
 are taken inside the step's one graph as ggml computes it (patches/0079; before it each node was computed as a graph
 of its own, with a launch each, and its rates were 10-25 % below what the step reaches).
 
@@ -58,6 +67,41 @@ def ggml_gemm_rate(weight_type: int, threads: int, size: int = 1024, reps: int =
         backend.free()
 
 
+def stream_rate(threads: int, floats: int = 1 << 20, reps: int = 10, rounds: int = 15) -> float:
+    """GB/s at which ggml's CPU backend copies F32 data between two tensors of ``floats`` elements (``ggml_cpy``
+    back and forth ``reps`` times in one graph, so no launch is counted; read and written once each), best of
+    ``rounds``: the rate a memory-bound node of that working set can reach with ``threads`` threads."""
+    import ggmlpy as G
+    ctx = G.ggml_init(3 * floats * 4 + 16 * 1024 * 1024)
+    try:
+        a = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, floats)
+        b = G.ggml_new_tensor_1d(ctx, G.GGML_TYPE_F32, floats)
+        G.ggml_set_f32(a, np.random.default_rng(2).random(floats, dtype=np.float32))
+        graph = G.ggml_new_graph(ctx)
+        x = a
+        for i in range(reps):
+            x = G.ggml_cpy(ctx, x, b if i % 2 == 0 else a)
+        G.ggml_build_forward_expand(graph, x)
+        G.ggml_graph_compute_with_ctx(ctx, graph, threads)
+        best = float("inf")
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            G.ggml_graph_compute_with_ctx(ctx, graph, threads)
+            best = min(best, time.perf_counter() - t0)
+        return 2.0 * floats * 4 * reps / best / 1e9
+    finally:
+        ctx.free()
+
+
+def node_bytes(node) -> float:
+    """Bytes of a node's F32 operands and result: what it must read and write at least once."""
+    if node.op == "CONV_2D_TILED_BACK":   # reads the kernel, the images and the output gradient (source 2 is the
+        kernel, x, _, grad = node.sources[:4]   # forward node, for its geometry); writes the kernel's and the
+        written = np.prod(kernel) + kernel[3] + (np.prod(x) if node.params[0] else 0)   # bias's gradients, and
+        return 4.0 * float(np.prod(kernel) + np.prod(x) + np.prod(grad) + written)     # the images' where asked
+    return 4.0 * (float(np.prod(node.shape)) + sum(float(np.prod(s)) for s in node.sources))
+
+
 def product_flops(node) -> float:
     """FLOPs (2 per multiply-add) of a profiled node's matrix products; 0 for other ops."""
     n = float(np.prod(node.shape))
@@ -82,7 +126,7 @@ def product_flops(node) -> float:
     return 0.0
 
 
-def model_row(name: str, threads: int) -> dict:
+def model_row(name: str, threads: int, peak: float, stream: float) -> dict:
     import bench_vs_torch as B
 
     import ggmlpy as G
@@ -94,9 +138,12 @@ def model_row(name: str, threads: int) -> dict:
     prof = G.ggml_model_profile(model, batch_size=batch)
     steps = max(prof.steps, 1)
     flops = sum(product_flops(nd) for nd in prof.nodes) / steps
-    seconds = sum(nd.seconds for nd in prof.nodes if product_flops(nd) > 0) / steps
+    products = [nd for nd in prof.nodes if product_flops(nd) > 0]
+    seconds = sum(nd.seconds for nd in products) / steps
+    # the roofline: each product at the slower of its FLOPs at the peak and its bytes at the stream rate
+    bound = sum(max(product_flops(nd) / (peak * 1e9), node_bytes(nd) / (stream * 1e9)) for nd in products) / steps
     return {"model": name, "batch": batch, "step_s": prof.step_seconds, "node_s": prof.node_seconds,
-            "product_flops": flops, "product_s": seconds}
+            "product_flops": flops, "product_s": seconds, "roofline_s": bound}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,26 +158,33 @@ def main(argv: list[str] | None = None) -> int:
     peak, source = openblas_sgemm_peak(args.threads, 2048)
     ggml_f32 = ggml_gemm_rate(G.GGML_TYPE_F32, args.threads)
     ggml_bf16 = ggml_gemm_rate(G.GGML_TYPE_BF16, args.threads)
+    stream = stream_rate(args.threads)
     print(f"peak: {source}, {args.threads} threads, 2048^3: {peak:.1f} GFLOP/s")
+    print(f"stream: ggml_cpy between two 4 MiB F32 tensors, {args.threads} threads: {stream:.1f} GB/s")
     print(f"ggml's own CPU kernels, 1024^3: F32 {ggml_f32:.1f} GFLOP/s, BF16 weights {ggml_bf16:.1f} GFLOP/s "
           f"({ggml_bf16 / peak:.0%} of the sgemm peak)")
     rows = []
-    print(f"\n{'model':12} {'step ms':>8} {'products':>9} {'GFLOP/s':>8} {'of peak':>8} {'step of peak':>13}")
+    print(f"\n{'model':12} {'step ms':>8} {'products':>9} {'GFLOP/s':>8} {'of peak':>8} {'roofline':>9} "
+          f"{'of roofline':>12} {'step of peak':>13}")
     for name in args.models.split(","):
-        r = model_row(name, args.threads)
+        r = model_row(name, args.threads, peak, stream)
         rate = r["product_flops"] / r["product_s"] / 1e9 if r["product_s"] else 0.0
         share = r["product_s"] / r["node_s"] if r["node_s"] else 0.0
         step_rate = r["product_flops"] / r["step_s"] / 1e9 if r["step_s"] else 0.0
-        r.update(product_gflops=rate, of_peak=rate / peak, step_of_peak=step_rate / peak)
+        roof = r["product_flops"] / r["roofline_s"] / 1e9 if r["roofline_s"] else 0.0
+        r.update(product_gflops=rate, of_peak=rate / peak, step_of_peak=step_rate / peak, roofline_gflops=roof,
+                 of_roofline=rate / roof if roof else 0.0)
         rows.append(r)
-        print(f"{name:12} {r['step_s'] * 1e3:>8.2f} {share:>8.0%} {rate:>8.1f} {rate / peak:>8.0%} "
-              f"{step_rate / peak:>13.0%}")
+        print(f"{name:12} {r['step_s'] * 1e3:>8.2f} {share:>8.0%} {rate:>8.1f} {rate / peak:>8.0%} {roof:>9.1f} "
+              f"{r['of_roofline']:>12.0%} {step_rate / peak:>13.0%}")
     print("\nproducts: their share of the step's node time; GFLOP/s: the products' rate; of peak: that rate over the "
-          "sgemm peak; step of peak: the step's product FLOPs over the whole step's time, over the peak")
+          "sgemm peak; roofline: the rate the products could reach, each bound by the peak or by its bytes at the "
+          "stream rate; of roofline: the products' rate over it; step of peak: the step's product FLOPs over the "
+          "whole step's time, over the peak")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"threads": args.threads, "sgemm_peak": peak, "ggml_f32": ggml_f32, "ggml_bf16": ggml_bf16,
-                       "models": rows}, f, indent=2)
+                       "stream_gbs": stream, "models": rows}, f, indent=2)
     return 0
 
 
