@@ -69,7 +69,7 @@ def ggml_gemm_rate(weight_type: int, threads: int, size: int = 1024, reps: int =
 
 def stream_rate(threads: int, floats: int = 1 << 20, reps: int = 10, rounds: int = 15) -> float:
     """GB/s at which ggml's CPU backend copies F32 data between two tensors of ``floats`` elements (``ggml_cpy``
-    back and forth ``reps`` times in one graph, so no launch is counted; read and written once each), best of
+    back and forth ``reps`` times in one graph, one launch for them all; read and written once each), best of
     ``rounds``: the rate a memory-bound node of that working set can reach with ``threads`` threads."""
     import ggmlpy as G
     ctx = G.ggml_init(3 * floats * 4 + 16 * 1024 * 1024)
@@ -93,19 +93,28 @@ def stream_rate(threads: int, floats: int = 1 << 20, reps: int = 10, rounds: int
         ctx.free()
 
 
+def _ne(shape: tuple) -> tuple:
+    """A profiled shape (trailing 1s dropped) as ggml's four dimensions."""
+    return tuple(shape) + (1,) * (4 - len(shape))
+
+
 def node_bytes(node) -> float:
-    """Bytes of a node's F32 operands and result: what it must read and write at least once."""
-    if node.op == "CONV_2D_TILED_BACK":   # reads the kernel, the images and the output gradient (source 2 is the
-        kernel, x, _, grad = node.sources[:4]   # forward node, for its geometry); writes the kernel's and the
-        written = np.prod(kernel) + kernel[3] + (np.prod(x) if node.params[0] else 0)   # bias's gradients, and
-        return 4.0 * float(np.prod(kernel) + np.prod(x) + np.prod(grad) + written)     # the images' where asked
+    """Bytes of a node's operands and result, at 4 bytes an element (the F32 models this benchmark runs): the
+    least it must read and write, each once."""
+    if node.op == "CONV_2D_TILED_BACK":
+        # it reads the kernel, the images and the output gradient (source 2 is the forward node, for its
+        # geometry) and must write the kernel's and the bias's gradients, and the images' where asked (op
+        # param 0; a first layer's are not, though the CPU zeroes them)
+        kernel, x, _, grad = (_ne(s) for s in node.sources[:4])
+        written = np.prod(kernel) + kernel[3] + (np.prod(x) if node.params[0] else 0)
+        return 4.0 * float(np.prod(kernel) + np.prod(x) + np.prod(grad) + written)
     return 4.0 * (float(np.prod(node.shape)) + sum(float(np.prod(s)) for s in node.sources))
 
 
 def product_flops(node) -> float:
     """FLOPs (2 per multiply-add) of a profiled node's matrix products; 0 for other ops."""
     n = float(np.prod(node.shape))
-    src = node.sources
+    src = [_ne(s) for s in node.sources]
     if node.op == "MUL_MAT":                     # dst [n, m, ...] = src0 [k, n]^T src1 [k, m]
         return 2.0 * n * src[0][0]
     if node.op == "OUT_PROD":                    # dst [n, m, ...] = src0 [n, k] src1 [m, k]^T

@@ -109,12 +109,17 @@ struct ggmlpy_cpu_node_timer {
     int64_t capacity;
     int64_t count;
 };
-typedef void (*ggmlpy_cpu_timer_t)(struct ggmlpy_cpu_node_timer *);
-static int ggmlpy_cpu_node_timer_set(struct ggmlpy_cpu_node_timer * timer) {
+typedef struct ggmlpy_cpu_node_timer * (*ggmlpy_cpu_timer_t)(struct ggmlpy_cpu_node_timer *);
+/* The calling thread's timer set to `timer` (NULL: none), *previous the one it replaces; 0 without the entry point. */
+static int ggmlpy_cpu_node_timer_set(struct ggmlpy_cpu_node_timer * timer, struct ggmlpy_cpu_node_timer ** previous) {
     ggmlpy_cpu_timer_t fn = (ggmlpy_cpu_timer_t) ggmlpy_proc("CPU", "ggmlpy_cpu_set_node_timer");
     if (!fn) return 0;
-    fn(timer);
+    struct ggmlpy_cpu_node_timer * replaced = fn(timer);
+    if (previous) *previous = replaced;
     return 1;
+}
+static int ggmlpy_cpu_node_timer_available(void) {
+    return ggmlpy_proc("CPU", "ggmlpy_cpu_set_node_timer") != NULL;
 }
 
 typedef void (*ggmlpy_rpc_start_server_t)(const char *, const char *, size_t, size_t, ggml_backend_dev_t *);

@@ -2,7 +2,7 @@
 
 Two timers, one result (``NodeTime`` per node, ``Profile`` aggregated by op and backend):
 
-- ``GraphNodeTimer``, for a scheduler whose backends are all the CPU: ggml's CPU backend (patches/0079) notes the
+- ``GraphNodeTimer``, for computes on the CPU alone: ggml's CPU backend (patches/0079) notes the
   time at which its threads have all finished each node, inside the one graph it computes as usual. The times are
   those of the plain compute: the same barriers between nodes, the same fused ops (a ReLU's backward ``STEP`` and
   ``MUL`` computed in one pass is one entry, ``STEP+MUL``), nothing launched per node.
@@ -80,7 +80,8 @@ class Profile:
         return sum(n.seconds for n in self.nodes) / max(self.steps, 1)
 
     def by_op(self) -> list[tuple[str, str, int, float]]:
-        """``(op, backend, nodes per step, seconds per step)`` for each op and backend, slowest first."""
+        """``(op, backend, entries per step, seconds per step)`` for each op and backend, slowest first (ops a
+        backend fused are one entry, ``"STEP+MUL"``)."""
         count: dict = defaultdict(int)
         seconds: dict = defaultdict(float)
         for n in self.nodes:
@@ -107,7 +108,7 @@ class Profile:
         head = f"{self.what}: {self.nodes_per_step} nodes per step, {total * 1e3:.2f} ms per step {self.method}"
         if self.step_seconds is not None:
             head += f" ({self.step_seconds * 1e3:.2f} ms as one graph)"
-        lines = [head, f"  {'op':24} {'backend':8} {'nodes':>5} {'ms/step':>8} {'share':>6}"]
+        lines = [head, f"  {'op':24} {'backend':8} {'count':>5} {'ms/step':>8} {'share':>6}"]
         for op, be, n, sec in self.by_op():
             lines.append(f"  {op:24} {be:8} {n:5} {sec * 1e3:8.3f} {sec / total if total else 0:6.1%}")
         lines.append("  slowest nodes:")
@@ -153,8 +154,10 @@ class GraphNodeTimer:
     """Times every node of the CPU graph computes that this thread makes while it is entered (``with
     GraphNodeTimer(sched):``), inside each graph as it is computed (patches/0079). For computes that run on the
     CPU alone (``node_timer`` checks): nodes another backend computes are not seen. The computes are unchanged.
-    Raises ``GgmlStateError`` on entering where the CPU backend has no such timer, and on leaving where the
-    computes had more entries than it holds."""
+    Each block appends its computes' nodes to ``nodes``; the entries are read when the block ends, so the graphs it
+    computed must still be allocated then. An inner timer entered on the same thread takes the computes until it
+    ends, then the outer one goes on. Raises ``GgmlStateError`` on entering where the CPU backend has no such
+    timer, and on leaving where the computes had more entries than it holds."""
 
     CAPACITY = 1 << 16   # entries (32 bytes each) a block can time: its computes' nodes and one per compute
 
@@ -163,18 +166,26 @@ class GraphNodeTimer:
         self.nodes: list[NodeTime] = []
         self._times = ffi.new("struct ggmlpy_cpu_node_time[]", self.CAPACITY)
         self._timer = ffi.new("struct ggmlpy_cpu_node_timer *", {"times": self._times, "capacity": self.CAPACITY})
+        self._previous: CData | None = None   # while entered: the thread's timer before this one (or NULL)
         cpu = int(lib.GGML_BACKEND_DEVICE_TYPE_CPU)
         self._backend = next((ffi.string(lib.ggml_backend_name(b.ptr)).decode() for b in sched.backends
                               if int(lib.ggml_backend_dev_type(lib.ggml_backend_get_device(b.ptr))) == cpu), "CPU")
 
     def __enter__(self) -> Self:
-        if not lib.ggmlpy_cpu_node_timer_set(self._timer):
+        if self._previous is not None:
+            raise GgmlStateError("GraphNodeTimer: this timer is already entered; use a new one for a nested block")
+        self._timer.count = 0
+        previous = ffi.new("struct ggmlpy_cpu_node_timer **")
+        if not lib.ggmlpy_cpu_node_timer_set(self._timer, previous):
             raise GgmlStateError("GraphNodeTimer: this ggml's CPU backend has no node timer (patches/0079); "
                                  "use NodeTimer, which times nodes through the scheduler's eval callback")
+        self._previous = previous[0]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        lib.ggmlpy_cpu_node_timer_set(ffi.NULL)   # before anything can raise: the thread keeps no pointer to it
+        # first, before anything can raise: the thread's timer is the one this block replaced
+        lib.ggmlpy_cpu_node_timer_set(self._previous if self._previous is not None else ffi.NULL, ffi.NULL)
+        self._previous = None
         count = int(self._timer.count)
         if count > self.CAPACITY and exc[0] is None:
             raise GgmlStateError(f"GraphNodeTimer: the computes inside the block had {count} timed entries, more "
@@ -203,6 +214,6 @@ def node_timer(sched: Scheduler, used: list[str] | None = None) -> GraphNodeTime
     computing = [names.get(name) for name in (used if used is not None else names)]
     if computing and all(b is not None and int(lib.ggml_backend_dev_type(lib.ggml_backend_get_device(b.ptr))) == cpu
                          for b in computing):
-        if lib.ggmlpy_cpu_node_timer_set(ffi.NULL):
+        if lib.ggmlpy_cpu_node_timer_available():
             return GraphNodeTimer(sched)
     return NodeTimer(sched)

@@ -74,6 +74,33 @@ def test_each_compute_is_timed_and_the_timer_is_gone_after_the_block(small_graph
     assert len(timer.nodes) == 9
 
 
+def test_a_timer_entered_again_appends_only_that_blocks_computes(small_graph):
+    sched, graph, _ = small_graph
+    timer = GraphNodeTimer(sched)
+    for blocks in (1, 2):
+        with timer:
+            g.ggml_backend_sched_graph_compute(sched, graph)
+        assert [n.op for n in timer.nodes] == ["MUL_MAT", "ADD+RELU", "SUM_ROWS"] * blocks
+
+
+def test_nested_timers_take_turns_and_one_timer_cannot_nest_in_itself(small_graph):
+    """An inner timer takes the thread's computes while it is entered; the outer one times the rest (the C setter
+    hands back the timer it replaced, and leaving puts it back)."""
+    sched, graph, _ = small_graph
+    with GraphNodeTimer(sched) as outer:
+        g.ggml_backend_sched_graph_compute(sched, graph)
+        with GraphNodeTimer(sched) as inner:
+            g.ggml_backend_sched_graph_compute(sched, graph)
+            g.ggml_backend_sched_graph_compute(sched, graph)
+        g.ggml_backend_sched_graph_compute(sched, graph)
+        with pytest.raises(GgmlStateError, match="already entered"):
+            with outer:
+                pass
+    assert len(outer.nodes) == 6 and len(inner.nodes) == 6
+    g.ggml_backend_sched_graph_compute(sched, graph)   # no timer left on the thread
+    assert len(outer.nodes) == 6
+
+
 def test_a_compute_on_another_thread_is_not_timed(small_graph):
     sched, graph, _ = small_graph
     with GraphNodeTimer(sched) as timer:

@@ -165,8 +165,8 @@ def test_few_row_products_on_more_threads(threads):
 @pytest.mark.parametrize("threads", [1, 2, 3, 4])
 def test_short_sums_split_by_columns(threads):
     """patches/0078: sums of at most 64 terms give each thread whole columns of C (the backward of a 10-class head,
-    500 x 500 x 10; 37 column blocks over 3 threads leave one a block of 4 columns): the reference on each thread
-    count, and the same bits as one thread (a sum's order does not depend on the split)."""
+    500 x 500 x 10; 500 x 436 x 64: 37 column blocks, the last of 4 columns, over 3 and 4 threads): the reference on
+    each thread count, and the same bits as one thread (a sum's order does not depend on the split)."""
     for m, n, k in ((500, 500, 10), (500, 436, 64), (33, 25, 3)):
         runs = [_out_prod(m, n, k, threads=t) for t in sorted({1, threads})]
         assert all(_close(*run) for run in runs)

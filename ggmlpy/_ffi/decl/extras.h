@@ -8,11 +8,12 @@ int ggmlpy_rpc_lost_connections(void);
 void ggmlpy_rpc_set_connect_timeout_ms(int timeout_ms);
 size_t ggmlpy_vk_max_storage_buffer_range(ggml_backend_dev_t dev);
 uint64_t ggmlpy_vk_shader_loops_refused(ggml_backend_dev_t dev, const struct ggml_tensor * op);
-/* patches/0079: the CPU's per-node times of the graph computes the calling thread makes (NULL stops; 0: the CPU
-   backend has no such timer) */
+/* patches/0079: the CPU's per-node times of the graph computes the calling thread makes (set: NULL stops, *previous
+   the timer replaced; 0: the CPU backend has no such timer) */
 struct ggmlpy_cpu_node_time { const struct ggml_tensor * first; const struct ggml_tensor * last; int64_t nodes; int64_t ns; };
 struct ggmlpy_cpu_node_timer { struct ggmlpy_cpu_node_time * times; int64_t capacity; int64_t count; };
-int ggmlpy_cpu_node_timer_set(struct ggmlpy_cpu_node_timer * timer);
+int ggmlpy_cpu_node_timer_set(struct ggmlpy_cpu_node_timer * timer, struct ggmlpy_cpu_node_timer ** previous);
+int ggmlpy_cpu_node_timer_available(void);
 /* the wire protocol version of ggml's RPC backend (client and server must agree on the major) */
 #define RPC_PROTO_MAJOR_VERSION ...
 #define RPC_PROTO_MINOR_VERSION ...
