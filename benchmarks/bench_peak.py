@@ -40,6 +40,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 
+def best_compute_s(ctx, graph, threads: int, reps: int) -> float:
+    """The best of ``reps`` computes of ``graph`` (after one unmeasured) on ``threads`` threads, in seconds."""
+    import ggmlpy as G
+    G.ggml_graph_compute_with_ctx(ctx, graph, threads)
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        G.ggml_graph_compute_with_ctx(ctx, graph, threads)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def ggml_gemm_rate(weight_type: int, threads: int, size: int = 1024, reps: int = 5) -> float:
     """GFLOP/s of ``ggml_mul_mat`` of a ``weight_type`` size x size matrix by an F32 one on ggml's CPU kernels."""
     import ggmlpy as G
@@ -54,14 +66,7 @@ def ggml_gemm_rate(weight_type: int, threads: int, size: int = 1024, reps: int =
         out = G.ggml_mul_mat(ctx, a, b)
         graph = G.ggml_new_graph(ctx)
         G.ggml_build_forward_expand(graph, out)
-        plan_threads = threads
-        G.ggml_graph_compute_with_ctx(ctx, graph, plan_threads)
-        best = float("inf")
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            G.ggml_graph_compute_with_ctx(ctx, graph, plan_threads)
-            best = min(best, time.perf_counter() - t0)
-        return 2.0 * size ** 3 / best / 1e9
+        return 2.0 * size ** 3 / best_compute_s(ctx, graph, threads, reps) / 1e9
     finally:
         ctx.free()
         backend.free()
@@ -82,13 +87,7 @@ def stream_rate(threads: int, floats: int = 1 << 20, reps: int = 10, rounds: int
         for i in range(reps):
             x = G.ggml_cpy(ctx, x, b if i % 2 == 0 else a)
         G.ggml_build_forward_expand(graph, x)
-        G.ggml_graph_compute_with_ctx(ctx, graph, threads)
-        best = float("inf")
-        for _ in range(rounds):
-            t0 = time.perf_counter()
-            G.ggml_graph_compute_with_ctx(ctx, graph, threads)
-            best = min(best, time.perf_counter() - t0)
-        return 2.0 * floats * 4 * reps / best / 1e9
+        return 2.0 * floats * 4 * reps / best_compute_s(ctx, graph, threads, rounds) / 1e9
     finally:
         ctx.free()
 
