@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .._ffi import CData, ffi, lib
+from ..backend.backend import Backend
 from ..errors import GgmlStateError
 from .placement import NO_WORK_OPS, SchedWatcher
 from .sched import Scheduler
@@ -126,6 +127,24 @@ def _shape(t: CData) -> tuple[int, ...]:
     return tuple(ne)
 
 
+def _op(t: CData) -> str:
+    return ffi.string(lib.ggml_op_desc(t)).decode()
+
+
+def _node_time(first: CData, backend: str, seconds: float, last: CData | None = None, nodes: int = 1) -> NodeTime:
+    """The ``NodeTime`` of node ``first`` (of a fused group ``first`` .. ``last`` of ``nodes`` nodes)."""
+    last = first if last is None else last
+    op = _op(first) if nodes == 1 else f"{_op(first)}+{_op(last)}"
+    sources = tuple(_shape(s) for s in first.src[0:int(lib.GGML_MAX_SRC)] if s != ffi.NULL)
+    return NodeTime(op, backend, _shape(last), sources, seconds, tuple(int(first.op_params[i]) for i in range(4)),
+                    nodes)
+
+
+def _is_cpu(backend: Backend) -> bool:
+    return int(lib.ggml_backend_dev_type(lib.ggml_backend_get_device(backend.ptr))) == int(
+        lib.GGML_BACKEND_DEVICE_TYPE_CPU)
+
+
 class NodeTimer(SchedWatcher):
     """Times every node a scheduler computes while it is entered (``with NodeTimer(sched):``).
 
@@ -139,12 +158,9 @@ class NodeTimer(SchedWatcher):
 
     def _on_eval(self, t: CData, ask: bool) -> bool:
         if not ask:  # the node asked for last has been computed
-            elapsed = time.perf_counter() - self._started
-            sources = tuple(_shape(s) for s in t.src[0:int(lib.GGML_MAX_SRC)] if s != ffi.NULL)
-            self.nodes.append(NodeTime(ffi.string(lib.ggml_op_desc(t)).decode(), self.backend_of(t), _shape(t),
-                                       sources, elapsed, tuple(int(t.op_params[i]) for i in range(4))))
+            self.nodes.append(_node_time(t, self.backend_of(t), time.perf_counter() - self._started))
             return True  # go on with the graph
-        if ffi.string(lib.ggml_op_desc(t)).decode() in NO_WORK_OPS:
+        if _op(t) in NO_WORK_OPS:
             return False  # computed with the next node that does work
         self._started = time.perf_counter()
         return True
@@ -167,9 +183,8 @@ class GraphNodeTimer:
         self._times = ffi.new("struct ggmlpy_cpu_node_time[]", self.CAPACITY)
         self._timer = ffi.new("struct ggmlpy_cpu_node_timer *", {"times": self._times, "capacity": self.CAPACITY})
         self._previous: CData | None = None   # while entered: the thread's timer before this one (or NULL)
-        cpu = int(lib.GGML_BACKEND_DEVICE_TYPE_CPU)
         self._backend = next((ffi.string(lib.ggml_backend_name(b.ptr)).decode() for b in sched.backends
-                              if int(lib.ggml_backend_dev_type(lib.ggml_backend_get_device(b.ptr))) == cpu), "CPU")
+                              if _is_cpu(b)), "CPU")
 
     def __enter__(self) -> Self:
         if self._previous is not None:
@@ -195,13 +210,7 @@ class GraphNodeTimer:
             if e.first == ffi.NULL:   # a compute began
                 started = int(e.ns)
                 continue
-            first, last = e.first, e.last
-            op = ffi.string(lib.ggml_op_desc(first)).decode()
-            if int(e.nodes) > 1:
-                op += "+" + ffi.string(lib.ggml_op_desc(last)).decode()
-            sources = tuple(_shape(s) for s in first.src[0:int(lib.GGML_MAX_SRC)] if s != ffi.NULL)
-            self.nodes.append(NodeTime(op, self._backend, _shape(last), sources, (int(e.ns) - started) * 1e-9,
-                                       tuple(int(first.op_params[i]) for i in range(4)), int(e.nodes)))
+            self.nodes.append(_node_time(e.first, self._backend, (int(e.ns) - started) * 1e-9, e.last, int(e.nodes)))
             started = int(e.ns)
 
 
@@ -209,11 +218,9 @@ def node_timer(sched: Scheduler, used: list[str] | None = None) -> GraphNodeTime
     """The timer for the computes of ``sched``: ``GraphNodeTimer`` (nodes timed inside the plain compute) where
     the backends that compute (the names in ``used``, e.g. a ``Placement``'s ``devices``; default: all of the
     scheduler's) are the CPU and its timer is there, else ``NodeTimer`` (node by node)."""
-    cpu = int(lib.GGML_BACKEND_DEVICE_TYPE_CPU)
     names = {ffi.string(lib.ggml_backend_name(b.ptr)).decode(): b for b in sched.backends}
     computing = [names.get(name) for name in (used if used is not None else names)]
-    if computing and all(b is not None and int(lib.ggml_backend_dev_type(lib.ggml_backend_get_device(b.ptr))) == cpu
-                         for b in computing):
+    if computing and all(b is not None and _is_cpu(b) for b in computing):
         if lib.ggmlpy_cpu_node_timer_available():
             return GraphNodeTimer(sched)
     return NodeTimer(sched)

@@ -121,11 +121,18 @@ def ggml_model_profile(model: Model, batch_size: int | None = None, steps: int =
                              "from another thread); ask after it returns")
     batch, steps = int(batch), int(steps)
     xs = _zero_inputs(model, batch)
-    ys = _zero_targets(model, cfg, xs)
-    used = step_placement(model, batch, xs, ys).devices   # (the CPU alone: nodes timed inside its graph)
-    timers, best = watched_steps(model, batch, xs, ys, lambda sched: node_timer(sched, used), steps + 1,
-                                 timed=steps)
-    nodes = [n for t in timers[1:] for n in t.nodes]
+    recorder: list[PlacementRecorder] = []
+
+    def watcher(sched: Any) -> Any:
+        # the unmeasured first step records where the step runs; on the CPU alone the others are timed inside
+        # its graph
+        if not recorder:
+            recorder.append(PlacementRecorder(sched))
+            return recorder[0]
+        return node_timer(sched, recorder[0].placement("").devices)
+    watched, best = watched_steps(model, batch, xs, _zero_targets(model, cfg, xs), watcher, steps + 1, timed=steps)
+    timers = watched[1:]
+    nodes = [n for t in timers for n in t.nodes]
     method = "in one graph" if isinstance(timers[0], GraphNodeTimer) else "node by node"
     return Profile(f"training step of '{model.name}', batch {batch}", steps, nodes, best, method)
 
