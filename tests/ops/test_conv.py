@@ -769,6 +769,13 @@ TILED_CASES = [
     ((2, 2, 9, 11, 16, 5, 5), (1, 1, 2, 2, 1, 1)),     # 5 x 5 taps, one channel at a time
     ((2, 10, 5, 6, 16, 1, 1), (1, 1, 0, 0, 1, 1)),     # 1 x 1 taps: 8 + 2 channels
     ((1, 1, 28, 28, 16, 3, 3), (1, 1, 1, 1, 1, 1)),    # one input channel
+    # patches/0082: where the output rows are as long as the image's (a "same" convolution, stride 1 along H) runs
+    # are 16 positions of the plane across its rows, each tap's lanes outside the row masked; patches/0081: the
+    # bias's gradient summed by the direct kernel gradient
+    ((2, 3, 6, 5, 4, 3, 3), (1, 1, 1, 1, 1, 1)),       # rows of 5: a run across 3 or 4 rows
+    ((2, 2, 7, 12, 9, 3, 3), (1, 1, 2, 1, 2, 1)),      # dilation 2 along W, padding 2: still as wide; 9 = 8 + 1
+    ((1, 2, 4, 40, 3, 3, 3), (1, 1, 17, 1, 17, 1)),    # taps 17 columns left and right: past a run's 16 lanes
+    ((2, 3, 5, 7, 16, 3, 3), (1, 1, 1, 1, 1, 1)),      # 16 channels (0080's kernel gradient) on rows of 7
 ]
 
 
@@ -854,7 +861,9 @@ def test_tiled_convolution_keeps_an_inf_and_a_nan_where_numpy_has_them(threads, 
     outputs and gradients whose sums read them (numpy float64 on the same data): the direct kernels compute lanes
     past a run from the next columns (the padded copy's, or the next row's output gradient), which must never be
     stored (the forward, the images' gradient) or summed (the kernel's gradient: those lanes masked to 0 on both
-    sides). With 16 output channels the kernel's gradient takes patches/0080's lanes over channels."""
+    sides). With 16 output channels the kernel's gradient takes patches/0080's lanes over channels. The geometry
+    keeps the rows' width, so the runs are flat (patches/0082): a tap's lanes at a row's ends would read the
+    neighbouring row's inf or NaN, and are masked."""
     rng = np.random.default_rng(21)
     geometry = (1, 1, 1, 1, 1, 1)
     x, k, b = r32(rng, 3, 2, 7, 13), r32(rng, out_channels, 2, 3, 3), r32(rng, out_channels)

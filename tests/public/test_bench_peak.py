@@ -1,6 +1,7 @@
 """benchmarks/bench_peak.py's counts: the FLOPs and the bytes it charges each profiled node, against counts made by
 hand from the ops' definitions, on shapes as the profile gives them (trailing 1s dropped: a one-channel kernel's
-shape has three dimensions), and its stream rate a positive figure."""
+shape has three dimensions), its stream rate a positive figure, and its summary of the rounds (best against best,
+median against median) on rounds made by hand."""
 from __future__ import annotations
 
 import sys
@@ -57,3 +58,30 @@ def test_other_nodes_move_their_operands_and_result_once(peak):
 def test_the_stream_rate_is_a_rate(peak):
     rate = peak.stream_rate(1, floats=1 << 14, reps=4, rounds=2)
     assert 0.1 < rate < 10_000   # GB/s: a memcpy's order, nowhere near 0 or a unit error
+
+
+def _round(flops, seconds, peak_gflops, stream=50.0, step_s=2e-3):
+    """A round as model_rounds makes it: one product of ``flops`` FLOPs and 1 MB taking ``seconds``."""
+    return {"product_flops": flops, "product_s": seconds, "work": [(flops, 1e6)], "node_s": 2 * seconds,
+            "step_s": step_s, "peak": peak_gflops, "stream": stream}
+
+
+def test_the_summary_takes_the_best_round_against_the_best_peak(peak):
+    # 1 GFLOP in 10, 8 and 20 ms beside peaks of 150, 200 and 100 GFLOP/s: the best round is 125 GFLOP/s, the
+    # best peak 200 (measured beside another round); the median round 100 GFLOP/s against the median peak 150
+    rows = [_round(1e9, 10e-3, 150.0), _round(1e9, 8e-3, 200.0, step_s=1.5e-3), _round(1e9, 20e-3, 100.0)]
+    s = peak.summary("m", rows)
+    assert s["product_gflops"] == pytest.approx(125.0)
+    assert s["peak"] == 200.0 and s["of_peak"] == pytest.approx(125.0 / 200.0)
+    assert s["median_gflops"] == pytest.approx(100.0) and s["median_of_peak"] == pytest.approx(100.0 / 150.0)
+    assert s["step_s"] == 1.5e-3 and s["share"] == pytest.approx(0.5)
+    # the roofline at the best limits: 1 GFLOP at 200 GFLOP/s (5 ms) against 1 MB at 50 GB/s (0.02 ms)
+    assert s["roofline_gflops"] == pytest.approx(200.0)
+    assert s["rounds_gflops"] == pytest.approx([100.0, 125.0, 50.0]) and s["rounds_peak"] == [150.0, 200.0, 100.0]
+
+
+def test_a_memory_bound_product_has_the_stream_rate_as_its_roofline(peak):
+    # 1 MFLOP moving 100 MB: at 50 GB/s that is 2 ms, where its FLOPs need 5 us at 200 GFLOP/s
+    row = dict(_round(1e6, 4e-3, 200.0), work=[(1e6, 100e6)])
+    assert peak.roofline_s(row["work"], 200.0, 50.0) == pytest.approx(2e-3)
+    assert peak.summary("m", [row])["of_roofline"] == pytest.approx(0.5)
