@@ -776,6 +776,10 @@ TILED_CASES = [
     ((2, 2, 7, 12, 9, 3, 3), (1, 1, 2, 1, 2, 1)),      # dilation 2 along W, padding 2: still as wide; 9 = 8 + 1
     ((1, 2, 4, 40, 3, 3, 3), (1, 1, 17, 1, 17, 1)),    # taps 17 columns left and right: past a run's 16 lanes
     ((2, 3, 5, 7, 16, 3, 3), (1, 1, 1, 1, 1, 1)),      # 16 channels (0080's kernel gradient) on rows of 7
+    ((1, 2, 5, 7, 3, 3, 3), (1, 1, 1, 4, 1, 1)),       # padding 4 along H: the images' gradient flat with -2
+    ((2, 2, 6, 10, 5, 2, 4), (1, 1, 3, 1, 2, 1)),      # an even kernel width: 4 columns 2 apart, padding 3
+    ((2, 3, 5, 16, 4, 3, 3), (1, 1, 1, 1, 1, 1)),      # rows of 16: each run one row, both its ends masked
+    ((1, 256, 30, 5, 4, 3, 3), (1, 1, 1, 1, 1, 1)),    # K = 2304: flat tiles of 64 positions over rows of 5
 ]
 
 

@@ -2,8 +2,8 @@
 neg, sqr, sqrt, step, hardsigmoid...) run over a contiguous tensor as one row, each thread a range of whole 64-byte
 lines, where they went row by row (two divisions and a call per row: a CNN's pooled feature maps, 11200 rows of 14
 floats, took 0.07 ms). Checked against numpy float64 on 1-4 threads, on shapes whose element count is no multiple
-of the 16-float lines or of the threads (a thread may get nothing), in F32 and F16, in place, and on a
-non-contiguous view, which keeps the rows' path."""
+of the 16-float lines or of the threads (a thread may get nothing), in F32, F16 and BF16, in place, on a contiguous
+view that starts inside its tensor, and on a non-contiguous view, which keeps the rows' path."""
 from __future__ import annotations
 
 import numpy as np
@@ -81,3 +81,49 @@ def test_a_view_with_gaps_between_rows_keeps_the_rows_path(threads):
     finally:
         be.free()
     np.testing.assert_array_equal(out.reshape(3, 10), np.maximum(x[0::2], 0))
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("name,ref", [("ggml_tanh", np.tanh), ("ggml_sigmoid", lambda x: 1.0 / (1.0 + np.exp(-x))),
+                                      ("ggml_exp", np.exp)])
+def test_f16_ops_other_than_relu(name, ref, threads):
+    """In F16 these take ggml's generic path (F32 takes patches/0023's vectorised rows), also as one row now."""
+    x = np.random.default_rng(11).uniform(-3, 3, size=(5, 7, 7)).astype(np.float16)
+    be = _backend(threads)
+    try:
+        (out,) = compute(lambda ctx, t: getattr(G, name)(ctx, t), x, backend=be)
+    finally:
+        be.free()
+    np.testing.assert_allclose(out.reshape(x.shape).astype(np.float64), ref(x.astype(np.float64)), rtol=2e-3,
+                               atol=1e-3)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_bf16_relu_is_exact(threads):
+    """ReLU of a BF16 tensor (ggml's cast of the data) is the cast's values with the negatives made 0, bit for bit."""
+    x = np.random.default_rng(12).uniform(-3, 3, size=(3, 14, 14)).astype(np.float32)
+
+    def build(ctx, t):
+        bf = G.ggml_cast(ctx, t, G.GGML_TYPE_BF16)
+        back = lambda u: G.ggml_cast(ctx, u, G.GGML_TYPE_F32)   # noqa: E731
+        return back(bf), back(G.ggml_relu(ctx, bf))
+
+    be = _backend(threads)
+    try:
+        cast, out = compute(build, x, backend=be)
+    finally:
+        be.free()
+    assert (cast < 0).any()
+    np.testing.assert_array_equal(out, np.maximum(cast, 0))
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_a_contiguous_view_inside_its_tensor(threads):
+    """A 990-element view from element 5 of a 1001-element tensor: contiguous, so one row, from its own start."""
+    x = np.random.default_rng(13).uniform(-3, 3, size=1001).astype(np.float32)
+    be = _backend(threads)
+    try:
+        (out,) = compute(lambda ctx, t: G.ggml_exp(ctx, G.ggml_view_1d(ctx, t, 990, 5 * 4)), x, backend=be)
+    finally:
+        be.free()
+    np.testing.assert_allclose(out.ravel(), np.exp(x[5:995].astype(np.float64)), rtol=2e-6)
