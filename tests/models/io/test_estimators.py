@@ -134,13 +134,16 @@ def test_random_state_leaves_the_callers_random_stream_alone():
 
 def test_dataframe_feature_names_are_checked_at_predict_as_scikit_learn_does():
     """Columns in another order at predict gave no error (about half the predictions agreed): scikit-learn's
-    estimators refuse feature names that differ from fit's."""
+    estimators refuse feature names that differ from fit's, and warn (predicting all the same) on an array without
+    names."""
     pd = pytest.importorskip("pandas")
     x, y = labelled(120)
     df = pd.DataFrame(x, columns=["a", "b", "c", "d"])
     clf = g.GgmlClassifier(classifier_fn, epochs=2, random_state=0).fit(df, y)
     assert list(clf.feature_names_in_) == ["a", "b", "c", "d"]
-    np.testing.assert_array_equal(clf.predict(df), clf.predict(x))
+    with pytest.warns(UserWarning, match="does not have valid feature names"):   # scikit-learn's own warning
+        plain = clf.predict(x)
+    np.testing.assert_array_equal(clf.predict(df), plain)
     with pytest.raises(ValueError, match="feature names should match"):
         clf.predict(df[["d", "c", "b", "a"]])
 
