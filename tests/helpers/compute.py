@@ -63,6 +63,17 @@ def default_backend():
     return _BACKEND[0]
 
 
+@contextmanager
+def cpu_backend(threads: int) -> Iterator:
+    """A CPU backend of its own computing on ``threads`` threads (a thread-count test's), freed on leaving."""
+    b = G.ggml_backend_cpu_init()
+    try:
+        G.ggml_backend_cpu_set_n_threads(b, threads)
+        yield b
+    finally:
+        b.free()
+
+
 def ctx_size(n_tensors: int, graph_size: int, grads: bool = False) -> int:
     return n_tensors * G.ggml_tensor_overhead() + G.ggml_graph_overhead(graph_size, grads) + 4096
 

@@ -10,13 +10,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as G
-from tests.helpers.compute import compute
-
-
-def _backend(threads: int):
-    be = G.ggml_backend_cpu_init()
-    G.ggml_backend_cpu_set_n_threads(be, threads)
-    return be
+from tests.helpers.compute import compute, cpu_backend
 
 
 OPS = {
@@ -41,11 +35,8 @@ SHAPES = [(100, 16, 7, 7), (100, 8, 14, 14), (1,), (3, 5), (2, 3, 17), (1001,)]
 def test_contiguous_unary_ops_match_numpy(name, shape, threads):
     rng = np.random.default_rng(len(shape) * 100 + threads)
     x = rng.uniform(-3, 3, size=shape).astype(np.float32)
-    be = _backend(threads)
-    try:
+    with cpu_backend(threads) as be:
         (out,) = compute(lambda ctx, t: getattr(G, name)(ctx, t), x, backend=be)
-    finally:
-        be.free()
     np.testing.assert_allclose(out.reshape(shape), OPS[name](x.astype(np.float64)), rtol=2e-6, atol=1e-6)
 
 
@@ -53,13 +44,10 @@ def test_contiguous_unary_ops_match_numpy(name, shape, threads):
 def test_f16_and_in_place(threads):
     rng = np.random.default_rng(7)
     x = rng.uniform(-3, 3, size=(9, 14, 14)).astype(np.float16)
-    be = _backend(threads)
-    try:
+    with cpu_backend(threads) as be:
         (out,) = compute(lambda ctx, t: G.ggml_relu(ctx, t), x, backend=be)
         y = rng.uniform(-3, 3, size=(9, 14, 14)).astype(np.float32)
         (inplace,) = compute(lambda ctx, t: G.ggml_sigmoid_inplace(ctx, G.ggml_scale(ctx, t, 1.0)), y, backend=be)
-    finally:
-        be.free()
     np.testing.assert_array_equal(out.reshape(x.shape), np.maximum(x, 0))
     np.testing.assert_allclose(inplace.reshape(y.shape), 1.0 / (1.0 + np.exp(-y.astype(np.float64))), rtol=2e-6)
 
@@ -75,11 +63,8 @@ def test_a_view_with_gaps_between_rows_keeps_the_rows_path(threads):
         view = G.ggml_view_2d(ctx, t, 10, 3, 2 * 10 * 4, 0)   # rows 0, 2, 4
         return G.ggml_relu(ctx, view)
 
-    be = _backend(threads)
-    try:
+    with cpu_backend(threads) as be:
         (out,) = compute(build, x, backend=be)
-    finally:
-        be.free()
     np.testing.assert_array_equal(out.reshape(3, 10), np.maximum(x[0::2], 0))
 
 
@@ -89,11 +74,8 @@ def test_a_view_with_gaps_between_rows_keeps_the_rows_path(threads):
 def test_f16_ops_other_than_relu(name, ref, threads):
     """In F16 these take ggml's generic path (F32 takes patches/0023's vectorised rows), also as one row now."""
     x = np.random.default_rng(11).uniform(-3, 3, size=(5, 7, 7)).astype(np.float16)
-    be = _backend(threads)
-    try:
+    with cpu_backend(threads) as be:
         (out,) = compute(lambda ctx, t: getattr(G, name)(ctx, t), x, backend=be)
-    finally:
-        be.free()
     np.testing.assert_allclose(out.reshape(x.shape).astype(np.float64), ref(x.astype(np.float64)), rtol=2e-3,
                                atol=1e-3)
 
@@ -108,11 +90,8 @@ def test_bf16_relu_is_exact(threads):
         back = lambda u: G.ggml_cast(ctx, u, G.GGML_TYPE_F32)   # noqa: E731
         return back(bf), back(G.ggml_relu(ctx, bf))
 
-    be = _backend(threads)
-    try:
+    with cpu_backend(threads) as be:
         cast, out = compute(build, x, backend=be)
-    finally:
-        be.free()
     assert (cast < 0).any()
     np.testing.assert_array_equal(out, np.maximum(cast, 0))
 
@@ -121,9 +100,6 @@ def test_bf16_relu_is_exact(threads):
 def test_a_contiguous_view_inside_its_tensor(threads):
     """A 990-element view from element 5 of a 1001-element tensor: contiguous, so one row, from its own start."""
     x = np.random.default_rng(13).uniform(-3, 3, size=1001).astype(np.float32)
-    be = _backend(threads)
-    try:
+    with cpu_backend(threads) as be:
         (out,) = compute(lambda ctx, t: G.ggml_exp(ctx, G.ggml_view_1d(ctx, t, 990, 5 * 4)), x, backend=be)
-    finally:
-        be.free()
     np.testing.assert_allclose(out.ravel(), np.exp(x[5:995].astype(np.float64)), rtol=2e-6)
